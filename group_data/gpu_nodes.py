@@ -1,0 +1,9 @@
+"""Defaults for every host that serves the engine.
+
+NCCL on a PCIe-only, two-socket box (reference/serving.md): let P2P cross the socket link,
+no InfiniBand on a single host, quiet logs in production.
+"""
+
+nccl_p2p_level = "SYS"
+nccl_ib_disable = True
+nccl_debug = "WARN"

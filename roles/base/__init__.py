@@ -1,0 +1,185 @@
+"""roles/base: what every engine host needs before any GPU software.
+
+Packages later roles rely on, the unprivileged service user and its directories, kernel and
+limits tuning learned on the target, extra CA certificates, and uv at the pinned version
+installed from PyPI into a fixed, versioned path (no curl-pipe-shell).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import apt, files, server
+
+from roles.base.facts import ContainerVirtualization, UvVersion
+from roles.secret_files import secret_file
+from roles.site import HostSettings, Stack, current_host, current_site, secret_value
+
+SUPPORTED = {("Ubuntu", 24), ("Debian", 12)}
+
+# Build tools and the utilities later roles and the health checks call.
+PACKAGES = [
+    "build-essential", "git", "curl", "ca-certificates", "gnupg", "numactl", "pciutils",
+    "jq", "python3", "python3-venv", "procps", "psmisc", "iproute2", "lsof", "kmod", "rsync",
+]
+
+SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-sysctl.conf"
+LIMITS_FILE = "/etc/security/limits.d/90-inference-host-limits.conf"
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+@deploy("Base")
+def base() -> None:
+    settings = current_host()
+    stack = current_site().stack
+    _require_supported_distro()
+    _install_apt(settings)
+    _trust_extra_cas(settings)
+    _service_user(settings)
+    _sysctl(settings)
+    _limits(settings)
+    _uv(settings, stack)
+    _hf_token(settings)
+
+
+def _require_supported_distro() -> None:
+    distro = host.get_fact(LinuxDistribution)
+    key = (distro.get("name"), distro.get("major"))
+    if key not in SUPPORTED:
+        raise RuntimeError(
+            f"{host.name}: {distro.get('name')} {distro.get('major')} is not supported;"
+            " roles/base supports Ubuntu 24.04 (production) and Debian 12 (lab)"
+        )
+
+
+def _install_apt(settings: HostSettings) -> None:
+    packages = PACKAGES + settings.base.extra_packages
+    apt.packages(
+        name=f"Install base packages ({len(packages)})",
+        packages=packages,
+        no_recommends=True,
+        update=True,
+        cache_time=24 * 3600,
+    )
+
+
+def _trust_extra_cas(settings: HostSettings) -> None:
+    changed = False
+    for index, pem in enumerate(settings.base.extra_ca_certificates):
+        upload = files.put(
+            name=f"Trust extra CA certificate {pem}",
+            src=pem,
+            dest=f"/usr/local/share/ca-certificates/inference-host-{index}.crt",
+            mode="0644",
+        )
+        changed = changed or upload.will_change
+    server.shell(
+        name="Rebuild the system CA bundle",
+        commands=["update-ca-certificates"],
+        _if=lambda: changed,
+    )
+
+
+def _service_user(settings: HostSettings) -> None:
+    base_settings = settings.base
+    server.group(
+        name=f"Create group {base_settings.service_group}",
+        group=base_settings.service_group,
+        system=True,
+    )
+    server.user(
+        name=f"Create service user {base_settings.service_user}",
+        user=base_settings.service_user,
+        group=base_settings.service_group,
+        home=base_settings.data_dir,
+        shell="/usr/sbin/nologin",
+        system=True,
+        create_home=False,
+    )
+    owned = [base_settings.data_dir, base_settings.model_dir, base_settings.log_dir]
+    for path in owned:
+        files.directory(
+            name=f"Create {path} owned by {base_settings.service_user}",
+            path=path,
+            user=base_settings.service_user,
+            group=base_settings.service_group,
+            mode="0750",
+        )
+    for path in (base_settings.install_root, base_settings.uv_dir):
+        files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
+
+
+def _sysctl(settings: HostSettings) -> None:
+    conf = files.template(
+        name=f"Write {SYSCTL_FILE}",
+        src="templates/base/90-inference-host-sysctl.conf.j2",
+        dest=SYSCTL_FILE,
+        sysctl=settings.base.sysctl,
+        mode="0644",
+    )
+    # In a container /proc/sys is read-only and these are the host's settings (the Proxmox
+    # node applies them); the file still documents and applies them on a VM or bare metal.
+    in_container = host.get_fact(ContainerVirtualization) is not None
+    server.shell(
+        name=f"Apply {SYSCTL_FILE}",
+        commands=[f"sysctl -e -p {SYSCTL_FILE}"],
+        _if=lambda: conf.did_change() and not in_container,
+    )
+
+
+def _limits(settings: HostSettings) -> None:
+    files.template(
+        name=f"Write {LIMITS_FILE}",
+        src="templates/base/90-inference-host-limits.conf.j2",
+        dest=LIMITS_FILE,
+        service_user=settings.base.service_user,
+        nofile=settings.base.limit_nofile,
+        memlock=settings.base.limit_memlock,
+        mode="0644",
+    )
+
+
+def _uv(settings: HostSettings, stack: Stack) -> None:
+    version = stack.uv
+    prefix = f"{settings.base.uv_dir}/{version}"
+    installed = host.get_fact(UvVersion, path=f"{prefix}/bin/uv")
+    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if settings.base.pypi_index_url:
+        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    server.shell(
+        name=f"Install uv {version} from PyPI into {prefix}",
+        commands=[
+            f"rm -rf {prefix} && python3 -m venv {prefix}"
+            f" && {prefix}/bin/pip install --quiet --no-cache-dir uv=={version}"
+            f" || {{ rm -rf {prefix}; exit 1; }}"
+        ],
+        _env=env,
+        _if=lambda: installed != version,
+    )
+    for tool in ("uv", "uvx"):
+        files.link(
+            name=f"Link /usr/local/bin/{tool} to uv {version}",
+            path=f"/usr/local/bin/{tool}",
+            target=f"{prefix}/bin/{tool}",
+        )
+
+
+def _hf_token(settings: HostSettings) -> None:
+    secret = settings.serving.hf_token_secret
+    if not secret:
+        return
+    user, group = settings.base.service_user, settings.base.service_group
+    cache = f"{settings.base.data_dir}/.cache/huggingface"
+    for path in (f"{settings.base.data_dir}/.cache", cache):
+        files.directory(
+            name=f"Create {path} (mode 0700)", path=path, user=user, group=group, mode="0700"
+        )
+    # huggingface_hub reads $HF_HOME/token; the service user's home is base_data_dir.
+    secret_file(
+        label=f"the Hugging Face token (secret {secret})",
+        value=secret_value(secret),
+        dest=f"{cache}/token",
+        user=user,
+        group=group,
+    )

@@ -1,0 +1,34 @@
+"""Facts of roles/base."""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra.api import FactBase
+
+_UV_VERSION_RE = re.compile(r"^uv (\d+\.\d+\.\d+\S*)")
+
+
+class UvVersion(FactBase):
+    """Returns the version printed by the uv binary at ``path``, or None if there is none."""
+
+    def command(self, path: str) -> str:
+        return f"! test -x {path} || {path} --version"
+
+    def process(self, output) -> str | None:
+        for line in output:
+            match = _UV_VERSION_RE.match(line.strip())
+            if match:
+                return match.group(1)
+        return None
+
+
+class ContainerVirtualization(FactBase):
+    """Returns the container technology the host runs in ("docker", "lxc", ...), or None."""
+
+    def command(self) -> str:
+        return "systemd-detect-virt --container 2>/dev/null || true"
+
+    def process(self, output) -> str | None:
+        value = "".join(output).strip()
+        return None if value in ("", "none") else value

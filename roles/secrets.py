@@ -1,0 +1,152 @@
+"""Secrets: a YAML file whose values are ansible-vault encrypted, one value per key.
+
+    hf_token: !vault |
+      $ANSIBLE_VAULT;1.1;AES256
+      6231...
+
+Key names stay readable, so the site model can check every secret reference without the
+password; values are decrypted only at deploy time, with ansible-core's own vault library,
+from the password in the file named by INFERENCE_HOST_VAULT_PASSWORD_FILE (default
+~/.config/inference-host/vault-password). A value is never printed, never put on a command
+line, and reaches a host only as a file of mode 0600 (see the roles that use them).
+
+    uv run python -m roles.secrets set inventory/secrets.vault.yml hf_token   # value on stdin
+    uv run python -m roles.secrets list inventory/secrets.vault.yml
+    uv run python -m roles.secrets check inventory/secrets.vault.yml          # decrypts all
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
+DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
+
+
+class SecretsError(Exception):
+    pass
+
+
+class _Encrypted(str):
+    """Ciphertext of one value, as read from the file (never the plaintext)."""
+
+
+class _VaultLoader(yaml.SafeLoader):
+    pass
+
+
+class _VaultDumper(yaml.SafeDumper):
+    pass
+
+
+_VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))
+_VaultDumper.add_representer(
+    _Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|")
+)
+
+
+def load(path: Path) -> dict[str, _Encrypted]:
+    """The encrypted entries of a secrets file, by name; no password needed."""
+    try:
+        raw = yaml.load(Path(path).read_text(), Loader=_VaultLoader)  # noqa: S506 - safe loader subclass
+    except FileNotFoundError:
+        raise SecretsError(
+            "file not found; create it with `uv run python -m roles.secrets set FILE NAME`"
+        ) from None
+    except yaml.YAMLError as error:
+        raise SecretsError(f"not valid YAML: {error}") from None
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise SecretsError("expected a mapping of secret name -> !vault value")
+    plain = [key for key, value in raw.items() if not isinstance(value, _Encrypted)]
+    if plain:
+        raise SecretsError(
+            f"keys {', '.join(map(str, plain))} are not encrypted; expected every value to be a"
+            " !vault value (use `python -m roles.secrets set`)"
+        )
+    return raw
+
+
+def password_file() -> Path:
+    return Path(os.environ.get(PASSWORD_FILE_ENV) or DEFAULT_PASSWORD_FILE).expanduser()
+
+
+def _vault(password: bytes | None = None):
+    from ansible.constants import DEFAULT_VAULT_ID_MATCH
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    if password is None:
+        source = password_file()
+        try:
+            password = source.read_bytes().strip()
+        except OSError as error:
+            raise SecretsError(
+                f"cannot read the vault password from {source} ({error.strerror}); set"
+                f" {PASSWORD_FILE_ENV} to a file holding it"
+            ) from None
+    return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password))])
+
+
+def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[str, str]:
+    """Plaintext of the named secrets (all when names is None). Raises SecretsError."""
+    from ansible.errors import AnsibleError
+
+    entries = load(path)
+    vault = _vault(password)
+    wanted = entries if names is None else {n: entries[n] for n in names}
+    values = {}
+    for name, ciphertext in wanted.items():
+        try:
+            values[name] = vault.decrypt(ciphertext.encode()).decode()
+        except AnsibleError:
+            raise SecretsError(
+                f"{path}: secret {name!r} cannot be decrypted with the password from"
+                f" {password_file()}; expected the password the file was encrypted with"
+            ) from None
+    return values
+
+
+def set_secret(path: Path, name: str, value: str, password: bytes | None = None) -> None:
+    """Add or replace one secret; the file is written with mode 0600."""
+    path = Path(path)
+    entries = load(path) if path.exists() else {}
+    ciphertext = _vault(password).encrypt(value.encode()).decode()
+    entries[name] = _Encrypted(ciphertext)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.dump(dict(entries), handle, Dumper=_VaultDumper, default_flow_style=False)
+    os.chmod(path, 0o600)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("set", "list", "check"):
+        print(__doc__, file=sys.stderr)
+        return 64
+    command, path = argv[0], Path(argv[1])
+    try:
+        if command == "list":
+            print("\n".join(sorted(load(path))))
+        elif command == "check":
+            print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
+        else:
+            if len(argv) != 3:
+                print("usage: python -m roles.secrets set FILE NAME  (value on stdin)", file=sys.stderr)
+                return 64
+            value = sys.stdin.readline().rstrip("\n")
+            if not value:
+                print("no value on stdin; nothing written", file=sys.stderr)
+                return 65
+            set_secret(path, argv[2], value)
+            print(f"{path}: {argv[2]} set")
+    except SecretsError as error:
+        print(f"{path}: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

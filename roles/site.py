@@ -1,0 +1,915 @@
+"""The site model: every setting the roles need, typed, defaulted and validated once.
+
+This module is the only reader of pyinfra's ``host.data``. The data flow is one way:
+
+    inventory/<name>.py + group_data/*.py + inventory/stack.yml + the secrets vault
+        -> Site (this module)  -> deploy.py -> roles/<name>
+
+Validation runs before any host is contacted: every inventory file ends with
+``require_valid_inventory(__file__)``, which pyinfra executes while it loads the inventory,
+i.e. before it connects. The same check runs standalone:
+
+    uv run python -m roles.site inventory/prod.py
+
+Host data keys are flat and prefixed by the section they belong to (``serving_port``,
+``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes
+silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders")
+
+# GPU architectures the project knows how to build for and check; the target is sm120.
+GPU_ARCHS = {
+    "sm80": "8.0",
+    "sm86": "8.6",
+    "sm89": "8.9",
+    "sm90": "9.0",
+    "sm100": "10.0",
+    "sm120": "12.0",
+}
+
+# NCCL_P2P_LEVEL values from the NCCL environment documentation.
+NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
+PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
+SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SiteError(Exception):
+    """One or more problems in the user's input, each naming file, field, value and remedy."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+# ----------------------------------------------------------------------------------------------
+# Field checks: each returns None when the value is fine, else "what would be valid".
+
+
+def _check(predicate: Callable[[Any], bool], valid: str) -> dict:
+    return {"check": lambda value: None if predicate(value) else valid}
+
+
+def _one_of(*choices) -> dict:
+    return _check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def _absolute_path() -> dict:
+    return _check(lambda v: v.startswith("/") and ".." not in v.split("/"), "an absolute path")
+
+
+def _positive() -> dict:
+    return _check(lambda v: v > 0, "a number greater than 0")
+
+
+def _unix_name() -> dict:
+    return _check(UNIX_NAME_RE.match, "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")
+
+
+def _secret_name() -> dict:
+    return _check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")
+
+
+def _pci_addresses() -> dict:
+    return _check(
+        lambda v: all(PCI_ADDRESS_RE.match(a) for a in v),
+        "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Sections of host data. Field name = key without the prefix.
+
+
+@dataclass(frozen=True)
+class BaseSettings:
+    """roles/base: packages, the service user, directories, kernel and limits tuning, uv."""
+
+    PREFIX: typing.ClassVar[str] = "base_"
+
+    service_user: str = field(default="sglang", metadata=_unix_name())
+    service_group: str = field(default="sglang", metadata=_unix_name())
+    install_root: str = field(default="/opt/sglang", metadata=_absolute_path())
+    data_dir: str = field(default="/var/lib/sglang", metadata=_absolute_path())
+    model_dir: str = field(default="/models", metadata=_absolute_path())
+    log_dir: str = field(default="/var/log/sglang", metadata=_absolute_path())
+    uv_dir: str = field(default="/opt/uv", metadata=_absolute_path())
+    extra_packages: list[str] = field(default_factory=list)
+    # Lessons from the target: automatic NUMA page migration hurts GPU-bound serving.
+    sysctl: dict[str, str] = field(default_factory=lambda: {"kernel.numa_balancing": "0"})
+    limit_nofile: int = field(default=1048576, metadata=_positive())
+    limit_memlock: str = field(
+        default="unlimited",
+        metadata=_check(
+            lambda v: v == "unlimited" or str(v).isdigit(), "'unlimited' or a number of KiB"
+        ),
+    )
+    # Local PEM files trusted on the host in addition to the distro's CAs (TLS-inspecting proxy).
+    extra_ca_certificates: list[str] = field(default_factory=list)
+    # A PyPI mirror for air-gapped sites; None: pypi.org.
+    pypi_index_url: str | None = field(
+        default=None, metadata=_check(lambda v: v.startswith(("http://", "https://")), "an http(s) URL")
+    )
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """What GPUs a gpu node has: used for tensor parallel size and by the health checks."""
+
+    PREFIX: typing.ClassVar[str] = "gpu_"
+
+    count: int = field(
+        default=0, metadata=_check(lambda v: 0 <= v <= 16, "an integer from 0 to 16")
+    )
+    arch: str = field(default="sm120", metadata=_one_of(*GPU_ARCHS))
+    model: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    memory_gib: int = field(default=96, metadata=_positive())
+    # PCI addresses as the node itself sees them (bare metal, LXC). Optional; when given
+    # its length must equal count.
+    addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+
+    @property
+    def compute_capability(self) -> str:
+        return GPU_ARCHS[self.arch]
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """NCCL environment for a PCIe-only, two-socket host (reference/serving.md)."""
+
+    PREFIX: typing.ClassVar[str] = "nccl_"
+
+    # SYS lets P2P cross the socket link; the default (PXB) sends cross-socket pairs
+    # through host memory. "off" sets NCCL_P2P_DISABLE=1 instead.
+    p2p_level: str = field(default="SYS", metadata=_one_of(*NCCL_P2P_LEVELS, "off"))
+    ib_disable: bool = True
+    debug: str = field(default="WARN", metadata=_one_of(*NCCL_DEBUG_LEVELS))
+    debug_subsys: str | None = None
+    min_nchannels: int | None = field(default=None, metadata=_positive())
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    draft_model_path: str
+    algorithm: str = "EAGLE3"
+    num_steps: int = 3
+    eagle_topk: int = 1
+    num_draft_tokens: int = 4
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """roles/serving: the SGLang server's command line and unit."""
+
+    PREFIX: typing.ClassVar[str] = "serving_"
+
+    unit_name: str = field(
+        default="sglang",
+        metadata=_check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name"),
+    )
+    model_path: str = field(default="/models/Kimi-K2.5", metadata=_absolute_path())
+    served_model_name: str = "kimi-k2.5"
+    host: str = field(
+        default="127.0.0.1",
+        metadata=_check(lambda v: _is_ip(v), "an IP address to bind (127.0.0.1, 0.0.0.0, ...)"),
+    )
+    port: int = field(default=30000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535"))
+    trust_remote_code: bool = True
+    # None: the per-version safe default of the pinned stack applies.
+    attention_backend: str | None = field(
+        default=None, metadata=_one_of("triton", "flashinfer", "fa3", "flashmla", "trtllm_mla")
+    )
+    mem_fraction_static: float = field(
+        default=0.92, metadata=_check(lambda v: 0.1 <= v <= 0.99, "a fraction from 0.1 to 0.99")
+    )
+    cuda_graph_max_bs: int | None = field(default=None, metadata=_positive())
+    max_running_requests: int | None = field(default=None, metadata=_positive())
+    chunked_prefill_size: int | None = field(default=None, metadata=_positive())
+    watchdog_timeout: int = field(default=600, metadata=_positive())
+    enable_metrics: bool = True
+    api_key_secret: str | None = field(default=None, metadata=_secret_name())
+    hf_token_secret: str | None = field(default=None, metadata=_secret_name())
+    # Optional EAGLE-3 drafter: {"draft_model_path": ..., "num_steps": 3, ...}
+    speculative: dict[str, Any] | None = None
+    dist_init_port: int = field(
+        default=50000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535")
+    )
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """roles/wheels on builders: kernel wheel builds in Docker."""
+
+    PREFIX: typing.ClassVar[str] = "build_"
+
+    # None: computed from the builder's real memory and cores.
+    max_jobs: int | None = field(default=None, metadata=_positive())
+    nvcc_threads: int | None = field(default=None, metadata=_positive())
+    wheelhouse_dir: str = field(default="/var/lib/inference-host/wheelhouse", metadata=_absolute_path())
+
+
+@dataclass(frozen=True)
+class GuestSettings:
+    """A Proxmox guest (LXC or KVM) that receives GPUs."""
+
+    PREFIX: typing.ClassVar[str] = "guest_"
+
+    vmid: int | None = field(
+        default=None, metadata=_check(lambda v: 100 <= v <= 999999999, "an integer >= 100")
+    )
+    node: str | None = None  # inventory name of the Proxmox host that runs it
+    gpu_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+    cores: int = field(default=64, metadata=_positive())
+    memory_mib: int = field(default=512 * 1024, metadata=_positive())
+    disk_gib: int = field(default=500, metadata=_positive())
+    storage: str = "local-lvm"
+    unprivileged: bool = True
+    features: list[str] = field(
+        default_factory=lambda: ["nesting", "keyctl"],
+        metadata=_check(
+            lambda v: set(v) <= {"nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys"},
+            "features from: nesting, keyctl, fuse, mknod, mount, force_rw_sys",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ProxmoxSettings:
+    """roles/proxmox_host: the bare-metal node."""
+
+    PREFIX: typing.ClassVar[str] = "proxmox_"
+
+    gpu_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+    boot_loader: str = field(default="auto", metadata=_one_of("auto", "grub", "systemd-boot"))
+
+
+SECTIONS: tuple[type, ...] = (
+    BaseSettings,
+    GpuSettings,
+    NcclSettings,
+    ServingSettings,
+    BuildSettings,
+    GuestSettings,
+    ProxmoxSettings,
+)
+
+# Keys that are not role settings: where the stack and secrets live.
+SITE_KEYS = {
+    "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
+    "secrets_file": "path of the ansible-vault file, relative to the inventory",
+}
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# The stack file: every version pin in one place.
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    package: str
+    version: str
+    source: Literal["prebuilt", "build"] = "prebuilt"
+
+
+@dataclass(frozen=True)
+class EngineStack:
+    """One consistent engine stack; an upgrade points `active` at another one."""
+
+    id: str
+    cuda: str
+    python: str
+    torch: str
+    sglang: str
+    kernel: KernelPackage
+    flashinfer: str
+    flash_attn: str | None = None
+    flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda.split(".")[0])
+
+
+@dataclass(frozen=True)
+class Stack:
+    file: str
+    uv: str
+    driver_branch: str
+    driver_version: str
+    active: EngineStack
+    stacks: dict[str, EngineStack]
+
+
+STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
+DRIVER_FIELDS = {"branch", "version"}
+ENGINE_FIELDS = {
+    "cuda", "python", "torch", "sglang", "kernel", "flashinfer", "flash_attn", "flash_attn_source",
+}
+KERNEL_FIELDS = {"package", "version", "source"}
+
+
+def load_stack(path: Path) -> Stack:
+    problems: list[str] = []
+    where = _display(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SiteError([f"{where}: file not found; every inventory needs a stack file"])
+    except yaml.YAMLError as error:
+        raise SiteError([f"{where}: not valid YAML: {error}"])
+    if not isinstance(raw, dict):
+        raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
+
+    def bad(field_name: str, value: Any, valid: str) -> None:
+        problems.append(f"{where}: {field_name} = {value!r} is invalid; expected {valid}")
+
+    def version(field_name: str, value: Any, pattern=VERSION_RE, valid="a version like 2.9.1"):
+        if not isinstance(value, str) or not pattern.match(value):
+            bad(field_name, value, f"{valid} (quoted string)")
+            return "0"
+        return value
+
+    _unknown_keys(raw, STACK_FIELDS, "", where, problems)
+    uv = version("uv", raw.get("uv"))
+    driver = raw.get("nvidia_driver") or {}
+    if not isinstance(driver, dict):
+        bad("nvidia_driver", driver, "a mapping with branch and version")
+        driver = {}
+    _unknown_keys(driver, DRIVER_FIELDS, "nvidia_driver.", where, problems)
+    branch = version("nvidia_driver.branch", driver.get("branch"), re.compile(r"^\d{3}$"),
+                     "a driver branch like 580")
+    driver_version = version("nvidia_driver.version", driver.get("version"), DRIVER_VERSION_RE,
+                             "a full driver version like 580.95.05")
+    if driver_version != "0" and branch != "0" and not driver_version.startswith(branch + "."):
+        bad("nvidia_driver.version", driver_version, f"a version on branch {branch}")
+
+    stacks: dict[str, EngineStack] = {}
+    raw_stacks = raw.get("stacks")
+    if not isinstance(raw_stacks, dict) or not raw_stacks:
+        bad("stacks", raw_stacks, "a mapping of stack id -> pins, with at least one stack")
+        raw_stacks = {}
+    for stack_id, pins in raw_stacks.items():
+        prefix = f"stacks.{stack_id}"
+        if not isinstance(stack_id, str) or not STACK_ID_RE.match(stack_id):
+            bad(prefix, stack_id, "a stack id of lower-case letters, digits, '.', '_', '-'")
+            continue
+        if not isinstance(pins, dict):
+            bad(prefix, pins, "a mapping of pins")
+            continue
+        _unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
+        kernel = pins.get("kernel")
+        if not isinstance(kernel, dict):
+            bad(prefix + ".kernel", kernel, "a mapping with package, version, source")
+            kernel = {}
+        _unknown_keys(kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
+        if kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
+            bad(prefix + ".kernel.package", kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
+        if kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
+            bad(prefix + ".kernel.source", kernel.get("source"), "'prebuilt' or 'build'")
+        flash_attn = pins.get("flash_attn")
+        if flash_attn is not None:
+            version(prefix + ".flash_attn", flash_attn)
+        if pins.get("flash_attn_source", "build") not in ("build", "prebuilt", "none"):
+            bad(prefix + ".flash_attn_source", pins.get("flash_attn_source"),
+                "'build', 'prebuilt' or 'none'")
+        stacks[stack_id] = EngineStack(
+            id=stack_id,
+            cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
+                         "a CUDA major.minor like 12.8"),
+            python=version(prefix + ".python", pins.get("python"), re.compile(r"^3\.\d+$"),
+                           "a Python minor version like 3.12"),
+            torch=version(prefix + ".torch", pins.get("torch")),
+            sglang=version(prefix + ".sglang", pins.get("sglang")),
+            kernel=KernelPackage(
+                package=str(kernel.get("package")),
+                version=version(prefix + ".kernel.version", kernel.get("version")),
+                source=kernel.get("source", "prebuilt"),
+            ),
+            flashinfer=version(prefix + ".flashinfer", pins.get("flashinfer")),
+            flash_attn=flash_attn,
+            flash_attn_source=pins.get("flash_attn_source", "build"),
+        )
+    active_id = raw.get("active")
+    if active_id not in stacks:
+        bad("active", active_id, "the id of one of the stacks: " + ", ".join(stacks or ["(none)"]))
+    if problems:
+        raise SiteError(problems)
+    return Stack(
+        file=where,
+        uv=uv,
+        driver_branch=branch,
+        driver_version=driver_version,
+        active=stacks[active_id],
+        stacks=stacks,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Hosts and the whole site.
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    name: str
+    groups: tuple[str, ...]
+    base: BaseSettings
+    gpu: GpuSettings
+    nccl: NcclSettings
+    serving: ServingSettings
+    build: BuildSettings
+    guest: GuestSettings
+    proxmox: ProxmoxSettings
+
+    def in_group(self, group: str) -> bool:
+        return group in self.groups
+
+    @property
+    def speculative(self) -> SpeculativeSettings | None:
+        spec = self.serving.speculative
+        return SpeculativeSettings(**spec) if spec else None
+
+
+@dataclass(frozen=True)
+class Site:
+    inventory_file: str
+    stack: Stack
+    hosts: dict[str, HostSettings]
+    secrets_file: str | None
+    secret_names: frozenset[str]
+
+    def group(self, name: str) -> list[HostSettings]:
+        return [h for h in self.hosts.values() if h.in_group(name)]
+
+    def gpu_node_rank(self, host_name: str) -> tuple[int, int, str]:
+        """(nnodes, node_rank, dist-init address) for a multi-node deployment."""
+        nodes = self.group("gpu_nodes")
+        names = [n.name for n in nodes]
+        head = nodes[0]
+        return len(nodes), names.index(host_name), f"{_address_of(head)}:{head.serving.dist_init_port}"
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.inventory_file}: valid",
+            f"  stack {self.stack.active.id} (sglang {self.stack.active.sglang}, "
+            f"torch {self.stack.active.torch}, CUDA {self.stack.active.cuda}, "
+            f"driver {self.stack.driver_version}, uv {self.stack.uv}) from {self.stack.file}",
+        ]
+        for host in self.hosts.values():
+            detail = ", ".join(host.groups) or "no role group"
+            if host.in_group("gpu_nodes"):
+                detail += f"; {host.gpu.count} x {host.gpu.arch} GPU, serving {host.serving.served_model_name} on {host.serving.host}:{host.serving.port}"
+            if host.guest.vmid is not None:
+                detail += f"; vmid {host.guest.vmid} on {host.guest.node}, GPUs {', '.join(host.guest.gpu_addresses) or 'none'}"
+            lines.append(f"  {host.name}: {detail}")
+        lines.append(f"  secrets: {self.secrets_file or 'none'} ({len(self.secret_names)} keys)")
+        return "\n".join(lines)
+
+
+def _address_of(host: HostSettings) -> str:
+    return host.name.split("@", 1)[-1].split("/")[-1]
+
+
+def _unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[str]) -> None:
+    for key in raw:
+        if key not in known:
+            problems.append(
+                f"{where}: unknown key {prefix}{key} = {raw[key]!r}; valid keys: "
+                + ", ".join(sorted(prefix + k for k in known))
+            )
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _pyinfra_keys() -> set[str]:
+    """Keys pyinfra itself understands: connector data and global operation arguments."""
+    from pyinfra.api.arguments import all_global_arguments
+    from pyinfra.api.connectors import get_all_connectors
+
+    keys = {name for name, _ in all_global_arguments()}
+    for connector in get_all_connectors().values():
+        keys |= set(getattr(connector, "data_meta", {}) or {})
+    return keys
+
+
+def _convert(value: Any, annotation: Any) -> tuple[bool, Any]:
+    """Check value against a field's annotation; returns (ok, value)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return True, None
+        return _convert(value, next(a for a in args if a is not type(None)))
+    if origin is Literal:
+        return value in args, value
+    if origin is list:
+        return isinstance(value, (list, tuple)) and all(
+            _convert(v, args[0])[0] for v in value
+        ), list(value) if isinstance(value, (list, tuple)) else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False, value
+        return all(isinstance(k, str) for k in value) and all(
+            args[1] is Any or _convert(v, args[1])[0] for v in value.values()
+        ), dict(value)
+    if annotation is bool:
+        return isinstance(value, bool), value
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if annotation is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if annotation is str:
+        return isinstance(value, str), value
+    return True, value
+
+
+def _type_name(annotation: Any) -> str:
+    text = str(annotation).replace("typing.", "")
+    return {"<class 'int'>": "an integer", "<class 'str'>": "a string",
+            "<class 'bool'>": "True or False", "<class 'float'>": "a number"}.get(text, text)
+
+
+def _build_section(cls, data: dict, where: str, problems: list[str]):
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        key = cls.PREFIX + f.name
+        if key not in data:
+            continue
+        value = data[key]
+        ok, converted = _convert(value, hints[f.name])
+        if not ok:
+            problems.append(f"{where}: {key} = {value!r} is invalid; expected {_type_name(hints[f.name])}")
+            continue
+        check = f.metadata.get("check")
+        valid = check(converted) if (check and converted is not None) else None
+        if valid:
+            problems.append(f"{where}: {key} = {value!r} is invalid; expected {valid}")
+            continue
+        values[f.name] = converted
+    return cls(**values)
+
+
+def _section_keys() -> dict[str, type]:
+    return {cls.PREFIX + f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
+
+
+def _closest(key: str, candidates) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(key, list(candidates), n=1)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
+               problems: list[str]) -> HostSettings:
+    """Typed settings of one host from its merged pyinfra data."""
+    known = _section_keys()
+    pyinfra_keys = _pyinfra_keys()
+    for key, value in data.items():
+        if key in known or key in SITE_KEYS or key in pyinfra_keys:
+            continue
+        problems.append(
+            f"{where}: host {name}: unknown key {key} = {value!r}"
+            f"{_closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
+            " under 'Settings')"
+        )
+    sections = {
+        cls: _build_section(cls, data, f"{where}: host {name}", problems) for cls in SECTIONS
+    }
+    return HostSettings(
+        name=name,
+        groups=groups,
+        base=sections[BaseSettings],
+        gpu=sections[GpuSettings],
+        nccl=sections[NcclSettings],
+        serving=sections[ServingSettings],
+        build=sections[BuildSettings],
+        guest=sections[GuestSettings],
+        proxmox=sections[ProxmoxSettings],
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-host rules: checked once all hosts are typed.
+
+
+def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
+                problems: list[str]) -> None:
+    vmids: dict[int, str] = {}
+    gpu_owner: dict[str, str] = {}
+    for host in site_hosts.values():
+        here = f"{where}: host {host.name}"
+        gpu = host.gpu
+        if host.in_group("gpu_nodes") and gpu.count < 1:
+            problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
+        if gpu.addresses and len(gpu.addresses) != gpu.count:
+            problems.append(
+                f"{here}: gpu_addresses lists {len(gpu.addresses)} GPUs but gpu_count = {gpu.count};"
+                " expected as many addresses as GPUs"
+            )
+        _duplicates(gpu.addresses, f"{here}: gpu_addresses", problems)
+        if host.in_group("gpu_nodes") and host.serving.host not in ("127.0.0.1", "::1") and not host.serving.api_key_secret:
+            problems.append(
+                f"{here}: serving_host = {host.serving.host!r} exposes the server beyond this host"
+                " without serving_api_key_secret; expected an API key secret or serving_host = '127.0.0.1'"
+            )
+        for key in ("api_key_secret", "hf_token_secret"):
+            ref = getattr(host.serving, key)
+            if ref and ref not in secret_names:
+                problems.append(
+                    f"{here}: serving_{key} = {ref!r} names no secret in "
+                    f"{secrets_file or '(no secrets_file set)'}; expected one of: "
+                    + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
+                )
+        if host.serving.speculative is not None:
+            try:
+                spec = SpeculativeSettings(**host.serving.speculative)
+                if spec.algorithm not in ("EAGLE", "EAGLE3"):
+                    raise TypeError(f"algorithm {spec.algorithm!r}")
+            except TypeError as error:
+                problems.append(
+                    f"{here}: serving_speculative = {host.serving.speculative!r} is invalid ({error});"
+                    " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
+                    " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
+                )
+        is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
+        if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
+            problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
+        if is_guest:
+            _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
+
+
+def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
+    guest = host.guest
+    if guest.vmid is None:
+        problems.append(f"{here}: guest_vmid is missing; expected an integer >= 100, unique per node")
+    elif guest.vmid in vmids:
+        problems.append(
+            f"{here}: guest_vmid = {guest.vmid} is already used by {vmids[guest.vmid]};"
+            " expected a VMID unique across LXC and KVM guests"
+        )
+    else:
+        vmids[guest.vmid] = host.name
+    node = site_hosts.get(guest.node) if guest.node else None
+    if node is None or not node.in_group("proxmox_hosts"):
+        problems.append(
+            f"{here}: guest_node = {guest.node!r} is not a host of the proxmox_hosts group; expected one of: "
+            + (", ".join(h.name for h in site_hosts.values() if h.in_group("proxmox_hosts")) or "(none)")
+        )
+    for address in guest.gpu_addresses:
+        if address in gpu_owner:
+            problems.append(
+                f"{here}: guest_gpu_addresses has {address}, already given to {gpu_owner[address]};"
+                " expected each GPU in at most one guest"
+            )
+        gpu_owner[address] = host.name
+        if node is not None and address not in node.proxmox.gpu_addresses:
+            problems.append(
+                f"{here}: guest_gpu_addresses has {address}, which is not in {node.name}'s"
+                f" proxmox_gpu_addresses; expected one of: {', '.join(node.proxmox.gpu_addresses) or '(none)'}"
+            )
+    if host.in_group("gpu_nodes") and len(guest.gpu_addresses) != host.gpu.count:
+        problems.append(
+            f"{here}: gpu_count = {host.gpu.count} but guest_gpu_addresses lists"
+            f" {len(guest.gpu_addresses)} GPUs; expected as many addresses as GPUs"
+        )
+    if "keyctl" in guest.features and not guest.unprivileged:
+        problems.append(
+            f"{here}: guest_features has 'keyctl' with guest_unprivileged = False;"
+            " expected keyctl only on unprivileged containers"
+        )
+
+
+def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            problems.append(f"{label} has {value} twice; expected each address once")
+        seen.add(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the site from a pyinfra Inventory (deploy time) or an inventory file (CLI / load).
+
+
+def site_from_inventory(inventory, inventory_file: str) -> Site:
+    problems: list[str] = []
+    where = _display(Path(inventory_file))
+    file_group = Path(inventory_file).stem
+    hosts: dict[str, HostSettings] = {}
+    raw_data: dict[str, dict] = {}
+    for group in inventory.groups:
+        if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
+            problems.append(
+                f"{where}: unknown group {group!r}{_closest(group, KNOWN_GROUPS)}; valid groups: "
+                + ", ".join(KNOWN_GROUPS)
+            )
+    for pyinfra_host in inventory:
+        data = pyinfra_host.data.dict()
+        raw_data[pyinfra_host.name] = data
+        groups = tuple(g for g in KNOWN_GROUPS if pyinfra_host in inventory.get_group(g, []))
+        hosts[pyinfra_host.name] = build_host(pyinfra_host.name, groups, data, where, problems)
+    site_values = _site_values(raw_data, where, problems)
+    stack = None
+    try:
+        stack = load_stack(Path(inventory_file).parent / site_values.get("stack_file", "stack.yml"))
+    except SiteError as error:
+        problems.extend(error.problems)
+    secrets_file, secret_names = None, frozenset()
+    if "secrets_file" in site_values:
+        from roles import secrets
+
+        secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])
+        try:
+            secret_names = frozenset(secrets.load(Path(secrets_file)))
+        except secrets.SecretsError as error:
+            problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
+    _check_site(hosts, where, secret_names, secrets_file, problems)
+    if problems:
+        raise SiteError(problems)
+    return Site(
+        inventory_file=where,
+        stack=stack,
+        hosts=hosts,
+        secrets_file=secrets_file,
+        secret_names=secret_names,
+    )
+
+
+def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> dict[str, str]:
+    """stack_file / secrets_file must be the same for every host (they describe the site)."""
+    values: dict[str, str] = {}
+    for key in SITE_KEYS:
+        seen = {data[key] for data in raw_data.values() if key in data}
+        if len(seen) > 1:
+            problems.append(f"{where}: {key} differs between hosts ({sorted(seen)}); expected one value")
+        elif seen:
+            value = seen.pop()
+            if not isinstance(value, str):
+                problems.append(f"{where}: {key} = {value!r} is invalid; expected a path string")
+            else:
+                values[key] = value
+    return values
+
+
+def load_site(inventory_file: str | os.PathLike) -> Site:
+    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory_from_files
+
+    path = Path(inventory_file)
+    if not path.is_file():
+        raise SiteError([f"{inventory_file}: no such inventory file"])
+    _VALIDATING.add(str(path.resolve()))
+    try:
+        if ctx_state.isset():  # inside pyinfra: reuse its state
+            inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+        else:
+            with ctx_state.use(State()):
+                inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+    except SiteError:
+        raise
+    except Exception as error:  # a Python error in the user's inventory or group data
+        cause = getattr(error, "__cause__", None) or error
+        raise SiteError([f"{_display(path)}: could not be loaded: {cause}"]) from error
+    finally:
+        _VALIDATING.discard(str(path.resolve()))
+    return site_from_inventory(inventory, str(path))
+
+
+_VALIDATING: set[str] = set()
+
+
+def require_valid_inventory(inventory_file: str) -> None:
+    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
+    if str(Path(inventory_file).resolve()) in _VALIDATING:
+        return  # we are the nested load done by load_site itself
+    try:
+        site = load_site(inventory_file)
+        if _under_pyinfra_cli():
+            _require_decryptable(site)
+    except SiteError as error:
+        _print_problems(error)
+        raise SystemExit(2)
+
+
+def _under_pyinfra_cli() -> bool:
+    import pyinfra
+
+    return bool(getattr(pyinfra, "is_cli", False))
+
+
+def referenced_secrets(site: Site) -> set[str]:
+    return {
+        ref
+        for host in site.hosts.values()
+        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret)
+        if ref
+    }
+
+
+def _require_decryptable(site: Site) -> None:
+    """A deploy needs the values: a wrong password stops it before any connection."""
+    from roles import secrets
+
+    names = referenced_secrets(site)
+    if names:
+        try:
+            secrets.decrypt_all(Path(site.secrets_file), names)
+        except secrets.SecretsError as error:
+            raise SiteError([f"{site.inventory_file}: {error}"]) from None
+
+
+def secret_value(name: str) -> str:
+    """Plaintext of one secret, for a role that writes it into a 0600 file on the host."""
+    from roles import secrets
+
+    site = current_site()
+    return secrets.decrypt_all(Path(site.secrets_file), [name])[name]
+
+
+def _print_problems(error: SiteError) -> None:
+    print(f"inference-host: {len(error.problems)} problem(s) in the inventory; no host was contacted:",
+          file=sys.stderr)
+    for problem in error.problems:
+        print(f"  - {problem}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------
+# Deploy-time access (the only reader of host.data).
+
+
+@cache
+def _deploy_site(inventory_file: str) -> Site:
+    from pyinfra import state
+
+    return site_from_inventory(state.inventory, inventory_file)
+
+
+def _inventory_file_of() -> str:
+    """The inventory file given on pyinfra's command line."""
+    for arg in sys.argv[1:]:
+        if arg.endswith(".py") and Path(arg).is_file() and Path(arg).parent.name == "inventory":
+            return arg
+    return os.environ.get("INFERENCE_HOST_INVENTORY", str(PROJECT_ROOT / "inventory" / "lab.py"))
+
+
+def current_site() -> Site:
+    return _deploy_site(_inventory_file_of())
+
+
+def current_host() -> HostSettings:
+    from pyinfra import host
+
+    return current_site().hosts[host.name]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
+        raise SystemExit(64)
+    try:
+        print(load_site(sys.argv[1]).summary())
+    except SiteError as site_error:
+        _print_problems(site_error)
+        raise SystemExit(2)
