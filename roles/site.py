@@ -818,12 +818,14 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
 
 
 _VALIDATING: set[str] = set()
+_LOADED_INVENTORY: list[str] = []
 
 
 def require_valid_inventory(inventory_file: str) -> None:
     """Called at the end of every inventory file: stop before pyinfra connects to anything."""
     if str(Path(inventory_file).resolve()) in _VALIDATING:
         return  # we are the nested load done by load_site itself
+    _LOADED_INVENTORY.append(str(inventory_file))
     try:
         site = load_site(inventory_file)
         if _under_pyinfra_cli():
@@ -887,11 +889,13 @@ def _deploy_site(inventory_file: str) -> Site:
 
 
 def _inventory_file_of() -> str:
-    """The inventory file given on pyinfra's command line."""
-    for arg in sys.argv[1:]:
-        if arg.endswith(".py") and Path(arg).is_file() and Path(arg).parent.name == "inventory":
-            return arg
-    return os.environ.get("INFERENCE_HOST_INVENTORY", str(PROJECT_ROOT / "inventory" / "lab.py"))
+    """The inventory pyinfra loaded: recorded by require_valid_inventory as it ran."""
+    if _LOADED_INVENTORY:
+        return _LOADED_INVENTORY[-1]
+    raise SiteError([
+        "the inventory file did not call roles.site.require_valid_inventory(__file__);"
+        " every inventory must end with it so that it is validated before connecting"
+    ])
 
 
 def current_site() -> Site:

@@ -1,0 +1,70 @@
+"""Running the real deploy against the lab from tests, and reading what it changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = PROJECT_ROOT / "inventory" / "lab.py"
+# CI sets this so that a missing Docker engine fails the run instead of skipping the lab.
+REQUIRE_LAB_ENV = "INFERENCE_HOST_REQUIRE_LAB"
+
+
+@dataclass
+class DeployRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    results: dict | None
+
+    @property
+    def changed(self) -> list[str]:
+        """Names of operations that changed something on some host."""
+        if not self.results:
+            return []
+        return [op["name"] for op in self.results["operations"] if op["success"]]
+
+    @property
+    def failed(self) -> list[str]:
+        if not self.results:
+            return []
+        return [op["name"] for op in self.results["operations"] if op["error"]]
+
+    def explain(self) -> str:
+        return f"rc={self.returncode}\n--- stderr (tail) ---\n{self.stderr[-6000:]}"
+
+
+def run_deploy(inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | None = None,
+               timeout: int = 1800) -> DeployRun:
+    """`pyinfra -y --json INVENTORY deploy.py` from the project root, as a user runs it."""
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+    command = [pyinfra, "-y", "--json", *extra, str(inventory), "deploy.py"]
+    completed = subprocess.run(
+        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+    results = None
+    try:
+        results = json.loads(completed.stdout)["results"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        pass
+    return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
+
+
+def require_docker() -> None:
+    """Skip lab tests without a Docker engine, unless CI demands them (then fail)."""
+    import lab
+
+    if lab.engine_available():
+        return
+    message = "no Docker engine answers `docker info` (README: Prerequisites)"
+    if os.environ.get(REQUIRE_LAB_ENV) == "1":
+        pytest.fail(f"{REQUIRE_LAB_ENV}=1 but {message}")
+    pytest.skip(message)

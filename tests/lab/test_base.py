@@ -1,0 +1,106 @@
+"""roles/base in the lab: a fresh container converges, a second deploy changes nothing,
+and what base laid down is there (checked with testinfra, as a user would)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from roles.site import load_site
+from tests.lab.harness import LAB_INVENTORY
+
+pytestmark = pytest.mark.lab
+
+SITE = load_site(LAB_INVENTORY)
+HOST = next(iter(SITE.group("gpu_nodes")))
+
+
+def test_second_deploy_changes_nothing(lab_second_deploy):
+    assert lab_second_deploy.results is not None, lab_second_deploy.explain()
+    assert lab_second_deploy.changed == [], (
+        "a second deploy must report no change; these operations changed again: "
+        + ", ".join(lab_second_deploy.changed)
+    )
+
+
+@pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
+                    reason="containers were reused: the first deploy had nothing to do")
+def test_first_deploy_did_the_work(lab_first_deploy):
+    # A fresh container needs the packages and uv: if nothing changed, the deploy did nothing.
+    assert any("Install base packages" in name for name in lab_first_deploy.changed)
+    assert any(f"Install uv {SITE.stack.uv}" in name for name in lab_first_deploy.changed)
+
+
+@pytest.mark.parametrize("package", ["build-essential", "git", "curl", "ca-certificates",
+                                     "numactl", "pciutils", "jq", "python3-venv", "psmisc"])
+def test_base_package_installed(gpu_guest, package):
+    assert gpu_guest.package(package).is_installed, f"{package} is not installed"
+
+
+def test_service_user_is_unprivileged_system_user(gpu_guest):
+    user = gpu_guest.user(HOST.base.service_user)
+    assert user.exists
+    assert user.uid < 1000, f"expected a system user, got uid {user.uid}"
+    assert user.shell == "/usr/sbin/nologin"
+    assert user.group == HOST.base.service_group
+    assert "sudo" not in user.groups
+
+
+@pytest.mark.parametrize("attr", ["data_dir", "model_dir", "log_dir"])
+def test_engine_directories_owned_by_service_user(gpu_guest, attr):
+    directory = gpu_guest.file(getattr(HOST.base, attr))
+    assert directory.is_directory
+    assert directory.user == HOST.base.service_user
+    assert directory.mode == 0o750
+
+
+def test_sysctl_file_disables_numa_balancing(gpu_guest):
+    conf = gpu_guest.file("/etc/sysctl.d/90-inference-host-sysctl.conf")
+    assert conf.contains(r"^kernel.numa_balancing = 0$")
+
+
+def test_limits_raise_memlock_and_nofile_for_service_user(gpu_guest):
+    limits = gpu_guest.file("/etc/security/limits.d/90-inference-host-limits.conf")
+    user = HOST.base.service_user
+    assert limits.contains(rf"^{user} hard memlock unlimited$")
+    assert limits.contains(rf"^{user} hard nofile {HOST.base.limit_nofile}$")
+
+
+def test_uv_is_the_pinned_version_on_path(gpu_guest):
+    result = gpu_guest.run("uv --version")
+    assert result.rc == 0, result.stderr
+    assert result.stdout.split()[1] == SITE.stack.uv
+    assert gpu_guest.file("/usr/local/bin/uv").linked_to == f"{HOST.base.uv_dir}/{SITE.stack.uv}/bin/uv"
+
+
+def test_uv_reaches_pypi_through_the_trusted_ca(gpu_guest):
+    # The lab's extra CA setting is what makes HTTPS to PyPI work inside the container.
+    result = gpu_guest.run(
+        "printf 'six==1.16.0\\n' | SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"
+        " uv pip compile --no-header --quiet -"
+    )
+    assert result.rc == 0, result.stderr
+    assert "six==1.16.0" in result.stdout
+
+
+def test_secret_file_is_0600_and_owned_by_service_user(gpu_guest):
+    token = gpu_guest.file(f"{HOST.base.data_dir}/.cache/huggingface/token")
+    assert token.exists
+    assert token.mode == 0o600
+    assert token.user == HOST.base.service_user
+
+
+def test_secret_never_in_deploy_output(lab_first_deploy, lab_second_deploy):
+    from roles import secrets
+
+    values = secrets.decrypt_all(SITE.secrets_file)
+    for run in (lab_first_deploy, lab_second_deploy):
+        for value in values.values():
+            assert value not in run.stdout and value not in run.stderr
+
+
+def test_no_secret_left_in_upload_folder(gpu_guest):
+    upload = gpu_guest.file("/var/lib/inference-host/upload")
+    assert upload.mode == 0o700
+    assert gpu_guest.run("ls -A /var/lib/inference-host/upload").stdout.strip() == ""
