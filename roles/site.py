@@ -452,6 +452,11 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
+    invalid_keys: frozenset[str] = frozenset()
+
+    def valid(self, *keys: str) -> bool:
+        return not (set(keys) & self.invalid_keys)
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
@@ -567,7 +572,7 @@ def _type_name(annotation: Any) -> str:
             "<class 'bool'>": "True or False", "<class 'float'>": "a number"}.get(text, text)
 
 
-def _build_section(cls, data: dict, where: str, problems: list[str]):
+def _build_section(cls, data: dict, where: str, problems: list[str], invalid: set[str]):
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
@@ -578,11 +583,13 @@ def _build_section(cls, data: dict, where: str, problems: list[str]):
         ok, converted = _convert(value, hints[f.name])
         if not ok:
             problems.append(f"{where}: {key} = {value!r} is invalid; expected {_type_name(hints[f.name])}")
+            invalid.add(key)
             continue
         check = f.metadata.get("check")
         valid = check(converted) if (check and converted is not None) else None
         if valid:
             problems.append(f"{where}: {key} = {value!r} is invalid; expected {valid}")
+            invalid.add(key)
             continue
         values[f.name] = converted
     return cls(**values)
@@ -612,8 +619,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             f"{_closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
             " under 'Settings')"
         )
+    invalid: set[str] = set()
     sections = {
-        cls: _build_section(cls, data, f"{where}: host {name}", problems) for cls in SECTIONS
+        cls: _build_section(cls, data, f"{where}: host {name}", problems, invalid) for cls in SECTIONS
     }
     return HostSettings(
         name=name,
@@ -625,6 +633,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        invalid_keys=frozenset(invalid),
     )
 
 
@@ -639,6 +648,10 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
+        if not host.valid("gpu_count", "gpu_addresses", "guest_gpu_addresses", "guest_vmid",
+                          "guest_node", "guest_features", "guest_unprivileged", "serving_host",
+                          "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
+            continue  # its own message already names the mistake
         if host.in_group("gpu_nodes") and gpu.count < 1:
             problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
         if gpu.addresses and len(gpu.addresses) != gpu.count:
@@ -908,7 +921,29 @@ def current_host() -> HostSettings:
     return current_site().hosts[host.name]
 
 
+def settings_table() -> str:
+    """Markdown table of every host-data key: the README's "Settings" section is checked against it."""
+    hints_cache = {cls: typing.get_type_hints(cls) for cls in SECTIONS}
+    rows = ["| key | type | default |", "|---|---|---|"]
+    for cls in SECTIONS:
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = "(required)"
+            kind = str(hints_cache[cls][f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "").replace(" | ", " or ")
+            rows.append(f"| `{cls.PREFIX}{f.name}` | {kind} | `{default!r}` |")
+    for key, meaning in SITE_KEYS.items():
+        rows.append(f"| `{key}` | str | {meaning} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--settings"]:
+        print(settings_table())
+        raise SystemExit(0)
     if len(sys.argv) != 2:
         print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
         raise SystemExit(64)
