@@ -347,9 +347,9 @@ def load_stack(path: Path) -> Stack:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise SiteError([f"{where}: file not found; every inventory needs a stack file"])
+        raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except yaml.YAMLError as error:
-        raise SiteError([f"{where}: not valid YAML: {error}"])
+        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
 
@@ -845,7 +845,7 @@ def require_valid_inventory(inventory_file: str) -> None:
             _require_decryptable(site)
     except SiteError as error:
         _print_problems(error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def _under_pyinfra_cli() -> bool:
@@ -951,4 +951,4 @@ if __name__ == "__main__":
         print(load_site(sys.argv[1]).summary())
     except SiteError as site_error:
         _print_problems(site_error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
