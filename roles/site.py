@@ -268,6 +268,31 @@ class ProxmoxSettings:
     boot_loader: str = field(default="auto", metadata=_one_of("auto", "grub", "systemd-boot"))
 
 
+HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """tests/infra: what the health checks demand beyond the host's own description."""
+
+    PREFIX: typing.ClassVar[str] = "health_"
+
+    # Suites run as the last step of every deploy (roles/health); [] turns that off.
+    after_deploy: list[str] = field(
+        default_factory=lambda: list(HEALTH_SUITES),
+        metadata=_check(lambda v: set(v) <= set(HEALTH_SUITES), "a list from: " + ", ".join(HEALTH_SUITES)),
+    )
+    # The engine environment's python (torch) for the CUDA and all-reduce checks;
+    # None: <base_install_root>/venv/bin/python.
+    engine_python: str | None = field(default=None, metadata=_absolute_path())
+    # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
+    allreduce_timeout_s: int = field(default=120, metadata=_positive())
+    allreduce_min_busbw_gbps: float = field(default=10.0, metadata=_positive())
+    allreduce_size_mib: int = field(default=256, metadata=_positive())
+    server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
+    max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+
+
 SECTIONS: tuple[type, ...] = (
     BaseSettings,
     GpuSettings,
@@ -276,6 +301,7 @@ SECTIONS: tuple[type, ...] = (
     BuildSettings,
     GuestSettings,
     ProxmoxSettings,
+    HealthSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -452,6 +478,7 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    health: HealthSettings = HealthSettings()
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
@@ -520,8 +547,11 @@ def _display(path: Path) -> str:
 
 def _pyinfra_keys() -> set[str]:
     """Keys pyinfra itself understands: connector data and global operation arguments."""
-    from pyinfra.api.arguments import all_global_arguments
-    from pyinfra.api.connectors import get_all_connectors
+    try:
+        from pyinfra.api.arguments import all_global_arguments
+        from pyinfra.api.connectors import get_all_connectors
+    except ImportError:  # tests/infra --expect on a machine without pyinfra: no such keys there
+        return set()
 
     keys = {name for name, _ in all_global_arguments()}
     for connector in get_all_connectors().values():
@@ -625,6 +655,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        health=sections[HealthSettings],
     )
 
 
