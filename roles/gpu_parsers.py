@@ -226,21 +226,21 @@ class KernelModule:
     open: bool  # the open GPU kernel modules (required for Blackwell)
 
 
-PROC_VERSION_RE = re.compile(
-    r"NVRM version:\s+NVIDIA UNIX (?P<open>Open )?Kernel Module\s+for\s+\S+\s+(?P<version>\d+\.\d+(?:\.\d+)?)"
-)
-DMESG_LOAD_RE = re.compile(
-    r"NVRM: loading NVIDIA UNIX (?P<open>Open )?Kernel Module for \S+\s+(?P<version>\d+\.\d+(?:\.\d+)?)"
+# Open:        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
+# Proprietary: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 ..."
+# dmesg prints "NVRM: loading NVIDIA UNIX ..." with the same words when the module loads.
+MODULE_LINE_RE = re.compile(
+    r"NVRM(?: version:|: loading) NVIDIA UNIX (?P<words>.*?Kernel Module.*?)\s+(?P<version>\d{3}\.\d+(?:\.\d+)?)\b"
 )
 
 
 def parse_proc_driver_version(text: str) -> KernelModule | None:
     """Returns the loaded kernel module's version and flavour from /proc/driver/nvidia/version
     (or from the dmesg line printed when it loads); None when the text names none."""
-    match = PROC_VERSION_RE.search(text) or DMESG_LOAD_RE.search(text)
+    match = MODULE_LINE_RE.search(text)
     if not match:
         return None
-    return KernelModule(version=match.group("version"), open=bool(match.group("open")))
+    return KernelModule(version=match.group("version"), open="Open Kernel Module" in match.group("words"))
 
 
 def parse_modinfo_license(text: str) -> bool | None:
