@@ -9,6 +9,7 @@ must be able to tell "no evidence" from "evidence of zero".
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -455,7 +456,7 @@ def degenerate_reason(text: str, max_run: int = 8, min_distinct_ratio: float = 0
     if len(tokens) < 3:
         tokens = list(stripped)
     run, longest, longest_token = 1, 1, tokens[0]
-    for previous, token in zip(tokens, tokens[1:]):
+    for previous, token in itertools.pairwise(tokens):
         run = run + 1 if token == previous else 1
         if run > longest:
             longest, longest_token = run, token

@@ -848,6 +848,28 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
     return site_from_inventory(inventory, str(path))
 
 
+
+def testinfra_url(inventory_file: str | os.PathLike, host_name: str) -> str:
+    """How testinfra reaches an inventory host (tests/infra): pyinfra's own connector, user, port."""
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory_from_files
+
+    with ctx_state.use(State()):
+        _VALIDATING.add(str(Path(inventory_file).resolve()))
+        try:
+            inventory = make_inventory_from_files(str(inventory_file), cwd=str(PROJECT_ROOT))
+        finally:
+            _VALIDATING.discard(str(Path(inventory_file).resolve()))
+    data = inventory.get_host(host_name).data
+    if host_name.startswith("@docker/"):
+        return "docker://" + host_name.removeprefix("@docker/")
+    if host_name == "@local":
+        return "local://"
+    user = f"{data.get('ssh_user')}@" if data.get("ssh_user") else ""
+    port = f":{data.get('ssh_port')}" if data.get("ssh_port") else ""
+    return f"ssh://{user}{data.get('ssh_hostname') or host_name}{port}"
+
 _VALIDATING: set[str] = set()
 _LOADED_INVENTORY: list[str] = []
 
@@ -927,6 +949,11 @@ def _inventory_file_of() -> str:
         "the inventory file did not call roles.site.require_valid_inventory(__file__);"
         " every inventory must end with it so that it is validated before connecting"
     ])
+
+
+def inventory_file() -> str:
+    """The inventory file of the running deploy (roles/health hands it to the checks)."""
+    return _inventory_file_of()
 
 
 def current_site() -> Site:

@@ -39,8 +39,24 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for suite in SUITES:
         config.addinivalue_line("markers", f"{suite}: the {suite} health-check suite")
-    config._ih_results = []
     config._ih_started = time.time()
+    _validate_expectations(config)
+
+
+def _validate_expectations(config) -> None:
+    """Bad --inventory / --expect input stops the run before any host is contacted."""
+    overrides = config.getoption("--expect")
+    try:
+        if config.getoption("--inventory"):
+            site = load_site(config.getoption("--inventory"))
+            name = config.getoption("--site-host")
+            for host_name in [name] if name else [h.name for h in site.group("gpu_nodes")][:1]:
+                Expectations.from_site(site, host_name, overrides)
+        else:
+            Expectations.from_overrides(overrides)
+    except SiteError as error:
+        raise pytest.UsageError("the health checks' expectations are invalid; no host was contacted:\n  - "
+                                + "\n  - ".join(error.problems)) from None
 
 
 # ----------------------------------------------------------------------------------------------

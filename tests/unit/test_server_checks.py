@@ -23,7 +23,6 @@ class FakeSglang(BaseHTTPRequestHandler):
     """Answers like SGLang's http_server.py: /health and /metrics without the key, the rest with."""
 
     degenerate = False
-    seen_commands: list[str] = []
 
     def _send(self, status: int, body: str, kind="application/json"):
         data = body.encode()
