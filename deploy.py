@@ -5,9 +5,14 @@
 """
 
 from roles.base import base
+from roles.health import health
 from roles.site import current_host
 
 settings = current_host()
 
 if settings.in_group("gpu_nodes") or settings.in_group("builders"):
     base()
+
+# Last on every gpu node: the health checks judge what the roles above left (roles/health).
+if settings.in_group("gpu_nodes"):
+    health()
