@@ -219,6 +219,29 @@ class ServingSettings:
     dist_init_port: int = field(
         default=50000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535")
     )
+    # None: `<install_root>/current/bin/python -m sglang.launch_server`. The lab points it at
+    # the stand-in server (tests/standins/sglang_server); production leaves it unset.
+    launch_command: list[str] | None = None
+    # Bound of the readiness wait on /health_generate after a (re)start; below the unit's
+    # TimeoutStartSec (1200 s: a ~10 minute model load).
+    ready_timeout: int = field(default=1100, metadata=_check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds"))
+    # Extra variables for the engine's EnvironmentFile (mode 0600).
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Patch 0001 (sglang 0.5.9): custom all-reduce on >2 PCIe-only GPUs; measure before enabling.
+    custom_all_reduce_pcie: bool = False
+
+
+@dataclass(frozen=True)
+class SglangSettings:
+    """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
+
+    PREFIX: typing.ClassVar[str] = "sglang_"
+
+    # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
+    # other CUDA-only packages are left out because nothing here has a GPU.
+    install_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
+    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
+    python: str | None = field(default=None, metadata=_absolute_path())
 
 
 @dataclass(frozen=True)
@@ -276,6 +299,7 @@ SECTIONS: tuple[type, ...] = (
     BuildSettings,
     GuestSettings,
     ProxmoxSettings,
+    SglangSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -452,6 +476,7 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    sglang: SglangSettings
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
@@ -625,6 +650,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        sglang=sections[SglangSettings],
     )
 
 
@@ -633,7 +659,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
 
 
 def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                problems: list[str]) -> None:
+                problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, str] = {}
     for host in site_hosts.values():
@@ -671,6 +697,10 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
                     " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
                     " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
                 )
+        if host.in_group("gpu_nodes") and stack is not None:
+            from roles.serving.command import command_problems
+
+            problems.extend(f"{here}: {p}" for p in command_problems(host, site_hosts, stack.active))
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
@@ -763,7 +793,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             secret_names = frozenset(secrets.load(Path(secrets_file)))
         except secrets.SecretsError as error:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
-    _check_site(hosts, where, secret_names, secrets_file, problems)
+    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
     if problems:
         raise SiteError(problems)
     return Site(
@@ -830,6 +860,10 @@ def require_valid_inventory(inventory_file: str) -> None:
         site = load_site(inventory_file)
         if _under_pyinfra_cli():
             _require_decryptable(site)
+            if site.group("gpu_nodes"):
+                from roles.sglang.stack_check import require_consistent_stack
+
+                require_consistent_stack(site.stack.active)
     except SiteError as error:
         _print_problems(error)
         raise SystemExit(2)
