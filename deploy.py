@@ -5,9 +5,15 @@
 """
 
 from roles.base import base
+from roles.serving import serving
+from roles.sglang import sglang
 from roles.site import current_host
 
 settings = current_host()
 
 if settings.in_group("gpu_nodes") or settings.in_group("builders"):
     base()
+
+if settings.in_group("gpu_nodes"):
+    sglang()
+    serving()
