@@ -118,7 +118,8 @@ def unknown_flags(args: list[str], version: str) -> list[str]:
         option = options.get(flag)
         if option is None:
             problems.append(f"{flag} is not an option of sglang {version}")
-            index += 1
+            following = args[index + 1] if index + 1 < len(args) else "--"
+            index += 1 if following.startswith("--") else 2  # skip its value too
             continue
         if option["takes_value"]:
             value = args[index + 1] if index + 1 < len(args) else None
