@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from roles.site import EngineStack, HostSettings, SpeculativeSettings
 from roles.sglang.cli_capture import data_file
+from roles.site import EngineStack, HostSettings, SpeculativeSettings
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
 # knows is used (--cuda-graph-max-bs became --cuda-graph-max-bs-decode by 0.5.23).

@@ -118,7 +118,7 @@ def capture(wheel: Path) -> dict:
     """The option table of one sglang wheel."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        read = lambda path: archive.read(path).decode()  # noqa: E731
+        read = lambda path: archive.read(path).decode()
         options = {}
         for path in sorted(n for n in names if n.startswith(FIELDS_DIR) and n.endswith(".py")):
             options.update(_annotated_field_options(read(path)))

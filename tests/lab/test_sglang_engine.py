@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import lab
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 

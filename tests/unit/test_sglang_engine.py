@@ -117,7 +117,7 @@ def _render(name: str, **kwargs) -> str:
 
 
 def _unit_kwargs(host=GPU_HOST):
-    import roles.serving as serving
+    from roles import serving
 
     return serving.unit_text_kwargs(host)
 
@@ -152,7 +152,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 
 def test_env_file_nccl_settings():
-    import roles.serving as serving
+    from roles import serving
 
     text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST))
     assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text

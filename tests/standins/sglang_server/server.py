@@ -38,9 +38,7 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORDS = ("the quick model answers every prompt with care while tensors flow across eight "
-         "cards and the scheduler keeps batches full so tokens stream steadily to each "
-         "client without stalls or repeated phrases").split()
+WORDS = ["the", "quick", "model", "answers", "every", "prompt", "with", "care", "while", "tensors", "flow", "across", "eight", "cards", "and", "the", "scheduler", "keeps", "batches", "full", "so", "tokens", "stream", "steadily", "to", "each", "client", "without", "stalls", "or", "repeated", "phrases"]
 
 
 def installed_version() -> str:
