@@ -38,9 +38,23 @@ gpu_nodes = [
         "serving_served_model_name": "kimi-k2.5",
         "serving_api_key_secret": "sglang_api_key",
         "serving_hf_token_secret": "hf_token",
-        # No GPU here: only the service and server suites can judge the lab, and only once
-        # roles/serving runs the stand-in server; until then the hook is off (README: health).
-        "health_after_deploy": [],
+        # No GPU here: the real sglang wheel of the pinned version, without its CUDA-only
+        # dependencies, in Debian 12's Python (uv cannot download CPython from GitHub here).
+        "sglang_install_mode": "no-gpu-deps",
+        "sglang_python": "/usr/bin/python3",
+        # The stand-in server (tests/standins/sglang_server, copied in by lab.up()) runs in
+        # place of sglang.launch_server, with the same command line, in each environment.
+        "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
+        "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
+        "serving_extra_env": {
+            # Every stop in the lab also proves the cleanup: a child that ignores SIGTERM.
+            "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1",
+            # Tests set this to a version to make an upgrade never become ready.
+            **({"INFERENCE_HOST_STANDIN_NEVER_HEALTHY": os.environ["INFERENCE_HOST_LAB_NEVER_HEALTHY"]}
+               if os.environ.get("INFERENCE_HOST_LAB_NEVER_HEALTHY") else {}),
+        },
+        # No GPU here: the last step of the deploy judges the service and the (stand-in) server.
+        "health_after_deploy": ["service", "server"],
     }),
 ]
 

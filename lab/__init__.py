@@ -186,7 +186,27 @@ def up(roles=tuple(HOSTS)) -> list[str]:
     if not engine_available():
         raise LabError("no Docker engine answers `docker info`; start one (README: Prerequisites)")
     image = systemd_image()
-    return [ensure_container(role, image) for role in roles]
+    names = [ensure_container(role, image) for role in roles]
+    if "gpu" in roles:
+        install_standins(container_name("gpu"))
+    return names
+
+
+# The stand-in SGLang server (no GPU here) and the captured CLIs it parses its arguments with.
+# Copied by the lab only: no production path ships it (serving_launch_command points at it).
+STANDIN_SOURCE = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
+STANDIN_DEST = "/opt/inference-host-lab/sglang_server"
+
+
+def install_standins(name: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="ih-lab-standin-") as folder:
+        target = Path(folder) / "sglang_server"
+        shutil.copytree(STANDIN_SOURCE, target, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(PROJECT_ROOT / "roles" / "sglang" / "cli", target / "cli")
+        _docker("exec", name, "mkdir", "-p", str(Path(STANDIN_DEST).parent))
+        _docker("exec", name, "rm", "-rf", STANDIN_DEST)
+        _docker("cp", str(target), f"{name}:{STANDIN_DEST}")
+        _docker("exec", name, "chmod", "-R", "a+rX", STANDIN_DEST)
 
 
 def down() -> None:

@@ -25,7 +25,8 @@ def _without_diffs():
 
 
 @deploy("Secret file")
-def secret_file(label: str, value: str, dest: str, user: str, group: str) -> None:
+def secret_file(label: str, value: str, dest: str, user: str, group: str):
+    """Returns the upload operation (callers wire restarts to its did_change)."""
     files.directory(
         name="Create the root-only upload folder for secrets",
         path=UPLOAD_DIR,
@@ -34,7 +35,7 @@ def secret_file(label: str, value: str, dest: str, user: str, group: str) -> Non
         mode="0700",
     )
     with _without_diffs():
-        files.put(
+        return files.put(
             name=f"Install {label} at {dest} (mode 0600)",
             src=StringIO(value),
             dest=dest,

@@ -219,6 +219,35 @@ class ServingSettings:
     dist_init_port: int = field(
         default=50000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535")
     )
+    # None: `<install_root>/current/bin/python -m sglang.launch_server`. The lab points it at
+    # the stand-in server (tests/standins/sglang_server); production leaves it unset.
+    launch_command: list[str] | None = None
+    # Bound of the readiness wait on /health_generate after a (re)start; below the unit's
+    # TimeoutStartSec (1200 s: a ~10 minute model load).
+    ready_timeout: int = field(default=1100, metadata=_check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds"))
+    # Extra variables for the engine's EnvironmentFile (mode 0600).
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Patch 0001 (sglang 0.5.9): custom all-reduce on >2 PCIe-only GPUs; measure before enabling.
+    custom_all_reduce_pcie: bool = False
+
+    @property
+    def secret_args_file(self) -> str:
+        """The 0600 SGLang --config file holding {"api-key": ...}: roles/serving writes it,
+        the health checks read the key from it on the host."""
+        return f"/etc/sglang/{self.unit_name}-secret-args.yaml"
+
+
+@dataclass(frozen=True)
+class SglangSettings:
+    """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
+
+    PREFIX: typing.ClassVar[str] = "sglang_"
+
+    # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
+    # other CUDA-only packages are left out because nothing here has a GPU.
+    install_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
+    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
+    python: str | None = field(default=None, metadata=_absolute_path())
 
 
 @dataclass(frozen=True)
@@ -283,7 +312,7 @@ class HealthSettings:
         metadata=_check(lambda v: set(v) <= set(HEALTH_SUITES), "a list from: " + ", ".join(HEALTH_SUITES)),
     )
     # The engine environment's python (torch) for the CUDA and all-reduce checks;
-    # None: <base_install_root>/venv/bin/python.
+    # None: <base_install_root>/current/bin/python (the active stack, roles/sglang).
     engine_python: str | None = field(default=None, metadata=_absolute_path())
     # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
     allreduce_timeout_s: int = field(default=120, metadata=_positive())
@@ -302,6 +331,7 @@ SECTIONS: tuple[type, ...] = (
     GuestSettings,
     ProxmoxSettings,
     HealthSettings,
+    SglangSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -478,6 +508,7 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    sglang: SglangSettings
     health: HealthSettings = HealthSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
@@ -663,6 +694,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        sglang=sections[SglangSettings],
         health=sections[HealthSettings],
         invalid_keys=frozenset(invalid),
     )
@@ -673,7 +705,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
 
 
 def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                problems: list[str]) -> None:
+                problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, str] = {}
     for host in site_hosts.values():
@@ -704,22 +736,35 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
                     f"{secrets_file or '(no secrets_file set)'}; expected one of: "
                     + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
                 )
-        if host.serving.speculative is not None:
-            try:
-                spec = SpeculativeSettings(**host.serving.speculative)
-                if spec.algorithm not in ("EAGLE", "EAGLE3"):
-                    raise TypeError(f"algorithm {spec.algorithm!r}")
-            except TypeError as error:
-                problems.append(
-                    f"{here}: serving_speculative = {host.serving.speculative!r} is invalid ({error});"
-                    " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
-                    " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
-                )
+        speculative_problem = _speculative_problem(host.serving.speculative)
+        if speculative_problem:
+            problems.append(f"{here}: {speculative_problem}")
+        elif host.in_group("gpu_nodes") and stack is not None:
+            # Rendered per release and checked against that release's real CLI.
+            from roles.serving.command import command_problems
+
+            problems.extend(f"{here}: {p}" for p in command_problems(host, site_hosts, stack.active))
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
         if is_guest:
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
+
+
+def _speculative_problem(speculative: dict | None) -> str | None:
+    if speculative is None:
+        return None
+    try:
+        spec = SpeculativeSettings(**speculative)
+        if spec.algorithm not in ("EAGLE", "EAGLE3"):
+            raise TypeError(f"algorithm {spec.algorithm!r}")
+    except TypeError as error:
+        return (
+            f"serving_speculative = {speculative!r} is invalid ({error});"
+            " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
+            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
+        )
+    return None
 
 
 def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
@@ -807,7 +852,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             secret_names = frozenset(secrets.load(Path(secrets_file)))
         except secrets.SecretsError as error:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
-    _check_site(hosts, where, secret_names, secrets_file, problems)
+    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
     if problems:
         raise SiteError(problems)
     return Site(
@@ -892,6 +937,10 @@ def require_valid_inventory(inventory_file: str) -> None:
         site = load_site(inventory_file)
         if _under_pyinfra_cli():
             _require_decryptable(site)
+            if site.group("gpu_nodes"):
+                from roles.sglang.stack_check import require_consistent_stack
+
+                require_consistent_stack(site.stack.active)
     except SiteError as error:
         _print_problems(error)
         raise SystemExit(2) from None

@@ -59,9 +59,7 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
     expect = target["expect"]
     key_setup = ""
     if expect.api_key_configured:  # bench_serving reads OPENAI_API_KEY; the key stays on the host
-        env_file = server_checks.environment_file(host, expect.unit_name) or "/dev/null"
-        key_setup = (f"export OPENAI_API_KEY=$(sed -n 's/^{expect.api_key_variable}=//p' "
-                     f"{shlex.quote(env_file)} | head -n1); ")
+        key_setup = server_checks.api_key_assignment(expect, "OPENAI_API_KEY") + "export OPENAI_API_KEY; "
     results = []
     for concurrency in args.concurrency:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)

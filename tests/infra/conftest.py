@@ -32,7 +32,7 @@ def pytest_addoption(parser):
     group.addoption("--inventory", help="inventory file whose site model gives the expectations")
     group.addoption("--site-host", help="inventory host name of the checked host (default: from --hosts)")
     group.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one expectation (inventory keys, driver_version, api_key_variable)")
+                    help="override one expectation (inventory keys, driver_version, api_key_file)")
     group.addoption("--report-json", metavar="PATH", help="write the verdicts as JSON to PATH")
 
 

@@ -21,14 +21,14 @@ from roles import site as site_model
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
 
-# The variable of the unit's EnvironmentFile that holds the API key: the server checks read it
-# on the host itself, so the key never travels to the controller or onto a command line.
-API_KEY_VARIABLE = "SGLANG_API_KEY"
+# The API key lives on the host in roles/serving's 0600 SGLang --config file; the server checks
+# read it there, so the key never travels to the controller or onto a command line.
 
 # Keys that are not host settings: pins of the stack file and where the checks find things.
 EXTRA_KEYS = {
     "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
-    "api_key_variable": f"the env-file variable holding the API key (default {API_KEY_VARIABLE})",
+    "api_key_file": "the 0600 SGLang --config file holding the API key"
+                    " (default: roles/serving's /etc/sglang/<unit>-secret-args.yaml)",
 }
 
 
@@ -47,7 +47,7 @@ class Expectations:
     serving_port: int
     served_model_name: str
     api_key_configured: bool
-    api_key_variable: str
+    api_key_file: str
     enable_metrics: bool
     nccl_env: dict[str, str]
     allreduce_timeout_s: int
@@ -68,14 +68,14 @@ class Expectations:
             compute_capability=host.gpu.compute_capability,
             gpu_memory_gib=host.gpu.memory_gib,
             driver_version=extra.get("driver_version", driver_version),
-            engine_python=host.health.engine_python or f"{host.base.install_root}/venv/bin/python",
+            engine_python=host.health.engine_python or f"{host.base.install_root}/current/bin/python",
             unit_name=host.serving.unit_name,
             service_user=host.base.service_user,
             serving_host=host.serving.host,
             serving_port=host.serving.port,
             served_model_name=host.serving.served_model_name,
             api_key_configured=host.serving.api_key_secret is not None,
-            api_key_variable=extra.get("api_key_variable", API_KEY_VARIABLE),
+            api_key_file=extra.get("api_key_file", host.serving.secret_args_file),
             enable_metrics=host.serving.enable_metrics,
             nccl_env=nccl_environment(host.nccl),
             allreduce_timeout_s=host.health.allreduce_timeout_s,

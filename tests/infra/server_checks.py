@@ -51,6 +51,12 @@ def environment_file(host, unit: str) -> str | None:
     return value.split()[0] if value else None
 
 
+def api_key_assignment(expect, variable: str) -> str:
+    """Shell that reads the API key from roles/serving's 0600 --config file into a variable,
+    on the host itself: the key never reaches the controller or a command line."""
+    return f"{variable}=$(jq -r '.\"api-key\" // empty' {shlex.quote(expect.api_key_file)}); "
+
+
 def request(host, expect, path: str, body: dict | None = None, with_key: bool = True,
             timeout_s: float | None = None) -> HttpAnswer:
     timeout_s = timeout_s or expect.server_timeout_s
@@ -61,10 +67,7 @@ def request(host, expect, path: str, body: dict | None = None, with_key: bool = 
         data = f"printf %s {shlex.quote(json.dumps(body))} | "
     key_setup = ""
     if with_key and expect.api_key_configured:
-        env_file = environment_file(host, expect.unit_name) or "/dev/null"
-        variable = expect.api_key_variable
-        key_setup = (f"KEY=$(sed -n 's/^{variable}=//p' {shlex.quote(env_file)} | head -n1); "
-                     'KEY=${KEY//\\"/}; ')
+        key_setup = api_key_assignment(expect, "KEY")
         curl += ["-K", "<(printf 'header = \"Authorization: Bearer %s\"\\n' \"$KEY\")"]
     command = " ".join(shlex.quote(c) if not c.startswith("<(") else c for c in curl)
     script = f"{key_setup}{data}{command} {shlex.quote(base_url(expect) + path)}"

@@ -21,7 +21,7 @@ def test_from_the_production_inventory():
     assert (expect.unit_name, expect.serving_host, expect.serving_port) == ("sglang", "0.0.0.0", 30000)
     assert expect.served_model_name == "kimi-k2.5" and expect.api_key_configured
     assert expect.nccl_env == {"NCCL_DEBUG": "WARN", "NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1"}
-    assert expect.engine_python == "/opt/sglang/venv/bin/python"
+    assert expect.engine_python == "/opt/sglang/current/bin/python"
 
 
 def test_overrides_for_a_machine_in_no_inventory():

@@ -68,18 +68,19 @@ def fake_server():
 
 
 @pytest.fixture()
-def env_file(tmp_path, monkeypatch):
-    path = tmp_path / "sglang.env"
-    path.write_text(f'HF_TOKEN=hf_x\nSGLANG_API_KEY="{KEY}"\n')
-    monkeypatch.setattr(server, "environment_file", lambda host, unit: str(path))
+def env_file(tmp_path):
+    """roles/serving's --config file: {"api-key": ...}, JSON being YAML."""
+    path = tmp_path / "sglang-secret-args.yaml"
+    path.write_text(json.dumps({"api-key": KEY}) + "\n")
     return path
 
 
 @pytest.fixture()
-def expect(fake_server):
+def expect(fake_server, env_file):
     return Expectations.from_overrides([
         f"serving_port={fake_server}", "serving_api_key_secret=sglang_api_key",
-        "serving_served_model_name=kimi-k2.5", "health_server_timeout_s=5"])
+        "serving_served_model_name=kimi-k2.5", "health_server_timeout_s=5",
+        f"api_key_file={env_file}"])
 
 
 @pytest.fixture()

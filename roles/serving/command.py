@@ -1,0 +1,148 @@
+"""The SGLang server's command line, rendered from typed settings for the pinned release,
+and checked against that release's real CLI (roles/sglang/cli/<version>.json, captured from
+its wheel by roles.sglang.cli_capture) while the inventory is validated."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+from roles.sglang.cli_capture import data_file
+from roles.site import EngineStack, HostSettings, SpeculativeSettings
+
+# Settings whose flag was renamed between releases: the first spelling the pinned release
+# knows is used (--cuda-graph-max-bs became --cuda-graph-max-bs-decode by 0.5.23).
+SPELLINGS = {
+    "cuda_graph_max_bs": ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+    "tp_size": ("--tp-size", "--tensor-parallel-size"),
+}
+
+# Safe attention backend per release when serving_attention_backend is unset
+# (reference/target-host.md): flashinfer hung the server on SM120 in the 0.5.9 line and MLA
+# prefill routed to trtllm_mla fails on SM120 in 0.5.10 (#24633), so triton, the backend
+# that worked, is the default everywhere until a newer release is measured on the target.
+DEFAULT_ATTENTION_BACKEND = "triton"
+
+# Where the API key goes: a YAML file passed with --config (0600, read by the service user),
+# so it is not in /proc/<pid>/cmdline. SGLang reads no environment variable for it.
+SECRET_ARGS_DIR = "/etc/sglang"
+
+
+def secret_args_file(settings: HostSettings) -> str:
+    return settings.serving.secret_args_file
+
+
+class CliError(Exception):
+    pass
+
+
+@cache
+def cli_options(version: str) -> dict:
+    path = data_file(version)
+    if not path.is_file():
+        raise CliError(
+            f"no captured command line for sglang {version} ({path.name} is missing);"
+            f" expected one made by `uv run python -m roles.sglang.cli_capture {version}`"
+        )
+    return json.loads(path.read_text())
+
+
+def _spelling(setting: str, version: str) -> str:
+    options = cli_options(version)["options"]
+    for flag in SPELLINGS[setting]:
+        if flag in options:
+            return flag
+    raise CliError(
+        f"sglang {version} has none of {', '.join(SPELLINGS[setting])} for serving_{setting};"
+        " expected a release whose CLI was captured with one of these spellings"
+    )
+
+
+def _node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, str]:
+    from roles.site import _address_of
+
+    nodes = [h for h in hosts.values() if h.in_group("gpu_nodes")]
+    head = nodes[0]
+    names = [n.name for n in nodes]
+    return len(nodes), names.index(settings.name), f"{_address_of(head)}:{head.serving.dist_init_port}"
+
+
+def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
+                     stack: EngineStack) -> list[str]:
+    """Arguments after `python -m sglang.launch_server` (no secret among them)."""
+    serving, version = settings.serving, stack.sglang
+    args = [
+        "--model-path", serving.model_path,
+        "--served-model-name", serving.served_model_name,
+        _spelling("tp_size", version), str(settings.gpu.count),
+        "--host", serving.host,
+        "--port", str(serving.port),
+        "--attention-backend", serving.attention_backend or DEFAULT_ATTENTION_BACKEND,
+        "--mem-fraction-static", f"{serving.mem_fraction_static:g}",
+        "--watchdog-timeout", str(serving.watchdog_timeout),
+    ]
+    if serving.trust_remote_code:
+        args.append("--trust-remote-code")
+    if serving.cuda_graph_max_bs is not None:
+        args += [_spelling("cuda_graph_max_bs", version), str(serving.cuda_graph_max_bs)]
+    if serving.max_running_requests is not None:
+        args += ["--max-running-requests", str(serving.max_running_requests)]
+    if serving.chunked_prefill_size is not None:
+        args += ["--chunked-prefill-size", str(serving.chunked_prefill_size)]
+    if serving.enable_metrics:
+        args.append("--enable-metrics")
+    if serving.speculative:
+        spec = SpeculativeSettings(**serving.speculative)
+        args += [
+            "--speculative-algorithm", spec.algorithm,
+            "--speculative-draft-model-path", spec.draft_model_path,
+            "--speculative-num-steps", str(spec.num_steps),
+            "--speculative-eagle-topk", str(spec.eagle_topk),
+            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
+        ]
+    nnodes, rank, init_addr = _node_topology(settings, hosts)
+    if nnodes > 1:
+        args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
+    if serving.api_key_secret:
+        args += ["--config", secret_args_file(settings)]
+    return args
+
+
+def unknown_flags(args: list[str], version: str) -> list[str]:
+    """Problems with args against the captured CLI of sglang==version."""
+    options = cli_options(version)["options"]
+    problems = []
+    index = 0
+    while index < len(args):
+        flag = args[index]
+        option = options.get(flag)
+        if option is None:
+            problems.append(f"{flag} is not an option of sglang {version}")
+            following = args[index + 1] if index + 1 < len(args) else "--"
+            index += 1 if following.startswith("--") else 2  # skip its value too
+            continue
+        if option["takes_value"]:
+            value = args[index + 1] if index + 1 < len(args) else None
+            if value is None:
+                problems.append(f"{flag} needs a value")
+            elif option["choices"] and value not in [str(c) for c in option["choices"]]:
+                problems.append(f"{flag} {value} is not one of {option['choices']} in sglang {version}")
+            index += 2
+        else:
+            index += 1
+    return problems
+
+
+def command_problems(settings: HostSettings, hosts: dict[str, HostSettings],
+                     stack: EngineStack) -> list[str]:
+    """Validation-time check: every flag rendered for this host exists in the pinned release."""
+    try:
+        args = server_arguments(settings, hosts, stack)
+        problems = unknown_flags(args, stack.sglang)
+        if settings.serving.api_key_secret and not cli_options(stack.sglang)["config_file"]:
+            problems.append(f"sglang {stack.sglang} has no --config file support to keep the API key"
+                            " off the command line")
+    except CliError as error:
+        return [f"stack {stack.id}: {error}"]
+    return [f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
+            f" `python -m sglang.launch_server --help` of sglang {stack.sglang}" for p in problems]

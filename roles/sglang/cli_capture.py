@@ -1,0 +1,153 @@
+"""Capture the command-line options of a real SGLang release from its wheel, without torch.
+
+`python -m sglang.launch_server --help` of the pinned release is the ground truth, but running
+it needs torch and a CUDA build of sgl-kernel. The argument definitions themselves are plain
+Python, so this reads them from the wheel's source with `ast` (stdlib only, no import):
+
+- releases up to 0.5.x-early define every option with `parser.add_argument("--flag", ...)` in
+  sglang/srt/server_args.py;
+- later releases (0.5.23) derive most options from annotated dataclass fields in
+  sglang/srt/arg_groups/fields/*.py (`name: A[type, "help" | Arg(...)]`, the rules of
+  sglang/srt/arg_groups/arg_utils.py:add_cli_args_from_dataclass) and add the rest with
+  add_argument in server_args.py.
+
+    uv run python -m roles.sglang.cli_capture 0.5.9     # writes roles/sglang/cli/0.5.9.json
+
+The wheel is downloaded from PyPI once and cached (roles.sglang.wheels). The data files are
+committed; a unit test re-captures them from the real wheel and compares.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+CLI_DIR = Path(__file__).resolve().parent / "cli"
+SERVER_ARGS = "sglang/srt/server_args.py"
+FIELDS_DIR = "sglang/srt/arg_groups/fields/"
+CONFIG_PARSERS = ("sglang/srt/server_args_config_parser.py",
+                  "sglang/srt/utils/server_args_config_parser.py")
+FLAG_ACTIONS = {"store_true", "store_false", "store_const", "count", "help", "version"}
+
+
+def _literal(node):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _option(takes_value: bool, choices) -> dict:
+    if not (isinstance(choices, (list, tuple)) and all(isinstance(c, (str, int, float)) for c in choices)):
+        choices = None
+    return {"takes_value": takes_value, "choices": list(choices) if choices else None}
+
+
+def _add_argument_options(source: str) -> dict[str, dict]:
+    """Every `*.add_argument("--x", ...)` call with literal option strings."""
+    options = {}
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        names = [_literal(a) for a in node.args]
+        names = [n for n in names if isinstance(n, str) and n.startswith("-")]
+        if not names:
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        action = keywords.get("action")
+        action_name = _literal(action) if action is not None else None
+        if action is not None and action_name is None:
+            # A custom Action class: Deprecated*StoreTrue / *StoreConst take no value.
+            text = ast.unparse(action)
+            takes_value = not any(word in text for word in ("StoreTrue", "StoreFalse", "StoreConst"))
+        else:
+            takes_value = action_name not in FLAG_ACTIONS
+        nargs = _literal(keywords["nargs"]) if "nargs" in keywords else None
+        if nargs == 0:
+            takes_value = False
+        choices = _literal(keywords["choices"]) if "choices" in keywords else None
+        for name in names:
+            options[name] = _option(takes_value, choices)
+    return options
+
+
+def _annotated_field_options(source: str) -> dict[str, dict]:
+    """Options derived from `name: A[type, "help" | Arg(...)]` fields (arg_utils rules)."""
+    options = {}
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        annotation = node.annotation
+        if not (isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) in ("A", "Annotated")):
+            continue
+        parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if len(parts) < 2:
+            continue
+        type_text = ast.unparse(parts[0])
+        meta = parts[1]
+        arg = {}
+        if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg":
+            arg = {k.arg: k.value for k in meta.keywords if k.arg}
+        elif not (isinstance(meta, ast.Constant) and isinstance(meta.value, str)) and not isinstance(meta, ast.JoinedStr):
+            continue  # no Arg / help string: not registered automatically
+        if "no_cli" in arg and _literal(arg["no_cli"]) is True:
+            continue
+        cli_name = _literal(arg["cli_name"]) if "cli_name" in arg else None
+        names = [cli_name or "--" + node.target.id.replace("_", "-")]
+        names += _literal(arg["aliases"]) or [] if "aliases" in arg else []
+        inner = type_text.removeprefix("Optional[").removesuffix("]") if type_text.startswith("Optional[") else type_text
+        if "action" in arg:
+            text = ast.unparse(arg["action"])
+            takes_value = not any(w in text for w in ("store_true", "store_false", "StoreTrue", "StoreConst"))
+        else:
+            takes_value = inner != "bool"
+        choices = _literal(arg["choices"]) if "choices" in arg else None
+        if choices is None and inner.startswith("Literal["):
+            choices = _literal(ast.parse(inner, mode="eval").body.slice)
+            choices = list(choices) if isinstance(choices, tuple) else [choices]
+        for name in names:
+            options[name] = _option(takes_value, choices)
+    return options
+
+
+def capture(wheel: Path) -> dict:
+    """The option table of one sglang wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        def read(path):
+            return archive.read(path).decode()
+        options = {}
+        for path in sorted(n for n in names if n.startswith(FIELDS_DIR) and n.endswith(".py")):
+            options.update(_annotated_field_options(read(path)))
+        options.update(_add_argument_options(read(SERVER_ARGS)))
+        config_file = any(path in names for path in CONFIG_PARSERS) and "--config" in options
+    version = wheel.name.split("-")[1]
+    return {
+        "sglang": version,
+        "wheel": wheel.name,
+        # --config FILE (YAML) merges options in-process: a secret put there stays out of
+        # /proc/<pid>/cmdline. No release reads the API key from the environment.
+        "config_file": config_file,
+        "options": dict(sorted(options.items())),
+    }
+
+
+def data_file(version: str) -> Path:
+    return CLI_DIR / f"{version}.json"
+
+
+def main(versions: list[str]) -> None:
+    from roles.sglang import wheels
+
+    for version in versions:
+        table = capture(wheels.sglang_wheel(version))
+        data_file(version).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{data_file(version)}: {len(table['options'])} options")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,164 @@
+"""roles/sglang + roles/serving without a host: stack check, captured CLIs, rendered command
+line and unit, patches against the real wheels from PyPI (downloaded once, cached)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from roles.serving import command as cmd
+from roles.sglang import cli_capture, patches_for, stack_check, wheels
+from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
+
+STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
+PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
+GPU_HOST = PROD.group("gpu_nodes")[0]
+PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/sglang/patches").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
+def test_every_stack_resolves_against_sglang_metadata(stack_id):
+    resolved = stack_check.resolve(STACK.stacks[stack_id])
+    stack = STACK.stacks[stack_id]
+    assert f"sglang=={stack.sglang}" in resolved.splitlines()
+    assert f"torch=={stack.torch}" in resolved.splitlines()
+
+
+def test_conflicting_pins_name_both_pins(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bad = dataclasses.replace(STACK.stacks["sglang-0.5.9-cu128"], torch="2.8.0")
+    with pytest.raises(SiteError) as error:
+        stack_check.resolve(bad)
+    text = str(error.value)
+    assert "torch==2.8.0" in text and "torch==2.9.1" in text and "sglang==0.5.9" in text
+
+
+@pytest.mark.parametrize("version", sorted({s.sglang for s in STACK.stacks.values()}))
+def test_committed_cli_matches_the_real_wheel(version):
+    committed = cmd.cli_options(version)
+    assert cli_capture.capture(wheels.sglang_wheel(version)) == committed
+    assert len(committed["options"]) > 300
+
+
+@pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
+def test_rendered_command_uses_only_real_flags(stack_id):
+    stack = STACK.stacks[stack_id]
+    host = dataclasses.replace(GPU_HOST, serving=dataclasses.replace(
+        GPU_HOST.serving, cuda_graph_max_bs=160, max_running_requests=64, chunked_prefill_size=8192,
+        speculative={"draft_model_path": "/models/eagle3"}))
+    args = cmd.server_arguments(host, PROD.hosts, stack)
+    assert cmd.unknown_flags(args, stack.sglang) == []
+    assert args[args.index("--tp-size") + 1] == str(GPU_HOST.gpu.count)
+    assert "--config" in args  # the API key is in the --config file, not here
+    assert not any("api-key" in a for a in args)
+    assert args[args.index("--speculative-algorithm") + 1] == "EAGLE3"
+
+
+def test_cuda_graph_flag_is_spelled_per_release():
+    host = dataclasses.replace(GPU_HOST, serving=dataclasses.replace(GPU_HOST.serving, cuda_graph_max_bs=96))
+    old = cmd.server_arguments(host, PROD.hosts, STACK.stacks["sglang-0.5.9-cu128"])
+    new = cmd.server_arguments(host, PROD.hosts, STACK.stacks["sglang-0.5.23-cu130"])
+    assert "--cuda-graph-max-bs" in old and "--cuda-graph-max-bs-decode" not in old
+    assert "--cuda-graph-max-bs-decode" in new and "--cuda-graph-max-bs" not in new
+
+
+def test_a_renamed_flag_fails_validation():
+    problems = cmd.unknown_flags(["--cuda-graph-max-bs", "8"], "0.5.23")
+    assert problems == ["--cuda-graph-max-bs is not an option of sglang 0.5.23"]
+    assert cmd.unknown_flags(["--speculative-algorithm", "MEDUSA"], "0.5.9")
+
+
+def test_inventory_with_an_unknown_flag_stops_at_validation(tmp_path):
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    shutil.copy(PROJECT_ROOT / "inventory/prod.py", inventory / "prod.py")
+    shutil.copy(PROJECT_ROOT / "inventory/secrets.vault.yml", inventory / "secrets.vault.yml")
+    # A stack whose release has no captured CLI cannot be validated: it must say so.
+    text = (PROJECT_ROOT / "inventory/stack.yml").read_text().replace('sglang: "0.5.9"', 'sglang: "0.5.8"')
+    (inventory / "stack.yml").write_text(text)
+    with pytest.raises(SiteError) as error:
+        load_site(inventory / "prod.py")
+    assert "no captured command line for sglang 0.5.8" in str(error.value)
+
+
+def test_multi_node_flags_come_from_the_inventory():
+    second = dataclasses.replace(GPU_HOST, name="node2.example.internal")
+    hosts = {GPU_HOST.name: GPU_HOST, second.name: second}
+    args = cmd.server_arguments(second, hosts, STACK.active)
+    assert args[args.index("--nnodes") + 1] == "2"
+    assert args[args.index("--node-rank") + 1] == "1"
+    assert args[args.index("--dist-init-addr") + 1] == f"{GPU_HOST.name}:50000"
+    assert "--nnodes" not in cmd.server_arguments(GPU_HOST, {GPU_HOST.name: GPU_HOST}, STACK.active)
+
+
+@pytest.mark.parametrize("version", PATCHED_VERSIONS)
+def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
+    with zipfile.ZipFile(wheels.sglang_wheel(version)) as archive:
+        archive.extractall(tmp_path)
+    for patch in patches_for(version):
+        header = patch.read_text().split("\n--- ", 1)[0]
+        for word in ("What:", "Why:", "Upstream:"):
+            assert word in header, f"{patch.name} lacks a {word} line in its header"
+        for args in (["--dry-run"], [], ["-R", "--dry-run"]):  # applies, and is then detectable
+            result = subprocess.run(["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)],
+                                    stdin=patch.open(), capture_output=True, text=True)
+            assert result.returncode == 0, f"{patch.name} {args}: {result.stdout}{result.stderr}"
+
+
+def _render(name: str, **kwargs) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
+    return env.get_template(f"templates/serving/{name}").render(**kwargs)
+
+
+def _unit_kwargs(host=GPU_HOST):
+    from roles import serving
+
+    return serving.unit_text_kwargs(host)
+
+
+def test_unit_has_the_required_settings():
+    text = _render("sglang.service.j2", **_unit_kwargs())
+    for line in ("Type=exec", "User=sglang", "EnvironmentFile=/etc/sglang/sglang.env",
+                 "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
+                 "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",
+                 "StartLimitBurst=3", "ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready"
+                 " http://127.0.0.1:30000/health_generate 1100"):
+        assert line in text.splitlines() or any(row.startswith(line) for row in text.splitlines()), line
+    assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup sglang sglang.service" in text
+    assert "ExecStopPost=+/usr/local/libexec/inference-host/sglang-cleanup sglang sglang.service" in text
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_unit_passes_systemd_analyze_verify(tmp_path):
+    kwargs = _unit_kwargs()
+    for key in ("cleanup_script", "wait_script", "launcher"):  # verify checks executables exist
+        script = tmp_path / Path(kwargs[key]).name
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+        kwargs[key] = str(script)
+    kwargs["env_file"] = str(tmp_path / "sglang.env")
+    unit = tmp_path / "sglang.service"
+    unit.write_text(_render("sglang.service.j2", **kwargs).replace("User=sglang", "User=root")
+                    .replace("Group=sglang", "Group=root").replace("/var/lib/sglang", str(tmp_path)))
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    problems = [row for row in result.stderr.splitlines() if "sglang.service" in row]
+    assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_env_file_nccl_settings():
+    from roles import serving
+
+    text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST))
+    assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text
+    assert "SGL_ENABLE_JIT_DEEPGEMM=0" in text and "NCCL_P2P_DISABLE" not in text
+    off = dataclasses.replace(GPU_HOST, nccl=dataclasses.replace(GPU_HOST.nccl, p2p_level="off", min_nchannels=8,
+                                                                  debug="INFO", debug_subsys="INIT,P2P"))
+    text = _render("sglang.env.j2", **serving.env_file_kwargs(off))
+    assert "NCCL_P2P_DISABLE=1" in text and "NCCL_P2P_LEVEL" not in text
+    assert "NCCL_MIN_NCHANNELS=8" in text and "NCCL_DEBUG_SUBSYS=INIT,P2P" in text
