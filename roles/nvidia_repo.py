@@ -21,6 +21,7 @@ from roles.site import HostSettings
 
 CUDA_KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 ARCH = "x86_64"
+DOWNLOAD_DIR = "/var/cache/inference-host"
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,19 @@ def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
     _done.add(host.name)
     url = cuda_repo_url(settings, distro)
     version = settings.cuda.keyring_version
+    deb = f"cuda-keyring_{version}_all.deb"
+    # Downloaded under its own name first: pyinfra's apt.deb inspects only files named *.deb,
+    # and given a URL it keeps a temp file without that suffix (and reinstalls every time).
+    files.directory(name=f"Create {DOWNLOAD_DIR}", path=DOWNLOAD_DIR, mode="0755")
+    files.download(
+        name=f"Download {url}{deb}",
+        src=f"{url}{deb}",
+        dest=f"{DOWNLOAD_DIR}/{deb}",
+        mode="0644",
+    )
     keyring = apt.deb(
         name=f"Install NVIDIA's repository keyring cuda-keyring {version}",
-        src=f"{url}cuda-keyring_{version}_all.deb",
+        src=f"{DOWNLOAD_DIR}/{deb}",
     )
     sources = files.put(
         name=f"Point apt at NVIDIA's CUDA repository {url}",

@@ -303,6 +303,9 @@ class CudaSettings:
         re.compile(r"^\d+\.\d+-\d+$").match, "a cuda-keyring package version like 1.1-1"))
 
 
+DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
+
+
 @dataclass(frozen=True)
 class DockerSettings:
     """roles/docker_engine on builders: the engine, its daemon.json and the NVIDIA container toolkit."""
@@ -321,6 +324,11 @@ class DockerSettings:
     log_max_size: str = field(default="100m", metadata=_docker_size())
     log_max_file: int = field(default=3, metadata=_positive())
     default_shm_size: str = field(default="1g", metadata=_docker_size())
+    # More daemon.json keys (registry mirrors, "iptables": false in a container, ...); the keys
+    # above and "runtimes" (nvidia-ctk's) are owned by the role and cannot be set here.
+    daemon_extra: dict[str, Any] = field(default_factory=dict, metadata=_check(
+        lambda v: not set(v) & DOCKER_OWNED_KEYS,
+        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS))))
     # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
     users: list[str] = field(default_factory=list, metadata=_check(
         lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))

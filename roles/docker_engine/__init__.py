@@ -45,6 +45,10 @@ def docker_engine() -> None:
         _if=lambda: any(op.did_change() for op in sources_changed),
     )
     packages = DOCKER_PACKAGES if settings.source == "docker" else DISTRO_PACKAGES[distro.id]
+    _engine_users(settings)
+    # daemon.json goes first, so that the engine's first start (by its package) already uses
+    # the site's data-root and options.
+    restart = _daemon_json(settings)
     apt.packages(
         name=f"Install Docker engine from {settings.source} ({', '.join(packages)})",
         packages=packages,
@@ -55,14 +59,13 @@ def docker_engine() -> None:
         packages=TOOLKIT_PACKAGES,
         no_recommends=True,
     )
-    _engine_users(settings)
-    config_changes = _daemon_json(settings)
+    restart = _nvidia_runtime() or restart
     systemd.service(
         name="Run the Docker engine",
         service="docker.service",
         enabled=True,
         running=True,
-        restarted=config_changes,
+        restarted=restart,
     )
 
 
@@ -124,28 +127,35 @@ def daemon_settings(settings: DockerSettings) -> dict:
 
 
 def merged_daemon_json(current: dict | None, settings: DockerSettings) -> dict:
-    """Our keys over whatever else is there (the nvidia runtime, a site's own additions)."""
-    return {**(current or {}), **daemon_settings(settings)}
+    """The site's keys over whatever else is there (the nvidia runtime, hand-made additions)."""
+    return {**(current or {}), **settings.daemon_extra, **daemon_settings(settings)}
 
 
 def _daemon_json(settings: DockerSettings) -> bool:
-    """Bring daemon.json to the settings and the nvidia runtime; True if the engine must restart."""
+    """Bring daemon.json to the settings; True if it changes (the engine must restart)."""
     current = host.get_fact(DockerDaemonConfig)
     wanted = merged_daemon_json(current, settings)
-    lacks_runtime = "nvidia" not in wanted.get("runtimes", {})
     files.directory(name="Create /etc/docker", path="/etc/docker", mode="0755")
     # Compared as data, not text: nvidia-ctk rewrites the file in its own layout.
-    if wanted != current:
-        files.put(
-            name=f"Write {DAEMON_JSON} (data-root {settings.data_root}, logs"
-                 f" {settings.log_max_size} x {settings.log_max_file}, shm {settings.default_shm_size})",
-            src=StringIO(json.dumps(wanted, indent=4, sort_keys=True) + "\n"),
-            dest=DAEMON_JSON,
-            mode="0644",
-        )
+    if wanted == current:
+        return False
+    files.put(
+        name=f"Write {DAEMON_JSON} (data-root {settings.data_root}, logs"
+             f" {settings.log_max_size} x {settings.log_max_file}, shm {settings.default_shm_size})",
+        src=StringIO(json.dumps(wanted, indent=4, sort_keys=True) + "\n"),
+        dest=DAEMON_JSON,
+        mode="0644",
+    )
+    return True
+
+
+def _nvidia_runtime() -> bool:
+    """`nvidia-ctk runtime configure` when daemon.json lacks the runtime; True if it runs."""
+    current = host.get_fact(DockerDaemonConfig) or {}
+    lacks_runtime = "nvidia" not in current.get("runtimes", {})
     server.shell(
         name="Add the nvidia runtime to daemon.json (nvidia-ctk runtime configure)",
         commands=["nvidia-ctk runtime configure --runtime=docker"],
         _if=lambda: lacks_runtime,
     )
-    return wanted != current or lacks_runtime
+    return lacks_runtime
