@@ -274,7 +274,7 @@ def _url() -> dict:
 
 
 def _docker_size() -> dict:
-    return _check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.I) is not None,
+    return _check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
                   "a size like 64m, 1g (a number with an optional b/k/m/g unit)")
 
 

@@ -10,12 +10,12 @@ DAEMON_JSON = "/etc/docker/daemon.json"
 
 
 def parse_daemon_json(text: str) -> dict:
-    """daemon.json text -> dict ({} for an empty file); ValueError for text that is not a JSON object."""
+    """daemon.json text -> dict ({} for an empty file); TypeError for JSON that is not an object."""
     if not text.strip():
         return {}
     value = json.loads(text)
     if not isinstance(value, dict):
-        raise ValueError(f"{DAEMON_JSON} holds {type(value).__name__}, expected a JSON object")
+        raise TypeError(f"{DAEMON_JSON} holds {type(value).__name__}, expected a JSON object")
     return value
 
 

@@ -21,7 +21,12 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.base.facts import ContainerVirtualization
-from roles.nvidia_driver.facts import HeldPackages, KernelModule, NvidiaKernelModule, driver_mismatch
+from roles.nvidia_driver.facts import (
+    HeldPackages,
+    KernelModule,
+    NvidiaKernelModule,
+    driver_mismatch,
+)
 from roles.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
 

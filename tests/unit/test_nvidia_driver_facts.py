@@ -117,3 +117,19 @@ def test_mismatch_against_nvml_major_minor():
 def test_held_packages_fact():
     assert HeldPackages().process(["nvidia-open\n", "libcuda1"]) == {"nvidia-open", "libcuda1"}
     assert HeldPackages.default() == set()
+
+
+def test_standalone_check_on_the_h200_captures(monkeypatch):
+    """scripts' view: roles/nvidia_driver/driver_state.py run against the captured H200 output."""
+    from roles.nvidia_driver import driver_state
+
+    driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
+    monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
+    monkeypatch.setattr(driver_state, "_output",
+                        lambda *command: driver_column if command[0] == "nvidia-smi" else None)
+    status, report = driver_state.check_this_machine()
+    assert status == 0, report["problems"]
+    assert report["kernel_module"] == {"version": "580.159.04", "flavor": "open"}
+    assert report["modinfo_license_flavor"] == "unknown" and report["modinfo_present"] is False
+    status, report = driver_state.check_this_machine(expect="580.95.05")
+    assert status == 1 and report["problems"][0].startswith("reboot required")

@@ -159,8 +159,8 @@ def cuda_repo_packages() -> list[Package]:
         Package("cuda-keyring", KEYRING_VERSION, arch="all",
                 files={"/usr/share/keyrings/cuda-archive-keyring.gpg": (b"<key>", 0o644),
                        f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list": (
-                           "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
-                           f" {PUBLIC_CUDA_REPOS}/{DISTRO_PATH}/x86_64/ /\n", 0o644)},
+                           ("deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
+                            f" {PUBLIC_CUDA_REPOS}/{DISTRO_PATH}/x86_64/ /\n"), 0o644)},
                 conffiles=[f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list"]),
         Package("cuda-toolkit-config-common", "12.8.90-1", arch="all"),
         Package("cuda", "12.8.1-1", depends=["cuda-12-8 (>= 12.8.1)"]),

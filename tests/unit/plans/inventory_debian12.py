@@ -4,9 +4,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake import fake_host  # noqa: E402
+from _fake import fake_host
 
-from roles.site import require_valid_inventory  # noqa: E402
+from roles.site import require_valid_inventory
 
 _site = {"stack_file": "../../../inventory/stack.yml"}
 
