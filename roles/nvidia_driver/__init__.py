@@ -69,8 +69,9 @@ def nvidia_driver() -> None:
     _pin_and_install(distro, version, packages)
     if settings.driver_mode == "full":
         _blacklist_nouveau()
-        _persistence_daemon()
-        _kernel_module_matches(settings, version)
+        module = host.get_fact(NvidiaKernelModule)
+        _persistence_daemon(start=_module_problem(module, version) is None)
+        _kernel_module_matches(settings, module, version)
 
 
 def _target_version(settings: HostSettings, pinned: str) -> str:
@@ -136,20 +137,18 @@ def _blacklist_nouveau() -> None:
     )
 
 
-def _persistence_daemon() -> None:
-    # Started only where a kernel module is loaded: without one, nvidia-persistenced exits
-    # with an error (a fresh install before its reboot, or the lab's containers).
-    loaded = host.get_fact(NvidiaKernelModule) is not None
+def _persistence_daemon(start: bool) -> None:
+    # Started only where the right module is loaded: without one (a fresh install before its
+    # reboot, the lab's containers) or with an older one, nvidia-persistenced fails.
     systemd.service(
-        name="Enable nvidia-persistenced" + ("" if loaded else " (starts after a reboot loads the module)"),
+        name="Enable nvidia-persistenced" + ("" if start else " (starts once the reboot loads the module)"),
         service="nvidia-persistenced.service",
         enabled=True,
-        running=True if loaded else None,
+        running=True if start else None,
     )
 
 
-def _kernel_module_matches(settings: HostSettings, version: str) -> None:
-    module = host.get_fact(NvidiaKernelModule)
+def _kernel_module_matches(settings: HostSettings, module: KernelModule | None, version: str) -> None:
     container = host.get_fact(ContainerVirtualization)
     if container is not None:
         logger.warning(

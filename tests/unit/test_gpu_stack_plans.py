@@ -50,6 +50,7 @@ def plan(inventory: str, host: str) -> Plan:
 UBUNTU = ("inventory_ubuntu2404.py", "@fake/gpu-ubuntu2404")
 DEBIAN = ("inventory_debian12.py", "@fake/gpu-debian12")
 LXC = ("inventory_lxc_ubuntu2404.py", "@fake/lxc-ubuntu2404")
+REBOOT = ("inventory_reboot_ubuntu2404.py", "@fake/gpu-reboot")
 NVIDIA = "https://developer.download.nvidia.com/compute/cuda/repos"
 
 
@@ -178,3 +179,20 @@ def test_daemon_json_from_settings_before_the_engine_starts(where):
 def test_no_docker_engine_on_a_gpu_node_that_is_no_builder():
     p = plan(*LXC)
     assert not any("docker" in c for c in p.commands)
+
+
+def test_old_module_with_reboots_allowed_reboots_after_the_install_and_continues():
+    p = plan(*REBOOT)
+    reboot = p.index("( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &")
+    install = next(i for i, c in enumerate(p.commands) if "nvidia-dkms-580-open=" in c)
+    assert install < reboot < p.index(f"{APT_INSTALL} cuda-toolkit-12-8"), "the deploy goes on after the reboot"
+    # The old module is loaded until then: persistenced is enabled, not started against it.
+    p.index("systemctl enable nvidia-persistenced.service")
+    assert "systemctl start nvidia-persistenced.service" not in p.commands
+    assert "reboot required" not in p.stderr  # it reboots instead of reporting
+
+
+def test_old_module_is_reported_in_plain_words_by_default():
+    p = plan(*UBUNTU)
+    assert ("reboot required: NVIDIA driver 580.95.05 is installed but no NVIDIA kernel module is loaded"
+            in p.stderr.replace("\n", " "))
