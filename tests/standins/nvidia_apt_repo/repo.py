@@ -288,6 +288,9 @@ def build() -> Path:
     (staging / "ready").write_text(_fingerprint() + "\n")
     shutil.rmtree(www, ignore_errors=True)
     staging.rename(www)
+    for old in STATE_DIR.glob("www-*"):  # builds of earlier versions of this file
+        if old != www:
+            shutil.rmtree(old, ignore_errors=True)
     return www
 
 
