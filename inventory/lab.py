@@ -15,6 +15,7 @@ import pyinfra
 
 import lab
 from roles.site import require_valid_inventory
+from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 
 # A throwaway vault (random values, random password under .lab/), made on first use.
 _vault, _password_file = lab.throwaway_vault()
@@ -23,6 +24,12 @@ os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
 # This machine reaches PyPI only through a TLS-inspecting proxy: the container must trust
 # the same CA bundle (the setting a site behind such a proxy uses too).
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+
+# NVIDIA's package servers are unreachable here: a local apt repository stand-in with the
+# real layout, names and versions (tests/standins/nvidia_apt_repo) is served over http on
+# the Docker bridge while pyinfra runs, and the package-source settings point at it.
+_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli
+           else nvidia_apt_standin.url_for(lab.PREFIX))
 
 _site = {
     "stack_file": "stack.yml",
@@ -55,6 +62,14 @@ gpu_nodes = [
         },
         # No GPU here: the last step of the deploy judges the service and the (stand-in) server.
         "health_after_deploy": ["service", "server"],
+        "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+        "docker_source": "distro",              # Docker's repository is unreachable here
+        "docker_nvidia_toolkit_repo_url": f"{_nvidia}/libnvidia-container/stable/deb",
+        "docker_nvidia_toolkit_key_url": f"{_nvidia}/libnvidia-container/gpgkey",
+        # The lab container lacks CAP_NET_ADMIN: dockerd cannot write iptables rules or make
+        # its bridge there, so the nested engine runs without them (builds need neither).
+        "docker_daemon_extra": {"iptables": False, "bridge": "none"},
+        "docker_users": ["builder"],          # created if missing; group docker
     }),
 ]
 

@@ -320,6 +320,70 @@ class HealthSettings:
     allreduce_size_mib: int = field(default=256, metadata=_positive())
     server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
     max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+def _url() -> dict:
+    return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
+                  "an http(s) URL without trailing spaces")
+
+
+def _docker_size() -> dict:
+    return _check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
+                  "a size like 64m, 1g (a number with an optional b/k/m/g unit)")
+
+
+@dataclass(frozen=True)
+class NvidiaDriverSettings:
+    """roles/nvidia_driver. Its mode follows the groups: userspace-only in lxc_guests, else full."""
+
+    PREFIX: typing.ClassVar[str] = "nvidia_driver_"
+
+    # False: a kernel module older than the installed driver is reported as "reboot required";
+    # True: the host is rebooted and the deploy waits for it to come back.
+    allow_reboot: bool = False
+    reboot_timeout: int = field(default=900, metadata=_positive())
+
+
+@dataclass(frozen=True)
+class CudaSettings:
+    """roles/cuda and the driver packages: NVIDIA's CUDA apt repository (a mirror when air-gapped)."""
+
+    PREFIX: typing.ClassVar[str] = "cuda_"
+
+    # The distro's repository is <repo_url>/<ubuntu2404|debian12>/x86_64/.
+    repo_url: str = field(default="https://developer.download.nvidia.com/compute/cuda/repos",
+                          metadata=_url())
+    keyring_version: str = field(default="1.1-1", metadata=_check(
+        re.compile(r"^\d+\.\d+-\d+$").match, "a cuda-keyring package version like 1.1-1"))
+
+
+DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    """roles/docker_engine on builders: the engine, its daemon.json and the NVIDIA container toolkit."""
+
+    PREFIX: typing.ClassVar[str] = "docker_"
+
+    # "docker": Docker's repository (docker-ce, docker-buildx-plugin); "distro": the distro's docker.io.
+    source: str = field(default="docker", metadata=_one_of("docker", "distro"))
+    # Docker's repository is <repo_url>/<ubuntu|debian>, its key <repo_url>/<ubuntu|debian>/gpg.
+    repo_url: str = field(default="https://download.docker.com/linux", metadata=_url())
+    nvidia_toolkit_repo_url: str = field(
+        default="https://nvidia.github.io/libnvidia-container/stable/deb", metadata=_url())
+    nvidia_toolkit_key_url: str = field(
+        default="https://nvidia.github.io/libnvidia-container/gpgkey", metadata=_url())
+    data_root: str = field(default="/var/lib/docker", metadata=_absolute_path())
+    log_max_size: str = field(default="100m", metadata=_docker_size())
+    log_max_file: int = field(default=3, metadata=_positive())
+    default_shm_size: str = field(default="1g", metadata=_docker_size())
+    # More daemon.json keys (registry mirrors, "iptables": false in a container, ...); the keys
+    # above and "runtimes" (nvidia-ctk's) are owned by the role and cannot be set here.
+    daemon_extra: dict[str, Any] = field(default_factory=dict, metadata=_check(
+        lambda v: not set(v) & DOCKER_OWNED_KEYS,
+        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS))))
+    # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
+    users: list[str] = field(default_factory=list, metadata=_check(
+        lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))
 
 
 SECTIONS: tuple[type, ...] = (
@@ -332,6 +396,9 @@ SECTIONS: tuple[type, ...] = (
     ProxmoxSettings,
     HealthSettings,
     SglangSettings,
+    NvidiaDriverSettings,
+    CudaSettings,
+    DockerSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -509,6 +576,9 @@ class HostSettings:
     guest: GuestSettings
     proxmox: ProxmoxSettings
     sglang: SglangSettings
+    nvidia_driver: NvidiaDriverSettings
+    cuda: CudaSettings
+    docker: DockerSettings
     health: HealthSettings = HealthSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
@@ -518,6 +588,11 @@ class HostSettings:
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
+
+    @property
+    def driver_mode(self) -> Literal["full", "userspace"]:
+        """An LXC guest uses its node's kernel module: it gets the userspace driver only."""
+        return "userspace" if self.in_group("lxc_guests") else "full"
 
     @property
     def speculative(self) -> SpeculativeSettings | None:
@@ -696,6 +771,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         proxmox=sections[ProxmoxSettings],
         sglang=sections[SglangSettings],
         health=sections[HealthSettings],
+        nvidia_driver=sections[NvidiaDriverSettings],
+        cuda=sections[CudaSettings],
+        docker=sections[DockerSettings],
         invalid_keys=frozenset(invalid),
     )
 

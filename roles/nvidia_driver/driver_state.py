@@ -1,0 +1,201 @@
+"""Driver state of an NVIDIA host, parsed from its own tools' output: pure functions only.
+
+No pyinfra import here: the facts (roles/nvidia_driver/facts.py), the health checks and the
+standalone scripts/driver_state.py all use these parsers, the last one on machines where only
+Python's standard library exists. Tested on real output (tests/unit/data/gpu/).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Flavor = Literal["open", "proprietary", "unknown"]
+
+# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023"
+_NVRM_RE = re.compile(r"^NVRM version:\s*(?P<banner>.*?Kernel Module.*?)\s+(?P<version>\d{3}\.\d{2,3}(?:\.\d{2,3})?)\b")
+_DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(?:\.\d{2,3})?$")
+# nvidia-smi when the loaded module and the libraries differ:
+#   Failed to initialize NVML: Driver/library version mismatch
+#   NVML library version: 580.95
+_NVML_MISMATCH = "Driver/library version mismatch"
+_NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>[\d.]+)")
+
+# Sentinels our fact commands print, so that a missing tool is not mistaken for empty output.
+NO_MODULE = "__ih_no_nvidia_module__"
+NO_NVIDIA_SMI = "__ih_no_nvidia_smi__"
+NO_MODINFO = "__ih_no_modinfo__"
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """The NVIDIA kernel module that is loaded now."""
+
+    version: str
+    flavor: Flavor  # "open" (open GPU kernel modules) or "proprietary"
+
+
+@dataclass(frozen=True)
+class UserspaceDriver:
+    """What nvidia-smi (the userspace driver, NVML) says about itself."""
+
+    # Driver version(s) reported per GPU; empty when NVML could not initialise.
+    versions: tuple[str, ...] = ()
+    # Set when NVML reports a driver/library mismatch: the library version it names.
+    mismatch_library_version: str | None = None
+    # Any other failure, in nvidia-smi's own words.
+    error: str | None = None
+
+    @property
+    def version(self) -> str | None:
+        return self.versions[0] if len(set(self.versions)) == 1 else None
+
+
+def parse_proc_driver_version(text: str) -> KernelModule | None:
+    """/proc/driver/nvidia/version -> KernelModule; None when no NVIDIA module is loaded."""
+    for line in text.splitlines():
+        match = _NVRM_RE.match(line.strip())
+        if match:
+            flavor: Flavor = "open" if "Open Kernel Module" in match.group("banner") else "proprietary"
+            return KernelModule(version=match.group("version"), flavor=flavor)
+    return None
+
+
+def parse_nvidia_smi_driver_version(text: str) -> UserspaceDriver:
+    """Output of `nvidia-smi --query-gpu=driver_version --format=csv,noheader` -> UserspaceDriver."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any(_NVML_MISMATCH in line for line in lines):
+        library = next((m.group("version") for m in map(_NVML_LIBRARY_RE.search, lines) if m), None)
+        return UserspaceDriver(mismatch_library_version=library or "unknown")
+    versions = tuple(line for line in lines if _DRIVER_VERSION_RE.match(line))
+    if versions and len(versions) == len(lines):
+        return UserspaceDriver(versions=versions)
+    return UserspaceDriver(error=" / ".join(lines) or "nvidia-smi printed nothing")
+
+
+def parse_modinfo_license(text: str) -> Flavor:
+    """`modinfo -F license nvidia` -> "open" (Dual MIT/GPL), "proprietary" (NVIDIA) or "unknown"."""
+    value = text.strip()
+    if value == "Dual MIT/GPL":
+        return "open"
+    if value == "NVIDIA":
+        return "proprietary"
+    return "unknown"  # modinfo absent (NO_MODINFO), module not installed, or a new license text
+
+
+def driver_mismatch(kernel: KernelModule | None, userspace_version: str | None) -> str | None:
+    """Plain words when the loaded kernel module and the userspace driver differ, else None."""
+    if kernel is None or userspace_version is None:
+        return None
+    if _same_version(kernel.version, userspace_version):
+        return None
+    return (
+        f"reboot required: the loaded NVIDIA kernel module is {kernel.version} but the installed"
+        f" userspace driver is {userspace_version}; GPU programs fail with 'Driver/library version"
+        " mismatch' until the host reboots into the new module"
+    )
+
+
+def _same_version(module: str, userspace: str) -> bool:
+    # NVML's mismatch message names only major.minor ("580.95"): compare as far as both go.
+    parts = min(len(module.split(".")), len(userspace.split(".")))
+    return module.split(".")[:parts] == userspace.split(".")[:parts]
+
+
+# ----------------------------------------------------------------------------------------------
+# Read-only check of the machine it runs on, with the same parsers (stdlib only):
+#
+#     python3 roles/nvidia_driver/driver_state.py [--expect 580.95.05] [--json]
+#
+# Exit status: 0 consistent, 1 reboot required / not the expected version, 2 no NVIDIA driver.
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _output(*command: str) -> str | None:
+    """stdout+stderr of a command, or None when the program does not exist."""
+    import os
+    import shutil
+    import subprocess
+
+    # modinfo lives in /sbin, which a non-root PATH may lack.
+    search = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    program = shutil.which(command[0], path=search)
+    if program is None:
+        return None
+    done = subprocess.run([program, *command[1:]], capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout + done.stderr
+
+
+def check_this_machine(expect: str | None = None) -> tuple[int, dict]:
+    """Reads the driver state of this machine; returns (exit status, report)."""
+    module = parse_proc_driver_version(_read("/proc/driver/nvidia/version"))
+    smi_text = _output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    userspace = parse_nvidia_smi_driver_version(smi_text) if smi_text is not None else None
+    modinfo = _output("modinfo", "-F", "license", "nvidia")
+    license_flavor = parse_modinfo_license(modinfo if modinfo is not None else NO_MODINFO)
+    user_version = None
+    if userspace is not None:
+        user_version = userspace.version or userspace.mismatch_library_version
+    problems = []
+    if module is None:
+        problems.append("no NVIDIA kernel module is loaded (/proc/driver/nvidia/version is absent)")
+    if userspace is None:
+        problems.append("nvidia-smi is not installed (no userspace driver)")
+    elif userspace.error:
+        problems.append(f"nvidia-smi failed: {userspace.error}")
+    mismatch = driver_mismatch(module, user_version)
+    if mismatch:
+        problems.append(mismatch)
+    if expect and module is not None and module.version != expect:
+        problems.append(f"reboot required: the loaded kernel module is {module.version}, the"
+                        f" pinned driver is {expect}")
+    report = {
+        "kernel_module": None if module is None else {"version": module.version, "flavor": module.flavor},
+        "modinfo_license_flavor": license_flavor,
+        "modinfo_present": modinfo is not None,
+        "userspace_versions": list(userspace.versions) if userspace else [],
+        "nvml_mismatch_library_version": userspace.mismatch_library_version if userspace else None,
+        "expected": expect,
+        "problems": problems,
+    }
+    if module is None and userspace is None:
+        return 2, report
+    return (1 if problems else 0), report
+
+
+def _print_report(report: dict) -> None:
+    module = report["kernel_module"]
+    print("kernel module   :", "none loaded" if module is None
+          else f"{module['version']} ({module['flavor']}, from /proc/driver/nvidia/version)")
+    print("modinfo license :", report["modinfo_license_flavor"]
+          + ("" if report["modinfo_present"] else " (modinfo is not installed)"))
+    print("userspace (smi) :", ", ".join(report["userspace_versions"]) or "unavailable")
+    if report["expected"]:
+        print("expected (pin)  :", report["expected"])
+    print("verdict         :", "; ".join(report["problems"]) or "consistent: module and userspace match")
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description="Read-only NVIDIA driver state check (no changes).")
+    parser.add_argument("--expect", help="the driver version the host should run (stack.yml pin)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options = parser.parse_args()
+    status, result = check_this_machine(options.expect)
+    if options.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_report(result)
+    sys.exit(status)

@@ -1,0 +1,170 @@
+"""roles/nvidia_driver, roles/cuda, roles/docker_engine in the lab, through real apt and dpkg.
+
+NVIDIA's servers are replaced by the local repository stand-in (tests/standins/nvidia_apt_repo)
+that inventory/lab.py serves; it also holds newer driver versions than the pin (580.105.08,
+590.48.01), so these tests prove that the pin, not "newest wins", decides. No GPU and no kernel
+module exist here: what needs them is listed in the README's "what is verified where".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from roles.site import load_site
+from tests.lab.harness import LAB_INVENTORY
+
+pytestmark = pytest.mark.lab
+
+SITE = load_site(LAB_INVENTORY)
+HOST = next(iter(SITE.group("gpu_nodes")))
+STACK = SITE.stack
+PINNED = f"{STACK.driver_version}-1"  # Debian revision in NVIDIA's repository
+DRIVER_PACKAGES = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms"]
+ROLES = ("NVIDIA driver |", "CUDA |", "Docker engine |")
+
+
+def _ours(names):
+    return [n for n in names if n.startswith(ROLES)]
+
+
+def test_second_deploy_changes_nothing_in_the_gpu_stack(lab_second_deploy):
+    assert lab_second_deploy.results is not None, lab_second_deploy.explain()
+    assert _ours(lab_second_deploy.changed) == []
+
+
+@pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
+                    reason="containers were reused: the first deploy had nothing to do")
+def test_first_deploy_installed_the_stack(lab_first_deploy):
+    changed = _ours(lab_first_deploy.changed)
+    for expected in ("Install NVIDIA's repository keyring", f"Install NVIDIA driver {STACK.driver_version}",
+                     "Install CUDA toolkit 12.8", "Install CUDA toolkit 13.0",
+                     "Add the nvidia runtime to daemon.json"):
+        assert any(expected in name for name in changed), f"{expected!r} did not run: {changed}"
+
+
+def test_container_limits_are_reported_not_failed(lab_first_deploy):
+    assert "kernel modules cannot be built or loaded here" in lab_first_deploy.stderr
+
+
+# --- the repository: keyring package, the configured URL, real apt ---------------------------
+
+def test_keyring_comes_from_the_cuda_keyring_package(gpu_guest):
+    owner = gpu_guest.run("dpkg -S /usr/share/keyrings/cuda-archive-keyring.gpg")
+    assert owner.rc == 0 and owner.stdout.startswith("cuda-keyring:")
+
+
+def test_only_the_configured_url_is_an_apt_source(gpu_guest):
+    sources = gpu_guest.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
+    assert sources.content_string.strip() == (
+        "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
+        f" {HOST.cuda.repo_url}/debian12/x86_64/ /")
+    public = gpu_guest.run("grep -rl developer.download.nvidia.com /etc/apt/sources.list /etc/apt/sources.list.d/")
+    assert public.stdout.strip() == "", "the keyring's public entry must be replaced by the setting"
+
+
+# --- the driver: exact version, pinned, held ---------------------------------------------------
+
+@pytest.mark.parametrize("package", DRIVER_PACKAGES)
+def test_driver_package_at_the_pinned_version_though_newer_exist(gpu_guest, package):
+    assert gpu_guest.package(package).version == PINNED
+    policy = gpu_guest.run(f"apt-cache policy {package}").stdout
+    assert "590.48.01-1" in policy and "580.105.08-1" in policy, "the stand-in offers newer versions"
+    assert f"Candidate: {PINNED}" in policy, policy
+
+
+def test_driver_packages_are_held(gpu_guest):
+    held = set(gpu_guest.run("apt-mark showhold").stdout.split())
+    assert set(DRIVER_PACKAGES) <= held
+
+
+def test_an_upgrade_does_not_move_the_driver(gpu_guest):
+    # What unattended-upgrades would do, simulated: nothing NVIDIA may be touched.
+    upgrade = gpu_guest.run("apt-get -s -o Debug::NoLocking=1 dist-upgrade")
+    assert upgrade.rc == 0, upgrade.stderr
+    moved = [line for line in upgrade.stdout.splitlines() if line.startswith("Inst") and "nvidia" in line]
+    assert moved == []
+
+
+def test_the_kernel_module_flavor_is_open(gpu_guest):
+    assert gpu_guest.package("nvidia-kernel-open-dkms").is_installed
+    assert not gpu_guest.package("nvidia-kernel-dkms").is_installed
+    assert not gpu_guest.package("cuda-drivers").is_installed
+
+
+def test_nouveau_blacklisted(gpu_guest):
+    conf = gpu_guest.file("/etc/modprobe.d/blacklist-nouveau.conf")
+    assert conf.contains("^blacklist nouveau$") and conf.contains("^options nouveau modeset=0$")
+
+
+def test_persistence_daemon_enabled_not_started_without_module(gpu_guest):
+    service = gpu_guest.service("nvidia-persistenced")
+    assert service.is_enabled
+    assert not gpu_guest.file("/proc/driver/nvidia/version").exists
+    assert not service.is_running
+
+
+# --- CUDA: side by side, one selected ---------------------------------------------------------
+
+@pytest.mark.parametrize("cuda", sorted({s.cuda for s in STACK.stacks.values()}))
+def test_every_stacks_toolkit_installed(gpu_guest, cuda):
+    assert gpu_guest.package(f"cuda-toolkit-{cuda.replace('.', '-')}").is_installed
+    assert gpu_guest.file(f"/usr/local/cuda-{cuda}/bin/nvcc").is_file
+
+
+def test_no_cuda_meta_package(gpu_guest):
+    for meta in ("cuda", "cuda-12-8", "cuda-13-0"):
+        assert not gpu_guest.package(meta).is_installed, f"{meta} drags in a driver"
+
+
+def test_active_cuda_selected_over_the_higher_priority_one(gpu_guest):
+    active = STACK.active.cuda
+    assert gpu_guest.run("readlink -e /usr/local/cuda").stdout.strip() == f"/usr/local/cuda-{active}"
+    query = gpu_guest.run("update-alternatives --query cuda").stdout
+    assert "Status: manual" in query  # 13.0 registers with a higher priority
+
+
+def test_login_shell_gets_cuda_home_path_and_library_path(gpu_guest):
+    active = STACK.active.cuda
+    shell = gpu_guest.run("bash -lc 'echo $CUDA_HOME; echo $LD_LIBRARY_PATH; nvcc --version'")
+    assert shell.rc == 0, shell.stderr
+    lines = shell.stdout.splitlines()
+    assert lines[0] == f"/usr/local/cuda-{active}"
+    assert f"/usr/local/cuda-{active}/lib64" in lines[1].split(":")
+    assert f"release {active}," in shell.stdout
+
+
+# --- Docker engine and the NVIDIA container toolkit -------------------------------------------
+
+def test_docker_engine_runs_with_the_nvidia_runtime(gpu_guest):
+    assert gpu_guest.service("docker").is_running
+    info = gpu_guest.run("docker info --format '{{json .Runtimes}}|{{.DockerRootDir}}|{{.LoggingDriver}}'")
+    assert info.rc == 0, info.stderr
+    runtimes, root, logging = info.stdout.strip().split("|")
+    assert json.loads(runtimes)["nvidia"]["path"] == "nvidia-container-runtime"
+    assert root == HOST.docker.data_root
+    assert logging == "json-file"
+
+
+def test_daemon_json_holds_the_settings_and_the_runtime(gpu_guest):
+    config = json.loads(gpu_guest.file("/etc/docker/daemon.json").content_string)
+    docker = HOST.docker
+    assert config["data-root"] == docker.data_root
+    assert config["default-shm-size"] == docker.default_shm_size
+    assert config["log-opts"] == {"max-size": docker.log_max_size, "max-file": str(docker.log_max_file)}
+    assert config["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
+    for key, value in docker.daemon_extra.items():
+        assert config[key] == value
+
+
+@pytest.mark.parametrize("user", HOST.docker.users)
+def test_engine_user_can_build_with_buildkit(gpu_guest, user):
+    assert "docker" in gpu_guest.user(user).groups
+    build = gpu_guest.run(
+        f"d=$(mktemp -d) && printf 'FROM scratch\\nCOPY hello /hello\\n' > $d/Dockerfile"
+        f" && echo hi > $d/hello && chmod -R a+rX $d"
+        f" && runuser -u {user} -- env DOCKER_BUILDKIT=1 docker build -q -t ih-lab-probe $d"
+        f" && docker image rm -f ih-lab-probe >/dev/null; rc=$?; rm -rf $d; exit $rc")
+    assert build.rc == 0, build.stderr

@@ -1,0 +1,34 @@
+"""Fake facts shared by the plan inventories: what a fresh host of each distro answers."""
+
+OS_RELEASE = {
+    "ubuntu2404": [
+        "/etc/lsb-release", "DISTRIB_ID=Ubuntu", "DISTRIB_RELEASE=24.04", "DISTRIB_CODENAME=noble", "---",
+        "/etc/os-release", 'PRETTY_NAME="Ubuntu 24.04.3 LTS"', 'NAME="Ubuntu"', 'VERSION_ID="24.04"',
+        'VERSION="24.04.3 LTS (Noble Numbat)"', "VERSION_CODENAME=noble", "ID=ubuntu", "ID_LIKE=debian",
+        "UBUNTU_CODENAME=noble", "---",
+    ],
+    "debian12": [
+        "/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"', 'NAME="Debian GNU/Linux"',
+        'VERSION_ID="12"', 'VERSION="12 (bookworm)"', "VERSION_CODENAME=bookworm", "ID=debian", "---",
+    ],
+}
+
+
+# Tools a fresh host of either distro has (pyinfra looks them up with `command -v`).
+TOOLS = ["useradd", "usermod", "groupadd", "curl", "wget", "dpkg", "apt-get", "systemctl"]
+
+
+def fake_host(distro: str, **responses) -> dict:
+    """Host data for a @fake host of `distro` (no delay); extra fact answers by matcher."""
+    return {
+        # The plans cover the roles' commands; the health checks need a real host to talk to.
+        "health_after_deploy": [],
+        "fake_delay": 0,
+        "fake_delay_jitter": 0,
+        "fake_responses": {
+            "-release | grep -v /": OS_RELEASE[distro],
+            "uname -s": "Linux",
+            **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},
+            **responses,
+        },
+    }

@@ -1,0 +1,38 @@
+"""GPU stack settings: defaults, the driver mode from the groups, and refusals of bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.site import load_site
+from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.test_site import assert_names, only_problem
+
+
+def test_prod_driver_modes_follow_the_groups():
+    site = load_site(PROJECT_ROOT / "inventory" / "prod.py")
+    assert site.hosts["sglang-lxc.example.internal"].driver_mode == "userspace"
+    assert site.hosts["sglang-vm.example.internal"].driver_mode == "full"
+
+
+def test_defaults_point_at_the_public_repositories(inventory):
+    host = next(iter(load_site(inventory.groups(gpu_nodes=[gpu_node()])).hosts.values()))
+    assert host.cuda.repo_url == "https://developer.download.nvidia.com/compute/cuda/repos"
+    assert host.docker.source == "docker"
+    assert host.docker.repo_url == "https://download.docker.com/linux"
+    assert host.nvidia_driver.allow_reboot is False
+
+
+@pytest.mark.parametrize("data, parts", [
+    ({"cuda_repo_url": "ftp://mirror/cuda"}, ["cuda_repo_url", "'ftp://mirror/cuda'", "http(s) URL"]),
+    ({"docker_source": "snap"}, ["docker_source", "'snap'", "'docker', 'distro'"]),
+    ({"docker_log_max_size": "lots"}, ["docker_log_max_size", "'lots'", "64m, 1g"]),
+    ({"docker_daemon_extra": {"runtimes": {}}}, ["docker_daemon_extra", "daemon.json keys other than",
+                                                 "runtimes"]),
+    ({"docker_users": ["Root"]}, ["docker_users", "lower-case Unix user names"]),
+    ({"nvidia_driver_allow_reboot": "yes"}, ["nvidia_driver_allow_reboot", "'yes'", "True or False"]),
+    ({"cuda_keyring_version": "latest"}, ["cuda_keyring_version", "1.1-1"]),
+])
+def test_bad_gpu_stack_settings_are_refused(inventory, data, parts):
+    message = only_problem(inventory.groups(gpu_nodes=[gpu_node(**data)]))
+    assert_names(message, "site.py", *parts)

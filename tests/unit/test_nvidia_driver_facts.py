@@ -1,0 +1,135 @@
+"""Driver-state parsers on real output captured on an H200 (tests/unit/data/gpu/h200-1gpu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roles.nvidia_driver.facts import (
+    NO_MODINFO,
+    HeldPackages,
+    KernelModule,
+    NvidiaKernelModule,
+    NvidiaModuleLicense,
+    NvidiaSmiDriver,
+    driver_mismatch,
+    parse_modinfo_license,
+    parse_nvidia_smi_driver_version,
+    parse_proc_driver_version,
+)
+
+H200 = Path(__file__).parent / "data" / "gpu" / "h200-1gpu"
+
+
+def test_proc_version_of_the_h200_is_the_open_module_580_159_04():
+    module = parse_proc_driver_version((H200 / "proc-version.txt").read_text())
+    assert module == KernelModule(version="580.159.04", flavor="open")
+
+
+def test_proprietary_banner_is_recognised():
+    # The banner of the proprietary module: no "Open" before "Kernel Module".
+    text = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert parse_proc_driver_version(text) == KernelModule("535.129.03", "proprietary")
+
+
+@pytest.mark.parametrize("text", ["", "__ih_no_nvidia_module__", "GCC version: gcc 12\n"])
+def test_no_module_loaded_is_none(text):
+    assert parse_proc_driver_version(text) is None
+
+
+def test_fact_reads_the_same_file_the_parser_does():
+    fact = NvidiaKernelModule()
+    assert "/proc/driver/nvidia/version" in fact.command()
+    lines = (H200 / "proc-version.txt").read_text().splitlines()
+    assert fact.process(lines).version == "580.159.04"
+
+
+def test_nvidia_smi_driver_version_of_the_h200():
+    # The capture queried more columns; driver_version is its 6th field.
+    row = (H200 / "query-gpu-noheader.csv").read_text().strip()
+    driver_column = row.split(", ")[5]
+    parsed = parse_nvidia_smi_driver_version(driver_column + "\n")
+    assert parsed.versions == ("580.159.04",)
+    assert parsed.version == "580.159.04"
+    assert parsed.mismatch_library_version is None and parsed.error is None
+
+
+def test_nvidia_smi_driver_version_with_eight_gpus():
+    parsed = parse_nvidia_smi_driver_version("580.95.05\n" * 8)
+    assert parsed.version == "580.95.05" and len(parsed.versions) == 8
+
+
+def test_nvml_mismatch_message_is_recognised():
+    # Wording of nvidia-smi after a userspace upgrade without reboot, as quoted in public
+    # reports (NVIDIA/deepops#1186); not captured here: the lent machine is consistent.
+    text = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n"
+    parsed = parse_nvidia_smi_driver_version(text)
+    assert parsed.mismatch_library_version == "580.95"
+    assert parsed.version is None
+
+
+def test_other_nvidia_smi_failures_are_kept_in_its_words():
+    text = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+            " Make sure that the latest NVIDIA driver is installed and running.\n")
+    parsed = parse_nvidia_smi_driver_version(text)
+    assert parsed.version is None and "couldn't communicate" in parsed.error
+
+
+def test_nvidia_smi_fact_is_none_without_nvidia_smi():
+    fact = NvidiaSmiDriver()
+    assert fact.process(["__ih_no_nvidia_smi__"]) is None
+
+
+@pytest.mark.parametrize("text, flavor", [
+    ("Dual MIT/GPL\n", "open"),
+    ("NVIDIA\n", "proprietary"),
+    (NO_MODINFO + "\n", "unknown"),      # the lent H200 has no modinfo (tools.txt)
+    ("", "unknown"),
+])
+def test_modinfo_license(text, flavor):
+    assert parse_modinfo_license(text) == flavor
+
+
+def test_modinfo_is_really_absent_on_the_capture_machine():
+    assert "modinfo: missing" in (H200 / "tools.txt").read_text()
+    assert NvidiaModuleLicense.default() == "unknown"
+
+
+def test_no_mismatch_on_the_h200():
+    module = parse_proc_driver_version((H200 / "proc-version.txt").read_text())
+    userspace = parse_nvidia_smi_driver_version("580.159.04\n")
+    assert driver_mismatch(module, userspace.version) is None
+
+
+def test_mismatch_says_reboot_required_in_plain_words():
+    message = driver_mismatch(KernelModule("580.82.07", "open"), "580.95.05")
+    assert message.startswith("reboot required")
+    assert "580.82.07" in message and "580.95.05" in message
+
+
+def test_mismatch_against_nvml_major_minor():
+    assert driver_mismatch(KernelModule("580.95.05", "open"), "580.95") is None
+    assert driver_mismatch(KernelModule("580.82.07", "open"), "580.95") is not None
+
+
+def test_held_packages_fact():
+    assert HeldPackages().process(["nvidia-open\n", "libcuda1"]) == {"nvidia-open", "libcuda1"}
+    assert HeldPackages.default() == set()
+
+
+def test_standalone_check_on_the_h200_captures(monkeypatch):
+    """scripts' view: roles/nvidia_driver/driver_state.py run against the captured H200 output."""
+    from roles.nvidia_driver import driver_state
+
+    driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
+    monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
+    monkeypatch.setattr(driver_state, "_output",
+                        lambda *command: driver_column if command[0] == "nvidia-smi" else None)
+    status, report = driver_state.check_this_machine()
+    assert status == 0, report["problems"]
+    assert report["kernel_module"] == {"version": "580.159.04", "flavor": "open"}
+    assert report["modinfo_license_flavor"] == "unknown" and report["modinfo_present"] is False
+    status, report = driver_state.check_this_machine(expect="580.95.05")
+    assert status == 1 and report["problems"][0].startswith("reboot required")
