@@ -3,14 +3,15 @@
     uv run pyinfra -y inventory/lab.py deploy.py      # the embedded lab
     uv run pyinfra inventory/prod.py deploy.py        # the real machine
 
-The Proxmox node's operations come first in this file, so pyinfra runs them before the guests'
-own: the guests exist and have their GPUs before the rest of the deploy continues inside them.
+The Proxmox nodes' operations come first, then a barrier every host passes (guests_ready), so
+pyinfra runs all of the nodes' operations before any of the guests' own: the guests exist and
+have their GPUs before the rest of the deploy continues inside them.
 """
 
 from roles.base import base
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
-from roles.proxmox_host import guests_of, proxmox_host
+from roles.proxmox_host import guests_of, guests_ready, proxmox_host
 from roles.site import current_host
 
 settings = current_host()
@@ -22,6 +23,8 @@ if settings.in_group("proxmox_hosts"):
             lxc_guest(guest)
         else:
             kvm_guest(guest)
+
+guests_ready()  # every host: guests wait here until their node has made them
 
 if settings.in_group("gpu_nodes") or settings.in_group("builders"):
     base()

@@ -75,6 +75,22 @@ def proxmox_host() -> None:
         _host_driver(settings)
 
 
+@deploy("Proxmox guests ready")
+def guests_ready() -> None:
+    """An ordering barrier, called by every host at one place in deploy.py.
+
+    pyinfra orders operations as a graph of each host's own sequence; an operation called from
+    the same line on every host is one node of that graph. Placed after the node's guest
+    operations and before the guests' own, it makes every guest wait until its node has created
+    and configured it. It never runs anything itself.
+    """
+    server.shell(
+        name="Continue inside the guests once the Proxmox nodes have created them",
+        commands=["true"],
+        _if=lambda: False,
+    )
+
+
 def _require_supported_distro() -> None:
     distro = host.get_fact(LinuxDistribution)
     key = (distro.get("name"), distro.get("major"))
