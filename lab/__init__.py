@@ -221,9 +221,9 @@ def _pve_node_script() -> str:
         'ln -sfn nodes/$node/lxc /etc/pve/lxc && ln -sfn nodes/$node/qemu-server /etc/pve/qemu-server',
         f"touch /var/lib/vz/template/cache/{PVE_TEMPLATE}",
         # A systemd-boot node (ZFS root): the role must find and use /etc/kernel/cmdline.
-        "[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
-        " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
-        " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }",
+        ("[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
+         " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
+         " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }"),
         # Real character devices with the driver's majors (Docker allows mknod, not open).
         "mk() { [ -c \"$1\" ] || { rm -f \"$1\"; mknod -m 0666 \"$1\" c $2 $3; }; }",
         "mk /dev/nvidiactl 195 255; mk /dev/nvidia-uvm 511 0; mk /dev/nvidia-uvm-tools 511 1",

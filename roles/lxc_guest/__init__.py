@@ -51,7 +51,7 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> list[str]:
     for address in guest.guest.gpu_addresses:
         if address not in host_devices["minors"]:
             raise RuntimeError(
-                f"{host.name}: {guest.name} is given GPU {address}, but the node's NVIDIA driver"
+                f"{guest.guest.node}: {guest.name} is given GPU {address}, but the node's NVIDIA driver"
                 " lists no such GPU (/proc/driver/nvidia/gpus); install the host driver, reboot"
                 " the node if proxmox_host asked for it, and deploy again"
             )
@@ -61,7 +61,7 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> list[str]:
     missing = [path for path in paths if path not in present]
     if missing:
         raise RuntimeError(
-            f"{host.name}: {guest.name} needs {', '.join(missing)}, missing on the node; Proxmox"
+            f"{guest.guest.node}: {guest.name} needs {', '.join(missing)}, missing on the node; Proxmox"
             " refuses to start a container whose devN path is absent (is nvidia-persistenced"
             " running? `nvidia-modprobe -u -c=0` creates the uvm nodes)"
         )

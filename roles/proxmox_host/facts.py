@@ -8,7 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from roles.pve import GuestConfig, parse_config
+from roles.pve import parse_config
 
 
 def parse_boot_loader(lines: list[str]) -> str:
@@ -164,8 +164,3 @@ class KvmGuestState(_GuestState):
     TOOL = "qm"
     CONF_DIR = "/etc/pve/qemu-server"
 
-
-__all__ = [
-    "BootLoader", "KernelCmdline", "CpuVendor", "NvidiaHostDevices", "PciDevices",
-    "LxcGuestState", "KvmGuestState", "GuestConfig",
-]

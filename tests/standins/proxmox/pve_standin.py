@@ -67,11 +67,11 @@ class ParamError(Exception):
 
 
 def boolean(value: str) -> str:
-    if re.fullmatch(r"1|true|yes|on", value, re.I):
+    if re.fullmatch(r"1|true|yes|on", value, re.IGNORECASE):
         return "1"
-    if re.fullmatch(r"0|false|no|off", value, re.I):
+    if re.fullmatch(r"0|false|no|off", value, re.IGNORECASE):
         return "0"
-    raise SchemaError("type check ('boolean') failed - got '%s'" % value)
+    raise SchemaError(f"type check ('boolean') failed - got '{value}'")
 
 
 def integer(minimum=None, maximum=None):
@@ -176,7 +176,7 @@ def parse_property_string(value: str, fields: dict, default_key=None, aliases=No
 def dns_name(value: str) -> str:
     if not re.fullmatch(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?\.)*"
                         r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?", value):
-        raise SchemaError(f"invalid format - value does not look like a valid DNS name\n")
+        raise SchemaError("invalid format - value does not look like a valid DNS name")
     return value
 
 
@@ -264,13 +264,7 @@ DRIVE = {"file": VOLUME, "size": DISK_SIZE, "iothread": boolean, "cache": anythi
          "efitype": enum("2m", "4m"), "pre-enrolled-keys": boolean, "ms-cert": anything,
          "import-from": anything}
 
-QM_SCHEMA: dict = {key: anything for key in (
-    "autostart hotplug reboot lock amd-sev shares keyboard description boot bootdisk smp vcpus "
-    "acpi agent kvm tdf localtime freeze vga watchdog startdate startup template args tablet "
-    "migrate_speed migrate_downtime cdrom parent snaptime vmstate vmstatestorage runningmachine "
-    "runningcpu arch smbios1 protection vmgenid hookscript ivshmem audio0 spice_enhancements tags "
-    "rng0 meta affinity hugepages keephugepages citype ciuser cipassword ciupgrade cicustom "
-    "searchdomain nameserver sshkeys").split()}
+QM_SCHEMA: dict = {key: anything for key in ["autostart", "hotplug", "reboot", "lock", "amd-sev", "shares", "keyboard", "description", "boot", "bootdisk", "smp", "vcpus", "acpi", "agent", "kvm", "tdf", "localtime", "freeze", "vga", "watchdog", "startdate", "startup", "template", "args", "tablet", "migrate_speed", "migrate_downtime", "cdrom", "parent", "snaptime", "vmstate", "vmstatestorage", "runningmachine", "runningcpu", "arch", "smbios1", "protection", "vmgenid", "hookscript", "ivshmem", "audio0", "spice_enhancements", "tags", "rng0", "meta", "affinity", "hugepages", "keephugepages", "citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain", "nameserver", "sshkeys"]}
 QM_SCHEMA.update({
     "onboot": boolean, "cpulimit": number(0, 128), "cpuunits": integer(1, 262144),
     "memory": property_string({"current": integer(16)}, "current"), "balloon": integer(0),
