@@ -9,6 +9,7 @@ have their GPUs before the rest of the deploy continues inside them.
 """
 
 from roles.base import base
+from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
 from roles.proxmox_host import guests_of, guests_ready, proxmox_host
@@ -28,3 +29,7 @@ guests_ready()  # every host: guests wait here until their node has made them
 
 if settings.in_group("gpu_nodes") or settings.in_group("builders"):
     base()
+
+# Last on every gpu node: the health checks judge what the roles above left (roles/health).
+if settings.in_group("gpu_nodes"):
+    health()

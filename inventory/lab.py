@@ -68,6 +68,9 @@ gpu_nodes = [
         "serving_served_model_name": "kimi-k2.5",
         "serving_api_key_secret": "sglang_api_key",
         "serving_hf_token_secret": "hf_token",
+        # No GPU here: only the service and server suites can judge the lab, and only once
+        # roles/serving runs the stand-in server; until then the hook is off (README: health).
+        "health_after_deploy": [],
     }),
 ]
 

@@ -311,6 +311,31 @@ class ProxmoxSettings:
     nvidia_proc_dir: str = field(default="/proc/driver/nvidia", metadata=_absolute_path())
 
 
+HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """tests/infra: what the health checks demand beyond the host's own description."""
+
+    PREFIX: typing.ClassVar[str] = "health_"
+
+    # Suites run as the last step of every deploy (roles/health); [] turns that off.
+    after_deploy: list[str] = field(
+        default_factory=lambda: list(HEALTH_SUITES),
+        metadata=_check(lambda v: set(v) <= set(HEALTH_SUITES), "a list from: " + ", ".join(HEALTH_SUITES)),
+    )
+    # The engine environment's python (torch) for the CUDA and all-reduce checks;
+    # None: <base_install_root>/venv/bin/python.
+    engine_python: str | None = field(default=None, metadata=_absolute_path())
+    # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
+    allreduce_timeout_s: int = field(default=120, metadata=_positive())
+    allreduce_min_busbw_gbps: float = field(default=10.0, metadata=_positive())
+    allreduce_size_mib: int = field(default=256, metadata=_positive())
+    server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
+    max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+
+
 SECTIONS: tuple[type, ...] = (
     BaseSettings,
     GpuSettings,
@@ -319,6 +344,7 @@ SECTIONS: tuple[type, ...] = (
     BuildSettings,
     GuestSettings,
     ProxmoxSettings,
+    HealthSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -397,9 +423,9 @@ def load_stack(path: Path) -> Stack:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise SiteError([f"{where}: file not found; every inventory needs a stack file"])
+        raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except yaml.YAMLError as error:
-        raise SiteError([f"{where}: not valid YAML: {error}"])
+        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
 
@@ -502,6 +528,7 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    health: HealthSettings = HealthSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 
@@ -575,8 +602,11 @@ def _display(path: Path) -> str:
 
 def _pyinfra_keys() -> set[str]:
     """Keys pyinfra itself understands: connector data and global operation arguments."""
-    from pyinfra.api.arguments import all_global_arguments
-    from pyinfra.api.connectors import get_all_connectors
+    try:
+        from pyinfra.api.arguments import all_global_arguments
+        from pyinfra.api.connectors import get_all_connectors
+    except ImportError:  # tests/infra --expect on a machine without pyinfra: no such keys there
+        return set()
 
     keys = {name for name, _ in all_global_arguments()}
     for connector in get_all_connectors().values():
@@ -683,6 +713,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        health=sections[HealthSettings],
         invalid_keys=frozenset(invalid),
     )
 
@@ -937,30 +968,48 @@ def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> 
     return values
 
 
-def load_site(inventory_file: str | os.PathLike) -> Site:
-    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
+def _pyinfra_inventory(path: Path):
+    """The Inventory pyinfra's CLI would build from this file (group_data included)."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory_from_files
 
+    key = str(path.resolve())
+    _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
+    try:
+        if ctx_state.isset():  # inside pyinfra: reuse its state
+            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+        with ctx_state.use(State()):
+            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+    finally:
+        _VALIDATING.discard(key)
+
+
+def load_site(inventory_file: str | os.PathLike) -> Site:
+    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
     path = Path(inventory_file)
     if not path.is_file():
         raise SiteError([f"{inventory_file}: no such inventory file"])
-    _VALIDATING.add(str(path.resolve()))
     try:
-        if ctx_state.isset():  # inside pyinfra: reuse its state
-            inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
-        else:
-            with ctx_state.use(State()):
-                inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+        inventory = _pyinfra_inventory(path)
     except SiteError:
         raise
     except Exception as error:  # a Python error in the user's inventory or group data
         cause = getattr(error, "__cause__", None) or error
         raise SiteError([f"{_display(path)}: could not be loaded: {cause}"]) from error
-    finally:
-        _VALIDATING.discard(str(path.resolve()))
     return site_from_inventory(inventory, str(path))
+
+
+def testinfra_url(inventory_file: str | os.PathLike, host_name: str) -> str:
+    """How testinfra reaches an inventory host (tests/infra): pyinfra's own connector, user, port."""
+    data = _pyinfra_inventory(Path(inventory_file)).get_host(host_name).data
+    if host_name.startswith("@docker/"):
+        return "docker://" + host_name.removeprefix("@docker/")
+    if host_name == "@local":
+        return "local://"
+    user = f"{data.get('ssh_user')}@" if data.get("ssh_user") else ""
+    port = f":{data.get('ssh_port')}" if data.get("ssh_port") else ""
+    return f"ssh://{user}{data.get('ssh_hostname') or host_name}{port}"
 
 
 _VALIDATING: set[str] = set()
@@ -978,7 +1027,7 @@ def require_valid_inventory(inventory_file: str) -> None:
             _require_decryptable(site)
     except SiteError as error:
         _print_problems(error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def _under_pyinfra_cli() -> bool:
@@ -1044,6 +1093,11 @@ def _inventory_file_of() -> str:
     ])
 
 
+def inventory_file() -> str:
+    """The inventory file of the running deploy (roles/health hands it to the checks)."""
+    return _inventory_file_of()
+
+
 def current_site() -> Site:
     return _deploy_site(_inventory_file_of())
 
@@ -1084,4 +1138,4 @@ if __name__ == "__main__":
         print(load_site(sys.argv[1]).summary())
     except SiteError as site_error:
         _print_problems(site_error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from roles.health import CHECK_OPERATION_PREFIX
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = PROJECT_ROOT / "inventory" / "lab.py"
 # CI sets this so that a missing Docker engine fails the run instead of skipping the lab.
@@ -26,10 +28,13 @@ class DeployRun:
 
     @property
     def changed(self) -> list[str]:
-        """Names of operations that changed something on some host."""
+        """Names of operations that changed something on some host. The health checks run as
+        an operation that pyinfra always counts as changed; they change nothing, so they are
+        left out (roles/health)."""
         if not self.results:
             return []
-        return [op["name"] for op in self.results["operations"] if op["success"]]
+        return [op["name"] for op in self.results["operations"]
+                if op["success"] and not op["name"].startswith(CHECK_OPERATION_PREFIX)]
 
     @property
     def failed(self) -> list[str]:

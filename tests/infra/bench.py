@@ -1,0 +1,323 @@
+"""Benchmark the deployed server with SGLang's own bench_serving, keep a history, compare, chart.
+
+    uv run python -m tests.infra.bench --inventory inventory/prod.py            # first gpu node
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --concurrency 1,8,32,64
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-p2p    # NCCL P2P on vs off
+    uv run python -m tests.infra.bench --chart-only                             # redraw the PNG
+
+bench_serving runs ON the host with the engine's python (the server usually binds 127.0.0.1),
+dataset random-ids (random token ids: no download, offline), a single stream and then each
+concurrency of the sweep. Each run appends one record to the history (reports/bench-history.jsonl)
+and prints the comparison with the previous comparable run (same host, workload and label) and
+with the reference figures recorded on the target (tests/infra/reference.yml), then redraws
+reports/bench-history.png.
+
+--ab-p2p restarts the service twice: once with NCCL_P2P_DISABLE=0 and once with =1, through a
+temporary systemd drop-in that adds an EnvironmentFile read after the unit's own (later files
+win), and removes the drop-in afterwards (restarting once more), so the host ends as deployed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from roles import gpu_parsers as parse
+from roles.site import SiteError, load_site, testinfra_url
+
+HERE = Path(__file__).resolve().parent
+REFERENCE_FILE = HERE / "reference.yml"
+DEFAULT_HISTORY = Path("reports") / "bench-history.jsonl"
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_itl_ms", "accept_length")
+LOWER_IS_BETTER = {"mean_ttft_ms", "mean_itl_ms"}
+AB_DROPIN = "90-inference-host-bench-ab.conf"
+AB_ENV = "bench-ab.env"
+
+
+# -- the workload --------------------------------------------------------------------------------
+
+
+def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: int, output_len: int,
+                  prompts: int, concurrency: int, output_file: str) -> list[str]:
+    """One bench_serving run (flags of sglang.bench_serving, reference/serving.md)."""
+    return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
+            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
+            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+            "--random-range-ratio", "1", "--num-prompts", str(prompts),
+            "--max-concurrency", str(concurrency), "--output-file", output_file]
+
+
+def run_workload(host, target, args) -> list[parse.BenchResult]:
+    from tests.infra import server_checks
+
+    expect = target["expect"]
+    key_setup = ""
+    if expect.api_key_configured:  # bench_serving reads OPENAI_API_KEY; the key stays on the host
+        env_file = server_checks.environment_file(host, expect.unit_name) or "/dev/null"
+        key_setup = (f"export OPENAI_API_KEY=$(sed -n 's/^{expect.api_key_variable}=//p' "
+                     f"{shlex.quote(env_file)} | head -n1); ")
+    results = []
+    for concurrency in args.concurrency:
+        prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)
+        command = bench_command(expect.engine_python, server_checks.base_url(expect),
+                                expect.served_model_name, target["model_path"], args.input_len,
+                                args.output_len, prompts, concurrency, "$d/out.jsonl")
+        text = " ".join(shlex.quote(c) if c != "$d/out.jsonl" else '"$d/out.jsonl"' for c in command)
+        script = f"{key_setup}d=$(mktemp -d); {text} >&2 && cat \"$d/out.jsonl\"; rc=$?; rm -rf \"$d\"; exit $rc"
+        print(f"  bench_serving: concurrency {concurrency}, {prompts} prompts, "
+              f"{args.input_len} in / {args.output_len} out", flush=True)
+        result = host.run(f"bash -c {shlex.quote(script)}")
+        if result.rc != 0:
+            raise RuntimeError(f"bench_serving failed (rc {result.rc}): {result.stderr.strip()[-1500:]}")
+        results.extend(parse.parse_bench_serving_jsonl(result.stdout))
+    return results
+
+
+# -- history, comparison, chart (pure apart from files) --------------------------------------------
+
+
+def make_record(host_name: str, label: str, stack: str, workload: dict, results: list[parse.BenchResult],
+                when: str | None = None) -> dict:
+    return {
+        "time": when or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": host_name, "label": label, "stack": stack, "workload": workload,
+        "results": [{"concurrency": r.max_concurrency or 1, **{m: getattr(r, m) for m in METRICS},
+                     "median_ttft_ms": r.median_ttft_ms, "median_itl_ms": r.median_itl_ms,
+                     "request_throughput": r.request_throughput} for r in results],
+    }
+
+
+def read_history(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_history(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def previous_comparable(history: list[dict], record: dict) -> dict | None:
+    for old in reversed(history):
+        if old is record:
+            continue
+        if (old["host"], old["label"], old["workload"]) == (record["host"], record["label"], record["workload"]):
+            return old
+    return None
+
+
+def _change(new, old, metric) -> str:
+    if new is None or old in (None, 0):
+        return ""
+    percent = (new - old) / old * 100
+    better = percent < 0 if metric in LOWER_IS_BETTER else percent > 0
+    return f"{percent:+.1f}%{'' if abs(percent) < 2 else (' better' if better else ' WORSE')}"
+
+
+def _fmt(value, digits=1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def comparison_table(record: dict, previous: dict | None, reference: dict) -> str:
+    """Per concurrency: this run, the previous comparable run and the change; then single stream
+    against the reference figures recorded on the target."""
+    lines = [f"Benchmark {record['time']}  {record['host']}  [{record['label']}]  stack {record['stack']}",
+             f"workload: {record['workload']}",
+             (f"{'conc':>4}  {'out tok/s':>10} {'prev':>9} {'change':>14}   {'TTFT ms':>9} {'prev':>9}"
+              f"   {'ITL ms':>7} {'prev':>7}   {'accept':>6}")]
+    before = {r["concurrency"]: r for r in (previous or {}).get("results", [])}
+    for row in record["results"]:
+        old = before.get(row["concurrency"], {})
+        lines.append(
+            f"{row['concurrency']:>4}  {_fmt(row['output_throughput']):>10} {_fmt(old.get('output_throughput')):>9}"
+            f" {_change(row['output_throughput'], old.get('output_throughput'), 'output_throughput'):>14}"
+            f"   {_fmt(row['mean_ttft_ms']):>9} {_fmt(old.get('mean_ttft_ms')):>9}"
+            f"   {_fmt(row['mean_itl_ms'], 2):>7} {_fmt(old.get('mean_itl_ms'), 2):>7}"
+            f"   {_fmt(row['accept_length'], 2):>6}")
+    if previous is None:
+        lines.append("(no previous comparable run in the history: this one is the baseline)")
+    single = next((r for r in record["results"] if r["concurrency"] == 1), None)
+    if single and single["output_throughput"]:
+        lines.append(f"single stream vs {reference['source']}:")
+        for name, figure in reference["single_stream_output_tok_s"].items():
+            lines.append(f"  {name:55.55} {figure:7.1f} tok/s   this run "
+                         f"{single['output_throughput'] / figure * 100:5.0f}%")
+    return "\n".join(lines)
+
+
+def ab_table(records: dict[str, dict]) -> str:
+    labels = list(records)
+    lines = [f"A/B {' vs '.join(labels)} (same workload, same host)",
+             f"{'conc':>4}  " + "  ".join(f"{label + ' tok/s':>16}" for label in labels) + f"  {'B vs A':>8}"]
+    rows = {label: {r["concurrency"]: r for r in rec["results"]} for label, rec in records.items()}
+    for concurrency in sorted(rows[labels[0]]):
+        values = [rows[label].get(concurrency, {}).get("output_throughput") for label in labels]
+        change = _change(values[1], values[0], "output_throughput") if len(values) > 1 else ""
+        lines.append(f"{concurrency:>4}  " + "  ".join(f"{_fmt(v):>16}" for v in values) + f"  {change:>8}")
+    return "\n".join(lines)
+
+
+def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
+    """Output tok/s and mean ITL per run, one line per (label, concurrency); reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True)
+    series: dict[tuple[str, int], list[tuple[int, dict]]] = {}
+    for index, record in enumerate(history):
+        for row in record["results"]:
+            series.setdefault((record["label"], row["concurrency"]), []).append((index, row))
+    for (label, concurrency), points in sorted(series.items()):
+        xs = [i for i, _ in points]
+        name = f"{label} c={concurrency}"
+        top.plot(xs, [p["output_throughput"] for _, p in points], marker="o", label=name)
+        bottom.plot(xs, [p["mean_itl_ms"] for _, p in points], marker="o", label=name)
+    figures = reference["single_stream_output_tok_s"]
+    for figure_value in figures.values():
+        top.axhline(figure_value, linestyle="--", linewidth=0.8, color="grey")
+    # The figures lie close together: named in one box rather than on the lines.
+    top.text(0.01, 0.97, "single-stream reference (tok/s):\n" + "\n".join(
+        f"{value:g}  {name}" for name, value in sorted(figures.items(), key=lambda kv: -kv[1])),
+        transform=top.transAxes, fontsize=7, color="dimgrey", va="top",
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "lightgrey"})
+    top.set_ylabel("output tok/s")
+    top.set_yscale("log")
+    top.set_title("SGLang bench_serving history (random-ids); dashed: single-stream reference figures")
+    bottom.set_ylabel("mean ITL (ms)")
+    bottom.set_xticks(range(len(history)))
+    bottom.set_xticklabels([f"{r['time'][:16]}\n{r['stack']}" for r in history], rotation=30,
+                           ha="right", fontsize=7)
+    top.legend(fontsize=7, ncol=2)
+    top.grid(alpha=0.3)
+    bottom.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def load_reference() -> dict:
+    return yaml.safe_load(REFERENCE_FILE.read_text())
+
+
+# -- the A/B switch on the host --------------------------------------------------------------------
+
+
+def _wait_healthy(host, expect, timeout_s: int) -> None:
+    from tests.infra import server_checks
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server_checks.request(host, expect, "/health", with_key=False, timeout_s=10).status == 200:
+            return
+        time.sleep(10)
+    raise RuntimeError(f"{expect.unit_name} did not answer /health within {timeout_s} s after a restart")
+
+
+def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
+    """disabled None: remove the A/B drop-in (as deployed). Restarts the unit and waits."""
+    folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
+    if disabled is None:
+        script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
+    else:
+        script = (f"mkdir -p {folder} && printf 'NCCL_P2P_DISABLE={int(disabled)}\\n' > {folder}/{AB_ENV} && "
+                  f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}")
+    result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
+    if result.rc != 0:
+        raise RuntimeError(f"could not switch NCCL P2P on {expect.unit_name}: {result.stderr.strip()}")
+    _wait_healthy(host, expect, timeout_s)
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m tests.infra.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--inventory", help="inventory file")
+    parser.add_argument("--host", help="inventory host (default: the first gpu node)")
+    parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")
+    parser.add_argument("--concurrency", default="1,4,16,64",
+                        type=lambda v: [int(c) for c in v.split(",")], help="sweep; 1 is the single stream")
+    parser.add_argument("--input-len", type=int, default=1024)
+    parser.add_argument("--output-len", type=int, default=512)
+    parser.add_argument("--prompts-per-stream", type=int, default=4)
+    parser.add_argument("--min-prompts", type=int, default=8)
+    parser.add_argument("--label", default="default", help="names this configuration in the history")
+    parser.add_argument("--ab-p2p", action="store_true", help="run the workload with NCCL P2P on, then off")
+    parser.add_argument("--restart-timeout-s", type=int, default=1800, help="model load after a restart")
+    parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY)
+    parser.add_argument("--chart", type=Path, help="PNG (default: the history's name with .png)")
+    parser.add_argument("--chart-only", action="store_true", help="only redraw the chart from the history")
+    return parser.parse_args(argv)
+
+
+def _target(args) -> dict:
+    from tests.infra.expectations import Expectations
+
+    if not args.inventory:
+        raise SiteError(["--inventory is required (the served model, port and key come from it)"])
+    site = load_site(args.inventory)
+    name = args.host or next((h.name for h in site.group("gpu_nodes")), None)
+    if name not in site.hosts:
+        raise SiteError([f"{args.inventory}: no host {name!r}; expected one of: {', '.join(site.hosts)}"])
+    return {"name": name, "url": args.hosts or testinfra_url(args.inventory, name),
+            "expect": Expectations.from_site(site, name),
+            "model_path": site.hosts[name].serving.model_path,
+            "stack": f"{site.stack.active.id} (sglang {site.stack.active.sglang})"}
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    chart = args.chart or args.history.with_suffix(".png")
+    reference = load_reference()
+    if args.chart_only:
+        print(f"chart: {draw_history(read_history(args.history), chart, reference)}")
+        return 0
+    try:
+        target = _target(args)
+    except SiteError as error:
+        print("benchmark: bad input, no host was contacted:\n  - " + "\n  - ".join(error.problems), file=sys.stderr)
+        return 2
+    import testinfra
+
+    host = testinfra.get_host(target["url"])
+    workload = {"dataset": "random-ids", "input_len": args.input_len, "output_len": args.output_len,
+                "concurrency": args.concurrency, "prompts_per_stream": args.prompts_per_stream}
+    variants = {"p2p-on": False, "p2p-off": True} if args.ab_p2p else {args.label: None}
+    records = {}
+    try:
+        for label, p2p_disabled in variants.items():
+            if p2p_disabled is not None:
+                print(f"== {label}: restarting {target['expect'].unit_name} with "
+                      f"NCCL_P2P_DISABLE={int(p2p_disabled)}", flush=True)
+                set_p2p(host, target["expect"], p2p_disabled, args.restart_timeout_s)
+            results = run_workload(host, target, args)
+            record = make_record(target["name"], label, target["stack"], workload, results)
+            history = read_history(args.history)
+            append_history(args.history, record)
+            print(comparison_table(record, previous_comparable(history, record), reference), flush=True)
+            records[label] = record
+    finally:
+        if args.ab_p2p:
+            print(f"== restoring {target['expect'].unit_name} as deployed (removing the A/B drop-in)")
+            set_p2p(host, target["expect"], None, args.restart_timeout_s)
+    if len(records) > 1:
+        print(ab_table(records))
+    print(f"history: {args.history}\nchart: {draw_history(read_history(args.history), chart, reference)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

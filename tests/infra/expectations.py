@@ -1,0 +1,167 @@
+"""What a healthy host looks like, from the site model, with overrides for a machine that is
+in no inventory (the lent GPU machine, a new box before it is described).
+
+    Expectations.from_site(load_site("inventory/prod.py"), "sglang-lxc.example.internal")
+    Expectations.from_overrides(["gpu_count=1", "gpu_arch=sm90", "driver_version=580.159.04"])
+
+Override keys are the inventory's own keys (gpu_count, gpu_arch, serving_port, health_...,
+validated by the site model exactly as in an inventory) plus the pins that live in the stack
+file: driver_version, engine_python. Bad keys or values stop the run with the site model's
+message before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roles import site as site_model
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
+
+# The variable of the unit's EnvironmentFile that holds the API key: the server checks read it
+# on the host itself, so the key never travels to the controller or onto a command line.
+API_KEY_VARIABLE = "SGLANG_API_KEY"
+
+# Keys that are not host settings: pins of the stack file and where the checks find things.
+EXTRA_KEYS = {
+    "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
+    "api_key_variable": f"the env-file variable holding the API key (default {API_KEY_VARIABLE})",
+}
+
+
+@dataclass(frozen=True)
+class Expectations:
+    host_name: str
+    gpu_count: int
+    gpu_model: str
+    compute_capability: str
+    gpu_memory_gib: int
+    driver_version: str
+    engine_python: str
+    unit_name: str
+    service_user: str
+    serving_host: str
+    serving_port: int
+    served_model_name: str
+    api_key_configured: bool
+    api_key_variable: str
+    enable_metrics: bool
+    nccl_env: dict[str, str]
+    allreduce_timeout_s: int
+    allreduce_min_busbw_gbps: float
+    allreduce_size_mib: int
+    server_timeout_s: int
+    max_unit_restarts: int
+    source: str = field(default="", compare=False)  # where these came from, for messages
+
+    @classmethod
+    def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
+                  extra: dict | None = None) -> Expectations:
+        extra = extra or {}
+        return cls(
+            host_name=host.name,
+            gpu_count=host.gpu.count,
+            gpu_model=host.gpu.model,
+            compute_capability=host.gpu.compute_capability,
+            gpu_memory_gib=host.gpu.memory_gib,
+            driver_version=extra.get("driver_version", driver_version),
+            engine_python=host.health.engine_python or f"{host.base.install_root}/venv/bin/python",
+            unit_name=host.serving.unit_name,
+            service_user=host.base.service_user,
+            serving_host=host.serving.host,
+            serving_port=host.serving.port,
+            served_model_name=host.serving.served_model_name,
+            api_key_configured=host.serving.api_key_secret is not None,
+            api_key_variable=extra.get("api_key_variable", API_KEY_VARIABLE),
+            enable_metrics=host.serving.enable_metrics,
+            nccl_env=nccl_environment(host.nccl),
+            allreduce_timeout_s=host.health.allreduce_timeout_s,
+            allreduce_min_busbw_gbps=host.health.allreduce_min_busbw_gbps,
+            allreduce_size_mib=host.health.allreduce_size_mib,
+            server_timeout_s=host.health.server_timeout_s,
+            max_unit_restarts=host.health.max_unit_restarts,
+            source=source,
+        )
+
+    @classmethod
+    def from_site(cls, site: site_model.Site, host_name: str,
+                  overrides: list[str] | None = None) -> Expectations:
+        if host_name not in site.hosts:
+            raise site_model.SiteError([
+                f"{site.inventory_file}: no host {host_name!r}; expected one of: "
+                + ", ".join(site.hosts)
+            ])
+        host = site.hosts[host_name]
+        data, extra = _split_overrides(overrides or [])
+        if data:
+            host = _rebuild_host(host, data, f"--expect for {host_name}")
+        source = site.inventory_file + (" with --expect " + " ".join(overrides) if overrides else "")
+        return cls.from_host(host, site.stack.driver_version, source, extra)
+
+    @classmethod
+    def from_overrides(cls, overrides: list[str], host_name: str = "local",
+                       stack_file: Path = DEFAULT_STACK_FILE) -> Expectations:
+        """For a machine in no inventory: the defaults of a gpu node, then the overrides."""
+        data, extra = _split_overrides(overrides)
+        problems: list[str] = []
+        host = site_model.build_host(host_name, ("gpu_nodes",), data, "--expect", problems)
+        if problems:
+            raise site_model.SiteError(problems)
+        driver = extra.get("driver_version") or site_model.load_stack(stack_file).driver_version
+        return cls.from_host(host, driver, "--expect " + " ".join(overrides), extra)
+
+
+def nccl_environment(nccl: site_model.NcclSettings) -> dict[str, str]:
+    """The NCCL variables the service runs with; the all-reduce check runs with the same."""
+    env = {"NCCL_DEBUG": nccl.debug}
+    if nccl.p2p_level == "off":
+        env["NCCL_P2P_DISABLE"] = "1"
+    else:
+        env["NCCL_P2P_LEVEL"] = nccl.p2p_level
+    if nccl.ib_disable:
+        env["NCCL_IB_DISABLE"] = "1"
+    if nccl.debug_subsys:
+        env["NCCL_DEBUG_SUBSYS"] = nccl.debug_subsys
+    if nccl.min_nchannels:
+        env["NCCL_MIN_NCHANNELS"] = str(nccl.min_nchannels)
+    return env
+
+
+def _split_overrides(overrides: list[str]) -> tuple[dict, dict]:
+    import yaml
+
+    data, extra, problems = {}, {}, []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            problems.append(f"--expect {item!r} is invalid; expected KEY=VALUE, e.g. gpu_count=8")
+            continue
+        value = yaml.safe_load(raw) if raw else raw  # 8 -> int, [a, b] -> list, like the inventory
+        if isinstance(value, bool) and raw.lower() not in ("true", "false"):
+            value = raw  # YAML 1.1 reads off/on/yes/no as booleans: nccl_p2p_level=off is a word
+        if key in EXTRA_KEYS:
+            extra[key] = str(raw)
+        else:
+            data[key] = value
+    if problems:
+        raise site_model.SiteError(problems)
+    return data, extra
+
+
+def _rebuild_host(host: site_model.HostSettings, data: dict, where: str) -> site_model.HostSettings:
+    """The inventory's host with some keys replaced, validated like the inventory itself."""
+    current = {}
+    for section in site_model.SECTIONS:
+        attribute = next(f.name for f in dataclasses.fields(site_model.HostSettings)
+                         if f.type in (section.__name__, section))
+        values = getattr(host, attribute)
+        for f in dataclasses.fields(section):
+            current[section.PREFIX + f.name] = getattr(values, f.name)
+    problems: list[str] = []
+    rebuilt = site_model.build_host(host.name, host.groups, {**current, **data}, where, problems)
+    if problems:
+        raise site_model.SiteError(problems)
+    return rebuilt
