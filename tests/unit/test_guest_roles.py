@@ -42,7 +42,7 @@ def test_pct_create_command(site):
     guest = site.hosts["sglang-lxc"]
     args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)))
     assert args[:4] == ["pct", "create", "201", "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"]
-    options = dict(zip(args[4::2], args[5::2]))
+    options = dict(zip(args[4::2], args[5::2], strict=True))
     assert options == {
         "--unprivileged": "1", "--rootfs": "local-lvm:2000",
         "--net0": "name=eth0,bridge=vmbr0,ip=dhcp,type=veth", "--hostname": "sglang-lxc",
@@ -66,7 +66,7 @@ def test_gpu_unknown_to_host_driver_is_a_clear_error(site):
 def test_qm_create_command(site):
     args = shlex.split(qm_create(site.hosts["sglang-vm"]))
     assert args[:3] == ["qm", "create", "202"]
-    options = dict(zip(args[3::2], args[4::2]))
+    options = dict(zip(args[3::2], args[4::2], strict=True))
     assert options["--machine"] == "q35" and options["--bios"] == "ovmf" and options["--cpu"] == "host"
     assert options["--numa"] == "1" and options["--balloon"] == "0" and options["--memory"] == "131072"
     assert options["--efidisk0"] == "local-lvm:1,efitype=4m,pre-enrolled-keys=0"
