@@ -2,13 +2,20 @@
 
     uv run pyinfra -y inventory/lab.py deploy.py      # the embedded lab
     uv run pyinfra inventory/prod.py deploy.py        # the real machine
+
+The Proxmox nodes' operations come first, then a barrier every host passes (guests_ready), so
+pyinfra runs all of the nodes' operations before any of the guests' own: the guests exist and
+have their GPUs before the rest of the deploy continues inside them.
 """
 
 from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
 from roles.health import health
+from roles.kvm_guest import kvm_guest
+from roles.lxc_guest import lxc_guest
 from roles.nvidia_driver import nvidia_driver
+from roles.proxmox_host import guests_of, guests_ready, proxmox_host
 from roles.serving import serving
 from roles.sglang import sglang
 from roles.site import current_host
@@ -17,13 +24,19 @@ settings = current_host()
 engine_host = settings.in_group("gpu_nodes")
 builder = settings.in_group("builders")
 
-if engine_host or builder:
-    base()
+if settings.in_group("proxmox_hosts"):
+    proxmox_host()
+    for guest in guests_of(settings.name):
+        if guest.in_group("lxc_guests"):
+            lxc_guest(guest)
+        else:
+            kvm_guest(guest)
+
+guests_ready()  # every host: guests wait here until their node has made them
 
 if engine_host:
+    base()
     nvidia_driver()
-
-if engine_host or builder:
     cuda()
 
 if builder:

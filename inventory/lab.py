@@ -36,6 +36,36 @@ _site = {
     "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
 }
 
+# The Proxmox node: a Debian 12 container with stand-ins for pct, qm, pvesh and
+# proxmox-boot-tool (tests/standins/proxmox, installed by lab.up), set up as a systemd-boot node.
+proxmox_hosts = [
+    (lab.pyinfra_name("pve"), {
+        **_site,
+        "proxmox_gpu_addresses": lab.PVE_GPUS,
+        "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
+        "proxmox_boot_loader": "auto",             # detected: systemd-boot via proxmox-boot-tool
+        "proxmox_host_driver": False,              # no NVIDIA driver can be installed here
+        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be faked in a container
+    }),
+]
+
+# The gpu container is the node's LXC guest: the node creates it as CT 101 with all 8 GPUs
+# (devN entries for the node's /dev/nvidia* character devices), then the rest of the deploy
+# continues inside it.
+lxc_guests = [
+    (lab.pyinfra_name("gpu"), {
+        "guest_vmid": 101,
+        "guest_node": lab.pyinfra_name("pve"),
+        "guest_gpu_addresses": lab.PVE_GPUS,
+        "guest_template": f"local:vztmpl/{lab.PVE_TEMPLATE}",
+        "guest_cores": 96,
+        "guest_memory_mib": 768 * 1024,
+        "guest_disk_gib": 2000,
+        "guest_unprivileged": True,
+        "guest_features": ["nesting", "keyctl"],
+    }),
+]
+
 gpu_nodes = [
     (lab.pyinfra_name("gpu"), {
         **_site,

@@ -32,6 +32,9 @@ proxmox_hosts = [
         "ssh_user": "root",                     # devN / hostpci / args need root@pam
         "proxmox_gpu_addresses": _gpus,
         "proxmox_boot_loader": "auto",          # detects GRUB vs proxmox-boot-tool
+        # Optional: each GPU's IOMMU group (find /sys/kernel/iommu_groups/ -type l); checked
+        # against the node, and no two guests may share a group.
+        "proxmox_iommu_groups": {},
     }),
 ]
 
@@ -47,6 +50,9 @@ lxc_guests = [
         "guest_cores": 96,
         "guest_memory_mib": 768 * 1024,
         "guest_disk_gib": 2000,                 # ~600 GB of INT4 weights plus environments
+        "guest_template": "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",  # pveam download local ...
+        "guest_bridge": "vmbr0",
+        "guest_ip": "dhcp",
         "guest_unprivileged": True,             # always explicit: the default changed in PVE 9
         "guest_features": ["nesting", "keyctl"],  # systemd and Docker inside the container
         "gpu_count": 8,
@@ -66,6 +72,9 @@ kvm_guests = [
         "guest_cores": 32,
         "guest_memory_mib": 128 * 1024,
         "guest_disk_gib": 200,
+        # With GPUs: q35 + OVMF + cpu host are the defaults (large BARs); raise OVMF's 64-bit
+        # MMIO window only if the guest's kernel reports BARs it could not map.
+        "guest_mmio_window_mb": None,
     }),
 ]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,10 +49,24 @@ SYSTEMD_RUN_FLAGS = [
     "--tmpfs", "/run/lock",
 ]
 
-# Rehearsal hosts: role -> what it stands in for. Later roles add the Proxmox node.
+# Rehearsal hosts: role -> what it stands in for.
 HOSTS = {
     "gpu": "the GPU guest (an LXC container or KVM VM on the target) that serves the engine",
+    "pve": "the Proxmox VE 8 node (Debian 12 + stand-ins for pct, qm, pvesh, proxmox-boot-tool)",
 }
+
+# The lab's Proxmox node: what its stand-ins report. Eight GPUs at the production addresses,
+# one IOMMU group each, device minors in bus order (what the NVIDIA driver does).
+PVE_STANDINS = PROJECT_ROOT / "tests" / "standins" / "proxmox"
+PVE_STANDIN_DIR = "/usr/local/lib/pve-standin"
+PVE_STANDIN_LOG = "/var/log/pve-standin.log"
+PVE_PROC_DIR = "/var/lib/pve-standin/proc-driver-nvidia"  # stands in for /proc/driver/nvidia
+PVE_GPUS = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0",
+            "0000:81:00.0", "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
+PVE_IOMMU_GROUPS = {address: 20 + index for index, address in enumerate(PVE_GPUS)}
+PVE_TEMPLATE = "ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
+# A real captured /proc/driver/nvidia/gpus/<address>/information, re-addressed per lab GPU.
+GPU_INFORMATION_SAMPLE = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu" / "h200-1gpu" / "proc-gpus.txt"
 
 
 class LabError(RuntimeError):
@@ -189,6 +204,8 @@ def up(roles=tuple(HOSTS)) -> list[str]:
     names = [ensure_container(role, image) for role in roles]
     if "gpu" in roles:
         install_standins(container_name("gpu"))
+    if "pve" in roles:
+        prepare_pve_node(container_name("pve"))
     return names
 
 
@@ -207,6 +224,62 @@ def install_standins(name: str) -> None:
         _docker("exec", name, "rm", "-rf", STANDIN_DEST)
         _docker("cp", str(target), f"{name}:{STANDIN_DEST}")
         _docker("exec", name, "chmod", "-R", "a+rX", STANDIN_DEST)
+
+
+def _node_module_banner() -> str:
+    """/proc/driver/nvidia/version's first line as an open module at stack.yml's pin prints it."""
+    from roles.site import load_stack
+
+    version = load_stack(PROJECT_ROOT / "inventory" / "stack.yml").driver_version
+    return f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  (lab stand-in)"
+
+
+def _pve_node_script() -> str:
+    """Shell run in the node container: stand-ins, /etc/pve, device nodes, template, PCI list."""
+    sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]  # drop the "== path" line
+    pci = []
+    lines = [
+        "set -e",
+        f"ln -sfn {PVE_STANDIN_DIR}/pct /usr/sbin/pct",
+        f"ln -sfn {PVE_STANDIN_DIR}/qm /usr/sbin/qm",
+        f"ln -sfn {PVE_STANDIN_DIR}/pvesh /usr/bin/pvesh",
+        f"ln -sfn {PVE_STANDIN_DIR}/proxmox-boot-tool /usr/sbin/proxmox-boot-tool",
+        'node=$(hostname -s)',
+        'mkdir -p /etc/pve/nodes/$node/lxc /etc/pve/nodes/$node/qemu-server /var/lib/vz/template/cache',
+        'ln -sfn nodes/$node/lxc /etc/pve/lxc && ln -sfn nodes/$node/qemu-server /etc/pve/qemu-server',
+        f"touch /var/lib/vz/template/cache/{PVE_TEMPLATE}",
+        # A systemd-boot node (ZFS root): the role must find and use /etc/kernel/cmdline.
+        ("[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
+         " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
+         " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }"),
+        # Real character devices with the driver's majors (Docker allows mknod, not open).
+        "mk() { [ -c \"$1\" ] || { rm -f \"$1\"; mknod -m 0666 \"$1\" c $2 $3; }; }",
+        "mk /dev/nvidiactl 195 255; mk /dev/nvidia-uvm 511 0; mk /dev/nvidia-uvm-tools 511 1",
+        f"rm -rf {PVE_PROC_DIR}/gpus",
+        # The node's loaded kernel module, at the pinned version (its LXC guest reads it).
+        f"mkdir -p {PVE_PROC_DIR} && printf '%s\\n' {shlex.quote(_node_module_banner())} > {PVE_PROC_DIR}/version",
+    ]
+    for minor, address in enumerate(PVE_GPUS):
+        info = (sample.replace("0000:00:06.0", address)
+                .replace("Device Minor: \t 0", f"Device Minor: \t {minor}")
+                .replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition"))
+        lines += [f"mk /dev/nvidia{minor} 195 {minor}",
+                  f"mkdir -p {PVE_PROC_DIR}/gpus/{address}",
+                  f"cat > {PVE_PROC_DIR}/gpus/{address}/information <<'INFO'\n{info.rstrip()}\nINFO"]
+        pci.append({"id": address, "class": "0x030200", "vendor": "0x10de", "device": "0x2bb5",
+                    "vendor_name": "NVIDIA Corporation",
+                    "device_name": "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
+                    "subsystem_vendor": "0x10de", "subsystem_device": "0x204e",
+                    "iommugroup": PVE_IOMMU_GROUPS[address]})
+    lines.append(f"cat > /var/lib/pve-standin/pci.json <<'PCI'\n{json.dumps(pci)}\nPCI")
+    return "\n".join(lines) + "\n"
+
+
+def prepare_pve_node(name: str) -> None:
+    """Install the Proxmox stand-ins into the node container (lab only, never a role's job)."""
+    _docker("exec", name, "mkdir", "-p", PVE_STANDIN_DIR, "/var/lib/pve-standin")
+    _docker("cp", f"{PVE_STANDINS}/.", f"{name}:{PVE_STANDIN_DIR}/")
+    _docker("exec", "-i", name, "bash", "-s", input=_pve_node_script())
 
 
 def down() -> None:

@@ -57,6 +57,12 @@ PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
+# qemu-server src/PVE/QemuServer/Machine.pm (stable-bookworm), machine type pattern.
+QEMU_MACHINE_RE = re.compile(
+    r"(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?)")
+# PVE 8 limits (pve-container LXC/Config.pm, qemu-server PCI.pm): dev0-255, mp0-255, hostpci0-15.
+LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS, KVM_MAX_HOSTPCI = 256, 256, 16
 
 
 class SiteError(Exception):
@@ -285,6 +291,32 @@ class GuestSettings:
             "features from: nesting, keyctl, fuse, mknod, mount, force_rw_sys",
         ),
     )
+    # Network and storage of the guest (LXC net0 / KVM net0 on this bridge).
+    hostname: str | None = field(default=None, metadata=_check(DNS_NAME_RE.match, "a DNS name"))
+    bridge: str = field(default="vmbr0", metadata=_check(re.compile(r"^[-_.\w]+$").match, "a bridge name"))
+    ip: str = field(default="dhcp", metadata=_check(
+        lambda v: v in ("dhcp", "manual") or _is_cidr(v), "'dhcp', 'manual' or an IPv4/CIDR"))
+    gateway: str | None = field(default=None, metadata=_check(lambda v: _is_ip(v), "an IPv4 address"))
+    # LXC only: the OS template volume and host directories bind-mounted as mp0, mp1, ...
+    template: str = field(
+        default="local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
+        metadata=_check(re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
+                        "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"),
+    )
+    mount_points: dict[str, str] = field(default_factory=dict, metadata=_check(
+        lambda v: all(k.startswith("/") and m.startswith("/") for k, m in v.items()),
+        "{host path: path in the guest}, both absolute"))
+    # KVM only. Large-BAR GPUs (96 GB) need cpu host (the host's physical address bits) and OVMF.
+    machine: str = field(default="q35", metadata=_check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ..."))
+    bios: str = field(default="ovmf", metadata=_one_of("ovmf", "seabios"))
+    cpu: str = field(default="host", metadata=_check(re.compile(r"^[\w.+-]+(,phys-bits=(host|\d+))?$").match,
+                                                    "a CPU type like host or x86-64-v3,phys-bits=host"))
+    pcie: bool = True
+    x_vga_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+    # OVMF's 64-bit MMIO window in MB (args: -fw_cfg name=opt/ovmf/X-PciMmio64Mb); None: OVMF's own.
+    mmio_window_mb: int | None = field(default=None, metadata=_positive())
+    # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
+    driver_version: str | None = field(default=None, metadata=_check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05"))
 
 
 @dataclass(frozen=True)
@@ -295,6 +327,17 @@ class ProxmoxSettings:
 
     gpu_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
     boot_loader: str = field(default="auto", metadata=_one_of("auto", "grub", "systemd-boot"))
+    cpu_vendor: str = field(default="auto", metadata=_one_of("auto", "intel", "amd"))
+    # IOMMU group of each GPU (`find /sys/kernel/iommu_groups/ -type l`); Proxmox hands a whole
+    # group to vfio-pci, so GPUs of one group must go to one guest.
+    iommu_groups: dict[str, int] = field(default_factory=dict, metadata=_check(
+        lambda v: all(PCI_ADDRESS_RE.match(k) for k in v), "{PCI address: group number}"))
+    # The host kernel module version; None: the stack's nvidia_driver.version.
+    driver_version: str | None = field(default=None, metadata=_check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05"))
+    # Install the NVIDIA driver on the node when an LXC guest has GPUs (roles/nvidia_driver).
+    host_driver: bool = True
+    # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
+    nvidia_proc_dir: str = field(default="/proc/driver/nvidia", metadata=_absolute_path())
 
 
 HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
@@ -406,6 +449,13 @@ SITE_KEYS = {
     "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
+
+
+def _is_cidr(value: str) -> bool:
+    try:
+        return "/" in value and bool(ipaddress.ip_interface(value))
+    except ValueError:
+        return False
 
 
 def _is_ip(value: str) -> bool:
@@ -785,7 +835,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
 def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
                 problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
-    gpu_owner: dict[str, str] = {}
+    gpu_owner: dict[str, tuple[str, str]] = {}
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
@@ -827,6 +877,7 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
         if is_guest:
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
+    _check_iommu_groups(site_hosts, gpu_owner, where, problems)
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:
@@ -862,13 +913,17 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
             f"{here}: guest_node = {guest.node!r} is not a host of the proxmox_hosts group; expected one of: "
             + (", ".join(h.name for h in site_hosts.values() if h.in_group("proxmox_hosts")) or "(none)")
         )
+    kind = "lxc" if host.in_group("lxc_guests") else "kvm"
     for address in guest.gpu_addresses:
         if address in gpu_owner:
+            other, other_kind = gpu_owner[address]
+            why = ("; never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once"
+                   if other_kind != kind else "")
             problems.append(
-                f"{here}: guest_gpu_addresses has {address}, already given to {gpu_owner[address]};"
-                " expected each GPU in at most one guest"
+                f"{here}: guest_gpu_addresses has {address}, already given to {other};"
+                f" expected each GPU in at most one guest{why}"
             )
-        gpu_owner[address] = host.name
+        gpu_owner[address] = (host.name, kind)
         if node is not None and address not in node.proxmox.gpu_addresses:
             problems.append(
                 f"{here}: guest_gpu_addresses has {address}, which is not in {node.name}'s"
@@ -884,6 +939,83 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
             f"{here}: guest_features has 'keyctl' with guest_unprivileged = False;"
             " expected keyctl only on unprivileged containers"
         )
+    if kind == "lxc":
+        _check_lxc_indices(host, here, problems)
+    else:
+        _check_kvm_passthrough(host, here, problems)
+
+
+def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:
+    # Each GPU takes a devN; nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset and the
+    # nvidia-caps nodes (at most 2) take up to 5 more.
+    devices = len(host.guest.gpu_addresses) + 5 if host.guest.gpu_addresses else 0
+    if devices > LXC_MAX_DEVICES:
+        problems.append(f"{here}: guest_gpu_addresses needs dev0..dev{devices - 1};"
+                        f" expected at most {LXC_MAX_DEVICES} device entries (dev0-dev255)")
+    if len(host.guest.mount_points) > LXC_MAX_MOUNT_POINTS:
+        problems.append(f"{here}: guest_mount_points has {len(host.guest.mount_points)} entries;"
+                        f" expected at most {LXC_MAX_MOUNT_POINTS} (mp0-mp255)")
+
+
+def _check_kvm_passthrough(host: HostSettings, here: str, problems: list[str]) -> None:
+    guest = host.guest
+    if len(guest.gpu_addresses) > KVM_MAX_HOSTPCI:
+        problems.append(f"{here}: guest_gpu_addresses lists {len(guest.gpu_addresses)} GPUs;"
+                        f" expected at most {KVM_MAX_HOSTPCI} per VM (hostpci0-hostpci15)")
+    if guest.pcie and guest.gpu_addresses and not guest.machine.startswith(("q35", "pc-q35")):
+        problems.append(f"{here}: guest_machine = {guest.machine!r} with guest_pcie = True;"
+                        " expected a q35 machine (pcie=1 needs q35) or guest_pcie = False")
+    if len(guest.x_vga_addresses) > 1:
+        problems.append(f"{here}: guest_x_vga_addresses = {guest.x_vga_addresses!r};"
+                        " expected at most one x-vga device per VM")
+    for address in guest.x_vga_addresses:
+        if address not in guest.gpu_addresses:
+            problems.append(f"{here}: guest_x_vga_addresses has {address}, which is not in"
+                            " guest_gpu_addresses; expected one of the guest's GPUs")
+    # 16 GB and more of VRAM means a BAR beyond what a default CPU model and SeaBIOS map.
+    if guest.gpu_addresses and host.gpu.memory_gib >= 16:
+        if guest.cpu != "host" and "phys-bits=" not in guest.cpu:
+            problems.append(f"{here}: guest_cpu = {guest.cpu!r} with {host.gpu.memory_gib} GB GPUs;"
+                            " expected 'host' or a CPU type with phys-bits=host (large BARs)")
+        if guest.bios != "ovmf":
+            problems.append(f"{here}: guest_bios = {guest.bios!r} with {host.gpu.memory_gib} GB GPUs;"
+                            " expected 'ovmf' (with an efidisk) for large BARs")
+
+
+def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, where: str,
+                        problems: list[str]) -> None:
+    """Proxmox binds a GPU's whole IOMMU group to vfio-pci: a group belongs to one guest."""
+    for node in (h for h in site_hosts.values() if h.in_group("proxmox_hosts")):
+        group_owner: dict[int, tuple[str, str]] = {}
+        for address, group in node.proxmox.iommu_groups.items():
+            if address not in gpu_owner:
+                continue
+            owner = gpu_owner[address][0]
+            first = group_owner.setdefault(group, (owner, address))
+            if first[0] != owner:
+                problems.append(
+                    f"{where}: host {owner}: guest_gpu_addresses has {address}, which shares IOMMU"
+                    f" group {group} with {first[1]} of guest {first[0]} ({node.name}'s"
+                    " proxmox_iommu_groups); expected all GPUs of one group in one guest"
+                )
+
+
+def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
+                        problems: list[str]) -> None:
+    """An LXC guest uses the node's kernel module: its userspace must be the same version."""
+    default = stack.driver_version if stack else None
+    for host in site_hosts.values():
+        node = site_hosts.get(host.guest.node or "")
+        if not (host.in_group("lxc_guests") and host.guest.gpu_addresses and node):
+            continue
+        guest_version = host.guest.driver_version or default
+        node_version = node.proxmox.driver_version or default
+        if guest_version != node_version:
+            problems.append(
+                f"{where}: host {host.name}: guest_driver_version = {guest_version!r} but {node.name}"
+                f" runs {node_version!r} (proxmox_driver_version); expected exactly the host's"
+                " driver version in an LXC guest"
+            )
 
 
 def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
@@ -931,6 +1063,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         except secrets.SecretsError as error:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
     _check_site(hosts, where, secret_names, secrets_file, problems, stack)
+    _check_driver_match(hosts, stack, where, problems)
     if problems:
         raise SiteError(problems)
     return Site(

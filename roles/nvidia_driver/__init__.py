@@ -80,7 +80,8 @@ def _target_version(settings: HostSettings, pinned: str) -> str:
         return pinned
     node_name = settings.guest.node
     node = state.inventory.get_host(node_name)
-    module: KernelModule | None = node.get_fact(NvidiaKernelModule)
+    proc_dir = current_site().hosts[node_name].proxmox.nvidia_proc_dir
+    module: KernelModule | None = node.get_fact(NvidiaKernelModule, proc_dir=proc_dir)
     if module is None:
         raise RuntimeError(
             f"{host.name}: an LXC guest's NVIDIA userspace must equal its node's kernel module,"

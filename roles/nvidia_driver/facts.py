@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra.api import FactBase
 
 from roles.nvidia_driver.driver_state import (  # noqa: F401  (re-exported for the health checks)
@@ -21,8 +23,8 @@ from roles.nvidia_driver.driver_state import (  # noqa: F401  (re-exported for t
 class NvidiaKernelModule(FactBase):
     """Returns the loaded NVIDIA kernel module (version, open/proprietary), or None if none is."""
 
-    def command(self) -> str:
-        return f"cat /proc/driver/nvidia/version 2>/dev/null || echo {NO_MODULE}"
+    def command(self, proc_dir: str = "/proc/driver/nvidia") -> str:
+        return f"cat {shlex.quote(proc_dir.rstrip('/'))}/version 2>/dev/null || echo {NO_MODULE}"
 
     def process(self, output) -> KernelModule | None:
         return parse_proc_driver_version("\n".join(output))

@@ -1,0 +1,212 @@
+"""roles/proxmox_host: prepare a Proxmox VE 8 node to hand its GPUs to guests.
+
+IOMMU kernel arguments through the boot loader the node really uses (GRUB or systemd-boot via
+proxmox-boot-tool), vfio modules loaded at boot, nouveau blacklisted, the initramfs rebuilt when
+modules change, and "reboot required" reported when any of that changed. When an LXC guest of
+this node has GPUs, the node needs the NVIDIA kernel driver with nvidia-persistenced (so that
+/dev/nvidia-uvm exists before a container starts): that install belongs to roles/nvidia_driver,
+called through `_host_driver` below.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.proxmox_host.facts import BootLoader, CpuVendor, KernelCmdline, PciDevices
+from roles.site import HostSettings, current_host, current_site
+
+SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
+
+VFIO_MODULES = ["vfio", "vfio_iommu_type1", "vfio_pci"]  # vfio_virqfd is part of vfio since 6.2
+MODULES_FILE = "/etc/modules-load.d/vfio.conf"
+BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
+GRUB_DROPIN = "/etc/default/grub.d/inference-host-iommu.cfg"
+SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
+NVIDIA_VENDOR = "0x10de"
+
+
+def iommu_kernel_args(cpu_vendor: str) -> list[str]:
+    """Kernel arguments for passthrough; iommu=pt keeps host-driver GPUs on the fast path."""
+    return [f"{cpu_vendor}_iommu=on", "iommu=pt"]
+
+
+def systemd_boot_cmdline(current: str, args: list[str]) -> str:
+    """/etc/kernel/cmdline with args appended where missing; the root= part is kept as it is."""
+    words = current.split()
+    keys = {word.split("=", 1)[0] for word in words}
+    for arg in args:
+        if arg not in words and arg.split("=", 1)[0] not in keys:
+            words.append(arg)
+        elif arg not in words:  # same key, other value (intel_iommu=off): ours wins
+            words = [arg if w.split("=", 1)[0] == arg.split("=", 1)[0] else w for w in words]
+    return " ".join(words) + "\n"
+
+
+def guests_of(node_name: str) -> list[HostSettings]:
+    return [h for h in current_site().hosts.values()
+            if h.guest.node == node_name and (h.in_group("lxc_guests") or h.in_group("kvm_guests"))]
+
+
+@deploy("Proxmox host")
+def proxmox_host() -> None:
+    settings = current_host()
+    _require_supported_distro()
+    apt.packages(
+        name="Install pciutils, kmod and initramfs-tools",
+        packages=["pciutils", "kmod", "initramfs-tools"],
+        no_recommends=True,
+        update=True,
+        cache_time=24 * 3600,
+    )
+    _require_gpus_present(settings)
+    boot_changed = _iommu_kernel_args(settings)
+    modules_changed = _modules(settings)
+    server.shell(
+        name="Mark the node: reboot required (kernel arguments or modules changed)",
+        commands=["touch /run/reboot-required && echo inference-host >> /run/reboot-required.pkgs"],
+        _if=lambda: boot_changed() or modules_changed(),
+    )
+    if any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
+        _host_driver(settings)
+
+
+@deploy("Proxmox guests ready")
+def guests_ready() -> None:
+    """An ordering barrier, called by every host at one place in deploy.py.
+
+    pyinfra orders operations as a graph of each host's own sequence; an operation called from
+    the same line on every host is one node of that graph. Placed after the node's guest
+    operations and before the guests' own, it makes every guest wait until its node has created
+    and configured it. It never runs anything itself.
+    """
+    server.shell(
+        name="Continue inside the guests once the Proxmox nodes have created them",
+        commands=["true"],
+        _if=lambda: False,
+    )
+
+
+def _require_supported_distro() -> None:
+    distro = host.get_fact(LinuxDistribution)
+    key = (distro.get("name"), distro.get("major"))
+    if key not in SUPPORTED:
+        raise RuntimeError(
+            f"{host.name}: {distro.get('name')} {distro.get('major')} is not a Proxmox VE 8 node;"
+            " roles/proxmox_host supports Proxmox VE 8 on Debian 12"
+        )
+
+
+def _require_gpus_present(settings: HostSettings) -> None:
+    """Every GPU the inventory names must be an NVIDIA device here, in the IOMMU group given."""
+    devices = host.get_fact(PciDevices)
+    for address in settings.proxmox.gpu_addresses:
+        device = devices.get(address)
+        if device is None or device.get("vendor") != NVIDIA_VENDOR:
+            found = ", ".join(a for a, d in devices.items() if d.get("vendor") == NVIDIA_VENDOR)
+            raise RuntimeError(
+                f"{host.name}: proxmox_gpu_addresses has {address}, which is not an NVIDIA device"
+                f" on this node; NVIDIA devices here: {found or '(none)'}"
+            )
+        expected = settings.proxmox.iommu_groups.get(address)
+        if expected is not None and device.get("iommugroup") != expected:
+            raise RuntimeError(
+                f"{host.name}: proxmox_iommu_groups says {address} is in group {expected}, the node"
+                f" reports group {device.get('iommugroup')}; correct the inventory"
+            )
+
+
+def _iommu_kernel_args(settings: HostSettings):
+    vendor = settings.proxmox.cpu_vendor
+    if vendor == "auto":
+        vendor = host.get_fact(CpuVendor)
+        if vendor is None:
+            raise RuntimeError(f"{host.name}: CPU vendor not recognised; set proxmox_cpu_vendor")
+    args = iommu_kernel_args(vendor)
+    loader = settings.proxmox.boot_loader
+    if loader == "auto":
+        loader = host.get_fact(BootLoader)
+    if loader == "systemd-boot":
+        return _systemd_boot_args(args)
+    return _grub_args(args)
+
+
+def _grub_args(args: list[str]):
+    files.directory(name="Create /etc/default/grub.d", path="/etc/default/grub.d", mode="0755")
+    dropin = files.template(
+        name=f"Add {' '.join(args)} to GRUB's kernel command line ({GRUB_DROPIN})",
+        src="templates/proxmox_host/inference-host-iommu.cfg.j2",
+        dest=GRUB_DROPIN,
+        kernel_args=args,
+        mode="0644",
+    )
+    server.shell(name="Regenerate the GRUB configuration (update-grub)", commands=["update-grub"],
+                 _if=dropin.did_change)
+    return dropin.did_change
+
+
+def _systemd_boot_args(args: list[str]):
+    current = host.get_fact(KernelCmdline)
+    if current is None:
+        raise RuntimeError(
+            f"{host.name}: the node boots with systemd-boot but {SYSTEMD_BOOT_CMDLINE} is missing;"
+            " run `proxmox-boot-tool status` on it, or set proxmox_boot_loader = 'grub'"
+        )
+    cmdline = files.put(
+        name=f"Add {' '.join(args)} to {SYSTEMD_BOOT_CMDLINE}",
+        src=StringIO(systemd_boot_cmdline(current, args)),
+        dest=SYSTEMD_BOOT_CMDLINE,
+        mode="0644",
+    )
+    server.shell(name="Copy the kernel command line to the ESPs (proxmox-boot-tool refresh)",
+                 commands=["proxmox-boot-tool refresh"], _if=cmdline.did_change)
+    return cmdline.did_change
+
+
+def _modules(settings: HostSettings):
+    modules = files.template(
+        name=f"Load {', '.join(VFIO_MODULES)} at boot ({MODULES_FILE})",
+        src="templates/proxmox_host/vfio.conf.j2",
+        dest=MODULES_FILE,
+        modules=VFIO_MODULES,
+        mode="0644",
+    )
+    blacklist = files.template(
+        name=f"Blacklist nouveau ({BLACKLIST_FILE})",
+        src="templates/proxmox_host/blacklist-nouveau.conf.j2",
+        dest=BLACKLIST_FILE,
+        mode="0644",
+    )
+
+    def changed() -> bool:
+        return modules.did_change() or blacklist.did_change()
+
+    server.shell(name="Rebuild the initramfs for all kernels (update-initramfs -u -k all)",
+                 commands=["update-initramfs -u -k all"], _if=changed)
+    return changed
+
+
+def _host_driver(settings: HostSettings) -> None:
+    """The NVIDIA kernel driver for LXC guests' GPUs, and nvidia-persistenced.
+
+    roles/nvidia_driver installs it (full mode: the node is no LXC guest) at the stack's exact
+    version, which its LXC guests' userspace must match; with proxmox_host_driver = False the
+    node's driver is left to the user.
+    """
+    if not settings.proxmox.host_driver:
+        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver and"
+                       " nvidia-persistenced are left to you (LXC guests need them)")
+        return
+    from roles.nvidia_driver import nvidia_driver
+
+    nvidia_driver()
+    systemd.service(
+        name="Run nvidia-persistenced (keeps /dev/nvidia-uvm present for containers)",
+        service="nvidia-persistenced",
+        running=True,
+        enabled=True,
+    )

@@ -1,0 +1,269 @@
+"""Proxmox VE 8 guest configuration: parse what `pct config` / `qm config` print, render the
+lines the roles want, and plan the smallest `set` / `--delete` that gets from one to the other.
+
+Pure functions only (no pyinfra): roles/lxc_guest and roles/kvm_guest call them with facts and
+settings, and the unit tests call them with sample output.
+
+Formats follow the PVE 8 sources (branch stable-bookworm):
+- pve-container src/PVE/LXC/Config.pm: parse_pct_config / write_pct_config, $dev_desc,
+  $netconf_desc, $features_desc; dev0-dev255, mp0-mp255, net0-net31.
+- qemu-server src/PVE/QemuServer/PCI.pm: $hostpci_fmt (default key `host`), hostpci0-hostpci15.
+- pve-common src/PVE/JSONSchema.pm print_property_string: the default key is printed bare and
+  first, then required keys, then the rest sorted by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+LXC_DEVICE_KEYS = tuple(f"dev{i}" for i in range(256))
+KVM_HOSTPCI_KEYS = tuple(f"hostpci{i}" for i in range(16))
+LXC_MOUNT_KEYS = tuple(f"mp{i}" for i in range(256))
+
+_PENDING_RE = re.compile(r"^\[pve:pending\]\s*$", re.IGNORECASE)
+_SNAPSHOT_RE = re.compile(r"^\[([a-z][a-z0-9_\-]+)\]\s*$", re.IGNORECASE)
+_LXC_RAW_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(:|\s*=)\s*(.*?)\s*$")
+_KEY_RE = re.compile(r"^([a-z][a-z_\-]*\d*):\s*(.+?)\s*$")
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """A guest's configuration: values in effect, changes pending until restart, raw lxc.* lines."""
+
+    current: dict[str, str]
+    pending: dict[str, str] = field(default_factory=dict)
+    pending_delete: frozenset[str] = frozenset()
+    lxc: tuple[tuple[str, str], ...] = ()
+
+    def effective(self) -> dict[str, str]:
+        """What `pct config` / `qm config` print by default: pending values applied."""
+        merged = {**self.current, **self.pending}
+        for key in self.pending_delete:
+            merged.pop(key, None)
+        return merged
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.pending or self.pending_delete)
+
+
+def parse_config(text: str) -> GuestConfig:
+    """Parse /etc/pve/{lxc,qemu-server}/<id>.conf or `pct config` / `qm config` output.
+
+    Snapshot sections are skipped; `#` lines are the description (not needed here).
+    """
+    sections: dict[str, dict[str, str]] = {"current": {}, "pending": {}}
+    lxc: list[tuple[str, str]] = []
+    section = "current"
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if _PENDING_RE.match(line):
+            section = "pending"
+            continue
+        if _SNAPSHOT_RE.match(line):
+            section = "snapshot"
+            continue
+        if section == "snapshot":
+            continue
+        raw = _LXC_RAW_RE.match(line)
+        if raw:
+            if section == "current":
+                lxc.append((raw.group(1), raw.group(3)))
+            continue
+        match = _KEY_RE.match(line)
+        if match:
+            sections[section][match.group(1)] = match.group(2)
+    pending = sections["pending"]
+    deletes = pending.pop("delete", "")
+    # "!key" marks a forced delete (qemu-server); the key is what matters here.
+    delete_keys = frozenset(k.lstrip("!") for k in re.split(r"[,;\s]+", deletes) if k)
+    return GuestConfig(sections["current"], pending, delete_keys, tuple(lxc))
+
+
+def parse_property_string(value: str, default_key: str | None = None) -> dict[str, str]:
+    """`/dev/nvidia0,mode=0666` -> {"path": "/dev/nvidia0", "mode": "0666"} (default_key="path")."""
+    result: dict[str, str] = {}
+    for part in value.split(","):
+        if not part:
+            continue
+        if "=" in part:
+            key, _, item = part.partition("=")
+            result[key.strip()] = item.strip()
+        elif default_key:
+            result[default_key] = part.strip()
+        else:
+            raise ValueError(f"value without key, but schema does not define a default key: {value!r}")
+    return result
+
+
+def print_property_string(data: dict[str, object], default_key: str | None = None,
+                          required: tuple[str, ...] = ()) -> str:
+    """The inverse of parse_property_string, in JSONSchema.pm print_property_string order."""
+    parts: list[str] = []
+    done: set[str] = set()
+    if default_key and data.get(default_key) is not None:
+        parts.append(str(data[default_key]))
+        done.add(default_key)
+    for key in [k for k in sorted(data) if k in required] + sorted(data):
+        if key in done or data[key] is None:
+            continue
+        done.add(key)
+        parts.append(f"{key}={data[key]}")
+    return ",".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning: from what is there to what is wanted, with the fewest keys touched.
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Keys to set (key -> value) and keys to delete, for one `pct set` / `qm set` call."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.set or self.delete)
+
+    def arguments(self) -> list[str]:
+        args: list[str] = []
+        for key, value in self.set.items():
+            args += [f"--{key}", value]
+        if self.delete:
+            args += ["--delete", ",".join(self.delete)]
+        return args
+
+    def merged(self, other: Plan) -> Plan:
+        return Plan({**self.set, **other.set}, self.delete + other.delete)
+
+
+def plan_scalars(effective: dict[str, str], wanted: dict[str, str]) -> Plan:
+    """Set every wanted key whose value differs (compared as Proxmox prints them)."""
+    return Plan({k: v for k, v in wanted.items() if effective.get(k) != v})
+
+
+def plan_indexed(effective: dict[str, str], slots: tuple[str, ...], wanted: list[str],
+                 identity, same) -> Plan:
+    """Converge a family of numbered keys (dev0.., hostpci0..) without renumbering.
+
+    identity(value) names what an entry points at (a device path, a PCI address); an entry whose
+    identity is still wanted keeps its index (rewritten only if same() says its options differ),
+    unwanted entries are deleted, and new ones take the lowest free indices. Moving one GPU
+    therefore touches one key on each guest, never the whole list.
+    """
+    wanted_by_id = {identity(value): value for value in wanted}
+    present = {key: effective[key] for key in slots if key in effective}
+    to_set: dict[str, str] = {}
+    to_delete: list[str] = []
+    kept: set[str] = set()
+    for key, value in present.items():
+        ident = identity(value)
+        if ident in wanted_by_id and ident not in kept:
+            kept.add(ident)
+            if not same(value, wanted_by_id[ident]):
+                to_set[key] = wanted_by_id[ident]
+        else:
+            to_delete.append(key)
+    free = (key for key in slots if key not in present or key in to_delete)
+    for value in wanted:
+        if identity(value) not in kept:
+            key = next(free)
+            if key in to_delete:
+                to_delete.remove(key)  # reuse the slot: one set instead of delete + set
+            to_set[key] = value
+    return Plan(to_set, tuple(to_delete))
+
+
+# ----------------------------------------------------------------------------------------------
+# LXC: device entries and the settings the role converges.
+
+
+def device_path(value: str) -> str:
+    return parse_property_string(value, "path").get("path", "")
+
+
+def same_device(a: str, b: str) -> bool:
+    return parse_property_string(a, "path") == parse_property_string(b, "path")
+
+
+def lxc_device_paths(minors: list[int], present: set[str]) -> list[str]:
+    """The /dev nodes a GPU-using container needs, in devN order.
+
+    One /dev/nvidiaN per assigned GPU (N is its minor on the host), the control and UVM nodes,
+    then /dev/nvidia-modeset and /dev/nvidia-caps/* only when the host has them: Proxmox refuses
+    to start a container whose devN path is missing.
+    """
+    if not minors:
+        return []
+    paths = [f"/dev/nvidia{minor}" for minor in sorted(minors)]
+    paths += ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    if "/dev/nvidia-modeset" in present:
+        paths.append("/dev/nvidia-modeset")
+    paths += sorted(p for p in present if p.startswith("/dev/nvidia-caps/"))
+    return paths
+
+
+def lxc_features(features: list[str]) -> str:
+    return print_property_string({name: 1 for name in features})
+
+
+def lxc_net0(bridge: str, ip: str, gateway: str | None, hwaddr: str | None = None) -> str:
+    return print_property_string(
+        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, "ip": ip, "gw": gateway,
+         "type": "veth"},
+        required=("name",),
+    )
+
+
+def same_net(current: str, wanted: str) -> bool:
+    """hwaddr is generated by Proxmox on create; every other key must match."""
+    have = parse_property_string(current)
+    have.pop("hwaddr", None)
+    return have == parse_property_string(wanted)
+
+
+def with_hwaddr(current: str | None, wanted: str) -> str:
+    """Keep the MAC Proxmox generated, so a net0 change does not change the guest's MAC."""
+    if not current:
+        return wanted
+    hwaddr = parse_property_string(current).get("hwaddr")
+    data = parse_property_string(wanted)
+    data["hwaddr"] = hwaddr
+    return print_property_string(data, required=("name",))
+
+
+def lxc_mount_point(host_path: str, guest_path: str) -> str:
+    return print_property_string({"volume": host_path, "mp": guest_path}, "volume", ("mp",))
+
+
+def mount_identity(value: str) -> str:
+    data = parse_property_string(value, "volume")
+    return f"{data.get('volume')}->{data.get('mp')}"
+
+
+# ----------------------------------------------------------------------------------------------
+# KVM: hostpci entries and the MMIO window.
+
+
+def hostpci(address: str, pcie: bool, x_vga: bool) -> str:
+    return print_property_string(
+        {"host": address, "pcie": 1 if pcie else None, "x-vga": 1 if x_vga else None}, "host"
+    )
+
+
+def hostpci_address(value: str) -> str:
+    return parse_property_string(value, "host").get("host", "")
+
+
+def same_hostpci(a: str, b: str) -> bool:
+    return parse_property_string(a, "host") == parse_property_string(b, "host")
+
+
+def mmio_window_args(megabytes: int | None) -> str | None:
+    """OVMF's 64-bit PCI MMIO window, for GPUs whose BARs do not fit the default."""
+    if megabytes is None:
+        return None
+    return f"-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string={megabytes}"

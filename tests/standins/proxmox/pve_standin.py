@@ -1,0 +1,574 @@
+"""STAND-IN for Proxmox VE 8's `pct`, `qm`, `pvesh` and `proxmox-boot-tool` (lab only).
+
+Proxmox cannot be installed on the lab machines, so the lab's Proxmox node (a Debian 12 systemd
+container) gets these instead. They never ship in a production path: lab/__init__.py copies
+them into the node container at bring-up.
+
+What is mirrored from the documented source (branch stable-bookworm = PVE 8):
+- option and config key sets: pve-container src/PVE/LXC/Config.pm ($confdesc, $features_desc,
+  $netconf_desc, $mp_desc, $dev_desc; dev0-255, mp0-255, net0-31, unused0-255) and the
+  create_vm/update_vm parameters of src/PVE/API2/LXC.pm; qemu-server src/PVE/QemuServer.pm
+  ($confdesc and the per-index keys), src/PVE/QemuServer/PCI.pm ($hostpci_fmt, hostpci0-15),
+  src/PVE/QemuServer/Machine.pm (machine type pattern) and src/PVE/API2/Qemu.pm;
+- errors: pve-common src/PVE/JSONSchema.pm + Exception.pm ("400 Parameter verification failed."
+  then "key: message" lines, then the short usage; Getopt's "Unknown option: x" then "400 unable
+  to parse option"), exit status 255 like a perl `die`;
+- config files: write_pct_config / write_vm_config (sorted "key: value" lines, `[pve:pending]`
+  section with a `delete:` line), allocated volumes printed as `STORAGE:vm-ID-disk-N,size=NG`,
+  a generated hwaddr/MAC on network devices, raw values of devN/hostpciN kept as given;
+- pending: a running guest gets only hot-pluggable keys applied (pve-container
+  vmconfig_hotplug_pending and $LXC_FASTPLUG_OPTIONS; qemu-server's fast-plug options, network
+  and disk hotplug); everything else lands in `[pve:pending]` until the next start.
+
+What is not real: no container or VM runs (start/stop only record a status), no storage is
+allocated (volume names are invented in Proxmox's naming scheme), and a devN path is checked the
+way PVE::LXC::Tools::get_device_mode_and_rdev does it (it must exist and be a character or block
+device). In the lab those /dev/nvidia* nodes are real character devices made with mknod (Docker
+lets a container make device nodes but not open them), so the check is the real one.
+
+Every invocation is appended to $PVE_STANDIN_LOG (default /var/log/pve-standin.log), one line
+each: the argv joined with spaces, then " => <exit status>". Tests read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import stat
+import sys
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("PVE_STANDIN_STATE", "/var/lib/pve-standin"))
+LOG_FILE = Path(os.environ.get("PVE_STANDIN_LOG", "/var/log/pve-standin.log"))
+PVE_DIR = Path("/etc/pve")
+NODE = socket.gethostname().split(".")[0]
+
+# ----------------------------------------------------------------------------------------------
+# Schemas (key -> validator). Validators return the value to store or raise SchemaError(msg).
+
+
+class SchemaError(Exception):
+    pass
+
+
+class PveError(Exception):
+    """A plain `die "...\n"` in Proxmox: message on stderr, exit 255."""
+
+
+class ParamError(Exception):
+    """PVE::Exception with code 400: "400 Parameter verification failed." + key: message."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = errors
+        super().__init__(errors)
+
+
+def boolean(value: str) -> str:
+    if re.fullmatch(r"1|true|yes|on", value, re.IGNORECASE):
+        return "1"
+    if re.fullmatch(r"0|false|no|off", value, re.IGNORECASE):
+        return "0"
+    raise SchemaError(f"type check ('boolean') failed - got '{value}'")
+
+
+def integer(minimum=None, maximum=None):
+    def check(value: str) -> str:
+        if not re.fullmatch(r"[+-]?\d+", value):
+            raise SchemaError(f"type check ('integer') failed - got '{value}'")
+        number = int(value)
+        if minimum is not None and number < minimum:
+            raise SchemaError(f"value must have a minimum value of {minimum}")
+        if maximum is not None and number > maximum:
+            raise SchemaError(f"value must have a maximum value of {maximum}")
+        return str(number)
+    return check
+
+
+def number(minimum=None, maximum=None):
+    def check(value: str) -> str:
+        try:
+            parsed = float(value)
+        except ValueError:
+            raise SchemaError(f"type check ('number') failed - got '{value}'") from None
+        if minimum is not None and parsed < minimum:
+            raise SchemaError(f"value must have a minimum value of {minimum}")
+        if maximum is not None and parsed > maximum:
+            raise SchemaError(f"value must have a maximum value of {maximum}")
+        return value
+    return check
+
+
+def enum(*choices):
+    def check(value: str) -> str:
+        if value not in choices:
+            raise SchemaError(f"value '{value}' does not have a value in the enumeration '"
+                              + ", ".join(choices) + "'")
+        return value
+    return check
+
+
+def pattern(regex: str):
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise SchemaError("value does not match the regex pattern")
+        return value
+    return check
+
+
+def anything(value: str) -> str:
+    return value
+
+
+def property_string(fields: dict, default_key: str | None = None, required=(), aliases=None):
+    """A comma-separated property string (JSONSchema.pm parse_property_string)."""
+    aliases = aliases or {}
+
+    def check(value: str) -> str:
+        parsed = parse_property_string(value, fields, default_key, aliases)
+        for key in required:
+            if key not in parsed:
+                raise SchemaError(f"invalid format - {key}: property is missing and it is not optional")
+        return value
+    return check
+
+
+def parse_property_string(value: str, fields: dict, default_key=None, aliases=None) -> dict:
+    aliases = aliases or {}
+    result: dict[str, str] = {}
+    for part in value.split(","):
+        if not part:
+            continue
+        if "=" in part:
+            key, _, item = part.partition("=")
+            if key in aliases and aliases[key] is None:  # qm net: "virtio=MAC"
+                if "model" in result:
+                    raise SchemaError("invalid format - duplicate key in comma-separated list property: model")
+                result["model"], result["macaddr"] = key, item
+                continue
+            key = aliases.get(key, key)
+            if key in result:
+                raise SchemaError(f"invalid format - duplicate key in comma-separated list property: {key}")
+            if key not in fields:
+                raise SchemaError(f"invalid format - invalid key in comma-separated list property: {key}")
+            try:
+                result[key] = fields[key](item)
+            except SchemaError as error:
+                raise SchemaError(f"invalid format - {key}: {error}") from None
+        elif part in aliases and aliases[part] is None:
+            result["model"] = part
+        elif default_key:
+            if default_key in result:
+                raise SchemaError(f"invalid format - duplicate key in comma-separated list property: {default_key}")
+            try:
+                result[default_key] = fields[default_key](part)
+            except SchemaError as error:
+                raise SchemaError(f"invalid format - {default_key}: {error}") from None
+        else:
+            raise SchemaError("invalid format - value without key, but schema does not define a default key")
+    return result
+
+
+def dns_name(value: str) -> str:
+    if not re.fullmatch(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?\.)*"
+                        r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?", value):
+        raise SchemaError("invalid format - value does not look like a valid DNS name")
+    return value
+
+
+def lxc_dev_path(value: str) -> str:
+    # pve-container verify_lxc_dev_string
+    if re.search(r"/\.\.?(?:/|$)", value) or not value.startswith("/dev/"):
+        raise SchemaError(f"{value} is not a valid device path")
+    return value
+
+
+def mp_path(value: str) -> str:
+    if re.search(r"/\.\.?/", value) or re.search(r"/\.\.?$", value) or value.startswith("../"):
+        raise SchemaError(f"{value} contains illegal character sequences")
+    return value
+
+
+DISK_SIZE = pattern(r"\d+(\.\d+)?[KMGT]?")
+VOLUME = anything
+
+LXC_FEATURES = {"mount": pattern(r"[a-zA-Z0-9_; ]+"), "nesting": boolean, "keyctl": boolean,
+                "fuse": boolean, "mknod": boolean, "force_rw_sys": boolean}
+LXC_ROOTFS = {"volume": mp_path, "size": DISK_SIZE, "acl": boolean, "mountoptions": anything,
+              "ro": boolean, "quota": boolean, "replicate": boolean, "shared": boolean}
+LXC_MP = {**LXC_ROOTFS, "backup": boolean, "mp": mp_path}
+LXC_DEV = {"path": lxc_dev_path, "mode": pattern(r"0[0-7]{3}"), "uid": integer(0),
+           "gid": integer(0), "deny-write": boolean}
+LXC_NET = {"type": enum("veth"), "name": pattern(r"[-_.\w\d]+"), "bridge": pattern(r"[-_.\w\d]+"),
+           "hwaddr": pattern(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}"), "mtu": integer(64, 65535),
+           "ip": anything, "gw": anything, "ip6": anything, "gw6": anything, "firewall": boolean,
+           "tag": integer(1, 4094), "trunks": pattern(r"\d+(?:;\d+)*"), "rate": number(),
+           "link_down": boolean}
+
+LXC_SCHEMA: dict = {
+    "lock": enum("backup", "create", "destroyed", "disk", "fstrim", "migrate", "mounted",
+                 "rollback", "snapshot", "snapshot-delete"),
+    "onboot": boolean, "startup": anything, "template": boolean,
+    "arch": enum("amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"),
+    "ostype": enum("debian", "devuan", "ubuntu", "centos", "fedora", "opensuse", "archlinux",
+                   "alpine", "gentoo", "nixos", "unmanaged"),
+    "console": boolean, "tty": integer(0, 6), "cores": integer(1, 8192),
+    "cpulimit": number(0, 8192), "cpuunits": integer(0, 500000), "memory": integer(16),
+    "swap": integer(0), "hostname": dns_name, "description": anything, "searchdomain": anything,
+    "nameserver": anything, "timezone": anything,
+    "rootfs": property_string(LXC_ROOTFS, "volume"), "parent": anything,
+    "snaptime": integer(0), "cmode": enum("shell", "console", "tty"), "protection": boolean,
+    "unprivileged": boolean, "features": property_string(LXC_FEATURES), "hookscript": anything,
+    "tags": anything, "debug": boolean,
+}
+LXC_SCHEMA.update({f"net{i}": property_string(LXC_NET, required=("name",)) for i in range(32)})
+LXC_SCHEMA.update({f"mp{i}": property_string(LXC_MP, "volume", required=("mp",)) for i in range(256)})
+LXC_SCHEMA.update({f"unused{i}": anything for i in range(256)})
+LXC_SCHEMA.update({f"dev{i}": property_string(LXC_DEV, "path") for i in range(256)})
+
+PCIRE = r"(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?"
+HOSTPCI = {
+    "host": pattern(rf"{PCIRE}(;{PCIRE})*"), "mapping": pattern(r"[a-zA-Z][a-zA-Z0-9_\-]{0,63}"),
+    "rombar": boolean, "romfile": pattern(r"[^,;]+"), "pcie": boolean, "x-vga": boolean,
+    "legacy-igd": boolean, "mdev": pattern(r"[^/.:]+"),
+    "vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"), "device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+    "sub-vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"), "sub-device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+}
+
+
+def hostpci(value: str) -> str:
+    parsed = parse_property_string(value, HOSTPCI, "host")
+    # qemu-server PCI.pm parse_hostpci
+    if ("host" in parsed) == ("mapping" in parsed):
+        raise SchemaError("invalid format - either 'host' or 'mapping' must be set.")
+    return value
+
+
+MACHINE = pattern(r"(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+"
+                  r"(\+pve\d+)?(\.pxe)?|virt(?:-\d+(\.\d+)+)?(\+pve\d+)?)")
+CPU = {"cputype": pattern(r"[\w.+\-]+"), "flags": anything, "hidden": boolean,
+       "hv-vendor-id": anything, "phys-bits": pattern(r"host|\d+"), "reported-model": anything}
+NIC_MODELS = ("e1000", "e1000-82540em", "e1000-82544gc", "e1000-82545em", "e1000e", "i82551",
+              "i82557b", "i82559er", "ne2k_isa", "ne2k_pci", "pcnet", "rtl8139", "virtio", "vmxnet3")
+QM_NET = {"model": enum(*NIC_MODELS), "macaddr": anything, "bridge": pattern(r"[-_.\w\d]+"),
+          "firewall": boolean, "link_down": boolean, "mtu": integer(1, 65520),
+          "queues": integer(0, 64), "rate": number(0), "tag": integer(1, 4094),
+          "trunks": pattern(r"\d+(?:-\d+)?(?:;\d+(?:-\d+)?)*")}
+DRIVE = {"file": VOLUME, "size": DISK_SIZE, "iothread": boolean, "cache": anything,
+         "discard": enum("ignore", "on"), "ssd": boolean, "backup": boolean, "format": anything,
+         "aio": anything, "replicate": boolean, "media": anything, "snapshot": boolean,
+         "efitype": enum("2m", "4m"), "pre-enrolled-keys": boolean, "ms-cert": anything,
+         "import-from": anything}
+
+QM_SCHEMA: dict = {key: anything for key in ["autostart", "hotplug", "reboot", "lock", "amd-sev", "shares", "keyboard", "description", "boot", "bootdisk", "smp", "vcpus", "acpi", "agent", "kvm", "tdf", "localtime", "freeze", "vga", "watchdog", "startdate", "startup", "template", "args", "tablet", "migrate_speed", "migrate_downtime", "cdrom", "parent", "snaptime", "vmstate", "vmstatestorage", "runningmachine", "runningcpu", "arch", "smbios1", "protection", "vmgenid", "hookscript", "ivshmem", "audio0", "spice_enhancements", "tags", "rng0", "meta", "affinity", "hugepages", "keephugepages", "citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain", "nameserver", "sshkeys"]}
+QM_SCHEMA.update({
+    "onboot": boolean, "cpulimit": number(0, 128), "cpuunits": integer(1, 262144),
+    "memory": property_string({"current": integer(16)}, "current"), "balloon": integer(0),
+    "name": dns_name, "scsihw": enum("lsi", "lsi53c810", "virtio-scsi-pci", "virtio-scsi-single",
+                                     "megasas", "pvscsi"),
+    "ostype": enum("other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10",
+                   "win11", "l24", "l26", "solaris"),
+    "sockets": integer(1), "cores": integer(1), "numa": boolean, "cpu": property_string(CPU, "cputype"),
+    "machine": property_string({"type": MACHINE, "viommu": enum("intel", "virtio"),
+                                "enable-s3": boolean, "enable-s4": boolean}, "type"),
+    "bios": enum("seabios", "ovmf"), "protection": boolean, "template": boolean,
+    "efidisk0": property_string(DRIVE, "file"), "tpmstate0": property_string(DRIVE, "file"),
+})
+QM_SCHEMA.update({f"net{i}": property_string(QM_NET, aliases={m: None for m in NIC_MODELS})
+                  for i in range(32)})
+QM_SCHEMA.update({f"ipconfig{i}": anything for i in range(32)})
+QM_SCHEMA.update({f"numa{i}": anything for i in range(8)})
+QM_SCHEMA.update({f"serial{i}": anything for i in range(4)})
+QM_SCHEMA.update({f"parallel{i}": anything for i in range(3)})
+QM_SCHEMA.update({f"usb{i}": anything for i in range(14)})
+QM_SCHEMA.update({f"hostpci{i}": hostpci for i in range(16)})
+QM_SCHEMA.update({f"virtiofs{i}": anything for i in range(10)})
+for bus, count in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16)):
+    QM_SCHEMA.update({f"{bus}{i}": property_string(DRIVE, "file") for i in range(count)})
+QM_SCHEMA.update({f"unused{i}": anything for i in range(256)})
+
+# Applied at once on a running guest; the rest waits in [pve:pending] for the next start.
+LXC_HOTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores",
+               "tags", "lock", "memory", "swap", "cpulimit", "cpuunits"} | {f"net{i}" for i in range(32)}
+QM_HOTPLUG = ({"name", "onboot", "shares", "startup", "description", "protection", "vmstatestorage",
+               "hookscript", "tags", "lock", "balloon"} | {f"net{i}" for i in range(32)}
+              | {f"{b}{i}" for b, n in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16))
+                 for i in range(n)})
+
+# ----------------------------------------------------------------------------------------------
+# Command-line parsing, Getopt::Long style, and the error output of PVE's CLIHandler.
+
+
+def parse_options(args: list[str], allowed: dict, booleans: set[str]) -> tuple[dict, list[str]]:
+    """--key value / -key value / --key=value; booleans may omit their value."""
+    options: dict[str, str] = {}
+    positional: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        match = re.fullmatch(r"--?([A-Za-z][\w\-]*)(?:=(.*))?", arg)
+        if not match:
+            positional.append(arg)
+            index += 1
+            continue
+        key, value = match.group(1), match.group(2)
+        if key not in allowed:
+            print(f"Unknown option: {key}", file=sys.stderr)
+            raise UsageError("unable to parse option")
+        if value is None:
+            nxt = args[index + 1] if index + 1 < len(args) else None
+            if key in booleans and (nxt is None or nxt.startswith("-")):
+                value = "1"
+            elif nxt is None:
+                print(f"Option {key} requires an argument", file=sys.stderr)
+                raise UsageError("unable to parse option")
+            else:
+                value = nxt
+                index += 1
+        options[key] = value
+        index += 1
+    return options, positional
+
+
+class UsageError(Exception):
+    pass
+
+
+def validate(options: dict, schema: dict) -> dict:
+    errors: dict[str, str] = {}
+    result: dict[str, str] = {}
+    for key, value in options.items():
+        check = schema.get(key)
+        if check is None:
+            errors[key] = "property is not defined in schema and the schema does not allow additional properties"
+            continue
+        try:
+            result[key] = check(value)
+        except SchemaError as error:
+            errors[key] = str(error).rstrip("\n")
+    if errors:
+        raise ParamError(errors)
+    return result
+
+
+def run(tool: str, usage: dict[str, str], handler) -> None:
+    """Run a CLI command, log it, and print errors and exit codes the way PVE's CLIs do."""
+    argv = sys.argv[1:]
+    command = argv[0] if argv else ""
+    status = 0
+    try:
+        if command not in usage:
+            raise PveError(f"unknown command '{tool} {command}'\nUSAGE: {tool} <COMMAND> [ARGS] [OPTIONS]")
+        handler(command, argv[1:])
+    except UsageError as error:
+        sys.stderr.write(f"400 {error}\n{tool} {usage[command]}\n")
+        status = 255
+    except ParamError as error:
+        lines = "".join(f"{key}: {msg}\n" for key, msg in error.errors.items())
+        sys.stderr.write(f"400 Parameter verification failed.\n{lines}{tool} {usage[command]}\n")
+        status = 255
+    except PveError as error:
+        sys.stderr.write(f"{error}\n")
+        status = 255
+    finally:
+        _log(tool, argv, status)
+    sys.exit(status)
+
+
+def _log(tool: str, argv: list[str], status: int) -> None:
+    try:
+        with LOG_FILE.open("a") as log:
+            log.write(" ".join([tool, *argv]) + f" => {status}\n")
+    except OSError:
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Config files (write_pct_config / write_vm_config) and guest status.
+
+
+def conf_path(kind: str, vmid: int) -> Path:
+    return PVE_DIR / "nodes" / NODE / kind / f"{vmid}.conf"
+
+
+def read_conf(kind: str, vmid: int) -> tuple[dict, dict]:
+    current: dict[str, str] = {}
+    pending: dict[str, str] = {}
+    section = current
+    for line in conf_path(kind, vmid).read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line.strip().lower() == "[pve:pending]":
+            section = pending
+            continue
+        if line.startswith("["):
+            break  # snapshots: the stand-in makes none
+        key, _, value = line.partition(":")
+        section[key.strip()] = value.strip()
+    return current, pending
+
+
+def write_conf(kind: str, vmid: int, current: dict, pending: dict) -> None:
+    def block(conf: dict) -> str:
+        raw = [(k, v) for k, v in conf.items() if not k.startswith("lxc.")]
+        lxc = [(k, v) for k, v in conf.items() if k.startswith("lxc.")]
+        return "".join(f"{k}: {v}\n" for k, v in sorted(raw) + lxc)
+
+    text = block(current)
+    if pending:
+        text += "\n[pve:pending]\n" + block(pending)
+    path = conf_path(kind, vmid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def exists(vmid: int) -> str | None:
+    for kind, label in (("lxc", "CT"), ("qemu-server", "VM")):
+        if conf_path(kind, vmid).exists():
+            return label
+    return None
+
+
+def status_file(kind: str, vmid: int) -> Path:
+    return STATE_DIR / kind / f"{vmid}.status"
+
+
+def get_status(kind: str, vmid: int) -> str:
+    path = status_file(kind, vmid)
+    return path.read_text().strip() if path.exists() else "stopped"
+
+
+def set_status(kind: str, vmid: int, value: str) -> None:
+    path = status_file(kind, vmid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value + "\n")
+
+
+def require_conf(kind: str, vmid: int) -> None:
+    if not conf_path(kind, vmid).exists():
+        raise PveError(f"Configuration file 'nodes/{NODE}/{kind}/{vmid}.conf' does not exist")
+
+
+def vmid_of(value: str | None) -> int:
+    if value is None:
+        raise ParamError({"vmid": "property is missing and it is not optional"})
+    if not re.fullmatch(r"\d+", value) or not 100 <= int(value) <= 999999999:
+        raise ParamError({"vmid": "invalid format - value does not look like a valid VM ID"})
+    return int(value)
+
+
+def allocate(storage: str, vmid: int, spec: str, taken: dict, default_size: str) -> str:
+    """`local-lvm:500` -> `local-lvm:vm-101-disk-0,size=500G` (first free disk number)."""
+    first, _, rest = spec.partition(",")
+    store, _, size = first.partition(":")
+    if not re.fullmatch(r"\d+(\.\d+)?", size or ""):
+        return spec  # an existing volume or a path: kept as given
+    used = " ".join(taken.values())
+    disk = 0
+    while f"vm-{vmid}-disk-{disk}" in used:
+        disk += 1
+    options = [o for o in rest.split(",") if o]
+    volume = f"{store}:vm-{vmid}-disk-{disk}"
+    size_text = default_size if default_size else f"{size}G"
+    return ",".join([volume, *options, f"size={size_text}"])
+
+
+def random_mac() -> str:
+    # Proxmox's default OUI for generated MACs is BC:24:11 (datacenter.cfg mac_prefix).
+    return "BC:24:11:" + ":".join(f"{random.randint(0, 255):02X}" for _ in range(3))
+
+
+def check_device_node(path: str) -> None:
+    """PVE::LXC::Tools::get_device_mode_and_rdev: the path must be a char or block device."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise PveError(f"Device {path} does not exist") from None
+    if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+        raise PveError(f"{path} is not a device")
+
+
+def apply_update(kind: str, vmid: int, params: dict, delete: list[str], hotplug: set[str],
+                 readonly=()) -> None:
+    """update_pct_config / update_vm: record changes, apply what a running guest can take."""
+    current, pending = read_conf(kind, vmid)
+    pending_delete = [k for k in pending.pop("delete", "").split(",") if k]
+    for key in delete:
+        if key in readonly:
+            raise PveError(f"unable to delete read-only option: '{key}'")
+        if key not in current and key not in pending:
+            print(f"cannot delete '{key}' - not set in current configuration!", file=sys.stderr)
+            continue
+        pending.pop(key, None)
+        if key not in pending_delete:
+            pending_delete.append(key)
+    for key, value in params.items():
+        if key in readonly:
+            raise PveError(f"unable to modify read-only option: '{key}'")
+        pending[key] = value
+        if key in pending_delete:
+            pending_delete.remove(key)
+    running = get_status(kind, vmid) == "running"
+    for key in list(pending):
+        if not running or key in hotplug:
+            current[key] = pending.pop(key)
+    for key in list(pending_delete):
+        if not running or key in hotplug:
+            current.pop(key, None)
+            pending_delete.remove(key)
+    # cleanup_pending: a pending value equal to the current one is no change
+    for key in [k for k, v in pending.items() if current.get(k) == v]:
+        del pending[key]
+    if pending_delete:
+        pending["delete"] = ",".join(pending_delete)
+    write_conf(kind, vmid, current, pending)
+
+
+def apply_pending(kind: str, vmid: int) -> None:
+    current, pending = read_conf(kind, vmid)
+    for key in [k for k in pending.pop("delete", "").split(",") if k]:
+        current.pop(key, None)
+    current.update(pending)
+    write_conf(kind, vmid, current, {})
+
+
+def effective_config(kind: str, vmid: int, current_only: bool) -> dict:
+    current, pending = read_conf(kind, vmid)
+    if current_only:
+        return current
+    merged = {**current, **{k: v for k, v in pending.items() if k != "delete"}}
+    for key in [k for k in pending.get("delete", "").split(",") if k]:
+        merged.pop(key, None)
+    return merged
+
+
+def print_config(conf: dict) -> None:
+    for key in sorted(k for k in conf if not k.startswith("lxc.")):
+        print(f"{key}: {conf[key]}")
+    for key in (k for k in conf if k.startswith("lxc.")):
+        print(f"{key}: {conf[key]}")
+
+
+def print_pending(kind: str, vmid: int) -> None:
+    """PVE::GuestHelpers::format_pending."""
+    current, pending = read_conf(kind, vmid)
+    deletes = [k for k in pending.pop("delete", "").split(",") if k]
+    for key in sorted(set(current) | set(pending)):
+        if key in deletes:
+            print(f"del {key}: {current.get(key, '')}")
+        elif key in pending:
+            if key in current:
+                print(f"cur {key}: {current[key]}")
+            print(f"new {key}: {pending[key]}")
+        else:
+            print(f"cur {key}: {current[key]}")
+
+
+def load_json(path: Path, default):
+    return json.loads(path.read_text()) if path.exists() else default

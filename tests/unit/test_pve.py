@@ -1,0 +1,210 @@
+"""Proxmox config parsing, rendered config lines, the smallest set/--delete plans, the node's
+facts on sample output, and the kernel arguments for both boot loaders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from roles import pve
+from roles.proxmox_host import iommu_kernel_args, systemd_boot_cmdline
+from roles.proxmox_host.facts import (
+    parse_boot_loader,
+    parse_guest_state,
+    parse_nvidia_host_devices,
+    parse_pci_devices,
+)
+from tests.unit.conftest import PROJECT_ROOT
+
+DATA = Path(__file__).parent / "data"
+PROXMOX = DATA / "proxmox"
+H200 = DATA / "gpu" / "h200-1gpu"
+
+
+# --- parsing what Proxmox writes ---------------------------------------------------------------
+
+
+def test_lxc_conf_with_pending_section_and_snapshot():
+    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text())
+    assert config.current["dev1"] == "/dev/nvidia1"
+    assert config.pending == {"dev5": "/dev/nvidia2,mode=0666"}
+    assert config.pending_delete == {"dev1"}
+    assert config.current["cores"] == "96"  # the snapshot's cores: 64 does not leak in
+    assert ("lxc.cgroup2.devices.allow", "c 10:200 rwm") in config.lxc
+    assert config.has_pending
+
+
+def test_effective_config_equals_what_pct_config_prints():
+    from_file = pve.parse_config((PROXMOX / "lxc-201.conf").read_text()).effective()
+    printed = pve.parse_config((PROXMOX / "pct-config-201.txt").read_text()).current
+    printed.pop("description")  # pct config prints it, the file keeps it as # lines
+    assert from_file == printed
+
+
+def test_qemu_conf_hostpci_and_pending_delete():
+    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text())
+    assert pve.hostpci_address(config.current["hostpci1"]) == "0000:a1:00.0"
+    assert pve.parse_property_string(config.current["hostpci1"], "host") == {
+        "host": "0000:a1:00.0", "pcie": "1", "x-vga": "1"}
+    assert config.pending_delete == {"hostpci1"}
+    assert config.effective()["hostpci2"] == "0000:c1:00.0,pcie=1"
+    assert "hostpci1" not in config.effective()
+
+
+def test_guest_state_fact_output():
+    text = "status: running\n---\n" + (PROXMOX / "lxc-201.conf").read_text()
+    state = parse_guest_state(text.splitlines())
+    assert state["status"] == "running"
+    assert state["config"].current["hostname"] == "sglang-lxc"
+    assert parse_guest_state([]) is None
+
+
+# --- rendering the lines the roles want ---------------------------------------------------------
+
+
+def test_rendered_lxc_lines():
+    assert pve.lxc_features(["nesting", "keyctl"]) == "keyctl=1,nesting=1"
+    assert pve.lxc_net0("vmbr0", "dhcp", None) == "name=eth0,bridge=vmbr0,ip=dhcp,type=veth"
+    assert pve.lxc_net0("vmbr1", "10.0.0.5/24", "10.0.0.1") == \
+        "name=eth0,bridge=vmbr1,gw=10.0.0.1,ip=10.0.0.5/24,type=veth"
+    assert pve.lxc_mount_point("/tank/models", "/models") == "/tank/models,mp=/models"
+
+
+def test_rendered_kvm_lines():
+    assert pve.hostpci("0000:01:00.0", True, False) == "0000:01:00.0,pcie=1"
+    assert pve.hostpci("0000:01:00.0", True, True) == "0000:01:00.0,pcie=1,x-vga=1"
+    assert pve.hostpci("0000:01:00.0", False, False) == "0000:01:00.0"
+    assert pve.mmio_window_args(262144) == "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=262144"
+    assert pve.mmio_window_args(None) is None
+
+
+def test_device_paths_only_include_optional_nodes_when_present():
+    base = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+    assert pve.lxc_device_paths([1, 0], base) == [
+        "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    full = base | {"/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-caps/nvidia-cap1"}
+    assert pve.lxc_device_paths([0], full)[-3:] == [
+        "/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"]
+    assert pve.lxc_device_paths([], full) == []
+
+
+def test_net0_keeps_the_generated_mac_and_ignores_it_when_comparing():
+    have = "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"
+    assert pve.same_net(have, pve.lxc_net0("vmbr0", "dhcp", None))
+    assert not pve.same_net(have, pve.lxc_net0("vmbr1", "dhcp", None))
+    assert pve.with_hwaddr(have, pve.lxc_net0("vmbr1", "dhcp", None)) == \
+        "name=eth0,bridge=vmbr1,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"
+
+
+# --- planning the smallest change ---------------------------------------------------------------
+
+
+def _devices(*paths):
+    return {f"dev{i}": p for i, p in enumerate(paths)}
+
+
+def test_removing_a_gpu_deletes_one_entry_and_renumbers_nothing():
+    have = _devices("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl")
+    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidiactl"],
+                            pve.device_path, pve.same_device)
+    assert plan == pve.Plan({}, ("dev1",))
+    assert plan.arguments() == ["--delete", "dev1"]
+
+
+def test_adding_a_gpu_takes_the_lowest_free_index():
+    have = {"dev0": "/dev/nvidia0", "dev2": "/dev/nvidiactl"}
+    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidia5", "/dev/nvidiactl"],
+                            pve.device_path, pve.same_device)
+    assert plan == pve.Plan({"dev1": "/dev/nvidia5"}, ())
+
+
+def test_replacing_a_gpu_reuses_its_slot_with_one_set():
+    have = _devices("/dev/nvidia0", "/dev/nvidiactl")
+    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia3", "/dev/nvidiactl"],
+                            pve.device_path, pve.same_device)
+    assert plan == pve.Plan({"dev0": "/dev/nvidia3"}, ())
+
+
+def test_changed_options_rewrite_the_entry_in_place_and_path_prefix_is_equivalent():
+    have = {"hostpci0": "0000:01:00.0", "hostpci1": "0000:21:00.0,pcie=1"}
+    wanted = [pve.hostpci("0000:01:00.0", True, False), pve.hostpci("0000:21:00.0", True, False)]
+    plan = pve.plan_indexed(have, pve.KVM_HOSTPCI_KEYS, wanted, pve.hostpci_address, pve.same_hostpci)
+    assert plan == pve.Plan({"hostpci0": "0000:01:00.0,pcie=1"}, ())
+    assert pve.same_device("path=/dev/nvidia0", "/dev/nvidia0")
+
+
+def test_converged_config_plans_nothing():
+    effective = pve.parse_config((PROXMOX / "qemu-202.conf").read_text()).effective()
+    wanted = [effective["hostpci0"], effective["hostpci2"]]
+    assert not pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted, pve.hostpci_address,
+                                pve.same_hostpci)
+    assert not pve.plan_scalars(effective, {"cores": "32", "cpu": "host"})
+    assert pve.plan_scalars(effective, {"cores": "48"}).arguments() == ["--cores", "48"]
+
+
+# --- the node's facts on sample output ----------------------------------------------------------
+
+
+def test_gpu_minor_from_real_proc_driver_output():
+    lines = (H200 / "proc-gpus.txt").read_text().splitlines()
+    lines += ["node character special file|c3:0|/dev/nvidia0",
+              "node character special file|c3:ff|/dev/nvidiactl",
+              "node character special file|1fb:1|/dev/nvidia-uvm-tools",
+              "node regular empty file|0:0|/dev/nvidia-bogus"]
+    devices = parse_nvidia_host_devices(lines)
+    assert devices["minors"] == {"0000:00:06.0": 0}
+    assert devices["nodes"] == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255),
+                                "/dev/nvidia-uvm-tools": (507, 1)}
+
+
+def test_pci_devices_from_pvesh_json():
+    text = ('[{"id":"0000:01:00.0","class":"0x030200","vendor":"0x10de","device":"0x2bb5",'
+            '"iommugroup":22,"vendor_name":"NVIDIA Corporation"}]')
+    devices = parse_pci_devices(text)
+    assert devices["0000:01:00.0"]["iommugroup"] == 22
+    assert parse_pci_devices("") == {}
+
+
+@pytest.mark.parametrize(("sample", "loader"), [
+    ("pbt-status-uefi.txt", "systemd-boot"),
+    ("pbt-status-grub.txt", "grub"),
+    ("pbt-status-none.txt", "grub"),
+])
+def test_boot_loader_detection(sample, loader):
+    assert parse_boot_loader((PROXMOX / sample).read_text().splitlines()) == loader
+
+
+# --- kernel arguments for both boot loaders -----------------------------------------------------
+
+
+def test_kernel_args_per_cpu_vendor():
+    assert iommu_kernel_args("intel") == ["intel_iommu=on", "iommu=pt"]
+    assert iommu_kernel_args("amd") == ["amd_iommu=on", "iommu=pt"]
+
+
+def test_systemd_boot_cmdline_appends_once_and_keeps_root():
+    args = iommu_kernel_args("intel")
+    once = systemd_boot_cmdline("root=ZFS=rpool/ROOT/pve-1 boot=zfs\n", args)
+    assert once == "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on iommu=pt\n"
+    assert systemd_boot_cmdline(once, args) == once
+    assert systemd_boot_cmdline("root=ZFS=rpool/ROOT/pve-1 intel_iommu=off quiet", args) == \
+        "root=ZFS=rpool/ROOT/pve-1 intel_iommu=on quiet iommu=pt\n"
+
+
+def test_grub_dropin_extends_the_default_command_line():
+    template = jinja2.Template(
+        (PROJECT_ROOT / "templates" / "proxmox_host" / "inference-host-iommu.cfg.j2").read_text())
+    text = template.render(kernel_args=iommu_kernel_args("amd"))
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"' in text
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"']
+
+
+def test_vfio_modules_file():
+    from roles.proxmox_host import VFIO_MODULES
+
+    template = jinja2.Template((PROJECT_ROOT / "templates" / "proxmox_host" / "vfio.conf.j2").read_text())
+    lines = [line for line in template.render(modules=VFIO_MODULES).splitlines() if not line.startswith("#")]
+    assert lines == ["vfio", "vfio_iommu_type1", "vfio_pci"]
