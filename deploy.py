@@ -6,8 +6,12 @@
 
 from roles.base import base
 from roles.site import current_host
+from roles.wheels import wheels
 
 settings = current_host()
 
-if settings.in_group("gpu_nodes") or settings.in_group("builders"):
+if settings.in_group("gpu_nodes"):
     base()
+
+if settings.in_group("builders"):
+    wheels()

@@ -47,6 +47,9 @@ GPU_ARCHS = {
     "sm120": "12.0",
 }
 
+# Kernel packages roles/wheels can build from source (docker/<package>.Dockerfile).
+WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
+
 # NCCL_P2P_LEVEL values from the NCCL environment documentation.
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
@@ -231,6 +234,16 @@ class BuildSettings:
     max_jobs: int | None = field(default=None, metadata=_positive())
     nvcc_threads: int | None = field(default=None, metadata=_positive())
     wheelhouse_dir: str = field(default="/var/lib/inference-host/wheelhouse", metadata=_absolute_path())
+    # None: NVIDIA's CUDA devel image for the active stack's CUDA version.
+    base_image: str | None = None
+    # Package -> local source tree built instead of the pinned upstream release (as given).
+    source_overrides: dict[str, str] = field(default_factory=dict, metadata=_check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES)))
+    with_torch: bool = True  # False only for sources that need no torch (the lab's test ext)
+    timeout_minutes: int = field(default=720, metadata=_positive())
+    # Packages rebuilt even when the wheelhouse has them: --data 'build_force=["flash-attn"]'
+    force: list[str] = field(default_factory=list, metadata=_check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES)))
 
 
 @dataclass(frozen=True)
