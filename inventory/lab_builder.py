@@ -28,7 +28,8 @@ from roles.site import require_valid_inventory
 _wheelhouse = os.environ.get(
     "INFERENCE_HOST_LAB_WHEELHOUSE", str(lab.STATE_DIR / lab.PREFIX / "wheelhouse"))
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
-_test_source = "tests/fixtures/tiny_cuda_ext"
+# Tests point this at other trees (a broken one, to prove a failed compile fails the deploy).
+_test_source = os.environ.get("INFERENCE_HOST_LAB_BUILDER_SOURCE", "tests/fixtures/tiny_cuda_ext")
 
 builders = [
     ("@local", {

@@ -27,7 +27,13 @@ from pyinfra.operations import files, python, server
 from roles.site import EngineStack, HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
 from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
-from roles.wheels.plan import WheelBuild, WheelPlanError, context_tar, patches_sha256, planned_builds
+from roles.wheels.plan import (
+    WheelBuild,
+    WheelPlanError,
+    context_tar,
+    patches_sha256,
+    planned_builds,
+)
 
 BUILD_SCRIPT = Path(__file__).parent / "files" / "build_wheel.py"
 # cuobjdump from PyPI when the builder has no CUDA toolkit of its own (CUDA 13 reads the
@@ -104,11 +110,11 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
     server.shell(
         name=f"Install {CUOBJDUMP_PYPI} into {venv}",
         commands=[
-            f"rm -rf {venv} && python3 -m venv {venv}"
-            f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
-            f" && ln -sf \"$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)\""
-            f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
-            f" || {{ rm -rf {venv}; exit 1; }}"
+            (f"rm -rf {venv} && python3 -m venv {venv}"
+             f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
+             f" && ln -sf \"$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)\""
+             f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
+             f" || {{ rm -rf {venv}; exit 1; }}")
         ],
         _env=env,
     )

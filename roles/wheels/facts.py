@@ -19,7 +19,7 @@ class BuilderResources(FactBase):
         return (
             'echo "cores $(nproc)"; cat /proc/meminfo;'
             ' for f in memory.max memory.current cpu.max memory/memory.limit_in_bytes'
-            ' memory/memory.usage_in_bytes; do'
+            ' memory/memory.usage_in_bytes cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us; do'
             ' [ -r /sys/fs/cgroup/$f ] && echo "cgroup $f $(cat /sys/fs/cgroup/$f)"; done; true'
         )
 
@@ -47,7 +47,7 @@ class BuilderResources(FactBase):
             swap_total_bytes=meminfo.get("SwapTotal", 0),
             cgroup_memory_limit_bytes=limit,
             cgroup_memory_usage_bytes=usage if limit is not None else None,
-            cgroup_cpu_limit=_cpu_limit(cgroup.get("cpu.max")),
+            cgroup_cpu_limit=_cpu_limit(cgroup.get("cpu.max") or _v1_cpu_max(cgroup)),
         )
 
 
@@ -55,6 +55,12 @@ def _bytes_or_none(value: str | None) -> int | None:
     if value is None or not value.strip().isdigit():
         return None  # "max" or absent
     return int(value)
+
+
+def _v1_cpu_max(cgroup: dict[str, str]) -> str | None:
+    """cgroup v1 quota/period in cgroup v2's cpu.max form ("-1" quota: no limit)."""
+    quota, period = cgroup.get("cpu/cpu.cfs_quota_us"), cgroup.get("cpu/cpu.cfs_period_us")
+    return f"{quota} {period}" if quota and period else None
 
 
 def _cpu_limit(value: str | None) -> float | None:

@@ -99,11 +99,16 @@ def docker_build(args, staging: Path, log: Path) -> None:
     say(f"{args.package}: built in {elapsed:.0f}s")
 
 
+def parse_list_elf(output: str) -> list[str]:
+    """Architectures in `cuobjdump --list-elf` output ("ELF file 1: x.1.sm_120.cubin")."""
+    return sorted({m.group(1) for line in output.splitlines() if (m := ELF_RE.search(line))})
+
+
 def elf_archs(cuobjdump: str, shared_object: Path) -> list[str]:
     """SASS architectures embedded in one shared object, from `cuobjdump --list-elf`."""
-    result = subprocess.run([cuobjdump, "--list-elf", str(shared_object)], capture_output=True,
+    result = subprocess.run([cuobjdump, "--list-elf", str(shared_object)], check=False, capture_output=True,
                             text=True)
-    archs = sorted({m.group(1) for line in result.stdout.splitlines() if (m := ELF_RE.search(line))})
+    archs = parse_list_elf(result.stdout)
     if result.returncode != 0 and "does not contain device code" not in result.stdout + result.stderr:
         raise RuntimeError(f"cuobjdump --list-elf {shared_object.name} failed:"
                            f" {(result.stderr or result.stdout).strip()}")
