@@ -15,9 +15,14 @@ start=$(date +%s)
 rc=$?
 lines=$(wc -l <"$log")
 if [ "$rc" -ne 0 ]; then
-    echo "---- wheel build FAILED (exit $rc) after $(( $(date +%s) - start ))s; last 200 of $lines lines:"
-    tail -n 200 "$log"
+    echo "---- last 150 of $lines lines:"
+    tail -n 150 "$log"
+    # The first errors are what a human needs and are far from the end of a long log; they
+    # go last so that a short tail of the build output still shows them.
+    echo "---- first error lines:"
+    grep -n -m 15 -E 'error|Error|Killed|killed|out of memory' "$log" | cut -c1-400
     [ "$rc" -eq 137 ] && echo "exit 137: a compiler was killed (out of memory?); lower build_max_jobs"
+    echo "---- wheel build FAILED (exit $rc) after $(( $(date +%s) - start ))s"
     exit "$rc"
 fi
 if [ "$lines" -le 400 ]; then

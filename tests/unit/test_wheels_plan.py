@@ -20,8 +20,8 @@ BOTH = dataclasses.replace(ACTIVE, kernel=dataclasses.replace(ACTIVE.kernel, sou
 FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "tiny_cuda_ext"
 
 
-def keys(stack, build=BuildSettings()):
-    return {wheel.package: wheel.key for wheel in planned_builds(stack, build)}
+def keys(stack, build=None):
+    return {wheel.package: wheel.key for wheel in planned_builds(stack, build or BuildSettings())}
 
 
 def test_production_stack_builds_flash_attn_from_the_cuda_12_8_devel_image():
@@ -134,7 +134,8 @@ def test_context_tar_is_reproducible_and_holds_what_the_dockerfile_copies(tmp_pa
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     first = context_tar(wheel, [str(ca)])
     assert first == context_tar(wheel, [str(ca)])
-    names = tarfile.open(fileobj=io.BytesIO(first)).getnames()
+    with tarfile.open(fileobj=io.BytesIO(first)) as tar:
+        names = tar.getnames()
     assert "flash-attn.Dockerfile" in names and "wheels/compile.sh" in names
     assert "extra-ca/site-0.crt" in names and "src/setup.py" in names
     assert "src/csrc/scale.cu" in names

@@ -33,7 +33,7 @@ from pathlib import Path
 REQUIRED_ARCH = "sm_120"
 REQUIRED_ARCH_RE = re.compile(r"sm_120[af]?")  # sm_120, sm_120a, sm_120f: compute capability 12.0
 ELF_RE = re.compile(r"\.(sm_\d+[af]?)\.cubin\s*$")
-TAIL_LINES = 80
+TAIL_LINES = 100
 EXIT_BUILD_FAILED, EXIT_REFUSED, EXIT_TIMEOUT = 2, 3, 4
 
 
