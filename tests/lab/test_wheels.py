@@ -180,7 +180,8 @@ def _build_script(builder, package: str, source: Path, timeout_s: int, **extra_a
     for name, value in args.items():
         command += ["--build-arg", f"{name}={value}"]
     started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120,
+                            check=False)
     return result, time.monotonic() - started
 
 
