@@ -145,7 +145,7 @@ def systemd_image() -> str:
     return tag
 
 
-def _container_state(name: str) -> dict | None:
+def container_state(name: str) -> dict | None:
     result = _docker("container", "inspect", name, check=False)
     if result.returncode != 0:
         return None
@@ -154,7 +154,7 @@ def _container_state(name: str) -> dict | None:
 
 def ensure_container(role: str, image: str) -> str:
     name = container_name(role)
-    state = _container_state(name)
+    state = container_state(name)
     if state and state["Config"]["Image"] != image:
         _log(f"{name} runs an older lab image; recreating it")
         _docker("rm", "-f", name)
@@ -213,18 +213,3 @@ def throwaway_vault() -> tuple[str, str]:
         secrets.set_secret(vault, "sglang_api_key", random.token_urlsafe(24), password)
         secrets.set_secret(vault, "hf_token", "hf_lab_" + random.token_hex(16), password)
     return str(vault), str(password_file)
-
-
-if __name__ == "__main__":
-    command = sys.argv[1] if len(sys.argv) > 1 else "status"
-    if command == "up":
-        print("\n".join(up()))
-    elif command == "down":
-        down()
-    elif command == "status":
-        for role in HOSTS:
-            state = _container_state(container_name(role))
-            print(container_name(role), "absent" if state is None else state["State"]["Status"])
-    else:
-        print("usage: python -m lab [up|down|status]", file=sys.stderr)
-        raise SystemExit(64)

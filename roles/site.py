@@ -360,9 +360,9 @@ def load_stack(path: Path) -> Stack:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise SiteError([f"{where}: file not found; every inventory needs a stack file"])
+        raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except yaml.YAMLError as error:
-        raise SiteError([f"{where}: not valid YAML: {error}"])
+        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
 
@@ -465,6 +465,11 @@ class HostSettings:
     build: BuildSettings
     guest: GuestSettings
     proxmox: ProxmoxSettings
+    # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
+    invalid_keys: frozenset[str] = frozenset()
+
+    def valid(self, *keys: str) -> bool:
+        return not (set(keys) & self.invalid_keys)
 
     def in_group(self, group: str) -> bool:
         return group in self.groups
@@ -580,7 +585,7 @@ def _type_name(annotation: Any) -> str:
             "<class 'bool'>": "True or False", "<class 'float'>": "a number"}.get(text, text)
 
 
-def _build_section(cls, data: dict, where: str, problems: list[str]):
+def _build_section(cls, data: dict, where: str, problems: list[str], invalid: set[str]):
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
@@ -591,11 +596,13 @@ def _build_section(cls, data: dict, where: str, problems: list[str]):
         ok, converted = _convert(value, hints[f.name])
         if not ok:
             problems.append(f"{where}: {key} = {value!r} is invalid; expected {_type_name(hints[f.name])}")
+            invalid.add(key)
             continue
         check = f.metadata.get("check")
         valid = check(converted) if (check and converted is not None) else None
         if valid:
             problems.append(f"{where}: {key} = {value!r} is invalid; expected {valid}")
+            invalid.add(key)
             continue
         values[f.name] = converted
     return cls(**values)
@@ -625,8 +632,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             f"{_closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
             " under 'Settings')"
         )
+    invalid: set[str] = set()
     sections = {
-        cls: _build_section(cls, data, f"{where}: host {name}", problems) for cls in SECTIONS
+        cls: _build_section(cls, data, f"{where}: host {name}", problems, invalid) for cls in SECTIONS
     }
     return HostSettings(
         name=name,
@@ -638,6 +646,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         build=sections[BuildSettings],
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
+        invalid_keys=frozenset(invalid),
     )
 
 
@@ -652,6 +661,10 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
+        if not host.valid("gpu_count", "gpu_addresses", "guest_gpu_addresses", "guest_vmid",
+                          "guest_node", "guest_features", "guest_unprivileged", "serving_host",
+                          "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
+            continue  # its own message already names the mistake
         if host.in_group("gpu_nodes") and gpu.count < 1:
             problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
         if gpu.addresses and len(gpu.addresses) != gpu.count:
@@ -845,7 +858,7 @@ def require_valid_inventory(inventory_file: str) -> None:
             _require_decryptable(site)
     except SiteError as error:
         _print_problems(error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def _under_pyinfra_cli() -> bool:
@@ -921,7 +934,29 @@ def current_host() -> HostSettings:
     return current_site().hosts[host.name]
 
 
+def settings_table() -> str:
+    """Markdown table of every host-data key: the README's "Settings" section is checked against it."""
+    hints_cache = {cls: typing.get_type_hints(cls) for cls in SECTIONS}
+    rows = ["| key | type | default |", "|---|---|---|"]
+    for cls in SECTIONS:
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = "(required)"
+            kind = str(hints_cache[cls][f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "").replace(" | ", " or ")
+            rows.append(f"| `{cls.PREFIX}{f.name}` | {kind} | `{default!r}` |")
+    for key, meaning in SITE_KEYS.items():
+        rows.append(f"| `{key}` | str | {meaning} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--settings"]:
+        print(settings_table())
+        raise SystemExit(0)
     if len(sys.argv) != 2:
         print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
         raise SystemExit(64)
@@ -929,4 +964,4 @@ if __name__ == "__main__":
         print(load_site(sys.argv[1]).summary())
     except SiteError as site_error:
         _print_problems(site_error)
-        raise SystemExit(2)
+        raise SystemExit(2) from None

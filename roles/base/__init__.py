@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server
+from pyinfra.operations.util import any_changed
 
 from roles.base.facts import ContainerVirtualization, UvVersion
 from roles.secret_files import secret_file
@@ -65,20 +66,21 @@ def _install_apt(settings: HostSettings) -> None:
 
 
 def _trust_extra_cas(settings: HostSettings) -> None:
-    changed = False
-    for index, pem in enumerate(settings.base.extra_ca_certificates):
-        upload = files.put(
+    uploads = [
+        files.put(
             name=f"Trust extra CA certificate {pem}",
             src=pem,
             dest=f"/usr/local/share/ca-certificates/inference-host-{index}.crt",
             mode="0644",
         )
-        changed = changed or upload.will_change
-    server.shell(
-        name="Rebuild the system CA bundle",
-        commands=["update-ca-certificates"],
-        _if=lambda: changed,
-    )
+        for index, pem in enumerate(settings.base.extra_ca_certificates)
+    ]
+    if uploads:
+        server.shell(
+            name="Rebuild the system CA bundle",
+            commands=["update-ca-certificates"],
+            _if=any_changed(*uploads),
+        )
 
 
 def _service_user(settings: HostSettings) -> None:

@@ -1,0 +1,58 @@
+"""Unit-test helpers: write throwaway inventories (with their stack file) into tmp folders."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REAL_STACK = PROJECT_ROOT / "inventory" / "stack.yml"
+PASSWORD = b"unit-test-password"
+
+
+class InventoryFactory:
+    """Builds inventory/<name>.py + stack.yml (+ optional vault) in a tmp folder."""
+
+    def __init__(self, root: Path):
+        self.dir = root / "inventory"
+        self.dir.mkdir()
+        shutil.copy(REAL_STACK, self.dir / "stack.yml")
+
+    def stack(self, text: str) -> None:
+        (self.dir / "stack.yml").write_text(textwrap.dedent(text))
+
+    def edit_stack(self, old: str, new: str) -> None:
+        path = self.dir / "stack.yml"
+        text = path.read_text()
+        assert old in text, f"{old!r} not in stack.yml"
+        path.write_text(text.replace(old, new, 1))
+
+    def vault(self, **values: str) -> str:
+        from roles import secrets
+
+        path = self.dir / "secrets.vault.yml"
+        for name, value in values.items():
+            secrets.set_secret(path, name, value, PASSWORD)
+        return path.name
+
+    def write(self, source: str, name: str = "site.py") -> Path:
+        path = self.dir / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def groups(self, name: str = "site.py", **groups) -> Path:
+        body = "\n".join(f"{group} = {hosts!r}" for group, hosts in groups.items())
+        return self.write(body + "\n", name)
+
+
+@pytest.fixture
+def inventory(tmp_path) -> InventoryFactory:
+    return InventoryFactory(tmp_path)
+
+
+def gpu_node(name: str = "gpu1", **data):
+    """A minimal valid gpu node."""
+    return (name, {"gpu_count": 8, **data})
