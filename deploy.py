@@ -19,6 +19,7 @@ from roles.proxmox_host import guests_of, guests_ready, proxmox_host
 from roles.serving import serving
 from roles.sglang import sglang
 from roles.site import current_host
+from roles.wheels import wheels
 
 settings = current_host()
 engine_host = settings.in_group("gpu_nodes")
@@ -40,7 +41,10 @@ if engine_host:
     cuda()
 
 if builder:
-    docker_engine()
+    if settings.docker.manage_engine:
+        docker_engine()
+    if settings.build.kernel_wheels:
+        wheels()
 
 if engine_host:
     sglang()

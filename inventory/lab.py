@@ -103,7 +103,11 @@ gpu_nodes = [
     }),
 ]
 
-builders = [lab.pyinfra_name("gpu")]
+# The GPU guest is the builder, as in production: roles/docker_engine converges its engine
+# (a nested dockerd without iptables or bridge, see docker_daemon_extra above). It compiles no
+# kernel wheel here: that needs NVIDIA's CUDA devel image, which no registry serves to this
+# machine; inventory/lab_builder.py rehearses roles/wheels on this machine's own engine.
+builders = [(lab.pyinfra_name("gpu"), {"build_kernel_wheels": False})]
 
 require_valid_inventory(__file__)
 

@@ -47,6 +47,9 @@ GPU_ARCHS = {
     "sm120": "12.0",
 }
 
+# Kernel packages roles/wheels can build from source (docker/<package>.Dockerfile).
+WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
+
 # NCCL_P2P_LEVEL values from the NCCL environment documentation.
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
@@ -266,6 +269,19 @@ class BuildSettings:
     max_jobs: int | None = field(default=None, metadata=_positive())
     nvcc_threads: int | None = field(default=None, metadata=_positive())
     wheelhouse_dir: str = field(default="/var/lib/inference-host/wheelhouse", metadata=_absolute_path())
+    # None: NVIDIA's CUDA devel image for the active stack's CUDA version.
+    base_image: str | None = None
+    # Package -> local source tree built instead of the pinned upstream release (as given).
+    source_overrides: dict[str, str] = field(default_factory=dict, metadata=_check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES)))
+    with_torch: bool = True  # False only for sources that need no torch (the lab's test ext)
+    timeout_minutes: int = field(default=720, metadata=_positive())
+    # False: this builder compiles no kernel wheel (the engine takes PyPI's, or another
+    # builder's wheelhouse); its Docker engine is still managed.
+    kernel_wheels: bool = True
+    # Packages rebuilt even when the wheelhouse has them: --data 'build_force=["flash-attn"]'
+    force: list[str] = field(default_factory=list, metadata=_check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES)))
 
 
 @dataclass(frozen=True)
@@ -425,6 +441,9 @@ class DockerSettings:
         lambda v: not set(v) & DOCKER_OWNED_KEYS,
         "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS))))
     # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
+    # False: the builder's Docker engine is installed and configured outside this project
+    # (roles/wheels only uses it); True: roles/docker_engine converges it.
+    manage_engine: bool = True
     users: list[str] = field(default_factory=list, metadata=_check(
         lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))
 

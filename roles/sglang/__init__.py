@@ -4,7 +4,7 @@
     <base_install_root>/current -> envs/<id>    switched by roles/serving after the new
                                                 environment is built and patched
 
-Kernel wheels come from the local wheelhouse (<build_wheelhouse_dir>/<package>/) when the
+Kernel wheels come from the local wheelhouse (<build_wheelhouse_dir>/<package>/<key>/) when the
 builders made them, else from PyPI. With sglang_install_mode = "no-gpu-deps" (lab only) the
 real sglang wheel of the pinned version is installed with --no-deps: nothing else.
 """
@@ -49,10 +49,12 @@ def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str
 
 
 def _wheelhouses(settings: HostSettings, stack: EngineStack) -> list[str]:
-    packages = [stack.kernel.package]
-    if stack.flash_attn and stack.flash_attn_source != "none":
-        packages.append("flash-attn")
-    return [f"{settings.build.wheelhouse_dir}/{package}" for package in packages]
+    """The wheelhouse entries roles/wheels makes for this stack's source-built kernel wheels
+    (keyed by their inputs); used when present on the host, else uv takes PyPI's."""
+    from roles.wheels import wheel_dir
+
+    folders = (wheel_dir(settings, stack, package) for package in ("flash-attn", "sgl-kernel"))
+    return [folder for folder in folders if folder]
 
 
 def stamp(settings: HostSettings, stack: EngineStack) -> str:

@@ -21,8 +21,10 @@ TOOLS = ["useradd", "usermod", "groupadd", "curl", "wget", "dpkg", "apt-get", "s
 def fake_host(distro: str, **responses) -> dict:
     """Host data for a @fake host of `distro` (no delay); extra fact answers by matcher."""
     return {
-        # The plans cover the roles' commands; the health checks need a real host to talk to.
+        # These plans cover the GPU host stack; the health checks need a real host to talk to,
+        # and roles/wheels has its own tests (tests/unit/test_wheels_*, tests/lab/test_wheels.py).
         "health_after_deploy": [],
+        "build_kernel_wheels": False,
         "fake_delay": 0,
         "fake_delay_jitter": 0,
         "fake_responses": {

@@ -1,0 +1,171 @@
+"""roles/wheels: flash-attn and sgl-kernel wheels for SM120, built in Docker on the builder.
+
+Runs on the `builders` group and drives the builder's own Docker engine (BuildKit). For each
+wheel the active stack builds from source (stack.yml: flash_attn_source / kernel.source):
+
+1. its inputs are hashed into a key (roles/wheels/plan.py); a complete wheelhouse entry
+   WHEELHOUSE/<package>/<key>/ means there is nothing to do: a fact lookup, seconds;
+2. otherwise the job cap is computed from the builder's real memory and cores
+   (roles/wheels/jobcap.py), printed, and passed to the build as MAX_JOBS / NVCC_THREADS;
+3. build_wheel.py builds docker/<package>.Dockerfile with a time limit, checks every wheel
+   with `cuobjdump --list-elf` for sm_120 code, and only then moves it into the wheelhouse.
+
+Where the wheels are: wheel_dir(host_settings, stack, package) (what the engine role installs).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import files, python, server
+
+from roles.site import EngineStack, HostSettings, current_host, current_site
+from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
+from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
+from roles.wheels.plan import (
+    WheelBuild,
+    WheelPlanError,
+    context_tar,
+    patches_sha256,
+    planned_builds,
+)
+
+BUILD_SCRIPT = Path(__file__).parent / "files" / "build_wheel.py"
+# cuobjdump from PyPI when the builder has no CUDA toolkit of its own (CUDA 13 reads the
+# ELF of 12.x builds too).
+CUOBJDUMP_PYPI = "nvidia-cuda-cuobjdump==13.4.92"
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+@deploy("Wheels")
+def wheels() -> None:
+    settings = current_host()
+    stack = current_site().stack.active
+    try:
+        builds = planned_builds(stack, settings.build)
+    except WheelPlanError as error:
+        raise RuntimeError(f"{host.name}: {error}") from None
+    if not builds:
+        logger.info(f"{host.name}: stack {stack.id} builds no kernel wheel from source")
+        return
+    root = settings.build.wheelhouse_dir
+    tools = f"{root}/.tools"
+    pending = [b for b in builds if _needs_build(b, settings)]
+    for directory in (root, tools, f"{root}/.contexts"):
+        files.directory(name=f"Create {directory}", path=directory, mode="0755")
+    files.put(name=f"Install {tools}/build_wheel.py", src=str(BUILD_SCRIPT),
+              dest=f"{tools}/build_wheel.py", mode="0755")
+    if not pending:
+        return
+    docker = _docker_client()
+    cuobjdump = _cuobjdump(tools, settings)
+    resources = host.get_fact(BuilderResources)
+    for wheel in pending:
+        cap = _job_cap(wheel, settings, resources)
+        _build(wheel, cap, settings, docker, cuobjdump)
+
+
+def wheel_dir(settings: HostSettings, stack: EngineStack, package: str) -> str | None:
+    """The wheelhouse folder holding the stack's wheel of package, or None if it is not built."""
+    for wheel in planned_builds(stack, settings.build):
+        if wheel.package == package:
+            return f"{settings.build.wheelhouse_dir}/{wheel.package}/{wheel.key}"
+    return None
+
+
+def _needs_build(wheel: WheelBuild, settings: HostSettings) -> bool:
+    entry = host.get_fact(WheelhouseEntry, path=f"{settings.build.wheelhouse_dir}/{wheel.package}/{wheel.key}")
+    if entry and wheel.package not in settings.build.force:
+        logger.info(f"{host.name}: {wheel.label}: in the wheelhouse (key {wheel.key}):"
+                    f" {', '.join(entry)}; no build")
+        return False
+    reason = "forced (build_force)" if entry else "not in the wheelhouse"
+    logger.info(f"{host.name}: {wheel.label}: {reason} (key {wheel.key}); will build")
+    return True
+
+
+def _docker_client() -> dict:
+    client = host.get_fact(DockerBuildClient)
+    if client is None:
+        raise RuntimeError(
+            f"{host.name}: no docker client here can run BuildKit builds against a running engine;"
+            " expected Docker-CE with the docker-buildx-plugin (production) or Debian's docker.io"
+            " 20.10 (DOCKER_BUILDKIT=1), with the engine started")
+    return client
+
+
+def _cuobjdump(tools: str, settings: HostSettings) -> str:
+    found = host.get_fact(CuobjdumpPath, tools_dir=tools)
+    if found:
+        return found
+    venv = f"{tools}/cuobjdump"
+    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if settings.base.pypi_index_url:
+        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    server.shell(
+        name=f"Install {CUOBJDUMP_PYPI} into {venv}",
+        commands=[
+            (f"rm -rf {venv} && python3 -m venv {venv}"
+             f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
+             f" && ln -sf \"$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)\""
+             f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
+             f" || {{ rm -rf {venv}; exit 1; }}")
+        ],
+        _env=env,
+    )
+    return f"{venv}/bin/cuobjdump"
+
+
+def _job_cap(wheel: WheelBuild, settings: HostSettings, resources) -> JobCap:
+    try:
+        cap = compute_job_cap(wheel.package, resources, settings.build.max_jobs,
+                              settings.build.nvcc_threads)
+    except JobCapError as error:
+        raise RuntimeError(f"{host.name}: {error}") from None
+    logger.info(f"{host.name}: job cap {cap.describe()}")
+    return cap
+
+
+def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
+           cuobjdump: str) -> None:
+    root = settings.build.wheelhouse_dir
+    context = f"{root}/.contexts/{wheel.package}-{wheel.key}.tar"
+    inputs = f"{root}/.contexts/{wheel.package}-{wheel.key}.json"
+    files.put(name=f"Upload the {wheel.label} build context", dest=context, mode="0600",
+              src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates)))
+    files.put(name=f"Upload the {wheel.label} build inputs", dest=inputs, mode="0644",
+              src=io.BytesIO(json.dumps(wheel.inputs, indent=2, sort_keys=True).encode()))
+    build_args = {
+        **wheel.build_args,
+        "MAX_JOBS": str(cap.max_jobs),
+        "NVCC_THREADS": str(cap.nvcc_threads),
+        "INPUTS_KEY": wheel.key,
+        "PATCHES_SHA256": patches_sha256(wheel),
+    }
+    if settings.base.pypi_index_url:
+        build_args["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    timeout_s = settings.build.timeout_minutes * 60
+    command = [
+        "python3", f"{root}/.tools/build_wheel.py",
+        "--package", wheel.package, "--key", wheel.key,
+        "--context", context, "--dockerfile", wheel.dockerfile.name,
+        "--wheelhouse", root, "--docker", docker["path"], "--cuobjdump", cuobjdump,
+        "--timeout-s", str(timeout_s), "--inputs-json", inputs, "--job-cap", cap.describe(),
+    ]
+    for name, value in build_args.items():
+        command += ["--build-arg", f"{name}={value}"]
+    python.call(name=f"Print the {wheel.package} job cap",
+                function=lambda: logger.info(f"{host.name}: building {wheel.label} with job cap"
+                                             f" {cap.describe()}"))
+    server.shell(
+        name=f"Build the {wheel.label} wheel for sm_120 (MAX_JOBS={cap.max_jobs},"
+             f" NVCC_THREADS={cap.nvcc_threads}, key {wheel.key})",
+        commands=[shlex.join(command) + f" && rm -f {context} {inputs}"],
+        # build_wheel.py stops the build at timeout_s; this is the backstop for the SSH side.
+        _timeout=timeout_s + 600,
+    )

@@ -1,0 +1,192 @@
+"""Which kernel wheels a stack needs built, everything that goes into each, and its key.
+
+The key is a hash of every input of a wheel: its Dockerfile, the helper scripts copied into
+the image, its patches, the source (a pinned version, or the content of a local source tree)
+and the build arguments that change the compiled code (base image, Python, torch, CUDA
+architectures, versions). The job cap is not an input: it changes how fast a wheel is built,
+not what is built. So an engine upgrade that keeps torch, CUDA and the kernel pins rebuilds
+nothing, and one that moves any of them rebuilds exactly the wheels that depend on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roles.site import PROJECT_ROOT, BuildSettings, EngineStack
+
+DOCKER_DIR = PROJECT_ROOT / "docker"
+HELPERS_DIR = DOCKER_DIR / "wheels"
+PATCHES_DIR = DOCKER_DIR / "patches"
+
+# NVIDIA's devel images by stack CUDA version (Ubuntu 24.04, like the gpu nodes).
+CUDA_DEVEL_IMAGES = {
+    "12.8": "nvidia/cuda:12.8.1-devel-ubuntu24.04",
+    "12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04",
+    "13.0": "nvidia/cuda:13.0.1-devel-ubuntu24.04",
+}
+# Files of a source tree that are build output, not input.
+_SKIP_PARTS = {"build", "dist", "__pycache__", ".git", ".eggs"}
+
+
+class WheelPlanError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class WheelBuild:
+    package: str
+    version: str
+    dockerfile: Path
+    source: str  # "pypi" / "git": the pinned upstream release; "context": source_dir as given
+    source_dir: Path | None
+    patches: tuple[Path, ...]
+    build_args: dict[str, str]  # the ones that change the wheel (part of the key)
+    inputs: dict = field(hash=False)
+    key: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version}"
+
+
+def planned_builds(stack: EngineStack, build: BuildSettings) -> list[WheelBuild]:
+    """The wheels the active stack builds from source, each with its inputs and key."""
+    builds = []
+    if stack.flash_attn_source == "build":
+        if not stack.flash_attn:
+            raise WheelPlanError(f"stack {stack.id}: flash_attn_source is 'build' but no flash_attn"
+                                 " version is pinned; expected flash_attn: \"2.8.3\" or similar")
+        builds.append(_wheel_build("flash-attn", stack.flash_attn, stack, build, "pypi", {
+            "FLASH_ATTN_VERSION": stack.flash_attn,
+            "CUDA_ARCHS": "120",
+        }))
+    if stack.kernel.source == "build":
+        if stack.kernel.package != "sgl-kernel":
+            raise WheelPlanError(
+                f"stack {stack.id}: kernel.source 'build' is supported for sgl-kernel only, not"
+                f" {stack.kernel.package} {stack.kernel.version}; expected source: prebuilt")
+        builds.append(_wheel_build("sgl-kernel", stack.kernel.version, stack, build, "git", {
+            "SGL_KERNEL_VERSION": stack.kernel.version,
+            # sgl-kernel has no sdist: its tree at the sglang release that pins it.
+            "SGLANG_GIT_REF": f"v{stack.sglang}",
+        }))
+    return builds
+
+
+def base_image(stack: EngineStack, build: BuildSettings) -> str:
+    if build.base_image:
+        return build.base_image
+    if stack.cuda not in CUDA_DEVEL_IMAGES:
+        raise WheelPlanError(
+            f"stack {stack.id}: no known CUDA devel image for CUDA {stack.cuda}; expected one of "
+            f"{', '.join(CUDA_DEVEL_IMAGES)} or a build_base_image setting")
+    return CUDA_DEVEL_IMAGES[stack.cuda]
+
+
+def _wheel_build(package: str, version: str, stack: EngineStack, build: BuildSettings,
+                 upstream_source: str, package_args: dict[str, str]) -> WheelBuild:
+    dockerfile = DOCKER_DIR / f"{package}.Dockerfile"
+    override = build.source_overrides.get(package)
+    source_dir = _source_dir(package, override) if override else None
+    source = "context" if source_dir else upstream_source
+    patches = tuple(sorted((PATCHES_DIR / package).glob("*.patch"))) if source != "context" else ()
+    build_args = {
+        "BASE_IMAGE": base_image(stack, build),
+        "SOURCE": source,
+        "PYTHON_VERSION": stack.python,
+        "TORCH_VERSION": stack.torch if build.with_torch else "",
+        **package_args,
+    }
+    inputs = {
+        "package": package,
+        "version": version,
+        "dockerfile": _sha256(dockerfile.read_bytes()),
+        "helpers": {p.name: _sha256(p.read_bytes()) for p in _helper_files()},
+        "patches": {p.name: _sha256(p.read_bytes()) for p in patches},
+        "source": source,
+        "source_tree": _tree_sha256(source_dir) if source_dir else None,
+        "build_args": build_args,
+    }
+    key = _sha256(json.dumps(inputs, sort_keys=True).encode())[:20]
+    return WheelBuild(package, version, dockerfile, source, source_dir, patches, build_args,
+                      inputs, key)
+
+
+def _source_dir(package: str, override: str) -> Path:
+    path = Path(override)
+    path = path if path.is_absolute() else PROJECT_ROOT / path
+    if not path.is_dir():
+        raise WheelPlanError(f"build_source_overrides: {package} = {override!r} is not a folder"
+                             " on the deploy machine; expected a source tree")
+    return path
+
+
+def _helper_files() -> list[Path]:
+    return sorted(p for p in HELPERS_DIR.iterdir() if p.is_file())
+
+
+def _source_files(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and not (_SKIP_PARTS & set(p.relative_to(root).parts))
+        and not any(part.endswith(".egg-info") for part in p.relative_to(root).parts)
+    )
+
+
+def _tree_sha256(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in _source_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+        digest.update(_sha256(path.read_bytes()).encode())
+    return digest.hexdigest()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def patches_sha256(wheel: WheelBuild) -> str:
+    return _sha256("".join(wheel.inputs["patches"][p.name] for p in wheel.patches).encode())
+
+
+def context_tar(wheel: WheelBuild, extra_ca_files: list[str]) -> bytes:
+    """The build context as a reproducible tar (sorted, no times or owners), sent to
+    `docker build -` on the builder. CA certificates are in it but not in the key: they let
+    the build reach the index, they do not change the wheel."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add_dir(tar, "extra-ca")
+        _add_dir(tar, "wheels")
+        _add_file(tar, wheel.dockerfile.name, wheel.dockerfile.read_bytes())
+        for helper in _helper_files():
+            _add_file(tar, f"wheels/{helper.name}", helper.read_bytes(),
+                      executable=bool(helper.stat().st_mode & 0o111))
+        _add_dir(tar, "patches")
+        for patch in wheel.patches:
+            _add_file(tar, f"patches/{patch.name}", patch.read_bytes())
+        for index, pem in enumerate(extra_ca_files):
+            _add_file(tar, f"extra-ca/site-{index}.crt", Path(pem).read_bytes())
+        if wheel.source_dir:
+            _add_dir(tar, "src")
+            for path in _source_files(wheel.source_dir):
+                _add_file(tar, f"src/{path.relative_to(wheel.source_dir)}", path.read_bytes(),
+                          executable=bool(path.stat().st_mode & 0o111))
+    return buffer.getvalue()
+
+
+def _add_dir(tar: tarfile.TarFile, name: str) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    tar.addfile(info)
+
+
+def _add_file(tar: tarfile.TarFile, name: str, data: bytes, executable: bool = False) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o755 if executable else 0o644
+    tar.addfile(info, io.BytesIO(data))

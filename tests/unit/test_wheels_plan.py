@@ -1,0 +1,156 @@
+"""Which wheels a stack builds, their input keys, and the build context (roles/wheels/plan.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from roles.site import PROJECT_ROOT, BuildSettings, load_stack
+from roles.wheels import plan
+from roles.wheels.plan import WheelPlanError, context_tar, planned_builds
+
+STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
+ACTIVE = STACK.active  # sglang 0.5.9, CUDA 12.8: flash-attn built, sgl-kernel prebuilt
+BOTH = dataclasses.replace(ACTIVE, kernel=dataclasses.replace(ACTIVE.kernel, source="build"))
+FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "tiny_cuda_ext"
+
+
+def keys(stack, build=None):
+    return {wheel.package: wheel.key for wheel in planned_builds(stack, build or BuildSettings())}
+
+
+def test_production_stack_builds_flash_attn_from_the_cuda_12_8_devel_image():
+    (wheel,) = planned_builds(ACTIVE, BuildSettings())
+    assert wheel.package == "flash-attn" and wheel.version == "2.8.3"
+    assert wheel.build_args == {
+        "BASE_IMAGE": "nvidia/cuda:12.8.1-devel-ubuntu24.04", "SOURCE": "pypi",
+        "PYTHON_VERSION": "3.12", "TORCH_VERSION": "2.9.1", "FLASH_ATTN_VERSION": "2.8.3",
+        "CUDA_ARCHS": "120",
+    }
+
+
+def test_sgl_kernel_build_uses_the_patched_git_tree_of_the_sglang_release():
+    wheels = {w.package: w for w in planned_builds(BOTH, BuildSettings())}
+    sgl = wheels["sgl-kernel"]
+    assert sgl.source == "git" and sgl.build_args["SGLANG_GIT_REF"] == "v0.5.9"
+    assert [p.name for p in sgl.patches] == ["0001-compile-only-sm120a.patch"]
+
+
+def test_cuda_13_stack_with_prebuilt_kernels_builds_nothing():
+    assert planned_builds(STACK.stacks["sglang-0.5.23-cu130"], BuildSettings()) == []
+
+
+def test_building_the_renamed_kernel_package_is_refused_clearly():
+    renamed = dataclasses.replace(STACK.stacks["sglang-0.5.23-cu130"], kernel=dataclasses.replace(
+        STACK.stacks["sglang-0.5.23-cu130"].kernel, source="build"))
+    with pytest.raises(WheelPlanError, match="sglang-kernel 0.4.10.*source: prebuilt"):
+        planned_builds(renamed, BuildSettings())
+
+
+def test_keys_are_stable():
+    assert keys(BOTH) == keys(BOTH)
+
+
+def test_job_cap_and_wheelhouse_are_not_inputs():
+    tuned = BuildSettings(max_jobs=3, nvcc_threads=1, wheelhouse_dir="/srv/w", force=["flash-attn"])
+    assert keys(BOTH, tuned) == keys(BOTH)
+
+
+def test_engine_upgrade_without_kernel_input_changes_rebuilds_nothing():
+    upgraded = dataclasses.replace(BOTH, id="next", flashinfer="0.6.4")
+    assert keys(upgraded) == keys(BOTH)
+
+
+def test_torch_upgrade_rebuilds_both():
+    before, after = keys(BOTH), keys(dataclasses.replace(BOTH, torch="2.9.2"))
+    assert before["flash-attn"] != after["flash-attn"]
+    assert before["sgl-kernel"] != after["sgl-kernel"]
+
+
+def test_flash_attn_bump_rebuilds_only_flash_attn():
+    before, after = keys(BOTH), keys(dataclasses.replace(BOTH, flash_attn="2.8.2"))
+    assert before["flash-attn"] != after["flash-attn"]
+    assert before["sgl-kernel"] == after["sgl-kernel"]
+
+
+def test_sglang_release_changes_only_the_sgl_kernel_source_ref():
+    before, after = keys(BOTH), keys(dataclasses.replace(BOTH, sglang="0.5.8"))
+    assert before["flash-attn"] == after["flash-attn"]
+    assert before["sgl-kernel"] != after["sgl-kernel"]
+
+
+def test_base_image_is_an_input():
+    other = BuildSettings(base_image="nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:" + "0" * 64)
+    assert keys(BOTH, other)["flash-attn"] != keys(BOTH)["flash-attn"]
+
+
+def test_unknown_cuda_needs_a_base_image_setting():
+    with pytest.raises(WheelPlanError, match="CUDA 11.8.*build_base_image"):
+        planned_builds(dataclasses.replace(BOTH, cuda="11.8"), BuildSettings())
+
+
+def test_dockerfile_and_patch_contents_are_inputs(tmp_path, monkeypatch):
+    docker = tmp_path / "docker"
+    shutil.copytree(PROJECT_ROOT / "docker", docker)
+    monkeypatch.setattr(plan, "DOCKER_DIR", docker)
+    monkeypatch.setattr(plan, "HELPERS_DIR", docker / "wheels")
+    monkeypatch.setattr(plan, "PATCHES_DIR", docker / "patches")
+    original = keys(BOTH)
+    assert original == keys(BOTH)  # the copy hashes like the original
+    patch = docker / "patches" / "sgl-kernel" / "0001-compile-only-sm120a.patch"
+    patch.write_text(patch.read_text() + "\n")
+    changed = keys(BOTH)
+    assert changed["sgl-kernel"] != original["sgl-kernel"]
+    assert changed["flash-attn"] == original["flash-attn"]
+    dockerfile = docker / "flash-attn.Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "# changed\n")
+    assert keys(BOTH)["flash-attn"] != changed["flash-attn"]
+    helper = docker / "wheels" / "compile.sh"
+    helper.write_text(helper.read_text() + "\n")
+    assert all(keys(BOTH)[p] != changed[p] for p in ("sgl-kernel",))
+
+
+def test_source_override_content_is_an_input(tmp_path):
+    tree = tmp_path / "ext"
+    shutil.copytree(FIXTURE, tree, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    settings = BuildSettings(source_overrides={"flash-attn": str(tree)})
+    first = keys(ACTIVE, settings)["flash-attn"]
+    (tree / "build").mkdir(exist_ok=True)
+    (tree / "build" / "junk.o").write_bytes(b"build output is not an input")
+    assert keys(ACTIVE, settings)["flash-attn"] == first
+    (tree / "csrc" / "scale.cu").write_text((tree / "csrc" / "scale.cu").read_text() + "\n")
+    assert keys(ACTIVE, settings)["flash-attn"] != first
+
+
+def test_context_tar_is_reproducible_and_holds_what_the_dockerfile_copies(tmp_path):
+    settings = BuildSettings(source_overrides={"flash-attn": str(FIXTURE)})
+    (wheel,) = planned_builds(ACTIVE, settings)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    first = context_tar(wheel, [str(ca)])
+    assert first == context_tar(wheel, [str(ca)])
+    with tarfile.open(fileobj=io.BytesIO(first)) as tar:
+        names = tar.getnames()
+    assert "flash-attn.Dockerfile" in names and "wheels/compile.sh" in names
+    assert "extra-ca/site-0.crt" in names and "src/setup.py" in names
+    assert "src/csrc/scale.cu" in names
+    assert wheel.source == "context" and wheel.patches == ()
+
+
+def test_dockerfiles_keep_the_production_defaults():
+    for name in ("flash-attn", "sgl-kernel"):
+        text = (PROJECT_ROOT / "docker" / f"{name}.Dockerfile").read_text()
+        assert "ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04" in text
+        assert "FROM scratch AS artifact" in text and "--mount=type=cache" in text
+        assert "# syntax=" not in text.replace("No `# syntax=` line", "")
+    flash = (PROJECT_ROOT / "docker" / "flash-attn.Dockerfile").read_text()
+    assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in flash and "FLASH_ATTN_CUDA_ARCHS=${CUDA_ARCHS}" in flash
+    sgl = (PROJECT_ROOT / "docker" / "sgl-kernel.Dockerfile").read_text()
+    assert "SGL_KERNEL_COMPILE_THREADS=1;ENABLE_BELOW_SM90=OFF" in sgl
+    assert "--fuzz=0" in sgl
+    assert Path(PROJECT_ROOT / "docker" / "patches" / "sgl-kernel").is_dir()
