@@ -155,9 +155,12 @@ def check_this_machine(expect: str | None = None) -> tuple[int, dict]:
     mismatch = driver_mismatch(module, user_version)
     if mismatch:
         problems.append(mismatch)
-    if expect and module is not None and module.version != expect:
-        problems.append(f"reboot required: the loaded kernel module is {module.version}, the"
-                        f" pinned driver is {expect}")
+    installed = user_version or (module.version if module else None)
+    if expect and installed and installed != expect:
+        # Not a reboot: the wrong driver is installed. (A module that differs from a pinned
+        # userspace is the mismatch above, which a reboot does fix.)
+        problems.append(f"not the pinned driver: {installed} is installed, the pin is {expect};"
+                        " run the deploy to install the pinned driver (then reboot when it says so)")
     report = {
         "kernel_module": None if module is None else {"version": module.version, "flavor": module.flavor},
         "modinfo_license_flavor": license_flavor,

@@ -19,6 +19,11 @@ LAB_INVENTORY = PROJECT_ROOT / "inventory" / "lab.py"
 REQUIRE_LAB_ENV = "INFERENCE_HOST_REQUIRE_LAB"
 
 
+def _is_health_check(name: str) -> bool:
+    # "Health | Check health of HOST: suites": the @deploy's name prefixes the operation's.
+    return name.split(" | ")[-1].startswith(CHECK_OPERATION_PREFIX)
+
+
 @dataclass
 class DeployRun:
     returncode: int
@@ -34,7 +39,12 @@ class DeployRun:
         if not self.results:
             return []
         return [op["name"] for op in self.results["operations"]
-                if op["success"] and not op["name"].startswith(CHECK_OPERATION_PREFIX)]
+                if op["success"] and not _is_health_check(op["name"])]
+
+    @property
+    def health_checks(self) -> list[str]:
+        return [op["name"] for op in (self.results or {}).get("operations", [])
+                if _is_health_check(op["name"])]
 
     @property
     def failed(self) -> list[str]:

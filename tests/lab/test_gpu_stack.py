@@ -1,5 +1,9 @@
 """roles/nvidia_driver, roles/cuda, roles/docker_engine in the lab, through real apt and dpkg.
 
+The lab's GPU guest is an LXC guest of the stand-in Proxmox node (as in production), so its
+driver is the userspace-only mode at the node's kernel module version; the full mode (kernel
+module packages, nouveau, persistenced) is covered by the plan tests (tests/unit).
+
 NVIDIA's servers are replaced by the local repository stand-in (tests/standins/nvidia_apt_repo)
 that inventory/lab.py serves; it also holds newer driver versions than the pin (580.105.08,
 590.48.01), so these tests prove that the pin, not "newest wins", decides. No GPU and no kernel
@@ -13,6 +17,8 @@ import os
 
 import pytest
 
+from roles.nvidia_driver import driver_packages
+from roles.nvidia_repo import SUPPORTED
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY
 
@@ -22,7 +28,7 @@ SITE = load_site(LAB_INVENTORY)
 HOST = next(iter(SITE.group("gpu_nodes")))
 STACK = SITE.stack
 PINNED = f"{STACK.driver_version}-1"  # Debian revision in NVIDIA's repository
-DRIVER_PACKAGES = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms"]
+DRIVER_PACKAGES = driver_packages(SUPPORTED[("Debian", 12, None)], STACK.driver_branch, HOST.driver_mode)
 ROLES = ("NVIDIA driver |", "CUDA |", "Docker engine |")
 
 
@@ -45,8 +51,22 @@ def test_first_deploy_installed_the_stack(lab_first_deploy):
         assert any(expected in name for name in changed), f"{expected!r} did not run: {changed}"
 
 
-def test_container_limits_are_reported_not_failed(lab_first_deploy):
-    assert "kernel modules cannot be built or loaded here" in lab_first_deploy.stderr
+def test_lxc_guest_gets_the_userspace_driver_only():
+    assert HOST.driver_mode == "userspace"
+    assert DRIVER_PACKAGES == ["nvidia-driver-cuda", "nvidia-persistenced"]
+
+
+def test_guest_driver_equals_the_nodes_kernel_module(gpu_guest):
+    # Read on the node as the role reads it: the module version the node reports.
+    import testinfra
+
+    import lab
+    from roles.nvidia_driver.driver_state import parse_proc_driver_version
+
+    node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
+    module = parse_proc_driver_version(node.file(f"{lab.PVE_PROC_DIR}/version").content_string)
+    assert module is not None and module.flavor == "open"
+    assert gpu_guest.package("nvidia-driver-cuda").version == f"{module.version}-1"
 
 
 # --- the repository: keyring package, the configured URL, real apt ---------------------------
@@ -88,22 +108,10 @@ def test_an_upgrade_does_not_move_the_driver(gpu_guest):
     assert moved == []
 
 
-def test_the_kernel_module_flavor_is_open(gpu_guest):
-    assert gpu_guest.package("nvidia-kernel-open-dkms").is_installed
-    assert not gpu_guest.package("nvidia-kernel-dkms").is_installed
-    assert not gpu_guest.package("cuda-drivers").is_installed
-
-
-def test_nouveau_blacklisted(gpu_guest):
-    conf = gpu_guest.file("/etc/modprobe.d/blacklist-nouveau.conf")
-    assert conf.contains("^blacklist nouveau$") and conf.contains("^options nouveau modeset=0$")
-
-
-def test_persistence_daemon_enabled_not_started_without_module(gpu_guest):
-    service = gpu_guest.service("nvidia-persistenced")
-    assert service.is_enabled
-    assert not gpu_guest.file("/proc/driver/nvidia/version").exists
-    assert not service.is_running
+def test_no_kernel_module_package_in_an_lxc_guest(gpu_guest):
+    # The node's kernel module serves the container; a DKMS package here could not even build.
+    for package in ("nvidia-kernel-open-dkms", "nvidia-kernel-dkms", "cuda-drivers"):
+        assert not gpu_guest.package(package).is_installed, package
 
 
 # --- CUDA: side by side, one selected ---------------------------------------------------------

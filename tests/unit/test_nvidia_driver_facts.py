@@ -131,5 +131,8 @@ def test_standalone_check_on_the_h200_captures(monkeypatch):
     assert status == 0, report["problems"]
     assert report["kernel_module"] == {"version": "580.159.04", "flavor": "open"}
     assert report["modinfo_license_flavor"] == "unknown" and report["modinfo_present"] is False
+    # Another driver installed than the pin: a reboot would not help, a deploy would.
     status, report = driver_state.check_this_machine(expect="580.95.05")
-    assert status == 1 and report["problems"][0].startswith("reboot required")
+    assert status == 1 and report["problems"] == [
+        "not the pinned driver: 580.159.04 is installed, the pin is 580.95.05; run the deploy to"
+        " install the pinned driver (then reboot when it says so)"]
