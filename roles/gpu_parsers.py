@@ -1,7 +1,12 @@
 """Pure parsers: the text of nvidia-smi, /proc/driver/nvidia, dmesg, ss, systemctl and SGLang
-turned into typed values. No I/O here, no pyinfra: the health checks (tests/infra) and the
-roles' facts share these functions, and tests/unit holds each to real captured output
-(tests/unit/data/gpu/).
+turned into typed values. No I/O here, no pyinfra (tests/infra runs where there is none):
+the health checks (tests/infra) use these functions, and tests/unit holds each to real
+captured output (tests/unit/data/gpu/).
+
+The driver's evidence (kernel module version and flavor, userspace versions, NVML's
+"Driver/library version mismatch", the modinfo license) is parsed in one place,
+roles/nvidia_driver/driver_state.py, which the driver role uses too; it is re-exported here so
+that the checks read every parser from this one module.
 
 Values a tool reports as missing ("[N/A]", "[Not Supported]") become None, never 0: a check
 must be able to tell "no evidence" from "evidence of zero".
@@ -13,6 +18,16 @@ import itertools
 import json
 import re
 from dataclasses import dataclass, field
+
+from roles.nvidia_driver.driver_state import (  # noqa: F401  (re-exported for tests/infra)
+    KernelModule,
+    parse_kernel_log_driver_version,
+    parse_modinfo_license,
+    parse_nvml_mismatch,
+    parse_proc_driver_version,
+    parse_smi_version,
+    parse_userspace_versions,
+)
 
 ANSI_ESCAPE_RE = re.compile(r"\x1b\[[0-9;]*m")
 MISSING_VALUES = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
@@ -215,66 +230,6 @@ def parse_compute_apps(text: str, fields: tuple[str, ...] = COMPUTE_APP_FIELDS) 
         )
         for row in parse_csv(text, fields)
     ]
-
-
-# ----------------------------------------------------------------------------------------------
-# Driver versions: kernel module vs userspace
-
-
-@dataclass(frozen=True)
-class KernelModule:
-    version: str
-    open: bool  # the open GPU kernel modules (required for Blackwell)
-
-
-# Open:        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
-# Proprietary: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 ..."
-# dmesg prints "NVRM: loading NVIDIA UNIX ..." with the same words when the module loads.
-MODULE_LINE_RE = re.compile(
-    r"NVRM(?: version:|: loading) NVIDIA UNIX (?P<words>.*?Kernel Module.*?)\s+(?P<version>\d{3}\.\d+(?:\.\d+)?)\b"
-)
-
-
-def parse_proc_driver_version(text: str) -> KernelModule | None:
-    """Returns the loaded kernel module's version and flavour from /proc/driver/nvidia/version
-    (or from the dmesg line printed when it loads); None when the text names none."""
-    match = MODULE_LINE_RE.search(text)
-    if not match:
-        return None
-    return KernelModule(version=match.group("version"), open="Open Kernel Module" in match.group("words"))
-
-
-def parse_modinfo_license(text: str) -> bool | None:
-    """Returns True for the open module ("license: Dual MIT/GPL"), False for the proprietary
-    one ("license: NVIDIA"), None when modinfo printed no license line."""
-    match = re.search(r"^license:\s*(.+)$", text, re.MULTILINE)
-    if not match:
-        return None
-    return "MIT" in match.group(1) or "GPL" in match.group(1)
-
-
-def parse_smi_version(text: str) -> dict[str, str]:
-    """Returns `nvidia-smi --version` as {"NVIDIA-SMI version": ..., "DRIVER version": ...}."""
-    values = {}
-    for line in text.splitlines():
-        if ":" in line:
-            key, _, value = line.partition(":")
-            values[key.strip()] = value.strip()
-    return values
-
-
-NVML_MISMATCH_RE = re.compile(r"Driver/library version mismatch", re.IGNORECASE)
-LIB_VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)")
-
-
-def is_version_mismatch(nvidia_smi_output: str) -> bool:
-    """True when nvidia-smi says the userspace library does not match the loaded module."""
-    return bool(NVML_MISMATCH_RE.search(nvidia_smi_output))
-
-
-def parse_userspace_versions(text: str) -> set[str]:
-    """Returns the versions of libnvidia-ml.so.<version> named in `ldconfig -p` or `ls` output."""
-    return set(LIB_VERSION_RE.findall(text))
 
 
 # ----------------------------------------------------------------------------------------------

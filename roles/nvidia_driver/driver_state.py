@@ -1,8 +1,9 @@
 """Driver state of an NVIDIA host, parsed from its own tools' output: pure functions only.
 
-No pyinfra import here: the facts (roles/nvidia_driver/facts.py), the health checks and the
-standalone scripts/driver_state.py all use these parsers, the last one on machines where only
-Python's standard library exists. Tested on real output (tests/unit/data/gpu/).
+The one implementation of this parsing. No pyinfra import here (standard library only): the
+facts (roles/nvidia_driver/facts.py), the health checks (roles/gpu_parsers.py re-exports these
+for tests/infra) and this file run as a script (below) all use these parsers, the last two on
+machines without pyinfra. Tested on real output (tests/unit/data/gpu/).
 """
 
 from __future__ import annotations
@@ -15,13 +16,22 @@ Flavor = Literal["open", "proprietary", "unknown"]
 
 # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023"
-_NVRM_RE = re.compile(r"^NVRM version:\s*(?P<banner>.*?Kernel Module.*?)\s+(?P<version>\d{3}\.\d{2,3}(?:\.\d{2,3})?)\b")
-_DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(?:\.\d{2,3})?$")
+_VERSION = r"\d{3}\.\d{2,3}(?:\.\d{2,3})?"
+_BANNER = rf"(?P<banner>.*?Kernel Module.*?)\s+(?P<version>{_VERSION})\b"
+_NVRM_RE = re.compile(rf"^NVRM version:\s*{_BANNER}")
+# The kernel log's line when the module loads, with the same banner after dmesg's timestamp
+# (or journalctl's prefix): "[    0.913251] NVRM: loading NVIDIA UNIX Open Kernel Module ..."
+_NVRM_LOADING_RE = re.compile(rf"NVRM: loading\s+{_BANNER}")
+_DRIVER_VERSION_RE = re.compile(rf"^{_VERSION}$")
 # nvidia-smi when the loaded module and the libraries differ:
 #   Failed to initialize NVML: Driver/library version mismatch
 #   NVML library version: 580.95
 _NVML_MISMATCH = "Driver/library version mismatch"
 _NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>[\d.]+)")
+# The userspace library on disk, as `ldconfig -p` or `ls` name it: libnvidia-ml.so.580.159.04
+_NVML_FILE_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)")
+# `modinfo nvidia` (all fields) labels the line; `modinfo -F license nvidia` prints the value only.
+_MODINFO_LICENSE_RE = re.compile(r"^[ \t]*license:[ \t]*(?P<value>.*?)[ \t]*$", re.MULTILINE)
 
 # Sentinels our fact commands print, so that a missing tool is not mistaken for empty output.
 NO_MODULE = "__ih_no_nvidia_module__"
@@ -53,22 +63,48 @@ class UserspaceDriver:
         return self.versions[0] if len(set(self.versions)) == 1 else None
 
 
+def _kernel_module(match: re.Match[str]) -> KernelModule:
+    flavor: Flavor = "open" if "Open Kernel Module" in match.group("banner") else "proprietary"
+    return KernelModule(version=match.group("version"), flavor=flavor)
+
+
 def parse_proc_driver_version(text: str) -> KernelModule | None:
     """/proc/driver/nvidia/version -> KernelModule; None when no NVIDIA module is loaded."""
     for line in text.splitlines():
         match = _NVRM_RE.match(line.strip())
         if match:
-            flavor: Flavor = "open" if "Open Kernel Module" in match.group("banner") else "proprietary"
-            return KernelModule(version=match.group("version"), flavor=flavor)
+            return _kernel_module(match)
     return None
+
+
+def parse_kernel_log_driver_version(text: str) -> KernelModule | None:
+    """The kernel log (dmesg, journalctl -k) -> the module its last "NVRM: loading ..." line
+    names (a module reloaded since boot logs a line per load; the last one is the loaded one);
+    None when the log has no such line. Evidence for where /proc/driver/nvidia is not readable."""
+    module = None
+    for line in text.splitlines():
+        match = _NVRM_LOADING_RE.search(line)
+        if match:
+            module = _kernel_module(match)
+    return module
+
+
+def parse_nvml_mismatch(text: str) -> str | None:
+    """nvidia-smi's output -> the NVML library version it names when it reports "Driver/library
+    version mismatch" ("unknown" when it names none); None when it reports no mismatch."""
+    lines = text.splitlines()
+    if not any(_NVML_MISMATCH in line for line in lines):
+        return None
+    library = next((m.group("version") for m in map(_NVML_LIBRARY_RE.search, lines) if m), None)
+    return library or "unknown"
 
 
 def parse_nvidia_smi_driver_version(text: str) -> UserspaceDriver:
     """Output of `nvidia-smi --query-gpu=driver_version --format=csv,noheader` -> UserspaceDriver."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if any(_NVML_MISMATCH in line for line in lines):
-        library = next((m.group("version") for m in map(_NVML_LIBRARY_RE.search, lines) if m), None)
-        return UserspaceDriver(mismatch_library_version=library or "unknown")
+    mismatch = parse_nvml_mismatch(text)
+    if mismatch is not None:
+        return UserspaceDriver(mismatch_library_version=mismatch)
     versions = tuple(line for line in lines if _DRIVER_VERSION_RE.match(line))
     if versions and len(versions) == len(lines):
         return UserspaceDriver(versions=versions)
@@ -76,13 +112,31 @@ def parse_nvidia_smi_driver_version(text: str) -> UserspaceDriver:
 
 
 def parse_modinfo_license(text: str) -> Flavor:
-    """`modinfo -F license nvidia` -> "open" (Dual MIT/GPL), "proprietary" (NVIDIA) or "unknown"."""
-    value = text.strip()
+    """`modinfo -F license nvidia` (or the "license:" line of `modinfo nvidia`) -> "open"
+    (Dual MIT/GPL), "proprietary" (NVIDIA) or "unknown"."""
+    labelled = _MODINFO_LICENSE_RE.search(text)
+    value = labelled.group("value") if labelled else text.strip()
     if value == "Dual MIT/GPL":
         return "open"
     if value == "NVIDIA":
         return "proprietary"
     return "unknown"  # modinfo absent (NO_MODINFO), module not installed, or a new license text
+
+
+def parse_smi_version(text: str) -> dict[str, str]:
+    """`nvidia-smi --version` -> {"NVIDIA-SMI version": ..., "DRIVER version": ..., ...}."""
+    values = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, _, value = line.partition(":")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def parse_userspace_versions(text: str) -> set[str]:
+    """The versions of libnvidia-ml.so.<version> named in `ldconfig -p` or `ls` output: the
+    userspace driver as installed on disk (readable when nvidia-smi itself fails)."""
+    return set(_NVML_FILE_RE.findall(text))
 
 
 def driver_mismatch(kernel: KernelModule | None, userspace_version: str | None) -> str | None:

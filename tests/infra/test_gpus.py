@@ -32,7 +32,7 @@ def test_nvidia_smi_present(gpu, request):
         "install the NVIDIA userspace driver (" + DRIVER_DOCS + ")")
     plain = gpu.smi_plain
     output = (plain.stdout + plain.stderr).strip()
-    if parse.is_version_mismatch(output):
+    if parse.parse_nvml_mismatch(output) is not None:
         pytest.fail(explain("nvidia-smi to talk to the driver", output.splitlines()[0],
                             "reboot required: the userspace driver was upgraded but the old kernel "
                             "module is still loaded (see 'kernel module matches userspace')"))
@@ -66,7 +66,7 @@ def test_kernel_module_matches_userspace(gpu, request):
     source = "/proc/driver/nvidia/version"
     if module is None:
         log = gpu.kernel_log.require("the kernel module version (no /proc/driver/nvidia/version either)")
-        module = parse.parse_proc_driver_version(log)
+        module = parse.parse_kernel_log_driver_version(log)
         source = "the kernel log's NVRM load line"
         if module is None:
             pytest.skip(f"no evidence for the kernel module version: {gpu.proc_version.missing}, "
@@ -78,7 +78,7 @@ def test_kernel_module_matches_userspace(gpu, request):
     if gpu.userspace_libraries.text:
         userspace |= parse.parse_userspace_versions(gpu.userspace_libraries.text)
     plain = gpu.smi_plain
-    if plain is not None and parse.is_version_mismatch(plain.stdout + plain.stderr):
+    if plain is not None and parse.parse_nvml_mismatch(plain.stdout + plain.stderr) is not None:
         pytest.fail(explain(f"userspace {module.version} like the loaded module", "NVML: Driver/library "
                             f"version mismatch (userspace {', '.join(sorted(userspace)) or 'unknown'})",
                             "reboot required to load the new kernel module"))
@@ -97,16 +97,16 @@ def test_open_kernel_module(gpu, request):
     """Blackwell GPUs work only with NVIDIA's open kernel modules."""
     module = parse.parse_proc_driver_version(gpu.proc_version.text or "")
     if module is not None:
-        assert module.open, explain("the open kernel module ('NVIDIA UNIX Open Kernel Module')",
-                                    "the proprietary module", "install the -open driver flavour; "
-                                    + DRIVER_DOCS)
+        assert module.flavor == "open", explain(
+            "the open kernel module ('NVIDIA UNIX Open Kernel Module')", "the proprietary module",
+            "install the -open driver flavour; " + DRIVER_DOCS)
         report(request, "open (/proc/driver/nvidia/version)")
         return
     license_text = gpu.modinfo_license.require(
         f"the module flavour ({gpu.proc_version.missing}, and modinfo cannot tell either)")
-    is_open = parse.parse_modinfo_license(license_text)
-    assert is_open, explain("license 'Dual MIT/GPL' (open module)", license_text,
-                            "install the -open driver flavour; " + DRIVER_DOCS)
+    flavor = parse.parse_modinfo_license(license_text)
+    assert flavor == "open", explain("license 'Dual MIT/GPL' (open module)", license_text,
+                                     "install the -open driver flavour; " + DRIVER_DOCS)
     report(request, "open (modinfo)")
 
 

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from roles.nvidia_driver import driver_packages
+from roles.nvidia_driver.role import driver_packages
 from roles.nvidia_repo import SUPPORTED
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY

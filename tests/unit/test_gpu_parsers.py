@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from roles import gpu_parsers as parse
+from roles.nvidia_driver import driver_state
 
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"
 ONE = DATA / "h200-1gpu"
 ONE_HEALTH = DATA / "h200-1gpu-health"
@@ -80,20 +84,44 @@ def test_compute_apps_empty_capture_and_a_process():
     assert apps == [parse.ComputeApp(4242, "/opt/sglang/venv/bin/python", 81234, "00000000:01:00.0")]
 
 
+def test_driver_parsers_are_driver_states_own():
+    # One implementation: the health checks read the driver role's parsers, not copies.
+    for name in ("KernelModule", "parse_proc_driver_version", "parse_kernel_log_driver_version",
+                 "parse_modinfo_license", "parse_nvml_mismatch", "parse_smi_version",
+                 "parse_userspace_versions"):
+        assert getattr(parse, name) is getattr(driver_state, name), name
+
+
+@pytest.mark.parametrize("module", ["roles.gpu_parsers", "roles.nvidia_driver.driver_state"])
+def test_importable_with_the_standard_library_only(module):
+    # tests/infra runs on GPU machines without pyinfra (or yaml): importing these must not
+    # need either, also not through a package's __init__ (roles/nvidia_driver/__init__.py).
+    code = ("import sys\n"
+            "sys.modules['pyinfra'] = sys.modules['yaml'] = None  # importing them fails\n"
+            "before = set(sys.modules)\n"
+            f"import {module}\n"
+            "loaded = {name.split('.')[0] for name in set(sys.modules) - before}\n"
+            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles'}))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_proc_driver_version_open_module():
     module = parse.parse_proc_driver_version(read(ONE / "proc-version.txt"))
-    assert module == parse.KernelModule(version="580.159.04", open=True)
+    assert module == parse.KernelModule(version="580.159.04", flavor="open")
 
 
 def test_proc_driver_version_proprietary_module():
     text = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
-    assert parse.parse_proc_driver_version(text) == parse.KernelModule("550.127.05", open=False)
+    assert parse.parse_proc_driver_version(text) == parse.KernelModule("550.127.05", flavor="proprietary")
 
 
 def test_kernel_module_from_the_dmesg_load_line():
-    module = parse.parse_proc_driver_version(read(ONE / "dmesg-nvrm.txt"))
-    assert module == parse.KernelModule(version="580.159.04", open=True)
+    module = parse.parse_kernel_log_driver_version(read(ONE / "dmesg-nvrm.txt"))
+    assert module == parse.KernelModule(version="580.159.04", flavor="open")
 
 
 def test_smi_version():
@@ -108,15 +136,15 @@ def test_userspace_versions_from_library_names():
 
 def test_version_mismatch_message():
     # The text nvidia-smi prints after a driver upgrade without reboot (NVIDIA/deepops #1186).
-    assert parse.is_version_mismatch("Failed to initialize NVML: Driver/library version mismatch\n"
-                                     "NVML library version: 580.159")
-    assert not parse.is_version_mismatch(read(ONE / "nvidia-smi.txt"))
+    assert parse.parse_nvml_mismatch("Failed to initialize NVML: Driver/library version mismatch\n"
+                                     "NVML library version: 580.159") == "580.159"
+    assert parse.parse_nvml_mismatch(read(ONE / "nvidia-smi.txt")) is None
 
 
 def test_modinfo_license():
-    assert parse.parse_modinfo_license("license:        Dual MIT/GPL") is True
-    assert parse.parse_modinfo_license("license:        NVIDIA") is False
-    assert parse.parse_modinfo_license("") is None
+    assert parse.parse_modinfo_license("license:        Dual MIT/GPL") == "open"
+    assert parse.parse_modinfo_license("license:        NVIDIA") == "proprietary"
+    assert parse.parse_modinfo_license("") == "unknown"
 
 
 def test_no_xid_in_the_real_kernel_log():

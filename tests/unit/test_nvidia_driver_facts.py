@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from roles.nvidia_driver import driver_state
 from roles.nvidia_driver.facts import (
     NO_MODINFO,
     HeldPackages,
@@ -39,6 +40,27 @@ def test_no_module_loaded_is_none(text):
     assert parse_proc_driver_version(text) is None
 
 
+def test_kernel_log_load_line_of_the_h200():
+    # Where /proc/driver/nvidia is not readable, the kernel log's load line names the module.
+    module = driver_state.parse_kernel_log_driver_version((H200 / "dmesg-nvrm.txt").read_text())
+    assert module == KernelModule(version="580.159.04", flavor="open")
+    # It is the kernel log's line, not /proc's: each parser reads its own source.
+    assert parse_proc_driver_version((H200 / "dmesg-nvrm.txt").read_text()) is None
+
+
+def test_kernel_log_after_a_module_reload_names_the_last_load():
+    log = ("[    1.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n"
+           "[ 9000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n")
+    assert driver_state.parse_kernel_log_driver_version(log) == KernelModule("580.95.05", "open")
+    journal = "Nov 29 10:00:01 gpu kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu\n"
+    assert driver_state.parse_kernel_log_driver_version(journal) == KernelModule("535.129.03", "proprietary")
+
+
+@pytest.mark.parametrize("text", ["", "[    3.9] NVRM: Persistence mode is deprecated\n"])
+def test_kernel_log_without_a_load_line_is_none(text):
+    assert driver_state.parse_kernel_log_driver_version(text) is None
+
+
 def test_fact_reads_the_same_file_the_parser_does():
     fact = NvidiaKernelModule()
     assert "/proc/driver/nvidia/version" in fact.command()
@@ -70,6 +92,13 @@ def test_nvml_mismatch_message_is_recognised():
     assert parsed.version is None
 
 
+def test_nvml_mismatch_without_a_library_version():
+    text = "Failed to initialize NVML: Driver/library version mismatch\n"
+    assert driver_state.parse_nvml_mismatch(text) == "unknown"
+    assert parse_nvidia_smi_driver_version(text).mismatch_library_version == "unknown"
+    assert driver_state.parse_nvml_mismatch("580.159.04\n") is None
+
+
 def test_other_nvidia_smi_failures_are_kept_in_its_words():
     text = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
             " Make sure that the latest NVIDIA driver is installed and running.\n")
@@ -87,6 +116,10 @@ def test_nvidia_smi_fact_is_none_without_nvidia_smi():
     ("NVIDIA\n", "proprietary"),
     (NO_MODINFO + "\n", "unknown"),      # the lent H200 has no modinfo (tools.txt)
     ("", "unknown"),
+    # `modinfo nvidia` without -F: the labelled line among the others
+    ("filename:       /lib/modules/6.8.0/updates/dkms/nvidia.ko\nlicense:        Dual MIT/GPL\n"
+     "version:        580.95.05\n", "open"),
+    ("license:        NVIDIA\n", "proprietary"),
 ])
 def test_modinfo_license(text, flavor):
     assert parse_modinfo_license(text) == flavor
@@ -114,6 +147,13 @@ def test_mismatch_against_nvml_major_minor():
     assert driver_mismatch(KernelModule("580.82.07", "open"), "580.95") is not None
 
 
+def test_userspace_versions_from_ldconfig():
+    text = ("\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+            "libnvidia-ml.so.580.95.05\n")
+    assert driver_state.parse_userspace_versions(text) == {"580.95.05"}
+    assert driver_state.parse_userspace_versions("libcuda.so.1\n") == set()
+
+
 def test_held_packages_fact():
     assert HeldPackages().process(["nvidia-open\n", "libcuda1"]) == {"nvidia-open", "libcuda1"}
     assert HeldPackages.default() == set()
@@ -121,8 +161,6 @@ def test_held_packages_fact():
 
 def test_standalone_check_on_the_h200_captures(monkeypatch):
     """scripts' view: roles/nvidia_driver/driver_state.py run against the captured H200 output."""
-    from roles.nvidia_driver import driver_state
-
     driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
     monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
     monkeypatch.setattr(driver_state, "_output",
