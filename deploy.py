@@ -14,7 +14,7 @@ from roles.docker_engine import docker_engine
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
-from roles.nvidia_driver.role import nvidia_driver
+from roles.nvidia_driver import nvidia_driver
 from roles.proxmox_host import guests_of, guests_ready, proxmox_host
 from roles.serving import serving
 from roles.sglang import sglang

@@ -1,11 +1,180 @@
 """roles/nvidia_driver: the NVIDIA driver with the open kernel modules, pinned and held.
 
-- role.py: the deploy (`from roles.nvidia_driver.role import nvidia_driver`), pyinfra.
-- facts.py: pyinfra facts over driver_state's parsers.
-- driver_state.py: the parsers of the driver's evidence, standard library only; also a
-  read-only command-line check (`python3 roles/nvidia_driver/driver_state.py`).
+Two modes, chosen by the site model (HostSettings.driver_mode):
+- full (bare metal, KVM guest): kernel modules (DKMS, open flavor: Blackwell requires it) and
+  userspace at stack.yml's nvidia_driver.version, nouveau blacklisted, nvidia-persistenced on.
+- userspace (LXC guest): no kernel module, the guest uses its Proxmox node's. The userspace
+  version is read from the node's /proc/driver/nvidia/version, because it must equal the loaded
+  module EXACTLY; it is never typed a second time.
 
-This file imports nothing on purpose: importing roles.nvidia_driver.driver_state runs it first,
-and the health checks (roles/gpu_parsers.py, tests/infra) import driver_state on GPU machines
-that have no pyinfra.
+The packages come from NVIDIA's CUDA repository, installed at an exact version, pinned with an
+apt preferences file (so that no upgrade, unattended or not, moves them) and held with apt-mark.
+
+A kernel module that differs from the installed driver is reported as "reboot required" in
+plain words; with nvidia_driver_allow_reboot the host is rebooted and the deploy waits for it.
 """
+
+from __future__ import annotations
+
+from pyinfra import host, logger, state
+from pyinfra.api import deploy
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.base.facts import ContainerVirtualization
+from roles.nvidia_driver.facts import (
+    HeldPackages,
+    KernelModule,
+    NvidiaKernelModule,
+    driver_mismatch,
+)
+from roles.nvidia_repo import Distro, current_distro, ensure_cuda_repository
+from roles.site import HostSettings, current_host, current_site
+
+PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+
+# Debian revision NVIDIA's CUDA repository gives driver packages of each distro.
+PACKAGE_REVISION = {"ubuntu": "0ubuntu1", "debian": "1"}
+
+
+def driver_packages(distro: Distro, branch: str, mode: str) -> list[str]:
+    """Package names of NVIDIA's compute-only (headless) driver in its CUDA repository.
+
+    Ubuntu carries the branch in the package names (until 590); Debian does not. The open
+    kernel modules come as DKMS source packages (nvidia-dkms-<branch>-open,
+    nvidia-kernel-open-dkms); the userspace mode leaves them out.
+    """
+    if distro.id == "ubuntu":
+        userspace = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}",
+                     f"nvidia-compute-utils-{branch}"]
+        kernel = [f"nvidia-dkms-{branch}-open"]
+    else:
+        userspace = ["nvidia-driver-cuda", "nvidia-persistenced"]
+        kernel = ["nvidia-kernel-open-dkms"]
+    return userspace + (kernel if mode == "full" else [])
+
+
+def package_version(distro: Distro, version: str) -> str:
+    return f"{version}-{PACKAGE_REVISION[distro.id]}"
+
+
+@deploy("NVIDIA driver")
+def nvidia_driver() -> None:
+    settings = current_host()
+    stack = current_site().stack
+    distro = current_distro("roles/nvidia_driver")
+    version = _target_version(settings, stack.driver_version)
+    packages = driver_packages(distro, stack.driver_branch, settings.driver_mode)
+    ensure_cuda_repository(settings, distro)
+    _pin_and_install(distro, version, packages)
+    if settings.driver_mode == "full":
+        _blacklist_nouveau()
+        module = host.get_fact(NvidiaKernelModule)
+        _persistence_daemon(start=_module_problem(module, version) is None)
+        _kernel_module_matches(settings, module, version)
+
+
+def _target_version(settings: HostSettings, pinned: str) -> str:
+    """Full mode: stack.yml's version. Userspace mode: the node's loaded kernel module."""
+    if settings.driver_mode == "full":
+        return pinned
+    node_name = settings.guest.node
+    node = state.inventory.get_host(node_name)
+    proc_dir = current_site().hosts[node_name].proxmox.nvidia_proc_dir
+    module: KernelModule | None = node.get_fact(NvidiaKernelModule, proc_dir=proc_dir)
+    if module is None:
+        raise RuntimeError(
+            f"{host.name}: an LXC guest's NVIDIA userspace must equal its node's kernel module,"
+            f" but node {node_name} has no NVIDIA module loaded (/proc/driver/nvidia/version is"
+            " absent); converge the node's driver and reboot it first"
+        )
+    if module.version != pinned:
+        logger.warning(
+            f"{host.name}: node {node_name} runs NVIDIA kernel module {module.version}, stack.yml"
+            f" pins {pinned}; installing {module.version} here to match the node. Re-deploy this"
+            " guest after the node is moved to the pinned version."
+        )
+    return module.version
+
+
+def _pin_and_install(distro: Distro, version: str, packages: list[str]) -> None:
+    files.template(
+        name=f"Pin NVIDIA driver packages to {version}",
+        src="templates/nvidia_driver/90-inference-host-nvidia-driver.j2",
+        dest=PIN_FILE,
+        version=version,
+        mode="0644",
+    )
+    exact = package_version(distro, version)
+    apt.packages(
+        name=f"Install NVIDIA driver {version} ({', '.join(packages)})",
+        packages=[f"{name}={exact}" for name in packages],
+        no_recommends=True,
+        allow_downgrades=True,  # an LXC guest follows its node, also downwards
+        # The deploy is the one authority allowed to move held packages (stack.yml changed).
+        extra_install_args="--allow-change-held-packages",
+    )
+    server.shell(
+        name=f"Hold NVIDIA driver packages at {version}",
+        commands=["apt-mark hold " + " ".join(packages)],
+        _if=lambda: not set(packages) <= host.get_fact(HeldPackages),
+    )
+
+
+def _blacklist_nouveau() -> None:
+    blacklist = files.template(
+        name=f"Blacklist nouveau in {NOUVEAU_BLACKLIST}",
+        src="templates/nvidia_driver/blacklist-nouveau.conf.j2",
+        dest=NOUVEAU_BLACKLIST,
+        mode="0644",
+    )
+    # The initramfs must not load nouveau before the blacklist is seen. A container has no
+    # initramfs of its own (and update-initramfs may be absent there).
+    in_container = host.get_fact(ContainerVirtualization) is not None
+    server.shell(
+        name="Rebuild the initramfs without nouveau",
+        commands=["update-initramfs -u"],
+        _if=lambda: blacklist.did_change() and not in_container,
+    )
+
+
+def _persistence_daemon(start: bool) -> None:
+    # Started only where the right module is loaded: without one (a fresh install before its
+    # reboot, the lab's containers) or with an older one, nvidia-persistenced fails.
+    systemd.service(
+        name="Enable nvidia-persistenced" + ("" if start else " (starts once the reboot loads the module)"),
+        service="nvidia-persistenced.service",
+        enabled=True,
+        running=True if start else None,
+    )
+
+
+def _kernel_module_matches(settings: HostSettings, module: KernelModule | None, version: str) -> None:
+    container = host.get_fact(ContainerVirtualization)
+    if container is not None:
+        logger.warning(
+            f"{host.name}: runs in a {container} container: kernel modules cannot be built or"
+            " loaded here, so the NVIDIA kernel module is not checked (packages and configuration"
+            " are installed; load the module on a real host or VM)"
+        )
+        return
+    problem = _module_problem(module, version)
+    if problem is None:
+        return
+    if not settings.nvidia_driver.allow_reboot:
+        logger.warning(f"{host.name}: {problem} (set nvidia_driver_allow_reboot = True to let the deploy reboot it)")
+        return
+    server.reboot(
+        name=f"Reboot to load NVIDIA kernel module {version}",
+        delay=10,
+        reboot_timeout=settings.nvidia_driver.reboot_timeout,
+    )
+
+
+def _module_problem(module: KernelModule | None, version: str) -> str | None:
+    if module is None:
+        return f"reboot required: NVIDIA driver {version} is installed but no NVIDIA kernel module is loaded"
+    if module.flavor != "open":
+        return (f"reboot required: the loaded NVIDIA kernel module is the proprietary one; this GPU"
+                f" generation needs the open kernel modules of {version}")
+    return driver_mismatch(module, version)

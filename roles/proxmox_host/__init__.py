@@ -201,7 +201,7 @@ def _host_driver(settings: HostSettings) -> None:
         logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver and"
                        " nvidia-persistenced are left to you (LXC guests need them)")
         return
-    from roles.nvidia_driver.role import nvidia_driver
+    from roles.nvidia_driver import nvidia_driver
 
     nvidia_driver()
     systemd.service(

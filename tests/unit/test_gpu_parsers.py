@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from roles import driver_state
 from roles import gpu_parsers as parse
-from roles.nvidia_driver import driver_state
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -92,7 +92,7 @@ def test_driver_parsers_are_driver_states_own():
         assert getattr(parse, name) is getattr(driver_state, name), name
 
 
-@pytest.mark.parametrize("module", ["roles.gpu_parsers", "roles.nvidia_driver.driver_state"])
+@pytest.mark.parametrize("module", ["roles.gpu_parsers", "roles.driver_state"])
 def test_importable_with_the_standard_library_only(module):
     # tests/infra runs on GPU machines without pyinfra (or yaml): importing these must not
     # need either, also not through a package's __init__ (roles/nvidia_driver/__init__.py).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.nvidia_driver import driver_state
+from roles import driver_state
 from roles.nvidia_driver.facts import (
     NO_MODINFO,
     HeldPackages,
@@ -160,7 +160,7 @@ def test_held_packages_fact():
 
 
 def test_standalone_check_on_the_h200_captures(monkeypatch):
-    """scripts' view: roles/nvidia_driver/driver_state.py run against the captured H200 output."""
+    """scripts' view: roles/driver_state.py run against the captured H200 output."""
     driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
     monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
     monkeypatch.setattr(driver_state, "_output",

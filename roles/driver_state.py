@@ -161,7 +161,7 @@ def _same_version(module: str, userspace: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Read-only check of the machine it runs on, with the same parsers (stdlib only):
 #
-#     python3 roles/nvidia_driver/driver_state.py [--expect 580.95.05] [--json]
+#     python3 roles/driver_state.py [--expect 580.95.05] [--json]
 #
 # Exit status: 0 consistent, 1 reboot required / not the expected version, 2 no NVIDIA driver.
 
