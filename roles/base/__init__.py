@@ -142,13 +142,19 @@ def _limits(settings: HostSettings) -> None:
     )
 
 
+def pip_environment(settings: HostSettings) -> dict[str, str]:
+    """pip on the host: trust the system bundle (with the extra CAs) and use the site's mirror."""
+    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if settings.base.pypi_index_url:
+        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    return env
+
+
 def _uv(settings: HostSettings, stack: Stack) -> None:
     version = stack.uv
     prefix = f"{settings.base.uv_dir}/{version}"
     installed = host.get_fact(UvVersion, path=f"{prefix}/bin/uv")
-    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if settings.base.pypi_index_url:
-        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    env = pip_environment(settings)
     server.shell(
         name=f"Install uv {version} from PyPI into {prefix}",
         commands=[

@@ -24,6 +24,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, python, server
 
+from roles.base import pip_environment
 from roles.site import EngineStack, HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
 from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
@@ -39,7 +40,6 @@ BUILD_SCRIPT = Path(__file__).parent / "files" / "build_wheel.py"
 # cuobjdump from PyPI when the builder has no CUDA toolkit of its own (CUDA 13 reads the
 # ELF of 12.x builds too).
 CUOBJDUMP_PYPI = "nvidia-cuda-cuobjdump==13.4.92"
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @deploy("Wheels")
@@ -104,9 +104,7 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
     if found:
         return found
     venv = f"{tools}/cuobjdump"
-    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if settings.base.pypi_index_url:
-        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
+    env = pip_environment(settings)
     server.shell(
         name=f"Install {CUOBJDUMP_PYPI} into {venv}",
         commands=[
