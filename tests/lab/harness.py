@@ -73,13 +73,18 @@ def run_deploy(inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | N
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
 
 
+def require_lab_tool(available: bool, message: str) -> None:
+    """Skip a lab test whose tool is missing here, unless CI demands the lab (then fail)."""
+    if available:
+        return
+    if os.environ.get(REQUIRE_LAB_ENV) == "1":
+        pytest.fail(f"{REQUIRE_LAB_ENV}=1 but {message}")
+    pytest.skip(message)
+
+
 def require_docker() -> None:
     """Skip lab tests without a Docker engine, unless CI demands them (then fail)."""
     import lab
 
-    if lab.engine_available():
-        return
-    message = "no Docker engine answers `docker info` (README: Prerequisites)"
-    if os.environ.get(REQUIRE_LAB_ENV) == "1":
-        pytest.fail(f"{REQUIRE_LAB_ENV}=1 but {message}")
-    pytest.skip(message)
+    require_lab_tool(lab.engine_available(),
+                     "no Docker engine answers `docker info` (README: Prerequisites)")

@@ -22,7 +22,7 @@ import yaml
 
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
 from roles.wheels.plan import context_tar, planned_builds
-from tests.lab.harness import require_docker, run_deploy
+from tests.lab.harness import require_docker, require_lab_tool, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -80,6 +80,11 @@ def built(run, package: str) -> bool:
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory) -> Builder:
     require_docker()
+    from lab.cuda_image import CUDA_ROOT
+
+    require_lab_tool((CUDA_ROOT / "bin" / "nvcc").exists(),
+                     f"no CUDA toolkit at {CUDA_ROOT} (nvcc) to build the lab's wheel builder image;"
+                     " set INFERENCE_HOST_LAB_CUDA (README: Prerequisites)")
     tmp = tmp_path_factory.mktemp("wheels")
     return Builder(tmp / "wheelhouse", tmp)
 
