@@ -140,6 +140,17 @@ class Plan:
         return Plan({**self.set, **other.set}, self.delete + other.delete)
 
 
+def pending_keys(state: dict, plan: Plan, hotplugged: set[str]) -> list[str]:
+    """Keys of a running guest that wait for its restart: those Proxmox already lists as
+    pending, and those this plan changes that the guest cannot take while it runs."""
+    if state["status"] != "running":
+        return []
+    config = state["config"]
+    pending = set(config.pending) | set(config.pending_delete)
+    pending |= {key for key in (*plan.set, *plan.delete) if key not in hotplugged}
+    return sorted(pending)
+
+
 def plan_scalars(effective: dict[str, str], wanted: dict[str, str]) -> Plan:
     """Set every wanted key whose value differs (compared as Proxmox prints them)."""
     return Plan({k: v for k, v in wanted.items() if effective.get(k) != v})

@@ -98,12 +98,9 @@ def kvm_guest(guest: HostSettings) -> None:
             name=f"Update KVM guest {vmid}: {' '.join(changed)}",
             commands=[shlex.join(["qm", "set", str(vmid), *plan.arguments()])],
         )
-    if state["status"] == "running":
-        config = state["config"]
-        pending = set(config.pending) | set(config.pending_delete)
-        pending |= {k for k in (*plan.set, *plan.delete) if k not in HOTPLUGGED}
-        if pending:
-            logger.warning(
-                f"{host.name}: KVM guest {vmid} has changes pending until it restarts"
-                f" ({', '.join(sorted(pending))}): `qm reboot {vmid}` (a stop and start) applies them"
-            )
+    pending = pve.pending_keys(state, plan, HOTPLUGGED)
+    if pending:
+        logger.warning(
+            f"{host.name}: KVM guest {vmid} has changes pending until it restarts"
+            f" ({', '.join(pending)}): `qm reboot {vmid}` (a stop and start) applies them"
+        )

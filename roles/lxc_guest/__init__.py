@@ -142,13 +142,9 @@ def _require_same_privilege(guest: HostSettings, config: pve.GuestConfig) -> Non
 
 def _report_pending(guest: HostSettings, state: dict, plan: pve.Plan) -> None:
     """A running container applies devN, features and mpN changes only at its next start."""
-    if state["status"] != "running":
-        return
-    config = state["config"]
-    pending = set(config.pending) | set(config.pending_delete)
-    pending |= {key for key in (*plan.set, *plan.delete) if key not in HOTPLUGGED}
+    pending = pve.pending_keys(state, plan, HOTPLUGGED)
     if pending:
         logger.warning(
             f"{host.name}: LXC guest {guest.guest.vmid} has changes pending until it restarts"
-            f" ({', '.join(sorted(pending))}): `pct reboot {guest.guest.vmid}` applies them"
+            f" ({', '.join(pending)}): `pct reboot {guest.guest.vmid}` applies them"
         )
