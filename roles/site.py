@@ -208,6 +208,11 @@ class ServingSettings:
         metadata=_check(lambda v: _is_ip(v), "an IP address to bind (127.0.0.1, 0.0.0.0, ...)"),
     )
     port: int = field(default=30000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535"))
+    # True because Kimi-K2.5's tokenizer is Python code in the model folder (tokenization_kimi.py,
+    # named by tokenizer_config.json's auto_map), which transformers loads only with
+    # --trust-remote-code. That code runs as the unprivileged service user inside the unit's
+    # sandbox, from the local serving_model_path the operator filled. False for a model
+    # without custom code.
     trust_remote_code: bool = True
     # None: the per-version safe default of the pinned stack applies.
     attention_backend: str | None = field(
@@ -236,7 +241,9 @@ class ServingSettings:
     ready_timeout: int = field(default=1100, metadata=_check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds"))
     # Extra variables for the engine's EnvironmentFile (mode 0600).
     extra_env: dict[str, str] = field(default_factory=dict)
-    # Patch 0001 (sglang 0.5.9): custom all-reduce on >2 PCIe-only GPUs; measure before enabling.
+    # All-reduce over PCIe P2P instead of NCCL, rendered per release: sglang 0.5.21+ upstream's
+    # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (2/4/8 GPUs, bf16), 0.5.9 patch 0001's custom
+    # all-reduce. Check the sum (health suite) and measure (benchmark) before enabling.
     custom_all_reduce_pcie: bool = False
 
     @property
