@@ -62,11 +62,11 @@ def config_paths(settings: HostSettings, stack: EngineStack) -> dict[str, str]:
             "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
 
 
-def launch_command(settings: HostSettings, stack: EngineStack) -> list[str]:
+def launch_command(settings: HostSettings, stack: EngineStack,
+                   hosts: dict[str, HostSettings]) -> list[str]:
     """The argv of the server for one stack; {env} in serving_launch_command is its env dir."""
     env = env_dir(settings, stack)
     launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
-    hosts = current_site().hosts
     secret_args = config_paths(settings, stack)["secret_args"]
     return ([part.replace("{env}", env) for part in launcher]
             + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
@@ -135,28 +135,38 @@ def _scripts() -> list:
     return [
         files.template(name=f"Install {LIBEXEC}/{name}", src=f"templates/serving/{name}.j2",
                        dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
-        for name in ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
+        for name in SCRIPTS
     ]
+
+
+def release_templates(settings: HostSettings, stack: EngineStack,
+                      hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+    """(path, template, mode, keyword arguments) of one release's templated files; the deploy
+    writes them, `python -m roles.render` previews them."""
+    paths = config_paths(settings, stack)
+    return [
+        (paths["env_file"], "templates/serving/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
+        (paths["launcher"], "templates/serving/launch.j2", "0755",
+         dict(stack_id=stack.id, sglang_version=stack.sglang,
+              command=shlex.join(launch_command(settings, stack, hosts)))),
+        (paths["unit"], "templates/serving/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
+    ]
+
+
+SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
 
 
 def _release_config(settings: HostSettings, stack: EngineStack) -> list:
     """Everything the unit runs with, for this release only: a rollback brings it back."""
     folder, paths = config_dir(settings, stack), config_paths(settings, stack)
     files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
-    return [
-        files.template(name=f"Write {paths['env_file']} (NCCL and engine environment of sglang"
-                            f" {stack.sglang}, mode 0600)",
-                       src="templates/serving/sglang.env.j2", dest=paths["env_file"], user="root",
-                       group="root", mode="0600", **env_file_kwargs(settings, stack)),
-        *_secret_args(settings, paths["secret_args"]),
-        files.template(name=f"Write {paths['launcher']} (sglang {stack.sglang} command line)",
-                       src="templates/serving/launch.j2", dest=paths["launcher"], user="root",
-                       group="root", mode="0755", stack_id=stack.id, sglang_version=stack.sglang,
-                       command=shlex.join(launch_command(settings, stack))),
-        files.template(name=f"Write {paths['unit']} (the unit of stack {stack.id})",
-                       src="templates/serving/sglang.service.j2", dest=paths["unit"], user="root",
-                       group="root", mode="0644", **unit_text_kwargs(settings, stack)),
-    ]
+    what = {paths["env_file"]: f"NCCL and engine environment of sglang {stack.sglang}, mode 0600",
+            paths["launcher"]: f"sglang {stack.sglang} command line",
+            paths["unit"]: f"the unit of stack {stack.id}"}
+    written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
+                              user="root", group="root", mode=mode, **kwargs)
+               for path, template, mode, kwargs in release_templates(settings, stack, current_site().hosts)]
+    return written + _secret_args(settings, paths["secret_args"])
 
 
 def secret_args_content(value: str) -> str:
