@@ -11,7 +11,9 @@ DIR/<node>/inference-host-commands/. DIR/<host>/inference-host-preview.txt lists
 the host itself can decide (facts the deploy reads there). Secrets are never decrypted: no
 vault password is needed, and no secret value can reach DIR.
 
-The inventory is validated first (same messages as `python -m roles.site`); exit 2 on problems.
+The inventory is validated first (same messages and checks as the deploy's hook,
+validation.py); exit 2 on problems. Like deploy.py, this module composes the roles (it reads
+each role's template arguments from the role itself); no role imports it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from pathlib import Path
 
 import jinja2
 
-from roles import pve
-from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, _print_problems, load_site
+import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
+from roles.shared import pve
+from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
+from roles.site.errors import print_problems
 
 MASK = "***"
 
@@ -63,8 +67,8 @@ class Preview:
 def _base(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import base
 
-    p.template(base.SYSCTL_FILE, "templates/base/90-inference-host-sysctl.conf.j2", sysctl=settings.base.sysctl)
-    p.template(base.LIMITS_FILE, "templates/base/90-inference-host-limits.conf.j2",
+    p.template(base.SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=settings.base.sysctl)
+    p.template(base.LIMITS_FILE, "roles/base/templates/90-inference-host-limits.conf.j2",
                service_user=settings.base.service_user, nofile=settings.base.limit_nofile,
                memlock=settings.base.limit_memlock)
     if settings.serving.hf_token_secret:
@@ -75,7 +79,7 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import cuda
 
     version = site.stack.active.cuda
-    p.template(cuda.PROFILE_FILE, "templates/cuda/90-inference-host-cuda.sh.j2",
+    p.template(cuda.PROFILE_FILE, "roles/cuda/templates/90-inference-host-cuda.sh.j2",
                cuda_home=cuda.toolkit_dir(version), version=version)
 
 
@@ -83,10 +87,10 @@ def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import nvidia_driver
 
     version = site.stack.driver_version
-    p.template(nvidia_driver.PIN_FILE, "templates/nvidia_driver/90-inference-host-nvidia-driver.j2",
+    p.template(nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2",
                version=version)
     if settings.driver_mode == "full":
-        p.template(nvidia_driver.NOUVEAU_BLACKLIST, "templates/nvidia_driver/blacklist-nouveau.conf.j2")
+        p.template(nvidia_driver.NOUVEAU_BLACKLIST, "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2")
     else:
         p.note(f"{nvidia_driver.PIN_FILE}: an LXC guest follows its node's loaded module version,"
                f" shown here as stack.yml's pin {version}")
@@ -101,7 +105,7 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     if settings.serving.api_key_secret:
         p.file(serving.config_paths(settings, stack)["secret_args"], serving.secret_args_content(MASK))
     for name in serving.SCRIPTS:
-        p.template(f"{serving.LIBEXEC}/{name}", f"templates/serving/{name}.j2")
+        p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
     p.note(f"/etc/systemd/system/{settings.serving.unit_name}.service and"
            f" {settings.serving.secret_args_file} are links through {settings.base.install_root}/current"
            f" to the files of stack {stack.id} above")
@@ -110,13 +114,13 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
 def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import proxmox_host as node
 
-    p.template(node.MODULES_FILE, "templates/proxmox_host/vfio.conf.j2", modules=node.VFIO_MODULES)
-    p.template(node.BLACKLIST_FILE, "templates/proxmox_host/blacklist-nouveau.conf.j2")
+    p.template(node.MODULES_FILE, "roles/proxmox_host/templates/vfio.conf.j2", modules=node.VFIO_MODULES)
+    p.template(node.BLACKLIST_FILE, "roles/proxmox_host/templates/blacklist-nouveau.conf.j2")
     vendor, loader = settings.proxmox.cpu_vendor, settings.proxmox.boot_loader
     if vendor == "auto" or loader == "auto":
         p.note(f"IOMMU kernel arguments: CPU vendor {vendor!r}, boot loader {loader!r} are read on the node")
     if vendor != "auto" and loader == "grub":
-        p.template(node.GRUB_DROPIN, "templates/proxmox_host/inference-host-iommu.cfg.j2",
+        p.template(node.GRUB_DROPIN, "roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
                    kernel_args=node.iommu_kernel_args(vendor))
     elif vendor != "auto" and loader == "systemd-boot":
         p.note(f"{node.SYSTEMD_BOOT_CMDLINE}: the node's own line plus {' '.join(node.iommu_kernel_args(vendor))}")
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         site = load_site(args.inventory)
     except SiteError as error:
-        _print_problems(error)
+        print_problems(error)
         return 2
     for host, paths in render(site, args.out).items():
         print(f"{host}: {len(paths)} file(s) under {args.out / host}")

@@ -31,10 +31,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from roles.secret_files import secret_file
 from roles.serving.command import SECRET_ARGS_DIR, pcie_allreduce_env, server_arguments
 from roles.serving.facts import LinkTarget, UnitActiveState
-from roles.sglang import env_dir
+from roles.shared.layout import env_dir
+from roles.shared.secret_files import secret_file
 from roles.site import EngineStack, HostSettings, current_host, current_site, secret_value
 
 LIBEXEC = "/usr/local/libexec/inference-host"
@@ -82,7 +82,7 @@ def probe_url(settings: HostSettings) -> str:
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
-    """Keyword arguments of templates/serving/sglang.service.j2 (also used by the unit tests)."""
+    """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack)
     return dict(
@@ -133,7 +133,7 @@ def serving() -> None:
 def _scripts() -> list:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     return [
-        files.template(name=f"Install {LIBEXEC}/{name}", src=f"templates/serving/{name}.j2",
+        files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
                        dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
         for name in SCRIPTS
     ]
@@ -145,11 +145,11 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack)
     return [
-        (paths["env_file"], "templates/serving/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
-        (paths["launcher"], "templates/serving/launch.j2", "0755",
+        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
+        (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, sglang_version=stack.sglang,
               command=shlex.join(launch_command(settings, stack, hosts)))),
-        (paths["unit"], "templates/serving/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
+        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
     ]
 
 

@@ -33,7 +33,7 @@ def _main_pid(gpu_guest) -> str:
 
 
 def _secrets() -> dict[str, str]:
-    from roles import secrets
+    from roles.site import vault as secrets
 
     return secrets.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
 

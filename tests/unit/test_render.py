@@ -7,8 +7,9 @@ import shutil
 import subprocess
 import sys
 
-from roles import render, secrets
+from roles import render
 from roles.site import PROJECT_ROOT, load_site
+from roles.site import vault as secrets
 
 PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3"}
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from roles.secret_files import install_steps, staged_path
-from roles.sglang import patches_for, wheels
+from roles.sglang import patches_for
+from roles.shared import sglang_wheels as wheels
+from roles.shared.secret_files import install_steps, staged_path
 from roles.site import PROJECT_ROOT, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")

@@ -13,7 +13,7 @@ import jinja2
 import pytest
 
 from roles import serving
-from roles.sglang import wheels
+from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, load_site
 
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
@@ -23,7 +23,7 @@ STACKS = PROD.stack.stacks
 
 def _render(name: str, **kwargs) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(f"templates/serving/{name}").render(**kwargs)
+    return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
 
 
 def _with_serving(**changes):
@@ -45,7 +45,7 @@ def test_env_file_names_exist_in_the_release(stack_id):
     names = re.findall(r"^(SGL\w*)=", text, re.M)
     assert "SGLANG_ENABLE_JIT_DEEPGEMM" in names and "SGL_ENABLE_JIT_DEEPGEMM" not in names
     environ = _wheel_text(stack.sglang, "sglang/srt/environ.py")
-    patches = "".join(p.read_text() for p in (PROJECT_ROOT / "roles/sglang/patches" / stack.sglang).glob("*.patch"))
+    patches = "".join(p.read_text() for p in (PROJECT_ROOT / "roles/sglang/patches/sglang" / stack.sglang).glob("*.patch"))
     for name in names:
         assert re.search(rf"^\s+{name} = Env", environ, re.M) or f'"{name}"' in patches, name
 
