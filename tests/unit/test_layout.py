@@ -147,7 +147,7 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "sglang/__init__.py": "from roles.sglang import facts\n",
         "sglang/facts.py": "import roles.sglang\n",
         "lxc_guest/__init__.py": "from roles.render import render\n",
-        "render.py": "from roles.serving import command\nfrom roles.sglang import facts\n",
+        "render.py": "from roles.serving import command\n",
     }.items():
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
         (tree / path).write_text(text)
