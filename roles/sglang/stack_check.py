@@ -1,8 +1,8 @@
-"""The stack check: do the pins of a stack agree with the pinned SGLang release's metadata?
+"""The stack check: do the pins of a stack agree with the pinned engine release's metadata?
 
 Runs on the control machine while pyinfra loads the inventory, before it connects to any
-host: `uv pip compile` resolves sglang==X together with the stack's torch, kernel package and
-flashinfer pins for the target platform (CPython <python> on x86_64 Linux, glibc 2.39 =
+host: `uv pip compile` resolves sglang==X (or vllm==X) together with the stack's torch, kernel
+package and flashinfer pins for the target platform (CPython <python> on x86_64 Linux, glibc 2.39 =
 Ubuntu 24.04), reading every release's real Requires-Dist from PyPI. A conflict stops the
 deploy with uv's explanation, which names the pins that disagree.
 
@@ -29,7 +29,11 @@ CHECK_TIMEOUT_S = 300
 
 
 def requirements(stack: EngineStack) -> list[str]:
-    """The pins of a stack as requirement lines (what the stack file promises)."""
+    """The pins of a stack as requirement lines (what the stack file promises). vllm 0.16.0's
+    METADATA: Requires-Dist torch==2.9.1, flashinfer-python==0.6.3 (its kernels are in its own
+    wheel, so a vLLM stack pins no kernel package)."""
+    if stack.engine == "vllm":
+        return [f"vllm=={stack.vllm}", f"torch=={stack.torch}", f"flashinfer-python=={stack.flashinfer}"]
     return [
         f"sglang=={stack.sglang}",
         f"torch=={stack.torch}",
@@ -74,7 +78,7 @@ def resolve(stack: EngineStack) -> str:
             f"stack {stack.id}: the pins {', '.join(requirements(stack))} do not resolve together"
             f" for Python {stack.python} on {TARGET_PLATFORM}; uv says:\n"
             + _indent(result.stderr.strip())
-            + "\n    fix the pins in the stack file to match sglang's Requires-Dist"
+            + f"\n    fix the pins in the stack file to match {stack.engine}'s Requires-Dist"
         ])
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(result.stdout)

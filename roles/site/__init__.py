@@ -44,6 +44,7 @@ from roles.site.schema import (
     SglangSettings,
     Site,
     SpeculativeSettings,
+    VllmSettings,
     address_of,
     build_host,
 )
@@ -55,7 +56,7 @@ __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
     "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
-    "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
+    "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "VllmSettings", "address_of",
     "build_host", "current_host", "current_site", "inventory_file", "load_site", "load_stack",
     "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
 ]

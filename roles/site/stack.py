@@ -23,23 +23,40 @@ class KernelPackage:
     source: Literal["prebuilt", "build"] = "prebuilt"
 
 
+ENGINES = ("sglang", "vllm")
+
+
 @dataclass(frozen=True)
 class EngineStack:
-    """One consistent engine stack; an upgrade points `active` at another one."""
+    """One consistent engine stack; an upgrade points `active` at another one. `engine` says
+    which server it runs: an SGLang stack pins sglang and its kernel package, a vLLM stack
+    pins vllm (whose wheel carries its own kernels)."""
 
     id: str
     cuda: str
     python: str
     torch: str
-    sglang: str
-    kernel: KernelPackage
+    sglang: str | None
+    kernel: KernelPackage | None
     flashinfer: str
     flash_attn: str | None = None
     flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
+    engine: Literal["sglang", "vllm"] = "sglang"
+    vllm: str | None = None
 
     @property
     def cuda_major(self) -> int:
         return int(self.cuda.split(".")[0])
+
+    @property
+    def version(self) -> str:
+        """The pinned release of the stack's engine (sglang or vllm)."""
+        return self.vllm if self.engine == "vllm" else self.sglang
+
+    @property
+    def label(self) -> str:
+        """`sglang 0.5.9`, `vllm 0.16.0`: the engine and its release, for messages."""
+        return f"{self.engine} {self.version}"
 
 
 @dataclass(frozen=True)
@@ -55,8 +72,11 @@ class Stack:
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
 DRIVER_FIELDS = {"branch", "version"}
 ENGINE_FIELDS = {
-    "cuda", "python", "torch", "sglang", "kernel", "flashinfer", "flash_attn", "flash_attn_source",
+    "engine", "cuda", "python", "torch", "sglang", "vllm", "kernel", "flashinfer", "flash_attn",
+    "flash_attn_source",
 }
+# Pins that belong to one engine only: a vLLM stack naming sglang's kernel is a mistake.
+ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_attn"}}
 KERNEL_FIELDS = {"package", "version", "source"}
 
 
@@ -109,37 +129,53 @@ def load_stack(path: Path) -> Stack:
             bad(prefix, pins, "a mapping of pins")
             continue
         unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
-        kernel = pins.get("kernel")
-        if not isinstance(kernel, dict):
-            bad(prefix + ".kernel", kernel, "a mapping with package, version, source")
-            kernel = {}
-        unknown_keys(kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
-        if kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
-            bad(prefix + ".kernel.package", kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
-        if kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
-            bad(prefix + ".kernel.source", kernel.get("source"), "'prebuilt' or 'build'")
-        flash_attn = pins.get("flash_attn")
+        engine = pins.get("engine", "sglang")
+        if engine not in ENGINES:
+            bad(prefix + ".engine", engine, "'sglang' or 'vllm'")
+            continue
+        for other in sorted(ENGINE_ONLY_FIELDS[engine] & set(pins)):
+            bad(f"{prefix}.{other}", pins[other], f"no {other} pin in a stack of engine {engine}")
+        kernel = None
+        if engine == "sglang":
+            raw_kernel = pins.get("kernel")
+            if not isinstance(raw_kernel, dict):
+                bad(prefix + ".kernel", raw_kernel, "a mapping with package, version, source")
+                raw_kernel = {}
+            unknown_keys(raw_kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
+            if raw_kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
+                bad(prefix + ".kernel.package", raw_kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
+            if raw_kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
+                bad(prefix + ".kernel.source", raw_kernel.get("source"), "'prebuilt' or 'build'")
+            kernel = KernelPackage(
+                package=str(raw_kernel.get("package")),
+                version=version(prefix + ".kernel.version", raw_kernel.get("version")),
+                source=raw_kernel.get("source", "prebuilt"),
+            )
+        flash_attn = pins.get("flash_attn") if engine == "sglang" else None
         if flash_attn is not None:
             version(prefix + ".flash_attn", flash_attn)
-        if pins.get("flash_attn_source", "build") not in ("build", "prebuilt", "none"):
-            bad(prefix + ".flash_attn_source", pins.get("flash_attn_source"),
-                "'build', 'prebuilt' or 'none'")
+        # vLLM's wheel carries its own flash-attention build (vllm/vllm_flash_attn).
+        default_source = "build" if engine == "sglang" else "none"
+        flash_attn_source = pins.get("flash_attn_source", default_source)
+        if flash_attn_source not in ("build", "prebuilt", "none"):
+            bad(prefix + ".flash_attn_source", flash_attn_source, "'build', 'prebuilt' or 'none'")
+        elif engine == "vllm" and flash_attn_source != "none":
+            bad(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
         stacks[stack_id] = EngineStack(
             id=stack_id,
+            engine=engine,
             cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
                          "a CUDA major.minor like 12.8"),
             python=version(prefix + ".python", pins.get("python"), re.compile(r"^3\.\d+$"),
                            "a Python minor version like 3.12"),
             torch=version(prefix + ".torch", pins.get("torch")),
-            sglang=version(prefix + ".sglang", pins.get("sglang")),
-            kernel=KernelPackage(
-                package=str(kernel.get("package")),
-                version=version(prefix + ".kernel.version", kernel.get("version")),
-                source=kernel.get("source", "prebuilt"),
-            ),
+            sglang=version(prefix + ".sglang", pins.get("sglang")) if engine == "sglang" else None,
+            vllm=version(prefix + ".vllm", pins.get("vllm"), valid="a vllm release like 0.16.0")
+            if engine == "vllm" else None,
+            kernel=kernel,
             flashinfer=version(prefix + ".flashinfer", pins.get("flashinfer")),
             flash_attn=flash_attn,
-            flash_attn_source=pins.get("flash_attn_source", "build"),
+            flash_attn_source=flash_attn_source,
         )
     active_id = raw.get("active")
     if active_id not in stacks:

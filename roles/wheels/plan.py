@@ -67,7 +67,7 @@ def planned_builds(stack: EngineStack, build: BuildSettings) -> list[WheelBuild]
             "FLASH_ATTN_VERSION": stack.flash_attn,
             "CUDA_ARCHS": "120",
         }))
-    if stack.kernel.source == "build":
+    if stack.kernel is not None and stack.kernel.source == "build":
         if stack.kernel.package != "sgl-kernel":
             raise WheelPlanError(
                 f"stack {stack.id}: kernel.source 'build' is supported for sgl-kernel only, not"

@@ -1,12 +1,14 @@
-"""Benchmark the deployed server with SGLang's own bench_serving, keep a history, compare, chart.
+"""Benchmark the deployed server with its engine's own benchmark client (SGLang's bench_serving,
+or `vllm bench serve` on a vLLM stack), keep a history labelled by engine, compare, chart.
 
     uv run python -m tests.infra.bench --inventory inventory/prod.py            # first gpu node
     uv run python -m tests.infra.bench --inventory inventory/prod.py --concurrency 1,8,32,64
     uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-p2p    # NCCL P2P on vs off
     uv run python -m tests.infra.bench --chart-only                             # redraw the PNG
+    uv run python -m tests.infra.bench --compare-engines       # vLLM vs SGLang from the history
 
-bench_serving runs ON the host with the engine's python (the server usually binds 127.0.0.1),
-dataset random-ids (random token ids: no download, offline), a single stream and then each
+The client runs ON the host with the engine's python (the server usually binds 127.0.0.1),
+dataset random-ids / random (random token ids: no download, offline), a single stream and then each
 concurrency of the sweep. Each run appends one record to the history (reports/bench-history.jsonl)
 and prints the comparison with the previous comparable run (same host, workload and label) and
 with the reference figures recorded on the target (tests/infra/reference.yml), then redraws
@@ -44,8 +46,20 @@ AB_ENV = "bench-ab.env"
 
 
 def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: int, output_len: int,
-                  prompts: int, concurrency: int, output_file: str) -> list[str]:
-    """One bench_serving run (flags of sglang.bench_serving, reference/serving.md)."""
+                  prompts: int, concurrency: int, output_file: str, engine: str = "sglang") -> list[str]:
+    """One benchmark run. SGLang: sglang.bench_serving's flags. vLLM 0.16.0: `vllm bench serve`
+    (vllm/benchmarks/serve.py; run as its CLI module, which also works for the CPU build whose
+    `vllm` script is missing), dataset `random` (token ids, fixed lengths at range ratio 0),
+    the chat endpoint, and --save-result writing one JSON line with the same metric names
+    (output_throughput, mean_ttft_ms, mean_itl_ms, max_concurrency, ...)."""
+    if engine == "vllm":
+        folder, _, name = output_file.rpartition("/")
+        return [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat",
+                "--endpoint", "/v1/chat/completions", "--base-url", url, "--model", model,
+                "--tokenizer", tokenizer, "--dataset-name", "random",
+                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
+                "--save-result", "--result-dir", folder, "--result-filename", name]
     return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
             "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
@@ -65,14 +79,15 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)
         command = bench_command(expect.engine_python, server_checks.base_url(expect),
                                 expect.served_model_name, target["model_path"], args.input_len,
-                                args.output_len, prompts, concurrency, "$d/out.jsonl")
-        text = " ".join(shlex.quote(c) if c != "$d/out.jsonl" else '"$d/out.jsonl"' for c in command)
+                                args.output_len, prompts, concurrency, "$d/out.jsonl", expect.engine)
+        text = " ".join(shlex.quote(c) if not c.startswith("$d") else f'"{c}"' for c in command)
         script = f"{key_setup}d=$(mktemp -d); {text} >&2 && cat \"$d/out.jsonl\"; rc=$?; rm -rf \"$d\"; exit $rc"
-        print(f"  bench_serving: concurrency {concurrency}, {prompts} prompts, "
+        print(f"  {expect.engine} benchmark: concurrency {concurrency}, {prompts} prompts, "
               f"{args.input_len} in / {args.output_len} out", flush=True)
         result = host.run(f"bash -c {shlex.quote(script)}")
         if result.rc != 0:
-            raise RuntimeError(f"bench_serving failed (rc {result.rc}): {result.stderr.strip()[-1500:]}")
+            raise RuntimeError(f"the {expect.engine} benchmark failed (rc {result.rc}):"
+                               f" {result.stderr.strip()[-1500:]}")
         results.extend(parse.parse_bench_serving_jsonl(result.stdout))
     return results
 
@@ -81,10 +96,10 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
 
 
 def make_record(host_name: str, label: str, stack: str, workload: dict, results: list[parse.BenchResult],
-                when: str | None = None) -> dict:
+                when: str | None = None, engine: str = "sglang") -> dict:
     return {
         "time": when or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": host_name, "label": label, "stack": stack, "workload": workload,
+        "host": host_name, "engine": engine, "label": label, "stack": stack, "workload": workload,
         "results": [{"concurrency": r.max_concurrency or 1, **{m: getattr(r, m) for m in METRICS},
                      "median_ttft_ms": r.median_ttft_ms, "median_itl_ms": r.median_itl_ms,
                      "request_throughput": r.request_throughput} for r in results],
@@ -107,7 +122,9 @@ def previous_comparable(history: list[dict], record: dict) -> dict | None:
     for old in reversed(history):
         if old is record:
             continue
-        if (old["host"], old["label"], old["workload"]) == (record["host"], record["label"], record["workload"]):
+        # Records from before the engine field were SGLang's.
+        if ((old["host"], old.get("engine", "sglang"), old["label"], old["workload"])
+                == (record["host"], record.get("engine", "sglang"), record["label"], record["workload"])):
             return old
     return None
 
@@ -127,7 +144,8 @@ def _fmt(value, digits=1) -> str:
 def comparison_table(record: dict, previous: dict | None, reference: dict) -> str:
     """Per concurrency: this run, the previous comparable run and the change; then single stream
     against the reference figures recorded on the target."""
-    lines = [f"Benchmark {record['time']}  {record['host']}  [{record['label']}]  stack {record['stack']}",
+    lines = [f"Benchmark {record['time']}  {record['host']}  {record.get('engine', 'sglang')}"
+             f" [{record['label']}]  stack {record['stack']}",
              f"workload: {record['workload']}",
              (f"{'conc':>4}  {'out tok/s':>10} {'prev':>9} {'change':>14}   {'TTFT ms':>9} {'prev':>9}"
               f"   {'ITL ms':>7} {'prev':>7}   {'accept':>6}")]
@@ -151,6 +169,29 @@ def comparison_table(record: dict, previous: dict | None, reference: dict) -> st
     return "\n".join(lines)
 
 
+def engines_table(history: list[dict], host_name: str | None = None) -> str:
+    """The latest run of each engine per host and workload, side by side (vLLM vs SGLang on the
+    same host and workload): what `--compare-engines` prints from the history."""
+    latest: dict[tuple, dict[str, dict]] = {}
+    for record in history:
+        if host_name and record["host"] != host_name:
+            continue
+        key = (record["host"], json.dumps(record["workload"], sort_keys=True))
+        latest.setdefault(key, {})[record.get("engine", "sglang")] = record
+    lines = []
+    for (host, workload), by_engine in latest.items():
+        engines = sorted(by_engine)
+        lines.append(f"{host}  workload {workload}")
+        lines.append(f"{'conc':>4}  " + "  ".join(f"{e + ' tok/s':>14}" for e in engines))
+        rows = {e: {r["concurrency"]: r for r in by_engine[e]["results"]} for e in engines}
+        for concurrency in sorted({c for e in engines for c in rows[e]}):
+            lines.append(f"{concurrency:>4}  " + "  ".join(
+                f"{_fmt(rows[e].get(concurrency, {}).get('output_throughput')):>14}" for e in engines))
+        lines.append("  runs: " + "; ".join(f"{e} {by_engine[e]['time']} [{by_engine[e]['label']}]"
+                                            f" {by_engine[e]['stack']}" for e in engines))
+    return "\n".join(lines) or "no runs in the history"
+
+
 def ab_table(records: dict[str, dict]) -> str:
     labels = list(records)
     lines = [f"A/B {' vs '.join(labels)} (same workload, same host)",
@@ -164,20 +205,21 @@ def ab_table(records: dict[str, dict]) -> str:
 
 
 def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
-    """Output tok/s and mean ITL per run, one line per (label, concurrency); reference lines."""
+    """Output tok/s and mean ITL per run, one line per (engine, label, concurrency); reference lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True)
-    series: dict[tuple[str, int], list[tuple[int, dict]]] = {}
+    series: dict[tuple[str, str, int], list[tuple[int, dict]]] = {}
     for index, record in enumerate(history):
         for row in record["results"]:
-            series.setdefault((record["label"], row["concurrency"]), []).append((index, row))
-    for (label, concurrency), points in sorted(series.items()):
+            series.setdefault((record.get("engine", "sglang"), record["label"], row["concurrency"]),
+                              []).append((index, row))
+    for (engine, label, concurrency), points in sorted(series.items()):
         xs = [i for i, _ in points]
-        name = f"{label} c={concurrency}"
+        name = f"{engine} {label} c={concurrency}"
         top.plot(xs, [p["output_throughput"] for _, p in points], marker="o", label=name)
         bottom.plot(xs, [p["mean_itl_ms"] for _, p in points], marker="o", label=name)
     figures = reference["single_stream_output_tok_s"]
@@ -257,6 +299,8 @@ def _arguments(argv):
     parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY)
     parser.add_argument("--chart", type=Path, help="PNG (default: the history's name with .png)")
     parser.add_argument("--chart-only", action="store_true", help="only redraw the chart from the history")
+    parser.add_argument("--compare-engines", action="store_true",
+                        help="print the latest run of each engine (vLLM vs SGLang) per host and workload")
     return parser.parse_args(argv)
 
 
@@ -272,7 +316,8 @@ def _target(args) -> dict:
     return {"name": name, "url": args.hosts or testinfra_url(args.inventory, name),
             "expect": Expectations.from_site(site, name),
             "model_path": site.hosts[name].serving.model_path,
-            "stack": f"{site.stack.active.id} (sglang {site.stack.active.sglang})"}
+            "stack": f"{site.stack.active.id} ({site.stack.active.label})",
+            "engine": site.stack.active.engine}
 
 
 def main(argv=None) -> int:
@@ -281,6 +326,9 @@ def main(argv=None) -> int:
     reference = load_reference()
     if args.chart_only:
         print(f"chart: {draw_history(read_history(args.history), chart, reference)}")
+        return 0
+    if args.compare_engines:
+        print(engines_table(read_history(args.history), args.host))
         return 0
     try:
         target = _target(args)
@@ -301,7 +349,8 @@ def main(argv=None) -> int:
                       f"NCCL_P2P_DISABLE={int(p2p_disabled)}", flush=True)
                 set_p2p(host, target["expect"], p2p_disabled, args.restart_timeout_s)
             results = run_workload(host, target, args)
-            record = make_record(target["name"], label, target["stack"], workload, results)
+            record = make_record(target["name"], label, target["stack"], workload, results,
+                                 engine=target["engine"])
             history = read_history(args.history)
             append_history(args.history, record)
             print(comparison_table(record, previous_comparable(history, record), reference), flush=True)

@@ -29,7 +29,9 @@ EXTRA_KEYS = {
     "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
     "api_key_file": "the 0600 SGLang --config file holding the API key"
                     " (default: roles/serving's /etc/sglang/<unit>-secret-args.yaml)",
+    "engine": "the engine serving: sglang or vllm (default: the active stack's)",
 }
+ENGINES = ("sglang", "vllm")
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,22 @@ class Expectations:
     allreduce_size_mib: int
     server_timeout_s: int
     max_unit_restarts: int
+    engine: str = "sglang"
     source: str = field(default="", compare=False)  # where these came from, for messages
+
+    @property
+    def metrics_exported(self) -> bool:
+        """vLLM always serves /metrics; SGLang only with --enable-metrics."""
+        return self.engine == "vllm" or self.enable_metrics
 
     @classmethod
     def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
-                  extra: dict | None = None) -> Expectations:
+                  extra: dict | None = None, engine: str = "sglang") -> Expectations:
         extra = extra or {}
+        engine = extra.get("engine", engine)
+        if engine not in ENGINES:
+            raise site_model.SiteError([f"--expect engine={engine} is invalid; expected one of"
+                                        f" {', '.join(ENGINES)}"])
         return cls(
             host_name=host.name,
             gpu_count=host.gpu.count,
@@ -83,6 +95,7 @@ class Expectations:
             allreduce_size_mib=host.health.allreduce_size_mib,
             server_timeout_s=host.health.server_timeout_s,
             max_unit_restarts=host.health.max_unit_restarts,
+            engine=engine,
             source=source,
         )
 
@@ -99,7 +112,7 @@ class Expectations:
         if data:
             host = _rebuild_host(host, data, f"--expect for {host_name}")
         source = site.inventory_file + (" with --expect " + " ".join(overrides) if overrides else "")
-        return cls.from_host(host, site.stack.driver_version, source, extra)
+        return cls.from_host(host, site.stack.driver_version, source, extra, site.stack.active.engine)
 
     @classmethod
     def from_overrides(cls, overrides: list[str], host_name: str = "local",
@@ -110,8 +123,9 @@ class Expectations:
         host = site_model.build_host(host_name, ("gpu_nodes",), data, "--expect", problems)
         if problems:
             raise site_model.SiteError(problems)
-        driver = extra.get("driver_version") or site_model.load_stack(stack_file).driver_version
-        return cls.from_host(host, driver, "--expect " + " ".join(overrides), extra)
+        stack = site_model.load_stack(stack_file)
+        driver = extra.get("driver_version") or stack.driver_version
+        return cls.from_host(host, driver, "--expect " + " ".join(overrides), extra, stack.active.engine)
 
 
 def nccl_environment(nccl: site_model.NcclSettings) -> dict[str, str]:

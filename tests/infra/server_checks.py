@@ -1,4 +1,4 @@
-"""Talking to the SGLang server from the host itself, and judging its answers.
+"""Talking to the engine's server (SGLang or vLLM) from the host itself, and judging its answers.
 
 The requests run on the checked host with curl (the server binds 127.0.0.1 by default, so the
 controller may not reach it). The API key never leaves the host: curl reads the header from a
@@ -8,7 +8,9 @@ and in no log. The judge_* functions are pure, unit-tested on recorded responses
 
 Endpoints and shapes: python/sglang/srt/entrypoints/http_server.py and
 python/sglang/srt/utils (add_api_key_middleware: 401 {"error": "Unauthorized"}; /health* and
-/metrics pass without the key).
+/metrics pass without the key). vLLM 0.16.0 (vllm/entrypoints/openai/api_server.py,
+AuthenticationMiddleware) guards only /v1/* with the key: /health and /metrics answer without
+it; metric names are vllm:* (vllm/v1/metrics/loggers.py) where SGLang's are sglang:*.
 """
 
 from __future__ import annotations
@@ -130,11 +132,13 @@ def judge_refused_without_key(answer: HttpAnswer) -> str | None:
                    "port can use it; re-run the deploy and check the unit's environment")
 
 
-def judge_metrics(answer: HttpAnswer) -> tuple[str | None, int]:
+def judge_metrics(answer: HttpAnswer, engine: str = "sglang") -> tuple[str | None, int]:
     if answer.status != 200:
-        return explain("/metrics to answer 200", f"HTTP {answer.status}",
-                       "serving_enable_metrics is set: the server needs --enable-metrics"), 0
-    names = [name for name in parse.parse_prometheus(answer.body) if name.startswith("sglang:")]
+        hint = ("serving_enable_metrics is set: the server needs --enable-metrics" if engine == "sglang"
+                else "vLLM serves /metrics by itself: read the server log")
+        return explain("/metrics to answer 200", f"HTTP {answer.status}", hint), 0
+    names = [name for name in parse.parse_prometheus(answer.body) if name.startswith(f"{engine}:")]
     if not names:
-        return explain("Prometheus metrics named sglang:*", "none", "check the server version's metrics"), 0
+        return explain(f"Prometheus metrics named {engine}:*", "none",
+                       "check the server version's metrics (is the unit running the other engine?)"), 0
     return None, len(names)

@@ -1,5 +1,6 @@
-"""Server suite: the SGLang HTTP API answers, names the served model, generates ordinary text,
-refuses requests without the key, and exports metrics when enabled."""
+"""Server suite: the engine's HTTP API (SGLang or vLLM, the active stack's) answers, names the
+served model, generates ordinary text, refuses requests without the key, and exports metrics
+under the engine's own names (sglang:* or vllm:*)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def test_request_without_key_refused(host, expect, request):
 
 
 def test_metrics_exported(host, expect, request):
-    if not expect.enable_metrics:
+    if not expect.metrics_exported:
         pytest.skip("serving_enable_metrics is off: no /metrics to check")
-    problem, count = server.judge_metrics(server.request(host, expect, "/metrics", with_key=False))
+    problem, count = server.judge_metrics(server.request(host, expect, "/metrics", with_key=False),
+                                          expect.engine)
     assert problem is None, problem
-    report(request, f"{count} sglang:* series")
+    report(request, f"{count} {expect.engine}:* series")

@@ -21,7 +21,7 @@ from roles.shared.secret_files import install_steps, staged_path
 from roles.site import PROJECT_ROOT, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
-VERSIONS = sorted({stack.sglang for stack in STACK.stacks.values()})
+VERSIONS = sorted({stack.sglang for stack in STACK.stacks.values() if stack.engine == "sglang"})
 KEY = "planted-api-key-0f9c2e"
 STANDIN = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
 
