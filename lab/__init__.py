@@ -49,6 +49,16 @@ SYSTEMD_RUN_FLAGS = [
     "--tmpfs", "/run/lock",
 ]
 
+# The GPU guest's uv cache (roles/sglang's UV_CACHE_DIR: <base_install_root>/uv-cache, at the
+# lab's default install root) is a folder of this machine, so that a fresh container does not
+# download vLLM's CPU build and PyPI's torch with its CUDA libraries (~3.5 GB) again: uv's
+# cache is made for sharing (it locks), and the environment is still built and installed by
+# the real deploy. INFERENCE_HOST_LAB_UV_CACHE="" keeps the cache inside the container.
+LAB_UV_CACHE = os.environ.get(
+    "INFERENCE_HOST_LAB_UV_CACHE",
+    str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inference-host" / "lab-uv-cache"))
+LAB_UV_CACHE_DEST = "/opt/sglang/uv-cache"
+
 # Rehearsal hosts: role -> what it stands in for.
 HOSTS = {
     "gpu": "the GPU guest (an LXC container or KVM VM on the target) that serves the engine",
@@ -177,11 +187,18 @@ def ensure_container(role: str, image: str) -> str:
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
         _docker("run", "-d", "--name", name, "--hostname", name,
-                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, image)
+                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_role_flags(role), image)
     elif not state["State"]["Running"]:
         _docker("start", name)
     _wait_for_systemd(name)
     return name
+
+
+def _role_flags(role: str) -> list[str]:
+    if role != "gpu" or not LAB_UV_CACHE:
+        return []
+    Path(LAB_UV_CACHE).mkdir(parents=True, exist_ok=True)
+    return ["-v", f"{LAB_UV_CACHE}:{LAB_UV_CACHE_DEST}"]
 
 
 def _wait_for_systemd(name: str, timeout: float = 90) -> None:
@@ -204,6 +221,7 @@ def up(roles=tuple(HOSTS)) -> list[str]:
     names = [ensure_container(role, image) for role in roles]
     if "gpu" in roles:
         install_standins(container_name("gpu"))
+        install_tiny_model(container_name("gpu"))
     if "pve" in roles:
         prepare_pve_node(container_name("pve"))
     return names
@@ -224,6 +242,26 @@ def install_standins(name: str) -> None:
         _docker("exec", name, "rm", "-rf", STANDIN_DEST)
         _docker("cp", str(target), f"{name}:{STANDIN_DEST}")
         _docker("exec", name, "chmod", "-R", "a+rX", STANDIN_DEST)
+
+
+# The model the lab's real vLLM (CPU build) serves: a 2-layer Llama with random weights
+# (tests/fixtures/tiny_llama.py), made on this machine and copied in like a model folder an
+# operator fills. serving_model_path of the lab's gpu node points here.
+TINY_MODEL_DEST = "/opt/inference-host-lab/models/tiny-llama"
+
+
+def install_tiny_model(name: str) -> None:
+    from tests.fixtures import tiny_llama
+
+    folder = tiny_llama.write(STATE_DIR / "tiny-llama")
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    present = _docker("exec", name, "sha256sum", f"{TINY_MODEL_DEST}/model.safetensors", check=False)
+    if present.returncode == 0 and present.stdout.split()[:1] == [digest]:
+        return
+    _docker("exec", name, "mkdir", "-p", str(Path(TINY_MODEL_DEST).parent))
+    _docker("exec", name, "rm", "-rf", TINY_MODEL_DEST)
+    _docker("cp", str(folder), f"{name}:{TINY_MODEL_DEST}")
+    _docker("exec", name, "chmod", "-R", "a+rX", TINY_MODEL_DEST)
 
 
 def _node_module_banner() -> str:

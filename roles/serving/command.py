@@ -137,6 +137,12 @@ def speculative_config(settings: HostSettings) -> dict | None:
             "num_speculative_tokens": spec.num_steps}
 
 
+def vllm_tensor_parallel_size(settings: HostSettings) -> int:
+    """One shard per GPU; the CPU build (vllm_install_mode = "cpu", the lab) serves on the
+    host's CPUs, which are not the GPUs the inventory describes: one shard."""
+    return 1 if settings.vllm.install_mode == "cpu" else settings.gpu.count
+
+
 def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
                    stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
     """Arguments after `python -m vllm.entrypoints.openai.api_server`, from the typed settings."""
@@ -144,7 +150,7 @@ def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     args = [
         "--model", serving.model_path,
         "--served-model-name", serving.served_model_name,
-        "--tensor-parallel-size", str(settings.gpu.count),
+        "--tensor-parallel-size", str(vllm_tensor_parallel_size(settings)),
         "--host", serving.host,
         "--port", str(serving.port),
         "--gpu-memory-utilization", f"{vllm.gpu_memory_utilization:g}",
@@ -161,8 +167,9 @@ def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if vllm.enforce_eager:
         args.append("--enforce-eager")
     # vllm 0.16.0's custom all-reduce (distributed/device_communicators/custom_all_reduce.py)
-    # turns itself off on more than two GPUs without full NVLink; saying so up front skips its
-    # P2P probe at every start. serving_custom_all_reduce_pcie = True is refused above 2 GPUs.
+    # turns itself off on more than two GPUs without full NVLink, warning "specify
+    # disable_custom_all_reduce=True explicitly". serving_custom_all_reduce_pcie = True is
+    # refused above 2 GPUs (_vllm_problems).
     if not serving.custom_all_reduce_pcie:
         args.append("--disable-custom-all-reduce")
     spec = speculative_config(settings)
