@@ -89,6 +89,10 @@ gpu_nodes = [
         # on CPU). Eager mode starts faster; 1024 tokens of context bound the KV cache.
         "serving_model_path": lab.TINY_MODEL_DEST,
         "vllm_install_mode": "cpu",
+        # vLLM's CPU sampler is torch.compile'd on first use (inductor builds C++ against
+        # Python.h); uv's managed CPython on the target ships its headers, Debian's python3
+        # here needs python3-dev.
+        "base_extra_packages": ["python3-dev"],
         "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
         "vllm_enforce_eager": True,
         "vllm_max_model_len": 1024,

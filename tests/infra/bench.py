@@ -59,6 +59,9 @@ def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: 
                 "--tokenizer", tokenizer, "--dataset-name", "random",
                 "--random-input-len", str(input_len), "--random-output-len", str(output_len),
                 "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
+                # Greedy, as the history's earlier runs: vllm 0.16.0's client no longer sends
+                # temperature 0 by itself (it warns), leaving sampling to the server's default.
+                "--temperature", "0",
                 "--save-result", "--result-dir", folder, "--result-filename", name]
     return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
             "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
