@@ -18,7 +18,7 @@ SPELLINGS = {
 }
 
 # Safe attention backend per release when serving_attention_backend is unset
-# (reference/target-host.md): flashinfer hung the server on SM120 in the 0.5.9 line and MLA
+# (docs/upstream.md, "SGLang"): flashinfer hung the server on SM120 in the 0.5.9 line and MLA
 # prefill routed to trtllm_mla fails on SM120 in 0.5.10 (#24633), so triton, the backend
 # that worked, is the default everywhere until a newer release is measured on the target.
 DEFAULT_ATTENTION_BACKEND = "triton"

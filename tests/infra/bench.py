@@ -45,7 +45,7 @@ AB_ENV = "bench-ab.env"
 
 def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: int, output_len: int,
                   prompts: int, concurrency: int, output_file: str) -> list[str]:
-    """One bench_serving run (flags of sglang.bench_serving, reference/serving.md)."""
+    """One bench_serving run (flags of sglang.bench_serving; docs/upstream.md, "SGLang")."""
     return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
             "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
