@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roles.site import vault
 from roles.site.errors import SiteError, closest, display, print_problems
-from roles.site.rules import _check_driver_match, _check_site
+from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import load_stack
 
@@ -54,8 +54,8 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
-    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
-    _check_driver_match(hosts, stack, where, problems)
+    check_site(hosts, where, secret_names, secrets_file, problems, stack)
+    check_driver_match(hosts, stack, where, problems)
     if problems:
         raise SiteError(problems)
     return Site(

@@ -28,7 +28,7 @@ def register_engine_check(check: EngineCheck) -> None:
         ENGINE_CHECKS.append(check)
 
 
-def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
+def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
                 problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, tuple[str, str]] = {}
@@ -199,7 +199,7 @@ def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, wh
                 )
 
 
-def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
+def check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
                         problems: list[str]) -> None:
     """An LXC guest uses the node's kernel module: its userspace must be the same version."""
     default = stack.driver_version if stack else None
