@@ -207,9 +207,24 @@ def ab_table(records: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+class MissingExtra(RuntimeError):
+    pass
+
+
+def require_matplotlib():
+    """matplotlib is the optional extra "bench" (pyproject.toml): only the chart needs it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtra("the benchmark draws its chart with matplotlib, which is the optional"
+                           " extra 'bench': run `uv sync --extra bench` (or `uv run --extra bench"
+                           " python -m tests.infra.bench ...`)") from None
+    return matplotlib
+
+
 def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
     """Output tok/s and mean ITL per run, one line per (engine, label, concurrency); reference lines."""
-    import matplotlib
+    matplotlib = require_matplotlib()
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -325,6 +340,11 @@ def _target(args) -> dict:
 
 def main(argv=None) -> int:
     args = _arguments(argv)
+    try:  # before any host is touched: a benchmark of minutes must not fail at its chart
+        require_matplotlib()
+    except MissingExtra as error:
+        print(f"benchmark: {error}", file=sys.stderr)
+        return 2
     chart = args.chart or args.history.with_suffix(".png")
     reference = load_reference()
     if args.chart_only:

@@ -27,7 +27,7 @@ def _render(name: str, **kwargs) -> str:
 
 
 def _with_serving(**changes):
-    return dataclasses.replace(HOST, serving=dataclasses.replace(HOST.serving, **changes))
+    return dataclasses.replace(HOST, serving=HOST.serving.model_copy(update=changes))
 
 
 def _wheel_text(version: str, path: str) -> str:

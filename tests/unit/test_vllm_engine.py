@@ -38,7 +38,7 @@ def _with(host=HOST, **changes):
     for name, values in changes.items():
         section, _, key = name.partition("__")
         sections.setdefault(section, {})[key] = values
-    return dataclasses.replace(host, **{s: dataclasses.replace(getattr(host, s), **v) for s, v in sections.items()})
+    return dataclasses.replace(host, **{s: getattr(host, s).model_copy(update=v) for s, v in sections.items()})
 
 
 def _wheel_text(path: str) -> str:
@@ -141,7 +141,7 @@ def test_settings_vllm_0_16_cannot_honour_are_refused():
     host = _with(serving__custom_all_reduce_pcie=True)
     problems = cmd.command_problems(host, PROD.hosts, VLLM)
     assert any("custom all-reduce runs on PCIe only with 2 GPUs (gpu_count = 8)" in p for p in problems)
-    two = dataclasses.replace(host, gpu=dataclasses.replace(host.gpu, count=2))
+    two = dataclasses.replace(host, gpu=host.gpu.model_copy(update={"count": 2}))
     assert cmd.command_problems(two, PROD.hosts, VLLM) == []
     assert "--disable-custom-all-reduce" not in cmd.server_arguments(two, PROD.hosts, VLLM)
 
