@@ -375,10 +375,24 @@ class HealthSettings:
     engine_python: str | None = field(default=None, metadata=_absolute_path())
     # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
     allreduce_timeout_s: int = field(default=120, metadata=_positive())
-    allreduce_min_busbw_gbps: float = field(default=10.0, metadata=_positive())
+    # None: the floor of the expected link class (tests/infra/gpu_models.py, sources there).
+    allreduce_min_busbw_gbps: float | None = field(default=None, metadata=_positive())
     allreduce_size_mib: int = field(default=256, metadata=_positive())
     server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
     max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
+    # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
+    # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
+    gpu_link: str | None = field(default=None, metadata=_one_of(
+        None, "nvlink", "pcie-switch", "host-bridge", "cross-socket"))
+    # Degrees below the GPU's slowdown temperature ("GPU T.Limit Temp" of nvidia-smi -q).
+    min_temp_margin_c: int = field(default=10, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    # Enforced power limit in watts; None: the GPU's own default limit (a lowered cap fails).
+    power_limit_w: float | None = field(default=None, metadata=_positive())
+    # MIG mode expected on every GPU (the engine needs whole GPUs).
+    mig_enabled: bool = False
+    # Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec.
+    min_memory_bandwidth_gbps: float | None = field(default=None, metadata=_positive())
 def _url() -> dict:
     return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
                   "an http(s) URL without trailing spaces")
@@ -399,6 +413,9 @@ class NvidiaDriverSettings:
     # True: the host is rebooted and the deploy waits for it to come back.
     allow_reboot: bool = False
     reboot_timeout: int = field(default=900, metadata=_positive())
+    # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
+    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
+    dcgm: bool = False
 
 
 @dataclass(frozen=True)
