@@ -773,17 +773,22 @@ def parse_dcgmi_diag(text: str) -> list[DcgmTest]:
             continue
         if not line.startswith("|") or line.startswith("|="):
             continue
-        cells = [c.strip() for c in line.strip("|").split("|", 1)]
-        if len(cells) != 2 or cells[0] == "Diagnostic" or section in ("", "Metadata"):
+        cells = line.strip("|").split("|", 1)
+        if len(cells) != 2 or cells[0].strip() == "Diagnostic" or section in ("", "Metadata"):
             continue
-        left, right = cells
+        left, right = cells[0].strip(), cells[1].strip()
+        # DisplayVerboseInfo cuts messages every 45 characters, cutting words and dropping no
+        # space: a piece is the cell's first 45 characters (after "| ", before the padding).
+        piece = cells[1][1:46]
         entity = _DCGM_ENTITY_RE.match(right)
         if not left and entity and tests:
             tests[-1].entities[entity.group(1)] = entity.group(2)
         elif not left and tests and tests[-1].details:
-            tests[-1].details[-1] += right  # DisplayVerboseInfo cuts messages every 45 characters
+            tests[-1].details[-1] += piece
         elif re.match(r"^(Warning|Info)\b", left) and tests:
-            tests[-1].details.append(f"{left}: {right}")
+            tests[-1].details.append(f"{left}: {piece}")
         elif left and right in DCGM_RESULTS:
             tests.append(DcgmTest(section, left, right))
+    for test in tests:
+        test.details = [" ".join(detail.split()) for detail in test.details]
     return tests

@@ -270,8 +270,9 @@ def test_cuda_works(gpu, expect, gpu_index, request, cuda_result):
         "a 512x512 matrix product on the GPU equal to the CPU's", device.get("error")
         or f"max error {device.get('max_error')}", "check the driver/CUDA pairing of the engine's torch; "
         "a wrong result on one GPU points at that GPU (see Xid errors)")
+    source = cuda_result.get("env", {}).get("IH_ENV_SOURCE", "?")
     report(request, f"torch {cuda_result['torch']} CUDA {cuda_result['cuda']}: {device['name']} ok "
-                    f"({info.bus})")
+                    f"({info.bus}; environment from {source})")
 
 
 @pytest.fixture(scope="module")

@@ -171,9 +171,14 @@ def test_engine_allreduce_correct(gpu, expect, request):
 
 def judge_engine_allreduce(rc: int, output: str, expect) -> str:
     if rc in (124, 137):
+        if "IH-ENGINE-ALLREDUCE-STAGE collective" not in output:
+            pytest.fail(explain(f"the engine all-reduce to start within {expect.allreduce_timeout_s} s",
+                                "killed while starting (importing SGLang, spawning one process per "
+                                "GPU, setting up its communicators)", "raise health_allreduce_timeout_s: "
+                                "start-up alone takes several seconds"))
         pytest.fail(explain(f"the engine all-reduce to finish within {expect.allreduce_timeout_s} s",
-                            "it hung and was killed", "see 'allreduce across all gpus'; with "
-                            "serving_custom_all_reduce_pcie on, turn it off"))
+                            "it hung inside the all-reduce and was killed", "see 'allreduce across all "
+                            "gpus'; with serving_custom_all_reduce_pcie on, turn it off"))
     try:
         found = parse.parse_json_line(output, "IH-ENGINE-ALLREDUCE ")
     except ValueError:

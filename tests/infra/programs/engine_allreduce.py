@@ -78,6 +78,8 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
         def reduce(tensor):
             dist.all_reduce(tensor)
             return tensor
+    if rank == 0:
+        print(f"IH-ENGINE-ALLREDUCE-STAGE collective {time.time():.1f}", flush=True)
     results = []
     for rows in ROWS:
         base = (torch.arange(rows * HIDDEN, device=f"cuda:{rank}") % PATTERN).view(rows, HIDDEN)
@@ -100,6 +102,7 @@ def main() -> None:
     parser.add_argument("--communicator", choices=("engine", "torch-nccl"), default="engine")
     parser.add_argument("--break-for-test", action="store_true")
     args = parser.parse_args()
+    print(f"IH-ENGINE-ALLREDUCE-STAGE start {time.time():.1f}", flush=True)
     world_size = torch.cuda.device_count()
     base = {"world_size": world_size, "communicator": args.communicator,
             "custom_all_reduce": not args.disable_custom_all_reduce,

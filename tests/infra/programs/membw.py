@@ -9,6 +9,7 @@ IH-MEMBW {"devices": [{"index": 0, "gbps": ...}], "pcie_under_load": "<nvidia-sm
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -63,7 +64,9 @@ def main() -> None:
         ms = start.elapsed_time(end) / iterations
         devices.append({"index": i, "name": torch.cuda.get_device_name(i),
                         "gbps": 2 * n / (ms / 1e3) / 1e9, "size_mib": SIZE_MIB, "copies": iterations})
-    print("IH-MEMBW " + json.dumps({"devices": devices, "pcie_under_load": pcie}))
+    env = {k: v for k, v in sorted(os.environ.items())
+           if k.startswith(("CUDA_", "NVIDIA_")) or k == "IH_ENV_SOURCE"}
+    print("IH-MEMBW " + json.dumps({"devices": devices, "pcie_under_load": pcie, "env": env}))
 
 
 if __name__ == "__main__":
