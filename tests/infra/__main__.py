@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from roles.site import SiteError, load_site, testinfra_url
+from roles.site import SiteError, load_site
+from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
 SUITES = ("gpu", "interconnect", "service", "server")
