@@ -146,7 +146,7 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome."""
     import testinfra
 
-    from roles import gpu_parsers as parse
+    from tests.infra import gpu_parsers as parse
     from tests.infra.expectations import Expectations
 
     host = testinfra.get_host(url)

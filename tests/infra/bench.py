@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from roles import gpu_parsers as parse
 from roles.site import SiteError, load_site
+from tests.infra import gpu_parsers as parse
 from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 from tests.infra.probes import cuda_visibility_advice, explain, report
 
 pytestmark = pytest.mark.gpu

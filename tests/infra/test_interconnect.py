@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 from tests.infra.probes import cuda_visibility_advice, explain, report
 
 pytestmark = pytest.mark.interconnect

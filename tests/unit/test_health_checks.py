@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 from tests.infra import test_gpus, test_interconnect
 from tests.infra.conftest import verdict_table
 from tests.infra.expectations import Expectations
