@@ -224,9 +224,11 @@ def report(request, text: str) -> None:
 def cuda_visibility_advice(env: dict) -> str:
     """What hides GPUs from CUDA, named: the variable and where it came from, or the passthrough."""
     source = env.get("IH_ENV_SOURCE", "the checker's environment")
-    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
-        if name in env:
-            return (f"{name}={env[name]!r} (from {source}) hides GPUs from CUDA: remove it from the "
-                    "service's environment (serving_extra_env) unless that is intended, and correct gpu_count")
+    # Only CUDA_VISIBLE_DEVICES acts inside a process (NVIDIA_VISIBLE_DEVICES is read when a
+    # container is created, by the NVIDIA container toolkit, and is "all" in CUDA images).
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} (from {source}) hides GPUs from "
+                "CUDA: remove it from the service's environment (serving_extra_env) unless that is "
+                "intended, and correct gpu_count")
     return ("nvidia-smi sees the GPU but CUDA does not and no CUDA_VISIBLE_DEVICES is set: check the "
             "device nodes (/dev/nvidia*) and, in a guest, the passthrough (Proxmox devN entries)")

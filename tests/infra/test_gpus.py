@@ -291,7 +291,7 @@ def cuda_result(gpu, expect) -> dict:
             "run it by hand: tests/infra/programs/cuda_check.py with the engine python")}
     if "error" in found:
         hidden = found.get("env", {})
-        if "CUDA_VISIBLE_DEVICES" in hidden or "NVIDIA_VISIBLE_DEVICES" in hidden:
+        if "CUDA_VISIBLE_DEVICES" in hidden:
             return {"failure": explain("torch to see the GPUs nvidia-smi lists", found["error"],
                                        cuda_visibility_advice(hidden))}
         return {"failure": explain(

@@ -216,13 +216,18 @@ def test_a_gpu_hidden_by_the_env_file_names_cuda_visible_devices():
 
 def test_the_real_hidden_gpu_run_names_the_variable_not_gpu_count():
     text = (CHECKS / "hidden.txt").read_text()
-    assert "CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env)" in " ".join(text.split())
+    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2
     assert "PASS  gpu count" in text
 
 
 def test_the_callers_environment_does_not_leak_into_the_checks():
-    text = (CHECKS / "caller-env.txt").read_text()  # run with NCCL_P2P_DISABLE=1 CUDA_VISIBLE_DEVICES=
+    """Run with NCCL_P2P_DISABLE=1 CUDA_VISIBLE_DEVICES= in the caller's shell and the
+    project's rendered env file on the host: the checks ran with the file, not the shell."""
+    text = (CHECKS / "envfile.txt").read_text()
     assert "VERDICT: HEALTHY" in text
+    report = json.loads((CHECKS / "report-envfile.json").read_text())
+    cuda = next(c for c in report["checks"] if c["check"] == "cuda works")
+    assert cuda["detail"].endswith("environment from /etc/sglang/sglang.env)")
 
 
 # -- link classes, floors, and P2P off on NVLink (2 x H200 captures) -------------------------------
@@ -458,3 +463,30 @@ def test_report_json_of_the_real_pass_lists_every_new_check():
             "temperature margin", "power limit as expected", "bar1 covers memory", "mig mode as expected",
             "memory bandwidth"} <= passed
     assert report["verdict"] == "healthy"
+
+
+def _dcgm_probe(sample: str | None) -> FakeProbe:
+    gpu = probe()
+    gpu.dcgmi_path = "/usr/bin/dcgmi" if sample else None
+    text = (DATA / "dcgm" / sample).read_text() if sample else ""
+    gpu.host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=text, stderr=""))
+    return gpu
+
+
+def test_dcgm_check_passes_on_a_passing_level_1():
+    request = FakeRequest()
+    test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-pass.txt"), expect(), request)
+    assert request.detail == "dcgmi diag -r 1: 1 tests, software Pass"
+
+
+def test_dcgm_check_fails_with_dcgms_own_message():
+    with pytest.raises(AssertionError) as failure:
+        test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-fail.txt"), expect(), FakeRequest())
+    assert "software Fail (Warning: GPU1: Persistence mode for GPU 1 is disabled." in str(failure.value)
+
+
+def test_dcgm_missing_skips_unless_the_site_model_installs_it():
+    with pytest.raises(pytest.skip.Exception, match="DCGM is not installed"):
+        test_gpus.test_dcgm_diagnostics(_dcgm_probe(None), expect(), FakeRequest())
+    with pytest.raises(pytest.fail.Exception, match="nvidia_driver_dcgm = true"):
+        test_gpus.test_dcgm_diagnostics(_dcgm_probe(None), expect(1, "nvidia_driver_dcgm=true"), FakeRequest())
