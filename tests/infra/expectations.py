@@ -65,7 +65,7 @@ class Expectations:
     memory_bandwidth_source: str
     needs_resizable_bar: bool
     env_file: str                # the unit's EnvironmentFile (roles/serving)
-    engine_custom_all_reduce: bool
+    launcher: str
     dcgm: bool
     server_timeout_s: int
     max_unit_restarts: int
@@ -109,9 +109,9 @@ class Expectations:
             memory_bandwidth_source=membw_source,
             needs_resizable_bar=bool(model and model.needs_resizable_bar),
             env_file=f"/etc/sglang/{host.serving.unit_name}.env",
-            # roles/serving never passes --disable-custom-all-reduce: SGLang's default (on) holds,
-            # and the engine itself decides per topology (patch 0001 widens it to PCIe).
-            engine_custom_all_reduce=True,
+            # The service's launcher (roles/serving) holds its exact command line; the engine
+            # all-reduce check reads --disable-custom-all-reduce there.
+            launcher=f"{host.base.install_root}/current/inference-host-launch",
             dcgm=host.nvidia_driver.dcgm,
             allreduce_size_mib=host.health.allreduce_size_mib,
             server_timeout_s=host.health.server_timeout_s,

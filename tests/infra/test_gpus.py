@@ -440,7 +440,9 @@ def membw_result(gpu, expect) -> dict:
     missing = gpu.engine_python_missing(expect.engine_python)
     if missing:
         return {"failure": explain("the engine environment's python", missing, "deploy the engine first")}
-    result = gpu.run_program(expect.engine_python, "membw.py", f"2048 2 {gpu.smi_path or 'nvidia-smi'}",
+    # 1 GiB copies (2 GiB per GPU): small beside the engine's memory, which it holds while the
+    # checks run after a deploy; large beside any cache (H200 L2: 50 MB).
+    result = gpu.run_program(expect.engine_python, "membw.py", f"1024 2 {gpu.smi_path or 'nvidia-smi'}",
                              env_file=expect.env_file, fallback_env=expect.nccl_env, timeout_s=300)
     try:
         found = parse.parse_json_line(result.stdout, "IH-MEMBW ")

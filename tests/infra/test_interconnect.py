@@ -4,6 +4,7 @@ GPUs with a timeout (a P2P deadlock hangs it) and a bus-bandwidth floor (a slow 
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 
@@ -163,10 +164,21 @@ def test_engine_allreduce_correct(gpu, expect, request):
         pytest.skip(f"one GPU expected ({expect.source}): SGLang returns the input unreduced")
     missing = gpu.engine_python_missing(expect.engine_python)
     assert not missing, explain("the engine environment's python", missing, "deploy the engine first")
-    args = "" if expect.engine_custom_all_reduce else "--disable-custom-all-reduce"
-    result = gpu.run_program(expect.engine_python, "engine_allreduce.py", args, env_file=expect.env_file,
+    disable, source = engine_custom_all_reduce_off(gpu, expect)
+    result = gpu.run_program(expect.engine_python, "engine_allreduce.py",
+                             "--disable-custom-all-reduce" if disable else "", env_file=expect.env_file,
                              fallback_env=expect.nccl_env, timeout_s=expect.allreduce_timeout_s)
-    report(request, judge_engine_allreduce(result.rc, result.stdout + result.stderr, expect))
+    report(request, judge_engine_allreduce(result.rc, result.stdout + result.stderr, expect)
+           + f"; custom all-reduce {'off' if disable else 'on'} ({source})")
+
+
+def engine_custom_all_reduce_off(gpu, expect) -> tuple[bool, str]:
+    """Whether the service runs SGLang with --disable-custom-all-reduce: read from the unit's
+    launcher on the host (its exact command line); without one, SGLang's default (on)."""
+    launcher = gpu.host.run(f"cat {shlex.quote(expect.launcher)}")
+    if launcher.rc != 0:
+        return False, f"SGLang's default: no {expect.launcher} on the host"
+    return "--disable-custom-all-reduce" in launcher.stdout.split(), f"as in {expect.launcher}"
 
 
 def judge_engine_allreduce(rc: int, output: str, expect) -> str:

@@ -490,3 +490,14 @@ def test_dcgm_missing_skips_unless_the_site_model_installs_it():
         test_gpus.test_dcgm_diagnostics(_dcgm_probe(None), expect(), FakeRequest())
     with pytest.raises(pytest.fail.Exception, match="nvidia_driver_dcgm = true"):
         test_gpus.test_dcgm_diagnostics(_dcgm_probe(None), expect(1, "nvidia_driver_dcgm=true"), FakeRequest())
+
+
+def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
+    e = expect(2)
+    launcher = "#!/bin/sh\nexec /opt/sglang/envs/x/bin/python -m sglang.launch_server --tp-size 8 --disable-custom-all-reduce\n"
+    host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=launcher, stderr=""))
+    assert test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=host), e) == (
+        True, f"as in {e.launcher}")
+    missing = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=1, stdout="", stderr=""))
+    off, source = test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=missing), e)
+    assert off is False and source.startswith("SGLang's default")

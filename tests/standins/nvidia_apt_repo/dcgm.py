@@ -60,6 +60,7 @@ def render_diag(metadata: dict[str, str], sections: dict[str, list[dict]]) -> st
 
 NV_HOSTENGINE = """#!/bin/sh
 # STAND-IN nv-hostengine (inference-host lab): DCGM's host engine; with no GPU it only stays up.
+echo $$ > /run/nv-hostengine.pid
 exec sleep infinity
 """
 
@@ -72,7 +73,7 @@ def _dcgmi() -> str:
 # STAND-IN dcgmi (inference-host lab). Without a running host engine it answers as
 # dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table with every test skipped
 # (no GPU exists in the lab).
-if ! pgrep -x nv-hostengine >/dev/null 2>&1 && ! pgrep -f "sleep infinity" >/dev/null 2>&1; then
+if ! kill -0 "$(cat /run/nv-hostengine.pid 2>/dev/null)" 2>/dev/null; then
     echo "Error: unable to establish a connection to the specified host: localhost"
     echo "Error: Unable to connect to host engine. Host engine connection invalid/disconnected."
     exit 255
