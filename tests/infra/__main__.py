@@ -137,11 +137,11 @@ def main(argv=None) -> int:
                   f"{code}): see the error above; not healthy", file=sys.stderr)
         worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
         if args.dcgm_level and code in (0, 1):
-            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory))
+            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
     return worst
 
 
-def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None) -> int:
+def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
     """`dcgmi diag -r 2|3` with the serving unit stopped (levels 2 and 3 need idle GPUs: DCGM's
     nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome."""
     import testinfra
@@ -149,7 +149,7 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     from tests.infra import gpu_parsers as parse
     from tests.infra.expectations import Expectations
 
-    host = testinfra.get_host(url)
+    host = testinfra.get_host(url, sudo=sudo)
     unit = "sglang"
     if inventory and name:
         unit = Expectations.from_site(load_site(inventory), name).unit_name
