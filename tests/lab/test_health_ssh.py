@@ -70,7 +70,7 @@ def _inventory(ssh_host, known_hosts: bool) -> Path:
     path.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(PROJECT_ROOT)!r})\n"
-        "from roles.site import require_valid_inventory\n"
+        "from validation import require_valid_inventory\n"
         f"_site = {{'stack_file': {str(PROJECT_ROOT / 'inventory' / 'stack.yml')!r}}}\n"
         f"gpu_nodes = [('gpu-over-ssh', {{**_site, **{settings!r}}})]\n"
         "require_valid_inventory(__file__)\n")
