@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.infra import connection, test_gpus, test_interconnect
 from tests.infra import gpu_parsers as parse
-from tests.infra import test_gpus, test_interconnect
 from tests.infra.conftest import verdict_table
 from tests.infra.expectations import Expectations
 from tests.infra.probes import cuda_visibility_advice
@@ -501,3 +501,34 @@ def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
     missing = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=1, stdout="", stderr=""))
     off, source = test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=missing), e)
     assert off is False and source.startswith("SGLang's default")
+
+
+# -- connecting as pyinfra does ---------------------------------------------------------------------
+
+
+def test_ssh_config_carries_every_pyinfra_setting(tmp_path):
+    user_config = tmp_path / "config"
+    user_config.write_text("Host gpu-node\n    ProxyJump bastion\n")
+    text = connection.ssh_config_text("gpu-node", {
+        "ssh_hostname": "10.0.0.5", "ssh_user": "root", "ssh_port": 2222, "ssh_key": "/keys/id",
+        "ssh_known_hosts_file": "/keys/known_hosts", "ssh_strict_host_key_checking": "yes",
+        "ssh_config_file": str(user_config)})
+    assert text.splitlines()[1:] == [
+        "Host 10.0.0.5", "    User root", "    Port 2222", "    IdentityFile /keys/id", "    IdentitiesOnly yes",
+        "    UserKnownHostsFile /keys/known_hosts", "    StrictHostKeyChecking yes", "    BatchMode yes",
+        "Host *", f"    Include {user_config}"]
+
+
+def test_ssh_defaults_follow_pyinfra():
+    text = connection.ssh_config_text("gpu-node", {})
+    assert "Host gpu-node" in text and "StrictHostKeyChecking accept-new" in text  # pyinfra's default
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"ssh_password": "x"}, "ssh_password is set"),
+    ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking = 'maybe' is invalid"),
+])
+def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
+    with pytest.raises(connection.SshSettingsError) as failure:
+        connection.ssh_config_text("gpu-node", data)
+    assert message in failure.value.problems[0]
