@@ -33,7 +33,7 @@ def ssh_host(tmp_path_factory):
     _docker("run", "-d", "--name", name, "--hostname", name, "--label", "inference-host.lab=1",
             *lab.SYSTEMD_RUN_FLAGS, lab.systemd_image())
     try:
-        lab._wait_for_systemd(name)
+        lab._wait_for_systemd(name, timeout=300)  # a loaded shared machine boots slowly
         _docker("exec", name, "sh", "-c", "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
                 "apt-get install -y -q --no-install-recommends openssh-server")
         folder = tmp_path_factory.mktemp("ssh")
