@@ -532,3 +532,16 @@ def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
     with pytest.raises(connection.SshSettingsError) as failure:
         connection.ssh_config_text("gpu-node", data)
     assert message in failure.value.problems[0]
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 5, 7, 8])
+def test_the_engine_check_passes_real_multi_rank_gloo_runs(ranks):
+    """Run on the lent machine's CPUs (one GPU there): N processes, every rank exact."""
+    detail = test_interconnect.judge_engine_allreduce(0, (CHECKS / f"engine-gloo-{ranks}.txt").read_text(),
+                                                      expect(ranks))
+    assert detail.startswith(f"exact sums over {ranks} GPUs via torch.distributed gloo")
+
+
+def test_the_engine_check_fails_a_real_broken_three_rank_reduction():
+    with pytest.raises(AssertionError, match="7168 of 7168 wrong"):
+        test_interconnect.judge_engine_allreduce(0, (CHECKS / "engine-gloo-3-broken.txt").read_text(), expect(3))

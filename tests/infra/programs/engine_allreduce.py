@@ -18,8 +18,9 @@ Values are small integers ((i mod 8) + rank), so every sum is exact in bf16 (< 2
                                [--break-for-test]
 
 --communicator torch-nccl uses torch.distributed's NCCL group directly (where SGLang is not
-installed); --break-for-test adds 1 to every reduced element, to prove the check fails on a
-wrong sum. Prints IH-ENGINE-ALLREDUCE {...}.
+installed); torch-gloo runs --ranks CPU processes (float32: the judgement and the multi-rank
+bookkeeping tested where there are fewer GPUs than ranks); --break-for-test adds 1 to every
+reduced element, to prove the check fails on a wrong sum. Prints IH-ENGINE-ALLREDUCE {...}.
 """
 
 import argparse
@@ -30,6 +31,7 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 HIDDEN = 7168
@@ -46,7 +48,7 @@ def free_port() -> int:
 def method_of(group, tensor) -> str:
     """Which communicator SGLang's GroupCoordinator.all_reduce takes for this tensor."""
     if group is None:
-        return "torch.distributed nccl"
+        return f"torch.distributed {dist.get_backend()}"
     if group.world_size == 1:
         return "none (world size 1: SGLang returns the input)"
     ca = getattr(group, "ca_comm", None)
@@ -56,10 +58,18 @@ def method_of(group, tensor) -> str:
 
 
 def worker(rank: int, world_size: int, port: int, args, queue) -> None:
-    torch.cuda.set_device(rank)
     init = f"tcp://127.0.0.1:{port}"
     group = None
-    if args.communicator == "engine":
+    device, dtype = "cpu", torch.float32
+    if args.communicator == "torch-gloo":
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
+
+        def reduce(tensor):
+            dist.all_reduce(tensor)
+            return tensor
+    elif args.communicator == "engine":
+        torch.cuda.set_device(rank)
+        device, dtype = f"cuda:{rank}", torch.bfloat16
         from sglang.srt.distributed import parallel_state as ps
         from sglang.srt.distributed.communication_op import tensor_model_parallel_all_reduce
 
@@ -70,10 +80,10 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
         group = ps.get_tp_group()
         reduce = tensor_model_parallel_all_reduce
     else:
-        import torch.distributed as dist
-
+        torch.cuda.set_device(rank)
+        device, dtype = f"cuda:{rank}", torch.bfloat16
         dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world_size,
-                                device_id=torch.device(f"cuda:{rank}"))
+                                device_id=torch.device(device))
 
         def reduce(tensor):
             dist.all_reduce(tensor)
@@ -82,16 +92,17 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
         print(f"IH-ENGINE-ALLREDUCE-STAGE collective {time.time():.1f}", flush=True)
     results = []
     for rows in ROWS:
-        base = (torch.arange(rows * HIDDEN, device=f"cuda:{rank}") % PATTERN).view(rows, HIDDEN)
-        tensor = (base + rank).to(torch.bfloat16)
+        base = (torch.arange(rows * HIDDEN, device=device) % PATTERN).view(rows, HIDDEN)
+        tensor = (base + rank).to(dtype)
         method = method_of(group, tensor)
         out = reduce(tensor)
         if args.break_for_test:
             out = out + 1
-        torch.cuda.synchronize()
-        expected = (base * world_size + world_size * (world_size - 1) // 2).to(torch.bfloat16)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        expected = (base * world_size + world_size * (world_size - 1) // 2).to(dtype)
         wrong = int((out != expected).sum().item())
-        results.append({"rows": rows, "bytes": tensor.numel() * 2, "method": method,
+        results.append({"rows": rows, "bytes": tensor.numel() * tensor.element_size(), "method": method,
                         "wrong_elements": wrong, "elements": tensor.numel()})
     queue.put({"rank": rank, "results": results})
 
@@ -99,11 +110,14 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--disable-custom-all-reduce", action="store_true")
-    parser.add_argument("--communicator", choices=("engine", "torch-nccl"), default="engine")
+    parser.add_argument("--communicator", choices=("engine", "torch-nccl", "torch-gloo"), default="engine")
+    parser.add_argument("--ranks", type=int, default=0, help="torch-gloo: CPU processes (default: GPUs)")
     parser.add_argument("--break-for-test", action="store_true")
     args = parser.parse_args()
     print(f"IH-ENGINE-ALLREDUCE-STAGE start {time.time():.1f}", flush=True)
     world_size = torch.cuda.device_count()
+    if args.communicator == "torch-gloo":
+        world_size = args.ranks or max(world_size, 2)
     base = {"world_size": world_size, "communicator": args.communicator,
             "custom_all_reduce": not args.disable_custom_all_reduce,
             "broken_for_test": args.break_for_test,
