@@ -199,14 +199,14 @@ def test_switch_to_sglang_and_back_with_health_gated_rollback(vllm_deployed, inv
     unit = gpu_guest.check_output("systemctl cat sglang.service")
     assert "SGLang inference server" in unit and "/health_generate" in unit
     # Only one engine holds the (here: no) GPUs: no vLLM process is left.
-    assert gpu_guest.run("pgrep -f vllm.entrypoints").stdout.strip() == ""
+    assert gpu_guest.run(f"pgrep -u {HOST.base.service_user} -f vllm.entrypoints").stdout.strip() == ""
     # SGLang -> vLLM whose start cannot be ready in time: rolled back to SGLang, which serves.
     failed = run_deploy(inventories["vllm"], env=TOO_SHORT)
     assert failed.returncode != 0, "the deploy must fail when vLLM never becomes ready"
     assert "ROLLED BACK" in failed.stdout + failed.stderr, failed.explain()
     assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{SGLANG.id}"
     assert gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
-    assert gpu_guest.run("pgrep -f vllm.entrypoints").stdout.strip() == ""
+    assert gpu_guest.run(f"pgrep -u {HOST.base.service_user} -f vllm.entrypoints").stdout.strip() == ""
     # SGLang -> vLLM for real: the suites pass on vLLM again (the deploy's own health checks).
     back = run_deploy(inventories["vllm"], env=READY)
     assert back.returncode == 0, back.explain()
