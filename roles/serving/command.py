@@ -120,7 +120,8 @@ VLLM_LAUNCHER = ["{env}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
 # MLA model; in vllm 0.16.0 (v1/attention/backends/mla/*.py supports_compute_capability)
 # FLASH_ATTN_MLA needs compute capability 9.x, FLASHMLA 9.x/10.x, FLASHINFER_MLA and
 # CUTLASS_MLA 10.x; TRITON_MLA runs on any, so it is the one backend for SM120. vLLM's CPU
-# build ignores the choice ("Cannot use TRITON_MLA backend on CPU.") and uses CPU_ATTN.
+# build ignores the choice (its journal: "Cannot use AttentionBackendEnum.TRITON_MLA backend on
+# CPU.", vllm/platforms/cpu.py) and uses CPU_ATTN.
 VLLM_DEFAULT_ATTENTION_BACKEND = {"sm120": "TRITON_MLA"}
 
 
