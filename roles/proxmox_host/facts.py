@@ -125,26 +125,27 @@ class PciDevices(FactBase):
         return parse_pci_devices("\n".join(output))
 
 
-def parse_guest_state(lines: list[str]) -> dict | None:
+def parse_guest_state(lines: list[str], kind: str) -> dict | None:
     """`pct status ID` / `qm status ID`, "---", then the config file -> status and config."""
     if not lines:
         return None
     text = "\n".join(lines)
     head, _, config = text.partition("\n---\n")
     status = head.strip().removeprefix("status:").strip()
-    return {"status": status, "config": parse_config(config)}
+    return {"status": status, "config": parse_config(config, kind)}
 
 
 class _GuestState(FactBase):
     TOOL = ""
     CONF_DIR = ""
+    KIND = ""
 
     def command(self, vmid: int) -> str:
         conf = f"{self.CONF_DIR}/{int(vmid)}.conf"
         return f"! test -f {conf} || {{ {self.TOOL} status {int(vmid)} && echo --- && cat {conf}; }}"
 
     def process(self, output) -> dict | None:
-        return parse_guest_state(list(output))
+        return parse_guest_state(list(output), self.KIND)
 
 
 class LxcGuestState(_GuestState):
@@ -156,6 +157,7 @@ class LxcGuestState(_GuestState):
 
     TOOL = "pct"
     CONF_DIR = "/etc/pve/lxc"
+    KIND = "lxc"
 
 
 class KvmGuestState(_GuestState):
@@ -163,4 +165,5 @@ class KvmGuestState(_GuestState):
 
     TOOL = "qm"
     CONF_DIR = "/etc/pve/qemu-server"
+    KIND = "qemu"
 

@@ -73,7 +73,7 @@ def test_first_deploy_reports_reboot_required_and_creates_guest_before_base(lab_
 
 
 def test_guest_config_has_every_gpu_and_settings(pve_node):
-    config = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{VMID}.conf").content_string)
+    config = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{VMID}.conf").content_string, "lxc")
     effective = config.effective()
     devices = [pve.device_path(effective[k]) for k in pve.LXC_DEVICE_KEYS if k in effective]
     assert sorted(devices) == sorted(
@@ -139,9 +139,9 @@ def test_move_creates_guests_with_their_gpus(moved, pve_node):
     assert any("Create LXC guest 201" in n and "with 4 GPUs" in n for n in names)
     assert any("Create KVM guest 203" in n and "with 2 GPUs" in n for n in names)
     # after the move (a stopped VM takes changes at once): 203 kept GPU 5, 204 has 7 and 6
-    vm = pve.parse_config(pve_node.file("/etc/pve/qemu-server/203.conf").content_string).current
+    vm = pve.parse_config(pve_node.file("/etc/pve/qemu-server/203.conf").content_string, "qemu").current
     assert vm["hostpci0"] == f"{lab.PVE_GPUS[5]},pcie=1" and "hostpci1" not in vm
-    other = pve.parse_config(pve_node.file("/etc/pve/qemu-server/204.conf").content_string).current
+    other = pve.parse_config(pve_node.file("/etc/pve/qemu-server/204.conf").content_string, "qemu").current
     assert other["hostpci0"] == f"{lab.PVE_GPUS[7]},pcie=1"
     assert other["hostpci1"] == f"{lab.PVE_GPUS[6]},pcie=1"
     assert pve_node.run("qm status 203").stdout.strip() == "status: stopped"  # no OS yet: not started
@@ -161,7 +161,7 @@ def test_moving_a_gpu_touches_one_key_per_guest(moved):
 
 
 def test_device_change_on_running_container_is_pending_and_reported(moved, pve_node):
-    config = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string)
+    config = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string, "lxc")
     assert "dev3" in config.current and config.pending_delete == {"dev3"}
     assert "LXC guest 201 has changes pending until it restarts (dev3)" in moved["after"].stderr
     assert "pct reboot 201" in moved["after"].stderr

@@ -77,7 +77,7 @@ def test_qm_create_command(site):
 
 def test_existing_lxc_guest_converges_with_only_the_differences(site):
     # the sample guest: 2 GPUs + pending changes; the inventory wants GPU1 only, hostname sglang-lxc
-    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text())
+    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text(), "lxc")
     guest = site.hosts["sglang-lxc"]
     plan = pct_plan(guest, config, wanted_devices(guest, HOST_DEVICES))
     # dev5 (/dev/nvidia2, pending) goes; firewall=1 on net0 is not ours: net0 is rewritten with the same MAC
@@ -86,7 +86,7 @@ def test_existing_lxc_guest_converges_with_only_the_differences(site):
 
 
 def test_existing_vm_converges_with_only_the_differences(site):
-    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text())
+    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
     plan = qm_plan(site.hosts["sglang-vm"], config)
     # the effective config has hostpci0 (GPU 0000:81..) and pending hostpci2: both replaced by GPU2
     assert plan.set == {"hostpci0": f"{GPU2},pcie=1"}
