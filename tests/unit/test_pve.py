@@ -262,3 +262,30 @@ def test_vfio_modules_file():
     template = jinja2.Template((PROJECT_ROOT / "templates" / "proxmox_host" / "vfio.conf.j2").read_text())
     lines = [line for line in template.render(modules=VFIO_MODULES).splitlines() if not line.startswith("#")]
     assert lines == ["vfio", "vfio_iommu_type1", "vfio_pci"]
+
+
+# --- the lab's pct/qm stand-ins write the sections upstream writes -------------------------------
+
+
+@pytest.mark.parametrize(("kind", "folder", "header"), [
+    ("lxc", "lxc", "[pve:pending]"), ("qemu", "qemu-server", "[PENDING]")])
+def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, monkeypatch, kind,
+                                                                      folder, header):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pve_standin", PROJECT_ROOT / "tests" / "standins" / "proxmox" / "pve_standin.py")
+    standin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(standin)
+    monkeypatch.setattr(standin, "PVE_DIR", tmp_path)
+    path = standin.conf_path(folder, 300)
+    path.parent.mkdir(parents=True)
+    path.write_text("cores: 4\nparent: snap1\n\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
+    standin.write_conf(folder, 300, {"cores": "4", "parent": "snap1"},
+                       {"cores": "8", "delete": "dev0"})
+    text = path.read_text()
+    assert f"\n{header}\ncores: 8\ndelete: dev0\n" in text
+    assert text.endswith("\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
+    config = pve.parse_config(text, kind)
+    assert config.pending == {"cores": "8"} and config.pending_delete == {"dev0"}
+    assert config.current == {"cores": "4", "parent": "snap1"}
