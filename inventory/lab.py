@@ -38,14 +38,19 @@ _site = {
 
 # The Proxmox node: a Debian 12 container with stand-ins for pct, qm, pvesh and
 # proxmox-boot-tool (tests/standins/proxmox, installed by lab.up), set up as a systemd-boot node.
+# It starts bare: no NVIDIA driver, no device nodes. The deploy installs the (stand-in) driver
+# and headers, reboots the node (Docker restarts its container) and the stand-in kernel then
+# loads what DKMS built; a real node goes the same way.
 proxmox_hosts = [
     (lab.pyinfra_name("pve"), {
         **_site,
         "proxmox_gpu_addresses": lab.PVE_GPUS,
         "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
         "proxmox_boot_loader": "auto",             # detected: systemd-boot via proxmox-boot-tool
-        "proxmox_host_driver": False,              # no NVIDIA driver can be installed here
-        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be faked in a container
+        "proxmox_allow_reboot": True,              # the walk reboots the node itself
+        "proxmox_reboot_timeout": 180,
+        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be written in a container
+        "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
     }),
 ]
 
@@ -63,6 +68,9 @@ lxc_guests = [
         "guest_disk_gib": 2000,
         "guest_unprivileged": True,
         "guest_features": ["nesting", "keyctl"],
+        # What pct create puts in root's authorized_keys (the lab reaches the container through
+        # Docker, the stand-in pct records them): the lab's own throwaway key.
+        "guest_ssh_public_keys": [lab.throwaway_ssh_public_key()],
     }),
 ]
 

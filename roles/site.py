@@ -57,6 +57,9 @@ NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+SSH_PUBLIC_KEY_RE = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+    r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -333,6 +336,19 @@ class GuestSettings:
     mmio_window_mb: int | None = field(default=None, metadata=_positive())
     # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
     driver_version: str | None = field(default=None, metadata=_check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05"))
+    # Public keys (one line each) put in the guest at creation, so the deploy can continue in
+    # it over SSH: `pct create --ssh-public-keys` (root's authorized_keys), `qm --sshkeys`.
+    ssh_public_keys: list[str] = field(default_factory=list, metadata=_check(
+        lambda v: all(SSH_PUBLIC_KEY_RE.match(k) for k in v),
+        "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'"))
+    # KVM only: a cloud image on the node (`STORAGE:import/<file>` or an absolute path) that
+    # becomes scsi0 (import-from), with a cloud-init drive for user, keys and network.
+    # None: the VM is created empty and you install its OS.
+    cloud_image: str | None = field(default=None, metadata=_check(
+        lambda v: v.startswith("/") or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,]+$", v),
+        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img"))
+    # KVM only: cloud-init's user (None: the image's default user, e.g. ubuntu).
+    ciuser: str | None = field(default=None, metadata=_unix_name())
 
 
 @dataclass(frozen=True)
@@ -354,6 +370,10 @@ class ProxmoxSettings:
     host_driver: bool = True
     # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
     nvidia_proc_dir: str = field(default="/proc/driver/nvidia", metadata=_absolute_path())
+    # Let the deploy reboot the node when its kernel arguments, modules or NVIDIA kernel module
+    # need it, and wait up to reboot_timeout seconds; False: the deploy stops and says so.
+    allow_reboot: bool = False
+    reboot_timeout: int = field(default=900, metadata=_positive())
 
 
 HEALTH_SUITES = ("gpu", "interconnect", "service", "server")

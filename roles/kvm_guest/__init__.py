@@ -2,25 +2,31 @@
 
 Runs on the Proxmox node (deploy.py calls it once per guest of that node). Creates the VM with
 `qm create` when it is absent (q35, OVMF with an EFI disk, cpu host, NUMA, no ballooning, a
-disk, a network card); converges an existing VM with one `qm set` of the differences. The VM is
-not started: it has no operating system until you install one (README, "Describing guests").
+disk, a network card); converges an existing VM with one `qm set` of the differences. With
+guest_cloud_image the disk is imported from that cloud image (`import-from`, PVE >= 8.0) and a
+cloud-init drive gives it a user, the deploy's SSH keys and its network, then the VM is
+started; without one the VM is not started: it has no operating system until you install one
+(README, "Describing guests").
 Changes to a running VM other than its name wait for its next start: the deploy says so.
 """
 
 from __future__ import annotations
 
 import shlex
+from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import server
+from pyinfra.operations import files, server
 
 from roles import pve
 from roles.lxc_guest import guest_hostname
 from roles.proxmox_host.facts import KvmGuestState
 from roles.site import HostSettings
 
+# qemu-server: cloud-init keys change the cloud-init drive, regenerated at the next start.
 HOTPLUGGED = {"name", "onboot", "balloon"}
+GUEST_KEYS_DIR = "/etc/inference-host/guest-keys"
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
@@ -42,7 +48,24 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     args = pve.mmio_window_args(settings.mmio_window_mb)
     if args:
         wanted["args"] = args
+    if settings.cloud_image:
+        wanted["ipconfig0"] = ipconfig0(guest)
+        if settings.ciuser:
+            wanted["ciuser"] = settings.ciuser
     return wanted
+
+
+def ipconfig0(guest: HostSettings) -> str:
+    """cloud-init's network for net0 (qemu-server $ipconfig_fmt: ip=dhcp | ip=CIDR,gw=IP)."""
+    settings = guest.guest
+    if settings.ip in ("dhcp", "manual"):
+        return "ip=dhcp"
+    return pve.print_property_string({"ip": settings.ip, "gw": settings.gateway})
+
+
+def keys_file(guest: HostSettings) -> str:
+    """Where the node keeps the public keys `qm create --sshkeys` reads (and URL-encodes)."""
+    return f"{GUEST_KEYS_DIR}/{guest.guest.vmid}.pub"
 
 
 def wanted_hostpci(guest: HostSettings) -> list[str]:
@@ -56,8 +79,16 @@ def create_command(guest: HostSettings) -> str:
     args = ["qm", "create", str(settings.vmid)]
     for key, value in wanted_settings(guest).items():
         args += [f"--{key}", value]
-    args += ["--scsihw", "virtio-scsi-single",
-             "--scsi0", f"{settings.storage}:{settings.disk_gib},iothread=1",
+    if settings.cloud_image:
+        # The image is copied into a new volume; its size is the image's until the resize below.
+        disk = f"{settings.storage}:0,import-from={settings.cloud_image},iothread=1"
+        args += ["--ide2", f"{settings.storage}:cloudinit", "--boot", "order=scsi0",
+                 "--serial0", "socket", "--vga", "serial0"]  # cloud images log to a serial console
+        if settings.ssh_public_keys:
+            args += ["--sshkeys", keys_file(guest)]
+    else:
+        disk = f"{settings.storage}:{settings.disk_gib},iothread=1"
+    args += ["--scsihw", "virtio-scsi-single", "--scsi0", disk,
              "--net0", f"virtio,bridge={settings.bridge}"]
     if settings.bios == "ovmf":
         # Keys not pre-enrolled: Secure Boot would refuse the unsigned NVIDIA kernel module.
@@ -65,6 +96,18 @@ def create_command(guest: HostSettings) -> str:
     for index, value in enumerate(wanted_hostpci(guest)):
         args += [f"--hostpci{index}", value]
     return shlex.join(args)
+
+
+def _put_keys(guest: HostSettings) -> None:
+    if not guest.guest.ssh_public_keys:
+        return
+    files.directory(name=f"Create {GUEST_KEYS_DIR}", path=GUEST_KEYS_DIR, mode="0700")
+    files.put(
+        name=f"Public keys for guest {guest.guest.vmid} ({len(guest.guest.ssh_public_keys)})",
+        src=StringIO("".join(f"{key}\n" for key in guest.guest.ssh_public_keys)),
+        dest=keys_file(guest),
+        mode="0600",
+    )
 
 
 def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
@@ -85,11 +128,17 @@ def kvm_guest(guest: HostSettings) -> None:
     vmid = settings.vmid
     state = host.get_fact(KvmGuestState, vmid=vmid)
     if state is None:
+        if settings.cloud_image:
+            _put_keys(guest)
         server.shell(
             name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with"
                  f" {len(settings.gpu_addresses)} GPUs",
             commands=[create_command(guest)],
         )
+        if settings.cloud_image:
+            server.shell(name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
+                         commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G",
+                                   f"qm start {vmid}"])
         return
     plan = plan_update(guest, state["config"])
     if plan:

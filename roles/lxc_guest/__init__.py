@@ -1,7 +1,8 @@
 """roles/lxc_guest: an LXC container on a Proxmox node, with its GPUs as devN device entries.
 
 Runs on the Proxmox node (deploy.py calls it once per guest of that node). Creates the guest
-with `pct create` when it is absent and starts it; converges an existing guest by applying only
+with `pct create` when it is absent (root's SSH keys from guest_ssh_public_keys, so the deploy
+can continue inside it) and starts it; converges an existing guest by applying only
 the differences with one `pct set` (`--delete` for entries no longer wanted). A devN change on a
 running container stays pending until it restarts (PVE 8): the deploy says so.
 """
@@ -9,10 +10,11 @@ running container stays pending until it restarts (PVE 8): the deploy says so.
 from __future__ import annotations
 
 import shlex
+from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import server
+from pyinfra.operations import files, server
 
 from roles import pve
 from roles.proxmox_host.facts import LxcGuestState, NvidiaHostDevices
@@ -21,6 +23,7 @@ from roles.site import HostSettings, current_host
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
 HOTPLUGGED = {"cores", "hostname", "onboot", "memory", "swap", "net0"}
+GUEST_KEYS_DIR = "/etc/inference-host/guest-keys"
 
 
 def guest_hostname(guest: HostSettings) -> str:
@@ -45,31 +48,37 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     return wanted
 
 
-def wanted_devices(guest: HostSettings, host_devices: dict) -> list[str]:
-    """devN values for the guest's GPUs; fails when the host driver does not list one."""
-    minors = []
-    for address in guest.guest.gpu_addresses:
-        if address not in host_devices["minors"]:
-            raise RuntimeError(
-                f"{guest.guest.node}: {guest.name} is given GPU {address}, but the node's NVIDIA driver"
-                " lists no such GPU (/proc/driver/nvidia/gpus); install the host driver, reboot"
-                " the node if proxmox_host asked for it, and deploy again"
-            )
-        minors.append(host_devices["minors"][address])
+def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], str | None]:
+    """devN values for the guest's GPUs, or why they cannot be known yet.
+
+    The node's driver lists its GPUs only once its kernel module is loaded (after the reboot
+    that follows its install), and the uvm nodes exist only once nvidia-uvm-devices.service ran:
+    until then the guest waits for a later run of the same command (no exception: an exception
+    while planning would stop the node's own driver install too).
+    """
+    unlisted = [a for a in guest.guest.gpu_addresses if a not in host_devices["minors"]]
+    if unlisted:
+        return [], (f"the node's NVIDIA driver lists no GPU {', '.join(unlisted)} yet"
+                    " (no kernel module loaded before the node's reboot, or the GPU is bound to"
+                    " vfio-pci by a VM)")
+    minors = [host_devices["minors"][address] for address in guest.guest.gpu_addresses]
     present = set(host_devices["nodes"])
     paths = pve.lxc_device_paths(minors, present)
     missing = [path for path in paths if path not in present]
     if missing:
-        raise RuntimeError(
-            f"{guest.guest.node}: {guest.name} needs {', '.join(missing)}, missing on the node; Proxmox"
-            " refuses to start a container whose devN path is absent (is nvidia-persistenced"
-            " running? `nvidia-modprobe -u -c=0` creates the uvm nodes)"
-        )
-    return paths
+        return [], (f"{', '.join(missing)} missing on the node (Proxmox refuses to start a"
+                    " container whose devN path is absent; nvidia-uvm-devices.service makes the"
+                    " uvm nodes at boot with `nvidia-modprobe -u -c0`)")
+    return paths, None
 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
     return [pve.lxc_mount_point(src, dst) for src, dst in guest.guest.mount_points.items()]
+
+
+def keys_file(guest: HostSettings) -> str:
+    """Where the node keeps the public keys `pct create --ssh-public-keys` reads."""
+    return f"{GUEST_KEYS_DIR}/{guest.guest.vmid}.pub"
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:
@@ -84,6 +93,8 @@ def create_command(guest: HostSettings, devices: list[str]) -> str:
         args += [f"--dev{index}", value]
     for index, value in enumerate(wanted_mount_points(guest)):
         args += [f"--mp{index}", value]
+    if settings.ssh_public_keys:  # root's authorized_keys in the new container
+        args += ["--ssh-public-keys", keys_file(guest)]
     return shlex.join(args)
 
 
@@ -109,9 +120,14 @@ def lxc_guest(guest: HostSettings) -> None:
     settings = guest.guest
     vmid = settings.vmid
     host_devices = host.get_fact(NvidiaHostDevices, proc_dir=node.proxmox.nvidia_proc_dir)
-    devices = wanted_devices(guest, host_devices)
+    devices, waiting = wanted_devices(guest, host_devices)
     state = host.get_fact(LxcGuestState, vmid=vmid)
+    if waiting:
+        logger.warning(f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
+                       " run of the same command, once the node has rebooted, goes on with it")
+        return
     if state is None:
+        _put_keys(guest)
         server.shell(
             name=f"Create LXC guest {vmid} ({guest_hostname(guest)}) from {settings.template}"
                  f" with {len(settings.gpu_addresses)} GPUs",
@@ -128,6 +144,18 @@ def lxc_guest(guest: HostSettings) -> None:
             commands=[shlex.join(["pct", "set", str(vmid), *plan.arguments()])],
         )
     _report_pending(guest, state, plan)
+
+
+def _put_keys(guest: HostSettings) -> None:
+    if not guest.guest.ssh_public_keys:
+        return
+    files.directory(name=f"Create {GUEST_KEYS_DIR}", path=GUEST_KEYS_DIR, mode="0700")
+    files.put(
+        name=f"Public keys for guest {guest.guest.vmid} ({len(guest.guest.ssh_public_keys)})",
+        src=StringIO("".join(f"{key}\n" for key in guest.guest.ssh_public_keys)),
+        dest=keys_file(guest),
+        mode="0600",
+    )
 
 
 def _require_same_privilege(guest: HostSettings, config: pve.GuestConfig) -> None:

@@ -484,8 +484,22 @@ def allocate(storage: str, vmid: int, spec: str, taken: dict, default_size: str)
     """`local-lvm:500` -> `local-lvm:vm-101-disk-0,size=500G` (first free disk number)."""
     first, _, rest = spec.partition(",")
     store, _, size = first.partition(":")
+    if size == "cloudinit":  # qemu-server Cloudinit.pm: one drive per VM, always a cdrom
+        return f"{store}:vm-{vmid}-cloudinit,media=cdrom"
     if not re.fullmatch(r"\d+(\.\d+)?", size or ""):
         return spec  # an existing volume or a path: kept as given
+    imported = [o for o in rest.split(",") if o.startswith("import-from=")]
+    if imported:  # qemu-server API2/Qemu.pm: "<storage>:0,import-from=<source>", a copy of it
+        source = imported[0].removeprefix("import-from=")
+        if size != "0":
+            raise ParamError({"scsi0": "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>"})
+        if not os.path.isabs(source) and not source.split(":", 1)[-1].startswith("import/"):
+            raise ParamError({"scsi0": f"invalid format - import-from: '{source}' is not a path or import volume"})
+        path = source if os.path.isabs(source) else f"/var/lib/vz/{source.split(':', 1)[1]}"
+        if not os.path.isfile(path):
+            raise PveError(f"failed to stat '{path}'")
+        rest = ",".join(o for o in rest.split(",") if not o.startswith("import-from="))
+        default_size = f"{os.path.getsize(path) // (1024 * 1024) or 1}M"
     used = " ".join(taken.values())
     disk = 0
     while f"vm-{vmid}-disk-{disk}" in used:
