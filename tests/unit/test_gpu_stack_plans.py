@@ -75,7 +75,7 @@ def test_ubuntu_full_driver_packages_pinned_exactly_and_held():
     v = STACK.driver_version
     branch = STACK.driver_branch
     names = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}",
-             f"nvidia-dkms-{branch}-open"]
+             f"nvidia-dkms-{branch}-open", "nvidia-modprobe"]
     install = p.index(
         f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
         + " ".join(f"{n}={v}-0ubuntu1" for n in names))
@@ -88,7 +88,7 @@ def test_ubuntu_full_driver_packages_pinned_exactly_and_held():
 def test_debian_full_driver_packages_pinned_exactly_and_held():
     p = plan(*DEBIAN)
     v = STACK.driver_version
-    names = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms"]
+    names = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms", "nvidia-modprobe"]
     p.index(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
             + " ".join(f"{n}={v}-1" for n in names))
     p.index("apt-mark hold " + " ".join(names))
