@@ -106,6 +106,11 @@ class NvidiaHostDevices(FactBase):
     def process(self, output) -> dict:
         return parse_nvidia_host_devices(list(output))
 
+    @staticmethod
+    def default() -> dict:
+        # A bare node prints nothing (no driver, no nodes); pyinfra then returns the default.
+        return {"nodes": {}, "minors": {}}
+
 
 def parse_pci_devices(text: str) -> dict[str, dict]:
     """`pvesh get /nodes/<node>/hardware/pci --output-format json` -> {address: device}."""
