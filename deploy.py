@@ -17,8 +17,9 @@ pyinfra plans every host before it runs anything, so what a step finds only afte
 step ran (a loaded module, a new guest) is used by the next run: a bare node takes three runs
 (README: "First deploy of a new guest"). A guest that is not ready is reported, never an error.
 
-The node's operations come first, then a barrier every host passes (guests_ready), so pyinfra
-runs all of the nodes' operations before any of the guests' own.
+Composition happens here and only here: roles never import each other. The node's operations
+come first, then a barrier every host passes (guests_ready), so pyinfra runs all of the nodes'
+operations before any of the guests' own.
 """
 
 from pyinfra import logger
@@ -40,8 +41,8 @@ from roles.proxmox_host import (
 )
 from roles.serving import serving
 from roles.sglang import sglang
-from roles.site import current_host
-from roles.wheels import wheels
+from roles.site import current_host, current_site
+from roles.wheels import wheelhouses, wheels
 
 settings = current_host()
 waiting = guest_waits(settings)  # a guest its node has not made (or started) yet
@@ -52,8 +53,8 @@ builder = settings.in_group("builders") and not waiting
 
 if settings.in_group("proxmox_hosts"):
     proxmox_host()
-    if settings.proxmox.host_driver and needs_host_driver(settings):
-        nvidia_driver()  # full mode: the LXC guests' GPUs are served by the node's module
+    if needs_host_driver(settings):  # the node's kernel driver serves its LXC guests' GPUs
+        nvidia_driver()  # full mode; persistenced and nvidia-uvm start once the module loads
     proxmox_reboot()
     for guest in guests_of(settings.name):
         if guest.in_group("lxc_guests"):
@@ -75,7 +76,8 @@ if builder:
         wheels()
 
 if engine_host:
-    sglang()
+    # Kernel wheels the builders made for this stack (roles/wheels), installed by roles/sglang.
+    sglang(wheelhouses(settings, current_site().stack.active))
     serving()
     # Last: the health checks judge what the roles above left (roles/health).
     health()

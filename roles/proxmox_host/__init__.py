@@ -20,8 +20,8 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server
 
-from roles import reboot
-from roles.proxmox_host.facts import (
+from roles.shared import reboot
+from roles.shared.proxmox_facts import (
     BootLoader,
     CpuVendor,
     KernelCmdline,
@@ -82,15 +82,6 @@ def proxmox_host() -> None:
         commands=["touch /run/reboot-required && echo proxmox-host >> /run/reboot-required.pkgs"],
         _if=lambda: boot_changed() or modules_changed(),
     )
-    if not settings.proxmox.host_driver and needs_host_driver(settings):
-        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
-                       " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
-                       " need them)")
-
-
-def needs_host_driver(settings: HostSettings) -> bool:
-    """An LXC guest's GPUs are served by the node's own NVIDIA driver."""
-    return any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name))
 
 
 @deploy("Proxmox node reboot")
@@ -207,7 +198,7 @@ def _grub_args(args: list[str]):
     files.directory(name="Create /etc/default/grub.d", path="/etc/default/grub.d", mode="0755")
     dropin = files.template(
         name=f"Add {' '.join(args)} to GRUB's kernel command line ({GRUB_DROPIN})",
-        src="templates/proxmox_host/inference-host-iommu.cfg.j2",
+        src="roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
         dest=GRUB_DROPIN,
         kernel_args=args,
         mode="0644",
@@ -238,14 +229,14 @@ def _systemd_boot_args(args: list[str]):
 def _modules(settings: HostSettings):
     modules = files.template(
         name=f"Load {', '.join(VFIO_MODULES)} at boot ({MODULES_FILE})",
-        src="templates/proxmox_host/vfio.conf.j2",
+        src="roles/proxmox_host/templates/vfio.conf.j2",
         dest=MODULES_FILE,
         modules=VFIO_MODULES,
         mode="0644",
     )
     blacklist = files.template(
         name=f"Blacklist nouveau ({BLACKLIST_FILE})",
-        src="templates/proxmox_host/blacklist-nouveau.conf.j2",
+        src="roles/proxmox_host/templates/blacklist-nouveau.conf.j2",
         dest=BLACKLIST_FILE,
         mode="0644",
     )
@@ -256,3 +247,20 @@ def _modules(settings: HostSettings):
     server.shell(name="Rebuild the initramfs for all kernels (update-initramfs -u -k all)",
                  commands=["update-initramfs -u -k all"], _if=changed)
     return changed
+
+
+def needs_host_driver(settings: HostSettings) -> bool:
+    """Whether this node gets the NVIDIA kernel driver: one of its LXC guests has GPUs.
+
+    deploy.py then runs roles/nvidia_driver on the node (full mode: the node is no LXC guest)
+    at the stack's exact version, which its LXC guests' userspace must match; with
+    proxmox_host_driver = False the driver is left to the user.
+    """
+    if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
+        return False
+    if not settings.proxmox.host_driver:
+        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
+                       " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
+                       " need them)")
+        return False
+    return True
