@@ -147,7 +147,7 @@ def _uvm_at_boot(start: bool) -> None:
     )
     unit = files.template(
         name=f"Create the nvidia-uvm device nodes at boot ({UVM_UNIT}: nvidia-modprobe -u -c0)",
-        src=f"templates/nvidia_driver/{UVM_UNIT}.j2",
+        src=f"roles/nvidia_driver/templates/{UVM_UNIT}.j2",
         dest=f"/etc/systemd/system/{UVM_UNIT}",
         mode="0644",
     )
