@@ -27,10 +27,12 @@ def fake_host(distro: str, **responses) -> dict:
         "build_kernel_wheels": False,
         "fake_delay": 0,
         "fake_delay_jitter": 0,
+        # Matchers are tried in order, first match wins: the specific answers come first (a
+        # fact's command such as `command -v dpkg ... dpkg -l` also contains a tool lookup).
         "fake_responses": {
+            **responses,
             "-release | grep -v /": OS_RELEASE[distro],
             "uname -s": "Linux",
             **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},
-            **responses,
         },
     }
