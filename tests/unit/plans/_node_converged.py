@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 DRIVER = "580.95.05"
 PACKAGES = {  # dpkg -l: name -> version
@@ -71,7 +71,7 @@ def converged_node_responses(gpus: list[str]) -> dict:
         "dpkg -l": [f"ii  {name}  {version}  amd64  stand-in" for name, version in PACKAGES.items()],
         "dpkg -I /var/cache/inference-host/cuda-keyring": ["Package: cuda-keyring", "Version: 1.1-1"],
         "apt-mark showhold": HELD,
-        "date +": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "date +": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S%z"),
         "(test -e /var/lib/apt/periodic/update-success-stamp ||": _stat(
             "/var/lib/apt/periodic/update-success-stamp", "-rw-r--r--", 0, now),
         "(test -e /var/cache/inference-host/cuda-keyring_1.1-1_all.deb ||": _stat(
