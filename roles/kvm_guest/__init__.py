@@ -13,20 +13,19 @@ Changes to a running VM other than its name wait for its next start: the deploy 
 from __future__ import annotations
 
 import shlex
-from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_keys import keys_file, put_guest_keys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
 from roles.site import HostSettings
 
 # qemu-server: cloud-init keys change the cloud-init drive, regenerated at the next start.
 HOTPLUGGED = {"name", "onboot", "balloon"}
-GUEST_KEYS_DIR = "/etc/inference-host/guest-keys"
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
@@ -63,11 +62,6 @@ def ipconfig0(guest: HostSettings) -> str:
     return pve.print_property_string({"ip": settings.ip, "gw": settings.gateway})
 
 
-def keys_file(guest: HostSettings) -> str:
-    """Where the node keeps the public keys `qm create --sshkeys` reads (and URL-encodes)."""
-    return f"{GUEST_KEYS_DIR}/{guest.guest.vmid}.pub"
-
-
 def wanted_hostpci(guest: HostSettings) -> list[str]:
     settings = guest.guest
     return [pve.hostpci(address, settings.pcie, address in settings.x_vga_addresses)
@@ -98,18 +92,6 @@ def create_command(guest: HostSettings) -> str:
     return shlex.join(args)
 
 
-def _put_keys(guest: HostSettings) -> None:
-    if not guest.guest.ssh_public_keys:
-        return
-    files.directory(name=f"Create {GUEST_KEYS_DIR}", path=GUEST_KEYS_DIR, mode="0700")
-    files.put(
-        name=f"Public keys for guest {guest.guest.vmid} ({len(guest.guest.ssh_public_keys)})",
-        src=StringIO("".join(f"{key}\n" for key in guest.guest.ssh_public_keys)),
-        dest=keys_file(guest),
-        mode="0600",
-    )
-
-
 def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
     effective = config.effective()
     plan = pve.plan_scalars(effective, wanted_settings(guest))
@@ -129,7 +111,7 @@ def kvm_guest(guest: HostSettings) -> None:
     state = host.get_fact(KvmGuestState, vmid=vmid)
     if state is None:
         if settings.cloud_image:
-            _put_keys(guest)
+            put_guest_keys(guest)
         server.shell(
             name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with"
                  f" {len(settings.gpu_addresses)} GPUs",

@@ -10,13 +10,13 @@ running container stays pending until it restarts (PVE 8): the deploy says so.
 from __future__ import annotations
 
 import shlex
-from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_keys import keys_file, put_guest_keys
 from roles.shared.proxmox_facts import LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
 from roles.site import HostSettings, current_host
@@ -24,7 +24,6 @@ from roles.site import HostSettings, current_host
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
 HOTPLUGGED = {"cores", "hostname", "onboot", "memory", "swap", "net0"}
-GUEST_KEYS_DIR = "/etc/inference-host/guest-keys"
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
@@ -68,11 +67,6 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
     return [pve.lxc_mount_point(src, dst) for src, dst in guest.guest.mount_points.items()]
-
-
-def keys_file(guest: HostSettings) -> str:
-    """Where the node keeps the public keys `pct create --ssh-public-keys` reads."""
-    return f"{GUEST_KEYS_DIR}/{guest.guest.vmid}.pub"
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:
@@ -121,7 +115,7 @@ def lxc_guest(guest: HostSettings) -> None:
                        " run of the same command, once the node has rebooted, goes on with it")
         return
     if state is None:
-        _put_keys(guest)
+        put_guest_keys(guest)
         server.shell(
             name=f"Create LXC guest {vmid} ({guest_hostname(guest)}) from {settings.template}"
                  f" with {len(settings.gpu_addresses)} GPUs",
@@ -138,18 +132,6 @@ def lxc_guest(guest: HostSettings) -> None:
             commands=[shlex.join(["pct", "set", str(vmid), *plan.arguments()])],
         )
     _report_pending(guest, state, plan)
-
-
-def _put_keys(guest: HostSettings) -> None:
-    if not guest.guest.ssh_public_keys:
-        return
-    files.directory(name=f"Create {GUEST_KEYS_DIR}", path=GUEST_KEYS_DIR, mode="0700")
-    files.put(
-        name=f"Public keys for guest {guest.guest.vmid} ({len(guest.guest.ssh_public_keys)})",
-        src=StringIO("".join(f"{key}\n" for key in guest.guest.ssh_public_keys)),
-        dest=keys_file(guest),
-        mode="0600",
-    )
 
 
 def _require_same_privilege(guest: HostSettings, config: pve.GuestConfig) -> None:
