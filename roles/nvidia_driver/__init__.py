@@ -138,7 +138,9 @@ def _require_dkms_build(version: str) -> None:
 def _uvm_at_boot(start: bool) -> None:
     """nvidia-uvm loaded at boot and /dev/nvidia-uvm(-tools) made, without waiting for a CUDA
     program to do it: an LXC guest's devN entries point at them, and Proxmox refuses to start
-    a container whose devN path is missing. nvidia-persistenced does neither."""
+    a container whose devN path is missing. nvidia-persistenced does neither. Some packagings
+    add a udev rule running `nvidia-modprobe -c0 -u` when the driver binds; this unit does not
+    count on one (running both is harmless: existing nodes are left as they are)."""
     files.put(
         name=f"Load nvidia-uvm at boot ({UVM_MODULES_FILE})",
         src=StringIO("# Managed by inference-host (roles/nvidia_driver)\nnvidia-uvm\n"),
