@@ -14,6 +14,10 @@ OS_RELEASE = {
 }
 
 
+# The running kernel (`uname -r`) of a fresh install: DKMS needs this kernel's headers.
+KERNEL = {"ubuntu2404": "6.8.0-85-generic", "debian12": "6.1.0-37-amd64"}
+
+
 # Tools a fresh host of either distro has (pyinfra looks them up with `command -v`).
 TOOLS = ["useradd", "usermod", "groupadd", "curl", "wget", "dpkg", "apt-get", "systemctl"]
 
@@ -33,6 +37,7 @@ def fake_host(distro: str, **responses) -> dict:
             **responses,
             "-release | grep -v /": OS_RELEASE[distro],
             "uname -s": "Linux",
+            "uname -r": KERNEL[distro],
             **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},
         },
     }
