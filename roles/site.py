@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 import yaml
 
+from roles import stack_lock
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders")
@@ -102,6 +104,11 @@ def _unix_name() -> dict:
 
 def _secret_name() -> dict:
     return _check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")
+
+
+def _url() -> dict:
+    return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
+                  "an http(s) URL without trailing spaces")
 
 
 def _pci_addresses() -> dict:
@@ -248,15 +255,25 @@ class ServingSettings:
 
 @dataclass(frozen=True)
 class SglangSettings:
-    """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
+    """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
+    installed exactly from its stack's lock."""
 
     PREFIX: typing.ClassVar[str] = "sglang_"
 
-    # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
-    # other CUDA-only packages are left out because nothing here has a GPU.
+    # "no-gpu-deps" (lab only): of the stack's lock only the sglang wheel (hash-checked);
+    # torch, kernels and the other CUDA-only packages are left out because nothing here has
+    # a GPU. Kernel wheels built from source are still installed when a builder makes them.
     install_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
-    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
+    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter (e.g.
+    # the distribution's own /usr/bin/python3.12, when it is the stack's version).
     python: str | None = field(default=None, metadata=_absolute_path())
+    # Where uv downloads its managed CPython builds (UV_PYTHON_INSTALL_MIRROR; default: the
+    # python-build-standalone releases on GitHub). An air-gapped site points it at a mirror.
+    python_install_mirror: str | None = field(default=None, metadata=_url())
+    # Environments kept on the host, the live one and the one being deployed included
+    # (rollback needs the previous one); older ones are removed after a deploy builds a new one.
+    keep_environments: int = field(default=3, metadata=_check(
+        lambda v: v >= 2, "2 or more (the live environment and the one it may roll back to)"))
 
 
 @dataclass(frozen=True)
@@ -379,11 +396,6 @@ class HealthSettings:
     allreduce_size_mib: int = field(default=256, metadata=_positive())
     server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
     max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
-def _url() -> dict:
-    return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
-                  "an http(s) URL without trailing spaces")
-
-
 def _docker_size() -> dict:
     return _check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
                   "a size like 64m, 1g (a number with an optional b/k/m/g unit)")
@@ -523,6 +535,11 @@ class Stack:
     driver_version: str
     active: EngineStack
     stacks: dict[str, EngineStack]
+    # Absolute path of the stack file: its stacks' locks live beside it (roles/stack_lock.py).
+    path: str = ""
+
+    def lock_text(self, stack_id: str) -> str:
+        return stack_lock.lock_path(Path(self.path), stack_id).read_text()
 
 
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
@@ -626,6 +643,7 @@ def load_stack(path: Path) -> Stack:
         driver_version=driver_version,
         active=stacks[active_id],
         stacks=stacks,
+        path=str(path.resolve()),
     )
 
 
@@ -1068,10 +1086,15 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         hosts[pyinfra_host.name] = build_host(pyinfra_host.name, groups, data, where, problems)
     site_values = _site_values(raw_data, where, problems)
     stack = None
+    stack_path = Path(inventory_file).parent / site_values.get("stack_file", "stack.yml")
     try:
-        stack = load_stack(Path(inventory_file).parent / site_values.get("stack_file", "stack.yml"))
+        stack = load_stack(stack_path)
     except SiteError as error:
         problems.extend(error.problems)
+    if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):
+        # Every stack an engine host may be pointed at has a lock made from its current pins
+        # (local files only: no network while the inventory loads).
+        problems.extend(stack_lock.stale_lock_problems(stack_path, stack.file, stack.stacks.values()))
     secrets_file, secret_names = None, frozenset()
     if "secrets_file" in site_values:
         from roles import secrets
@@ -1167,10 +1190,6 @@ def require_valid_inventory(inventory_file: str) -> None:
         site = load_site(inventory_file)
         if _under_pyinfra_cli():
             _require_decryptable(site)
-            if site.group("gpu_nodes"):
-                from roles.sglang.stack_check import require_consistent_stack
-
-                require_consistent_stack(site.stack.active)
     except SiteError as error:
         _print_problems(error)
         raise SystemExit(2) from None

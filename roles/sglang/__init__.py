@@ -1,111 +1,246 @@
-"""roles/sglang: one uv environment per engine stack, patched, beside the previous ones.
+"""roles/sglang: engine environments installed exactly from the stack's lock, built beside
+the live one and never replacing it in place.
 
-    <base_install_root>/envs/<stack id>/        the environment of one stack (kept on upgrade)
-    <base_install_root>/current -> envs/<id>    switched by roles/serving after the new
-                                                environment is built and patched
+    <base_install_root>/locks/<stack id>-<stamp>.txt   what an environment was installed from
+    <base_install_root>/envs/<stack id>-<stamp>/       one environment (kept for rollback)
+    <base_install_root>/current -> envs/<...>          switched by roles/serving, health-gated
 
-Kernel wheels come from the local wheelhouse (<build_wheelhouse_dir>/<package>/<key>/) when the
-builders made them, else from PyPI. With sglang_install_mode = "no-gpu-deps" (lab only) the
-real sglang wheel of the pinned version is installed with --no-deps: nothing else.
+The stamp is a hash of everything that shapes an environment: the lock (every package,
+version and sha256; roles/stack_lock.py), the keys of the kernel wheels built from source,
+the patches, the interpreter and the install mode. Any change of these builds a new folder
+(`<name>.building`, renamed into place when complete); nothing else does. The live
+environment is never touched: roles/serving switches `current` to the new folder and back if
+it never becomes ready. A failed install removes only its own `.building` folder and says
+that the live environment still serves. `sglang_keep_environments` bounds how many stay.
+
+Installs are exact: `uv pip sync --require-hashes` of the lock (nothing more, nothing less,
+every file checked against the lock's sha256), then the source-built kernel wheels from the
+wheelhouse with --no-deps --no-index (never an index: a missing wheel stops the deploy naming
+it and the command that builds it), then `uv pip check`. Everything is byte-compiled at
+install (`--compile-bytecode`) and after patching, by root with umask 022: the service user
+reads the .pyc files and a start compiles nothing.
+
+With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to its sglang entry
+(the real wheel, hash-checked): no torch, kernels or flashinfer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import files, python, server
 
+from roles import stack_lock
 from roles.base import SYSTEM_CA_BUNDLE
-from roles.sglang.facts import SglangEnvironmentStamp, UnappliedPatches
-from roles.site import EngineStack, HostSettings, current_host, current_site
+from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, UnappliedPatches
+from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
 PATCH_ROOT = Path(__file__).resolve().parent / "patches"
 PATCH_DIR_NAME = "inference-host-patches"
-
-
-def env_dir(settings: HostSettings, stack: EngineStack) -> str:
-    return f"{settings.base.install_root}/envs/{stack.id}"
+LOCK_COPY_NAME = "inference-host-lock.txt"
+# Bump when the install commands change what an environment holds: every host rebuilds.
+RECIPE = "lock-sync-1"
+STAMP_CHARS = 12
 
 
 def patches_for(version: str) -> list[Path]:
     return sorted((PATCH_ROOT / version).glob("*.patch"))
 
 
-def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str]:
-    if settings.sglang.install_mode == "no-gpu-deps":
-        return [f"sglang=={stack.sglang}"]
-    pins = [
-        f"sglang=={stack.sglang}",
-        f"torch=={stack.torch}",
-        f"{stack.kernel.package}=={stack.kernel.version}",
-        f"flashinfer-python=={stack.flashinfer}",
+@dataclass(frozen=True)
+class KernelWheel:
+    """A kernel wheel the stack builds from source, where its builder keeps it and where the
+    engine host keeps its copy (the same keyed folder on both when they are one host)."""
+
+    package: str
+    version: str
+    key: str
+    builder: str | None  # None: no host of builders compiles kernel wheels
+    builder_dir: str
+    local_dir: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version} (key {self.key})"
+
+
+def kernel_builder(site: Site, settings: HostSettings) -> HostSettings | None:
+    """The host whose wheelhouse serves this engine host: itself when it compiles kernel
+    wheels, else the first host of `builders` that does."""
+    if settings.in_group("builders") and settings.build.kernel_wheels:
+        return settings
+    return next((b for b in site.group("builders") if b.build.kernel_wheels), None)
+
+
+def kernel_wheels(site: Site, settings: HostSettings, stack: EngineStack) -> list[KernelWheel]:
+    """The stack's source-built kernel wheels this host installs. Without any builder a full
+    install still lists them (keyed with this host's settings): the install then stops on the
+    missing wheel, naming it; the lab's no-gpu-deps mode installs them only when a builder
+    makes them."""
+    built = stack_lock.built_from_source(stack)
+    builder = kernel_builder(site, settings)
+    if not built or (builder is None and settings.sglang.install_mode != "full"):
+        return []
+    from roles.wheels.plan import planned_builds
+
+    # Keyed with the builder's own settings (base image, source overrides): its wheelhouse.
+    source = builder or settings
+    plans = {w.package: w for w in planned_builds(stack, source.build)}
+    return [
+        KernelWheel(package, plans[package].version, plans[package].key,
+                    builder.name if builder else None,
+                    f"{source.build.wheelhouse_dir}/{package}/{plans[package].key}",
+                    f"{settings.build.wheelhouse_dir}/{package}/{plans[package].key}")
+        for package in built
     ]
-    if stack.flash_attn and stack.flash_attn_source != "none":
-        pins.append(f"flash-attn=={stack.flash_attn}")
-    return pins
 
 
-def _wheelhouses(settings: HostSettings, stack: EngineStack) -> list[str]:
-    """The wheelhouse entries roles/wheels makes for this stack's source-built kernel wheels
-    (keyed by their inputs); used when present on the host, else uv takes PyPI's."""
-    from roles.wheels import wheel_dir
+def requirements_text(site: Site, settings: HostSettings, stack: EngineStack) -> str:
+    """What `uv pip sync` installs: the stack's lock (the lab's mode: its sglang entry)."""
+    text = site.stack.lock_text(stack.id)
+    if settings.sglang.install_mode == "no-gpu-deps":
+        return stack_lock.select(text, {"sglang"})
+    return text
 
-    folders = (wheel_dir(settings, stack, package) for package in ("flash-attn", "sgl-kernel"))
-    return [folder for folder in folders if folder]
 
-
-def stamp(settings: HostSettings, stack: EngineStack) -> str:
+def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
     """What a finished install records: changes when anything that shapes the env changes."""
-    key = "\n".join([settings.sglang.install_mode, settings.sglang.python or stack.python,
-                     *install_requirements(settings, stack)])
-    return f"{stack.id} {hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    digest = hashlib.sha256()
+    for part in (RECIPE, settings.sglang.install_mode, settings.sglang.python or stack.python,
+                 requirements_text(site, settings, stack),
+                 *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
+                 *(p.read_text() for p in patches_for(stack.sglang))):
+        digest.update(part.encode() + b"\0")
+    return f"{stack.id}-{digest.hexdigest()[:STAMP_CHARS]}"
+
+
+def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
+    """The environment folder of a stack as this deploy builds it (roles/serving's target)."""
+    return f"{settings.base.install_root}/envs/{stamp(site or current_site(), settings, stack)}"
 
 
 @deploy("SGLang")
 def sglang() -> None:
     settings = current_host()
-    stack = current_site().stack.active
-    target = env_dir(settings, stack)
-    files.directory(name=f"Create {settings.base.install_root}/envs",
-                    path=f"{settings.base.install_root}/envs", user="root", group="root", mode="0755")
-    built = _environment(settings, stack, target)
+    site = current_site()
+    stack = site.stack.active
+    target = env_dir(settings, stack, site)
+    root = settings.base.install_root
+    for folder in (f"{root}/envs", f"{root}/locks"):
+        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    wheels = kernel_wheels(site, settings, stack)
+    for wheel in wheels:
+        _deliver(settings, wheel)
+    built = _environment(site, settings, stack, target, wheels)
     _patches(stack, target, built)
+    _prune(settings, target)
 
 
-def _environment(settings: HostSettings, stack: EngineStack, target: str):
-    expected = stamp(settings, stack)
+def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
+    """A wheel built on another host travels from its wheelhouse to this host's, through the
+    control machine (both connections are pyinfra's own; no host-to-host credentials)."""
+    if wheel.builder in (settings.name, None):
+        return
+    from roles.wheels.facts import WheelhouseEntry
+
+    if host.get_fact(WheelhouseEntry, path=wheel.local_dir):
+        return
+    python.call(
+        name=f"Copy the {wheel.label} wheel from {wheel.builder}:{wheel.builder_dir} to {wheel.local_dir}",
+        function=_relay_wheel, wheel=wheel,
+    )
+
+
+def _relay_wheel(state, host, wheel: KernelWheel) -> None:
+    import tempfile
+
+    builder = state.inventory.get_host(wheel.builder)
+    if not builder.connected:
+        builder.connect(raise_exceptions=True)
+    listed, output = builder.run_shell_command(
+        f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl")
+    sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
+    if not listed or not sums:
+        raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
+    partial = f"{wheel.local_dir}.part"
+    _must(host, f"rm -rf {partial} && mkdir -p {partial}")
+    with tempfile.TemporaryDirectory() as staging:
+        for names in [*sums, [None, "inputs.json"]]:
+            name = names[1]
+            local = f"{staging}/{name}"
+            if not builder.get_file(f"{wheel.builder_dir}/{name}", local):
+                raise RuntimeError(f"could not read {wheel.builder}:{wheel.builder_dir}/{name}")
+            if not host.put_file(local, f"{partial}/{name}"):
+                raise RuntimeError(f"could not write {partial}/{name} on {host.name}")
+    checks = " && ".join(f"echo '{digest}  {partial}/{name}' | sha256sum -c --quiet" for digest, name in sums)
+    _must(host, f"{checks} && chmod -R a+rX {partial} && rm -rf {wheel.local_dir}"
+                f" && mv -T {partial} {wheel.local_dir}")
+
+
+def _must(target_host, command: str) -> None:
+    ok, output = target_host.run_shell_command(command)
+    if not ok:
+        raise RuntimeError(f"{target_host.name}: `{command}` failed: {output.stderr}")
+
+
+def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
+    build = (f"uv run pyinfra <inventory> deploy.py --limit {wheel.builder}" if wheel.builder else
+             "add a host to builders (build_kernel_wheels) and run uv run pyinfra <inventory>"
+             " deploy.py --limit builders")
+    return (f"{wheel.label} is built from source for this stack, but {where} holds no wheel;"
+            f" it is never taken from an index. Build it: {build}")
+
+
+def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
+                 wheels: list[KernelWheel]):
+    name = target.rsplit("/", 1)[1]
+    root = settings.base.install_root
     built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
-    python = settings.sglang.python or stack.python
+    requirements = f"{root}/locks/{name}.txt"
+    uploaded = files.put(name=f"Upload the lock of stack {stack.id} to {requirements}",
+                         src=io.BytesIO(requirements_text(site, settings, stack).encode()),
+                         dest=requirements, user="root", group="root", mode="0644")
+    python_ = settings.sglang.python or stack.python
     env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
-           "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
+           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    requirements = " ".join(f"'{r}'" for r in install_requirements(settings, stack))
-    no_deps = " --no-deps" if settings.sglang.install_mode == "no-gpu-deps" else ""
-    # Wheelhouse folders that exist are searched before PyPI (locally built SM120 kernels).
-    find_links = "".join(
-        f' $([ -d {path} ] && echo "--find-links {path}")' for path in _wheelhouses(settings, stack)
-    )
-    # Built in a temporary folder and moved into place: a failed install never leaves a
-    # half environment behind under the stack's name.
+    if settings.sglang.python_install_mirror:
+        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
     building = f"{target}.building"
+    venv_python = f"{building}/bin/python"
+    current = f"{root}/current"
+    steps = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
+             f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+             for w in wheels]
+    steps += [
+        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
+        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
+        f"rm -rf {building}",
+        f"uv venv --quiet --python {python_} {building}",
+        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {venv_python} {requirements}",
+    ]
+    steps += [f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python}"
+              f" {w.local_dir}/*.whl" for w in wheels]
+    if settings.sglang.install_mode == "full":
+        steps.append(f"uv pip check --quiet --python {venv_python}")
+    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
+              f"echo '{name}' > {building}/.inference-host-stack",
+              f"mv -T {building} {target}"]
+    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
+              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} (sglang {stack.sglang},"
-             f" {settings.sglang.install_mode}) at {target}",
-        commands=[
-            f"rm -rf {building} {target}"
-            f" && uv venv --quiet --python {python} {building}"
-            f" && uv pip install --quiet --python {building}/bin/python{no_deps}{find_links} {requirements}"
-            f" && echo '{expected}' > {building}/.inference-host-stack"
-            f" && mv -T {building} {target}"
-            f" || {{ rm -rf {building}; exit 1; }}"
-        ],
+             f" {settings.sglang.install_mode}, exactly from its lock) at {target}",
+        commands=[f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"],
         _env=env,
-        _if=lambda: built != expected,
+        _if=lambda: built != name or uploaded.did_change(),
     )
 
 
@@ -120,18 +255,53 @@ def _patches(stack: EngineStack, target: str, built) -> None:
     unapplied = host.get_fact(UnappliedPatches, env_dir=target)
     # Idempotent: a patch whose reverse applies cleanly is in place. A patch that applies
     # neither way stops the deploy here, before roles/serving touches the running service.
+    # The patched modules are byte-compiled again (their .pyc went stale): root writes them,
+    # the service user only reads.
     server.shell(
         name=f"Apply {len(patches)} patch(es) of sglang {stack.sglang} to {target}",
         commands=[
-            f"site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
+            f"umask 022; site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
             " [ -e \"$p\" ] || continue;"
             " if patch -p1 -R -s -f --dry-run -d \"$site\" < \"$p\" >/dev/null 2>&1; then continue; fi;"
             " if ! patch -p1 -s -f --dry-run -d \"$site\" < \"$p\"; then"
             f"   echo \"patch $p does not apply to sglang {stack.sglang} in {target};"
             " the running service was not touched\" >&2; exit 1; fi;"
             " patch -p1 -s -f -d \"$site\" < \"$p\" || exit 1; done"
+            f" && {target}/bin/python -m compileall -q \"$site/sglang\" >/dev/null"
         ],
         # The fact saw the environment as it was before this run: a fresh build or a new
         # patch file needs the step too.
         _if=lambda: bool(unapplied) or built.did_change() or any(u.did_change() for u in uploads),
+    )
+
+
+def stale_environments(names: list[str], live: str | None, target: str, keep: int) -> list[str]:
+    """Environment folders to remove (names newest first): beyond `keep`, never the live one
+    or the one this deploy builds; leftover `.building` folders of other builds too."""
+    target_name = target.rsplit("/", 1)[1]
+    live_name = live.rstrip("/").rsplit("/", 1)[-1] if live else None
+    protected = {target_name, live_name} - {None}
+    room = keep - len(protected)
+    stale = []
+    for name in names:
+        if name in protected or name == f"{target_name}.building":
+            continue
+        if name.endswith(".building") or room <= 0:
+            stale.append(name)
+        else:
+            room -= 1
+    return stale
+
+
+def _prune(settings: HostSettings, target: str) -> None:
+    root = settings.base.install_root
+    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current")
+    stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
+    if not stale:
+        return
+    paths = " ".join(f"{root}/envs/{name} {root}/locks/{name}.txt" for name in stale)
+    server.shell(
+        name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
+             f" sglang_keep_environments={settings.sglang.keep_environments}: {', '.join(stale)}",
+        commands=[f"rm -rf {paths}"],
     )

@@ -31,3 +31,21 @@ class UnappliedPatches(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
+
+
+class EngineEnvironments(FactBase):
+    """Returns {"names": folders under envs_dir, newest first, "live": where `current` points
+    (None: no link)}."""
+
+    @staticmethod
+    def default() -> dict:
+        return {"names": [], "live": None}
+
+    def command(self, envs_dir: str, current: str) -> str:
+        return (f"echo \"live $(readlink {current} || true)\";"
+                f" [ -d {envs_dir} ] && ls -1t {envs_dir} || true")
+
+    def process(self, output: list[str]) -> dict:
+        lines = [line.strip() for line in output if line.strip()]
+        live = lines[0].removeprefix("live").strip() if lines and lines[0].startswith("live") else ""
+        return {"names": lines[1:], "live": live or None}
