@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import jinja2
