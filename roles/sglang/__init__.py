@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import StringCommand, deploy
 from pyinfra.operations import files, python, server
 
 from roles import stack_lock
@@ -163,8 +163,8 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
     builder = state.inventory.get_host(wheel.builder)
     if not builder.connected:
         builder.connect(raise_exceptions=True)
-    listed, output = builder.run_shell_command(
-        f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl")
+    listed, output = builder.run_shell_command(StringCommand(
+        f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl"))
     sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
     if not listed or not sums:
         raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
@@ -184,7 +184,7 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
 
 
 def _must(target_host, command: str) -> None:
-    ok, output = target_host.run_shell_command(command)
+    ok, output = target_host.run_shell_command(StringCommand(command))
     if not ok:
         raise RuntimeError(f"{target_host.name}: `{command}` failed: {output.stderr}")
 
@@ -197,6 +197,19 @@ def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
             f" it is never taken from an index. Build it: {build}")
 
 
+def uv_environment(settings: HostSettings) -> dict[str, str]:
+    """uv on the engine host: the system CA bundle, the site's index mirror for packages and
+    its mirror for uv's managed CPython builds (uv's documented UV_* variables)."""
+    root = settings.base.install_root
+    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
+           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
+    if settings.base.pypi_index_url:
+        env["UV_INDEX_URL"] = settings.base.pypi_index_url
+    if settings.sglang.python_install_mirror:
+        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
+    return env
+
+
 def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
                  wheels: list[KernelWheel]):
     name = target.rsplit("/", 1)[1]
@@ -207,12 +220,7 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
                          src=io.BytesIO(requirements_text(site, settings, stack).encode()),
                          dest=requirements, user="root", group="root", mode="0644")
     python_ = settings.sglang.python or stack.python
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
-    if settings.base.pypi_index_url:
-        env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    if settings.sglang.python_install_mirror:
-        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
+    env = uv_environment(settings)
     building = f"{target}.building"
     venv_python = f"{building}/bin/python"
     current = f"{root}/current"

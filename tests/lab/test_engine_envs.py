@@ -90,9 +90,15 @@ def test_failed_install_leaves_the_live_environment_serving(gpu_guest, lab_secon
     an index serving other bytes): the new environment fails to install; nothing live moves."""
     before = _main_pid(gpu_guest)
     wanted = stack_lock.select(SITE.stack.lock_text(STACK.id), {"sglang"})
-    digest = next(line.split("sha256:")[1][:64] for line in wanted.splitlines()
-                  if line.startswith("    --hash=sha256:"))
-    inventory = _inventory(tmp_path, lock_edit=lambda t: t.replace(digest, "0" * 64))
+    digests = [line.split("sha256:")[1][:64] for line in wanted.splitlines()
+               if line.startswith("    --hash=sha256:")]
+
+    def corrupt(text: str) -> str:
+        for digest in digests:  # the wheel's and the sdist's: uv accepts a file matching any
+            text = text.replace(digest, "0" * 64)
+        return text
+
+    inventory = _inventory(tmp_path, lock_edit=corrupt)
     try:
         run = run_deploy(inventory)
         text = run.stdout + run.stderr

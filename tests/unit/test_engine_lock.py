@@ -206,12 +206,17 @@ def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
     assert Path(lock).stem == Path(target).name
 
 
-def test_python_download_mirror_reaches_uv(inventory):
+def test_mirrors_reach_uv(inventory):
     site = load_site(inventory.groups(gpu_nodes=[("gpu1", {
-        "gpu_count": 8, "sglang_python_install_mirror": "https://mirror.example/python-build-standalone"})]))
-    assert site.hosts["gpu1"].sglang.python_install_mirror.startswith("https://mirror.example/")
-    source = (PROJECT_ROOT / "roles/sglang/__init__.py").read_text()
-    assert 'env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror' in source
+        "gpu_count": 8, "sglang_python_install_mirror": "https://mirror.example/python-build-standalone",
+        "base_pypi_index_url": "https://mirror.example/simple"})]))
+    env = engine.uv_environment(site.hosts["gpu1"])
+    assert env["UV_PYTHON_INSTALL_MIRROR"] == "https://mirror.example/python-build-standalone"
+    assert env["UV_INDEX_URL"] == "https://mirror.example/simple"
+    assert "UV_PYTHON_INSTALL_MIRROR" not in engine.uv_environment(GPU)  # default: uv's own
+    problem = only_problem(inventory.groups(name="bad.py", gpu_nodes=[("gpu1", {
+        "gpu_count": 8, "sglang_python_install_mirror": "ftp://mirror"})]))
+    assert_names(problem, "sglang_python_install_mirror", "ftp://mirror", "http(s) URL")
 
 
 # --- kernel wheels from another host ----------------------------------------------------------
@@ -234,8 +239,8 @@ class _LocalHost:
     def __init__(self, name: str):
         self.name, self.connected = name, True
 
-    def run_shell_command(self, command: str):
-        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+    def run_shell_command(self, command):
+        done = subprocess.run(command.get_raw_value(), shell=True, capture_output=True, text=True)
         output = type("Output", (), {"stdout_lines": done.stdout.splitlines(), "stderr": done.stderr})
         return done.returncode == 0, output
 
