@@ -5,10 +5,11 @@ the live one and never replacing it in place.
     <base_install_root>/envs/<stack id>-<stamp>/       one environment (kept for rollback)
     <base_install_root>/current -> envs/<...>          switched by roles/serving, health-gated
 
-The stamp is a hash of everything that shapes an environment: the lock (every package,
-version and sha256; roles/stack_lock.py), the keys of the kernel wheels built from source,
-the patches, the interpreter and the install mode. Any change of these builds a new folder
-(`<name>.building`, renamed into place when complete); nothing else does. The live
+The stamp is a hash of everything that shapes an environment (roles/shared/engine_env.py):
+the lock (every package, version and sha256; roles/site/lock.py), the keys of the kernel
+wheels built from source, the patches, the interpreter and the install mode. Any change of
+these builds a new folder (`<name>.building`, renamed into place when complete); nothing else
+does. The live
 environment is never touched: roles/serving switches `current` to the new folder and back if
 it never becomes ready. A failed install removes only its own `.building` folder and says
 that the live environment still serves. `sglang_keep_environments` bounds how many stay.
@@ -26,103 +27,34 @@ With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to its 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import StringCommand, deploy
 from pyinfra.operations import files, python, server
 
-from roles import stack_lock
-from roles.base import SYSTEM_CA_BUNDLE
 from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, UnappliedPatches
+from roles.shared.engine_env import (
+    SGLANG_PATCHES,
+    KernelWheel,
+    kernel_wheels,
+    requirements_text,
+)
+from roles.shared.host_facts import WheelhouseEntry
+from roles.shared.layout import env_dir
+from roles.shared.patches import patch_queue
+from roles.shared.pip import SYSTEM_CA_BUNDLE
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
-PATCH_ROOT = Path(__file__).resolve().parent / "patches"
+PATCH_ROOT = SGLANG_PATCHES
 PATCH_DIR_NAME = "inference-host-patches"
 LOCK_COPY_NAME = "inference-host-lock.txt"
-# Bump when the install commands change what an environment holds: every host rebuilds.
-RECIPE = "lock-sync-1"
-STAMP_CHARS = 12
 
 
 def patches_for(version: str) -> list[Path]:
-    return sorted((PATCH_ROOT / version).glob("*.patch"))
-
-
-@dataclass(frozen=True)
-class KernelWheel:
-    """A kernel wheel the stack builds from source, where its builder keeps it and where the
-    engine host keeps its copy (the same keyed folder on both when they are one host)."""
-
-    package: str
-    version: str
-    key: str
-    builder: str | None  # None: no host of builders compiles kernel wheels
-    builder_dir: str
-    local_dir: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.package} {self.version} (key {self.key})"
-
-
-def kernel_builder(site: Site, settings: HostSettings) -> HostSettings | None:
-    """The host whose wheelhouse serves this engine host: itself when it compiles kernel
-    wheels, else the first host of `builders` that does."""
-    if settings.in_group("builders") and settings.build.kernel_wheels:
-        return settings
-    return next((b for b in site.group("builders") if b.build.kernel_wheels), None)
-
-
-def kernel_wheels(site: Site, settings: HostSettings, stack: EngineStack) -> list[KernelWheel]:
-    """The stack's source-built kernel wheels this host installs. Without any builder a full
-    install still lists them (keyed with this host's settings): the install then stops on the
-    missing wheel, naming it; the lab's no-gpu-deps mode installs them only when a builder
-    makes them."""
-    built = stack_lock.built_from_source(stack)
-    builder = kernel_builder(site, settings)
-    if not built or (builder is None and settings.sglang.install_mode != "full"):
-        return []
-    from roles.wheels.plan import planned_builds
-
-    # Keyed with the builder's own settings (base image, source overrides): its wheelhouse.
-    source = builder or settings
-    plans = {w.package: w for w in planned_builds(stack, source.build)}
-    return [
-        KernelWheel(package, plans[package].version, plans[package].key,
-                    builder.name if builder else None,
-                    f"{source.build.wheelhouse_dir}/{package}/{plans[package].key}",
-                    f"{settings.build.wheelhouse_dir}/{package}/{plans[package].key}")
-        for package in built
-    ]
-
-
-def requirements_text(site: Site, settings: HostSettings, stack: EngineStack) -> str:
-    """What `uv pip sync` installs: the stack's lock (the lab's mode: its sglang entry)."""
-    text = site.stack.lock_text(stack.id)
-    if settings.sglang.install_mode == "no-gpu-deps":
-        return stack_lock.select(text, {"sglang"})
-    return text
-
-
-def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
-    """What a finished install records: changes when anything that shapes the env changes."""
-    digest = hashlib.sha256()
-    for part in (RECIPE, settings.sglang.install_mode, settings.sglang.python or stack.python,
-                 requirements_text(site, settings, stack),
-                 *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
-                 *(p.read_text() for p in patches_for(stack.sglang))):
-        digest.update(part.encode() + b"\0")
-    return f"{stack.id}-{digest.hexdigest()[:STAMP_CHARS]}"
-
-
-def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
-    """The environment folder of a stack as this deploy builds it (roles/serving's target)."""
-    return f"{settings.base.install_root}/envs/{stamp(site or current_site(), settings, stack)}"
+    return patch_queue(PATCH_ROOT, "sglang", version)
 
 
 @deploy("SGLang")
@@ -147,8 +79,6 @@ def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
     control machine (both connections are pyinfra's own; no host-to-host credentials)."""
     if wheel.builder in (settings.name, None):
         return
-    from roles.wheels.facts import WheelhouseEntry
-
     if host.get_fact(WheelhouseEntry, path=wheel.local_dir):
         return
     python.call(

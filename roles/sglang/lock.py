@@ -9,7 +9,7 @@ package, flashinfer) for the target — CPython <python> on x86_64 manylinux_2_3
 — reading every release's real Requires-Dist from the index (PyPI, or --index-url / the
 UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
 pins that disagree. The result, with a header recording a digest of the pins, is written to
-<stack file folder>/locks/<stack id>.txt (roles/stack_lock.py); commit it. Hosts install it
+<stack file folder>/locks/<stack id>.txt (roles/site/lock.py); commit it. Hosts install it
 with `uv pip sync --require-hashes`: exactly these packages, these files.
 
 Kernel packages the stack builds from source (flash_attn_source / kernel.source: build) are
@@ -34,8 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from roles import stack_lock
 from roles.site import EngineStack, SiteError, load_stack
+from roles.site import lock as stack_lock
 
 COMPILE_TIMEOUT_S = 600
 CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")

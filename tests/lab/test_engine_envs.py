@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from roles import stack_lock
-from roles.sglang import env_dir
+from roles.shared.layout import env_dir
 from roles.site import load_site
+from roles.site import lock as stack_lock
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
 pytestmark = pytest.mark.lab

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.sglang import env_dir
+from roles.shared.layout import env_dir
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
@@ -35,7 +35,7 @@ def _main_pid(gpu_guest) -> str:
 
 
 def _api_key() -> str:
-    from roles import secrets
+    from roles.site import vault as secrets
 
     return secrets.decrypt_all(SITE.secrets_file, ["sglang_api_key"])["sglang_api_key"]
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from roles import sglang as engine
-from roles import stack_lock
 from roles.sglang import lock as lock_command
+from roles.shared import engine_env
+from roles.shared.layout import env_dir
 from roles.site import PROJECT_ROOT, load_site, load_stack
+from roles.site import lock as stack_lock
 from tests.unit.test_gpu_stack_plans import UBUNTU, plan
 from tests.unit.test_site import assert_names, only_problem
 
@@ -152,24 +154,24 @@ def test_lab_mode_installs_the_locks_sglang_entry_only():
 
 def test_stamp_follows_the_lock_the_wheel_keys_and_the_patches_only():
     stack = STACK.active
-    base = engine.stamp(PROD, GPU, stack)
-    assert base.startswith(f"{stack.id}-") and engine.env_dir(GPU, stack, PROD).endswith(base)
+    base = engine_env.stamp(PROD, GPU, stack)
+    assert base.startswith(f"{stack.id}-") and env_dir(GPU, stack, PROD).endswith(base)
     mirror = dataclasses.replace(GPU, base=dataclasses.replace(GPU.base, pypi_index_url="https://m.example/simple"))
-    assert engine.stamp(PROD, mirror, stack) == base  # a mirror serves the same files
+    assert engine_env.stamp(PROD, mirror, stack) == base  # a mirror serves the same files
     rebuilt = dataclasses.replace(GPU, build=dataclasses.replace(GPU.build, base_image="example/cuda:other"))
-    assert engine.kernel_wheels(PROD, rebuilt, stack)[0].key != engine.kernel_wheels(PROD, GPU, stack)[0].key
-    assert engine.stamp(PROD, rebuilt, stack) != base  # a rebuilt wheel reaches the host
+    assert engine_env.kernel_wheels(PROD, rebuilt, stack)[0].key != engine_env.kernel_wheels(PROD, GPU, stack)[0].key
+    assert engine_env.stamp(PROD, rebuilt, stack) != base  # a rebuilt wheel reaches the host
     other_python = dataclasses.replace(GPU, sglang=dataclasses.replace(GPU.sglang, python="/usr/bin/python3.12"))
-    assert engine.stamp(PROD, other_python, stack) != base
+    assert engine_env.stamp(PROD, other_python, stack) != base
 
 
 def test_stamp_changes_with_the_lock(monkeypatch):
     stack = STACK.active
-    base = engine.stamp(PROD, GPU, stack)
+    base = engine_env.stamp(PROD, GPU, stack)
     original = PROD.stack.lock_text
     monkeypatch.setattr(type(PROD.stack), "lock_text",
                         lambda self, sid: original(sid).replace("aiohttp==3.14.5", "aiohttp==3.14.4"))
-    assert engine.stamp(PROD, GPU, stack) != base
+    assert engine_env.stamp(PROD, GPU, stack) != base
 
 
 def test_prune_keeps_the_live_and_new_environment_and_the_newest_others():
@@ -189,7 +191,7 @@ def test_keep_environments_below_two_is_refused(inventory):
 def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
     p = plan(*UBUNTU)
     build = next(c for c in p.commands if "uv pip sync" in c)
-    target = engine.env_dir(GPU, STACK.active, PROD).replace(GPU.name, "")
+    target = env_dir(GPU, STACK.active, PROD).replace(GPU.name, "")
     assert_names(build, "umask 022;", "uv pip sync --quiet --require-hashes --compile-bytecode",
                  "uv pip check", ".building", "mv -T", "FAILED to build",
                  "was not touched and still serves")
@@ -227,7 +229,7 @@ def test_a_separate_builders_wheelhouse_serves_the_engine_host(inventory):
         gpu_nodes=[("gpu1", {"gpu_count": 8, "build_wheelhouse_dir": "/srv/wheels"})],
         builders=[("builder1", {"build_wheelhouse_dir": "/data/wheelhouse"})]))
     gpu = site.hosts["gpu1"]
-    [wheel] = engine.kernel_wheels(site, gpu, site.stack.active)
+    [wheel] = engine_env.kernel_wheels(site, gpu, site.stack.active)
     assert wheel.builder == "builder1" and wheel.package == "flash-attn"
     assert wheel.builder_dir == f"/data/wheelhouse/flash-attn/{wheel.key}"
     assert wheel.local_dir == f"/srv/wheels/flash-attn/{wheel.key}"
@@ -258,7 +260,7 @@ def test_relay_copies_and_checks_the_builders_wheel(tmp_path):
     builder_dir.mkdir(parents=True)
     (builder_dir / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(b"wheel bytes")
     (builder_dir / "inputs.json").write_text("{}")
-    wheel = engine.KernelWheel("flash-attn", "2.8.3", "k1", "builder1", str(builder_dir), str(local_dir))
+    wheel = engine_env.KernelWheel("flash-attn", "2.8.3", "k1", "builder1", str(builder_dir), str(local_dir))
     state = type("State", (), {"inventory": type("Inv", (), {"get_host": lambda self, n: _LocalHost(n)})()})()
     engine._relay_wheel(state, _LocalHost("gpu1"), wheel)
     assert (local_dir / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").read_bytes() == b"wheel bytes"
@@ -266,7 +268,7 @@ def test_relay_copies_and_checks_the_builders_wheel(tmp_path):
 
 
 def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
-    wheel = engine.KernelWheel("flash-attn", "2.8.3", "k1", "builder1", str(tmp_path / "none"),
+    wheel = engine_env.KernelWheel("flash-attn", "2.8.3", "k1", "builder1", str(tmp_path / "none"),
                                str(tmp_path / "gpu"))
     state = type("State", (), {"inventory": type("Inv", (), {"get_host": lambda self, n: _LocalHost(n)})()})()
     with pytest.raises(RuntimeError) as error:

@@ -72,7 +72,7 @@ def test_multi_node_flags_come_from_the_inventory():
 
 def _render(name: str, **kwargs) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(f"templates/serving/{name}").render(**kwargs)
+    return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
 
 
 def _unit_kwargs(host=GPU_HOST):

@@ -1,15 +1,4 @@
-"""The site model: every setting the roles need, typed, defaulted and validated once.
-
-This module is the only reader of pyinfra's ``host.data``. The data flow is one way:
-
-    inventory/<name>.py + group_data/*.py + inventory/stack.yml + the secrets vault
-        -> Site (this module)  -> deploy.py -> roles/<name>
-
-Validation runs before any host is contacted: every inventory file ends with
-``require_valid_inventory(__file__)``, which pyinfra executes while it loads the inventory,
-i.e. before it connects. The same check runs standalone:
-
-    uv run python -m roles.site inventory/prod.py
+"""The schema of host data: one section class per role, HostSettings (one host) and Site (all).
 
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes
@@ -20,22 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
 import re
-import sys
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from roles.site.errors import closest
+from roles.site.stack import DRIVER_VERSION_RE, Stack
 
-from roles import stack_lock
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders")
 
@@ -49,18 +34,15 @@ GPU_ARCHS = {
     "sm120": "12.0",
 }
 
-# Kernel packages roles/wheels can build from source (docker/<package>.Dockerfile).
+# Kernel packages roles/wheels can build from source (roles/wheels/docker/<package>.Dockerfile).
 WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
 
 # NCCL_P2P_LEVEL values from the NCCL environment documentation.
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
-VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
 # qemu-server src/PVE/QemuServer/Machine.pm (stable-bookworm), machine type pattern.
@@ -68,14 +50,6 @@ QEMU_MACHINE_RE = re.compile(
     r"(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?)")
 # PVE 8 limits (pve-container LXC/Config.pm, qemu-server PCI.pm): dev0-255, mp0-255, hostpci0-15.
 LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS, KVM_MAX_HOSTPCI = 256, 256, 16
-
-
-class SiteError(Exception):
-    """One or more problems in the user's input, each naming file, field, value and remedy."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -501,152 +475,6 @@ def _is_ip(value: str) -> bool:
 # The stack file: every version pin in one place.
 
 
-@dataclass(frozen=True)
-class KernelPackage:
-    package: str
-    version: str
-    source: Literal["prebuilt", "build"] = "prebuilt"
-
-
-@dataclass(frozen=True)
-class EngineStack:
-    """One consistent engine stack; an upgrade points `active` at another one."""
-
-    id: str
-    cuda: str
-    python: str
-    torch: str
-    sglang: str
-    kernel: KernelPackage
-    flashinfer: str
-    flash_attn: str | None = None
-    flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
-
-    @property
-    def cuda_major(self) -> int:
-        return int(self.cuda.split(".")[0])
-
-
-@dataclass(frozen=True)
-class Stack:
-    file: str
-    uv: str
-    driver_branch: str
-    driver_version: str
-    active: EngineStack
-    stacks: dict[str, EngineStack]
-    # Absolute path of the stack file: its stacks' locks live beside it (roles/stack_lock.py).
-    path: str = ""
-
-    def lock_text(self, stack_id: str) -> str:
-        return stack_lock.lock_path(Path(self.path), stack_id).read_text()
-
-
-STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
-DRIVER_FIELDS = {"branch", "version"}
-ENGINE_FIELDS = {
-    "cuda", "python", "torch", "sglang", "kernel", "flashinfer", "flash_attn", "flash_attn_source",
-}
-KERNEL_FIELDS = {"package", "version", "source"}
-
-
-def load_stack(path: Path) -> Stack:
-    problems: list[str] = []
-    where = _display(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
-    except yaml.YAMLError as error:
-        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
-    if not isinstance(raw, dict):
-        raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
-
-    def bad(field_name: str, value: Any, valid: str) -> None:
-        problems.append(f"{where}: {field_name} = {value!r} is invalid; expected {valid}")
-
-    def version(field_name: str, value: Any, pattern=VERSION_RE, valid="a version like 2.9.1"):
-        if not isinstance(value, str) or not pattern.match(value):
-            bad(field_name, value, f"{valid} (quoted string)")
-            return "0"
-        return value
-
-    _unknown_keys(raw, STACK_FIELDS, "", where, problems)
-    uv = version("uv", raw.get("uv"))
-    driver = raw.get("nvidia_driver") or {}
-    if not isinstance(driver, dict):
-        bad("nvidia_driver", driver, "a mapping with branch and version")
-        driver = {}
-    _unknown_keys(driver, DRIVER_FIELDS, "nvidia_driver.", where, problems)
-    branch = version("nvidia_driver.branch", driver.get("branch"), re.compile(r"^\d{3}$"),
-                     "a driver branch like 580")
-    driver_version = version("nvidia_driver.version", driver.get("version"), DRIVER_VERSION_RE,
-                             "a full driver version like 580.95.05")
-    if driver_version != "0" and branch != "0" and not driver_version.startswith(branch + "."):
-        bad("nvidia_driver.version", driver_version, f"a version on branch {branch}")
-
-    stacks: dict[str, EngineStack] = {}
-    raw_stacks = raw.get("stacks")
-    if not isinstance(raw_stacks, dict) or not raw_stacks:
-        bad("stacks", raw_stacks, "a mapping of stack id -> pins, with at least one stack")
-        raw_stacks = {}
-    for stack_id, pins in raw_stacks.items():
-        prefix = f"stacks.{stack_id}"
-        if not isinstance(stack_id, str) or not STACK_ID_RE.match(stack_id):
-            bad(prefix, stack_id, "a stack id of lower-case letters, digits, '.', '_', '-'")
-            continue
-        if not isinstance(pins, dict):
-            bad(prefix, pins, "a mapping of pins")
-            continue
-        _unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
-        kernel = pins.get("kernel")
-        if not isinstance(kernel, dict):
-            bad(prefix + ".kernel", kernel, "a mapping with package, version, source")
-            kernel = {}
-        _unknown_keys(kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
-        if kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
-            bad(prefix + ".kernel.package", kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
-        if kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
-            bad(prefix + ".kernel.source", kernel.get("source"), "'prebuilt' or 'build'")
-        flash_attn = pins.get("flash_attn")
-        if flash_attn is not None:
-            version(prefix + ".flash_attn", flash_attn)
-        if pins.get("flash_attn_source", "build") not in ("build", "prebuilt", "none"):
-            bad(prefix + ".flash_attn_source", pins.get("flash_attn_source"),
-                "'build', 'prebuilt' or 'none'")
-        stacks[stack_id] = EngineStack(
-            id=stack_id,
-            cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
-                         "a CUDA major.minor like 12.8"),
-            python=version(prefix + ".python", pins.get("python"), re.compile(r"^3\.\d+$"),
-                           "a Python minor version like 3.12"),
-            torch=version(prefix + ".torch", pins.get("torch")),
-            sglang=version(prefix + ".sglang", pins.get("sglang")),
-            kernel=KernelPackage(
-                package=str(kernel.get("package")),
-                version=version(prefix + ".kernel.version", kernel.get("version")),
-                source=kernel.get("source", "prebuilt"),
-            ),
-            flashinfer=version(prefix + ".flashinfer", pins.get("flashinfer")),
-            flash_attn=flash_attn,
-            flash_attn_source=pins.get("flash_attn_source", "build"),
-        )
-    active_id = raw.get("active")
-    if active_id not in stacks:
-        bad("active", active_id, "the id of one of the stacks: " + ", ".join(stacks or ["(none)"]))
-    if problems:
-        raise SiteError(problems)
-    return Stack(
-        file=where,
-        uv=uv,
-        driver_branch=branch,
-        driver_version=driver_version,
-        active=stacks[active_id],
-        stacks=stacks,
-        path=str(path.resolve()),
-    )
-
-
 # ----------------------------------------------------------------------------------------------
 # Hosts and the whole site.
 
@@ -703,7 +531,7 @@ class Site:
         nodes = self.group("gpu_nodes")
         names = [n.name for n in nodes]
         head = nodes[0]
-        return len(nodes), names.index(host_name), f"{_address_of(head)}:{head.serving.dist_init_port}"
+        return len(nodes), names.index(host_name), f"{address_of(head)}:{head.serving.dist_init_port}"
 
     def summary(self) -> str:
         lines = [
@@ -723,24 +551,8 @@ class Site:
         return "\n".join(lines)
 
 
-def _address_of(host: HostSettings) -> str:
+def address_of(host: HostSettings) -> str:
     return host.name.split("@", 1)[-1].split("/")[-1]
-
-
-def _unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[str]) -> None:
-    for key in raw:
-        if key not in known:
-            problems.append(
-                f"{where}: unknown key {prefix}{key} = {raw[key]!r}; valid keys: "
-                + ", ".join(sorted(prefix + k for k in known))
-            )
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _pyinfra_keys() -> set[str]:
@@ -822,13 +634,6 @@ def _section_keys() -> dict[str, type]:
     return {cls.PREFIX + f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
 
 
-def _closest(key: str, candidates) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(key, list(candidates), n=1)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
 def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                problems: list[str]) -> HostSettings:
     """Typed settings of one host from its merged pyinfra data."""
@@ -839,7 +644,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             continue
         problems.append(
             f"{where}: host {name}: unknown key {key} = {value!r}"
-            f"{_closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
+            f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
             " under 'Settings')"
         )
     invalid: set[str] = set()
@@ -863,444 +668,3 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         docker=sections[DockerSettings],
         invalid_keys=frozenset(invalid),
     )
-
-
-# ----------------------------------------------------------------------------------------------
-# Cross-host rules: checked once all hosts are typed.
-
-
-def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                problems: list[str], stack: Stack | None = None) -> None:
-    vmids: dict[int, str] = {}
-    gpu_owner: dict[str, tuple[str, str]] = {}
-    for host in site_hosts.values():
-        here = f"{where}: host {host.name}"
-        gpu = host.gpu
-        if not host.valid("gpu_count", "gpu_addresses", "guest_gpu_addresses", "guest_vmid",
-                          "guest_node", "guest_features", "guest_unprivileged", "serving_host",
-                          "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
-            continue  # its own message already names the mistake
-        if host.in_group("gpu_nodes") and gpu.count < 1:
-            problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
-        if gpu.addresses and len(gpu.addresses) != gpu.count:
-            problems.append(
-                f"{here}: gpu_addresses lists {len(gpu.addresses)} GPUs but gpu_count = {gpu.count};"
-                " expected as many addresses as GPUs"
-            )
-        _duplicates(gpu.addresses, f"{here}: gpu_addresses", problems)
-        if host.in_group("gpu_nodes") and host.serving.host not in ("127.0.0.1", "::1") and not host.serving.api_key_secret:
-            problems.append(
-                f"{here}: serving_host = {host.serving.host!r} exposes the server beyond this host"
-                " without serving_api_key_secret; expected an API key secret or serving_host = '127.0.0.1'"
-            )
-        for key in ("api_key_secret", "hf_token_secret"):
-            ref = getattr(host.serving, key)
-            if ref and ref not in secret_names:
-                problems.append(
-                    f"{here}: serving_{key} = {ref!r} names no secret in "
-                    f"{secrets_file or '(no secrets_file set)'}; expected one of: "
-                    + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
-                )
-        speculative_problem = _speculative_problem(host.serving.speculative)
-        if speculative_problem:
-            problems.append(f"{here}: {speculative_problem}")
-        elif host.in_group("gpu_nodes") and stack is not None:
-            # Rendered per release and checked against that release's real CLI.
-            from roles.serving.command import command_problems
-
-            problems.extend(f"{here}: {p}" for p in command_problems(host, site_hosts, stack.active))
-        is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
-        if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
-            problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
-        if is_guest:
-            _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
-    _check_iommu_groups(site_hosts, gpu_owner, where, problems)
-
-
-def _speculative_problem(speculative: dict | None) -> str | None:
-    if speculative is None:
-        return None
-    try:
-        spec = SpeculativeSettings(**speculative)
-        if spec.algorithm not in ("EAGLE", "EAGLE3"):
-            raise TypeError(f"algorithm {spec.algorithm!r}")
-    except TypeError as error:
-        return (
-            f"serving_speculative = {speculative!r} is invalid ({error});"
-            " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
-            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
-        )
-    return None
-
-
-def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
-    guest = host.guest
-    if guest.vmid is None:
-        problems.append(f"{here}: guest_vmid is missing; expected an integer >= 100, unique per node")
-    elif guest.vmid in vmids:
-        problems.append(
-            f"{here}: guest_vmid = {guest.vmid} is already used by {vmids[guest.vmid]};"
-            " expected a VMID unique across LXC and KVM guests"
-        )
-    else:
-        vmids[guest.vmid] = host.name
-    node = site_hosts.get(guest.node) if guest.node else None
-    if node is None or not node.in_group("proxmox_hosts"):
-        problems.append(
-            f"{here}: guest_node = {guest.node!r} is not a host of the proxmox_hosts group; expected one of: "
-            + (", ".join(h.name for h in site_hosts.values() if h.in_group("proxmox_hosts")) or "(none)")
-        )
-    kind = "lxc" if host.in_group("lxc_guests") else "kvm"
-    for address in guest.gpu_addresses:
-        if address in gpu_owner:
-            other, other_kind = gpu_owner[address]
-            why = ("; never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once"
-                   if other_kind != kind else "")
-            problems.append(
-                f"{here}: guest_gpu_addresses has {address}, already given to {other};"
-                f" expected each GPU in at most one guest{why}"
-            )
-        gpu_owner[address] = (host.name, kind)
-        if node is not None and address not in node.proxmox.gpu_addresses:
-            problems.append(
-                f"{here}: guest_gpu_addresses has {address}, which is not in {node.name}'s"
-                f" proxmox_gpu_addresses; expected one of: {', '.join(node.proxmox.gpu_addresses) or '(none)'}"
-            )
-    if host.in_group("gpu_nodes") and len(guest.gpu_addresses) != host.gpu.count:
-        problems.append(
-            f"{here}: gpu_count = {host.gpu.count} but guest_gpu_addresses lists"
-            f" {len(guest.gpu_addresses)} GPUs; expected as many addresses as GPUs"
-        )
-    if "keyctl" in guest.features and not guest.unprivileged:
-        problems.append(
-            f"{here}: guest_features has 'keyctl' with guest_unprivileged = False;"
-            " expected keyctl only on unprivileged containers"
-        )
-    if kind == "lxc":
-        _check_lxc_indices(host, here, problems)
-    else:
-        _check_kvm_passthrough(host, here, problems)
-
-
-def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:
-    # Each GPU takes a devN; nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset and the
-    # nvidia-caps nodes (at most 2) take up to 5 more.
-    devices = len(host.guest.gpu_addresses) + 5 if host.guest.gpu_addresses else 0
-    if devices > LXC_MAX_DEVICES:
-        problems.append(f"{here}: guest_gpu_addresses needs dev0..dev{devices - 1};"
-                        f" expected at most {LXC_MAX_DEVICES} device entries (dev0-dev255)")
-    if len(host.guest.mount_points) > LXC_MAX_MOUNT_POINTS:
-        problems.append(f"{here}: guest_mount_points has {len(host.guest.mount_points)} entries;"
-                        f" expected at most {LXC_MAX_MOUNT_POINTS} (mp0-mp255)")
-
-
-def _check_kvm_passthrough(host: HostSettings, here: str, problems: list[str]) -> None:
-    guest = host.guest
-    if len(guest.gpu_addresses) > KVM_MAX_HOSTPCI:
-        problems.append(f"{here}: guest_gpu_addresses lists {len(guest.gpu_addresses)} GPUs;"
-                        f" expected at most {KVM_MAX_HOSTPCI} per VM (hostpci0-hostpci15)")
-    if guest.pcie and guest.gpu_addresses and not guest.machine.startswith(("q35", "pc-q35")):
-        problems.append(f"{here}: guest_machine = {guest.machine!r} with guest_pcie = True;"
-                        " expected a q35 machine (pcie=1 needs q35) or guest_pcie = False")
-    if len(guest.x_vga_addresses) > 1:
-        problems.append(f"{here}: guest_x_vga_addresses = {guest.x_vga_addresses!r};"
-                        " expected at most one x-vga device per VM")
-    for address in guest.x_vga_addresses:
-        if address not in guest.gpu_addresses:
-            problems.append(f"{here}: guest_x_vga_addresses has {address}, which is not in"
-                            " guest_gpu_addresses; expected one of the guest's GPUs")
-    # 16 GB and more of VRAM means a BAR beyond what a default CPU model and SeaBIOS map.
-    if guest.gpu_addresses and host.gpu.memory_gib >= 16:
-        if guest.cpu != "host" and "phys-bits=" not in guest.cpu:
-            problems.append(f"{here}: guest_cpu = {guest.cpu!r} with {host.gpu.memory_gib} GB GPUs;"
-                            " expected 'host' or a CPU type with phys-bits=host (large BARs)")
-        if guest.bios != "ovmf":
-            problems.append(f"{here}: guest_bios = {guest.bios!r} with {host.gpu.memory_gib} GB GPUs;"
-                            " expected 'ovmf' (with an efidisk) for large BARs")
-
-
-def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, where: str,
-                        problems: list[str]) -> None:
-    """Proxmox binds a GPU's whole IOMMU group to vfio-pci: a group belongs to one guest."""
-    for node in (h for h in site_hosts.values() if h.in_group("proxmox_hosts")):
-        group_owner: dict[int, tuple[str, str]] = {}
-        for address, group in node.proxmox.iommu_groups.items():
-            if address not in gpu_owner:
-                continue
-            owner = gpu_owner[address][0]
-            first = group_owner.setdefault(group, (owner, address))
-            if first[0] != owner:
-                problems.append(
-                    f"{where}: host {owner}: guest_gpu_addresses has {address}, which shares IOMMU"
-                    f" group {group} with {first[1]} of guest {first[0]} ({node.name}'s"
-                    " proxmox_iommu_groups); expected all GPUs of one group in one guest"
-                )
-
-
-def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
-                        problems: list[str]) -> None:
-    """An LXC guest uses the node's kernel module: its userspace must be the same version."""
-    default = stack.driver_version if stack else None
-    for host in site_hosts.values():
-        node = site_hosts.get(host.guest.node or "")
-        if not (host.in_group("lxc_guests") and host.guest.gpu_addresses and node):
-            continue
-        guest_version = host.guest.driver_version or default
-        node_version = node.proxmox.driver_version or default
-        if guest_version != node_version:
-            problems.append(
-                f"{where}: host {host.name}: guest_driver_version = {guest_version!r} but {node.name}"
-                f" runs {node_version!r} (proxmox_driver_version); expected exactly the host's"
-                " driver version in an LXC guest"
-            )
-
-
-def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
-    seen = set()
-    for value in values:
-        if value in seen:
-            problems.append(f"{label} has {value} twice; expected each address once")
-        seen.add(value)
-
-
-# ----------------------------------------------------------------------------------------------
-# Building the site from a pyinfra Inventory (deploy time) or an inventory file (CLI / load).
-
-
-def site_from_inventory(inventory, inventory_file: str) -> Site:
-    problems: list[str] = []
-    where = _display(Path(inventory_file))
-    file_group = Path(inventory_file).stem
-    hosts: dict[str, HostSettings] = {}
-    raw_data: dict[str, dict] = {}
-    for group in inventory.groups:
-        if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
-            problems.append(
-                f"{where}: unknown group {group!r}{_closest(group, KNOWN_GROUPS)}; valid groups: "
-                + ", ".join(KNOWN_GROUPS)
-            )
-    for pyinfra_host in inventory:
-        data = pyinfra_host.data.dict()
-        raw_data[pyinfra_host.name] = data
-        groups = tuple(g for g in KNOWN_GROUPS if pyinfra_host in inventory.get_group(g, []))
-        hosts[pyinfra_host.name] = build_host(pyinfra_host.name, groups, data, where, problems)
-    site_values = _site_values(raw_data, where, problems)
-    stack = None
-    stack_path = Path(inventory_file).parent / site_values.get("stack_file", "stack.yml")
-    try:
-        stack = load_stack(stack_path)
-    except SiteError as error:
-        problems.extend(error.problems)
-    if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):
-        # Every stack an engine host may be pointed at has a lock made from its current pins
-        # (local files only: no network while the inventory loads).
-        problems.extend(stack_lock.stale_lock_problems(stack_path, stack.file, stack.stacks.values()))
-    secrets_file, secret_names = None, frozenset()
-    if "secrets_file" in site_values:
-        from roles import secrets
-
-        secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])
-        try:
-            secret_names = frozenset(secrets.load(Path(secrets_file)))
-        except secrets.SecretsError as error:
-            problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
-    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
-    _check_driver_match(hosts, stack, where, problems)
-    if problems:
-        raise SiteError(problems)
-    return Site(
-        inventory_file=where,
-        stack=stack,
-        hosts=hosts,
-        secrets_file=secrets_file,
-        secret_names=secret_names,
-    )
-
-
-def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> dict[str, str]:
-    """stack_file / secrets_file must be the same for every host (they describe the site)."""
-    values: dict[str, str] = {}
-    for key in SITE_KEYS:
-        seen = {data[key] for data in raw_data.values() if key in data}
-        if len(seen) > 1:
-            problems.append(f"{where}: {key} differs between hosts ({sorted(seen)}); expected one value")
-        elif seen:
-            value = seen.pop()
-            if not isinstance(value, str):
-                problems.append(f"{where}: {key} = {value!r} is invalid; expected a path string")
-            else:
-                values[key] = value
-    return values
-
-
-def _pyinfra_inventory(path: Path):
-    """The Inventory pyinfra's CLI would build from this file (group_data included)."""
-    from pyinfra.api import State
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory_from_files
-
-    key = str(path.resolve())
-    _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
-    try:
-        if ctx_state.isset():  # inside pyinfra: reuse its state
-            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
-        with ctx_state.use(State()):
-            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
-    finally:
-        _VALIDATING.discard(key)
-
-
-def load_site(inventory_file: str | os.PathLike) -> Site:
-    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
-    path = Path(inventory_file)
-    if not path.is_file():
-        raise SiteError([f"{inventory_file}: no such inventory file"])
-    try:
-        inventory = _pyinfra_inventory(path)
-    except SiteError:
-        raise
-    except Exception as error:  # a Python error in the user's inventory or group data
-        cause = getattr(error, "__cause__", None) or error
-        raise SiteError([f"{_display(path)}: could not be loaded: {cause}"]) from error
-    return site_from_inventory(inventory, str(path))
-
-
-def testinfra_url(inventory_file: str | os.PathLike, host_name: str) -> str:
-    """How testinfra reaches an inventory host (tests/infra): pyinfra's own connector, user, port."""
-    data = _pyinfra_inventory(Path(inventory_file)).get_host(host_name).data
-    if host_name.startswith("@docker/"):
-        return "docker://" + host_name.removeprefix("@docker/")
-    if host_name == "@local":
-        return "local://"
-    user = f"{data.get('ssh_user')}@" if data.get("ssh_user") else ""
-    port = f":{data.get('ssh_port')}" if data.get("ssh_port") else ""
-    return f"ssh://{user}{data.get('ssh_hostname') or host_name}{port}"
-
-
-_VALIDATING: set[str] = set()
-_LOADED_INVENTORY: list[str] = []
-
-
-def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
-    if str(Path(inventory_file).resolve()) in _VALIDATING:
-        return  # we are the nested load done by load_site itself
-    _LOADED_INVENTORY.append(str(inventory_file))
-    try:
-        site = load_site(inventory_file)
-        if _under_pyinfra_cli():
-            _require_decryptable(site)
-    except SiteError as error:
-        _print_problems(error)
-        raise SystemExit(2) from None
-
-
-def _under_pyinfra_cli() -> bool:
-    import pyinfra
-
-    return bool(getattr(pyinfra, "is_cli", False))
-
-
-def referenced_secrets(site: Site) -> set[str]:
-    return {
-        ref
-        for host in site.hosts.values()
-        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret)
-        if ref
-    }
-
-
-def _require_decryptable(site: Site) -> None:
-    """A deploy needs the values: a wrong password stops it before any connection."""
-    from roles import secrets
-
-    names = referenced_secrets(site)
-    if names:
-        try:
-            secrets.decrypt_all(Path(site.secrets_file), names)
-        except secrets.SecretsError as error:
-            raise SiteError([f"{site.inventory_file}: {error}"]) from None
-
-
-def secret_value(name: str) -> str:
-    """Plaintext of one secret, for a role that writes it into a 0600 file on the host."""
-    from roles import secrets
-
-    site = current_site()
-    return secrets.decrypt_all(Path(site.secrets_file), [name])[name]
-
-
-def _print_problems(error: SiteError) -> None:
-    print(f"inference-host: {len(error.problems)} problem(s) in the inventory; no host was contacted:",
-          file=sys.stderr)
-    for problem in error.problems:
-        print(f"  - {problem}", file=sys.stderr)
-
-
-# ----------------------------------------------------------------------------------------------
-# Deploy-time access (the only reader of host.data).
-
-
-@cache
-def _deploy_site(inventory_file: str) -> Site:
-    from pyinfra import state
-
-    return site_from_inventory(state.inventory, inventory_file)
-
-
-def _inventory_file_of() -> str:
-    """The inventory pyinfra loaded: recorded by require_valid_inventory as it ran."""
-    if _LOADED_INVENTORY:
-        return _LOADED_INVENTORY[-1]
-    raise SiteError([
-        "the inventory file did not call roles.site.require_valid_inventory(__file__);"
-        " every inventory must end with it so that it is validated before connecting"
-    ])
-
-
-def inventory_file() -> str:
-    """The inventory file of the running deploy (roles/health hands it to the checks)."""
-    return _inventory_file_of()
-
-
-def current_site() -> Site:
-    return _deploy_site(_inventory_file_of())
-
-
-def current_host() -> HostSettings:
-    from pyinfra import host
-
-    return current_site().hosts[host.name]
-
-
-def settings_table() -> str:
-    """Markdown table of every host-data key: the README's "Settings" section is checked against it."""
-    hints_cache = {cls: typing.get_type_hints(cls) for cls in SECTIONS}
-    rows = ["| key | type | default |", "|---|---|---|"]
-    for cls in SECTIONS:
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                default = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                default = f.default_factory()
-            else:
-                default = "(required)"
-            kind = str(hints_cache[cls][f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "").replace(" | ", " or ")
-            rows.append(f"| `{cls.PREFIX}{f.name}` | {kind} | `{default!r}` |")
-    for key, meaning in SITE_KEYS.items():
-        rows.append(f"| `{key}` | str | {meaning} |")
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--settings"]:
-        print(settings_table())
-        raise SystemExit(0)
-    if len(sys.argv) != 2:
-        print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
-        raise SystemExit(64)
-    try:
-        print(load_site(sys.argv[1]).summary())
-    except SiteError as site_error:
-        _print_problems(site_error)
-        raise SystemExit(2) from None

@@ -1,5 +1,8 @@
 """Which kernel wheels a stack needs built, everything that goes into each, and its key.
 
+Shared by roles/wheels (which builds them on the builders) and roles/sglang (which installs
+them on the gpu nodes, keyed the same way); the Dockerfiles and patches are roles/wheels' own.
+
 The key is a hash of every input of a wheel: its Dockerfile, the helper scripts copied into
 the image, its patches, the source (a pinned version, or the content of a local source tree)
 and the build arguments that change the compiled code (base image, Python, torch, CUDA
@@ -17,11 +20,13 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roles.shared.patches import patch_queue
 from roles.site import PROJECT_ROOT, BuildSettings, EngineStack
 
-DOCKER_DIR = PROJECT_ROOT / "docker"
+ROLE_DIR = PROJECT_ROOT / "roles" / "wheels"  # the role that builds them, and its assets
+DOCKER_DIR = ROLE_DIR / "docker"  # <package>.Dockerfile and the helpers they COPY (wheels/)
 HELPERS_DIR = DOCKER_DIR / "wheels"
-PATCHES_DIR = DOCKER_DIR / "patches"
+PATCHES_DIR = ROLE_DIR / "patches"  # roles/shared/patches.py: <package>/[<version>/]NNNN-*.patch
 
 # NVIDIA's devel images by stack CUDA version (Ubuntu 24.04, like the gpu nodes).
 CUDA_DEVEL_IMAGES = {
@@ -94,7 +99,7 @@ def _wheel_build(package: str, version: str, stack: EngineStack, build: BuildSet
     override = build.source_overrides.get(package)
     source_dir = _source_dir(package, override) if override else None
     source = "context" if source_dir else upstream_source
-    patches = tuple(sorted((PATCHES_DIR / package).glob("*.patch"))) if source != "context" else ()
+    patches = tuple(patch_queue(PATCHES_DIR, package, version)) if source != "context" else ()
     build_args = {
         "BASE_IMAGE": base_image(stack, build),
         "SOURCE": source,

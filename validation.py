@@ -1,0 +1,20 @@
+"""The inventory's validation hook: the layer above the site model and the roles.
+
+Every inventory file ends with ``require_valid_inventory(__file__)``. Importing this module
+registers the checks that need a role's knowledge with the model (which imports no role):
+the SGLang command line rendered for the pinned release, checked against that release's real
+CLI (roles/serving). The stacks' locks are the model's own check (roles/site/lock.py: local
+files only, no network); `python -m roles.sglang.lock` makes them.
+"""
+
+from __future__ import annotations
+
+from roles.serving.command import command_problems
+from roles.site import loading, rules
+
+rules.register_engine_check(command_problems)
+
+
+def require_valid_inventory(inventory_file: str) -> None:
+    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
+    loading.require_valid_inventory(inventory_file)
