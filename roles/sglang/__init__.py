@@ -231,15 +231,25 @@ def stale_environments(names: list[str], live: str | None, target: str, keep: in
     return stale
 
 
+def stale_locks(locks: list[str], names: list[str], stale: list[str], target: str) -> list[str]:
+    """Lock copies under <root>/locks whose environment is gone or going (a failed build's
+    too), never the one this deploy installs from."""
+    kept = (set(names) - set(stale)) | {target.rsplit("/", 1)[1]}
+    return [lock for lock in locks if lock.removesuffix(".txt") not in kept]
+
+
 def _prune(settings: HostSettings, target: str) -> None:
     root = settings.base.install_root
-    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current")
+    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current",
+                          locks_dir=f"{root}/locks")
     stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
-    if not stale:
+    locks = stale_locks(found["locks"], found["names"], stale, target)
+    if not stale and not locks:
         return
-    paths = " ".join(f"{root}/envs/{name} {root}/locks/{name}.txt" for name in stale)
+    paths = " ".join([*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)])
     server.shell(
         name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
-             f" sglang_keep_environments={settings.sglang.keep_environments}: {', '.join(stale)}",
+             f" sglang_keep_environments={settings.sglang.keep_environments}"
+             f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
         commands=[f"rm -rf {paths}"],
     )

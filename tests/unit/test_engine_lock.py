@@ -181,6 +181,9 @@ def test_prune_keeps_the_live_and_new_environment_and_the_newest_others():
     assert engine.stale_environments(names, "/opt/sglang/envs/s-live", "/opt/sglang/envs/s-live", keep=2) \
         == ["s-new.building", "s-b", "s-a.building", "s-a", "s-old"]
     assert engine.stale_environments(["s-x"], None, "/opt/sglang/envs/s-y", keep=3) == []
+    # a failed build left its lock copy and no environment: it goes; the target's stays
+    locks = ["s-live.txt", "s-b.txt", "s-failed.txt", "s-new.txt"]
+    assert engine.stale_locks(locks, names, stale, "/opt/sglang/envs/s-new") == ["s-b.txt", "s-failed.txt"]
 
 
 def test_keep_environments_below_two_is_refused(inventory):
