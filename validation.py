@@ -9,6 +9,8 @@ files only, no network); `python -m roles.sglang.lock` makes them.
 
 from __future__ import annotations
 
+import sys
+
 from roles.serving.command import command_problems
 from roles.site import loading, rules
 
@@ -16,5 +18,7 @@ rules.register_engine_check(command_problems)
 
 
 def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
-    loading.require_valid_inventory(inventory_file)
+    """Called at the end of every inventory file: stop before pyinfra connects to anything.
+
+    The file's groups are read from its globals (the caller's frame), so the file runs once."""
+    loading.require_valid_inventory(inventory_file, sys._getframe(1).f_globals)

@@ -125,7 +125,7 @@ def test_two_builds_from_one_lock_are_identical_and_old_ones_are_pruned(gpu_gues
                                          ' "sglang_keep_environments": 2')
     assert text != inventory.read_text()
     inventory.write_text(text)
-    other = dataclasses.replace(HOST, sglang=dataclasses.replace(HOST.sglang, python="/usr/bin/python3.11"))
+    other = dataclasses.replace(HOST, sglang=HOST.sglang.model_copy(update={"python": "/usr/bin/python3.11"}))
     second = env_dir(other, STACK, SITE)
     assert second != LIVE
     gpu_guest.check_output(f"rm -rf {ROOT}/uv-cache")

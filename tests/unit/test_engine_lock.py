@@ -156,12 +156,12 @@ def test_stamp_follows_the_lock_the_wheel_keys_and_the_patches_only():
     stack = STACK.active
     base = engine_env.stamp(PROD, GPU, stack)
     assert base.startswith(f"{stack.id}-") and env_dir(GPU, stack, PROD).endswith(base)
-    mirror = dataclasses.replace(GPU, base=dataclasses.replace(GPU.base, pypi_index_url="https://m.example/simple"))
+    mirror = dataclasses.replace(GPU, base=GPU.base.model_copy(update={"pypi_index_url": "https://m.example/simple"}))
     assert engine_env.stamp(PROD, mirror, stack) == base  # a mirror serves the same files
-    rebuilt = dataclasses.replace(GPU, build=dataclasses.replace(GPU.build, base_image="example/cuda:other"))
+    rebuilt = dataclasses.replace(GPU, build=GPU.build.model_copy(update={"base_image": "example/cuda:other"}))
     assert engine_env.kernel_wheels(PROD, rebuilt, stack)[0].key != engine_env.kernel_wheels(PROD, GPU, stack)[0].key
     assert engine_env.stamp(PROD, rebuilt, stack) != base  # a rebuilt wheel reaches the host
-    other_python = dataclasses.replace(GPU, sglang=dataclasses.replace(GPU.sglang, python="/usr/bin/python3.12"))
+    other_python = dataclasses.replace(GPU, sglang=GPU.sglang.model_copy(update={"python": "/usr/bin/python3.12"}))
     assert engine_env.stamp(PROD, other_python, stack) != base
 
 
