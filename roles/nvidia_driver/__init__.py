@@ -87,6 +87,9 @@ def nvidia_driver() -> None:
                 _require_dkms_build(version)
             _uvm_at_boot(start=loaded)
         _persistence_daemon(start=loaded)
+    if settings.nvidia_driver.dcgm:
+        _dcgm(stack.active.cuda_major)
+    if settings.driver_mode == "full":
         _kernel_module_matches(settings, module, version)
 
 
@@ -156,6 +159,22 @@ def _uvm_at_boot(start: bool) -> None:
         running=True if start else None,
         daemon_reload=unit.will_change,
     )
+
+
+def dcgm_packages(cuda_major: int) -> list[str]:
+    """NVIDIA DCGM 4 from the same CUDA repository (NVIDIA/DCGM cmake/packaging.cmake 4.6.0):
+    -core holds dcgmi, nv-hostengine and nvidia-dcgm.service; -cuda<major> the diagnostics
+    (`dcgmi diag`) built for the stack's CUDA major."""
+    return ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}"]
+
+
+def _dcgm(cuda_major: int) -> None:
+    packages = dcgm_packages(cuda_major)
+    apt.packages(name=f"Install NVIDIA DCGM ({', '.join(packages)})", packages=packages,
+                 no_recommends=True)
+    # The host engine dcgmi talks to; the health suite runs `dcgmi diag -r 1` through it.
+    systemd.service(name="Enable and start nvidia-dcgm (DCGM host engine)",
+                    service="nvidia-dcgm.service", enabled=True, running=True)
 
 
 def _target_version(settings: HostSettings, pinned: str) -> str:

@@ -13,7 +13,8 @@ inventory, i.e. before it connects. The same check runs standalone:
 
     uv run python -m roles.site inventory/prod.py
 
-Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), rules
+Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), lock (the
+stacks' locks: format, place, staleness), rules
 (cross-host rules), loading (inventory -> Site, the validation core), current (deploy-time
 access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
 table (the README's settings table), __main__ (the command line).
@@ -49,7 +50,7 @@ from roles.site.schema import (
 )
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
-from roles.site.testinfra import testinfra_url
+from roles.site.testinfra import connection_data, testinfra_url
 
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
@@ -57,7 +58,7 @@ __all__ = [
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",
-    "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
+    "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
 ]
 
 

@@ -238,15 +238,25 @@ class ServingSettings(Section):
 
 
 class SglangSettings(Section):
-    """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
+    """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
+    installed exactly from its stack's lock."""
 
     PREFIX: ClassVar[str] = "sglang_"
 
-    # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
-    # other CUDA-only packages are left out because nothing here has a GPU.
+    # "no-gpu-deps" (lab only): of the stack's lock only the sglang wheel (hash-checked);
+    # torch, kernels and the other CUDA-only packages are left out because nothing here has
+    # a GPU. Kernel wheels built from source are still installed when a builder makes them.
     install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
-    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
+    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter (e.g.
+    # the distribution's own /usr/bin/python3.12, when it is the stack's version).
     python: AbsolutePath | None = None
+    # Where uv downloads its managed CPython builds (UV_PYTHON_INSTALL_MIRROR; default: the
+    # python-build-standalone releases on GitHub). An air-gapped site points it at a mirror.
+    python_install_mirror: Url | None = None
+    # Environments kept on the host, the live one and the one being deployed included
+    # (rollback needs the previous one); older ones are removed after a deploy builds a new one.
+    keep_environments: Annotated[int, check(
+        lambda v: v >= 2, "2 or more (the live environment and the one it may roll back to)")] = 3
 
 
 class BuildSettings(Section):
@@ -365,10 +375,23 @@ class HealthSettings(Section):
     engine_python: AbsolutePath | None = None
     # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
     allreduce_timeout_s: Annotated[int, positive] = 120
-    allreduce_min_busbw_gbps: Annotated[float, positive] = 10.0
+    # None: the floor of the expected link class (tests/infra/gpu_models.py, sources there).
+    allreduce_min_busbw_gbps: Annotated[float, positive] | None = None
     allreduce_size_mib: Annotated[int, positive] = 256
     server_timeout_s: Annotated[int, positive] = 20  # /health answers within
     max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
+    # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
+    # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
+    # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
+    gpu_link: Annotated[str, one_of("nvlink", "pcie-switch", "host-bridge", "cross-socket")] | None = None
+    # Degrees below the GPU's slowdown temperature ("GPU T.Limit Temp" of nvidia-smi -q).
+    min_temp_margin_c: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 10
+    # Enforced power limit in watts; None: the GPU's own default limit (a lowered cap fails).
+    power_limit_w: Annotated[float, positive] | None = None
+    # MIG mode expected on every GPU (the engine needs whole GPUs).
+    mig_enabled: bool = False
+    # Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec.
+    min_memory_bandwidth_gbps: Annotated[float, positive] | None = None
 
 
 class NvidiaDriverSettings(Section):
@@ -380,6 +403,9 @@ class NvidiaDriverSettings(Section):
     # True: the host is rebooted and the deploy waits for it to come back.
     allow_reboot: bool = False
     reboot_timeout: Annotated[int, positive] = 900
+    # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
+    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
+    dcgm: bool = False
 
 
 class CudaSettings(Section):
