@@ -19,6 +19,7 @@ from roles.proxmox_host import guests_of, guests_ready, proxmox_host
 from roles.serving import serving
 from roles.sglang import sglang
 from roles.site import current_host
+from roles.weights import weights
 from roles.wheels import wheels
 
 settings = current_host()
@@ -32,6 +33,7 @@ if settings.in_group("proxmox_hosts"):
             lxc_guest(guest)
         else:
             kvm_guest(guest)
+    weights()  # weights the node keeps for its guests (read-only mount points), before they start
 
 guests_ready()  # every host: guests wait here until their node has made them
 
@@ -47,6 +49,7 @@ if builder:
         wheels()
 
 if engine_host:
+    weights()  # on its own disk when no node keeps them; the service waits for a verified copy
     sglang()
     serving()
     # Last: the health checks judge what the roles above left (roles/health).

@@ -448,6 +448,57 @@ class DockerSettings:
         lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))
 
 
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Written into the weights directory only once every file is verified (roles/weights); the
+# serving unit asserts it, the health suite reads it.
+WEIGHTS_MANIFEST = ".inference-host/manifest.json"
+
+
+def _commit() -> dict:
+    return _check(COMMIT_RE.match,
+                  "the 40-character commit hash (a branch or tag name such as 'main' moves; pin the"
+                  " commit it points to, shown in the repository's 'Files and versions' history)")
+
+
+def _hf_repo() -> dict:
+    return _check(HF_REPO_RE.match, "a Hugging Face repository id like moonshotai/Kimi-K2.5")
+
+
+@dataclass(frozen=True)
+class WeightsSettings:
+    """roles/weights: the served model's (and its EAGLE-3 drafter's) weights, pinned and verified."""
+
+    PREFIX: typing.ClassVar[str] = "weights_"
+
+    # None: the weights are put in place by other means (nothing is downloaded).
+    repo: str | None = field(default=None, metadata=_hf_repo())
+    revision: str | None = field(default=None, metadata=_commit())
+    allow_patterns: list[str] = field(default_factory=list)
+    ignore_patterns: list[str] = field(default_factory=list)
+    # Where the gpu node reads them; None: serving_model_path.
+    local_dir: str | None = field(default=None, metadata=_absolute_path())
+    # A verified copy on a local disk or NAS of the downloading host, copied with rsync instead
+    # of the Hub (air-gapped sites); None: the Hub (or weights_endpoint).
+    source_dir: str | None = field(default=None, metadata=_absolute_path())
+    drafter_repo: str | None = field(default=None, metadata=_hf_repo())
+    drafter_revision: str | None = field(default=None, metadata=_commit())
+    drafter_allow_patterns: list[str] = field(default_factory=list)
+    drafter_ignore_patterns: list[str] = field(default_factory=list)
+    # None: serving_speculative's draft_model_path.
+    drafter_local_dir: str | None = field(default=None, metadata=_absolute_path())
+    drafter_source_dir: str | None = field(default=None, metadata=_absolute_path())
+    # A Hub mirror (HF_ENDPOINT); None: https://huggingface.co.
+    endpoint: str | None = field(default=None, metadata=_check(
+        lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None, "an http(s) URL"))
+    # Free space demanded beyond what is still to download.
+    free_space_margin_gib: float = field(default=20.0, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    # True: re-hash every file now (--data weights_verify=True), not only after a download.
+    verify: bool = False
+    progress_interval_s: int = field(default=30, metadata=_positive())
+    max_workers: int = field(default=8, metadata=_check(lambda v: 1 <= v <= 64, "1 to 64"))
+
+
 SECTIONS: tuple[type, ...] = (
     BaseSettings,
     GpuSettings,
@@ -461,6 +512,7 @@ SECTIONS: tuple[type, ...] = (
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
+    WeightsSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -649,6 +701,7 @@ class HostSettings:
     cuda: CudaSettings
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
+    weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 
@@ -843,6 +896,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         nvidia_driver=sections[NvidiaDriverSettings],
         cuda=sections[CudaSettings],
         docker=sections[DockerSettings],
+        weights=sections[WeightsSettings],
         invalid_keys=frozenset(invalid),
     )
 
@@ -1037,6 +1091,139 @@ def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None
             )
 
 
+
+# ----------------------------------------------------------------------------------------------
+# Weights: which host keeps which model's files, and where (roles/weights, roles/serving).
+
+
+@dataclass(frozen=True)
+class WeightSet:
+    """One model's files as one host keeps them: the gpu node itself, or the Proxmox node whose
+    directory reaches the guest through a guest_mount_points entry (read-only there)."""
+
+    kind: Literal["model", "drafter"]
+    repo: str
+    revision: str
+    allow_patterns: tuple[str, ...]
+    ignore_patterns: tuple[str, ...]
+    guest_dir: str            # where the gpu node reads them (serving_model_path, draft path)
+    store_host: str           # inventory name of the host that downloads and keeps them
+    store_dir: str            # the path there
+    source_dir: str | None
+    endpoint: str | None
+    token_secret: str | None
+    settings: WeightsSettings
+
+    @property
+    def name(self) -> str:
+        """Unit and state name: the directory's last part and a hash of the whole path."""
+        import hashlib
+
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", self.store_dir.rstrip("/").rsplit("/", 1)[-1])[:40]
+        return f"{base}-{hashlib.sha1(self.store_dir.encode()).hexdigest()[:8]}"
+
+    @property
+    def manifest(self) -> str:
+        return f"{self.guest_dir.rstrip('/')}/{WEIGHTS_MANIFEST}"
+
+
+def _draft_path(host: HostSettings) -> str | None:
+    spec = host.serving.speculative or {}
+    return spec.get("draft_model_path") if isinstance(spec, dict) else None
+
+
+def _store_of(host: HostSettings, site_hosts: dict[str, HostSettings], guest_dir: str) -> tuple[str, str]:
+    """(host, path) that keeps guest_dir: the node when a mount point of this LXC guest holds it."""
+    node = site_hosts.get(host.guest.node or "")
+    if node is not None and host.in_group("lxc_guests"):
+        for host_path, guest_path in host.guest.mount_points.items():
+            guest_path = guest_path.rstrip("/")
+            if guest_dir == guest_path or guest_dir.startswith(guest_path + "/"):
+                return node.name, host_path.rstrip("/") + guest_dir[len(guest_path):]
+    return host.name, guest_dir
+
+
+def weight_sets_of(host: HostSettings, site_hosts: dict[str, HostSettings]) -> list[WeightSet]:
+    """The weights a gpu node serves from (none when weights_repo is unset)."""
+    w = host.weights
+    wanted = []
+    if w.repo and w.revision:
+        wanted.append(("model", w.repo, w.revision, w.allow_patterns, w.ignore_patterns,
+                       w.local_dir or host.serving.model_path, w.source_dir))
+    if w.drafter_repo and w.drafter_revision and (w.drafter_local_dir or _draft_path(host)):
+        wanted.append(("drafter", w.drafter_repo, w.drafter_revision, w.drafter_allow_patterns,
+                       w.drafter_ignore_patterns, w.drafter_local_dir or _draft_path(host),
+                       w.drafter_source_dir))
+    sets = []
+    for kind, repo, revision, allow, ignore, guest_dir, source in wanted:
+        store_host, store_dir = _store_of(host, site_hosts, guest_dir.rstrip("/"))
+        sets.append(WeightSet(kind, repo, revision, tuple(allow), tuple(ignore), guest_dir.rstrip("/"),
+                              store_host, store_dir, source, w.endpoint,
+                              host.serving.hf_token_secret, w))
+    return sets
+
+
+def served_weight_manifests(host: HostSettings) -> list[str]:
+    """Manifests the gpu node's engine needs before it may start (paths as the node sees them)."""
+    return [ws.manifest for ws in weight_sets_of(host, {})]
+
+
+def weight_sets_kept_by(site: Site, host_name: str) -> list[WeightSet]:
+    """What one host downloads and keeps: one copy per directory, whoever reads it."""
+    kept: dict[str, WeightSet] = {}
+    for host in site.group("gpu_nodes"):
+        for ws in weight_sets_of(host, site.hosts):
+            if ws.store_host == host_name:
+                kept.setdefault(ws.store_dir, ws)
+    return list(kept.values())
+
+
+def weights_mount_points(host: HostSettings) -> set[str]:
+    """Host paths of this LXC guest's mount points that carry its weights: mounted read-only."""
+    if not (host.in_group("lxc_guests") and host.guest.node):
+        return set()
+    carried = set()
+    for ws in weight_sets_of(host, {}):
+        for host_path, guest_path in host.guest.mount_points.items():
+            guest_path = guest_path.rstrip("/")
+            if ws.guest_dir == guest_path or ws.guest_dir.startswith(guest_path + "/"):
+                carried.add(host_path)
+    return carried
+
+
+def _check_weights(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    stores: dict[tuple[str, str], tuple[str, WeightSet]] = {}
+    for host in site_hosts.values():
+        here, w = f"{where}: host {host.name}", host.weights
+        if not host.valid("weights_repo", "weights_revision", "weights_drafter_repo",
+                          "weights_drafter_revision", "serving_speculative"):
+            continue
+        for prefix, repo, revision in (("weights_", w.repo, w.revision),
+                                       ("weights_drafter_", w.drafter_repo, w.drafter_revision)):
+            if repo and not revision:
+                problems.append(f"{here}: {prefix}repo = {repo!r} without {prefix}revision;"
+                                " expected the 40-character commit hash to download")
+            if revision and not repo:
+                problems.append(f"{here}: {prefix}revision is set without {prefix}repo;"
+                                " expected both, or neither")
+        if w.drafter_repo and not (w.drafter_local_dir or _draft_path(host)):
+            problems.append(f"{here}: weights_drafter_repo = {w.drafter_repo!r} has nowhere to go;"
+                            " expected weights_drafter_local_dir or serving_speculative's draft_model_path")
+        if (w.repo or w.drafter_repo) and not host.in_group("gpu_nodes"):
+            problems.append(f"{here}: weights_repo is set on a host outside gpu_nodes;"
+                            " expected it on the gpu node that serves the model")
+        for ws in weight_sets_of(host, site_hosts):
+            key = (ws.store_host, ws.store_dir)
+            identity = (ws.repo, ws.revision, ws.allow_patterns, ws.ignore_patterns)
+            first = stores.setdefault(key, (host.name, ws))
+            if (first[1].repo, first[1].revision, first[1].allow_patterns,
+                    first[1].ignore_patterns) != identity:
+                problems.append(
+                    f"{here}: {ws.kind} weights {ws.repo}@{ws.revision} go to {ws.store_dir} on"
+                    f" {ws.store_host}, which already holds {first[1].repo}@{first[1].revision}"
+                    f" for {first[0]}; expected one model per directory")
+
+
 def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
     seen = set()
     for value in values:
@@ -1083,6 +1270,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
     _check_site(hosts, where, secret_names, secrets_file, problems, stack)
     _check_driver_match(hosts, stack, where, problems)
+    _check_weights(hosts, where, problems)
     if problems:
         raise SiteError(problems)
     return Site(

@@ -16,7 +16,7 @@ from pyinfra.operations import server
 
 from roles import pve
 from roles.proxmox_host.facts import LxcGuestState, NvidiaHostDevices
-from roles.site import HostSettings, current_host
+from roles.site import HostSettings, current_host, weights_mount_points
 
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
@@ -69,7 +69,10 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> list[str]:
 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
-    return [pve.lxc_mount_point(src, dst) for src, dst in guest.guest.mount_points.items()]
+    # Weights the node keeps for this guest (roles/weights) are mounted read-only: ro=1.
+    read_only = weights_mount_points(guest)
+    return [pve.lxc_mount_point(src, dst, read_only=src in read_only)
+            for src, dst in guest.guest.mount_points.items()]
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:

@@ -267,7 +267,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         f = repo.files.get(filename)
         if f is None:
-            self._error(404, "EntryNotFound", f"Entry not found", {"X-Repo-Commit": commit})
+            self._error(404, "EntryNotFound", "Entry not found", {"X-Repo-Commit": commit})
             return
         common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes",
                   "Content-Disposition": f"inline; filename*=UTF-8''{quote(Path(filename).name)};"
