@@ -66,8 +66,15 @@ def weights() -> None:
     if not kept:
         return
     _tools(settings)
+    for secret in sorted({ws.token_secret for ws in kept if ws.token_secret}):
+        secret_file(label=f"the Hugging Face token (secret {secret})", value=secret_value(secret),
+                    dest=token_file(secret), user="root", group="root")
     for ws in kept:
         _weight_set(ws)
+
+
+def token_file(secret: str) -> str:
+    return f"{CONFIG_DIR}/{secret}.token"
 
 
 def unit_name(ws: WeightSet) -> str:
@@ -96,7 +103,7 @@ def unit_kwargs(ws: WeightSet) -> dict:
         unit=f"{unit_name(ws)}.service", unit_name=unit_name(ws), repo=ws.repo,
         revision=ws.revision, store_dir=ws.store_dir, python=f"{ENV_DIR}/bin/python", tool=TOOL,
         config=f"{CONFIG_DIR}/{ws.name}.json", hf_home=f"{STATE_DIR}/hf-home",
-        token_file=f"{CONFIG_DIR}/{ws.token_secret}.token" if ws.token_secret else None,
+        token_file=token_file(ws.token_secret) if ws.token_secret else None,
         endpoint=ws.endpoint, restart_sec=RESTART_SEC,
     )
 
@@ -144,10 +151,6 @@ def _weight_set(ws: WeightSet) -> None:
         name=f"Write {CONFIG_DIR}/{ws.name}.json ({ws.kind} {ws.repo}@{ws.revision})",
         src=StringIO(json.dumps(config_of(ws), indent=1, sort_keys=True) + "\n"),
         dest=f"{CONFIG_DIR}/{ws.name}.json", user="root", group="root", mode="0644")
-    if ws.token_secret:
-        secret_file(label=f"the Hugging Face token (secret {ws.token_secret})",
-                    value=secret_value(ws.token_secret),
-                    dest=f"{CONFIG_DIR}/{ws.token_secret}.token", user="root", group="root")
     written = files.template(name=f"Write /etc/systemd/system/{unit}",
                              src="templates/weights/inference-host-weights.service.j2",
                              dest=f"/etc/systemd/system/{unit}", user="root", group="root",
@@ -159,6 +162,7 @@ def _weight_set(ws: WeightSet) -> None:
                           revision=ws.revision, patterns=patterns_key(ws))
     verify = ws.settings.verify
     why = ("full re-verification requested (weights_verify)" if verify
+           else "first download" if state.get("state") == "no-tool"
            else f"{state.get('state')}: {state.get('detail', '')}".rstrip(": "))
     python.call(
         name=f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir} ({why})",
@@ -203,7 +207,8 @@ def follow(unit: str, config: str, verify: bool, restart: bool, interval: int) -
         d = _status(config)
         s = d["status"]
         fresh = float(s.get("updated") or 0) >= started
-        if time.monotonic() - last_print >= interval and fresh:
+        printed = time.monotonic() - last_print >= interval and fresh
+        if printed:
             _say(d["line"])  # the tool's own wording (inference-host-weights status)
             last_print = time.monotonic()
         if fresh and s.get("phase") == "failed" and s.get("permanent"):
@@ -214,7 +219,8 @@ def follow(unit: str, config: str, verify: bool, restart: bool, interval: int) -
         if fresh or time.monotonic() - idle_since > 60:
             break
     if fresh and s.get("phase") == "done" and d["manifest"]["state"] == "verified":
-        _say(d["line"])
+        if not printed:
+            _say(d["line"])
         return
     raise RuntimeError(
         f"{host.name}: {unit} did not finish: {s.get('message') or d['unit_state']}"
