@@ -18,8 +18,6 @@ import urllib.request
 from functools import cache
 from pathlib import Path
 
-from tests.standins.hf_hub import server as hub_server
-
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 STATE_ROOT = PROJECT_ROOT / ".lab" / "hf_hub"  # git-ignored
 MODEL_REPO = "inference-host-lab/tiny-moe"
@@ -28,6 +26,8 @@ DRAFTER_REPO = "inference-host-lab/tiny-eagle3"
 
 @cache
 def commit_of(repo_id: str) -> str:
+    from tests.standins.hf_hub import server as hub_server
+
     return hub_server.generate(repo_id, hub_server.LAB_REPOS[repo_id]).commit
 
 
