@@ -30,7 +30,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server, systemd
 
-from roles.secret_files import secret_file
+from roles.shared.secret_files import secret_file
 from roles.site import (
     HostSettings,
     WeightSet,
@@ -152,7 +152,7 @@ def _weight_set(ws: WeightSet) -> None:
         src=StringIO(json.dumps(config_of(ws), indent=1, sort_keys=True) + "\n"),
         dest=f"{CONFIG_DIR}/{ws.name}.json", user="root", group="root", mode="0644")
     written = files.template(name=f"Write /etc/systemd/system/{unit}",
-                             src="templates/weights/inference-host-weights.service.j2",
+                             src="roles/weights/templates/inference-host-weights.service.j2",
                              dest=f"/etc/systemd/system/{unit}", user="root", group="root",
                              mode="0644", **unit_kwargs(ws))
     systemd.daemon_reload(name="Reload systemd units", _if=written.did_change)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from roles import gpu_parsers as parse
 from roles.site import SiteError, load_site, testinfra_url
+from tests.infra import gpu_parsers as parse
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"

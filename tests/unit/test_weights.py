@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from roles import pve
+from roles.shared import pve
 from roles.site import load_site, served_weight_manifests, weight_sets_kept_by, weights_mount_points
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_site import NODE, assert_names, lxc, only_problem
@@ -126,7 +126,7 @@ def test_weights_unit_text(inventory):
     from roles import weights
 
     ws = _kept(inventory, serving_hf_token_secret=None, weights_endpoint="http://mirror:8080")
-    text = _render("templates/weights/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
+    text = _render("roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
     lines = text.splitlines()
     assert f"ExecStart={weights.ENV_DIR}/bin/python {weights.TOOL} run --config" \
            f" {weights.CONFIG_DIR}/{ws.name}.json" in lines
@@ -149,7 +149,7 @@ def test_weights_unit_passes_systemd_analyze_verify(inventory, tmp_path):
     python.chmod(0o755)
     kwargs["python"] = str(python)
     unit = tmp_path / "inference-host-weights-x.service"
-    unit.write_text(_render("templates/weights/inference-host-weights.service.j2", **kwargs))
+    unit.write_text(_render("roles/weights/templates/inference-host-weights.service.j2", **kwargs))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     problems = [row for row in result.stderr.splitlines() if unit.name in row]
     assert result.returncode == 0 and not problems, result.stderr
@@ -159,10 +159,10 @@ def test_serving_unit_asserts_the_verified_manifest(inventory):
     from roles import serving
 
     host = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS)])).hosts["gpu1"]
-    text = _render("templates/serving/sglang.service.j2", **serving.unit_text_kwargs(host))
+    text = _render("roles/serving/templates/sglang.service.j2", **serving.unit_text_kwargs(host))
     assert "AssertPathExists=/models/Kimi-K2.5/.inference-host/manifest.json" in text.splitlines()
     bare = load_site(inventory.groups("bare.py", gpu_nodes=[gpu_node()])).hosts["gpu1"]
-    assert "AssertPathExists" not in _render("templates/serving/sglang.service.j2",
+    assert "AssertPathExists" not in _render("roles/serving/templates/sglang.service.j2",
                                              **serving.unit_text_kwargs(bare))
 
 
