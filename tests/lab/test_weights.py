@@ -192,3 +192,21 @@ def test_branch_name_revision_is_refused_at_validation():
     run = run_deploy(env=env)
     assert run.returncode == 2 and "no host was contacted" in run.stderr
     assert "Connecting to hosts" not in run.stderr + run.stdout
+
+
+def test_health_suite_checks_the_manifest_and_fails_on_another_pin(lab_first_deploy):
+    def service_suite(**env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tests.infra", "--inventory", "inventory/lab.py",
+             "--host", lab.pyinfra_name("gpu"), "--suites", "service",
+             "--report", str(PROJECT_ROOT / "reports" / "health-weights-lab.json")],
+            cwd=PROJECT_ROOT, capture_output=True, text=True, env={**os.environ, **env})
+
+    good = service_suite()
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert f"model {hf_hub.MODEL_REPO}@{REPO.commit[:12]}: 4 files" in good.stdout + good.stderr
+    # The inventory now pins another commit than the one on disk: the check must say so.
+    other = hf_hub.commit_of(hf_hub.DRAFTER_REPO)
+    bad = service_suite(INFERENCE_HOST_LAB_WEIGHTS_REVISION=other)
+    assert bad.returncode != 0
+    assert f"expected model weights {hf_hub.MODEL_REPO}@{other}" in " ".join((bad.stdout + bad.stderr).split())
