@@ -314,9 +314,9 @@ def down() -> None:
 
 def vault_secret(vault: str, name: str) -> str:
     """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
-    from roles.site import vault
+    from roles.site import vault as secrets
 
-    return vault.decrypt_all(Path(vault), [name])[name]
+    return secrets.decrypt_all(Path(vault), [name])[name]
 
 
 def throwaway_vault() -> tuple[str, str]:
