@@ -170,7 +170,8 @@ def _weight_set(ws: WeightSet) -> None:
         unit=unit,
         config=f"{CONFIG_DIR}/{ws.name}.json",
         verify=verify,
-        restart=True,
+        # A running download continues (start is a no-op); new settings restart it (it resumes).
+        restart=lambda: config.did_change() or written.did_change(),
         interval=ws.settings.progress_interval_s,
         _if=lambda: verify or state.get("state") != "verified" or config.did_change()
         or written.did_change(),
@@ -189,15 +190,16 @@ def _say(line: str) -> None:
     print(f"[{host.name}] {line}", file=sys.stderr, flush=True)
 
 
-def follow(unit: str, config: str, verify: bool, restart: bool, interval: int) -> None:
-    """Start the unit (it resumes what is on disk) and print its progress until it is done."""
+def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None:
+    """Start the unit (it resumes what is on disk) and print its progress until it is done.
+    `restart`: a callable, asked at execution time (did the config or the unit change?)."""
     ok, output = host.run_shell_command("date +%s")
     started = float(output.stdout.strip() or 0)
     steps = [f"systemctl reset-failed {unit} 2>/dev/null || true"]
     if verify:
         name = config.rsplit("/", 1)[-1].removesuffix(".json")
         steps.append(f"touch {STATE_DIR}/{name}.verify-requested")
-    steps.append(f"systemctl {'restart' if restart else 'start'} --no-block {unit}")
+    steps.append(f"systemctl {'restart' if restart() else 'start'} --no-block {unit}")
     ok, output = host.run_shell_command(" && ".join(steps))
     if not ok:
         raise RuntimeError(f"{host.name}: could not start {unit}: {output.stderr}")
