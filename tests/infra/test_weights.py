@@ -11,6 +11,7 @@ lists has its size. Sizes only: hashing hundreds of GB belongs to `weights_verif
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -50,7 +51,7 @@ def weight_sets(request, host):
 
 def test_weights_manifest_matches_the_pin(host, weight_sets, request):
     for ws in weight_sets:
-        probe = host.run(f"python3 -c {json.dumps(PROBE)} {ws.guest_dir}")
+        probe = host.run(f"python3 -c {shlex.quote(PROBE)} {shlex.quote(ws.guest_dir)}")
         assert probe.rc == 0, explain(
             f"a verified manifest at {ws.manifest}", (probe.stderr.strip().splitlines() or ["none"])[-1],
             f"deploy again: roles/weights downloads and verifies {ws.repo}@{ws.revision}"

@@ -194,19 +194,22 @@ def test_branch_name_revision_is_refused_at_validation():
     assert "Connecting to hosts" not in run.stderr + run.stdout
 
 
-def test_health_suite_checks_the_manifest_and_fails_on_another_pin(lab_first_deploy):
-    def service_suite(**env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
+def test_health_suite_checks_the_manifest_and_fails_on_another_pin(lab_first_deploy, tmp_path):
+    def service_suite(**env: str) -> tuple[int, str]:
+        report = tmp_path / f"health-{len(env)}.json"
+        completed = subprocess.run(
             [sys.executable, "-m", "tests.infra", "--inventory", "inventory/lab.py",
-             "--host", lab.pyinfra_name("gpu"), "--suites", "service",
-             "--report", str(PROJECT_ROOT / "reports" / "health-weights-lab.json")],
+             "--host", lab.pyinfra_name("gpu"), "--suites", "service", "--report", str(report)],
             cwd=PROJECT_ROOT, capture_output=True, text=True, env={**os.environ, **env})
+        checks = json.loads(report.read_text())["checks"] if report.exists() else []
+        detail = " ".join(c["detail"] for c in checks if c["check"] == "weights manifest matches the pin")
+        return completed.returncode, detail or completed.stdout + completed.stderr
 
-    good = service_suite()
-    assert good.returncode == 0, good.stdout + good.stderr
-    assert f"model {hf_hub.MODEL_REPO}@{REPO.commit[:12]}: 4 files" in good.stdout + good.stderr
+    code, detail = service_suite()
+    assert code == 0, detail
+    assert f"model {hf_hub.MODEL_REPO}@{REPO.commit[:12]}: 5 files" in detail
     # The inventory now pins another commit than the one on disk: the check must say so.
     other = hf_hub.commit_of(hf_hub.DRAFTER_REPO)
-    bad = service_suite(INFERENCE_HOST_LAB_WEIGHTS_REVISION=other)
-    assert bad.returncode != 0
-    assert f"expected model weights {hf_hub.MODEL_REPO}@{other}" in " ".join((bad.stdout + bad.stderr).split())
+    code, detail = service_suite(INFERENCE_HOST_LAB_WEIGHTS_REVISION=other)
+    assert code != 0
+    assert f"expected model weights {hf_hub.MODEL_REPO}@{other} in {GUEST_DIR}" in detail
