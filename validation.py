@@ -8,6 +8,8 @@ CLI (roles/serving), and the active stack's resolution (roles/sglang, under pyin
 
 from __future__ import annotations
 
+import sys
+
 from roles.serving.command import command_problems
 from roles.sglang.stack_check import require_consistent_stack
 from roles.site import Site, loading, rules
@@ -23,5 +25,7 @@ loading.register_deploy_check(_consistent_stack)
 
 
 def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
-    loading.require_valid_inventory(inventory_file)
+    """Called at the end of every inventory file: stop before pyinfra connects to anything.
+
+    The file's groups are read from its globals (the caller's frame), so the file runs once."""
+    loading.require_valid_inventory(inventory_file, sys._getframe(1).f_globals)

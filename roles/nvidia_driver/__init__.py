@@ -20,12 +20,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from roles.nvidia_driver.facts import (
-    HeldPackages,
-    KernelModule,
-    NvidiaKernelModule,
-    driver_mismatch,
-)
+from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
+from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site

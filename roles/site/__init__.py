@@ -23,7 +23,7 @@ Host data keys are flat and prefixed by the section they belong to (``serving_po
 silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
 """
 
-from roles.site.current import current_host, current_site, inventory_file, secret_value
+from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
 from roles.site.schema import (
@@ -64,7 +64,7 @@ __all__ = [
     "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
-    "build_host", "current_host", "current_site", "inventory_file", "load_site", "load_stack",
+    "build_host", "current_host", "current_site", "load_site", "load_stack",
     "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
     "WeightSet", "WeightsSettings", "served_weight_manifests", "weight_sets_kept_by",
     "weight_sets_of", "weights_mount_points",

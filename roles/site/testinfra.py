@@ -18,6 +18,3 @@ def testinfra_url(inventory_file: str | os.PathLike, host_name: str) -> str:
     user = f"{data.get('ssh_user')}@" if data.get("ssh_user") else ""
     port = f":{data.get('ssh_port')}" if data.get("ssh_port") else ""
     return f"ssh://{user}{data.get('ssh_hostname') or host_name}{port}"
-
-
-_VALIDATING: set[str] = set()

@@ -105,7 +105,7 @@ def weights_mount_points(host: HostSettings) -> set[str]:
     return carried
 
 
-def _check_weights(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+def check_weights(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
     stores: dict[tuple[str, str], tuple[str, WeightSet]] = {}
     for host in site_hosts.values():
         here, w = f"{where}: host {host.name}", host.weights

@@ -12,7 +12,6 @@ message before any host is contacted.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,11 +154,9 @@ def _rebuild_host(host: site_model.HostSettings, data: dict, where: str) -> site
     """The inventory's host with some keys replaced, validated like the inventory itself."""
     current = {}
     for section in site_model.SECTIONS:
-        attribute = next(f.name for f in dataclasses.fields(site_model.HostSettings)
-                         if f.type in (section.__name__, section))
-        values = getattr(host, attribute)
-        for f in dataclasses.fields(section):
-            current[section.PREFIX + f.name] = getattr(values, f.name)
+        values = getattr(host, section.PREFIX.rstrip("_"))  # HostSettings names it by its prefix
+        for name in section.model_fields:
+            current[section.PREFIX + name] = getattr(values, name)
     problems: list[str] = []
     rebuilt = site_model.build_host(host.name, host.groups, {**current, **data}, where, problems)
     if problems:

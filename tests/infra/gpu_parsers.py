@@ -263,29 +263,6 @@ def parse_xid_events(dmesg_text: str) -> list[XidEvent]:
 
 
 # ----------------------------------------------------------------------------------------------
-# /proc/driver/nvidia/gpus/<bdf>/information
-
-
-def parse_proc_gpu_information(text: str) -> dict[str, dict[str, str]]:
-    """Returns {bus location: {field: value}} from the concatenated `information` files
-    (each introduced by `== /proc/driver/nvidia/gpus/<bdf>` or read one at a time)."""
-    gpus: dict[str, dict[str, str]] = {}
-    current: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("== "):
-            current = {}
-            gpus[line.rsplit("/", 1)[-1].strip()] = current
-            continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        current[key.strip()] = value.strip()
-        if key.strip() == "Bus Location" and current not in gpus.values():
-            gpus[value.strip()] = current
-    return {bus: info for bus, info in gpus.items() if info}
-
-
-# ----------------------------------------------------------------------------------------------
 # nvidia-smi topo -m
 
 
