@@ -54,6 +54,7 @@ TOOL = "/usr/local/bin/inference-host-weights"
 CONFIG_DIR = "/etc/inference-host/weights"
 STATE_DIR = "/var/lib/inference-host/weights"
 RESTART_SEC = 15
+STALL_S = 600  # the deploy stops following a unit that only fails for this long
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Phases of the unit that mean "still working".
 BUSY_STATES = ("active", "activating", "reloading")
@@ -204,11 +205,20 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
     if not ok:
         raise RuntimeError(f"{host.name}: could not start {unit}: {output.stderr}")
     last_print, idle_since = 0.0, time.monotonic()
+    progress_mark, progress_at = None, time.monotonic()
     while True:
         time.sleep(min(2.0, interval))
         d = _status(config)
         s = d["status"]
         fresh = float(s.get("updated") or 0) >= started
+        mark = (s.get("phase"), s.get("bytes_done"), s.get("bytes_hashed"), s.get("verify_index"))
+        if mark != progress_mark:
+            progress_mark, progress_at = mark, time.monotonic()
+        elif s.get("phase") == "failed" and time.monotonic() - progress_at > STALL_S:
+            # The unit keeps retrying on its own; the deploy stops waiting and says why.
+            raise RuntimeError(
+                f"{host.name}: {unit} made no progress for {STALL_S // 60} minutes: {s.get('message')};"
+                f" it keeps retrying every {RESTART_SEC} s (follow it: {TOOL} status)")
         printed = time.monotonic() - last_print >= interval and fresh
         if printed:
             _say(d["line"])  # the tool's own wording (inference-host-weights status)
