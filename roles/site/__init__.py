@@ -50,7 +50,7 @@ from roles.site.schema import (
 )
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
-from roles.site.testinfra import testinfra_url
+from roles.site.testinfra import connection_data, testinfra_url
 from roles.site.weights import (
     WeightSet,
     served_weight_manifests,
@@ -65,7 +65,7 @@ __all__ = [
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",
-    "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
+    "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
     "WeightSet", "WeightsSettings", "served_weight_manifests", "weight_sets_kept_by",
     "weight_sets_of", "weights_mount_points",
 ]
