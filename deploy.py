@@ -42,6 +42,7 @@ from roles.proxmox_host import (
 from roles.serving import serving
 from roles.sglang import sglang
 from roles.site import current_host
+from roles.weights import weights
 from roles.wheels import wheels
 
 settings = current_host()
@@ -61,6 +62,7 @@ if settings.in_group("proxmox_hosts"):
             lxc_guest(guest)
         else:
             kvm_guest(guest)
+    weights()  # weights the node keeps for its guests (read-only mount points), before they start
 
 guests_ready()  # every host: guests wait here until their node has made them
 
@@ -76,6 +78,7 @@ if builder:
         wheels()
 
 if engine_host:
+    weights()  # on its own disk when no node keeps them; the service waits for a verified copy
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
     sglang()
     serving()

@@ -67,6 +67,9 @@ lxc_guests = [
         "guest_unprivileged": True,             # always explicit: the default changed in PVE 9
         "guest_features": ["nesting", "keyctl"],  # systemd and Docker inside the container
         "guest_ssh_public_keys": _deploy_keys,  # root's authorized_keys (pct create only)
+        # The node's model storage, mounted read-only at /models (roles/weights keeps the
+        # weights there: one copy for every guest that mounts it).
+        "guest_mount_points": {"/tank/models": "/models"},
         "gpu_count": 8,
     }),
 ]
@@ -110,6 +113,11 @@ gpu_nodes = [
         "serving_api_key_secret": "sglang_api_key",
         "serving_hf_token_secret": "hf_token",
         "serving_mem_fraction_static": 0.92,    # measured on 96 GB cards with Kimi-K2.5
+        # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before
+        # the service may start. Pin the exact commit (the repository's "Files and versions"
+        # history); a branch or tag name is refused:
+        # "weights_repo": "moonshotai/Kimi-K2.5",
+        # "weights_revision": "<the 40-character commit hash>",
     }),
 ]
 

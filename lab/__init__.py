@@ -175,16 +175,40 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} runs an older lab image; recreating it")
         _docker("rm", "-f", name)
         state = None
+    if state and _models_volume(role) and not any(
+            m.get("Name") == models_volume() for m in state.get("Mounts", [])):
+        _log(f"{name} predates the shared models volume; recreating it")
+        _docker("rm", "-f", name)
+        state = None
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
         # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container
         # again, with /run and /dev empty: the lab's hosts reboot like real ones.
         _docker("run", "-d", "--name", name, "--hostname", name, "--restart=always",
-                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, image)
+                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_models_volume(role), image)
     elif not state["State"]["Running"]:
         _docker("start", name)
     _wait_for_systemd(name)
     return name
+
+
+# The node's model storage reaches its LXC guest as a read-only bind mount on Proxmox
+# (guest_mount_points -> mpN with ro=1). The stand-in pct only records that entry, so the lab
+# makes the same sharing with one Docker volume: read-write on the node, read-only in the guest.
+MODELS_HOST_PATH = "/tank/models"
+MODELS_GUEST_PATH = "/models"
+
+
+def models_volume() -> str:
+    return f"{PREFIX}-models"
+
+
+def _models_volume(role: str) -> list[str]:
+    if role == "pve":
+        return ["-v", f"{models_volume()}:{MODELS_HOST_PATH}"]
+    if role == "gpu":
+        return ["-v", f"{models_volume()}:{MODELS_GUEST_PATH}:ro"]
+    return []
 
 
 def _wait_for_systemd(name: str, timeout: float = 90) -> None:
@@ -286,6 +310,14 @@ def prepare_pve_node(name: str) -> None:
 def down() -> None:
     for role in HOSTS:
         _docker("rm", "-f", container_name(role), check=False)
+    _docker("volume", "rm", "-f", models_volume(), check=False)
+
+
+def vault_secret(vault: str, name: str) -> str:
+    """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
+    from roles.site import vault as secrets
+
+    return secrets.decrypt_all(Path(vault), [name])[name]
 
 
 def throwaway_ssh_public_key() -> str:

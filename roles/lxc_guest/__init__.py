@@ -19,7 +19,7 @@ from roles.shared import pve
 from roles.shared.guest_keys import keys_file, put_guest_keys
 from roles.shared.proxmox_facts import LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
-from roles.site import HostSettings, current_host
+from roles.site import HostSettings, current_host, weights_mount_points
 
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
@@ -66,7 +66,10 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], 
 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
-    return [pve.lxc_mount_point(src, dst) for src, dst in guest.guest.mount_points.items()]
+    # Weights the node keeps for this guest (roles/weights) are mounted read-only: ro=1.
+    read_only = weights_mount_points(guest)
+    return [pve.lxc_mount_point(src, dst, read_only=src in read_only)
+            for src, dst in guest.guest.mount_points.items()]
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:

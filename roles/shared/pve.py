@@ -271,8 +271,11 @@ def with_hwaddr(current: str | None, wanted: str) -> str:
     return print_property_string(data, required=("name",))
 
 
-def lxc_mount_point(host_path: str, guest_path: str) -> str:
-    return print_property_string({"volume": host_path, "mp": guest_path}, "volume", ("mp",))
+def lxc_mount_point(host_path: str, guest_path: str, read_only: bool = False) -> str:
+    data: dict[str, object] = {"volume": host_path, "mp": guest_path}
+    if read_only:
+        data["ro"] = 1  # pve-container LXC/Config.pm mp option `ro` (boolean)
+    return print_property_string(data, "volume", ("mp",))
 
 
 def mount_identity(value: str) -> str:

@@ -447,6 +447,49 @@ class DockerSettings(Section):
                                       "lower-case Unix user names")] = []
 
 
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Written into the weights directory only once every file is verified (roles/weights); the
+# serving unit asserts it, the health suite reads it.
+WEIGHTS_MANIFEST = ".inference-host/manifest.json"
+Commit = Annotated[str, check(COMMIT_RE.match,
+                              "the 40-character commit hash (a branch or tag name such as 'main' moves; pin the"
+                              " commit it points to, shown in the repository's 'Files and versions' history)")]
+HfRepo = Annotated[str, check(HF_REPO_RE.match, "a Hugging Face repository id like moonshotai/Kimi-K2.5")]
+
+
+class WeightsSettings(Section):
+    """roles/weights: the served model's (and its EAGLE-3 drafter's) weights, pinned and verified."""
+
+    PREFIX: ClassVar[str] = "weights_"
+
+    # None: the weights are put in place by other means (nothing is downloaded).
+    repo: HfRepo | None = None
+    revision: Commit | None = None
+    allow_patterns: list[str] = []
+    ignore_patterns: list[str] = []
+    # Where the gpu node reads them; None: serving_model_path.
+    local_dir: AbsolutePath | None = None
+    # A verified copy on a local disk or NAS of the downloading host, copied with rsync instead
+    # of the Hub (air-gapped sites); None: the Hub (or weights_endpoint).
+    source_dir: AbsolutePath | None = None
+    drafter_repo: HfRepo | None = None
+    drafter_revision: Commit | None = None
+    drafter_allow_patterns: list[str] = []
+    drafter_ignore_patterns: list[str] = []
+    # None: serving_speculative's draft_model_path.
+    drafter_local_dir: AbsolutePath | None = None
+    drafter_source_dir: AbsolutePath | None = None
+    # A Hub mirror (HF_ENDPOINT); None: https://huggingface.co.
+    endpoint: Url | None = None
+    # Free space demanded beyond what is still to download.
+    free_space_margin_gib: Annotated[float, check(lambda v: v >= 0, "a number >= 0")] = 20.0
+    # True: re-hash every file now (--data weights_verify=True), not only after a download.
+    verify: bool = False
+    progress_interval_s: Annotated[int, positive] = 30
+    max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = 8
+
+
 SECTIONS: tuple[type[Section], ...] = (
     BaseSettings,
     GpuSettings,
@@ -460,6 +503,7 @@ SECTIONS: tuple[type[Section], ...] = (
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
+    WeightsSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -489,6 +533,7 @@ class HostSettings:
     cuda: CudaSettings
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
+    weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 
