@@ -49,7 +49,7 @@ from roles.site.schema import (
 )
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
-from roles.site.testinfra import testinfra_url
+from roles.site.testinfra import connection_data, testinfra_url
 
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
@@ -57,7 +57,7 @@ __all__ = [
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",
-    "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
+    "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
 ]
 
 

@@ -352,10 +352,23 @@ class HealthSettings(Section):
     engine_python: AbsolutePath | None = None
     # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
     allreduce_timeout_s: Annotated[int, positive] = 120
-    allreduce_min_busbw_gbps: Annotated[float, positive] = 10.0
+    # None: the floor of the expected link class (tests/infra/gpu_models.py, sources there).
+    allreduce_min_busbw_gbps: Annotated[float, positive] | None = None
     allreduce_size_mib: Annotated[int, positive] = 256
     server_timeout_s: Annotated[int, positive] = 20  # /health answers within
     max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
+    # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
+    # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
+    # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
+    gpu_link: Annotated[str, one_of("nvlink", "pcie-switch", "host-bridge", "cross-socket")] | None = None
+    # Degrees below the GPU's slowdown temperature ("GPU T.Limit Temp" of nvidia-smi -q).
+    min_temp_margin_c: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 10
+    # Enforced power limit in watts; None: the GPU's own default limit (a lowered cap fails).
+    power_limit_w: Annotated[float, positive] | None = None
+    # MIG mode expected on every GPU (the engine needs whole GPUs).
+    mig_enabled: bool = False
+    # Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec.
+    min_memory_bandwidth_gbps: Annotated[float, positive] | None = None
 
 
 class NvidiaDriverSettings(Section):
@@ -367,6 +380,9 @@ class NvidiaDriverSettings(Section):
     # True: the host is rebooted and the deploy waits for it to come back.
     allow_reboot: bool = False
     reboot_timeout: Annotated[int, positive] = 900
+    # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
+    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
+    dcgm: bool = False
 
 
 class CudaSettings(Section):

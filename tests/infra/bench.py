@@ -28,8 +28,9 @@ from pathlib import Path
 
 import yaml
 
-from roles.site import SiteError, load_site, testinfra_url
+from roles.site import SiteError, load_site
 from tests.infra import gpu_parsers as parse
+from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"
