@@ -102,7 +102,11 @@ gpu_nodes = [
         "serving_served_model_name": "kimi-k2.5",
         # The weights the service loads: downloaded by the node from the stand-in Hub at a
         # pinned commit, verified, and seen here through the read-only mount point.
-        "serving_model_path": f"{lab.MODELS_GUEST_PATH}/tiny-moe",
+        # The vLLM lab test serves the tiny Llama lab.up() copies in (INFERENCE_HOST_LAB_MODEL_PATH,
+        # for both engines: SGLang's stand-in reads any model folder); the verified weights
+        # stay where weights_local_dir says, and the unit still waits for their manifest.
+        "serving_model_path": os.environ.get("INFERENCE_HOST_LAB_MODEL_PATH", f"{lab.MODELS_GUEST_PATH}/tiny-moe"),
+        "weights_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-moe",
         "weights_repo": hf_hub_standin.MODEL_REPO,
         "weights_revision": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_REVISION",
                                            hf_hub_standin.commit_of(hf_hub_standin.MODEL_REPO)),
@@ -128,7 +132,6 @@ gpu_nodes = [
         # torch pin (2.10.0+cpu) lives on PyTorch's index, unreachable here: PyPI's torch 2.10.0
         # and the torchvision/torchaudio built for it stand in (CUDA-enabled builds; they run
         # on CPU). Eager mode starts faster; 1024 tokens of context bound the KV cache.
-        "serving_model_path": lab.TINY_MODEL_DEST,
         "vllm_install_mode": "cpu",
         # vLLM's CPU sampler is torch.compile'd on first use (inductor builds C++ against
         # Python.h); uv's managed CPython on the target ships its headers, Debian's python3

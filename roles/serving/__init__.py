@@ -46,6 +46,7 @@ from roles.shared.secret_files import secret_file
 from roles.site import (
     EngineStack,
     HostSettings,
+    Site,
     current_host,
     current_site,
     secret_value,
@@ -66,28 +67,27 @@ START_LIMIT_BURST = 3
 START_LIMIT_INTERVAL_S = START_LIMIT_BURST * (TIMEOUT_START_S + RESTART_SEC_S) + RESTART_SEC_S
 
 
-def config_dir(settings: HostSettings, stack: EngineStack) -> str:
+def config_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
     """Where one release's serving configuration lives: inside its own environment."""
-    return f"{env_dir(settings, stack)}/{CONFIG_DIR_NAME}"
+    return f"{env_dir(settings, stack, site)}/{CONFIG_DIR_NAME}"
 
 
-def config_paths(settings: HostSettings, stack: EngineStack) -> dict[str, str]:
-    folder, unit = config_dir(settings, stack), settings.serving.unit_name
+def config_paths(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict[str, str]:
+    folder, unit = config_dir(settings, stack, site), settings.serving.unit_name
     return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit}.env",
             "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
 
 
-def launch_command(settings: HostSettings, stack: EngineStack,
-                   hosts: dict[str, HostSettings]) -> list[str]:
+def launch_command(settings: HostSettings, stack: EngineStack, site: Site) -> list[str]:
     """The argv of the server for one stack; {env} in the launcher is its env dir.
     serving_launch_command replaces SGLang's launcher (the lab's stand-in); vLLM always runs
     its own API server module."""
-    env = env_dir(settings, stack)
+    env, hosts = env_dir(settings, stack, site), site.hosts
     if stack.engine == "vllm":
         launcher = VLLM_LAUNCHER
     else:
         launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
-    secret_args = config_paths(settings, stack)["secret_args"]
+    secret_args = config_paths(settings, stack, site)["secret_args"]
     return ([part.replace("{env}", env) for part in launcher]
             + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
 
@@ -107,10 +107,10 @@ def probe_url(settings: HostSettings, engine: str = "sglang") -> str:
     return f"http://{address}:{settings.serving.port}{READY_PATHS[engine]}"
 
 
-def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
+def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict:
     """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
-    paths = config_paths(settings, stack)
+    paths = config_paths(settings, stack, site)
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
@@ -172,16 +172,17 @@ def _scripts() -> list:
 
 
 def release_templates(settings: HostSettings, stack: EngineStack,
-                      hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+                      site: Site) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments) of one release's templated files; the deploy
     writes them, `python -m roles.render` previews them."""
-    paths = config_paths(settings, stack)
+    paths = config_paths(settings, stack, site)
     return [
         (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, engine_label=stack.label,
-              command=shlex.join(launch_command(settings, stack, hosts)))),
-        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
+              command=shlex.join(launch_command(settings, stack, site)))),
+        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
+         unit_text_kwargs(settings, stack, site)),
     ]
 
 
@@ -197,7 +198,7 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
             paths["unit"]: f"the unit of stack {stack.id}"}
     written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
                               user="root", group="root", mode=mode, **kwargs)
-               for path, template, mode, kwargs in release_templates(settings, stack, current_site().hosts)]
+               for path, template, mode, kwargs in release_templates(settings, stack, current_site())]
     return written + _secret_args(settings, paths["secret_args"])
 
 

@@ -46,7 +46,7 @@ def _api_key() -> str:
 
 
 def _config(stack) -> str:
-    return f"{ROOT}/envs/{stack.id}/serving"
+    return f"{env_dir(HOST, stack, SITE)}/serving"
 
 
 def _leaked(text: str) -> list[str]:
@@ -202,7 +202,7 @@ def _assert_runs_with_its_own_configuration(gpu_guest, stack):
     assert "health_generate 20\n" in unit  # the lab's ready timeout, not the failed deploy's 23
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"envs/{stack.id}/bin/python" in cmdline
+    assert f"{env_dir(HOST, stack, SITE)}/bin/python" in cmdline
     assert f"--config {_config(stack)}/sglang-secret-args.yaml" in cmdline
     environ = gpu_guest.check_output(f"cat /proc/{pid}/environ | tr '\\0' '\\n'")
     assert "INFERENCE_HOST_STANDIN_NEVER_HEALTHY" not in environ and "NCCL_P2P_LEVEL=SYS" in environ

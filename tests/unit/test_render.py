@@ -35,7 +35,9 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     out = tmp_path / "preview"
     assert render.main([str(inventory), "--out", str(out)]) == 0
     node, gpu = site.group("proxmox_hosts")[0], site.group("gpu_nodes")[0]
-    env = f"opt/sglang/envs/{site.stack.active.id}/serving"
+    from roles import serving
+
+    env = serving.config_dir(gpu, site.stack.active, site).lstrip("/")
     for host, path in [(node.name, "etc/modprobe.d/blacklist-nouveau.conf"),
                        (node.name, "etc/modules-load.d/vfio.conf"),
                        (node.name, "inference-host-commands/pct-create-201.sh"),

@@ -80,12 +80,14 @@ def _render(name: str, **kwargs) -> str:
 def _unit_kwargs(host=GPU_HOST, stack=STACK.active):
     from roles import serving
 
-    return serving.unit_text_kwargs(host, stack)
+    return serving.unit_text_kwargs(host, stack, PROD)
 
 
 def test_unit_has_the_required_settings():
     text = _render("sglang.service.j2", **_unit_kwargs())
-    env = f"/opt/sglang/envs/{STACK.active.id}/serving"
+    from roles import serving
+
+    env = serving.config_dir(GPU_HOST, STACK.active, PROD)
     for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/sglang.env", f"ExecStart={env}/launch",
                  "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
                  "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",
