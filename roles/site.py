@@ -184,11 +184,19 @@ class NcclSettings:
 
 @dataclass(frozen=True)
 class SpeculativeSettings:
+    """serving_speculative: an EAGLE-3 drafter served beside the target (roles/serving/speculative.py
+    checks it per release). draft_config / target_config: copies of the drafter's and the target's
+    config.json on the control machine, relative to the inventory file."""
+
     draft_model_path: str
     algorithm: str = "EAGLE3"
     num_steps: int = 3
     eagle_topk: int = 1
     num_draft_tokens: int = 4
+    # SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in 0.5.9/0.5.10).
+    spec_v2: bool = False
+    draft_config: str | None = None
+    target_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -379,6 +387,8 @@ class HealthSettings:
     allreduce_size_mib: int = field(default=256, metadata=_positive())
     server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
     max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    # With serving_speculative: the drafter's accept length must reach this (1.0: never accepted).
+    min_accept_length: float = field(default=1.5, metadata=_check(lambda v: v >= 1.0, "a number >= 1.0"))
 def _url() -> dict:
     return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
                   "an http(s) URL without trailing spaces")
@@ -890,7 +900,11 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
             # Rendered per release and checked against that release's real CLI.
             from roles.serving.command import command_problems
 
-            problems.extend(f"{here}: {p}" for p in command_problems(host, site_hosts, stack.active))
+            speculative = _speculative_problems(host, stack, where)
+            # One message per mistake: a bad speculative value is named by its own check.
+            problems.extend(f"{here}: {p}" for p in command_problems(host, site_hosts, stack.active)
+                            if not (speculative and "--speculative-" in p))
+            problems.extend(f"{here}: {p}" for p in speculative)
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
@@ -899,18 +913,31 @@ def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, s
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
 
 
+def _speculative_problems(host: HostSettings, stack: Stack, where: str) -> list[str]:
+    """Per-release checks of the drafter and its config against the target's (roles/serving)."""
+    if host.speculative is None:
+        return []
+    from roles.serving.command import CliError, cli_options
+    from roles.serving.speculative import speculative_problems
+
+    try:
+        cli = cli_options(stack.active.sglang)
+    except CliError:
+        return []  # command_problems already says the release's CLI is missing
+    return speculative_problems(host, stack, stack.active, cli, Path(where).parent)
+
+
 def _speculative_problem(speculative: dict | None) -> str | None:
     if speculative is None:
         return None
     try:
-        spec = SpeculativeSettings(**speculative)
-        if spec.algorithm not in ("EAGLE", "EAGLE3"):
-            raise TypeError(f"algorithm {spec.algorithm!r}")
+        SpeculativeSettings(**speculative)  # the values are checked per release (roles/serving)
     except TypeError as error:
         return (
             f"serving_speculative = {speculative!r} is invalid ({error});"
             " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
-            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
+            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
+            " 'draft_config': '<drafter config.json>', 'target_config': '<target config.json>'}"
         )
     return None
 

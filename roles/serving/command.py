@@ -92,14 +92,9 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if serving.enable_metrics:
         args.append("--enable-metrics")
     if serving.speculative:
-        spec = SpeculativeSettings(**serving.speculative)
-        args += [
-            "--speculative-algorithm", spec.algorithm,
-            "--speculative-draft-model-path", spec.draft_model_path,
-            "--speculative-num-steps", str(spec.num_steps),
-            "--speculative-eagle-topk", str(spec.eagle_topk),
-            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
-        ]
+        from roles.serving.speculative import speculative_arguments
+
+        args += speculative_arguments(SpeculativeSettings(**serving.speculative))
     nnodes, rank, init_addr = _node_topology(settings, hosts)
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
