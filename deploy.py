@@ -3,8 +3,9 @@
     uv run pyinfra -y inventory/lab.py deploy.py      # the embedded lab
     uv run pyinfra inventory/prod.py deploy.py        # the real machine
 
-The Proxmox nodes' operations come first, then a barrier every host passes (guests_ready), so
-pyinfra runs all of the nodes' operations before any of the guests' own: the guests exist and
+Composition happens here and only here: roles never import each other. The Proxmox nodes'
+operations come first (with roles/nvidia_driver on a node whose LXC guests have GPUs), then a
+barrier every host passes (guests_ready), so pyinfra runs all of the nodes' operations before any of the guests' own: the guests exist and
 have their GPUs before the rest of the deploy continues inside them.
 """
 
@@ -15,11 +16,17 @@ from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
 from roles.nvidia_driver import nvidia_driver
-from roles.proxmox_host import guests_of, guests_ready, proxmox_host
+from roles.proxmox_host import (
+    guests_of,
+    guests_ready,
+    host_driver_services,
+    needs_host_driver,
+    proxmox_host,
+)
 from roles.serving import serving
 from roles.sglang import sglang
-from roles.site import current_host
-from roles.wheels import wheels
+from roles.site import current_host, current_site
+from roles.wheels import wheelhouses, wheels
 
 settings = current_host()
 engine_host = settings.in_group("gpu_nodes")
@@ -27,6 +34,9 @@ builder = settings.in_group("builders")
 
 if settings.in_group("proxmox_hosts"):
     proxmox_host()
+    if needs_host_driver(settings):  # the node's kernel driver serves its LXC guests' GPUs
+        nvidia_driver()
+        host_driver_services()
     for guest in guests_of(settings.name):
         if guest.in_group("lxc_guests"):
             lxc_guest(guest)
@@ -47,7 +57,8 @@ if builder:
         wheels()
 
 if engine_host:
-    sglang()
+    # Kernel wheels the builders made for this stack (roles/wheels), installed by roles/sglang.
+    sglang(wheelhouses(settings, current_site().stack.active))
     serving()
     # Last: the health checks judge what the roles above left (roles/health).
     health()

@@ -14,8 +14,8 @@ import os
 import pyinfra
 
 import lab
-from roles.site import require_valid_inventory
 from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from validation import require_valid_inventory
 
 # A throwaway vault (random values, random password under .lab/), made on first use.
 _vault, _password_file = lab.throwaway_vault()

@@ -22,7 +22,7 @@ import pyinfra
 
 import lab
 from lab.cuda_image import cuda_devel_image
-from roles.site import require_valid_inventory
+from validation import require_valid_inventory
 
 # Per lab prefix, so that developers sharing this machine keep separate wheelhouses.
 _wheelhouse = os.environ.get(

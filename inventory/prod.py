@@ -9,7 +9,7 @@ Each group below is a list of (host, data) pairs. A host may be in several group
 the settings listed in README.md under "Settings" (a typo is an error, not ignored).
 """
 
-from roles.site import require_valid_inventory
+from validation import require_valid_inventory
 
 # The stack file beside this one holds every version pin; the vault holds the secrets.
 # Secret values are decrypted at deploy time with the password in the file named by

@@ -4,7 +4,7 @@ Used by inventory/lab.py. With only a Docker engine running, it makes what it ne
 
 1. a Debian 12 base image: debootstrap into a folder and `docker import` when no registry
    answers (these machines have none), or ubuntu:24.04 pulled when one does;
-2. a systemd-capable image on top of it (docker/lab/systemd-host.Dockerfile);
+2. a systemd-capable image on top of it (lab/docker/systemd-host.Dockerfile);
 3. one running container per rehearsal host, started with the flags that let systemd run
    as PID 1 without --privileged (DESIGN.md, "Facts about these machines").
 
@@ -36,7 +36,7 @@ DEBIAN_MIRROR = os.environ.get("INFERENCE_HOST_LAB_DEBIAN_MIRROR", "http://deb.d
 
 DEBOOTSTRAP_IMAGE = "inference-host/lab-base:debian12"
 REGISTRY_IMAGE = "ubuntu:24.04"
-SYSTEMD_DOCKERFILE = PROJECT_ROOT / "docker" / "lab" / "systemd-host.Dockerfile"
+SYSTEMD_DOCKERFILE = PROJECT_ROOT / "lab" / "docker" / "systemd-host.Dockerfile"
 # What debootstrap puts in so that the image boots systemd and pyinfra/testinfra can work.
 DEBOOTSTRAP_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "procps", "iproute2"]
 
@@ -219,7 +219,7 @@ def install_standins(name: str) -> None:
     with tempfile.TemporaryDirectory(prefix="ih-lab-standin-") as folder:
         target = Path(folder) / "sglang_server"
         shutil.copytree(STANDIN_SOURCE, target, ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copytree(PROJECT_ROOT / "roles" / "sglang" / "cli", target / "cli")
+        shutil.copytree(PROJECT_ROOT / "roles" / "serving" / "cli", target / "cli")
         _docker("exec", name, "mkdir", "-p", str(Path(STANDIN_DEST).parent))
         _docker("exec", name, "rm", "-rf", STANDIN_DEST)
         _docker("cp", str(target), f"{name}:{STANDIN_DEST}")
@@ -291,7 +291,7 @@ def throwaway_vault() -> tuple[str, str]:
     """A lab-only vault with a random API key and its password, made once under .lab/."""
     import secrets as random
 
-    from roles import secrets
+    from roles.site import vault as secrets
 
     STATE_DIR.mkdir(mode=0o700, exist_ok=True)
     password_file = STATE_DIR / "vault-password"

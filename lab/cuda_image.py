@@ -19,7 +19,7 @@ from pathlib import Path
 import lab
 
 CUDA_ROOT = Path(os.environ.get("INFERENCE_HOST_LAB_CUDA", "/usr/local/cuda"))
-DOCKERFILE = lab.PROJECT_ROOT / "docker" / "lab" / "cuda-devel.Dockerfile"
+DOCKERFILE = lab.PROJECT_ROOT / "lab" / "docker" / "cuda-devel.Dockerfile"
 
 
 def cuda_version(root: Path = CUDA_ROOT) -> str:

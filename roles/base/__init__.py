@@ -13,8 +13,10 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
-from roles.base.facts import ContainerVirtualization, UvVersion
-from roles.secret_files import secret_file
+from roles.base.facts import UvVersion
+from roles.shared.host_facts import ContainerVirtualization
+from roles.shared.pip import pip_environment
+from roles.shared.secret_files import secret_file
 from roles.site import HostSettings, Stack, current_host, current_site, secret_value
 
 SUPPORTED = {("Ubuntu", 24), ("Debian", 12)}
@@ -27,7 +29,6 @@ PACKAGES = [
 
 SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-sysctl.conf"
 LIMITS_FILE = "/etc/security/limits.d/90-inference-host-limits.conf"
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @deploy("Base")
@@ -115,7 +116,7 @@ def _service_user(settings: HostSettings) -> None:
 def _sysctl(settings: HostSettings) -> None:
     conf = files.template(
         name=f"Write {SYSCTL_FILE}",
-        src="templates/base/90-inference-host-sysctl.conf.j2",
+        src="roles/base/templates/90-inference-host-sysctl.conf.j2",
         dest=SYSCTL_FILE,
         sysctl=settings.base.sysctl,
         mode="0644",
@@ -133,21 +134,13 @@ def _sysctl(settings: HostSettings) -> None:
 def _limits(settings: HostSettings) -> None:
     files.template(
         name=f"Write {LIMITS_FILE}",
-        src="templates/base/90-inference-host-limits.conf.j2",
+        src="roles/base/templates/90-inference-host-limits.conf.j2",
         dest=LIMITS_FILE,
         service_user=settings.base.service_user,
         nofile=settings.base.limit_nofile,
         memlock=settings.base.limit_memlock,
         mode="0644",
     )
-
-
-def pip_environment(settings: HostSettings) -> dict[str, str]:
-    """pip on the host: trust the system bundle (with the extra CAs) and use the site's mirror."""
-    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if settings.base.pypi_index_url:
-        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
-    return env
 
 
 def _uv(settings: HostSettings, stack: Stack) -> None:

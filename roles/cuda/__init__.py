@@ -15,7 +15,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server
 
 from roles.cuda.facts import SelectedCudaDirectory
-from roles.nvidia_repo import current_distro, ensure_cuda_repository
+from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
 from roles.site import current_host, current_site
 
 PROFILE_FILE = "/etc/profile.d/90-inference-host-cuda.sh"
@@ -56,7 +56,7 @@ def _select(version: str, stack_id: str) -> None:
     )
     files.template(
         name=f"Export CUDA_HOME={target} in {PROFILE_FILE}",
-        src="templates/cuda/90-inference-host-cuda.sh.j2",
+        src="roles/cuda/templates/90-inference-host-cuda.sh.j2",
         dest=PROFILE_FILE,
         cuda_home=target,
         version=version,

@@ -17,7 +17,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.docker_engine.facts import DAEMON_JSON, DockerDaemonConfig
-from roles.nvidia_repo import Distro, current_distro
+from roles.shared.nvidia_repo import Distro, current_distro
 from roles.site import DockerSettings, current_host
 
 DOCKER_KEYRING = "/etc/apt/keyrings/docker.asc"

@@ -15,9 +15,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from roles import pve
-from roles.lxc_guest import guest_hostname
-from roles.proxmox_host.facts import KvmGuestState
+from roles.shared import pve
+from roles.shared.proxmox_facts import KvmGuestState
+from roles.shared.pve import guest_hostname
 from roles.site import HostSettings
 
 HOTPLUGGED = {"name", "onboot", "balloon"}

@@ -14,20 +14,14 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from roles import pve
-from roles.proxmox_host.facts import LxcGuestState, NvidiaHostDevices
+from roles.shared import pve
+from roles.shared.proxmox_facts import LxcGuestState, NvidiaHostDevices
+from roles.shared.pve import guest_hostname
 from roles.site import HostSettings, current_host
 
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
 HOTPLUGGED = {"cores", "hostname", "onboot", "memory", "swap", "net0"}
-
-
-def guest_hostname(guest: HostSettings) -> str:
-    """guest_hostname, else the inventory name's last path part (`@docker/ih-gpu` -> ih-gpu)."""
-    if guest.guest.hostname:
-        return guest.guest.hostname
-    return guest.name.rsplit("/", 1)[-1].lstrip("@").split(".")[0]
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:

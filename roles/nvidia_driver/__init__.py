@@ -20,14 +20,14 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from roles.base.facts import ContainerVirtualization
 from roles.nvidia_driver.facts import (
     HeldPackages,
     KernelModule,
     NvidiaKernelModule,
     driver_mismatch,
 )
-from roles.nvidia_repo import Distro, current_distro, ensure_cuda_repository
+from roles.shared.host_facts import ContainerVirtualization
+from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
 
 PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
@@ -100,7 +100,7 @@ def _target_version(settings: HostSettings, pinned: str) -> str:
 def _pin_and_install(distro: Distro, version: str, packages: list[str]) -> None:
     files.template(
         name=f"Pin NVIDIA driver packages to {version}",
-        src="templates/nvidia_driver/90-inference-host-nvidia-driver.j2",
+        src="roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2",
         dest=PIN_FILE,
         version=version,
         mode="0644",
@@ -124,7 +124,7 @@ def _pin_and_install(distro: Distro, version: str, packages: list[str]) -> None:
 def _blacklist_nouveau() -> None:
     blacklist = files.template(
         name=f"Blacklist nouveau in {NOUVEAU_BLACKLIST}",
-        src="templates/nvidia_driver/blacklist-nouveau.conf.j2",
+        src="roles/nvidia_driver/templates/blacklist-nouveau.conf.j2",
         dest=NOUVEAU_BLACKLIST,
         mode="0644",
     )

@@ -6,7 +6,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from roles.driver_state import (  # noqa: F401  (re-exported for role.py and its tests)
+from roles.shared.driver_state import (  # noqa: F401  (re-exported for role.py and its tests)
     NO_MODINFO,
     NO_MODULE,
     NO_NVIDIA_SMI,

@@ -5,7 +5,8 @@ proxmox-boot-tool), vfio modules loaded at boot, nouveau blacklisted, the initra
 modules change, and "reboot required" reported when any of that changed. When an LXC guest of
 this node has GPUs, the node needs the NVIDIA kernel driver with nvidia-persistenced (so that
 /dev/nvidia-uvm exists before a container starts): that install belongs to roles/nvidia_driver,
-called through `_host_driver` below.
+which deploy.py runs on the node when `needs_host_driver` says so, followed by
+`host_driver_services`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server, systemd
 
-from roles.proxmox_host.facts import BootLoader, CpuVendor, KernelCmdline, PciDevices
+from roles.shared.proxmox_facts import BootLoader, CpuVendor, KernelCmdline, PciDevices
 from roles.site import HostSettings, current_host, current_site
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
@@ -71,8 +72,6 @@ def proxmox_host() -> None:
         commands=["touch /run/reboot-required && echo inference-host >> /run/reboot-required.pkgs"],
         _if=lambda: boot_changed() or modules_changed(),
     )
-    if any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
-        _host_driver(settings)
 
 
 @deploy("Proxmox guests ready")
@@ -139,7 +138,7 @@ def _grub_args(args: list[str]):
     files.directory(name="Create /etc/default/grub.d", path="/etc/default/grub.d", mode="0755")
     dropin = files.template(
         name=f"Add {' '.join(args)} to GRUB's kernel command line ({GRUB_DROPIN})",
-        src="templates/proxmox_host/inference-host-iommu.cfg.j2",
+        src="roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
         dest=GRUB_DROPIN,
         kernel_args=args,
         mode="0644",
@@ -170,14 +169,14 @@ def _systemd_boot_args(args: list[str]):
 def _modules(settings: HostSettings):
     modules = files.template(
         name=f"Load {', '.join(VFIO_MODULES)} at boot ({MODULES_FILE})",
-        src="templates/proxmox_host/vfio.conf.j2",
+        src="roles/proxmox_host/templates/vfio.conf.j2",
         dest=MODULES_FILE,
         modules=VFIO_MODULES,
         mode="0644",
     )
     blacklist = files.template(
         name=f"Blacklist nouveau ({BLACKLIST_FILE})",
-        src="templates/proxmox_host/blacklist-nouveau.conf.j2",
+        src="roles/proxmox_host/templates/blacklist-nouveau.conf.j2",
         dest=BLACKLIST_FILE,
         mode="0644",
     )
@@ -190,20 +189,25 @@ def _modules(settings: HostSettings):
     return changed
 
 
-def _host_driver(settings: HostSettings) -> None:
-    """The NVIDIA kernel driver for LXC guests' GPUs, and nvidia-persistenced.
+def needs_host_driver(settings: HostSettings) -> bool:
+    """Whether this node gets the NVIDIA kernel driver: one of its LXC guests has GPUs.
 
-    roles/nvidia_driver installs it (full mode: the node is no LXC guest) at the stack's exact
-    version, which its LXC guests' userspace must match; with proxmox_host_driver = False the
-    node's driver is left to the user.
+    deploy.py then runs roles/nvidia_driver on the node (full mode: the node is no LXC guest)
+    at the stack's exact version, which its LXC guests' userspace must match, and
+    host_driver_services below; with proxmox_host_driver = False the driver is left to the user.
     """
+    if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
+        return False
     if not settings.proxmox.host_driver:
         logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver and"
                        " nvidia-persistenced are left to you (LXC guests need them)")
-        return
-    from roles.nvidia_driver import nvidia_driver
+        return False
+    return True
 
-    nvidia_driver()
+
+@deploy("Proxmox host driver services")
+def host_driver_services() -> None:
+    """nvidia-persistenced on a node whose driver serves LXC guests (after roles/nvidia_driver)."""
     systemd.service(
         name="Run nvidia-persistenced (keeps /dev/nvidia-uvm present for containers)",
         service="nvidia-persistenced",

@@ -23,10 +23,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from roles.secret_files import secret_file
 from roles.serving.command import SECRET_ARGS_DIR, secret_args_file, server_arguments
 from roles.serving.facts import LinkTarget, UnitActiveState
-from roles.sglang import env_dir
+from roles.serving.speculative import release_cli, speculative_environment
+from roles.shared.layout import env_dir
+from roles.shared.secret_files import secret_file
 from roles.site import EngineStack, HostSettings, current_host, current_site, secret_value
 
 LIBEXEC = "/usr/local/libexec/inference-host"
@@ -45,7 +46,7 @@ def launch_command(settings: HostSettings, stack: EngineStack) -> list[str]:
 
 
 def unit_text_kwargs(settings: HostSettings) -> dict:
-    """Keyword arguments of templates/serving/sglang.service.j2 (also used by the unit tests)."""
+    """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
     unit = serving.unit_name
     return dict(
@@ -69,10 +70,7 @@ def unit_text_kwargs(settings: HostSettings) -> dict:
 
 
 def env_file_kwargs(settings: HostSettings, stack: EngineStack | None = None) -> dict:
-    from roles.serving.command import cli_options
-    from roles.serving.speculative import speculative_environment
-
-    spec_env = speculative_environment(settings.speculative, cli_options(stack.sglang)) if stack else {}
+    spec_env = speculative_environment(settings.speculative, release_cli(stack.sglang) or {}) if stack else {}
     return dict(
         unit_name=settings.serving.unit_name,
         nccl=settings.nccl,
@@ -98,7 +96,7 @@ def serving() -> None:
 def _scripts() -> list:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     return [
-        files.template(name=f"Install {LIBEXEC}/{name}", src=f"templates/serving/{name}.j2",
+        files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
                        dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
         for name in ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
     ]
@@ -109,7 +107,7 @@ def _environment_file(settings: HostSettings, stack: EngineStack) -> list:
                     group="root", mode="0755")
     path = f"{SECRET_ARGS_DIR}/{settings.serving.unit_name}.env"
     return [files.template(name=f"Write {path} (NCCL and engine environment, mode 0600)",
-                           src="templates/serving/sglang.env.j2", dest=path, user="root",
+                           src="roles/serving/templates/sglang.env.j2", dest=path, user="root",
                            group="root", mode="0600", **env_file_kwargs(settings, stack))]
 
 
@@ -130,7 +128,7 @@ def _launcher(settings: HostSettings, stack: EngineStack) -> list:
     path = f"{env_dir(settings, stack)}/{LAUNCHER_NAME}"
     return [files.template(
         name=f"Write {path} (sglang {stack.sglang} command line)",
-        src=f"templates/serving/{LAUNCHER_NAME}.j2", dest=path, user="root", group="root",
+        src=f"roles/serving/templates/{LAUNCHER_NAME}.j2", dest=path, user="root", group="root",
         mode="0755", stack_id=stack.id, sglang_version=stack.sglang,
         command=shlex.join(launch_command(settings, stack)),
     )]
@@ -139,7 +137,7 @@ def _launcher(settings: HostSettings, stack: EngineStack) -> list:
 def _unit(settings: HostSettings) -> list:
     unit = f"{settings.serving.unit_name}.service"
     written = files.template(name=f"Write /etc/systemd/system/{unit}",
-                             src="templates/serving/sglang.service.j2",
+                             src="roles/serving/templates/sglang.service.j2",
                              dest=f"/etc/systemd/system/{unit}", user="root", group="root",
                              mode="0644", **unit_text_kwargs(settings))
     systemd.daemon_reload(name="Reload systemd units", _if=written.did_change)

@@ -1,13 +1,14 @@
 """The SGLang server's command line, rendered from typed settings for the pinned release,
-and checked against that release's real CLI (roles/sglang/cli/<version>.json, captured from
-its wheel by roles.sglang.cli_capture) while the inventory is validated."""
+and checked against that release's real CLI (roles/serving/cli/<version>.json, captured from
+its wheel by roles.serving.cli_capture) while the inventory is validated."""
 
 from __future__ import annotations
 
 import json
 from functools import cache
 
-from roles.sglang.cli_capture import data_file
+from roles.serving.cli_capture import data_file
+from roles.serving.speculative import speculative_arguments
 from roles.site import EngineStack, HostSettings, SpeculativeSettings
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
@@ -42,7 +43,7 @@ def cli_options(version: str) -> dict:
     if not path.is_file():
         raise CliError(
             f"no captured command line for sglang {version} ({path.name} is missing);"
-            f" expected one made by `uv run python -m roles.sglang.cli_capture {version}`"
+            f" expected one made by `uv run python -m roles.serving.cli_capture {version}`"
         )
     return json.loads(path.read_text())
 
@@ -59,12 +60,12 @@ def _spelling(setting: str, version: str) -> str:
 
 
 def _node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, str]:
-    from roles.site import _address_of
+    from roles.site import address_of
 
     nodes = [h for h in hosts.values() if h.in_group("gpu_nodes")]
     head = nodes[0]
     names = [n.name for n in nodes]
-    return len(nodes), names.index(settings.name), f"{_address_of(head)}:{head.serving.dist_init_port}"
+    return len(nodes), names.index(settings.name), f"{address_of(head)}:{head.serving.dist_init_port}"
 
 
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
@@ -92,8 +93,6 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if serving.enable_metrics:
         args.append("--enable-metrics")
     if serving.speculative:
-        from roles.serving.speculative import speculative_arguments
-
         args += speculative_arguments(SpeculativeSettings(**serving.speculative))
     nnodes, rank, init_addr = _node_topology(settings, hosts)
     if nnodes > 1:

@@ -12,7 +12,7 @@ What each check stands on (read in the releases' own source):
   EAGLE/EAGLE3 and raises at start with topk > 1; off, EAGLE turns the overlap scheduler off
   ("Overlap scheduler is disabled when spec v2 is off"). Releases without the switch (0.5.23)
   refuse spec_v2 = True here;
-- the drafter's config.json against the target's (roles/eagle3): hidden size, vocabulary,
+- the drafter's config.json against the target's (roles/shared/eagle3.py): hidden size, vocabulary,
   `eagle_aux_hidden_state_layer_ids` in SGLang's convention. Both files are read on the
   control machine (paths relative to the inventory file: a copy of each model's config.json),
   so a drafter that cannot work never reaches the host.
@@ -22,10 +22,13 @@ Without --max-running-requests SGLang caps speculative serving at 48 running req
 
 from __future__ import annotations
 
+import json
 import re
+from functools import cache
 from pathlib import Path
 
-from roles import eagle3
+from roles.serving.cli_capture import data_file
+from roles.shared import eagle3
 from roles.site import EngineStack, HostSettings, SpeculativeSettings, Stack
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -53,11 +56,12 @@ def speculative_environment(spec: SpeculativeSettings | None, cli: dict) -> dict
     return {"SGLANG_ENABLE_SPEC_V2": "1" if spec.spec_v2 else "0"}
 
 
-def speculative_problems(host: HostSettings, stack: Stack, active: EngineStack, cli: dict,
-                         inventory_dir: Path) -> list[str]:
-    spec = host.speculative
-    if spec is None:
-        return []
+def speculative_problems(host: HostSettings, stack: Stack, inventory_dir: Path) -> list[str]:
+    """Registered with the site model's rules by validation.py."""
+    spec, active = host.speculative, stack.active
+    cli = release_cli(active.sglang)
+    if spec is None or cli is None:
+        return []  # no CLI captured: the command-line check already says so
     version = active.sglang
     label = f"serving_speculative ({spec.algorithm} on sglang {version})"
     problems = _shape_problems(spec, cli, version)
@@ -122,9 +126,12 @@ def _config_problems(spec: SpeculativeSettings, stack: Stack, active: EngineStac
 
 
 def _captures(version: str, architecture: str) -> bool:
-    from roles.serving.command import CliError, cli_options
+    cli = release_cli(version)
+    return bool(cli) and architecture in cli.get("eagle3_capture_architectures", [])
 
-    try:
-        return architecture in cli_options(version).get("eagle3_capture_architectures", [])
-    except CliError:
-        return False
+
+@cache
+def release_cli(version: str) -> dict | None:
+    """The release's captured CLI (roles/serving/cli/<version>.json), None when not captured."""
+    path = data_file(version)
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -18,20 +18,18 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from roles.base import SYSTEM_CA_BUNDLE
 from roles.sglang.facts import SglangEnvironmentStamp, UnappliedPatches
+from roles.shared.layout import env_dir
+from roles.shared.patches import patch_queue
+from roles.shared.pip import SYSTEM_CA_BUNDLE
 from roles.site import EngineStack, HostSettings, current_host, current_site
 
 PATCH_ROOT = Path(__file__).resolve().parent / "patches"
 PATCH_DIR_NAME = "inference-host-patches"
 
 
-def env_dir(settings: HostSettings, stack: EngineStack) -> str:
-    return f"{settings.base.install_root}/envs/{stack.id}"
-
-
 def patches_for(version: str) -> list[Path]:
-    return sorted((PATCH_ROOT / version).glob("*.patch"))
+    return patch_queue(PATCH_ROOT, "sglang", version)
 
 
 def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str]:
@@ -48,15 +46,6 @@ def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str
     return pins
 
 
-def _wheelhouses(settings: HostSettings, stack: EngineStack) -> list[str]:
-    """The wheelhouse entries roles/wheels makes for this stack's source-built kernel wheels
-    (keyed by their inputs); used when present on the host, else uv takes PyPI's."""
-    from roles.wheels import wheel_dir
-
-    folders = (wheel_dir(settings, stack, package) for package in ("flash-attn", "sgl-kernel"))
-    return [folder for folder in folders if folder]
-
-
 def stamp(settings: HostSettings, stack: EngineStack) -> str:
     """What a finished install records: changes when anything that shapes the env changes."""
     key = "\n".join([settings.sglang.install_mode, settings.sglang.python or stack.python,
@@ -65,17 +54,19 @@ def stamp(settings: HostSettings, stack: EngineStack) -> str:
 
 
 @deploy("SGLang")
-def sglang() -> None:
+def sglang(wheelhouses: list[str] | tuple[str, ...] = ()) -> None:
+    """wheelhouses: the wheelhouse folders of this stack's source-built kernel wheels (from
+    roles/wheels, handed over by deploy.py); used when present on the host, else PyPI's."""
     settings = current_host()
     stack = current_site().stack.active
     target = env_dir(settings, stack)
     files.directory(name=f"Create {settings.base.install_root}/envs",
                     path=f"{settings.base.install_root}/envs", user="root", group="root", mode="0755")
-    built = _environment(settings, stack, target)
+    built = _environment(settings, stack, target, wheelhouses)
     _patches(stack, target, built)
 
 
-def _environment(settings: HostSettings, stack: EngineStack, target: str):
+def _environment(settings: HostSettings, stack: EngineStack, target: str, wheelhouses):
     expected = stamp(settings, stack)
     built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
     python = settings.sglang.python or stack.python
@@ -88,7 +79,7 @@ def _environment(settings: HostSettings, stack: EngineStack, target: str):
     no_deps = " --no-deps" if settings.sglang.install_mode == "no-gpu-deps" else ""
     # Wheelhouse folders that exist are searched before PyPI (locally built SM120 kernels).
     find_links = "".join(
-        f' $([ -d {path} ] && echo "--find-links {path}")' for path in _wheelhouses(settings, stack)
+        f' $([ -d {path} ] && echo "--find-links {path}")' for path in wheelhouses
     )
     # Built in a temporary folder and moved into place: a failed install never leaves a
     # half environment behind under the stack's name.

@@ -7,7 +7,7 @@ wheel the active stack builds from source (stack.yml: flash_attn_source / kernel
    WHEELHOUSE/<package>/<key>/ means there is nothing to do: a fact lookup, seconds;
 2. otherwise the job cap is computed from the builder's real memory and cores
    (roles/wheels/jobcap.py), printed, and passed to the build as MAX_JOBS / NVCC_THREADS;
-3. build_wheel.py builds docker/<package>.Dockerfile with a time limit, checks every wheel
+3. build_wheel.py builds roles/wheels/docker/<package>.Dockerfile with a time limit, checks every wheel
    with `cuobjdump --list-elf` for sm_120 code, and only then moves it into the wheelhouse.
 
 Where the wheels are: wheel_dir(host_settings, stack, package) (what the engine role installs).
@@ -24,7 +24,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, python, server
 
-from roles.base import pip_environment
+from roles.shared.pip import pip_environment
 from roles.site import EngineStack, HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
 from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
@@ -68,6 +68,13 @@ def wheels() -> None:
     for wheel in pending:
         cap = _job_cap(wheel, settings, resources)
         _build(wheel, cap, settings, docker, cuobjdump)
+
+
+def wheelhouses(settings: HostSettings, stack: EngineStack) -> list[str]:
+    """The wheelhouse entries this stack's source-built kernel wheels get (keyed by their
+    inputs): what roles/sglang installs from when present (deploy.py hands them over)."""
+    folders = (wheel_dir(settings, stack, package) for package in ("flash-attn", "sgl-kernel"))
+    return [folder for folder in folders if folder]
 
 
 def wheel_dir(settings: HostSettings, stack: EngineStack, package: str) -> str | None:

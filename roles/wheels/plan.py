@@ -17,11 +17,13 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roles.shared.patches import patch_queue
 from roles.site import PROJECT_ROOT, BuildSettings, EngineStack
 
-DOCKER_DIR = PROJECT_ROOT / "docker"
+ROLE_DIR = Path(__file__).resolve().parent
+DOCKER_DIR = ROLE_DIR / "docker"  # <package>.Dockerfile and the helpers they COPY (wheels/)
 HELPERS_DIR = DOCKER_DIR / "wheels"
-PATCHES_DIR = DOCKER_DIR / "patches"
+PATCHES_DIR = ROLE_DIR / "patches"  # roles/shared/patches.py: <package>/[<version>/]NNNN-*.patch
 
 # NVIDIA's devel images by stack CUDA version (Ubuntu 24.04, like the gpu nodes).
 CUDA_DEVEL_IMAGES = {
@@ -94,7 +96,7 @@ def _wheel_build(package: str, version: str, stack: EngineStack, build: BuildSet
     override = build.source_overrides.get(package)
     source_dir = _source_dir(package, override) if override else None
     source = "context" if source_dir else upstream_source
-    patches = tuple(sorted((PATCHES_DIR / package).glob("*.patch"))) if source != "context" else ()
+    patches = tuple(patch_queue(PATCHES_DIR, package, version)) if source != "context" else ()
     build_args = {
         "BASE_IMAGE": base_image(stack, build),
         "SOURCE": source,

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import yaml
 
-from roles import eagle3
-from roles import gpu_parsers as parse
+from roles.shared import eagle3
 from roles.site import SiteError, load_site, testinfra_url
+from tests.infra import gpu_parsers as parse
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"

@@ -1,5 +1,5 @@
 """Evidence gathered from a host once per run and shared by the checks: each command runs
-once per host, its text goes through roles.gpu_parsers, and where a source is missing the
+once per host, its text goes through tests.infra.gpu_parsers, and where a source is missing the
 probe records why, so a check can say "no evidence because ..." instead of passing.
 
 Nothing here needs systemd: the GPU evidence comes from nvidia-smi, /proc and the kernel log.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SMI = "nvidia-smi"

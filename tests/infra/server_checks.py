@@ -17,7 +17,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 from tests.infra.probes import explain
 
 STATUS_MARKER = "IH-HTTP "

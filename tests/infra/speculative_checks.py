@@ -14,8 +14,8 @@ The judges are pure and unit-tested; test_speculative.py asks the host.
 
 from __future__ import annotations
 
-from roles import eagle3
-from roles import gpu_parsers as parse
+from roles.shared import eagle3
+from tests.infra import gpu_parsers as parse
 from tests.infra.probes import explain
 
 # Enough decode steps for the gauge to be set (the default decode log interval is 40 steps).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles import gpu_parsers as parse
+from tests.infra import gpu_parsers as parse
 from tests.infra.probes import explain, report
 
 pytestmark = pytest.mark.interconnect

@@ -95,7 +95,7 @@ def test_secret_file_is_0600_and_owned_by_service_user(gpu_guest):
 
 
 def test_secret_never_in_deploy_output(lab_first_deploy, lab_second_deploy):
-    from roles import secrets
+    from roles.site import vault as secrets
 
     values = secrets.decrypt_all(SITE.secrets_file)
     for run in (lab_first_deploy, lab_second_deploy):

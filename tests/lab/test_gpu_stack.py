@@ -18,7 +18,7 @@ import os
 import pytest
 
 from roles.nvidia_driver import driver_packages
-from roles.nvidia_repo import SUPPORTED
+from roles.shared.nvidia_repo import SUPPORTED
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY
 
@@ -61,7 +61,7 @@ def test_guest_driver_equals_the_nodes_kernel_module(gpu_guest):
     import testinfra
 
     import lab
-    from roles.driver_state import parse_proc_driver_version
+    from roles.shared.driver_state import parse_proc_driver_version
 
     node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
     module = parse_proc_driver_version(node.file(f"{lab.PVE_PROC_DIR}/version").content_string)

@@ -12,7 +12,7 @@ import pytest
 import testinfra
 
 import lab
-from roles import pve
+from roles.shared import pve
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 

@@ -32,7 +32,7 @@ def _main_pid(gpu_guest) -> str:
 
 
 def _api_key() -> str:
-    from roles import secrets
+    from roles.site import vault as secrets
 
     return secrets.decrypt_all(SITE.secrets_file, ["sglang_api_key"])["sglang_api_key"]
 

@@ -1,7 +1,7 @@
 """roles/wheels on a real Docker engine: the builder rehearsal (inventory/lab_builder.py).
 
-The deploy builds tests/fixtures/tiny_cuda_ext through docker/flash-attn.Dockerfile and
-docker/sgl-kernel.Dockerfile on this machine's engine, with the real job cap, cuobjdump check
+The deploy builds tests/fixtures/tiny_cuda_ext through roles/wheels/docker/flash-attn.Dockerfile and
+roles/wheels/docker/sgl-kernel.Dockerfile on this machine's engine, with the real job cap, cuobjdump check
 and wheelhouse. Each test session uses a fresh wheelhouse, so the first deploy really builds.
 """
 

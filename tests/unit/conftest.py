@@ -31,7 +31,7 @@ class InventoryFactory:
         path.write_text(text.replace(old, new, 1))
 
     def vault(self, **values: str) -> str:
-        from roles import secrets
+        from roles.site import vault as secrets
 
         path = self.dir / "secrets.vault.yml"
         for name, value in values.items():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from roles import gpu_parsers as parse
 from tests.infra import bench
+from tests.infra import gpu_parsers as parse
 
 DATA = Path(__file__).parent / "data" / "sglang" / "bench-serving-output.jsonl"
 WORKLOAD = {"dataset": "random-ids", "input_len": 1024, "output_len": 512, "concurrency": [1, 16],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles import eagle3
+from roles.shared import eagle3
 from tests.unit.conftest import PROJECT_ROOT
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
@@ -121,7 +121,7 @@ def test_launcher_argv_reads_the_exec_line():
 
 
 def test_accept_length_from_prometheus_metrics():
-    from roles.gpu_parsers import parse_prometheus
+    from tests.infra.gpu_parsers import parse_prometheus
 
     text = ('sglang:spec_accept_length{model_name="kimi-k2.5",tp_rank="0"} 2.71\n'
             'sglang:spec_accept_rate{model_name="kimi-k2.5",tp_rank="0"} 0.57\n')

@@ -1,4 +1,4 @@
-"""roles.gpu_parsers on real captured output (tests/unit/data/gpu/, see the READMEs there)."""
+"""tests.infra.gpu_parsers on real captured output (tests/unit/data/gpu/, see the READMEs there)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from roles import driver_state
-from roles import gpu_parsers as parse
+from roles.shared import driver_state
+from tests.infra import gpu_parsers as parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -92,7 +92,7 @@ def test_driver_parsers_are_driver_states_own():
         assert getattr(parse, name) is getattr(driver_state, name), name
 
 
-@pytest.mark.parametrize("module", ["roles.gpu_parsers", "roles.driver_state"])
+@pytest.mark.parametrize("module", ["tests.infra.gpu_parsers", "roles.shared.driver_state"])
 def test_importable_with_the_standard_library_only(module):
     # tests/infra runs on GPU machines without pyinfra (or yaml): importing these must not
     # need either, also not through a package's __init__ (roles/nvidia_driver/__init__.py).
@@ -101,7 +101,7 @@ def test_importable_with_the_standard_library_only(module):
             "before = set(sys.modules)\n"
             f"import {module}\n"
             "loaded = {name.split('.')[0] for name in set(sys.modules) - before}\n"
-            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles'}))\n")
+            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles', 'tests'}))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr

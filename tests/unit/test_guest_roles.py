@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from roles import pve
 from roles.kvm_guest import create_command as qm_create
 from roles.kvm_guest import plan_update as qm_plan
 from roles.lxc_guest import create_command as pct_create
 from roles.lxc_guest import plan_update as pct_plan
 from roles.lxc_guest import wanted_devices
+from roles.shared import pve
 from roles.site import load_site
 from tests.unit.test_site import NODE
 

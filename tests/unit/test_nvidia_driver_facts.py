@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from roles import driver_state
 from roles.nvidia_driver.facts import (
     NO_MODINFO,
     HeldPackages,
@@ -19,6 +18,7 @@ from roles.nvidia_driver.facts import (
     parse_nvidia_smi_driver_version,
     parse_proc_driver_version,
 )
+from roles.shared import driver_state
 
 H200 = Path(__file__).parent / "data" / "gpu" / "h200-1gpu"
 
@@ -160,7 +160,7 @@ def test_held_packages_fact():
 
 
 def test_standalone_check_on_the_h200_captures(monkeypatch):
-    """scripts' view: roles/driver_state.py run against the captured H200 output."""
+    """scripts' view: roles/shared/driver_state.py run against the captured H200 output."""
     driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
     monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
     monkeypatch.setattr(driver_state, "_output",

@@ -8,9 +8,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from roles import pve
 from roles.proxmox_host import iommu_kernel_args, systemd_boot_cmdline
-from roles.proxmox_host.facts import (
+from roles.shared import pve
+from roles.shared.proxmox_facts import (
     parse_boot_loader,
     parse_guest_state,
     parse_nvidia_host_devices,
@@ -195,7 +195,7 @@ def test_systemd_boot_cmdline_appends_once_and_keeps_root():
 
 def test_grub_dropin_extends_the_default_command_line():
     template = jinja2.Template(
-        (PROJECT_ROOT / "templates" / "proxmox_host" / "inference-host-iommu.cfg.j2").read_text())
+        (PROJECT_ROOT / "roles" / "proxmox_host" / "templates" / "inference-host-iommu.cfg.j2").read_text())
     text = template.render(kernel_args=iommu_kernel_args("amd"))
     assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"' in text
     assert [line for line in text.splitlines() if not line.startswith("#")] == [
@@ -205,6 +205,6 @@ def test_grub_dropin_extends_the_default_command_line():
 def test_vfio_modules_file():
     from roles.proxmox_host import VFIO_MODULES
 
-    template = jinja2.Template((PROJECT_ROOT / "templates" / "proxmox_host" / "vfio.conf.j2").read_text())
+    template = jinja2.Template((PROJECT_ROOT / "roles" / "proxmox_host" / "templates" / "vfio.conf.j2").read_text())
     lines = [line for line in template.render(modules=VFIO_MODULES).splitlines() if not line.startswith("#")]
     assert lines == ["vfio", "vfio_iommu_type1", "vfio_pci"]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from roles import secrets
+from roles.site import vault as secrets
 from tests.unit.conftest import PASSWORD, PROJECT_ROOT
 
 
@@ -57,13 +57,13 @@ def test_cli_reads_the_value_from_stdin(tmp_path):
     password_file = tmp_path / "pw"
     password_file.write_bytes(PASSWORD)
     env = {**os.environ, secrets.PASSWORD_FILE_ENV: str(password_file)}
-    result = subprocess.run([sys.executable, "-m", "roles.secrets", "set", str(vault), "hf_token"],
+    result = subprocess.run([sys.executable, "-m", "roles.site.vault", "set", str(vault), "hf_token"],
                             input="hf_from_stdin\n", text=True, capture_output=True, env=env,
                             cwd=PROJECT_ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "hf_from_stdin" not in result.stdout + result.stderr
     assert secrets.decrypt_all(vault, password=PASSWORD) == {"hf_token": "hf_from_stdin"}
-    check = subprocess.run([sys.executable, "-m", "roles.secrets", "check", str(vault)], text=True,
+    check = subprocess.run([sys.executable, "-m", "roles.site.vault", "check", str(vault)], text=True,
                            capture_output=True, env=env, cwd=PROJECT_ROOT, timeout=60)
     assert check.returncode == 0 and "1 secrets decrypt" in check.stdout
 

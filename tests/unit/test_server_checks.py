@@ -153,6 +153,6 @@ def test_no_server_is_no_answer(host, expect, fake_server):
     ("a b " * 30, "only 2 distinct tokens out of 60"),
 ])
 def test_degenerate_reason(text, reason):
-    from roles.gpu_parsers import degenerate_reason
+    from tests.infra.gpu_parsers import degenerate_reason
 
     assert degenerate_reason(text) == reason

@@ -12,14 +12,16 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from roles.serving import cli_capture
 from roles.serving import command as cmd
-from roles.sglang import cli_capture, patches_for, stack_check, wheels
+from roles.sglang import patches_for, stack_check
+from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 GPU_HOST = PROD.group("gpu_nodes")[0]
-PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/sglang/patches").iterdir() if p.is_dir())
+PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/sglang/patches/sglang").iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
@@ -113,7 +115,7 @@ def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
 
 def _render(name: str, **kwargs) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(f"templates/serving/{name}").render(**kwargs)
+    return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
 
 
 def _unit_kwargs(host=GPU_HOST):

@@ -251,7 +251,7 @@ def test_cli_exits_non_zero_with_one_line_per_problem(inventory):
 def test_deploy_stops_before_connecting_on_a_bad_inventory(inventory):
     # A docker host that does not exist: if pyinfra tried to connect it would try to start it.
     source = (
-        "from roles.site import require_valid_inventory\n"
+        "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8, 'serving_prot': 1})]\n"
         "require_valid_inventory(__file__)\n"
     )
@@ -268,7 +268,7 @@ def test_deploy_stops_before_connecting_on_a_bad_inventory(inventory):
 def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, tmp_path):
     vault = inventory.vault(hf_token="hf_value")
     source = (
-        "from roles.site import require_valid_inventory\n"
+        "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8,"
         f" 'secrets_file': {vault!r}, 'serving_hf_token_secret': 'hf_token'}})]\n"
         "require_valid_inventory(__file__)\n"

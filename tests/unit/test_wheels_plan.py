@@ -12,7 +12,7 @@ import pytest
 
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
 from roles.wheels import plan
-from roles.wheels.plan import WheelPlanError, context_tar, planned_builds
+from roles.wheels.plan import ROLE_DIR, WheelPlanError, context_tar, planned_builds
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 ACTIVE = STACK.active  # sglang 0.5.9, CUDA 12.8: flash-attn built, sgl-kernel prebuilt
@@ -95,14 +95,16 @@ def test_unknown_cuda_needs_a_base_image_setting():
 
 
 def test_dockerfile_and_patch_contents_are_inputs(tmp_path, monkeypatch):
-    docker = tmp_path / "docker"
-    shutil.copytree(PROJECT_ROOT / "docker", docker)
+    role = tmp_path / "wheels"
+    shutil.copytree(ROLE_DIR / "docker", role / "docker")
+    shutil.copytree(ROLE_DIR / "patches", role / "patches")
+    docker = role / "docker"
     monkeypatch.setattr(plan, "DOCKER_DIR", docker)
     monkeypatch.setattr(plan, "HELPERS_DIR", docker / "wheels")
-    monkeypatch.setattr(plan, "PATCHES_DIR", docker / "patches")
+    monkeypatch.setattr(plan, "PATCHES_DIR", role / "patches")
     original = keys(BOTH)
     assert original == keys(BOTH)  # the copy hashes like the original
-    patch = docker / "patches" / "sgl-kernel" / "0001-compile-only-sm120a.patch"
+    patch = role / "patches" / "sgl-kernel" / "0001-compile-only-sm120a.patch"
     patch.write_text(patch.read_text() + "\n")
     changed = keys(BOTH)
     assert changed["sgl-kernel"] != original["sgl-kernel"]
@@ -144,13 +146,13 @@ def test_context_tar_is_reproducible_and_holds_what_the_dockerfile_copies(tmp_pa
 
 def test_dockerfiles_keep_the_production_defaults():
     for name in ("flash-attn", "sgl-kernel"):
-        text = (PROJECT_ROOT / "docker" / f"{name}.Dockerfile").read_text()
+        text = (ROLE_DIR / "docker" / f"{name}.Dockerfile").read_text()
         assert "ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04" in text
         assert "FROM scratch AS artifact" in text and "--mount=type=cache" in text
         assert "# syntax=" not in text.replace("No `# syntax=` line", "")
-    flash = (PROJECT_ROOT / "docker" / "flash-attn.Dockerfile").read_text()
+    flash = (ROLE_DIR / "docker" / "flash-attn.Dockerfile").read_text()
     assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in flash and "FLASH_ATTN_CUDA_ARCHS=${CUDA_ARCHS}" in flash
-    sgl = (PROJECT_ROOT / "docker" / "sgl-kernel.Dockerfile").read_text()
+    sgl = (ROLE_DIR / "docker" / "sgl-kernel.Dockerfile").read_text()
     assert "SGL_KERNEL_COMPILE_THREADS=1;ENABLE_BELOW_SM90=OFF" in sgl
     assert "--fuzz=0" in sgl
-    assert Path(PROJECT_ROOT / "docker" / "patches" / "sgl-kernel").is_dir()
+    assert Path(ROLE_DIR / "patches" / "sgl-kernel").is_dir()

@@ -10,7 +10,7 @@ that creating and converging guests needs. PROXMOX_MOVE_STEP picks the GPU assig
 import os
 
 import lab
-from roles.site import require_valid_inventory
+from validation import require_valid_inventory
 
 _STEP = os.environ.get("PROXMOX_MOVE_STEP", "before")
 _GPU = lab.PVE_GPUS

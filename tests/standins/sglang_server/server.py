@@ -2,7 +2,7 @@
 
 Mirrors the interface the deploy and the health checks rely on, from SGLang's own sources:
 - the command line: the pinned release's real options (captured from its wheel into
-  roles/sglang/cli/<version>.json, copied beside this file as cli/); an unknown flag or a
+  roles/serving/cli/<version>.json, copied beside this file as cli/); an unknown flag or a
   bad choice exits 2 as argparse does; `--config FILE` merges options from a YAML (here JSON)
   file as sglang's ConfigArgumentMerger does;
 - python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _fake import fake_host
 
-from roles.site import require_valid_inventory
+from validation import require_valid_inventory
 
 _site = {"stack_file": "../../../inventory/stack.yml"}
 _gpus = ["0000:01:00.0", "0000:21:00.0"]

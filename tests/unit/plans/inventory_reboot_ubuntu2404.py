@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _fake import fake_host
 
-from roles.site import require_valid_inventory
+from validation import require_valid_inventory
 
 _site = {"stack_file": "../../../inventory/stack.yml"}
 _old_module = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build"

@@ -11,10 +11,10 @@
 #
 # sgl-kernel publishes wheels only (no sdist): the source is the sgl-kernel/ folder of the
 # sglang repository at SGLANG_GIT_REF, checked to carry SGL_KERNEL_VERSION, with the patches of
-# docker/patches/sgl-kernel/ applied (sm_120a only). Its CMake fetches cutlass, flashinfer and
+# roles/wheels/patches/sgl-kernel/ applied (sm_120a only). Its CMake fetches cutlass, flashinfer and
 # others from GitHub during the build: the builder needs to reach GitHub.
 #
-# The build context holds this file, docker/wheels/ (helpers), patches/ (docker/patches/
+# The build context holds this file, roles/wheels/docker/wheels/ (helpers), patches/ (docker/patches/
 # sgl-kernel), extra-ca/ (CA certificates to trust; may be empty) and, with SOURCE=context,
 # src/ (a source tree to build as given, without the patches).
 # No `# syntax=` line: that would pull a frontend image from a registry.

@@ -5,7 +5,7 @@ captured output (tests/unit/data/gpu/).
 
 The driver's evidence (kernel module version and flavor, userspace versions, NVML's
 "Driver/library version mismatch", the modinfo license) is parsed in one place,
-roles/driver_state.py, which the driver role uses too; it is re-exported here so
+roles/shared/driver_state.py, which the driver role uses too; it is re-exported here so
 that the checks read every parser from this one module.
 
 Values a tool reports as missing ("[N/A]", "[Not Supported]") become None, never 0: a check
@@ -19,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from roles.driver_state import (  # noqa: F401  (re-exported for tests/infra)
+from roles.shared.driver_state import (  # noqa: F401  (re-exported for tests/infra)
     KernelModule,
     parse_kernel_log_driver_version,
     parse_modinfo_license,

@@ -8,7 +8,7 @@
 #       --build-arg FLASH_ATTN_VERSION=2.8.3 --build-arg TORCH_VERSION=2.9.1 \
 #       --build-arg MAX_JOBS=1 --build-arg NVCC_THREADS=2 --output type=local,dest=out/ CONTEXT
 #
-# The build context holds this file, docker/wheels/ (helpers), extra-ca/ (CA certificates to
+# The build context holds this file, roles/wheels/docker/wheels/ (helpers), extra-ca/ (CA certificates to
 # trust; may be empty) and, with SOURCE=context, src/ (a source tree to build as given).
 # No `# syntax=` line: that would pull a frontend image from a registry.
 

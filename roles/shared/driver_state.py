@@ -1,7 +1,7 @@
 """Driver state of an NVIDIA host, parsed from its own tools' output: pure functions only.
 
 The one implementation of this parsing. No pyinfra import here (standard library only): the
-facts (roles/nvidia_driver/facts.py), the health checks (roles/gpu_parsers.py re-exports these
+facts (roles/nvidia_driver/facts.py), the health checks (tests/infra/gpu_parsers.py re-exports these
 for tests/infra) and this file run as a script (below) all use these parsers, the last two on
 machines without pyinfra. Tested on real output (tests/unit/data/gpu/).
 """
@@ -161,7 +161,7 @@ def _same_version(module: str, userspace: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Read-only check of the machine it runs on, with the same parsers (stdlib only):
 #
-#     python3 roles/driver_state.py [--expect 580.95.05] [--json]
+#     python3 roles/shared/driver_state.py [--expect 580.95.05] [--json]
 #
 # Exit status: 0 consistent, 1 reboot required / not the expected version, 2 no NVIDIA driver.
 

@@ -11,9 +11,9 @@ Python, so this reads them from the wheel's source with `ast` (stdlib only, no i
   sglang/srt/arg_groups/arg_utils.py:add_cli_args_from_dataclass) and add the rest with
   add_argument in server_args.py.
 
-    uv run python -m roles.sglang.cli_capture 0.5.9     # writes roles/sglang/cli/0.5.9.json
+    uv run python -m roles.serving.cli_capture 0.5.9     # writes roles/serving/cli/0.5.9.json
 
-The wheel is downloaded from PyPI once and cached (roles.sglang.wheels). The data files are
+The wheel is downloaded from PyPI once and cached (roles.shared.sglang_wheels). The data files are
 committed; a unit test re-captures them from the real wheel and compares.
 """
 
@@ -24,6 +24,8 @@ import json
 import sys
 import zipfile
 from pathlib import Path
+
+from roles.shared import sglang_wheels
 
 CLI_DIR = Path(__file__).resolve().parent / "cli"
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -191,10 +193,8 @@ def data_file(version: str) -> Path:
 
 
 def main(versions: list[str]) -> None:
-    from roles.sglang import wheels
-
     for version in versions:
-        table = capture(wheels.sglang_wheel(version))
+        table = capture(sglang_wheels.sglang_wheel(version))
         data_file(version).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{data_file(version)}: {len(table['options'])} options")
 

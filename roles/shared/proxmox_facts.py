@@ -8,7 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from roles.pve import parse_config
+from roles.shared.pve import parse_config
 
 
 def parse_boot_loader(lines: list[str]) -> str:

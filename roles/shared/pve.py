@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from roles.site import HostSettings
+
 LXC_DEVICE_KEYS = tuple(f"dev{i}" for i in range(256))
 KVM_HOSTPCI_KEYS = tuple(f"hostpci{i}" for i in range(16))
 LXC_MOUNT_KEYS = tuple(f"mp{i}" for i in range(256))
@@ -278,3 +280,10 @@ def mmio_window_args(megabytes: int | None) -> str | None:
     if megabytes is None:
         return None
     return f"-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string={megabytes}"
+
+
+def guest_hostname(guest: HostSettings) -> str:
+    """guest_hostname, else the inventory name's last path part (`@docker/ih-gpu` -> ih-gpu)."""
+    if guest.guest.hostname:
+        return guest.guest.hostname
+    return guest.name.rsplit("/", 1)[-1].lstrip("@").split(".")[0]

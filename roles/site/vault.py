@@ -10,9 +10,9 @@ from the password in the file named by INFERENCE_HOST_VAULT_PASSWORD_FILE (defau
 ~/.config/inference-host/vault-password). A value is never printed, never put on a command
 line, and reaches a host only as a file of mode 0600 (see the roles that use them).
 
-    uv run python -m roles.secrets set inventory/secrets.vault.yml hf_token   # value on stdin
-    uv run python -m roles.secrets list inventory/secrets.vault.yml
-    uv run python -m roles.secrets check inventory/secrets.vault.yml          # decrypts all
+    uv run python -m roles.site.vault set inventory/secrets.vault.yml hf_token   # value on stdin
+    uv run python -m roles.site.vault list inventory/secrets.vault.yml
+    uv run python -m roles.site.vault check inventory/secrets.vault.yml          # decrypts all
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def load(path: Path) -> dict[str, _Encrypted]:
         raw = yaml.load(Path(path).read_text(), Loader=_VaultLoader)  # noqa: S506 - safe loader subclass
     except FileNotFoundError:
         raise SecretsError(
-            "file not found; create it with `uv run python -m roles.secrets set FILE NAME`"
+            "file not found; create it with `uv run python -m roles.site.vault set FILE NAME`"
         ) from None
     except yaml.YAMLError as error:
         raise SecretsError(f"not valid YAML: {error}") from None
@@ -66,7 +66,7 @@ def load(path: Path) -> dict[str, _Encrypted]:
     if plain:
         raise SecretsError(
             f"keys {', '.join(map(str, plain))} are not encrypted; expected every value to be a"
-            " !vault value (use `python -m roles.secrets set`)"
+            " !vault value (use `python -m roles.site.vault set`)"
         )
     return raw
 
@@ -134,7 +134,7 @@ def _main(argv: list[str]) -> int:
             print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
         else:
             if len(argv) != 3:
-                print("usage: python -m roles.secrets set FILE NAME  (value on stdin)", file=sys.stderr)
+                print("usage: python -m roles.site.vault set FILE NAME  (value on stdin)", file=sys.stderr)
                 return 64
             value = sys.stdin.readline().rstrip("\n")
             if not value:

@@ -1,0 +1,28 @@
+"""uv run python -m roles.site INVENTORY | --settings"""
+
+from __future__ import annotations
+
+import sys
+
+from roles.site.errors import SiteError, print_problems
+from roles.site.loading import load_site
+from roles.site.table import settings_table
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--settings"]:
+        print(settings_table())
+        return 0
+    if len(argv) != 1:
+        print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
+        return 64
+    try:
+        print(load_site(argv[0]).summary())
+    except SiteError as site_error:
+        print_problems(site_error)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

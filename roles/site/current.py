@@ -1,0 +1,49 @@
+"""Deploy-time access: the site and host a role is running for (the only reader of host.data)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from roles.site import vault
+from roles.site.errors import SiteError
+from roles.site.loading import _LOADED_INVENTORY, site_from_inventory
+from roles.site.schema import HostSettings, Site
+
+
+@cache
+def _deploy_site(inventory_file: str) -> Site:
+    from pyinfra import state
+
+    return site_from_inventory(state.inventory, inventory_file)
+
+
+def _inventory_file_of() -> str:
+    """The inventory pyinfra loaded: recorded by require_valid_inventory as it ran."""
+    if _LOADED_INVENTORY:
+        return _LOADED_INVENTORY[-1]
+    raise SiteError([
+        "the inventory file did not call validation.require_valid_inventory(__file__);"
+        " every inventory must end with it so that it is validated before connecting"
+    ])
+
+
+def inventory_file() -> str:
+    """The inventory file of the running deploy (roles/health hands it to the checks)."""
+    return _inventory_file_of()
+
+
+def current_site() -> Site:
+    return _deploy_site(_inventory_file_of())
+
+
+def current_host() -> HostSettings:
+    from pyinfra import host
+
+    return current_site().hosts[host.name]
+
+
+def secret_value(name: str) -> str:
+    """Plaintext of one secret, for a role that writes it into a 0600 file on the host."""
+    site = current_site()
+    return vault.decrypt_all(Path(site.secrets_file), [name])[name]

@@ -1,0 +1,161 @@
+"""Building the site from a pyinfra Inventory (deploy time) or an inventory file (CLI, tests),
+and the validation every inventory runs before pyinfra connects (through validation.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from roles.site import vault
+from roles.site.errors import SiteError, closest, display, print_problems
+from roles.site.rules import _check_driver_match, _check_site
+from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
+from roles.site.stack import load_stack
+
+# Checks run before a deploy (under pyinfra's CLI only), registered by validation.py:
+# check(site) raises SiteError.
+DeployCheck = Callable[[Site], None]
+DEPLOY_CHECKS: list[DeployCheck] = []
+
+
+def register_deploy_check(check: DeployCheck) -> None:
+    if check not in DEPLOY_CHECKS:
+        DEPLOY_CHECKS.append(check)
+
+
+def site_from_inventory(inventory, inventory_file: str) -> Site:
+    problems: list[str] = []
+    where = display(Path(inventory_file))
+    file_group = Path(inventory_file).stem
+    hosts: dict[str, HostSettings] = {}
+    raw_data: dict[str, dict] = {}
+    for group in inventory.groups:
+        if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
+            problems.append(
+                f"{where}: unknown group {group!r}{closest(group, KNOWN_GROUPS)}; valid groups: "
+                + ", ".join(KNOWN_GROUPS)
+            )
+    for pyinfra_host in inventory:
+        data = pyinfra_host.data.dict()
+        raw_data[pyinfra_host.name] = data
+        groups = tuple(g for g in KNOWN_GROUPS if pyinfra_host in inventory.get_group(g, []))
+        hosts[pyinfra_host.name] = build_host(pyinfra_host.name, groups, data, where, problems)
+    site_values = _site_values(raw_data, where, problems)
+    stack = None
+    try:
+        stack = load_stack(Path(inventory_file).parent / site_values.get("stack_file", "stack.yml"))
+    except SiteError as error:
+        problems.extend(error.problems)
+    secrets_file, secret_names = None, frozenset()
+    if "secrets_file" in site_values:
+        secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])
+        try:
+            secret_names = frozenset(vault.load(Path(secrets_file)))
+        except vault.SecretsError as error:
+            problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
+    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
+    _check_driver_match(hosts, stack, where, problems)
+    if problems:
+        raise SiteError(problems)
+    return Site(
+        inventory_file=where,
+        stack=stack,
+        hosts=hosts,
+        secrets_file=secrets_file,
+        secret_names=secret_names,
+    )
+
+
+def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> dict[str, str]:
+    """stack_file / secrets_file must be the same for every host (they describe the site)."""
+    values: dict[str, str] = {}
+    for key in SITE_KEYS:
+        seen = {data[key] for data in raw_data.values() if key in data}
+        if len(seen) > 1:
+            problems.append(f"{where}: {key} differs between hosts ({sorted(seen)}); expected one value")
+        elif seen:
+            value = seen.pop()
+            if not isinstance(value, str):
+                problems.append(f"{where}: {key} = {value!r} is invalid; expected a path string")
+            else:
+                values[key] = value
+    return values
+
+
+def _pyinfra_inventory(path: Path):
+    """The Inventory pyinfra's CLI would build from this file (group_data included)."""
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory_from_files
+
+    key = str(path.resolve())
+    _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
+    try:
+        if ctx_state.isset():  # inside pyinfra: reuse its state
+            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+        with ctx_state.use(State()):
+            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+    finally:
+        _VALIDATING.discard(key)
+
+
+def load_site(inventory_file: str | os.PathLike) -> Site:
+    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
+    path = Path(inventory_file)
+    if not path.is_file():
+        raise SiteError([f"{inventory_file}: no such inventory file"])
+    try:
+        inventory = _pyinfra_inventory(path)
+    except SiteError:
+        raise
+    except Exception as error:  # a Python error in the user's inventory or group data
+        cause = getattr(error, "__cause__", None) or error
+        raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
+    return site_from_inventory(inventory, str(path))
+
+
+_VALIDATING: set[str] = set()
+_LOADED_INVENTORY: list[str] = []
+
+
+def require_valid_inventory(inventory_file: str) -> None:
+    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
+    if str(Path(inventory_file).resolve()) in _VALIDATING:
+        return  # we are the nested load done by load_site itself
+    _LOADED_INVENTORY.append(str(inventory_file))
+    try:
+        site = load_site(inventory_file)
+        if _under_pyinfra_cli():
+            _require_decryptable(site)
+            for check in DEPLOY_CHECKS:
+                check(site)
+    except SiteError as error:
+        print_problems(error)
+        raise SystemExit(2) from None
+
+
+def _under_pyinfra_cli() -> bool:
+    import pyinfra
+
+    return bool(getattr(pyinfra, "is_cli", False))
+
+
+def referenced_secrets(site: Site) -> set[str]:
+    return {
+        ref
+        for host in site.hosts.values()
+        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret)
+        if ref
+    }
+
+
+def _require_decryptable(site: Site) -> None:
+    """A deploy needs the values: a wrong password stops it before any connection."""
+    names = referenced_secrets(site)
+    if names:
+        try:
+            vault.decrypt_all(Path(site.secrets_file), names)
+        except vault.SecretsError as error:
+            raise SiteError([f"{site.inventory_file}: {error}"]) from None
+

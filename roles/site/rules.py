@@ -1,0 +1,235 @@
+"""Cross-host rules: checked once every host is typed (GPUs, guests, VMIDs, IOMMU groups, driver
+versions, secrets). Rules that need a role's knowledge (the rendered server command line against
+the release's CLI) are registered from above the model: see validation.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from roles.site.schema import (
+    KVM_MAX_HOSTPCI,
+    LXC_MAX_DEVICES,
+    LXC_MAX_MOUNT_POINTS,
+    HostSettings,
+    SpeculativeSettings,
+)
+from roles.site.stack import EngineStack, Stack
+
+# Checks of one gpu node against the active engine stack, registered by validation.py:
+# check(host, all hosts, active stack) -> problems (without the "file: host" prefix).
+EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], list[str]]
+ENGINE_CHECKS: list[EngineCheck] = []
+
+
+def register_engine_check(check: EngineCheck) -> None:
+    if check not in ENGINE_CHECKS:
+        ENGINE_CHECKS.append(check)
+
+
+# Checks of serving_speculative, registered by validation.py: check(host, stack, folder of the
+# inventory file, against which the drafter's and target's config.json copies are found).
+SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
+SPECULATIVE_CHECKS: list[SpeculativeCheck] = []
+
+
+def register_speculative_check(check: SpeculativeCheck) -> None:
+    if check not in SPECULATIVE_CHECKS:
+        SPECULATIVE_CHECKS.append(check)
+
+
+def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
+                problems: list[str], stack: Stack | None = None) -> None:
+    vmids: dict[int, str] = {}
+    gpu_owner: dict[str, tuple[str, str]] = {}
+    for host in site_hosts.values():
+        here = f"{where}: host {host.name}"
+        gpu = host.gpu
+        if not host.valid("gpu_count", "gpu_addresses", "guest_gpu_addresses", "guest_vmid",
+                          "guest_node", "guest_features", "guest_unprivileged", "serving_host",
+                          "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
+            continue  # its own message already names the mistake
+        if host.in_group("gpu_nodes") and gpu.count < 1:
+            problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
+        if gpu.addresses and len(gpu.addresses) != gpu.count:
+            problems.append(
+                f"{here}: gpu_addresses lists {len(gpu.addresses)} GPUs but gpu_count = {gpu.count};"
+                " expected as many addresses as GPUs"
+            )
+        _duplicates(gpu.addresses, f"{here}: gpu_addresses", problems)
+        if host.in_group("gpu_nodes") and host.serving.host not in ("127.0.0.1", "::1") and not host.serving.api_key_secret:
+            problems.append(
+                f"{here}: serving_host = {host.serving.host!r} exposes the server beyond this host"
+                " without serving_api_key_secret; expected an API key secret or serving_host = '127.0.0.1'"
+            )
+        for key in ("api_key_secret", "hf_token_secret"):
+            ref = getattr(host.serving, key)
+            if ref and ref not in secret_names:
+                problems.append(
+                    f"{here}: serving_{key} = {ref!r} names no secret in "
+                    f"{secrets_file or '(no secrets_file set)'}; expected one of: "
+                    + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
+                )
+        speculative_problem = _speculative_problem(host.serving.speculative)
+        if speculative_problem:
+            problems.append(f"{here}: {speculative_problem}")
+        elif host.in_group("gpu_nodes") and stack is not None:
+            speculative = [p for check in SPECULATIVE_CHECKS if host.speculative
+                           for p in check(host, stack, Path(where).parent)]
+            # e.g. the command line rendered per release, checked against that release's real CLI;
+            # a bad speculative value is named once, by its own check.
+            for check in ENGINE_CHECKS:
+                problems.extend(f"{here}: {p}" for p in check(host, site_hosts, stack.active)
+                                if not (speculative and "--speculative-" in p))
+            problems.extend(f"{here}: {p}" for p in speculative)
+        is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
+        if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
+            problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
+        if is_guest:
+            _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
+    _check_iommu_groups(site_hosts, gpu_owner, where, problems)
+
+
+def _speculative_problem(speculative: dict | None) -> str | None:
+    if speculative is None:
+        return None
+    try:
+        SpeculativeSettings(**speculative)  # the values are checked per release (validation.py)
+    except TypeError as error:
+        return (
+            f"serving_speculative = {speculative!r} is invalid ({error});"
+            " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
+            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
+            " 'draft_config': '<drafter config.json>', 'target_config': '<target config.json>'}"
+        )
+    return None
+
+
+def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
+    guest = host.guest
+    if guest.vmid is None:
+        problems.append(f"{here}: guest_vmid is missing; expected an integer >= 100, unique per node")
+    elif guest.vmid in vmids:
+        problems.append(
+            f"{here}: guest_vmid = {guest.vmid} is already used by {vmids[guest.vmid]};"
+            " expected a VMID unique across LXC and KVM guests"
+        )
+    else:
+        vmids[guest.vmid] = host.name
+    node = site_hosts.get(guest.node) if guest.node else None
+    if node is None or not node.in_group("proxmox_hosts"):
+        problems.append(
+            f"{here}: guest_node = {guest.node!r} is not a host of the proxmox_hosts group; expected one of: "
+            + (", ".join(h.name for h in site_hosts.values() if h.in_group("proxmox_hosts")) or "(none)")
+        )
+    kind = "lxc" if host.in_group("lxc_guests") else "kvm"
+    for address in guest.gpu_addresses:
+        if address in gpu_owner:
+            other, other_kind = gpu_owner[address]
+            why = ("; never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once"
+                   if other_kind != kind else "")
+            problems.append(
+                f"{here}: guest_gpu_addresses has {address}, already given to {other};"
+                f" expected each GPU in at most one guest{why}"
+            )
+        gpu_owner[address] = (host.name, kind)
+        if node is not None and address not in node.proxmox.gpu_addresses:
+            problems.append(
+                f"{here}: guest_gpu_addresses has {address}, which is not in {node.name}'s"
+                f" proxmox_gpu_addresses; expected one of: {', '.join(node.proxmox.gpu_addresses) or '(none)'}"
+            )
+    if host.in_group("gpu_nodes") and len(guest.gpu_addresses) != host.gpu.count:
+        problems.append(
+            f"{here}: gpu_count = {host.gpu.count} but guest_gpu_addresses lists"
+            f" {len(guest.gpu_addresses)} GPUs; expected as many addresses as GPUs"
+        )
+    if "keyctl" in guest.features and not guest.unprivileged:
+        problems.append(
+            f"{here}: guest_features has 'keyctl' with guest_unprivileged = False;"
+            " expected keyctl only on unprivileged containers"
+        )
+    if kind == "lxc":
+        _check_lxc_indices(host, here, problems)
+    else:
+        _check_kvm_passthrough(host, here, problems)
+
+
+def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:
+    # Each GPU takes a devN; nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset and the
+    # nvidia-caps nodes (at most 2) take up to 5 more.
+    devices = len(host.guest.gpu_addresses) + 5 if host.guest.gpu_addresses else 0
+    if devices > LXC_MAX_DEVICES:
+        problems.append(f"{here}: guest_gpu_addresses needs dev0..dev{devices - 1};"
+                        f" expected at most {LXC_MAX_DEVICES} device entries (dev0-dev255)")
+    if len(host.guest.mount_points) > LXC_MAX_MOUNT_POINTS:
+        problems.append(f"{here}: guest_mount_points has {len(host.guest.mount_points)} entries;"
+                        f" expected at most {LXC_MAX_MOUNT_POINTS} (mp0-mp255)")
+
+
+def _check_kvm_passthrough(host: HostSettings, here: str, problems: list[str]) -> None:
+    guest = host.guest
+    if len(guest.gpu_addresses) > KVM_MAX_HOSTPCI:
+        problems.append(f"{here}: guest_gpu_addresses lists {len(guest.gpu_addresses)} GPUs;"
+                        f" expected at most {KVM_MAX_HOSTPCI} per VM (hostpci0-hostpci15)")
+    if guest.pcie and guest.gpu_addresses and not guest.machine.startswith(("q35", "pc-q35")):
+        problems.append(f"{here}: guest_machine = {guest.machine!r} with guest_pcie = True;"
+                        " expected a q35 machine (pcie=1 needs q35) or guest_pcie = False")
+    if len(guest.x_vga_addresses) > 1:
+        problems.append(f"{here}: guest_x_vga_addresses = {guest.x_vga_addresses!r};"
+                        " expected at most one x-vga device per VM")
+    for address in guest.x_vga_addresses:
+        if address not in guest.gpu_addresses:
+            problems.append(f"{here}: guest_x_vga_addresses has {address}, which is not in"
+                            " guest_gpu_addresses; expected one of the guest's GPUs")
+    # 16 GB and more of VRAM means a BAR beyond what a default CPU model and SeaBIOS map.
+    if guest.gpu_addresses and host.gpu.memory_gib >= 16:
+        if guest.cpu != "host" and "phys-bits=" not in guest.cpu:
+            problems.append(f"{here}: guest_cpu = {guest.cpu!r} with {host.gpu.memory_gib} GB GPUs;"
+                            " expected 'host' or a CPU type with phys-bits=host (large BARs)")
+        if guest.bios != "ovmf":
+            problems.append(f"{here}: guest_bios = {guest.bios!r} with {host.gpu.memory_gib} GB GPUs;"
+                            " expected 'ovmf' (with an efidisk) for large BARs")
+
+
+def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, where: str,
+                        problems: list[str]) -> None:
+    """Proxmox binds a GPU's whole IOMMU group to vfio-pci: a group belongs to one guest."""
+    for node in (h for h in site_hosts.values() if h.in_group("proxmox_hosts")):
+        group_owner: dict[int, tuple[str, str]] = {}
+        for address, group in node.proxmox.iommu_groups.items():
+            if address not in gpu_owner:
+                continue
+            owner = gpu_owner[address][0]
+            first = group_owner.setdefault(group, (owner, address))
+            if first[0] != owner:
+                problems.append(
+                    f"{where}: host {owner}: guest_gpu_addresses has {address}, which shares IOMMU"
+                    f" group {group} with {first[1]} of guest {first[0]} ({node.name}'s"
+                    " proxmox_iommu_groups); expected all GPUs of one group in one guest"
+                )
+
+
+def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
+                        problems: list[str]) -> None:
+    """An LXC guest uses the node's kernel module: its userspace must be the same version."""
+    default = stack.driver_version if stack else None
+    for host in site_hosts.values():
+        node = site_hosts.get(host.guest.node or "")
+        if not (host.in_group("lxc_guests") and host.guest.gpu_addresses and node):
+            continue
+        guest_version = host.guest.driver_version or default
+        node_version = node.proxmox.driver_version or default
+        if guest_version != node_version:
+            problems.append(
+                f"{where}: host {host.name}: guest_driver_version = {guest_version!r} but {node.name}"
+                f" runs {node_version!r} (proxmox_driver_version); expected exactly the host's"
+                " driver version in an LXC guest"
+            )
+
+
+def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            problems.append(f"{label} has {value} twice; expected each address once")
+        seen.add(value)

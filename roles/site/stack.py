@@ -1,0 +1,156 @@
+"""The stack file: every version pin in one place (inventory/stack.yml), loaded and checked."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from roles.site.errors import SiteError, display, unknown_keys
+
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
+STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    package: str
+    version: str
+    source: Literal["prebuilt", "build"] = "prebuilt"
+
+
+@dataclass(frozen=True)
+class EngineStack:
+    """One consistent engine stack; an upgrade points `active` at another one."""
+
+    id: str
+    cuda: str
+    python: str
+    torch: str
+    sglang: str
+    kernel: KernelPackage
+    flashinfer: str
+    flash_attn: str | None = None
+    flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda.split(".")[0])
+
+
+@dataclass(frozen=True)
+class Stack:
+    file: str
+    uv: str
+    driver_branch: str
+    driver_version: str
+    active: EngineStack
+    stacks: dict[str, EngineStack]
+
+
+STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
+DRIVER_FIELDS = {"branch", "version"}
+ENGINE_FIELDS = {
+    "cuda", "python", "torch", "sglang", "kernel", "flashinfer", "flash_attn", "flash_attn_source",
+}
+KERNEL_FIELDS = {"package", "version", "source"}
+
+
+def load_stack(path: Path) -> Stack:
+    problems: list[str] = []
+    where = display(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
+    except yaml.YAMLError as error:
+        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
+    if not isinstance(raw, dict):
+        raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
+
+    def bad(field_name: str, value: Any, valid: str) -> None:
+        problems.append(f"{where}: {field_name} = {value!r} is invalid; expected {valid}")
+
+    def version(field_name: str, value: Any, pattern=VERSION_RE, valid="a version like 2.9.1"):
+        if not isinstance(value, str) or not pattern.match(value):
+            bad(field_name, value, f"{valid} (quoted string)")
+            return "0"
+        return value
+
+    unknown_keys(raw, STACK_FIELDS, "", where, problems)
+    uv = version("uv", raw.get("uv"))
+    driver = raw.get("nvidia_driver") or {}
+    if not isinstance(driver, dict):
+        bad("nvidia_driver", driver, "a mapping with branch and version")
+        driver = {}
+    unknown_keys(driver, DRIVER_FIELDS, "nvidia_driver.", where, problems)
+    branch = version("nvidia_driver.branch", driver.get("branch"), re.compile(r"^\d{3}$"),
+                     "a driver branch like 580")
+    driver_version = version("nvidia_driver.version", driver.get("version"), DRIVER_VERSION_RE,
+                             "a full driver version like 580.95.05")
+    if driver_version != "0" and branch != "0" and not driver_version.startswith(branch + "."):
+        bad("nvidia_driver.version", driver_version, f"a version on branch {branch}")
+
+    stacks: dict[str, EngineStack] = {}
+    raw_stacks = raw.get("stacks")
+    if not isinstance(raw_stacks, dict) or not raw_stacks:
+        bad("stacks", raw_stacks, "a mapping of stack id -> pins, with at least one stack")
+        raw_stacks = {}
+    for stack_id, pins in raw_stacks.items():
+        prefix = f"stacks.{stack_id}"
+        if not isinstance(stack_id, str) or not STACK_ID_RE.match(stack_id):
+            bad(prefix, stack_id, "a stack id of lower-case letters, digits, '.', '_', '-'")
+            continue
+        if not isinstance(pins, dict):
+            bad(prefix, pins, "a mapping of pins")
+            continue
+        unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
+        kernel = pins.get("kernel")
+        if not isinstance(kernel, dict):
+            bad(prefix + ".kernel", kernel, "a mapping with package, version, source")
+            kernel = {}
+        unknown_keys(kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
+        if kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
+            bad(prefix + ".kernel.package", kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
+        if kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
+            bad(prefix + ".kernel.source", kernel.get("source"), "'prebuilt' or 'build'")
+        flash_attn = pins.get("flash_attn")
+        if flash_attn is not None:
+            version(prefix + ".flash_attn", flash_attn)
+        if pins.get("flash_attn_source", "build") not in ("build", "prebuilt", "none"):
+            bad(prefix + ".flash_attn_source", pins.get("flash_attn_source"),
+                "'build', 'prebuilt' or 'none'")
+        stacks[stack_id] = EngineStack(
+            id=stack_id,
+            cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
+                         "a CUDA major.minor like 12.8"),
+            python=version(prefix + ".python", pins.get("python"), re.compile(r"^3\.\d+$"),
+                           "a Python minor version like 3.12"),
+            torch=version(prefix + ".torch", pins.get("torch")),
+            sglang=version(prefix + ".sglang", pins.get("sglang")),
+            kernel=KernelPackage(
+                package=str(kernel.get("package")),
+                version=version(prefix + ".kernel.version", kernel.get("version")),
+                source=kernel.get("source", "prebuilt"),
+            ),
+            flashinfer=version(prefix + ".flashinfer", pins.get("flashinfer")),
+            flash_attn=flash_attn,
+            flash_attn_source=pins.get("flash_attn_source", "build"),
+        )
+    active_id = raw.get("active")
+    if active_id not in stacks:
+        bad("active", active_id, "the id of one of the stacks: " + ", ".join(stacks or ["(none)"]))
+    if problems:
+        raise SiteError(problems)
+    return Stack(
+        file=where,
+        uv=uv,
+        driver_branch=branch,
+        driver_version=driver_version,
+        active=stacks[active_id],
+        stacks=stacks,
+    )

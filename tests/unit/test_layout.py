@@ -1,0 +1,151 @@
+"""The import graph of roles/: the site model is a leaf, roles depend only on it and on the
+shared helpers, and nothing imports in a circle. Read from the source with ast (every import,
+also those inside functions), so a hidden in-function import counts like any other."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.unit.conftest import PROJECT_ROOT
+
+MODEL, SHARED = "roles.site", "roles.shared"
+
+
+def module_name(path: Path, project_root: Path) -> str:
+    parts = list(path.relative_to(project_root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str:
+    """The module file an imported name lands in (a submodule, else its package)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines |= {n.lineno for stmt in node.body for n in ast.walk(stmt) if hasattr(n, "lineno")}
+    return lines
+
+
+def import_graph(project_root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
+    """module of roles/ -> the project modules it imports (roles.*, and the project's others)."""
+    sources = {module_name(p, project_root): p for p in (project_root / "roles").rglob("*.py")}
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
+        targets = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = node.module if node.level == 0 else _relative(module, path, node)
+                # `from package import submodule` reaches the submodule, anything else the module.
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                         for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in ("roles", "validation", "deploy", "lab", "tests", "inventory"):
+                    resolved = _resolve(name, modules) if name.startswith("roles") else name.split(".")[0]
+                    if resolved and resolved != module:
+                        targets.add(resolved)
+        graph[module] = targets
+    return graph
+
+
+def _relative(module: str, path: Path, node: ast.ImportFrom) -> str:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+def layer(module: str) -> str:
+    """'model', 'shared', 'role:<name>' or 'other' (a module outside roles/)."""
+    if module == MODEL or module.startswith(MODEL + "."):
+        return "model"
+    if module == SHARED or module.startswith(SHARED + "."):
+        return "shared"
+    parts = module.split(".")
+    if parts[0] == "roles" and len(parts) > 1:
+        return f"role:{parts[1]}"
+    return "other"
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        mine = layer(module)
+        for target in sorted(targets):
+            theirs = layer(target)
+            if theirs == "other":
+                found.append(f"{module} imports {target}, which is outside roles/")
+            elif mine == "model" and theirs != "model":
+                found.append(f"{module} (the site model) imports {target}")
+            elif mine == "shared" and theirs.startswith("role:"):
+                found.append(f"{module} (a shared helper) imports the role {target}")
+            elif mine.startswith("role:") and theirs.startswith("role:") and theirs != mine:
+                found.append(f"{module} ({mine}) imports another role: {target}")
+    return found + [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                found.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_the_roles_tree_follows_the_layers():
+    graph = import_graph()
+    assert "roles.site.schema" in graph and "roles.shared.pve" in graph and "roles.serving" in graph
+    assert violations(graph) == []
+
+
+def test_the_checker_sees_each_kind_of_violation(tmp_path):
+    # Planted: a model -> role import inside a function, a role -> role import, a helper -> role
+    # import, and a cycle; each must be reported.
+    tree = tmp_path / "roles"
+    for path, text in {
+        "__init__.py": "",
+        "site/__init__.py": "from roles.site.schema import X\n",
+        "site/schema.py": "def f():\n    from roles.serving import command\n",
+        "shared/__init__.py": "",
+        "shared/pve.py": "from roles.lxc_guest import guest_hostname\n",
+        "serving/__init__.py": "from roles.sglang import env_dir\n",
+        "serving/command.py": "from roles.site import HostSettings\n",
+        "sglang/__init__.py": "from roles.sglang import facts\n",
+        "sglang/facts.py": "import roles.sglang\n",
+        "lxc_guest/__init__.py": "",
+    }.items():
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_text(text)
+    graph = import_graph(tmp_path)
+    found = "\n".join(violations(graph))
+    assert "roles.site.schema (the site model) imports roles.serving.command" in found
+    assert "roles.shared.pve (a shared helper) imports the role roles.lxc_guest" in found
+    assert "roles.serving (role:serving) imports another role: roles.sglang" in found
+    assert "import cycle: roles.sglang -> roles.sglang.facts -> roles.sglang" in found
+
