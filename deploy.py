@@ -12,6 +12,7 @@ have their GPUs before the rest of the deploy continues inside them.
 from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
+from roles.eagle3_training import eagle3_training
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
@@ -60,5 +61,7 @@ if engine_host:
     # Kernel wheels the builders made for this stack (roles/wheels), installed by roles/sglang.
     sglang(wheelhouses(settings, current_site().stack.active))
     serving()
+    if settings.eagle3_training.enabled:
+        eagle3_training()  # laid down only: the user starts its steps (systemctl)
     # Last: the health checks judge what the roles above left (roles/health).
     health()

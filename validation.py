@@ -10,6 +10,7 @@ target's, per release (roles/serving/speculative.py), and the active stack's res
 
 from __future__ import annotations
 
+from roles.eagle3_training.checks import training_problems
 from roles.serving.command import command_problems
 from roles.serving.speculative import speculative_problems
 from roles.sglang.stack_check import require_consistent_stack
@@ -23,6 +24,7 @@ def _consistent_stack(site: Site) -> None:
 
 rules.register_engine_check(command_problems)
 rules.register_speculative_check(speculative_problems)
+rules.register_engine_check(training_problems)
 loading.register_deploy_check(_consistent_stack)
 
 

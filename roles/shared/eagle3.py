@@ -242,6 +242,18 @@ def drafter_parameters(draft: dict) -> int:
     return vocab * hidden + 3 * target_hidden * hidden + attention + mlp + 4 * hidden + draft_vocab * hidden
 
 
+def trainable_parameters(draft: dict) -> int:
+    """SpecForge freezes the drafter's embeddings (train_eagle3.py draft_model.freeze_embedding)."""
+    return drafter_parameters(draft) - int(draft["vocab_size"]) * int(draft["hidden_size"])
+
+
+def checkpoint_count(samples: int, epochs: int, save_interval: int, data_parallel: int = 1) -> int:
+    """SpecForge (train_eagle3.py) saves epoch_<e>_step_<s>/ every save_interval steps and at the
+    end of each epoch, and deletes none; one step is one sample per data-parallel rank."""
+    steps = -(-samples // data_parallel) * epochs
+    return steps // save_interval + epochs
+
+
 @dataclass(frozen=True)
 class DiskBudget:
     samples: int
@@ -258,7 +270,8 @@ class DiskBudget:
             f"hidden states: {self.samples} samples x {self.max_length} tokens (upper bound) x"
             f" {self.bytes_per_token:,} B/token = {self.hidden_states_bytes / gib:,.1f} GiB",
             f"checkpoints: {self.checkpoints_kept} x {self.checkpoint_bytes / gib:,.1f} GiB"
-            f" (bf16 weights + fp32 optimizer state)",
+            f" (model.safetensors in bf16 + training_state.pt: Adam state and fp32 copy of the"
+            f" trainable weights; SpecForge keeps every checkpoint)",
             f"total with {round((DISK_MARGIN - 1) * 100)}% margin: {self.total_bytes / gib:,.1f} GiB",
         ]
 
@@ -267,8 +280,9 @@ def disk_budget(target: Target, draft: dict, samples: int, max_length: int,
                 checkpoints_kept: int = 2) -> DiskBudget:
     per_token = bytes_per_token(target.hidden_size, target.dtype)
     hidden_states = samples * max_length * per_token
-    # model.safetensors in bf16 (2 B/param) + training_state.pt: fp32 weights, Adam m and v (12 B).
-    checkpoint = drafter_parameters(draft) * (2 + 12)
+    # model.safetensors: every weight in bf16 (2 B); training_state.pt: Adam's two moments and an
+    # fp32 copy of each trainable weight (12 B). An estimate: the real files differ by framing.
+    checkpoint = drafter_parameters(draft) * 2 + trainable_parameters(draft) * 12
     total = int((hidden_states + checkpoints_kept * checkpoint) * DISK_MARGIN)
     return DiskBudget(samples, max_length, per_token, hidden_states, checkpoint, checkpoints_kept, total)
 

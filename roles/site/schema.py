@@ -434,6 +434,47 @@ class DockerSettings:
         lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))
 
 
+# SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
+# pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
+SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
+
+
+@dataclass(frozen=True)
+class Eagle3TrainingSettings:
+    """roles/eagle3_training: the EAGLE-3 drafter training job (SpecForge), laid down by the
+    deploy and started by the user (systemctl start inference-host-eagle3-<step>)."""
+
+    PREFIX: typing.ClassVar[str] = "eagle3_training_"
+
+    enabled: bool = False
+    # Data, hidden states and checkpoints: on a disk with room (the job computes the budget).
+    work_dir: str = field(default="/var/lib/inference-host/eagle3", metadata=_absolute_path())
+    # "full": SpecForge's locked environment; "no-gpu-deps" (lab only): the packages of the
+    # steps that need no GPU.
+    env_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
+    # Git repository of SpecForge (a mirror when air-gapped) and the commit the job runs.
+    specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
+    specforge_commit: str = field(default=SPECFORGE_COMMIT, metadata=_check(
+        re.compile(r"^[0-9a-f]{40}$").match, "a full 40-character git commit id"))
+    # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
+    # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
+    dataset: dict[str, str] = field(default_factory=dict, metadata=_check(
+        lambda v: not v or (set(v) == {"repo", "revision", "file"} and re.match(r"^[0-9a-f]{40}$", v["revision"]))
+        or (set(v) == {"path", "sha256"} and v["path"].startswith("/") and re.match(r"^[0-9a-f]{64}$", v["sha256"])),
+        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}"))
+    samples: int = field(default=50000, metadata=_positive())
+    max_length: int = field(default=2048, metadata=_positive())
+    chat_template: str = "kimi-k2-instruct"      # SpecForge specforge/data/template.py
+    regenerate_concurrency: int = field(default=32, metadata=_positive())
+    regenerate_max_tokens: int = field(default=2048, metadata=_positive())
+    num_epochs: int = field(default=1, metadata=_positive())
+    learning_rate: float = field(default=1e-4, metadata=_positive())
+    # SpecForge saves a checkpoint every save_interval steps and keeps them all (disk budget).
+    save_interval: int = field(default=5000, metadata=_positive())
+    # The exported drafter: the directory --speculative-draft-model-path loads.
+    export_dir: str = field(default="/models/Kimi-K2.5-eagle3-trained", metadata=_absolute_path())
+
+
 SECTIONS: tuple[type, ...] = (
     BaseSettings,
     GpuSettings,
@@ -447,6 +488,7 @@ SECTIONS: tuple[type, ...] = (
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
+    Eagle3TrainingSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -495,6 +537,7 @@ class HostSettings:
     cuda: CudaSettings
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
+    eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 
@@ -666,5 +709,6 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         nvidia_driver=sections[NvidiaDriverSettings],
         cuda=sections[CudaSettings],
         docker=sections[DockerSettings],
+        eagle3_training=sections[Eagle3TrainingSettings],
         invalid_keys=frozenset(invalid),
     )

@@ -95,6 +95,7 @@ def test_disk_budget_on_kimi_and_the_refusal():
     assert budget.hidden_states_bytes == 100_000 * 2048 * 57_360          # ~10.7 TiB
     assert 1.4e9 < eagle3.drafter_parameters(draft) < 3.5e9                # one-layer 7168-wide drafter
     assert budget.total_bytes > budget.hidden_states_bytes
+    assert eagle3.checkpoint_count(100_000, 1, 5000) == 21 and eagle3.checkpoint_count(10, 2, 5000) == 2
     assert "GiB" in budget.lines()[0] and "57,360 B/token" in budget.lines()[0]
     assert eagle3.disk_problem(budget, budget.total_bytes, "/data") is None
     problem = eagle3.disk_problem(budget, budget.total_bytes - 1, "/data")

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import serving
 from roles.serving.command import server_arguments
 from roles.site import SiteError, load_site
