@@ -3,8 +3,8 @@ the user on demand (never by the deploy). Dispatched when eagle3_training_enable
 
 What it lays down:
 
-    <install_root>/eagle3-env/<commit7>-<mode>/     SpecForge's locked environment (uv, --no-deps from
-                                                    files/specforge-<commit7>.lock.txt)
+    <install_root>/eagle3-env/<lock>-<mode>/        SpecForge's locked environment (uv, --no-deps from
+                                                    files/specforge-<lock>.lock.txt)
     <install_root>/specforge/<commit>/              SpecForge's source at the pinned commit (git),
                                                     with patches/specforge/<commit>/*.patch applied
     /usr/local/libexec/inference-host/eagle3/       the job's driver (files/pipeline.py) and
@@ -61,8 +61,8 @@ def short(commit: str) -> str:
     return commit[:7]
 
 
-def lock_file(commit: str) -> Path:
-    return HERE / "files" / f"specforge-{short(commit)}.lock.txt"
+def lock_file(lock: str) -> Path:
+    return HERE / "files" / f"specforge-{lock}.lock.txt"
 
 
 def patch_files(commit: str) -> list[Path]:
@@ -77,8 +77,7 @@ def sglang_patch_files() -> list[Path]:
 
 def requirements(settings: HostSettings) -> list[str]:
     """The pinned lines of the environment (all of the lock, or the no-GPU subset)."""
-    commit = settings.eagle3_training.specforge_commit
-    lines = [line.strip() for line in lock_file(commit).read_text().splitlines()
+    lines = [line.strip() for line in lock_file(settings.eagle3_training.specforge_lock).read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     if settings.eagle3_training.env_mode == "no-gpu-deps":
         lines = [line for line in lines if line.split("==")[0] in NO_GPU_PACKAGES]
@@ -87,7 +86,7 @@ def requirements(settings: HostSettings) -> list[str]:
 
 def env_dir(settings: HostSettings) -> str:
     job = settings.eagle3_training
-    return f"{settings.base.install_root}/eagle3-env/{short(job.specforge_commit)}-{job.env_mode}"
+    return f"{settings.base.install_root}/eagle3-env/{job.specforge_lock}-{job.env_mode}"
 
 
 def source_dir(settings: HostSettings) -> str:
@@ -135,7 +134,7 @@ def eagle3_training() -> None:
 def _environment(settings: HostSettings) -> None:
     target, job = env_dir(settings), settings.eagle3_training
     lines = requirements(settings)
-    expected = f"{job.specforge_commit} {job.env_mode} {len(lines)}"
+    expected = f"{job.specforge_lock} {job.env_mode} {len(lines)}"
     built = host.get_fact(Command, command=f"cat {target}/{STAMP} 2>/dev/null || true")
     env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
            "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
@@ -148,8 +147,8 @@ def _environment(settings: HostSettings) -> None:
     python = settings.sglang.python or "3.12"
     building = f"{target}.building"
     # --no-deps: the lock is the whole environment (resolved once, committed with the project).
-    server.shell(
-        name=f"Build the training job's environment (SpecForge {short(job.specforge_commit)}, {job.env_mode}) at {target}",
+    built = server.shell(
+        name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode}) at {target}",
         commands=[f"rm -rf {building} {target} && uv venv --quiet --python {python} {building}"
                   f" && uv pip install --quiet --no-deps --python {building}/bin/python -r {requirements_file}"
                   f" && echo '{expected}' > {building}/{STAMP} && mv -T {building} {target}"
@@ -158,22 +157,23 @@ def _environment(settings: HostSettings) -> None:
         _if=lambda: built != expected or put.did_change(),
     )
     if job.env_mode == "full":
-        _sglang_capture_hook(target)
+        _sglang_capture_hook(target, built)
 
 
-def _sglang_capture_hook(target: str) -> None:
-    """sglang 0.5.9 in the job's environment: Kimi-K2.5's capture hook (0.5.10's method)."""
+def _sglang_capture_hook(target: str, built) -> None:
+    """sglang 0.5.9 in the job's environment: Kimi-K2.5's capture hook (0.5.10's method).
+    A patch whose reverse applies is in place; one that applies neither way stops the deploy."""
     for patch in sglang_patch_files():
-        dest = f"{target}/{patch.name}"
-        files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
+        dest = f"{target}.{patch.name}"
+        upload = files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
+        site = f"$(echo {target}/lib/python3*/site-packages)"
+        applied = host.get_fact(Command, command=f"patch -p1 -R -s -f --dry-run -d {site} < {dest}"
+                                                 " >/dev/null 2>&1 && echo applied || echo no")
         server.shell(
             name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
-            commands=[f"site=$(echo {target}/lib/python3*/site-packages);"
-                      f" patch -p1 -R -s -f --dry-run -d \"$site\" < {dest} >/dev/null 2>&1"
-                      f" || patch -p1 -s -f -d \"$site\" < {dest}"],
-            _if=lambda dest=dest, target=target: host.get_fact(
-                Command, command=f"site=$(echo {target}/lib/python3*/site-packages); patch -p1 -R -s -f"
-                                 f" --dry-run -d \"$site\" < {dest} >/dev/null 2>&1 && echo applied || echo no") != "applied",
+            commands=[f"patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
+                      f" || patch -p1 -s -f -d {site} < {dest}"],
+            _if=lambda applied=applied, upload=upload: applied != "applied" or built.did_change() or upload.did_change(),
         )
 
 
@@ -182,7 +182,7 @@ def _source(settings: HostSettings) -> None:
     target = source_dir(settings)
     head = host.get_fact(Command, command=f"git -C {target} rev-parse HEAD 2>/dev/null || true")
     # A shallow fetch of exactly the pinned commit: the checkout is that commit or nothing.
-    server.shell(
+    checkout = server.shell(
         name=f"Check out SpecForge {job.specforge_commit[:12]} from {job.specforge_repo} at {target}",
         commands=[f"rm -rf {target}.fetching && git init -q {target}.fetching"
                   f" && git -C {target}.fetching fetch -q --depth 1 {job.specforge_repo} {job.specforge_commit}"
@@ -195,13 +195,14 @@ def _source(settings: HostSettings) -> None:
     )
     for patch in patch_files(job.specforge_commit):
         dest = f"{target}.{patch.name}"
-        files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
+        upload = files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
+        applied = host.get_fact(Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null"
+                                                 " && echo applied || echo no")
         server.shell(
             name=f"Apply SpecForge patch {patch.name} to {target}",
             commands=[f"git -C {target} apply --reverse --check {dest} 2>/dev/null || git -C {target} apply {dest}"],
-            _if=lambda dest=dest: host.get_fact(
-                Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null && echo applied || echo no")
-            != "applied",
+            _if=lambda applied=applied, upload=upload: applied != "applied" or checkout.did_change()
+            or upload.did_change(),
         )
 
 

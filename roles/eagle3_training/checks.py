@@ -14,11 +14,10 @@ def training_problems(host: HostSettings, hosts: dict[str, HostSettings], stack:
     if not job.enabled:
         return []
     problems = []
-    short = job.specforge_commit[:7]
-    if not (HERE / "files" / f"specforge-{short}.lock.txt").is_file():
-        problems.append(f"eagle3_training_specforge_commit = {job.specforge_commit!r} has no locked environment"
-                        f" (roles/eagle3_training/files/specforge-{short}.lock.txt); expected a commit the project"
-                        " has locked, or a lock made with uv pip compile from that commit's pyproject.toml")
+    if not (HERE / "files" / f"specforge-{job.specforge_lock}.lock.txt").is_file():
+        problems.append(f"eagle3_training_specforge_lock = {job.specforge_lock!r} names no locked environment"
+                        f" (roles/eagle3_training/files/specforge-{job.specforge_lock}.lock.txt); expected a lock"
+                        " the project has, or one made with uv pip compile from that commit's pyproject.toml")
     if job.export_dir.rstrip("/") == (host.speculative.draft_model_path.rstrip("/") if host.speculative else None):
         problems.append(f"eagle3_training_export_dir = {job.export_dir!r} is the drafter being served"
                         " (serving_speculative draft_model_path); expected another directory: the job's A/B"

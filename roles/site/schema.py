@@ -456,6 +456,10 @@ class Eagle3TrainingSettings:
     specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
     specforge_commit: str = field(default=SPECFORGE_COMMIT, metadata=_check(
         re.compile(r"^[0-9a-f]{40}$").match, "a full 40-character git commit id"))
+    # The locked environment (roles/eagle3_training/files/specforge-<lock>.lock.txt): SpecForge's
+    # dependencies at that commit, resolved once.
+    specforge_lock: str = field(default=SPECFORGE_COMMIT[:7], metadata=_check(
+        re.compile(r"^[0-9a-f]{7}$").match, "the 7-character commit prefix of a committed lock file"))
     # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
     # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
     dataset: dict[str, str] = field(default_factory=dict, metadata=_check(

@@ -52,8 +52,7 @@ def cfg(host, tmp_path):
 
 
 def test_the_locked_environment_is_specforge_82951a9s_pins():
-    lines = (job.lock_file(job.SPECFORGE_COMMIT if hasattr(job, "SPECFORGE_COMMIT") else
-                           "82951a9711c8c9bf9e146e426b2e956d9798ddc7")).read_text().splitlines()
+    lines = job.lock_file("82951a9").read_text().splitlines()
     pins = dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
     assert (pins["torch"], pins["sglang"], pins["transformers"], pins["sgl-kernel"]) == (
         "2.9.1", "0.5.9", "4.57.1", "0.3.21")
@@ -251,10 +250,10 @@ def test_training_settings_are_checked_at_inventory_load(inventory):
     from roles.site import SiteError
 
     path = inventory.groups(gpu_nodes=[gpu_node(eagle3_training_enabled=True,
-                                                eagle3_training_specforge_commit="f" * 40)])
+                                                eagle3_training_specforge_lock="fffffff")])
     with pytest.raises(SiteError) as caught:
         load_site(path)
-    assert any("has no locked environment" in p for p in caught.value.problems)
+    assert any("names no locked environment" in p for p in caught.value.problems)
     bad = inventory.groups("site2.py", gpu_nodes=[gpu_node(eagle3_training_dataset={"repo": "a/b", "revision": "main", "file": "x"})])
     with pytest.raises(SiteError) as caught:
         load_site(bad)
