@@ -258,3 +258,13 @@ def test_training_settings_are_checked_at_inventory_load(inventory):
     with pytest.raises(SiteError) as caught:
         load_site(bad)
     assert any("'<40-hex commit>'" in p for p in caught.value.problems)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("INFERENCE_HOST_SPECFORGE_GIT"),
+                    reason="set INFERENCE_HOST_SPECFORGE_GIT to a SpecForge clone to re-capture its flags")
+def test_captured_specforge_flags_match_the_pinned_source():
+    import os
+
+    from roles.eagle3_training.specforge_cli import capture
+
+    assert capture(os.environ["INFERENCE_HOST_SPECFORGE_GIT"]) == SPECFORGE_CLI
