@@ -14,6 +14,7 @@ reports/bench-history.png.
 
     uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-spec   # EAGLE-3 on vs off
     uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-drafter /models/new-drafter
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-spec-v2  # overlap scheduler cost
 
 --ab-spec and --ab-drafter restart the service with another command line: the deployed
 launcher's `exec` line with the --speculative-* flags removed (off) or the draft model path
@@ -245,15 +246,20 @@ def _wait_healthy(host, expect, timeout_s: int) -> None:
 
 def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
     """disabled None: remove the A/B drop-in (as deployed). Restarts the unit and waits."""
+    set_environment(host, expect, None if disabled is None else f"NCCL_P2P_DISABLE={int(disabled)}", timeout_s)
+
+
+def set_environment(host, expect, assignment: str | None, timeout_s: int) -> None:
+    """One VAR=value over the unit's environment (None: the drop-in removed, as deployed)."""
     folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
-    if disabled is None:
+    if assignment is None:
         script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
     else:
-        script = (f"mkdir -p {folder} && printf 'NCCL_P2P_DISABLE={int(disabled)}\\n' > {folder}/{AB_ENV} && "
+        script = (f"mkdir -p {folder} && printf '{assignment}\\n' > {folder}/{AB_ENV} && "
                   f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}")
     result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
     if result.rc != 0:
-        raise RuntimeError(f"could not switch NCCL P2P on {expect.unit_name}: {result.stderr.strip()}")
+        raise RuntimeError(f"could not set {assignment} on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
 
 
@@ -321,6 +327,8 @@ def _arguments(argv):
     parser.add_argument("--ab-p2p", action="store_true", help="run the workload with NCCL P2P on, then off")
     parser.add_argument("--ab-spec", action="store_true",
                         help="run the workload with speculative decoding (EAGLE-3) on, then off")
+    parser.add_argument("--ab-spec-v2", action="store_true",
+                        help="speculative decoding with SGLANG_ENABLE_SPEC_V2 off (overlap scheduler off), then on")
     parser.add_argument("--ab-drafter", metavar="PATH",
                         help="run the workload with the deployed drafter, then with the drafter at PATH (on the host)")
     parser.add_argument("--restart-timeout-s", type=int, default=1800, help="model load after a restart")
@@ -352,6 +360,9 @@ def ab_variants(args, host, expect):
         return {"p2p-on": False, "p2p-off": True}, lambda v: set_p2p(host, expect, v, timeout)
     if args.ab_spec:
         return {"spec-on": True, "spec-off": False}, lambda v: set_speculative(host, expect, v, timeout)
+    if args.ab_spec_v2:  # server_args.py: EAGLE keeps the overlap scheduler only with spec v2
+        return ({"spec-v2-off": "SGLANG_ENABLE_SPEC_V2=0", "spec-v2-on": "SGLANG_ENABLE_SPEC_V2=1"},
+                lambda v: set_environment(host, expect, v, timeout))
     if args.ab_drafter:
         def drafter(path):
             set_speculative(host, expect, None if path is None else True, timeout, path or None)

@@ -37,3 +37,21 @@ def test_a_record_keeps_the_metrics_accept_length():
     record = bench.make_record("h", "spec-on", "s", {}, [], when="t", speculative={"metrics_accept_length": 2.8})
     assert record["speculative"] == {"metrics_accept_length": 2.8}
     assert "speculative" not in bench.make_record("h", "x", "s", {}, [], when="t")
+
+
+def test_ab_variants_and_their_restore(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "set_speculative", lambda host, expect, on, timeout, path=None: calls.append((on, path)))
+    monkeypatch.setattr(bench, "set_environment", lambda host, expect, value, timeout: calls.append(("env", value)))
+    variants, switch = bench.ab_variants(bench._arguments(["--ab-drafter", "/models/new"]), None, None)
+    assert list(variants) == ["drafter-current", "drafter-new"]
+    for value in [*variants.values(), None]:
+        switch(value)
+    assert calls == [(True, None), (True, "/models/new"), (None, None)]  # None: back as deployed
+    calls.clear()
+    variants, switch = bench.ab_variants(bench._arguments(["--ab-spec-v2"]), None, None)
+    switch(variants["spec-v2-on"])
+    switch(None)
+    assert calls == [("env", "SGLANG_ENABLE_SPEC_V2=1"), ("env", None)]
+    variants, switch = bench.ab_variants(bench._arguments(["--ab-spec"]), None, None)
+    assert variants == {"spec-on": True, "spec-off": False}
