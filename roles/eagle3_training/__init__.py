@@ -135,7 +135,7 @@ def _environment(settings: HostSettings) -> None:
     target, job = env_dir(settings), settings.eagle3_training
     lines = requirements(settings)
     expected = f"{job.specforge_lock} {job.env_mode} {len(lines)}"
-    built = host.get_fact(Command, command=f"cat {target}/{STAMP} 2>/dev/null || true")
+    stamp = host.get_fact(Command, command=f"cat {target}/{STAMP} 2>/dev/null || true")
     env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
            "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
            "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
@@ -154,7 +154,7 @@ def _environment(settings: HostSettings) -> None:
                   f" && echo '{expected}' > {building}/{STAMP} && mv -T {building} {target}"
                   f" || {{ rm -rf {building}; exit 1; }}"],
         _env=env,
-        _if=lambda: built != expected or put.did_change(),
+        _if=lambda: stamp != expected or put.did_change(),
     )
     if job.env_mode == "full":
         _sglang_capture_hook(target, built)
