@@ -18,8 +18,4 @@ def training_problems(host: HostSettings, hosts: dict[str, HostSettings], stack:
         problems.append(f"eagle3_training_specforge_lock = {job.specforge_lock!r} names no locked environment"
                         f" (roles/eagle3_training/files/specforge-{job.specforge_lock}.lock.txt); expected a lock"
                         " the project has, or one made with uv pip compile from that commit's pyproject.toml")
-    if job.export_dir.rstrip("/") == (host.speculative.draft_model_path.rstrip("/") if host.speculative else None):
-        problems.append(f"eagle3_training_export_dir = {job.export_dir!r} is the drafter being served"
-                        " (serving_speculative draft_model_path); expected another directory: the job's A/B"
-                        " compares the new drafter with the current one")
     return problems

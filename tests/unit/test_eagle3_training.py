@@ -268,3 +268,13 @@ def test_captured_specforge_flags_match_the_pinned_source():
     from roles.eagle3_training.specforge_cli import capture
 
     assert capture(os.environ["INFERENCE_HOST_SPECFORGE_GIT"]) == SPECFORGE_CLI
+
+
+def test_ab_compares_the_drafter_the_export_replaced(cfg):
+    export = Path(cfg["export_dir"])
+    assert pipeline.ab_drafters({**cfg, "current_drafter": "/models/published"}) == {
+        "current": "/models/published", "new": str(export)}
+    assert pipeline.ab_drafters({**cfg, "current_drafter": None})["current"] is None  # vs speculation off
+    previous = export.with_name(export.name + ".previous")
+    previous.mkdir(parents=True)
+    assert pipeline.ab_drafters({**cfg, "current_drafter": str(export)})["current"] == str(previous)

@@ -200,7 +200,8 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
         if step == "export":
             lines.append(f"     newest checkpoint of {p['checkpoints']} -> {p['export']}")
         if step == "ab":
-            lines.append(f"     bench_serving: drafter {cfg.get('current_drafter') or '(none: speculation off)'}"
+            current = ab_drafters(cfg)["current"]
+            lines.append(f"     bench_serving: drafter {current or '(none: speculation off)'}"
                          f" vs {p['export']}, concurrency {cfg['bench']['concurrency']}")
     ok = not problems and not refusal and bool(cfg["dataset"])
     return lines, ok
@@ -437,9 +438,21 @@ def bench(cfg: dict, log: Log, label: str) -> list[dict]:
     return results
 
 
+def ab_drafters(cfg: dict) -> dict[str, str | None]:
+    """The drafter served before this export against the new one. When the served drafter IS the
+    export directory, the one it replaced is <export_dir>.previous (step 4 keeps it); no drafter
+    served: the new one against speculative decoding off."""
+    export = paths(cfg)["export"]
+    current = cfg.get("current_drafter")
+    if current and Path(current) == export:
+        previous = export.with_name(export.name + ".previous")
+        current = str(previous) if previous.is_dir() else None
+    return {"current": current, "new": str(export)}
+
+
 def step_ab(cfg: dict, log: Log) -> dict:
     paths(cfg)["reports"].mkdir(parents=True, exist_ok=True)
-    variants = {"current": cfg.get("current_drafter"), "new": str(paths(cfg)["export"])}
+    variants = ab_drafters(cfg)
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "variants": variants, "results": {}}
     try:
         for label, drafter in variants.items():
