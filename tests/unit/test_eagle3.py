@@ -128,3 +128,16 @@ def test_accept_length_from_prometheus_metrics():
             'sglang:spec_accept_rate{model_name="kimi-k2.5",tp_rank="0"} 0.57\n')
     assert eagle3.accept_length_from_metrics(parse_prometheus(text)) == 2.71
     assert eagle3.accept_length_from_metrics(parse_prometheus("sglang:num_running_reqs 0\n")) is None
+
+
+def test_the_config_specforge_saved_on_the_h200_passes_the_drafter_check():
+    """save_pretrained of SpecForge's drafter after the H200 training run (transformers 5.17)."""
+    saved = eagle3.read_config(DATA / "h200-offline-train" / "drafter-config.json")
+    drafter = eagle3.Drafter.from_config(saved)
+    assert drafter.layer_ids == (1, 3, 4) and drafter.draft_vocab_size == 512
+    target = eagle3.Target.from_config({"architectures": ["KimiK25ForConditionalGeneration"],
+                                        "text_config": {"hidden_size": 256, "num_hidden_layers": 8,
+                                                        "vocab_size": 2048}})
+    assert eagle3.drafter_problems(drafter, target) == []
+    report = eagle3.read_config(DATA / "h200-offline-train" / "report.json")
+    assert report["disk_bytes_per_token_measured"] == eagle3.bytes_per_token(7168)
