@@ -10,6 +10,8 @@ target's, per release (roles/serving/speculative.py), and the active stack's res
 
 from __future__ import annotations
 
+import sys
+
 from roles.eagle3_training.checks import training_problems
 from roles.serving.command import command_problems
 from roles.serving.speculative import speculative_problems
@@ -29,5 +31,7 @@ loading.register_deploy_check(_consistent_stack)
 
 
 def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
-    loading.require_valid_inventory(inventory_file)
+    """Called at the end of every inventory file: stop before pyinfra connects to anything.
+
+    The file's groups are read from its globals (the caller's frame), so the file runs once."""
+    loading.require_valid_inventory(inventory_file, sys._getframe(1).f_globals)

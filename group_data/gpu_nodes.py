@@ -1,6 +1,6 @@
 """Defaults for every host that serves the engine.
 
-NCCL on a PCIe-only, two-socket box (reference/serving.md): let P2P cross the socket link,
+NCCL on a PCIe-only, two-socket box (docs/upstream.md, "NCCL"): let P2P cross the socket link,
 no InfiniBand on a single host, quiet logs in production.
 """
 

@@ -6,7 +6,7 @@ Used by inventory/lab.py. With only a Docker engine running, it makes what it ne
    answers (these machines have none), or ubuntu:24.04 pulled when one does;
 2. a systemd-capable image on top of it (lab/docker/systemd-host.Dockerfile);
 3. one running container per rehearsal host, started with the flags that let systemd run
-   as PID 1 without --privileged (DESIGN.md, "Facts about these machines").
+   as PID 1 without --privileged (docs/upstream.md, "Docker as the lab uses it").
 
 Everything is cached: images by tag, containers by name. `python -m lab down` removes the
 containers; `python -m lab status` lists them.

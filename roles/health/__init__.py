@@ -7,8 +7,13 @@ The operation runs the checks from the controller (testinfra reaches the host th
 does), prints the verdict table to stderr (stdout is pyinfra's, JSON with --json) and writes
 the JSON report under reports/.
 
-It is a check, not a change: pyinfra counts every python.call as "changed", so the lab's
-idempotence test leaves operations named "Check health ..." out (tests/lab/harness.py).
+It reads and changes nothing, so it reports no change: pyinfra 3 (pyinfra/api/operation.py,
+3.10) runs an operation's generator once while preparing when it checks for changes, and again
+when it executes; an operation that yields no command is counted as "No changes"
+(pyinfra/api/operations.py, run_host_op). Here the generator runs the checks only when the
+deploy executes (state.is_executing) and yields nothing when they pass; when they fail it
+yields one Python command that raises, which fails the operation and the deploy. A no-change
+deploy therefore reports zero changed operations and still prints the verdict.
 """
 
 from __future__ import annotations
@@ -18,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from pyinfra import host
-from pyinfra.api import deploy
-from pyinfra.operations import python
+from pyinfra import host, state
+from pyinfra.api import FunctionCommand, deploy, operation
 
-from roles.site import PROJECT_ROOT, current_host, inventory_file
+from roles.site import PROJECT_ROOT, current_host, current_site
 
 CHECK_OPERATION_PREFIX = "Check health"
 
@@ -32,13 +36,26 @@ def health() -> None:
     suites = current_host().health.after_deploy
     if not suites:
         return
-    python.call(
+    verdict(
         name=f"{CHECK_OPERATION_PREFIX} of {host.name}: {', '.join(suites)}",
-        function=run_checks,
-        inventory=inventory_file(),
+        inventory=str(Path(current_site().inventory_file).resolve()),
         host_name=host.name,
         suites=list(suites),
     )
+
+
+@operation(is_idempotent=True)
+def verdict(inventory: str, host_name: str, suites: list[str]):
+    """The health checks' verdict on host_name: no change when they pass, a failure when not."""
+    if not state.is_executing:
+        return  # preparing: the checks judge the host as the deploy leaves it, not before
+    failure = run_checks(inventory, host_name, suites)
+    if failure:
+        yield FunctionCommand(_fail, (failure,), {})
+
+
+def _fail(message: str) -> None:
+    raise RuntimeError(message)
 
 
 def check_command(inventory: str, host_name: str, suites: list[str], report: str) -> list[str]:
@@ -46,14 +63,14 @@ def check_command(inventory: str, host_name: str, suites: list[str], report: str
             "--suites", ",".join(suites), "--report", report]
 
 
-def run_checks(inventory: str, host_name: str, suites: list[str]) -> None:
+def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
+    """Runs the suites against host_name; returns why they failed, or None when they passed."""
     safe = host_name.replace("/", "_").replace("@", "")
     report = str(Path("reports") / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     completed = subprocess.run(check_command(inventory, host_name, suites, report), cwd=PROJECT_ROOT,
                                stdout=sys.stderr, stderr=sys.stderr, check=False)
-    if completed.returncode != 0:
-        raise RuntimeError(
-            f"health checks of {host_name} failed (exit {completed.returncode}): see the verdict "
+    if completed.returncode == 0:
+        return None
+    return (f"health checks of {host_name} failed (exit {completed.returncode}): see the verdict "
             f"table above and {report}; re-run them alone with: uv run python -m tests.infra "
-            f"--inventory {inventory} --host {host_name} --suites {','.join(suites)}"
-        )
+            f"--inventory {inventory} --host {host_name} --suites {','.join(suites)}")

@@ -20,12 +20,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
-from roles.nvidia_driver.facts import (
-    HeldPackages,
-    KernelModule,
-    NvidiaKernelModule,
-    driver_mismatch,
-)
+from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
+from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
@@ -67,11 +63,30 @@ def nvidia_driver() -> None:
     packages = driver_packages(distro, stack.driver_branch, settings.driver_mode)
     ensure_cuda_repository(settings, distro)
     _pin_and_install(distro, version, packages)
+    module = host.get_fact(NvidiaKernelModule) if settings.driver_mode == "full" else None
     if settings.driver_mode == "full":
         _blacklist_nouveau()
-        module = host.get_fact(NvidiaKernelModule)
         _persistence_daemon(start=_module_problem(module, version) is None)
+    if settings.nvidia_driver.dcgm:
+        _dcgm(stack.active.cuda_major)
+    if settings.driver_mode == "full":
         _kernel_module_matches(settings, module, version)
+
+
+def dcgm_packages(cuda_major: int) -> list[str]:
+    """NVIDIA DCGM 4 from the same CUDA repository (NVIDIA/DCGM cmake/packaging.cmake 4.6.0):
+    -core holds dcgmi, nv-hostengine and nvidia-dcgm.service; -cuda<major> the diagnostics
+    (`dcgmi diag`) built for the stack's CUDA major."""
+    return ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}"]
+
+
+def _dcgm(cuda_major: int) -> None:
+    packages = dcgm_packages(cuda_major)
+    apt.packages(name=f"Install NVIDIA DCGM ({', '.join(packages)})", packages=packages,
+                 no_recommends=True)
+    # The host engine dcgmi talks to; the health suite runs `dcgmi diag -r 1` through it.
+    systemd.service(name="Enable and start nvidia-dcgm (DCGM host engine)",
+                    service="nvidia-dcgm.service", enabled=True, running=True)
 
 
 def _target_version(settings: HostSettings, pinned: str) -> str:

@@ -9,7 +9,7 @@ from functools import cache
 
 from roles.serving.cli_capture import data_file
 from roles.serving.speculative import speculative_arguments
-from roles.site import EngineStack, HostSettings, SpeculativeSettings
+from roles.site import EngineStack, HostSettings, SpeculativeSettings, address_of
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
 # knows is used (--cuda-graph-max-bs became --cuda-graph-max-bs-decode by 0.5.23).
@@ -19,7 +19,7 @@ SPELLINGS = {
 }
 
 # Safe attention backend per release when serving_attention_backend is unset
-# (reference/target-host.md): flashinfer hung the server on SM120 in the 0.5.9 line and MLA
+# (docs/upstream.md, "SGLang"): flashinfer hung the server on SM120 in the 0.5.9 line and MLA
 # prefill routed to trtllm_mla fails on SM120 in 0.5.10 (#24633), so triton, the backend
 # that worked, is the default everywhere until a newer release is measured on the target.
 DEFAULT_ATTENTION_BACKEND = "triton"
@@ -59,9 +59,8 @@ def _spelling(setting: str, version: str) -> str:
     )
 
 
-def _node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, str]:
-    from roles.site import address_of
-
+def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, str]:
+    """(nnodes, node_rank, dist-init address) of a gpu node, from the inventory's order."""
     nodes = [h for h in hosts.values() if h.in_group("gpu_nodes")]
     head = nodes[0]
     names = [n.name for n in nodes]
@@ -94,7 +93,7 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
         args.append("--enable-metrics")
     if serving.speculative:
         args += speculative_arguments(SpeculativeSettings(**serving.speculative))
-    nnodes, rank, init_addr = _node_topology(settings, hosts)
+    nnodes, rank, init_addr = node_topology(settings, hosts)
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret:

@@ -23,7 +23,7 @@ Host data keys are flat and prefixed by the section they belong to (``serving_po
 silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
 """
 
-from roles.site.current import current_host, current_site, inventory_file, secret_value
+from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
 from roles.site.schema import (
@@ -50,15 +50,15 @@ from roles.site.schema import (
 )
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
-from roles.site.testinfra import testinfra_url
+from roles.site.testinfra import connection_data, testinfra_url
 
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
     "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
-    "build_host", "current_host", "current_site", "inventory_file", "load_site", "load_stack",
-    "secret_value", "settings_table", "site_from_inventory", "testinfra_url",
+    "build_host", "current_host", "current_site", "load_site", "load_stack",
+    "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
 ]
 
 

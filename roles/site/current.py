@@ -28,11 +28,6 @@ def _inventory_file_of() -> str:
     ])
 
 
-def inventory_file() -> str:
-    """The inventory file of the running deploy (roles/health hands it to the checks)."""
-    return _inventory_file_of()
-
-
 def current_site() -> Site:
     return _deploy_site(_inventory_file_of())
 

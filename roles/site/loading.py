@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roles.site import vault
 from roles.site.errors import SiteError, closest, display, print_problems
-from roles.site.rules import _check_driver_match, _check_site
+from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import load_stack
 
@@ -54,8 +54,8 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
-    _check_site(hosts, where, secret_names, secrets_file, problems, stack)
-    _check_driver_match(hosts, stack, where, problems)
+    check_site(hosts, where, secret_names, secrets_file, problems, stack)
+    check_driver_match(hosts, stack, where, problems)
     if problems:
         raise SiteError(problems)
     return Site(
@@ -119,13 +119,41 @@ _VALIDATING: set[str] = set()
 _LOADED_INVENTORY: list[str] = []
 
 
-def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything."""
-    if str(Path(inventory_file).resolve()) in _VALIDATING:
-        return  # we are the nested load done by load_site itself
+def _inventory_from_namespace(path: Path, namespace: dict):
+    """The Inventory pyinfra's CLI builds from this file, made from the globals the running file
+    has just defined instead of running the file a second time.
+
+    pyinfra_cli/inventory.py (3.10): make_inventory_from_files takes the file's groups from
+    _get_groups_from_filename, which executes the file and keeps the globals that
+    _is_inventory_group accepts; everything after that (the "all" group, the file-name group,
+    group_data/) is unchanged. Names defined after the require_valid_inventory call are not
+    groups in any inventory here (every file ends with the call)."""
+    from pyinfra_cli import inventory as cli_inventory
+
+    groups = {key: value for key, value in namespace.items()
+              if cli_inventory._is_inventory_group(key, value)}
+    original = cli_inventory._get_groups_from_filename
+    cli_inventory._get_groups_from_filename = lambda _filename: groups
+    try:
+        return _pyinfra_inventory(path)
+    finally:
+        cli_inventory._get_groups_from_filename = original
+
+
+def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
+    """Called at the end of every inventory file (through validation.py) with the file's
+    globals: stop before pyinfra connects to anything. The file is not executed again."""
+    path = Path(inventory_file)
+    if str(path.resolve()) in _VALIDATING:
+        return  # the load done by load_site itself validates once the file has run
     _LOADED_INVENTORY.append(str(inventory_file))
     try:
-        site = load_site(inventory_file)
+        try:
+            inventory = _inventory_from_namespace(path, namespace)
+        except Exception as error:  # a Python error in the group data
+            cause = getattr(error, "__cause__", None) or error
+            raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
+        site = site_from_inventory(inventory, str(path))
         if _under_pyinfra_cli():
             _require_decryptable(site)
             for check in DEPLOY_CHECKS:

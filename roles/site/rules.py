@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from roles.site.schema import (
     KVM_MAX_HOSTPCI,
     LXC_MAX_DEVICES,
@@ -38,25 +40,19 @@ def register_speculative_check(check: SpeculativeCheck) -> None:
         SPECULATIVE_CHECKS.append(check)
 
 
-def _check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
+def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
                 problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, tuple[str, str]] = {}
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
-        if not host.valid("gpu_count", "gpu_addresses", "guest_gpu_addresses", "guest_vmid",
+        if not host.valid("gpu_count", "guest_gpu_addresses", "guest_vmid",
                           "guest_node", "guest_features", "guest_unprivileged", "serving_host",
                           "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
             continue  # its own message already names the mistake
         if host.in_group("gpu_nodes") and gpu.count < 1:
             problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
-        if gpu.addresses and len(gpu.addresses) != gpu.count:
-            problems.append(
-                f"{here}: gpu_addresses lists {len(gpu.addresses)} GPUs but gpu_count = {gpu.count};"
-                " expected as many addresses as GPUs"
-            )
-        _duplicates(gpu.addresses, f"{here}: gpu_addresses", problems)
         if host.in_group("gpu_nodes") and host.serving.host not in ("127.0.0.1", "::1") and not host.serving.api_key_secret:
             problems.append(
                 f"{here}: serving_host = {host.serving.host!r} exposes the server beyond this host"
@@ -94,15 +90,27 @@ def _speculative_problem(speculative: dict | None) -> str | None:
     if speculative is None:
         return None
     try:
-        SpeculativeSettings(**speculative)  # the values are checked per release (validation.py)
-    except TypeError as error:
+        SpeculativeSettings.model_validate(speculative)
+    except ValidationError as error:
+        reasons = "; ".join(_reason(detail) for detail in error.errors())
         return (
-            f"serving_speculative = {speculative!r} is invalid ({error});"
+            f"serving_speculative = {speculative!r} is invalid ({reasons});"
             " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
             " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
             " 'draft_config': '<drafter config.json>', 'target_config': '<target config.json>'}"
         )
     return None
+
+
+def _reason(detail: dict) -> str:
+    """One pydantic error of serving_speculative as "algorithm 'MEDUSA': one of ..."."""
+    where = ".".join(str(part) for part in detail["loc"])
+    if detail["type"] == "missing":
+        return f"{where} is missing"
+    if detail["type"] == "extra_forbidden":
+        return f"unknown key {where}"
+    valid = detail["ctx"]["valid"] if detail["type"] == "inference_host" else detail["msg"]
+    return f"{where} {detail['input']!r}: {valid}"
 
 
 def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
@@ -209,7 +217,7 @@ def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, wh
                 )
 
 
-def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
+def check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
                         problems: list[str]) -> None:
     """An LXC guest uses the node's kernel module: its userspace must be the same version."""
     default = stack.driver_version if stack else None
@@ -226,10 +234,3 @@ def _check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None
                 " driver version in an LXC guest"
             )
 
-
-def _duplicates(values: list[str], label: str, problems: list[str]) -> None:
-    seen = set()
-    for value in values:
-        if value in seen:
-            problems.append(f"{label} has {value} twice; expected each address once")
-        seen.add(value)

@@ -2,20 +2,26 @@
 
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes
-silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
+silently. A section is a pydantic v2 model (strict types, extra keys forbidden, frozen); a
+field is declared as ``name: type = default``, with its rule as ``Annotated[type, rule]``
+(``check(predicate, "what is valid")``, ``one_of(...)``, ``positive``, or an alias below).
+A new role extends the model with a section class in ``SECTIONS`` and a HostSettings field
+named like its prefix.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from roles.site.errors import closest
 from roles.site.stack import DRIVER_VERSION_RE, Stack
@@ -37,7 +43,7 @@ GPU_ARCHS = {
 # Kernel packages roles/wheels can build from source (roles/wheels/docker/<package>.Dockerfile).
 WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
 
-# NCCL_P2P_LEVEL values from the NCCL environment documentation.
+# NCCL_P2P_LEVEL and NCCL_DEBUG values (docs/upstream.md, "NCCL").
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
@@ -51,121 +57,135 @@ QEMU_MACHINE_RE = re.compile(
 # PVE 8 limits (pve-container LXC/Config.pm, qemu-server PCI.pm): dev0-255, mp0-255, hostpci0-15.
 LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS, KVM_MAX_HOSTPCI = 256, 256, 16
 
-
-# ----------------------------------------------------------------------------------------------
-# Field checks: each returns None when the value is fine, else "what would be valid".
-
-
-def _check(predicate: Callable[[Any], bool], valid: str) -> dict:
-    return {"check": lambda value: None if predicate(value) else valid}
-
-
-def _one_of(*choices) -> dict:
-    return _check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
-
-
-def _absolute_path() -> dict:
-    return _check(lambda v: v.startswith("/") and ".." not in v.split("/"), "an absolute path")
-
-
-def _positive() -> dict:
-    return _check(lambda v: v > 0, "a number greater than 0")
-
-
-def _unix_name() -> dict:
-    return _check(UNIX_NAME_RE.match, "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")
-
-
-def _secret_name() -> dict:
-    return _check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")
-
-
-def _pci_addresses() -> dict:
-    return _check(
-        lambda v: all(PCI_ADDRESS_RE.match(a) for a in v),
-        "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)",
-    )
+HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
+DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
+GUEST_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys")
 
 
 # ----------------------------------------------------------------------------------------------
-# Sections of host data. Field name = key without the prefix.
+# Rules of a field: an AfterValidator (it runs once the strict type check passed) whose error
+# carries "what would be valid" for the one-line message.
 
 
-@dataclass(frozen=True)
-class BaseSettings:
+def check(predicate: Callable[[Any], Any], valid: str) -> AfterValidator:
+    def run(value):
+        if not predicate(value):
+            raise PydanticCustomError("inference_host", "{valid}", {"valid": valid})
+        return value
+
+    return AfterValidator(run)
+
+
+def one_of(*choices) -> AfterValidator:
+    return check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def _is_cidr(value: str) -> bool:
+    try:
+        return "/" in value and bool(ipaddress.ip_interface(value))
+    except ValueError:
+        return False
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+positive = check(lambda v: v > 0, "a number greater than 0")
+tcp_port = check(lambda v: 1 <= v <= 65535, "1 to 65535")
+AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in v.split("/"),
+                                    "an absolute path")]
+UnixName = Annotated[str, check(UNIX_NAME_RE.match,
+                                "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
+SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
+PciAddresses = Annotated[list[str], check(lambda v: all(PCI_ADDRESS_RE.match(a) for a in v),
+                                          "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)")]
+DriverVersion = Annotated[str, check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05")]
+Url = Annotated[str, check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
+                           "an http(s) URL without trailing spaces")]
+DockerSize = Annotated[str, check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
+                                  "a size like 64m, 1g (a number with an optional b/k/m/g unit)")]
+IpAddress = Annotated[str, check(_is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
+
+
+class Section(BaseModel):
+    """Host-data keys sharing a prefix. Field name = key without the prefix."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    PREFIX: ClassVar[str]
+
+
+# ----------------------------------------------------------------------------------------------
+# Sections of host data.
+
+
+class BaseSettings(Section):
     """roles/base: packages, the service user, directories, kernel and limits tuning, uv."""
 
-    PREFIX: typing.ClassVar[str] = "base_"
+    PREFIX: ClassVar[str] = "base_"
 
-    service_user: str = field(default="sglang", metadata=_unix_name())
-    service_group: str = field(default="sglang", metadata=_unix_name())
-    install_root: str = field(default="/opt/sglang", metadata=_absolute_path())
-    data_dir: str = field(default="/var/lib/sglang", metadata=_absolute_path())
-    model_dir: str = field(default="/models", metadata=_absolute_path())
-    log_dir: str = field(default="/var/log/sglang", metadata=_absolute_path())
-    uv_dir: str = field(default="/opt/uv", metadata=_absolute_path())
-    extra_packages: list[str] = field(default_factory=list)
+    service_user: UnixName = "sglang"
+    service_group: UnixName = "sglang"
+    install_root: AbsolutePath = "/opt/sglang"
+    data_dir: AbsolutePath = "/var/lib/sglang"
+    model_dir: AbsolutePath = "/models"
+    log_dir: AbsolutePath = "/var/log/sglang"
+    uv_dir: AbsolutePath = "/opt/uv"
+    extra_packages: list[str] = []
     # Lessons from the target: automatic NUMA page migration hurts GPU-bound serving.
-    sysctl: dict[str, str] = field(default_factory=lambda: {"kernel.numa_balancing": "0"})
-    limit_nofile: int = field(default=1048576, metadata=_positive())
-    limit_memlock: str = field(
-        default="unlimited",
-        metadata=_check(
-            lambda v: v == "unlimited" or str(v).isdigit(), "'unlimited' or a number of KiB"
-        ),
-    )
+    sysctl: dict[str, str] = {"kernel.numa_balancing": "0"}
+    limit_nofile: Annotated[int, positive] = 1048576
+    limit_memlock: Annotated[str, check(lambda v: v == "unlimited" or str(v).isdigit(),
+                                        "'unlimited' or a number of KiB")] = "unlimited"
     # Local PEM files trusted on the host in addition to the distro's CAs (TLS-inspecting proxy).
-    extra_ca_certificates: list[str] = field(default_factory=list)
+    extra_ca_certificates: list[str] = []
     # A PyPI mirror for air-gapped sites; None: pypi.org.
-    pypi_index_url: str | None = field(
-        default=None, metadata=_check(lambda v: v.startswith(("http://", "https://")), "an http(s) URL")
-    )
+    pypi_index_url: Annotated[str, check(lambda v: v.startswith(("http://", "https://")),
+                                         "an http(s) URL")] | None = None
 
 
-@dataclass(frozen=True)
-class GpuSettings:
+class GpuSettings(Section):
     """What GPUs a gpu node has: used for tensor parallel size and by the health checks."""
 
-    PREFIX: typing.ClassVar[str] = "gpu_"
+    PREFIX: ClassVar[str] = "gpu_"
 
-    count: int = field(
-        default=0, metadata=_check(lambda v: 0 <= v <= 16, "an integer from 0 to 16")
-    )
-    arch: str = field(default="sm120", metadata=_one_of(*GPU_ARCHS))
+    count: Annotated[int, check(lambda v: 0 <= v <= 16, "an integer from 0 to 16")] = 0
+    arch: Annotated[str, one_of(*GPU_ARCHS)] = "sm120"
     model: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    memory_gib: int = field(default=96, metadata=_positive())
-    # PCI addresses as the node itself sees them (bare metal, LXC). Optional; when given
-    # its length must equal count.
-    addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+    memory_gib: Annotated[int, positive] = 96
 
     @property
     def compute_capability(self) -> str:
         return GPU_ARCHS[self.arch]
 
 
-@dataclass(frozen=True)
-class NcclSettings:
-    """NCCL environment for a PCIe-only, two-socket host (reference/serving.md)."""
+class NcclSettings(Section):
+    """NCCL environment for a PCIe-only, two-socket host (docs/upstream.md, "NCCL")."""
 
-    PREFIX: typing.ClassVar[str] = "nccl_"
+    PREFIX: ClassVar[str] = "nccl_"
 
     # SYS lets P2P cross the socket link; the default (PXB) sends cross-socket pairs
     # through host memory. "off" sets NCCL_P2P_DISABLE=1 instead.
-    p2p_level: str = field(default="SYS", metadata=_one_of(*NCCL_P2P_LEVELS, "off"))
+    p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = "SYS"
     ib_disable: bool = True
-    debug: str = field(default="WARN", metadata=_one_of(*NCCL_DEBUG_LEVELS))
+    debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = "WARN"
     debug_subsys: str | None = None
-    min_nchannels: int | None = field(default=None, metadata=_positive())
+    min_nchannels: Annotated[int, positive] | None = None
 
 
-@dataclass(frozen=True)
-class SpeculativeSettings:
-    """serving_speculative: an EAGLE-3 drafter served beside the target (checked per release by
+class SpeculativeSettings(BaseModel):
+    """serving_speculative: an EAGLE/EAGLE-3 drafter (checked per release by
     roles/serving/speculative.py). draft_config / target_config: copies of the drafter's and the
     target's config.json on the control machine, relative to the inventory file."""
 
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
     draft_model_path: str
-    algorithm: str = "EAGLE3"
+    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = "EAGLE3"
     num_steps: int = 3
     eagle_topk: int = 1
     num_draft_tokens: int = 4
@@ -175,51 +195,41 @@ class SpeculativeSettings:
     target_config: str | None = None
 
 
-@dataclass(frozen=True)
-class ServingSettings:
+class ServingSettings(Section):
     """roles/serving: the SGLang server's command line and unit."""
 
-    PREFIX: typing.ClassVar[str] = "serving_"
+    PREFIX: ClassVar[str] = "serving_"
 
-    unit_name: str = field(
-        default="sglang",
-        metadata=_check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name"),
-    )
-    model_path: str = field(default="/models/Kimi-K2.5", metadata=_absolute_path())
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
+                                    "a systemd unit name")] = "sglang"
+    model_path: AbsolutePath = "/models/Kimi-K2.5"
     served_model_name: str = "kimi-k2.5"
-    host: str = field(
-        default="127.0.0.1",
-        metadata=_check(lambda v: _is_ip(v), "an IP address to bind (127.0.0.1, 0.0.0.0, ...)"),
-    )
-    port: int = field(default=30000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535"))
+    host: IpAddress = "127.0.0.1"
+    port: Annotated[int, tcp_port] = 30000
     trust_remote_code: bool = True
     # None: the per-version safe default of the pinned stack applies.
-    attention_backend: str | None = field(
-        default=None, metadata=_one_of("triton", "flashinfer", "fa3", "flashmla", "trtllm_mla")
-    )
-    mem_fraction_static: float = field(
-        default=0.92, metadata=_check(lambda v: 0.1 <= v <= 0.99, "a fraction from 0.1 to 0.99")
-    )
-    cuda_graph_max_bs: int | None = field(default=None, metadata=_positive())
-    max_running_requests: int | None = field(default=None, metadata=_positive())
-    chunked_prefill_size: int | None = field(default=None, metadata=_positive())
-    watchdog_timeout: int = field(default=600, metadata=_positive())
+    attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla",
+                                             "trtllm_mla")] | None = None
+    mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
+                                                "a fraction from 0.1 to 0.99")] = 0.92
+    cuda_graph_max_bs: Annotated[int, positive] | None = None
+    max_running_requests: Annotated[int, positive] | None = None
+    chunked_prefill_size: Annotated[int, positive] | None = None
+    watchdog_timeout: Annotated[int, positive] = 600
     enable_metrics: bool = True
-    api_key_secret: str | None = field(default=None, metadata=_secret_name())
-    hf_token_secret: str | None = field(default=None, metadata=_secret_name())
+    api_key_secret: SecretName | None = None
+    hf_token_secret: SecretName | None = None
     # Optional EAGLE-3 drafter: {"draft_model_path": ..., "num_steps": 3, ...}
     speculative: dict[str, Any] | None = None
-    dist_init_port: int = field(
-        default=50000, metadata=_check(lambda v: 1 <= v <= 65535, "1 to 65535")
-    )
+    dist_init_port: Annotated[int, tcp_port] = 50000
     # None: `<install_root>/current/bin/python -m sglang.launch_server`. The lab points it at
     # the stand-in server (tests/standins/sglang_server); production leaves it unset.
     launch_command: list[str] | None = None
     # Bound of the readiness wait on /health_generate after a (re)start; below the unit's
     # TimeoutStartSec (1200 s: a ~10 minute model load).
-    ready_timeout: int = field(default=1100, metadata=_check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds"))
+    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = 1100
     # Extra variables for the engine's EnvironmentFile (mode 0600).
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = {}
     # Patch 0001 (sglang 0.5.9): custom all-reduce on >2 PCIe-only GPUs; measure before enabling.
     custom_all_reduce_pcie: bool = False
 
@@ -230,256 +240,245 @@ class ServingSettings:
         return f"/etc/sglang/{self.unit_name}-secret-args.yaml"
 
 
-@dataclass(frozen=True)
-class SglangSettings:
+class SglangSettings(Section):
     """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
 
-    PREFIX: typing.ClassVar[str] = "sglang_"
+    PREFIX: ClassVar[str] = "sglang_"
 
     # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
     # other CUDA-only packages are left out because nothing here has a GPU.
-    install_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
+    install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
     # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
-    python: str | None = field(default=None, metadata=_absolute_path())
+    python: AbsolutePath | None = None
 
 
-@dataclass(frozen=True)
-class BuildSettings:
+class BuildSettings(Section):
     """roles/wheels on builders: kernel wheel builds in Docker."""
 
-    PREFIX: typing.ClassVar[str] = "build_"
+    PREFIX: ClassVar[str] = "build_"
 
     # None: computed from the builder's real memory and cores.
-    max_jobs: int | None = field(default=None, metadata=_positive())
-    nvcc_threads: int | None = field(default=None, metadata=_positive())
-    wheelhouse_dir: str = field(default="/var/lib/inference-host/wheelhouse", metadata=_absolute_path())
+    max_jobs: Annotated[int, positive] | None = None
+    nvcc_threads: Annotated[int, positive] | None = None
+    wheelhouse_dir: AbsolutePath = "/var/lib/inference-host/wheelhouse"
     # None: NVIDIA's CUDA devel image for the active stack's CUDA version.
     base_image: str | None = None
     # Package -> local source tree built instead of the pinned upstream release (as given).
-    source_overrides: dict[str, str] = field(default_factory=dict, metadata=_check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES)))
+    source_overrides: Annotated[dict[str, str], check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))] = {}
     with_torch: bool = True  # False only for sources that need no torch (the lab's test ext)
-    timeout_minutes: int = field(default=720, metadata=_positive())
+    timeout_minutes: Annotated[int, positive] = 720
     # False: this builder compiles no kernel wheel (the engine takes PyPI's, or another
     # builder's wheelhouse); its Docker engine is still managed.
     kernel_wheels: bool = True
     # Packages rebuilt even when the wheelhouse has them: --data 'build_force=["flash-attn"]'
-    force: list[str] = field(default_factory=list, metadata=_check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES)))
+    force: Annotated[list[str], check(
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES))] = []
 
 
-@dataclass(frozen=True)
-class GuestSettings:
+class GuestSettings(Section):
     """A Proxmox guest (LXC or KVM) that receives GPUs."""
 
-    PREFIX: typing.ClassVar[str] = "guest_"
+    PREFIX: ClassVar[str] = "guest_"
 
-    vmid: int | None = field(
-        default=None, metadata=_check(lambda v: 100 <= v <= 999999999, "an integer >= 100")
-    )
+    vmid: Annotated[int, check(lambda v: 100 <= v <= 999999999, "an integer >= 100")] | None = None
     node: str | None = None  # inventory name of the Proxmox host that runs it
-    gpu_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
-    cores: int = field(default=64, metadata=_positive())
-    memory_mib: int = field(default=512 * 1024, metadata=_positive())
-    disk_gib: int = field(default=500, metadata=_positive())
+    gpu_addresses: PciAddresses = []
+    cores: Annotated[int, positive] = 64
+    memory_mib: Annotated[int, positive] = 512 * 1024
+    disk_gib: Annotated[int, positive] = 500
     storage: str = "local-lvm"
     unprivileged: bool = True
-    features: list[str] = field(
-        default_factory=lambda: ["nesting", "keyctl"],
-        metadata=_check(
-            lambda v: set(v) <= {"nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys"},
-            "features from: nesting, keyctl, fuse, mknod, mount, force_rw_sys",
-        ),
-    )
+    features: Annotated[list[str], check(lambda v: set(v) <= set(GUEST_FEATURES),
+                                         "features from: " + ", ".join(GUEST_FEATURES))] = ["nesting", "keyctl"]
     # Network and storage of the guest (LXC net0 / KVM net0 on this bridge).
-    hostname: str | None = field(default=None, metadata=_check(DNS_NAME_RE.match, "a DNS name"))
-    bridge: str = field(default="vmbr0", metadata=_check(re.compile(r"^[-_.\w]+$").match, "a bridge name"))
-    ip: str = field(default="dhcp", metadata=_check(
-        lambda v: v in ("dhcp", "manual") or _is_cidr(v), "'dhcp', 'manual' or an IPv4/CIDR"))
-    gateway: str | None = field(default=None, metadata=_check(lambda v: _is_ip(v), "an IPv4 address"))
+    hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = None
+    bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = "vmbr0"
+    ip: Annotated[str, check(lambda v: v in ("dhcp", "manual") or _is_cidr(v),
+                             "'dhcp', 'manual' or an IPv4/CIDR")] = "dhcp"
+    gateway: Annotated[str, check(_is_ip, "an IPv4 address")] | None = None
     # LXC only: the OS template volume and host directories bind-mounted as mp0, mp1, ...
-    template: str = field(
-        default="local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
-        metadata=_check(re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
-                        "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"),
-    )
-    mount_points: dict[str, str] = field(default_factory=dict, metadata=_check(
+    template: Annotated[str, check(
+        re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
+        "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
+    )] = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
+    mount_points: Annotated[dict[str, str], check(
         lambda v: all(k.startswith("/") and m.startswith("/") for k, m in v.items()),
-        "{host path: path in the guest}, both absolute"))
+        "{host path: path in the guest}, both absolute")] = {}
     # KVM only. Large-BAR GPUs (96 GB) need cpu host (the host's physical address bits) and OVMF.
-    machine: str = field(default="q35", metadata=_check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ..."))
-    bios: str = field(default="ovmf", metadata=_one_of("ovmf", "seabios"))
-    cpu: str = field(default="host", metadata=_check(re.compile(r"^[\w.+-]+(,phys-bits=(host|\d+))?$").match,
-                                                    "a CPU type like host or x86-64-v3,phys-bits=host"))
+    machine: Annotated[str, check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ...")] = "q35"
+    bios: Annotated[str, one_of("ovmf", "seabios")] = "ovmf"
+    cpu: Annotated[str, check(re.compile(r"^[\w.+-]+(,phys-bits=(host|\d+))?$").match,
+                              "a CPU type like host or x86-64-v3,phys-bits=host")] = "host"
     pcie: bool = True
-    x_vga_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
+    x_vga_addresses: PciAddresses = []
     # OVMF's 64-bit MMIO window in MB (args: -fw_cfg name=opt/ovmf/X-PciMmio64Mb); None: OVMF's own.
-    mmio_window_mb: int | None = field(default=None, metadata=_positive())
+    mmio_window_mb: Annotated[int, positive] | None = None
     # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
-    driver_version: str | None = field(default=None, metadata=_check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05"))
+    driver_version: DriverVersion | None = None
 
 
-@dataclass(frozen=True)
-class ProxmoxSettings:
+class ProxmoxSettings(Section):
     """roles/proxmox_host: the bare-metal node."""
 
-    PREFIX: typing.ClassVar[str] = "proxmox_"
+    PREFIX: ClassVar[str] = "proxmox_"
 
-    gpu_addresses: list[str] = field(default_factory=list, metadata=_pci_addresses())
-    boot_loader: str = field(default="auto", metadata=_one_of("auto", "grub", "systemd-boot"))
-    cpu_vendor: str = field(default="auto", metadata=_one_of("auto", "intel", "amd"))
+    gpu_addresses: PciAddresses = []
+    boot_loader: Annotated[str, one_of("auto", "grub", "systemd-boot")] = "auto"
+    cpu_vendor: Annotated[str, one_of("auto", "intel", "amd")] = "auto"
     # IOMMU group of each GPU (`find /sys/kernel/iommu_groups/ -type l`); Proxmox hands a whole
     # group to vfio-pci, so GPUs of one group must go to one guest.
-    iommu_groups: dict[str, int] = field(default_factory=dict, metadata=_check(
-        lambda v: all(PCI_ADDRESS_RE.match(k) for k in v), "{PCI address: group number}"))
+    iommu_groups: Annotated[dict[str, int], check(lambda v: all(PCI_ADDRESS_RE.match(k) for k in v),
+                                                  "{PCI address: group number}")] = {}
     # The host kernel module version; None: the stack's nvidia_driver.version.
-    driver_version: str | None = field(default=None, metadata=_check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05"))
+    driver_version: DriverVersion | None = None
     # Install the NVIDIA driver on the node when an LXC guest has GPUs (roles/nvidia_driver).
     host_driver: bool = True
     # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
-    nvidia_proc_dir: str = field(default="/proc/driver/nvidia", metadata=_absolute_path())
+    nvidia_proc_dir: AbsolutePath = "/proc/driver/nvidia"
 
 
-HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
-
-
-@dataclass(frozen=True)
-class HealthSettings:
+class HealthSettings(Section):
     """tests/infra: what the health checks demand beyond the host's own description."""
 
-    PREFIX: typing.ClassVar[str] = "health_"
+    PREFIX: ClassVar[str] = "health_"
 
     # Suites run as the last step of every deploy (roles/health); [] turns that off.
-    after_deploy: list[str] = field(
-        default_factory=lambda: list(HEALTH_SUITES),
-        metadata=_check(lambda v: set(v) <= set(HEALTH_SUITES), "a list from: " + ", ".join(HEALTH_SUITES)),
-    )
+    after_deploy: Annotated[list[str], check(lambda v: set(v) <= set(HEALTH_SUITES),
+                                             "a list from: " + ", ".join(HEALTH_SUITES))] = list(HEALTH_SUITES)
     # The engine environment's python (torch) for the CUDA and all-reduce checks;
     # None: <base_install_root>/current/bin/python (the active stack, roles/sglang).
-    engine_python: str | None = field(default=None, metadata=_absolute_path())
+    engine_python: AbsolutePath | None = None
     # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
-    allreduce_timeout_s: int = field(default=120, metadata=_positive())
-    allreduce_min_busbw_gbps: float = field(default=10.0, metadata=_positive())
-    allreduce_size_mib: int = field(default=256, metadata=_positive())
-    server_timeout_s: int = field(default=20, metadata=_positive())  # /health answers within
-    max_unit_restarts: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    allreduce_timeout_s: Annotated[int, positive] = 120
+    # None: the floor of the expected link class (tests/infra/gpu_models.py, sources there).
+    allreduce_min_busbw_gbps: Annotated[float, positive] | None = None
+    allreduce_size_mib: Annotated[int, positive] = 256
+    server_timeout_s: Annotated[int, positive] = 20  # /health answers within
+    max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
     # With serving_speculative: the drafter's accept length must reach this (1.0: never accepted).
-    min_accept_length: float = field(default=1.5, metadata=_check(lambda v: v >= 1.0, "a number >= 1.0"))
-def _url() -> dict:
-    return _check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
-                  "an http(s) URL without trailing spaces")
+    min_accept_length: Annotated[float, check(lambda v: v >= 1.0, "a number >= 1.0")] = 1.5
+    # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
+    # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
+    # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
+    gpu_link: Annotated[str, one_of("nvlink", "pcie-switch", "host-bridge", "cross-socket")] | None = None
+    # Degrees below the GPU's slowdown temperature ("GPU T.Limit Temp" of nvidia-smi -q).
+    min_temp_margin_c: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 10
+    # Enforced power limit in watts; None: the GPU's own default limit (a lowered cap fails).
+    power_limit_w: Annotated[float, positive] | None = None
+    # MIG mode expected on every GPU (the engine needs whole GPUs).
+    mig_enabled: bool = False
+    # Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec.
+    min_memory_bandwidth_gbps: Annotated[float, positive] | None = None
 
 
-def _docker_size() -> dict:
-    return _check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
-                  "a size like 64m, 1g (a number with an optional b/k/m/g unit)")
-
-
-@dataclass(frozen=True)
-class NvidiaDriverSettings:
+class NvidiaDriverSettings(Section):
     """roles/nvidia_driver. Its mode follows the groups: userspace-only in lxc_guests, else full."""
 
-    PREFIX: typing.ClassVar[str] = "nvidia_driver_"
+    PREFIX: ClassVar[str] = "nvidia_driver_"
 
     # False: a kernel module older than the installed driver is reported as "reboot required";
     # True: the host is rebooted and the deploy waits for it to come back.
     allow_reboot: bool = False
-    reboot_timeout: int = field(default=900, metadata=_positive())
+    reboot_timeout: Annotated[int, positive] = 900
+    # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
+    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
+    dcgm: bool = False
 
 
-@dataclass(frozen=True)
-class CudaSettings:
+class CudaSettings(Section):
     """roles/cuda and the driver packages: NVIDIA's CUDA apt repository (a mirror when air-gapped)."""
 
-    PREFIX: typing.ClassVar[str] = "cuda_"
+    PREFIX: ClassVar[str] = "cuda_"
 
     # The distro's repository is <repo_url>/<ubuntu2404|debian12>/x86_64/.
-    repo_url: str = field(default="https://developer.download.nvidia.com/compute/cuda/repos",
-                          metadata=_url())
-    keyring_version: str = field(default="1.1-1", metadata=_check(
-        re.compile(r"^\d+\.\d+-\d+$").match, "a cuda-keyring package version like 1.1-1"))
+    repo_url: Url = "https://developer.download.nvidia.com/compute/cuda/repos"
+    keyring_version: Annotated[str, check(re.compile(r"^\d+\.\d+-\d+$").match,
+                                          "a cuda-keyring package version like 1.1-1")] = "1.1-1"
 
 
-DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
-
-
-@dataclass(frozen=True)
-class DockerSettings:
+class DockerSettings(Section):
     """roles/docker_engine on builders: the engine, its daemon.json and the NVIDIA container toolkit."""
 
-    PREFIX: typing.ClassVar[str] = "docker_"
+    PREFIX: ClassVar[str] = "docker_"
 
     # "docker": Docker's repository (docker-ce, docker-buildx-plugin); "distro": the distro's docker.io.
-    source: str = field(default="docker", metadata=_one_of("docker", "distro"))
+    source: Annotated[str, one_of("docker", "distro")] = "docker"
     # Docker's repository is <repo_url>/<ubuntu|debian>, its key <repo_url>/<ubuntu|debian>/gpg.
-    repo_url: str = field(default="https://download.docker.com/linux", metadata=_url())
-    nvidia_toolkit_repo_url: str = field(
-        default="https://nvidia.github.io/libnvidia-container/stable/deb", metadata=_url())
-    nvidia_toolkit_key_url: str = field(
-        default="https://nvidia.github.io/libnvidia-container/gpgkey", metadata=_url())
-    data_root: str = field(default="/var/lib/docker", metadata=_absolute_path())
-    log_max_size: str = field(default="100m", metadata=_docker_size())
-    log_max_file: int = field(default=3, metadata=_positive())
-    default_shm_size: str = field(default="1g", metadata=_docker_size())
+    repo_url: Url = "https://download.docker.com/linux"
+    nvidia_toolkit_repo_url: Url = "https://nvidia.github.io/libnvidia-container/stable/deb"
+    nvidia_toolkit_key_url: Url = "https://nvidia.github.io/libnvidia-container/gpgkey"
+    data_root: AbsolutePath = "/var/lib/docker"
+    log_max_size: DockerSize = "100m"
+    log_max_file: Annotated[int, positive] = 3
+    default_shm_size: DockerSize = "1g"
     # More daemon.json keys (registry mirrors, "iptables": false in a container, ...); the keys
     # above and "runtimes" (nvidia-ctk's) are owned by the role and cannot be set here.
-    daemon_extra: dict[str, Any] = field(default_factory=dict, metadata=_check(
+    daemon_extra: Annotated[dict[str, Any], check(
         lambda v: not set(v) & DOCKER_OWNED_KEYS,
-        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS))))
-    # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
+        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)))] = {}
     # False: the builder's Docker engine is installed and configured outside this project
     # (roles/wheels only uses it); True: roles/docker_engine converges it.
     manage_engine: bool = True
-    users: list[str] = field(default_factory=list, metadata=_check(
-        lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names"))
+    # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
+    users: Annotated[list[str], check(lambda v: all(UNIX_NAME_RE.match(u) for u in v),
+                                      "lower-case Unix user names")] = []
 
 
 # SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
 # pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
 SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
-@dataclass(frozen=True)
-class Eagle3TrainingSettings:
+def _pinned_dataset(value: dict) -> bool:
+    if not value:
+        return True
+    if set(value) == {"repo", "revision", "file"}:
+        return bool(_COMMIT_RE.match(str(value["revision"])))
+    if set(value) == {"path", "sha256"}:
+        return str(value["path"]).startswith("/") and bool(re.match(r"^[0-9a-f]{64}$", str(value["sha256"])))
+    return False
+
+
+class Eagle3TrainingSettings(Section):
     """roles/eagle3_training: the EAGLE-3 drafter training job (SpecForge), laid down by the
-    deploy and started by the user (systemctl start inference-host-eagle3-<step>)."""
+    deploy and started by the user (systemctl start inference-host-eagle3@<step>)."""
 
-    PREFIX: typing.ClassVar[str] = "eagle3_training_"
+    PREFIX: ClassVar[str] = "eagle3_training_"
 
     enabled: bool = False
     # Data, hidden states and checkpoints: on a disk with room (the job computes the budget).
-    work_dir: str = field(default="/var/lib/inference-host/eagle3", metadata=_absolute_path())
+    work_dir: AbsolutePath = "/var/lib/inference-host/eagle3"
     # "full": SpecForge's locked environment; "no-gpu-deps" (lab only): the packages of the
     # steps that need no GPU.
-    env_mode: str = field(default="full", metadata=_one_of("full", "no-gpu-deps"))
+    env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
     # Git repository of SpecForge (a mirror when air-gapped) and the commit the job runs.
     specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
-    specforge_commit: str = field(default=SPECFORGE_COMMIT, metadata=_check(
-        re.compile(r"^[0-9a-f]{40}$").match, "a full 40-character git commit id"))
+    specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = SPECFORGE_COMMIT
     # The locked environment (roles/eagle3_training/files/specforge-<lock>.lock.txt): SpecForge's
     # dependencies at that commit, resolved once.
-    specforge_lock: str = field(default=SPECFORGE_COMMIT[:7], metadata=_check(
-        re.compile(r"^[0-9a-f]{7}$").match, "the 7-character commit prefix of a committed lock file"))
+    specforge_lock: Annotated[str, check(re.compile(r"^[0-9a-f]{7}$").match,
+                                         "the 7-character commit prefix of a committed lock file")] = SPECFORGE_COMMIT[:7]
     # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
     # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
-    dataset: dict[str, str] = field(default_factory=dict, metadata=_check(
-        lambda v: not v or (set(v) == {"repo", "revision", "file"} and re.match(r"^[0-9a-f]{40}$", v["revision"]))
-        or (set(v) == {"path", "sha256"} and v["path"].startswith("/") and re.match(r"^[0-9a-f]{64}$", v["sha256"])),
-        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}"))
-    samples: int = field(default=50000, metadata=_positive())
-    max_length: int = field(default=2048, metadata=_positive())
+    dataset: Annotated[dict[str, str], check(
+        _pinned_dataset,
+        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}")] = {}
+    samples: Annotated[int, positive] = 50000
+    max_length: Annotated[int, positive] = 2048
     chat_template: str = "kimi-k2-instruct"      # SpecForge specforge/data/template.py
-    regenerate_concurrency: int = field(default=32, metadata=_positive())
-    regenerate_max_tokens: int = field(default=2048, metadata=_positive())
-    num_epochs: int = field(default=1, metadata=_positive())
-    learning_rate: float = field(default=1e-4, metadata=_positive())
+    regenerate_concurrency: Annotated[int, positive] = 32
+    regenerate_max_tokens: Annotated[int, positive] = 2048
+    num_epochs: Annotated[int, positive] = 1
+    learning_rate: Annotated[float, positive] = 1e-4
     # SpecForge saves a checkpoint every save_interval steps and keeps them all (disk budget).
-    save_interval: int = field(default=5000, metadata=_positive())
+    save_interval: Annotated[int, positive] = 5000
     # The exported drafter: the directory --speculative-draft-model-path loads.
-    export_dir: str = field(default="/models/Kimi-K2.5-eagle3-trained", metadata=_absolute_path())
+    export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
 
 
-SECTIONS: tuple[type, ...] = (
+SECTIONS: tuple[type[Section], ...] = (
     BaseSettings,
     GpuSettings,
     NcclSettings,
@@ -500,25 +499,6 @@ SITE_KEYS = {
     "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
-
-
-def _is_cidr(value: str) -> bool:
-    try:
-        return "/" in value and bool(ipaddress.ip_interface(value))
-    except ValueError:
-        return False
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
-
-# ----------------------------------------------------------------------------------------------
-# The stack file: every version pin in one place.
 
 
 # ----------------------------------------------------------------------------------------------
@@ -573,13 +553,6 @@ class Site:
     def group(self, name: str) -> list[HostSettings]:
         return [h for h in self.hosts.values() if h.in_group(name)]
 
-    def gpu_node_rank(self, host_name: str) -> tuple[int, int, str]:
-        """(nnodes, node_rank, dist-init address) for a multi-node deployment."""
-        nodes = self.group("gpu_nodes")
-        names = [n.name for n in nodes]
-        head = nodes[0]
-        return len(nodes), names.index(host_name), f"{address_of(head)}:{head.serving.dist_init_port}"
-
     def summary(self) -> str:
         lines = [
             f"{self.inventory_file}: valid",
@@ -602,6 +575,10 @@ def address_of(host: HostSettings) -> str:
     return host.name.split("@", 1)[-1].split("/")[-1]
 
 
+# ----------------------------------------------------------------------------------------------
+# Typing one host's data: pydantic checks each section; its errors become our one-line messages.
+
+
 def _pyinfra_keys() -> set[str]:
     """Keys pyinfra itself understands: connector data and global operation arguments."""
     try:
@@ -616,103 +593,82 @@ def _pyinfra_keys() -> set[str]:
     return keys
 
 
-def _convert(value: Any, annotation: Any) -> tuple[bool, Any]:
-    """Check value against a field's annotation; returns (ok, value)."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
+def type_text(annotation: Any) -> str:
+    """A field's type as the README's table and the messages write it: int | None, list[str]."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return type_text(args[0])
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return True, None
-        return _convert(value, next(a for a in args if a is not type(None)))
-    if origin is Literal:
-        return value in args, value
-    if origin is list:
-        return isinstance(value, (list, tuple)) and all(
-            _convert(v, args[0])[0] for v in value
-        ), list(value) if isinstance(value, (list, tuple)) else value
-    if origin is dict:
-        if not isinstance(value, dict):
-            return False, value
-        return all(isinstance(k, str) for k in value) and all(
-            args[1] is Any or _convert(v, args[1])[0] for v in value.values()
-        ), dict(value)
-    if annotation is bool:
-        return isinstance(value, bool), value
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if annotation is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return ok, float(value) if ok else value
-    if annotation is str:
-        return isinstance(value, str), value
-    return True, value
+        return " | ".join(type_text(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(type_text(a) for a in args)}]"
+    if annotation is Any:
+        return "Any"
+    return "None" if annotation is type(None) else annotation.__name__
 
 
-def _type_name(annotation: Any) -> str:
-    text = str(annotation).replace("typing.", "")
-    return {"<class 'int'>": "an integer", "<class 'str'>": "a string",
-            "<class 'bool'>": "True or False", "<class 'float'>": "a number"}.get(text, text)
+def _expected_type(annotation: Any) -> str:
+    text = type_text(annotation)
+    return {"int": "an integer", "str": "a string", "bool": "True or False",
+            "float": "a number"}.get(text, text)
 
 
-def _build_section(cls, data: dict, where: str, problems: list[str], invalid: set[str]):
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        key = cls.PREFIX + f.name
-        if key not in data:
-            continue
-        value = data[key]
-        ok, converted = _convert(value, hints[f.name])
-        if not ok:
-            problems.append(f"{where}: {key} = {value!r} is invalid; expected {_type_name(hints[f.name])}")
+def section_keys() -> dict[str, type[Section]]:
+    return {cls.PREFIX + name: cls for cls in SECTIONS for name in cls.model_fields}
+
+
+def _section_of(key: str) -> type[Section] | None:
+    matches = [cls for cls in SECTIONS if key.startswith(cls.PREFIX)]
+    return max(matches, key=lambda cls: len(cls.PREFIX)) if matches else None
+
+
+def _build_section(cls: type[Section], data: dict, where: str, problems: list[str],
+                   unknown: list[str], invalid: set[str]) -> Section:
+    # Lists may come as tuples from Python inventories (as they always could).
+    values = {key.removeprefix(cls.PREFIX): list(value) if isinstance(value, tuple) else value
+              for key, value in data.items() if _section_of(key) is cls}
+    try:
+        return cls.model_validate(values)
+    except ValidationError as error:
+        bad = {}
+        for detail in error.errors():
+            name = str(detail["loc"][0])
+            bad.setdefault(name, detail)
+        for name, detail in bad.items():
+            key = cls.PREFIX + name
+            if detail["type"] == "extra_forbidden":
+                unknown.append(key)
+                continue
+            if detail["type"] == "inference_host":
+                valid = detail["ctx"]["valid"]
+            else:
+                valid = _expected_type(cls.model_fields[name].annotation)
+            problems.append(f"{where}: {key} = {data[key]!r} is invalid; expected {valid}")
             invalid.add(key)
-            continue
-        check = f.metadata.get("check")
-        valid = check(converted) if (check and converted is not None) else None
-        if valid:
-            problems.append(f"{where}: {key} = {value!r} is invalid; expected {valid}")
-            invalid.add(key)
-            continue
-        values[f.name] = converted
-    return cls(**values)
-
-
-def _section_keys() -> dict[str, type]:
-    return {cls.PREFIX + f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
+        return cls.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
 def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                problems: list[str]) -> HostSettings:
     """Typed settings of one host from its merged pyinfra data."""
-    known = _section_keys()
+    known = section_keys()
     pyinfra_keys = _pyinfra_keys()
-    for key, value in data.items():
-        if key in known or key in SITE_KEYS or key in pyinfra_keys:
+    unknown = [key for key in data
+               if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
+    invalid: set[str] = set()
+    value_problems: list[str] = []
+    sections = {
+        cls.PREFIX.rstrip("_"): _build_section(cls, data, f"{where}: host {name}", value_problems,
+                                               unknown, invalid)
+        for cls in SECTIONS
+    }
+    for key in sorted(unknown, key=list(data).index):
+        if key in pyinfra_keys:
             continue
         problems.append(
-            f"{where}: host {name}: unknown key {key} = {value!r}"
+            f"{where}: host {name}: unknown key {key} = {data[key]!r}"
             f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
             " under 'Settings')"
         )
-    invalid: set[str] = set()
-    sections = {
-        cls: _build_section(cls, data, f"{where}: host {name}", problems, invalid) for cls in SECTIONS
-    }
-    return HostSettings(
-        name=name,
-        groups=groups,
-        base=sections[BaseSettings],
-        gpu=sections[GpuSettings],
-        nccl=sections[NcclSettings],
-        serving=sections[ServingSettings],
-        build=sections[BuildSettings],
-        guest=sections[GuestSettings],
-        proxmox=sections[ProxmoxSettings],
-        sglang=sections[SglangSettings],
-        health=sections[HealthSettings],
-        nvidia_driver=sections[NvidiaDriverSettings],
-        cuda=sections[CudaSettings],
-        docker=sections[DockerSettings],
-        eagle3_training=sections[Eagle3TrainingSettings],
-        invalid_keys=frozenset(invalid),
-    )
+    problems.extend(value_problems)
+    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid))

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files, python, server
+from pyinfra.operations import files, server
 
+from roles.shared.note import note
 from roles.shared.pip import pip_environment
 from roles.site import EngineStack, HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
@@ -164,9 +165,8 @@ def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
     ]
     for name, value in build_args.items():
         command += ["--build-arg", f"{name}={value}"]
-    python.call(name=f"Print the {wheel.package} job cap",
-                function=lambda: logger.info(f"{host.name}: building {wheel.label} with job cap"
-                                             f" {cap.describe()}"))
+    note(name=f"Print the {wheel.package} job cap",
+         message=f"building {wheel.label} with job cap {cap.describe()}")
     server.shell(
         name=f"Build the {wheel.label} wheel for sm_120 (MAX_JOBS={cap.max_jobs},"
              f" NVCC_THREADS={cap.nvcc_threads}, key {wheel.key})",

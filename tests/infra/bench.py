@@ -40,8 +40,9 @@ from pathlib import Path
 import yaml
 
 from roles.shared import eagle3
-from roles.site import SiteError, load_site, testinfra_url
+from roles.site import SiteError, load_site
 from tests.infra import gpu_parsers as parse
+from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"
@@ -59,7 +60,7 @@ SPEC_LAUNCHER = "bench-spec-launch"
 
 def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: int, output_len: int,
                   prompts: int, concurrency: int, output_file: str) -> list[str]:
-    """One bench_serving run (flags of sglang.bench_serving, reference/serving.md)."""
+    """One bench_serving run (flags of sglang.bench_serving; docs/upstream.md, "SGLang")."""
     return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
             "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
@@ -184,9 +185,24 @@ def ab_table(records: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+class MissingExtra(RuntimeError):
+    pass
+
+
+def require_matplotlib():
+    """matplotlib is the optional extra "bench" (pyproject.toml): only the chart needs it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtra("the benchmark draws its chart with matplotlib, which is the optional"
+                           " extra 'bench': run `uv sync --extra bench` (or `uv run --extra bench"
+                           " python -m tests.infra.bench ...`)") from None
+    return matplotlib
+
+
 def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
     """Output tok/s and mean ITL per run, one line per (label, concurrency); reference lines."""
-    import matplotlib
+    matplotlib = require_matplotlib()
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -372,6 +388,11 @@ def ab_variants(args, host, expect):
 
 def main(argv=None) -> int:
     args = _arguments(argv)
+    try:  # before any host is touched: a benchmark of minutes must not fail at its chart
+        require_matplotlib()
+    except MissingExtra as error:
+        print(f"benchmark: {error}", file=sys.stderr)
+        return 2
     chart = args.chart or args.history.with_suffix(".png")
     reference = load_reference()
     if args.chart_only:

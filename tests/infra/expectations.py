@@ -12,11 +12,12 @@ message before any host is contacted.
 
 from __future__ import annotations
 
-import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from roles import site as site_model
+from tests.infra import gpu_models
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
@@ -52,7 +53,19 @@ class Expectations:
     nccl_env: dict[str, str]
     allreduce_timeout_s: int
     allreduce_min_busbw_gbps: float
+    allreduce_floor_source: str
     allreduce_size_mib: int
+    gpu_link: str
+    gpu_link_source: str
+    min_temp_margin_c: int
+    power_limit_w: float | None
+    mig_enabled: bool
+    min_memory_bandwidth_gbps: float | None
+    memory_bandwidth_source: str
+    needs_resizable_bar: bool
+    env_file: str                # the unit's EnvironmentFile (roles/serving)
+    launcher: str
+    dcgm: bool
     server_timeout_s: int
     max_unit_restarts: int
     source: str = field(default="", compare=False)  # where these came from, for messages
@@ -65,6 +78,11 @@ class Expectations:
     def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
                   extra: dict | None = None) -> Expectations:
         extra = extra or {}
+        link, link_source = gpu_models.expected_link(host.gpu.model, host.health.gpu_link)
+        floor, floor_source = gpu_models.allreduce_floor(link, host.health.allreduce_min_busbw_gbps)
+        membw, membw_source = gpu_models.memory_bandwidth_floor(
+            host.gpu.model, host.health.min_memory_bandwidth_gbps)
+        model = gpu_models.model(host.gpu.model)
         return cls(
             host_name=host.name,
             gpu_count=host.gpu.count,
@@ -83,7 +101,21 @@ class Expectations:
             enable_metrics=host.serving.enable_metrics,
             nccl_env=nccl_environment(host.nccl),
             allreduce_timeout_s=host.health.allreduce_timeout_s,
-            allreduce_min_busbw_gbps=host.health.allreduce_min_busbw_gbps,
+            allreduce_min_busbw_gbps=floor,
+            allreduce_floor_source=floor_source,
+            gpu_link=link,
+            gpu_link_source=link_source,
+            min_temp_margin_c=host.health.min_temp_margin_c,
+            power_limit_w=host.health.power_limit_w,
+            mig_enabled=host.health.mig_enabled,
+            min_memory_bandwidth_gbps=membw,
+            memory_bandwidth_source=membw_source,
+            needs_resizable_bar=bool(model and model.needs_resizable_bar),
+            env_file=f"/etc/sglang/{host.serving.unit_name}.env",
+            # The service's launcher (roles/serving) holds its exact command line; the engine
+            # all-reduce check reads --disable-custom-all-reduce there.
+            launcher=f"{host.base.install_root}/current/inference-host-launch",
+            dcgm=host.nvidia_driver.dcgm,
             allreduce_size_mib=host.health.allreduce_size_mib,
             server_timeout_s=host.health.server_timeout_s,
             max_unit_restarts=host.health.max_unit_restarts,
@@ -150,9 +182,17 @@ def _split_overrides(overrides: list[str]) -> tuple[dict, dict]:
         if isinstance(value, bool) and raw.lower() not in ("true", "false"):
             value = raw  # YAML 1.1 reads off/on/yes/no as booleans: nccl_p2p_level=off is a word
         if key in EXTRA_KEYS:
+            if key == "driver_version" and not re.match(r"^\d+\.\d+(\.\d+)?$", raw):
+                problems.append(f"--expect driver_version={raw!r} is invalid; expected a driver "
+                                "version like 580.159.04")
+            elif not raw:
+                problems.append(f"--expect {key}= is empty; expected {EXTRA_KEYS[key]}")
             extra[key] = str(raw)
         else:
             data[key] = value
+    count = data.get("gpu_count")
+    if "gpu_count" in data and not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+        problems.append(f"--expect gpu_count={count!r} is invalid; a gpu node needs an integer >= 1")
     if problems:
         raise site_model.SiteError(problems)
     return data, extra
@@ -162,11 +202,9 @@ def _rebuild_host(host: site_model.HostSettings, data: dict, where: str) -> site
     """The inventory's host with some keys replaced, validated like the inventory itself."""
     current = {}
     for section in site_model.SECTIONS:
-        attribute = next(f.name for f in dataclasses.fields(site_model.HostSettings)
-                         if f.type in (section.__name__, section))
-        values = getattr(host, attribute)
-        for f in dataclasses.fields(section):
-            current[section.PREFIX + f.name] = getattr(values, f.name)
+        values = getattr(host, section.PREFIX.rstrip("_"))  # HostSettings names it by its prefix
+        for name in section.model_fields:
+            current[section.PREFIX + name] = getattr(values, name)
     problems: list[str] = []
     rebuilt = site_model.build_host(host.name, host.groups, {**current, **data}, where, problems)
     if problems:

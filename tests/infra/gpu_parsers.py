@@ -263,29 +263,6 @@ def parse_xid_events(dmesg_text: str) -> list[XidEvent]:
 
 
 # ----------------------------------------------------------------------------------------------
-# /proc/driver/nvidia/gpus/<bdf>/information
-
-
-def parse_proc_gpu_information(text: str) -> dict[str, dict[str, str]]:
-    """Returns {bus location: {field: value}} from the concatenated `information` files
-    (each introduced by `== /proc/driver/nvidia/gpus/<bdf>` or read one at a time)."""
-    gpus: dict[str, dict[str, str]] = {}
-    current: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("== "):
-            current = {}
-            gpus[line.rsplit("/", 1)[-1].strip()] = current
-            continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        current[key.strip()] = value.strip()
-        if key.strip() == "Bus Location" and current not in gpus.values():
-            gpus[value.strip()] = current
-    return {bus: info for bus, info in gpus.items() if info}
-
-
-# ----------------------------------------------------------------------------------------------
 # nvidia-smi topo -m
 
 
@@ -488,3 +465,307 @@ def parse_bench_serving_jsonl(text: str) -> list[BenchResult]:
                                        "random_output_len", "duration") if k in row},
         ))
     return results
+
+
+# ----------------------------------------------------------------------------------------------
+# nvidia-smi -q: the full per-GPU report (ECC, recovery action, clock events, temperature,
+# power limits, BAR1, PCIe replays, MIG). Its layout, as driver 580.159.04 prints it
+# (tests/unit/data/gpu/h200-1gpu-checks/nvidia-smi-q.txt): a "GPU <bus id>" line per GPU, then
+# "Key : value" lines whose 4-space indentation nests sections ("ECC Errors" > "Volatile" >
+# "DRAM Uncorrectable"). Key names changed across drivers (e.g. "Clocks Throttle Reasons"
+# became "Clocks Event Reasons" in 535); the accessors below try both.
+
+
+def parse_smi_q(text: str) -> dict[str, dict]:
+    """Returns {bus id (0000:00:06.0): nested {section: {key: value}}} of `nvidia-smi -q`."""
+    gpus: dict[str, dict] = {}
+    stack: list[tuple[int, dict]] = []
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        line = raw.strip()
+        if indent == 0:
+            match = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])$", line)
+            if match:
+                current: dict = {}
+                gpus[normalize_bus_id(match.group(1))] = current
+                stack = [(0, current)]
+            else:
+                stack = []
+            continue
+        if not stack:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not stack:
+            continue
+        parent = stack[-1][1]
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and value.strip():
+            parent[key] = value.strip()
+        else:  # a section heading: what follows, indented deeper, belongs to it
+            section: dict = {}
+            parent[key] = section
+            stack.append((indent, section))
+    return gpus
+
+
+def _path(tree: dict, *keys: str):
+    """tree[k1][k2]...; a key may be "A|B" (alternative names across drivers). None if absent."""
+    node = tree
+    for key in keys:
+        if not isinstance(node, dict):
+            return None
+        node = next((node[k] for k in key.split("|") if k in node), None)
+        if node is None:
+            return None
+    return node
+
+
+def _number(value) -> float | None:
+    if not isinstance(value, str) or _cell(value) is None:
+        return None
+    match = re.match(r"^-?\d+(\.\d+)?", value.strip())
+    return float(match.group(0)) if match else None
+
+
+CLOCK_EVENTS_BAD = {
+    # `nvidia-smi -q` name -> why it matters (nvidia-smi(1), "Clocks Event Reasons")
+    "HW Slowdown": "hardware slowdown (power brake or thermal): the GPU runs at reduced clocks",
+    "HW Thermal Slowdown": "the GPU is too hot: check airflow and fans",
+    "HW Power Brake Slowdown": "an external power brake (the PSU or chassis asserts it): check power supply",
+    "SW Thermal Slowdown": "the driver slows the GPU because it is near its thermal limit",
+}
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What `nvidia-smi -q` says about one GPU's health (None: not reported on this GPU)."""
+
+    bus: str
+    name: str | None
+    ecc_current: bool | None
+    ecc_pending: bool | None
+    ecc_errors: dict[str, dict[str, int | None]]  # Volatile/Aggregate -> {counter: count}
+    recovery_action: str | None
+    clock_events: dict[str, bool]                 # "HW Slowdown" -> active
+    temperature_c: float | None
+    tlimit_margin_c: float | None                 # "GPU T.Limit Temp": degrees left before slowdown
+    power_limit_w: float | None                   # current (enforced) limit
+    power_default_limit_w: float | None
+    power_requested_limit_w: float | None
+    power_max_limit_w: float | None
+    bar1_total_mib: int | None
+    fb_total_mib: int | None
+    replays: int | None
+    replay_rollovers: int | None
+    mig_current: str | None
+    mig_pending: str | None
+
+    def uncorrectable(self, scope: str) -> dict[str, int]:
+        """Counters of `scope` (Volatile, Aggregate) that count uncorrectable errors, nonzero only."""
+        counters = self.ecc_errors.get(scope, {})
+        return {k: v for k, v in counters.items() if "Uncorrectable" in k and v}
+
+
+def _ecc_counters(section) -> dict[str, int | None]:
+    if not isinstance(section, dict):
+        return {}
+    # Flat counters only ("SRAM Correctable", "DRAM Uncorrectable", older drivers' "Total");
+    # "SRAM Threshold Exceeded" is Yes/No, not a count.
+    return {k: _int(v) for k, v in section.items() if isinstance(v, str) and _int(v) is not None}
+
+
+def gpu_health(bus: str, tree: dict) -> GpuHealth:
+    events = _path(tree, "Clocks Event Reasons|Clocks Throttle Reasons") or {}
+    flat_events: dict[str, bool] = {}
+
+    def walk(section: dict) -> None:
+        for key, value in section.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif _cell(value) is not None:
+                flat_events[key] = value.strip() == "Active"
+            # HW Slowdown holds its two causes as a nested section in 580.x; walk() flattens it
+    walk(events)
+    power = _path(tree, "GPU Power Readings|Power Readings") or {}
+    return GpuHealth(
+        bus=bus,
+        name=_path(tree, "Product Name"),
+        ecc_current=_yes(_cell(_path(tree, "ECC Mode", "Current") or "")),
+        ecc_pending=_yes(_cell(_path(tree, "ECC Mode", "Pending") or "")),
+        ecc_errors={scope: _ecc_counters(_path(tree, "ECC Errors", scope))
+                    for scope in ("Volatile", "Aggregate")},
+        recovery_action=_cell(_path(tree, "GPU Recovery Action") or ""),
+        clock_events=flat_events,
+        temperature_c=_number(_path(tree, "Temperature", "GPU Current Temp")),
+        tlimit_margin_c=_number(_path(tree, "Temperature", "GPU T.Limit Temp")),
+        power_limit_w=_number(power.get("Current Power Limit") or power.get("Enforced Power Limit")),
+        power_default_limit_w=_number(power.get("Default Power Limit")),
+        power_requested_limit_w=_number(power.get("Requested Power Limit")),
+        power_max_limit_w=_number(power.get("Max Power Limit")),
+        bar1_total_mib=_int(_cell(_path(tree, "BAR1 Memory Usage", "Total") or "")),
+        fb_total_mib=_int(_cell(_path(tree, "FB Memory Usage", "Total") or "")),
+        replays=_int(_cell(_path(tree, "PCI", "Replays Since Reset") or "")),
+        replay_rollovers=_int(_cell(_path(tree, "PCI", "Replay Number Rollovers") or "")),
+        mig_current=_cell(_path(tree, "MIG Mode", "Current") or ""),
+        mig_pending=_cell(_path(tree, "MIG Mode", "Pending") or ""),
+    )
+
+
+def parse_gpu_health(text: str) -> dict[str, GpuHealth]:
+    """Returns {bus id: GpuHealth} of `nvidia-smi -q`."""
+    return {bus: gpu_health(bus, tree) for bus, tree in parse_smi_q(text).items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# nvidia-smi nvlink -s / -e. Format (nvidia-smi(1); driver 5xx):
+#   GPU 0: NVIDIA H200 (UUID: GPU-...)
+#            Link 0: 26.562 GB/s            (-s; "<inactive>" for a link that is down)
+#            Link 0: Replay Errors: 0       (-e; one line per counter and link)
+# A GPU without NVLink prints nothing at all (seen on one H200 with its links unused, driver
+# 580.159.04: tests/unit/data/gpu/h200-1gpu-checks/nvlink-s.txt is empty).
+
+
+@dataclass(frozen=True)
+class NvlinkState:
+    gpu: int
+    links: dict[int, float | None]                 # link -> GB/s; None: inactive
+    errors: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def inactive(self) -> list[int]:
+        return [link for link, speed in self.links.items() if speed is None]
+
+    def nonzero_errors(self) -> dict[int, dict[str, int]]:
+        return {link: {k: v for k, v in counters.items() if v}
+                for link, counters in self.errors.items() if any(counters.values())}
+
+
+_NVLINK_GPU_RE = re.compile(r"^GPU (\d+): ")
+_NVLINK_LINK_RE = re.compile(r"^\s*Link (\d+): (.*)$")
+
+
+def parse_nvlink(status_text: str, errors_text: str = "") -> dict[int, NvlinkState]:
+    """Returns {GPU index: NvlinkState} of `nvidia-smi nvlink -s` (and `-e` for counters)."""
+    links: dict[int, dict[int, float | None]] = {}
+    errors: dict[int, dict[int, dict[str, int]]] = {}
+    for text, is_errors in ((status_text, False), (errors_text, True)):
+        gpu = None
+        for line in text.splitlines():
+            match = _NVLINK_GPU_RE.match(line)
+            if match:
+                gpu = int(match.group(1))
+                links.setdefault(gpu, {})
+                continue
+            match = _NVLINK_LINK_RE.match(line)
+            if not match or gpu is None:
+                continue
+            link, rest = int(match.group(1)), match.group(2).strip()
+            if is_errors:
+                name, _, value = rest.rpartition(":")
+                if _int(value.strip()) is not None:
+                    errors.setdefault(gpu, {}).setdefault(link, {})[name.strip()] = _int(value.strip())
+            else:
+                speed = re.match(r"^([\d.]+) GB/s", rest)
+                links[gpu][link] = float(speed.group(1)) if speed else None
+    return {gpu: NvlinkState(gpu, links.get(gpu, {}), errors.get(gpu, {}))
+            for gpu in sorted(set(links) | set(errors))}
+
+
+# ----------------------------------------------------------------------------------------------
+# Link classes of `nvidia-smi topo -m`, best first. The legend nvidia-smi prints names them:
+# NV# (bonded NVLinks), PIX/PXB (PCIe bridges/switch, not through the host bridge), PHB/NODE
+# (through a host bridge, within one NUMA node), SYS (across the SMP interconnect: sockets).
+
+LINK_CLASSES = ("nvlink", "pcie-switch", "host-bridge", "cross-socket")
+
+
+def link_class(code: str) -> str:
+    """NV18 -> nvlink, PIX/PXB -> pcie-switch, PHB/NODE -> host-bridge, SYS -> cross-socket."""
+    code = code.strip().upper()
+    if code.startswith("NV"):
+        return "nvlink"
+    if code in ("PIX", "PXB"):
+        return "pcie-switch"
+    if code in ("PHB", "NODE"):
+        return "host-bridge"
+    if code == "SYS":
+        return "cross-socket"
+    raise ValueError(f"unknown link {code!r} in `nvidia-smi topo -m` (expected NV#, PIX, PXB, PHB, NODE, SYS)")
+
+
+def worst_link(topology: Topology) -> str | None:
+    """The slowest link class between any two GPUs (the all-reduce ring crosses it); None: one GPU."""
+    classes = [link_class(code) for code in topology.links.values()]
+    return max(classes, key=LINK_CLASSES.index) if classes else None
+
+
+# ----------------------------------------------------------------------------------------------
+# `dcgmi diag -r N`, as DCGM 4.6.0 prints it (NVIDIA/DCGM dcgmi/Diag.cpp: DIAG_HEADER,
+# DIAG_DEPLOYMENT/HARDWARE/INTEGRATION/STRESS, DIAG_DATA, HelperDisplayGlobalResult,
+# HelperDisplayEntityResults, DisplayVerboseInfo): a box-drawn table
+#   +---------------------------+------------------------------------------------+
+#   | Diagnostic                | Result                                         |
+#   +===========================+================================================+
+#   |-----  Metadata  ----------+------------------------------------------------|
+#   | DCGM Version              | 4.6.0                                          |
+#   |-----  Deployment  --------+------------------------------------------------|
+#   | software                  | Fail                                           |
+#   |                           | GPU0: Pass                                     |
+#   |                           | GPU1: Fail                                     |
+#   | Warning: GPU1             | Persistence mode for GPU 1 is disabled. Enabl  |
+#   |                           | e persistence mode by running ...              |
+#   +-----  Hardware  ----------+------------------------------------------------+
+# A test's overall result (Pass, Fail, Warn, Skip, Not Run: HelperDisplayDiagResult) is on its
+# own line, then one line per entity, then warnings cut into 45-character pieces.
+
+DCGM_RESULTS = ("Pass", "Fail", "Warn", "Skip", "Not Run")
+
+
+@dataclass
+class DcgmTest:
+    section: str
+    name: str
+    result: str
+    entities: dict[str, str] = field(default_factory=dict)   # GPU0 -> Pass
+    details: list[str] = field(default_factory=list)
+
+
+_DCGM_SECTION_RE = re.compile(r"^[|+]-+\s+(\S.*?)\s+-+\+")
+_DCGM_ENTITY_RE = re.compile(r"^([A-Za-z_]+\d+): (Pass|Fail|Warn|Skip|Not Run)$")
+
+
+def parse_dcgmi_diag(text: str) -> list[DcgmTest]:
+    """Returns the tests of `dcgmi diag -r N`'s table (the Metadata section left out)."""
+    tests: list[DcgmTest] = []
+    section = ""
+    for line in text.splitlines():
+        line = line.rstrip()
+        header = _DCGM_SECTION_RE.match(line)
+        if header:
+            section = header.group(1)
+            continue
+        if not line.startswith("|") or line.startswith("|="):
+            continue
+        cells = line.strip("|").split("|", 1)
+        if len(cells) != 2 or cells[0].strip() == "Diagnostic" or section in ("", "Metadata"):
+            continue
+        left, right = cells[0].strip(), cells[1].strip()
+        # DisplayVerboseInfo cuts messages every 45 characters, cutting words and dropping no
+        # space: a piece is the cell's first 45 characters (after "| ", before the padding).
+        piece = cells[1][1:46]
+        entity = _DCGM_ENTITY_RE.match(right)
+        if not left and entity and tests:
+            tests[-1].entities[entity.group(1)] = entity.group(2)
+        elif not left and tests and tests[-1].details:
+            tests[-1].details[-1] += piece
+        elif re.match(r"^(Warning|Info)\b", left) and tests:
+            tests[-1].details.append(f"{left}: {piece}")
+        elif left and right in DCGM_RESULTS:
+            tests.append(DcgmTest(section, left, right))
+    for test in tests:
+        test.details = [" ".join(detail.split()) for detail in test.details]
+    return tests

@@ -18,6 +18,11 @@ from tests.infra import gpu_parsers as parse
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SMI = "nvidia-smi"
+# systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+# The lent multi-GPU machines require these kept wherever a program starts with its own
+# environment (NVLink multicast can take the host's GPUs out of service); passed on only when set.
+SAFETY_VARIABLES = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,34 @@ class GpuProbe:
         return self._smi("topo -m")
 
     @cached_property
+    def smi_q(self) -> Evidence:
+        return self._smi("-q")
+
+    @cached_property
+    def health(self) -> dict[str, parse.GpuHealth]:
+        return parse.parse_gpu_health(self.smi_q.require("the GPU health report (nvidia-smi -q)"))
+
+    def replays(self) -> dict[str, int | None]:
+        """PCIe replays per GPU now (read twice by the interconnect suite: before and after)."""
+        now = self._smi("-q")
+        if now.text is None:
+            return {}
+        return {bus: h.replays for bus, h in parse.parse_gpu_health(now.text).items()}
+
+    @cached_property
+    def nvlink(self) -> Evidence:
+        status = self._smi("nvlink -s")
+        if status.text is None:
+            return status
+        errors = self._smi("nvlink -e")
+        return Evidence(status.text + "\n@@ERRORS@@\n" + (errors.text or ""))
+
+    @cached_property
+    def dcgmi_path(self) -> str | None:
+        result = self.host.run("command -v dcgmi")
+        return result.stdout.strip() if result.rc == 0 else None
+
+    @cached_property
     def smi_version(self) -> Evidence:
         return self._smi("--version")
 
@@ -141,16 +174,32 @@ class GpuProbe:
 
     # -- programs run with the engine's python --------------------------------------------------
 
-    def run_program(self, python: str, program: str, args: str = "", env: dict | None = None,
-                    timeout_s: int = 300):
+    def run_program(self, python: str, program: str, args: str = "", env_file: str | None = None,
+                    fallback_env: dict | None = None, timeout_s: int = 300):
         """Copy a program from tests/infra/programs to a temporary folder on the host and run it
-        there (a file, not `python -c`: torch.multiprocessing's spawn needs one), killed with its
-        whole process group after timeout_s."""
+        there (a file, not `python -c`: torch.multiprocessing's spawn needs one), killed after
+        timeout_s.
+
+        It runs in a clean environment (`env -i`), as systemd starts the service: a minimal
+        PATH and LANG, then exactly the unit's EnvironmentFile, read on the host (`set -a; .`
+        reads the KEY=VALUE lines roles/serving writes as systemd does). Only when the host has
+        no such file (the service was never deployed) are `fallback_env` (the site model's NCCL
+        settings) used instead. Nothing of the checker's own shell leaks in, except the lent
+        multi-GPU machines' NVLink-multicast guards when set there (SAFETY_VARIABLES), which the
+        program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        has_file = bool(env_file) and self.host.run(f"test -r {shlex.quote(env_file)}").rc == 0
+        fallback = "" if has_file else " ".join(
+            f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
+        inherited = " ".join(f"${{{name}+{name}=\"${name}\"}}" for name in SAFETY_VARIABLES)
+        file_argument = shlex.quote(env_file) if has_file else "''"
+        source_name = shlex.quote(env_file if has_file else "site model")
         command = (
             f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
-            f"{exports} timeout -s KILL {int(timeout_s)} {shlex.quote(python)} \"$d/{program}\" {args}; "
+            f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
+            f" {inherited} {fallback} sh -c 'if [ -n \"$1\" ]; then set -a; . \"$1\"; set +a; fi; shift; "
+            f"exec \"$@\"' sh {file_argument} "
+            f"timeout -s KILL {int(timeout_s)} {shlex.quote(python)} \"$d/{program}\" {args}; "
             "rc=$?; rm -rf \"$d\"; exit $rc"
         )
         return self.host.run(command)
@@ -170,3 +219,16 @@ def explain(expected, found, todo: str) -> str:
 def report(request, text: str) -> None:
     """A passing check's finding, shown in the verdict table and the JSON report."""
     request.node.user_properties.append(("detail", text))
+
+
+def cuda_visibility_advice(env: dict) -> str:
+    """What hides GPUs from CUDA, named: the variable and where it came from, or the passthrough."""
+    source = env.get("IH_ENV_SOURCE", "the checker's environment")
+    # Only CUDA_VISIBLE_DEVICES acts inside a process (NVIDIA_VISIBLE_DEVICES is read when a
+    # container is created, by the NVIDIA container toolkit, and is "all" in CUDA images).
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} (from {source}) hides GPUs from "
+                "CUDA: remove it from the service's environment (serving_extra_env) unless that is "
+                "intended, and correct gpu_count")
+    return ("nvidia-smi sees the GPU but CUDA does not and no CUDA_VISIBLE_DEVICES is set: check the "
+            "device nodes (/dev/nvidia*) and, in a guest, the passthrough (Proxmox devN entries)")

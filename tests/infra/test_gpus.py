@@ -6,10 +6,12 @@ Needs no systemd: evidence comes from nvidia-smi, /proc/driver/nvidia and the ke
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.infra import gpu_parsers as parse
-from tests.infra.probes import explain, report
+from tests.infra.probes import cuda_visibility_advice, explain, report
 
 pytestmark = pytest.mark.gpu
 
@@ -181,8 +183,24 @@ def test_persistence_mode(gpu, expect, gpu_index, request):
     report(request, "enabled")
 
 
-def test_pcie_link_generation(gpu, expect, gpu_index, request):
-    info = _gpu(gpu, gpu_index, expect)
+def _under_load(gpu, info: parse.GpuInfo, membw_result) -> parse.GpuInfo:
+    """The GPU's PCIe link as read while the memory bandwidth probe kept every GPU busy."""
+    text = getattr(gpu, "pcie_under_load", "")
+    fields = ("index", "pci.bus_id", "pstate", "pcie.link.gen.current", "pcie.link.gen.max",
+              "pcie.link.width.current", "pcie.link.width.max")
+    try:
+        loaded = {g.bus: g for g in parse.parse_gpu_query(text, fields)} if text else {}
+    except ValueError:
+        loaded = {}
+    found = loaded.get(info.bus)
+    if found is None:
+        return info
+    return dataclasses.replace(info, pstate=found.pstate, pcie_gen_current=found.pcie_gen_current,
+                               pcie_width_current=found.pcie_width_current)
+
+
+def test_pcie_link_generation(gpu, expect, gpu_index, request, membw_result):
+    info = _under_load(gpu, _gpu(gpu, gpu_index, expect), membw_result)
     if info.pcie_gen_max is None or info.pcie_gen_current is None:
         pytest.skip(f"no evidence: nvidia-smi reports no PCIe link generation for {info.bus}")
     gpu_max = info.pcie_gen_gpu_max or info.pcie_gen_max
@@ -195,17 +213,19 @@ def test_pcie_link_generation(gpu, expect, gpu_index, request):
     assert info.pcie_gen_current == info.pcie_gen_max, explain(
         f"Gen{info.pcie_gen_max} under load", f"Gen{info.pcie_gen_current} in {info.pstate} ({info.bus})",
         "reseat the GPU / check risers and BIOS PCIe speed; a degraded link halves all-reduce speed")
-    report(request, f"Gen{info.pcie_gen_current} of Gen{info.pcie_gen_max}")
+    report(request, f"Gen{info.pcie_gen_current} of Gen{info.pcie_gen_max} ({info.pstate}"
+                    f"{', under load' if getattr(gpu, 'pcie_under_load', '') else ''})")
 
 
-def test_pcie_link_width(gpu, expect, gpu_index, request):
-    info = _gpu(gpu, gpu_index, expect)
+def test_pcie_link_width(gpu, expect, gpu_index, request, membw_result):
+    info = _under_load(gpu, _gpu(gpu, gpu_index, expect), membw_result)
     if info.pcie_width_max is None or info.pcie_width_current is None:
         pytest.skip(f"no evidence: nvidia-smi reports no PCIe link width for {info.bus}")
     assert info.pcie_width_current == info.pcie_width_max, explain(
         f"x{info.pcie_width_max}", f"x{info.pcie_width_current} ({info.bus})",
         "reseat the GPU or move it to a full-width slot; check risers")
-    report(request, f"x{info.pcie_width_current} of x{info.pcie_width_max}")
+    report(request, f"x{info.pcie_width_current} of x{info.pcie_width_max}"
+                    f"{' under load' if getattr(gpu, 'pcie_under_load', '') else ''}")
 
 
 def test_no_row_remap_failure(gpu, expect, gpu_index, request):
@@ -243,15 +263,16 @@ def test_cuda_works(gpu, expect, gpu_index, request, cuda_result):
         pytest.skip("the CUDA check could not run: see 'cuda works [GPU0]'")
     devices = {d["index"]: d for d in cuda_result.get("devices", [])}
     device = devices.get(gpu_index)
-    assert device is not None, explain(f"torch to see GPU{gpu_index}",
+    assert device is not None, explain(f"torch to see GPU{gpu_index} ({info.bus}, listed by nvidia-smi)",
                                        f"{len(devices)} devices (torch {cuda_result.get('torch')})",
-                                       "check CUDA_VISIBLE_DEVICES and the engine's torch build")
+                                       cuda_visibility_advice(cuda_result.get("env", {})))
     assert device.get("ok"), explain(
         "a 512x512 matrix product on the GPU equal to the CPU's", device.get("error")
         or f"max error {device.get('max_error')}", "check the driver/CUDA pairing of the engine's torch; "
         "a wrong result on one GPU points at that GPU (see Xid errors)")
+    source = cuda_result.get("env", {}).get("IH_ENV_SOURCE", "?")
     report(request, f"torch {cuda_result['torch']} CUDA {cuda_result['cuda']}: {device['name']} ok "
-                    f"({info.bus})")
+                    f"({info.bus}; environment from {source})")
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +280,8 @@ def cuda_result(gpu, expect) -> dict:
     missing = gpu.engine_python_missing(expect.engine_python)
     if missing:
         return {"failure": explain("the engine environment's python", missing, "deploy the engine first")}
-    result = gpu.run_program(expect.engine_python, "cuda_check.py", timeout_s=300)
+    result = gpu.run_program(expect.engine_python, "cuda_check.py", env_file=expect.env_file,
+                             fallback_env=expect.nccl_env, timeout_s=300)
     try:
         found = parse.parse_json_line(result.stdout, "IH-CUDA ")
     except ValueError:
@@ -268,6 +290,10 @@ def cuda_result(gpu, expect) -> dict:
             f"{(result.stdout + result.stderr).strip()[-400:]}",
             "run it by hand: tests/infra/programs/cuda_check.py with the engine python")}
     if "error" in found:
+        hidden = found.get("env", {})
+        if "CUDA_VISIBLE_DEVICES" in hidden:
+            return {"failure": explain("torch to see the GPUs nvidia-smi lists", found["error"],
+                                       cuda_visibility_advice(hidden))}
         return {"failure": explain(
             "torch with CUDA in the engine environment", found["error"],
             "reinstall the engine environment (roles/sglang); check the driver supports the torch "
@@ -277,3 +303,172 @@ def cuda_result(gpu, expect) -> dict:
 
 def normalize(bus_id: str) -> str:
     return parse.normalize_bus_id(bus_id)
+
+
+# -- health counters of nvidia-smi -q, one test per GPU ------------------------------------------
+
+
+def _health(gpu, gpu_index: int, expect) -> tuple[parse.GpuInfo, parse.GpuHealth]:
+    info = _gpu(gpu, gpu_index, expect)
+    health = gpu.health.get(info.bus)
+    if health is None:
+        pytest.skip(f"no evidence: `nvidia-smi -q` has no section for {info.bus}")
+    return info, health
+
+
+def test_ecc_enabled_no_uncorrectable_errors(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.ecc_current is None:
+        pytest.skip(f"no evidence: {info.name} reports no ECC mode (N/A: no ECC on this GPU)")
+    assert health.ecc_current and health.ecc_pending is not False, explain(
+        "ECC enabled (current and pending)", f"current {health.ecc_current}, pending {health.ecc_pending} "
+        f"on {info.bus}", f"`nvidia-smi -i {gpu_index} -e 1` and reboot; without ECC a memory error corrupts "
+        "results silently")
+    bad = {scope: health.uncorrectable(scope) for scope in ("Volatile", "Aggregate")}
+    bad = {scope: counters for scope, counters in bad.items() if counters}
+    assert not bad, explain(
+        "no uncorrectable ECC errors (volatile: since the driver loaded; aggregate: lifetime)",
+        "; ".join(f"{scope} " + ", ".join(f"{k} {v}" for k, v in c.items()) for scope, c in bad.items())
+        + f" on {info.bus}", "volatile: drain the GPU and reset it (`nvidia-smi -r`) or reboot, then "
+        "check row remapping; aggregate growing: the GPU needs an RMA (NVIDIA's GPU memory error guide)")
+    corrected = {scope: sum(v or 0 for k, v in c.items() if "Correctable" in k)
+                 for scope, c in health.ecc_errors.items()}
+    report(request, "ECC on; uncorrectable 0 (volatile, aggregate); correctable "
+                    + ", ".join(f"{k.lower()} {v}" for k, v in corrected.items()))
+
+
+def test_recovery_action_none(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.recovery_action is None:
+        pytest.skip(f"no evidence: the driver reports no 'GPU Recovery Action' for {info.bus} (before 550)")
+    assert health.recovery_action == "None", explain(
+        "GPU Recovery Action None", f"{health.recovery_action} on {info.bus}",
+        "do what the driver asks: GPU Reset -> drain and `nvidia-smi -r`; Node Reboot -> reboot; "
+        "Drain P2P -> stop peer traffic, then reset (nvidia-smi(1), 'GPU Recovery Action')")
+    report(request, "None")
+
+
+def test_no_active_clock_slowdown(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if not health.clock_events:
+        pytest.skip(f"no evidence: no 'Clocks Event Reasons' for {info.bus}")
+    active = {name: why for name, why in parse.CLOCK_EVENTS_BAD.items() if health.clock_events.get(name)}
+    assert not active, explain(
+        "no HW slowdown, HW thermal, HW power brake or SW thermal clock event active",
+        ", ".join(active) + f" on {info.bus}", "; ".join(active.values()))
+    shown = [name for name, on in health.clock_events.items() if on]
+    report(request, "none of " + ", ".join(parse.CLOCK_EVENTS_BAD) + " active"
+                    + (f" (active: {', '.join(shown)})" if shown else ""))
+
+
+def test_temperature_margin(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.tlimit_margin_c is None:
+        pytest.skip(f"no evidence: {info.name} reports no 'GPU T.Limit Temp' (the margin to slowdown)")
+    assert health.tlimit_margin_c >= expect.min_temp_margin_c, explain(
+        f"at least {expect.min_temp_margin_c} C below the slowdown temperature (health_min_temp_margin_c)",
+        f"{health.tlimit_margin_c:.0f} C margin at {health.temperature_c} C on {info.bus}",
+        "check airflow, fans and inlet temperature; a GPU near its limit slows down under load")
+    report(request, f"{health.tlimit_margin_c:.0f} C below slowdown (GPU at {health.temperature_c:.0f} C)")
+
+
+def test_power_limit_as_expected(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.power_limit_w is None:
+        pytest.skip(f"no evidence: no power limit reported for {info.bus}")
+    wanted = expect.power_limit_w or health.power_default_limit_w
+    source = "health_power_limit_w" if expect.power_limit_w else "the GPU's default limit"
+    assert wanted is not None and abs(health.power_limit_w - wanted) < 1.0, explain(
+        f"power limit {wanted} W ({source})", f"{health.power_limit_w} W (requested "
+        f"{health.power_requested_limit_w} W, max {health.power_max_limit_w} W) on {info.bus}",
+        f"`nvidia-smi -i {gpu_index} -pl {wanted}` (a lowered cap slows every request), or set "
+        "health_power_limit_w if the cap is intended")
+    report(request, f"{health.power_limit_w:.0f} W = {source}")
+
+
+def test_bar1_covers_memory(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.bar1_total_mib is None or health.fb_total_mib is None:
+        pytest.skip(f"no evidence: no BAR1/FB sizes for {info.bus}")
+    covers = health.bar1_total_mib >= health.fb_total_mib
+    if not expect.needs_resizable_bar and not covers:
+        report(request, f"BAR1 {health.bar1_total_mib} MiB < {health.fb_total_mib} MiB memory "
+                        f"({info.name} does not need a full BAR1)")
+        return
+    assert covers, explain(
+        f"BAR1 >= the GPU's memory ({health.fb_total_mib} MiB): {expect.gpu_model} needs resizable BAR",
+        f"BAR1 {health.bar1_total_mib} MiB on {info.bus}",
+        "enable 'Above 4G decoding' and 'Resizable BAR' in the BIOS (and on Proxmox pass the GPU "
+        "with the host's resized BAR); reboot")
+    report(request, f"BAR1 {health.bar1_total_mib} MiB >= {health.fb_total_mib} MiB memory")
+
+
+def test_mig_mode_as_expected(gpu, expect, gpu_index, request):
+    info, health = _health(gpu, gpu_index, expect)
+    if health.mig_current is None:
+        pytest.skip(f"no evidence: {info.name} has no MIG mode (N/A: not a MIG-capable GPU)")
+    wanted = "Enabled" if expect.mig_enabled else "Disabled"
+    assert health.mig_current == wanted and health.mig_pending in (None, wanted), explain(
+        f"MIG {wanted} (health_mig_enabled)", f"current {health.mig_current}, pending "
+        f"{health.mig_pending} on {info.bus}",
+        f"`nvidia-smi -i {gpu_index} -mig {1 if expect.mig_enabled else 0}` and reset the GPU; "
+        "the engine needs whole GPUs")
+    report(request, f"MIG {health.mig_current}")
+
+
+def test_memory_bandwidth(gpu, expect, gpu_index, request, membw_result):
+    info = _gpu(gpu, gpu_index, expect)
+    if "failure" in membw_result:
+        if gpu_index == 0:
+            pytest.fail(membw_result["failure"])
+        pytest.skip("the memory bandwidth probe could not run: see 'memory bandwidth [GPU0]'")
+    found = {d["index"]: d for d in membw_result["devices"]}.get(gpu_index)
+    assert found is not None, explain(f"torch to see GPU{gpu_index}", f"{len(membw_result['devices'])} "
+                                      "devices", cuda_visibility_advice(membw_result.get("env", {})))
+    if expect.min_memory_bandwidth_gbps is None:
+        pytest.skip(f"measured {found['gbps']:.0f} GB/s; no floor: {expect.memory_bandwidth_source}")
+    assert found["gbps"] >= expect.min_memory_bandwidth_gbps, explain(
+        f">= {expect.min_memory_bandwidth_gbps:.0f} GB/s device copy ({expect.memory_bandwidth_source})",
+        f"{found['gbps']:.0f} GB/s on {info.bus}",
+        "check the memory clock (`nvidia-smi -q -d CLOCK`: Memory vs Max Clocks), clock event "
+        "reasons and ECC/row-remap state; a degraded memory needs an RMA")
+    report(request, f"{found['gbps']:.0f} GB/s (floor {expect.min_memory_bandwidth_gbps:.0f})")
+
+
+@pytest.fixture(scope="module")
+def membw_result(gpu, expect) -> dict:
+    missing = gpu.engine_python_missing(expect.engine_python)
+    if missing:
+        return {"failure": explain("the engine environment's python", missing, "deploy the engine first")}
+    # 1 GiB copies (2 GiB per GPU): small beside the engine's memory, which it holds while the
+    # checks run after a deploy; large beside any cache (H200 L2: 50 MB).
+    result = gpu.run_program(expect.engine_python, "membw.py", f"1024 2 {gpu.smi_path or 'nvidia-smi'}",
+                             env_file=expect.env_file, fallback_env=expect.nccl_env, timeout_s=300)
+    try:
+        found = parse.parse_json_line(result.stdout, "IH-MEMBW ")
+    except ValueError:
+        return {"failure": explain("the memory bandwidth probe to print its result",
+                                   f"rc {result.rc}: {(result.stdout + result.stderr).strip()[-400:]}",
+                                   "run tests/infra/programs/membw.py by hand with the engine python")}
+    gpu.pcie_under_load = found.get("pcie_under_load") or ""
+    return found
+
+
+def test_dcgm_diagnostics(gpu, expect, request):
+    if not gpu.dcgmi_path:
+        if expect.dcgm:
+            pytest.fail(explain("dcgmi (nvidia_driver_dcgm = true)", "no dcgmi on the PATH",
+                                "re-run the deploy: roles/nvidia_driver installs datacenter-gpu-manager"))
+        pytest.skip("DCGM is not installed (nvidia_driver_dcgm = false): no dcgmi diag")
+    result = gpu.host.run("dcgmi diag -r 1")
+    tests = parse.parse_dcgmi_diag(result.stdout)
+    assert tests, explain("`dcgmi diag -r 1` to print its result table", f"rc {result.rc}: "
+                          f"{(result.stdout + result.stderr).strip()[-400:]}",
+                          "start the host engine (`systemctl start nvidia-dcgm`) and run it by hand")
+    failed = [t for t in tests if t.result in ("Fail", "Warn")]
+    assert not failed, explain(
+        "every DCGM level-1 test Pass or Skip", "; ".join(
+            f"{t.name} {t.result}" + (f" ({' | '.join(t.details)[:200]})" if t.details else "") for t in failed),
+        "follow DCGM's message; `python -m tests.infra --dcgm-level 2` runs the memory and PCIe tests")
+    report(request, f"dcgmi diag -r 1: {len(tests)} tests, "
+                    + ", ".join(f"{t.name} {t.result}" for t in tests))

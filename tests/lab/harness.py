@@ -33,18 +33,18 @@ class DeployRun:
 
     @property
     def changed(self) -> list[str]:
-        """Names of operations that changed something on some host. The health checks run as
-        an operation that pyinfra always counts as changed; they change nothing, so they are
-        left out (roles/health)."""
+        """Names of operations that changed something on some host (pyinfra's --json results:
+        "success" lists the hosts where the operation ran commands), with no exception: the
+        health checks report no change when they pass (roles/health)."""
         if not self.results:
             return []
-        return [op["name"] for op in self.results["operations"]
-                if op["success"] and not _is_health_check(op["name"])]
+        return [op["name"] for op in self.results["operations"] if op["success"]]
 
     @property
     def health_checks(self) -> list[str]:
+        """The health-check operations that ran and passed on some host."""
         return [op["name"] for op in (self.results or {}).get("operations", [])
-                if _is_health_check(op["name"])]
+                if _is_health_check(op["name"]) and (op["success"] or op["no_change"])]
 
     @property
     def failed(self) -> list[str]:

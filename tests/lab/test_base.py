@@ -22,9 +22,12 @@ def test_second_deploy_changes_nothing(lab_second_deploy):
         "a second deploy must report no change; these operations changed again: "
         + ", ".join(lab_second_deploy.changed)
     )
-    # The one operation pyinfra counts as a change every time is the health check, which only
-    # reads: it must have run (and passed), not been skipped.
+    # pyinfra's own count agrees: every operation on every host reported "no change".
+    totals = lab_second_deploy.results["totals"]
+    assert totals["success"] == 0 and totals["error"] == 0 and totals["no_change"] > 0, totals
+    # The health check reports no change, yet it ran and printed its verdict.
     assert lab_second_deploy.health_checks, "the post-deploy health check did not run"
+    assert "inference-host health verdict" in lab_second_deploy.stderr
 
 
 @pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",

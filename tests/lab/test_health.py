@@ -31,6 +31,16 @@ def test_deploy_ends_with_the_health_checks(lab_first_deploy):
         "the health check must be the deploy's last step")
 
 
+def test_a_failing_check_fails_the_deploy(lab_first_deploy):
+    # No GPU here: the gpu suite finds none of the 8 GPUs the inventory describes.
+    run = run_deploy(LAB_INVENTORY, "--data", 'health_after_deploy=["gpu"]')
+    assert run.returncode != 0, run.explain()
+    failed = [op["name"] for op in run.results["operations"] if op["error"]] if run.results else []
+    assert any("Check health of" in name for name in failed) or "health checks of" in run.stderr, (
+        run.explain())
+    assert "health checks of @docker/" in run.stderr and "failed (exit" in run.stderr, run.explain()
+
+
 def run_checks(*extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tests.infra", "--inventory", str(LAB_INVENTORY),

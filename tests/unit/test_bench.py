@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.infra import bench
 from tests.infra import gpu_parsers as parse
@@ -57,7 +61,26 @@ def test_ab_table():
     assert "p2p-on vs p2p-off" in table and "+10.0%" in table
 
 
+def _needs_matplotlib():
+    """The chart's extra ('bench'): CI installs it and must not skip (INFERENCE_HOST_REQUIRE_LAB)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if os.environ.get("INFERENCE_HOST_REQUIRE_LAB") == "1":
+            pytest.fail("matplotlib (extra 'bench') is missing under CI: uv sync --extra bench")
+        pytest.skip("matplotlib is the optional extra 'bench' (uv sync --extra bench)")
+
+
+def test_without_the_extra_the_benchmark_says_which_to_install(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing it fails
+    assert bench.main(["--chart-only", "--history", str(tmp_path / "h.jsonl")]) == 2
+    assert "optional extra 'bench'" in capsys.readouterr().err
+    with pytest.raises(bench.MissingExtra, match="uv sync --extra bench"):
+        bench.draw_history([], tmp_path / "h.png", bench.load_reference())
+
+
 def test_chart_is_a_png(tmp_path):
+    _needs_matplotlib()
     history = [bench.make_record("gpu1", "default", f"stack-{i}", WORKLOAD, _results(1 + i / 10), f"2026-11-2{i}T10:00")
                for i in range(3)]
     path = bench.draw_history(history, tmp_path / "history.png", bench.load_reference())
@@ -66,6 +89,7 @@ def test_chart_is_a_png(tmp_path):
 
 
 def test_chart_only_command(tmp_path, capsys):
+    _needs_matplotlib()
     history_file = tmp_path / "h.jsonl"
     bench.append_history(history_file, bench.make_record("gpu1", "default", "s", WORKLOAD, _results()))
     assert bench.main(["--chart-only", "--history", str(history_file)]) == 0

@@ -62,7 +62,7 @@ def test_the_locked_environment_is_specforge_82951a9s_pins():
 def test_lab_environment_is_the_no_gpu_subset(host):
     import dataclasses
 
-    lab = dataclasses.replace(host, eagle3_training=dataclasses.replace(host.eagle3_training, env_mode="no-gpu-deps"))
+    lab = dataclasses.replace(host, eagle3_training=host.eagle3_training.model_copy(update={"env_mode": "no-gpu-deps"}))
     names = {line.split("==")[0] for line in job.requirements(lab)}
     assert "openai" in names and "tqdm" in names and "torch" not in names and "sglang" not in names
     assert job.env_dir(lab).endswith("/eagle3-env/82951a9-no-gpu-deps")

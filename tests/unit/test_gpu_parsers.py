@@ -192,13 +192,6 @@ def test_topology_pcie_two_sockets():
     assert topology.numa_affinity == {"GPU0": "0", "GPU1": "0", "GPU2": "1"}
 
 
-def test_proc_gpu_information():
-    gpus = parse.parse_proc_gpu_information(read(ONE / "proc-gpus.txt"))
-    assert list(gpus) == ["0000:00:06.0"]
-    assert gpus["0000:00:06.0"]["Model"] == "NVIDIA H200"
-    assert gpus["0000:00:06.0"]["GPU Excluded"] == "No"
-
-
 def test_allreduce_program_output_real_p2p_on_and_off():
     on = parse.parse_json_line(read(TWO / "allreduce-p2p-on.txt"), "IH-ALLREDUCE ")
     off = parse.parse_json_line(read(TWO / "allreduce-p2p-off.txt"), "IH-ALLREDUCE ")

@@ -197,3 +197,12 @@ def test_old_module_is_reported_in_plain_words_by_default():
     p = plan(*UBUNTU)
     assert ("reboot required: NVIDIA driver 580.95.05 is installed but no NVIDIA kernel module is loaded"
             in p.stderr.replace("\n", " "))
+
+
+def test_dcgm_from_the_cuda_repository_when_asked_for():
+    """nvidia_driver_dcgm: DCGM 4's core and the stack's CUDA-major diagnostics, host engine on."""
+    p = plan(*REBOOT)
+    major = STACK.active.cuda_major
+    install = p.index(f"{APT_INSTALL} datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda{major}")
+    assert install < p.index("systemctl enable nvidia-dcgm.service")
+    assert not [c for c in plan(*UBUNTU).commands if "datacenter-gpu-manager" in c]

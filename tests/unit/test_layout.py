@@ -5,6 +5,8 @@ also those inside functions), so a hidden in-function import counts like any oth
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 from tests.unit.conftest import PROJECT_ROOT
@@ -149,3 +151,29 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     assert "roles.serving (role:serving) imports another role: roles.sglang" in found
     assert "import cycle: roles.sglang -> roles.sglang.facts -> roles.sglang" in found
 
+
+
+# Documents that exist only outside this repository (the notes it was started from).
+OUTSIDE_DOCUMENTS = re.compile(r"\breference/[\w.-]+\.md\b|\b" + "DESIGN" + r"\.md\b")
+
+
+def test_no_file_points_at_a_document_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT_ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    found = []
+    for name in filter(None, tracked):
+        path = PROJECT_ROOT / name
+        if not path.is_file() or name == "uv.lock":
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [f"{name}: {match.group(0)}" for match in OUTSIDE_DOCUMENTS.finditer(text)]
+    assert found == [], "documents outside the repository: " + ", ".join(found)
+
+
+def test_the_pattern_sees_a_pointer():
+    assert OUTSIDE_DOCUMENTS.search("# see reference/serving" + ".md")
+    assert OUTSIDE_DOCUMENTS.search("(DESIGN" + ".md, house style)")
+    assert not OUTSIDE_DOCUMENTS.search("tests/infra/reference.yml")

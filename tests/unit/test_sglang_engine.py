@@ -51,9 +51,9 @@ def test_committed_cli_matches_the_real_wheel(version):
 @pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
 def test_rendered_command_uses_only_real_flags(stack_id):
     stack = STACK.stacks[stack_id]
-    host = dataclasses.replace(GPU_HOST, serving=dataclasses.replace(
-        GPU_HOST.serving, cuda_graph_max_bs=160, max_running_requests=64, chunked_prefill_size=8192,
-        speculative={"draft_model_path": "/models/eagle3"}))
+    host = dataclasses.replace(GPU_HOST, serving=GPU_HOST.serving.model_copy(update={
+        "cuda_graph_max_bs": 160, "max_running_requests": 64, "chunked_prefill_size": 8192,
+        "speculative": {"draft_model_path": "/models/eagle3"}}))
     args = cmd.server_arguments(host, PROD.hosts, stack)
     assert cmd.unknown_flags(args, stack.sglang) == []
     assert args[args.index("--tp-size") + 1] == str(GPU_HOST.gpu.count)
@@ -63,7 +63,7 @@ def test_rendered_command_uses_only_real_flags(stack_id):
 
 
 def test_cuda_graph_flag_is_spelled_per_release():
-    host = dataclasses.replace(GPU_HOST, serving=dataclasses.replace(GPU_HOST.serving, cuda_graph_max_bs=96))
+    host = dataclasses.replace(GPU_HOST, serving=GPU_HOST.serving.model_copy(update={"cuda_graph_max_bs": 96}))
     old = cmd.server_arguments(host, PROD.hosts, STACK.stacks["sglang-0.5.9-cu128"])
     new = cmd.server_arguments(host, PROD.hosts, STACK.stacks["sglang-0.5.23-cu130"])
     assert "--cuda-graph-max-bs" in old and "--cuda-graph-max-bs-decode" not in old
@@ -159,8 +159,8 @@ def test_env_file_nccl_settings():
     text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST))
     assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text
     assert "SGL_ENABLE_JIT_DEEPGEMM=0" in text and "NCCL_P2P_DISABLE" not in text
-    off = dataclasses.replace(GPU_HOST, nccl=dataclasses.replace(GPU_HOST.nccl, p2p_level="off", min_nchannels=8,
-                                                                  debug="INFO", debug_subsys="INIT,P2P"))
+    off = dataclasses.replace(GPU_HOST, nccl=GPU_HOST.nccl.model_copy(update={
+        "p2p_level": "off", "min_nchannels": 8, "debug": "INFO", "debug_subsys": "INIT,P2P"}))
     text = _render("sglang.env.j2", **serving.env_file_kwargs(off))
     assert "NCCL_P2P_DISABLE=1" in text and "NCCL_P2P_LEVEL" not in text
     assert "NCCL_MIN_NCHANNELS=8" in text and "NCCL_DEBUG_SUBSYS=INIT,P2P" in text

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from roles.serving.command import node_topology
 from roles.site import SiteError, load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
@@ -62,7 +64,7 @@ def test_host_in_several_groups_merges_its_data(inventory):
 def test_multi_node_rank_is_derived_from_inventory_order(inventory):
     path = inventory.groups(gpu_nodes=[gpu_node("10.0.0.1"), gpu_node("10.0.0.2")])
     site = load_site(path)
-    assert site.gpu_node_rank("10.0.0.2") == (2, 1, "10.0.0.1:50000")
+    assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (2, 1, "10.0.0.1:50000")
 
 
 # --- bad inputs: one message each, naming file, field, value and what is valid ----------------
@@ -80,9 +82,8 @@ BAD_HOST_DATA = [
     ({"serving_mem_fraction_static": 1.5}, ["serving_mem_fraction_static = 1.5", "0.1 to 0.99"]),
     ({"base_install_root": "opt/sglang"}, ["base_install_root = 'opt/sglang'", "an absolute path"]),
     ({"base_service_user": "Root User"}, ["base_service_user = 'Root User'", "Unix user"]),
-    ({"gpu_addresses": ["0000:01:00.0"] * 2, "gpu_count": 2}, ["has 0000:01:00.0 twice"]),
-    ({"gpu_addresses": ["1:0.0"], "gpu_count": 1}, ["gpu_addresses = ['1:0.0']", "PCI addresses like"]),
-    ({"gpu_addresses": ["0000:01:00.0"]}, ["gpu_addresses lists 1 GPUs but gpu_count = 8"]),
+    # gpu_addresses was a setting nothing used: now an unknown key like any typo.
+    ({"gpu_addresses": ["0000:01:00.0"]}, ["unknown key gpu_addresses", "did you mean guest_gpu_addresses"]),
     ({"gpu_count": 0}, ["gpu_count = 0", "a gpu node needs an integer >= 1"]),
     ({"serving_host": "0.0.0.0"}, ["serving_host = '0.0.0.0'", "serving_api_key_secret"]),
     ({"serving_host": "localhost"}, ["serving_host = 'localhost'", "an IP address"]),
@@ -263,6 +264,34 @@ def test_deploy_stops_before_connecting_on_a_bad_inventory(inventory):
     assert "unknown key serving_prot" in result.stderr
     assert "no host was contacted" in result.stderr
     assert "Connecting to hosts" not in result.stdout + result.stderr
+
+
+def _counting_inventory(inventory, counter) -> Path:
+    # Each run of the file adds one "x" to counter; the host is never reached.
+    return inventory.write(
+        "from pathlib import Path\n"
+        "from validation import require_valid_inventory\n"
+        f"_counter = Path({str(counter)!r})\n"
+        "_counter.write_text((_counter.read_text() if _counter.exists() else '') + 'x')\n"
+        "builders = [('never-connected.invalid', {'build_kernel_wheels': False})]\n"
+        "require_valid_inventory(__file__)\n")
+
+
+def test_a_deploy_runs_the_inventory_file_once(inventory, tmp_path):
+    counter = tmp_path / "runs"
+    path = _counting_inventory(inventory, counter)
+    pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
+    result = subprocess.run([pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert "Connecting to hosts" in result.stdout + result.stderr, result.stderr  # validated
+    assert counter.read_text() == "x", "validation ran the inventory file again"
+
+
+def test_load_site_runs_the_inventory_file_once(inventory, tmp_path):
+    counter = tmp_path / "runs"
+    site = load_site(_counting_inventory(inventory, counter))
+    assert list(site.hosts) == ["never-connected.invalid"]
+    assert counter.read_text() == "x"
 
 
 def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, tmp_path):

@@ -1,4 +1,4 @@
-"""The Proxmox inventory rules of reference/proxmox.md, each refused with its own message."""
+"""The Proxmox inventory rules (docs/upstream.md, "Proxmox VE 8"), each refused with its own message."""
 
 from __future__ import annotations
 

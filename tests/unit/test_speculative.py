@@ -68,7 +68,6 @@ def test_configs_are_required_for_eagle3(inventory):
 @pytest.mark.parametrize("change, words", [
     ({"num_draft_tokens": 6}, "replaces it with num_steps + 1 = 4"),
     ({"spec_v2": True, "eagle_topk": 4, "num_draft_tokens": 8}, "spec v2 supports topk 1 only"),
-    ({"algorithm": "NGRAM"}, "not a drafter algorithm of sglang 0.5.10"),
     ({"num_steps": 0}, "num_steps = 0; expected an integer >= 1"),
     ({"draft_model_path": "models/d"}, "not an absolute path"),
 ])
@@ -76,6 +75,11 @@ def test_bad_speculative_settings_name_the_release(configs, change, words):
     problems = problems_on(configs, "sglang-0.5.10-cu128", **change)
     assert any(words in p for p in problems), problems
     assert all("serving_speculative" in p and "sglang 0.5.10" in p for p in problems)
+
+
+def test_an_algorithm_without_a_drafter_is_refused(configs):
+    problems = problems_on(configs, "sglang-0.5.10-cu128", algorithm="NGRAM")
+    assert len(problems) == 1 and "algorithm 'NGRAM'" in problems[0], problems
 
 
 def test_spec_v2_on_a_release_without_the_switch(configs):

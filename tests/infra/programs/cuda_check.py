@@ -2,18 +2,23 @@
 GPU, checked against the CPU. Prints one line: IH-CUDA {"devices": [...]}."""
 
 import json
+import os
 import sys
+
+# What steers device visibility, as this process sees it (run in the service's environment).
+ENV = {k: v for k, v in sorted(os.environ.items())
+       if k.startswith(("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH")) or k == "IH_ENV_SOURCE"}
 
 try:
     import torch
 except Exception as error:  # noqa: BLE001 - any import failure is the finding to report
-    print("IH-CUDA " + json.dumps({"error": f"import torch failed: {error}"}))
+    print("IH-CUDA " + json.dumps({"error": f"import torch failed: {error}", "env": ENV}))
     sys.exit(0)
 
 devices = []
 if not torch.cuda.is_available():
     print("IH-CUDA " + json.dumps({"error": "torch.cuda.is_available() is False",
-                                   "torch": torch.__version__}))
+                                   "torch": torch.__version__, "env": ENV}))
     sys.exit(0)
 generator = torch.Generator().manual_seed(0)
 a = torch.randn(512, 512, generator=generator, dtype=torch.float64)
@@ -33,4 +38,4 @@ for index in range(torch.cuda.device_count()):
         entry.update(ok=False, error=f"{type(error).__name__}: {error}")
     devices.append(entry)
 print("IH-CUDA " + json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
-                               "devices": devices}))
+                               "devices": devices, "env": ENV}))

@@ -33,6 +33,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.standins.nvidia_apt_repo.dcgm import dcgm_packages
+
 HERE = Path(__file__).resolve().parent
 PROJECT_ROOT = HERE.parents[2]
 STATE_DIR = PROJECT_ROOT / ".lab" / "nvidia_apt_repo"  # git-ignored
@@ -169,6 +171,7 @@ def cuda_repo_packages() -> list[Package]:
         packages += driver_packages(version)
     packages += cuda_packages("12.8", "12.8.1", "12.8.93", "12.8.90", 128)
     packages += cuda_packages("13.0", "13.0.2", "13.0.88", "13.0.96", 130)
+    packages += dcgm_packages(Package)  # DCGM 4 (tests/standins/nvidia_apt_repo/dcgm.py)
     return packages
 
 

@@ -21,6 +21,7 @@ gpu_nodes = [("@fake/gpu-reboot", {
     "gpu_count": 8,
     "nvidia_driver_allow_reboot": True,
     "nvidia_driver_reboot_timeout": 600,
+    "nvidia_driver_dcgm": True,  # DCGM 4 from the CUDA repository (tests/unit/test_gpu_stack_plans.py)
 })]
 
 require_valid_inventory(__file__)

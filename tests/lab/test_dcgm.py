@@ -1,0 +1,53 @@
+"""nvidia_driver_dcgm in the lab: DCGM 4 comes from the (stand-in) CUDA repository through real
+apt, its host engine runs under systemd, `dcgmi diag -r 1` answers in DCGM's table format,
+and a second deploy with the setting changes nothing.
+
+The packages and programs are stand-ins (tests/standins/nvidia_apt_repo/dcgm.py): names,
+versions, dependencies and the unit are DCGM 4.6.0's; the diagnostics need a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.nvidia_driver import dcgm_packages
+from roles.site import load_site
+from tests.infra import gpu_parsers as parse
+from tests.lab.harness import LAB_INVENTORY, run_deploy
+
+pytestmark = pytest.mark.lab
+
+STACK = load_site(LAB_INVENTORY).stack
+WITH_DCGM = ("--data", "nvidia_driver_dcgm=True")
+
+
+@pytest.fixture(scope="module")
+def dcgm_deploy(lab_first_deploy):
+    first = run_deploy(LAB_INVENTORY, *WITH_DCGM)
+    assert first.returncode == 0, first.explain()
+    second = run_deploy(LAB_INVENTORY, *WITH_DCGM)
+    assert second.returncode == 0, second.explain()
+    return first, second
+
+
+def test_dcgm_installed_from_the_cuda_repository(dcgm_deploy, gpu_guest):
+    for package in dcgm_packages(STACK.active.cuda_major):
+        assert gpu_guest.package(package).is_installed, package
+        assert gpu_guest.package(package).version == "1:4.6.0-1"
+
+
+def test_dcgm_host_engine_runs(dcgm_deploy, gpu_guest):
+    assert gpu_guest.service("nvidia-dcgm").is_running
+    assert gpu_guest.service("nvidia-dcgm").is_enabled
+
+
+def test_dcgmi_diag_answers_in_dcgms_format(dcgm_deploy, gpu_guest):
+    out = gpu_guest.run("dcgmi diag -r 1")
+    tests = parse.parse_dcgmi_diag(out.stdout)
+    assert [(t.section, t.name, t.result) for t in tests] == [("Deployment", "software", "Skip")], out.stdout
+
+
+def test_second_deploy_with_dcgm_changes_nothing(dcgm_deploy):
+    _, second = dcgm_deploy
+    ours = [n for n in second.changed if n.startswith("NVIDIA driver |")]
+    assert ours == [], ours

@@ -1,0 +1,121 @@
+"""STAND-IN for NVIDIA DCGM 4 (datacenter-gpu-manager-4-*) in the lab's NVIDIA apt repository.
+
+Package names, dependencies and the service come from NVIDIA/DCGM 4.6.0: cmake/packaging.cmake
+(datacenter-gpu-manager-4-core holds dcgmi, nv-hostengine and the unit; -cuda12 / -cuda13 hold
+the diagnostics built for that CUDA major and depend on -core of the same version) and
+config-files/systemd/nvidia-dcgm.service.in. The programs are tiny stand-ins: nv-hostengine
+just stays up; dcgmi answers like the real one (dcgmi/Command.cpp) when no host engine runs,
+and otherwise prints `dcgmi diag`'s table (dcgmi/Diag.cpp's stencils, rendered by
+render_diag below, which the unit tests' samples share) with every test skipped: there is no
+GPU in the lab.
+"""
+
+from __future__ import annotations
+
+DCGM_VERSION = "4.6.0"
+
+# dcgmi/Diag.cpp: DIAG_HEADER, DIAG_INFO, DIAG_DEPLOYMENT, DIAG_HARDWARE, ..., DIAG_FOOTER.
+HEADER = ("+---------------------------+------------------------------------------------+\n"
+          "| Diagnostic                | Result                                         |\n"
+          "+===========================+================================================+\n")
+SECTIONS = {
+    "Metadata": "|-----  Metadata  ----------+------------------------------------------------|\n",
+    "Deployment": "|-----  Deployment  --------+------------------------------------------------|\n",
+    "Hardware": "+-----  Hardware  ----------+------------------------------------------------+\n",
+    "Integration": "+-----  Integration  -------+------------------------------------------------+\n",
+    "Stress": "+-----  Stress  ------------+------------------------------------------------+\n",
+}
+FOOTER = "+---------------------------+------------------------------------------------+\n"
+NAME_WIDTH, INFO_WIDTH, PIECE = 25, 46, 45   # "<DATA_NAME ...>", "<DATA_INFO ...>", DATA_INFO_TAG_LEN
+
+
+def _cell(value: str, width: int) -> str:
+    """CommandOutputController::ReplaceTag: pad, or cut and end with '...'."""
+    return value.ljust(width) if len(value) <= width else value[: width - 3] + "..."
+
+
+def _row(name: str, info: str) -> str:
+    return f"| {_cell(name, NAME_WIDTH)} | {_cell(info, INFO_WIDTH)} |\n"
+
+
+def render_diag(metadata: dict[str, str], sections: dict[str, list[dict]]) -> str:
+    """`dcgmi diag` output. sections: {"Deployment": [{"name", "result", "entities": {"GPU0":
+    "Pass"}, "warnings": {"GPU1": "message"}}]} in display order."""
+    out = ["Successfully ran diagnostic for group.\n", HEADER, SECTIONS["Metadata"]]
+    out += [_row(k, v) for k, v in metadata.items()]
+    for section, tests in sections.items():
+        out.append(SECTIONS[section])
+        for test in tests:
+            out.append(_row(test["name"], test["result"]))
+            for entity, result in test.get("entities", {}).items():
+                out.append(_row("", f"{entity}: {result}"))
+                message = test.get("warnings", {}).get(entity)
+                if message:  # Diag::DisplayVerboseInfo: 45-character pieces, the name once
+                    for start in range(0, len(message), PIECE):
+                        label = f"Warning: {entity}" if start == 0 else ""
+                        out.append(_row(label, message[start:start + PIECE]))
+    out.append(FOOTER)
+    return "".join(out)
+
+
+NV_HOSTENGINE = """#!/bin/sh
+# STAND-IN nv-hostengine (inference-host lab): DCGM's host engine; with no GPU it only stays up.
+echo $$ > /run/nv-hostengine.pid
+exec sleep infinity
+"""
+
+
+def _dcgmi() -> str:
+    skipped = render_diag(
+        {"DCGM Version": DCGM_VERSION},
+        {"Deployment": [{"name": "software", "result": "Skip"}]})
+    return f"""#!/bin/sh
+# STAND-IN dcgmi (inference-host lab). Without a running host engine it answers as
+# dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table with every test skipped
+# (no GPU exists in the lab).
+if ! kill -0 "$(cat /run/nv-hostengine.pid 2>/dev/null)" 2>/dev/null; then
+    echo "Error: unable to establish a connection to the specified host: localhost"
+    echo "Error: Unable to connect to host engine. Host engine connection invalid/disconnected."
+    exit 255
+fi
+case "$1" in
+    --version|-v) echo "dcgmi  version: {DCGM_VERSION}"; exit 0 ;;
+    diag) cat <<'EOF'
+{skipped}EOF
+        exit 0 ;;
+esac
+echo "dcgmi (stand-in): only diag and --version are provided in the lab" >&2
+exit 1
+"""
+
+
+UNIT = """[Unit]
+Description=NVIDIA DCGM service
+After=nvidia-gpu-reset.target
+Wants=nvidia-gpu-reset.target
+
+[Service]
+User=root
+PrivateTmp=false
+Environment="DCGM_HOME_DIR=/var/log/nvidia-dcgm"
+ExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm
+Restart=on-abort
+
+[Install]
+Alias=dcgm.service
+WantedBy=multi-user.target
+"""
+
+
+def dcgm_packages(package_cls) -> list:
+    """datacenter-gpu-manager-4-core / -cuda12 / -cuda13 at 1:<version>-1 (packaging.cmake)."""
+    version = f"1:{DCGM_VERSION}-1"
+    core = "datacenter-gpu-manager-4-core"
+    return [
+        package_cls(core, version, depends=["libc6 (>= 2.27)"],
+                    files={"/usr/bin/dcgmi": (_dcgmi(), 0o755),
+                           "/usr/bin/nv-hostengine": (NV_HOSTENGINE, 0o755),
+                           "/lib/systemd/system/nvidia-dcgm.service": (UNIT, 0o644)}),
+        package_cls("datacenter-gpu-manager-4-cuda12", version, depends=[f"{core} (= {version})"]),
+        package_cls("datacenter-gpu-manager-4-cuda13", version, depends=[f"{core} (= {version})"]),
+    ]
