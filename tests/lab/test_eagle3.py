@@ -9,6 +9,7 @@ drafter is then served."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def eagle3_env(gpu_guest, lab_second_deploy, tmp_path_factory):
         " && cd specforge.git && git config uploadpack.allowAnySHA1InWant true && git add -A"
         " && GIT_AUTHOR_DATE=2026-06-28T00:00:00Z GIT_COMMITTER_DATE=2026-06-28T00:00:00Z"
         " git -c user.name=lab -c user.email=lab@localhost commit -qm stand-in && git rev-parse HEAD")).strip()
-    stack = tmp_path_factory.mktemp("eagle3") / "stack.yml"
+    folder = tmp_path_factory.mktemp("eagle3")
+    stack = folder / "stack.yml"
+    shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")  # the stacks' committed locks
     text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
     stack.write_text(text.replace("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128"))
     env = {"EAGLE3_LAB_STACK_FILE": str(stack), "EAGLE3_LAB_SPECFORGE_REPO": "/srv/eagle3/specforge.git",
