@@ -23,7 +23,7 @@ pytestmark = pytest.mark.lab
 INVENTORY = PROJECT_ROOT / "tests" / "lab" / "inventories" / "eagle3.py"
 DATA = PROJECT_ROOT / "tests" / "lab" / "data" / "eagle3"
 STANDIN = PROJECT_ROOT / "tests" / "standins" / "specforge"
-ENV = "/opt/sglang/envs/sglang-0.5.10-cu128"
+ENV_PREFIX = "/opt/sglang/envs/sglang-0.5.10-cu128"  # <stack>-<lock stamp> (roles/sglang)
 JOB_ENV = "/opt/sglang/eagle3-env/82951a9-no-gpu-deps"
 WORK = "/srv/eagle3/work"
 EXPORT = "/models/tiny-kimi-eagle3-trained"
@@ -73,13 +73,18 @@ def first(eagle3_env):
     return run
 
 
+def _launcher(gpu_guest) -> str:
+    env = gpu_guest.file("/opt/sglang/current").linked_to
+    assert env.startswith(ENV_PREFIX), env
+    return gpu_guest.file(f"{env}/inference-host-launch").content_string
+
+
 def test_deploy_renders_the_speculative_flags_for_0_5_10(gpu_guest, first):
-    launcher = gpu_guest.file(f"{ENV}/inference-host-launch").content_string
+    launcher = _launcher(gpu_guest)
     for part in ("--speculative-algorithm EAGLE3", "--speculative-draft-model-path /models/tiny-kimi-eagle3",
                  "--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4"):
         assert part in launcher, launcher
     assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /etc/sglang/sglang.env")
-    assert gpu_guest.file("/opt/sglang/current").linked_to == ENV
 
 
 def test_health_judged_the_accept_length(gpu_guest, first):
@@ -135,7 +140,7 @@ def test_steps_run_under_systemd_and_the_export_is_served(gpu_guest, first, eagl
     # The exported directory is what --speculative-draft-model-path loads: serve it.
     run = run_deploy(INVENTORY, env={**eagle3_env, "EAGLE3_LAB_DRAFTER": EXPORT})
     assert run.returncode == 0, run.explain()
-    assert f"--speculative-draft-model-path {EXPORT}" in gpu_guest.file(f"{ENV}/inference-host-launch").content_string
+    assert f"--speculative-draft-model-path {EXPORT}" in _launcher(gpu_guest)
     assert gpu_guest.run("systemctl is-active sglang").stdout.strip() == "active"
 
 
