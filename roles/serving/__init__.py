@@ -28,7 +28,14 @@ from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
-from roles.site import EngineStack, HostSettings, current_host, current_site, secret_value
+from roles.site import (
+    EngineStack,
+    HostSettings,
+    current_host,
+    current_site,
+    secret_value,
+    served_weight_manifests,
+)
 
 LIBEXEC = "/usr/local/libexec/inference-host"
 LAUNCHER_NAME = "inference-host-launch"
@@ -66,6 +73,8 @@ def unit_text_kwargs(settings: HostSettings) -> dict:
         start_limit_interval=START_LIMIT_INTERVAL_S,
         start_limit_burst=START_LIMIT_BURST,
         limit_nofile=base.limit_nofile,
+        # roles/weights: the engine starts only on complete, verified weights.
+        weights_manifests=served_weight_manifests(settings),
     )
 
 

@@ -48,6 +48,9 @@ NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+SSH_PUBLIC_KEY_RE = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+    r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
@@ -326,6 +329,19 @@ class GuestSettings(Section):
     mmio_window_mb: Annotated[int, positive] | None = None
     # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
     driver_version: DriverVersion | None = None
+    # Public keys (one line each) put in the guest at creation, so the deploy can continue in
+    # it over SSH: `pct create --ssh-public-keys` (root's authorized_keys), `qm --sshkeys`.
+    ssh_public_keys: Annotated[list[str], check(
+        lambda v: all(SSH_PUBLIC_KEY_RE.match(k) for k in v),
+        "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'")] = []
+    # KVM only: a cloud image on the node (`STORAGE:import/<file>` or an absolute path) that
+    # becomes scsi0 (import-from), with a cloud-init drive for user, keys and network.
+    # None: the VM is created empty and you install its OS.
+    cloud_image: Annotated[str, check(
+        lambda v: v.startswith("/") or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,]+$", v),
+        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img")] | None = None
+    # KVM only: cloud-init's user (None: the image's default user, e.g. ubuntu).
+    ciuser: UnixName | None = None
 
 
 class ProxmoxSettings(Section):
@@ -346,6 +362,10 @@ class ProxmoxSettings(Section):
     host_driver: bool = True
     # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
     nvidia_proc_dir: AbsolutePath = "/proc/driver/nvidia"
+    # Let the deploy reboot the node when its kernel arguments, modules or NVIDIA kernel module
+    # need it, and wait up to reboot_timeout seconds; False: the deploy stops and says so.
+    allow_reboot: bool = False
+    reboot_timeout: Annotated[int, positive] = 900
 
 
 class HealthSettings(Section):
@@ -486,6 +506,47 @@ class Eagle3TrainingSettings(Section):
     save_interval: Annotated[int, positive] = 5000
     # The exported drafter: the directory --speculative-draft-model-path loads.
     export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Written into the weights directory only once every file is verified (roles/weights); the
+# serving unit asserts it, the health suite reads it.
+WEIGHTS_MANIFEST = ".inference-host/manifest.json"
+Commit = Annotated[str, check(COMMIT_RE.match,
+                              "the 40-character commit hash (a branch or tag name such as 'main' moves; pin the"
+                              " commit it points to, shown in the repository's 'Files and versions' history)")]
+HfRepo = Annotated[str, check(HF_REPO_RE.match, "a Hugging Face repository id like moonshotai/Kimi-K2.5")]
+
+
+class WeightsSettings(Section):
+    """roles/weights: the served model's (and its EAGLE-3 drafter's) weights, pinned and verified."""
+
+    PREFIX: ClassVar[str] = "weights_"
+
+    # None: the weights are put in place by other means (nothing is downloaded).
+    repo: HfRepo | None = None
+    revision: Commit | None = None
+    allow_patterns: list[str] = []
+    ignore_patterns: list[str] = []
+    # Where the gpu node reads them; None: serving_model_path.
+    local_dir: AbsolutePath | None = None
+    # A verified copy on a local disk or NAS of the downloading host, copied with rsync instead
+    # of the Hub (air-gapped sites); None: the Hub (or weights_endpoint).
+    source_dir: AbsolutePath | None = None
+    drafter_repo: HfRepo | None = None
+    drafter_revision: Commit | None = None
+    drafter_allow_patterns: list[str] = []
+    drafter_ignore_patterns: list[str] = []
+    # None: serving_speculative's draft_model_path.
+    drafter_local_dir: AbsolutePath | None = None
+    drafter_source_dir: AbsolutePath | None = None
+    # A Hub mirror (HF_ENDPOINT); None: https://huggingface.co.
+    endpoint: Url | None = None
+    # Free space demanded beyond what is still to download.
+    free_space_margin_gib: Annotated[float, check(lambda v: v >= 0, "a number >= 0")] = 20.0
+    # True: re-hash every file now (--data weights_verify=True), not only after a download.
+    verify: bool = False
+    progress_interval_s: Annotated[int, positive] = 30
+    max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = 8
 
 
 SECTIONS: tuple[type[Section], ...] = (
@@ -502,6 +563,7 @@ SECTIONS: tuple[type[Section], ...] = (
     CudaSettings,
     DockerSettings,
     Eagle3TrainingSettings,
+    WeightsSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -532,6 +594,7 @@ class HostSettings:
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
     eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
+    weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 

@@ -8,6 +8,8 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
 - python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
   loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
   /metrics (only with --enable-metrics);
+- --model-path must hold a model: config.json is read and the *.safetensors files read through
+  before the server answers (SGLang fails its start without them);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
@@ -229,6 +231,25 @@ def spawn_stubborn_child() -> None:
     subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
 
+def load_weights(model_path: str) -> str:
+    """What SGLang does first with --model-path: read config.json (ModelConfig, through
+    transformers' AutoConfig) and the weight files (here: read through, no GPU to put them on).
+    A missing directory or config fails the start, as it does in SGLang."""
+    folder = Path(model_path)
+    try:
+        json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        print(f"[stand-in] cannot load the model config from {model_path}: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    weights = sorted(folder.glob("*.safetensors"))
+    total = 0
+    for path in weights:
+        with path.open("rb") as f:
+            while chunk := f.read(8 * 1024 * 1024):
+                total += len(chunk)
+    return f"{len(weights)} weight file(s), {total} bytes, from {model_path}"
+
+
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
@@ -237,6 +258,7 @@ def main(argv: list[str]) -> None:
         print(f"OSError: {args.speculative_draft_model_path} does not appear to have a file named"
               " config.json.", file=sys.stderr, flush=True)
         raise SystemExit(1)
+    loaded = load_weights(args.model_path)
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()
@@ -244,7 +266,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
           f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"
-          + (" (never healthy for this version)" if state.never_healthy else ""), flush=True)
+          + (" (never healthy for this version)" if state.never_healthy else "")
+          + f"; loaded {loaded}", flush=True)
     server.serve_forever()
 
 
