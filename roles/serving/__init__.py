@@ -25,6 +25,7 @@ from pyinfra.operations import files, server, systemd
 
 from roles.serving.command import SECRET_ARGS_DIR, secret_args_file, server_arguments
 from roles.serving.facts import LinkTarget, UnitActiveState
+from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
 from roles.site import (
@@ -77,14 +78,15 @@ def unit_text_kwargs(settings: HostSettings) -> dict:
     )
 
 
-def env_file_kwargs(settings: HostSettings) -> dict:
+def env_file_kwargs(settings: HostSettings, stack: EngineStack | None = None) -> dict:
+    spec_env = speculative_environment(settings.speculative, release_cli(stack.sglang) or {}) if stack else {}
     return dict(
         unit_name=settings.serving.unit_name,
         nccl=settings.nccl,
         gpu_arch=settings.gpu.arch,
         custom_all_reduce_pcie=settings.serving.custom_all_reduce_pcie,
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
-        extra_env=settings.serving.extra_env,
+        extra_env={**spec_env, **settings.serving.extra_env},
     )
 
 
@@ -93,7 +95,7 @@ def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
     unit = f"{settings.serving.unit_name}.service"
-    changes = [_scripts(), _environment_file(settings), _secret_args(settings),
+    changes = [_scripts(), _environment_file(settings, stack), _secret_args(settings),
                _launcher(settings, stack), _unit(settings)]
     # Started (and restarted) only by the switch below, which waits for readiness.
     systemd.service(name=f"Enable {unit} at boot", service=unit, enabled=True, running=None)
@@ -109,13 +111,13 @@ def _scripts() -> list:
     ]
 
 
-def _environment_file(settings: HostSettings) -> list:
+def _environment_file(settings: HostSettings, stack: EngineStack) -> list:
     files.directory(name=f"Create {SECRET_ARGS_DIR}", path=SECRET_ARGS_DIR, user="root",
                     group="root", mode="0755")
     path = f"{SECRET_ARGS_DIR}/{settings.serving.unit_name}.env"
     return [files.template(name=f"Write {path} (NCCL and engine environment, mode 0600)",
                            src="roles/serving/templates/sglang.env.j2", dest=path, user="root",
-                           group="root", mode="0600", **env_file_kwargs(settings))]
+                           group="root", mode="0600", **env_file_kwargs(settings, stack))]
 
 
 def _secret_args(settings: HostSettings) -> list:

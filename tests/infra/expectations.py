@@ -69,6 +69,10 @@ class Expectations:
     server_timeout_s: int
     max_unit_restarts: int
     source: str = field(default="", compare=False)  # where these came from, for messages
+    # Speculative decoding (tests/infra/test_speculative.py)
+    speculative: bool = False
+    speculative_num_steps: int = 0
+    min_accept_length: float = 0.0
 
     @classmethod
     def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
@@ -116,6 +120,9 @@ class Expectations:
             server_timeout_s=host.health.server_timeout_s,
             max_unit_restarts=host.health.max_unit_restarts,
             source=source,
+            speculative=host.speculative is not None,
+            speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
+            min_accept_length=host.health.min_accept_length,
         )
 
     @classmethod
