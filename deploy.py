@@ -27,6 +27,7 @@ from pyinfra import logger
 from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
+from roles.eagle3_training import eagle3_training
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
@@ -82,5 +83,7 @@ if engine_host:
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
     sglang()
     serving()
+    if settings.eagle3_training.enabled:
+        eagle3_training()  # laid down only: the user starts its steps (systemctl)
     # Last: the health checks judge what the roles above left (roles/health).
     health()

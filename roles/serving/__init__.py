@@ -32,7 +32,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import files, server, systemd
 
 from roles.serving.command import (
     SECRET_ARGS_DIR,
@@ -41,6 +41,7 @@ from roles.serving.command import (
     server_arguments,
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
+from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
 from roles.site import (
@@ -139,6 +140,10 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
 
 def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
     serving = settings.serving
+    # EAGLE-3's environment is SGLang's (its release CLI); a vLLM stack takes its speculative
+    # settings on the command line only.
+    spec_env = (speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
+                if stack.engine == "sglang" else {})
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
@@ -149,7 +154,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
         pcie_allreduce=(pcie_allreduce_env(stack.sglang)
                         if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}),
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
-        extra_env=serving.extra_env,
+        extra_env={**spec_env, **serving.extra_env},
     )
 
 
@@ -157,9 +162,12 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
 def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
+    unit = f"{settings.serving.unit_name}.service"
     changes = [_scripts(), _release_config(settings, stack)]
     _host_links(settings)
-    _switch_and_restart(settings, stack, f"{settings.serving.unit_name}.service", changes)
+    # Started (and restarted) only by the switch below, which waits for readiness.
+    systemd.service(name=f"Enable {unit} at boot", service=unit, enabled=True, running=None)
+    _switch_and_restart(settings, stack, unit, changes)
 
 
 def _scripts() -> list:

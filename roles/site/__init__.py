@@ -34,6 +34,7 @@ from roles.site.schema import (
     BuildSettings,
     CudaSettings,
     DockerSettings,
+    Eagle3TrainingSettings,
     GpuSettings,
     GuestSettings,
     HealthSettings,
@@ -63,7 +64,7 @@ from roles.site.weights import (
 
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
-    "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
+    "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "VllmSettings", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",

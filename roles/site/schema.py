@@ -181,7 +181,9 @@ class NcclSettings(Section):
 
 
 class SpeculativeSettings(BaseModel):
-    """serving_speculative: an EAGLE/EAGLE-3 drafter."""
+    """serving_speculative: an EAGLE/EAGLE-3 drafter (checked per release by
+    roles/serving/speculative.py). draft_config / target_config: copies of the drafter's and the
+    target's config.json on the control machine, relative to the inventory file."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -190,6 +192,10 @@ class SpeculativeSettings(BaseModel):
     num_steps: int = 3
     eagle_topk: int = 1
     num_draft_tokens: int = 4
+    # SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in 0.5.9/0.5.10).
+    spec_v2: bool = False
+    draft_config: str | None = None
+    target_config: str | None = None
 
 
 class ServingSettings(Section):
@@ -415,6 +421,8 @@ class HealthSettings(Section):
     allreduce_size_mib: Annotated[int, positive] = 256
     server_timeout_s: Annotated[int, positive] = 20  # /health answers within
     max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
+    # With serving_speculative: the drafter's accept length must reach this (1.0: never accepted).
+    min_accept_length: Annotated[float, check(lambda v: v >= 1.0, "a number >= 1.0")] = 1.5
     # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
     # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
     # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
@@ -482,6 +490,57 @@ class DockerSettings(Section):
                                       "lower-case Unix user names")] = []
 
 
+# SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
+# pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
+SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _pinned_dataset(value: dict) -> bool:
+    if not value:
+        return True
+    if set(value) == {"repo", "revision", "file"}:
+        return bool(_COMMIT_RE.match(str(value["revision"])))
+    if set(value) == {"path", "sha256"}:
+        return str(value["path"]).startswith("/") and bool(re.match(r"^[0-9a-f]{64}$", str(value["sha256"])))
+    return False
+
+
+class Eagle3TrainingSettings(Section):
+    """roles/eagle3_training: the EAGLE-3 drafter training job (SpecForge), laid down by the
+    deploy and started by the user (systemctl start inference-host-eagle3@<step>)."""
+
+    PREFIX: ClassVar[str] = "eagle3_training_"
+
+    enabled: bool = False
+    # Data, hidden states and checkpoints: on a disk with room (the job computes the budget).
+    work_dir: AbsolutePath = "/var/lib/inference-host/eagle3"
+    # "full": SpecForge's locked environment; "no-gpu-deps" (lab only): the packages of the
+    # steps that need no GPU.
+    env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
+    # Git repository of SpecForge (a mirror when air-gapped) and the commit the job runs.
+    specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
+    specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = SPECFORGE_COMMIT
+    # The locked environment (roles/eagle3_training/files/specforge-<lock>.lock.txt): SpecForge's
+    # dependencies at that commit, resolved once.
+    specforge_lock: Annotated[str, check(re.compile(r"^[0-9a-f]{7}$").match,
+                                         "the 7-character commit prefix of a committed lock file")] = SPECFORGE_COMMIT[:7]
+    # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
+    # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
+    dataset: Annotated[dict[str, str], check(
+        _pinned_dataset,
+        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}")] = {}
+    samples: Annotated[int, positive] = 50000
+    max_length: Annotated[int, positive] = 2048
+    chat_template: str = "kimi-k2-instruct"      # SpecForge specforge/data/template.py
+    regenerate_concurrency: Annotated[int, positive] = 32
+    regenerate_max_tokens: Annotated[int, positive] = 2048
+    num_epochs: Annotated[int, positive] = 1
+    learning_rate: Annotated[float, positive] = 1e-4
+    # SpecForge saves a checkpoint every save_interval steps and keeps them all (disk budget).
+    save_interval: Annotated[int, positive] = 5000
+    # The exported drafter: the directory --speculative-draft-model-path loads.
+    export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Written into the weights directory only once every file is verified (roles/weights); the
@@ -539,6 +598,7 @@ SECTIONS: tuple[type[Section], ...] = (
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
+    Eagle3TrainingSettings,
     WeightsSettings,
 )
 
@@ -570,6 +630,7 @@ class HostSettings:
     cuda: CudaSettings
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
+    eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()

@@ -72,6 +72,10 @@ class Expectations:
     max_unit_restarts: int
     engine: str = "sglang"
     source: str = field(default="", compare=False)  # where these came from, for messages
+    # Speculative decoding (tests/infra/test_speculative.py)
+    speculative: bool = False
+    speculative_num_steps: int = 0
+    min_accept_length: float = 0.0
 
     @property
     def metrics_exported(self) -> bool:
@@ -131,6 +135,9 @@ class Expectations:
             max_unit_restarts=host.health.max_unit_restarts,
             engine=engine,
             source=source,
+            speculative=host.speculative is not None,
+            speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
+            min_accept_length=host.health.min_accept_length,
         )
 
     @classmethod

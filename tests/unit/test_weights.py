@@ -76,8 +76,15 @@ def test_without_a_node_the_gpu_node_keeps_its_weights(inventory):
 
 
 def test_the_node_keeps_one_copy_for_every_guest_that_mounts_it(inventory):
+    # A drafter is checked against the target at load (roles/serving/speculative.py): real configs,
+    # on the stack whose Kimi-K2.5 has the EAGLE-3 capture hook.
+    eagle3 = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
+    shutil.copy(eagle3 / "kimi-k2.5-config.json", inventory.dir / "target.json")
+    shutil.copy(eagle3 / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
+    inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
     a = guest_node("a", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
-                   serving_speculative={"draft_model_path": "/models/eagle3"},
+                   serving_speculative={"draft_model_path": "/models/eagle3", "draft_config": "drafter.json",
+                                        "target_config": "target.json"},
                    weights_drafter_repo="lightseekorg/kimi-k2.5-eagle3", weights_drafter_revision=COMMIT)
     b = guest_node("b", 201, **WEIGHTS, serving_model_path="/models/Kimi-K2.5")
     site = load_site(inventory.groups(proxmox_hosts=[NODE], lxc_guests=[a, b], gpu_nodes=[a, b]))
