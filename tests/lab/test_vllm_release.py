@@ -99,7 +99,7 @@ def test_without_the_patch_the_release_logs_the_key(tmp_path):
 
 
 def test_unit_and_env_file_of_a_vllm_release():
-    unit = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, VLLM))
+    unit = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, VLLM, PROD))
     assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
     assert f"ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
     assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup" in unit  # same cleanup
