@@ -28,10 +28,6 @@ RECIPE = "lock-sync-1"
 STAMP_CHARS = 12
 
 
-def sglang_patches(version: str):
-    return patch_queue(SGLANG_PATCHES, "sglang", version)
-
-
 def engine_patches(stack: EngineStack):
     """The stack's engine's patch queue: patches/<engine>/<version>/ (sglang or vllm)."""
     return patch_queue(SGLANG_PATCHES, stack.engine, stack.version)

