@@ -32,7 +32,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import files, server
 
 from roles.serving.command import (
     SECRET_ARGS_DIR,
@@ -164,9 +164,9 @@ def serving() -> None:
     stack = current_site().stack.active
     unit = f"{settings.serving.unit_name}.service"
     changes = [_scripts(), _release_config(settings, stack)]
+    # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
+    # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
-    # Started (and restarted) only by the switch below, which waits for readiness.
-    systemd.service(name=f"Enable {unit} at boot", service=unit, enabled=True, running=None)
     _switch_and_restart(settings, stack, unit, changes)
 
 
