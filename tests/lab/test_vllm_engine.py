@@ -190,7 +190,8 @@ def test_benchmark_runs_vllms_own_client_and_labels_the_engine(vllm_deployed, in
         [sys.executable, "-m", "tests.infra.bench", "--inventory", str(inventories["vllm"]),
          "--concurrency", "1", "--input-len", "32", "--output-len", "16", "--min-prompts", "3",
          "--prompts-per-stream", "3", "--label", "lab", "--history", str(history)],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, **MODEL})  # the tokenizer is the served model's (the tiny Llama)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     record = json.loads(history.read_text().splitlines()[-1])
     assert record["engine"] == "vllm" and VLLM.id in record["stack"]
