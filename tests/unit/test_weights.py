@@ -165,12 +165,15 @@ def test_weights_unit_passes_systemd_analyze_verify(inventory, tmp_path):
 def test_serving_unit_asserts_the_verified_manifest(inventory):
     from roles import serving
 
-    host = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS)])).hosts["gpu1"]
-    text = _render("roles/serving/templates/sglang.service.j2", **serving.unit_text_kwargs(host))
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS)]))
+    host = site.hosts["gpu1"]
+    text = _render("roles/serving/templates/sglang.service.j2",
+                   **serving.unit_text_kwargs(host, site.stack.active, site))
     assert "AssertPathExists=/models/Kimi-K2.5/.inference-host/manifest.json" in text.splitlines()
-    bare = load_site(inventory.groups("bare.py", gpu_nodes=[gpu_node()])).hosts["gpu1"]
-    assert "AssertPathExists" not in _render("roles/serving/templates/sglang.service.j2",
-                                             **serving.unit_text_kwargs(bare))
+    bare_site = load_site(inventory.groups("bare.py", gpu_nodes=[gpu_node()]))
+    assert "AssertPathExists" not in _render(
+        "roles/serving/templates/sglang.service.j2",
+        **serving.unit_text_kwargs(bare_site.hosts["gpu1"], bare_site.stack.active, bare_site))
 
 
 # --- the host tool (stdlib parts) ----------------------------------------------------------------

@@ -10,6 +10,8 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   /metrics (only with --enable-metrics);
 - --model-path must hold a model: config.json is read and the *.safetensors files read through
   before the server answers (SGLang fails its start without them);
+- the start-up log: the `server_args=...` line of the installed release, built from that
+  release's own (patched) source (startup_log.py says how);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
@@ -51,6 +53,9 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from startup_log import log_server_args  # noqa: E402 - beside this file on the host, not a package
+
 WORDS = ["the", "quick", "model", "answers", "every", "prompt", "with", "care", "while", "tensors", "flow", "across", "eight", "cards", "and", "the", "scheduler", "keeps", "batches", "full", "so", "tokens", "stream", "steadily", "to", "each", "client", "without", "stalls", "or", "repeated", "phrases"]
 
 
@@ -253,6 +258,7 @@ def load_weights(model_path: str) -> str:
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
+    log_server_args(vars(args))
     if args.speculative_algorithm and not (Path(args.speculative_draft_model_path or "") / "config.json").is_file():
         # transformers' AutoConfig.from_pretrained on a directory without config.json
         print(f"OSError: {args.speculative_draft_model_path} does not appear to have a file named"
