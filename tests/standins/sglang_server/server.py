@@ -8,10 +8,10 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
 - python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
   loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
   /metrics (only with --enable-metrics);
-- the start-up log: the `server_args=...` line of the installed release, built from that
-  release's own (patched) source (startup_log.py says how);
 - --model-path must hold a model: config.json is read and the *.safetensors files read through
   before the server answers (SGLang fails its start without them);
+- the start-up log: the `server_args=...` line of the installed release, built from that
+  release's own (patched) source (startup_log.py says how);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
