@@ -1,6 +1,8 @@
 """vLLM stacks without a host: the stack file's engine field, the pins against vllm's metadata,
 the command line rendered from typed settings and checked against the CLI captured from the
-real wheel, the start-up log patch on the real source, the unit, env file and benchmark."""
+real wheel, the judges and the benchmark. The start-up log patch on the real source is in
+test_serving_secrets.py (beside SGLang's); what needs the wheel's other files (unit, env
+file, launcher) in tests/lab/test_vllm_release.py."""
 
 from __future__ import annotations
 
@@ -156,12 +158,6 @@ def test_settings_vllm_0_16_cannot_honour_are_refused():
     two = dataclasses.replace(host, gpu=host.gpu.model_copy(update={"count": 2}))
     assert cmd.command_problems(two, PROD.hosts, VLLM) == []
     assert "--disable-custom-all-reduce" not in cmd.server_arguments(two, PROD.hosts, VLLM)
-
-
-# -- the start-up log -------------------------------------------------------------------------
-
-
-# -- unit, env file, readiness ----------------------------------------------------------------
 
 
 def _render(name: str, **kwargs) -> str:
