@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import jinja2
@@ -17,8 +16,8 @@ import validation  # noqa: F401  (registers the roles' checks with the site mode
 from roles import eagle3_training as job
 from roles.eagle3_training.files import pipeline
 from roles.eagle3_training.specforge_cli import data_file
-from roles.shared import sglang_wheels as wheels
 from roles.site import load_site
+from tests.unit import upstream_sources as upstream
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
@@ -233,8 +232,7 @@ def test_unit_verifies_and_is_never_enabled(host, tmp_path):
 
 
 def test_capture_hook_patch_applies_to_the_real_0_5_9_wheel(tmp_path):
-    with zipfile.ZipFile(wheels.sglang_wheel("0.5.9")) as archive:
-        archive.extractall(tmp_path)
+    upstream.copy_release("sglang", "0.5.9", tmp_path)
     (patch,) = job.sglang_patch_files()
     for word in ("What:", "Why:", "Upstream:"):
         assert word in patch.read_text().split("\n--- ", 1)[0]

