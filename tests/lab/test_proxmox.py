@@ -223,6 +223,27 @@ def test_second_deploy_after_the_key_change_changes_nothing(rekeyed):
     assert not [c for c in rekeyed["again_calls"] if c.startswith(f"pct push {VMID} ")]
 
 
+def test_standin_qm_records_cloud_init_changes_until_the_drive_is_regenerated(pve_node):
+    """qemu-server 8.4.10: sshkeys is fast-plugged into a running VM's config, the drive's old
+    value kept under [special:cloudinit] until `qm cloudinit update` regenerates the drive."""
+    vmid = 995
+    pve_node.run(f"rm -f /etc/pve/nodes/*/*/{vmid}.conf /var/lib/pve-standin/*/{vmid}.status")
+    key = GUEST.guest.ssh_public_keys[0]
+    setup = pve_node.run(
+        f"printf '%s\\n' '{key}' > /tmp/k1 && printf '%s\\n' '{key} second' > /tmp/k2 &&"
+        f" qm create {vmid} --ide2 local-lvm:cloudinit --sshkeys /tmp/k1 && qm start {vmid} &&"
+        f" qm set {vmid} --sshkeys /tmp/k2")
+    assert setup.rc == 0, setup.stderr
+    config = pve_node.file(f"/etc/pve/qemu-server/{vmid}.conf").content_string
+    parsed = pve.parse_config(config, "qemu")
+    assert parsed.current["sshkeys"].endswith("%20second%0A") and not parsed.has_pending  # applied at once
+    old = "sshkeys: " + parsed.current["sshkeys"].replace("%20second%0A", "%0A")
+    assert config.split("[special:cloudinit]\n", 1)[1].splitlines() == [old]
+    assert pve_node.run(f"qm cloudinit update {vmid}").rc == 0
+    assert "[special:cloudinit]" not in pve_node.file(f"/etc/pve/qemu-server/{vmid}.conf").content_string
+    pve_node.run(f"qm stop {vmid} && qm destroy {vmid}; rm -f /tmp/k1 /tmp/k2")
+
+
 # --- moving GPUs between guests ----------------------------------------------------------------
 
 
