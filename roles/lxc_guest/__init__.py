@@ -153,9 +153,12 @@ def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[lis
     keys = guest.guest.ssh_public_keys
     if not keys:
         return [], None
-    if status != "running" or found is None:
+    if status != "running":
         return [], (f"its SSH keys are converged once it runs ({AUTHORIZED_KEYS} is written"
                     " with `pct push`, which needs a running container)")
+    if found is None:
+        return [], (f"{AUTHORIZED_KEYS} could not be read with `pct exec`; its SSH keys are"
+                    " left as they are this run")
     wanted = with_pve_block(found["content"], keys)
     if same_keys_file(found["content"], wanted):
         return [], None

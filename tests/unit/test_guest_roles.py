@@ -197,6 +197,8 @@ def test_keys_without_ssh_folder_stopped_guest_and_empty_setting(inventory):
     assert commands[0] == "pct exec 201 -- mkdir -m 0700 /root/.ssh" and len(commands) == 2
     commands, waiting = pct_keys(guest, "stopped", None)
     assert commands == [] and "converged once it runs" in waiting and "pct push" in waiting
+    commands, waiting = pct_keys(guest, "running", None)
+    assert commands == [] and "could not be read with `pct exec`" in waiting
     unmanaged, _ = _keyed_guest(inventory, [])
     assert pct_keys(unmanaged, "running", {"ssh_dir": True, "content": f"{MINE}\n"}) == ([], None)
 
