@@ -76,7 +76,7 @@ proxmox_hosts = [
 # continues inside it.
 lxc_guests = [
     (lab.pyinfra_name("gpu"), {
-        "guest_vmid": 101,
+        "guest_vmid": lab.GUEST_VMID,
         "guest_node": lab.pyinfra_name("pve"),
         "guest_gpu_addresses": lab.PVE_GPUS,
         "guest_template": f"local:vztmpl/{lab.PVE_TEMPLATE}",
@@ -85,9 +85,11 @@ lxc_guests = [
         "guest_disk_gib": 2000,
         "guest_unprivileged": True,
         "guest_features": ["nesting", "keyctl"],
-        # What pct create puts in root's authorized_keys (the lab reaches the container through
-        # Docker, the stand-in pct records them): the lab's own throwaway key.
-        "guest_ssh_public_keys": [lab.throwaway_ssh_public_key()],
+        # Root's authorized_keys in the guest (pct create, then pct push when they change; the
+        # lab reaches the container through Docker, the stand-in pct writes them there): the
+        # lab's own throwaway key, or the lines of INFERENCE_HOST_LAB_GUEST_KEYS_FILE (tests
+        # change the keys of the existing guest with it).
+        "guest_ssh_public_keys": lab.guest_ssh_public_keys(),
         # The node's model storage, read-only in the guest (lab: one shared Docker volume).
         "guest_mount_points": {lab.MODELS_HOST_PATH: lab.MODELS_GUEST_PATH},
     }),

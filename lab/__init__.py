@@ -190,12 +190,18 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} predates the shared models volume; recreating it")
         _docker("rm", "-f", name)
         state = None
+    if state and _docker_socket(role) and not any(
+            m.get("Destination") == LAB_DOCKER_SOCKET for m in state.get("Mounts", [])):
+        _log(f"{name} predates the stand-in's Docker socket; recreating it")
+        _docker("rm", "-f", name)
+        state = None
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
         # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container
         # again, with /run and /dev empty: the lab's hosts reboot like real ones.
         _docker("run", "-d", "--name", name, "--hostname", name, "--restart=always",
-                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_role_flags(role), *_models_volume(role), image)
+                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_role_flags(role), *_models_volume(role),
+                *_docker_socket(role), image)
     elif not state["State"]["Running"]:
         _docker("start", name)
     _wait_for_systemd(name)
@@ -226,6 +232,22 @@ def _models_volume(role: str) -> list[str]:
     if role == "gpu":
         return ["-v", f"{models_volume()}:{MODELS_GUEST_PATH}:ro"]
     return []
+
+
+# The lab's guest is a Docker container, not one the stand-in pct starts: for `pct exec` /
+# `pct push` (and pct create's authorized_keys) to act inside it, as lxc-attach does on a node,
+# the node container reaches this machine's Docker engine through its socket, and a file on the
+# node says which Docker container is which CT (tests/standins/proxmox/pve_standin.py). That
+# socket is root on this machine's Docker engine: the lab's node is trusted test code.
+LAB_DOCKER_SOCKET = "/opt/pve-standin-lab/docker.sock"
+GUEST_VMID = 101  # inventory/lab.py's LXC guest: the gpu container
+
+
+def _docker_socket(role: str) -> list[str]:
+    if role != "pve":
+        return []
+    host_socket = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+    return ["-v", f"{host_socket}:{LAB_DOCKER_SOCKET}"]
 
 
 def _wait_for_systemd(name: str, timeout: float = 90) -> None:
@@ -330,6 +352,9 @@ def _pve_node_script(apt_url: str) -> str:
         "ln -sfn /etc/systemd/system/pve-standin-kernel.service"
         " /etc/systemd/system/sysinit.target.wants/pve-standin-kernel.service",
         "systemctl daemon-reload",
+        # Which Docker container is which CT (for pct exec / push; see LAB_DOCKER_SOCKET).
+        f"echo '{json.dumps({str(GUEST_VMID): container_name('gpu')})}'"
+        " > /var/lib/pve-standin/lab-containers.json",
     ]
     return "\n".join(lines) + "\n"
 
@@ -356,6 +381,14 @@ def vault_secret(vault: str, name: str) -> str:
     from roles.site import vault as secrets
 
     return secrets.decrypt_all(Path(vault), [name])[name]
+
+
+def guest_ssh_public_keys() -> list[str]:
+    """The lab guest's keys: INFERENCE_HOST_LAB_GUEST_KEYS_FILE's lines, else the lab's key."""
+    path = os.environ.get("INFERENCE_HOST_LAB_GUEST_KEYS_FILE")
+    if path:
+        return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    return [throwaway_ssh_public_key()]
 
 
 def throwaway_ssh_public_key() -> str:

@@ -8,6 +8,9 @@ cloud-init drive gives it a user, the deploy's SSH keys and its network, then th
 started; without one the VM is not started: it has no operating system until you install one
 (README, "Describing guests").
 Changes to a running VM other than its name wait for its next start: the deploy says so.
+A changed guest_ssh_public_keys on a VM with a cloud-init drive is set with `qm set --sshkeys`
+and the drive regenerated with `qm cloudinit update`; the guest's cloud-init applies it at the
+VM's next boot (see plan_sshkeys).
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
-from roles.shared.guest_keys import keys_file, put_guest_keys
+from roles.shared.guest_keys import keys_file, put_guest_keys, qm_sshkeys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
 from roles.site import HostSettings
 
-# qemu-server: cloud-init keys change the cloud-init drive, regenerated at the next start.
-HOTPLUGGED = {"name", "onboot", "balloon"}
+# Applied at once on a running VM (qemu-server 8.4.10 src/PVE/QemuServer.pm $fast_plug_option,
+# which includes every cloud-init option; those reach the guest through its cloud-init drive,
+# regenerated at the next start or by `qm cloudinit update`), and balloon (hotplugged).
+CLOUD_INIT = {"ciuser", "sshkeys", "ipconfig0"}
+HOTPLUGGED = {"name", "onboot", "balloon", *CLOUD_INIT}
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
@@ -109,9 +115,9 @@ def kvm_guest(guest: HostSettings) -> None:
     settings = guest.guest
     vmid = settings.vmid
     state = host.get_fact(KvmGuestState, vmid=vmid)
+    if settings.cloud_image:
+        put_guest_keys(guest)
     if state is None:
-        if settings.cloud_image:
-            put_guest_keys(guest)
         server.shell(
             name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with"
                  f" {len(settings.gpu_addresses)} GPUs",
@@ -129,9 +135,51 @@ def kvm_guest(guest: HostSettings) -> None:
             name=f"Update KVM guest {vmid}: {' '.join(changed)}",
             commands=[shlex.join(["qm", "set", str(vmid), *plan.arguments()])],
         )
+    _converge_sshkeys(guest, state)
     pending = pve.pending_keys(state, plan, HOTPLUGGED)
     if pending:
         logger.warning(
             f"{host.name}: KVM guest {vmid} has changes pending until it restarts"
             f" ({', '.join(pending)}): `qm reboot {vmid}` (a stop and start) applies them"
+        )
+
+
+def plan_sshkeys(guest: HostSettings, config: pve.GuestConfig) -> list[str]:
+    """`qm set --sshkeys` and `qm cloudinit update` when the VM's keys differ from the setting.
+
+    qemu-server 8.4.10: `sshkeys` is a fast-plug option (src/PVE/QemuServer.pm
+    vmconfig_hotplug_pending), written to the config at once even on a running VM, the drive's
+    old value recorded under [special:cloudinit]; `qm cloudinit update` (API2/Qemu.pm
+    cloudinit_update) regenerates the drive now (a running VM gets the new medium). Inside, the
+    NoCloud instance-id is a hash of the user data (Cloudinit.pm nocloud_gen_metadata), so at
+    the next boot cloud-init sees a new instance and runs its ssh module: the keys are added
+    to the user's authorized_keys (cloud-init adds, it does not remove old ones) and, by
+    cloud-init's default (ssh_deletekeys), the VM's SSH host keys are made anew.
+    Only for a VM created from a cloud image (it has the cloud-init drive); an empty setting
+    leaves the keys alone.
+    """
+    settings = guest.guest
+    if not (settings.cloud_image and settings.ssh_public_keys):
+        return []
+    if config.effective().get("sshkeys") == qm_sshkeys(guest):
+        return []
+    return [f"qm set {settings.vmid} --sshkeys {keys_file(guest)}",
+            f"qm cloudinit update {settings.vmid}"]
+
+
+def _converge_sshkeys(guest: HostSettings, state: dict) -> None:
+    vmid = guest.guest.vmid
+    commands = plan_sshkeys(guest, state["config"])
+    if not commands:
+        return
+    server.shell(
+        name=f"Set {len(guest.guest.ssh_public_keys)} SSH public key(s) of KVM guest {vmid}"
+             " (cloud-init) and regenerate its cloud-init drive",
+        commands=commands,
+    )
+    if state["status"] == "running":
+        logger.warning(
+            f"{host.name}: KVM guest {vmid} gets its new SSH keys from cloud-init at its next boot"
+            f" (`qm reboot {vmid}`); cloud-init adds keys without removing old ones and, by"
+            " default, regenerates the VM's SSH host keys then"
         )

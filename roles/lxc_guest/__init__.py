@@ -4,7 +4,9 @@ Runs on the Proxmox node (deploy.py calls it once per guest of that node). Creat
 with `pct create` when it is absent (root's SSH keys from guest_ssh_public_keys, so the deploy
 can continue inside it) and starts it; converges an existing guest by applying only
 the differences with one `pct set` (`--delete` for entries no longer wanted). A devN change on a
-running container stays pending until it restarts (PVE 8): the deploy says so.
+running container stays pending until it restarts (PVE 8): the deploy says so. Root's keys
+in a running container are converged from the node too (`pct push`, roles/shared/guest_keys.py),
+so a changed key reaches a guest the deploy could otherwise no longer enter.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
-from roles.shared.guest_keys import keys_file, put_guest_keys
-from roles.shared.proxmox_facts import LxcGuestState, NvidiaHostDevices
+from roles.shared.guest_keys import (
+    AUTHORIZED_KEYS,
+    keys_file,
+    push_keys_commands,
+    put_guest_keys,
+    same_keys_file,
+    with_pve_block,
+)
+from roles.shared.proxmox_facts import LxcAuthorizedKeys, LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
 from roles.site import HostSettings, current_host, weights_mount_points
 
@@ -117,8 +126,8 @@ def lxc_guest(guest: HostSettings) -> None:
         logger.warning(f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
                        " run of the same command, once the node has rebooted, goes on with it")
         return
+    put_guest_keys(guest)
     if state is None:
-        put_guest_keys(guest)
         server.shell(
             name=f"Create LXC guest {vmid} ({guest_hostname(guest)}) from {settings.template}"
                  f" with {len(settings.gpu_addresses)} GPUs",
@@ -135,6 +144,40 @@ def lxc_guest(guest: HostSettings) -> None:
             commands=[shlex.join(["pct", "set", str(vmid), *plan.arguments()])],
         )
     _report_pending(guest, state, plan)
+    _converge_keys(guest, state)
+
+
+def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[list[str], str | None]:
+    """Commands that make root's authorized_keys hold exactly the setting's keys in its PVE
+    block, or why they cannot run yet. An empty setting leaves the guest's keys alone."""
+    keys = guest.guest.ssh_public_keys
+    if not keys:
+        return [], None
+    if status != "running":
+        return [], (f"its SSH keys are converged once it runs ({AUTHORIZED_KEYS} is written"
+                    " with `pct push`, which needs a running container)")
+    if found is None:
+        return [], (f"{AUTHORIZED_KEYS} could not be read with `pct exec`; its SSH keys are"
+                    " left as they are this run")
+    wanted = with_pve_block(found["content"], keys)
+    if same_keys_file(found["content"], wanted):
+        return [], None
+    return push_keys_commands(guest.guest.vmid, wanted, make_ssh_dir=not found["ssh_dir"]), None
+
+
+def _converge_keys(guest: HostSettings, state: dict) -> None:
+    vmid = guest.guest.vmid
+    found = (host.get_fact(LxcAuthorizedKeys, vmid=vmid)
+             if state["status"] == "running" and guest.guest.ssh_public_keys else None)
+    commands, waiting = plan_keys(guest, state["status"], found)
+    if waiting:
+        logger.warning(f"{host.name}: LXC guest {vmid} is {state['status']}: {waiting}")
+    if commands:
+        server.shell(
+            name=f"Put {len(guest.guest.ssh_public_keys)} SSH public key(s) in {AUTHORIZED_KEYS}"
+                 f" of LXC guest {vmid} (pct push)",
+            commands=commands,
+        )
 
 
 def _require_same_privilege(guest: HostSettings, config: pve.GuestConfig) -> None:

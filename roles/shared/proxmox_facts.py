@@ -172,3 +172,32 @@ class KvmGuestState(_GuestState):
     CONF_DIR = "/etc/pve/qemu-server"
     KIND = "qemu"
 
+
+
+_KEYS_STATE = ("file", "no-file", "no-dir")
+
+
+def parse_authorized_keys(lines: list[str]) -> dict | None:
+    """LxcAuthorizedKeys output: a state line ("file", "no-file", "no-dir"), then the file."""
+    if not lines or lines[0].strip() not in _KEYS_STATE:
+        return None
+    state = lines[0].strip()
+    content = "".join(f"{line}\n" for line in lines[1:]) if state == "file" else None
+    return {"ssh_dir": state != "no-dir", "content": content}
+
+
+class LxcAuthorizedKeys(FactBase):
+    """Returns {"ssh_dir": bool, "content": str | None} of root's ~/.ssh/authorized_keys in
+    running container ID, read with `pct exec` (lxc-attach into the container: pve-container
+    5.3.5 src/PVE/CLI/pct.pm exec), or None when it cannot be read (not running)."""
+
+    def command(self, vmid: int) -> str:
+        vmid = int(vmid)
+        inside = ("if [ -f /root/.ssh/authorized_keys ]; then echo file;"
+                  " cat /root/.ssh/authorized_keys; elif [ -d /root/.ssh ]; then echo no-file;"
+                  " else echo no-dir; fi")
+        return (f"! pct status {vmid} 2>/dev/null | grep -qx 'status: running'"
+                f" || pct exec {vmid} -- sh -c {shlex.quote(inside)}")
+
+    def process(self, output) -> dict | None:
+        return parse_authorized_keys(list(output))

@@ -364,8 +364,8 @@ class GuestSettings(Section):
     mmio_window_mb: Annotated[int, positive] | None = None
     # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
     driver_version: DriverVersion | None = None
-    # Public keys (one line each) put in the guest at creation, so the deploy can continue in
-    # it over SSH: `pct create --ssh-public-keys` (root's authorized_keys), `qm --sshkeys`.
+    # Public keys (one line each) for the guest, so the deploy can continue in it over SSH:
+    # `pct create --ssh-public-keys` then `pct push` (root's authorized_keys), `qm --sshkeys`.
     ssh_public_keys: Annotated[list[str], check(
         lambda v: all(SSH_PUBLIC_KEY_RE.match(k) for k in v),
         "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'")] = []

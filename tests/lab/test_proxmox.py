@@ -7,12 +7,15 @@ assignment refused before any host is touched."""
 from __future__ import annotations
 
 import os
+import subprocess
 
+import paramiko
 import pytest
 import testinfra
 
 import lab
 from roles.shared import pve
+from roles.shared.guest_keys import PVE_BEGIN, PVE_END
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
@@ -84,10 +87,16 @@ def test_walk_from_a_bare_node(lab_walk, pve_node):
     assert pve_node.service("nvidia-uvm-devices").is_enabled
 
 
-def test_guest_gets_the_deploys_ssh_key(pve_node):
+def test_guest_gets_the_deploys_ssh_key(pve_node, gpu_guest):
     keys = pve_node.file(f"/var/lib/pve-standin/lxc/{VMID}.authorized_keys").content_string
     assert keys.strip() == GUEST.guest.ssh_public_keys[0]
     assert pve_node.file(f"/etc/inference-host/guest-keys/{VMID}.pub").mode == 0o600
+    # what pct create's post-create hook wrote in the guest itself (Setup/Base.pm: the PVE block,
+    # a new file of mode 0700, ~/.ssh 0700)
+    authorized = gpu_guest.file("/root/.ssh/authorized_keys")
+    assert authorized.content_string == f"{PVE_BEGIN}\n{GUEST.guest.ssh_public_keys[0]}\n{PVE_END}\n"
+    assert authorized.mode == 0o700 and authorized.user == "root"
+    assert gpu_guest.file("/root/.ssh").mode == 0o700
 
 
 def test_guest_config_has_every_gpu_and_settings(pve_node):
@@ -124,6 +133,115 @@ def test_standin_refuses_what_proxmox_refuses(pve_node):
     assert missing.rc == 255 and "/dev/nvidia9" in missing.stderr
     readonly = pve_node.run(f"pct set {VMID} --unprivileged 0")
     assert readonly.rc == 255 and "unable to modify read-only option: 'unprivileged'" in readonly.stderr
+
+
+# --- root's SSH keys of the existing guest ------------------------------------------------------
+
+
+def _ssh_works(address: str, key_file) -> bool:
+    """Key authentication as root against the guest's real sshd (no password, no agent)."""
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the key is what is tested
+    try:
+        client.connect(address, username="root", key_filename=str(key_file), look_for_keys=False,
+                       allow_agent=False, timeout=20, banner_timeout=20, auth_timeout=20)
+        _, stdout, _ = client.exec_command("id -u")
+        return stdout.read().decode().strip() == "0"
+    except paramiko.AuthenticationException:
+        return False
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def rekeyed(lab_second_deploy, pve_node, gpu_guest, tmp_path_factory):
+    """guest_ssh_public_keys changed on the existing, running guest: the node deployed twice."""
+    gpu = lab.container_name("gpu")
+    subprocess.run(["docker", "exec", gpu, "sh", "-c",
+                    "command -v sshd >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
+                    " --no-install-recommends openssh-server >/dev/null || { apt-get update -q >/dev/null &&"
+                    " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+                    " openssh-server >/dev/null; }; }; systemctl start ssh"], check=True, timeout=600)
+    address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                              gpu], capture_output=True, text=True, check=True).stdout.strip()
+    old_key = lab.STATE_DIR / "guest-ssh-key"
+    created_key_works = _ssh_works(address, old_key)
+    folder = tmp_path_factory.mktemp("guest-keys")
+    new_key = folder / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rekeyed", "-f", str(new_key)], check=True)
+    keys = folder / "keys"
+    keys.write_text(new_key.with_suffix(".pub").read_text())
+    env = {"INFERENCE_HOST_LAB_GUEST_KEYS_FILE": str(keys)}
+    limit = ("--limit", lab.pyinfra_name("pve"))
+    mark = len(standin_calls(pve_node))
+    first = run_deploy(LAB_INVENTORY, *limit, env=env, timeout=600)
+    first_calls = standin_calls(pve_node)[mark:]
+    result = {"first": first, "first_calls": first_calls, "created_key_works": created_key_works,
+              "new_key": new_key, "old_key": old_key, "address": address, "public": keys.read_text().strip(),
+              "file": gpu_guest.file("/root/.ssh/authorized_keys")}
+    result["new_key_works"] = _ssh_works(address, new_key)
+    result["old_key_works"] = _ssh_works(address, old_key)
+    mark = len(standin_calls(pve_node))
+    result["again"] = run_deploy(LAB_INVENTORY, *limit, env=env, timeout=600)
+    result["again_calls"] = standin_calls(pve_node)[mark:]
+    yield result
+    # The session's later deploys use the lab's own key again: put back what pct create wrote
+    # (guest) and the node's copy, as the walk left them.
+    lab_key = GUEST.guest.ssh_public_keys[0]
+    subprocess.run(["docker", "exec", "-i", gpu, "sh", "-c", "cat > /root/.ssh/authorized_keys"],
+                   input=f"{PVE_BEGIN}\n{lab_key}\n{PVE_END}\n", text=True, check=True)
+    subprocess.run(["docker", "exec", "-i", lab.container_name("pve"), "sh", "-c",
+                    f"cat > /etc/inference-host/guest-keys/{VMID}.pub"], input=f"{lab_key}\n", text=True, check=True)
+
+
+def test_changed_keys_reach_the_existing_guest_with_one_push(rekeyed):
+    first = rekeyed["first"]
+    assert first.returncode == 0, first.explain()
+    assert rekeyed["created_key_works"], "the key pct create wrote must let root in"
+    changed = first.changed
+    assert any(f"Public keys for guest {VMID} (1)" in name for name in changed)
+    assert any(f"of LXC guest {VMID} (pct push)" in name for name in changed)
+    assert len(changed) == 2, changed
+    pushes = [c.split() for c in rekeyed["first_calls"] if c.startswith("pct push ")]
+    assert len(pushes) == 1 and pushes[0][:3] == ["pct", "push", str(VMID)]
+    assert pushes[0][4:] == ["/root/.ssh/authorized_keys", "--perms", "0600", "=>", "0"]
+    assert changing_calls(rekeyed["first_calls"]) == []  # no pct set / create / start
+    # exactly the setting's keys in the PVE block; the file 0600 and root's
+    assert rekeyed["file"].content_string == f"{PVE_BEGIN}\n{rekeyed['public']}\n{PVE_END}\n"
+    assert rekeyed["file"].mode == 0o600 and rekeyed["file"].user == "root"
+
+
+def test_new_key_logs_in_and_the_removed_one_no_longer(rekeyed):
+    assert rekeyed["new_key_works"], "sshd in the guest must accept the new key"
+    assert not rekeyed["old_key_works"], "a key removed from the setting must leave the guest"
+
+
+def test_second_deploy_after_the_key_change_changes_nothing(rekeyed):
+    again = rekeyed["again"]
+    assert again.returncode == 0, again.explain()
+    assert again.changed == []
+    assert not [c for c in rekeyed["again_calls"] if c.startswith(f"pct push {VMID} ")]
+
+
+def test_standin_qm_records_cloud_init_changes_until_the_drive_is_regenerated(pve_node):
+    """qemu-server 8.4.10: sshkeys is fast-plugged into a running VM's config, the drive's old
+    value kept under [special:cloudinit] until `qm cloudinit update` regenerates the drive."""
+    vmid = 995
+    pve_node.run(f"rm -f /etc/pve/nodes/*/*/{vmid}.conf /var/lib/pve-standin/*/{vmid}.status")
+    key = GUEST.guest.ssh_public_keys[0]
+    setup = pve_node.run(
+        f"printf '%s\\n' '{key}' > /tmp/k1 && printf '%s\\n' '{key} second' > /tmp/k2 &&"
+        f" qm create {vmid} --ide2 local-lvm:cloudinit --sshkeys /tmp/k1 && qm start {vmid} &&"
+        f" qm set {vmid} --sshkeys /tmp/k2")
+    assert setup.rc == 0, setup.stderr
+    config = pve_node.file(f"/etc/pve/qemu-server/{vmid}.conf").content_string
+    parsed = pve.parse_config(config, "qemu")
+    assert parsed.current["sshkeys"].endswith("%20second%0A") and not parsed.has_pending  # applied at once
+    old = "sshkeys: " + parsed.current["sshkeys"].replace("%20second%0A", "%0A")
+    assert config.split("[special:cloudinit]\n", 1)[1].splitlines() == [old]
+    assert pve_node.run(f"qm cloudinit update {vmid}").rc == 0
+    assert "[special:cloudinit]" not in pve_node.file(f"/etc/pve/qemu-server/{vmid}.conf").content_string
+    pve_node.run(f"qm stop {vmid} && qm destroy {vmid}; rm -f /tmp/k1 /tmp/k2")
 
 
 # --- moving GPUs between guests ----------------------------------------------------------------

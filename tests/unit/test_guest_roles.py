@@ -9,11 +9,15 @@ from pathlib import Path
 import pytest
 
 from roles.kvm_guest import create_command as qm_create
+from roles.kvm_guest import plan_sshkeys as qm_keys
 from roles.kvm_guest import plan_update as qm_plan
 from roles.lxc_guest import create_command as pct_create
+from roles.lxc_guest import plan_keys as pct_keys
 from roles.lxc_guest import plan_update as pct_plan
 from roles.lxc_guest import wanted_devices
 from roles.shared import pve
+from roles.shared.guest_keys import qm_sshkeys, with_pve_block
+from roles.shared.proxmox_facts import parse_authorized_keys
 from roles.site import load_site
 from tests.unit.test_site import NODE
 
@@ -139,3 +143,85 @@ def test_existing_vm_converges_with_only_the_differences(site):
     # the effective config has hostpci0 (GPU 0000:81..) and pending hostpci2: both replaced by GPU2
     assert plan.set == {"hostpci0": f"{GPU2},pcie=1"}
     assert plan.delete == ("hostpci2",)
+
+
+# --- SSH keys of an existing guest ---------------------------------------------------------------
+
+KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw deploy@control"
+KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG5ld2tleWZvcnRlc3RzMDAwMDAwMDAwMDAwMDAw deploy@new"
+MINE = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 admin@laptop"
+
+
+def _keyed_guest(inventory, keys, **extra):
+    site = load_site(inventory.groups(
+        f"keys{len(keys)}.py",  # one file per setting: a loaded inventory file is not read again
+        proxmox_hosts=[NODE],
+        lxc_guests=[("sglang-lxc", {"guest_vmid": 201, "guest_node": "pve", "guest_gpu_addresses": [GPU1],
+                                    "guest_ssh_public_keys": keys})],
+        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
+                                   "guest_ssh_public_keys": keys,
+                                   "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
+                                   **extra})]))
+    return site.hosts["sglang-lxc"], site.hosts["sglang-vm"]
+
+
+def test_pve_block_is_written_like_pct_create_does():
+    # pve-container Setup/Base.pm ct_modify_file: new file, block replaced, block appended
+    assert with_pve_block(None, [KEY_A]) == f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n"
+    inside = f"{MINE}\n# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n{MINE} second\n"
+    assert with_pve_block(inside, [KEY_B]) == (
+        f"{MINE}\n# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n{MINE} second\n")
+    assert with_pve_block(f"{MINE}\n", [KEY_B]) == f"{MINE}\n# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n"
+    # the markers as ct_modify_file matches them: spacing is free, only END ignores case
+    loose = "#---BEGIN PVE---\nold\n# --- end pve ---\n"
+    assert with_pve_block(loose, [KEY_A]) == f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n"
+
+
+def test_changed_keys_make_one_push_and_same_keys_none(inventory):
+    guest, _ = _keyed_guest(inventory, [KEY_B])
+    created = {"ssh_dir": True, "content": f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n{MINE}\n"}
+    commands, waiting = pct_keys(guest, "running", created)
+    assert waiting is None and len(commands) == 1
+    pushed = shlex.split(commands[0].split("printf '%s' ", 1)[1].split(" > ", 1)[0])[0]
+    assert pushed == f"# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n{MINE}\n"  # KEY_A gone, MINE kept
+    assert 'pct push 201 "$keys" /root/.ssh/authorized_keys --perms 0600' in commands[0]
+    assert "pct exec 201 -- sha256sum /root/.ssh/authorized_keys" in commands[0]  # read back
+    # the file as pushed (trailing blanks and empty lines aside) is converged: nothing to do
+    same = {"ssh_dir": True, "content": pushed.replace("\n", "  \n\n")}
+    assert pct_keys(guest, "running", same) == ([], None)
+
+
+def test_keys_without_ssh_folder_stopped_guest_and_empty_setting(inventory):
+    guest, _ = _keyed_guest(inventory, [KEY_A])
+    commands, _ = pct_keys(guest, "running", {"ssh_dir": False, "content": None})
+    assert commands[0] == "pct exec 201 -- mkdir -m 0700 /root/.ssh" and len(commands) == 2
+    commands, waiting = pct_keys(guest, "stopped", None)
+    assert commands == [] and "converged once it runs" in waiting and "pct push" in waiting
+    commands, waiting = pct_keys(guest, "running", None)
+    assert commands == [] and "could not be read with `pct exec`" in waiting
+    unmanaged, _ = _keyed_guest(inventory, [])
+    assert pct_keys(unmanaged, "running", {"ssh_dir": True, "content": f"{MINE}\n"}) == ([], None)
+
+
+def test_authorized_keys_fact_output():
+    assert parse_authorized_keys(["file", "# --- BEGIN PVE ---", KEY_A, "# --- END PVE ---"]) == {
+        "ssh_dir": True, "content": f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n"}
+    assert parse_authorized_keys(["no-file"]) == {"ssh_dir": True, "content": None}
+    assert parse_authorized_keys(["no-dir"]) == {"ssh_dir": False, "content": None}
+    assert parse_authorized_keys([]) is None  # not running: the command printed nothing
+
+
+def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
+    _, vm = _keyed_guest(inventory, [KEY_B])
+    # qemu-server keeps sshkeys URI-escaped (qm.pm param_mapping: uri_escape of the file)
+    created = pve.GuestConfig({"sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw%20deploy%40control%0A"})
+    assert qm_sshkeys(vm) == ("ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIG5ld2tleWZvcnRlc3RzMDAwMDAwMDAwMDAwMDAw"
+                              "%20deploy%40new%0A")
+    assert qm_keys(vm, created) == ["qm set 202 --sshkeys /etc/inference-host/guest-keys/202.pub",
+                                    "qm cloudinit update 202"]
+    assert qm_keys(vm, pve.GuestConfig({"sshkeys": qm_sshkeys(vm)})) == []
+    no_image = load_site(inventory.groups(
+        proxmox_hosts=[NODE],
+        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
+                                   "guest_ssh_public_keys": [KEY_B]})])).hosts["sglang-vm"]
+    assert qm_keys(no_image, created) == []  # no cloud-init drive: nothing reads sshkeys

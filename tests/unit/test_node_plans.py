@@ -93,3 +93,23 @@ def test_converged_node_plan_changes_nothing(converged):
     assert _commands(records) == ["test -f /run/reboot-required"], "\n".join(_commands(records))
     assert not [r for r in records if "upload" in r]
     assert "waits" not in stderr
+
+
+def test_changed_guest_keys_are_pushed_once_and_only_then(converged, tmp_path_factory):
+    """guest_ssh_public_keys changed on an existing, running guest: the node's copy and one
+    `pct push` of root's authorized_keys (its PVE block holding exactly the new key); the
+    converged plan above, same keys, makes neither."""
+    uploads = {r["upload"]: r["content"] for r in _plan("bare")[0] if "upload" in r}
+    path = tmp_path_factory.mktemp("node-new-key") / "uploads.json"
+    path.write_text(json.dumps(uploads))
+    records, _ = _plan("converged-new-key", path)
+    commands = [c for c in _commands(records) if c != "test -f /run/reboot-required"
+                and c != "chmod 600 /etc/inference-host/guest-keys/201.pub"]  # the upload's
+    assert [r["upload"] for r in records if "upload" in r] == ["/etc/inference-host/guest-keys/201.pub"]
+    assert len(commands) == 1, "\n".join(commands)
+    assert "pct push 201 \"$keys\" /root/.ssh/authorized_keys --perms 0600" in commands[0]
+    assert "AAAAIG5ld2tleWZvcnRlc3Rz" in commands[0] and "AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3Rz" not in commands[0]
+    assert "# --- BEGIN PVE ---" in commands[0] and "# --- END PVE ---" in commands[0]
+    assert not any(c.startswith("pct exec 201 -- mkdir") for c in commands)
+    unchanged, _ = converged
+    assert not any("pct push" in c for c in _commands(unchanged))

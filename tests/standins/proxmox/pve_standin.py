@@ -27,12 +27,21 @@ way PVE::LXC::Tools::get_device_mode_and_rdev does it (it must exist and be a ch
 device). In the lab those /dev/nvidia* nodes are real character devices made with mknod (Docker
 lets a container make device nodes but not open them), so the check is the real one.
 
+Commands inside a container (`pct exec`, `pct push`, and pct create's post-create hook, which
+writes root's authorized_keys) act on the lab's real guest: the node container holds the
+host's Docker socket at LAB_DOCKER_SOCKET and lab/__init__.py lists which Docker container is
+which CT in LAB_BACKING_FILE; the stand-in runs the command there through the Docker Engine API
+(POST /containers/<name>/exec; PUT /containers/<name>/archive for a file), as lxc-attach and
+the namespace-entering file copy do on a node. A CT without a lab container runs nothing.
+
 Every invocation is appended to $PVE_STANDIN_LOG (default /var/log/pve-standin.log), one line
 each: the argv joined with spaces, then " => <exit status>". Tests read it.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import os
 import random
@@ -40,6 +49,8 @@ import re
 import socket
 import stat
 import sys
+import tarfile
+import urllib.parse
 from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("PVE_STANDIN_STATE", "/var/lib/pve-standin"))
@@ -295,8 +306,12 @@ QM_SCHEMA.update({f"unused{i}": anything for i in range(256)})
 # Applied at once on a running guest; the rest waits in the pending section for the next start.
 LXC_HOTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores",
                "tags", "lock", "memory", "swap", "cpulimit", "cpuunits"} | {f"net{i}" for i in range(32)}
+# qemu-server 8.4.10 src/PVE/QemuServer.pm: $confdesc_cloudinit (its keys are fast-plug options:
+# written at once, the drive regenerated at the next start or by `qm cloudinit update`).
+QM_CLOUD_INIT = ({"citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain",
+                  "nameserver", "sshkeys"} | {f"ipconfig{i}" for i in range(32)})
 QM_HOTPLUG = ({"name", "onboot", "shares", "startup", "description", "protection", "vmstatestorage",
-               "hookscript", "tags", "lock", "balloon"} | {f"net{i}" for i in range(32)}
+               "hookscript", "tags", "lock", "balloon"} | QM_CLOUD_INIT | {f"net{i}" for i in range(32)}
               | {f"{b}{i}" for b, n in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16))
                  for i in range(n)})
 
@@ -339,6 +354,14 @@ class UsageError(Exception):
     pass
 
 
+class ExitStatus(Exception):
+    """A command that ran and ends with its own status (pct exec: the command's)."""
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(status)
+
+
 def validate(options: dict, schema: dict) -> dict:
     errors: dict[str, str] = {}
     result: dict[str, str] = {}
@@ -375,6 +398,8 @@ def run(tool: str, usage: dict[str, str], handler) -> None:
     except PveError as error:
         sys.stderr.write(f"{error}\n")
         status = 255
+    except ExitStatus as done:
+        status = done.status
     finally:
         _log(tool, argv, status)
     sys.exit(status)
@@ -426,14 +451,47 @@ def _read_sections(kind: str, vmid: int) -> tuple[dict, dict, str]:
     return current, pending, ""
 
 
-def write_conf(kind: str, vmid: int, current: dict, pending: dict) -> None:
+def _later_blocks(later: str) -> list[tuple[str, list[str]]]:
+    """The sections after the pending one: (header, lines) in file order."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in later.splitlines():
+        if line.startswith("["):
+            blocks.append((line.strip(), []))
+        elif line.strip() and blocks:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def read_special(kind: str, vmid: int, name: str) -> dict:
+    """The keys of a `[special:<name>]` section (qemu-server parse_vm_config)."""
+    for header, lines in _later_blocks(_read_sections(kind, vmid)[2]):
+        if header.lower() == f"[special:{name}]":
+            return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return {}
+
+
+def write_special(kind: str, vmid: int, name: str, values: dict) -> None:
+    """Replace (or, empty, drop) a special section; write_vm_config puts the special sections,
+    sorted, after [PENDING] and before the snapshots, each with its keys sorted."""
+    current, pending, later = _read_sections(kind, vmid)
+    blocks = [b for b in _later_blocks(later) if b[0].lower() != f"[special:{name}]"]
+    if values:
+        blocks.append((f"[special:{name}]", [f"{k}: {values[k]}" for k in sorted(values)]))
+    specials = sorted((b for b in blocks if b[0].lower().startswith("[special:")), key=lambda b: b[0])
+    others = [b for b in blocks if not b[0].lower().startswith("[special:")]
+    text = "\n".join("\n".join([header, *lines]) + "\n" for header, lines in specials + others)
+    write_conf(kind, vmid, current, pending, later=text)
+
+
+def write_conf(kind: str, vmid: int, current: dict, pending: dict, later: str | None = None) -> None:
     def block(conf: dict) -> str:
         raw = [(k, v) for k, v in conf.items() if not k.startswith("lxc.")]
         lxc = [(k, v) for k, v in conf.items() if k.startswith("lxc.")]
         return "".join(f"{k}: {v}\n" for k, v in sorted(raw) + lxc)
 
     path = conf_path(kind, vmid)
-    later = _read_sections(kind, vmid)[2] if path.exists() else ""
+    if later is None:
+        later = _read_sections(kind, vmid)[2] if path.exists() else ""
     text = block(current)
     if pending:
         text += f"\n{pending_header(kind)}\n" + block(pending)
@@ -526,8 +584,11 @@ def check_device_node(path: str) -> None:
 
 
 def apply_update(kind: str, vmid: int, params: dict, delete: list[str], hotplug: set[str],
-                 readonly=()) -> None:
-    """update_pct_config / update_vm: record changes, apply what a running guest can take."""
+                 readonly=(), on_hotplug=None) -> None:
+    """update_pct_config / update_vm: record changes, apply what a running guest can take.
+
+    on_hotplug(key, old, new) is called for each change applied to a running guest (before the
+    config is written), new None for a deletion."""
     current, pending = read_conf(kind, vmid)
     pending_delete = [k for k in pending.pop("delete", "").split(",") if k]
     for key in delete:
@@ -548,9 +609,13 @@ def apply_update(kind: str, vmid: int, params: dict, delete: list[str], hotplug:
     running = get_status(kind, vmid) == "running"
     for key in list(pending):
         if not running or key in hotplug:
+            if running and on_hotplug:
+                on_hotplug(key, current.get(key), pending[key])
             current[key] = pending.pop(key)
     for key in list(pending_delete):
         if not running or key in hotplug:
+            if running and on_hotplug:
+                on_hotplug(key, current.get(key), None)
             current.pop(key, None)
             pending_delete.remove(key)
     # cleanup_pending: a pending value equal to the current one is no change
@@ -603,3 +668,88 @@ def print_pending(kind: str, vmid: int) -> None:
 
 def load_json(path: Path, default):
     return json.loads(path.read_text()) if path.exists() else default
+
+
+# ----------------------------------------------------------------------------------------------
+# The lab's containers behind CTs: commands and files inside them, through the Docker Engine API.
+
+LAB_DOCKER_SOCKET = os.environ.get("PVE_STANDIN_DOCKER_SOCKET", "/opt/pve-standin-lab/docker.sock")
+LAB_BACKING_FILE = STATE_DIR / "lab-containers.json"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str):
+        super().__init__("localhost", timeout=120)
+        self._path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(120)
+        self.sock.connect(self._path)
+
+
+def _engine(method: str, path: str, body: bytes | None = None,
+            content_type: str = "application/json") -> tuple[int, bytes]:
+    connection = _UnixHTTPConnection(LAB_DOCKER_SOCKET)
+    try:
+        connection.request(method, path, body=body, headers={"Content-Type": content_type})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def lab_container(vmid: int) -> str:
+    backing = load_json(LAB_BACKING_FILE, {})
+    name = backing.get(str(vmid))
+    if not name:
+        raise PveError(f"CT {vmid}: no lab container stands behind it (stand-in: only the CTs"
+                       f" in {LAB_BACKING_FILE} run commands)")
+    return name
+
+
+def container_exec(vmid: int, argv: list[str]) -> tuple[int, bytes, bytes]:
+    """Run argv in the CT's lab container: exit status, stdout, stderr (no stdin, no tty)."""
+    name = urllib.parse.quote(lab_container(vmid))
+    status, data = _engine("POST", f"/containers/{name}/exec", json.dumps(
+        {"AttachStdout": True, "AttachStderr": True, "Cmd": argv}).encode())
+    if status != 201:
+        raise PveError(f"container '{vmid}' not running! ({status}: {data.decode(errors='replace').strip()})")
+    exec_id = json.loads(data)["Id"]
+    status, data = _engine("POST", f"/exec/{exec_id}/start",
+                           json.dumps({"Detach": False, "Tty": False}).encode())
+    streams = {1: bytearray(), 2: bytearray()}
+    while len(data) >= 8:  # the multiplexed stream: [stream, 0, 0, 0, size (4 bytes BE)] + payload
+        size = int.from_bytes(data[4:8], "big")
+        streams.setdefault(data[0], bytearray()).extend(data[8:8 + size])
+        data = data[8 + size:]
+    _, info = _engine("GET", f"/exec/{exec_id}/json")
+    return int(json.loads(info).get("ExitCode") or 0), bytes(streams[1]), bytes(streams[2])
+
+
+def container_put_file(vmid: int, path: str, data: bytes, mode: int, uid: int, gid: int) -> bool:
+    """Write a file in the CT's lab container; False when its folder does not exist."""
+    folder, base = os.path.split(os.path.normpath(os.path.join("/", path)))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(base)
+        info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
+        archive.addfile(info, io.BytesIO(data))
+    name = urllib.parse.quote(lab_container(vmid))
+    query = urllib.parse.urlencode({"path": folder})
+    status, answer = _engine("PUT", f"/containers/{name}/archive?{query}", buffer.getvalue(),
+                             content_type="application/x-tar")
+    if status == 404:
+        return False
+    if status != 200:
+        raise PveError(f"CT {vmid}: writing {path} failed ({status}: {answer.decode(errors='replace').strip()})")
+    return True
+
+
+def container_stat(vmid: int, path: str) -> tuple[int, int, int] | None:
+    """(uid, gid, mode) of a file in the CT's lab container, or None when it is absent."""
+    status, out, _ = container_exec(vmid, ["stat", "-c", "%u %g %a", path])
+    if status != 0:
+        return None
+    uid, gid, mode = out.decode().split()
+    return int(uid), int(gid), int(mode, 8)

@@ -3,9 +3,11 @@
 What the node holds after the walk: every file the first plan uploaded (their contents, from
 PLAN_NODE_UPLOADS, a JSON file {path: content} the plan test writes), its directories, the
 packages installed and held, the services enabled and running, the NVIDIA module loaded with
-its device nodes and GPU list, no reboot pending, and the LXC guest created and running. Each
-answer is in the format of the fact's real command (stat -c, sha1sum, dpkg -l, dpkg -I,
-systemctl show, /proc/driver/nvidia, pct status + the config file).
+its device nodes and GPU list, no reboot pending, and the LXC guest created and running, with
+root's authorized_keys as pct create wrote it (the PVE block of the keys it was created with,
+which the node also keeps). Each answer is in the format of the fact's real command (stat -c,
+sha1sum, dpkg -l, dpkg -I, systemctl show, /proc/driver/nvidia, pct status + the config file,
+pct exec's state line + the file).
 """
 
 from __future__ import annotations
@@ -57,10 +59,15 @@ def _host_devices(gpus: list[str]) -> list[str]:
     return lines
 
 
-def converged_node_responses(gpus: list[str]) -> dict:
+def converged_node_responses(gpus: list[str], guest_keys: list[str]) -> dict:
+    """guest_keys: the keys the guest was created with (in the guest and the node's copy)."""
     now = int(time.time())
     uploads = json.loads(open(os.environ["PLAN_NODE_UPLOADS"]).read())
+    keys_text = "".join(f"{key}\n" for key in guest_keys)
+    uploads["/etc/inference-host/guest-keys/201.pub"] = keys_text
     responses: dict = {
+        # before "pct status 201", which the keys fact's command also contains
+        "pct exec 201 --": ["file", "# --- BEGIN PVE ---", *guest_keys, "# --- END PVE ---"],
         "test -f /run/reboot-required": {"success": False},
         "for n in /dev/nvidia*": _host_devices(gpus),
         "/proc/driver/nvidia/version": [
@@ -86,4 +93,8 @@ def converged_node_responses(gpus: list[str]) -> dict:
         responses[f"(test -e {path} ||"] = _stat(path, "-rw-r--r--", len(data), now)
     for path in DIRECTORIES:
         responses[f"(test -e {path} ||"] = _stat(path, "drwxr-xr-x", 4096, now)
+    responses["(test -e /etc/inference-host/guest-keys/201.pub ||"] = _stat(
+        "/etc/inference-host/guest-keys/201.pub", "-rw-------", len(keys_text), now)
+    responses["(test -e /etc/inference-host/guest-keys ||"] = _stat(
+        "/etc/inference-host/guest-keys", "drwx------", 4096, now)
     return responses
