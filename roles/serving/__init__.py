@@ -1,81 +1,123 @@
 """roles/serving: SGLang as a systemd service, switched between stacks with health-gated rollback.
 
-What it lays down on a gpu node:
+What it lays down on a gpu node, per engine environment (one per stack, built by roles/sglang):
 
-    /etc/sglang/<unit>.env                      NCCL + engine environment (0600)
-    /etc/sglang/<unit>-secret-args.yaml         --config file with the API key (0600, service user)
-    <env>/inference-host-launch                 the release's command line (one per environment)
-    /etc/systemd/system/<unit>.service          Type=exec, readiness wait, cleanup, limits
+    <env>/serving/launch                        the release's command line
+    <env>/serving/<unit>.env                    NCCL + engine environment of that release (0600)
+    <env>/serving/<unit>-secret-args.yaml       --config file with the API key (0600, service user)
+    <env>/serving/<unit>.service                the unit, naming only that environment's files
+
+and once per host:
+
+    /etc/systemd/system/<unit>.service     -> <install_root>/current/serving/<unit>.service
+    /etc/sglang/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
     /usr/local/libexec/inference-host/sglang-*  cleanup, readiness wait, switch-with-rollback
 
-An upgrade (a new `active` stack) is built beside the old one by roles/sglang; this role then
-points `current` at it and restarts; if /health_generate never answers 200 within
-serving_ready_timeout it points `current` back, restarts the previous release and fails the
+An upgrade (a new `active` stack) is built beside the old one by roles/sglang and configured
+in its own folder, so nothing the running release uses is rewritten; this role then points
+`current` at it, reloads systemd and restarts; if /health_generate never answers 200 within
+serving_ready_timeout it points `current` back, which brings back the previous release's
+unit, environment file, secret arguments and launcher together, restarts it, and fails the
 deploy saying so. The service restarts only when something it runs with changed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import files, server
 
-from roles.serving.command import SECRET_ARGS_DIR, secret_args_file, server_arguments
+from roles.serving.command import SECRET_ARGS_DIR, pcie_allreduce_env, server_arguments
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
 from roles.site import EngineStack, HostSettings, current_host, current_site, secret_value
 
 LIBEXEC = "/usr/local/libexec/inference-host"
-LAUNCHER_NAME = "inference-host-launch"
+CONFIG_DIR_NAME = "serving"
+LAUNCHER_NAME = "launch"
+# Model load takes ~10 minutes on the target; serving_ready_timeout stays below this.
 TIMEOUT_START_S = 1200
-START_LIMIT_INTERVAL_S = 600
+RESTART_SEC_S = 30
 START_LIMIT_BURST = 3
+# systemd refuses a start when START_LIMIT_BURST starts already happened within the interval.
+# One failed start of this unit lasts up to TimeoutStartSec (the readiness wait runs inside
+# it) and the next begins RestartSec later, so the (burst + 1)-th start comes at most
+# burst x (TimeoutStartSec + RestartSec) after the first: the interval must be longer.
+START_LIMIT_INTERVAL_S = START_LIMIT_BURST * (TIMEOUT_START_S + RESTART_SEC_S) + RESTART_SEC_S
 
 
-def launch_command(settings: HostSettings, stack: EngineStack) -> list[str]:
+def config_dir(settings: HostSettings, stack: EngineStack) -> str:
+    """Where one release's serving configuration lives: inside its own environment."""
+    return f"{env_dir(settings, stack)}/{CONFIG_DIR_NAME}"
+
+
+def config_paths(settings: HostSettings, stack: EngineStack) -> dict[str, str]:
+    folder, unit = config_dir(settings, stack), settings.serving.unit_name
+    return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit}.env",
+            "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
+
+
+def launch_command(settings: HostSettings, stack: EngineStack,
+                   hosts: dict[str, HostSettings]) -> list[str]:
     """The argv of the server for one stack; {env} in serving_launch_command is its env dir."""
     env = env_dir(settings, stack)
     launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
-    hosts = current_site().hosts
-    return [part.replace("{env}", env) for part in launcher] + server_arguments(settings, hosts, stack)
+    secret_args = config_paths(settings, stack)["secret_args"]
+    return ([part.replace("{env}", env) for part in launcher]
+            + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
 
 
-def unit_text_kwargs(settings: HostSettings) -> dict:
+def probe_url(settings: HostSettings) -> str:
+    """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
+    an IPv6 address goes in brackets (RFC 3986)."""
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
+    if ipaddress.ip_address(address).version == 6:
+        address = f"[{address}]"
+    return f"http://{address}:{settings.serving.port}/health_generate"
+
+
+def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
     """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
-    unit = serving.unit_name
+    paths = config_paths(settings, stack)
     return dict(
-        unit_name=unit,
+        unit_name=serving.unit_name,
+        stack_id=stack.id,
         served_model_name=serving.served_model_name,
         service_user=base.service_user,
         service_group=base.service_group,
         data_dir=base.data_dir,
-        env_file=f"{SECRET_ARGS_DIR}/{unit}.env",
+        writable_paths=[base.data_dir, base.log_dir],
+        env_file=paths["env_file"],
         cleanup_script=f"{LIBEXEC}/sglang-cleanup",
         wait_script=f"{LIBEXEC}/sglang-wait-ready",
-        launcher=f"{base.install_root}/current/{LAUNCHER_NAME}",
-        probe_host="127.0.0.1" if serving.host in ("0.0.0.0", "127.0.0.1") else serving.host,
-        port=serving.port,
+        launcher=paths["launcher"],
+        probe_url=probe_url(settings),
         ready_timeout=serving.ready_timeout,
         timeout_start=TIMEOUT_START_S,
+        restart_sec=RESTART_SEC_S,
         start_limit_interval=START_LIMIT_INTERVAL_S,
         start_limit_burst=START_LIMIT_BURST,
         limit_nofile=base.limit_nofile,
     )
 
 
-def env_file_kwargs(settings: HostSettings) -> dict:
+def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
+    serving = settings.serving
     return dict(
-        unit_name=settings.serving.unit_name,
+        unit_name=serving.unit_name,
+        stack_id=stack.id,
+        sglang_version=stack.sglang,
         nccl=settings.nccl,
         gpu_arch=settings.gpu.arch,
-        custom_all_reduce_pcie=settings.serving.custom_all_reduce_pcie,
+        pcie_allreduce=pcie_allreduce_env(stack.sglang) if serving.custom_all_reduce_pcie else {},
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
-        extra_env=settings.serving.extra_env,
+        extra_env=serving.extra_env,
     )
 
 
@@ -83,12 +125,9 @@ def env_file_kwargs(settings: HostSettings) -> dict:
 def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
-    unit = f"{settings.serving.unit_name}.service"
-    changes = [_scripts(), _environment_file(settings), _secret_args(settings),
-               _launcher(settings, stack), _unit(settings)]
-    # Started (and restarted) only by the switch below, which waits for readiness.
-    systemd.service(name=f"Enable {unit} at boot", service=unit, enabled=True, running=None)
-    _switch_and_restart(settings, stack, unit, changes)
+    changes = [_scripts(), _release_config(settings, stack)]
+    _host_links(settings)
+    _switch_and_restart(settings, stack, f"{settings.serving.unit_name}.service", changes)
 
 
 def _scripts() -> list:
@@ -96,50 +135,76 @@ def _scripts() -> list:
     return [
         files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
                        dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
-        for name in ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
+        for name in SCRIPTS
     ]
 
 
-def _environment_file(settings: HostSettings) -> list:
-    files.directory(name=f"Create {SECRET_ARGS_DIR}", path=SECRET_ARGS_DIR, user="root",
-                    group="root", mode="0755")
-    path = f"{SECRET_ARGS_DIR}/{settings.serving.unit_name}.env"
-    return [files.template(name=f"Write {path} (NCCL and engine environment, mode 0600)",
-                           src="roles/serving/templates/sglang.env.j2", dest=path, user="root",
-                           group="root", mode="0600", **env_file_kwargs(settings))]
+def release_templates(settings: HostSettings, stack: EngineStack,
+                      hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+    """(path, template, mode, keyword arguments) of one release's templated files; the deploy
+    writes them, `python -m roles.render` previews them."""
+    paths = config_paths(settings, stack)
+    return [
+        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
+        (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
+         dict(stack_id=stack.id, sglang_version=stack.sglang,
+              command=shlex.join(launch_command(settings, stack, hosts)))),
+        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644", unit_text_kwargs(settings, stack)),
+    ]
 
 
-def _secret_args(settings: HostSettings) -> list:
+SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
+
+
+def _release_config(settings: HostSettings, stack: EngineStack) -> list:
+    """Everything the unit runs with, for this release only: a rollback brings it back."""
+    folder, paths = config_dir(settings, stack), config_paths(settings, stack)
+    files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    what = {paths["env_file"]: f"NCCL and engine environment of sglang {stack.sglang}, mode 0600",
+            paths["launcher"]: f"sglang {stack.sglang} command line",
+            paths["unit"]: f"the unit of stack {stack.id}"}
+    written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
+                              user="root", group="root", mode=mode, **kwargs)
+               for path, template, mode, kwargs in release_templates(settings, stack, current_site().hosts)]
+    return written + _secret_args(settings, paths["secret_args"])
+
+
+def secret_args_content(value: str) -> str:
+    # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`.
+    return json.dumps({"api-key": value}) + "\n"
+
+
+def _secret_args(settings: HostSettings, path: str) -> list:
     secret = settings.serving.api_key_secret
     if not secret:
-        return [files.file(name=f"Remove {secret_args_file(settings)} (no API key set)",
-                           path=secret_args_file(settings), present=False)]
-    # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`.
-    content = json.dumps({"api-key": secret_value(secret)}) + "\n"
+        return [files.file(name=f"Remove {path} (no API key set)", path=path, present=False)]
     deployed = secret_file(label=f"the API key (secret {secret}) as an SGLang --config file",
-                           value=content, dest=secret_args_file(settings),
+                           value=secret_args_content(secret_value(secret)), dest=path,
                            user=settings.base.service_user, group=settings.base.service_group)
     return [deployed] if deployed is not None else []
 
 
-def _launcher(settings: HostSettings, stack: EngineStack) -> list:
-    path = f"{env_dir(settings, stack)}/{LAUNCHER_NAME}"
-    return [files.template(
-        name=f"Write {path} (sglang {stack.sglang} command line)",
-        src=f"roles/serving/templates/{LAUNCHER_NAME}.j2", dest=path, user="root", group="root",
-        mode="0755", stack_id=stack.id, sglang_version=stack.sglang,
-        command=shlex.join(launch_command(settings, stack)),
-    )]
-
-
-def _unit(settings: HostSettings) -> list:
+def _host_links(settings: HostSettings) -> None:
+    """The names systemd and the health checks use, through `current`."""
     unit = f"{settings.serving.unit_name}.service"
-    written = files.template(name=f"Write /etc/systemd/system/{unit}",
-                             src="roles/serving/templates/sglang.service.j2",
-                             dest=f"/etc/systemd/system/{unit}", user="root", group="root",
-                             mode="0644", **unit_text_kwargs(settings))
-    systemd.daemon_reload(name="Reload systemd units", _if=written.did_change)
-    return [written]
+    current = f"{settings.base.install_root}/current/{CONFIG_DIR_NAME}"
+    files.directory(name=f"Create {SECRET_ARGS_DIR}", path=SECRET_ARGS_DIR, user="root",
+                    group="root", mode="0755")
+    # The environment file of the earlier layout, shared by every release.
+    files.file(name=f"Remove {SECRET_ARGS_DIR}/{settings.serving.unit_name}.env (now per release)",
+               path=f"{SECRET_ARGS_DIR}/{settings.serving.unit_name}.env", present=False)
+    links = [(f"/etc/systemd/system/{unit}", f"{current}/{unit}"),
+             # What `systemctl enable` makes; explicit, because the unit file is itself a link.
+             (f"/etc/systemd/system/multi-user.target.wants/{unit}", f"/etc/systemd/system/{unit}")]
+    if settings.serving.api_key_secret:
+        links.append((settings.serving.secret_args_file,
+                      f"{current}/{settings.serving.unit_name}-secret-args.yaml"))
+    else:
+        files.file(name=f"Remove {settings.serving.secret_args_file} (no API key set)",
+                   path=settings.serving.secret_args_file, present=False)
+    for path, target in links:
+        files.link(name=f"Link {path} to {target}", path=path, target=target, user="root",
+                   group="root")
 
 
 def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, changes) -> None:
@@ -152,7 +217,7 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, c
               else "restart for changed settings" if state == "active" else "start")
     server.shell(
         name=f"{reason[0].upper()}{reason[1:]}: restart {unit} and wait until /health_generate"
-             f" answers (rollback to the previous stack if it never does)",
+             f" answers (rollback to the previous stack and its configuration if it never does)",
         commands=[f"{LIBEXEC}/sglang-switch {unit} {current} {target}"],
         _if=lambda: linked != target or state != "active" or any(op.did_change() for op in operations),
     )

@@ -24,12 +24,9 @@ SPELLINGS = {
 DEFAULT_ATTENTION_BACKEND = "triton"
 
 # Where the API key goes: a YAML file passed with --config (0600, read by the service user),
-# so it is not in /proc/<pid>/cmdline. SGLang reads no environment variable for it.
+# so it is not in /proc/<pid>/cmdline. SGLang reads no environment variable for it. Each
+# release has its own (roles/serving); /etc/sglang holds the stable name the health checks read.
 SECRET_ARGS_DIR = "/etc/sglang"
-
-
-def secret_args_file(settings: HostSettings) -> str:
-    return settings.serving.secret_args_file
 
 
 class CliError(Exception):
@@ -67,8 +64,9 @@ def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tup
 
 
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
-                     stack: EngineStack) -> list[str]:
-    """Arguments after `python -m sglang.launch_server` (no secret among them)."""
+                     stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
+    """Arguments after `python -m sglang.launch_server` (no secret among them); the API key
+    is read from secret_args_file (default: the stable name in /etc/sglang)."""
     serving, version = settings.serving, stack.sglang
     args = [
         "--model-path", serving.model_path,
@@ -103,8 +101,28 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret:
-        args += ["--config", secret_args_file(settings)]
+        args += ["--config", secret_args_file or settings.serving.secret_args_file]
     return args
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+# sglang 0.5.21 and later: upstream's PCIe all-reduce (FlashInfer's pcie_ipc_comm, world sizes
+# 2/4/8, bf16, TP group; distributed/device_communicators/pcie_ipc_ar.py, read in 0.5.23).
+UPSTREAM_PCIE_ALLREDUCE_SINCE = (0, 5, 21)
+# Releases whose patch queue carries 0001-custom-all-reduce-pcie.patch.
+PATCHED_PCIE_ALLREDUCE = ("0.5.9",)
+
+
+def pcie_allreduce_env(version: str) -> dict[str, str]:
+    """serving_custom_all_reduce_pcie = True, rendered for one release (empty: none exists)."""
+    if _version(version) >= UPSTREAM_PCIE_ALLREDUCE_SINCE:
+        return {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
+    if version in PATCHED_PCIE_ALLREDUCE:
+        return {"SGLANG_CUSTOM_AR_ALLOW_PCIE": "1"}
+    return {}
 
 
 def unknown_flags(args: list[str], version: str) -> list[str]:
@@ -143,5 +161,9 @@ def command_problems(settings: HostSettings, hosts: dict[str, HostSettings],
                             " off the command line")
     except CliError as error:
         return [f"stack {stack.id}: {error}"]
-    return [f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
-            f" `python -m sglang.launch_server --help` of sglang {stack.sglang}" for p in problems]
+    found = [f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
+             f" `python -m sglang.launch_server --help` of sglang {stack.sglang}" for p in problems]
+    if settings.serving.custom_all_reduce_pcie and not pcie_allreduce_env(stack.sglang):
+        found.append(f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but sglang {stack.sglang}"
+                     " has no PCIe all-reduce; expected False, or sglang 0.5.9 (patch 0001) or 0.5.21+")
+    return found

@@ -1,46 +1,102 @@
-"""Writing a secret onto a host: mode 0600, never in a command line, a log or a diff."""
+"""Writing a secret onto a host: mode 0600, never in a command line, a log, a diff, or a file
+another user can read at any moment.
+
+Why not files.put (pyinfra 3.10, operations/files.py + connectors/ssh.py):
+- with `--diff`, files.put prints the new content line by line, and pyinfra runs the
+  operation's generator again when it executes (api/operation.py, command_generator), with
+  state.config.DIFF as the command line set it: switching DIFF off around the call only
+  covers the planning pass;
+- over SSH without sudo, the SSH connector's put_file writes the destination itself through
+  SFTP (sftp.putfo: created at the SFTP server's default mode, usually 0644), and files.put
+  chmods it afterwards; `_temp_dir` is used only with sudo/su. The file is readable by others
+  between the two steps, and forever if the chmod fails.
+
+So the secret is uploaded into a root-only folder (0700: whatever mode SFTP gives the file,
+nobody else can reach it), copied next to its destination under `umask 077` (created 0600),
+given its owner, and renamed over the destination (atomic; a reader sees the old file or the
+new one, never a partial one). Nothing is printed but the operation's name. Whether anything
+is to do is decided from a fact that reports the destination's sha256, mode and owner.
+"""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from io import StringIO
+import hashlib
+import shlex
+from io import BytesIO
 
-from pyinfra import state
-from pyinfra.api import deploy
+from pyinfra import host
+from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
 from pyinfra.operations import files
 
-# pyinfra uploads to a temporary file first; keep it in a root-only folder, not /tmp.
+# A root-only folder for the upload; the staged copy is removed once the file is in place.
 UPLOAD_DIR = "/var/lib/inference-host/upload"
 
 
-@contextmanager
-def _without_diffs():
-    """`pyinfra --diff` prints file contents; never for a secret."""
-    previous = state.config.DIFF
-    state.config.DIFF = False
-    try:
-        yield
-    finally:
-        state.config.DIFF = previous
+class Sealed:
+    """A secret value that prints as *** wherever pyinfra or a traceback shows an argument."""
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+
+class SecretFileState(FactBase):
+    """Returns (sha256, mode, user, group) of a file, or None when it does not exist."""
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return (f"if [ -f {quoted} ]; then stat -c '%a %U %G' {quoted}"
+                f" && sha256sum {quoted} | cut -d' ' -f1; fi")
+
+    def process(self, output: list[str]) -> tuple[str, str, str, str] | None:
+        lines = [line.strip() for line in output if line.strip()]
+        if len(lines) < 2:
+            return None
+        mode, user, group = lines[0].split()
+        return lines[1], mode, user, group
+
+
+def install_steps(staged: str, dest: str, user: str, group: str) -> list[str]:
+    """Shell steps that move the staged upload into place without a moment of wider access:
+    the new file is created by the shell under umask 077 (0600) beside dest, then renamed."""
+    new = shlex.quote(f"{dest}.inference-host-new")
+    staged, dest = shlex.quote(staged), shlex.quote(dest)
+    return [f"rm -f {new}", f"(umask 077 && cat {staged} > {new})", f"rm -f {staged}",
+            f"chown {shlex.quote(user)}:{shlex.quote(group)} {new}", f"chmod 0600 {new}",
+            f"mv -f {new} {dest}"]
+
+
+def staged_path(dest: str, upload_dir: str = UPLOAD_DIR) -> str:
+    return f"{upload_dir}/{hashlib.sha1(dest.encode()).hexdigest()}"
+
+
+@operation(is_idempotent=True)
+def secret_put(sealed: Sealed, dest: str, user: str, group: str):
+    """Install a secret at dest (0600, user:group); prints nothing of its content."""
+    data = sealed.reveal().encode()
+    wanted = (hashlib.sha256(data).hexdigest(), "600", user, group)
+    if host.get_fact(SecretFileState, path=dest) == wanted:
+        host.noop(f"{dest} is in place (mode 0600, {user}:{group})")
+        return
+    staged = staged_path(dest)
+    # remote_temp_filename: were the connection to use sudo, the SSH user's upload would go
+    # there (inside the 0700 folder, so it fails rather than lands in /tmp); the inventory
+    # connects as root.
+    yield FileUploadCommand(BytesIO(data), staged, remote_temp_filename=f"{staged}.upload")
+    yield StringCommand(" && ".join(install_steps(staged, dest, user, group)))
 
 
 @deploy("Secret file")
 def secret_file(label: str, value: str, dest: str, user: str, group: str):
-    """Returns the upload operation (callers wire restarts to its did_change)."""
-    files.directory(
-        name="Create the root-only upload folder for secrets",
-        path=UPLOAD_DIR,
-        user="root",
-        group="root",
-        mode="0700",
-    )
-    with _without_diffs():
-        return files.put(
-            name=f"Install {label} at {dest} (mode 0600)",
-            src=StringIO(value),
-            dest=dest,
-            user=user,
-            group=group,
-            mode="0600",
-            _temp_dir=UPLOAD_DIR,
-        )
+    """Returns the install operation (callers wire restarts to its did_change)."""
+    files.directory(name="Create the root-only upload folder for secrets", path=UPLOAD_DIR,
+                    user="root", group="root", mode="0700")
+    return secret_put(name=f"Install {label} at {dest} (mode 0600)", sealed=Sealed(value),
+                      dest=dest, user=user, group=group)

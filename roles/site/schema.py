@@ -200,6 +200,11 @@ class ServingSettings(Section):
     served_model_name: str = "kimi-k2.5"
     host: IpAddress = "127.0.0.1"
     port: Annotated[int, tcp_port] = 30000
+    # True because Kimi-K2.5's tokenizer is Python code in the model folder (tokenization_kimi.py,
+    # named by tokenizer_config.json's auto_map), which transformers loads only with
+    # --trust-remote-code. That code runs as the unprivileged service user inside the unit's
+    # sandbox, from the local serving_model_path the operator filled. False for a model
+    # without custom code.
     trust_remote_code: bool = True
     # None: the per-version safe default of the pinned stack applies.
     attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla",
@@ -224,7 +229,9 @@ class ServingSettings(Section):
     ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = 1100
     # Extra variables for the engine's EnvironmentFile (mode 0600).
     extra_env: dict[str, str] = {}
-    # Patch 0001 (sglang 0.5.9): custom all-reduce on >2 PCIe-only GPUs; measure before enabling.
+    # All-reduce over PCIe P2P instead of NCCL, rendered per release: sglang 0.5.21+ upstream's
+    # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (2/4/8 GPUs, bf16), 0.5.9 patch 0001's custom
+    # all-reduce. Check the sum (health suite) and measure (benchmark) before enabling.
     custom_all_reduce_pcie: bool = False
 
     @property

@@ -5,6 +5,7 @@ change; cleanup of stubborn children; upgrade and health-gated rollback with mea
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import statistics
 import time
@@ -31,10 +32,22 @@ def _main_pid(gpu_guest) -> str:
     return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
 
 
-def _api_key() -> str:
+def _secrets() -> dict[str, str]:
     from roles.site import vault as secrets
 
-    return secrets.decrypt_all(SITE.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    return secrets.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
+
+
+def _api_key() -> str:
+    return _secrets()["sglang_api_key"]
+
+
+def _config(stack) -> str:
+    return f"{ROOT}/envs/{stack.id}/serving"
+
+
+def _leaked(text: str) -> list[str]:
+    return [name for name, value in _secrets().items() if value in text]
 
 
 def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
@@ -71,12 +84,36 @@ def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
 
 def test_api_key_and_environment_stay_private(gpu_guest, lab_second_deploy):
     cmdline = gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
-    assert _api_key() not in cmdline and "--config /etc/sglang/sglang-secret-args.yaml" in cmdline
+    assert _api_key() not in cmdline and f"--config {_config(OLD)}/sglang-secret-args.yaml" in cmdline
     assert gpu_guest.check_output(f"ps -o user= -p {_main_pid(gpu_guest)}") == HOST.base.service_user
-    secret_args = gpu_guest.file("/etc/sglang/sglang-secret-args.yaml")
+    secret_args = gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml")
     assert secret_args.mode == 0o600 and secret_args.user == HOST.base.service_user
-    env_file = gpu_guest.file("/etc/sglang/sglang.env")
+    assert gpu_guest.file("/etc/sglang/sglang-secret-args.yaml").linked_to == secret_args.path
+    env_file = gpu_guest.file(f"{_config(OLD)}/sglang.env")
     assert env_file.mode == 0o600 and env_file.contains("^NCCL_P2P_LEVEL=SYS$")
+    assert env_file.contains("^SGLANG_ENABLE_JIT_DEEPGEMM=0$")
+
+
+def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy):
+    assert gpu_guest.file("/etc/systemd/system/sglang.service").linked_to == f"{_config(OLD)}/sglang.service"
+    assert gpu_guest.service("sglang").is_enabled
+    assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value sglang") == "yes"
+    assert gpu_guest.check_output("systemctl show -p ProtectSystem --value sglang") == "strict"
+    # The sandbox is in force on the running server: / is read-only to it, its home is not.
+    pid = _main_pid(gpu_guest)
+    mounts = gpu_guest.check_output(f"cat /proc/{pid}/mountinfo")
+    options = {line.split()[4]: line.split()[5].split(",") for line in mounts.splitlines()}
+    assert "ro" in options["/"] and "rw" in options[HOST.base.data_dir], mounts
+    score = gpu_guest.run("systemd-analyze security --no-pager sglang.service")
+    assert "Overall exposure level for sglang.service" in score.stdout, score.stdout + score.stderr
+    exposure = float(score.stdout.rsplit("sglang.service:", 1)[1].split()[0])
+    assert exposure < 4.0, score.stdout
+
+
+def test_start_up_log_is_the_releases_without_the_key(gpu_guest, lab_second_deploy):
+    journal = gpu_guest.check_output("journalctl -u sglang.service --no-pager -o cat")
+    assert "server_args=ServerArgs(" in journal  # 0.5.9's line, from its patched source
+    assert _leaked(journal) == [], "a secret reached the unit's journal"
 
 
 def test_patches_are_applied_to_the_real_wheel(gpu_guest, lab_second_deploy):
@@ -154,29 +191,46 @@ def _timed_deploy(gpu_guest, inventory, env=None):
     return run, _stop_poller(gpu_guest)
 
 
+def _assert_runs_with_its_own_configuration(gpu_guest, stack):
+    unit = gpu_guest.check_output("systemctl cat sglang.service")
+    assert f"stack {stack.id}" in unit and f"EnvironmentFile={_config(stack)}/sglang.env" in unit
+    assert "health_generate 20\n" in unit  # the lab's ready timeout, not the failed deploy's 23
+    pid = _main_pid(gpu_guest)
+    cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
+    assert f"envs/{stack.id}/bin/python" in cmdline
+    assert f"--config {_config(stack)}/sglang-secret-args.yaml" in cmdline
+    environ = gpu_guest.check_output(f"cat /proc/{pid}/environ | tr '\\0' '\\n'")
+    assert "INFERENCE_HOST_STANDIN_NEVER_HEALTHY" not in environ and "NCCL_P2P_LEVEL=SYS" in environ
+
+
 def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
     upgrade = _inventory_with_active(tmp_path, NEW.id)
     rounds = int(__import__("os").environ.get("INFERENCE_HOST_LAB_DOWNTIME_ROUNDS", "1"))
     good, rolled = [], []
     try:
         for _ in range(rounds):
-            # A new release that never becomes ready: switched back, the old one serves again.
-            run, downtime = _timed_deploy(gpu_guest, upgrade, env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": NEW.sglang})
+            # A new release that never becomes ready, deployed with other settings too (a
+            # longer ready timeout): switched back, the old release serves again with the
+            # unit, environment, secret arguments and launcher it had before.
+            failing = {"INFERENCE_HOST_LAB_NEVER_HEALTHY": NEW.sglang, "INFERENCE_HOST_LAB_READY_TIMEOUT": "23"}
+            run, downtime = _timed_deploy(gpu_guest, upgrade, env=failing)
             assert run.returncode != 0, "the deploy must fail when the upgrade never becomes ready"
             assert "ROLLED BACK" in run.stdout + run.stderr, run.explain()
             assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{OLD.id}"
             assert gpu_guest.file(f"{ROOT}/envs/{NEW.id}/bin/python").exists  # built beside
             _wait_healthy(gpu_guest, timeout=5)
-            assert f"envs/{OLD.id}/" in gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
+            _assert_runs_with_its_own_configuration(gpu_guest, OLD)
+            assert gpu_guest.file(f"{_config(NEW)}/sglang.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
             rolled.append(downtime)
-            # Back to the normal settings (the never-healthy switch is in the env file).
+            # The old release's configuration was never touched: nothing to do.
             assert run_deploy().returncode == 0
             # A good upgrade: the new release's own flags, served from its environment.
             run, downtime = _timed_deploy(gpu_guest, upgrade)
             assert run.returncode == 0, run.explain()
             assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{NEW.id}"
-            launcher = gpu_guest.file(f"{ROOT}/envs/{NEW.id}/inference-host-launch").content_string
+            launcher = gpu_guest.file(f"{_config(NEW)}/launch").content_string
             assert "/opt/sglang/envs/sglang-0.5.23-cu130/bin/python" in launcher
+            _assert_runs_with_its_own_configuration(gpu_guest, NEW)
             good.append(downtime)
             # Downgrade to the original stack: also a good switch.
             assert run_deploy().returncode == 0
@@ -185,3 +239,37 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
         run_deploy()
     print(f"\ndowntime (s) good upgrade: {good} median {statistics.median(good):.2f};"
           f" rollback: {rolled} median {statistics.median(rolled):.2f}")
+
+
+def test_no_secret_in_the_journal_of_either_release(gpu_guest, lab_second_deploy):
+    """After the upgrade test both releases have started: 0.5.9's line is a ServerArgs repr,
+    0.5.23's a dict, each built by the stand-in from that release's patched source."""
+    journal = gpu_guest.check_output("journalctl --no-pager -o cat")
+    assert "server_args=ServerArgs(" in journal and "server_args={'model_path'" in journal
+    assert _leaked(journal) == [], "a secret reached the journal"
+
+
+def test_deploy_with_diff_prints_no_secret(gpu_guest, lab_second_deploy):
+    """Secret files written again under `pyinfra --diff`: its whole output holds no secret."""
+    token = f"{HOST.base.data_dir}/.cache/huggingface/token"
+    gpu_guest.check_output(f"rm -f {_config(OLD)}/sglang-secret-args.yaml {token}")
+    run = run_deploy(LAB_INVENTORY, "--diff")
+    assert run.returncode == 0, run.explain()
+    assert any("API key" in name for name in run.changed), run.changed
+    assert _leaked(run.stdout + run.stderr) == [], "pyinfra --diff printed a secret"
+    assert gpu_guest.file(token).mode == 0o600 and gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml").mode == 0o600
+
+
+def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy):
+    """Everything the deploy wrote, read as `nobody`: no secret value anywhere it can read."""
+    values = " ".join(f"-e {shlex.quote(v)}" for v in _secrets().values())
+    found = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} / --exclude-dir=proc --exclude-dir=sys"
+                          " --exclude-dir=dev")
+    assert found.stdout.strip() == "", f"readable by others and holding a secret: {found.stdout}"
+    # The check can see one: a world-readable copy is found.
+    gpu_guest.check_output(f"cp {_config(OLD)}/sglang-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
+    try:
+        planted = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} /tmp")
+        assert planted.stdout.strip() == "/tmp/ih-planted"
+    finally:
+        gpu_guest.run("rm -f /tmp/ih-planted")

@@ -12,6 +12,8 @@ from pathlib import Path
 from tests.unit.conftest import PROJECT_ROOT
 
 MODEL, SHARED = "roles.site", "roles.shared"
+# Above the roles, like deploy.py: composes them (python -m roles.render); nothing imports it.
+COMPOSITION = {"roles.render"}
 
 
 def module_name(path: Path, project_root: Path) -> str:
@@ -79,6 +81,8 @@ def layer(module: str) -> str:
         return "model"
     if module == SHARED or module.startswith(SHARED + "."):
         return "shared"
+    if module in COMPOSITION:
+        return "composition"
     parts = module.split(".")
     if parts[0] == "roles" and len(parts) > 1:
         return f"role:{parts[1]}"
@@ -91,7 +95,11 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         mine = layer(module)
         for target in sorted(targets):
             theirs = layer(target)
-            if theirs == "other":
+            if theirs == "composition":
+                found.append(f"{module} imports {target}, which composes the roles")
+            elif mine == "composition":
+                continue
+            elif theirs == "other":
                 found.append(f"{module} imports {target}, which is outside roles/")
             elif mine == "model" and theirs != "model":
                 found.append(f"{module} (the site model) imports {target}")
@@ -140,7 +148,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "serving/command.py": "from roles.site import HostSettings\n",
         "sglang/__init__.py": "from roles.sglang import facts\n",
         "sglang/facts.py": "import roles.sglang\n",
-        "lxc_guest/__init__.py": "",
+        "lxc_guest/__init__.py": "from roles.render import render\n",
+        "render.py": "from roles.serving import command\n",
     }.items():
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
         (tree / path).write_text(text)
@@ -150,6 +159,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     assert "roles.shared.pve (a shared helper) imports the role roles.lxc_guest" in found
     assert "roles.serving (role:serving) imports another role: roles.sglang" in found
     assert "import cycle: roles.sglang -> roles.sglang.facts -> roles.sglang" in found
+    assert "roles.lxc_guest imports roles.render, which composes the roles" in found
+    assert "roles.render (" not in found  # the composition layer may import every role
 
 
 

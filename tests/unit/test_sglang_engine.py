@@ -118,15 +118,16 @@ def _render(name: str, **kwargs) -> str:
     return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
 
 
-def _unit_kwargs(host=GPU_HOST):
+def _unit_kwargs(host=GPU_HOST, stack=STACK.active):
     from roles import serving
 
-    return serving.unit_text_kwargs(host)
+    return serving.unit_text_kwargs(host, stack)
 
 
 def test_unit_has_the_required_settings():
     text = _render("sglang.service.j2", **_unit_kwargs())
-    for line in ("Type=exec", "User=sglang", "EnvironmentFile=/etc/sglang/sglang.env",
+    env = f"/opt/sglang/envs/{STACK.active.id}/serving"
+    for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/sglang.env", f"ExecStart={env}/launch",
                  "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
                  "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",
                  "StartLimitBurst=3", "ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready"
@@ -145,6 +146,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
         script.chmod(0o755)
         kwargs[key] = str(script)
     kwargs["env_file"] = str(tmp_path / "sglang.env")
+    kwargs["writable_paths"] = [str(tmp_path)]
     unit = tmp_path / "sglang.service"
     unit.write_text(_render("sglang.service.j2", **kwargs).replace("User=sglang", "User=root")
                     .replace("Group=sglang", "Group=root").replace("/var/lib/sglang", str(tmp_path)))
@@ -156,11 +158,12 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 def test_env_file_nccl_settings():
     from roles import serving
 
-    text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST))
+    text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST, STACK.active))
     assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text
-    assert "SGL_ENABLE_JIT_DEEPGEMM=0" in text and "NCCL_P2P_DISABLE" not in text
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in text.splitlines() and "NCCL_P2P_DISABLE" not in text
+    assert "SGL_ENABLE_JIT_DEEPGEMM" not in text
     off = dataclasses.replace(GPU_HOST, nccl=GPU_HOST.nccl.model_copy(update={
         "p2p_level": "off", "min_nchannels": 8, "debug": "INFO", "debug_subsys": "INIT,P2P"}))
-    text = _render("sglang.env.j2", **serving.env_file_kwargs(off))
+    text = _render("sglang.env.j2", **serving.env_file_kwargs(off, STACK.active))
     assert "NCCL_P2P_DISABLE=1" in text and "NCCL_P2P_LEVEL" not in text
     assert "NCCL_MIN_NCHANNELS=8" in text and "NCCL_DEBUG_SUBSYS=INIT,P2P" in text

@@ -8,6 +8,8 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
 - python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
   loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
   /metrics (only with --enable-metrics);
+- the start-up log: the `server_args=...` line of the installed release, built from that
+  release's own (patched) source (startup_log.py says how);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
@@ -38,6 +40,9 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from startup_log import log_server_args  # noqa: E402 - beside this file on the host, not a package
+
 WORDS = ["the", "quick", "model", "answers", "every", "prompt", "with", "care", "while", "tensors", "flow", "across", "eight", "cards", "and", "the", "scheduler", "keeps", "batches", "full", "so", "tokens", "stream", "steadily", "to", "each", "client", "without", "stalls", "or", "repeated", "phrases"]
 
 
@@ -191,6 +196,7 @@ def spawn_stubborn_child() -> None:
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
+    log_server_args(vars(args))
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()

@@ -1,0 +1,191 @@
+"""Preview what the deploy would write, like `helm template`, contacting no host:
+
+    uv run python -m roles.render INVENTORY --out DIR
+
+For every host of the inventory, each file the deploy templates is written under
+DIR/<host>/<path on the host>: the engine unit, environment file, launcher and scripts of the
+active stack, the API-key --config file and Hugging Face token with their values replaced by
+***, sysctl, limits, profile, apt pin, modprobe/modules and GRUB files; for a Proxmox node, the
+`pct create` / `qm create` (and `pct set` / `qm set`) command line of each of its guests under
+DIR/<node>/inference-host-commands/. DIR/<host>/inference-host-preview.txt lists what only
+the host itself can decide (facts the deploy reads there). Secrets are never decrypted: no
+vault password is needed, and no secret value can reach DIR.
+
+The inventory is validated first (same messages and checks as the deploy's hook,
+validation.py); exit 2 on problems. Like deploy.py, this module composes the roles (it reads
+each role's template arguments from the role itself); no role imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import jinja2
+
+import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
+from roles.shared import pve
+from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
+from roles.site.errors import print_problems
+
+MASK = "***"
+
+
+def _environment() -> jinja2.Environment:
+    # As pyinfra's files.template renders (pyinfra/api/util.py get_template, 3.10).
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True)
+
+
+class Preview:
+    def __init__(self, out: Path, host: str):
+        self.root = out / host
+        self.notes: list[str] = []
+        self.written: list[Path] = []
+        self._env = _environment()
+
+    def file(self, path: str, text: str) -> None:
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        self.written.append(target)
+
+    def template(self, path: str, template: str, **kwargs) -> None:
+        self.file(path, self._env.get_template(template).render(**kwargs))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def finish(self) -> None:
+        if self.notes:
+            self.file("inference-host-preview.txt", "What only the host can decide (read there at deploy time):\n"
+                      + "".join(f"- {n}\n" for n in self.notes))
+
+
+def _base(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import base
+
+    p.template(base.SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=settings.base.sysctl)
+    p.template(base.LIMITS_FILE, "roles/base/templates/90-inference-host-limits.conf.j2",
+               service_user=settings.base.service_user, nofile=settings.base.limit_nofile,
+               memlock=settings.base.limit_memlock)
+    if settings.serving.hf_token_secret:
+        p.file(f"{settings.base.data_dir}/.cache/huggingface/token", MASK)
+
+
+def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import cuda
+
+    version = site.stack.active.cuda
+    p.template(cuda.PROFILE_FILE, "roles/cuda/templates/90-inference-host-cuda.sh.j2",
+               cuda_home=cuda.toolkit_dir(version), version=version)
+
+
+def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import nvidia_driver
+
+    version = site.stack.driver_version
+    p.template(nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2",
+               version=version)
+    if settings.driver_mode == "full":
+        p.template(nvidia_driver.NOUVEAU_BLACKLIST, "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2")
+    else:
+        p.note(f"{nvidia_driver.PIN_FILE}: an LXC guest follows its node's loaded module version,"
+               f" shown here as stack.yml's pin {version}")
+
+
+def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import serving
+
+    stack = site.stack.active
+    for path, template, _, kwargs in serving.release_templates(settings, stack, site.hosts):
+        p.template(path, template, **kwargs)
+    if settings.serving.api_key_secret:
+        p.file(serving.config_paths(settings, stack)["secret_args"], serving.secret_args_content(MASK))
+    for name in serving.SCRIPTS:
+        p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
+    p.note(f"/etc/systemd/system/{settings.serving.unit_name}.service and"
+           f" {settings.serving.secret_args_file} are links through {settings.base.install_root}/current"
+           f" to the files of stack {stack.id} above")
+
+
+def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import proxmox_host as node
+
+    p.template(node.MODULES_FILE, "roles/proxmox_host/templates/vfio.conf.j2", modules=node.VFIO_MODULES)
+    p.template(node.BLACKLIST_FILE, "roles/proxmox_host/templates/blacklist-nouveau.conf.j2")
+    vendor, loader = settings.proxmox.cpu_vendor, settings.proxmox.boot_loader
+    if vendor == "auto" or loader == "auto":
+        p.note(f"IOMMU kernel arguments: CPU vendor {vendor!r}, boot loader {loader!r} are read on the node")
+    if vendor != "auto" and loader == "grub":
+        p.template(node.GRUB_DROPIN, "roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
+                   kernel_args=node.iommu_kernel_args(vendor))
+    elif vendor != "auto" and loader == "systemd-boot":
+        p.note(f"{node.SYSTEMD_BOOT_CMDLINE}: the node's own line plus {' '.join(node.iommu_kernel_args(vendor))}")
+    for guest in site.hosts.values():
+        if guest.valid("guest") and guest.guest.node == settings.name:
+            _guest_commands(p, settings, guest)
+
+
+def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None:
+    vmid, folder = guest.guest.vmid, "inference-host-commands"
+    empty = pve.parse_config("")
+    if guest.in_group("lxc_guests"):
+        from roles import lxc_guest
+
+        # The deploy reads each GPU's minor on the node; shown here in proxmox_gpu_addresses order.
+        minors = [node.proxmox.gpu_addresses.index(a) for a in guest.guest.gpu_addresses]
+        devices = pve.lxc_device_paths(minors, {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"})
+        plan = lxc_guest.plan_update(guest, empty, devices)
+        create, tool = lxc_guest.create_command(guest, devices), "pct"
+        p.note(f"CT {vmid}: /dev/nvidiaN minors are read on the node (shown in proxmox_gpu_addresses"
+               " order); /dev/nvidia-modeset and /dev/nvidia-caps/* are added when the node has them")
+    else:
+        from roles import kvm_guest
+
+        plan = kvm_guest.plan_update(guest, empty)
+        create, tool = kvm_guest.create_command(guest), "qm"
+    update = shlex.join([tool, "set", str(vmid), *plan.arguments()])
+    p.file(f"{folder}/{tool}-create-{vmid}.sh", f"# {guest.name}: when guest {vmid} does not exist\n{create}\n")
+    p.file(f"{folder}/{tool}-set-{vmid}.sh",
+           f"# {guest.name}: on an existing guest the deploy sets only what differs from this\n{update}\n")
+
+
+ROLES = {  # group -> previews, in deploy.py's order
+    "proxmox_hosts": [_proxmox_host],
+    "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving],
+}
+
+
+def render(site: Site, out: Path) -> dict[str, list[Path]]:
+    written = {}
+    for name, settings in site.hosts.items():
+        p = Preview(out, name)
+        for group, previews in ROLES.items():
+            if settings.in_group(group):
+                for preview in previews:
+                    preview(p, settings, site)
+        p.finish()
+        written[name] = p.written
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
+    parser.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
+    parser.add_argument("--out", required=True, type=Path, help="folder for DIR/<host>/<path on the host>")
+    args = parser.parse_args(argv)
+    try:
+        site = load_site(args.inventory)
+    except SiteError as error:
+        print_problems(error)
+        return 2
+    for host, paths in render(site, args.out).items():
+        print(f"{host}: {len(paths)} file(s) under {args.out / host}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
