@@ -31,7 +31,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from roles.serving.command import SECRET_ARGS_DIR, pcie_allreduce_env, server_arguments
+from roles.serving.command import SECRET_ARGS_DIR, node_topology, pcie_allreduce_env, server_arguments
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.shared.layout import env_dir
 from roles.shared.secret_files import secret_file
@@ -107,13 +107,16 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
     )
 
 
-def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
+def env_file_kwargs(settings: HostSettings, stack: EngineStack,
+                    hosts: dict[str, HostSettings] | None = None) -> dict:
     serving = settings.serving
+    nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
         sglang_version=stack.sglang,
         nccl=settings.nccl,
+        nnodes=nnodes,
         gpu_arch=settings.gpu.arch,
         pcie_allreduce=pcie_allreduce_env(stack.sglang) if serving.custom_all_reduce_pcie else {},
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
@@ -145,7 +148,8 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack)
     return [
-        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
+        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
+         env_file_kwargs(settings, stack, hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, sglang_version=stack.sglang,
               command=shlex.join(launch_command(settings, stack, hosts)))),

@@ -33,6 +33,7 @@ from roles.site.schema import (
     BuildSettings,
     CudaSettings,
     DockerSettings,
+    GatewaySettings,
     GpuSettings,
     GuestSettings,
     HealthSettings,
@@ -52,7 +53,7 @@ from roles.site.table import settings_table
 from roles.site.testinfra import connection_data, testinfra_url
 
 __all__ = [
-    "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
+    "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings", "GatewaySettings",
     "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",

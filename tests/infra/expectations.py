@@ -153,8 +153,12 @@ def nccl_environment(nccl: site_model.NcclSettings) -> dict[str, str]:
         env["NCCL_P2P_DISABLE"] = "1"
     else:
         env["NCCL_P2P_LEVEL"] = nccl.p2p_level
-    if nccl.ib_disable:
-        env["NCCL_IB_DISABLE"] = "1"
+    # As roles/serving renders it: unset means off (one node), False lets NCCL use IB/RoCE.
+    env["NCCL_IB_DISABLE"] = "0" if nccl.ib_disable is False else "1"
+    if nccl.ib_hca:
+        env["NCCL_IB_HCA"] = nccl.ib_hca
+    if nccl.socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = nccl.socket_ifname
     if nccl.debug_subsys:
         env["NCCL_DEBUG_SUBSYS"] = nccl.debug_subsys
     if nccl.min_nchannels:
