@@ -12,6 +12,7 @@ have their GPUs before the rest of the deploy continues inside them.
 from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
+from roles.gateway import gateway
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
@@ -62,3 +63,7 @@ if engine_host:
     serving()
     # Last: the health checks judge what the roles above left (roles/health).
     health()
+
+if settings.in_group("gateways"):
+    # After the replicas' operations: the gateway starts with its workers already serving.
+    gateway()

@@ -3,13 +3,14 @@
 Every inventory file ends with ``require_valid_inventory(__file__)``. Importing this module
 registers the checks that need a role's knowledge with the model (which imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
-CLI (roles/serving), and the active stack's resolution (roles/sglang, under pyinfra only).
+CLI (roles/serving), the gateway's command line against smg's (roles/gateway), and the active stack's resolution (roles/sglang, under pyinfra only).
 """
 
 from __future__ import annotations
 
 import sys
 
+from roles.gateway.command import gateway_problems
 from roles.serving.command import command_problems
 from roles.sglang.stack_check import require_consistent_stack
 from roles.site import Site, loading, rules
@@ -21,6 +22,7 @@ def _consistent_stack(site: Site) -> None:
 
 
 rules.register_engine_check(command_problems)
+rules.register_gateway_check(gateway_problems)
 loading.register_deploy_check(_consistent_stack)
 
 

@@ -23,6 +23,16 @@ EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], lis
 ENGINE_CHECKS: list[EngineCheck] = []
 
 
+# Checks of one gateways host (registered by validation.py): check(host, all hosts) -> problems.
+GatewayCheck = Callable[[HostSettings, dict[str, HostSettings]], list[str]]
+GATEWAY_CHECKS: list[GatewayCheck] = []
+
+
+def register_gateway_check(check: GatewayCheck) -> None:
+    if check not in GATEWAY_CHECKS:
+        GATEWAY_CHECKS.append(check)
+
+
 def register_engine_check(check: EngineCheck) -> None:
     if check not in ENGINE_CHECKS:
         ENGINE_CHECKS.append(check)
@@ -101,12 +111,17 @@ def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: l
                     " gateways group; expected the node's private address (the gateway checks the API key"
                     " in front of it)")
         for gateway in gateways:
-            key = gateway.gateway.api_key_secret or next(
-                (h.serving.api_key_secret for h in nodes if h.serving.api_key_secret), None)
-            if not key and gateway.gateway.host not in ("127.0.0.1", "::1"):
+            for check in GATEWAY_CHECKS:
+                problems.extend(f"{where}: host {gateway.name}: {p}" for p in check(gateway, site_hosts))
+            keys = {h.serving.api_key_secret for h in nodes}
+            if len(keys) > 1:
+                problems.append(f"{where}: the gpu nodes behind gateway {gateway.name} have different"
+                                " serving_api_key_secret values; expected one key for all replicas (the gateway"
+                                " checks it and passes it on)")
+            elif keys == {None} and gateway.gateway.host not in ("127.0.0.1", "::1"):
                 problems.append(
                     f"{where}: host {gateway.name}: gateway_host = {gateway.gateway.host!r} serves without an API"
-                    " key; expected gateway_api_key_secret (or the gpu nodes' serving_api_key_secret)")
+                    " key; expected serving_api_key_secret on the gpu nodes (the gateway checks that key)")
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:

@@ -444,7 +444,8 @@ class DockerSettings(Section):
 
 class GatewaySettings(Section):
     """roles/gateway on the gateways group: SGLang's model gateway (the smg package, a Rust
-    binary; sglang-router is its older name) in front of the gpu nodes' replicas."""
+    binary; sglang-router is its older name) in front of the gpu nodes' replicas. It checks
+    the gpu nodes' serving_api_key_secret and passes it on to them."""
 
     PREFIX: ClassVar[str] = "gateway_"
 
@@ -464,9 +465,6 @@ class GatewaySettings(Section):
     # smg's own worker probe (--health-check-interval-secs, --health-failure-threshold).
     health_check_interval: Annotated[int, positive] = 5
     health_failure_threshold: Annotated[int, positive] = 2
-    # The key clients present at the gateway (and the gateway presents to the workers).
-    # None: the gpu nodes' serving_api_key_secret.
-    api_key_secret: SecretName | None = None
 
 
 SECTIONS: tuple[type[Section], ...] = (

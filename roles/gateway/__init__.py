@@ -1,0 +1,111 @@
+"""roles/gateway: SGLang's model gateway (smg, a Rust binary on PyPI; `sglang-router` is its
+older name) as a systemd service in front of the gpu nodes' replicas.
+
+On a host of the gateways group it lays down:
+
+    <gateway_install_dir>/envs/smg-<version>/       a venv with smg==<version> (pip, pinned)
+    <gateway_install_dir>/current -> envs/smg-<version>
+    /etc/smg/api-key                                 the API key (0600 root; a systemd credential)
+    /usr/local/libexec/inference-host/smg-launch     starts smg with the key from the credential
+    /etc/systemd/system/<unit>.service               --worker-urls from the inventory
+
+The gateway checks the API key (401 without it: smg 1.13.0 answers
+{"error": {"code": "invalid_api_key", ...}}) and passes it on to the workers, which bind a
+private address. smg probes each worker's /health itself (--health-check-interval-secs) and
+routes around one that fails (is_healthy false in GET /workers), which is what the health
+checks read to report a replica down as DEGRADED. A rolling upgrade drains a replica through
+DELETE /workers/{id} before restarting it and adds it back with POST /workers (roles/serving).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.gateway.facts import SmgVersion, UnitActiveState
+from roles.shared.pip import pip_environment
+from roles.gateway.command import api_key_secret, gateway_arguments
+from roles.shared.replicas import replicas
+from roles.shared.secret_files import secret_file
+from roles.site import HostSettings, current_host, current_site, secret_value
+
+LIBEXEC = "/usr/local/libexec/inference-host"
+LAUNCHER = f"{LIBEXEC}/smg-launch"
+API_KEY_FILE = "/etc/smg/api-key"
+
+
+def env_path(settings: HostSettings) -> str:
+    return f"{settings.gateway.install_dir}/envs/smg-{settings.gateway.version}"
+
+
+def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
+    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)),
+                api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
+                python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
+                arguments=shlex.join(gateway_arguments(settings, hosts)))
+
+
+def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+    """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
+    return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755", dict(version=settings.gateway.version)),
+            (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
+             "0644", unit_kwargs(settings, hosts))]
+
+
+@deploy("Gateway")
+def gateway() -> None:
+    settings, site = current_host(), current_site()
+    changed = [_environment(settings)]
+    files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
+    changed += [files.template(name=f"Write {path}", src=template, dest=path, user="root", group="root",
+                               mode=mode, **kwargs)
+                for path, template, mode, kwargs in templates(settings, site.hosts)]
+    changed += _api_key(site.hosts)
+    _start(settings, changed)
+
+
+def _environment(settings: HostSettings):
+    gateway, env = settings.gateway, env_path(settings)
+    apt.packages(name="Install python3-venv and curl (the gateway's venv, its checks)",
+                 packages=["python3-venv", "curl"], update=True, cache_time=3600)
+    files.directory(name=f"Create {gateway.install_dir}/envs", path=f"{gateway.install_dir}/envs",
+                    user="root", group="root", mode="0755")
+    built = server.shell(
+        name=f"Install smg=={gateway.version} into {env}",
+        commands=[f"test -x {env}/bin/python || python3 -m venv {env}",
+                  f"{env}/bin/pip install --quiet --no-cache-dir smg=={gateway.version}"],
+        _env=pip_environment(settings),
+        _if=lambda: host.get_fact(SmgVersion, path=f"{env}/bin/smg") != gateway.version,
+    )
+    linked = files.link(name=f"Link {gateway.install_dir}/current to smg {gateway.version}",
+                        path=f"{gateway.install_dir}/current", target=env, user="root", group="root")
+    return [built, linked]
+
+
+def _api_key(hosts: dict[str, HostSettings]) -> list:
+    files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
+    secret = api_key_secret(hosts)
+    if not secret:
+        return [files.file(name=f"Remove {API_KEY_FILE} (no API key set)", path=API_KEY_FILE, present=False)]
+    deployed = secret_file(label=f"the gateway's API key (secret {secret})", value=secret_value(secret) + "\n",
+                           dest=API_KEY_FILE, user="root", group="root")
+    return [deployed] if deployed is not None else []
+
+
+def _start(settings: HostSettings, changed: list) -> None:
+    unit = f"{settings.gateway.unit_name}.service"
+    operations = [op for op in changed if op is not None for op in (op if isinstance(op, list) else [op])]
+    state = host.get_fact(UnitActiveState, unit=unit)
+    systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True,
+                    daemon_reload=any(op.did_change() for op in operations))
+    server.shell(
+        name=f"Restart {unit} for changed settings and wait until it answers /health",
+        commands=[f"systemctl restart {unit}",
+                  f"for i in $(seq 60); do curl -fsS -o /dev/null http://127.0.0.1:{settings.gateway.port}/health"
+                  " && exit 0; sleep 1; done; echo 'the gateway never answered /health' >&2; exit 1"],
+        _if=lambda: state == "active" and any(op.did_change() for op in operations),
+    )
+
