@@ -25,9 +25,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
+from roles.gateway.command import api_key_secret, gateway_arguments
 from roles.gateway.facts import SmgVersion, UnitActiveState
 from roles.shared.pip import pip_environment
-from roles.gateway.command import api_key_secret, gateway_arguments
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
 from roles.site import HostSettings, current_host, current_site, secret_value

@@ -31,7 +31,12 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from roles.serving.command import SECRET_ARGS_DIR, node_topology, pcie_allreduce_env, server_arguments
+from roles.serving.command import (
+    SECRET_ARGS_DIR,
+    node_topology,
+    pcie_allreduce_env,
+    server_arguments,
+)
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.shared.layout import env_dir
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url

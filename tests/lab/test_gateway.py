@@ -223,7 +223,7 @@ def _rolling_upgrade(cluster, site) -> tuple[float, int, list[str]]:
     thread.start()
     outputs = []
     try:
-        for index, replica in enumerate(cluster["nodes"]):
+        for replica in cluster["nodes"]:
             # The switch, as far as the gateway can tell: stop, start, ready (a new release).
             restart = (f"kill -TERM {replica.process.pid}; while kill -0 {replica.process.pid} 2>/dev/null;"
                        " do sleep 0.1; done; touch restarted")
@@ -247,7 +247,7 @@ def _rolling_upgrade(cluster, site) -> tuple[float, int, list[str]]:
         stop.set()
         thread.join()
     times = sorted(t for t, _ in successes)
-    gap = max((b - a for a, b in zip(times, times[1:])), default=float("inf"))
+    gap = max((b - a for a, b in zip(times, times[1:], strict=False)), default=float("inf"))
     return gap, len(failures), outputs
 
 
@@ -256,7 +256,7 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, cluster, capsys):
     for _ in range(3):
         gap, failed, outputs = _rolling_upgrade(cluster, site)
         assert failed == 0, f"{failed} request(s) failed during the rolling upgrade"
-        for replica, out in zip(cluster["nodes"], outputs):
+        for replica, out in zip(cluster["nodes"], outputs, strict=True):
             assert f"draining {replica.url}" in out and f"{replica.url} is healthy" in out, out
         gaps.append(gap)
     with capsys.disabled():

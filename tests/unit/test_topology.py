@@ -172,3 +172,16 @@ def test_verdict_healthy_failed_and_missing():
 def test_smg_version_fact():
     assert SmgVersion().process(["smg 1.13.0"]) == "1.13.0"
     assert SmgVersion().process([]) is None
+
+
+def test_benchmark_through_the_gateway_or_per_replica(inventory):
+    from tests.infra import bench
+
+    path = str(_gateway_site(inventory, name="bench.py"))
+    per_replica = bench._target(bench._arguments(["--inventory", path, "--host", "b"]))
+    assert "base_url" not in per_replica and per_replica["name"] == "b"
+    through = bench._target(bench._arguments(["--inventory", path, "--host", "b", "--through-gateway"]))
+    assert through["base_url"] == "http://gw:8000" and through["label_host"] == "gw (gateway, from b)"
+    with pytest.raises(SiteError) as error:
+        bench._target(bench._arguments(["--inventory", path, "--through-gateway", "nope"]))
+    assert "--through-gateway 'nope' is no host of the gateways group; expected one of: gw" in str(error.value)
