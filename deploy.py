@@ -26,8 +26,8 @@ from roles.proxmox_host import (
 )
 from roles.serving import serving
 from roles.sglang import sglang
-from roles.site import current_host, current_site
-from roles.wheels import wheelhouses, wheels
+from roles.site import current_host
+from roles.wheels import wheels
 
 settings = current_host()
 engine_host = settings.in_group("gpu_nodes")
@@ -58,8 +58,8 @@ if builder:
         wheels()
 
 if engine_host:
-    # Kernel wheels the builders made for this stack (roles/wheels), installed by roles/sglang.
-    sglang(wheelhouses(settings, current_site().stack.active))
+    # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
+    sglang()
     serving()
     # Last: the health checks judge what the roles above left (roles/health).
     health()

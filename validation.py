@@ -3,7 +3,9 @@
 Every inventory file ends with ``require_valid_inventory(__file__)``. Importing this module
 registers the checks that need a role's knowledge with the model (which imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
-CLI (roles/serving), the gateway's command line against smg's (roles/gateway), and the active stack's resolution (roles/sglang, under pyinfra only).
+CLI (roles/serving), and the gateway's command line against smg's (roles/gateway). The
+stacks' locks are the model's own check (roles/site/lock.py: local files only, no network);
+`python -m roles.sglang.lock` makes them.
 """
 
 from __future__ import annotations
@@ -12,18 +14,10 @@ import sys
 
 from roles.gateway.command import gateway_problems
 from roles.serving.command import command_problems
-from roles.sglang.stack_check import require_consistent_stack
-from roles.site import Site, loading, rules
-
-
-def _consistent_stack(site: Site) -> None:
-    if site.group("gpu_nodes"):
-        require_consistent_stack(site.stack.active)
-
+from roles.site import loading, rules
 
 rules.register_engine_check(command_problems)
 rules.register_gateway_check(gateway_problems)
-loading.register_deploy_check(_consistent_stack)
 
 
 def require_valid_inventory(inventory_file: str) -> None:

@@ -31,8 +31,15 @@ _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt
 _nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli
            else nvidia_apt_standin.url_for(lab.PREFIX))
 
+# Tests set this to a kernel source tree (tests/lab/test_engine_wheels.py): this machine's
+# Docker engine becomes a builder (as in inventory/lab_builder.py) that compiles it as the
+# stack's flash-attn, and the gpu guest installs it from that builder's wheelhouse: the path a
+# wheel takes from a separate builder to a gpu node.
+_engine_wheel_source = os.environ.get("INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE")
+
 _site = {
-    "stack_file": "stack.yml",
+    "stack_file": ("../tests/lab/inventories/engine_wheels.stack.yml" if _engine_wheel_source
+                   else "stack.yml"),
     "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
 }
 
@@ -108,6 +115,19 @@ gpu_nodes = [
 # kernel wheel here: that needs NVIDIA's CUDA devel image, which no registry serves to this
 # machine; inventory/lab_builder.py rehearses roles/wheels on this machine's own engine.
 builders = [(lab.pyinfra_name("gpu"), {"build_kernel_wheels": False})]
+if _engine_wheel_source:
+    from lab.cuda_image import cuda_devel_image
+
+    builders.append(("@local", {
+        **_site,
+        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+        "build_base_image": cuda_devel_image(build=pyinfra.is_cli),
+        "build_source_overrides": {"flash-attn": _engine_wheel_source},
+        "build_with_torch": False,
+        "docker_manage_engine": False,
+        "build_wheelhouse_dir": os.environ["INFERENCE_HOST_LAB_WHEELHOUSE"],
+        "build_timeout_minutes": 20,
+    }))
 
 require_valid_inventory(__file__)
 

@@ -100,10 +100,10 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import serving
 
     stack = site.stack.active
-    for path, template, _, kwargs in serving.release_templates(settings, stack, site.hosts):
+    for path, template, _, kwargs in serving.release_templates(settings, stack, site.hosts, site):
         p.template(path, template, **kwargs)
     if settings.serving.api_key_secret:
-        p.file(serving.config_paths(settings, stack)["secret_args"], serving.secret_args_content(MASK))
+        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(MASK))
     for name in serving.SCRIPTS:
         p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
     p.note(f"/etc/systemd/system/{settings.serving.unit_name}.service and"

@@ -41,7 +41,7 @@ from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.shared.layout import env_dir
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
-from roles.site import EngineStack, HostSettings, current_host, current_site, secret_value
+from roles.site import EngineStack, HostSettings, Site, current_host, current_site, secret_value
 
 LIBEXEC = "/usr/local/libexec/inference-host"
 CONFIG_DIR_NAME = "serving"
@@ -57,23 +57,24 @@ START_LIMIT_BURST = 3
 START_LIMIT_INTERVAL_S = START_LIMIT_BURST * (TIMEOUT_START_S + RESTART_SEC_S) + RESTART_SEC_S
 
 
-def config_dir(settings: HostSettings, stack: EngineStack) -> str:
-    """Where one release's serving configuration lives: inside its own environment."""
-    return f"{env_dir(settings, stack)}/{CONFIG_DIR_NAME}"
+def config_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
+    """Where one release's serving configuration lives: inside its own environment (site:
+    the deploy's own when None; the preview passes the one it loaded)."""
+    return f"{env_dir(settings, stack, site)}/{CONFIG_DIR_NAME}"
 
 
-def config_paths(settings: HostSettings, stack: EngineStack) -> dict[str, str]:
-    folder, unit = config_dir(settings, stack), settings.serving.unit_name
+def config_paths(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict[str, str]:
+    folder, unit = config_dir(settings, stack, site), settings.serving.unit_name
     return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit}.env",
             "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
 
 
 def launch_command(settings: HostSettings, stack: EngineStack,
-                   hosts: dict[str, HostSettings]) -> list[str]:
+                   hosts: dict[str, HostSettings], site: Site | None = None) -> list[str]:
     """The argv of the server for one stack; {env} in serving_launch_command is its env dir."""
-    env = env_dir(settings, stack)
+    env = env_dir(settings, stack, site)
     launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
-    secret_args = config_paths(settings, stack)["secret_args"]
+    secret_args = config_paths(settings, stack, site)["secret_args"]
     return ([part.replace("{env}", env) for part in launcher]
             + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
 
@@ -107,10 +108,10 @@ def restart_policy(settings: HostSettings, hosts: dict[str, HostSettings] | None
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack,
-                     hosts: dict[str, HostSettings] | None = None) -> dict:
+                     hosts: dict[str, HostSettings] | None = None, site: Site | None = None) -> dict:
     """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
-    paths = config_paths(settings, stack)
+    paths = config_paths(settings, stack, site)
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
@@ -169,19 +170,19 @@ def _scripts() -> list:
     ]
 
 
-def release_templates(settings: HostSettings, stack: EngineStack,
-                      hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+def release_templates(settings: HostSettings, stack: EngineStack, hosts: dict[str, HostSettings],
+                      site: Site | None = None) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments) of one release's templated files; the deploy
-    writes them, `python -m roles.render` previews them."""
-    paths = config_paths(settings, stack)
+    writes them, `python -m roles.render` previews them (passing the site it loaded)."""
+    paths = config_paths(settings, stack, site)
     return [
         (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
          env_file_kwargs(settings, stack, hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, sglang_version=stack.sglang,
-              command=shlex.join(launch_command(settings, stack, hosts)))),
+              command=shlex.join(launch_command(settings, stack, hosts, site)))),
         (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
-         unit_text_kwargs(settings, stack, hosts)),
+         unit_text_kwargs(settings, stack, hosts, site)),
     ]
 
 

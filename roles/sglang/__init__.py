@@ -1,102 +1,184 @@
-"""roles/sglang: one uv environment per engine stack, patched, beside the previous ones.
+"""roles/sglang: engine environments installed exactly from the stack's lock, built beside
+the live one and never replacing it in place.
 
-    <base_install_root>/envs/<stack id>/        the environment of one stack (kept on upgrade)
-    <base_install_root>/current -> envs/<id>    switched by roles/serving after the new
-                                                environment is built and patched
+    <base_install_root>/locks/<stack id>-<stamp>.txt   what an environment was installed from
+    <base_install_root>/envs/<stack id>-<stamp>/       one environment (kept for rollback)
+    <base_install_root>/current -> envs/<...>          switched by roles/serving, health-gated
 
-Kernel wheels come from the local wheelhouse (<build_wheelhouse_dir>/<package>/<key>/) when the
-builders made them, else from PyPI. With sglang_install_mode = "no-gpu-deps" (lab only) the
-real sglang wheel of the pinned version is installed with --no-deps: nothing else.
+The stamp is a hash of everything that shapes an environment (roles/shared/engine_env.py):
+the lock (every package, version and sha256; roles/site/lock.py), the keys of the kernel
+wheels built from source, the patches, the interpreter and the install mode. Any change of
+these builds a new folder (`<name>.building`, renamed into place when complete); nothing else
+does. The live
+environment is never touched: roles/serving switches `current` to the new folder and back if
+it never becomes ready. A failed install removes only its own `.building` folder and says
+that the live environment still serves. `sglang_keep_environments` bounds how many stay.
+
+Installs are exact: `uv pip sync --require-hashes` of the lock (nothing more, nothing less,
+every file checked against the lock's sha256), then the source-built kernel wheels from the
+wheelhouse with --no-deps --no-index (never an index: a missing wheel stops the deploy naming
+it and the command that builds it), then `uv pip check`. Everything is byte-compiled at
+install (`--compile-bytecode`) and after patching, by root with umask 022: the service user
+reads the .pyc files and a start compiles nothing.
+
+With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to its sglang entry
+(the real wheel, hash-checked): no torch, kernels or flashinfer.
 """
 
 from __future__ import annotations
 
-import hashlib
+import io
+import shlex
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.api import StringCommand, deploy
+from pyinfra.operations import files, python, server
 
-from roles.sglang.facts import SglangEnvironmentStamp, UnappliedPatches
+from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, UnappliedPatches
+from roles.shared.engine_env import (
+    SGLANG_PATCHES,
+    KernelWheel,
+    kernel_wheels,
+    requirements_text,
+)
+from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.layout import env_dir
 from roles.shared.patches import patch_queue
 from roles.shared.pip import SYSTEM_CA_BUNDLE
-from roles.site import EngineStack, HostSettings, current_host, current_site
+from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
-PATCH_ROOT = Path(__file__).resolve().parent / "patches"
+PATCH_ROOT = SGLANG_PATCHES
 PATCH_DIR_NAME = "inference-host-patches"
+LOCK_COPY_NAME = "inference-host-lock.txt"
 
 
 def patches_for(version: str) -> list[Path]:
     return patch_queue(PATCH_ROOT, "sglang", version)
 
 
-def install_requirements(settings: HostSettings, stack: EngineStack) -> list[str]:
-    if settings.sglang.install_mode == "no-gpu-deps":
-        return [f"sglang=={stack.sglang}"]
-    pins = [
-        f"sglang=={stack.sglang}",
-        f"torch=={stack.torch}",
-        f"{stack.kernel.package}=={stack.kernel.version}",
-        f"flashinfer-python=={stack.flashinfer}",
-    ]
-    if stack.flash_attn and stack.flash_attn_source != "none":
-        pins.append(f"flash-attn=={stack.flash_attn}")
-    return pins
-
-
-def stamp(settings: HostSettings, stack: EngineStack) -> str:
-    """What a finished install records: changes when anything that shapes the env changes."""
-    key = "\n".join([settings.sglang.install_mode, settings.sglang.python or stack.python,
-                     *install_requirements(settings, stack)])
-    return f"{stack.id} {hashlib.sha256(key.encode()).hexdigest()[:16]}"
-
-
 @deploy("SGLang")
-def sglang(wheelhouses: list[str] | tuple[str, ...] = ()) -> None:
-    """wheelhouses: the wheelhouse folders of this stack's source-built kernel wheels (from
-    roles/wheels, handed over by deploy.py); used when present on the host, else PyPI's."""
+def sglang() -> None:
     settings = current_host()
-    stack = current_site().stack.active
-    target = env_dir(settings, stack)
-    files.directory(name=f"Create {settings.base.install_root}/envs",
-                    path=f"{settings.base.install_root}/envs", user="root", group="root", mode="0755")
-    built = _environment(settings, stack, target, wheelhouses)
+    site = current_site()
+    stack = site.stack.active
+    target = env_dir(settings, stack, site)
+    root = settings.base.install_root
+    for folder in (f"{root}/envs", f"{root}/locks"):
+        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    wheels = kernel_wheels(site, settings, stack)
+    for wheel in wheels:
+        _deliver(settings, wheel)
+    built = _environment(site, settings, stack, target, wheels)
     _patches(stack, target, built)
+    _prune(settings, target)
 
 
-def _environment(settings: HostSettings, stack: EngineStack, target: str, wheelhouses):
-    expected = stamp(settings, stack)
-    built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
-    python = settings.sglang.python or stack.python
+def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
+    """A wheel built on another host travels from its wheelhouse to this host's, through the
+    control machine (both connections are pyinfra's own; no host-to-host credentials)."""
+    if wheel.builder in (settings.name, None):
+        return
+    if host.get_fact(WheelhouseEntry, path=wheel.local_dir):
+        return
+    python.call(
+        name=f"Copy the {wheel.label} wheel from {wheel.builder}:{wheel.builder_dir} to {wheel.local_dir}",
+        function=_relay_wheel, wheel=wheel,
+    )
+
+
+def _relay_wheel(state, host, wheel: KernelWheel) -> None:
+    import tempfile
+
+    builder = state.inventory.get_host(wheel.builder)
+    if not builder.connected:
+        builder.connect(raise_exceptions=True)
+    listed, output = builder.run_shell_command(StringCommand(
+        f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl"))
+    sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
+    if not listed or not sums:
+        raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
+    partial = f"{wheel.local_dir}.part"
+    _must(host, f"rm -rf {partial} && mkdir -p {partial}")
+    with tempfile.TemporaryDirectory() as staging:
+        for names in [*sums, [None, "inputs.json"]]:
+            name = names[1]
+            local = f"{staging}/{name}"
+            if not builder.get_file(f"{wheel.builder_dir}/{name}", local):
+                raise RuntimeError(f"could not read {wheel.builder}:{wheel.builder_dir}/{name}")
+            if not host.put_file(local, f"{partial}/{name}"):
+                raise RuntimeError(f"could not write {partial}/{name} on {host.name}")
+    checks = " && ".join(f"echo '{digest}  {partial}/{name}' | sha256sum -c --quiet" for digest, name in sums)
+    _must(host, f"{checks} && chmod -R a+rX {partial} && rm -rf {wheel.local_dir}"
+                f" && mv -T {partial} {wheel.local_dir}")
+
+
+def _must(target_host, command: str) -> None:
+    ok, output = target_host.run_shell_command(StringCommand(command))
+    if not ok:
+        raise RuntimeError(f"{target_host.name}: `{command}` failed: {output.stderr}")
+
+
+def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
+    build = (f"uv run pyinfra <inventory> deploy.py --limit {wheel.builder}" if wheel.builder else
+             "add a host to builders (build_kernel_wheels) and run uv run pyinfra <inventory>"
+             " deploy.py --limit builders")
+    return (f"{wheel.label} is built from source for this stack, but {where} holds no wheel;"
+            f" it is never taken from an index. Build it: {build}")
+
+
+def uv_environment(settings: HostSettings) -> dict[str, str]:
+    """uv on the engine host: the system CA bundle, the site's index mirror for packages and
+    its mirror for uv's managed CPython builds (uv's documented UV_* variables)."""
+    root = settings.base.install_root
     env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
-           "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
+           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    requirements = " ".join(f"'{r}'" for r in install_requirements(settings, stack))
-    no_deps = " --no-deps" if settings.sglang.install_mode == "no-gpu-deps" else ""
-    # Wheelhouse folders that exist are searched before PyPI (locally built SM120 kernels).
-    find_links = "".join(
-        f' $([ -d {path} ] && echo "--find-links {path}")' for path in wheelhouses
-    )
-    # Built in a temporary folder and moved into place: a failed install never leaves a
-    # half environment behind under the stack's name.
+    if settings.sglang.python_install_mirror:
+        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
+    return env
+
+
+def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
+                 wheels: list[KernelWheel]):
+    name = target.rsplit("/", 1)[1]
+    root = settings.base.install_root
+    built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
+    requirements = f"{root}/locks/{name}.txt"
+    uploaded = files.put(name=f"Upload the lock of stack {stack.id} to {requirements}",
+                         src=io.BytesIO(requirements_text(site, settings, stack).encode()),
+                         dest=requirements, user="root", group="root", mode="0644")
+    python_ = settings.sglang.python or stack.python
+    env = uv_environment(settings)
     building = f"{target}.building"
+    venv_python = f"{building}/bin/python"
+    current = f"{root}/current"
+    steps = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
+             f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+             for w in wheels]
+    steps += [
+        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
+        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
+        f"rm -rf {building}",
+        f"uv venv --quiet --python {python_} {building}",
+        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {venv_python} {requirements}",
+    ]
+    steps += [f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python}"
+              f" {w.local_dir}/*.whl" for w in wheels]
+    if settings.sglang.install_mode == "full":
+        steps.append(f"uv pip check --quiet --python {venv_python}")
+    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
+              f"echo '{name}' > {building}/.inference-host-stack",
+              f"mv -T {building} {target}"]
+    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
+              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} (sglang {stack.sglang},"
-             f" {settings.sglang.install_mode}) at {target}",
-        commands=[
-            f"rm -rf {building} {target}"
-            f" && uv venv --quiet --python {python} {building}"
-            f" && uv pip install --quiet --python {building}/bin/python{no_deps}{find_links} {requirements}"
-            f" && echo '{expected}' > {building}/.inference-host-stack"
-            f" && mv -T {building} {target}"
-            f" || {{ rm -rf {building}; exit 1; }}"
-        ],
+             f" {settings.sglang.install_mode}, exactly from its lock) at {target}",
+        commands=[f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"],
         _env=env,
-        _if=lambda: built != expected,
+        _if=lambda: built != name or uploaded.did_change(),
     )
 
 
@@ -111,18 +193,63 @@ def _patches(stack: EngineStack, target: str, built) -> None:
     unapplied = host.get_fact(UnappliedPatches, env_dir=target)
     # Idempotent: a patch whose reverse applies cleanly is in place. A patch that applies
     # neither way stops the deploy here, before roles/serving touches the running service.
+    # The patched modules are byte-compiled again (their .pyc went stale): root writes them,
+    # the service user only reads.
     server.shell(
         name=f"Apply {len(patches)} patch(es) of sglang {stack.sglang} to {target}",
         commands=[
-            f"site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
+            f"umask 022; site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
             " [ -e \"$p\" ] || continue;"
             " if patch -p1 -R -s -f --dry-run -d \"$site\" < \"$p\" >/dev/null 2>&1; then continue; fi;"
             " if ! patch -p1 -s -f --dry-run -d \"$site\" < \"$p\"; then"
             f"   echo \"patch $p does not apply to sglang {stack.sglang} in {target};"
             " the running service was not touched\" >&2; exit 1; fi;"
             " patch -p1 -s -f -d \"$site\" < \"$p\" || exit 1; done"
+            f" && {target}/bin/python -m compileall -q \"$site/sglang\" >/dev/null"
         ],
         # The fact saw the environment as it was before this run: a fresh build or a new
         # patch file needs the step too.
         _if=lambda: bool(unapplied) or built.did_change() or any(u.did_change() for u in uploads),
+    )
+
+
+def stale_environments(names: list[str], live: str | None, target: str, keep: int) -> list[str]:
+    """Environment folders to remove (names newest first): beyond `keep`, never the live one
+    or the one this deploy builds; leftover `.building` folders of other builds too."""
+    target_name = target.rsplit("/", 1)[1]
+    live_name = live.rstrip("/").rsplit("/", 1)[-1] if live else None
+    protected = {target_name, live_name} - {None}
+    room = keep - len(protected)
+    stale = []
+    for name in names:
+        if name in protected or name == f"{target_name}.building":
+            continue
+        if name.endswith(".building") or room <= 0:
+            stale.append(name)
+        else:
+            room -= 1
+    return stale
+
+
+def stale_locks(locks: list[str], names: list[str], stale: list[str], target: str) -> list[str]:
+    """Lock copies under <root>/locks whose environment is gone or going (a failed build's
+    too), never the one this deploy installs from."""
+    kept = (set(names) - set(stale)) | {target.rsplit("/", 1)[1]}
+    return [lock for lock in locks if lock.removesuffix(".txt") not in kept]
+
+
+def _prune(settings: HostSettings, target: str) -> None:
+    root = settings.base.install_root
+    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current",
+                          locks_dir=f"{root}/locks")
+    stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
+    locks = stale_locks(found["locks"], found["names"], stale, target)
+    if not stale and not locks:
+        return
+    paths = " ".join([*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)])
+    server.shell(
+        name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
+             f" sglang_keep_environments={settings.sglang.keep_environments}"
+             f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
+        commands=[f"rm -rf {paths}"],
     )

@@ -14,3 +14,17 @@ class ContainerVirtualization(FactBase):
     def process(self, output) -> str | None:
         value = "".join(output).strip()
         return None if value in ("", "none") else value
+
+
+class WheelhouseEntry(FactBase):
+    """Returns the wheel file names of a complete wheelhouse entry (a folder that has
+    inputs.json, written last), or None when the entry is absent or incomplete."""
+
+    def command(self, path: str) -> str:
+        return f"if [ -f {path}/inputs.json ]; then echo present; ls -1 {path}; fi; true"
+
+    def process(self, output) -> list[str] | None:
+        lines = [line.strip() for line in output]
+        if not lines or lines[0] != "present":
+            return None
+        return sorted(name for name in lines[1:] if name.endswith(".whl"))

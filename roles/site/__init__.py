@@ -13,7 +13,8 @@ inventory, i.e. before it connects. The same check runs standalone:
 
     uv run python -m roles.site inventory/prod.py
 
-Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), rules
+Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), lock (the
+stacks' locks: format, place, staleness), rules
 (cross-host rules), loading (inventory -> Site, the validation core), current (deploy-time
 access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
 table (the README's settings table), __main__ (the command line).

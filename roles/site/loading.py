@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from roles.site import vault
+from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems
 from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
@@ -43,10 +43,15 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         hosts[pyinfra_host.name] = build_host(pyinfra_host.name, groups, data, where, problems)
     site_values = _site_values(raw_data, where, problems)
     stack = None
+    stack_path = Path(inventory_file).parent / site_values.get("stack_file", "stack.yml")
     try:
-        stack = load_stack(Path(inventory_file).parent / site_values.get("stack_file", "stack.yml"))
+        stack = load_stack(stack_path)
     except SiteError as error:
         problems.extend(error.problems)
+    if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):
+        # Every stack an engine host may be pointed at has a lock made from its current pins
+        # (local files only: no network while the inventory loads).
+        problems.extend(lock.stale_lock_problems(stack_path, stack.file, stack.stacks.values()))
     secrets_file, secret_names = None, frozenset()
     if "secrets_file" in site_values:
         secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])

@@ -260,15 +260,25 @@ class ServingSettings(Section):
 
 
 class SglangSettings(Section):
-    """roles/sglang: one uv environment per stack under <base_install_root>/envs/<stack id>."""
+    """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
+    installed exactly from its stack's lock."""
 
     PREFIX: ClassVar[str] = "sglang_"
 
-    # "no-gpu-deps" (lab only): the real sglang wheel with --no-deps; torch, kernels and the
-    # other CUDA-only packages are left out because nothing here has a GPU.
+    # "no-gpu-deps" (lab only): of the stack's lock only the sglang wheel (hash-checked);
+    # torch, kernels and the other CUDA-only packages are left out because nothing here has
+    # a GPU. Kernel wheels built from source are still installed when a builder makes them.
     install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
-    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter.
+    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter (e.g.
+    # the distribution's own /usr/bin/python3.12, when it is the stack's version).
     python: AbsolutePath | None = None
+    # Where uv downloads its managed CPython builds (UV_PYTHON_INSTALL_MIRROR; default: the
+    # python-build-standalone releases on GitHub). An air-gapped site points it at a mirror.
+    python_install_mirror: Url | None = None
+    # Environments kept on the host, the live one and the one being deployed included
+    # (rollback needs the previous one); older ones are removed after a deploy builds a new one.
+    keep_environments: Annotated[int, check(
+        lambda v: v >= 2, "2 or more (the live environment and the one it may roll back to)")] = 3
 
 
 class BuildSettings(Section):

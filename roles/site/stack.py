@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import yaml
 
+from roles.site import lock
 from roles.site.errors import SiteError, display, unknown_keys
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
@@ -50,6 +51,11 @@ class Stack:
     driver_version: str
     active: EngineStack
     stacks: dict[str, EngineStack]
+    # Absolute path of the stack file: its stacks' locks live beside it (roles/site/lock.py).
+    path: str = ""
+
+    def lock_text(self, stack_id: str) -> str:
+        return lock.lock_path(Path(self.path), stack_id).read_text()
 
 
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
@@ -153,4 +159,5 @@ def load_stack(path: Path) -> Stack:
         driver_version=driver_version,
         active=stacks[active_id],
         stacks=stacks,
+        path=str(path.resolve()),
     )

@@ -3,14 +3,15 @@
 Runs on the `builders` group and drives the builder's own Docker engine (BuildKit). For each
 wheel the active stack builds from source (stack.yml: flash_attn_source / kernel.source):
 
-1. its inputs are hashed into a key (roles/wheels/plan.py); a complete wheelhouse entry
+1. its inputs are hashed into a key (roles/shared/wheel_plan.py); a complete wheelhouse entry
    WHEELHOUSE/<package>/<key>/ means there is nothing to do: a fact lookup, seconds;
 2. otherwise the job cap is computed from the builder's real memory and cores
    (roles/wheels/jobcap.py), printed, and passed to the build as MAX_JOBS / NVCC_THREADS;
 3. build_wheel.py builds roles/wheels/docker/<package>.Dockerfile with a time limit, checks every wheel
    with `cuobjdump --list-elf` for sm_120 code, and only then moves it into the wheelhouse.
 
-Where the wheels are: wheel_dir(host_settings, stack, package) (what the engine role installs).
+Where the wheels are: <build_wheelhouse_dir>/<package>/<key>/ (roles/shared/engine_env.py: what
+roles/sglang installs on the gpu nodes, copied there when the builder is another host).
 """
 
 from __future__ import annotations
@@ -24,18 +25,19 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
+from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.note import note
 from roles.shared.pip import pip_environment
-from roles.site import EngineStack, HostSettings, current_host, current_site
-from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
-from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
-from roles.wheels.plan import (
+from roles.shared.wheel_plan import (
     WheelBuild,
     WheelPlanError,
     context_tar,
     patches_sha256,
     planned_builds,
 )
+from roles.site import HostSettings, current_host, current_site
+from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient
+from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
 
 BUILD_SCRIPT = Path(__file__).parent / "files" / "build_wheel.py"
 # cuobjdump from PyPI when the builder has no CUDA toolkit of its own (CUDA 13 reads the
@@ -69,21 +71,6 @@ def wheels() -> None:
     for wheel in pending:
         cap = _job_cap(wheel, settings, resources)
         _build(wheel, cap, settings, docker, cuobjdump)
-
-
-def wheelhouses(settings: HostSettings, stack: EngineStack) -> list[str]:
-    """The wheelhouse entries this stack's source-built kernel wheels get (keyed by their
-    inputs): what roles/sglang installs from when present (deploy.py hands them over)."""
-    folders = (wheel_dir(settings, stack, package) for package in ("flash-attn", "sgl-kernel"))
-    return [folder for folder in folders if folder]
-
-
-def wheel_dir(settings: HostSettings, stack: EngineStack, package: str) -> str | None:
-    """The wheelhouse folder holding the stack's wheel of package, or None if it is not built."""
-    for wheel in planned_builds(stack, settings.build):
-        if wheel.package == package:
-            return f"{settings.build.wheelhouse_dir}/{wheel.package}/{wheel.key}"
-    return None
 
 
 def _needs_build(wheel: WheelBuild, settings: HostSettings) -> bool:

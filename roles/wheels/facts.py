@@ -116,20 +116,6 @@ def _major(version: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-class WheelhouseEntry(FactBase):
-    """Returns the wheel file names of a complete wheelhouse entry (a folder that has
-    inputs.json, written last), or None when the entry is absent or incomplete."""
-
-    def command(self, path: str) -> str:
-        return f"if [ -f {path}/inputs.json ]; then echo present; ls -1 {path}; fi; true"
-
-    def process(self, output) -> list[str] | None:
-        lines = [line.strip() for line in output]
-        if not lines or lines[0] != "present":
-            return None
-        return sorted(name for name in lines[1:] if name.endswith(".whl"))
-
-
 class CuobjdumpPath(FactBase):
     """Returns the path of a cuobjdump on the builder (PATH, the CUDA toolkit, or the copy
     roles/wheels installs from PyPI under tools_dir), or None."""

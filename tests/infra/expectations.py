@@ -110,7 +110,7 @@ class Expectations:
             env_file=f"/etc/sglang/{host.serving.unit_name}.env",
             # The service's launcher (roles/serving) holds its exact command line; the engine
             # all-reduce check reads --disable-custom-all-reduce there.
-            launcher=f"{host.base.install_root}/current/inference-host-launch",
+            launcher=f"{host.base.install_root}/current/serving/launch",
             dcgm=host.nvidia_driver.dcgm,
             allreduce_size_mib=host.health.allreduce_size_mib,
             server_timeout_s=host.health.server_timeout_s,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from roles.shared.layout import env_dir
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
@@ -24,6 +25,8 @@ OLD = SITE.stack.active
 NEW = SITE.stack.stacks["sglang-0.5.23-cu130"]
 ROOT = HOST.base.install_root
 URL = f"http://127.0.0.1:{HOST.serving.port}"
+OLD_ENV = env_dir(HOST, OLD, SITE)  # <root>/envs/<stack id>-<stamp of its lock>
+NEW_ENV = env_dir(HOST, NEW, SITE)
 POLLER = "/run/ih-downtime-poller.py"
 POLL_LOG = "/run/ih-downtime.log"
 
@@ -43,7 +46,7 @@ def _api_key() -> str:
 
 
 def _config(stack) -> str:
-    return f"{ROOT}/envs/{stack.id}/serving"
+    return f"{env_dir(HOST, stack, SITE)}/serving"
 
 
 def _leaked(text: str) -> list[str]:
@@ -55,6 +58,8 @@ def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
     folder = tmp_path / "inventory"
     folder.mkdir(exist_ok=True)
     shutil.copy(LAB_INVENTORY, folder / "lab.py")
+    if not (folder / "locks").exists():
+        shutil.copytree(PROJECT_ROOT / "inventory/locks", folder / "locks")
     text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
     (folder / "stack.yml").write_text(text.replace(f"active: {OLD.id}", f"active: {stack_id}"))
     return folder / "lab.py"
@@ -70,7 +75,7 @@ def _wait_healthy(gpu_guest, timeout=60):
 
 
 def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
-    assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{OLD.id}"
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == OLD_ENV
     version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
                                      "'import importlib.metadata as m; print(m.version(\"sglang\"))'")
     assert version == OLD.sglang  # the real wheel of the pinned release
@@ -197,7 +202,7 @@ def _assert_runs_with_its_own_configuration(gpu_guest, stack):
     assert "health_generate 20\n" in unit  # the lab's ready timeout, not the failed deploy's 23
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"envs/{stack.id}/bin/python" in cmdline
+    assert f"{env_dir(HOST, stack, SITE)}/bin/python" in cmdline
     assert f"--config {_config(stack)}/sglang-secret-args.yaml" in cmdline
     environ = gpu_guest.check_output(f"cat /proc/{pid}/environ | tr '\\0' '\\n'")
     assert "INFERENCE_HOST_STANDIN_NEVER_HEALTHY" not in environ and "NCCL_P2P_LEVEL=SYS" in environ
@@ -216,25 +221,26 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
             run, downtime = _timed_deploy(gpu_guest, upgrade, env=failing)
             assert run.returncode != 0, "the deploy must fail when the upgrade never becomes ready"
             assert "ROLLED BACK" in run.stdout + run.stderr, run.explain()
-            assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{OLD.id}"
-            assert gpu_guest.file(f"{ROOT}/envs/{NEW.id}/bin/python").exists  # built beside
+            assert gpu_guest.file(f"{ROOT}/current").linked_to == OLD_ENV
+            assert gpu_guest.file(f"{NEW_ENV}/bin/python").exists  # built beside
             _wait_healthy(gpu_guest, timeout=5)
             _assert_runs_with_its_own_configuration(gpu_guest, OLD)
             assert gpu_guest.file(f"{_config(NEW)}/sglang.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
+            assert f"{OLD_ENV}/" in gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
             rolled.append(downtime)
             # The old release's configuration was never touched: nothing to do.
             assert run_deploy().returncode == 0
             # A good upgrade: the new release's own flags, served from its environment.
             run, downtime = _timed_deploy(gpu_guest, upgrade)
             assert run.returncode == 0, run.explain()
-            assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{NEW.id}"
+            assert gpu_guest.file(f"{ROOT}/current").linked_to == NEW_ENV
             launcher = gpu_guest.file(f"{_config(NEW)}/launch").content_string
-            assert "/opt/sglang/envs/sglang-0.5.23-cu130/bin/python" in launcher
+            assert f"{NEW_ENV}/bin/python" in launcher
             _assert_runs_with_its_own_configuration(gpu_guest, NEW)
             good.append(downtime)
             # Downgrade to the original stack: also a good switch.
             assert run_deploy().returncode == 0
-            assert gpu_guest.file(f"{ROOT}/current").linked_to == f"{ROOT}/envs/{OLD.id}"
+            assert gpu_guest.file(f"{ROOT}/current").linked_to == OLD_ENV
     finally:
         run_deploy()
     print(f"\ndowntime (s) good upgrade: {good} median {statistics.median(good):.2f};"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from roles.shared.wheel_plan import context_tar, planned_builds
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
-from roles.wheels.plan import context_tar, planned_builds
 from tests.lab.harness import require_docker, require_lab_tool, run_deploy
 
 pytestmark = pytest.mark.lab

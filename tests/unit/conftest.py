@@ -20,6 +20,7 @@ class InventoryFactory:
         self.dir = root / "inventory"
         self.dir.mkdir()
         shutil.copy(REAL_STACK, self.dir / "stack.yml")
+        shutil.copytree(REAL_STACK.parent / "locks", self.dir / "locks")  # the stacks' locks
 
     def stack(self, text: str) -> None:
         (self.dir / "stack.yml").write_text(textwrap.dedent(text))

@@ -1,51 +1,22 @@
-"""roles/sglang + roles/serving without a host: stack check, captured CLIs, rendered command
-line and unit, patches against the real wheels from PyPI (downloaded once, cached)."""
+"""roles/serving without a host: captured CLIs, rendered command line and unit. (The captured
+CLIs and the patch queue against the real wheels from PyPI: tests/lab/test_sglang_release.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import jinja2
 import pytest
 
-from roles.serving import cli_capture
 from roles.serving import command as cmd
-from roles.sglang import patches_for, stack_check
-from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 GPU_HOST = PROD.group("gpu_nodes")[0]
-PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/sglang/patches/sglang").iterdir() if p.is_dir())
-
-
-@pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
-def test_every_stack_resolves_against_sglang_metadata(stack_id):
-    resolved = stack_check.resolve(STACK.stacks[stack_id])
-    stack = STACK.stacks[stack_id]
-    assert f"sglang=={stack.sglang}" in resolved.splitlines()
-    assert f"torch=={stack.torch}" in resolved.splitlines()
-
-
-def test_conflicting_pins_name_both_pins(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    bad = dataclasses.replace(STACK.stacks["sglang-0.5.9-cu128"], torch="2.8.0")
-    with pytest.raises(SiteError) as error:
-        stack_check.resolve(bad)
-    text = str(error.value)
-    assert "torch==2.8.0" in text and "torch==2.9.1" in text and "sglang==0.5.9" in text
-
-
-@pytest.mark.parametrize("version", sorted({s.sglang for s in STACK.stacks.values()}))
-def test_committed_cli_matches_the_real_wheel(version):
-    committed = cmd.cli_options(version)
-    assert cli_capture.capture(wheels.sglang_wheel(version)) == committed
-    assert len(committed["options"]) > 300
 
 
 @pytest.mark.parametrize("stack_id", sorted(STACK.stacks))
@@ -99,20 +70,6 @@ def test_multi_node_flags_come_from_the_inventory():
     assert args[args.index("--node-rank") + 1] == "1"
     assert args[args.index("--dist-init-addr") + 1] == f"{GPU_HOST.name}:50000"
     assert "--nnodes" not in cmd.server_arguments(GPU_HOST, {GPU_HOST.name: GPU_HOST}, STACK.active)
-
-
-@pytest.mark.parametrize("version", PATCHED_VERSIONS)
-def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
-    with zipfile.ZipFile(wheels.sglang_wheel(version)) as archive:
-        archive.extractall(tmp_path)
-    for patch in patches_for(version):
-        header = patch.read_text().split("\n--- ", 1)[0]
-        for word in ("What:", "Why:", "Upstream:"):
-            assert word in header, f"{patch.name} lacks a {word} line in its header"
-        for args in (["--dry-run"], [], ["-R", "--dry-run"]):  # applies, and is then detectable
-            result = subprocess.run(["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)],
-                                    stdin=patch.open(), capture_output=True, text=True)
-            assert result.returncode == 0, f"{patch.name} {args}: {result.stdout}{result.stderr}"
 
 
 def _render(name: str, **kwargs) -> str:

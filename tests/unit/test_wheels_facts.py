@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from roles.shared.host_facts import WheelhouseEntry
 from roles.site import PROJECT_ROOT
-from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient, WheelhouseEntry
+from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient
 from roles.wheels.jobcap import GIB, compute_job_cap
 
 DATA = Path(__file__).parent / "data" / "wheels"

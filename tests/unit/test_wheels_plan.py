@@ -1,4 +1,4 @@
-"""Which wheels a stack builds, their input keys, and the build context (roles/wheels/plan.py)."""
+"""Which wheels a stack builds, their input keys, and the build context (roles/shared/wheel_plan.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from roles.shared import wheel_plan as plan
+from roles.shared.wheel_plan import ROLE_DIR, WheelPlanError, context_tar, planned_builds
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
-from roles.wheels import plan
-from roles.wheels.plan import ROLE_DIR, WheelPlanError, context_tar, planned_builds
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 ACTIVE = STACK.active  # sglang 0.5.9, CUDA 12.8: flash-attn built, sgl-kernel prebuilt

@@ -1,5 +1,8 @@
 """Which kernel wheels a stack needs built, everything that goes into each, and its key.
 
+Shared by roles/wheels (which builds them on the builders) and roles/sglang (which installs
+them on the gpu nodes, keyed the same way); the Dockerfiles and patches are roles/wheels' own.
+
 The key is a hash of every input of a wheel: its Dockerfile, the helper scripts copied into
 the image, its patches, the source (a pinned version, or the content of a local source tree)
 and the build arguments that change the compiled code (base image, Python, torch, CUDA
@@ -20,7 +23,7 @@ from pathlib import Path
 from roles.shared.patches import patch_queue
 from roles.site import PROJECT_ROOT, BuildSettings, EngineStack
 
-ROLE_DIR = Path(__file__).resolve().parent
+ROLE_DIR = PROJECT_ROOT / "roles" / "wheels"  # the role that builds them, and its assets
 DOCKER_DIR = ROLE_DIR / "docker"  # <package>.Dockerfile and the helpers they COPY (wheels/)
 HELPERS_DIR = DOCKER_DIR / "wheels"
 PATCHES_DIR = ROLE_DIR / "patches"  # roles/shared/patches.py: <package>/[<version>/]NNNN-*.patch

@@ -1,0 +1,137 @@
+"""Make the committed lock of an engine stack (the one command that talks to the index).
+
+    uv run python -m roles.sglang.lock inventory/stack.yml              # every stack of the file
+    uv run python -m roles.sglang.lock inventory/stack.yml STACK [...]  # only these
+    uv run python -m roles.sglang.lock inventory/stack.yml --index-url https://mirror/simple
+
+`uv pip compile --generate-hashes` resolves the stack's pins (sglang, torch, the kernel
+package, flashinfer) for the target — CPython <python> on x86_64 manylinux_2_39 (Ubuntu 24.04)
+— reading every release's real Requires-Dist from the index (PyPI, or --index-url / the
+UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
+pins that disagree. The result, with a header recording a digest of the pins, is written to
+<stack file folder>/locks/<stack id>.txt (roles/site/lock.py); commit it. Hosts install it
+with `uv pip sync --require-hashes`: exactly these packages, these files.
+
+Kernel packages the stack builds from source (flash_attn_source / kernel.source: build) are
+resolved for their requirements but left out of the lock (uv's --no-emit-package): they come
+from the builder's wheelhouse. flash-attn built from source is not resolved at all (PyPI has
+only its sdist, whose metadata needs torch to build); its one requirement is torch.
+
+The lock is also checked against the stack's CUDA: torch's CUDA runtime wheel
+(nvidia-cuda-runtime[-cuXX]) must be the stack's major.minor. PyPI's default torch 2.9.1
+wheels are CUDA 12.8 builds (they require nvidia-cuda-runtime-cu12==12.8.90) and torch
+2.14.1's are CUDA 13.0 (nvidia-cuda-runtime==13.0.96), so both stacks resolve from PyPI; a
+stack whose CUDA differs from the index's default torch build is refused with the index it
+needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from roles.site import EngineStack, SiteError, load_stack
+from roles.site import lock as stack_lock
+
+COMPILE_TIMEOUT_S = 600
+CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
+
+
+def _uv() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(found).exists():
+        raise SiteError(["the lock command needs uv on the control machine (README: Prerequisites)"])
+    return found
+
+
+def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
+    command = [
+        _uv(), "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
+        "--python-version", stack.python, "--python-platform", stack_lock.TARGET_PLATFORM,
+    ]
+    for package in stack_lock.built_from_source(stack):
+        command += ["--no-emit-package", package]
+    if index_url:
+        command += ["--index-url", index_url]
+    return command
+
+
+def resolve(stack: EngineStack, index_url: str | None = None) -> str:
+    """uv's hashed resolution of the stack's pins (the lock body); raises SiteError."""
+    roots = stack_lock.root_requirements(stack)
+    try:
+        result = subprocess.run(
+            compile_command(stack, index_url), input="\n".join(roots) + "\n", text=True,
+            capture_output=True, timeout=COMPILE_TIMEOUT_S,
+            env={**os.environ, "UV_NO_PROGRESS": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        raise SiteError([f"stack {stack.id}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
+                         " (is the index reachable? --index-url sets a mirror)"]) from None
+    if result.returncode != 0:
+        raise SiteError([
+            f"stack {stack.id}: the pins {', '.join(roots)} do not resolve together"
+            f" for Python {stack.python} on {stack_lock.TARGET_PLATFORM}; uv says:\n"
+            + "\n".join("      " + line for line in result.stderr.strip().splitlines())
+            + "\n    fix the pins in the stack file to match sglang's Requires-Dist"
+        ])
+    return result.stdout
+
+
+def cuda_problem(stack: EngineStack, body: str) -> str | None:
+    """None when torch's CUDA runtime in the lock is the stack's CUDA, else what is wrong."""
+    locked = stack_lock.entries(body)
+    for package in CUDA_RUNTIME_PACKAGES:
+        if package in locked:
+            runtime = ".".join(locked[package].split(".")[:2])
+            if runtime == stack.cuda:
+                return None
+            return (f"stack {stack.id}: torch {stack.torch} from this index is a CUDA {runtime}"
+                    f" build ({package}=={locked[package]}), the stack says cuda {stack.cuda};"
+                    f" lock against an index that serves torch's CUDA {stack.cuda} build"
+                    f" (--index-url, e.g. PyTorch's cu{stack.cuda.replace('.', '')} index)"
+                    " or fix the stack's cuda pin")
+    return (f"stack {stack.id}: the lock has no CUDA runtime package"
+            f" ({', '.join(CUDA_RUNTIME_PACKAGES)}); torch {stack.torch} is not a CUDA build here")
+
+
+def make_lock(stack_file: Path, stack: EngineStack, shown: str, index_url: str | None = None) -> Path:
+    body = resolve(stack, index_url)
+    problem = cuda_problem(stack, body)
+    if problem:
+        raise SiteError([problem])
+    path = stack_lock.lock_path(stack_file, stack.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(stack_lock.header(stack, shown) + body)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m roles.sglang.lock", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml")
+    parser.add_argument("stacks", nargs="*", help="stack ids to lock (default: every stack of the file)")
+    parser.add_argument("--index-url", default=None,
+                        help="package index (a mirror); default: UV_INDEX_URL or PyPI")
+    args = parser.parse_args(argv)
+    stack_file = Path(args.stack_file)
+    try:
+        stacks = load_stack(stack_file).stacks
+        unknown = [s for s in args.stacks if s not in stacks]
+        if unknown:
+            raise SiteError([f"{args.stack_file}: no stack {', '.join(unknown)}; stacks: {', '.join(stacks)}"])
+        for stack_id in args.stacks or list(stacks):
+            path = make_lock(stack_file, stacks[stack_id], args.stack_file, args.index_url)
+            count = len(stack_lock.entries(path.read_text()))
+            print(f"{stack_id}: {count} packages locked in {path}")
+    except SiteError as error:
+        print("\n".join(error.problems), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""What an engine environment is made of, for the role that builds it (roles/sglang) and the
+one that runs it (roles/serving): its lock, its kernel wheels and its stamp.
+
+    <base_install_root>/envs/<stack id>-<stamp>/
+
+The stamp hashes everything that shapes an environment: the stack's lock (every package,
+version and sha256; roles/site/lock.py), the keys of the kernel wheels built from source
+(roles/shared/wheel_plan.py, keyed by the builder's own settings), the sglang patch queue, the
+interpreter and the install mode. Any change of these is a new folder, built beside the live
+one; nothing else is (a changed index mirror is not: the lock's hashes pin the same files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from roles.shared.patches import patch_queue
+from roles.shared.wheel_plan import planned_builds
+from roles.site import PROJECT_ROOT, EngineStack, HostSettings, Site
+from roles.site import lock as stack_lock
+
+# roles/sglang applies them; the stamp reads them (a changed patch is a new environment).
+SGLANG_PATCHES = PROJECT_ROOT / "roles" / "sglang" / "patches"
+# Bump when the install commands change what an environment holds: every host rebuilds.
+RECIPE = "lock-sync-1"
+STAMP_CHARS = 12
+
+
+def sglang_patches(version: str):
+    return patch_queue(SGLANG_PATCHES, "sglang", version)
+
+
+@dataclass(frozen=True)
+class KernelWheel:
+    """A kernel wheel the stack builds from source, where its builder keeps it and where the
+    engine host keeps its copy (the same keyed folder on both when they are one host)."""
+
+    package: str
+    version: str
+    key: str
+    builder: str | None  # None: no host of builders compiles kernel wheels
+    builder_dir: str
+    local_dir: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version} (key {self.key})"
+
+
+def kernel_builder(site: Site, settings: HostSettings) -> HostSettings | None:
+    """The host whose wheelhouse serves this engine host: itself when it compiles kernel
+    wheels, else the first host of `builders` that does."""
+    if settings.in_group("builders") and settings.build.kernel_wheels:
+        return settings
+    return next((b for b in site.group("builders") if b.build.kernel_wheels), None)
+
+
+def kernel_wheels(site: Site, settings: HostSettings, stack: EngineStack) -> list[KernelWheel]:
+    """The stack's source-built kernel wheels this host installs. Without any builder a full
+    install still lists them (keyed with this host's settings): the install then stops on the
+    missing wheel, naming it; the lab's no-gpu-deps mode installs them only when a builder
+    makes them."""
+    built = stack_lock.built_from_source(stack)
+    builder = kernel_builder(site, settings)
+    if not built or (builder is None and settings.sglang.install_mode != "full"):
+        return []
+    source = builder or settings
+    plans = {w.package: w for w in planned_builds(stack, source.build)}
+    return [
+        KernelWheel(package, plans[package].version, plans[package].key,
+                    builder.name if builder else None,
+                    f"{source.build.wheelhouse_dir}/{package}/{plans[package].key}",
+                    f"{settings.build.wheelhouse_dir}/{package}/{plans[package].key}")
+        for package in built
+    ]
+
+
+def requirements_text(site: Site, settings: HostSettings, stack: EngineStack) -> str:
+    """What `uv pip sync` installs: the stack's lock (the lab's mode: its sglang entry)."""
+    text = site.stack.lock_text(stack.id)
+    if settings.sglang.install_mode == "no-gpu-deps":
+        return stack_lock.select(text, {"sglang"})
+    return text
+
+
+def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
+    """The environment's folder name: changes when anything that shapes the env changes."""
+    digest = hashlib.sha256()
+    for part in (RECIPE, settings.sglang.install_mode, settings.sglang.python or stack.python,
+                 requirements_text(site, settings, stack),
+                 *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
+                 *(p.read_text() for p in sglang_patches(stack.sglang))):
+        digest.update(part.encode() + b"\0")
+    return f"{stack.id}-{digest.hexdigest()[:STAMP_CHARS]}"

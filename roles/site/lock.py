@@ -1,0 +1,156 @@
+"""The lock of an engine stack: its format, where it lives, and whether it is stale.
+
+A stack in the stack file names four pins; the lock is the full resolution of those pins for
+the target (every package, exact version, sha256 of every distribution), made on the control
+machine by one command and committed:
+
+    uv run python -m roles.sglang.lock inventory/stack.yml [STACK ...]
+
+It lives beside the stack file, at <stack file folder>/locks/<stack id>.txt. Its header
+records a digest of the pins it was made from (``# pins-sha256:``). Loading an inventory
+compares that digest with the stack file's pins, reading only local files (no network), so a
+pin edited without a new lock is one clear error before any host is contacted.
+
+This module is part of the site model's loading: it imports nothing of the project but the
+stack types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+LOCK_FORMAT = 1
+LOCKS_DIR = "locks"
+# Ubuntu 24.04 (the gpu nodes) has glibc 2.39: wheels tagged up to manylinux_2_39 run there.
+TARGET_PLATFORM = "x86_64-manylinux_2_39"
+DIGEST_LINE = "# pins-sha256: "
+BUILT_LINE = "# built from source (the builder's wheelhouse, not in this lock): "
+_ENTRY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def lock_command(stack_file: str, stack_id: str) -> str:
+    """The command that (re)makes one stack's lock, as a user types it."""
+    return f"uv run python -m roles.sglang.lock {stack_file} {stack_id}"
+
+
+def lock_path(stack_file: Path, stack_id: str) -> Path:
+    return stack_file.parent / LOCKS_DIR / f"{stack_id}.txt"
+
+
+def built_from_source(stack) -> list[str]:
+    """Packages of a stack the builders compile: installed from the wheelhouse, never an index."""
+    built = []
+    if stack.flash_attn and stack.flash_attn_source == "build":
+        built.append("flash-attn")
+    if stack.kernel.source == "build":
+        built.append(stack.kernel.package)
+    return built
+
+
+def root_requirements(stack) -> list[str]:
+    """What the lock resolves: the stack's pins. flash-attn built from source is not resolved
+    (PyPI has only its sdist, whose metadata needs torch to build); its one requirement,
+    torch, is."""
+    roots = [
+        f"sglang=={stack.sglang}",
+        f"torch=={stack.torch}",
+        f"{stack.kernel.package}=={stack.kernel.version}",
+        f"flashinfer-python=={stack.flashinfer}",
+    ]
+    if stack.flash_attn and stack.flash_attn_source == "prebuilt":
+        roots.append(f"flash-attn=={stack.flash_attn}")
+    return roots
+
+
+def pins_digest(stack) -> str:
+    """sha256 of everything a lock is made from; any pin edit changes it."""
+    pins = {
+        "format": LOCK_FORMAT,
+        "platform": TARGET_PLATFORM,
+        "python": stack.python,
+        "cuda": stack.cuda,
+        "requirements": root_requirements(stack),
+        "built": [f"{name}=={_built_version(stack, name)}" for name in built_from_source(stack)],
+    }
+    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+
+
+def _built_version(stack, package: str) -> str:
+    return stack.flash_attn if package == "flash-attn" else stack.kernel.version
+
+
+def header(stack, stack_file: str) -> str:
+    lines = [
+        f"# inference-host lock of stack {stack.id} ({stack_file}); do not edit by hand.",
+        f"# made by: {lock_command(stack_file, stack.id)}",
+        f"# resolves: {' '.join(root_requirements(stack))}",
+        f"# for: CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
+    ]
+    built = built_from_source(stack)
+    if built:
+        lines.append(BUILT_LINE + " ".join(f"{b}=={_built_version(stack, b)}" for b in built))
+    lines.append(DIGEST_LINE + pins_digest(stack))
+    return "\n".join(lines) + "\n"
+
+
+def recorded_digest(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith(DIGEST_LINE):
+            return line[len(DIGEST_LINE):].strip()
+        if line and not line.startswith("#"):
+            break
+    return None
+
+
+def entries(text: str) -> dict[str, str]:
+    """name -> version of every package in a lock (names normalized as PEP 503 does)."""
+    found = {}
+    for line in text.splitlines():
+        match = _ENTRY_RE.match(line)
+        if match:
+            found[normalize(match.group(1))] = match.group(2)
+    return found
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def select(text: str, packages: set[str]) -> str:
+    """The lock's header and the entries (with their hashes) of the named packages only."""
+    wanted = {normalize(p) for p in packages}
+    out, keep, in_header = [], True, True  # the header, up to the first entry, stays
+    for line in text.splitlines():
+        match = _ENTRY_RE.match(line)
+        if match:
+            in_header = False
+            keep = normalize(match.group(1)) in wanted
+        elif line and not line[0].isspace() and not in_header:
+            keep = False  # a top-level line after the entries
+        if keep:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def stale_lock_problems(stack_file: Path, shown: str, stacks) -> list[str]:
+    """One problem per stack whose lock is missing or was made from other pins."""
+    problems = []
+    for stack in stacks:
+        path = lock_path(stack_file, stack.id)
+        remake = lock_command(shown, stack.id)
+        where = f"{shown}: stacks.{stack.id}"
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            problems.append(f"{where}: no lock at {path.parent.name}/{path.name} beside the stack"
+                            f" file; make it with `{remake}` and commit it")
+            continue
+        if recorded_digest(text) != pins_digest(stack):
+            problems.append(
+                f"{where}: the pins ({' '.join(root_requirements(stack))}, python {stack.python},"
+                f" cuda {stack.cuda}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
+                f" `{remake}` and commit the new lock")
+    return problems
