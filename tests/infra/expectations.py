@@ -12,6 +12,7 @@ message before any host is contacted.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,9 @@ class Expectations:
     server_timeout_s: int
     max_unit_restarts: int
     source: str = field(default="", compare=False)  # where these came from, for messages
+    # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
+    # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
+    node_rank: int = 0
 
     @classmethod
     def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
@@ -131,7 +135,11 @@ class Expectations:
         if data:
             host = _rebuild_host(host, data, f"--expect for {host_name}")
         source = site.inventory_file + (" with --expect " + " ".join(overrides) if overrides else "")
-        return cls.from_host(host, site.stack.driver_version, source, extra)
+        expect = cls.from_host(host, site.stack.driver_version, source, extra)
+        nodes = [h.name for h in site.group("gpu_nodes")]
+        if host.serving.topology == "tensor_parallel" and host_name in nodes:
+            expect = dataclasses.replace(expect, node_rank=nodes.index(host_name))
+        return expect
 
     @classmethod
     def from_overrides(cls, overrides: list[str], host_name: str = "local",

@@ -185,3 +185,35 @@ def test_benchmark_through_the_gateway_or_per_replica(inventory):
     with pytest.raises(SiteError) as error:
         bench._target(bench._arguments(["--inventory", path, "--through-gateway", "nope"]))
     assert "--through-gateway 'nope' is no host of the gateways group; expected one of: gw" in str(error.value)
+
+
+@pytest.mark.skipif(not __import__("shutil").which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_gateway_unit_passes_systemd_analyze_verify(inventory, tmp_path):
+    import subprocess
+
+    import jinja2
+
+    site = load_site(_gateway_site(inventory, name="verify.py"))
+    kwargs = dict((path, kw) for path, _, _, kw in gateway_templates(site.hosts["gw"], site.hosts))
+    unit_kwargs = dict(kwargs["/etc/systemd/system/smg.service"])
+    for key in ("python", "launcher"):  # verify checks that executables exist
+        script = tmp_path / key
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+        unit_kwargs[key] = str(script)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
+    unit = tmp_path / "smg.service"
+    unit.write_text(env.get_template("roles/gateway/templates/smg.service.j2").render(**unit_kwargs))
+    assert "LoadCredential=api-key:/etc/smg/api-key" in unit.read_text()
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    problems = [row for row in result.stderr.splitlines() if "smg.service" in row]
+    assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_health_expectations_know_the_rank(inventory):
+    from tests.infra.expectations import Expectations
+
+    site = load_site(_tp_inventory(inventory))
+    assert [Expectations.from_site(site, n).node_rank for n in ("node-a", "node-b")] == [0, 1]
+    replicas_site = load_site(inventory.groups("r.py", gpu_nodes=[("a", {"gpu_count": 8}), ("b", {"gpu_count": 8})]))
+    assert Expectations.from_site(replicas_site, "b").node_rank == 0
