@@ -66,4 +66,6 @@ if engine_host:
 
 if settings.in_group("gateways"):
     # After the replicas' operations: the gateway starts with its workers already serving.
+    if not engine_host:
+        base()  # packages, the site's CAs (pip reaches PyPI through them), limits
     gateway()

@@ -53,7 +53,13 @@ SYSTEMD_RUN_FLAGS = [
 HOSTS = {
     "gpu": "the GPU guest (an LXC container or KVM VM on the target) that serves the engine",
     "pve": "the Proxmox VE 8 node (Debian 12 + stand-ins for pct, qm, pvesh, proxmox-boot-tool)",
+    # inventory/lab_replicas.py: two replicas behind SGLang's model gateway.
+    "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
+    "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
+    "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
 }
+# Rehearsal hosts that run the stand-in SGLang server.
+STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
 
 # The lab's Proxmox node: what its stand-ins report. Eight GPUs at the production addresses,
 # one IOMMU group each, device minors in bus order (what the NVIDIA driver does).
@@ -202,8 +208,9 @@ def up(roles=tuple(HOSTS)) -> list[str]:
         raise LabError("no Docker engine answers `docker info`; start one (README: Prerequisites)")
     image = systemd_image()
     names = [ensure_container(role, image) for role in roles]
-    if "gpu" in roles:
-        install_standins(container_name("gpu"))
+    for role in roles:
+        if role in STANDIN_ROLES:
+            install_standins(container_name(role))
     if "pve" in roles:
         prepare_pve_node(container_name("pve"))
     return names
@@ -280,6 +287,15 @@ def prepare_pve_node(name: str) -> None:
     _docker("exec", name, "mkdir", "-p", PVE_STANDIN_DIR, "/var/lib/pve-standin")
     _docker("cp", f"{PVE_STANDINS}/.", f"{name}:{PVE_STANDIN_DIR}/")
     _docker("exec", "-i", name, "bash", "-s", input=_pve_node_script())
+
+
+def container_address(role: str) -> str:
+    """The container's address on Docker's bridge (how the lab's hosts reach each other)."""
+    state = container_state(container_name(role)) or {}
+    address = (state.get("NetworkSettings") or {}).get("IPAddress")
+    if not address:
+        raise LabError(f"{container_name(role)} has no address on Docker's bridge (is it running?)")
+    return address
 
 
 def down() -> None:
