@@ -1,0 +1,157 @@
+"""Two replicas behind the REAL SGLang model gateway, deployed by the real deploy
+(inventory/lab_replicas.py: two gpu-node containers with the stand-in server, one gateways
+container with smg from PyPI): requests succeed through the gateway, a stopped replica leaves
+the endpoint serving and the verdict DEGRADED naming it, a rolling upgrade (a new active stack)
+never fails a request through the gateway, and a second deploy changes nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import testinfra
+
+import lab
+from roles.shared.replicas import gateway_url, replicas, worker_url
+from roles.site import load_site
+from roles.site import vault as secrets
+from tests.lab.harness import PROJECT_ROOT, require_docker, run_deploy
+
+pytestmark = pytest.mark.lab
+
+INVENTORY = PROJECT_ROOT / "inventory" / "lab_replicas.py"
+
+
+@pytest.fixture(scope="module")
+def first_deploy():
+    require_docker()
+    for role in ("rep-a", "rep-b", "gw"):
+        subprocess.run(["docker", "rm", "-f", lab.container_name(role)], capture_output=True)
+    started = time.monotonic()
+    run = run_deploy(INVENTORY)
+    assert run.returncode == 0, "first deploy failed\n" + run.explain()
+    print(f"\nfirst deploy of two replicas and the gateway: {time.monotonic() - started:.0f} s")
+    return run
+
+
+@pytest.fixture(scope="module")
+def site(first_deploy):
+    # The containers' addresses are read by the inventory under pyinfra only: load it as pyinfra would.
+    import pyinfra
+
+    was, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        return load_site(INVENTORY)
+    finally:
+        pyinfra.is_cli = was
+
+
+@pytest.fixture(scope="module")
+def key(site) -> str:
+    return secrets.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+
+
+def _chat(site, key: str | None, timeout: float = 10) -> int:
+    url = gateway_url(site.group("gateways")[0])
+    body = b'{"model": "kimi-k2.5", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}'
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/chat/completions", body, headers),
+                                    timeout=timeout) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def _verdict() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.infra.gateway", str(INVENTORY)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _wait_verdict(status: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = _verdict()
+        if f": {status} " in result.stdout or time.monotonic() > deadline:
+            return result
+        time.sleep(1)
+
+
+def test_requests_succeed_through_the_gateway(site, key):
+    assert [_chat(site, key) for _ in range(6)] == [200] * 6
+    assert _chat(site, None) == 401
+    gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
+    assert key not in gw.check_output("cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '")
+    assert "smg_http_requests_total" in gw.check_output("curl -s http://127.0.0.1:29000/metrics")
+
+
+def test_second_deploy_changes_nothing(first_deploy):
+    run = run_deploy(INVENTORY)
+    assert run.returncode == 0, run.explain()
+    assert run.changed == [], run.changed
+
+
+def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
+    node = replicas(site.hosts)[1]
+    guest = testinfra.get_host(f"docker://{lab.container_name('rep-b')}")
+    guest.check_output("systemctl stop sglang.service")
+    try:
+        assert [_chat(site, key) for _ in range(10)] == [200] * 10
+        result = _wait_verdict("DEGRADED")
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert f"down: {worker_url(node)}" in result.stdout, result.stdout
+    finally:
+        guest.check_output("systemctl start sglang.service")
+    result = _wait_verdict("HEALTHY")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
+    folder = tmp_path / stack_id / "inventory"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(INVENTORY, folder / "lab_replicas.py")
+    shutil.copytree(PROJECT_ROOT / "inventory/locks", folder / "locks", dirs_exist_ok=True)
+    text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
+    (folder / "stack.yml").write_text(text.replace(f"active: {site.stack.active.id}", f"active: {stack_id}"))
+    return folder / "lab_replicas.py"
+
+
+def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
+    old = site.stack.active.id
+    new = next(s for s in site.stack.stacks if s != old)
+    upgrade = _inventory_with_active(tmp_path, new, site)
+    gaps = []
+    try:
+        for inventory in (upgrade, INVENTORY, upgrade):
+            stop, ok, failed = threading.Event(), [], []
+
+            def client():
+                while not stop.is_set():
+                    (ok if _chat(site, key) == 200 else failed).append(time.monotonic())
+
+            thread = threading.Thread(target=client)
+            thread.start()
+            try:
+                run = run_deploy(inventory)
+            finally:
+                stop.set()
+                thread.join()
+            assert run.returncode == 0, run.explain()
+            assert "draining" in run.stdout + run.stderr or run.results, run.explain()
+            assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
+            gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
+    finally:
+        run_deploy(INVENTORY)
+    print(f"\nrolling upgrade through the gateway (lab): longest gap between answers"
+          f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s")
