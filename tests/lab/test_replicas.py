@@ -136,7 +136,7 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
         for inventory in (upgrade, INVENTORY, upgrade):
             stop, ok, failed = threading.Event(), [], []
 
-            def client():
+            def client(stop=stop, ok=ok, failed=failed):
                 while not stop.is_set():
                     (ok if _chat(site, key) == 200 else failed).append(time.monotonic())
 
