@@ -202,7 +202,11 @@ def _wait_for_systemd(name: str, timeout: float = 90) -> None:
     raise LabError(f"systemd in {name} did not come up within {timeout:.0f}s (state: {status!r})")
 
 
-def up(roles=tuple(HOSTS)) -> list[str]:
+# inventory/lab.py's hosts; inventory/lab_replicas.py brings up its own.
+MAIN_LAB = ("gpu", "pve")
+
+
+def up(roles=MAIN_LAB) -> list[str]:
     """Bring up the rehearsal containers; idempotent and quick once the images exist."""
     if not engine_available():
         raise LabError("no Docker engine answers `docker info`; start one (README: Prerequisites)")
