@@ -99,8 +99,9 @@ def _start(settings: HostSettings, changed: list) -> None:
     unit = f"{settings.gateway.unit_name}.service"
     operations = [op for op in changed if op is not None for op in (op if isinstance(op, list) else [op])]
     state = host.get_fact(UnitActiveState, unit=unit)
-    systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True,
-                    daemon_reload=any(op.did_change() for op in operations))
+    server.shell(name=f"Reload systemd for the changed {unit}", commands=["systemctl daemon-reload"],
+                 _if=lambda: any(op.did_change() for op in operations))
+    systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
     server.shell(
         name=f"Restart {unit} for changed settings and wait until it answers /health",
         commands=[f"systemctl restart {unit}",
