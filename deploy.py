@@ -3,46 +3,68 @@
     uv run pyinfra -y inventory/lab.py deploy.py      # the embedded lab
     uv run pyinfra inventory/prod.py deploy.py        # the real machine
 
-Composition happens here and only here: roles never import each other. The Proxmox nodes'
-operations come first (with roles/nvidia_driver on a node whose LXC guests have GPUs), then a
-barrier every host passes (guests_ready), so pyinfra runs all of the nodes' operations before any of the guests' own: the guests exist and
-have their GPUs before the rest of the deploy continues inside them.
+The rebuild is an ordered walk that the same command repeats until it is done:
+
+1. the Proxmox node is prepared (IOMMU, vfio, nouveau blacklist, kernel headers, the NVIDIA
+   driver built by DKMS, nvidia-uvm at boot);
+2. it reboots when anything asked for that (proxmox_allow_reboot; otherwise the node stops
+   with one message saying what to do);
+3. its guests are created once its driver lists the GPUs (after that reboot), with SSH keys
+   for the deploy;
+4. the deploy continues inside each guest its node has made and started.
+
+pyinfra plans every host before it runs anything, so what a step finds only after an earlier
+step ran (a loaded module, a new guest) is used by the next run: a bare node takes three runs
+(README: "First deploy of a new guest"). A guest that is not ready is reported, never an error.
+
+Composition happens here and only here: roles never import each other. The node's operations
+come first, then a barrier every host passes (guests_ready), so pyinfra runs all of the nodes'
+operations before any of the guests' own.
 """
+
+from pyinfra import logger
 
 from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
+from roles.eagle3_training import eagle3_training
 from roles.gateway import gateway
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
 from roles.nvidia_driver import nvidia_driver
 from roles.proxmox_host import (
+    guest_waits,
     guests_of,
     guests_ready,
-    host_driver_services,
     needs_host_driver,
     proxmox_host,
+    proxmox_reboot,
 )
 from roles.serving import serving
 from roles.sglang import sglang
 from roles.site import current_host
+from roles.weights import weights
 from roles.wheels import wheels
 
 settings = current_host()
-engine_host = settings.in_group("gpu_nodes")
-builder = settings.in_group("builders")
+waiting = guest_waits(settings)  # a guest its node has not made (or started) yet
+if waiting:
+    logger.warning(f"{waiting} (nothing is deployed inside it in this run)")
+engine_host = settings.in_group("gpu_nodes") and not waiting
+builder = settings.in_group("builders") and not waiting
 
 if settings.in_group("proxmox_hosts"):
     proxmox_host()
     if needs_host_driver(settings):  # the node's kernel driver serves its LXC guests' GPUs
-        nvidia_driver()
-        host_driver_services()
+        nvidia_driver()  # full mode; persistenced and nvidia-uvm start once the module loads
+    proxmox_reboot()
     for guest in guests_of(settings.name):
         if guest.in_group("lxc_guests"):
             lxc_guest(guest)
         else:
             kvm_guest(guest)
+    weights()  # weights the node keeps for its guests (read-only mount points), before they start
 
 guests_ready()  # every host: guests wait here until their node has made them
 
@@ -58,9 +80,12 @@ if builder:
         wheels()
 
 if engine_host:
+    weights()  # on its own disk when no node keeps them; the service waits for a verified copy
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
     sglang()
     serving()
+    if settings.eagle3_training.enabled:
+        eagle3_training()  # laid down only: the user starts its steps (systemctl)
     # Last: the health checks judge what the roles above left (roles/health).
     health()
 

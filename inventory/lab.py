@@ -14,6 +14,7 @@ import os
 import pyinfra
 
 import lab
+from tests.standins import hf_hub as hf_hub_standin
 from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from validation import require_valid_inventory
 
@@ -31,6 +32,13 @@ _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt
 _nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli
            else nvidia_apt_standin.url_for(lab.PREFIX))
 
+# The Hugging Face Hub is unreachable here: a stand-in serving two small generated
+# repositories (tests/standins/hf_hub) over http on the Docker bridge, with the real Hub's
+# answers for what huggingface_hub calls; weights_endpoint points at it (HF_ENDPOINT). It
+# requires the vault's hf_token, so the token's way to huggingface_hub is proven too.
+_hub = (hf_hub_standin.serve(lab.PREFIX, token=lab.vault_secret(_vault, "hf_token")) if pyinfra.is_cli
+        else hf_hub_standin.url_for(lab.PREFIX))
+
 # Tests set this to a kernel source tree (tests/lab/test_engine_wheels.py): this machine's
 # Docker engine becomes a builder (as in inventory/lab_builder.py) that compiles it as the
 # stack's flash-attn, and the gpu guest installs it from that builder's wheelhouse: the path a
@@ -45,14 +53,21 @@ _site = {
 
 # The Proxmox node: a Debian 12 container with stand-ins for pct, qm, pvesh and
 # proxmox-boot-tool (tests/standins/proxmox, installed by lab.up), set up as a systemd-boot node.
+# It starts bare: no NVIDIA driver, no device nodes. The deploy installs the (stand-in) driver
+# and headers, reboots the node (Docker restarts its container) and the stand-in kernel then
+# loads what DKMS built; a real node goes the same way.
 proxmox_hosts = [
     (lab.pyinfra_name("pve"), {
         **_site,
         "proxmox_gpu_addresses": lab.PVE_GPUS,
         "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
         "proxmox_boot_loader": "auto",             # detected: systemd-boot via proxmox-boot-tool
-        "proxmox_host_driver": False,              # no NVIDIA driver can be installed here
-        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be faked in a container
+        "proxmox_allow_reboot": True,              # the walk reboots the node itself
+        "proxmox_reboot_timeout": 180,
+        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be written in a container
+        "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+        # The node downloads the guest's weights (roles/weights): PyPI through this machine's proxy.
+        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
     }),
 ]
 
@@ -70,6 +85,11 @@ lxc_guests = [
         "guest_disk_gib": 2000,
         "guest_unprivileged": True,
         "guest_features": ["nesting", "keyctl"],
+        # What pct create puts in root's authorized_keys (the lab reaches the container through
+        # Docker, the stand-in pct records them): the lab's own throwaway key.
+        "guest_ssh_public_keys": [lab.throwaway_ssh_public_key()],
+        # The node's model storage, read-only in the guest (lab: one shared Docker volume).
+        "guest_mount_points": {lab.MODELS_HOST_PATH: lab.MODELS_GUEST_PATH},
     }),
 ]
 
@@ -80,6 +100,20 @@ gpu_nodes = [
         "gpu_count": 8,                          # what the production guest has
         "gpu_arch": "sm120",
         "serving_served_model_name": "kimi-k2.5",
+        # The weights the service loads: downloaded by the node from the stand-in Hub at a
+        # pinned commit, verified, and seen here through the read-only mount point.
+        "serving_model_path": f"{lab.MODELS_GUEST_PATH}/tiny-moe",
+        "weights_repo": hf_hub_standin.MODEL_REPO,
+        "weights_revision": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_REVISION",
+                                           hf_hub_standin.commit_of(hf_hub_standin.MODEL_REPO)),
+        "weights_ignore_patterns": ["original/*"],
+        "weights_drafter_repo": hf_hub_standin.DRAFTER_REPO,
+        "weights_drafter_revision": hf_hub_standin.commit_of(hf_hub_standin.DRAFTER_REPO),
+        "weights_drafter_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-eagle3",
+        "weights_endpoint": _hub,
+        "weights_free_space_margin_gib": float(os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_MARGIN_GIB", "0.01")),
+        "weights_verify": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_VERIFY") == "1",
+        "weights_progress_interval_s": 2,
         "serving_api_key_secret": "sglang_api_key",
         "serving_hf_token_secret": "hf_token",
         # No GPU here: the real sglang wheel of the pinned version, without its CUDA-only

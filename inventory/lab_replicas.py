@@ -44,6 +44,9 @@ _replica = {
     "sglang_install_mode": "no-gpu-deps",
     "sglang_python": "/usr/bin/python3",
     "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
+    # The stand-in reads config.json at start, as SGLang does (no weights role here: the weights
+    # lab is inventory/lab.py's).
+    "serving_model_path": lab.STANDIN_DEST + "/tiny-model",
     "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
     "serving_extra_env": {"INFERENCE_HOST_STANDIN_LOAD_SECONDS": "1"},
     "health_after_deploy": ["service", "server"],

@@ -1,9 +1,13 @@
 """The real machine: one Proxmox VE 8 node with 8 RTX PRO 6000 Blackwell GPUs and two guests.
 
-Replace the placeholders (addresses, host names, VMIDs) with your own, then check the file
-without touching any host:
+Replace the placeholders (addresses, host names, VMIDs, the SSH key) with your own, then check
+the file without touching any host:
 
     uv run python -m roles.site inventory/prod.py
+
+From a freshly installed node, run `uv run pyinfra inventory/prod.py deploy.py` three times
+(node prepared and rebooted; guests created; deploy inside them): README, "First deploy of a
+new guest".
 
 Each group below is a list of (host, data) pairs. A host may be in several groups; keys are
 the settings listed in README.md under "Settings" (a typo is an error, not ignored).
@@ -26,12 +30,19 @@ _gpus = [
     "0000:81:00.0", "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0",   # socket 1
 ]
 
+# The public key of the machine you deploy from (~/.ssh/id_ed25519.pub): new guests get it, so
+# that the deploy can continue inside them over SSH.
+_deploy_keys = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw you@control"]
+
 proxmox_hosts = [
     ("pve.example.internal", {
         **_site,
         "ssh_user": "root",                     # devN / hostpci / args need root@pam
         "proxmox_gpu_addresses": _gpus,
         "proxmox_boot_loader": "auto",          # detects GRUB vs proxmox-boot-tool
+        # Let the deploy reboot the node when IOMMU arguments, modules or the NVIDIA module
+        # need it (False: the deploy stops and asks you to reboot it).
+        "proxmox_allow_reboot": True,
         # Optional: each GPU's IOMMU group (find /sys/kernel/iommu_groups/ -type l); checked
         # against the node, and no two guests may share a group.
         "proxmox_iommu_groups": {},
@@ -55,6 +66,10 @@ lxc_guests = [
         "guest_ip": "dhcp",
         "guest_unprivileged": True,             # always explicit: the default changed in PVE 9
         "guest_features": ["nesting", "keyctl"],  # systemd and Docker inside the container
+        "guest_ssh_public_keys": _deploy_keys,  # root's authorized_keys (pct create only)
+        # The node's model storage, mounted read-only at /models (roles/weights keeps the
+        # weights there: one copy for every guest that mounts it).
+        "guest_mount_points": {"/tank/models": "/models"},
         "gpu_count": 8,
     }),
 ]
@@ -72,6 +87,12 @@ kvm_guests = [
         "guest_cores": 32,
         "guest_memory_mib": 128 * 1024,
         "guest_disk_gib": 200,
+        # An OS from Ubuntu's cloud image (download noble-server-cloudimg-amd64.img to the node
+        # first; an absolute path needs root@pam), with cloud-init user, keys and network.
+        # None: the VM is created empty and you install its OS.
+        "guest_cloud_image": "/var/lib/vz/template/cloud/noble-server-cloudimg-amd64.img",
+        "guest_ciuser": "root",
+        "guest_ssh_public_keys": _deploy_keys,
         # With GPUs: q35 + OVMF + cpu host are the defaults (large BARs); raise OVMF's 64-bit
         # MMIO window only if the guest's kernel reports BARs it could not map.
         "guest_mmio_window_mb": None,
@@ -92,6 +113,11 @@ gpu_nodes = [
         "serving_api_key_secret": "sglang_api_key",
         "serving_hf_token_secret": "hf_token",
         "serving_mem_fraction_static": 0.92,    # measured on 96 GB cards with Kimi-K2.5
+        # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before
+        # the service may start. Pin the exact commit (the repository's "Files and versions"
+        # history); a branch or tag name is refused:
+        # "weights_repo": "moonshotai/Kimi-K2.5",
+        # "weights_revision": "<the 40-character commit hash>",
     }),
 ]
 

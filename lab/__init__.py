@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -66,7 +65,9 @@ STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
 PVE_STANDINS = PROJECT_ROOT / "tests" / "standins" / "proxmox"
 PVE_STANDIN_DIR = "/usr/local/lib/pve-standin"
 PVE_STANDIN_LOG = "/var/log/pve-standin.log"
-PVE_PROC_DIR = "/var/lib/pve-standin/proc-driver-nvidia"  # stands in for /proc/driver/nvidia
+# Stands in for /proc/driver/nvidia: written by the stand-in kernel at boot once the driver is
+# built (tests/standins/proxmox/pve-standin-kernel); /run is emptied at every boot like /proc.
+PVE_PROC_DIR = "/run/pve-standin/proc-driver-nvidia"
 PVE_GPUS = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0",
             "0000:81:00.0", "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
 PVE_IOMMU_GROUPS = {address: 20 + index for index, address in enumerate(PVE_GPUS)}
@@ -180,14 +181,40 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} runs an older lab image; recreating it")
         _docker("rm", "-f", name)
         state = None
+    if state and _models_volume(role) and not any(
+            m.get("Name") == models_volume() for m in state.get("Mounts", [])):
+        _log(f"{name} predates the shared models volume; recreating it")
+        _docker("rm", "-f", name)
+        state = None
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
-        _docker("run", "-d", "--name", name, "--hostname", name,
-                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, image)
+        # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container
+        # again, with /run and /dev empty: the lab's hosts reboot like real ones.
+        _docker("run", "-d", "--name", name, "--hostname", name, "--restart=always",
+                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_models_volume(role), image)
     elif not state["State"]["Running"]:
         _docker("start", name)
     _wait_for_systemd(name)
     return name
+
+
+# The node's model storage reaches its LXC guest as a read-only bind mount on Proxmox
+# (guest_mount_points -> mpN with ro=1). The stand-in pct only records that entry, so the lab
+# makes the same sharing with one Docker volume: read-write on the node, read-only in the guest.
+MODELS_HOST_PATH = "/tank/models"
+MODELS_GUEST_PATH = "/models"
+
+
+def models_volume() -> str:
+    return f"{PREFIX}-models"
+
+
+def _models_volume(role: str) -> list[str]:
+    if role == "pve":
+        return ["-v", f"{models_volume()}:{MODELS_HOST_PATH}"]
+    if role == "gpu":
+        return ["-v", f"{models_volume()}:{MODELS_GUEST_PATH}:ro"]
+    return []
 
 
 def _wait_for_systemd(name: str, timeout: float = 90) -> None:
@@ -237,18 +264,20 @@ def install_standins(name: str) -> None:
         _docker("exec", name, "chmod", "-R", "a+rX", STANDIN_DEST)
 
 
-def _node_module_banner() -> str:
-    """/proc/driver/nvidia/version's first line as an open module at stack.yml's pin prints it."""
-    from roles.site import load_stack
+def _pve_node_script(apt_url: str) -> str:
+    """Shell run in the node container: what a freshly installed Proxmox VE 8 node has.
 
-    version = load_stack(PROJECT_ROOT / "inventory" / "stack.yml").driver_version
-    return f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  (lab stand-in)"
-
-
-def _pve_node_script() -> str:
-    """Shell run in the node container: stand-ins, /etc/pve, device nodes, template, PCI list."""
+    Stand-ins for pct, qm, pvesh and proxmox-boot-tool, /etc/pve, a container template, the
+    node's hardware (PCI list, the GPUs' information file the stand-in kernel reads), Proxmox's
+    package repository (the stand-in, signed with its key), and the stand-in kernel's boot unit.
+    No NVIDIA device node and no module: those come from the driver role and the reboot.
+    """
     sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]  # drop the "== path" line
-    pci = []
+    pci = [{"id": address, "class": "0x030200", "vendor": "0x10de", "device": "0x2bb5",
+            "vendor_name": "NVIDIA Corporation",
+            "device_name": "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
+            "subsystem_vendor": "0x10de", "subsystem_device": "0x204e",
+            "iommugroup": PVE_IOMMU_GROUPS[address]} for address in PVE_GPUS]
     lines = [
         "set -e",
         f"ln -sfn {PVE_STANDIN_DIR}/pct /usr/sbin/pct",
@@ -263,34 +292,30 @@ def _pve_node_script() -> str:
         ("[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
          " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
          " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }"),
-        # Real character devices with the driver's majors (Docker allows mknod, not open).
-        "mk() { [ -c \"$1\" ] || { rm -f \"$1\"; mknod -m 0666 \"$1\" c $2 $3; }; }",
-        "mk /dev/nvidiactl 195 255; mk /dev/nvidia-uvm 511 0; mk /dev/nvidia-uvm-tools 511 1",
-        f"rm -rf {PVE_PROC_DIR}/gpus",
-        # The node's loaded kernel module, at the pinned version (its LXC guest reads it).
-        f"mkdir -p {PVE_PROC_DIR} && printf '%s\\n' {shlex.quote(_node_module_banner())} > {PVE_PROC_DIR}/version",
+        f"cat > /var/lib/pve-standin/pci.json <<'PCI'\n{json.dumps(pci)}\nPCI",
+        f"cat > /var/lib/pve-standin/gpu-information.txt <<'INFO'\n{sample.rstrip()}\nINFO",
+        # Proxmox VE's own repository, as the installer configures it (stand-in server and key).
+        f"echo 'deb {apt_url}/proxmox/debian/pve bookworm pve-no-subscription'"
+        " > /etc/apt/sources.list.d/pve-install-repo.list",
+        # The stand-in kernel: at every boot, load what DKMS built (nothing until then).
+        f"ln -sfn {PVE_STANDIN_DIR}/pve-standin-kernel.service /etc/systemd/system/pve-standin-kernel.service",
+        "mkdir -p /etc/systemd/system/sysinit.target.wants",
+        "ln -sfn /etc/systemd/system/pve-standin-kernel.service"
+        " /etc/systemd/system/sysinit.target.wants/pve-standin-kernel.service",
+        "systemctl daemon-reload",
     ]
-    for minor, address in enumerate(PVE_GPUS):
-        info = (sample.replace("0000:00:06.0", address)
-                .replace("Device Minor: \t 0", f"Device Minor: \t {minor}")
-                .replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition"))
-        lines += [f"mk /dev/nvidia{minor} 195 {minor}",
-                  f"mkdir -p {PVE_PROC_DIR}/gpus/{address}",
-                  f"cat > {PVE_PROC_DIR}/gpus/{address}/information <<'INFO'\n{info.rstrip()}\nINFO"]
-        pci.append({"id": address, "class": "0x030200", "vendor": "0x10de", "device": "0x2bb5",
-                    "vendor_name": "NVIDIA Corporation",
-                    "device_name": "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
-                    "subsystem_vendor": "0x10de", "subsystem_device": "0x204e",
-                    "iommugroup": PVE_IOMMU_GROUPS[address]})
-    lines.append(f"cat > /var/lib/pve-standin/pci.json <<'PCI'\n{json.dumps(pci)}\nPCI")
     return "\n".join(lines) + "\n"
 
 
 def prepare_pve_node(name: str) -> None:
     """Install the Proxmox stand-ins into the node container (lab only, never a role's job)."""
-    _docker("exec", name, "mkdir", "-p", PVE_STANDIN_DIR, "/var/lib/pve-standin")
+    from tests.standins.nvidia_apt_repo import repo as apt_standin
+
+    _docker("exec", name, "mkdir", "-p", PVE_STANDIN_DIR, "/var/lib/pve-standin", "/etc/apt/trusted.gpg.d")
     _docker("cp", f"{PVE_STANDINS}/.", f"{name}:{PVE_STANDIN_DIR}/")
-    _docker("exec", "-i", name, "bash", "-s", input=_pve_node_script())
+    _docker("exec", "-i", name, "sh", "-c", "cat > /etc/apt/trusted.gpg.d/proxmox-release-bookworm.gpg",
+            input=apt_standin.signing_key().decode("latin-1"), encoding="latin-1")
+    _docker("exec", "-i", name, "bash", "-s", input=_pve_node_script(apt_standin.url_for(PREFIX)))
 
 
 def container_address(role: str) -> str:
@@ -305,6 +330,33 @@ def container_address(role: str) -> str:
 def down() -> None:
     for role in HOSTS:
         _docker("rm", "-f", container_name(role), check=False)
+    _docker("volume", "rm", "-f", models_volume(), check=False)
+
+
+def vault_secret(vault: str, name: str) -> str:
+    """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
+    from roles.site import vault as secrets
+
+    return secrets.decrypt_all(Path(vault), [name])[name]
+
+
+def throwaway_ssh_public_key() -> str:
+    """A lab-only SSH key pair made once under .lab/; returns the public key line."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
+    public = STATE_DIR / "guest-ssh-key.pub"
+    if not public.exists():
+        key = Ed25519PrivateKey.generate()
+        fd = os.open(STATE_DIR / "guest-ssh-key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                           serialization.NoEncryption()))
+        line = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                             serialization.PublicFormat.OpenSSH).decode()
+        public.write_text(f"{line} inference-host-lab\n")
+    return public.read_text().strip()
 
 
 def throwaway_vault() -> tuple[str, str]:

@@ -131,7 +131,7 @@ def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
 
 def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None:
     vmid, folder = guest.guest.vmid, "inference-host-commands"
-    empty = pve.parse_config("")
+    empty = pve.parse_config("", "lxc" if guest.in_group("lxc_guests") else "qemu")
     if guest.in_group("lxc_guests"):
         from roles import lxc_guest
 

@@ -101,6 +101,9 @@ def _service_user(settings: HostSettings) -> None:
         create_home=False,
     )
     owned = [base_settings.data_dir, base_settings.model_dir, base_settings.log_dir]
+    # A model directory mounted from the Proxmox node (read-only, roles/weights) is the node's.
+    mounted = [m.rstrip("/") for m in settings.guest.mount_points.values()]
+    owned = [p for p in owned if not any(p == m or p.startswith(m + "/") for m in mounted)]
     for path in owned:
         files.directory(
             name=f"Create {path} owned by {base_settings.service_user}",

@@ -2,8 +2,11 @@
 
 Runs on the Proxmox node (deploy.py calls it once per guest of that node). Creates the VM with
 `qm create` when it is absent (q35, OVMF with an EFI disk, cpu host, NUMA, no ballooning, a
-disk, a network card); converges an existing VM with one `qm set` of the differences. The VM is
-not started: it has no operating system until you install one (README, "Describing guests").
+disk, a network card); converges an existing VM with one `qm set` of the differences. With
+guest_cloud_image the disk is imported from that cloud image (`import-from`, PVE >= 8.0) and a
+cloud-init drive gives it a user, the deploy's SSH keys and its network, then the VM is
+started; without one the VM is not started: it has no operating system until you install one
+(README, "Describing guests").
 Changes to a running VM other than its name wait for its next start: the deploy says so.
 """
 
@@ -16,10 +19,12 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_keys import keys_file, put_guest_keys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
 from roles.site import HostSettings
 
+# qemu-server: cloud-init keys change the cloud-init drive, regenerated at the next start.
 HOTPLUGGED = {"name", "onboot", "balloon"}
 
 
@@ -42,7 +47,19 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     args = pve.mmio_window_args(settings.mmio_window_mb)
     if args:
         wanted["args"] = args
+    if settings.cloud_image:
+        wanted["ipconfig0"] = ipconfig0(guest)
+        if settings.ciuser:
+            wanted["ciuser"] = settings.ciuser
     return wanted
+
+
+def ipconfig0(guest: HostSettings) -> str:
+    """cloud-init's network for net0 (qemu-server $ipconfig_fmt: ip=dhcp | ip=CIDR,gw=IP)."""
+    settings = guest.guest
+    if settings.ip in ("dhcp", "manual"):
+        return "ip=dhcp"
+    return pve.print_property_string({"ip": settings.ip, "gw": settings.gateway})
 
 
 def wanted_hostpci(guest: HostSettings) -> list[str]:
@@ -56,8 +73,16 @@ def create_command(guest: HostSettings) -> str:
     args = ["qm", "create", str(settings.vmid)]
     for key, value in wanted_settings(guest).items():
         args += [f"--{key}", value]
-    args += ["--scsihw", "virtio-scsi-single",
-             "--scsi0", f"{settings.storage}:{settings.disk_gib},iothread=1",
+    if settings.cloud_image:
+        # The image is copied into a new volume; its size is the image's until the resize below.
+        disk = f"{settings.storage}:0,import-from={settings.cloud_image},iothread=1"
+        args += ["--ide2", f"{settings.storage}:cloudinit", "--boot", "order=scsi0",
+                 "--serial0", "socket", "--vga", "serial0"]  # cloud images log to a serial console
+        if settings.ssh_public_keys:
+            args += ["--sshkeys", keys_file(guest)]
+    else:
+        disk = f"{settings.storage}:{settings.disk_gib},iothread=1"
+    args += ["--scsihw", "virtio-scsi-single", "--scsi0", disk,
              "--net0", f"virtio,bridge={settings.bridge}"]
     if settings.bios == "ovmf":
         # Keys not pre-enrolled: Secure Boot would refuse the unsigned NVIDIA kernel module.
@@ -85,11 +110,17 @@ def kvm_guest(guest: HostSettings) -> None:
     vmid = settings.vmid
     state = host.get_fact(KvmGuestState, vmid=vmid)
     if state is None:
+        if settings.cloud_image:
+            put_guest_keys(guest)
         server.shell(
             name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with"
                  f" {len(settings.gpu_addresses)} GPUs",
             commands=[create_command(guest)],
         )
+        if settings.cloud_image:
+            server.shell(name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
+                         commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G",
+                                   f"qm start {vmid}"])
         return
     plan = plan_update(guest, state["config"])
     if plan:

@@ -1,7 +1,8 @@
 """roles/lxc_guest: an LXC container on a Proxmox node, with its GPUs as devN device entries.
 
 Runs on the Proxmox node (deploy.py calls it once per guest of that node). Creates the guest
-with `pct create` when it is absent and starts it; converges an existing guest by applying only
+with `pct create` when it is absent (root's SSH keys from guest_ssh_public_keys, so the deploy
+can continue inside it) and starts it; converges an existing guest by applying only
 the differences with one `pct set` (`--delete` for entries no longer wanted). A devN change on a
 running container stays pending until it restarts (PVE 8): the deploy says so.
 """
@@ -15,9 +16,10 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_keys import keys_file, put_guest_keys
 from roles.shared.proxmox_facts import LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
-from roles.site import HostSettings, current_host
+from roles.site import HostSettings, current_host, weights_mount_points
 
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
 # the hotplug branch of vmconfig_hotplug_pending); everything else waits for a restart.
@@ -39,31 +41,35 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     return wanted
 
 
-def wanted_devices(guest: HostSettings, host_devices: dict) -> list[str]:
-    """devN values for the guest's GPUs; fails when the host driver does not list one."""
-    minors = []
-    for address in guest.guest.gpu_addresses:
-        if address not in host_devices["minors"]:
-            raise RuntimeError(
-                f"{guest.guest.node}: {guest.name} is given GPU {address}, but the node's NVIDIA driver"
-                " lists no such GPU (/proc/driver/nvidia/gpus); install the host driver, reboot"
-                " the node if proxmox_host asked for it, and deploy again"
-            )
-        minors.append(host_devices["minors"][address])
+def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], str | None]:
+    """devN values for the guest's GPUs, or why they cannot be known yet.
+
+    The node's driver lists its GPUs only once its kernel module is loaded (after the reboot
+    that follows its install), and the uvm nodes exist only once nvidia-uvm-devices.service ran:
+    until then the guest waits for a later run of the same command (no exception: an exception
+    while planning would stop the node's own driver install too).
+    """
+    unlisted = [a for a in guest.guest.gpu_addresses if a not in host_devices["minors"]]
+    if unlisted:
+        return [], (f"the node's NVIDIA driver lists no GPU {', '.join(unlisted)} yet"
+                    " (no kernel module loaded before the node's reboot, or the GPU is bound to"
+                    " vfio-pci by a VM)")
+    minors = [host_devices["minors"][address] for address in guest.guest.gpu_addresses]
     present = set(host_devices["nodes"])
     paths = pve.lxc_device_paths(minors, present)
     missing = [path for path in paths if path not in present]
     if missing:
-        raise RuntimeError(
-            f"{guest.guest.node}: {guest.name} needs {', '.join(missing)}, missing on the node; Proxmox"
-            " refuses to start a container whose devN path is absent (is nvidia-persistenced"
-            " running? `nvidia-modprobe -u -c=0` creates the uvm nodes)"
-        )
-    return paths
+        return [], (f"{', '.join(missing)} missing on the node (Proxmox refuses to start a"
+                    " container whose devN path is absent; nvidia-uvm-devices.service makes the"
+                    " uvm nodes at boot with `nvidia-modprobe -u -c0`)")
+    return paths, None
 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
-    return [pve.lxc_mount_point(src, dst) for src, dst in guest.guest.mount_points.items()]
+    # Weights the node keeps for this guest (roles/weights) are mounted read-only: ro=1.
+    read_only = weights_mount_points(guest)
+    return [pve.lxc_mount_point(src, dst, read_only=src in read_only)
+            for src, dst in guest.guest.mount_points.items()]
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:
@@ -78,6 +84,8 @@ def create_command(guest: HostSettings, devices: list[str]) -> str:
         args += [f"--dev{index}", value]
     for index, value in enumerate(wanted_mount_points(guest)):
         args += [f"--mp{index}", value]
+    if settings.ssh_public_keys:  # root's authorized_keys in the new container
+        args += ["--ssh-public-keys", keys_file(guest)]
     return shlex.join(args)
 
 
@@ -103,9 +111,14 @@ def lxc_guest(guest: HostSettings) -> None:
     settings = guest.guest
     vmid = settings.vmid
     host_devices = host.get_fact(NvidiaHostDevices, proc_dir=node.proxmox.nvidia_proc_dir)
-    devices = wanted_devices(guest, host_devices)
+    devices, waiting = wanted_devices(guest, host_devices)
     state = host.get_fact(LxcGuestState, vmid=vmid)
+    if waiting:
+        logger.warning(f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
+                       " run of the same command, once the node has rebooted, goes on with it")
+        return
     if state is None:
+        put_guest_keys(guest)
         server.shell(
             name=f"Create LXC guest {vmid} ({guest_hostname(guest)}) from {settings.template}"
                  f" with {len(settings.gpu_addresses)} GPUs",

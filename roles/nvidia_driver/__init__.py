@@ -1,8 +1,10 @@
 """roles/nvidia_driver: the NVIDIA driver with the open kernel modules, pinned and held.
 
 Two modes, chosen by the site model (HostSettings.driver_mode):
-- full (bare metal, KVM guest): kernel modules (DKMS, open flavor: Blackwell requires it) and
-  userspace at stack.yml's nvidia_driver.version, nouveau blacklisted, nvidia-persistenced on.
+- full (bare metal, Proxmox node, KVM guest): headers for the kernel DKMS builds for, kernel
+  modules (DKMS, open flavor: Blackwell requires it) and userspace at stack.yml's
+  nvidia_driver.version, nouveau blacklisted (on a Proxmox node by roles/proxmox_host, its one
+  owner there), nvidia-uvm loaded at boot with its device nodes, nvidia-persistenced on.
 - userspace (LXC guest): no kernel module, the guest uses its Proxmox node's. The userspace
   version is read from the node's /proc/driver/nvidia/version, because it must equal the loaded
   module EXACTLY; it is never typed a second time.
@@ -12,12 +14,16 @@ apt preferences file (so that no upgrade, unattended or not, moves them) and hel
 
 A kernel module that differs from the installed driver is reported as "reboot required" in
 plain words; with nvidia_driver_allow_reboot the host is rebooted and the deploy waits for it.
+On a Proxmox node the node's own reboot step (roles/proxmox_host) decides, once for all reasons.
 """
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra import host, logger, state
 from pyinfra.api import deploy
+from pyinfra.facts.server import KernelVersion
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
@@ -28,6 +34,11 @@ from roles.site import HostSettings, current_host, current_site
 
 PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+UVM_MODULES_FILE = "/etc/modules-load.d/nvidia-uvm.conf"
+UVM_UNIT = "nvidia-uvm-devices.service"
+# Proxmox VE 8's meta-package for the headers of its default kernel series (pulls
+# proxmox-headers-6.8 -> proxmox-headers-6.8.12-N-pve, with /lib/modules/<release>/build).
+PROXMOX_HEADERS = "proxmox-default-headers"
 
 # Debian revision NVIDIA's CUDA repository gives driver packages of each distro.
 PACKAGE_REVISION = {"ubuntu": "0ubuntu1", "debian": "1"}
@@ -38,15 +49,16 @@ def driver_packages(distro: Distro, branch: str, mode: str) -> list[str]:
 
     Ubuntu carries the branch in the package names (until 590); Debian does not. The open
     kernel modules come as DKMS source packages (nvidia-dkms-<branch>-open,
-    nvidia-kernel-open-dkms); the userspace mode leaves them out.
+    nvidia-kernel-open-dkms); the userspace mode leaves them out, and nvidia-modprobe (which
+    loads nvidia-uvm and makes its device nodes at boot) with them.
     """
     if distro.id == "ubuntu":
         userspace = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}",
                      f"nvidia-compute-utils-{branch}"]
-        kernel = [f"nvidia-dkms-{branch}-open"]
+        kernel = [f"nvidia-dkms-{branch}-open", "nvidia-modprobe"]
     else:
         userspace = ["nvidia-driver-cuda", "nvidia-persistenced"]
-        kernel = ["nvidia-kernel-open-dkms"]
+        kernel = ["nvidia-kernel-open-dkms", "nvidia-modprobe"]
     return userspace + (kernel if mode == "full" else [])
 
 
@@ -62,15 +74,91 @@ def nvidia_driver() -> None:
     version = _target_version(settings, stack.driver_version)
     packages = driver_packages(distro, stack.driver_branch, settings.driver_mode)
     ensure_cuda_repository(settings, distro)
+    if settings.driver_mode == "full" and _has_own_kernel(settings):
+        _kernel_headers(settings)
     _pin_and_install(distro, version, packages)
-    module = host.get_fact(NvidiaKernelModule) if settings.driver_mode == "full" else None
     if settings.driver_mode == "full":
-        _blacklist_nouveau()
-        _persistence_daemon(start=_module_problem(module, version) is None)
+        if not settings.in_group("proxmox_hosts"):  # a node's blacklist is roles/proxmox_host's
+            _blacklist_nouveau()
+        module = host.get_fact(NvidiaKernelModule, proc_dir=_proc_dir(settings))
+        loaded = _module_problem(module, version) is None
+        if _has_own_kernel(settings):
+            if not loaded:
+                _require_dkms_build(version)
+            _uvm_at_boot(start=loaded)
+        _persistence_daemon(start=loaded)
     if settings.nvidia_driver.dcgm:
         _dcgm(stack.active.cuda_major)
     if settings.driver_mode == "full":
         _kernel_module_matches(settings, module, version)
+
+
+def _proc_dir(settings: HostSettings) -> str:
+    """/proc/driver/nvidia, or where a Proxmox node's settings say the driver lists itself."""
+    if settings.in_group("proxmox_hosts"):
+        return settings.proxmox.nvidia_proc_dir
+    return "/proc/driver/nvidia"
+
+
+def _has_own_kernel(settings: HostSettings) -> bool:
+    """False inside a container (its kernel is the host's). A Proxmox node is never one in
+    production; the lab's node container stands in for one, its kernel included."""
+    return settings.in_group("proxmox_hosts") or host.get_fact(ContainerVirtualization) is None
+
+
+def _kernel_headers(settings: HostSettings) -> None:
+    """DKMS builds the module only for kernels whose headers are installed, and skips the others
+    with a notice (dkms autoinstall); the driver packages go in without recommends, so nothing
+    else brings them."""
+    if settings.in_group("proxmox_hosts"):
+        apt.packages(name=f"Install kernel headers for DKMS ({PROXMOX_HEADERS})",
+                     packages=[PROXMOX_HEADERS], no_recommends=True, update=True,
+                     cache_time=24 * 3600)
+        return
+    release = host.get_fact(KernelVersion)
+    apt.packages(name=f"Install kernel headers for DKMS (linux-headers-{release})",
+                 packages=[f"linux-headers-{release}"], no_recommends=True)
+
+
+def _require_dkms_build(version: str) -> None:
+    """Before the reboot that should load it: DKMS must have built and installed the module
+    (`dkms status` prints "nvidia/<version>, <kernel>, x86_64: installed"), else the reboot
+    comes back without one."""
+    server.shell(
+        name=f"Check that DKMS built NVIDIA kernel module {version} (dkms status)",
+        commands=[
+            f"dkms status -m nvidia -v {version} | grep -q ': installed' || {{ echo 'DKMS has not"
+            f" built nvidia {version} for any kernel (dkms status -m nvidia: '\"$(dkms status -m nvidia"
+            " 2>&1)\"'); are the kernel headers of the kernel that boots next installed?' >&2; exit 1; }"
+        ],
+    )
+
+
+def _uvm_at_boot(start: bool) -> None:
+    """nvidia-uvm loaded at boot and /dev/nvidia-uvm(-tools) made, without waiting for a CUDA
+    program to do it: an LXC guest's devN entries point at them, and Proxmox refuses to start
+    a container whose devN path is missing. nvidia-persistenced does neither. Some packagings
+    add a udev rule running `nvidia-modprobe -c0 -u` when the driver binds; this unit does not
+    count on one (running both is harmless: existing nodes are left as they are)."""
+    files.put(
+        name=f"Load nvidia-uvm at boot ({UVM_MODULES_FILE})",
+        src=StringIO("# Managed by inference-host (roles/nvidia_driver)\nnvidia-uvm\n"),
+        dest=UVM_MODULES_FILE,
+        mode="0644",
+    )
+    unit = files.template(
+        name=f"Create the nvidia-uvm device nodes at boot ({UVM_UNIT}: nvidia-modprobe -u -c0)",
+        src=f"roles/nvidia_driver/templates/{UVM_UNIT}.j2",
+        dest=f"/etc/systemd/system/{UVM_UNIT}",
+        mode="0644",
+    )
+    systemd.service(
+        name=f"Enable {UVM_UNIT}" + ("" if start else " (runs once the reboot loads the module)"),
+        service=UVM_UNIT,
+        enabled=True,
+        running=True if start else None,
+        daemon_reload=unit.will_change,
+    )
 
 
 def dcgm_packages(cuda_major: int) -> list[str]:
@@ -165,8 +253,8 @@ def _persistence_daemon(start: bool) -> None:
 
 
 def _kernel_module_matches(settings: HostSettings, module: KernelModule | None, version: str) -> None:
-    container = host.get_fact(ContainerVirtualization)
-    if container is not None:
+    if not _has_own_kernel(settings):
+        container = host.get_fact(ContainerVirtualization)
         logger.warning(
             f"{host.name}: runs in a {container} container: kernel modules cannot be built or"
             " loaded here, so the NVIDIA kernel module is not checked (packages and configuration"
@@ -175,6 +263,14 @@ def _kernel_module_matches(settings: HostSettings, module: KernelModule | None, 
         return
     problem = _module_problem(module, version)
     if problem is None:
+        return
+    if settings.in_group("proxmox_hosts"):
+        # The node's reboot step (roles/proxmox_host) reboots once, for every reason, when
+        # /run/reboot-required is there (the Debian convention; /run is empty after a boot).
+        server.shell(
+            name=f"Mark the node: reboot required ({problem.removeprefix('reboot required: ')})",
+            commands=["touch /run/reboot-required && echo nvidia-driver >> /run/reboot-required.pkgs"],
+        )
         return
     if not settings.nvidia_driver.allow_reboot:
         logger.warning(f"{host.name}: {problem} (set nvidia_driver_allow_reboot = True to let the deploy reboot it)")

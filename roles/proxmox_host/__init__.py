@@ -1,24 +1,34 @@
 """roles/proxmox_host: prepare a Proxmox VE 8 node to hand its GPUs to guests.
 
 IOMMU kernel arguments through the boot loader the node really uses (GRUB or systemd-boot via
-proxmox-boot-tool), vfio modules loaded at boot, nouveau blacklisted, the initramfs rebuilt when
-modules change, and "reboot required" reported when any of that changed. When an LXC guest of
-this node has GPUs, the node needs the NVIDIA kernel driver with nvidia-persistenced (so that
-/dev/nvidia-uvm exists before a container starts): that install belongs to roles/nvidia_driver,
-which deploy.py runs on the node when `needs_host_driver` says so, followed by
-`host_driver_services`.
+proxmox-boot-tool), vfio modules loaded at boot, nouveau blacklisted (this role is the one owner
+of that file on a node), the initramfs rebuilt when modules change, and /run/reboot-required
+marked when any of that changed. When an LXC guest of this node has GPUs, the node needs the
+NVIDIA kernel driver (deploy.py runs roles/nvidia_driver on it, see `needs_host_driver`).
+
+Then `proxmox_reboot` reboots the node once, for every reason marked (with
+proxmox_allow_reboot), or stops the deploy with one message saying what to do; and
+`guest_waits` tells a guest's own deploy whether its node has made it yet.
 """
 
 from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, server
 
-from roles.shared.proxmox_facts import BootLoader, CpuVendor, KernelCmdline, PciDevices
+from roles.shared import reboot
+from roles.shared.proxmox_facts import (
+    BootLoader,
+    CpuVendor,
+    KernelCmdline,
+    KvmGuestState,
+    LxcGuestState,
+    PciDevices,
+)
 from roles.site import HostSettings, current_host, current_site
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
@@ -58,8 +68,8 @@ def proxmox_host() -> None:
     settings = current_host()
     _require_supported_distro()
     apt.packages(
-        name="Install pciutils, kmod and initramfs-tools",
-        packages=["pciutils", "kmod", "initramfs-tools"],
+        name="Install pciutils, kmod, initramfs-tools and curl",
+        packages=["pciutils", "kmod", "initramfs-tools", "curl"],  # curl: NVIDIA's keyring package
         no_recommends=True,
         update=True,
         cache_time=24 * 3600,
@@ -69,9 +79,59 @@ def proxmox_host() -> None:
     modules_changed = _modules(settings)
     server.shell(
         name="Mark the node: reboot required (kernel arguments or modules changed)",
-        commands=["touch /run/reboot-required && echo inference-host >> /run/reboot-required.pkgs"],
+        commands=["touch /run/reboot-required && echo proxmox-host >> /run/reboot-required.pkgs"],
         _if=lambda: boot_changed() or modules_changed(),
     )
+
+
+@deploy("Proxmox node reboot")
+def proxmox_reboot() -> None:
+    """Once the node is prepared: reboot it when anything asked for that (IOMMU arguments,
+    modules, the NVIDIA kernel module), checked when the step runs; the deploy then continues
+    on the rebooted node. Without proxmox_allow_reboot the node's deploy stops here, saying so.
+    """
+    settings = current_host()
+    if settings.proxmox.allow_reboot:
+        reboot.reboot_and_wait(
+            name=f"Reboot the node when {reboot.MARKER} says so, and wait for it"
+                 f" (up to {settings.proxmox.reboot_timeout}s)",
+            reboot_timeout=settings.proxmox.reboot_timeout,
+            _if=reboot.required_now,
+        )
+        return
+    server.shell(
+        name=f"Stop if the node needs a reboot ({reboot.MARKER})",
+        commands=[
+            f"echo \"{host.name} needs a reboot ({reboot.why()}): reboot it, or set"
+            " proxmox_allow_reboot = True to let the deploy do it; then run the same command"
+            " again\" >&2; exit 1"
+        ],
+        _if=reboot.required_now,
+    )
+
+
+def guest_waits(guest: HostSettings) -> str | None:
+    """Why a guest's own deploy cannot start yet (its node has not made it), or None.
+
+    Read from the node's facts while pyinfra plans: a guest created in this run is converged
+    by the next run of the same command. In production such a guest is not even reachable
+    (pyinfra connects to every host first); in the lab its container already runs.
+    """
+    node_name = guest.guest.node
+    if node_name is None or guest.guest.vmid is None:
+        return None
+    node = state.inventory.get_host(node_name)
+    kvm = guest.in_group("kvm_guests")
+    fact = KvmGuestState if kvm else LxcGuestState
+    guest_state = node.get_fact(fact, vmid=guest.guest.vmid)
+    if guest_state is None:
+        return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} does not exist"
+                f" on {node_name} yet; the node creates it once it is ready, and the next run of the"
+                " same command continues inside it")
+    if guest_state["status"] != "running":
+        return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} on {node_name} is"
+                f" {guest_state['status']}; the next run continues inside it once it runs")
+    return None
 
 
 @deploy("Proxmox guests ready")
@@ -193,24 +253,14 @@ def needs_host_driver(settings: HostSettings) -> bool:
     """Whether this node gets the NVIDIA kernel driver: one of its LXC guests has GPUs.
 
     deploy.py then runs roles/nvidia_driver on the node (full mode: the node is no LXC guest)
-    at the stack's exact version, which its LXC guests' userspace must match, and
-    host_driver_services below; with proxmox_host_driver = False the driver is left to the user.
+    at the stack's exact version, which its LXC guests' userspace must match; with
+    proxmox_host_driver = False the driver is left to the user.
     """
     if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
         return False
     if not settings.proxmox.host_driver:
-        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver and"
-                       " nvidia-persistenced are left to you (LXC guests need them)")
+        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
+                       " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
+                       " need them)")
         return False
     return True
-
-
-@deploy("Proxmox host driver services")
-def host_driver_services() -> None:
-    """nvidia-persistenced on a node whose driver serves LXC guests (after roles/nvidia_driver)."""
-    systemd.service(
-        name="Run nvidia-persistenced (keeps /dev/nvidia-uvm present for containers)",
-        service="nvidia-persistenced",
-        running=True,
-        enabled=True,
-    )

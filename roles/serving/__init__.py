@@ -38,10 +38,19 @@ from roles.serving.command import (
     server_arguments,
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
+from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.layout import env_dir
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
-from roles.site import EngineStack, HostSettings, Site, current_host, current_site, secret_value
+from roles.site import (
+    EngineStack,
+    HostSettings,
+    Site,
+    current_host,
+    current_site,
+    secret_value,
+    served_weight_manifests,
+)
 
 LIBEXEC = "/usr/local/libexec/inference-host"
 CONFIG_DIR_NAME = "serving"
@@ -132,6 +141,8 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack,
         start_limit_interval=START_LIMIT_INTERVAL_S,
         start_limit_burst=START_LIMIT_BURST,
         limit_nofile=base.limit_nofile,
+        # roles/weights: the engine starts only on complete, verified weights.
+        weights_manifests=served_weight_manifests(settings),
     )
 
 
@@ -139,6 +150,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
                     hosts: dict[str, HostSettings] | None = None) -> dict:
     serving = settings.serving
     nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
+    spec_env = speculative_environment(settings.speculative, release_cli(stack.sglang) or {}) if stack else {}
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
@@ -148,7 +160,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
         gpu_arch=settings.gpu.arch,
         pcie_allreduce=pcie_allreduce_env(stack.sglang) if serving.custom_all_reduce_pcie else {},
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
-        extra_env=serving.extra_env,
+        extra_env={**spec_env, **serving.extra_env},
     )
 
 

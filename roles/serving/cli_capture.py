@@ -116,6 +116,48 @@ def _annotated_field_options(source: str) -> dict[str, dict]:
     return options
 
 
+MODELS_DIR = "sglang/srt/models/"
+ENVIRON = "sglang/srt/environ.py"
+EAGLE3_HOOK = "set_eagle3_layers_to_capture"
+
+
+def _eagle3_capture_architectures(sources: dict[str, str]) -> list[str]:
+    """Model classes (EntryClass of srt/models/*.py, i.e. the architectures SGLang serves) that
+    define or inherit `set_eagle3_layers_to_capture`: the hook EAGLE-3 needs to read the
+    target's hidden states (0.5.9's kimi_k25.py has none; 0.5.10 adds it)."""
+    bases: dict[str, list[str]] = {}
+    has_hook: set[str] = set()
+    entries: list[str] = []
+    for source in sources.values():
+        tree = ast.parse(source.lstrip("\ufeff"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [ast.unparse(b).split(".")[-1] for b in node.bases]
+                if any(isinstance(f, ast.FunctionDef) and f.name == EAGLE3_HOOK for f in node.body):
+                    has_hook.add(node.name)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "EntryClass" for t in node.targets):
+                value = node.value
+                items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+                entries += [ast.unparse(item) for item in items if isinstance(item, ast.Name)]
+
+    def hooked(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in has_hook:
+            return True
+        return any(hooked(b, seen | {name}) for b in bases.get(name, []) if b not in seen)
+
+    return sorted({name for name in entries if hooked(name)})
+
+
+def _spec_v2_default(source: str | None):
+    """SGLANG_ENABLE_SPEC_V2's default in srt/environ.py (None: the release has no such switch)."""
+    for node in ast.walk(ast.parse(source or "")):
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SGLANG_ENABLE_SPEC_V2" for t in node.targets)
+                and isinstance(node.value, ast.Call) and node.value.args):
+            return _literal(node.value.args[0])
+    return None
+
+
 def capture(wheel: Path) -> dict:
     """The option table of one sglang wheel."""
     with zipfile.ZipFile(wheel) as archive:
@@ -127,6 +169,9 @@ def capture(wheel: Path) -> dict:
             options.update(_annotated_field_options(read(path)))
         options.update(_add_argument_options(read(SERVER_ARGS)))
         config_file = any(path in names for path in CONFIG_PARSERS) and "--config" in options
+        models = {n: read(n) for n in names if n.startswith(MODELS_DIR) and n.endswith(".py")}
+        eagle3_capture = _eagle3_capture_architectures(models)
+        spec_v2 = _spec_v2_default(read(ENVIRON) if ENVIRON in names else None)
     version = wheel.name.split("-")[1]
     return {
         "sglang": version,
@@ -135,6 +180,11 @@ def capture(wheel: Path) -> dict:
         # /proc/<pid>/cmdline. No release reads the API key from the environment.
         "config_file": config_file,
         "options": dict(sorted(options.items())),
+        # Architectures whose model can hand its hidden states to an EAGLE-3 drafter.
+        "eagle3_capture_architectures": eagle3_capture,
+        # Default of SGLANG_ENABLE_SPEC_V2 (srt/environ.py); None: no such switch. Off, EAGLE
+        # turns the overlap scheduler off (server_args.py).
+        "spec_v2_default": spec_v2,
     }
 
 

@@ -8,6 +8,7 @@ import json
 from functools import cache
 
 from roles.serving.cli_capture import data_file
+from roles.serving.speculative import speculative_arguments
 from roles.site import EngineStack, HostSettings, SpeculativeSettings, address_of
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
@@ -111,14 +112,7 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if serving.enable_metrics:
         args.append("--enable-metrics")
     if serving.speculative:
-        spec = SpeculativeSettings(**serving.speculative)
-        args += [
-            "--speculative-algorithm", spec.algorithm,
-            "--speculative-draft-model-path", spec.draft_model_path,
-            "--speculative-num-steps", str(spec.num_steps),
-            "--speculative-eagle-topk", str(spec.eagle_topk),
-            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
-        ]
+        args += speculative_arguments(SpeculativeSettings(**serving.speculative))
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret:

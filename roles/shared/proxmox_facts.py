@@ -106,6 +106,11 @@ class NvidiaHostDevices(FactBase):
     def process(self, output) -> dict:
         return parse_nvidia_host_devices(list(output))
 
+    @staticmethod
+    def default() -> dict:
+        # A bare node prints nothing (no driver, no nodes); pyinfra then returns the default.
+        return {"nodes": {}, "minors": {}}
+
 
 def parse_pci_devices(text: str) -> dict[str, dict]:
     """`pvesh get /nodes/<node>/hardware/pci --output-format json` -> {address: device}."""
@@ -125,26 +130,27 @@ class PciDevices(FactBase):
         return parse_pci_devices("\n".join(output))
 
 
-def parse_guest_state(lines: list[str]) -> dict | None:
+def parse_guest_state(lines: list[str], kind: str) -> dict | None:
     """`pct status ID` / `qm status ID`, "---", then the config file -> status and config."""
     if not lines:
         return None
     text = "\n".join(lines)
     head, _, config = text.partition("\n---\n")
     status = head.strip().removeprefix("status:").strip()
-    return {"status": status, "config": parse_config(config)}
+    return {"status": status, "config": parse_config(config, kind)}
 
 
 class _GuestState(FactBase):
     TOOL = ""
     CONF_DIR = ""
+    KIND = ""
 
     def command(self, vmid: int) -> str:
         conf = f"{self.CONF_DIR}/{int(vmid)}.conf"
         return f"! test -f {conf} || {{ {self.TOOL} status {int(vmid)} && echo --- && cat {conf}; }}"
 
     def process(self, output) -> dict | None:
-        return parse_guest_state(list(output))
+        return parse_guest_state(list(output), self.KIND)
 
 
 class LxcGuestState(_GuestState):
@@ -156,6 +162,7 @@ class LxcGuestState(_GuestState):
 
     TOOL = "pct"
     CONF_DIR = "/etc/pve/lxc"
+    KIND = "lxc"
 
 
 class KvmGuestState(_GuestState):
@@ -163,4 +170,5 @@ class KvmGuestState(_GuestState):
 
     TOOL = "qm"
     CONF_DIR = "/etc/pve/qemu-server"
+    KIND = "qemu"
 

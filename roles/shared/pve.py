@@ -23,8 +23,19 @@ LXC_DEVICE_KEYS = tuple(f"dev{i}" for i in range(256))
 KVM_HOSTPCI_KEYS = tuple(f"hostpci{i}" for i in range(16))
 LXC_MOUNT_KEYS = tuple(f"mp{i}" for i in range(256))
 
-_PENDING_RE = re.compile(r"^\[pve:pending\]\s*$", re.IGNORECASE)
+# Section headers, as each writer prints them (PVE 8, branch stable-bookworm):
+# - pve-container 5.3.5 src/PVE/LXC/Config.pm parse_pct_config / write_pct_config:
+#   "[pve:pending]", then "[<snapshot>]" sections.
+# - qemu-server 8.4.10 src/PVE/QemuServer.pm parse_vm_config / write_vm_config: "[PENDING]",
+#   then "[special:cloudinit]" / "[special:fleecing]", then "[<snapshot>]" sections; any other
+#   bracketed line is an unknown section whose lines are skipped.
+# The header is matched case-insensitively by both parsers; a container's "[PENDING]" would be
+# a snapshot named PENDING, a VM's "[pve:pending]" an unknown section (neither writer does that).
+_PENDING_HEADER = {"lxc": re.compile(r"^\[pve:pending\]\s*$", re.IGNORECASE),
+                   "qemu": re.compile(r"^\[PENDING\]\s*$", re.IGNORECASE)}
+_SPECIAL_RE = re.compile(r"^\[special:(cloudinit|fleecing)\]\s*$", re.IGNORECASE)
 _SNAPSHOT_RE = re.compile(r"^\[([a-z][a-z0-9_\-]+)\]\s*$", re.IGNORECASE)
+_UNKNOWN_SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*$")
 _LXC_RAW_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(:|\s*=)\s*(.*?)\s*$")
 _KEY_RE = re.compile(r"^([a-z][a-z_\-]*\d*):\s*(.+?)\s*$")
 
@@ -50,26 +61,25 @@ class GuestConfig:
         return bool(self.pending or self.pending_delete)
 
 
-def parse_config(text: str) -> GuestConfig:
-    """Parse /etc/pve/{lxc,qemu-server}/<id>.conf or `pct config` / `qm config` output.
+def parse_config(text: str, kind: str) -> GuestConfig:
+    """Parse /etc/pve/lxc/<id>.conf (kind "lxc") or /etc/pve/qemu-server/<id>.conf ("qemu").
 
-    Snapshot sections are skipped; `#` lines are the description (not needed here).
+    Only the main section is current and only the writer's own pending section is pending;
+    special (cloud-init, fleecing), snapshot and unknown sections never leak into either.
+    `#` lines are the description (not needed here).
     """
+    if kind not in _PENDING_HEADER:
+        raise ValueError(f"kind must be 'lxc' or 'qemu', not {kind!r}")
     sections: dict[str, dict[str, str]] = {"current": {}, "pending": {}}
     lxc: list[tuple[str, str]] = []
-    section = "current"
+    section: str | None = "current"
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
             continue
-        if _PENDING_RE.match(line):
-            section = "pending"
+        section, is_header = _section_of(line, kind, section)
+        if is_header or section not in sections:
             continue
-        if _SNAPSHOT_RE.match(line):
-            section = "snapshot"
-            continue
-        if section == "snapshot":
-            continue
-        raw = _LXC_RAW_RE.match(line)
+        raw = _LXC_RAW_RE.match(line) if kind == "lxc" else None
         if raw:
             if section == "current":
                 lxc.append((raw.group(1), raw.group(3)))
@@ -79,9 +89,22 @@ def parse_config(text: str) -> GuestConfig:
             sections[section][match.group(1)] = match.group(2)
     pending = sections["pending"]
     deletes = pending.pop("delete", "")
-    # "!key" marks a forced delete (qemu-server); the key is what matters here.
+    # pve-guest-common AbstractConfig print_pending_delete: "k1,k2", "!key" a forced delete.
     delete_keys = frozenset(k.lstrip("!") for k in re.split(r"[,;\s]+", deletes) if k)
     return GuestConfig(sections["current"], pending, delete_keys, tuple(lxc))
+
+
+def _section_of(line: str, kind: str, section: str | None) -> tuple[str | None, bool]:
+    """(section the line belongs to, whether it is a header), in the writers' precedence."""
+    if _PENDING_HEADER[kind].match(line):
+        return "pending", True
+    if kind == "qemu" and _SPECIAL_RE.match(line):
+        return "special", True
+    if _SNAPSHOT_RE.match(line):
+        return "snapshot", True
+    if _UNKNOWN_SECTION_RE.match(line):
+        return None, True
+    return section, False
 
 
 def parse_property_string(value: str, default_key: str | None = None) -> dict[str, str]:
@@ -248,8 +271,11 @@ def with_hwaddr(current: str | None, wanted: str) -> str:
     return print_property_string(data, required=("name",))
 
 
-def lxc_mount_point(host_path: str, guest_path: str) -> str:
-    return print_property_string({"volume": host_path, "mp": guest_path}, "volume", ("mp",))
+def lxc_mount_point(host_path: str, guest_path: str, read_only: bool = False) -> str:
+    data: dict[str, object] = {"volume": host_path, "mp": guest_path}
+    if read_only:
+        data["ro"] = 1  # pve-container LXC/Config.pm mp option `ro` (boolean)
+    return print_property_string(data, "volume", ("mp",))
 
 
 def mount_identity(value: str) -> str:

@@ -15,7 +15,7 @@ inventory, i.e. before it connects. The same check runs standalone:
 
 Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), lock (the
 stacks' locks: format, place, staleness), rules
-(cross-host rules), loading (inventory -> Site, the validation core), current (deploy-time
+(cross-host rules), weights (where each model's files live), loading (inventory -> Site, the validation core), current (deploy-time
 access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
 table (the README's settings table), __main__ (the command line).
 
@@ -34,6 +34,7 @@ from roles.site.schema import (
     BuildSettings,
     CudaSettings,
     DockerSettings,
+    Eagle3TrainingSettings,
     GatewaySettings,
     GpuSettings,
     GuestSettings,
@@ -46,20 +47,30 @@ from roles.site.schema import (
     SglangSettings,
     Site,
     SpeculativeSettings,
+    WeightsSettings,
     address_of,
     build_host,
 )
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
 from roles.site.testinfra import connection_data, testinfra_url
+from roles.site.weights import (
+    WeightSet,
+    served_weight_manifests,
+    weight_sets_kept_by,
+    weight_sets_of,
+    weights_mount_points,
+)
 
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings", "GatewaySettings",
-    "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
+    "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",
     "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
+    "WeightSet", "WeightsSettings", "served_weight_manifests", "weight_sets_kept_by",
+    "weight_sets_of", "weights_mount_points",
 ]
 
 

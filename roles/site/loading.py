@@ -12,6 +12,7 @@ from roles.site.errors import SiteError, closest, display, print_problems
 from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import load_stack
+from roles.site.weights import check_weights
 
 # Checks run before a deploy (under pyinfra's CLI only), registered by validation.py:
 # check(site) raises SiteError.
@@ -61,6 +62,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
             problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
     check_site(hosts, where, secret_names, secrets_file, problems, stack)
     check_driver_match(hosts, stack, where, problems)
+    check_weights(hosts, where, problems)
     if problems:
         raise SiteError(problems)
     return Site(

@@ -5,6 +5,7 @@ the release's CLI) are registered from above the model: see validation.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -38,6 +39,17 @@ def register_engine_check(check: EngineCheck) -> None:
         ENGINE_CHECKS.append(check)
 
 
+# Checks of serving_speculative, registered by validation.py: check(host, stack, folder of the
+# inventory file, against which the drafter's and target's config.json copies are found).
+SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
+SPECULATIVE_CHECKS: list[SpeculativeCheck] = []
+
+
+def register_speculative_check(check: SpeculativeCheck) -> None:
+    if check not in SPECULATIVE_CHECKS:
+        SPECULATIVE_CHECKS.append(check)
+
+
 def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
                 problems: list[str], stack: Stack | None = None) -> None:
     vmids: dict[int, str] = {}
@@ -68,9 +80,14 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         if speculative_problem:
             problems.append(f"{here}: {speculative_problem}")
         elif host.in_group("gpu_nodes") and stack is not None:
-            # e.g. the command line rendered per release, checked against that release's real CLI.
+            speculative = [p for check in SPECULATIVE_CHECKS if host.speculative
+                           for p in check(host, stack, Path(where).parent)]
+            # e.g. the command line rendered per release, checked against that release's real CLI;
+            # a bad speculative value is named once, by its own check.
             for check in ENGINE_CHECKS:
-                problems.extend(f"{here}: {p}" for p in check(host, site_hosts, stack.active))
+                problems.extend(f"{here}: {p}" for p in check(host, site_hosts, stack.active)
+                                if not (speculative and "--speculative-" in p))
+            problems.extend(f"{here}: {p}" for p in speculative)
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
@@ -134,7 +151,8 @@ def _speculative_problem(speculative: dict | None) -> str | None:
         return (
             f"serving_speculative = {speculative!r} is invalid ({reasons});"
             " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
-            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4}"
+            " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
+            " 'draft_config': '<drafter config.json>', 'target_config': '<target config.json>'}"
         )
     return None
 

@@ -48,6 +48,9 @@ NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+SSH_PUBLIC_KEY_RE = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+    r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
@@ -188,7 +191,9 @@ class NcclSettings(Section):
 
 
 class SpeculativeSettings(BaseModel):
-    """serving_speculative: an EAGLE/EAGLE-3 drafter."""
+    """serving_speculative: an EAGLE/EAGLE-3 drafter (checked per release by
+    roles/serving/speculative.py). draft_config / target_config: copies of the drafter's and the
+    target's config.json on the control machine, relative to the inventory file."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -197,6 +202,10 @@ class SpeculativeSettings(BaseModel):
     num_steps: int = 3
     eagle_topk: int = 1
     num_draft_tokens: int = 4
+    # SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in 0.5.9/0.5.10).
+    spec_v2: bool = False
+    draft_config: str | None = None
+    target_config: str | None = None
 
 
 class ServingSettings(Section):
@@ -345,6 +354,19 @@ class GuestSettings(Section):
     mmio_window_mb: Annotated[int, positive] | None = None
     # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
     driver_version: DriverVersion | None = None
+    # Public keys (one line each) put in the guest at creation, so the deploy can continue in
+    # it over SSH: `pct create --ssh-public-keys` (root's authorized_keys), `qm --sshkeys`.
+    ssh_public_keys: Annotated[list[str], check(
+        lambda v: all(SSH_PUBLIC_KEY_RE.match(k) for k in v),
+        "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'")] = []
+    # KVM only: a cloud image on the node (`STORAGE:import/<file>` or an absolute path) that
+    # becomes scsi0 (import-from), with a cloud-init drive for user, keys and network.
+    # None: the VM is created empty and you install its OS.
+    cloud_image: Annotated[str, check(
+        lambda v: v.startswith("/") or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,]+$", v),
+        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img")] | None = None
+    # KVM only: cloud-init's user (None: the image's default user, e.g. ubuntu).
+    ciuser: UnixName | None = None
 
 
 class ProxmoxSettings(Section):
@@ -365,6 +387,10 @@ class ProxmoxSettings(Section):
     host_driver: bool = True
     # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
     nvidia_proc_dir: AbsolutePath = "/proc/driver/nvidia"
+    # Let the deploy reboot the node when its kernel arguments, modules or NVIDIA kernel module
+    # need it, and wait up to reboot_timeout seconds; False: the deploy stops and says so.
+    allow_reboot: bool = False
+    reboot_timeout: Annotated[int, positive] = 900
 
 
 class HealthSettings(Section):
@@ -385,6 +411,8 @@ class HealthSettings(Section):
     allreduce_size_mib: Annotated[int, positive] = 256
     server_timeout_s: Annotated[int, positive] = 20  # /health answers within
     max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
+    # With serving_speculative: the drafter's accept length must reach this (1.0: never accepted).
+    min_accept_length: Annotated[float, check(lambda v: v >= 1.0, "a number >= 1.0")] = 1.5
     # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
     # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
     # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
@@ -477,6 +505,100 @@ class GatewaySettings(Section):
     health_failure_threshold: Annotated[int, positive] = 2
 
 
+# SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
+# pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
+SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _pinned_dataset(value: dict) -> bool:
+    if not value:
+        return True
+    if set(value) == {"repo", "revision", "file"}:
+        return bool(_COMMIT_RE.match(str(value["revision"])))
+    if set(value) == {"path", "sha256"}:
+        return str(value["path"]).startswith("/") and bool(re.match(r"^[0-9a-f]{64}$", str(value["sha256"])))
+    return False
+
+
+class Eagle3TrainingSettings(Section):
+    """roles/eagle3_training: the EAGLE-3 drafter training job (SpecForge), laid down by the
+    deploy and started by the user (systemctl start inference-host-eagle3@<step>)."""
+
+    PREFIX: ClassVar[str] = "eagle3_training_"
+
+    enabled: bool = False
+    # Data, hidden states and checkpoints: on a disk with room (the job computes the budget).
+    work_dir: AbsolutePath = "/var/lib/inference-host/eagle3"
+    # "full": SpecForge's locked environment; "no-gpu-deps" (lab only): the packages of the
+    # steps that need no GPU.
+    env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
+    # Git repository of SpecForge (a mirror when air-gapped) and the commit the job runs.
+    specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
+    specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = SPECFORGE_COMMIT
+    # The locked environment (roles/eagle3_training/files/specforge-<lock>.lock.txt): SpecForge's
+    # dependencies at that commit, resolved once.
+    specforge_lock: Annotated[str, check(re.compile(r"^[0-9a-f]{7}$").match,
+                                         "the 7-character commit prefix of a committed lock file")] = SPECFORGE_COMMIT[:7]
+    # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
+    # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
+    dataset: Annotated[dict[str, str], check(
+        _pinned_dataset,
+        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}")] = {}
+    samples: Annotated[int, positive] = 50000
+    max_length: Annotated[int, positive] = 2048
+    chat_template: str = "kimi-k2-instruct"      # SpecForge specforge/data/template.py
+    regenerate_concurrency: Annotated[int, positive] = 32
+    regenerate_max_tokens: Annotated[int, positive] = 2048
+    num_epochs: Annotated[int, positive] = 1
+    learning_rate: Annotated[float, positive] = 1e-4
+    # SpecForge saves a checkpoint every save_interval steps and keeps them all (disk budget).
+    save_interval: Annotated[int, positive] = 5000
+    # The exported drafter: the directory --speculative-draft-model-path loads.
+    export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Written into the weights directory only once every file is verified (roles/weights); the
+# serving unit asserts it, the health suite reads it.
+WEIGHTS_MANIFEST = ".inference-host/manifest.json"
+Commit = Annotated[str, check(COMMIT_RE.match,
+                              "the 40-character commit hash (a branch or tag name such as 'main' moves; pin the"
+                              " commit it points to, shown in the repository's 'Files and versions' history)")]
+HfRepo = Annotated[str, check(HF_REPO_RE.match, "a Hugging Face repository id like moonshotai/Kimi-K2.5")]
+
+
+class WeightsSettings(Section):
+    """roles/weights: the served model's (and its EAGLE-3 drafter's) weights, pinned and verified."""
+
+    PREFIX: ClassVar[str] = "weights_"
+
+    # None: the weights are put in place by other means (nothing is downloaded).
+    repo: HfRepo | None = None
+    revision: Commit | None = None
+    allow_patterns: list[str] = []
+    ignore_patterns: list[str] = []
+    # Where the gpu node reads them; None: serving_model_path.
+    local_dir: AbsolutePath | None = None
+    # A verified copy on a local disk or NAS of the downloading host, copied with rsync instead
+    # of the Hub (air-gapped sites); None: the Hub (or weights_endpoint).
+    source_dir: AbsolutePath | None = None
+    drafter_repo: HfRepo | None = None
+    drafter_revision: Commit | None = None
+    drafter_allow_patterns: list[str] = []
+    drafter_ignore_patterns: list[str] = []
+    # None: serving_speculative's draft_model_path.
+    drafter_local_dir: AbsolutePath | None = None
+    drafter_source_dir: AbsolutePath | None = None
+    # A Hub mirror (HF_ENDPOINT); None: https://huggingface.co.
+    endpoint: Url | None = None
+    # Free space demanded beyond what is still to download.
+    free_space_margin_gib: Annotated[float, check(lambda v: v >= 0, "a number >= 0")] = 20.0
+    # True: re-hash every file now (--data weights_verify=True), not only after a download.
+    verify: bool = False
+    progress_interval_s: Annotated[int, positive] = 30
+    max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = 8
+
+
 SECTIONS: tuple[type[Section], ...] = (
     BaseSettings,
     GpuSettings,
@@ -491,6 +613,8 @@ SECTIONS: tuple[type[Section], ...] = (
     CudaSettings,
     DockerSettings,
     GatewaySettings,
+    Eagle3TrainingSettings,
+    WeightsSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -523,6 +647,8 @@ class HostSettings:
     gateway: GatewaySettings = GatewaySettings()
     # pyinfra's ssh_hostname (connector data): the address the host is reached at.
     ssh_hostname: str | None = None
+    eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
+    weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 

@@ -12,6 +12,17 @@ and prints the comparison with the previous comparable run (same host, workload 
 with the reference figures recorded on the target (tests/infra/reference.yml), then redraws
 reports/bench-history.png.
 
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-spec   # EAGLE-3 on vs off
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-drafter /models/new-drafter
+    uv run python -m tests.infra.bench --inventory inventory/prod.py --ab-spec-v2  # overlap scheduler cost
+
+--ab-spec and --ab-drafter restart the service with another command line: the deployed
+launcher's `exec` line with the --speculative-* flags removed (off) or the draft model path
+replaced, written beside a systemd drop-in that overrides ExecStart; removed afterwards.
+With speculative decoding each record also keeps the server's accept length: bench_serving's
+`accept_length` (/server_info avg_spec_accept_length: the average since the server started,
+which the A/B restarts reset) and the sglang:spec_accept_length gauge of /metrics after the run.
+
 --ab-p2p restarts the service twice: once with NCCL_P2P_DISABLE=0 and once with =1, through a
 temporary systemd drop-in that adds an EnvironmentFile read after the unit's own (later files
 win), and removes the drop-in afterwards (restarting once more), so the host ends as deployed.
@@ -28,6 +39,7 @@ from pathlib import Path
 
 import yaml
 
+from roles.shared import eagle3
 from roles.site import SiteError, load_site
 from tests.infra import gpu_parsers as parse
 from tests.infra.connection import testinfra_url
@@ -39,6 +51,8 @@ METRICS = ("output_throughput", "mean_ttft_ms", "mean_itl_ms", "accept_length")
 LOWER_IS_BETTER = {"mean_ttft_ms", "mean_itl_ms"}
 AB_DROPIN = "90-inference-host-bench-ab.conf"
 AB_ENV = "bench-ab.env"
+SPEC_DROPIN = "90-inference-host-bench-spec.conf"
+SPEC_LAUNCHER = "bench-spec-launch"
 
 
 # -- the workload --------------------------------------------------------------------------------
@@ -82,10 +96,11 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
 
 
 def make_record(host_name: str, label: str, stack: str, workload: dict, results: list[parse.BenchResult],
-                when: str | None = None) -> dict:
+                when: str | None = None, speculative: dict | None = None) -> dict:
     return {
         "time": when or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": host_name, "label": label, "stack": stack, "workload": workload,
+        **({"speculative": speculative} if speculative else {}),
         "results": [{"concurrency": r.max_concurrency or 1, **{m: getattr(r, m) for m in METRICS},
                      "median_ttft_ms": r.median_ttft_ms, "median_itl_ms": r.median_itl_ms,
                      "request_throughput": r.request_throughput} for r in results],
@@ -154,13 +169,19 @@ def comparison_table(record: dict, previous: dict | None, reference: dict) -> st
 
 def ab_table(records: dict[str, dict]) -> str:
     labels = list(records)
-    lines = [f"A/B {' vs '.join(labels)} (same workload, same host)",
-             f"{'conc':>4}  " + "  ".join(f"{label + ' tok/s':>16}" for label in labels) + f"  {'B vs A':>8}"]
     rows = {label: {r["concurrency"]: r for r in rec["results"]} for label, rec in records.items()}
+    accept = any(r.get("accept_length") for rec in rows.values() for r in rec.values())
+    lines = [f"A/B {' vs '.join(labels)} (same workload, same host)",
+             f"{'conc':>4}  " + "  ".join(f"{label + ' tok/s':>16}" for label in labels) + f"  {'B vs A':>8}"
+             + ("  " + "  ".join(f"{label + ' accept':>16}" for label in labels) if accept else "")]
     for concurrency in sorted(rows[labels[0]]):
         values = [rows[label].get(concurrency, {}).get("output_throughput") for label in labels]
         change = _change(values[1], values[0], "output_throughput") if len(values) > 1 else ""
-        lines.append(f"{concurrency:>4}  " + "  ".join(f"{_fmt(v):>16}" for v in values) + f"  {change:>8}")
+        line = f"{concurrency:>4}  " + "  ".join(f"{_fmt(v):>16}" for v in values) + f"  {change:>8}"
+        if accept:
+            line += "  " + "  ".join(f"{_fmt(rows[label].get(concurrency, {}).get('accept_length'), 2):>16}"
+                                     for label in labels)
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -241,16 +262,67 @@ def _wait_healthy(host, expect, timeout_s: int) -> None:
 
 def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
     """disabled None: remove the A/B drop-in (as deployed). Restarts the unit and waits."""
+    set_environment(host, expect, None if disabled is None else f"NCCL_P2P_DISABLE={int(disabled)}", timeout_s)
+
+
+def set_environment(host, expect, assignment: str | None, timeout_s: int) -> None:
+    """One VAR=value over the unit's environment (None: the drop-in removed, as deployed)."""
     folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
-    if disabled is None:
+    if assignment is None:
         script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
     else:
-        script = (f"mkdir -p {folder} && printf 'NCCL_P2P_DISABLE={int(disabled)}\\n' > {folder}/{AB_ENV} && "
+        script = (f"mkdir -p {folder} && printf '{assignment}\\n' > {folder}/{AB_ENV} && "
                   f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}")
     result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
     if result.rc != 0:
-        raise RuntimeError(f"could not switch NCCL P2P on {expect.unit_name}: {result.stderr.strip()}")
+        raise RuntimeError(f"could not set {assignment} on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
+
+
+def _exec_start_path(host, unit: str) -> str:
+    """The script the unit runs (`systemctl show -p ExecStart`: "{ path=/... ; argv[]=... }")."""
+    text = host.run(f"systemctl show -p ExecStart --value {shlex.quote(unit)}").stdout
+    for part in text.replace("{", " ").split(";"):
+        part = part.strip()
+        if part.startswith("path="):
+            return part.removeprefix("path=").strip()
+    raise RuntimeError(f"could not read the ExecStart of {unit}: {text.strip()!r}")
+
+
+def set_speculative(host, expect, speculative: bool | None, timeout_s: int,
+                    draft_model_path: str | None = None) -> None:
+    """speculative None: remove the A/B drop-in (as deployed). Else run the deployed command with
+    speculative decoding on (optionally another drafter) or off. Restarts the unit and waits."""
+    import base64
+
+    folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
+    if speculative is None:
+        script = f"rm -f {folder}/{SPEC_DROPIN} {folder}/{SPEC_LAUNCHER}"
+    else:
+        launcher = _exec_start_path(host, expect.unit_name)
+        text = host.run(f"cat {shlex.quote(launcher)}").stdout
+        argv = eagle3.speculative_variant(eagle3.launcher_argv(text), speculative, draft_model_path)
+        content = ("#!/bin/sh\n# A/B variant of the deployed launcher (tests/infra/bench.py); removed after the run.\n"
+                   f"exec {shlex.join(argv)}\n")
+        encoded = base64.b64encode(content.encode()).decode()
+        script = (f"mkdir -p {folder} && echo {encoded} | base64 -d > {folder}/{SPEC_LAUNCHER} && "
+                  f"chmod 0755 {folder}/{SPEC_LAUNCHER} && "
+                  f"printf '[Service]\\nExecStart=\\nExecStart={folder}/{SPEC_LAUNCHER}\\n' > {folder}/{SPEC_DROPIN}")
+    result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
+    if result.rc != 0:
+        raise RuntimeError(f"could not switch speculative decoding on {expect.unit_name}: {result.stderr.strip()}")
+    _wait_healthy(host, expect, timeout_s)
+
+
+def speculative_figures(host, expect) -> dict | None:
+    """sglang:spec_accept_length after a run (None when the server does not speculate)."""
+    from tests.infra import server_checks, speculative_checks
+
+    if not expect.enable_metrics:
+        return None
+    answer = server_checks.request(host, expect, "/metrics", with_key=False)
+    value = speculative_checks.metrics_accept_length(answer.body) if answer.status == 200 else None
+    return {"metrics_accept_length": value} if value else None
 
 
 # -- command line ------------------------------------------------------------------------------------
@@ -272,6 +344,12 @@ def _arguments(argv):
     parser.add_argument("--min-prompts", type=int, default=8)
     parser.add_argument("--label", default="default", help="names this configuration in the history")
     parser.add_argument("--ab-p2p", action="store_true", help="run the workload with NCCL P2P on, then off")
+    parser.add_argument("--ab-spec", action="store_true",
+                        help="run the workload with speculative decoding (EAGLE-3) on, then off")
+    parser.add_argument("--ab-spec-v2", action="store_true",
+                        help="speculative decoding with SGLANG_ENABLE_SPEC_V2 off (overlap scheduler off), then on")
+    parser.add_argument("--ab-drafter", metavar="PATH",
+                        help="run the workload with the deployed drafter, then with the drafter at PATH (on the host)")
     parser.add_argument("--restart-timeout-s", type=int, default=1800, help="model load after a restart")
     parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY)
     parser.add_argument("--chart", type=Path, help="PNG (default: the history's name with .png)")
@@ -305,6 +383,23 @@ def _target(args) -> dict:
     return target
 
 
+def ab_variants(args, host, expect):
+    """{label: value} and the function that applies a value (None: as deployed)."""
+    timeout = args.restart_timeout_s
+    if args.ab_p2p:
+        return {"p2p-on": False, "p2p-off": True}, lambda v: set_p2p(host, expect, v, timeout)
+    if args.ab_spec:
+        return {"spec-on": True, "spec-off": False}, lambda v: set_speculative(host, expect, v, timeout)
+    if args.ab_spec_v2:  # server_args.py: EAGLE keeps the overlap scheduler only with spec v2
+        return ({"spec-v2-off": "SGLANG_ENABLE_SPEC_V2=0", "spec-v2-on": "SGLANG_ENABLE_SPEC_V2=1"},
+                lambda v: set_environment(host, expect, v, timeout))
+    if args.ab_drafter:
+        def drafter(path):
+            set_speculative(host, expect, None if path is None else True, timeout, path or None)
+        return {"drafter-current": "", "drafter-new": args.ab_drafter}, drafter
+    return {args.label: None}, None
+
+
 def main(argv=None) -> int:
     args = _arguments(argv)
     try:  # before any host is touched: a benchmark of minutes must not fail at its chart
@@ -327,24 +422,25 @@ def main(argv=None) -> int:
     host = testinfra.get_host(target["url"])
     workload = {"dataset": "random-ids", "input_len": args.input_len, "output_len": args.output_len,
                 "concurrency": args.concurrency, "prompts_per_stream": args.prompts_per_stream}
-    variants = {"p2p-on": False, "p2p-off": True} if args.ab_p2p else {args.label: None}
+    expect = target["expect"]
+    variants, switch = ab_variants(args, host, expect)
     records = {}
     try:
-        for label, p2p_disabled in variants.items():
-            if p2p_disabled is not None:
-                print(f"== {label}: restarting {target['expect'].unit_name} with "
-                      f"NCCL_P2P_DISABLE={int(p2p_disabled)}", flush=True)
-                set_p2p(host, target["expect"], p2p_disabled, args.restart_timeout_s)
+        for label, value in variants.items():
+            if switch is not None:
+                print(f"== {label}: restarting {expect.unit_name}", flush=True)
+                switch(value)
             results = run_workload(host, target, args)
-            record = make_record(target.get("label_host", target["name"]), label, target["stack"], workload, results)
+            record = make_record(target.get("label_host", target["name"]), label, target["stack"], workload, results,
+                                 speculative=speculative_figures(host, expect) if expect.speculative else None)
             history = read_history(args.history)
             append_history(args.history, record)
             print(comparison_table(record, previous_comparable(history, record), reference), flush=True)
             records[label] = record
     finally:
-        if args.ab_p2p:
-            print(f"== restoring {target['expect'].unit_name} as deployed (removing the A/B drop-in)")
-            set_p2p(host, target["expect"], None, args.restart_timeout_s)
+        if switch is not None:
+            print(f"== restoring {expect.unit_name} as deployed (removing the A/B drop-in)")
+            switch(None)
     if len(records) > 1:
         print(ab_table(records))
     print(f"history: {args.history}\nchart: {draw_history(read_history(args.history), chart, reference)}")

@@ -73,6 +73,10 @@ class Expectations:
     # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
     # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
     node_rank: int = 0
+    # Speculative decoding (tests/infra/test_speculative.py)
+    speculative: bool = False
+    speculative_num_steps: int = 0
+    min_accept_length: float = 0.0
 
     @classmethod
     def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
@@ -120,6 +124,9 @@ class Expectations:
             server_timeout_s=host.health.server_timeout_s,
             max_unit_restarts=host.health.max_unit_restarts,
             source=source,
+            speculative=host.speculative is not None,
+            speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
+            min_accept_length=host.health.min_accept_length,
         )
 
     @classmethod

@@ -31,6 +31,13 @@ class DeployRun:
     stderr: str
     results: dict | None
 
+    @classmethod
+    def joined(cls, runs: list[DeployRun]) -> DeployRun:
+        """Several runs read as one: outputs and operations in the order they ran."""
+        operations = [op for run in runs for op in (run.results or {}).get("operations", [])]
+        return cls(max(run.returncode for run in runs), "\n".join(run.stdout for run in runs),
+                   "\n".join(run.stderr for run in runs), {"operations": operations})
+
     @property
     def changed(self) -> list[str]:
         """Names of operations that changed something on some host (pyinfra's --json results:

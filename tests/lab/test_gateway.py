@@ -55,7 +55,11 @@ def site(tmp_path_factory):
     folder.mkdir()
     shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder / "stack.yml")
     secrets.set_secret(folder / "secrets.vault.yml", "sglang_api_key", KEY, PASSWORD)
+    model = folder.parent / "model"  # the stand-in reads config.json at start, as SGLang does
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "stand-in"}')
     common = {"stack_file": "stack.yml", "secrets_file": "secrets.vault.yml", "gpu_count": 8,
+              "serving_model_path": str(model),
               "serving_api_key_secret": "sglang_api_key", "serving_port": PORT,
               "serving_served_model_name": MODEL}
     (folder / "site.py").write_text(

@@ -63,17 +63,35 @@ def test_vfio_modules_and_nouveau_blacklist(pve_node):
 
 @pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
                     reason="containers were reused: the first deploy had nothing to do")
-def test_first_deploy_reports_reboot_required_and_creates_guest_before_base(lab_first_deploy, pve_node):
-    names = lab_first_deploy.changed
-    assert any("reboot required" in name for name in names)
-    assert pve_node.file("/run/reboot-required").exists
-    create = next(i for i, n in enumerate(names) if f"Create LXC guest {VMID}" in n)
-    first_base = next(i for i, n in enumerate(names) if n.startswith("Base |"))
-    assert create < first_base, "the guest must exist before the deploy continues inside it"
+def test_walk_from_a_bare_node(lab_walk, pve_node):
+    """Run 1: node prepared, driver built, node rebooted, guest waits (no exception while
+    planning). Run 2: the module is loaded, the guest is created and started. Run 3: the deploy
+    continues inside the guest."""
+    first, second, third = lab_walk
+    assert any("Mark the node: reboot required (NVIDIA driver" in n for n in first.changed)
+    assert any(n.startswith("Proxmox node reboot | Reboot the node") for n in first.changed)
+    assert f"LXC guest {VMID} ({GUEST.name}) waits: the node's NVIDIA driver lists no GPU" in first.stdout + first.stderr
+    assert not any(n.startswith("Base |") for n in first.changed + second.changed)
+    assert any(f"Create LXC guest {VMID}" in n for n in second.changed)
+    assert not any("reboot" in n.lower() for n in second.changed + third.changed)
+    assert any(n.startswith("Base |") for n in third.changed)
+    assert not any("LXC guest" in n for n in third.changed)
+    # The reboot emptied /run; what the boot made is what a real node's boot makes.
+    assert not pve_node.file("/run/reboot-required").exists
+    assert pve_node.run("test -c /dev/nvidia-uvm && test -c /dev/nvidia-uvm-tools").rc == 0
+    assert pve_node.run("dkms status -m nvidia").stdout.strip().endswith(": installed")
+    assert pve_node.service("nvidia-persistenced").is_running
+    assert pve_node.service("nvidia-uvm-devices").is_enabled
+
+
+def test_guest_gets_the_deploys_ssh_key(pve_node):
+    keys = pve_node.file(f"/var/lib/pve-standin/lxc/{VMID}.authorized_keys").content_string
+    assert keys.strip() == GUEST.guest.ssh_public_keys[0]
+    assert pve_node.file(f"/etc/inference-host/guest-keys/{VMID}.pub").mode == 0o600
 
 
 def test_guest_config_has_every_gpu_and_settings(pve_node):
-    config = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{VMID}.conf").content_string)
+    config = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{VMID}.conf").content_string, "lxc")
     effective = config.effective()
     devices = [pve.device_path(effective[k]) for k in pve.LXC_DEVICE_KEYS if k in effective]
     assert sorted(devices) == sorted(
@@ -139,9 +157,9 @@ def test_move_creates_guests_with_their_gpus(moved, pve_node):
     assert any("Create LXC guest 201" in n and "with 4 GPUs" in n for n in names)
     assert any("Create KVM guest 203" in n and "with 2 GPUs" in n for n in names)
     # after the move (a stopped VM takes changes at once): 203 kept GPU 5, 204 has 7 and 6
-    vm = pve.parse_config(pve_node.file("/etc/pve/qemu-server/203.conf").content_string).current
+    vm = pve.parse_config(pve_node.file("/etc/pve/qemu-server/203.conf").content_string, "qemu").current
     assert vm["hostpci0"] == f"{lab.PVE_GPUS[5]},pcie=1" and "hostpci1" not in vm
-    other = pve.parse_config(pve_node.file("/etc/pve/qemu-server/204.conf").content_string).current
+    other = pve.parse_config(pve_node.file("/etc/pve/qemu-server/204.conf").content_string, "qemu").current
     assert other["hostpci0"] == f"{lab.PVE_GPUS[7]},pcie=1"
     assert other["hostpci1"] == f"{lab.PVE_GPUS[6]},pcie=1"
     assert pve_node.run("qm status 203").stdout.strip() == "status: stopped"  # no OS yet: not started
@@ -161,7 +179,7 @@ def test_moving_a_gpu_touches_one_key_per_guest(moved):
 
 
 def test_device_change_on_running_container_is_pending_and_reported(moved, pve_node):
-    config = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string)
+    config = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string, "lxc")
     assert "dev3" in config.current and config.pending_delete == {"dev3"}
     assert "LXC guest 201 has changes pending until it restarts (dev3)" in moved["after"].stderr
     assert "pct reboot 201" in moved["after"].stderr

@@ -70,12 +70,24 @@ def test_cuda_repository_keyring_then_sources_then_update(where, path):
     assert update < driver, "apt must read the new repository before installing from it"
 
 
+@pytest.mark.parametrize("where, headers", [(UBUNTU, "linux-headers-6.8.0-85-generic"),
+                                             (DEBIAN, "linux-headers-6.1.0-37-amd64")])
+def test_full_mode_installs_the_running_kernels_headers_before_the_dkms_package(where, headers):
+    # Without them DKMS skips the build with only a notice; the driver goes in without recommends.
+    p = plan(*where)
+    install = p.index(f"{APT_INSTALL} {headers}")
+    driver = next(i for i, c in enumerate(p.commands) if "nvidia-dkms" in c or "nvidia-kernel-open-dkms" in c)
+    assert install < driver
+    dkms = next(i for i, c in enumerate(p.commands) if c.startswith("dkms status -m nvidia -v "))
+    assert driver < dkms
+
+
 def test_ubuntu_full_driver_packages_pinned_exactly_and_held():
     p = plan(*UBUNTU)
     v = STACK.driver_version
     branch = STACK.driver_branch
     names = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}",
-             f"nvidia-dkms-{branch}-open"]
+             f"nvidia-dkms-{branch}-open", "nvidia-modprobe"]
     install = p.index(
         f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
         + " ".join(f"{n}={v}-0ubuntu1" for n in names))
@@ -88,7 +100,7 @@ def test_ubuntu_full_driver_packages_pinned_exactly_and_held():
 def test_debian_full_driver_packages_pinned_exactly_and_held():
     p = plan(*DEBIAN)
     v = STACK.driver_version
-    names = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms"]
+    names = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms", "nvidia-modprobe"]
     p.index(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
             + " ".join(f"{n}={v}-1" for n in names))
     p.index("apt-mark hold " + " ".join(names))

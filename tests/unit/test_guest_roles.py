@@ -40,7 +40,7 @@ def site(inventory):
 
 def test_pct_create_command(site):
     guest = site.hosts["sglang-lxc"]
-    args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)))
+    args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)[0]))
     assert args[:4] == ["pct", "create", "201", "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"]
     options = dict(zip(args[4::2], args[5::2], strict=True))
     assert options == {
@@ -52,15 +52,63 @@ def test_pct_create_command(site):
     }
 
 
-def test_missing_uvm_node_is_a_clear_error(site):
+def test_missing_uvm_node_makes_the_guest_wait_with_a_reason(site):
+    # No exception while planning: the guest waits for a later run of the same command.
     devices = {**HOST_DEVICES, "nodes": {k: v for k, v in HOST_DEVICES["nodes"].items() if "uvm" not in k}}
-    with pytest.raises(RuntimeError, match="nvidia-uvm.*missing on the node"):
-        wanted_devices(site.hosts["sglang-lxc"], devices)
+    paths, waiting = wanted_devices(site.hosts["sglang-lxc"], devices)
+    assert paths == []
+    assert "/dev/nvidia-uvm, /dev/nvidia-uvm-tools missing on the node" in waiting
+    assert "nvidia-modprobe -u -c0" in waiting
 
 
-def test_gpu_unknown_to_host_driver_is_a_clear_error(site):
-    with pytest.raises(RuntimeError, match=f"GPU {GPU1}, but the node's NVIDIA driver lists no such GPU"):
-        wanted_devices(site.hosts["sglang-lxc"], {**HOST_DEVICES, "minors": {}})
+def test_node_driver_listing_no_gpu_yet_makes_the_guest_wait(site):
+    # A bare node: its driver is installed in this very run and loads only after the reboot.
+    paths, waiting = wanted_devices(site.hosts["sglang-lxc"], {"minors": {}, "nodes": {}})
+    assert paths == []
+    assert f"lists no GPU {GPU1} yet" in waiting
+
+
+def test_pct_create_puts_the_deploys_ssh_keys(inventory):
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw deploy@control"
+    site = load_site(inventory.groups(
+        proxmox_hosts=[NODE],
+        lxc_guests=[("sglang-lxc", {"guest_vmid": 201, "guest_node": "pve", "guest_gpu_addresses": [GPU1],
+                                    "guest_ssh_public_keys": [key]})]))
+    guest = site.hosts["sglang-lxc"]
+    args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)[0]))
+    assert args[args.index("--ssh-public-keys") + 1] == "/etc/inference-host/guest-keys/201.pub"
+
+
+def test_qm_create_from_a_cloud_image_with_cloud_init(inventory):
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw deploy@control"
+    site = load_site(inventory.groups(
+        proxmox_hosts=[NODE],
+        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
+                                   "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
+                                   "guest_ciuser": "root", "guest_ssh_public_keys": [key],
+                                   "guest_ip": "10.0.0.202/24", "guest_gateway": "10.0.0.1"})]))
+    args = shlex.split(qm_create(site.hosts["sglang-vm"]))
+    options = dict(zip(args[3::2], args[4::2], strict=True))
+    assert options["--scsi0"] == "local-lvm:0,import-from=local:import/noble-server-cloudimg-amd64.img,iothread=1"
+    assert options["--ide2"] == "local-lvm:cloudinit"
+    assert options["--ciuser"] == "root"
+    assert options["--sshkeys"] == "/etc/inference-host/guest-keys/202.pub"
+    assert options["--ipconfig0"] == "gw=10.0.0.1,ip=10.0.0.202/24"  # stored as given, sorted
+    assert options["--boot"] == "order=scsi0" and options["--serial0"] == "socket"
+
+
+def test_bad_ssh_key_and_cloud_image_are_refused(inventory):
+    from roles.site import SiteError
+
+    with pytest.raises(SiteError) as error:
+        load_site(inventory.groups(
+            proxmox_hosts=[NODE],
+            kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve",
+                                       "guest_ssh_public_keys": ["AAAA no type"],
+                                       "guest_cloud_image": "noble.img"})]))
+    text = str(error.value)
+    assert "guest_ssh_public_keys" in text and "OpenSSH public key lines" in text
+    assert "guest_cloud_image" in text and "local:import/" in text
 
 
 def test_qm_create_command(site):
@@ -77,16 +125,16 @@ def test_qm_create_command(site):
 
 def test_existing_lxc_guest_converges_with_only_the_differences(site):
     # the sample guest: 2 GPUs + pending changes; the inventory wants GPU1 only, hostname sglang-lxc
-    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text())
+    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text(), "lxc")
     guest = site.hosts["sglang-lxc"]
-    plan = pct_plan(guest, config, wanted_devices(guest, HOST_DEVICES))
+    plan = pct_plan(guest, config, wanted_devices(guest, HOST_DEVICES)[0])
     # dev5 (/dev/nvidia2, pending) goes; firewall=1 on net0 is not ours: net0 is rewritten with the same MAC
     assert plan.delete == ("dev5",)
     assert plan.set == {"net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"}
 
 
 def test_existing_vm_converges_with_only_the_differences(site):
-    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text())
+    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
     plan = qm_plan(site.hosts["sglang-vm"], config)
     # the effective config has hostpci0 (GPU 0000:81..) and pending hostpci2: both replaced by GPU2
     assert plan.set == {"hostpci0": f"{GPU2},pcie=1"}

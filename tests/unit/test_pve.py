@@ -27,7 +27,7 @@ H200 = DATA / "gpu" / "h200-1gpu"
 
 
 def test_lxc_conf_with_pending_section_and_snapshot():
-    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text())
+    config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text(), "lxc")
     assert config.current["dev1"] == "/dev/nvidia1"
     assert config.pending == {"dev5": "/dev/nvidia2,mode=0666"}
     assert config.pending_delete == {"dev1"}
@@ -37,14 +37,14 @@ def test_lxc_conf_with_pending_section_and_snapshot():
 
 
 def test_effective_config_equals_what_pct_config_prints():
-    from_file = pve.parse_config((PROXMOX / "lxc-201.conf").read_text()).effective()
-    printed = pve.parse_config((PROXMOX / "pct-config-201.txt").read_text()).current
+    from_file = pve.parse_config((PROXMOX / "lxc-201.conf").read_text(), "lxc").effective()
+    printed = pve.parse_config((PROXMOX / "pct-config-201.txt").read_text(), "lxc").current
     printed.pop("description")  # pct config prints it, the file keeps it as # lines
     assert from_file == printed
 
 
 def test_qemu_conf_hostpci_and_pending_delete():
-    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text())
+    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
     assert pve.hostpci_address(config.current["hostpci1"]) == "0000:a1:00.0"
     assert pve.parse_property_string(config.current["hostpci1"], "host") == {
         "host": "0000:a1:00.0", "pcie": "1", "x-vga": "1"}
@@ -53,12 +53,66 @@ def test_qemu_conf_hostpci_and_pending_delete():
     assert "hostpci1" not in config.effective()
 
 
+def test_qemu_conf_cloudinit_and_snapshot_sections_stay_out():
+    config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
+    effective = config.effective()
+    assert effective["ipconfig0"] == "ip=dhcp"  # not [special:cloudinit]'s older value
+    assert effective["name"] == "sglang-vm"  # not the cloud-init section's old name
+    assert effective["cores"] == "32"  # not the snapshot's 16
+    assert "hostpci3" not in effective and "snaptime" not in effective
+    assert config.pending == {"hostpci2": "0000:c1:00.0,pcie=1"}
+
+
+def test_vm_pending_is_not_read_from_a_container_header():
+    # A VM's pending section is [PENDING]; read as a container's config it would be a snapshot
+    # named PENDING (pve-container's snapshot regex), so the pending delete is not seen.
+    text = (PROXMOX / "qemu-202.conf").read_text()
+    assert pve.parse_config(text, "lxc").pending_delete == frozenset()
+    assert pve.parse_config(text, "qemu").pending_delete == {"hostpci1"}
+
+
+def test_upstream_qemu_server_sections_sample():
+    # qemu-server 8.4.10 src/test/parse-config-input/sections.conf, verbatim.
+    config = pve.parse_config((PROXMOX / "upstream-qemu-server-8.4.10-sections.conf").read_text(), "qemu")
+    assert config.pending == {"bios": "ovmf"}
+    assert config.current["ipconfig0"] == "ip6=dhcp"
+    assert config.current["name"] == "deb1223"
+    assert config.current["parent"] == "foo"
+    assert "snaptime" not in config.current
+    assert config.effective()["bios"] == "ovmf"
+
+
+def test_upstream_qemu_server_snapshot_named_cloudinit():
+    # A snapshot may be called "cloudinit": only [special:cloudinit] is the special section.
+    config = pve.parse_config(
+        (PROXMOX / "upstream-qemu-server-8.4.10-cloudinit-snapshot.conf").read_text(), "qemu")
+    assert config.current["numa"] == "0"  # the snapshot's bogus "numa: verify meee~ :)" stays out
+    assert config.current["ipconfig0"] == "ip6=dhcp"
+    assert not config.has_pending
+
+
+def test_upstream_pve_container_snapshot_sample():
+    # pve-container 5.3.5 src/test/snapshot-expected/create/lxc/101.conf, verbatim.
+    config = pve.parse_config(
+        (PROXMOX / "upstream-pve-container-5.3.5-snapshot-101.conf").read_text(), "lxc")
+    assert config.current["parent"] == "test"
+    assert config.current["swap"] == "512"
+    assert "snaptime" not in config.current
+    assert not config.has_pending
+
+
+def test_qemu_unknown_section_is_skipped():
+    text = "cores: 4\n\n[special:other]\ncores: 8\n\n[pve:pending]\ncores: 16\n"
+    config = pve.parse_config(text, "qemu")
+    assert config.effective() == {"cores": "4"}
+
+
 def test_guest_state_fact_output():
     text = "status: running\n---\n" + (PROXMOX / "lxc-201.conf").read_text()
-    state = parse_guest_state(text.splitlines())
+    state = parse_guest_state(text.splitlines(), "lxc")
     assert state["status"] == "running"
     assert state["config"].current["hostname"] == "sglang-lxc"
-    assert parse_guest_state([]) is None
+    assert parse_guest_state([], "lxc") is None
 
 
 # --- rendering the lines the roles want ---------------------------------------------------------
@@ -136,7 +190,7 @@ def test_changed_options_rewrite_the_entry_in_place_and_path_prefix_is_equivalen
 
 
 def test_converged_config_plans_nothing():
-    effective = pve.parse_config((PROXMOX / "qemu-202.conf").read_text()).effective()
+    effective = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu").effective()
     wanted = [effective["hostpci0"], effective["hostpci2"]]
     assert not pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted, pve.hostpci_address,
                                 pve.same_hostpci)
@@ -208,3 +262,30 @@ def test_vfio_modules_file():
     template = jinja2.Template((PROJECT_ROOT / "roles" / "proxmox_host" / "templates" / "vfio.conf.j2").read_text())
     lines = [line for line in template.render(modules=VFIO_MODULES).splitlines() if not line.startswith("#")]
     assert lines == ["vfio", "vfio_iommu_type1", "vfio_pci"]
+
+
+# --- the lab's pct/qm stand-ins write the sections upstream writes -------------------------------
+
+
+@pytest.mark.parametrize(("kind", "folder", "header"), [
+    ("lxc", "lxc", "[pve:pending]"), ("qemu", "qemu-server", "[PENDING]")])
+def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, monkeypatch, kind,
+                                                                      folder, header):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pve_standin", PROJECT_ROOT / "tests" / "standins" / "proxmox" / "pve_standin.py")
+    standin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(standin)
+    monkeypatch.setattr(standin, "PVE_DIR", tmp_path)
+    path = standin.conf_path(folder, 300)
+    path.parent.mkdir(parents=True)
+    path.write_text("cores: 4\nparent: snap1\n\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
+    standin.write_conf(folder, 300, {"cores": "4", "parent": "snap1"},
+                       {"cores": "8", "delete": "dev0"})
+    text = path.read_text()
+    assert f"\n{header}\ncores: 8\ndelete: dev0\n" in text
+    assert text.endswith("\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
+    config = pve.parse_config(text, kind)
+    assert config.pending == {"cores": "8"} and config.pending_delete == {"dev0"}
+    assert config.current == {"cores": "4", "parent": "snap1"}

@@ -70,14 +70,86 @@ echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driv
 exit 9
 """
 
-PERSISTENCED = """#!/bin/sh
+# Where the lab's stand-in kernel (tests/standins/proxmox/pve-standin-kernel) lists a loaded
+# module, since /proc cannot be written in a container; /run is emptied at every boot like /proc.
+STANDIN_PROC = "/run/pve-standin/proc-driver-nvidia"
+
+PERSISTENCED = f"""#!/bin/sh
 # STAND-IN nvidia-persistenced (inference-host lab): the real daemon needs a loaded module.
-if [ ! -r /proc/driver/nvidia/version ]; then
+if [ ! -r /proc/driver/nvidia/version ] && [ ! -r {STANDIN_PROC}/version ]; then
     echo "nvidia-persistenced failed to initialize: no NVIDIA kernel module is loaded" >&2
     exit 1
 fi
 exec sleep infinity
 """
+
+# nvidia-modprobe's -u (load nvidia-uvm) with -c N (then make its device files), as documented
+# in NVIDIA's nvidia-modprobe.1 (github.com/NVIDIA/nvidia-modprobe, nvidia-modprobe.1.m4); the
+# real tool exits 1 when the module cannot be loaded. nvidia-uvm's major is dynamic (511 here).
+NVIDIA_MODPROBE = f"""#!/bin/sh
+# STAND-IN nvidia-modprobe (inference-host lab): no kernel module can be loaded in a container.
+# With the (stand-in) nvidia module loaded, -u -c N makes /dev/nvidia-uvm and /dev/nvidia-uvm-tools.
+uvm=0; create=""
+for arg in "$@"; do
+    case "$arg" in
+        -u|--unified-memory) uvm=1 ;;
+        -c*|--create-nvidia-device-file=*) create=1 ;;
+    esac
+done
+if [ ! -r /proc/driver/nvidia/version ] && [ ! -r {STANDIN_PROC}/version ]; then
+    exit 1
+fi
+if [ "$uvm" = 1 ] && [ -n "$create" ]; then
+    [ -c /dev/nvidia-uvm ] || mknod -m 0666 /dev/nvidia-uvm c 511 0
+    [ -c /dev/nvidia-uvm-tools ] || mknod -m 0666 /dev/nvidia-uvm-tools c 511 1
+fi
+exit 0
+"""
+
+# dkms 3.0.10 (Debian 12), what `dkms status` prints ("<module>/<version>, <kernel>, <arch>:
+# installed", or "<module>/<version>: added" when built for no kernel), read from its tree
+# /var/lib/dkms/<module>/<version>/<kernel>/<arch>/module/.
+DKMS = """#!/bin/sh
+# STAND-IN dkms (inference-host lab): only `dkms status [-m M] [-v V]`, read from /var/lib/dkms.
+[ "$1" = status ] || { echo "dkms (stand-in): only 'status' is available in the lab" >&2; exit 1; }
+shift; mod='*'; ver='*'
+while [ $# -gt 0 ]; do
+    case "$1" in -m) mod="$2"; shift ;; -v) ver="$2"; shift ;; esac; shift
+done
+for dir in /var/lib/dkms/$mod/$ver; do
+    [ -d "$dir/source" ] || continue
+    m=$(basename "$(dirname "$dir")"); v=$(basename "$dir"); built=
+    for k in "$dir"/*/x86_64/module; do
+        [ -d "$k" ] || continue
+        kernel=$(basename "$(dirname "$(dirname "$k")")")
+        echo "$m/$v, $kernel, x86_64: installed"; built=1
+    done
+    [ -n "$built" ] || echo "$m/$v: added"
+done
+"""
+
+
+def _dkms_postinst(version: str) -> str:
+    """What the real package's postinst does through dkms: add the source, build and install
+    for every kernel whose headers are there (/lib/modules/<kernel>/build), and skip the
+    others with dkms's own notice. The lab's kernel is the running one."""
+    tree = f"/var/lib/dkms/nvidia/{version}"
+    return f"""#!/bin/sh
+set -e
+mkdir -p {tree}
+ln -sfn /usr/src/nvidia-{version} {tree}/source
+kernel=$(uname -r)
+if [ -e /lib/modules/$kernel/build ]; then
+    echo "Building module(s)... done. (stand-in)"
+    mkdir -p {tree}/$kernel/x86_64/module
+    for ko in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do
+        echo "stand-in $ko.ko {version}" > {tree}/$kernel/x86_64/module/$ko.ko
+    done
+else
+    echo "Module build for kernel $kernel was skipped since the kernel headers for this kernel do not seem to be installed."
+fi
+"""
+
 
 # The unit the real package installs (ExecStart as in NVIDIA's nvidia-persistenced sources,
 # init/systemd/nvidia-persistenced.service.template).
@@ -125,9 +197,14 @@ def driver_packages(version: str) -> list[Package]:
         Package("nvidia-persistenced", v,
                 files={"/usr/bin/nvidia-persistenced": (PERSISTENCED, 0o755),
                        "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT, 0o644)}),
-        # The real package depends on dkms and builds the open modules; a container can
-        # neither build nor load kernel modules, so the stand-in carries no dkms dependency.
-        Package("nvidia-kernel-open-dkms", v, depends=[f"nvidia-kernel-support {same}"]),
+        # The real package depends on dkms and builds the open modules through it; the stand-in
+        # records a build in dkms's tree, only where headers exist (see _dkms_postinst).
+        Package("nvidia-kernel-open-dkms", v, depends=[f"nvidia-kernel-support {same}", "dkms"],
+                files={f"/usr/src/nvidia-{version}/dkms.conf": (
+                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\n', 0o644)},
+                postinst=_dkms_postinst(version),
+                prerm=f"#!/bin/sh\nrm -rf /var/lib/dkms/nvidia/{version}\n"),
+        Package("nvidia-modprobe", v, files={"/usr/bin/nvidia-modprobe": (NVIDIA_MODPROBE, 0o755)}),
         Package("nvidia-kernel-dkms", v, depends=[f"nvidia-kernel-support {same}"]),
         # The meta-package the issue warns about: it pulls the proprietary flavor.
         Package("cuda-drivers", v, depends=[f"nvidia-driver-cuda {same}", f"nvidia-kernel-dkms {same}"]),
@@ -166,6 +243,10 @@ def cuda_repo_packages() -> list[Package]:
                 conffiles=[f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list"]),
         Package("cuda-toolkit-config-common", "12.8.90-1", arch="all"),
         Package("cuda", "12.8.1-1", depends=["cuda-12-8 (>= 12.8.1)"]),
+        # Debian 12's dkms is 3.0.10-8+deb12u1; this stand-in's version sorts above it, so that
+        # apt takes it (the real one would pull a compiler to build a module nobody can load).
+        Package("dkms", "3.0.10-8+deb12u1+standin1", arch="all",
+                files={"/usr/sbin/dkms": (DKMS, 0o755)}),
     ]
     for version in DRIVER_VERSIONS:
         packages += driver_packages(version)
@@ -173,6 +254,34 @@ def cuda_repo_packages() -> list[Package]:
     packages += cuda_packages("13.0", "13.0.2", "13.0.88", "13.0.96", 130)
     packages += dcgm_packages(Package)  # DCGM 4 (tests/standins/nvidia_apt_repo/dcgm.py)
     return packages
+
+
+# Proxmox VE 8's package server is unreachable too. A fresh Proxmox VE 8 node has its
+# repository configured (pve-no-subscription or enterprise); the lab's node gets this one at
+# bring-up (lab.prepare_pve_node), with the real layout (a "bookworm" suite, component
+# pve-no-subscription) and the package chain the driver role installs for DKMS.
+PVE_KERNEL = "6.8.12-9-pve"
+PVE_HEADERS_SCRIPT = """#!/bin/sh
+set -e
+# STAND-IN: the real package ships /usr/src/linux-headers-{kernel} and the link
+# /lib/modules/{kernel}/build. The lab's node boots the engine host's kernel, so the link is
+# made for the running kernel: the kernel this node boots next, as after a real install.
+mkdir -p /usr/src/linux-headers-{kernel}
+mkdir -p /lib/modules/$(uname -r)
+ln -sfn /usr/src/linux-headers-{kernel} /lib/modules/$(uname -r)/build
+"""
+
+
+def proxmox_repo_packages() -> list[Package]:
+    series = PVE_KERNEL.rsplit(".", 1)[0]  # 6.8
+    return [
+        Package("proxmox-default-headers", "1.1.0", arch="all", depends=[f"proxmox-headers-{series}"]),
+        Package(f"proxmox-headers-{series}", "6.8.12-9", arch="all",
+                depends=[f"proxmox-headers-{PVE_KERNEL}"]),
+        Package(f"proxmox-headers-{PVE_KERNEL}", "6.8.12-9",
+                postinst=PVE_HEADERS_SCRIPT.format(kernel=PVE_KERNEL),
+                prerm=f"#!/bin/sh\nrm -f /lib/modules/$(uname -r)/build\nrm -rf /usr/src/linux-headers-{PVE_KERNEL}\n"),
+    ]
 
 
 def toolkit_repo_packages() -> list[Package]:
@@ -267,6 +376,35 @@ def _index_and_sign(repo: Path, gnupg: Path, label: str) -> None:
     _run(*gpg, "-abs", "-o", "Release.gpg", "Release", cwd=repo)
 
 
+def _proxmox_repo(root: Path, key: bytes, gnupg: Path) -> None:
+    """download.proxmox.com/debian/pve: dists/bookworm/pve-no-subscription/binary-amd64, pool/."""
+    pool = root / "pool"
+    pool.mkdir(parents=True)
+    for package in proxmox_repo_packages():
+        _build_deb(package, pool, key)
+    index = root / "dists" / "bookworm" / "pve-no-subscription" / "binary-amd64"
+    index.mkdir(parents=True)
+    (index / "Packages").write_text(_run("apt-ftparchive", "packages", "pool", cwd=root))
+    _run("gzip", "-kf9n", "Packages", cwd=index)
+    suite = root / "dists" / "bookworm"
+    release = _run("apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=Proxmox",
+                   "-o", "APT::FTPArchive::Release::Label=Proxmox Debian Repository (stand-in)",
+                   "-o", "APT::FTPArchive::Release::Suite=stable",
+                   "-o", "APT::FTPArchive::Release::Codename=bookworm",
+                   "-o", "APT::FTPArchive::Release::Architectures=amd64",
+                   "-o", "APT::FTPArchive::Release::Components=pve-no-subscription",
+                   "release", ".", cwd=suite)
+    (suite / "Release").write_text(release)
+    gpg = ["gpg", "--homedir", str(gnupg), "--batch", "--yes"]
+    _run(*gpg, "--clearsign", "-o", "InRelease", "Release", cwd=suite)
+    _run(*gpg, "-abs", "-o", "Release.gpg", "Release", cwd=suite)
+
+
+def signing_key() -> bytes:
+    """The stand-in repositories' public key (binary), for a node's trusted.gpg.d."""
+    return _signing_key()[1]
+
+
 def _fingerprint() -> str:
     sources = [Path(__file__).read_bytes(), (HERE / "nvidia-ctk").read_bytes()]
     return hashlib.sha256(b"".join(sources)).hexdigest()[:16]
@@ -287,6 +425,7 @@ def build() -> Path:
             _build_deb(package, repo, key)
     _index_and_sign(cuda_repo, gnupg, "NVIDIA CUDA (inference-host stand-in)")
     _index_and_sign(toolkit_repo, gnupg, "libnvidia-container (inference-host stand-in)")
+    _proxmox_repo(staging / "proxmox" / "debian" / "pve", key, gnupg)
     (staging / "libnvidia-container" / "gpgkey").write_text(armored)
     (staging / "ready").write_text(_fingerprint() + "\n")
     shutil.rmtree(www, ignore_errors=True)

@@ -13,12 +13,13 @@ What is mirrored from the documented source (branch stable-bookworm = PVE 8):
 - errors: pve-common src/PVE/JSONSchema.pm + Exception.pm ("400 Parameter verification failed."
   then "key: message" lines, then the short usage; Getopt's "Unknown option: x" then "400 unable
   to parse option"), exit status 255 like a perl `die`;
-- config files: write_pct_config / write_vm_config (sorted "key: value" lines, `[pve:pending]`
-  section with a `delete:` line), allocated volumes printed as `STORAGE:vm-ID-disk-N,size=NG`,
+- config files: write_pct_config / write_vm_config (sorted "key: value" lines, then the pending
+  section with a `delete:` line: `[pve:pending]` for a container, `[PENDING]` for a VM; later
+  `[special:*]` and snapshot sections are kept as they are), allocated volumes printed as `STORAGE:vm-ID-disk-N,size=NG`,
   a generated hwaddr/MAC on network devices, raw values of devN/hostpciN kept as given;
 - pending: a running guest gets only hot-pluggable keys applied (pve-container
   vmconfig_hotplug_pending and $LXC_FASTPLUG_OPTIONS; qemu-server's fast-plug options, network
-  and disk hotplug); everything else lands in `[pve:pending]` until the next start.
+  and disk hotplug); everything else lands in the pending section until the next start.
 
 What is not real: no container or VM runs (start/stop only record a status), no storage is
 allocated (volume names are invented in Proxmox's naming scheme), and a devN path is checked the
@@ -291,7 +292,7 @@ for bus, count in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16)):
     QM_SCHEMA.update({f"{bus}{i}": property_string(DRIVE, "file") for i in range(count)})
 QM_SCHEMA.update({f"unused{i}": anything for i in range(256)})
 
-# Applied at once on a running guest; the rest waits in [pve:pending] for the next start.
+# Applied at once on a running guest; the rest waits in the pending section for the next start.
 LXC_HOTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores",
                "tags", "lock", "memory", "swap", "cpulimit", "cpuunits"} | {f"net{i}" for i in range(32)}
 QM_HOTPLUG = ({"name", "onboot", "shares", "startup", "description", "protection", "vmstatestorage",
@@ -395,21 +396,34 @@ def conf_path(kind: str, vmid: int) -> Path:
     return PVE_DIR / "nodes" / NODE / kind / f"{vmid}.conf"
 
 
+def pending_header(kind: str) -> str:
+    """pve-container 5.3.5 write_pct_config writes "[pve:pending]"; qemu-server 8.4.10
+    write_vm_config writes "[PENDING]" (both src files on branch stable-bookworm)."""
+    return "[pve:pending]" if kind == "lxc" else "[PENDING]"
+
+
 def read_conf(kind: str, vmid: int) -> tuple[dict, dict]:
+    current, pending, _ = _read_sections(kind, vmid)
+    return current, pending
+
+
+def _read_sections(kind: str, vmid: int) -> tuple[dict, dict, str]:
+    """Main and pending keys, and the later sections ([special:*], snapshots) as written."""
     current: dict[str, str] = {}
     pending: dict[str, str] = {}
     section = current
-    for line in conf_path(kind, vmid).read_text().splitlines():
+    lines = conf_path(kind, vmid).read_text().splitlines()
+    for index, line in enumerate(lines):
         if not line.strip() or line.startswith("#"):
             continue
-        if line.strip().lower() == "[pve:pending]":
+        if line.strip().lower() == pending_header(kind).lower():
             section = pending
             continue
         if line.startswith("["):
-            break  # snapshots: the stand-in makes none
+            return current, pending, "\n".join(lines[index:]) + "\n"
         key, _, value = line.partition(":")
         section[key.strip()] = value.strip()
-    return current, pending
+    return current, pending, ""
 
 
 def write_conf(kind: str, vmid: int, current: dict, pending: dict) -> None:
@@ -418,10 +432,13 @@ def write_conf(kind: str, vmid: int, current: dict, pending: dict) -> None:
         lxc = [(k, v) for k, v in conf.items() if k.startswith("lxc.")]
         return "".join(f"{k}: {v}\n" for k, v in sorted(raw) + lxc)
 
+    path = conf_path(kind, vmid)
+    later = _read_sections(kind, vmid)[2] if path.exists() else ""
     text = block(current)
     if pending:
-        text += "\n[pve:pending]\n" + block(pending)
-    path = conf_path(kind, vmid)
+        text += f"\n{pending_header(kind)}\n" + block(pending)
+    if later:  # special sections and snapshots follow the pending one, kept as they are
+        text += "\n" + later
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
@@ -467,8 +484,22 @@ def allocate(storage: str, vmid: int, spec: str, taken: dict, default_size: str)
     """`local-lvm:500` -> `local-lvm:vm-101-disk-0,size=500G` (first free disk number)."""
     first, _, rest = spec.partition(",")
     store, _, size = first.partition(":")
+    if size == "cloudinit":  # qemu-server Cloudinit.pm: one drive per VM, always a cdrom
+        return f"{store}:vm-{vmid}-cloudinit,media=cdrom"
     if not re.fullmatch(r"\d+(\.\d+)?", size or ""):
         return spec  # an existing volume or a path: kept as given
+    imported = [o for o in rest.split(",") if o.startswith("import-from=")]
+    if imported:  # qemu-server API2/Qemu.pm: "<storage>:0,import-from=<source>", a copy of it
+        source = imported[0].removeprefix("import-from=")
+        if size != "0":
+            raise ParamError({"scsi0": "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>"})
+        if not os.path.isabs(source) and not source.split(":", 1)[-1].startswith("import/"):
+            raise ParamError({"scsi0": f"invalid format - import-from: '{source}' is not a path or import volume"})
+        path = source if os.path.isabs(source) else f"/var/lib/vz/{source.split(':', 1)[1]}"
+        if not os.path.isfile(path):
+            raise PveError(f"failed to stat '{path}'")
+        rest = ",".join(o for o in rest.split(",") if not o.startswith("import-from="))
+        default_size = f"{os.path.getsize(path) // (1024 * 1024) or 1}M"
     used = " ".join(taken.values())
     disk = 0
     while f"vm-{vmid}-disk-{disk}" in used:

@@ -10,6 +10,8 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   /metrics (only with --enable-metrics);
 - the start-up log: the `server_args=...` line of the installed release, built from that
   release's own (patched) source (startup_log.py says how);
+- --model-path must hold a model: config.json is read and the *.safetensors files read through
+  before the server answers (SGLang fails its start without them);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
@@ -17,7 +19,18 @@ The version it reports is the sglang distribution installed in the interpreter r
 (the real wheel the deploy put into the environment). Generated text is deterministic and
 varied (no repeated token loop), so a server check that looks at text can pass or fail.
 
+- speculative decoding (--speculative-algorithm EAGLE/EAGLE3): the drafter directory must hold a
+  config.json (the real server loads it with transformers' AutoConfig and fails to start
+  otherwise); the scheduler's bookkeeping of srt/observability/scheduler_metrics_mixin.py
+  (0.5.10; srt/managers in 0.5.9): accepted tokens per verify forward ("accept len"), accept
+  rate = accept length / draft tokens, logged per decode as "accept len: X, accept rate: Y",
+  exported as the gauges sglang:spec_accept_length and sglang:spec_accept_rate, and the
+  cumulative average as internal_states[0].avg_spec_accept_length of /server_info
+  (srt/managers/scheduler.py get_internal_state), which bench_serving prints as "Accept length".
+
 Lab-only knobs (environment, set through serving_extra_env):
+  INFERENCE_HOST_STANDIN_ACCEPT_LENGTH   accept length with speculative decoding (default 2.6,
+                                         at most num_steps + 1)
   INFERENCE_HOST_STANDIN_LOAD_SECONDS    seconds before /health_generate answers 200 (default 2)
   INFERENCE_HOST_STANDIN_NEVER_HEALTHY   comma list of sglang versions that never get ready
   INFERENCE_HOST_STANDIN_STUBBORN_CHILD  1: spawn a child that ignores SIGTERM (orphan test)
@@ -96,6 +109,27 @@ class State:
         never = os.environ.get("INFERENCE_HOST_STANDIN_NEVER_HEALTHY", "")
         self.never_healthy = version in [v.strip() for v in never.split(",") if v.strip()]
         self.load_seconds = float(os.environ.get("INFERENCE_HOST_STANDIN_LOAD_SECONDS", "2"))
+        self.speculative = args.speculative_algorithm is not None
+        steps = int(args.speculative_num_steps or 3)
+        self.draft_tokens = int(args.speculative_num_draft_tokens or steps + 1)
+        self.accept_length = min(float(os.environ.get("INFERENCE_HOST_STANDIN_ACCEPT_LENGTH", "2.6")), steps + 1.0)
+        self.spec_forward_ct = 0          # since start (avg_spec_accept_length)
+        self.spec_accepted = 0
+        self.last_accept_length = 0.0     # the gauge: most recent decode
+        self.last_accept_rate = 0.0
+
+    def decoded(self, tokens: int) -> None:
+        """Book a decode of `tokens` tokens as the scheduler does with a drafter."""
+        self.generated_tokens += tokens
+        if not self.speculative or tokens == 0:
+            return
+        forwards = max(1, round(tokens / self.accept_length))
+        self.spec_forward_ct += forwards
+        self.spec_accepted += tokens
+        self.last_accept_length = tokens / forwards
+        self.last_accept_rate = self.last_accept_length / self.draft_tokens
+        sys.stderr.write(f"[stand-in] Decode batch, #running-req: 1, accept len: {self.last_accept_length:.2f},"
+                         f" accept rate: {self.last_accept_rate:.2f}, gen throughput (token/s): 0.00\n")
 
     def ready(self) -> bool:
         return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
@@ -145,7 +179,16 @@ def make_handler(state: State):
                 text = (f'sglang:num_requests_total{{model_name="{name}"}} {state.requests}\n'
                         f'sglang:generation_tokens_total{{model_name="{name}"}} {state.generated_tokens}\n'
                         f'sglang:num_running_reqs{{model_name="{name}"}} 0\n')
+                labels = f'engine_type="unified",model_name="{name}",pp_rank="0",tp_rank="0"'
+                text += (f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{{{labels}}} {state.last_accept_length}\n"
+                         f"# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{{labels}}} {state.last_accept_rate}\n")
                 return self._send(200, text.encode(), "text/plain; version=0.0.4")
+            if path in ("/server_info", "/get_server_info"):
+                internal = {"last_gen_throughput": 0.0}
+                if state.speculative and state.spec_forward_ct:
+                    internal["avg_spec_accept_length"] = state.spec_accepted / state.spec_forward_ct
+                return self._send(200, {**{k: v for k, v in vars(args).items() if k != "api_key"},
+                                        "internal_states": [internal], "version": state.version})
             return self._send(404, {"detail": "Not Found"})
 
         def do_POST(self):
@@ -163,7 +206,7 @@ def make_handler(state: State):
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 tokens = generate_text(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
-                state.generated_tokens += len(tokens)
+                state.decoded(len(tokens))
                 return self._send(200, {"text": " ".join(tokens), "meta_info": {
                     "id": hashlib.md5(json.dumps(body).encode()).hexdigest(),
                     "prompt_tokens": len(str(body.get("text", "")).split()),
@@ -172,7 +215,7 @@ def make_handler(state: State):
             if path == "/v1/chat/completions":
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
                 tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
-                state.generated_tokens += len(tokens)
+                state.decoded(len(tokens))
                 return self._send(200, {
                     "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],
                     "object": "chat.completion", "created": int(time.time()),
@@ -193,9 +236,34 @@ def spawn_stubborn_child() -> None:
     subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
 
+def load_weights(model_path: str) -> str:
+    """What SGLang does first with --model-path: read config.json (ModelConfig, through
+    transformers' AutoConfig) and the weight files (here: read through, no GPU to put them on).
+    A missing directory or config fails the start, as it does in SGLang."""
+    folder = Path(model_path)
+    try:
+        json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        print(f"[stand-in] cannot load the model config from {model_path}: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    weights = sorted(folder.glob("*.safetensors"))
+    total = 0
+    for path in weights:
+        with path.open("rb") as f:
+            while chunk := f.read(8 * 1024 * 1024):
+                total += len(chunk)
+    return f"{len(weights)} weight file(s), {total} bytes, from {model_path}"
+
+
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
+    if args.speculative_algorithm and not (Path(args.speculative_draft_model_path or "") / "config.json").is_file():
+        # transformers' AutoConfig.from_pretrained on a directory without config.json
+        print(f"OSError: {args.speculative_draft_model_path} does not appear to have a file named"
+              " config.json.", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    loaded = load_weights(args.model_path)
     log_server_args(vars(args))
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
@@ -204,7 +272,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
           f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"
-          + (" (never healthy for this version)" if state.never_healthy else ""), flush=True)
+          + (" (never healthy for this version)" if state.never_healthy else "")
+          + f"; loaded {loaded}", flush=True)
     server.serve_forever()
 
 

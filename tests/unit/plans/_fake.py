@@ -14,6 +14,10 @@ OS_RELEASE = {
 }
 
 
+# The running kernel (`uname -r`) of a fresh install: DKMS needs this kernel's headers.
+KERNEL = {"ubuntu2404": "6.8.0-85-generic", "debian12": "6.1.0-37-amd64"}
+
+
 # Tools a fresh host of either distro has (pyinfra looks them up with `command -v`).
 TOOLS = ["useradd", "usermod", "groupadd", "curl", "wget", "dpkg", "apt-get", "systemctl"]
 
@@ -27,10 +31,13 @@ def fake_host(distro: str, **responses) -> dict:
         "build_kernel_wheels": False,
         "fake_delay": 0,
         "fake_delay_jitter": 0,
+        # Matchers are tried in order, first match wins: the specific answers come first (a
+        # fact's command such as `command -v dpkg ... dpkg -l` also contains a tool lookup).
         "fake_responses": {
+            **responses,
             "-release | grep -v /": OS_RELEASE[distro],
             "uname -s": "Linux",
+            "uname -r": KERNEL[distro],
             **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},
-            **responses,
         },
     }

@@ -18,7 +18,11 @@ _node_module = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.10
 
 proxmox_hosts = [("@fake/pve", {
     **_site,
-    **fake_host("debian12", **{"/proc/driver/nvidia/version": [_node_module, "GCC version: gcc 12.2.0"]}),
+    **fake_host("debian12", **{
+        "/proc/driver/nvidia/version": [_node_module, "GCC version: gcc 12.2.0"],
+        # The guest exists and runs (a guest its node has not made yet waits: tests elsewhere).
+        "pct status 201": ["status: running", "---", "hostname: lxc-ubuntu2404", "unprivileged: 1"],
+    }),
     "proxmox_gpu_addresses": _gpus,
 })]
 lxc_guests = [("@fake/lxc-ubuntu2404", {

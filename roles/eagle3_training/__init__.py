@@ -1,0 +1,233 @@
+"""roles/eagle3_training: the EAGLE-3 drafter training job, laid down on a gpu node and started by
+the user on demand (never by the deploy). Dispatched when eagle3_training_enabled is set.
+
+What it lays down:
+
+    <install_root>/eagle3-env/<lock>-<mode>/        SpecForge's locked environment (uv, --no-deps from
+                                                    files/specforge-<lock>.lock.txt)
+    <install_root>/specforge/<commit>/              SpecForge's source at the pinned commit (git),
+                                                    with patches/specforge/<commit>/*.patch applied
+    /usr/local/libexec/inference-host/eagle3/       the job's driver (files/pipeline.py) and
+                                                    roles/shared/eagle3.py beside it
+    /usr/local/sbin/inference-host-eagle3           `inference-host-eagle3 plan` (dry run)
+    /etc/inference-host/eagle3-training.json        the job's inputs, from the site model
+    /etc/systemd/system/inference-host-eagle3@.service   one unit per step: @regenerate,
+                                                    @hidden-states, @train, @export, @ab, @all
+    <work_dir>/                                     data, hidden states, checkpoints, logs, stamps
+
+SpecForge is pinned to the last commit of its main branch that pinned sglang 0.5.9, torch 2.9.1
+and transformers 4.57.1 (82951a9, 2026-06-28; the next pins sglang 0.5.14 / torch 2.11, off the
+CUDA 12.8 line). The serving stack is sglang 0.5.10 (transformers 5.3.0), so the job keeps its
+own environment. Its SGLang 0.5.9 extracts Kimi-K2.5's hidden states through the same
+deepseek_v2.py capture code as 0.5.10 (`val + 1`), but 0.5.9's kimi_k25.py lacks the hook that
+reaches it: patches/sglang/0.5.9/0001 adds it to the job's environment (0.5.10's method).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.server import Command
+from pyinfra.operations import files, server, systemd
+
+from roles.shared.patches import patch_queue
+from roles.shared.pip import SYSTEM_CA_BUNDLE
+from roles.site import HostSettings, current_host
+
+HERE = Path(__file__).resolve().parent
+LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
+CONFIG_FILE = "/etc/inference-host/eagle3-training.json"
+UNIT = "inference-host-eagle3@.service"
+WRAPPER = "/usr/local/sbin/inference-host-eagle3"
+STAMP = ".inference-host-eagle3-env"
+JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
+# The packages of the steps that need no GPU (regenerate: openai, tqdm; the dataset download:
+# huggingface-hub), with their dependencies, at the lock file's versions: the lab's environment.
+NO_GPU_PACKAGES = (
+    "openai", "anyio", "distro", "httpx", "httpcore", "h11", "idna", "certifi", "jiter", "pydantic",
+    "pydantic-core", "annotated-types", "typing-extensions", "typing-inspection", "sniffio", "tqdm",
+    "huggingface-hub", "filelock", "fsspec", "packaging", "pyyaml", "requests", "urllib3",
+    "charset-normalizer", "hf-xet",
+)
+BENCH = {"concurrency": [1, 4, 16, 64], "input_len": 1024, "output_len": 512, "prompts_per_stream": 4,
+         "min_prompts": 8, "restart_timeout_s": 1800}
+
+
+def short(commit: str) -> str:
+    return commit[:7]
+
+
+def lock_file(lock: str) -> Path:
+    return HERE / "files" / f"specforge-{lock}.lock.txt"
+
+
+def patch_files(commit: str) -> list[Path]:
+    """patches/specforge/<commit>/: applied to the checkout."""
+    return patch_queue(HERE / "patches", "specforge", commit)
+
+
+def sglang_patch_files() -> list[Path]:
+    """patches/sglang/<version>/: applied to the job's sglang (its lock pins 0.5.9)."""
+    return patch_queue(HERE / "patches", "sglang", JOB_SGLANG)
+
+
+def requirements(settings: HostSettings) -> list[str]:
+    """The pinned lines of the environment (all of the lock, or the no-GPU subset)."""
+    lines = [line.strip() for line in lock_file(settings.eagle3_training.specforge_lock).read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    if settings.eagle3_training.env_mode == "no-gpu-deps":
+        lines = [line for line in lines if line.split("==")[0] in NO_GPU_PACKAGES]
+    return lines
+
+
+def env_dir(settings: HostSettings) -> str:
+    job = settings.eagle3_training
+    return f"{settings.base.install_root}/eagle3-env/{job.specforge_lock}-{job.env_mode}"
+
+
+def source_dir(settings: HostSettings) -> str:
+    return f"{settings.base.install_root}/specforge/{settings.eagle3_training.specforge_commit}"
+
+
+def job_config(settings: HostSettings) -> dict:
+    """/etc/inference-host/eagle3-training.json: everything the driver reads (no secret)."""
+    job, serving = settings.eagle3_training, settings.serving
+    spec = settings.speculative
+    address = "127.0.0.1" if serving.host in ("0.0.0.0", "127.0.0.1") else serving.host
+    return {
+        "work_dir": job.work_dir, "env_mode": job.env_mode, "env_python": f"{env_dir(settings)}/bin/python",
+        "specforge_dir": source_dir(settings), "specforge_commit": job.specforge_commit,
+        "dataset": job.dataset, "samples": job.samples, "max_length": job.max_length,
+        "chat_template": job.chat_template,
+        "regenerate": {"concurrency": job.regenerate_concurrency, "max_tokens": job.regenerate_max_tokens},
+        "train": {"num_epochs": job.num_epochs, "learning_rate": job.learning_rate,
+                  "save_interval": job.save_interval},
+        "export_dir": job.export_dir,
+        "current_drafter": spec.draft_model_path if spec else None,
+        "engine_python": f"{settings.base.install_root}/current/bin/python",
+        "target": {
+            "model_path": serving.model_path, "served_model_name": serving.served_model_name,
+            "server": f"{address}:{serving.port}", "unit": f"{serving.unit_name}.service",
+            "api_key_file": serving.secret_args_file, "tp_size": settings.gpu.count,
+            # SpecForge's SGLang backend defaults to fa3 (SM90 only); triton works on SM120.
+            "attention_backend": serving.attention_backend or ("fa3" if settings.gpu.arch == "sm90" else "triton"),
+        },
+        "bench": BENCH,
+    }
+
+
+@deploy("EAGLE-3 training job")
+def eagle3_training() -> None:
+    settings = current_host()
+    job = settings.eagle3_training
+    files.directory(name=f"Create {job.work_dir} (training data, hidden states, checkpoints)",
+                    path=job.work_dir, user="root", group="root", mode="0750")
+    _environment(settings)
+    _source(settings)
+    _driver(settings)
+
+
+def _environment(settings: HostSettings) -> None:
+    target, job = env_dir(settings), settings.eagle3_training
+    lines = requirements(settings)
+    expected = f"{job.specforge_lock} {job.env_mode} {len(lines)}"
+    stamp = host.get_fact(Command, command=f"cat {target}/{STAMP} 2>/dev/null || true")
+    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
+           "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
+           "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
+    if settings.base.pypi_index_url:
+        env["UV_INDEX_URL"] = settings.base.pypi_index_url
+    requirements_file = f"{target}.requirements.txt"
+    put = files.put(name=f"Upload the job's locked requirements ({len(lines)} pins, {job.env_mode})",
+                    src=io.StringIO("\n".join(lines) + "\n"), dest=requirements_file, mode="0644")
+    python = settings.sglang.python or "3.12"
+    building = f"{target}.building"
+    # --no-deps: the lock is the whole environment (resolved once, committed with the project).
+    built = server.shell(
+        name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode}) at {target}",
+        commands=[f"rm -rf {building} {target} && uv venv --quiet --python {python} {building}"
+                  f" && uv pip install --quiet --no-deps --python {building}/bin/python -r {requirements_file}"
+                  f" && echo '{expected}' > {building}/{STAMP} && mv -T {building} {target}"
+                  f" || {{ rm -rf {building}; exit 1; }}"],
+        _env=env,
+        _if=lambda: stamp != expected or put.did_change(),
+    )
+    if job.env_mode == "full":
+        _sglang_capture_hook(target, built)
+
+
+def _sglang_capture_hook(target: str, built) -> None:
+    """sglang 0.5.9 in the job's environment: Kimi-K2.5's capture hook (0.5.10's method).
+    A patch whose reverse applies is in place; one that applies neither way stops the deploy."""
+    for patch in sglang_patch_files():
+        dest = f"{target}.{patch.name}"
+        upload = files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
+        site = f"$(echo {target}/lib/python3*/site-packages)"
+        applied = host.get_fact(Command, command=f"patch -p1 -R -s -f --dry-run -d {site} < {dest}"
+                                                 " >/dev/null 2>&1 && echo applied || echo no")
+        server.shell(
+            name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
+            commands=[f"patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
+                      f" || patch -p1 -s -f -d {site} < {dest}"],
+            _if=lambda applied=applied, upload=upload: applied != "applied" or built.did_change() or upload.did_change(),
+        )
+
+
+def _source(settings: HostSettings) -> None:
+    job = settings.eagle3_training
+    target = source_dir(settings)
+    head = host.get_fact(Command, command=f"git -C {target} rev-parse HEAD 2>/dev/null || true")
+    # A shallow fetch of exactly the pinned commit: the checkout is that commit or nothing.
+    checkout = server.shell(
+        name=f"Check out SpecForge {job.specforge_commit[:12]} from {job.specforge_repo} at {target}",
+        commands=[f"rm -rf {target}.fetching && git init -q {target}.fetching"
+                  f" && git -C {target}.fetching fetch -q --depth 1 {job.specforge_repo} {job.specforge_commit}"
+                  f" && git -C {target}.fetching -c advice.detachedHead=false checkout -q FETCH_HEAD"
+                  f" && test \"$(git -C {target}.fetching rev-parse HEAD)\" = {job.specforge_commit}"
+                  f" && rm -rf {target} && mv -T {target}.fetching {target}"
+                  f" || {{ rm -rf {target}.fetching; exit 1; }}"],
+        _env={"GIT_SSL_CAINFO": SYSTEM_CA_BUNDLE},
+        _if=lambda: head != job.specforge_commit,
+    )
+    for patch in patch_files(job.specforge_commit):
+        dest = f"{target}.{patch.name}"
+        upload = files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
+        applied = host.get_fact(Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null"
+                                                 " && echo applied || echo no")
+        server.shell(
+            name=f"Apply SpecForge patch {patch.name} to {target}",
+            commands=[f"git -C {target} apply --reverse --check {dest} 2>/dev/null || git -C {target} apply {dest}"],
+            _if=lambda applied=applied, upload=upload: applied != "applied" or checkout.did_change()
+            or upload.did_change(),
+        )
+
+
+def _driver(settings: HostSettings) -> None:
+    files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
+    files.put(name=f"Install {LIBEXEC}/pipeline.py (the job's driver)", src=str(HERE / "files" / "pipeline.py"),
+              dest=f"{LIBEXEC}/pipeline.py", user="root", group="root", mode="0755")
+    files.put(name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
+              src=str(HERE.parent / "shared" / "eagle3.py"), dest=f"{LIBEXEC}/eagle3.py",
+              user="root", group="root", mode="0644")
+    files.directory(name="Create /etc/inference-host", path="/etc/inference-host", user="root", group="root",
+                    mode="0755")
+    files.put(name=f"Write {CONFIG_FILE} (the job's inputs)",
+              src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),
+              dest=CONFIG_FILE, user="root", group="root", mode="0644")
+    python = f"{env_dir(settings)}/bin/python"
+    files.template(name=f"Write {WRAPPER}", src="roles/eagle3_training/templates/inference-host-eagle3.j2",
+                   dest=WRAPPER, user="root", group="root", mode="0755", python=python,
+                   driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE)
+    unit = files.template(name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",
+                          src=f"roles/eagle3_training/templates/{UNIT}.j2", dest=f"/etc/systemd/system/{UNIT}",
+                          user="root", group="root", mode="0644", **unit_kwargs(settings))
+    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+
+
+def unit_kwargs(settings: HostSettings) -> dict:
+    return dict(python=f"{env_dir(settings)}/bin/python", driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE,
+                work_dir=settings.eagle3_training.work_dir)

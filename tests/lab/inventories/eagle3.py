@@ -1,0 +1,72 @@
+"""Lab inventory for the EAGLE-3 test: the embedded lab (inventory/lab.py, run as it is) with a
+drafter served on the stack that has Kimi-K2.5's capture hook, and the training job laid down.
+
+The tiny Kimi-shaped target and drafter configs (tests/lab/data/eagle3) are the copies the site
+model checks against each other; the test puts the same files under /models on the lab's gpu
+guest, as weights would be. Set by tests/lab/test_eagle3.py:
+  EAGLE3_LAB_STACK_FILE      a stack file whose `active` is the 0.5.10 stack (the user's edit)
+  EAGLE3_LAB_SPECFORGE_REPO  the stand-in SpecForge repository in the guest, and its commit:
+  EAGLE3_LAB_SPECFORGE_COMMIT
+  EAGLE3_LAB_DATASET_SHA256  sha256 of the prompts file put at /srv/eagle3/prompts.jsonl
+  EAGLE3_LAB_DRAFTER         the drafter directory served (default /models/tiny-kimi-eagle3)
+"""
+
+import os
+import runpy
+from pathlib import Path
+
+import validation
+from validation import require_valid_inventory
+
+_HERE = Path(__file__).resolve().parent
+_ROOT = _HERE.parents[2]
+# lab.py as it is (its lab bring-up under pyinfra included), minus its own validation call: this
+# file is the inventory pyinfra loads, and the one validated (below).
+validation.require_valid_inventory = lambda inventory_file: None
+try:
+    _lab = runpy.run_path(str(_ROOT / "inventory" / "lab.py"), run_name="lab_inventory")
+finally:
+    validation.require_valid_inventory = require_valid_inventory
+
+
+def _relative(path) -> str:
+    return os.path.relpath(Path(path).resolve(), _HERE)
+
+
+_site = {
+    "stack_file": _relative(os.environ.get("EAGLE3_LAB_STACK_FILE", _ROOT / "inventory" / "stack.yml")),
+    "secrets_file": _relative(_ROOT / "inventory" / _lab["_site"]["secrets_file"]),
+}
+_DATA = _HERE.parent / "data" / "eagle3"
+
+
+def _with_site(hosts, **extra):
+    return [(name, {**data, **_site, **extra}) for name, data in hosts]
+
+
+proxmox_hosts = _with_site(_lab["proxmox_hosts"])
+lxc_guests = _lab["lxc_guests"]
+builders = _lab["builders"]
+gpu_nodes = _with_site(
+    _lab["gpu_nodes"],
+    serving_model_path="/models/tiny-kimi",
+    serving_speculative={
+        "draft_model_path": os.environ.get("EAGLE3_LAB_DRAFTER", "/models/tiny-kimi-eagle3"),
+        "algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
+        "draft_config": _relative(_DATA / "tiny-kimi-eagle3.json"),
+        "target_config": _relative(_DATA / "tiny-kimi-config.json"),
+    },
+    eagle3_training_enabled=True,
+    eagle3_training_env_mode="no-gpu-deps",
+    eagle3_training_work_dir="/srv/eagle3/work",
+    eagle3_training_export_dir="/models/tiny-kimi-eagle3-trained",
+    eagle3_training_specforge_repo=os.environ.get("EAGLE3_LAB_SPECFORGE_REPO", "/srv/eagle3/specforge.git"),
+    eagle3_training_specforge_commit=os.environ.get("EAGLE3_LAB_SPECFORGE_COMMIT", "0" * 40),
+    eagle3_training_dataset={"path": "/srv/eagle3/prompts.jsonl",
+                             "sha256": os.environ.get("EAGLE3_LAB_DATASET_SHA256", "0" * 64)},
+    eagle3_training_samples=4,
+    eagle3_training_max_length=64,
+    eagle3_training_regenerate_max_tokens=24,
+)
+
+require_valid_inventory(__file__)
