@@ -327,8 +327,8 @@ def container_address(role: str) -> str:
     return address
 
 
-def down() -> None:
-    for role in HOSTS:
+def down(roles=MAIN_LAB) -> None:
+    for role in roles:
         _docker("rm", "-f", container_name(role), check=False)
     _docker("volume", "rm", "-f", models_volume(), check=False)
 
