@@ -54,6 +54,7 @@ def site(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gateway") / "inventory"
     folder.mkdir()
     shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder / "stack.yml")
+    shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")  # each stack's lock
     secrets.set_secret(folder / "secrets.vault.yml", "sglang_api_key", KEY, PASSWORD)
     model = folder.parent / "model"  # the stand-in reads config.json at start, as SGLang does
     model.mkdir()
