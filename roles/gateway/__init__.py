@@ -50,7 +50,8 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
 
 def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
-    return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755", dict(version=settings.gateway.version)),
+    return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
+             dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)))),
             (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
              "0644", unit_kwargs(settings, hosts))]
 

@@ -160,7 +160,8 @@ def cluster(site, python, tmp_path_factory):
         replica.wait_ready()
     gateway = site.group("gateways")[0]
     launcher = folder / "smg-launch"
-    launcher.write_text(_render("roles/gateway/templates/smg-launch.j2", version=gateway.gateway.version))
+    launcher.write_text(_render("roles/gateway/templates/smg-launch.j2", version=gateway.gateway.version,
+                                key_required=True))
     credentials = folder / "credentials"
     credentials.mkdir()
     (credentials / "api-key").write_text(KEY + "\n")

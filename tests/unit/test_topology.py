@@ -217,3 +217,28 @@ def test_health_expectations_know_the_rank(inventory):
     assert [Expectations.from_site(site, n).node_rank for n in ("node-a", "node-b")] == [0, 1]
     replicas_site = load_site(inventory.groups("r.py", gpu_nodes=[("a", {"gpu_count": 8}), ("b", {"gpu_count": 8})]))
     assert Expectations.from_site(replicas_site, "b").node_rank == 0
+
+
+def test_smg_launch_fails_closed_without_the_key(tmp_path):
+    import subprocess
+    import sys
+
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
+    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(version="1.13.0", key_required=True)
+    # smg is not installed here: a stand-in module stops before launching anything.
+    (tmp_path / "smg").mkdir()
+    (tmp_path / "smg" / "__init__.py").write_text("")
+    (tmp_path / "smg" / "launch_router.py").write_text(
+        "def parse_router_args(a):\n    return a\ndef launch_router(a):\n    print('LAUNCH', a)\n")
+    script = tmp_path / "smg-launch"
+    script.write_text(text)
+    run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "CREDENTIALS_DIRECTORY": str(tmp_path / "none")})
+    assert run.returncode == 1 and "refusing to serve without it" in run.stderr and "LAUNCH" not in run.stdout
+    (tmp_path / "creds").mkdir()
+    (tmp_path / "creds" / "api-key").write_text("k\n")
+    run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
+    assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k']" in run.stdout
