@@ -5,8 +5,8 @@ On a host of the gateways group it lays down:
 
     <gateway_install_dir>/envs/smg-<version>/       a venv with smg==<version> (pip, pinned)
     <gateway_install_dir>/current -> envs/smg-<version>
-    /etc/smg/api-key                                 the API key (0600 root; a systemd credential)
-    /usr/local/libexec/inference-host/smg-launch     starts smg with the key from the credential
+    /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
+    /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
 
 The gateway checks the API key (401 without it: smg 1.13.0 answers
@@ -35,6 +35,7 @@ from roles.site import HostSettings, current_host, current_site, secret_value
 LIBEXEC = "/usr/local/libexec/inference-host"
 LAUNCHER = f"{LIBEXEC}/smg-launch"
 API_KEY_FILE = "/etc/smg/api-key"
+SERVICE_USER = "smg"
 
 
 def env_path(settings: HostSettings) -> str:
@@ -42,7 +43,7 @@ def env_path(settings: HostSettings) -> str:
 
 
 def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
-    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)),
+    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), user=SERVICE_USER,
                 api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
                 python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
                 arguments=shlex.join(gateway_arguments(settings, hosts)))
@@ -87,12 +88,15 @@ def _environment(settings: HostSettings):
 
 
 def _api_key(hosts: dict[str, HostSettings]) -> list:
+    server.group(name=f"Create group {SERVICE_USER}", group=SERVICE_USER, system=True)
+    server.user(name=f"Create system user {SERVICE_USER} (runs the gateway)", user=SERVICE_USER,
+                group=SERVICE_USER, system=True, shell="/usr/sbin/nologin", create_home=False)
     files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
     secret = api_key_secret(hosts)
     if not secret:
         return [files.file(name=f"Remove {API_KEY_FILE} (no API key set)", path=API_KEY_FILE, present=False)]
     deployed = secret_file(label=f"the gateway's API key (secret {secret})", value=secret_value(secret) + "\n",
-                           dest=API_KEY_FILE, user="root", group="root")
+                           dest=API_KEY_FILE, user=SERVICE_USER, group=SERVICE_USER)
     return [deployed] if deployed is not None else []
 
 

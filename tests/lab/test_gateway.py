@@ -1,7 +1,7 @@
 """Replicas behind the REAL SGLang model gateway (smg from PyPI), with no container: two
 stand-in servers (tests/standins/sglang_server, started with the command line roles/serving
 renders) on 127.0.0.2 and 127.0.0.3, the gateway started as roles/gateway's unit starts it
-(its smg-launch wrapper, its rendered arguments, the key as a systemd credential), the
+(its smg-launch wrapper, its rendered arguments, the key from its 0600 file), the
 rolling switch as roles/serving runs it (sglang-rolling), and the verdict of
 tests/infra/gateway.py. What this does not rehearse: systemd and pyinfra around them (see the
 README's "What is verified where").
@@ -165,9 +165,10 @@ def cluster(site, python, tmp_path_factory):
     credentials = folder / "credentials"
     credentials.mkdir()
     (credentials / "api-key").write_text(KEY + "\n")
+    (credentials / "api-key").chmod(0o600)
     log = open(folder / "smg.log", "w")
     process = subprocess.Popen([python, str(launcher), *gateway_command.gateway_arguments(gateway, site.hosts)],
-                               env={**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)},
+                               env={**os.environ, "INFERENCE_HOST_GATEWAY_KEY_FILE": str(credentials / "api-key")},
                                stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while _verdict(site, credentials / "api-key").status != "HEALTHY":
@@ -186,7 +187,7 @@ def test_requests_succeed_through_the_gateway_with_the_key_only(cluster):
     assert [_chat() for _ in range(6)] == [200] * 6
     assert _chat(key=None) == 401 and _chat(key="wrong") == 401
     cmdline = Path(f"/proc/{cluster['gateway'].pid}/cmdline").read_bytes()
-    assert KEY.encode() not in cmdline  # the key came as a credential, not an argument
+    assert KEY.encode() not in cmdline  # the key came from its file, not an argument
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as answer:
         assert b"smg_http_requests_total" in answer.read()
 

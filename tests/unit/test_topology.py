@@ -204,7 +204,7 @@ def test_gateway_unit_passes_systemd_analyze_verify(inventory, tmp_path):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     unit = tmp_path / "smg.service"
     unit.write_text(env.get_template("roles/gateway/templates/smg.service.j2").render(**unit_kwargs))
-    assert "LoadCredential=api-key:/etc/smg/api-key" in unit.read_text()
+    assert "Environment=INFERENCE_HOST_GATEWAY_KEY_FILE=/etc/smg/api-key" in unit.read_text()
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     problems = [row for row in result.stderr.splitlines() if "smg.service" in row]
     assert result.returncode == 0 and not problems, result.stderr
@@ -235,10 +235,10 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     script = tmp_path / "smg-launch"
     script.write_text(text)
     run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(tmp_path), "CREDENTIALS_DIRECTORY": str(tmp_path / "none")})
+                         env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "none")})
     assert run.returncode == 1 and "refusing to serve without it" in run.stderr and "LAUNCH" not in run.stdout
     (tmp_path / "creds").mkdir()
     (tmp_path / "creds" / "api-key").write_text("k\n")
     run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(tmp_path), "CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
+                         env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "creds" / "api-key")})
     assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k']" in run.stdout
