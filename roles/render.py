@@ -100,7 +100,7 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import serving
 
     stack = site.stack.active
-    for path, template, _, kwargs in serving.release_templates(settings, stack, site.hosts, site):
+    for path, template, _, kwargs in serving.release_templates(settings, stack, site):
         p.template(path, template, **kwargs)
     if settings.serving.api_key_secret:
         p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(MASK))
@@ -131,8 +131,8 @@ def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
 
 def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None:
     vmid, folder = guest.guest.vmid, "inference-host-commands"
-    empty = pve.parse_config("", "lxc" if guest.in_group("lxc_guests") else "qemu")
     if guest.in_group("lxc_guests"):
+        empty = pve.parse_config("", "lxc")
         from roles import lxc_guest
 
         # The deploy reads each GPU's minor on the node; shown here in proxmox_gpu_addresses order.
@@ -145,6 +145,7 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
     else:
         from roles import kvm_guest
 
+        empty = pve.parse_config("", "qemu")
         plan = kvm_guest.plan_update(guest, empty)
         create, tool = kvm_guest.create_command(guest), "qm"
     update = shlex.join([tool, "set", str(vmid), *plan.arguments()])

@@ -67,8 +67,7 @@ START_LIMIT_INTERVAL_S = START_LIMIT_BURST * (TIMEOUT_START_S + RESTART_SEC_S) +
 
 
 def config_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
-    """Where one release's serving configuration lives: inside its own environment (site:
-    the deploy's own when None; the preview passes the one it loaded)."""
+    """Where one release's serving configuration lives: inside its own environment."""
     return f"{env_dir(settings, stack, site)}/{CONFIG_DIR_NAME}"
 
 
@@ -78,10 +77,9 @@ def config_paths(settings: HostSettings, stack: EngineStack, site: Site | None =
             "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
 
 
-def launch_command(settings: HostSettings, stack: EngineStack,
-                   hosts: dict[str, HostSettings], site: Site | None = None) -> list[str]:
+def launch_command(settings: HostSettings, stack: EngineStack, site: Site) -> list[str]:
     """The argv of the server for one stack; {env} in serving_launch_command is its env dir."""
-    env = env_dir(settings, stack, site)
+    env, hosts = env_dir(settings, stack, site), site.hosts
     launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
     secret_args = config_paths(settings, stack, site)["secret_args"]
     return ([part.replace("{env}", env) for part in launcher]
@@ -116,8 +114,8 @@ def restart_policy(settings: HostSettings, hosts: dict[str, HostSettings] | None
     return "always" if hosts and node_topology(settings, hosts)[2] >= 1 else "on-failure"
 
 
-def unit_text_kwargs(settings: HostSettings, stack: EngineStack,
-                     hosts: dict[str, HostSettings] | None = None, site: Site | None = None) -> dict:
+def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict:
+    hosts = site.hosts if site else None
     """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
@@ -150,7 +148,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
                     hosts: dict[str, HostSettings] | None = None) -> dict:
     serving = settings.serving
     nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
-    spec_env = speculative_environment(settings.speculative, release_cli(stack.sglang) or {}) if stack else {}
+    spec_env = speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
     return dict(
         unit_name=serving.unit_name,
         stack_id=stack.id,
@@ -182,19 +180,19 @@ def _scripts() -> list:
     ]
 
 
-def release_templates(settings: HostSettings, stack: EngineStack, hosts: dict[str, HostSettings],
-                      site: Site | None = None) -> list[tuple[str, str, str, dict]]:
+def release_templates(settings: HostSettings, stack: EngineStack,
+                      site: Site) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments) of one release's templated files; the deploy
-    writes them, `python -m roles.render` previews them (passing the site it loaded)."""
+    writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack, site)
     return [
         (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
-         env_file_kwargs(settings, stack, hosts)),
+         env_file_kwargs(settings, stack, site.hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, sglang_version=stack.sglang,
-              command=shlex.join(launch_command(settings, stack, hosts, site)))),
+              command=shlex.join(launch_command(settings, stack, site)))),
         (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
-         unit_text_kwargs(settings, stack, hosts, site)),
+         unit_text_kwargs(settings, stack, site)),
     ]
 
 
@@ -210,7 +208,7 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
             paths["unit"]: f"the unit of stack {stack.id}"}
     written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
                               user="root", group="root", mode=mode, **kwargs)
-               for path, template, mode, kwargs in release_templates(settings, stack, current_site().hosts)]
+               for path, template, mode, kwargs in release_templates(settings, stack, current_site())]
     return written + _secret_args(settings, paths["secret_args"])
 
 

@@ -115,6 +115,8 @@ class Expectations:
             min_memory_bandwidth_gbps=membw,
             memory_bandwidth_source=membw_source,
             needs_resizable_bar=bool(model and model.needs_resizable_bar),
+            # roles/serving keeps each release's unit, environment file and launcher in that
+            # release's environment, <env>/serving/, reached through `current`.
             env_file=f"{host.base.install_root}/current/serving/{host.serving.unit_name}.env",
             # The service's launcher (roles/serving) holds its exact command line; the engine
             # all-reduce check reads --disable-custom-all-reduce there.

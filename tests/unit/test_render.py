@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from roles import render
-from roles.shared.layout import env_dir
 from roles.site import PROJECT_ROOT, load_site
 from roles.site import vault as secrets
 
@@ -36,7 +35,9 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     out = tmp_path / "preview"
     assert render.main([str(inventory), "--out", str(out)]) == 0
     node, gpu = site.group("proxmox_hosts")[0], site.group("gpu_nodes")[0]
-    env = f"{env_dir(gpu, site.stack.active, site).lstrip('/')}/serving"  # <stack id>-<stamp of its lock>
+    from roles import serving
+
+    env = serving.config_dir(gpu, site.stack.active, site).lstrip("/")
     for host, path in [(node.name, "etc/modprobe.d/blacklist-nouveau.conf"),
                        (node.name, "etc/modules-load.d/vfio.conf"),
                        (node.name, "inference-host-commands/pct-create-201.sh"),

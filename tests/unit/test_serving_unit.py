@@ -14,7 +14,6 @@ import pytest
 
 from roles import serving
 from roles.shared import sglang_wheels as wheels
-from roles.shared.layout import env_dir
 from roles.site import PROJECT_ROOT, load_site
 
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
@@ -75,7 +74,7 @@ def test_probe_url(bind, url):
 def test_start_limit_stops_a_loop_of_the_slowest_failing_starts():
     """Each start fails only when TimeoutStartSec runs out, the next comes RestartSec later:
     systemd must refuse the (burst + 1)-th within the interval."""
-    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, site=PROD))
+    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
     value = dict(re.findall(r"^(\w+)=(.*)$", text, re.M))
     start, restart = int(value["TimeoutStartSec"]), int(value["RestartSec"])
     burst, interval = int(value["StartLimitBurst"]), int(value["StartLimitIntervalSec"])
@@ -86,18 +85,18 @@ def test_start_limit_stops_a_loop_of_the_slowest_failing_starts():
 
 def test_unit_and_config_belong_to_one_release():
     old, new = STACKS["sglang-0.5.9-cu128"], STACKS["sglang-0.5.23-cu130"]
-    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, old, site=PROD))
-    env = env_dir(HOST, old, PROD)  # <root>/envs/<stack id>-<stamp of its lock>
-    assert f"{env}/serving/sglang.env" in text and f"{env}/serving/launch" in text
+    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, old, PROD))
+    env = serving.config_dir(HOST, old, PROD)
+    assert env.startswith(f"/opt/sglang/envs/{old.id}") and env.endswith("/serving")
+    assert f"{env}/sglang.env" in text and f"{env}/launch" in text
     assert new.id not in text and "/current/" not in text
-    args = serving.config_paths(HOST, old, PROD)["secret_args"]
-    assert args == f"{env}/serving/sglang-secret-args.yaml"
+    assert serving.config_paths(HOST, old, PROD)["secret_args"] == f"{env}/sglang-secret-args.yaml"
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
     unit = tmp_path / "sglang.service"
-    unit.write_text(_render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, site=PROD)))
+    unit.write_text(_render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD)))
     result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
                             capture_output=True, text=True)
     score = re.search(r"Overall exposure level for sglang.service: ([\d.]+) (\w+)", result.stdout)

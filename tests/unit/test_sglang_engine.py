@@ -12,7 +12,6 @@ import jinja2
 import pytest
 
 from roles.serving import command as cmd
-from roles.shared.layout import env_dir
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
@@ -81,12 +80,14 @@ def _render(name: str, **kwargs) -> str:
 def _unit_kwargs(host=GPU_HOST, stack=STACK.active):
     from roles import serving
 
-    return serving.unit_text_kwargs(host, stack, site=PROD)
+    return serving.unit_text_kwargs(host, stack, PROD)
 
 
 def test_unit_has_the_required_settings():
     text = _render("sglang.service.j2", **_unit_kwargs())
-    env = f"{env_dir(GPU_HOST, STACK.active, PROD)}/serving"  # <stack id>-<stamp of its lock>
+    from roles import serving
+
+    env = serving.config_dir(GPU_HOST, STACK.active, PROD)
     for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/sglang.env", f"ExecStart={env}/launch",
                  "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
                  "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",

@@ -8,10 +8,10 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
 - python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
   loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
   /metrics (only with --enable-metrics);
-- the start-up log: the `server_args=...` line of the installed release, built from that
-  release's own (patched) source (startup_log.py says how);
 - --model-path must hold a model: config.json is read and the *.safetensors files read through
   before the server answers (SGLang fails its start without them);
+- the start-up log: the `server_args=...` line of the installed release, built from that
+  release's own (patched) source (startup_log.py says how);
 - python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
   needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
 
@@ -258,13 +258,13 @@ def load_weights(model_path: str) -> str:
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
+    log_server_args(vars(args))
     if args.speculative_algorithm and not (Path(args.speculative_draft_model_path or "") / "config.json").is_file():
         # transformers' AutoConfig.from_pretrained on a directory without config.json
         print(f"OSError: {args.speculative_draft_model_path} does not appear to have a file named"
               " config.json.", file=sys.stderr, flush=True)
         raise SystemExit(1)
     loaded = load_weights(args.model_path)
-    log_server_args(vars(args))
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()
