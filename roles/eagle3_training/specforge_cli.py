@@ -11,44 +11,17 @@ SGLangBackendArgs.add_args, which prepare_hidden_states.py and train_eagle3.py c
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from roles.shared.argparse_source import add_argument_options as _add_argument_options
 from roles.site.schema import SPECFORGE_COMMIT
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ("scripts/regenerate_train_data.py", "scripts/prepare_hidden_states.py", "scripts/train_eagle3.py")
 SHARED_ARGS = "specforge/args.py"
-
-
-FLAG_ACTIONS = {"store_true", "store_false", "store_const", "count", "help", "version"}
-
-
-def _literal(node):
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError):
-        return None
-
-
-def _add_argument_options(source: str) -> dict[str, dict]:
-    """Every `*.add_argument("--x", ...)` call: does it take a value, and its literal choices."""
-    options = {}
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
-            continue
-        names = [n for n in (_literal(a) for a in node.args) if isinstance(n, str) and n.startswith("-")]
-        keywords = {k.arg: k.value for k in node.keywords if k.arg}
-        action = _literal(keywords["action"]) if "action" in keywords else None
-        takes_value = action not in FLAG_ACTIONS and _literal(keywords.get("nargs", ast.Constant(None))) != 0
-        choices = _literal(keywords["choices"]) if "choices" in keywords else None
-        for name in names:
-            options[name] = {"takes_value": takes_value, "choices": list(choices) if choices else None}
-    return options
 
 
 def data_file(commit: str = SPECFORGE_COMMIT) -> Path:

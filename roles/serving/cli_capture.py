@@ -26,57 +26,15 @@ import zipfile
 from pathlib import Path
 
 from roles.shared import sglang_wheels
+from roles.shared.argparse_source import add_argument_options as _add_argument_options
+from roles.shared.argparse_source import literal as _literal
+from roles.shared.argparse_source import option as _option
 
 CLI_DIR = Path(__file__).resolve().parent / "cli"
 SERVER_ARGS = "sglang/srt/server_args.py"
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 CONFIG_PARSERS = ("sglang/srt/server_args_config_parser.py",
                   "sglang/srt/utils/server_args_config_parser.py")
-FLAG_ACTIONS = {"store_true", "store_false", "store_const", "count", "help", "version"}
-
-
-def _literal(node):
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-
-
-def _option(takes_value: bool, choices) -> dict:
-    if not (isinstance(choices, (list, tuple)) and all(isinstance(c, (str, int, float)) for c in choices)):
-        choices = None
-    return {"takes_value": takes_value, "choices": list(choices) if choices else None}
-
-
-def _add_argument_options(source: str) -> dict[str, dict]:
-    """Every `*.add_argument("--x", ...)` call with literal option strings."""
-    options = {}
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
-            continue
-        names = [_literal(a) for a in node.args]
-        names = [n for n in names if isinstance(n, str) and n.startswith("-")]
-        if not names:
-            continue
-        keywords = {k.arg: k.value for k in node.keywords if k.arg}
-        action = keywords.get("action")
-        action_name = _literal(action) if action is not None else None
-        if action is not None and action_name is None:
-            # A custom Action class: Deprecated*StoreTrue / *StoreConst take no value.
-            text = ast.unparse(action)
-            takes_value = not any(word in text for word in ("StoreTrue", "StoreFalse", "StoreConst"))
-        else:
-            takes_value = action_name not in FLAG_ACTIONS
-        nargs = _literal(keywords["nargs"]) if "nargs" in keywords else None
-        if nargs == 0:
-            takes_value = False
-        choices = _literal(keywords["choices"]) if "choices" in keywords else None
-        for name in names:
-            options[name] = _option(takes_value, choices)
-    return options
-
-
 def _annotated_field_options(source: str) -> dict[str, dict]:
     """Options derived from `name: A[type, "help" | Arg(...)]` fields (arg_utils rules)."""
     options = {}

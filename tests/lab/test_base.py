@@ -53,12 +53,21 @@ def test_service_user_is_unprivileged_system_user(gpu_guest):
     assert "sudo" not in user.groups
 
 
-@pytest.mark.parametrize("attr", ["data_dir", "model_dir", "log_dir"])
+@pytest.mark.parametrize("attr", ["data_dir", "log_dir"])
 def test_engine_directories_owned_by_service_user(gpu_guest, attr):
     directory = gpu_guest.file(getattr(HOST.base, attr))
     assert directory.is_directory
     assert directory.user == HOST.base.service_user
     assert directory.mode == 0o750
+
+
+def test_model_dir_is_the_nodes_read_only_mount(gpu_guest):
+    """The lab guest's model_dir is the node's model storage (guest_mount_points, roles/weights):
+    base leaves it to the node, and the guest cannot write it."""
+    assert HOST.base.model_dir in HOST.guest.mount_points.values()
+    options = gpu_guest.check_output(f"findmnt -n -o OPTIONS --target {HOST.base.model_dir}")
+    assert "ro" in options.split(","), options
+    assert gpu_guest.run(f"touch {HOST.base.model_dir}/.write-probe").rc != 0
 
 
 def test_sysctl_file_disables_numa_balancing(gpu_guest):

@@ -26,7 +26,8 @@ STANDIN = PROJECT_ROOT / "tests" / "standins" / "specforge"
 ENV_PREFIX = "/opt/sglang/envs/sglang-0.5.10-cu128"  # <stack>-<lock stamp> (roles/sglang)
 JOB_ENV = "/opt/sglang/eagle3-env/82951a9-no-gpu-deps"
 WORK = "/srv/eagle3/work"
-EXPORT = "/models/tiny-kimi-eagle3-trained"
+MODELS = "/srv/eagle3-models"
+EXPORT = f"{MODELS}/tiny-kimi-eagle3-trained"
 
 
 def _docker_cp(source: Path, dest: str) -> None:
@@ -43,10 +44,12 @@ def _sh(gpu_guest, command: str) -> str:
 def eagle3_env(gpu_guest, lab_second_deploy, tmp_path_factory):
     """The guest gets what weights and a SpecForge clone would give it; the control machine a
     stack file whose active stack is sglang-0.5.10-cu128 (the user's edit)."""
-    _sh(gpu_guest, "rm -rf /srv/eagle3 /models/tiny-kimi /models/tiny-kimi-eagle3 /models/tiny-kimi-eagle3-trained*"
-                   " && mkdir -p /srv/eagle3 /models/tiny-kimi /models/tiny-kimi-eagle3")
-    _docker_cp(DATA / "tiny-kimi-config.json", "/models/tiny-kimi/config.json")
-    _docker_cp(DATA / "tiny-kimi-eagle3.json", "/models/tiny-kimi-eagle3/config.json")
+    # The guest's /models is the node's read-only model storage (roles/weights): the Kimi-shaped
+    # configs go to a folder of the guest's own.
+    _sh(gpu_guest, f"rm -rf /srv/eagle3 {MODELS}"
+                   f" && mkdir -p /srv/eagle3 {MODELS}/tiny-kimi {MODELS}/tiny-kimi-eagle3")
+    _docker_cp(DATA / "tiny-kimi-config.json", f"{MODELS}/tiny-kimi/config.json")
+    _docker_cp(DATA / "tiny-kimi-eagle3.json", f"{MODELS}/tiny-kimi-eagle3/config.json")
     _docker_cp(DATA / "prompts.jsonl", "/srv/eagle3/prompts.jsonl")
     _docker_cp(STANDIN, "/srv/eagle3/specforge-src")
     commit = _sh(gpu_guest, (
@@ -76,15 +79,15 @@ def first(eagle3_env):
 def _launcher(gpu_guest) -> str:
     env = gpu_guest.file("/opt/sglang/current").linked_to
     assert env.startswith(ENV_PREFIX), env
-    return gpu_guest.file(f"{env}/inference-host-launch").content_string
+    return gpu_guest.file(f"{env}/serving/launch").content_string  # roles/serving: per release
 
 
 def test_deploy_renders_the_speculative_flags_for_0_5_10(gpu_guest, first):
     launcher = _launcher(gpu_guest)
-    for part in ("--speculative-algorithm EAGLE3", "--speculative-draft-model-path /models/tiny-kimi-eagle3",
+    for part in ("--speculative-algorithm EAGLE3", f"--speculative-draft-model-path {MODELS}/tiny-kimi-eagle3",
                  "--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4"):
         assert part in launcher, launcher
-    assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /etc/sglang/sglang.env")
+    assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /opt/sglang/current/serving/sglang.env")
 
 
 def test_health_judged_the_accept_length(gpu_guest, first):

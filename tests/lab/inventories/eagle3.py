@@ -2,13 +2,13 @@
 drafter served on the stack that has Kimi-K2.5's capture hook, and the training job laid down.
 
 The tiny Kimi-shaped target and drafter configs (tests/lab/data/eagle3) are the copies the site
-model checks against each other; the test puts the same files under /models on the lab's gpu
+model checks against each other; the test puts the same files under /srv/eagle3-models on the lab's gpu
 guest, as weights would be. Set by tests/lab/test_eagle3.py:
   EAGLE3_LAB_STACK_FILE      a stack file whose `active` is the 0.5.10 stack (the user's edit)
   EAGLE3_LAB_SPECFORGE_REPO  the stand-in SpecForge repository in the guest, and its commit:
   EAGLE3_LAB_SPECFORGE_COMMIT
   EAGLE3_LAB_DATASET_SHA256  sha256 of the prompts file put at /srv/eagle3/prompts.jsonl
-  EAGLE3_LAB_DRAFTER         the drafter directory served (default /models/tiny-kimi-eagle3)
+  EAGLE3_LAB_DRAFTER         the drafter directory served (default /srv/eagle3-models/tiny-kimi-eagle3)
 """
 
 import os
@@ -49,9 +49,12 @@ lxc_guests = _lab["lxc_guests"]
 builders = _lab["builders"]
 gpu_nodes = _with_site(
     _lab["gpu_nodes"],
-    serving_model_path="/models/tiny-kimi",
+    # The guest's /models is the node's read-only storage, where the lab's weights stay
+    # (weights_local_dir keeps them there); the Kimi-shaped configs sit in a folder of the guest's.
+    serving_model_path="/srv/eagle3-models/tiny-kimi",
+    weights_local_dir="/models/tiny-moe",
     serving_speculative={
-        "draft_model_path": os.environ.get("EAGLE3_LAB_DRAFTER", "/models/tiny-kimi-eagle3"),
+        "draft_model_path": os.environ.get("EAGLE3_LAB_DRAFTER", "/srv/eagle3-models/tiny-kimi-eagle3"),
         "algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
         "draft_config": _relative(_DATA / "tiny-kimi-eagle3.json"),
         "target_config": _relative(_DATA / "tiny-kimi-config.json"),
@@ -59,7 +62,7 @@ gpu_nodes = _with_site(
     eagle3_training_enabled=True,
     eagle3_training_env_mode="no-gpu-deps",
     eagle3_training_work_dir="/srv/eagle3/work",
-    eagle3_training_export_dir="/models/tiny-kimi-eagle3-trained",
+    eagle3_training_export_dir="/srv/eagle3-models/tiny-kimi-eagle3-trained",
     eagle3_training_specforge_repo=os.environ.get("EAGLE3_LAB_SPECFORGE_REPO", "/srv/eagle3/specforge.git"),
     eagle3_training_specforge_commit=os.environ.get("EAGLE3_LAB_SPECFORGE_COMMIT", "0" * 40),
     eagle3_training_dataset={"path": "/srv/eagle3/prompts.jsonl",
