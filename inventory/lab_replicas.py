@@ -59,7 +59,13 @@ gpu_nodes = [
 ]
 
 gateways = [
-    (lab.pyinfra_name("gw"), {**_common, "ssh_hostname": _address["gw"], "gateway_health_check_interval": 1}),
+    (lab.pyinfra_name("gw"), {
+        **_common, "ssh_hostname": _address["gw"], "gateway_health_check_interval": 1,
+        # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
+        # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
+        # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.
+        "gateway_python": "/usr/bin/python3",
+    }),
 ]
 
 require_valid_inventory(__file__)

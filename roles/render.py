@@ -161,7 +161,8 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
         p.template(path, template, **kwargs)
     if gateway.api_key_secret(site.hosts):
         p.file(gateway.API_KEY_FILE, MASK)
-    p.note(f"smg {settings.gateway.version} is installed into {gateway.env_path(settings)} unless it is there")
+    p.note(f"smg {settings.gateway.version} is installed exactly from its lock into"
+           f" {gateway.env_path(site, settings)} unless it is there")
 
 
 ROLES = {  # group -> previews, in deploy.py's order

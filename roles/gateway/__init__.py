@@ -3,11 +3,19 @@ older name) as a systemd service in front of the gpu nodes' replicas.
 
 On a host of the gateways group it lays down:
 
-    <gateway_install_dir>/envs/smg-<version>/       a venv with smg==<version> (pip, pinned)
-    <gateway_install_dir>/current -> envs/smg-<version>
+    <gateway_install_dir>/locks/smg-<version>-<stamp>.txt  the committed lock it installs
+    <gateway_install_dir>/envs/smg-<version>-<stamp>/      smg's uv environment, exactly that lock
+    <gateway_install_dir>/current -> envs/smg-<version>-<stamp>
     /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
     /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
+
+The environment is made as the engines' are (roles/shared/locked_env.py): the lock
+(inventory/locks/smg-<version>.txt, made by `uv run python -m roles.gateway.lock
+inventory/stack.yml <version>` and checked for staleness when the inventory loads) is installed
+with `uv pip sync --require-hashes` into a new `.building` folder, renamed into place when
+complete; the stamp in its name covers the lock, so a changed lock is a new folder and the live
+one is never replaced in place.
 
 The gateway checks the API key (401 without it: smg 1.13.0 answers
 {"error": {"code": "invalid_api_key", ...}}) and passes it on to the workers, which bind a
@@ -19,6 +27,7 @@ DELETE /workers/{id} before restarting it and adds it back with POST /workers (r
 
 from __future__ import annotations
 
+import io
 import shlex
 
 from pyinfra import host
@@ -26,11 +35,14 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.gateway.command import api_key_secret, gateway_arguments
-from roles.gateway.facts import SmgVersion, UnitActiveState
-from roles.shared.pip import pip_environment
+from roles.gateway.facts import UnitActiveState
+from roles.shared import locked_env
+from roles.shared.locked_env import EnvironmentStamp, build_command
+from roles.shared.pip import uv_environment
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
-from roles.site import HostSettings, current_host, current_site, secret_value
+from roles.site import HostSettings, Site, current_host, current_site, secret_value
+from roles.site import lock as site_lock
 
 LIBEXEC = "/usr/local/libexec/inference-host"
 LAUNCHER = f"{LIBEXEC}/smg-launch"
@@ -38,12 +50,23 @@ API_KEY_FILE = "/etc/smg/api-key"
 SERVICE_USER = "smg"
 
 
-def env_path(settings: HostSettings) -> str:
-    return f"{settings.gateway.install_dir}/envs/smg-{settings.gateway.version}"
+# Bump when the install commands change what an environment holds: every gateway rebuilds.
+RECIPE = "lock-sync-1"
+
+
+def lock_text(site: Site, settings: HostSettings) -> str:
+    """The committed lock of this gateway's smg release (beside the stack file)."""
+    return site.stack.lock_text(site_lock.gateway_lock_name(settings.gateway.version))
+
+
+def env_path(site: Site, settings: HostSettings) -> str:
+    """<install_dir>/envs/smg-<version>-<stamp>: a changed lock or interpreter is a new folder."""
+    stamp = locked_env.stamp((RECIPE, settings.gateway.python, lock_text(site, settings)))
+    return f"{settings.gateway.install_dir}/envs/smg-{settings.gateway.version}-{stamp}"
 
 
 def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
-    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), user=SERVICE_USER,
+    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), service_user=SERVICE_USER,
                 api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
                 python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
                 arguments=shlex.join(gateway_arguments(settings, hosts)))
@@ -60,7 +83,7 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
 @deploy("Gateway")
 def gateway() -> None:
     settings, site = current_host(), current_site()
-    changed = [_environment(settings)]
+    changed = [_environment(site, settings)]
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     changed += [files.template(name=f"Write {path}", src=template, dest=path, user="root", group="root",
                                mode=mode, **kwargs)
@@ -69,28 +92,36 @@ def gateway() -> None:
     _start(settings, changed)
 
 
-def _environment(settings: HostSettings):
-    gateway, env = settings.gateway, env_path(settings)
-    apt.packages(name="Install python3-venv and curl (the gateway's venv, its checks)",
-                 packages=["python3-venv", "curl"], update=True, cache_time=3600)
-    files.directory(name=f"Create {gateway.install_dir}/envs", path=f"{gateway.install_dir}/envs",
-                    user="root", group="root", mode="0755")
-    built = server.shell(
-        name=f"Install smg=={gateway.version} into {env}",
-        commands=[f"test -x {env}/bin/python || python3 -m venv {env}",
-                  f"{env}/bin/pip install --quiet --no-cache-dir smg=={gateway.version}"],
-        _env=pip_environment(settings),
-        _if=lambda: host.get_fact(SmgVersion, path=f"{env}/bin/smg") != gateway.version,
+def _environment(site: Site, settings: HostSettings):
+    """smg's environment, installed exactly from its committed lock (roles/gateway/lock.py)
+    into a new stamped folder, as the engine environments are; `current` follows it."""
+    gateway, target = settings.gateway, env_path(site, settings)
+    name = target.rsplit("/", 1)[1]
+    # curl: the restart below waits on the gateway's /health with it, as do the health checks.
+    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=3600)
+    for folder in (f"{gateway.install_dir}/envs", f"{gateway.install_dir}/locks"):
+        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    requirements = f"{gateway.install_dir}/locks/{name}.txt"
+    uploaded = files.put(name=f"Upload the lock of smg {gateway.version} to {requirements}",
+                         src=io.BytesIO(lock_text(site, settings).encode()), dest=requirements,
+                         user="root", group="root", mode="0644")
+    built = host.get_fact(EnvironmentStamp, env_dir=target)
+    current = f"{gateway.install_dir}/current"
+    installed = server.shell(
+        name=f"Build the uv environment of smg {gateway.version} (exactly from its lock) at {target}",
+        commands=[build_command(target, gateway.python, requirements, current, pip_check=True)],
+        _env=uv_environment(settings),
+        _if=lambda: built != name or uploaded.did_change(),
     )
-    linked = files.link(name=f"Link {gateway.install_dir}/current to smg {gateway.version}",
-                        path=f"{gateway.install_dir}/current", target=env, user="root", group="root")
-    return [built, linked]
+    linked = files.link(name=f"Link {current} to {target}", path=current, target=target, user="root", group="root")
+    return [installed, linked]
 
 
 def _api_key(hosts: dict[str, HostSettings]) -> list:
     server.group(name=f"Create group {SERVICE_USER}", group=SERVICE_USER, system=True)
     server.user(name=f"Create system user {SERVICE_USER} (runs the gateway)", user=SERVICE_USER,
-                group=SERVICE_USER, system=True, shell="/usr/sbin/nologin", create_home=False)
+                group=SERVICE_USER, system=True, shell="/usr/sbin/nologin",
+                home="/nonexistent", ensure_home=False, create_home=False)  # Debian's no-home convention
     files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
     secret = api_key_secret(hosts)
     if not secret:

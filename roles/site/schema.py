@@ -487,10 +487,15 @@ class GatewaySettings(Section):
 
     PREFIX: ClassVar[str] = "gateway_"
 
-    # The smg release installed (with uv, from the PyPI index of base_pypi_index_url) into
-    # <install_dir>/envs/smg-<version>; `current` points at the one serving.
+    # The smg release installed exactly from its committed lock (locks/smg-<version>.txt beside
+    # the stack file, made by `uv run python -m roles.gateway.lock`) into
+    # <install_dir>/envs/smg-<version>-<stamp>; `current` points at the one serving.
     version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = "1.13.0"
     install_dir: AbsolutePath = "/opt/smg"
+    # The interpreter uv builds the environment with: "3.12" (the lock's target; uv finds
+    # Ubuntu 24.04's python3.12, or installs its managed build) or a path to one.
+    python: Annotated[str, check(re.compile(r"^(3\.\d+|/\S+)$").match,
+                                 "a Python version like 3.12 or an absolute path")] = "3.12"
     unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = "smg"
     host: IpAddress = "0.0.0.0"
     port: Annotated[int, tcp_port] = 8000

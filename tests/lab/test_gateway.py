@@ -6,7 +6,8 @@ rolling switch as roles/serving runs it (sglang-rolling), and the verdict of
 tests/infra/gateway.py. What this does not rehearse: systemd and pyinfra around them (see the
 README's "What is verified where").
 
-Needs PyPI (uv installs smg==<gateway_version> once into .lab/) and jq and curl on this machine.
+Needs PyPI (uv installs the committed lock of smg==<gateway_version> once into .lab/) and jq and
+curl on this machine.
 Adds about 40 s (3 rolling upgrades of 2 replicas, each replica taking ~2 s to load).
 """
 
@@ -28,6 +29,8 @@ import jinja2
 import pytest
 
 from roles.gateway import command as gateway_command
+from roles.gateway import env_path as gateway_env_path
+from roles.gateway import lock_text as gateway_lock_text
 from roles.serving import command as serving_command
 from roles.serving import secret_args_content
 from roles.shared.replicas import gateway_url, replicas, worker_url
@@ -74,14 +77,17 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def python(site) -> str:
-    """A venv with the real smg of gateway_version (and sglang's metadata for the stand-in)."""
-    version = site.group("gateways")[0].gateway.version
-    env = LAB_DIR / f"smg-{version}"
+    """A venv with the real smg of gateway_version installed exactly from its committed lock, as
+    roles/gateway installs it (and sglang's metadata for the stand-in)."""
+    gateway = site.group("gateways")[0]
+    env = LAB_DIR / Path(gateway_env_path(site, gateway)).name
     if not (env / "bin" / "smg").exists():
         LAB_DIR.mkdir(exist_ok=True)
+        lock = LAB_DIR / f"{env.name}.txt"
+        lock.write_text(gateway_lock_text(site, gateway))
         subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(env)], check=True)
-        subprocess.run(["uv", "pip", "install", "-q", "--python", str(env / "bin" / "python"),
-                        f"smg=={version}"], check=True)
+        subprocess.run(["uv", "pip", "sync", "-q", "--require-hashes", "--python", str(env / "bin" / "python"),
+                        str(lock)], check=True)
         subprocess.run(["uv", "pip", "install", "-q", "--no-deps", "--python", str(env / "bin" / "python"),
                         f"sglang=={site.stack.active.sglang}"], check=True)
     return str(env / "bin" / "python")

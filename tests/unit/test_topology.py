@@ -14,7 +14,6 @@ from roles import render
 from roles import serving as serving_role
 from roles.gateway import command as gateway_command
 from roles.gateway import templates as gateway_templates
-from roles.gateway.facts import SmgVersion
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
@@ -167,11 +166,6 @@ def test_verdict_healthy_failed_and_missing():
     assert gateway_health.judge(_answer(200, json.dumps(workers)), _answer(0), EXPECTED).status == "FAILED"
     missing = gateway_health.judge(_answer(200, json.dumps(workers)), _answer(200), EXPECTED + ["http://x:1"])
     assert missing.status == "DEGRADED" and "http://x:1 (not registered at the gateway)" in missing.detail
-
-
-def test_smg_version_fact():
-    assert SmgVersion().process(["smg 1.13.0"]) == "1.13.0"
-    assert SmgVersion().process([]) is None
 
 
 def test_benchmark_through_the_gateway_or_per_replica(inventory):
