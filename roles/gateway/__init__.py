@@ -80,6 +80,20 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
              "0644", unit_kwargs(settings, hosts))]
 
 
+@deploy("Replicas serving")
+def replicas_serving() -> None:
+    """An ordering barrier, called by every host at one place in deploy.py, after the gpu nodes'
+    roles and before the gateway's.
+
+    pyinfra 3 orders operations as a graph of each host's own sequence (State.get_op_order: a
+    topological sort), not by the lines of deploy.py: without a shared operation the gateway
+    host's operations ran first and smg started before any replica served. An operation called
+    from the same line on every host is one node of that graph; it never runs anything itself.
+    """
+    server.shell(name="Start the gateways once the replicas have switched and serve", commands=["true"],
+                 _if=lambda: False)
+
+
 @deploy("Gateway")
 def gateway() -> None:
     settings, site = current_host(), current_site()
@@ -131,18 +145,36 @@ def _api_key(hosts: dict[str, HostSettings]) -> list:
     return [deployed] if deployed is not None else []
 
 
+# How long a (re)started gateway may take to route to a replica: smg registers its
+# --worker-urls in the background after it starts listening (smg 1.13.0 server.rs: "Worker
+# initialization job submitted (will complete in background)"), checking a worker that does not
+# answer yet every --worker-startup-check-interval seconds.
+READY_TIMEOUT_S = 120
+
+
+def _local_url(settings: HostSettings) -> str:
+    bound = settings.gateway.host
+    address = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound, f"[{bound}]" if ":" in bound else bound)
+    return f"http://{address}:{settings.gateway.port}"
+
+
 def _start(settings: HostSettings, changed: list) -> None:
     unit = f"{settings.gateway.unit_name}.service"
     operations = [op for op in changed if op is not None for op in (op if isinstance(op, list) else [op])]
     state = host.get_fact(UnitActiveState, unit=unit)
     server.shell(name=f"Reload systemd for the changed {unit}", commands=["systemctl daemon-reload"],
                  _if=lambda: any(op.did_change() for op in operations))
-    systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
+    started = systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
+    restarted = server.shell(name=f"Restart {unit} for changed settings", commands=[f"systemctl restart {unit}"],
+                             _if=lambda: state == "active" and any(op.did_change() for op in operations))
+    # smg answers /health as soon as it listens, with no worker yet: the endpoint serves once
+    # GET /readiness answers 200 {"status":"ready","healthy_workers":N,...} (503 {"status":"not
+    # ready","reason":"insufficient healthy workers"} before; smg 1.13.0, seen from the binary).
+    readiness = f"{_local_url(settings)}/readiness"
     server.shell(
-        name=f"Restart {unit} for changed settings and wait until it answers /health",
-        commands=[f"systemctl restart {unit}",
-                  f"for i in $(seq 60); do curl -fsS -o /dev/null http://127.0.0.1:{settings.gateway.port}/health"
-                  " && exit 0; sleep 1; done; echo 'the gateway never answered /health' >&2; exit 1"],
-        _if=lambda: state == "active" and any(op.did_change() for op in operations),
+        name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
+        commands=[f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
+                  f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
+                  " here and the verdict of python -m tests.infra.gateway INVENTORY' >&2; exit 1"],
+        _if=lambda: started.did_change() or restarted.did_change(),
     )
-

@@ -31,6 +31,9 @@ def gateway_arguments(settings: HostSettings, hosts: dict[str, HostSettings]) ->
         "--prometheus-port", str(gateway.prometheus_port),
         "--health-check-interval-secs", str(gateway.health_check_interval),
         "--health-failure-threshold", str(gateway.health_failure_threshold),
+        # A worker that does not answer when smg starts is checked again every this many seconds
+        # (default 30 in smg/router_args.py, 1.13.0): at the probe's own cadence instead.
+        "--worker-startup-check-interval", str(gateway.health_check_interval),
         # SGLang's /health answers 200 once the server is up (http_server.py, 0.5.9).
         "--health-check-endpoint", "/health",
     ]

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from pyinfra.operations import files
@@ -17,7 +20,7 @@ from roles.site import load_site
 from roles.site import lock as site_lock
 from tests.unit.conftest import PROJECT_ROOT
 from tests.unit.test_engine_lock import _fake_uv
-from tests.unit.test_gpu_stack_plans import plan
+from tests.unit.test_gpu_stack_plans import PLANS, plan
 from tests.unit.test_site import assert_names, only_problem, problems_of
 
 STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
@@ -131,3 +134,16 @@ def test_the_service_user_has_no_home():
     p = plan(*GATEWAY)
     assert any(c.startswith("useradd ") and "-d /nonexistent" in c and " smg" in c for c in p.commands), p.commands
     assert not any(shlex.split(c)[:2] == ["mkdir", "-p"] and "/home/smg" in c for c in p.commands)
+
+
+def test_the_gateway_starts_once_the_replicas_have_switched():
+    """pyinfra orders each host's operations on its own: without the barrier (replicas_serving
+    in deploy.py) smg started before the replicas, and the first requests through it got 404
+    "No worker serves model" until smg's next worker check (30 s later, by default)."""
+    done = subprocess.run([sys.executable, str(PLANS / "record.py"), str(PLANS / GATEWAY[0]), "deploy.py"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=True)
+    commands = [(r["host"], r.get("command", "")) for r in map(json.loads, done.stdout.splitlines())]
+    switches = [i for i, (_, c) in enumerate(commands) if c.startswith("/usr/local/libexec/inference-host/sglang-rolling")]
+    start = commands.index(("@fake/gw-ubuntu2404", "systemctl start smg.service"))
+    wait = next(i for i, (_, c) in enumerate(commands) if "/readiness" in c)
+    assert len(switches) == 2 and max(switches) < start < wait
