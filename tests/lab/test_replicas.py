@@ -7,7 +7,9 @@ never fails a request through the gateway, and a second deploy changes nothing.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -115,6 +117,27 @@ def test_both_replicas_run_the_same_environment_from_the_same_lock(site):
     assert names["rep-a"] == names["rep-b"], names  # the same stamp: the same lock, the same inputs
     assert freezes["rep-a"].strip(), "an empty freeze compares nothing"
     assert freezes["rep-a"] == freezes["rep-b"]
+
+
+def test_the_benchmarks_path_through_the_gateway(site):
+    """`python -m tests.infra.bench --through-gateway` as far as the lab can take it: the target
+    it picks (the gateway's address, bench_serving running on the gpu node) and the key it reads
+    there (the node's 0600 file, into OPENAI_API_KEY) answer a generation from inside the node.
+    bench_serving itself needs the full engine environment (numpy, transformers, a tokenizer)
+    and a streaming server: not in the lab."""
+    from tests.infra import bench, server_checks
+
+    target = bench._target(bench._arguments(["--inventory", str(INVENTORY), "--through-gateway"]))
+    assert target["base_url"] == gateway_url(site.group("gateways")[0])
+    expect = target["expect"]
+    body = json.dumps({"model": expect.served_model_name, "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    script = (server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
+              + "printf 'header = \"Authorization: Bearer %s\"\\n' \"$OPENAI_API_KEY\" | curl -sS -o /dev/null"
+              f" -w '%{{http_code}}' -K - -H 'Content-Type: application/json' -d '{body}'"
+              f" {target['base_url']}/v1/chat/completions")
+    node = testinfra.get_host(target["url"])
+    assert node.check_output(f"bash -c {shlex.quote(script)}") == "200"
 
 
 def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
