@@ -11,6 +11,10 @@ records a digest of the pins it was made from (``# pins-sha256:``). Loading an i
 compares that digest with the stack file's pins, reading only local files (no network), so a
 pin edited without a new lock is one clear error before any host is contacted.
 
+The gateway's environment (roles/gateway) is locked the same way: locks/smg-<version>.txt
+beside the stack file, smg==<version> resolved for CPython 3.12 by `uv run python -m
+roles.gateway.lock <stack file> <version>`, checked when an inventory with gateways loads.
+
 This module is part of the site model's loading: it imports nothing of the project but the
 stack types.
 """
