@@ -28,6 +28,7 @@ from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
 from roles.eagle3_training import eagle3_training
+from roles.gateway import gateway, replicas_serving
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
@@ -87,3 +88,11 @@ if engine_host:
         eagle3_training()  # laid down only: the user starts its steps (systemctl)
     # Last: the health checks judge what the roles above left (roles/health).
     health()
+
+if settings.in_group("gateways") and not engine_host:
+    base()  # packages, the site's CAs (uv reaches PyPI through them), limits; beside the replicas' roles
+
+replicas_serving()  # every host: the gateways' operations wait for the replicas' (a barrier)
+
+if settings.in_group("gateways"):
+    gateway()  # its workers already serve: smg registers them as it starts

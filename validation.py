@@ -3,9 +3,10 @@
 Every inventory file ends with ``require_valid_inventory(__file__)``. Importing this module
 registers the checks that need a role's knowledge with the model (which imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
-CLI (roles/serving), and the speculative decoding settings with the drafter's config against
-the target's, per release (roles/serving/speculative.py). The stacks' locks are the model's own
-check (roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them.
+CLI (roles/serving), the gateway's command line against smg's (roles/gateway), and the
+speculative decoding settings with the drafter's config against the target's, per release
+(roles/serving/speculative.py). The stacks' locks are the model's own check
+(roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import sys
 
 from roles.eagle3_training.checks import training_problems
+from roles.gateway.command import gateway_problems
 from roles.serving.command import command_problems
 from roles.serving.speculative import speculative_problems
 from roles.site import loading, rules
 
 rules.register_engine_check(command_problems)
+rules.register_gateway_check(gateway_problems)
 rules.register_speculative_check(speculative_problems)
 rules.register_engine_check(training_problems)
 

@@ -62,7 +62,13 @@ LAB_UV_CACHE_DEST = "/opt/sglang/uv-cache"
 HOSTS = {
     "gpu": "the GPU guest (an LXC container or KVM VM on the target) that serves the engine",
     "pve": "the Proxmox VE 8 node (Debian 12 + stand-ins for pct, qm, pvesh, proxmox-boot-tool)",
+    # inventory/lab_replicas.py: two replicas behind SGLang's model gateway.
+    "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
+    "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
+    "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
 }
+# Rehearsal hosts that run the stand-in SGLang server.
+STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
 
 # The lab's Proxmox node: what its stand-ins report. Eight GPUs at the production addresses,
 # one IOMMU group each, device minors in bus order (what the NVIDIA driver does).
@@ -262,14 +268,20 @@ def _wait_for_systemd(name: str, timeout: float = 90) -> None:
     raise LabError(f"systemd in {name} did not come up within {timeout:.0f}s (state: {status!r})")
 
 
-def up(roles=tuple(HOSTS)) -> list[str]:
+# inventory/lab.py's hosts; inventory/lab_replicas.py brings up its own.
+MAIN_LAB = ("gpu", "pve")
+
+
+def up(roles=MAIN_LAB) -> list[str]:
     """Bring up the rehearsal containers; idempotent and quick once the images exist."""
     if not engine_available():
         raise LabError("no Docker engine answers `docker info`; start one (README: Prerequisites)")
     image = systemd_image()
     names = [ensure_container(role, image) for role in roles]
+    for role in roles:
+        if role in STANDIN_ROLES:
+            install_standins(container_name(role))
     if "gpu" in roles:
-        install_standins(container_name("gpu"))
         install_tiny_model(container_name("gpu"))
     if "pve" in roles:
         prepare_pve_node(container_name("pve"))
@@ -370,8 +382,17 @@ def prepare_pve_node(name: str) -> None:
     _docker("exec", "-i", name, "bash", "-s", input=_pve_node_script(apt_standin.url_for(PREFIX)))
 
 
-def down() -> None:
-    for role in HOSTS:
+def container_address(role: str) -> str:
+    """The container's address on Docker's bridge (how the lab's hosts reach each other)."""
+    state = container_state(container_name(role)) or {}
+    address = (state.get("NetworkSettings") or {}).get("IPAddress")
+    if not address:
+        raise LabError(f"{container_name(role)} has no address on Docker's bridge (is it running?)")
+    return address
+
+
+def down(roles=MAIN_LAB) -> None:
+    for role in roles:
         _docker("rm", "-f", container_name(role), check=False)
     _docker("volume", "rm", "-f", models_volume(), check=False)
 

@@ -154,9 +154,21 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
            f"# {guest.name}: on an existing guest the deploy sets only what differs from this\n{update}\n")
 
 
+def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import gateway
+
+    for path, template, _, kwargs in gateway.templates(settings, site.hosts):
+        p.template(path, template, **kwargs)
+    if gateway.api_key_secret(site.hosts):
+        p.file(gateway.API_KEY_FILE, MASK)
+    p.note(f"smg {settings.gateway.version} is installed exactly from its lock into"
+           f" {gateway.env_path(site, settings)} unless it is there")
+
+
 ROLES = {  # group -> previews, in deploy.py's order
     "proxmox_hosts": [_proxmox_host],
     "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving],
+    "gateways": [_gateway],
 }
 
 

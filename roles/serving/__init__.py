@@ -37,12 +37,14 @@ from pyinfra.operations import files, server
 from roles.serving.command import (
     SECRET_ARGS_DIR,
     VLLM_LAUNCHER,
+    node_topology,
     pcie_allreduce_env,
     server_arguments,
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.layout import env_dir
+from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
 from roles.site import (
     EngineStack,
@@ -99,17 +101,38 @@ def launch_command(settings: HostSettings, stack: EngineStack, site: Site) -> li
 READY_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
 
 
-def probe_url(settings: HostSettings, engine: str = "sglang") -> str:
+def probe_url(settings: HostSettings, path: str = READY_PATHS["sglang"]) -> str:
     """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
     an IPv6 address goes in brackets (RFC 3986)."""
     address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
     if ipaddress.ip_address(address).version == 6:
         address = f"[{address}]"
-    return f"http://{address}:{settings.serving.port}{READY_PATHS[engine]}"
+    return f"http://{address}:{settings.serving.port}{path}"
+
+
+def readiness_path(settings: HostSettings, hosts: dict[str, HostSettings] | None, engine: str = "sglang") -> str:
+    """Rank 0 (and a replica) is ready when the engine's READY_PATHS answers (SGLang's
+    /health_generate: a real generation).
+    A tensor-parallel node of rank >= 1 serves no API: sglang 0.5.9 starts its dummy health
+    server (srt/utils/common.py launch_dummy_health_check_server: /ping, /health,
+    /health_generate, all 200 without looking at anything) only after its schedulers
+    reported ready (srt/entrypoints/engine.py _launch_subprocesses, node_rank >= 1), which
+    needs every rank of the group joined in torch.distributed: its /health answering means
+    "scheduler joined", and that is all it can say."""
+    return "/health" if hosts and node_topology(settings, hosts)[2] >= 1 else READY_PATHS[engine]
+
+
+def restart_policy(settings: HostSettings, hosts: dict[str, HostSettings] | None) -> str:
+    """A tensor-parallel node of rank >= 1 restarts whatever its exit: when rank 0 stops, its
+    schedulers lose the group and end (sglang 0.5.9 engine.py joins them and returns, with no
+    failure status promised), and it must come back to rejoin when rank 0 does. Rank 0 and
+    replicas restart on failure only (a deliberate stop stays stopped)."""
+    return "always" if hosts and node_topology(settings, hosts)[2] >= 1 else "on-failure"
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict:
     """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
+    hosts = site.hosts if site else None
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
     return dict(
@@ -126,10 +149,11 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         cleanup_script=f"{LIBEXEC}/sglang-cleanup",
         wait_script=f"{LIBEXEC}/sglang-wait-ready",
         launcher=paths["launcher"],
-        probe_url=probe_url(settings, stack.engine),
+        probe_url=probe_url(settings, readiness_path(settings, hosts, stack.engine)),
         ready_timeout=serving.ready_timeout,
         timeout_start=TIMEOUT_START_S,
         restart_sec=RESTART_SEC_S,
+        restart_policy=restart_policy(settings, hosts),
         start_limit_interval=START_LIMIT_INTERVAL_S,
         start_limit_burst=START_LIMIT_BURST,
         limit_nofile=base.limit_nofile,
@@ -138,8 +162,10 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     )
 
 
-def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
+def env_file_kwargs(settings: HostSettings, stack: EngineStack,
+                    hosts: dict[str, HostSettings] | None = None) -> dict:
     serving = settings.serving
+    nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
     # EAGLE-3's environment is SGLang's (its release CLI); a vLLM stack takes its speculative
     # settings on the command line only.
     spec_env = (speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
@@ -150,6 +176,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack) -> dict:
         engine=stack.engine,
         engine_label=stack.label,
         nccl=settings.nccl,
+        nnodes=nnodes,
         gpu_arch=settings.gpu.arch,
         pcie_allreduce=(pcie_allreduce_env(stack.sglang)
                         if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}),
@@ -185,7 +212,8 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack, site)
     return [
-        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600", env_file_kwargs(settings, stack)),
+        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
+         env_file_kwargs(settings, stack, site.hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, engine_label=stack.label,
               command=shlex.join(launch_command(settings, stack, site)))),
@@ -194,7 +222,7 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     ]
 
 
-SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch")
+SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")
 
 
 def _release_config(settings: HostSettings, stack: EngineStack) -> list:
@@ -258,10 +286,26 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, c
     operations = [op for group in changes for op in group]
     reason = (f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
+    command, behind = switch_command(settings, current_site().hosts, unit, current, target)
     server.shell(
         name=f"{reason[0].upper()}{reason[1:]}: restart {unit} ({stack.label}) and wait until"
              f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
-             f" configuration if it never does)",
-        commands=[f"{LIBEXEC}/sglang-switch {unit} {current} {target}"],
+             f" configuration if it never does)"
+             + (f"; one replica at a time, drained at {', '.join(behind)} first" if behind else ""),
+        commands=[command],
+        # Behind a gateway: host by host, so the other replicas serve while this one restarts.
+        _serial=bool(behind),
         _if=lambda: linked != target or state != "active" or any(op.did_change() for op in operations),
     )
+
+
+def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit: str, current: str,
+                   target: str) -> tuple[str, list[str]]:
+    """The switch, wrapped in sglang-rolling when this node is a replica behind gateways."""
+    switch = f"{LIBEXEC}/sglang-switch {unit} {current} {target}"
+    rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
+    behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
+    if not behind:
+        return switch, []
+    return (shlex.join([f"{LIBEXEC}/sglang-rolling", settings.serving.secret_args_file, worker_url(settings),
+                        *behind, "--"]) + " " + switch, behind)

@@ -58,12 +58,33 @@ def _spelling(setting: str, version: str) -> str:
     )
 
 
-def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, str]:
-    """(nnodes, node_rank, dist-init address) of a gpu node, from the inventory's order."""
-    nodes = [h for h in hosts.values() if h.in_group("gpu_nodes")]
-    head = nodes[0]
-    names = [n.name for n in nodes]
-    return len(nodes), names.index(settings.name), f"{address_of(head)}:{head.serving.dist_init_port}"
+def engine_group(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[HostSettings]:
+    """The gpu nodes that form one SGLang server with this one, in inventory order (= ranks):
+    all gpu nodes with serving_topology = "tensor_parallel", else the node alone (a replica)."""
+    if settings.serving.topology != "tensor_parallel":
+        return [settings]
+    return [h for h in hosts.values() if h.in_group("gpu_nodes")]
+
+
+def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tuple[int, int, int, str]:
+    """(tp_size, nnodes, node_rank, dist-init address) of a gpu node.
+
+    sglang 0.5.9 (srt/entrypoints/engine.py, _launch_scheduler_processes) gives each node
+    tp_size // nnodes GPUs, ranks node_rank * that upward: --tp-size is the whole group's
+    GPU count, not the node's (server_args.py asserts tp_size % nnodes == 0). Rank 0 hosts
+    torch.distributed's store at --dist-init-addr, which every other node must reach."""
+    group = engine_group(settings, hosts)
+    head = group[0]
+    host = head.serving.dist_init_host or address_of(head)
+    if ":" in host:  # IPv6: sglang splits "[addr]:port" (server_args.py, configure_ipv6)
+        host = f"[{host}]"
+    tp_size = sum(node.gpu.count for node in group)
+    rank = [node.name for node in group].index(settings.name)
+    return tp_size, len(group), rank, f"{host}:{head.serving.dist_init_port}"
+
+
+def node_rank(settings: HostSettings, hosts: dict[str, HostSettings]) -> int:
+    return node_topology(settings, hosts)[2]
 
 
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
@@ -73,10 +94,11 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if stack.engine == "vllm":
         return vllm_arguments(settings, hosts, stack, secret_args_file)
     serving, version = settings.serving, stack.sglang
+    tp_size, nnodes, rank, init_addr = node_topology(settings, hosts)
     args = [
         "--model-path", serving.model_path,
         "--served-model-name", serving.served_model_name,
-        _spelling("tp_size", version), str(settings.gpu.count),
+        _spelling("tp_size", version), str(tp_size),
         "--host", serving.host,
         "--port", str(serving.port),
         "--attention-backend", serving.attention_backend or DEFAULT_ATTENTION_BACKEND,
@@ -95,7 +117,6 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
         args.append("--enable-metrics")
     if serving.speculative:
         args += speculative_arguments(SpeculativeSettings(**serving.speculative))
-    nnodes, rank, init_addr = node_topology(settings, hosts)
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret:

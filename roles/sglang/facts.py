@@ -4,19 +4,6 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-STACK_MARKER = ".inference-host-stack"
-
-
-class SglangEnvironmentStamp(FactBase):
-    """Returns the stamp a finished install left in an environment (None: not built)."""
-
-    def command(self, env_dir: str) -> str:
-        return f"cat {env_dir}/{STACK_MARKER} 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> str | None:
-        text = "\n".join(output).strip()
-        return text or None
-
 
 class UnappliedPatches(FactBase):
     """Returns the names of patches under <env>/inference-host-patches not yet applied to it."""

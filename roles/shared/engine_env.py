@@ -12,10 +12,10 @@ one; nothing else is (a changed index mirror is not: the lock's hashes pin the s
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from roles.shared import locked_env
 from roles.shared.patches import patch_queue
 from roles.shared.wheel_plan import planned_builds
 from roles.site import PROJECT_ROOT, EngineStack, HostSettings, Site, SiteError
@@ -25,7 +25,6 @@ from roles.site import lock as stack_lock
 SGLANG_PATCHES = PROJECT_ROOT / "roles" / "sglang" / "patches"
 # Bump when the install commands change what an environment holds: every host rebuilds.
 RECIPE = "lock-sync-1"
-STAMP_CHARS = 12
 
 
 def engine_patches(stack: EngineStack):
@@ -116,10 +115,8 @@ def cpu_lock_text(site: Site, settings: HostSettings, stack: EngineStack) -> str
 
 def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
     """The environment's folder name: changes when anything that shapes the env changes."""
-    digest = hashlib.sha256()
-    for part in (RECIPE, install_mode(settings, stack), settings.sglang.python or stack.python,
-                 requirements_text(site, settings, stack),
-                 *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
-                 *(p.read_text() for p in engine_patches(stack))):
-        digest.update(part.encode() + b"\0")
-    return f"{stack.id}-{digest.hexdigest()[:STAMP_CHARS]}"
+    return f"{stack.id}-" + locked_env.stamp((
+        RECIPE, install_mode(settings, stack), settings.sglang.python or stack.python,
+        requirements_text(site, settings, stack),
+        *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
+        *(p.read_text() for p in engine_patches(stack))))

@@ -35,6 +35,7 @@ from roles.site.schema import (
     CudaSettings,
     DockerSettings,
     Eagle3TrainingSettings,
+    GatewaySettings,
     GpuSettings,
     GuestSettings,
     HealthSettings,
@@ -63,7 +64,7 @@ from roles.site.weights import (
 )
 
 __all__ = [
-    "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings",
+    "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings", "GatewaySettings",
     "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
     "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "VllmSettings", "address_of",

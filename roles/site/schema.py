@@ -28,7 +28,7 @@ from roles.site.stack import DRIVER_VERSION_RE, Stack
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders")
+KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways")
 
 # GPU architectures the project knows how to build for and check; the target is sm120.
 GPU_ARCHS = {
@@ -174,7 +174,17 @@ class NcclSettings(Section):
     # SYS lets P2P cross the socket link; the default (PXB) sends cross-socket pairs
     # through host memory. "off" sets NCCL_P2P_DISABLE=1 instead.
     p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = "SYS"
-    ib_disable: bool = True
+    # InfiniBand/RoCE between nodes. None: off on a single node (nothing to reach); with
+    # serving_topology = "tensor_parallel" across nodes it must be said: True sends the
+    # all-reduce over TCP sockets (slow, but works on any network), False lets NCCL use the
+    # IB/RoCE adapters it finds (NCCL_IB_HCA picks them, nccl_ib_hca here).
+    ib_disable: bool | None = None
+    ib_hca: str | None = None
+    # NCCL_SOCKET_IFNAME: the interface NCCL's bootstrap (and its TCP transport when IB is off)
+    # uses between nodes. Unset, NCCL takes the first non-loopback interface it finds, which
+    # on a host with docker0/virbr0 bridges can be one the other node cannot reach.
+    socket_ifname: Annotated[str, check(re.compile(r"^[=^]?[A-Za-z0-9_.,:@-]+$").match,
+                                        "interface names or prefixes like eth0, ^docker,lo, =ens1f0")] | None = None
     debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = "WARN"
     debug_subsys: str | None = None
     min_nchannels: Annotated[int, positive] | None = None
@@ -229,6 +239,14 @@ class ServingSettings(Section):
     hf_token_secret: SecretName | None = None
     # Optional EAGLE-3 drafter: {"draft_model_path": ..., "num_steps": 3, ...}
     speculative: dict[str, Any] | None = None
+    # "replicas": each gpu node serves a whole copy of the model on its own GPUs (behind the
+    # gateways group when there is one). "tensor_parallel": all gpu nodes form one SGLang
+    # server, --tp-size = every GPU of the group; ranks follow the inventory's order and the
+    # first node (rank 0) serves the API. Only for a model that does not fit one node.
+    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = "replicas"
+    # tensor_parallel: where the other nodes reach rank 0's torch.distributed store
+    # (--dist-init-addr). None: rank 0's ssh_hostname, else its inventory name.
+    dist_init_host: str | None = None
     dist_init_port: Annotated[int, tcp_port] = 50000
     # None: `<install_root>/current/bin/python -m sglang.launch_server`. The lab points it at
     # the stand-in server (tests/standins/sglang_server); production leaves it unset.
@@ -490,6 +508,36 @@ class DockerSettings(Section):
                                       "lower-case Unix user names")] = []
 
 
+class GatewaySettings(Section):
+    """roles/gateway on the gateways group: SGLang's model gateway (the smg package, a Rust
+    binary; sglang-router is its older name) in front of the gpu nodes' replicas. It checks
+    the gpu nodes' serving_api_key_secret and passes it on to them."""
+
+    PREFIX: ClassVar[str] = "gateway_"
+
+    # The smg release installed exactly from its committed lock (locks/smg-<version>.txt beside
+    # the stack file, made by `uv run python -m roles.gateway.lock`) into
+    # <install_dir>/envs/smg-<version>-<stamp>; `current` points at the one serving.
+    version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = "1.13.0"
+    install_dir: AbsolutePath = "/opt/smg"
+    # The interpreter uv builds the environment with: "3.12" (the lock's target; uv finds
+    # Ubuntu 24.04's python3.12, or installs its managed build) or a path to one.
+    python: Annotated[str, check(re.compile(r"^(3\.\d+|/\S+)$").match,
+                                 "a Python version like 3.12 or an absolute path")] = "3.12"
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = "smg"
+    host: IpAddress = "0.0.0.0"
+    port: Annotated[int, tcp_port] = 8000
+    # smg's --policy: cache_aware keeps requests that share a prefix on the replica whose
+    # radix cache already holds it (smg/router_args.py COMMON_POLICY_CHOICES, 1.13.0).
+    policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = "cache_aware"
+    # Where /metrics (Prometheus) listens: --prometheus-host/--prometheus-port.
+    prometheus_host: IpAddress = "127.0.0.1"
+    prometheus_port: Annotated[int, tcp_port] = 29000
+    # smg's own worker probe (--health-check-interval-secs, --health-failure-threshold).
+    health_check_interval: Annotated[int, positive] = 5
+    health_failure_threshold: Annotated[int, positive] = 2
+
+
 # SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
 # pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
 SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
@@ -598,6 +646,7 @@ SECTIONS: tuple[type[Section], ...] = (
     NvidiaDriverSettings,
     CudaSettings,
     DockerSettings,
+    GatewaySettings,
     Eagle3TrainingSettings,
     WeightsSettings,
 )
@@ -630,6 +679,9 @@ class HostSettings:
     cuda: CudaSettings
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
+    gateway: GatewaySettings = GatewaySettings()
+    # pyinfra's ssh_hostname (connector data): the address the host is reached at.
+    ssh_hostname: str | None = None
     eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
@@ -682,7 +734,9 @@ class Site:
 
 
 def address_of(host: HostSettings) -> str:
-    return host.name.split("@", 1)[-1].split("/")[-1]
+    """Where other hosts reach this one: pyinfra's ssh_hostname, else the inventory name
+    (without a connector prefix like @docker/)."""
+    return host.ssh_hostname or host.name.split("@", 1)[-1].split("/")[-1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -718,9 +772,9 @@ def type_text(annotation: Any) -> str:
 
 
 def _expected_type(annotation: Any) -> str:
-    text = type_text(annotation)
-    return {"int": "an integer", "str": "a string", "bool": "True or False",
-            "float": "a number"}.get(text, text)
+    words = {"int": "an integer", "str": "a string", "bool": "True or False",
+             "float": "a number", "None": "None"}
+    return " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
 
 
 def section_keys() -> dict[str, type[Section]]:
@@ -781,4 +835,6 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             " under 'Settings')"
         )
     problems.extend(value_problems)
-    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid))
+    ssh_hostname = data.get("ssh_hostname")
+    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid),
+                        ssh_hostname=str(ssh_hostname) if ssh_hostname else None)

@@ -95,7 +95,7 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
     results = []
     for concurrency in args.concurrency:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)
-        command = bench_command(expect.engine_python, server_checks.base_url(expect),
+        command = bench_command(expect.engine_python, target.get("base_url") or server_checks.base_url(expect),
                                 expect.served_model_name, target["model_path"], args.input_len,
                                 args.output_len, prompts, concurrency, "$d/out.jsonl", expect.engine)
         text = " ".join(shlex.quote(c) if not c.startswith("$d") else f'"{c}"' for c in command)
@@ -378,6 +378,9 @@ def _arguments(argv):
     parser.add_argument("--inventory", help="inventory file")
     parser.add_argument("--host", help="inventory host (default: the first gpu node)")
     parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")
+    parser.add_argument("--through-gateway", metavar="GATEWAY", nargs="?", const="",
+                        help="send the workload through a host of the gateways group (default: the first)"
+                             " instead of to --host's own server; bench_serving still runs on --host")
     parser.add_argument("--concurrency", default="1,4,16,64",
                         type=lambda v: [int(c) for c in v.split(",")], help="sweep; 1 is the single stream")
     parser.add_argument("--input-len", type=int, default=1024)
@@ -410,11 +413,22 @@ def _target(args) -> dict:
     name = args.host or next((h.name for h in site.group("gpu_nodes")), None)
     if name not in site.hosts:
         raise SiteError([f"{args.inventory}: no host {name!r}; expected one of: {', '.join(site.hosts)}"])
-    return {"name": name, "url": args.hosts or testinfra_url(args.inventory, name),
-            "expect": Expectations.from_site(site, name),
-            "model_path": site.hosts[name].serving.model_path,
-            "stack": f"{site.stack.active.id} ({site.stack.active.label})",
-            "engine": site.stack.active.engine}
+    target = {"name": name, "url": args.hosts or testinfra_url(args.inventory, name),
+              "expect": Expectations.from_site(site, name),
+              "model_path": site.hosts[name].serving.model_path,
+              "stack": f"{site.stack.active.id} ({site.stack.active.label})",
+              "engine": site.stack.active.engine}
+    if getattr(args, "through_gateway", None) is not None:
+        from roles.shared.replicas import gateway_url
+
+        gateways = site.group("gateways")
+        gateway = next((g for g in gateways if g.name == args.through_gateway or not args.through_gateway), None)
+        if gateway is None:
+            raise SiteError([f"{args.inventory}: --through-gateway {args.through_gateway!r} is no host of the"
+                             " gateways group; expected one of: " + (", ".join(g.name for g in gateways) or "(none)")])
+        # The replicas share one API key (a rule of the site model): the gpu node's key file serves.
+        target.update(base_url=gateway_url(gateway), label_host=f"{gateway.name} (gateway, from {name})")
+    return target
 
 
 def ab_variants(args, host, expect):
@@ -468,7 +482,7 @@ def main(argv=None) -> int:
                 print(f"== {label}: restarting {expect.unit_name}", flush=True)
                 switch(value)
             results = run_workload(host, target, args)
-            record = make_record(target["name"], label, target["stack"], workload, results,
+            record = make_record(target.get("label_host", target["name"]), label, target["stack"], workload, results,
                                  engine=target["engine"],
                                  speculative=speculative_figures(host, expect) if expect.speculative else None)
             history = read_history(args.history)

@@ -12,6 +12,7 @@ message before any host is contacted.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,9 @@ class Expectations:
     max_unit_restarts: int
     engine: str = "sglang"
     source: str = field(default="", compare=False)  # where these came from, for messages
+    # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
+    # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
+    node_rank: int = 0
     # Speculative decoding (tests/infra/test_speculative.py)
     speculative: bool = False
     speculative_num_steps: int = 0
@@ -153,7 +157,11 @@ class Expectations:
         if data:
             host = _rebuild_host(host, data, f"--expect for {host_name}")
         source = site.inventory_file + (" with --expect " + " ".join(overrides) if overrides else "")
-        return cls.from_host(host, site.stack.driver_version, source, extra, site.stack.active.engine)
+        expect = cls.from_host(host, site.stack.driver_version, source, extra, site.stack.active.engine)
+        nodes = [h.name for h in site.group("gpu_nodes")]
+        if host.serving.topology == "tensor_parallel" and host_name in nodes:
+            expect = dataclasses.replace(expect, node_rank=nodes.index(host_name))
+        return expect
 
     @classmethod
     def from_overrides(cls, overrides: list[str], host_name: str = "local",
@@ -176,8 +184,12 @@ def nccl_environment(nccl: site_model.NcclSettings) -> dict[str, str]:
         env["NCCL_P2P_DISABLE"] = "1"
     else:
         env["NCCL_P2P_LEVEL"] = nccl.p2p_level
-    if nccl.ib_disable:
-        env["NCCL_IB_DISABLE"] = "1"
+    # As roles/serving renders it: unset means off (one node), False lets NCCL use IB/RoCE.
+    env["NCCL_IB_DISABLE"] = "0" if nccl.ib_disable is False else "1"
+    if nccl.ib_hca:
+        env["NCCL_IB_HCA"] = nccl.ib_hca
+    if nccl.socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = nccl.socket_ifname
     if nccl.debug_subsys:
         env["NCCL_DEBUG_SUBSYS"] = nccl.debug_subsys
     if nccl.min_nchannels:

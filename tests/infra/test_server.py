@@ -12,12 +12,22 @@ from tests.infra.probes import report
 pytestmark = pytest.mark.server
 
 
+@pytest.fixture(autouse=True)
+def _api_on_rank_0_only(request, expect):
+    """A tensor-parallel node of rank >= 1 runs only sglang's dummy health server (/ping,
+    /health, /health_generate; srt/utils/common.py launch_dummy_health_check_server, 0.5.9),
+    which starts once its schedulers joined the group: only test_health_answers applies."""
+    if expect.node_rank >= 1 and request.node.name != "test_health_answers":
+        pytest.skip(f"node rank {expect.node_rank} of a tensor-parallel group serves no API (rank 0 does)")
+
+
 def test_health_answers(host, expect, request):
     answer = server.request(host, expect, "/health", with_key=False,
                             timeout_s=expect.server_timeout_s + 1)
     problem = server.judge_health(answer, expect.server_timeout_s)
     assert problem is None, problem
-    report(request, f"200 in {answer.seconds:.2f} s")
+    report(request, f"200 in {answer.seconds:.2f} s" + (f" (rank {expect.node_rank}: its schedulers joined the group)"
+                                                         if expect.node_rank else ""))
 
 
 def test_models_lists_served_name(host, expect, request):

@@ -63,10 +63,12 @@ def test_inventory_with_an_unknown_flag_stops_at_validation(tmp_path):
 
 
 def test_multi_node_flags_come_from_the_inventory():
-    second = dataclasses.replace(GPU_HOST, name="node2.example.internal")
-    hosts = {GPU_HOST.name: GPU_HOST, second.name: second}
+    head = dataclasses.replace(GPU_HOST, serving=GPU_HOST.serving.model_copy(update={"topology": "tensor_parallel"}))
+    second = dataclasses.replace(head, name="node2.example.internal")
+    hosts = {head.name: head, second.name: second}
     args = cmd.server_arguments(second, hosts, STACK.active)
     assert args[args.index("--nnodes") + 1] == "2"
+    assert args[args.index("--tp-size") + 1] == str(2 * GPU_HOST.gpu.count)
     assert args[args.index("--node-rank") + 1] == "1"
     assert args[args.index("--dist-init-addr") + 1] == f"{GPU_HOST.name}:50000"
     assert "--nnodes" not in cmd.server_arguments(GPU_HOST, {GPU_HOST.name: GPU_HOST}, STACK.active)

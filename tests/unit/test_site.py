@@ -49,7 +49,7 @@ def test_defaults_fill_what_the_inventory_leaves_out(inventory):
     site = load_site(inventory.groups(gpu_nodes=[gpu_node()]))
     host = site.hosts["gpu1"]
     assert host.serving.port == 30000 and host.serving.host == "127.0.0.1"
-    assert host.nccl.p2p_level == "SYS" and host.nccl.ib_disable is True  # group_data/gpu_nodes.py
+    assert host.nccl.p2p_level == "SYS" and host.nccl.ib_disable is None  # group_data/gpu_nodes.py
     assert host.base.sysctl == {"kernel.numa_balancing": "0"}
     assert host.base.service_user == "sglang"
 
@@ -64,7 +64,12 @@ def test_host_in_several_groups_merges_its_data(inventory):
 def test_multi_node_rank_is_derived_from_inventory_order(inventory):
     path = inventory.groups(gpu_nodes=[gpu_node("10.0.0.1"), gpu_node("10.0.0.2")])
     site = load_site(path)
-    assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (2, 1, "10.0.0.1:50000")
+    # replicas (the default): each node is its own server.
+    assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (8, 1, 0, "10.0.0.2:50000")
+    path = inventory.groups("tp.py", gpu_nodes=[gpu_node("10.0.0.1", serving_topology="tensor_parallel", nccl_ib_disable=True),
+                                       gpu_node("10.0.0.2", serving_topology="tensor_parallel", nccl_ib_disable=True)])
+    site = load_site(path)
+    assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (16, 2, 1, "10.0.0.1:50000")
 
 
 # --- bad inputs: one message each, naming file, field, value and what is valid ----------------

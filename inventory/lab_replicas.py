@@ -1,0 +1,82 @@
+"""The embedded lab for replicas behind SGLang's model gateway:
+
+    uv run pyinfra -y inventory/lab_replicas.py deploy.py
+
+Two gpu nodes (systemd containers, the stand-in SGLang server as in inventory/lab.py) serve a
+whole copy each, bound to their address on Docker's bridge; a third container is the gateways
+host and runs the REAL gateway (smg from PyPI). The containers reach each other by address
+(Docker's default bridge has no names), read after lab.up() starts them.
+"""
+
+import os
+
+import pyinfra
+
+import lab
+from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from validation import require_valid_inventory
+
+_ROLES = ("rep-a", "rep-b", "gw")
+_PLACEHOLDER = {"rep-a": "172.17.0.101", "rep-b": "172.17.0.102", "gw": "172.17.0.100"}
+
+
+def _address(role: str) -> str:
+    """A running container's address; outside pyinfra, with no lab running (`python -m
+    roles.site inventory/lab_replicas.py` validates without starting anything), a placeholder.
+    The checks (`python -m tests.infra.gateway`) load this file outside pyinfra too: they need
+    the real addresses, which name the replicas at the gateway."""
+    try:
+        return lab.container_address(role)
+    except lab.LabError:
+        return _PLACEHOLDER[role]
+
+
+if pyinfra.is_cli:  # the addresses exist once the containers run
+    lab.up(_ROLES)
+
+_vault, _password_file = lab.throwaway_vault()
+os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
+_ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli else nvidia_apt_standin.url_for(lab.PREFIX))
+
+_common = {
+    "stack_file": "stack.yml",
+    "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
+    "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+}
+
+_replica = {
+    **_common,
+    "gpu_count": 8,
+    "serving_served_model_name": "kimi-k2.5",
+    "serving_api_key_secret": "sglang_api_key",
+    # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
+    "serving_host": "0.0.0.0",
+    "sglang_install_mode": "no-gpu-deps",
+    "sglang_python": "/usr/bin/python3",
+    "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
+    # The stand-in reads config.json at start, as SGLang does (no weights role here: the weights
+    # lab is inventory/lab.py's).
+    "serving_model_path": lab.STANDIN_DEST + "/tiny-model",
+    "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
+    "serving_extra_env": {"INFERENCE_HOST_STANDIN_LOAD_SECONDS": "1"},
+    "health_after_deploy": ["service", "server"],
+    "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+}
+
+gpu_nodes = [
+    (lab.pyinfra_name("rep-a"), {**_replica, "ssh_hostname": _address("rep-a")}),
+    (lab.pyinfra_name("rep-b"), {**_replica, "ssh_hostname": _address("rep-b")}),
+]
+
+gateways = [
+    (lab.pyinfra_name("gw"), {
+        **_common, "ssh_hostname": _address("gw"), "gateway_health_check_interval": 1,
+        # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
+        # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
+        # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.
+        "gateway_python": "/usr/bin/python3",
+    }),
+]
+
+require_valid_inventory(__file__)

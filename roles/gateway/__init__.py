@@ -1,0 +1,180 @@
+"""roles/gateway: SGLang's model gateway (smg, a Rust binary on PyPI; `sglang-router` is its
+older name) as a systemd service in front of the gpu nodes' replicas.
+
+On a host of the gateways group it lays down:
+
+    <gateway_install_dir>/locks/smg-<version>-<stamp>.txt  the committed lock it installs
+    <gateway_install_dir>/envs/smg-<version>-<stamp>/      smg's uv environment, exactly that lock
+    <gateway_install_dir>/current -> envs/smg-<version>-<stamp>
+    /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
+    /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
+    /etc/systemd/system/<unit>.service               --worker-urls from the inventory
+
+The environment is made as the engines' are (roles/shared/locked_env.py): the lock
+(inventory/locks/smg-<version>.txt, made by `uv run python -m roles.gateway.lock
+inventory/stack.yml <version>` and checked for staleness when the inventory loads) is installed
+with `uv pip sync --require-hashes` into a new `.building` folder, renamed into place when
+complete; the stamp in its name covers the lock, so a changed lock is a new folder and the live
+one is never replaced in place.
+
+The gateway checks the API key (401 without it: smg 1.13.0 answers
+{"error": {"code": "invalid_api_key", ...}}) and passes it on to the workers, which bind a
+private address. smg probes each worker's /health itself (--health-check-interval-secs) and
+routes around one that fails (is_healthy false in GET /workers), which is what the health
+checks read to report a replica down as DEGRADED. A rolling upgrade drains a replica through
+DELETE /workers/{id} before restarting it and adds it back with POST /workers (roles/serving).
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.gateway.command import api_key_secret, gateway_arguments
+from roles.gateway.facts import UnitActiveState
+from roles.shared import locked_env
+from roles.shared.locked_env import EnvironmentStamp, build_command
+from roles.shared.pip import uv_environment
+from roles.shared.replicas import replicas
+from roles.shared.secret_files import secret_file
+from roles.site import HostSettings, Site, current_host, current_site, secret_value
+from roles.site import lock as site_lock
+
+LIBEXEC = "/usr/local/libexec/inference-host"
+LAUNCHER = f"{LIBEXEC}/smg-launch"
+API_KEY_FILE = "/etc/smg/api-key"
+SERVICE_USER = "smg"
+
+
+# Bump when the install commands change what an environment holds: every gateway rebuilds.
+RECIPE = "lock-sync-1"
+
+
+def lock_text(site: Site, settings: HostSettings) -> str:
+    """The committed lock of this gateway's smg release (beside the stack file)."""
+    return site.stack.lock_text(site_lock.gateway_lock_name(settings.gateway.version))
+
+
+def env_path(site: Site, settings: HostSettings) -> str:
+    """<install_dir>/envs/smg-<version>-<stamp>: a changed lock or interpreter is a new folder."""
+    stamp = locked_env.stamp((RECIPE, settings.gateway.python, lock_text(site, settings)))
+    return f"{settings.gateway.install_dir}/envs/smg-{settings.gateway.version}-{stamp}"
+
+
+def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
+    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), service_user=SERVICE_USER,
+                api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
+                python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
+                arguments=shlex.join(gateway_arguments(settings, hosts)))
+
+
+def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
+    """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
+    return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
+             dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)))),
+            (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
+             "0644", unit_kwargs(settings, hosts))]
+
+
+@deploy("Replicas serving")
+def replicas_serving() -> None:
+    """An ordering barrier, called by every host at one place in deploy.py, after the gpu nodes'
+    roles and before the gateway's.
+
+    pyinfra 3 orders operations as a graph of each host's own sequence (State.get_op_order: a
+    topological sort), not by the lines of deploy.py: without a shared operation the gateway
+    host's operations ran first and smg started before any replica served. An operation called
+    from the same line on every host is one node of that graph; it never runs anything itself.
+    """
+    server.shell(name="Start the gateways once the replicas have switched and serve", commands=["true"],
+                 _if=lambda: False)
+
+
+@deploy("Gateway")
+def gateway() -> None:
+    settings, site = current_host(), current_site()
+    changed = [_environment(site, settings)]
+    files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
+    changed += [files.template(name=f"Write {path}", src=template, dest=path, user="root", group="root",
+                               mode=mode, **kwargs)
+                for path, template, mode, kwargs in templates(settings, site.hosts)]
+    changed += _api_key(site.hosts)
+    _start(settings, changed)
+
+
+def _environment(site: Site, settings: HostSettings):
+    """smg's environment, installed exactly from its committed lock (roles/gateway/lock.py)
+    into a new stamped folder, as the engine environments are; `current` follows it."""
+    gateway, target = settings.gateway, env_path(site, settings)
+    name = target.rsplit("/", 1)[1]
+    # curl: the restart below waits on the gateway's /health with it, as do the health checks.
+    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=3600)
+    for folder in (f"{gateway.install_dir}/envs", f"{gateway.install_dir}/locks"):
+        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    requirements = f"{gateway.install_dir}/locks/{name}.txt"
+    uploaded = files.put(name=f"Upload the lock of smg {gateway.version} to {requirements}",
+                         src=io.BytesIO(lock_text(site, settings).encode()), dest=requirements,
+                         user="root", group="root", mode="0644")
+    built = host.get_fact(EnvironmentStamp, env_dir=target)
+    current = f"{gateway.install_dir}/current"
+    installed = server.shell(
+        name=f"Build the uv environment of smg {gateway.version} (exactly from its lock) at {target}",
+        commands=[build_command(target, gateway.python, requirements, current, pip_check=True)],
+        _env=uv_environment(settings),
+        _if=lambda: built != name or uploaded.did_change(),
+    )
+    linked = files.link(name=f"Link {current} to {target}", path=current, target=target, user="root", group="root")
+    return [installed, linked]
+
+
+def _api_key(hosts: dict[str, HostSettings]) -> list:
+    server.group(name=f"Create group {SERVICE_USER}", group=SERVICE_USER, system=True)
+    server.user(name=f"Create system user {SERVICE_USER} (runs the gateway)", user=SERVICE_USER,
+                group=SERVICE_USER, system=True, shell="/usr/sbin/nologin",
+                home="/nonexistent", ensure_home=False, create_home=False)  # Debian's no-home convention
+    files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
+    secret = api_key_secret(hosts)
+    if not secret:
+        return [files.file(name=f"Remove {API_KEY_FILE} (no API key set)", path=API_KEY_FILE, present=False)]
+    deployed = secret_file(label=f"the gateway's API key (secret {secret})", value=secret_value(secret) + "\n",
+                           dest=API_KEY_FILE, user=SERVICE_USER, group=SERVICE_USER)
+    return [deployed] if deployed is not None else []
+
+
+# How long a (re)started gateway may take to route to a replica: smg registers its
+# --worker-urls in the background after it starts listening (smg 1.13.0 server.rs: "Worker
+# initialization job submitted (will complete in background)"), checking a worker that does not
+# answer yet every --worker-startup-check-interval seconds.
+READY_TIMEOUT_S = 120
+
+
+def _local_url(settings: HostSettings) -> str:
+    bound = settings.gateway.host
+    address = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound, f"[{bound}]" if ":" in bound else bound)
+    return f"http://{address}:{settings.gateway.port}"
+
+
+def _start(settings: HostSettings, changed: list) -> None:
+    unit = f"{settings.gateway.unit_name}.service"
+    operations = [op for op in changed if op is not None for op in (op if isinstance(op, list) else [op])]
+    state = host.get_fact(UnitActiveState, unit=unit)
+    server.shell(name=f"Reload systemd for the changed {unit}", commands=["systemctl daemon-reload"],
+                 _if=lambda: any(op.did_change() for op in operations))
+    started = systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
+    restarted = server.shell(name=f"Restart {unit} for changed settings", commands=[f"systemctl restart {unit}"],
+                             _if=lambda: state == "active" and any(op.did_change() for op in operations))
+    # smg answers /health as soon as it listens, with no worker yet: the endpoint serves once
+    # GET /readiness answers 200 {"status":"ready","healthy_workers":N,...} (503 {"status":"not
+    # ready","reason":"insufficient healthy workers"} before; smg 1.13.0, seen from the binary).
+    readiness = f"{_local_url(settings)}/readiness"
+    server.shell(
+        name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
+        commands=[f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
+                  f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
+                  " here and the verdict of python -m tests.infra.gateway INVENTORY' >&2; exit 1"],
+        _if=lambda: started.did_change() or restarted.did_change(),
+    )

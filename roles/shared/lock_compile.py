@@ -1,0 +1,60 @@
+"""Resolving a lock on the control machine (the one step that talks to the index): `uv pip
+compile --generate-hashes` of some root requirements for the target platform. Used by the
+engine stacks' lock command (roles/sglang/lock.py) and the gateway's (roles/gateway/lock.py);
+the lock's format, place and staleness are roles/site/lock.py's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from roles.site import SiteError
+from roles.site import lock as site_lock
+
+COMPILE_TIMEOUT_S = 600
+
+
+def uv_binary() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(found).exists():
+        raise SiteError(["the lock command needs uv on the control machine (README: Prerequisites)"])
+    return found
+
+
+def compile_command(uv: str, python: str, no_emit=(), index_url: str | None = None,
+                    platform: str = site_lock.TARGET_PLATFORM, overrides_file: str | None = None) -> list[str]:
+    command = [
+        uv, "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
+        "--python-version", python, "--python-platform", platform,
+    ]
+    for package in no_emit:
+        command += ["--no-emit-package", package]
+    if index_url:
+        command += ["--index-url", index_url]
+    if overrides_file:
+        command += ["--overrides", overrides_file]
+    return command
+
+
+def resolve(command: list[str], roots: list[str], what: str, python: str, fix: str) -> str:
+    """uv's hashed resolution of roots (the lock body); raises SiteError naming what, with
+    uv's own explanation of a conflict and how to fix it."""
+    try:
+        result = subprocess.run(
+            command, input="\n".join(roots) + "\n", text=True, capture_output=True,
+            timeout=COMPILE_TIMEOUT_S, env={**os.environ, "UV_NO_PROGRESS": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        raise SiteError([f"{what}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
+                         " (is the index reachable? --index-url sets a mirror)"]) from None
+    if result.returncode != 0:
+        raise SiteError([
+            f"{what}: the pins {', '.join(roots)} do not resolve together"
+            f" for Python {python} on {site_lock.TARGET_PLATFORM}; uv says:\n"
+            + "\n".join("      " + line for line in result.stderr.strip().splitlines())
+            + f"\n    {fix}"
+        ])
+    return result.stdout

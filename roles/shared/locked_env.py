@@ -1,0 +1,70 @@
+"""A uv environment installed exactly from a committed lock, built beside the live one: the
+engine environments (roles/sglang) and the gateway's (roles/gateway) are made the same way.
+
+    <envs>/<name>.building   made from nothing: `uv venv`, `uv pip sync --require-hashes LOCK`
+    <envs>/<name>            renamed into place (`mv -T`) only once complete, with a copy of the
+                             lock it was installed from and a marker naming it (its stamp)
+
+The name carries a stamp (a hash of the lock text and whatever else shapes the environment),
+so a changed lock is a new folder and the live one is never replaced in place. A failed build
+removes only its own `.building` folder and says that the live environment still serves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+
+from pyinfra.api import FactBase
+
+MARKER = ".inference-host-stack"
+LOCK_COPY_NAME = "inference-host-lock.txt"
+STAMP_CHARS = 12
+
+
+def stamp(parts: Iterable[str]) -> str:
+    """A short hash of everything that shapes an environment."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:STAMP_CHARS]
+
+
+class EnvironmentStamp(FactBase):
+    """Returns the name a finished install left in an environment (None: not built)."""
+
+    def command(self, env_dir: str) -> str:
+        return f"cat {env_dir}/{MARKER} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        text = "\n".join(output).strip()
+        return text or None
+
+
+def build_command(target: str, python: str, requirements: str, current: str,
+                  checks: Iterable[str] = (), installs: Callable[[str], list[str]] = lambda _: [],
+                  pip_check: bool = False) -> str:
+    """The shell command that builds target from the lock file requirements: checks run first
+    (each stops the build with its own message), installs(venv_python) after the sync. A
+    target that exists but is not live is an unfinished earlier build and is rebuilt; one that
+    is live is never touched."""
+    name = target.rsplit("/", 1)[1]
+    building = f"{target}.building"
+    venv_python = f"{building}/bin/python"
+    steps = [
+        *checks,
+        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
+        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
+        f"rm -rf {building}",
+        f"uv venv --quiet --python {python} {building}",
+        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {venv_python} {requirements}",
+        *installs(venv_python),
+    ]
+    if pip_check:
+        steps.append(f"uv pip check --quiet --python {venv_python}")
+    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
+              f"echo '{name}' > {building}/{MARKER}",
+              f"mv -T {building} {target}"]
+    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
+              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
+    return f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"

@@ -1,0 +1,205 @@
+"""Two replicas behind the REAL SGLang model gateway, deployed by the real deploy
+(inventory/lab_replicas.py: two gpu-node containers with the stand-in server, one gateways
+container with smg from PyPI): requests succeed through the gateway, a stopped replica leaves
+the endpoint serving and the verdict DEGRADED naming it, a rolling upgrade (a new active stack)
+never fails a request through the gateway, and a second deploy changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import testinfra
+
+import lab
+from roles.shared.replicas import gateway_url, replicas, worker_url
+from roles.site import load_site
+from roles.site import vault as secrets
+from tests.lab.harness import PROJECT_ROOT, require_docker, run_deploy
+
+pytestmark = pytest.mark.lab
+
+INVENTORY = PROJECT_ROOT / "inventory" / "lab_replicas.py"
+
+
+@pytest.fixture(scope="module")
+def first_deploy():
+    require_docker()
+    for role in ("rep-a", "rep-b", "gw"):
+        subprocess.run(["docker", "rm", "-f", lab.container_name(role)], capture_output=True)
+    started = time.monotonic()
+    run = run_deploy(INVENTORY)
+    assert run.returncode == 0, "first deploy failed\n" + run.explain()
+    print(f"\nfirst deploy of two replicas and the gateway: {time.monotonic() - started:.0f} s")
+    return run
+
+
+@pytest.fixture(scope="module")
+def site(first_deploy):
+    # The containers' addresses are read by the inventory under pyinfra only: load it as pyinfra would.
+    import pyinfra
+
+    was, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        return load_site(INVENTORY)
+    finally:
+        pyinfra.is_cli = was
+
+
+@pytest.fixture(scope="module")
+def key(site) -> str:
+    return secrets.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+
+
+def _chat(site, key: str | None, timeout: float = 10) -> int:
+    url = gateway_url(site.group("gateways")[0])
+    body = b'{"model": "kimi-k2.5", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}'
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/chat/completions", body, headers),
+                                    timeout=timeout) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def _verdict() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.infra.gateway", str(INVENTORY)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _wait_verdict(status: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = _verdict()
+        if f": {status} " in result.stdout or time.monotonic() > deadline:
+            return result
+        time.sleep(1)
+
+
+def test_requests_succeed_through_the_gateway(site, key):
+    assert [_chat(site, key) for _ in range(6)] == [200] * 6
+    assert _chat(site, None) == 401 and _chat(site, "wrong-key") == 401
+    gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
+    assert key not in gw.check_output("cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '")
+    assert "smg_http_requests_total" in gw.check_output("curl -s http://127.0.0.1:29000/metrics")
+
+
+def test_second_deploy_changes_nothing(first_deploy):
+    run = run_deploy(INVENTORY)
+    assert run.returncode == 0, run.explain()
+    assert run.changed == [], run.changed
+
+
+def test_both_replicas_run_the_same_environment_from_the_same_lock(site):
+    """The two gpu guests' engine environments, built from one lock, hold the same packages:
+    `uv pip freeze` of each environment's own interpreter, run inside each guest."""
+    freezes, names = {}, {}
+    for role, node in zip(("rep-a", "rep-b"), replicas(site.hosts), strict=True):
+        guest = testinfra.get_host(f"docker://{lab.container_name(role)}")
+        current = f"{node.base.install_root}/current"
+        names[role] = guest.check_output(f"basename $(readlink -f {current})")
+        freezes[role] = guest.check_output(f"uv pip freeze --python {current}/bin/python")
+    assert names["rep-a"] == names["rep-b"], names  # the same stamp: the same lock, the same inputs
+    assert freezes["rep-a"].strip(), "an empty freeze compares nothing"
+    assert freezes["rep-a"] == freezes["rep-b"]
+
+
+def test_the_benchmarks_path_through_the_gateway(site):
+    """`python -m tests.infra.bench --through-gateway` as far as the lab can take it: the target
+    it picks (the gateway's address, bench_serving running on the gpu node) and the key it reads
+    there (the node's 0600 file, into OPENAI_API_KEY) answer a generation from inside the node.
+    bench_serving itself needs the full engine environment (numpy, transformers, a tokenizer)
+    and a streaming server: not in the lab."""
+    from tests.infra import bench, server_checks
+
+    target = bench._target(bench._arguments(["--inventory", str(INVENTORY), "--through-gateway"]))
+    assert target["base_url"] == gateway_url(site.group("gateways")[0])
+    expect = target["expect"]
+    body = json.dumps({"model": expect.served_model_name, "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    script = (server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
+              + "printf 'header = \"Authorization: Bearer %s\"\\n' \"$OPENAI_API_KEY\" | curl -sS -o /dev/null"
+              f" -w '%{{http_code}}' -K - -H 'Content-Type: application/json' -d '{body}'"
+              f" {target['base_url']}/v1/chat/completions")
+    node = testinfra.get_host(target["url"])
+    assert node.check_output(f"bash -c {shlex.quote(script)}") == "200"
+
+
+def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
+    node = replicas(site.hosts)[1]
+    guest = testinfra.get_host(f"docker://{lab.container_name('rep-b')}")
+    guest.check_output("systemctl stop sglang.service")
+    try:
+        assert [_chat(site, key) for _ in range(10)] == [200] * 10
+        result = _wait_verdict("DEGRADED")
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert f"down: {worker_url(node)}" in result.stdout, result.stdout
+    finally:
+        guest.check_output("systemctl start sglang.service")
+    result = _wait_verdict("HEALTHY")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
+    folder = tmp_path / stack_id / "inventory"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(INVENTORY, folder / "lab_replicas.py")
+    shutil.copytree(PROJECT_ROOT / "inventory/locks", folder / "locks", dirs_exist_ok=True)
+    text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
+    (folder / "stack.yml").write_text(text.replace(f"active: {site.stack.active.id}", f"active: {stack_id}"))
+    return folder / "lab_replicas.py"
+
+
+# Rolling deploys in one run: 1 in CI (each is a whole deploy of three hosts); the median of 3
+# for the README's figure with INFERENCE_HOST_LAB_ROLLING_RUNS=3.
+ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
+
+
+def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
+    """Rolling switches by the real deploy (to another stack, then back and again when asked
+    for more runs; the module's last test, so the lab may be left on the other stack), a
+    client asking through the gateway all along: no request fails, each replica was drained at
+    the gateway before its restart, and the longest gap between two answers is reported."""
+    old = site.stack.active.id
+    new = next(s for s in site.stack.stacks if s != old)
+    upgrade = _inventory_with_active(tmp_path, new, site)
+    gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
+    gaps = []
+    for inventory in [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]:
+        stop, ok, failed = threading.Event(), [], []
+
+        def client(stop=stop, ok=ok, failed=failed):
+            while not stop.is_set():
+                (ok if _chat(site, key) == 200 else failed).append(time.monotonic())
+
+        since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
+        thread = threading.Thread(target=client)
+        thread.start()
+        try:
+            run = run_deploy(inventory)
+        finally:
+            stop.set()
+            thread.join()
+        assert run.returncode == 0, run.explain()
+        assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
+        # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
+        journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
+        assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
+        gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
+    print(f"\nrolling upgrade through the gateway (lab): longest gap between answers"
+          f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s")

@@ -1,0 +1,29 @@
+"""Plan inventory: two replicas behind SGLang's model gateway, the gateway host on Ubuntu 24.04."""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _fake import fake_host
+
+from roles.site import vault
+from validation import require_valid_inventory
+
+# A throwaway vault with the key the gateway checks (the replicas bind beyond loopback).
+_dir = Path(tempfile.mkdtemp(prefix="plan-gateway-"))
+(_dir / "password").write_text("plan-password")
+vault.set_secret(_dir / "secrets.vault.yml", "sglang_api_key", "plan-key", b"plan-password")
+os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
+
+_site = {"stack_file": "../../../inventory/stack.yml", "secrets_file": os.path.relpath(_dir / "secrets.vault.yml",
+                                                                                      Path(__file__).parent)}
+_node = {**_site, **fake_host("ubuntu2404"), "gpu_count": 8, "serving_host": "0.0.0.0",
+         "serving_api_key_secret": "sglang_api_key"}
+
+gpu_nodes = [("@fake/rep-a", {**_node, "ssh_hostname": "10.0.0.1"}),
+             ("@fake/rep-b", {**_node, "ssh_hostname": "10.0.0.2"})]
+gateways = [("@fake/gw-ubuntu2404", {**_site, **fake_host("ubuntu2404")})]
+
+require_valid_inventory(__file__)
