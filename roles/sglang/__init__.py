@@ -21,8 +21,10 @@ it and the command that builds it), then `uv pip check`. Everything is byte-comp
 install (`--compile-bytecode`) and after patching, by root with umask 022: the service user
 reads the .pyc files and a start compiles nothing.
 
-With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to its sglang entry
-(the real wheel, hash-checked): no torch, kernels or flashinfer.
+With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to the packages that
+exist without a GPU (roles/site/lock.py: all but torch, triton, nvidia-*, cuda-*, flashinfer*,
+the kernel packages and what only they require), installed the same exact, hash-checked way:
+a faithful subset of the production environment.
 """
 
 from __future__ import annotations
@@ -39,18 +41,18 @@ from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, Unapp
 from roles.shared.engine_env import (
     SGLANG_PATCHES,
     KernelWheel,
+    build_command,
     kernel_wheels,
     requirements_text,
+    uv_environment,
 )
 from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.layout import env_dir
 from roles.shared.patches import patch_queue
-from roles.shared.pip import SYSTEM_CA_BUNDLE
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
 PATCH_ROOT = SGLANG_PATCHES
 PATCH_DIR_NAME = "inference-host-patches"
-LOCK_COPY_NAME = "inference-host-lock.txt"
 
 
 def patches_for(version: str) -> list[Path]:
@@ -127,19 +129,6 @@ def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
             f" it is never taken from an index. Build it: {build}")
 
 
-def uv_environment(settings: HostSettings) -> dict[str, str]:
-    """uv on the engine host: the system CA bundle, the site's index mirror for packages and
-    its mirror for uv's managed CPython builds (uv's documented UV_* variables)."""
-    root = settings.base.install_root
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
-    if settings.base.pypi_index_url:
-        env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    if settings.sglang.python_install_mirror:
-        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
-    return env
-
-
 def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
                  wheels: list[KernelWheel]):
     name = target.rsplit("/", 1)[1]
@@ -150,34 +139,18 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
                          src=io.BytesIO(requirements_text(site, settings, stack).encode()),
                          dest=requirements, user="root", group="root", mode="0644")
     python_ = settings.sglang.python or stack.python
-    env = uv_environment(settings)
-    building = f"{target}.building"
-    venv_python = f"{building}/bin/python"
-    current = f"{root}/current"
-    steps = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
-             f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
-             for w in wheels]
-    steps += [
-        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
-        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
-        f"rm -rf {building}",
-        f"uv venv --quiet --python {python_} {building}",
-        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {venv_python} {requirements}",
-    ]
-    steps += [f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python}"
-              f" {w.local_dir}/*.whl" for w in wheels]
-    if settings.sglang.install_mode == "full":
-        steps.append(f"uv pip check --quiet --python {venv_python}")
-    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
-              f"echo '{name}' > {building}/.inference-host-stack",
-              f"mv -T {building} {target}"]
-    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
-              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
+    before = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
+              f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+              for w in wheels]
+    # The source-built kernel wheels from the wheelhouse, never an index.
+    after_sync = [f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {{python}}"
+                  f" {w.local_dir}/*.whl" for w in wheels]
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} (sglang {stack.sglang},"
              f" {settings.sglang.install_mode}, exactly from its lock) at {target}",
-        commands=[f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"],
-        _env=env,
+        commands=[build_command(target, python_, requirements, f"{root}/current", before=before,
+                                after_sync=after_sync, check=settings.sglang.install_mode == "full")],
+        _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )
 

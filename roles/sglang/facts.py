@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-STACK_MARKER = ".inference-host-stack"
+from roles.shared.engine_env import MARKER as STACK_MARKER
 
 
 class SglangEnvironmentStamp(FactBase):

@@ -4,10 +4,10 @@
     uv run python -m roles.sglang.lock inventory/stack.yml STACK [...]  # only these
     uv run python -m roles.sglang.lock inventory/stack.yml --index-url https://mirror/simple
 
-`uv pip compile --generate-hashes` resolves the stack's pins (sglang, torch, the kernel
-package, flashinfer) for the target — CPython <python> on x86_64 manylinux_2_39 (Ubuntu 24.04)
-— reading every release's real Requires-Dist from the index (PyPI, or --index-url / the
-UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
+`uv pip compile --generate-hashes` (roles/shared/locking.py) resolves the stack's pins (sglang,
+torch, the kernel package, flashinfer) for the target — CPython <python> on x86_64
+manylinux_2_39 (Ubuntu 24.04) — reading every release's real Requires-Dist from the index
+(PyPI, or --index-url / the UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
 pins that disagree. The result, with a header recording a digest of the pins, is written to
 <stack file folder>/locks/<stack id>.txt (roles/site/lock.py); commit it. Hosts install it
 with `uv pip sync --require-hashes`: exactly these packages, these files.
@@ -28,58 +28,25 @@ needs.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from roles.shared import locking
 from roles.site import EngineStack, SiteError, load_stack
 from roles.site import lock as stack_lock
 
-COMPILE_TIMEOUT_S = 600
 CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
 
 
-def _uv() -> str:
-    found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    if not Path(found).exists():
-        raise SiteError(["the lock command needs uv on the control machine (README: Prerequisites)"])
-    return found
-
-
 def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
-    command = [
-        _uv(), "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
-        "--python-version", stack.python, "--python-platform", stack_lock.TARGET_PLATFORM,
-    ]
-    for package in stack_lock.built_from_source(stack):
-        command += ["--no-emit-package", package]
-    if index_url:
-        command += ["--index-url", index_url]
-    return command
+    return locking.compile_command(stack.python, stack_lock.built_from_source(stack), index_url)
 
 
 def resolve(stack: EngineStack, index_url: str | None = None) -> str:
     """uv's hashed resolution of the stack's pins (the lock body); raises SiteError."""
-    roots = stack_lock.root_requirements(stack)
-    try:
-        result = subprocess.run(
-            compile_command(stack, index_url), input="\n".join(roots) + "\n", text=True,
-            capture_output=True, timeout=COMPILE_TIMEOUT_S,
-            env={**os.environ, "UV_NO_PROGRESS": "1"},
-        )
-    except subprocess.TimeoutExpired:
-        raise SiteError([f"stack {stack.id}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
-                         " (is the index reachable? --index-url sets a mirror)"]) from None
-    if result.returncode != 0:
-        raise SiteError([
-            f"stack {stack.id}: the pins {', '.join(roots)} do not resolve together"
-            f" for Python {stack.python} on {stack_lock.TARGET_PLATFORM}; uv says:\n"
-            + "\n".join("      " + line for line in result.stderr.strip().splitlines())
-            + "\n    fix the pins in the stack file to match sglang's Requires-Dist"
-        ])
-    return result.stdout
+    return locking.resolve(f"stack {stack.id}", stack_lock.root_requirements(stack), stack.python,
+                           stack_lock.built_from_source(stack), index_url,
+                           fix="fix the pins in the stack file to match sglang's Requires-Dist")
 
 
 def cuda_problem(stack: EngineStack, body: str) -> str | None:
