@@ -4,8 +4,10 @@ Every inventory file ends with ``require_valid_inventory(__file__)``. Importing 
 registers the checks that need a role's knowledge with the model (which imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
 CLI (roles/serving), and the speculative decoding settings with the drafter's config against
-the target's, per release (roles/serving/speculative.py). The stacks' locks are the model's own
-check (roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them.
+the target's, per release (roles/serving/speculative.py); the EAGLE-3 training job's settings and
+its SpecForge lock (roles/eagle3_training/checks.py). The stacks' locks are the model's own
+check (roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them
+(`python -m roles.eagle3_training.lock` the job's).
 """
 
 from __future__ import annotations

@@ -326,3 +326,27 @@ def test_ab_compares_the_drafter_the_export_replaced(cfg):
     previous = export.with_name(export.name + ".previous")
     previous.mkdir(parents=True)
     assert pipeline.ab_drafters({**cfg, "current_drafter": str(export)})["current"] == str(previous)
+
+
+def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environment():
+    """The plan on a fresh host (tests/unit/plans): the hashed lock uploaded as committed, the
+    engine's build command (exact sync, hashes required, byte-compiled, checked, beside the live
+    one), the capture hook patched, then `current` switched."""
+    from tests.unit.test_gpu_stack_plans import plan
+
+    p = plan("inventory_eagle3_ubuntu2404.py", "@fake/gpu-eagle3")
+    settings = load_site(PROJECT_ROOT / "tests/unit/plans/inventory_eagle3_ubuntu2404.py").group("gpu_nodes")[0]
+    target = job.env_dir(settings)
+    assert p.uploads[f"{target}.lock.txt"] == job.lock_file("82951a9").read_text()
+    build = next(c for c in p.commands if f"{target}.building" in c and "uv pip sync" in c)
+    for part in ("umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
+                 f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
+                 f" {target}.lock.txt", "uv pip check --quiet", f"mv -T {target}.building {target}",
+                 "FAILED to build", "was not touched and still serves"):
+        assert part in build, part
+    assert "--no-deps" not in build and "uv pip install" not in build
+    patch = next(i for i, c in enumerate(p.commands) if "patch -p1" in c and target in c)
+    switch = p.index(f"ln -sfn {target} /opt/sglang/eagle3-env/current.new"
+                     " && mv -T /opt/sglang/eagle3-env/current.new /opt/sglang/eagle3-env/current")
+    assert p.commands.index(build) < patch < switch
+    assert job.job_config(settings)["env_python"] == "/opt/sglang/eagle3-env/current/bin/python"
