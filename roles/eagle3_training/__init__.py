@@ -39,6 +39,7 @@ from pyinfra.operations import files, server, systemd
 from roles.eagle3_training.lock import PYTHON, lock_file
 from roles.shared.engine_env import (
     MARKER,
+    NO_GPU_COMPILED,
     RECIPE,
     STAMP_CHARS,
     build_command,
@@ -164,7 +165,8 @@ def _environment(settings: HostSettings) -> None:
         name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode},"
              f" exactly from its lock) at {target}",
         commands=[build_command(target, python(settings), requirements, current,
-                                check=job.env_mode == "full")],
+                                check=job.env_mode == "full",
+                                compile_only=None if job.env_mode == "full" else NO_GPU_COMPILED)],
         _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )

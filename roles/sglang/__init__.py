@@ -24,7 +24,8 @@ reads the .pyc files and a start compiles nothing.
 With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to the packages that
 exist without a GPU (roles/site/lock.py: all but torch, triton, nvidia-*, cuda-*, flashinfer*,
 the kernel packages and what only they require), installed the same exact, hash-checked way:
-a faithful subset of the production environment.
+a faithful subset of the production environment; only sglang is byte-compiled there (the rest
+is never imported in the lab, and compiling it would cost ~20 s per environment).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pyinfra.operations import files, python, server
 
 from roles.sglang.facts import EngineEnvironments, SglangEnvironmentStamp, UnappliedPatches
 from roles.shared.engine_env import (
+    NO_GPU_COMPILED,
     SGLANG_PATCHES,
     KernelWheel,
     build_command,
@@ -149,7 +151,8 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
         name=f"Build the uv environment of stack {stack.id} (sglang {stack.sglang},"
              f" {settings.sglang.install_mode}, exactly from its lock) at {target}",
         commands=[build_command(target, python_, requirements, f"{root}/current", before=before,
-                                after_sync=after_sync, check=settings.sglang.install_mode == "full")],
+                                after_sync=after_sync, check=settings.sglang.install_mode == "full",
+                                compile_only=None if settings.sglang.install_mode == "full" else NO_GPU_COMPILED)],
         _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )

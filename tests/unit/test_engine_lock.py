@@ -329,3 +329,14 @@ def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
 def test_lock_format_is_documented_where_users_look():
     readme = (PROJECT_ROOT / "README.md").read_text()
     assert "uv run python -m roles.sglang.lock inventory/stack.yml" in readme
+
+
+def test_lab_mode_build_is_the_same_exact_sync_compiling_only_sglang():
+    full = engine_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current", check=True)
+    lab = engine_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current",
+                                   compile_only=engine_env.NO_GPU_COMPILED)
+    assert "uv pip sync --quiet --require-hashes --compile-bytecode --python /e/s-1.building/bin/python" in full
+    assert "uv pip sync --quiet --require-hashes --python /e/s-1.building/bin/python /l/s-1.txt" in lab
+    assert ("/e/s-1.building/bin/python -m compileall -q $(echo /e/s-1.building/lib/python3*/site-packages)/sglang"
+            in lab)
+    assert "compileall" not in full and "uv pip check" not in lab
