@@ -3,10 +3,12 @@
 Every inventory file ends with ``require_valid_inventory(__file__)``. Importing this module
 registers the checks that need a role's knowledge with the model (which imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
-CLI (roles/serving), the gateway's command line against smg's (roles/gateway), and the
+CLI (roles/serving), the gateway's command line against smg's (roles/gateway), the
 speculative decoding settings with the drafter's config against the target's, per release
-(roles/serving/speculative.py). The stacks' locks are the model's own check
-(roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them.
+(roles/serving/speculative.py), and the EAGLE-3 training job's settings and its SpecForge lock
+(roles/eagle3_training/checks.py). The stacks' locks are the model's own check
+(roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them
+(`python -m roles.eagle3_training.lock` the job's).
 """
 
 from __future__ import annotations

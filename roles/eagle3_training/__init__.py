@@ -3,8 +3,9 @@ the user on demand (never by the deploy). Dispatched when eagle3_training_enable
 
 What it lays down:
 
-    <install_root>/eagle3-env/<lock>-<mode>/        SpecForge's locked environment (uv, --no-deps from
-                                                    files/specforge-<lock>.lock.txt)
+    <install_root>/eagle3-env/<lock>-<mode>-<stamp>/  SpecForge's environment, installed exactly from
+                                                    files/specforge-<lock>.lock.txt (hashes required)
+    <install_root>/eagle3-env/current -> <...>      switched once the new one is complete
     <install_root>/specforge/<commit>/              SpecForge's source at the pinned commit (git),
                                                     with patches/specforge/<commit>/*.patch applied
     /usr/local/libexec/inference-host/eagle3/       the job's driver (files/pipeline.py) and
@@ -34,8 +35,11 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
+from roles.eagle3_training.lock import PYTHON, lock_file
+from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
+from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
-from roles.shared.pip import SYSTEM_CA_BUNDLE
+from roles.shared.pip import SYSTEM_CA_BUNDLE, uv_environment
 from roles.site import HostSettings, current_host
 
 HERE = Path(__file__).resolve().parent
@@ -43,26 +47,13 @@ LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
 CONFIG_FILE = "/etc/inference-host/eagle3-training.json"
 UNIT = "inference-host-eagle3@.service"
 WRAPPER = "/usr/local/sbin/inference-host-eagle3"
-STAMP = ".inference-host-eagle3-env"
 JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
-# The packages of the steps that need no GPU (regenerate: openai, tqdm; the dataset download:
-# huggingface-hub), with their dependencies, at the lock file's versions: the lab's environment.
-NO_GPU_PACKAGES = (
-    "openai", "anyio", "distro", "httpx", "httpcore", "h11", "idna", "certifi", "jiter", "pydantic",
-    "pydantic-core", "annotated-types", "typing-extensions", "typing-inspection", "sniffio", "tqdm",
-    "huggingface-hub", "filelock", "fsspec", "packaging", "pyyaml", "requests", "urllib3",
-    "charset-normalizer", "hf-xet",
-)
 BENCH = {"concurrency": [1, 4, 16, 64], "input_len": 1024, "output_len": 512, "prompts_per_stream": 4,
          "min_prompts": 8, "restart_timeout_s": 1800}
 
 
 def short(commit: str) -> str:
     return commit[:7]
-
-
-def lock_file(lock: str) -> Path:
-    return HERE / "files" / f"specforge-{lock}.lock.txt"
 
 
 def patch_files(commit: str) -> list[Path]:
@@ -75,18 +66,34 @@ def sglang_patch_files() -> list[Path]:
     return patch_queue(HERE / "patches", "sglang", JOB_SGLANG)
 
 
-def requirements(settings: HostSettings) -> list[str]:
-    """The pinned lines of the environment (all of the lock, or the no-GPU subset)."""
-    lines = [line.strip() for line in lock_file(settings.eagle3_training.specforge_lock).read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+def requirements_text(settings: HostSettings) -> str:
+    """What the job's environment installs: its lock, or in the lab's no-gpu-deps mode the
+    lock's part that exists without a GPU (the engine's rule, roles/site/lock.py)."""
+    text = lock_file(settings.eagle3_training.specforge_lock).read_text()
     if settings.eagle3_training.env_mode == "no-gpu-deps":
-        lines = [line for line in lines if line.split("==")[0] in NO_GPU_PACKAGES]
-    return lines
+        return no_gpu_subset(text, settings)
+    return text
+
+
+def python(settings: HostSettings) -> str:
+    return settings.sglang.python or PYTHON
+
+
+def env_root(settings: HostSettings) -> str:
+    return f"{settings.base.install_root}/eagle3-env"
 
 
 def env_dir(settings: HostSettings) -> str:
+    """<root>/eagle3-env/<lock>-<mode>-<stamp>: the stamp hashes what the environment is made
+    of (the installed lock text, the interpreter), so any change builds a new folder."""
     job = settings.eagle3_training
-    return f"{settings.base.install_root}/eagle3-env/{job.specforge_lock}-{job.env_mode}"
+    digest = stamp((RECIPE, job.env_mode, python(settings), requirements_text(settings)))
+    return f"{env_root(settings)}/{job.specforge_lock}-{job.env_mode}-{digest}"
+
+
+def live_env(settings: HostSettings) -> str:
+    """The link the job's units and wrapper run through (switched after a complete build)."""
+    return f"{env_root(settings)}/current"
 
 
 def source_dir(settings: HostSettings) -> str:
@@ -99,7 +106,7 @@ def job_config(settings: HostSettings) -> dict:
     spec = settings.speculative
     address = "127.0.0.1" if serving.host in ("0.0.0.0", "127.0.0.1") else serving.host
     return {
-        "work_dir": job.work_dir, "env_mode": job.env_mode, "env_python": f"{env_dir(settings)}/bin/python",
+        "work_dir": job.work_dir, "env_mode": job.env_mode, "env_python": f"{live_env(settings)}/bin/python",
         "specforge_dir": source_dir(settings), "specforge_commit": job.specforge_commit,
         "dataset": job.dataset, "samples": job.samples, "max_length": job.max_length,
         "chat_template": job.chat_template,
@@ -132,32 +139,44 @@ def eagle3_training() -> None:
 
 
 def _environment(settings: HostSettings) -> None:
-    target, job = env_dir(settings), settings.eagle3_training
-    lines = requirements(settings)
-    expected = f"{job.specforge_lock} {job.env_mode} {len(lines)}"
-    stamp = host.get_fact(Command, command=f"cat {target}/{STAMP} 2>/dev/null || true")
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{settings.base.install_root}/uv-cache",
-           "UV_PYTHON_INSTALL_DIR": f"{settings.base.install_root}/python"}
-    if settings.base.pypi_index_url:
-        env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    requirements_file = f"{target}.requirements.txt"
-    put = files.put(name=f"Upload the job's locked requirements ({len(lines)} pins, {job.env_mode})",
-                    src=io.StringIO("\n".join(lines) + "\n"), dest=requirements_file, mode="0644")
-    python = settings.sglang.python or "3.12"
-    building = f"{target}.building"
-    # --no-deps: the lock is the whole environment (resolved once, committed with the project).
-    built = server.shell(
-        name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode}) at {target}",
-        commands=[f"rm -rf {building} {target} && uv venv --quiet --python {python} {building}"
-                  f" && uv pip install --quiet --no-deps --python {building}/bin/python -r {requirements_file}"
-                  f" && echo '{expected}' > {building}/{STAMP} && mv -T {building} {target}"
-                  f" || {{ rm -rf {building}; exit 1; }}"],
-        _env=env,
-        _if=lambda: stamp != expected or put.did_change(),
+    """Built like an engine environment (roles/shared/engine_env.py): exactly from the lock,
+    hashes required, byte-compiled, beside the live one; switched once complete (and patched,
+    in full mode); the previous ones removed after the switch."""
+    target, job, root = env_dir(settings), settings.eagle3_training, env_root(settings)
+    name, current = target.rsplit("/", 1)[1], live_env(settings)
+    files.directory(name=f"Create {root}", path=root, user="root", group="root", mode="0755")
+    text = requirements_text(settings)
+    requirements = f"{target}.lock.txt"
+    built = host.get_fact(EnvironmentStamp, env_dir=target)
+    uploaded = files.put(name=f"Upload the job's lock (SpecForge {job.specforge_lock}, {job.env_mode},"
+                              f" {len(_names(text))} packages) to {requirements}",
+                         src=io.BytesIO(text.encode()), dest=requirements, user="root", group="root", mode="0644")
+    build = server.shell(
+        name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode},"
+             f" exactly from its lock) at {target}",
+        commands=[build_command(target, python(settings), requirements, current,
+                                pip_check=job.env_mode == "full",
+                                compile_only=None if job.env_mode == "full" else NO_GPU_COMPILED)],
+        _env=uv_environment(settings),
+        _if=lambda: built != name or uploaded.did_change(),
     )
     if job.env_mode == "full":
-        _sglang_capture_hook(target, built)
+        _sglang_capture_hook(target, build)
+    live = host.get_fact(Command, command=f"readlink {current} || true")
+    server.shell(
+        name=f"Switch {current} to {name}",
+        commands=[f"ln -sfn {target} {current}.new && mv -T {current}.new {current}"],
+        _if=lambda: live != target or build.did_change(),
+    )
+    others = host.get_fact(Command, command=f"cd {root} 2>/dev/null && ls -1d -- * | grep -vx -e current"
+                                            f" -e {name} -e {name}.lock.txt || true")
+    if others:
+        server.shell(name=f"Remove the job's previous environments in {root} ({', '.join(others.split())})",
+                     commands=[f"cd {root} && rm -rf -- {' '.join(others.split())}"])
+
+
+def _names(text: str) -> list[str]:
+    return [line.split("==")[0] for line in text.splitlines() if "==" in line and not line.startswith((" ", "#"))]
 
 
 def _sglang_capture_hook(target: str, built) -> None:
@@ -171,8 +190,10 @@ def _sglang_capture_hook(target: str, built) -> None:
                                                  " >/dev/null 2>&1 && echo applied || echo no")
         server.shell(
             name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
-            commands=[f"patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
-                      f" || patch -p1 -s -f -d {site} < {dest}"],
+            # The patched modules are byte-compiled again, as the install did (umask 022).
+            commands=[f"umask 022; patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
+                      f" || {{ patch -p1 -s -f -d {site} < {dest}"
+                      f" && {target}/bin/python -m compileall -q {site}/sglang >/dev/null; }}"],
             _if=lambda applied=applied, upload=upload: applied != "applied" or built.did_change() or upload.did_change(),
         )
 
@@ -218,7 +239,7 @@ def _driver(settings: HostSettings) -> None:
     files.put(name=f"Write {CONFIG_FILE} (the job's inputs)",
               src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),
               dest=CONFIG_FILE, user="root", group="root", mode="0644")
-    python = f"{env_dir(settings)}/bin/python"
+    python = f"{live_env(settings)}/bin/python"
     files.template(name=f"Write {WRAPPER}", src="roles/eagle3_training/templates/inference-host-eagle3.j2",
                    dest=WRAPPER, user="root", group="root", mode="0755", python=python,
                    driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE)
@@ -229,5 +250,5 @@ def _driver(settings: HostSettings) -> None:
 
 
 def unit_kwargs(settings: HostSettings) -> dict:
-    return dict(python=f"{env_dir(settings)}/bin/python", driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE,
+    return dict(python=f"{live_env(settings)}/bin/python", driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE,
                 work_dir=settings.eagle3_training.work_dir)

@@ -22,13 +22,11 @@ from roles.shared import lock_compile
 from roles.site import SiteError
 from roles.site import lock as site_lock
 
-_uv = lock_compile.uv_binary
-
 
 def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None = None) -> Path:
     python = site_lock.GATEWAY_PYTHON
     body = lock_compile.resolve(
-        lock_compile.compile_command(_uv(), python, (), index_url), site_lock.gateway_roots(version),
+        lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url), site_lock.gateway_roots(version),
         f"gateway smg {version}", python, "pick a gateway_version the index serves (pip index versions smg)")
     if site_lock.entries(body).get("smg") != version:
         raise SiteError([f"gateway smg {version}: the resolution has no smg=={version}; uv answered:\n{body}"])

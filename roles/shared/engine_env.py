@@ -1,5 +1,7 @@
 """What an engine environment is made of, for the role that builds it (roles/sglang) and the
-one that runs it (roles/serving): its lock, its kernel wheels and its stamp.
+one that runs it (roles/serving): its lock, its kernel wheels and its stamp; and how any locked
+environment is built (the engine's and the EAGLE-3 training job's): exactly from its lock, into
+a new folder renamed into place when complete, byte-compiled, never replacing the live one.
 
     <base_install_root>/envs/<stack id>-<stamp>/
 
@@ -87,14 +89,24 @@ def kernel_wheels(site: Site, settings: HostSettings, stack: EngineStack) -> lis
     ]
 
 
+# What the no-gpu-deps mode byte-compiles (build_command's compile_only).
+NO_GPU_COMPILED = ("sglang",)
+
+
+def no_gpu_subset(text: str, settings: HostSettings) -> str:
+    """The no-gpu-deps mode's part of a lock (roles/site/lock.py says which packages and why),
+    entries and hashes unchanged."""
+    return stack_lock.select(text, stack_lock.no_gpu_packages(text, settings.sglang.install_leave_out))
+
+
 def requirements_text(site: Site, settings: HostSettings, stack: EngineStack) -> str:
-    """What `uv pip sync` installs: the stack's lock (the lab's modes: its sglang entry, or
-    the vLLM stack's CPU lock)."""
+    """What `uv pip sync` installs: the stack's lock (the lab's modes: its part without a GPU,
+    or the vLLM stack's CPU lock)."""
     if cpu_build(settings, stack):
         return cpu_lock_text(site, settings, stack)
     text = site.stack.lock_text(stack.id)
     if stack.engine == "sglang" and settings.sglang.install_mode == "no-gpu-deps":
-        return stack_lock.select(text, {"sglang"})
+        return no_gpu_subset(text, settings)
     return text
 
 

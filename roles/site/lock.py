@@ -21,6 +21,7 @@ stack types.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
@@ -33,6 +34,35 @@ TARGET_PLATFORM = "x86_64-manylinux_2_39"
 DIGEST_LINE = "# pins-sha256: "
 BUILT_LINE = "# built from source (the builder's wheelhouse, not in this lock): "
 _ENTRY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def requirements_digest(requirements: list[str], python: str) -> str:
+    """sha256 of what a requirements lock (not a stack's: a job's) is made from."""
+    pins = {"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": python,
+            "requirements": sorted(requirements)}
+    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+
+
+def requirements_header(title: str, command: str, requirements: list[str], python: str) -> str:
+    return "\n".join([
+        f"# inference-host lock of {title}; do not edit by hand.",
+        f"# made by: {command}",
+        f"# resolves: {' '.join(requirements)}",
+        f"# for: CPython {python}, {TARGET_PLATFORM}",
+        DIGEST_LINE + requirements_digest(requirements, python),
+    ]) + "\n"
+
+
+def requirements_lock_problem(lock: Path, requirements: list[str], python: str, command: str) -> str | None:
+    """None when the lock was made from these requirements, else what to do."""
+    try:
+        text = lock.read_text()
+    except FileNotFoundError:
+        return f"no lock {lock.name}; make it with `{command}` and commit it"
+    if recorded_digest(text) != requirements_digest(requirements, python):
+        return (f"{lock.name} was not made from the current {len(requirements)} requirements"
+                f" (python {python}); re-lock with `{command}` and commit the new lock")
+    return None
 
 
 def lock_command(stack_file: str, stack_id: str) -> str:
@@ -148,6 +178,65 @@ def select(text: str, packages: set[str]) -> str:
         if keep:
             out.append(line)
     return "\n".join(out) + "\n"
+
+
+# -- the lab's no-gpu-deps subset ---------------------------------------------------------------
+#
+# What of a lock can exist on a machine without a GPU: every locked package except
+#  1. the CUDA builds and what exists only to drive a GPU, by name as PyPI publishes them:
+#     torch (PyPI's default torch is a CUDA build) and the torch* packages compiled against its
+#     CUDA ABI (torchvision, torchaudio, torchao, torchcodec, torch-memory-saver,
+#     torch-c-dlpack-ext), triton (a GPU compiler), NVIDIA's CUDA libraries and CUDA-only tools
+#     (nvidia-*: the -cu12/-cu13 runtimes, cudnn, nccl, nvshmem, cutlass-dsl, cudnn-frontend),
+#     CUDA's Python bindings (cuda-*), flashinfer* (CUDA kernels and their cubins), the kernel
+#     packages (sgl-kernel, sglang-kernel, flash-attn) and quack-kernels (CuTe-DSL kernels);
+#     not nvidia-ml-py: NVML's pure-Python bindings load libnvidia-ml only when called;
+#  2. the packages the lock holds only for those (every requirer the lock's `# via` names is
+#     left out: sympy, mpmath and networkx for torch, cuda-pathfinder for cuda-bindings);
+#  3. the names a host lists in sglang_install_leave_out (the lab: releases whose
+#     Requires-Python is newer than its interpreter).
+# The rest is installed exactly from the lock (same versions, hashes required), so the lab's
+# environment is a subset of the production one that shows any drift of those packages.
+GPU_ONLY = ("torch", "torch*", "triton", "nvidia-*", "cuda-*", "flashinfer*", "sgl-kernel",
+            "sglang-kernel", "flash-attn", "quack-kernels")
+NOT_GPU_ONLY = ("nvidia-ml-py",)
+
+
+def gpu_only(name: str) -> bool:
+    name = normalize(name)
+    return name not in NOT_GPU_ONLY and any(fnmatch.fnmatchcase(name, p) for p in GPU_ONLY)
+
+
+def requirers(text: str) -> dict[str, set[str]]:
+    """name -> the packages that require it, from uv's `# via` annotations (empty: a root)."""
+    found: dict[str, set[str]] = {}
+    current, in_via = None, False
+    for line in text.splitlines():
+        match = _ENTRY_RE.match(line)
+        if match:
+            current, in_via = normalize(match.group(1)), False
+            found[current] = set()
+            continue
+        note = line.strip()
+        if current is None or not note.startswith("#"):
+            continue
+        note = note[1:].strip()
+        if note.startswith("via"):
+            in_via, note = True, note[3:].strip()
+        if in_via and note and not note.startswith("-"):  # "-r file": a root, not a package
+            found[current].add(normalize(note))
+    return found
+
+
+def no_gpu_packages(text: str, leave_out=()) -> set[str]:
+    """The packages of a lock the no-gpu-deps mode installs (the rule above)."""
+    needed_by = requirers(text)
+    out = {name for name in needed_by if gpu_only(name)} | {normalize(n) for n in leave_out}
+    while True:  # 2: left out when everything that requires it is
+        more = {name for name, by in needed_by.items() if by and by <= out} - out
+        if not more:
+            return set(needed_by) - out
+        out |= more
 
 
 def stale_lock_problems(stack_file: Path, shown: str, stacks) -> list[str]:

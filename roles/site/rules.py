@@ -76,6 +76,10 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
                     f"{secrets_file or '(no secrets_file set)'}; expected one of: "
                     + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
                 )
+        if host.sglang.install_leave_out and host.sglang.install_mode == "full":
+            problems.append(f"{here}: sglang_install_leave_out = {host.sglang.install_leave_out!r} with"
+                            " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
+                            " no leave-out or sglang_install_mode = 'no-gpu-deps'")
         speculative_problem = _speculative_problem(host.serving.speculative)
         if speculative_problem:
             problems.append(f"{here}: {speculative_problem}")

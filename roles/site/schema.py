@@ -274,10 +274,16 @@ class SglangSettings(Section):
 
     PREFIX: ClassVar[str] = "sglang_"
 
-    # "no-gpu-deps" (lab only): of the stack's lock only the sglang wheel (hash-checked);
-    # torch, kernels and the other CUDA-only packages are left out because nothing here has
-    # a GPU. Kernel wheels built from source are still installed when a builder makes them.
+    # "no-gpu-deps" (lab only): the stack's lock without its GPU-only packages (torch, triton,
+    # nvidia-*, cuda-*, flashinfer*, the kernel packages, and what only they require; the rule
+    # is in roles/site/lock.py), installed exactly like "full" (same versions, hashes
+    # required), because nothing here has a GPU. Kernel wheels built from source are still
+    # installed when a builder makes them.
     install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
+    # no-gpu-deps only: more packages of the lock to leave out, by name (the lab: releases
+    # whose Requires-Python is newer than its interpreter). Also applies to the training job's
+    # no-gpu-deps environment, which uses the same interpreter.
+    install_leave_out: list[str] = []
     # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter (e.g.
     # the distribution's own /usr/bin/python3.12, when it is the stack's version).
     python: AbsolutePath | None = None

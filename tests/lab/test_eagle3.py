@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 import lab
-from tests.lab.harness import PROJECT_ROOT, run_deploy
+from roles.site import load_site
+from roles.site import lock as stack_lock
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -24,9 +26,10 @@ INVENTORY = PROJECT_ROOT / "tests" / "lab" / "inventories" / "eagle3.py"
 DATA = PROJECT_ROOT / "tests" / "lab" / "data" / "eagle3"
 STANDIN = PROJECT_ROOT / "tests" / "standins" / "specforge"
 ENV_PREFIX = "/opt/sglang/envs/sglang-0.5.10-cu128"  # <stack>-<lock stamp> (roles/sglang)
-JOB_ENV = "/opt/sglang/eagle3-env/82951a9-no-gpu-deps"
+JOB_ENV = "/opt/sglang/eagle3-env/current"  # -> <lock>-<mode>-<stamp> (roles/eagle3_training)
 WORK = "/srv/eagle3/work"
 MODELS = "/srv/eagle3-models"
+LAB_HOST = load_site(LAB_INVENTORY).group("gpu_nodes")[0]
 EXPORT = f"{MODELS}/tiny-kimi-eagle3-trained"
 
 
@@ -107,6 +110,14 @@ def test_job_is_laid_down_and_never_started(gpu_guest, first):
     assert not gpu_guest.file(f"{WORK}/state").exists
     assert gpu_guest.file(f"{JOB_ENV}/bin/python").exists
     assert "openai" in _sh(gpu_guest, f"{JOB_ENV}/bin/python -c 'import openai, tqdm; print(openai.__name__)'")
+    # Installed exactly from SpecForge's hashed lock: the part without a GPU, at the lock's versions.
+    lock = (PROJECT_ROOT / "roles/eagle3_training/files/specforge-82951a9.lock.txt").read_text()
+    wanted = stack_lock.no_gpu_packages(lock, LAB_HOST.sglang.install_leave_out)
+    frozen = _sh(gpu_guest, f"/usr/local/bin/uv pip freeze --python {JOB_ENV}/bin/python").splitlines()
+    locked = stack_lock.entries(lock)
+    assert {stack_lock.normalize(n): v for n, v in (line.split("==", 1) for line in frozen)} == {
+        name: locked[name] for name in wanted}
+    assert _sh(gpu_guest, f"cat {JOB_ENV}/inference-host-lock.txt") == stack_lock.select(lock, wanted)
     assert gpu_guest.file("/opt/sglang/specforge").exists
 
 

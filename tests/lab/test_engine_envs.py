@@ -1,6 +1,6 @@
 """roles/sglang's environments in the lab: installed exactly from the committed lock (the lab's
-no-gpu-deps mode: the lock's sglang entry, hash-checked), byte-compiled and readable by the
-service user, rebuilt beside the live one, a failed install leaving the live one serving, a
+no-gpu-deps mode: every locked package that exists without a GPU, hash-checked; its freeze is
+exactly that part of the lock, names and versions), byte-compiled and readable by the service user, rebuilt beside the live one, a failed install leaving the live one serving, a
 stale lock refused before any host is contacted, old environments pruned."""
 
 from __future__ import annotations
@@ -47,14 +47,26 @@ def _main_pid(gpu_guest) -> str:
     return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
 
 
+def _frozen(text: str) -> dict[str, str]:
+    pins = dict(line.split("==", 1) for line in text.splitlines() if "==" in line)
+    return {stack_lock.normalize(name): version for name, version in pins.items()}
+
+
 def test_environment_is_exactly_the_lock(gpu_guest, lab_second_deploy):
+    """`uv pip freeze` of the live environment is the lab's part of the committed lock, no more,
+    no less, at the lock's versions: what makes two environments from one lock comparable."""
     assert gpu_guest.file(f"{ROOT}/current").linked_to == LIVE
     lock = SITE.stack.lock_text(STACK.id)
-    wanted = stack_lock.select(lock, {"sglang"})
-    assert gpu_guest.file(f"{LIVE}/inference-host-lock.txt").content_string == wanted
-    assert _freeze(gpu_guest, LIVE).splitlines() == [f"sglang=={STACK.sglang}"]
-    # The lock pins more than the lab installs: the cut is the lab's mode, not uv's choice.
-    assert len(stack_lock.entries(lock)) > 100
+    wanted = stack_lock.no_gpu_packages(lock, HOST.sglang.install_leave_out)
+    assert gpu_guest.file(f"{LIVE}/inference-host-lock.txt").content_string == stack_lock.select(lock, wanted)
+    frozen = _frozen(_freeze(gpu_guest, LIVE))
+    locked = stack_lock.entries(lock)
+    assert frozen == {name: locked[name] for name in wanted}, (
+        f"not in the lock's subset: {sorted(set(frozen) - wanted)}; missing: {sorted(wanted - set(frozen))}")
+    # The subset is the lock's CPU side (sglang, transformers, fastapi, ...), not a token of it.
+    assert {"sglang", "transformers", "fastapi", "pydantic", "uvicorn"} <= set(frozen)
+    assert not any(name == "torch" or name.startswith(("nvidia-cu", "flashinfer", "triton")) for name in frozen)
+    assert len(frozen) > 100 and len(locked) > len(frozen)
 
 
 def test_environment_is_byte_compiled_and_readable_by_the_service_user(gpu_guest, lab_second_deploy):

@@ -14,9 +14,12 @@ import pytest
 
 import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import eagle3_training as job
+from roles.eagle3_training import lock as job_lock
 from roles.eagle3_training.files import pipeline
 from roles.eagle3_training.specforge_cli import data_file
+from roles.shared import lock_compile
 from roles.site import load_site
+from roles.site import lock as stack_lock
 from tests.unit import upstream_sources as upstream
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
@@ -50,21 +53,66 @@ def cfg(host, tmp_path):
     return config
 
 
-def test_the_locked_environment_is_specforge_82951a9s_pins():
-    lines = job.lock_file("82951a9").read_text().splitlines()
-    pins = dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+def test_the_locked_environment_is_specforge_82951a9s_pins_with_hashes():
+    text = job.lock_file("82951a9").read_text()
+    pins = stack_lock.entries(text)
     assert (pins["torch"], pins["sglang"], pins["transformers"], pins["sgl-kernel"]) == (
         "2.9.1", "0.5.9", "4.57.1", "0.3.21")
-    assert set(job.NO_GPU_PACKAGES) <= set(pins), set(job.NO_GPU_PACKAGES) - set(pins)
+    assert len(pins) > 150  # the whole resolution of the .in file
+    body = text.split(stack_lock.DIGEST_LINE, 1)[1].split("\n")[1:]
+    starts = [i for i, line in enumerate(body) if line[:1].isalnum()]
+    for start, end in zip(starts, [*starts[1:], len(body)], strict=True):
+        assert "    --hash=sha256:" in "\n".join(body[start:end]), body[start]
+    assert "# made by: uv run python -m roles.eagle3_training.lock 82951a9" in text
+    assert job_lock.lock_problem("82951a9") is None  # made from the committed .in file
 
 
-def test_lab_environment_is_the_no_gpu_subset(host):
+def test_an_edited_requirement_without_a_new_lock_is_refused(tmp_path, monkeypatch):
+    for name in ("specforge-82951a9.in", "specforge-82951a9.lock.txt"):
+        shutil.copy(job_lock.FILES / name, tmp_path / name)
+    monkeypatch.setattr(job_lock, "FILES", tmp_path)
+    (tmp_path / "specforge-82951a9.in").write_text(
+        (tmp_path / "specforge-82951a9.in").read_text().replace("transformers==4.57.1", "transformers==4.57.2"))
+    problem = job_lock.lock_problem("82951a9")
+    assert "specforge-82951a9.lock.txt was not made from the current" in problem
+    assert "`uv run python -m roles.eagle3_training.lock 82951a9`" in problem
+    (tmp_path / "specforge-82951a9.lock.txt").unlink()
+    assert "no lock specforge-82951a9.lock.txt" in job_lock.lock_problem("82951a9")
+
+
+def test_lock_command_resolves_the_in_file_with_hashes(tmp_path, monkeypatch):
+    """The job's lock command asks uv what the stacks' does (uv faked: argv and stdin recorded)."""
+    from tests.unit.test_engine_lock import _fake_uv
+
+    for name in ("specforge-82951a9.in", "specforge-82951a9.lock.txt"):
+        shutil.copy(job_lock.FILES / name, tmp_path / name)
+    body = (tmp_path / "specforge-82951a9.lock.txt").read_text().split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    (tmp_path / "specforge-82951a9.lock.txt").unlink()
+    monkeypatch.setattr(job_lock, "FILES", tmp_path)
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
+    assert job_lock.main(["82951a9"]) == 0
+    argv = (tmp_path / "argv").read_text()
+    assert "pip compile - --quiet --no-header --generate-hashes --python-version 3.12" in argv
+    assert "--python-platform x86_64-manylinux_2_39" in argv
+    assert (tmp_path / "stdin").read_text().split() == job_lock.requirements("82951a9")
+    assert job_lock.lock_problem("82951a9") is None
+    assert job_lock.main(["fffffff"]) == 2
+
+
+def test_lab_environment_is_the_no_gpu_subset_of_the_lock(host):
     import dataclasses
 
     lab = dataclasses.replace(host, eagle3_training=host.eagle3_training.model_copy(update={"env_mode": "no-gpu-deps"}))
-    names = {line.split("==")[0] for line in job.requirements(lab)}
-    assert "openai" in names and "tqdm" in names and "torch" not in names and "sglang" not in names
-    assert job.env_dir(lab).endswith("/eagle3-env/82951a9-no-gpu-deps")
+    text = job.requirements_text(lab)
+    names = stack_lock.entries(text)
+    full = stack_lock.entries(job.lock_file("82951a9").read_text())
+    assert {"openai", "tqdm", "huggingface-hub", "sglang", "transformers", "datasets"} <= set(names)
+    assert not {"torch", "triton", "sgl-kernel", "flashinfer-python", "nvidia-nccl-cu12"} & set(names)
+    assert all(full[name] == version for name, version in names.items())  # the lock's versions
+    assert text.count("--hash=sha256:") > len(names)
+    assert "/eagle3-env/82951a9-no-gpu-deps-" in job.env_dir(lab)
+    assert job.env_dir(lab) != job.env_dir(host)  # the mode and the lock text shape the stamp
+    assert job.job_config(lab)["env_python"] == "/opt/sglang/eagle3-env/current/bin/python"
 
 
 def test_job_config_comes_from_the_site(host):
@@ -276,3 +324,27 @@ def test_ab_compares_the_drafter_the_export_replaced(cfg):
     previous = export.with_name(export.name + ".previous")
     previous.mkdir(parents=True)
     assert pipeline.ab_drafters({**cfg, "current_drafter": str(export)})["current"] == str(previous)
+
+
+def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environment():
+    """The plan on a fresh host (tests/unit/plans): the hashed lock uploaded as committed, the
+    engine's build command (exact sync, hashes required, byte-compiled, checked, beside the live
+    one), the capture hook patched, then `current` switched."""
+    from tests.unit.test_gpu_stack_plans import plan
+
+    p = plan("inventory_eagle3_ubuntu2404.py", "@fake/gpu-eagle3")
+    settings = load_site(PROJECT_ROOT / "tests/unit/plans/inventory_eagle3_ubuntu2404.py").group("gpu_nodes")[0]
+    target = job.env_dir(settings)
+    assert p.uploads[f"{target}.lock.txt"] == job.lock_file("82951a9").read_text()
+    build = next(c for c in p.commands if f"{target}.building" in c and "uv pip sync" in c)
+    for part in ("umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
+                 f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
+                 f" {target}.lock.txt", "uv pip check --quiet", f"mv -T {target}.building {target}",
+                 "FAILED to build", "was not touched and still serves"):
+        assert part in build, part
+    assert "--no-deps" not in build and "uv pip install" not in build
+    patch = next(i for i, c in enumerate(p.commands) if "patch -p1" in c and target in c)
+    switch = p.index(f"ln -sfn {target} /opt/sglang/eagle3-env/current.new"
+                     " && mv -T /opt/sglang/eagle3-env/current.new /opt/sglang/eagle3-env/current")
+    assert p.commands.index(build) < patch < switch
+    assert job.job_config(settings)["env_python"] == "/opt/sglang/eagle3-env/current/bin/python"

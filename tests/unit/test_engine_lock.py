@@ -14,7 +14,7 @@ import pytest
 
 from roles import sglang as engine
 from roles.sglang import lock as lock_command
-from roles.shared import engine_env
+from roles.shared import engine_env, lock_compile, locked_env
 from roles.shared.layout import env_dir
 from roles.site import PROJECT_ROOT, load_site, load_stack
 from roles.site import lock as stack_lock
@@ -112,7 +112,7 @@ def test_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monkeypatch):
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
     body = STACK.lock_text("sglang-0.5.9-cu128").split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
-    monkeypatch.setattr(lock_command, "_uv", lambda: _fake_uv(tmp_path, body))
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128"]) == 0
     assert (tmp_path / "stdin").read_text().split() == stack_lock.root_requirements(STACK.active)
     made = (tmp_path / "locks" / "sglang-0.5.9-cu128.txt").read_text()
@@ -126,7 +126,7 @@ def test_lock_command_shows_uvs_explanation_of_a_conflict(tmp_path, monkeypatch,
     # uv 0.13.9's words for this conflict, captured from a real run against PyPI.
     said = ("Because sglang==0.5.9 depends on torch==2.9.1 and you require torch==2.8.0, we can"
             " conclude that your requirements and sglang==0.5.9 are incompatible.")
-    monkeypatch.setattr(lock_command, "_uv", lambda: _fake_uv(tmp_path, "", 1, said))
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, "", 1, said))
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128"]) == 2
     error = capsys.readouterr().err
     assert_names(error, "sglang-0.5.9-cu128", "torch==2.8.0", "do not resolve together", said)
@@ -142,7 +142,7 @@ def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monk
     stack_file.write_text(STACK_FILE.read_text())
     committed = stack_lock.cpu_lock_path(STACK_FILE, vllm.id).read_text()
     body = committed.split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
-    monkeypatch.setattr(lock_command, "_uv", lambda: _fake_uv(tmp_path, body))
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     overrides = [f"--override={o}" for o in host.vllm.cpu_overrides]
     assert lock_command.main([str(stack_file), vllm.id, "--cpu", "--python-version", "3.11", *overrides]) == 0
     argv = (tmp_path / "argv").read_text().split()
@@ -162,15 +162,62 @@ def test_lock_command_names_an_unknown_stack(tmp_path, capsys):
 # --- what the host installs, and when it rebuilds ----------------------------------------------
 
 
-def test_lab_mode_installs_the_locks_sglang_entry_only():
+# What the lab's no-gpu-deps mode leaves out of the 0.5.9 lock, by the rule of
+# roles/site/lock.py: the GPU-only names, and what the lock holds only for them.
+LEFT_OUT_OF_0_5_9 = {
+    "torch", "torch-c-dlpack-ext", "torch-memory-saver", "torchao", "torchaudio", "torchcodec",
+    "torchvision", "triton", "cuda-bindings", "cuda-pathfinder", "cuda-python", "flashinfer-cubin",
+    "flashinfer-python", "quack-kernels", "sgl-kernel", "nvidia-cublas-cu12", "nvidia-cuda-cupti-cu12",
+    "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cudnn-cu12", "nvidia-cudnn-frontend",
+    "nvidia-cufft-cu12", "nvidia-cufile-cu12", "nvidia-curand-cu12", "nvidia-cusolver-cu12",
+    "nvidia-cusparse-cu12", "nvidia-cusparselt-cu12", "nvidia-cutlass-dsl", "nvidia-nccl-cu12",
+    "nvidia-nvjitlink-cu12", "nvidia-nvshmem-cu12", "nvidia-nvtx-cu12",
+    "sympy", "mpmath", "networkx", "tabulate",  # only for torch and flashinfer-python
+}
+
+
+def test_lab_mode_installs_the_locks_packages_that_exist_without_a_gpu():
     text = STACK.lock_text("sglang-0.5.9-cu128")
-    cut = stack_lock.select(text, {"sglang"})
-    assert stack_lock.entries(cut) == {"sglang": "0.5.9"}
+    locked = stack_lock.entries(text)
+    kept = stack_lock.no_gpu_packages(text)
+    assert set(locked) - kept == LEFT_OUT_OF_0_5_9
+    assert {"sglang", "transformers", "fastapi", "numpy", "nvidia-ml-py", "jinja2", "filelock"} <= kept
+    cut = stack_lock.select(text, kept)
+    assert stack_lock.entries(cut) == {name: locked[name] for name in kept}  # the lock's versions
     after = text.split("\nsglang==0.5.9 \\\n", 1)[1].split("\n")
     block = after[:next(i for i, line in enumerate(after) if not line.startswith("    "))]
     hashes = [line.split()[0] for line in block if line.startswith("    --hash=sha256:")]
     assert len(hashes) == 2 and all(h in cut for h in hashes)  # the wheel's and the sdist's
+    assert cut.count("--hash=sha256:") >= len(kept)  # every entry keeps its hashes
     assert stack_lock.DIGEST_LINE in cut  # the header stays
+    leave_out = stack_lock.no_gpu_packages(text, ["numpy", "scipy", "airportsdata"])
+    assert kept - leave_out == {"numpy", "scipy", "airportsdata"}
+
+
+@pytest.mark.parametrize("stack_id", sorted(i for i, s in STACK.stacks.items() if s.engine == "sglang"))
+def test_every_lock_has_no_gpu_only_package_in_the_lab_subset(stack_id):
+    """SGLang stacks (the lab's vLLM runs the real CPU build from its own lock instead)."""
+    text = STACK.lock_text(stack_id)
+    kept = stack_lock.no_gpu_packages(text)
+    assert "sglang" in kept and len(kept) > 100
+    assert not any(name.startswith(("torch", "nvidia-cu", "cuda-", "flashinfer")) or name == "triton"
+                   for name in kept), kept
+    needed_by = stack_lock.requirers(text)
+    assert needed_by["sglang"] == set() and "sglang" in needed_by["fastapi"]
+
+
+def test_lab_engine_host_installs_the_subset_without_its_leave_out():
+    site = PROD
+    host = dataclasses.replace(GPU, sglang=GPU.sglang.model_copy(update={
+        "install_mode": "no-gpu-deps", "install_leave_out": ["numpy"]}))
+    text = engine_env.requirements_text(site, host, STACK.active)
+    assert "numpy" not in stack_lock.entries(text) and "transformers" in stack_lock.entries(text)
+    assert engine_env.stamp(site, host, STACK.active) != engine_env.stamp(site, GPU, STACK.active)
+
+
+def test_a_leave_out_with_a_full_install_is_refused(inventory):
+    problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_install_leave_out": ["numpy"]})]))
+    assert_names(problem, "sglang_install_leave_out = ['numpy']", "sglang_install_mode = 'full'", "no-gpu-deps")
 
 
 def test_stamp_follows_the_lock_the_wheel_keys_and_the_patches_only():
@@ -304,3 +351,14 @@ def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
 def test_lock_format_is_documented_where_users_look():
     readme = (PROJECT_ROOT / "README.md").read_text()
     assert "uv run python -m roles.sglang.lock inventory/stack.yml" in readme
+
+
+def test_lab_mode_build_is_the_same_exact_sync_compiling_only_sglang():
+    full = locked_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current", pip_check=True)
+    lab = locked_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current",
+                                   compile_only=engine_env.NO_GPU_COMPILED)
+    assert "uv pip sync --quiet --require-hashes --compile-bytecode --python /e/s-1.building/bin/python" in full
+    assert "uv pip sync --quiet --require-hashes --python /e/s-1.building/bin/python /l/s-1.txt" in lab
+    assert ("/e/s-1.building/bin/python -m compileall -q $(echo /e/s-1.building/lib/python3*/site-packages)/sglang"
+            in lab)
+    assert "compileall" not in full and "uv pip check" not in lab

@@ -16,6 +16,7 @@ from pyinfra.operations import files
 
 from roles import gateway as gateway_role
 from roles.gateway import lock as gateway_lock
+from roles.shared import lock_compile
 from roles.site import load_site
 from roles.site import lock as site_lock
 from tests.unit.conftest import PROJECT_ROOT
@@ -73,7 +74,7 @@ def test_gateway_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monke
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
     body = LOCK.read_text().split(site_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
-    monkeypatch.setattr(gateway_lock, "_uv", lambda: _fake_uv(tmp_path, body))
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert gateway_lock.main([str(stack_file), "1.13.0"]) == 0
     assert (tmp_path / "stdin").read_text().split() == ["smg==1.13.0"]
     argv = (tmp_path / "argv").read_text()
@@ -85,7 +86,7 @@ def test_gateway_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monke
 
 
 def test_gateway_lock_command_refuses_a_resolution_without_smg(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(gateway_lock, "_uv", lambda: _fake_uv(tmp_path, "pyyaml==6.0.4 \\\n    --hash=sha256:00\n"))
+    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, "pyyaml==6.0.4 \\\n    --hash=sha256:00\n"))
     assert gateway_lock.main([str(STACK_FILE), "1.13.0"]) == 2
     assert "the resolution has no smg==1.13.0" in capsys.readouterr().err
 

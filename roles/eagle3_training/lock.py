@@ -1,0 +1,87 @@
+"""Make the committed lock of the EAGLE-3 training job's environment (talks to the index).
+
+    uv run python -m roles.eagle3_training.lock               # every files/specforge-<lock>.in
+    uv run python -m roles.eagle3_training.lock 82951a9       # only this one
+    uv run python -m roles.eagle3_training.lock --index-url https://mirror/simple
+
+files/specforge-<lock>.in lists SpecForge's dependencies at that commit (its pyproject.toml's
+`dependencies`, plus openai and huggingface-hub, which the job's driver uses). They are
+resolved with hashes like an engine stack's pins (roles/shared/lock_compile.py: CPython 3.12,
+x86_64 manylinux_2_39) into files/specforge-<lock>.lock.txt, whose header records a digest
+of the .in file; loading an inventory that enables the job refuses a lock that is missing or
+was made from another .in (roles/eagle3_training/checks.py). Commit the result. Hosts install
+it exactly (`uv pip sync --require-hashes`, roles/shared/engine_env.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from roles.shared import lock_compile
+from roles.site import SiteError
+from roles.site import lock as site_lock
+
+FILES = Path(__file__).resolve().parent / "files"
+# SpecForge 82951a9 runs on CPython 3.12 with torch 2.9.1 (the job's environment; the serving
+# stack's python pin is the same).
+PYTHON = "3.12"
+
+
+def requirements_file(lock: str) -> Path:
+    return FILES / f"specforge-{lock}.in"
+
+
+def lock_file(lock: str) -> Path:
+    return FILES / f"specforge-{lock}.lock.txt"
+
+
+def requirements(lock: str) -> list[str]:
+    lines = requirements_file(lock).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def command(lock: str) -> str:
+    return f"uv run python -m roles.eagle3_training.lock {lock}"
+
+
+def lock_problem(lock: str) -> str | None:
+    """None when files/specforge-<lock>.lock.txt was made from files/specforge-<lock>.in."""
+    if not requirements_file(lock).is_file():
+        return f"no requirements file {requirements_file(lock).name}"
+    return site_lock.requirements_lock_problem(lock_file(lock), requirements(lock), PYTHON, command(lock))
+
+
+def make_lock(lock: str, index_url: str | None = None) -> Path:
+    wanted = requirements(lock)
+    compile_ = lock_compile.compile_command(lock_compile.uv_binary(), PYTHON, (), index_url)
+    body = lock_compile.resolve(compile_, wanted, f"SpecForge lock {lock}", PYTHON, f"fix {requirements_file(lock).name}")
+    title = f"the EAGLE-3 training job (SpecForge {lock}, {requirements_file(lock).name})"
+    lock_file(lock).write_text(site_lock.requirements_header(title, command(lock), wanted, PYTHON) + body)
+    return lock_file(lock)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m roles.eagle3_training.lock",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits); default: every .in file")
+    parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
+    args = parser.parse_args(argv)
+    known = sorted(p.name[len("specforge-"):-len(".in")] for p in FILES.glob("specforge-*.in"))
+    try:
+        unknown = [lock for lock in args.locks if lock not in known]
+        if unknown:
+            raise SiteError([f"no {', '.join(f'files/specforge-{u}.in' for u in unknown)};"
+                             f" locks: {', '.join(known)}"])
+        for lock in args.locks or known:
+            path = make_lock(lock, args.index_url)
+            print(f"SpecForge {lock}: {len(site_lock.entries(path.read_text()))} packages locked in {path}")
+    except SiteError as error:
+        print("\n".join(error.problems), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
