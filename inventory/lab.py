@@ -127,11 +127,8 @@ gpu_nodes = [
         # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here).
         "sglang_install_mode": "no-gpu-deps",
         "sglang_python": "/usr/bin/python3",
-        # Locked releases whose Requires-Python is >= 3.12, which Debian 12's 3.11 cannot install
-        # (uv says "depends on Python>=3.12"): numpy 2.5.5, scipy 1.18.1, airportsdata 20261103
-        # (the 0.5.9 and 0.5.10 locks; networkx 3.7 too, already left out with torch) and av 19.0.2
-        # (the training job's lock).
-        "sglang_install_leave_out": ["airportsdata", "av", "numpy", "scipy"],
+        # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
+        "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
         # The stand-in server (tests/standins/sglang_server, copied in by lab.up()) runs in
         # place of sglang.launch_server, with the same command line, in each SGLang environment.
         "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],

@@ -292,6 +292,12 @@ def up(roles=MAIN_LAB) -> list[str]:
 # Copied by the lab only: no production path ships it (serving_launch_command points at it).
 STANDIN_SOURCE = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
 STANDIN_DEST = "/opt/inference-host-lab/sglang_server"
+# The lab's engine hosts install the lock's GPU-free subset (sglang_install_mode = "no-gpu-deps")
+# in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here). These locked
+# releases require Python >= 3.12 (uv says "depends on Python>=3.12"): numpy 2.5.5, scipy
+# 1.18.1, airportsdata 20261103 (the 0.5.9 and 0.5.10 locks; networkx 3.7 too, already left out
+# with torch) and av 19.0.2 (the training job's lock). Both lab inventories leave them out.
+PYTHON311_LEAVE_OUT = ["airportsdata", "av", "numpy", "scipy"]
 
 
 def install_standins(name: str) -> None:
