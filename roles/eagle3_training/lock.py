@@ -16,7 +16,6 @@ it exactly (`uv pip sync --require-hashes`, roles/shared/engine_env.py).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from roles.shared import lock_compile
@@ -69,19 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)
     known = sorted(p.name[len("specforge-"):-len(".in")] for p in FILES.glob("specforge-*.in"))
-    try:
+
+    def jobs():
         unknown = [lock for lock in args.locks if lock not in known]
         if unknown:
             raise SiteError([f"no {', '.join(f'files/specforge-{u}.in' for u in unknown)};"
                              f" locks: {', '.join(known)}"])
-        for lock in args.locks or known:
-            path = make_lock(lock, args.index_url)
-            print(f"SpecForge {lock}: {len(site_lock.entries(path.read_text()))} packages locked in {path}")
-    except SiteError as error:
-        print("\n".join(error.problems), file=sys.stderr)
-        return 2
-    return 0
+        return [(f"SpecForge {lock}", lambda lock=lock: make_lock(lock, args.index_url))
+                for lock in args.locks or known]
 
+    return lock_compile.run_lock_command(jobs)
 
 if __name__ == "__main__":
     raise SystemExit(main())

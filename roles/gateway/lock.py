@@ -15,7 +15,6 @@ command. The gateway host installs it with `uv pip sync --require-hashes` (roles
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from roles.shared import lock_compile
@@ -42,15 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("versions", nargs="+", help="smg releases to lock (the gateways' gateway_version)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)
-    try:
-        for version in args.versions:
-            path = make_lock(Path(args.stack_file), version, args.stack_file, args.index_url)
-            print(f"smg {version}: {len(site_lock.entries(path.read_text()))} packages locked in {path}")
-    except SiteError as error:
-        print("\n".join(error.problems), file=sys.stderr)
-        return 2
-    return 0
-
+    return lock_compile.run_lock_command(lambda: [
+        (f"smg {version}", lambda version=version: make_lock(Path(args.stack_file), version, args.stack_file,
+                                                             args.index_url))
+        for version in args.versions])
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -28,7 +28,6 @@ needs.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
@@ -111,25 +110,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --cpu: a uv override line (repeat), e.g. torch==2.10.0")
     args = parser.parse_args(argv)
     stack_file = Path(args.stack_file)
-    try:
+
+    def make(stack: EngineStack) -> Path:
+        if args.cpu:
+            return make_cpu_lock(stack_file, stack, args.stack_file, args.python_version or stack.python,
+                                 args.override, args.index_url)
+        return make_lock(stack_file, stack, args.stack_file, args.index_url)
+
+    def jobs():
         stacks = load_stack(stack_file).stacks
         unknown = [s for s in args.stacks if s not in stacks]
         if unknown:
             raise SiteError([f"{args.stack_file}: no stack {', '.join(unknown)}; stacks: {', '.join(stacks)}"])
-        for stack_id in args.stacks or list(stacks):
-            if args.cpu:
-                path = make_cpu_lock(stack_file, stacks[stack_id], args.stack_file,
-                                     args.python_version or stacks[stack_id].python, args.override,
-                                     args.index_url)
-            else:
-                path = make_lock(stack_file, stacks[stack_id], args.stack_file, args.index_url)
-            count = len(stack_lock.entries(path.read_text()))
-            print(f"{stack_id}: {count} packages locked in {path}")
-    except SiteError as error:
-        print("\n".join(error.problems), file=sys.stderr)
-        return 2
-    return 0
+        return [(stack_id, lambda stack_id=stack_id: make(stacks[stack_id])) for stack_id in args.stacks or list(stacks)]
 
+    return lock_compile.run_lock_command(jobs)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from roles.site import SiteError
@@ -58,3 +59,16 @@ def resolve(command: list[str], roots: list[str], what: str, python: str, fix: s
             + f"\n    {fix}"
         ])
     return result.stdout
+
+
+def run_lock_command(jobs: Callable[[], Iterable[tuple[str, Callable[[], Path]]]]) -> int:
+    """A lock command's main loop: make each (label, make) lock, print what it holds; a
+    SiteError (raised while listing the jobs or making one) is printed and exits 2."""
+    try:
+        for label, make in jobs():
+            path = make()
+            print(f"{label}: {len(site_lock.entries(path.read_text()))} packages locked in {path}")
+    except SiteError as error:
+        print("\n".join(error.problems), file=sys.stderr)
+        return 2
+    return 0
