@@ -35,7 +35,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
-from roles.eagle3_training.lock import PYTHON, lock_file
+from roles.eagle3_training.lock_files import PYTHON, lock_file
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue

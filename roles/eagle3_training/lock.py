@@ -10,7 +10,7 @@ resolved with hashes like an engine stack's pins (roles/shared/lock_compile.py: 
 x86_64 manylinux_2_39) into files/specforge-<lock>.lock.txt, whose header records a digest
 of the .in file; loading an inventory that enables the job refuses a lock that is missing or
 was made from another .in (roles/eagle3_training/checks.py). Commit the result. Hosts install
-it exactly (`uv pip sync --require-hashes`, roles/shared/engine_env.py).
+it exactly (`uv pip sync --require-hashes`, roles/shared/locked_env.py).
 """
 
 from __future__ import annotations
@@ -18,22 +18,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from roles.eagle3_training.lock_files import FILES, PYTHON, lock_file, requirements_file
 from roles.shared import lock_compile
 from roles.site import SiteError
 from roles.site import lock as site_lock
-
-FILES = Path(__file__).resolve().parent / "files"
-# SpecForge 82951a9 runs on CPython 3.12 with torch 2.9.1 (the job's environment; the serving
-# stack's python pin is the same).
-PYTHON = "3.12"
-
-
-def requirements_file(lock: str) -> Path:
-    return FILES / f"specforge-{lock}.in"
-
-
-def lock_file(lock: str) -> Path:
-    return FILES / f"specforge-{lock}.lock.txt"
 
 
 def requirements(lock: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import eagle3_training as job
 from roles.eagle3_training import lock as job_lock
+from roles.eagle3_training import lock_files
 from roles.eagle3_training.files import pipeline
 from roles.eagle3_training.specforge_cli import data_file
 from roles.shared import lock_compile
@@ -70,7 +71,7 @@ def test_the_locked_environment_is_specforge_82951a9s_pins_with_hashes():
 def test_an_edited_requirement_without_a_new_lock_is_refused(tmp_path, monkeypatch):
     for name in ("specforge-82951a9.in", "specforge-82951a9.lock.txt"):
         shutil.copy(job_lock.FILES / name, tmp_path / name)
-    monkeypatch.setattr(job_lock, "FILES", tmp_path)
+    monkeypatch.setattr(lock_files, "FILES", tmp_path)
     (tmp_path / "specforge-82951a9.in").write_text(
         (tmp_path / "specforge-82951a9.in").read_text().replace("transformers==4.57.1", "transformers==4.57.2"))
     problem = job_lock.lock_problem("82951a9")
@@ -88,7 +89,7 @@ def test_lock_command_resolves_the_in_file_with_hashes(tmp_path, monkeypatch):
         shutil.copy(job_lock.FILES / name, tmp_path / name)
     body = (tmp_path / "specforge-82951a9.lock.txt").read_text().split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
     (tmp_path / "specforge-82951a9.lock.txt").unlink()
-    monkeypatch.setattr(job_lock, "FILES", tmp_path)
+    monkeypatch.setattr(lock_files, "FILES", tmp_path)
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert job_lock.main(["82951a9"]) == 0
     argv = (tmp_path / "argv").read_text()
