@@ -86,8 +86,6 @@ if engine_host:
     serving()
     if settings.eagle3_training.enabled:
         eagle3_training()  # laid down only: the user starts its steps (systemctl)
-    # Last: the health checks judge what the roles above left (roles/health).
-    health()
 
 if settings.in_group("gateways") and not engine_host:
     base()  # packages, the site's CAs (uv reaches PyPI through them), limits; beside the replicas' roles
@@ -96,3 +94,8 @@ replicas_serving()  # every host: the gateways' operations wait for the replicas
 
 if settings.in_group("gateways"):
     gateway()  # its workers already serve: smg registers them as it starts
+
+if engine_host:
+    # Last, after the barrier too: the health checks judge what every role above left
+    # (roles/health), and a failed check is the deploy's last word.
+    health()
