@@ -64,8 +64,10 @@ def ssh_target(gpu_guest, tmp_path_factory):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     _exec(container, "command -v sshd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
                      " openssh-server >/dev/null")
+    # Appended, outside the PVE block the deploy keeps (roles/shared/guest_keys.py), as an admin
+    # adds a key: replacing the file would make the next deploy put the block back.
     _exec(container, f"mkdir -p -m 0700 /root/.ssh && echo '{(folder / 'id_ed25519.pub').read_text().strip()}'"
-                     " > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"
+                     " >> /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"
                      " && systemctl enable --now --quiet ssh.service")
     address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
                               container], capture_output=True, text=True, check=True).stdout.strip()
