@@ -40,7 +40,7 @@ def requirements_digest(requirements: list[str], python: str) -> str:
     """sha256 of what a requirements lock (not a stack's: a job's) is made from."""
     pins = {"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": python,
             "requirements": sorted(requirements)}
-    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+    return _digest(pins)
 
 
 def requirements_header(title: str, command: str, requirements: list[str], python: str) -> str:
