@@ -349,8 +349,8 @@ def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
 
 
 def test_lock_format_is_documented_where_users_look():
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    assert "uv run python -m roles.sglang.lock inventory/stack.yml" in readme
+    for doc in ("docs/engines-and-stacks.md", "docs/upgrades.md"):
+        assert "uv run python -m roles.sglang.lock inventory/stack.yml" in (PROJECT_ROOT / doc).read_text()
 
 
 def test_lab_mode_build_is_the_same_exact_sync_compiling_only_sglang():

@@ -1,21 +1,41 @@
-"""The README is the front door: keep its settings table and quickstart true."""
+"""The README is the front door: short, the two lab commands, the production path, and one click
+to every document (tests/unit/test_docs.py checks that the links resolve)."""
 
 from __future__ import annotations
 
-from roles.site import settings_table
+import re
+
 from tests.unit.conftest import PROJECT_ROOT
 
 README = (PROJECT_ROOT / "README.md").read_text()
+LINKS = set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README))
 
 
-def test_settings_table_matches_the_site_model():
-    start = README.index("<!-- settings:begin -->") + len("<!-- settings:begin -->")
-    end = README.index("<!-- settings:end -->")
-    assert README[start:end].strip() == settings_table().strip(), (
-        "README.md's Settings table is out of date: replace it with `uv run python -m roles.site --settings`"
-    )
+def test_the_readme_is_at_most_250_lines():
+    assert len(README.splitlines()) <= 250
 
 
 def test_quickstart_has_the_two_commands():
     assert "uv run pyinfra -y inventory/lab.py deploy.py" in README
     assert "uv run pytest" in README
+
+
+def test_the_production_path_is_in_order():
+    steps = ["python -m roles.site.vault set", "python -m roles.site inventory/prod.py",
+             "python -m roles.render inventory/prod.py", "uv run pyinfra inventory/prod.py deploy.py",
+             "python -m tests.infra --inventory"]
+    places = [README.index(step) for step in steps]
+    assert places == sorted(places)
+
+
+def test_every_document_is_one_click_from_the_readme():
+    documents = {f"docs/{p.name}" for p in (PROJECT_ROOT / "docs").glob("*.md")}
+    documents |= {str(p.relative_to(PROJECT_ROOT)) for p in (PROJECT_ROOT / "roles").glob("*/README.md")}
+    documents.add("tests/infra/README.md")
+    assert not documents - LINKS, "link these from README.md: " + ", ".join(sorted(documents - LINKS))
+
+
+def test_what_is_verified_where_is_in_the_readme_and_one_click_away():
+    assert "## What is verified where" in README
+    assert "docs/testing.md#what-is-verified-where" in README
+    assert "## What is verified where" in (PROJECT_ROOT / "docs" / "testing.md").read_text()
