@@ -6,7 +6,7 @@ Loading this file under pyinfra brings the lab up by itself (lab/__init__.py): a
 base image made with debootstrap when no registry answers, a systemd image on top, and one
 container per rehearsal host, reached through pyinfra's @docker connector. No GPU exists
 here: the gpu settings describe what the production guest has, and roles that need a GPU
-are proven on real hardware (README: "What is verified where").
+are proven on real hardware (docs/testing.md, "What is verified where").
 """
 
 import os

@@ -6,11 +6,12 @@ the file without touching any host:
     uv run python -m roles.site inventory/prod.py
 
 From a freshly installed node, run `uv run pyinfra inventory/prod.py deploy.py` three times
-(node prepared and rebooted; guests created; deploy inside them): README, "First deploy of a
-new guest".
+(node prepared and rebooted; guests created; deploy inside them): docs/guests-and-gpus.md,
+"First deploy of a new guest".
 
 Each group below is a list of (host, data) pairs. A host may be in several groups; keys are
-the settings listed in README.md under "Settings" (a typo is an error, not ignored).
+the settings listed in docs/settings.md (a typo is an error, not ignored). Helper names start
+with `_`, or pyinfra takes them for groups (docs/inventory.md).
 """
 
 from validation import require_valid_inventory

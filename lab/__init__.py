@@ -100,7 +100,7 @@ def pyinfra_name(role: str) -> str:
 
 def _docker(*args: str, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
     if not shutil.which("docker"):
-        raise LabError("the lab needs the docker CLI and a running Docker engine (README: Prerequisites)")
+        raise LabError("the lab needs the docker CLI and a running Docker engine (docs/lab.md: Prerequisites)")
     result = subprocess.run(["docker", *args], text=True, capture_output=capture, **kwargs)
     if check and result.returncode != 0:
         raise LabError(f"docker {' '.join(args[:3])} failed: {(result.stderr or '').strip()[-2000:]}")
@@ -134,7 +134,7 @@ def _debootstrap_base() -> str:
     if not shutil.which("debootstrap"):
         raise LabError(
             "no registry answers and debootstrap is missing: `apt-get install -y debootstrap`"
-            " (README: Prerequisites)"
+            " (docs/lab.md: Prerequisites)"
         )
     _log(f"making {DEBOOTSTRAP_IMAGE} with debootstrap from {DEBIAN_MIRROR} (about a minute, once)")
     with tempfile.TemporaryDirectory(prefix="ih-lab-rootfs-") as rootfs:
@@ -275,7 +275,7 @@ MAIN_LAB = ("gpu", "pve")
 def up(roles=MAIN_LAB) -> list[str]:
     """Bring up the rehearsal containers; idempotent and quick once the images exist."""
     if not engine_available():
-        raise LabError("no Docker engine answers `docker info`; start one (README: Prerequisites)")
+        raise LabError("no Docker engine answers `docker info`; start one (docs/lab.md: Prerequisites)")
     image = systemd_image()
     names = [ensure_container(role, image) for role in roles]
     for role in roles:

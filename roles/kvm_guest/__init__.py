@@ -6,7 +6,7 @@ disk, a network card); converges an existing VM with one `qm set` of the differe
 guest_cloud_image the disk is imported from that cloud image (`import-from`, PVE >= 8.0) and a
 cloud-init drive gives it a user, the deploy's SSH keys and its network, then the VM is
 started; without one the VM is not started: it has no operating system until you install one
-(README, "Describing guests").
+(docs/guests-and-gpus.md).
 Changes to a running VM other than its name wait for its next start: the deploy says so.
 A changed guest_ssh_public_keys on a VM with a cloud-init drive is set with `qm set --sshkeys`
 and the drive regenerated with `qm cloudinit update`; the guest's cloud-init applies it at the

@@ -21,7 +21,7 @@ COMPILE_TIMEOUT_S = 600
 def uv_binary() -> str:
     found = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if not Path(found).exists():
-        raise SiteError(["the lock command needs uv on the control machine (README: Prerequisites)"])
+        raise SiteError(["the lock command needs uv on the control machine (docs/lab.md: Prerequisites)"])
     return found
 
 

@@ -890,7 +890,7 @@ def _pyinfra_keys() -> set[str]:
 
 
 def type_text(annotation: Any) -> str:
-    """A field's type as the README's table and the messages write it: int | None, list[str]."""
+    """A field's type as the settings reference and the messages write it: int | None, list[str]."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
         return type_text(args[0])

@@ -94,4 +94,4 @@ def require_docker() -> None:
     import lab
 
     require_lab_tool(lab.engine_available(),
-                     "no Docker engine answers `docker info` (README: Prerequisites)")
+                     "no Docker engine answers `docker info` (docs/lab.md: Prerequisites)")

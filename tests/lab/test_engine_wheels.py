@@ -51,7 +51,7 @@ def scenario(tmp_path_factory) -> Scenario:
 
     require_lab_tool((CUDA_ROOT / "bin" / "nvcc").exists(),
                      f"no CUDA toolkit at {CUDA_ROOT} (nvcc) for the lab's wheel builder image;"
-                     " set INFERENCE_HOST_LAB_CUDA (README: Prerequisites)")
+                     " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)")
     return Scenario(tmp_path_factory.mktemp("engine-wheels"))
 
 

@@ -7,7 +7,7 @@ module packages, nouveau, persistenced) is covered by the plan tests (tests/unit
 NVIDIA's servers are replaced by the local repository stand-in (tests/standins/nvidia_apt_repo)
 that inventory/lab.py serves; it also holds newer driver versions than the pin (580.105.08,
 590.48.01), so these tests prove that the pin, not "newest wins", decides. No GPU and no kernel
-module exist here: what needs them is listed in the README's "what is verified where".
+module exist here: what needs them is listed in docs/testing.md, "What is verified where".
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
 
 
 # Rolling deploys in one run: 1 in CI (each is a whole deploy of three hosts); the median of 3
-# for the README's figure with INFERENCE_HOST_LAB_ROLLING_RUNS=3.
+# for docs/testing.md's figure with INFERENCE_HOST_LAB_ROLLING_RUNS=3.
 ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 
 

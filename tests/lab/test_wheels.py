@@ -84,7 +84,7 @@ def builder(tmp_path_factory) -> Builder:
 
     require_lab_tool((CUDA_ROOT / "bin" / "nvcc").exists(),
                      f"no CUDA toolkit at {CUDA_ROOT} (nvcc) to build the lab's wheel builder image;"
-                     " set INFERENCE_HOST_LAB_CUDA (README: Prerequisites)")
+                     " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)")
     tmp = tmp_path_factory.mktemp("wheels")
     return Builder(tmp / "wheelhouse", tmp)
 

@@ -27,7 +27,7 @@ files_metadata=True)`, read from that wheel's source:
 
 No Xet headers are sent: the files come over plain HTTP, the path a mirror (HF_ENDPOINT) or a
 repository not migrated to Xet takes. On the real Hub most large repositories are on Xet and
-the client downloads them through hf_xet instead (README: what is verified where).
+the client downloads them through hf_xet instead (docs/testing.md, "What is verified where").
 
 It serves a small generated repository per repo id (`generate`), throttled per connection when
 `<state>/rate` holds a number of bytes per second (the lab's interrupted-download test), and logs

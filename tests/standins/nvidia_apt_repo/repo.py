@@ -308,7 +308,7 @@ def _run(*command: str, cwd: Path | None = None) -> str:
     if not shutil.which(tool):
         raise RuntimeError(
             f"the NVIDIA apt repository stand-in needs {tool}"
-            " (`apt-get install -y dpkg-dev apt-utils gnupg`; README: Prerequisites)"
+            " (`apt-get install -y dpkg-dev apt-utils gnupg`; docs/lab.md: Prerequisites)"
         )
     result = subprocess.run(command, cwd=cwd, text=True, capture_output=True, check=False)
     if result.returncode != 0:
