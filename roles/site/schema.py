@@ -280,8 +280,8 @@ class ServingSettings(Section):
     chunked_prefill_size: Annotated[int, positive] | None = Field(None, description=(
         "--chunked-prefill-size; None: SGLang's default."))
     watchdog_timeout: Annotated[int, positive] = Field(600, description=(
-        "--watchdog-timeout in seconds: SGLang kills a server whose batch makes no progress that "
-        "long."))
+        "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a "
+        "hang ends."))
     enable_metrics: bool = Field(True, description=(
         "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
     api_key_secret: SecretName | None = Field(None, description=(

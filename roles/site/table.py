@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import typing
 from functools import cache
 from pathlib import Path
 
@@ -184,6 +185,21 @@ def readers_of_keys() -> dict[str, tuple[str, ...]]:
     return result
 
 
+def _valid_text(field) -> str:
+    """What the field's rule accepts: the `valid` text of its check(...) (roles/site/schema.py)."""
+    validators = list(field.metadata)
+    for arg in typing.get_args(field.annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            validators += list(arg.__metadata__)
+    texts = []
+    for validator in validators:
+        cells = dict(zip(validator.func.__code__.co_freevars, validator.func.__closure__ or (),
+                         strict=False)) if hasattr(validator, "func") else {}
+        if "valid" in cells:
+            texts.append(str(cells["valid"].cell_contents))
+    return "; ".join(texts)
+
+
 def _default_text(field) -> str:
     if field.is_required():
         return "(required)"
@@ -238,8 +254,10 @@ def settings_reference() -> str:
         for name, field in cls.model_fields.items():
             key = cls.PREFIX + name
             kind = type_text(field.annotation).replace(" | ", " or ")
-            out += _entry(key, kind, _default_text(field), readers[key], " ".join(
-                (field.description or "").split()))
+            meaning = " ".join((field.description or "").split())
+            valid = _valid_text(field)
+            out += _entry(key, kind, _default_text(field), readers[key],
+                          f"{meaning} Valid: {valid}." if valid else meaning)
             if key == "serving_speculative":
                 out += _speculative_keys()
         out.append("")

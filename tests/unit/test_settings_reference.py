@@ -50,3 +50,9 @@ def test_a_stale_reference_is_reported(tmp_path, monkeypatch):
     stale.write_text(table.settings_reference().replace("Parallel file downloads.", "old text"))
     monkeypatch.setattr(table, "REFERENCE", stale)
     assert table.REFERENCE.read_text() != table.settings_reference()
+
+
+def test_the_reference_says_what_a_rule_accepts():
+    text = " ".join(table.settings_reference().split())
+    assert "Valid: one of 'replicas', 'tensor_parallel'." in text
+    assert "Valid: 1 to 65535." in text.split("**`serving_port`**", 1)[1].split("- **", 1)[0]
