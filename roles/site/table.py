@@ -66,11 +66,28 @@ def _reader_files() -> dict[str, list[Path]]:
     return readers
 
 
+@cache
+def _property_reads() -> dict[str, frozenset[str]]:
+    """Keys each HostSettings property reads (host.speculative is serving_speculative)."""
+    tree = ast.parse((PROJECT_ROOT / "roles" / "site" / "schema.py").read_text())
+    host_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HostSettings")
+    found = {}
+    for node in host_class.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list):
+            reads = _Reads(_section_attrs(), properties={})
+            reads.visit(node)
+            if reads.keys:
+                found[node.name] = frozenset(reads.keys)
+    return found
+
+
 class _Reads(ast.NodeVisitor):
     """Keys read in one module: <x>.<section>.<field> and <alias>.<field>."""
 
-    def __init__(self, attrs: dict[str, type[Section]]):
+    def __init__(self, attrs: dict[str, type[Section]], properties: dict[str, frozenset[str]] | None = None):
         self.attrs = attrs
+        self.properties = _property_reads() if properties is None else properties
         self.by_class = {cls.__name__: cls for cls in attrs.values()}
         self.keys: set[str] = set()
         self.template_names: dict[str, set[type[Section]]] = {}  # render(..., nccl=settings.nccl)
@@ -123,6 +140,8 @@ class _Reads(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in self.properties and not self._section_of(node.value):
+            self.keys |= self.properties[node.attr]
         for cls in self._section_of(node.value):
             if node.attr in cls.model_fields:
                 self.keys.add(cls.PREFIX + node.attr)

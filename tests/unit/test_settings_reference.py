@@ -37,6 +37,7 @@ def test_readers_are_found_in_the_source():
     assert "weights" in readers["weights_verify"]            # through roles/site/weights' holder
     assert "lxc_guest" in readers["guest_cores"] and "kvm_guest" in readers["guest_cores"]
     assert readers["health_gpu_link"] == ("checks",)
+    assert "checks" in readers["serving_speculative"]          # through HostSettings.speculative
 
 
 def test_a_missing_description_is_reported(monkeypatch):
