@@ -28,7 +28,8 @@ from roles.site.stack import DRIVER_VERSION_RE, Stack
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways")
+KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways",
+                "monitors")
 
 # GPU architectures the project knows how to build for and check; the target is sm120.
 GPU_ARCHS = {
@@ -595,6 +596,69 @@ class Eagle3TrainingSettings(Section):
     save_interval: Annotated[int, positive] = 5000
     # The exported drafter: the directory --speculative-draft-model-path loads.
     export_dir: AbsolutePath = "/models/Kimi-K2.5-eagle3-trained"
+
+# A Prometheus duration of one unit (promql/parser's model.ParseDuration accepts these units).
+PROMETHEUS_DURATION_RE = re.compile(r"^[1-9][0-9]*(s|m|h|d|w|y)$")
+PrometheusDuration = Annotated[str, check(PROMETHEUS_DURATION_RE.match,
+                                          "a Prometheus duration like 30s, 5m, 15d (one number and one unit)")]
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+class MonitoringSettings(Section):
+    """roles/monitoring: Prometheus and Alertmanager on the monitors group; node_exporter, DCGM's
+    exporter and the checks' timer on every gpu node. Alert thresholds that the health checks
+    also judge come from health_* (one source); these are the ones only the monitor has."""
+
+    PREFIX: ClassVar[str] = "monitoring_"
+
+    # Where Prometheus' and Alertmanager's web endpoints listen (basic auth in front of both).
+    listen_address: IpAddress = "127.0.0.1"
+    prometheus_port: Annotated[int, tcp_port] = 9090
+    alertmanager_port: Annotated[int, tcp_port] = 9093
+    # Exporters on each gpu node, scraped from the monitors (bind them where those reach them).
+    exporter_address: IpAddress = "0.0.0.0"
+    node_exporter_port: Annotated[int, tcp_port] = 9100
+    dcgm_exporter_port: Annotated[int, tcp_port] = 9400
+    # False: no DCGM exporter (a site without NVIDIA's repository); the GPU alerts then rely on
+    # the checks' own metrics only.
+    dcgm_exporter: bool = True
+    # Prometheus' TSDB: whichever limit is reached first drops the oldest blocks.
+    data_dir: AbsolutePath = "/var/lib/prometheus/metrics2"
+    retention_time: PrometheusDuration = "30d"
+    retention_size_gib: Annotated[int, positive] = 50
+    scrape_interval: PrometheusDuration = "15s"
+    # Basic auth of both web endpoints: the user, and the vault key holding the password (the
+    # deploy writes only its bcrypt hash, 0640 root:prometheus). None: no web authentication,
+    # allowed only on a loopback listen_address.
+    web_user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_.-]{1,64}$").match,
+                                   "a user name of letters, digits, '_', '.', '-'")] = "inference-host"
+    web_password_secret: SecretName | None = None
+    # Where Alertmanager sends alerts: a webhook (Alertmanager's webhook_config), e-mail, or both.
+    webhook_url: Url | None = None
+    email_to: Annotated[str, check(EMAIL_RE.match, "an e-mail address")] | None = None
+    email_from: Annotated[str, check(EMAIL_RE.match, "an e-mail address")] | None = None
+    email_smarthost: Annotated[str, check(re.compile(r"^[^\s:]+:\d{1,5}$").match,
+                                          "host:port of the SMTP relay")] | None = None
+    email_auth_username: str | None = None
+    email_auth_password_secret: SecretName | None = None
+    # The checks' timer on each gpu node (fast suites: gpu without the bandwidth probes,
+    # service, server), and the budget its unit enforces (CPUQuota=, RuntimeMaxSec=).
+    check_interval: PrometheusDuration = "5m"
+    check_cpu_quota_percent: Annotated[int, check(lambda v: 1 <= v <= 100,
+                                                  "a percentage of one CPU from 1 to 100")] = 25
+    check_timeout_s: Annotated[int, check(lambda v: 10 <= v <= 3600, "10 to 3600 seconds")] = 120
+    # A check must fail this long before it alerts (a restart during a deploy is not a page).
+    check_failing_for: PrometheusDuration = "10m"
+    # Thresholds the checks do not have: latency of real traffic, and disk filling.
+    max_ttft_p95_s: Annotated[float, positive] = 5.0
+    max_itl_p95_s: Annotated[float, positive] = 0.25
+    min_free_disk_percent: Annotated[int, check(lambda v: 1 <= v <= 50, "1 to 50 percent")] = 10
+
+    @property
+    def check_interval_seconds(self) -> int:
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+        return int(self.check_interval[:-1]) * units[self.check_interval[-1]]
+
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Written into the weights directory only once every file is verified (roles/weights); the
@@ -655,6 +719,7 @@ SECTIONS: tuple[type[Section], ...] = (
     GatewaySettings,
     Eagle3TrainingSettings,
     WeightsSettings,
+    MonitoringSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
@@ -690,6 +755,7 @@ class HostSettings:
     ssh_hostname: str | None = None
     eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     weights: WeightsSettings = WeightsSettings()
+    monitoring: MonitoringSettings = MonitoringSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
 
