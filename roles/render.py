@@ -165,10 +165,20 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
            f" {gateway.env_path(site, settings)} unless it is there")
 
 
+def _monitoring(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles.monitoring import config
+
+    hashed = MASK if settings.monitoring.web_password_secret else None
+    for path, text in config.files(site, settings, hashed).items():
+        p.file(path, text)
+    p.note(f"{config.WEB_CONFIG_FILE}: the bcrypt hash of monitoring_web_password_secret is made at deploy time")
+
+
 ROLES = {  # group -> previews, in deploy.py's order
     "proxmox_hosts": [_proxmox_host],
     "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving],
     "gateways": [_gateway],
+    "monitors": [_monitoring],
 }
 
 

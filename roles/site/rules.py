@@ -105,6 +105,23 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
 LOOPBACK = ("127.0.0.1", "::1")
 
 
+def _unreachable_by(monitor: HostSettings, host: HostSettings) -> list[str]:
+    """What the monitor's Prometheus would scrape on host but cannot: a loopback-only address
+    on another machine."""
+    if monitor.name == host.name:
+        return []
+    binds = []
+    if host.in_group("gpu_nodes"):
+        binds.append(("monitoring_exporter_address", host.monitoring.exporter_address))
+        if host.serving.enable_metrics:
+            binds.append(("serving_host", host.serving.host))
+    if host.in_group("gateways"):
+        binds.append(("gateway_prometheus_host", host.gateway.prometheus_host))
+    return [f"{key} = {value!r} cannot be scraped by the monitors host {monitor.name}; expected an address"
+            " it reaches (the host's private address), or put the monitor on this host"
+            for key, value in binds if value in LOOPBACK and host.valid(key)]
+
+
 def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
                       problems: list[str], stack: Stack | None) -> None:
     """The monitors group: its pins, receiver and secrets; every gpu node: the checks' budget."""
@@ -121,6 +138,8 @@ def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_na
         if monitors and host.in_group("gpu_nodes") and m.node_exporter_port == m.dcgm_exporter_port:
             problems.append(f"{here}: monitoring_dcgm_exporter_port = {m.dcgm_exporter_port} equals"
                             " monitoring_node_exporter_port; expected two different ports")
+        for mon in monitors:
+            problems.extend(f"{here}: {p}" for p in _unreachable_by(mon, host))
         if not host.in_group("monitors"):
             continue
         for key in ("web_password_secret", "email_auth_password_secret"):

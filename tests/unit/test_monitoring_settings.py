@@ -9,7 +9,8 @@ from roles.site import SiteError, load_site
 from tests.unit.conftest import gpu_node
 
 
-def monitor(name: str = "mon1", **data):
+def monitor(name: str = "gpu1", **data):
+    """The gpu node watching itself (the simplest site: its engine listens on 127.0.0.1)."""
     return (name, {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts", **data})
 
 
@@ -21,8 +22,8 @@ def problems_of(path) -> list[str]:
 
 def test_a_monitors_group_with_defaults_is_valid(inventory):
     site = load_site(inventory.groups(gpu_nodes=[gpu_node()], monitors=[monitor()]))
-    mon = site.hosts["mon1"]
-    assert mon.groups == ("monitors",)
+    mon = site.hosts["gpu1"]
+    assert mon.groups == ("gpu_nodes", "monitors")
     assert mon.monitoring.listen_address == "127.0.0.1" and mon.monitoring.retention_time == "30d"
     assert site.hosts["gpu1"].monitoring.check_interval_seconds == 300
     pins = site.stack.monitoring
@@ -73,4 +74,12 @@ def test_the_password_secret_must_be_in_the_vault(inventory):
     vault = inventory.vault(prom_pw="s3cret")
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(secrets_file=vault)], monitors=[monitor(
         secrets_file=vault, monitoring_web_password_secret="prom_pw", monitoring_listen_address="0.0.0.0")]))
-    assert site.hosts["mon1"].monitoring.web_password_secret == "prom_pw"
+    assert site.hosts["gpu1"].monitoring.web_password_secret == "prom_pw"
+
+
+def test_a_monitor_on_another_host_cannot_scrape_loopback_addresses(inventory):
+    problems = problems_of(inventory.groups(gpu_nodes=[gpu_node(monitoring_exporter_address="127.0.0.1")],
+                                            monitors=[monitor("mon1")]))
+    assert len(problems) == 2, problems
+    assert all("cannot be scraped by the monitors host mon1" in p for p in problems)
+    assert "monitoring_exporter_address = '127.0.0.1'" in problems[0] and "serving_host = '127.0.0.1'" in problems[1]
