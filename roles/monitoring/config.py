@@ -47,12 +47,15 @@ def monitored(site: Site) -> list[HostSettings]:
     return [h for h in site.hosts.values() if h.in_group("gpu_nodes") or h.in_group("monitors")]
 
 
+def _hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def target(monitor: HostSettings, host: HostSettings, bind: str, port: int) -> str:
     """host:port where the monitor reaches a service bound to `bind` on `host`."""
     if host.name == monitor.name and (bind in LOOPBACK or bind in WILDCARD):
         return f"127.0.0.1:{port}"
-    address = address_of(host) if bind in WILDCARD else bind
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    return _hostport(address_of(host) if bind in WILDCARD else bind, port)
 
 
 def unreachable(monitor: HostSettings, host: HostSettings, bind: str) -> bool:
@@ -87,7 +90,9 @@ def scrape_jobs(site: Site, monitor: HostSettings) -> list[dict]:
 
 def prometheus_config(site: Site, monitor: HostSettings) -> str:
     m = monitor.monitoring
-    alerting: dict = {"static_configs": [{"targets": [f"127.0.0.1:{m.alertmanager_port}"]}]}
+    # Alertmanager listens where Prometheus does (monitoring_listen_address), on this host.
+    local = "127.0.0.1" if m.listen_address in WILDCARD else m.listen_address
+    alerting: dict = {"static_configs": [{"targets": [_hostport(local, m.alertmanager_port)]}]}
     if m.web_password_secret:
         alerting["basic_auth"] = {"username": m.web_user, "password_file": PASSWORD_FILE}
     config = {

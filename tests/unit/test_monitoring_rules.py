@@ -225,7 +225,7 @@ def _expand(rule: dict, labels: dict, value: str) -> tuple[str, str]:
     for key in ("summary", "description"):
         text = rule["annotations"][key]
         for name, val in labels.items():
-            text = text.replace("{{ $labels.%s }}" % name, val)
+            text = text.replace(f"{{{{ $labels.{name} }}}}", val)
         text = text.replace("{{ $value }}", value)
         out.append(text)
     return out[0], out[1]
