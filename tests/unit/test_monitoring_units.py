@@ -5,7 +5,6 @@ inventory does from the controller; its environment is uv.lock's own pins and ha
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import subprocess
 import sys
