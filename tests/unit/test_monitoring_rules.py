@@ -18,7 +18,21 @@ import yaml
 
 from roles.monitoring import config
 from roles.site import load_site
-from tests.unit.conftest import gpu_node
+from tests.unit.conftest import PROJECT_ROOT, gpu_node
+
+
+def speculative_ready(inventory) -> dict:
+    """A drafter the site model accepts whatever ran first (validation.py's checks compare it with
+    the target at load): the real Kimi-K2.5 and EAGLE-3 configs, on the stack with the capture hook."""
+    import shutil
+
+    import validation  # noqa: F401  (registers the roles' checks, as inventories do)
+
+    data = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
+    shutil.copy(data / "kimi-k2.5-config.json", inventory.dir / "target.json")
+    shutil.copy(data / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
+    inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
+    return {"draft_config": "drafter.json", "target_config": "target.json"}
 
 
 def _tool(name: str) -> str:
@@ -36,7 +50,8 @@ def site(inventory):
     common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
     path = inventory.groups(
         gpu_nodes=[gpu_node("gpu1", ssh_hostname="10.0.0.11", serving_host="10.0.0.11", **common,
-                            serving_speculative={"draft_model_path": "/models/drafter"}),
+                            serving_speculative={"draft_model_path": "/models/drafter",
+                                                 **speculative_ready(inventory)}),
                    gpu_node("gpu2", gpu_count=4, ssh_hostname="10.0.0.12", serving_host="10.0.0.12",
                             health_min_temp_margin_c=15, health_max_unit_restarts=2, **common)],
         gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],

@@ -17,6 +17,7 @@ from roles.site import load_site
 from tests.infra.expectations import Expectations
 from tests.infra.textfile import expect_arguments
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.test_monitoring_rules import speculative_ready
 
 
 def render(template: str, **kwargs) -> str:
@@ -32,7 +33,8 @@ def site(inventory):
         gpu_nodes=[gpu_node(secrets_file=vault, serving_api_key_secret="api_key", gpu_count=4,
                             health_min_temp_margin_c=12, monitoring_check_interval="10m",
                             monitoring_check_cpu_quota_percent=30, monitoring_check_timeout_s=200,
-                            serving_speculative={"draft_model_path": "/models/drafter", "num_steps": 2})],
+                            serving_speculative={"draft_model_path": "/models/drafter", "num_steps": 2, "num_draft_tokens": 3,
+                                                 **speculative_ready(inventory)})],
         monitors=[("gpu1", {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts"})]))
 
 
