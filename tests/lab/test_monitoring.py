@@ -49,6 +49,9 @@ def monitor():
 
     lab.up(("mon",))
     name = lab.container_name("mon")
+    # The test's own tools in the container: curl for the API, python3 for the webhook receiver.
+    _exec(name, "command -v curl >/dev/null && command -v python3 >/dev/null || (apt-get update -qq &&"
+                " DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl python3 >/dev/null)")
     _exec(name, f"rm -f {RECEIVED}; systemctl stop ih-webhook 2>/dev/null; systemctl reset-failed ih-webhook"
                 " 2>/dev/null; systemd-run --unit ih-webhook python3 -c " + repr(RECEIVER).replace("\\n", "\n"),
           check=False)
@@ -149,5 +152,4 @@ def test_a_failing_check_alerts_the_webhook_and_clears_when_mended(monitor):
 
 def test_a_second_deploy_changes_nothing(monitor):
     _, second = monitor
-    ours = [n for n in second.changed if n.startswith("Monitoring |")]
-    assert ours == [], ours
+    assert second.changed == [], second.changed
