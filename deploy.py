@@ -32,6 +32,7 @@ from roles.gateway import gateway, replicas_serving
 from roles.health import health
 from roles.kvm_guest import kvm_guest
 from roles.lxc_guest import lxc_guest
+from roles.monitoring import monitoring, watched
 from roles.nvidia_driver import nvidia_driver
 from roles.proxmox_host import (
     guest_waits,
@@ -94,6 +95,10 @@ replicas_serving()  # every host: the gateways' operations wait for the replicas
 
 if settings.in_group("gateways"):
     gateway()  # its workers already serve: smg registers them as it starts
+
+if watched(settings) and not waiting:
+    # Exporters and the checks' timer on gpu nodes; Prometheus and Alertmanager on monitors.
+    monitoring()
 
 if engine_host:
     # Last, after the barrier too: the health checks judge what every role above left

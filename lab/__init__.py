@@ -66,6 +66,8 @@ HOSTS = {
     "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
     "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
     "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
+    # tests/lab/inventories/monitor.py: the monitors group alone (roles/monitoring's Prometheus side).
+    "mon": "a host of the monitors group (the distribution's Prometheus, Alertmanager, node_exporter)",
 }
 # Rehearsal hosts that run the stand-in SGLang server.
 STANDIN_ROLES = ("gpu", "rep-a", "rep-b")

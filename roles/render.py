@@ -165,10 +165,43 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
            f" {gateway.env_path(site, settings)} unless it is there")
 
 
+def _monitoring(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles.monitoring import config, units
+
+    if not settings.in_group("gpu_nodes"):  # a gpu node's node_exporter is previewed with its roles
+        path, template, kwargs = units.node_exporter_template(settings)
+        p.template(path, template, **kwargs)
+    for path, template, kwargs in units.monitor_templates(settings):
+        p.template(path, template, **kwargs)
+    hashed = MASK if settings.monitoring.web_password_secret else None
+    for path, text in config.files(site, settings, hashed).items():
+        p.file(path, text)
+    p.note(f"{config.WEB_CONFIG_FILE}: the bcrypt hash of monitoring_web_password_secret is made at deploy time")
+
+
+def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles.monitoring import checks_env, units
+
+    if not site.group("monitors"):
+        return  # as the deploy: no monitor, no exporters (roles.monitoring.watched)
+    path, template, kwargs = units.node_exporter_template(settings)
+    p.template(path, template, **kwargs)
+    if settings.monitoring.dcgm_exporter:
+        p.file(*units.dcgm_dropin(settings))
+    requirements = checks_env.requirements((PROJECT_ROOT / "uv.lock").read_text())
+    bundle = units.bundle_dir(checks_env.bundle_digest())
+    for path, template, kwargs in units.gpu_templates(settings, bundle, f"{units.env_dir(requirements)}/bin/python"):
+        p.template(path, template, **kwargs)
+    p.file(units.EXPECT_FILE, units.expect_text(settings, site))
+    p.file(f"{units.env_dir(requirements)}.requirements.txt", requirements)
+    p.note(f"{bundle}: a copy of {len(checks_env.bundle_files())} files of the checks (tests/infra, roles/site)")
+
+
 ROLES = {  # group -> previews, in deploy.py's order
     "proxmox_hosts": [_proxmox_host],
-    "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving],
+    "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving, _monitoring_gpu],
     "gateways": [_gateway],
+    "monitors": [_monitoring],
 }
 
 

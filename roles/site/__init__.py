@@ -40,6 +40,7 @@ from roles.site.schema import (
     GuestSettings,
     HealthSettings,
     HostSettings,
+    MonitoringSettings,
     NcclSettings,
     NvidiaDriverSettings,
     ProxmoxSettings,
@@ -66,7 +67,7 @@ from roles.site.weights import (
 __all__ = [
     "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings", "GatewaySettings",
     "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
-    "KernelPackage", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
+    "KernelPackage", "MonitoringSettings", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
     "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "VllmSettings", "address_of",
     "build_host", "current_host", "current_site", "load_site", "load_stack",
     "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",

@@ -184,7 +184,9 @@ def referenced_secrets(site: Site) -> set[str]:
     return {
         ref
         for host in site.hosts.values()
-        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret)
+        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret,
+                    host.monitoring.web_password_secret if host.in_group("monitors") else None,
+                    host.monitoring.email_auth_password_secret if host.in_group("monitors") else None)
         if ref
     }
 

@@ -99,6 +99,68 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
     _check_topology(site_hosts, where, problems, stack)
+    _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def _unreachable_by(monitor: HostSettings, host: HostSettings) -> list[str]:
+    """What the monitor's Prometheus would scrape on host but cannot: a loopback-only address
+    on another machine."""
+    if monitor.name == host.name:
+        return []
+    binds = []
+    if host.in_group("gpu_nodes"):
+        binds.append(("monitoring_exporter_address", host.monitoring.exporter_address))
+        if host.serving.enable_metrics:
+            binds.append(("serving_host", host.serving.host))
+    if host.in_group("gateways"):
+        binds.append(("gateway_prometheus_host", host.gateway.prometheus_host))
+    return [f"{key} = {value!r} cannot be scraped by the monitors host {monitor.name}; expected an address"
+            " it reaches (the host's private address), or put the monitor on this host"
+            for key, value in binds if value in LOOPBACK and host.valid(key)]
+
+
+def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
+                      problems: list[str], stack: Stack | None) -> None:
+    """The monitors group: its pins, receiver and secrets; every gpu node: the checks' budget."""
+    monitors = [h for h in site_hosts.values() if h.in_group("monitors")]
+    if monitors and stack is not None and stack.monitoring is None:
+        problems.append(f"{where}: the monitors group needs the monitoring package pins in {stack.file};"
+                        " expected a `monitoring:` mapping (debian12, ubuntu2404, dcgm_exporter; see inventory/stack.yml)")
+    for host in site_hosts.values():
+        here, m = f"{where}: host {host.name}", host.monitoring
+        if (monitors and host.in_group("gpu_nodes") and host.valid("monitoring_check_timeout_s", "monitoring_check_interval")
+                and m.check_timeout_s >= m.check_interval_seconds):
+            problems.append(f"{here}: monitoring_check_timeout_s = {m.check_timeout_s} is not below"
+                            f" monitoring_check_interval = {m.check_interval!r}; expected a run shorter than its interval")
+        if monitors and host.in_group("gpu_nodes") and m.node_exporter_port == m.dcgm_exporter_port:
+            problems.append(f"{here}: monitoring_dcgm_exporter_port = {m.dcgm_exporter_port} equals"
+                            " monitoring_node_exporter_port; expected two different ports")
+        for mon in monitors:
+            problems.extend(f"{here}: {p}" for p in _unreachable_by(mon, host))
+        if not host.in_group("monitors"):
+            continue
+        for key in ("web_password_secret", "email_auth_password_secret"):
+            ref = getattr(m, key)
+            if ref and ref not in secret_names and host.valid(f"monitoring_{key}"):
+                problems.append(f"{here}: monitoring_{key} = {ref!r} names no secret in"
+                                f" {secrets_file or '(no secrets_file set)'}; expected one of: "
+                                + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)"))
+        if m.web_password_secret is None and m.listen_address not in LOOPBACK:
+            problems.append(f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
+                            " Alertmanager without monitoring_web_password_secret; expected a vault secret"
+                            " (basic auth) or monitoring_listen_address = '127.0.0.1'")
+        if m.webhook_url is None and m.email_to is None and host.valid("monitoring_webhook_url", "monitoring_email_to"):
+            problems.append(f"{here}: the monitors group has no receiver; expected monitoring_webhook_url"
+                            " or monitoring_email_to (with monitoring_email_from and monitoring_email_smarthost)")
+        if m.email_to and not (m.email_from and m.email_smarthost):
+            problems.append(f"{here}: monitoring_email_to = {m.email_to!r} needs monitoring_email_from and"
+                            " monitoring_email_smarthost; expected both set")
+        if m.prometheus_port == m.alertmanager_port:
+            problems.append(f"{here}: monitoring_alertmanager_port = {m.alertmanager_port} equals"
+                            " monitoring_prometheus_port; expected two different ports")
 
 
 def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: list[str],

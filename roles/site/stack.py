@@ -60,6 +60,26 @@ class EngineStack:
         return f"{self.engine} {self.version}"
 
 
+# Distributions the monitoring packages are pinned for (the lab is Debian 12, the guests Ubuntu
+# 24.04; the key is the ID and VERSION_ID of /etc/os-release, without the dot).
+MONITORING_DISTROS = ("debian12", "ubuntu2404")
+MONITORING_PACKAGES = ("prometheus", "prometheus-alertmanager", "prometheus-node-exporter")
+# An exact apt version: [epoch:]upstream[-revision] (deb-version(7)).
+APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
+
+
+@dataclass(frozen=True)
+class MonitoringPins:
+    """roles/monitoring's package versions: the distribution's Prometheus packages per
+    distribution (their versions differ), NVIDIA's DCGM exporter (one repository version)."""
+
+    distro_packages: dict[str, dict[str, str]]
+    dcgm_exporter: str
+
+    def for_distro(self, distro: str) -> dict[str, str]:
+        return self.distro_packages[distro]
+
+
 @dataclass(frozen=True)
 class Stack:
     file: str
@@ -70,12 +90,14 @@ class Stack:
     stacks: dict[str, EngineStack]
     # Absolute path of the stack file: its stacks' locks live beside it (roles/site/lock.py).
     path: str = ""
+    # None: the stack file pins no monitoring packages (required with a monitors group).
+    monitoring: MonitoringPins | None = None
 
     def lock_text(self, stack_id: str) -> str:
         return lock.lock_path(Path(self.path), stack_id).read_text()
 
 
-STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}
+STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks", "monitoring"}
 DRIVER_FIELDS = {"branch", "version"}
 ENGINE_FIELDS = {
     "engine", "cuda", "python", "torch", "sglang", "vllm", "kernel", "flashinfer", "flash_attn",
@@ -183,6 +205,7 @@ def load_stack(path: Path) -> Stack:
             flash_attn=flash_attn,
             flash_attn_source=flash_attn_source,
         )
+    monitoring = _monitoring_pins(raw.get("monitoring"), where, problems, bad) if "monitoring" in raw else None
     active_id = raw.get("active")
     if active_id not in stacks:
         bad("active", active_id, "the id of one of the stacks: " + ", ".join(stacks or ["(none)"]))
@@ -196,4 +219,32 @@ def load_stack(path: Path) -> Stack:
         active=stacks[active_id],
         stacks=stacks,
         path=str(path.resolve()),
+        monitoring=monitoring,
     )
+
+
+def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> MonitoringPins | None:
+    valid = ("a mapping of " + ", ".join(MONITORING_DISTROS) + " (each: "
+             + ", ".join(MONITORING_PACKAGES) + " -> exact apt version) and dcgm_exporter")
+    if not isinstance(raw, dict):
+        bad("monitoring", raw, valid)
+        return None
+    unknown_keys(raw, set(MONITORING_DISTROS) | {"dcgm_exporter"}, "monitoring.", where, problems)
+    distros: dict[str, dict[str, str]] = {}
+    for distro in MONITORING_DISTROS:
+        pins = raw.get(distro)
+        if not isinstance(pins, dict):
+            bad(f"monitoring.{distro}", pins, "a mapping of " + ", ".join(MONITORING_PACKAGES) + " -> version")
+            continue
+        unknown_keys(pins, set(MONITORING_PACKAGES), f"monitoring.{distro}.", where, problems)
+        for package in MONITORING_PACKAGES:
+            value = pins.get(package)
+            if not isinstance(value, str) or not APT_VERSION_RE.match(value):
+                bad(f"monitoring.{distro}.{package}", value, "an exact apt version like 2.42.0+ds-5+deb12u1"
+                    " (quoted string; `apt-cache policy " + package + "` shows it)")
+        distros[distro] = {package: str(pins.get(package)) for package in MONITORING_PACKAGES}
+    dcgm = raw.get("dcgm_exporter")
+    if not isinstance(dcgm, str) or not APT_VERSION_RE.match(dcgm):
+        bad("monitoring.dcgm_exporter", dcgm, "the exact apt version of NVIDIA's datacenter-gpu-manager-exporter"
+            " like 4.8.2-1 (quoted string)")
+    return MonitoringPins(distro_packages=distros, dcgm_exporter=str(dcgm))

@@ -36,6 +36,8 @@ def _arguments(argv):
     parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--report", help="JSON report file (one host) or folder")
     parser.add_argument("--sudo", action="store_true", help="run the host's commands with sudo")
+    parser.add_argument("--no-bandwidth-probes", action="store_true",
+                        help="skip the probes that load every GPU (memory bandwidth, PCIe link under load)")
     parser.add_argument("--dcgm-level", type=int, choices=(2, 3), metavar="2|3",
                         help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs): the serving "
                              "unit is stopped for it and started again afterwards")
@@ -95,6 +97,8 @@ def pytest_arguments(args, name: str | None, url: str, report: str) -> list[str]
         argv.append(f"--site-host={name}")
     if args.sudo:
         argv.append("--sudo")
+    if getattr(args, "no_bandwidth_probes", False):
+        argv.append("--no-bandwidth-probes")
     argv += [f"--expect={item}" for item in args.expect]
     return argv
 

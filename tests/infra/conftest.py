@@ -34,6 +34,9 @@ def pytest_addoption(parser):
     group.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
                     help="override one expectation (inventory keys, driver_version, api_key_file)")
     group.addoption("--report-json", metavar="PATH", help="write the verdicts as JSON to PATH")
+    group.addoption("--no-bandwidth-probes", action="store_true",
+                    help="skip the probes that load every GPU (memory bandwidth, PCIe link under load):"
+                         " the periodic checks beside a serving engine (roles/monitoring)")
 
 
 def pytest_configure(config):
@@ -172,10 +175,17 @@ def pytest_runtest_logreport(report):
             "detail": _message(report),
             "nodeid": report.nodeid,
             "seconds": round(report.duration, 2),
+            "evidence": _evidence(report),
         })
 
 
 _CONFIG_RESULTS: list[dict] = []
+
+
+def _evidence(report) -> list[dict]:
+    """The numbers a check recorded with probes.evidence: name, value, labels."""
+    found = [value for key, value in report.user_properties if key == "evidence"]
+    return [{"name": name, "value": value, "labels": labels} for name, value, labels in found]
 
 
 def verdict_table(results: list[dict], width: int = 110) -> str:

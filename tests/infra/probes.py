@@ -221,6 +221,14 @@ def report(request, text: str) -> None:
     request.node.user_properties.append(("detail", text))
 
 
+def evidence(request, name: str, value: float | int | bool | None, **labels: str) -> None:
+    """A number the check judged, kept in the JSON report's "evidence" (the checks' timer turns
+    it into the gauge inference_host_<name>, roles/monitoring/textfile.py). Recorded before the
+    verdict, so a failing check keeps its numbers too."""
+    if value is not None:
+        request.node.user_properties.append(("evidence", (name, float(value), labels)))
+
+
 def cuda_visibility_advice(env: dict) -> str:
     """What hides GPUs from CUDA, named: the variable and where it came from, or the passthrough."""
     source = env.get("IH_ENV_SOURCE", "the checker's environment")

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from tests.infra import gpu_parsers as parse
-from tests.infra.probes import cuda_visibility_advice, explain, report
+from tests.infra.probes import cuda_visibility_advice, evidence, explain, report
 
 pytestmark = pytest.mark.gpu
 
@@ -45,6 +45,7 @@ def test_nvidia_smi_present(gpu, request):
 
 def test_gpu_count(gpu, expect, request):
     found = gpu.gpus
+    evidence(request, "gpus_visible", len(found))
     assert len(found) == expect.gpu_count, explain(
         f"{expect.gpu_count} GPUs ({expect.source})",
         f"{len(found)}: " + ", ".join(f"{g.index} {g.name} {g.bus}" for g in found),
@@ -115,6 +116,7 @@ def test_open_kernel_module(gpu, request):
 def test_no_xid_errors_since_boot(gpu, request):
     log = gpu.kernel_log.require("Xid errors")
     events = parse.parse_xid_events(log)
+    evidence(request, "xid_events_since_boot", len(events))
     assert not events, explain(
         "no 'NVRM: Xid' lines in the kernel log since boot", f"{len(events)}: "
         + " | ".join(f"Xid {e.code} on {e.bus}: {e.message[:80]}" for e in events[:5]),
@@ -324,6 +326,11 @@ def test_ecc_enabled_no_uncorrectable_errors(gpu, expect, gpu_index, request):
         "ECC enabled (current and pending)", f"current {health.ecc_current}, pending {health.ecc_pending} "
         f"on {info.bus}", f"`nvidia-smi -i {gpu_index} -e 1` and reboot; without ECC a memory error corrupts "
         "results silently")
+    for scope in ("Volatile", "Aggregate"):
+        counts = health.uncorrectable(scope) or {}
+        evidence(request, "gpu_ecc_uncorrectable_errors", sum(v or 0 for v in counts.values()),
+                 gpu=str(gpu_index), scope=scope.lower())
+    evidence(request, "gpu_pcie_replays", health.replays, gpu=str(gpu_index))
     bad = {scope: health.uncorrectable(scope) for scope in ("Volatile", "Aggregate")}
     bad = {scope: counters for scope, counters in bad.items() if counters}
     assert not bad, explain(
@@ -353,6 +360,7 @@ def test_no_active_clock_slowdown(gpu, expect, gpu_index, request):
     if not health.clock_events:
         pytest.skip(f"no evidence: no 'Clocks Event Reasons' for {info.bus}")
     active = {name: why for name, why in parse.CLOCK_EVENTS_BAD.items() if health.clock_events.get(name)}
+    evidence(request, "gpu_clock_events_active", len(active), gpu=str(gpu_index))
     assert not active, explain(
         "no HW slowdown, HW thermal, HW power brake or SW thermal clock event active",
         ", ".join(active) + f" on {info.bus}", "; ".join(active.values()))
@@ -365,6 +373,8 @@ def test_temperature_margin(gpu, expect, gpu_index, request):
     info, health = _health(gpu, gpu_index, expect)
     if health.tlimit_margin_c is None:
         pytest.skip(f"no evidence: {info.name} reports no 'GPU T.Limit Temp' (the margin to slowdown)")
+    evidence(request, "gpu_temperature_margin_celsius", health.tlimit_margin_c, gpu=str(gpu_index))
+    evidence(request, "gpu_temperature_celsius", health.temperature_c, gpu=str(gpu_index))
     assert health.tlimit_margin_c >= expect.min_temp_margin_c, explain(
         f"at least {expect.min_temp_margin_c} C below the slowdown temperature (health_min_temp_margin_c)",
         f"{health.tlimit_margin_c:.0f} C margin at {health.temperature_c} C on {info.bus}",
@@ -418,6 +428,8 @@ def test_mig_mode_as_expected(gpu, expect, gpu_index, request):
 
 def test_memory_bandwidth(gpu, expect, gpu_index, request, membw_result):
     info = _gpu(gpu, gpu_index, expect)
+    if "off" in membw_result:
+        pytest.skip(membw_result["off"])
     if "failure" in membw_result:
         if gpu_index == 0:
             pytest.fail(membw_result["failure"])
@@ -436,7 +448,9 @@ def test_memory_bandwidth(gpu, expect, gpu_index, request, membw_result):
 
 
 @pytest.fixture(scope="module")
-def membw_result(gpu, expect) -> dict:
+def membw_result(gpu, expect, request) -> dict:
+    if request.config.getoption("--no-bandwidth-probes"):
+        return {"off": "--no-bandwidth-probes: the probes that load every GPU are off (periodic checks)"}
     missing = gpu.engine_python_missing(expect.engine_python)
     if missing:
         return {"failure": explain("the engine environment's python", missing, "deploy the engine first")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.infra import server_checks as server
-from tests.infra.probes import report
+from tests.infra.probes import evidence, report
 
 pytestmark = pytest.mark.server
 
@@ -40,6 +40,8 @@ def test_chat_completion_not_degenerate(host, expect, request):
     body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": server.CHAT_MAX_TOKENS,
             "messages": [{"role": "user", "content": server.CHAT_PROMPT}]}
     answer = server.request(host, expect, "/v1/chat/completions", body, timeout_s=120)
+    # The whole tiny request (a few tokens, temperature 0): the checks' own latency probe.
+    evidence(request, "tiny_request_seconds", answer.seconds if answer.status == 200 else None)
     problem, text = server.judge_chat(answer)
     assert problem is None, problem
     report(request, f"{answer.seconds:.1f} s: {text[:60]!r}")

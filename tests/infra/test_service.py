@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.infra import gpu_parsers as parse
-from tests.infra.probes import explain, report
+from tests.infra.probes import evidence, explain, report
 from tests.infra.server_checks import environment_file
 
 pytestmark = pytest.mark.service
@@ -32,6 +32,7 @@ def _require_loaded(unit, expect) -> None:
 
 
 def test_unit_active(unit, expect, request):
+    evidence(request, "unit_active", unit.get("ActiveState") == "active" and unit.get("SubState") == "running")
     assert unit.get("LoadState") == "loaded", explain(
         f"unit {expect.unit_name}.service installed", f"LoadState={unit.get('LoadState')}",
         "re-run the deploy (roles/serving writes the unit)")
@@ -45,6 +46,7 @@ def test_unit_active(unit, expect, request):
 def test_unit_not_restart_looping(unit, expect, request):
     _require_loaded(unit, expect)
     restarts = int(unit.get("NRestarts") or 0)
+    evidence(request, "unit_restarts", restarts)
     assert restarts <= expect.max_unit_restarts, explain(
         f"at most {expect.max_unit_restarts} automatic restarts (health_max_unit_restarts)",
         f"{restarts} restarts", f"the server crashes and systemd restarts it: `journalctl -u "

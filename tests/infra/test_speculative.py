@@ -8,7 +8,7 @@ import pytest
 
 from tests.infra import server_checks as server
 from tests.infra import speculative_checks as spec
-from tests.infra.probes import report
+from tests.infra.probes import evidence, report
 
 pytestmark = pytest.mark.server
 
@@ -31,6 +31,7 @@ def test_accept_length_from_metrics(host, expect, request, warmed):
     answer = server.request(host, expect, "/metrics", with_key=False)
     assert answer.status == 200, f"/metrics answered HTTP {answer.status}"
     value = spec.metrics_accept_length(answer.body)
+    evidence(request, "accept_length", value)
     problem = spec.judge_accept_length(value, expect.min_accept_length, "sglang:spec_accept_length",
                                        expect.speculative_num_steps)
     assert problem is None, problem

@@ -85,7 +85,13 @@ class FakeRequest:
 
     @property
     def detail(self) -> str:
-        return "; ".join(text for _, text in self.node.user_properties)
+        return "; ".join(text for key, text in self.node.user_properties if key == "detail")
+
+    @property
+    def evidence(self) -> dict[tuple, float]:
+        return {(name, tuple(sorted(labels.items()))): value
+                for key, (name, value, labels) in
+                ((k, v) for k, v in self.node.user_properties if k == "evidence")}
 
 
 def probe(smi_q: str | None = None) -> FakeProbe:
@@ -111,6 +117,28 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
     check(probe(), expect(), 0, request)
     assert request.detail
 
+
+
+def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
+    """What the checks' timer exports (roles/monitoring/textfile.py): real nvidia-smi -q of the
+    lent H200 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
+    request = FakeRequest()
+    for check in (test_gpus.test_temperature_margin, test_gpus.test_ecc_enabled_no_uncorrectable_errors,
+                  test_gpus.test_no_active_clock_slowdown):
+        check(probe(), expect(), 0, request)
+    found = request.evidence
+    margin = found[("gpu_temperature_margin_celsius", (("gpu", "0"),))]
+    assert margin == 52.0 and found[("gpu_temperature_celsius", (("gpu", "0"),))] == 36.0
+    assert found[("gpu_ecc_uncorrectable_errors", (("gpu", "0"), ("scope", "volatile")))] == 0
+    assert found[("gpu_ecc_uncorrectable_errors", (("gpu", "0"), ("scope", "aggregate")))] == 0
+    assert found[("gpu_clock_events_active", (("gpu", "0"),))] == 0
+
+
+def test_a_failing_check_keeps_its_evidence():
+    request = FakeRequest()
+    with pytest.raises(AssertionError):
+        test_gpus.test_ecc_enabled_no_uncorrectable_errors(plant(*PLANTED[0][1]), expect(), 0, request)
+    assert request.evidence[("gpu_ecc_uncorrectable_errors", (("gpu", "0"), ("scope", "volatile")))] == 2
 
 PLANTED = [
     (test_gpus.test_ecc_enabled_no_uncorrectable_errors,

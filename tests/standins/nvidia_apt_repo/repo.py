@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.standins.nvidia_apt_repo.dcgm import dcgm_packages
+from tests.standins.nvidia_apt_repo.dcgm_exporter import dcgm_exporter_packages
 
 HERE = Path(__file__).resolve().parent
 PROJECT_ROOT = HERE.parents[2]
@@ -253,6 +254,7 @@ def cuda_repo_packages() -> list[Package]:
     packages += cuda_packages("12.8", "12.8.1", "12.8.93", "12.8.90", 128)
     packages += cuda_packages("13.0", "13.0.2", "13.0.88", "13.0.96", 130)
     packages += dcgm_packages(Package)  # DCGM 4 (tests/standins/nvidia_apt_repo/dcgm.py)
+    packages += dcgm_exporter_packages(Package, DRIVER_VERSIONS[0])  # its Prometheus exporter
     return packages
 
 

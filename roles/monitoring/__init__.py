@@ -1,0 +1,166 @@
+"""roles/monitoring: the machine watches itself between deploys.
+
+On every gpu node (and every monitor, for its own disk): the distribution's
+prometheus-node-exporter with its textfile collector. On every gpu node also: NVIDIA's DCGM
+exporter (datacenter-gpu-manager-exporter, from NVIDIA's CUDA repository that roles/cuda
+configures), and inference-host-checks.timer, which runs the fast health suites every
+monitoring_check_interval and writes their verdicts and evidence for node_exporter
+(tests/infra/textfile.py), from a copy of the checks in an environment installed exactly from
+the project's uv.lock (roles/monitoring/checks_env.py).
+
+On the monitors group: the distribution's prometheus and prometheus-alertmanager, configured
+from the site model (roles/monitoring/config.py: scrape jobs, alert rules with the health
+settings' thresholds, the receiver), their web endpoints on monitoring_listen_address behind
+basic auth (bcrypt hash of the vault's monitoring_web_password_secret, in a 0600 file).
+
+Versions: inventory/stack.yml `monitoring:` (exact apt versions per distribution).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import io
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.monitoring import checks_env, config, units
+from roles.shared.locked_env import EnvironmentStamp, build_command
+from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
+from roles.shared.pip import uv_environment
+from roles.shared.secret_files import secret_file
+from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
+
+NODE_EXPORTER = "prometheus-node-exporter"
+PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
+DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+
+
+def watched(settings: HostSettings) -> bool:
+    """The role runs where a monitor watches: on the monitors themselves and, when the site has
+    a monitors group, on every gpu node (exporters nobody scrapes are not installed)."""
+    return settings.in_group("monitors") or (settings.in_group("gpu_nodes") and bool(current_site().group("monitors")))
+
+
+@deploy("Monitoring")
+def monitoring() -> None:
+    settings, site = current_host(), current_site()
+    distro = current_distro("roles/monitoring")
+    pins = site.stack.monitoring.for_distro(distro.nvidia_path)
+    _node_exporter(settings, pins[NODE_EXPORTER])
+    if settings.in_group("gpu_nodes"):
+        if settings.monitoring.dcgm_exporter:
+            _dcgm_exporter(settings, site, distro)
+        _checks_timer(settings, site)
+    if settings.in_group("monitors"):
+        _monitor(settings, site, pins)
+
+
+def _apt(package: str, version: str) -> None:
+    apt.packages(name=f"Install {package} {version}", packages=[f"{package}={version}"], update=True,
+                 cache_time=3600, no_recommends=True)
+
+
+def _node_exporter(settings: HostSettings, version: str) -> None:
+    _apt(NODE_EXPORTER, version)
+    files.directory(name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
+                    path=config.TEXTFILE_DIR, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0755")
+    path, template, kwargs = units.node_exporter_template(settings)
+    written = files.template(name=f"Write {path} (listen {kwargs['listen']}, textfile {config.TEXTFILE_DIR})",
+                             src=template, dest=path, mode="0644", **kwargs)
+    systemd.service(name=f"Enable and start {NODE_EXPORTER}", service=NODE_EXPORTER, running=True, enabled=True,
+                    restarted=written.will_change)
+
+
+def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
+    ensure_cuda_repository(settings, distro)
+    version = site.stack.monitoring.dcgm_exporter
+    _apt(DCGM_EXPORTER_PACKAGE, version)
+    path, text = units.dcgm_dropin(settings)
+    files.directory(name=f"Create {path.rsplit('/', 1)[0]}", path=path.rsplit("/", 1)[0], mode="0755")
+    dropin = files.put(name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",
+                       src=io.StringIO(text), dest=path, mode="0644")
+    systemd.service(name=f"Enable and start {units.DCGM_EXPORTER_UNIT}", service=units.DCGM_EXPORTER_UNIT,
+                    running=True, enabled=True, daemon_reload=dropin.will_change, restarted=dropin.will_change)
+
+
+def _checks_timer(settings: HostSettings, site: Site) -> None:
+    """The checks (a copy of tests/infra and the site model) and their environment, then the
+    timer. A changed bundle or lock is a new directory; the unit points at the current one."""
+    requirements = checks_env.requirements((PROJECT_ROOT / "uv.lock").read_text())
+    env, bundle = units.env_dir(requirements), units.bundle_dir(checks_env.bundle_digest())
+    for folder in (units.CHECKS_ROOT, units.CHECKS_ETC):
+        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    req_file = f"{env}.requirements.txt"
+    uploaded = files.put(name=f"Upload the checks' requirements (from uv.lock) to {req_file}",
+                         src=io.StringIO(requirements), dest=req_file, mode="0644")
+    python, name, current = f"{env}/bin/python", env.rsplit("/", 1)[1], f"{units.CHECKS_ROOT}/env-current"
+    built = host.get_fact(EnvironmentStamp, env_dir=env)
+    installed = server.shell(
+        name=f"Build the checks' environment at {env} (exactly uv.lock's pins and hashes)",
+        commands=[build_command(env, "python3", req_file, current, pip_check=True)],
+        _env=uv_environment(settings),
+        _if=lambda: built != name or uploaded.did_change(),
+    )
+    linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
+    changed = [uploaded, installed, linked]
+    for name in checks_env.bundle_files():
+        changed.append(files.put(name=f"Copy the checks' {name} to {bundle}", src=str(PROJECT_ROOT / name),
+                                 dest=f"{bundle}/{name}", mode="0644", create_remote_dir=True))
+    changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
+                             src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
+    for path, template, kwargs in units.gpu_templates(settings, bundle, python):
+        changed.append(files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs))
+    timer = f"{units.CHECKS_UNIT}.timer"
+    systemd.service(name=f"Enable and start {timer} (every {settings.monitoring.check_interval})", service=timer,
+                    running=True, enabled=True, daemon_reload=any(op.will_change for op in changed))
+
+
+def password_hash(password: str, host_name: str) -> str:
+    """bcrypt (cost 12) of the password, with a salt derived from it and the host: the same
+    input gives the same hash, so a deploy that changes nothing rewrites nothing."""
+    import bcrypt
+
+    raw = hmac.new(password.encode(), f"inference-host web.config {host_name}".encode(), hashlib.sha256).digest()[:16]
+    # bcrypt's base64 alphabet (./A-Za-z0-9) in place of the standard one, 22 characters.
+    salt = base64.b64encode(raw).decode().translate(str.maketrans(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"))[:22]
+    return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
+
+
+def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
+    m = settings.monitoring
+    for package in ("prometheus", "prometheus-alertmanager"):
+        _apt(package, pins[package])
+    for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
+        files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER,
+                        mode="0750")
+    password = secret_value(m.web_password_secret) if m.web_password_secret else None
+    hashed = password_hash(password, settings.name) if password else None
+    changed = []
+    for path, text in config.files(site, settings, hashed).items():
+        if path == config.WEB_CONFIG_FILE:
+            continue
+        changed.append(files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644"))
+    for path, template, kwargs in units.monitor_templates(settings):
+        changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
+                                      mode="0644", **kwargs))
+    # The hash and the password Prometheus gives Alertmanager: 0600, the services' own user.
+    changed.append(secret_file(label="the web endpoints' basic auth (bcrypt hash)",
+                               value=config.web_config(settings, hashed), dest=config.WEB_CONFIG_FILE,
+                               user=PROMETHEUS_USER, group=PROMETHEUS_USER))
+    secrets = [(config.PASSWORD_FILE, m.web_password_secret and password),
+               (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret))]
+    for path, value in secrets:
+        if value:
+            changed.append(secret_file(label=f"a password for {path.rsplit('/', 1)[1]}", value=value + "\n",
+                                       dest=path, user=PROMETHEUS_USER, group=PROMETHEUS_USER))
+        else:
+            changed.append(files.file(name=f"Remove {path} (not set)", path=path, present=False))
+    restart = any(op is not None and op.will_change for op in changed)
+    for unit in ("prometheus", "prometheus-alertmanager"):
+        systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True, restarted=restart)

@@ -1,0 +1,93 @@
+"""What the checks' timer runs on a gpu node: the project's health checks (tests/infra and the
+site model they read their expectations through) in their own small environment, installed
+exactly from the project's own uv.lock (the versions and hashes the controller runs them with).
+
+The environment holds only what `python -m tests.infra --hosts local://` imports: pytest,
+pytest-testinfra, pydantic and PyYAML, with their dependencies as uv.lock resolved them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+
+from roles.site import PROJECT_ROOT
+
+ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml")
+# The files the checks need on the host, relative to the project root.
+BUNDLE_GLOBS = ("tests/__init__.py", "tests/infra/*.py", "tests/infra/programs/*", "tests/infra/reference.yml",
+                "roles/__init__.py", "roles/site/*.py", "inventory/stack.yml",
+                # the pure helpers tests/infra imports (parsers shared with the roles; no pyinfra)
+                "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
+                "roles/shared/replicas.py")
+
+
+def _packages(lock: dict) -> dict[tuple[str, str], dict]:
+    return {(p["name"], p["version"]): p for p in lock["package"]}
+
+
+def requirements(lock_text: str, roots: tuple[str, ...] = ROOTS) -> str:
+    """A requirements file with one pinned, hashed line per package of the roots' closure
+    (markers kept: pytest's colorama is for Windows only), for `uv pip install --require-hashes`."""
+    lock = tomllib.loads(lock_text)
+    packages = _packages(lock)
+    by_name: dict[str, list[dict]] = {}
+    for package in lock["package"]:
+        by_name.setdefault(package["name"], []).append(package)
+    lines: dict[str, str] = {}
+    todo = [(name, None, None) for name in roots]
+    while todo:
+        name, version, marker = todo.pop()
+        candidates = [packages[(name, version)]] if version else by_name.get(name, [])
+        if len(candidates) != 1:
+            raise ValueError(f"uv.lock: {name} {version or ''} resolves to {len(candidates)} packages; expected one")
+        package = candidates[0]
+        key = f"{package['name']}=={package['version']}"
+        if key in lines:
+            continue
+        hashes = [w["hash"] for w in package.get("wheels", [])]
+        if "sdist" in package:
+            hashes.append(package["sdist"]["hash"])
+        if not hashes:
+            raise ValueError(f"uv.lock: {key} has no hashed file")
+        lines[key] = key + (f" ; {marker}" if marker else "") + "".join(f" \\\n    --hash={h}" for h in hashes)
+        for dep in package.get("dependencies", []):
+            todo.append((dep["name"], dep.get("version"), dep.get("marker")))
+    return ("# The health checks' environment on a gpu node, from uv.lock (roles/monitoring/checks_env.py).\n"
+            + "\n".join(lines[k] for k in sorted(lines)) + "\n")
+
+
+def bundle_files(root: Path = PROJECT_ROOT) -> list[str]:
+    return sorted({str(p.relative_to(root)) for pattern in BUNDLE_GLOBS for p in root.glob(pattern) if p.is_file()})
+
+
+def bundle_digest(root: Path = PROJECT_ROOT) -> str:
+    """Names the bundle's directory on the host: a change to the checks is a new directory."""
+    digest = hashlib.sha256()
+    for name in bundle_files(root):
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    digest.update(requirements((root / "uv.lock").read_text()).encode())
+    return digest.hexdigest()[:12]
+
+
+def expectations(host, site) -> dict:
+    """The checks' expectations of one gpu node as --expect values: every setting they read
+    (gpu_, serving_, health_, base_, nccl_, nvidia_driver_), the driver pin and the engine."""
+    from roles.site import (
+        BaseSettings,
+        GpuSettings,
+        HealthSettings,
+        NcclSettings,
+        NvidiaDriverSettings,
+        ServingSettings,
+    )
+
+    out: dict = {}
+    for cls in (GpuSettings, ServingSettings, HealthSettings, BaseSettings, NcclSettings, NvidiaDriverSettings):
+        section = getattr(host, cls.PREFIX.rstrip("_"))
+        for name in cls.model_fields:
+            out[cls.PREFIX + name] = getattr(section, name)
+    out["driver_version"] = site.stack.driver_version  # as Expectations.from_site reads it
+    out["engine"] = site.stack.active.engine
+    return out

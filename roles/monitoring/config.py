@@ -1,0 +1,378 @@
+"""What the monitors write, derived from the site model (nothing typed twice): Prometheus' scrape
+jobs and alert rules, Alertmanager's routing, and the web configuration with basic auth.
+
+Pure functions of the Site: roles/monitoring writes their text on the host, roles/render
+previews it, and tests/unit checks it with promtool (check config, check rules, test rules).
+
+Metric names, by source:
+- node_exporter: up, node_filesystem_avail_bytes / node_filesystem_size_bytes (fstype, mountpoint);
+- NVIDIA's dcgm-exporter: DCGM_FI_DEV_* of etc/default-counters.csv (NVIDIA/dcgm-exporter),
+  labels gpu, UUID, pci_bus_id, device, modelName, Hostname;
+- SGLang (python/sglang/srt/metrics/collector.py): sglang:time_to_first_token_seconds and
+  sglang:inter_token_latency_seconds (histograms), sglang:spec_accept_length (gauge);
+- vLLM (vllm/v1/metrics/loggers.py): vllm:time_to_first_token_seconds,
+  vllm:inter_token_latency_seconds (histograms);
+- the checks' timer on each gpu node (roles/monitoring/textfile.py): inference_host_check_ok
+  {suite, check, gpu} and the evidence inference_host_* gauges.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import yaml
+
+from roles.site import HostSettings, Site, address_of
+
+LOOPBACK = ("127.0.0.1", "::1")
+WILDCARD = ("0.0.0.0", "::")
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's and Ubuntu's packaged default
+ALERTMANAGER_DATA_DIR = "/var/lib/prometheus/alertmanager"
+PROMETHEUS_CONFIG_DIR = "/etc/prometheus"
+RULES_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host.rules.yml"
+WEB_CONFIG_FILE = f"{PROMETHEUS_CONFIG_DIR}/web.yml"
+# Alertmanager reads the password of Prometheus' basic auth from this file (0640 root:prometheus).
+PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-web.password"
+SMTP_PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-smtp.password"
+
+
+def _dump(data) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def monitored(site: Site) -> list[HostSettings]:
+    """Hosts with node_exporter: every gpu node and every monitor (its own disk)."""
+    return [h for h in site.hosts.values() if h.in_group("gpu_nodes") or h.in_group("monitors")]
+
+
+def _hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def target(monitor: HostSettings, host: HostSettings, bind: str, port: int) -> str:
+    """host:port where the monitor reaches a service bound to `bind` on `host`."""
+    if host.name == monitor.name and (bind in LOOPBACK or bind in WILDCARD):
+        return f"127.0.0.1:{port}"
+    return _hostport(address_of(host) if bind in WILDCARD else bind, port)
+
+
+def unreachable(monitor: HostSettings, host: HostSettings, bind: str) -> bool:
+    return bind in LOOPBACK and host.name != monitor.name
+
+
+def engine_of(site: Site) -> str:
+    return site.stack.active.engine
+
+
+def scrape_jobs(site: Site, monitor: HostSettings) -> list[dict]:
+    """One job per kind of target, each target labelled host=<inventory name>."""
+    nodes = site.group("gpu_nodes")
+
+    def static(pairs: list[tuple[HostSettings, str]]) -> list[dict]:
+        return [{"targets": [address], "labels": {"host": host.name}} for host, address in pairs]
+
+    jobs = [
+        ("node", [(h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.node_exporter_port))
+                  for h in monitored(site)]),
+        ("dcgm", [(h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.dcgm_exporter_port))
+                  for h in nodes if h.monitoring.dcgm_exporter]),
+        # vLLM always serves /metrics; SGLang only with --enable-metrics (serving_enable_metrics).
+        ("engine", [(h, target(monitor, h, h.serving.host, h.serving.port)) for h in nodes
+                    if engine_of(site) == "vllm" or h.serving.enable_metrics]),
+        # smg's --prometheus-host/--prometheus-port (roles/gateway/command.py).
+        ("gateway", [(h, target(monitor, h, h.gateway.prometheus_host, h.gateway.prometheus_port))
+                     for h in site.group("gateways")]),
+    ]
+    return [{"job_name": name, "static_configs": static(pairs)} for name, pairs in jobs if pairs]
+
+
+def prometheus_config(site: Site, monitor: HostSettings) -> str:
+    m = monitor.monitoring
+    # Alertmanager listens where Prometheus does (monitoring_listen_address), on this host.
+    local = "127.0.0.1" if m.listen_address in WILDCARD else m.listen_address
+    alerting: dict = {"static_configs": [{"targets": [_hostport(local, m.alertmanager_port)]}]}
+    if m.web_password_secret:
+        alerting["basic_auth"] = {"username": m.web_user, "password_file": PASSWORD_FILE}
+    config = {
+        "global": {"scrape_interval": m.scrape_interval, "evaluation_interval": m.scrape_interval,
+                   "external_labels": {"monitor": monitor.name}},
+        "rule_files": [RULES_FILE],
+        "alerting": {"alertmanagers": [alerting]},
+        "scrape_configs": scrape_jobs(site, monitor),
+    }
+    return "# Written by inference-host (roles/monitoring) from the inventory; edit the inventory.\n" + _dump(config)
+
+
+def web_config(monitor: HostSettings, password_hash: str | None) -> str:
+    """Prometheus' and Alertmanager's --web.config.file (exporter-toolkit's format): bcrypt."""
+    head = "# Written by inference-host (roles/monitoring): basic auth of the web endpoints.\n"
+    if password_hash is None:
+        return head + "{}\n"
+    return head + _dump({"basic_auth_users": {monitor.monitoring.web_user: password_hash}})
+
+
+def alertmanager_config(monitor: HostSettings) -> str:
+    m = monitor.monitoring
+    receiver: dict = {"name": "inference-host"}
+    if m.webhook_url:
+        receiver["webhook_configs"] = [{"url": m.webhook_url, "send_resolved": True}]
+    if m.email_to:
+        email = {"to": m.email_to, "from": m.email_from, "smarthost": m.email_smarthost, "send_resolved": True}
+        if m.email_auth_username:
+            email["auth_username"] = m.email_auth_username
+        if m.email_auth_password_secret:
+            email["auth_password_file"] = SMTP_PASSWORD_FILE
+        receiver["email_configs"] = [email]
+    config = {
+        "route": {"receiver": "inference-host", "group_by": ["alertname", "host"],
+                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
+        "receivers": [receiver],
+        # A host that is down makes its engine and checks silent or failing: one page, not five.
+        "inhibit_rules": [{"source_matchers": ['alertname="InferenceHostDown"'],
+                           "target_matchers": ['severity=~"warning|critical"', 'alertname!="InferenceHostDown"'],
+                           "equal": ["host"]}],
+    }
+    return "# Written by inference-host (roles/monitoring) from the inventory; edit the inventory.\n" + _dump(config)
+
+
+# ----------------------------------------------------------------------------------------------
+# Alert rules
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+
+    def rule(self) -> dict:
+        rule = {"alert": self.name, "expr": self.expr}
+        if self.for_ != "0m":
+            rule["for"] = self.for_
+        rule["labels"] = {"severity": self.severity}
+        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        return rule
+
+
+def _literal(text: str) -> str:
+    """text as an RE2 literal inside a PromQL double-quoted string: metacharacters get a
+    backslash, which the string itself needs doubled (PromQL knows no escape like \\-)."""
+    return "".join("\\\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
+
+
+def _host_regex(hosts: list[HostSettings]) -> str:
+    return "|".join(_literal(h.name) for h in hosts)
+
+
+def by_value(hosts: list[HostSettings], value: Callable[[HostSettings], object]) -> list[tuple[object, str]]:
+    """(threshold, host regex) pairs: one rule per distinct threshold of the hosts' settings."""
+    groups: dict[object, list[HostSettings]] = defaultdict(list)
+    for host in hosts:
+        v = value(host)
+        if v is not None:
+            groups[v].append(host)
+    return [(v, _host_regex(members)) for v, members in groups.items()]
+
+
+def _any(clauses) -> str:
+    """One expression for one alert (promtool refuses two rules of one name and labels)."""
+    clauses = list(clauses)
+    return clauses[0] if len(clauses) == 1 else " or ".join(f"({c})" for c in clauses)
+
+
+def _thresholds(hosts: list[HostSettings], value: Callable[[HostSettings], object]) -> str:
+    return ", ".join(f"{h.name} {value(h)}" for h in hosts)
+
+
+def _mountpoints_of(paths: list[str]) -> str:
+    """Every mount point that may hold one of the paths: each path and its parents (the real
+    one is the longest that is mounted; the others are filling too if they alert)."""
+    points = set()
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        points |= {"/".join(parts[:i]) or "/" for i in range(1, len(parts) + 1)}
+    return "|".join(sorted(_literal(p) for p in points))
+
+
+DETAIL = ('{{ with printf "inference_host_check_failure_info{host=%q,suite=%q,check=%q,gpu=%q}" '
+          '$labels.host $labels.suite $labels.check $labels.gpu | query }}{{ . | first | label "detail" }}'
+          '{{ else }}see the check\'s detail in the timer\'s journal{{ end }}')
+
+
+def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
+    nodes = site.group("gpu_nodes")
+    engine = engine_of(site)
+    m = monitor.monitoring
+    failing_for = m.check_failing_for
+    out = [
+        Alert("InferenceHostDown", 'up{job="node"} == 0', "2m", "critical",
+              "{{ $labels.host }} does not answer (node_exporter down or host unreachable)",
+              "Prometheus cannot scrape node_exporter on {{ $labels.host }} ({{ $labels.instance }}). What to do: "
+              "check that the host is up (ping, ssh); then `systemctl status prometheus-node-exporter` there."),
+        Alert("EngineDown", 'up{job="engine"} == 0', "2m", "critical",
+              f"The {engine} server on {{{{ $labels.host }}}} does not answer /metrics",
+              f"{engine}'s /metrics on {{{{ $labels.instance }}}} fails. What to do: on {{{{ $labels.host }}}}, "
+              "`systemctl status` and `journalctl -u` of the serving unit (serving_unit_name); a deploy "
+              "restarts and health-gates it."),
+        Alert("GatewayDown", 'up{job="gateway"} == 0', "2m", "critical",
+              "The smg gateway on {{ $labels.host }} does not answer /metrics",
+              "smg's Prometheus endpoint {{ $labels.instance }} fails. What to do: `systemctl status smg` and "
+              "`journalctl -u smg` on {{ $labels.host }}."),
+        Alert("ChecksNotRunning", "time() - inference_host_checks_last_run_timestamp_seconds > "
+              f"3 * {max((h.monitoring.check_interval_seconds for h in nodes), default=300)}", "0m", "warning",
+              "The health checks' timer on {{ $labels.host }} has not reported for three intervals",
+              "inference-host-checks.timer writes the checks' results every monitoring_check_interval. What to do: "
+              "`systemctl list-timers inference-host-checks.timer` and `journalctl -u inference-host-checks` "
+              "on {{ $labels.host }} (a run over monitoring_check_timeout_s is killed)."),
+        Alert("HealthCheckFailing", "inference_host_check_ok == 0", failing_for, "warning",
+              "Health check '{{ $labels.check }}' ({{ $labels.suite }}{{ if $labels.gpu }}, GPU{{ $labels.gpu }}"
+              "{{ end }}) fails on {{ $labels.host }}",
+              DETAIL),
+        Alert("GpuXidError", "DCGM_FI_DEV_XID_ERRORS > 0", "0m", "critical",
+              "GPU{{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}",
+              "DCGM's last Xid error is {{ $value }} on GPU{{ $labels.gpu }} ({{ $labels.pci_bus_id }}). What to do: "
+              "look it up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); `dmesg | grep NVRM` on "
+              "{{ $labels.host }}; drain and reset the GPU (`nvidia-smi -r`) or reboot as it says."),
+        Alert("GpuUncorrectableEcc", "inference_host_gpu_ecc_uncorrectable_errors > 0 "
+              "or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
+              "GPU{{ $labels.gpu }} on {{ $labels.host }} has uncorrectable memory errors",
+              "Uncorrectable ECC errors or a failed row remap ({{ $value }}). What to do: drain the GPU, reset it "
+              "(`nvidia-smi -r`) or reboot, then check row remapping (`nvidia-smi -q -d ROW_REMAPPER`); a growing "
+              "aggregate count means the GPU needs an RMA."),
+        Alert("GpuThrottling", "inference_host_gpu_clock_events_active > 0", "5m", "warning",
+              "GPU{{ $labels.gpu }} on {{ $labels.host }} is slowed down (HW slowdown, thermal or power brake)",
+              "{{ $value }} of the bad clock-event reasons are active. What to do: `nvidia-smi -q -d PERFORMANCE` "
+              "names them; check cooling, fans, inlet temperature and the power supply."),
+    ]
+    margins = by_value(nodes, lambda h: h.health.min_temp_margin_c)
+    if margins:
+        out.append(Alert(
+            "GpuTemperatureMargin", _any(f'inference_host_gpu_temperature_margin_celsius{{host=~"{hosts}"}} < {margin}'
+                                         for margin, hosts in margins),
+            "5m", "warning",
+            "GPU{{ $labels.gpu }} on {{ $labels.host }} is {{ $value }} C from its slowdown temperature",
+            f"Less than health_min_temp_margin_c ({_thresholds(nodes, lambda h: h.health.min_temp_margin_c)}) below "
+            "the GPU's slowdown temperature. What to do: check airflow, fans and inlet temperature; a GPU near "
+            "its limit slows down under load."))
+    counts = by_value(nodes, lambda h: h.gpu.count)
+    if counts:
+        clauses = []
+        for count, hosts in counts:
+            clauses.append(f'inference_host_gpus_visible{{host=~"{hosts}"}} < {count}')
+            dcgm = [h for h in nodes if h.monitoring.dcgm_exporter and h.gpu.count == count]
+            if dcgm:
+                clauses.append(f'count by (host) (DCGM_FI_DEV_GPU_TEMP{{host=~"{_host_regex(dcgm)}"}}) < {count}')
+        out.append(Alert(
+            "GpuMissing", _any(clauses), "2m", "critical",
+            "{{ $labels.host }} sees only {{ $value }} GPUs",
+            f"Fewer GPUs are visible (nvidia-smi / DCGM) than gpu_count ({_thresholds(nodes, lambda h: h.gpu.count)})."
+            " What to do: `nvidia-smi -L` and `dmesg | grep -i -e NVRM -e 'fallen off the bus'` on the host; a GPU"
+            " that fell off the bus needs a reboot of the node (and its guest), then a deploy."))
+    restart_window = "30m"
+    limits = by_value(nodes, lambda h: h.health.max_unit_restarts)
+    if limits:
+        out.append(Alert(
+            "EngineRestartLooping",
+            _any(f'max_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) - '
+                 f'min_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) > {limit}'
+                 for limit, hosts in limits),
+            "0m", "critical",
+            f"The serving unit on {{{{ $labels.host }}}} restarted {{{{ $value }}}} times in {restart_window}",
+            f"More restarts in {restart_window} than health_max_unit_restarts "
+            f"({_thresholds(nodes, lambda h: h.health.max_unit_restarts)}): the server crashes and systemd restarts"
+            " it. What to do: `journalctl -u <serving unit> -b` on the host shows why (out of memory, a kernel"
+            " missing for the GPU arch, a NCCL hang)."))
+    spec = [h for h in nodes if h.speculative is not None]
+    floors = by_value(spec, lambda h: h.health.min_accept_length)
+    if floors:
+        clauses = []
+        for floor, hosts in floors:
+            clauses.append(f'inference_host_accept_length{{host=~"{hosts}"}} < {floor}')
+            if engine == "sglang":
+                clauses.append(f'sglang:spec_accept_length{{host=~"{hosts}"}} < {floor}')
+        out.append(Alert(
+            "SpeculativeAcceptLengthLow", _any(clauses), "15m", "warning",
+            "Speculative decoding on {{ $labels.host }} accepts {{ $value }} tokens per step",
+            f"The drafter's accept length is under health_min_accept_length "
+            f"({_thresholds(spec, lambda h: h.health.min_accept_length)}): the drafter costs more than it saves."
+            " What to do: compare serving_speculative's drafter with the served model (a drafter trained for"
+            " another revision), or turn speculative decoding off until a matching drafter is deployed."))
+    metrics_nodes = [h for h in nodes if engine == "vllm" or h.serving.enable_metrics]
+    if metrics_nodes:
+        regex = _host_regex(metrics_nodes)
+        for alert, metric, words, limit, key in (
+                ("TimeToFirstTokenHigh", "time_to_first_token_seconds", "time to first token", m.max_ttft_p95_s,
+                 "monitoring_max_ttft_p95_s"),
+                ("InterTokenLatencyHigh", "inter_token_latency_seconds", "inter-token latency", m.max_itl_p95_s,
+                 "monitoring_max_itl_p95_s")):
+            out.append(Alert(
+                alert, f'histogram_quantile(0.95, sum by (host, le) (rate({engine}:{metric}_bucket'
+                f'{{host=~"{regex}"}}[10m]))) > {limit}', "10m", "warning",
+                f"p95 {words} on {{{{ $labels.host }}}} is {{{{ $value | humanizeDuration }}}}",
+                f"Over {limit} s ({key}) for 10 minutes. What to do: look at the load (running and queued requests "
+                f"in {engine}'s /metrics); run `python -m tests.infra.bench` against the host and compare with "
+                "reports/bench-history.jsonl; a recent deploy or stack change is the first suspect."))
+    out.append(Alert(
+        "WeightsManifestMismatch", 'inference_host_check_ok{check="weights manifest matches the pin"} == 0', "0m",
+        "critical", "The served weights on {{ $labels.host }} do not match the pinned revision",
+        "The weights directory's verified manifest is missing or names another commit, or a file's size "
+        "changed. What to do: deploy again (roles/weights fetches and verifies the pinned commit)."))
+    watch = _disk_watch(site)
+    if watch:
+        out.append(Alert(
+            "DiskFilling", _any(f'100 * node_filesystem_avail_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} / '
+                                f'node_filesystem_size_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} < {free}'
+                                for free, hosts, paths, _, _ in watch), "15m", "warning",
+            "{{ $labels.mountpoint }} on {{ $labels.host }} has {{ $value | printf \"%.0f\" }}% free",
+            "Under monitoring_min_free_disk_percent free on the disk of " + "; ".join(
+                f"{name}: {what}" for _, _, _, name, what in watch)
+            + ". What to do: free space there (old engine environments are pruned by the deploy:"
+            " sglang_keep_environments; Prometheus: lower monitoring_retention_time or monitoring_retention_size_gib)"
+            " or grow the disk."))
+    return out
+
+
+def _disk_watch(site: Site) -> list[tuple[int, str, str, str, str]]:
+    """(free % floor, host regex, mount point regex, host, what lives there) per host: the weights
+    directories of each gpu node, the TSDB of each monitor."""
+    from roles.site import weight_sets_of
+
+    out = []
+    for host in monitored(site):
+        paths, what = [], []
+        if host.in_group("gpu_nodes"):
+            dirs = [ws.guest_dir for ws in weight_sets_of(host, site.hosts)] or [host.serving.model_path]
+            paths += dirs + [host.base.install_root]
+            what.append("the weights (" + ", ".join(dirs) + ") and engine environments")
+        if host.in_group("monitors"):
+            paths.append(host.monitoring.data_dir)
+            what.append(f"Prometheus' data ({host.monitoring.data_dir})")
+        out.append((host.monitoring.min_free_disk_percent, _literal(host.name), _mountpoints_of(paths),
+                    host.name, " and ".join(what)))
+    return out
+
+
+def rules_config(site: Site, monitor: HostSettings) -> str:
+    rules = [a.rule() for a in alerts(site, monitor)]
+    head = ("# Written by inference-host (roles/monitoring) from the site model: the thresholds are the\n"
+            "# health_* and monitoring_* settings of the inventory. Edit the inventory, not this file.\n")
+    return head + _dump({"groups": [{"name": "inference-host", "rules": rules}]})
+
+
+def alert_names(site: Site, monitor: HostSettings) -> list[str]:
+    return sorted({a.name for a in alerts(site, monitor)})
+
+
+def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
+    """Path on the monitor -> text, for the role and the preview."""
+    return {
+        f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
+        RULES_FILE: rules_config(site, monitor),
+        f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
+        WEB_CONFIG_FILE: web_config(monitor, password_hash),
+    }

@@ -1,0 +1,68 @@
+"""Plan tests of roles/monitoring (the real pyinfra CLI on @fake hosts, tests/unit/plans/record.py):
+the pinned packages per distribution, the files, the checks' timer, and no secret on any
+command line."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from roles.site import load_stack
+from tests.unit.test_gpu_stack_plans import APT_INSTALL, PROJECT_ROOT, plan
+
+STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
+INVENTORY = "inventory_monitoring.py"
+
+
+@cache
+def gpu():
+    return plan(INVENTORY, "@fake/gpu-watched")
+
+
+@cache
+def monitor():
+    return plan(INVENTORY, "@fake/mon-debian12")
+
+
+def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
+    p = gpu()
+    pins = STACK.monitoring.for_distro("ubuntu2404")
+    assert any(c.startswith(APT_INSTALL) and f"prometheus-node-exporter={pins['prometheus-node-exporter']}" in c
+               for c in p.commands), "\n".join(p.commands)
+    assert any(f"datacenter-gpu-manager-exporter={STACK.monitoring.dcgm_exporter}" in c for c in p.commands)
+    assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
+        'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n')
+    assert "-a 0.0.0.0:9400" in p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
+
+
+def test_gpu_node_gets_the_checks_timer_with_its_budget():
+    p = gpu()
+    service = p.uploads["/etc/systemd/system/inference-host-checks.service"]
+    assert "CPUQuota=25%" in service and "TimeoutStartSec=90" in service
+    assert "OnUnitActiveSec=120s" in p.uploads["/etc/systemd/system/inference-host-checks.timer"]
+    assert '"serving_host": "10.0.0.5"' in p.uploads["/etc/inference-host/checks/expect.json"]
+    assert any("uv pip sync --quiet --require-hashes" in c and "/opt/inference-host/checks/env-" in c
+               for c in p.commands)
+    assert any(path.endswith("/tests/infra/textfile.py") for path in p.uploads)
+    assert not any("prometheus=" in c for c in p.commands)  # no Prometheus on a gpu node
+
+
+def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
+    p = monitor()
+    pins = STACK.monitoring.for_distro("debian12")
+    for package in ("prometheus", "prometheus-alertmanager", "prometheus-node-exporter"):
+        assert any(c.startswith(APT_INSTALL) and f"{package}={pins[package]}" in c for c in p.commands), package
+    config = p.uploads["/etc/prometheus/prometheus.yml"]
+    assert "10.0.0.5:9100" in config and "10.0.0.5:9400" in config and "10.0.0.5:30000" in config
+    assert "10.0.0.9:9093" in config  # Alertmanager where Prometheus listens
+    assert "--web.listen-address=10.0.0.9:9090" in p.uploads["/etc/default/prometheus"]
+    assert "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=50GB" in p.uploads["/etc/default/prometheus"]
+    assert "http://10.0.0.9:9099/alerts" in p.uploads["/etc/prometheus/alertmanager.yml"]
+    assert "GpuXidError" in p.uploads["/etc/prometheus/inference-host.rules.yml"]
+
+
+def test_the_web_password_is_on_no_command_line_and_in_no_plain_upload():
+    for p in (gpu(), monitor()):
+        assert not any("plan-web-password" in c for c in p.commands)
+        plain = {path: text for path, text in p.uploads.items() if not path.startswith("/var/lib/inference-host/upload")}
+        assert not any("plan-web-password" in str(text) for text in plain.values()), [
+            path for path, text in plain.items() if "plan-web-password" in str(text)]

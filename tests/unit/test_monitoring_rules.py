@@ -1,0 +1,297 @@
+"""The monitors' files, rendered from a site model and judged by the real tools: `promtool check
+config`, `promtool check rules`, `amtool check-config`, and `promtool test rules` with a firing
+and a quiet case for every alert (Debian's prometheus and prometheus-alertmanager packages).
+
+Without promtool these tests skip, except in CI (CI=true or INFERENCE_HOST_REQUIRE_LAB=1), where a
+missing tool fails them: .ci/run installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roles.monitoring import config
+from roles.site import load_site
+from tests.unit.conftest import PROJECT_ROOT, gpu_node
+
+
+def speculative_ready(inventory) -> dict:
+    """A drafter the site model accepts whatever ran first (validation.py's checks compare it with
+    the target at load): the real Kimi-K2.5 and EAGLE-3 configs, on the stack with the capture hook."""
+    import shutil
+
+    import validation  # noqa: F401  (registers the roles' checks, as inventories do)
+
+    data = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
+    shutil.copy(data / "kimi-k2.5-config.json", inventory.dir / "target.json")
+    shutil.copy(data / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
+    inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
+    return {"draft_config": "drafter.json", "target_config": "target.json"}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    if os.environ.get("INFERENCE_HOST_REQUIRE_LAB") == "1" or os.environ.get("CI") == "true":
+        pytest.fail(f"{name} is not installed; CI needs it (apt-get install prometheus prometheus-alertmanager)")
+    pytest.skip(f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager)")
+
+
+@pytest.fixture
+def site(inventory):
+    vault = inventory.vault(api_key="k", prom_pw="pw")
+    common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
+    path = inventory.groups(
+        gpu_nodes=[gpu_node("gpu1", ssh_hostname="10.0.0.11", serving_host="10.0.0.11", **common,
+                            serving_speculative={"draft_model_path": "/models/drafter",
+                                                 **speculative_ready(inventory)}),
+                   gpu_node("gpu2", gpu_count=4, ssh_hostname="10.0.0.12", serving_host="10.0.0.12",
+                            health_min_temp_margin_c=15, health_max_unit_restarts=2, **common)],
+        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],
+        monitors=[("gw", {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+                          "monitoring_web_password_secret": "prom_pw", "monitoring_listen_address": "10.0.0.2"})])
+    return load_site(path)
+
+
+@pytest.fixture
+def rendered(site, tmp_path) -> Path:
+    """The monitor's files under tmp_path, the rule file named relative to prometheus.yml."""
+    files = config.files(site, site.hosts["gw"], "$2b$12$" + "a" * 53)
+    for path, text in files.items():
+        (tmp_path / Path(path).name).write_text(text.replace(config.RULES_FILE, Path(config.RULES_FILE).name)
+                                                .replace(config.PASSWORD_FILE, "password"))
+    (tmp_path / "password").write_text("pw\n")
+    return tmp_path
+
+
+def run(*command, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def test_scrape_jobs_come_from_the_inventory(site):
+    jobs = {j["job_name"]: j["static_configs"] for j in config.scrape_jobs(site, site.hosts["gw"])}
+    targets = {job: {(c["labels"]["host"], c["targets"][0]) for c in configs} for job, configs in jobs.items()}
+    assert targets["node"] == {("gpu1", "10.0.0.11:9100"), ("gpu2", "10.0.0.12:9100"), ("gw", "127.0.0.1:9100")}
+    assert targets["dcgm"] == {("gpu1", "10.0.0.11:9400"), ("gpu2", "10.0.0.12:9400")}
+    assert targets["engine"] == {("gpu1", "10.0.0.11:30000"), ("gpu2", "10.0.0.12:30000")}
+    assert targets["gateway"] == {("gw", "127.0.0.1:29000")}  # smg's --prometheus-host default
+
+
+def test_promtool_and_amtool_accept_the_files(rendered):
+    promtool, amtool = _tool("promtool"), _tool("amtool")
+    checked = run(promtool, "check", "config", "prometheus.yml", cwd=rendered)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout + checked.stderr
+    checked = run(promtool, "check", "web-config", "web.yml", cwd=rendered)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    checked = run(amtool, "check-config", "alertmanager.yml", cwd=rendered)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_thresholds_are_the_health_settings(site):
+    rules = {a.name: a for a in config.alerts(site, site.hosts["gw"])}
+    assert 'inference_host_gpu_temperature_margin_celsius{host=~"gpu1"} < 10' in rules["GpuTemperatureMargin"].expr
+    assert 'inference_host_gpu_temperature_margin_celsius{host=~"gpu2"} < 15' in rules["GpuTemperatureMargin"].expr
+    assert '{host=~"gpu1"} < 8' in rules["GpuMissing"].expr and '{host=~"gpu2"} < 4' in rules["GpuMissing"].expr
+    assert "> 2" in rules["EngineRestartLooping"].expr and "> 0" in rules["EngineRestartLooping"].expr
+    assert 'sglang:spec_accept_length{host=~"gpu1"} < 1.5' in rules["SpeculativeAcceptLengthLow"].expr
+    assert "gpu2" not in rules["SpeculativeAcceptLengthLow"].expr  # no drafter there
+    for alert in rules.values():
+        assert "What to do" in alert.description or alert.name == "HealthCheckFailing", alert.name
+
+
+# Each alert: series that make it fire, series that keep it quiet (both over 40 minutes).
+CASES: dict[str, dict] = {
+    "InferenceHostDown": {
+        "fire": [('up{job="node",host="gpu1",instance="10.0.0.11:9100"}', "0x40")],
+        "quiet": [('up{job="node",host="gpu1",instance="10.0.0.11:9100"}', "1x40")]},
+    "EngineDown": {
+        "fire": [('up{job="engine",host="gpu1",instance="10.0.0.11:30000"}', "0x40")],
+        "quiet": [('up{job="engine",host="gpu1",instance="10.0.0.11:30000"}', "1x40")]},
+    "GatewayDown": {
+        "fire": [('up{job="gateway",host="gw",instance="127.0.0.1:29000"}', "0x40")],
+        "quiet": [('up{job="gateway",host="gw",instance="127.0.0.1:29000"}', "1x40")]},
+    "ChecksNotRunning": {
+        # the last run's timestamp stays at 0 s while the clock moves on to 40 minutes
+        "fire": [('inference_host_checks_last_run_timestamp_seconds{host="gpu1"}', "0x40")],
+        "quiet": [('inference_host_checks_last_run_timestamp_seconds{host="gpu1"}', "0+60x40")]},
+    "HealthCheckFailing": {
+        "fire": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "0x40"),
+                 ('inference_host_check_failure_info{host="gpu1",suite="service",check="unit active",'
+                  'detail="expected sglang.service active; found failed"}', "1x40")],
+        "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "1x40")],
+        "description": "expected sglang.service active; found failed"},
+    "GpuXidError": {
+        "fire": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "79x40")],
+        "quiet": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "0x40")]},
+    "GpuUncorrectableEcc": {
+        "fire": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "1x40")],
+        "quiet": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "0x40"),
+                  ('DCGM_FI_DEV_ROW_REMAP_FAILURE{host="gpu1",gpu="2"}', "0x40")]},
+    "GpuThrottling": {
+        "fire": [('inference_host_gpu_clock_events_active{host="gpu1",gpu="0"}', "1x40")],
+        "quiet": [('inference_host_gpu_clock_events_active{host="gpu1",gpu="0"}', "0x40")]},
+    "GpuTemperatureMargin": {
+        # 12 C is enough on gpu1 (floor 10) but not on gpu2 (floor 15)
+        "fire": [('inference_host_gpu_temperature_margin_celsius{host="gpu2",gpu="1"}', "12x40")],
+        "quiet": [('inference_host_gpu_temperature_margin_celsius{host="gpu1",gpu="1"}', "12x40")]},
+    "GpuMissing": {
+        "fire": [('inference_host_gpus_visible{host="gpu1"}', "7x40")],
+        "quiet": [('inference_host_gpus_visible{host="gpu1"}', "8x40"),
+                  ('inference_host_gpus_visible{host="gpu2"}', "4x40")]},
+    "EngineRestartLooping": {
+        "fire": [('inference_host_unit_restarts{host="gpu1"}', "0x20 1x20")],
+        # gpu2 allows 2 restarts
+        "quiet": [('inference_host_unit_restarts{host="gpu2"}', "0x20 2x20")]},
+    "SpeculativeAcceptLengthLow": {
+        "fire": [('sglang:spec_accept_length{host="gpu1",model_name="kimi-k2.5"}', "1.1x40")],
+        "quiet": [('sglang:spec_accept_length{host="gpu1",model_name="kimi-k2.5"}', "2.4x40")]},
+    "TimeToFirstTokenHigh": {
+        # every request in the slowest bucket (over 5 s) vs every request under 0.5 s
+        "fire": [('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0x40"),
+                 ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
+                 ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40")],
+        "quiet": [('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0+10x40"),
+                  ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
+                  ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40")]},
+    "InterTokenLatencyHigh": {
+        "fire": [('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0x40"),
+                 ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
+                 ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40")],
+        "quiet": [('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0+50x40"),
+                  ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
+                  ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40")]},
+    "WeightsManifestMismatch": {
+        "fire": [('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}',
+                  "0x40")],
+        "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}',
+                   "1x40")]},
+    "DiskFilling": {
+        "fire": [('node_filesystem_avail_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "5x40"),
+                 ('node_filesystem_size_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "100x40")],
+        # 5% free on a disk that holds neither weights nor Prometheus' data
+        "quiet": [('node_filesystem_avail_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "5x40"),
+                  ('node_filesystem_size_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "100x40"),
+                  ('node_filesystem_avail_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "50x40"),
+                  ('node_filesystem_size_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "100x40")]},
+}
+
+
+def _rule_test(alert: str, series: list[tuple[str, str]], firing: bool, case: dict) -> dict:
+    """One promtool test: the alert's state at 40 minutes (after every `for:`)."""
+    expected = []
+    if firing:
+        want: dict = {}
+        if "description" in case:
+            want = {"exp_annotations_contain": case["description"]}
+        expected = [want]
+    return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+            "alert_rule_test": [{"eval_time": "40m", "alertname": alert, "exp_alerts": expected}]}
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case(site):
+    assert sorted(CASES) == config.alert_names(site, site.hosts["gw"])
+
+
+def test_promtool_unit_tests_of_every_alert(rendered, site):
+    promtool = _tool("promtool")
+    tests = []
+    for alert, case in CASES.items():
+        tests.append(_rule_test(alert, case["fire"], True, case))
+        tests.append(_rule_test(alert, case["quiet"], False, case))
+    annotations = {}
+    for test in tests:
+        for check in test["alert_rule_test"]:
+            if check["exp_alerts"] and "exp_annotations_contain" in check["exp_alerts"][0]:
+                annotations[check["alertname"]] = check["exp_alerts"][0].pop("exp_annotations_contain")
+    # promtool compares labels and annotations exactly: fill them from the rendered rules, with
+    # the firing series' own labels, so the test states the whole alert.
+    rules = {r["alert"]: r for r in yaml.safe_load((rendered / "inference-host.rules.yml").read_text())
+             ["groups"][0]["rules"]}
+    for test in tests:
+        check = test["alert_rule_test"][0]
+        if not check["exp_alerts"]:
+            continue
+        check["exp_alerts"] = EXPECTED[check["alertname"]](rules[check["alertname"]])
+        if check["alertname"] in annotations:
+            assert annotations[check["alertname"]] in check["exp_alerts"][0]["exp_annotations"]["description"]
+    (rendered / "tests.yml").write_text(yaml.safe_dump(
+        {"rule_files": ["inference-host.rules.yml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    result = run(promtool, "test", "rules", "tests.yml", cwd=rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
+def _alert(labels: dict, summary: str, description: str) -> list[dict]:
+    return [{"exp_labels": labels, "exp_annotations": {"summary": summary, "description": description}}]
+
+
+def _expand(rule: dict, labels: dict, value: str) -> tuple[str, str]:
+    """The annotation text as Prometheus expands it for these labels and value (the templates
+    here use only $labels.x, $value, and `with ... query`, whose result the caller gives)."""
+    out = []
+    for key in ("summary", "description"):
+        text = rule["annotations"][key]
+        for name, val in labels.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", val)
+        text = text.replace("{{ $value }}", value)
+        out.append(text)
+    return out[0], out[1]
+
+
+def _simple(labels: dict, value: str):
+    def expected(rule):
+        summary, description = _expand(rule, labels, value)
+        return _alert({**labels, "severity": rule["labels"]["severity"]}, summary, description)
+    return expected
+
+
+def _check_failing(rule):
+    labels = {"host": "gpu1", "suite": "service", "check": "unit active"}
+    summary = "Health check 'unit active' (service) fails on gpu1"
+    return _alert({**labels, "severity": "warning"}, summary, "expected sglang.service active; found failed")
+
+
+def _latency(host: str, value: str):
+    def expected(rule):
+        labels = {"host": host}
+        summary = rule["annotations"]["summary"].replace("{{ $labels.host }}", host).replace(
+            "{{ $value | humanizeDuration }}", value)
+        return _alert({**labels, "severity": "warning"}, summary, rule["annotations"]["description"])
+    return expected
+
+
+def _disk(rule):
+    labels = {"host": "gpu1", "mountpoint": "/models", "fstype": "ext4"}
+    summary = "/models on gpu1 has 5% free"
+    return _alert({**labels, "severity": "warning"}, summary, rule["annotations"]["description"])
+
+
+EXPECTED = {
+    "InferenceHostDown": _simple({"job": "node", "host": "gpu1", "instance": "10.0.0.11:9100"}, "0"),
+    "EngineDown": _simple({"job": "engine", "host": "gpu1", "instance": "10.0.0.11:30000"}, "0"),
+    "GatewayDown": _simple({"job": "gateway", "host": "gw", "instance": "127.0.0.1:29000"}, "0"),
+    "ChecksNotRunning": _simple({"host": "gpu1"}, "2400"),
+    "HealthCheckFailing": _check_failing,
+    "GpuXidError": _simple({"host": "gpu1", "gpu": "3", "pci_bus_id": "00000000:61:00.0"}, "79"),
+    "GpuUncorrectableEcc": _simple({"host": "gpu1", "gpu": "2", "scope": "volatile"}, "1"),
+    "GpuThrottling": _simple({"host": "gpu1", "gpu": "0"}, "1"),
+    "GpuTemperatureMargin": _simple({"host": "gpu2", "gpu": "1"}, "12"),
+    "GpuMissing": _simple({"host": "gpu1"}, "7"),
+    "EngineRestartLooping": _simple({"host": "gpu1"}, "1"),
+    "SpeculativeAcceptLengthLow": _simple({"host": "gpu1", "model_name": "kimi-k2.5"}, "1.1"),
+    # histogram_quantile interpolates inside the bucket holding the 95th percentile:
+    # 0.5 + (10 - 0.5) * 0.95 = 9.525 s, and 0.1 + (1 - 0.1) * 0.95 = 0.955 s.
+    "TimeToFirstTokenHigh": _latency("gpu1", "9.525s"),
+    "InterTokenLatencyHigh": _latency("gpu2", "955ms"),
+    "WeightsManifestMismatch": _simple({"host": "gpu1", "suite": "service",
+                                        "check": "weights manifest matches the pin"}, "0"),
+    "DiskFilling": _disk,
+}
