@@ -322,6 +322,9 @@ class VllmSettings(Section):
                                              "FLASH_ATTN")] | None = None
     # --enforce-eager: no CUDA graphs (slower decode, faster start; the lab's CPU build uses it).
     enforce_eager: bool = False
+    # --dtype of the weights and activations; None: vLLM's "auto" (the model config's
+    # torch_dtype; Kimi-K2.5's compressed INT4 weights bring their own).
+    dtype: Annotated[str, one_of("auto", "bfloat16", "float16", "float32")] | None = None
 
 
 class BuildSettings(Section):
