@@ -43,7 +43,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-SECRET_NAME = re.compile(r"(api_key|token|secret|password)", re.IGNORECASE)
+# api_key, admin_api_key, hf_token, ssl_keyfile_password ...; not max_total_tokens.
+SECRET_NAME = re.compile(r"(^|_)(api_key|secret|password)($|_)|(^|_)(hf_)?token$", re.IGNORECASE)
 REDACTED = "***"
 # What an operator reads first: the settings the engines resolve on their own that change the
 # server's capacity or speed (the engine diff shows every field; these lead).
