@@ -48,6 +48,7 @@ from roles.serving.speculative import release_cli, speculative_environment
 from roles.shared.engine_env import install_mode
 from roles.shared.layout import env_dir
 from roles.shared.note import note
+from roles.shared import templates
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
 from roles.site import lock as stack_lock
@@ -232,6 +233,12 @@ def release_templates(settings: HostSettings, stack: EngineStack,
         (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
          unit_text_kwargs(settings, stack, site)),
     ]
+
+
+def env_file_text(settings: HostSettings, stack: EngineStack, site: Site) -> str:
+    """The environment file of one release, as the deploy writes it."""
+    _, template, _, kwargs = release_templates(settings, stack, site)[0]
+    return templates.render(template, **kwargs)
 
 
 SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")

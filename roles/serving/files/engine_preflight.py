@@ -70,6 +70,28 @@ def main(argv: list[str]) -> int:
     captured = _capture_logs()
     if options.answer_gpus:
         answer_gpus(json.loads(options.answer_gpus))
+    if options.batch:
+        return _batch(options, captured)
+    return _one(options.engine, engine_argv, options.report, options.origin, captured)
+
+
+def _batch(options: argparse.Namespace, captured: _Captured) -> int:
+    """Several command lines in one process (the preview and the tests: importing an engine
+    costs half a minute). Each item {"argv", "env", "report"} runs with the process
+    environment plus its own env file's values, restored afterwards."""
+    status, base = 0, dict(os.environ)
+    for item in json.loads(Path(options.batch).read_text()):
+        os.environ.clear()
+        os.environ.update({**base, **item.get("env", {})})
+        captured.lines = []
+        status |= _one(options.engine, item["argv"], item["report"], item.get("origin", ""), captured)
+    os.environ.clear()
+    os.environ.update(base)
+    return status
+
+
+def _one(engine: str, engine_argv: list[str], report: str | None, origin: str, captured: _Captured) -> int:
+    options = argparse.Namespace(engine=engine, report=report, origin=origin)
     verdict = {"engine": options.engine, "ok": False}
     try:
         verdict.update(VALIDATORS[options.engine](engine_argv))
@@ -94,6 +116,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--origin", default="", help="where the command line comes from (printed on refusal)")
     parser.add_argument("--answer-gpus", help="JSON {count, name, memory_mib, capability}: answers for"
                                               " GPUs this machine does not have (preview and tests only)")
+    parser.add_argument("--batch", help="JSON file: a list of {argv, env, report, origin} to check in turn")
     if "--" not in argv:
         parser.error("the engine's arguments follow --")
     split = argv.index("--")
