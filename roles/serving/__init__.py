@@ -45,7 +45,7 @@ from roles.serving.command import (
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
-from roles.shared.engine_env import install_mode
+from roles.shared.engine_env import cpu_build, install_mode
 from roles.shared.layout import env_dir
 from roles.shared.note import note
 from roles.shared import templates
@@ -327,7 +327,8 @@ def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) ->
     if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps":
         return None
     paths, base = config_paths(settings, stack, site), settings.base
-    lock = display(stack_lock.lock_path(Path(site.stack.path), stack.id))
+    lock = display((stack_lock.cpu_lock_path if cpu_build(settings, stack) else stack_lock.lock_path)(
+        Path(site.stack.path), stack.id))
     origin = (f"{site.inventory_file} (host {settings.name}: its serving_*, {stack.engine}_* and gpu_* settings)"
               f" and {site.stack.file} (stack {stack.id}; its environment is {lock})")
     return shlex.join([

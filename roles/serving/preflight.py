@@ -185,6 +185,8 @@ def diff_text(before: dict, after: dict) -> str:
         state = "accepts" if verdict["ok"] else "REFUSES"
         lines.append(f"  {verdict['stack']}: the engine {state} the command line"
                      + (f": {verdict['refusal'].splitlines()[0]}" if verdict.get("refusal") else ""))
+    if not (before["ok"] and after["ok"]):
+        return "\n".join(lines) + "\n"  # a refused command line resolves nothing to compare
     rows = diff(before, after)
     width = max([len(r[0]) for r in rows] + [7])
     lines.append(f"  {'setting':<{width}}  {before['stack']:<28}  {after['stack']}")

@@ -216,3 +216,24 @@ def test_a_relock_reads_the_committed_lock_as_preferences(tmp_path, monkeypatch)
     assert body == "resolved\n"
     assert seen["command"][-4:] == ["--overrides", "overrides.txt", "--output-file", "lock.txt"]
     assert seen["files"] == ["lock.txt", "overrides.txt"]
+
+
+H200 = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu" / "h200-1gpu-preflight"
+
+
+def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
+    """The stand-in's nvidia-smi and torch answers, side by side with 1 x H200's (captured)."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text(program.NVIDIA_SMI_ANSWERS % {"count": 1, "name": "NVIDIA H200", "memory": 143771, "cap": "9.0"})
+
+    def smi(*args: str) -> str:
+        return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, check=True).stdout
+
+    assert smi("--query-gpu=memory.total,compute_cap,name,index", "--format=csv,noheader") == (
+        H200 / "smi-query.txt").read_text()
+    assert smi("--query-gpu=memory.total", "--format=csv,noheader,nounits") == (
+        H200 / "smi-memory-nounits.txt").read_text()
+    assert smi("--query-gpu=compute_cap", "--format=csv,noheader") == (H200 / "smi-cap.txt").read_text()
+    real = json.loads((H200 / "torch-answers.json").read_text())
+    fields = {f.name for f in program.dataclasses.fields(program._Properties)}
+    assert fields <= set(real["properties"]), fields - set(real["properties"])  # only fields torch has

@@ -52,8 +52,9 @@ WATCHED = {
     "sglang": ["max_running_requests", "disable_overlap_schedule", "attention_backend",
                "prefill_attention_backend", "decode_attention_backend", "mem_fraction_static",
                "chunked_prefill_size", "context_length", "cuda_graph_max_bs", "disable_cuda_graph",
-               "disable_piecewise_cuda_graph", "enable_piecewise_cuda_graph",
-               "piecewise_cuda_graph_max_tokens", "moe_runner_backend", "sampling_backend",
+               "disable_piecewise_cuda_graph", "enable_piecewise_cuda_graph", "enforce_piecewise_cuda_graph",
+               "piecewise_cuda_graph_max_tokens", "cuda_graph_config.decode.max_bs",
+               "cuda_graph_config.prefill.backend", "cuda_graph_config.prefill.max_bs", "moe_runner_backend", "sampling_backend",
                "page_size", "speculative_algorithm", "speculative_num_draft_tokens"],
     "vllm": ["max_num_seqs", "max_model_len", "max_num_batched_tokens", "enforce_eager", "dtype",
              "gpu_memory_utilization", "block_size", "attention_backend", "tensor_parallel_size",
@@ -128,44 +129,100 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def validate_sglang(argv: list[str]) -> dict:
-    from sglang.srt import server_args as sglang_server_args
+    """What launch_server runs before a weight loads, in the order the release runs it: 0.5.9
+    and 0.5.10 resolve inside prepare_server_args (ServerArgs.__post_init__); 0.5.23 parses
+    there and resolves in resolve_once(), which _launch_subprocesses calls first."""
+    from sglang.srt import server_args as module
     from sglang.srt.entrypoints import engine
 
-    given = _given_sglang(sglang_server_args, argv)
-    args = sglang_server_args.prepare_server_args(argv)
+    given = _given_sglang(module, argv)
+    args = module.prepare_server_args(argv)
     steps = ["prepare_server_args"]
+    if hasattr(args, "resolve_once"):
+        args.resolve_once()
+        steps.append("resolve_once")
     if hasattr(engine, "_set_envs_and_config"):
         # The kernel-package version asserts and the environment the engine sets for itself.
         engine._set_envs_and_config(args)
         steps.append("_set_envs_and_config")
     args.check_server_args()
     steps.append("check_server_args")
-    if hasattr(args, "resolve_once"):
-        args.resolve_once()
-        steps.append("resolve_once")
-    if hasattr(args, "get_model_config"):
-        model = args.get_model_config()
-        steps.append("get_model_config")
-    else:
-        from sglang.srt.configs.model_config import ModelConfig
-        model = ModelConfig.from_server_args(args)
-        steps.append("ModelConfig.from_server_args")
-    resolved = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(args)}
-    defaults = {f.name: _field_default(f) for f in dataclasses.fields(args)}
+    model, step = _sglang_model_config(args)
+    steps.append(step)
+    resolved = _flat(args.resolved_dict() if hasattr(args, "resolved_dict") else
+                     {name: getattr(args, name, None) for name in _record_defaults(type(args))})
+    defaults = _flat(_record_defaults(type(args)))
+    hf_config = getattr(model, "hf_config", None)
     return _judge("sglang", resolved, defaults, given, steps,
-                  {"model_architecture": (getattr(model, "hf_config", None) and
-                                          getattr(model.hf_config, "architectures", None)),
+                  {"model_architecture": getattr(hf_config, "architectures", None),
                    "is_multimodal": getattr(model, "is_multimodal", None)})
+
+
+def _sglang_model_config(args):
+    """The model config through the release's own ModelConfig and model classes."""
+    if hasattr(args, "get_model_config"):  # 0.5.9, 0.5.10
+        return args.get_model_config(), "get_model_config"
+    from sglang.srt.arg_groups.overrides import model_config_of  # 0.5.23
+
+    return model_config_of(args), "model_config_of"
+
+
+def _record_defaults(cls) -> dict:
+    """Field name -> default of a dataclass (0.5.9) or msgspec record (0.5.23's ServerArgs)."""
+    try:
+        import msgspec
+    except ImportError:
+        msgspec = None
+    if msgspec is not None and isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        return {f.name: _plain(f.default if f.default is not msgspec.NODEFAULT else
+                               f.default_factory() if f.default_factory is not msgspec.NODEFAULT else None)
+                for f in msgspec.structs.fields(cls)}
+    return {f.name: _plain(_field_default(f)) for f in dataclasses.fields(cls)}
+
+
+def _plain(value):
+    """A nested record default (0.5.23's CudaGraphConfig ...) as a dict, like resolved_dict."""
+    try:
+        import msgspec
+        if isinstance(value, msgspec.Struct):
+            return {k: _plain(v) for k, v in msgspec.structs.asdict(value).items()}
+    except ImportError:
+        pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    """Nested records (0.5.23's cuda_graph_config.decode.max_bs ...) as dotted names."""
+    flat = {}
+    for name, value in values.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value) and _is_record(value):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def _is_record(value: dict) -> bool:
+    return all(k.isidentifier() for k in value)
 
 
 def _given_sglang(module, argv: list[str]) -> dict:
     """The values the command line (and its --config file) gave explicitly, as parsed: every
     option's default is replaced by a marker, so what is left was typed."""
+    import importlib
+
     parser = argparse.ArgumentParser()
     module.ServerArgs.add_cli_args(parser)
     if "--config" in argv:
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
-        argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+        for place in ("sglang.srt.server_args_config_parser", "sglang.srt.utils.server_args_config_parser"):
+            try:
+                merger = importlib.import_module(place).ConfigArgumentMerger
+                break
+            except ModuleNotFoundError:
+                continue
+        argv = merger(parser).merge_config_with_args(argv)
     return _explicit(parser, argv)
 
 
