@@ -138,7 +138,10 @@ def test_a_setting_vllm_refuses_stops_the_deploy_before_the_switch(refused, gpu_
     assert "PREFLIGHT REFUSED: vLLM's own start-up checks refuse this command line" in output, run.explain()
     # vLLM's own words (config/model.py), and where the setting lives.
     assert "User-specified max_model_len (4096) is greater than the derived max_model_len" in output, output[-4000:]
-    assert "inventory/lab.py (host" in output and "its serving_*, vllm_* and gpu_* settings" in output
+    # Where the setting lives: the inventory (a copy of inventory/lab.py here) and the stack file.
+    assert "/lab.py (host" in output and "its serving_*, vllm_* and gpu_* settings" in output
+    print("\n" + "\n".join(line for line in output.splitlines() if "PREFLIGHT" in line or "max_model_len" in line
+                           or "come from" in line)[:3000])
     assert not any("Switch" in name for name in (run.changed or [])), run.changed
     # The running server is untouched: same process, same environment, still serving.
     assert _main_pid(gpu_guest) == refused["pid_before"]
