@@ -157,16 +157,17 @@ UNSTABLE = {"random_seed"}
 
 def diff(before: dict, after: dict) -> list[tuple[str, object, object]]:
     """(setting, before, after) for every resolved setting that differs, watched ones first. A
-    setting one release lacks is shown only where the other sets it (the command line gave it
-    or the engine chose a value other than its default): a new option left at its default
-    changes nothing."""
+    setting one release lacks is shown when it is watched (engine_preflight.py WATCHED: what
+    changes capacity or speed, such as 0.5.23's prefill CUDA graphs, on by default) or where
+    a side sets it (the command line gave it or the engine chose a non-default value); the
+    other new options at their defaults are left out."""
     old_values, new_values = before.get("resolved", {}), after.get("resolved", {})
-    watched = list(after.get("watched", {}))
-    names = [n for n in watched if n in old_values or n in new_values] + sorted(
-        (set(old_values) | set(new_values)) - set(watched) - UNSTABLE)
+    watched = list(dict.fromkeys([*before.get("watched", {}), *after.get("watched", {})]))
+    names = watched + sorted((set(old_values) | set(new_values)) - set(watched) - UNSTABLE)
     rows = []
     for name in names:
-        if name not in old_values and not _set_by(after, name) or name not in new_values and not _set_by(before, name):
+        one_sided = name not in old_values or name not in new_values
+        if one_sided and name not in watched and not (_set_by(before, name) or _set_by(after, name)):
             continue
         old, new = old_values.get(name, "(no such setting)"), new_values.get(name, "(no such setting)")
         if old != new:

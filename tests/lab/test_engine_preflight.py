@@ -102,20 +102,40 @@ def _renders(tmp_path_factory, stack_id: str) -> list[tuple[str, object, object]
     renders = [("prod", PROD, prod_host), *_two_nodes(tmp_path_factory, stack_id)]
     if stack_id == "sglang-0.5.10-cu128":
         renders.append(("EAGLE-3", *_eagle3(tmp_path_factory)))
-        # Planted: the inventory states a value SGLang changes under EAGLE-3 (an error).
         renders.append(("EAGLE-3, max running requests 64", *_eagle3(tmp_path_factory, serving_max_running_requests=64)))
+        renders.append(("EAGLE-3, 6 draft tokens planted", *_eagle3(tmp_path_factory)))
     return renders
+
+
+def _plant_draft_tokens(monkeypatch, planted_host) -> None:
+    """Planted past the site model (which refuses it, roles/serving/speculative.py): 6 draft
+    tokens with topk 1 and 3 steps, which SGLang 0.5.10 replaces by steps + 1 = 4
+    (server_args.py _handle_speculative_decoding, with a warning)."""
+    render = preflight.render_arguments
+
+    def planted(settings, *args):
+        argv = render(settings, *args)
+        if settings is planted_host:
+            argv[argv.index("--speculative-num-draft-tokens") + 1] = "6"
+        return argv
+
+    monkeypatch.setattr(preflight, "render_arguments", planted)
 
 
 @pytest.fixture(scope="module")
 def verdicts(python312, model_dirs, tmp_path_factory):
     found = {}
+    patch = pytest.MonkeyPatch()
     for stack in SGLANG_STACKS:
         renders = _renders(tmp_path_factory, stack.id)
+        for label, _, host in renders:
+            if label == "EAGLE-3, 6 draft tokens planted":
+                _plant_draft_tokens(patch, host)
         results = preflight.run_many(stack, [(site, host) for _, site, host in renders], *model_dirs,
                                      python=python312)
         for (label, _, _), verdict in zip(renders, results):
             found[(stack.id, label)] = verdict
+    patch.undo()
     return found
 
 
@@ -123,8 +143,7 @@ def verdicts(python312, model_dirs, tmp_path_factory):
 def test_every_sglang_stack_starts_with_the_prod_render(verdicts, stack_id):
     verdict = verdicts[(stack_id, "prod")]
     assert verdict["ok"], verdict.get("refusal") or verdict["overridden"]
-    assert "check_server_args" in verdict["steps"] and verdict["steps"][-1] in ("get_model_config",
-                                                                               "ModelConfig.from_server_args")
+    assert "check_server_args" in verdict["steps"] and verdict["steps"][-1] in ("get_model_config", "model_config_of")
     # The release's own model class decided the multimodal question (the cuDNN check's input).
     assert verdict["model"] == {"model_architecture": ["KimiK25ForConditionalGeneration"], "is_multimodal": True}
     assert verdict["resolved"]["tp_size"] == 8 and verdict["resolved"]["api_key"] == "***"
@@ -151,12 +170,19 @@ def test_eagle3_on_0_5_10_caps_running_requests_and_turns_the_overlap_scheduler_
     assert "sets max_running_requests = 48 on its own" in verdict["output"]
 
 
-def test_an_explicit_setting_the_engine_would_change_is_refused(verdicts):
+def test_an_explicit_value_the_engine_keeps_passes(verdicts):
+    """SGLang caps running requests at 48 under EAGLE-3 only when none is given."""
     verdict = verdicts[("sglang-0.5.10-cu128", "EAGLE-3, max running requests 64")]
+    assert verdict["ok"], verdict.get("refusal") or verdict["overridden"]
+    assert verdict["resolved"]["max_running_requests"] == 64
+
+
+def test_an_explicit_value_the_engine_would_change_is_refused(verdicts):
+    verdict = verdicts[("sglang-0.5.10-cu128", "EAGLE-3, 6 draft tokens planted")]
     assert not verdict["ok"]
-    assert verdict["overridden"]["max_running_requests"] == {"given": 64, "engine": 48}
-    assert ("PREFLIGHT REFUSED: the command line sets max_running_requests = 64, SGLang would run with 48"
-            in verdict["output"])
+    assert verdict["overridden"]["speculative_num_draft_tokens"] == {"given": 6, "engine": 4}
+    assert ("PREFLIGHT REFUSED: the command line sets speculative_num_draft_tokens = 6, SGLang would run"
+            " with 4" in verdict["output"])
 
 
 def test_0_5_23_switches_piecewise_cuda_graphs_on_for_prefill(verdicts):

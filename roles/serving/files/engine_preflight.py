@@ -267,7 +267,7 @@ def _vllm_resolved(config, engine_args) -> dict:
         resolved["cudagraph_mode"] = str(compilation.cudagraph_mode)
     backend = getattr(getattr(config, "attention_config", None), "backend", None)
     if backend is not None:
-        resolved["attention_backend"] = str(backend)
+        resolved["attention_backend"] = getattr(backend, "name", str(backend))
     return resolved
 
 
@@ -278,9 +278,10 @@ def _vllm_resolved(config, engine_args) -> dict:
 def _judge(engine: str, resolved: dict, defaults: dict, given: dict, steps: list[str], model: dict) -> dict:
     """Which settings the engine chose itself (printed) and which explicit ones it changed
     (a refusal: the inventory said one thing, the engine would run another)."""
+    # A given "auto" asks the engine to decide: whatever it decides is what was asked for.
     overridden = {name: {"given": value, "engine": resolved[name]}
                   for name, value in given.items()
-                  if name in resolved and not _same(value, resolved[name])}
+                  if name in resolved and value != "auto" and not _same(value, resolved[name])}
     chosen = {name: {"default": defaults.get(name), "engine": value}
               for name, value in resolved.items()
               if name not in given and name in defaults and not _same(defaults[name], value)}
@@ -290,12 +291,25 @@ def _judge(engine: str, resolved: dict, defaults: dict, given: dict, steps: list
 
 
 def _same(a, b) -> bool:
+    """Equal as the engine means them: an enum by its name (vLLM's AttentionBackendEnum), a
+    one-element list as its element (vLLM's served_model_name is nargs="+", resolved to str)."""
+    a, b = _normal(a), _normal(b)
     if a == b:
         return True
     try:
         return type(b)(a) == b
     except (TypeError, ValueError):
         return str(a) == str(b)
+
+
+def _normal(value):
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return _normal(value[0])
+    return value
 
 
 def _explicit(parser: argparse.ArgumentParser, argv: list[str]) -> dict:
