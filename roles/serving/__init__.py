@@ -29,6 +29,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -43,9 +45,14 @@ from roles.serving.command import (
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
+from roles.shared.engine_env import cpu_build, install_mode
 from roles.shared.layout import env_dir
+from roles.shared.note import note
+from roles.shared import templates
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
+from roles.site import lock as stack_lock
+from roles.site.errors import display
 from roles.site import (
     EngineStack,
     HostSettings,
@@ -57,6 +64,8 @@ from roles.site import (
 )
 
 LIBEXEC = "/usr/local/libexec/inference-host"
+PREFLIGHT_SOURCE = Path(__file__).parent / "files" / "engine_preflight.py"
+PREFLIGHT_SCRIPT = f"{LIBEXEC}/engine-preflight.py"
 CONFIG_DIR_NAME = "serving"
 LAUNCHER_NAME = "launch"
 # Model load takes ~10 minutes on the target; serving_ready_timeout stays below this.
@@ -194,15 +203,19 @@ def serving() -> None:
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
-    _switch_and_restart(settings, stack, unit, changes)
+    switching = _switch_condition(settings, stack, unit, changes)
+    _preflight(settings, stack, switching)
+    _switch_and_restart(settings, stack, unit, switching)
 
 
 def _scripts() -> list:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     return [
-        files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
-                       dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
-        for name in SCRIPTS
+        *(files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
+                         dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
+          for name in SCRIPTS),
+        files.put(name=f"Install {PREFLIGHT_SCRIPT} (the engines' own start-up checks, run before a switch)",
+                  src=str(PREFLIGHT_SOURCE), dest=PREFLIGHT_SCRIPT, user="root", group="root", mode="0644"),
     ]
 
 
@@ -220,6 +233,12 @@ def release_templates(settings: HostSettings, stack: EngineStack,
         (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
          unit_text_kwargs(settings, stack, site)),
     ]
+
+
+def env_file_text(settings: HostSettings, stack: EngineStack, site: Site) -> str:
+    """The environment file of one release, as the deploy writes it."""
+    _, template, _, kwargs = release_templates(settings, stack, site)[0]
+    return templates.render(template, **kwargs)
 
 
 SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")
@@ -278,12 +297,70 @@ def _host_links(settings: HostSettings) -> None:
                    group="root")
 
 
-def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, changes) -> None:
+@dataclass(frozen=True)
+class Switching:
+    """Whether the switch runs: another environment, a stopped unit, or anything the unit runs
+    with changed in this deploy. Called while executing (pyinfra's _if), after those
+    operations ran; the preflight and the switch share it, so one runs exactly when the other does."""
+    linked: str | None
+    state: str | None
+    target: str
+    operations: tuple
+
+    def __call__(self) -> bool:
+        return (self.linked != self.target or self.state != "active"
+                or any(op.did_change() for op in self.operations))
+
+
+def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, changes) -> Switching:
+    return Switching(linked=host.get_fact(LinkTarget, path=f"{settings.base.install_root}/current"),
+                     state=host.get_fact(UnitActiveState, unit=unit), target=env_dir(settings, stack),
+                     operations=tuple(op for group in changes for op in group))
+
+
+def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) -> str | None:
+    """The engine's own start-up validation (files/engine_preflight.py) in the new environment,
+    with the exact rendered arguments, as the service user with the unit's environment file
+    (a transient unit: systemd-run reads EnvironmentFile= as the unit does). None where the
+    environment cannot import its engine: the lab's GPU-free SGLang subset has no torch
+    (tests/lab/test_engine_preflight.py runs SGLang's preflight in the lock's full environment)."""
+    if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps":
+        return None
+    paths, base = config_paths(settings, stack, site), settings.base
+    lock = display((stack_lock.cpu_lock_path if cpu_build(settings, stack) else stack_lock.lock_path)(
+        Path(site.stack.path), stack.id))
+    origin = (f"{site.inventory_file} (host {settings.name}: its serving_*, {stack.engine}_* and gpu_* settings)"
+              f" and {site.stack.file} (stack {stack.id}; its environment is {lock})")
+    return shlex.join([
+        "systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
+        f"--unit=inference-host-preflight-{settings.serving.unit_name}",
+        "-p", f"User={base.service_user}", "-p", f"Group={base.service_group}",
+        "-p", f"WorkingDirectory={base.data_dir}", "-p", f"EnvironmentFile={paths['env_file']}",
+        f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
+        "--origin", origin, "--",
+        *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"]),
+    ])
+
+
+def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching) -> None:
+    command = preflight_command(settings, stack, current_site())
+    if command is None:
+        note(name=f"Preflight of {stack.label}: not run (sglang_install_mode = no-gpu-deps: no torch to"
+                  " import the engine with)",
+             message=f"{stack.label}'s start-up checks are not run here: the GPU-free environment cannot import it")
+        return
+    server.shell(
+        name=f"Preflight: {stack.label}'s own start-up checks of the new command line and environment,"
+             f" before the switch (the running service is not touched)",
+        commands=[command],
+        _if=switching,
+    )
+
+
+def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching) -> None:
     current = f"{settings.base.install_root}/current"
     target = env_dir(settings, stack)
-    linked = host.get_fact(LinkTarget, path=current)
-    state = host.get_fact(UnitActiveState, unit=unit)
-    operations = [op for group in changes for op in group]
+    linked, state = switching.linked, switching.state  # facts read before anything ran
     reason = (f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
     command, behind = switch_command(settings, current_site().hosts, unit, current, target)
@@ -295,7 +372,7 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, c
         commands=[command],
         # Behind a gateway: host by host, so the other replicas serve while this one restarts.
         _serial=bool(behind),
-        _if=lambda: linked != target or state != "active" or any(op.did_change() for op in operations),
+        _if=switching,
     )
 
 

@@ -181,6 +181,8 @@ def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
         args.append("--trust-remote-code")
     if vllm.enforce_eager:
         args.append("--enforce-eager")
+    if vllm.dtype is not None:
+        args += ["--dtype", vllm.dtype]
     # vllm 0.16.0's custom all-reduce (distributed/device_communicators/custom_all_reduce.py)
     # turns itself off on more than two GPUs without full NVLink, warning "specify
     # disable_custom_all_reduce=True explicitly". serving_custom_all_reduce_pcie = True is

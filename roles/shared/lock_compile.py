@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def uv_binary() -> str:
 
 
 def compile_command(uv: str, python: str, no_emit=(), index_url: str | None = None,
-                    platform: str = site_lock.TARGET_PLATFORM, overrides_file: str | None = None) -> list[str]:
+                    platform: str = site_lock.TARGET_PLATFORM) -> list[str]:
     command = [
         uv, "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
         "--python-version", python, "--python-platform", platform,
@@ -35,17 +36,36 @@ def compile_command(uv: str, python: str, no_emit=(), index_url: str | None = No
         command += ["--no-emit-package", package]
     if index_url:
         command += ["--index-url", index_url]
-    if overrides_file:
-        command += ["--overrides", overrides_file]
     return command
 
 
-def resolve(command: list[str], roots: list[str], what: str, python: str, fix: str) -> str:
+OVERRIDES_FILE = "overrides.txt"
+
+
+def resolve(command: list[str], roots: list[str], what: str, python: str, fix: str,
+            preferences: str | None = None, overrides: list[str] = ()) -> str:
     """uv's hashed resolution of roots (the lock body); raises SiteError naming what, with
-    uv's own explanation of a conflict and how to fix it."""
+    uv's own explanation of a conflict and how to fix it.
+    preferences: the committed lock's body, whose versions uv keeps wherever they still
+    satisfy the pins (uv pip compile reads an existing --output-file as preferences), so a
+    re-lock changes only what it must. overrides: requirements that replace the pins of the
+    resolved packages (--overrides). uv runs in a scratch folder and is given both files by
+    their bare names, because it writes the overrides file's path into the lock's `# via`."""
+    with tempfile.TemporaryDirectory(prefix="inference-host-lock-") as folder:
+        if overrides:
+            Path(folder, OVERRIDES_FILE).write_text("".join(f"{line}\n" for line in overrides))
+            command = [*command, "--overrides", OVERRIDES_FILE]
+        if preferences is not None:
+            Path(folder, "lock.txt").write_text(preferences)
+            command = [*command, "--output-file", "lock.txt"]
+        body = _compile(command, roots, what, python, fix, folder)
+        return Path(folder, "lock.txt").read_text() if preferences is not None else body
+
+
+def _compile(command: list[str], roots: list[str], what: str, python: str, fix: str, folder: str) -> str:
     try:
         result = subprocess.run(
-            command, input="\n".join(roots) + "\n", text=True, capture_output=True,
+            command, input="\n".join(roots) + "\n", text=True, capture_output=True, cwd=folder,
             timeout=COMPILE_TIMEOUT_S, env={**os.environ, "UV_NO_PROGRESS": "1"},
         )
     except subprocess.TimeoutExpired:

@@ -33,6 +33,7 @@ LOCKS_DIR = "locks"
 TARGET_PLATFORM = "x86_64-manylinux_2_39"
 DIGEST_LINE = "# pins-sha256: "
 BUILT_LINE = "# built from source (the builder's wheelhouse, not in this lock): "
+OVERRIDE_LINE = "# override (replaces the resolved pin; the stack file says why): "
 _ENTRY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
 
@@ -106,15 +107,19 @@ def root_requirements(stack) -> list[str]:
 
 
 def pins_digest(stack) -> str:
-    """sha256 of everything a lock is made from; any pin edit changes it."""
-    return _digest({
+    """sha256 of everything a lock is made from; any pin edit changes it. Overrides count only
+    where a stack has them, so that the locks of the stacks without any keep their digest."""
+    pins = {
         "format": LOCK_FORMAT,
         "platform": TARGET_PLATFORM,
         "python": stack.python,
         "cuda": stack.cuda,
         "requirements": root_requirements(stack),
         "built": [f"{name}=={_built_version(stack, name)}" for name in built_from_source(stack)],
-    })
+    }
+    if getattr(stack, "overrides", ()):
+        pins["overrides"] = sorted(stack.override_requirements)
+    return _digest(pins)
 
 
 def _digest(pins: dict) -> str:
@@ -128,6 +133,7 @@ def _built_version(stack, package: str) -> str:
 def header(stack, stack_file: str) -> str:
     built = built_from_source(stack)
     extra = [BUILT_LINE + " ".join(f"{b}=={_built_version(stack, b)}" for b in built)] if built else []
+    extra += [f"{OVERRIDE_LINE}{requirement} ({why})" for requirement, why in getattr(stack, "overrides", ())]
     return _header(f"stack {stack.id}", stack_file, lock_command(stack_file, stack.id),
                    root_requirements(stack), f"CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
                    extra, pins_digest(stack))

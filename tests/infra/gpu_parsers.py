@@ -372,9 +372,25 @@ def completion_text(chat_json: dict) -> str:
     """Returns the assistant text of a /v1/chat/completions response."""
     choices = chat_json.get("choices") or []
     if not choices:
-        raise ValueError("the completion has no choices")
+        raise ValueError(f"the completion has no choices; the engine answered: {engine_error(chat_json)}")
     message = choices[0].get("message") or {}
     return message.get("content") or ""
+
+
+def engine_error(body: dict, limit: int = 600) -> str:
+    """Returns the engine's own error from a response body, or the body itself (cut to limit).
+    An engine may answer HTTP 200 with an error body: vllm 0.16.0's OpenAI server does when the
+    engine core dies during a request (entrypoints/openai/engine/protocol.py ErrorResponse:
+    {"error": {"message", "type", "param", "code"}}); SGLang 0.5.x writes
+    {"object": "error", "message", "type", "code"} (entrypoints/openai/protocol.py ErrorResponse)."""
+    error = body.get("error") if isinstance(body.get("error"), dict) else body
+    message = error.get("message") if isinstance(error, dict) else None
+    if message:
+        kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
+        text = f"{message} ({kind})" if kind else str(message)
+    else:
+        text = json.dumps(body, separators=(",", ":"))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def degenerate_reason(text: str, max_run: int = 8, min_distinct_ratio: float = 0.2) -> str | None:

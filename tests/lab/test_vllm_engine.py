@@ -4,7 +4,12 @@ project's real unit, environment file, readiness wait and switch-with-rollback.
 
 One story, in order (module-scoped), with one vLLM start that must become ready (each costs
 90-115 s on 2 cores) and one that is cut short:
-1. from the session's SGLang deploy, the user's first switch to the vLLM stack builds its
+0. from the session's SGLang deploy, a switch to vLLM with a setting vLLM's own configuration
+   step refuses (a context longer than the model's): the deploy builds the environment, the
+   preflight (vLLM's create_engine_config, in that environment, as the service user, with the
+   rendered env file) refuses with vLLM's own message, and the deploy fails before the switch:
+   SGLang keeps its PID and `current`;
+1. from there, the user's first switch to the vLLM stack builds its
    environment beside the running one, then starts vLLM, which does not become ready in time:
    the deploy fails and rolls back to SGLang, which serves again (health-gated rollback);
 2. the deploy re-run switches to vLLM for real (the environment built in 1 is reused): the
@@ -52,6 +57,10 @@ READY = {**MODEL,
          "INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
 # A bound no model load meets: the vLLM start is judged not ready and rolled back.
 TOO_SHORT = {**MODEL, "INFERENCE_HOST_LAB_READY_TIMEOUT": "8"}
+# A context the tiny Llama's config (max_position_embeddings 2048) cannot hold: vllm 0.16.0's
+# ModelConfig (config/model.py _get_and_verify_max_len) raises "User-specified max_model_len
+# (4096) is greater than the derived max_model_len".
+REFUSED = {**READY, "INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN": "4096"}
 
 
 def _secrets() -> dict[str, str]:
@@ -109,12 +118,45 @@ def session_state():
 
 
 @pytest.fixture(scope="module")
-def rolled_back(lab_first_deploy, gpu_guest, inventories, session_state):
-    """The user's first switch SGLang -> vLLM: the environment is built, but vLLM cannot be
-    ready within the (here: too short) bound, so the switch is rolled back."""
+def refused(lab_first_deploy, gpu_guest, inventories, session_state):
+    """The user's first switch SGLang -> vLLM, with a setting vLLM refuses: the environment is
+    built, the preflight refuses, nothing is switched."""
     assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     if os.environ.get("INFERENCE_HOST_LAB_REUSE") != "1":
         assert not gpu_guest.file(VLLM_ENV).exists  # built from nothing by this deploy
+    before = _main_pid(gpu_guest)
+    started = time.monotonic()
+    run = run_deploy(inventories["vllm"], env=REFUSED)
+    print(f"\nvLLM deploy refused by the preflight (build + preflight): {time.monotonic() - started:.0f} s")
+    return {"run": run, "pid_before": before}
+
+
+def test_a_setting_vllm_refuses_stops_the_deploy_before_the_switch(refused, gpu_guest):
+    run = refused["run"]
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, "the deploy must fail when the engine refuses its command line"
+    assert "PREFLIGHT REFUSED: vLLM's own start-up checks refuse this command line" in output, run.explain()
+    # vLLM's own words (config/model.py), and where the setting lives.
+    assert "User-specified max_model_len (4096) is greater than the derived max_model_len" in output, output[-4000:]
+    # Where the setting lives: the inventory (a copy of inventory/lab.py here) and the stack file.
+    assert "/lab.py (host" in output and "its serving_*, vllm_* and gpu_* settings" in output
+    print("\n" + "\n".join(line for line in output.splitlines() if "PREFLIGHT" in line or "max_model_len" in line
+                           or "come from" in line)[:3000])
+    assert not any("Switch" in name for name in (run.changed or [])), run.changed
+    # The running server is untouched: same process, same environment, still serving.
+    assert _main_pid(gpu_guest) == refused["pid_before"]
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
+    assert gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
+    assert gpu_guest.file(f"{VLLM_ENV}/bin/python").exists  # built, kept for the next attempt
+    assert _vllm_processes(gpu_guest) == ""
+    assert not _leaked(output)
+
+
+@pytest.fixture(scope="module")
+def rolled_back(refused, gpu_guest, inventories, session_state):
+    """The switch SGLang -> vLLM with the setting mended: the preflight passes, but vLLM cannot
+    be ready within the (here: too short) bound, so the switch is rolled back."""
+    assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     started = time.monotonic()
     run = run_deploy(inventories["vllm"], env=TOO_SHORT)
     print(f"\nfirst vLLM deploy (build, start cut short, rollback): {time.monotonic() - started:.0f} s")

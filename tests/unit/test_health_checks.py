@@ -577,3 +577,20 @@ def test_the_engine_check_passes_real_multi_rank_gloo_runs(ranks):
 def test_the_engine_check_fails_a_real_broken_three_rank_reduction():
     with pytest.raises(AssertionError, match="7168 of 7168 wrong"):
         test_interconnect.judge_engine_allreduce(0, (CHECKS / "engine-gloo-3-broken.txt").read_text(), expect(3))
+
+
+def test_a_completion_without_choices_names_the_engines_own_error():
+    """vllm 0.16.0 answers HTTP 200 with its ErrorResponse when the engine core dies in a
+    request (seen on an AMX Xeon: the lab's vLLM with bfloat16); the check prints that message."""
+    body = {"error": {"message": "RuntimeError: Unsupported CPU attention configuration: head_dim=64 isa=0",
+                      "type": "InternalServerError", "param": None, "code": 500}}
+    with pytest.raises(ValueError) as raised:
+        parse.completion_text(body)
+    assert str(raised.value) == ("the completion has no choices; the engine answered: RuntimeError:"
+                                 " Unsupported CPU attention configuration: head_dim=64 isa=0"
+                                 " (InternalServerError, 500)")
+    sglang = {"object": "error", "message": "The model kimi does not exist.", "type": "NotFoundError",
+              "param": None, "code": 404}
+    assert parse.engine_error(sglang) == "The model kimi does not exist. (NotFoundError, 404)"
+    assert parse.engine_error({"unexpected": "x" * 700}).endswith("... (717 characters)")
+    assert parse.completion_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"

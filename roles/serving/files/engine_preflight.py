@@ -1,0 +1,509 @@
+"""The engine's own start-up validation, run in an engine environment before the deploy points
+the service at it (roles/serving: the preflight gate; roles/render --engine-diff: the preview).
+
+    <env>/bin/python engine_preflight.py --engine sglang [--report FILE] [--answer-gpus JSON] -- ARGS
+
+ARGS are the rendered arguments after the launcher (`-m sglang.launch_server` or
+`-m vllm.entrypoints.openai.api_server`). It runs what the release runs before it loads a
+weight, in the release's own code, and nothing after:
+
+- SGLang (0.5.9 - 0.5.23: sglang/launch_server.py, srt/entrypoints/engine.py
+  _launch_subprocesses): prepare_server_args(argv) (argument parsing, the --config merge and
+  ServerArgs.__post_init__, which resolves every setting from the model config and the GPUs),
+  the engine's _set_envs_and_config (its kernel-package version asserts), check_server_args(),
+  resolve_once() where the release has it, and the model config through the release's own
+  ModelConfig (its model classes, the multimodal test that decides the cuDNN check).
+- vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__ and
+  build_async_engine_client_from_engine_args): cli_env_setup, make_arg_parser, parse_args,
+  validate_parsed_serve_args, AsyncEngineArgs.from_cli_args and create_engine_config.
+
+It prints the engine's own refusal and exits 1, or prints which settings the engine chose on
+its own (exit 0), and refuses (exit 1) where it changed a value the command line gave
+explicitly. --report writes the whole verdict as JSON. Secrets (the --config file's api-key)
+never reach the output: every field named like a key, token or secret is shown as "***".
+
+--answer-gpus is for machines without the target's GPUs (the preview on the control machine,
+the project's tests): the few questions the release asks the GPUs are answered from the
+inventory, and nothing else is substituted (the CUDA and cuDNN versions are the environment's
+own, read from its torch and libcudnn). It is never passed on the host that serves.
+Standard library only until the engine is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import re
+import stat
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+# api_key, admin_api_key, hf_token, ssl_keyfile_password ...; not max_total_tokens.
+SECRET_NAME = re.compile(r"(^|_)(api_key|secret|password)($|_)|(^|_)(hf_)?token$", re.IGNORECASE)
+REDACTED = "***"
+# What an operator reads first: the settings the engines resolve on their own that change the
+# server's capacity or speed (the engine diff shows every field; these lead).
+WATCHED = {
+    "sglang": ["max_running_requests", "disable_overlap_schedule", "attention_backend",
+               "prefill_attention_backend", "decode_attention_backend", "mem_fraction_static",
+               "chunked_prefill_size", "context_length", "cuda_graph_max_bs", "disable_cuda_graph",
+               "disable_piecewise_cuda_graph", "enable_piecewise_cuda_graph", "enforce_piecewise_cuda_graph",
+               "piecewise_cuda_graph_max_tokens", "cuda_graph_config.decode.max_bs",
+               "cuda_graph_config.prefill.backend", "cuda_graph_config.prefill.max_bs", "moe_runner_backend", "sampling_backend",
+               "page_size", "speculative_algorithm", "speculative_num_draft_tokens"],
+    "vllm": ["max_num_seqs", "max_model_len", "max_num_batched_tokens", "enforce_eager", "dtype",
+             "gpu_memory_utilization", "block_size", "attention_backend", "tensor_parallel_size",
+             "cudagraph_mode", "enable_chunked_prefill", "enable_prefix_caching"],
+}
+
+
+class Refused(Exception):
+    """The engine refused the command line; the message is the engine's own."""
+
+
+def main(argv: list[str]) -> int:
+    options, engine_argv = _parse(argv)
+    captured = _capture_logs()
+    if options.answer_gpus:
+        answer_gpus(json.loads(options.answer_gpus))
+    if options.batch:
+        return _batch(options, captured)
+    return _one(options.engine, engine_argv, options.report, options.origin, captured)
+
+
+def _batch(options: argparse.Namespace, captured: _Captured) -> int:
+    """Several command lines in one process (the preview and the tests: importing an engine
+    costs half a minute). Each item {"argv", "env", "report"} runs with the process
+    environment plus its own env file's values, restored afterwards."""
+    status, base = 0, dict(os.environ)
+    for item in json.loads(Path(options.batch).read_text()):
+        os.environ.clear()
+        os.environ.update({**base, **item.get("env", {})})
+        captured.lines = []
+        status |= _one(options.engine, item["argv"], item["report"], item.get("origin", ""), captured)
+    os.environ.clear()
+    os.environ.update(base)
+    return status
+
+
+def _one(engine: str, engine_argv: list[str], report: str | None, origin: str, captured: _Captured) -> int:
+    options = argparse.Namespace(engine=engine, report=report, origin=origin)
+    verdict = {"engine": options.engine, "ok": False}
+    try:
+        verdict.update(VALIDATORS[options.engine](engine_argv))
+        verdict["ok"] = not verdict["overridden"]
+    except Refused as refused:
+        verdict["refusal"] = str(refused)
+    except SystemExit as exit_:  # argparse: the release's own usage error, already printed
+        verdict["refusal"] = f"the release's argument parser exited with status {exit_.code}"
+    except Exception as error:  # the engine's own assertion or error, with its message
+        verdict["refusal"] = _engine_message(error)
+    verdict["logged"] = captured.lines
+    _print(verdict, options.origin)
+    if options.report:
+        Path(options.report).write_text(json.dumps(_redacted(verdict), indent=1, sort_keys=True, default=str) + "\n")
+    return 0 if verdict["ok"] else 1
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="engine_preflight.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("sglang", "vllm"), required=True)
+    parser.add_argument("--report", help="write the verdict as JSON to this file")
+    parser.add_argument("--origin", default="", help="where the command line comes from (printed on refusal)")
+    parser.add_argument("--answer-gpus", help="JSON {count, name, memory_mib, capability}: answers for"
+                                              " GPUs this machine does not have (preview and tests only)")
+    parser.add_argument("--batch", help="JSON file: a list of {argv, env, report, origin} to check in turn")
+    if "--" not in argv:
+        parser.error("the engine's arguments follow --")
+    split = argv.index("--")
+    return parser.parse_args(argv[:split]), argv[split + 1:]
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang
+
+
+def validate_sglang(argv: list[str]) -> dict:
+    """What launch_server runs before a weight loads, in the order the release runs it: 0.5.9
+    and 0.5.10 resolve inside prepare_server_args (ServerArgs.__post_init__); 0.5.23 parses
+    there and resolves in resolve_once(), which _launch_subprocesses calls first."""
+    from sglang.srt import server_args as module
+    from sglang.srt.entrypoints import engine
+
+    given = _given_sglang(module, argv)
+    args = module.prepare_server_args(argv)
+    steps = ["prepare_server_args"]
+    if hasattr(args, "resolve_once"):
+        args.resolve_once()
+        steps.append("resolve_once")
+    if hasattr(engine, "_set_envs_and_config"):
+        # The kernel-package version asserts and the environment the engine sets for itself.
+        engine._set_envs_and_config(args)
+        steps.append("_set_envs_and_config")
+    args.check_server_args()
+    steps.append("check_server_args")
+    model, step = _sglang_model_config(args)
+    steps.append(step)
+    resolved = _flat(args.resolved_dict() if hasattr(args, "resolved_dict") else
+                     {name: getattr(args, name, None) for name in _record_defaults(type(args))})
+    defaults = _flat(_record_defaults(type(args)))
+    hf_config = getattr(model, "hf_config", None)
+    return _judge("sglang", resolved, defaults, given, steps,
+                  {"model_architecture": getattr(hf_config, "architectures", None),
+                   "is_multimodal": getattr(model, "is_multimodal", None)})
+
+
+def _sglang_model_config(args):
+    """The model config through the release's own ModelConfig and model classes."""
+    if hasattr(args, "get_model_config"):  # 0.5.9, 0.5.10
+        return args.get_model_config(), "get_model_config"
+    from sglang.srt.arg_groups.overrides import model_config_of  # 0.5.23
+
+    return model_config_of(args), "model_config_of"
+
+
+def _record_defaults(cls) -> dict:
+    """Field name -> default of a dataclass (0.5.9) or msgspec record (0.5.23's ServerArgs)."""
+    try:
+        import msgspec
+    except ImportError:
+        msgspec = None
+    if msgspec is not None and isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        return {f.name: _plain(f.default if f.default is not msgspec.NODEFAULT else
+                               f.default_factory() if f.default_factory is not msgspec.NODEFAULT else None)
+                for f in msgspec.structs.fields(cls)}
+    return {f.name: _plain(_field_default(f)) for f in dataclasses.fields(cls)}
+
+
+def _plain(value):
+    """A nested record default (0.5.23's CudaGraphConfig ...) as a dict, like resolved_dict."""
+    try:
+        import msgspec
+        if isinstance(value, msgspec.Struct):
+            return {k: _plain(v) for k, v in msgspec.structs.asdict(value).items()}
+    except ImportError:
+        pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    """Nested records (0.5.23's cuda_graph_config.decode.max_bs ...) as dotted names."""
+    flat = {}
+    for name, value in values.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value) and _is_record(value):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def _is_record(value: dict) -> bool:
+    return all(k.isidentifier() for k in value)
+
+
+def _given_sglang(module, argv: list[str]) -> dict:
+    """The values the command line (and its --config file) gave explicitly, as parsed: every
+    option's default is replaced by a marker, so what is left was typed."""
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    module.ServerArgs.add_cli_args(parser)
+    if "--config" in argv:
+        for place in ("sglang.srt.server_args_config_parser", "sglang.srt.utils.server_args_config_parser"):
+            try:
+                merger = importlib.import_module(place).ConfigArgumentMerger
+                break
+            except ModuleNotFoundError:
+                continue
+        argv = merger(parser).merge_config_with_args(argv)
+    return _explicit(parser, argv)
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM
+
+
+def validate_vllm(argv: list[str]) -> dict:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.utils import cli_env_setup
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    args = parser.parse_args(argv)
+    validate_parsed_serve_args(args)
+    given = _explicit(make_arg_parser(FlexibleArgumentParser()), argv)
+    engine_args = AsyncEngineArgs.from_cli_args(args)
+    config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    steps = ["parse_args", "validate_parsed_serve_args", "AsyncEngineArgs.from_cli_args", "create_engine_config"]
+    resolved = _vllm_resolved(config, engine_args)
+    defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
+    return _judge("vllm", resolved, defaults, given, steps,
+                  {"model_architecture": getattr(config.model_config, "architectures", None)})
+
+
+def _vllm_resolved(config, engine_args) -> dict:
+    """The engine arguments, with the values vLLM's config resolved written over them (the
+    field names of EngineArgs, so that the command line's explicit values compare)."""
+    resolved = {f.name: getattr(engine_args, f.name, None) for f in dataclasses.fields(engine_args)}
+    sections = [config.model_config, config.cache_config, config.parallel_config, config.scheduler_config]
+    for name in resolved:
+        for section in sections:
+            if section is not None and hasattr(section, name):
+                resolved[name] = getattr(section, name)
+                break
+    resolved["dtype"] = str(config.model_config.dtype).removeprefix("torch.")
+    compilation = getattr(config, "compilation_config", None)
+    if compilation is not None and hasattr(compilation, "cudagraph_mode"):
+        resolved["cudagraph_mode"] = str(compilation.cudagraph_mode)
+    backend = getattr(getattr(config, "attention_config", None), "backend", None)
+    if backend is not None:
+        resolved["attention_backend"] = getattr(backend, "name", str(backend))
+    return resolved
+
+
+# --------------------------------------------------------------------------------------------
+# The verdict
+
+
+def _judge(engine: str, resolved: dict, defaults: dict, given: dict, steps: list[str], model: dict) -> dict:
+    """Which settings the engine chose itself (printed) and which explicit ones it changed
+    (a refusal: the inventory said one thing, the engine would run another)."""
+    # A given "auto" asks the engine to decide: whatever it decides is what was asked for.
+    overridden = {name: {"given": value, "engine": resolved[name]}
+                  for name, value in given.items()
+                  if name in resolved and value != "auto" and not _same(value, resolved[name])}
+    chosen = {name: {"default": defaults.get(name), "engine": value}
+              for name, value in resolved.items()
+              if name not in given and name in defaults and not _same(defaults[name], value)}
+    return {"steps": steps, "model": model, "resolved": resolved, "given": sorted(given),
+            "chosen": chosen, "overridden": overridden,
+            "watched": {name: resolved.get(name) for name in WATCHED[engine] if name in resolved}}
+
+
+def _same(a, b) -> bool:
+    """Equal as the engine means them: an enum by its name (vLLM's AttentionBackendEnum), a
+    one-element list as its element (vLLM's served_model_name is nargs="+", resolved to str)."""
+    a, b = _normal(a), _normal(b)
+    if a == b:
+        return True
+    try:
+        return type(b)(a) == b
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _normal(value):
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return _normal(value[0])
+    return value
+
+
+def _explicit(parser: argparse.ArgumentParser, argv: list[str]) -> dict:
+    marker = object()
+    for action in parser._actions:
+        if action.dest not in ("help", argparse.SUPPRESS):
+            action.default = marker
+    parsed = parser.parse_args(argv)
+    return {name: value for name, value in vars(parsed).items() if value is not marker}
+
+
+def _field_default(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        try:
+            return field.default_factory()  # type: ignore[misc]
+        except Exception:
+            return None
+    return None
+
+
+def _engine_message(error: BaseException) -> str:
+    """The engine's own message, without terminal colours, with where it was raised."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip() or type(error).__name__
+    frames = traceback.extract_tb(error.__traceback__)
+    where = next((f"{Path(f.filename).as_posix().split('site-packages/')[-1]}:{f.lineno} in {f.name}"
+                  for f in reversed(frames)), "")
+    return f"{type(error).__name__}: {text}" + (f"\n    (raised at {where})" if where else "")
+
+
+def _print(verdict: dict, origin: str) -> None:
+    shown = _redacted(verdict)
+    engine = {"sglang": "SGLang", "vllm": "vLLM"}[verdict["engine"]]
+    if "refusal" in shown:
+        print(f"PREFLIGHT REFUSED: {engine}'s own start-up checks refuse this command line:", file=sys.stderr)
+        print("    " + shown["refusal"].replace("\n", "\n    "), file=sys.stderr)
+        if origin:
+            print(f"    the command line and environment come from: {origin}", file=sys.stderr)
+        return
+    print(f"preflight: {engine} accepts the command line ({', '.join(shown['steps'])})")
+    for name, change in sorted(shown["chosen"].items()):
+        if name in WATCHED[verdict["engine"]]:
+            print(f"    {engine} sets {name} = {change['engine']!r} on its own (default {change['default']!r})")
+    for name, change in sorted(shown["overridden"].items()):
+        print(f"PREFLIGHT REFUSED: the command line sets {name} = {change['given']!r}, {engine} would run"
+              f" with {change['engine']!r}", file=sys.stderr)
+    if shown["overridden"] and origin:
+        print(f"    the command line comes from: {origin}", file=sys.stderr)
+
+
+def _redacted(value, key: str = ""):
+    if key and SECRET_NAME.search(key) and value not in (None, "", False):
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: _redacted(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+class _Captured(logging.Handler):
+    """The engine's log records of level WARNING and above, for the report (they are printed
+    by the engine's own handlers too)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}"[:2000])
+
+
+def _capture_logs() -> _Captured:
+    handler = _Captured()
+    logging.getLogger().addHandler(handler)
+    logging.captureWarnings(True)
+    return handler
+
+
+# --------------------------------------------------------------------------------------------
+# The GPUs' answers, where the GPUs are not here (--answer-gpus)
+
+
+def answer_gpus(gpus: dict) -> None:
+    """Answer the questions the releases ask the GPUs before loading a weight, as the target's
+    GPUs would: torch.cuda's availability, count, name, compute capability and memory, and
+    `nvidia-smi --query-gpu=...` (sglang's get_nvgpu_memory_capacity and
+    get_device_sm_nvidia_smi, srt/utils/common.py). Installed before the engine is imported:
+    its modules read these at import (e.g. `_is_cuda = is_cuda()`)."""
+    import torch
+
+    count, memory = int(gpus["count"]), int(gpus["memory_mib"]) * 1024 * 1024
+    major, minor = (int(part) for part in gpus["capability"])
+    properties = _Properties(gpus["name"], memory, major, minor, int(gpus.get("multi_processor_count", 188)))
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: count
+    cuda.current_device = lambda: 0
+    cuda.get_device_capability = lambda device=None: (major, minor)
+    cuda.get_device_name = lambda device=None: gpus["name"]
+    cuda.get_device_properties = lambda device=None: properties
+    cuda.mem_get_info = lambda device=None: (memory, memory)
+    cuda.is_initialized = lambda: True
+    _nvidia_smi_on_path(gpus, count)
+    _driver_library_answers()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Properties:
+    """torch.cuda.get_device_properties()'s fields that the releases read."""
+    name: str
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int
+    is_integrated: bool = False
+    L2_cache_size: int = 128 * 1024 * 1024
+
+
+NVIDIA_SMI_ANSWERS = '''#!/bin/sh
+# Answers `nvidia-smi --query-gpu=FIELDS --format=csv,noheader[,nounits]` as the target's GPUs
+# would (engine_preflight.py --answer-gpus: a machine without them). Nothing else.
+query=""; units=yes
+for a in "$@"; do case "$a" in --query-gpu=*) query=${a#--query-gpu=};; --format=*nounits*) units=no;; esac; done
+[ -n "$query" ] || { echo "this stand-in answers --query-gpu only" >&2; exit 2; }
+i=0
+while [ $i -lt %(count)d ]; do
+  line=""
+  for f in $(echo "$query" | tr ',' ' '); do
+    case "$f" in
+      index) v=$i;; name) v="%(name)s";; compute_cap) v="%(cap)s";; count) v=%(count)d;;
+      memory.total) v=%(memory)d; [ $units = yes ] && v="$v MiB";;
+      *) v="[N/A]";;
+    esac
+    line="${line:+$line, }$v"
+  done
+  echo "$line"; i=$((i + 1))
+done
+'''
+
+
+def _nvidia_smi_on_path(gpus: dict, count: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="engine-preflight-gpus-"))
+    script = folder / "nvidia-smi"
+    script.write_text(NVIDIA_SMI_ANSWERS % {"count": count, "name": gpus["name"], "memory": int(gpus["memory_mib"]),
+                                            "cap": ".".join(str(p) for p in gpus["capability"])})
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def _driver_library_answers() -> None:
+    """The kernel packages' extension modules link the driver's libcuda.so.1 (sgl-kernel's
+    common_ops, deep_gemm, mscclpp ...), so importing them needs the driver's userspace, which
+    a machine without NVIDIA's driver lacks. Stand in for exactly the driver functions those
+    modules name (each returns CUDA_ERROR_NO_DEVICE, 100, as libcuda does without a GPU; none is
+    called before a weight loads) in a library of that soname, loaded first: the dynamic
+    linker then binds every later `NEEDED libcuda.so.1` to it."""
+    import ctypes
+    import shutil
+    import subprocess
+    import sysconfig
+
+    if any(Path(folder, "libcuda.so.1").exists() for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")):
+        return  # the driver's own library is here
+    tools = {tool: shutil.which(tool) for tool in ("readelf", "nm", "cc")}
+    if not all(tools.values()):
+        raise Refused("--answer-gpus on a machine without NVIDIA's driver needs readelf, nm (binutils)"
+                      " and a C compiler (cc) to stand in for libcuda.so.1; install them")
+    site = Path(sysconfig.get_paths()["purelib"])
+    symbols: set[str] = set()
+    for library in sorted(site.rglob("*.so*")):
+        if not library.is_file():
+            continue
+        dynamic = subprocess.run([tools["readelf"], "-d", str(library)], capture_output=True, text=True).stdout
+        if "[libcuda.so.1]" not in dynamic:
+            continue
+        listed = subprocess.run([tools["nm"], "-D", "--undefined-only", str(library)],
+                                capture_output=True, text=True).stdout
+        symbols |= {line.split()[-1] for line in listed.splitlines()
+                    if line.split() and re.fullmatch(r"cu[A-Z]\w*", line.split()[-1])}
+    folder = Path(tempfile.mkdtemp(prefix="engine-preflight-driver-"))
+    source = folder / "libcuda.c"
+    source.write_text("".join(f"int {name}(void) {{ return 100; }}\n" for name in sorted(symbols)) or "int cuInit(void) { return 100; }\n")
+    built = subprocess.run([tools["cc"], "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"),
+                            "-Wl,-soname,libcuda.so.1", str(source)], capture_output=True, text=True)
+    if built.returncode != 0:
+        raise Refused(f"could not build the libcuda.so.1 stand-in: {built.stderr.strip()[:500]}")
+    ctypes.CDLL(str(folder / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
+
+
+VALIDATORS = {"sglang": validate_sglang, "vllm": validate_vllm}
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,239 @@
+"""The engine preflight without an engine: the gate's command line, its place in the deploy, the
+program's verdict logic, the GPU answers, the engine diff and the stack overrides that fixed
+sglang 0.5.9's cuDNN. tests/lab/test_engine_preflight.py runs the program in the real stacks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
+from roles import render, serving
+from roles.serving import preflight
+from roles.serving.command import server_arguments
+from roles.site import SiteError, load_site, load_stack
+from roles.site import lock as stack_lock
+from tests.unit.conftest import PROJECT_ROOT
+
+PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
+LAB = load_site(PROJECT_ROOT / "inventory" / "lab.py")
+HOST = PROD.group("gpu_nodes")[0]
+LAB_HOST = LAB.group("gpu_nodes")[0]
+SPEC = importlib.util.spec_from_file_location("engine_preflight", serving.PREFLIGHT_SOURCE)
+program = importlib.util.module_from_spec(SPEC)
+sys.modules["engine_preflight"] = program  # its dataclasses look their module up
+SPEC.loader.exec_module(program)
+
+
+def test_the_gate_runs_the_rendered_arguments_in_the_new_environment_as_the_service():
+    command = shlex.split(serving.preflight_command(HOST, PROD.stack.active, PROD))
+    paths = serving.config_paths(HOST, PROD.stack.active, PROD)
+    assert command[:2] == ["systemd-run", "--quiet"] and "--wait" in command and "--pipe" in command
+    assert f"User={HOST.base.service_user}" in command and f"EnvironmentFile={paths['env_file']}" in command
+    engine = command.index(serving.PREFLIGHT_SCRIPT)
+    assert command[engine - 1] == f"{serving.env_dir(HOST, PROD.stack.active, PROD)}/bin/python"
+    # Exactly what the unit's launcher runs after `-m sglang.launch_server`.
+    assert command[command.index("--", engine) + 1:] == server_arguments(
+        HOST, PROD.hosts, PROD.stack.active, secret_args_file=paths["secret_args"])
+    origin = command[command.index("--origin") + 1]
+    assert origin.startswith("inventory/prod.py (host ") and "inventory/locks/sglang-0.5.9-cu128.txt" in origin
+
+
+def test_the_lab_runs_vllms_preflight_and_says_why_not_sglangs():
+    assert serving.preflight_command(LAB_HOST, LAB.stack.active, LAB) is None  # no torch in the subset
+    vllm = LAB.stack.stacks["vllm-0.16.0-cu128"]
+    assert "--engine vllm" in serving.preflight_command(LAB_HOST, vllm, LAB)
+
+
+def test_the_preview_writes_the_gate_beside_the_files(tmp_path):
+    written = render.render(PROD, tmp_path)[HOST.name]
+    gate = tmp_path / HOST.name / "inference-host-commands" / "engine-preflight.sh"
+    assert gate in written and "systemd-run" in gate.read_text()
+    assert (tmp_path / HOST.name / serving.PREFLIGHT_SCRIPT.lstrip("/")).read_text() == serving.PREFLIGHT_SOURCE.read_text()
+
+
+def test_explicit_values_are_told_from_defaults():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--max-running-requests", type=int, default=None)
+    parser.add_argument("--enable-metrics", action="store_true")
+    assert program._explicit(parser, ["--tp-size", "8", "--enable-metrics"]) == {"tp_size": 8, "enable_metrics": True}
+
+
+def test_the_verdict_prints_the_engines_choices_and_refuses_a_changed_explicit_value(capsys):
+    resolved = {"max_running_requests": 48, "tp_size": 8, "disable_overlap_schedule": True, "api_key": "k"}
+    defaults = {"max_running_requests": None, "tp_size": 1, "disable_overlap_schedule": False, "api_key": None}
+    chose = program._judge("sglang", resolved, defaults, {"tp_size": 8, "api_key": "k"}, ["check_server_args"], {})
+    assert chose["overridden"] == {}
+    assert set(chose["chosen"]) == {"max_running_requests", "disable_overlap_schedule"}
+    changed = program._judge("sglang", resolved, defaults, {"max_running_requests": 64}, ["check_server_args"], {})
+    assert changed["overridden"] == {"max_running_requests": {"given": 64, "engine": 48}}
+    program._print({"engine": "sglang", "ok": False, **changed}, "inventory/x.py (host h)")
+    err = capsys.readouterr().err
+    assert "PREFLIGHT REFUSED: the command line sets max_running_requests = 64, SGLang would run with 48" in err
+    assert "inventory/x.py (host h)" in err
+
+
+def test_secrets_never_reach_the_report():
+    shown = program._redacted({"resolved": {"api_key": "s3cret", "admin_api_key": "s3cret", "hf_token": "t",
+                                            "max_total_tokens": 4096, "ssl_keyfile_password": "p"}})
+    assert shown["resolved"] == {"api_key": "***", "admin_api_key": "***", "hf_token": "***",
+                                 "max_total_tokens": 4096, "ssl_keyfile_password": "***"}
+    planted = program._redacted({"resolved": {"api_key": "s3cret"}}, "")
+    assert "s3cret" not in json.dumps(planted)
+
+
+def test_the_engines_message_loses_its_colours_and_names_where_it_was_raised():
+    try:
+        raise RuntimeError("\x1b[91m\x1b[1mCRITICAL WARNING: PyTorch 2.9.1 & CuDNN\x1b[0m")
+    except RuntimeError as error:
+        message = program._engine_message(error)
+    assert message.startswith("RuntimeError: CRITICAL WARNING: PyTorch 2.9.1 & CuDNN")
+    assert "raised at" in message and "\x1b" not in message
+
+
+def test_nvidia_smi_answers_as_the_inventorys_gpus(tmp_path):
+    script = tmp_path / "nvidia-smi"
+    script.write_text(program.NVIDIA_SMI_ANSWERS % {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                                    "memory": 98304, "cap": "12.0"})
+    # sglang's get_nvgpu_memory_capacity and get_device_sm_nvidia_smi (srt/utils/common.py).
+    memory = subprocess.run(["sh", str(script), "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert memory == ["98304"] * 8
+    capability = subprocess.run(["sh", str(script), "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    assert capability == ["12.0"] * 8
+    refused = subprocess.run(["sh", str(script), "-q"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "answers --query-gpu only" in refused.stderr
+
+
+def test_gpu_answers_come_from_the_inventory():
+    assert preflight.gpu_answers(HOST) == {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                           "memory_mib": 96 * 1024, "capability": [12, 0]}
+
+
+def test_the_rendered_environment_file_reaches_the_engine():
+    values = preflight.env_file_values(serving.env_file_text(HOST, PROD.stack.active, PROD))
+    assert values["NCCL_P2P_LEVEL"] == HOST.nccl.p2p_level and "NCCL_IB_DISABLE" in values
+    assert not any(key.startswith("#") for key in values)
+
+
+def test_the_preview_swaps_in_the_local_model_folders(tmp_path):
+    args = preflight.render_arguments(HOST, PROD, PROD.stack.active, tmp_path / "m", None, tmp_path / "s.yaml")
+    assert args[args.index("--model-path") + 1] == str(tmp_path / "m")
+    assert args[args.index("--config") + 1] == str(tmp_path / "s.yaml")
+
+
+def test_the_engine_diff_shows_what_changes_and_not_new_options_at_their_defaults():
+    before = {"stack": "a", "host": "h", "ok": True, "resolved": {"max_running_requests": None, "random_seed": 1,
+                                                                 "old_option": 3, "same": 1},
+              "chosen": {}, "given": [], "watched": {"max_running_requests": None}}
+    after = {"stack": "b", "host": "h", "ok": True, "resolved": {"max_running_requests": 48, "random_seed": 2,
+                                                                "new_default": False, "new_set": 8192, "same": 1},
+             "chosen": {"new_set": {"default": None, "engine": 8192}, "max_running_requests": {}}, "given": [],
+             "watched": {"max_running_requests": 48}}
+    assert preflight.diff(before, after) == [("max_running_requests", None, 48), ("new_set", "(no such setting)", 8192)]
+    assert "max_running_requests" in preflight.diff_text(before, after)
+
+
+def test_an_unknown_stack_or_missing_model_config_is_one_line(tmp_path, capsys):
+    assert render.main(["inventory/prod.py", "--engine-diff", "sglang-9.9", "--model-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--engine-diff sglang-9.9: no such stack in inventory/stack.yml; stacks: sglang-0.5.9-cu128" in err
+    assert render.main(["inventory/prod.py", "--engine-diff", "sglang-0.5.23-cu130", "--model-dir", str(tmp_path)]) == 2
+    assert "no config.json there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        render.main(["inventory/prod.py", "--engine-diff", "sglang-0.5.23-cu130"])  # --model-dir missing
+
+
+# --------------------------------------------------------------------------------------------
+# Stack overrides (the cuDNN fix)
+
+
+def test_0_5_9_overrides_torchs_cudnn_pin_with_the_reason_in_its_lock():
+    stack = PROD.stack.stacks["sglang-0.5.9-cu128"]
+    assert stack.override_requirements == ["nvidia-cudnn-cu12==9.16.0.29"]
+    lock = PROD.stack.lock_text(stack.id)
+    assert stack_lock.entries(lock)["nvidia-cudnn-cu12"] == "9.16.0.29"
+    assert stack_lock.entries(lock)["torch"] == "2.9.1"
+    assert f"{stack_lock.OVERRIDE_LINE}nvidia-cudnn-cu12==9.16.0.29 (sglang 0.5.9 refuses" in lock
+    assert "/tmp/" not in lock  # no scratch path in `# via`: a re-lock is byte-identical
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ('{"nvidia-cudnn-cu12>=9.15": "why"}', "an exact requirement like nvidia-cudnn-cu12==9.16.0.29"),
+    ('{"nvidia-cudnn-cu12==9.16.0.29": ""}', "the reason for the override"),
+    ('["nvidia-cudnn-cu12==9.16.0.29"]', "a mapping of 'package==version' to the reason"),
+])
+def test_an_override_needs_an_exact_pin_and_a_reason(tmp_path, overrides, words):
+    text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
+    start = text.index("    overrides:\n")
+    end = text.index("\n\n", start)
+    (tmp_path / "stack.yml").write_text(text[:start] + f"    overrides: {overrides}" + text[end:])
+    with pytest.raises(SiteError) as caught:
+        load_stack(tmp_path / "stack.yml")
+    assert any(words in problem and "stacks.sglang-0.5.9-cu128.overrides" in problem
+               for problem in caught.value.problems), caught.value.problems
+
+
+def test_stacks_without_overrides_keep_their_digest():
+    """The digest adds overrides only where a stack has some: the other committed locks did
+    not change when 0.5.9 got its override."""
+    stack = PROD.stack.stacks["sglang-0.5.10-cu128"]
+    assert stack.overrides == ()
+    assert stack_lock.recorded_digest(PROD.stack.lock_text(stack.id)) == stack_lock.pins_digest(stack)
+
+
+def test_an_override_the_resolution_lost_is_refused():
+    from roles.sglang import lock as lock_command
+
+    stack = PROD.stack.stacks["sglang-0.5.9-cu128"]
+    body = PROD.stack.lock_text(stack.id).replace("nvidia-cudnn-cu12==9.16.0.29", "nvidia-cudnn-cu12==9.10.2.21")
+    assert "it has 9.10.2.21" in lock_command.override_problem(stack, body)
+    assert lock_command.override_problem(stack, PROD.stack.lock_text(stack.id)) is None
+
+
+def test_a_relock_reads_the_committed_lock_as_preferences(tmp_path, monkeypatch):
+    from roles.shared import lock_compile
+
+    seen = {}
+
+    def fake_compile(command, roots, what, python, fix, folder):
+        seen["command"], seen["files"] = command, sorted(p.name for p in Path(folder).iterdir())
+        Path(folder, "lock.txt").write_text("resolved\n")
+        return ""
+
+    monkeypatch.setattr(lock_compile, "_compile", fake_compile)
+    body = lock_compile.resolve(["uv", "pip", "compile", "-"], ["a==1"], "x", "3.12", "fix", "old\n", ["b==2"])
+    assert body == "resolved\n"
+    assert seen["command"][-4:] == ["--overrides", "overrides.txt", "--output-file", "lock.txt"]
+    assert seen["files"] == ["lock.txt", "overrides.txt"]
+
+
+H200 = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu" / "h200-1gpu-preflight"
+
+
+def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
+    """The stand-in's nvidia-smi and torch answers, side by side with 1 x H200's (captured)."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text(program.NVIDIA_SMI_ANSWERS % {"count": 1, "name": "NVIDIA H200", "memory": 143771, "cap": "9.0"})
+
+    def smi(*args: str) -> str:
+        return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, check=True).stdout
+
+    assert smi("--query-gpu=memory.total,compute_cap,name,index", "--format=csv,noheader") == (
+        H200 / "smi-query.txt").read_text()
+    assert smi("--query-gpu=memory.total", "--format=csv,noheader,nounits") == (
+        H200 / "smi-memory-nounits.txt").read_text()
+    assert smi("--query-gpu=compute_cap", "--format=csv,noheader") == (H200 / "smi-cap.txt").read_text()
+    real = json.loads((H200 / "torch-answers.json").read_text())
+    fields = {f.name for f in program.dataclasses.fields(program._Properties)}
+    assert fields <= set(real["properties"]), fields - set(real["properties"])  # only fields torch has
