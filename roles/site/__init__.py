@@ -77,7 +77,22 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "require_valid_inventory":
-        # The hook lives above the model so that it can register the roles' checks.
-        raise ImportError("require_valid_inventory moved: `from validation import require_valid_inventory`"
-                          " (validation.py at the project root)")
+        # The hook lives above the model so that it can register the roles' checks: an old
+        # inventory is refused in one line. Our loaders print an ImportError as FILE:LINE;
+        # under pyinfra's CLI (which prints a traceback for any Exception from an inventory)
+        # the line is printed here and SystemExit, which pyinfra does not wrap, ends the run.
+        import sys
+
+        moved = ("ImportError: require_valid_inventory moved: write"
+                 " `from validation import require_valid_inventory` (validation.py at the project root)")
+        import pyinfra
+
+        if getattr(pyinfra, "is_cli", False):
+            caller = sys._getframe(1)
+            while caller.f_back and caller.f_code.co_filename.startswith("<frozen"):
+                caller = caller.f_back  # importlib's own frames
+            print(f"inference-host: 1 problem(s) in the inventory; no host was contacted:\n"
+                  f"  - {caller.f_code.co_filename}:{caller.f_lineno}: {moved}", file=sys.stderr)
+            raise SystemExit(2)
+        raise ImportError(moved.removeprefix("ImportError: "))
     raise AttributeError(f"module 'roles.site' has no attribute {name!r}")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import difflib
 import sys
+import traceback
 from pathlib import Path
+
+# Values echoed in a message are cut to this many characters: a 200,000-character value must
+# not fill the terminal, and the start is enough to find it in the file.
+SHOWN_CHARACTERS = 80
 
 
 class SiteError(Exception):
@@ -19,9 +24,41 @@ def unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[
     for key in raw:
         if key not in known:
             problems.append(
-                f"{where}: unknown key {prefix}{key} = {raw[key]!r}; valid keys: "
+                f"{where}: unknown key {prefix}{key} = {shown(raw[key])}; valid keys: "
                 + ", ".join(sorted(prefix + k for k in known))
             )
+
+
+def shown(value) -> str:
+    """repr(value) for a message, cut at SHOWN_CHARACTERS with the full length named."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
+    return f"{text[:SHOWN_CHARACTERS]}… ({length})"
+
+
+def python_error(error: BaseException, user_files: list[Path]) -> str:
+    """`FILE:LINE: NameError: ...` for a Python error raised while an inventory (or its
+    group_data) ran: the deepest frame in one of the user's files, without a traceback.
+
+    pyinfra_cli/util.py (3.10) exec_file wraps it as UnexpectedExternalError(e, filename): the
+    original is its `exception` (its click message attribute is never set, so str() of the
+    wrapper itself fails)."""
+    original = getattr(error, "exception", None) or error
+    if isinstance(original, SyntaxError) and original.filename:
+        where = f"{display(Path(original.filename))}:{original.lineno}"
+        return f"{where}: SyntaxError: {original.msg}"
+    wanted = {p.resolve() for p in user_files}
+    frames = traceback.extract_tb(original.__traceback__)
+    mine = [f for f in frames if Path(f.filename).resolve() in wanted
+            or Path(f.filename).resolve().parent.name == "group_data"]
+    frame = (mine or frames or [None])[-1]
+    where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
+    message = str(original).splitlines()[0] if str(original) else ""
+    if len(message) > 2 * SHOWN_CHARACTERS:
+        message = f"{message[:2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
+    return f"{where}: {type(original).__name__}" + (f": {message}" if message else "")
 
 
 def display(path: Path) -> str:

@@ -3,15 +3,16 @@ and the validation every inventory runs before pyinfra connects (through validat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from roles.site import lock, vault
-from roles.site.errors import SiteError, closest, display, print_problems
+from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
 from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
-from roles.site.stack import load_stack
+from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
 
 # Checks run before a deploy (under pyinfra's CLI only), registered by validation.py:
@@ -49,6 +50,8 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         stack = load_stack(stack_path)
     except SiteError as error:
         problems.extend(error.problems)
+    if stack is not None and "stack" in site_values:
+        stack = _chosen_stack(stack, site_values["stack"], where, problems)
     if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):
         # Every stack an engine host may be pointed at has a lock made from its current pins
         # (local files only: no network while the inventory loads).
@@ -63,7 +66,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         try:
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
-            problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
+            problems.append(f"{where}: secrets_file = {shown(site_values['secrets_file'])}: {error}")
     check_site(hosts, where, secret_names, secrets_file, problems, stack)
     check_driver_match(hosts, stack, where, problems)
     check_weights(hosts, where, problems)
@@ -78,17 +81,29 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
     )
 
 
+def _chosen_stack(stack: Stack, stack_id: str, where: str, problems: list[str]) -> Stack | None:
+    """The inventory's `stack` in place of the stack file's `active`: one inventory can serve
+    with another stack of the same file (EAGLE-3 on sglang-0.5.10) without a copy of it."""
+    if stack_id not in stack.stacks:
+        problems.append(f"{where}: stack = {shown(stack_id)} is not a stack of {stack.file}"
+                        f"{closest(stack_id, stack.stacks)}; expected one of: {', '.join(stack.stacks)}")
+        return None
+    return dataclasses.replace(stack, active=stack.stacks[stack_id])
+
+
 def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> dict[str, str]:
     """stack_file / secrets_file must be the same for every host (they describe the site)."""
     values: dict[str, str] = {}
     for key in SITE_KEYS:
-        seen = {data[key] for data in raw_data.values() if key in data}
+        seen = {repr(data[key]): data[key] for data in raw_data.values() if key in data}
         if len(seen) > 1:
-            problems.append(f"{where}: {key} differs between hosts ({sorted(seen)}); expected one value")
+            problems.append(f"{where}: {key} differs between hosts ({', '.join(sorted(seen))});"
+                            " expected one value")
         elif seen:
-            value = seen.pop()
+            value = seen.popitem()[1]
             if not isinstance(value, str):
-                problems.append(f"{where}: {key} = {value!r} is invalid; expected a path string")
+                expected = "a stack id string" if key == "stack" else "a path string"
+                problems.append(f"{where}: {key} = {shown(value)} is invalid; expected {expected}")
             else:
                 values[key] = value
     return values
@@ -121,8 +136,7 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
     except SiteError:
         raise
     except Exception as error:  # a Python error in the user's inventory or group data
-        cause = getattr(error, "__cause__", None) or error
-        raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
+        raise SiteError([python_error(error, [path])]) from None
     return site_from_inventory(inventory, str(path))
 
 
@@ -162,8 +176,7 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
         try:
             inventory = _inventory_from_namespace(path, namespace)
         except Exception as error:  # a Python error in the group data
-            cause = getattr(error, "__cause__", None) or error
-            raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
+            raise SiteError([python_error(error, [path])]) from None
         site = site_from_inventory(inventory, str(path))
         if _under_pyinfra_cli():
             _require_decryptable(site)

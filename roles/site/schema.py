@@ -23,7 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
-from roles.site.errors import closest
+from roles.site.errors import closest, shown
 from roles.site.stack import DRIVER_VERSION_RE, Stack
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +188,32 @@ class NcclSettings(Section):
     debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = "WARN"
     debug_subsys: str | None = None
     min_nchannels: Annotated[int, positive] | None = None
+
+
+def _key_file_exists(value: str) -> bool:
+    return Path(value).expanduser().is_file()
+
+
+HOSTNAME_OR_IP = check(lambda v: _is_ip(v) or DNS_NAME_RE.match(v) is not None,
+                       "a DNS name or an IP address")
+
+
+class SshSettings(Section):
+    """How pyinfra reaches the host over SSH: pyinfra's own connector data keys
+    (pyinfra/connectors/ssh.py, 3.x), typed here so that a mistake stops before connecting.
+    pyinfra's other ssh_* keys (ssh_password, ssh_known_hosts_file, ...) pass to it unchecked.
+    Unset: pyinfra's defaults (the inventory name, port 22, the local user, ~/.ssh/config)."""
+
+    PREFIX: ClassVar[str] = "ssh_"
+
+    # The address to connect to, when the inventory name is not it.
+    hostname: Annotated[str, HOSTNAME_OR_IP] | None = None
+    port: Annotated[int, tcp_port] | None = None
+    user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match,
+                               "a user name (letters, digits, _ . @ -)")] | None = None
+    # A private key file on the machine that runs pyinfra (~ expanded, relative paths from the
+    # directory pyinfra runs in, as pyinfra opens it).
+    key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine")] | None = None
 
 
 class SpeculativeSettings(BaseModel):
@@ -655,11 +681,14 @@ SECTIONS: tuple[type[Section], ...] = (
     GatewaySettings,
     Eagle3TrainingSettings,
     WeightsSettings,
+    SshSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
 SITE_KEYS = {
     "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
+    "stack": "id of the stack this inventory serves with, one of the stack file's `stacks`"
+             " (default: the stack file's `active`)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
 
@@ -686,12 +715,17 @@ class HostSettings:
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
     gateway: GatewaySettings = GatewaySettings()
-    # pyinfra's ssh_hostname (connector data): the address the host is reached at.
-    ssh_hostname: str | None = None
+    # pyinfra's connector data: ssh_hostname, ssh_port, ssh_user, ssh_key.
+    ssh: SshSettings = SshSettings()
     eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     weights: WeightsSettings = WeightsSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
+
+    @property
+    def ssh_hostname(self) -> str | None:
+        """The address the host is reached at (pyinfra's ssh_hostname), when not its name."""
+        return self.ssh.hostname
 
     def valid(self, *keys: str) -> bool:
         return not (set(keys) & self.invalid_keys)
@@ -747,6 +781,35 @@ def address_of(host: HostSettings) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # Typing one host's data: pydantic checks each section; its errors become our one-line messages.
+
+
+# C0 controls, DEL and C1 controls: a newline in a value that lands in a systemd unit, an env
+# file or a command line starts a new directive or variable there (ExecStartPre=... injected
+# through serving_served_model_name), a NUL ends a C string early. No setting needs one.
+CONTROL_CHARACTER_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character_problem(value: Any, path: str = "") -> str | None:
+    """Why a value (strings inside lists and dicts included, keys too) cannot be written
+    anywhere, or None."""
+    if isinstance(value, str):
+        found = CONTROL_CHARACTER_RE.search(value)
+        if found:
+            return (f"has the control character {found.group()!r} at position {found.start()}{path};"
+                    " expected text without newlines, tabs, NUL or other control characters")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = (control_character_problem(key, f" of the key {shown(key)}")
+                       or control_character_problem(item, f" of [{shown(key)}]"))
+            if problem:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = control_character_problem(item, f" of item {index}")
+            if problem:
+                return problem
+    return None
 
 
 def _pyinfra_keys() -> set[str]:
@@ -813,7 +876,7 @@ def _build_section(cls: type[Section], data: dict, where: str, problems: list[st
                 valid = detail["ctx"]["valid"]
             else:
                 valid = _expected_type(cls.model_fields[name].annotation)
-            problems.append(f"{where}: {key} = {data[key]!r} is invalid; expected {valid}")
+            problems.append(f"{where}: {key} = {shown(data[key])} is invalid; expected {valid}")
             invalid.add(key)
         return cls.model_validate({k: v for k, v in values.items() if k not in bad})
 
@@ -827,6 +890,12 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
+    for key in data:
+        problem = control_character_problem(data[key])
+        if problem:
+            value_problems.append(f"{where}: host {name}: {key} = {shown(data[key])} {problem}")
+            invalid.add(key)
+    data = {key: value for key, value in data.items() if key not in invalid}
     sections = {
         cls.PREFIX.rstrip("_"): _build_section(cls, data, f"{where}: host {name}", value_problems,
                                                unknown, invalid)
@@ -836,11 +905,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         if key in pyinfra_keys:
             continue
         problems.append(
-            f"{where}: host {name}: unknown key {key} = {data[key]!r}"
+            f"{where}: host {name}: unknown key {key} = {shown(data[key])}"
             f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in README.md"
             " under 'Settings')"
         )
     problems.extend(value_problems)
-    ssh_hostname = data.get("ssh_hostname")
-    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid),
-                        ssh_hostname=str(ssh_hostname) if ssh_hostname else None)
+    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid))
