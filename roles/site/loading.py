@@ -26,12 +26,20 @@ def register_deploy_check(check: DeployCheck) -> None:
         DEPLOY_CHECKS.append(check)
 
 
-def site_from_inventory(inventory, inventory_file: str) -> Site:
+def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | None = None) -> Site:
+    """The typed site. listed_groups: the inventory file's own groups as it wrote them (before
+    pyinfra merged them), when known: a host listed twice, or given two values for one key, is
+    refused instead of one entry silently winning."""
     problems: list[str] = []
     where = display(Path(inventory_file))
     file_group = Path(inventory_file).stem
     hosts: dict[str, HostSettings] = {}
     raw_data: dict[str, dict] = {}
+    if listed_groups is not None:
+        _check_listing(listed_groups, where, problems)
+    if not any(True for _ in inventory):
+        problems.append(f"{where}: no host in the inventory; expected at least one host in one of the"
+                        f" groups {', '.join(KNOWN_GROUPS)} (a list named after the group)")
     for group in inventory.groups:
         if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
             problems.append(
@@ -81,6 +89,43 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
     )
 
 
+def _entries(group_value) -> list[tuple[str, dict]]:
+    """(name, data) of each host a group lists (pyinfra: a list of names or (name, data)
+    tuples, or a (hosts, group data) tuple)."""
+    hosts = group_value[0] if isinstance(group_value, tuple) else group_value
+    entries = []
+    for host in hosts or []:
+        if isinstance(host, tuple) and len(host) == 2 and isinstance(host[1], dict):
+            entries.append((str(host[0]), host[1]))
+        elif isinstance(host, str):
+            entries.append((host, {}))
+    return entries
+
+
+def _check_listing(groups: dict, where: str, problems: list[str]) -> None:
+    """pyinfra merges a host's entries with dict.update in the file's group order (later wins,
+    pyinfra/api/inventory.py make_hosts_and_groups): a host listed twice in one group, or two
+    groups giving one key two values, is almost always a mistake that would pass silently."""
+    first_value: dict[tuple[str, str], tuple[str, object]] = {}
+    for group, value in groups.items():
+        if group == "all":
+            continue
+        seen: dict[str, int] = {}
+        for position, (name, data) in enumerate(_entries(value), start=1):
+            if name in seen:
+                problems.append(f"{where}: host {name} is listed twice in {group} (entries {seen[name]}"
+                                f" and {position}); expected each host once per group, with all its data"
+                                " in that one entry")
+                continue
+            seen[name] = position
+            for key, item in data.items():
+                earlier = first_value.setdefault((name, key), (group, item))
+                if earlier[0] != group and earlier[1] != item:
+                    problems.append(f"{where}: host {name}: {key} = {shown(item)} in {group} but"
+                                    f" {shown(earlier[1])} in {earlier[0]}; expected one value (set"
+                                    " it in one group only)")
+
+
 def _chosen_stack(stack: Stack, stack_id: str, where: str, problems: list[str]) -> Stack | None:
     """The inventory's `stack` in place of the stack file's `active`: one inventory can serve
     with another stack of the same file (EAGLE-3 on sglang-0.5.10) without a copy of it."""
@@ -115,14 +160,27 @@ def _pyinfra_inventory(path: Path):
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory_from_files
 
+    from pyinfra_cli import inventory as cli_inventory
+
     key = str(path.resolve())
     _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
+    # The groups as the file wrote them, for _check_listing (make_inventory_from_files merges
+    # them): kept from pyinfra's own reading of the file, which runs it once.
+    original = cli_inventory._get_groups_from_filename
+
+    def keep_groups(filename):
+        groups = original(filename)
+        _LISTED_GROUPS[key] = dict(groups)
+        return groups
+
+    cli_inventory._get_groups_from_filename = keep_groups
     try:
         if ctx_state.isset():  # inside pyinfra: reuse its state
             return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
         with ctx_state.use(State()):
             return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
     finally:
+        cli_inventory._get_groups_from_filename = original
         _VALIDATING.discard(key)
 
 
@@ -137,10 +195,11 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
         raise
     except Exception as error:  # a Python error in the user's inventory or group data
         raise SiteError([python_error(error, [path])]) from None
-    return site_from_inventory(inventory, str(path))
+    return site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
 
 
 _VALIDATING: set[str] = set()
+_LISTED_GROUPS: dict[str, dict] = {}
 _LOADED_INVENTORY: list[str] = []
 
 
@@ -177,7 +236,7 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
             inventory = _inventory_from_namespace(path, namespace)
         except Exception as error:  # a Python error in the group data
             raise SiteError([python_error(error, [path])]) from None
-        site = site_from_inventory(inventory, str(path))
+        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
         if _under_pyinfra_cli():
             _require_decryptable(site)
             for check in DEPLOY_CHECKS:

@@ -4,6 +4,8 @@ the release's CLI) are registered from above the model: see validation.py."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from collections.abc import Callable
 from pathlib import Path
 
@@ -191,6 +193,7 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
         )
     else:
         vmids[guest.vmid] = host.name
+    _check_guest_address(host, here, problems)
     node = site_hosts.get(guest.node) if guest.node else None
     if node is None or not node.in_group("proxmox_hosts"):
         problems.append(
@@ -227,6 +230,21 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
         _check_lxc_indices(host, here, problems)
     else:
         _check_kvm_passthrough(host, here, problems)
+
+
+def _check_guest_address(host: HostSettings, here: str, problems: list[str]) -> None:
+    """Proxmox takes one family per key pair (ip/gw, ip6/gw6): the gateway must be of guest_ip's."""
+    guest = host.guest
+    if not guest.gateway or not host.valid("guest_ip", "guest_gateway"):
+        return
+    if guest.ip in ("dhcp", "manual"):
+        return
+    ip_version = ipaddress.ip_interface(guest.ip).version
+    gateway_version = ipaddress.ip_address(guest.gateway).version
+    if ip_version != gateway_version:
+        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway_version} but guest_ip ="
+                        f" {guest.ip!r} is IPv{ip_version}; expected a gateway of the same family"
+                        " (Proxmox writes ip/gw and ip6/gw6 as pairs)")
 
 
 def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:

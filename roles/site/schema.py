@@ -105,8 +105,37 @@ AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in 
 UnixName = Annotated[str, check(UNIX_NAME_RE.match,
                                 "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
 SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
-PciAddresses = Annotated[list[str], check(lambda v: all(PCI_ADDRESS_RE.match(a) for a in v),
-                                          "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)")]
+def pci_address(address: str) -> str:
+    """The one spelling of a PCI address: with its domain (01:00.0 is 0000:01:00.0, as lspci -D,
+    sysfs, /proc/driver/nvidia/gpus and Proxmox's hostpci write it), so that two spellings of
+    one GPU are one GPU in every comparison."""
+    return address if address.count(":") == 2 else f"0000:{address}"
+
+
+def _pci_addresses(value: list[str]) -> list[str]:
+    if not all(PCI_ADDRESS_RE.match(a) for a in value):
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"})
+    addresses = [pci_address(a) for a in value]
+    repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+    if repeated:
+        listed = ", ".join(f"{a} {addresses.count(a)} times" for a in repeated)
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": f"each GPU once (01:00.0 and 0000:01:00.0 are one GPU); listed: {listed}"})
+    return addresses
+
+
+def _pci_groups(value: dict[str, int]) -> dict[str, int]:
+    if not all(PCI_ADDRESS_RE.match(k) for k in value):
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": "{PCI address: group number}"})
+    groups = {pci_address(k): group for k, group in value.items()}
+    if len(groups) != len(value):
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": "each GPU once (01:00.0 and 0000:01:00.0 are one GPU)"})
+    return groups
+
+
+PciAddresses = Annotated[list[str], AfterValidator(_pci_addresses)]
 DriverVersion = Annotated[str, check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05")]
 Url = Annotated[str, check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
                            "an http(s) URL without trailing spaces")]
@@ -392,9 +421,11 @@ class GuestSettings(Section):
     # Network and storage of the guest (LXC net0 / KVM net0 on this bridge).
     hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = None
     bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = "vmbr0"
+    # An IPv6/CIDR is written as Proxmox takes it (ip6=/gw6=, roles/shared/pve.address_keys).
     ip: Annotated[str, check(lambda v: v in ("dhcp", "manual") or _is_cidr(v),
-                             "'dhcp', 'manual' or an IPv4/CIDR")] = "dhcp"
-    gateway: Annotated[str, check(_is_ip, "an IPv4 address")] | None = None
+                             "'dhcp', 'manual', an IPv4/CIDR or an IPv6/CIDR")] = "dhcp"
+    # Of the same family as guest_ip.
+    gateway: Annotated[str, check(_is_ip, "an IPv4 or IPv6 address")] | None = None
     # LXC only: the OS template volume and host directories bind-mounted as mp0, mp1, ...
     template: Annotated[str, check(
         re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
@@ -439,8 +470,7 @@ class ProxmoxSettings(Section):
     cpu_vendor: Annotated[str, one_of("auto", "intel", "amd")] = "auto"
     # IOMMU group of each GPU (`find /sys/kernel/iommu_groups/ -type l`); Proxmox hands a whole
     # group to vfio-pci, so GPUs of one group must go to one guest.
-    iommu_groups: Annotated[dict[str, int], check(lambda v: all(PCI_ADDRESS_RE.match(k) for k in v),
-                                                  "{PCI address: group number}")] = {}
+    iommu_groups: Annotated[dict[str, int], AfterValidator(_pci_groups)] = {}
     # The host kernel module version; None: the stack's nvidia_driver.version.
     driver_version: DriverVersion | None = None
     # Install the NVIDIA driver on the node when an LXC guest has GPUs (roles/nvidia_driver).
@@ -891,6 +921,8 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
     invalid: set[str] = set()
     value_problems: list[str] = []
     for key in data:
+        if key in pyinfra_keys and key not in known:
+            continue  # pyinfra's own data (a connector's), never written by a role
         problem = control_character_problem(data[key])
         if problem:
             value_problems.append(f"{where}: host {name}: {key} = {shown(data[key])} {problem}")
