@@ -28,7 +28,7 @@ import jinja2
 import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
 from roles.shared import pve
 from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
-from roles.site.errors import print_problems
+from roles.site.errors import output_path_problem, print_problems
 
 MASK = "***"
 
@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         site = load_site(args.inventory)
+        problem = output_path_problem("--out", args.out, folder=True)
+        if problem:
+            raise SiteError([problem])
     except SiteError as error:
         print_problems(error)
         return 2

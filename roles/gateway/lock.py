@@ -31,7 +31,7 @@ def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None 
         raise SiteError([f"gateway smg {version}: the resolution has no smg=={version}; uv answered:\n{body}"])
     path = site_lock.lock_path(stack_file, site_lock.gateway_lock_name(version))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(site_lock.gateway_header(version, shown) + body)
+    path.write_text(site_lock.sealed(site_lock.gateway_header(version, shown) + body))
     return path
 
 

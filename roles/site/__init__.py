@@ -24,7 +24,16 @@ Host data keys are flat and prefixed by the section they belong to (``serving_po
 silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
 """
 
-from roles.site.current import current_host, current_site, secret_value
+import warnings
+
+# `python -m roles.site.vault` runs a module this package has already imported (loading reads
+# the vault's key names), so runpy warns on every call that it runs it a second time as
+# __main__. Here that is harmless (the module defines functions only): the warning is silenced
+# for this one module, by its exact text (CPython 3.11 Lib/runpy.py _get_module_details).
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'")
+
+from roles.site.current import current_host, current_site, secret_value  # noqa: E402
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
 from roles.site.schema import (

@@ -79,3 +79,25 @@ def print_problems(error: SiteError) -> None:
     for problem in error.problems:
         print(f"  - {problem}", file=sys.stderr)
 
+
+
+def output_path_problem(flag: str, path: Path, folder: bool = False) -> str | None:
+    """Why a command cannot write its output at path (checked before it connects to anything:
+    a run of minutes must not end at writing its report), or None. folder: the path is a
+    folder the command fills (made when missing), else a file. The folder it goes in must
+    exist: a mistyped path is refused rather than made."""
+    import os
+
+    path = Path(path).expanduser()
+    what = "a folder" if folder else "a file path"
+    if folder and path.exists() and not path.is_dir():
+        return f"{flag} {shown(str(path))} is a file; expected {what} (new or existing)"
+    if not folder and path.is_dir():
+        return f"{flag} {shown(str(path))} is a folder; expected {what}"
+    parent = path.parent
+    if not parent.is_dir():
+        kind = "a file" if parent.exists() else "missing"
+        return f"{flag} {shown(str(path))}: {shown(str(parent))} is {kind}; expected {what} in an existing folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{flag} {shown(str(path))}: not writable by this user; expected {what} you can write"
+    return None

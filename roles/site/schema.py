@@ -53,6 +53,7 @@ SSH_PUBLIC_KEY_RE = re.compile(
     r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
 # qemu-server src/PVE/QemuServer/Machine.pm (stable-bookworm), machine type pattern.
 QEMU_MACHINE_RE = re.compile(
@@ -309,8 +310,11 @@ class ServingSettings(Section):
     # Bound of the readiness wait on /health_generate after a (re)start; below the unit's
     # TimeoutStartSec (1200 s: a ~10 minute model load).
     ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = 1100
-    # Extra variables for the engine's EnvironmentFile (mode 0600).
-    extra_env: dict[str, str] = {}
+    # Extra variables for the engine's EnvironmentFile (mode 0600): one NAME=value line each,
+    # so a name is an environment variable name (a space or "=" in it would write another one).
+    extra_env: Annotated[dict[str, str], check(
+        lambda v: all(ENV_NAME_RE.match(k) for k in v),
+        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)")] = {}
     # All-reduce over PCIe P2P instead of NCCL, rendered per release: sglang 0.5.21+ upstream's
     # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE (2/4/8 GPUs, bf16), 0.5.9 patch 0001's custom
     # all-reduce. Check the sum (health suite) and measure (benchmark) before enabling.

@@ -87,7 +87,7 @@ def test_lock_command_resolves_the_in_file_with_hashes(tmp_path, monkeypatch):
 
     for name in ("specforge-82951a9.in", "specforge-82951a9.lock.txt"):
         shutil.copy(job_lock.FILES / name, tmp_path / name)
-    body = (tmp_path / "specforge-82951a9.lock.txt").read_text().split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = stack_lock.body((tmp_path / "specforge-82951a9.lock.txt").read_text())
     (tmp_path / "specforge-82951a9.lock.txt").unlink()
     monkeypatch.setattr(lock_files, "FILES", tmp_path)
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))

@@ -73,7 +73,7 @@ def test_an_inventory_without_gateways_needs_no_gateway_lock(inventory):
 def test_gateway_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monkeypatch, capsys):
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
-    body = LOCK.read_text().split(site_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = site_lock.body(LOCK.read_text())
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert gateway_lock.main([str(stack_file), "1.13.0"]) == 0
     assert (tmp_path / "stdin").read_text().split() == ["smg==1.13.0"]
