@@ -26,14 +26,7 @@ silently. Roles added later extend the model by adding a section class to ``SECT
 
 import warnings
 
-# `python -m roles.site.vault` runs a module this package has already imported (loading reads
-# the vault's key names), so runpy warns on every call that it runs it a second time as
-# __main__. Here that is harmless (the module defines functions only): the warning is silenced
-# for this one module, by its exact text (CPython 3.11 Lib/runpy.py _get_module_details).
-warnings.filterwarnings("ignore", category=RuntimeWarning,
-                        message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'")
-
-from roles.site.current import current_host, current_site, secret_value  # noqa: E402
+from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
 from roles.site.schema import (
@@ -105,3 +98,13 @@ def __getattr__(name: str):
             raise SystemExit(2)
         raise ImportError(moved.removeprefix("ImportError: "))
     raise AttributeError(f"module 'roles.site' has no attribute {name!r}")
+
+
+# (At the end of this package's import, which is before runpy's check.)
+# `python -m roles.site.vault` runs a module this package has already imported (loading reads
+# the vault's key names), so runpy warns on every call that it runs it a second time as
+# __main__. Here that is harmless (the module defines functions only): the warning is silenced
+# for this one module, by its exact text (CPython 3.11 Lib/runpy.py _get_module_details).
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'")
+

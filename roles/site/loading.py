@@ -158,9 +158,8 @@ def _pyinfra_inventory(path: Path):
     """The Inventory pyinfra's CLI would build from this file (group_data included)."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory_from_files
-
     from pyinfra_cli import inventory as cli_inventory
+    from pyinfra_cli.inventory import make_inventory_from_files
 
     key = str(path.resolve())
     _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse

@@ -221,7 +221,10 @@ class NcclSettings(Section):
 
 
 def _key_file_exists(value: str) -> bool:
-    return Path(value).expanduser().is_file()
+    """As pyinfra looks for it (pyinfra/connectors/ssh_util.py _resolve_key_paths, 3.x): the
+    path with ~ expanded, then relative to the deploy's folder (the project root)."""
+    key = Path(value).expanduser()
+    return key.is_file() or (PROJECT_ROOT / key).is_file()
 
 
 HOSTNAME_OR_IP = check(lambda v: _is_ip(v) or DNS_NAME_RE.match(v) is not None,
@@ -241,8 +244,8 @@ class SshSettings(Section):
     port: Annotated[int, tcp_port] | None = None
     user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match,
                                "a user name (letters, digits, _ . @ -)")] | None = None
-    # A private key file on the machine that runs pyinfra (~ expanded, relative paths from the
-    # directory pyinfra runs in, as pyinfra opens it).
+    # A private key file on the machine that runs pyinfra (~ expanded; a relative path from the
+    # current folder or the project root, where pyinfra looks for it).
     key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine")] | None = None
 
 
@@ -924,6 +927,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
+    name_problem = control_character_problem(name)
+    if name_problem:  # the name lands in files too (URLs of replicas, the preview's folders)
+        value_problems.append(f"{where}: host {shown(name)}: the host name {name_problem}")
     for key in data:
         if key in pyinfra_keys and key not in known:
             continue  # pyinfra's own data (a connector's), never written by a role

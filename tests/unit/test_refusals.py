@@ -344,3 +344,9 @@ def test_gateway_check_without_gateways_says_so(tmp_path):
     assert one_line(tmp_path, "-m", "tests.infra.gateway", "inventory/prod.py") == (
         "inventory/prod.py: the gateways group is empty; nothing to check (add the gateway hosts to `gateways`,"
         " or check a gpu node with python -m tests.infra)")
+
+
+def test_a_control_character_in_a_host_name_is_refused(inventory, validate):
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu\n.invalid")])
+    assert validate(path) == (f"{path}: host 'gpu\\n.invalid': the host name has the control character '\\n' at"
+                              " position 3; expected text without newlines, tabs, NUL or other control characters")
