@@ -350,3 +350,13 @@ def test_a_control_character_in_a_host_name_is_refused(inventory, validate):
     path = inventory.groups(gpu_nodes=[gpu_node("gpu\n.invalid")])
     assert validate(path) == (f"{path}: host 'gpu\\n.invalid': the host name has the control character '\\n' at"
                               " position 3; expected text without newlines, tabs, NUL or other control characters")
+
+
+def test_gateway_lock_checks_its_stack_file_before_asking_the_index(tmp_path):
+    # A missing stack file is named before uv asks any index (no fake uv needed: it never runs).
+    missing = tmp_path / "missing.yml"
+    result = subprocess.run([sys.executable, "-m", "roles.gateway.lock", str(missing), "1.13.0"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "UV_INDEX_URL": "http://0.0.0.0:9/"})
+    assert (result.returncode, result.stderr) == (2, f"{missing}: no such stack file; expected the stack file the lock"
+                                                     " goes beside, e.g. inventory/stack.yml\n")
+    assert not (tmp_path / "locks").exists()
