@@ -71,13 +71,18 @@ GUEST_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys")
 # carries "what would be valid" for the one-line message.
 
 
+_RULE_TEXT: dict[int, str] = {}  # id of a check()'s validator (module-level, never freed) -> its text
+
+
 def check(predicate: Callable[[Any], Any], valid: str) -> AfterValidator:
     def run(value):
         if not predicate(value):
             raise PydanticCustomError("inference_host", "{valid}", {"valid": valid})
         return value
 
-    return AfterValidator(run)
+    validator = AfterValidator(run)
+    _RULE_TEXT[id(validator)] = valid  # what a wrong type's message names too (_rule_text)
+    return validator
 
 
 def one_of(*choices) -> AfterValidator:
@@ -880,7 +885,16 @@ def type_text(annotation: Any) -> str:
 def _expected_type(annotation: Any) -> str:
     words = {"int": "an integer", "str": "a string", "bool": "True or False",
              "float": "a number", "None": "None"}
-    return " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
+    text = " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
+    rule = _rule_text(annotation)
+    return f"{text} ({rule})" if rule else text
+
+
+def _rule_text(annotation: Any) -> str | None:
+    """The `check` rule's text inside a field's type (Annotated[int, tcp_port] | None: 1 to 65535)."""
+    if typing.get_origin(annotation) is Annotated:
+        return next((_RULE_TEXT[id(m)] for m in annotation.__metadata__ if id(m) in _RULE_TEXT), None)
+    return next((rule for arg in typing.get_args(annotation) if (rule := _rule_text(arg))), None)
 
 
 def section_keys() -> dict[str, type[Section]]:

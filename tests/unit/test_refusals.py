@@ -272,7 +272,7 @@ def test_a_long_value_is_cut_in_the_message(inventory, tmp_path):
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ({"ssh_port": "twenty-two"}, "ssh_port = 'twenty-two' is invalid; expected an integer or None"),
+    ({"ssh_port": "twenty-two"}, "ssh_port = 'twenty-two' is invalid; expected an integer or None (1 to 65535)"),
     ({"ssh_port": 70000}, "ssh_port = 70000 is invalid; expected 1 to 65535"),
     ({"ssh_key": "~/.ssh/missing_key"}, "ssh_key = '~/.ssh/missing_key' is invalid; expected an existing private key"
                                          " file on this machine"),
