@@ -360,3 +360,16 @@ def test_gateway_lock_checks_its_stack_file_before_asking_the_index(tmp_path):
     assert (result.returncode, result.stderr) == (2, f"{missing}: no such stack file; expected the stack file the lock"
                                                      " goes beside, e.g. inventory/stack.yml\n")
     assert not (tmp_path / "locks").exists()
+
+
+def test_a_deploy_refuses_a_host_listed_twice_before_connecting(inventory, tmp_path):
+    # Under pyinfra's CLI the groups come from the file's own globals (validation.py): the same check.
+    path = inventory.write(
+        "from validation import require_valid_inventory\n"
+        "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8}),"
+        " ('@docker/ih-unit-never-started', {'gpu_count': 8})]\n"
+        "require_valid_inventory(__file__)\n")
+    pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
+    assert one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py") == (
+        f"{path}: host @docker/ih-unit-never-started is listed twice in gpu_nodes (entries 1 and 2); expected each"
+        " host once per group, with all its data in that one entry")
