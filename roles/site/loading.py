@@ -245,6 +245,30 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
         raise SystemExit(2) from None
 
 
+def one_line_inventory_errors() -> None:
+    """Under pyinfra's CLI, a Python error in the inventory (or its group data) as the one line
+    the project's own commands print (FILE:LINE: NameError: ...), exit 2, in place of pyinfra's
+    traceback: the inventory is user input like any setting. Called from config.py, which
+    pyinfra_cli/cli.py (3.x) runs before it loads the inventory; it wraps that one call
+    (cli.make_inventory), so errors in deploy code keep pyinfra's traceback."""
+    from pyinfra_cli import cli
+    from pyinfra_cli.exceptions import UnexpectedExternalError
+
+    make_inventory = cli.make_inventory
+    if getattr(make_inventory, "one_line_errors", False):
+        return
+
+    def make_inventory_or_one_line(inventory, *args, **kwargs):
+        try:
+            return make_inventory(inventory, *args, **kwargs)
+        except (UnexpectedExternalError, SyntaxError) as error:
+            print_problems(SiteError([python_error(error, [Path(inventory)])]))
+            raise SystemExit(2) from None
+
+    make_inventory_or_one_line.one_line_errors = True
+    cli.make_inventory = make_inventory_or_one_line
+
+
 def _under_pyinfra_cli() -> bool:
     import pyinfra
 

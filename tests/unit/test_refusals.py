@@ -373,3 +373,15 @@ def test_a_deploy_refuses_a_host_listed_twice_before_connecting(inventory, tmp_p
     assert one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py") == (
         f"{path}: host @docker/ih-unit-never-started is listed twice in gpu_nodes (entries 1 and 2); expected each"
         " host once per group, with all its data in that one entry")
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8})]\nx = undefined_name\n",
+     "{path}:2: NameError: name 'undefined_name' is not defined"),
+    ("gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8})\n", "{path}:1: SyntaxError: '[' was never closed"),
+])
+def test_a_deploy_prints_an_inventorys_python_error_in_one_line(inventory, tmp_path, source, message):
+    # config.py (pyinfra runs it before the inventory) turns pyinfra's traceback into the one line.
+    path = inventory.write(source)
+    pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
+    assert one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py") == message.format(path=path)
