@@ -125,7 +125,7 @@ def cpu_lock_text(site: Site, settings: HostSettings, stack: EngineStack) -> str
     why = stack_lock.tampered(text)
     if why:
         raise SiteError([f"{path}: {why}; make it again: {command}"])
-    return text
+    return stack_lock.unsealed(text)
 
 
 def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:

@@ -147,13 +147,15 @@ def _header(what: str, stack_file: str, command: str, roots: list[str], target: 
     return "\n".join(lines) + "\n"
 
 
-def _unsealed(text: str) -> str:
+def unsealed(text: str) -> str:
+    """The lock without its seal line: what hosts install and what environment stamps hash, so
+    that sealing a lock changes nothing on a host (the seal is the control machine's check)."""
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(SEAL_LINE))
 
 
 def sealed(text: str) -> str:
     """The lock with its seal line, right after the pins digest (the header's last line)."""
-    text = _unsealed(text)
+    text = unsealed(text)
     seal = SEAL_LINE + hashlib.sha256(text.encode()).hexdigest() + "\n"
     lines = text.splitlines(keepends=True)
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith(DIGEST_LINE)), 0)
@@ -166,7 +168,7 @@ def tampered(text: str) -> str | None:
                     None)
     if recorded is None:
         return "it has no lock-sha256 seal line (made by an older lock command, or written by hand)"
-    if recorded != hashlib.sha256(_unsealed(text).encode()).hexdigest():
+    if recorded != hashlib.sha256(unsealed(text).encode()).hexdigest():
         return "it was edited after its lock command wrote it (the lock-sha256 seal no longer matches)"
     return None
 

@@ -72,7 +72,7 @@ class Stack:
     path: str = ""
 
     def lock_text(self, stack_id: str) -> str:
-        return lock.lock_path(Path(self.path), stack_id).read_text()
+        return lock.unsealed(lock.lock_path(Path(self.path), stack_id).read_text())
 
 
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks"}

