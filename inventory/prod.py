@@ -22,6 +22,8 @@ from validation import require_valid_inventory
 _site = {
     "stack_file": "stack.yml",
     "secrets_file": "secrets.vault.yml",
+    # Serve with another stack of stack.yml than its `active` (EAGLE-3 needs 0.5.10):
+    # "stack": "sglang-0.5.10-cu128",
 }
 
 # The 8 GPUs as the Proxmox node sees them (`lspci -D -d 10de: | grep -i 'VGA\|3D'`).

@@ -26,7 +26,7 @@ from pathlib import Path
 import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
 from roles.shared import pve, templates
 from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
-from roles.site.errors import print_problems
+from roles.site.errors import output_path_problem, print_problems
 
 MASK = "***"
 
@@ -250,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--engine-diff needs --model-dir (the model's config files)")
     try:
         site = load_site(args.inventory)
+        if args.out:
+            problem = output_path_problem("--out", args.out, folder=True)
+            if problem:
+                raise SiteError([problem])
         if args.engine_diff:
             print(engine_diff(site, args.engine_diff, args.model_dir, args.draft_model_dir, args.python), end="")
     except SiteError as error:

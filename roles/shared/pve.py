@@ -246,9 +246,19 @@ def lxc_features(features: list[str]) -> str:
     return print_property_string({name: 1 for name in features})
 
 
+def address_keys(ip: str, gateway: str | None) -> dict[str, str | None]:
+    """guest_ip / guest_gateway under the keys Proxmox takes them: an IPv6 address is ip6= and
+    gw6= (pve-container src/PVE/LXC/Config.pm $netconf_desc: ip `pve-ipv4-config`, gw `ipv4`,
+    ip6 `pve-ipv6-config`, gw6 `ipv6`; qemu-server src/PVE/QemuServer.pm $ipconfig_fmt has the
+    same four keys), never ip=, which Proxmox refuses for one."""
+    if ":" in ip:  # an IPv6/CIDR (the site model admits only dhcp, manual and CIDRs)
+        return {"ip6": ip, "gw6": gateway}
+    return {"ip": ip, "gw": gateway}
+
+
 def lxc_net0(bridge: str, ip: str, gateway: str | None, hwaddr: str | None = None) -> str:
     return print_property_string(
-        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, "ip": ip, "gw": gateway,
+        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, **address_keys(ip, gateway),
          "type": "veth"},
         required=("name",),
     )

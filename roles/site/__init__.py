@@ -24,6 +24,8 @@ Host data keys are flat and prefixed by the section they belong to (``serving_po
 silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
 """
 
+import warnings
+
 from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
@@ -78,7 +80,32 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "require_valid_inventory":
-        # The hook lives above the model so that it can register the roles' checks.
-        raise ImportError("require_valid_inventory moved: `from validation import require_valid_inventory`"
-                          " (validation.py at the project root)")
+        # The hook lives above the model so that it can register the roles' checks: an old
+        # inventory is refused in one line. Our loaders print an ImportError as FILE:LINE;
+        # under pyinfra's CLI (which prints a traceback for any Exception from an inventory)
+        # the line is printed here and SystemExit, which pyinfra does not wrap, ends the run.
+        import sys
+
+        moved = ("ImportError: require_valid_inventory moved: write"
+                 " `from validation import require_valid_inventory` (validation.py at the project root)")
+        import pyinfra
+
+        if getattr(pyinfra, "is_cli", False):
+            caller = sys._getframe(1)
+            while caller.f_back and caller.f_code.co_filename.startswith("<frozen"):
+                caller = caller.f_back  # importlib's own frames
+            print(f"inference-host: 1 problem(s) in the inventory; no host was contacted:\n"
+                  f"  - {caller.f_code.co_filename}:{caller.f_lineno}: {moved}", file=sys.stderr)
+            raise SystemExit(2)
+        raise ImportError(moved.removeprefix("ImportError: "))
     raise AttributeError(f"module 'roles.site' has no attribute {name!r}")
+
+
+# (At the end of this package's import, which is before runpy's check.)
+# `python -m roles.site.vault` runs a module this package has already imported (loading reads
+# the vault's key names), so runpy warns on every call that it runs it a second time as
+# __main__. Here that is harmless (the module defines functions only): the warning is silenced
+# for this one module, by its exact text (CPython 3.11 Lib/runpy.py _get_module_details).
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'")
+

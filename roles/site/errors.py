@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import difflib
 import sys
+import traceback
 from pathlib import Path
+
+# Values echoed in a message are cut to this many characters: a 200,000-character value must
+# not fill the terminal, and the start is enough to find it in the file.
+SHOWN_CHARACTERS = 80
 
 
 class SiteError(Exception):
@@ -19,9 +24,41 @@ def unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[
     for key in raw:
         if key not in known:
             problems.append(
-                f"{where}: unknown key {prefix}{key} = {raw[key]!r}; valid keys: "
+                f"{where}: unknown key {prefix}{key} = {shown(raw[key])}; valid keys: "
                 + ", ".join(sorted(prefix + k for k in known))
             )
+
+
+def shown(value) -> str:
+    """repr(value) for a message, cut at SHOWN_CHARACTERS with the full length named."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
+    return f"{text[:SHOWN_CHARACTERS]}… ({length})"
+
+
+def python_error(error: BaseException, user_files: list[Path]) -> str:
+    """`FILE:LINE: NameError: ...` for a Python error raised while an inventory (or its
+    group_data) ran: the deepest frame in one of the user's files, without a traceback.
+
+    pyinfra_cli/util.py (3.10) exec_file wraps it as UnexpectedExternalError(e, filename): the
+    original is its `exception` (its click message attribute is never set, so str() of the
+    wrapper itself fails)."""
+    original = getattr(error, "exception", None) or error
+    if isinstance(original, SyntaxError) and original.filename:
+        where = f"{display(Path(original.filename))}:{original.lineno}"
+        return f"{where}: SyntaxError: {original.msg}"
+    wanted = {p.resolve() for p in user_files}
+    frames = traceback.extract_tb(original.__traceback__)
+    mine = [f for f in frames if Path(f.filename).resolve() in wanted
+            or Path(f.filename).resolve().parent.name == "group_data"]
+    frame = (mine or frames or [None])[-1]
+    where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
+    message = str(original).splitlines()[0] if str(original) else ""
+    if len(message) > 2 * SHOWN_CHARACTERS:
+        message = f"{message[:2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
+    return f"{where}: {type(original).__name__}" + (f": {message}" if message else "")
 
 
 def display(path: Path) -> str:
@@ -42,3 +79,25 @@ def print_problems(error: SiteError) -> None:
     for problem in error.problems:
         print(f"  - {problem}", file=sys.stderr)
 
+
+
+def output_path_problem(flag: str, path: Path, folder: bool = False) -> str | None:
+    """Why a command cannot write its output at path (checked before it connects to anything:
+    a run of minutes must not end at writing its report), or None. folder: the path is a
+    folder the command fills (made when missing), else a file. The folder it goes in must
+    exist: a mistyped path is refused rather than made."""
+    import os
+
+    path = Path(path).expanduser()
+    what = "a folder" if folder else "a file path"
+    if folder and path.exists() and not path.is_dir():
+        return f"{flag} {shown(str(path))} is a file; expected {what} (new or existing)"
+    if not folder and path.is_dir():
+        return f"{flag} {shown(str(path))} is a folder; expected {what}"
+    parent = path.parent
+    if not parent.is_dir():
+        kind = "a file" if parent.exists() else "missing"
+        return f"{flag} {shown(str(path))}: {shown(str(parent))} is {kind}; expected {what} in an existing folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{flag} {shown(str(path))}: not writable by this user; expected {what} you can write"
+    return None

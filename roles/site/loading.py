@@ -3,15 +3,16 @@ and the validation every inventory runs before pyinfra connects (through validat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from roles.site import lock, vault
-from roles.site.errors import SiteError, closest, display, print_problems
+from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
 from roles.site.rules import check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
-from roles.site.stack import load_stack
+from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
 
 # Checks run before a deploy (under pyinfra's CLI only), registered by validation.py:
@@ -25,12 +26,20 @@ def register_deploy_check(check: DeployCheck) -> None:
         DEPLOY_CHECKS.append(check)
 
 
-def site_from_inventory(inventory, inventory_file: str) -> Site:
+def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | None = None) -> Site:
+    """The typed site. listed_groups: the inventory file's own groups as it wrote them (before
+    pyinfra merged them), when known: a host listed twice, or given two values for one key, is
+    refused instead of one entry silently winning."""
     problems: list[str] = []
     where = display(Path(inventory_file))
     file_group = Path(inventory_file).stem
     hosts: dict[str, HostSettings] = {}
     raw_data: dict[str, dict] = {}
+    if listed_groups is not None:
+        _check_listing(listed_groups, where, problems)
+    if not any(True for _ in inventory):
+        problems.append(f"{where}: no host in the inventory; expected at least one host in one of the"
+                        f" groups {', '.join(KNOWN_GROUPS)} (a list named after the group)")
     for group in inventory.groups:
         if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
             problems.append(
@@ -49,6 +58,8 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         stack = load_stack(stack_path)
     except SiteError as error:
         problems.extend(error.problems)
+    if stack is not None and "stack" in site_values:
+        stack = _chosen_stack(stack, site_values["stack"], where, problems)
     if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):
         # Every stack an engine host may be pointed at has a lock made from its current pins
         # (local files only: no network while the inventory loads).
@@ -63,7 +74,7 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
         try:
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
-            problems.append(f"{where}: secrets_file = {site_values['secrets_file']!r}: {error}")
+            problems.append(f"{where}: secrets_file = {shown(site_values['secrets_file'])}: {error}")
     check_site(hosts, where, secret_names, secrets_file, problems, stack)
     check_driver_match(hosts, stack, where, problems)
     check_weights(hosts, where, problems)
@@ -78,17 +89,66 @@ def site_from_inventory(inventory, inventory_file: str) -> Site:
     )
 
 
+def _entries(group_value) -> list[tuple[str, dict]]:
+    """(name, data) of each host a group lists (pyinfra: a list of names or (name, data)
+    tuples, or a (hosts, group data) tuple)."""
+    hosts = group_value[0] if isinstance(group_value, tuple) else group_value
+    entries = []
+    for host in hosts or []:
+        if isinstance(host, tuple) and len(host) == 2 and isinstance(host[1], dict):
+            entries.append((str(host[0]), host[1]))
+        elif isinstance(host, str):
+            entries.append((host, {}))
+    return entries
+
+
+def _check_listing(groups: dict, where: str, problems: list[str]) -> None:
+    """pyinfra merges a host's entries with dict.update in the file's group order (later wins,
+    pyinfra/api/inventory.py make_hosts_and_groups): a host listed twice in one group, or two
+    groups giving one key two values, is almost always a mistake that would pass silently."""
+    first_value: dict[tuple[str, str], tuple[str, object]] = {}
+    for group, value in groups.items():
+        if group == "all":
+            continue
+        seen: dict[str, int] = {}
+        for position, (name, data) in enumerate(_entries(value), start=1):
+            if name in seen:
+                problems.append(f"{where}: host {name} is listed twice in {group} (entries {seen[name]}"
+                                f" and {position}); expected each host once per group, with all its data"
+                                " in that one entry")
+                continue
+            seen[name] = position
+            for key, item in data.items():
+                earlier = first_value.setdefault((name, key), (group, item))
+                if earlier[0] != group and earlier[1] != item:
+                    problems.append(f"{where}: host {name}: {key} = {shown(item)} in {group} but"
+                                    f" {shown(earlier[1])} in {earlier[0]}; expected one value (set"
+                                    " it in one group only)")
+
+
+def _chosen_stack(stack: Stack, stack_id: str, where: str, problems: list[str]) -> Stack | None:
+    """The inventory's `stack` in place of the stack file's `active`: one inventory can serve
+    with another stack of the same file (EAGLE-3 on sglang-0.5.10) without a copy of it."""
+    if stack_id not in stack.stacks:
+        problems.append(f"{where}: stack = {shown(stack_id)} is not a stack of {stack.file}"
+                        f"{closest(stack_id, stack.stacks)}; expected one of: {', '.join(stack.stacks)}")
+        return None
+    return dataclasses.replace(stack, active=stack.stacks[stack_id])
+
+
 def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> dict[str, str]:
     """stack_file / secrets_file must be the same for every host (they describe the site)."""
     values: dict[str, str] = {}
     for key in SITE_KEYS:
-        seen = {data[key] for data in raw_data.values() if key in data}
+        seen = {repr(data[key]): data[key] for data in raw_data.values() if key in data}
         if len(seen) > 1:
-            problems.append(f"{where}: {key} differs between hosts ({sorted(seen)}); expected one value")
+            problems.append(f"{where}: {key} differs between hosts ({', '.join(sorted(seen))});"
+                            " expected one value")
         elif seen:
-            value = seen.pop()
+            value = seen.popitem()[1]
             if not isinstance(value, str):
-                problems.append(f"{where}: {key} = {value!r} is invalid; expected a path string")
+                expected = "a stack id string" if key == "stack" else "a path string"
+                problems.append(f"{where}: {key} = {shown(value)} is invalid; expected {expected}")
             else:
                 values[key] = value
     return values
@@ -98,16 +158,28 @@ def _pyinfra_inventory(path: Path):
     """The Inventory pyinfra's CLI would build from this file (group_data included)."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
+    from pyinfra_cli import inventory as cli_inventory
     from pyinfra_cli.inventory import make_inventory_from_files
 
     key = str(path.resolve())
     _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
+    # The groups as the file wrote them, for _check_listing (make_inventory_from_files merges
+    # them): kept from pyinfra's own reading of the file, which runs it once.
+    original = cli_inventory._get_groups_from_filename
+
+    def keep_groups(filename):
+        groups = original(filename)
+        _LISTED_GROUPS[key] = dict(groups)
+        return groups
+
+    cli_inventory._get_groups_from_filename = keep_groups
     try:
         if ctx_state.isset():  # inside pyinfra: reuse its state
             return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
         with ctx_state.use(State()):
             return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
     finally:
+        cli_inventory._get_groups_from_filename = original
         _VALIDATING.discard(key)
 
 
@@ -121,12 +193,12 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
     except SiteError:
         raise
     except Exception as error:  # a Python error in the user's inventory or group data
-        cause = getattr(error, "__cause__", None) or error
-        raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
-    return site_from_inventory(inventory, str(path))
+        raise SiteError([python_error(error, [path])]) from None
+    return site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
 
 
 _VALIDATING: set[str] = set()
+_LISTED_GROUPS: dict[str, dict] = {}
 _LOADED_INVENTORY: list[str] = []
 
 
@@ -162,9 +234,8 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
         try:
             inventory = _inventory_from_namespace(path, namespace)
         except Exception as error:  # a Python error in the group data
-            cause = getattr(error, "__cause__", None) or error
-            raise SiteError([f"{display(path)}: could not be loaded: {cause}"]) from error
-        site = site_from_inventory(inventory, str(path))
+            raise SiteError([python_error(error, [path])]) from None
+        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
         if _under_pyinfra_cli():
             _require_decryptable(site)
             for check in DEPLOY_CHECKS:
@@ -172,6 +243,30 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
     except SiteError as error:
         print_problems(error)
         raise SystemExit(2) from None
+
+
+def one_line_inventory_errors() -> None:
+    """Under pyinfra's CLI, a Python error in the inventory (or its group data) as the one line
+    the project's own commands print (FILE:LINE: NameError: ...), exit 2, in place of pyinfra's
+    traceback: the inventory is user input like any setting. Called from config.py, which
+    pyinfra_cli/cli.py (3.x) runs before it loads the inventory; it wraps that one call
+    (cli.make_inventory), so errors in deploy code keep pyinfra's traceback."""
+    from pyinfra_cli import cli
+    from pyinfra_cli.exceptions import UnexpectedExternalError
+
+    make_inventory = cli.make_inventory
+    if getattr(make_inventory, "one_line_errors", False):
+        return
+
+    def make_inventory_or_one_line(inventory, *args, **kwargs):
+        try:
+            return make_inventory(inventory, *args, **kwargs)
+        except (UnexpectedExternalError, SyntaxError) as error:
+            print_problems(SiteError([python_error(error, [Path(inventory)])]))
+            raise SystemExit(2) from None
+
+    make_inventory_or_one_line.one_line_errors = True
+    cli.make_inventory = make_inventory_or_one_line
 
 
 def _under_pyinfra_cli() -> bool:

@@ -32,6 +32,9 @@ LOCKS_DIR = "locks"
 # Ubuntu 24.04 (the gpu nodes) has glibc 2.39: wheels tagged up to manylinux_2_39 run there.
 TARGET_PLATFORM = "x86_64-manylinux_2_39"
 DIGEST_LINE = "# pins-sha256: "
+# sha256 of the whole lock but this line: a hand edit anywhere (a version, a hash, a header
+# line) no longer matches it. The lock commands write it (sealed); loading checks it (tampered).
+SEAL_LINE = "# lock-sha256: "
 BUILT_LINE = "# built from source (the builder's wheelhouse, not in this lock): "
 OVERRIDE_LINE = "# override (replaces the resolved pin; the stack file says why): "
 _ENTRY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
@@ -63,6 +66,9 @@ def requirements_lock_problem(lock: Path, requirements: list[str], python: str, 
     if recorded_digest(text) != requirements_digest(requirements, python):
         return (f"{lock.name} was not made from the current {len(requirements)} requirements"
                 f" (python {python}); re-lock with `{command}` and commit the new lock")
+    why = tampered(text)
+    if why:
+        return f"{lock.name}: {why}; re-lock with `{command}` and commit the new lock"
     return None
 
 
@@ -145,6 +151,39 @@ def _header(what: str, stack_file: str, command: str, roots: list[str], target: 
              f"# made by: {command}", f"# resolves: {' '.join(roots)}", f"# for: {target}",
              *extra, DIGEST_LINE + digest]
     return "\n".join(lines) + "\n"
+
+
+def unsealed(text: str) -> str:
+    """The lock without its seal line: what hosts install and what environment stamps hash, so
+    that sealing a lock changes nothing on a host (the seal is the control machine's check)."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(SEAL_LINE))
+
+
+def sealed(text: str) -> str:
+    """The lock with its seal line, right after the pins digest (the header's last line)."""
+    text = unsealed(text)
+    seal = SEAL_LINE + hashlib.sha256(text.encode()).hexdigest() + "\n"
+    lines = text.splitlines(keepends=True)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith(DIGEST_LINE)), 0)
+    return "".join(lines[:at]) + seal + "".join(lines[at:])
+
+
+def tampered(text: str) -> str | None:
+    """Why the lock is not as its command wrote it, or None."""
+    recorded = next((line[len(SEAL_LINE):].strip() for line in text.splitlines() if line.startswith(SEAL_LINE)),
+                    None)
+    if recorded is None:
+        return "it has no lock-sha256 seal line (made by an older lock command, or written by hand)"
+    if recorded != hashlib.sha256(unsealed(text).encode()).hexdigest():
+        return "it was edited after its lock command wrote it (the lock-sha256 seal no longer matches)"
+    return None
+
+
+def body(text: str) -> str:
+    """The lock's entries as its resolver wrote them: everything after the header."""
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[at:])
 
 
 def recorded_digest(text: str) -> str | None:
@@ -261,6 +300,9 @@ def _stale(path: Path, where: str, remake: str, digest: str, pins: str) -> list[
     if recorded_digest(text) != digest:
         return [f"{where}: the pins ({pins}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
                 f" `{remake}` and commit the new lock"]
+    why = tampered(text)
+    if why:
+        return [f"{where}: {LOCKS_DIR}/{path.name}: {why}; re-lock with `{remake}` and commit the new lock"]
     return []
 
 

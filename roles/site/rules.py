@@ -4,11 +4,13 @@ the release's CLI) are registered from above the model: see validation.py."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from roles.site.errors import shown
 from roles.site.schema import (
     KVM_MAX_HOSTPCI,
     LXC_MAX_DEVICES,
@@ -77,7 +79,7 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
                     + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
                 )
         if host.sglang.install_leave_out and host.sglang.install_mode == "full":
-            problems.append(f"{here}: sglang_install_leave_out = {host.sglang.install_leave_out!r} with"
+            problems.append(f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
                             " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
                             " no leave-out or sglang_install_mode = 'no-gpu-deps'")
         speculative_problem = _speculative_problem(host.serving.speculative)
@@ -223,7 +225,7 @@ def _speculative_problem(speculative: dict | None) -> str | None:
     except ValidationError as error:
         reasons = "; ".join(_reason(detail) for detail in error.errors())
         return (
-            f"serving_speculative = {speculative!r} is invalid ({reasons});"
+            f"serving_speculative = {shown(speculative)} is invalid ({reasons});"
             " expected {'draft_model_path': '/models/...', 'algorithm': 'EAGLE3',"
             " 'num_steps': 3, 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
             " 'draft_config': '<drafter config.json>', 'target_config': '<target config.json>'}"
@@ -239,7 +241,7 @@ def _reason(detail: dict) -> str:
     if detail["type"] == "extra_forbidden":
         return f"unknown key {where}"
     valid = detail["ctx"]["valid"] if detail["type"] == "inference_host" else detail["msg"]
-    return f"{where} {detail['input']!r}: {valid}"
+    return f"{where} {shown(detail['input'])}: {valid}"
 
 
 def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, problems) -> None:
@@ -253,10 +255,11 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
         )
     else:
         vmids[guest.vmid] = host.name
+    _check_guest_address(host, here, problems)
     node = site_hosts.get(guest.node) if guest.node else None
     if node is None or not node.in_group("proxmox_hosts"):
         problems.append(
-            f"{here}: guest_node = {guest.node!r} is not a host of the proxmox_hosts group; expected one of: "
+            f"{here}: guest_node = {shown(guest.node)} is not a host of the proxmox_hosts group; expected one of: "
             + (", ".join(h.name for h in site_hosts.values() if h.in_group("proxmox_hosts")) or "(none)")
         )
     kind = "lxc" if host.in_group("lxc_guests") else "kvm"
@@ -289,6 +292,21 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
         _check_lxc_indices(host, here, problems)
     else:
         _check_kvm_passthrough(host, here, problems)
+
+
+def _check_guest_address(host: HostSettings, here: str, problems: list[str]) -> None:
+    """Proxmox takes one family per key pair (ip/gw, ip6/gw6): the gateway must be of guest_ip's."""
+    guest = host.guest
+    if not guest.gateway or not host.valid("guest_ip", "guest_gateway"):
+        return
+    if guest.ip in ("dhcp", "manual"):
+        return
+    ip_version = ipaddress.ip_interface(guest.ip).version
+    gateway_version = ipaddress.ip_address(guest.gateway).version
+    if ip_version != gateway_version:
+        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway_version} but guest_ip ="
+                        f" {guest.ip!r} is IPv{ip_version}; expected a gateway of the same family"
+                        " (Proxmox writes ip/gw and ip6/gw6 as pairs)")
 
 
 def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:

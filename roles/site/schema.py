@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from roles.site.errors import closest
+from roles.site.errors import closest, shown
 from roles.site.stack import DRIVER_VERSION_RE, Stack
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +55,7 @@ SSH_PUBLIC_KEY_RE = re.compile(
     r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
 # qemu-server src/PVE/QemuServer/Machine.pm (stable-bookworm), machine type pattern.
 QEMU_MACHINE_RE = re.compile(
@@ -72,13 +73,18 @@ GUEST_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys")
 # carries "what would be valid" for the one-line message.
 
 
+_RULE_TEXT: dict[int, str] = {}  # id of a check()'s validator (module-level, never freed) -> its text
+
+
 def check(predicate: Callable[[Any], Any], valid: str) -> AfterValidator:
     def run(value):
         if not predicate(value):
             raise PydanticCustomError("inference_host", "{valid}", {"valid": valid})
         return value
 
-    return AfterValidator(run)
+    validator = AfterValidator(run)
+    _RULE_TEXT[id(validator)] = valid  # what a wrong type's message names too (_rule_text)
+    return validator
 
 
 def one_of(*choices) -> AfterValidator:
@@ -107,8 +113,37 @@ AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in 
 UnixName = Annotated[str, check(UNIX_NAME_RE.match,
                                 "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
 SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
-PciAddresses = Annotated[list[str], check(lambda v: all(PCI_ADDRESS_RE.match(a) for a in v),
-                                          "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)")]
+def pci_address(address: str) -> str:
+    """The one spelling of a PCI address: with its domain (01:00.0 is 0000:01:00.0, as lspci -D,
+    sysfs, /proc/driver/nvidia/gpus and Proxmox's hostpci write it), so that two spellings of
+    one GPU are one GPU in every comparison."""
+    return address if address.count(":") == 2 else f"0000:{address}"
+
+
+def _pci_addresses(value: list[str]) -> list[str]:
+    if not all(PCI_ADDRESS_RE.match(a) for a in value):
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"})
+    addresses = [pci_address(a) for a in value]
+    repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+    if repeated:
+        listed = ", ".join(f"{a} {addresses.count(a)} times" for a in repeated)
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": f"each GPU once (01:00.0 and 0000:01:00.0 are one GPU); listed: {listed}"})
+    return addresses
+
+
+def _pci_groups(value: dict[str, int]) -> dict[str, int]:
+    if not all(PCI_ADDRESS_RE.match(k) for k in value):
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": "{PCI address: group number}"})
+    groups = {pci_address(k): group for k, group in value.items()}
+    if len(groups) != len(value):
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": "each GPU once (01:00.0 and 0000:01:00.0 are one GPU)"})
+    return groups
+
+
+PciAddresses = Annotated[list[str], AfterValidator(_pci_addresses)]
 DriverVersion = Annotated[str, check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05")]
 Url = Annotated[str, check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
                            "an http(s) URL without trailing spaces")]
@@ -218,6 +253,36 @@ class NcclSettings(Section):
         "NCCL_MIN_NCHANNELS; None: NCCL's own choice."))
 
 
+def _key_file_exists(value: str) -> bool:
+    """As pyinfra looks for it (pyinfra/connectors/ssh_util.py _resolve_key_paths, 3.x): the
+    path with ~ expanded, then relative to the deploy's folder (the project root)."""
+    key = Path(value).expanduser()
+    return key.is_file() or (PROJECT_ROOT / key).is_file()
+
+
+HOSTNAME_OR_IP = check(lambda v: _is_ip(v) or DNS_NAME_RE.match(v) is not None,
+                       "a DNS name or an IP address")
+
+
+class SshSettings(Section):
+    """How pyinfra reaches the host over SSH: pyinfra's own connector data keys
+    (pyinfra/connectors/ssh.py, 3.x), typed here so that a mistake stops before connecting.
+    pyinfra's other ssh_* keys (ssh_password, ssh_known_hosts_file, ...) pass to it unchecked.
+    Unset: pyinfra's defaults (the inventory name, port 22, the local user, ~/.ssh/config)."""
+
+    PREFIX: ClassVar[str] = "ssh_"
+
+    hostname: Annotated[str, HOSTNAME_OR_IP] | None = Field(None, description=(
+        "The address pyinfra connects to, when the inventory name is not it."))
+    port: Annotated[int, tcp_port] | None = Field(None, description="The SSH port (pyinfra's default: 22).")
+    user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match,
+                               "a user name (letters, digits, _ . @ -)")] | None = Field(None, description=(
+        "The SSH user (pyinfra's default: the local user or ~/.ssh/config)."))
+    key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine")] | None = Field(
+        None, description=("A private key file on the machine that runs pyinfra (~ expanded; a relative"
+                           " path from the current folder or the project root, where pyinfra looks)."))
+
+
 class SpeculativeSettings(BaseModel):
     """serving_speculative: an EAGLE/EAGLE-3 drafter (checked per release by
     roles/serving/speculative.py). draft_config / target_config: copies of the drafter's and the
@@ -310,8 +375,11 @@ class ServingSettings(Section):
     ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = Field(1100, description=(
         "Seconds the readiness wait (/health_generate, vLLM /health) allows after a start; below "
         "the unit's TimeoutStartSec of 1200 s."))
-    extra_env: dict[str, str] = Field({}, description=(
-        "More variables for the engine's EnvironmentFile (mode 0600)."))
+    extra_env: Annotated[dict[str, str], check(
+        lambda v: all(ENV_NAME_RE.match(k) for k in v),
+        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)")] = Field({}, description=(
+        "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
+        " name is an environment variable name (a space or '=' in it would write another one)."))
     custom_all_reduce_pcie: bool = Field(False, description=(
         "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
         "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
@@ -439,11 +507,11 @@ class GuestSettings(Section):
     bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = Field("vmbr0", description=(
         "Bridge of the guest's net0 (LXC and KVM)."))
     ip: Annotated[str, check(lambda v: v in ("dhcp", "manual") or _is_cidr(v),
-                             "'dhcp', 'manual' or an IPv4/CIDR")] = Field("dhcp", description=(
+                             "'dhcp', 'manual', an IPv4/CIDR or an IPv6/CIDR")] = Field("dhcp", description=(
         "net0 address: 'dhcp', 'manual' or an address with prefix (LXC net0, KVM cloud-init "
-        "ipconfig0)."))
-    gateway: Annotated[str, check(_is_ip, "an IPv4 address")] | None = Field(None, description=(
-        "Default gateway for a static guest_ip."))
+        "ipconfig0); an IPv6/CIDR is written as Proxmox takes it (ip6=/gw6=)."))
+    gateway: Annotated[str, check(_is_ip, "an IPv4 or IPv6 address")] | None = Field(None, description=(
+        "Default gateway for a static guest_ip, of the same family."))
     template: Annotated[str, check(
         re.compile(r"^[a-zA-Z][\w.-]*:vztmpl/[^/\s,]+$").match,
         "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
@@ -500,8 +568,7 @@ class ProxmoxSettings(Section):
         "systemd-boot."))
     cpu_vendor: Annotated[str, one_of("auto", "intel", "amd")] = Field("auto", description=(
         "intel_iommu or amd_iommu: auto reads /proc/cpuinfo."))
-    iommu_groups: Annotated[dict[str, int], check(lambda v: all(PCI_ADDRESS_RE.match(k) for k in v),
-                                                  "{PCI address: group number}")] = Field({}, description=(
+    iommu_groups: Annotated[dict[str, int], AfterValidator(_pci_groups)] = Field({}, description=(
         "IOMMU group of each GPU (find /sys/kernel/iommu_groups/ -type l); Proxmox hands a whole "
         "group to vfio-pci, so one group goes to one guest."))
     driver_version: DriverVersion | None = Field(None, description=(
@@ -838,11 +905,14 @@ SECTIONS: tuple[type[Section], ...] = (
     Eagle3TrainingSettings,
     WeightsSettings,
     MonitoringSettings,
+    SshSettings,
 )
 
 # Keys that are not role settings: where the stack and secrets live.
 SITE_KEYS = {
     "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
+    "stack": "id of the stack this inventory serves with, one of the stack file's `stacks`"
+             " (default: the stack file's `active`)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
 
@@ -869,13 +939,18 @@ class HostSettings:
     docker: DockerSettings
     health: HealthSettings = HealthSettings()
     gateway: GatewaySettings = GatewaySettings()
-    # pyinfra's ssh_hostname (connector data): the address the host is reached at.
-    ssh_hostname: str | None = None
+    # pyinfra's connector data: ssh_hostname, ssh_port, ssh_user, ssh_key.
+    ssh: SshSettings = SshSettings()
     eagle3_training: Eagle3TrainingSettings = Eagle3TrainingSettings()
     weights: WeightsSettings = WeightsSettings()
     monitoring: MonitoringSettings = MonitoringSettings()
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
+
+    @property
+    def ssh_hostname(self) -> str | None:
+        """The address the host is reached at (pyinfra's ssh_hostname), when not its name."""
+        return self.ssh.hostname
 
     def valid(self, *keys: str) -> bool:
         return not (set(keys) & self.invalid_keys)
@@ -933,6 +1008,35 @@ def address_of(host: HostSettings) -> str:
 # Typing one host's data: pydantic checks each section; its errors become our one-line messages.
 
 
+# C0 controls, DEL and C1 controls: a newline in a value that lands in a systemd unit, an env
+# file or a command line starts a new directive or variable there (ExecStartPre=... injected
+# through serving_served_model_name), a NUL ends a C string early. No setting needs one.
+CONTROL_CHARACTER_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character_problem(value: Any, path: str = "") -> str | None:
+    """Why a value (strings inside lists and dicts included, keys too) cannot be written
+    anywhere, or None."""
+    if isinstance(value, str):
+        found = CONTROL_CHARACTER_RE.search(value)
+        if found:
+            return (f"has the control character {found.group()!r} at position {found.start()}{path};"
+                    " expected text without newlines, tabs, NUL or other control characters")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = (control_character_problem(key, f" of the key {shown(key)}")
+                       or control_character_problem(item, f" of [{shown(key)}]"))
+            if problem:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = control_character_problem(item, f" of item {index}")
+            if problem:
+                return problem
+    return None
+
+
 def _pyinfra_keys() -> set[str]:
     """Keys pyinfra itself understands: connector data and global operation arguments."""
     try:
@@ -964,7 +1068,16 @@ def type_text(annotation: Any) -> str:
 def _expected_type(annotation: Any) -> str:
     words = {"int": "an integer", "str": "a string", "bool": "True or False",
              "float": "a number", "None": "None"}
-    return " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
+    text = " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
+    rule = _rule_text(annotation)
+    return f"{text} ({rule})" if rule else text
+
+
+def _rule_text(annotation: Any) -> str | None:
+    """The `check` rule's text inside a field's type (Annotated[int, tcp_port] | None: 1 to 65535)."""
+    if typing.get_origin(annotation) is Annotated:
+        return next((_RULE_TEXT[id(m)] for m in annotation.__metadata__ if id(m) in _RULE_TEXT), None)
+    return next((rule for arg in typing.get_args(annotation) if (rule := _rule_text(arg))), None)
 
 
 def section_keys() -> dict[str, type[Section]]:
@@ -997,7 +1110,7 @@ def _build_section(cls: type[Section], data: dict, where: str, problems: list[st
                 valid = detail["ctx"]["valid"]
             else:
                 valid = _expected_type(cls.model_fields[name].annotation)
-            problems.append(f"{where}: {key} = {data[key]!r} is invalid; expected {valid}")
+            problems.append(f"{where}: {key} = {shown(data[key])} is invalid; expected {valid}")
             invalid.add(key)
         return cls.model_validate({k: v for k, v in values.items() if k not in bad})
 
@@ -1011,6 +1124,17 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
+    name_problem = control_character_problem(name)
+    if name_problem:  # the name lands in files too (URLs of replicas, the preview's folders)
+        value_problems.append(f"{where}: host {shown(name)}: the host name {name_problem}")
+    for key in data:
+        if key in pyinfra_keys and key not in known:
+            continue  # pyinfra's own data (a connector's), never written by a role
+        problem = control_character_problem(data[key])
+        if problem:
+            value_problems.append(f"{where}: host {name}: {key} = {shown(data[key])} {problem}")
+            invalid.add(key)
+    data = {key: value for key, value in data.items() if key not in invalid}
     sections = {
         cls.PREFIX.rstrip("_"): _build_section(cls, data, f"{where}: host {name}", value_problems,
                                                unknown, invalid)
@@ -1020,11 +1144,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
         if key in pyinfra_keys:
             continue
         problems.append(
-            f"{where}: host {name}: unknown key {key} = {data[key]!r}"
+            f"{where}: host {name}: unknown key {key} = {shown(data[key])}"
             f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in"
             " docs/settings.md)"
         )
     problems.extend(value_problems)
-    ssh_hostname = data.get("ssh_hostname")
-    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid),
-                        ssh_hostname=str(ssh_hostname) if ssh_hostname else None)
+    return HostSettings(name=name, groups=groups, **sections, invalid_keys=frozenset(invalid))

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import yaml
 
 from roles.site import lock
-from roles.site.errors import SiteError, display, unknown_keys
+from roles.site.errors import SiteError, display, shown, unknown_keys
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
@@ -102,7 +102,7 @@ class Stack:
     monitoring: MonitoringPins | None = None
 
     def lock_text(self, stack_id: str) -> str:
-        return lock.lock_path(Path(self.path), stack_id).read_text()
+        return lock.unsealed(lock.lock_path(Path(self.path), stack_id).read_text())
 
 
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks", "monitoring"}
@@ -129,7 +129,7 @@ def load_stack(path: Path) -> Stack:
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
 
     def bad(field_name: str, value: Any, valid: str) -> None:
-        problems.append(f"{where}: {field_name} = {value!r} is invalid; expected {valid}")
+        problems.append(f"{where}: {field_name} = {shown(value)} is invalid; expected {valid}")
 
     def version(field_name: str, value: Any, pattern=VERSION_RE, valid="a version like 2.9.1"):
         if not isinstance(value, str) or not pattern.match(value):

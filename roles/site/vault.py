@@ -18,6 +18,7 @@ line, and reaches a host only as a file of mode 0600 (see the roles that use the
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -57,6 +58,12 @@ def load(path: Path) -> dict[str, _Encrypted]:
         raise SecretsError(
             "file not found; create it with `uv run python -m roles.site.vault set FILE NAME`"
         ) from None
+    except IsADirectoryError:
+        raise SecretsError("is a folder; expected the secrets file (YAML)") from None
+    except PermissionError:
+        raise SecretsError("cannot be read by this user; expected a readable secrets file") from None
+    except UnicodeDecodeError:
+        raise SecretsError("is not a text file; expected the secrets file (YAML)") from None
     except yaml.YAMLError as error:
         raise SecretsError(f"not valid YAML: {error}") from None
     raw = raw or {}
@@ -136,12 +143,18 @@ def _main(argv: list[str]) -> int:
             if len(argv) != 3:
                 print("usage: python -m roles.site.vault set FILE NAME  (value on stdin)", file=sys.stderr)
                 return 64
+            name = argv[2]
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise SecretsError(f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
+                                   " (the name an inventory's *_secret setting refers to)")
+            if not path.parent.is_dir() or path.is_dir():
+                raise SecretsError("expected a file path in an existing folder")
             value = sys.stdin.readline().rstrip("\n")
             if not value:
                 print("no value on stdin; nothing written", file=sys.stderr)
                 return 65
-            set_secret(path, argv[2], value)
-            print(f"{path}: {argv[2]} set")
+            set_secret(path, name, value)
+            print(f"{path}: {name} set")
     except SecretsError as error:
         print(f"{path}: {error}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from roles.site import SiteError, load_site
+from roles.site.errors import output_path_problem
 from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
@@ -123,6 +124,10 @@ def main(argv=None) -> int:
         targets = _targets(args)
         runs = [(name, url, pytest_arguments(args, name, url, _report_path(args, name or url, len(targets) > 1)))
                 for name, url in targets]
+        report_problem = args.report and output_path_problem(
+            "--report", Path(args.report), folder=len(targets) > 1 or args.report.endswith("/"))
+        if report_problem:
+            raise SiteError([report_problem])
         _validate_expectations(args, targets)
     except SiteError as error:
         print("inference-host health checks: bad input, no host was contacted:", file=sys.stderr)

@@ -43,6 +43,7 @@ import yaml
 
 from roles.shared import eagle3
 from roles.site import SiteError, load_site
+from roles.site.errors import output_path_problem
 from tests.infra import gpu_parsers as parse
 from tests.infra.connection import testinfra_url
 
@@ -450,24 +451,31 @@ def ab_variants(args, host, expect):
 
 def main(argv=None) -> int:
     args = _arguments(argv)
-    try:  # before any host is touched: a benchmark of minutes must not fail at its chart
-        require_matplotlib()
-    except MissingExtra as error:
-        print(f"benchmark: {error}", file=sys.stderr)
-        return 2
     chart = args.chart or args.history.with_suffix(".png")
-    reference = load_reference()
-    if args.chart_only:
-        print(f"chart: {draw_history(read_history(args.history), chart, reference)}")
-        return 0
     if args.compare_engines:
         print(engines_table(read_history(args.history), args.host))
         return 0
     try:
-        target = _target(args)
+        # The inventory and the host first (what the user most likely mistyped), then what the
+        # run needs locally: all before any host is touched, so a benchmark of minutes fails
+        # neither at its chart nor at writing its history.
+        target = None if args.chart_only else _target(args)
+        given = [("--history", args.history)] if args.history != DEFAULT_HISTORY else []
+        given += [("--chart", args.chart)] if args.chart else []
+        problems = [problem for flag, path in given if (problem := output_path_problem(flag, path))]
+        if problems:
+            raise SiteError(problems)
+        require_matplotlib()
     except SiteError as error:
         print("benchmark: bad input, no host was contacted:\n  - " + "\n  - ".join(error.problems), file=sys.stderr)
         return 2
+    except MissingExtra as error:
+        print(f"benchmark: {error}", file=sys.stderr)
+        return 2
+    reference = load_reference()
+    if args.chart_only:
+        print(f"chart: {draw_history(read_history(args.history), chart, reference)}")
+        return 0
     import testinfra
 
     host = testinfra.get_host(target["url"])

@@ -25,7 +25,8 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from roles.site import load_site
+from roles.site import SiteError, load_site
+from roles.site.errors import print_problems
 from tests.infra.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 
 API_KEY_FILE = "/etc/smg/api-key"  # where roles/gateway writes it (API_KEY_FILE there)
@@ -97,12 +98,22 @@ def main(argv=None) -> int:
     from roles.shared.replicas import replicas, worker_url
     from tests.infra.connection import testinfra_url
 
-    site = load_site(args.inventory)
+    try:
+        site = load_site(args.inventory)
+        gateways = [g for g in site.group("gateways") if not args.host or g.name == args.host]
+        if not gateways:
+            # Nothing checked is no verdict: say so and fail, before any host is contacted.
+            known = ", ".join(g.name for g in site.group("gateways"))
+            raise SiteError([f"{args.inventory}: no host {args.host!r} in the gateways group; expected one of:"
+                             f" {known}" if args.host and known else
+                             f"{args.inventory}: the gateways group is empty; nothing to check (add the"
+                             " gateway hosts to `gateways`, or check a gpu node with python -m tests.infra)"])
+    except SiteError as error:
+        print_problems(error)
+        return 2
     expected = [worker_url(node) for node in replicas(site.hosts)]
     worst = 0
-    for gateway in site.group("gateways"):
-        if args.host and gateway.name != args.host:
-            continue
+    for gateway in gateways:
         host = testinfra.get_host(testinfra_url(args.inventory, gateway.name))
         model = replicas(site.hosts)[0].serving.served_model_name
         verdict = check(host.run, gateway.gateway.port, model, expected, args.sudo)

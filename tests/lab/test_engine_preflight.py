@@ -209,11 +209,14 @@ def test_the_0_5_9_lock_with_torchs_own_cudnn_pin_is_refused(python312, model_di
     assert without != text
     (inventory.dir / "stack.yml").write_text(without)
     old_entry = _entry(PROD.stack.lock_text("vllm-0.16.0-cu128"), "nvidia-cudnn-cu12")
-    lock = PROD.stack.lock_text("sglang-0.5.9-cu128")
-    body = lock[lock.index("\n", lock.index("# pins-sha256")) + 1:].replace(
-        _entry(lock, "nvidia-cudnn-cu12"), old_entry)
+    from roles.sglang.lock import committed_body
+
+    lock_file = PROJECT_ROOT / "inventory" / "locks" / "sglang-0.5.9-cu128.txt"
+    body = committed_body(lock_file).replace(_entry(lock_file.read_text(), "nvidia-cudnn-cu12"), old_entry)
     stack = load_stack(inventory.dir / "stack.yml").stacks["sglang-0.5.9-cu128"]
-    (inventory.dir / "locks" / "sglang-0.5.9-cu128.txt").write_text(stack_lock.header(stack, "stack.yml") + body)
+    # Written as the lock command writes a lock: header, body, seal.
+    (inventory.dir / "locks" / "sglang-0.5.9-cu128.txt").write_text(
+        stack_lock.sealed(stack_lock.header(stack, "stack.yml") + body))
     site = load_site(inventory.groups(gpu_nodes=[gpu_node()]))
     assert stack_lock.entries(site.stack.lock_text(stack.id))["nvidia-cudnn-cu12"] == "9.10.2.21"
     verdict = preflight.run(site, site.hosts["gpu1"], site.stack.active, *model_dirs, python=python312)

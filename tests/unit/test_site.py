@@ -224,7 +224,7 @@ def test_missing_stack_file(inventory):
 
 def test_python_error_in_inventory(inventory):
     path = inventory.write("gpu_nodes = [('gpu1', {'gpu_count': 8})\n")
-    assert_names(only_problem(path), "inventory/site.py", "could not be loaded")
+    assert_names(only_problem(path), "inventory/site.py:1: SyntaxError: '[' was never closed")
 
 
 def test_all_problems_are_reported_at_once(inventory):

@@ -4,7 +4,8 @@ drafter served on the stack that has Kimi-K2.5's capture hook, and the training 
 The tiny Kimi-shaped target and drafter configs (tests/lab/data/eagle3) are the copies the site
 model checks against each other; the test puts the same files under /srv/eagle3-models on the lab's gpu
 guest, as weights would be. Set by tests/lab/test_eagle3.py:
-  EAGLE3_LAB_STACK_FILE      a stack file whose `active` is the 0.5.10 stack (the user's edit)
+  EAGLE3_LAB_STACK_FILE      (optional) another stack file; the inventory's `stack` setting
+                             picks the 0.5.10 stack of it (default: inventory/stack.yml)
   EAGLE3_LAB_SPECFORGE_REPO  the stand-in SpecForge repository in the guest, and its commit:
   EAGLE3_LAB_SPECFORGE_COMMIT
   EAGLE3_LAB_DATASET_SHA256  sha256 of the prompts file put at /srv/eagle3/prompts.jsonl
@@ -35,6 +36,8 @@ def _relative(path) -> str:
 
 _site = {
     "stack_file": _relative(os.environ.get("EAGLE3_LAB_STACK_FILE", _ROOT / "inventory" / "stack.yml")),
+    # The stack with Kimi-K2.5's EAGLE-3 capture hook, while stack.yml's `active` stays on 0.5.9.
+    "stack": "sglang-0.5.10-cu128",
     "secrets_file": _relative(_ROOT / "inventory" / _lab["_site"]["secrets_file"]),
 }
 _DATA = _HERE.parent / "data" / "eagle3"
