@@ -130,17 +130,16 @@ def guest_waits(guest: HostSettings) -> str | None:
     node_name = guest.guest.node
     if node_name is None or guest.guest.vmid is None:
         return None
-    node = state.inventory.get_host(node_name)
     kvm = guest.in_group("kvm_guests")
-    fact = KvmGuestState if kvm else LxcGuestState
-    guest_state = node.get_fact(fact, vmid=guest.guest.vmid)
+    guest_state = _guest_state(guest)
     if guest_state is None:
         return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} does not exist"
                 f" on {node_name} yet; the node creates it once it is ready, then continues the"
                 " deploy inside it (continue_in_guests)")
     if guest_state["status"] != "running":
         return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} on {node_name} is"
-                f" {guest_state['status']}; the node starts it, then continues the deploy inside it")
+                f" {guest_state['status']}; the deploy continues inside it once it runs (start it, then run"
+                " the same command again)")
     return None
 
 
@@ -171,11 +170,13 @@ def deploy_pass() -> int:
 
 @deploy("Proxmox guests continue")
 def continue_in_guests() -> None:
-    """The node's last step: when one of its guests waited in this pass (not made or not
-    running yet) or the node rebooted (its guests' plan predates the boot), the same command
-    runs once more and deploys inside them. A converged node plans this step and skips it."""
+    """The node's last step: when one of its guests did not exist as this pass was planned (the
+    node makes it in this pass) or the node rebooted (its guests' plan predates the boot), the
+    same command runs once more and deploys inside them. A guest that exists but stays stopped
+    (a VM with no OS yet) is no reason: another pass would find it stopped again. A converged
+    node plans this step and skips it."""
     settings = current_host()
-    waiting = [g.name for g in guests_of(settings.name) if guest_waits(g)]
+    waiting = [g.name for g in guests_of(settings.name) if g.guest.vmid is not None and _guest_state(g) is None]
     rebooted = _reboots.get(host.name)
     if not waiting and rebooted is None:
         return
@@ -221,6 +222,13 @@ def _next_pass(node: str, guests: list[str]) -> None:
         if guest in state.failed_hosts:
             state.failed_hosts.discard(guest)
     logger.info(f"--> Pass {number} converged {', '.join(guests) or 'the guests'}; back to pass {number - 1}")
+
+
+def _guest_state(guest: HostSettings) -> dict | None:
+    """The guest as its node reports it while pyinfra plans (None: not made yet)."""
+    node = state.inventory.get_host(guest.guest.node)
+    fact = KvmGuestState if guest.in_group("kvm_guests") else LxcGuestState
+    return node.get_fact(fact, vmid=guest.guest.vmid)
 
 
 @deploy("Proxmox guests ready")
