@@ -3,19 +3,21 @@
     uv run pyinfra -y inventory/lab.py deploy.py      # the embedded lab
     uv run pyinfra inventory/prod.py deploy.py        # the real machine
 
-The rebuild is an ordered walk that the same command repeats until it is done:
+The rebuild is an ordered walk, done by ONE run of the command:
 
 1. the Proxmox node is prepared (IOMMU, vfio, nouveau blacklist, kernel headers, the NVIDIA
-   driver built by DKMS, nvidia-uvm at boot);
+   driver built by DKMS, nvidia-uvm at boot, the kernel settings its LXC guests share);
 2. it reboots when anything asked for that (proxmox_allow_reboot; otherwise the node stops
-   with one message saying what to do);
+   with one message saying what to do, and the same command is run again after the reboot);
 3. its guests are created once its driver lists the GPUs (after that reboot), with SSH keys
    for the deploy;
 4. the deploy continues inside each guest its node has made and started.
 
 pyinfra plans every host before it runs anything, so what a step finds only after an earlier
-step ran (a loaded module, a new guest) is used by the next run: a bare node takes three runs
-(README: "First deploy of a new guest"). A guest that is not ready is reported, never an error.
+step ran (a loaded module, a new guest) cannot be in the same plan: the node's last operation
+(continue_in_guests, roles/proxmox_host says why it is built so) runs this command again as a
+second and, from a bare node, third pass, which plans with what the first made. A converged
+site needs one pass. A guest that is not ready is reported, never an error.
 
 Composition happens here and only here: roles never import each other. The node's operations
 come first, then a barrier every host passes (guests_ready), so pyinfra runs all of the nodes'
@@ -35,6 +37,7 @@ from roles.lxc_guest import lxc_guest
 from roles.monitoring import monitoring, watched
 from roles.nvidia_driver import nvidia_driver
 from roles.proxmox_host import (
+    continue_in_guests,
     guest_waits,
     guests_of,
     guests_ready,
@@ -51,7 +54,7 @@ from roles.wheels import wheels
 settings = current_host()
 waiting = guest_waits(settings)  # a guest its node has not made (or started) yet
 if waiting:
-    logger.warning(f"{waiting} (nothing is deployed inside it in this run)")
+    logger.warning(f"{waiting} (nothing is deployed inside it in this pass)")
 engine_host = settings.in_group("gpu_nodes") and not waiting
 builder = settings.in_group("builders") and not waiting
 
@@ -104,3 +107,8 @@ if engine_host:
     # Last, after the barrier too: the health checks judge what every role above left
     # (roles/health), and a failed check is the deploy's last word.
     health()
+
+if settings.in_group("proxmox_hosts"):
+    # The very last step: a guest this pass created (or that waited for the node's reboot) is
+    # deployed by the next pass of the same command, which this starts (roles/proxmox_host).
+    continue_in_guests()

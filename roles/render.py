@@ -5,7 +5,11 @@
 For every host of the inventory, each file the deploy templates is written under
 DIR/<host>/<path on the host>: the engine unit, environment file, launcher and scripts of the
 active stack, the API-key --config file and Hugging Face token with their values replaced by
-***, sysctl, limits, profile, apt pin, modprobe/modules and GRUB files; for a Proxmox node, the
+***, sysctl, limits, profile, apt pin, modprobe/modules and GRUB files; the NVIDIA driver's files
+wherever the deploy installs the driver (a Proxmox node whose LXC guests have GPUs included: apt
+pin, CUDA apt source, nvidia-uvm module and unit); the weights' unit, config and tool on the host
+that downloads them (the node, for an LXC guest's mounted directory), with its Hugging Face token
+masked; kernel settings an LXC guest shares with its node on the node; for a Proxmox node, the
 `pct create` / `qm create` (and `pct set` / `qm set`) command line of each of its guests under
 DIR/<node>/inference-host-commands/. DIR/<host>/inference-host-preview.txt lists what only
 the host itself can decide (facts the deploy reads there). Secrets are never decrypted: no
@@ -25,7 +29,17 @@ from pathlib import Path
 
 import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
 from roles.shared import pve, templates
-from roles.site import PROJECT_ROOT, HostSettings, Site, SiteError, load_site
+from roles.site import (
+    PROJECT_ROOT,
+    HostSettings,
+    Site,
+    SiteError,
+    engine_reads_hub_token,
+    load_site,
+    node_sysctl,
+    own_sysctl,
+    weight_sets_kept_by,
+)
 from roles.site.errors import output_path_problem, print_problems
 
 MASK = "***"
@@ -59,11 +73,17 @@ class Preview:
 def _base(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import base
 
-    p.template(base.SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=settings.base.sysctl)
+    sysctl = own_sysctl(settings)
+    if sysctl:
+        p.template(base.SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=sysctl)
+    left = sorted(set(settings.base.sysctl) - set(sysctl))
+    if left:
+        p.note(f"base_sysctl {', '.join(left)}: the shared kernel's, written on node {settings.guest.node}"
+               f" ({base.SYSCTL_FILE} is removed here)")
     p.template(base.LIMITS_FILE, "roles/base/templates/90-inference-host-limits.conf.j2",
                service_user=settings.base.service_user, nofile=settings.base.limit_nofile,
                memlock=settings.base.limit_memlock)
-    if settings.serving.hf_token_secret:
+    if engine_reads_hub_token(settings, site.hosts):
         p.file(f"{settings.base.data_dir}/.cache/huggingface/token", MASK)
 
 
@@ -77,15 +97,55 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
 
 def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import nvidia_driver
+    from roles.shared import nvidia_repo
 
     version = site.stack.driver_version
+    node = settings.in_group("proxmox_hosts")
     p.template(nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2",
                version=version)
-    if settings.driver_mode == "full":
-        p.template(nvidia_driver.NOUVEAU_BLACKLIST, "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2")
+    if node:  # Proxmox VE 8 is Debian 12 (roles/proxmox_host refuses anything else)
+        distro = nvidia_repo.SUPPORTED[("Debian", 12, None)]
+        p.file(nvidia_repo.cuda_sources_file(distro), nvidia_repo.cuda_sources_line(settings, distro) + "\n")
     else:
+        p.note(f"NVIDIA's CUDA apt source: {nvidia_repo.cuda_repo_url(settings, nvidia_repo.SUPPORTED[('Ubuntu', 24, 4)])}"
+               " (ubuntu2404) or its debian12 path, as the host's distro says")
+    if settings.driver_mode != "full":
         p.note(f"{nvidia_driver.PIN_FILE}: an LXC guest follows its node's loaded module version,"
                f" shown here as stack.yml's pin {version}")
+        return
+    if not node:  # a node's blacklist is roles/proxmox_host's
+        p.template(nvidia_driver.NOUVEAU_BLACKLIST, "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2")
+    # The module at boot: on a node (its kernel) and on a VM or bare metal (inside a container,
+    # the deploy finds no kernel of its own there and leaves these out).
+    p.file(nvidia_driver.UVM_MODULES_FILE, nvidia_driver.UVM_MODULES_TEXT)
+    p.template(f"/etc/systemd/system/{nvidia_driver.UVM_UNIT}",
+               f"roles/nvidia_driver/templates/{nvidia_driver.UVM_UNIT}.j2")
+
+
+def _host_driver(p: Preview, settings: HostSettings, site: Site) -> None:
+    """A Proxmox node gets the driver when one of its LXC guests has GPUs (proxmox_host_driver)."""
+    lxc_gpus = any(g.guest.node == settings.name and g.in_group("lxc_guests") and g.guest.gpu_addresses
+                   for g in site.hosts.values() if g.valid("guest"))
+    if lxc_gpus and settings.proxmox.host_driver:
+        _nvidia_driver(p, settings, site)
+
+
+def _weights(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import weights
+
+    kept = weight_sets_kept_by(site, settings.name)
+    if not kept:
+        return
+    p.file(weights.TOOL, (PROJECT_ROOT / "roles/weights/files/inference-host-weights").read_text())
+    for secret in sorted({ws.token_secret for ws in kept if ws.token_secret}):
+        p.file(weights.token_file(secret), MASK)
+    for ws in kept:
+        p.file(f"{weights.CONFIG_DIR}/{ws.name}.json", weights.config_text(ws))
+        p.template(f"/etc/systemd/system/{weights.unit_name(ws)}.service",
+                   "roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
+    p.note(f"huggingface_hub {weights.HF_HUB_VERSION} and hf_xet {weights.HF_XET_VERSION} are installed into"
+           f" {weights.ENV_DIR} unless its pins file says so; each download starts when its directory is"
+           " not a verified copy of the pinned commit")
 
 
 def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -113,6 +173,9 @@ def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
 
     p.template(node.MODULES_FILE, "roles/proxmox_host/templates/vfio.conf.j2", modules=node.VFIO_MODULES)
     p.template(node.BLACKLIST_FILE, "roles/proxmox_host/templates/blacklist-nouveau.conf.j2")
+    sysctl = node_sysctl(settings, site.hosts)
+    if sysctl:
+        p.template(node.SYSCTL_FILE, "roles/proxmox_host/templates/90-inference-host-node.conf.j2", sysctl=sysctl)
     vendor, loader = settings.proxmox.cpu_vendor, settings.proxmox.boot_loader
     if vendor == "auto" or loader == "auto":
         p.note(f"IOMMU kernel arguments: CPU vendor {vendor!r}, boot loader {loader!r} are read on the node")
@@ -195,8 +258,8 @@ def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
 
 
 ROLES = {  # group -> previews, in deploy.py's order
-    "proxmox_hosts": [_proxmox_host],
-    "gpu_nodes": [_base, _nvidia_driver, _cuda, _serving, _monitoring_gpu],
+    "proxmox_hosts": [_proxmox_host, _host_driver, _weights],
+    "gpu_nodes": [_base, _nvidia_driver, _cuda, _weights, _serving, _monitoring_gpu],
     "gateways": [_gateway],
     "monitors": [_monitoring],
 }

@@ -17,7 +17,15 @@ from roles.base.facts import UvVersion
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
-from roles.site import HostSettings, Stack, current_host, current_site, secret_value
+from roles.site import (
+    HostSettings,
+    Stack,
+    current_host,
+    current_site,
+    engine_reads_hub_token,
+    own_sysctl,
+    secret_value,
+)
 
 SUPPORTED = {("Ubuntu", 24), ("Debian", 12)}
 
@@ -117,15 +125,22 @@ def _service_user(settings: HostSettings) -> None:
 
 
 def _sysctl(settings: HostSettings) -> None:
+    sysctl = own_sysctl(settings)
+    if not sysctl:
+        # An LXC guest shares its node's kernel: its host-wide keys (kernel.numa_balancing) are
+        # written on the node (roles/proxmox_host); a copy here could never apply.
+        files.file(name=f"Remove {SYSCTL_FILE} (kernel settings are the Proxmox node's)",
+                   path=SYSCTL_FILE, present=False)
+        return
     conf = files.template(
         name=f"Write {SYSCTL_FILE}",
         src="roles/base/templates/90-inference-host-sysctl.conf.j2",
         dest=SYSCTL_FILE,
-        sysctl=settings.base.sysctl,
+        sysctl=sysctl,
         mode="0644",
     )
-    # In a container /proc/sys is read-only and these are the host's settings (the Proxmox
-    # node applies them); the file still documents and applies them on a VM or bare metal.
+    # In a container /proc/sys is read-only but for its own namespaces' keys; the lab's
+    # containers share the machine's kernel, which the deploy must not tune.
     in_container = host.get_fact(ContainerVirtualization) is not None
     server.shell(
         name=f"Apply {SYSCTL_FILE}",
@@ -171,10 +186,14 @@ def _uv(settings: HostSettings, stack: Stack) -> None:
 
 def _hf_token(settings: HostSettings) -> None:
     secret = settings.serving.hf_token_secret
-    if not secret:
+    cache = f"{settings.base.data_dir}/.cache/huggingface"
+    if not engine_reads_hub_token(settings, current_site().hosts):
+        # The weights are local files (roles/weights downloads them with its own token file,
+        # on the host that keeps them): the engine host holds no copy of the token.
+        files.file(name=f"Remove {cache}/token (the engine reads no Hub repository)",
+                   path=f"{cache}/token", present=False)
         return
     user, group = settings.base.service_user, settings.base.service_group
-    cache = f"{settings.base.data_dir}/.cache/huggingface"
     for path in (f"{settings.base.data_dir}/.cache", cache):
         files.directory(
             name=f"Create {path} (mode 0700)", path=path, user=user, group=group, mode="0700"

@@ -124,7 +124,7 @@ def lxc_guest(guest: HostSettings) -> None:
     state = host.get_fact(LxcGuestState, vmid=vmid)
     if waiting:
         logger.warning(f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
-                       " run of the same command, once the node has rebooted, goes on with it")
+                       " pass of the same command, once the node has rebooted, goes on with it")
         return
     put_guest_keys(guest)
     if state is None:

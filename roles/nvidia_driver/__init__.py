@@ -36,6 +36,7 @@ PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 UVM_MODULES_FILE = "/etc/modules-load.d/nvidia-uvm.conf"
 UVM_UNIT = "nvidia-uvm-devices.service"
+UVM_MODULES_TEXT = "# Managed by inference-host (roles/nvidia_driver)\nnvidia-uvm\n"
 # Proxmox VE 8's meta-package for the headers of its default kernel series (pulls
 # proxmox-headers-6.8 -> proxmox-headers-6.8.12-N-pve, with /lib/modules/<release>/build).
 PROXMOX_HEADERS = "proxmox-default-headers"
@@ -142,7 +143,7 @@ def _uvm_at_boot(start: bool) -> None:
     count on one (running both is harmless: existing nodes are left as they are)."""
     files.put(
         name=f"Load nvidia-uvm at boot ({UVM_MODULES_FILE})",
-        src=StringIO("# Managed by inference-host (roles/nvidia_driver)\nnvidia-uvm\n"),
+        src=StringIO(UVM_MODULES_TEXT),
         dest=UVM_MODULES_FILE,
         mode="0644",
     )

@@ -7,18 +7,25 @@ marked when any of that changed. When an LXC guest of this node has GPUs, the no
 NVIDIA kernel driver (deploy.py runs roles/nvidia_driver on it, see `needs_host_driver`).
 
 Then `proxmox_reboot` reboots the node once, for every reason marked (with
-proxmox_allow_reboot), or stops the deploy with one message saying what to do; and
-`guest_waits` tells a guest's own deploy whether its node has made it yet.
+proxmox_allow_reboot), or stops the deploy with one message saying what to do;
+`guest_waits` tells a guest's own deploy whether its node has made it yet; and
+`continue_in_guests`, the node's last step, runs the same command once more when a guest
+waited, so that one command takes a bare node to serving guests.
+
+The node's kernel settings (base_sysctl keys an LXC guest shares with it) are written here too.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from io import StringIO
 
 from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files, python, server
 
 from roles.shared import reboot
 from roles.shared.proxmox_facts import (
@@ -29,7 +36,8 @@ from roles.shared.proxmox_facts import (
     LxcGuestState,
     PciDevices,
 )
-from roles.site import HostSettings, current_host, current_site
+from roles.shared.host_facts import ContainerVirtualization
+from roles.site import HostSettings, current_host, current_site, node_sysctl
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
 
@@ -38,6 +46,7 @@ MODULES_FILE = "/etc/modules-load.d/vfio.conf"
 BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
 GRUB_DROPIN = "/etc/default/grub.d/inference-host-iommu.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
+SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-node.conf"
 NVIDIA_VENDOR = "0x10de"
 
 
@@ -82,6 +91,7 @@ def proxmox_host() -> None:
         commands=["touch /run/reboot-required && echo proxmox-host >> /run/reboot-required.pkgs"],
         _if=lambda: boot_changed() or modules_changed(),
     )
+    _sysctl(settings)
 
 
 @deploy("Proxmox node reboot")
@@ -92,7 +102,7 @@ def proxmox_reboot() -> None:
     """
     settings = current_host()
     if settings.proxmox.allow_reboot:
-        reboot.reboot_and_wait(
+        _reboots[host.name] = reboot.reboot_and_wait(
             name=f"Reboot the node when {reboot.MARKER} says so, and wait for it"
                  f" (up to {settings.proxmox.reboot_timeout}s)",
             reboot_timeout=settings.proxmox.reboot_timeout,
@@ -102,9 +112,9 @@ def proxmox_reboot() -> None:
     server.shell(
         name=f"Stop if the node needs a reboot ({reboot.MARKER})",
         commands=[
-            f"echo \"{host.name} needs a reboot ({reboot.why()}): reboot it, or set"
-            " proxmox_allow_reboot = True to let the deploy do it; then run the same command"
-            " again\" >&2; exit 1"
+            f"echo \"{host.name} needs a reboot ({reboot.why()}): reboot it (or set"
+            " proxmox_allow_reboot = True to let the deploy do it), then run the same command"
+            " again: it creates the guests and deploys inside them\" >&2; exit 1"
         ],
         _if=reboot.required_now,
     )
@@ -120,18 +130,105 @@ def guest_waits(guest: HostSettings) -> str | None:
     node_name = guest.guest.node
     if node_name is None or guest.guest.vmid is None:
         return None
-    node = state.inventory.get_host(node_name)
     kvm = guest.in_group("kvm_guests")
-    fact = KvmGuestState if kvm else LxcGuestState
-    guest_state = node.get_fact(fact, vmid=guest.guest.vmid)
+    guest_state = _guest_state(guest)
     if guest_state is None:
         return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} does not exist"
-                f" on {node_name} yet; the node creates it once it is ready, and the next run of the"
-                " same command continues inside it")
+                f" on {node_name} yet; the node creates it once it is ready, then continues the"
+                " deploy inside it (continue_in_guests)")
     if guest_state["status"] != "running":
         return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} on {node_name} is"
-                f" {guest_state['status']}; the next run continues inside it once it runs")
+                f" {guest_state['status']}; the deploy continues inside it once it runs (start it, then run"
+                " the same command again)")
     return None
+
+
+# --- one command from a bare node --------------------------------------------------------------
+#
+# pyinfra 3 plans every host before it runs anything (pyinfra_cli/cli.py: connect_all, then the
+# deploy file is run once per host to collect operations, then api/operations.run_ops), and it
+# connects to every host before planning. What the node does in a run (a rebooted kernel whose
+# driver now lists the GPUs, a guest that now exists) therefore cannot change that run's plan:
+# the guests' operations were decided, or left out, while the node was still bare. There is no
+# API to add operations to a running plan. So the node's last operation runs the same command
+# again, as a child process of this one, once the node is done: the child connects afresh
+# (to the rebooted node and the new guests), plans with their real facts and deploys. Each pass
+# makes progress (pass 1: node prepared and rebooted; pass 2: guests created; pass 3: inside
+# them), at most MAX_PASSES in one command; the passes are numbered in PASS_ENV. A child of the
+# CLI rather than a second State in-process: pyinfra's state, connectors and its output are
+# process-wide (pyinfra.context), and the child is exactly what a user's next run would be.
+
+PASS_ENV = "INFERENCE_HOST_DEPLOY_PASS"
+MAX_PASSES = 3
+_reboots: dict = {}  # node name -> its reboot operation (its did_change: it rebooted in this run)
+_continued: list[str] = []  # the one child per run (several nodes: it covers all of them)
+
+
+def deploy_pass() -> int:
+    return int(os.environ.get(PASS_ENV, "1") or 1)
+
+
+@deploy("Proxmox guests continue")
+def continue_in_guests() -> None:
+    """The node's last step: when one of its guests did not exist as this pass was planned (the
+    node makes it in this pass) or the node rebooted (its guests' plan predates the boot), the
+    same command runs once more and deploys inside them. A guest that exists but stays stopped
+    (a VM with no OS yet) is no reason: another pass would find it stopped again. A converged
+    node plans this step and skips it."""
+    settings = current_host()
+    waiting = [g.name for g in guests_of(settings.name) if g.guest.vmid is not None and _guest_state(g) is None]
+    rebooted = _reboots.get(host.name)
+    if not waiting and rebooted is None:
+        return
+    if deploy_pass() >= MAX_PASSES:
+        if waiting:
+            logger.warning(f"{host.name}: {', '.join(waiting)} still wait{'s' if len(waiting) == 1 else ''}"
+                           f" after {MAX_PASSES} passes; see the messages above, then run the same command again")
+        return
+    what = ", ".join(waiting) if waiting else "its guests"
+    python.call(
+        name=f"Continue the deploy inside {what}: pass {deploy_pass() + 1} of the same command"
+             + ("" if waiting else " (when the node rebooted)"),
+        function=_next_pass,
+        node=host.name,
+        guests=waiting,
+        _if=lambda: bool(waiting) or rebooted.did_change(),
+    )
+
+
+def _next_pass(node: str, guests: list[str]) -> None:
+    """Runs on the control machine: the same pyinfra command line, as a child process sharing
+    this terminal (its output follows this pass's; with --json its own JSON comes first)."""
+    if _continued:
+        logger.info(f"{node}: its guests are in the next pass started by {_continued[0]}")
+        return
+    _continued.append(node)
+    number = deploy_pass() + 1
+    logger.info(f"--> Pass {number} (of at most {MAX_PASSES}): the node is done; the same command runs"
+                f" again for {', '.join(guests) or 'the guests of the rebooted node'} (pyinfra plans"
+                " every host before it runs, so what this pass made is planned by the next)")
+    command = [sys.executable, "-m", "pyinfra", "-y", *sys.argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    done = subprocess.run(command, env={**os.environ, PASS_ENV: str(number)}, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"pass {number} of the deploy (inside {', '.join(guests) or 'the guests'}) failed"
+                           f" with exit status {done.returncode}; its output is above")
+    # A guest that did not exist could not be connected to at the start of this pass: pyinfra
+    # counted it as failed (pyinfra/api/connect.py, connect_all -> state.fail_hosts). The next
+    # pass has deployed it, so this pass's exit status no longer holds that against the run.
+    for name in guests:
+        guest = state.inventory.get_host(name)
+        if guest in state.failed_hosts:
+            state.failed_hosts.discard(guest)
+    logger.info(f"--> Pass {number} converged {', '.join(guests) or 'the guests'}; back to pass {number - 1}")
+
+
+def _guest_state(guest: HostSettings) -> dict | None:
+    """The guest as its node reports it while pyinfra plans (None: not made yet)."""
+    node = state.inventory.get_host(guest.guest.node)
+    fact = KvmGuestState if guest.in_group("kvm_guests") else LxcGuestState
+    return node.get_fact(fact, vmid=guest.guest.vmid)
 
 
 @deploy("Proxmox guests ready")
@@ -148,6 +245,24 @@ def guests_ready() -> None:
         commands=["true"],
         _if=lambda: False,
     )
+
+
+def _sysctl(settings: HostSettings) -> None:
+    """The kernel settings of the node and of its LXC guests (roles/base leaves those out there)."""
+    sysctl = node_sysctl(settings, current_site().hosts)
+    if not sysctl:
+        return
+    conf = files.template(
+        name=f"Write {SYSCTL_FILE} ({', '.join(f'{k} = {v}' for k, v in sorted(sysctl.items()))})",
+        src="roles/proxmox_host/templates/90-inference-host-node.conf.j2",
+        dest=SYSCTL_FILE,
+        sysctl=sysctl,
+        mode="0644",
+    )
+    # The lab's node is a container on a shared machine: its kernel is not the deploy's to tune.
+    in_container = host.get_fact(ContainerVirtualization) is not None
+    server.shell(name=f"Apply {SYSCTL_FILE}", commands=[f"sysctl -e -p {SYSCTL_FILE}"],
+                 _if=lambda: conf.did_change() and not in_container)
 
 
 def _require_supported_distro() -> None:

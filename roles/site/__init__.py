@@ -55,6 +55,7 @@ from roles.site.schema import (
     address_of,
     build_host,
 )
+from roles.site.placement import engine_reads_hub_token, node_sysctl, own_sysctl, sysctl_conflicts
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
 from roles.site.testinfra import connection_data, testinfra_url
@@ -74,7 +75,8 @@ __all__ = [
     "build_host", "current_host", "current_site", "load_site", "load_stack",
     "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
     "WeightSet", "WeightsSettings", "served_weight_manifests", "weight_sets_kept_by",
-    "weight_sets_of", "weights_mount_points",
+    "weight_sets_of", "weights_mount_points", "engine_reads_hub_token", "node_sysctl", "own_sysctl",
+    "sysctl_conflicts",
 ]
 
 

@@ -18,6 +18,7 @@ from roles.site.schema import (
     HostSettings,
     SpeculativeSettings,
 )
+from roles.site.placement import sysctl_conflicts
 from roles.site.stack import EngineStack, Stack
 
 # Checks of one gpu node against the active engine stack, registered by validation.py:
@@ -99,6 +100,8 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")
         if is_guest:
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
+        if host.in_group("proxmox_hosts"):
+            problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
     _check_topology(site_hosts, where, problems, stack)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)

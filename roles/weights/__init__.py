@@ -99,6 +99,10 @@ def config_of(ws: WeightSet) -> dict:
     }
 
 
+def config_text(ws: WeightSet) -> str:
+    return json.dumps(config_of(ws), indent=1, sort_keys=True) + "\n"
+
+
 def unit_kwargs(ws: WeightSet) -> dict:
     return dict(
         unit=f"{unit_name(ws)}.service", unit_name=unit_name(ws), repo=ws.repo,
@@ -150,7 +154,7 @@ def _weight_set(ws: WeightSet) -> None:
                     mode="0755", recursive=False)
     config = files.put(
         name=f"Write {CONFIG_DIR}/{ws.name}.json ({ws.kind} {ws.repo}@{ws.revision})",
-        src=StringIO(json.dumps(config_of(ws), indent=1, sort_keys=True) + "\n"),
+        src=StringIO(config_text(ws)),
         dest=f"{CONFIG_DIR}/{ws.name}.json", user="root", group="root", mode="0644")
     written = files.template(name=f"Write /etc/systemd/system/{unit}",
                              src="roles/weights/templates/inference-host-weights.service.j2",

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from roles.site import SiteError, load_site
+from roles.site import SiteError
 from roles.site.errors import output_path_problem
+from tests.infra.site_cache import site_of
 from tests.infra.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +67,7 @@ def _targets(args) -> list[tuple[str | None, str]]:
         return [(args.host[0] if args.host else None, args.hosts)]
     if not args.inventory:
         raise SiteError(["give --inventory (and optionally --host), or --hosts for a machine in no inventory"])
-    site = load_site(args.inventory)
+    site = site_of(args.inventory)
     names = args.host or [h.name for h in site.group("gpu_nodes")]
     unknown = [n for n in names if n not in site.hosts]
     if unknown:
@@ -110,7 +111,7 @@ def _validate_expectations(args, targets) -> None:
     from tests.infra.expectations import Expectations
 
     if args.inventory:
-        site = load_site(args.inventory)
+        site = site_of(args.inventory)
         for name, _ in targets:
             if name:
                 Expectations.from_site(site, name, args.expect)
@@ -161,7 +162,7 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     host = testinfra.get_host(url, sudo=sudo)
     unit = "sglang"
     if inventory and name:
-        unit = Expectations.from_site(load_site(inventory), name).unit_name
+        unit = Expectations.from_site(site_of(inventory), name).unit_name
     if host.run("command -v dcgmi").rc != 0:
         print(f"dcgmi diag -r {level}: dcgmi is not installed (set nvidia_driver_dcgm = true)", file=sys.stderr)
         return 1

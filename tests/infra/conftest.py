@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from roles.site import SiteError, load_site
+from roles.site import SiteError
+from tests.infra.site_cache import site_of
 from tests.infra.expectations import Expectations
 from tests.infra.probes import GpuProbe
 
@@ -51,7 +52,7 @@ def _validate_expectations(config) -> None:
     overrides = config.getoption("--expect")
     try:
         if config.getoption("--inventory"):
-            site = load_site(config.getoption("--inventory"))
+            site = site_of(config.getoption("--inventory"))
             name = config.getoption("--site-host")
             for host_name in [name] if name else [h.name for h in site.group("gpu_nodes")][:1]:
                 Expectations.from_site(site, host_name, overrides)
@@ -87,7 +88,7 @@ def expectations_for(config, host) -> Expectations:
         overrides = config.getoption("--expect")
         try:
             if config.getoption("--inventory"):
-                site = load_site(config.getoption("--inventory"))
+                site = site_of(config.getoption("--inventory"))
                 _EXPECTATIONS[key] = Expectations.from_site(site, _site_host_name(config, host), overrides)
             else:
                 _EXPECTATIONS[key] = Expectations.from_overrides(overrides, _site_host_name(config, host))
@@ -117,7 +118,7 @@ def pytest_generate_tests(metafunc):
         return
     try:
         if metafunc.config.getoption("--inventory"):
-            site = load_site(metafunc.config.getoption("--inventory"))
+            site = site_of(metafunc.config.getoption("--inventory"))
             count = max((h.gpu.count for h in site.hosts.values()), default=0)
             overrides = metafunc.config.getoption("--expect")
             for item in overrides:

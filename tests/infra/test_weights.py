@@ -15,9 +15,10 @@ import shlex
 
 import pytest
 
-from roles.site import load_site, weight_sets_of
+from roles.site import weight_sets_of
 from tests.infra.conftest import _site_host_name
 from tests.infra.probes import explain, report
+from tests.infra.site_cache import site_of
 
 pytestmark = pytest.mark.service
 
@@ -41,7 +42,7 @@ def weight_sets(request, host):
     inventory = request.config.getoption("--inventory")
     if not inventory:
         pytest.skip("no --inventory: which weights the engine serves is not known")
-    site = load_site(inventory)
+    site = site_of(inventory)
     settings = site.hosts.get(_site_host_name(request.config, host))
     sets = weight_sets_of(settings, site.hosts) if settings else []
     if not sets:

@@ -47,6 +47,16 @@ class DeployRun:
             return []
         return [op["name"] for op in self.results["operations"] if op["success"]]
 
+    def changed_in_pass(self, number: int) -> list[str]:
+        """What changed in pass `number` (1: the command's own; 2, 3: the passes the node's
+        continuation started, roles/proxmox_host continue_in_guests)."""
+        passes = (self.results or {}).get("passes") or [(self.results or {}).get("operations", [])]
+        return [op["name"] for op in passes[number - 1] if op["success"]]
+
+    @property
+    def pass_count(self) -> int:
+        return len((self.results or {}).get("passes") or [None])
+
     @property
     def health_checks(self) -> list[str]:
         """The health-check operations that ran and passed on some host."""
@@ -72,12 +82,32 @@ def run_deploy(inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | N
         command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+    passes = json_documents(completed.stdout)
     results = None
-    try:
-        results = json.loads(completed.stdout)["results"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        pass
+    if passes:
+        # A bare node's one command runs in passes (roles/proxmox_host, continue_in_guests): each
+        # later pass prints its JSON before the pass that started it ends, so the outermost
+        # (first) pass prints last. Its operations come first here, in the order they ran.
+        operations = [op for doc in reversed(passes) for op in doc["results"].get("operations", [])]
+        results = {**passes[-1]["results"], "operations": operations,
+                   "passes": [doc["results"].get("operations", []) for doc in reversed(passes)]}
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
+
+
+def json_documents(text: str) -> list[dict]:
+    """The pyinfra --json documents printed one after another on stdout (one per pass)."""
+    decoder, found, index = json.JSONDecoder(), [], 0
+    while True:
+        start = text.find("{", index)
+        if start < 0:
+            return found
+        try:
+            doc, index = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            index = start + 1
+            continue
+        if isinstance(doc, dict) and "results" in doc:
+            found.append(doc)
 
 
 def require_lab_tool(available: bool, message: str) -> None:

@@ -70,9 +70,15 @@ def test_model_dir_is_the_nodes_read_only_mount(gpu_guest):
     assert gpu_guest.run(f"touch {HOST.base.model_dir}/.write-probe").rc != 0
 
 
-def test_sysctl_file_disables_numa_balancing(gpu_guest):
-    conf = gpu_guest.file("/etc/sysctl.d/90-inference-host-sysctl.conf")
-    assert conf.contains(r"^kernel.numa_balancing = 0$")
+def test_numa_balancing_is_set_on_the_node_not_in_the_lxc_guest(gpu_guest):
+    """An LXC guest shares its node's kernel: roles/proxmox_host writes the setting there."""
+    import testinfra
+
+    import lab
+
+    node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
+    assert node.file("/etc/sysctl.d/90-inference-host-node.conf").contains(r"^kernel.numa_balancing = 0$")
+    assert not gpu_guest.file("/etc/sysctl.d/90-inference-host-sysctl.conf").exists
 
 
 def test_limits_raise_memlock_and_nofile_for_service_user(gpu_guest):
@@ -99,11 +105,17 @@ def test_uv_reaches_pypi_through_the_trusted_ca(gpu_guest):
     assert "six==1.16.0" in result.stdout
 
 
-def test_secret_file_is_0600_and_owned_by_service_user(gpu_guest):
-    token = gpu_guest.file(f"{HOST.base.data_dir}/.cache/huggingface/token")
-    assert token.exists
-    assert token.mode == 0o600
-    assert token.user == HOST.base.service_user
+def test_hub_token_is_on_the_node_that_downloads_not_in_the_guest(gpu_guest):
+    """The node keeps the guest's weights (roles/weights): the token is its file, 0600 root."""
+    import testinfra
+
+    import lab
+    from roles import weights
+
+    node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
+    token = node.file(weights.token_file(HOST.serving.hf_token_secret))
+    assert token.exists and token.mode == 0o600 and token.user == "root"
+    assert not gpu_guest.file(f"{HOST.base.data_dir}/.cache/huggingface/token").exists
 
 
 def test_secret_never_in_deploy_output(lab_first_deploy, lab_second_deploy):

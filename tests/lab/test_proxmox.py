@@ -67,18 +67,26 @@ def test_vfio_modules_and_nouveau_blacklist(pve_node):
 @pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
                     reason="containers were reused: the first deploy had nothing to do")
 def test_walk_from_a_bare_node(lab_walk, pve_node):
-    """Run 1: node prepared, driver built, node rebooted, guest waits (no exception while
-    planning). Run 2: the module is loaded, the guest is created and started. Run 3: the deploy
-    continues inside the guest."""
-    first, second, third = lab_walk
-    assert any("Mark the node: reboot required (NVIDIA driver" in n for n in first.changed)
-    assert any(n.startswith("Proxmox node reboot | Reboot the node") for n in first.changed)
-    assert f"LXC guest {VMID} ({GUEST.name}) waits: the node's NVIDIA driver lists no GPU" in first.stdout + first.stderr
-    assert not any(n.startswith("Base |") for n in first.changed + second.changed)
-    assert any(f"Create LXC guest {VMID}" in n for n in second.changed)
-    assert not any("reboot" in n.lower() for n in second.changed + third.changed)
-    assert any(n.startswith("Base |") for n in third.changed)
-    assert not any("LXC guest" in n for n in third.changed)
+    """One run of the main command from a bare lab, in the passes the node starts itself.
+    Pass 1: node prepared, driver built, node rebooted, guest waits (no exception while
+    planning). Pass 2: the module is loaded, the guest is created and started. Pass 3: the
+    deploy continues inside the guest and ends with the health verdict."""
+    assert lab_walk.pass_count == 3, lab_walk.pass_count
+    first, second, third = (lab_walk.changed_in_pass(n) for n in (1, 2, 3))
+    output = lab_walk.stdout + lab_walk.stderr
+    assert any("Mark the node: reboot required (NVIDIA driver" in n for n in first)
+    assert any(n.startswith("Proxmox node reboot | Reboot the node") for n in first)
+    assert f"LXC guest {VMID} ({GUEST.name}) waits: the node's NVIDIA driver lists no GPU" in output
+    assert not any(n.startswith("Base |") for n in first + second)
+    assert any(f"Create LXC guest {VMID}" in n for n in second)
+    assert not any("reboot" in n.lower() for n in second + third)
+    assert any(n.startswith("Base |") for n in third)
+    assert not any("LXC guest" in n for n in third)
+    # The story: each pass says why the next one runs, and the last ends healthy.
+    assert "--> Pass 2 (of at most 3): the node is done" in output
+    assert "--> Pass 3 (of at most 3): the node is done" in output
+    assert any(n.startswith("Proxmox guests continue | Continue the deploy inside") for n in first + second)
+    assert lab_walk.health_checks and "inference-host health verdict" in output
     # The reboot emptied /run; what the boot made is what a real node's boot makes.
     assert not pve_node.file("/run/reboot-required").exists
     assert pve_node.run("test -c /dev/nvidia-uvm && test -c /dev/nvidia-uvm-tools").rc == 0

@@ -256,13 +256,12 @@ def test_no_secret_in_the_journal_of_either_release(gpu_guest, lab_second_deploy
 
 def test_deploy_with_diff_prints_no_secret(gpu_guest, lab_second_deploy):
     """Secret files written again under `pyinfra --diff`: its whole output holds no secret."""
-    token = f"{HOST.base.data_dir}/.cache/huggingface/token"
-    gpu_guest.check_output(f"rm -f {_config(OLD)}/sglang-secret-args.yaml {token}")
+    gpu_guest.check_output(f"rm -f {_config(OLD)}/sglang-secret-args.yaml")
     run = run_deploy(LAB_INVENTORY, "--diff")
     assert run.returncode == 0, run.explain()
     assert any("API key" in name for name in run.changed), run.changed
     assert _leaked(run.stdout + run.stderr) == [], "pyinfra --diff printed a secret"
-    assert gpu_guest.file(token).mode == 0o600 and gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml").mode == 0o600
+    assert gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml").mode == 0o600
 
 
 def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy):

@@ -219,7 +219,7 @@ def test_an_empty_inventory_is_refused(inventory, tmp_path, validate):
     path = inventory.write("# nothing yet\n")
     assert validate(path) == (
         f"{path}: no host in the inventory; expected at least one host in one of the groups proxmox_hosts,"
-        " lxc_guests, kvm_guests, gpu_nodes, builders, gateways (a list named after the group)")
+        " lxc_guests, kvm_guests, gpu_nodes, builders, gateways, monitors (a list named after the group)")
 
 
 def test_an_unknown_stack_is_named_with_the_choices(inventory, tmp_path, validate):

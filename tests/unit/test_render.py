@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from roles import render
-from roles.site import PROJECT_ROOT, load_site
+from roles.site import PROJECT_ROOT, load_site, weight_sets_kept_by
 from roles.site import vault as secrets
 
 PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3"}
@@ -40,15 +40,29 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     env = serving.config_dir(gpu, site.stack.active, site).lstrip("/")
     for host, path in [(node.name, "etc/modprobe.d/blacklist-nouveau.conf"),
                        (node.name, "etc/modules-load.d/vfio.conf"),
+                       # The LXC guest's GPUs run on the node's driver: its files are the node's.
+                       (node.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
+                       (node.name, "etc/apt/sources.list.d/cuda-debian12-x86_64.list"),
+                       (node.name, "etc/modules-load.d/nvidia-uvm.conf"),
+                       (node.name, "etc/systemd/system/nvidia-uvm-devices.service"),
+                       (node.name, "etc/sysctl.d/90-inference-host-node.conf"),
                        (node.name, "inference-host-commands/pct-create-201.sh"),
                        (node.name, "inference-host-commands/qm-create-202.sh"),
                        (gpu.name, f"{env}/sglang.service"), (gpu.name, f"{env}/sglang.env"),
                        (gpu.name, f"{env}/launch"), (gpu.name, f"{env}/sglang-secret-args.yaml"),
-                       (gpu.name, "etc/sysctl.d/90-inference-host-sysctl.conf"),
-                       (gpu.name, "var/lib/sglang/.cache/huggingface/token")]:
+                       (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver")]:
         assert (out / host / path).is_file(), f"{host}: {path}"
     assert (out / gpu.name / env / "sglang-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
-    assert (out / gpu.name / "var/lib/sglang/.cache/huggingface/token").read_text() == "***"
+    # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.
+    assert "kernel.numa_balancing = 0" in (out / node.name / "etc/sysctl.d/90-inference-host-node.conf").read_text()
+    assert not (out / gpu.name / "etc/sysctl.d").exists()
+    assert "kernel.numa_balancing: the shared kernel's" in (out / gpu.name / "inference-host-preview.txt").read_text()
+    # A served local directory needs no Hub token in the engine's guest.
+    assert not (out / gpu.name / "var/lib/sglang/.cache").exists()
+    # The driver the node installs is the one its LXC guest's userspace follows.
+    pin = (out / node.name / "etc/apt/preferences.d/90-inference-host-nvidia-driver").read_text()
+    assert site.stack.driver_version in pin
+    assert "nvidia-modprobe" in (out / node.name / "etc/systemd/system/nvidia-uvm-devices.service").read_text()
     assert "pct create 201 " in (out / node.name / "inference-host-commands/pct-create-201.sh").read_text()
     leaks = [str(path) for path in out.rglob("*") if path.is_file()
              for value in PLANTED.values() if value in path.read_text()]
@@ -72,3 +86,29 @@ def test_bad_inventory_stops_with_the_site_models_message(tmp_path, inventory, c
     assert render.main([str(path), "--out", str(tmp_path / "out")]) == 2
     assert "serving_prot" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_the_node_downloads_are_previewed_on_the_node_with_its_token(tmp_path, inventory):
+    """The node keeps the weights of an LXC guest's mounted directory: unit, config, tool and the
+    masked token are the node's; the guest, serving a local directory, holds no token."""
+    from roles import weights
+    from tests.unit.test_site import NODE
+    from tests.unit.test_weights import WEIGHTS, guest_node
+
+    inventory.vault(hf_token="hf_planted_token_5b1d")
+    ct = guest_node("ct", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
+                    serving_hf_token_secret="hf_token", secrets_file="secrets.vault.yml")
+    site = load_site(inventory.groups(proxmox_hosts=[NODE], lxc_guests=[ct], gpu_nodes=[ct]))
+    out = tmp_path / "preview"
+    written = render.render(site, out)
+    (ws,) = weight_sets_kept_by(site, "pve")
+    node = out / "pve"
+    assert (node / weights.token_file("hf_token").lstrip("/")).read_text() == "***"
+    unit = (node / f"etc/systemd/system/{weights.unit_name(ws)}.service").read_text()
+    assert f"HF_TOKEN_PATH={weights.token_file('hf_token')}" in unit
+    config = (node / f"etc/inference-host/weights/{ws.name}.json").read_text()
+    assert '"local_dir": "/tank/models/Kimi-K2.5"' in config
+    assert (node / "usr/local/bin/inference-host-weights").is_file()
+    guest_files = [str(p.relative_to(out / "ct")) for p in written["ct"]]
+    assert not any("huggingface" in f or "weights" in f for f in guest_files), guest_files
+    assert not any("hf_planted_token_5b1d" in p.read_text() for p in out.rglob("*") if p.is_file())

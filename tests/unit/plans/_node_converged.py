@@ -28,7 +28,7 @@ PACKAGES = {  # dpkg -l: name -> version
 HELD = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms", "nvidia-modprobe"]
 DIRECTORIES = ["/etc/default/grub.d", "/etc/modules-load.d", "/etc/modprobe.d",
                "/var/cache/inference-host", "/etc/apt/sources.list.d", "/etc/apt/preferences.d",
-               "/etc/systemd/system"]
+               "/etc/systemd/system", "/etc/sysctl.d"]
 SERVICES = {"nvidia-uvm-devices.service": "exited", "nvidia-persistenced.service": "running"}
 
 

@@ -54,7 +54,14 @@ FakeConnector.run_shell_command = run_shell_command
 FakeConnector.put_file = put_file
 
 if __name__ == "__main__":
+    import os
+
     from pyinfra_cli.main import main
+
+    # One pass is recorded: the node's continuation (roles/proxmox_host, continue_in_guests)
+    # would start the real CLI again, on the same fake hosts, writing to this record: this
+    # says the last pass (PASS_ENV = MAX_PASSES there) is running.
+    os.environ["INFERENCE_HOST_DEPLOY_PASS"] = "3"
 
     sys.argv = ["pyinfra", "-y", *sys.argv[1:]]
     main()
