@@ -171,8 +171,11 @@ class NcclSettings(Section):
 
     PREFIX: ClassVar[str] = "nccl_"
 
-    # SYS lets P2P cross the socket link; the default (PXB) sends cross-socket pairs
-    # through host memory. "off" sets NCCL_P2P_DISABLE=1 instead.
+    # NCCL's default level is PXB (NVIDIA/nccl src/graph/paths.cc ncclTopoCheckP2p: "By
+    # default don't use P2P across CPU Host Bridges and further apart"; AMD hosts with at
+    # most 2 GPUs excepted): P2P is off for every pair whose path passes a CPU host bridge
+    # (PHB/NODE on one socket as well as SYS across sockets); those pairs go through host
+    # memory. SYS allows P2P on all of them. "off" sets NCCL_P2P_DISABLE=1 instead.
     p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = "SYS"
     # InfiniBand/RoCE between nodes. None: off on a single node (nothing to reach); with
     # serving_topology = "tensor_parallel" across nodes it must be said: True sends the

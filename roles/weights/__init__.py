@@ -44,7 +44,7 @@ from roles.weights.facts import FileText, WeightsManifestState
 # huggingface_hub 1.17.0 is the last release that resumes a partial download across processes
 # (file_download._download_to_tmp_and_move appends to `<etag>.incomplete` and asks for
 # `Range: bytes=<size>-`); 1.18.0 moved to a per-process temporary file that is deleted on
-# failure (huggingface_hub PR #4228), so a killed download of a 10 GB shard would start over.
+# failure (huggingface_hub PR #4306, "Alternative to #4228"), so a killed download of a 10 GB shard would start over.
 # hf_xet is its fast backend (hf_transfer is no longer used in 1.x): used when the Hub answers
 # with Xet headers; a plain HTTP mirror is downloaded by huggingface_hub's own http_get.
 HF_HUB_VERSION = "1.17.0"
