@@ -474,7 +474,7 @@ class NvidiaDriverSettings(Section):
     allow_reboot: bool = False
     reboot_timeout: Annotated[int, positive] = 900
     # NVIDIA's DCGM (datacenter-gpu-manager, CUDA repository): the health suite then runs
-    # `dcgmi diag -r 1`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
+    # `dcgmi diag -r 1 -j`; `python -m tests.infra --dcgm-level 2|3` runs the longer levels.
     dcgm: bool = False
 
 
