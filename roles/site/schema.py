@@ -234,7 +234,12 @@ class ServingSettings(Section):
     mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
                                                 "a fraction from 0.1 to 0.99")] = 0.92
     cuda_graph_max_bs: Annotated[int, positive] | None = None
+    # None: SGLang's own (with a drafter it caps at 48: server_args.py, rendered explicitly).
     max_running_requests: Annotated[int, positive] | None = None
+    # --context-length; None: the model's (max_position_embeddings, 262144 for Kimi-K2.5). With
+    # a drafter, context_length * max_running_requests must fit the KV cache estimated from the
+    # models' config.json (roles/serving/kv_cache.py, docs/serving-memory.md).
+    context_length: Annotated[int, positive] | None = None
     chunked_prefill_size: Annotated[int, positive] | None = None
     watchdog_timeout: Annotated[int, positive] = 600
     enable_metrics: bool = True

@@ -82,7 +82,10 @@ def test_the_node_keeps_one_copy_for_every_guest_that_mounts_it(inventory):
     shutil.copy(eagle3 / "kimi-k2.5-config.json", inventory.dir / "target.json")
     shutil.copy(eagle3 / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
+    # One GPU stands for the node's eight here: the KV-cache estimate of the same check needs
+    # Kimi-K2.5's 554 GiB to fit the GPUs (tests/unit/test_kv_cache_estimate.py).
     a = guest_node("a", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
+                   gpu_memory_gib=640, serving_context_length=4096,
                    serving_speculative={"draft_model_path": "/models/eagle3", "draft_config": "drafter.json",
                                         "target_config": "target.json"},
                    weights_drafter_repo="lightseekorg/kimi-k2.5-eagle3", weights_drafter_revision=COMMIT)
