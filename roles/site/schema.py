@@ -644,6 +644,11 @@ class WeightsSettings(Section):
     verify: bool = False
     progress_interval_s: Annotated[int, positive] = 30
     max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = 8
+    # False: HF_HUB_DISABLE_XET=1, every file over huggingface_hub's http_get, which resumes a
+    # killed shard with Range (at most 10 MiB per file lost). True: hf_xet for Xet-backed
+    # repositories (faster), whose xet_get rewrites a killed shard from its first byte
+    # (huggingface_hub 1.17.0 file_download.py; docs/weights-resume.md).
+    xet: bool = False
 
 
 SECTIONS: tuple[type[Section], ...] = (

@@ -127,8 +127,8 @@ def _render(template: str, **kwargs) -> str:
     return env.get_template(template).render(**kwargs)
 
 
-def _kept(inventory, **data):
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS, **data)]))
+def _kept(inventory, name="site.py", **data):
+    site = load_site(inventory.groups(name, gpu_nodes=[gpu_node(**WEIGHTS, **data)]))
     return weight_sets_kept_by(site, "gpu1")[0]
 
 
@@ -144,6 +144,11 @@ def test_weights_unit_text(inventory):
                  "Environment=HF_ENDPOINT=http://mirror:8080", "WantedBy=multi-user.target", "UMask=0022"):
         assert line in lines, line
     assert "HF_TOKEN_PATH" not in text  # no secret configured
+    # Only huggingface_hub's http_get resumes a killed shard: Xet off unless asked for.
+    assert "Environment=HF_HUB_DISABLE_XET=1" in lines
+    xet = _render("roles/weights/templates/inference-host-weights.service.j2",
+                  **weights.unit_kwargs(_kept(inventory, "xet.py", serving_hf_token_secret=None, weights_xet=True)))
+    assert "HF_HUB_DISABLE_XET" not in xet
     config = weights.config_of(ws)
     assert config["revision"] == COMMIT and config["local_dir"] == "/models/Kimi-K2.5"
     assert config["margin_bytes"] == 20 * 1024**3 and "token" not in json.dumps(config).lower()
