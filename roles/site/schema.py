@@ -242,6 +242,10 @@ class ServingSettings(Section):
     context_length: Annotated[int, positive] | None = None
     chunked_prefill_size: Annotated[int, positive] | None = None
     watchdog_timeout: Annotated[int, positive] = 600
+    # A rolling switch behind a gateway takes the replica out, then waits up to this long for
+    # its running requests to end (the engine's own /metrics) before restarting it; smg's drain
+    # settle time is the same. A 2,000-token answer at ~60 tok/s streams for over 30 s.
+    drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = 300
     enable_metrics: bool = True
     api_key_secret: SecretName | None = None
     hf_token_secret: SecretName | None = None
