@@ -45,8 +45,15 @@ _common = {
     "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
 }
 
+# Streams through the gateway across the rolling upgrade (tests/lab/test_replicas.py): seconds
+# of each (the stand-in decodes 100 tokens/s; INFERENCE_HOST_LAB_STREAM_SECONDS=30 on demand,
+# shorter in CI), and a drain timeout that outlasts one. Same value in every deploy of a run:
+# it is also smg's drain settle time, and a change would restart the gateway.
+_stream_seconds = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
+
 _replica = {
     **_common,
+    "serving_drain_timeout_s": _stream_seconds + 12,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "sglang_api_key",

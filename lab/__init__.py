@@ -383,6 +383,10 @@ def _pve_node_script(apt_url: str) -> str:
             "iommugroup": PVE_IOMMU_GROUPS[address]} for address in PVE_GPUS]
     lines = [
         "set -e",
+        # A node has ssh-keygen (proxmox-ve needs openssh-server): pct create checks keys with it.
+        ("command -v ssh-keygen >/dev/null || { apt-get update -q >/dev/null &&"
+         " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-client"
+         " >/dev/null; }"),
         f"ln -sfn {PVE_STANDIN_DIR}/pct /usr/sbin/pct",
         f"ln -sfn {PVE_STANDIN_DIR}/qm /usr/sbin/qm",
         f"ln -sfn {PVE_STANDIN_DIR}/pvesh /usr/bin/pvesh",

@@ -72,10 +72,18 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
                 arguments=shlex.join(gateway_arguments(settings, hosts)))
 
 
+def drain_settle_secs(hosts: dict[str, HostSettings]) -> int:
+    """How long smg keeps a worker it was asked to remove in Draining (routed nothing) before it
+    drops it: the replicas' serving_drain_timeout_s, the longest the rolling switch waits on the
+    replica's own running requests (smg does not wait for them: drain_workers.rs)."""
+    return max((node.serving.drain_timeout_s for node in replicas(hosts)), default=5)
+
+
 def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
     return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
-             dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)))),
+             dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)),
+                  drain_settle_secs=drain_settle_secs(hosts))),
             (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
              "0644", unit_kwargs(settings, hosts))]
 

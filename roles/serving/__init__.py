@@ -385,4 +385,4 @@ def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit:
     if not behind:
         return switch, []
     return (shlex.join([f"{LIBEXEC}/sglang-rolling", settings.serving.secret_args_file, worker_url(settings),
-                        *behind, "--"]) + " " + switch, behind)
+                        str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)

@@ -9,7 +9,7 @@ import json
 from functools import cache
 
 from roles.serving.cli_capture import data_file
-from roles.serving.speculative import speculative_arguments
+from roles.serving.speculative import effective_max_running_requests, speculative_arguments
 from roles.site import EngineStack, HostSettings, SpeculativeSettings, address_of
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
@@ -109,8 +109,11 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
         args.append("--trust-remote-code")
     if serving.cuda_graph_max_bs is not None:
         args += [_spelling("cuda_graph_max_bs", version), str(serving.cuda_graph_max_bs)]
-    if serving.max_running_requests is not None:
-        args += ["--max-running-requests", str(serving.max_running_requests)]
+    running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
+    if running is not None:  # with a drafter always said, so the unit shows SGLang's cap
+        args += ["--max-running-requests", str(running)]
+    if serving.context_length is not None:
+        args += ["--context-length", str(serving.context_length)]
     if serving.chunked_prefill_size is not None:
         args += ["--chunked-prefill-size", str(serving.chunked_prefill_size)]
     if serving.enable_metrics:

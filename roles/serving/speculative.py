@@ -17,7 +17,11 @@ What each check stands on (read in the releases' own source):
   control machine (paths relative to the inventory file: a copy of each model's config.json),
   so a drafter that cannot work never reaches the host.
 
-Without --max-running-requests SGLang caps speculative serving at 48 running requests.
+Without --max-running-requests SGLang caps speculative serving at 48 running requests
+(server_args.py _handle_speculative_decoding, 0.5.9 and 0.5.10, for EAGLE/EAGLE3/STANDALONE:
+"Max running requests is reset to 48 for speculative decoding"): the command line says the
+number either way. With both config.json copies, the KV cache left per GPU is estimated
+(roles/serving/kv_cache.py) and context_length * max_running_requests must fit in it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from roles.serving import kv_cache
 from roles.serving.cli_capture import data_file
 from roles.shared import eagle3
 from roles.site import EngineStack, HostSettings, SpeculativeSettings, Stack
@@ -37,6 +42,17 @@ EXAMPLE = ("{'draft_model_path': '/models/Kimi-K2.5-eagle3', 'algorithm': 'EAGLE
            " 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
            " 'draft_config': 'models/Kimi-K2.5-eagle3.config.json',"
            " 'target_config': 'models/Kimi-K2.5.config.json'}")
+
+
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48  # SGLang's own with a drafter (server_args.py)
+
+
+def effective_max_running_requests(configured: int | None, speculative: dict | None) -> int | None:
+    """What SGLang will run at most: the setting, else 48 with a drafter, else None (SGLang
+    derives it from the KV pool)."""
+    if configured is not None:
+        return configured
+    return SPECULATIVE_MAX_RUNNING_REQUESTS if speculative else None
 
 
 def speculative_arguments(spec: SpeculativeSettings) -> list[str]:
@@ -66,7 +82,7 @@ def speculative_problems(host: HostSettings, stack: Stack, inventory_dir: Path) 
     label = f"serving_speculative ({spec.algorithm} on sglang {version})"
     problems = _shape_problems(spec, cli, version)
     if spec.algorithm == "EAGLE3" or spec.draft_config or spec.target_config:
-        problems += _config_problems(spec, stack, active, cli, inventory_dir)
+        problems += _config_problems(host, spec, stack, active, cli, inventory_dir)
     return [f"{label}: {p}" for p in problems]
 
 
@@ -100,8 +116,8 @@ def _shape_problems(spec: SpeculativeSettings, cli: dict, version: str) -> list[
     return problems
 
 
-def _config_problems(spec: SpeculativeSettings, stack: Stack, active: EngineStack, cli: dict,
-                     inventory_dir: Path) -> list[str]:
+def _config_problems(host: HostSettings, spec: SpeculativeSettings, stack: Stack, active: EngineStack,
+                     cli: dict, inventory_dir: Path) -> list[str]:
     missing = [k for k in ("draft_config", "target_config") if not getattr(spec, k)]
     if missing:
         return [f"{' and '.join(missing)} missing; expected the path (relative to the inventory) of a"
@@ -122,6 +138,55 @@ def _config_problems(spec: SpeculativeSettings, stack: Stack, active: EngineStac
             f"the target {target.architecture} has no set_eagle3_layers_to_capture in sglang"
             f" {active.sglang} (srt/models/): EAGLE-3 cannot read its hidden states; expected a stack"
             f" whose sglang has it: {', '.join(able) or '(none in ' + stack.file + ')'}")
+    if not problems:
+        problems += kv_cache_problems(host, spec, eagle3.read_config(target_file), eagle3.read_config(drafter_file))
+    return problems
+
+
+def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dict, drafter: dict) -> list[str]:
+    """context_length * max_running_requests against the KV cache SGLang will have per GPU,
+    and the drafter against what the static fraction leaves (roles/serving/kv_cache.py)."""
+    if "kv_lora_rank" not in (target.get("text_config") or target):
+        return []  # not an MLA model: the estimate knows only MLA's pool (docs/serving-memory.md)
+    serving = host.serving
+    try:
+        estimate = kv_cache.KvEstimate(
+            host.gpu.memory_gib * kv_cache.GIB, serving.mem_fraction_static,
+            kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
+    except (KeyError, TypeError, ZeroDivisionError) as error:
+        return [f"target {spec.target_config} or drafter {spec.draft_config}: no {error} to estimate the"
+                " KV cache from; expected a DeepSeek-V3-layout target (MLA) and a Llama EAGLE drafter config.json"]
+    text = target.get("text_config") or target
+    context = serving.context_length or kv_cache.model_context_length(target)
+    running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
+    # the request's slots also hold the draft tokens (model_runner_kv_cache_mixin.py)
+    per_request = context + spec.num_draft_tokens
+    tokens, cell = estimate.kv_tokens, estimate.target.kv_bytes_per_token
+    how = (f"{serving.mem_fraction_static:g} x {host.gpu.memory_gib} GiB - {kv_cache.gib(estimate.target.weights_per_gpu)}"
+           f" of target weights per GPU = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
+           f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
+           f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)")
+    if estimate.kv_bytes <= 0:
+        return [f"the target's weights alone, {kv_cache.gib(estimate.target.weights_per_gpu)} per GPU over gpu_count"
+                f" {host.gpu.count} (from {spec.target_config}), exceed serving_mem_fraction_static"
+                f" {serving.mem_fraction_static:g} x gpu_memory_gib {host.gpu.memory_gib}; expected more GPUs or"
+                " larger ones (docs/serving-memory.md)"]
+    problems = []
+    if per_request * running > tokens:
+        source = "serving_context_length" if serving.context_length else "the model's context length"
+        problems.append(
+            f"{source} {context} (+ {spec.num_draft_tokens} draft tokens) x serving_max_running_requests"
+            f" {running} = {per_request * running} tokens of KV cache; the estimate leaves {how};"
+            f" expected serving_max_running_requests <= {tokens // per_request} at that context, or"
+            f" serving_context_length <= {max(tokens // running - spec.num_draft_tokens, 0)} for {running} requests,"
+            " or a larger serving_mem_fraction_static (docs/serving-memory.md)")
+    if estimate.drafter_bytes > estimate.headroom_bytes:
+        problems.append(
+            f"the drafter needs {kv_cache.gib(estimate.drafter_bytes)} per GPU ("
+            f"{kv_cache.gib(estimate.drafter.weights_per_gpu)} of weights + {tokens} tokens x"
+            f" {estimate.drafter.kv_bytes_per_token} B of its KV cache) beside CUDA graphs and activations,"
+            f" but 1 - serving_mem_fraction_static leaves {kv_cache.gib(estimate.headroom_bytes)}; expected a"
+            f" smaller serving_mem_fraction_static (docs/serving-memory.md)")
     return problems
 
 

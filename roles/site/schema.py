@@ -232,8 +232,10 @@ class NcclSettings(Section):
     PREFIX: ClassVar[str] = "nccl_"
 
     p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = Field("SYS", description=(
-        "NCCL_P2P_LEVEL: SYS lets P2P cross the socket link (NCCL's default PXB sends cross-socket"
-        " pairs through host memory); 'off' sets NCCL_P2P_DISABLE=1 instead."))
+        "NCCL_P2P_LEVEL: SYS allows P2P on every pair. NCCL's default PXB turns P2P off for any pair"
+        " whose path passes a CPU host bridge (PHB/NODE on one socket as well as SYS across sockets;"
+        " NVIDIA/nccl src/graph/paths.cc ncclTopoCheckP2p), which then goes through host memory;"
+        " 'off' sets NCCL_P2P_DISABLE=1 instead."))
     ib_disable: bool | None = Field(None, description=(
         "NCCL_IB_DISABLE. None: off on a single node; must be set for tensor_parallel across "
         "nodes: True sends the all-reduce over TCP sockets (any network, slow), False lets NCCL "
@@ -341,13 +343,21 @@ class ServingSettings(Section):
         "Largest batch captured in CUDA graphs (--cuda-graph-max-bs, spelled per release); None: "
         "SGLang's default."))
     max_running_requests: Annotated[int, positive] | None = Field(None, description=(
-        "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (SGLang caps "
-        "speculative serving at 48)."))
+        "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (with a drafter"
+        " SGLang caps it at 48, rendered explicitly)."))
+    context_length: Annotated[int, positive] | None = Field(None, description=(
+        "--context-length; None: the model's (262144 for Kimi-K2.5). With a drafter, context_length x"
+        " max_running_requests must fit the KV cache estimated from the models' config.json"
+        " (docs/serving-memory.md)."))
     chunked_prefill_size: Annotated[int, positive] | None = Field(None, description=(
         "--chunked-prefill-size; None: SGLang's default."))
     watchdog_timeout: Annotated[int, positive] = Field(600, description=(
         "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a "
         "hang ends."))
+    drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = Field(300, description=(
+        "Behind a gateway, a rolling switch takes the replica out, then waits up to this long for its"
+        " running requests to end (the engine's own /metrics) before restarting it; smg's drain"
+        " settle time is the same."))
     enable_metrics: bool = Field(True, description=(
         "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
     api_key_secret: SecretName | None = Field(None, description=(
@@ -640,7 +650,7 @@ class NvidiaDriverSettings(Section):
     reboot_timeout: Annotated[int, positive] = Field(900, description=(
         "Seconds to wait for the host to come back after that reboot."))
     dcgm: bool = Field(False, description=(
-        "Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1."))
+        "Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1 -j."))
 
 
 class CudaSettings(Section):
@@ -885,6 +895,10 @@ class WeightsSettings(Section):
         "Seconds between the deploy's progress lines while a download runs."))
     max_workers: Annotated[int, check(lambda v: 1 <= v <= 64, "1 to 64")] = Field(8, description=(
         "Parallel file downloads."))
+    xet: bool = Field(False, description=(
+        "False: HF_HUB_DISABLE_XET=1, every file over huggingface_hub's http_get, which resumes a"
+        " killed shard with Range. True: hf_xet for Xet-backed repositories (faster), whose xet_get"
+        " rewrites a killed shard from its first byte (docs/weights-resume.md)."))
 
 
 SECTIONS: tuple[type[Section], ...] = (

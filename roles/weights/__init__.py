@@ -44,9 +44,11 @@ from roles.weights.facts import FileText, WeightsManifestState
 # huggingface_hub 1.17.0 is the last release that resumes a partial download across processes
 # (file_download._download_to_tmp_and_move appends to `<etag>.incomplete` and asks for
 # `Range: bytes=<size>-`); 1.18.0 moved to a per-process temporary file that is deleted on
-# failure (huggingface_hub PR #4228), so a killed download of a 10 GB shard would start over.
+# failure (huggingface_hub PR #4306, "Alternative to #4228"), so a killed download of a 10 GB shard would start over.
 # hf_xet is its fast backend (hf_transfer is no longer used in 1.x): used when the Hub answers
-# with Xet headers; a plain HTTP mirror is downloaded by huggingface_hub's own http_get.
+# with Xet headers; a plain HTTP mirror is downloaded by huggingface_hub's own http_get. Only
+# http_get resumes (xet_get is given no resume offset): HF_HUB_DISABLE_XET=1 unless weights_xet
+# (docs/weights-resume.md).
 HF_HUB_VERSION = "1.17.0"
 HF_XET_VERSION = "1.8.0"
 ENV_DIR = "/opt/inference-host/weights-env"
@@ -109,7 +111,7 @@ def unit_kwargs(ws: WeightSet) -> dict:
         revision=ws.revision, store_dir=ws.store_dir, python=f"{ENV_DIR}/bin/python", tool=TOOL,
         config=f"{CONFIG_DIR}/{ws.name}.json", hf_home=f"{STATE_DIR}/hf-home",
         token_file=token_file(ws.token_secret) if ws.token_secret else None,
-        endpoint=ws.endpoint, restart_sec=RESTART_SEC,
+        endpoint=ws.endpoint, restart_sec=RESTART_SEC, disable_xet=not ws.settings.xet,
     )
 
 

@@ -171,13 +171,19 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
         print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
         host.run(f"systemctl stop {unit}")
     try:
-        result = host.run(f"dcgmi diag -r {level}")
+        result = host.run(f"dcgmi diag -r {level} -j")
     finally:
         if active:
             print(f"dcgmi diag -r {level}: starting {unit}.service again", flush=True)
             host.run(f"systemctl start {unit}")
-    print(result.stdout)
-    tests = parse.parse_dcgmi_diag(result.stdout)
+    try:
+        tests = parse.parse_dcgmi_diag_json(result.stdout)
+    except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
+        print(f"dcgmi diag -r {level}: FAIL ({error})")
+        return 1
+    for test in tests:
+        print(f"  {test.section} {test.name}: {test.result}"
+              + "".join(f"\n    {detail}" for detail in test.details))
     failed = [t for t in tests if t.result in ("Fail", "Warn")]
     verdict = "FAIL" if failed or not tests else "PASS"
     print(f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"

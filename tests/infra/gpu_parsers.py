@@ -720,25 +720,33 @@ def worst_link(topology: Topology) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# `dcgmi diag -r N`, as DCGM 4.6.0 prints it (NVIDIA/DCGM dcgmi/Diag.cpp: DIAG_HEADER,
-# DIAG_DEPLOYMENT/HARDWARE/INTEGRATION/STRESS, DIAG_DATA, HelperDisplayGlobalResult,
-# HelperDisplayEntityResults, DisplayVerboseInfo): a box-drawn table
-#   +---------------------------+------------------------------------------------+
-#   | Diagnostic                | Result                                         |
-#   +===========================+================================================+
-#   |-----  Metadata  ----------+------------------------------------------------|
-#   | DCGM Version              | 4.6.0                                          |
-#   |-----  Deployment  --------+------------------------------------------------|
-#   | software                  | Fail                                           |
-#   |                           | GPU0: Pass                                     |
-#   |                           | GPU1: Fail                                     |
-#   | Warning: GPU1             | Persistence mode for GPU 1 is disabled. Enabl  |
-#   |                           | e persistence mode by running ...              |
-#   +-----  Hardware  ----------+------------------------------------------------+
-# A test's overall result (Pass, Fail, Warn, Skip, Not Run: HelperDisplayDiagResult) is on its
-# own line, then one line per entity, then warnings cut into 45-character pieces.
+# `dcgmi diag -r N -j`: DCGM 4's JSON (NVIDIA/DCGM 4.6.0 dcgmi/Diag.cpp HelperJsonBuildOutput,
+# HelperJsonAddResult, HelperJsonAddTestSummary, HelperDisplayFailureMessage; the key names are
+# nvvs/include/NvvsJsonStrings.h's; -j/--json is dcgmi/CommandLineParser.cpp's switch):
+#   {"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
+#        {"name": "software",
+#         "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1,
+#                      "status": "Fail", "warnings": [{"warning": "...", "error_id": 29,
+#                      "error_category": 3, "error_severity": 1}], "info": ["..."]}],
+#         "test_summary": {"status": "Fail", "warnings": [...every error of the test...]}}]}]},
+#    "entity_groups": [...], "metadata": {"version": "4.6.0", "Driver Version Detected": "..."}}
+# A run that cannot start prints {"DCGM Diagnostic": {"version": ..., "runtime_error": "..."}}.
+# Unlike the text table, names are not cut at 25 characters nor messages at 45, and every
+# warning carries DCGM's error id (dcgmlib/dcgm_errors.h DCGM_FR_*). The JSON shows a warning
+# as "Fail" (HelperDisplayDiagResult without DDR_DISPLAY_WARN); a result DCGM did not run is
+# left out (HelperJsonAddResult returns false for DCGM_DIAG_RESULT_NOT_RUN).
 
 DCGM_RESULTS = ("Pass", "Fail", "Warn", "Skip", "Not Run")
+
+
+@dataclass
+class DcgmError:
+    """One entry of a result's "warnings" (dcgmDiagError_v1)."""
+    entity: str          # GPU1; "" for one that belongs to no entity
+    error_id: int        # DCGM_FR_* of dcgmlib/dcgm_errors.h (29: persistence mode disabled)
+    category: int        # DCGM_FR_EC_*
+    severity: int        # DCGM_ERROR_* (1 monitor, 2 isolate, 6 drain and reset ...)
+    message: str
 
 
 @dataclass
@@ -748,40 +756,66 @@ class DcgmTest:
     result: str
     entities: dict[str, str] = field(default_factory=dict)   # GPU0 -> Pass
     details: list[str] = field(default_factory=list)
+    errors: list[DcgmError] = field(default_factory=list)
 
 
-_DCGM_SECTION_RE = re.compile(r"^[|+]-+\s+(\S.*?)\s+-+\+")
-_DCGM_ENTITY_RE = re.compile(r"^([A-Za-z_]+\d+): (Pass|Fail|Warn|Skip|Not Run)$")
+class DcgmRuntimeError(ValueError):
+    """dcgmi could not run the diagnostic (its "runtime_error")."""
 
 
-def parse_dcgmi_diag(text: str) -> list[DcgmTest]:
-    """Returns the tests of `dcgmi diag -r N`'s table (the Metadata section left out)."""
-    tests: list[DcgmTest] = []
-    section = ""
-    for line in text.splitlines():
-        line = line.rstrip()
-        header = _DCGM_SECTION_RE.match(line)
-        if header:
-            section = header.group(1)
-            continue
-        if not line.startswith("|") or line.startswith("|="):
-            continue
-        cells = line.strip("|").split("|", 1)
-        if len(cells) != 2 or cells[0].strip() == "Diagnostic" or section in ("", "Metadata"):
-            continue
-        left, right = cells[0].strip(), cells[1].strip()
-        # DisplayVerboseInfo cuts messages every 45 characters, cutting words and dropping no
-        # space: a piece is the cell's first 45 characters (after "| ", before the padding).
-        piece = cells[1][1:46]
-        entity = _DCGM_ENTITY_RE.match(right)
-        if not left and entity and tests:
-            tests[-1].entities[entity.group(1)] = entity.group(2)
-        elif not left and tests and tests[-1].details:
-            tests[-1].details[-1] += piece
-        elif re.match(r"^(Warning|Info)\b", left) and tests:
-            tests[-1].details.append(f"{left}: {piece}")
-        elif left and right in DCGM_RESULTS:
-            tests.append(DcgmTest(section, left, right))
-    for test in tests:
-        test.details = [" ".join(detail.split()) for detail in test.details]
-    return tests
+def _dcgm_entity(result: dict) -> str:
+    if "entity_id" not in result:
+        return ""
+    return f"{result.get('entity_group', 'GPU')}{result['entity_id']}"
+
+
+def _dcgm_errors(result: dict, entity: str) -> list[DcgmError]:
+    return [DcgmError(entity, int(w.get("error_id", 0)), int(w.get("error_category", 0)),
+                      int(w.get("error_severity", 0)), str(w.get("warning", "")))
+            for w in result.get("warnings") or []]
+
+
+def _dcgm_test(section: str, entry: dict) -> DcgmTest:
+    results = entry.get("results") or []
+    summary = entry.get("test_summary") or {}
+    test = DcgmTest(section, str(entry.get("name", "")), str(summary.get("status", "Not Run")))
+    for result in results:
+        entity = _dcgm_entity(result)
+        test.entities[entity] = str(result.get("status", ""))
+        test.errors += _dcgm_errors(result, entity)
+        test.details += [f"Info: {entity}: {info}" for info in result.get("info") or []]
+    # The summary repeats every error of the test; keep only those no entity reported.
+    seen = {(e.error_id, e.message) for e in test.errors}
+    test.errors += [e for e in _dcgm_errors(summary, "") if (e.error_id, e.message) not in seen]
+    test.details = [f"Warning: {e.entity or 'all'}: {e.message} (DCGM error id {e.error_id})"
+                    for e in test.errors] + test.details
+    return test
+
+
+def parse_dcgmi_diag_json(text: str) -> list[DcgmTest]:
+    """Returns the tests of `dcgmi diag -r N -j` in display order. Raises DcgmRuntimeError with
+    DCGM's message when the run could not start, ValueError when the output is not DCGM's JSON."""
+    start = text.find("{")
+    try:
+        output = json.loads(text[start:]) if start >= 0 else None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"`dcgmi diag -j` printed no JSON ({error}): {text.strip()[:300]!r}") from None
+    if isinstance(output, dict) and output.get("iterations"):  # --iterations N: the last run's
+        output = output["iterations"][-1]
+    if not isinstance(output, dict) or not isinstance(output.get("DCGM Diagnostic"), dict):
+        raise ValueError(f"`dcgmi diag -j` printed no \"DCGM Diagnostic\" object: {text.strip()[:300]!r}")
+    diagnostic = output["DCGM Diagnostic"]
+    if diagnostic.get("runtime_error"):
+        raise DcgmRuntimeError(diagnostic["runtime_error"].strip())
+    return [_dcgm_test(str(category.get("category", "")), entry)
+            for category in diagnostic.get("test_categories") or []
+            for entry in category.get("tests") or []]
+
+
+def dcgm_version(text: str) -> str | None:
+    """The DCGM version `dcgmi diag -j` reports in its metadata."""
+    try:
+        output = json.loads(text[text.find("{"):])
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return ((output or {}).get("metadata") or {}).get("version")

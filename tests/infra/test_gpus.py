@@ -474,15 +474,24 @@ def test_dcgm_diagnostics(gpu, expect, request):
             pytest.fail(explain("dcgmi (nvidia_driver_dcgm = true)", "no dcgmi on the PATH",
                                 "re-run the deploy: roles/nvidia_driver installs datacenter-gpu-manager"))
         pytest.skip("DCGM is not installed (nvidia_driver_dcgm = false): no dcgmi diag")
-    result = gpu.host.run("dcgmi diag -r 1")
-    tests = parse.parse_dcgmi_diag(result.stdout)
-    assert tests, explain("`dcgmi diag -r 1` to print its result table", f"rc {result.rc}: "
+    # -j: DCGM's JSON (whole names and messages, DCGM's error ids), not the text table that
+    # cuts names at 25 characters and messages at 45.
+    result = gpu.host.run("dcgmi diag -r 1 -j")
+    try:
+        tests = parse.parse_dcgmi_diag_json(result.stdout)
+    except parse.DcgmRuntimeError as error:
+        pytest.fail(explain("`dcgmi diag -r 1 -j` to run", f"DCGM: {error}",
+                            "follow DCGM's message; are the GPUs idle and the host engine up?"))
+    except ValueError:
+        tests = []
+    assert tests, explain("`dcgmi diag -r 1 -j` to print its results", f"rc {result.rc}: "
                           f"{(result.stdout + result.stderr).strip()[-400:]}",
                           "start the host engine (`systemctl start nvidia-dcgm`) and run it by hand")
     failed = [t for t in tests if t.result in ("Fail", "Warn")]
     assert not failed, explain(
         "every DCGM level-1 test Pass or Skip", "; ".join(
-            f"{t.name} {t.result}" + (f" ({' | '.join(t.details)[:200]})" if t.details else "") for t in failed),
+            f"{t.name} {t.result}" + (f" ({' | '.join(t.details)[:300]})" if t.details else "") for t in failed),
         "follow DCGM's message; `python -m tests.infra --dcgm-level 2` runs the memory and PCIe tests")
-    report(request, f"dcgmi diag -r 1: {len(tests)} tests, "
+    version = parse.dcgm_version(result.stdout)
+    report(request, f"dcgmi diag -r 1{f' (DCGM {version})' if version else ''}: {len(tests)} tests, "
                     + ", ".join(f"{t.name} {t.result}" for t in tests))

@@ -1,5 +1,5 @@
 """nvidia_driver_dcgm in the lab: DCGM 4 comes from the (stand-in) CUDA repository through real
-apt, its host engine runs under systemd, `dcgmi diag -r 1` answers in DCGM's table format,
+apt, its host engine runs under systemd, `dcgmi diag -r 1 -j` answers in DCGM's JSON,
 and a second deploy with the setting changes nothing.
 
 The packages and programs are stand-ins (tests/standins/nvidia_apt_repo/dcgm.py): names,
@@ -42,9 +42,12 @@ def test_dcgm_host_engine_runs(dcgm_deploy, gpu_guest):
 
 
 def test_dcgmi_diag_answers_in_dcgms_format(dcgm_deploy, gpu_guest):
-    out = gpu_guest.run("dcgmi diag -r 1")
-    tests = parse.parse_dcgmi_diag(out.stdout)
+    out = gpu_guest.run("dcgmi diag -r 1 -j")
+    tests = parse.parse_dcgmi_diag_json(out.stdout)
     assert [(t.section, t.name, t.result) for t in tests] == [("Deployment", "software", "Skip")], out.stdout
+    assert parse.dcgm_version(out.stdout) == "4.6.0"
+    table = gpu_guest.run("dcgmi diag -r 1")  # without -j: the text table, as the real one
+    assert "| software                  | Skip" in table.stdout, table.stdout
 
 
 def test_second_deploy_with_dcgm_changes_nothing(dcgm_deploy):

@@ -2,7 +2,8 @@
 (inventory/lab_replicas.py: two gpu-node containers with the stand-in server, one gateways
 container with smg from PyPI): requests succeed through the gateway, a stopped replica leaves
 the endpoint serving and the verdict DEGRADED naming it, a rolling upgrade (a new active stack)
-never fails a request through the gateway, and a second deploy changes nothing.
+never fails a request through the gateway nor cuts a stream running through it (each replica
+drained on its own running-request gauge first), and a second deploy changes nothing.
 """
 
 from __future__ import annotations
@@ -170,36 +171,90 @@ def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
 ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 
 
+# Long generations streamed through the gateway across each rolling upgrade: seconds each
+# (the stand-in decodes 100 tokens/s: tests/standins/sglang_server), the same number the
+# inventory's drain timeout is made from; 30 with INFERENCE_HOST_LAB_STREAM_SECONDS=30.
+STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
+STREAM_TOKENS = 100 * STREAM_SECONDS
+STREAMS_AT_ONCE = 3
+
+
+def _stream(site, key: str) -> dict:
+    """One streamed chat completion through the gateway: its content tokens, finish reason,
+    whether [DONE] came, and the longest pause between two events."""
+    url = gateway_url(site.group("gateways")[0])
+    body = json.dumps({"model": "kimi-k2.5", "max_tokens": STREAM_TOKENS, "stream": True,
+                       "messages": [{"role": "user", "content": f"stream {time.monotonic()}"}]}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    result = {"tokens": 0, "finish": None, "done": False, "gap": 0.0, "error": None}
+    last = time.monotonic()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/chat/completions", body, headers),
+                                    timeout=STREAM_SECONDS + 120) as answer:
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                now = time.monotonic()
+                result["gap"], last = max(result["gap"], now - last), now
+                if line == "data: [DONE]":
+                    result["done"] = True
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    result["tokens"] += 1 if choice["delta"].get("content") else 0
+                    result["finish"] = choice.get("finish_reason") or result["finish"]
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        result["error"] = repr(error)
+    return result
+
+
 def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
     """Rolling switches by the real deploy (to another stack, then back and again when asked
     for more runs; the module's last test, so the lab may be left on the other stack), a
-    client asking through the gateway all along: no request fails, each replica was drained at
-    the gateway before its restart, and the longest gap between two answers is reported."""
+    client asking through the gateway all along and long generations streaming through it from
+    before the upgrade until after it: no request fails, every stream ends with all its tokens,
+    each replica was drained at the gateway before its restart, and the longest gap between two
+    answers and between two tokens of a stream are reported."""
     old = site.stack.active.id
     new = next(s for s in site.stack.stacks if s != old)
     upgrade = _inventory_with_active(tmp_path, new, site)
     gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
-    gaps = []
+    gaps, token_gaps, delivered = [], [], []
     for inventory in [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]:
-        stop, ok, failed = threading.Event(), [], []
+        stop, ok, failed, streams = threading.Event(), [], [], []
 
         def client(stop=stop, ok=ok, failed=failed):
             while not stop.is_set():
                 (ok if _chat(site, key) == 200 else failed).append(time.monotonic())
 
+        def streamer(stop=stop, streams=streams):
+            while not stop.is_set():  # a stream begun before the deploy ends runs to its end
+                streams.append(_stream(site, key))
+
         since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
-        thread = threading.Thread(target=client)
-        thread.start()
+        threads = [threading.Thread(target=client)] + [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1)  # the first streams are under way before the upgrade starts
         try:
             run = run_deploy(inventory)
         finally:
             stop.set()
-            thread.join()
+            for thread in threads:
+                thread.join()
         assert run.returncode == 0, run.explain()
         assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
+        cut = [s for s in streams if s["error"] or not s["done"] or s["finish"] != "length" or s["tokens"] != STREAM_TOKENS]
+        assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
+        token_gaps.append(max(s["gap"] for s in streams))
+        got = sorted(s["tokens"] for s in streams)
+        delivered.append(f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
+                         f" max {got[-1]}/{STREAM_TOKENS}")
         # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
         journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
         assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
         gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
     print(f"\nrolling upgrade through the gateway (lab): longest gap between answers"
-          f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s")
+          f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s;"
+          f" {STREAM_SECONDS} s streams: {'; '.join(delivered)}, longest gap between tokens"
+          f" {', '.join(f'{g:.2f}' for g in token_gaps)} s; median {statistics.median(token_gaps):.2f} s")

@@ -103,6 +103,8 @@ def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy
     assert gpu_guest.file("/etc/systemd/system/sglang.service").linked_to == f"{_config(OLD)}/sglang.service"
     assert gpu_guest.service("sglang").is_enabled
     assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value sglang") == "yes"
+    # libcuda cannot make /dev/nvidia-uvm itself under NoNewPrivileges: the unit waits for the one that does
+    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value sglang").split()
     assert gpu_guest.check_output("systemctl show -p ProtectSystem --value sglang") == "strict"
     # The sandbox is in force on the running server: / is read-only to it, its home is not.
     pid = _main_pid(gpu_guest)

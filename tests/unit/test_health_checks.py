@@ -434,20 +434,74 @@ def test_nvlink_of_a_gpu_without_links_is_empty():
     assert parse.parse_nvlink((CHECKS / "nvlink-s.txt").read_text(), (CHECKS / "nvlink-e.txt").read_text()) == {}
 
 
-def test_dcgmi_diag_level_1_table():
-    tests = parse.parse_dcgmi_diag((DATA / "dcgm" / "diag-r1-fail.txt").read_text())
-    names = [(t.section, t.name, t.result) for t in tests]
-    assert ("Deployment", "software", "Fail") in names
-    software = next(t for t in tests if t.name == "software")
+PERSISTENCE = ('Persistence mode for GPU 1 is disabled. Enable persistence mode by running '
+               '"nvidia-smi -i <gpuId> -pm 1 " as root.')
+
+
+def test_dcgmi_diag_json_level_1_failure_keeps_dcgms_whole_message_and_error_id():
+    tests = parse.parse_dcgmi_diag_json((DATA / "dcgm" / "diag-r1-fail.json").read_text())
+    assert [(t.section, t.name, t.result) for t in tests] == [("Deployment", "software", "Fail")]
+    software = tests[0]
     assert software.entities == {"GPU0": "Pass", "GPU1": "Fail"}
-    assert software.details == ["Warning: GPU1: Persistence mode for GPU 1 is disabled. Enable persistence "
-                                "mode by running \"nvidia-smi -i <gpuId> -pm 1 \" as root."]
-    assert all(t.section != "Metadata" for t in tests)
+    # DCGM_FR_PERSISTENCE_MODE (29), DCGM_FR_EC_SOFTWARE_OTHER (8), DCGM_ERROR_CONFIG (5); once,
+    # although test_summary repeats it.
+    assert software.errors == [parse.DcgmError("GPU1", 29, 8, 5, PERSISTENCE)]
+    assert software.details == [f"Warning: GPU1: {PERSISTENCE} (DCGM error id 29)"]
 
 
-def test_dcgmi_diag_pass_table():
-    tests = parse.parse_dcgmi_diag((DATA / "dcgm" / "diag-r1-pass.txt").read_text())
-    assert tests and {t.result for t in tests} <= {"Pass", "Skip"}
+def test_dcgmi_diag_json_pass():
+    text = (DATA / "dcgm" / "diag-r1-pass.json").read_text()
+    tests = parse.parse_dcgmi_diag_json(text)
+    assert [(t.name, t.result, t.entities) for t in tests] == [("software", "Pass", {"GPU0": "Pass", "GPU1": "Pass"})]
+    assert parse.dcgm_version(text) == "4.6.0"
+
+
+def test_dcgmi_diag_json_info_and_tests_dcgm_did_not_run():
+    tests = parse.parse_dcgmi_diag_json((DATA / "dcgm" / "diag-r2-not-run.json").read_text())
+    by_name = {t.name: t for t in tests}
+    assert [t.section for t in tests] == ["Deployment", "Integration", "Hardware"]
+    assert by_name["pcie"].result == "Skip" and by_name["pcie"].entities == {"GPU0": "Skip"}
+    assert by_name["pcie"].details == ["Info: GPU0: pcie test skipped: no peer GPU reachable by P2P"]
+    assert by_name["memory"].result == "Not Run" and by_name["memory"].entities == {}
+
+
+def test_dcgmi_diag_json_runtime_error_and_text_that_is_no_json():
+    with pytest.raises(parse.DcgmRuntimeError, match="^Error: Diagnostic could not be run while DCGM is paused.$"):
+        parse.parse_dcgmi_diag_json((DATA / "dcgm" / "diag-runtime-error.json").read_text())
+    with pytest.raises(ValueError, match="printed no JSON"):
+        parse.parse_dcgmi_diag_json("Error: Unable to connect to host engine. {bad")
+    with pytest.raises(ValueError, match="no \"DCGM Diagnostic\""):
+        parse.parse_dcgmi_diag_json('{"metadata": {"version": "4.6.0"}}')
+
+
+def test_dcgmi_diag_json_iterations_read_the_last_run():
+    one = json.loads((DATA / "dcgm" / "diag-r1-pass.json").read_text())
+    two = json.loads((DATA / "dcgm" / "diag-r1-fail.json").read_text())
+    text = json.dumps({"iterations": [one, two], "Overall Result": "Fail"})  # Diag::RunStartDiag
+    assert [t.result for t in parse.parse_dcgmi_diag_json(text)] == ["Fail"]
+
+
+def test_dcgm_json_keys_are_dcgms_own():
+    """Every key of the samples is one nvvs/include/NvvsJsonStrings.h defines (DCGM 4.6.0) or
+    one of Diag.cpp's metadata names."""
+    header = {
+        "test_categories", "category", "tests", "name", "results", "status", "warnings", "warning",
+        "info", "version", "runtime_error", "error_id", "error_category", "error_severity", "iterations",
+        "Overall Result", "Driver Version Detected", "entities", "entity_groups", "entity_group",
+        "entity_group_id", "entity_id", "serial_num", "device_id", "test_summary", "metadata",
+        "DCGM Diagnostic"}
+
+    def keys(value):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield key
+                yield from keys(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from keys(item)
+
+    for sample in (DATA / "dcgm").glob("*.json"):
+        assert set(keys(json.loads(sample.read_text()))) <= header, sample.name
 
 
 # -- 8 GPUs: per-GPU checks and collapsed skips (issue 19) ----------------------------------------
@@ -501,20 +555,30 @@ def _dcgm_probe(sample: str | None) -> FakeProbe:
     gpu = probe()
     gpu.dcgmi_path = "/usr/bin/dcgmi" if sample else None
     text = (DATA / "dcgm" / sample).read_text() if sample else ""
-    gpu.host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=text, stderr=""))
+
+    def run(command):
+        assert command == "dcgmi diag -r 1 -j", command
+        return types.SimpleNamespace(rc=0, stdout=text, stderr="")
+
+    gpu.host = types.SimpleNamespace(run=run)
     return gpu
 
 
 def test_dcgm_check_passes_on_a_passing_level_1():
     request = FakeRequest()
-    test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-pass.txt"), expect(), request)
-    assert request.detail == "dcgmi diag -r 1: 1 tests, software Pass"
+    test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-pass.json"), expect(), request)
+    assert request.detail == "dcgmi diag -r 1 (DCGM 4.6.0): 1 tests, software Pass"
 
 
 def test_dcgm_check_fails_with_dcgms_own_message():
     with pytest.raises(AssertionError) as failure:
-        test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-fail.txt"), expect(), FakeRequest())
-    assert "software Fail (Warning: GPU1: Persistence mode for GPU 1 is disabled." in str(failure.value)
+        test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-r1-fail.json"), expect(), FakeRequest())
+    assert f"software Fail (Warning: GPU1: {PERSISTENCE} (DCGM error id 29))" in str(failure.value)
+
+
+def test_dcgm_check_that_cannot_run_fails_with_dcgms_message():
+    with pytest.raises(pytest.fail.Exception, match="Diagnostic could not be run while DCGM is paused"):
+        test_gpus.test_dcgm_diagnostics(_dcgm_probe("diag-runtime-error.json"), expect(), FakeRequest())
 
 
 def test_dcgm_missing_skips_unless_the_site_model_installs_it():
@@ -594,3 +658,21 @@ def test_a_completion_without_choices_names_the_engines_own_error():
     assert parse.engine_error(sglang) == "The model kimi does not exist. (NotFoundError, 404)"
     assert parse.engine_error({"unexpected": "x" * 700}).endswith("... (717 characters)")
     assert parse.completion_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"
+
+
+def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):
+    """The lab's dcgmi (tests/standins/nvidia_apt_repo/dcgm.py) answers `diag -j` in the shape
+    the parser reads, and plain `diag` with the text table, as the real dcgmi does."""
+    from tests.standins.nvidia_apt_repo import dcgm
+
+    pid = tmp_path / "nv-hostengine.pid"
+    pid.write_text(f"{__import__('os').getpid()}\n")
+    script = tmp_path / "dcgmi"
+    script.write_text(dcgm._dcgmi().replace("/run/nv-hostengine.pid", str(pid)))
+    run = lambda *args: subprocess.run(["sh", str(script), *args], capture_output=True, text=True)  # noqa: E731
+    out = run("diag", "-r", "1", "-j")
+    assert out.returncode == 0 and [(t.section, t.name, t.result) for t in parse.parse_dcgmi_diag_json(out.stdout)] \
+        == [("Deployment", "software", "Skip")]
+    assert "| software                  | Skip" in run("diag", "-r", "1").stdout
+    pid.write_text("999999999\n")
+    assert run("diag", "-r", "1", "-j").returncode == 255  # no host engine: dcgmi/Command.cpp's error

@@ -50,6 +50,7 @@ def site(inventory):
     common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
     path = inventory.groups(
         gpu_nodes=[gpu_node("gpu1", ssh_hostname="10.0.0.11", serving_host="10.0.0.11", **common,
+                            serving_context_length=4096,  # fits the KV cache with a drafter
                             serving_speculative={"draft_model_path": "/models/drafter",
                                                  **speculative_ready(inventory)}),
                    gpu_node("gpu2", gpu_count=4, ssh_hostname="10.0.0.12", serving_host="10.0.0.12",

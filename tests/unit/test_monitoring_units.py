@@ -30,7 +30,8 @@ def render(template: str, **kwargs) -> str:
 def site(inventory):
     vault = inventory.vault(api_key="k")
     return load_site(inventory.groups(
-        gpu_nodes=[gpu_node(secrets_file=vault, serving_api_key_secret="api_key", gpu_count=4,
+        gpu_nodes=[gpu_node(secrets_file=vault, serving_api_key_secret="api_key", gpu_count=8,
+                            serving_context_length=4096,  # fits the KV cache with a drafter (kv_cache.py)
                             health_min_temp_margin_c=12, monitoring_check_interval="10m",
                             monitoring_check_cpu_quota_percent=30, monitoring_check_timeout_s=200,
                             serving_speculative={"draft_model_path": "/models/drafter", "num_steps": 2, "num_draft_tokens": 3,

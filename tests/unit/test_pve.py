@@ -289,3 +289,28 @@ def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, m
     config = pve.parse_config(text, kind)
     assert config.pending == {"cores": "8"} and config.pending_delete == {"dev0"}
     assert config.current == {"cores": "4", "parent": "snap1"}
+
+
+@pytest.mark.skipif(not __import__("shutil").which("ssh-keygen"), reason="ssh-keygen is not installed")
+def test_pct_standin_validates_keys_with_ssh_keygen_as_pve_common_does(tmp_path):
+    """PVE::Tools::validate_ssh_public_keys (pve-common) runs `ssh-keygen -l -f` on each line:
+    a key of the right shape whose base64 is corrupt is refused, blank lines are skipped."""
+    import importlib.machinery
+    import importlib.util
+    import subprocess
+
+    path = str(PROJECT_ROOT / "tests" / "standins" / "proxmox" / "pct")
+    loader = importlib.machinery.SourceFileLoader("pct_standin", path)
+    pct = importlib.util.module_from_spec(importlib.util.spec_from_loader("pct_standin", loader))
+    loader.exec_module(pct)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab", "-f", str(tmp_path / "k")],
+                   check=True)
+    good = (tmp_path / "k.pub").read_text().strip()
+    pct.validate_ssh_public_keys(f"{good}\n\n   \n{good}\n")
+    kind, blob, comment = good.split()
+    # The key's inner length field says 36 bytes, not 32: still [A-Za-z0-9+/=]+, not a key.
+    assert blob[20:25] == "AAAAI"
+    corrupt = f"{kind} {blob[:20]}AAAAJ{blob[25:]} {comment}"
+    for bad in (corrupt, f"{kind} {blob[:-8]} {comment}", "not a key"):
+        with pytest.raises(pct.pve.PveError, match=r"^SSH public key validation error$"):
+            pct.validate_ssh_public_keys(f"{good}\n{bad}\n")

@@ -81,6 +81,17 @@ def test_start_limit_stops_a_loop_of_the_slowest_failing_starts():
     assert attempts[burst] - attempts[0] < interval
 
 
+def test_unit_starts_after_the_uvm_device_nodes():
+    """NoNewPrivileges=yes keeps libcuda from running the setuid nvidia-modprobe that would make
+    /dev/nvidia-uvm: the engine starts only after the unit roles/nvidia_driver installs for it."""
+    from roles import nvidia_driver
+
+    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
+    value = {key: words.split() for key, words in re.findall(r"^(After|Wants)=(.*)$", text, re.M)}
+    assert nvidia_driver.UVM_UNIT in value["After"] and nvidia_driver.UVM_UNIT in value["Wants"]
+    assert "NoNewPrivileges=yes" in text.splitlines()
+
+
 def test_unit_and_config_belong_to_one_release():
     old, new = STACKS["sglang-0.5.9-cu128"], STACKS["sglang-0.5.23-cu130"]
     text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, old, PROD))

@@ -25,14 +25,20 @@ def configs(inventory):
     return inventory
 
 
-def site_on(inventory, active: str, **speculative):
+# Kimi-K2.5 at its 262,144-token context and SGLang's 48 requests cannot fit its KV cache
+# (test_kv_cache_estimate.py): the drafter tests serve a context that fits.
+FITTING = {"serving_context_length": 4096}
+
+
+def site_on(inventory, active: str, host: dict | None = None, **speculative):
     inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {active}")
-    return load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative})]))
+    settings = FITTING if host is None else host
+    return load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative}, **settings)]))
 
 
-def problems_on(inventory, active: str, **speculative) -> list[str]:
+def problems_on(inventory, active: str, host: dict | None = None, **speculative) -> list[str]:
     with pytest.raises(SiteError) as caught:
-        site_on(inventory, active, **speculative)
+        site_on(inventory, active, host, **speculative)
     return caught.value.problems
 
 

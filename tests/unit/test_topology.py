@@ -134,7 +134,7 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "sglang.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
     assert command.startswith("/usr/local/libexec/inference-host/sglang-rolling /etc/sglang/sglang-secret-args.yaml"
-                              " http://10.0.0.2:30000 http://gw:8000 -- ")
+                              " http://10.0.0.2:30000 300 http://gw:8000 -- ")
     assert command.endswith("sglang-switch sglang.service /c /e")
     alone = load_site(inventory.groups("alone.py", gpu_nodes=[("a", {"gpu_count": 8})]))
     assert serving_role.switch_command(alone.hosts["a"], alone.hosts, "u", "/c", "/e")[1] == []
@@ -221,12 +221,15 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
-    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(version="1.13.0", key_required=True)
+    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(version="1.13.0", key_required=True,
+                                                                               drain_settle_secs=300)
     # smg is not installed here: a stand-in module stops before launching anything.
     (tmp_path / "smg").mkdir()
     (tmp_path / "smg" / "__init__.py").write_text("")
     (tmp_path / "smg" / "launch_router.py").write_text(
-        "def parse_router_args(a):\n    return a\ndef launch_router(a):\n    print('LAUNCH', a)\n")
+        "class Args:\n    def __init__(self, argv):\n        self.argv = argv\n"
+        "def parse_router_args(a):\n    return Args(a)\n"
+        "def launch_router(a):\n    print('LAUNCH', a.argv, 'settle', a.drain_settle_secs)\n")
     script = tmp_path / "smg-launch"
     script.write_text(text)
     run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
@@ -236,7 +239,7 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     (tmp_path / "creds" / "api-key").write_text("k\n")
     run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
                          env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "creds" / "api-key")})
-    assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k']" in run.stdout
+    assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k'] settle 300" in run.stdout
 
 
 def test_tensor_parallel_across_nodes_is_refused_for_a_vllm_stack(inventory):

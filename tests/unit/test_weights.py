@@ -82,7 +82,10 @@ def test_the_node_keeps_one_copy_for_every_guest_that_mounts_it(inventory):
     shutil.copy(eagle3 / "kimi-k2.5-config.json", inventory.dir / "target.json")
     shutil.copy(eagle3 / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
+    # One GPU stands for the node's eight here: the KV-cache estimate of the same check needs
+    # Kimi-K2.5's 554 GiB to fit the GPUs (tests/unit/test_kv_cache_estimate.py).
     a = guest_node("a", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
+                   gpu_memory_gib=640, serving_context_length=4096,
                    serving_speculative={"draft_model_path": "/models/eagle3", "draft_config": "drafter.json",
                                         "target_config": "target.json"},
                    weights_drafter_repo="lightseekorg/kimi-k2.5-eagle3", weights_drafter_revision=COMMIT)
@@ -124,8 +127,8 @@ def _render(template: str, **kwargs) -> str:
     return env.get_template(template).render(**kwargs)
 
 
-def _kept(inventory, **data):
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS, **data)]))
+def _kept(inventory, name="site.py", **data):
+    site = load_site(inventory.groups(name, gpu_nodes=[gpu_node(**WEIGHTS, **data)]))
     return weight_sets_kept_by(site, "gpu1")[0]
 
 
@@ -141,6 +144,11 @@ def test_weights_unit_text(inventory):
                  "Environment=HF_ENDPOINT=http://mirror:8080", "WantedBy=multi-user.target", "UMask=0022"):
         assert line in lines, line
     assert "HF_TOKEN_PATH" not in text  # no secret configured
+    # Only huggingface_hub's http_get resumes a killed shard: Xet off unless asked for.
+    assert "Environment=HF_HUB_DISABLE_XET=1" in lines
+    xet = _render("roles/weights/templates/inference-host-weights.service.j2",
+                  **weights.unit_kwargs(_kept(inventory, "xet.py", serving_hf_token_secret=None, weights_xet=True)))
+    assert "HF_HUB_DISABLE_XET" not in xet
     config = weights.config_of(ws)
     assert config["revision"] == COMMIT and config["local_dir"] == "/models/Kimi-K2.5"
     assert config["margin_bytes"] == 20 * 1024**3 and "token" not in json.dumps(config).lower()

@@ -6,11 +6,13 @@ the diagnostics built for that CUDA major and depend on -core of the same versio
 config-files/systemd/nvidia-dcgm.service.in. The programs are tiny stand-ins: nv-hostengine
 just stays up; dcgmi answers like the real one (dcgmi/Command.cpp) when no host engine runs,
 and otherwise prints `dcgmi diag`'s table (dcgmi/Diag.cpp's stencils, rendered by
-render_diag below, which the unit tests' samples share) with every test skipped: there is no
-GPU in the lab.
+render_diag below) or, with -j/--json, its JSON (render_diag_json below, which the unit
+tests' samples share) with every test skipped: there is no GPU in the lab.
 """
 
 from __future__ import annotations
+
+import json
 
 DCGM_VERSION = "4.6.0"
 
@@ -58,6 +60,60 @@ def render_diag(metadata: dict[str, str], sections: dict[str, list[dict]]) -> st
     return "".join(out)
 
 
+# dcgmfields: DCGM_FE_GPU = 1, DcgmFieldsGetEntityGroupString -> "GPU".
+ENTITY_GROUPS = {"GPU": 1}
+
+
+def render_diag_json(metadata: dict[str, str], categories: dict[str, list[dict]],
+                     entities: dict[str, str] | None = None) -> str:
+    """`dcgmi diag -j` output as DCGM 4.6.0 builds it (dcgmi/Diag.cpp HelperJsonBuildOutput; key
+    names from nvvs/include/NvvsJsonStrings.h): categories {"Deployment": [{"name", "summary":
+    "Pass", "results": {"GPU0": "Pass"}, "warnings": {"GPU1": [(error_id, category, severity,
+    message)]}, "info": {"GPU0": ["..."]}}]}; entities {"0": "<device id>"}. A "Not Run" result
+    is left out (HelperJsonAddResult); the summary lists every error of the test. jsoncpp's
+    toStyledString sorts keys and indents by 3 with " : "."""
+    def warnings(items):
+        return [{"warning": m, "error_id": i, "error_category": c, "error_severity": sev}
+                for i, c, sev, m in items]
+
+    out: dict = {"DCGM Diagnostic": {}, "metadata": dict(metadata)}
+    if entities:
+        out["entity_groups"] = [{"entity_group": "GPU", "entity_group_id": ENTITY_GROUPS["GPU"],
+                                 "entities": [{"entity_id": int(k), "device_id": v} for k, v in entities.items()]}]
+    rendered = []
+    for category, tests in categories.items():
+        entries = []
+        for test in tests:
+            entry: dict = {"name": test["name"]}
+            for entity, status in test.get("results", {}).items():
+                if status == "Not Run":
+                    continue
+                group = entity.rstrip("0123456789")
+                result = {"entity_group": group, "entity_group_id": ENTITY_GROUPS[group],
+                          "entity_id": int(entity[len(group):]), "status": status}
+                if test.get("warnings", {}).get(entity):
+                    result["warnings"] = warnings(test["warnings"][entity])
+                if test.get("info", {}).get(entity):
+                    result["info"] = list(test["info"][entity])
+                entry.setdefault("results", []).append(result)
+            if test["summary"] != "Not Run":
+                summary = {"status": test["summary"]}
+                every = [w for items in test.get("warnings", {}).values() for w in items]
+                if every:
+                    summary["warnings"] = warnings(every)
+                entry["test_summary"] = summary
+            entries.append(entry)
+        rendered.append({"category": category, "tests": entries})
+    out["DCGM Diagnostic"]["test_categories"] = rendered
+    return json.dumps(out, indent=3, sort_keys=True, separators=(",", " : ")) + "\n"
+
+
+def render_diag_runtime_error(message: str) -> str:
+    """Diag::HelperDisplayFailureMessage with -j: the run could not start."""
+    return json.dumps({"DCGM Diagnostic": {"runtime_error": message, "version": DCGM_VERSION}},
+                      indent=3, sort_keys=True, separators=(",", " : ")) + "\n"
+
+
 NV_HOSTENGINE = """#!/bin/sh
 # STAND-IN nv-hostengine (inference-host lab): DCGM's host engine; with no GPU it only stays up.
 echo $$ > /run/nv-hostengine.pid
@@ -69,10 +125,12 @@ def _dcgmi() -> str:
     skipped = render_diag(
         {"DCGM Version": DCGM_VERSION},
         {"Deployment": [{"name": "software", "result": "Skip"}]})
+    skipped_json = render_diag_json(
+        {"version": DCGM_VERSION}, {"Deployment": [{"name": "software", "summary": "Skip"}]})
     return f"""#!/bin/sh
 # STAND-IN dcgmi (inference-host lab). Without a running host engine it answers as
-# dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table with every test skipped
-# (no GPU exists in the lab).
+# dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table, or with -j/--json its
+# JSON, with every test skipped (no GPU exists in the lab).
 if ! kill -0 "$(cat /run/nv-hostengine.pid 2>/dev/null)" 2>/dev/null; then
     echo "Error: unable to establish a connection to the specified host: localhost"
     echo "Error: Unable to connect to host engine. Host engine connection invalid/disconnected."
@@ -80,7 +138,14 @@ if ! kill -0 "$(cat /run/nv-hostengine.pid 2>/dev/null)" 2>/dev/null; then
 fi
 case "$1" in
     --version|-v) echo "dcgmi  version: {DCGM_VERSION}"; exit 0 ;;
-    diag) cat <<'EOF'
+    diag)
+        for arg in "$@"; do
+            case "$arg" in -j|--json) cat <<'EOF'
+{skipped_json}EOF
+                exit 0 ;;
+            esac
+        done
+        cat <<'EOF'
 {skipped}EOF
         exit 0 ;;
 esac

@@ -28,7 +28,21 @@ varied (no repeated token loop), so a server check that looks at text can pass o
   cumulative average as internal_states[0].avg_spec_accept_length of /server_info
   (srt/managers/scheduler.py get_internal_state), which bench_serving prints as "Accept length".
 
+- streaming (`"stream": true` on /v1/chat/completions): server-sent events as 0.5.9's
+  srt/entrypoints/openai/serving_chat.py `_generate_chat_stream` writes them, one
+  `data: <ChatCompletionStreamResponse JSON>` event per token (protocol.py's fields, None
+  values included as pydantic's model_dump_json writes them): a first chunk with
+  `delta: {"role": "assistant", "content": ""}`, one content delta per token, a chunk with an
+  empty delta and `finish_reason` "length" (max_tokens reached), a usage chunk with empty
+  choices when `stream_options.include_usage`, then `data: [DONE]`;
+- /metrics `sglang:num_running_reqs` counts the requests being answered right now (the
+  scheduler's running batch: srt/metrics/collector.py), which a rolling switch waits on.
+  SIGTERM stops the server at once and cuts open streams, as the real server's exit does.
+
 Lab-only knobs (environment, set through serving_extra_env):
+  INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND  decode speed of each streamed request (default 100;
+                                         0: no pause between tokens; answers that do not
+                                         stream come at once)
   INFERENCE_HOST_STANDIN_ACCEPT_LENGTH   accept length with speculative decoding (default 2.6,
                                          at most num_steps + 1)
   INFERENCE_HOST_STANDIN_LOAD_SECONDS    seconds before /health_generate answers 200 (default 2)
@@ -117,6 +131,16 @@ class State:
         self.spec_accepted = 0
         self.last_accept_length = 0.0     # the gauge: most recent decode
         self.last_accept_rate = 0.0
+        self.running = 0
+        self.lock = threading.Lock()
+        self.tokens_per_second = float(os.environ.get("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", "100"))
+
+    def pace(self, index: int, began: float) -> None:
+        """Hold token `index` until the request's decode speed lets it out."""
+        if self.tokens_per_second > 0:
+            wait = began + (index + 1) / self.tokens_per_second - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
 
     def decoded(self, tokens: int) -> None:
         """Book a decode of `tokens` tokens as the scheduler does with a drafter."""
@@ -178,7 +202,7 @@ def make_handler(state: State):
                 name = args.served_model_name or args.model_path
                 text = (f'sglang:num_requests_total{{model_name="{name}"}} {state.requests}\n'
                         f'sglang:generation_tokens_total{{model_name="{name}"}} {state.generated_tokens}\n'
-                        f'sglang:num_running_reqs{{model_name="{name}"}} 0\n')
+                        f'sglang:num_running_reqs{{model_name="{name}"}} {state.running}\n')
                 labels = f'engine_type="unified",model_name="{name}",pp_rank="0",tp_rank="0"'
                 text += (f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{{{labels}}} {state.last_accept_length}\n"
                          f"# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{{labels}}} {state.last_accept_rate}\n")
@@ -202,7 +226,50 @@ def make_handler(state: State):
             except json.JSONDecodeError:
                 return self._send(400, {"error": "invalid JSON"})
             path = self.path.split("?")[0]
-            state.requests += 1
+            with state.lock:
+                state.requests += 1
+                state.running += 1
+            try:
+                return self._answer(path, body)
+            finally:
+                with state.lock:
+                    state.running -= 1
+
+        def _stream_chat(self, body: dict, prompt: str, tokens: list[str]) -> None:
+            """serving_chat.py _generate_chat_stream (0.5.9), one token per event."""
+            request_id = hashlib.md5(f"{prompt}{time.time()}".encode()).hexdigest()
+            model = body.get("model") or args.served_model_name
+
+            def event(choices, usage=None) -> bytes:
+                chunk = {"id": request_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                         "model": model, "choices": choices, "usage": usage}
+                return f"data: {json.dumps(chunk)}\n\n".encode()
+
+            def choice(delta, finish_reason=None):
+                return {"index": 0, "delta": {"role": None, "content": None, "reasoning_content": None,
+                                              "tool_calls": None, **delta},
+                        "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
+
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            began = time.monotonic()
+            self.wfile.write(event([choice({"role": "assistant", "content": ""})]))
+            self.wfile.flush()
+            for index, token in enumerate(tokens):
+                state.pace(index, began)
+                self.wfile.write(event([choice({"content": token if index == 0 else " " + token})]))
+                self.wfile.flush()
+            state.decoded(len(tokens))
+            self.wfile.write(event([choice({}, "length")]))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                prompt_tokens = len(prompt.split())
+                self.wfile.write(event([], {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(tokens),
+                                            "completion_tokens": len(tokens), "prompt_tokens_details": None}))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+        def _answer(self, path: str, body: dict):
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 tokens = generate_text(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
@@ -215,6 +282,8 @@ def make_handler(state: State):
             if path == "/v1/chat/completions":
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
                 tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
+                if body.get("stream"):
+                    return self._stream_chat(body, prompt, tokens)
                 state.decoded(len(tokens))
                 return self._send(200, {
                     "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],

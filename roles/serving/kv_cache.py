@@ -1,0 +1,199 @@
+"""How many tokens of KV cache SGLang will have per GPU, estimated from the models' config.json
+files before any host is touched, and whether the configured context and running requests fit.
+
+SGLang (0.5.9 and 0.5.10 alike: srt/model_executor/model_runner_kv_cache_mixin.py) sizes the
+target's KV pool once its weights are loaded:
+
+    rest_memory   = free_after_weights - free_before_weights * (1 - mem_fraction_static)
+                  ~ mem_fraction_static * gpu_memory - target_weights_per_gpu
+    max_tokens    = rest_memory // cell_size
+    cell_size     = (kv_lora_rank + qk_rope_head_dim) * num_layers * kv_dtype_bytes     (MLA)
+                  = kv_heads_per_gpu * (head_dim + v_head_dim) * num_layers * bytes  (MHA)
+
+(`get_cell_size_per_token`, `profile_max_num_token`; the MLA pool is one buffer per layer of
+shape (size + page_size, 1, kv_lora_rank + qk_rope_head_dim), srt/mem_cache/memory_pool.py
+MLATokenToKVPool, the same on every GPU: MLA's latent is not split by tensor parallelism.)
+The EAGLE drafter is loaded afterwards (srt/speculative/eagle_worker.py passes the target's
+memory_pool_config / allocator to the draft ModelRunner): its weights and its own KV pool of
+the same token count come out of the (1 - mem_fraction_static) left over, beside CUDA graphs
+and activations; SGLang's own default fraction reserves 4 GiB more for "eagle draft models and
+cuda graphs" (server_args.py _handle_gpu_memory_settings).
+
+Weights are counted from config.json: parameter shapes of the DeepSeek-V3 layout (MLA
+attention, dense and MoE MLPs, embeddings, lm_head, a vision tower when there is one) at the
+checkpoint's dtype, and compressed-tensors' pack-quantized modules at num_bits plus one bf16
+scale per group. What SGLang replicates on every GPU (MLA's q_a/kv_a projections, the MoE
+router, the vision tower) is counted whole, the rest divided by the tensor-parallel size. The
+free memory before loading is taken as the whole GPU (the CUDA context and NCCL buffers, about
+1-2 GiB, are left out), so the estimate is slightly optimistic, never pessimistic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GIB = 1 << 30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    weights_per_gpu: int      # bytes
+    kv_bytes_per_token: int   # per GPU
+
+
+def _text(config: dict) -> dict:
+    return config.get("text_config") or config
+
+
+def _dtype_bytes(config: dict) -> int:
+    dtype = _text(config).get("dtype") or _text(config).get("torch_dtype") or config.get("dtype") \
+        or config.get("torch_dtype") or "bfloat16"
+    return DTYPE_BYTES.get(str(dtype), 2)
+
+
+def _quantized_bytes_per_param(config: dict, module: str) -> float | None:
+    """compressed-tensors pack-quantized: num_bits per weight plus a bf16 scale per group
+    (symmetric: no zero point); None when the module is in `ignore` or nothing is quantized."""
+    quant = config.get("quantization_config") or _text(config).get("quantization_config")
+    if not quant or quant.get("quant_method") != "compressed-tensors":
+        return None
+    for pattern in quant.get("ignore") or []:
+        if (pattern.startswith("re:") and re.match(pattern[3:], module)) or pattern == module:
+            return None
+    for group in (quant.get("config_groups") or {}).values():
+        weights = group.get("weights") or {}
+        if "Linear" in (group.get("targets") or []) and weights.get("num_bits"):
+            scale = 0 if not weights.get("group_size") else 2 / weights["group_size"]
+            zero = 0 if weights.get("symmetric", True) else scale
+            return weights["num_bits"] / 8 + scale + zero
+    return None
+
+
+def _linear(config: dict, module: str, params: int) -> float:
+    per_param = _quantized_bytes_per_param(config, module)
+    return params * (per_param if per_param is not None else _dtype_bytes(config))
+
+
+def _vision_params(config: dict) -> int:
+    """MoonViT-style tower (Kimi-K2.5's vision_config): layers of attention (4 h^2) and MLP
+    (2 h i), and the patch-merger projector into the text model."""
+    vision = config.get("vision_config")
+    if not vision:
+        return 0
+    h = vision.get("vt_hidden_size") or vision.get("hidden_size") or 0
+    inter = vision.get("vt_intermediate_size") or vision.get("intermediate_size") or 0
+    layers = vision.get("vt_num_hidden_layers") or vision.get("num_hidden_layers") or 0
+    merge = 1
+    for side in vision.get("merge_kernel_size") or [1]:
+        merge *= side
+    text_h = vision.get("text_hidden_size") or _text(config).get("hidden_size", 0)
+    return layers * (4 * h * h + 2 * h * inter) + (h * merge) ** 2 + h * merge * text_h
+
+
+def target_memory(config: dict, tp_size: int) -> ModelMemory:
+    """A DeepSeek-V3-layout target (DeepseekV3ForCausalLM, or wrapped as Kimi-K2.5's
+    text_config): weights per GPU and MLA KV bytes per token (the same on every GPU)."""
+    t = _text(config)
+    h, layers, vocab = t["hidden_size"], t["num_hidden_layers"], t["vocab_size"]
+    heads, nope, rope, v = t["num_attention_heads"], t["qk_nope_head_dim"], t["qk_rope_head_dim"], t["v_head_dim"]
+    q_lora, kv_lora = t.get("q_lora_rank"), t["kv_lora_rank"]
+    prefix = "language_model.model.layers" if config.get("text_config") else "model.layers"
+    dtype = _dtype_bytes(config)
+
+    def attn(name: str, params: int) -> float:
+        return _linear(config, f"{prefix}.1.self_attn.{name}", params)
+
+    # SGLang's DeepseekV2AttentionMLA: fused_qkv_a_proj_with_mqa is a ReplicatedLinear.
+    replicated = attn("kv_a_proj_with_mqa", h * (kv_lora + rope)) * layers
+    if q_lora:
+        replicated += attn("q_a_proj", h * q_lora) * layers
+        sharded = attn("q_b_proj", q_lora * heads * (nope + rope)) * layers
+    else:
+        sharded = attn("q_proj", h * heads * (nope + rope)) * layers
+    sharded += (attn("kv_b_proj", kv_lora * heads * (nope + v)) + attn("o_proj", heads * v * h)) * layers
+    dense = min(t.get("first_k_dense_replace", layers), layers)
+    sharded += dense * _linear(config, f"{prefix}.0.mlp.gate_proj", 3 * h * t["intermediate_size"])
+    moe_layers = layers - dense
+    if moe_layers and t.get("n_routed_experts"):
+        moe = t["moe_intermediate_size"]
+        experts = _linear(config, f"{prefix}.1.mlp.experts.0.gate_proj", 3 * h * moe) * t["n_routed_experts"]
+        shared = _linear(config, f"{prefix}.1.mlp.shared_experts.gate_proj", 3 * h * moe) * t.get("n_shared_experts", 0)
+        sharded += (experts + shared) * moe_layers
+        replicated += t["n_routed_experts"] * h * dtype * moe_layers  # the router (MoEGate)
+    sharded += vocab * h * dtype  # VocabParallelEmbedding
+    sharded += _linear(config, "lm_head", vocab * h) if not t.get("tie_word_embeddings") else 0
+    replicated += _vision_params(config) * dtype
+    weights = int(replicated + sharded / tp_size)
+    return ModelMemory(weights, (kv_lora + rope) * layers * dtype)
+
+
+def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
+    """An EAGLE-3 drafter (LlamaForCausalLMEagle3): its decoder layer(s) reading 2 * hidden,
+    the fc joining the target's three captured hidden states, its own lm_head over the draft
+    vocabulary; the embedding is the target's (eagle_worker.py set_embed). KV: an MHA pool of
+    the drafter's layers with its KV heads split by tensor parallelism."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim") or h // heads
+    layers = config.get("num_hidden_layers", 1)
+    vocab = config.get("draft_vocab_size") or config["vocab_size"]
+    dtype = _dtype_bytes(config)
+    layer = 2 * h * heads * head_dim + 2 * (2 * h * kv_heads * head_dim) + heads * head_dim * h + 3 * h * inter
+    sharded = (layers * layer + vocab * h) * dtype
+    replicated = 3 * h * h * dtype  # fc
+    kv_per_gpu = max(kv_heads // tp_size, 1)
+    return ModelMemory(int(replicated + sharded / tp_size), kv_per_gpu * 2 * head_dim * layers * dtype)
+
+
+# srt/utils/hf_transformers_utils.py get_context_length (0.5.10): the first of these keys, times
+# a rope_scaling factor unless the scaling names its original length (or is llama3); else 2048.
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+
+
+def model_context_length(config: dict) -> int:
+    """The context SGLang serves the model at without --context-length."""
+    text = _text(config)
+    scaling = text.get("rope_scaling") or {}
+    factor = scaling.get("factor", 1) if scaling else 1
+    if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
+        factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        if text.get(key) is not None:
+            return int(factor * text[key])
+    return 2048
+
+
+@dataclass(frozen=True)
+class KvEstimate:
+    gpu_bytes: int
+    mem_fraction_static: float
+    target: ModelMemory
+    drafter: ModelMemory | None
+
+    @property
+    def kv_bytes(self) -> int:
+        """Memory SGLang gives the target's KV pool on each GPU."""
+        return int(self.mem_fraction_static * self.gpu_bytes) - self.target.weights_per_gpu
+
+    @property
+    def kv_tokens(self) -> int:
+        return max(self.kv_bytes, 0) // self.target.kv_bytes_per_token
+
+    @property
+    def headroom_bytes(self) -> int:
+        """What is left of the GPU after the static part: CUDA graphs, activations, and the
+        drafter's weights and KV pool (the target's token count) all come out of it."""
+        return self.gpu_bytes - int(self.mem_fraction_static * self.gpu_bytes)
+
+    @property
+    def drafter_bytes(self) -> int:
+        if self.drafter is None:
+            return 0
+        return self.drafter.weights_per_gpu + self.kv_tokens * self.drafter.kv_bytes_per_token
+
+
+def gib(value: int) -> str:
+    return f"{value / GIB:.1f} GiB"

@@ -1,0 +1,124 @@
+"""roles/serving/templates/sglang-rolling.j2 run for real (sh, curl, jq) against a fake gateway
+and a fake replica on this machine: the replica is taken out of the gateway, restarted only
+once its own /metrics reads no running request (or the drain timeout has passed), and added
+back once the gateway has dropped the drained entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.unit.conftest import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "sglang-rolling.j2"
+# CI installs both (.ci/run) and must not skip (INFERENCE_HOST_REQUIRE_LAB=1 there).
+pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq"))
+                                and os.environ.get("INFERENCE_HOST_REQUIRE_LAB") != "1", reason="needs curl and jq")
+
+
+class Fake:
+    """A gateway with smg 1.13.0's /workers routes (DELETE: Draining, dropped after `settle`
+    seconds) and a replica whose running requests end at `busy_until` (SGLang's gauge or vLLM's)."""
+
+    def __init__(self, settle: float, busy_until: float, metric: str):
+        self.settle, self.busy_until, self.metric = settle, busy_until, metric
+        self.workers: dict[str, dict] = {}
+        self.events: list[tuple[float, str]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.worker = f"{self.url}/replica"
+        self.workers["w1"] = {"id": "w1", "url": self.worker, "is_healthy": True, "status": "healthy"}
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def running(self) -> int:
+        return 2 if time.monotonic() < self.busy_until else 0
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body, kind="application/json"):
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/restart":  # COMMAND: the switch that restarts the replica
+                    fake.events.append((time.monotonic(), "RESTART"))
+                    return self._send(200, {})
+                if self.path == "/workers":
+                    return self._send(200, {"workers": list(fake.workers.values())})
+                if self.path == "/replica/metrics":
+                    fake.events.append((time.monotonic(), f"metrics {fake.running()}"))
+                    labels = '{model_name="kimi-k2.5"}' if fake.metric.startswith("sglang") else \
+                        '{engine="0",model_name="kimi-k2.5"}'
+                    value = fake.running() if fake.metric.startswith("sglang") else f"{fake.running()}.0"
+                    return self._send(200, f"# TYPE {fake.metric} gauge\n{fake.metric}{labels} {value}\n", "text/plain")
+                return self._send(404, {})
+
+            def do_DELETE(self):
+                worker_id = self.path.rsplit("/", 1)[1]
+                fake.workers[worker_id]["status"] = "draining"
+                fake.events.append((time.monotonic(), "DELETE"))
+                threading.Timer(fake.settle, lambda: fake.workers.pop(worker_id, None)).start()
+                return self._send(202, {"status": "accepted"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.events.append((time.monotonic(), "POST"))
+                fake.workers["w2"] = {"id": "w2", "url": body["url"], "is_healthy": True, "status": "healthy"}
+                return self._send(202, {"status": "accepted"})
+
+        return Handler
+
+
+def _roll(tmp_path, fake: Fake, drain_timeout: int) -> tuple[subprocess.CompletedProcess, float]:
+    key = tmp_path / "secret-args.yaml"
+    key.write_text('{"api-key": "k"}')
+    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), fake.url, "--",
+                          "curl", "-fsS", f"{fake.url}/restart"], capture_output=True, text=True, timeout=120)
+    fake.server.shutdown()
+    return run, next(t for t, e in fake.events if e == "RESTART")
+
+
+@pytest.mark.parametrize("metric", ["sglang:num_running_reqs", "vllm:num_requests_running"])
+def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_path, metric):
+    fake = Fake(settle=4, busy_until=time.monotonic() + 2.5, metric=metric)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+    deleted = next(t for t, e in fake.events if e == "DELETE")
+    idle = next(t for t, e in fake.events if e == "metrics 0")
+    assert any(e == "metrics 2" for _, e in fake.events)  # it was busy when taken out
+    assert deleted < idle <= restarted and idle - deleted >= 2.0  # restarted only once idle
+    posted = next(t for t, e in fake.events if e == "POST")
+    assert posted - deleted >= 4  # after smg dropped the drained entry
+    assert "has no running request after" in run.stdout and "is healthy at" in run.stdout
+
+
+def test_the_drain_timeout_bounds_the_wait(tmp_path):
+    fake = Fake(settle=1, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    run, restarted = _roll(tmp_path, fake, drain_timeout=2)
+    deleted = next(t for t, e in fake.events if e == "DELETE")
+    assert run.returncode == 0 and 2 <= restarted - deleted < 6
+    assert "still runs 2 request(s) after 2 s (serving_drain_timeout_s); restarting anyway" in run.stderr
+
+
+def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
+    fake = Fake(settle=1, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    fake.workers.clear()
+    run, _ = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 0 and [e for _, e in fake.events][0] == "RESTART"  # no drain, no wait
+    assert not any(e.startswith("metrics") for _, e in fake.events)
