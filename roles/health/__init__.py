@@ -66,6 +66,9 @@ def check_command(inventory: str, host_name: str, suites: list[str], report: str
 def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
     """Runs the suites against host_name; returns why they failed, or None when they passed."""
     safe = host_name.replace("/", "_").replace("@", "")
+    # The deploy's own report folder (git-ignored): made here, since tests.infra refuses a
+    # --report whose folder is missing (a mistyped path of the user's is not made).
+    (PROJECT_ROOT / "reports").mkdir(exist_ok=True)
     report = str(Path("reports") / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     completed = subprocess.run(check_command(inventory, host_name, suites, report), cwd=PROJECT_ROOT,
                                stdout=sys.stderr, stderr=sys.stderr, check=False)

@@ -63,7 +63,7 @@ def test_nothing_collected_is_not_healthy(tmp_path):
 
 
 def _fake_tools(folder: Path, log: Path) -> dict:
-    sample = (PROJECT_ROOT / "tests/unit/data/gpu/dcgm/diag-r1-fail.txt").read_text()
+    sample = (PROJECT_ROOT / "tests/unit/data/gpu/dcgm/diag-r1-fail.json").read_text()
     (folder / "dcgmi").write_text(f"#!/bin/sh\necho \"dcgmi $*\" >> {log}\ncat <<'EOF'\n{sample}EOF\n")
     (folder / "systemctl").write_text(
         f"#!/bin/sh\necho \"systemctl $*\" >> {log}\n[ \"$1\" = is-active ] && echo active\nexit 0\n")
@@ -74,14 +74,14 @@ def _fake_tools(folder: Path, log: Path) -> dict:
 
 
 def test_dcgm_level_2_stops_the_unit_runs_the_diag_and_starts_it_again(tmp_path):
-    """Stand-ins for dcgmi (printing DCGM 4.6.0's table, a failed run) and systemctl record the
+    """Stand-ins for dcgmi (printing DCGM 4.6.0's JSON of a failed run, -j) and systemctl record the
     order; the runner says what it does and fails on DCGM's Fail."""
     log = tmp_path / "calls.log"
     env = _fake_tools(tmp_path, log)
     run = runner("--hosts", "local://", "--suites", "service", "--expect", "gpu_count=1", *H200,
                  "--dcgm-level", "2", env=env)
     calls = log.read_text().splitlines()
-    stop, diag, start = (calls.index("systemctl stop sglang"), calls.index("dcgmi diag -r 2"),
+    stop, diag, start = (calls.index("systemctl stop sglang"), calls.index("dcgmi diag -r 2 -j"),
                          calls.index("systemctl start sglang"))
     assert stop < diag < start
     assert "stopping sglang.service for the run" in run.stdout and "starting sglang.service again" in run.stdout
