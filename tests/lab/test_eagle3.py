@@ -111,7 +111,8 @@ def test_job_is_laid_down_and_never_started(gpu_guest, first):
     assert gpu_guest.file(f"{JOB_ENV}/bin/python").exists
     assert "openai" in _sh(gpu_guest, f"{JOB_ENV}/bin/python -c 'import openai, tqdm; print(openai.__name__)'")
     # Installed exactly from SpecForge's hashed lock: the part without a GPU, at the lock's versions.
-    lock = (PROJECT_ROOT / "roles/eagle3_training/files/specforge-82951a9.lock.txt").read_text()
+    # The host gets the lock without its seal line (roles/site/lock.py unsealed).
+    lock = stack_lock.unsealed((PROJECT_ROOT / "roles/eagle3_training/files/specforge-82951a9.lock.txt").read_text())
     wanted = stack_lock.no_gpu_packages(lock, LAB_HOST.sglang.install_leave_out)
     frozen = _sh(gpu_guest, f"/usr/local/bin/uv pip freeze --python {JOB_ENV}/bin/python").splitlines()
     locked = stack_lock.entries(lock)

@@ -35,7 +35,9 @@ def _inventory(tmp_path: Path, edit=None, lock_edit=None) -> Path:
     (folder / "stack.yml").write_text(edit(text) if edit else text)
     if lock_edit:
         lock = folder / "locks" / f"{STACK.id}.txt"
-        lock.write_text(lock_edit(lock.read_text()))
+        # Resealed, as if the lock command had written it (a corrupt index, not a hand edit: the
+        # seal would refuse that at load, before any host).
+        lock.write_text(stack_lock.sealed(stack_lock.unsealed(lock_edit(lock.read_text()))))
     return folder / "lab.py"
 
 
