@@ -29,7 +29,7 @@ def test_deploy_ends_with_the_health_checks(lab_first_deploy):
     assert run.returncode == 0 and report["verdict"] == "healthy", run.explain()
     # Last of the guest's steps; only the node's hand-over to the next pass (roles/proxmox_host
     # continue_in_guests, which changes nothing once everything exists) comes after it.
-    steps = [op["name"] for op in run.results["operations"] if not op["name"].startswith("Proxmox guests ready |")]
+    steps = [op["name"] for op in run.results["operations"] if not op["name"].startswith("Proxmox guests continue |")]
     assert run.health_checks and run.health_checks[-1] == steps[-1], (
         "the health check must be the deploy's last step")
 
