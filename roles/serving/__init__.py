@@ -359,8 +359,8 @@ def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching)
 
 def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching) -> None:
     current = f"{settings.base.install_root}/current"
-    target = env_dir(settings, stack)
-    linked, state = switching.linked, switching.state  # facts read before anything ran
+    # Facts read before anything ran, and the environment the switch points at.
+    linked, state, target = switching.linked, switching.state, switching.target
     reason = (f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
     command, behind = switch_command(settings, current_site().hosts, unit, current, target)
