@@ -36,6 +36,7 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
 from roles.eagle3_training.lock_files import PYTHON, lock_file
+from roles.shared import layout
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
@@ -117,11 +118,11 @@ def job_config(settings: HostSettings) -> dict:
                   "save_interval": job.save_interval},
         "export_dir": job.export_dir,
         "current_drafter": spec.draft_model_path if spec else None,
-        "engine_python": f"{settings.base.install_root}/current/bin/python",
+        "engine_python": f"{layout.current_link(settings.base.install_root)}/bin/python",
         "target": {
             "model_path": serving.model_path, "served_model_name": serving.served_model_name,
             "server": f"{address}:{serving.port}", "unit": f"{serving.unit_name}.service",
-            "api_key_file": serving.secret_args_file, "tp_size": settings.gpu.count,
+            "api_key_file": layout.secret_args_link(serving.unit_name), "tp_size": settings.gpu.count,
             # SpecForge's SGLang backend defaults to fa3 (SM90 only); triton works on SM120.
             "attention_backend": serving.attention_backend or ("fa3" if settings.gpu.arch == "sm90" else "triton"),
         },

@@ -35,8 +35,9 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.gateway.command import api_key_secret, gateway_arguments
-from roles.gateway.facts import UnitActiveState
 from roles.shared import locked_env
+from roles.shared.host_facts import UnitActiveState
+from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, unit_file
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.pip import uv_environment
 from roles.shared.replicas import replicas
@@ -44,9 +45,8 @@ from roles.shared.secret_files import secret_file
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
 from roles.site import lock as site_lock
 
-LIBEXEC = "/usr/local/libexec/inference-host"
 LAUNCHER = f"{LIBEXEC}/smg-launch"
-API_KEY_FILE = "/etc/smg/api-key"
+API_KEY_FILE = GATEWAY_API_KEY_FILE
 SERVICE_USER = "smg"
 
 
@@ -84,7 +84,7 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
     return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
              dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)),
                   drain_settle_secs=drain_settle_secs(hosts))),
-            (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
+            (unit_file(settings.gateway.unit_name), "roles/gateway/templates/smg.service.j2",
              "0644", unit_kwargs(settings, hosts))]
 
 

@@ -20,7 +20,7 @@ BUNDLE_GLOBS = ("tests/__init__.py", "tests/infra/*.py", "tests/infra/programs/*
                 "roles/__init__.py", "roles/site/*.py", "inventory/stack.yml",
                 # the pure helpers tests/infra imports (parsers shared with the roles; no pyinfra)
                 "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
-                "roles/shared/replicas.py")
+                "roles/shared/replicas.py", "roles/shared/layout.py", "roles/shared/nccl.py")
 
 
 def _packages(lock: dict) -> dict[tuple[str, str], dict]:

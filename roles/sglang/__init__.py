@@ -49,12 +49,12 @@ from roles.shared.engine_env import (
     SGLANG_PATCHES,
     KernelWheel,
     cpu_build,
+    env_dir,
     install_mode,
     kernel_wheels,
     requirements_text,
 )
 from roles.shared.host_facts import WheelhouseEntry
-from roles.shared.layout import env_dir
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
 from roles.shared.pip import uv_environment

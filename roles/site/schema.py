@@ -395,12 +395,6 @@ class ServingSettings(Section):
         "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
         "measure (benchmark) first."))
 
-    @property
-    def secret_args_file(self) -> str:
-        """The 0600 SGLang --config file holding {"api-key": ...}: roles/serving writes it,
-        the health checks read the key from it on the host."""
-        return f"/etc/sglang/{self.unit_name}-secret-args.yaml"
-
 
 class SglangSettings(Section):
     """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
