@@ -1,5 +1,6 @@
 """What a healthy host looks like, from the site model, with overrides for a machine that is
-in no inventory (the lent GPU machine, a new box before it is described).
+in no inventory (a validation machine such as the 1 × H200 of tests/unit/data/gpu, a new box
+before it is described).
 
     Expectations.from_site(load_site("inventory/prod.py"), "sglang-lxc.example.internal")
     Expectations.from_overrides(["gpu_count=1", "gpu_arch=sm90", "driver_version=580.159.04"])

@@ -121,7 +121,7 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
 
 def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
     """What the checks' timer exports (roles/monitoring/textfile.py): real nvidia-smi -q of the
-    lent H200 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
+    1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
     request = FakeRequest()
     for check in (test_gpus.test_temperature_margin, test_gpus.test_ecc_enabled_no_uncorrectable_errors,
                   test_gpus.test_no_active_clock_slowdown):
@@ -686,7 +686,7 @@ def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
 
 @pytest.mark.parametrize("ranks", [2, 3, 5, 7, 8])
 def test_the_engine_check_passes_real_multi_rank_gloo_runs(ranks):
-    """Run on the lent machine's CPUs (one GPU there): N processes, every rank exact."""
+    """Run on the CPUs of the 1 × H200 machine (2026-12-01): N processes, every rank exact."""
     detail = test_interconnect.judge_engine_allreduce(0, (CHECKS / f"engine-gloo-{ranks}.txt").read_text(),
                                                       expect(ranks))
     assert detail.startswith(f"exact sums over {ranks} GPUs via torch.distributed gloo")
