@@ -10,10 +10,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server
-from pyinfra.operations.util import any_changed
 
 from roles.base.facts import UvVersion
-from roles.shared.host_system import require_distro, sysctl_file
+from roles.shared.host_system import require_distro, sysctl_file, trust_extra_cas
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.site import (
@@ -44,7 +43,7 @@ def base() -> None:
     stack = current_site().stack
     require_distro(SUPPORTED, "roles/base", "Ubuntu 24.04 (production) or Debian 12 (lab)")
     _install_apt(settings)
-    _trust_extra_cas(settings)
+    trust_extra_cas(settings)
     _service_user(settings)
     _sysctl(settings)
     _limits(settings)
@@ -61,24 +60,6 @@ def _install_apt(settings: HostSettings) -> None:
         update=True,
         cache_time=24 * 3600,
     )
-
-
-def _trust_extra_cas(settings: HostSettings) -> None:
-    uploads = [
-        files.put(
-            name=f"Trust extra CA certificate {pem}",
-            src=pem,
-            dest=f"/usr/local/share/ca-certificates/inference-host-{index}.crt",
-            mode="0644",
-        )
-        for index, pem in enumerate(settings.base.extra_ca_certificates)
-    ]
-    if uploads:
-        server.shell(
-            name="Rebuild the system CA bundle",
-            commands=["update-ca-certificates"],
-            _if=any_changed(*uploads),
-        )
 
 
 def _service_user(settings: HostSettings) -> None:

@@ -38,15 +38,16 @@ from pyinfra.operations import files, server, systemd
 from roles.eagle3_training.lock_files import PYTHON, lock_file
 from roles.shared import layout
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
+from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
-from roles.shared.pip import SYSTEM_CA_BUNDLE, uv_environment
+from roles.shared.pip import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
 
 HERE = Path(__file__).resolve().parent
 LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
-CONFIG_FILE = "/etc/inference-host/eagle3-training.json"
+CONFIG_FILE = f"{layout.ETC_DIR}/eagle3-training.json"
 UNIT = "inference-host-eagle3@.service"
 WRAPPER = "/usr/local/sbin/inference-host-eagle3"
 JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
@@ -96,7 +97,7 @@ def env_dir(settings: HostSettings) -> str:
 
 def live_env(settings: HostSettings) -> str:
     """The link the job's units and wrapper run through (switched after a complete build)."""
-    return f"{env_root(settings)}/current"
+    return layout.current_link(env_root(settings))
 
 
 def source_dir(settings: HostSettings) -> str:
@@ -237,7 +238,7 @@ def _driver(settings: HostSettings) -> None:
     files.put(name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
               src=str(HERE.parent / "shared" / "eagle3.py"), dest=f"{LIBEXEC}/eagle3.py",
               user="root", group="root", mode="0644")
-    files.directory(name="Create /etc/inference-host", path="/etc/inference-host", user="root", group="root",
+    files.directory(name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root",
                     mode="0755")
     files.put(name=f"Write {CONFIG_FILE} (the job's inputs)",
               src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),

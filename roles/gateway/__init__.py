@@ -37,7 +37,7 @@ from pyinfra.operations import apt, files, server, systemd
 from roles.gateway.command import api_key_secret, gateway_arguments
 from roles.shared import locked_env
 from roles.shared.host_facts import UnitActiveState
-from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, unit_file
+from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, unit_file
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.pip import uv_environment
 from roles.shared.replicas import replicas
@@ -68,7 +68,7 @@ def env_path(site: Site, settings: HostSettings) -> str:
 def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
     return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), service_user=SERVICE_USER,
                 api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
-                python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
+                python=f"{current_link(settings.gateway.install_dir)}/bin/python", launcher=LAUNCHER,
                 arguments=shlex.join(gateway_arguments(settings, hosts)))
 
 
@@ -128,7 +128,7 @@ def _environment(site: Site, settings: HostSettings):
                          src=io.BytesIO(lock_text(site, settings).encode()), dest=requirements,
                          user="root", group="root", mode="0644")
     built = host.get_fact(EnvironmentStamp, env_dir=target)
-    current = f"{gateway.install_dir}/current"
+    current = current_link(gateway.install_dir)
     installed = server.shell(
         name=f"Build the uv environment of smg {gateway.version} (exactly from its lock) at {target}",
         commands=[build_command(target, gateway.python, requirements, current, pip_check=True)],

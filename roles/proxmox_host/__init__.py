@@ -26,7 +26,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server
 
-from roles.shared import reboot
+from roles.shared import layout, reboot
 from roles.shared.host_system import require_distro, sysctl_file
 from roles.shared.proxmox_facts import (
     BootLoader,
@@ -42,7 +42,7 @@ SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
 
 VFIO_MODULES = ["vfio", "vfio_iommu_type1", "vfio_pci"]  # vfio_virqfd is part of vfio since 6.2
 MODULES_FILE = "/etc/modules-load.d/vfio.conf"
-BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
+BLACKLIST_FILE = layout.NOUVEAU_BLACKLIST
 GRUB_DROPIN = "/etc/default/grub.d/inference-host-iommu.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
 SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-node.conf"

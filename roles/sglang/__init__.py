@@ -44,6 +44,7 @@ from pyinfra.api import StringCommand, deploy
 from pyinfra.operations import files, python, server
 
 from roles.sglang.facts import EngineEnvironments, UnappliedPatches
+from roles.shared import layout
 from roles.shared.engine_env import (
     NO_GPU_COMPILED,
     SGLANG_PATCHES,
@@ -163,7 +164,7 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
         return steps
 
     command = build_command(
-        target, settings.sglang.python or stack.python, requirements, f"{root}/current", checks, installs,
+        target, settings.sglang.python or stack.python, requirements, layout.current_link(root), checks, installs,
         pip_check=install_mode(settings, stack) == "full",
         compile_only=(NO_GPU_COMPILED if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps"
                       else None))
@@ -234,7 +235,7 @@ def stale_locks(locks: list[str], names: list[str], stale: list[str], target: st
 
 def _prune(settings: HostSettings, target: str) -> None:
     root = settings.base.install_root
-    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current",
+    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=layout.current_link(root),
                           locks_dir=f"{root}/locks")
     stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
     locks = stale_locks(found["locks"], found["names"], stale, target)

@@ -25,8 +25,20 @@ LIBEXEC = "/usr/local/libexec/inference-host"
 STABLE_DIR = "/etc/sglang"
 RELEASE_DIR_NAME = "serving"
 LAUNCHER_NAME = "launch"
+# The project's own folders; a role's files go in a subfolder named for it.
+ETC_DIR = "/etc/inference-host"
+OPT_DIR = "/opt/inference-host"
+# Debian/Ubuntu's CA bundle, with the site's extra CAs once update-ca-certificates ran.
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# Both driver roles keep nouveau off the GPUs (roles/nvidia_driver, roles/proxmox_host).
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 # The gateway's API key (roles/gateway writes it, 0640 root:smg; tests/infra/gateway.py reads it).
 GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
+
+
+def extra_ca_file(index: int) -> str:
+    """Where the index-th of base_extra_ca_certificates goes (update-ca-certificates reads it)."""
+    return f"/usr/local/share/ca-certificates/inference-host-{index}.crt"
 
 
 def unit_file(unit_name: str) -> str:

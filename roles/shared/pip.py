@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.site import HostSettings
-
-# Debian/Ubuntu's bundle, with the site's extra CAs once roles/base ran update-ca-certificates.
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 def pip_environment(settings: HostSettings) -> dict[str, str]:
