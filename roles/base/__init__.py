@@ -12,7 +12,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server
 
 from roles.base.facts import UvVersion
-from roles.shared.host_system import require_distro, sysctl_file, trust_extra_cas
+from roles.shared.extra_cas import trust_extra_cas
+from roles.shared.host_system import require_distro, sysctl_file
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.site import (

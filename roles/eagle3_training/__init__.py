@@ -41,7 +41,7 @@ from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
-from roles.shared.pip import uv_environment
+from roles.shared.uv import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
 

@@ -39,9 +39,9 @@ from roles.shared import locked_env
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, unit_file
 from roles.shared.locked_env import EnvironmentStamp, build_command
-from roles.shared.pip import uv_environment
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
+from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
 from roles.site import lock as site_lock
 

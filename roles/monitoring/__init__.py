@@ -30,8 +30,8 @@ from pyinfra.operations import apt, files, server, systemd
 from roles.monitoring import checks_env, config, units
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
-from roles.shared.pip import uv_environment
 from roles.shared.secret_files import secret_file
+from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
 
 NODE_EXPORTER = "prometheus-node-exporter"

@@ -58,7 +58,7 @@ from roles.shared.engine_env import (
 from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
-from roles.shared.pip import uv_environment
+from roles.shared.uv import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
 PATCH_ROOT = SGLANG_PATCHES

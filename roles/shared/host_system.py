@@ -1,16 +1,13 @@
-"""What several roles do to the system they run on: refuse a distro they do not support, write
-kernel settings that apply at once (and at every boot), trust the site's extra CAs."""
+"""What roles/base and roles/proxmox_host both do to the system they run on: refuse a distro
+they do not support, and write kernel settings that apply at once (and at every boot)."""
 
 from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server
-from pyinfra.operations.util import any_changed
 
 from roles.shared.host_facts import ContainerVirtualization
-from roles.shared.layout import extra_ca_file
-from roles.site import HostSettings
 
 
 def require_distro(supported: set[tuple[str, int]], role: str, what: str) -> None:
@@ -30,12 +27,3 @@ def sysctl_file(path: str, template: str, sysctl: dict[str, str], name: str) -> 
     server.shell(name=f"Apply {path}", commands=[f"sysctl -e -p {path}"],
                  _if=lambda: conf.did_change() and not in_container)
 
-
-def trust_extra_cas(settings: HostSettings) -> None:
-    """base_extra_ca_certificates in the system bundle (pip, uv, git and curl read it): roles/base
-    on gpu nodes, roles/weights on the hosts it alone runs on."""
-    uploads = [files.put(name=f"Trust extra CA certificate {pem}", src=pem, dest=extra_ca_file(index), mode="0644")
-               for index, pem in enumerate(settings.base.extra_ca_certificates)]
-    if uploads:
-        server.shell(name="Rebuild the system CA bundle", commands=["update-ca-certificates"],
-                     _if=any_changed(*uploads))

@@ -30,7 +30,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server, systemd
 
-from roles.shared.host_system import trust_extra_cas
+from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
