@@ -29,33 +29,25 @@ import warnings
 from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
-from roles.site.schema import (
-    PROJECT_ROOT,
-    SECTIONS,
-    BaseSettings,
-    BuildSettings,
-    CudaSettings,
-    DockerSettings,
-    Eagle3TrainingSettings,
-    GatewaySettings,
-    GpuSettings,
-    GuestSettings,
-    HealthSettings,
-    HostSettings,
-    MonitoringSettings,
-    NcclSettings,
-    NvidiaDriverSettings,
-    ProxmoxSettings,
-    ServingSettings,
-    SglangSettings,
-    Site,
-    SpeculativeSettings,
-    VllmSettings,
-    WeightsSettings,
-    address_of,
-    build_host,
-)
 from roles.site.placement import engine_reads_hub_token, node_sysctl, own_sysctl, sysctl_conflicts
+from roles.site.schema import PROJECT_ROOT, SECTIONS, HostSettings, Site, address_of, build_host
+from roles.site.sections.base import BaseSettings
+from roles.site.sections.build import BuildSettings
+from roles.site.sections.cuda import CudaSettings
+from roles.site.sections.docker import DockerSettings
+from roles.site.sections.eagle3_training import Eagle3TrainingSettings
+from roles.site.sections.gateway import GatewaySettings
+from roles.site.sections.gpu import GpuSettings
+from roles.site.sections.guest import GuestSettings
+from roles.site.sections.health import HealthSettings
+from roles.site.sections.monitoring import MonitoringSettings
+from roles.site.sections.nccl import NcclSettings
+from roles.site.sections.nvidia_driver import NvidiaDriverSettings
+from roles.site.sections.proxmox import ProxmoxSettings
+from roles.site.sections.serving import ServingSettings, SpeculativeSettings
+from roles.site.sections.sglang import SglangSettings
+from roles.site.sections.vllm import VllmSettings
+from roles.site.sections.weights import WeightsSettings
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
 from roles.site.testinfra import connection_data, testinfra_url

@@ -11,14 +11,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from roles.site.errors import shown
-from roles.site.schema import (
-    KVM_MAX_HOSTPCI,
-    LXC_MAX_DEVICES,
-    LXC_MAX_MOUNT_POINTS,
-    HostSettings,
-    SpeculativeSettings,
-)
 from roles.site.placement import sysctl_conflicts
+from roles.site.schema import HostSettings
+from roles.site.sections.guest import KVM_MAX_HOSTPCI, LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS
+from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import EngineStack, Stack
 
 # Checks of one gpu node against the active engine stack, registered by validation.py:
