@@ -19,10 +19,9 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
-from roles.site.stack import DRIVER_VERSION_RE
-
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,7 +43,7 @@ def check(predicate: Callable[[Any], Any], valid: str) -> AfterValidator:
         return value
 
     validator = AfterValidator(run)
-    _RULE_TEXT[id(validator)] = valid  # what a wrong type's message names too (_rule_text)
+    _RULE_TEXT[id(validator)] = valid  # what a wrong type's message names too (rule_text)
     return validator
 
 
@@ -127,13 +126,13 @@ def expected_type(annotation: Any) -> str:
     words = {"int": "an integer", "str": "a string", "bool": "True or False",
              "float": "a number", "None": "None"}
     text = " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
-    rule = _rule_text(annotation)
+    rule = rule_text(annotation)
     return f"{text} ({rule})" if rule else text
 
 
-def _rule_text(annotation: Any) -> str | None:
+def rule_text(annotation: Any) -> str | None:
     """The `check` rule's text inside a field's type (Annotated[int, tcp_port] | None: 1 to 65535)."""
     if typing.get_origin(annotation) is Annotated:
         return next((_RULE_TEXT[id(m)] for m in annotation.__metadata__ if id(m) in _RULE_TEXT), None)
-    return next((rule for arg in typing.get_args(annotation) if (rule := _rule_text(arg))), None)
+    return next((rule for arg in typing.get_args(annotation) if (rule := rule_text(arg))), None)
 
