@@ -284,10 +284,10 @@ def _engine_stack(stack_id: Any, pins: Any, where: str, problems: list[str], bad
         values["flash_attn_source"] = "none"
     stack, invalid = _field_problems(EngineStack, values, where, {k: f"{prefix}.{k}" for k in values})
     for name, message in invalid.items():
-        found[name].append(message)
+        found.setdefault(name, []).append(message)
     if values[engine] is None:  # `X | None` for the other engine; its own engine's pin is required
         pin_problem(f"{prefix}.{engine}", None, _field_rule(EngineStack, engine))
-    problems.extend(message for name in _PIN_ORDER for message in found[name])
+    problems.extend(message for messages in found.values() for message in messages)
     return stack if len(problems) == count else None
 
 
