@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
 
+
+@batched
 class LinkTarget(FactBase):
     """Returns the target a symbolic link points at (None: no link there)."""
 
