@@ -96,8 +96,50 @@ def container_name(role: str) -> str:
     return f"{PREFIX}-{role}"
 
 
+# How pyinfra reaches the lab's hosts: Docker's exec (the default), or real OpenSSH inside the
+# containers (INFERENCE_HOST_LAB_CONNECT=ssh; enable_ssh), as a real site's hosts are reached.
+CONNECT = os.environ.get("INFERENCE_HOST_LAB_CONNECT", "docker")
+
+
 def pyinfra_name(role: str) -> str:
-    return f"@docker/{container_name(role)}"
+    return container_name(role) if CONNECT == "ssh" else f"@docker/{container_name(role)}"
+
+
+def known_hosts_file() -> Path:
+    return STATE_DIR / f"{PREFIX}-known_hosts"
+
+
+def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
+    """Runs Debian's OpenSSH server in each container, letting in the lab's throwaway key only,
+    and records each host key in a known-hosts file of the lab's own (strict checking)."""
+    public = throwaway_ssh_public_key()
+    lines = []
+    for role in roles or MAIN_LAB:
+        name = container_name(role)
+        script = (
+            "set -e; command -v sshd >/dev/null || { apt-get update -q >/dev/null &&"
+            " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+            " openssh-server >/dev/null; }; mkdir -p /root/.ssh && chmod 700 /root/.ssh;"
+            " touch /root/.ssh/authorized_keys; grep -qxF \"$1\" /root/.ssh/authorized_keys"
+            " || printf '%s\\n' \"$1\" >> /root/.ssh/authorized_keys;"
+            " systemctl is-active -q ssh || systemctl enable -q --now ssh;"
+            " cat /etc/ssh/ssh_host_ed25519_key.pub")
+        host_key = _docker("exec", name, "sh", "-c", script, "sh", public).stdout.split()
+        lines.append(f"{container_address(role)} {host_key[0]} {host_key[1]}")
+    known_hosts_file().write_text("\n".join(lines) + "\n")
+
+
+def over_ssh(*groups: list) -> None:
+    """Adds to each lab host's data how pyinfra (and the health checks) reach it over SSH."""
+    key = str(STATE_DIR / "guest-ssh-key")
+    for group in groups:
+        for name, data in group:
+            role = next((r for r in HOSTS if container_name(r) == name), None)
+            if role is None:
+                continue
+            data.update({"ssh_hostname": container_address(role), "ssh_user": "root", "ssh_key": key,
+                         "ssh_known_hosts_file": str(known_hosts_file()),
+                         "ssh_strict_host_key_checking": "yes"})
 
 
 def _docker(*args: str, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
