@@ -28,6 +28,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
+from roles.monitoring.dashboard import DASHBOARD_FILE
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
 from roles.shared.pip import uv_environment
@@ -145,7 +146,9 @@ def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
     for path, text in config.files(site, settings, hashed).items():
         if path == config.WEB_CONFIG_FILE:
             continue
-        changed.append(files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644"))
+        written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
+        if path != DASHBOARD_FILE:  # no service reads the dashboard: a new one restarts nothing
+            changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
         changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
                                       mode="0644", **kwargs))

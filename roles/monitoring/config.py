@@ -371,10 +371,14 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
 
 
 def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
-    """Path on the monitor -> text, for the role and the preview."""
+    """Path on the monitor -> text, for the role and the preview (the Grafana dashboard too:
+    read by no service here, it is for operators to import)."""
+    from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
+
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
         f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
+        DASHBOARD_FILE: dashboard_text(site),
     }

@@ -35,6 +35,7 @@ import lab
 from roles.monitoring import config as monitoring_config
 from roles.site import load_site
 from tests.lab.harness import PROJECT_ROOT
+from tests.unit.test_monitoring_dashboard import metric_names
 
 pytestmark = pytest.mark.lab
 
@@ -161,19 +162,6 @@ NOT_IN_THE_LAB = {
 }
 
 
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "or", "and",
-                "unless"}
-
-
-def _metric_names(expr: str) -> set[str]:
-    """The metric names of a PromQL expression: its identifiers once strings, label matchers,
-    ranges and grouping lists are taken out, but functions and keywords."""
-    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", bare)
-    bare = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", bare)
-    return {w for w in re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\b(?!\s*\()", bare) if w not in PROMQL_WORDS}
-
-
 def _chat(site) -> int:
     """One chat completion through the gateway (the engine's histograms get observations)."""
     import urllib.request
@@ -195,7 +183,7 @@ def test_the_exporters_emit_what_the_rules_query(monitor, site):
     produce (NOT_IN_THE_LAB)."""
     names = set()
     for alert in monitoring_config.alerts(site, monitor):
-        names |= _metric_names(alert.expr)
+        names |= metric_names(alert.expr)
     assert {"up", "DCGM_FI_DEV_XID_ERRORS", "inference_host_unit_restarts", "sglang:time_to_first_token_seconds_bucket",
             "inference_host_check_ok", "node_filesystem_avail_bytes"} <= names, names
     assert [_chat(site) for _ in range(4)] == [200] * 4  # smg spreads them over both replicas
