@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
 from roles.site import HostSettings, Site, address_of
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -373,12 +374,10 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
 def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
     """Path on the monitor -> text, for the role and the preview (the Grafana dashboard too:
     read by no service here, it is for operators to import)."""
-    from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
-
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
         f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
-        DASHBOARD_FILE: dashboard_text(site),
+        DASHBOARD_FILE: dashboard_text(engine_of(site)),
     }

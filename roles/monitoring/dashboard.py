@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import json
 
-from roles.monitoring.config import PROMETHEUS_CONFIG_DIR, engine_of
-from roles.site import Site
-
-DASHBOARD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host.grafana.json"
+# Beside Prometheus' own files (roles/monitoring/config.py's PROMETHEUS_CONFIG_DIR, which imports
+# this module; a unit test holds the two together).
+DASHBOARD_FILE = "/etc/prometheus/inference-host.grafana.json"
 
 # Per engine: (what, metric) of the engine's own /metrics.
 ENGINE_METRICS = {
@@ -77,7 +76,7 @@ def panels(engine: str) -> list[dict]:
     return [_panel(number, title, unit, targets) for number, (title, unit, targets) in enumerate(specs)]
 
 
-def dashboard(site: Site) -> dict:
+def dashboard(engine: str) -> dict:
     return {
         "title": "inference-host", "uid": "inference-host", "schemaVersion": 39, "editable": True,
         "time": {"from": "now-6h", "to": "now"}, "refresh": "30s",
@@ -88,9 +87,10 @@ def dashboard(site: Site) -> dict:
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
              "query": 'label_values(up{job="node"}, host)', "refresh": 2, "current": {"text": "All", "value": "$__all"}},
         ]},
-        "panels": panels(engine_of(site)),
+        "panels": panels(engine),
     }
 
 
-def dashboard_text(site: Site) -> str:
-    return json.dumps(dashboard(site), indent=2) + "\n"
+def dashboard_text(engine: str) -> str:
+    """The dashboard of a site whose gpu nodes serve with `engine` (sglang or vllm)."""
+    return json.dumps(dashboard(engine), indent=2) + "\n"
