@@ -108,9 +108,10 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     )
     linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
     changed = [uploaded, installed, linked]
-    for name in checks_env.bundle_files():
-        changed.append(files.put(name=f"Copy the checks' {name} to {bundle}", src=str(PROJECT_ROOT / name),
-                                 dest=f"{bundle}/{name}", mode="0644", create_remote_dir=True))
+    # `path`, not `name`: the build's _if above reads `name` when it runs, after this loop.
+    for path in checks_env.bundle_files():
+        changed.append(files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
+                                 dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True))
     changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
                              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
     for path, template, kwargs in units.gpu_templates(settings, bundle, python):
