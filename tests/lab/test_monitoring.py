@@ -48,7 +48,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         with open("{RECEIVED}", "a") as out:
-            out.write(json.dumps(json.loads(body)) + "\\n")
+            out.write(json.dumps(json.loads(body)) + chr(10))  # one POST a line
         self.send_response(200); self.end_headers()
     def log_message(self, *a):
         pass
@@ -306,21 +306,26 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
     print("\n" + "\n".join(lines))
 
 
-def _cpu_seconds(role: str, usage: str) -> float:
-    """CPUUsageNSec of the last run, or (a oneshot's cgroup is gone once it ends) the journal's
-    "Consumed ... CPU time" line systemd writes at its end."""
-    if usage.isdigit() and int(usage) < 2**63:
-        return int(usage) / 1e9
-    line = _exec(role, "journalctl -u inference-host-checks.service -o cat --no-pager | grep 'Consumed' | tail -1").stdout
-    found = re.search(r"Consumed (?:(\d+)min )?([\d.]+)(ms|s) CPU time", line)
-    assert found, line
-    minutes, value, unit = found.groups()
-    return int(minutes or 0) * 60 + float(value) / (1000 if unit == "ms" else 1)
+RUSAGE = ("import resource, subprocess, sys, time; t = time.monotonic();"
+          " subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+          " r = resource.getrusage(resource.RUSAGE_CHILDREN); print(time.monotonic() - t, r.ru_utime + r.ru_stime)")
+
+
+def _cpu_of_a_run(role: str) -> tuple[float, float]:
+    """(wall, CPU seconds) of the unit's own command line, run once more in its working
+    directory, as the kernel accounts its children (getrusage): for a lab where systemd has no
+    CPU accounting (CPUUsageNSec [not set] on a cgroup v1 host)."""
+    show = _exec(role, "systemctl show inference-host-checks.service -p ExecStart --value").stdout
+    argv = re.search(r"argv\[\]=(.*?) ;", show).group(1)
+    cwd = _exec(role, "systemctl show inference-host-checks.service -p WorkingDirectory --value").stdout.strip()
+    out = _exec(role, f"cd {cwd} && PYTHONDONTWRITEBYTECODE=1 nice -n 10 python3 -c '{RUSAGE}' {argv}").stdout.split()
+    return float(out[0]), float(out[1])
 
 
 def test_the_checks_timer_runs_within_its_budget(site):
-    """systemd's own accounting of the last run of the checks' unit on each replica: its
-    run time and CPU time (printed), under the unit's TimeoutStartSec."""
+    """systemd's own accounting of a run of the checks' unit on each replica: its run time
+    (ExecMain timestamps) under TimeoutStartSec, and its CPU time (CPUUsageNSec; where systemd
+    has no CPU accounting, as in this lab, the kernel's of the same command line), printed."""
     node = site.group("gpu_nodes")[0]
     out = []
     for role in ("rep-a", "rep-b"):
@@ -330,14 +335,19 @@ def test_the_checks_timer_runs_within_its_budget(site):
                      " -p Result -p CPUQuotaPerSecUSec").stdout.splitlines())
         assert shown["Result"] == "success", shown
         wall = (int(shown["ExecMainExitTimestampMonotonic"]) - int(shown["ExecMainStartTimestampMonotonic"])) / 1e6
-        cpu = _cpu_seconds(role, shown.get("CPUUsageNSec", ""))
         assert wall < node.monitoring.check_timeout_s, (role, wall)
-        out.append(f"{role}: {wall:.1f} s, CPU {cpu:.1f} s ({100 * cpu / wall:.0f}% of one core; quota"
-                   f" {shown['CPUQuotaPerSecUSec']}/s)")
+        usage = shown.get("CPUUsageNSec", "")
+        if usage.isdigit():
+            cpu, how = int(usage) / 1e9, "systemd's CPUUsageNSec"
+        else:
+            again, cpu = _cpu_of_a_run(role)
+            how = f"CPUUsageNSec {usage}: the kernel's getrusage of the same command, run {again:.1f} s"
+        out.append(f"{role}: run {wall:.1f} s (systemd), CPU {cpu:.1f} s ({how}); {100 * cpu / wall:.0f}% of one"
+                   f" core; CPUQuota {shown['CPUQuotaPerSecUSec']}/s")
         written = _exec(role, "cat /var/lib/prometheus/node-exporter/inference_host_checks.prom").stdout
         assert "inference_host_checks_last_run_timestamp_seconds" in written
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"\nthe checks' timer, one run (load {' '.join(load)}): " + "; ".join(out))
+    print(f"\nthe checks' timer, one run each (load {' '.join(load)}): " + "; ".join(out))
 
 
 def test_a_second_deploy_changes_nothing(replicas_second_deploy):
