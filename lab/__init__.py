@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -325,11 +326,36 @@ def up(roles=MAIN_LAB) -> list[str]:
     for role in roles:
         if role in STANDIN_ROLES:
             install_standins(container_name(role))
+    for role in roles:
+        if role in REPLICA_ROLES:
+            plant_dcgm_gpus(container_name(role))
     if "gpu" in roles:
         install_tiny_model(container_name("gpu"))
     if "pve" in roles:
         prepare_pve_node(container_name("pve"))
     return names
+
+
+# inventory/lab_replicas.py's gpu nodes have no driver stand-in listing GPUs (no node made them),
+# yet their DCGM exporter stand-in needs GPUs to serve (the real one exits when NVML finds none).
+# What the hardware would answer is planted where only that stand-in reads it
+# (tests/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
+# to the lab node's eight GPUs, as the stand-in kernel does. /run is emptied at every boot.
+REPLICA_ROLES = ("rep-a", "rep-b")
+DCGM_STANDIN_GPUS = "/run/dcgm-exporter-standin/proc-driver-nvidia"
+
+
+def plant_dcgm_gpus(name: str) -> None:
+    sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]
+    lines = [f"[ -e {DCGM_STANDIN_GPUS}/gpus/{PVE_GPUS[-1]}/information ] && exit 0"]
+    for minor, address in enumerate(PVE_GPUS):
+        info = re.sub(r"Bus Location:\s*\S+", f"Bus Location: \t {address}", sample)
+        info = re.sub(r"Device Minor:\s*\d+", f"Device Minor: \t {minor}", info)
+        info = re.sub(r"GPU UUID:\s*\S+", f"GPU UUID: \t GPU-1ab0{minor:04d}-0000-0000-0000-000000000000", info)
+        info = info.replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+        folder = f"{DCGM_STANDIN_GPUS}/gpus/{address}"
+        lines.append(f"mkdir -p {folder} && cat > {folder}/information <<'INFO'\n{info.rstrip()}\nINFO")
+    _docker("exec", name, "sh", "-c", "\n".join(lines))
 
 
 # The stand-in SGLang server (no GPU here) and the captured CLIs it parses its arguments with.

@@ -28,6 +28,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
+from roles.monitoring.dashboard import DASHBOARD_FILE
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
@@ -107,9 +108,10 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     )
     linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
     changed = [uploaded, installed, linked]
-    for name in checks_env.bundle_files():
-        changed.append(files.put(name=f"Copy the checks' {name} to {bundle}", src=str(PROJECT_ROOT / name),
-                                 dest=f"{bundle}/{name}", mode="0644", create_remote_dir=True))
+    # `path`, not `name`: the build's _if above reads `name` when it runs, after this loop.
+    for path in checks_env.bundle_files():
+        changed.append(files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
+                                 dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True))
     changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
                              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
     for path, template, kwargs in units.gpu_templates(settings, bundle, python):
@@ -145,7 +147,9 @@ def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
     for path, text in config.files(site, settings, hashed).items():
         if path == config.WEB_CONFIG_FILE:
             continue
-        changed.append(files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644"))
+        written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
+        if path != DASHBOARD_FILE:  # no service reads the dashboard: a new one restarts nothing
+            changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
         changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
                                       mode="0644", **kwargs))
