@@ -120,7 +120,7 @@ def _environment(site: Site, settings: HostSettings):
     gateway, target = settings.gateway, env_path(site, settings)
     name = target.rsplit("/", 1)[1]
     # curl: the restart below waits on the gateway's /health with it, as do the health checks.
-    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=3600)
+    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=24 * 3600)
     for folder in (f"{gateway.install_dir}/envs", f"{gateway.install_dir}/locks"):
         files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
     requirements = f"{gateway.install_dir}/locks/{name}.txt"

@@ -29,6 +29,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
 from roles.monitoring.dashboard import DASHBOARD_FILE
+from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
@@ -62,7 +63,7 @@ def monitoring() -> None:
 
 def _apt(package: str, version: str) -> None:
     apt.packages(name=f"Install {package} {version}", packages=[f"{package}={version}"], update=True,
-                 cache_time=3600, no_recommends=True)
+                 cache_time=24 * 3600, no_recommends=True)
 
 
 def _node_exporter(settings: HostSettings, version: str) -> None:
@@ -117,8 +118,15 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     for path, template, kwargs in units.gpu_templates(settings, bundle, python):
         changed.append(files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs))
     timer = f"{units.CHECKS_UNIT}.timer"
-    systemd.service(name=f"Enable and start {timer} (every {settings.monitoring.check_interval})", service=timer,
-                    running=True, enabled=True, daemon_reload=any(op.will_change for op in changed))
+    state = host.get_fact(UnitActiveState, unit=timer)
+    systemd.service(name=f"Enable {timer} (every {settings.monitoring.check_interval})", service=timer,
+                    enabled=True, daemon_reload=any(op.will_change for op in changed))
+    # Started by its ActiveState, not by pyinfra's running=True: that reads SubState and counts only
+    # running/waiting/exited/listening/mounted as running, while systemd (src/core/timer.c,
+    # state_translation_table) keeps an active timer in "elapsed" between a trigger and its next
+    # computed elapse; the deploy would "start" a started timer and never report zero changes.
+    server.shell(name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"],
+                 _if=lambda: state != "active")
 
 
 def password_hash(password: str, host_name: str) -> str:
