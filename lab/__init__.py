@@ -506,8 +506,19 @@ def throwaway_vault() -> tuple[str, str]:
         with os.fdopen(fd, "w") as handle:
             handle.write(random.token_urlsafe(32))
         vault.unlink(missing_ok=True)
+    password = password_file.read_bytes().strip()
     if not vault.exists():
-        password = password_file.read_bytes().strip()
-        secrets.set_secret(vault, "sglang_api_key", random.token_urlsafe(24), password)
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
         secrets.set_secret(vault, "hf_token", "hf_lab_" + random.token_hex(16), password)
+    elif secrets.decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
+        # Made before the site model refused keys that argparse reads as an option
+        # (roles/site/loading.py api_key_problems): a new one.
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
     return str(vault), str(password_file)
+
+
+def _api_key() -> str:
+    """A random key that argparse takes as a value: token_urlsafe may begin with '-'."""
+    import secrets as random
+
+    return "lab" + random.token_urlsafe(24)

@@ -146,7 +146,7 @@ def _prometheus(path: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site):
+def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site, key):
     """issue 27 on the real engine: the monitor's engine job holds both vLLM servers' /metrics,
     its gateway job smg's, all up, and a query of vLLM's own metric answers per replica."""
     expected = {("engine", n.name) for n in replicas(site.hosts)} | {("gateway", site.group("gateways")[0].name)}
@@ -161,8 +161,16 @@ def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site):
     answer = _prometheus(f"/api/v1/query?query={RUNNING}")["data"]["result"]
     assert {r["metric"]["host"] for r in answer} == {n.name for n in replicas(site.hosts)}, answer
     assert all(r["metric"]["model_name"] == "kimi-k2.5" for r in answer), answer
-    smg = _prometheus("/api/v1/query?query=smg_http_requests_total")["data"]["result"]
-    assert smg and all(r["metric"]["job"] == "gateway" for r in smg), smg
+    # smg counts the requests it routes (smg_http_requests_total): one through it, then the
+    # series at the monitor within a few scrapes.
+    body = {"model": "kimi-k2.5", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    with _post(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key, timeout=120) as answer:
+        assert answer.status == 200
+    deadline = time.monotonic() + 60
+    while not (smg := _prometheus("/api/v1/query?query=smg_http_requests_total")["data"]["result"]):
+        assert time.monotonic() < deadline, "smg_http_requests_total never reached Prometheus"
+        time.sleep(2)
+    assert all(r["metric"]["job"] == "gateway" for r in smg), smg
 
 
 # ---- The real vLLM under the project's unit (moved here from test_vllm_engine.py, whose own
