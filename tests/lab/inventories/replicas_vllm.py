@@ -19,7 +19,6 @@ which is how the test upgrades both replicas.
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pyinfra
@@ -50,12 +49,21 @@ def _stack_file() -> Path:
     source = (lab.PROJECT_ROOT / "inventory" / "stack.yml").read_text()
     text, count = re.subn(r"(?m)^active: \S+", f"active: {_VLLM_STACK}", source)
     assert count == 1, "inventory/stack.yml has no `active:` line"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "stack.yml"
-    if not path.is_file() or path.read_text() != text:
-        path.write_text(text)
-    shutil.copytree(lab.PROJECT_ROOT / "inventory" / "locks", folder / "locks", dirs_exist_ok=True)
-    return path
+    (folder / "locks").mkdir(parents=True, exist_ok=True)
+    _write_if_changed(folder / "stack.yml", text.encode())
+    for lock in sorted((lab.PROJECT_ROOT / "inventory" / "locks").iterdir()):
+        _write_if_changed(folder / "locks" / lock.name, lock.read_bytes())
+    return folder / "stack.yml"
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    """Written only when different, and by rename: the deploy's health checks load this file in
+    two processes at once (one per gpu node), and a half-copied lock fails its hash check."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 if pyinfra.is_cli:  # the addresses exist once the containers run
