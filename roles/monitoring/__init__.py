@@ -107,9 +107,10 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     )
     linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
     changed = [uploaded, installed, linked]
-    for name in checks_env.bundle_files():
-        changed.append(files.put(name=f"Copy the checks' {name} to {bundle}", src=str(PROJECT_ROOT / name),
-                                 dest=f"{bundle}/{name}", mode="0644", create_remote_dir=True))
+    # Not `name`: the build's _if above reads that name when it runs, after this loop.
+    for bundled in checks_env.bundle_files():
+        changed.append(files.put(name=f"Copy the checks' {bundled} to {bundle}", src=str(PROJECT_ROOT / bundled),
+                                 dest=f"{bundle}/{bundled}", mode="0644", create_remote_dir=True))
     changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
                              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
     for path, template, kwargs in units.gpu_templates(settings, bundle, python):
