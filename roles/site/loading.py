@@ -290,7 +290,23 @@ def _require_decryptable(site: Site) -> None:
     names = referenced_secrets(site)
     if names:
         try:
-            vault.decrypt_all(Path(site.secrets_file), names)
+            values = vault.decrypt_all(Path(site.secrets_file), names)
         except vault.SecretsError as error:
             raise SiteError([f"{site.inventory_file}: {error}"]) from None
+        problems = api_key_problems(site, values)
+        if problems:
+            raise SiteError(problems)
+
+
+def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:
+    """The API key reaches argparse as `--api-key VALUE`: from the engine's --config file
+    (vllm 0.16.0 vllm/utils/argparse_utils.py load_config_file appends "--" + key, then
+    str(value)) and from smg-launch (roles/gateway). argparse reads a value that begins with
+    '-' as an option ("argument --api-key: expected at least one argument"), so such a key
+    cannot start the engine or the gateway; the value itself is never printed."""
+    names = {h.serving.api_key_secret for h in site.hosts.values() if h.serving.api_key_secret}
+    return [f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
+            " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
+            " begin with '-' (set a new one: python -m roles.site.vault set FILE NAME)"
+            for name in sorted(names) if values.get(name, "").startswith("-")]
 
