@@ -1,6 +1,6 @@
 """The inventory's validation hook: the layer above the site model and the roles.
 
-Every inventory file ends with ``require_valid_inventory(__file__)``. It runs the model's own
+Every inventory file ends with ``require_valid_inventory(__file__, globals())``. It runs the model's own
 rules and ROLE_CHECKS, the checks that need a role's knowledge (the model imports no role):
 the SGLang command line rendered for the pinned release, checked against that release's real
 CLI (roles/serving), the gateway's command line against smg's (roles/gateway), the
@@ -15,13 +15,14 @@ load_site run the list the file's own call names). The stacks' locks are the mod
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
 
 from roles.eagle3_training.checks import training_problems
 from roles.gateway.command import gateway_problems
 from roles.serving.command import command_problems
 from roles.serving.speculative import speculative_problems
-from roles.site import loading
+from roles.site import SiteError, loading
+from roles.site.errors import display, print_problems
 from roles.site.rules import RoleChecks
 
 ROLE_CHECKS = RoleChecks(
@@ -31,8 +32,14 @@ ROLE_CHECKS = RoleChecks(
 )
 
 
-def require_valid_inventory(inventory_file: str) -> None:
-    """Called at the end of every inventory file: stop before pyinfra connects to anything.
-
-    The file's groups are read from its globals (the caller's frame), so the file runs once."""
-    loading.require_valid_inventory(inventory_file, sys._getframe(1).f_globals, ROLE_CHECKS)
+def require_valid_inventory(inventory_file: str, groups: dict | None = None) -> None:
+    """Called at the end of every inventory file as ``require_valid_inventory(__file__, globals())``:
+    stop before pyinfra connects to anything. The file hands over its own globals (its groups),
+    so the file runs once and nothing reads the caller's frame."""
+    if groups is None:
+        # The one-argument form of earlier versions read the caller's frame (sys._getframe):
+        # refused in one line that says what to write, before anything is contacted.
+        print_problems(SiteError([f"{display(Path(inventory_file))}: require_valid_inventory(__file__) is given no"
+                                  " groups; write require_valid_inventory(__file__, globals())"]))
+        raise SystemExit(2)
+    loading.require_valid_inventory(inventory_file, groups, ROLE_CHECKS)

@@ -205,7 +205,7 @@ if lab.CONNECT == "ssh":
         lab.enable_ssh()
     lab.over_ssh(proxmox_hosts, lxc_guests, gpu_nodes, builders)
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())
 
 if pyinfra.is_cli:  # `python -m roles.site inventory/lab.py` validates without starting anything
     lab.up()

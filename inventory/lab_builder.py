@@ -45,4 +45,4 @@ builders = [
     }),
 ]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -124,4 +124,4 @@ _monitor = {
 gateways[0][1].update(_monitor)
 monitors = [gateways[0]]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

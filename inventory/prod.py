@@ -127,4 +127,4 @@ gpu_nodes = [
 # Kernel wheels (flash-attn, sgl-kernel) are compiled on the gpu node itself, in Docker.
 builders = ["sglang-lxc.example.internal"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

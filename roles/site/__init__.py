@@ -7,7 +7,7 @@ checks the import graph). The data flow is one way:
         -> Site (this package) -> deploy.py -> roles/<name>
 
 Validation runs before any host is contacted: every inventory file ends with
-``require_valid_inventory(__file__)`` from validation.py (the layer above the model and the
+``require_valid_inventory(__file__, globals())`` from validation.py (the layer above the model and the
 roles, which passes the roles' own checks, its ROLE_CHECKS, to the validation), and pyinfra
 executes it while it loads the inventory, i.e. before it connects. An older inventory that
 imports it from here is refused in one line naming the new import (errors.MOVED_NAMES). The same check runs standalone:

@@ -23,7 +23,7 @@ def _inventory_file_of() -> str:
     if _LOADED_INVENTORY:
         return _LOADED_INVENTORY[-1]
     raise SiteError([
-        "the inventory file did not call validation.require_valid_inventory(__file__);"
+        "the inventory file did not call validation.require_valid_inventory(__file__, globals());"
         " every inventory must end with it so that it is validated before connecting"
     ])
 

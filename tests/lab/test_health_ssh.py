@@ -73,7 +73,7 @@ def _inventory(ssh_host, known_hosts: bool) -> Path:
         "from validation import require_valid_inventory\n"
         f"_site = {{'stack_file': {str(PROJECT_ROOT / 'inventory' / 'stack.yml')!r}}}\n"
         f"gpu_nodes = [('gpu-over-ssh', {{**_site, **{settings!r}}})]\n"
-        "require_valid_inventory(__file__)\n")
+        "require_valid_inventory(__file__, globals())\n")
     return path
 
 

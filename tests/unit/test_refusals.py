@@ -91,7 +91,7 @@ def test_every_loader_prints_the_python_error_in_one_line(inventory, tmp_path, m
 
 
 OLD_IMPORT = ("from roles.site import require_valid_inventory\n"
-              "gpu_nodes = [('gpu.invalid', {'gpu_count': 8})]\nrequire_valid_inventory(__file__)\n")
+              "gpu_nodes = [('gpu.invalid', {'gpu_count': 8})]\nrequire_valid_inventory(__file__, globals())\n")
 MOVED = ("ImportError: require_valid_inventory moved: write `from validation import require_valid_inventory`"
          " (validation.py at the project root)")
 
@@ -368,7 +368,7 @@ def test_a_deploy_refuses_a_host_listed_twice_before_connecting(inventory, tmp_p
         "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8}),"
         " ('@docker/ih-unit-never-started', {'gpu_count': 8})]\n"
-        "require_valid_inventory(__file__)\n")
+        "require_valid_inventory(__file__, globals())\n")
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
     assert one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py") == (
         f"{path}: host @docker/ih-unit-never-started is listed twice in gpu_nodes (entries 1 and 2); expected each"

@@ -16,7 +16,7 @@ from validation import ROLE_CHECKS
 # (0.5.9 has it through patch 0001, 0.5.21+ upstream).
 PCIE = {"serving_custom_all_reduce_pcie": True, "stack": "sglang-0.5.10-cu128"}
 NO_PCIE = "has no PCIe all-reduce"
-HOOK = "\nfrom validation import require_valid_inventory\n\nrequire_valid_inventory(__file__)\n"
+HOOK = "\nfrom validation import require_valid_inventory\n\nrequire_valid_inventory(__file__, globals())\n"
 
 
 def test_a_load_runs_only_the_checks_it_is_given(inventory):
@@ -39,3 +39,16 @@ def test_an_inventory_with_the_hook_is_loaded_with_the_checks_it_names(inventory
     result = subprocess.run([sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and NO_PCIE in result.stderr, result.stderr
+
+
+def test_the_hook_without_the_files_globals_is_refused_in_one_line(inventory):
+    # The one-argument hook of earlier versions read its caller's frame; now the file hands its
+    # groups over, and the old form says what to write instead of validating nothing.
+    path = inventory.write(f"gpu_nodes = {[gpu_node()]!r}\n"
+                           "\nfrom validation import require_valid_inventory\n\nrequire_valid_inventory(__file__)\n")
+    result = subprocess.run([sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "require_valid_inventory(__file__) is given no groups; write require_valid_inventory(__file__, globals())" \
+        in result.stderr
+    assert "Traceback" not in result.stderr

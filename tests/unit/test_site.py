@@ -259,7 +259,7 @@ def test_deploy_stops_before_connecting_on_a_bad_inventory(inventory):
     source = (
         "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8, 'serving_prot': 1})]\n"
-        "require_valid_inventory(__file__)\n"
+        "require_valid_inventory(__file__, globals())\n"
     )
     path = inventory.write(source)
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
@@ -279,7 +279,7 @@ def _counting_inventory(inventory, counter) -> Path:
         f"_counter = Path({str(counter)!r})\n"
         "_counter.write_text((_counter.read_text() if _counter.exists() else '') + 'x')\n"
         "builders = [('never-connected.invalid', {'build_kernel_wheels': False})]\n"
-        "require_valid_inventory(__file__)\n")
+        "require_valid_inventory(__file__, globals())\n")
 
 
 def test_a_deploy_runs_the_inventory_file_once(inventory, tmp_path):
@@ -305,7 +305,7 @@ def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, t
         "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8,"
         f" 'secrets_file': {vault!r}, 'serving_hf_token_secret': 'hf_token'}})]\n"
-        "require_valid_inventory(__file__)\n"
+        "require_valid_inventory(__file__, globals())\n"
     )
     path = inventory.write(source)
     wrong = tmp_path / "wrong-password"
@@ -328,7 +328,7 @@ def test_an_api_key_beginning_with_a_dash_stops_the_deploy_before_connecting(inv
         "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8,"
         f" 'secrets_file': {vault!r}, 'serving_api_key_secret': 'sglang_api_key'}})]\n"
-        "require_valid_inventory(__file__)\n"
+        "require_valid_inventory(__file__, globals())\n"
     )
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
     password = tmp_path / "password"

@@ -75,4 +75,4 @@ gpu_nodes = _with_site(
     eagle3_training_regenerate_max_tokens=24,
 )
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

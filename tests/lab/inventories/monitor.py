@@ -40,4 +40,4 @@ monitors = [(lab.pyinfra_name("mon"), {
     "monitoring_check_failing_for": "30s",
 })]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -40,4 +40,4 @@ lxc_guests = [
 ]
 kvm_guests = [_guest("c", 203, guest_mmio_window_mb=262144), _guest("d", 204)]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

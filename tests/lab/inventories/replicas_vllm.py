@@ -139,4 +139,4 @@ _gateway_host = (lab.pyinfra_name("vgw"), {
 gateways = [_gateway_host]
 monitors = [_gateway_host]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

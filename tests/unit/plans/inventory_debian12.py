@@ -13,4 +13,4 @@ _site = {"stack_file": "../../../inventory/stack.yml"}
 gpu_nodes = [("@fake/gpu-debian12", {**_site, **fake_host("debian12"), "gpu_count": 8})]
 builders = ["@fake/gpu-debian12"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -14,4 +14,4 @@ gpu_nodes = [("@fake/gpu-eagle3", {**_site, **fake_host("ubuntu2404"), "gpu_coun
                                    "eagle3_training_enabled": True})]
 builders = ["@fake/gpu-eagle3"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -26,4 +26,4 @@ gpu_nodes = [("@fake/rep-a", {**_node, "ssh_hostname": "10.0.0.1"}),
              ("@fake/rep-b", {**_node, "ssh_hostname": "10.0.0.2"})]
 gateways = [("@fake/gw-ubuntu2404", {**_site, **fake_host("ubuntu2404")})]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

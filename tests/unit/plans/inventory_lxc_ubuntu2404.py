@@ -31,4 +31,4 @@ lxc_guests = [("@fake/lxc-ubuntu2404", {
 })]
 gpu_nodes = ["@fake/lxc-ubuntu2404"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

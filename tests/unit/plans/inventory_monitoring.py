@@ -27,4 +27,4 @@ monitors = [("@fake/mon-debian12", {**_site, **fake_host("debian12"), "ssh_hostn
                                     "monitoring_web_password_secret": "prometheus_web",
                                     "monitoring_webhook_url": "http://10.0.0.9:9099/alerts"})]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -46,4 +46,4 @@ lxc_guests = [("@fake/lxc-on-node", {
 })]
 gpu_nodes = ["@fake/lxc-on-node"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -24,4 +24,4 @@ gpu_nodes = [("@fake/gpu-reboot", {
     "nvidia_driver_dcgm": True,  # DCGM 4 from the CUDA repository (tests/unit/test_gpu_stack_plans.py)
 })]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())

@@ -13,4 +13,4 @@ _site = {"stack_file": "../../../inventory/stack.yml"}
 gpu_nodes = [("@fake/gpu-ubuntu2404", {**_site, **fake_host("ubuntu2404"), "gpu_count": 8})]
 builders = ["@fake/gpu-ubuntu2404"]
 
-require_valid_inventory(__file__)
+require_valid_inventory(__file__, globals())
