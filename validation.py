@@ -7,7 +7,7 @@ CLI (roles/serving), the gateway's command line against smg's (roles/gateway), t
 speculative decoding settings with the drafter's config against the target's, per release
 (roles/serving/speculative.py), and the EAGLE-3 training job's settings and its SpecForge lock
 (roles/eagle3_training/checks.py). The stacks' locks are the model's own check
-(roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them
+(roles/site/lock.py: local files only, no network); `python -m roles.engine_envs.lock` makes them
 (`python -m roles.eagle3_training.lock` the job's).
 """
 

@@ -3,7 +3,7 @@ stacks with health-gated rollback. Both engines run under the same unit name, co
 scripts, so switching the active stack from one engine to the other is an upgrade like any
 other, and only one engine holds the GPUs at a time (one unit; its cleanup stops stale ones).
 
-What it lays down on a gpu node, per engine environment (one per stack, built by roles/sglang):
+What it lays down on a gpu node, per engine environment (one per stack, built by roles/engine_envs):
 
     <env>/serving/launch                        the release's command line
     <env>/serving/<unit>.env                    NCCL + engine environment of that release (0600)
@@ -13,10 +13,10 @@ What it lays down on a gpu node, per engine environment (one per stack, built by
 and once per host:
 
     /etc/systemd/system/<unit>.service     -> <install_root>/current/serving/<unit>.service
-    /etc/sglang/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
+    /etc/inference-host/engine/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
     /usr/local/libexec/inference-host/sglang-*  cleanup, readiness wait, switch-with-rollback
 
-An upgrade (a new `active` stack) is built beside the old one by roles/sglang and configured
+An upgrade (a new `active` stack) is built beside the old one by roles/engine_envs and configured
 in its own folder, so nothing the running release uses is rewritten; this role then points
 `current` at it, reloads systemd and restarts; if /health_generate never answers 200 within
 serving_ready_timeout it points `current` back, which brings back the previous release's
@@ -140,7 +140,7 @@ def restart_policy(settings: HostSettings, hosts: dict[str, HostSettings] | None
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict:
-    """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
+    """Keyword arguments of roles/serving/templates/inference-engine.service.j2 (also used by the unit tests)."""
     hosts = site.hosts if site else None
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
@@ -155,8 +155,8 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         data_dir=base.data_dir,
         writable_paths=[base.data_dir, base.log_dir],
         env_file=paths["env_file"],
-        cleanup_script=f"{LIBEXEC}/sglang-cleanup",
-        wait_script=f"{LIBEXEC}/sglang-wait-ready",
+        cleanup_script=f"{LIBEXEC}/inference-engine-cleanup",
+        wait_script=f"{LIBEXEC}/inference-engine-wait-ready",
         launcher=paths["launcher"],
         probe_url=probe_url(settings, readiness_path(settings, hosts, stack.engine)),
         ready_timeout=serving.ready_timeout,
@@ -225,12 +225,12 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack, site)
     return [
-        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
+        (paths["env_file"], "roles/serving/templates/inference-engine.env.j2", "0600",
          env_file_kwargs(settings, stack, site.hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, engine_label=stack.label,
               command=shlex.join(launch_command(settings, stack, site)))),
-        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
+        (paths["unit"], "roles/serving/templates/inference-engine.service.j2", "0644",
          unit_text_kwargs(settings, stack, site)),
     ]
 
@@ -241,7 +241,7 @@ def env_file_text(settings: HostSettings, stack: EngineStack, site: Site) -> str
     return templates.render(template, **kwargs)
 
 
-SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")
+SCRIPTS = ("inference-engine-cleanup", "inference-engine-wait-ready", "inference-engine-switch", "inference-engine-rolling")
 
 
 def _release_config(settings: HostSettings, stack: EngineStack) -> list:
@@ -378,11 +378,11 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, s
 
 def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit: str, current: str,
                    target: str) -> tuple[str, list[str]]:
-    """The switch, wrapped in sglang-rolling when this node is a replica behind gateways."""
-    switch = f"{LIBEXEC}/sglang-switch {unit} {current} {target}"
+    """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways."""
+    switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}"
     rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
     behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
     if not behind:
         return switch, []
-    return (shlex.join([f"{LIBEXEC}/sglang-rolling", settings.serving.secret_args_file, worker_url(settings),
+    return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", settings.serving.secret_args_file, worker_url(settings),
                         str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)

@@ -27,8 +27,8 @@ DEFAULT_ATTENTION_BACKEND = "triton"
 
 # Where the API key goes: a YAML file passed with --config (0600, read by the service user),
 # so it is not in /proc/<pid>/cmdline. SGLang reads no environment variable for it. Each
-# release has its own (roles/serving); /etc/sglang holds the stable name the health checks read.
-SECRET_ARGS_DIR = "/etc/sglang"
+# release has its own (roles/serving); /etc/inference-host/engine holds the stable name the health checks read.
+SECRET_ARGS_DIR = "/etc/inference-host/engine"
 
 
 class CliError(Exception):
@@ -90,7 +90,7 @@ def node_rank(settings: HostSettings, hosts: dict[str, HostSettings]) -> int:
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
                      stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
     """Arguments after the engine's launcher (no secret among them); the API key is read from
-    secret_args_file (default: the stable name in /etc/sglang)."""
+    secret_args_file (default: the stable name in /etc/inference-host/engine)."""
     if stack.engine == "vllm":
         return vllm_arguments(settings, hosts, stack, secret_args_file)
     serving, version = settings.serving, stack.sglang

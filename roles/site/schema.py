@@ -172,7 +172,7 @@ class BaseSettings(Section):
         "Unprivileged system user (no login shell) the engine runs as; owns the data, model and "
         "log directories."))
     service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")
-    install_root: AbsolutePath = Field("/opt/sglang", description=(
+    install_root: AbsolutePath = Field("/opt/inference-host", description=(
         "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit"
         " runs through."))
     data_dir: AbsolutePath = Field("/var/lib/sglang", description=(
@@ -216,7 +216,7 @@ class GpuSettings(Section):
         "Blackwell)."))
     model: str = Field("NVIDIA RTX PRO 6000 Blackwell Server Edition", description=(
         "GPU model name nvidia-smi must report; it also selects the expected link class and "
-        "bandwidth floors (tests/infra/gpu_models.py)."))
+        "bandwidth floors (checks/gpu_models.py)."))
     memory_gib: Annotated[int, positive] = Field(96, description=(
         "Memory per GPU in GiB; 16 or more marks a large-BAR GPU (a KVM guest then needs guest_cpu"
         " host and guest_bios ovmf)."))
@@ -316,7 +316,7 @@ class ServingSettings(Section):
     PREFIX: ClassVar[str] = "serving_"
 
     unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
-                                    "a systemd unit name")] = Field("sglang", description=(
+                                    "a systemd unit name")] = Field("inference-engine", description=(
         "Name of the engine's systemd unit (<name>.service) and of its env and secret-argument "
         "files."))
     model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(
@@ -399,11 +399,11 @@ class ServingSettings(Section):
     def secret_args_file(self) -> str:
         """The 0600 SGLang --config file holding {"api-key": ...}: roles/serving writes it,
         the health checks read the key from it on the host."""
-        return f"/etc/sglang/{self.unit_name}-secret-args.yaml"
+        return f"/etc/inference-host/engine/{self.unit_name}-secret-args.yaml"
 
 
 class SglangSettings(Section):
-    """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
+    """roles/engine_envs: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
     installed exactly from its stack's lock."""
 
     PREFIX: ClassVar[str] = "sglang_"
@@ -597,7 +597,7 @@ class ProxmoxSettings(Section):
 
 
 class HealthSettings(Section):
-    """tests/infra: what the health checks demand beyond the host's own description."""
+    """checks: what the health checks demand beyond the host's own description."""
 
     PREFIX: ClassVar[str] = "health_"
 
@@ -613,7 +613,7 @@ class HealthSettings(Section):
         " the start-up is too slow, killed inside the collective a P2P deadlock."))
     allreduce_min_busbw_gbps: Annotated[float, positive] | None = Field(None, description=(
         "Bus-bandwidth floor (nccl-tests definition) of the all-reduce in GB/s; None: the floor "
-        "of health_gpu_link's class (tests/infra/gpu_models.py)."))
+        "of health_gpu_link's class (checks/gpu_models.py)."))
     allreduce_size_mib: Annotated[int, positive] = Field(256, description=(
         "Message size of the all-reduce check."))
     server_timeout_s: Annotated[int, positive] = Field(20, description=(
@@ -1056,7 +1056,7 @@ def _pyinfra_keys() -> set[str]:
     try:
         from pyinfra.api.arguments import all_global_arguments
         from pyinfra.api.connectors import get_all_connectors
-    except ImportError:  # tests/infra --expect on a machine without pyinfra: no such keys there
+    except ImportError:  # checks --expect on a machine without pyinfra: no such keys there
         return set()
 
     keys = {name for name, _ in all_global_arguments()}

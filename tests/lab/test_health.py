@@ -46,7 +46,7 @@ def test_a_failing_check_fails_the_deploy(lab_first_deploy):
 
 def run_checks(*extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tests.infra", "--inventory", str(LAB_INVENTORY),
+        [sys.executable, "-m", "checks", "--inventory", str(LAB_INVENTORY),
          "--suites", "service,server", *extra], cwd=PROJECT_ROOT, capture_output=True, text=True,
         timeout=600)
 

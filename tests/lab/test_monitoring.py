@@ -125,7 +125,7 @@ def test_a_failing_check_alerts_the_webhook_and_clears_when_mended(monitor):
     name, _ = monitor
     planted = ('inference_host_check_ok{suite="service",check="unit active"} 0\n'
                'inference_host_check_failure_info{suite="service",check="unit active",'
-               'detail="expected sglang.service active; found failed; what to do: journalctl -u sglang"} 1\n')
+               'detail="expected inference-engine.service active; found failed; what to do: journalctl -u inference-engine"} 1\n')
     _exec(name, f"printf '%s' '{planted}' > {TEXTFILE}.tmp && mv {TEXTFILE}.tmp {TEXTFILE}")
     started = time.monotonic()
     received = []
@@ -137,7 +137,7 @@ def test_a_failing_check_alerts_the_webhook_and_clears_when_mended(monitor):
     assert received, "no HealthCheckFailing reached the webhook within 180 s"
     alert = received[0]["alerts"][0]
     assert alert["status"] == "firing" and alert["labels"]["check"] == "unit active"
-    assert "what to do: journalctl -u sglang" in alert["annotations"]["description"]
+    assert "what to do: journalctl -u inference-engine" in alert["annotations"]["description"]
     _exec(name, f"printf '%s' 'inference_host_check_ok{{suite=\"service\",check=\"unit active\"}} 1\n' > {TEXTFILE}.tmp"
                 f" && mv {TEXTFILE}.tmp {TEXTFILE}")
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""roles/sglang + roles/serving in the lab: the real sglang wheel in its versioned uv
+"""roles/engine_envs + roles/serving in the lab: the real sglang wheel in its versioned uv
 environment, patched; the stand-in server under the real systemd unit; restarts only on
 change; cleanup of stubborn children; upgrade and health-gated rollback with measured downtime."""
 
@@ -32,7 +32,7 @@ POLL_LOG = "/run/ih-downtime.log"
 
 
 def _main_pid(gpu_guest) -> str:
-    return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
+    return gpu_guest.check_output("systemctl show -p MainPID --value inference-engine.service")
 
 
 def _secrets() -> dict[str, str]:
@@ -79,7 +79,7 @@ def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
     version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
                                      "'import importlib.metadata as m; print(m.version(\"sglang\"))'")
     assert version == OLD.sglang  # the real wheel of the pinned release
-    assert gpu_guest.service("sglang").is_running and gpu_guest.service("sglang").is_enabled
+    assert gpu_guest.service("inference-engine").is_running and gpu_guest.service("inference-engine").is_enabled
     models = json.loads(gpu_guest.check_output(
         f"curl -sf -H 'Authorization: Bearer {_api_key()}' {URL}/v1/models"))
     assert models["data"][0]["id"] == HOST.serving.served_model_name
@@ -89,36 +89,36 @@ def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
 
 def test_api_key_and_environment_stay_private(gpu_guest, lab_second_deploy):
     cmdline = gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
-    assert _api_key() not in cmdline and f"--config {_config(OLD)}/sglang-secret-args.yaml" in cmdline
+    assert _api_key() not in cmdline and f"--config {_config(OLD)}/inference-engine-secret-args.yaml" in cmdline
     assert gpu_guest.check_output(f"ps -o user= -p {_main_pid(gpu_guest)}") == HOST.base.service_user
-    secret_args = gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml")
+    secret_args = gpu_guest.file(f"{_config(OLD)}/inference-engine-secret-args.yaml")
     assert secret_args.mode == 0o600 and secret_args.user == HOST.base.service_user
-    assert gpu_guest.file("/etc/sglang/sglang-secret-args.yaml").linked_to == secret_args.path
-    env_file = gpu_guest.file(f"{_config(OLD)}/sglang.env")
+    assert gpu_guest.file("/etc/inference-host/engine/inference-engine-secret-args.yaml").linked_to == secret_args.path
+    env_file = gpu_guest.file(f"{_config(OLD)}/inference-engine.env")
     assert env_file.mode == 0o600 and env_file.contains("^NCCL_P2P_LEVEL=SYS$")
     assert env_file.contains("^SGLANG_ENABLE_JIT_DEEPGEMM=0$")
 
 
 def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy):
-    assert gpu_guest.file("/etc/systemd/system/sglang.service").linked_to == f"{_config(OLD)}/sglang.service"
-    assert gpu_guest.service("sglang").is_enabled
-    assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value sglang") == "yes"
+    assert gpu_guest.file("/etc/systemd/system/inference-engine.service").linked_to == f"{_config(OLD)}/inference-engine.service"
+    assert gpu_guest.service("inference-engine").is_enabled
+    assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value inference-engine") == "yes"
     # libcuda cannot make /dev/nvidia-uvm itself under NoNewPrivileges: the unit waits for the one that does
-    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value sglang").split()
-    assert gpu_guest.check_output("systemctl show -p ProtectSystem --value sglang") == "strict"
+    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value inference-engine").split()
+    assert gpu_guest.check_output("systemctl show -p ProtectSystem --value inference-engine") == "strict"
     # The sandbox is in force on the running server: / is read-only to it, its home is not.
     pid = _main_pid(gpu_guest)
     mounts = gpu_guest.check_output(f"cat /proc/{pid}/mountinfo")
     options = {line.split()[4]: line.split()[5].split(",") for line in mounts.splitlines()}
     assert "ro" in options["/"] and "rw" in options[HOST.base.data_dir], mounts
-    score = gpu_guest.run("systemd-analyze security --no-pager sglang.service")
-    assert "Overall exposure level for sglang.service" in score.stdout, score.stdout + score.stderr
-    exposure = float(score.stdout.rsplit("sglang.service:", 1)[1].split()[0])
+    score = gpu_guest.run("systemd-analyze security --no-pager inference-engine.service")
+    assert "Overall exposure level for inference-engine.service" in score.stdout, score.stdout + score.stderr
+    exposure = float(score.stdout.rsplit("inference-engine.service:", 1)[1].split()[0])
     assert exposure < 4.0, score.stdout
 
 
 def test_start_up_log_is_the_releases_without_the_key(gpu_guest, lab_second_deploy):
-    journal = gpu_guest.check_output("journalctl -u sglang.service --no-pager -o cat")
+    journal = gpu_guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
     assert "server_args=ServerArgs(" in journal  # 0.5.9's line, from its patched source
     assert _leaked(journal) == [], "a secret reached the unit's journal"
 
@@ -130,8 +130,8 @@ def test_patches_are_applied_to_the_real_wheel(gpu_guest, lab_second_deploy):
 
 
 def test_unit_verifies_clean(gpu_guest, lab_second_deploy):
-    result = gpu_guest.run("systemd-analyze verify /etc/systemd/system/sglang.service")
-    assert result.rc == 0 and "sglang.service" not in result.stderr, result.stderr
+    result = gpu_guest.run("systemd-analyze verify /etc/systemd/system/inference-engine.service")
+    assert result.rc == 0 and "inference-engine.service" not in result.stderr, result.stderr
 
 
 def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy):
@@ -141,10 +141,10 @@ def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy
     # And a stray process of the service user outside the unit (a manual run's orphan).
     gpu_guest.check_output(f"systemd-run --quiet --uid={user} --unit=ih-stray sh -c 'trap \"\" TERM; sleep 600'")
     started = time.monotonic()
-    gpu_guest.check_output("systemctl stop sglang.service")
+    gpu_guest.check_output("systemctl stop inference-engine.service")
     assert time.monotonic() - started < 30
     assert gpu_guest.run(f"pgrep -u {user}").stdout.strip() == "", "processes of the service user survived the stop"
-    gpu_guest.check_output("systemctl start sglang.service")  # ExecStartPost waits for readiness
+    gpu_guest.check_output("systemctl start inference-engine.service")  # ExecStartPost waits for readiness
     _wait_healthy(gpu_guest)
 
 
@@ -199,13 +199,13 @@ def _timed_deploy(gpu_guest, inventory, env=None):
 
 
 def _assert_runs_with_its_own_configuration(gpu_guest, stack):
-    unit = gpu_guest.check_output("systemctl cat sglang.service")
-    assert f"stack {stack.id}" in unit and f"EnvironmentFile={_config(stack)}/sglang.env" in unit
+    unit = gpu_guest.check_output("systemctl cat inference-engine.service")
+    assert f"stack {stack.id}" in unit and f"EnvironmentFile={_config(stack)}/inference-engine.env" in unit
     assert "health_generate 20\n" in unit  # the lab's ready timeout, not the failed deploy's 23
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
     assert f"{env_dir(HOST, stack, SITE)}/bin/python" in cmdline
-    assert f"--config {_config(stack)}/sglang-secret-args.yaml" in cmdline
+    assert f"--config {_config(stack)}/inference-engine-secret-args.yaml" in cmdline
     environ = gpu_guest.check_output(f"cat /proc/{pid}/environ | tr '\\0' '\\n'")
     assert "INFERENCE_HOST_STANDIN_NEVER_HEALTHY" not in environ and "NCCL_P2P_LEVEL=SYS" in environ
 
@@ -227,7 +227,7 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
             assert gpu_guest.file(f"{NEW_ENV}/bin/python").exists  # built beside
             _wait_healthy(gpu_guest, timeout=5)
             _assert_runs_with_its_own_configuration(gpu_guest, OLD)
-            assert gpu_guest.file(f"{_config(NEW)}/sglang.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
+            assert gpu_guest.file(f"{_config(NEW)}/inference-engine.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
             rolled.append(downtime)
             # The old release's configuration was never touched: nothing to do.
             assert run_deploy().returncode == 0
@@ -258,12 +258,12 @@ def test_no_secret_in_the_journal_of_either_release(gpu_guest, lab_second_deploy
 
 def test_deploy_with_diff_prints_no_secret(gpu_guest, lab_second_deploy):
     """Secret files written again under `pyinfra --diff`: its whole output holds no secret."""
-    gpu_guest.check_output(f"rm -f {_config(OLD)}/sglang-secret-args.yaml")
+    gpu_guest.check_output(f"rm -f {_config(OLD)}/inference-engine-secret-args.yaml")
     run = run_deploy(LAB_INVENTORY, "--diff")
     assert run.returncode == 0, run.explain()
     assert any("API key" in name for name in run.changed), run.changed
     assert _leaked(run.stdout + run.stderr) == [], "pyinfra --diff printed a secret"
-    assert gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml").mode == 0o600
+    assert gpu_guest.file(f"{_config(OLD)}/inference-engine-secret-args.yaml").mode == 0o600
 
 
 def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy):
@@ -273,7 +273,7 @@ def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy)
                           " --exclude-dir=dev")
     assert found.stdout.strip() == "", f"readable by others and holding a secret: {found.stdout}"
     # The check can see one: a world-readable copy is found.
-    gpu_guest.check_output(f"cp {_config(OLD)}/sglang-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
+    gpu_guest.check_output(f"cp {_config(OLD)}/inference-engine-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
     try:
         planted = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} /tmp")
         assert planted.stdout.strip() == "/tmp/ih-planted"

@@ -144,10 +144,10 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "site/schema.py": "def f():\n    from roles.serving import command\n",
         "shared/__init__.py": "",
         "shared/pve.py": "from roles.lxc_guest import guest_hostname\n",
-        "serving/__init__.py": "from roles.sglang import env_dir\n",
+        "serving/__init__.py": "from roles.engine_envs import env_dir\n",
         "serving/command.py": "from roles.site import HostSettings\n",
-        "sglang/__init__.py": "from roles.sglang import facts\n",
-        "sglang/facts.py": "import roles.sglang\n",
+        "sglang/__init__.py": "from roles.engine_envs import facts\n",
+        "sglang/facts.py": "import roles.engine_envs\n",
         "lxc_guest/__init__.py": "from roles.render import render\n",
         "render.py": "from roles.serving import command\n",
     }.items():
@@ -157,8 +157,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     found = "\n".join(violations(graph))
     assert "roles.site.schema (the site model) imports roles.serving.command" in found
     assert "roles.shared.pve (a shared helper) imports the role roles.lxc_guest" in found
-    assert "roles.serving (role:serving) imports another role: roles.sglang" in found
-    assert "import cycle: roles.sglang -> roles.sglang.facts -> roles.sglang" in found
+    assert "roles.serving (role:serving) imports another role: roles.engine_envs" in found
+    assert "import cycle: roles.engine_envs -> roles.engine_envs.facts -> roles.engine_envs" in found
     assert "roles.lxc_guest imports roles.render, which composes the roles" in found
     assert "roles.render (" not in found  # the composition layer may import every role
 
@@ -187,4 +187,4 @@ def test_no_file_points_at_a_document_outside_the_repository():
 def test_the_pattern_sees_a_pointer():
     assert OUTSIDE_DOCUMENTS.search("# see reference/serving" + ".md")
     assert OUTSIDE_DOCUMENTS.search("(DESIGN" + ".md, house style)")
-    assert not OUTSIDE_DOCUMENTS.search("tests/infra/reference.yml")
+    assert not OUTSIDE_DOCUMENTS.search("checks/reference.yml")
