@@ -244,7 +244,7 @@ def test_a_gpu_hidden_by_the_env_file_names_cuda_visible_devices():
 
 def test_the_real_hidden_gpu_run_names_the_variable_not_gpu_count():
     text = (CHECKS / "hidden.txt").read_text()
-    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/inference-host/engine/inference-engine.env) hides GPUs") == 2
+    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2  # as captured (that day's layout)
     assert "PASS  gpu count" in text
 
 
@@ -255,7 +255,7 @@ def test_the_callers_environment_does_not_leak_into_the_checks():
     assert "VERDICT: HEALTHY" in text
     report = json.loads((CHECKS / "report-envfile.json").read_text())
     cuda = next(c for c in report["checks"] if c["check"] == "cuda works")
-    assert cuda["detail"].endswith("environment from /etc/inference-host/engine/inference-engine.env)")
+    assert cuda["detail"].endswith("environment from /etc/sglang/sglang.env)")  # as captured
 
 
 # -- link classes, floors, and P2P off on NVLink (2 x H200 captures) -------------------------------

@@ -18,7 +18,7 @@ def test_from_the_production_inventory():
     assert expect.gpu_count == 8 and expect.compute_capability == "12.0"
     assert expect.gpu_model == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert expect.driver_version == load_site(PROD).stack.driver_version
-    assert (expect.unit_name, expect.serving_host, expect.serving_port) == ("sglang", "0.0.0.0", 30000)
+    assert (expect.unit_name, expect.serving_host, expect.serving_port) == ("inference-engine", "0.0.0.0", 30000)
     assert expect.served_model_name == "kimi-k2.5" and expect.api_key_configured
     assert expect.nccl_env == {"NCCL_DEBUG": "WARN", "NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1"}
     assert expect.engine_python == "/opt/inference-host/current/bin/python"

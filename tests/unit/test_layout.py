@@ -146,8 +146,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "shared/pve.py": "from roles.lxc_guest import guest_hostname\n",
         "serving/__init__.py": "from roles.engine_envs import env_dir\n",
         "serving/command.py": "from roles.site import HostSettings\n",
-        "sglang/__init__.py": "from roles.engine_envs import facts\n",
-        "sglang/facts.py": "import roles.engine_envs\n",
+        "engine_envs/__init__.py": "from roles.engine_envs import facts\n",
+        "engine_envs/facts.py": "import roles.engine_envs\n",
         "lxc_guest/__init__.py": "from roles.render import render\n",
         "render.py": "from roles.serving import command\n",
     }.items():
@@ -188,3 +188,24 @@ def test_the_pattern_sees_a_pointer():
     assert OUTSIDE_DOCUMENTS.search("# see reference/serving" + ".md")
     assert OUTSIDE_DOCUMENTS.search("(DESIGN" + ".md, house style)")
     assert not OUTSIDE_DOCUMENTS.search("checks/reference.yml")
+
+
+# What deploys, operators and the lab run; tests/ holds only tests (issue 24).
+PRODUCT = ("checks", "lab", "roles", "inventory", "group_data", "deploy.py", "validation.py", "config.py")
+
+
+def test_nothing_outside_tests_imports_tests():
+    found = []
+    for top in PRODUCT:
+        path = PROJECT_ROOT / top
+        for source in ([path] if path.is_file() else sorted(path.rglob("*.py"))):
+            for node in ast.walk(ast.parse(source.read_text(), str(source))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                found += [f"{source.relative_to(PROJECT_ROOT)}:{node.lineno} imports {n}"
+                          for n in names if n == "tests" or n.startswith("tests.")]
+    assert found == []
+    # and no run-time code is left under tests/ (what is there is a test, its data or its tools)
+    left = [str(p.relative_to(PROJECT_ROOT)) for old in ("infra", "standins", "fixtures")
+            for p in (PROJECT_ROOT / "tests" / old).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert left == []
