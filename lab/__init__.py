@@ -203,6 +203,11 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} predates the stand-in's Docker socket; recreating it")
         _docker("rm", "-f", name)
         state = None
+    if state and _role_flags(role) and not any(
+            m.get("Destination") == LAB_UV_CACHE_DEST for m in state.get("Mounts", [])):
+        _log(f"{name} has the shared uv cache at an older path; recreating it")
+        _docker("rm", "-f", name)
+        state = None
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
         # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container

@@ -55,6 +55,7 @@ from roles.shared.engine_env import (
 )
 from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.layout import env_dir
+from roles.shared.legacy_layout import CacheToAdopt, legacy_engine, moves_root
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
 from roles.shared.pip import uv_environment
@@ -77,12 +78,26 @@ def engine_envs() -> None:
     root = settings.base.install_root
     for folder in (f"{root}/envs", f"{root}/locks"):
         files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
+    _adopt_legacy_cache(settings)
     wheels = kernel_wheels(site, settings, stack)
     for wheel in wheels:
         _deliver(settings, wheel)
     built = _environment(site, settings, stack, target, wheels)
     _patches(stack, target, built)
     _prune(settings, target)
+
+
+def _adopt_legacy_cache(settings: HostSettings) -> None:
+    """A host deployed before the rename keeps its uv cache under the old root: moved to the new
+    one before the build, the new root's environments are installed from the lock without a
+    download (roles/shared/legacy_layout.py: environments are rebuilt, never moved)."""
+    legacy = legacy_engine(host, settings)
+    if not moves_root(legacy, settings):
+        return
+    old, new = f"{legacy.root}/uv-cache", f"{settings.base.install_root}/uv-cache"
+    if host.get_fact(CacheToAdopt, old=old, new=new):
+        server.shell(name=f"Move the uv cache {old} to {new} (the root before the rename; the new root's"
+                          " environments are built from it)", commands=[f"mv -T {old} {new}"])
 
 
 def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:

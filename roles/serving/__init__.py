@@ -45,14 +45,19 @@ from roles.serving.command import (
 )
 from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
+from roles.shared import templates
 from roles.shared.engine_env import cpu_build, install_mode
 from roles.shared.layout import env_dir
+from roles.shared.legacy_layout import (
+    LEGACY_SCRIPTS,
+    LEGACY_SECRET_DIR,
+    LegacyEngine,
+    legacy_engine,
+    moves_root,
+)
 from roles.shared.note import note
-from roles.shared import templates
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
-from roles.site import lock as stack_lock
-from roles.site.errors import display
 from roles.site import (
     EngineStack,
     HostSettings,
@@ -62,6 +67,8 @@ from roles.site import (
     secret_value,
     served_weight_manifests,
 )
+from roles.site import lock as stack_lock
+from roles.site.errors import display
 
 LIBEXEC = "/usr/local/libexec/inference-host"
 PREFLIGHT_SOURCE = Path(__file__).parent / "files" / "engine_preflight.py"
@@ -199,13 +206,17 @@ def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
     unit = f"{settings.serving.unit_name}.service"
+    # A host deployed before the engine-neutral names: its old unit serves until the switch.
+    legacy = legacy_engine(host, settings)
     changes = [_scripts(), _release_config(settings, stack)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
     switching = _switch_condition(settings, stack, unit, changes)
     _preflight(settings, stack, switching)
-    _switch_and_restart(settings, stack, unit, switching)
+    _switch_and_restart(settings, stack, unit, switching, legacy)
+    if legacy:
+        _remove_legacy(settings, legacy)
 
 
 def _scripts() -> list:
@@ -357,13 +368,16 @@ def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching)
     )
 
 
-def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching) -> None:
+def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching,
+                        legacy: LegacyEngine | None = None) -> None:
     current = f"{settings.base.install_root}/current"
     # Facts read before anything ran, and the environment the switch points at.
     linked, state, target = switching.linked, switching.state, switching.target
-    reason = (f"switch {current} to stack {stack.id}" if linked != target
+    reason = (f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}" if legacy
+              else f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
-    command, behind = switch_command(settings, current_site().hosts, unit, current, target)
+    command, behind = switch_command(settings, current_site().hosts, unit, current, target,
+                                     legacy.unit if legacy else None)
     server.shell(
         name=f"{reason[0].upper()}{reason[1:]}: restart {unit} ({stack.label}) and wait until"
              f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
@@ -377,12 +391,32 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, s
 
 
 def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit: str, current: str,
-                   target: str) -> tuple[str, list[str]]:
-    """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways."""
-    switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}"
+                   target: str, legacy_unit: str | None = None) -> tuple[str, list[str]]:
+    """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways;
+    legacy_unit: the pre-rename unit it stops (and starts again on a rollback)."""
+    switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}" + (f" {legacy_unit}" if legacy_unit else "")
     rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
     behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
     if not behind:
         return switch, []
     return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", settings.serving.secret_args_file, worker_url(settings),
                         str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)
+
+
+def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
+    """After the new unit passed its health gate (a failed switch stops the deploy before
+    this): the old unit off boot and out of systemd, its names outside the root, and the old
+    root (roles/shared/legacy_layout.py says why its environments are rebuilt, not moved)."""
+    removed = [files.link(name=f"Remove {path} (the unit {legacy.unit} before the rename; {settings.serving.unit_name}.service serves)",
+                          path=path, present=False)
+               for path in (legacy.wants_link, legacy.unit_link)]
+    server.shell(name=f"Reload systemd: {legacy.unit} is gone", commands=["systemctl daemon-reload",
+                 f"systemctl reset-failed {legacy.unit} 2>/dev/null || true"],
+                 _if=lambda: any(op.did_change() for op in removed))
+    for name in LEGACY_SCRIPTS:
+        files.file(name=f"Remove {LIBEXEC}/{name} (now {LIBEXEC}/{name.replace('sglang-', 'inference-engine-')})",
+                   path=f"{LIBEXEC}/{name}", present=False)
+    gone = [LEGACY_SECRET_DIR] + ([legacy.root] if moves_root(legacy, settings) else [])
+    for path in gone:
+        files.directory(name=f"Remove {path} (the layout before the rename; now {settings.base.install_root}"
+                             f" and {SECRET_ARGS_DIR})", path=path, present=False)

@@ -1,4 +1,5 @@
-"""roles/engine_envs + roles/serving in the lab: the real sglang wheel in its versioned uv
+"""roles/engine_envs + roles/serving in the lab: the migration of a host deployed by main before
+the engine-neutral names (commit 7c5257e); the real sglang wheel in its versioned uv
 environment, patched; the stand-in server under the real systemd unit; restarts only on
 change; cleanup of stubborn children; upgrade and health-gated rollback with measured downtime."""
 
@@ -8,14 +9,17 @@ import json
 import shlex
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+import lab
+from roles.shared import legacy_layout
 from roles.shared.layout import env_dir
 from roles.site import load_site
-from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -63,6 +67,115 @@ def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
     text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
     (folder / "stack.yml").write_text(text.replace(f"active: {OLD.id}", f"active: {stack_id}"))
     return folder / "lab.py"
+
+
+# Main before the engine-neutral names: what a host deployed today runs (roles/shared/legacy_layout.py).
+OLD_MAIN = "7c5257e"
+UNIT = f"{HOST.serving.unit_name}.service"
+LEGACY_ROOT = "/opt/sglang"
+# systemd's catalog ids (systemd 252, src/systemd/sd-messages.h): a unit started, a unit stopped.
+UNIT_STARTED, UNIT_STOPPED = "39f53479d3a045ac8e11786248231fbf", "9d1aaa27d60140bd96365438aad20286"
+
+
+def _old_main(tmp: Path) -> Path:
+    """The project at OLD_MAIN with its own environment, sharing this lab's throwaway vault."""
+    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if known.returncode != 0:
+        pytest.fail(f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
+                    f" the migration test deploys it: git fetch origin {OLD_MAIN}")
+    tree = tmp / "old-main"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", OLD_MAIN], cwd=PROJECT_ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    shutil.copytree(lab.STATE_DIR, tree / ".lab")  # the same API key and vault password
+    subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
+    return tree
+
+
+def _starts(gpu_guest, unit: str, since: str, message: str = UNIT_STARTED) -> int:
+    out = gpu_guest.check_output(f"journalctl --no-pager -o cat --since @{since} MESSAGE_ID={message} UNIT={unit}")
+    return len(out.splitlines())
+
+
+def _as_old_main_left_it(gpu_guest) -> None:
+    """The session's guest back to what OLD_MAIN's deploy finds on a host it deployed: none of
+    the engine's new names. The lab's uv cache (a bind mount of this machine's folder at the new
+    root) is reached from the old root too, so that the old deploy downloads nothing; the
+    migration then finds the new root's cache there and leaves it (the move of a real cache
+    folder is the plan test's: tests/unit/test_serving_migration.py)."""
+    root, libexec = HOST.base.install_root, "/usr/local/libexec/inference-host"
+    gpu_guest.check_output(
+        f"systemctl stop {UNIT} && rm -f /etc/systemd/system/{UNIT} /etc/systemd/system/multi-user.target.wants/{UNIT}"
+        f" && systemctl daemon-reload && rm -rf {root}/envs {root}/locks {root}/current /etc/inference-host/engine"
+        f" {libexec}/inference-engine-* && mkdir -p {LEGACY_ROOT} && ln -sfn {lab.LAB_UV_CACHE_DEST} {LEGACY_ROOT}/uv-cache")
+
+
+def _old_deploy(tree: Path) -> DeployRun:
+    completed = subprocess.run(
+        ["uv", "run", "--frozen", "pyinfra", "-y", "--json", "--limit", lab.pyinfra_name("gpu"),
+         "inventory/lab.py", "deploy.py"], cwd=tree, capture_output=True, text=True, timeout=1800)
+    docs = json_documents(completed.stdout)
+    results = {"operations": [op for d in reversed(docs) for op in d["results"].get("operations", [])]} if docs else None
+    return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
+
+
+@pytest.fixture(scope="module")
+def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
+    """A host deployed by OLD_MAIN, then by this code: first with a release that never becomes
+    ready (the old unit must serve again), then as it is (the migration). Timings printed."""
+    tree = _old_main(tmp_path_factory.mktemp("migration"))
+    _as_old_main_left_it(gpu_guest)
+    started = time.monotonic()
+    old = _old_deploy(tree)
+    assert old.returncode == 0, "the deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
+    old_s = time.monotonic() - started
+    assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
+    _wait_healthy(gpu_guest)
+    legacy_pid = gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
+    started = time.monotonic()
+    failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
+    failed_s = time.monotonic() - started
+    since = gpu_guest.check_output("date +%s")
+    started = time.monotonic()
+    run = run_deploy()
+    migration_s = time.monotonic() - started
+    print(f"\nmigration: old main's deploy {old_s:.0f} s, a failing first deploy {failed_s:.0f} s,"
+          f" the migration {migration_s:.0f} s")
+    return {"failed": failed, "run": run, "since": since, "legacy_pid": legacy_pid}
+
+
+def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
+    failed = migrated["failed"]
+    assert failed.returncode != 0, "the deploy must fail when the new unit never becomes ready"
+    text = failed.stdout + failed.stderr
+    assert "ROLLED BACK" in text and "sglang.service serves again" in text, failed.explain()
+
+
+def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
+    run, since = migrated["run"], migrated["since"]
+    assert run.returncode == 0, run.explain()
+    assert any(name.startswith("Serving | Migrate from sglang.service") for name in run.changed), run.changed
+    assert _starts(gpu_guest, UNIT, since) == 1, "the new unit must start exactly once"
+    assert _starts(gpu_guest, "sglang.service", since) == 0, "the old unit must not start again"
+    assert _starts(gpu_guest, "sglang.service", since, UNIT_STOPPED) == 1
+    assert gpu_guest.service(HOST.serving.unit_name).is_running and gpu_guest.service(HOST.serving.unit_name).is_enabled
+    _wait_healthy(gpu_guest, timeout=5)
+    assert run.health_checks, "the deploy's health check did not run"
+    # Nothing of the old names is left: unit, boot link, scripts, secret dir, root.
+    for path in ["/etc/systemd/system/sglang.service", "/etc/systemd/system/multi-user.target.wants/sglang.service",
+                 "/etc/sglang", LEGACY_ROOT,
+                 *(f"/usr/local/libexec/inference-host/{name}" for name in legacy_layout.LEGACY_SCRIPTS)]:
+        assert not gpu_guest.file(path).exists, f"{path} is left after the migration"
+    assert gpu_guest.run("systemctl cat sglang.service").rc != 0
+    assert "sglang.service" not in gpu_guest.check_output("systemctl list-units --all --no-legend --plain")
+
+
+def test_the_deploy_after_the_migration_changes_nothing(gpu_guest, migrated):
+    before = _main_pid(gpu_guest)
+    unchanged = run_deploy()
+    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    assert _main_pid(gpu_guest) == before
 
 
 def _wait_healthy(gpu_guest, timeout=60):
@@ -148,11 +261,9 @@ def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy
     _wait_healthy(gpu_guest)
 
 
-def test_changed_setting_restarts_unchanged_does_not(gpu_guest, lab_second_deploy):
+def test_changed_setting_restarts(gpu_guest, lab_second_deploy):
+    """(An unchanged deploy restarting nothing: test_the_deploy_after_the_migration_changes_nothing.)"""
     before = _main_pid(gpu_guest)
-    unchanged = run_deploy()
-    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
-    assert _main_pid(gpu_guest) == before
     changed = run_deploy(env={"INFERENCE_HOST_LAB_READY_TIMEOUT": "21"})
     try:
         assert changed.returncode == 0, changed.explain()
