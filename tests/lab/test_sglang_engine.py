@@ -390,3 +390,5 @@ def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy)
         assert planted.stdout.strip() == "/tmp/ih-planted"
     finally:
         gpu_guest.run("rm -f /tmp/ih-planted")
+
+# rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)

@@ -21,3 +21,5 @@ gpu_nodes = [("@fake/gpu-migrating", {**_site, **fake_host("ubuntu2404", **_old_
 builders = ["@fake/gpu-migrating"]
 
 require_valid_inventory(__file__)
+
+# rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)
