@@ -88,7 +88,11 @@ def _old_main(tmp: Path) -> Path:
     tree.mkdir()
     archive = subprocess.run(["git", "archive", OLD_MAIN], cwd=PROJECT_ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    shutil.copytree(lab.STATE_DIR, tree / ".lab")  # the same API key and vault password
+    # The same vault (API key, token), its password and the guest's SSH key: this lab's, not new ones.
+    (tree / ".lab").mkdir(mode=0o700)
+    for name in ("vault-password", "secrets.vault.yml", "guest-ssh-key", "guest-ssh-key.pub"):
+        if (lab.STATE_DIR / name).exists():
+            shutil.copy2(lab.STATE_DIR / name, tree / ".lab" / name)
     subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
     return tree
 
