@@ -136,17 +136,20 @@ def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
     old_s = time.monotonic() - started
     assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
     _wait_healthy(gpu_guest)
-    legacy_pid = gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
     started = time.monotonic()
     failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
     failed_s = time.monotonic() - started
+    # Right after the failed try: the old unit serves again, and only it is enabled at boot.
+    legacy_serves = (gpu_guest.service("sglang").is_running
+                     and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
+                     and not gpu_guest.service(HOST.serving.unit_name).is_enabled)
     since = gpu_guest.check_output("date +%s")
     started = time.monotonic()
     run = run_deploy()
     migration_s = time.monotonic() - started
     print(f"\nmigration: old main's deploy {old_s:.0f} s, a failing first deploy {failed_s:.0f} s,"
           f" the migration {migration_s:.0f} s")
-    return {"failed": failed, "run": run, "since": since, "legacy_pid": legacy_pid}
+    return {"failed": failed, "run": run, "since": since, "legacy_serves": legacy_serves}
 
 
 def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
@@ -154,6 +157,7 @@ def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
     assert failed.returncode != 0, "the deploy must fail when the new unit never becomes ready"
     text = failed.stdout + failed.stderr
     assert "ROLLED BACK" in text and "sglang.service serves again" in text, failed.explain()
+    assert migrated["legacy_serves"], "after the failed try the old unit must serve, the new one be off boot"
 
 
 def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
