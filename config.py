@@ -1,8 +1,12 @@
 """pyinfra's config file: pyinfra_cli/cli.py (3.x) runs it from the folder pyinfra is started
-in, before it loads the inventory. The project sets no pyinfra option here; it only makes a
-Python error in an inventory one line (`inventory/x.py:12: NameError: ...`, exit 2, nothing
-contacted), as `python -m roles.site` prints it, instead of pyinfra's traceback."""
+in, before it loads the inventory. The project sets no pyinfra option here. It makes a Python
+error in an inventory one line (`inventory/x.py:12: NameError: ...`, exit 2, nothing
+contacted), as `python -m roles.site` prints it, instead of pyinfra's traceback; and it asks the
+file and package facts a host was asked last time in one command (roles/shared/fact_batch.py
+says how an answer is kept honest), which is most of what a no-change run used to wait for."""
 
+from roles.shared.fact_batch import install as batch_facts
 from roles.site.loading import one_line_inventory_errors
 
 one_line_inventory_errors()
+batch_facts()

@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from roles.shared import eagle3
+from roles.shared.layout import unit_dropin_dir
 from roles.site import SiteError, load_site
 from roles.site.errors import output_path_problem
 from checks import gpu_parsers as parse
@@ -313,7 +314,7 @@ def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
 
 def set_environment(host, expect, assignment: str | None, timeout_s: int) -> None:
     """One VAR=value over the unit's environment (None: the drop-in removed, as deployed)."""
-    folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
+    folder = unit_dropin_dir(expect.unit_name)
     if assignment is None:
         script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
     else:
@@ -341,7 +342,7 @@ def set_speculative(host, expect, speculative: bool | None, timeout_s: int,
     speculative decoding on (optionally another drafter) or off. Restarts the unit and waits."""
     import base64
 
-    folder = f"/etc/systemd/system/{expect.unit_name}.service.d"
+    folder = unit_dropin_dir(expect.unit_name)
     if speculative is None:
         script = f"rm -f {folder}/{SPEC_DROPIN} {folder}/{SPEC_LAUNCHER}"
     else:

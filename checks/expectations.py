@@ -1,5 +1,6 @@
 """What a healthy host looks like, from the site model, with overrides for a machine that is
-in no inventory (the lent GPU machine, a new box before it is described).
+in no inventory (a validation machine such as the 1 × H200 of tests/unit/data/gpu, a new box
+before it is described).
 
     Expectations.from_site(load_site("inventory/prod.py"), "sglang-lxc.example.internal")
     Expectations.from_overrides(["gpu_count=1", "gpu_arch=sm90", "driver_version=580.159.04"])
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roles import site as site_model
+from roles.shared import layout, nccl
 from checks import gpu_models
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +31,8 @@ DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
 # Keys that are not host settings: pins of the stack file and where the checks find things.
 EXTRA_KEYS = {
     "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
-    "api_key_file": "the 0600 SGLang --config file holding the API key"
-                    " (default: roles/serving's /etc/inference-host/engine/<unit>-secret-args.yaml)",
+    "api_key_file": "the 0600 engine --config file holding the API key"
+                    f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
     "engine": "the engine serving: sglang or vllm (default: the active stack's)",
 }
 ENGINES = ("sglang", "vllm")
@@ -99,6 +101,7 @@ class Expectations:
         membw, membw_source = gpu_models.memory_bandwidth_floor(
             host.gpu.model, host.health.min_memory_bandwidth_gbps)
         model = gpu_models.model(host.gpu.model)
+        serving = layout.serving_files(host.base.install_root, host.serving.unit_name)
         return cls(
             host_name=host.name,
             gpu_count=host.gpu.count,
@@ -106,16 +109,17 @@ class Expectations:
             compute_capability=host.gpu.compute_capability,
             gpu_memory_gib=host.gpu.memory_gib,
             driver_version=extra.get("driver_version", driver_version),
-            engine_python=host.health.engine_python or f"{host.base.install_root}/current/bin/python",
+            engine_python=host.health.engine_python or f"{layout.current_link(host.base.install_root)}/bin/python",
             unit_name=host.serving.unit_name,
             service_user=host.base.service_user,
             serving_host=host.serving.host,
             serving_port=host.serving.port,
             served_model_name=host.serving.served_model_name,
             api_key_configured=host.serving.api_key_secret is not None,
-            api_key_file=extra.get("api_key_file", host.serving.secret_args_file),
+            api_key_file=extra.get("api_key_file", layout.secret_args_link(host.serving.unit_name)),
             enable_metrics=host.serving.enable_metrics,
-            nccl_env=nccl_environment(host.nccl),
+            # The dict roles/serving renders into the env file: the all-reduce check's fallback.
+            nccl_env=nccl.environment(host.nccl),
             allreduce_timeout_s=host.health.allreduce_timeout_s,
             allreduce_min_busbw_gbps=floor,
             allreduce_floor_source=floor_source,
@@ -127,12 +131,11 @@ class Expectations:
             min_memory_bandwidth_gbps=membw,
             memory_bandwidth_source=membw_source,
             needs_resizable_bar=bool(model and model.needs_resizable_bar),
-            # The active release's own files (roles/serving keeps each release's configuration
-            # in <env>/serving/, reached through `current`).
-            env_file=f"{host.base.install_root}/current/serving/{host.serving.unit_name}.env",
-            # The service's launcher holds its exact command line; the engine all-reduce check
-            # reads --disable-custom-all-reduce there (the same flag in SGLang and vLLM).
-            launcher=f"{host.base.install_root}/current/serving/launch",
+            # The active release's own files, through `current` (roles/shared/layout). The
+            # launcher holds the exact command line: the checks read --tp-size and
+            # --disable-custom-all-reduce there.
+            env_file=serving["env_file"],
+            launcher=serving["launcher"],
             dcgm=host.nvidia_driver.dcgm,
             allreduce_size_mib=host.health.allreduce_size_mib,
             server_timeout_s=host.health.server_timeout_s,
@@ -175,26 +178,6 @@ class Expectations:
         stack = site_model.load_stack(stack_file)
         driver = extra.get("driver_version") or stack.driver_version
         return cls.from_host(host, driver, "--expect " + " ".join(overrides), extra, stack.active.engine)
-
-
-def nccl_environment(nccl: site_model.NcclSettings) -> dict[str, str]:
-    """The NCCL variables the service runs with; the all-reduce check runs with the same."""
-    env = {"NCCL_DEBUG": nccl.debug}
-    if nccl.p2p_level == "off":
-        env["NCCL_P2P_DISABLE"] = "1"
-    else:
-        env["NCCL_P2P_LEVEL"] = nccl.p2p_level
-    # As roles/serving renders it: unset means off (one node), False lets NCCL use IB/RoCE.
-    env["NCCL_IB_DISABLE"] = "0" if nccl.ib_disable is False else "1"
-    if nccl.ib_hca:
-        env["NCCL_IB_HCA"] = nccl.ib_hca
-    if nccl.socket_ifname:
-        env["NCCL_SOCKET_IFNAME"] = nccl.socket_ifname
-    if nccl.debug_subsys:
-        env["NCCL_DEBUG_SUBSYS"] = nccl.debug_subsys
-    if nccl.min_nchannels:
-        env["NCCL_MIN_NCHANNELS"] = str(nccl.min_nchannels)
-    return env
 
 
 def _split_overrides(overrides: list[str]) -> tuple[dict, dict]:

@@ -25,11 +25,12 @@ import shlex
 import sys
 from dataclasses import dataclass
 
+from roles.shared.layout import GATEWAY_API_KEY_FILE
 from roles.site import SiteError, load_site
 from roles.site.errors import print_problems
 from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 
-API_KEY_FILE = "/etc/smg/api-key"  # where roles/gateway writes it (API_KEY_FILE there)
+API_KEY_FILE = GATEWAY_API_KEY_FILE  # where roles/gateway writes it
 EXIT = {"HEALTHY": 0, "FAILED": 1, "DEGRADED": 3}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from roles.shared.driver_state import (  # noqa: F401  (re-exported for checks)
@@ -331,6 +332,46 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
         if sep:
             values[key.strip()] = value.strip()
     return values
+
+
+# The engine's tensor-parallel size as roles/serving renders it (roles/serving/command.py
+# SPELLINGS): SGLang's --tp-size (or its --tensor-parallel-size alias), vLLM's
+# --tensor-parallel-size. SGLang's --tp-size counts the whole group's GPUs, --nnodes its nodes
+# (sglang 0.5.9 server_args.py: each node runs tp_size // nnodes ranks).
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    flag: str
+    tp_size: int
+    nnodes: int
+
+    @property
+    def per_node(self) -> int:
+        return self.tp_size // self.nnodes
+
+
+def parse_launcher_parallelism(text: str) -> Parallelism | None:
+    """Returns --tp-size/--tensor-parallel-size and --nnodes of the launcher's `exec` line (the
+    script roles/serving writes: launch.j2), None when it names no tensor-parallel size."""
+    line = next((line for line in reversed(text.splitlines()) if line.strip().startswith("exec ")), "")
+    argv = shlex.split(line)
+    values = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in (*TP_FLAGS, "--nnodes")}
+    flag = next((f for f in TP_FLAGS if f in values), None)
+    if flag is None or not values[flag].isdigit() or not values.get("--nnodes", "1").isdigit():
+        return None
+    return Parallelism(flag, int(values[flag]), int(values.get("--nnodes", "1")))
+
+
+def parse_env_assignment(text: str, name: str) -> str | None:
+    """The value of NAME=value in an environment file (the last assignment wins), None if unset."""
+    found = None
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key == name:
+            found = value
+    return found
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 SMI = "nvidia-smi"
 # systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-# The lent multi-GPU machines require these kept wherever a program starts with its own
-# environment (NVLink multicast can take the host's GPUs out of service); passed on only when set.
+# Multi-GPU NVLink hosts that must keep NVLink multicast off (the 2 × H200 validation host: it can
+# take the GPUs out of service) set these; kept wherever a program starts with its own
+# environment, passed on only when set.
 SAFETY_VARIABLES = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 
@@ -184,8 +185,8 @@ class GpuProbe:
         PATH and LANG, then exactly the unit's EnvironmentFile, read on the host (`set -a; .`
         reads the KEY=VALUE lines roles/serving writes as systemd does). Only when the host has
         no such file (the service was never deployed) are `fallback_env` (the site model's NCCL
-        settings) used instead. Nothing of the checker's own shell leaks in, except the lent
-        multi-GPU machines' NVLink-multicast guards when set there (SAFETY_VARIABLES), which the
+        settings) used instead. Nothing of the checker's own shell leaks in, except the
+        NVLink-multicast guards of a multi-GPU host when set there (SAFETY_VARIABLES), which the
         program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
         has_file = bool(env_file) and self.host.run(f"test -r {shlex.quote(env_file)}").rc == 0

@@ -1,7 +1,10 @@
 """Service suite: the engine's systemd unit is active, not restart-looping, its env file is
-private, and it listens on the configured address only."""
+private, its rendered tensor-parallel size fits the GPUs it sees, and it listens on the
+configured address only."""
 
 from __future__ import annotations
+
+import shlex
 
 import pytest
 
@@ -65,6 +68,48 @@ def test_env_file_private(host, unit, expect, request):
         f"{path} mode 0600 owned by root (it holds the API key / HF token)",
         f"mode {env.mode:04o} owner {env.user}", f"chmod 600 {path}; chown root {path}; re-run the deploy")
     report(request, f"{path} 0600 root")
+
+
+def visible_gpus(host, gpu, expect) -> tuple[int, str]:
+    """The GPUs the engine sees: nvidia-smi's list (skips where there is none), narrowed by a
+    CUDA_VISIBLE_DEVICES of the unit's env file. Only that one line is read off the host."""
+    count, source = len(gpu.gpus), "nvidia-smi"
+    shown = host.run(f"grep -E '^CUDA_VISIBLE_DEVICES=' {shlex.quote(expect.env_file)}")
+    visible = parse.parse_env_assignment(shown.stdout, "CUDA_VISIBLE_DEVICES") if shown.rc == 0 else None
+    if visible is not None:
+        # CUDA counts the entries up to the first invalid one; an empty value hides every GPU.
+        listed = [part for part in visible.split(",") if part.strip()]
+        count, source = min(count, len(listed)), f"nvidia-smi and CUDA_VISIBLE_DEVICES={visible} in {expect.env_file}"
+    return count, source
+
+
+def judge_tensor_parallel(launcher: str, text: str, seen: int, source: str) -> str:
+    """A problem of the rendered command line against the GPUs seen (explain's three parts), or ""."""
+    parallel = parse.parse_launcher_parallelism(text)
+    if parallel is None:
+        return explain(f"a tensor-parallel size ({' or '.join(parse.TP_FLAGS)}) in {launcher}",
+                       "none", "re-run the deploy (roles/serving writes the launcher from gpu_count)")
+    if parallel.per_node == seen:
+        return ""
+    group = f" of {parallel.tp_size} over --nnodes {parallel.nnodes}" if parallel.nnodes > 1 else ""
+    return explain(f"{parallel.flag}{group} to give this node as many ranks as the GPUs it sees ({seen}, {source})",
+                   f"{parallel.per_node} ranks per node in {launcher}",
+                   "if GPUs are missing see 'gpu count'; else correct gpu_count (the node's GPUs) in the "
+                   "inventory and re-run the deploy: roles/serving renders the size from it")
+
+
+def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request):
+    _require_loaded(unit, expect)
+    shown = host.run(f"cat {shlex.quote(expect.launcher)}")
+    assert shown.rc == 0, explain(f"{expect.launcher} (the unit's command line)",
+                                  (shown.stderr.strip() or "no such file")[:300], "re-run the deploy")
+    seen, source = visible_gpus(host, gpu, expect)
+    problem = judge_tensor_parallel(expect.launcher, shown.stdout, seen, source)
+    parallel = parse.parse_launcher_parallelism(shown.stdout)
+    evidence(request, "tensor_parallel_ranks", parallel.per_node if parallel else None)
+    assert not problem, problem
+    per_node = f" ({parallel.per_node} per node)" if parallel.nnodes > 1 else ""
+    report(request, f"{parallel.flag} {parallel.tp_size}{per_node} = {seen} GPUs seen ({source})")
 
 
 def test_listens_on_configured_address_only(host, unit, expect, request):

@@ -196,6 +196,15 @@ if _engine_wheel_source:
         "build_timeout_minutes": 20,
     }))
 
+# INFERENCE_HOST_LAB_CONNECT=ssh: the same hosts reached over real OpenSSH in the containers
+# (lab.enable_ssh; a converged lab: the guest's key is the one the deploy gives it), named by
+# their container names. docs/one-run.md measures a no-change run both ways.
+if lab.CONNECT == "ssh":
+    if pyinfra.is_cli:
+        lab.up()
+        lab.enable_ssh()
+    lab.over_ssh(proxmox_hosts, lxc_guests, gpu_nodes, builders)
+
 require_valid_inventory(__file__)
 
 if pyinfra.is_cli:  # `python -m roles.site inventory/lab.py` validates without starting anything

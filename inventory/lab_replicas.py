@@ -6,13 +6,22 @@ Two gpu nodes (systemd containers, the stand-in SGLang server as in inventory/la
 whole copy each, bound to their address on Docker's bridge; a third container is the gateways
 host and runs the REAL gateway (smg from PyPI). The containers reach each other by address
 (Docker's default bridge has no names), read after lab.up() starts them.
+
+The gateway's host is the monitors group too (roles/monitoring): the distribution's Prometheus
+and Alertmanager there scrape both replicas' node_exporter, DCGM exporter (the stand-in package
+of the lab's NVIDIA repository) and stand-in server's /metrics, smg's /metrics and its own
+node_exporter; alerts go to a webhook receiver on that host (tests/lab/test_monitoring.py starts
+it). The replicas run the checks' timer. Intervals are short so that a lab test sees an alert fire
+and clear within minutes.
 """
 
 import os
+from pathlib import Path
 
 import pyinfra
 
 import lab
+from roles.site import vault as secrets
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from validation import require_valid_inventory
 
@@ -36,6 +45,11 @@ if pyinfra.is_cli:  # the addresses exist once the containers run
 
 _vault, _password_file = lab.throwaway_vault()
 os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
+if "monitoring_web_password" not in secrets.load(Path(_vault)):  # the monitor's basic auth
+    import secrets as random
+
+    secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
+                       Path(_password_file).read_bytes().strip())
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 _nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli else nvidia_apt_standin.url_for(lab.PREFIX))
 
@@ -71,6 +85,13 @@ _replica = {
     "serving_extra_env": {"INFERENCE_HOST_STANDIN_LOAD_SECONDS": "1"},
     "health_after_deploy": ["service", "server"],
     "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+    # The checks' timer (roles/monitoring): often enough for an alert test to see a restart loop
+    # within a minute or two; the budget is a whole CPU and 40 s, as the lab's two cores are
+    # shared with the test and other labs (a run took 10-16 s at a load of 15-20; 25 s was too
+    # little while the deploy of the other hosts still ran).
+    "monitoring_check_interval": "45s",
+    "monitoring_check_cpu_quota_percent": 100,
+    "monitoring_check_timeout_s": 40,
 }
 
 gpu_nodes = [
@@ -87,5 +108,20 @@ gateways = [
         "gateway_python": "/usr/bin/python3",
     }),
 ]
+
+# The same host (pyinfra merges a host's data across its groups: one dict, given in both).
+_monitor = {
+    "monitoring_web_password_secret": "monitoring_web_password",
+    "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+    # Short enough for a lab test to see each alert fire and clear: scrape and evaluate every 5 s,
+    # a failing check and a silent /metrics alert after 20 s, restarts counted over a minute, alerts sent 5 s after they fire.
+    "monitoring_scrape_interval": "5s",
+    "monitoring_check_failing_for": "20s",
+    "monitoring_alert_group_wait": "5s",
+    "monitoring_down_for": "20s",
+    "monitoring_restart_window": "1m",
+}
+gateways[0][1].update(_monitor)
+monitors = [gateways[0]]
 
 require_valid_inventory(__file__)

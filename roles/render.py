@@ -27,8 +27,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import validation  # noqa: F401 - registers the roles' checks with the model, as the deploy does
-from roles.shared import pve, templates
+import validation
+from roles.shared import layout, pve, templates
 from roles.site import (
     PROJECT_ROOT,
     HostSettings,
@@ -118,7 +118,7 @@ def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     # The module at boot: on a node (its kernel) and on a VM or bare metal (inside a container,
     # the deploy finds no kernel of its own there and leaves these out).
     p.file(nvidia_driver.UVM_MODULES_FILE, nvidia_driver.UVM_MODULES_TEXT)
-    p.template(f"/etc/systemd/system/{nvidia_driver.UVM_UNIT}",
+    p.template(f"{layout.SYSTEMD_DIR}/{nvidia_driver.UVM_UNIT}",
                f"roles/nvidia_driver/templates/{nvidia_driver.UVM_UNIT}.j2")
 
 
@@ -141,7 +141,7 @@ def _weights(p: Preview, settings: HostSettings, site: Site) -> None:
         p.file(weights.token_file(secret), MASK)
     for ws in kept:
         p.file(f"{weights.CONFIG_DIR}/{ws.name}.json", weights.config_text(ws))
-        p.template(f"/etc/systemd/system/{weights.unit_name(ws)}.service",
+        p.template(layout.unit_file(weights.unit_name(ws)),
                    "roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
     p.note(f"huggingface_hub {weights.HF_HUB_VERSION} and hf_xet {weights.HF_XET_VERSION} are installed into"
            f" {weights.ENV_DIR} unless its pins file says so; each download starts when its directory is"
@@ -163,8 +163,9 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     if command:
         p.file("inference-host-commands/engine-preflight.sh",
                f"# before a switch: {stack.label}'s own start-up checks of the rendered command line\n{command}\n")
-    p.note(f"/etc/systemd/system/{settings.serving.unit_name}.service and"
-           f" {settings.serving.secret_args_file} are links through {settings.base.install_root}/current"
+    name = settings.serving.unit_name
+    p.note(f"{layout.unit_file(name)} and {layout.secret_args_link(name)} are links through"
+           f" {layout.current_link(settings.base.install_root)}"
            f" to the files of stack {stack.id} above")
 
 
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine_diff and not args.model_dir:
         parser.error("--engine-diff needs --model-dir (the model's config files)")
     try:
-        site = load_site(args.inventory)
+        site = load_site(args.inventory, validation.ROLE_CHECKS)  # the deploy's hook's checks
         if args.out:
             problem = output_path_problem("--out", args.out, folder=True)
             if problem:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server
-from pyinfra.operations.util import any_changed
 
 from roles.base.facts import UvVersion
-from roles.shared.host_facts import ContainerVirtualization
+from roles.shared.extra_cas import trust_extra_cas
+from roles.shared.host_system import require_distro, sysctl_file
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.site import (
@@ -43,24 +42,14 @@ LIMITS_FILE = "/etc/security/limits.d/90-inference-host-limits.conf"
 def base() -> None:
     settings = current_host()
     stack = current_site().stack
-    _require_supported_distro()
+    require_distro(SUPPORTED, "roles/base", "Ubuntu 24.04 (production) or Debian 12 (lab)")
     _install_apt(settings)
-    _trust_extra_cas(settings)
+    trust_extra_cas(settings)
     _service_user(settings)
     _sysctl(settings)
     _limits(settings)
     _uv(settings, stack)
     _hf_token(settings)
-
-
-def _require_supported_distro() -> None:
-    distro = host.get_fact(LinuxDistribution)
-    key = (distro.get("name"), distro.get("major"))
-    if key not in SUPPORTED:
-        raise RuntimeError(
-            f"{host.name}: {distro.get('name')} {distro.get('major')} is not supported;"
-            " roles/base supports Ubuntu 24.04 (production) and Debian 12 (lab)"
-        )
 
 
 def _install_apt(settings: HostSettings) -> None:
@@ -72,24 +61,6 @@ def _install_apt(settings: HostSettings) -> None:
         update=True,
         cache_time=24 * 3600,
     )
-
-
-def _trust_extra_cas(settings: HostSettings) -> None:
-    uploads = [
-        files.put(
-            name=f"Trust extra CA certificate {pem}",
-            src=pem,
-            dest=f"/usr/local/share/ca-certificates/inference-host-{index}.crt",
-            mode="0644",
-        )
-        for index, pem in enumerate(settings.base.extra_ca_certificates)
-    ]
-    if uploads:
-        server.shell(
-            name="Rebuild the system CA bundle",
-            commands=["update-ca-certificates"],
-            _if=any_changed(*uploads),
-        )
 
 
 def _service_user(settings: HostSettings) -> None:
@@ -132,21 +103,8 @@ def _sysctl(settings: HostSettings) -> None:
         files.file(name=f"Remove {SYSCTL_FILE} (kernel settings are the Proxmox node's)",
                    path=SYSCTL_FILE, present=False)
         return
-    conf = files.template(
-        name=f"Write {SYSCTL_FILE}",
-        src="roles/base/templates/90-inference-host-sysctl.conf.j2",
-        dest=SYSCTL_FILE,
-        sysctl=sysctl,
-        mode="0644",
-    )
-    # In a container /proc/sys is read-only but for its own namespaces' keys; the lab's
-    # containers share the machine's kernel, which the deploy must not tune.
-    in_container = host.get_fact(ContainerVirtualization) is not None
-    server.shell(
-        name=f"Apply {SYSCTL_FILE}",
-        commands=[f"sysctl -e -p {SYSCTL_FILE}"],
-        _if=lambda: conf.did_change() and not in_container,
-    )
+    sysctl_file(SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl,
+                name=f"Write {SYSCTL_FILE}")
 
 
 def _limits(settings: HostSettings) -> None:

@@ -6,9 +6,12 @@ import re
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
+
 _UV_VERSION_RE = re.compile(r"^uv (\d+\.\d+\.\d+\S*)")
 
 
+@batched
 class UvVersion(FactBase):
     """Returns the version printed by the uv binary at ``path``, or None if there is none."""
 

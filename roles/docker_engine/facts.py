@@ -6,6 +6,8 @@ import json
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
+
 DAEMON_JSON = "/etc/docker/daemon.json"
 
 
@@ -19,6 +21,7 @@ def parse_daemon_json(text: str) -> dict:
     return value
 
 
+@batched
 class DockerDaemonConfig(FactBase):
     """Returns /etc/docker/daemon.json as a dict, or None when the file does not exist."""
 

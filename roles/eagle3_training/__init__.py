@@ -36,16 +36,18 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
 from roles.eagle3_training.lock_files import PYTHON, lock_file
+from roles.shared import layout
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
+from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
-from roles.shared.pip import SYSTEM_CA_BUNDLE, uv_environment
+from roles.shared.uv import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
 
 HERE = Path(__file__).resolve().parent
 LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
-CONFIG_FILE = "/etc/inference-host/eagle3-training.json"
+CONFIG_FILE = f"{layout.ETC_DIR}/eagle3-training.json"
 UNIT = "inference-host-eagle3@.service"
 WRAPPER = "/usr/local/sbin/inference-host-eagle3"
 JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
@@ -95,7 +97,7 @@ def env_dir(settings: HostSettings) -> str:
 
 def live_env(settings: HostSettings) -> str:
     """The link the job's units and wrapper run through (switched after a complete build)."""
-    return f"{env_root(settings)}/current"
+    return layout.current_link(env_root(settings))
 
 
 def source_dir(settings: HostSettings) -> str:
@@ -117,11 +119,11 @@ def job_config(settings: HostSettings) -> dict:
                   "save_interval": job.save_interval},
         "export_dir": job.export_dir,
         "current_drafter": spec.draft_model_path if spec else None,
-        "engine_python": f"{settings.base.install_root}/current/bin/python",
+        "engine_python": f"{layout.current_link(settings.base.install_root)}/bin/python",
         "target": {
             "model_path": serving.model_path, "served_model_name": serving.served_model_name,
             "server": f"{address}:{serving.port}", "unit": f"{serving.unit_name}.service",
-            "api_key_file": serving.secret_args_file, "tp_size": settings.gpu.count,
+            "api_key_file": layout.secret_args_link(serving.unit_name), "tp_size": settings.gpu.count,
             # SpecForge's SGLang backend defaults to fa3 (SM90 only); triton works on SM120.
             "attention_backend": serving.attention_backend or ("fa3" if settings.gpu.arch == "sm90" else "triton"),
         },
@@ -236,7 +238,7 @@ def _driver(settings: HostSettings) -> None:
     files.put(name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
               src=str(HERE.parent / "shared" / "eagle3.py"), dest=f"{LIBEXEC}/eagle3.py",
               user="root", group="root", mode="0644")
-    files.directory(name="Create /etc/inference-host", path="/etc/inference-host", user="root", group="root",
+    files.directory(name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root",
                     mode="0755")
     files.put(name=f"Write {CONFIG_FILE} (the job's inputs)",
               src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),

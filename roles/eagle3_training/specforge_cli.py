@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from roles.shared.argparse_source import add_argument_options as _add_argument_options
-from roles.site.schema import SPECFORGE_COMMIT
+from roles.site.sections.eagle3_training import SPECFORGE_COMMIT
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ("scripts/regenerate_train_data.py", "scripts/prepare_hidden_states.py", "scripts/train_eagle3.py")

@@ -44,21 +44,22 @@ from pyinfra.api import StringCommand, deploy
 from pyinfra.operations import files, python, server
 
 from roles.engine_envs.facts import EngineEnvironments, UnappliedPatches
+from roles.shared import layout
 from roles.shared.engine_env import (
     NO_GPU_COMPILED,
     SGLANG_PATCHES,
     KernelWheel,
     cpu_build,
+    env_dir,
     install_mode,
     kernel_wheels,
     requirements_text,
 )
 from roles.shared.host_facts import WheelhouseEntry
-from roles.shared.layout import env_dir
 from roles.shared.legacy_layout import CacheToAdopt, legacy_engine, moves_root
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
-from roles.shared.pip import uv_environment
+from roles.shared.uv import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
 PATCH_ROOT = SGLANG_PATCHES
@@ -178,7 +179,7 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
         return steps
 
     command = build_command(
-        target, settings.sglang.python or stack.python, requirements, f"{root}/current", checks, installs,
+        target, settings.sglang.python or stack.python, requirements, layout.current_link(root), checks, installs,
         pip_check=install_mode(settings, stack) == "full",
         compile_only=(NO_GPU_COMPILED if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps"
                       else None))
@@ -249,7 +250,7 @@ def stale_locks(locks: list[str], names: list[str], stale: list[str], target: st
 
 def _prune(settings: HostSettings, target: str) -> None:
     root = settings.base.install_root
-    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=f"{root}/current",
+    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=layout.current_link(root),
                           locks_dir=f"{root}/locks")
     stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
     locks = stale_locks(found["locks"], found["names"], stale, target)

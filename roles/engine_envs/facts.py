@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
 
+
+@batched
 class UnappliedPatches(FactBase):
     """Returns the names of patches under <env>/inference-host-patches not yet applied to it."""
 
@@ -20,6 +23,7 @@ class UnappliedPatches(FactBase):
         return [line.strip() for line in output if line.strip()]
 
 
+@batched
 class EngineEnvironments(FactBase):
     """Returns {"names": folders under envs_dir, newest first, "live": where `current` points
     (None: no link), "locks": files under locks_dir}."""

@@ -35,18 +35,18 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.gateway.command import api_key_secret, gateway_arguments
-from roles.gateway.facts import UnitActiveState
 from roles.shared import locked_env
+from roles.shared.host_facts import UnitActiveState
+from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, unit_file
 from roles.shared.locked_env import EnvironmentStamp, build_command
-from roles.shared.pip import uv_environment
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
+from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
 from roles.site import lock as site_lock
 
-LIBEXEC = "/usr/local/libexec/inference-host"
 LAUNCHER = f"{LIBEXEC}/smg-launch"
-API_KEY_FILE = "/etc/smg/api-key"
+API_KEY_FILE = GATEWAY_API_KEY_FILE
 SERVICE_USER = "smg"
 
 
@@ -68,7 +68,7 @@ def env_path(site: Site, settings: HostSettings) -> str:
 def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
     return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), service_user=SERVICE_USER,
                 api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
-                python=f"{settings.gateway.install_dir}/current/bin/python", launcher=LAUNCHER,
+                python=f"{current_link(settings.gateway.install_dir)}/bin/python", launcher=LAUNCHER,
                 arguments=shlex.join(gateway_arguments(settings, hosts)))
 
 
@@ -84,7 +84,7 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
     return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
              dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)),
                   drain_settle_secs=drain_settle_secs(hosts))),
-            (f"/etc/systemd/system/{settings.gateway.unit_name}.service", "roles/gateway/templates/smg.service.j2",
+            (unit_file(settings.gateway.unit_name), "roles/gateway/templates/smg.service.j2",
              "0644", unit_kwargs(settings, hosts))]
 
 
@@ -120,7 +120,7 @@ def _environment(site: Site, settings: HostSettings):
     gateway, target = settings.gateway, env_path(site, settings)
     name = target.rsplit("/", 1)[1]
     # curl: the restart below waits on the gateway's /health with it, as do the health checks.
-    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=3600)
+    apt.packages(name="Install curl (the gateway's checks)", packages=["curl"], update=True, cache_time=24 * 3600)
     for folder in (f"{gateway.install_dir}/envs", f"{gateway.install_dir}/locks"):
         files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
     requirements = f"{gateway.install_dir}/locks/{name}.txt"
@@ -128,7 +128,7 @@ def _environment(site: Site, settings: HostSettings):
                          src=io.BytesIO(lock_text(site, settings).encode()), dest=requirements,
                          user="root", group="root", mode="0644")
     built = host.get_fact(EnvironmentStamp, env_dir=target)
-    current = f"{gateway.install_dir}/current"
+    current = current_link(gateway.install_dir)
     installed = server.shell(
         name=f"Build the uv environment of smg {gateway.version} (exactly from its lock) at {target}",
         commands=[build_command(target, gateway.python, requirements, current, pip_check=True)],

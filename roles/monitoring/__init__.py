@@ -28,10 +28,12 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
+from roles.monitoring.dashboard import DASHBOARD_FILE
+from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
-from roles.shared.pip import uv_environment
 from roles.shared.secret_files import secret_file
+from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
 
 NODE_EXPORTER = "prometheus-node-exporter"
@@ -61,7 +63,7 @@ def monitoring() -> None:
 
 def _apt(package: str, version: str) -> None:
     apt.packages(name=f"Install {package} {version}", packages=[f"{package}={version}"], update=True,
-                 cache_time=3600, no_recommends=True)
+                 cache_time=24 * 3600, no_recommends=True)
 
 
 def _node_exporter(settings: HostSettings, version: str) -> None:
@@ -107,16 +109,24 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     )
     linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
     changed = [uploaded, installed, linked]
-    for name in checks_env.bundle_files():
-        changed.append(files.put(name=f"Copy the checks' {name} to {bundle}", src=str(PROJECT_ROOT / name),
-                                 dest=f"{bundle}/{name}", mode="0644", create_remote_dir=True))
+    # `path`, not `name`: the build's _if above reads `name` when it runs, after this loop.
+    for path in checks_env.bundle_files():
+        changed.append(files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
+                                 dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True))
     changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
                              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
     for path, template, kwargs in units.gpu_templates(settings, bundle, python):
         changed.append(files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs))
     timer = f"{units.CHECKS_UNIT}.timer"
-    systemd.service(name=f"Enable and start {timer} (every {settings.monitoring.check_interval})", service=timer,
-                    running=True, enabled=True, daemon_reload=any(op.will_change for op in changed))
+    state = host.get_fact(UnitActiveState, unit=timer)
+    systemd.service(name=f"Enable {timer} (every {settings.monitoring.check_interval})", service=timer,
+                    enabled=True, daemon_reload=any(op.will_change for op in changed))
+    # Started by its ActiveState, not by pyinfra's running=True: that reads SubState and counts only
+    # running/waiting/exited/listening/mounted as running, while systemd (src/core/timer.c,
+    # state_translation_table) keeps an active timer in "elapsed" between a trigger and its next
+    # computed elapse; the deploy would "start" a started timer and never report zero changes.
+    server.shell(name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"],
+                 _if=lambda: state != "active")
 
 
 def password_hash(password: str, host_name: str) -> str:
@@ -145,7 +155,9 @@ def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
     for path, text in config.files(site, settings, hashed).items():
         if path == config.WEB_CONFIG_FILE:
             continue
-        changed.append(files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644"))
+        written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
+        if path != DASHBOARD_FILE:  # no service reads the dashboard: a new one restarts nothing
+            changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
         changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
                                       mode="0644", **kwargs))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
 from roles.site import HostSettings, Site, address_of
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -127,7 +128,7 @@ def alertmanager_config(monitor: HostSettings) -> str:
         receiver["email_configs"] = [email]
     config = {
         "route": {"receiver": "inference-host", "group_by": ["alertname", "host"],
-                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
+                  "group_wait": m.alert_group_wait, "group_interval": "5m", "repeat_interval": "4h"},
         "receivers": [receiver],
         # A host that is down makes its engine and checks silent or failing: one page, not five.
         "inhibit_rules": [{"source_matchers": ['alertname="InferenceHostDown"'],
@@ -210,16 +211,16 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
     m = monitor.monitoring
     failing_for = m.check_failing_for
     out = [
-        Alert("InferenceHostDown", 'up{job="node"} == 0', "2m", "critical",
+        Alert("InferenceHostDown", 'up{job="node"} == 0', m.down_for, "critical",
               "{{ $labels.host }} does not answer (node_exporter down or host unreachable)",
               "Prometheus cannot scrape node_exporter on {{ $labels.host }} ({{ $labels.instance }}). What to do: "
               "check that the host is up (ping, ssh); then `systemctl status prometheus-node-exporter` there."),
-        Alert("EngineDown", 'up{job="engine"} == 0', "2m", "critical",
+        Alert("EngineDown", 'up{job="engine"} == 0', m.down_for, "critical",
               f"The {engine} server on {{{{ $labels.host }}}} does not answer /metrics",
               f"{engine}'s /metrics on {{{{ $labels.instance }}}} fails. What to do: on {{{{ $labels.host }}}}, "
               "`systemctl status` and `journalctl -u` of the serving unit (serving_unit_name); a deploy "
               "restarts and health-gates it."),
-        Alert("GatewayDown", 'up{job="gateway"} == 0', "2m", "critical",
+        Alert("GatewayDown", 'up{job="gateway"} == 0', m.down_for, "critical",
               "The smg gateway on {{ $labels.host }} does not answer /metrics",
               "smg's Prometheus endpoint {{ $labels.instance }} fails. What to do: `systemctl status smg` and "
               "`journalctl -u smg` on {{ $labels.host }}."),
@@ -273,12 +274,14 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             f"Fewer GPUs are visible (nvidia-smi / DCGM) than gpu_count ({_thresholds(nodes, lambda h: h.gpu.count)})."
             " What to do: `nvidia-smi -L` and `dmesg | grep -i -e NVRM -e 'fallen off the bus'` on the host; a GPU"
             " that fell off the bus needs a reboot of the node (and its guest), then a deploy."))
-    restart_window = "30m"
+    restart_window = m.restart_window
     limits = by_value(nodes, lambda h: h.health.max_unit_restarts)
     if limits:
         out.append(Alert(
             "EngineRestartLooping",
-            _any(f'max_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) - '
+            # Now against the window's lowest: systemd's NRestarts drops to 0 when the unit is
+            # started by hand (the mend), which a max-minus-min would count as restarts.
+            _any(f'inference_host_unit_restarts{{host=~"{hosts}"}} - '
                  f'min_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) > {limit}'
                  for limit, hosts in limits),
             "0m", "critical",
@@ -369,10 +372,12 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
 
 
 def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
-    """Path on the monitor -> text, for the role and the preview."""
+    """Path on the monitor -> text, for the role and the preview (the Grafana dashboard too:
+    read by no service here, it is for operators to import)."""
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
         f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
+        DASHBOARD_FILE: dashboard_text(engine_of(site)),
     }

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 from roles.monitoring import checks_env, config
+from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.site import HostSettings, Site
 
-CHECKS_ROOT = "/opt/inference-host/checks"
-CHECKS_ETC = "/etc/inference-host/checks"
+CHECKS_ROOT = f"{OPT_DIR}/checks"
+CHECKS_ETC = f"{ETC_DIR}/checks"
 EXPECT_FILE = f"{CHECKS_ETC}/expect.json"
 CHECKS_UNIT = "inference-host-checks"
 CHECK_SUITES = "gpu,service,server"

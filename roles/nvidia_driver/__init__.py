@@ -27,13 +27,14 @@ from pyinfra.facts.server import KernelVersion
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
+from roles.shared import layout
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
 
 PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
-NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+NOUVEAU_BLACKLIST = layout.NOUVEAU_BLACKLIST
 UVM_MODULES_FILE = "/etc/modules-load.d/nvidia-uvm.conf"
 UVM_UNIT = "nvidia-uvm-devices.service"
 UVM_MODULES_TEXT = "# Managed by inference-host (roles/nvidia_driver)\nnvidia-uvm\n"

@@ -8,6 +8,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from roles.shared.driver_state import NO_MODULE, KernelModule, parse_proc_driver_version
+from roles.shared.fact_batch import batched
 
 
 class NvidiaKernelModule(FactBase):
@@ -20,6 +21,7 @@ class NvidiaKernelModule(FactBase):
         return parse_proc_driver_version("\n".join(output))
 
 
+@batched
 class HeldPackages(FactBase):
     """Returns the set of packages apt-mark holds."""
 

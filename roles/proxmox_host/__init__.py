@@ -24,10 +24,10 @@ from io import StringIO
 
 from pyinfra import host, logger, state
 from pyinfra.api import deploy
-from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, python, server
 
-from roles.shared import reboot
+from roles.shared import layout, reboot
+from roles.shared.host_system import require_distro, sysctl_file
 from roles.shared.proxmox_facts import (
     BootLoader,
     CpuVendor,
@@ -36,14 +36,13 @@ from roles.shared.proxmox_facts import (
     LxcGuestState,
     PciDevices,
 )
-from roles.shared.host_facts import ContainerVirtualization
 from roles.site import HostSettings, current_host, current_site, node_sysctl
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
 
 VFIO_MODULES = ["vfio", "vfio_iommu_type1", "vfio_pci"]  # vfio_virqfd is part of vfio since 6.2
 MODULES_FILE = "/etc/modules-load.d/vfio.conf"
-BLACKLIST_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
+BLACKLIST_FILE = layout.NOUVEAU_BLACKLIST
 GRUB_DROPIN = "/etc/default/grub.d/inference-host-iommu.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
 SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-node.conf"
@@ -75,7 +74,7 @@ def guests_of(node_name: str) -> list[HostSettings]:
 @deploy("Proxmox host")
 def proxmox_host() -> None:
     settings = current_host()
-    _require_supported_distro()
+    require_distro(SUPPORTED, "roles/proxmox_host", "Proxmox VE 8, which is Debian 12")
     apt.packages(
         name="Install pciutils, kmod, initramfs-tools and curl",
         packages=["pciutils", "kmod", "initramfs-tools", "curl"],  # curl: NVIDIA's keyring package
@@ -252,27 +251,8 @@ def _sysctl(settings: HostSettings) -> None:
     sysctl = node_sysctl(settings, current_site().hosts)
     if not sysctl:
         return
-    conf = files.template(
-        name=f"Write {SYSCTL_FILE} ({', '.join(f'{k} = {v}' for k, v in sorted(sysctl.items()))})",
-        src="roles/proxmox_host/templates/90-inference-host-node.conf.j2",
-        dest=SYSCTL_FILE,
-        sysctl=sysctl,
-        mode="0644",
-    )
-    # The lab's node is a container on a shared machine: its kernel is not the deploy's to tune.
-    in_container = host.get_fact(ContainerVirtualization) is not None
-    server.shell(name=f"Apply {SYSCTL_FILE}", commands=[f"sysctl -e -p {SYSCTL_FILE}"],
-                 _if=lambda: conf.did_change() and not in_container)
-
-
-def _require_supported_distro() -> None:
-    distro = host.get_fact(LinuxDistribution)
-    key = (distro.get("name"), distro.get("major"))
-    if key not in SUPPORTED:
-        raise RuntimeError(
-            f"{host.name}: {distro.get('name')} {distro.get('major')} is not a Proxmox VE 8 node;"
-            " roles/proxmox_host supports Proxmox VE 8 on Debian 12"
-        )
+    sysctl_file(SYSCTL_FILE, "roles/proxmox_host/templates/90-inference-host-node.conf.j2", sysctl,
+                name=f"Write {SYSCTL_FILE} ({', '.join(f'{k} = {v}' for k, v in sorted(sysctl.items()))})")
 
 
 def _require_gpus_present(settings: HostSettings) -> None:

@@ -34,20 +34,20 @@ from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import Link
 from pyinfra.operations import files, server
 
 from roles.serving.command import (
-    SECRET_ARGS_DIR,
     VLLM_LAUNCHER,
     node_topology,
     pcie_allreduce_env,
     server_arguments,
 )
-from roles.serving.facts import LinkTarget, UnitActiveState
 from roles.serving.speculative import release_cli, speculative_environment
-from roles.shared import templates
-from roles.shared.engine_env import cpu_build, install_mode
-from roles.shared.layout import env_dir
+from roles.shared import layout, nccl, templates
+from roles.shared.engine_env import cpu_build, env_dir, install_mode
+from roles.shared.host_facts import UnitActiveState
+from roles.shared.layout import LIBEXEC
 from roles.shared.legacy_layout import (
     LEGACY_SCRIPTS,
     LEGACY_SECRET_DIR,
@@ -70,11 +70,8 @@ from roles.site import (
 from roles.site import lock as stack_lock
 from roles.site.errors import display
 
-LIBEXEC = "/usr/local/libexec/inference-host"
 PREFLIGHT_SOURCE = Path(__file__).parent / "files" / "engine_preflight.py"
 PREFLIGHT_SCRIPT = f"{LIBEXEC}/engine-preflight.py"
-CONFIG_DIR_NAME = "serving"
-LAUNCHER_NAME = "launch"
 # Model load takes ~10 minutes on the target; serving_ready_timeout stays below this.
 TIMEOUT_START_S = 1200
 RESTART_SEC_S = 30
@@ -88,13 +85,11 @@ START_LIMIT_INTERVAL_S = START_LIMIT_BURST * (TIMEOUT_START_S + RESTART_SEC_S) +
 
 def config_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
     """Where one release's serving configuration lives: inside its own environment."""
-    return f"{env_dir(settings, stack, site)}/{CONFIG_DIR_NAME}"
+    return f"{env_dir(settings, stack, site)}/{layout.RELEASE_DIR_NAME}"
 
 
 def config_paths(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict[str, str]:
-    folder, unit = config_dir(settings, stack, site), settings.serving.unit_name
-    return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit}.env",
-            "secret_args": f"{folder}/{unit}-secret-args.yaml", "unit": f"{folder}/{unit}.service"}
+    return layout.release_files(env_dir(settings, stack, site), settings.serving.unit_name)
 
 
 def launch_command(settings: HostSettings, stack: EngineStack, site: Site) -> list[str]:
@@ -191,7 +186,8 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
         stack_id=stack.id,
         engine=stack.engine,
         engine_label=stack.label,
-        nccl=settings.nccl,
+        nccl=settings.nccl,  # its ib_disable, for the comment
+        nccl_env=nccl.environment(settings.nccl),  # what the health checks expect too
         nnodes=nnodes,
         gpu_arch=settings.gpu.arch,
         pcie_allreduce=(pcie_allreduce_env(stack.sglang)
@@ -287,22 +283,17 @@ def _secret_args(settings: HostSettings, path: str) -> list:
 
 def _host_links(settings: HostSettings) -> None:
     """The names systemd and the health checks use, through `current`."""
-    unit = f"{settings.serving.unit_name}.service"
-    current = f"{settings.base.install_root}/current/{CONFIG_DIR_NAME}"
-    files.directory(name=f"Create {SECRET_ARGS_DIR}", path=SECRET_ARGS_DIR, user="root",
+    name, unit = settings.serving.unit_name, f"{settings.serving.unit_name}.service"
+    serving_files, stable = layout.serving_files(settings.base.install_root, name), layout.secret_args_link(name)
+    files.directory(name=f"Create {layout.STABLE_DIR}", path=layout.STABLE_DIR, user="root",
                     group="root", mode="0755")
-    # The environment file of the earlier layout, shared by every release.
-    files.file(name=f"Remove {SECRET_ARGS_DIR}/{settings.serving.unit_name}.env (now per release)",
-               path=f"{SECRET_ARGS_DIR}/{settings.serving.unit_name}.env", present=False)
-    links = [(f"/etc/systemd/system/{unit}", f"{current}/{unit}"),
+    links = [(layout.unit_file(name), serving_files["unit"]),
              # What `systemctl enable` makes; explicit, because the unit file is itself a link.
-             (f"/etc/systemd/system/multi-user.target.wants/{unit}", f"/etc/systemd/system/{unit}")]
+             (f"{layout.SYSTEMD_DIR}/multi-user.target.wants/{unit}", layout.unit_file(name))]
     if settings.serving.api_key_secret:
-        links.append((settings.serving.secret_args_file,
-                      f"{current}/{settings.serving.unit_name}-secret-args.yaml"))
+        links.append((stable, serving_files["secret_args"]))
     else:
-        files.file(name=f"Remove {settings.serving.secret_args_file} (no API key set)",
-                   path=settings.serving.secret_args_file, present=False)
+        files.file(name=f"Remove {stable} (no API key set)", path=stable, present=False)
     for path, target in links:
         files.link(name=f"Link {path} to {target}", path=path, target=target, user="root",
                    group="root")
@@ -324,7 +315,9 @@ class Switching:
 
 
 def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, changes) -> Switching:
-    return Switching(linked=host.get_fact(LinkTarget, path=f"{settings.base.install_root}/current"),
+    # pyinfra's files.Link fact: None where nothing is there, False where it is not a link.
+    link = host.get_fact(Link, path=layout.current_link(settings.base.install_root))
+    return Switching(linked=link.get("link_target") if link else None,
                      state=host.get_fact(UnitActiveState, unit=unit), target=env_dir(settings, stack),
                      operations=tuple(op for group in changes for op in group))
 
@@ -370,7 +363,7 @@ def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching)
 
 def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching,
                         legacy: LegacyEngine | None = None) -> None:
-    current = f"{settings.base.install_root}/current"
+    current = layout.current_link(settings.base.install_root)
     # Facts read before anything ran, and the environment the switch points at.
     linked, state, target = switching.linked, switching.state, switching.target
     reason = (f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}" if legacy
@@ -399,7 +392,8 @@ def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit:
     behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
     if not behind:
         return switch, []
-    return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", settings.serving.secret_args_file, worker_url(settings),
+    return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", layout.secret_args_link(settings.serving.unit_name),
+                        worker_url(settings),
                         str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)
 
 
@@ -419,4 +413,4 @@ def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
     gone = [LEGACY_SECRET_DIR] + ([legacy.root] if moves_root(legacy, settings) else [])
     for path in gone:
         files.directory(name=f"Remove {path} (the layout before the rename; now {settings.base.install_root}"
-                             f" and {SECRET_ARGS_DIR})", path=path, present=False)
+                             f" and {layout.STABLE_DIR})", path=path, present=False)

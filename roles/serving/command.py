@@ -10,7 +10,8 @@ from functools import cache
 
 from roles.serving.cli_capture import data_file
 from roles.serving.speculative import effective_max_running_requests, speculative_arguments
-from roles.site import EngineStack, HostSettings, SpeculativeSettings, address_of
+from roles.shared.layout import secret_args_link
+from roles.site import EngineStack, HostSettings, address_of
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
 # knows is used (--cuda-graph-max-bs became --cuda-graph-max-bs-decode by 0.5.23).
@@ -25,10 +26,9 @@ SPELLINGS = {
 # that worked, is the default everywhere until a newer release is measured on the target.
 DEFAULT_ATTENTION_BACKEND = "triton"
 
-# Where the API key goes: a YAML file passed with --config (0600, read by the service user),
-# so it is not in /proc/<pid>/cmdline. SGLang reads no environment variable for it. Each
-# release has its own (roles/serving); /etc/inference-host/engine holds the stable name the health checks read.
-SECRET_ARGS_DIR = "/etc/inference-host/engine"
+# The API key goes in a YAML file passed with --config (0600, read by the service user), so it
+# is not in /proc/<pid>/cmdline; SGLang reads no environment variable for it. Each release has
+# its own (roles/serving); roles/shared/layout.secret_args_link is the stable name.
 
 
 class CliError(Exception):
@@ -83,14 +83,10 @@ def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tup
     return tp_size, len(group), rank, f"{host}:{head.serving.dist_init_port}"
 
 
-def node_rank(settings: HostSettings, hosts: dict[str, HostSettings]) -> int:
-    return node_topology(settings, hosts)[2]
-
-
 def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
                      stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
     """Arguments after the engine's launcher (no secret among them); the API key is read from
-    secret_args_file (default: the stable name in /etc/inference-host/engine)."""
+    secret_args_file (default: the stable name, layout.secret_args_link)."""
     if stack.engine == "vllm":
         return vllm_arguments(settings, hosts, stack, secret_args_file)
     serving, version = settings.serving, stack.sglang
@@ -118,12 +114,12 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
         args += ["--chunked-prefill-size", str(serving.chunked_prefill_size)]
     if serving.enable_metrics:
         args.append("--enable-metrics")
-    if serving.speculative:
-        args += speculative_arguments(SpeculativeSettings(**serving.speculative))
+    if settings.speculative:
+        args += speculative_arguments(settings.speculative)
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret:
-        args += ["--config", secret_args_file or settings.serving.secret_args_file]
+        args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
     return args
 
 
@@ -147,9 +143,9 @@ def speculative_config(settings: HostSettings) -> dict | None:
     """serving_speculative as vLLM's --speculative-config (vllm/config/speculative.py): an
     EAGLE-3 drafter proposes num_steps tokens per step (vLLM's num_speculative_tokens; its
     EAGLE proposer drafts a chain, so SGLang's topk/draft-token tree settings do not apply)."""
-    if not settings.serving.speculative:
+    spec = settings.speculative
+    if spec is None:
         return None
-    spec = SpeculativeSettings(**settings.serving.speculative)
     method = {"EAGLE3": "eagle3", "EAGLE": "eagle"}.get(spec.algorithm, spec.algorithm.lower())
     return {"method": method, "model": spec.draft_model_path,
             "num_speculative_tokens": spec.num_steps}
@@ -196,7 +192,7 @@ def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     if spec:
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     if serving.api_key_secret:
-        args += ["--config", secret_args_file or settings.serving.secret_args_file]
+        args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
     return args
 
 

@@ -30,7 +30,7 @@ from roles.shared.engine_env import SGLANG_PATCHES
 from roles.shared.patches import patch_queue
 from roles.site import EngineStack, HostSettings, Site, SiteError
 from roles.site import lock as stack_lock
-from roles.site.schema import GPU_ARCHS
+from roles.site.sections.gpu import GPU_ARCHS
 
 PROGRAM = Path(__file__).parent / "files" / "engine_preflight.py"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inference-host" / "preflight-envs"

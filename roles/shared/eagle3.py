@@ -145,11 +145,6 @@ def default_config_ids(num_layers: int) -> list[int]:
     return config_ids_for_points(sglang_default_capture_points(num_layers))
 
 
-def vllm_capture_points(layer_ids) -> list[int]:
-    """vLLM: config ids used as capture points unchanged (for messages and comparison)."""
-    return [int(i) for i in layer_ids]
-
-
 # -- drafter against target -------------------------------------------------------------------------
 
 

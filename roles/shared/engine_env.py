@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from roles.shared import locked_env
+from roles.shared import layout, locked_env
 from roles.shared.patches import patch_queue
 from roles.shared.wheel_plan import planned_builds
-from roles.site import PROJECT_ROOT, EngineStack, HostSettings, Site, SiteError
+from roles.site import PROJECT_ROOT, EngineStack, HostSettings, Site, SiteError, current_site
 from roles.site import lock as stack_lock
 
 # roles/engine_envs applies them; the stamp reads them (a changed patch is a new environment).
@@ -135,3 +135,9 @@ def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
         requirements_text(site, settings, stack),
         *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
         *(p.read_text() for p in engine_patches(stack))))
+
+
+def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
+    """The uv environment of one engine stack as this deploy builds it (roles/engine_envs builds it,
+    roles/serving runs it): <base_install_root>/envs/<stack id>-<stamp>."""
+    return layout.engine_env(settings.base.install_root, stamp(site or current_site(), settings, stack))

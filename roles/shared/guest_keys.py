@@ -25,9 +25,10 @@ from io import StringIO
 
 from pyinfra.operations import files
 
+from roles.shared.layout import ETC_DIR
 from roles.site import HostSettings
 
-GUEST_KEYS_DIR = "/etc/inference-host/guest-keys"
+GUEST_KEYS_DIR = f"{ETC_DIR}/guest-keys"
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 # pve-container Setup/Base.pm ct_modify_file: the marked block pct manages in a file.
 PVE_BEGIN = "# --- BEGIN PVE ---"

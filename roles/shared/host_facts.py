@@ -28,3 +28,14 @@ class WheelhouseEntry(FactBase):
         if not lines or lines[0] != "present":
             return None
         return sorted(name for name in lines[1:] if name.endswith(".whl"))
+
+
+class UnitActiveState(FactBase):
+    """Returns `systemctl is-active` of a unit: active, activating, failed, inactive, ...
+    (roles/serving and roles/gateway decide from it whether their switch must start the unit)."""
+
+    def command(self, unit: str) -> str:
+        return f"systemctl is-active {unit} || true"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output).strip() or "unknown"

@@ -1,12 +1,79 @@
-"""Where things live on an engine host, for the roles that make them and those that use them."""
+"""Where things live on an engine host: the one owner of every path that more than one part of
+the project names (the roles that make them, the preview in roles/render.py, the health checks
+in checks). Paths only one role ever names stay that role's constants.
+
+A leaf: it imports nothing at all, so the health checks (shipped to hosts in the checks bundle,
+roles/monitoring/checks_env.py) and the site model, should it need a path, read it without a cycle.
+
+    <install_root>/envs/<stack id>-<stamp>/              one engine environment (roles/engine_envs)
+    <install_root>/envs/<...>/serving/launch             its command line        } written by
+    <install_root>/envs/<...>/serving/<unit>.env         its environment (0600)  } roles/serving,
+    <install_root>/envs/<...>/serving/<unit>-secret-args.yaml  --config (0600)   } per release
+    <install_root>/envs/<...>/serving/<unit>.service     its unit                }
+    <install_root>/current -> envs/<...>                  the release that serves
+    /etc/systemd/system/<unit>.service  -> <install_root>/current/serving/<unit>.service
+    /etc/inference-host/engine/<unit>-secret-args.yaml -> <install_root>/current/serving/<unit>-secret-args.yaml
+"""
 
 from __future__ import annotations
 
-from roles.shared.engine_env import stamp
-from roles.site import EngineStack, HostSettings, Site, current_site
+SYSTEMD_DIR = "/etc/systemd/system"
+# The project's own helper scripts (roles/serving's switch and cleanup, roles/gateway's).
+LIBEXEC = "/usr/local/libexec/inference-host"
+# Stable names that do not change with the release: the health checks and inference-engine-rolling read
+# the API key here (a link through `current`, roles/serving).
+STABLE_DIR = "/etc/inference-host/engine"
+RELEASE_DIR_NAME = "serving"
+LAUNCHER_NAME = "launch"
+# The project's own folders; a role's files go in a subfolder named for it.
+ETC_DIR = "/etc/inference-host"
+OPT_DIR = "/opt/inference-host"
+# Debian/Ubuntu's CA bundle, with the site's extra CAs once update-ca-certificates ran.
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# Both driver roles keep nouveau off the GPUs (roles/nvidia_driver, roles/proxmox_host).
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+# The gateway's API key (roles/gateway writes it, 0640 root:smg; checks/gateway.py reads it).
+GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
 
 
-def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
-    """The uv environment of one engine stack as this deploy builds it (roles/engine_envs builds it,
-    roles/serving runs it): <base_install_root>/envs/<stack id>-<stamp>."""
-    return f"{settings.base.install_root}/envs/{stamp(site or current_site(), settings, stack)}"
+def extra_ca_file(index: int) -> str:
+    """Where the index-th of base_extra_ca_certificates goes (update-ca-certificates reads it)."""
+    return f"/usr/local/share/ca-certificates/inference-host-{index}.crt"
+
+
+def unit_file(unit_name: str) -> str:
+    """Where systemd finds a unit named <unit_name>.service."""
+    return f"{SYSTEMD_DIR}/{unit_name}.service"
+
+
+def unit_dropin_dir(unit_name: str) -> str:
+    """systemd's drop-in folder of <unit_name>.service."""
+    return f"{unit_file(unit_name)}.d"
+
+
+def current_link(install_root: str) -> str:
+    """The link to the engine environment that serves (switched by roles/serving)."""
+    return f"{install_root}/current"
+
+
+def secret_args_link(unit_name: str) -> str:
+    """The stable name of the engine's --config file (the API key), a link through `current`."""
+    return f"{STABLE_DIR}/{unit_name}-secret-args.yaml"
+
+
+def release_files(env: str, unit_name: str) -> dict[str, str]:
+    """One release's serving files inside its environment <env> (or inside `current`):
+    launcher, env_file, secret_args, unit."""
+    folder = f"{env}/{RELEASE_DIR_NAME}"
+    return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit_name}.env",
+            "secret_args": f"{folder}/{unit_name}-secret-args.yaml", "unit": f"{folder}/{unit_name}.service"}
+
+
+def serving_files(install_root: str, unit_name: str) -> dict[str, str]:
+    """The files of the release that serves, reached through `current` (what the checks read)."""
+    return release_files(current_link(install_root), unit_name)
+
+
+def engine_env(install_root: str, stamp: str) -> str:
+    """One engine environment, named by its stamp (roles/shared/engine_env.env_dir computes it)."""
+    return f"{install_root}/envs/{stamp}"

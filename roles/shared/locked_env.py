@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
+
 MARKER = ".inference-host-stack"
 LOCK_COPY_NAME = "inference-host-lock.txt"
 STAMP_CHARS = 12
@@ -30,6 +32,7 @@ def stamp(parts: Iterable[str]) -> str:
     return digest.hexdigest()[:STAMP_CHARS]
 
 
+@batched
 class EnvironmentStamp(FactBase):
     """Returns the name a finished install left in an environment (None: not built)."""
 

@@ -1,11 +1,9 @@
-"""pip and uv on a host: which CA bundle they trust and which index they use."""
+"""pip on a host: which CA bundle it trusts and which index it uses (uv: roles/shared/uv.py)."""
 
 from __future__ import annotations
 
+from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.site import HostSettings
-
-# Debian/Ubuntu's bundle, with the site's extra CAs once roles/base ran update-ca-certificates.
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 def pip_environment(settings: HostSettings) -> dict[str, str]:
@@ -13,17 +11,4 @@ def pip_environment(settings: HostSettings) -> dict[str, str]:
     env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     if settings.base.pypi_index_url:
         env["PIP_INDEX_URL"] = settings.base.pypi_index_url
-    return env
-
-
-def uv_environment(settings: HostSettings) -> dict[str, str]:
-    """uv on a host: the system CA bundle, the site's index mirror for packages and its mirror
-    for uv's managed CPython builds (uv's documented UV_* variables)."""
-    root = settings.base.install_root
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
-    if settings.base.pypi_index_url:
-        env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    if settings.sglang.python_install_mirror:
-        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
     return env

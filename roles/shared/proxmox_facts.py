@@ -8,6 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from roles.shared.fact_batch import batched
 from roles.shared.pve import parse_config
 
 
@@ -36,6 +37,7 @@ class BootLoader(FactBase):
         return parse_boot_loader(list(output))
 
 
+@batched
 class KernelCmdline(FactBase):
     """Returns the contents of /etc/kernel/cmdline (systemd-boot), or None if it is absent."""
 
@@ -47,6 +49,7 @@ class KernelCmdline(FactBase):
         return text or None
 
 
+@batched
 class CpuVendor(FactBase):
     """Returns "intel" or "amd" from /proc/cpuinfo's vendor_id, or None for anything else."""
 

@@ -28,6 +28,8 @@ from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
 from pyinfra.operations import files
 
+from roles.shared.fact_batch import batched
+
 # A root-only folder for the upload; the staged copy is removed once the file is in place.
 UPLOAD_DIR = "/var/lib/inference-host/upload"
 
@@ -47,6 +49,7 @@ class Sealed:
     __str__ = __repr__
 
 
+@batched
 class SecretFileState(FactBase):
     """Returns (sha256, mode, user, group) of a file, or None when it does not exist."""
 

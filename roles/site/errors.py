@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -56,9 +57,27 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
     frame = (mine or frames or [None])[-1]
     where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
     message = str(original).splitlines()[0] if str(original) else ""
+    moved = _moved_name(original)
+    if moved:
+        message = moved
     if len(message) > 2 * SHOWN_CHARACTERS:
         message = f"{message[:2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
     return f"{where}: {type(original).__name__}" + (f": {message}" if message else "")
+
+
+# Names an older inventory imports from where they no longer are: its one line says where they went.
+MOVED_NAMES = {
+    ("roles.site", "require_valid_inventory"):
+        "write `from validation import require_valid_inventory` (validation.py at the project root)",
+}
+
+
+def _moved_name(error: BaseException) -> str | None:
+    """`X moved: ...` for `from roles.site import X` of a name in MOVED_NAMES (CPython's text:
+    "cannot import name 'X' from 'module' (path)", Python/ceval.c import_from)."""
+    found = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(error)) if isinstance(error, ImportError) else None
+    where_to = found and MOVED_NAMES.get((found.group(2), found.group(1)))
+    return f"{found.group(1)} moved: {where_to}" if where_to else None
 
 
 def display(path: Path) -> str:

@@ -5,31 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
-from roles.site.rules import check_driver_match, check_site
+from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
 
-# Checks run before a deploy (under pyinfra's CLI only), registered by validation.py:
-# check(site) raises SiteError.
-DeployCheck = Callable[[Site], None]
-DEPLOY_CHECKS: list[DeployCheck] = []
 
-
-def register_deploy_check(check: DeployCheck) -> None:
-    if check not in DEPLOY_CHECKS:
-        DEPLOY_CHECKS.append(check)
-
-
-def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | None = None) -> Site:
+def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | None = None,
+                        checks: RoleChecks = NO_ROLE_CHECKS) -> Site:
     """The typed site. listed_groups: the inventory file's own groups as it wrote them (before
     pyinfra merged them), when known: a host listed twice, or given two values for one key, is
-    refused instead of one entry silently winning."""
+    refused instead of one entry silently winning. checks: the role checks to run besides the
+    model's own rules (validation.py's ROLE_CHECKS)."""
     problems: list[str] = []
     where = display(Path(inventory_file))
     file_group = Path(inventory_file).stem
@@ -75,7 +66,7 @@ def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | No
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
             problems.append(f"{where}: secrets_file = {shown(site_values['secrets_file'])}: {error}")
-    check_site(hosts, where, secret_names, secrets_file, problems, stack)
+    check_site(hosts, where, secret_names, secrets_file, problems, stack, checks)
     check_driver_match(hosts, stack, where, problems)
     check_weights(hosts, where, problems)
     if problems:
@@ -183,8 +174,10 @@ def _pyinfra_inventory(path: Path):
         _VALIDATING.discard(key)
 
 
-def load_site(inventory_file: str | os.PathLike) -> Site:
-    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it."""
+def load_site(inventory_file: str | os.PathLike, checks: RoleChecks | None = None) -> Site:
+    """Load an inventory file exactly as pyinfra's CLI does (group_data included) and type it.
+    checks: the role checks to run; None: those the file's own require_valid_inventory call
+    names (validation.py's ROLE_CHECKS; none for a file without that call)."""
     path = Path(inventory_file)
     if not path.is_file():
         raise SiteError([f"{inventory_file}: no such inventory file"])
@@ -194,11 +187,16 @@ def load_site(inventory_file: str | os.PathLike) -> Site:
         raise
     except Exception as error:  # a Python error in the user's inventory or group data
         raise SiteError([python_error(error, [path])]) from None
-    return site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
+    finally:
+        named = _NAMED_CHECKS.pop(str(path.resolve()), NO_ROLE_CHECKS)
+    return site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None),
+                               named if checks is None else checks)
 
 
 _VALIDATING: set[str] = set()
 _LISTED_GROUPS: dict[str, dict] = {}
+# The checks a file's own require_valid_inventory call named while load_site ran it.
+_NAMED_CHECKS: dict[str, RoleChecks] = {}
 _LOADED_INVENTORY: list[str] = []
 
 
@@ -223,11 +221,13 @@ def _inventory_from_namespace(path: Path, namespace: dict):
         cli_inventory._get_groups_from_filename = original
 
 
-def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
+def require_valid_inventory(inventory_file: str, namespace: dict, checks: RoleChecks) -> None:
     """Called at the end of every inventory file (through validation.py) with the file's
-    globals: stop before pyinfra connects to anything. The file is not executed again."""
+    globals and the role checks: stop before pyinfra connects to anything. The file is not
+    executed again."""
     path = Path(inventory_file)
     if str(path.resolve()) in _VALIDATING:
+        _NAMED_CHECKS[str(path.resolve())] = checks
         return  # the load done by load_site itself validates once the file has run
     _LOADED_INVENTORY.append(str(inventory_file))
     try:
@@ -235,11 +235,10 @@ def require_valid_inventory(inventory_file: str, namespace: dict) -> None:
             inventory = _inventory_from_namespace(path, namespace)
         except Exception as error:  # a Python error in the group data
             raise SiteError([python_error(error, [path])]) from None
-        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None))
+        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None),
+                                   checks)
         if _under_pyinfra_cli():
             _require_decryptable(site)
-            for check in DEPLOY_CHECKS:
-                check(site)
     except SiteError as error:
         print_problems(error)
         raise SystemExit(2) from None
@@ -291,7 +290,23 @@ def _require_decryptable(site: Site) -> None:
     names = referenced_secrets(site)
     if names:
         try:
-            vault.decrypt_all(Path(site.secrets_file), names)
+            values = vault.decrypt_all(Path(site.secrets_file), names)
         except vault.SecretsError as error:
             raise SiteError([f"{site.inventory_file}: {error}"]) from None
+        problems = api_key_problems(site, values)
+        if problems:
+            raise SiteError(problems)
+
+
+def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:
+    """The API key reaches argparse as `--api-key VALUE`: from the engine's --config file
+    (vllm 0.16.0 vllm/utils/argparse_utils.py load_config_file appends "--" + key, then
+    str(value)) and from smg-launch (roles/gateway). argparse reads a value that begins with
+    '-' as an option ("argument --api-key: expected at least one argument"), so such a key
+    cannot start the engine or the gateway; the value itself is never printed."""
+    names = {h.serving.api_key_secret for h in site.hosts.values() if h.serving.api_key_secret}
+    return [f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
+            " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
+            " begin with '-' (set a new one: python -m roles.site.vault set FILE NAME)"
+            for name in sorted(names) if values.get(name, "").startswith("-")]
 

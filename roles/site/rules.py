@@ -1,60 +1,50 @@
 """Cross-host rules: checked once every host is typed (GPUs, guests, VMIDs, IOMMU groups, driver
 versions, secrets). Rules that need a role's knowledge (the rendered server command line against
-the release's CLI) are registered from above the model: see validation.py."""
+the release's CLI) are passed in from above the model as RoleChecks: see validation.py."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from roles.site.errors import shown
-from roles.site.schema import (
-    KVM_MAX_HOSTPCI,
-    LXC_MAX_DEVICES,
-    LXC_MAX_MOUNT_POINTS,
-    HostSettings,
-    SpeculativeSettings,
-)
 from roles.site.placement import sysctl_conflicts
+from roles.site.schema import HostSettings
+from roles.site.sections.guest import KVM_MAX_HOSTPCI, LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS
+from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import EngineStack, Stack
 
-# Checks of one gpu node against the active engine stack, registered by validation.py:
-# check(host, all hosts, active stack) -> problems (without the "file: host" prefix).
+# Checks that need a role's knowledge, passed in from above the model (validation.py's
+# ROLE_CHECKS; the model imports no role). Each returns problems without the "file: host" prefix.
+# engine: (gpu node, all hosts, active stack), e.g. the command line rendered for the pinned
+#   release against that release's real CLI;
+# gateway: (gateways host, all hosts);
+# speculative: (gpu node, stack, folder of the inventory file, against which the drafter's and
+#   target's config.json copies are found).
 EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], list[str]]
-ENGINE_CHECKS: list[EngineCheck] = []
-
-
-# Checks of one gateways host (registered by validation.py): check(host, all hosts) -> problems.
 GatewayCheck = Callable[[HostSettings, dict[str, HostSettings]], list[str]]
-GATEWAY_CHECKS: list[GatewayCheck] = []
-
-
-def register_gateway_check(check: GatewayCheck) -> None:
-    if check not in GATEWAY_CHECKS:
-        GATEWAY_CHECKS.append(check)
-
-
-def register_engine_check(check: EngineCheck) -> None:
-    if check not in ENGINE_CHECKS:
-        ENGINE_CHECKS.append(check)
-
-
-# Checks of serving_speculative, registered by validation.py: check(host, stack, folder of the
-# inventory file, against which the drafter's and target's config.json copies are found).
 SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
-SPECULATIVE_CHECKS: list[SpeculativeCheck] = []
 
 
-def register_speculative_check(check: SpeculativeCheck) -> None:
-    if check not in SPECULATIVE_CHECKS:
-        SPECULATIVE_CHECKS.append(check)
+@dataclass(frozen=True)
+class RoleChecks:
+    """The role checks one validation runs; empty: the model's own rules only."""
+
+    engine: tuple[EngineCheck, ...] = ()
+    gateway: tuple[GatewayCheck, ...] = ()
+    speculative: tuple[SpeculativeCheck, ...] = ()
+
+
+NO_ROLE_CHECKS = RoleChecks()
 
 
 def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                problems: list[str], stack: Stack | None = None) -> None:
+                problems: list[str], stack: Stack | None = None,
+                checks: RoleChecks = NO_ROLE_CHECKS) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, tuple[str, str]] = {}
     for host in site_hosts.values():
@@ -87,11 +77,11 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         if speculative_problem:
             problems.append(f"{here}: {speculative_problem}")
         elif host.in_group("gpu_nodes") and stack is not None:
-            speculative = [p for check in SPECULATIVE_CHECKS if host.speculative
+            speculative = [p for check in checks.speculative if host.speculative
                            for p in check(host, stack, Path(where).parent)]
             # e.g. the command line rendered per release, checked against that release's real CLI;
             # a bad speculative value is named once, by its own check.
-            for check in ENGINE_CHECKS:
+            for check in checks.engine:
                 problems.extend(f"{here}: {p}" for p in check(host, site_hosts, stack.active)
                                 if not (speculative and "--speculative-" in p))
             problems.extend(f"{here}: {p}" for p in speculative)
@@ -103,7 +93,7 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         if host.in_group("proxmox_hosts"):
             problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
-    _check_topology(site_hosts, where, problems, stack)
+    _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
 
 
@@ -169,7 +159,7 @@ def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_na
 
 
 def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: list[str],
-                    stack: Stack | None = None) -> None:
+                    stack: Stack | None = None, gateway_checks: tuple[GatewayCheck, ...] = ()) -> None:
     """serving_topology across the gpu nodes, and what the gateways need to reach them."""
     nodes = [h for h in site_hosts.values() if h.in_group("gpu_nodes") and h.valid("serving_topology")]
     topologies = {h.serving.topology for h in nodes}
@@ -207,7 +197,7 @@ def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: l
                     " gateways group; expected the node's private address (the gateway checks the API key"
                     " in front of it)")
         for gateway in gateways:
-            for check in GATEWAY_CHECKS:
+            for check in gateway_checks:
                 problems.extend(f"{where}: host {gateway.name}: {p}" for p in check(gateway, site_hosts))
             keys = {h.serving.api_key_secret for h in nodes}
             if len(keys) > 1:

@@ -1,50 +1,74 @@
-"""The stack file: every version pin in one place (inventory/stack.yml), loaded and checked."""
+"""The stack file: every version pin in one place (inventory/stack.yml), loaded and checked.
+
+Its parts are pydantic dataclasses like the host settings' sections (strict types, unknown keys
+refused, frozen; dataclasses.replace works on them): KernelPackage, EngineStack, MonitoringPins,
+Stack. A field's rule is a check(predicate, "what is valid") (roles/site/fields.py), and a
+ValidationError becomes the same one-line messages: FILE: field = value is invalid; expected
+...; an unknown key lists the valid ones. What depends on another field (the pins of one engine
+only, the driver version's branch, `active`) is checked here in the order the file reads.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import ConfigDict, ValidationError
+from pydantic.dataclasses import dataclass
 
 from roles.site import lock
 from roles.site.errors import SiteError, display, shown, unknown_keys
+from roles.site.fields import DRIVER_VERSION_RE, check, rule_text
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$")
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 STACK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,62}$")
 OVERRIDE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")
+# strict types, unknown keys refused; frozen is each class's own (frozen=True).
+_CONFIG = ConfigDict(strict=True, extra="forbid")
 
 
-@dataclass(frozen=True)
+def _matching(pattern: re.Pattern, valid: str):
+    return check(lambda value: pattern.match(value) is not None, valid)
+
+
+Version = Annotated[str, _matching(VERSION_RE, "a version like 2.9.1 (quoted string)")]
+CudaVersion = Annotated[str, _matching(re.compile(r"^\d+\.\d+$"), "a CUDA major.minor like 12.8 (quoted string)")]
+PythonVersion = Annotated[str, _matching(re.compile(r"^3\.\d+$"), "a Python minor version like 3.12 (quoted string)")]
+VllmVersion = Annotated[str, _matching(VERSION_RE, "a vllm release like 0.16.0 (quoted string)")]
+DriverBranch = Annotated[str, _matching(re.compile(r"^\d{3}$"), "a driver branch like 580 (quoted string)")]
+DriverVersion = Annotated[str, _matching(DRIVER_VERSION_RE, "a full driver version like 580.95.05 (quoted string)")]
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class KernelPackage:
-    package: str
-    version: str
-    source: Literal["prebuilt", "build"] = "prebuilt"
+    package: Annotated[str, check(lambda v: v in ("sgl-kernel", "sglang-kernel"), "'sgl-kernel' or 'sglang-kernel'")]
+    version: Version
+    source: Annotated[str, check(lambda v: v in ("prebuilt", "build"), "'prebuilt' or 'build'")] = "prebuilt"
 
 
 ENGINES = ("sglang", "vllm")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class EngineStack:
     """One consistent engine stack; an upgrade points `active` at another one. `engine` says
     which server it runs: an SGLang stack pins sglang and its kernel package, a vLLM stack
     pins vllm (whose wheel carries its own kernels)."""
 
     id: str
-    cuda: str
-    python: str
-    torch: str
-    sglang: str | None
+    cuda: CudaVersion
+    python: PythonVersion
+    torch: Version
+    sglang: Version | None
     kernel: KernelPackage | None
-    flashinfer: str
-    flash_attn: str | None = None
-    flash_attn_source: Literal["build", "prebuilt", "none"] = "build"
+    flashinfer: Version
+    flash_attn: Version | None = None
+    flash_attn_source: Annotated[str, check(lambda v: v in ("build", "prebuilt", "none"),
+                                            "'build', 'prebuilt' or 'none'")] = "build"
     engine: Literal["sglang", "vllm"] = "sglang"
-    vllm: str | None = None
+    vllm: VllmVersion | None = None
     # Requirements that replace what the resolved packages pin (uv pip compile --overrides),
     # each with the reason the stack file gives: ((requirement, why), ...).
     overrides: tuple[tuple[str, str], ...] = ()
@@ -76,7 +100,7 @@ MONITORING_PACKAGES = ("prometheus", "prometheus-alertmanager", "prometheus-node
 APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class MonitoringPins:
     """roles/monitoring's package versions: the distribution's Prometheus packages per
     distribution (their versions differ), NVIDIA's DCGM exporter (one repository version)."""
@@ -88,12 +112,12 @@ class MonitoringPins:
         return self.distro_packages[distro]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Stack:
     file: str
-    uv: str
-    driver_branch: str
-    driver_version: str
+    uv: Version
+    driver_branch: DriverBranch
+    driver_version: DriverVersion
     active: EngineStack
     stacks: dict[str, EngineStack]
     # Absolute path of the stack file: its stacks' locks live beside it (roles/site/lock.py).
@@ -116,9 +140,40 @@ ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_at
 KERNEL_FIELDS = {"package", "version", "source"}
 
 
-def load_stack(path: Path) -> Stack:
-    problems: list[str] = []
-    where = display(path)
+def _field_rule(cls: type, name: str) -> str:
+    """The `valid` text of a field's check (its own, or inside `X | None`)."""
+    field = cls.__pydantic_fields__[name]
+    return rule_text(Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation) or "?"
+
+
+def _field_problems(cls: type, values: dict[str, Any], where: str, names: dict[str, str]):
+    """(cls(**values), {}) or (None, {field: its one message}): the field named as `names` has
+    it, the value as written (None when missing). Unknown keys are named before (unknown_keys)."""
+    try:
+        return cls(**values), {}
+    except ValidationError as error:
+        found: dict[str, str] = {}
+        for detail in error.errors():
+            name = str(detail["loc"][0])
+            if name in found or detail["type"] == "unexpected_keyword_argument":
+                continue
+            valid = detail["ctx"]["valid"] if detail["type"] == "inference_host" else _field_rule(cls, name)
+            found[name] = f"{where}: {names[name]} = {shown(values.get(name))} is invalid; expected {valid}"
+        return None, found
+
+
+def _validated(cls: type, values: dict[str, Any], where: str, problems: list[str], names: dict[str, str]):
+    made, found = _field_problems(cls, values, where, names)
+    problems.extend(found.values())
+    return made
+
+
+# The order a stack's problems are named in (the kernel's come first, then these).
+_PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", "torch", "sglang", "vllm",
+              "flashinfer")
+
+
+def _read(path: Path, where: str) -> dict:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -127,110 +182,113 @@ def load_stack(path: Path) -> Stack:
         raise SiteError([f"{where}: not valid YAML: {error}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
+    return raw
+
+
+def load_stack(path: Path) -> Stack:
+    problems: list[str] = []
+    where = display(path)
+    raw = _read(path, where)
 
     def bad(field_name: str, value: Any, valid: str) -> None:
         problems.append(f"{where}: {field_name} = {shown(value)} is invalid; expected {valid}")
 
-    def version(field_name: str, value: Any, pattern=VERSION_RE, valid="a version like 2.9.1"):
-        if not isinstance(value, str) or not pattern.match(value):
-            bad(field_name, value, f"{valid} (quoted string)")
-            return "0"
-        return value
-
     unknown_keys(raw, STACK_FIELDS, "", where, problems)
-    uv = version("uv", raw.get("uv"))
     driver = raw.get("nvidia_driver") or {}
     if not isinstance(driver, dict):
         bad("nvidia_driver", driver, "a mapping with branch and version")
         driver = {}
     unknown_keys(driver, DRIVER_FIELDS, "nvidia_driver.", where, problems)
-    branch = version("nvidia_driver.branch", driver.get("branch"), re.compile(r"^\d{3}$"),
-                     "a driver branch like 580")
-    driver_version = version("nvidia_driver.version", driver.get("version"), DRIVER_VERSION_RE,
-                             "a full driver version like 580.95.05")
-    if driver_version != "0" and branch != "0" and not driver_version.startswith(branch + "."):
+    top = {"uv": raw.get("uv"), "driver_branch": driver.get("branch"), "driver_version": driver.get("version")}
+    _validated(_TopPins, top, where, problems, _TOP_NAMES)
+    branch, driver_version = top["driver_branch"], top["driver_version"]
+    if (isinstance(branch, str) and isinstance(driver_version, str) and re.match(r"^\d{3}$", branch)
+            and DRIVER_VERSION_RE.match(driver_version) and not driver_version.startswith(branch + ".")):
         bad("nvidia_driver.version", driver_version, f"a version on branch {branch}")
 
     stacks: dict[str, EngineStack] = {}
+    ids: list[str] = []  # every stack named well enough to be `active`, valid pins or not
     raw_stacks = raw.get("stacks")
     if not isinstance(raw_stacks, dict) or not raw_stacks:
         bad("stacks", raw_stacks, "a mapping of stack id -> pins, with at least one stack")
         raw_stacks = {}
     for stack_id, pins in raw_stacks.items():
-        prefix = f"stacks.{stack_id}"
-        if not isinstance(stack_id, str) or not STACK_ID_RE.match(stack_id):
-            bad(prefix, stack_id, "a stack id of lower-case letters, digits, '.', '_', '-'")
-            continue
-        if not isinstance(pins, dict):
-            bad(prefix, pins, "a mapping of pins")
-            continue
-        unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
-        engine = pins.get("engine", "sglang")
-        if engine not in ENGINES:
-            bad(prefix + ".engine", engine, "'sglang' or 'vllm'")
-            continue
-        for other in sorted(ENGINE_ONLY_FIELDS[engine] & set(pins)):
-            bad(f"{prefix}.{other}", pins[other], f"no {other} pin in a stack of engine {engine}")
-        kernel = None
-        if engine == "sglang":
-            raw_kernel = pins.get("kernel")
-            if not isinstance(raw_kernel, dict):
-                bad(prefix + ".kernel", raw_kernel, "a mapping with package, version, source")
-                raw_kernel = {}
-            unknown_keys(raw_kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
-            if raw_kernel.get("package") not in ("sgl-kernel", "sglang-kernel"):
-                bad(prefix + ".kernel.package", raw_kernel.get("package"), "'sgl-kernel' or 'sglang-kernel'")
-            if raw_kernel.get("source", "prebuilt") not in ("prebuilt", "build"):
-                bad(prefix + ".kernel.source", raw_kernel.get("source"), "'prebuilt' or 'build'")
-            kernel = KernelPackage(
-                package=str(raw_kernel.get("package")),
-                version=version(prefix + ".kernel.version", raw_kernel.get("version")),
-                source=raw_kernel.get("source", "prebuilt"),
-            )
-        flash_attn = pins.get("flash_attn") if engine == "sglang" else None
-        if flash_attn is not None:
-            version(prefix + ".flash_attn", flash_attn)
-        # vLLM's wheel carries its own flash-attention build (vllm/vllm_flash_attn).
-        default_source = "build" if engine == "sglang" else "none"
-        flash_attn_source = pins.get("flash_attn_source", default_source)
-        if flash_attn_source not in ("build", "prebuilt", "none"):
-            bad(prefix + ".flash_attn_source", flash_attn_source, "'build', 'prebuilt' or 'none'")
-        elif engine == "vllm" and flash_attn_source != "none":
-            bad(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
-        overrides = _overrides(pins.get("overrides", {}), prefix + ".overrides", bad)
-        stacks[stack_id] = EngineStack(
-            id=stack_id,
-            overrides=overrides,
-            engine=engine,
-            cuda=version(prefix + ".cuda", pins.get("cuda"), re.compile(r"^\d+\.\d+$"),
-                         "a CUDA major.minor like 12.8"),
-            python=version(prefix + ".python", pins.get("python"), re.compile(r"^3\.\d+$"),
-                           "a Python minor version like 3.12"),
-            torch=version(prefix + ".torch", pins.get("torch")),
-            sglang=version(prefix + ".sglang", pins.get("sglang")) if engine == "sglang" else None,
-            vllm=version(prefix + ".vllm", pins.get("vllm"), valid="a vllm release like 0.16.0")
-            if engine == "vllm" else None,
-            kernel=kernel,
-            flashinfer=version(prefix + ".flashinfer", pins.get("flashinfer")),
-            flash_attn=flash_attn,
-            flash_attn_source=flash_attn_source,
-        )
+        engine_stack = _engine_stack(stack_id, pins, where, problems, bad, ids)
+        if engine_stack is not None:
+            stacks[stack_id] = engine_stack
     monitoring = _monitoring_pins(raw.get("monitoring"), where, problems, bad) if "monitoring" in raw else None
     active_id = raw.get("active")
-    if active_id not in stacks:
-        bad("active", active_id, "the id of one of the stacks: " + ", ".join(stacks or ["(none)"]))
+    if active_id not in ids:
+        bad("active", active_id, "the id of one of the stacks: " + ", ".join(ids or ["(none)"]))
     if problems:
         raise SiteError(problems)
-    return Stack(
-        file=where,
-        uv=uv,
-        driver_branch=branch,
-        driver_version=driver_version,
-        active=stacks[active_id],
-        stacks=stacks,
-        path=str(path.resolve()),
-        monitoring=monitoring,
-    )
+    return Stack(file=where, uv=top["uv"], driver_branch=branch, driver_version=driver_version,
+                 active=stacks[active_id], stacks=stacks, path=str(path.resolve()), monitoring=monitoring)
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class _TopPins:
+    """uv and the driver pins, checked before the stacks (Stack takes them as they are here)."""
+
+    uv: Version
+    driver_branch: DriverBranch
+    driver_version: DriverVersion
+
+
+_TOP_NAMES = {"uv": "uv", "driver_branch": "nvidia_driver.branch", "driver_version": "nvidia_driver.version"}
+
+
+def _engine_stack(stack_id: Any, pins: Any, where: str, problems: list[str], bad, ids: list[str]) -> EngineStack | None:
+    prefix = f"stacks.{stack_id}"
+    if not isinstance(stack_id, str) or not STACK_ID_RE.match(stack_id):
+        bad(prefix, stack_id, "a stack id of lower-case letters, digits, '.', '_', '-'")
+        return None
+    if not isinstance(pins, dict):
+        bad(prefix, pins, "a mapping of pins")
+        return None
+    unknown_keys(pins, ENGINE_FIELDS, prefix + ".", where, problems)
+    engine = pins.get("engine", "sglang")
+    if engine not in ENGINES:
+        bad(prefix + ".engine", engine, "'sglang' or 'vllm'")
+        return None
+    ids.append(stack_id)
+    for other in sorted(ENGINE_ONLY_FIELDS[engine] & set(pins)):
+        bad(f"{prefix}.{other}", pins[other], f"no {other} pin in a stack of engine {engine}")
+    count = len(problems)
+    kernel = None
+    if engine == "sglang":
+        raw_kernel = pins.get("kernel")
+        if not isinstance(raw_kernel, dict):
+            bad(prefix + ".kernel", raw_kernel, "a mapping with package, version, source")
+            raw_kernel = {}
+        unknown_keys(raw_kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
+        kernel = _validated(KernelPackage, {k: raw_kernel.get(k) for k in ("package", "version")}
+                            | {k: v for k, v in raw_kernel.items() if k == "source"},
+                            where, problems, {k: f"{prefix}.kernel.{k}" for k in KERNEL_FIELDS})
+    found: dict[str, list[str]] = {name: [] for name in _PIN_ORDER}
+
+    def pin_problem(field_name: str, value: Any, valid: str) -> None:
+        found[field_name[len(prefix) + 1:].split(".")[0]].append(f"{where}: {field_name} = {shown(value)} is invalid; expected {valid}")
+
+    # vLLM's wheel carries its own flash-attention build (vllm/vllm_flash_attn).
+    flash_attn_source = pins.get("flash_attn_source", "build" if engine == "sglang" else "none")
+    values = {"id": stack_id, "engine": engine, "cuda": pins.get("cuda"), "python": pins.get("python"),
+              "torch": pins.get("torch"), "flashinfer": pins.get("flashinfer"),
+              "sglang": pins.get("sglang") if engine == "sglang" else None,
+              "vllm": pins.get("vllm") if engine == "vllm" else None,
+              "flash_attn": pins.get("flash_attn") if engine == "sglang" else None,
+              "flash_attn_source": flash_attn_source, "kernel": kernel,
+              "overrides": _overrides(pins.get("overrides", {}), prefix + ".overrides", pin_problem)}
+    if engine == "vllm" and flash_attn_source in ("build", "prebuilt"):
+        pin_problem(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
+        values["flash_attn_source"] = "none"
+    stack, invalid = _field_problems(EngineStack, values, where, {k: f"{prefix}.{k}" for k in values})
+    for name, message in invalid.items():
+        found.setdefault(name, []).append(message)
+    if values[engine] is None:  # `X | None` for the other engine; its own engine's pin is required
+        pin_problem(f"{prefix}.{engine}", None, _field_rule(EngineStack, engine))
+    problems.extend(message for messages in found.values() for message in messages)
+    return stack if len(problems) == count else None
 
 
 def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> MonitoringPins | None:

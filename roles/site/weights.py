@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from roles.site.schema import WEIGHTS_MANIFEST, HostSettings, Site, WeightsSettings
+from roles.site.schema import HostSettings, Site
+from roles.site.sections.weights import WEIGHTS_MANIFEST, WeightsSettings
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server, systemd
 
+from roles.shared.extra_cas import trust_extra_cas
+from roles.shared.layout import ETC_DIR, OPT_DIR
+from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.site import (
     HostSettings,
@@ -51,13 +54,12 @@ from roles.weights.facts import FileText, WeightsManifestState
 # (docs/weights-resume.md).
 HF_HUB_VERSION = "1.17.0"
 HF_XET_VERSION = "1.8.0"
-ENV_DIR = "/opt/inference-host/weights-env"
+ENV_DIR = f"{OPT_DIR}/weights-env"
 TOOL = "/usr/local/bin/inference-host-weights"
-CONFIG_DIR = "/etc/inference-host/weights"
+CONFIG_DIR = f"{ETC_DIR}/weights"
 STATE_DIR = "/var/lib/inference-host/weights"
 RESTART_SEC = 15
 STALL_S = 600  # the deploy stops following a unit that only fails for this long
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Phases of the unit that mean "still working".
 BUSY_STATES = ("active", "activating", "reloading")
 
@@ -120,34 +122,24 @@ def _tools(settings: HostSettings) -> None:
                  packages=["python3-venv", "rsync", "ca-certificates"], no_recommends=True,
                  update=True, cache_time=24 * 3600)
     if not settings.in_group("gpu_nodes"):
-        _trust_extra_cas(settings)  # roles/base does it on gpu nodes
-    for path, mode in ((CONFIG_DIR, "0755"), (STATE_DIR, "0755"), ("/opt/inference-host", "0755")):
+        trust_extra_cas(settings)  # roles/base does it on gpu nodes
+    for path, mode in ((CONFIG_DIR, "0755"), (STATE_DIR, "0755"), (OPT_DIR, "0755")):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode=mode)
     pins = f"huggingface_hub=={HF_HUB_VERSION} hf_xet=={HF_XET_VERSION}"
     stamp = f"{ENV_DIR}/.inference-host-pins"
     installed = host.get_fact(FileText, path=stamp)
-    env = {"PIP_CERT": SYSTEM_CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if settings.base.pypi_index_url:
-        env["PIP_INDEX_URL"] = settings.base.pypi_index_url
     server.shell(
         name=f"Install {pins} into {ENV_DIR}",
         commands=[f"rm -rf {ENV_DIR} && python3 -m venv {ENV_DIR}"
                   f" && {ENV_DIR}/bin/pip install --quiet --no-cache-dir {pins}"
                   f" && echo '{pins}' > {stamp} || {{ rm -rf {ENV_DIR}; exit 1; }}"],
-        _env=env,
+        _env=pip_environment(settings),
         _if=lambda: installed != pins,
     )
     files.put(name=f"Install {TOOL}", src="roles/weights/files/inference-host-weights", dest=TOOL,
               user="root", group="root", mode="0755")
 
 
-def _trust_extra_cas(settings: HostSettings) -> None:
-    uploads = [files.put(name=f"Trust extra CA certificate {pem}", src=pem,
-                         dest=f"/usr/local/share/ca-certificates/inference-host-{index}.crt", mode="0644")
-               for index, pem in enumerate(settings.base.extra_ca_certificates)]
-    if uploads:
-        server.shell(name="Rebuild the system CA bundle", commands=["update-ca-certificates"],
-                     _if=lambda: any(op.did_change() for op in uploads))
 
 
 def _weight_set(ws: WeightSet) -> None:

@@ -6,7 +6,8 @@ of the README's main command converges it (in three passes the node starts itsel
 prepared and rebooted, guest created, deploy inside the guest; roles/proxmox_host,
 continue_in_guests); "the first deploy" below is that run. The next deploy must change nothing.
 Set INFERENCE_HOST_LAB_REUSE=1 to keep existing containers between local runs (faster,
-but the first deploy then proves less).
+but the first deploy then proves less). The replicas lab (inventory/lab_replicas.py) is deployed
+once per session too, for the replicas' and the monitoring tests.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 import testinfra
 
 import lab
-from tests.lab.harness import DeployRun, require_docker, run_deploy
+from tests.lab.harness import PROJECT_ROOT, DeployRun, require_docker, run_deploy
+
 
 @pytest.fixture(scope="session")
 def lab_walk() -> DeployRun:
@@ -50,3 +52,32 @@ def lab_second_deploy(lab_first_deploy) -> DeployRun:
 def gpu_guest(lab_first_deploy):
     """testinfra host for the lab's GPU-guest stand-in, after the first deploy."""
     return testinfra.get_host(f"docker://{lab.container_name('gpu')}")
+
+
+REPLICAS_INVENTORY = PROJECT_ROOT / "inventory" / "lab_replicas.py"
+REPLICAS_ROLES = ("rep-a", "rep-b", "gw")
+
+
+@pytest.fixture(scope="session")
+def replicas_first_deploy() -> DeployRun:
+    """inventory/lab_replicas.py deployed once per session from fresh containers: two replicas
+    and the gateway (tests/lab/test_replicas.py), the gateway's host also the monitor
+    (tests/lab/test_monitoring.py). One deploy for both modules keeps CI's lab time."""
+    require_docker()
+    if os.environ.get("INFERENCE_HOST_LAB_REUSE") != "1":
+        lab.down(REPLICAS_ROLES)
+    started = time.monotonic()
+    run = run_deploy(REPLICAS_INVENTORY)
+    assert run.returncode == 0, "first deploy of the replicas lab failed\n" + run.explain()
+    print(f"\nfirst deploy of two replicas, the gateway and its monitor: {time.monotonic() - started:.0f} s")
+    return run
+
+
+@pytest.fixture(scope="session")
+def replicas_second_deploy(replicas_first_deploy) -> DeployRun:
+    """The deploy after the first: it must change nothing (both modules assert it)."""
+    started = time.monotonic()
+    run = run_deploy(REPLICAS_INVENTORY)
+    assert run.returncode == 0, "second deploy of the replicas lab failed\n" + run.explain()
+    print(f"\nsecond deploy of the replicas lab (no change expected): {time.monotonic() - started:.0f} s")
+    return run

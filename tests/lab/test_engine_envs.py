@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.shared.layout import env_dir
+from roles.shared.engine_env import env_dir
 from roles.site import load_site
 from roles.site import lock as stack_lock
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy

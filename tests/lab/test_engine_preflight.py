@@ -27,16 +27,15 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
-import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles.serving import preflight
 from roles.site import load_site, load_stack
 from roles.site import lock as stack_lock
 from tests.lab.harness import PROJECT_ROOT, REQUIRE_LAB_ENV
 from tests.unit.conftest import InventoryFactory, gpu_node
+from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 
 pytestmark = pytest.mark.lab
 
@@ -83,7 +82,7 @@ def _two_nodes(tmp_path_factory, active: str):
     inventory = _factory(tmp_path_factory, f"tp-{active}")
     inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {active}")
     site = load_site(inventory.groups(gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11"}),
-                                                 ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})]))
+                                                 ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})]), ROLE_CHECKS)
     return [(f"two nodes, rank {rank}", site, site.hosts[name]) for rank, name in enumerate(("node-a", "node-b"))]
 
 
@@ -94,7 +93,7 @@ def _eagle3(tmp_path_factory, **extra):
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
     # 2048 tokens: with the drafter, the model's 262144 do not fit the KV cache (roles/serving/kv_cache.py).
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=2048,
-                                                          **extra)]))
+                                                          **extra)]), ROLE_CHECKS)
     return site, site.hosts["gpu1"]
 
 
@@ -220,7 +219,7 @@ def test_the_0_5_9_lock_with_torchs_own_cudnn_pin_is_refused(python312, model_di
     # Written as the lock command writes a lock: header, body, seal.
     (inventory.dir / "locks" / "sglang-0.5.9-cu128.txt").write_text(
         stack_lock.sealed(stack_lock.header(stack, "stack.yml") + body))
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node()]))
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node()]), ROLE_CHECKS)
     assert stack_lock.entries(site.stack.lock_text(stack.id))["nvidia-cudnn-cu12"] == "9.10.2.21"
     verdict = preflight.run(site, site.hosts["gpu1"], site.stack.active, *model_dirs, python=python312)
     assert not verdict["ok"]

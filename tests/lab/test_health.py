@@ -7,12 +7,14 @@ stand-in server that roles/serving runs there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 
 import pytest
 
+import lab
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 
 pytestmark = pytest.mark.lab
@@ -51,15 +53,52 @@ def run_checks(*extra: str) -> subprocess.CompletedProcess:
         timeout=600)
 
 
-def test_service_and_server_suites_pass_against_the_stand_in(lab_first_deploy):
-    completed = run_checks()
+# The one hardware answer the service suite needs that the lab has none of: nvidia-smi's GPU
+# list. This stand-in, put in the GPU guest only while a test runs, prints the real line of
+# 1 x H200 (tests/unit/data/gpu/h200-1gpu-health/query-gpu-health.csv) once per GPU, at
+# successive PCI addresses; any other nvidia-smi call fails, as on a host without the driver.
+H200_ROW = (PROJECT_ROOT / "tests/unit/data/gpu/h200-1gpu-health/query-gpu-health.csv").read_text().splitlines()[0]
+NVIDIA_SMI = "/usr/local/bin/nvidia-smi"
+
+
+@contextlib.contextmanager
+def gpus_seen(count: int):
+    rows = "\n".join(H200_ROW.replace("0, 00000000:00:06.0,", f"{i}, 00000000:00:{6 + i:02x}.0,", 1)
+                     for i in range(count))
+    script = (f"#!/bin/sh\n# Lab stand-in (tests/lab/test_health.py): {count} GPUs, nvidia-smi --query-gpu only\n"
+              f"case \"$1\" in --query-gpu=*) cat <<'EOF'\n{rows}\nEOF\n;;\n*) echo 'no driver' >&2; exit 9;; esac\n")
+    guest = lab.container_name("gpu")
+    subprocess.run(["docker", "exec", "-i", guest, "sh", "-c", f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"],
+                   input=script, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["docker", "exec", guest, "rm", "-f", NVIDIA_SMI], check=True)
+
+
+def _check(report, name: str) -> dict:
+    return next(c for c in json.loads(report.read_text())["checks"] if c["check"] == name)
+
+
+def test_service_and_server_suites_pass_against_the_stand_in(lab_first_deploy, tmp_path):
+    with gpus_seen(8):  # the inventory's gpu_count
+        completed = run_checks("--report", str(tmp_path / "report.json"))
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     assert "VERDICT: HEALTHY" in completed.stdout
+    # Read from the launcher the deploy wrote in the guest, against the GPUs seen there.
+    tp = _check(tmp_path / "report.json", "tensor parallel size matches the gpus")
+    assert tp["verdict"] == "PASS" and tp["detail"] == "--tp-size 8 = 8 GPUs seen (nvidia-smi)", tp
 
 
-def test_a_wrong_expectation_fails_with_expected_found_and_what_to_do(lab_first_deploy):
-    completed = run_checks("--expect", "serving_served_model_name=deepseek-v3")
+def test_a_wrong_expectation_fails_with_expected_found_and_what_to_do(lab_first_deploy, tmp_path):
+    with gpus_seen(7):  # planted: one of the 8 GPUs the unit's --tp-size 8 needs is gone
+        completed = run_checks("--expect", "serving_served_model_name=deepseek-v3",
+                               "--report", str(tmp_path / "report.json"))
     assert completed.returncode == 1, completed.stdout[-4000:]
     assert "VERDICT: UNHEALTHY" in completed.stdout
     assert "expected served model name 'deepseek-v3'" in completed.stdout
     assert "what to do" in completed.stdout
+    tp = _check(tmp_path / "report.json", "tensor parallel size matches the gpus")
+    assert tp["verdict"] == "FAIL", tp
+    assert ("expected --tp-size to give this node as many ranks as the GPUs it sees (7, nvidia-smi);"
+            " found 8 ranks per node in /opt/inference-host/current/serving/launch; what to do:") in tp["detail"], tp

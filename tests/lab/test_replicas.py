@@ -28,7 +28,7 @@ import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import load_site
 from roles.site import vault as secrets
-from tests.lab.harness import PROJECT_ROOT, require_docker, run_deploy
+from tests.lab.harness import PROJECT_ROOT, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -36,15 +36,8 @@ INVENTORY = PROJECT_ROOT / "inventory" / "lab_replicas.py"
 
 
 @pytest.fixture(scope="module")
-def first_deploy():
-    require_docker()
-    for role in ("rep-a", "rep-b", "gw"):
-        subprocess.run(["docker", "rm", "-f", lab.container_name(role)], capture_output=True)
-    started = time.monotonic()
-    run = run_deploy(INVENTORY)
-    assert run.returncode == 0, "first deploy failed\n" + run.explain()
-    print(f"\nfirst deploy of two replicas and the gateway: {time.monotonic() - started:.0f} s")
-    return run
+def first_deploy(replicas_first_deploy):
+    return replicas_first_deploy  # tests/lab/conftest.py: one deploy for this module and test_monitoring
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +93,8 @@ def test_requests_succeed_through_the_gateway(site, key):
     assert "smg_http_requests_total" in gw.check_output("curl -s http://127.0.0.1:29000/metrics")
 
 
-def test_second_deploy_changes_nothing(first_deploy):
-    run = run_deploy(INVENTORY)
-    assert run.returncode == 0, run.explain()
-    assert run.changed == [], run.changed
+def test_second_deploy_changes_nothing(replicas_second_deploy):
+    assert replicas_second_deploy.changed == [], replicas_second_deploy.changed
 
 
 def test_both_replicas_run_the_same_environment_from_the_same_lock(site):

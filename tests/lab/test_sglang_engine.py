@@ -17,7 +17,7 @@ import pytest
 
 import lab
 from roles.shared import legacy_layout
-from roles.shared.layout import env_dir
+from roles.shared.engine_env import env_dir
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 

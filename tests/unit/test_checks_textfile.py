@@ -1,4 +1,4 @@
-"""The checks as metrics (checks/textfile.py): a real JSON report of the lent H200 and a
+"""The checks as metrics (checks/textfile.py): a real JSON report of 1 × H200 (2026-12-01) and a
 failing one become the text exposition format that `promtool check metrics` accepts (the same
 parser family node_exporter's textfile collector uses), written atomically."""
 

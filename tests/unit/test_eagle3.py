@@ -26,8 +26,6 @@ def test_sglang_adds_one_to_config_ids_and_defaults_to_2_30_58_on_kimi():
     assert eagle3.sglang_capture_points(None, 61) == [2, 30, 58]
     assert eagle3.default_config_ids(61) == [1, 29, 57]
     assert eagle3.config_ids_for_points([2, 30, 58]) == [1, 29, 57]
-    # vLLM uses the ids unchanged: one layer earlier than SGLang for the same config.
-    assert eagle3.vllm_capture_points([1, 29, 57]) == [1, 29, 57]
 
 
 def test_specforge_default_ids_capture_sglang_default_points():

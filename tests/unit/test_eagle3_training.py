@@ -12,7 +12,6 @@ from pathlib import Path
 import jinja2
 import pytest
 
-import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import eagle3_training as job
 from roles.eagle3_training import lock as job_lock
 from roles.eagle3_training import lock_files
@@ -23,6 +22,7 @@ from roles.site import load_site
 from roles.site import lock as stack_lock
 from tests.unit import upstream_sources as upstream
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
 SPECFORGE_CLI = json.loads(data_file().read_text())
@@ -33,7 +33,7 @@ def host(inventory):
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(
         eagle3_training_enabled=True,
         eagle3_training_dataset={"path": "/data/prompts.jsonl", "sha256": "0" * 64},
-        serving_api_key_secret=None)]))
+        serving_api_key_secret=None)]), ROLE_CHECKS)
     return site.hosts["gpu1"]
 
 
@@ -299,11 +299,11 @@ def test_training_settings_are_checked_at_inventory_load(inventory):
     path = inventory.groups(gpu_nodes=[gpu_node(eagle3_training_enabled=True,
                                                 eagle3_training_specforge_lock="fffffff")])
     with pytest.raises(SiteError) as caught:
-        load_site(path)
+        load_site(path, ROLE_CHECKS)
     assert any("names no locked environment" in p for p in caught.value.problems)
     bad = inventory.groups("site2.py", gpu_nodes=[gpu_node(eagle3_training_dataset={"repo": "a/b", "revision": "main", "file": "x"})])
     with pytest.raises(SiteError) as caught:
-        load_site(bad)
+        load_site(bad, ROLE_CHECKS)
     assert any("'<40-hex commit>'" in p for p in caught.value.problems)
 
 

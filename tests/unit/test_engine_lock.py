@@ -15,7 +15,7 @@ import pytest
 from roles import engine_envs as engine
 from roles.engine_envs import lock as lock_command
 from roles.shared import engine_env, lock_compile, locked_env
-from roles.shared.layout import env_dir
+from roles.shared.engine_env import env_dir
 from roles.site import PROJECT_ROOT, load_site, load_stack
 from roles.site import lock as stack_lock
 from tests.unit.test_gpu_stack_plans import UBUNTU, plan

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import render, serving
 from roles.serving import preflight
 from roles.serving.command import server_arguments

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import connection, test_gpus, test_interconnect
+from checks import connection, test_gpus, test_interconnect, test_service
 from checks import gpu_parsers as parse
 from checks.conftest import verdict_table
 from checks.expectations import Expectations
@@ -121,7 +121,7 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
 
 def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
     """What the checks' timer exports (roles/monitoring/textfile.py): real nvidia-smi -q of the
-    lent H200 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
+    1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
     request = FakeRequest()
     for check in (test_gpus.test_temperature_margin, test_gpus.test_ecc_enabled_no_uncorrectable_errors,
                   test_gpus.test_no_active_clock_slowdown):
@@ -599,6 +599,60 @@ def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
     assert off is False and source.startswith("SGLang's default")
 
 
+def _service_host(launcher: str | None, env_file: str = "NCCL_P2P_LEVEL=SYS\n"):
+    """The answers of a deployed node's files: the launcher roles/serving wrote, its env file."""
+    def run(command):
+        if command.startswith("cat "):
+            return types.SimpleNamespace(rc=0 if launcher else 1, stdout=launcher or "",
+                                         stderr="" if launcher else "No such file or directory")
+        assert command.startswith("grep -E '^CUDA_VISIBLE_DEVICES=' "), command
+        lines = [line for line in env_file.splitlines() if line.startswith("CUDA_VISIBLE_DEVICES=")]
+        return types.SimpleNamespace(rc=0 if lines else 1, stdout="\n".join(lines), stderr="")
+    return types.SimpleNamespace(run=run)
+
+
+def _tp_check(launcher: str | None, e: Expectations, env_file: str = "NCCL_P2P_LEVEL=SYS\n") -> FakeRequest:
+    request = FakeRequest()
+    test_service.test_tensor_parallel_size_matches_the_gpus(
+        _service_host(launcher, env_file), {"LoadState": "loaded"}, probe(), e, request)
+    return request
+
+
+def _launcher(*args: str) -> str:
+    # As roles/serving/templates/launch.j2 writes it.
+    return ("#!/bin/sh\n# Launch the sglang 0.5.9 server of stack x, written by inference-host\n"
+            "exec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --model-path /models/k "
+            + " ".join(args) + " --host 0.0.0.0 --port 30000\n")
+
+
+def test_the_tensor_parallel_check_passes_where_the_rendered_size_is_the_gpus_seen():
+    # Hardware answer: the real 1 x H200 nvidia-smi list (tests/unit/data/gpu/h200-1gpu-health).
+    request = _tp_check(_launcher("--tp-size", "1"), expect(1))
+    assert request.detail == "--tp-size 1 = 1 GPUs seen (nvidia-smi)"
+    assert request.evidence[("tensor_parallel_ranks", ())] == 1
+    vllm = "#!/bin/sh\nexec /e/bin/python -m vllm.entrypoints.openai.api_server --model /m --tensor-parallel-size 1\n"
+    assert _tp_check(vllm, expect(1)).detail.startswith("--tensor-parallel-size 1 = 1 GPUs")
+    # Two nodes of one group: --tp-size counts both nodes' GPUs, each runs tp_size // nnodes.
+    two_nodes = _launcher("--tp-size", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "a:5000")
+    assert _tp_check(two_nodes, expect(1)).detail == "--tp-size 2 (1 per node) = 1 GPUs seen (nvidia-smi)"
+
+
+def test_the_tensor_parallel_check_fails_a_planted_size_with_what_to_do():
+    with pytest.raises(AssertionError) as failed:
+        _tp_check(_launcher("--tp-size", "8"), expect(1))
+    text = str(failed.value)
+    assert text.startswith("expected --tp-size to give this node as many ranks as the GPUs it sees (1, nvidia-smi);"
+                           f" found 8 ranks per node in {expect(1).launcher}; what to do: ")
+    assert "correct gpu_count" in text
+    # The env file hides the GPU: CUDA_VISIBLE_DEVICES= leaves the engine none.
+    with pytest.raises(AssertionError, match=r"GPUs it sees \(0, nvidia-smi and CUDA_VISIBLE_DEVICES= in "):
+        _tp_check(_launcher("--tp-size", "1"), expect(1), env_file="CUDA_VISIBLE_DEVICES=\n")
+    with pytest.raises(AssertionError, match="found none; what to do: re-run the deploy"):
+        _tp_check(_launcher(), expect(1))
+    with pytest.raises(AssertionError, match="found No such file or directory; what to do: re-run the deploy"):
+        _tp_check(None, expect(1))
+
+
 # -- connecting as pyinfra does ---------------------------------------------------------------------
 
 
@@ -632,7 +686,7 @@ def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
 
 @pytest.mark.parametrize("ranks", [2, 3, 5, 7, 8])
 def test_the_engine_check_passes_real_multi_rank_gloo_runs(ranks):
-    """Run on the lent machine's CPUs (one GPU there): N processes, every rank exact."""
+    """Run on the CPUs of the 1 × H200 machine (2026-12-01): N processes, every rank exact."""
     detail = test_interconnect.judge_engine_allreduce(0, (CHECKS / f"engine-gloo-{ranks}.txt").read_text(),
                                                       expect(ranks))
     assert detail.startswith(f"exact sums over {ranks} GPUs via torch.distributed gloo")

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles.serving import kv_cache
 from roles.serving.command import server_arguments
 from roles.site import SiteError, load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
 KIMI = json.loads((DATA / "kimi-k2.5-config.json").read_text())
@@ -32,7 +32,7 @@ def configs(inventory):
 def _site(inventory, **settings):
     # one file per variant: the site model reads an inventory file once
     name = "site.py" if not settings else "site_" + "_".join(f"{k}_{v}" for k, v in settings.items()).replace(".", "") + ".py"
-    return load_site(inventory.groups(name, gpu_nodes=[gpu_node(serving_speculative=SPEC, **settings)]))
+    return load_site(inventory.groups(name, gpu_nodes=[gpu_node(serving_speculative=SPEC, **settings)]), ROLE_CHECKS)
 
 
 def _problems(inventory, **settings) -> list[str]:
@@ -102,11 +102,11 @@ def test_a_fraction_that_leaves_no_room_for_the_drafter_is_refused(configs):
 
 
 def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node()]))
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node()]), ROLE_CHECKS)
     args = server_arguments(site.hosts["gpu1"], site.hosts, site.stack.active)
     assert "--max-running-requests" not in args and "--context-length" not in args
     site = load_site(inventory.groups("set.py", gpu_nodes=[gpu_node(serving_max_running_requests=64,
-                                                                    serving_context_length=32768)]))
+                                                                    serving_context_length=32768)]), ROLE_CHECKS)
     args = server_arguments(site.hosts["gpu1"], site.hosts, site.stack.active)
     assert args[args.index("--max-running-requests") + 1] == "64" and args[args.index("--context-length") + 1] == "32768"
 

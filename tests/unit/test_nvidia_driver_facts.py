@@ -82,7 +82,7 @@ def test_nvidia_smi_driver_version_with_eight_gpus():
 
 def test_nvml_mismatch_message_is_recognised():
     # Wording of nvidia-smi after a userspace upgrade without reboot, as quoted in public
-    # reports (NVIDIA/deepops#1186); not captured here: the lent machine is consistent.
+    # reports (NVIDIA/deepops#1186); not captured here: the 1 × H200 (580.159.04) is consistent.
     text = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n"
     parsed = parse_nvidia_smi_driver_version(text)
     assert parsed.mismatch_library_version == "580.95"
@@ -106,7 +106,7 @@ def test_other_nvidia_smi_failures_are_kept_in_its_words():
 @pytest.mark.parametrize("text, flavor", [
     ("Dual MIT/GPL\n", "open"),
     ("NVIDIA\n", "proprietary"),
-    (NO_MODINFO + "\n", "unknown"),      # the lent H200 has no modinfo (tools.txt)
+    (NO_MODINFO + "\n", "unknown"),      # the 1 × H200 machine has no modinfo (tools.txt)
     ("", "unknown"),
     # `modinfo nvidia` without -F: the labelled line among the others
     ("filename:       /lib/modules/6.8.0/updates/dkms/nvidia.ko\nlicense:        Dual MIT/GPL\n"

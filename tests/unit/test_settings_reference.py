@@ -10,7 +10,7 @@ COMMAND = "uv run python -m roles.site --settings > docs/settings.md"
 
 def test_every_setting_has_a_description():
     assert table.missing_descriptions() == [], (
-        "give these keys a Field(description=...) in roles/site/schema.py, then " + COMMAND)
+        "give these keys a Field(description=...) in its section (roles/site/sections/), then " + COMMAND)
 
 
 def test_the_committed_reference_is_the_generated_one():

@@ -12,7 +12,7 @@ import pytest
 
 from roles.serving.command import node_topology
 from roles.site import SiteError, load_site
-from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.conftest import PASSWORD, PROJECT_ROOT, gpu_node
 
 
 def problems_of(path) -> list[str]:
@@ -316,4 +316,27 @@ def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, t
                             env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(wrong)})
     assert result.returncode == 2, result.stdout + result.stderr
     assert "secret 'hf_token' cannot be decrypted" in result.stderr
+    assert "Connecting to hosts" not in result.stdout + result.stderr
+
+
+def test_an_api_key_beginning_with_a_dash_stops_the_deploy_before_connecting(inventory, tmp_path):
+    """argparse (vLLM's --config file, smg's --api-key) reads "-..." as an option: refused,
+    naming the secret, never printing its value."""
+    key = "-dash-first-key-value"
+    vault = inventory.vault(sglang_api_key=key)
+    source = (
+        "from validation import require_valid_inventory\n"
+        "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8,"
+        f" 'secrets_file': {vault!r}, 'serving_api_key_secret': 'sglang_api_key'}})]\n"
+        "require_valid_inventory(__file__)\n"
+    )
+    pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
+    password = tmp_path / "password"
+    password.write_bytes(PASSWORD)
+    result = subprocess.run([pyinfra, "-y", str(inventory.write(source)), "deploy.py"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(password)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "secret 'sglang_api_key' (serving_api_key_secret) begins with '-'" in result.stderr, result.stderr
+    assert key not in result.stdout + result.stderr
     assert "Connecting to hosts" not in result.stdout + result.stderr

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-import validation  # noqa: F401  (registers the roles' checks with the site model, as inventories do)
 from roles import serving
 from roles.serving.command import server_arguments
 from roles.site import SiteError, load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
 DRAFTER = {"draft_model_path": "/models/Kimi-K2.5-eagle3", "draft_config": "drafter.json",
@@ -33,7 +33,7 @@ FITTING = {"serving_context_length": 4096}
 def site_on(inventory, active: str, host: dict | None = None, **speculative):
     inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {active}")
     settings = FITTING if host is None else host
-    return load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative}, **settings)]))
+    return load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative}, **settings)]), ROLE_CHECKS)
 
 
 def problems_on(inventory, active: str, host: dict | None = None, **speculative) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from roles.serving import command as cmd
 from roles.engine_envs import patches_for
-from roles.shared import engine_env
+from roles.shared import engine_env, layout
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
 from roles.site import lock as stack_lock
 from checks import bench
@@ -134,7 +134,7 @@ def test_rendered_flags_exist_in_the_captured_cli():
     assert "--disable-custom-all-reduce" in args  # 8 PCIe GPUs: NCCL all-reduce
     assert json.loads(_value(args, "--speculative-config")) == {
         "method": "eagle3", "model": "/models/eagle3", "num_speculative_tokens": 3}
-    assert _value(args, "--config") == HOST.serving.secret_args_file  # the key is in there
+    assert _value(args, "--config") == layout.secret_args_link(HOST.serving.unit_name)  # the key is in there
     assert not any("api-key" in a or "api_key" in a for a in args)
 
 

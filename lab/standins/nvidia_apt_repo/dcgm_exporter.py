@@ -15,7 +15,8 @@ What is mirrored, from NVIDIA/dcgm-exporter (github.com/NVIDIA/dcgm-exporter):
 
 What is not: the values. The GPUs are those the driver stand-in lists
 (/proc/driver/nvidia/gpus/<address>/information, or the lab kernel stand-in's copy under
-/run/pve-standin), with nominal readings; a lab test plants a fault by writing
+/run/pve-standin; on inventory/lab_replicas.py's gpu nodes, which no stand-in node made, the
+copy lab.up plants under /run/dcgm-exporter-standin/proc-driver-nvidia), with nominal readings; a lab test plants a fault by writing
 /run/dcgm-exporter-standin/<gpu index>.json ({"DCGM_FI_DEV_XID_ERRORS": 79}), which stands in
 for what DCGM would have read from the driver. With no GPU it exits 1, as the real exporter
 does when NVML cannot initialize.
@@ -67,7 +68,8 @@ import argparse, glob, http.server, json, os, re, socket, sys
 NOMINAL = %(nominal)r
 FAULTS = os.environ.get("DCGM_STANDIN_FAULTS", "/run/dcgm-exporter-standin")
 # Where the driver (stand-in) lists its GPUs; the unit tests point it elsewhere.
-PROC_DIRS = os.environ.get("DCGM_STANDIN_PROC_DIRS", "/proc/driver/nvidia:/run/pve-standin/proc-driver-nvidia").split(":")
+PROC_DIRS = os.environ.get("DCGM_STANDIN_PROC_DIRS", "/proc/driver/nvidia:/run/pve-standin/proc-driver-nvidia:"
+                           "/run/dcgm-exporter-standin/proc-driver-nvidia").split(":")
 DRIVER = "%(driver)s"
 
 parser = argparse.ArgumentParser(prog="dcgm-exporter")

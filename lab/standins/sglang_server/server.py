@@ -35,8 +35,18 @@ varied (no repeated token loop), so a server check that looks at text can pass o
   `delta: {"role": "assistant", "content": ""}`, one content delta per token, a chunk with an
   empty delta and `finish_reason` "length" (max_tokens reached), a usage chunk with empty
   choices when `stream_options.include_usage`, then `data: [DONE]`;
-- /metrics `sglang:num_running_reqs` counts the requests being answered right now (the
-  scheduler's running batch: srt/metrics/collector.py), which a rolling switch waits on.
+- /metrics (with --enable-metrics): the names, types, labels and histogram buckets of the pinned
+  0.5.9 wheel's python/sglang/srt/metrics/collector.py. The scheduler's gauges
+  (SchedulerMetricsCollector; labels model_name, engine_type "unified", tp_rank, pp_rank,
+  moe_ep_rank as srt/managers/scheduler_metrics_mixin.py sets them): sglang:num_running_reqs (the
+  requests being answered right now, which a rolling switch waits on), num_queue_reqs,
+  gen_throughput, token_usage, num_used_tokens, cache_hit_rate, spec_accept_length,
+  spec_accept_rate. The tokenizer's (TokenizerMetricsCollector; label model_name,
+  srt/managers/tokenizer_manager.py): the counters sglang:prompt_tokens_total,
+  generation_tokens_total, num_requests_total and the histograms time_to_first_token_seconds,
+  inter_token_latency_seconds, e2e_request_latency_seconds with the collector's default buckets.
+  The values are the stand-in's own timings (no GPU, no KV cache: token_usage and
+  cache_hit_rate stay 0).
   SIGTERM stops the server at once and cuts open streams, as the real server's exit does.
 
 Lab-only knobs (environment, set through serving_extra_env):
@@ -113,6 +123,83 @@ def generate_text(prompt: str, max_tokens: int) -> list[str]:
             for i in range(max_tokens)]
 
 
+# srt/metrics/collector.py (0.5.9) TokenizerMetricsCollector's default buckets.
+TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
+ITL_BUCKETS = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+               0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000]
+E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
+
+
+class Histogram:
+    """prometheus_client's Histogram as it renders: cumulative _bucket{le=...}, +Inf, _sum, _count."""
+
+    def __init__(self, buckets: list[float]):
+        self.bounds, self.counts, self.sum, self.count = buckets, [0] * len(buckets), 0.0, 0
+
+    def observe(self, value: float) -> None:
+        self.sum, self.count = self.sum + value, self.count + 1
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out = [f'{name}_bucket{{{labels},le="{float(b)}"}} {c}' for b, c in zip(self.bounds, self.counts, strict=True)]
+        return out + [f'{name}_bucket{{{labels},le="+Inf"}} {self.count}', f"{name}_sum{{{labels}}} {self.sum}",
+                      f"{name}_count{{{labels}}} {self.count}"]
+
+
+class Metrics:
+    """What --enable-metrics exports, by collector.py's names (the module docstring lists them)."""
+
+    def __init__(self):
+        self.prompt_tokens = 0
+        self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
+        self.last_throughput = 0.0
+
+    def finished(self, prompt_tokens: int, tokens: int, began: float, first: float, end: float) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.ttft.observe(first - began)
+        self.e2e.observe(end - began)
+        if tokens > 1:  # the tokenizer manager observes the interval per new token
+            for _ in range(tokens - 1):
+                self.itl.observe((end - first) / (tokens - 1))
+            self.last_throughput = (tokens - 1) / max(end - first, 1e-6)
+
+    def text(self, state) -> str:
+        name = state.args.served_model_name or state.args.model_path
+        sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        tok = f'model_name="{name}"'
+        gauges = [("num_running_reqs", "The number of running requests.", state.running),
+                  ("num_used_tokens", "The number of used tokens.", 0),
+                  ("token_usage", "The token usage.", 0.0),
+                  ("gen_throughput", "The generation throughput (token/s).",
+                   self.last_throughput if state.running else 0.0),
+                  ("num_queue_reqs", "The number of requests in the waiting queue.", 0),
+                  ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
+                  ("spec_accept_length", "The average acceptance length of speculative decoding.",
+                   state.last_accept_length),
+                  ("spec_accept_rate", "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
+                   state.last_accept_rate)]
+        lines = []
+        for short, doc, value in gauges:
+            lines += [f"# HELP sglang:{short} {doc}", f"# TYPE sglang:{short} gauge", f"sglang:{short}{{{sched}}} {value}"]
+        for short, doc, value in (("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
+                                  ("generation_tokens", "Number of generation tokens processed.",
+                                   state.generated_tokens),
+                                  ("num_requests", "Number of requests processed.", state.requests)):
+            lines += [f"# HELP sglang:{short}_total {doc}", f"# TYPE sglang:{short}_total counter",
+                      f"sglang:{short}_total{{{tok}}} {float(value)}"]
+        for short, doc, hist in (("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                  self.ttft),
+                                 ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                  self.itl),
+                                 ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                                  self.e2e)):
+            lines += [f"# HELP sglang:{short} {doc}", f"# TYPE sglang:{short} histogram"]
+            lines += hist.lines(f"sglang:{short}", tok)
+        return "\n".join(lines) + "\n"
+
+
 class State:
     def __init__(self, args, version: str):
         self.args = args
@@ -134,6 +221,7 @@ class State:
         self.running = 0
         self.lock = threading.Lock()
         self.tokens_per_second = float(os.environ.get("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", "100"))
+        self.metrics = Metrics()
 
     def pace(self, index: int, began: float) -> None:
         """Hold token `index` until the request's decode speed lets it out."""
@@ -199,14 +287,7 @@ def make_handler(state: State):
                 return self._send(200, {"model_path": args.model_path, "tokenizer_path": args.model_path,
                                         "is_generation": True, "served_model_name": args.served_model_name})
             if path == "/metrics" and args.enable_metrics:
-                name = args.served_model_name or args.model_path
-                text = (f'sglang:num_requests_total{{model_name="{name}"}} {state.requests}\n'
-                        f'sglang:generation_tokens_total{{model_name="{name}"}} {state.generated_tokens}\n'
-                        f'sglang:num_running_reqs{{model_name="{name}"}} {state.running}\n')
-                labels = f'engine_type="unified",model_name="{name}",pp_rank="0",tp_rank="0"'
-                text += (f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{{{labels}}} {state.last_accept_length}\n"
-                         f"# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{{labels}}} {state.last_accept_rate}\n")
-                return self._send(200, text.encode(), "text/plain; version=0.0.4")
+                return self._send(200, state.metrics.text(state).encode(), "text/plain; version=0.0.4")
             if path in ("/server_info", "/get_server_info"):
                 internal = {"last_gen_throughput": 0.0}
                 if state.speculative and state.spec_forward_ct:
@@ -253,14 +334,16 @@ def make_handler(state: State):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            began = time.monotonic()
+            began = first = time.monotonic()
             self.wfile.write(event([choice({"role": "assistant", "content": ""})]))
             self.wfile.flush()
             for index, token in enumerate(tokens):
                 state.pace(index, began)
                 self.wfile.write(event([choice({"content": token if index == 0 else " " + token})]))
                 self.wfile.flush()
+                first = first if index else time.monotonic()
             state.decoded(len(tokens))
+            state.metrics.finished(len(prompt.split()), len(tokens), began, first, time.monotonic())
             self.wfile.write(event([choice({}, "length")]))
             if (body.get("stream_options") or {}).get("include_usage"):
                 prompt_tokens = len(prompt.split())
@@ -270,10 +353,13 @@ def make_handler(state: State):
             self.wfile.flush()
 
         def _answer(self, path: str, body: dict):
+            began = time.monotonic()
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 tokens = generate_text(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
                 state.decoded(len(tokens))
+                now = time.monotonic()
+                state.metrics.finished(len(str(body.get("text", "")).split()), len(tokens), began, now, now)
                 return self._send(200, {"text": " ".join(tokens), "meta_info": {
                     "id": hashlib.md5(json.dumps(body).encode()).hexdigest(),
                     "prompt_tokens": len(str(body.get("text", "")).split()),
@@ -285,6 +371,8 @@ def make_handler(state: State):
                 if body.get("stream"):
                     return self._stream_chat(body, prompt, tokens)
                 state.decoded(len(tokens))
+                now = time.monotonic()
+                state.metrics.finished(len(prompt.split()), len(tokens), began, now, now)
                 return self._send(200, {
                     "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],
                     "object": "chat.completion", "created": int(time.time()),

@@ -1,0 +1,20 @@
+"""uv on a host: which CA bundle it trusts, which index it uses and where its caches live
+(pip: roles/shared/pip.py)."""
+
+from __future__ import annotations
+
+from roles.shared.layout import SYSTEM_CA_BUNDLE
+from roles.site import HostSettings
+
+
+def uv_environment(settings: HostSettings) -> dict[str, str]:
+    """uv on a host: the system CA bundle, the site's index mirror for packages and its mirror
+    for uv's managed CPython builds (uv's documented UV_* variables)."""
+    root = settings.base.install_root
+    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
+           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
+    if settings.base.pypi_index_url:
+        env["UV_INDEX_URL"] = settings.base.pypi_index_url
+    if settings.sglang.python_install_mirror:
+        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
+    return env

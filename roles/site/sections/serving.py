@@ -1,0 +1,132 @@
+"""roles/serving: the engine's command line and unit (serving_*), and its speculative drafter."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from roles.site.fields import (
+    AbsolutePath,
+    IpAddress,
+    SecretName,
+    Section,
+    check,
+    one_of,
+    positive,
+    tcp_port,
+)
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SpeculativeSettings(BaseModel):
+    """serving_speculative: an EAGLE/EAGLE-3 drafter (checked per release by
+    roles/serving/speculative.py). draft_config / target_config: copies of the drafter's and the
+    target's config.json on the control machine, relative to the inventory file."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    draft_model_path: str = Field(description=(
+        "The drafter's directory on the host (--speculative-draft-model-path)."))
+    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = Field("EAGLE3", description=(
+        "--speculative-algorithm: EAGLE or EAGLE3."))
+    num_steps: int = Field(3, description="--speculative-num-steps: draft steps per round.")
+    eagle_topk: int = Field(1, description=(
+        "--speculative-eagle-topk: branches per draft step (vLLM drafts a chain: 1)."))
+    num_draft_tokens: int = Field(4, description=(
+        "--speculative-num-draft-tokens; with eagle_topk 1 it must be num_steps + 1."))
+    spec_v2: bool = Field(False, description=(
+        "SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in "
+        "0.5.9/0.5.10)."))
+    draft_config: str | None = Field(None, description=(
+        "Copy of the drafter's config.json on the control machine, relative to the inventory file."))
+    target_config: str | None = Field(None, description=(
+        "Copy of the target's config.json on the control machine, relative to the inventory file."))
+
+
+class ServingSettings(Section):
+    """roles/serving: the SGLang server's command line and unit."""
+
+    PREFIX: ClassVar[str] = "serving_"
+
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
+                                    "a systemd unit name")] = Field("inference-engine", description=(
+        "Name of the engine's systemd unit (<name>.service) and of its env and secret-argument "
+        "files."))
+    model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(
+        "The model directory the engine loads (--model-path); also where roles/weights puts the "
+        "weights by default."))
+    served_model_name: str = Field("kimi-k2.5", description=(
+        "The model name clients ask for (--served-model-name)."))
+    host: IpAddress = Field("127.0.0.1", description=(
+        "Address the engine binds (--host); a wildcard bind is probed on loopback. Behind a "
+        "gateway it may not be loopback."))
+    port: Annotated[int, tcp_port] = Field(30000, description="The engine's HTTP port (--port).")
+    trust_remote_code: bool = Field(True, description=(
+        "--trust-remote-code: Kimi-K2.5's tokenizer is Python code in the model folder "
+        "(tokenization_kimi.py, named by tokenizer_config.json's auto_map); it runs as the service"
+        " user inside the sandbox. False for a model without custom code."))
+    attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla",
+                                             "trtllm_mla")] | None = Field(None, description=(
+        "SGLang's --attention-backend; None: the pinned release's safe default for the GPU "
+        "architecture."))
+    mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
+                                                "a fraction from 0.1 to 0.99")] = Field(0.92, description=(
+        "SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache."))
+    cuda_graph_max_bs: Annotated[int, positive] | None = Field(None, description=(
+        "Largest batch captured in CUDA graphs (--cuda-graph-max-bs, spelled per release); None: "
+        "SGLang's default."))
+    max_running_requests: Annotated[int, positive] | None = Field(None, description=(
+        "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (with a drafter"
+        " SGLang caps it at 48, rendered explicitly)."))
+    context_length: Annotated[int, positive] | None = Field(None, description=(
+        "--context-length; None: the model's (262144 for Kimi-K2.5). With a drafter, context_length x"
+        " max_running_requests must fit the KV cache estimated from the models' config.json"
+        " (docs/serving-memory.md)."))
+    chunked_prefill_size: Annotated[int, positive] | None = Field(None, description=(
+        "--chunked-prefill-size; None: SGLang's default."))
+    watchdog_timeout: Annotated[int, positive] = Field(600, description=(
+        "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a "
+        "hang ends."))
+    drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = Field(300, description=(
+        "Behind a gateway, a rolling switch takes the replica out, then waits up to this long for its"
+        " running requests to end (the engine's own /metrics) before restarting it; smg's drain"
+        " settle time is the same."))
+    enable_metrics: bool = Field(True, description=(
+        "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
+    api_key_secret: SecretName | None = Field(None, description=(
+        "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
+        "line. Shared by every replica behind a gateway."))
+    hf_token_secret: SecretName | None = Field(None, description=(
+        "Vault key of the Hugging Face token (gated or private repositories), installed as a 0600 "
+        "file where the weights are downloaded."))
+    speculative: dict[str, Any] | None = Field(None, description=(
+        "An EAGLE/EAGLE-3 drafter: {draft_model_path, algorithm, num_steps, eagle_topk, "
+        "num_draft_tokens, spec_v2, draft_config, target_config}; checked per release "
+        "(docs/speculative-decoding.md)."))
+    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = Field("replicas", description=(
+        "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
+        "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
+        "rank 0 serves the API)."))
+    dist_init_host: str | None = Field(None, description=(
+        "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
+        "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."))
+    dist_init_port: Annotated[int, tcp_port] = Field(50000, description=(
+        "tensor_parallel: port of --dist-init-addr."))
+    launch_command: list[str] | None = Field(None, description=(
+        "The engine's launcher instead of <env>/bin/python -m sglang.launch_server; only the lab "
+        "sets it (the stand-in server). Leave unset in production."))
+    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = Field(1100, description=(
+        "Seconds the readiness wait (/health_generate, vLLM /health) allows after a start; below "
+        "the unit's TimeoutStartSec of 1200 s."))
+    extra_env: Annotated[dict[str, str], check(
+        lambda v: all(ENV_NAME_RE.match(k) for k in v),
+        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)")] = Field({}, description=(
+        "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
+        " name is an environment variable name (a space or '=' in it would write another one)."))
+    custom_all_reduce_pcie: bool = Field(False, description=(
+        "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
+        "measure (benchmark) first."))

