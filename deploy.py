@@ -46,7 +46,7 @@ from roles.proxmox_host import (
     proxmox_reboot,
 )
 from roles.serving import serving
-from roles.sglang import sglang
+from roles.engine_envs import engine_envs
 from roles.site import current_host
 from roles.weights import weights
 from roles.wheels import wheels
@@ -86,7 +86,7 @@ if builder:
 if engine_host:
     weights()  # on its own disk when no node keeps them; the service waits for a verified copy
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
-    sglang()
+    engine_envs()
     serving()
     if settings.eagle3_training.enabled:
         eagle3_training()  # laid down only: the user starts its steps (systemctl)

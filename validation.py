@@ -9,7 +9,7 @@ speculative decoding settings with the drafter's config against the target's, pe
 (roles/eagle3_training/checks.py). Importing this module registers nothing: the same list is
 passed to every validation (roles/render.py passes it too; `python -m roles.site FILE` and
 load_site run the list the file's own call names). The stacks' locks are the model's own check
-(roles/site/lock.py: local files only, no network); `python -m roles.sglang.lock` makes them
+(roles/site/lock.py: local files only, no network); `python -m roles.engine_envs.lock` makes them
 (`python -m roles.eagle3_training.lock` the job's).
 """
 

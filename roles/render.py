@@ -255,7 +255,7 @@ def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
         p.template(path, template, **kwargs)
     p.file(units.EXPECT_FILE, units.expect_text(settings, site))
     p.file(f"{units.env_dir(requirements)}.requirements.txt", requirements)
-    p.note(f"{bundle}: a copy of {len(checks_env.bundle_files())} files of the checks (tests/infra, roles/site)")
+    p.note(f"{bundle}: a copy of {len(checks_env.bundle_files())} files of the checks (checks, roles/site)")
 
 
 ROLES = {  # group -> previews, in deploy.py's order

@@ -183,6 +183,6 @@ def _start(settings: HostSettings, changed: list) -> None:
         name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
         commands=[f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
                   f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
-                  " here and the verdict of python -m tests.infra.gateway INVENTORY' >&2; exit 1"],
+                  " here and the verdict of python -m checks.gateway INVENTORY' >&2; exit 1"],
         _if=lambda: started.did_change() or restarted.did_change(),
     )

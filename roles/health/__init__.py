@@ -1,4 +1,4 @@
-"""roles/health: the health checks (tests/infra) as the last step of every deploy.
+"""roles/health: the health checks (checks) as the last step of every deploy.
 
 A pyinfra operation rather than code in deploy.py: deploy.py stays dispatch-only, and an
 operation runs at execution time, after every operation before it has changed the host, in
@@ -59,14 +59,14 @@ def _fail(message: str) -> None:
 
 
 def check_command(inventory: str, host_name: str, suites: list[str], report: str) -> list[str]:
-    return [sys.executable, "-m", "tests.infra", "--inventory", inventory, "--host", host_name,
+    return [sys.executable, "-m", "checks", "--inventory", inventory, "--host", host_name,
             "--suites", ",".join(suites), "--report", report]
 
 
 def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
     """Runs the suites against host_name; returns why they failed, or None when they passed."""
     safe = host_name.replace("/", "_").replace("@", "")
-    # The deploy's own report folder (git-ignored): made here, since tests.infra refuses a
+    # The deploy's own report folder (git-ignored): made here, since checks refuses a
     # --report whose folder is missing (a mistyped path of the user's is not made).
     (PROJECT_ROOT / "reports").mkdir(exist_ok=True)
     report = str(Path("reports") / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
@@ -75,5 +75,5 @@ def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
     if completed.returncode == 0:
         return None
     return (f"health checks of {host_name} failed (exit {completed.returncode}): see the verdict "
-            f"table above and {report}; re-run them alone with: uv run python -m tests.infra "
+            f"table above and {report}; re-run them alone with: uv run python -m checks "
             f"--inventory {inventory} --host {host_name} --suites {','.join(suites)}")

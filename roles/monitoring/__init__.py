@@ -5,7 +5,7 @@ prometheus-node-exporter with its textfile collector. On every gpu node also: NV
 exporter (datacenter-gpu-manager-exporter, from NVIDIA's CUDA repository that roles/cuda
 configures), and inference-host-checks.timer, which runs the fast health suites every
 monitoring_check_interval and writes their verdicts and evidence for node_exporter
-(tests/infra/textfile.py), from a copy of the checks in an environment installed exactly from
+(checks/textfile.py), from a copy of the checks in an environment installed exactly from
 the project's uv.lock (roles/monitoring/checks_env.py).
 
 On the monitors group: the distribution's prometheus and prometheus-alertmanager, configured
@@ -90,7 +90,7 @@ def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
 
 
 def _checks_timer(settings: HostSettings, site: Site) -> None:
-    """The checks (a copy of tests/infra and the site model) and their environment, then the
+    """The checks (a copy of checks and the site model) and their environment, then the
     timer. A changed bundle or lock is a new directory; the unit points at the current one."""
     requirements = checks_env.requirements((PROJECT_ROOT / "uv.lock").read_text())
     env, bundle = units.env_dir(requirements), units.bundle_dir(checks_env.bundle_digest())

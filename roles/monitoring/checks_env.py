@@ -1,8 +1,8 @@
-"""What the checks' timer runs on a gpu node: the project's health checks (tests/infra and the
+"""What the checks' timer runs on a gpu node: the project's health checks (checks and the
 site model they read their expectations through) in their own small environment, installed
 exactly from the project's own uv.lock (the versions and hashes the controller runs them with).
 
-The environment holds only what `python -m tests.infra --hosts local://` imports: pytest,
+The environment holds only what `python -m checks --hosts local://` imports: pytest,
 pytest-testinfra, pydantic and PyYAML, with their dependencies as uv.lock resolved them.
 """
 
@@ -16,9 +16,9 @@ from roles.site import PROJECT_ROOT
 
 ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml")
 # The files the checks need on the host, relative to the project root.
-BUNDLE_GLOBS = ("tests/__init__.py", "tests/infra/*.py", "tests/infra/programs/*", "tests/infra/reference.yml",
+BUNDLE_GLOBS = ("checks/*.py", "checks/programs/*", "checks/reference.yml",
                 "roles/__init__.py", "roles/site/*.py", "roles/site/sections/*.py", "inventory/stack.yml",
-                # the pure helpers tests/infra imports (parsers shared with the roles; no pyinfra)
+                # the pure helpers checks imports (parsers shared with the roles; no pyinfra)
                 "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
                 "roles/shared/replicas.py", "roles/shared/layout.py", "roles/shared/nccl.py")
 

@@ -318,7 +318,7 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
                 f'{{host=~"{regex}"}}[10m]))) > {limit}', "10m", "warning",
                 f"p95 {words} on {{{{ $labels.host }}}} is {{{{ $value | humanizeDuration }}}}",
                 f"Over {limit} s ({key}) for 10 minutes. What to do: look at the load (running and queued requests "
-                f"in {engine}'s /metrics); run `python -m tests.infra.bench` against the host and compare with "
+                f"in {engine}'s /metrics); run `python -m checks.bench` against the host and compare with "
                 "reports/bench-history.jsonl; a recent deploy or stack change is the first suspect."))
     out.append(Alert(
         "WeightsManifestMismatch", 'inference_host_check_ok{check="weights manifest matches the pin"} == 0', "0m",

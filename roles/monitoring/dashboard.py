@@ -11,7 +11,7 @@ Metric names, by source (tests/unit/test_monitoring_dashboard.py checks each one
   histograms with _bucket); vLLM 0.16.0 vllm/v1/metrics/loggers.py;
 - NVIDIA dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_POWER_USAGE, DCGM_FI_DEV_GPU_TEMP,
   DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE;
-- the checks' timer (tests/infra/textfile.py): inference_host_check_ok, inference_host_checks_*.
+- the checks' timer (checks/textfile.py): inference_host_check_ok, inference_host_checks_*.
 """
 
 from __future__ import annotations

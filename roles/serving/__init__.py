@@ -3,7 +3,7 @@ stacks with health-gated rollback. Both engines run under the same unit name, co
 scripts, so switching the active stack from one engine to the other is an upgrade like any
 other, and only one engine holds the GPUs at a time (one unit; its cleanup stops stale ones).
 
-What it lays down on a gpu node, per engine environment (one per stack, built by roles/sglang):
+What it lays down on a gpu node, per engine environment (one per stack, built by roles/engine_envs):
 
     <env>/serving/launch                        the release's command line
     <env>/serving/<unit>.env                    NCCL + engine environment of that release (0600)
@@ -13,10 +13,10 @@ What it lays down on a gpu node, per engine environment (one per stack, built by
 and once per host:
 
     /etc/systemd/system/<unit>.service     -> <install_root>/current/serving/<unit>.service
-    /etc/sglang/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
+    /etc/inference-host/engine/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
     /usr/local/libexec/inference-host/sglang-*  cleanup, readiness wait, switch-with-rollback
 
-An upgrade (a new `active` stack) is built beside the old one by roles/sglang and configured
+An upgrade (a new `active` stack) is built beside the old one by roles/engine_envs and configured
 in its own folder, so nothing the running release uses is rewritten; this role then points
 `current` at it, reloads systemd and restarts; if /health_generate never answers 200 within
 serving_ready_timeout it points `current` back, which brings back the previous release's
@@ -48,6 +48,13 @@ from roles.shared import layout, nccl, templates
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import LIBEXEC
+from roles.shared.legacy_layout import (
+    LEGACY_SCRIPTS,
+    LEGACY_SECRET_DIR,
+    LegacyEngine,
+    legacy_engine,
+    moves_root,
+)
 from roles.shared.note import note
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
@@ -135,7 +142,7 @@ def restart_policy(settings: HostSettings, hosts: dict[str, HostSettings] | None
 
 
 def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> dict:
-    """Keyword arguments of roles/serving/templates/sglang.service.j2 (also used by the unit tests)."""
+    """Keyword arguments of roles/serving/templates/inference-engine.service.j2 (also used by the unit tests)."""
     hosts = site.hosts if site else None
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
@@ -150,8 +157,8 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         data_dir=base.data_dir,
         writable_paths=[base.data_dir, base.log_dir],
         env_file=paths["env_file"],
-        cleanup_script=f"{LIBEXEC}/sglang-cleanup",
-        wait_script=f"{LIBEXEC}/sglang-wait-ready",
+        cleanup_script=f"{LIBEXEC}/inference-engine-cleanup",
+        wait_script=f"{LIBEXEC}/inference-engine-wait-ready",
         launcher=paths["launcher"],
         probe_url=probe_url(settings, readiness_path(settings, hosts, stack.engine)),
         ready_timeout=serving.ready_timeout,
@@ -195,13 +202,17 @@ def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
     unit = f"{settings.serving.unit_name}.service"
+    # A host deployed before the engine-neutral names: its old unit serves until the switch.
+    legacy = legacy_engine(host, settings)
     changes = [_scripts(), _release_config(settings, stack)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
     switching = _switch_condition(settings, stack, unit, changes)
     _preflight(settings, stack, switching)
-    _switch_and_restart(settings, stack, unit, switching)
+    _switch_and_restart(settings, stack, unit, switching, legacy)
+    if legacy:
+        _remove_legacy(settings, legacy)
 
 
 def _scripts() -> list:
@@ -221,12 +232,12 @@ def release_templates(settings: HostSettings, stack: EngineStack,
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack, site)
     return [
-        (paths["env_file"], "roles/serving/templates/sglang.env.j2", "0600",
+        (paths["env_file"], "roles/serving/templates/inference-engine.env.j2", "0600",
          env_file_kwargs(settings, stack, site.hosts)),
         (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
          dict(stack_id=stack.id, engine_label=stack.label,
               command=shlex.join(launch_command(settings, stack, site)))),
-        (paths["unit"], "roles/serving/templates/sglang.service.j2", "0644",
+        (paths["unit"], "roles/serving/templates/inference-engine.service.j2", "0644",
          unit_text_kwargs(settings, stack, site)),
     ]
 
@@ -237,7 +248,7 @@ def env_file_text(settings: HostSettings, stack: EngineStack, site: Site) -> str
     return templates.render(template, **kwargs)
 
 
-SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")
+SCRIPTS = ("inference-engine-cleanup", "inference-engine-wait-ready", "inference-engine-switch", "inference-engine-rolling")
 
 
 def _release_config(settings: HostSettings, stack: EngineStack) -> list:
@@ -350,13 +361,16 @@ def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching)
     )
 
 
-def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching) -> None:
+def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching,
+                        legacy: LegacyEngine | None = None) -> None:
     current = layout.current_link(settings.base.install_root)
     # Facts read before anything ran, and the environment the switch points at.
     linked, state, target = switching.linked, switching.state, switching.target
-    reason = (f"switch {current} to stack {stack.id}" if linked != target
+    reason = (f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}" if legacy
+              else f"switch {current} to stack {stack.id}" if linked != target
               else "restart for changed settings" if state == "active" else "start")
-    command, behind = switch_command(settings, current_site().hosts, unit, current, target)
+    command, behind = switch_command(settings, current_site().hosts, unit, current, target,
+                                     legacy.unit if legacy else None)
     server.shell(
         name=f"{reason[0].upper()}{reason[1:]}: restart {unit} ({stack.label}) and wait until"
              f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
@@ -370,13 +384,33 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, s
 
 
 def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit: str, current: str,
-                   target: str) -> tuple[str, list[str]]:
-    """The switch, wrapped in sglang-rolling when this node is a replica behind gateways."""
-    switch = f"{LIBEXEC}/sglang-switch {unit} {current} {target}"
+                   target: str, legacy_unit: str | None = None) -> tuple[str, list[str]]:
+    """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways;
+    legacy_unit: the pre-rename unit it stops (and starts again on a rollback)."""
+    switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}" + (f" {legacy_unit}" if legacy_unit else "")
     rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
     behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
     if not behind:
         return switch, []
-    return (shlex.join([f"{LIBEXEC}/sglang-rolling", layout.secret_args_link(settings.serving.unit_name),
+    return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", layout.secret_args_link(settings.serving.unit_name),
                         worker_url(settings),
                         str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)
+
+
+def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
+    """After the new unit passed its health gate (a failed switch stops the deploy before
+    this): the old unit off boot and out of systemd, its names outside the root, and the old
+    root (roles/shared/legacy_layout.py says why its environments are rebuilt, not moved)."""
+    removed = [files.link(name=f"Remove {path} (the unit {legacy.unit} before the rename; {settings.serving.unit_name}.service serves)",
+                          path=path, present=False)
+               for path in (legacy.wants_link, legacy.unit_link)]
+    server.shell(name=f"Reload systemd: {legacy.unit} is gone", commands=["systemctl daemon-reload",
+                 f"systemctl reset-failed {legacy.unit} 2>/dev/null || true"],
+                 _if=lambda: any(op.did_change() for op in removed))
+    for name in LEGACY_SCRIPTS:
+        files.file(name=f"Remove {LIBEXEC}/{name} (now {LIBEXEC}/{name.replace('sglang-', 'inference-engine-')})",
+                   path=f"{LIBEXEC}/{name}", present=False)
+    gone = [LEGACY_SECRET_DIR] + ([legacy.root] if moves_root(legacy, settings) else [])
+    for path in gone:
+        files.directory(name=f"Remove {path} (the layout before the rename; now {settings.base.install_root}"
+                             f" and {layout.STABLE_DIR})", path=path, present=False)

@@ -1,8 +1,8 @@
 """Driver state of an NVIDIA host, parsed from its own tools' output: pure functions only.
 
 The one implementation of this parsing. No pyinfra import here (standard library only): the
-facts (roles/nvidia_driver/facts.py), the health checks (tests/infra/gpu_parsers.py re-exports these
-for tests/infra) and this file run as a script (below) all use these parsers, the last two on
+facts (roles/nvidia_driver/facts.py), the health checks (checks/gpu_parsers.py re-exports these
+for checks) and this file run as a script (below) all use these parsers, the last two on
 machines without pyinfra. Tested on real output (tests/unit/data/gpu/).
 """
 

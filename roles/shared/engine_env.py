@@ -1,4 +1,4 @@
-"""What an engine environment is made of, for the role that builds it (roles/sglang) and the
+"""What an engine environment is made of, for the role that builds it (roles/engine_envs) and the
 one that runs it (roles/serving): its lock, its kernel wheels and its stamp; and how any locked
 environment is built (the engine's and the EAGLE-3 training job's): exactly from its lock, into
 a new folder renamed into place when complete, byte-compiled, never replacing the live one.
@@ -23,8 +23,8 @@ from roles.shared.wheel_plan import planned_builds
 from roles.site import PROJECT_ROOT, EngineStack, HostSettings, Site, SiteError, current_site
 from roles.site import lock as stack_lock
 
-# roles/sglang applies them; the stamp reads them (a changed patch is a new environment).
-SGLANG_PATCHES = PROJECT_ROOT / "roles" / "sglang" / "patches"
+# roles/engine_envs applies them; the stamp reads them (a changed patch is a new environment).
+SGLANG_PATCHES = PROJECT_ROOT / "roles" / "engine_envs" / "patches"
 # Bump when the install commands change what an environment holds: every host rebuilds.
 RECIPE = "lock-sync-1"
 
@@ -138,6 +138,6 @@ def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
 
 
 def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:
-    """The uv environment of one engine stack as this deploy builds it (roles/sglang builds it,
+    """The uv environment of one engine stack as this deploy builds it (roles/engine_envs builds it,
     roles/serving runs it): <base_install_root>/envs/<stack id>-<stamp>."""
     return layout.engine_env(settings.base.install_root, stamp(site or current_site(), settings, stack))

@@ -1,18 +1,18 @@
 """Where things live on an engine host: the one owner of every path that more than one part of
 the project names (the roles that make them, the preview in roles/render.py, the health checks
-in tests/infra). Paths only one role ever names stay that role's constants.
+in checks). Paths only one role ever names stay that role's constants.
 
 A leaf: it imports nothing at all, so the health checks (shipped to hosts in the checks bundle,
 roles/monitoring/checks_env.py) and the site model, should it need a path, read it without a cycle.
 
-    <install_root>/envs/<stack id>-<stamp>/              one engine environment (roles/sglang)
+    <install_root>/envs/<stack id>-<stamp>/              one engine environment (roles/engine_envs)
     <install_root>/envs/<...>/serving/launch             its command line        } written by
     <install_root>/envs/<...>/serving/<unit>.env         its environment (0600)  } roles/serving,
     <install_root>/envs/<...>/serving/<unit>-secret-args.yaml  --config (0600)   } per release
     <install_root>/envs/<...>/serving/<unit>.service     its unit                }
     <install_root>/current -> envs/<...>                  the release that serves
     /etc/systemd/system/<unit>.service  -> <install_root>/current/serving/<unit>.service
-    /etc/sglang/<unit>-secret-args.yaml -> <install_root>/current/serving/<unit>-secret-args.yaml
+    /etc/inference-host/engine/<unit>-secret-args.yaml -> <install_root>/current/serving/<unit>-secret-args.yaml
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 SYSTEMD_DIR = "/etc/systemd/system"
 # The project's own helper scripts (roles/serving's switch and cleanup, roles/gateway's).
 LIBEXEC = "/usr/local/libexec/inference-host"
-# Stable names that do not change with the release: the health checks and sglang-rolling read
+# Stable names that do not change with the release: the health checks and inference-engine-rolling read
 # the API key here (a link through `current`, roles/serving).
-STABLE_DIR = "/etc/sglang"
+STABLE_DIR = "/etc/inference-host/engine"
 RELEASE_DIR_NAME = "serving"
 LAUNCHER_NAME = "launch"
 # The project's own folders; a role's files go in a subfolder named for it.
@@ -32,7 +32,7 @@ OPT_DIR = "/opt/inference-host"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Both driver roles keep nouveau off the GPUs (roles/nvidia_driver, roles/proxmox_host).
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
-# The gateway's API key (roles/gateway writes it, 0640 root:smg; tests/infra/gateway.py reads it).
+# The gateway's API key (roles/gateway writes it, 0640 root:smg; checks/gateway.py reads it).
 GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
 
 

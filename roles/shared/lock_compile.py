@@ -1,6 +1,6 @@
 """Resolving a lock on the control machine (the one step that talks to the index): `uv pip
 compile --generate-hashes` of some root requirements for the target platform. Used by the
-engine stacks' lock command (roles/sglang/lock.py) and the gateway's (roles/gateway/lock.py);
+engine stacks' lock command (roles/engine_envs/lock.py) and the gateway's (roles/gateway/lock.py);
 the lock's format, place and staleness are roles/site/lock.py's."""
 
 from __future__ import annotations

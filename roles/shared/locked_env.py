@@ -1,5 +1,5 @@
 """A uv environment installed exactly from a committed lock, built beside the live one: the
-engine environments (roles/sglang) and the gateway's (roles/gateway) are made the same way.
+engine environments (roles/engine_envs) and the gateway's (roles/gateway) are made the same way.
 
     <envs>/<name>.building   made from nothing: `uv venv`, `uv pip sync --require-hashes LOCK`
     <envs>/<name>            renamed into place (`mv -T`) only once complete, with a copy of the

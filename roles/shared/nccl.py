@@ -1,6 +1,6 @@
 """The NCCL variables an engine runs with, from nccl_*: one dict that roles/serving renders into
-each release's environment file (templates/sglang.env.j2) and the health checks run their
-all-reduce with when they cannot read that file (tests/infra/expectations.py)."""
+each release's environment file (templates/inference-engine.env.j2) and the health checks run their
+all-reduce with when they cannot read that file (checks/expectations.py)."""
 
 from __future__ import annotations
 

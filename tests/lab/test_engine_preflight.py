@@ -211,7 +211,7 @@ def test_the_0_5_9_lock_with_torchs_own_cudnn_pin_is_refused(python312, model_di
     assert without != text
     (inventory.dir / "stack.yml").write_text(without)
     old_entry = _entry(PROD.stack.lock_text("vllm-0.16.0-cu128"), "nvidia-cudnn-cu12")
-    from roles.sglang.lock import committed_body
+    from roles.engine_envs.lock import committed_body
 
     lock_file = PROJECT_ROOT / "inventory" / "locks" / "sglang-0.5.9-cu128.txt"
     body = committed_body(lock_file).replace(_entry(lock_file.read_text(), "nvidia-cudnn-cu12"), old_entry)

@@ -1,6 +1,6 @@
 """Kernel wheels from a separate builder to the gpu guest (inventory/lab.py with
 INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE): this machine's Docker engine builds a small real CUDA
-extension (tests/fixtures/tiny_cuda_ext) as the stack's flash-attn through the real
+extension (lab/fixtures/tiny_cuda_ext) as the stack's flash-attn through the real
 Dockerfile; the deploy carries the wheel from that builder's wheelhouse to the guest's and
 installs it with --no-deps --no-index. A stack that builds flash-attn from source and finds no
 wheel stops with its message; a rebuilt wheel (new inputs, new key) reaches a new environment."""
@@ -19,8 +19,8 @@ from tests.lab.harness import LAB_INVENTORY, require_lab_tool, run_deploy
 
 pytestmark = pytest.mark.lab
 
-FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "tiny_cuda_ext"
-ROOT = "/opt/sglang"
+FIXTURE = PROJECT_ROOT / "lab" / "fixtures" / "tiny_cuda_ext"
+ROOT = "/opt/inference-host"
 GUEST_WHEELHOUSE = "/var/lib/inference-host/wheelhouse/flash-attn"
 
 

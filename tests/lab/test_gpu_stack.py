@@ -4,7 +4,7 @@ The lab's GPU guest is an LXC guest of the stand-in Proxmox node (as in producti
 driver is the userspace-only mode at the node's kernel module version; the full mode (kernel
 module packages, nouveau, persistenced) is covered by the plan tests (tests/unit).
 
-NVIDIA's servers are replaced by the local repository stand-in (tests/standins/nvidia_apt_repo)
+NVIDIA's servers are replaced by the local repository stand-in (lab/standins/nvidia_apt_repo)
 that inventory/lab.py serves; it also holds newer driver versions than the pin (580.105.08,
 590.48.01), so these tests prove that the pin, not "newest wins", decides. No GPU and no kernel
 module exist here: what needs them is listed in docs/testing.md, "What is verified where".

@@ -48,7 +48,7 @@ def test_a_failing_check_fails_the_deploy(lab_first_deploy):
 
 def run_checks(*extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tests.infra", "--inventory", str(LAB_INVENTORY),
+        [sys.executable, "-m", "checks", "--inventory", str(LAB_INVENTORY),
          "--suites", "service,server", *extra], cwd=PROJECT_ROOT, capture_output=True, text=True,
         timeout=600)
 
@@ -101,4 +101,4 @@ def test_a_wrong_expectation_fails_with_expected_found_and_what_to_do(lab_first_
     tp = _check(tmp_path / "report.json", "tensor parallel size matches the gpus")
     assert tp["verdict"] == "FAIL", tp
     assert ("expected --tp-size to give this node as many ranks as the GPUs it sees (7, nvidia-smi);"
-            " found 8 ranks per node in /opt/sglang/current/serving/launch; what to do:") in tp["detail"], tp
+            " found 8 ranks per node in /opt/inference-host/current/serving/launch; what to do:") in tp["detail"], tp

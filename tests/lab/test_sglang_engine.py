@@ -1,4 +1,5 @@
-"""roles/sglang + roles/serving in the lab: the real sglang wheel in its versioned uv
+"""roles/engine_envs + roles/serving in the lab: the migration of a host deployed by main before
+the engine-neutral names (commit 7c5257e); the real sglang wheel in its versioned uv
 environment, patched; the stand-in server under the real systemd unit; restarts only on
 change; cleanup of stubborn children; upgrade and health-gated rollback with measured downtime."""
 
@@ -8,14 +9,17 @@ import json
 import shlex
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+import lab
+from roles.shared import legacy_layout
 from roles.shared.engine_env import env_dir
 from roles.site import load_site
-from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, run_deploy
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +36,7 @@ POLL_LOG = "/run/ih-downtime.log"
 
 
 def _main_pid(gpu_guest) -> str:
-    return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
+    return gpu_guest.check_output("systemctl show -p MainPID --value inference-engine.service")
 
 
 def _secrets() -> dict[str, str]:
@@ -65,6 +69,123 @@ def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
     return folder / "lab.py"
 
 
+# Main before the engine-neutral names: what a host deployed today runs (roles/shared/legacy_layout.py).
+OLD_MAIN = "7c5257e"
+UNIT = f"{HOST.serving.unit_name}.service"
+LEGACY_ROOT = "/opt/sglang"
+# systemd's catalog ids (systemd 252, src/systemd/sd-messages.h): a unit started, a unit stopped.
+UNIT_STARTED, UNIT_STOPPED = "39f53479d3a045ac8e11786248231fbf", "9d1aaa27d60140bd96365438aad20286"
+
+
+def _old_main(tmp: Path) -> Path:
+    """The project at OLD_MAIN with its own environment, sharing this lab's throwaway vault."""
+    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if known.returncode != 0:
+        pytest.fail(f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
+                    f" the migration test deploys it: git fetch origin {OLD_MAIN}")
+    tree = tmp / "old-main"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", OLD_MAIN], cwd=PROJECT_ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    # The same vault (API key, token), its password and the guest's SSH key: this lab's, not new ones.
+    (tree / ".lab").mkdir(mode=0o700)
+    for name in ("vault-password", "secrets.vault.yml", "guest-ssh-key", "guest-ssh-key.pub"):
+        if (lab.STATE_DIR / name).exists():
+            shutil.copy2(lab.STATE_DIR / name, tree / ".lab" / name)
+    subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
+    return tree
+
+
+def _starts(gpu_guest, unit: str, since: str, message: str = UNIT_STARTED) -> int:
+    out = gpu_guest.check_output(f"journalctl --no-pager -o cat --since @{since} MESSAGE_ID={message} UNIT={unit}")
+    return len(out.splitlines())
+
+
+def _as_old_main_left_it(gpu_guest) -> None:
+    """The session's guest back to what OLD_MAIN's deploy finds on a host it deployed: none of
+    the engine's new names. The lab's uv cache (a bind mount of this machine's folder at the new
+    root) is reached from the old root too, so that the old deploy downloads nothing; the
+    migration then finds the new root's cache there and leaves it (the move of a real cache
+    folder is the plan test's: tests/unit/test_serving_migration.py)."""
+    root, libexec = HOST.base.install_root, "/usr/local/libexec/inference-host"
+    gpu_guest.check_output(
+        f"systemctl stop {UNIT} && rm -f /etc/systemd/system/{UNIT} /etc/systemd/system/multi-user.target.wants/{UNIT}"
+        f" && systemctl daemon-reload && rm -rf {root}/envs {root}/locks {root}/current /etc/inference-host/engine"
+        f" {libexec}/inference-engine-* && mkdir -p {LEGACY_ROOT} && ln -sfn {lab.LAB_UV_CACHE_DEST} {LEGACY_ROOT}/uv-cache")
+
+
+def _old_deploy(tree: Path) -> DeployRun:
+    completed = subprocess.run(
+        ["uv", "run", "--frozen", "pyinfra", "-y", "--json", "--limit", lab.pyinfra_name("gpu"),
+         "inventory/lab.py", "deploy.py"], cwd=tree, capture_output=True, text=True, timeout=1800)
+    docs = json_documents(completed.stdout)
+    results = {"operations": [op for d in reversed(docs) for op in d["results"].get("operations", [])]} if docs else None
+    return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
+
+
+@pytest.fixture(scope="module")
+def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
+    """A host deployed by OLD_MAIN, then by this code: first with a release that never becomes
+    ready (the old unit must serve again), then as it is (the migration). Timings printed."""
+    tree = _old_main(tmp_path_factory.mktemp("migration"))
+    _as_old_main_left_it(gpu_guest)
+    started = time.monotonic()
+    old = _old_deploy(tree)
+    assert old.returncode == 0, "the deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
+    old_s = time.monotonic() - started
+    assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
+    _wait_healthy(gpu_guest)
+    started = time.monotonic()
+    failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
+    failed_s = time.monotonic() - started
+    # Right after the failed try: the old unit serves again, and only it is enabled at boot.
+    legacy_serves = (gpu_guest.service("sglang").is_running
+                     and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
+                     and not gpu_guest.service(HOST.serving.unit_name).is_enabled)
+    since = gpu_guest.check_output("date +%s")
+    started = time.monotonic()
+    run = run_deploy()
+    migration_s = time.monotonic() - started
+    print(f"\nmigration: old main's deploy {old_s:.0f} s, a failing first deploy {failed_s:.0f} s,"
+          f" the migration {migration_s:.0f} s")
+    return {"failed": failed, "run": run, "since": since, "legacy_serves": legacy_serves}
+
+
+def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
+    failed = migrated["failed"]
+    assert failed.returncode != 0, "the deploy must fail when the new unit never becomes ready"
+    text = failed.stdout + failed.stderr
+    assert "ROLLED BACK" in text and "sglang.service serves again" in text, failed.explain()
+    assert migrated["legacy_serves"], "after the failed try the old unit must serve, the new one be off boot"
+
+
+def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
+    run, since = migrated["run"], migrated["since"]
+    assert run.returncode == 0, run.explain()
+    assert any(name.startswith("Serving | Migrate from sglang.service") for name in run.changed), run.changed
+    assert _starts(gpu_guest, UNIT, since) == 1, "the new unit must start exactly once"
+    assert _starts(gpu_guest, "sglang.service", since) == 0, "the old unit must not start again"
+    assert _starts(gpu_guest, "sglang.service", since, UNIT_STOPPED) == 1
+    assert gpu_guest.service(HOST.serving.unit_name).is_running and gpu_guest.service(HOST.serving.unit_name).is_enabled
+    _wait_healthy(gpu_guest, timeout=5)
+    assert run.health_checks, "the deploy's health check did not run"
+    # Nothing of the old names is left: unit, boot link, scripts, secret dir, root.
+    for path in ["/etc/systemd/system/sglang.service", "/etc/systemd/system/multi-user.target.wants/sglang.service",
+                 "/etc/sglang", LEGACY_ROOT,
+                 *(f"/usr/local/libexec/inference-host/{name}" for name in legacy_layout.LEGACY_SCRIPTS)]:
+        assert not gpu_guest.file(path).exists, f"{path} is left after the migration"
+    assert gpu_guest.run("systemctl cat sglang.service").rc != 0
+    assert "sglang.service" not in gpu_guest.check_output("systemctl list-units --all --no-legend --plain")
+
+
+def test_the_deploy_after_the_migration_changes_nothing(gpu_guest, migrated):
+    before = _main_pid(gpu_guest)
+    unchanged = run_deploy()
+    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    assert _main_pid(gpu_guest) == before
+
+
 def _wait_healthy(gpu_guest, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -79,7 +200,7 @@ def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
     version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
                                      "'import importlib.metadata as m; print(m.version(\"sglang\"))'")
     assert version == OLD.sglang  # the real wheel of the pinned release
-    assert gpu_guest.service("sglang").is_running and gpu_guest.service("sglang").is_enabled
+    assert gpu_guest.service("inference-engine").is_running and gpu_guest.service("inference-engine").is_enabled
     models = json.loads(gpu_guest.check_output(
         f"curl -sf -H 'Authorization: Bearer {_api_key()}' {URL}/v1/models"))
     assert models["data"][0]["id"] == HOST.serving.served_model_name
@@ -89,36 +210,36 @@ def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
 
 def test_api_key_and_environment_stay_private(gpu_guest, lab_second_deploy):
     cmdline = gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
-    assert _api_key() not in cmdline and f"--config {_config(OLD)}/sglang-secret-args.yaml" in cmdline
+    assert _api_key() not in cmdline and f"--config {_config(OLD)}/inference-engine-secret-args.yaml" in cmdline
     assert gpu_guest.check_output(f"ps -o user= -p {_main_pid(gpu_guest)}") == HOST.base.service_user
-    secret_args = gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml")
+    secret_args = gpu_guest.file(f"{_config(OLD)}/inference-engine-secret-args.yaml")
     assert secret_args.mode == 0o600 and secret_args.user == HOST.base.service_user
-    assert gpu_guest.file("/etc/sglang/sglang-secret-args.yaml").linked_to == secret_args.path
-    env_file = gpu_guest.file(f"{_config(OLD)}/sglang.env")
+    assert gpu_guest.file("/etc/inference-host/engine/inference-engine-secret-args.yaml").linked_to == secret_args.path
+    env_file = gpu_guest.file(f"{_config(OLD)}/inference-engine.env")
     assert env_file.mode == 0o600 and env_file.contains("^NCCL_P2P_LEVEL=SYS$")
     assert env_file.contains("^SGLANG_ENABLE_JIT_DEEPGEMM=0$")
 
 
 def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy):
-    assert gpu_guest.file("/etc/systemd/system/sglang.service").linked_to == f"{_config(OLD)}/sglang.service"
-    assert gpu_guest.service("sglang").is_enabled
-    assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value sglang") == "yes"
+    assert gpu_guest.file("/etc/systemd/system/inference-engine.service").linked_to == f"{_config(OLD)}/inference-engine.service"
+    assert gpu_guest.service("inference-engine").is_enabled
+    assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value inference-engine") == "yes"
     # libcuda cannot make /dev/nvidia-uvm itself under NoNewPrivileges: the unit waits for the one that does
-    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value sglang").split()
-    assert gpu_guest.check_output("systemctl show -p ProtectSystem --value sglang") == "strict"
+    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value inference-engine").split()
+    assert gpu_guest.check_output("systemctl show -p ProtectSystem --value inference-engine") == "strict"
     # The sandbox is in force on the running server: / is read-only to it, its home is not.
     pid = _main_pid(gpu_guest)
     mounts = gpu_guest.check_output(f"cat /proc/{pid}/mountinfo")
     options = {line.split()[4]: line.split()[5].split(",") for line in mounts.splitlines()}
     assert "ro" in options["/"] and "rw" in options[HOST.base.data_dir], mounts
-    score = gpu_guest.run("systemd-analyze security --no-pager sglang.service")
-    assert "Overall exposure level for sglang.service" in score.stdout, score.stdout + score.stderr
-    exposure = float(score.stdout.rsplit("sglang.service:", 1)[1].split()[0])
+    score = gpu_guest.run("systemd-analyze security --no-pager inference-engine.service")
+    assert "Overall exposure level for inference-engine.service" in score.stdout, score.stdout + score.stderr
+    exposure = float(score.stdout.rsplit("inference-engine.service:", 1)[1].split()[0])
     assert exposure < 4.0, score.stdout
 
 
 def test_start_up_log_is_the_releases_without_the_key(gpu_guest, lab_second_deploy):
-    journal = gpu_guest.check_output("journalctl -u sglang.service --no-pager -o cat")
+    journal = gpu_guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
     assert "server_args=ServerArgs(" in journal  # 0.5.9's line, from its patched source
     assert _leaked(journal) == [], "a secret reached the unit's journal"
 
@@ -130,8 +251,8 @@ def test_patches_are_applied_to_the_real_wheel(gpu_guest, lab_second_deploy):
 
 
 def test_unit_verifies_clean(gpu_guest, lab_second_deploy):
-    result = gpu_guest.run("systemd-analyze verify /etc/systemd/system/sglang.service")
-    assert result.rc == 0 and "sglang.service" not in result.stderr, result.stderr
+    result = gpu_guest.run("systemd-analyze verify /etc/systemd/system/inference-engine.service")
+    assert result.rc == 0 and "inference-engine.service" not in result.stderr, result.stderr
 
 
 def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy):
@@ -141,18 +262,16 @@ def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy
     # And a stray process of the service user outside the unit (a manual run's orphan).
     gpu_guest.check_output(f"systemd-run --quiet --uid={user} --unit=ih-stray sh -c 'trap \"\" TERM; sleep 600'")
     started = time.monotonic()
-    gpu_guest.check_output("systemctl stop sglang.service")
+    gpu_guest.check_output("systemctl stop inference-engine.service")
     assert time.monotonic() - started < 30
     assert gpu_guest.run(f"pgrep -u {user}").stdout.strip() == "", "processes of the service user survived the stop"
-    gpu_guest.check_output("systemctl start sglang.service")  # ExecStartPost waits for readiness
+    gpu_guest.check_output("systemctl start inference-engine.service")  # ExecStartPost waits for readiness
     _wait_healthy(gpu_guest)
 
 
-def test_changed_setting_restarts_unchanged_does_not(gpu_guest, lab_second_deploy):
+def test_changed_setting_restarts(gpu_guest, lab_second_deploy):
+    """(An unchanged deploy restarting nothing: test_the_deploy_after_the_migration_changes_nothing.)"""
     before = _main_pid(gpu_guest)
-    unchanged = run_deploy()
-    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
-    assert _main_pid(gpu_guest) == before
     changed = run_deploy(env={"INFERENCE_HOST_LAB_READY_TIMEOUT": "21"})
     try:
         assert changed.returncode == 0, changed.explain()
@@ -199,13 +318,13 @@ def _timed_deploy(gpu_guest, inventory, env=None):
 
 
 def _assert_runs_with_its_own_configuration(gpu_guest, stack):
-    unit = gpu_guest.check_output("systemctl cat sglang.service")
-    assert f"stack {stack.id}" in unit and f"EnvironmentFile={_config(stack)}/sglang.env" in unit
+    unit = gpu_guest.check_output("systemctl cat inference-engine.service")
+    assert f"stack {stack.id}" in unit and f"EnvironmentFile={_config(stack)}/inference-engine.env" in unit
     assert "health_generate 20\n" in unit  # the lab's ready timeout, not the failed deploy's 23
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
     assert f"{env_dir(HOST, stack, SITE)}/bin/python" in cmdline
-    assert f"--config {_config(stack)}/sglang-secret-args.yaml" in cmdline
+    assert f"--config {_config(stack)}/inference-engine-secret-args.yaml" in cmdline
     environ = gpu_guest.check_output(f"cat /proc/{pid}/environ | tr '\\0' '\\n'")
     assert "INFERENCE_HOST_STANDIN_NEVER_HEALTHY" not in environ and "NCCL_P2P_LEVEL=SYS" in environ
 
@@ -227,7 +346,7 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
             assert gpu_guest.file(f"{NEW_ENV}/bin/python").exists  # built beside
             _wait_healthy(gpu_guest, timeout=5)
             _assert_runs_with_its_own_configuration(gpu_guest, OLD)
-            assert gpu_guest.file(f"{_config(NEW)}/sglang.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
+            assert gpu_guest.file(f"{_config(NEW)}/inference-engine.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
             rolled.append(downtime)
             # The old release's configuration was never touched: nothing to do.
             assert run_deploy().returncode == 0
@@ -258,12 +377,12 @@ def test_no_secret_in_the_journal_of_either_release(gpu_guest, lab_second_deploy
 
 def test_deploy_with_diff_prints_no_secret(gpu_guest, lab_second_deploy):
     """Secret files written again under `pyinfra --diff`: its whole output holds no secret."""
-    gpu_guest.check_output(f"rm -f {_config(OLD)}/sglang-secret-args.yaml")
+    gpu_guest.check_output(f"rm -f {_config(OLD)}/inference-engine-secret-args.yaml")
     run = run_deploy(LAB_INVENTORY, "--diff")
     assert run.returncode == 0, run.explain()
     assert any("API key" in name for name in run.changed), run.changed
     assert _leaked(run.stdout + run.stderr) == [], "pyinfra --diff printed a secret"
-    assert gpu_guest.file(f"{_config(OLD)}/sglang-secret-args.yaml").mode == 0o600
+    assert gpu_guest.file(f"{_config(OLD)}/inference-engine-secret-args.yaml").mode == 0o600
 
 
 def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy):
@@ -273,9 +392,11 @@ def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy)
                           " --exclude-dir=dev")
     assert found.stdout.strip() == "", f"readable by others and holding a secret: {found.stdout}"
     # The check can see one: a world-readable copy is found.
-    gpu_guest.check_output(f"cp {_config(OLD)}/sglang-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
+    gpu_guest.check_output(f"cp {_config(OLD)}/inference-engine-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
     try:
         planted = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} /tmp")
         assert planted.stdout.strip() == "/tmp/ih-planted"
     finally:
         gpu_guest.run("rm -f /tmp/ih-planted")
+
+# rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)

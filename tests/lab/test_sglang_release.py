@@ -11,14 +11,14 @@ import pytest
 
 from roles.serving import cli_capture
 from roles.serving import command as cmd
-from roles.sglang import patches_for
+from roles.engine_envs import patches_for
 from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, load_stack
 
 pytestmark = pytest.mark.lab
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
-PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/sglang/patches/sglang").iterdir() if p.is_dir())
+PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/engine_envs/patches/sglang").iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("version", sorted({s.sglang for s in STACK.stacks.values() if s.engine == "sglang"}))

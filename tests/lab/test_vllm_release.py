@@ -62,11 +62,11 @@ def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
 
 
 def test_unit_and_env_file_of_a_vllm_release():
-    unit = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, VLLM, PROD))
+    unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, VLLM, PROD))
     assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
-    assert f"ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
-    assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup" in unit  # same cleanup
-    env = _render("sglang.env.j2", **serving.env_file_kwargs(HOST, VLLM))
+    assert f"ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
+    assert "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup" in unit  # same cleanup
+    env = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, VLLM))
     assert "NCCL_P2P_LEVEL=SYS" in env and "NCCL_IB_DISABLE=1" in env
     assert "SGLANG_" not in env
     names = re.findall(r"^(VLLM_\w+)=", env, re.M)

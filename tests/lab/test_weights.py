@@ -21,8 +21,8 @@ import pytest
 
 import lab
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, run_deploy
-from tests.standins import hf_hub
-from tests.standins.hf_hub import server as hub_server
+from lab.standins import hf_hub
+from lab.standins.hf_hub import server as hub_server
 
 pytestmark = pytest.mark.lab
 
@@ -95,7 +95,7 @@ def test_first_deploy_downloads_verifies_and_the_guest_serves_it(lab_first_deplo
     journal = guest("journalctl", "-u", "sglang", "--no-pager", "-o", "cat")
     assert f"loaded 2 weight file(s), {REPO.files[SHARD].size + REPO.files['model-00001-of-00002.safetensors'].size} bytes, from {GUEST_DIR}" in journal
     assert f"AssertPathExists={GUEST_DIR}/.inference-host/manifest.json" in guest(
-        "cat", "/etc/systemd/system/sglang.service")
+        "cat", "/etc/systemd/system/inference-engine.service")
 
 
 def test_no_change_deploy_neither_downloads_nor_hashes(lab_first_deploy):
@@ -198,7 +198,7 @@ def test_health_suite_checks_the_manifest_and_fails_on_another_pin(lab_first_dep
     def service_suite(**env: str) -> tuple[int, str]:
         report = tmp_path / f"health-{len(env)}.json"
         completed = subprocess.run(
-            [sys.executable, "-m", "tests.infra", "--inventory", "inventory/lab.py",
+            [sys.executable, "-m", "checks", "--inventory", "inventory/lab.py",
              "--host", lab.pyinfra_name("gpu"), "--suites", "service", "--report", str(report)],
             cwd=PROJECT_ROOT, capture_output=True, text=True, env={**os.environ, **env})
         checks = json.loads(report.read_text())["checks"] if report.exists() else []

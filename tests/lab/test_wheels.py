@@ -1,6 +1,6 @@
 """roles/wheels on a real Docker engine: the builder rehearsal (inventory/lab_builder.py).
 
-The deploy builds tests/fixtures/tiny_cuda_ext through roles/wheels/docker/flash-attn.Dockerfile and
+The deploy builds lab/fixtures/tiny_cuda_ext through roles/wheels/docker/flash-attn.Dockerfile and
 roles/wheels/docker/sgl-kernel.Dockerfile on this machine's engine, with the real job cap, cuobjdump check
 and wheelhouse. Each test session uses a fresh wheelhouse, so the first deploy really builds.
 """
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 
 INVENTORY = PROJECT_ROOT / "inventory" / "lab_builder.py"
 LAB_STACK = PROJECT_ROOT / "inventory" / "lab_builder.stack.yml"
-FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "tiny_cuda_ext"
+FIXTURE = PROJECT_ROOT / "lab" / "fixtures" / "tiny_cuda_ext"
 PACKAGES = ("flash-attn", "sgl-kernel")
 BUILD_OP = "Wheels | Build the {package} "
 

@@ -1,4 +1,4 @@
-"""tests/infra/bench.py: bench_serving's output -> history -> comparison -> chart."""
+"""checks/bench.py: bench_serving's output -> history -> comparison -> chart."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra import bench
-from tests.infra import gpu_parsers as parse
+from checks import bench
+from checks import gpu_parsers as parse
 
 DATA = Path(__file__).parent / "data" / "sglang" / "bench-serving-output.jsonl"
 WORKLOAD = {"dataset": "random-ids", "input_len": 1024, "output_len": 512, "concurrency": [1, 16],
@@ -30,7 +30,7 @@ def test_parse_bench_serving_output():
 
 
 def test_command_uses_random_ids_offline_and_the_sweep_concurrency():
-    command = bench.bench_command("/opt/sglang/venv/bin/python", "http://127.0.0.1:30000", "kimi-k2.5",
+    command = bench.bench_command("/opt/inference-host/venv/bin/python", "http://127.0.0.1:30000", "kimi-k2.5",
                                   "/models/Kimi-K2.5", 1024, 512, 64, 16, "/tmp/out.jsonl")
     text = " ".join(command)
     assert "-m sglang.bench_serving --backend sglang-oai-chat" in text

@@ -1,4 +1,4 @@
-"""The checks as metrics (tests/infra/textfile.py): a real JSON report of 1 × H200 (2026-12-01) and a
+"""The checks as metrics (checks/textfile.py): a real JSON report of 1 × H200 (2026-12-01) and a
 failing one become the text exposition format that `promtool check metrics` accepts (the same
 parser family node_exporter's textfile collector uses), written atomically."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra import textfile
+from checks import textfile
 from tests.unit.conftest import PROJECT_ROOT
 
 REPORT = PROJECT_ROOT / "tests/unit/data/gpu/h200-1gpu-checks/report-pass.json"
@@ -21,8 +21,8 @@ REPORT = PROJECT_ROOT / "tests/unit/data/gpu/h200-1gpu-checks/report-pass.json"
 def failing_report() -> dict:
     return {"seconds": 4.2, "checks": [
         {"suite": "service", "check": "unit active", "gpu": None, "verdict": "FAIL",
-         "detail": 'expected sglang.service active (running); found failed (exited), result "exit-code";\n'
-                   "what to do: `journalctl -u sglang -n 200`", "seconds": 0.1,
+         "detail": 'expected inference-engine.service active (running); found failed (exited), result "exit-code";\n'
+                   "what to do: `journalctl -u inference-engine -n 200`", "seconds": 0.1,
          "evidence": [{"name": "unit_active", "value": 0.0, "labels": {}}]},
         {"suite": "gpu", "check": "temperature margin", "gpu": 3, "verdict": "PASS", "detail": "46 C", "seconds": 0.0,
          "evidence": [{"name": "gpu_temperature_margin_celsius", "value": 46.0, "labels": {"gpu": "3"}}]},
@@ -48,8 +48,8 @@ def test_verdicts_evidence_and_the_run_become_gauges():
     assert "inference_host_checks_last_run_timestamp_seconds 1764633600" in lines
     # the detail's quotes, backslash-free newlines and spaces survive as one escaped label value
     info = [line for line in lines if line.startswith("inference_host_check_failure_info{") and "unit active" in line]
-    assert info == ['inference_host_check_failure_info{check="unit active",detail="expected sglang.service active'
-                    ' (running); found failed (exited), result \\"exit-code\\"; what to do: `journalctl -u sglang'
+    assert info == ['inference_host_check_failure_info{check="unit active",detail="expected inference-engine.service active'
+                    ' (running); found failed (exited), result \\"exit-code\\"; what to do: `journalctl -u inference-engine'
                     ' -n 200`",suite="service"} 1']
     assert text.count("# TYPE inference_host_gpu_ecc_uncorrectable_errors gauge") == 1
 
@@ -94,7 +94,7 @@ def test_no_report_leaves_the_old_file(tmp_path, monkeypatch):
     out.write_text("old\n")
     expect = tmp_path / "expect.json"
     expect.write_text('{"gpu_count": 8}')
-    import tests.infra.__main__ as checks_main
+    import checks.__main__ as checks_main
 
     monkeypatch.setattr(checks_main, "main", lambda argv: 2)
     assert textfile.run(expect, "gpu", out) == 2
@@ -111,7 +111,7 @@ def test_the_runner_passes_the_expectations_and_turns_the_probes_off(tmp_path, m
         Path(argv[argv.index("--report") + 1]).write_text(json.dumps(failing_report()))
         return 1
 
-    import tests.infra.__main__ as checks_main
+    import checks.__main__ as checks_main
 
     monkeypatch.setattr(checks_main, "main", fake_main)
     assert textfile.run(expect, "gpu,service,server", out) == 0
@@ -125,7 +125,7 @@ def test_the_runner_passes_the_expectations_and_turns_the_probes_off(tmp_path, m
 def test_the_expectations_file_round_trips_through_expect(tmp_path):
     """Every kind of value the role writes reads back as the same setting (None, lists, dicts,
     strings that look like numbers)."""
-    from tests.infra.expectations import Expectations
+    from checks.expectations import Expectations
 
     expect = tmp_path / "expect.json"
     expect.write_text(json.dumps({"gpu_count": 2, "serving_served_model_name": "1.0", "health_power_limit_w": None,

@@ -101,12 +101,12 @@ def test_disk_budget_on_kimi_and_the_refusal():
 
 
 def test_speculative_variants_of_the_deployed_command():
-    argv = ["/opt/sglang/envs/x/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k",
+    argv = ["/opt/inference-host/envs/x/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k",
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
-            "--speculative-num-steps", "3", "--enable-metrics", "--config", "/etc/sglang/s.yaml"]
+            "--speculative-num-steps", "3", "--enable-metrics", "--config", "/etc/inference-host/engine/s.yaml"]
     off = eagle3.speculative_variant(argv, speculative=False)
     assert not any(a.startswith("--speculative") for a in off) and "/models/d" not in off
-    assert off[-3:] == ["--enable-metrics", "--config", "/etc/sglang/s.yaml"]
+    assert off[-3:] == ["--enable-metrics", "--config", "/etc/inference-host/engine/s.yaml"]
     other = eagle3.speculative_variant(argv, speculative=True, draft_model_path="/models/new")
     assert other[other.index("--speculative-draft-model-path") + 1] == "/models/new"
     assert len(other) == len(argv)
@@ -120,7 +120,7 @@ def test_launcher_argv_reads_the_exec_line():
 
 
 def test_accept_length_from_prometheus_metrics():
-    from tests.infra.gpu_parsers import parse_prometheus
+    from checks.gpu_parsers import parse_prometheus
 
     text = ('sglang:spec_accept_length{model_name="kimi-k2.5",tp_rank="0"} 2.71\n'
             'sglang:spec_accept_rate{model_name="kimi-k2.5",tp_rank="0"} 0.57\n')

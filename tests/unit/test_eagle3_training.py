@@ -113,14 +113,14 @@ def test_lab_environment_is_the_no_gpu_subset_of_the_lock(host):
     assert text.count("--hash=sha256:") > len(names)
     assert "/eagle3-env/82951a9-no-gpu-deps-" in job.env_dir(lab)
     assert job.env_dir(lab) != job.env_dir(host)  # the mode and the lock text shape the stamp
-    assert job.job_config(lab)["env_python"] == "/opt/sglang/eagle3-env/current/bin/python"
+    assert job.job_config(lab)["env_python"] == "/opt/inference-host/eagle3-env/current/bin/python"
 
 
 def test_job_config_comes_from_the_site(host):
     config = job.job_config(host)
-    assert config["target"] == {**config["target"], "server": "127.0.0.1:30000", "unit": "sglang.service",
+    assert config["target"] == {**config["target"], "server": "127.0.0.1:30000", "unit": "inference-engine.service",
                                 "tp_size": 8, "attention_backend": "triton",
-                                "api_key_file": "/etc/sglang/sglang-secret-args.yaml"}
+                                "api_key_file": "/etc/inference-host/engine/inference-engine-secret-args.yaml"}
     assert config["specforge_commit"] == "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
     assert "api-key" not in json.dumps(config)
 
@@ -346,7 +346,7 @@ def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environme
         assert part in build, part
     assert "--no-deps" not in build and "uv pip install" not in build
     patch = next(i for i, c in enumerate(p.commands) if "patch -p1" in c and target in c)
-    switch = p.index(f"ln -sfn {target} /opt/sglang/eagle3-env/current.new"
-                     " && mv -T /opt/sglang/eagle3-env/current.new /opt/sglang/eagle3-env/current")
+    switch = p.index(f"ln -sfn {target} /opt/inference-host/eagle3-env/current.new"
+                     " && mv -T /opt/inference-host/eagle3-env/current.new /opt/inference-host/eagle3-env/current")
     assert p.commands.index(build) < patch < switch
-    assert job.job_config(settings)["env_python"] == "/opt/sglang/eagle3-env/current/bin/python"
+    assert job.job_config(settings)["env_python"] == "/opt/inference-host/eagle3-env/current/bin/python"

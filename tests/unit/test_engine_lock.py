@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from roles import sglang as engine
-from roles.sglang import lock as lock_command
+from roles import engine_envs as engine
+from roles.engine_envs import lock as lock_command
 from roles.shared import engine_env, lock_compile, locked_env
 from roles.shared.engine_env import env_dir
 from roles.site import PROJECT_ROOT, load_site, load_stack
@@ -51,7 +51,7 @@ def test_committed_lock_pins_every_package_with_hashes(stack_id):
     for start, end in zip(starts, [*starts[1:], len(entries)], strict=True):
         assert "    --hash=sha256:" in "\n".join(entries[start:end]), entries[start]
     assert lock_command.cuda_problem(stack, text) is None  # torch's CUDA is the stack's
-    assert f"# made by: uv run python -m roles.sglang.lock inventory/stack.yml {stack_id}" in text
+    assert f"# made by: uv run python -m roles.engine_envs.lock inventory/stack.yml {stack_id}" in text
 
 
 def test_a_stack_on_another_cuda_than_the_index_torch_is_refused():
@@ -68,14 +68,14 @@ def test_an_edited_pin_without_a_new_lock_is_one_clear_error(inventory):
     problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8})]))
     assert_names(problem, "stack.yml", "stacks.sglang-0.5.9-cu128", "torch==2.9.0",
                  "changed since locks/sglang-0.5.9-cu128.txt was made",
-                 "uv run python -m roles.sglang.lock", "sglang-0.5.9-cu128`")
+                 "uv run python -m roles.engine_envs.lock", "sglang-0.5.9-cu128`")
 
 
 def test_a_stack_without_a_lock_is_refused(inventory):
     (inventory.dir / "locks" / "sglang-0.5.23-cu130.txt").unlink()
     problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8})]))
     assert_names(problem, "stacks.sglang-0.5.23-cu130", "no lock at locks/sglang-0.5.23-cu130.txt",
-                 "roles.sglang.lock")
+                 "roles.engine_envs.lock")
 
 
 def test_an_inventory_without_engine_hosts_needs_no_lock(inventory):
@@ -246,14 +246,14 @@ def test_stamp_changes_with_the_lock(monkeypatch):
 
 def test_prune_keeps_the_live_and_new_environment_and_the_newest_others():
     names = ["s-new.building", "s-c", "s-live", "s-b", "s-a.building", "s-a", "s-old"]
-    stale = engine.stale_environments(names, "/opt/sglang/envs/s-live", "/opt/sglang/envs/s-new", keep=3)
+    stale = engine.stale_environments(names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-new", keep=3)
     assert stale == ["s-b", "s-a.building", "s-a", "s-old"]
-    assert engine.stale_environments(names, "/opt/sglang/envs/s-live", "/opt/sglang/envs/s-live", keep=2) \
+    assert engine.stale_environments(names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-live", keep=2) \
         == ["s-new.building", "s-b", "s-a.building", "s-a", "s-old"]
-    assert engine.stale_environments(["s-x"], None, "/opt/sglang/envs/s-y", keep=3) == []
+    assert engine.stale_environments(["s-x"], None, "/opt/inference-host/envs/s-y", keep=3) == []
     # a failed build left its lock copy and no environment: it goes; the target's stays
     locks = ["s-live.txt", "s-b.txt", "s-failed.txt", "s-new.txt"]
-    assert engine.stale_locks(locks, names, stale, "/opt/sglang/envs/s-new") == ["s-b.txt", "s-failed.txt"]
+    assert engine.stale_locks(locks, names, stale, "/opt/inference-host/envs/s-new") == ["s-b.txt", "s-failed.txt"]
 
 
 def test_keep_environments_below_two_is_refused(inventory):
@@ -268,7 +268,7 @@ def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
     assert_names(build, "umask 022;", "uv pip sync --quiet --require-hashes --compile-bytecode",
                  "uv pip check", ".building", "mv -T", "FAILED to build",
                  "was not touched and still serves")
-    assert "rm -rf /opt/sglang/envs/sglang-0.5.9-cu128 " not in build  # never the live one
+    assert "rm -rf /opt/inference-host/envs/sglang-0.5.9-cu128 " not in build  # never the live one
     assert "--find-links" not in build and "--index-url" not in build
     # flash-attn is built from source: only the keyed wheelhouse, and a named stop without it.
     wheel = "/var/lib/inference-host/wheelhouse/flash-attn/"
@@ -276,7 +276,7 @@ def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
     assert_names(install, "--no-deps --no-index --compile-bytecode", wheel)
     assert_names(build, "flash-attn 2.8.3", "holds no wheel; it is never taken from an index",
                  "deploy.py --limit builders")
-    lock = next(path for path in p.uploads if path.startswith("/opt/sglang/locks/"))
+    lock = next(path for path in p.uploads if path.startswith("/opt/inference-host/locks/"))
     assert p.uploads[lock] == STACK.lock_text(STACK.active.id)
     assert Path(lock).stem == Path(target).name
 
@@ -352,7 +352,7 @@ def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
 
 def test_lock_format_is_documented_where_users_look():
     for doc in ("docs/engines-and-stacks.md", "docs/upgrades.md"):
-        assert "uv run python -m roles.sglang.lock inventory/stack.yml" in (PROJECT_ROOT / doc).read_text()
+        assert "uv run python -m roles.engine_envs.lock inventory/stack.yml" in (PROJECT_ROOT / doc).read_text()
 
 
 def test_lab_mode_build_is_the_same_exact_sync_compiling_only_sglang():

@@ -192,7 +192,7 @@ def test_stacks_without_overrides_keep_their_digest():
 
 
 def test_an_override_the_resolution_lost_is_refused():
-    from roles.sglang import lock as lock_command
+    from roles.engine_envs import lock as lock_command
 
     stack = PROD.stack.stacks["sglang-0.5.9-cu128"]
     body = PROD.stack.lock_text(stack.id).replace("nvidia-cudnn-cu12==9.16.0.29", "nvidia-cudnn-cu12==9.10.2.21")

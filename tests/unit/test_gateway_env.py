@@ -144,7 +144,7 @@ def test_the_gateway_starts_once_the_replicas_have_switched():
     done = subprocess.run([sys.executable, str(PLANS / "record.py"), str(PLANS / GATEWAY[0]), "deploy.py"],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=True)
     commands = [(r["host"], r.get("command", "")) for r in map(json.loads, done.stdout.splitlines())]
-    switches = [i for i, (_, c) in enumerate(commands) if c.startswith("/usr/local/libexec/inference-host/sglang-rolling")]
+    switches = [i for i, (_, c) in enumerate(commands) if c.startswith("/usr/local/libexec/inference-host/inference-engine-rolling")]
     start = commands.index(("@fake/gw-ubuntu2404", "systemctl start smg.service"))
     wait = next(i for i, (_, c) in enumerate(commands) if "/readiness" in c)
     assert len(switches) == 2 and max(switches) < start < wait

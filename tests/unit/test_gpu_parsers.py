@@ -1,4 +1,4 @@
-"""tests.infra.gpu_parsers on real captured output (tests/unit/data/gpu/, see the READMEs there)."""
+"""checks.gpu_parsers on real captured output (tests/unit/data/gpu/, see the READMEs there)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from roles.shared import driver_state
-from tests.infra import gpu_parsers as parse
+from checks import gpu_parsers as parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -80,8 +80,8 @@ def test_remapped_rows_with_and_without_header(path):
 def test_compute_apps_empty_capture_and_a_process():
     assert parse.parse_compute_apps(read(ONE / "compute-apps.csv")) == []
     assert parse.parse_compute_apps(read(TWO / "compute-apps.csv")) == []
-    apps = parse.parse_compute_apps("4242, /opt/sglang/venv/bin/python, 81234, 00000000:01:00.0\n")
-    assert apps == [parse.ComputeApp(4242, "/opt/sglang/venv/bin/python", 81234, "00000000:01:00.0")]
+    apps = parse.parse_compute_apps("4242, /opt/inference-host/venv/bin/python, 81234, 00000000:01:00.0\n")
+    assert apps == [parse.ComputeApp(4242, "/opt/inference-host/venv/bin/python", 81234, "00000000:01:00.0")]
 
 
 def test_driver_parsers_are_driver_states_own():
@@ -92,16 +92,16 @@ def test_driver_parsers_are_driver_states_own():
         assert getattr(parse, name) is getattr(driver_state, name), name
 
 
-@pytest.mark.parametrize("module", ["tests.infra.gpu_parsers", "roles.shared.driver_state"])
+@pytest.mark.parametrize("module", ["checks.gpu_parsers", "roles.shared.driver_state"])
 def test_importable_with_the_standard_library_only(module):
-    # tests/infra runs on GPU machines without pyinfra (or yaml): importing these must not
+    # checks runs on GPU machines without pyinfra (or yaml): importing these must not
     # need either, also not through a package's __init__ (roles/nvidia_driver/__init__.py).
     code = ("import sys\n"
             "sys.modules['pyinfra'] = sys.modules['yaml'] = None  # importing them fails\n"
             "before = set(sys.modules)\n"
             f"import {module}\n"
             "loaded = {name.split('.')[0] for name in set(sys.modules) - before}\n"
-            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles', 'tests'}))\n")
+            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles', 'checks'}))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr

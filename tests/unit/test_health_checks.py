@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra import connection, test_gpus, test_interconnect, test_service
-from tests.infra import gpu_parsers as parse
-from tests.infra.conftest import verdict_table
-from tests.infra.expectations import Expectations
-from tests.infra.probes import cuda_visibility_advice
+from checks import connection, test_gpus, test_interconnect, test_service
+from checks import gpu_parsers as parse
+from checks.conftest import verdict_table
+from checks.expectations import Expectations
+from checks.probes import cuda_visibility_advice
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -237,14 +237,14 @@ def test_memory_bandwidth_of_the_real_h200_against_its_spec_floor():
 
 
 def test_a_gpu_hidden_by_the_env_file_names_cuda_visible_devices():
-    advice = cuda_visibility_advice({"CUDA_VISIBLE_DEVICES": "", "IH_ENV_SOURCE": "/etc/sglang/sglang.env"})
-    assert advice.startswith("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs")
+    advice = cuda_visibility_advice({"CUDA_VISIBLE_DEVICES": "", "IH_ENV_SOURCE": "/etc/inference-host/engine/inference-engine.env"})
+    assert advice.startswith("CUDA_VISIBLE_DEVICES='' (from /etc/inference-host/engine/inference-engine.env) hides GPUs")
     assert "passthrough" in cuda_visibility_advice({})
 
 
 def test_the_real_hidden_gpu_run_names_the_variable_not_gpu_count():
     text = (CHECKS / "hidden.txt").read_text()
-    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2
+    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2  # as captured (that day's layout)
     assert "PASS  gpu count" in text
 
 
@@ -255,7 +255,7 @@ def test_the_callers_environment_does_not_leak_into_the_checks():
     assert "VERDICT: HEALTHY" in text
     report = json.loads((CHECKS / "report-envfile.json").read_text())
     cuda = next(c for c in report["checks"] if c["check"] == "cuda works")
-    assert cuda["detail"].endswith("environment from /etc/sglang/sglang.env)")
+    assert cuda["detail"].endswith("environment from /etc/sglang/sglang.env)")  # as captured
 
 
 # -- link classes, floors, and P2P off on NVLink (2 x H200 captures) -------------------------------
@@ -333,7 +333,7 @@ def test_the_real_one_second_timeout_is_reported_as_start_up():
 
 
 def load_program(name: str):
-    """A program of tests/infra/programs without torch (its functions under test need none)."""
+    """A program of checks/programs without torch (its functions under test need none)."""
     stub = types.ModuleType("torch")
     stub.distributed, stub.multiprocessing = types.ModuleType("d"), types.ModuleType("m")
     saved = {k: sys.modules.get(k) for k in ("torch", "torch.distributed", "torch.multiprocessing")}
@@ -342,7 +342,7 @@ def load_program(name: str):
     argv, sys.argv = sys.argv, [name]
     try:
         namespace: dict = {"__name__": "program"}
-        exec(compile((ROOT / "tests/infra/programs" / name).read_text(), name, "exec"), namespace)
+        exec(compile((ROOT / "checks/programs" / name).read_text(), name, "exec"), namespace)
         return types.SimpleNamespace(**namespace)
     finally:
         sys.argv = argv
@@ -399,7 +399,7 @@ def test_the_engine_check_fails_where_sglang_is_missing():
 
 
 def test_the_engine_program_starts_the_tp_group_like_sglang_059():
-    source = (ROOT / "tests/infra/programs/engine_allreduce.py").read_text()
+    source = (ROOT / "checks/programs/engine_allreduce.py").read_text()
     for call in ("set_custom_all_reduce(not args.disable_custom_all_reduce)", "init_distributed_environment(",
                  "initialize_model_parallel(tensor_model_parallel_size=world_size)",
                  "tensor_model_parallel_all_reduce"):
@@ -519,7 +519,7 @@ def test_synthetic_eight_gpu_pcie_topology():
 
 
 def test_eight_gpus_expected_give_eight_of_every_per_gpu_check():
-    out = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests/infra"), "--collect-only", "-q",
+    out = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "checks"), "--collect-only", "-q",
                           "-p", "no:cacheprovider", "--hosts=local://", "-m", "gpu", "--expect=gpu_count=8",
                           *(f"--expect={x}" for x in H200)], capture_output=True, text=True, cwd=ROOT)
     items = [line for line in out.stdout.splitlines() if "::" in line]
@@ -590,7 +590,7 @@ def test_dcgm_missing_skips_unless_the_site_model_installs_it():
 
 def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
     e = expect(2)
-    launcher = "#!/bin/sh\nexec /opt/sglang/envs/x/bin/python -m sglang.launch_server --tp-size 8 --disable-custom-all-reduce\n"
+    launcher = "#!/bin/sh\nexec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --tp-size 8 --disable-custom-all-reduce\n"
     host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=launcher, stderr=""))
     assert test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=host), e) == (
         True, f"as in {e.launcher}")
@@ -621,7 +621,7 @@ def _tp_check(launcher: str | None, e: Expectations, env_file: str = "NCCL_P2P_L
 def _launcher(*args: str) -> str:
     # As roles/serving/templates/launch.j2 writes it.
     return ("#!/bin/sh\n# Launch the sglang 0.5.9 server of stack x, written by inference-host\n"
-            "exec /opt/sglang/envs/x/bin/python -m sglang.launch_server --model-path /models/k "
+            "exec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --model-path /models/k "
             + " ".join(args) + " --host 0.0.0.0 --port 30000\n")
 
 
@@ -715,9 +715,9 @@ def test_a_completion_without_choices_names_the_engines_own_error():
 
 
 def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):
-    """The lab's dcgmi (tests/standins/nvidia_apt_repo/dcgm.py) answers `diag -j` in the shape
+    """The lab's dcgmi (lab/standins/nvidia_apt_repo/dcgm.py) answers `diag -j` in the shape
     the parser reads, and plain `diag` with the text table, as the real dcgmi does."""
-    from tests.standins.nvidia_apt_repo import dcgm
+    from lab.standins.nvidia_apt_repo import dcgm
 
     pid = tmp_path / "nv-hostengine.pid"
     pid.write_text(f"{__import__('os').getpid()}\n")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from roles.site import SiteError, load_site
-from tests.infra.conftest import verdict_table
-from tests.infra.expectations import Expectations
+from checks.conftest import verdict_table
+from checks.expectations import Expectations
 
 PROD = "inventory/prod.py"
 NODE = "sglang-lxc.example.internal"
@@ -18,10 +18,10 @@ def test_from_the_production_inventory():
     assert expect.gpu_count == 8 and expect.compute_capability == "12.0"
     assert expect.gpu_model == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert expect.driver_version == load_site(PROD).stack.driver_version
-    assert (expect.unit_name, expect.serving_host, expect.serving_port) == ("sglang", "0.0.0.0", 30000)
+    assert (expect.unit_name, expect.serving_host, expect.serving_port) == ("inference-engine", "0.0.0.0", 30000)
     assert expect.served_model_name == "kimi-k2.5" and expect.api_key_configured
     assert expect.nccl_env == {"NCCL_DEBUG": "WARN", "NCCL_P2P_LEVEL": "SYS", "NCCL_IB_DISABLE": "1"}
-    assert expect.engine_python == "/opt/sglang/current/bin/python"
+    assert expect.engine_python == "/opt/inference-host/current/bin/python"
 
 
 def test_overrides_for_a_machine_in_no_inventory():
@@ -79,5 +79,5 @@ def test_deploy_hook_runs_the_cli_with_the_deploys_inventory():
     from roles.health import check_command
 
     command = check_command("/x/inventory/prod.py", NODE, ["service", "server"], "reports/h.json")
-    assert command[1:] == ["-m", "tests.infra", "--inventory", "/x/inventory/prod.py", "--host", NODE,
+    assert command[1:] == ["-m", "checks", "--inventory", "/x/inventory/prod.py", "--host", NODE,
                            "--suites", "service,server", "--report", "reports/h.json"]

@@ -145,10 +145,10 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "site/schema.py": "def f():\n    from roles.serving import command\n",
         "shared/__init__.py": "",
         "shared/pve.py": "from roles.lxc_guest import guest_hostname\n",
-        "serving/__init__.py": "from roles.sglang import env_dir\n",
+        "serving/__init__.py": "from roles.engine_envs import env_dir\n",
         "serving/command.py": "from roles.site import HostSettings\n",
-        "sglang/__init__.py": "from roles.sglang import facts\n",
-        "sglang/facts.py": "import roles.sglang\n",
+        "engine_envs/__init__.py": "from roles.engine_envs import facts\n",
+        "engine_envs/facts.py": "import roles.engine_envs\n",
         "lxc_guest/__init__.py": "from roles.render import render\n",
         "render.py": "from roles.serving import command\n",
     }.items():
@@ -158,8 +158,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     found = "\n".join(violations(graph))
     assert "roles.site.schema (the site model) imports roles.serving.command" in found
     assert "roles.shared.pve (a shared helper) imports the role roles.lxc_guest" in found
-    assert "roles.serving (role:serving) imports another role: roles.sglang" in found
-    assert "import cycle: roles.sglang -> roles.sglang.facts -> roles.sglang" in found
+    assert "roles.serving (role:serving) imports another role: roles.engine_envs" in found
+    assert "import cycle: roles.engine_envs -> roles.engine_envs.facts -> roles.engine_envs" in found
     assert "roles.lxc_guest imports roles.render, which composes the roles" in found
     assert "roles.render (" not in found  # the composition layer may import every role
 
@@ -171,8 +171,8 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
 DOCUMENT_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:md|rst))\b")
 # Names that are not pointers at a document of this project, each with why.
 NOT_POINTERS = {
-    ("tests/standins/hf_hub/server.py", "original/README.md"): "a file of the stand-in's model repository",
-    ("tests/standins/nvidia_apt_repo/dcgm_exporter.py", "packaging/README.md"): "upstream dcgm-exporter's file",
+    ("lab/standins/hf_hub/server.py", "original/README.md"): "a file of the stand-in's model repository",
+    ("lab/standins/nvidia_apt_repo/dcgm_exporter.py", "packaging/README.md"): "upstream dcgm-exporter's file",
     **{("tests/unit/test_docs.py", name): "planted by the link tests" for name in ("missing.md", "doc.md", "code.md")},
 }
 
@@ -219,12 +219,33 @@ def test_no_file_points_at_a_document_outside_the_repository():
 
 
 def test_the_guard_sees_any_document_name_that_is_not_in_the_repository():
-    tracked = {"README.md", "docs/upstream.md", "tests/infra/README.md", "tests/infra/reference.yml"}
+    tracked = {"README.md", "docs/upstream.md", "checks/README.md", "checks/reference.yml"}
     planted = {
-        "tests/infra/README.md": "figures (`tests/infra/reference.yml`, from target-host" + ".md: vLLM 82.5)",
+        "checks/README.md": "figures (`checks/reference.yml`, from target-host" + ".md: vLLM 82.5)",
         "roles/x.py": "# see reference/serving" + ".md and (DESIGN" + ".md, house style)",
         "docs/a.md": "[ok](upstream.md), [ok too](../README.md#usage), docs/upstream.md, README.md",
     }
     assert documents_outside(planted, tracked) == [
-        "tests/infra/README.md: target-host" + ".md", "roles/x.py: reference/serving" + ".md",
+        "checks/README.md: target-host" + ".md", "roles/x.py: reference/serving" + ".md",
         "roles/x.py: DESIGN" + ".md"]
+
+
+# What deploys, operators and the lab run; tests/ holds only tests (issue 24).
+PRODUCT = ("checks", "lab", "roles", "inventory", "group_data", "deploy.py", "validation.py", "config.py")
+
+
+def test_nothing_outside_tests_imports_tests():
+    found = []
+    for top in PRODUCT:
+        path = PROJECT_ROOT / top
+        for source in ([path] if path.is_file() else sorted(path.rglob("*.py"))):
+            for node in ast.walk(ast.parse(source.read_text(), str(source))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                found += [f"{source.relative_to(PROJECT_ROOT)}:{node.lineno} imports {n}"
+                          for n in names if n == "tests" or n.startswith("tests.")]
+    assert found == []
+    # and no run-time code is left under tests/ (what is there is a test, its data or its tools)
+    left = [str(p.relative_to(PROJECT_ROOT)) for old in ("infra", "standins", "fixtures")
+            for p in (PROJECT_ROOT / "tests" / old).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert left == []

@@ -1,7 +1,7 @@
 """The Grafana dashboard and the alert rules query only metric names their exporters emit: the
 pinned SGLang's collector.py and vLLM's loggers.py (the committed upstream snapshot), NVIDIA's
 DCGM exporter fields (the lab package's copy of etc/default-counters.csv), the checks' timer
-(tests/infra/textfile.py and the checks' evidence names) and node_exporter's. The dashboard is
+(checks/textfile.py and the checks' evidence names) and node_exporter's. The dashboard is
 written beside Prometheus' files and rendered by the preview."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from roles.monitoring import config, dashboard
 from roles.site import PROJECT_ROOT, load_site, load_stack
-from tests.infra import textfile
-from tests.standins.nvidia_apt_repo.dcgm_exporter import COUNTERS
+from checks import textfile
+from lab.standins.nvidia_apt_repo.dcgm_exporter import COUNTERS
 from tests.unit.upstream_sources import release_text
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
@@ -60,7 +60,7 @@ def engine_names(engine: str) -> set[str]:
 
 def checks_names() -> set[str]:
     evidence = set()
-    for path in (PROJECT_ROOT / "tests" / "infra").glob("*.py"):
+    for path in (PROJECT_ROOT / "checks").glob("*.py"):
         evidence |= set(re.findall(r'evidence\(request, "([a-z_]+)"', path.read_text()))
     return {textfile.PREFIX + name for name in set(textfile.HELP) | evidence}
 

@@ -125,9 +125,9 @@ CASES: dict[str, dict] = {
     "HealthCheckFailing": {
         "fire": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "0x40"),
                  ('inference_host_check_failure_info{host="gpu1",suite="service",check="unit active",'
-                  'detail="expected sglang.service active; found failed"}', "1x40")],
+                  'detail="expected inference-engine.service active; found failed"}', "1x40")],
         "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "1x40")],
-        "description": "expected sglang.service active; found failed"},
+        "description": "expected inference-engine.service active; found failed"},
     "GpuXidError": {
         "fire": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "79x40")],
         "quiet": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "0x40")]},
@@ -258,7 +258,7 @@ def _simple(labels: dict, value: str):
 def _check_failing(rule):
     labels = {"host": "gpu1", "suite": "service", "check": "unit active"}
     summary = "Health check 'unit active' (service) fails on gpu1"
-    return _alert({**labels, "severity": "warning"}, summary, "expected sglang.service active; found failed")
+    return _alert({**labels, "severity": "warning"}, summary, "expected inference-engine.service active; found failed")
 
 
 def _latency(host: str, value: str):

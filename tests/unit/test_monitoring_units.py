@@ -14,8 +14,8 @@ import pytest
 
 from roles.monitoring import checks_env, units
 from roles.site import load_site
-from tests.infra.expectations import Expectations
-from tests.infra.textfile import expect_arguments
+from checks.expectations import Expectations
+from checks.textfile import expect_arguments
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_monitoring_rules import speculative_ready
 
@@ -46,7 +46,7 @@ def test_the_units_carry_the_budget_and_interval(site):
     service, timer = render(service_t, **service_kw), render(timer_t, **timer_kw)
     assert service_path == "/etc/systemd/system/inference-host-checks.service"
     assert "CPUQuota=30%" in service and "TimeoutStartSec=200" in service and "Type=oneshot" in service
-    assert ("ExecStart=/opt/inference-host/checks/env-y/bin/python -m tests.infra.textfile --expect-file"
+    assert ("ExecStart=/opt/inference-host/checks/env-y/bin/python -m checks.textfile --expect-file"
             " /etc/inference-host/checks/expect.json --suites gpu,service,server --out"
             " /var/lib/prometheus/node-exporter/inference_host_checks.prom") in service
     assert "restart" not in service.lower().replace("never stop or restart", "")
@@ -67,7 +67,7 @@ def test_the_units_pass_systemd_analyze_verify(site, tmp_path):
 
 
 def test_the_expectations_file_gives_the_inventorys_expectations(site, tmp_path):
-    """What the timer's checks expect on the host = what `python -m tests.infra --inventory`
+    """What the timer's checks expect on the host = what `python -m checks --inventory`
     expects from the controller (nothing typed twice, nothing lost on the way)."""
     expect = tmp_path / "expect.json"
     expect.write_text(units.expect_text(site.hosts["gpu1"], site))
@@ -94,8 +94,8 @@ def test_the_environment_is_the_locks_closure():
 
 def test_the_bundle_holds_what_the_checks_import():
     files = set(checks_env.bundle_files())
-    assert {"tests/infra/__main__.py", "tests/infra/textfile.py", "tests/infra/conftest.py",
-            "roles/site/schema.py", "inventory/stack.yml", "tests/infra/programs/membw.py"} <= files
+    assert {"checks/__main__.py", "checks/textfile.py", "checks/conftest.py",
+            "roles/site/schema.py", "inventory/stack.yml", "checks/programs/membw.py"} <= files
     assert not any(f.startswith(("roles/serving", "roles/monitoring", "tests/unit", "tests/lab")) for f in files)
 
 

@@ -274,7 +274,7 @@ def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, m
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "pve_standin", PROJECT_ROOT / "tests" / "standins" / "proxmox" / "pve_standin.py")
+        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py")
     standin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(standin)
     monkeypatch.setattr(standin, "PVE_DIR", tmp_path)
@@ -299,7 +299,7 @@ def test_pct_standin_validates_keys_with_ssh_keygen_as_pve_common_does(tmp_path)
     import importlib.util
     import subprocess
 
-    path = str(PROJECT_ROOT / "tests" / "standins" / "proxmox" / "pct")
+    path = str(PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pct")
     loader = importlib.machinery.SourceFileLoader("pct_standin", path)
     pct = importlib.util.module_from_spec(importlib.util.spec_from_loader("pct_standin", loader))
     loader.exec_module(pct)

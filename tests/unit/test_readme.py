@@ -23,7 +23,7 @@ def test_quickstart_has_the_two_commands():
 def test_the_production_path_is_in_order():
     steps = ["python -m roles.site.vault set", "python -m roles.site inventory/prod.py",
              "python -m roles.render inventory/prod.py", "uv run pyinfra inventory/prod.py deploy.py",
-             "python -m tests.infra --inventory"]
+             "python -m checks --inventory"]
     places = [README.index(step) for step in steps]
     assert places == sorted(places)
 
@@ -31,7 +31,7 @@ def test_the_production_path_is_in_order():
 def test_every_document_is_one_click_from_the_readme():
     documents = {f"docs/{p.name}" for p in (PROJECT_ROOT / "docs").glob("*.md")}
     documents |= {str(p.relative_to(PROJECT_ROOT)) for p in (PROJECT_ROOT / "roles").glob("*/README.md")}
-    documents.add("tests/infra/README.md")
+    documents.add("checks/README.md")
     assert not documents - LINKS, "link these from README.md: " + ", ".join(sorted(documents - LINKS))
 
 

@@ -82,8 +82,8 @@ def test_python_error_is_one_line_with_file_and_line(inventory, validate):
     assert validate(path) == f"{path}:3: NameError: name 'undefined_name' is not defined"
 
 
-@pytest.mark.parametrize("module", [["roles.render", "--out", "OUT"], ["tests.infra", "--inventory"],
-                                    ["tests.infra.gateway"], ["tests.infra.bench", "--inventory"]])
+@pytest.mark.parametrize("module", [["roles.render", "--out", "OUT"], ["checks", "--inventory"],
+                                    ["checks.gateway"], ["checks.bench", "--inventory"]])
 def test_every_loader_prints_the_python_error_in_one_line(inventory, tmp_path, module):
     path = inventory.write("gpu_nodes = [('gpu.invalid', {'gpu_count': 8})]\nx = 1 / 0\n")
     argv = [str(tmp_path / "out") if part == "OUT" else part for part in module]
@@ -249,7 +249,7 @@ def test_a_hand_edited_lock_body_is_refused(inventory, tmp_path, edit, validate)
     stack = inventory.dir / "stack.yml"
     assert validate(path) == (
         f"{stack}: stacks.sglang-0.5.9-cu128: locks/sglang-0.5.9-cu128.txt: it was edited after its lock command"
-        " wrote it (the lock-sha256 seal no longer matches); re-lock with `uv run python -m roles.sglang.lock"
+        " wrote it (the lock-sha256 seal no longer matches); re-lock with `uv run python -m roles.engine_envs.lock"
         f" {stack} sglang-0.5.9-cu128` and commit the new lock")
 
 
@@ -299,10 +299,10 @@ def test_connection_settings_are_typed(inventory, tmp_path):
 def test_health_report_path_is_checked_before_connecting(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert one_line(tmp_path, "-m", "tests.infra", "--inventory", "inventory/prod.py", "--report",
+    assert one_line(tmp_path, "-m", "checks", "--inventory", "inventory/prod.py", "--report",
                     str(blocker / "x.json")) == (
         f"--report '{blocker / 'x.json'}': '{blocker}' is a file; expected a file path in an existing folder")
-    assert one_line(tmp_path, "-m", "tests.infra", "--inventory", "inventory/prod.py", "--report",
+    assert one_line(tmp_path, "-m", "checks", "--inventory", "inventory/prod.py", "--report",
                     str(tmp_path / "missing" / "x.json")) == (
         f"--report '{tmp_path / 'missing' / 'x.json'}': '{tmp_path / 'missing'}' is missing; expected a file path"
         " in an existing folder")
@@ -333,7 +333,7 @@ def test_vault_commands_refuse_in_one_line_without_a_warning(tmp_path):
 
 def test_bench_names_the_unknown_host_before_its_chart_library(tmp_path):
     # matplotlib missing (the bench extra not installed): the host is still what is named.
-    code = ("import sys; sys.modules['matplotlib'] = None; from tests.infra.bench import main;"
+    code = ("import sys; sys.modules['matplotlib'] = None; from checks.bench import main;"
             " raise SystemExit(main(['--inventory', 'inventory/prod.py', '--host', 'ghost']))")
     assert one_line(tmp_path, "-c", code) == (
         "inventory/prod.py: no host 'ghost'; expected one of: pve.example.internal, sglang-lxc.example.internal,"
@@ -341,9 +341,9 @@ def test_bench_names_the_unknown_host_before_its_chart_library(tmp_path):
 
 
 def test_gateway_check_without_gateways_says_so(tmp_path):
-    assert one_line(tmp_path, "-m", "tests.infra.gateway", "inventory/prod.py") == (
+    assert one_line(tmp_path, "-m", "checks.gateway", "inventory/prod.py") == (
         "inventory/prod.py: the gateways group is empty; nothing to check (add the gateway hosts to `gateways`,"
-        " or check a gpu node with python -m tests.infra)")
+        " or check a gpu node with python -m checks)")
 
 
 def test_a_control_character_in_a_host_name_is_refused(inventory, validate):

@@ -48,11 +48,11 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
                        (node.name, "etc/sysctl.d/90-inference-host-node.conf"),
                        (node.name, "inference-host-commands/pct-create-201.sh"),
                        (node.name, "inference-host-commands/qm-create-202.sh"),
-                       (gpu.name, f"{env}/sglang.service"), (gpu.name, f"{env}/sglang.env"),
-                       (gpu.name, f"{env}/launch"), (gpu.name, f"{env}/sglang-secret-args.yaml"),
+                       (gpu.name, f"{env}/inference-engine.service"), (gpu.name, f"{env}/inference-engine.env"),
+                       (gpu.name, f"{env}/launch"), (gpu.name, f"{env}/inference-engine-secret-args.yaml"),
                        (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver")]:
         assert (out / host / path).is_file(), f"{host}: {path}"
-    assert (out / gpu.name / env / "sglang-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
+    assert (out / gpu.name / env / "inference-engine-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
     # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.
     assert "kernel.numa_balancing = 0" in (out / node.name / "etc/sysctl.d/90-inference-host-node.conf").read_text()
     assert not (out / gpu.name / "etc/sysctl.d").exists()

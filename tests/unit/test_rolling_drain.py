@@ -1,4 +1,4 @@
-"""roles/serving/templates/sglang-rolling.j2 run for real (sh, curl, jq) against a fake gateway
+"""roles/serving/templates/inference-engine-rolling.j2 run for real (sh, curl, jq) against a fake gateway
 and a fake replica on this machine: the replica is taken out of the gateway, restarted only
 once its own /metrics reads no running request (or the drain timeout has passed), and added
 back once the gateway has dropped the drained entry."""
@@ -17,7 +17,7 @@ import pytest
 
 from tests.unit.conftest import PROJECT_ROOT
 
-SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "sglang-rolling.j2"
+SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "inference-engine-rolling.j2"
 # CI installs both (.ci/run) and must not skip (INFERENCE_HOST_REQUIRE_LAB=1 there).
 pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq"))
                                 and os.environ.get("INFERENCE_HOST_REQUIRE_LAB") != "1", reason="needs curl and jq")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from tests.infra import server_checks as server
-from tests.infra.expectations import Expectations
+from checks import server_checks as server
+from checks.expectations import Expectations
 
 DATA = Path(__file__).parent / "data" / "sglang"
 KEY = "lab-key-9f8e7d6c5b4a"
@@ -70,7 +70,7 @@ def fake_server():
 @pytest.fixture()
 def env_file(tmp_path):
     """roles/serving's --config file: {"api-key": ...}, JSON being YAML."""
-    path = tmp_path / "sglang-secret-args.yaml"
+    path = tmp_path / "inference-engine-secret-args.yaml"
     path.write_text(json.dumps({"api-key": KEY}) + "\n")
     return path
 
@@ -153,6 +153,6 @@ def test_no_server_is_no_answer(host, expect, fake_server):
     ("a b " * 30, "only 2 distinct tokens out of 60"),
 ])
 def test_degenerate_reason(text, reason):
-    from tests.infra.gpu_parsers import degenerate_reason
+    from checks.gpu_parsers import degenerate_reason
 
     assert degenerate_reason(text) == reason

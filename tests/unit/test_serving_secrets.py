@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.sglang import patches_for
+from roles.engine_envs import patches_for
 from roles.shared.secret_files import install_steps, staged_path
 from roles.site import PROJECT_ROOT, load_stack
 from tests.unit import upstream_sources as upstream
@@ -28,7 +28,7 @@ STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 VERSIONS = sorted({stack.sglang for stack in STACK.stacks.values() if stack.engine == "sglang"})
 VLLM_VERSIONS = sorted({stack.vllm for stack in STACK.stacks.values() if stack.engine == "vllm"})
 KEY = "planted-api-key-0f9c2e"
-STANDIN = PROJECT_ROOT / "tests" / "standins" / "sglang_server"
+STANDIN = PROJECT_ROOT / "lab" / "standins" / "sglang_server"
 
 
 def _release(version: str, folder: Path, patched: bool) -> Path:
@@ -175,7 +175,7 @@ def _host(tmp_path: Path) -> tuple[Path, Path, Path]:
                          (etc, 0o755)):
         folder.mkdir(exist_ok=True, parents=True)
         folder.chmod(mode)
-    return root, upload, etc / "sglang-secret-args.yaml"
+    return root, upload, etc / "inference-engine-secret-args.yaml"
 
 
 def test_secret_file_is_never_readable_by_others_over_sftp(tmp_path):
@@ -193,4 +193,4 @@ def test_the_replay_sees_files_puts_window(tmp_path):
     """files.put over SSH as root: SFTP writes dest, then chmod; the replay must see that."""
     root, _, dest = _host(tmp_path)
     plan = [("put", dest, f'{{"api-key": "{KEY}"}}\n'), ("shell", f"chmod 600 {dest}", None)]
-    assert _replay(root, plan) == [["etc/sglang/sglang-secret-args.yaml"], []]
+    assert _replay(root, plan) == [["etc/sglang/inference-engine-secret-args.yaml"], []]

@@ -39,11 +39,11 @@ def test_env_file_names_exist_in_the_release(stack_id):
     (the patched opt-in is checked against the patch that adds it)."""
     stack = STACKS[stack_id]
     host = _with_serving(custom_all_reduce_pcie=True)
-    text = _render("sglang.env.j2", **serving.env_file_kwargs(host, stack))
+    text = _render("inference-engine.env.j2", **serving.env_file_kwargs(host, stack))
     names = re.findall(r"^(SGL\w*)=", text, re.M)
     assert "SGLANG_ENABLE_JIT_DEEPGEMM" in names and "SGL_ENABLE_JIT_DEEPGEMM" not in names
     environ = _wheel_text(stack.sglang, "sglang/srt/environ.py")
-    patches = "".join(p.read_text() for p in (PROJECT_ROOT / "roles/sglang/patches/sglang" / stack.sglang).glob("*.patch"))
+    patches = "".join(p.read_text() for p in (PROJECT_ROOT / "roles/engine_envs/patches/sglang" / stack.sglang).glob("*.patch"))
     for name in names:
         assert re.search(rf"^\s+{name} = Env", environ, re.M) or f'"{name}"' in patches, name
 
@@ -54,7 +54,7 @@ def test_pcie_allreduce_is_one_setting_rendered_per_release():
     assert serving.pcie_allreduce_env("0.5.10") == {}  # neither patch nor upstream support
     source = _wheel_text("0.5.23", "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py")
     assert "_SUPPORTED_WORLD_SIZES = (2, 4, 8)" in source
-    off = _render("sglang.env.j2", **serving.env_file_kwargs(HOST, STACKS["sglang-0.5.23-cu130"]))
+    off = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, STACKS["sglang-0.5.23-cu130"]))
     assert "PCIE" not in off and "CUSTOM_AR" not in off  # off by default
 
 
@@ -72,7 +72,7 @@ def test_probe_url(bind, url):
 def test_start_limit_stops_a_loop_of_the_slowest_failing_starts():
     """Each start fails only when TimeoutStartSec runs out, the next comes RestartSec later:
     systemd must refuse the (burst + 1)-th within the interval."""
-    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
+    text = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
     value = dict(re.findall(r"^(\w+)=(.*)$", text, re.M))
     start, restart = int(value["TimeoutStartSec"]), int(value["RestartSec"])
     burst, interval = int(value["StartLimitBurst"]), int(value["StartLimitIntervalSec"])
@@ -86,7 +86,7 @@ def test_unit_starts_after_the_uvm_device_nodes():
     /dev/nvidia-uvm: the engine starts only after the unit roles/nvidia_driver installs for it."""
     from roles import nvidia_driver
 
-    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
+    text = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD))
     value = {key: words.split() for key, words in re.findall(r"^(After|Wants)=(.*)$", text, re.M)}
     assert nvidia_driver.UVM_UNIT in value["After"] and nvidia_driver.UVM_UNIT in value["Wants"]
     assert "NoNewPrivileges=yes" in text.splitlines()
@@ -94,21 +94,21 @@ def test_unit_starts_after_the_uvm_device_nodes():
 
 def test_unit_and_config_belong_to_one_release():
     old, new = STACKS["sglang-0.5.9-cu128"], STACKS["sglang-0.5.23-cu130"]
-    text = _render("sglang.service.j2", **serving.unit_text_kwargs(HOST, old, PROD))
+    text = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, old, PROD))
     env = serving.config_dir(HOST, old, PROD)
-    assert env.startswith(f"/opt/sglang/envs/{old.id}") and env.endswith("/serving")
-    assert f"{env}/sglang.env" in text and f"{env}/launch" in text
+    assert env.startswith(f"/opt/inference-host/envs/{old.id}") and env.endswith("/serving")
+    assert f"{env}/inference-engine.env" in text and f"{env}/launch" in text
     assert new.id not in text and "/current/" not in text
-    assert serving.config_paths(HOST, old, PROD)["secret_args"] == f"{env}/sglang-secret-args.yaml"
+    assert serving.config_paths(HOST, old, PROD)["secret_args"] == f"{env}/inference-engine-secret-args.yaml"
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
-    unit = tmp_path / "sglang.service"
-    unit.write_text(_render("sglang.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD)))
+    unit = tmp_path / "inference-engine.service"
+    unit.write_text(_render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD)))
     result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
                             capture_output=True, text=True)
-    score = re.search(r"Overall exposure level for sglang.service: ([\d.]+) (\w+)", result.stdout)
+    score = re.search(r"Overall exposure level for inference-engine.service: ([\d.]+) (\w+)", result.stdout)
     assert score, result.stdout + result.stderr
     # 9.6 UNSAFE without the sandbox section; "OK" is systemd's band below 4.0.
     assert float(score.group(1)) < 4.0 and score.group(2) == "OK", result.stdout
@@ -120,7 +120,7 @@ def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
 def test_the_health_check_reads_the_tensor_parallel_size_of_the_launcher_the_deploy_writes():
     """The service check's parser on the launcher exactly as the deploy renders it, per engine."""
     from roles.shared import templates
-    from tests.infra import gpu_parsers as parse
+    from checks import gpu_parsers as parse
 
     for stack in (PROD.stack.active, PROD.stack.stacks["vllm-0.16.0-cu128"]):
         path, template, _, kwargs = serving.release_templates(HOST, stack, PROD)[1]

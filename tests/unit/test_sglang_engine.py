@@ -86,18 +86,18 @@ def _unit_kwargs(host=GPU_HOST, stack=STACK.active):
 
 
 def test_unit_has_the_required_settings():
-    text = _render("sglang.service.j2", **_unit_kwargs())
+    text = _render("inference-engine.service.j2", **_unit_kwargs())
     from roles import serving
 
     env = serving.config_dir(GPU_HOST, STACK.active, PROD)
-    for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/sglang.env", f"ExecStart={env}/launch",
+    for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/inference-engine.env", f"ExecStart={env}/launch",
                  "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
                  "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",
-                 "StartLimitBurst=3", "ExecStartPost=/usr/local/libexec/inference-host/sglang-wait-ready"
+                 "StartLimitBurst=3", "ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready"
                  " http://127.0.0.1:30000/health_generate 1100"):
         assert line in text.splitlines() or any(row.startswith(line) for row in text.splitlines()), line
-    assert "ExecStartPre=+/usr/local/libexec/inference-host/sglang-cleanup sglang sglang.service" in text
-    assert "ExecStopPost=+/usr/local/libexec/inference-host/sglang-cleanup sglang sglang.service" in text
+    assert "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service" in text
+    assert "ExecStopPost=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service" in text
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
@@ -108,25 +108,25 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
         script.write_text("#!/bin/sh\n")
         script.chmod(0o755)
         kwargs[key] = str(script)
-    kwargs["env_file"] = str(tmp_path / "sglang.env")
+    kwargs["env_file"] = str(tmp_path / "inference-engine.env")
     kwargs["writable_paths"] = [str(tmp_path)]
-    unit = tmp_path / "sglang.service"
-    unit.write_text(_render("sglang.service.j2", **kwargs).replace("User=sglang", "User=root")
+    unit = tmp_path / "inference-engine.service"
+    unit.write_text(_render("inference-engine.service.j2", **kwargs).replace("User=sglang", "User=root")
                     .replace("Group=sglang", "Group=root").replace("/var/lib/sglang", str(tmp_path)))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    problems = [row for row in result.stderr.splitlines() if "sglang.service" in row]
+    problems = [row for row in result.stderr.splitlines() if "inference-engine.service" in row]
     assert result.returncode == 0 and not problems, result.stderr
 
 
 def test_env_file_nccl_settings():
     from roles import serving
 
-    text = _render("sglang.env.j2", **serving.env_file_kwargs(GPU_HOST, STACK.active))
+    text = _render("inference-engine.env.j2", **serving.env_file_kwargs(GPU_HOST, STACK.active))
     assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text
     assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in text.splitlines() and "NCCL_P2P_DISABLE" not in text
     assert "SGL_ENABLE_JIT_DEEPGEMM" not in text
     off = dataclasses.replace(GPU_HOST, nccl=GPU_HOST.nccl.model_copy(update={
         "p2p_level": "off", "min_nchannels": 8, "debug": "INFO", "debug_subsys": "INIT,P2P"}))
-    text = _render("sglang.env.j2", **serving.env_file_kwargs(off, STACK.active))
+    text = _render("inference-engine.env.j2", **serving.env_file_kwargs(off, STACK.active))
     assert "NCCL_P2P_DISABLE=1" in text and "NCCL_P2P_LEVEL" not in text
     assert "NCCL_MIN_NCHANNELS=8" in text and "NCCL_DEBUG_SUBSYS=INIT,P2P" in text

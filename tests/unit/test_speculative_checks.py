@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.infra import bench
-from tests.infra import speculative_checks as spec
+from checks import bench
+from checks import speculative_checks as spec
 from tests.unit.conftest import PROJECT_ROOT
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "sglang"

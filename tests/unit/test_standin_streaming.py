@@ -18,7 +18,7 @@ from tests.unit.conftest import PROJECT_ROOT
 def _server(monkeypatch, rate: str):
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", rate)
     spec = importlib.util.spec_from_file_location(
-        "standin_server", PROJECT_ROOT / "tests" / "standins" / "sglang_server" / "server.py")
+        "standin_server", PROJECT_ROOT / "lab" / "standins" / "sglang_server" / "server.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     args = argparse.Namespace(served_model_name="kimi-k2.5", model_path="/models/tiny", api_key=None,

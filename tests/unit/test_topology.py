@@ -17,8 +17,8 @@ from roles.gateway import templates as gateway_templates
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
-from tests.infra import gateway as gateway_health
-from tests.infra.server_checks import HttpAnswer
+from checks import gateway as gateway_health
+from checks.server_checks import HttpAnswer
 from tests.unit.conftest import PROJECT_ROOT
 
 DATA = Path(__file__).parent / "data" / "smg"
@@ -49,9 +49,9 @@ def test_preview_of_two_tensor_parallel_nodes_uses_every_gpu_and_rank_0s_address
         assert (_value(args, "--tp-size"), _value(args, "--nnodes")) == ("16", "2")
         assert _value(args, "--node-rank") == str(rank)
         assert _value(args, "--dist-init-addr") == "10.0.0.11:50000"  # rank 0's ssh_hostname
-        env = next((out / host).rglob("serving/sglang.env")).read_text()
+        env = next((out / host).rglob("serving/inference-engine.env")).read_text()
         assert "NCCL_IB_DISABLE=1" in env and "NCCL_SOCKET_IFNAME=ens1f0" in env and "TCP sockets" in env
-        unit = next((out / host).rglob("serving/sglang.service")).read_text()
+        unit = next((out / host).rglob("serving/inference-engine.service")).read_text()
         # rank >= 1 runs sglang's dummy health server: ready = scheduler joined, restart to rejoin.
         assert (("/health_generate " in unit, "Restart=on-failure" in unit) if rank == 0
                 else ("/health " in unit, "Restart=always" in unit)) == (True, True)
@@ -131,11 +131,11 @@ def test_gateway_rules(inventory):
 
 def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     site = load_site(_gateway_site(inventory))
-    command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "sglang.service", "/c", "/e")
+    command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "inference-engine.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
-    assert command.startswith("/usr/local/libexec/inference-host/sglang-rolling /etc/sglang/sglang-secret-args.yaml"
+    assert command.startswith("/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
                               " http://10.0.0.2:30000 300 http://gw:8000 -- ")
-    assert command.endswith("sglang-switch sglang.service /c /e")
+    assert command.endswith("inference-engine-switch inference-engine.service /c /e")
     alone = load_site(inventory.groups("alone.py", gpu_nodes=[("a", {"gpu_count": 8})]))
     assert serving_role.switch_command(alone.hosts["a"], alone.hosts, "u", "/c", "/e")[1] == []
 
@@ -170,7 +170,7 @@ def test_verdict_healthy_failed_and_missing():
 
 
 def test_benchmark_through_the_gateway_or_per_replica(inventory):
-    from tests.infra import bench
+    from checks import bench
 
     path = str(_gateway_site(inventory, name="bench.py"))
     per_replica = bench._target(bench._arguments(["--inventory", path, "--host", "b"]))
@@ -206,7 +206,7 @@ def test_gateway_unit_passes_systemd_analyze_verify(inventory, tmp_path):
 
 
 def test_health_expectations_know_the_rank(inventory):
-    from tests.infra.expectations import Expectations
+    from checks.expectations import Expectations
 
     site = load_site(_tp_inventory(inventory))
     assert [Expectations.from_site(site, n).node_rank for n in ("node-a", "node-b")] == [0, 1]

@@ -14,13 +14,13 @@ import jinja2
 import pytest
 
 from roles.serving import command as cmd
-from roles.sglang import patches_for
+from roles.engine_envs import patches_for
 from roles.shared import engine_env, layout
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
 from roles.site import lock as stack_lock
-from tests.infra import bench
-from tests.infra import server_checks as server
-from tests.infra.server_checks import HttpAnswer
+from checks import bench
+from checks import server_checks as server
+from checks.server_checks import HttpAnswer
 
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 LAB = load_site(PROJECT_ROOT / "inventory" / "lab.py")
@@ -198,7 +198,7 @@ def test_bench_command_and_history_per_engine(tmp_path):
     assert command[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
     assert command[command.index("--result-dir") + 1] == "$d" and "--save-result" in command
     assert command[command.index("--temperature") + 1] == "0"  # greedy, like every earlier run
-    results = __import__("tests.infra.gpu_parsers", fromlist=["x"]).parse_bench_serving_jsonl(
+    results = __import__("checks.gpu_parsers", fromlist=["x"]).parse_bench_serving_jsonl(
         (DATA / "bench-serve-result.json").read_text())
     assert results[0].max_concurrency == 1 and results[0].output_throughput > 0
     workload = {"dataset": "random", "input_len": 32}

@@ -175,12 +175,12 @@ def test_serving_unit_asserts_the_verified_manifest(inventory):
 
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS)]))
     host = site.hosts["gpu1"]
-    text = _render("roles/serving/templates/sglang.service.j2",
+    text = _render("roles/serving/templates/inference-engine.service.j2",
                    **serving.unit_text_kwargs(host, site.stack.active, site))
     assert "AssertPathExists=/models/Kimi-K2.5/.inference-host/manifest.json" in text.splitlines()
     bare_site = load_site(inventory.groups("bare.py", gpu_nodes=[gpu_node()]))
     assert "AssertPathExists" not in _render(
-        "roles/serving/templates/sglang.service.j2",
+        "roles/serving/templates/inference-engine.service.j2",
         **serving.unit_text_kwargs(bare_site.hosts["gpu1"], bare_site.stack.active, bare_site))
 
 

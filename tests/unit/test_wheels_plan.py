@@ -17,7 +17,7 @@ from roles.site import PROJECT_ROOT, BuildSettings, load_stack
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 ACTIVE = STACK.active  # sglang 0.5.9, CUDA 12.8: flash-attn built, sgl-kernel prebuilt
 BOTH = dataclasses.replace(ACTIVE, kernel=dataclasses.replace(ACTIVE.kernel, source="build"))
-FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "tiny_cuda_ext"
+FIXTURE = PROJECT_ROOT / "lab" / "fixtures" / "tiny_cuda_ext"
 
 
 def keys(stack, build=None):

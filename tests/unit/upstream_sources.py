@@ -32,9 +32,9 @@ from roles.site import PROJECT_ROOT, load_stack
 
 SNAPSHOT = PROJECT_ROOT / "tests" / "unit" / "data" / "upstream"
 MANIFEST = SNAPSHOT / "MANIFEST.json"
-PATCH_ROOTS = (PROJECT_ROOT / "roles" / "sglang" / "patches", PROJECT_ROOT / "roles" / "eagle3_training" / "patches")
+PATCH_ROOTS = (PROJECT_ROOT / "roles" / "engine_envs" / "patches", PROJECT_ROOT / "roles" / "eagle3_training" / "patches")
 # What the tests and the SGLang stand-in's start-up log read besides the files the patches touch
-# (tests/standins/sglang_server/startup_log.py: server_args.py for 0.5.9, the arg_groups
+# (lab/standins/sglang_server/startup_log.py: server_args.py for 0.5.9, the arg_groups
 # tables and engine.py's _server_args_for_logging from 0.5.23 on; environ.py for the env file).
 READ_BY_TESTS = {
     "sglang": ("sglang/__init__.py", "sglang/srt/server_args.py", "sglang/srt/environ.py",

@@ -24,7 +24,7 @@ class BaseSettings(Section):
         "Unprivileged system user (no login shell) the engine runs as; owns the data, model and "
         "log directories."))
     service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")
-    install_root: AbsolutePath = Field("/opt/sglang", description=(
+    install_root: AbsolutePath = Field("/opt/inference-host", description=(
         "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit"
         " runs through."))
     data_dir: AbsolutePath = Field("/var/lib/sglang", description=(

@@ -37,7 +37,7 @@ class GpuSettings(Section):
         "Blackwell)."))
     model: str = Field("NVIDIA RTX PRO 6000 Blackwell Server Edition", description=(
         "GPU model name nvidia-smi must report; it also selects the expected link class and "
-        "bandwidth floors (tests/infra/gpu_models.py)."))
+        "bandwidth floors (checks/gpu_models.py)."))
     memory_gib: Annotated[int, positive] = Field(96, description=(
         "Memory per GPU in GiB; 16 or more marks a large-BAR GPU (a KVM guest then needs guest_cpu"
         " host and guest_bios ovmf)."))

@@ -1,4 +1,4 @@
-"""The health checks' demands (health_*): tests/infra."""
+"""The health checks' demands (health_*): checks."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ HEALTH_SUITES = ("gpu", "interconnect", "service", "server")
 
 
 class HealthSettings(Section):
-    """tests/infra: what the health checks demand beyond the host's own description."""
+    """checks: what the health checks demand beyond the host's own description."""
 
     PREFIX: ClassVar[str] = "health_"
 
@@ -34,7 +34,7 @@ class HealthSettings(Section):
         " the start-up is too slow, killed inside the collective a P2P deadlock."))
     allreduce_min_busbw_gbps: Annotated[float, positive] | None = Field(None, description=(
         "Bus-bandwidth floor (nccl-tests definition) of the all-reduce in GB/s; None: the floor "
-        "of health_gpu_link's class (tests/infra/gpu_models.py)."))
+        "of health_gpu_link's class (checks/gpu_models.py)."))
     allreduce_size_mib: Annotated[int, positive] = Field(256, description=(
         "Message size of the all-reduce check."))
     server_timeout_s: Annotated[int, positive] = Field(20, description=(

@@ -52,7 +52,7 @@ class ServingSettings(Section):
     PREFIX: ClassVar[str] = "serving_"
 
     unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
-                                    "a systemd unit name")] = Field("sglang", description=(
+                                    "a systemd unit name")] = Field("inference-engine", description=(
         "Name of the engine's systemd unit (<name>.service) and of its env and secret-argument "
         "files."))
     model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(

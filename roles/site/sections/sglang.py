@@ -1,4 +1,4 @@
-"""roles/sglang: the engine environments (sglang_*)."""
+"""roles/engine_envs: the engine environments (sglang_*)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from roles.site.fields import (
 
 
 class SglangSettings(Section):
-    """roles/sglang: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
+    """roles/engine_envs: uv environments under <base_install_root>/envs/<stack id>-<stamp>, each
     installed exactly from its stack's lock."""
 
     PREFIX: ClassVar[str] = "sglang_"

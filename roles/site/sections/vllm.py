@@ -1,4 +1,4 @@
-"""vLLM stacks' own settings (vllm_*), read by roles/sglang and roles/serving."""
+"""vLLM stacks' own settings (vllm_*), read by roles/engine_envs and roles/serving."""
 
 from __future__ import annotations
 

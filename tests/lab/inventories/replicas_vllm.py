@@ -25,7 +25,7 @@ import pyinfra
 
 import lab
 from roles.site import vault as secrets
-from tests.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from validation import require_valid_inventory
 
 _ROLES = ("vrep-a", "vrep-b", "vgw")

@@ -1,0 +1,195 @@
+"""Run the health checks against inventory hosts: one verdict table per host and a JSON report.
+
+    uv run python -m checks --inventory inventory/prod.py                 # every gpu node
+    uv run python -m checks --inventory inventory/prod.py --host sglang-lxc.example.internal \\
+        --suites gpu,interconnect
+    uv run python -m checks --hosts local:// --expect gpu_count=1 --expect gpu_arch=sm90 ...
+
+Exit status 0 when every check passed or was skipped with a reason, 1 when one failed, 2 for
+bad input. Reports land in reports/health-<host>-<time>.json unless --report names a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from roles.site import SiteError
+from roles.site.errors import output_path_problem
+from checks.site_cache import site_of
+from checks.connection import testinfra_url
+
+HERE = Path(__file__).resolve().parent
+SUITES = ("gpu", "interconnect", "service", "server")
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m checks", description=__doc__.split("\n")[0])
+    parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
+    parser.add_argument("--host", action="append", default=[],
+                        help="inventory host to check (default: every host of gpu_nodes)")
+    parser.add_argument("--hosts", help="testinfra URL for a host outside the inventory (local://, ssh://...)")
+    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma list of {', '.join(SUITES)}")
+    parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--report", help="JSON report file (one host) or folder")
+    parser.add_argument("--sudo", action="store_true", help="run the host's commands with sudo")
+    parser.add_argument("--no-bandwidth-probes", action="store_true",
+                        help="skip the probes that load every GPU (memory bandwidth, PCIe link under load)")
+    parser.add_argument("--dcgm-level", type=int, choices=(2, 3), metavar="2|3",
+                        help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs): the serving "
+                             "unit is stopped for it and started again afterwards")
+    return parser.parse_args(argv)
+
+
+# Connection schemes testinfra has a backend for (testinfra/backend/__init__.py, 10.x).
+SCHEMES = ("local", "ssh", "paramiko", "docker", "podman", "kubectl", "openshift", "winrm", "ansible",
+           "salt", "lxc")
+
+
+def _check_hosts_url(url: str) -> None:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SCHEMES:
+        raise SiteError([f"--hosts {url!r}: unknown connection; expected SCHEME://HOST with SCHEME one "
+                         f"of {', '.join(SCHEMES)} (e.g. ssh://root@gpu-node, local://)"])
+    if scheme != "local" and not rest.split("?")[0].strip("/"):
+        raise SiteError([f"--hosts {url!r}: no host after {scheme}://"])
+
+
+def _targets(args) -> list[tuple[str | None, str]]:
+    """(inventory host name or None, testinfra URL) for each host to check."""
+    if args.hosts:
+        _check_hosts_url(args.hosts)
+        return [(args.host[0] if args.host else None, args.hosts)]
+    if not args.inventory:
+        raise SiteError(["give --inventory (and optionally --host), or --hosts for a machine in no inventory"])
+    site = site_of(args.inventory)
+    names = args.host or [h.name for h in site.group("gpu_nodes")]
+    unknown = [n for n in names if n not in site.hosts]
+    if unknown:
+        raise SiteError([f"{args.inventory}: no host {', '.join(unknown)}; expected one of: "
+                         + ", ".join(site.hosts)])
+    return [(name, testinfra_url(args.inventory, name)) for name in names]
+
+
+def _report_path(args, name: str, several: bool) -> str:
+    if args.report and not several and not args.report.endswith("/"):
+        return args.report
+    folder = Path(args.report or "reports")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "host"
+    return str(folder / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+
+
+def pytest_arguments(args, name: str | None, url: str, report: str) -> list[str]:
+    suites = [s.strip() for s in args.suites.split(",")]
+    bad = [s or "(empty)" for s in suites if s not in SUITES]
+    if bad:
+        raise SiteError([f"--suites {args.suites!r}: unknown {', '.join(bad)}; expected a comma list "
+                         f"from {', '.join(SUITES)}"])
+    argv = [str(HERE), "-p", "no:cacheprovider", "-q", "--tb=no", "-rN", "--no-header",
+            f"--hosts={url}", "-m", " or ".join(suites), f"--report-json={report}",
+            "-o", "addopts=", "-o", "testpaths="]
+    if args.inventory:
+        argv.append(f"--inventory={args.inventory}")
+    if name:
+        argv.append(f"--site-host={name}")
+    if args.sudo:
+        argv.append("--sudo")
+    if getattr(args, "no_bandwidth_probes", False):
+        argv.append("--no-bandwidth-probes")
+    argv += [f"--expect={item}" for item in args.expect]
+    return argv
+
+
+def _validate_expectations(args, targets) -> None:
+    """--expect values are checked here, before any host is contacted (pytest would check them
+    too, but only after starting)."""
+    from checks.expectations import Expectations
+
+    if args.inventory:
+        site = site_of(args.inventory)
+        for name, _ in targets:
+            if name:
+                Expectations.from_site(site, name, args.expect)
+    else:
+        Expectations.from_overrides(args.expect)
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    try:
+        targets = _targets(args)
+        runs = [(name, url, pytest_arguments(args, name, url, _report_path(args, name or url, len(targets) > 1)))
+                for name, url in targets]
+        report_problem = args.report and output_path_problem(
+            "--report", Path(args.report), folder=len(targets) > 1 or args.report.endswith("/"))
+        if report_problem:
+            raise SiteError([report_problem])
+        _validate_expectations(args, targets)
+    except SiteError as error:
+        print("inference-host health checks: bad input, no host was contacted:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    worst = 0
+    for name, url, pytest_argv in runs:
+        print(f"\n### health checks of {name or url} ({url})", flush=True)
+        code = int(pytest.main(pytest_argv))
+        if code == 5:
+            print(f"inference-host health checks: no check ran on {name or url} (pytest collected "
+                  "nothing): not healthy", file=sys.stderr)
+        elif code not in (0, 1):
+            print(f"inference-host health checks: the run on {name or url} stopped (pytest exit "
+                  f"{code}): see the error above; not healthy", file=sys.stderr)
+        worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
+        if args.dcgm_level and code in (0, 1):
+            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
+    return worst
+
+
+def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
+    """`dcgmi diag -r 2|3` with the serving unit stopped (levels 2 and 3 need idle GPUs: DCGM's
+    nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome."""
+    import testinfra
+
+    from checks import gpu_parsers as parse
+    from checks.expectations import Expectations
+
+    host = testinfra.get_host(url, sudo=sudo)
+    unit = "sglang"
+    if inventory and name:
+        unit = Expectations.from_site(site_of(inventory), name).unit_name
+    if host.run("command -v dcgmi").rc != 0:
+        print(f"dcgmi diag -r {level}: dcgmi is not installed (set nvidia_driver_dcgm = true)", file=sys.stderr)
+        return 1
+    active = host.run(f"systemctl is-active {unit}").stdout.strip() == "active"
+    if active:
+        print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
+        host.run(f"systemctl stop {unit}")
+    try:
+        result = host.run(f"dcgmi diag -r {level} -j")
+    finally:
+        if active:
+            print(f"dcgmi diag -r {level}: starting {unit}.service again", flush=True)
+            host.run(f"systemctl start {unit}")
+    try:
+        tests = parse.parse_dcgmi_diag_json(result.stdout)
+    except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
+        print(f"dcgmi diag -r {level}: FAIL ({error})")
+        return 1
+    for test in tests:
+        print(f"  {test.section} {test.name}: {test.result}"
+              + "".join(f"\n    {detail}" for detail in test.details))
+    failed = [t for t in tests if t.result in ("Fail", "Warn")]
+    verdict = "FAIL" if failed or not tests else "PASS"
+    print(f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
+          + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "") + ")")
+    return 1 if verdict == "FAIL" else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""Health of the replicas behind SGLang's model gateway: HEALTHY, DEGRADED or FAILED.
+
+    uv run python -m checks.gateway INVENTORY [--host GATEWAY]     # exit 0 / 3 / 1
+
+A replica that is down does not make the endpoint down: the gateway routes around it. So the
+verdict has three values, judged from what the gateway itself reports and does:
+- HEALTHY: a generation through the gateway succeeds and every replica the inventory names is
+  registered and healthy;
+- DEGRADED: the endpoint still serves, but some replica is missing, unhealthy or draining
+  (named, with what the gateway says about it);
+- FAILED: no generation through the gateway succeeds.
+
+smg 1.13.0's GET /workers answers {"workers": [{"id", "url", "is_healthy", "status": "ready" |
+"not_ready" | "draining", ...}], "total": N} (checked with the API key, like the data plane).
+The requests run on the gateway host with curl; the key is read there from the 0600 file the
+gateway role wrote (/etc/smg/api-key, root only: run with --sudo when not connecting as root)
+and goes to curl on a file descriptor, never on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+
+from roles.shared.layout import GATEWAY_API_KEY_FILE
+from roles.site import SiteError, load_site
+from roles.site.errors import print_problems
+from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
+
+API_KEY_FILE = GATEWAY_API_KEY_FILE  # where roles/gateway writes it
+EXIT = {"HEALTHY": 0, "FAILED": 1, "DEGRADED": 3}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # HEALTHY, DEGRADED, FAILED
+    detail: str
+    down: tuple[str, ...] = ()
+
+
+def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> Verdict:
+    """Pure: the gateway's /workers answer, one generation through it, the inventory's worker URLs."""
+    if generation.status != 200:
+        found = f"HTTP {generation.status}" if generation.status else f"no answer ({generation.error})"
+        return Verdict("FAILED", f"a generation through the gateway got {found}: {generation.body[:200]}",
+                       tuple(expected))
+    if workers.status != 200:
+        return Verdict("DEGRADED", f"the endpoint serves, but GET /workers answered HTTP {workers.status};"
+                       " the replicas' state is unknown", ())
+    listed = {w["url"]: w for w in workers.json().get("workers", [])}
+    down = []
+    for url in expected:
+        worker = listed.get(url)
+        if worker is None:
+            down.append((url, "not registered at the gateway"))
+        elif not worker.get("is_healthy") or worker.get("status") != "ready":
+            down.append((url, f"status {worker.get('status')}, healthy {worker.get('is_healthy')}"))
+    if not down:
+        return Verdict("HEALTHY", f"{len(expected)} of {len(expected)} replicas ready; the endpoint serves")
+    serving = len(expected) - len(down)
+    return Verdict("DEGRADED", f"the endpoint serves on {serving} of {len(expected)} replicas; down: "
+                   + "; ".join(f"{url} ({why})" for url, why in down)
+                   + ". Read `journalctl -u <serving unit>` on that node; the gateway adds it back when"
+                   " its /health answers", tuple(url for url, _ in down))
+
+
+def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
+    curl = (f"curl -sS -m 60 -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
+            " -K <(printf 'header = \"Authorization: Bearer %s\"\\n' \"$KEY\")")
+    data = ""
+    if body is not None:
+        curl += " -H 'Content-Type: application/json' --data-binary @-"
+        data = f"printf %s {shlex.quote(json.dumps(body))} | "
+    script = (f"KEY=$(cat {API_KEY_FILE} 2>/dev/null); {data}{curl}"
+              f" {shlex.quote(f'http://127.0.0.1:{port}{path}')}")
+    result = run(("sudo " if sudo else "") + f"bash -c {shlex.quote(script)}")
+    return parse_curl_output(result.stdout, result.stderr)
+
+
+def check(run, port: int, model: str, expected: list[str], sudo: bool = False) -> Verdict:
+    generation = _request(run, port, "/v1/chat/completions",
+                          {"model": model, "max_tokens": 4, "temperature": 0,
+                           "messages": [{"role": "user", "content": "Say ok."}]}, sudo)
+    return judge(_request(run, port, "/workers", sudo=sudo), generation, expected)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m checks.gateway", description=__doc__.split("\n")[0])
+    parser.add_argument("inventory")
+    parser.add_argument("--host", help="the gateway (default: every host of the gateways group)")
+    parser.add_argument("--sudo", action="store_true", help="read the key with sudo (non-root SSH user)")
+    args = parser.parse_args(argv)
+
+    import testinfra
+
+    from roles.shared.replicas import replicas, worker_url
+    from checks.connection import testinfra_url
+
+    try:
+        site = load_site(args.inventory)
+        gateways = [g for g in site.group("gateways") if not args.host or g.name == args.host]
+        if not gateways:
+            # Nothing checked is no verdict: say so and fail, before any host is contacted.
+            known = ", ".join(g.name for g in site.group("gateways"))
+            raise SiteError([f"{args.inventory}: no host {args.host!r} in the gateways group; expected one of:"
+                             f" {known}" if args.host and known else
+                             f"{args.inventory}: the gateways group is empty; nothing to check (add the"
+                             " gateway hosts to `gateways`, or check a gpu node with python -m checks)"])
+    except SiteError as error:
+        print_problems(error)
+        return 2
+    expected = [worker_url(node) for node in replicas(site.hosts)]
+    worst = 0
+    for gateway in gateways:
+        host = testinfra.get_host(testinfra_url(args.inventory, gateway.name))
+        model = replicas(site.hosts)[0].serving.served_model_name
+        verdict = check(host.run, gateway.gateway.port, model, expected, args.sudo)
+        print(f"{gateway.name}: {verdict.status}  {verdict.detail}")
+        worst = max(worst, EXIT[verdict.status], key=lambda code: [0, 3, 1].index(code))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

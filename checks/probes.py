@@ -1,0 +1,243 @@
+"""Evidence gathered from a host once per run and shared by the checks: each command runs
+once per host, its text goes through checks.gpu_parsers, and where a source is missing the
+probe records why, so a check can say "no evidence because ..." instead of passing.
+
+Nothing here needs systemd: the GPU evidence comes from nvidia-smi, /proc and the kernel log.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+from checks import gpu_parsers as parse
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+SMI = "nvidia-smi"
+# systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+# Multi-GPU NVLink hosts that must keep NVLink multicast off (the 2 × H200 validation host: it can
+# take the GPUs out of service) set these; kept wherever a program starts with its own
+# environment, passed on only when set.
+SAFETY_VARIABLES = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A command's output, or why there is none."""
+
+    text: str | None
+    missing: str | None = None  # why there is no text: tool absent, permission, ...
+
+    def require(self, what: str) -> str:
+        if self.text is None:
+            pytest.skip(f"no evidence for {what}: {self.missing}")
+        return self.text
+
+
+def _tool_exists(host, tool: str) -> bool:
+    return host.run(f"command -v {shlex.quote(tool)}").rc == 0
+
+
+class GpuProbe:
+    """Everything the GPU and interconnect suites read from one host."""
+
+    def __init__(self, host):
+        self.host = host
+
+    # -- raw sources ---------------------------------------------------------------------------
+
+    @cached_property
+    def smi_path(self) -> str | None:
+        result = self.host.run(f"command -v {SMI}")
+        return result.stdout.strip() if result.rc == 0 else None
+
+    def _smi(self, args: str) -> Evidence:
+        if not self.smi_path:
+            return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
+        result = self.host.run(f"{SMI} {args}")
+        if result.rc != 0:
+            return Evidence(None, f"`nvidia-smi {args}` failed (rc {result.rc}): "
+                                  f"{(result.stdout + result.stderr).strip()[:300]}")
+        return Evidence(result.stdout)
+
+    @cached_property
+    def smi_plain(self):
+        """`nvidia-smi` itself: its failure text is how a version mismatch shows."""
+        return self.host.run(SMI) if self.smi_path else None
+
+    @cached_property
+    def gpu_query(self) -> Evidence:
+        return self._smi(f"--query-gpu={','.join(parse.GPU_QUERY_FIELDS)} --format=csv,noheader,nounits")
+
+    @cached_property
+    def gpus(self) -> list[parse.GpuInfo]:
+        return parse.parse_gpu_query(self.gpu_query.require("the GPU list"))
+
+    @cached_property
+    def remapped(self) -> Evidence:
+        return self._smi("--query-remapped-rows=" + ",".join(parse.REMAPPED_FIELDS) + " --format=csv,noheader")
+
+    @cached_property
+    def retired(self) -> Evidence:
+        return self._smi("--query-gpu=" + ",".join(parse.RETIRED_FIELDS) + " --format=csv,noheader")
+
+    @cached_property
+    def compute_apps(self) -> Evidence:
+        return self._smi("--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits")
+
+    @cached_property
+    def topology(self) -> Evidence:
+        return self._smi("topo -m")
+
+    @cached_property
+    def smi_q(self) -> Evidence:
+        return self._smi("-q")
+
+    @cached_property
+    def health(self) -> dict[str, parse.GpuHealth]:
+        return parse.parse_gpu_health(self.smi_q.require("the GPU health report (nvidia-smi -q)"))
+
+    def replays(self) -> dict[str, int | None]:
+        """PCIe replays per GPU now (read twice by the interconnect suite: before and after)."""
+        now = self._smi("-q")
+        if now.text is None:
+            return {}
+        return {bus: h.replays for bus, h in parse.parse_gpu_health(now.text).items()}
+
+    @cached_property
+    def nvlink(self) -> Evidence:
+        status = self._smi("nvlink -s")
+        if status.text is None:
+            return status
+        errors = self._smi("nvlink -e")
+        return Evidence(status.text + "\n@@ERRORS@@\n" + (errors.text or ""))
+
+    @cached_property
+    def dcgmi_path(self) -> str | None:
+        result = self.host.run("command -v dcgmi")
+        return result.stdout.strip() if result.rc == 0 else None
+
+    @cached_property
+    def smi_version(self) -> Evidence:
+        return self._smi("--version")
+
+    @cached_property
+    def proc_version(self) -> Evidence:
+        result = self.host.run("cat /proc/driver/nvidia/version")
+        if result.rc != 0:
+            return Evidence(None, "/proc/driver/nvidia/version is not readable (no NVIDIA kernel module loaded?)")
+        return Evidence(result.stdout)
+
+    @cached_property
+    def kernel_log(self) -> Evidence:
+        """The kernel log since boot: dmesg, else journalctl -k -b (where systemd keeps it)."""
+        tried = []
+        if _tool_exists(self.host, "dmesg"):
+            result = self.host.run("dmesg")
+            if result.rc == 0 and result.stdout.strip():
+                return Evidence(result.stdout)
+            tried.append(f"dmesg failed: {result.stderr.strip()[:200] or 'empty output'}")
+        else:
+            tried.append("dmesg is missing")
+        if _tool_exists(self.host, "journalctl"):
+            result = self.host.run("journalctl -k -b --no-pager -q")
+            if result.rc == 0:
+                return Evidence(result.stdout)
+            tried.append(f"journalctl -k -b failed: {result.stderr.strip()[:200]}")
+        else:
+            tried.append("journalctl is missing")
+        return Evidence(None, "; ".join(tried) + " (run the checks as root to read the kernel log)")
+
+    @cached_property
+    def userspace_libraries(self) -> Evidence:
+        """libnvidia-ml.so.<version> files: the userspace driver as installed on disk."""
+        result = self.host.run(
+            "{ ldconfig -p 2>/dev/null; ls /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 "
+            "/usr/local/nvidia/lib 2>/dev/null; } | grep -o 'libnvidia-ml\\.so\\.[0-9.]*[0-9]' | sort -u"
+        )
+        if not result.stdout.strip():
+            return Evidence(None, "no libnvidia-ml.so.<version> found by ldconfig or in the usual library folders")
+        return Evidence(result.stdout)
+
+    @cached_property
+    def modinfo_license(self) -> Evidence:
+        if not _tool_exists(self.host, "modinfo"):
+            return Evidence(None, "modinfo is missing")
+        result = self.host.run("modinfo -F license nvidia")
+        if result.rc != 0:
+            return Evidence(None, f"modinfo nvidia failed: {result.stderr.strip()[:200]}")
+        return Evidence("license: " + result.stdout.strip())
+
+    # -- programs run with the engine's python --------------------------------------------------
+
+    def run_program(self, python: str, program: str, args: str = "", env_file: str | None = None,
+                    fallback_env: dict | None = None, timeout_s: int = 300):
+        """Copy a program from checks/programs to a temporary folder on the host and run it
+        there (a file, not `python -c`: torch.multiprocessing's spawn needs one), killed after
+        timeout_s.
+
+        It runs in a clean environment (`env -i`), as systemd starts the service: a minimal
+        PATH and LANG, then exactly the unit's EnvironmentFile, read on the host (`set -a; .`
+        reads the KEY=VALUE lines roles/serving writes as systemd does). Only when the host has
+        no such file (the service was never deployed) are `fallback_env` (the site model's NCCL
+        settings) used instead. Nothing of the checker's own shell leaks in, except the
+        NVLink-multicast guards of a multi-GPU host when set there (SAFETY_VARIABLES), which the
+        program reports like every other variable it sees."""
+        source = (PROGRAMS / program).read_text()
+        has_file = bool(env_file) and self.host.run(f"test -r {shlex.quote(env_file)}").rc == 0
+        fallback = "" if has_file else " ".join(
+            f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
+        inherited = " ".join(f"${{{name}+{name}=\"${name}\"}}" for name in SAFETY_VARIABLES)
+        file_argument = shlex.quote(env_file) if has_file else "''"
+        source_name = shlex.quote(env_file if has_file else "site model")
+        command = (
+            f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
+            f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
+            f" {inherited} {fallback} sh -c 'if [ -n \"$1\" ]; then set -a; . \"$1\"; set +a; fi; shift; "
+            f"exec \"$@\"' sh {file_argument} "
+            f"timeout -s KILL {int(timeout_s)} {shlex.quote(python)} \"$d/{program}\" {args}; "
+            "rc=$?; rm -rf \"$d\"; exit $rc"
+        )
+        return self.host.run(command)
+
+    def engine_python_missing(self, python: str) -> str | None:
+        if self.host.run(f"test -x {shlex.quote(python)}").rc != 0:
+            return (f"the engine python {python} does not exist; expected the engine environment "
+                    "(roles/engine_envs) there; set health_engine_python or --expect health_engine_python=PATH")
+        return None
+
+
+def explain(expected, found, todo: str) -> str:
+    """Every failure says the same three things, in this order."""
+    return f"expected {expected}; found {found}; what to do: {todo}"
+
+
+def report(request, text: str) -> None:
+    """A passing check's finding, shown in the verdict table and the JSON report."""
+    request.node.user_properties.append(("detail", text))
+
+
+def evidence(request, name: str, value: float | int | bool | None, **labels: str) -> None:
+    """A number the check judged, kept in the JSON report's "evidence" (the checks' timer turns
+    it into the gauge inference_host_<name>, roles/monitoring/textfile.py). Recorded before the
+    verdict, so a failing check keeps its numbers too."""
+    if value is not None:
+        request.node.user_properties.append(("evidence", (name, float(value), labels)))
+
+
+def cuda_visibility_advice(env: dict) -> str:
+    """What hides GPUs from CUDA, named: the variable and where it came from, or the passthrough."""
+    source = env.get("IH_ENV_SOURCE", "the checker's environment")
+    # Only CUDA_VISIBLE_DEVICES acts inside a process (NVIDIA_VISIBLE_DEVICES is read when a
+    # container is created, by the NVIDIA container toolkit, and is "all" in CUDA images).
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} (from {source}) hides GPUs from "
+                "CUDA: remove it from the service's environment (serving_extra_env) unless that is "
+                "intended, and correct gpu_count")
+    return ("nvidia-smi sees the GPU but CUDA does not and no CUDA_VISIBLE_DEVICES is set: check the "
+            "device nodes (/dev/nvidia*) and, in a guest, the passthrough (Proxmox devN entries)")

@@ -1,0 +1,144 @@
+"""Talking to the engine's server (SGLang or vLLM) from the host itself, and judging its answers.
+
+The requests run on the checked host with curl (the server binds 127.0.0.1 by default, so the
+controller may not reach it). The API key never leaves the host: curl reads the header from a
+process substitution filled from the unit's EnvironmentFile, so it appears on no command line
+and in no log. The judge_* functions are pure, unit-tested on recorded responses
+(tests/unit/data/sglang/).
+
+Endpoints and shapes: python/sglang/srt/entrypoints/http_server.py and
+python/sglang/srt/utils (add_api_key_middleware: 401 {"error": "Unauthorized"}; /health* and
+/metrics pass without the key). vLLM 0.16.0 (vllm/entrypoints/openai/api_server.py,
+AuthenticationMiddleware) guards only /v1/* with the key: /health and /metrics answer without
+it; metric names are vllm:* (vllm/v1/metrics/loggers.py) where SGLang's are sglang:*.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from checks import gpu_parsers as parse
+from checks.probes import explain
+
+STATUS_MARKER = "IH-HTTP "
+# A short deterministic prompt whose answer is plain language: degenerate output (one token
+# repeated, reported for Kimi-K2.5 on some Blackwell setups, sglang #23264) shows at once.
+CHAT_PROMPT = "Name the four seasons of the year in one short sentence."
+CHAT_MAX_TOKENS = 48
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int          # 0: no answer at all (refused, timed out)
+    seconds: float
+    body: str
+    error: str = ""
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+def base_url(expect) -> str:
+    address = "127.0.0.1" if expect.serving_host in ("0.0.0.0", "127.0.0.1") else expect.serving_host
+    if address in ("::", "::1"):
+        address = "[::1]"
+    return f"http://{address}:{expect.serving_port}"
+
+
+def environment_file(host, unit: str) -> str | None:
+    shown = parse.parse_systemctl_show(host.run(f"systemctl show -p EnvironmentFiles {unit}").stdout)
+    value = shown.get("EnvironmentFiles", "")
+    return value.split()[0] if value else None
+
+
+def api_key_assignment(expect, variable: str) -> str:
+    """Shell that reads the API key from roles/serving's 0600 --config file into a variable,
+    on the host itself: the key never reaches the controller or a command line."""
+    return f"{variable}=$(jq -r '.\"api-key\" // empty' {shlex.quote(expect.api_key_file)}); "
+
+
+def request(host, expect, path: str, body: dict | None = None, with_key: bool = True,
+            timeout_s: float | None = None) -> HttpAnswer:
+    timeout_s = timeout_s or expect.server_timeout_s
+    curl = ["curl", "-sS", "-m", str(timeout_s), "-w", f"\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}"]
+    data = ""
+    if body is not None:
+        curl += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+        data = f"printf %s {shlex.quote(json.dumps(body))} | "
+    key_setup = ""
+    if with_key and expect.api_key_configured:
+        key_setup = api_key_assignment(expect, "KEY")
+        curl += ["-K", "<(printf 'header = \"Authorization: Bearer %s\"\\n' \"$KEY\")"]
+    command = " ".join(shlex.quote(c) if not c.startswith("<(") else c for c in curl)
+    script = f"{key_setup}{data}{command} {shlex.quote(base_url(expect) + path)}"
+    result = host.run(f"bash -c {shlex.quote(script)}")
+    return parse_curl_output(result.stdout, result.stderr)
+
+
+def parse_curl_output(stdout: str, stderr: str = "") -> HttpAnswer:
+    body, _, tail = stdout.rpartition(STATUS_MARKER)
+    if not tail:
+        return HttpAnswer(0, 0.0, "", stderr.strip() or "curl printed nothing")
+    code, seconds = tail.split()[:2]
+    return HttpAnswer(int(code), float(seconds), body.removesuffix("\n"),
+                      stderr.strip() if code == "000" else "")
+
+
+# -- judges: pure, unit-tested --------------------------------------------------------------------
+
+
+def judge_health(answer: HttpAnswer, bound_s: float) -> str | None:
+    if answer.status == 200 and answer.seconds <= bound_s:
+        return None
+    found = (f"HTTP {answer.status} after {answer.seconds:.1f} s" if answer.status
+             else f"no answer ({answer.error})")
+    return explain(f"/health to answer 200 within {bound_s} s", found,
+                   "503 while the model loads is normal for ~10 minutes; otherwise read "
+                   "`journalctl -u <unit>` (a 1-token generate timed out: GPU hang, NCCL deadlock)")
+
+
+def judge_models(answer: HttpAnswer, served_name: str) -> str | None:
+    if answer.status != 200:
+        return explain("/v1/models to answer 200", f"HTTP {answer.status} {answer.body[:200] or answer.error}",
+                       "see the check 'health'; a 401 means the checks could not read the API key")
+    ids = parse.model_ids(answer.json())
+    if served_name in ids:
+        return None
+    return explain(f"served model name {served_name!r}", f"{ids}",
+                   "serving_served_model_name and the server's --served-model-name must agree; re-run the deploy")
+
+
+def judge_chat(answer: HttpAnswer) -> tuple[str | None, str]:
+    """Returns (problem, generated text)."""
+    if answer.status != 200:
+        return explain("a chat completion (HTTP 200)", f"HTTP {answer.status} {answer.body[:300] or answer.error}",
+                       "read the server log; check the model path and GPU memory"), ""
+    text = parse.completion_text(answer.json())
+    reason = parse.degenerate_reason(text)
+    if reason:
+        return explain("ordinary text from a deterministic prompt", f"degenerate output: {reason}: "
+                       f"{text[:120]!r}", "a known failure of some attention backends / kernels on SM120 "
+                       "(sglang #23264): try serving_attention_backend = 'triton', check the engine stack"), text
+    return None, text
+
+
+def judge_refused_without_key(answer: HttpAnswer) -> str | None:
+    if answer.status in (401, 403):
+        return None
+    return explain("HTTP 401 for /v1/models without the API key", f"HTTP {answer.status}",
+                   "the server runs without --api-key (or its env-file equivalent): anyone who reaches the "
+                   "port can use it; re-run the deploy and check the unit's environment")
+
+
+def judge_metrics(answer: HttpAnswer, engine: str = "sglang") -> tuple[str | None, int]:
+    if answer.status != 200:
+        hint = ("serving_enable_metrics is set: the server needs --enable-metrics" if engine == "sglang"
+                else "vLLM serves /metrics by itself: read the server log")
+        return explain("/metrics to answer 200", f"HTTP {answer.status}", hint), 0
+    names = [name for name in parse.parse_prometheus(answer.body) if name.startswith(f"{engine}:")]
+    if not names:
+        return explain(f"Prometheus metrics named {engine}:*", "none",
+                       "check the server version's metrics (is the unit running the other engine?)"), 0
+    return None, len(names)

@@ -1,0 +1,360 @@
+"""STAND-IN for the Hugging Face Hub: the HTTP calls huggingface_hub 1.17.0 makes to download.
+
+The Hub cannot be reached from these machines. This server answers exactly the requests that
+the pinned client (huggingface_hub==1.17.0, the version roles/weights installs) makes in
+`snapshot_download(repo_id, revision=<commit>, local_dir=...)` and `HfApi.model_info(...,
+files_metadata=True)`, read from that wheel's source:
+
+- `hf_api.py` `HfApi.model_info`: GET {endpoint}/api/models/{repo_id}/revision/{revision}
+  (`?blobs=true` with files_metadata) -> JSON with `id`, `sha` and `siblings`
+  [{rfilename, size, blobId, lfs: {size, sha256, pointerSize}}] (`ModelInfo.__init__`).
+  `_snapshot_download.py` calls it as `repo_info` without blobs to resolve the revision.
+- `hf_api.py` `HfApi.list_repo_tree`: GET {endpoint}/api/models/{repo_id}/tree/{revision}[/{path}]
+  `?recursive=&expand=` -> [{type, oid, size, path, lfs: {oid, size, pointerSize}}]; pages are
+  followed through a `Link: <...>; rel="next"` header (`utils/_pagination.py`). snapshot_download
+  uses it only past 1000 siblings; served so that the tree and the siblings agree.
+- `file_download.py` `get_hf_file_metadata`: HEAD {endpoint}/{repo_id}/resolve/{revision}/{file}
+  with `Accept-Encoding: identity`; reads `X-Repo-Commit`, `X-Linked-Etag` or `ETag`, `Location`,
+  `X-Linked-Size` or `Content-Length`, and Xet headers (`X-Xet-Hash`, `utils/_xet.py`). Relative
+  redirects are followed (`_httpx_follow_relative_redirects_with_backoff`), absolute ones are not:
+  like the Hub, an LFS file answers 302 to an absolute "CDN" URL with X-Linked-Etag = its sha256
+  and X-Linked-Size; a git file answers 200 with ETag = its git blob sha1.
+- `file_download.py` `http_get`: GET of that location, with `Range: bytes=<n>-` when a
+  `<etag>.incomplete` file is resumed (`_download_to_tmp_and_move`) -> 206 + Content-Range.
+- Errors as `utils/_http.py` `hf_raise_for_status` reads them: `X-Error-Code: RevisionNotFound`
+  (404), `RepoNotFound` (401, what the Hub answers for an unknown or private repo),
+  `EntryNotFound` (404), and 401 without a valid `Authorization: Bearer` when a token is required.
+
+No Xet headers are sent: the files come over plain HTTP, the path a mirror (HF_ENDPOINT) or a
+repository not migrated to Xet takes. On the real Hub most large repositories are on Xet and
+the client downloads them through hf_xet instead (docs/testing.md, "What is verified where").
+
+It serves a small generated repository per repo id (`generate`), throttled per connection when
+`<state>/rate` holds a number of bytes per second (the lab's interrupted-download test), and logs
+one line per request to stderr. It never ships in a production path.
+
+    python -m lab.standins.hf_hub.server --state DIR --port 8080 [--token-file F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+# The lab's repositories: repo id -> {file: size or text}. Large files are LFS (binary, seeded).
+LAB_REPOS: dict[str, dict[str, int | str]] = {
+    "inference-host-lab/tiny-moe": {
+        "config.json": json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+                                   "num_hidden_layers": 2, "hidden_size": 64}, indent=2) + "\n",
+        "tokenizer_config.json": json.dumps({"model_max_length": 131072}) + "\n",
+        "model.safetensors.index.json": json.dumps({"weight_map": {
+            "layers.0": "model-00001-of-00002.safetensors",
+            "layers.1": "model-00002-of-00002.safetensors"}}, indent=2) + "\n",
+        "model-00001-of-00002.safetensors": 24 * 1024 * 1024,
+        "model-00002-of-00002.safetensors": 20 * 1024 * 1024 + 12345,
+        "original/README.md": "weights of the lab's tiny stand-in model\n",
+    },
+    "inference-host-lab/tiny-eagle3": {
+        "config.json": json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}) + "\n",
+        "model.safetensors": 2 * 1024 * 1024 + 7,
+    },
+}
+LFS_MIN_SIZE = 10 * 1024  # the Hub's rule is by extension/.gitattributes; size suffices here
+SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def git_blob_sha1(content: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def lfs_pointer(sha256: str, size: int) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+
+
+@dataclass
+class RepoFile:
+    path: str
+    content: bytes
+    lfs: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.content)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+    @property
+    def pointer(self) -> bytes:
+        return lfs_pointer(self.sha256, self.size)
+
+    @property
+    def blob_id(self) -> str:
+        """The git object id: of the pointer for an LFS file, of the content otherwise."""
+        return git_blob_sha1(self.pointer if self.lfs else self.content)
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    commit: str
+    files: dict[str, RepoFile]
+    refs: dict[str, str]
+
+
+def generate(repo_id: str, spec: dict[str, int | str]) -> Repo:
+    """A repository with deterministic content; its commit id is a hash of the tree."""
+    rng = random.Random(repo_id)
+    files = {}
+    for path, value in sorted(spec.items()):
+        if isinstance(value, int):
+            files[path] = RepoFile(path, rng.randbytes(value), lfs=value >= LFS_MIN_SIZE)
+        else:
+            files[path] = RepoFile(path, value.encode(), lfs=False)
+    tree = "".join(f"{f.blob_id} {f.path}\n" for f in files.values())
+    commit = hashlib.sha1(f"tree {repo_id}\n{tree}".encode()).hexdigest()
+    return Repo(repo_id, commit, files, {"main": commit})
+
+
+class Hub:
+    def __init__(self, state: Path, token: str | None):
+        self.state = state
+        self.token = token
+        self.repos = {rid: generate(rid, spec) for rid, spec in LAB_REPOS.items()}
+
+    def rate(self) -> float | None:
+        """Bytes per second per connection, from <state>/rate (absent or 0: unthrottled)."""
+        try:
+            value = float((self.state / "rate").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        return value or None
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "standin-hub/1.17.0"
+    protocol_version = "HTTP/1.1"
+    hub: Hub
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
+        sys.stderr.write(f"[standin-hub] {self.address_string()} {format % args}\n")
+
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None,
+              content_type: str = "application/json; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
+        body = json.dumps({"error": message}).encode()
+        self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message, **(headers or {})})
+
+    def _authorized(self) -> bool:
+        if not self.hub.token:
+            return True
+        return self.headers.get("Authorization", "") == f"Bearer {self.hub.token}"
+
+    def _repo(self, repo_id: str) -> Repo | None:
+        repo = self.hub.repos.get(repo_id)
+        if repo is None or not self._authorized():
+            # The Hub does not say whether a repository exists to a caller without access.
+            self._error(401, "RepoNotFound", "Repository not found")
+            return None
+        return repo
+
+    def _commit(self, repo: Repo, revision: str) -> str | None:
+        revision = unquote(revision)
+        commit = repo.refs.get(revision) or (revision if revision == repo.commit else None)
+        if commit is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return commit
+
+    # -- routes -----------------------------------------------------------------------------
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self._route()
+
+    def do_HEAD(self):  # noqa: N802
+        self._route()
+
+    def _route(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        path = url.path
+        if path == "/ready":
+            self._send(200, b"standin-hub\n", content_type="text/plain")
+            return
+        match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/]+)", path)
+        if match:
+            return self._model_info(match["repo"], match["rev"], query.get("blobs") == ["true"])
+        match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?P<sub>/.*)?", path)
+        if match:
+            return self._tree(match["repo"], match["rev"], unquote(match["sub"] or "").strip("/"),
+                              query.get("recursive") in (["True"], ["true"]))
+        match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", path)
+        if match:
+            return self._resolve(match["repo"], match["rev"], unquote(match["file"]))
+        match = re.fullmatch(r"/lfs-cdn/(?P<repo>[^/]+/[^/]+)/(?P<sha>[0-9a-f]{64})", path)
+        if match:
+            return self._cdn(match["repo"], match["sha"])
+        self._error(404, "EntryNotFound", f"{path} is not a route of this stand-in")
+
+    def _model_info(self, repo_id: str, revision: str, blobs: bool) -> None:
+        repo = self._repo(repo_id)
+        commit = repo and self._commit(repo, revision)
+        if not commit:
+            return
+        siblings = []
+        for f in repo.files.values():
+            entry: dict = {"rfilename": f.path}
+            if blobs:
+                entry.update(size=f.size, blobId=f.blob_id)
+                if f.lfs:
+                    entry["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": len(f.pointer)}
+            siblings.append(entry)
+        body = {"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24], "id": repo_id,
+                "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
+                "lastModified": "2026-01-01T00:00:00.000Z", "private": False, "gated": False,
+                "disabled": False, "downloads": 0, "likes": 0, "tags": ["safetensors"],
+                "library_name": "transformers", "siblings": siblings,
+                "createdAt": "2026-01-01T00:00:00.000Z", "usedStorage": sum(f.size for f in repo.files.values())}
+        self._send(200, json.dumps(body).encode())
+
+    def _tree(self, repo_id: str, revision: str, sub: str, recursive: bool) -> None:
+        repo = self._repo(repo_id)
+        commit = repo and self._commit(repo, revision)
+        if not commit:
+            return
+        entries, folders = [], set()
+        prefix = f"{sub}/" if sub else ""
+        for f in repo.files.values():
+            if not f.path.startswith(prefix):
+                continue
+            rest = f.path[len(prefix):]
+            if "/" in rest and not recursive:
+                folders.add(prefix + rest.split("/")[0])
+                continue
+            for depth in range(rest.count("/")):
+                folders.add(prefix + "/".join(rest.split("/")[: depth + 1]))
+            entry = {"type": "file", "oid": f.blob_id, "size": f.size, "path": f.path}
+            if f.lfs:
+                entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": len(f.pointer)}
+            entries.append(entry)
+        tree = [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
+                for d in sorted(folders)] + entries
+        self._send(200, json.dumps(tree).encode())
+
+    def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
+        repo = self._repo(repo_id)
+        commit = repo and self._commit(repo, revision)
+        if not commit:
+            return
+        f = repo.files.get(filename)
+        if f is None:
+            self._error(404, "EntryNotFound", "Entry not found", {"X-Repo-Commit": commit})
+            return
+        common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes",
+                  "Content-Disposition": f"inline; filename*=UTF-8''{quote(Path(filename).name)};"
+                                         f' filename="{Path(filename).name}";'}
+        if f.lfs:
+            host = self.headers.get("Host", "localhost")
+            location = f"http://{host}/lfs-cdn/{repo_id}/{f.sha256}"
+            self.send_response(302)
+            for key, value in {**common, "ETag": f'"{f.blob_id}"', "X-Linked-Etag": f'"{f.sha256}"',
+                               "X-Linked-Size": str(f.size), "Location": location,
+                               "Content-Length": "0"}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            return
+        self._body(f.content, {**common, "ETag": f'"{f.blob_id}"'})
+
+    def _cdn(self, repo_id: str, sha256: str) -> None:
+        repo = self.hub.repos.get(repo_id)
+        f = next((f for f in (repo.files.values() if repo else []) if f.lfs and f.sha256 == sha256), None)
+        if f is None:
+            self._send(404, b"NoSuchKey", content_type="text/plain")
+            return
+        self._body(f.content, {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"},
+                   content_type="binary/octet-stream")
+
+    def _body(self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8") -> None:
+        start, status = 0, 200
+        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        end = len(content) - 1
+        if ranged:
+            start = int(ranged[1])
+            end = min(int(ranged[2]), end) if ranged[2] else end
+            if start > end:
+                self._send(416, b"", {"Content-Range": f"bytes */{len(content)}"}, content_type)
+                return
+            status = 206
+            headers = {**headers, "Content-Range": f"bytes {start}-{end}/{len(content)}"}
+        part = content[start:end + 1]
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(part)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        sent = self._write_throttled(part)
+        # What a resumed download costs, counted here (docs/weights-resume.md measures with it).
+        sys.stderr.write(f"[standin-hub] sent {sent} of {len(part)} bytes of {urlsplit(self.path).path}"
+                         f" from offset {start} (status {status})\n")
+
+    def _write_throttled(self, data: bytes) -> int:
+        """Writes data (at <state>/rate bytes per second if set); returns the bytes the socket took."""
+        rate = self.hub.rate()
+        chunk = 64 * 1024 if rate is None else max(4096, int(rate / 10))
+        began, sent = time.monotonic(), 0
+        for offset in range(0, len(data), chunk):
+            try:
+                self.wfile.write(data[offset:offset + chunk])
+            except (BrokenPipeError, ConnectionResetError):
+                return sent
+            sent += len(data[offset:offset + chunk])
+            if rate:
+                ahead = (offset + chunk) / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+        return sent
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--token-file", type=Path, help="require Authorization: Bearer <its content>")
+    args = parser.parse_args(argv)
+    args.state.mkdir(parents=True, exist_ok=True)
+    token = args.token_file.read_text().strip() if args.token_file else None
+    Handler.hub = Hub(args.state, token)
+    server = ThreadingHTTPServer((args.bind, args.port), Handler)
+    server.daemon_threads = True
+    sys.stderr.write(f"[standin-hub] serving {', '.join(Handler.hub.repos)} on {args.bind}:{args.port}\n")
+    for repo in Handler.hub.repos.values():
+        sys.stderr.write(f"[standin-hub] {repo.repo_id} main = {repo.commit}\n")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    main()
