@@ -154,15 +154,46 @@ def _run_batch(host, digest: str, executor_kwargs: dict) -> None:
                        f"else echo '{pyinfra_facts._MISSING_COMMAND_MARKER}'; fi")
         commands.append(command)
         keys.append(key)
-    if not commands:
-        return
-    status, output = host.run_shell_command(StringCommand(batch_script(commands)), **executor_kwargs)
+    loaded = _answers.setdefault(host.name, {})
+    start = 0
+    for chunk in script_chunks(commands):
+        answers = _run_script(host, chunk, executor_kwargs)
+        loaded.update({keys[start + index]: lines for index, lines in answers.items()})
+        start += len(chunk)
+    logger.debug(f"{host.print_prefix}Loaded {len(loaded)} of {len(commands)} facts in batches")
+
+
+# The @docker and @local connectors hand the script to `sh -c` as ONE argument, and Linux caps one
+# argument of execve at MAX_ARG_STRLEN (32 pages: 128 KiB, include/uapi/linux/binfmts.h) or fails
+# with E2BIG ("Argument list too long"): a host asked for a few hundred files (the checks' bundle)
+# passes it. Batches are cut well below, leaving room for the connector's quoting.
+MAX_SCRIPT_BYTES = 32 * 1024
+
+
+def script_chunks(commands: list[str], limit: int = MAX_SCRIPT_BYTES) -> list[list[str]]:
+    """The commands in order, cut into runs whose batch_script stays under limit bytes (a
+    command longer than that alone goes alone)."""
+    chunks: list[list[str]] = []
+    size = limit
+    for command in commands:
+        cost = len(command.encode()) + 200  # batch_script's wrapper around each command
+        if size + cost > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(command)
+        size += cost
+    return chunks
+
+
+def _run_script(host, commands: list[str], executor_kwargs: dict) -> dict[int, list[str]]:
+    try:
+        status, output = host.run_shell_command(StringCommand(batch_script(commands)), **executor_kwargs)
+    except OSError:  # the command could not even start: these facts run live
+        return {}
     stats["batches"] += 1
     if not status:
-        return  # every fact runs live, with pyinfra's own errors
-    answers = parse_batch(output.stdout_lines, len(commands))
-    _answers[host.name] = {keys[index]: lines for index, lines in answers.items()}
-    logger.debug(f"{host.print_prefix}Loaded {len(answers)} of {len(commands)} facts in one command")
+        return {}  # every fact of this batch runs live, with pyinfra's own errors
+    return parse_batch(output.stdout_lines, len(commands))
 
 
 def _get_fact(state, host, cls, args=None, kwargs=None, ensure_hosts=None, apply_failed_hosts=True):

@@ -167,3 +167,27 @@ def test_turned_off_it_changes_nothing(monkeypatch):
     original = pyinfra_facts._get_fact
     fact_batch.install()
     assert pyinfra_facts._get_fact is original
+
+
+def test_a_host_asked_for_many_files_is_asked_in_batches_under_the_argument_limit(local, tmp_path, monkeypatch):
+    # The replicas lab's monitor asks ~300 files: one script passed 128 KiB, and Linux refused
+    # the connector's `sh -c SCRIPT` with E2BIG (MAX_ARG_STRLEN) before anything ran.
+    state, host, commands = local
+    folder = tmp_path / "etc" / ("deep-" * 30)
+    folder.mkdir(parents=True)
+    paths = [folder / f"file-{i:03d}.conf" for i in range(300)]
+    for path in paths:
+        path.write_text(path.name)
+    live = [host.get_fact(files.Sha1File, path=str(p)) for p in paths]
+    new_run(monkeypatch)
+    commands.clear()
+    assert [host.get_fact(files.Sha1File, path=str(p)) for p in paths] == live
+    assert 1 < len(commands) < 30 and fact_batch.stats["served"] == 300
+    assert max(len(c.encode()) for c in commands) < 128 * 1024
+
+
+def test_the_chunks_keep_every_command_in_order():
+    commands = [f"echo {i}" + " " * (i * 97 % 5000) for i in range(400)]
+    chunks = fact_batch.script_chunks(commands)
+    assert [c for chunk in chunks for c in chunk] == commands
+    assert all(len(fact_batch.batch_script(chunk).encode()) < fact_batch.MAX_SCRIPT_BYTES + 5200 for chunk in chunks)
