@@ -72,8 +72,6 @@ HOSTS = {
     "vrep-a": "a gpu node running the real vLLM engine (CPU build), replica a behind the gateway",
     "vrep-b": "a gpu node running the real vLLM engine (CPU build), replica b behind the gateway",
     "vgw": "the gateways and monitors host of the vLLM replicas (the real smg and Prometheus)",
-    # tests/lab/inventories/monitor.py: the monitors group alone (roles/monitoring's Prometheus side).
-    "mon": "a host of the monitors group (the distribution's Prometheus, Alertmanager, node_exporter)",
 }
 # Rehearsal hosts that run the stand-in SGLang server.
 STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
