@@ -30,6 +30,7 @@ from roles.base import base
 from roles.cuda import cuda
 from roles.docker_engine import docker_engine
 from roles.eagle3_training import eagle3_training
+from roles.engine_envs import engine_envs
 from roles.gateway import gateway, replicas_serving
 from roles.health import health
 from roles.kvm_guest import kvm_guest
@@ -46,7 +47,6 @@ from roles.proxmox_host import (
     proxmox_reboot,
 )
 from roles.serving import serving
-from roles.engine_envs import engine_envs
 from roles.site import current_host
 from roles.weights import weights
 from roles.wheels import wheels

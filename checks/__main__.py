@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from checks.connection import testinfra_url
+from checks.site_cache import site_of
 from roles.site import SiteError
 from roles.site.errors import output_path_problem
-from checks.site_cache import site_of
-from checks.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
 SUITES = ("gpu", "interconnect", "service", "server")

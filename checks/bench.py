@@ -41,12 +41,12 @@ from pathlib import Path
 
 import yaml
 
+from checks import gpu_parsers as parse
+from checks.connection import testinfra_url
 from roles.shared import eagle3
 from roles.shared.layout import unit_dropin_dir
 from roles.site import SiteError, load_site
 from roles.site.errors import output_path_problem
-from checks import gpu_parsers as parse
-from checks.connection import testinfra_url
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"

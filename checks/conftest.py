@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from roles.site import SiteError
-from checks.site_cache import site_of
 from checks.expectations import Expectations
 from checks.probes import GpuProbe
+from checks.site_cache import site_of
+from roles.site import SiteError
 
 SUITES = ("gpu", "interconnect", "service", "server")
 

@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks import gpu_models
 from roles import site as site_model
 from roles.shared import layout, nccl
-from checks import gpu_models
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"

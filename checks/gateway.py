@@ -25,10 +25,10 @@ import shlex
 import sys
 from dataclasses import dataclass
 
+from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 from roles.shared.layout import GATEWAY_API_KEY_FILE
 from roles.site import SiteError, load_site
 from roles.site.errors import print_problems
-from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 
 API_KEY_FILE = GATEWAY_API_KEY_FILE  # where roles/gateway writes it
 EXIT = {"HEALTHY": 0, "FAILED": 1, "DEGRADED": 3}
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
 
     import testinfra
 
-    from roles.shared.replicas import replicas, worker_url
     from checks.connection import testinfra_url
+    from roles.shared.replicas import replicas, worker_url
 
     try:
         site = load_site(args.inventory)

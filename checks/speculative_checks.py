@@ -14,9 +14,9 @@ The judges are pure and unit-tested; test_speculative.py asks the host.
 
 from __future__ import annotations
 
-from roles.shared import eagle3
 from checks import gpu_parsers as parse
 from checks.probes import explain
+from roles.shared import eagle3
 
 # Enough decode steps for the gauge to be set (the default decode log interval is 40 steps).
 WARMUP_REQUESTS = 4

@@ -15,10 +15,10 @@ import shlex
 
 import pytest
 
-from roles.site import weight_sets_of
 from checks.conftest import _site_host_name
 from checks.probes import explain, report
 from checks.site_cache import site_of
+from roles.site import weight_sets_of
 
 pytestmark = pytest.mark.service
 

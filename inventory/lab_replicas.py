@@ -21,8 +21,8 @@ from pathlib import Path
 import pyinfra
 
 import lab
-from roles.site import vault as secrets
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from roles.site import vault as secrets
 from validation import require_valid_inventory
 
 _ROLES = ("rep-a", "rep-b", "gw")

@@ -17,7 +17,6 @@ import time
 from collections import defaultdict
 
 import gevent
-
 from pyinfra.connectors.base import BaseConnector
 
 _started = time.monotonic()

@@ -125,3 +125,17 @@ def require_docker() -> None:
 
     require_lab_tool(lab.engine_available(),
                      "no Docker engine answers `docker info` (docs/lab.md: Prerequisites)")
+
+
+def load_lab_site(inventory: Path | str):
+    """The site of a lab inventory, loaded as pyinfra loads it: the lab inventories read the
+    containers' addresses only under pyinfra's CLI (pyinfra.is_cli)."""
+    import pyinfra
+
+    from roles.site import load_site
+
+    was, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        return load_site(inventory)
+    finally:
+        pyinfra.is_cli = was

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from checks import gpu_parsers as parse
 from roles.nvidia_driver import dcgm_packages
 from roles.site import load_site
-from checks import gpu_parsers as parse
 from tests.lab.harness import LAB_INVENTORY, run_deploy
 
 pytestmark = pytest.mark.lab

@@ -134,7 +134,7 @@ def verdicts(python312, model_dirs, tmp_path_factory):
                 _plant_draft_tokens(patch, host)
         results = preflight.run_many(stack, [(site, host) for _, site, host in renders], *model_dirs,
                                      python=python312)
-        for (label, _, _), verdict in zip(renders, results):
+        for (label, _, _), verdict in zip(renders, results, strict=True):
             found[(stack.id, label)] = verdict
     patch.undo()
     return found

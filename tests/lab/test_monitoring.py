@@ -33,8 +33,7 @@ import pytest
 
 import lab
 from roles.monitoring import config as monitoring_config
-from roles.site import load_site
-from tests.lab.harness import PROJECT_ROOT
+from tests.lab.harness import PROJECT_ROOT, load_lab_site
 from tests.unit.test_monitoring_dashboard import metric_names
 
 pytestmark = pytest.mark.lab
@@ -66,13 +65,7 @@ def _exec(role: str, command: str, check: bool = True) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def site(replicas_first_deploy):
-    import pyinfra
-
-    was, pyinfra.is_cli = pyinfra.is_cli, True  # the containers' addresses, as pyinfra reads them
-    try:
-        return load_site(INVENTORY)
-    finally:
-        pyinfra.is_cli = was
+    return load_lab_site(INVENTORY)  # the containers' addresses, as pyinfra reads them
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,8 @@ import testinfra
 
 import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
-from roles.site import load_site
 from roles.site import vault as secrets
-from tests.lab.harness import PROJECT_ROOT, run_deploy
+from tests.lab.harness import PROJECT_ROOT, load_lab_site, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -42,14 +41,7 @@ def first_deploy(replicas_first_deploy):
 
 @pytest.fixture(scope="module")
 def site(first_deploy):
-    # The containers' addresses are read by the inventory under pyinfra only: load it as pyinfra would.
-    import pyinfra
-
-    was, pyinfra.is_cli = pyinfra.is_cli, True
-    try:
-        return load_site(INVENTORY)
-    finally:
-        pyinfra.is_cli = was
+    return load_lab_site(INVENTORY)  # the containers' addresses, as pyinfra reads them
 
 
 @pytest.fixture(scope="module")

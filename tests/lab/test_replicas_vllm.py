@@ -26,9 +26,8 @@ import pytest
 
 import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
-from roles.site import load_site
 from roles.site import vault as secrets
-from tests.lab.harness import PROJECT_ROOT, require_docker, run_deploy
+from tests.lab.harness import PROJECT_ROOT, load_lab_site, require_docker, run_deploy
 
 # Opt-in until it is green end to end (issue 26 open): in its one full run here 3 of 27 streams
 # ended with [DONE] and no content, all at one moment, on the first request to a restarted
@@ -68,13 +67,7 @@ def first_deploy():
 
 @pytest.fixture(scope="module")
 def site(first_deploy):
-    import pyinfra  # the addresses are read under pyinfra only: load it as pyinfra would
-
-    was, pyinfra.is_cli = pyinfra.is_cli, True
-    try:
-        return load_site(INVENTORY)
-    finally:
-        pyinfra.is_cli = was
+    return load_lab_site(INVENTORY)  # the containers' addresses, as pyinfra reads them
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import zipfile
 
 import pytest
 
+from roles.engine_envs import patches_for
 from roles.serving import cli_capture
 from roles.serving import command as cmd
-from roles.engine_envs import patches_for
 from roles.shared import sglang_wheels as wheels
 from roles.site import PROJECT_ROOT, load_stack
 

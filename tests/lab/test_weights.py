@@ -20,9 +20,9 @@ import time
 import pytest
 
 import lab
-from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, run_deploy
 from lab.standins import hf_hub
 from lab.standins.hf_hub import server as hub_server
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, run_deploy
 
 pytestmark = pytest.mark.lab
 

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from roles.monitoring import config
 from lab.standins.nvidia_apt_repo import dcgm_exporter
+from roles.monitoring import config
 from tests.unit.conftest import PROJECT_ROOT
 
 SAMPLE = PROJECT_ROOT / "tests/unit/data/gpu/h200-1gpu/proc-gpus.txt"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from roles.shared import driver_state
 from checks import gpu_parsers as parse
+from roles.shared import driver_state
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "gpu"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from roles.site import SiteError, load_site
 from checks.conftest import verdict_table
 from checks.expectations import Expectations
+from roles.site import SiteError, load_site
 
 PROD = "inventory/prod.py"
 NODE = "sglang-lxc.example.internal"

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from roles.monitoring import config, dashboard
-from roles.site import PROJECT_ROOT, load_site, load_stack
 from checks import textfile
 from lab.standins.nvidia_apt_repo.dcgm_exporter import COUNTERS
+from roles.monitoring import config, dashboard
+from roles.site import PROJECT_ROOT, load_site, load_stack
 from tests.unit.upstream_sources import release_text
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")

@@ -12,10 +12,10 @@ import sys
 import jinja2
 import pytest
 
-from roles.monitoring import checks_env, units
-from roles.site import load_site
 from checks.expectations import Expectations
 from checks.textfile import expect_arguments
+from roles.monitoring import checks_env, units
+from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_monitoring_rules import speculative_ready
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from checks import gateway as gateway_health
+from checks.server_checks import HttpAnswer
 from roles import render
 from roles import serving as serving_role
 from roles.gateway import command as gateway_command
@@ -17,8 +19,6 @@ from roles.gateway import templates as gateway_templates
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
-from checks import gateway as gateway_health
-from checks.server_checks import HttpAnswer
 from tests.unit.conftest import PROJECT_ROOT
 
 DATA = Path(__file__).parent / "data" / "smg"

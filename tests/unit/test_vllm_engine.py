@@ -13,14 +13,14 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from roles.serving import command as cmd
-from roles.engine_envs import patches_for
-from roles.shared import engine_env, layout
-from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
-from roles.site import lock as stack_lock
 from checks import bench
 from checks import server_checks as server
 from checks.server_checks import HttpAnswer
+from roles.engine_envs import patches_for
+from roles.serving import command as cmd
+from roles.shared import engine_env, layout
+from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
+from roles.site import lock as stack_lock
 
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 LAB = load_site(PROJECT_ROOT / "inventory" / "lab.py")

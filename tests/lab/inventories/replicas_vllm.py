@@ -24,8 +24,8 @@ from pathlib import Path
 import pyinfra
 
 import lab
-from roles.site import vault as secrets
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+from roles.site import vault as secrets
 from validation import require_valid_inventory
 
 _ROLES = ("vrep-a", "vrep-b", "vgw")
