@@ -101,30 +101,30 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
                          src=io.StringIO(requirements), dest=req_file, mode="0644")
     python, name, current = f"{env}/bin/python", env.rsplit("/", 1)[1], f"{units.CHECKS_ROOT}/env-current"
     built = host.get_fact(EnvironmentStamp, env_dir=env)
-    installed = server.shell(
+    server.shell(
         name=f"Build the checks' environment at {env} (exactly uv.lock's pins and hashes)",
         commands=[build_command(env, "python3", req_file, current, pip_check=True)],
         _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )
-    linked = files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
-    changed = [uploaded, installed, linked]
+    files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
     # `path`, not `name`: the build's _if above reads `name` when it runs, after this loop.
     for path in checks_env.bundle_files():
-        changed.append(files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
-                                 dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True))
-    changed.append(files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
-                             src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644"))
-    for path, template, kwargs in units.gpu_templates(settings, bundle, python):
-        changed.append(files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs))
+        files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
+                  dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True)
+    files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
+              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644")
+    # systemd reads only the unit files: a changed bundle or environment is picked up by the next
+    # run. (The environment's build is a guarded shell: its will_change is true whether its _if runs or not.)
+    unit_files = [files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs)
+                  for path, template, kwargs in units.gpu_templates(settings, bundle, python)]
     timer = f"{units.CHECKS_UNIT}.timer"
     state = host.get_fact(UnitActiveState, unit=timer)
     systemd.service(name=f"Enable {timer} (every {settings.monitoring.check_interval})", service=timer,
-                    enabled=True, daemon_reload=any(op.will_change for op in changed))
+                    enabled=True, daemon_reload=any(op.will_change for op in unit_files))
     # Started by its ActiveState, not by pyinfra's running=True: that reads SubState and counts only
-    # running/waiting/exited/listening/mounted as running, while systemd (src/core/timer.c,
-    # state_translation_table) keeps an active timer in "elapsed" between a trigger and its next
-    # computed elapse; the deploy would "start" a started timer and never report zero changes.
+    # running/waiting/exited/listening/mounted as running, while an active timer can also be
+    # "elapsed" (systemd src/core/timer.c, state_translation_table: TIMER_ELAPSED is UNIT_ACTIVE).
     server.shell(name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"],
                  _if=lambda: state != "active")
 
