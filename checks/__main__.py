@@ -159,8 +159,10 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     from checks import gpu_parsers as parse
     from checks.expectations import Expectations
 
+    from roles.site import ServingSettings
+
     host = testinfra.get_host(url, sudo=sudo)
-    unit = "sglang"
+    unit = ServingSettings.model_fields["unit_name"].default  # the deploy's default, without an inventory
     if inventory and name:
         unit = Expectations.from_site(site_of(inventory), name).unit_name
     if host.run("command -v dcgmi").rc != 0:
