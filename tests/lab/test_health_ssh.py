@@ -90,8 +90,8 @@ def test_health_step_connects_with_the_inventorys_key_and_known_hosts(ssh_host):
     output = run.stdout + run.stderr
     assert "Host key verification failed" not in output and "Permission denied" not in output, output[-3000:]
     assert "SERVICE" in output and "unit active" in output, output[-3000:]
-    # the container has no sglang unit: the checks ran on it and said so
-    assert "sglang" in output and run.returncode == 1, output[-3000:]
+    # the container has no engine unit: the checks ran on it and said so
+    assert "inference-engine.service" in output and run.returncode == 1, output[-3000:]
 
 
 def test_without_the_known_hosts_file_the_same_run_cannot_connect(ssh_host):
