@@ -92,7 +92,7 @@ def test_first_deploy_downloads_verifies_and_the_guest_serves_it(lab_first_deplo
     assert "Read-only file system" in subprocess.run(
         ["docker", "exec", lab.container_name("gpu"), "touch", f"{GUEST_DIR}/x"],
         capture_output=True, text=True).stderr
-    journal = guest("journalctl", "-u", "sglang", "--no-pager", "-o", "cat")
+    journal = guest("journalctl", "-u", "inference-engine", "--no-pager", "-o", "cat")
     assert f"loaded 2 weight file(s), {REPO.files[SHARD].size + REPO.files['model-00001-of-00002.safetensors'].size} bytes, from {GUEST_DIR}" in journal
     assert f"AssertPathExists={GUEST_DIR}/.inference-host/manifest.json" in guest(
         "cat", "/etc/systemd/system/inference-engine.service")
