@@ -158,7 +158,6 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
 
     from checks import gpu_parsers as parse
     from checks.expectations import Expectations
-
     from roles.site import ServingSettings
 
     host = testinfra.get_host(url, sudo=sudo)

@@ -293,7 +293,7 @@ def engine_diff(site: Site, other_id: str, model_dir: Path, draft_dir: Path | No
     nodes = [(site, settings) for settings in site.group("gpu_nodes")]
     before = preflight.run_many(site.stack.active, nodes, model_dir, draft_dir, python)
     after = preflight.run_many(site.stack.stacks[other_id], nodes, model_dir, draft_dir, python)
-    return "\n".join(preflight.diff_text(old, new) for old, new in zip(before, after))
+    return "\n".join(preflight.diff_text(old, new) for old, new in zip(before, after, strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -140,7 +140,7 @@ def run_many(stack: EngineStack, hosts: list[tuple[Site, HostSettings]], model_d
         done = subprocess.run(command, capture_output=True, text=True, cwd=scratch, timeout=PREFLIGHT_TIMEOUT_S,
                               env={**os.environ, "HOME": scratch})
         verdicts = []
-        for (_, settings), item in zip(hosts, items):
+        for (_, settings), item in zip(hosts, items, strict=True):
             report = Path(item["report"])
             if not report.exists():
                 raise SiteError([f"the preflight of {stack.id} for {settings.name} wrote no verdict"
