@@ -308,10 +308,11 @@ def test_stop_leaves_no_process_of_the_service_user(gpu_guest, lab_second_deploy
     _wait_healthy(gpu_guest)
 
 
-def test_changed_setting_restarts(gpu_guest, lab_second_deploy):
-    """(An unchanged deploy restarting nothing: test_the_deploy_after_the_migration_changes_nothing,
-    which .ci/run requires by name.)"""
+def test_changed_setting_restarts_unchanged_does_not(gpu_guest, lab_second_deploy):
     before = _main_pid(gpu_guest)
+    unchanged = run_deploy()
+    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    assert _main_pid(gpu_guest) == before
     changed = run_deploy(env={"INFERENCE_HOST_LAB_READY_TIMEOUT": "21"})
     try:
         assert changed.returncode == 0, changed.explain()
