@@ -523,6 +523,13 @@ def container_address(role: str) -> str:
     return address
 
 
+def fresh(role: str) -> str:
+    """The role's container made again from the lab image, as bare as a newly created guest
+    (its volumes stay: the node's models, the shared uv cache); what lab.up puts in, put in."""
+    _docker("rm", "-f", container_name(role), check=False)
+    return up((role,))[0]
+
+
 def down(roles=MAIN_LAB) -> None:
     for role in roles:
         _docker("rm", "-f", container_name(role), check=False)

@@ -6,7 +6,6 @@ change; cleanup of stubborn children; upgrade and health-gated rollback with mea
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import statistics
@@ -98,22 +97,32 @@ def _old_main(tmp: Path) -> Path:
     return tree
 
 
-def _starts(gpu_guest, unit: str, since: str, message: str = UNIT_STARTED) -> int:
-    out = gpu_guest.check_output(f"journalctl --no-pager -o cat --since @{since} MESSAGE_ID={message} UNIT={unit}")
-    return len(out.splitlines())
+def _cursor(gpu_guest) -> str:
+    """Where the guest's journal ends now: what follows is what happened after this call.
+    (`--since @<date +%s>` also counted what the same second logged before the call.)"""
+    entry = gpu_guest.check_output("journalctl -n 1 -o json --output-fields=__CURSOR --no-pager")
+    return json.loads(entry)["__CURSOR"]
 
 
-def _as_old_main_left_it(gpu_guest) -> None:
-    """The session's guest back to what OLD_MAIN's deploy finds on a host it deployed: none of
-    the engine's new names. The lab's uv cache (a bind mount of this machine's folder at the new
-    root) is reached from the old root too, so that the old deploy downloads nothing; the
-    migration then finds the new root's cache there and leaves it (the move of a real cache
-    folder is the plan test's: tests/unit/test_serving_migration.py)."""
-    root, libexec = HOST.base.install_root, "/usr/local/libexec/inference-host"
-    gpu_guest.check_output(
-        f"systemctl stop {UNIT} && rm -f /etc/systemd/system/{UNIT} /etc/systemd/system/multi-user.target.wants/{UNIT}"
-        f" && systemctl daemon-reload && rm -rf {root}/envs {root}/locks {root}/current /etc/inference-host/engine"
-        f" {libexec}/inference-engine-* && mkdir -p {LEGACY_ROOT} && ln -sfn {lab.LAB_UV_CACHE_DEST} {LEGACY_ROOT}/uv-cache")
+def _after(gpu_guest, cursor: str) -> list[dict]:
+    """The guest's journal entries after the cursor. Matched here, not by journalctl: systemd
+    252's journalctl, given --after-cursor and field matches, steps over the first match (it
+    skips one entry past the cursor's position, as if the cursor's own entry matched)."""
+    out = gpu_guest.check_output(f"journalctl --no-pager -o json --after-cursor={shlex.quote(cursor)}"
+                                 " --output-fields=MESSAGE_ID,UNIT,_SYSTEMD_UNIT,MESSAGE")
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _starts(gpu_guest, unit: str, after: str, message: str = UNIT_STARTED) -> int:
+    return sum(1 for e in _after(gpu_guest, after) if e.get("MESSAGE_ID") == message and e.get("UNIT") == unit)
+
+
+def _units_journal(gpu_guest, after: str) -> str:
+    """Both units' journal lines (their own and systemd's about them) after the cursor, with
+    microseconds: what an assertion on their starts shows when it fails."""
+    units = {UNIT, "sglang.service"}
+    return "\n".join(f"{int(e['__REALTIME_TIMESTAMP']) / 1e6:.6f} {e.get('MESSAGE') or '(a long line)'}" for e in _after(gpu_guest, after)
+                     if e.get("UNIT") in units or e.get("_SYSTEMD_UNIT") in units)
 
 
 def _old_deploy(tree: Path) -> DeployRun:
@@ -125,22 +134,17 @@ def _old_deploy(tree: Path) -> DeployRun:
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
 
 
-@pytest.fixture(scope="module")
-def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
-    """A host deployed by OLD_MAIN, then by this code: first with a release that never becomes
-    ready (the old unit must serve again), then as it is (the migration). Timings printed.
-
-    Opt-in until it is green in clean runs (issue 24 open): in a clean-clone CI run this fixture
-    failed, and in a run of this module alone the old unit started once more during the migration."""
-    if os.environ.get("INFERENCE_HOST_LAB_MIGRATION") != "1":
-        pytest.skip("opt-in (INFERENCE_HOST_LAB_MIGRATION=1): the migration from 7c5257e is not green yet (issue 24)")
-    tree = _old_main(tmp_path_factory.mktemp("migration"))
-    _as_old_main_left_it(gpu_guest)
+def _migrate(gpu_guest, tree: Path) -> dict:
+    # A new guest (a bare container, as its node's `pct create` makes one), deployed first by
+    # OLD_MAIN: every file, user and unit on it is what that commit's deploy makes. Only the
+    # guest: the node's roles kept their names across the rename.
+    lab.fresh("gpu")
     started = time.monotonic()
     old = _old_deploy(tree)
-    assert old.returncode == 0, "the deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
+    assert old.returncode == 0, "the first deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
     old_s = time.monotonic() - started
     assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
+    assert not gpu_guest.file(f"/etc/systemd/system/{UNIT}").exists
     _wait_healthy(gpu_guest)
     started = time.monotonic()
     failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
@@ -149,13 +153,41 @@ def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
     legacy_serves = (gpu_guest.service("sglang").is_running
                      and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
                      and not gpu_guest.service(HOST.serving.unit_name).is_enabled)
-    since = gpu_guest.check_output("date +%s")
+    after = _cursor(gpu_guest)
     started = time.monotonic()
     run = run_deploy()
     migration_s = time.monotonic() - started
-    print(f"\nmigration: old main's deploy {old_s:.0f} s, a failing first deploy {failed_s:.0f} s,"
+    print(f"\nmigration: old main's first deploy of the guest {old_s:.0f} s, a failing first try {failed_s:.0f} s,"
           f" the migration {migration_s:.0f} s")
-    return {"failed": failed, "run": run, "since": since, "legacy_serves": legacy_serves}
+    if run.returncode != 0:  # its test fails saying why; the tests after it get a deployed guest
+        _restore(gpu_guest)
+    return {"failed": failed, "run": run, "after": after, "legacy_serves": legacy_serves}
+
+
+def _restore(gpu_guest) -> None:
+    """After a migration that failed: the guest as this code deploys it, so that the module's
+    other tests (and the modules after it) test this code, not the wreck. The deploy (it
+    migrates what it can), else a new guest deployed by this code (what the walk did)."""
+    if run_deploy().returncode == 0:
+        return
+    lab.fresh("gpu")
+    restored = run_deploy()
+    assert restored.returncode == 0, "restoring the guest after the failed migration failed\n" + restored.explain()
+
+
+@pytest.fixture(scope="module")
+def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
+    """A new guest deployed by OLD_MAIN, then by this code: first with a release that never
+    becomes ready (the old unit must serve again), then as it is (the migration). Timings
+    printed. Whatever fails here, the guest is restored for the tests after these."""
+    tree = _old_main(tmp_path_factory.mktemp("migration"))  # before the guest is touched
+    try:
+        return _migrate(gpu_guest, tree)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # an assertion, a timeout, pytest.fail: the same repair
+        _restore(gpu_guest)
+        raise
 
 
 def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
@@ -167,12 +199,13 @@ def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
 
 
 def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
-    run, since = migrated["run"], migrated["since"]
+    run, after = migrated["run"], migrated["after"]
     assert run.returncode == 0, run.explain()
     assert any(name.startswith("Serving | Migrate from sglang.service") for name in run.changed), run.changed
-    assert _starts(gpu_guest, UNIT, since) == 1, "the new unit must start exactly once"
-    assert _starts(gpu_guest, "sglang.service", since) == 0, "the old unit must not start again"
-    assert _starts(gpu_guest, "sglang.service", since, UNIT_STOPPED) == 1
+    journal = _units_journal(gpu_guest, after)
+    assert _starts(gpu_guest, UNIT, after) == 1, "the new unit must start exactly once\n" + journal
+    assert _starts(gpu_guest, "sglang.service", after) == 0, "the old unit must not start again\n" + journal
+    assert _starts(gpu_guest, "sglang.service", after, UNIT_STOPPED) == 1, journal
     assert gpu_guest.service(HOST.serving.unit_name).is_running and gpu_guest.service(HOST.serving.unit_name).is_enabled
     _wait_healthy(gpu_guest, timeout=5)
     assert run.health_checks, "the deploy's health check did not run"
