@@ -46,10 +46,10 @@ def hub(tmp_path_factory):
     server.wait(timeout=10)
 
 
-def _download(hub, tmp_path, disable_xet: bool) -> tuple[bytes, dict, str]:
+def _download(hub, tmp_path, disable_xet: bool, **env_extra: str) -> tuple[bytes, dict, str]:
     """hf_hub_download in a fresh process; returns the file, the counters' deltas, the log lines."""
     url, log = hub
-    env = measure_resume.client_env("http" if disable_xet else "xet", url, tmp_path)
+    env = {**measure_resume.client_env("http" if disable_xet else "xet", url, tmp_path), **env_extra}
     before, mark = measure_resume._counters(url), len(log.read_text())
     done = subprocess.run([sys.executable, "-c", DOWNLOAD, REPO, SHARD, hf_hub.commit_of(REPO),
                            str(tmp_path / "local")], env=env, capture_output=True, text=True, timeout=300)
@@ -61,12 +61,14 @@ def _download(hub, tmp_path, disable_xet: bool) -> tuple[bytes, dict, str]:
     return data, {k: after[k] - before[k] for k in after}, log.read_text()[mark:]
 
 
-def test_huggingface_hub_downloads_through_hf_xet_byte_exact(hub, tmp_path):
-    data, sent, log = _download(hub, tmp_path, disable_xet=False)
+@pytest.mark.parametrize("api", ["2", "1"])
+def test_huggingface_hub_downloads_through_hf_xet_byte_exact(hub, tmp_path, api):
+    """hf_xet asks for a v2 reconstruction (v1 is its fallback; forced here by its own setting)."""
+    data, sent, log = _download(hub, tmp_path, disable_xet=False, HF_XET_CLIENT_RECONSTRUCTION_API_VERSION=api)
     assert data == CONTENT
-    # It went through hf_xet: a v2 reconstruction, then the xorb bytes from the presigned URL.
+    # It went through hf_xet: a reconstruction, then the xorb bytes from the presigned URL.
     assert re.search(r'"GET /api/models/[^ ]+/xet-read-token/[0-9a-f]{40} HTTP', log)
-    assert re.search(r'"GET /v2/reconstructions/[0-9a-f]{64} HTTP/1.1" 200', log)
+    assert re.search(rf'"GET /v{api}/reconstructions/[0-9a-f]{{64}} HTTP/1.1" 200', log)
     xorbs = [int(n) for n in re.findall(r"sent (\d+) of \d+ bytes of /xorbs/default/[0-9a-f]{64}", log)]
     assert xorbs and sent["xet"] == sum(xorbs)
     assert sent["http"] == 0 and "/lfs-cdn/" not in log

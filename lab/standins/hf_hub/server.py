@@ -394,7 +394,8 @@ class Handler(BaseHTTPRequestHandler):
             self._body_in()  # best-effort on the client's side (telemetry.rs); nothing kept
             self._send(204)
             return True
-        cas = re.fullmatch(r"/(?P<api>v1/xorbs/default|v1/shards|v2/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?", path)
+        cas = re.fullmatch(r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?",
+                           path)
         if not cas:
             return False  # also /v1/xorb-grants, /v2/shards, /v1/chunks: 404, the client falls back
         if self.headers.get("Authorization", "") != f"Bearer {store.token}":
@@ -407,15 +408,18 @@ class Handler(BaseHTTPRequestHandler):
             elif cas["api"] == "v1/shards" and not cas["hash"] and self.command == "POST":
                 # UploadShardResponseType: 0 Exists, 1 SyncPerformed
                 self._send(200, json.dumps({"result": int(store.add_shard(self._body_in()))}).encode())
-            elif cas["api"] == "v2/reconstructions" and cas["hash"] and self.command == "GET":
-                self._reconstruction(cas["hash"])
+            elif cas["api"].endswith("/reconstructions") and cas["hash"] and self.command == "GET":
+                self._reconstruction(cas["hash"], v1=cas["api"].startswith("v1"))
             else:
                 return False
         except xet_cas.XetFormatError as error:
             self._send(400, f"{error}\n".encode(), content_type="text/plain")
         return True
 
-    def _reconstruction(self, file_hash: str) -> None:
+    def _reconstruction(self, file_hash: str, v1: bool) -> None:
+        """v2 (what hf_xet 1.8.0 asks first), or v1 (its fallback, and what the Hub's
+        `rel="xet-reconstruction-info"` link names): cas_types/mod.rs, `From<QueryReconstructionResponse>
+        for QueryReconstructionResponseV2` maps one to the other."""
         store = self.hub.xet
         if file_hash not in store.files:
             self._send(404, b"file not found", content_type="text/plain")
@@ -428,6 +432,11 @@ class Handler(BaseHTTPRequestHandler):
         if answer is None:
             self._send(416, b"", {"Content-Range": f"bytes */{store.file_size(file_hash)}"})
             return
+        if v1:
+            answer = {"offset_into_first_range": answer["offset_into_first_range"], "terms": answer["terms"],
+                      "fetch_info": {h: [{"range": r["chunks"], "url": f["url"], "url_range": r["bytes"]}
+                                         for f in fetches for r in f["ranges"]]
+                                     for h, fetches in answer["xorbs"].items()}}
         body = json.dumps(answer).encode()
         self.hub.count("xet_api", len(body))
         self._send(200, body)

@@ -17,7 +17,7 @@ reconstructions. Sources, from the hf_xet 1.8.0 sdist on PyPI
   `POST {cas}/v1/xorbs/default/{hash}` -> `{"was_inserted": bool}`; `POST {cas}/v2/shards` (404 or
   501: falls back to) `POST {cas}/v1/shards` -> `{"result": 0|1}`; `GET {cas}/v1/chunks/...`
   (global dedup, 404 = nothing to dedup against). Download: `GET {cas}/v2/reconstructions/{file}`
-  with `Range: bytes=a-b` over the FILE's bytes (404/501: falls back to v1), then a plain GET of each
+  with `Range: bytes=a-b` over the FILE's bytes (404/501: falls back to v1, also served), then a GET of each
   fetch URL with exactly its `Range` (no CAS token: a presigned URL; 403 makes it refresh the URL).
   CAS API calls carry `Authorization: Bearer <X-Xet-Access-Token>`.
 - `xet_client/src/cas_types/mod.rs`: `QueryReconstructionResponseV2` {offset_into_first_range,
