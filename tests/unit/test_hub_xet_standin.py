@@ -185,3 +185,34 @@ def test_dev_pins_are_the_weights_roles_pins():
     assert f"hf-xet=={weights.HF_XET_VERSION}" in dev
     assert version("huggingface_hub") == weights.HF_HUB_VERSION
     assert version("hf_xet") == weights.HF_XET_VERSION
+
+
+def test_hf_xet_does_not_check_chunk_hashes_on_download(tmp_path):
+    """A byte flipped in a stored xorb reaches the file unnoticed: hf_xet 1.8.0 checks lengths on
+    download, not hashes (docs/upstream.md). roles/weights' own SHA-256 verification is what
+    catches it (docs/weights.md, "Verification"). The stand-in runs in this process here, so
+    that the test can corrupt what it stores."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    import hf_xet
+
+    hub_server.Handler.hub = hub = hub_server.Hub(tmp_path, None, xet=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), hub_server.Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        hub.publish_xet(url)
+        f = hub.repos[REPO].files[SHARD]
+        first = hub.xet.files[f.xet_hash][0]
+        xorb = hub.xet.xorbs[first.xorb]
+        at = xorb.offsets[first.start] + xet.CHUNK_HEADER_SIZE + 1000
+        assert xorb.data[xorb.offsets[first.start] + 4] == 0  # stored uncompressed (random bytes)
+        xorb.data = xorb.data[:at] + bytes([xorb.data[at] ^ 0xFF]) + xorb.data[at + 1:]
+        group = hf_xet.XetSession().new_download_stream_group(
+            endpoint=url, token=hub.xet.token, token_expiry_unix_secs=hub.xet.expires)
+        data = b"".join(group.download_stream(hf_xet.XetFileInfo(f.xet_hash, f.size)))
+    finally:
+        server.shutdown()
+    assert len(data) == len(CONTENT) and data != CONTENT
+    assert [i for i in range(0, len(data), 4096) if data[i:i + 4096] != CONTENT[i:i + 4096]] == [0]

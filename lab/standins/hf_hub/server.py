@@ -197,7 +197,7 @@ class Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command != "HEAD" and body:
             self.wfile.write(body)
 
     def _error(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
@@ -391,8 +391,12 @@ class Handler(BaseHTTPRequestHandler):
             self._xorb_range(match["hash"], query)
             return True
         if path == "/v1/telemetry" and self.command == "POST":
-            self._body_in()  # best-effort on the client's side (telemetry.rs); nothing kept
-            self._send(204)
+            # Best-effort on the client's side (telemetry.rs: never retried, often not waited for,
+            # so the answer may find the socket closed); nothing kept.
+            try:
+                self._send(204)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
             return True
         cas = re.fullmatch(r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?",
                            path)
