@@ -15,10 +15,11 @@ reconstructions. Sources, from the hf_xet 1.8.0 sdist on PyPI
 - `xet_client/src/cas_client/remote_client.rs`: the routes the client calls. Upload:
   `POST {cas}/v1/xorb-grants/default/{hash}` (404: "the server does not offer upload grants", then)
   `POST {cas}/v1/xorbs/default/{hash}` -> `{"was_inserted": bool}`; `POST {cas}/v2/shards` (404 or
-  501: falls back to) `POST {cas}/v1/shards` -> `{"result": 0|1}`; `GET {cas}/v1/chunks/...`
+  501: falls back to) `POST {cas}/v1/shards` -> `{"result": 0|1}`; `GET {cas}/v1/chunks/default/..`
   (global dedup, 404 = nothing to dedup against). Download: `GET {cas}/v2/reconstructions/{file}`
-  with `Range: bytes=a-b` over the FILE's bytes (404/501: falls back to v1, also served), then a GET of each
-  fetch URL with exactly its `Range` (no CAS token: a presigned URL; 403 makes it refresh the URL).
+  with `Range: bytes=a-b` over the FILE's bytes (404/501: falls back to v1, also served), then a
+  GET of each fetch URL with exactly its `Range` (no CAS token: a presigned URL; 403 makes it
+  refresh the URL).
   CAS API calls carry `Authorization: Bearer <X-Xet-Access-Token>`.
 - `xet_client/src/cas_types/mod.rs`: `QueryReconstructionResponseV2` {offset_into_first_range,
   terms: [{hash, unpacked_length, range: {start, end}}], xorbs: {hash: [{url, ranges: [{chunks:
@@ -29,8 +30,9 @@ reconstructions. Sources, from the hf_xet 1.8.0 sdist on PyPI
   (`parse_shard`); `xorb_object/xorb_chunk_format.rs`: the 8-byte chunk header (`chunk_layout`);
   `merklehash/data_hash.rs` `hex()`: each of the 4 little-endian u64 words as 16 hex digits.
 - Verification: the download path (`get_file_term_data`, `deserialize_chunks_to_writer_from_stream`)
-  checks each term's unpacked length and the file's size, not chunk hashes; hashes are checked by
-  the real CAS on upload, which this stand-in does not do (it trusts hf_xet's own upload).
+  checks each term's unpacked length and the file's size, not chunk hashes. The real CAS validates
+  an uploaded shard against its xorbs (cas_types/mod.rs `ShardUploadEvent::Validating`); this
+  stand-in checks only that the xorbs and chunks a shard names were uploaded (it trusts hf_xet).
 """
 
 from __future__ import annotations
