@@ -36,6 +36,15 @@ print(hf_hub_download(sys.argv[1], sys.argv[2], revision=sys.argv[3], local_dir=
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def xet_cache(tmp_path_factory):
+    """hf_xet's working files (logs, staging) of this process go to a temporary folder, not ~/.cache
+    (read once, when hf_xet's runtime starts)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_XET_CACHE", str(tmp_path_factory.mktemp("xet-cache")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     """The stand-in with --xet, unthrottled; yields (url, log path)."""
@@ -216,3 +225,26 @@ def test_hf_xet_does_not_check_chunk_hashes_on_download(tmp_path):
         server.shutdown()
     assert len(data) == len(CONTENT) and data != CONTENT
     assert [i for i in range(0, len(data), 4096) if data[i:i + 4096] != CONTENT[i:i + 4096]] == [0]
+
+
+def test_a_restarted_stand_in_serves_what_it_stored_without_uploading(tmp_path):
+    """Each lab deploy serves the stand-in anew; it reads back the xorbs and shard it stored
+    (through the same checks as an upload) instead of uploading again."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    hub_server.Handler.hub = first = hub_server.Hub(tmp_path, None, xet=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), hub_server.Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        first.publish_xet(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    again = hub_server.Hub(tmp_path, None, xet=True)
+    again.publish_xet("http://127.0.0.1:9")  # nothing listens there: an upload would fail
+    for repo_id, repo in first.repos.items():
+        for path, f in repo.files.items():
+            assert again.repos[repo_id].files[path].xet_hash == f.xet_hash
+    assert again.xet.xorbs.keys() == first.xet.xorbs.keys() and again.xet.files == first.xet.files
+    # A content it has not stored (another repository spec): nothing is read back, it uploads.
+    assert xet.XetStore().load(tmp_path / "xet", ["0" * 64]) is None

@@ -161,13 +161,19 @@ class Hub:
             self.sent[kind] += n
 
     def publish_xet(self, cas_url: str) -> None:
-        """Stores every large file on the Xet stand-in with hf_xet's own upload (xet.upload)."""
+        """Stores every large file on the Xet stand-in with hf_xet's own upload (xet.upload), or
+        reads back what an earlier start of this state folder stored (xet.XetStore.load)."""
         files = [f for repo in self.repos.values() for f in repo.files.values() if f.lfs]
-        hashes = xet_cas.upload([f.content for f in files], cas_url, self.xet.token, self.xet.expires)
-        for f, file_hash in zip(files, hashes, strict=True):
-            if self.xet.file_size(file_hash) != f.size:
-                raise RuntimeError(f"hf_xet stored {f.path} as {file_hash} of the wrong size")
-            f.xet_hash = file_hash
+        kept = self.state / "xet"
+        hashes = self.xet.load(kept, [f.sha256 for f in files])
+        if hashes is None:
+            uploaded = xet_cas.upload([f.content for f in files], cas_url, self.xet.token, self.xet.expires)
+            hashes = {f.sha256: file_hash for f, file_hash in zip(files, uploaded, strict=True)}
+            self.xet.save(kept, hashes)
+        for f in files:
+            if hashes[f.sha256] not in self.xet.files or self.xet.file_size(hashes[f.sha256]) != f.size:
+                raise RuntimeError(f"the Xet stand-in holds no {f.size}-byte file {hashes[f.sha256]} for {f.path}")
+            f.xet_hash = hashes[f.sha256]
         self.ready = True
 
     def rate(self) -> float | None:
@@ -525,6 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     for repo in Handler.hub.repos.values():
         sys.stderr.write(f"[standin-hub] {repo.repo_id} main = {repo.commit}\n")
     if args.xet:
+        # hf_xet's own working files (logs, upload staging) stay in the state folder, not in ~/.cache.
+        os.environ["HF_XET_CACHE"] = str(args.state / "xet-cache")
         # The upload goes through this server's own CAS routes, so it must already be serving.
         threading.Thread(target=server.serve_forever, daemon=True).start()
         own = "127.0.0.1" if args.bind in ("0.0.0.0", "") else args.bind

@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SHARD_HEADER_TAG = bytes([  # shard_format.rs MDB_SHARD_HEADER_TAG
     *b"HFRepoMetaData", 0, 85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74, 169])
@@ -146,6 +148,7 @@ class XetStore:
         self.pending: dict[str, bytes] = {}  # xorbs uploaded, not yet described by a shard
         self.xorbs: dict[str, Xorb] = {}
         self.files: dict[str, list[Segment]] = {}
+        self.shards: list[bytes] = []  # as uploaded, kept for save()
         self.token = secrets.token_urlsafe(24)  # the CAS access token the refresh route hands out
         self.expires = int(time.time()) + TOKEN_LIFETIME_S
         self._url_key = secrets.token_bytes(32)  # signs the "presigned" xorb URLs
@@ -172,7 +175,34 @@ class XetStore:
                     raise XetFormatError(f"shard's file names chunks {s.start}-{s.end} of unknown xorb {s.xorb}")
         new = any(h not in self.files for h in files)
         self.files.update(files)
+        self.shards.append(data)
         return new
+
+    def save(self, folder: Path, hashes: dict[str, str]) -> None:
+        """Keeps the xorbs and shards as uploaded, and which content (sha256) has which Merkle hash,
+        so that the next start of the stand-in (each lab deploy serves it anew) needs no upload."""
+        (folder / "xorbs").mkdir(parents=True, exist_ok=True)
+        (folder / "shards").mkdir(exist_ok=True)
+        for xorb_hash, xorb in self.xorbs.items():
+            (folder / "xorbs" / xorb_hash).write_bytes(xorb.data)
+        for index, shard in enumerate(self.shards):
+            (folder / "shards" / f"{index}.mdb").write_bytes(shard)
+        (folder / "hashes.json").write_text(json.dumps(hashes, indent=1, sort_keys=True))
+
+    def load(self, folder: Path, sha256s: list[str]) -> dict[str, str] | None:
+        """What save() kept, read back through add_xorb/add_shard; None unless it has every sha256."""
+        try:
+            hashes = json.loads((folder / "hashes.json").read_text())
+            if not set(sha256s) <= set(hashes):
+                return None
+            for path in sorted((folder / "xorbs").iterdir()):
+                self.add_xorb(path.name, path.read_bytes())
+            for path in sorted((folder / "shards").iterdir()):
+                self.add_shard(path.read_bytes())
+        except (OSError, ValueError):
+            self.pending, self.xorbs, self.files, self.shards = {}, {}, {}, []
+            return None
+        return hashes
 
     def file_size(self, file_hash: str) -> int:
         return sum(s.unpacked for s in self.files[file_hash])
