@@ -50,8 +50,9 @@ from roles.weights.facts import FileText, WeightsManifestState
 # failure (huggingface_hub PR #4306, "Alternative to #4228"), so a killed download of a 10 GB shard would start over.
 # hf_xet is its fast backend (hf_transfer is no longer used in 1.x): used when the Hub answers
 # with Xet headers; a plain HTTP mirror is downloaded by huggingface_hub's own http_get. Only
-# http_get resumes (xet_get is given no resume offset): HF_HUB_DISABLE_XET=1 unless weights_xet
-# (docs/weights-resume.md).
+# http_get resumes (xet_get is given no resume offset; hf_xet 1.8.0 truncates the file and keeps no
+# chunk cache on that path): HF_HUB_DISABLE_XET=1 unless weights_xet (docs/weights-resume.md,
+# measured on both paths against the stand-in Hub).
 HF_HUB_VERSION = "1.17.0"
 HF_XET_VERSION = "1.8.0"
 ENV_DIR = f"{OPT_DIR}/weights-env"

@@ -114,6 +114,7 @@ def test_interrupted_download_resumes_with_a_range_request(lab_first_deploy):
     node("sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.cache {MODEL_DIR}/.inference-host")
     hf_hub.set_rate(lab.PREFIX, 3_000_000)  # bytes/s per connection: ~8 s for the 24 MiB shard
     requests = len(hub_log())
+    raw_mark = len(hf_hub.log_path(lab.PREFIX).read_text())
     result: dict = {}
     deploying = threading.Thread(target=lambda: result.setdefault("run", deploy_node()))
     deploying.start()
@@ -140,6 +141,12 @@ def test_interrupted_download_resumes_with_a_range_request(lab_first_deploy):
     # huggingface_hub resumed the .incomplete file: the CDN answered a Range request with 206.
     resumed = [line for line in hub_log()[requests:] if "/lfs-cdn/" in line and '" 206 ' in line]
     assert resumed, "no ranged (206) download after the kill:\n" + "\n".join(hub_log()[requests:])
+    # The stand-in offered the shard over Xet too (X-Xet-Hash, as the real Hub does); the unit's
+    # HF_HUB_DISABLE_XET=1 kept the client on http_get: it never asked for a Xet token.
+    log = hf_hub.log_path(lab.PREFIX).read_text()
+    assert f"{hf_hub.MODEL_REPO}/{SHARD} on Xet as " in log
+    since = log[raw_mark:]
+    assert not [k for k in ("xet-read-token", "GET /v2/reconstructions/", "GET /xorbs/") if k in since]
     assert node("sha256sum", f"{MODEL_DIR}/{SHARD}").split()[0] == REPO.files[SHARD].sha256
 
 

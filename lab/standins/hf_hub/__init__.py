@@ -2,7 +2,9 @@
 
 `serve(prefix)` starts lab/standins/hf_hub/server.py on the Docker bridge for as long as the
 calling process lives (or reuses one already answering on the prefix's port), so that
-inventory/lab.py can point weights_endpoint at it. `commit_of(repo_id)` is the commit the
+inventory/lab.py can point weights_endpoint at it. It serves with `--xet`, like the real Hub: the
+large files are offered over Xet too (X-Xet-Hash), so the lab's download unit, which sets
+HF_HUB_DISABLE_XET=1 by default, is held to ignoring that offer. `commit_of(repo_id)` is the commit the
 generated repository has: the inventory pins it as weights_revision like a user would.
 """
 
@@ -80,7 +82,7 @@ def serve(prefix: str, token: str | None = None) -> str:
     folder = state_dir(prefix)
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "lab.standins.hf_hub.server", "--state", str(folder),
-               "--bind", bridge_gateway(), "--port", str(port_for(prefix))]
+               "--bind", bridge_gateway(), "--port", str(port_for(prefix)), "--xet"]
     if token:
         token_file = folder / "token"
         token_file.touch(mode=0o600)
@@ -90,7 +92,7 @@ def serve(prefix: str, token: str | None = None) -> str:
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=log, stderr=log,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     atexit.register(_stop, process)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 90  # --xet: hf_xet chunks and uploads the 46 MiB first (seconds)
     while time.monotonic() < deadline:
         if _answers(url):
             return url

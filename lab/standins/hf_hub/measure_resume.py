@@ -1,22 +1,32 @@
-"""Measures what an interrupted shard download costs again, counted at the Hub stand-in.
+"""Measures what an interrupted shard download costs again, on the HTTP path and on the Xet path.
 
-    python -m lab.standins.hf_hub.measure_resume --python VENV/bin/python [--runs 3]
+    python -m lab.standins.hf_hub.measure_resume [--python PY] [--runs 3] [--mode http|xet|xet-cache]
 
-VENV holds the client roles/weights installs (huggingface_hub==1.17.0 hf_xet==1.8.0). Each run:
-a fresh local_dir, the stand-in served on 127.0.0.1 and throttled, `snapshot_download` of one
-24 MiB shard killed with SIGKILL mid-shard (--kill-after seconds after its first 10 MiB piece
-reached the `.incomplete` file), then run again to the end; the bytes the server sent
-for that shard in each attempt are read from its own log lines ("sent N of M bytes ... from
-offset S"). docs/weights-resume.md holds the figures and what they mean.
+PY runs the client (default: this interpreter; the project's dev group pins the versions
+roles/weights installs, huggingface_hub==1.17.0 hf_xet==1.8.0). Each run: a fresh local_dir and
+HF_HOME, the Hub stand-in served on 127.0.0.1 with `--xet` (every large file on Xet too, as on the
+real Hub) and throttled per connection, `snapshot_download` of one 24 MiB shard killed with SIGKILL
+once the stand-in has sent --kill-at bytes of it, then run again to the end. The bytes come from
+the stand-in's own counters (GET /_standin/bytes-sent: file bytes on the HTTP path, xorb bytes on
+the Xet path, reconstruction JSON apart) and its log lines. Modes:
+
+- http: HF_HUB_DISABLE_XET=1 (the project's default): huggingface_hub's http_get.
+- xet: Xet left on: huggingface_hub's xet_get -> hf_xet.download_files.
+- xet-cache: as xet, with HF_XET_CHUNK_CACHE_SIZE_BYTES=10000000000 (hf_xet's disk chunk cache
+  asked for; the wheel is built without a default cache: hf_xet/Cargo.toml `no-default-cache`).
+
+docs/weights-resume.md holds the figures and what they mean.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +39,7 @@ from lab.standins.hf_hub import server as hub_server
 
 REPO = hf_hub.MODEL_REPO
 SHARD = "model-00001-of-00002.safetensors"
+MODES = ("http", "xet", "xet-cache")
 SENT = re.compile(r"sent (\d+) of (\d+) bytes of (\S+) from offset (\d+) \(status (\d+)\)")
 DOWNLOAD = """
 import sys
@@ -44,58 +55,90 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _sent(text: str) -> list[tuple[int, int, int]]:
-    """(bytes sent, offset, status) of each answer carrying the shard's bytes (whole or a tail)."""
-    size = hub_server.LAB_REPOS[REPO][SHARD]
-    return [(int(m[1]), int(m[4]), int(m[5])) for m in SENT.finditer(text) if int(m[2]) + int(m[4]) == size]
-
-
 def _incomplete(local: Path) -> int:
     return sum(p.stat().st_size for p in (local / ".cache").rglob("*.incomplete")) if local.exists() else 0
 
 
-def measure(python: str, kill_after: float, rate: int, xet: bool) -> dict:
-    with tempfile.TemporaryDirectory(prefix="ih-resume-") as folder:
-        state, local = Path(folder) / "state", Path(folder) / "local"
-        state.mkdir()
-        (state / "rate").write_text(str(rate))
-        port, log = _free_port(), Path(folder) / "server.log"
-        server = subprocess.Popen([sys.executable, "-m", "lab.standins.hf_hub.server", "--state", str(state),
-                                   "--bind", "127.0.0.1", "--port", str(port)],
-                                  stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+def _counters(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(f"{url}/_standin/bytes-sent", timeout=5) as response:
+        return json.load(response)
+
+
+def _answers(text: str) -> list[dict]:
+    """(path, bytes sent, offset, status) of each file or xorb answer in a slice of the log."""
+    return [{"path": m[3], "sent": int(m[1]), "of": int(m[2]), "offset": int(m[4]), "status": int(m[5])}
+            for m in SENT.finditer(text)]
+
+
+def serve(folder: Path, rate: int) -> tuple[subprocess.Popen, str, Path]:
+    """The stand-in with --xet on a free loopback port; returns once its files are on Xet."""
+    state = folder / "state"
+    state.mkdir()
+    (state / "rate").write_text(str(rate))
+    port, log = _free_port(), folder / "server.log"
+    server = subprocess.Popen([sys.executable, "-m", "lab.standins.hf_hub.server", "--state", str(state),
+                               "--bind", "127.0.0.1", "--port", str(port), "--xet"],
+                              stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=hf_hub.PROJECT_ROOT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and server.poll() is None:
         try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).read()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HOME": f"{folder}/hf-home",
-                   "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-            if not xet:
-                env["HF_HUB_DISABLE_XET"] = "1"
+            urllib.request.urlopen(f"{url}/ready", timeout=1).read()
+            return server, url, log
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise RuntimeError(f"the Hub stand-in did not get ready: {log.read_text()[-2000:]}")
+
+
+def client_env(mode: str, url: str, folder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(HF_ENDPOINT=url, HF_HOME=f"{folder}/hf-home", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               HF_HUB_DISABLE_TELEMETRY="1")
+    if mode == "http":
+        env["HF_HUB_DISABLE_XET"] = "1"
+    if mode == "xet-cache":
+        env["HF_XET_CHUNK_CACHE_SIZE_BYTES"] = "10000000000"
+        env["HF_XET_CACHE"] = f"{folder}/xet-cache"
+    return env
+
+
+def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ih-resume-") as name:
+        folder = Path(name)
+        server, url, log = serve(folder, rate)
+        try:
+            local, path = folder / "local", "xet" if mode.startswith("xet") else "http"
+            env = client_env(mode, url, folder)
             argv = [python, "-c", DOWNLOAD, REPO, hf_hub.commit_of(REPO), str(local), SHARD]
-            first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            # Mid-shard: once the first 10 MiB piece (file_download.py DOWNLOAD_CHUNK_SIZE) is in
-            # the .incomplete file, kill_after seconds more, well before the shard's end.
-            while first.poll() is None and _incomplete(local) < 10 * 1024 * 1024:
-                time.sleep(0.1)
-            time.sleep(kill_after)
+            start = _counters(url)
+            first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # Mid-shard, counted where the bytes leave: the stand-in's live counter of this path.
+            while first.poll() is None and _counters(url)[path] - start[path] < kill_at:
+                time.sleep(0.05)
+            if first.poll() is not None:
+                raise RuntimeError(f"the first download ended before the kill: {first.stderr.read()[-2000:]}")
             first.send_signal(signal.SIGKILL)
             first.wait()
-            time.sleep(0.5)  # the server notices the closed socket and logs what it sent
-            mark = len(log.read_text())
             incomplete = _incomplete(local)
+            time.sleep(0.5)  # the server notices the closed socket and logs what it sent
+            mark, killed = len(log.read_text()), _counters(url)
             second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
             if second.returncode != 0:
                 raise RuntimeError(second.stderr[-2000:])
             time.sleep(0.5)
-            text = log.read_text()
-            before, after = _sent(text[:mark]), _sent(text[mark:])
-            size = (local / SHARD).stat().st_size
-            return {"size": size, "killed_after_s": kill_after, "incomplete": incomplete,
-                    "first": before, "second": after, "refetched": sum(n for n, _, _ in after),
-                    "xet_headers": "X-Xet-Hash" in log.read_text()}
+            done, text = _counters(url), log.read_text()
+            result = (local / SHARD).read_bytes()
+            expected = hub_server.generate(REPO, hub_server.LAB_REPOS[REPO]).files[SHARD].content
+            return {
+                "mode": mode, "size": len(expected), "byte_exact": result == expected,
+                "first_sent": killed[path] - start[path], "incomplete_at_kill": incomplete,
+                "refetched": done[path] - killed[path],
+                "other_path": done["xet" if path == "http" else "http"] - start["xet" if path == "http" else "http"],
+                "reconstruction_json": done["xet_api"] - start["xet_api"],
+                "second_answers": [(a["sent"], a["offset"], a["status"]) for a in _answers(text[mark:])],
+            }
         finally:
             server.terminate()
             server.wait(timeout=10)
@@ -103,16 +146,21 @@ def measure(python: str, kill_after: float, rate: int, xet: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", required=True, help="a Python with huggingface_hub==1.17.0 and hf_xet")
+    parser.add_argument("--python", default=sys.executable,
+                        help="a Python with huggingface_hub==1.17.0 and hf_xet==1.8.0")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--kill-after", type=float, default=1.5,
-                        help="seconds after the first 10 MiB reached the .incomplete file")
+    parser.add_argument("--mode", choices=MODES, action="append", help="default: all three")
+    parser.add_argument("--kill-at", type=int, default=15_000_000,
+                        help="bytes of the shard the stand-in has sent when the client is killed")
     parser.add_argument("--rate", type=int, default=3_000_000, help="bytes per second per connection")
-    parser.add_argument("--xet", action="store_true", help="leave HF_HUB_DISABLE_XET unset")
     args = parser.parse_args()
-    for run in range(args.runs):
-        result = measure(args.python, args.kill_after, args.rate, args.xet)
-        print(f"run {run + 1}: {result}", flush=True)
+    for mode in args.mode or MODES:
+        results = []
+        for run in range(args.runs):
+            results.append(measure(args.python, mode, args.kill_at, args.rate))
+            print(f"{mode} run {run + 1}: {results[-1]}", flush=True)
+        print(f"{mode}: median re-fetched {statistics.median(r['refetched'] for r in results):,.0f} of"
+              f" {results[0]['size']:,} bytes ({args.runs} runs)", flush=True)
 
 
 if __name__ == "__main__":

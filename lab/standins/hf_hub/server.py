@@ -25,31 +25,49 @@ files_metadata=True)`, read from that wheel's source:
   (404), `RepoNotFound` (401, what the Hub answers for an unknown or private repo),
   `EntryNotFound` (404), and 401 without a valid `Authorization: Bearer` when a token is required.
 
-No Xet headers are sent: the files come over plain HTTP, the path a mirror (HF_ENDPOINT) or a
-repository not migrated to Xet takes. On the real Hub most large repositories are on Xet and
-the client downloads them through hf_xet instead (docs/testing.md, "What is verified where").
+Without `--xet` no Xet headers are sent: the files come over plain HTTP, the path a mirror
+(HF_ENDPOINT) or a repository not migrated to Xet takes. With `--xet` the large (LFS) files are
+also stored on Xet, as on the real Hub, where most large repositories are (xet.py holds the CAS):
+
+- the resolve HEAD adds `X-Xet-Hash` (the file's Merkle hash, as hf_xet computed it on upload) and
+  `Link: <{endpoint}/api/models/{repo}/xet-read-token/{commit}>; rel="xet-auth"` (read by 1.17.0
+  `utils/_xet.py` `parse_xet_file_data_from_response`; `get_hf_file_metadata` reads the 302's own
+  headers, and `_get_metadata_or_catch_error` then skips the Location when xet_file_data is set);
+  the 302 to the CDN stays, for clients with `HF_HUB_DISABLE_XET=1` or without hf_xet.
+- GET that route answers `X-Xet-Cas-Url`, `X-Xet-Access-Token`, `X-Xet-Token-Expiration`
+  (`parse_xet_connection_info_from_headers`; `xet_get` calls it through `refresh_xet_connection_info`
+  before and during `hf_xet.download_files`) and the same as JSON {casUrl, exp, accessToken}
+  (hf_xet 1.8.0 `xet_client/src/hub_client/types.rs` CasJWTInfo).
+- the CAS routes (`/v1/xorbs`, `/v1/shards`, `/v2/reconstructions`) and the presigned xorb URLs
+  (`/xorbs/default/{hash}?range=..&signature=..`) are served by this same server (xet.py).
 
 It serves a small generated repository per repo id (`generate`), throttled per connection when
 `<state>/rate` holds a number of bytes per second (the lab's interrupted-download test), and logs
-one line per request to stderr. It never ships in a production path.
+one line per request to stderr. File bytes sent are counted per path (`sent N of M bytes of PATH`
+log lines, and live at GET /_standin/bytes-sent: {"http": .., "xet": .., "xet_api": ..}), so
+measure_resume.py can compare the two. It never ships in a production path.
 
-    python -m lab.standins.hf_hub.server --state DIR --port 8080 [--token-file F]
+    python -m lab.standins.hf_hub.server --state DIR --port 8080 [--token-file F] [--xet]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
 import os
 import random
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from lab.standins.hf_hub import xet as xet_cas
 
 # The lab's repositories: repo id -> {file: size or text}. Large files are LFS (binary, seeded).
 LAB_REPOS: dict[str, dict[str, int | str]] = {
@@ -86,6 +104,7 @@ class RepoFile:
     path: str
     content: bytes
     lfs: bool
+    xet_hash: str | None = None  # set once hf_xet uploaded it to the Xet stand-in (--xet)
 
     @property
     def size(self) -> int:
@@ -128,10 +147,34 @@ def generate(repo_id: str, spec: dict[str, int | str]) -> Repo:
 
 
 class Hub:
-    def __init__(self, state: Path, token: str | None):
+    def __init__(self, state: Path, token: str | None, xet: bool = False):
         self.state = state
         self.token = token
         self.repos = {rid: generate(rid, spec) for rid, spec in LAB_REPOS.items()}
+        self.xet = xet_cas.XetStore() if xet else None
+        self.ready = not xet  # with Xet: once every large file is stored there (publish_xet)
+        self.sent = {"http": 0, "xet": 0, "xet_api": 0}  # file bytes on each path, reconstruction JSON
+        self.lock = threading.Lock()
+
+    def count(self, kind: str, n: int) -> None:
+        with self.lock:
+            self.sent[kind] += n
+
+    def publish_xet(self, cas_url: str) -> None:
+        """Stores every large file on the Xet stand-in with hf_xet's own upload (xet.upload), or
+        reads back what an earlier start of this state folder stored (xet.XetStore.load)."""
+        files = [f for repo in self.repos.values() for f in repo.files.values() if f.lfs]
+        kept = self.state / "xet"
+        hashes = self.xet.load(kept, [f.sha256 for f in files])
+        if hashes is None:
+            uploaded = xet_cas.upload([f.content for f in files], cas_url, self.xet.token, self.xet.expires)
+            hashes = {f.sha256: file_hash for f, file_hash in zip(files, uploaded, strict=True)}
+            self.xet.save(kept, hashes)
+        for f in files:
+            if hashes[f.sha256] not in self.xet.files or self.xet.file_size(hashes[f.sha256]) != f.size:
+                raise RuntimeError(f"the Xet stand-in holds no {f.size}-byte file {hashes[f.sha256]} for {f.path}")
+            f.xet_hash = hashes[f.sha256]
+        self.ready = True
 
     def rate(self) -> float | None:
         """Bytes per second per connection, from <state>/rate (absent or 0: unthrottled)."""
@@ -146,6 +189,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "standin-hub/1.17.0"
     protocol_version = "HTTP/1.1"
     hub: Hub
+    _post_body: bytes | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
     def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
@@ -159,7 +203,7 @@ class Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command != "HEAD" and body:
             self.wfile.write(body)
 
     def _error(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
@@ -170,6 +214,26 @@ class Handler(BaseHTTPRequestHandler):
         if not self.hub.token:
             return True
         return self.headers.get("Authorization", "") == f"Bearer {self.hub.token}"
+
+    def _body_in(self) -> bytes:
+        """The request body: Content-Length, or chunked (hf_xet streams uploads). Read once, before
+        any answer: a body left unread would be taken for the next request on the connection."""
+        if self.command != "POST":
+            return b""
+        if self._post_body is None:
+            self._post_body = self._read_body()
+        return self._post_body
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline().strip():
+                pass
+            return b"".join(parts)
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _repo(self, repo_id: str) -> Repo | None:
         repo = self.hub.repos.get(repo_id)
@@ -193,12 +257,29 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):  # noqa: N802
         self._route()
 
+    def do_POST(self):  # noqa: N802
+        self._post_body = None
+        self._body_in()
+        self._route()
+
     def _route(self) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         path = url.path
         if path == "/ready":
-            self._send(200, b"standin-hub\n", content_type="text/plain")
+            if self.hub.ready:
+                self._send(200, b"standin-hub\n", content_type="text/plain")
+            else:
+                self._send(503, b"storing the large files on Xet\n", content_type="text/plain")
+            return
+        if path == "/_standin/bytes-sent":  # the stand-in's own counter (measure_resume.py)
+            with self.hub.lock:
+                self._send(200, json.dumps(self.hub.sent).encode())
+            return
+        if self.hub.xet is not None and self._xet_route(path, query):
+            return
+        if self.command == "POST":
+            self._error(404, "EntryNotFound", f"POST {path} is not a route of this stand-in")
             return
         match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/]+)", path)
         if match:
@@ -275,6 +356,10 @@ class Handler(BaseHTTPRequestHandler):
         if f.lfs:
             host = self.headers.get("Host", "localhost")
             location = f"http://{host}/lfs-cdn/{repo_id}/{f.sha256}"
+            if f.xet_hash:
+                common["X-Xet-Hash"] = f.xet_hash
+                common["Link"] = (f'<http://{host}/api/models/{repo_id}/xet-read-token/{commit}>; rel="xet-auth",'
+                                  f' <http://{host}/v1/reconstructions/{f.xet_hash}>; rel="xet-reconstruction-info"')
             self.send_response(302)
             for key, value in {**common, "ETag": f'"{f.blob_id}"', "X-Linked-Etag": f'"{f.sha256}"',
                                "X-Linked-Size": str(f.size), "Location": location,
@@ -291,9 +376,96 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b"NoSuchKey", content_type="text/plain")
             return
         self._body(f.content, {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"},
-                   content_type="binary/octet-stream")
+                   content_type="binary/octet-stream", kind="http")
 
-    def _body(self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8") -> None:
+    # -- Xet (xet.py has the sources) -------------------------------------------------------
+    def _xet_route(self, path: str, query: dict) -> bool:
+        """Serves a Xet route if `path` is one; False lets the Hub routes answer."""
+        store = self.hub.xet
+        match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/xet-read-token/(?P<rev>[^/]+)", path)
+        if match and self.command == "GET":
+            repo = self._repo(match["repo"])
+            if repo and self._commit(repo, match["rev"]):
+                cas = f"http://{self.headers.get('Host', 'localhost')}"
+                body = {"casUrl": cas, "exp": store.expires, "accessToken": store.token}
+                self._send(200, json.dumps(body).encode(), {
+                    "X-Xet-Cas-Url": cas, "X-Xet-Access-Token": store.token,
+                    "X-Xet-Token-Expiration": str(store.expires)})
+            return True
+        match = re.fullmatch(r"/xorbs/default/(?P<hash>[0-9a-f]{64})", path)
+        if match and self.command == "GET":
+            self._xorb_range(match["hash"], query)
+            return True
+        if path == "/v1/telemetry" and self.command == "POST":
+            # Best-effort on the client's side (telemetry.rs: never retried, often not waited for,
+            # so the answer may find the socket closed); nothing kept.
+            try:
+                self._send(204)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            return True
+        cas = re.fullmatch(r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?",
+                           path)
+        if not cas:
+            return False  # also /v1/xorb-grants, /v2/shards, /v1/chunks: 404, the client falls back
+        if self.headers.get("Authorization", "") != f"Bearer {store.token}":
+            self._send(401, b"invalid or missing CAS token", content_type="text/plain")
+            return True
+        try:
+            if cas["api"] == "v1/xorbs/default" and cas["hash"] and self.command == "POST":
+                inserted = store.add_xorb(cas["hash"], self._body_in())
+                self._send(200, json.dumps({"was_inserted": inserted}).encode())
+            elif cas["api"] == "v1/shards" and not cas["hash"] and self.command == "POST":
+                # UploadShardResponseType: 0 Exists, 1 SyncPerformed
+                self._send(200, json.dumps({"result": int(store.add_shard(self._body_in()))}).encode())
+            elif cas["api"].endswith("/reconstructions") and cas["hash"] and self.command == "GET":
+                self._reconstruction(cas["hash"], v1=cas["api"].startswith("v1"))
+            else:
+                return False
+        except xet_cas.XetFormatError as error:
+            self._send(400, f"{error}\n".encode(), content_type="text/plain")
+        return True
+
+    def _reconstruction(self, file_hash: str, v1: bool) -> None:
+        """v2 (what hf_xet 1.8.0 asks first), or v1 (its fallback, and what the Hub's
+        `rel="xet-reconstruction-info"` link names): cas_types/mod.rs, `From<QueryReconstructionResponse>
+        for QueryReconstructionResponseV2` maps one to the other."""
+        store = self.hub.xet
+        if file_hash not in store.files:
+            self._send(404, b"file not found", content_type="text/plain")
+            return
+        start, end = 0, 2**64 - 1
+        ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if ranged:
+            start, end = int(ranged[1]), int(ranged[2]) + 1  # the header's end is inclusive
+        answer = store.reconstruction(file_hash, start, end, f"http://{self.headers.get('Host', 'localhost')}")
+        if answer is None:
+            self._send(416, b"", {"Content-Range": f"bytes */{store.file_size(file_hash)}"})
+            return
+        if v1:
+            answer = {"offset_into_first_range": answer["offset_into_first_range"], "terms": answer["terms"],
+                      "fetch_info": {h: [{"range": r["chunks"], "url": f["url"], "url_range": r["bytes"]}
+                                         for f in fetches for r in f["ranges"]]
+                                     for h, fetches in answer["xorbs"].items()}}
+        body = json.dumps(answer).encode()
+        self.hub.count("xet_api", len(body))
+        self._send(200, body)
+
+    def _xorb_range(self, xorb_hash: str, query: dict) -> None:
+        """A presigned URL: the Range must be the signed one (S3 answers 403 otherwise)."""
+        store = self.hub.xet
+        signed = query.get("range", [""])[0]
+        ranged = re.fullmatch(r"(\d+)-(\d+)", signed)
+        if (not ranged or xorb_hash not in store.xorbs or self.headers.get("Range") != f"bytes={signed}"
+                or not hmac.compare_digest(query.get("signature", [""])[0],
+                                           store.sign(xorb_hash, int(ranged[1]), int(ranged[2])))):
+            self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", content_type="application/xml")
+            return
+        self._body(store.xorbs[xorb_hash].data, {"Accept-Ranges": "bytes"},
+                   content_type="binary/octet-stream", kind="xet")
+
+    def _body(self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8",
+              kind: str | None = None) -> None:
         start, status = 0, 200
         ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         end = len(content) - 1
@@ -314,13 +486,15 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        sent = self._write_throttled(part)
+        sent = self._write_throttled(part, kind)
         # What a resumed download costs, counted here (docs/weights-resume.md measures with it).
         sys.stderr.write(f"[standin-hub] sent {sent} of {len(part)} bytes of {urlsplit(self.path).path}"
                          f" from offset {start} (status {status})\n")
 
-    def _write_throttled(self, data: bytes) -> int:
-        """Writes data (at <state>/rate bytes per second if set); returns the bytes the socket took."""
+    def _write_throttled(self, data: bytes, kind: str | None = None) -> int:
+        """Writes data (at <state>/rate bytes per second if set); returns the bytes the socket took.
+
+        Counted as they go (under `kind`), so that a measurement can kill a client mid-file."""
         rate = self.hub.rate()
         chunk = 64 * 1024 if rate is None else max(4096, int(rate / 10))
         began, sent = time.monotonic(), 0
@@ -330,6 +504,8 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 return sent
             sent += len(data[offset:offset + chunk])
+            if kind:
+                self.hub.count(kind, len(data[offset:offset + chunk]))
             if rate:
                 ahead = (offset + chunk) / rate - (time.monotonic() - began)
                 if ahead > 0:
@@ -343,15 +519,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bind", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-file", type=Path, help="require Authorization: Bearer <its content>")
+    parser.add_argument("--xet", action="store_true",
+                        help="also store the large files on Xet and advertise it (needs hf_xet)")
     args = parser.parse_args(argv)
     args.state.mkdir(parents=True, exist_ok=True)
     token = args.token_file.read_text().strip() if args.token_file else None
-    Handler.hub = Hub(args.state, token)
+    Handler.hub = Hub(args.state, token, xet=args.xet)
     server = ThreadingHTTPServer((args.bind, args.port), Handler)
     server.daemon_threads = True
     sys.stderr.write(f"[standin-hub] serving {', '.join(Handler.hub.repos)} on {args.bind}:{args.port}\n")
     for repo in Handler.hub.repos.values():
         sys.stderr.write(f"[standin-hub] {repo.repo_id} main = {repo.commit}\n")
+    if args.xet:
+        # hf_xet's own working files (logs, upload staging) stay in the state folder, not in ~/.cache.
+        os.environ["HF_XET_CACHE"] = str(args.state / "xet-cache")
+        # The upload goes through this server's own CAS routes, so it must already be serving.
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        own = "127.0.0.1" if args.bind in ("0.0.0.0", "") else args.bind
+        Handler.hub.publish_xet(f"http://{own}:{args.port}")
+        for repo in Handler.hub.repos.values():
+            for f in repo.files.values():
+                if f.xet_hash:
+                    sys.stderr.write(f"[standin-hub] {repo.repo_id}/{f.path} on Xet as {f.xet_hash}\n")
+        threading.Event().wait()
     server.serve_forever()
 
 
