@@ -400,8 +400,8 @@ def _serve(server: str) -> None:
     else:
         from lab.standins import hf_hub as hf_hub_standin
 
-        vault, _ = throwaway_vault()
-        hf_hub_standin.serve(PREFIX, token=vault_secret(vault, "hf_token"))
+        vault, password_file = throwaway_vault()  # the lab's own, whatever vault password file is set
+        hf_hub_standin.serve(PREFIX, token=vault_secret(vault, "hf_token", Path(password_file)))
     _served.add(server)
 
 
@@ -633,11 +633,12 @@ def down(roles=MAIN_LAB) -> None:
     _docker("volume", "rm", "-f", models_volume(), check=False)
 
 
-def vault_secret(vault: str, name: str) -> str:
+def vault_secret(vault: str, name: str, password_file: Path | None = None) -> str:
     """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
     from roles.site import vault as secrets
 
-    return secrets.decrypt_all(Path(vault), [name])[name]
+    password = password_file.read_bytes().strip() if password_file else None
+    return secrets.decrypt_all(Path(vault), [name], password)[name]
 
 
 def guest_ssh_public_keys() -> list[str]:

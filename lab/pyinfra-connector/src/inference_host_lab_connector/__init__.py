@@ -23,8 +23,6 @@ pyinfra/connectors/docker.py (DockerConnector), which this connector drives.
 
 from __future__ import annotations
 
-import subprocess
-
 import gevent.lock
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.connectors.base import BaseConnector, DataMeta
@@ -100,8 +98,8 @@ class LabConnector(BaseConnector):
                     # pyinfra's way to set host data after loading (HostData.__setattr__): the
                     # deploy's site, built after every host connected, reads the live address.
                     self.host.data.ssh_hostname = lab.container_address(role)
-            except (lab.LabError, RuntimeError, OSError, subprocess.SubprocessError) as error:
-                raise ConnectError(f"the lab could not bring up {role}: {error}") from None
+            except Exception as error:  # noqa: BLE001 - whatever stopped it fails this host, in one line
+                raise ConnectError(f"the lab could not bring up {role}: {type(error).__name__}: {error}") from None
         # Made now, not in __init__: pyinfra's connectors read their data from the host's data
         # as they are made (BaseConnector.__init__), and ssh_hostname was only just set.
         self.delegate = self._delegate_class()(self.state, self.host)
