@@ -106,3 +106,19 @@ def test_commands_and_files_go_through_pyinfras_docker_connector(lab_calls, monk
         assert host.run_shell_command("true")[0]
         assert host.put_file("/dev/null", "/tmp/x")
     assert seen == [("run", lab.container_name("gpu"), "true"), ("put", lab.container_name("gpu"), "/tmp/x")]
+
+
+def test_over_ssh_the_host_gets_its_address_and_sshd_before_pyinfras_ssh_connector(lab_calls, monkeypatch):
+    from inference_host_lab_connector import LabConnector
+    from pyinfra.connectors.ssh import SSHConnector
+
+    monkeypatch.setattr(lab, "CONNECT", "ssh")
+    monkeypatch.setattr(lab, "enable_ssh", lambda roles: lab_calls.append(("sshd", tuple(roles))))
+    monkeypatch.setattr(SSHConnector, "connect", lambda self: lab_calls.append(("ssh", self.data["ssh_hostname"])))
+    names = list(LabConnector.make_names_data("gpu"))
+    assert names[0][0] == lab.container_name("gpu")  # the name pyinfra's ssh connector would have
+    assert names[0][1]["ssh_known_hosts_file"] == str(lab.known_hosts_file())
+    state = _connected([("@lab/gpu", {})])
+    assert [c for c in lab_calls if c[0] in ("sshd", "ssh")] == [
+        ("sshd", ("gpu",)), ("ssh", lab.container_address("gpu"))]
+    assert state.inventory.get_host(lab.container_name("gpu")).connected
