@@ -136,8 +136,16 @@ def test_the_guard_sees_a_planted_bring_up(planted, monkeypatch, no_side_effects
     loaded), or one asking Docker for a container's address, fails the load."""
     from lab.standins.nvidia_apt_repo import repo
 
+    # A prefix no lab serves: a server already answering on the port would be reused, not started.
+    monkeypatch.setattr(lab, "PREFIX", f"ih-unit-guard-{os.getpid()}")
     if planted == "serve":
-        monkeypatch.setattr(repo, "url_for", repo.serve)
+        real_url_for, real_serve = repo.url_for, repo.serve
+
+        def served(prefix):  # serve() names its URL with url_for: the real one from here on
+            monkeypatch.setattr(repo, "url_for", real_url_for)
+            return real_serve(prefix)
+
+        monkeypatch.setattr(repo, "url_for", served)
     else:
         monkeypatch.setattr(repo, "url_for", lambda prefix: f"http://{lab.container_address('gpu')}:1")
     with pytest.raises(Exception) as raised:  # pyinfra wraps it: UnexpectedExternalError(error, file)
