@@ -122,3 +122,23 @@ def test_over_ssh_the_host_gets_its_address_and_sshd_before_pyinfras_ssh_connect
     assert [c for c in lab_calls if c[0] in ("sshd", "ssh")] == [
         ("sshd", ("gpu",)), ("ssh", lab.container_address("gpu"))]
     assert state.inventory.get_host(lab.container_name("gpu")).connected
+
+
+def test_a_reconnect_keeps_the_connector_that_found_the_container_running(lab_calls, monkeypatch):
+    """After the node's reboot pyinfra connects the host again: the docker connector that saw the
+    container running at first (no_stop) must be the one asked, or a container caught mid-restart
+    would be committed and removed on disconnect (pyinfra/connectors/docker.py disconnect)."""
+    def connect(self):
+        self.no_stop = getattr(self, "no_stop", False) or not lab_calls.count(("restarting",))
+        self.container_id = self.data["docker_identifier"]
+
+    monkeypatch.setattr(DockerConnector, "connect", connect)
+    state = _connected([("@lab/pve", {})])
+    host = state.inventory.get_host(lab.pyinfra_name("pve"))
+    first = host.connector.delegate
+    lab_calls.append(("restarting",))
+    host.connected = False
+    with ctx_state.use(state):
+        host.connect()
+    assert host.connector.delegate is first and first.no_stop
+    assert [c for c in lab_calls if c[0] == "up"] == [("up", ("gpu", "pve"))]  # not brought up again

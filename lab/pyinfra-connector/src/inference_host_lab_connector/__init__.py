@@ -100,9 +100,15 @@ class LabConnector(BaseConnector):
                     self.host.data.ssh_hostname = lab.container_address(role)
             except Exception as error:  # noqa: BLE001 - whatever stopped it fails this host, in one line
                 raise ConnectError(f"the lab could not bring up {role}: {type(error).__name__}: {error}") from None
-        # Made now, not in __init__: pyinfra's connectors read their data from the host's data
-        # as they are made (BaseConnector.__init__), and ssh_hostname was only just set.
-        self.delegate = self._delegate_class()(self.state, self.host)
+        if self.delegate is None:
+            # Made now, not in __init__: pyinfra's connectors read their data from the host's data
+            # as they are made (BaseConnector.__init__), and ssh_hostname was only just set.
+            self.delegate = self._delegate_class()(self.state, self.host)
+        elif "ssh_hostname" in self.delegate.data:
+            self.delegate.data["ssh_hostname"] = self.host.data.get("ssh_hostname")
+        # A reconnect (after the node's reboot) keeps the same one, as pyinfra keeps a host's
+        # connector: DockerConnector remembers that it found the container running (no_stop); a
+        # new one that found it stopped mid-restart would commit and remove it on disconnect.
         self.delegate.connect()
 
     def disconnect(self) -> None:
