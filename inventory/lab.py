@@ -2,16 +2,16 @@
 
     uv run pyinfra -y inventory/lab.py deploy.py
 
-Loading this file under pyinfra brings the lab up by itself (lab/__init__.py): a Debian 12
-base image made with debootstrap when no registry answers, a systemd image on top, and one
-container per rehearsal host, reached through pyinfra's @docker connector. No GPU exists
-here: the gpu settings describe what the production guest has, and roles that need a GPU
-are proven on real hardware (docs/testing.md, "What is verified where").
+Loading this file starts nothing: its hosts are named `@lab/<role>`, and the lab's pyinfra
+connector (lab/pyinfra-connector) brings each one up as pyinfra connects to it (lab.bring_up):
+a Debian 12 base image made with debootstrap when no registry answers, a systemd image on top,
+one container per rehearsal host (then reached through pyinfra's own docker connector), and the
+stand-in servers below. No GPU exists here: the gpu settings describe what the production guest
+has, and roles that need a GPU are proven on real hardware (docs/testing.md, "What is verified
+where").
 """
 
 import os
-
-import pyinfra
 
 import lab
 from lab.standins import hf_hub as hf_hub_standin
@@ -28,16 +28,16 @@ _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt
 
 # NVIDIA's package servers are unreachable here: a local apt repository stand-in with the
 # real layout, names and versions (lab/standins/nvidia_apt_repo) is served over http on
-# the Docker bridge while pyinfra runs, and the package-source settings point at it.
-_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli
-           else nvidia_apt_standin.url_for(lab.PREFIX))
+# the Docker bridge while pyinfra runs (started by the lab connector as a host connects), and
+# the package-source settings point at it.
+_nvidia = nvidia_apt_standin.url_for(lab.PREFIX)
 
 # The Hugging Face Hub is unreachable here: a stand-in serving two small generated
 # repositories (lab/standins/hf_hub) over http on the Docker bridge, with the real Hub's
 # answers for what huggingface_hub calls; weights_endpoint points at it (HF_ENDPOINT). It
-# requires the vault's hf_token, so the token's way to huggingface_hub is proven too.
-_hub = (hf_hub_standin.serve(lab.PREFIX, token=lab.vault_secret(_vault, "hf_token")) if pyinfra.is_cli
-        else hf_hub_standin.url_for(lab.PREFIX))
+# requires the vault's hf_token, so the token's way to huggingface_hub is proven too (the
+# connector starts it with the token of this vault).
+_hub = hf_hub_standin.url_for(lab.PREFIX)
 
 # Tests set this to a kernel source tree (tests/lab/test_engine_wheels.py): this machine's
 # Docker engine becomes a builder (as in inventory/lab_builder.py) that compiles it as the
@@ -57,7 +57,7 @@ _site = {
 # and headers, reboots the node (Docker restarts its container) and the stand-in kernel then
 # loads what DKMS built; a real node goes the same way.
 proxmox_hosts = [
-    (lab.pyinfra_name("pve"), {
+    ("@lab/pve", {
         **_site,
         "proxmox_gpu_addresses": lab.PVE_GPUS,
         "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
@@ -75,7 +75,7 @@ proxmox_hosts = [
 # (devN entries for the node's /dev/nvidia* character devices), then the rest of the deploy
 # continues inside it.
 lxc_guests = [
-    (lab.pyinfra_name("gpu"), {
+    ("@lab/gpu", {
         "guest_vmid": lab.GUEST_VMID,
         "guest_node": lab.pyinfra_name("pve"),
         "guest_gpu_addresses": lab.PVE_GPUS,
@@ -96,7 +96,7 @@ lxc_guests = [
 ]
 
 gpu_nodes = [
-    (lab.pyinfra_name("gpu"), {
+    ("@lab/gpu", {
         **_site,
         "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
         "gpu_count": 8,                          # what the production guest has
@@ -181,14 +181,15 @@ gpu_nodes = [
 # (a nested dockerd without iptables or bridge, see docker_daemon_extra above). It compiles no
 # kernel wheel here: that needs NVIDIA's CUDA devel image, which no registry serves to this
 # machine; inventory/lab_builder.py rehearses roles/wheels on this machine's own engine.
-builders = [(lab.pyinfra_name("gpu"), {"build_kernel_wheels": False})]
+builders = [("@lab/gpu", {"build_kernel_wheels": False})]
 if _engine_wheel_source:
     from lab.cuda_image import cuda_devel_image
 
-    builders.append(("@local", {
+    # @lab/local: this machine (pyinfra's @local), its CUDA devel image built as it connects.
+    builders.append(("@lab/local", {
         **_site,
         "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-        "build_base_image": cuda_devel_image(build=pyinfra.is_cli),
+        "build_base_image": cuda_devel_image(build=False),
         "build_source_overrides": {"flash-attn": _engine_wheel_source},
         "build_with_torch": False,
         "docker_manage_engine": False,
@@ -197,15 +198,7 @@ if _engine_wheel_source:
     }))
 
 # INFERENCE_HOST_LAB_CONNECT=ssh: the same hosts reached over real OpenSSH in the containers
-# (lab.enable_ssh; a converged lab: the guest's key is the one the deploy gives it), named by
-# their container names. docs/one-run.md measures a no-change run both ways.
-if lab.CONNECT == "ssh":
-    if pyinfra.is_cli:
-        lab.up()
-        lab.enable_ssh()
-    lab.over_ssh(proxmox_hosts, lxc_guests, gpu_nodes, builders)
+# (the connector runs lab.enable_ssh; a converged lab: the guest's key is the one the deploy
+# gives it), named by their container names. docs/one-run.md measures a no-change run both ways.
 
 require_valid_inventory(__file__, globals())
-
-if pyinfra.is_cli:  # `python -m roles.site inventory/lab.py` validates without starting anything
-    lab.up()

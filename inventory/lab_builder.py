@@ -4,7 +4,9 @@
 
 In production the builder is the gpu node and roles/wheels drives its Docker engine. Here
 Docker cannot run inside the lab's systemd containers, so the builder host is the local
-machine itself (pyinfra's @local connector) and its engine is the one the lab already uses:
+machine itself (`@lab/local`: the lab connector builds the base image below as pyinfra
+connects, then works through pyinfra's @local connector) and its engine is the one the lab
+already uses:
 the role, its facts, the Dockerfiles, the job cap, cuobjdump and the wheelhouse are the real
 ones. What differs, because it cannot exist here, is set below as ordinary settings:
 
@@ -18,8 +20,6 @@ ones. What differs, because it cannot exist here, is set below as ordinary setti
 
 import os
 
-import pyinfra
-
 import lab
 from lab.cuda_image import cuda_devel_image
 from validation import require_valid_inventory
@@ -32,10 +32,10 @@ _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt
 _test_source = os.environ.get("INFERENCE_HOST_LAB_BUILDER_SOURCE", "lab/fixtures/tiny_cuda_ext")
 
 builders = [
-    ("@local", {
+    ("@lab/local", {
         "stack_file": os.environ.get("INFERENCE_HOST_LAB_BUILDER_STACK", "lab_builder.stack.yml"),
         "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-        "build_base_image": cuda_devel_image(build=pyinfra.is_cli),
+        "build_base_image": cuda_devel_image(build=False),  # named here, built on connect
         "build_source_overrides": {"flash-attn": _test_source, "sgl-kernel": _test_source},
         "build_with_torch": False,
         # This machine's engine is the lab's own: used as it is, never reconfigured.

@@ -5,7 +5,9 @@
 Two gpu nodes (systemd containers, the stand-in SGLang server as in inventory/lab.py) serve a
 whole copy each, bound to their address on Docker's bridge; a third container is the gateways
 host and runs the REAL gateway (smg from PyPI). The containers reach each other by address
-(Docker's default bridge has no names), read after lab.up() starts them.
+(Docker's default bridge has no names): each host's ssh_hostname is its container's address,
+as the lab last recorded it (loading this file asks Docker nothing); the lab connector, which
+brings each `@lab/<role>` up as pyinfra connects to it, puts the running container's in.
 
 The gateway's host is the monitors group too (roles/monitoring): the distribution's Prometheus
 and Alertmanager there scrape both replicas' node_exporter, DCGM exporter (the stand-in package
@@ -18,30 +20,21 @@ and clear within minutes.
 import os
 from pathlib import Path
 
-import pyinfra
-
 import lab
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from roles.site import vault as secrets
 from validation import require_valid_inventory
 
-_ROLES = ("rep-a", "rep-b", "gw")
 _PLACEHOLDER = {"rep-a": "172.17.0.101", "rep-b": "172.17.0.102", "gw": "172.17.0.100"}
 
 
 def _address(role: str) -> str:
-    """A running container's address; outside pyinfra, with no lab running (`python -m
-    roles.site inventory/lab_replicas.py` validates without starting anything), a placeholder.
-    The checks (`python -m checks.gateway`) load this file outside pyinfra too: they need
-    the real addresses, which name the replicas at the gateway."""
-    try:
-        return lab.container_address(role)
-    except lab.LabError:
-        return _PLACEHOLDER[role]
+    """The container's address as the lab recorded it when it brought it up, else (no lab yet:
+    `python -m roles.site inventory/lab_replicas.py` validates anyway) a placeholder. The checks
+    (`python -m checks.gateway`) load this file outside pyinfra: they read the recorded ones,
+    which name the replicas at the gateway."""
+    return lab.recorded_address(role, _PLACEHOLDER[role])
 
-
-if pyinfra.is_cli:  # the addresses exist once the containers run
-    lab.up(_ROLES)
 
 _vault, _password_file = lab.throwaway_vault()
 os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
@@ -51,7 +44,7 @@ if "monitoring_web_password" not in secrets.load(Path(_vault)):  # the monitor's
     secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
                        Path(_password_file).read_bytes().strip())
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
-_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli else nvidia_apt_standin.url_for(lab.PREFIX))
+_nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 
 _common = {
     "stack_file": "stack.yml",
@@ -95,12 +88,12 @@ _replica = {
 }
 
 gpu_nodes = [
-    (lab.pyinfra_name("rep-a"), {**_replica, "ssh_hostname": _address("rep-a")}),
-    (lab.pyinfra_name("rep-b"), {**_replica, "ssh_hostname": _address("rep-b")}),
+    ("@lab/rep-a", {**_replica, "ssh_hostname": _address("rep-a")}),
+    ("@lab/rep-b", {**_replica, "ssh_hostname": _address("rep-b")}),
 ]
 
 gateways = [
-    (lab.pyinfra_name("gw"), {
+    ("@lab/gw", {
         **_common, "ssh_hostname": _address("gw"), "gateway_health_check_interval": 1,
         # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
         # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages

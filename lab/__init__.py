@@ -1,6 +1,9 @@
 """The rehearsal lab: local Docker containers with systemd as PID 1 standing in for hosts.
 
-Used by inventory/lab.py. With only a Docker engine running, it makes what it needs:
+Used by the lab inventories (inventory/lab.py, ...) through the lab's pyinfra connector
+(lab/pyinfra-connector: hosts named `@lab/<role>`): loading an inventory starts nothing; the
+connector brings each host up as pyinfra connects to it (bring_up). With only a Docker engine
+running, it makes what it needs:
 
 1. a Debian 12 base image: debootstrap into a folder and `docker import` when no registry
    answers (these machines have none), or ubuntu:24.04 pulled when one does;
@@ -105,7 +108,14 @@ def container_name(role: str) -> str:
 CONNECT = os.environ.get("INFERENCE_HOST_LAB_CONNECT", "docker")
 
 
+def inventory_name(role: str) -> str:
+    """How a lab inventory names a lab host: the lab connector's `@lab/<role>`."""
+    return f"@lab/{role}"
+
+
 def pyinfra_name(role: str) -> str:
+    """The name pyinfra gives the host `@lab/<role>` expands to (the connector's make_names_data):
+    the one pyinfra's own connector would give it, so --limit, messages and the checks keep it."""
     return container_name(role) if CONNECT == "ssh" else f"@docker/{container_name(role)}"
 
 
@@ -113,11 +123,23 @@ def known_hosts_file() -> Path:
     return STATE_DIR / f"{PREFIX}-known_hosts"
 
 
+def ssh_connection_data(role: str) -> dict:
+    """How pyinfra (and the health checks) reach a lab host over SSH: the lab's throwaway key,
+    its own known-hosts file (strict), the container's address as last recorded (the connector
+    puts the running container's in as it connects)."""
+    return {"ssh_hostname": recorded_address(role), "ssh_user": "root",
+            "ssh_key": str(STATE_DIR / "guest-ssh-key"), "ssh_known_hosts_file": str(known_hosts_file()),
+            "ssh_strict_host_key_checking": "yes"}
+
+
 def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
     """Runs Debian's OpenSSH server in each container, letting in the lab's throwaway key only,
-    and records each host key in a known-hosts file of the lab's own (strict checking)."""
+    and records each host key in a known-hosts file of the lab's own (strict checking); the
+    lines of other roles already there are kept (the connector enables one host at a time)."""
     public = throwaway_ssh_public_key()
-    lines = []
+    known = {}
+    if known_hosts_file().is_file():
+        known = {line.split()[0]: line for line in known_hosts_file().read_text().splitlines() if line.strip()}
     for role in roles or MAIN_LAB:
         name = container_name(role)
         script = (
@@ -129,21 +151,9 @@ def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
             " systemctl is-active -q ssh || systemctl enable -q --now ssh;"
             " cat /etc/ssh/ssh_host_ed25519_key.pub")
         host_key = _docker("exec", name, "sh", "-c", script, "sh", public).stdout.split()
-        lines.append(f"{container_address(role)} {host_key[0]} {host_key[1]}")
-    known_hosts_file().write_text("\n".join(lines) + "\n")
-
-
-def over_ssh(*groups: list) -> None:
-    """Adds to each lab host's data how pyinfra (and the health checks) reach it over SSH."""
-    key = str(STATE_DIR / "guest-ssh-key")
-    for group in groups:
-        for name, data in group:
-            role = next((r for r in HOSTS if container_name(r) == name), None)
-            if role is None:
-                continue
-            data.update({"ssh_hostname": container_address(role), "ssh_user": "root", "ssh_key": key,
-                         "ssh_known_hosts_file": str(known_hosts_file()),
-                         "ssh_strict_host_key_checking": "yes"})
+        address = container_address(role)
+        known[address] = f"{address} {host_key[0]} {host_key[1]}"
+    known_hosts_file().write_text("\n".join(known.values()) + "\n")
 
 
 def _docker(*args: str, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -336,16 +346,107 @@ def up(roles=MAIN_LAB) -> list[str]:
     image = systemd_image()
     names = [ensure_container(role, image) for role in roles]
     for role in roles:
+        record_address(role)
         if role in STANDIN_ROLES:
             install_standins(container_name(role))
-    for role in roles:
         if role in REPLICA_ROLES:
             plant_dcgm_gpus(container_name(role))
-    if "gpu" in roles:
-        install_tiny_model(container_name("gpu"))
-    if "pve" in roles:
-        prepare_pve_node(container_name("pve"))
+        if role in TINY_MODEL_ROLES:
+            install_tiny_model(container_name(role))
+        if role == "pve":
+            prepare_pve_node(container_name("pve"))
     return names
+
+
+# What bringing up one host needs besides its own container: the node's stand-in pct acts on
+# its guest's container (LAB_DOCKER_SOCKET), so the node needs the guest's container running.
+NEEDS = {"pve": ("gpu",)}
+# The stand-in servers a host's deploy reaches (inventory/lab.py points its settings at them):
+# every host gets the NVIDIA apt repository (the node takes Proxmox's repository from it too);
+# the main lab's node and guest the Hugging Face Hub (the node downloads, the guest's unit
+# names the endpoint).
+HUB_ROLES = MAIN_LAB
+_brought_up: set[str] = set()
+_served: set[str] = set()
+
+
+def bring_up(role: str) -> None:
+    """What the lab connector runs as pyinfra connects to `@lab/<role>`: the containers the host
+    needs, what the lab copies into them, and the stand-in servers its deploy reaches, each once
+    per process (the caller runs one call at a time: pyinfra connects hosts in parallel
+    greenlets). The servers live as long as this process: a child pass of the same command
+    (roles/proxmox_host continue_in_guests) finds them answering and reuses them."""
+    if role == "local":
+        _bring_up_local_builder()
+        return
+    roles = tuple(r for r in (*NEEDS.get(role, ()), role) if r not in _brought_up)
+    if roles:
+        up(roles)
+        if CONNECT == "ssh":
+            enable_ssh(roles)
+        _brought_up.update(roles)
+    _serve("nvidia-apt")
+    if role in HUB_ROLES:
+        _serve("hf-hub")
+
+
+def _serve(server: str) -> None:
+    if server in _served:
+        return
+    if server == "nvidia-apt":
+        from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
+
+        nvidia_apt_standin.serve(PREFIX)
+    else:
+        from lab.standins import hf_hub as hf_hub_standin
+
+        vault, password_file = throwaway_vault()  # the lab's own, whatever vault password file is set
+        hf_hub_standin.serve(PREFIX, token=vault_secret(vault, "hf_token", Path(password_file)))
+    _served.add(server)
+
+
+def _bring_up_local_builder() -> None:
+    """`@lab/local`: this machine's Docker engine as the kernel wheel builder; its base image is
+    the lab's CUDA devel image (lab/cuda_image.py), built here, not while the inventory loads."""
+    if "local" in _brought_up:
+        return
+    from lab.cuda_image import cuda_devel_image
+
+    cuda_devel_image(build=True)
+    _brought_up.add("local")
+
+
+# Where each container's address on Docker's bridge was last seen (written whenever the lab
+# brings a container up): inventories that name a host by its address read it from here, as
+# loading an inventory asks Docker nothing; the connector puts the running container's own into
+# the host's data as it connects (a container made anew may get another address).
+def addresses_file() -> Path:
+    return STATE_DIR / PREFIX / "addresses.json"
+
+
+def recorded_addresses() -> dict[str, str]:
+    try:
+        return json.loads(addresses_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def recorded_address(role: str, placeholder: str | None = None) -> str:
+    """The container's address as the lab last recorded it; before any, a placeholder (a valid
+    address, one per role: `python -m roles.site` validates with it; the connector replaces it)."""
+    return recorded_addresses().get(role) or placeholder or f"172.17.255.{10 + list(HOSTS).index(role)}"
+
+
+def record_address(role: str) -> str:
+    address = container_address(role)
+    known = recorded_addresses()
+    if known.get(role) != address:
+        known[role] = address
+        addresses_file().parent.mkdir(parents=True, exist_ok=True)
+        partial = addresses_file().with_name(f".addresses.{os.getpid()}")
+        partial.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+        os.replace(partial, addresses_file())  # a checks process may read it meanwhile
+    return address
 
 
 # inventory/lab_replicas.py's gpu nodes have no driver stand-in listing GPUs (no node made them),
@@ -354,6 +455,9 @@ def up(roles=MAIN_LAB) -> list[str]:
 # (lab/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
 # to the lab node's eight GPUs, as the stand-in kernel does. /run is emptied at every boot.
 REPLICA_ROLES = ("rep-a", "rep-b")
+# The hosts whose engine serves the tiny Llama (lab/fixtures/tiny_llama.py): the main lab's guest
+# (its vLLM stack) and the vLLM replicas (tests/lab/inventories/replicas_vllm.py).
+TINY_MODEL_ROLES = ("gpu", "vrep-a", "vrep-b")
 DCGM_STANDIN_GPUS = "/run/dcgm-exporter-standin/proc-driver-nvidia"
 
 
@@ -536,11 +640,12 @@ def down(roles=MAIN_LAB) -> None:
     _docker("volume", "rm", "-f", models_volume(), check=False)
 
 
-def vault_secret(vault: str, name: str) -> str:
+def vault_secret(vault: str, name: str, password_file: Path | None = None) -> str:
     """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
     from roles.site import vault as secrets
 
-    return secrets.decrypt_all(Path(vault), [name])[name]
+    password = password_file.read_bytes().strip() if password_file else None
+    return secrets.decrypt_all(Path(vault), [name], password)[name]
 
 
 def guest_ssh_public_keys() -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
+import re
 from pathlib import Path
 
 import lab
@@ -23,22 +23,32 @@ DOCKERFILE = lab.PROJECT_ROOT / "lab" / "docker" / "cuda-devel.Dockerfile"
 
 
 def cuda_version(root: Path = CUDA_ROOT) -> str:
-    """major.minor of the toolkit at root, from nvcc itself (version.json is not always there)."""
-    if not (root / "bin" / "nvcc").exists():
-        raise lab.LabError(f"no nvcc under {root}; the kernel wheel lab needs a CUDA toolkit there"
+    """major.minor of the toolkit at root, read from its cuda.h (CUDA_VERSION is 1000 * major +
+    10 * minor, as cuda.h documents it): a file, not `nvcc --version`, because the lab
+    inventories name the image while they load, and loading runs no program."""
+    header = root / "include" / "cuda.h"
+    if not (root / "bin" / "nvcc").exists() or not header.is_file():
+        raise lab.LabError(f"no nvcc and cuda.h under {root}; the kernel wheel lab needs a CUDA toolkit there"
                            " (or set INFERENCE_HOST_LAB_CUDA)")
-    output = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True,
-                            text=True, check=True).stdout
-    for line in output.splitlines():
-        if "release" in line:  # "Cuda compilation tools, release 13.0, V13.0.88"
-            return line.split("release", 1)[1].split(",")[0].strip()
-    raise lab.LabError(f"cannot read the CUDA version from `nvcc --version`: {output!r}")
+    found = re.search(r"^#define CUDA_VERSION (\d+)", header.read_text(errors="replace"), re.MULTILINE)
+    if not found:
+        raise lab.LabError(f"cannot read the CUDA version from {header}: no `#define CUDA_VERSION`")
+    number = int(found.group(1))
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _base() -> str:
+    """The image it is built on, known without asking Docker (the tag is named while the
+    inventory loads): the registry's Ubuntu only when the lab is told to use it, else the
+    lab's Debian 12 made with debootstrap."""
+    return lab.REGISTRY_IMAGE if lab.BASE_SOURCE == "registry" else lab.DEBOOTSTRAP_IMAGE
 
 
 def cuda_devel_image(build: bool = True) -> str:
     """Tag of the lab's CUDA devel image; built once per toolkit version and Dockerfile.
-    build=False only names it (validating an inventory starts nothing)."""
-    base = lab.base_image() if build else lab.DEBOOTSTRAP_IMAGE
+    build=False only names it: lab inventories do, and the lab connector builds it as pyinfra
+    connects to `@lab/local` (lab.bring_up)."""
+    base = _base()
     version = cuda_version()
     real = CUDA_ROOT.resolve()
     digest = hashlib.sha256(
@@ -46,6 +56,10 @@ def cuda_devel_image(build: bool = True) -> str:
     ).hexdigest()[:12]
     tag = f"inference-host/lab-cuda-devel:{version}-{digest}"
     if build and not lab._image_exists(tag):
+        if base == lab.DEBOOTSTRAP_IMAGE:
+            lab._debootstrap_base()
+        else:
+            lab.base_image()
         lab._log(f"building {tag}: {base} + the CUDA {version} toolkit from {real}")
         lab._docker("build", "-q", "--build-arg", f"BASE={base}",
                     "--build-arg", f"CUDA_DIR_NAME={real.name}",

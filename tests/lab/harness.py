@@ -128,14 +128,8 @@ def require_docker() -> None:
 
 
 def load_lab_site(inventory: Path | str):
-    """The site of a lab inventory, loaded as pyinfra loads it: the lab inventories read the
-    containers' addresses only under pyinfra's CLI (pyinfra.is_cli)."""
-    import pyinfra
-
+    """The site of a lab inventory once its lab is up: the containers' addresses are those the
+    lab recorded as it brought them up (lab.recorded_address), which the deploy used too."""
     from roles.site import load_site
 
-    was, pyinfra.is_cli = pyinfra.is_cli, True
-    try:
-        return load_site(inventory)
-    finally:
-        pyinfra.is_cli = was
+    return load_site(inventory)

@@ -22,9 +22,12 @@ It never ships in a production path: only inventory/lab.py and tests use it.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -442,20 +445,24 @@ def build() -> Path:
 # Serving to the lab containers
 
 
+# Docker's default bridge interface; its address is the bridge network's gateway (dockerd gives
+# the interface the gateway address it hands out: `docker network inspect bridge` names the
+# same one, or none on older engines, as on these machines).
+BRIDGE_INTERFACE = os.environ.get("INFERENCE_HOST_LAB_BRIDGE_INTERFACE", "docker0")
+SIOCGIFADDR = 0x8915  # linux/sockios.h: get an interface's IPv4 address
+
+
 def bridge_gateway() -> str:
-    """The Docker bridge's gateway address: how the lab containers reach this machine."""
-    result = subprocess.run(
-        ["docker", "network", "inspect", "bridge", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}"],
-        capture_output=True, text=True, check=False)
-    gateway = result.stdout.strip()
-    if result.returncode != 0 or not gateway:
-        # Older engines leave the IPAM gateway empty; the docker0 interface has it.
-        route = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
-                               text=True, check=False).stdout.split()
-        gateway = route[3].split("/")[0] if len(route) > 3 else ""
-    if not gateway:
-        raise RuntimeError("cannot find the Docker bridge's gateway address for the apt stand-in")
-    return gateway
+    """The Docker bridge's gateway address: how the lab containers reach this machine. Read from
+    the kernel (the interface's address), not asked of Docker: lab inventories call this while
+    they load, and loading an inventory runs no program (tests/unit/test_lab_inventories.py)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", BRIDGE_INTERFACE.encode()[:15]))
+    except OSError as error:
+        raise RuntimeError(f"cannot read the address of Docker's bridge interface {BRIDGE_INTERFACE}"
+                           f" ({error.strerror}); set INFERENCE_HOST_LAB_BRIDGE_INTERFACE to its name") from None
+    return socket.inet_ntoa(answer[20:24])  # struct ifreq: the name (16 bytes), then a sockaddr_in
 
 
 def port_for(prefix: str) -> int:

@@ -21,7 +21,7 @@ from validation import require_valid_inventory
 
 _HERE = Path(__file__).resolve().parent
 _ROOT = _HERE.parents[2]
-# lab.py as it is (its lab bring-up under pyinfra included), minus its own validation call: this
+# lab.py as it is (its @lab hosts, brought up by the lab connector), minus its own validation call: this
 # file is the inventory pyinfra loads, and the one validated (below).
 validation.require_valid_inventory = lambda inventory_file, groups=None: None
 try:

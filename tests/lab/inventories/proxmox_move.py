@@ -1,7 +1,8 @@
 """Lab inventory for the _GPU-move test: the lab's Proxmox node with two LXC and two KVM guests.
 
 The guests are never connected to: the test deploys with `--limit` on the node, which is all
-that creating and converging guests needs. PROXMOX_MOVE_STEP picks the GPU assignment:
+that creating and converging guests needs. The node is the lab's (`@lab/pve`: the lab connector
+brings it up as pyinfra connects). PROXMOX_MOVE_STEP picks the GPU assignment:
   "before": A has GPUs 0-3, B has 4, C (VM) has 5-6, D (VM) has 7
   "after":  _GPU 3 moved from A to B, _GPU 6 moved from C to D
   "invalid": _GPU 0 given to the LXC guest A and the VM C at once (must be refused)
@@ -21,7 +22,7 @@ _ASSIGNMENT = {
 }[_STEP]
 
 _site = {"stack_file": "../../../inventory/stack.yml"}
-_NODE = lab.pyinfra_name("pve")
+_NODE = lab.pyinfra_name("pve")  # the name @lab/pve expands to: the guests' guest_node
 
 
 def _guest(name: str, vmid: int, **data):
@@ -31,7 +32,7 @@ def _guest(name: str, vmid: int, **data):
 
 
 proxmox_hosts = [
-    (_NODE, {**_site, "proxmox_gpu_addresses": _GPU, "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
+    ("@lab/pve", {**_site, "proxmox_gpu_addresses": _GPU, "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
             "proxmox_host_driver": False, "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR}),
 ]
 lxc_guests = [

@@ -21,25 +21,20 @@ import os
 import re
 from pathlib import Path
 
-import pyinfra
-
 import lab
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from roles.site import vault as secrets
 from validation import require_valid_inventory
 
-_ROLES = ("vrep-a", "vrep-b", "vgw")
 _PLACEHOLDER = {"vrep-a": "172.17.0.111", "vrep-b": "172.17.0.112", "vgw": "172.17.0.110"}
 _VLLM_STACK = "vllm-0.16.0-cu128"
 _HERE = Path(__file__).resolve().parent
 
 
 def _address(role: str) -> str:
-    """A running container's address, or a placeholder when none runs (validation alone)."""
-    try:
-        return lab.container_address(role)
-    except lab.LabError:
-        return _PLACEHOLDER[role]
+    """The container's address as the lab recorded it (the lab connector puts the running
+    container's in as it connects), or a placeholder before any (validation alone)."""
+    return lab.recorded_address(role, _PLACEHOLDER[role])
 
 
 def _stack_file() -> Path:
@@ -66,11 +61,6 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-if pyinfra.is_cli:  # the addresses exist once the containers run
-    lab.up(_ROLES)
-    for _role in _ROLES[:2]:
-        lab.install_tiny_model(lab.container_name(_role))
-
 _vault, _password_file = lab.throwaway_vault()
 os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
 if "monitoring_web_password" not in secrets.load(Path(_vault)):
@@ -79,7 +69,7 @@ if "monitoring_web_password" not in secrets.load(Path(_vault)):
     secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
                        Path(_password_file).read_bytes().strip())
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
-_nvidia = (nvidia_apt_standin.serve(lab.PREFIX) if pyinfra.is_cli else nvidia_apt_standin.url_for(lab.PREFIX))
+_nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 
 _common = {
     "stack_file": os.path.relpath(_stack_file(), _HERE),
@@ -123,11 +113,11 @@ _replica = {
 }
 
 gpu_nodes = [
-    (lab.pyinfra_name("vrep-a"), {**_replica, "ssh_hostname": _address("vrep-a")}),
-    (lab.pyinfra_name("vrep-b"), {**_replica, "ssh_hostname": _address("vrep-b")}),
+    ("@lab/vrep-a", {**_replica, "ssh_hostname": _address("vrep-a")}),
+    ("@lab/vrep-b", {**_replica, "ssh_hostname": _address("vrep-b")}),
 ]
 
-_gateway_host = (lab.pyinfra_name("vgw"), {
+_gateway_host = ("@lab/vgw", {
     **_common, "ssh_hostname": _address("vgw"), "gateway_health_check_interval": 1,
     # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
     "gateway_python": "/usr/bin/python3",
