@@ -364,9 +364,12 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
         try:
             _run_faults(faults)
         finally:
-            for fault in faults:
+            for fault in faults:  # each mended even when another mend fails
                 if fault.mended is None:
-                    fault.mend()
+                    try:
+                        fault.mend()
+                    except AssertionError as error:
+                        print(f"\nmending {fault.what} failed: {error}")
             # The restart loop's mend: a start by hand resets systemd's NRestarts (what the
             # service check and test_replicas' health gates read); the rule ignores that drop.
             _exec("rep-a", f"{RESET_START_LIMIT} systemctl restart inference-engine.service")
