@@ -350,7 +350,7 @@ def up(roles=MAIN_LAB) -> list[str]:
         if role in STANDIN_ROLES:
             install_standins(container_name(role))
         if role in REPLICA_ROLES:
-            plant_dcgm_gpus(container_name(role))
+            plant_replica_gpus(container_name(role))
         if role in TINY_MODEL_ROLES:
             install_tiny_model(container_name(role))
         if role == "pve":
@@ -450,10 +450,14 @@ def record_address(role: str) -> str:
 
 
 # inventory/lab_replicas.py's gpu nodes have no driver stand-in listing GPUs (no node made them),
-# yet their DCGM exporter stand-in needs GPUs to serve (the real one exits when NVML finds none).
-# What the hardware would answer is planted where only that stand-in reads it
-# (lab/standins/nvidia_apt_repo/dcgm_exporter.py): the captured information file, re-addressed
-# to the lab node's eight GPUs, as the stand-in kernel does. /run is emptied at every boot.
+# yet their DCGM exporter stand-in needs GPUs to serve (the real one exits when NVML finds none),
+# and the checks' timer there judges nvidia-smi's answers (roles/monitoring). What the hardware
+# would answer is planted where only those stand-ins read it: the captured information file,
+# re-addressed to the lab node's eight GPUs, as the stand-in kernel does
+# (lab/standins/nvidia_apt_repo/dcgm_exporter.py reads it), and the same list where the
+# nvidia-smi stand-in looks for a driver (lab/standins/nvidia_apt_repo/nvidia_smi.py: it then
+# answers from the real captures instead of failing as without a driver), with its empty list of
+# processes holding a GPU. /run is emptied at every boot.
 REPLICA_ROLES = ("rep-a", "rep-b")
 # The hosts whose engine serves the tiny Llama (lab/fixtures/tiny_llama.py): the main lab's guest
 # (its vLLM stack) and the vLLM replicas (tests/lab/inventories/replicas_vllm.py).
@@ -461,16 +465,27 @@ TINY_MODEL_ROLES = ("gpu", "vrep-a", "vrep-b")
 DCGM_STANDIN_GPUS = "/run/dcgm-exporter-standin/proc-driver-nvidia"
 
 
-def plant_dcgm_gpus(name: str) -> None:
+def replica_gpu_information() -> dict[str, str]:
+    """{PCI address: its /proc/driver/nvidia/gpus/<address>/information} of the lab's GPUs."""
     sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]
-    lines = [f"[ -e {DCGM_STANDIN_GPUS}/gpus/{PVE_GPUS[-1]}/information ] && exit 0"]
+    out = {}
     for minor, address in enumerate(PVE_GPUS):
         info = re.sub(r"Bus Location:\s*\S+", f"Bus Location: \t {address}", sample)
         info = re.sub(r"Device Minor:\s*\d+", f"Device Minor: \t {minor}", info)
         info = re.sub(r"GPU UUID:\s*\S+", f"GPU UUID: \t GPU-1ab0{minor:04d}-0000-0000-0000-000000000000", info)
-        info = info.replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+        out[address] = info.replace("NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition").rstrip()
+    return out
+
+
+def plant_replica_gpus(name: str) -> None:
+    from lab.standins.nvidia_apt_repo import nvidia_smi
+
+    smi = f"{nvidia_smi.STATE}/proc-driver-nvidia"
+    lines = [f"[ -e {DCGM_STANDIN_GPUS}/gpus/{PVE_GPUS[-1]}/information ] && [ -L {smi} ] && exit 0"]
+    for address, info in replica_gpu_information().items():
         folder = f"{DCGM_STANDIN_GPUS}/gpus/{address}"
-        lines.append(f"mkdir -p {folder} && cat > {folder}/information <<'INFO'\n{info.rstrip()}\nINFO")
+        lines.append(f"mkdir -p {folder} && cat > {folder}/information <<'INFO'\n{info}\nINFO")
+    lines.append(f"mkdir -p {nvidia_smi.STATE}/compute-apps && ln -sfn {DCGM_STANDIN_GPUS} {smi}")
     _docker("exec", name, "sh", "-c", "\n".join(lines))
 
 

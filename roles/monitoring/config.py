@@ -128,7 +128,7 @@ def alertmanager_config(monitor: HostSettings) -> str:
         receiver["email_configs"] = [email]
     config = {
         "route": {"receiver": "inference-host", "group_by": ["alertname", "host"],
-                  "group_wait": m.alert_group_wait, "group_interval": "5m", "repeat_interval": "4h"},
+                  "group_wait": m.alert_group_wait, "group_interval": m.alert_group_interval, "repeat_interval": "4h"},
         "receivers": [receiver],
         # A host that is down makes its engine and checks silent or failing: one page, not five.
         "inhibit_rules": [{"source_matchers": ['alertname="InferenceHostDown"'],

@@ -6,9 +6,11 @@ Real here: Debian 12's prometheus, prometheus-alertmanager and prometheus-node-e
 pinned versions under systemd on all three hosts, basic auth in front of both web endpoints, smg
 (the real gateway) and its /metrics, the checks' timer on both replicas (checks in an
 environment from uv.lock, under systemd's CPU and time budget). Stand-ins, named where used: the
-SGLang server (lab/standins/sglang_server: the pinned wheel's metric names) and NVIDIA's DCGM
+SGLang server (lab/standins/sglang_server: the pinned wheel's metric names), NVIDIA's DCGM
 exporter package (lab/standins/nvidia_apt_repo/dcgm_exporter.py), whose GPUs and Xid value are
-the answers the hardware would give, planted by lab.up and by the test.
+the answers the hardware would give, planted by lab.up and by the test, and nvidia-smi
+(lab/standins/nvidia_apt_repo/nvidia_smi.py), which answers from the real 1 x H200 captures for
+the eight GPUs lab.up plants, and lists a process the test makes hold a GPU while it lives.
 
 Planted faults, each followed to the webhook receiver (firing) and out of Prometheus' alerts
 (cleared) after it is mended, all at once on different hosts so that the run takes the longest
@@ -16,8 +18,9 @@ of them, not their sum; INFERENCE_HOST_LAB_ALERT_RUNS=3 repeats them for medians
   - the engine unit stopped (rep-b)                    -> EngineDown
   - an Xid in DCGM's reading of GPU 3 (rep-b)          -> GpuXidError
   - the engine killed, restarted by systemd (rep-a)    -> EngineRestartLooping
-Not here: a stray process in nvidia-smi's process list (the lab's nvidia-smi stand-in has no
-driver to ask and fails as the real one does without one; tests/unit covers the check).
+  - a stray process on GPU 2 (rep-a), outside the engine's unit, in nvidia-smi's process list
+                                                       -> HealthCheckFailing{check="no compute
+                                                          process outside service"}
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import time
 import pytest
 
 import lab
+from lab.standins.nvidia_apt_repo import nvidia_smi
 from roles.monitoring import config as monitoring_config
 from tests.lab.harness import PROJECT_ROOT, load_lab_site
 from tests.unit.test_monitoring_dashboard import metric_names
@@ -147,9 +151,6 @@ def test_prometheus_scrapes_every_target_the_inventory_names(monitor, site):
 # Metric names the rules query that the lab cannot produce, and why (each is judged on real
 # hardware: docs/monitoring.md).
 NOT_IN_THE_LAB = {
-    # the checks' GPU evidence comes from nvidia-smi, which has no driver to ask in the lab
-    "inference_host_gpus_visible", "inference_host_gpu_ecc_uncorrectable_errors",
-    "inference_host_gpu_clock_events_active", "inference_host_gpu_temperature_margin_celsius",
     # no drafter on the lab's replicas
     "inference_host_accept_length",
 }
@@ -193,6 +194,64 @@ def test_the_exporters_emit_what_the_rules_query(monitor, site):
         assert _query(f"count({name})"), name
 
 
+# Where the nvidia-smi stand-in lists the processes holding a GPU ("<gpu index> <used MiB>"), as
+# long as each lives: the driver's answer the lab cannot give (lab/standins/nvidia_apt_repo/nvidia_smi.py).
+HOLDERS = f"{nvidia_smi.STATE}/compute-apps"
+PROM = "/var/lib/prometheus/node-exporter/inference_host_checks.prom"
+STRAY_CHECK = "no compute process outside service"
+
+
+def _hold_gpu(role: str, pid: str, gpu: int, mib: int) -> None:
+    _exec(role, f"echo '{gpu} {mib}' > {HOLDERS}/{pid}.tmp && mv {HOLDERS}/{pid}.tmp {HOLDERS}/{pid}")
+
+
+def _gpu_verdicts(role: str) -> dict[tuple[str, str], str]:
+    """{(check, gpu): 1/0} of the gpu suite in the checks' textfile on a replica."""
+    found = {}
+    for line in _exec(role, f"cat {PROM}").stdout.splitlines():
+        match = re.match(r'inference_host_check_ok\{(.*)\} (\d)$', line)
+        if match and 'suite="gpu"' in match.group(1):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+            found[(labels["check"], labels.get("gpu", ""))] = match.group(2)
+    return found
+
+
+def _run_checks_after(role: str, uptime: str) -> None:
+    """One run of the checks' unit that began after `uptime` (seconds since boot): a start while
+    the timer's own run is under way joins that run, which may have read nvidia-smi before."""
+    for _ in range(2):
+        _exec(role, "systemctl start inference-host-checks.service")  # oneshot: waited for
+        began = _exec(role, "systemctl show -p ExecMainStartTimestampMonotonic --value"
+                            " inference-host-checks.service").stdout.strip()
+        if int(began) / 1e6 > float(uptime):
+            return
+    raise AssertionError(f"no run of inference-host-checks.service began after {uptime} s")
+
+
+def test_the_gpu_suite_passes_on_the_standins_answers_but_cuda(monitor):
+    """With nothing planted, the timer's gpu suite on a replica passes every check nvidia-smi's
+    stand-in answers (8 GPUs, ECC, row remapping, clocks, temperature, power, BAR1, MIG, PCIe,
+    the pinned driver), also with the engine's own process listed on a GPU as a real engine's
+    is; it fails only 'cuda works' (the lab's GPU-free environment has no torch)."""
+    engine = _exec("rep-a", "systemctl show -p MainPID --value inference-engine.service").stdout.strip()
+    _hold_gpu("rep-a", engine, 0, 81920)
+    try:
+        listed = _exec("rep-a", "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv").stdout
+        assert f"{engine}, " in listed, listed
+        _run_checks_after("rep-a", _exec("rep-a", "cut -d' ' -f1 /proc/uptime").stdout.strip())
+        verdicts = _gpu_verdicts("rep-a")
+    finally:
+        _exec("rep-a", f"rm -f {HOLDERS}/{engine}")
+    assert verdicts[(STRAY_CHECK, "")] == "1"
+    assert {key for key, ok in verdicts.items() if ok == "0"} == {("cuda works", "0")}, verdicts
+    assert sum(ok == "1" for (check, gpu), ok in verdicts.items() if gpu) >= 8 * 10, verdicts
+    prom = _exec("rep-a", f"cat {PROM}").stdout
+    assert "inference_host_gpus_visible 8" in prom
+    assert re.search(r'check_failure_info\{check="cuda works",detail="[^"]*import torch failed', prom), prom
+    print(f"\ngpu suite on rep-a: {sum(ok == '1' for ok in verdicts.values())} checks pass, failing only"
+          f" 'cuda works' (no torch in the lab); nvidia-smi listed the engine's pid {engine}:\n{listed}")
+
+
 class Fault:
     """One planted fault: how to plant and mend it, and which alert (with which labels) it fires."""
 
@@ -204,10 +263,34 @@ class Fault:
         return labels.get("alertname") == self.alert and all(labels.get(k) == v for k, v in self.labels.items())
 
 
+# The unit allows 3 starts per StartLimitIntervalSec (roles/serving); the deploy's start and one or
+# two a run reach it within INFERENCE_HOST_LAB_ALERT_RUNS=3, so each mend by hand resets the count
+# first, as an operator who has found the cause does.
+RESET_START_LIMIT = "systemctl reset-failed inference-engine.service;"
+
+
 def _kill_engine(role: str) -> None:
     """SIGKILL to the engine's processes, as an out-of-memory kill would: systemd restarts it
     (Restart=on-failure) RestartSec later and counts it in NRestarts."""
     _exec(role, "systemctl kill -s KILL inference-engine.service")
+
+
+STRAY = "ih-stray-gpu"  # a process outside the engine's unit, as an orphan of an old server
+
+
+def _plant_stray(role: str) -> None:
+    """A process of its own unit (not the engine's) that nvidia-smi lists on GPU 2."""
+    _exec(role, f"systemctl reset-failed {STRAY} 2>/dev/null; systemd-run --unit {STRAY} sleep 900", check=False)
+    pid = _exec(role, f"systemctl show -p MainPID --value {STRAY}").stdout.strip()
+    assert pid not in ("", "0"), pid
+    _hold_gpu(role, pid, 2, 1024)
+
+
+def _kill_stray(role: str) -> None:
+    """What the alert says to do: kill it; its GPU context ends with it (the stand-in then no
+    longer lists it)."""
+    pid = _exec(role, f"systemctl show -p MainPID --value {STRAY}").stdout.strip()
+    _exec(role, f"kill {pid}", check=False)
 
 
 def _faults() -> list[Fault]:
@@ -215,13 +298,16 @@ def _faults() -> list[Fault]:
     xid = "/run/dcgm-exporter-standin/3.json"  # the stand-in's reading of GPU 3 (what DCGM would read)
     return [
         Fault("EngineDown", {"host": rep_b}, lambda: _exec("rep-b", "systemctl stop inference-engine.service"),
-              lambda: _exec("rep-b", "systemctl start inference-engine.service"), "engine unit stopped"),
+              lambda: _exec("rep-b", f"{RESET_START_LIMIT} systemctl start inference-engine.service"),
+              "engine unit stopped"),
         Fault("GpuXidError", {"host": rep_b, "gpu": "3"},
               lambda: _exec("rep-b", f"mkdir -p /run/dcgm-exporter-standin && echo '{{\"DCGM_FI_DEV_XID_ERRORS\": 79}}'"
                                      f" > {xid}.tmp && mv {xid}.tmp {xid}"),
               lambda: _exec("rep-b", f"rm -f {xid}"), "Xid 79 on GPU 3"),
         Fault("EngineRestartLooping", {"host": rep_a}, lambda: _kill_engine("rep-a"), lambda: None,
               "engine killed, restarted by systemd"),
+        Fault("HealthCheckFailing", {"host": rep_a, "check": STRAY_CHECK}, lambda: _plant_stray("rep-a"),
+              lambda: _kill_stray("rep-a"), "stray process on GPU 2"),
     ]
 
 
@@ -278,17 +364,22 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
         try:
             _run_faults(faults)
         finally:
-            for fault in faults:
+            for fault in faults:  # each mended even when another mend fails
                 if fault.mended is None:
-                    fault.mend()
+                    try:
+                        fault.mend()
+                    except AssertionError as error:
+                        print(f"\nmending {fault.what} failed: {error}")
             # The restart loop's mend: a start by hand resets systemd's NRestarts (what the
             # service check and test_replicas' health gates read); the rule ignores that drop.
-            _exec("rep-a", "systemctl restart inference-engine.service")
+            _exec("rep-a", f"{RESET_START_LIMIT} systemctl restart inference-engine.service")
+            _exec("rep-a", f"rm -f {HOLDERS}/*")  # the stray's entry (a dead pid: not listed)
         for fault in faults:
             timings.setdefault(fault.alert, []).append((fault.fired - fault.planted, fault.cleared - fault.mended))
     assert _exec("rep-a", "systemctl show -p NRestarts --value inference-engine.service").stdout.strip() == "0"
     lines = [f"planted engine faults ({RUNS} run(s); scrape {m.scrape_interval}, down_for {m.down_for},"
-             f" restart window {m.restart_window}, group_wait {m.alert_group_wait}, checks every"
+             f" restart window {m.restart_window}, group_wait {m.alert_group_wait},"
+             f" group_interval {m.alert_group_interval}, checks every"
              f" {site.group('gpu_nodes')[0].monitoring.check_interval}):"]
     for fault in _faults():
         pairs = timings[fault.alert]

@@ -36,6 +36,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.standins.nvidia_apt_repo import nvidia_smi
 from lab.standins.nvidia_apt_repo.dcgm import dcgm_packages
 from lab.standins.nvidia_apt_repo.dcgm_exporter import dcgm_exporter_packages
 
@@ -66,13 +67,6 @@ class Package:
 
 
 STANDIN_NOTE = "STAND-IN package of the inference-host lab (empty; real name and version)."
-
-NVIDIA_SMI = """#!/bin/sh
-# STAND-IN nvidia-smi (inference-host lab): no GPU and no kernel module exist here. Prints
-# what the real nvidia-smi prints when it cannot reach the driver, with its exit status.
-echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
-exit 9
-"""
 
 # Where the lab's stand-in kernel (lab/standins/proxmox/pve-standin-kernel) lists a loaded
 # module, since /proc cannot be written in a container; /run is emptied at every boot like /proc.
@@ -193,8 +187,10 @@ def driver_packages(version: str) -> list[Package]:
                 depends=[f"nvidia-smi {same}", f"libcuda1 {same}", f"libnvidia-ml1 {same}",
                          f"nvidia-persistenced (>= {version})"],
                 recommends=["nvidia-kernel-open-dkms | nvidia-kernel-dkms"]),
+        # Without a driver as the real one; with the lab's planted GPUs, from real captures.
         Package("nvidia-smi", v, depends=[f"libnvidia-ml1 {same}"],
-                files={"/usr/bin/nvidia-smi": (NVIDIA_SMI, 0o755)}),
+                files={"/usr/bin/nvidia-smi": (nvidia_smi.WRAPPER, 0o755),
+                       nvidia_smi.PROGRAM_PATH: (nvidia_smi.program(version), 0o755)}),
         Package("libcuda1", v, depends=[f"nvidia-kernel-support {same}"]),
         Package("libnvidia-ml1", v),
         Package("nvidia-kernel-support", v),
@@ -411,8 +407,11 @@ def signing_key() -> bytes:
 
 
 def _fingerprint() -> str:
-    sources = [Path(__file__).read_bytes(), (HERE / "nvidia-ctk").read_bytes()]
-    return hashlib.sha256(b"".join(sources)).hexdigest()[:16]
+    """Of everything the packages are built from: this folder's stand-ins and the captures
+    nvidia-smi answers from."""
+    captures = [*(nvidia_smi.CAPTURES / "h200-1gpu").glob("*"), *(nvidia_smi.CAPTURES / "h200-1gpu-health").glob("*")]
+    sources = sorted([*HERE.glob("*.py"), HERE / "nvidia-ctk", *captures])
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources if path.is_file())).hexdigest()[:16]
 
 
 def build() -> Path:

@@ -59,6 +59,7 @@ class MonitoringSettings(Section):
     check_timeout_s: Annotated[int, check(lambda v: 10 <= v <= 3600, "10 to 3600 seconds")] = Field(120, description="Time budget of the checks' unit (TimeoutStartSec=); shorter than check_interval.")
     check_failing_for: PrometheusDuration = Field("10m", description="A check must fail this long before it alerts (a restart during a deploy is not a page).")
     alert_group_wait: PrometheusDuration = Field("30s", description="Alertmanager waits this long after a group's first alert before it sends (group_wait), so that alerts firing together arrive as one message.")
+    alert_group_interval: PrometheusDuration = Field("5m", description="Alertmanager waits this long before it sends a group again with alerts that joined it after its first message (group_interval): a second failing check of a host whose group already fired arrives this much later at most.")
     down_for: PrometheusDuration = Field("2m", description="A host, engine or gateway whose /metrics fails this long alerts (InferenceHostDown, EngineDown, GatewayDown).")
     restart_window: PrometheusDuration = Field("30m", description="EngineRestartLooping counts the serving unit's restarts over this window (more than health_max_unit_restarts alert); the alert clears this long after the last restart.")
     max_ttft_p95_s: Annotated[float, positive] = Field(5.0, description=(
