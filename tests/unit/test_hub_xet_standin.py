@@ -173,6 +173,8 @@ def test_merkle_hex_is_xet_cores_word_order():
 def test_a_killed_download_costs_what_docs_weights_resume_says(mode):
     """measure_resume's kill mid-shard and restart, once per path, fast (the figures in the doc
     are from 3 throttled runs each): HTTP asks for the rest with Range and gets 206; Xet starts over."""
+    # The stand-in holds the path at the kill's byte (server.py Hub.holds): before it did, a kill
+    # that polled the counter came after the whole shard at load 18.
     result = measure_resume.measure(sys.executable, mode, kill_at=18_000_000, rate=12_000_000)
     assert result["byte_exact"] and result["other_path"] == 0
     size, kept = result["size"], result["incomplete_at_kill"]

@@ -113,6 +113,8 @@ def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
             env = client_env(mode, url, folder)
             argv = [python, "-c", DOWNLOAD, REPO, hf_hub.commit_of(REPO), str(local), SHARD]
             start = _counters(url)
+            hold = folder / "state" / "hold-at"  # the stand-in sends no more of the path from there
+            hold.write_text(f"{path} {start[path] + kill_at}")
             first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             # Mid-shard, counted where the bytes leave: the stand-in's live counter of this path.
             while first.poll() is None and _counters(url)[path] - start[path] < kill_at:
@@ -121,6 +123,7 @@ def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
                 raise RuntimeError(f"the first download ended before the kill: {first.stderr.read()[-2000:]}")
             first.send_signal(signal.SIGKILL)
             first.wait()
+            hold.unlink()
             incomplete = _incomplete(local)
             time.sleep(0.5)  # the server notices the closed socket and logs what it sent
             mark, killed = len(log.read_text()), _counters(url)

@@ -176,6 +176,17 @@ class Hub:
             f.xet_hash = hashes[f.sha256]
         self.ready = True
 
+    def holds(self, kind: str) -> bool:
+        """True while <state>/hold-at ("KIND BYTES") says to send no more of KIND once BYTES of it
+        were sent: measure_resume.py kills its client there, at the same byte on a loaded machine
+        as on a quiet one (a client killed by polling the counter got the whole shard first)."""
+        try:
+            held, at = (self.state / "hold-at").read_text().split()
+        except (OSError, ValueError):
+            return False
+        with self.lock:
+            return held == kind and self.sent[kind] >= int(at)
+
     def rate(self) -> float | None:
         """Bytes per second per connection, from <state>/rate (absent or 0: unthrottled)."""
         try:
@@ -499,6 +510,8 @@ class Handler(BaseHTTPRequestHandler):
         chunk = 64 * 1024 if rate is None else max(4096, int(rate / 10))
         began, sent = time.monotonic(), 0
         for offset in range(0, len(data), chunk):
+            while kind and self.hub.holds(kind):
+                time.sleep(0.05)
             try:
                 self.wfile.write(data[offset:offset + chunk])
             except (BrokenPipeError, ConnectionResetError):
