@@ -393,8 +393,8 @@ def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit:
     if not behind:
         return switch, []
     return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", layout.secret_args_link(settings.serving.unit_name),
-                        worker_url(settings),
-                        str(settings.serving.drain_timeout_s), *behind, "--"]) + " " + switch, behind)
+                        worker_url(settings), str(settings.serving.drain_timeout_s),
+                        settings.serving.served_model_name, *behind, "--"]) + " " + switch, behind)
 
 
 def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:

@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,3 +136,41 @@ def load_lab_site(inventory: Path | str):
     from roles.site import load_site
 
     return load_site(inventory)
+
+
+def stream_chat(url: str, body: dict, key: str, timeout: float) -> dict:
+    """One streamed chat completion (body with "stream": true) read as a client reads it:
+    server-sent events in OpenAI's format, as SGLang (serving_chat.py) and vLLM
+    (chat_completion/serving.py) send them. Returns the chunks that carried content, the
+    completion_tokens of a usage chunk (stream_options.include_usage), the finish reason,
+    whether `data: [DONE]` came, the error objects the server sent inside the stream (vLLM
+    0.16.0 ends a generation that failed with `data: {"error": ...}` and then `[DONE]`), a
+    client-side error, the longest pause between two events, and when it began and ended
+    (time.monotonic())."""
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    result = {"chunks": 0, "usage": None, "finish": None, "done": False, "errors": [], "error": None,
+              "gap": 0.0, "began": time.monotonic(), "ended": None}
+    last = result["began"]
+    try:
+        request = urllib.request.Request(url, json.dumps(body).encode(), headers)
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                now = time.monotonic()
+                result["gap"], last = max(result["gap"], now - last), now
+                if line == "data: [DONE]":
+                    result["done"] = True
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    result["errors"].append(chunk["error"])
+                result["usage"] = (chunk.get("usage") or {}).get("completion_tokens", result["usage"])
+                for choice in chunk.get("choices") or []:
+                    result["chunks"] += 1 if (choice.get("delta") or {}).get("content") else 0
+                    result["finish"] = choice.get("finish_reason") or result["finish"]
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        result["error"] = repr(error)
+    result["ended"] = time.monotonic()
+    return result

@@ -27,7 +27,7 @@ import testinfra
 import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault as secrets
-from tests.lab.harness import PROJECT_ROOT, load_lab_site, run_deploy
+from tests.lab.harness import PROJECT_ROOT, load_lab_site, run_deploy, stream_chat
 
 pytestmark = pytest.mark.lab
 
@@ -163,32 +163,11 @@ STREAMS_AT_ONCE = 3
 
 
 def _stream(site, key: str) -> dict:
-    """One streamed chat completion through the gateway: its content tokens, finish reason,
-    whether [DONE] came, and the longest pause between two events."""
-    url = gateway_url(site.group("gateways")[0])
-    body = json.dumps({"model": "kimi-k2.5", "max_tokens": STREAM_TOKENS, "stream": True,
-                       "messages": [{"role": "user", "content": f"stream {time.monotonic()}"}]}).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    result = {"tokens": 0, "finish": None, "done": False, "gap": 0.0, "error": None}
-    last = time.monotonic()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/chat/completions", body, headers),
-                                    timeout=STREAM_SECONDS + 120) as answer:
-            for raw in answer:
-                line = raw.decode().strip()
-                if not line.startswith("data: "):
-                    continue
-                now = time.monotonic()
-                result["gap"], last = max(result["gap"], now - last), now
-                if line == "data: [DONE]":
-                    result["done"] = True
-                    continue
-                for choice in json.loads(line[6:]).get("choices", []):
-                    result["tokens"] += 1 if choice["delta"].get("content") else 0
-                    result["finish"] = choice.get("finish_reason") or result["finish"]
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        result["error"] = repr(error)
-    return result
+    """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat)."""
+    body = {"model": "kimi-k2.5", "max_tokens": STREAM_TOKENS, "stream": True,
+            "messages": [{"role": "user", "content": f"stream {time.monotonic()}"}]}
+    return stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
+                       timeout=STREAM_SECONDS + 120)
 
 
 def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
@@ -227,10 +206,11 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
                 thread.join()
         assert run.returncode == 0, run.explain()
         assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
-        cut = [s for s in streams if s["error"] or not s["done"] or s["finish"] != "length" or s["tokens"] != STREAM_TOKENS]
+        cut = [s for s in streams if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length"
+               or s["chunks"] != STREAM_TOKENS]
         assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
         token_gaps.append(max(s["gap"] for s in streams))
-        got = sorted(s["tokens"] for s in streams)
+        got = sorted(s["chunks"] for s in streams)
         delivered.append(f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
                          f" max {got[-1]}/{STREAM_TOKENS}")
         # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).

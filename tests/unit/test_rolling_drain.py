@@ -1,7 +1,8 @@
 """roles/serving/templates/inference-engine-rolling.j2 run for real (sh, curl, jq) against a fake gateway
 and a fake replica on this machine: the replica is taken out of the gateway, restarted only
 once its own /metrics reads no running request (or the drain timeout has passed), and added
-back once the gateway has dropped the drained entry."""
+back once the gateway has dropped the drained entry and the replica has answered a generation
+of its own (one that answers none is not added back)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class Fake:
     """A gateway with smg 1.13.0's /workers routes (DELETE: Draining, dropped after `settle`
     seconds) and a replica whose running requests end at `busy_until` (SGLang's gauge or vLLM's)."""
 
-    def __init__(self, settle: float, busy_until: float, metric: str):
-        self.settle, self.busy_until, self.metric = settle, busy_until, metric
+    def __init__(self, settle: float, busy_until: float, metric: str, generates: bool = True):
+        self.settle, self.busy_until, self.metric, self.generates = settle, busy_until, metric, generates
         self.workers: dict[str, dict] = {}
         self.events: list[tuple[float, str]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -78,6 +79,11 @@ class Fake:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/replica/v1/chat/completions":  # the replica's own API
+                    fake.events.append((time.monotonic(), f"GENERATE {body['model']} {self.headers['Authorization']}"))
+                    if not fake.generates:
+                        return self._send(500, {"error": {"message": "EngineCore died"}})
+                    return self._send(200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
                 fake.events.append((time.monotonic(), "POST"))
                 fake.workers["w2"] = {"id": "w2", "url": body["url"], "is_healthy": True, "status": "healthy"}
                 return self._send(202, {"status": "accepted"})
@@ -88,7 +94,7 @@ class Fake:
 def _roll(tmp_path, fake: Fake, drain_timeout: int) -> tuple[subprocess.CompletedProcess, float]:
     key = tmp_path / "secret-args.yaml"
     key.write_text('{"api-key": "k"}')
-    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), fake.url, "--",
+    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", fake.url, "--",
                           "curl", "-fsS", f"{fake.url}/restart"], capture_output=True, text=True, timeout=120)
     fake.server.shutdown()
     return run, next(t for t, e in fake.events if e == "RESTART")
@@ -105,7 +111,20 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
     assert deleted < idle <= restarted and idle - deleted >= 2.0  # restarted only once idle
     posted = next(t for t, e in fake.events if e == "POST")
     assert posted - deleted >= 4  # after smg dropped the drained entry
+    # ...and after the replica answered a generation of the served model, with the key.
+    generated = [t for t, e in fake.events if e == "GENERATE kimi-k2.5 Bearer k"]
+    assert len(generated) == 1 and restarted < generated[0] < posted, fake.events
     assert "has no running request after" in run.stdout and "is healthy at" in run.stdout
+    assert "answered a generation after" in run.stdout
+
+
+def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
+    fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running", generates=False)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert [e for _, e in fake.events if e.startswith(("DELETE", "RESTART", "GENERATE", "POST"))] == \
+        ["DELETE", "RESTART", "GENERATE kimi-k2.5 Bearer k"]  # out of the gateway, and left out
+    assert f"{fake.worker} serves no generation after its restart: not adding it back to {fake.url}" in run.stderr
 
 
 def test_the_drain_timeout_bounds_the_wait(tmp_path):

@@ -134,7 +134,7 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "inference-engine.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
     assert command.startswith("/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
-                              " http://10.0.0.2:30000 300 http://gw:8000 -- ")
+                              " http://10.0.0.2:30000 300 kimi-k2.5 http://gw:8000 -- ")
     assert command.endswith("inference-engine-switch inference-engine.service /c /e")
     alone = load_site(inventory.groups("alone.py", gpu_nodes=[("a", {"gpu_count": 8})]))
     assert serving_role.switch_command(alone.hosts["a"], alone.hosts, "u", "/c", "/e")[1] == []
