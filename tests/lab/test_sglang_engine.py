@@ -71,6 +71,7 @@ def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
 
 # Main before the engine-neutral names: what a host deployed today runs (roles/shared/legacy_layout.py).
 OLD_MAIN = "7c5257e"
+OLD_MAIN_FULL = "7c5257eb8f211ee0098afb5f1225a1e143f31695"
 UNIT = f"{HOST.serving.unit_name}.service"
 LEGACY_ROOT = "/opt/sglang"
 # systemd's catalog ids (systemd 252, src/systemd/sd-messages.h): a unit started, a unit stopped.
@@ -79,9 +80,14 @@ UNIT_STARTED, UNIT_STOPPED = "39f53479d3a045ac8e11786248231fbf", "9d1aaa27d60140
 
 def _old_main(tmp: Path) -> Path:
     """The project at OLD_MAIN with its own environment, sharing this lab's throwaway vault."""
-    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
-                           cwd=PROJECT_ROOT, capture_output=True, text=True)
-    if known.returncode != 0:
+    def known() -> bool:
+        return subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
+                              cwd=PROJECT_ROOT, capture_output=True).returncode == 0
+
+    if not known():  # a shallow clone: ask its origin for that one commit (full id: fetch needs it)
+        subprocess.run(["git", "fetch", "--quiet", "--depth=1", "origin", OLD_MAIN_FULL], cwd=PROJECT_ROOT,
+                       capture_output=True, timeout=300)
+    if not known():
         pytest.fail(f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
                     f" the migration test deploys it: git fetch origin {OLD_MAIN}")
     tree = tmp / "old-main"
