@@ -108,11 +108,6 @@ def container_name(role: str) -> str:
 CONNECT = os.environ.get("INFERENCE_HOST_LAB_CONNECT", "docker")
 
 
-def inventory_name(role: str) -> str:
-    """How a lab inventory names a lab host: the lab connector's `@lab/<role>`."""
-    return f"@lab/{role}"
-
-
 def pyinfra_name(role: str) -> str:
     """The name pyinfra gives the host `@lab/<role>` expands to (the connector's make_names_data):
     the one pyinfra's own connector would give it, so --limit, messages and the checks keep it."""
