@@ -34,7 +34,7 @@ from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import Link
+from pyinfra.facts.files import File, Link
 from pyinfra.operations import files, server
 
 from roles.serving.command import (
@@ -193,6 +193,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
         pcie_allreduce=(pcie_allreduce_env(stack.sglang)
                         if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}),
         hf_home=f"{settings.base.data_dir}/.cache/huggingface",
+        torch_cache_dir=f"{settings.base.data_dir}/.cache/torchinductor",  # in the unit's writable home
         extra_env={**spec_env, **serving.extra_env},
     )
 
@@ -299,18 +300,31 @@ def _host_links(settings: HostSettings) -> None:
                    group="root")
 
 
+# A rolling step that did not finish (inference-engine-rolling's exits 5 and 6: the replica
+# left out of the gateways, or not restarted because it was the last healthy worker) leaves
+# this file; the next deploy runs the switch again although its settings were written by the
+# earlier one, and the step's success removes it. Only this role names it.
+PENDING_DIR = "/var/lib/inference-host/serving"
+
+
+def restart_pending_file(unit_name: str) -> str:
+    return f"{PENDING_DIR}/{unit_name}.restart-pending"
+
+
 @dataclass(frozen=True)
 class Switching:
-    """Whether the switch runs: another environment, a stopped unit, or anything the unit runs
-    with changed in this deploy. Called while executing (pyinfra's _if), after those
-    operations ran; the preflight and the switch share it, so one runs exactly when the other does."""
+    """Whether the switch runs: another environment, a stopped unit, a restart an earlier
+    rolling step left pending, or anything the unit runs with changed in this deploy. Called
+    while executing (pyinfra's _if), after those operations ran; the preflight and the switch
+    share it, so one runs exactly when the other does."""
     linked: str | None
     state: str | None
     target: str
     operations: tuple
+    pending: bool = False
 
     def __call__(self) -> bool:
-        return (self.linked != self.target or self.state != "active"
+        return (self.linked != self.target or self.state != "active" or self.pending
                 or any(op.did_change() for op in self.operations))
 
 
@@ -319,7 +333,8 @@ def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, cha
     link = host.get_fact(Link, path=layout.current_link(settings.base.install_root))
     return Switching(linked=link.get("link_target") if link else None,
                      state=host.get_fact(UnitActiveState, unit=unit), target=env_dir(settings, stack),
-                     operations=tuple(op for group in changes for op in group))
+                     operations=tuple(op for group in changes for op in group),
+                     pending=bool(host.get_fact(File, path=restart_pending_file(settings.serving.unit_name))))
 
 
 def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) -> str | None:
@@ -368,7 +383,9 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, s
     linked, state, target = switching.linked, switching.state, switching.target
     reason = (f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}" if legacy
               else f"switch {current} to stack {stack.id}" if linked != target
-              else "restart for changed settings" if state == "active" else "start")
+              else "start" if state != "active"
+              else "restart left pending by an earlier rolling step, or for changed settings" if switching.pending
+              else "restart for changed settings")
     command, behind = switch_command(settings, current_site().hosts, unit, current, target,
                                      legacy.unit if legacy else None)
     server.shell(
@@ -394,7 +411,8 @@ def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit:
         return switch, []
     return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", layout.secret_args_link(settings.serving.unit_name),
                         worker_url(settings), str(settings.serving.drain_timeout_s),
-                        settings.serving.served_model_name, *behind, "--"]) + " " + switch, behind)
+                        settings.serving.served_model_name, str(len(replicas(hosts))),
+                        restart_pending_file(settings.serving.unit_name), *behind, "--"]) + " " + switch, behind)
 
 
 def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:

@@ -2,7 +2,8 @@
 and a fake replica on this machine: the replica is taken out of the gateway, restarted only
 once its own /metrics reads no running request (or the drain timeout has passed), and added
 back once the gateway has dropped the drained entry and the replica has answered a generation
-of its own (one that answers none is not added back)."""
+of its own (one that answers none is not added back); the last healthy worker at a gateway is
+not taken out, and a step that does not finish leaves its restart to the next deploy."""
 
 from __future__ import annotations
 
@@ -91,18 +92,29 @@ class Fake:
         return Handler
 
 
-def _roll(tmp_path, fake: Fake, drain_timeout: int) -> tuple[subprocess.CompletedProcess, float]:
+def _roll(tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2) -> tuple[subprocess.CompletedProcess, float | None]:
     key = tmp_path / "secret-args.yaml"
     key.write_text('{"api-key": "k"}')
-    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", fake.url, "--",
-                          "curl", "-fsS", f"{fake.url}/restart"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", str(replicas),
+                          str(_pending(tmp_path)), fake.url, "--", "curl", "-fsS", f"{fake.url}/restart"],
+                         capture_output=True, text=True, timeout=120)
     fake.server.shutdown()
-    return run, next(t for t, e in fake.events if e == "RESTART")
+    return run, next((t for t, e in fake.events if e == "RESTART"), None)
+
+
+def _pending(tmp_path):
+    """Where the script leaves a restart for the next deploy (roles/serving.restart_pending_file)."""
+    return tmp_path / "state" / "inference-engine.restart-pending"
+
+
+def _other_replica(fake: Fake, healthy: bool = True, status: str = "healthy") -> None:
+    fake.workers["w0"] = {"id": "w0", "url": "http://10.0.0.9:30000", "is_healthy": healthy, "status": status}
 
 
 @pytest.mark.parametrize("metric", ["sglang:num_running_reqs", "vllm:num_requests_running"])
 def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_path, metric):
     fake = Fake(settle=4, busy_until=time.monotonic() + 2.5, metric=metric)
+    _other_replica(fake)  # serves while this one restarts
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0, run.stdout + run.stderr
     deleted = next(t for t, e in fake.events if e == "DELETE")
@@ -120,15 +132,51 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
 
 def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
     fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running", generates=False)
+    _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 5, run.stdout + run.stderr
     assert [e for _, e in fake.events if e.startswith(("DELETE", "RESTART", "GENERATE", "POST"))] == \
         ["DELETE", "RESTART", "GENERATE kimi-k2.5 Bearer k"]  # out of the gateway, and left out
     assert f"{fake.worker} serves no generation after its restart: not adding it back to {fake.url}" in run.stderr
+    assert _pending(tmp_path).exists()  # the next deploy restarts it again
+
+
+@pytest.mark.parametrize("other", ["absent", "unhealthy", "draining"])
+def test_the_last_healthy_worker_at_a_gateway_is_not_taken_out(tmp_path, other):
+    """The other replica's step failed (exit 5 left it out of the gateway), or it is down or
+    being drained: restarting this one would leave the gateway no worker (smg: 503 "No
+    available workers"), so nothing is touched, the script fails (6) and the restart is left
+    for the next deploy."""
+    fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running")
+    if other != "absent":
+        _other_replica(fake, healthy=other != "unhealthy", status=other if other == "draining" else "healthy")
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 6, run.stdout + run.stderr
+    assert restarted is None and not any(e.startswith(("DELETE", "metrics", "POST")) for _, e in fake.events)
+    assert f"{fake.worker} is the only healthy worker at {fake.url} (of 2 replicas): not taking it out" in run.stderr
+    assert _pending(tmp_path).exists()
+
+
+def test_a_finished_step_clears_a_pending_restart(tmp_path):
+    _pending(tmp_path).parent.mkdir(parents=True)
+    _pending(tmp_path).touch()  # left by an earlier step that did not finish
+    fake = Fake(settle=1, busy_until=0, metric="sglang:num_running_reqs")
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert not _pending(tmp_path).exists()
+
+
+def test_a_single_replica_is_restarted_although_it_is_the_only_worker(tmp_path):
+    """One replica behind the gateway: no other can serve meanwhile, so the guard does not apply."""
+    fake = Fake(settle=1, busy_until=0, metric="sglang:num_running_reqs")
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, replicas=1)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
 
 
 def test_the_drain_timeout_bounds_the_wait(tmp_path):
     fake = Fake(settle=1, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=2)
     deleted = next(t for t, e in fake.events if e == "DELETE")
     assert run.returncode == 0 and 2 <= restarted - deleted < 6

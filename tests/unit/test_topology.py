@@ -134,7 +134,8 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "inference-engine.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
     assert command.startswith("/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
-                              " http://10.0.0.2:30000 300 kimi-k2.5 http://gw:8000 -- ")
+                              " http://10.0.0.2:30000 300 kimi-k2.5 2 /var/lib/inference-host/serving/"
+                              "inference-engine.restart-pending http://gw:8000 -- ")
     assert command.endswith("inference-engine-switch inference-engine.service /c /e")
     alone = load_site(inventory.groups("alone.py", gpu_nodes=[("a", {"gpu_count": 8})]))
     assert serving_role.switch_command(alone.hosts["a"], alone.hosts, "u", "/c", "/e")[1] == []
@@ -250,3 +251,13 @@ def test_tensor_parallel_across_nodes_is_refused_for_a_vllm_stack(inventory):
         load_site(_tp_inventory(inventory))
     assert "serving_topology = 'tensor_parallel' across 2 gpu nodes needs an SGLang stack" in str(error.value)
     assert "vllm-0.16.0-cu128 is vllm" in str(error.value)
+
+
+def test_a_restart_left_pending_runs_the_switch_with_nothing_changed():
+    """inference-engine-rolling's exits 5 and 6 leave the pending file: the next deploy, in
+    which no setting changes (the earlier one wrote them), must still run the switch."""
+    same = {"linked": "/opt/e", "state": "active", "target": "/opt/e", "operations": ()}
+    assert not serving_role.Switching(**same)()
+    assert serving_role.Switching(**same, pending=True)()
+    assert serving_role.restart_pending_file("inference-engine") == \
+        "/var/lib/inference-host/serving/inference-engine.restart-pending"
