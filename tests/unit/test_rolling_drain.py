@@ -144,9 +144,9 @@ def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
 @pytest.mark.parametrize("other", ["absent", "unhealthy", "draining"])
 def test_the_last_healthy_worker_at_a_gateway_is_not_taken_out(tmp_path, other):
     """The other replica's step failed (exit 5 left it out of the gateway), or it is down or
-    being drained: restarting this one would leave the gateway no worker (smg: 503 "No
-    available workers"), so nothing is touched, the script fails (6) and the restart is left
-    for the next deploy."""
+    being drained: restarting this one would leave the gateway no worker (smg refuses each
+    request: "No available workers for model"), so nothing is touched, the script fails (6)
+    and the restart is left for the next deploy."""
     fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running")
     if other != "absent":
         _other_replica(fake, healthy=other != "unhealthy", status=other if other == "draining" else "healthy")
