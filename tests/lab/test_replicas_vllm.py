@@ -194,6 +194,45 @@ def _cut(stream: dict, tokens: int) -> bool:
                 or stream["usage"] != tokens)
 
 
+def _warm(node, key: str) -> float:
+    """One sampled chat completion on the replica itself (temperature 1, as clients and
+    inference-engine-rolling ask; the health checks' greedy one does not reach the sampler's
+    compiled path), the key on curl's stdin; its seconds."""
+    started = time.monotonic()
+    done = subprocess.run(
+        ["docker", "exec", "-i", lab.container_name(node.name), "curl", "-fsS", "--max-time", "1500", "-K", "-",
+         "-H", "Content-Type: application/json", "-d",
+         json.dumps({"model": "kimi-k2.5", "max_tokens": 2, "temperature": 1.0,
+                     "messages": [{"role": "user", "content": "Are you ready?"}]}),
+         f"http://127.0.0.1:{node.serving.port}/v1/chat/completions"],
+        input=f'header = "Authorization: Bearer {key}"\n', capture_output=True, text=True, timeout=1600)
+    assert done.returncode == 0 and json.loads(done.stdout)["choices"], done.stderr
+    return time.monotonic() - started
+
+
+def _compiled(node) -> int:
+    """The compiled kernels (.so) under the replica's TORCHINDUCTOR_CACHE_DIR, read from its
+    environment file; 0 where the file sets none."""
+    done = subprocess.run(["docker", "exec", lab.container_name(node.name), "sh", "-c",
+                           "d=$(sed -n 's/^TORCHINDUCTOR_CACHE_DIR=//p' /opt/inference-host/current/serving/"
+                           "inference-engine.env); [ -n \"$d\" ] && find \"$d\" -name '*.so' | wc -l || echo 0"],
+                          capture_output=True, text=True, timeout=60)
+    return int(done.stdout.strip() or 0)
+
+
+def test_a_restarted_replica_finds_the_kernels_its_previous_start_compiled(site, key):
+    """vLLM's CPU sampler is compiled by torch.compile at the first sampled token after a start
+    (docs/rolling-upgrades.md). Each replica, asked once as real traffic would, leaves the
+    kernels in its unit's home (TORCHINDUCTOR_CACHE_DIR), not in the unit's private /tmp: the
+    restarts in the rolling upgrade below then load them instead of compiling again, which took
+    over 600 s on a busy 2-core lab (the rolling switch's generation wait fails then)."""
+    for node in replicas(site.hosts):
+        seconds = _warm(node, key)
+        kernels = _compiled(node)
+        print(f"\n{node.name}: first sampled generation {seconds:.1f} s; {kernels} compiled kernels in its home")
+        assert kernels > 0, f"{node.name}: no compiled kernel under TORCHINDUCTOR_CACHE_DIR"
+
+
 def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
     """Rolling upgrades by the real deploy (INFERENCE_HOST_LAB_ROLLING_MARK changed: each
     replica's environment file, hence a restart through the rolling switch), with
@@ -248,7 +287,8 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
               f" (calibrated at {rate:.1f} tok/s), {len(streams) - len(cut)} complete; tokens delivered/expected"
               f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
               f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; longest pause between tokens"
-              f" {figures[-1]['gap']:.2f} s; journals in {journals}")
+              f" {figures[-1]['gap']:.2f} s; compiled kernels per replica"
+              f" {[_compiled(n) for n in nodes]} (the same number: no compile after the restart); journals in {journals}")
         for s in cut:
             failures.append(f"upgrade {number}: stream {s['began'] - started:+.1f} s .. {s['ended'] - started:+.1f} s"
                             f" (from the deploy's start): usage {s['usage']}/{tokens}, {s['chunks']} chunks,"

@@ -208,30 +208,6 @@ def test_second_deploy_changes_nothing(vllm_deployed, inventories, gpu_guest):
     assert _main_pid(gpu_guest) == before
 
 
-
-def test_torch_compiles_into_the_units_home_where_the_next_start_finds_it(vllm_deployed, gpu_guest):
-    """vLLM's CPU sampler is compiled by torch.compile at the first randomly sampled token. Its
-    kernels must land under TORCHINDUCTOR_CACHE_DIR in the unit's writable home (the data
-    directory), not in torch's default /tmp/torchinductor_<user>: /tmp is private to the unit
-    and new at each start (PrivateTmp=yes), so a restart compiled them again before its first
-    answer, which took over 600 s on a busy 2-core lab in a rolling upgrade (docs/rolling-upgrades.md)."""
-    env_file = f"{ROOT}/current/serving/inference-engine.env"
-    cache = gpu_guest.check_output(f"sed -n 's/^TORCHINDUCTOR_CACHE_DIR=//p' {env_file}")
-    assert cache == f"{HOST.base.data_dir}/.cache/torchinductor", cache
-    # A sampled (temperature 1) chat completion, as inference-engine-rolling asks after a
-    # restart; the key goes to curl on stdin, as there.
-    asked = gpu_guest.run(
-        "jq -r '.\"api-key\"' /etc/inference-host/engine/inference-engine-secret-args.yaml"
-        " | { read -r key; printf 'header = \"Authorization: Bearer %s\"\\n' \"$key\"; }"
-        f" | curl -fsS --max-time 600 -K - -H 'Content-Type: application/json' -d"
-        """ '{"model": "kimi-k2.5", "max_tokens": 2, "temperature": 1.0, "messages": [{"role": "user", "content": "Are you ready?"}]}'"""
-        f" {URL}/v1/chat/completions")
-    assert asked.rc == 0 and json.loads(asked.stdout)["choices"], asked.stderr
-    kernels = gpu_guest.check_output(f"find {cache} -type f -name '*.so' | wc -l")
-    assert int(kernels) > 0, gpu_guest.check_output(f"find {cache} | head -30")
-    owner = gpu_guest.check_output(f"stat -c %U {cache}")
-    assert owner == HOST.base.service_user
-
 # One run of the installed release's Python (an import of vLLM costs ~20 s on 2 cores): its
 # parser's option table (the CLI capture), then vllm 0.16.0's own log_non_default_args
 # (vllm/entrypoints/utils.py, which api_server.py's setup_server calls with the parsed command

@@ -58,6 +58,19 @@ def test_pcie_allreduce_is_one_setting_rendered_per_release():
     assert "PCIE" not in off and "CUSTOM_AR" not in off  # off by default
 
 
+
+@pytest.mark.parametrize("stack_id", sorted(STACKS))
+def test_torch_compiles_into_the_units_writable_home(stack_id):
+    """torch.compile's cache (and the Triton kernels it generates) defaults to
+    /tmp/torchinductor_<user> (torch/_inductor/runtime/cache_dir_utils.py), which PrivateTmp=yes
+    empties at every start: the environment file moves it into the data directory, a path the
+    unit may write, so a restart finds what the previous start compiled."""
+    stack = STACKS[stack_id]
+    text = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, stack))
+    assert re.findall(r"^TORCHINDUCTOR_CACHE_DIR=(.*)$", text, re.M) == [f"{HOST.base.data_dir}/.cache/torchinductor"]
+    unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, stack, PROD))
+    assert f"ReadWritePaths={HOST.base.data_dir}\n" in unit and "PrivateTmp=yes" in unit
+
 @pytest.mark.parametrize(("bind", "url"), [
     ("127.0.0.1", "http://127.0.0.1:30000/health_generate"),
     ("0.0.0.0", "http://127.0.0.1:30000/health_generate"),
