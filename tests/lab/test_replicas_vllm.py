@@ -194,13 +194,18 @@ def _cut(stream: dict, tokens: int) -> bool:
                 or stream["usage"] != tokens)
 
 
+def _container(node) -> str:
+    """The lab container of a replica (its pyinfra name is @docker/<container> or <container>)."""
+    return next(lab.container_name(role) for role in ROLES if lab.pyinfra_name(role) == node.name)
+
+
 def _warm(node, key: str) -> float:
     """One sampled chat completion on the replica itself (temperature 1, as clients and
     inference-engine-rolling ask; the health checks' greedy one does not reach the sampler's
     compiled path), the key on curl's stdin; its seconds."""
     started = time.monotonic()
     done = subprocess.run(
-        ["docker", "exec", "-i", lab.container_name(node.name), "curl", "-fsS", "--max-time", "1500", "-K", "-",
+        ["docker", "exec", "-i", _container(node), "curl", "-fsS", "--max-time", "1500", "-K", "-",
          "-H", "Content-Type: application/json", "-d",
          json.dumps({"model": "kimi-k2.5", "max_tokens": 2, "temperature": 1.0,
                      "messages": [{"role": "user", "content": "Are you ready?"}]}),
@@ -213,11 +218,12 @@ def _warm(node, key: str) -> float:
 def _compiled(node) -> int:
     """The compiled kernels (.so) under the replica's TORCHINDUCTOR_CACHE_DIR, read from its
     environment file; 0 where the file sets none."""
-    done = subprocess.run(["docker", "exec", lab.container_name(node.name), "sh", "-c",
+    done = subprocess.run(["docker", "exec", _container(node), "sh", "-c",
                            "d=$(sed -n 's/^TORCHINDUCTOR_CACHE_DIR=//p' /opt/inference-host/current/serving/"
                            "inference-engine.env); [ -n \"$d\" ] && find \"$d\" -name '*.so' | wc -l || echo 0"],
                           capture_output=True, text=True, timeout=60)
-    return int(done.stdout.strip() or 0)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip())
 
 
 def test_a_restarted_replica_finds_the_kernels_its_previous_start_compiled(site, key):

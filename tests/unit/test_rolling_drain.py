@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")
 
 
 class Fake:
-    """A gateway with smg 1.13.0's /workers routes (DELETE: Draining, dropped after `settle`
+    """A gateway with smg 1.13.0's /workers routes (a worker's status "ready", as the real one
+    lists it in the lab; DELETE: Draining, dropped after `settle`
     seconds) and a replica whose running requests end at `busy_until` (SGLang's gauge or vLLM's)."""
 
     def __init__(self, settle: float, busy_until: float, metric: str, generates: bool = True):
@@ -36,7 +37,7 @@ class Fake:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.worker = f"{self.url}/replica"
-        self.workers["w1"] = {"id": "w1", "url": self.worker, "is_healthy": True, "status": "healthy"}
+        self.workers["w1"] = {"id": "w1", "url": self.worker, "is_healthy": True, "status": "ready"}
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def running(self) -> int:
@@ -86,7 +87,7 @@ class Fake:
                         return self._send(500, {"error": {"message": "EngineCore died"}})
                     return self._send(200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
                 fake.events.append((time.monotonic(), "POST"))
-                fake.workers["w2"] = {"id": "w2", "url": body["url"], "is_healthy": True, "status": "healthy"}
+                fake.workers["w2"] = {"id": "w2", "url": body["url"], "is_healthy": True, "status": "ready"}
                 return self._send(202, {"status": "accepted"})
 
         return Handler
@@ -107,7 +108,7 @@ def _pending(tmp_path):
     return tmp_path / "state" / "inference-engine.restart-pending"
 
 
-def _other_replica(fake: Fake, healthy: bool = True, status: str = "healthy") -> None:
+def _other_replica(fake: Fake, healthy: bool = True, status: str = "ready") -> None:
     fake.workers["w0"] = {"id": "w0", "url": "http://10.0.0.9:30000", "is_healthy": healthy, "status": status}
 
 
@@ -149,7 +150,7 @@ def test_the_last_healthy_worker_at_a_gateway_is_not_taken_out(tmp_path, other):
     and the restart is left for the next deploy."""
     fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running")
     if other != "absent":
-        _other_replica(fake, healthy=other != "unhealthy", status=other if other == "draining" else "healthy")
+        _other_replica(fake, healthy=other != "unhealthy", status=other if other == "draining" else "ready")
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 6, run.stdout + run.stderr
     assert restarted is None and not any(e.startswith(("DELETE", "metrics", "POST")) for _, e in fake.events)
