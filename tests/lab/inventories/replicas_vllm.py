@@ -87,7 +87,9 @@ _STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "30"))
 _mark = os.environ.get("INFERENCE_HOST_LAB_ROLLING_MARK")
 _replica = {
     **_common,
-    "serving_drain_timeout_s": _STREAM_SECONDS + 15,
+    # Twice a stream's calibrated length: with one replica out, the other serves all streams
+    # and decodes each more slowly (at +15 s, one upgrade restarted a replica with 2 running).
+    "serving_drain_timeout_s": _STREAM_SECONDS * 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "sglang_api_key",
@@ -106,6 +108,12 @@ _replica = {
     "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")),
     "serving_extra_env": {
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        # The CPU build only: torch 2.10 keeps the C++ precompiled header its inductor kernels
+        # are built against in tempfile.gettempdir() (torch/_inductor/codecache.py _HEADER_DIR,
+        # not under TORCHINDUCTOR_CACHE_DIR), which PrivateTmp empties at every start: each
+        # restart rebuilt it, about 5 minutes on 2 cores while the other replica served alone.
+        # The unit's writable home keeps it (docs/rolling-upgrades.md).
+        "TMPDIR": "/var/lib/sglang",
         **({"INFERENCE_HOST_LAB_ROLLING_MARK": _mark} if _mark else {}),
     },
     "health_after_deploy": ["service", "server"],
