@@ -279,6 +279,8 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         deploy_s = time.monotonic() - started
         journals = lab.STATE_DIR / "replicas-vllm" / f"upgrade-{number}-journals.txt"
         journals.write_text(_journals(since))
+        # The deploy's own words too: inference-engine-rolling's lines (drain, generation, re-add).
+        journals.with_name(f"upgrade-{number}-deploy.txt").write_text(run.stdout + "\n" + run.stderr)
         assert run.returncode == 0, run.explain()
         assert any(name.split(" | ")[-1].startswith("Restart for changed settings") for name in run.changed), run.changed
         for node in nodes:
