@@ -296,7 +296,7 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
               f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
               f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; longest pause between tokens"
               f" {figures[-1]['gap']:.2f} s; compiled kernels per replica"
-              f" {[_compiled(n) for n in nodes]} (the same number: no compile after the restart); journals in {journals}")
+              f" {[_compiled(n) for n in nodes]} after the upgrade; journals in {journals}")
         for s in cut:
             failures.append(f"upgrade {number}: stream {s['began'] - started:+.1f} s .. {s['ended'] - started:+.1f} s"
                             f" (from the deploy's start): usage {s['usage']}/{tokens}, {s['chunks']} chunks,"
