@@ -114,6 +114,13 @@ _replica = {
         # restart rebuilt it, about 5 minutes on 2 cores while the other replica served alone.
         # The unit's writable home keeps it (docs/rolling-upgrades.md).
         "TMPDIR": "/var/lib/sglang",
+        # Two CPU replicas share this machine's cores. vLLM's default ("auto", vllm 0.16.0
+        # v1/worker/cpu_worker.py init_device) pins each engine's OpenMP threads, its main thread
+        # included, to the same cores; a restarted replica's first compile (torch's ISA probe runs
+        # `python -c "import torch ..."` subprocesses, which inherit that pin) then ran on core 0
+        # beside the other replica's spinning decode threads and got ~2% of it: no answer in 600 s.
+        # Unpinned, the kernel shares the cores out (docs/rolling-upgrades.md).
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         **({"INFERENCE_HOST_LAB_ROLLING_MARK": _mark} if _mark else {}),
     },
     "health_after_deploy": ["service", "server"],
