@@ -152,7 +152,7 @@ gpu_nodes = [
         # Xeon every request died with "Unsupported CPU attention configuration: head_dim=64
         # isa=0". float32 takes the "vec" kernel, which the base build has for every x86-64 CPU.
         "vllm_dtype": "float32",
-        # Tests plant a value the tiny model refuses (its config says 2048 positions).
+        # Tests plant a value the tiny model refuses (its config says 8192 positions).
         "vllm_max_model_len": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN", "1024")),
         "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
         "serving_extra_env": {

@@ -25,6 +25,7 @@ import urllib.request
 import pytest
 
 import lab
+from lab.fixtures import tiny_llama
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault as secrets
 from tests.lab.harness import PROJECT_ROOT, load_lab_site, require_docker, run_deploy, stream_chat
@@ -152,7 +153,7 @@ def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site, key):
 
 def _calibrated_tokens(site, key: str) -> tuple[int, float]:
     """Tokens for a ~STREAM_SECONDS stream at the rate this machine decodes STREAMS_AT_ONCE
-    streams now (at most what the 2048-token context leaves after the prompt)."""
+    streams now (at most what the model's context leaves after the prompt)."""
     # Probed as the upgrade streams: STREAMS_AT_ONCE at once, whose slowest sets a round's rate
     # (during a drain one replica carries them all; one stream alone decoded up to 5 times
     # faster than three together, and the drain timed out). The best of three rounds: a
@@ -170,7 +171,7 @@ def _calibrated_tokens(site, key: str) -> tuple[int, float]:
         assert all(p["error"] is None and p["usage"] == 64 for p in probes), probes
         rates.append(min(64 / max(p["ended"] - p["began"], 0.1) for p in probes))
     rate = max(rates)
-    return max(64, min(1900, int(rate * STREAM_SECONDS))), rate
+    return max(64, min(tiny_llama.MAX_POSITIONS - 148, int(rate * STREAM_SECONDS))), rate
 
 
 # A restart: /metrics unanswered this long (a vLLM start takes minutes here); a shorter gap is
@@ -302,11 +303,14 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         cut = [s for s in streams if _cut(s, tokens)]
         delivered = sorted(s["usage"] or 0 for s in streams)
         figures.append({"gap": max(s["gap"] for s in streams), "streams": len(streams), "cut": len(cut),
-                        "least": delivered[0], "chunks": sorted(s["chunks"] for s in streams)})
+                        "least": delivered[0], "chunks": sorted(s["chunks"] for s in streams),
+                        "seconds": sorted(s["ended"] - s["began"] for s in streams)})
         print(f"\nupgrade {number}: deploy {deploy_s:.0f} s; {len(streams)} streams of {tokens} tokens"
               f" (calibrated at {rate:.1f} tok/s each of {STREAMS_AT_ONCE} at once), {len(streams) - len(cut)} complete; tokens delivered/expected"
               f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
-              f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; longest pause between tokens"
+              f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; each stream lasted"
+              f" {figures[-1]['seconds'][0]:.1f}..{figures[-1]['seconds'][-1]:.1f} s"
+              f" (median {statistics.median(figures[-1]['seconds']):.1f} s); longest pause between tokens"
               f" {figures[-1]['gap']:.2f} s; compiled kernels per replica"
               f" {[_compiled(n) for n in nodes]} after the upgrade; journals in {journals}")
         for s in cut:

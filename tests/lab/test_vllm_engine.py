@@ -57,10 +57,10 @@ READY = {**MODEL,
          "INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
 # A bound no model load meets: the vLLM start is judged not ready and rolled back.
 TOO_SHORT = {**MODEL, "INFERENCE_HOST_LAB_READY_TIMEOUT": "8"}
-# A context the tiny Llama's config (max_position_embeddings 2048) cannot hold: vllm 0.16.0's
+# A context the tiny Llama's config (max_position_embeddings 8192) cannot hold: vllm 0.16.0's
 # ModelConfig (config/model.py _get_and_verify_max_len) raises "User-specified max_model_len
-# (4096) is greater than the derived max_model_len".
-REFUSED = {**READY, "INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN": "4096"}
+# (16384) is greater than the derived max_model_len".
+REFUSED = {**READY, "INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN": "16384"}
 
 
 def _secrets() -> dict[str, str]:
@@ -137,7 +137,7 @@ def test_a_setting_vllm_refuses_stops_the_deploy_before_the_switch(refused, gpu_
     assert run.returncode != 0, "the deploy must fail when the engine refuses its command line"
     assert "PREFLIGHT REFUSED: vLLM's own start-up checks refuse this command line" in output, run.explain()
     # vLLM's own words (config/model.py), and where the setting lives.
-    assert "User-specified max_model_len (4096) is greater than the derived max_model_len" in output, output[-4000:]
+    assert "User-specified max_model_len (16384) is greater than the derived max_model_len" in output, output[-4000:]
     # Where the setting lives: the inventory (a copy of inventory/lab.py here) and the stack file.
     assert "/lab.py (host" in output and "its serving_*, vllm_* and gpu_* settings" in output
     print("\n" + "\n".join(line for line in output.splitlines() if "PREFLIGHT" in line or "max_model_len" in line

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 import lab
+from lab.fixtures import tiny_llama
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from roles.site import vault as secrets
 from validation import require_valid_inventory
@@ -103,8 +104,8 @@ _replica = {
     "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
     "vllm_enforce_eager": True,
     "vllm_dtype": "float32",
-    # The tiny Llama's whole context (max_position_embeddings 2048): room for a ~30 s stream.
-    "vllm_max_model_len": 2048,
+    # The tiny Llama's whole context (lab/fixtures/tiny_llama.py): room for a ~30 s stream.
+    "vllm_max_model_len": tiny_llama.MAX_POSITIONS,
     "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")),
     "serving_extra_env": {
         "VLLM_CPU_KVCACHE_SPACE": "1",
