@@ -152,11 +152,9 @@ def main(argv=None) -> int:
 
 
 def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
-    """`dcgmi diag -r 2|3` with the serving unit stopped (levels 2 and 3 need idle GPUs: DCGM's
-    nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome."""
+    """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail."""
     import testinfra
 
-    from checks import gpu_parsers as parse
     from checks.expectations import Expectations
     from roles.site import ServingSettings
 
@@ -164,9 +162,32 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     unit = ServingSettings.model_fields["unit_name"].default  # the deploy's default, without an inventory
     if inventory and name:
         unit = Expectations.from_site(site_of(inventory), name).unit_name
-    if host.run("command -v dcgmi").rc != 0:
-        print(f"dcgmi diag -r {level}: dcgmi is not installed (set nvidia_driver_dcgm = true)", file=sys.stderr)
+    tests, problem = dcgm_diag(host, level, unit)
+    if tests is None:
+        print(f"dcgmi diag -r {level}: {problem}", file=sys.stderr)
         return 1
+    if problem:
+        print(f"dcgmi diag -r {level}: FAIL ({problem})")
+        return 1
+    for test in tests:
+        print(f"  {test.section} {test.name}: {test.result}"
+              + "".join(f"\n    {detail}" for detail in test.details))
+    failed = [t for t in tests if t.result in ("Fail", "Warn")]
+    verdict = "FAIL" if failed or not tests else "PASS"
+    print(f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
+          + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "") + ")")
+    return 1 if verdict == "FAIL" else 0
+
+
+def dcgm_diag(host, level: int, unit: str):
+    """Runs `dcgmi diag -r 2|3 -j` with the serving unit stopped (levels 2 and 3 need idle GPUs:
+    DCGM's nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome.
+    Returns (tests, None); (None, why) when it could not run; ([], DCGM's message) when DCGM
+    refused the run."""
+    from checks import gpu_parsers as parse
+
+    if host.run("command -v dcgmi").rc != 0:
+        return None, "dcgmi is not installed (set nvidia_driver_dcgm = true)"
     active = host.run(f"systemctl is-active {unit}").stdout.strip() == "active"
     if active:
         print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
@@ -178,18 +199,9 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
             print(f"dcgmi diag -r {level}: starting {unit}.service again", flush=True)
             host.run(f"systemctl start {unit}")
     try:
-        tests = parse.parse_dcgmi_diag_json(result.stdout)
+        return parse.parse_dcgmi_diag_json(result.stdout), None
     except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
-        print(f"dcgmi diag -r {level}: FAIL ({error})")
-        return 1
-    for test in tests:
-        print(f"  {test.section} {test.name}: {test.result}"
-              + "".join(f"\n    {detail}" for detail in test.details))
-    failed = [t for t in tests if t.result in ("Fail", "Warn")]
-    verdict = "FAIL" if failed or not tests else "PASS"
-    print(f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
-          + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "") + ")")
-    return 1 if verdict == "FAIL" else 0
+        return [], str(error)
 
 
 if __name__ == "__main__":

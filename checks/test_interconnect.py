@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from checks import gpu_parsers as parse
-from checks.probes import cuda_visibility_advice, explain, report
+from checks.probes import cuda_visibility_advice, evidence, explain, report
 
 pytestmark = pytest.mark.interconnect
 
@@ -138,7 +138,18 @@ def judge_allreduce(run: dict, expect) -> str:
 
 
 def test_allreduce_across_all_gpus(gpu, expect, request, allreduce_run):
+    record_busbw(request, allreduce_run)
     report(request, judge_allreduce(allreduce_run, expect))
+
+
+def record_busbw(request, run: dict) -> None:
+    """The bus bandwidth as evidence, passed or failed (the acceptance report charts it)."""
+    try:
+        found = parse.parse_json_line(run["result"].stdout, "IH-ALLREDUCE ") if "result" in run else {}
+    except ValueError:
+        return
+    if "busbw_gbps" in found:
+        evidence(request, "allreduce_busbw_gbps", round(found["busbw_gbps"], 2), gpus=str(found["world_size"]))
 
 
 def test_pcie_replays_not_increasing(gpu, expect, request, allreduce_run):

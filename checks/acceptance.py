@@ -1,0 +1,495 @@
+"""One acceptance report of a deployed machine: what only the machine itself can show, collected
+and judged in one run, with a verdict per line.
+
+    uv run python -m checks.acceptance --inventory inventory/prod.py
+    uv run python -m checks.acceptance --inventory inventory/prod.py --out reports/acceptance-1 --no-dcgm
+
+Each line names what it expects and what it found, and where the answer came from: the target,
+or a lab stand-in (which says so in its own file: a line judged on a stand-in's answer is marked
+as such). Writes report.md, report.json and chart.png (with the bench extra) into one folder.
+
+Verdicts: PASS, FAIL, UNREACHED (could not be collected: said in one line, never counted as
+passed), N/A (does not apply to this site, e.g. no KVM guest, no drafter served).
+Exit status: 0 every line PASS or N/A; 1 a line failed; 3 none failed but one was unreached;
+2 bad input (no host contacted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from checks.site_cache import site_of
+from roles.site import SiteError
+from roles.site.errors import output_path_problem
+
+PASS, FAIL, UNREACHED, NOT_APPLICABLE = "PASS", "FAIL", "UNREACHED", "N/A"
+TARGET = "target"
+# A stand-in in the lab names itself in its own file (lab/standins/...): the report reads that
+# mark on the host instead of trusting a flag the inventory could get wrong.
+STANDIN_MARK = "STAND-IN"
+# The lab's node kernel: a container has no kernel of its own, so lab/standins/proxmox's
+# pve-standin-kernel writes, at each boot of the node container, the command line the ESP's
+# loader entry would have booted with.
+STANDIN_KERNEL = "/usr/local/lib/pve-standin/pve-standin-kernel"
+STANDIN_CMDLINE = "/run/pve-standin/cmdline"
+# A benchmark figure within this fraction of the seed's single-stream figure passes: the seed was
+# measured once, on the target, by hand (checks/reference.yml).
+BENCH_TOLERANCE = 0.9
+
+
+@dataclass
+class Line:
+    area: str
+    host: str
+    expectation: str
+    observed: str
+    verdict: str
+    source: str = TARGET
+    figure: float | None = None
+    expected_figure: float | None = None
+    unit: str = ""
+    details: list[str] = field(default_factory=list)
+
+
+# -- collecting on the node --------------------------------------------------------------------
+
+
+def standin(host, path: str) -> bool:
+    """Whether the program at `path` on the host is one of the lab's stand-ins (it says so)."""
+    return host.run(f"head -c 8192 {shlex.quote(path)} 2>/dev/null | grep -q {STANDIN_MARK}").rc == 0
+
+
+def expected_iommu_args(cpu_vendor: str) -> list[str]:
+    # roles/proxmox_host writes these (iommu_kernel_args): passthrough on, and the host's own
+    # DMA on the identity map (iommu=pt) so host-driver GPUs keep the fast path.
+    return [f"{cpu_vendor}_iommu=on", "iommu=pt"]
+
+
+def cpu_vendor(cpuinfo: str) -> str | None:
+    found = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.M)
+    return {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(found.group(1)) if found else None
+
+
+def judge_kernel_args(name: str, cmdline: str | None, vendor: str | None, source: str) -> Line:
+    if cmdline is None:
+        return Line("node kernel arguments", name, "IOMMU on, iommu=pt", "could not read the kernel command line",
+                    UNREACHED, source)
+    if vendor is None:
+        return Line("node kernel arguments", name, "IOMMU on, iommu=pt", "CPU vendor not recognised in "
+                    "/proc/cpuinfo", UNREACHED, source)
+    wanted = expected_iommu_args(vendor)
+    words = cmdline.split()
+    missing = [arg for arg in wanted if arg not in words]
+    return Line("node kernel arguments", name, " ".join(wanted), cmdline.strip(),
+                FAIL if missing else PASS, source,
+                details=[f"missing: {' '.join(missing)} (the deploy writes them; the node must reboot "
+                         "for them to take effect)"] if missing else [])
+
+
+def node_lines(node, host) -> list[Line]:
+    name = node.name
+    if standin(host, STANDIN_KERNEL):
+        cmdline_file, source = STANDIN_CMDLINE, "stand-in: pve-standin-kernel (the ESP's command line at its last boot)"
+    else:
+        cmdline_file, source = "/proc/cmdline", TARGET
+    read = host.run(f"cat {cmdline_file}")
+    lines = [judge_kernel_args(name, read.stdout if read.rc == 0 else None,
+                               cpu_vendor(host.run("cat /proc/cpuinfo").stdout), source)]
+    lines.append(nouveau_line(name, host, source != TARGET))
+    lines.extend(vfio_lines(node, host, source != TARGET))
+    return lines
+
+
+def nouveau_line(name: str, host, in_lab: bool) -> Line:
+    loaded = host.run("test -d /sys/module/nouveau").rc == 0
+    blacklisted = host.run("grep -rqsE '^\\s*blacklist\\s+nouveau' /etc/modprobe.d /usr/lib/modprobe.d").rc == 0
+    observed = f"{'loaded' if loaded else 'not loaded'}; {'blacklisted' if blacklisted else 'not blacklisted'}"
+    source = "stand-in: the lab machine's own kernel (a container has none)" if in_lab else TARGET
+    return Line("nouveau", name, "not loaded, blacklisted", observed,
+                PASS if not loaded and blacklisted else FAIL, source)
+
+
+def vfio_lines(node, host, in_lab: bool) -> list[Line]:
+    addresses = [address for guest in node_kvm_guests(node) for address in guest]
+    if not addresses:
+        return [Line("vfio binding", node.name, "each KVM guest's GPU bound to vfio-pci",
+                     "no KVM guest with GPUs on this node", NOT_APPLICABLE)]
+    found = {}
+    for address in addresses:
+        link = host.run(f"readlink /sys/bus/pci/devices/{shlex.quote(address)}/driver")
+        found[address] = link.stdout.strip().rsplit("/", 1)[-1] if link.rc == 0 else "(no driver)"
+    wrong = {a: d for a, d in found.items() if d != "vfio-pci"}
+    return [Line("vfio binding", node.name, "vfio-pci for " + ", ".join(addresses),
+                 ", ".join(f"{a}: {d}" for a, d in found.items()), FAIL if wrong else PASS,
+                 "stand-in: the lab's sysfs" if in_lab else TARGET)]
+
+
+_KVM_GPUS: dict[str, list[list[str]]] = {}
+
+
+def node_kvm_guests(node) -> list[list[str]]:
+    return _KVM_GPUS.get(node.name, [])
+
+
+# -- collecting on the GPU guest -------------------------------------------------------------------
+
+
+def health_report(args, name: str, folder: Path) -> dict | None:
+    """Runs the health checks (every suite) as `python -m checks` does; their JSON report."""
+    from checks import __main__ as health
+
+    report = folder / f"health-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
+    argv = ["--inventory", args.inventory, "--host", name, "--report", str(report)]
+    print(f"\n## health checks of {name}", flush=True)
+    health.main(argv)
+    return json.loads(report.read_text()) if report.is_file() else None
+
+
+def rows(report: dict, *checks: str) -> list[dict]:
+    return [row for row in report.get("checks", []) if row["check"] in checks]
+
+
+def evidence(report: dict, name: str) -> float | None:
+    for row in report.get("checks", []):
+        for item in row.get("evidence", []):
+            if item["name"] == name and isinstance(item["value"], (int, float)):
+                return float(item["value"])
+    return None
+
+
+def from_health(report: dict | None, area: str, host: str, expectation: str, checks: tuple[str, ...],
+                source: str = TARGET) -> Line:
+    if report is None:
+        return Line(area, host, expectation, "the health checks wrote no report", UNREACHED, source)
+    found = rows(report, *checks)
+    if not found:
+        return Line(area, host, expectation, f"no {' / '.join(checks)} check ran", UNREACHED, source)
+    failed = [r for r in found if r["verdict"] == "FAIL"]
+    skipped = [r for r in found if r["verdict"] == "SKIP"]
+    verdict = FAIL if failed else UNREACHED if len(skipped) == len(found) else PASS
+    shown = failed or skipped if verdict != PASS else found
+    observed = "; ".join(dict.fromkeys(" ".join(r["detail"].split()) for r in shown))[:600]
+    return Line(area, host, expectation, observed or verdict.lower(), verdict, source)
+
+
+def gpu_source(host) -> str:
+    smi = host.run("command -v nvidia-smi").stdout.strip()
+    return "stand-in: lab nvidia-smi" if smi and standin(host, smi) else TARGET
+
+
+def engine_source(host, expect) -> str:
+    launcher = host.run(f"cat {shlex.quote(expect.launcher)} 2>/dev/null").stdout
+    return "stand-in: lab SGLang server" if "sglang_server" in launcher or STANDIN_MARK in launcher else TARGET
+
+
+def load_time_line(host, expect, source: str) -> Line:
+    shown = host.run(f"systemctl show {shlex.quote(expect.unit_name)} -p InactiveExitTimestampMonotonic "
+                     "-p ActiveEnterTimestampMonotonic -p TimeoutStartUSec")
+    values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+    try:
+        started = int(values["InactiveExitTimestampMonotonic"])
+        ready = int(values["ActiveEnterTimestampMonotonic"])
+    except (KeyError, ValueError):
+        return Line("model load time", expect.host_name, "ready within the unit's start timeout",
+                    f"systemctl show gave no start and ready times: {shown.stdout.strip()[:200]!r}", UNREACHED, source)
+    limit = parse_timespan(values.get("TimeoutStartUSec", ""))
+    if not started or not ready or ready < started:
+        return Line("model load time", expect.host_name, "ready within the unit's start timeout",
+                    f"{expect.unit_name} is not active since its last start", FAIL, source)
+    seconds = (ready - started) / 1e6
+    # The unit is "active" only once ExecStartPost's readiness probe answered (roles/serving):
+    # from leaving "inactive" to "active" is the load, the probe included.
+    return Line("model load time", expect.host_name,
+                f"ready within {limit:.0f} s (TimeoutStartSec)" if limit else "ready",
+                f"{seconds:.1f} s from start to ready", PASS if not limit or seconds <= limit else FAIL, source,
+                figure=round(seconds, 1), expected_figure=limit, unit="s")
+
+
+def parse_timespan(text: str) -> float | None:
+    """systemd's timespan as `systemctl show` prints it (10min, 1h 30s, 600000000 in USec)."""
+    text = text.strip()
+    if not text or text == "infinity":
+        return None
+    if text.isdigit():
+        return int(text) / 1e6
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400}
+    total = 0.0
+    for number, unit in re.findall(r"([\d.]+)\s*(us|ms|min|s|h|d)", text):
+        total += float(number) * units[unit]
+    return total or None
+
+
+def dcgm_line(args, host, expect, source: str) -> Line:
+    from checks.__main__ import dcgm_diag
+
+    area, expectation = "DCGM diagnostics level 2", "every test Pass or Skip (dcgmi diag -r 2 -j)"
+    if not args.dcgm:
+        return Line(area, expect.host_name, expectation, "not run (--no-dcgm)", UNREACHED, source)
+    tests, problem = dcgm_diag(host, 2, expect.unit_name)
+    if problem:
+        return Line(area, expect.host_name, expectation, problem, UNREACHED if tests is None else FAIL, source)
+    bad = [f"{t.name}: {t.result}" for t in tests if t.result in ("Fail", "Warn")]
+    return Line(area, expect.host_name, expectation,
+                f"{len(tests)} tests" + (", " + ", ".join(bad) if bad else ", none failed"),
+                FAIL if bad or not tests else PASS, source,
+                details=[f"{t.section} {t.name}: {t.result}" for t in tests])
+
+
+def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -> Line:
+    from checks import bench
+
+    area = "single-stream benchmark"
+    reference = bench.load_reference()["single_stream_output_tok_s"]
+    label = "vLLM" if expect.engine == "vllm" else (
+        "SGLang + third-party EAGLE-3 drafter (~42% accept)" if expect.speculative else "SGLang, base")
+    seed = reference[label]
+    expectation = (f">= {BENCH_TOLERANCE:.0%} of the seed's {seed} tok/s ({label}); "
+                   f"tuned on the target: {reference['SGLang, tuned NCCL env + settings']} tok/s")
+    if not args.bench:
+        return Line(area, name, expectation, "not run (--no-bench)", UNREACHED, source)
+    workload = argparse.Namespace(concurrency=[1], input_len=args.bench_input_len, output_len=args.bench_output_len,
+                                  prompts_per_stream=args.bench_prompts, min_prompts=args.bench_prompts)
+    target = {"expect": expect, "model_path": site.hosts[name].serving.model_path}
+    try:
+        results = bench.run_workload(host, target, workload)
+    except RuntimeError as error:
+        return Line(area, name, expectation, " ".join(str(error).split())[:400], UNREACHED, source)
+    if not results or results[0].output_throughput is None:
+        return Line(area, name, expectation, "the benchmark printed no output throughput", UNREACHED, source)
+    value = float(results[0].output_throughput)
+    (folder / "bench.json").write_text(json.dumps([asdict(r) for r in results], indent=2, default=str) + "\n")
+    return Line(area, name, expectation,
+                f"{value:.1f} tok/s ({args.bench_prompts} prompts, {args.bench_input_len} in / "
+                f"{args.bench_output_len} out, concurrency 1)",
+                PASS if value >= BENCH_TOLERANCE * seed else FAIL, source,
+                figure=round(value, 1), expected_figure=seed, unit="tok/s")
+
+
+def guest_lines(args, site, name: str, folder: Path) -> list[Line]:
+    import testinfra
+
+    from checks.connection import testinfra_url
+    from checks.expectations import Expectations
+
+    expect = Expectations.from_site(site, name)
+    host = testinfra.get_host(testinfra_url(args.inventory, name))
+    gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
+    report = health_report(args, name, folder)
+    lines = [
+        from_health(report, "guest GPUs", name, f"{expect.gpu_count} x {expect.gpu_model}, "
+                    f"compute capability {expect.compute_capability}",
+                    ("gpu count", "gpu name", "compute capability", "memory"), gpu_from),
+        allreduce_line(report, name, expect, gpu_from),
+        from_health(report, "weights at the pinned revision", name, "every weight set's manifest matches the pin",
+                    ("weights manifest matches the pin",)),
+        load_time_line(host, expect, engine_from),
+        first_generation_line(report, name, engine_from),
+        kv_cache_line(host, expect, site, name, engine_from),
+        accept_length_line(report, name, expect, engine_from),
+        bench_line(args, site, name, host, expect, engine_from, folder),
+    ]
+    lines.append(dcgm_line(args, host, expect, "stand-in: lab dcgmi" if gpu_from != TARGET else TARGET))
+    lines.append(health_verdict_line(report, name))
+    return lines
+
+
+def allreduce_line(report: dict | None, name: str, expect, source: str) -> Line:
+    line = from_health(report, "all-reduce bandwidth", name,
+                       f"bus bandwidth >= {expect.allreduce_min_busbw_gbps} GB/s ({expect.allreduce_floor_source})",
+                       ("allreduce across all gpus",), source)
+    line.figure = evidence(report or {}, "allreduce_busbw_gbps")
+    line.expected_figure, line.unit = expect.allreduce_min_busbw_gbps, "GB/s"
+    return line
+
+
+def first_generation_line(report: dict | None, name: str, source: str) -> Line:
+    line = from_health(report, "first generation", name, "a chat completion that is not degenerate",
+                       ("chat completion not degenerate",), source)
+    seconds = evidence(report or {}, "tiny_request_seconds")
+    if seconds is not None:
+        line.observed += f" ({seconds:.2f} s)"
+        line.figure, line.unit = seconds, "s"
+    return line
+
+
+def accept_length_line(report: dict | None, name: str, expect, source: str) -> Line:
+    if not expect.speculative:
+        return Line("EAGLE-3 accept length", name, "only when a drafter is served", "no drafter served",
+                    NOT_APPLICABLE, source)
+    line = from_health(report, "EAGLE-3 accept length", name, "the accept length the site expects",
+                       ("accept length from metrics", "accept length since start"), source)
+    line.figure = evidence(report or {}, "accept_length")
+    return line
+
+
+# SGLang's line once the KV cache pool is allocated (python/sglang/srt/mem_cache/memory_pool.py,
+# 0.5.9-0.5.23: MHA pools log "K size"/"V size", MLA pools such as Kimi-K2.5's "KV size").
+KV_ALLOCATED = re.compile(r"KV Cache is allocated\. #tokens: (?P<tokens>\d+)(?P<rest>[^\n]*)")
+
+
+def last_kv_allocation(journal: str) -> tuple[int, str] | None:
+    found = list(KV_ALLOCATED.finditer(journal))
+    if not found:
+        return None
+    last = found[-1]
+    return int(last.group("tokens")), last.group(0).strip()
+
+
+def kv_cache_line(host, expect, site, name: str, source: str) -> Line:
+    area, expectation = "KV cache allocated", "the engine's own allocation line, beside the deploy's estimate"
+    if expect.engine != "sglang":
+        return Line(area, name, expectation, f"{expect.engine}: only SGLang's allocation line is read",
+                    UNREACHED, source)
+    journal = host.run(f"journalctl -u {shlex.quote(expect.unit_name)} -b --no-pager -o cat")
+    allocation = last_kv_allocation(journal.stdout) if journal.rc == 0 else None
+    if allocation is None:
+        return Line(area, name, expectation, f"no allocation line in this boot's journal of {expect.unit_name}",
+                    UNREACHED, source)
+    tokens, text = allocation
+    return Line(area, name, expectation, text, PASS, source, figure=tokens, unit="tokens")
+
+
+def health_verdict_line(report: dict | None, name: str) -> Line:
+    if report is None:
+        return Line("health verdict", name, "HEALTHY", "the health checks wrote no report", UNREACHED)
+    failed = [r for r in report["checks"] if r["verdict"] == "FAIL"]
+    return Line("health verdict", name, "HEALTHY",
+                f"{'UNHEALTHY' if failed else 'HEALTHY'} ({len(failed)} failed of {len(report['checks'])} checks)",
+                FAIL if failed else PASS,
+                details=[f"{r['suite']} {r['check']}: {' '.join(r['detail'].split())[:300]}" for r in failed])
+
+
+# -- the report --------------------------------------------------------------------------------------
+
+
+def overall(lines: list[Line]) -> tuple[str, int]:
+    verdicts = {line.verdict for line in lines}
+    if FAIL in verdicts:
+        return "NOT ACCEPTED", 1
+    if UNREACHED in verdicts:
+        return "INCOMPLETE", 3
+    return "ACCEPTED", 0
+
+
+def markdown(lines: list[Line], meta: dict) -> str:
+    verdict, _ = overall(lines)
+    counts = {v: sum(line.verdict == v for line in lines) for v in (PASS, FAIL, UNREACHED, NOT_APPLICABLE)}
+    out = [f"# Acceptance report: {verdict}", "",
+           f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
+           + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
+           "| verdict | area | host | expected | observed | answered by |", "|---|---|---|---|---|---|"]
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    for line in lines:
+        out.append(f"| {line.verdict} | {cell(line.area)} | {cell(line.host)} | {cell(line.expectation)} | "
+                   f"{cell(line.observed)} | {cell(line.source)} |")
+    detailed = [line for line in lines if line.details]
+    if detailed:
+        out += ["", "## Details"]
+        for line in detailed:
+            out += ["", f"**{line.area}** ({line.host})", ""] + [f"- {cell(d)}" for d in line.details]
+    out += ["", "UNREACHED lines could not be collected and are not counted as passed; N/A lines do not "
+            "apply to this site. A line answered by a stand-in rehearses the collection, not the machine."]
+    return "\n".join(out) + "\n"
+
+
+def draw_chart(lines: list[Line], path: Path) -> Path | None:
+    """Each measured figure against its expectation (1.0 = as expected); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    measured = [line for line in lines if line.figure is not None and line.expected_figure]
+    if not measured:
+        return None
+    figure, axes = plt.subplots(figsize=(8, 0.6 * len(measured) + 1.5))
+    ratios = [line.figure / line.expected_figure for line in measured]
+    colours = ["#2a7" if line.verdict == PASS else "#c33" if line.verdict == FAIL else "#999" for line in measured]
+    labels = [f"{line.area} ({line.host})" for line in measured]
+    axes.barh(labels, ratios, color=colours)
+    axes.axvline(1.0, color="black", linewidth=1)
+    for index, line in enumerate(measured):
+        axes.text(ratios[index], index, f" {line.figure:g} / {line.expected_figure:g} {line.unit}", va="center")
+    axes.set_xlabel("measured / expected")
+    axes.set_title("inference-host acceptance: figures against their expectations")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
+    parser.add_argument("--inventory", required=True, help="inventory file of the deployed site")
+    parser.add_argument("--out", type=Path, help="report folder (default: reports/acceptance-<time>)")
+    parser.add_argument("--no-dcgm", dest="dcgm", action="store_false",
+                        help="skip `dcgmi diag -r 2` (it stops the serving unit for minutes)")
+    parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the single-stream benchmark")
+    parser.add_argument("--bench-prompts", type=int, default=4)
+    parser.add_argument("--bench-input-len", type=int, default=1024)
+    parser.add_argument("--bench-output-len", type=int, default=256)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    started = time.time()
+    folder = args.out or Path("reports") / f"acceptance-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        site = site_of(args.inventory)
+        problem = output_path_problem("--out", folder, folder=True)
+        if problem:
+            raise SiteError([problem])
+    except SiteError as error:
+        print("inference-host acceptance: bad input, no host was contacted:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = collect(args, site, folder)
+    meta = {"inventory": args.inventory, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            "seconds": round(time.time() - started, 1)}
+    verdict, status = overall(lines)
+    (folder / "report.json").write_text(json.dumps({**meta, "verdict": verdict, "lines": [asdict(x) for x in lines]},
+                                                   indent=2, default=str) + "\n")
+    (folder / "report.md").write_text(markdown(lines, meta))
+    chart = draw_chart(lines, folder / "chart.png")
+    print("\n" + markdown(lines, meta))
+    print(f"report: {folder / 'report.md'}, {folder / 'report.json'}"
+          + (f", {chart}" if chart else " (no chart: `uv sync --extra bench` installs matplotlib)"))
+    return status
+
+
+def collect(args, site, folder: Path) -> list[Line]:
+    import testinfra
+
+    from checks.connection import testinfra_url
+
+    lines: list[Line] = []
+    for node in site.group("proxmox_hosts"):
+        _KVM_GPUS[node.name] = [guest.guest.gpu_addresses for guest in site.group("kvm_guests")
+                                if guest.guest.node == node.name and guest.guest.gpu_addresses]
+        try:
+            lines.extend(node_lines(node, testinfra.get_host(testinfra_url(args.inventory, node.name))))
+        except Exception as error:  # noqa: BLE001 - an unreachable node is one line, not a traceback
+            lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
+    for gpu_node in site.group("gpu_nodes"):
+        try:
+            lines.extend(guest_lines(args, site, gpu_node.name, folder))
+        except Exception as error:  # noqa: BLE001
+            lines.append(Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300],
+                              UNREACHED))
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

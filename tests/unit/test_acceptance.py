@@ -1,0 +1,161 @@
+"""checks.acceptance: each line's judgement on recorded answers, the overall verdict and exit
+status, the report's files. The collection itself runs in the lab (tests/lab/test_acceptance.py)
+and on the real H200 (tests/unit/data/acceptance/)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from checks import acceptance as acc
+
+
+class FakeHost:
+    """testinfra's host.run, answering by command prefix (a recorded session)."""
+
+    def __init__(self, answers: dict[str, tuple[int, str]]):
+        self.answers = answers
+
+    def run(self, command: str):
+        for prefix, (rc, stdout) in self.answers.items():
+            if command.startswith(prefix):
+                return SimpleNamespace(rc=rc, stdout=stdout, stderr="")
+        return SimpleNamespace(rc=1, stdout="", stderr="not recorded")
+
+
+def test_kernel_arguments_pass_only_with_both_iommu_args():
+    line = acc.judge_kernel_args("pve", "BOOT_IMAGE=/vmlinuz root=ZFS=rpool amd_iommu=on iommu=pt\n", "amd", "target")
+    assert line.verdict == acc.PASS
+    line = acc.judge_kernel_args("pve", "BOOT_IMAGE=/vmlinuz intel_iommu=on\n", "intel", "target")
+    assert line.verdict == acc.FAIL and "iommu=pt" in line.details[0]
+
+
+def test_kernel_arguments_unreadable_are_unreached_not_passed():
+    assert acc.judge_kernel_args("pve", None, "amd", "target").verdict == acc.UNREACHED
+    assert acc.judge_kernel_args("pve", "iommu=pt", None, "target").verdict == acc.UNREACHED
+
+
+def test_cpu_vendor_from_cpuinfo():
+    assert acc.cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\n") == "amd"
+    assert acc.cpu_vendor("vendor_id\t: GenuineIntel\n") == "intel"
+    assert acc.cpu_vendor("vendor_id\t: HygonGenuine\n") is None
+
+
+def test_the_stand_in_kernel_is_named_as_the_source():
+    host = FakeHost({"head -c 8192 /usr/local/lib/pve-standin/pve-standin-kernel": (0, ""),
+                     "cat /run/pve-standin/cmdline": (0, "BOOT_IMAGE=/vmlinuz-6.1 root=ZFS=x amd_iommu=on iommu=pt\n"),
+                     "cat /proc/cpuinfo": (0, "vendor_id : AuthenticAMD\n"),
+                     "test -d /sys/module/nouveau": (1, ""),
+                     "grep -rqsE": (0, "")})
+    lines = acc.node_lines(SimpleNamespace(name="pve"), host)
+    kernel = lines[0]
+    assert kernel.verdict == acc.PASS and kernel.source.startswith("stand-in: pve-standin-kernel")
+    assert lines[1].area == "nouveau" and lines[1].source.startswith("stand-in")
+    assert lines[2].verdict == acc.NOT_APPLICABLE  # no KVM guest
+
+
+def test_a_real_node_is_read_from_proc_cmdline():
+    host = FakeHost({"cat /proc/cmdline": (0, "BOOT_IMAGE=/vmlinuz root=ZFS=x\n"),
+                     "cat /proc/cpuinfo": (0, "vendor_id : GenuineIntel\n"),
+                     "test -d /sys/module/nouveau": (0, ""),
+                     "grep -rqsE": (1, "")})
+    kernel, nouveau, _ = acc.node_lines(SimpleNamespace(name="pve"), host)
+    assert (kernel.verdict, kernel.source) == (acc.FAIL, acc.TARGET)
+    assert nouveau.verdict == acc.FAIL and nouveau.observed == "loaded; not blacklisted"
+
+
+def test_vfio_binding_judged_per_address():
+    acc._KVM_GPUS["pve"] = [["0000:01:00.0", "0000:02:00.0"]]
+    try:
+        host = FakeHost({"readlink /sys/bus/pci/devices/0000:01:00.0/driver": (0, "../../bus/pci/drivers/vfio-pci\n"),
+                         "readlink /sys/bus/pci/devices/0000:02:00.0/driver": (0, "../../bus/pci/drivers/nvidia\n")})
+        (line,) = acc.vfio_lines(SimpleNamespace(name="pve"), host, in_lab=False)
+    finally:
+        acc._KVM_GPUS.pop("pve")
+    assert line.verdict == acc.FAIL and "0000:02:00.0: nvidia" in line.observed
+
+
+REPORT = {"verdict": "healthy", "checks": [
+    {"suite": "gpu", "check": "gpu count", "verdict": "PASS", "detail": "8 GPUs", "evidence": []},
+    {"suite": "interconnect", "check": "allreduce across all gpus", "verdict": "FAIL",
+     "detail": "expected: bus bandwidth >= 40 GB/s\nfound: 3.1 GB/s", "evidence": [
+         {"name": "allreduce_busbw_gbps", "value": 3.1, "labels": {"gpus": "8"}}]},
+    {"suite": "server", "check": "accept length from metrics", "verdict": "SKIP", "detail": "no drafter",
+     "evidence": []},
+]}
+
+
+def test_health_rows_become_lines():
+    assert acc.from_health(REPORT, "guest GPUs", "gpu", "8 GPUs", ("gpu count",)).verdict == acc.PASS
+    expect = SimpleNamespace(allreduce_min_busbw_gbps=40.0, allreduce_floor_source="the target's figure")
+    line = acc.allreduce_line(REPORT, "gpu", expect, "target")
+    assert (line.verdict, line.figure, line.expected_figure) == (acc.FAIL, 3.1, 40.0)
+    assert "3.1 GB/s" in line.observed
+
+
+def test_a_check_that_only_skipped_or_never_ran_is_unreached():
+    assert acc.from_health(REPORT, "x", "gpu", "y", ("accept length from metrics",)).verdict == acc.UNREACHED
+    assert acc.from_health(REPORT, "x", "gpu", "y", ("weights manifest matches the pin",)).verdict == acc.UNREACHED
+    assert acc.from_health(None, "x", "gpu", "y", ("gpu count",)).verdict == acc.UNREACHED
+
+
+def test_load_time_from_systemd_timestamps():
+    expect = SimpleNamespace(unit_name="inference-engine", host_name="gpu")
+    host = FakeHost({"systemctl show": (0, "InactiveExitTimestampMonotonic=10000000\n"
+                                           "ActiveEnterTimestampMonotonic=622500000\nTimeoutStartUSec=30min\n")})
+    line = acc.load_time_line(host, expect, acc.TARGET)
+    assert (line.verdict, line.figure, line.expected_figure) == (acc.PASS, 612.5, 1800.0)
+    host = FakeHost({"systemctl show": (0, "InactiveExitTimestampMonotonic=10000000\n"
+                                           "ActiveEnterTimestampMonotonic=0\nTimeoutStartUSec=30min\n")})
+    assert acc.load_time_line(host, expect, acc.TARGET).verdict == acc.FAIL
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30min", 1800), ("1h 30s", 3630), ("600000000", 600),
+                                                ("infinity", None), ("", None), ("1min 500ms", 60.5)])
+def test_systemd_timespans(text, seconds):
+    assert acc.parse_timespan(text) == seconds
+
+
+def test_kv_allocation_line_from_the_journal():
+    journal = ("[2026-01-01 10:00:00 TP0] Load weight end.\n"
+               "[2026-01-01 10:00:01 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB\n"
+               "[2026-01-01 10:09:01 TP0] KV Cache is allocated. #tokens: 231040, KV size: 14.71 GB\n")
+    assert acc.last_kv_allocation(journal) == (231040, "KV Cache is allocated. #tokens: 231040, KV size: 14.71 GB")
+    assert acc.last_kv_allocation("Load weight end.\n") is None
+
+
+def test_overall_verdict_and_exit_status():
+    line = lambda verdict: acc.Line("a", "h", "e", "o", verdict)  # noqa: E731
+    assert acc.overall([line(acc.PASS), line(acc.NOT_APPLICABLE)]) == ("ACCEPTED", 0)
+    assert acc.overall([line(acc.PASS), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
+    assert acc.overall([line(acc.UNREACHED), line(acc.FAIL)]) == ("NOT ACCEPTED", 1)
+
+
+def test_report_files(tmp_path):
+    lines = [acc.Line("all-reduce bandwidth", "gpu", ">= 40 GB/s", "41 GB/s", acc.PASS, figure=41.0,
+                      expected_figure=40.0, unit="GB/s"),
+             acc.Line("guest GPUs", "gpu", "8", "a | b", acc.FAIL, "stand-in: lab nvidia-smi", details=["why"])]
+    text = acc.markdown(lines, {"inventory": "inventory/lab.py", "started": "now", "seconds": 1})
+    assert text.startswith("# Acceptance report: NOT ACCEPTED")
+    assert "| FAIL | guest GPUs | gpu | 8 | a \\| b | stand-in: lab nvidia-smi |" in text
+    assert "**guest GPUs** (gpu)" in text
+    pytest.importorskip("matplotlib")
+    chart = acc.draw_chart(lines, tmp_path / "chart.png")
+    assert chart and chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_bad_inventory_is_one_line_and_exit_2(capsys, tmp_path):
+    assert acc.main(["--inventory", str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("inference-host acceptance: bad input") and len(err) == 2
+
+
+def test_report_json_shape(tmp_path, monkeypatch):
+    monkeypatch.setattr(acc, "collect", lambda args, site, folder: [acc.Line("health verdict", "gpu", "HEALTHY",
+                                                                             "HEALTHY", acc.PASS)])
+    assert acc.main(["--inventory", "inventory/lab.py", "--out", str(tmp_path / "r")]) == 0
+    payload = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert payload["verdict"] == "ACCEPTED" and payload["lines"][0]["area"] == "health verdict"
+    assert (tmp_path / "r" / "report.md").is_file()
