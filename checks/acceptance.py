@@ -3,6 +3,7 @@ and judged in one run, with a verdict per line.
 
     uv run python -m checks.acceptance --inventory inventory/prod.py
     uv run python -m checks.acceptance --inventory inventory/prod.py --out reports/acceptance-1 --no-dcgm
+    uv run python -m checks.acceptance --hosts local:// --expect gpu_count=1 ...   # a machine in no inventory
 
 Each line names what it expects and what it found, and where the answer came from: the target,
 or a lab stand-in (which says so in its own file: a line judged on a stand-in's answer is marked
@@ -146,7 +147,10 @@ def health_report(args, name: str, folder: Path) -> dict | None:
     from checks import __main__ as health
 
     report = folder / f"health-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
-    argv = ["--inventory", args.inventory, "--host", name, "--report", str(report)]
+    if args.inventory:
+        argv = ["--inventory", args.inventory, "--host", name, "--report", str(report)]
+    else:
+        argv = ["--hosts", args.hosts, "--report", str(report)] + [f"--expect={e}" for e in args.expect]
     print(f"\n## health checks of {name}", flush=True)
     health.main(argv)
     return json.loads(report.read_text()) if report.is_file() else None
@@ -254,6 +258,8 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
                    f"tuned on the target: {reference['SGLang, tuned NCCL env + settings']} tok/s")
     if not args.bench:
         return Line(area, name, expectation, "not run (--no-bench)", UNREACHED, source)
+    if site is None:
+        return Line(area, name, expectation, "no inventory: the served model's path is unknown", UNREACHED, source)
     workload = argparse.Namespace(concurrency=[1], input_len=args.bench_input_len, output_len=args.bench_output_len,
                                   prompts_per_stream=args.bench_prompts, min_prompts=args.bench_prompts)
     target = {"expect": expect, "model_path": site.hosts[name].serving.model_path}
@@ -272,14 +278,10 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
                 figure=round(value, 1), expected_figure=seed, unit="tok/s")
 
 
-def guest_lines(args, site, name: str, folder: Path) -> list[Line]:
+def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[Line]:
     import testinfra
 
-    from checks.connection import testinfra_url
-    from checks.expectations import Expectations
-
-    expect = Expectations.from_site(site, name)
-    host = testinfra.get_host(testinfra_url(args.inventory, name))
+    host = testinfra.get_host(url)
     gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
     report = health_report(args, name, folder)
     lines = [
@@ -429,7 +431,11 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
 
 def _arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
-    parser.add_argument("--inventory", required=True, help="inventory file of the deployed site")
+    parser.add_argument("--inventory", help="inventory file of the deployed site")
+    parser.add_argument("--hosts", help="testinfra URL of a GPU machine in no inventory (local://, ssh://...):"
+                                        " its GPU, interconnect and server lines only")
+    parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --hosts: what the machine should be (as `python -m checks --expect`)")
     parser.add_argument("--out", type=Path, help="report folder (default: reports/acceptance-<time>)")
     parser.add_argument("--no-dcgm", dest="dcgm", action="store_false",
                         help="skip `dcgmi diag -r 2` (it stops the serving unit for minutes)")
@@ -445,7 +451,10 @@ def main(argv=None) -> int:
     started = time.time()
     folder = args.out or Path("reports") / f"acceptance-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        site = site_of(args.inventory)
+        if bool(args.inventory) == bool(args.hosts):
+            raise SiteError(["give --inventory (a deployed site) or --hosts (a machine in no inventory), one of them"])
+        site = site_of(args.inventory) if args.inventory else None
+        expect = None if site else _expectations_without_inventory(args)
         problem = output_path_problem("--out", folder, folder=True)
         if problem:
             raise SiteError([problem])
@@ -455,8 +464,8 @@ def main(argv=None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 2
     folder.mkdir(parents=True, exist_ok=True)
-    lines = collect(args, site, folder)
-    meta = {"inventory": args.inventory, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+    lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
+    meta = {"inventory": args.inventory or args.hosts, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
             "seconds": round(time.time() - started, 1)}
     verdict, status = overall(lines)
     (folder / "report.json").write_text(json.dumps({**meta, "verdict": verdict, "lines": [asdict(x) for x in lines]},
@@ -473,6 +482,7 @@ def collect(args, site, folder: Path) -> list[Line]:
     import testinfra
 
     from checks.connection import testinfra_url
+    from checks.expectations import Expectations
 
     lines: list[Line] = []
     for node in site.group("proxmox_hosts"):
@@ -484,11 +494,28 @@ def collect(args, site, folder: Path) -> list[Line]:
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
         try:
-            lines.extend(guest_lines(args, site, gpu_node.name, folder))
+            expect = Expectations.from_site(site, gpu_node.name)
+            lines.extend(guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name),
+                                     expect, folder))
         except Exception as error:  # noqa: BLE001
             lines.append(Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300],
                               UNREACHED))
     return lines
+
+
+def _expectations_without_inventory(args):
+    from checks import __main__ as health
+    from checks.expectations import Expectations
+
+    health._check_hosts_url(args.hosts)
+    return Expectations.from_overrides(args.expect)
+
+
+def collect_one(args, expect, folder: Path) -> list[Line]:
+    """A machine in no inventory: no node to read; its GPU, interconnect and server lines."""
+    lines = [Line("node", "(none)", "the node's kernel arguments, nouveau, vfio",
+                  "no inventory: no node to read", UNREACHED)]
+    return lines + guest_lines(args, None, expect.host_name or args.hosts, args.hosts, expect, folder)
 
 
 if __name__ == "__main__":
