@@ -1,0 +1,71 @@
+"""checks.acceptance rehearsed on the main lab: every line collected and judged, every answer
+that came from a stand-in named as such, the report's three files written, the exit status the
+overall verdict's. The lab has no GPU, no torch in the guest and no DCGM: those lines must say so
+(FAIL or UNREACHED), never PASS."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT
+
+pytestmark = pytest.mark.lab
+
+AREAS = ["node kernel arguments", "nouveau", "vfio binding", "guest GPUs", "all-reduce bandwidth",
+         "weights at the pinned revision", "model load time", "first generation", "KV cache allocated",
+         "EAGLE-3 accept length", "single-stream benchmark", "DCGM diagnostics level 2", "health verdict"]
+
+
+@pytest.fixture(scope="module")
+def report(lab_second_deploy, tmp_path_factory):
+    """One acceptance run after the deploy that changed nothing (it restarts nothing unless DCGM
+    is installed: the lab's guest has none)."""
+    out = tmp_path_factory.mktemp("acceptance") / "report"
+    run = subprocess.run([sys.executable, "-m", "checks.acceptance", "--inventory", str(LAB_INVENTORY),
+                          "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    print(run.stdout[-4000:])
+    payload = json.loads((out / "report.json").read_text())
+    return run, out, payload, {line["area"]: line for line in payload["lines"]}
+
+
+def test_every_line_is_collected_and_judged(report):
+    run, out, payload, lines = report
+    assert list(lines) == AREAS, run.stderr[-2000:]
+    assert {line["verdict"] for line in payload["lines"]} <= {"PASS", "FAIL", "UNREACHED", "N/A"}
+    assert (out / "report.md").read_text().startswith(f"# Acceptance report: {payload['verdict']}")
+    assert {"ACCEPTED": 0, "NOT ACCEPTED": 1, "INCOMPLETE": 3}[payload["verdict"]] == run.returncode
+
+
+def test_stand_in_answers_are_named(report):
+    _, _, _, lines = report
+    assert lines["node kernel arguments"]["source"].startswith("stand-in: pve-standin-kernel")
+    assert lines["guest GPUs"]["source"] == "stand-in: lab nvidia-smi"
+    for area in ("model load time", "first generation", "KV cache allocated", "single-stream benchmark"):
+        assert lines[area]["source"] == "stand-in: lab SGLang server", area
+
+
+def test_what_the_lab_really_has_passes(report):
+    """The node's kernel arguments reach the stand-in kernel only through proxmox-boot-tool
+    refresh and the reboot the walk made; the weights are really verified; the stand-in
+    engine really started, answered and was judged by the deploy's own suites."""
+    _, _, _, lines = report
+    for area in ("node kernel arguments", "weights at the pinned revision", "model load time", "first generation",
+                 "health verdict"):
+        assert lines[area]["verdict"] == "PASS", lines[area]
+    assert "iommu=pt" in lines["node kernel arguments"]["observed"].split()
+    assert 0 < lines["model load time"]["figure"] <= lines["model load time"]["expected_figure"]
+
+
+def test_what_the_lab_cannot_show_is_never_passed(report):
+    """No GPU, no torch in the guest, no DCGM: said in one line each, not counted as passed."""
+    _, _, payload, lines = report
+    for area in ("guest GPUs", "all-reduce bandwidth", "DCGM diagnostics level 2"):
+        assert lines[area]["verdict"] in ("FAIL", "UNREACHED"), lines[area]
+        assert "\n" not in lines[area]["observed"]
+    assert payload["verdict"] != "ACCEPTED"
