@@ -174,6 +174,9 @@ NOT_POINTERS = {
     ("lab/standins/hf_hub/server.py", "original/README.md"): "a file of the stand-in's model repository",
     ("lab/standins/nvidia_apt_repo/dcgm_exporter.py", "packaging/README.md"): "upstream dcgm-exporter's file",
     **{("tests/unit/test_docs.py", name): "planted by the link tests" for name in ("missing.md", "doc.md", "code.md")},
+    **{(name, "report.md"): "the acceptance report's own output file" for name in (
+        "checks/acceptance.py", "docs/health-and-benchmark.md", "tests/lab/test_acceptance.py",
+        "tests/unit/test_acceptance.py")},
 }
 
 
