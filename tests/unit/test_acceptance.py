@@ -5,6 +5,7 @@ and on the real H200 (tests/unit/data/acceptance/)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -159,3 +160,23 @@ def test_report_json_shape(tmp_path, monkeypatch):
     payload = json.loads((tmp_path / "r" / "report.json").read_text())
     assert payload["verdict"] == "ACCEPTED" and payload["lines"][0]["area"] == "health verdict"
     assert (tmp_path / "r" / "report.md").is_file()
+
+
+H200 = Path(__file__).parent / "data" / "acceptance" / "h200-1gpu"
+
+
+def test_the_h200_capture_is_judged_as_it_was_on_the_machine():
+    """The real health report of 1 x H200 gives the lines the real run printed."""
+    health = json.loads((H200 / "health.json").read_text())
+    printed = {line["area"]: line for line in json.loads((H200 / "report.json").read_text())["lines"]}
+    expect = SimpleNamespace(gpu_count=1, gpu_model="NVIDIA H200", compute_capability="9.0",
+                             allreduce_min_busbw_gbps=100.0, allreduce_floor_source="the nvlink floor")
+    gpus = acc.from_health(health, "guest GPUs", "local", "1 x NVIDIA H200",
+                           ("gpu count", "gpu name", "compute capability", "memory"))
+    assert gpus.verdict == acc.PASS == printed["guest GPUs"]["verdict"]
+    assert "NVIDIA H200" in gpus.observed and "140.4 GiB" in gpus.observed
+    allreduce = acc.allreduce_line(health, "local", expect, acc.TARGET)
+    assert allreduce.verdict == acc.UNREACHED == printed["all-reduce bandwidth"]["verdict"]
+    verdict = acc.health_verdict_line(health, "local", ["gpu", "interconnect"])
+    assert verdict.verdict == acc.PASS and verdict.observed == printed["health verdict"]["observed"]
+    assert json.loads((H200 / "report.json").read_text())["verdict"] == "INCOMPLETE"
