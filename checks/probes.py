@@ -224,7 +224,7 @@ def report(request, text: str) -> None:
 
 def evidence(request, name: str, value: float | int | bool | None, **labels: str) -> None:
     """A number the check judged, kept in the JSON report's "evidence" (the checks' timer turns
-    it into the gauge inference_host_<name>, roles/monitoring/textfile.py). Recorded before the
+    it into the gauge inference_host_<name>, checks/textfile.py). Recorded before the
     verdict, so a failing check keeps its numbers too."""
     if value is not None:
         request.node.user_properties.append(("evidence", (name, float(value), labels)))

@@ -12,7 +12,7 @@ Metric names, by source:
   sglang:inter_token_latency_seconds (histograms), sglang:spec_accept_length (gauge);
 - vLLM (vllm/v1/metrics/loggers.py): vllm:time_to_first_token_seconds,
   vllm:inter_token_latency_seconds (histograms);
-- the checks' timer on each gpu node (roles/monitoring/textfile.py): inference_host_check_ok
+- the checks' timer on each gpu node (checks/textfile.py): inference_host_check_ok
   {suite, check, gpu} and the evidence inference_host_* gauges.
 """
 

@@ -14,7 +14,7 @@ and once per host:
 
     /etc/systemd/system/<unit>.service     -> <install_root>/current/serving/<unit>.service
     /etc/inference-host/engine/<unit>-secret-args.yaml    -> <install_root>/current/serving/... (health checks)
-    /usr/local/libexec/inference-host/sglang-*  cleanup, readiness wait, switch-with-rollback
+    /usr/local/libexec/inference-host/inference-engine-*  cleanup, readiness wait, switch-with-rollback
 
 An upgrade (a new `active` stack) is built beside the old one by roles/engine_envs and configured
 in its own folder, so nothing the running release uses is rewritten; this role then points

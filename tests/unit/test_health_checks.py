@@ -120,7 +120,7 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
 
 
 def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
-    """What the checks' timer exports (roles/monitoring/textfile.py): real nvidia-smi -q of the
+    """What the checks' timer exports (checks/textfile.py): real nvidia-smi -q of the
     1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
     request = FakeRequest()
     for check in (test_gpus.test_temperature_margin, test_gpus.test_ecc_enabled_no_uncorrectable_errors,
