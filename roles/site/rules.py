@@ -63,12 +63,9 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
             )
         for key in ("api_key_secret", "hf_token_secret"):
             ref = getattr(host.serving, key)
-            if ref and ref not in secret_names:
-                problems.append(
-                    f"{here}: serving_{key} = {ref!r} names no secret in "
-                    f"{secrets_file or '(no secrets_file set)'}; expected one of: "
-                    + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
-                )
+            if ref and secret_names is not None and ref not in secret_names:
+                problems.append(f"{here}: serving_{key} = {ref!r} names no secret in"
+                                f" {_vault_state(secrets_file, secret_names)}")
         if host.sglang.install_leave_out and host.sglang.install_mode == "full":
             problems.append(f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
                             " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
@@ -95,6 +92,16 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
+
+
+def _vault_state(secrets_file: str | None, secret_names) -> str:
+    """The vault as it is, for a reference to a key it lacks (an unreadable vault is named by its
+    own line, and its references are not judged: secret_names None)."""
+    if not secrets_file:
+        return "the vault: no secrets_file is set; expected secrets_file = '<file>.vault.yml' (python -m roles.site.vault set)"
+    if not secret_names:
+        return f"{secrets_file}, which has no keys; expected a key set with python -m roles.site.vault set {secrets_file} NAME"
+    return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
 
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -139,10 +146,9 @@ def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_na
             continue
         for key in ("web_password_secret", "email_auth_password_secret"):
             ref = getattr(m, key)
-            if ref and ref not in secret_names and host.valid(f"monitoring_{key}"):
+            if ref and secret_names is not None and ref not in secret_names and host.valid(f"monitoring_{key}"):
                 problems.append(f"{here}: monitoring_{key} = {ref!r} names no secret in"
-                                f" {secrets_file or '(no secrets_file set)'}; expected one of: "
-                                + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)"))
+                                f" {_vault_state(secrets_file, secret_names)}")
         if m.web_password_secret is None and m.listen_address not in LOOPBACK:
             problems.append(f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
                             " Alertmanager without monitoring_web_password_secret; expected a vault secret"
