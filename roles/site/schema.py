@@ -10,6 +10,7 @@ prefix, each section's pydantic errors become one-line messages.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -165,6 +166,23 @@ def control_character_problem(value: Any, path: str = "") -> str | None:
     return None
 
 
+def number_problem(value: Any) -> str | None:
+    """Why a number cannot be written anywhere, or None: Python's integers have no bound, but
+    every reader of ours does (systemd and Proxmox parse 64-bit integers, JSON readers doubles),
+    so 10**30 became an error on the host, or a wrapped value; a float must be finite."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        return f"is beyond a 64-bit integer ({len(str(abs(value)))} digits); expected a number the host's tools can read"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number; expected a finite number"
+    if isinstance(value, dict):
+        return next((p for item in value.values() if (p := number_problem(item))), None)
+    if isinstance(value, (list, tuple)):
+        return next((p for item in value if (p := number_problem(item))), None)
+    return None
+
+
 # Keys of a mapping setting (serving_extra_env above all) named like a secret.
 SECRET_KEY_RE = re.compile(r"(^|_)(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 
@@ -298,7 +316,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
                 f" stdin), named by {setting}")
             invalid.add(key)
             continue
-        problem = control_character_problem(data[key])
+        problem = control_character_problem(data[key]) or number_problem(data[key])
         if problem:
             value_problems.append(f"{where}: host {name}: {key} = {shown(data[key])} {problem}")
             invalid.add(key)
