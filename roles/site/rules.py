@@ -100,7 +100,8 @@ def _vault_state(secrets_file: str | None, secret_names) -> str:
     """The vault as it is, for a reference to a key it lacks (an unreadable vault is named by its
     own line, and its references are not judged: secret_names None)."""
     if not secrets_file:
-        return "the vault: no secrets_file is set; expected secrets_file = '<file>.vault.yml' (python -m roles.site.vault set)"
+        return ("the vault (no secrets_file set); expected secrets_file = '<file>.vault.yml' beside the inventory"
+                " (python -m roles.site.vault set FILE NAME makes it)")
     if not secret_names:
         return f"{secrets_file}, which has no keys; expected a key set with python -m roles.site.vault set {secrets_file} NAME"
     return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
