@@ -183,8 +183,10 @@ def number_problem(value: Any) -> str | None:
     return None
 
 
-# Keys of a mapping setting (serving_extra_env above all) named like a secret.
-SECRET_KEY_RE = re.compile(r"(^|_)(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
+# Keys of a mapping setting named like a secret: environment variable names (upper case, as
+# serving_extra_env's are), so that a file path under a lower-case key (a daemon's "tls_key")
+# is not taken for one.
+SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
 def secret_problem(value: Any, path: str = "") -> str | None:
@@ -202,7 +204,7 @@ def secret_problem(value: Any, path: str = "") -> str | None:
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for key, item in items:
         where = f"{path}[{shown(key)}]"
-        if isinstance(key, str) and SECRET_KEY_RE.search(key) and isinstance(item, str) and item:
+        if isinstance(key, str) and SECRET_KEY_RE.match(key) and isinstance(item, str) and item:
             setting = ("serving_hf_token_secret" if key.upper().startswith(("HF_", "HUGGING"))
                        else "serving_api_key_secret" if "API" in key.upper() else "a *_secret setting")
             return f"{where} is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)", setting
