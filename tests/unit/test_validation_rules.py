@@ -14,10 +14,31 @@ from roles.site import load_site, loading
 from roles.site import vault as secrets
 from roles.site.rules import NO_ROLE_CHECKS
 from tests.unit.conftest import gpu_node
-from tests.unit.test_refusals import NODE, lxc, validate  # noqa: F401 - validate is a fixture
+from tests.unit.test_refusals import NODE, lxc, tree
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # shaped like a Hugging Face token, not one
 API_KEY = "sk-" + "proj0123456789abcdefABCDEF"
+
+
+@pytest.fixture
+def validate(tmp_path, capsys, monkeypatch):
+    """`python -m roles.site PATH` in this process, as test_refusals.py's: exit 2, exactly one
+    problem line (returned), nothing written under the test's folder, HOME an empty folder."""
+    from roles.site.__main__ import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+
+    def run(path) -> str:
+        before = tree(tmp_path)
+        assert main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and tree(tmp_path) == before
+        lines = [line.removeprefix("  - ") for line in err.splitlines() if line.startswith("  - ")]
+        assert len(lines) == 1, "expected one problem line, got:\n" + "\n".join(lines)
+        return lines[0]
+
+    return run
 
 
 # --- every group a list of hosts ------------------------------------------------------------------
