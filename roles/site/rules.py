@@ -367,6 +367,8 @@ def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
     ports = []
     if host.in_group("gpu_nodes"):
         ports.append(("serving_port", host.serving.port))
+        if host.serving.topology == "tensor_parallel":  # rank 0's torch.distributed store
+            ports.append(("serving_dist_init_port", host.serving.dist_init_port))
         if monitored:
             ports += [("monitoring_node_exporter_port", host.monitoring.node_exporter_port),
                       ("monitoring_dcgm_exporter_port", host.monitoring.dcgm_exporter_port)]

@@ -262,6 +262,19 @@ def test_two_services_of_ours_on_one_port_of_one_host_are_refused(inventory, val
                               " expected two different ports (one listener per port)")
 
 
+def test_the_dist_init_port_on_the_engines_port_is_refused(inventory, validate):
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_topology="tensor_parallel",
+                                                serving_dist_init_port=30000)])
+    assert validate(path) == (f"{path}: host gpu.invalid: serving_dist_init_port = 30000 is serving_port too on this"
+                              " host; expected two different ports (one listener per port)")
+
+
+def test_a_dist_init_host_with_a_lookalike_letter_is_refused(inventory, validate):
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_dist_init_host="gpu\u0435.example")])
+    assert validate(path) == (f"{path}: host gpu.invalid: serving_dist_init_host = 'gpu\u0435.example' is invalid;"
+                              " expected a DNS name or an IP address")
+
+
 def test_two_guests_with_one_ip_are_refused(inventory, validate):
     path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[
         lxc("a.invalid", guest_ip="10.0.0.11/24"), lxc("b.invalid", guest_vmid=201, guest_ip="10.0.0.11/24")])

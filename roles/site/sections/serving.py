@@ -9,11 +9,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
+    DNS_NAME_RE,
     AbsolutePath,
     IpAddress,
     SecretName,
     Section,
     check,
+    is_ip,
     one_of,
     positive,
     tcp_port,
@@ -162,7 +164,8 @@ class ServingSettings(Section):
         "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
         "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
         "rank 0 serves the API)."))
-    dist_init_host: str | None = Field(None, description=(
+    dist_init_host: Annotated[str, check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None,
+                                         "a DNS name or an IP address")] | None = Field(None, description=(
         "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
         "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."))
     dist_init_port: Annotated[int, tcp_port] = Field(50000, description=(
