@@ -300,7 +300,8 @@ def one_line_inventory_errors() -> None:
     def make_inventory_or_one_line(inventory, *args, **kwargs):
         try:
             return make_inventory(inventory, *args, **kwargs)
-        except (UnexpectedExternalError, SyntaxError) as error:
+        except (UnexpectedExternalError, SyntaxError, UnicodeDecodeError) as error:
+            # (pyinfra reads the file before it runs it: a byte that is not UTF-8 is raised bare.)
             print_problems(SiteError([python_error(error, [Path(inventory)])]))
             raise SystemExit(2) from None
 

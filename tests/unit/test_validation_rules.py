@@ -13,8 +13,8 @@ import pytest
 from roles.site import load_site, loading
 from roles.site import vault as secrets
 from roles.site.rules import NO_ROLE_CHECKS
-from tests.unit.conftest import gpu_node
-from tests.unit.test_refusals import NODE, lxc, tree
+from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.test_refusals import NODE, lxc, one_line, tree
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # shaped like a Hugging Face token, not one
 API_KEY = "sk-" + "proj0123456789abcdefABCDEF"
@@ -148,6 +148,17 @@ def test_a_byte_that_is_not_utf8_names_the_inventory_and_its_line(inventory, val
     path = inventory.dir / "site.py"
     path.write_bytes(b"gpu_nodes = [('gpu.invalid', {'gpu_count': 8})]\n# caf\xe9\n")
     assert validate(path) == f"{path}:2: byte 0xe9 is not UTF-8; expected a UTF-8 text file (save it as UTF-8)"
+
+
+def test_a_byte_that_is_not_utf8_stops_pyinfra_in_one_line(inventory, tmp_path):
+    # pyinfra reads the file before running it and raised the bare UnicodeDecodeError (`<frozen codecs>`).
+    path = inventory.dir / "site.py"
+    path.write_bytes(b"from validation import require_valid_inventory\n"
+                     b"gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8})]\n# caf\xe9\n"
+                     b"require_valid_inventory(__file__, globals())\n")
+    pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
+    assert one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py") == (
+        f"{path}:3: byte 0xe9 is not UTF-8; expected a UTF-8 text file (save it as UTF-8)")
 
 
 def test_a_corrupt_vault_is_one_line_and_not_called_empty(inventory, validate):
