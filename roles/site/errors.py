@@ -6,6 +6,7 @@ import difflib
 import re
 import sys
 import traceback
+import unicodedata
 from pathlib import Path
 
 # Values echoed in a message are cut to this many characters: a 200,000-character value must
@@ -13,10 +14,47 @@ from pathlib import Path
 SHOWN_CHARACTERS = 80
 
 
+# Unicode categories no setting needs and a terminal does not show as what they are: controls
+# (Cc), format characters (Cf: U+200B zero-width space, U+202E right-to-left override and the
+# other bidi controls, U+FEFF), private use (Co), unassigned (Cn), line and paragraph separators;
+# and spaces other than U+0020 (Zs: U+00A0, U+3000, ...), which look like the one space.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+
+
+def is_invisible(character: str) -> bool:
+    category = unicodedata.category(character)
+    return category in INVISIBLE_CATEGORIES or (category == "Zs" and character != " ")
+
+
+def escaped(text: str) -> str:
+    """text with every invisible character written as its escape (\\u200b): a key that ends in a
+    zero-width space is not printed like the right one, a right-to-left override does not
+    reorder the message around it."""
+    return "".join(_escape(c) if is_invisible(c) else c for c in text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+# Values shaped like secrets: a Hugging Face token (hf_ and 30 or more letters and digits,
+# huggingface_hub's tokens are 34) and an OpenAI-style API key (sk-...). Found in a plain setting
+# they are refused (roles/site/schema.py), and a message never prints them: shown() hides them.
+SECRET_VALUE_RE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})")
+
+
+def hidden(text: str) -> str:
+    """text with every secret-shaped part replaced by its first three characters and a mark."""
+    return SECRET_VALUE_RE.sub(lambda m: f"{m.group()[:3]}…(hidden)", text)
+
+
 class SiteError(Exception):
-    """One or more problems in the user's input, each naming file, field, value and remedy."""
+    """One or more problems in the user's input, each naming file, field, value and remedy.
+    Every problem is kept with its invisible characters escaped."""
 
     def __init__(self, problems: list[str]):
+        problems = [escaped(problem) for problem in problems]
         self.problems = problems
         super().__init__("\n".join(problems))
 
@@ -32,7 +70,7 @@ def unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[
 
 def shown(value) -> str:
     """repr(value) for a message, cut at SHOWN_CHARACTERS with the full length named."""
-    text = repr(value)
+    text = hidden(repr(value))
     if len(text) <= SHOWN_CHARACTERS:
         return text
     length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
@@ -47,6 +85,8 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
     original is its `exception` (its click message attribute is never set, so str() of the
     wrapper itself fails)."""
     original = getattr(error, "exception", None) or error
+    if isinstance(original, UnicodeDecodeError):
+        return _not_utf8(original, user_files)
     if isinstance(original, SyntaxError) and original.filename:
         where = f"{display(Path(original.filename))}:{original.lineno}"
         return f"{where}: SyntaxError: {original.msg}"
@@ -54,7 +94,12 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
     frames = traceback.extract_tb(original.__traceback__)
     mine = [f for f in frames if Path(f.filename).resolve() in wanted
             or Path(f.filename).resolve().parent.name == "group_data"]
-    frame = (mine or frames or [None])[-1]
+    # Never a frame of pyinfra's or Python's own code (`<frozen codecs>`, site-packages): the
+    # user's file, else the project's module it imported, else the inventory without a line.
+    root = Path(__file__).resolve().parents[2]
+    ours = [f for f in frames if Path(f.filename).is_absolute() and Path(f.filename).resolve().is_relative_to(root)
+            and ".venv" not in Path(f.filename).resolve().relative_to(root).parts]
+    frame = (mine or ours or [None])[-1]
     where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
     message = str(original).splitlines()[0] if str(original) else ""
     moved = _moved_name(original)
@@ -63,6 +108,24 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
     if len(message) > 2 * SHOWN_CHARACTERS:
         message = f"{message[:2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
     return f"{where}: {type(original).__name__}" + (f": {message}" if message else "")
+
+
+def _not_utf8(error: UnicodeDecodeError, user_files: list[Path]) -> str:
+    """`FILE:LINE: byte 0xe9 is not UTF-8` for the user's file that cannot be read (pyinfra reads
+    the inventory and group_data/*.py as UTF-8; the exception names only `<frozen codecs>`)."""
+    folders = {Path(__file__).resolve().parents[2] / "group_data"} | {p.parent / "group_data" for p in user_files}
+    candidates = [*user_files, *sorted(p for folder in folders if folder.is_dir() for p in folder.glob("*.py"))]
+    for path in candidates:
+        try:
+            data = path.read_bytes()
+            data.decode("utf-8")
+        except UnicodeDecodeError as found:
+            line = data.count(b"\n", 0, found.start) + 1
+            return (f"{display(path)}:{line}: byte {data[found.start]:#04x} is not UTF-8; expected a UTF-8 text file"
+                    " (save it as UTF-8)")
+        except OSError:
+            continue
+    return f"{display(user_files[0])}: byte {error.object[error.start]:#04x} is not UTF-8; expected UTF-8 text files"
 
 
 # Names an older inventory imports from where they no longer are: its one line says where they went.

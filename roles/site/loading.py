@@ -4,6 +4,7 @@ and the validation every inventory runs before pyinfra connects (through validat
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from pathlib import Path
 
@@ -66,6 +67,9 @@ def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | No
             secret_names = frozenset(vault.load(Path(secrets_file)))
         except vault.SecretsError as error:
             problems.append(f"{where}: secrets_file = {shown(site_values['secrets_file'])}: {error}")
+            # Its keys are unknown, not absent: the references to it are not judged (the one
+            # line above says what is wrong with the file).
+            secret_names = None
     check_site(hosts, where, secret_names, secrets_file, problems, stack, checks)
     check_driver_match(hosts, stack, where, problems)
     check_weights(hosts, where, problems)
@@ -117,6 +121,44 @@ def _check_listing(groups: dict, where: str, problems: list[str]) -> None:
                                     " it in one group only)")
 
 
+HOST_ENTRY = "a host name or a (name, {data}) tuple"
+
+
+def _group_shape_problems(attrs: dict, where: str) -> list[str]:
+    """Every group a list of hosts, or one line. pyinfra keeps a module-level name as a group only
+    when it is a list or tuple of names and tuples (pyinfra_cli/inventory.py _is_inventory_group,
+    3.x): `gpu_nodes = {...}` or `builders = 'gpu1'` was dropped without a word, and the summary
+    said valid without the group; a (name, [list]) entry failed inside pyinfra, naming its file."""
+    problems = []
+    for name, value in attrs.items():
+        if name.startswith("_"):
+            continue
+        known = name in KNOWN_GROUPS or bool(difflib.get_close_matches(name, KNOWN_GROUPS, n=1, cutoff=0.85))
+        if not isinstance(value, (list, tuple)):
+            if known and not callable(value) and not isinstance(value, type(difflib)):
+                problems.append(f"{where}: {name} = {shown(value)} is a {type(value).__name__}, not a group;"
+                                f" expected a list of hosts, each {HOST_ENTRY}: {name} = [('gpu1', {{'gpu_count': 8}})]")
+            continue
+        hosts = value
+        if isinstance(value, tuple):  # pyinfra: (hosts, group data)
+            if not (len(value) == 2 and isinstance(value[0], (list, tuple)) and isinstance(value[1], dict)):
+                if known or all(isinstance(item, (str, tuple)) for item in value):
+                    problems.append(f"{where}: {name} = {shown(value)} is a tuple, read as (hosts, group data);"
+                                    f" expected a list of hosts, each {HOST_ENTRY}, or ([hosts], {{group data}})")
+                continue
+            hosts = value[0]
+        if not known and not all(isinstance(item, (str, tuple)) for item in hosts):
+            continue  # not a group to pyinfra: an ordinary variable of the file
+        for position, entry in enumerate(hosts, start=1):
+            if isinstance(entry, str) or (isinstance(entry, tuple) and len(entry) == 2
+                                          and isinstance(entry[0], str) and isinstance(entry[1], dict)):
+                continue
+            problems.append(f"{where}: {name} entry {position} = {shown(entry)} is not a host; expected {HOST_ENTRY}"
+                            + (f" (its data is a {type(entry[1]).__name__}, expected a dict of settings)"
+                               if isinstance(entry, tuple) and len(entry) == 2 else ""))
+    return problems
+
+
 def _chosen_stack(stack: Stack, stack_id: str, where: str, problems: list[str]) -> Stack | None:
     """The inventory's `stack` in place of the stack file's `active`: one inventory can serve
     with another stack of the same file (EAGLE-3 on sglang-0.5.10) without a copy of it."""
@@ -145,8 +187,9 @@ def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> 
     return values
 
 
-def _pyinfra_inventory(path: Path):
-    """The Inventory pyinfra's CLI would build from this file (group_data included)."""
+def _pyinfra_inventory(path: Path, namespace: dict | None = None):
+    """The Inventory pyinfra's CLI would build from this file (group_data included); namespace:
+    the file's globals when it has already run (else pyinfra runs it here)."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli import inventory as cli_inventory
@@ -159,7 +202,11 @@ def _pyinfra_inventory(path: Path):
     original = cli_inventory._get_groups_from_filename
 
     def keep_groups(filename):
-        groups = original(filename)
+        attrs = namespace if namespace is not None else cli_inventory.exec_file(filename, return_locals=True)
+        shape_problems = _group_shape_problems(attrs, display(path))
+        if shape_problems:
+            raise SiteError(shape_problems)
+        groups = {name: value for name, value in attrs.items() if cli_inventory._is_inventory_group(name, value)}
         _LISTED_GROUPS[key] = dict(groups)
         return groups
 
@@ -209,16 +256,7 @@ def _inventory_from_namespace(path: Path, namespace: dict):
     _is_inventory_group accepts; everything after that (the "all" group, the file-name group,
     group_data/) is unchanged. Names defined after the require_valid_inventory call are not
     groups in any inventory here (every file ends with the call)."""
-    from pyinfra_cli import inventory as cli_inventory
-
-    groups = {key: value for key, value in namespace.items()
-              if cli_inventory._is_inventory_group(key, value)}
-    original = cli_inventory._get_groups_from_filename
-    cli_inventory._get_groups_from_filename = lambda _filename: groups
-    try:
-        return _pyinfra_inventory(path)
-    finally:
-        cli_inventory._get_groups_from_filename = original
+    return _pyinfra_inventory(path, namespace)
 
 
 def require_valid_inventory(inventory_file: str, namespace: dict, checks: RoleChecks) -> None:
@@ -233,6 +271,8 @@ def require_valid_inventory(inventory_file: str, namespace: dict, checks: RoleCh
     try:
         try:
             inventory = _inventory_from_namespace(path, namespace)
+        except SiteError:
+            raise
         except Exception as error:  # a Python error in the group data
             raise SiteError([python_error(error, [path])]) from None
         site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None),
@@ -260,7 +300,8 @@ def one_line_inventory_errors() -> None:
     def make_inventory_or_one_line(inventory, *args, **kwargs):
         try:
             return make_inventory(inventory, *args, **kwargs)
-        except (UnexpectedExternalError, SyntaxError) as error:
+        except (UnexpectedExternalError, SyntaxError, UnicodeDecodeError) as error:
+            # (pyinfra reads the file before it runs it: a byte that is not UTF-8 is raised bare.)
             print_problems(SiteError([python_error(error, [Path(inventory)])]))
             raise SystemExit(2) from None
 

@@ -63,12 +63,9 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
             )
         for key in ("api_key_secret", "hf_token_secret"):
             ref = getattr(host.serving, key)
-            if ref and ref not in secret_names:
-                problems.append(
-                    f"{here}: serving_{key} = {ref!r} names no secret in "
-                    f"{secrets_file or '(no secrets_file set)'}; expected one of: "
-                    + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)")
-                )
+            if ref and secret_names is not None and ref not in secret_names:
+                problems.append(f"{here}: serving_{key} = {ref!r} names no secret in"
+                                f" {_vault_state(secrets_file, secret_names)}")
         if host.sglang.install_leave_out and host.sglang.install_mode == "full":
             problems.append(f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
                             " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
@@ -93,8 +90,21 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         if host.in_group("proxmox_hosts"):
             problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
+    _check_ports(site_hosts, where, problems)
+    _check_guest_ips(site_hosts, where, problems)
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
+
+
+def _vault_state(secrets_file: str | None, secret_names) -> str:
+    """The vault as it is, for a reference to a key it lacks (an unreadable vault is named by its
+    own line, and its references are not judged: secret_names None)."""
+    if not secrets_file:
+        return ("the vault (no secrets_file set); expected secrets_file = '<file>.vault.yml' beside the inventory"
+                " (python -m roles.site.vault set FILE NAME makes it)")
+    if not secret_names:
+        return f"{secrets_file}, which has no keys; expected a key set with python -m roles.site.vault set {secrets_file} NAME"
+    return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
 
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -139,10 +149,9 @@ def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_na
             continue
         for key in ("web_password_secret", "email_auth_password_secret"):
             ref = getattr(m, key)
-            if ref and ref not in secret_names and host.valid(f"monitoring_{key}"):
+            if ref and secret_names is not None and ref not in secret_names and host.valid(f"monitoring_{key}"):
                 problems.append(f"{here}: monitoring_{key} = {ref!r} names no secret in"
-                                f" {secrets_file or '(no secrets_file set)'}; expected one of: "
-                                + (", ".join(sorted(secret_names)) or "(the vault is empty or missing)"))
+                                f" {_vault_state(secrets_file, secret_names)}")
         if m.web_password_secret is None and m.listen_address not in LOOPBACK:
             problems.append(f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
                             " Alertmanager without monitoring_web_password_secret; expected a vault secret"
@@ -288,18 +297,109 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
 
 
 def _check_guest_address(host: HostSettings, here: str, problems: list[str]) -> None:
-    """Proxmox takes one family per key pair (ip/gw, ip6/gw6): the gateway must be of guest_ip's."""
+    """Proxmox takes one family per key pair (ip/gw, ip6/gw6): the gateway must be of guest_ip's.
+    The guest reaches its gateway on its own link only (no route to it otherwise: the default
+    route is refused or unusable), so the gateway is inside guest_ip's subnet, and another
+    machine than the guest itself; the guest's own address is a host of its subnet, not the
+    network's or the broadcast address."""
     guest = host.guest
-    if not guest.gateway or not host.valid("guest_ip", "guest_gateway"):
+    if guest.ip in ("dhcp", "manual") or not host.valid("guest_ip", "guest_gateway"):
         return
-    if guest.ip in ("dhcp", "manual"):
+    interface = ipaddress.ip_interface(guest.ip)
+    network = interface.network
+    if interface.version == 4 and network.prefixlen <= 30 and interface.ip in (network.network_address,
+                                                                           network.broadcast_address):
+        which = "network" if interface.ip == network.network_address else "broadcast"
+        problems.append(f"{here}: guest_ip = {guest.ip!r} is the {which} address of {network}; expected a host"
+                        f" address of the subnet ({network.network_address + 1} to {network.broadcast_address - 1})")
+    if not guest.gateway:
         return
-    ip_version = ipaddress.ip_interface(guest.ip).version
-    gateway_version = ipaddress.ip_address(guest.gateway).version
-    if ip_version != gateway_version:
-        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway_version} but guest_ip ="
-                        f" {guest.ip!r} is IPv{ip_version}; expected a gateway of the same family"
+    gateway = ipaddress.ip_address(guest.gateway)
+    if interface.version != gateway.version:
+        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway.version} but guest_ip ="
+                        f" {guest.ip!r} is IPv{interface.version}; expected a gateway of the same family"
                         " (Proxmox writes ip/gw and ip6/gw6 as pairs)")
+    elif gateway == interface.ip:
+        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is the guest's own address (guest_ip ="
+                        f" {guest.ip!r}); expected the router of its subnet {network}")
+    elif gateway not in network:
+        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is outside the guest's subnet {network}"
+                        f" (guest_ip = {guest.ip!r}); expected a router the guest reaches on its own link, inside {network}")
+
+
+def _check_guest_ips(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    """One address, one machine: two guests (or a guest and another host's ssh_hostname) on one
+    IP answer ARP for each other, and the deploy and the checks reach whichever answers first."""
+    owner: dict[ipaddress._BaseAddress, str] = {}
+    for host in site_hosts.values():
+        if host.ssh_hostname and is_ip_text(host.ssh_hostname):
+            owner.setdefault(ipaddress.ip_address(host.ssh_hostname), host.name)
+    for host in site_hosts.values():
+        is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
+        if not is_guest or host.guest.ip in ("dhcp", "manual") or not host.valid("guest_ip"):
+            continue
+        address = ipaddress.ip_interface(host.guest.ip).ip
+        first = owner.setdefault(address, host.name)
+        if first != host.name:
+            problems.append(f"{where}: host {host.name}: guest_ip = {host.guest.ip!r} is {first}'s address too;"
+                            " expected one IP address per guest (two machines on one IP answer for each other)")
+
+
+def is_ip_text(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+# Ports the node's own services hold, which an engine, a gateway or an exporter of ours cannot
+# bind as well (EADDRINUSE at start, or ours takes it first and the service is gone): on every
+# host the SSH server the deploy itself comes in by (22, or the host's ssh_port); on a Proxmox
+# node its own daemons (pve-manager: pveproxy 8006 for the web UI and API, spiceproxy 3128,
+# pvedaemon 85 on loopback; rpcbind 111, installed with the NFS client).
+PROXMOX_PORTS = {8006: "pveproxy (Proxmox's web UI and API)", 3128: "spiceproxy (Proxmox's SPICE proxy)",
+                 85: "pvedaemon (Proxmox's API daemon)", 111: "rpcbind"}
+
+
+def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
+    """(setting, port) of each service of ours that listens on this host."""
+    ports = []
+    if host.in_group("gpu_nodes"):
+        ports.append(("serving_port", host.serving.port))
+        if host.serving.topology == "tensor_parallel":  # rank 0's torch.distributed store
+            ports.append(("serving_dist_init_port", host.serving.dist_init_port))
+        if monitored:
+            ports += [("monitoring_node_exporter_port", host.monitoring.node_exporter_port),
+                      ("monitoring_dcgm_exporter_port", host.monitoring.dcgm_exporter_port)]
+    if host.in_group("gateways"):
+        ports += [("gateway_port", host.gateway.port), ("gateway_prometheus_port", host.gateway.prometheus_port)]
+    if host.in_group("monitors"):
+        ports += [("monitoring_prometheus_port", host.monitoring.prometheus_port),
+                  ("monitoring_alertmanager_port", host.monitoring.alertmanager_port)]
+    return [(key, port) for key, port in ports if host.valid(key)]
+
+
+def _check_ports(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    """One port, one listener per host: ours against the node's own services, and two of ours."""
+    monitored = any(h.in_group("monitors") for h in site_hosts.values())
+    for host in site_hosts.values():
+        reserved = {host.ssh.port or 22: "the SSH server (the deploy's own way in)"}
+        if host.in_group("proxmox_hosts"):
+            reserved.update(PROXMOX_PORTS)
+        if host.in_group("gpu_nodes") and not monitored:
+            # The exporters' ports stay free on a gpu node monitored later (roles/monitoring).
+            reserved.setdefault(host.monitoring.node_exporter_port, "node_exporter (roles/monitoring)")
+            reserved.setdefault(host.monitoring.dcgm_exporter_port, "DCGM's exporter (roles/monitoring)")
+        seen: dict[int, str] = {}
+        for key, port in _our_ports(host, monitored):
+            if port in reserved:
+                problems.append(f"{where}: host {host.name}: {key} = {port} is the port of {reserved[port]} on this"
+                                " host; expected a free port")
+            elif port in seen and not (seen[port].startswith("monitoring_") and key.startswith("monitoring_")):
+                problems.append(f"{where}: host {host.name}: {key} = {port} is {seen[port]} too on this host;"
+                                " expected two different ports (one listener per port)")
+            seen.setdefault(port, key)
 
 
 def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> None:

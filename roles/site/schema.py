@@ -10,20 +10,23 @@ prefix, each section's pydantic errors become one-line messages.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from roles.site.errors import closest, shown
-from roles.site.fields import PROJECT_ROOT, Section, expected_type, type_text
+from roles.site.errors import SECRET_VALUE_RE, closest, escaped, is_invisible, shown
+from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_text
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import Stack
 
 __all__ = ["KNOWN_GROUPS", "PROJECT_ROOT", "SECTIONS", "SITE_KEYS", "HostSettings", "Site", "address_of",
-           "build_host", "control_character_problem", "section_keys", "type_text"]
+           "build_host", "control_character_problem", "host_name_problem", "secret_problem", "section_keys",
+           "type_text"]
 
 KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways",
                 "monitors")
@@ -134,12 +137,20 @@ CONTROL_CHARACTER_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def control_character_problem(value: Any, path: str = "") -> str | None:
     """Why a value (strings inside lists and dicts included, keys too) cannot be written
-    anywhere, or None."""
+    anywhere, or None. Besides control characters: invisible ones (errors.is_invisible: U+200B,
+    U+202E and the other format characters, spaces other than U+0020), which pass into
+    --model-path or Description= looking like nothing, or reorder what a reader sees."""
     if isinstance(value, str):
         found = CONTROL_CHARACTER_RE.search(value)
         if found:
             return (f"has the control character {found.group()!r} at position {found.start()}{path};"
                     " expected text without newlines, tabs, NUL or other control characters")
+        invisible = next(((i, c) for i, c in enumerate(value) if is_invisible(c)), None)
+        if invisible:
+            position, character = invisible
+            return (f"has the invisible character {escaped(character)} ({unicodedata.name(character, 'unnamed')})"
+                    f" at position {position}{path}; expected text without invisible, format or look-alike space"
+                    " characters")
         return None
     if isinstance(value, dict):
         for key, item in value.items():
@@ -153,6 +164,81 @@ def control_character_problem(value: Any, path: str = "") -> str | None:
             if problem:
                 return problem
     return None
+
+
+def number_problem(value: Any) -> str | None:
+    """Why a number cannot be written anywhere, or None: Python's integers have no bound, but
+    every reader of ours does (systemd and Proxmox parse 64-bit integers, JSON readers doubles),
+    so 10**30 became an error on the host, or a wrapped value; a float must be finite."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        return f"is beyond a 64-bit integer ({len(str(abs(value)))} digits); expected a number the host's tools can read"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number; expected a finite number"
+    if isinstance(value, dict):
+        return next((p for item in value.values() if (p := number_problem(item))), None)
+    if isinstance(value, (list, tuple)):
+        return next((p for item in value if (p := number_problem(item))), None)
+    return None
+
+
+# Keys of a mapping setting named like a secret: environment variable names (upper case, as
+# serving_extra_env's are), so that a file path under a lower-case key (a daemon's "tls_key")
+# is not taken for one.
+SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
+
+
+def secret_problem(value: Any, path: str = "") -> str | None:
+    """Why a plain setting holds what looks like a secret, or None; never the secret itself. A plain
+    setting is written in clear into the preview, the unit, the launcher, a systemd-run command
+    line and the deploy's diffs; a secret belongs in the vault, named by a *_secret setting."""
+    if isinstance(value, str):
+        found = SECRET_VALUE_RE.search(value)
+        if found:
+            hugging_face = found.group().startswith("hf_")
+            kind = "a Hugging Face token (hf_...)" if hugging_face else "an API key (sk-...)"
+            setting = "serving_hf_token_secret" if hugging_face else "serving_api_key_secret"
+            return f"{path} holds what looks like {kind}", setting
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        where = f"{path}[{shown(key)}]"
+        if isinstance(key, str) and SECRET_KEY_RE.match(key) and isinstance(item, str) and item:
+            setting = ("serving_hf_token_secret" if key.upper().startswith(("HF_", "HUGGING"))
+                       else "serving_api_key_secret" if "API" in key.upper() else "a *_secret setting")
+            return f"{where} is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)", setting
+        found = secret_problem(item, where)
+        if found:
+            return found
+    return None
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why an inventory name cannot be a host's name, or None. A plain name is what ssh resolves and
+    what the replicas' URLs, the gateway's worker list and the preview's folders are written
+    with: an ASCII DNS name (RFC 1123: labels of letters, digits and '-', neither first nor last,
+    1 to 63 characters; 253 in all) or an IP address. A look-alike letter (Cyrillic 'е' for 'e')
+    resolves to another name or none. A connector's name (@docker/..., @local) is ASCII too."""
+    odd = next(((i, c) for i, c in enumerate(name) if not c.isascii()), None)
+    if odd:
+        position, character = odd
+        return (f"{escaped(character)!s} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
+                f" {position} is not ASCII")
+    if name.startswith("@"):
+        return None if re.fullmatch(r"@[A-Za-z0-9._:/@+-]+", name) else "a connector name with a character other than letters, digits and . _ : / @ + -"
+    if is_ip(name):
+        return None
+    labels = name.rstrip(".").split(".")
+    if len(name) > 253:
+        return f"{len(name)} characters (at most 253)"
+    bad = next((label for label in labels if not DNS_LABEL_RE.fullmatch(label)), None)
+    if bad is not None:
+        return f"the label {bad!r} is not 1 to 63 letters, digits and '-' (not first or last)"
+    return None
+
+
+DNS_LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 def _pyinfra_keys() -> set[str]:
@@ -216,13 +302,27 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
     name_problem = control_character_problem(name)
     if name_problem:  # the name lands in files too (URLs of replicas, the preview's folders)
         value_problems.append(f"{where}: host {shown(name)}: the host name {name_problem}")
+    elif host_name_problem(name):
+        value_problems.append(f"{where}: host {shown(name)}: the host name is not a DNS name in ASCII:"
+                              f" {host_name_problem(name)}; expected letters a-z, digits, '-' and dots (RFC 1123)"
+                              " or an IP address")
     for key in data:
         if key in pyinfra_keys and key not in known:
             continue  # pyinfra's own data (a connector's), never written by a role
-        problem = control_character_problem(data[key])
+        secret = secret_problem(data[key], key)
+        if secret:
+            what, setting = secret
+            value_problems.append(
+                f"{where}: host {name}: {what}, in a plain setting (written in clear to the preview, unit files and"
+                f" command lines); expected it in the vault: python -m roles.site.vault set FILE NAME (value on"
+                f" stdin), named by {setting}")
+            invalid.add(key)
+            continue
+        problem = control_character_problem(data[key]) or number_problem(data[key])
         if problem:
             value_problems.append(f"{where}: host {name}: {key} = {shown(data[key])} {problem}")
             invalid.add(key)
+    unknown = [key for key in unknown if key not in invalid]  # its own message names it
     data = {key: value for key, value in data.items() if key not in invalid}
     sections = {
         attribute_of(cls): _build_section(cls, data, f"{where}: host {name}", value_problems,

@@ -18,7 +18,7 @@ import yaml
 from pydantic import ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass
 
-from roles.site import lock
+from roles.site import lock, yamlfile
 from roles.site.errors import SiteError, display, shown, unknown_keys
 from roles.site.fields import DRIVER_VERSION_RE, check, rule_text
 
@@ -175,11 +175,14 @@ _PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", 
 
 def _read(path: Path, where: str) -> dict:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamlfile.load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
+    except UnicodeDecodeError as error:
+        raise SiteError([f"{where}: byte {error.object[error.start]:#04x} at offset {error.start} is not UTF-8;"
+                         " expected a UTF-8 text file"]) from None
     except yaml.YAMLError as error:
-        raise SiteError([f"{where}: not valid YAML: {error}"]) from None
+        raise SiteError([f"{where}: {yamlfile.one_line(error)}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
     return raw

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from roles.site import yamlfile
+
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
 
@@ -36,8 +38,8 @@ class _Encrypted(str):
     """Ciphertext of one value, as read from the file (never the plaintext)."""
 
 
-class _VaultLoader(yaml.SafeLoader):
-    pass
+class _VaultLoader(yamlfile.UniqueKeyLoader):
+    """A secret written twice is refused (the last would silently win)."""
 
 
 class _VaultDumper(yaml.SafeDumper):
@@ -53,7 +55,7 @@ _VaultDumper.add_representer(
 def load(path: Path) -> dict[str, _Encrypted]:
     """The encrypted entries of a secrets file, by name; no password needed."""
     try:
-        raw = yaml.load(Path(path).read_text(), Loader=_VaultLoader)  # noqa: S506 - safe loader subclass
+        raw = yamlfile.load(Path(path).read_text(encoding="utf-8"), _VaultLoader)
     except FileNotFoundError:
         raise SecretsError(
             "file not found; create it with `uv run python -m roles.site.vault set FILE NAME`"
@@ -64,16 +66,23 @@ def load(path: Path) -> dict[str, _Encrypted]:
         raise SecretsError("cannot be read by this user; expected a readable secrets file") from None
     except UnicodeDecodeError:
         raise SecretsError("is not a text file; expected the secrets file (YAML)") from None
+    except yamlfile.DuplicateKeyError as error:
+        raise SecretsError(str(error)) from None
     except yaml.YAMLError as error:
-        raise SecretsError(f"not valid YAML: {error}") from None
+        # One line (PyYAML's own text is up to 9 lines); the vault's keys are then unknown, and
+        # the validation says so instead of calling it empty.
+        raise SecretsError(f"{yamlfile.one_line(error)}; expected the secrets file as"
+                           " `python -m roles.site.vault set` writes it") from None
     raw = raw or {}
     if not isinstance(raw, dict):
         raise SecretsError("expected a mapping of secret name -> !vault value")
     plain = [key for key, value in raw.items() if not isinstance(value, _Encrypted)]
     if plain:
+        # The value itself is never printed: it may be the plaintext secret.
         raise SecretsError(
-            f"keys {', '.join(map(str, plain))} are not encrypted; expected every value to be a"
-            " !vault value (use `python -m roles.site.vault set`)"
+            f"{'keys' if len(plain) > 1 else 'key'} {', '.join(map(repr, plain))} not encrypted (plaintext in the"
+            " file: treat it as leaked); expected every value to be a !vault value: remove the line and"
+            " set it with `python -m roles.site.vault set FILE NAME` (value on stdin)"
         )
     return raw
 
@@ -82,12 +91,31 @@ def password_file() -> Path:
     return Path(os.environ.get(PASSWORD_FILE_ENV) or DEFAULT_PASSWORD_FILE).expanduser()
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_if_open(source: Path) -> None:
+    """One line on stderr when the password file is open to other users (any of mode 077, the
+    rule OpenSSH applies to a private key: authfile.c sshkey_perm_ok). A warning, not a refusal:
+    the file stays on the machine that runs the deploy and never reaches a host, and a deploy
+    must not stop over a file the user may share on purpose; the line says how to close it."""
+    try:
+        mode = source.stat().st_mode & 0o777
+    except OSError:
+        return  # missing: reading it names that
+    if mode & 0o077 and str(source) not in _WARNED:
+        _WARNED.add(str(source))
+        print(f"inference-host: warning: the vault password file {source} is open to other users (mode"
+              f" {mode:04o}): it unlocks every secret; expected mode 0600 (chmod 600 {source})", file=sys.stderr)
+
+
 def _vault(password: bytes | None = None):
     from ansible.constants import DEFAULT_VAULT_ID_MATCH
     from ansible.parsing.vault import VaultLib, VaultSecret
 
     if password is None:
         source = password_file()
+        _warn_if_open(source)
         try:
             password = source.read_bytes().strip()
         except OSError as error:

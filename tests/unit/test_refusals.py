@@ -286,7 +286,8 @@ def test_connection_settings_are_checked(inventory, tmp_path, data, message, val
 
 def test_connection_settings_are_typed(inventory, tmp_path):
     key = tmp_path / "id_ed25519"
-    key.write_text("not checked beyond existing\n")
+    key.write_text("not checked beyond existing and its mode\n")
+    key.chmod(0o600)  # only its owner reads it (a key open to others is refused: test_validation_rules.py)
     site = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", ssh_port=2222, ssh_key=str(key),
                                                           ssh_user="root", ssh_hostname="2001:db8::5")]))
     host = site.hosts["gpu.invalid"]

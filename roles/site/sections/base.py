@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
+    UNIX_NAME_RE,
     AbsolutePath,
     Section,
     UnixName,
@@ -20,7 +21,11 @@ class BaseSettings(Section):
 
     PREFIX: ClassVar[str] = "base_"
 
-    service_user: UnixName = Field("sglang", description=(
+    # Never root: the engine serves the network and, with serving_trust_remote_code, runs the
+    # model folder's Python; as root one bug or one tampered model file owns the host, and the
+    # unit's sandbox (ProtectSystem=, ReadWritePaths=) no longer holds it.
+    service_user: Annotated[str, check(lambda v: UNIX_NAME_RE.match(v) and v != "root",
+                                       "an unprivileged lower-case Unix user name, not root")] = Field("sglang", description=(
         "Unprivileged system user (no login shell) the engine runs as; owns the data, model and "
         "log directories."))
     service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")

@@ -10,7 +10,6 @@ from roles.site.fields import (
     Section,
     check,
     one_of,
-    positive,
 )
 
 # GPU architectures the project knows how to build for and check; the target is sm120.
@@ -38,7 +37,8 @@ class GpuSettings(Section):
     model: str = Field("NVIDIA RTX PRO 6000 Blackwell Server Edition", description=(
         "GPU model name nvidia-smi must report; it also selects the expected link class and "
         "bandwidth floors (checks/gpu_models.py)."))
-    memory_gib: Annotated[int, positive] = Field(96, description=(
+    # 1024 GiB: four times the largest GPU memory sold (288 GB); more is a unit mistake.
+    memory_gib: Annotated[int, check(lambda v: 1 <= v <= 1024, "1 to 1024 GiB")] = Field(96, description=(
         "Memory per GPU in GiB; 16 or more marks a large-BAR GPU (a KVM guest then needs guest_cpu"
         " host and guest_bios ovmf)."))
 

@@ -32,6 +32,14 @@ QEMU_MACHINE_RE = re.compile(
 LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS, KVM_MAX_HOSTPCI = 256, 256, 16
 
 
+# Bounds of a guest's size, so that a typo (10**30 cores, memory in bytes for MiB) stops here and
+# not at `pct create`/`qm create`, or as a guest that cannot start. Cores: pve-container's
+# limit for an LXC guest's cores (src/PVE/LXC/Config.pm, maximum 8192), far above any host a VM
+# runs on too. Memory: both pct and qm take at least 16 MiB (their memory option's minimum);
+# 64 TiB is above the largest x86 host sold, so more is a unit mistake. Disk: 1 PiB likewise.
+MAX_CORES, MIN_MEMORY_MIB, MAX_MEMORY_MIB, MAX_DISK_GIB = 8192, 16, 64 * 1024 * 1024, 1024 * 1024
+
+
 GUEST_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys")
 
 
@@ -47,10 +55,12 @@ class GuestSettings(Section):
     gpu_addresses: PciAddresses = Field([], description=(
         "PCI addresses of the node's GPUs given to this guest (LXC: /dev/nvidiaN entries; KVM: "
         "hostpciN). A GPU belongs to one guest."))
-    cores: Annotated[int, positive] = Field(64, description="CPU cores of the guest.")
-    memory_mib: Annotated[int, positive] = Field(512 * 1024, description=(
+    cores: Annotated[int, check(lambda v: 1 <= v <= MAX_CORES, f"1 to {MAX_CORES} cores")] = Field(64, description=(
+        "CPU cores of the guest."))
+    memory_mib: Annotated[int, check(lambda v: MIN_MEMORY_MIB <= v <= MAX_MEMORY_MIB,
+                                     f"{MIN_MEMORY_MIB} to {MAX_MEMORY_MIB} MiB (64 TiB)")] = Field(512 * 1024, description=(
         "Memory of the guest in MiB (swap 0)."))
-    disk_gib: Annotated[int, positive] = Field(500, description=(
+    disk_gib: Annotated[int, check(lambda v: 1 <= v <= MAX_DISK_GIB, f"1 to {MAX_DISK_GIB} GiB (1 PiB)")] = Field(500, description=(
         "Root disk size in GiB (KVM: scsi0, grown after a cloud-image import)."))
     storage: str = Field("local-lvm", description="Proxmox storage of the guest's disks.")
     unprivileged: bool = Field(True, description=(

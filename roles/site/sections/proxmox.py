@@ -18,10 +18,18 @@ from roles.site.fields import (
     positive,
 )
 
+# An IOMMU group's number is the kernel's id of it, never negative (drivers/iommu/iommu.c
+# iommu_group_alloc takes it from ida_alloc, an int), and the name of its folder under
+# /sys/kernel/iommu_groups: -1 or 10**30 names no group.
+MAX_IOMMU_GROUP = 2**31 - 1
+
 
 def _pci_groups(value: dict[str, int]) -> dict[str, int]:
     if not all(PCI_ADDRESS_RE.match(k) for k in value):
         raise PydanticCustomError("inference_host", "{valid}", {"valid": "{PCI address: group number}"})
+    if not all(0 <= group <= MAX_IOMMU_GROUP for group in value.values()):
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": f"{{PCI address: group number}} with group numbers from 0 to {MAX_IOMMU_GROUP}"})
     groups = {pci_address(k): group for k, group in value.items()}
     if len(groups) != len(value):
         raise PydanticCustomError("inference_host", "{valid}", {

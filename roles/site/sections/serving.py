@@ -5,20 +5,74 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
+    DNS_NAME_RE,
     AbsolutePath,
     IpAddress,
     SecretName,
     Section,
     check,
+    is_ip,
     one_of,
     positive,
     tcp_port,
 )
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Variables the project's own environment file or command line already sets from a setting
+# (roles/serving/templates/inference-engine.env.j2, roles/shared/nccl.py, roles/serving/command.py):
+# a second line in serving_extra_env, written after the project's, would win (systemd keeps the
+# last assignment of an EnvironmentFile=) and bypass that setting's own rule (nccl_p2p_level's
+# one-of), or put a secret in the clear. Name -> the setting that sets it.
+OWNED_ENV = {
+    "NCCL_P2P_LEVEL": "nccl_p2p_level", "NCCL_P2P_DISABLE": "nccl_p2p_level ('off')",
+    "NCCL_IB_DISABLE": "nccl_ib_disable", "NCCL_IB_HCA": "nccl_ib_hca", "NCCL_SOCKET_IFNAME": "nccl_socket_ifname",
+    "NCCL_DEBUG": "nccl_debug", "NCCL_DEBUG_SUBSYS": "nccl_debug_subsys", "NCCL_MIN_NCHANNELS": "nccl_min_nchannels",
+    # The token is a vault secret installed as $HF_HOME/token (0600); HF_HOME is under base_data_dir.
+    "HF_TOKEN": "serving_hf_token_secret", "HUGGING_FACE_HUB_TOKEN": "serving_hf_token_secret",
+    "HF_TOKEN_PATH": "serving_hf_token_secret", "HF_HOME": "base_data_dir (HF_HOME is <base_data_dir>/.cache/huggingface)",
+    "TORCHINDUCTOR_CACHE_DIR": "base_data_dir (the cache is <base_data_dir>/.cache/torchinductor)",
+    # The API key reaches the engine in a 0600 --config file; vLLM also reads VLLM_API_KEY
+    # (vllm/entrypoints/openai/api_server.py), which would set a second key beside it.
+    "VLLM_API_KEY": "serving_api_key_secret", "SGLANG_API_KEY": "serving_api_key_secret",
+    "OPENAI_API_KEY": "serving_api_key_secret",
+    # vLLM takes VLLM_PORT as the first of its internal ports (vllm/envs.py), not the API port.
+    "VLLM_PORT": "serving_port (the HTTP port; VLLM_PORT is vLLM's internal one and collides with it)",
+    "SGLANG_ENABLE_SPEC_V2": "serving_speculative's spec_v2",
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "serving_custom_all_reduce_pcie",
+    "SGLANG_CUSTOM_AR_ALLOW_PCIE": "serving_custom_all_reduce_pcie",
+    "SGLANG_ENABLE_JIT_DEEPGEMM": "gpu_arch (off on sm120, which has no DeepGEMM kernels)",
+    "VLLM_NO_USAGE_STATS": "nothing: the project always sets it (no usage reports)",
+    "VLLM_DO_NOT_TRACK": "nothing: the project always sets it (no usage reports)",
+    "PYTHONUNBUFFERED": "nothing: the project always sets it (the journal gets each line as written)",
+}
+
+# Variables that change what code runs: the dynamic loader's (LD_PRELOAD and LD_AUDIT load a
+# library into every process, LD_LIBRARY_PATH and GCONV_PATH pick other libraries, ld.so(8)),
+# Python's (PYTHONPATH, PYTHONHOME, PYTHONUSERBASE, PYTHONPLATLIBDIR pick other modules,
+# PYTHONSTARTUP and PYTHONBREAKPOINT run or import named code, python(1)), PATH (other
+# binaries for the compilers and tools the engine spawns) and the shells' startup files (BASH_ENV,
+# ENV). The engine runs exactly the locked environment the deploy built and checked;
+# anything else is a new engine environment (a stack), not a variable.
+CODE_ENV = ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GCONV_PATH", "PYTHONPATH", "PYTHONHOME",
+            "PYTHONUSERBASE", "PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PATH", "BASH_ENV", "ENV")
+
+
+def _extra_env(value: dict[str, str]) -> dict[str, str]:
+    owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
+    if owned:
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": "no variable the project already sets from a setting: " + "; ".join(owned)})
+    code = [name for name in value if name in CODE_ENV]
+    if code:
+        raise PydanticCustomError("inference_host", "{valid}", {
+            "valid": f"no variable that changes what code runs ({', '.join(code)}): the engine runs the"
+                     " locked environment of its stack; change the stack instead"})
+    return value
 
 
 class SpeculativeSettings(BaseModel):
@@ -110,7 +164,8 @@ class ServingSettings(Section):
         "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
         "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
         "rank 0 serves the API)."))
-    dist_init_host: str | None = Field(None, description=(
+    dist_init_host: Annotated[str, check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None,
+                                         "a DNS name or an IP address")] | None = Field(None, description=(
         "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
         "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."))
     dist_init_port: Annotated[int, tcp_port] = Field(50000, description=(
@@ -123,9 +178,14 @@ class ServingSettings(Section):
         "the unit's TimeoutStartSec of 1200 s."))
     extra_env: Annotated[dict[str, str], check(
         lambda v: all(ENV_NAME_RE.match(k) for k in v),
-        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)")] = Field({}, description=(
+        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)"),
+        AfterValidator(_extra_env)] = Field({}, description=(
         "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
-        " name is an environment variable name (a space or '=' in it would write another one)."))
+        " name is an environment variable name (a space or '=' in it would write another one)."
+        " Refused: a variable a setting already sets (NCCL_P2P_LEVEL: nccl_p2p_level, HF_TOKEN,"
+        " HF_HOME, the API key, ...), one that changes what code runs (LD_PRELOAD, LD_LIBRARY_PATH,"
+        " PYTHONPATH, PATH, ...), and a secret (a value like hf_... or sk-..., a name like *_TOKEN or"
+        " *_KEY): secrets go in the vault."))
     custom_all_reduce_pcie: bool = Field(False, description=(
         "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
         "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "

@@ -25,6 +25,16 @@ def _key_file_exists(value: str) -> bool:
     return key.is_file() or (PROJECT_ROOT / key).is_file()
 
 
+def _key_file_private(value: str) -> bool:
+    """Only its owner can read or write it, the rule OpenSSH applies before it uses a private key
+    (authfile.c sshkey_perm_ok: any of mode 077 is "UNPROTECTED PRIVATE KEY FILE", the key is
+    ignored): refused here, so the deploy (paramiko, which does not check) and the health checks
+    (OpenSSH, which refuses) agree, and a key others can copy is named before it is used."""
+    key = Path(value).expanduser()
+    key = key if key.is_file() else PROJECT_ROOT / key
+    return not key.stat().st_mode & 0o077
+
+
 HOSTNAME_OR_IP = check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None,
                        "a DNS name or an IP address")
 
@@ -43,6 +53,8 @@ class SshSettings(Section):
     user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match,
                                "a user name (letters, digits, _ . @ -)")] | None = Field(None, description=(
         "The SSH user (pyinfra's default: the local user or ~/.ssh/config)."))
-    key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine")] | None = Field(
+    key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine"),
+                   check(_key_file_private, "a private key file only its owner can read (chmod 600 it; OpenSSH"
+                         " refuses a key open to others)")] | None = Field(
         None, description=("A private key file on the machine that runs pyinfra (~ expanded; a relative"
                            " path from the current folder or the project root, where pyinfra looks)."))
