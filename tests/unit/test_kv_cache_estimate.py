@@ -57,12 +57,19 @@ def test_mla_kv_bytes_per_token_is_sglangs_cell_size():
         assert kv_cache.target_memory(KIMI, tp).kv_bytes_per_token == (512 + 64) * 61 * 2 == 70272
 
 
-def test_kimi_on_eight_96_gib_gpus_leaves_about_250k_tokens():
+def test_kimi_on_eight_rtx_pro_6000_leaves_218k_tokens():
+    """Issue 36: the card is not 96 GiB (nvidia-smi: 97,887 MiB) and SGLang measures the free
+    memory after the CUDA context and NCCL are taken (model_runner.py init_torch_distributed).
+    rest = post - pre * (1 - 0.92) with pre = 97887 MiB - 2 GiB = 93.59 GiB, post = pre - 71.82
+    GiB of weights: 14.29 GiB = 218,348 tokens of 70,272 B. The old estimate (0.92 x 96 GiB -
+    weights) gave 16.5 GiB = 252,187 tokens, 15 % more than SGLang will have."""
     target, drafter = kv_cache.target_memory(KIMI, 8), kv_cache.drafter_memory(DRAFTER, 8)
-    estimate = kv_cache.KvEstimate(96 * kv_cache.GIB, 0.92, target, drafter)
+    pre = kv_cache.before_load_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96)
+    assert pre == 97887 * kv_cache.MIB - 2 * kv_cache.GIB
+    estimate = kv_cache.KvEstimate(pre, 0.92, target, drafter)
     assert 71.5 < target.weights_per_gpu / kv_cache.GIB < 72.0
-    assert estimate.kv_bytes == int(0.92 * 96 * kv_cache.GIB) - target.weights_per_gpu
-    assert estimate.kv_tokens == estimate.kv_bytes // 70272 and 250_000 < estimate.kv_tokens < 255_000
+    assert kv_cache.gib(estimate.kv_bytes) == "14.3 GiB"
+    assert estimate.kv_tokens == 218_348
     # The drafter: one layer reading 2 x hidden, its fc (replicated) and full-vocabulary lm_head;
     # KV: 64 heads / 8 GPUs x (128 + 128) x 2 B per token.
     assert 0.70 < drafter.weights_per_gpu / kv_cache.GIB < 0.73
@@ -70,23 +77,32 @@ def test_kimi_on_eight_96_gib_gpus_leaves_about_250k_tokens():
     assert estimate.drafter_bytes < estimate.headroom_bytes
 
 
+def test_a_card_without_a_known_nvidia_smi_total_is_taken_at_gpu_memory_gib():
+    assert kv_cache.card_memory_bytes("NVIDIA H200", 141) == 141 * kv_cache.GIB
+    assert kv_cache.card_memory_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96) == 97887 * kv_cache.MIB
+
+
 def test_default_context_with_48_requests_is_refused_with_what_would_fit(configs):
     (problem,) = _problems(configs)
     assert problem.startswith(f"{configs.dir / 'site.py'}: host gpu1: serving_speculative (EAGLE3 on sglang 0.5.10): ")
     assert "\n" not in problem
-    assert "the model's context length 262144 (+ 4 draft tokens) x serving_max_running_requests 48" in problem
-    assert "0.92 x 96 GiB - 71.8 GiB of target weights per GPU = 16.5 GiB" in problem
-    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 5249" in problem
+    # each request's row: context + 4 + num_draft_tokens (extra_max_context_len)
+    assert ("the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48"
+            " = 12583296 tokens") in problem
+    assert ("0.92 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
+            " of target weights per GPU = 14.3 GiB = 218348 tokens at 70272 B") in problem
+    # 218348 // 48 - 8 = 4540 (the old check said 5249: 252187 // 48 - 4)
+    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 4540" in problem
 
 
 def test_a_context_that_fits_passes_and_both_numbers_are_on_the_command_line(configs):
-    site = _site(configs, serving_context_length=5249)
+    site = _site(configs, serving_context_length=4540)
     host = site.hosts["gpu1"]
     args = server_arguments(host, site.hosts, site.stack.active)
     assert args[args.index("--max-running-requests") + 1] == "48"  # SGLang's cap, said
-    assert args[args.index("--context-length") + 1] == "5249"
-    (problem,) = _problems(configs, serving_context_length=5250)
-    assert "serving_context_length 5250 (+ 4 draft tokens) x serving_max_running_requests 48" in problem
+    assert args[args.index("--context-length") + 1] == "4540"
+    (problem,) = _problems(configs, serving_context_length=4541)
+    assert "serving_context_length 4541 (+ 4 + 4 draft tokens) x serving_max_running_requests 48" in problem
 
 
 def test_fewer_requests_at_a_longer_context(configs):
@@ -97,8 +113,8 @@ def test_fewer_requests_at_a_longer_context(configs):
 
 def test_a_fraction_that_leaves_no_room_for_the_drafter_is_refused(configs):
     problems = _problems(configs, serving_context_length=4096, serving_mem_fraction_static=0.99)
-    assert len(problems) == 1 and "the drafter needs 2.1 GiB per GPU" in problems[0]
-    assert "1 - serving_mem_fraction_static leaves 1.0 GiB" in problems[0]
+    assert len(problems) == 1 and "the drafter needs 1.9 GiB per GPU" in problems[0]
+    assert "1 - serving_mem_fraction_static leaves 0.9 GiB" in problems[0]
 
 
 def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
