@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -138,3 +139,81 @@ def test_a_target_without_mla_is_not_estimated():
     lab = json.loads((PROJECT_ROOT / "tests/lab/data/eagle3/tiny-kimi-config.json").read_text())
     assert kv_cache.model_context_length(lab) == 2048  # SGLang's default without a length key
     assert kv_cache_problems(None, None, lab, DRAFTER) == []
+
+
+def _release_method(version: str, name: str, stubs: dict):
+    """A method of the release's ModelRunnerKVCacheMixin, compiled from the committed snapshot of
+    its model_runner_kv_cache_mixin.py with the module's GPU-facing names replaced by stubs."""
+    import ast
+
+    from tests.unit.upstream_sources import release_text
+
+    tree = ast.parse(release_text("sglang", version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"))
+    mixin = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunnerKVCacheMixin")
+    method = next(n for n in mixin.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    method.args.args[0].annotation = None
+    for arg in method.args.args[1:]:
+        arg.annotation = None
+    namespace = dict(stubs)
+    exec(compile(ast.Module([method], []), f"sglang-{version}:{name}", "exec"), namespace)  # noqa: S102 - upstream's own code
+    return namespace[name]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10"])
+def test_the_releases_own_profile_gives_the_estimates_tokens(version):
+    """Runs the pinned release's own get_cell_size_per_token and profile_max_num_token on Kimi-K2.5's
+    figures, with the GPU's answers substituted: get_available_gpu_memory answers `post` (GiB
+    free after the weights: pre - 71.82 GiB), the min-over-ranks `pre` is passed in as
+    init_torch_distributed returns it (97,887 MiB - 2 GiB), torch's element size of bfloat16 is 2,
+    world size 8, no FP4 KV cache, not an NSA model, not a draft worker, no Mamba layers."""
+    from types import SimpleNamespace
+
+    target = kv_cache.target_memory(KIMI, 8)
+    pre = kv_cache.before_load_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96)
+    post_gib = (pre - target.weights_per_gpu) / kv_cache.GIB
+    stubs = {
+        "torch": SimpleNamespace(_utils=SimpleNamespace(_element_size=lambda dtype: 2)),
+        "is_float4_e2m1fn_x2": lambda dtype: False, "is_deepseek_nsa": lambda config: False,
+        "get_available_gpu_memory": lambda *args, **kwargs: post_gib,
+        "get_world_group": lambda: SimpleNamespace(world_size=8, cpu_group=None),
+    }
+    runner = SimpleNamespace(
+        kv_cache_dtype="bfloat16", use_mla_backend=True, is_draft_worker=False, mambaish_config=None,
+        num_effective_layers=61, device="cuda", gpu_id=0, mem_fraction_static=0.92,
+        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64, hf_config={}))
+    cell = _release_method(version, "get_cell_size_per_token", stubs)
+    runner.get_cell_size_per_token = lambda layers: cell(runner, layers)
+    assert runner.get_cell_size_per_token(61) == target.kv_bytes_per_token
+    profile = _release_method(version, "profile_max_num_token", stubs)
+    estimate = kv_cache.KvEstimate(pre, 0.92, target, None)
+    assert profile(runner, pre / kv_cache.GIB) == estimate.kv_tokens == 218_348
+
+
+@pytest.mark.parametrize("version, path", [
+    ("0.5.9", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+    ("0.5.10", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+    ("0.5.23", "sglang/srt/mem_cache/allocation_sizing.py"),
+])
+def test_each_request_row_holds_four_plus_the_draft_tokens(version, path):
+    """extra_max_context_len: 4, plus speculative_num_draft_tokens (the FIXME in each release)."""
+    from tests.unit.upstream_sources import release_text
+
+    source = release_text("sglang", version, path)
+    assert re.search(r"extra(?:_max_context_len)? = 4\b", source) and "speculative_num_draft_tokens" in source
+    assert kv_cache.EXTRA_CONTEXT_TOKENS == 4
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10", "0.5.23"])
+def test_the_eagle_reserve_of_sglangs_default_fraction_per_release(version):
+    """server_args.py _handle_gpu_memory_settings: "eagle draft models and cuda graphs" adds 2 GiB in
+    0.5.9 and 4 GiB in 0.5.10; 0.5.23's srt/arg_groups/memory_hook.py has no fixed reserve."""
+    from tests.unit.upstream_sources import release_files, release_text
+
+    if "sglang/srt/arg_groups/memory_hook.py" in release_files("sglang", version):
+        source = release_text("sglang", version, "sglang/srt/arg_groups/memory_hook.py")
+        assert "eagle draft models" not in source
+        found = 0
+    else:
+        source = release_text("sglang", version, "sglang/srt/server_args.py")
+        found = int(re.search(r"# eagle draft models and cuda graphs\s+reserved_mem \+= (\d+) \* 1024", source)[1]) * 1024
+    assert kv_cache.EAGLE_RESERVE_MIB[version] == found
