@@ -73,3 +73,25 @@ def test_0_5_23_post_capture_resize_supersedes_the_first_figure():
 
 def test_no_line_is_none():
     assert sglang_kv_log.target_allocation("Load weight end. avail mem=21.70 GB\n") is None
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10", "0.5.23"])
+def test_the_lab_standin_logs_the_releases_own_allocation_line(version, tmp_path):
+    """lab/standins/sglang_server/startup_log.py runs the installed release's own
+    _finalize_allocation_log (here: the committed snapshot on PYTHONPATH), so the lab's journal
+    carries the wording the parser reads on the target."""
+    import os
+    import subprocess
+    import sys
+
+    from roles.site import PROJECT_ROOT
+    from tests.unit import upstream_sources as upstream
+
+    release = upstream.copy_release("sglang", version, tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from startup_log import configure_logger, log_kv_allocation;"
+            " configure_logger(None); log_kv_allocation({'max_total_tokens': 4096})")
+    result = subprocess.run([sys.executable, "-c", code, str(PROJECT_ROOT / "lab/standins/sglang_server")],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(release)}, check=True)
+    assert result.stderr.count("KV Cache is allocated.") == 1, result.stderr
+    found = sglang_kv_log.target_allocation(result.stderr)
+    assert found is not None and found.tokens == 4096 and found.size_gib == round(4096 * 70272 / GB, 2)
