@@ -194,6 +194,27 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     return problems
 
 
+def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> str | None:
+    """The estimate in one line, for the deploy's output beside SGLang's own figure (the health
+    check "kv cache allocated" reads it from the journal); None without both config.json copies
+    or for a target the estimate does not know (the inventory's checks already ran)."""
+    spec = host.speculative
+    if spec is None or not (spec.draft_config and spec.target_config):
+        return None
+    try:
+        target = eagle3.read_config(inventory_dir / spec.target_config)
+        drafter = eagle3.read_config(inventory_dir / spec.draft_config)
+        estimate = kv_cache.KvEstimate(
+            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib), host.serving.mem_fraction_static,
+            kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
+    except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    return (f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
+            f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"
+            f" loading - {kv_cache.gib(estimate.target.weights_per_gpu)} of weights); SGLang's own figure: the health"
+            " check 'kv cache allocated' (docs/serving-memory.md)")
+
+
 def _captures(version: str, architecture: str) -> bool:
     cli = release_cli(version)
     return bool(cli) and architecture in cli.get("eagle3_capture_architectures", [])

@@ -217,3 +217,13 @@ def test_the_eagle_reserve_of_sglangs_default_fraction_per_release(version):
         source = release_text("sglang", version, "sglang/srt/server_args.py")
         found = int(re.search(r"# eagle draft models and cuda graphs\s+reserved_mem \+= (\d+) \* 1024", source)[1]) * 1024
     assert kv_cache.EAGLE_RESERVE_MIB[version] == found
+
+
+def test_the_deploy_prints_the_estimate_beside_sglangs_own_figure(configs):
+    from roles.serving.speculative import kv_estimate_note
+
+    site = _site(configs, serving_context_length=4096)
+    line = kv_estimate_note(site.hosts["gpu1"], "0.5.10", configs.dir)
+    assert line == ("KV cache estimate for sglang 0.5.10: 218348 tokens, 14.3 GiB per GPU (0.92 x 93.6 GiB free"
+                    " before loading - 71.8 GiB of weights); SGLang's own figure: the health check 'kv cache"
+                    " allocated' (docs/serving-memory.md)")
