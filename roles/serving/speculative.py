@@ -21,7 +21,9 @@ Without --max-running-requests SGLang caps speculative serving at 48 running req
 (server_args.py _handle_speculative_decoding, 0.5.9 and 0.5.10, for EAGLE/EAGLE3/STANDALONE:
 "Max running requests is reset to 48 for speculative decoding"): the command line says the
 number either way. With both config.json copies, the KV cache left per GPU is estimated
-(roles/serving/kv_cache.py) and context_length * max_running_requests must fit in it.
+(roles/serving/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
+must fit in it; the deploy prints the estimate (kv_estimate_note) and the health check SGLang's
+own figure from the journal.
 """
 
 from __future__ import annotations
