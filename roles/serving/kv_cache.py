@@ -53,10 +53,10 @@ MIB = 1 << 20
 # from issue 36's reading of an nvidia-smi capture; the acceptance report confirms it on the target
 # (`nvidia-smi --query-gpu=memory.total --format=csv`). Other models fall back to gpu_memory_gib.
 CARD_MEMORY_MIB = {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 97887}
-# Taken before SGLang measures `pre` (model_runner.py init_torch_distributed: torch.cuda.set_device,
+# Gone before SGLang measures `pre` (model_runner.py init_torch_distributed: torch.cuda.set_device,
 # then init_distributed_environment / initialize_model_parallel: NCCL communicators, custom
-# all-reduce buffers). 1-2 GiB on 8 GPUs; the upper end, so the check refuses rather than lets
-# through what SGLang will not have.
+# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. 1.75 GiB below
+# nvidia-smi's total on one H200 with one NCCL rank (docs/serving-memory.md); 8 ranks take more.
 CONTEXT_AND_NCCL_GIB = 2.0
 # Rows of the req-to-token pool beyond the context: 4 + speculative_num_draft_tokens in 0.5.9,
 # 0.5.10 (model_runner_kv_cache_mixin.py init_memory_pool) and 0.5.23 (allocation_sizing.py).
