@@ -17,8 +17,8 @@ init_torch_distributed returns `pre`):
 shape (size + page_size, 1, kv_lora_rank + qk_rope_head_dim), srt/mem_cache/memory_pool.py
 MLATokenToKVPool, the same on every GPU: MLA's latent is not split by tensor parallelism.)
 `pre` is what the card has left, not the card: nvidia-smi reports 97,887 MiB for the RTX PRO 6000
-Blackwell Server Edition (95.6 GiB, not 96), and the CUDA context and NCCL take 1-2 GiB before
-SGLang measures (CONTEXT_AND_NCCL_GIB takes the upper end; the deploy's health check prints
+Blackwell Server Edition (95.6 GiB, not 96), and the driver's reserve, the CUDA context and NCCL
+are gone before SGLang measures (CONTEXT_AND_NCCL_GIB: 2 GiB; the deploy's health check prints
 SGLang's own "KV Cache is allocated" line beside the estimate, roles/shared/sglang_kv_log.py).
 Every request's row in the req-to-token pool holds context_length + 4 + num_draft_tokens
 (`extra_max_context_len`, init_memory_pool; 0.5.23: mem_cache/allocation_sizing.py).
