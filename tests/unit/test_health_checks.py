@@ -753,6 +753,6 @@ def test_the_kv_cache_check_reports_sglangs_own_allocation_line():
     test_service.test_kv_cache_allocated(_journal_host(journal), {"LoadState": "loaded"}, expect(), request)
     assert request.detail.startswith("218348 tokens, 14.29 GiB per GPU (SGLang's own line")
     assert request.evidence[("kv_cache_tokens", ())] == 218348
-    with pytest.raises(AssertionError, match="KV Cache is allocated"):
+    with pytest.raises(pytest.skip.Exception, match="KV Cache is allocated"):
         test_service.test_kv_cache_allocated(_journal_host("Load weight end.\n"), {"LoadState": "loaded"},
                                              expect(), FakeRequest())
