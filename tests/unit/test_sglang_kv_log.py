@@ -89,7 +89,7 @@ def test_the_lab_standin_logs_the_releases_own_allocation_line(version, tmp_path
 
     release = upstream.copy_release("sglang", version, tmp_path)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from startup_log import configure_logger, log_kv_allocation;"
-            " configure_logger(None); log_kv_allocation({'max_total_tokens': 4096})")
+            " configure_logger(None); log_kv_allocation({'max_total_tokens': '4096'})")  # as argparse gives it
     result = subprocess.run([sys.executable, "-c", code, str(PROJECT_ROOT / "lab/standins/sglang_server")],
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(release)}, check=True)
     assert result.stderr.count("KV Cache is allocated.") == 1, result.stderr

@@ -192,7 +192,7 @@ def log_kv_allocation(given: dict[str, Any]) -> None:
         arg.annotation = None
     namespace = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
     exec(compile(ast.Module([method], []), str(root / "srt/mem_cache/memory_pool.py"), "exec"), namespace)  # noqa: S102
-    tokens = given.get("max_total_tokens") or STANDIN_KV_TOKENS
+    tokens = int(given.get("max_total_tokens") or STANDIN_KV_TOKENS)  # argparse gives the flag as a string
     pool = _Pool(tokens * STANDIN_CELL_BYTES)
     namespace["_finalize_allocation_log"](pool, tokens)
 
