@@ -11,6 +11,7 @@ import pytest
 from checks import gpu_parsers as parse
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
+from roles.shared import sglang_kv_log
 
 pytestmark = pytest.mark.service
 
@@ -126,3 +127,27 @@ def test_listens_on_configured_address_only(host, unit, expect, request):
         "nothing: the server is down (see 'unit active'); a wider address: the unit's --host is "
         "not the inventory's serving_host, re-run the deploy")
     report(request, f"{', '.join(addresses)}:{expect.serving_port}")
+
+
+def test_kv_cache_allocated(host, unit, expect, request):
+    """SGLang's own figure for its KV pool, from the unit's journal of its current run (the line
+    roles/shared/sglang_kv_log.py parses): reported beside the deploy's estimate, which the
+    deploy's note "KV cache estimate" prints (docs/serving-memory.md)."""
+    _require_loaded(unit, expect)
+    if expect.engine != "sglang":
+        pytest.skip(f"engine {expect.engine}: the KV allocation line is SGLang's")
+    if host.run("command -v journalctl").rc != 0:
+        pytest.skip("no journalctl on this host: SGLang's KV allocation line cannot be read")
+    invocation = host.run(f"systemctl show -p InvocationID --value {expect.unit_name}.service").stdout.strip()
+    if not invocation:
+        pytest.skip(f"{expect.unit_name}.service has no current run (no InvocationID)")
+    journal = host.run(f"journalctl _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} -o cat --no-pager"
+                       " | grep -i 'kv cache'")
+    found = sglang_kv_log.target_allocation(journal.stdout)
+    if found is None:
+        # A report, not a verdict: --log-level warning hides the line on a healthy server.
+        pytest.skip("no \"KV Cache is allocated. #tokens: ...\" line in this run's journal (still loading, or"
+                    f" --log-level above info): `journalctl -u {expect.unit_name} -b | grep -i 'kv cache'`")
+    evidence(request, "kv_cache_tokens", found.tokens)
+    report(request, f"{found.tokens} tokens, {found.size_gib:.2f} GiB per GPU (SGLang's own line;"
+                    " compare with the deploy's KV cache estimate)")

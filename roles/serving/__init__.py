@@ -43,7 +43,7 @@ from roles.serving.command import (
     pcie_allreduce_env,
     server_arguments,
 )
-from roles.serving.speculative import release_cli, speculative_environment
+from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
 from roles.shared import layout, nccl, templates
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
 from roles.shared.host_facts import UnitActiveState
@@ -212,8 +212,17 @@ def serving() -> None:
     switching = _switch_condition(settings, stack, unit, changes)
     _preflight(settings, stack, switching)
     _switch_and_restart(settings, stack, unit, switching, legacy)
+    _kv_estimate_note(settings, stack)
     if legacy:
         _remove_legacy(settings, legacy)
+
+
+def _kv_estimate_note(settings: HostSettings, stack: EngineStack) -> None:
+    if stack.engine != "sglang":
+        return
+    line = kv_estimate_note(settings, stack.sglang, Path(current_site().inventory_file).parent)
+    if line:
+        note(name=f"Print the KV cache estimate for {stack.label}", message=line)
 
 
 def _scripts() -> list:

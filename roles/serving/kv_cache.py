@@ -1,31 +1,43 @@
 """How many tokens of KV cache SGLang will have per GPU, estimated from the models' config.json
 files before any host is touched, and whether the configured context and running requests fit.
 
-SGLang (0.5.9 and 0.5.10 alike: srt/model_executor/model_runner_kv_cache_mixin.py) sizes the
-target's KV pool once its weights are loaded:
+SGLang 0.5.9 and 0.5.10 size the target's KV pool alike, once its weights are loaded
+(srt/model_executor/model_runner_kv_cache_mixin.py profile_max_num_token; model_runner.py
+init_torch_distributed returns `pre`):
 
-    rest_memory   = free_after_weights - free_before_weights * (1 - mem_fraction_static)
-                  ~ mem_fraction_static * gpu_memory - target_weights_per_gpu
-    max_tokens    = rest_memory // cell_size
+    pre           = free GPU memory (GiB) measured after distributed init: the card's total
+                    less the CUDA context and NCCL's buffers, already taken (min over ranks)
+    post          = free GPU memory after the target's weights are loaded ~ pre - weights
+    rest_memory   = post - pre * (1 - mem_fraction_static)
+    max_tokens    = int(rest_memory * 2^30) // cell_size
     cell_size     = (kv_lora_rank + qk_rope_head_dim) * num_layers * kv_dtype_bytes     (MLA)
                   = kv_heads_per_gpu * (head_dim + v_head_dim) * num_layers * bytes  (MHA)
 
 (`get_cell_size_per_token`, `profile_max_num_token`; the MLA pool is one buffer per layer of
 shape (size + page_size, 1, kv_lora_rank + qk_rope_head_dim), srt/mem_cache/memory_pool.py
 MLATokenToKVPool, the same on every GPU: MLA's latent is not split by tensor parallelism.)
+`pre` is what the card has left, not the card: nvidia-smi reports 97,887 MiB for the RTX PRO 6000
+Blackwell Server Edition (95.6 GiB, not 96), and the driver's reserve, the CUDA context and NCCL
+are gone before SGLang measures (CONTEXT_AND_NCCL_GIB: 2 GiB; the deploy's health check prints
+SGLang's own "KV Cache is allocated" line beside the estimate, roles/shared/sglang_kv_log.py).
+Every request's row in the req-to-token pool holds context_length + 4 + num_draft_tokens
+(`extra_max_context_len`, init_memory_pool; 0.5.23: mem_cache/allocation_sizing.py).
 The EAGLE drafter is loaded afterwards (srt/speculative/eagle_worker.py passes the target's
 memory_pool_config / allocator to the draft ModelRunner): its weights and its own KV pool of
-the same token count come out of the (1 - mem_fraction_static) left over, beside CUDA graphs
-and activations; SGLang's own default fraction reserves 4 GiB more for "eagle draft models and
-cuda graphs" (server_args.py _handle_gpu_memory_settings).
+the same token count come out of the pre * (1 - mem_fraction_static) left over, beside CUDA
+graphs and activations. SGLang's own default fraction (used only without
+--mem-fraction-static, which the project always renders) reserves EAGLE_RESERVE_MIB more for
+"eagle draft models and cuda graphs" (server_args.py _handle_gpu_memory_settings): 2 GiB in
+0.5.9, 4 GiB in 0.5.10, nothing fixed in 0.5.23 (srt/arg_groups/memory_hook.py).
+0.5.23 sizes its pools differently (srt/model_executor/pool_configurator.py charges an EAGLE
+draft's layers on the target's cell; srt/mem_cache/kv_cache_configurator.py may resize after
+CUDA graph capture); the estimate applies 0.5.10's arithmetic to it (docs/serving-memory.md).
 
 Weights are counted from config.json: parameter shapes of the DeepSeek-V3 layout (MLA
 attention, dense and MoE MLPs, embeddings, lm_head, a vision tower when there is one) at the
 checkpoint's dtype, and compressed-tensors' pack-quantized modules at num_bits plus one bf16
 scale per group. What SGLang replicates on every GPU (MLA's q_a/kv_a projections, the MoE
-router, the vision tower) is counted whole, the rest divided by the tensor-parallel size. The
-free memory before loading is taken as the whole GPU (the CUDA context and NCCL buffers, about
-1-2 GiB, are left out), so the estimate is slightly optimistic, never pessimistic.
+router, the vision tower) is counted whole, the rest divided by the tensor-parallel size.
 """
 
 from __future__ import annotations
@@ -34,6 +46,24 @@ import re
 from dataclasses import dataclass
 
 GIB = 1 << 30
+MIB = 1 << 20
+
+# What nvidia-smi reports as memory.total, per card model (the sales figure is in GB of 10^9, the
+# card's memory is less than as many GiB). The RTX PRO 6000 Blackwell Server Edition's figure is
+# from issue 36's reading of an nvidia-smi capture; the acceptance report confirms it on the target
+# (`nvidia-smi --query-gpu=memory.total --format=csv`). Other models fall back to gpu_memory_gib.
+CARD_MEMORY_MIB = {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 97887}
+# Gone before SGLang measures `pre` (model_runner.py init_torch_distributed: torch.cuda.set_device,
+# then init_distributed_environment / initialize_model_parallel: NCCL communicators, custom
+# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. 1.75 GiB below
+# nvidia-smi's total on one H200 with one NCCL rank (docs/serving-memory.md); 8 ranks take more.
+CONTEXT_AND_NCCL_GIB = 2.0
+# Rows of the req-to-token pool beyond the context: 4 + speculative_num_draft_tokens in 0.5.9,
+# 0.5.10 (model_runner_kv_cache_mixin.py init_memory_pool) and 0.5.23 (allocation_sizing.py).
+EXTRA_CONTEXT_TOKENS = 4
+# SGLang's own default --mem-fraction-static reserves this much more with EAGLE/EAGLE3
+# (server_args.py _handle_gpu_memory_settings); 0.5.23's memory_hook.py has no fixed reserve.
+EAGLE_RESERVE_MIB = {"0.5.9": 2048, "0.5.10": 4096, "0.5.23": 0}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -166,27 +196,47 @@ def model_context_length(config: dict) -> int:
     return 2048
 
 
+def card_memory_bytes(model: str, memory_gib: int) -> int:
+    """The card's memory as nvidia-smi reports it (CARD_MEMORY_MIB), else gpu_memory_gib."""
+    mib = CARD_MEMORY_MIB.get(model)
+    return mib * MIB if mib else memory_gib * GIB
+
+
+def before_load_bytes(model: str, memory_gib: int) -> int:
+    """What SGLang measures as free before loading: the card less the CUDA context and NCCL."""
+    return card_memory_bytes(model, memory_gib) - int(CONTEXT_AND_NCCL_GIB * GIB)
+
+
+def profile_max_num_token(pre_gib: float, post_gib: float, mem_fraction_static: float, cell_size: int) -> int:
+    """model_runner_kv_cache_mixin.py profile_max_num_token (0.5.9, 0.5.10), its arithmetic
+    verbatim: GiB floats as get_available_gpu_memory returns them."""
+    rest_memory = post_gib - pre_gib * (1 - mem_fraction_static)
+    return int(rest_memory * (1 << 30)) // cell_size
+
+
 @dataclass(frozen=True)
 class KvEstimate:
-    gpu_bytes: int
+    before_load_bytes: int  # free memory SGLang measures before loading (before_load_bytes())
     mem_fraction_static: float
     target: ModelMemory
     drafter: ModelMemory | None
 
     @property
     def kv_bytes(self) -> int:
-        """Memory SGLang gives the target's KV pool on each GPU."""
-        return int(self.mem_fraction_static * self.gpu_bytes) - self.target.weights_per_gpu
+        """Memory SGLang gives the target's KV pool on each GPU: rest_memory."""
+        pre, post = self.before_load_bytes / GIB, (self.before_load_bytes - self.target.weights_per_gpu) / GIB
+        return int((post - pre * (1 - self.mem_fraction_static)) * GIB)
 
     @property
     def kv_tokens(self) -> int:
-        return max(self.kv_bytes, 0) // self.target.kv_bytes_per_token
+        pre, post = self.before_load_bytes / GIB, (self.before_load_bytes - self.target.weights_per_gpu) / GIB
+        return max(profile_max_num_token(pre, post, self.mem_fraction_static, self.target.kv_bytes_per_token), 0)
 
     @property
     def headroom_bytes(self) -> int:
-        """What is left of the GPU after the static part: CUDA graphs, activations, and the
-        drafter's weights and KV pool (the target's token count) all come out of it."""
-        return self.gpu_bytes - int(self.mem_fraction_static * self.gpu_bytes)
+        """What is left after the target's pool, pre * (1 - mem_fraction_static): CUDA graphs,
+        activations, and the drafter's weights and KV pool (the target's token count)."""
+        return int(self.before_load_bytes * (1 - self.mem_fraction_static))
 
     @property
     def drafter_bytes(self) -> int:

@@ -21,7 +21,9 @@ Without --max-running-requests SGLang caps speculative serving at 48 running req
 (server_args.py _handle_speculative_decoding, 0.5.9 and 0.5.10, for EAGLE/EAGLE3/STANDALONE:
 "Max running requests is reset to 48 for speculative decoding"): the command line says the
 number either way. With both config.json copies, the KV cache left per GPU is estimated
-(roles/serving/kv_cache.py) and context_length * max_running_requests must fit in it.
+(roles/serving/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
+must fit in it; the deploy prints the estimate (kv_estimate_note) and the health check SGLang's
+own figure from the journal.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     serving = host.serving
     try:
         estimate = kv_cache.KvEstimate(
-            host.gpu.memory_gib * kv_cache.GIB, serving.mem_fraction_static,
+            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib), serving.mem_fraction_static,
             kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
     except (KeyError, TypeError, ZeroDivisionError) as error:
         return [f"target {spec.target_config} or drafter {spec.draft_config}: no {error} to estimate the"
@@ -159,26 +161,30 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     text = target.get("text_config") or target
     context = serving.context_length or kv_cache.model_context_length(target)
     running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
-    # the request's slots also hold the draft tokens (model_runner_kv_cache_mixin.py)
-    per_request = context + spec.num_draft_tokens
+    # each request's row holds 4 + the draft tokens beyond its context (extra_max_context_len)
+    extra = kv_cache.EXTRA_CONTEXT_TOKENS + spec.num_draft_tokens
+    per_request = context + extra
     tokens, cell = estimate.kv_tokens, estimate.target.kv_bytes_per_token
-    how = (f"{serving.mem_fraction_static:g} x {host.gpu.memory_gib} GiB - {kv_cache.gib(estimate.target.weights_per_gpu)}"
+    card = kv_cache.card_memory_bytes(host.gpu.model, host.gpu.memory_gib)
+    pre = kv_cache.gib(estimate.before_load_bytes)
+    how = (f"{serving.mem_fraction_static:g} x {pre} free before loading ({card // kv_cache.MIB} MiB card"
+           f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL) - {kv_cache.gib(estimate.target.weights_per_gpu)}"
            f" of target weights per GPU = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
            f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
            f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)")
     if estimate.kv_bytes <= 0:
         return [f"the target's weights alone, {kv_cache.gib(estimate.target.weights_per_gpu)} per GPU over gpu_count"
                 f" {host.gpu.count} (from {spec.target_config}), exceed serving_mem_fraction_static"
-                f" {serving.mem_fraction_static:g} x gpu_memory_gib {host.gpu.memory_gib}; expected more GPUs or"
+                f" {serving.mem_fraction_static:g} x the {pre} free before loading; expected more GPUs or"
                 " larger ones (docs/serving-memory.md)"]
     problems = []
     if per_request * running > tokens:
         source = "serving_context_length" if serving.context_length else "the model's context length"
         problems.append(
-            f"{source} {context} (+ {spec.num_draft_tokens} draft tokens) x serving_max_running_requests"
+            f"{source} {context} (+ 4 + {spec.num_draft_tokens} draft tokens) x serving_max_running_requests"
             f" {running} = {per_request * running} tokens of KV cache; the estimate leaves {how};"
             f" expected serving_max_running_requests <= {tokens // per_request} at that context, or"
-            f" serving_context_length <= {max(tokens // running - spec.num_draft_tokens, 0)} for {running} requests,"
+            f" serving_context_length <= {max(tokens // running - extra, 0)} for {running} requests,"
             " or a larger serving_mem_fraction_static (docs/serving-memory.md)")
     if estimate.drafter_bytes > estimate.headroom_bytes:
         problems.append(
@@ -188,6 +194,27 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
             f" but 1 - serving_mem_fraction_static leaves {kv_cache.gib(estimate.headroom_bytes)}; expected a"
             f" smaller serving_mem_fraction_static (docs/serving-memory.md)")
     return problems
+
+
+def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> str | None:
+    """The estimate in one line, for the deploy's output beside SGLang's own figure (the health
+    check "kv cache allocated" reads it from the journal); None without both config.json copies
+    or for a target the estimate does not know (the inventory's checks already ran)."""
+    spec = host.speculative
+    if spec is None or not (spec.draft_config and spec.target_config):
+        return None
+    try:
+        target = eagle3.read_config(inventory_dir / spec.target_config)
+        drafter = eagle3.read_config(inventory_dir / spec.draft_config)
+        estimate = kv_cache.KvEstimate(
+            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib), host.serving.mem_fraction_static,
+            kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
+    except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    return (f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
+            f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"
+            f" loading - {kv_cache.gib(estimate.target.weights_per_gpu)} of weights); SGLang's own figure: the health"
+            " check 'kv cache allocated' (docs/serving-memory.md)")
 
 
 def _captures(version: str, architecture: str) -> bool:

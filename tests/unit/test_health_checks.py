@@ -730,3 +730,29 @@ def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):
     assert "| software                  | Skip" in run("diag", "-r", "1").stdout
     pid.write_text("999999999\n")
     assert run("diag", "-r", "1", "-j").returncode == 255  # no host engine: dcgmi/Command.cpp's error
+
+
+def _journal_host(journal: str):
+    """A node whose engine unit has a current run and whose journal of that run is `journal`."""
+    def run(command):
+        if command == "command -v journalctl":
+            return types.SimpleNamespace(rc=0, stdout="/usr/bin/journalctl\n", stderr="")
+        if command.startswith("systemctl show -p InvocationID"):
+            return types.SimpleNamespace(rc=0, stdout="5e1f0c2d9a8b4c3e\n", stderr="")
+        assert command.startswith("journalctl _SYSTEMD_INVOCATION_ID=5e1f0c2d9a8b4c3e -o cat"), command
+        return types.SimpleNamespace(rc=0, stdout=journal, stderr="")
+    return types.SimpleNamespace(run=run)
+
+
+def test_the_kv_cache_check_reports_sglangs_own_allocation_line():
+    """sglang 0.5.10's line for Kimi-K2.5's MLA pool (srt/mem_cache/memory_pool.py), then the
+    drafter's K/V pool: the target's figure is reported and kept as evidence."""
+    journal = ("[2026-12-04 03:10:02 TP0] KV Cache is allocated. #tokens: 218348, KV size: 14.29 GB\n"
+               "[2026-12-04 03:10:09 TP0] KV Cache is allocated. #tokens: 218348, K size: 0.42 GB, V size: 0.42 GB\n")
+    request = FakeRequest()
+    test_service.test_kv_cache_allocated(_journal_host(journal), {"LoadState": "loaded"}, expect(), request)
+    assert request.detail.startswith("218348 tokens, 14.29 GiB per GPU (SGLang's own line")
+    assert request.evidence[("kv_cache_tokens", ())] == 218348
+    with pytest.raises(pytest.skip.Exception, match="KV Cache is allocated"):
+        test_service.test_kv_cache_allocated(_journal_host("Load weight end.\n"), {"LoadState": "loaded"},
+                                             expect(), FakeRequest())

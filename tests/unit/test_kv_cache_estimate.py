@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -57,12 +58,19 @@ def test_mla_kv_bytes_per_token_is_sglangs_cell_size():
         assert kv_cache.target_memory(KIMI, tp).kv_bytes_per_token == (512 + 64) * 61 * 2 == 70272
 
 
-def test_kimi_on_eight_96_gib_gpus_leaves_about_250k_tokens():
+def test_kimi_on_eight_rtx_pro_6000_leaves_218k_tokens():
+    """Issue 36: the card is not 96 GiB (nvidia-smi: 97,887 MiB) and SGLang measures the free
+    memory after the CUDA context and NCCL are taken (model_runner.py init_torch_distributed).
+    rest = post - pre * (1 - 0.92) with pre = 97887 MiB - 2 GiB = 93.59 GiB, post = pre - 71.82
+    GiB of weights: 14.29 GiB = 218,348 tokens of 70,272 B. The old estimate (0.92 x 96 GiB -
+    weights) gave 16.5 GiB = 252,187 tokens, 15 % more than SGLang will have."""
     target, drafter = kv_cache.target_memory(KIMI, 8), kv_cache.drafter_memory(DRAFTER, 8)
-    estimate = kv_cache.KvEstimate(96 * kv_cache.GIB, 0.92, target, drafter)
+    pre = kv_cache.before_load_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96)
+    assert pre == 97887 * kv_cache.MIB - 2 * kv_cache.GIB
+    estimate = kv_cache.KvEstimate(pre, 0.92, target, drafter)
     assert 71.5 < target.weights_per_gpu / kv_cache.GIB < 72.0
-    assert estimate.kv_bytes == int(0.92 * 96 * kv_cache.GIB) - target.weights_per_gpu
-    assert estimate.kv_tokens == estimate.kv_bytes // 70272 and 250_000 < estimate.kv_tokens < 255_000
+    assert kv_cache.gib(estimate.kv_bytes) == "14.3 GiB"
+    assert estimate.kv_tokens == 218_348
     # The drafter: one layer reading 2 x hidden, its fc (replicated) and full-vocabulary lm_head;
     # KV: 64 heads / 8 GPUs x (128 + 128) x 2 B per token.
     assert 0.70 < drafter.weights_per_gpu / kv_cache.GIB < 0.73
@@ -70,23 +78,32 @@ def test_kimi_on_eight_96_gib_gpus_leaves_about_250k_tokens():
     assert estimate.drafter_bytes < estimate.headroom_bytes
 
 
+def test_a_card_without_a_known_nvidia_smi_total_is_taken_at_gpu_memory_gib():
+    assert kv_cache.card_memory_bytes("NVIDIA H200", 141) == 141 * kv_cache.GIB
+    assert kv_cache.card_memory_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96) == 97887 * kv_cache.MIB
+
+
 def test_default_context_with_48_requests_is_refused_with_what_would_fit(configs):
     (problem,) = _problems(configs)
     assert problem.startswith(f"{configs.dir / 'site.py'}: host gpu1: serving_speculative (EAGLE3 on sglang 0.5.10): ")
     assert "\n" not in problem
-    assert "the model's context length 262144 (+ 4 draft tokens) x serving_max_running_requests 48" in problem
-    assert "0.92 x 96 GiB - 71.8 GiB of target weights per GPU = 16.5 GiB" in problem
-    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 5249" in problem
+    # each request's row: context + 4 + num_draft_tokens (extra_max_context_len)
+    assert ("the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48"
+            " = 12583296 tokens") in problem
+    assert ("0.92 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
+            " of target weights per GPU = 14.3 GiB = 218348 tokens at 70272 B") in problem
+    # 218348 // 48 - 8 = 4540 (the old check said 5249: 252187 // 48 - 4)
+    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 4540" in problem
 
 
 def test_a_context_that_fits_passes_and_both_numbers_are_on_the_command_line(configs):
-    site = _site(configs, serving_context_length=5249)
+    site = _site(configs, serving_context_length=4540)
     host = site.hosts["gpu1"]
     args = server_arguments(host, site.hosts, site.stack.active)
     assert args[args.index("--max-running-requests") + 1] == "48"  # SGLang's cap, said
-    assert args[args.index("--context-length") + 1] == "5249"
-    (problem,) = _problems(configs, serving_context_length=5250)
-    assert "serving_context_length 5250 (+ 4 draft tokens) x serving_max_running_requests 48" in problem
+    assert args[args.index("--context-length") + 1] == "4540"
+    (problem,) = _problems(configs, serving_context_length=4541)
+    assert "serving_context_length 4541 (+ 4 + 4 draft tokens) x serving_max_running_requests 48" in problem
 
 
 def test_fewer_requests_at_a_longer_context(configs):
@@ -97,8 +114,8 @@ def test_fewer_requests_at_a_longer_context(configs):
 
 def test_a_fraction_that_leaves_no_room_for_the_drafter_is_refused(configs):
     problems = _problems(configs, serving_context_length=4096, serving_mem_fraction_static=0.99)
-    assert len(problems) == 1 and "the drafter needs 2.1 GiB per GPU" in problems[0]
-    assert "1 - serving_mem_fraction_static leaves 1.0 GiB" in problems[0]
+    assert len(problems) == 1 and "the drafter needs 1.9 GiB per GPU" in problems[0]
+    assert "1 - serving_mem_fraction_static leaves 0.9 GiB" in problems[0]
 
 
 def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
@@ -122,3 +139,91 @@ def test_a_target_without_mla_is_not_estimated():
     lab = json.loads((PROJECT_ROOT / "tests/lab/data/eagle3/tiny-kimi-config.json").read_text())
     assert kv_cache.model_context_length(lab) == 2048  # SGLang's default without a length key
     assert kv_cache_problems(None, None, lab, DRAFTER) == []
+
+
+def _release_method(version: str, name: str, stubs: dict):
+    """A method of the release's ModelRunnerKVCacheMixin, compiled from the committed snapshot of
+    its model_runner_kv_cache_mixin.py with the module's GPU-facing names replaced by stubs."""
+    import ast
+
+    from tests.unit.upstream_sources import release_text
+
+    tree = ast.parse(release_text("sglang", version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"))
+    mixin = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunnerKVCacheMixin")
+    method = next(n for n in mixin.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    method.args.args[0].annotation = None
+    for arg in method.args.args[1:]:
+        arg.annotation = None
+    namespace = dict(stubs)
+    exec(compile(ast.Module([method], []), f"sglang-{version}:{name}", "exec"), namespace)  # noqa: S102 - upstream's own code
+    return namespace[name]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10"])
+def test_the_releases_own_profile_gives_the_estimates_tokens(version):
+    """Runs the pinned release's own get_cell_size_per_token and profile_max_num_token on Kimi-K2.5's
+    figures, with the GPU's answers substituted: get_available_gpu_memory answers `post` (GiB
+    free after the weights: pre - 71.82 GiB), the min-over-ranks `pre` is passed in as
+    init_torch_distributed returns it (97,887 MiB - 2 GiB), torch's element size of bfloat16 is 2,
+    world size 8, no FP4 KV cache, not an NSA model, not a draft worker, no Mamba layers."""
+    from types import SimpleNamespace
+
+    target = kv_cache.target_memory(KIMI, 8)
+    pre = kv_cache.before_load_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96)
+    post_gib = (pre - target.weights_per_gpu) / kv_cache.GIB
+    stubs = {
+        "torch": SimpleNamespace(_utils=SimpleNamespace(_element_size=lambda dtype: 2)),
+        "is_float4_e2m1fn_x2": lambda dtype: False, "is_deepseek_nsa": lambda config: False,
+        "get_available_gpu_memory": lambda *args, **kwargs: post_gib,
+        "get_world_group": lambda: SimpleNamespace(world_size=8, cpu_group=None),
+    }
+    runner = SimpleNamespace(
+        kv_cache_dtype="bfloat16", use_mla_backend=True, is_draft_worker=False, mambaish_config=None,
+        num_effective_layers=61, device="cuda", gpu_id=0, mem_fraction_static=0.92,
+        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64, hf_config={}))
+    cell = _release_method(version, "get_cell_size_per_token", stubs)
+    runner.get_cell_size_per_token = lambda layers: cell(runner, layers)
+    assert runner.get_cell_size_per_token(61) == target.kv_bytes_per_token
+    profile = _release_method(version, "profile_max_num_token", stubs)
+    estimate = kv_cache.KvEstimate(pre, 0.92, target, None)
+    assert profile(runner, pre / kv_cache.GIB) == estimate.kv_tokens == 218_348
+
+
+@pytest.mark.parametrize("version, path", [
+    ("0.5.9", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+    ("0.5.10", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+    ("0.5.23", "sglang/srt/mem_cache/allocation_sizing.py"),
+])
+def test_each_request_row_holds_four_plus_the_draft_tokens(version, path):
+    """extra_max_context_len: 4, plus speculative_num_draft_tokens (the FIXME in each release)."""
+    from tests.unit.upstream_sources import release_text
+
+    source = release_text("sglang", version, path)
+    assert re.search(r"extra(?:_max_context_len)? = 4\b", source) and "speculative_num_draft_tokens" in source
+    assert kv_cache.EXTRA_CONTEXT_TOKENS == 4
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10", "0.5.23"])
+def test_the_eagle_reserve_of_sglangs_default_fraction_per_release(version):
+    """server_args.py _handle_gpu_memory_settings: "eagle draft models and cuda graphs" adds 2 GiB in
+    0.5.9 and 4 GiB in 0.5.10; 0.5.23's srt/arg_groups/memory_hook.py has no fixed reserve."""
+    from tests.unit.upstream_sources import release_files, release_text
+
+    if "sglang/srt/arg_groups/memory_hook.py" in release_files("sglang", version):
+        source = release_text("sglang", version, "sglang/srt/arg_groups/memory_hook.py")
+        assert "eagle draft models" not in source
+        found = 0
+    else:
+        source = release_text("sglang", version, "sglang/srt/server_args.py")
+        found = int(re.search(r"# eagle draft models and cuda graphs\s+reserved_mem \+= (\d+) \* 1024", source)[1]) * 1024
+    assert kv_cache.EAGLE_RESERVE_MIB[version] == found
+
+
+def test_the_deploy_prints_the_estimate_beside_sglangs_own_figure(configs):
+    from roles.serving.speculative import kv_estimate_note
+
+    site = _site(configs, serving_context_length=4096)
+    line = kv_estimate_note(site.hosts["gpu1"], "0.5.10", configs.dir)
+    assert line == ("KV cache estimate for sglang 0.5.10: 218348 tokens, 14.3 GiB per GPU (0.92 x 93.6 GiB free"
+                    " before loading - 71.8 GiB of weights); SGLang's own figure: the health check 'kv cache"
+                    " allocated' (docs/serving-memory.md)")

