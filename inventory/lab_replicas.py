@@ -54,13 +54,17 @@ _common = {
 
 # Streams through the gateway across the rolling upgrade (tests/lab/test_replicas.py): seconds
 # of each (the stand-in decodes 100 tokens/s; INFERENCE_HOST_LAB_STREAM_SECONDS=30 on demand,
-# shorter in CI), and a drain timeout that outlasts one. Same value in every deploy of a run:
-# it is also smg's drain settle time, and a change would restart the gateway.
+# shorter in CI), and a drain timeout that outlasts what a drained replica may still hold: two
+# running (one with a long prompt in prefill, 3 s), two queued behind them (at most 2 run at
+# once: serving_max_running_requests), then SGLang's idle refresh of its gauges (30 s after the
+# last decode update: the stand-in copies it). Same value in every deploy of a run: it is also
+# smg's drain settle time, and a change would restart the gateway.
 _stream_seconds = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
 
 _replica = {
     **_common,
-    "serving_drain_timeout_s": _stream_seconds + 12,
+    "serving_drain_timeout_s": 2 * (_stream_seconds + 4) + 40,
+    "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "sglang_api_key",

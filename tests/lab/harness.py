@@ -145,11 +145,11 @@ def stream_chat(url: str, body: dict, key: str, timeout: float) -> dict:
     completion_tokens of a usage chunk (stream_options.include_usage), the finish reason,
     whether `data: [DONE]` came, the error objects the server sent inside the stream (vLLM
     0.16.0 ends a generation that failed with `data: {"error": ...}` and then `[DONE]`), a
-    client-side error, the longest pause between two events, and when it began and ended
-    (time.monotonic())."""
+    client-side error, the longest pause between two events, and when it began, got its first
+    token and ended (time.monotonic())."""
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     result = {"chunks": 0, "usage": None, "finish": None, "done": False, "errors": [], "error": None,
-              "gap": 0.0, "began": time.monotonic(), "ended": None}
+              "gap": 0.0, "began": time.monotonic(), "first": None, "ended": None}
     last = result["began"]
     try:
         request = urllib.request.Request(url, json.dumps(body).encode(), headers)
@@ -168,7 +168,9 @@ def stream_chat(url: str, body: dict, key: str, timeout: float) -> dict:
                     result["errors"].append(chunk["error"])
                 result["usage"] = (chunk.get("usage") or {}).get("completion_tokens", result["usage"])
                 for choice in chunk.get("choices") or []:
-                    result["chunks"] += 1 if (choice.get("delta") or {}).get("content") else 0
+                    if (choice.get("delta") or {}).get("content"):
+                        result["chunks"] += 1
+                        result["first"] = result["first"] or now  # after any queue and prefill
                     result["finish"] = choice.get("finish_reason") or result["finish"]
     except (urllib.error.URLError, OSError, ValueError) as error:
         result["error"] = repr(error)

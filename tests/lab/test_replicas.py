@@ -2,8 +2,10 @@
 (inventory/lab_replicas.py: two gpu-node containers with the stand-in server, one gateways
 container with smg from PyPI): requests succeed through the gateway, a stopped replica leaves
 the endpoint serving and the verdict DEGRADED naming it, a rolling upgrade (a new active stack)
-never fails a request through the gateway nor cuts a stream running through it (each replica
-drained on its own running-request gauge first), and a second deploy changes nothing.
+never fails a request through the gateway nor cuts a stream running through it, a long prompt in
+prefill and queued requests included (each replica drained first until smg has nothing in flight
+to it and its running and queue gauges, as harsh as SGLang's, read 0), and a second deploy
+changes nothing.
 """
 
 from __future__ import annotations
@@ -160,14 +162,35 @@ ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
 STREAM_TOKENS = 100 * STREAM_SECONDS
 STREAMS_AT_ONCE = 3
+# One more stream at a time with a long prompt: 6,000 words, 3 s in prefill at the stand-in's
+# 2,000 words/s, during which SGLang's gauges read 0 (the running batch before it joined). Four
+# streams on two replicas of at most 2 running requests each (inventory/lab_replicas.py): while
+# one replica is out, two of them wait in the other's queue.
+LONG_PROMPT_WORDS = 6000
 
 
-def _stream(site, key: str) -> dict:
+def _stream(site, key: str, long_prompt: bool = False) -> dict:
     """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat)."""
+    prompt = f"stream {time.monotonic()}" + (" word" * LONG_PROMPT_WORDS if long_prompt else "")
     body = {"model": "kimi-k2.5", "max_tokens": STREAM_TOKENS, "stream": True,
-            "messages": [{"role": "user", "content": f"stream {time.monotonic()}"}]}
-    return stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
-                       timeout=STREAM_SECONDS + 120)
+            "messages": [{"role": "user", "content": prompt}]}
+    result = stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
+                         timeout=3 * STREAM_SECONDS + 120)
+    return {**result, "long_prompt": long_prompt}
+
+
+def _queue_watch(site, stop: threading.Event, seen: dict) -> None:
+    """The replicas' sglang:num_queue_reqs, polled (no key needed for /metrics): the most seen."""
+    while not stop.is_set():
+        for node in replicas(site.hosts):
+            try:
+                with urllib.request.urlopen(f"{worker_url(node)}/metrics", timeout=2) as answer:
+                    for line in answer.read().decode().splitlines():
+                        if line.startswith("sglang:num_queue_reqs{"):
+                            seen[worker_url(node)] = max(seen.get(worker_url(node), 0), float(line.split()[-1]))
+            except (urllib.error.URLError, OSError, ValueError):
+                pass  # restarting
+        time.sleep(0.3)
 
 
 def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
@@ -186,15 +209,18 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
         stop, ok, failed, streams = threading.Event(), [], [], []
 
         def client(stop=stop, ok=ok, failed=failed):
-            while not stop.is_set():
-                (ok if _chat(site, key) == 200 else failed).append(time.monotonic())
+            while not stop.is_set():  # queued behind the streams at times (2 running at most)
+                (ok if _chat(site, key, timeout=3 * STREAM_SECONDS + 30) == 200 else failed).append(time.monotonic())
 
-        def streamer(stop=stop, streams=streams):
+        def streamer(stop=stop, streams=streams, long_prompt=False):
             while not stop.is_set():  # a stream begun before the deploy ends runs to its end
-                streams.append(_stream(site, key))
+                streams.append(_stream(site, key, long_prompt))
 
+        queued: dict[str, float] = {}
         since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
-        threads = [threading.Thread(target=client)] + [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
+        threads = [threading.Thread(target=client), threading.Thread(target=_queue_watch, args=(site, stop, queued)),
+                   threading.Thread(target=streamer, kwargs={"long_prompt": True})]
+        threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
         for thread in threads:
             thread.start()
         time.sleep(1)  # the first streams are under way before the upgrade starts
@@ -208,7 +234,16 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
         assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
         cut = [s for s in streams if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length"
                or s["chunks"] != STREAM_TOKENS]
+        print(f"\nrolling upgrade {len(delivered) + 1}: per stream, tokens delivered/expected"
+              " (long: a 6,000-word prompt; first token after the request):")
+        for s in sorted(streams, key=lambda s: s["began"]):
+            first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
+            print(f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
+                  f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}")
+        print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
         assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
+        assert any(s["long_prompt"] for s in streams)
+        assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
         token_gaps.append(max(s["gap"] for s in streams))
         got = sorted(s["chunks"] for s in streams)
         delivered.append(f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"

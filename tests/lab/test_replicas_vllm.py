@@ -42,12 +42,18 @@ ROLES = ("vrep-a", "vrep-b", "vgw")
 # The gauge the rolling switch drains on (vllm 0.16.0 vllm/v1/metrics/loggers.py, labels
 # model_name and engine): requests in the engine's running batch.
 RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"  # the same file: requests in the engine's waiting queue
 # Each upgrade is two vLLM restarts (~2 minutes each on 2 busy cores): 1 in CI, the median of
 # 3 for the closing figure with INFERENCE_HOST_LAB_ROLLING_RUNS=3.
 ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "30"))
 STREAMS_AT_ONCE = 3
 PROMPT = "Tell a long story."
+# One more stream at a time with a long prompt (about 2,000 tokens to prefill, its generation
+# shortened to fit the context): four streams on two replicas of at most 2 running requests each
+# (--max-num-seqs 2, tests/lab/inventories/replicas_vllm.py), so while one replica is out, two
+# wait in the other's queue.
+LONG_PROMPT = " ".join(["once upon a time"] * 500)
 
 
 @pytest.fixture(scope="module")
@@ -81,27 +87,40 @@ def _post(url: str, body: dict, key: str, timeout: float):
     return urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), headers), timeout=timeout)
 
 
-def _stream(site, key: str, tokens: int) -> dict:
+def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
     """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat) of
     exactly `tokens` tokens (vllm 0.16.0's ChatCompletionRequest: ignore_eos, min_tokens,
     stream_options.include_usage; chat_completion/protocol.py)."""
+    prompt = f"{PROMPT} {time.monotonic()}" + (f" {LONG_PROMPT}" if long_prompt else "")
     body = {"model": "kimi-k2.5", "max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": f"{PROMPT} {time.monotonic()}"}]}
-    return stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
-                       timeout=STREAM_SECONDS * 4 + 120)
+            "messages": [{"role": "user", "content": prompt}]}
+    result = stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
+                         timeout=STREAM_SECONDS * 8 + 120)
+    return {**result, "long_prompt": long_prompt, "expected": tokens}
 
 
 def _running(node, key: str) -> int | None:
-    """The replica's vLLM gauge of running requests, None when its /metrics does not answer."""
+    """The replica's vLLM gauges of running and waiting requests, None when its /metrics does
+    not answer."""
     request = urllib.request.Request(f"{worker_url(node)}/metrics", headers={"Authorization": f"Bearer {key}"})
     try:
         with urllib.request.urlopen(request, timeout=2) as answer:
             lines = answer.read().decode().splitlines()
     except (urllib.error.URLError, OSError):
         return None
-    values = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(RUNNING + "{")]
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith((RUNNING + "{", WAITING + "{"))]
     return int(sum(values)) if values else None
+
+
+def _waiting(node, key: str) -> int:
+    request = urllib.request.Request(f"{worker_url(node)}/metrics", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            lines = answer.read().decode().splitlines()
+    except (urllib.error.URLError, OSError):
+        return 0
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(WAITING + "{")))
 
 
 def test_second_deploy_changes_nothing(first_deploy):
@@ -257,28 +276,32 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
     replica's environment file, hence a restart through the rolling switch), with
     STREAMS_AT_ONCE long generations streaming through the gateway from before until after
     each: every stream ends with all its tokens ("length", [DONE], usage = max_tokens, no error
-    in the stream), and each replica's /metrics, polled all along, read 0 running requests
-    before it went down. Prints, per upgrade, the tokens delivered against those expected per
+    in the stream), a long-prompt stream and requests queued (vllm:num_requests_waiting > 0)
+    included, and each replica's /metrics, polled all along, read 0 running and 0 waiting
+    requests before it went down. Prints, per upgrade, the tokens delivered against those expected per
     stream and the longest pause between two tokens; then the medians over the upgrades. The
     journals of both engines and of smg over each upgrade are kept under .lab/replicas-vllm/."""
     nodes = replicas(site.hosts)
     tokens, rate = _calibrated_tokens(site, key)
+    long_tokens = max(64, min(tokens, tiny_llama.MAX_POSITIONS - 2200))  # the context left after the long prompt
     figures, failures = [], []
     for number in range(1, ROLLING_RUNS + 1):
-        stop, streams, samples = threading.Event(), [], {n.name: [] for n in nodes}
+        stop, streams, samples, queued = threading.Event(), [], {n.name: [] for n in nodes}, [0]
 
-        def streamer(stop=stop, streams=streams):
+        def streamer(stop=stop, streams=streams, long_prompt=False):
             while not stop.is_set():  # a stream begun before the deploy ends runs to its end
-                streams.append(_stream(site, key, tokens))
+                streams.append(_stream(site, key, long_tokens if long_prompt else tokens, long_prompt))
 
-        def sampler(stop=stop, samples=samples):
+        def sampler(stop=stop, samples=samples, queued=queued):
             while not stop.is_set():
                 for node in nodes:
                     samples[node.name].append((time.monotonic(), _running(node, key)))
+                    queued[0] = max(queued[0], _waiting(node, key))
                 time.sleep(0.5)
 
         since = time.strftime("%Y-%m-%d %H:%M:%S")
         threads = [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)] + [threading.Thread(target=sampler)]
+        threads.append(threading.Thread(target=streamer, kwargs={"long_prompt": True}))
         for thread in threads:
             thread.start()
         time.sleep(3)  # the first streams are under way before the upgrade starts
@@ -299,8 +322,17 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         for node in nodes:
             before = _last_reading_before_restart(samples[node.name])
             assert before is not None, f"{node.name}'s /metrics never stopped answering for {DOWN_S} s: no restart seen"
-            assert before == 0, f"{node.name} went down with {before} running request(s)"
-        cut = [s for s in streams if _cut(s, tokens)]
+            assert before == 0, f"{node.name} went down with {before} running or waiting request(s)"
+        cut = [s for s in streams if _cut(s, s["expected"])]
+        print(f"\nupgrade {number}: per stream, tokens delivered/expected (long: a ~2,000-token prompt;"
+              " first token after the request):")
+        for s in sorted(streams, key=lambda s: s["began"]):
+            first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
+            print(f"  {'long' if s['long_prompt'] else 'short'} {s['usage']}/{s['expected']}, first token {first},"
+                  f" {s['finish']}, [DONE] {s['done']}")
+        print(f"  most requests seen waiting ({WAITING}): {queued[0]}")
+        assert any(s["long_prompt"] for s in streams), "no long-prompt stream ran"
+        assert queued[0] > 0, f"no request was ever seen waiting ({WAITING})"
         delivered = sorted(s["usage"] or 0 for s in streams)
         figures.append({"gap": max(s["gap"] for s in streams), "streams": len(streams), "cut": len(cut),
                         "least": delivered[0], "chunks": sorted(s["chunks"] for s in streams),
@@ -315,7 +347,7 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
               f" {[_compiled(n) for n in nodes]} after the upgrade; journals in {journals}")
         for s in cut:
             failures.append(f"upgrade {number}: stream {s['began'] - started:+.1f} s .. {s['ended'] - started:+.1f} s"
-                            f" (from the deploy's start): usage {s['usage']}/{tokens}, {s['chunks']} chunks,"
+                            f" (from the deploy's start): usage {s['usage']}/{s['expected']}, {s['chunks']} chunks,"
                             f" finish {s['finish']}, [DONE] {s['done']}, in-stream errors {s['errors']},"
                             f" client error {s['error']}")
     print(f"\nrolling upgrades of two real vLLM replicas ({len(figures)}): streams per upgrade"

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -26,12 +27,18 @@ pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")
 
 
 class Fake:
-    """A gateway with smg 1.13.0's /workers routes (a worker's status "ready", as the real one
-    lists it in the lab; DELETE: Draining, dropped after `settle`
-    seconds) and a replica whose running requests end at `busy_until` (SGLang's gauge or vLLM's)."""
+    """A gateway with smg 1.13.0's /workers routes (a worker's status "ready" and its "load", what
+    smg has in flight to it, as the real one lists them; DELETE: Draining, still listed with its
+    load, dropped after `settle` seconds) and a replica whose requests end at `busy_until`.
+    `seen` says where they show until then: "running" (smg's load and the engine's running gauge,
+    SGLang's or vLLM's), "prefill" (smg's load only: SGLang's gauges read 0 for a request in
+    prefill when the running batch was empty), "queued" (the engine's waiting gauge only: sent
+    by another client), "stale-zero" (the engine's running gauge only, 0 for its first second:
+    a request sent straight to the replica, in prefill, then decoding)."""
 
-    def __init__(self, settle: float, busy_until: float, metric: str, generates: bool = True):
+    def __init__(self, settle: float, busy_until: float, metric: str, generates: bool = True, seen: str = "running"):
         self.settle, self.busy_until, self.metric, self.generates = settle, busy_until, metric, generates
+        self.seen, self.began = seen, time.monotonic()
         self.workers: dict[str, dict] = {}
         self.events: list[tuple[float, str]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -40,8 +47,19 @@ class Fake:
         self.workers["w1"] = {"id": "w1", "url": self.worker, "is_healthy": True, "status": "ready"}
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def busy(self) -> bool:
+        return time.monotonic() < self.busy_until
+
+    def load(self) -> int:  # smg's count
+        return 2 if self.busy() and self.seen in ("running", "prefill") else 0
+
     def running(self) -> int:
-        return 2 if time.monotonic() < self.busy_until else 0
+        if self.seen == "stale-zero":
+            return 1 if self.busy() and time.monotonic() - self.began >= 1 else 0
+        return 2 if self.busy() and self.seen == "running" else 0
+
+    def waiting(self) -> int:
+        return 2 if self.busy() and self.seen == "queued" else 0
 
     def _handler(self):
         fake = self
@@ -63,13 +81,16 @@ class Fake:
                     fake.events.append((time.monotonic(), "RESTART"))
                     return self._send(200, {})
                 if self.path == "/workers":
-                    return self._send(200, {"workers": list(fake.workers.values())})
+                    listed = [{**w, "load": fake.load() if w["url"] == fake.worker else 0} for w in fake.workers.values()]
+                    return self._send(200, {"workers": listed})
                 if self.path == "/replica/metrics":
                     fake.events.append((time.monotonic(), f"metrics {fake.running()}"))
-                    labels = '{model_name="kimi-k2.5"}' if fake.metric.startswith("sglang") else \
-                        '{engine="0",model_name="kimi-k2.5"}'
-                    value = fake.running() if fake.metric.startswith("sglang") else f"{fake.running()}.0"
-                    return self._send(200, f"# TYPE {fake.metric} gauge\n{fake.metric}{labels} {value}\n", "text/plain")
+                    sglang = fake.metric.startswith("sglang")
+                    labels = '{model_name="kimi-k2.5"}' if sglang else '{engine="0",model_name="kimi-k2.5"}'
+                    waiting = "sglang:num_queue_reqs" if sglang else "vllm:num_requests_waiting"
+                    text = "".join(f"# TYPE {name} gauge\n{name}{labels} {value if sglang else float(value)}\n"
+                                   for name, value in ((fake.metric, fake.running()), (waiting, fake.waiting())))
+                    return self._send(200, text, "text/plain")
                 return self._send(404, {})
 
             def do_DELETE(self):
@@ -93,10 +114,11 @@ class Fake:
         return Handler
 
 
-def _roll(tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2) -> tuple[subprocess.CompletedProcess, float | None]:
+def _roll(tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2,
+          script: Path = SCRIPT) -> tuple[subprocess.CompletedProcess, float | None]:
     key = tmp_path / "secret-args.yaml"
     key.write_text('{"api-key": "k"}')
-    run = subprocess.run(["sh", str(SCRIPT), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", str(replicas),
+    run = subprocess.run(["sh", str(script), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", str(replicas),
                           str(_pending(tmp_path)), fake.url, "--", "curl", "-fsS", f"{fake.url}/restart"],
                          capture_output=True, text=True, timeout=120)
     fake.server.shutdown()
@@ -127,7 +149,7 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
     # ...and after the replica answered a generation of the served model, with the key.
     generated = [t for t, e in fake.events if e == "GENERATE kimi-k2.5 Bearer k"]
     assert len(generated) == 1 and restarted < generated[0] < posted, fake.events
-    assert "has no running request after" in run.stdout and "is healthy at" in run.stdout
+    assert "has nothing in flight (gateways and engine, 2 s apart) after" in run.stdout and "is healthy at" in run.stdout
     assert "answered a generation after" in run.stdout
 
 
@@ -176,12 +198,13 @@ def test_a_single_replica_is_restarted_although_it_is_the_only_worker(tmp_path):
 
 
 def test_the_drain_timeout_bounds_the_wait(tmp_path):
-    fake = Fake(settle=1, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    fake = Fake(settle=5, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=2)
     deleted = next(t for t, e in fake.events if e == "DELETE")
     assert run.returncode == 0 and 2 <= restarted - deleted < 6
-    assert "still runs 2 request(s) after 2 s (serving_drain_timeout_s); restarting anyway" in run.stderr
+    assert "still has 2 request(s) in flight at the gateways and 2 running or waiting after 2 s" \
+        " (serving_drain_timeout_s); restarting anyway" in run.stderr
 
 
 def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
@@ -190,3 +213,37 @@ def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
     run, _ = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0 and [e for _, e in fake.events][0] == "RESTART"  # no drain, no wait
     assert not any(e.startswith("metrics") for _, e in fake.events)
+
+
+def _planted_old_drain(tmp_path) -> Path:
+    """The drain as it was before the fix (planted once): the engine's running gauge alone, one
+    read of 0 enough; smg's in-flight count and the waiting gauges not looked at."""
+    text = SCRIPT.read_text()
+    for new, old in (("QUIET=2", "QUIET=0"), ("g=$(gateway_load) e=$(engine_load)", "g=0 e=$(engine_load)"),
+                     ("|sglang:num_queue_reqs|", "|"), ("|vllm:num_requests_waiting)", ")")):
+        assert new in text, new
+        text = text.replace(new, old)
+    planted = tmp_path / "old-inference-engine-rolling"
+    planted.write_text(text)
+    return planted
+
+
+@pytest.mark.parametrize(("metric", "seen"), [("sglang:num_running_reqs", "prefill"), ("sglang:num_running_reqs", "queued"),
+                                              ("vllm:num_requests_running", "queued"),
+                                              ("sglang:num_running_reqs", "stale-zero")])
+@pytest.mark.parametrize("drain", ["old", "new"])
+def test_a_request_in_prefill_queued_or_read_stale_is_waited_for(tmp_path, metric, seen, drain):
+    """SGLang 0.5.9 sets its gauges at prefill from the running batch before the new batch joins
+    (a request in prefill reads 0), then every 40 decode steps; a queued request is counted in
+    the queue gauge (vLLM: the waiting gauge) only; smg counts what it has in flight. The old
+    drain (the running gauge alone, one read) restarted the replica under the request; the fix
+    waits until it has ended."""
+    fake = Fake(settle=8, busy_until=time.monotonic() + 3, metric=metric, seen=seen)
+    _other_replica(fake)
+    script = _planted_old_drain(tmp_path) if drain == "old" else SCRIPT
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=script)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    if drain == "old":
+        assert restarted < fake.busy_until  # cut: restarted while the request still ran
+    else:
+        assert restarted >= fake.busy_until + 2, (restarted - fake.busy_until, run.stdout)  # two idle reads, 2 s apart

@@ -1,6 +1,9 @@
 """The lab's SGLang stand-in streams as sglang 0.5.9's serving_chat.py does (one SSE event per
-token, the finish-reason chunk, [DONE]) at its configured speed, and counts the request in
-sglang:num_running_reqs while it runs: what the rolling switch's drain waits on."""
+token, the finish-reason chunk, [DONE]) at its configured speed, and its scheduler gauges are as
+harsh as SGLang's (what the rolling switch's drain reads): a queue past --max-running-requests,
+a prefill that lasts with the prompt, sglang:num_running_reqs and sglang:num_queue_reqs set at
+prefill from the batch before the request joins, every --decode-log-interval decode steps, and
+at idle only after 30 s."""
 
 from __future__ import annotations
 
@@ -15,15 +18,20 @@ from http.server import ThreadingHTTPServer
 from tests.unit.conftest import PROJECT_ROOT
 
 
-def _server(monkeypatch, rate: str):
+def _server(monkeypatch, rate: str, max_running: int | None = None, interval: int | None = None,
+            prefill_rate: str = "2000", idle_seconds: float | None = None):
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", rate)
+    monkeypatch.setenv("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", prefill_rate)
     spec = importlib.util.spec_from_file_location(
         "standin_server", PROJECT_ROOT / "lab" / "standins" / "sglang_server" / "server.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if idle_seconds is not None:
+        module.IDLE_LOG_SECONDS = idle_seconds
     args = argparse.Namespace(served_model_name="kimi-k2.5", model_path="/models/tiny", api_key=None,
                               enable_metrics=True, speculative_algorithm=None, speculative_num_steps=None,
-                              speculative_num_draft_tokens=None)
+                              speculative_num_draft_tokens=None, max_running_requests=max_running,
+                              decode_log_interval=interval)
     state = module.State(args, "0.5.9")
     state.started -= 60  # loaded
     server = ThreadingHTTPServer(("127.0.0.1", 0), module.make_handler(state))
@@ -31,12 +39,42 @@ def _server(monkeypatch, rate: str):
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def _running(url: str) -> int:
+def _gauge(url: str, name: str) -> int:
     text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
-    return int(next(line for line in text.splitlines() if line.startswith("sglang:num_running_reqs")).split()[-1])
+    return int(next(line for line in text.splitlines() if line.startswith(f"sglang:{name}{{")).split()[-1])
 
 
-def test_stream_is_sglangs_chunks_token_by_token_and_counted_while_running(monkeypatch):
+def _running(url: str) -> int:
+    return _gauge(url, "num_running_reqs")
+
+
+def _gauges(url: str) -> tuple[int, int]:
+    return _gauge(url, "num_running_reqs"), _gauge(url, "num_queue_reqs")
+
+
+def _stream(url: str, tokens: int, prompt: str = "hi") -> dict:
+    """Stream one chat completion in a thread; the returned dict fills in as it goes."""
+    out = {"first": None, "tokens": 0, "done": False}
+    body = json.dumps({"model": "kimi-k2.5", "max_tokens": tokens, "stream": True,
+                       "messages": [{"role": "user", "content": prompt}]}).encode()
+
+    def run():
+        request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            for raw in answer:
+                line = raw.decode().strip()
+                if line == "data: [DONE]":
+                    out["done"] = True
+                elif line.startswith("data: ") and any(c["delta"].get("content") for c in json.loads(line[6:])["choices"]):
+                    out["first"] = out["first"] or time.monotonic()
+                    out["tokens"] += 1
+
+    out["thread"] = threading.Thread(target=run)
+    out["thread"].start()
+    return out
+
+
+def test_stream_is_sglangs_chunks_token_by_token_and_not_yet_counted_before_decode_step_40(monkeypatch):
     server, url = _server(monkeypatch, "40")
     body = json.dumps({"model": "kimi-k2.5", "max_tokens": 40, "stream": True,
                        "stream_options": {"include_usage": True},
@@ -49,7 +87,7 @@ def test_stream_is_sglangs_chunks_token_by_token_and_counted_while_running(monke
             line = raw.decode().strip()
             if line.startswith("data: "):
                 events.append(line[6:])
-                if len(events) == 10:
+                if len(events) in (10, 35):
                     seen.append(_running(url))
     elapsed = time.monotonic() - started
     server.shutdown()
@@ -63,10 +101,43 @@ def test_stream_is_sglangs_chunks_token_by_token_and_counted_while_running(monke
     assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["choices"][0]["delta"]["content"] is None
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 40
     assert 0.9 <= elapsed < 3  # 40 tokens at 40 tokens/s
-    assert seen == [1]
+    # Set at prefill from the batch before this request joined (0), next at decode step 40: a
+    # request of 40 tokens reads 0 all along (what the drain must not take for idle).
+    assert seen == [0, 0]
 
 
 def test_running_requests_read_zero_when_idle(monkeypatch):
     server, url = _server(monkeypatch, "0")
     assert _running(url) == 0
+    server.shutdown()
+
+
+def test_gauges_lag_as_sglangs_do(monkeypatch):
+    """0 in prefill (the batch before it joined), set again only every decode_log_interval steps,
+    and after the request the last decode value until the idle refresh."""
+    server, url = _server(monkeypatch, "40", interval=20, prefill_rate="100", idle_seconds=2)
+    stream = _stream(url, 60, prompt=" ".join(["word"] * 100))  # 1 s of prefill
+    time.sleep(0.5)
+    assert stream["first"] is None and _gauges(url) == (0, 0)  # in prefill: reads 0
+    while stream["tokens"] < 30:
+        time.sleep(0.05)
+    assert _gauges(url) == (1, 0)  # decode step 20 set it
+    stream["thread"].join()
+    assert stream["done"] and stream["tokens"] == 60
+    assert _gauges(url) == (1, 0)  # stale after the request ended...
+    time.sleep(2.5)
+    assert _gauges(url) == (0, 0)  # ...until the idle refresh
+    server.shutdown()
+
+
+def test_requests_past_max_running_wait_in_the_queue(monkeypatch):
+    server, url = _server(monkeypatch, "40", max_running=1, interval=10)
+    first = _stream(url, 40)
+    time.sleep(0.2)
+    second = _stream(url, 10)
+    time.sleep(0.6)  # decode step 10 and after of the first
+    assert second["first"] is None and _gauges(url) == (1, 1)  # queued, counted in the queue gauge
+    first["thread"].join()
+    second["thread"].join()
+    assert first["done"] and second["done"] and second["first"] >= first["first"] + 0.9  # only after the first ended
     server.shutdown()

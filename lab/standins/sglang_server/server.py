@@ -47,12 +47,21 @@ varied (no repeated token loop), so a server check that looks at text can pass o
   inter_token_latency_seconds, e2e_request_latency_seconds with the collector's default buckets.
   The values are the stand-in's own timings (no GPU, no KV cache: token_usage and
   cache_hit_rate stay 0).
+- the scheduler's queue and when its gauges change (class Scheduler; as harsh as SGLang's, so
+  the rolling drain is tested against what it will read on the target): at most
+  --max-running-requests requests run, the rest wait in the queue; each admitted request is
+  first in prefill for a time that scales with its prompt, then decodes; sglang:num_running_reqs
+  and sglang:num_queue_reqs are set only when SGLang 0.5.9 sets them (at prefill, from the
+  running batch before the new batch joins; every --decode-log-interval decode steps; at idle
+  only 30 s after the last time), so they lag and can read 0 while a request is in prefill.
   SIGTERM stops the server at once and cuts open streams, as the real server's exit does.
 
 Lab-only knobs (environment, set through serving_extra_env):
   INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND  decode speed of each streamed request (default 100;
                                          0: no pause between tokens; answers that do not
                                          stream come at once)
+  INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND  prompt words prefilled per second (default
+                                         2000; 0: no prefill time)
   INFERENCE_HOST_STANDIN_ACCEPT_LENGTH   accept length with speculative decoding (default 2.6,
                                          at most num_steps + 1)
   INFERENCE_HOST_STANDIN_LOAD_SECONDS    seconds before /health_generate answers 200 (default 2)
@@ -169,12 +178,12 @@ class Metrics:
         name = state.args.served_model_name or state.args.model_path
         sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
         tok = f'model_name="{name}"'
-        gauges = [("num_running_reqs", "The number of running requests.", state.running),
+        gauges = [("num_running_reqs", "The number of running requests.", state.scheduler.num_running_reqs),
                   ("num_used_tokens", "The number of used tokens.", 0),
                   ("token_usage", "The token usage.", 0.0),
                   ("gen_throughput", "The generation throughput (token/s).",
                    self.last_throughput if state.running else 0.0),
-                  ("num_queue_reqs", "The number of requests in the waiting queue.", 0),
+                  ("num_queue_reqs", "The number of requests in the waiting queue.", state.scheduler.num_queue_reqs),
                   ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
                   ("spec_accept_length", "The average acceptance length of speculative decoding.",
                    state.last_accept_length),
@@ -200,6 +209,81 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
+# srt/managers/scheduler_runtime_checker_mixin.py (the idle metrics, "every 30 seconds during idle").
+IDLE_LOG_SECONDS = 30
+
+
+class Scheduler:
+    """When SGLang's scheduler runs a request and when its gauges say so (sglang 0.5.9).
+
+    - A queue: srt/managers/scheduler.py get_new_batch_prefill admits waiting requests only while
+      the running batch is below max_running_requests (--max-running-requests); the rest stay
+      in waiting_queue, counted by sglang:num_queue_reqs. Here: a request waits for a slot.
+    - Prefill, then decode: an admitted request is first prefilled (its whole prompt, in chunks
+      of --chunked-prefill-size when longer: the chunked request is not in the running batch
+      until its last chunk); here for prompt words / PREFILL_TOKENS_PER_SECOND seconds, then it
+      joins the running (decoding) batch.
+    - The gauges: srt/managers/scheduler_metrics_mixin.py log_prefill_stats sets
+      num_running_reqs from len(running_batch.reqs) BEFORE the new prefill batch joins it and
+      num_queue_reqs from the waiting queue after the batch was taken out of it: a request in
+      prefill with an empty running batch reads 0 and 0. log_decode_stats sets them every
+      decode_log_interval decode steps (server_args.py: 40; scheduler.py:
+      `self.forward_ct_decode % self.server_args.decode_log_interval == 0`); between those they
+      keep their last value. At idle, scheduler_runtime_checker_mixin.py
+      _maybe_log_idle_metrics sets them again only once 30 s have passed since the last time:
+      after the last request they read its last decode value for up to 30 s.
+    Here one decode step is one token time (1 / tokens per second) while anything decodes."""
+
+    def __init__(self, max_running: int, decode_log_interval: int, tokens_per_second: float,
+                 prefill_tokens_per_second: float):
+        self.max_running, self.interval = max_running, decode_log_interval
+        self.step_seconds = 1 / tokens_per_second if tokens_per_second > 0 else 0.01
+        self.prefill_rate = prefill_tokens_per_second
+        self.cond = threading.Condition()
+        self.waiting = 0        # in the queue
+        self.admitted = 0       # in prefill or decoding: the slots max_running counts
+        self.decoding = 0       # in the running batch
+        self.forward_ct_decode = 0
+        self.num_running_reqs = 0   # the gauges as last set
+        self.num_queue_reqs = 0
+        self.last_log = time.monotonic()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _log(self, running: int) -> None:
+        self.num_running_reqs, self.num_queue_reqs, self.last_log = running, self.waiting, time.monotonic()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.step_seconds)
+            with self.cond:
+                if self.decoding:
+                    self.forward_ct_decode += 1
+                    if self.forward_ct_decode % self.interval == 0:
+                        self._log(self.decoding)
+                elif not self.admitted and not self.waiting and time.monotonic() > self.last_log + IDLE_LOG_SECONDS:
+                    self._log(0)
+
+    def admit(self, prompt_words: int) -> None:
+        """Wait for a slot, then prefill (the gauges set as log_prefill_stats sets them)."""
+        with self.cond:
+            self.waiting += 1
+            while self.admitted >= self.max_running:
+                self.cond.wait()
+            self.waiting -= 1
+            self.admitted += 1
+            self._log(self.decoding)  # the running batch before this request joins it
+        if self.prefill_rate > 0:
+            time.sleep(prompt_words / self.prefill_rate)
+        with self.cond:
+            self.decoding += 1
+
+    def finish(self) -> None:
+        with self.cond:
+            self.decoding -= 1
+            self.admitted -= 1
+            self.cond.notify()
+
+
 class State:
     def __init__(self, args, version: str):
         self.args = args
@@ -222,6 +306,10 @@ class State:
         self.lock = threading.Lock()
         self.tokens_per_second = float(os.environ.get("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", "100"))
         self.metrics = Metrics()
+        # SGLang's default comes from the KV cache's size; without a GPU: 256 unless given.
+        self.scheduler = Scheduler(int(getattr(args, "max_running_requests", None) or 256),
+                                   int(getattr(args, "decode_log_interval", None) or 40), self.tokens_per_second,
+                                   float(os.environ.get("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", "2000")))
 
     def pace(self, index: int, began: float) -> None:
         """Hold token `index` until the request's decode speed lets it out."""
@@ -316,7 +404,7 @@ def make_handler(state: State):
                 with state.lock:
                     state.running -= 1
 
-        def _stream_chat(self, body: dict, prompt: str, tokens: list[str]) -> None:
+        def _stream_chat(self, body: dict, prompt: str, tokens: list[str], arrived: float) -> None:
             """serving_chat.py _generate_chat_stream (0.5.9), one token per event."""
             request_id = hashlib.md5(f"{prompt}{time.time()}".encode()).hexdigest()
             model = body.get("model") or args.served_model_name
@@ -343,7 +431,7 @@ def make_handler(state: State):
                 self.wfile.flush()
                 first = first if index else time.monotonic()
             state.decoded(len(tokens))
-            state.metrics.finished(len(prompt.split()), len(tokens), began, first, time.monotonic())
+            state.metrics.finished(len(prompt.split()), len(tokens), arrived, first, time.monotonic())
             self.wfile.write(event([choice({}, "length")]))
             if (body.get("stream_options") or {}).get("include_usage"):
                 prompt_tokens = len(prompt.split())
@@ -353,7 +441,18 @@ def make_handler(state: State):
             self.wfile.flush()
 
         def _answer(self, path: str, body: dict):
+            if path not in ("/generate", "/v1/chat/completions"):
+                return self._send(404, {"detail": "Not Found"})
+            prompt = str(body.get("text", "")) if path == "/generate" else \
+                " ".join(str(m.get("content", "")) for m in body.get("messages", []))
             began = time.monotonic()
+            state.scheduler.admit(len(prompt.split()))  # queued, then prefilled: the first token after
+            try:
+                return self._generate(path, body, began)
+            finally:
+                state.scheduler.finish()
+
+        def _generate(self, path: str, body: dict, began: float):
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 tokens = generate_text(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
@@ -369,7 +468,7 @@ def make_handler(state: State):
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
                 tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
                 if body.get("stream"):
-                    return self._stream_chat(body, prompt, tokens)
+                    return self._stream_chat(body, prompt, tokens, began)
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(prompt.split()), len(tokens), began, now, now)

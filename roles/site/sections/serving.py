@@ -145,9 +145,9 @@ class ServingSettings(Section):
         "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a "
         "hang ends."))
     drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = Field(300, description=(
-        "Behind a gateway, a rolling switch takes the replica out, then waits up to this long for its"
-        " running requests to end (the engine's own /metrics) before restarting it; smg's drain"
-        " settle time is the same."))
+        "Behind a gateway, a rolling switch takes the replica out, then waits up to this long until"
+        " nothing is in flight to it (smg's count and the engine's running and waiting gauges) before"
+        " restarting it; smg's drain settle time is the same."))
     enable_metrics: bool = Field(True, description=(
         "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
     api_key_secret: SecretName | None = Field(None, description=(

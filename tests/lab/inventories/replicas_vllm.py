@@ -88,9 +88,11 @@ _STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "30"))
 _mark = os.environ.get("INFERENCE_HOST_LAB_ROLLING_MARK")
 _replica = {
     **_common,
-    # Twice a stream's calibrated length: with one replica out, the other serves all streams
-    # and decodes each more slowly (at +15 s, one upgrade restarted a replica with 2 running).
-    "serving_drain_timeout_s": _STREAM_SECONDS * 2,
+    # With one replica out, the other serves all streams and decodes each more slowly (at +15 s,
+    # one upgrade restarted a replica with 2 running); with at most 2 running at once
+    # (--max-num-seqs, below), the two others wait in its queue for the first two to end.
+    "serving_drain_timeout_s": _STREAM_SECONDS * 4,
+    "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "sglang_api_key",
