@@ -89,6 +89,8 @@ _replica = {
     "monitoring_check_interval": "45s",
     "monitoring_check_cpu_quota_percent": 100,
     "monitoring_check_timeout_s": 40,
+    # DCGM's Xid window (dcgm-exporter -x): GpuXidError clears this long after a planted Xid.
+    "monitoring_xid_window_s": 30,
 }
 
 gpu_nodes = [

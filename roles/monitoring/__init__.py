@@ -81,12 +81,15 @@ def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
     ensure_cuda_repository(settings, distro)
     version = site.stack.monitoring.dcgm_exporter
     _apt(DCGM_EXPORTER_PACKAGE, version)
+    counters = files.put(name=f"Write {units.DCGM_COUNTERS} (upstream's counters plus the windowed Xid count)",
+                         src=str(PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE), dest=units.DCGM_COUNTERS, mode="0644")
     path, text = units.dcgm_dropin(settings)
     files.directory(name=f"Create {path.rsplit('/', 1)[0]}", path=path.rsplit("/", 1)[0], mode="0755")
     dropin = files.put(name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",
                        src=io.StringIO(text), dest=path, mode="0644")
     systemd.service(name=f"Enable and start {units.DCGM_EXPORTER_UNIT}", service=units.DCGM_EXPORTER_UNIT,
-                    running=True, enabled=True, daemon_reload=dropin.will_change, restarted=dropin.will_change)
+                    running=True, enabled=True, daemon_reload=dropin.will_change,
+                    restarted=dropin.will_change or counters.will_change)
 
 
 def _checks_timer(settings: HostSettings, site: Site) -> None:

@@ -205,6 +205,35 @@ DETAIL = ('{{ with printf "inference_host_check_failure_info{host=%q,suite=%q,ch
           '{{ else }}see the check\'s detail in the timer\'s journal{{ end }}')
 
 
+# A NEW Xid, not the last one: DCGM_FI_DEV_XID_ERRORS is the value of the last Xid (etc/default-counters.csv)
+# and stays there until the exporter or the driver restarts (NVIDIA/dcgm-exporter issue #500, NVIDIA/DCGM
+# issue #277). DCGM_EXP_XID_ERRORS_COUNT (internal/pkg/collector/xid_collector.go and expcollector.go at
+# 4.5.3-4.8.2) counts the Xids of the last -x ms per GPU, one series per code (labels xid,
+# window_size_in_ms), and one series at 0 without an xid label when there was none: it rises on every
+# Xid, a second one of the same code included, and falls back to 0 on its own.
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+# Graded by the catalog's "Resolution Bucket (Immediate Action)" (docs.nvidia.com/deploy/xid-errors/
+# analyzing-xid-catalog.html): RESTART_APP codes concern the program on the GPU, not the GPU.
+XID_APPLICATION = (13, 31, 43, 45)
+XID_RESET = (48, 63, 64, 74, 92, 94, 95, 119, 120)
+XID_OFF_THE_BUS = (79,)
+
+
+def _codes(codes: tuple[int, ...]) -> str:
+    return "^(" + "|".join(str(c) for c in codes) + ")$"
+
+
+XID_ADVICE = (
+    f'{{{{ if match "{_codes(XID_APPLICATION)}" $labels.xid }}}}an application-level Xid: read the log of the '
+    "program that ran on the GPU (`journalctl -u` of the serving unit); the GPU needs no reset."
+    f'{{{{ else if match "{_codes(XID_OFF_THE_BUS)}" $labels.xid }}}}the GPU fell off the bus: drain the node and '
+    "reboot it; if it comes back, check the slot, riser and power; if it recurs, the catalog says contact support (RMA)."
+    f'{{{{ else if match "{_codes(XID_RESET)}" $labels.xid }}}}a GPU or memory fault: drain the GPU and reset it '
+    "(`nvidia-smi -r`) or reboot; check `nvidia-smi -q -d ROW_REMAPPER,ECC`; if it recurs, the catalog says "
+    "contact support (RMA)."
+    "{{ else }}look up the code's action in the catalog before acting.{{ end }}")
+
+
 def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
     nodes = site.group("gpu_nodes")
     engine = engine_of(site)
@@ -234,11 +263,13 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
               "Health check '{{ $labels.check }}' ({{ $labels.suite }}{{ if $labels.gpu }}, GPU{{ $labels.gpu }}"
               "{{ end }}) fails on {{ $labels.host }}",
               DETAIL),
-        Alert("GpuXidError", "DCGM_FI_DEV_XID_ERRORS > 0", "0m", "critical",
-              "GPU{{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}",
-              "DCGM's last Xid error is {{ $value }} on GPU{{ $labels.gpu }} ({{ $labels.pci_bus_id }}). What to do: "
-              "look it up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); `dmesg | grep NVRM` on "
-              "{{ $labels.host }}; drain and reset the GPU (`nvidia-smi -r`) or reboot as it says."),
+        Alert("GpuXidError", f"{XID_COUNT} > 0", "0m", "critical",
+              "GPU{{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $labels.xid }}",
+              "DCGM counted {{ $value }} Xid {{ $labels.xid }} on GPU{{ $labels.gpu }} ({{ $labels.pci_bus_id }}) in its "
+              "last {{ $labels.window_size_in_ms }} ms; the alert resolves once that window has passed without one. "
+              "What to do: " + XID_ADVICE + " `dmesg | grep NVRM` on {{ $labels.host }} shows the driver's own line; "
+              "NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) has the code's "
+              "immediate and investigatory action."),
         Alert("GpuUncorrectableEcc", "inference_host_gpu_ecc_uncorrectable_errors > 0 "
               "or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
               "GPU{{ $labels.gpu }} on {{ $labels.host }} has uncorrectable memory errors",

@@ -17,7 +17,10 @@ CHECK_SUITES = "gpu,service,server"
 OUT_FILE = f"{config.TEXTFILE_DIR}/inference_host_checks.prom"
 SYSTEMD_DIR = "/etc/systemd/system"
 DCGM_EXPORTER_UNIT = "nvidia-dcgm-exporter"  # NVIDIA/dcgm-exporter packaging/config-files/systemd
-DCGM_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
+# Our counters file beside the package's (its own is a conffile we leave alone): upstream's defaults
+# plus the windowed Xid count the GpuXidError alert reads (templates/inference-host-counters.csv.j2).
+DCGM_COUNTERS = "/etc/dcgm-exporter/inference-host-counters.csv"
+DCGM_COUNTERS_TEMPLATE = "roles/monitoring/templates/inference-host-counters.csv.j2"
 
 
 def bundle_dir(digest: str) -> str:
@@ -63,11 +66,14 @@ def node_exporter_template(host: HostSettings) -> tuple[str, str, dict]:
 
 
 def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
-    """The packaged unit's ExecStart with the settings' address (dcgm-exporter -a, default :9400)."""
+    """The packaged unit's ExecStart with our counters file, the settings' address (dcgm-exporter -a,
+    default :9400) and the Xid window (-x, --xid-count-window-size in ms, default 300000;
+    NVIDIA/dcgm-exporter pkg/cmd/app.go at 4.5.3-4.8.2)."""
     m = host.monitoring
-    text = ("# Written by inference-host (roles/monitoring): the exporter's address from the inventory.\n"
+    text = ("# Written by inference-host (roles/monitoring): the exporter's address and Xid window from the inventory.\n"
             "[Service]\nExecStart=\n"
-            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {listen(m.exporter_address, m.dcgm_exporter_port)}\n")
+            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {listen(m.exporter_address, m.dcgm_exporter_port)}"
+            f" -x {m.xid_window_s * 1000}\n")
     return f"{SYSTEMD_DIR}/{DCGM_EXPORTER_UNIT}.service.d/90-inference-host.conf", text
 
 

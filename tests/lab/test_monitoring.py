@@ -16,7 +16,9 @@ Planted faults, each followed to the webhook receiver (firing) and out of Promet
 (cleared) after it is mended, all at once on different hosts so that the run takes the longest
 of them, not their sum; INFERENCE_HOST_LAB_ALERT_RUNS=3 repeats them for medians (-s prints):
   - the engine unit stopped (rep-b)                    -> EngineDown
-  - an Xid in DCGM's reading of GPU 3 (rep-b)          -> GpuXidError
+  - an Xid in DCGM's reading of GPU 3 (rep-b)          -> GpuXidError, once; it has no mend: it
+    clears monitoring_xid_window_s after the Xid while the exporter still reports the last Xid (79),
+    as the real one does
   - the engine killed, restarted by systemd (rep-a)    -> EngineRestartLooping
   - a stray process on GPU 2 (rep-a), outside the engine's unit, in nvidia-smi's process list
                                                        -> HealthCheckFailing{check="no compute
@@ -295,15 +297,14 @@ def _kill_stray(role: str) -> None:
 
 def _faults() -> list[Fault]:
     rep_a, rep_b = lab.pyinfra_name("rep-a"), lab.pyinfra_name("rep-b")
-    xid = "/run/dcgm-exporter-standin/3.json"  # the stand-in's reading of GPU 3 (what DCGM would read)
+    xid = "/run/dcgm-exporter-standin/3.xid"  # an Xid on GPU 3, as the driver would tell DCGM
     return [
         Fault("EngineDown", {"host": rep_b}, lambda: _exec("rep-b", "systemctl stop inference-engine.service"),
               lambda: _exec("rep-b", f"{RESET_START_LIMIT} systemctl start inference-engine.service"),
               "engine unit stopped"),
         Fault("GpuXidError", {"host": rep_b, "gpu": "3"},
-              lambda: _exec("rep-b", f"mkdir -p /run/dcgm-exporter-standin && echo '{{\"DCGM_FI_DEV_XID_ERRORS\": 79}}'"
-                                     f" > {xid}.tmp && mv {xid}.tmp {xid}"),
-              lambda: _exec("rep-b", f"rm -f {xid}"), "Xid 79 on GPU 3"),
+              lambda: _exec("rep-b", f"mkdir -p /run/dcgm-exporter-standin && echo \"$(date +%s) 79\" >> {xid}"),
+              lambda: None, "Xid 79 on GPU 3 (no mend: its window passes)"),
         Fault("EngineRestartLooping", {"host": rep_a}, lambda: _kill_engine("rep-a"), lambda: None,
               "engine killed, restarted by systemd"),
         Fault("HealthCheckFailing", {"host": rep_a, "check": STRAY_CHECK}, lambda: _plant_stray("rep-a"),
@@ -351,6 +352,16 @@ def _run_faults(faults: list[Fault]) -> None:
     assert late == [], f"no alert at the webhook within 300 s of the plant: {late}"
     stuck = [f.alert for f in faults if not f.cleared]
     assert stuck == [], f"still active in Prometheus after the mend: {stuck}"
+    xids = [f for f in faults if f.alert == "GpuXidError"]
+    pages = [labels for labels, status in _received(start_line) if status == "firing" and xids[0].matches(labels)]
+    assert len(pages) == 1, pages  # one page for one Xid (Alertmanager groups; no repeat within the run)
+
+
+def _last_xid(role: str, gpu: str) -> str:
+    """DCGM_FI_DEV_XID_ERRORS of one GPU, from the exporter itself."""
+    text = _exec(role, "python3 -c 'import urllib.request; print(urllib.request.urlopen("
+                       "\"http://127.0.0.1:9400/metrics\").read().decode())'").stdout
+    return re.search(r'^DCGM_FI_DEV_XID_ERRORS\{gpu="' + gpu + r'",.*\} (\S+)$', text, re.M).group(1)
 
 
 def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, site):
@@ -377,6 +388,7 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
         for fault in faults:
             timings.setdefault(fault.alert, []).append((fault.fired - fault.planted, fault.cleared - fault.mended))
     assert _exec("rep-a", "systemctl show -p NRestarts --value inference-engine.service").stdout.strip() == "0"
+    assert _last_xid("rep-b", "3") == "79"  # cleared in Prometheus, while DCGM still reports the last Xid
     lines = [f"planted engine faults ({RUNS} run(s); scrape {m.scrape_interval}, down_for {m.down_for},"
              f" restart window {m.restart_window}, group_wait {m.alert_group_wait},"
              f" group_interval {m.alert_group_interval}, checks every"

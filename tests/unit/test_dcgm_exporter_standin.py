@@ -46,21 +46,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def exporter(tmp_path):
+def _serve(tmp_path, counters: str, *extra: str):
     proc = tmp_path / "proc"
     for minor, bus in enumerate(("0000:01:00.0", "0000:21:00.0")):
         info = SAMPLE.read_text().split("\n", 1)[1].replace("0000:00:06.0", bus).replace(
             "Device Minor: \t 0", f"Device Minor: \t {minor}")
         (proc / "gpus" / bus).mkdir(parents=True)
         (proc / "gpus" / bus / "information").write_text(info)
-    (tmp_path / "counters.csv").write_text(dcgm_exporter.counters_csv())
+    (tmp_path / "counters.csv").write_text(counters)
     program = tmp_path / "dcgm-exporter"
     program.write_text(dcgm_exporter.program("580.95.05"))
     port = _free_port()
     env = {**os.environ, "DCGM_STANDIN_PROC_DIRS": str(proc), "DCGM_STANDIN_FAULTS": str(tmp_path / "faults")}
     server = subprocess.Popen([sys.executable, str(program), "-f", str(tmp_path / "counters.csv"),
-                               "-a", f"127.0.0.1:{port}"], env=env)
+                               "-a", f"127.0.0.1:{port}", *extra], env=env)
     url = f"http://127.0.0.1:{port}/metrics"
     for _ in range(50):
         try:
@@ -68,7 +67,24 @@ def exporter(tmp_path):
             break
         except OSError:
             time.sleep(0.1)
-    yield url, tmp_path / "faults"
+    return server, url, tmp_path / "faults"
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    server, url, faults = _serve(tmp_path, dcgm_exporter.counters_csv())
+    yield url, faults
+    server.terminate()
+    server.wait(5)
+
+
+@pytest.fixture
+def xid_exporter(tmp_path):
+    """With the deploy's own counters file (the windowed Xid count on) and a 2 s window."""
+    counters = (PROJECT_ROOT / "roles/monitoring/templates/inference-host-counters.csv.j2").read_text()
+    server, url, faults = _serve(tmp_path, counters, "-x", "2000")
+    faults.mkdir()
+    yield url, faults
     server.terminate()
     server.wait(5)
 
@@ -92,12 +108,53 @@ def test_it_serves_the_default_fields_per_gpu_with_dcgm_exporters_labels(exporte
     assert all(re.fullmatch(r'[A-Z_]+\{(\w+="[^"]*",)*\w+="[^"]*"\} [0-9.]+', line) for line in samples)
 
 
-def test_a_planted_xid_shows_on_its_gpu_only(exporter):
-    url, faults = exporter
-    faults.mkdir()
-    (faults / "1.json").write_text('{"DCGM_FI_DEV_XID_ERRORS": 79}')
-    lines = [line for line in _get(url).splitlines() if line.startswith("DCGM_FI_DEV_XID_ERRORS{")]
-    assert [line.rsplit(" ", 1)[1] for line in lines] == ["0", "79"]
+def _samples(url: str, name: str) -> list[tuple[str, str]]:
+    """(labels after the common ones, value) of each series of `name`, GPU 0 first."""
+    out = []
+    for line in _get(url).splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out.append((labels.split('DCGM_FI_DRIVER_VERSION="580.95.05"')[1].rstrip("}"), value))
+    return out
+
+
+def _plant_xid(faults, gpu: int, code: int) -> None:
+    with open(faults / f"{gpu}.xid", "a") as f:
+        f.write(f"{time.time():.3f} {code}\n")
+
+
+def test_a_planted_xid_is_kept_as_the_last_one_while_its_count_leaves_with_the_window(xid_exporter):
+    url, faults = xid_exporter
+    assert _samples(url, "DCGM_EXP_XID_ERRORS_COUNT") == [(',window_size_in_ms="2000"', "0")] * 2
+    _plant_xid(faults, 1, 79)
+    _plant_xid(faults, 1, 79)
+    assert [v for _, v in _samples(url, "DCGM_FI_DEV_XID_ERRORS")] == ["0", "79"]
+    assert _samples(url, "DCGM_EXP_XID_ERRORS_COUNT") == [(',window_size_in_ms="2000"', "0"),
+                                                          (',window_size_in_ms="2000",xid="79"', "2")]
+    (faults / "1.xid").unlink()  # the fault is long gone; DCGM still reads the last Xid
+    time.sleep(2.2)
+    assert [v for _, v in _samples(url, "DCGM_FI_DEV_XID_ERRORS")] == ["0", "79"]
+    assert _samples(url, "DCGM_EXP_XID_ERRORS_COUNT") == [(',window_size_in_ms="2000"', "0")] * 2
+
+
+def test_the_old_rule_on_the_last_xid_never_resolves_against_the_exporter(xid_exporter):
+    """Planted once: `DCGM_FI_DEV_XID_ERRORS > 0` (our rule before) stays true a window after the
+    Xid, where the windowed count the rule reads now is back at 0."""
+    url, faults = xid_exporter
+    _plant_xid(faults, 0, 13)
+    time.sleep(2.2)
+    old_rule = [float(v) > 0 for _, v in _samples(url, "DCGM_FI_DEV_XID_ERRORS")]
+    new_rule = [float(v) > 0 for _, v in _samples(url, "DCGM_EXP_XID_ERRORS_COUNT")]
+    assert old_rule == [True, False] and new_rule == [False, False]
+
+
+def test_the_help_and_type_come_from_the_counters_file_as_upstreams_do(xid_exporter):
+    url, _ = xid_exporter
+    text = _get(url)
+    assert "# HELP DCGM_EXP_XID_ERRORS_COUNT reported XIDs during last window" in text
+    assert "# TYPE DCGM_EXP_XID_ERRORS_COUNT counter" in text
+    assert "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered." in text
+    assert "DCGM_FI_DRIVER_VERSION{" not in text  # a label row, not a series
 
 
 def test_without_gpus_it_exits_like_the_real_exporter(tmp_path):
@@ -113,5 +170,5 @@ def test_without_gpus_it_exits_like_the_real_exporter(tmp_path):
 def test_the_alert_rules_use_names_the_exporter_serves():
     served = {name for name, *_ in dcgm_exporter.COUNTERS}
     site_rules = " ".join(a.expr for a in config.alerts(_site(), _site().hosts["gpu1"]))
-    used = set(re.findall(r"DCGM_FI_[A-Z_]*[A-Z]", site_rules))
-    assert used and used <= served, used - served
+    used = set(re.findall(r"DCGM_(?:FI|EXP)_[A-Z_]*[A-Z]", site_rules))
+    assert used and used <= served | {dcgm_exporter.XID_COUNT}, used - served

@@ -65,8 +65,22 @@ def checks_names() -> set[str]:
     return {textfile.PREFIX + name for name in set(textfile.HELP) | evidence}
 
 
+def deployed_dcgm_fields() -> set[str]:
+    """The series our counters file enables (rows that are not comments and not labels): what
+    dcgm-exporter serves on the target, the windowed Xid count included."""
+    from roles.monitoring import units
+
+    rows = [line.split(",") for line in (PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {name.strip() for name, kind, *_ in rows if kind.strip() != "label"}
+
+
 def known(engine: str) -> set[str]:
-    return engine_names(engine) | {name for name, *_ in COUNTERS} | checks_names() | NODE_EXPORTER
+    return engine_names(engine) | {name for name, *_ in COUNTERS} | deployed_dcgm_fields() | checks_names() | NODE_EXPORTER
+
+
+def test_the_deploys_counters_file_enables_the_xid_count_and_keeps_the_last_xid():
+    assert {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"} <= deployed_dcgm_fields()
 
 
 def test_the_sources_declare_what_the_tests_rely_on():

@@ -31,7 +31,11 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
     assert any(f"datacenter-gpu-manager-exporter={STACK.monitoring.dcgm_exporter}" in c for c in p.commands)
     assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
         'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n')
-    assert "-a 0.0.0.0:9400" in p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
+    dropin = p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
+    assert "-f /etc/dcgm-exporter/inference-host-counters.csv -a 0.0.0.0:9400 -x 300000\n" in dropin
+    # GpuXidError reads the windowed count: the file the exporter reads must enable it
+    counters = p.uploads["/etc/dcgm-exporter/inference-host-counters.csv"].splitlines()
+    assert "DCGM_EXP_XID_ERRORS_COUNT, counter, reported XIDs during last window" in counters
 
 
 def test_gpu_node_gets_the_checks_timer_with_its_budget():

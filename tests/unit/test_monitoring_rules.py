@@ -107,6 +107,9 @@ def test_the_thresholds_are_the_health_settings(site):
         assert "What to do" in alert.description or alert.name == "HealthCheckFailing", alert.name
 
 
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+XID_LAST = 'DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}'
+
 # Each alert: series that make it fire, series that keep it quiet (both over 40 minutes).
 CASES: dict[str, dict] = {
     "InferenceHostDown": {
@@ -129,8 +132,11 @@ CASES: dict[str, dict] = {
         "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "1x40")],
         "description": "expected inference-engine.service active; found failed"},
     "GpuXidError": {
-        "fire": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "79x40")],
-        "quiet": [('DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0"}', "0x40")]},
+        "fire": [(XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",xid="79",window_size_in_ms="300000"}',
+                  "1x40")],
+        # DCGM's last Xid stays at 79 for good; no Xid in the exporter's window: quiet
+        "quiet": [(XID_LAST, "79x40"),
+                  (XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",window_size_in_ms="300000"}', "0x40")]},
     "GpuUncorrectableEcc": {
         "fire": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "1x40")],
         "quiet": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "0x40"),
@@ -282,7 +288,7 @@ EXPECTED = {
     "GatewayDown": _simple({"job": "gateway", "host": "gw", "instance": "127.0.0.1:29000"}, "0"),
     "ChecksNotRunning": _simple({"host": "gpu1"}, "2400"),
     "HealthCheckFailing": _check_failing,
-    "GpuXidError": _simple({"host": "gpu1", "gpu": "3", "pci_bus_id": "00000000:61:00.0"}, "79"),
+    "GpuXidError": lambda rule: _xid_alert(rule, "79", "1"),
     "GpuUncorrectableEcc": _simple({"host": "gpu1", "gpu": "2", "scope": "volatile"}, "1"),
     "GpuThrottling": _simple({"host": "gpu1", "gpu": "0"}, "1"),
     "GpuTemperatureMargin": _simple({"host": "gpu2", "gpu": "1"}, "12"),
@@ -297,3 +303,99 @@ EXPECTED = {
                                         "check": "weights manifest matches the pin"}, "0"),
     "DiskFilling": _disk,
 }
+
+
+# --- GpuXidError: a NEW Xid pages, the last one does not ----------------------------------------
+# What NVIDIA's dcgm-exporter 4.8.2 serves (tag 4.5.3-4.8.2): DCGM_FI_DEV_XID_ERRORS is "Value of the last
+# XID error encountered" (etc/default-counters.csv) and keeps it until the exporter restarts (dcgm-exporter
+# issue #500); DCGM_EXP_XID_ERRORS_COUNT counts the window's Xids per code, labels xid and
+# window_size_in_ms, and is one 0 series without xid when the window had none (expcollector.go).
+XID_LABELS = {"host": "gpu1", "gpu": "3", "pci_bus_id": "00000000:61:00.0"}
+
+
+def _series(name: str, **extra) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**XID_LABELS, **extra}.items()) + "}"
+
+
+def _branch(phrase: str) -> str:
+    """The one branch of the rule's graded advice that starts with `phrase`."""
+    import re
+    branches = re.split(r"\{\{[^}]*\}\}", config.XID_ADVICE)
+    found = [b for b in branches if b.startswith(phrase)]
+    assert len(found) == 1, (phrase, branches)
+    return found[0]
+
+
+ADVICE = {"13": "an application-level Xid", "31": "an application-level Xid", "48": "a GPU or memory fault",
+          "94": "a GPU or memory fault", "79": "the GPU fell off the bus", "154": "look up the code's action"}
+
+
+def _xid_alert(rule: dict, xid: str, value: str, window_ms: str = "300000") -> list[dict]:
+    labels = {**XID_LABELS, "xid": xid, "window_size_in_ms": window_ms}
+    description = rule["annotations"]["description"].replace(config.XID_ADVICE, _branch(ADVICE[xid]))
+    summary, description = _expand({"annotations": {"summary": rule["annotations"]["summary"],
+                                                    "description": description}}, labels, value)
+    return _alert({**labels, "severity": "critical"}, summary, description)
+
+
+# Minutes 0-9 nothing; an Xid 79 at 10 (counted through 14, then the series goes, as the exporter's
+# does when the window empties); another at 31 and a second of the same code at 33. The gauge of the
+# last Xid stays at 79 from minute 10 on.
+XID_TIMELINE = [
+    (XID_LAST, "0x9 79x40"),
+    (_series(XID_COUNT, window_size_in_ms="300000"), "0x9 _x6 0x14 _x6 0x14"),
+    (_series(XID_COUNT, xid="79", window_size_in_ms="300000"), "_x10 1x4 stale _x15 1x1 2x2 stale"),
+]
+
+
+def _timeline_test(rules_file: str, expected: dict[int, list]) -> dict:
+    return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [{"series": s, "values": v} for s, v in XID_TIMELINE],
+        "alert_rule_test": [{"eval_time": f"{minute}m", "alertname": "GpuXidError", "exp_alerts": alerts}
+                            for minute, alerts in expected.items()]}]}
+
+
+def _xid_rule(rendered: Path) -> dict:
+    rules = yaml.safe_load((rendered / "inference-host.rules.yml").read_text())["groups"][0]["rules"]
+    return next(r for r in rules if r["alert"] == "GpuXidError")
+
+
+def test_a_new_xid_fires_once_resolves_after_the_window_and_fires_again(rendered):
+    promtool = _tool("promtool")
+    rule = _xid_rule(rendered)
+    expected = {5: [], 12: _xid_alert(rule, "79", "1"),
+                20: [],  # the window passed: resolved, while DCGM_FI_DEV_XID_ERRORS still reads 79
+                32: _xid_alert(rule, "79", "1"),  # a new Xid of the same code pages again
+                34: _xid_alert(rule, "79", "2"),  # ... and a second one in the window is counted
+                45: []}
+    (rendered / "xid.yml").write_text(yaml.safe_dump(_timeline_test("inference-host.rules.yml", expected),
+                                                     sort_keys=False))
+    result = run(promtool, "test", "rules", "xid.yml", cwd=rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_old_last_xid_rule_never_resolves(rendered):
+    """Planted once: the rule we had (DCGM_FI_DEV_XID_ERRORS > 0) against what DCGM really serves
+    stays firing after the window, so promtool refuses the expectation the new rule meets."""
+    promtool = _tool("promtool")
+    (rendered / "old.rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "old", "rules": [
+        {"alert": "GpuXidError", "expr": "DCGM_FI_DEV_XID_ERRORS > 0"}]}]}))
+    (rendered / "old.yml").write_text(yaml.safe_dump(_timeline_test("old.rules.yml", {20: []}), sort_keys=False))
+    result = run(promtool, "test", "rules", "old.yml", cwd=rendered)
+    assert result.returncode != 0 and "GpuXidError" in result.stdout + result.stderr, result.stdout
+
+
+@pytest.mark.parametrize("xid", sorted(ADVICE))
+def test_the_xid_advice_is_graded_by_the_catalogs_action(rendered, xid):
+    promtool = _tool("promtool")
+    rule = _xid_rule(rendered)
+    series = _series(XID_COUNT, xid=xid, window_size_in_ms="300000")
+    test = {"rule_files": ["inference-host.rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [{"series": series, "values": "1x5"}],
+        "alert_rule_test": [{"eval_time": "2m", "alertname": "GpuXidError",
+                             "exp_alerts": _xid_alert(rule, xid, "1")}]}]}
+    (rendered / "grade.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = run(promtool, "test", "rules", "grade.yml", cwd=rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+    reset = "nvidia-smi -r" in _xid_alert(rule, xid, "1")[0]["exp_annotations"]["description"]
+    assert reset == (xid in ("48", "94")), xid  # application-level and unknown codes: no reset advised

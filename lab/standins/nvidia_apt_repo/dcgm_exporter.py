@@ -13,12 +13,25 @@ What is mirrored, from NVIDIA/dcgm-exporter (github.com/NVIDIA/dcgm-exporter):
 - /metrics in the text format with one series per GPU and field, labelled as the README's
   sample shows: gpu, UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION.
 
+- Xids, as harsh as the real ones (NVIDIA/dcgm-exporter at tag 4.5.3-4.8.2, the 4.8.2 release):
+  DCGM_FI_DEV_XID_ERRORS is "Value of the last XID error encountered" (etc/default-counters.csv)
+  and never goes back to 0 while the exporter runs, even when the fault is long gone (dcgm-exporter
+  issue #500, NVIDIA/DCGM issue #277): the stand-in keeps each GPU's last Xid in its own memory,
+  which only a restart of the program clears. DCGM_EXP_XID_ERRORS_COUNT, when the counters file
+  enables it, is served as internal/pkg/collector/expcollector.go and xid_collector.go do: per GPU,
+  one series per Xid code seen in the last -x/--xid-count-window-size ms (default 300000, env
+  DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE; pkg/cmd/app.go) with labels xid and window_size_in_ms and
+  the count as value; with no Xid in the window one series valued 0 without an xid label. The
+  help text and type are the counters file's row, as the real exporter takes them;
+- rows of type "label" (DCGM_FI_DRIVER_VERSION) are labels, not series.
+
 What is not: the values. The GPUs are those the driver stand-in lists
 (/proc/driver/nvidia/gpus/<address>/information, or the lab kernel stand-in's copy under
 /run/pve-standin; on inventory/lab_replicas.py's gpu nodes, which no stand-in node made, the
 copy lab.up plants under /run/dcgm-exporter-standin/proc-driver-nvidia), with nominal readings; a lab test plants a fault by writing
-/run/dcgm-exporter-standin/<gpu index>.json ({"DCGM_FI_DEV_XID_ERRORS": 79}), which stands in
-for what DCGM would have read from the driver. With no GPU it exits 1, as the real exporter
+/run/dcgm-exporter-standin/<gpu index>.json ({"DCGM_FI_DEV_ROW_REMAP_FAILURE": 1}), which stands in
+for what DCGM would have read from the driver, and an Xid by appending "<unix time> <code>" to
+/run/dcgm-exporter-standin/<gpu index>.xid (what the driver's NVRM line would have told DCGM). With no GPU it exits 1, as the real exporter
 does when NVML cannot initialize.
 """
 
@@ -43,7 +56,7 @@ COUNTERS = [
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (%)", 0),
     ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (%)", 0),
     ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (%)", 0),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Last Xid error", 0),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered", 0),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer free (MiB)", 97000),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer used (MiB)", 0),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "NVLink bandwidth counters, all lanes", 0),
@@ -54,16 +67,21 @@ COUNTERS = [
 ]
 
 
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # internal/pkg/counters/const.go
+
+
 def counters_csv() -> str:
     lines = ["# STAND-IN (inference-host lab): dcgm-exporter's counters file format and default fields.",
              "# DCGM FIELD, Prometheus metric type, help message"]
     lines += [f"{name}, {kind}, {help_text}." for name, kind, help_text, _ in COUNTERS]
+    # Off by default, as in upstream's file: a counters file of one's own enables it.
+    lines += [f"# {XID_COUNT}, counter, reported XIDs during last window"]
     return "\n".join(lines) + "\n"
 
 
 PROGRAM = '''#!/usr/bin/python3
 """STAND-IN dcgm-exporter (inference-host lab, lab/standins/nvidia_apt_repo/dcgm_exporter.py)."""
-import argparse, glob, http.server, json, os, re, socket, sys
+import argparse, glob, http.server, json, os, re, socket, sys, time
 
 NOMINAL = %(nominal)r
 FAULTS = os.environ.get("DCGM_STANDIN_FAULTS", "/run/dcgm-exporter-standin")
@@ -75,7 +93,12 @@ DRIVER = "%(driver)s"
 parser = argparse.ArgumentParser(prog="dcgm-exporter")
 parser.add_argument("-f", "--collectors", default="/etc/dcgm-exporter/default-counters.csv")
 parser.add_argument("-a", "--address", default=":9400")
+# pkg/cmd/app.go (4.5.3-4.8.2): --xid-count-window-size, -x, ms, default 5 minutes.
+parser.add_argument("-x", "--xid-count-window-size", type=int,
+                    default=int(os.environ.get("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", 300000)))
 args, _ = parser.parse_known_args()
+STARTED = time.time()
+LAST_XID = {}  # gpu -> the last Xid code: DCGM keeps it until the exporter restarts (issue #500)
 
 
 def counters():
@@ -84,7 +107,8 @@ def counters():
         line = line.strip()
         if line and not line.startswith("#"):
             name, kind, help_text = [part.strip() for part in line.split(",", 2)]
-            out.append((name, kind, help_text))
+            if kind != "label":
+                out.append((name, kind, help_text))
     return out
 
 
@@ -114,6 +138,29 @@ def driver_version():
     return DRIVER
 
 
+def xid_events(gpu):
+    """(time, code) of the Xids planted for this GPU since the program started."""
+    path = os.path.join(FAULTS, gpu + ".xid")
+    events = []
+    if os.path.exists(path):
+        for line in open(path):
+            parts = line.split()
+            if len(parts) == 2 and float(parts[0]) >= STARTED:
+                events.append((float(parts[0]), int(parts[1])))
+    if events:
+        LAST_XID[gpu] = max(events)[1]  # kept after the file is gone, as DCGM keeps it
+    return events
+
+
+def xid_counts(gpu):
+    """Code -> count of the window's Xids (expcollector.go: GetValuesSince(now - window))."""
+    since, counts = time.time() - args.xid_count_window_size / 1000.0, {}
+    for at, code in xid_events(gpu):
+        if at >= since:
+            counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
 def metrics():
     lines, host, driver = [], socket.gethostname(), driver_version()
     devices = gpus()
@@ -129,6 +176,17 @@ def metrics():
             bus = "%%08X:%%s" %% (int(domain, 16), rest.upper())  # NVML's busId form, 00000000:01:00.0
             labels = ('gpu="%%s",UUID="%%s",pci_bus_id="%%s",device="nvidia%%s",modelName="%%s",Hostname="%%s",'
                       'DCGM_FI_DRIVER_VERSION="%%s"' %% (d["gpu"], d["uuid"], bus, d["gpu"], d["model"], host, driver))
+            if name == "DCGM_FI_DEV_XID_ERRORS":
+                xid_events(d["gpu"])
+                value = LAST_XID.get(d["gpu"], 0)
+            if name == "%(xid_count)s":
+                window = 'window_size_in_ms="%%d"' %% args.xid_count_window_size
+                counts = xid_counts(d["gpu"])
+                for code in sorted(counts):
+                    lines.append('%%s{%%s,%%s,xid="%%d"} %%d' %% (name, labels, window, code, counts[code]))
+                if not counts:
+                    lines.append("%%s{%%s,%%s} 0" %% (name, labels, window))
+                continue
             lines.append("%%s{%%s} %%s" %% (name, labels, value))
     return "\\n".join(lines) + "\\n"
 
@@ -179,7 +237,7 @@ WantedBy=multi-user.target
 
 def program(driver: str) -> str:
     nominal = {name: value for name, _, _, value in COUNTERS}
-    return PROGRAM % {"nominal": nominal, "driver": driver}
+    return PROGRAM % {"nominal": nominal, "driver": driver, "xid_count": XID_COUNT}
 
 
 def dcgm_exporter_packages(package_cls, driver: str) -> list:

@@ -39,6 +39,7 @@ class MonitoringSettings(Section):
     node_exporter_port: Annotated[int, tcp_port] = Field(9100, description="node_exporter's port on each gpu node.")
     dcgm_exporter_port: Annotated[int, tcp_port] = Field(9400, description="DCGM exporter's port on each gpu node.")
     dcgm_exporter: bool = Field(True, description="Install NVIDIA's DCGM exporter on the gpu nodes; False (a site without NVIDIA's repository): the GPU alerts rely on the checks' own metrics only.")
+    xid_window_s: Annotated[int, check(lambda v: 10 <= v <= 86400, "10 to 86400 seconds")] = Field(300, description="DCGM's exporter counts each GPU's Xids over this window (its -x, default 5 minutes): GpuXidError fires on a new Xid and resolves this long after the last one.")
     data_dir: AbsolutePath = Field("/var/lib/prometheus/metrics2", description="Prometheus' TSDB folder.")
     retention_time: PrometheusDuration = Field("30d", description="Prometheus keeps samples this long (whichever of time and size is reached first drops the oldest blocks).")
     retention_size_gib: Annotated[int, positive] = Field(50, description="Prometheus keeps at most this many GiB of samples.")
