@@ -21,7 +21,7 @@ BUNDLE_GLOBS = ("checks/*.py", "checks/programs/*", "checks/reference.yml",
                 # the pure helpers checks imports (parsers shared with the roles; no pyinfra)
                 "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
                 "roles/shared/replicas.py", "roles/shared/layout.py", "roles/shared/nccl.py",
-                "roles/shared/sglang_kv_log.py")
+                "roles/shared/sglang_kv_log.py", "roles/shared/kv_cache.py")
 
 
 def _packages(lock: dict) -> dict[tuple[str, str], dict]:

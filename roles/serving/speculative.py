@@ -21,7 +21,7 @@ Without --max-running-requests SGLang caps speculative serving at 48 running req
 (server_args.py _handle_speculative_decoding, 0.5.9 and 0.5.10, for EAGLE/EAGLE3/STANDALONE:
 "Max running requests is reset to 48 for speculative decoding"): the command line says the
 number either way. With both config.json copies, the KV cache left per GPU is estimated
-(roles/serving/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
+(roles/shared/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
 must fit in it; the deploy prints the estimate (kv_estimate_note) and the health check SGLang's
 own figure from the journal.
 """
@@ -33,9 +33,8 @@ import re
 from functools import cache
 from pathlib import Path
 
-from roles.serving import kv_cache
 from roles.serving.cli_capture import data_file
-from roles.shared import eagle3
+from roles.shared import eagle3, kv_cache
 from roles.site import EngineStack, HostSettings, SpeculativeSettings, Stack
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -147,7 +146,7 @@ def _config_problems(host: HostSettings, spec: SpeculativeSettings, stack: Stack
 
 def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dict, drafter: dict) -> list[str]:
     """context_length * max_running_requests against the KV cache SGLang will have per GPU,
-    and the drafter against what the static fraction leaves (roles/serving/kv_cache.py)."""
+    and the drafter against what the static fraction leaves (roles/shared/kv_cache.py)."""
     if "kv_lora_rank" not in (target.get("text_config") or target):
         return []  # not an MLA model: the estimate knows only MLA's pool (docs/serving-memory.md)
     serving = host.serving
@@ -200,16 +199,8 @@ def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> s
     """The estimate in one line, for the deploy's output beside SGLang's own figure (the health
     check "kv cache allocated" reads it from the journal); None without both config.json copies
     or for a target the estimate does not know (the inventory's checks already ran)."""
-    spec = host.speculative
-    if spec is None or not (spec.draft_config and spec.target_config):
-        return None
-    try:
-        target = eagle3.read_config(inventory_dir / spec.target_config)
-        drafter = eagle3.read_config(inventory_dir / spec.draft_config)
-        estimate = kv_cache.KvEstimate(
-            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib), host.serving.mem_fraction_static,
-            kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
-    except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
+    estimate = kv_cache.site_estimate(host, inventory_dir)
+    if estimate is None:
         return None
     return (f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
             f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"

@@ -239,6 +239,7 @@ def _dropping(execute):
         return execute(self, *args, **kwargs)
 
     execute_after_dropping._drops_fact_batches = True
+    execute_after_dropping.__wrapped__ = execute  # its signature stays pyinfra's (the contract test)
     return execute_after_dropping
 
 

@@ -1,5 +1,5 @@
 """SGLang's own KV-cache allocation line, read from the engine's journal on the host, so the
-figure SGLang computed can be reported beside the estimate (roles/serving/kv_cache.py).
+figure SGLang computed can be reported beside the estimate (roles/shared/kv_cache.py).
 
 Exact wording per release (srt/mem_cache/memory_pool.py, KVCache._finalize_allocation_log;
 logged by every tensor-parallel rank, for the target's pool and then the drafter's, all with

@@ -119,12 +119,19 @@ def test_systemd_timespans(text, seconds):
     assert acc.parse_timespan(text) == seconds
 
 
-def test_kv_allocation_line_from_the_journal():
-    journal = ("[2026-01-01 10:00:00 TP0] Load weight end.\n"
-               "[2026-01-01 10:00:01 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB\n"
-               "[2026-01-01 10:09:01 TP0] KV Cache is allocated. #tokens: 231040, KV size: 14.71 GB\n")
-    assert acc.last_kv_allocation(journal) == (231040, "KV Cache is allocated. #tokens: 231040, KV size: 14.71 GB")
-    assert acc.last_kv_allocation("Load weight end.\n") is None
+def test_kv_allocation_judged_against_the_estimate(monkeypatch):
+    from roles.shared import kv_cache
+
+    site = SimpleNamespace(hosts={"gpu": object()}, inventory_file="inventory/prod.py")
+    monkeypatch.setattr(kv_cache, "site_estimate", lambda host, folder: SimpleNamespace(kv_tokens=218348))
+    report = {"checks": [{"suite": "service", "check": "kv cache allocated", "verdict": "PASS",
+                          "detail": "231040 tokens", "evidence": [{"name": "kv_cache_tokens", "value": 231040}]}]}
+    line = acc.kv_cache_line(report, site, "gpu", acc.TARGET)
+    assert (line.verdict, line.figure, line.expected_figure) == (acc.PASS, 231040, 218348)
+    report["checks"][0]["evidence"][0]["value"] = 200000
+    assert acc.kv_cache_line(report, site, "gpu", acc.TARGET).verdict == acc.FAIL
+    report["checks"][0].update(verdict="SKIP", evidence=[])
+    assert acc.kv_cache_line(report, site, "gpu", acc.TARGET).verdict == acc.UNREACHED
 
 
 def test_overall_verdict_and_exit_status():

@@ -1,5 +1,5 @@
 """The KV cache SGLang will have per GPU, estimated from the models' config.json copies
-(roles/serving/kv_cache.py), and the speculative settings checked against it."""
+(roles/shared/kv_cache.py), and the speculative settings checked against it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from roles.serving import kv_cache
 from roles.serving.command import server_arguments
+from roles.shared import kv_cache
 from roles.site import SiteError, load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from validation import ROLE_CHECKS  # the checks the inventories' hook runs

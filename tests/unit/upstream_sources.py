@@ -43,7 +43,7 @@ READ_BY_TESTS = {
                "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
                # the metric names the lab's stand-in serves and the alerts and dashboard query
                "sglang/srt/metrics/collector.py",
-               # the KV pool's sizing and its allocation line (roles/serving/kv_cache.py,
+               # the KV pool's sizing and its allocation line (roles/shared/kv_cache.py,
                # roles/shared/sglang_kv_log.py; tests/unit/test_kv_cache_estimate.py runs them)
                "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
                "sglang/srt/mem_cache/memory_pool.py", "sglang/srt/mem_cache/allocation_sizing.py"),

@@ -247,3 +247,23 @@ class KvEstimate:
 
 def gib(value: int) -> str:
     return f"{value / GIB:.1f} GiB"
+
+
+def site_estimate(host, inventory_dir) -> KvEstimate | None:
+    """The estimate for a gpu node of the site model, from the target's and the drafter's
+    config.json beside the inventory (serving_speculative); None without both, or for a
+    target the estimate does not know. The deploy's note and the acceptance report share it."""
+    from pathlib import Path
+
+    from roles.shared import eagle3
+
+    spec = host.speculative
+    if spec is None or not (spec.draft_config and spec.target_config):
+        return None
+    try:
+        target = eagle3.read_config(Path(inventory_dir) / spec.target_config)
+        drafter = eagle3.read_config(Path(inventory_dir) / spec.draft_config)
+        return KvEstimate(before_load_bytes(host.gpu.model, host.gpu.memory_gib), host.serving.mem_fraction_static,
+                          target_memory(target, host.gpu.count), drafter_memory(drafter, host.gpu.count))
+    except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
+        return None
