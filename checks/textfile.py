@@ -143,19 +143,31 @@ def expect_arguments(path: Path) -> list[str]:
     that are no setting (driver_version, engine, api_key_file) are taken as plain text."""
     from checks.expectations import EXTRA_KEYS
 
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not JSON ({error}); expected a JSON object of expectations, "
+                         'e.g. {"gpu_count": 8}, as roles/monitoring writes it') from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object of expectations")
+        raise ValueError(f"{path}: a JSON {type(data).__name__} ({json.dumps(data)[:80]}); expected a JSON "
+                         'object of expectations, e.g. {"gpu_count": 8}, as roles/monitoring writes it')
     return [f"--expect={key}={value if key in EXTRA_KEYS else json.dumps(value)}" for key, value in data.items()]
 
 
 def run(expect_file: Path, suites: str, out: Path) -> int:
     from checks.__main__ import main as run_checks
 
+    try:
+        expectations = expect_arguments(expect_file)
+    except ValueError as error:  # one line, no traceback; the last good metrics stay
+        print(f"inference-host checks: bad expectations file: {error}; {out} is left as it was", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="inference-host-checks-") as folder:
         report = Path(folder) / "report.json"
         code = run_checks(["--hosts", "local://", "--suites", suites, "--report", str(report),
-                           "--no-bandwidth-probes", *expect_arguments(expect_file)])
+                           "--no-bandwidth-probes", *expectations])
         if not report.exists():
             print(f"inference-host checks: no report (exit {code}); {out} is left as it was", file=sys.stderr)
             return 2
