@@ -33,11 +33,24 @@ ENGINE_METRICS = {
 }
 
 
+# Grafana's "Export for sharing externally" format (grafana.com/docs/grafana/latest/dashboards/
+# share-dashboards-panels/, "Export a dashboard as JSON"): the data source is an input, named in
+# __inputs and referenced as ${DS_PROMETHEUS}, so Dashboards > New > Import asks which Prometheus
+# to use; __requires names the plugins the dashboard needs.
+DATASOURCE_INPUT = "DS_PROMETHEUS"
+DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_INPUT + "}"}
+INPUTS = [{"name": DATASOURCE_INPUT, "label": "Prometheus", "description": "The Prometheus that scrapes the site",
+           "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}]
+REQUIRES = [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+            {"type": "panel", "id": "timeseries", "name": "Time series", "version": ""}]
+
+
 def _panel(number: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict:
     """A time series panel, two per row of the 24-column grid."""
     return {
         "id": number, "type": "timeseries", "title": title,
-        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "datasource": DATASOURCE,
         "gridPos": {"h": 8, "w": 12, "x": 12 * (number % 2), "y": 8 * (number // 2)},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
         "targets": [{"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
@@ -78,13 +91,13 @@ def panels(engine: str) -> list[dict]:
 
 def dashboard(engine: str) -> dict:
     return {
+        "__inputs": INPUTS, "__requires": REQUIRES,
         "title": "inference-host", "uid": "inference-host", "schemaVersion": 39, "editable": True,
         "time": {"from": "now-6h", "to": "now"}, "refresh": "30s",
         "tags": ["inference-host"],
         "templating": {"list": [
-            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
             {"name": "host", "type": "query", "label": "Host", "includeAll": True, "allValue": ".*", "multi": True,
-             "datasource": {"type": "prometheus", "uid": "${datasource}"},
+             "datasource": DATASOURCE,
              "query": 'label_values(up{job="node"}, host)', "refresh": 2, "current": {"text": "All", "value": "$__all"}},
         ]},
         "panels": panels(engine),

@@ -128,3 +128,27 @@ def test_the_dashboard_is_written_beside_prometheus_files():
         "GPU power", "GPU temperature", "GPU memory used", "Health checks failing"]
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}) == len(board["panels"])
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_grafana_import_asks_for_the_data_source(engine):
+    """Exported for sharing: every data source the dashboard names is one of its __inputs, so
+    Grafana's Import asks for it instead of pointing at a uid the user's Grafana lacks."""
+    board = json.loads(dashboard.dashboard_text(engine))
+    inputs = {item["name"]: item for item in board["__inputs"]}
+    assert inputs and all(item["type"] == "datasource" and item["pluginId"] == "prometheus" for item in inputs.values())
+    refs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("datasource"), dict):
+                refs.append(node["datasource"]["uid"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(board)
+    assert refs and all(ref.startswith("${") and ref[2:-1] in inputs for ref in refs), refs
+    assert {"datasource", "panel"} <= {item["type"] for item in board["__requires"]}
