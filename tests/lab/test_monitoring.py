@@ -180,7 +180,7 @@ def test_the_exporters_emit_what_the_rules_query(monitor, site):
     names = set()
     for alert in monitoring_config.alerts(site, monitor):
         names |= metric_names(alert.expr)
-    assert {"up", "DCGM_FI_DEV_XID_ERRORS", "inference_host_unit_restarts", "sglang:time_to_first_token_seconds_bucket",
+    assert {"up", "DCGM_EXP_XID_ERRORS_COUNT", "inference_host_unit_restarts", "sglang:time_to_first_token_seconds_bucket",
             "inference_host_check_ok", "node_filesystem_avail_bytes"} <= names, names
     assert [_chat(site) for _ in range(4)] == [200] * 4  # smg spreads them over both replicas
     interval = site.group("gpu_nodes")[0].monitoring.check_interval_seconds
