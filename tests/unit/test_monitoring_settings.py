@@ -28,7 +28,7 @@ def test_a_monitors_group_with_defaults_is_valid(inventory):
     assert site.hosts["gpu1"].monitoring.check_interval_seconds == 300
     pins = site.stack.monitoring
     assert pins.for_distro("debian12")["prometheus"] == "2.42.0+ds-5+deb12u1"
-    assert pins.dcgm_exporter == "4.8.2-1"
+    assert pins.dcgm_exporter == "4.8.2"
 
 
 @pytest.mark.parametrize("data, parts", [
