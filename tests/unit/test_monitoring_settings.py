@@ -70,6 +70,16 @@ def test_a_pin_that_is_no_apt_version_is_named(inventory):
     assert "monitoring.debian12.prometheus = 'latest'" in problem and "exact apt version" in problem
 
 
+def test_an_exporter_pin_with_no_declared_dcgm_is_named(inventory):
+    """The old apt-version form (4.8.2-1) and unknown releases: the pin is the upstream version whose
+    DCGM pairing is declared (DCGM_FOR_EXPORTER)."""
+    for value in ("4.8.2-1", "4.9.0"):
+        inventory.edit_stack('dcgm_exporter: "4.8.2"', f'dcgm_exporter: "{value}"')
+        (problem,) = problems_of(inventory.groups(gpu_nodes=[gpu_node()], monitors=[monitor()]))
+        assert f"monitoring.dcgm_exporter = '{value}'" in problem and "one of 4.8.2" in problem, problem
+        inventory.edit_stack(f'dcgm_exporter: "{value}"', 'dcgm_exporter: "4.8.2"')
+
+
 def test_the_password_secret_must_be_in_the_vault(inventory):
     vault = inventory.vault(prom_pw="s3cret")
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(secrets_file=vault)], monitors=[monitor(
