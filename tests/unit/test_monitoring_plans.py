@@ -33,6 +33,9 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
     resolve = install_command(["datacenter-gpu-manager-exporter"], STACK.monitoring.dcgm_exporter)
     assert any(resolve in c for c in p.commands), "\n".join(p.commands)
     assert not [c for c in p.commands if "datacenter-gpu-manager-exporter=" in c and resolve not in c]
+    # it reads the index when it runs: after the repository's apt-get update, not from a fact at planning
+    step = next(i for i, c in enumerate(p.commands) if resolve in c)
+    assert "apt-get update" in p.commands[:step] and "apt-cache madison" in p.commands[step]
     assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
         'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n')
     dropin = p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
