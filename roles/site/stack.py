@@ -108,7 +108,8 @@ APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
 @dataclass(frozen=True, config=_CONFIG)
 class MonitoringPins:
     """roles/monitoring's package versions: the distribution's Prometheus packages per
-    distribution (their versions differ), NVIDIA's DCGM exporter (one repository version)."""
+    distribution (their versions differ), NVIDIA's DCGM exporter (its upstream version: the host's
+    index gives the epoch and revision, roles/shared/apt_resolve.py)."""
 
     distro_packages: dict[str, dict[str, str]]
     dcgm_exporter: str
