@@ -29,6 +29,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
 from roles.monitoring.dashboard import DASHBOARD_FILE
+from roles.shared.apt_resolve import install_resolved
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
@@ -80,7 +81,7 @@ def _node_exporter(settings: HostSettings, version: str) -> None:
 def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
     ensure_cuda_repository(settings, distro)
     version = site.stack.monitoring.dcgm_exporter
-    _apt(DCGM_EXPORTER_PACKAGE, version)
+    install_resolved(DCGM_EXPORTER_PACKAGE, [DCGM_EXPORTER_PACKAGE], version)
     counters = files.put(name=f"Write {units.DCGM_COUNTERS} (upstream's counters plus the windowed Xid count)",
                          src=str(PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE), dest=units.DCGM_COUNTERS, mode="0644")
     path, text = units.dcgm_dropin(settings)

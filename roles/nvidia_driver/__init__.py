@@ -28,10 +28,12 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
 from roles.shared import layout
+from roles.shared.apt_resolve import install_resolved
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
+from roles.site.stack import DCGM_FOR_EXPORTER
 
 PIN_FILE = "/etc/apt/preferences.d/90-inference-host-nvidia-driver"
 NOUVEAU_BLACKLIST = layout.NOUVEAU_BLACKLIST
@@ -90,7 +92,7 @@ def nvidia_driver() -> None:
             _uvm_at_boot(start=loaded)
         _persistence_daemon(start=loaded)
     if settings.nvidia_driver.dcgm:
-        _dcgm(stack.active.cuda_major)
+        _dcgm(stack.active.cuda_major, stack.monitoring.dcgm_exporter)
     if settings.driver_mode == "full":
         _kernel_module_matches(settings, module, version)
 
@@ -170,10 +172,10 @@ def dcgm_packages(cuda_major: int) -> list[str]:
     return ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}"]
 
 
-def _dcgm(cuda_major: int) -> None:
+def _dcgm(cuda_major: int, exporter: str) -> None:
+    """DCGM at the version the pinned exporter is built against (one pairing, DCGM_FOR_EXPORTER)."""
     packages = dcgm_packages(cuda_major)
-    apt.packages(name=f"Install NVIDIA DCGM ({', '.join(packages)})", packages=packages,
-                 no_recommends=True)
+    install_resolved(f"NVIDIA DCGM ({', '.join(packages)})", packages, DCGM_FOR_EXPORTER[exporter])
     # The host engine dcgmi talks to; the health suite runs `dcgmi diag -r 1` through it.
     systemd.service(name="Enable and start nvidia-dcgm (DCGM host engine)",
                     service="nvidia-dcgm.service", enabled=True, running=True)

@@ -97,13 +97,19 @@ class EngineStack:
 MONITORING_DISTROS = ("debian12", "ubuntu2404")
 MONITORING_PACKAGES = ("prometheus", "prometheus-alertmanager", "prometheus-node-exporter")
 # An exact apt version: [epoch:]upstream[-revision] (deb-version(7)).
+# dcgm-exporter's release -> the DCGM it is built against (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2,
+# hack/VERSION: NEW_DCGM_VERSION=4.5.3, NEW_EXPORTER_VERSION=4.8.2). The one place of this pairing:
+# roles/nvidia_driver installs DCGM at it, roles/monitoring the exporter (docs/upstream.md).
+DCGM_FOR_EXPORTER = {"4.8.2": "4.5.3"}
+DCGM_EXPORTER_RELEASES = tuple(DCGM_FOR_EXPORTER)
 APT_VERSION_RE = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
 
 
 @dataclass(frozen=True, config=_CONFIG)
 class MonitoringPins:
     """roles/monitoring's package versions: the distribution's Prometheus packages per
-    distribution (their versions differ), NVIDIA's DCGM exporter (one repository version)."""
+    distribution (their versions differ), NVIDIA's DCGM exporter (its upstream version: the host's
+    index gives the epoch and revision, roles/shared/apt_resolve.py)."""
 
     distro_packages: dict[str, dict[str, str]]
     dcgm_exporter: str
@@ -315,9 +321,10 @@ def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> Monitori
                     " (quoted string; `apt-cache policy " + package + "` shows it)")
         distros[distro] = {package: str(pins.get(package)) for package in MONITORING_PACKAGES}
     dcgm = raw.get("dcgm_exporter")
-    if not isinstance(dcgm, str) or not APT_VERSION_RE.match(dcgm):
-        bad("monitoring.dcgm_exporter", dcgm, "the exact apt version of NVIDIA's datacenter-gpu-manager-exporter"
-            " like 4.8.2-1 (quoted string)")
+    if dcgm not in DCGM_EXPORTER_RELEASES:
+        bad("monitoring.dcgm_exporter", dcgm, "the upstream version of NVIDIA's datacenter-gpu-manager-exporter,"
+            " one of " + ", ".join(DCGM_EXPORTER_RELEASES) + " (quoted string; the deploy reads the epoch and"
+            " revision from the host's index and pins DCGM to what that release is built against)")
     return MonitoringPins(distro_packages=distros, dcgm_exporter=str(dcgm))
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from roles.shared.apt_resolve import install_command
 from roles.site import load_stack
+from roles.site.stack import DCGM_FOR_EXPORTER
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PLANS = Path(__file__).parent / "plans"
@@ -215,6 +217,9 @@ def test_dcgm_from_the_cuda_repository_when_asked_for():
     """nvidia_driver_dcgm: DCGM 4's core and the stack's CUDA-major diagnostics, host engine on."""
     p = plan(*REBOOT)
     major = STACK.active.cuda_major
-    install = p.index(f"{APT_INSTALL} datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda{major}")
+    # at the DCGM the pinned exporter is built against, epoch read from the host's index when it runs
+    packages = ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{major}"]
+    install = p.index(install_command(packages, DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter]))
+    assert DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter] == "4.5.3"
     assert install < p.index("systemctl enable nvidia-dcgm.service")
     assert not [c for c in plan(*UBUNTU).commands if "datacenter-gpu-manager" in c]

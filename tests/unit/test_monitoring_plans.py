@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from roles.shared.apt_resolve import install_command
 from roles.site import load_stack
 from tests.unit.test_gpu_stack_plans import APT_INSTALL, PROJECT_ROOT, plan
 
@@ -28,7 +29,13 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
     pins = STACK.monitoring.for_distro("ubuntu2404")
     assert any(c.startswith(APT_INSTALL) and f"prometheus-node-exporter={pins['prometheus-node-exporter']}" in c
                for c in p.commands), "\n".join(p.commands)
-    assert any(f"datacenter-gpu-manager-exporter={STACK.monitoring.dcgm_exporter}" in c for c in p.commands)
+    # the exporter at its upstream version, epoch and revision read from the host's index when it runs
+    resolve = install_command(["datacenter-gpu-manager-exporter"], STACK.monitoring.dcgm_exporter)
+    assert any(resolve in c for c in p.commands), "\n".join(p.commands)
+    assert not [c for c in p.commands if "datacenter-gpu-manager-exporter=" in c and resolve not in c]
+    # it reads the index when it runs: after the repository's apt-get update, not from a fact at planning
+    step = next(i for i, c in enumerate(p.commands) if resolve in c)
+    assert "apt-get update" in p.commands[:step] and "apt-cache madison" in p.commands[step]
     assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
         'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n')
     dropin = p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
@@ -70,3 +77,9 @@ def test_the_web_password_is_on_no_command_line_and_in_no_plain_upload():
         plain = {path: text for path, text in p.uploads.items() if not path.startswith("/var/lib/inference-host/upload")}
         assert not any("plan-web-password" in str(text) for text in plain.values()), [
             path for path, text in plain.items() if "plan-web-password" in str(text)]
+
+
+def test_an_exporter_installed_at_the_pin_is_not_installed_again():
+    """Idempotence: dpkg reports the exporter at 1:4.8.2-1 (the stand-in's epoch): no install step."""
+    p = plan("inventory_monitoring_installed.py", "@fake/gpu-watched")
+    assert not [c for c in p.commands if "datacenter-gpu-manager-exporter" in c], "\n".join(p.commands)

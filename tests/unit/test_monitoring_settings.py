@@ -28,7 +28,7 @@ def test_a_monitors_group_with_defaults_is_valid(inventory):
     assert site.hosts["gpu1"].monitoring.check_interval_seconds == 300
     pins = site.stack.monitoring
     assert pins.for_distro("debian12")["prometheus"] == "2.42.0+ds-5+deb12u1"
-    assert pins.dcgm_exporter == "4.8.2-1"
+    assert pins.dcgm_exporter == "4.8.2"
 
 
 @pytest.mark.parametrize("data, parts", [
@@ -68,6 +68,16 @@ def test_a_pin_that_is_no_apt_version_is_named(inventory):
     inventory.edit_stack('prometheus: "2.42.0+ds-5+deb12u1"', "prometheus: latest")
     (problem,) = problems_of(inventory.groups(gpu_nodes=[gpu_node()], monitors=[monitor()]))
     assert "monitoring.debian12.prometheus = 'latest'" in problem and "exact apt version" in problem
+
+
+def test_an_exporter_pin_with_no_declared_dcgm_is_named(inventory):
+    """The old apt-version form (4.8.2-1) and unknown releases: the pin is the upstream version whose
+    DCGM pairing is declared (DCGM_FOR_EXPORTER)."""
+    for value in ("4.8.2-1", "4.9.0"):
+        inventory.edit_stack('dcgm_exporter: "4.8.2"', f'dcgm_exporter: "{value}"')
+        (problem,) = problems_of(inventory.groups(gpu_nodes=[gpu_node()], monitors=[monitor()]))
+        assert f"monitoring.dcgm_exporter = '{value}'" in problem and "one of 4.8.2" in problem, problem
+        inventory.edit_stack(f'dcgm_exporter: "{value}"', 'dcgm_exporter: "4.8.2"')
 
 
 def test_the_password_secret_must_be_in_the_vault(inventory):

@@ -3,7 +3,8 @@
 Package names, dependencies and the service come from NVIDIA/DCGM 4.6.0: cmake/packaging.cmake
 (datacenter-gpu-manager-4-core holds dcgmi, nv-hostengine and the unit; -cuda12 / -cuda13 hold
 the diagnostics built for that CUDA major and depend on -core of the same version) and
-config-files/systemd/nvidia-dcgm.service.in. The programs are tiny stand-ins: nv-hostengine
+config-files/systemd/nvidia-dcgm.service.in; the version is 1:4.5.3-1, the DCGM dcgm-exporter 4.8.2 is
+built against (epoch 1: DCGM v4.5.3 CMakeLists.txt), as the deploy pins it. The programs are tiny stand-ins: nv-hostengine
 just stays up; dcgmi answers like the real one (dcgmi/Command.cpp) when no host engine runs,
 and otherwise prints `dcgmi diag`'s table (dcgmi/Diag.cpp's stencils, rendered by
 render_diag below) or, with -j/--json, its JSON (render_diag_json below, which the unit
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-DCGM_VERSION = "4.6.0"
+DCGM_VERSION = "4.5.3"  # what dcgm-exporter 4.8.2 is built against (tag 4.5.3-4.8.2, hack/VERSION)
 
 # dcgmi/Diag.cpp: DIAG_HEADER, DIAG_INFO, DIAG_DEPLOYMENT, DIAG_HARDWARE, ..., DIAG_FOOTER.
 HEADER = ("+---------------------------+------------------------------------------------+\n"

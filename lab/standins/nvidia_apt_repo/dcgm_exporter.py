@@ -37,7 +37,10 @@ does when NVML cannot initialize.
 
 from __future__ import annotations
 
-EXPORTER_VERSION = "4.8.2-1"
+# With epoch 1, as NVIDIA's DCGM packages have (NVIDIA/DCGM v4.5.3 CMakeLists.txt, CPACK_DEBIAN_PACKAGE_EPOCH 1):
+# NVIDIA's own index for the exporter could not be read, and the epoch is the harsher assumption (a literal
+# `=4.8.2-1` is then "not found"); the deploy resolves the version from the index either way.
+EXPORTER_VERSION = "1:4.8.2-1"
 DCGM_CORE = "datacenter-gpu-manager-4-core"
 
 # etc/default-counters.csv (commit above): the enabled fields, their types, and nominal
