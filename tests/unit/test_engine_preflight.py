@@ -478,3 +478,22 @@ def test_with_gpu_answers_the_program_makes_no_cuda_call(tmp_path):
     assert "a real CUDA call" not in done.stderr and verdict["resolved"]["gpu_memory_mib"] == 98304
     done, verdict = _run("sglang", site, [], tmp_path, FAKE_SGLANG_ASKS_GPUS="1")
     assert done.returncode == 1 and "a real CUDA call: torch.cuda.is_available" in verdict["refusal"]
+
+
+def test_the_stand_ins_steps_are_the_releases_own():
+    """The committed snapshots of each release's engine.py: 0.5.23's _launch_subprocesses loads
+    the plugins and checks the arguments before it resolves the auto parsers; 0.5.9 and 0.5.10
+    have neither name, so the program, which asks engine.py for them, runs neither there."""
+    from tests.unit.upstream_sources import release_text
+
+    text = release_text("sglang", "0.5.23", "sglang/srt/entrypoints/engine.py")
+    assert "from sglang.srt.plugins import load_plugins\n" in text
+    assert "from sglang.srt.parser.template_detection import resolve_auto_parsers\n" in text
+    launch = text[text.index("def _launch_subprocesses("):]
+    order = [launch.index(step) for step in ("server_args.resolve_once()", "_set_envs_and_config(server_args)",
+                                             "load_plugins()", "server_args.check_server_args()",
+                                             "resolve_auto_parsers(server_args)")]
+    assert order == sorted(order)
+    for version in ("0.5.9", "0.5.10"):
+        older = release_text("sglang", version, "sglang/srt/entrypoints/engine.py")
+        assert "load_plugins" not in older and "resolve_auto_parsers" not in older
