@@ -236,3 +236,264 @@ def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
     real = json.loads((H200 / "torch-answers.json").read_text())
     fields = {f.name for f in program.dataclasses.fields(program._Properties)}
     assert fields <= set(real["properties"]), fields - set(real["properties"])  # only fields torch has
+
+
+# --------------------------------------------------------------------------------------------
+# The program against small stand-in engines (the real releases run in tests/lab): the start-up
+# steps it runs, in the release's order, and what it asks the GPUs. Each module below copies
+# only the names the program calls, with the behaviour cited beside it.
+
+FAKE_VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/engine/__init__.py": "",
+    "vllm/engine/arg_utils.py": '''
+import dataclasses
+from types import SimpleNamespace
+
+
+@dataclasses.dataclass
+class AsyncEngineArgs:
+    model: str = "m"
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(model=args.model)
+
+    def create_engine_config(self, usage_context=None):
+        model = SimpleNamespace(model=self.model, dtype="bfloat16", architectures=["X"])
+        return SimpleNamespace(model_config=model, cache_config=None, parallel_config=None, scheduler_config=None)
+''',
+    "vllm/entrypoints/__init__.py": "",
+    "vllm/entrypoints/utils.py": "def cli_env_setup():\n    pass\n",
+    "vllm/entrypoints/openai/__init__.py": "",
+    "vllm/entrypoints/openai/cli_args.py": '''
+def make_arg_parser(parser):
+    for flag in ("--model", "--tool-call-parser", "--tool-parser-plugin", "--reasoning-parser",
+                 "--reasoning-parser-plugin"):
+        parser.add_argument(flag, default="m" if flag == "--model" else None)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    return parser
+
+
+def validate_parsed_serve_args(args):  # 0.16.0 cli_args.py, its parser check
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+''',
+    # 0.16.0 api_server.py: setup_server imports the parser plugins, then validate_api_server_args
+    # (which reads the reasoning parser from args.structured_outputs_config; here args itself).
+    "vllm/entrypoints/openai/api_server.py": '''
+import runpy
+
+
+class ToolParserManager:
+    registered = ["hermes", "kimi_k2"]
+
+    @classmethod
+    def list_registered(cls):
+        return list(cls.registered)
+
+    @classmethod
+    def import_tool_parser(cls, plugin_path):
+        runpy.run_path(plugin_path, init_globals={"ToolParserManager": cls})
+
+
+class ReasoningParserManager(ToolParserManager):
+    registered = ["kimi_k2"]
+
+
+def validate_api_server_args(args):
+    valid_tool_parses = ToolParserManager.list_registered()
+    if args.enable_auto_tool_choice and args.tool_call_parser not in valid_tool_parses:
+        raise KeyError(
+            f"invalid tool call parser: {args.tool_call_parser} "
+            f"(chose from {{ {','.join(valid_tool_parses)} }})"
+        )
+    valid_reasoning_parsers = ReasoningParserManager.list_registered()
+    if (reasoning_parser := args.reasoning_parser) and reasoning_parser not in valid_reasoning_parsers:
+        raise KeyError(
+            f"invalid reasoning parser: {reasoning_parser} "
+            f"(chose from {{ {','.join(valid_reasoning_parsers)} }})"
+        )
+''',
+    "vllm/usage/__init__.py": "",
+    "vllm/usage/usage_lib.py": "class UsageContext:\n    OPENAI_API_SERVER = 'openai-api-server'\n",
+    "vllm/utils/__init__.py": "",
+    "vllm/utils/argparse_utils.py": "import argparse\n\n\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n    pass\n",
+}
+
+# SGLang 0.5.23's launch path in small: launch_server.py loads the plugins before it parses (a
+# plugin may register a tool-call parser the argument's choices then take), engine.py
+# _launch_subprocesses resolves "auto" parsers after check_server_args. The GPU questions are
+# 0.5.9's ServerArgs.__post_init__ (get_device_memory_capacity -> nvidia-smi, the capability).
+FAKE_SGLANG = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/server_args.py": '''
+import argparse
+import dataclasses
+import os
+import subprocess
+from types import SimpleNamespace
+
+TOOL_CALL_PARSERS = ["kimi_k2", "qwen"]
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    model_path: str = "m"
+    tool_call_parser: str = None
+    gpu_memory_mib: int = None
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path", default="m")
+        parser.add_argument("--tool-call-parser", choices=["auto"] + TOOL_CALL_PARSERS, default=None)
+
+    def __post_init__(self):
+        if os.environ.get("FAKE_SGLANG_ASKS_GPUS"):
+            import torch
+
+            assert torch.cuda.is_available() and torch.cuda.device_count() == 8
+            torch.cuda.get_device_capability()
+            torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.mem_get_info()
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.gpu_memory_mib = int(smi.split()[0])
+
+    def check_server_args(self):
+        pass
+
+    def get_model_config(self):
+        return SimpleNamespace(hf_config=None, is_multimodal=False)
+
+
+def prepare_server_args(argv):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs(**vars(parser.parse_args(argv)))
+''',
+    "sglang/srt/entrypoints/__init__.py": "",
+    "sglang/srt/entrypoints/engine.py": '''
+import os
+
+from sglang.srt import server_args
+
+
+def load_plugins():
+    if os.environ.get("FAKE_SGLANG_PLUGIN"):
+        server_args.TOOL_CALL_PARSERS.append(os.environ["FAKE_SGLANG_PLUGIN"])
+
+
+def resolve_auto_parsers(args):
+    if args.tool_call_parser == "auto":
+        args.tool_call_parser = "kimi_k2"  # detected from the chat template
+''',
+}
+
+# torch without a GPU or driver: every torch.cuda function the releases call, failing as a
+# CUDA call would on a machine without one. Any call the program lets through shows up here.
+FAKE_TORCH = {
+    "torch/__init__.py": "from . import cuda\nfrom types import SimpleNamespace\nversion = SimpleNamespace(cuda='12.8')\n",
+    "torch/cuda.py": '''
+def _real(name):
+    def call(*args, **kwargs):
+        raise RuntimeError(f"a real CUDA call: torch.cuda.{name}")
+    return call
+
+
+for _name in ("is_available", "device_count", "current_device", "get_device_capability", "get_device_name",
+              "get_device_properties", "mem_get_info", "is_initialized", "init", "set_device", "synchronize"):
+    globals()[_name] = _real(_name)
+
+
+def __getattr__(name):
+    return _real(name)
+''',
+}
+
+
+def _stand_ins(tmp_path: Path, *trees: dict) -> Path:
+    root = tmp_path / "site"
+    for tree in trees:
+        for name, text in tree.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+    return root
+
+
+def _run(engine: str, site: Path, argv: list[str], tmp_path: Path, *options: str, **env: str):
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(serving.PREFLIGHT_SOURCE), "--engine", engine, "--report", str(report),
+                           *options, "--", *argv], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env})
+    verdict = json.loads(report.read_text()) if report.exists() else {}
+    return done, verdict
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"],
+     "KeyError: 'invalid tool call parser: kimi_k3 (chose from { hermes,kimi_k2 })'"),
+    (["--reasoning-parser", "deepseek_r9"], "KeyError: 'invalid reasoning parser: deepseek_r9 (chose from { kimi_k2 })'"),
+])
+def test_vllm_refuses_a_parser_the_release_has_not_registered(tmp_path, argv, message):
+    """api_server.py's validate_api_server_args runs before the engine is built (0.16.0)."""
+    done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert message in done.stderr and message in verdict["refusal"]
+
+
+def test_vllm_imports_the_parser_plugin_before_it_checks_the_parser(tmp_path):
+    plugin = tmp_path / "site_tool_parser.py"
+    plugin.write_text("ToolParserManager.registered.append('site_parser')\n")
+    argv = ["--enable-auto-tool-choice", "--tool-call-parser", "site_parser", "--tool-parser-plugin", str(plugin)]
+    done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"] == ["parse_args", "validate_parsed_serve_args", "validate_api_server_args",
+                                "AsyncEngineArgs.from_cli_args", "create_engine_config"]
+
+
+def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_path):
+    site = _stand_ins(tmp_path, FAKE_SGLANG)
+    done, verdict = _run("sglang", site, ["--tool-call-parser", "site_parser"], tmp_path, FAKE_SGLANG_PLUGIN="site_parser")
+    assert done.returncode == 0, done.stderr  # the release accepts the plugin's parser
+    assert verdict["steps"][:2] == ["load_plugins", "prepare_server_args"]
+    done, verdict = _run("sglang", site, ["--tool-call-parser", "auto"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"][-2:] == ["resolve_auto_parsers", "get_model_config"]
+    assert verdict["resolved"]["tool_call_parser"] == "kimi_k2"  # what the server will run with
+    done, verdict = _run("sglang", site, ["--tool-call-parser", "site_parser"], tmp_path)
+    assert done.returncode == 1 and "invalid choice: 'site_parser'" in done.stderr  # no such plugin
+
+
+def test_with_gpu_answers_the_program_makes_no_cuda_call(tmp_path):
+    """--answer-gpus (the preview, the tests) answers every torch.cuda question the releases ask
+    before a weight loads; none reaches the driver. Without it (the host), the same questions go
+    to torch.cuda itself: the program substitutes nothing there."""
+    site = _stand_ins(tmp_path, FAKE_SGLANG, FAKE_TORCH)
+    answers = json.dumps({"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                          "memory_mib": 98304, "capability": [12, 0]})
+    done, verdict = _run("sglang", site, [], tmp_path, "--answer-gpus", answers, FAKE_SGLANG_ASKS_GPUS="1")
+    assert done.returncode == 0, done.stderr
+    assert "a real CUDA call" not in done.stderr and verdict["resolved"]["gpu_memory_mib"] == 98304
+    done, verdict = _run("sglang", site, [], tmp_path, FAKE_SGLANG_ASKS_GPUS="1")
+    assert done.returncode == 1 and "a real CUDA call: torch.cuda.is_available" in verdict["refusal"]
+
+
+def test_the_stand_ins_steps_are_the_releases_own():
+    """The committed snapshots of each release's engine.py: 0.5.23's _launch_subprocesses loads
+    the plugins and checks the arguments before it resolves the auto parsers; 0.5.9 and 0.5.10
+    have neither name, so the program, which asks engine.py for them, runs neither there."""
+    from tests.unit.upstream_sources import release_text
+
+    text = release_text("sglang", "0.5.23", "sglang/srt/entrypoints/engine.py")
+    assert "from sglang.srt.plugins import load_plugins\n" in text
+    assert "from sglang.srt.parser.template_detection import resolve_auto_parsers\n" in text
+    launch = text[text.index("def _launch_subprocesses("):]
+    order = [launch.index(step) for step in ("server_args.resolve_once()", "_set_envs_and_config(server_args)",
+                                             "load_plugins()", "server_args.check_server_args()",
+                                             "resolve_auto_parsers(server_args)")]
+    assert order == sorted(order)
+    for version in ("0.5.9", "0.5.10"):
+        older = release_text("sglang", version, "sglang/srt/entrypoints/engine.py")
+        assert "load_plugins" not in older and "resolve_auto_parsers" not in older

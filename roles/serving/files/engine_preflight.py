@@ -11,11 +11,13 @@ weight, in the release's own code, and nothing after:
   _launch_subprocesses): prepare_server_args(argv) (argument parsing, the --config merge and
   ServerArgs.__post_init__, which resolves every setting from the model config and the GPUs),
   the engine's _set_envs_and_config (its kernel-package version asserts), check_server_args(),
-  resolve_once() where the release has it, and the model config through the release's own
-  ModelConfig (its model classes, the multimodal test that decides the cuDNN check).
-- vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__ and
+  load_plugins() (first), resolve_once() and resolve_auto_parsers() where the release has them
+  (0.5.23), and the model config through the release's own ModelConfig (its model classes, the
+  multimodal test that decides the cuDNN check).
+- vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__, setup_server and
   build_async_engine_client_from_engine_args): cli_env_setup, make_arg_parser, parse_args,
-  validate_parsed_serve_args, AsyncEngineArgs.from_cli_args and create_engine_config.
+  validate_parsed_serve_args, the parser plugins and validate_api_server_args,
+  AsyncEngineArgs.from_cli_args and create_engine_config.
 
 It prints the engine's own refusal and exits 1, or prints which settings the engine chose on
 its own (exit 0), and refuses (exit 1) where it changed a value the command line gave
@@ -131,13 +133,23 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def validate_sglang(argv: list[str]) -> dict:
     """What launch_server runs before a weight loads, in the order the release runs it: 0.5.9
     and 0.5.10 resolve inside prepare_server_args (ServerArgs.__post_init__); 0.5.23 parses
-    there and resolves in resolve_once(), which _launch_subprocesses calls first."""
+    there and resolves in resolve_once(), which _launch_subprocesses calls first.
+    0.5.23 also loads the installed plugins before it parses (launch_server.py `__main__`:
+    load_plugins(), then prepare_server_args; a plugin can register a parser the --tool-call-parser
+    and --reasoning-parser choices then accept, or hook ServerArgs), and resolves the parsers after
+    check_server_args (engine.py _launch_subprocesses: resolve_auto_parsers, the "auto" parsers
+    detected from the chat template). engine.py of 0.5.23 imports both names; 0.5.9 and 0.5.10
+    have neither."""
     from sglang.srt import server_args as module
     from sglang.srt.entrypoints import engine
 
+    steps = []
+    if hasattr(engine, "load_plugins"):
+        engine.load_plugins()
+        steps.append("load_plugins")
     given = _given_sglang(module, argv)
     args = module.prepare_server_args(argv)
-    steps = ["prepare_server_args"]
+    steps.append("prepare_server_args")
     if hasattr(args, "resolve_once"):
         args.resolve_once()
         steps.append("resolve_once")
@@ -147,6 +159,9 @@ def validate_sglang(argv: list[str]) -> dict:
         steps.append("_set_envs_and_config")
     args.check_server_args()
     steps.append("check_server_args")
+    if hasattr(engine, "resolve_auto_parsers"):
+        engine.resolve_auto_parsers(args)
+        steps.append("resolve_auto_parsers")
     model, step = _sglang_model_config(args)
     steps.append(step)
     resolved = _flat(args.resolved_dict() if hasattr(args, "resolved_dict") else
@@ -241,14 +256,34 @@ def validate_vllm(argv: list[str]) -> dict:
     parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
     args = parser.parse_args(argv)
     validate_parsed_serve_args(args)
+    steps = ["parse_args", "validate_parsed_serve_args", *_vllm_api_server_checks(args)]
     given = _explicit(make_arg_parser(FlexibleArgumentParser()), argv)
     engine_args = AsyncEngineArgs.from_cli_args(args)
     config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-    steps = ["parse_args", "validate_parsed_serve_args", "AsyncEngineArgs.from_cli_args", "create_engine_config"]
+    steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config"]
     resolved = _vllm_resolved(config, engine_args)
     defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
     return _judge("vllm", resolved, defaults, given, steps,
                   {"model_architecture": getattr(config.model_config, "architectures", None)})
+
+
+def _vllm_api_server_checks(args) -> list[str]:
+    """What api_server.py's setup_server runs (via run_server) before the engine is built
+    (vLLM 0.16.0, vllm/entrypoints/openai/api_server.py): the --tool-parser-plugin and
+    --reasoning-parser-plugin files imported (where the path is longer than 3 characters, as
+    there), then validate_api_server_args, which refuses a --tool-call-parser (with
+    --enable-auto-tool-choice) or --reasoning-parser the release has not registered. Nothing of
+    setup_server after it (the socket, the signal handler) is a check."""
+    from vllm.entrypoints.openai import api_server
+
+    if not hasattr(api_server, "validate_api_server_args"):
+        return []
+    if args.tool_parser_plugin and len(args.tool_parser_plugin) > 3:
+        api_server.ToolParserManager.import_tool_parser(args.tool_parser_plugin)
+    if args.reasoning_parser_plugin and len(args.reasoning_parser_plugin) > 3:
+        api_server.ReasoningParserManager.import_reasoning_parser(args.reasoning_parser_plugin)
+    api_server.validate_api_server_args(args)
+    return ["validate_api_server_args"]
 
 
 def _vllm_resolved(config, engine_args) -> dict:
