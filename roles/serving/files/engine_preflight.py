@@ -296,9 +296,13 @@ def _vllm_reasoning_parser(config) -> list[str]:
     before the switch rather than minutes after it."""
     from vllm.reasoning import ReasoningParserManager
 
-    name = getattr(getattr(config, "structured_outputs_config", None), "reasoning_parser", None)
+    outputs = getattr(config, "structured_outputs_config", None)
+    name = getattr(outputs, "reasoning_parser", None)
     if not name or getattr(config.model_config, "skip_tokenizer_init", False):
         return []
+    plugin = getattr(outputs, "reasoning_parser_plugin", None)
+    if plugin and len(plugin) > 3:  # as StructuredOutputManager does, before the lookup
+        ReasoningParserManager.import_reasoning_parser(plugin)
     ReasoningParserManager.get_reasoning_parser(name)
     return ["ReasoningParserManager.get_reasoning_parser"]
 
