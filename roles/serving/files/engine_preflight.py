@@ -5,7 +5,7 @@ the service at it (roles/serving: the preflight gate; roles/render --engine-diff
 
 ARGS are the rendered arguments after the launcher (`-m sglang.launch_server` or
 `-m vllm.entrypoints.openai.api_server`). It runs what the release runs before it loads a
-weight, in the release's own code, and nothing after:
+weight, in the release's own code, and nothing after (but the one vLLM lookup below):
 
 - SGLang (0.5.9 - 0.5.23: sglang/launch_server.py, srt/entrypoints/engine.py
   _launch_subprocesses): prepare_server_args(argv) (argument parsing, the --config merge and
@@ -17,8 +17,8 @@ weight, in the release's own code, and nothing after:
 - vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__, setup_server and
   build_async_engine_client_from_engine_args): cli_env_setup, make_arg_parser, parse_args,
   validate_parsed_serve_args, the parser plugins and validate_api_server_args,
-  AsyncEngineArgs.from_cli_args and create_engine_config, and the engine core's reasoning-parser
-  lookup (which 0.16.0 runs only after the weights load) run early.
+  AsyncEngineArgs.from_cli_args and create_engine_config; and, early, the engine core's
+  reasoning-parser lookup, the one check 0.16.0 runs only after the weights load.
 
 It prints the engine's own refusal and exits 1, or prints which settings the engine chose on
 its own (exit 0), and refuses (exit 1) where it changed a value the command line gave
@@ -273,8 +273,9 @@ def _vllm_api_server_checks(args) -> list[str]:
     (vLLM 0.16.0, vllm/entrypoints/openai/api_server.py): the --tool-parser-plugin and
     --reasoning-parser-plugin files imported (where the path is longer than 3 characters, as
     there), then validate_api_server_args, which refuses a --tool-call-parser (with
-    --enable-auto-tool-choice) or --reasoning-parser the release has not registered. Nothing of
-    setup_server after it (the socket, the signal handler) is a check."""
+    --enable-auto-tool-choice) or a reasoning parser in --structured-outputs-config the release
+    has not registered. Nothing of setup_server after it (the socket, the signal handler) is a
+    check."""
     from vllm.entrypoints.openai import api_server
 
     if not hasattr(api_server, "validate_api_server_args"):
