@@ -246,6 +246,8 @@ def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
 FAKE_VLLM = {
     "vllm/__init__.py": "",
     "vllm/engine/__init__.py": "",
+    # 0.16.0 engine/arg_utils.py: --reasoning-parser reaches structured_outputs_config only in
+    # create_engine_config ("Pass reasoning_parser into StructuredOutputsConfig").
     "vllm/engine/arg_utils.py": '''
 import dataclasses
 from types import SimpleNamespace
@@ -254,24 +256,33 @@ from types import SimpleNamespace
 @dataclasses.dataclass
 class AsyncEngineArgs:
     model: str = "m"
+    reasoning_parser: str = None
+    structured_outputs_config: object = None
 
     @classmethod
     def from_cli_args(cls, args):
-        return cls(model=args.model)
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
     def create_engine_config(self, usage_context=None):
-        model = SimpleNamespace(model=self.model, dtype="bfloat16", architectures=["X"])
-        return SimpleNamespace(model_config=model, cache_config=None, parallel_config=None, scheduler_config=None)
+        if self.reasoning_parser:
+            self.structured_outputs_config.reasoning_parser = self.reasoning_parser
+        model = SimpleNamespace(model=self.model, dtype="bfloat16", architectures=["X"], skip_tokenizer_init=False)
+        return SimpleNamespace(model_config=model, cache_config=None, parallel_config=None, scheduler_config=None,
+                               structured_outputs_config=self.structured_outputs_config)
 ''',
     "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/utils.py": "def cli_env_setup():\n    pass\n",
     "vllm/entrypoints/openai/__init__.py": "",
     "vllm/entrypoints/openai/cli_args.py": '''
+from types import SimpleNamespace
+
+
 def make_arg_parser(parser):
     for flag in ("--model", "--tool-call-parser", "--tool-parser-plugin", "--reasoning-parser",
                  "--reasoning-parser-plugin"):
         parser.add_argument(flag, default="m" if flag == "--model" else None)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--structured-outputs-config", default=SimpleNamespace(reasoning_parser=""))
     return parser
 
 
@@ -279,9 +290,9 @@ def validate_parsed_serve_args(args):  # 0.16.0 cli_args.py, its parser check
     if args.enable_auto_tool_choice and not args.tool_call_parser:
         raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
 ''',
-    # 0.16.0 api_server.py: setup_server imports the parser plugins, then validate_api_server_args
-    # (which reads the reasoning parser from args.structured_outputs_config; here args itself).
-    "vllm/entrypoints/openai/api_server.py": '''
+    # 0.16.0 tool_parsers/abstract_tool_parser.py, reasoning/abs_reasoning_parsers.py: the
+    # registries, their plugin import and the reasoning lookup's message.
+    "vllm/tool_parsers/__init__.py": '''
 import runpy
 
 
@@ -290,15 +301,36 @@ class ToolParserManager:
 
     @classmethod
     def list_registered(cls):
-        return list(cls.registered)
+        return sorted(cls.registered)
 
     @classmethod
     def import_tool_parser(cls, plugin_path):
         runpy.run_path(plugin_path, init_globals={"ToolParserManager": cls})
+''',
+    "vllm/reasoning/__init__.py": '''
+import runpy
+
+from vllm.tool_parsers import ToolParserManager
 
 
 class ReasoningParserManager(ToolParserManager):
     registered = ["kimi_k2"]
+
+    @classmethod
+    def import_reasoning_parser(cls, plugin_path):
+        runpy.run_path(plugin_path, init_globals={"ReasoningParserManager": cls})
+
+    @classmethod
+    def get_reasoning_parser(cls, name):
+        if name in cls.registered:
+            return object
+        registered = ", ".join(cls.list_registered())
+        raise KeyError(f"Reasoning parser '{name}' not found. Available parsers: {registered}")
+''',
+    # 0.16.0 api_server.py: setup_server imports the parser plugins, then runs this.
+    "vllm/entrypoints/openai/api_server.py": '''
+from vllm.reasoning import ReasoningParserManager
+from vllm.tool_parsers import ToolParserManager
 
 
 def validate_api_server_args(args):
@@ -309,7 +341,9 @@ def validate_api_server_args(args):
             f"(chose from {{ {','.join(valid_tool_parses)} }})"
         )
     valid_reasoning_parsers = ReasoningParserManager.list_registered()
-    if (reasoning_parser := args.reasoning_parser) and reasoning_parser not in valid_reasoning_parsers:
+    if (
+        reasoning_parser := args.structured_outputs_config.reasoning_parser
+    ) and reasoning_parser not in valid_reasoning_parsers:
         raise KeyError(
             f"invalid reasoning parser: {reasoning_parser} "
             f"(chose from {{ {','.join(valid_reasoning_parsers)} }})"
@@ -434,7 +468,10 @@ def _run(engine: str, site: Path, argv: list[str], tmp_path: Path, *options: str
 @pytest.mark.parametrize("argv, message", [
     (["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"],
      "KeyError: 'invalid tool call parser: kimi_k3 (chose from { hermes,kimi_k2 })'"),
-    (["--reasoning-parser", "deepseek_r9"], "KeyError: 'invalid reasoning parser: deepseek_r9 (chose from { kimi_k2 })'"),
+    # 0.16.0 refuses this one only in EngineCore, after the weights and the KV cache
+    # (v1/structured_output/__init__.py); the preflight asks the same registry before the switch.
+    (["--reasoning-parser", "deepseek_r9"],
+     "KeyError: \"Reasoning parser 'deepseek_r9' not found. Available parsers: kimi_k2\""),
 ])
 def test_vllm_refuses_a_parser_the_release_has_not_registered(tmp_path, argv, message):
     """api_server.py's validate_api_server_args runs before the engine is built (0.16.0)."""
@@ -451,6 +488,11 @@ def test_vllm_imports_the_parser_plugin_before_it_checks_the_parser(tmp_path):
     assert done.returncode == 0, done.stderr
     assert verdict["steps"] == ["parse_args", "validate_parsed_serve_args", "validate_api_server_args",
                                 "AsyncEngineArgs.from_cli_args", "create_engine_config"]
+    plugin.write_text("ReasoningParserManager.registered.append('site_reasoner')\n")
+    argv = ["--reasoning-parser", "site_reasoner", "--reasoning-parser-plugin", str(plugin)]
+    done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"][-1] == "ReasoningParserManager.get_reasoning_parser"
 
 
 def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_path):

@@ -5,7 +5,7 @@ the service at it (roles/serving: the preflight gate; roles/render --engine-diff
 
 ARGS are the rendered arguments after the launcher (`-m sglang.launch_server` or
 `-m vllm.entrypoints.openai.api_server`). It runs what the release runs before it loads a
-weight, in the release's own code, and nothing after:
+weight, in the release's own code, and nothing after (but the one vLLM lookup below):
 
 - SGLang (0.5.9 - 0.5.23: sglang/launch_server.py, srt/entrypoints/engine.py
   _launch_subprocesses): prepare_server_args(argv) (argument parsing, the --config merge and
@@ -17,7 +17,8 @@ weight, in the release's own code, and nothing after:
 - vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__, setup_server and
   build_async_engine_client_from_engine_args): cli_env_setup, make_arg_parser, parse_args,
   validate_parsed_serve_args, the parser plugins and validate_api_server_args,
-  AsyncEngineArgs.from_cli_args and create_engine_config.
+  AsyncEngineArgs.from_cli_args and create_engine_config; and, early, the engine core's
+  reasoning-parser lookup, the one check 0.16.0 runs only after the weights load.
 
 It prints the engine's own refusal and exits 1, or prints which settings the engine chose on
 its own (exit 0), and refuses (exit 1) where it changed a value the command line gave
@@ -260,7 +261,7 @@ def validate_vllm(argv: list[str]) -> dict:
     given = _explicit(make_arg_parser(FlexibleArgumentParser()), argv)
     engine_args = AsyncEngineArgs.from_cli_args(args)
     config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-    steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config"]
+    steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config", *_vllm_reasoning_parser(config)]
     resolved = _vllm_resolved(config, engine_args)
     defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
     return _judge("vllm", resolved, defaults, given, steps,
@@ -272,8 +273,9 @@ def _vllm_api_server_checks(args) -> list[str]:
     (vLLM 0.16.0, vllm/entrypoints/openai/api_server.py): the --tool-parser-plugin and
     --reasoning-parser-plugin files imported (where the path is longer than 3 characters, as
     there), then validate_api_server_args, which refuses a --tool-call-parser (with
-    --enable-auto-tool-choice) or --reasoning-parser the release has not registered. Nothing of
-    setup_server after it (the socket, the signal handler) is a check."""
+    --enable-auto-tool-choice) or a reasoning parser in --structured-outputs-config the release
+    has not registered. Nothing of setup_server after it (the socket, the signal handler) is a
+    check."""
     from vllm.entrypoints.openai import api_server
 
     if not hasattr(api_server, "validate_api_server_args"):
@@ -284,6 +286,26 @@ def _vllm_api_server_checks(args) -> list[str]:
         api_server.ReasoningParserManager.import_reasoning_parser(args.reasoning_parser_plugin)
     api_server.validate_api_server_args(args)
     return ["validate_api_server_args"]
+
+
+def _vllm_reasoning_parser(config) -> list[str]:
+    """The one parser check vLLM 0.16.0 leaves to the engine core, after the weights and the KV
+    cache are loaded (v1/engine/core.py EngineCore.__init__ -> StructuredOutputManager,
+    v1/structured_output/__init__.py): a --reasoning-parser reaches structured_outputs_config only
+    in create_engine_config (engine/arg_utils.py), so validate_api_server_args did not see it.
+    Its registry lookup, the release's own, runs here so that an unknown one stops the deploy
+    before the switch rather than minutes after it."""
+    from vllm.reasoning import ReasoningParserManager
+
+    outputs = getattr(config, "structured_outputs_config", None)
+    name = getattr(outputs, "reasoning_parser", None)
+    if not name or getattr(config.model_config, "skip_tokenizer_init", False):
+        return []
+    plugin = getattr(outputs, "reasoning_parser_plugin", None)
+    if plugin and len(plugin) > 3:  # as StructuredOutputManager does, before the lookup
+        ReasoningParserManager.import_reasoning_parser(plugin)
+    ReasoningParserManager.get_reasoning_parser(name)
+    return ["ReasoningParserManager.get_reasoning_parser"]
 
 
 def _vllm_resolved(config, engine_args) -> dict:
