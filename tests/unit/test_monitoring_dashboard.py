@@ -114,3 +114,40 @@ def test_the_dashboard_is_written_beside_prometheus_files():
         "GPU power", "GPU temperature", "GPU memory used", "Health checks failing"]
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}) == len(board["panels"])
+
+
+def _datasource_refs(node, path="$"):
+    """Every `datasource` value in the dashboard, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield path, value
+            yield from _datasource_refs(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _datasource_refs(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_grafanas_import_asks_for_the_prometheus_data_source(engine):
+    """As Grafana's export for sharing writes it (DashboardExporter.ts): one data source input,
+    and every panel, target and variable names it; Import's server side (dash_template_evaluator.go)
+    replaces each "${NAME}" of an input with the chosen data source, so none may be left over."""
+    board = json.loads(dashboard.dashboard_text(engine))
+    inputs = {i["name"]: i for i in board["__inputs"]}
+    assert [(i["type"], i["pluginId"]) for i in inputs.values()] == [("datasource", "prometheus")]
+    refs = list(_datasource_refs(board))
+    panels, targets = board["panels"], [t for p in board["panels"] for t in p["targets"]]
+    assert len(refs) == len(panels) + len(targets) + len(board["templating"]["list"]), refs
+    for where, ref in refs:
+        name = re.fullmatch(r"\$\{([A-Z0-9_]+)\}", ref.get("uid", "") if isinstance(ref, dict) else "")
+        assert name and name[1] in inputs and ref["type"] == inputs[name[1]]["pluginId"], (where, ref)
+    assert not [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    required = {(r["type"], r["id"]) for r in board["__requires"]}
+    assert {("grafana", "grafana"), ("datasource", "prometheus")} <= required
+    assert {("panel", p["type"]) for p in panels} <= required
+    # What Import leaves: no "${...}" that no input fills (Grafana's own $host, {{host}} stay).
+    text = dashboard.dashboard_text(engine)
+    for name in inputs:
+        text = text.replace("${" + name + "}", "chosen-uid")
+    assert "${" not in text
