@@ -686,7 +686,8 @@ def throwaway_ssh_public_key() -> str:
 
 
 def throwaway_vault() -> tuple[str, str]:
-    """A lab-only vault with a random API key and its password, made once under .lab/."""
+    """A lab-only vault with a random API key, Hub token and monitor password, and its password,
+    made once under .lab/."""
     import secrets as random
 
     from roles.site import vault as secrets
@@ -707,6 +708,8 @@ def throwaway_vault() -> tuple[str, str]:
         # Made before the site model refused keys that argparse reads as an option
         # (roles/site/loading.py api_key_problems): a new one.
         secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
+    if "monitoring_web_password" not in secrets.load(vault):  # the monitors' basic auth (every lab has one)
+        secrets.set_secret(vault, "monitoring_web_password", random.token_urlsafe(18), password)
     return str(vault), str(password_file)
 
 

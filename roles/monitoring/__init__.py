@@ -39,6 +39,8 @@ from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_s
 NODE_EXPORTER = "prometheus-node-exporter"
 PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
 DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+# Files on the monitor that only operators read: the Grafana dashboard, amtool's configuration.
+FOR_OPERATORS = (DASHBOARD_FILE, config.AMTOOL_CONFIG, config.AMTOOL_HTTP_CONFIG)
 
 
 def watched(settings: HostSettings) -> bool:
@@ -156,7 +158,7 @@ def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
         if path == config.WEB_CONFIG_FILE:
             continue
         written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
-        if path != DASHBOARD_FILE:  # no service reads the dashboard: a new one restarts nothing
+        if path not in FOR_OPERATORS:  # no service reads these: a new one restarts nothing
             changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
         changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
