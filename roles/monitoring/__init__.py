@@ -25,6 +25,7 @@ import io
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import Directory
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
@@ -63,9 +64,11 @@ def monitoring() -> None:
         _monitor(settings, site, pins)
 
 
-def _apt(package: str, version: str) -> None:
-    apt.packages(name=f"Install {package} {version}", packages=[f"{package}={version}"], update=True,
-                 cache_time=24 * 3600, no_recommends=True)
+def _apt(package: str, version: str, *more: tuple[str, str]) -> None:
+    """One apt-get install for the packages given (each install reads apt's lists anew)."""
+    pinned = [(package, version), *more]
+    apt.packages(name="Install " + " and ".join(f"{p} {v}" for p, v in pinned), packages=[f"{p}={v}" for p, v in pinned],
+                 update=True, cache_time=24 * 3600, no_recommends=True)
 
 
 def _node_exporter(settings: HostSettings, version: str) -> None:
@@ -110,10 +113,17 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
         _if=lambda: built != name or uploaded.did_change(),
     )
     files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
-    # `path`, not `name`: the build's _if above reads `name` when it runs, after this loop.
-    for path in checks_env.bundle_files():
-        files.put(name=f"Copy the checks' {path} to {bundle}", src=str(PROJECT_ROOT / path),
-                  dest=f"{bundle}/{path}", mode="0644", create_remote_dir=True)
+    # One archive, unpacked once per bundle directory: a put per file (67) took about 33 s of the
+    # lab's bare-to-healthy run, and costs a round trip each over SSH too.
+    archive, unpacked = f"{units.CHECKS_ROOT}/bundle.tar", host.get_fact(Directory, path=bundle)
+    sent = files.put(name=f"Upload the checks' bundle ({len(checks_env.bundle_files())} files) to {archive}",
+                     src=io.BytesIO(checks_env.bundle_archive()), dest=archive, mode="0644")
+    server.shell(
+        name=f"Unpack {archive} into {bundle}",
+        commands=[f"rm -rf {bundle}.new && mkdir -p {bundle}.new && tar -xf {archive} -C {bundle}.new --no-same-owner"
+                  f" && rm -rf {bundle} && mv {bundle}.new {bundle}"],
+        _if=lambda: not unpacked or sent.did_change(),
+    )
     files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
               src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644")
     # systemd reads only the unit files: a changed bundle or environment is picked up by the next
@@ -146,8 +156,7 @@ def password_hash(password: str, host_name: str) -> str:
 
 def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
     m = settings.monitoring
-    for package in ("prometheus", "prometheus-alertmanager"):
-        _apt(package, pins[package])
+    _apt("prometheus", pins["prometheus"], ("prometheus-alertmanager", pins["prometheus-alertmanager"]))
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER,
                         mode="0750")
