@@ -40,6 +40,7 @@ from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_s
 NODE_EXPORTER = "prometheus-node-exporter"
 PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
 DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+MONITOR_PACKAGES = ("prometheus", "prometheus-alertmanager")
 # Files on the monitor that only operators read: the Grafana dashboard, amtool's configuration.
 FOR_OPERATORS = (DASHBOARD_FILE, config.AMTOOL_CONFIG, config.AMTOOL_HTTP_CONFIG)
 
@@ -55,24 +56,29 @@ def monitoring() -> None:
     settings, site = current_host(), current_site()
     distro = current_distro("roles/monitoring")
     pins = site.stack.monitoring.for_distro(distro.nvidia_path)
-    _node_exporter(settings, pins[NODE_EXPORTER])
+    dcgm = settings.in_group("gpu_nodes") and settings.monitoring.dcgm_exporter
+    if dcgm:
+        ensure_cuda_repository(settings, distro)  # the DCGM exporter comes from NVIDIA's CUDA repository
+    # The host's packages in one apt-get install: each install reads apt's lists anew (about a
+    # second and a half each in the lab's bare-to-healthy run).
+    _apt([(NODE_EXPORTER, pins[NODE_EXPORTER]),
+          *([(DCGM_EXPORTER_PACKAGE, site.stack.monitoring.dcgm_exporter)] if dcgm else []),
+          *([(p, pins[p]) for p in MONITOR_PACKAGES] if settings.in_group("monitors") else [])])
+    _node_exporter(settings)
     if settings.in_group("gpu_nodes"):
-        if settings.monitoring.dcgm_exporter:
-            _dcgm_exporter(settings, site, distro)
+        if dcgm:
+            _dcgm_exporter(settings)
         _checks_timer(settings, site)
     if settings.in_group("monitors"):
-        _monitor(settings, site, pins)
+        _monitor(settings, site)
 
 
-def _apt(package: str, version: str, *more: tuple[str, str]) -> None:
-    """One apt-get install for the packages given (each install reads apt's lists anew)."""
-    pinned = [(package, version), *more]
-    apt.packages(name="Install " + " and ".join(f"{p} {v}" for p, v in pinned), packages=[f"{p}={v}" for p, v in pinned],
+def _apt(pinned: list[tuple[str, str]]) -> None:
+    apt.packages(name="Install " + ", ".join(f"{p} {v}" for p, v in pinned), packages=[f"{p}={v}" for p, v in pinned],
                  update=True, cache_time=24 * 3600, no_recommends=True)
 
 
-def _node_exporter(settings: HostSettings, version: str) -> None:
-    _apt(NODE_EXPORTER, version)
+def _node_exporter(settings: HostSettings) -> None:
     files.directory(name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
                     path=config.TEXTFILE_DIR, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0755")
     path, template, kwargs = units.node_exporter_template(settings)
@@ -82,10 +88,7 @@ def _node_exporter(settings: HostSettings, version: str) -> None:
                     restarted=written.will_change)
 
 
-def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
-    ensure_cuda_repository(settings, distro)
-    version = site.stack.monitoring.dcgm_exporter
-    _apt(DCGM_EXPORTER_PACKAGE, version)
+def _dcgm_exporter(settings: HostSettings) -> None:
     path, text = units.dcgm_dropin(settings)
     files.directory(name=f"Create {path.rsplit('/', 1)[0]}", path=path.rsplit("/", 1)[0], mode="0755")
     dropin = files.put(name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",
@@ -154,9 +157,8 @@ def password_hash(password: str, host_name: str) -> str:
     return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
 
 
-def _monitor(settings: HostSettings, site: Site, pins: dict[str, str]) -> None:
+def _monitor(settings: HostSettings, site: Site) -> None:
     m = settings.monitoring
-    _apt("prometheus", pins["prometheus"], ("prometheus-alertmanager", pins["prometheus-alertmanager"]))
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER,
                         mode="0750")
