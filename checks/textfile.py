@@ -23,6 +23,8 @@ node_exporter's textfile collector reads it), one family per metric with HELP an
 The file is written to a temporary name beside it (not *.prom, which the collector would read
 half-written) and renamed over the old one: a scrape sees the old run or the new one, never a
 mix. When the run produced no report, the old file stays (its timestamp ages: ChecksNotRunning).
+A malformed expectations file (not JSON, not an object, a value the site model refuses) is one
+line naming the file, what is wrong and what is valid, exit 2, and the old file stays too.
 """
 
 from __future__ import annotations
@@ -137,6 +139,13 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+class ExpectationsError(ValueError):
+    """The expectations file cannot be used: one line, the file, what is wrong, what is valid."""
+
+
+VALID = "expected a JSON object of expectation keys, e.g. {\"gpu_count\": 8} (roles/monitoring writes it)"
+
+
 def expect_arguments(path: Path) -> list[str]:
     """--expect KEY=VALUE arguments from the JSON object roles/monitoring renders. Values go as
     JSON (which --expect reads as YAML: None stays None, "1.0" stays a string); the few keys
@@ -146,23 +155,41 @@ def expect_arguments(path: Path) -> list[str]:
     try:
         data = json.loads(path.read_text())
     except OSError as error:
-        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not JSON ({error}); expected a JSON object of expectations, "
-                         'e.g. {"gpu_count": 8}, as roles/monitoring writes it') from None
+        raise ExpectationsError(f"{path}: cannot be read ({error.strerror or error}); {VALID}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ExpectationsError(f"{path}: not JSON ({error}); {VALID}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a JSON {type(data).__name__} ({json.dumps(data)[:80]}); expected a JSON "
-                         'object of expectations, e.g. {"gpu_count": 8}, as roles/monitoring writes it')
+        raise ExpectationsError(f"{path}: a JSON {_json_kind(data)}, not an object; {VALID}")
     return [f"--expect={key}={value if key in EXTRA_KEYS else json.dumps(value)}" for key, value in data.items()]
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def checked_arguments(path: Path) -> list[str]:
+    """The file's --expect arguments, each value judged by the site model as in an inventory
+    (checks.expectations), so that a wrong type is one line here, before the checks run."""
+    from checks.expectations import Expectations
+    from roles.site import SiteError
+
+    arguments = expect_arguments(path)
+    try:
+        Expectations.from_overrides([a.removeprefix("--expect=") for a in arguments])
+    except SiteError as error:
+        problems = "; ".join(p.removeprefix("--expect ").removeprefix("--expect: host local: ") for p in error.problems)
+        raise ExpectationsError(f"{path}: {problems}") from None
+    return arguments
 
 
 def run(expect_file: Path, suites: str, out: Path) -> int:
     from checks.__main__ import main as run_checks
 
     try:
-        expectations = expect_arguments(expect_file)
-    except ValueError as error:  # one line, no traceback; the last good metrics stay
-        print(f"inference-host checks: bad expectations file: {error}; {out} is left as it was", file=sys.stderr)
+        expectations = checked_arguments(expect_file)
+    except ExpectationsError as error:
+        print(f"inference-host checks: {error}; {out} is left as it was", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="inference-host-checks-") as folder:
         report = Path(folder) / "report.json"

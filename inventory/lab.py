@@ -177,6 +177,24 @@ gpu_nodes = [
     }),
 ]
 
+# The GPU guest watches itself, as in inventory/prod.py (roles/monitoring): Prometheus and
+# Alertmanager on its loopback behind basic auth (the throwaway vault's monitoring_web_password)
+# scrape its node_exporter with the checks' textfile, the DCGM exporter (the stand-in package of
+# the lab's NVIDIA repository) and the engine's /metrics. `amtool alert query` in the guest says
+# what fires (docs/monitoring.md names the lab's expected alerts). Nothing listens at the webhook:
+# Alertmanager logs each failed delivery and keeps the alerts. Shorter than production so that
+# the lab test sees a failing check alert within a minute of a run; the checks' timer keeps the
+# production interval (each run costs the shared CI machine CPU).
+monitors = [
+    ("@lab/gpu", {
+        "monitoring_web_password_secret": "monitoring_web_password",
+        "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+        "monitoring_scrape_interval": "5s",
+        "monitoring_check_failing_for": "20s",
+        "monitoring_alert_group_wait": "5s",
+    }),
+]
+
 # The GPU guest is the builder, as in production: roles/docker_engine converges its engine
 # (a nested dockerd without iptables or bridge, see docker_daemon_extra above). It compiles no
 # kernel wheel here: that needs NVIDIA's CUDA devel image, which no registry serves to this

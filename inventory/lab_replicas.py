@@ -18,11 +18,9 @@ and clear within minutes.
 """
 
 import os
-from pathlib import Path
 
 import lab
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
-from roles.site import vault as secrets
 from validation import require_valid_inventory
 
 _PLACEHOLDER = {"rep-a": "172.17.0.101", "rep-b": "172.17.0.102", "gw": "172.17.0.100"}
@@ -36,13 +34,8 @@ def _address(role: str) -> str:
     return lab.recorded_address(role, _PLACEHOLDER[role])
 
 
-_vault, _password_file = lab.throwaway_vault()
+_vault, _password_file = lab.throwaway_vault()  # with the monitor's basic-auth password
 os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
-if "monitoring_web_password" not in secrets.load(Path(_vault)):  # the monitor's basic auth
-    import secrets as random
-
-    secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
-                       Path(_password_file).read_bytes().strip())
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 _nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 

@@ -127,4 +127,19 @@ gpu_nodes = [
 # Kernel wheels (flash-attn, sgl-kernel) are compiled on the gpu node itself, in Docker.
 builders = ["sglang-lxc.example.internal"]
 
+# The monitor (docs/monitoring.md): Prometheus and Alertmanager, here on the GPU guest itself,
+# listening on its loopback only (monitoring_listen_address, default 127.0.0.1; from your desk:
+# `ssh -L 9090:127.0.0.1:9090 root@sglang-lxc.example.internal`), behind basic auth with the
+# vault's monitoring_web_password. Every gpu node then gets node_exporter, NVIDIA's DCGM exporter
+# and the checks' timer. What fires now: `ssh root@sglang-lxc.example.internal amtool alert query`.
+monitors = [
+    ("sglang-lxc.example.internal", {    # a separate monitor: its host name here instead
+        **_site,
+        "ssh_user": "root",
+        "monitoring_web_password_secret": "monitoring_web_password",
+        "monitoring_webhook_url": "https://alerts.example.internal/inference-host",  # your receiver
+        # or e-mail: "monitoring_email_to", "monitoring_email_from", "monitoring_email_smarthost"
+    }),
+]
+
 require_valid_inventory(__file__, globals())

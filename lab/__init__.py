@@ -344,7 +344,7 @@ def up(roles=MAIN_LAB) -> list[str]:
         record_address(role)
         if role in STANDIN_ROLES:
             install_standins(container_name(role))
-        if role in REPLICA_ROLES:
+        if role in GPU_ANSWER_ROLES:
             plant_replica_gpus(container_name(role))
         if role in TINY_MODEL_ROLES:
             install_tiny_model(container_name(role))
@@ -454,6 +454,11 @@ def record_address(role: str) -> str:
 # answers from the real captures instead of failing as without a driver), with its empty list of
 # processes holding a GPU. /run is emptied at every boot.
 REPLICA_ROLES = ("rep-a", "rep-b")
+# The main lab's guest gets the same answers: a real LXC guest shares its node's kernel, so its
+# nvidia-smi and DCGM exporter see the GPUs through the node's /proc/driver/nvidia, while the lab's
+# guest container has a /proc of its own. Its monitor (inventory/lab.py) scrapes that exporter and
+# the checks' timer judges those answers.
+GPU_ANSWER_ROLES = ("gpu", *REPLICA_ROLES)
 # The hosts whose engine serves the tiny Llama (lab/fixtures/tiny_llama.py): the main lab's guest
 # (its vLLM stack) and the vLLM replicas (tests/lab/inventories/replicas_vllm.py).
 TINY_MODEL_ROLES = ("gpu", "vrep-a", "vrep-b")
@@ -686,7 +691,8 @@ def throwaway_ssh_public_key() -> str:
 
 
 def throwaway_vault() -> tuple[str, str]:
-    """A lab-only vault with a random API key and its password, made once under .lab/."""
+    """A lab-only vault with a random API key, Hub token and monitor password, and its password,
+    made once under .lab/."""
     import secrets as random
 
     from roles.site import vault as secrets
@@ -707,6 +713,8 @@ def throwaway_vault() -> tuple[str, str]:
         # Made before the site model refused keys that argparse reads as an option
         # (roles/site/loading.py api_key_problems): a new one.
         secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
+    if "monitoring_web_password" not in secrets.load(vault):  # the monitors' basic auth (every lab has one)
+        secrets.set_secret(vault, "monitoring_web_password", random.token_urlsafe(18), password)
     return str(vault), str(password_file)
 
 

@@ -9,6 +9,8 @@ pytest-testinfra, pydantic and PyYAML, with their dependencies as uv.lock resolv
 from __future__ import annotations
 
 import hashlib
+import io
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -61,6 +63,19 @@ def requirements(lock_text: str, roots: tuple[str, ...] = ROOTS) -> str:
 
 def bundle_files(root: Path = PROJECT_ROOT) -> list[str]:
     return sorted({str(p.relative_to(root)) for pattern in BUNDLE_GLOBS for p in root.glob(pattern) if p.is_file()})
+
+
+def bundle_archive(root: Path = PROJECT_ROOT) -> bytes:
+    """The bundle as one uncompressed tar, the same bytes for the same files (sorted names, no
+    times, root's, 0644): one upload whose checksum pyinfra compares, not one per file."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name in bundle_files(root):
+            data = (root / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime, info.uname, info.gname = len(data), 0o644, 0, "root", "root"
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 def bundle_digest(root: Path = PROJECT_ROOT) -> str:

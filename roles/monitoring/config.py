@@ -37,6 +37,16 @@ WEB_CONFIG_FILE = f"{PROMETHEUS_CONFIG_DIR}/web.yml"
 # Alertmanager reads the password of Prometheus' basic auth from this file (0640 root:prometheus).
 PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-web.password"
 SMTP_PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-smtp.password"
+# "What is firing now" without a browser: `amtool alert query` on the monitor (as root). amtool
+# ships in the distribution's prometheus-alertmanager and reads its flags' defaults from a YAML
+# file (alertmanager v0.25.0 cli/root.go: alertmanager.url, http.config.file). Debian's build
+# moves that file from upstream's /etc/amtool/config.yml to /etc/prometheus/amtool.yml
+# (`amtool --help` of Debian 12's 0.25.0-1+b4: "default config locations:
+# $HOME/.config/prometheus/amtool.yml or /etc/prometheus/amtool.yml"). The HTTP client file
+# (Prometheus' http_config) names the password file: the password is on no command line and in
+# neither file.
+AMTOOL_CONFIG = f"{PROMETHEUS_CONFIG_DIR}/amtool.yml"
+AMTOOL_HTTP_CONFIG = f"{PROMETHEUS_CONFIG_DIR}/amtool-http.yml"
 
 
 def _dump(data) -> str:
@@ -112,6 +122,23 @@ def web_config(monitor: HostSettings, password_hash: str | None) -> str:
     if password_hash is None:
         return head + "{}\n"
     return head + _dump({"basic_auth_users": {monitor.monitoring.web_user: password_hash}})
+
+
+def alertmanager_url(monitor: HostSettings) -> str:
+    """Where Alertmanager answers on the monitor itself (Prometheus and amtool use it)."""
+    m = monitor.monitoring
+    local = "127.0.0.1" if m.listen_address in WILDCARD else m.listen_address
+    return f"http://{_hostport(local, m.alertmanager_port)}"
+
+
+def amtool_configs(monitor: HostSettings) -> dict[str, str]:
+    """amtool's config file and its HTTP client file (basic auth with the password file)."""
+    m = monitor.monitoring
+    head = "# Written by inference-host (roles/monitoring): `amtool alert query` asks this host's Alertmanager.\n"
+    auth = {"basic_auth": {"username": m.web_user, "password_file": PASSWORD_FILE}} if m.web_password_secret else {}
+    return {AMTOOL_CONFIG: head + _dump({"alertmanager.url": alertmanager_url(monitor),
+                                         "http.config.file": AMTOOL_HTTP_CONFIG}),
+            AMTOOL_HTTP_CONFIG: head + (_dump(auth) if auth else "{}\n")}
 
 
 def alertmanager_config(monitor: HostSettings) -> str:
@@ -403,12 +430,13 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
 
 
 def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
-    """Path on the monitor -> text, for the role and the preview (the Grafana dashboard too:
-    read by no service here, it is for operators to import)."""
+    """Path on the monitor -> text, for the role and the preview (the Grafana dashboard and
+    amtool's files too: read by no service, they are for operators)."""
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
         f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
         DASHBOARD_FILE: dashboard_text(engine_of(site)),
+        **amtool_configs(monitor),
     }

@@ -6,6 +6,18 @@ Written on each monitor next to Prometheus' files (/etc/prometheus/inference-hos
 and by the preview; import it in Grafana (Dashboards > New > Import) and pick the Prometheus data
 source. Grafana itself is not installed: the alerts are what the site relies on.
 
+The file is in the form Grafana's "Export for sharing externally" writes (grafana/grafana,
+public/app/features/dashboard/components/DashExportModal/DashboardExporter.ts, makeExportable):
+`__inputs` holds one data source input (type "datasource", pluginId "prometheus"), every panel,
+target and query variable names it as {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}, and
+`__requires` lists Grafana, the panel type and the data source. Import shows one data source
+picker per `__inputs` entry of type "datasource", listing that plugin's data sources
+(public/app/features/manage-dashboards/state/actions.ts, processInputs), and the server puts the
+chosen one wherever "${DS_PROMETHEUS}" stands, refusing an import that lacks an input
+(pkg/services/dashboardimport/utils/dash_template_evaluator.go). A data source chosen through a
+dashboard variable is no input (the exporter leaves such uses alone): the dashboard has no data
+source variable.
+
 Metric names, by source (tests/unit/test_monitoring_dashboard.py checks each one against it):
 - SGLang 0.5.9 python/sglang/srt/metrics/collector.py (gauges, counters exported with _total,
   histograms with _bucket); vLLM 0.16.0 vllm/v1/metrics/loggers.py;
@@ -33,27 +45,30 @@ ENGINE_METRICS = {
 }
 
 
-# Grafana's "Export for sharing externally" format (grafana.com/docs/grafana/latest/dashboards/
-# share-dashboards-panels/, "Export a dashboard as JSON"): the data source is an input, named in
-# __inputs and referenced as ${DS_PROMETHEUS}, so Dashboards > New > Import asks which Prometheus
-# to use; __requires names the plugins the dashboard needs.
+# The one input Grafana's Import asks for, named as the exporter names a data source called
+# "Prometheus" ('DS_' + its name upper-cased).
 DATASOURCE_INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_INPUT + "}"}
-INPUTS = [{"name": DATASOURCE_INPUT, "label": "Prometheus", "description": "The Prometheus that scrapes the site",
+INPUTS = [{"name": DATASOURCE_INPUT, "label": "Prometheus", "description": "The Prometheus of the monitors group",
            "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}]
-REQUIRES = [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
-            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
-            {"type": "panel", "id": "timeseries", "name": "Time series", "version": ""}]
+# What the file uses, as the exporter lists it (sorted by id). The Grafana version is the one the
+# file is written for (schemaVersion 39, the timeseries panel); it was not imported into a running
+# Grafana here (none is installed).
+REQUIRES = [
+    {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
+    {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+    {"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
+]
 
 
 def _panel(number: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict:
     """A time series panel, two per row of the 24-column grid."""
     return {
         "id": number, "type": "timeseries", "title": title,
-        "datasource": DATASOURCE,
+        "datasource": dict(DATASOURCE),
         "gridPos": {"h": 8, "w": 12, "x": 12 * (number % 2), "y": 8 * (number // 2)},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "targets": [{"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
+        "targets": [{"refId": chr(ord("A") + i), "datasource": dict(DATASOURCE), "expr": expr, "legendFormat": legend}
                     for i, (expr, legend) in enumerate(targets)],
     }
 
@@ -97,7 +112,7 @@ def dashboard(engine: str) -> dict:
         "tags": ["inference-host"],
         "templating": {"list": [
             {"name": "host", "type": "query", "label": "Host", "includeAll": True, "allValue": ".*", "multi": True,
-             "datasource": DATASOURCE,
+             "datasource": dict(DATASOURCE),
              "query": 'label_values(up{job="node"}, host)', "refresh": 2, "current": {"text": "All", "value": "$__all"}},
         ]},
         "panels": panels(engine),

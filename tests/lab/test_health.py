@@ -37,7 +37,7 @@ def test_deploy_ends_with_the_health_checks(lab_first_deploy):
 
 
 def test_a_failing_check_fails_the_deploy(lab_first_deploy):
-    # No GPU here: the gpu suite finds none of the 8 GPUs the inventory describes.
+    # No CUDA here: the gpu suite's 'cuda works' fails (no torch in the lab's GPU-free environment).
     run = run_deploy(LAB_INVENTORY, "--data", 'health_after_deploy=["gpu"]')
     assert run.returncode != 0, run.explain()
     failed = [op["name"] for op in run.results["operations"] if op["error"]] if run.results else []

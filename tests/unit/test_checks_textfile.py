@@ -101,6 +101,37 @@ def test_no_report_leaves_the_old_file(tmp_path, monkeypatch):
     assert out.read_text() == "old\n"
 
 
+@pytest.mark.parametrize("content, wrong, valid", [
+    ("[1,2]", "a JSON list, not an object", "expected a JSON object"),   # seen on a real H200: a traceback
+    ('{"gpu_count": 8', "not JSON (Expecting ',' delimiter: line 1 column 16", "expected a JSON object"),
+    ('{"gpu_count": "eight"}', "gpu_count='eight' is invalid", "needs an integer >= 1"),
+    ('{"gpu_count": 8, "serving_port": [1]}', "serving_port", "expected"),
+])
+def test_a_malformed_expectations_file_is_one_line_exit_2_and_the_old_metrics_stay(
+        tmp_path, monkeypatch, capsys, content, wrong, valid):
+    """The timer's unit log says what is wrong with the file in one line; the old metrics stay
+    (their timestamp ages into ChecksNotRunning) and the checks never run on half an input."""
+    out, expect = tmp_path / "inference_host_checks.prom", tmp_path / "expect.json"
+    out.write_text("old\n")
+    expect.write_text(content)
+    import checks.__main__ as checks_main
+
+    monkeypatch.setattr(checks_main, "main", lambda argv: pytest.fail(f"the checks ran: {argv}"))
+    assert textfile.main(["--expect-file", str(expect), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert str(expect) in err and wrong in err and valid in err, err
+    assert out.read_text() == "old\n"
+
+
+def test_a_missing_expectations_file_is_one_line_too(tmp_path, capsys):
+    out = tmp_path / "inference_host_checks.prom"
+    assert textfile.main(["--expect-file", str(tmp_path / "expect.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expect.json: cannot be read (No such file or directory)" in err, err
+    assert not out.exists()
+
+
 def test_the_runner_passes_the_expectations_and_turns_the_probes_off(tmp_path, monkeypatch):
     out, expect = tmp_path / "checks.prom", tmp_path / "expect.json"
     expect.write_text(json.dumps({"gpu_count": 8, "serving_unit_name": "sglang", "engine": "vllm"}))

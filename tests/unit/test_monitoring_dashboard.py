@@ -130,25 +130,38 @@ def test_the_dashboard_is_written_beside_prometheus_files():
     assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}) == len(board["panels"])
 
 
+def _datasource_refs(node, path="$"):
+    """Every `datasource` value in the dashboard, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield path, value
+            yield from _datasource_refs(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _datasource_refs(value, f"{path}[{i}]")
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
-def test_grafana_import_asks_for_the_data_source(engine):
-    """Exported for sharing: every data source the dashboard names is one of its __inputs, so
-    Grafana's Import asks for it instead of pointing at a uid the user's Grafana lacks."""
+def test_grafanas_import_asks_for_the_prometheus_data_source(engine):
+    """As Grafana's export for sharing writes it (DashboardExporter.ts): one data source input,
+    and every panel, target and variable names it; Import's server side (dash_template_evaluator.go)
+    replaces each "${NAME}" of an input with the chosen data source, so none may be left over."""
     board = json.loads(dashboard.dashboard_text(engine))
-    inputs = {item["name"]: item for item in board["__inputs"]}
-    assert inputs and all(item["type"] == "datasource" and item["pluginId"] == "prometheus" for item in inputs.values())
-    refs = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("datasource"), dict):
-                refs.append(node["datasource"]["uid"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(board)
-    assert refs and all(ref.startswith("${") and ref[2:-1] in inputs for ref in refs), refs
-    assert {"datasource", "panel"} <= {item["type"] for item in board["__requires"]}
+    inputs = {i["name"]: i for i in board["__inputs"]}
+    assert [(i["type"], i["pluginId"]) for i in inputs.values()] == [("datasource", "prometheus")]
+    refs = list(_datasource_refs(board))
+    panels, targets = board["panels"], [t for p in board["panels"] for t in p["targets"]]
+    assert len(refs) == len(panels) + len(targets) + len(board["templating"]["list"]), refs
+    for where, ref in refs:
+        name = re.fullmatch(r"\$\{([A-Z0-9_]+)\}", ref.get("uid", "") if isinstance(ref, dict) else "")
+        assert name and name[1] in inputs and ref["type"] == inputs[name[1]]["pluginId"], (where, ref)
+    assert not [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    required = {(r["type"], r["id"]) for r in board["__requires"]}
+    assert {("grafana", "grafana"), ("datasource", "prometheus")} <= required
+    assert {("panel", p["type"]) for p in panels} <= required
+    # What Import leaves: no "${...}" that no input fills (Grafana's own $host, {{host}} stay).
+    text = dashboard.dashboard_text(engine)
+    for name in inputs:
+        text = text.replace("${" + name + "}", "chosen-uid")
+    assert "${" not in text

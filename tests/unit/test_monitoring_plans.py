@@ -53,7 +53,9 @@ def test_gpu_node_gets_the_checks_timer_with_its_budget():
     assert '"serving_host": "10.0.0.5"' in p.uploads["/etc/inference-host/checks/expect.json"]
     assert any("uv pip sync --quiet --require-hashes" in c and "/opt/inference-host/checks/env-" in c
                for c in p.commands)
-    assert any(path.endswith("/checks/textfile.py") for path in p.uploads)
+    assert "checks/textfile.py" in p.uploads["/opt/inference-host/checks/bundle.tar"]  # one archive, unpacked
+    assert any(c.startswith("rm -rf /opt/inference-host/checks/bundle-") and " tar -xf /opt/inference-host/checks/bundle.tar"
+               in c for c in p.commands), "\n".join(p.commands)
     assert not any("prometheus=" in c for c in p.commands)  # no Prometheus on a gpu node
 
 

@@ -399,3 +399,57 @@ def test_the_xid_advice_is_graded_by_the_catalogs_action(rendered, xid):
     assert result.returncode == 0, result.stdout + result.stderr
     reset = "nvidia-smi -r" in _xid_alert(rule, xid, "1")[0]["exp_annotations"]["description"]
     assert reset == (xid in ("48", "94")), xid  # application-level and unknown codes: no reset advised
+
+
+def test_amtool_asks_alertmanager_through_the_basic_auth_with_no_password_on_its_command_line(site, rendered):
+    """`amtool alert query` with only the monitor's /etc/prometheus/amtool.yml (here under $HOME,
+    Debian's amtool's other location): the real amtool reaches an Alertmanager API stand-in that answers 401 without
+    the web user's password, which comes from the password file the HTTP client file names."""
+    import base64
+    import http.server
+    import json
+    import threading
+
+    amtool = _tool("amtool")
+    expected = "Basic " + base64.b64encode(b"inference-host:pw").decode()
+    alert = {"labels": {"alertname": "HealthCheckFailing", "host": "gpu1", "check": "cuda works"},
+             "annotations": {"summary": "s"}, "startsAt": "2026-12-04T00:00:00Z", "endsAt": "2026-12-04T01:00:00Z",
+             "updatedAt": "2026-12-04T00:00:00Z", "fingerprint": "0123456789abcdef", "receivers": [{"name": "r"}],
+             "status": {"state": "active", "silencedBy": [], "inhibitedBy": []}, "generatorURL": "http://x/graph"}
+    seen = []
+
+    class AlertmanagerApi(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization") == expected))
+            if self.headers.get("Authorization") != expected:
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = json.dumps([alert] if self.path.startswith("/api/v2/alerts") else {}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), AlertmanagerApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        files = config.amtool_configs(site.hosts["gw"])
+        assert "pw" not in "".join(files.values()).replace("password_file", "")
+        assert yaml.safe_load(files[config.AMTOOL_CONFIG])["alertmanager.url"] == "http://10.0.0.2:9093"
+        home, client = rendered / "home", rendered / "amtool-http.yml"
+        client.write_text(files[config.AMTOOL_HTTP_CONFIG].replace(config.PASSWORD_FILE, str(rendered / "password")))
+        (home / ".config" / "prometheus").mkdir(parents=True)
+        (home / ".config" / "prometheus" / "amtool.yml").write_text(
+            files[config.AMTOOL_CONFIG].replace("http://10.0.0.2:9093", f"http://127.0.0.1:{server.server_port}")
+            .replace(config.AMTOOL_HTTP_CONFIG, str(client)))
+        done = subprocess.run([amtool, "alert", "query", "-o", "json"], capture_output=True, text=True,
+                              env={"HOME": str(home), "PATH": os.environ.get("PATH", "")}, timeout=30)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [a["labels"]["check"] for a in json.loads(done.stdout)] == ["cuda works"]
+    assert any(path.startswith("/api/v2/alerts") and authorized for path, authorized in seen), seen

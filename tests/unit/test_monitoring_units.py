@@ -123,3 +123,17 @@ def test_every_project_module_the_checks_import_is_in_the_bundle():
                 elif (PROJECT_ROOT / path).is_dir() and f"{path}/__init__.py" not in files:
                     missing.add(f"{name}: {module}")
     assert not missing, sorted(missing)
+
+
+def test_the_bundle_is_one_archive_of_its_files_the_same_bytes_each_time():
+    """One upload whose checksum pyinfra compares: a deploy that changes nothing sends nothing."""
+    import io
+    import tarfile
+
+    archive = checks_env.bundle_archive()
+    assert archive == checks_env.bundle_archive()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == checks_env.bundle_files()
+        assert {(m.mode, m.uid, m.mtime) for m in members} == {(0o644, 0, 0)}
+        assert tar.extractfile("checks/textfile.py").read() == (PROJECT_ROOT / "checks" / "textfile.py").read_bytes()

@@ -11,7 +11,8 @@ from roles import render
 from roles.site import PROJECT_ROOT, load_site, weight_sets_kept_by
 from roles.site import vault as secrets
 
-PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3"}
+PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3",
+           "monitoring_web_password": "planted-web-password-4e2a"}
 
 
 def _prod_with_planted_vault(tmp_path):
@@ -50,7 +51,10 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
                        (node.name, "inference-host-commands/qm-create-202.sh"),
                        (gpu.name, f"{env}/inference-engine.service"), (gpu.name, f"{env}/inference-engine.env"),
                        (gpu.name, f"{env}/launch"), (gpu.name, f"{env}/inference-engine-secret-args.yaml"),
-                       (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver")]:
+                       (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
+                       # The GPU guest is its own monitor (prod.py's monitors group).
+                       (gpu.name, "etc/prometheus/prometheus.yml"), (gpu.name, "etc/prometheus/amtool.yml"),
+                       (gpu.name, "etc/prometheus/inference-host.grafana.json")]:
         assert (out / host / path).is_file(), f"{host}: {path}"
     assert (out / gpu.name / env / "inference-engine-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
     # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.

@@ -70,4 +70,5 @@ def test_cli_reads_the_value_from_stdin(tmp_path):
 
 def test_committed_prod_vault_is_a_template_of_names():
     # Its values were encrypted with a discarded password: users replace them with their own.
-    assert set(secrets.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {"hf_token", "sglang_api_key"}
+    assert set(secrets.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
+        "hf_token", "sglang_api_key", "monitoring_web_password"}

@@ -5,8 +5,8 @@ Without a driver (every lab host, unless the lab says otherwise) it prints what 
 prints when it cannot reach the driver, exit status 9.
 
 With a driver: where the lab planted a GPU list at /run/nvidia-smi-standin/proc-driver-nvidia
-(lab.up does, on inventory/lab_replicas.py's gpu nodes: the same re-addressed
-/proc/driver/nvidia/gpus/<address>/information files its DCGM exporter stand-in reads), it
+(lab.up does, on inventory/lab_replicas.py's gpu nodes and inventory/lab.py's guest: the same
+re-addressed /proc/driver/nvidia/gpus/<address>/information files its DCGM exporter stand-in reads), it
 answers as the real nvidia-smi does on a host with the driver, from the real captures of
 1 x H200 under driver 580.159.04 (tests/unit/data/gpu/h200-1gpu, h200-1gpu-health), one GPU per
 planted information file:
