@@ -85,7 +85,7 @@ def create_command(guest: HostSettings, devices: list[str]) -> str:
     settings = guest.guest
     args = ["pct", "create", str(settings.vmid), settings.template,
             "--unprivileged", "1" if settings.unprivileged else "0",  # explicit: PVE 9 changed the default
-            "--rootfs", f"{settings.storage}:{settings.disk_gib}",
+            "--rootfs", pve.lxc_rootfs(settings.storage, settings.disk_gib),
             "--net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway)]
     for key, value in wanted_settings(guest).items():
         args += [f"--{key}", value]

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from roles.site import HostSettings
+from roles.site.fields import property_value_problem
 
 LXC_DEVICE_KEYS = tuple(f"dev{i}" for i in range(256))
 KVM_HOSTPCI_KEYS = tuple(f"hostpci{i}" for i in range(16))
@@ -125,7 +126,16 @@ def parse_property_string(value: str, default_key: str | None = None) -> dict[st
 
 def print_property_string(data: dict[str, object], default_key: str | None = None,
                           required: tuple[str, ...] = ()) -> str:
-    """The inverse of parse_property_string, in JSONSchema.pm print_property_string order."""
+    """The inverse of parse_property_string, in JSONSchema.pm print_property_string order.
+
+    The one writer of every property string the roles pass to pct/qm: a value Proxmox would
+    read back as something else (roles/site/fields.py property_value_problem: a ',', a '=' in
+    the bare default-key value, blank or space-edged) is a ValueError here, never written; the
+    site model refuses such settings before this runs."""
+    for key, value in data.items():
+        problem = None if value is None else property_value_problem(str(value), key == default_key)
+        if problem:
+            raise ValueError(f"{key}={value!r} cannot be written into a Proxmox property string: it {problem}")
     parts: list[str] = []
     done: set[str] = set()
     if default_key and data.get(default_key) is not None:
@@ -281,6 +291,12 @@ def with_hwaddr(current: str | None, wanted: str) -> str:
     return print_property_string(data, required=("name",))
 
 
+def lxc_rootfs(storage: str, size_gib: int) -> str:
+    """pct create's --rootfs: a new volume of size_gib on storage (pve-container $rootfs_desc,
+    volume `STORAGE:SIZE_IN_GiB`)."""
+    return print_property_string({"volume": f"{storage}:{size_gib}"}, "volume")
+
+
 def lxc_mount_point(host_path: str, guest_path: str, read_only: bool = False) -> str:
     data: dict[str, object] = {"volume": host_path, "mp": guest_path}
     if read_only:
@@ -309,6 +325,28 @@ def hostpci_address(value: str) -> str:
 
 def same_hostpci(a: str, b: str) -> bool:
     return parse_property_string(a, "host") == parse_property_string(b, "host")
+
+
+def kvm_disk(storage: str, size_gib: int, import_from: str | None = None) -> str:
+    """qm create's --scsi0 (qemu-server $drive_fmt, default key `file`): a new volume of size_gib
+    on storage, or one copied from import_from (`STORAGE:0,import-from=...`, the image's size)."""
+    return print_property_string({"file": f"{storage}:{0 if import_from else size_gib}",
+                                  "import-from": import_from, "iothread": 1}, "file")
+
+
+def kvm_efidisk(storage: str) -> str:
+    """OVMF's EFI vars disk; keys not pre-enrolled: Secure Boot would refuse the unsigned NVIDIA
+    kernel module."""
+    return print_property_string({"file": f"{storage}:1", "efitype": "4m", "pre-enrolled-keys": 0}, "file")
+
+
+def kvm_cloudinit_drive(storage: str) -> str:
+    return print_property_string({"file": f"{storage}:cloudinit"}, "file")
+
+
+def kvm_net0(bridge: str) -> str:
+    """qemu-server $net_fmt: the model is written bare (`virtio`), as qm prints it."""
+    return print_property_string({"model": "virtio", "bridge": bridge}, "model")
 
 
 def mmio_window_args(megabytes: int | None) -> str | None:

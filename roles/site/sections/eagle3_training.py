@@ -9,6 +9,7 @@ from pydantic import Field
 
 from roles.site.fields import (
     AbsolutePath,
+    OptionValue,
     Section,
     check,
     one_of,
@@ -60,7 +61,7 @@ class Eagle3TrainingSettings(Section):
     samples: Annotated[int, positive] = Field(50000, description="Prompts used for training.")
     max_length: Annotated[int, positive] = Field(2048, description=(
         "Maximum tokens per sample (hidden states and training)."))
-    chat_template: str = Field("kimi-k2-instruct", description=(
+    chat_template: OptionValue = Field("kimi-k2-instruct", description=(
         "SpecForge chat template name (specforge/data/template.py)."))
     regenerate_concurrency: Annotated[int, positive] = Field(32, description=(
         "Parallel requests while the served target regenerates the answers."))
