@@ -61,10 +61,10 @@ def pve_parse(key: str, value: str) -> dict[str, str]:
     return standin.parse_property_string(value, fields, default, aliases)
 
 
-def engine_parser(version: str) -> argparse.ArgumentParser:
-    """argparse with the options of sglang==version as captured from its wheel."""
-    parser = argparse.ArgumentParser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
-    for flag, option in cli_options(version)["options"].items():
+def engine_parser(version: str, engine: str) -> argparse.ArgumentParser:
+    """argparse with the options of <engine>==version as captured from its wheel."""
+    parser = argparse.ArgumentParser(prog=engine, add_help=False, allow_abbrev=False)
+    for flag, option in cli_options(version, engine)["options"].items():
         if option["takes_value"]:
             parser.add_argument(flag, dest=flag)
         else:
@@ -72,11 +72,13 @@ def engine_parser(version: str) -> argparse.ArgumentParser:
     return parser
 
 
-_PARSERS: dict[str, argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[str, str], argparse.ArgumentParser] = {}
 
 
-def engine_parse(args: list[str], version: str) -> dict:
-    parser = _PARSERS.setdefault(version, engine_parser(version))
+def engine_parse(args: list[str], version: str, engine: str = "sglang") -> dict:
+    if (version, engine) not in _PARSERS:
+        _PARSERS[version, engine] = engine_parser(version, engine)
+    parser = _PARSERS[version, engine]
     with contextlib.redirect_stderr(io.StringIO()):
         return vars(parser.parse_args(args))
 
@@ -150,11 +152,19 @@ def kvm_read_back(guest) -> list[tuple[str, dict, dict]]:
     return found
 
 
+VLLM_STACK = "vllm-0.16.0-cu128"
+
+
 def engine_read_back(host, site) -> list[tuple[str, object, object]]:
-    version = site.stack.active.sglang
-    parsed = engine_parse(server_arguments(host, site.hosts, site.stack.active), version)
-    return [("--served-model-name", parsed["--served-model-name"], host.serving.served_model_name),
-            ("--model-path", parsed["--model-path"], host.serving.model_path)]
+    """The SGLang arguments of the inventory's stack, and vLLM's of the stack file's vLLM stack."""
+    sglang = engine_parse(server_arguments(host, site.hosts, site.stack.active), site.stack.active.sglang)
+    vllm_stack = site.stack.stacks[VLLM_STACK]
+    vllm = engine_parse(server_arguments(host, site.hosts, vllm_stack), vllm_stack.vllm, "vllm")
+    serving = host.serving
+    return [("--served-model-name", sglang["--served-model-name"], serving.served_model_name),
+            ("--model-path", sglang["--model-path"], serving.model_path),
+            ("vllm --served-model-name", vllm["--served-model-name"], serving.served_model_name),
+            ("vllm --model", vllm["--model"], serving.model_path)]
 
 
 # (inventory, host group, setting, how the generated value becomes the setting, read-back)
@@ -246,6 +256,8 @@ def test_every_hostile_value_is_refused_in_one_line_or_read_back_unchanged(inven
     ({"guest_storage": "local-lvm,size=1"},
      "guest_storage = 'local-lvm,size=1' is invalid; expected a Proxmox storage ID like local-lvm"),
     ({"guest_cloud_image": "/var/lib/vz/x.img,iothread=0"}, "guest_cloud_image = '/var/lib/vz/x.img,iothread=0' is invalid"),
+    ({"eagle3_training_specforge_repo": "--upload-pack=touch /tmp/x"},
+     "eagle3_training_specforge_repo = '--upload-pack=touch /tmp/x' is invalid; expected a git repository URL"),
     ({"serving_served_model_name": "--api-key"},
      "serving_served_model_name = '--api-key' is invalid; expected a non-empty value that does not start with '-'"
      " (argparse reads one as an option)"),
@@ -256,7 +268,7 @@ def test_named_examples_are_refused_in_one_line_naming_our_file(inventory, valid
     guest = ("ct", {"guest_vmid": 201, "guest_node": NODE[0], "gpu_count": 0, **data})
     group = "kvm_guests" if "guest_cloud_image" in data else "lxc_guests"
     groups = {"proxmox_hosts": [NODE], group: [guest]}
-    if "serving_served_model_name" in data:
+    if "serving_served_model_name" in data or "eagle3_training_specforge_repo" in data:
         groups = {"gpu_nodes": [("gpu1", {"gpu_count": 8, **data})]}
     path = inventory.groups(**groups)
     line = validate(path)
