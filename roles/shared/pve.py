@@ -124,8 +124,27 @@ def parse_property_string(value: str, default_key: str | None = None) -> dict[st
     return result
 
 
+class PropertyString(str):
+    """A Proxmox property string written by print_property_string from checked values: the only
+    kind of value option_args lets reach a property-string option of pct/qm."""
+
+
+# Options pct/qm read with parse_property_string (pve-container $confdesc: rootfs, mpN, netN,
+# devN, features; qemu-server $confdesc: netN, the disks, efidisk0, hostpciN, ipconfigN, cpu).
+PROPERTY_OPTION_RE = re.compile(r"(rootfs|mp\d+|net\d+|dev\d+|features|hostpci\d+|ipconfig\d+|cpu"
+                                r"|(scsi|ide|sata|virtio)\d+|efidisk0)")
+
+
+def option_args(key: str, value: str) -> list[str]:
+    """`--key value` for pct/qm; a property-string option takes a PropertyString only, so a raw
+    setting cannot reach one by mistake (a TypeError names it)."""
+    if PROPERTY_OPTION_RE.fullmatch(key) and not isinstance(value, PropertyString):
+        raise TypeError(f"--{key} takes a property string built by roles/shared/pve.py, not the raw {value!r}")
+    return [f"--{key}", value]
+
+
 def print_property_string(data: dict[str, object], default_key: str | None = None,
-                          required: tuple[str, ...] = ()) -> str:
+                          required: tuple[str, ...] = ()) -> PropertyString:
     """The inverse of parse_property_string, in JSONSchema.pm print_property_string order.
 
     The one writer of every property string the roles pass to pct/qm: a value Proxmox would
@@ -146,7 +165,7 @@ def print_property_string(data: dict[str, object], default_key: str | None = Non
             continue
         done.add(key)
         parts.append(f"{key}={data[key]}")
-    return ",".join(parts)
+    return PropertyString(",".join(parts))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -166,7 +185,7 @@ class Plan:
     def arguments(self) -> list[str]:
         args: list[str] = []
         for key, value in self.set.items():
-            args += [f"--{key}", value]
+            args += option_args(key, value)
         if self.delete:
             args += ["--delete", ",".join(self.delete)]
         return args
@@ -235,7 +254,7 @@ def same_device(a: str, b: str) -> bool:
     return parse_property_string(a, "path") == parse_property_string(b, "path")
 
 
-def lxc_device_paths(minors: list[int], present: set[str]) -> list[str]:
+def lxc_device_paths(minors: list[int], present: set[str]) -> list[PropertyString]:
     """The /dev nodes a GPU-using container needs, in devN order.
 
     One /dev/nvidiaN per assigned GPU (N is its minor on the host), the control and UVM nodes,
@@ -249,7 +268,7 @@ def lxc_device_paths(minors: list[int], present: set[str]) -> list[str]:
     if "/dev/nvidia-modeset" in present:
         paths.append("/dev/nvidia-modeset")
     paths += sorted(p for p in present if p.startswith("/dev/nvidia-caps/"))
-    return paths
+    return [print_property_string({"path": path}, "path") for path in paths]
 
 
 def lxc_features(features: list[str]) -> str:
@@ -342,6 +361,12 @@ def kvm_efidisk(storage: str) -> str:
 
 def kvm_cloudinit_drive(storage: str) -> str:
     return print_property_string({"file": f"{storage}:cloudinit"}, "file")
+
+
+def kvm_cpu(cpu: str) -> PropertyString:
+    """guest_cpu (`host`, `x86-64-v3,phys-bits=host`) as qm's cpu option (qemu-server
+    $cpu_fmt, default key `cputype`)."""
+    return print_property_string(parse_property_string(cpu, "cputype"), "cputype")
 
 
 def kvm_net0(bridge: str) -> str:

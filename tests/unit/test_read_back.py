@@ -301,6 +301,17 @@ def test_a_raw_comma_in_a_mount_point_became_an_extra_option_of_mp0():
         pve.lxc_mount_point("/tank/models,ro=0", "/models")
 
 
+def test_a_raw_setting_cannot_reach_a_property_string_option():
+    """The type, not a convention: pct/qm options that Proxmox parses as property strings take
+    only what roles/shared/pve.py wrote (the f-string --rootfs of the code before is refused)."""
+    with pytest.raises(TypeError, match="--rootfs takes a property string built by roles/shared/pve.py"):
+        pve.option_args("rootfs", "local-lvm:8")
+    with pytest.raises(TypeError, match="--mp0"):
+        pve.Plan({"mp0": "/tank/models,mp=/models"}).arguments()
+    assert pve.option_args("rootfs", pve.lxc_rootfs("local-lvm", 8)) == ["--rootfs", "local-lvm:8"]
+    assert pve.option_args("cores", "8") == ["--cores", "8"]
+
+
 def test_a_leading_dash_became_an_option_of_the_engine(inventories):
     """served_model_name '--api-key' before the rule: argparse reads it as the option --api-key."""
     prod = inventories["prod"]
