@@ -41,7 +41,7 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
         "name": guest_hostname(guest),
         "machine": settings.machine,
         "bios": settings.bios,
-        "cpu": settings.cpu,
+        "cpu": pve.kvm_cpu(settings.cpu),
         "numa": "1",
         "balloon": "0",  # ballooning and passthrough do not mix: guest RAM is pinned for DMA
         "memory": str(settings.memory_mib),
@@ -60,12 +60,12 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     return wanted
 
 
-def ipconfig0(guest: HostSettings) -> str:
+def ipconfig0(guest: HostSettings) -> pve.PropertyString:
     """cloud-init's network for net0 (qemu-server $ipconfig_fmt: ip=dhcp | ip=CIDR,gw=IP |
     ip6=CIDR,gw6=IP)."""
     settings = guest.guest
     if settings.ip in ("dhcp", "manual"):
-        return "ip=dhcp"
+        return pve.print_property_string({"ip": "dhcp"})
     return pve.print_property_string(pve.address_keys(settings.ip, settings.gateway))
 
 
@@ -79,23 +79,20 @@ def create_command(guest: HostSettings) -> str:
     settings = guest.guest
     args = ["qm", "create", str(settings.vmid)]
     for key, value in wanted_settings(guest).items():
-        args += [f"--{key}", value]
+        args += pve.option_args(key, value)
     if settings.cloud_image:
         # The image is copied into a new volume; its size is the image's until the resize below.
-        disk = f"{settings.storage}:0,import-from={settings.cloud_image},iothread=1"
-        args += ["--ide2", f"{settings.storage}:cloudinit", "--boot", "order=scsi0",
+        args += [*pve.option_args("ide2", pve.kvm_cloudinit_drive(settings.storage)), "--boot", "order=scsi0",
                  "--serial0", "socket", "--vga", "serial0"]  # cloud images log to a serial console
         if settings.ssh_public_keys:
             args += ["--sshkeys", keys_file(guest)]
-    else:
-        disk = f"{settings.storage}:{settings.disk_gib},iothread=1"
-    args += ["--scsihw", "virtio-scsi-single", "--scsi0", disk,
-             "--net0", f"virtio,bridge={settings.bridge}"]
+    args += ["--scsihw", "virtio-scsi-single",
+             *pve.option_args("scsi0", pve.kvm_disk(settings.storage, settings.disk_gib, settings.cloud_image)),
+             *pve.option_args("net0", pve.kvm_net0(settings.bridge))]
     if settings.bios == "ovmf":
-        # Keys not pre-enrolled: Secure Boot would refuse the unsigned NVIDIA kernel module.
-        args += ["--efidisk0", f"{settings.storage}:1,efitype=4m,pre-enrolled-keys=0"]
+        args += pve.option_args("efidisk0", pve.kvm_efidisk(settings.storage))
     for index, value in enumerate(wanted_hostpci(guest)):
-        args += [f"--hostpci{index}", value]
+        args += pve.option_args(f"hostpci{index}", value)
     return shlex.join(args)
 
 
@@ -106,7 +103,7 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
         plan = plan.merged(pve.Plan(delete=("args",)))
     if guest.guest.bios == "ovmf" and "efidisk0" not in effective:
         plan = plan.merged(pve.Plan(
-            {"efidisk0": f"{guest.guest.storage}:1,efitype=4m,pre-enrolled-keys=0"}))
+            {"efidisk0": pve.kvm_efidisk(guest.guest.storage)}))
     return plan.merged(pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted_hostpci(guest),
                                         pve.hostpci_address, pve.same_hostpci))
 

@@ -85,14 +85,14 @@ def create_command(guest: HostSettings, devices: list[str]) -> str:
     settings = guest.guest
     args = ["pct", "create", str(settings.vmid), settings.template,
             "--unprivileged", "1" if settings.unprivileged else "0",  # explicit: PVE 9 changed the default
-            "--rootfs", f"{settings.storage}:{settings.disk_gib}",
-            "--net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway)]
+            *pve.option_args("rootfs", pve.lxc_rootfs(settings.storage, settings.disk_gib)),
+            *pve.option_args("net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway))]
     for key, value in wanted_settings(guest).items():
-        args += [f"--{key}", value]
+        args += pve.option_args(key, value)
     for index, value in enumerate(devices):
-        args += [f"--dev{index}", value]
+        args += pve.option_args(f"dev{index}", value)
     for index, value in enumerate(wanted_mount_points(guest)):
-        args += [f"--mp{index}", value]
+        args += pve.option_args(f"mp{index}", value)
     if settings.ssh_public_keys:  # root's authorized_keys in the new container
         args += ["--ssh-public-keys", keys_file(guest)]
     return shlex.join(args)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from roles.site import HostSettings
+from roles.site.fields import property_value_problem
 
 LXC_DEVICE_KEYS = tuple(f"dev{i}" for i in range(256))
 KVM_HOSTPCI_KEYS = tuple(f"hostpci{i}" for i in range(16))
@@ -123,9 +124,37 @@ def parse_property_string(value: str, default_key: str | None = None) -> dict[st
     return result
 
 
+class PropertyString(str):
+    """A Proxmox property string written by print_property_string from checked values: the only
+    kind of value option_args lets reach a property-string option of pct/qm."""
+
+
+# Options pct/qm read with parse_property_string (pve-container $confdesc: rootfs, mpN, netN,
+# devN, features; qemu-server $confdesc: netN, the disks, efidisk0, hostpciN, ipconfigN, cpu).
+PROPERTY_OPTION_RE = re.compile(r"(rootfs|mp\d+|net\d+|dev\d+|features|hostpci\d+|ipconfig\d+|cpu"
+                                r"|(scsi|ide|sata|virtio)\d+|efidisk0)")
+
+
+def option_args(key: str, value: str) -> list[str]:
+    """`--key value` for pct/qm; a property-string option takes a PropertyString only, so a raw
+    setting cannot reach one by mistake (a TypeError names it)."""
+    if PROPERTY_OPTION_RE.fullmatch(key) and not isinstance(value, PropertyString):
+        raise TypeError(f"--{key} takes a property string built by roles/shared/pve.py, not the raw {value!r}")
+    return [f"--{key}", value]
+
+
 def print_property_string(data: dict[str, object], default_key: str | None = None,
-                          required: tuple[str, ...] = ()) -> str:
-    """The inverse of parse_property_string, in JSONSchema.pm print_property_string order."""
+                          required: tuple[str, ...] = ()) -> PropertyString:
+    """The inverse of parse_property_string, in JSONSchema.pm print_property_string order.
+
+    The one writer of every property string the roles pass to pct/qm: a value Proxmox would
+    read back as something else (roles/site/fields.py property_value_problem: a ',', a '=' in
+    the bare default-key value, blank or space-edged) is a ValueError here, never written; the
+    site model refuses such settings before this runs."""
+    for key, value in data.items():
+        problem = None if value is None else property_value_problem(str(value), key == default_key)
+        if problem:
+            raise ValueError(f"{key}={value!r} cannot be written into a Proxmox property string: it {problem}")
     parts: list[str] = []
     done: set[str] = set()
     if default_key and data.get(default_key) is not None:
@@ -136,7 +165,7 @@ def print_property_string(data: dict[str, object], default_key: str | None = Non
             continue
         done.add(key)
         parts.append(f"{key}={data[key]}")
-    return ",".join(parts)
+    return PropertyString(",".join(parts))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,7 +185,7 @@ class Plan:
     def arguments(self) -> list[str]:
         args: list[str] = []
         for key, value in self.set.items():
-            args += [f"--{key}", value]
+            args += option_args(key, value)
         if self.delete:
             args += ["--delete", ",".join(self.delete)]
         return args
@@ -225,7 +254,7 @@ def same_device(a: str, b: str) -> bool:
     return parse_property_string(a, "path") == parse_property_string(b, "path")
 
 
-def lxc_device_paths(minors: list[int], present: set[str]) -> list[str]:
+def lxc_device_paths(minors: list[int], present: set[str]) -> list[PropertyString]:
     """The /dev nodes a GPU-using container needs, in devN order.
 
     One /dev/nvidiaN per assigned GPU (N is its minor on the host), the control and UVM nodes,
@@ -239,7 +268,7 @@ def lxc_device_paths(minors: list[int], present: set[str]) -> list[str]:
     if "/dev/nvidia-modeset" in present:
         paths.append("/dev/nvidia-modeset")
     paths += sorted(p for p in present if p.startswith("/dev/nvidia-caps/"))
-    return paths
+    return [print_property_string({"path": path}, "path") for path in paths]
 
 
 def lxc_features(features: list[str]) -> str:
@@ -281,6 +310,12 @@ def with_hwaddr(current: str | None, wanted: str) -> str:
     return print_property_string(data, required=("name",))
 
 
+def lxc_rootfs(storage: str, size_gib: int) -> str:
+    """pct create's --rootfs: a new volume of size_gib on storage (pve-container $rootfs_desc,
+    volume `STORAGE:SIZE_IN_GiB`)."""
+    return print_property_string({"volume": f"{storage}:{size_gib}"}, "volume")
+
+
 def lxc_mount_point(host_path: str, guest_path: str, read_only: bool = False) -> str:
     data: dict[str, object] = {"volume": host_path, "mp": guest_path}
     if read_only:
@@ -309,6 +344,34 @@ def hostpci_address(value: str) -> str:
 
 def same_hostpci(a: str, b: str) -> bool:
     return parse_property_string(a, "host") == parse_property_string(b, "host")
+
+
+def kvm_disk(storage: str, size_gib: int, import_from: str | None = None) -> str:
+    """qm create's --scsi0 (qemu-server $drive_fmt, default key `file`): a new volume of size_gib
+    on storage, or one copied from import_from (`STORAGE:0,import-from=...`, the image's size)."""
+    return print_property_string({"file": f"{storage}:{0 if import_from else size_gib}",
+                                  "import-from": import_from, "iothread": 1}, "file")
+
+
+def kvm_efidisk(storage: str) -> str:
+    """OVMF's EFI vars disk; keys not pre-enrolled: Secure Boot would refuse the unsigned NVIDIA
+    kernel module."""
+    return print_property_string({"file": f"{storage}:1", "efitype": "4m", "pre-enrolled-keys": 0}, "file")
+
+
+def kvm_cloudinit_drive(storage: str) -> str:
+    return print_property_string({"file": f"{storage}:cloudinit"}, "file")
+
+
+def kvm_cpu(cpu: str) -> PropertyString:
+    """guest_cpu (`host`, `x86-64-v3,phys-bits=host`) as qm's cpu option (qemu-server
+    $cpu_fmt, default key `cputype`)."""
+    return print_property_string(parse_property_string(cpu, "cputype"), "cputype")
+
+
+def kvm_net0(bridge: str) -> str:
+    """qemu-server $net_fmt: the model is written bare (`virtio`), as qm prints it."""
+    return print_property_string({"model": "virtio", "bridge": bridge}, "model")
 
 
 def mmio_window_args(megabytes: int | None) -> str | None:

@@ -101,6 +101,70 @@ Url = Annotated[str, check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) i
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
 
+# ----------------------------------------------------------------------------------------------
+# Values that land inside a Proxmox property string: `pct create --rootfs/--mpN/--net0`,
+# `qm create --scsi0/--net0/--efidisk0/--hostpciN`, ipconfigN (roles/shared/pve.py builds each).
+# Proxmox reads them with pve-common 8.3.8 (PVE 8, branch stable-bookworm) src/PVE/JSONSchema.pm
+# parse_property_string: it splits on every ',' (no escape, no quoting exists), drops blank parts,
+# reads a part with '=' as KEY=VALUE split at its first '=' (the value may hold more '='), and a
+# part without one as the format's default key (a mount point's volume, a disk's file, a
+# hostpci's host). The config file it is stored in (pve-container src/PVE/LXC/Config.pm
+# parse_pct_config, qemu-server parse_vm_config) trims the line's ends. So a value with a ','
+# (an extra option: '/tank/models,ro=0'), a default-key value with a '=' (read as a key), a blank
+# value or one with spaces at its ends would reach Proxmox as something else: refused here.
+PROPERTY_STRING_SOURCE = "pve-common src/PVE/JSONSchema.pm parse_property_string"
+
+
+def property_value_problem(value: str, default_key: bool = False) -> str | None:
+    """Why Proxmox would not read value back unchanged from a property string, or None.
+    default_key: the value is written bare (first, without KEY=), so a '=' makes it a key."""
+    if "," in value:
+        return f"has a ',', where Proxmox splits the option into more options (no escape exists: {PROPERTY_STRING_SOURCE})"
+    if default_key and "=" in value:
+        return f"has a '=', so Proxmox reads it as KEY=VALUE, not as the value ({PROPERTY_STRING_SOURCE})"
+    if not value.strip():
+        return f"is blank, which Proxmox drops ({PROPERTY_STRING_SOURCE})"
+    if value != value.strip():
+        return "has spaces at its start or end, which Proxmox's config file trims"
+    return None
+
+
+def _pve_path_problem(path: str, default_key: bool) -> str | None:
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    # pve-container src/PVE/LXC/Config.pm verify_lxc_mp_string (the format of mp and volume).
+    if "/./" in path or "/../" in path or path.endswith(("/.", "/..")):
+        return "has a /./ or /../ part, which pct refuses (pve-container verify_lxc_mp_string)"
+    return property_value_problem(path, default_key)
+
+
+def _mount_points(value: dict[str, str]) -> dict[str, str]:
+    for host_path, guest_path in value.items():
+        for path, role, default_key in ((host_path, "host path", True), (guest_path, "path in the guest", False)):
+            problem = _pve_path_problem(path, default_key)
+            if problem:
+                raise PydanticCustomError("inference_host", "{valid}", {"valid": (
+                    "{host path: path in the guest}, both absolute, each fit for pct's --mpN"
+                    f" (volume=HOST,mp=GUEST): the {role} {path!r} {problem}")})
+    return value
+
+
+# pve-common src/PVE/JSONSchema.pm parse_id (format pve-storage-id): what `STORAGE:SIZE` and
+# `STORAGE:import/FILE` may name; no ',', '=', ':' or space can reach the property string.
+PVE_STORAGE_ID_RE = re.compile(r"[a-z][a-z0-9\-_.]*[a-z0-9]", re.IGNORECASE)
+PveStorageId = Annotated[str, check(lambda v: PVE_STORAGE_ID_RE.fullmatch(v) is not None,
+                                    "a Proxmox storage ID like local-lvm (a letter, then letters, digits,"
+                                    " '-', '_', '.'; pve-common JSONSchema.pm parse_id)")]
+PveMountPoints = Annotated[dict[str, str], AfterValidator(_mount_points)]
+
+# A value that follows an option on an engine's, the gateway's or a trainer's command line
+# (`--served-model-name VALUE`): argparse (Lib/argparse.py, _parse_optional) takes an argument
+# starting with '-' for an option, so `--served-model-name --api-key` is the option --api-key,
+# or "expected one argument". Such values are refused rather than written as --opt=VALUE.
+OptionValue = Annotated[str, check(lambda v: bool(v) and not v.startswith("-"),
+                                   "a non-empty value that does not start with '-' (argparse reads one as an option)")]
+
+
 class Section(BaseModel):
     """Host-data keys sharing a prefix. Field name = key without the prefix."""
 

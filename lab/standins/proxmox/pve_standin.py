@@ -152,14 +152,27 @@ def property_string(fields: dict, default_key: str | None = None, required=(), a
     return check
 
 
+# pve-common 8.3.8 (PVE 8, branch stable-bookworm) src/PVE/JSONSchema.pm parse_property_string:
+# `foreach my $part (split(/,/, $data))`, `next if $part =~ /^\s*$/`, then
+# `/^([^=]+)=(.+)$/` (KEY=VALUE split at the first '='; the value is kept as it is, neither
+# unescaped nor trimmed), else a part without '=' is the default key's value, else "missing key".
+# Python's re reads these two patterns as Perl does ('.' stops at a newline, '$' also matches
+# before a final one).
+_PROPERTY_BLANK_RE = re.compile(r"^\s*$")
+_PROPERTY_KEYED_RE = re.compile(r"^([^=]+)=(.+)$")
+
+
 def parse_property_string(value: str, fields: dict, default_key=None, aliases=None) -> dict:
     aliases = aliases or {}
     result: dict[str, str] = {}
     for part in value.split(","):
-        if not part:
+        if _PROPERTY_BLANK_RE.match(part):
             continue
-        if "=" in part:
-            key, _, item = part.partition("=")
+        keyed = _PROPERTY_KEYED_RE.match(part)
+        if keyed is None and "=" in part:
+            raise SchemaError("invalid format - missing key in comma-separated list property")
+        if keyed:
+            key, item = keyed.group(1), keyed.group(2)
             if key in aliases and aliases[key] is None:  # qm net: "virtio=MAC"
                 if "model" in result:
                     raise SchemaError("invalid format - duplicate key in comma-separated list property: model")

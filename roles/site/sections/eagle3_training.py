@@ -9,6 +9,7 @@ from pydantic import Field
 
 from roles.site.fields import (
     AbsolutePath,
+    OptionValue,
     Section,
     check,
     one_of,
@@ -18,6 +19,10 @@ from roles.site.fields import (
 # SpecForge (sgl-project/SpecForge) commit the drafter training job runs: the last main commit
 # pinning sglang 0.5.9 / torch 2.9.1 / transformers 4.57.1 (2026-06-28; the next pins 0.5.14).
 SPECFORGE_COMMIT = "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
+# `git fetch REPO COMMIT` takes the repository as a positional argument: a value starting with
+# '-' would be one of git's options (--upload-pack runs a program), so it must start with a URL
+# scheme, user@host: or '/'; nothing a shell would read either.
+GIT_URL_RE = re.compile(r"(?:(?:https?|ssh|git|file)://|[A-Za-z0-9_][A-Za-z0-9._-]*@[A-Za-z0-9.-]+:|/)[A-Za-z0-9._~:/@+=%-]*")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -44,7 +49,9 @@ class Eagle3TrainingSettings(Section):
     env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = Field("full", description=(
         "'full': SpecForge's locked environment; 'no-gpu-deps' (lab only): the packages of the "
         "steps that need no GPU."))
-    specforge_repo: str = Field("https://github.com/sgl-project/SpecForge.git", description=(
+    specforge_repo: Annotated[str, check(GIT_URL_RE.fullmatch, (
+        "a git repository URL (https://, ssh://, git://, file://, user@host:path) or an absolute path,"
+        " without spaces or shell characters"))] = Field("https://github.com/sgl-project/SpecForge.git", description=(
         "Git repository of SpecForge (a mirror when air-gapped)."))
     specforge_commit: Annotated[str, check(_COMMIT_RE.match, "a full 40-character git commit id")] = Field(SPECFORGE_COMMIT, description=(
         "The SpecForge commit the job runs."))
@@ -60,7 +67,7 @@ class Eagle3TrainingSettings(Section):
     samples: Annotated[int, positive] = Field(50000, description="Prompts used for training.")
     max_length: Annotated[int, positive] = Field(2048, description=(
         "Maximum tokens per sample (hidden states and training)."))
-    chat_template: str = Field("kimi-k2-instruct", description=(
+    chat_template: OptionValue = Field("kimi-k2-instruct", description=(
         "SpecForge chat template name (specforge/data/template.py)."))
     regenerate_concurrency: Annotated[int, positive] = Field(32, description=(
         "Parallel requests while the served target regenerates the answers."))

@@ -11,6 +11,8 @@ from roles.site.fields import (
     DNS_NAME_RE,
     DriverVersion,
     PciAddresses,
+    PveMountPoints,
+    PveStorageId,
     Section,
     UnixName,
     check,
@@ -18,6 +20,7 @@ from roles.site.fields import (
     is_ip,
     one_of,
     positive,
+    property_value_problem,
 )
 
 SSH_PUBLIC_KEY_RE = re.compile(
@@ -38,6 +41,10 @@ LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS, KVM_MAX_HOSTPCI = 256, 256, 16
 # runs on too. Memory: both pct and qm take at least 16 MiB (their memory option's minimum);
 # 64 TiB is above the largest x86 host sold, so more is a unit mistake. Disk: 1 PiB likewise.
 MAX_CORES, MIN_MEMORY_MIB, MAX_MEMORY_MIB, MAX_DISK_GIB = 8192, 16, 64 * 1024 * 1024, 1024 * 1024
+
+
+def _property_safe_path(path: str) -> bool:
+    return property_value_problem(path) is None
 
 
 GUEST_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "mount", "force_rw_sys")
@@ -62,7 +69,7 @@ class GuestSettings(Section):
         "Memory of the guest in MiB (swap 0)."))
     disk_gib: Annotated[int, check(lambda v: 1 <= v <= MAX_DISK_GIB, f"1 to {MAX_DISK_GIB} GiB (1 PiB)")] = Field(500, description=(
         "Root disk size in GiB (KVM: scsi0, grown after a cloud-image import)."))
-    storage: str = Field("local-lvm", description="Proxmox storage of the guest's disks.")
+    storage: PveStorageId = Field("local-lvm", description="Proxmox storage of the guest's disks.")
     unprivileged: bool = Field(True, description=(
         "LXC: an unprivileged container; cannot change on an existing one."))
     features: Annotated[list[str], check(lambda v: set(v) <= set(GUEST_FEATURES),
@@ -84,11 +91,11 @@ class GuestSettings(Section):
         "a template volume like local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst",
     )] = Field("local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst", description=(
         "LXC only: the OS template volume the container is created from."))
-    mount_points: Annotated[dict[str, str], check(
-        lambda v: all(k.startswith("/") and m.startswith("/") for k, m in v.items()),
-        "{host path: path in the guest}, both absolute")] = Field({}, description=(
+    mount_points: PveMountPoints = Field({}, description=(
         "LXC only: {host path: path in the guest} bind mounts (mp0, mp1, ...); one holding "
-        "serving_model_path makes the node download the weights."))
+        "serving_model_path makes the node download the weights. Both absolute, without ',' (nor"
+        " '=' in the host path) or spaces at either end: Proxmox's property strings cannot hold"
+        " them (docs/inventory.md)."))
     machine: Annotated[str, check(QEMU_MACHINE_RE.fullmatch, "q35, pc, pc-q35-8.1, ...")] = Field("q35", description=(
         "KVM only: QEMU machine type; pcie=1 needs q35."))
     bios: Annotated[str, one_of("ovmf", "seabios")] = Field("ovmf", description=(
@@ -114,8 +121,10 @@ class GuestSettings(Section):
         "authorized_keys (at creation, then kept exactly from the node), KVM cloud-init. Empty: "
         "left alone."))
     cloud_image: Annotated[str, check(
-        lambda v: v.startswith("/") or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,]+$", v),
-        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img")] | None = Field(None, description=(
+        lambda v: (v.startswith("/") and _property_safe_path(v))
+        or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,=]+$", v),
+        "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img, without"
+        " ',' or spaces at either end (qm's --scsi0 import-from=...)")] | None = Field(None, description=(
         "KVM only: a cloud image on the node (STORAGE:import/<file> or an absolute path) imported "
         "as scsi0, with a cloud-init drive; None: an empty VM whose OS you install."))
     ciuser: UnixName | None = Field(None, description=(

@@ -12,6 +12,7 @@ from roles.site.fields import (
     DNS_NAME_RE,
     AbsolutePath,
     IpAddress,
+    OptionValue,
     SecretName,
     Section,
     check,
@@ -112,7 +113,7 @@ class ServingSettings(Section):
     model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(
         "The model directory the engine loads (--model-path); also where roles/weights puts the "
         "weights by default."))
-    served_model_name: str = Field("kimi-k2.5", description=(
+    served_model_name: OptionValue = Field("kimi-k2.5", description=(
         "The model name clients ask for (--served-model-name)."))
     host: IpAddress = Field("127.0.0.1", description=(
         "Address the engine binds (--host); a wildcard bind is probed on loopback. Behind a "
