@@ -657,10 +657,10 @@ def down(roles=MAIN_LAB) -> None:
 
 def vault_secret(vault: str, name: str, password_file: Path | None = None) -> str:
     """One value of the lab's throwaway vault (the Hub stand-in requires the lab's hf_token)."""
-    from roles.site import vault as secrets
+    from roles.site.vault import decrypt_all
 
     password = password_file.read_bytes().strip() if password_file else None
-    return secrets.decrypt_all(Path(vault), [name], password)[name]
+    return decrypt_all(Path(vault), [name], password)[name]
 
 
 def guest_ssh_public_keys() -> list[str]:
@@ -693,9 +693,9 @@ def throwaway_ssh_public_key() -> str:
 def throwaway_vault() -> tuple[str, str]:
     """A lab-only vault with a random API key, Hub token and monitor password, and its password,
     made once under .lab/."""
-    import secrets as random
+    import secrets
 
-    from roles.site import vault as secrets
+    from roles.site.vault import decrypt_all, load, set_secret
 
     STATE_DIR.mkdir(mode=0o700, exist_ok=True)
     password_file = STATE_DIR / "vault-password"
@@ -703,23 +703,23 @@ def throwaway_vault() -> tuple[str, str]:
     if not password_file.exists():
         fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(random.token_urlsafe(32))
+            handle.write(secrets.token_urlsafe(32))
         vault.unlink(missing_ok=True)
     password = password_file.read_bytes().strip()
     if not vault.exists():
-        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
-        secrets.set_secret(vault, "hf_token", "hf_lab_" + random.token_hex(16), password)
-    elif secrets.decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
+        set_secret(vault, "sglang_api_key", _api_key(), password)
+        set_secret(vault, "hf_token", "hf_lab_" + secrets.token_hex(16), password)
+    elif decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
         # Made before the site model refused keys that argparse reads as an option
         # (roles/site/loading.py api_key_problems): a new one.
-        secrets.set_secret(vault, "sglang_api_key", _api_key(), password)
-    if "monitoring_web_password" not in secrets.load(vault):  # the monitors' basic auth (every lab has one)
-        secrets.set_secret(vault, "monitoring_web_password", random.token_urlsafe(18), password)
+        set_secret(vault, "sglang_api_key", _api_key(), password)
+    if "monitoring_web_password" not in load(vault):  # the monitors' basic auth (every lab has one)
+        set_secret(vault, "monitoring_web_password", secrets.token_urlsafe(18), password)
     return str(vault), str(password_file)
 
 
 def _api_key() -> str:
     """A random key that argparse takes as a value: token_urlsafe may begin with '-'."""
-    import secrets as random
+    import secrets
 
-    return "lab" + random.token_urlsafe(24)
+    return "lab" + secrets.token_urlsafe(24)
