@@ -145,7 +145,7 @@ def node_kvm_guests(node) -> list[list[str]]:
 
 def health_report(args, name: str, folder: Path) -> dict | None:
     """Runs the health checks (every suite) as `python -m checks` does; their JSON report."""
-    from checks import __main__ as health
+    from checks import __main__ as checks_main
 
     report = folder / f"health-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
     if args.inventory:
@@ -155,7 +155,7 @@ def health_report(args, name: str, folder: Path) -> dict | None:
     if args.suites:
         argv += ["--suites", args.suites]
     print(f"\n## health checks of {name}", flush=True)
-    health.main(argv)
+    checks_main.main(argv)
     return json.loads(report.read_text()) if report.is_file() else None
 
 
@@ -519,10 +519,10 @@ def collect(args, site, folder: Path) -> list[Line]:
 
 
 def _expectations_without_inventory(args):
-    from checks import __main__ as health
+    from checks import __main__ as checks_main
     from checks.expectations import Expectations
 
-    health._check_hosts_url(args.hosts)
+    checks_main._check_hosts_url(args.hosts)
     return Expectations.from_overrides(args.expect)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import server_checks as server
+from checks import server_checks
 from checks.probes import evidence, report
 
 pytestmark = pytest.mark.server
@@ -22,27 +22,27 @@ def _api_on_rank_0_only(request, expect):
 
 
 def test_health_answers(host, expect, request):
-    answer = server.request(host, expect, "/health", with_key=False,
+    answer = server_checks.request(host, expect, "/health", with_key=False,
                             timeout_s=expect.server_timeout_s + 1)
-    problem = server.judge_health(answer, expect.server_timeout_s)
+    problem = server_checks.judge_health(answer, expect.server_timeout_s)
     assert problem is None, problem
     report(request, f"200 in {answer.seconds:.2f} s" + (f" (rank {expect.node_rank}: its schedulers joined the group)"
                                                          if expect.node_rank else ""))
 
 
 def test_models_lists_served_name(host, expect, request):
-    problem = server.judge_models(server.request(host, expect, "/v1/models"), expect.served_model_name)
+    problem = server_checks.judge_models(server_checks.request(host, expect, "/v1/models"), expect.served_model_name)
     assert problem is None, problem
     report(request, expect.served_model_name)
 
 
 def test_chat_completion_not_degenerate(host, expect, request):
-    body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": server.CHAT_MAX_TOKENS,
-            "messages": [{"role": "user", "content": server.CHAT_PROMPT}]}
-    answer = server.request(host, expect, "/v1/chat/completions", body, timeout_s=120)
+    body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": server_checks.CHAT_MAX_TOKENS,
+            "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}]}
+    answer = server_checks.request(host, expect, "/v1/chat/completions", body, timeout_s=120)
     # The whole tiny request (a few tokens, temperature 0): the checks' own latency probe.
     evidence(request, "tiny_request_seconds", answer.seconds if answer.status == 200 else None)
-    problem, text = server.judge_chat(answer)
+    problem, text = server_checks.judge_chat(answer)
     assert problem is None, problem
     report(request, f"{answer.seconds:.1f} s: {text[:60]!r}")
 
@@ -50,7 +50,7 @@ def test_chat_completion_not_degenerate(host, expect, request):
 def test_request_without_key_refused(host, expect, request):
     if not expect.api_key_configured:
         pytest.skip("no API key configured (serving_api_key_secret unset): nothing to refuse")
-    problem = server.judge_refused_without_key(server.request(host, expect, "/v1/models", with_key=False))
+    problem = server_checks.judge_refused_without_key(server_checks.request(host, expect, "/v1/models", with_key=False))
     assert problem is None, problem
     report(request, "401 without the key")
 
@@ -58,7 +58,7 @@ def test_request_without_key_refused(host, expect, request):
 def test_metrics_exported(host, expect, request):
     if not expect.metrics_exported:
         pytest.skip("serving_enable_metrics is off: no /metrics to check")
-    problem, count = server.judge_metrics(server.request(host, expect, "/metrics", with_key=False),
+    problem, count = server_checks.judge_metrics(server_checks.request(host, expect, "/metrics", with_key=False),
                                           expect.engine)
     assert problem is None, problem
     report(request, f"{count} {expect.engine}:* series")

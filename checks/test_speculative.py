@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import server_checks as server
+from checks import server_checks
 from checks import speculative_checks as spec
 from checks.probes import evidence, report
 
@@ -20,7 +20,7 @@ def warmed(host, expect):
     body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": spec.WARMUP_MAX_TOKENS,
             "messages": [{"role": "user", "content": spec.WARMUP_PROMPT}]}
     for _ in range(spec.WARMUP_REQUESTS):
-        answer = server.request(host, expect, "/v1/chat/completions", body, timeout_s=300)
+        answer = server_checks.request(host, expect, "/v1/chat/completions", body, timeout_s=300)
         assert answer.status == 200, f"warm-up chat completion failed: HTTP {answer.status} {answer.body[:200]}"
     return True
 
@@ -28,7 +28,7 @@ def warmed(host, expect):
 def test_accept_length_from_metrics(host, expect, request, warmed):
     if not expect.enable_metrics:
         pytest.skip("serving_enable_metrics is off: no sglang:spec_accept_length to read")
-    answer = server.request(host, expect, "/metrics", with_key=False)
+    answer = server_checks.request(host, expect, "/metrics", with_key=False)
     assert answer.status == 200, f"/metrics answered HTTP {answer.status}"
     value = spec.metrics_accept_length(answer.body)
     evidence(request, "accept_length", value)
@@ -39,7 +39,7 @@ def test_accept_length_from_metrics(host, expect, request, warmed):
 
 
 def test_accept_length_since_start(host, expect, request, warmed):
-    answer = server.request(host, expect, "/server_info")
+    answer = server_checks.request(host, expect, "/server_info")
     assert answer.status == 200, f"/server_info answered HTTP {answer.status}"
     value = spec.server_info_accept_length(answer.json())
     problem = spec.judge_accept_length(value, expect.min_accept_length, "/server_info avg_spec_accept_length",

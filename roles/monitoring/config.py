@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from roles.monitoring import runbook
 from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
 from roles.site import HostSettings, Site, address_of
 
@@ -227,11 +228,6 @@ def _mountpoints_of(paths: list[str]) -> str:
     return "|".join(sorted(_literal(p) for p in points))
 
 
-DETAIL = ('{{ with printf "inference_host_check_failure_info{host=%q,suite=%q,check=%q,gpu=%q}" '
-          '$labels.host $labels.suite $labels.check $labels.gpu | query }}{{ . | first | label "detail" }}'
-          '{{ else }}see the check\'s detail in the timer\'s journal{{ end }}')
-
-
 # A NEW Xid, not the last one: DCGM_FI_DEV_XID_ERRORS is the value of the last Xid (etc/default-counters.csv)
 # and stays there until the exporter or the driver restarts (NVIDIA/dcgm-exporter issue #500, NVIDIA/DCGM
 # issue #277). DCGM_EXP_XID_ERRORS_COUNT (internal/pkg/collector/xid_collector.go and expcollector.go at
@@ -261,63 +257,34 @@ XID_ADVICE = (
     "{{ else }}look up the code's action in the catalog before acting.{{ end }}")
 
 
+def _alert(name: str, expr: str, for_: str, severity: str, **fields: object) -> Alert:
+    """The rule with its summary and description from the runbook (runbook.py), fields filled in."""
+    return Alert(name, expr, for_, severity, *runbook.text(name, **fields))
+
+
 def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
     nodes = site.group("gpu_nodes")
     engine = engine_of(site)
     m = monitor.monitoring
-    failing_for = m.check_failing_for
+    check_interval = max((h.monitoring.check_interval_seconds for h in nodes), default=300)
     out = [
-        Alert("InferenceHostDown", 'up{job="node"} == 0', m.down_for, "critical",
-              "{{ $labels.host }} does not answer (node_exporter down or host unreachable)",
-              "Prometheus cannot scrape node_exporter on {{ $labels.host }} ({{ $labels.instance }}). What to do: "
-              "check that the host is up (ping, ssh); then `systemctl status prometheus-node-exporter` there."),
-        Alert("EngineDown", 'up{job="engine"} == 0', m.down_for, "critical",
-              f"The {engine} server on {{{{ $labels.host }}}} does not answer /metrics",
-              f"{engine}'s /metrics on {{{{ $labels.instance }}}} fails. What to do: on {{{{ $labels.host }}}}, "
-              "`systemctl status` and `journalctl -u` of the serving unit (serving_unit_name); a deploy "
-              "restarts and health-gates it."),
-        Alert("GatewayDown", 'up{job="gateway"} == 0', m.down_for, "critical",
-              "The smg gateway on {{ $labels.host }} does not answer /metrics",
-              "smg's Prometheus endpoint {{ $labels.instance }} fails. What to do: `systemctl status smg` and "
-              "`journalctl -u smg` on {{ $labels.host }}."),
-        Alert("ChecksNotRunning", "time() - inference_host_checks_last_run_timestamp_seconds > "
-              f"3 * {max((h.monitoring.check_interval_seconds for h in nodes), default=300)}", "0m", "warning",
-              "The health checks' timer on {{ $labels.host }} has not reported for three intervals",
-              "inference-host-checks.timer writes the checks' results every monitoring_check_interval. What to do: "
-              "`systemctl list-timers inference-host-checks.timer` and `journalctl -u inference-host-checks` "
-              "on {{ $labels.host }} (a run over monitoring_check_timeout_s is killed)."),
-        Alert("HealthCheckFailing", "inference_host_check_ok == 0", failing_for, "warning",
-              "Health check '{{ $labels.check }}' ({{ $labels.suite }}{{ if $labels.gpu }}, GPU{{ $labels.gpu }}"
-              "{{ end }}) fails on {{ $labels.host }}",
-              DETAIL),
-        Alert("GpuXidError", f"{XID_COUNT} > 0", "0m", "critical",
-              "GPU{{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $labels.xid }}",
-              "DCGM counted {{ $value }} Xid {{ $labels.xid }} on GPU{{ $labels.gpu }} ({{ $labels.pci_bus_id }}) in its "
-              "last {{ $labels.window_size_in_ms }} ms; the alert resolves once that window has passed without one. "
-              "What to do: " + XID_ADVICE + " `dmesg | grep NVRM` on {{ $labels.host }} shows the driver's own line; "
-              "NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) has the code's "
-              "immediate and investigatory action."),
-        Alert("GpuUncorrectableEcc", "inference_host_gpu_ecc_uncorrectable_errors > 0 "
-              "or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
-              "GPU{{ $labels.gpu }} on {{ $labels.host }} has uncorrectable memory errors",
-              "Uncorrectable ECC errors or a failed row remap ({{ $value }}). What to do: drain the GPU, reset it "
-              "(`nvidia-smi -r`) or reboot, then check row remapping (`nvidia-smi -q -d ROW_REMAPPER`); a growing "
-              "aggregate count means the GPU needs an RMA."),
-        Alert("GpuThrottling", "inference_host_gpu_clock_events_active > 0", "5m", "warning",
-              "GPU{{ $labels.gpu }} on {{ $labels.host }} is slowed down (HW slowdown, thermal or power brake)",
-              "{{ $value }} of the bad clock-event reasons are active. What to do: `nvidia-smi -q -d PERFORMANCE` "
-              "names them; check cooling, fans, inlet temperature and the power supply."),
+        _alert("InferenceHostDown", 'up{job="node"} == 0', m.down_for, "critical"),
+        _alert("EngineDown", 'up{job="engine"} == 0', m.down_for, "critical", engine=engine),
+        _alert("GatewayDown", 'up{job="gateway"} == 0', m.down_for, "critical"),
+        _alert("ChecksNotRunning", f"time() - inference_host_checks_last_run_timestamp_seconds > 3 * {check_interval}",
+               "0m", "warning"),
+        _alert("HealthCheckFailing", "inference_host_check_ok == 0", m.check_failing_for, "warning"),
+        _alert("GpuXidError", f"{XID_COUNT} > 0", "0m", "critical", xid_advice=XID_ADVICE),
+        _alert("GpuUncorrectableEcc", "inference_host_gpu_ecc_uncorrectable_errors > 0 "
+               "or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical"),
+        _alert("GpuThrottling", "inference_host_gpu_clock_events_active > 0", "5m", "warning"),
     ]
     margins = by_value(nodes, lambda h: h.health.min_temp_margin_c)
     if margins:
-        out.append(Alert(
+        out.append(_alert(
             "GpuTemperatureMargin", _any(f'inference_host_gpu_temperature_margin_celsius{{host=~"{hosts}"}} < {margin}'
-                                         for margin, hosts in margins),
-            "5m", "warning",
-            "GPU{{ $labels.gpu }} on {{ $labels.host }} is {{ $value }} C from its slowdown temperature",
-            f"Less than health_min_temp_margin_c ({_thresholds(nodes, lambda h: h.health.min_temp_margin_c)}) below "
-            "the GPU's slowdown temperature. What to do: check airflow, fans and inlet temperature; a GPU near "
-            "its limit slows down under load."))
+                                         for margin, hosts in margins), "5m", "warning",
+            thresholds=_thresholds(nodes, lambda h: h.health.min_temp_margin_c)))
     counts = by_value(nodes, lambda h: h.gpu.count)
     if counts:
         clauses = []
@@ -326,28 +293,20 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             dcgm = [h for h in nodes if h.monitoring.dcgm_exporter and h.gpu.count == count]
             if dcgm:
                 clauses.append(f'count by (host) (DCGM_FI_DEV_GPU_TEMP{{host=~"{_host_regex(dcgm)}"}}) < {count}')
-        out.append(Alert(
-            "GpuMissing", _any(clauses), "2m", "critical",
-            "{{ $labels.host }} sees only {{ $value }} GPUs",
-            f"Fewer GPUs are visible (nvidia-smi / DCGM) than gpu_count ({_thresholds(nodes, lambda h: h.gpu.count)})."
-            " What to do: `nvidia-smi -L` and `dmesg | grep -i -e NVRM -e 'fallen off the bus'` on the host; a GPU"
-            " that fell off the bus needs a reboot of the node (and its guest), then a deploy."))
+        out.append(_alert("GpuMissing", _any(clauses), "2m", "critical",
+                          thresholds=_thresholds(nodes, lambda h: h.gpu.count)))
     restart_window = m.restart_window
     limits = by_value(nodes, lambda h: h.health.max_unit_restarts)
     if limits:
-        out.append(Alert(
+        out.append(_alert(
             "EngineRestartLooping",
             # Now against the window's lowest: systemd's NRestarts drops to 0 when the unit is
             # started by hand (the mend), which a max-minus-min would count as restarts.
             _any(f'inference_host_unit_restarts{{host=~"{hosts}"}} - '
                  f'min_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) > {limit}'
                  for limit, hosts in limits),
-            "0m", "critical",
-            f"The serving unit on {{{{ $labels.host }}}} restarted {{{{ $value }}}} times in {restart_window}",
-            f"More restarts in {restart_window} than health_max_unit_restarts "
-            f"({_thresholds(nodes, lambda h: h.health.max_unit_restarts)}): the server crashes and systemd restarts"
-            " it. What to do: `journalctl -u <serving unit> -b` on the host shows why (out of memory, a kernel"
-            " missing for the GPU arch, a NCCL hang)."))
+            "0m", "critical", window=restart_window,
+            thresholds=_thresholds(nodes, lambda h: h.health.max_unit_restarts)))
     spec = [h for h in nodes if h.speculative is not None]
     floors = by_value(spec, lambda h: h.health.min_accept_length)
     if floors:
@@ -356,13 +315,8 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             clauses.append(f'inference_host_accept_length{{host=~"{hosts}"}} < {floor}')
             if engine == "sglang":
                 clauses.append(f'sglang:spec_accept_length{{host=~"{hosts}"}} < {floor}')
-        out.append(Alert(
-            "SpeculativeAcceptLengthLow", _any(clauses), "15m", "warning",
-            "Speculative decoding on {{ $labels.host }} accepts {{ $value }} tokens per step",
-            f"The drafter's accept length is under health_min_accept_length "
-            f"({_thresholds(spec, lambda h: h.health.min_accept_length)}): the drafter costs more than it saves."
-            " What to do: compare serving_speculative's drafter with the served model (a drafter trained for"
-            " another revision), or turn speculative decoding off until a matching drafter is deployed."))
+        out.append(_alert("SpeculativeAcceptLengthLow", _any(clauses), "15m", "warning",
+                          thresholds=_thresholds(spec, lambda h: h.health.min_accept_length)))
     metrics_nodes = [h for h in nodes if engine == "vllm" or h.serving.enable_metrics]
     if metrics_nodes:
         regex = _host_regex(metrics_nodes)
@@ -371,30 +325,19 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
                  "monitoring_max_ttft_p95_s"),
                 ("InterTokenLatencyHigh", "inter_token_latency_seconds", "inter-token latency", m.max_itl_p95_s,
                  "monitoring_max_itl_p95_s")):
-            out.append(Alert(
+            out.append(_alert(
                 alert, f'histogram_quantile(0.95, sum by (host, le) (rate({engine}:{metric}_bucket'
                 f'{{host=~"{regex}"}}[10m]))) > {limit}', "10m", "warning",
-                f"p95 {words} on {{{{ $labels.host }}}} is {{{{ $value | humanizeDuration }}}}",
-                f"Over {limit} s ({key}) for 10 minutes. What to do: look at the load (running and queued requests "
-                f"in {engine}'s /metrics); run `python -m checks.bench` against the host and compare with "
-                "reports/bench-history.jsonl; a recent deploy or stack change is the first suspect."))
-    out.append(Alert(
-        "WeightsManifestMismatch", 'inference_host_check_ok{check="weights manifest matches the pin"} == 0', "0m",
-        "critical", "The served weights on {{ $labels.host }} do not match the pinned revision",
-        "The weights directory's verified manifest is missing or names another commit, or a file's size "
-        "changed. What to do: deploy again (roles/weights fetches and verifies the pinned commit)."))
+                words=words, limit=limit, key=key, engine=engine))
+    out.append(_alert("WeightsManifestMismatch", 'inference_host_check_ok{check="weights manifest matches the pin"} == 0',
+                      "0m", "critical"))
     watch = _disk_watch(site)
     if watch:
-        out.append(Alert(
+        out.append(_alert(
             "DiskFilling", _any(f'100 * node_filesystem_avail_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} / '
                                 f'node_filesystem_size_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} < {free}'
                                 for free, hosts, paths, _, _ in watch), "15m", "warning",
-            "{{ $labels.mountpoint }} on {{ $labels.host }} has {{ $value | printf \"%.0f\" }}% free",
-            "Under monitoring_min_free_disk_percent free on the disk of " + "; ".join(
-                f"{name}: {what}" for _, _, _, name, what in watch)
-            + ". What to do: free space there (old engine environments are pruned by the deploy:"
-            " sglang_keep_environments; Prometheus: lower monitoring_retention_time or monitoring_retention_size_gib)"
-            " or grow the disk."))
+            where="; ".join(f"{name}: {what}" for _, _, _, name, what in watch)))
     return out
 
 

@@ -119,9 +119,9 @@ def test_hub_token_is_on_the_node_that_downloads_not_in_the_guest(gpu_guest):
 
 
 def test_secret_never_in_deploy_output(lab_first_deploy, lab_second_deploy):
-    from roles.site import vault as secrets
+    from roles.site import vault
 
-    values = secrets.decrypt_all(SITE.secrets_file)
+    values = vault.decrypt_all(SITE.secrets_file)
     for run in (lab_first_deploy, lab_second_deploy):
         for value in values.values():
             assert value not in run.stdout and value not in run.stderr

@@ -163,9 +163,9 @@ def _chat(site) -> int:
     import urllib.request
 
     from roles.shared.replicas import gateway_url
-    from roles.site import vault as secrets
+    from roles.site import vault
 
-    key = secrets.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    key = vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
     body = b'{"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}'
     request = urllib.request.Request(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body,
                                      {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})

@@ -28,7 +28,7 @@ import testinfra
 
 import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
-from roles.site import vault as secrets
+from roles.site import vault
 from tests.lab.harness import PROJECT_ROOT, load_lab_site, run_deploy, stream_chat
 
 pytestmark = pytest.mark.lab
@@ -48,7 +48,7 @@ def site(first_deploy):
 
 @pytest.fixture(scope="module")
 def key(site) -> str:
-    return secrets.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    return vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
 
 
 def _chat(site, key: str | None, timeout: float = 10) -> int:

@@ -27,7 +27,7 @@ import pytest
 import lab
 from lab.fixtures import tiny_llama
 from roles.shared.replicas import gateway_url, replicas, worker_url
-from roles.site import vault as secrets
+from roles.site import vault
 from tests.lab.harness import PROJECT_ROOT, load_lab_site, require_docker, run_deploy, stream_chat
 
 # Opt-in: its first deploy (two vLLM environments and starts, the gateway, Prometheus) took
@@ -79,7 +79,7 @@ def site(first_deploy):
 
 @pytest.fixture(scope="module")
 def key(site) -> str:
-    return secrets.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    return vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
 
 
 def _post(url: str, body: dict, key: str, timeout: float):

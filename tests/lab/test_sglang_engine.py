@@ -40,9 +40,9 @@ def _main_pid(gpu_guest) -> str:
 
 
 def _secrets() -> dict[str, str]:
-    from roles.site import vault as secrets
+    from roles.site import vault
 
-    return secrets.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
+    return vault.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
 
 
 def _api_key() -> str:

@@ -64,9 +64,9 @@ REFUSED = {**READY, "INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN": "16384"}
 
 
 def _secrets() -> dict[str, str]:
-    from roles.site import vault as secrets
+    from roles.site import vault
 
-    return secrets.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
+    return vault.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
 
 
 def _leaked(text: str) -> list[str]:

@@ -32,11 +32,11 @@ class InventoryFactory:
         path.write_text(text.replace(old, new, 1))
 
     def vault(self, **values: str) -> str:
-        from roles.site import vault as secrets
+        from roles.site import vault
 
         path = self.dir / "secrets.vault.yml"
         for name, value in values.items():
-            secrets.set_secret(path, name, value, PASSWORD)
+            vault.set_secret(path, name, value, PASSWORD)
         return path.name
 
     def write(self, source: str, name: str = "site.py") -> Path:

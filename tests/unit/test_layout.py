@@ -181,13 +181,14 @@ NOT_POINTERS = {
 
 
 GUARD = "tests/unit/test_layout.py"
+STALE_NAMES_GUARD = "tests/unit/test_stale_names.py"  # plants stale names of its own
 
 
 def documents_outside(texts: dict[str, str], tracked: set[str]) -> list[str]:
     """'file: name' for every document name in texts that is not a file of the repository."""
     found = []
     for name, text in texts.items():
-        if name == GUARD:  # names them only to plant or to exempt them
+        if name in (GUARD, STALE_NAMES_GUARD):  # name them only to plant or to exempt them
             continue
         folder = posixpath.dirname(name)
         for match in DOCUMENT_NAME.finditer(text):
@@ -252,3 +253,114 @@ def test_nothing_outside_tests_imports_tests():
     left = [str(p.relative_to(PROJECT_ROOT)) for old in ("infra", "standins", "fixtures")
             for p in (PROJECT_ROOT / "tests" / old).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     assert left == []
+
+
+# What checks/ and lab/ may import of the project, each with why (docs/layout.md says the same).
+# checks/ is shipped to a gpu node as a bundle and runs there, or alone against a real host,
+# without pyinfra: besides the model it may use only helpers that need nothing but the standard
+# library and the model, so one parser or rule serves the deploy and the verdict.
+CHECKS_MAY_IMPORT = {
+    "checks": "its own modules",
+    "roles.site": "the model: the checks expect what the same settings told the deploy",
+    "roles.shared.driver_state": "the one parser of nvidia-smi, modinfo and kernel-log output (the driver role's too)",
+    "roles.shared.layout": "the paths the deploy writes on the host (the secret-args link, drop-ins, the gateway key)",
+    "roles.shared.nccl": "the NCCL environment the unit gets, for the all-reduce check when the unit's file is unreadable",
+    "roles.shared.replicas": "the replicas' and the gateway's addresses, as roles/serving and roles/gateway derive them",
+    "roles.shared.eagle3": "the drafter/target rule and the speculative flags, the same the inventory check applies",
+    "roles.shared.kv_cache": "the deploy's KV-cache estimate, reported beside what the engine allocated",
+    "roles.shared.sglang_kv_log": "the parser of SGLang's KV-cache allocation line in the journal",
+}
+# The most specific folder decides: lab/standins/ and lab/fixtures/ have their own lists.
+LAB_MAY_IMPORT = {
+    "lab": {"lab": "its own modules, the stand-ins it serves and the fixtures it builds",
+            "roles.site.vault": "the throwaway vault is written and read by the model's own vault code"},
+    "lab.standins": {"lab.standins": "another stand-in (the Hub stand-in listens where the apt stand-in does)"},
+    "lab.fixtures": {},
+    "inference_host_lab_connector": {"lab": "brings a lab host up as pyinfra connects (docs/lab.md)"},
+}
+PROJECT_TOPS = ("roles", "checks", "lab", "validation", "deploy", "inventory", "tests", "config")
+CONNECTOR = "lab/pyinfra-connector/src"
+
+
+def project_imports(top: str, project_root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
+    """module under top/ -> the project modules it imports (a module, not a name in it)."""
+    modules = {module_name(p, project_root) for folder in ("roles", "checks", "lab")
+               for p in (project_root / folder).rglob("*.py") if "-" not in str(p.relative_to(project_root))}
+    found = {}
+    for path in sorted((project_root / top).rglob("*.py")):
+        relative = str(path.relative_to(project_root))
+        module = (module_name(path, project_root / CONNECTOR) if relative.startswith(CONNECTOR)
+                  else module_name(path, project_root))
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
+        targets = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module if node.level == 0 else _relative(module, path, node)
+                names = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            targets |= {_resolve(name, modules) or name for name in names if name.split(".")[0] in PROJECT_TOPS}
+        found[module] = targets - {module}
+    return found
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def outside_the_table(graph: dict[str, set[str]], table: dict[str, dict[str, str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        folder = max((prefix for prefix in table if _within(module, prefix)), key=len)
+        found += [f"{module} imports {target}, not in {folder}'s list" for target in sorted(targets)
+                  if not any(_within(target, allowed) for allowed in table[folder])]
+    return found
+
+
+def test_checks_import_only_the_model_and_the_helpers_listed():
+    graph = project_imports("checks")
+    assert "roles.shared.driver_state" in graph["checks.gpu_parsers"]  # the reader sees them
+    assert outside_the_table(graph, {"checks": CHECKS_MAY_IMPORT}) == []
+
+
+def test_the_helpers_checks_use_need_no_pyinfra_and_no_role():
+    # They run on the gpu node inside the checks' bundle, where pyinfra is not installed.
+    graph = import_graph()
+    for name in (n for n in CHECKS_MAY_IMPORT if n.startswith(SHARED)):
+        path = PROJECT_ROOT / (name.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not any(n.split(".")[0] == "pyinfra" for n in imported), name
+        assert all(layer(t) == "model" or t in CHECKS_MAY_IMPORT for t in graph[name]), (name, graph[name])
+
+
+def test_lab_imports_only_what_its_table_lists():
+    graph = project_imports("lab")
+    assert "roles.site.vault" in set().union(*graph.values())  # the reader sees the model's vault
+    assert "inference_host_lab_connector" in graph
+    assert outside_the_table(graph, LAB_MAY_IMPORT) == []
+
+
+def test_the_import_tables_catch_an_import_they_do_not_list(tmp_path):
+    for path, text in {
+        "roles/site/__init__.py": "", "roles/shared/__init__.py": "", "roles/shared/pve.py": "",
+        "roles/serving/__init__.py": "",
+        "checks/__init__.py": "from roles.site import load_site\nfrom roles.shared import pve\n",
+        "checks/bench.py": "def f():\n    from roles.serving import x\n    from . import textfile\n",
+        "checks/textfile.py": "",
+        "lab/__init__.py": "from roles.site import vault\n",
+        "lab/standins/__init__.py": "", "lab/standins/x.py": "import lab\n",
+    }.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert outside_the_table(project_imports("checks", tmp_path), {"checks": CHECKS_MAY_IMPORT}) == [
+        "checks imports roles.shared.pve, not in checks's list",
+        "checks.bench imports roles.serving, not in checks's list"]
+    assert outside_the_table(project_imports("lab", tmp_path), LAB_MAY_IMPORT) == [
+        "lab imports roles.site, not in lab's list", "lab.standins.x imports lab, not in lab.standins's list"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles.monitoring import config
+from roles.monitoring import config, runbook
 from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
@@ -453,3 +453,23 @@ def test_amtool_asks_alertmanager_through_the_basic_auth_with_no_password_on_its
     assert done.returncode == 0, done.stdout + done.stderr
     assert [a["labels"]["check"] for a in json.loads(done.stdout)] == ["cuda works"]
     assert any(path.startswith("/api/v2/alerts") and authorized for path, authorized in seen), seen
+
+
+# The alerts' prose lives in roles/monitoring/runbook.py: every alert the rules can raise has its
+# summary and description there, no text is left over for an alert that no longer exists, and no
+# `${field}` of ours reaches Prometheus unfilled (it would be printed to the person paged).
+def test_every_alert_has_its_runbook_text_and_every_text_its_alert(site):
+    emitted = {a.name for monitor in site.group("monitors") for a in config.alerts(site, monitor)}
+    assert "SpeculativeAcceptLengthLow" in emitted and "DiskFilling" in emitted  # the fixture has them all
+    assert emitted == set(runbook.RUNBOOK)
+
+
+def test_no_field_of_ours_is_left_in_the_rules(site):
+    for monitor in site.group("monitors"):
+        assert "${" not in config.rules_config(site, monitor)
+
+
+def test_a_field_the_rule_does_not_pass_is_an_error():
+    with pytest.raises(KeyError, match="runbook text of EngineDown needs engine"):
+        runbook.text("EngineDown")
+    assert runbook.text("EngineDown", engine="vllm")[0] == "The vllm server on {{ $labels.host }} does not answer /metrics"

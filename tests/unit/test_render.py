@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 from roles import render
-from roles.site import PROJECT_ROOT, load_site, weight_sets_kept_by
-from roles.site import vault as secrets
+from roles.site import PROJECT_ROOT, load_site, vault, weight_sets_kept_by
 
 PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3",
            "monitoring_web_password": "planted-web-password-4e2a"}
@@ -21,10 +20,10 @@ def _prod_with_planted_vault(tmp_path):
     shutil.copytree(PROJECT_ROOT / "inventory", folder)
     password = tmp_path / "password"
     password.write_text("render-test-password\n")
-    vault = folder / "secrets.vault.yml"
-    vault.unlink()
+    vault_file = folder / "secrets.vault.yml"
+    vault_file.unlink()
     for name, value in PLANTED.items():
-        secrets.set_secret(vault, name, value, b"render-test-password")
+        vault.set_secret(vault_file, name, value, b"render-test-password")
     return folder / "prod.py", password
 
 
@@ -32,7 +31,7 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     inventory, password = _prod_with_planted_vault(tmp_path)
     monkeypatch.setenv("INFERENCE_HOST_VAULT_PASSWORD_FILE", str(password))
     site = load_site(inventory)
-    assert secrets.decrypt_all(site.secrets_file, password=b"render-test-password") == PLANTED
+    assert vault.decrypt_all(site.secrets_file, password=b"render-test-password") == PLANTED
     out = tmp_path / "preview"
     assert render.main([str(inventory), "--out", str(out)]) == 0
     node, gpu = site.group("proxmox_hosts")[0], site.group("gpu_nodes")[0]

@@ -10,65 +10,65 @@ import sys
 
 import pytest
 
-from roles.site import vault as secrets
+from roles.site import vault
 from tests.unit.conftest import PASSWORD, PROJECT_ROOT
 
 
 def test_round_trip_and_names_without_password(tmp_path):
-    vault = tmp_path / "s.vault.yml"
-    secrets.set_secret(vault, "hf_token", "hf_secret_value", PASSWORD)
-    secrets.set_secret(vault, "sglang_api_key", "k-123", PASSWORD)
-    assert set(secrets.load(vault)) == {"hf_token", "sglang_api_key"}
-    assert "hf_secret_value" not in vault.read_text()
-    assert "$ANSIBLE_VAULT;1.1;AES256" in vault.read_text()
-    assert secrets.decrypt_all(vault, password=PASSWORD) == {
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "hf_token", "hf_secret_value", PASSWORD)
+    vault.set_secret(vault_file, "sglang_api_key", "k-123", PASSWORD)
+    assert set(vault.load(vault_file)) == {"hf_token", "sglang_api_key"}
+    assert "hf_secret_value" not in vault_file.read_text()
+    assert "$ANSIBLE_VAULT;1.1;AES256" in vault_file.read_text()
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {
         "hf_token": "hf_secret_value", "sglang_api_key": "k-123"}
 
 
 def test_vault_file_is_mode_0600(tmp_path):
-    vault = tmp_path / "s.vault.yml"
-    secrets.set_secret(vault, "a", "b", PASSWORD)
-    assert stat.S_IMODE(vault.stat().st_mode) == 0o600
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "a", "b", PASSWORD)
+    assert stat.S_IMODE(vault_file.stat().st_mode) == 0o600
 
 
 def test_wrong_password_names_the_secret_not_the_value(tmp_path):
-    vault = tmp_path / "s.vault.yml"
-    secrets.set_secret(vault, "hf_token", "hf_secret_value", PASSWORD)
-    with pytest.raises(secrets.SecretsError) as caught:
-        secrets.decrypt_all(vault, password=b"wrong")
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "hf_token", "hf_secret_value", PASSWORD)
+    with pytest.raises(vault.SecretsError) as caught:
+        vault.decrypt_all(vault_file, password=b"wrong")
     assert "'hf_token' cannot be decrypted" in str(caught.value)
     assert "hf_secret_value" not in str(caught.value)
 
 
 def test_password_comes_from_the_file_named_by_the_environment(tmp_path, monkeypatch):
-    vault = tmp_path / "s.vault.yml"
-    secrets.set_secret(vault, "a", "value-a", PASSWORD)
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "a", "value-a", PASSWORD)
     password_file = tmp_path / "pw"
     password_file.write_bytes(PASSWORD + b"\n")
-    monkeypatch.setenv(secrets.PASSWORD_FILE_ENV, str(password_file))
-    assert secrets.decrypt_all(vault) == {"a": "value-a"}
-    monkeypatch.setenv(secrets.PASSWORD_FILE_ENV, str(tmp_path / "missing"))
-    with pytest.raises(secrets.SecretsError, match="cannot read the vault password"):
-        secrets.decrypt_all(vault)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password_file))
+    assert vault.decrypt_all(vault_file) == {"a": "value-a"}
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "missing"))
+    with pytest.raises(vault.SecretsError, match="cannot read the vault password"):
+        vault.decrypt_all(vault_file)
 
 
 def test_cli_reads_the_value_from_stdin(tmp_path):
-    vault = tmp_path / "s.vault.yml"
+    vault_file = tmp_path / "s.vault.yml"
     password_file = tmp_path / "pw"
     password_file.write_bytes(PASSWORD)
-    env = {**os.environ, secrets.PASSWORD_FILE_ENV: str(password_file)}
-    result = subprocess.run([sys.executable, "-m", "roles.site.vault", "set", str(vault), "hf_token"],
+    env = {**os.environ, vault.PASSWORD_FILE_ENV: str(password_file)}
+    result = subprocess.run([sys.executable, "-m", "roles.site.vault", "set", str(vault_file), "hf_token"],
                             input="hf_from_stdin\n", text=True, capture_output=True, env=env,
                             cwd=PROJECT_ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "hf_from_stdin" not in result.stdout + result.stderr
-    assert secrets.decrypt_all(vault, password=PASSWORD) == {"hf_token": "hf_from_stdin"}
-    check = subprocess.run([sys.executable, "-m", "roles.site.vault", "check", str(vault)], text=True,
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"hf_token": "hf_from_stdin"}
+    check = subprocess.run([sys.executable, "-m", "roles.site.vault", "check", str(vault_file)], text=True,
                            capture_output=True, env=env, cwd=PROJECT_ROOT, timeout=60)
     assert check.returncode == 0 and "1 secrets decrypt" in check.stdout
 
 
 def test_committed_prod_vault_is_a_template_of_names():
     # Its values were encrypted with a discarded password: users replace them with their own.
-    assert set(secrets.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
+    assert set(vault.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
         "hf_token", "sglang_api_key", "monitoring_web_password"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from checks import server_checks as server
+from checks import server_checks
 from checks.expectations import Expectations
 
 DATA = Path(__file__).parent / "data" / "sglang"
@@ -89,18 +89,18 @@ def host():
 
 
 def test_health_within_bound(host, expect):
-    answer = server.request(host, expect, "/health", with_key=False)
+    answer = server_checks.request(host, expect, "/health", with_key=False)
     assert answer.status == 200
-    assert server.judge_health(answer, expect.server_timeout_s) is None
-    slow = server.HttpAnswer(200, 30.0, "")
-    assert "within 5 s" in server.judge_health(slow, expect.server_timeout_s)
+    assert server_checks.judge_health(answer, expect.server_timeout_s) is None
+    slow = server_checks.HttpAnswer(200, 30.0, "")
+    assert "within 5 s" in server_checks.judge_health(slow, expect.server_timeout_s)
 
 
 def test_models_with_the_key_from_the_env_file(host, expect, env_file):
-    answer = server.request(host, expect, "/v1/models")
+    answer = server_checks.request(host, expect, "/v1/models")
     assert answer.status == 200, answer
-    assert server.judge_models(answer, "kimi-k2.5") is None
-    problem = server.judge_models(answer, "deepseek-v3")
+    assert server_checks.judge_models(answer, "kimi-k2.5") is None
+    problem = server_checks.judge_models(answer, "deepseek-v3")
     assert "expected served model name 'deepseek-v3'" in problem and "['kimi-k2.5']" in problem
 
 
@@ -108,42 +108,42 @@ def test_key_is_not_on_any_command_line(host, expect, env_file, monkeypatch):
     commands = []
     original = host.run
     monkeypatch.setattr(host, "run", lambda command, *a: commands.append(command) or original(command, *a))
-    server.request(host, expect, "/v1/models")
+    server_checks.request(host, expect, "/v1/models")
     assert commands and all(KEY not in command for command in commands)
 
 
 def test_without_key_is_refused(host, expect):
-    answer = server.request(host, expect, "/v1/models", with_key=False)
+    answer = server_checks.request(host, expect, "/v1/models", with_key=False)
     assert answer.status == 401 and answer.json() == {"error": "Unauthorized"}
-    assert server.judge_refused_without_key(answer) is None
-    open_server = server.HttpAnswer(200, 0.01, (DATA / "v1-models.json").read_text())
-    assert "expected HTTP 401" in server.judge_refused_without_key(open_server)
+    assert server_checks.judge_refused_without_key(answer) is None
+    open_server = server_checks.HttpAnswer(200, 0.01, (DATA / "v1-models.json").read_text())
+    assert "expected HTTP 401" in server_checks.judge_refused_without_key(open_server)
 
 
 def test_chat_completion_judged_on_text(host, expect, env_file):
     body = {"model": "kimi-k2.5", "temperature": 0, "max_tokens": 48,
-            "messages": [{"role": "user", "content": server.CHAT_PROMPT}]}
+            "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}]}
     FakeSglang.degenerate = False
-    problem, text = server.judge_chat(server.request(host, expect, "/v1/chat/completions", body))
+    problem, text = server_checks.judge_chat(server_checks.request(host, expect, "/v1/chat/completions", body))
     assert problem is None and "spring" in text
     FakeSglang.degenerate = True
     try:
-        problem, _ = server.judge_chat(server.request(host, expect, "/v1/chat/completions", body))
+        problem, _ = server_checks.judge_chat(server_checks.request(host, expect, "/v1/chat/completions", body))
     finally:
         FakeSglang.degenerate = False
     assert "degenerate output: 'the' repeated 44 times in a row" in problem
 
 
 def test_metrics(host, expect):
-    problem, count = server.judge_metrics(server.request(host, expect, "/metrics", with_key=False))
+    problem, count = server_checks.judge_metrics(server_checks.request(host, expect, "/metrics", with_key=False))
     assert problem is None and count == 4
 
 
 def test_no_server_is_no_answer(host, expect, fake_server):
     closed = Expectations.from_overrides(["serving_port=9", "health_server_timeout_s=2"])
-    answer = server.request(host, closed, "/health", with_key=False)
+    answer = server_checks.request(host, closed, "/health", with_key=False)
     assert answer.status == 0
-    assert "no answer" in server.judge_health(answer, 2)
+    assert "no answer" in server_checks.judge_health(answer, 2)
 
 
 @pytest.mark.parametrize("text, reason", [

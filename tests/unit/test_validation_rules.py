@@ -10,8 +10,7 @@ import os
 
 import pytest
 
-from roles.site import load_site, loading
-from roles.site import vault as secrets
+from roles.site import load_site, loading, vault
 from roles.site.rules import NO_ROLE_CHECKS
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_refusals import NODE, lxc, one_line, tree
@@ -343,14 +342,14 @@ def test_a_vault_password_file_others_can_read_is_warned_in_one_line(inventory, 
     password = tmp_path / "vault-password"
     password.write_bytes(b"unit-test-password\n")
     password.chmod(0o644)
-    monkeypatch.setenv(secrets.PASSWORD_FILE_ENV, str(password))
-    monkeypatch.setattr(secrets, "_WARNED", set())
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password))
+    monkeypatch.setattr(vault, "_WARNED", set())
     name = inventory.vault(api_key="k")
-    assert secrets.decrypt_all(inventory.dir / name) == {"api_key": "k"}
+    assert vault.decrypt_all(inventory.dir / name) == {"api_key": "k"}
     err = capsys.readouterr().err
     assert err == (f"inference-host: warning: the vault password file {password} is open to other users (mode 0644):"
                    f" it unlocks every secret; expected mode 0600 (chmod 600 {password})\n")
     os.chmod(password, 0o600)
-    monkeypatch.setattr(secrets, "_WARNED", set())
-    secrets.decrypt_all(inventory.dir / name)
+    monkeypatch.setattr(vault, "_WARNED", set())
+    vault.decrypt_all(inventory.dir / name)
     assert capsys.readouterr().err == ""

@@ -13,8 +13,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from checks import bench
-from checks import server_checks as server
+from checks import bench, server_checks
 from checks.server_checks import HttpAnswer
 from roles.engine_envs import patches_for
 from roles.serving import command as cmd
@@ -178,18 +177,18 @@ def _render(name: str, **kwargs) -> str:
 def test_metrics_judged_by_the_engines_own_names():
     body = (DATA / "metrics.txt").read_text()
     answer = HttpAnswer(200, 0.01, body)
-    problem, count = server.judge_metrics(answer, "vllm")
+    problem, count = server_checks.judge_metrics(answer, "vllm")
     assert problem is None and count > 50
-    problem, _ = server.judge_metrics(answer, "sglang")  # vLLM's page has no sglang:* series
+    problem, _ = server_checks.judge_metrics(answer, "sglang")  # vLLM's page has no sglang:* series
     assert "Prometheus metrics named sglang:*" in problem
 
 
 def test_recorded_vllm_answers_pass_the_judges():
     models = json.loads((DATA / "v1-models.json").read_text())
-    assert server.judge_models(HttpAnswer(200, 0.01, json.dumps(models)), "kimi-k2.5") is None
-    problem, text = server.judge_chat(HttpAnswer(200, 0.2, (DATA / "chat-completion.json").read_text()))
+    assert server_checks.judge_models(HttpAnswer(200, 0.01, json.dumps(models)), "kimi-k2.5") is None
+    problem, text = server_checks.judge_chat(HttpAnswer(200, 0.2, (DATA / "chat-completion.json").read_text()))
     assert problem is None and text
-    assert server.judge_refused_without_key(HttpAnswer(401, 0.01, (DATA / "unauthorized.json").read_text())) is None
+    assert server_checks.judge_refused_without_key(HttpAnswer(401, 0.01, (DATA / "unauthorized.json").read_text())) is None
 
 
 def test_bench_command_and_history_per_engine(tmp_path):

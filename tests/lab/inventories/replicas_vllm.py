@@ -24,7 +24,7 @@ from pathlib import Path
 import lab
 from lab.fixtures import tiny_llama
 from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
-from roles.site import vault as secrets
+from roles.site import vault
 from validation import require_valid_inventory
 
 _PLACEHOLDER = {"vrep-a": "172.17.0.111", "vrep-b": "172.17.0.112", "vgw": "172.17.0.110"}
@@ -64,11 +64,11 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 _vault, _password_file = lab.throwaway_vault()
 os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
-if "monitoring_web_password" not in secrets.load(Path(_vault)):
-    import secrets as random
+if "monitoring_web_password" not in vault.load(Path(_vault)):
+    import secrets
 
-    secrets.set_secret(Path(_vault), "monitoring_web_password", random.token_urlsafe(18),
-                       Path(_password_file).read_bytes().strip())
+    vault.set_secret(Path(_vault), "monitoring_web_password", secrets.token_urlsafe(18),
+                     Path(_password_file).read_bytes().strip())
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 _nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 
