@@ -156,3 +156,66 @@ def test_every_encoded_value_reads_back_unchanged(systemd_container):
     args_out = _run_unit(systemd_container, "sx-args.service", "/run/sx-args.out").decode()
     assert args_out.split("\0")[:-1] == values
     print(f"\n{len(values)} values x 6 encoders read back by systemd in {time.monotonic() - started:.1f} s")
+
+
+PLANTED_DATA_DIR = "/var/lib/sg lang /"
+PLANTED_MODEL = "kimi-%h"
+
+
+def _planted_site(tmp_path: Path):
+    """inventory/stack.yml with one gpu node: the issue's space in a path and a `%h` in a name."""
+    import shutil
+
+    from roles.site import PROJECT_ROOT, load_site
+
+    folder = tmp_path / "inventory"
+    folder.mkdir()
+    shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder)
+    shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")
+    (folder / "site.py").write_text(f"gpu_nodes = [('gpu1', {{'gpu_count': 8, 'base_data_dir': {PLANTED_DATA_DIR!r},"
+                                    f" 'serving_served_model_name': {PLANTED_MODEL!r}}})]\n")
+    return load_site(folder / "site.py")
+
+
+def _engine_files(site, unit: str) -> dict[str, str]:
+    from roles import serving
+    from roles.shared import templates
+
+    host = site.hosts["gpu1"]
+    rendered = {Path(t).name: templates.render(t, **kw) for _, t, _, kw in serving.release_templates(host, site.stack.active, site)
+                if t.endswith((".service.j2", ".env.j2"))}
+    return {f"/etc/systemd/system/{unit}.service": rendered["inference-engine.service.j2"],
+            f"/etc/sysd/{unit}.env": rendered["inference-engine.env.j2"],
+            f"/etc/systemd/system/{unit}-env.service": (
+                f"[Service]\nType=oneshot\nEnvironmentFile=/etc/sysd/{unit}.env\nExecStart=/usr/bin/env -0\n"
+                f"StandardOutput=file:/run/{unit}-env.out\n")}
+
+
+def _read_back(container: str, unit: str) -> dict:
+    env_out = _run_unit(container, f"{unit}-env.service", f"/run/{unit}-env.out").decode()
+    env = dict(item.split("=", 1) for item in env_out.split("\0") if item)
+    return dict(paths=_busctl(container, f"{unit}.service", "ReadWritePaths"),
+                description=_busctl(container, f"{unit}.service", "Description", "Unit"),
+                workdir=_busctl(container, f"{unit}.service", "WorkingDirectory"),
+                hf_home=env["HF_HOME"])
+
+
+def test_the_issues_planted_values_arrive_unchanged_and_the_old_rendering_did_not(systemd_container, tmp_path,
+                                                                               monkeypatch):
+    site = _planted_site(tmp_path)
+    _install(systemd_container, _engine_files(site, "sx-engine"))
+    now = _read_back(systemd_container, "sx-engine")
+    # One writable path, the planted one: the folder `sg lang ` (its trailing blank too); systemd
+    # drops the trailing `/` (the same directory).
+    assert now["paths"] == ["/var/lib/sg lang ", "/var/log/sglang"]
+    assert now["workdir"] == "/var/lib/sg lang "
+    assert f"({PLANTED_MODEL}, stack" in now["description"]
+    assert now["hf_home"] == f"{PLANTED_DATA_DIR}/.cache/huggingface"
+
+    # The old rendering: the same templates with the values written raw (no quoting, no `%%`).
+    monkeypatch.setattr(sd, "_quoted", lambda value: value)
+    monkeypatch.setattr(sd, "_specifiers", lambda value: value)
+    _install(systemd_container, _engine_files(site, "sx-raw"))
+    raw = _read_back(systemd_container, "sx-raw")
+    assert "/" in raw["paths"] and "/var/lib/sg" in raw["paths"]  # the whole file system writable
+    assert f"({PLANTED_MODEL}, stack" not in raw["description"]  # %h expanded to root's home
