@@ -383,9 +383,11 @@ def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) ->
         f"--unit=inference-host-preflight-{settings.serving.unit_name}",
         "-p", f"User={base.service_user}", "-p", f"Group={base.service_group}",
         "-p", f"WorkingDirectory={base.data_dir}", "-p", f"EnvironmentFile={paths['env_file']}",
-        f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
-        "--origin", origin, "--",
-        *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"]),
+        # The command is expanded like ExecStart=: a `$` in a served model name stays a `$`.
+        *sd.transient_argv([f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
+                            "--origin", origin, "--",
+                            *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"])],
+                           "the engine preflight's command"),
     ])
 
 

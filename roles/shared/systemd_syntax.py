@@ -184,6 +184,14 @@ def argv(words: Iterable[str], what: str = "command") -> UnitText:
     return UnitText(" ".join(_quoted(_specifiers(w).replace("$", "$$")) for w in words))
 
 
+def transient_argv(words: Iterable[str], what: str = "command") -> list[str]:
+    """The command of `systemd-run` (a transient service): its words reach the manager over D-Bus
+    unquoted and without specifiers, but are still expanded like ExecStart= (`${NAME}`, a whole-word
+    `$NAME`; `$$` is `$`): each `$` doubled. systemd-run 252 has no switch to turn that off;
+    254+ has --expand-environment=no, with expansion on by default (systemd-run(1))."""
+    return [_check(what, w, allowed_controls="\t").replace("$", "$$") for w in words]
+
+
 def _env_name(name: str, what: str) -> None:
     if not isinstance(name, str) or not _ENV_NAME.match(name):
         raise EncodingError(f"{what}: {name!r} is not a valid environment variable name "
