@@ -5,6 +5,7 @@ The read-back of 2,000 generated values by systemd itself is the lab's
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,37 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(inventory_file, tmp_p
     for host, units in per_host.items():
         if units:
             assert systemd_verify.verify(units, tmp_path / "root" / host.replace("/", "_")) == [], (host, list(units))
+
+
+@needs_verify
+def test_a_two_node_tensor_parallel_sites_units_pass_verify(inventory, tmp_path):
+    tp = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True,
+          "nccl_socket_ifname": "ens1f0"}
+    site = load_site(inventory.groups(gpu_nodes=[("node-a", {**tp, "ssh_hostname": "10.0.0.11"}),
+                                                 ("node-b", {**tp, "ssh_hostname": "10.0.0.12"})]))
+    per_host = _preview(site, tmp_path)
+    assert set(per_host) == {"node-a", "node-b"}
+    for host, units in per_host.items():
+        assert "/etc/systemd/system/inference-engine.service" in units
+        assert systemd_verify.verify(units, tmp_path / "root" / host) == [], host
+
+
+@needs_verify
+def test_a_gpu_kvm_guests_units_pass_verify(tmp_path):
+    """inventory/prod.py with the GPUs moved to its KVM guest (as its comment says to): the VM has
+    its own kernel, so it gets the driver's nvidia-uvm-devices unit as well as the engine's."""
+    folder = tmp_path / "inventory"
+    shutil.copytree(PROJECT_ROOT / "inventory", folder)
+    text = (folder / "prod.py").read_text()
+    kvm, gpu_nodes = text.index("\nkvm_guests = ["), text.index("\ngpu_nodes = [")
+    lxc = text[:kvm].replace('"guest_gpu_addresses": _gpus', '"guest_gpu_addresses": []', 1).replace(
+        '"gpu_count": 8,', '"gpu_count": 0,', 1)
+    vm = text[kvm:gpu_nodes].replace('"guest_gpu_addresses": [],', '"guest_gpu_addresses": _gpus, "gpu_count": 8,', 1)
+    text = lxc + vm + text[gpu_nodes:].replace("sglang-lxc.example.internal", "sglang-vm.example.internal")
+    (folder / "kvm.py").write_text(text)
+    units = _preview(load_site(folder / "kvm.py"), tmp_path)["sglang-vm.example.internal"]
+    assert {"/etc/systemd/system/inference-engine.service", "/etc/systemd/system/nvidia-uvm-devices.service"} <= set(units)
+    assert systemd_verify.verify(units, tmp_path / "root") == []
 
 
 def _planted(inventory):
