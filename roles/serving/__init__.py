@@ -148,7 +148,6 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
     unit = f"{serving.unit_name}.service"
-    engine_name = {"sglang": "SGLang", "vllm": "vLLM"}[stack.engine]
     cleanup, wait_script = f"{LIBEXEC}/inference-engine-cleanup", f"{LIBEXEC}/inference-engine-wait-ready"
     probe = probe_url(settings, readiness_path(settings, hosts, stack.engine))
     # Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else.
@@ -158,14 +157,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         probe_url=sd.comment(probe),
         start_limit_burst_text=sd.comment(START_LIMIT_BURST),
         service_user_text=sd.comment(base.service_user),
-        data_dir_text=sd.comment(base.data_dir),
-        description=sd.text(f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, "
-                            f"{stack.label})", "Description= (serving_served_model_name)"),
-        service_user=sd.text(base.service_user, "User= (base_service_user)"),
-        service_group=sd.text(base.service_group, "Group= (base_service_group)"),
-        syslog_identifier=sd.text(serving.unit_name, "SyslogIdentifier="),
-        data_dir=sd.path(base.data_dir, "WorkingDirectory= (base_data_dir)"),
-        writable_paths=sd.path_list([base.data_dir, base.log_dir], "ReadWritePaths= (base_data_dir, base_log_dir)"),
+        **_unit_settings(settings, stack),
         env_file=sd.path(paths["env_file"], "EnvironmentFile="),
         exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
         exec_start=sd.argv([paths["launcher"]], "ExecStart="),
@@ -179,6 +171,22 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         limit_nofile=sd.number(base.limit_nofile, "LimitNOFILE= (base_limit_nofile)"),
         # roles/weights: the engine starts only on complete, verified weights.
         weights_manifests=[sd.path(m, "AssertPathExists= (weights)") for m in served_weight_manifests(settings)],
+    )
+
+
+def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
+    """The unit's values that come from the inventory, encoded: the template's and the validation's."""
+    serving, base = settings.serving, settings.base
+    engine_name = {"sglang": "SGLang", "vllm": "vLLM"}[stack.engine]
+    return dict(
+        data_dir_text=sd.comment(base.data_dir),
+        description=sd.text(f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, "
+                            f"{stack.label})", "Description= (serving_served_model_name)"),
+        service_user=sd.text(base.service_user, "User= (base_service_user)"),
+        service_group=sd.text(base.service_group, "Group= (base_service_group)"),
+        syslog_identifier=sd.text(serving.unit_name, "SyslogIdentifier="),
+        data_dir=sd.path(base.data_dir, "WorkingDirectory= (base_data_dir)"),
+        writable_paths=sd.path_list([base.data_dir, base.log_dir], "ReadWritePaths= (base_data_dir, base_log_dir)"),
     )
 
 
@@ -214,6 +222,17 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
         extra_env={key: sd.env_assignment(key, value, f"serving_extra_env {key}")
                    for key, value in {**spec_env, **serving.extra_env}.items()},
     )
+
+
+def systemd_problems(settings: HostSettings, hosts: dict[str, HostSettings], stack: EngineStack) -> list[str]:
+    """Validation-time check: the unit and the environment file can hold this host's values as
+    systemd reads them back (roles/shared/systemd_syntax.py refuses what it would change)."""
+    try:
+        _unit_settings(settings, stack)
+        env_file_kwargs(settings, stack, hosts)
+    except sd.EncodingError as error:
+        return [f"{error}; systemd would not read it back unchanged"]
+    return []
 
 
 @deploy("Serving")

@@ -160,3 +160,18 @@ def test_encodings_follow_systemds_rules():
     assert sd.env_words(["--a=b c", "--d="]) == '"\\"--a=b c\\" --d="'
     assert type(sd.text("x")) is sd.UnitText and type(sd.env_value("x")) is sd.EnvFileText
 
+
+
+@pytest.mark.parametrize(("setting", "value", "message"), [
+    ("base_data_dir", "/var/lib/sglang ", "WorkingDirectory= (base_data_dir): systemd strips blanks at the ends"),
+])
+def test_a_value_systemd_would_change_is_refused_at_inventory_load(inventory, setting, value, message):
+    """Refused before any host is touched (validation.py's role checks), not at render time. (A
+    `..`, control characters and invalid names are the model's own refusals already.)"""
+    from roles.site import SiteError
+    from validation import ROLE_CHECKS
+
+    with pytest.raises(SiteError) as caught:
+        load_site(inventory.groups(gpu_nodes=[gpu_node(**{setting: value})]), ROLE_CHECKS)
+    assert any(message in p and "systemd would not read it back unchanged" in p for p in caught.value.problems), \
+        caught.value.problems
