@@ -3,7 +3,7 @@ Debian 12): 2,000 generated hostile values through each encoder of roles/shared/
 in a few unit files and one EnvironmentFile, parsed by one systemd as PID 1 (daemon-reload,
 `systemctl show`, `busctl`, and the units run). Each value either reads back byte for byte or
 was refused by the encoder. Also the issue's cases: a path with a space and a planted `%h`.
-One throwaway container, its name under INFERENCE_HOST_LAB_PREFIX; about 30 s."""
+One throwaway container, its name under INFERENCE_HOST_LAB_PREFIX; 23-36 s."""
 
 from __future__ import annotations
 
