@@ -5,8 +5,9 @@ rules and ROLE_CHECKS, the checks that need a role's knowledge (the model import
 the SGLang command line rendered for the pinned release, checked against that release's real
 CLI (roles/serving), the gateway's command line against smg's (roles/gateway), the
 speculative decoding settings with the drafter's config against the target's, per release
-(roles/serving/speculative.py), and the EAGLE-3 training job's settings and its SpecForge lock
-(roles/eagle3_training/checks.py). Importing this module registers nothing: the same list is
+(roles/serving/speculative.py), the EAGLE-3 training job's settings and its SpecForge lock
+(roles/eagle3_training/checks.py), and that the engine's unit and environment file can hold the
+host's values as systemd reads them back (roles/serving.systemd_problems). Importing this module registers nothing: the same list is
 passed to every validation (roles/render.py passes it too; `python -m roles.site FILE` and
 load_site run the list the file's own call names). The stacks' locks are the model's own check
 (roles/site/lock.py: local files only, no network); `python -m roles.engine_envs.lock` makes them
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from roles.eagle3_training.checks import training_problems
 from roles.gateway.command import gateway_problems
+from roles.serving import systemd_problems
 from roles.serving.command import command_problems
 from roles.serving.speculative import speculative_problems
 from roles.site import SiteError, loading
@@ -26,7 +28,7 @@ from roles.site.errors import display, print_problems
 from roles.site.rules import RoleChecks
 
 ROLE_CHECKS = RoleChecks(
-    engine=(command_problems, training_problems),
+    engine=(command_problems, training_problems, systemd_problems),
     gateway=(gateway_problems,),
     speculative=(speculative_problems,),
 )

@@ -50,7 +50,6 @@ class Preview:
         self.root = out / host
         self.notes: list[str] = []
         self.written: list[Path] = []
-        self._env = templates.environment()
 
     def file(self, path: str, text: str) -> None:
         target = self.root / path.lstrip("/")
@@ -59,7 +58,7 @@ class Preview:
         self.written.append(target)
 
     def template(self, path: str, template: str, **kwargs) -> None:
-        self.file(path, self._env.get_template(template).render(**kwargs))
+        self.file(path, templates.render(template, **kwargs))
 
     def note(self, text: str) -> None:
         self.notes.append(text)

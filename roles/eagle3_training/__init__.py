@@ -36,7 +36,8 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
 from roles.eagle3_training.lock_files import PYTHON, lock_file
-from roles.shared import layout
+from roles.shared import layout, templates
+from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
@@ -249,10 +250,16 @@ def _driver(settings: HostSettings) -> None:
                    driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE)
     unit = files.template(name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",
                           src=f"roles/eagle3_training/templates/{UNIT}.j2", dest=f"/etc/systemd/system/{UNIT}",
-                          user="root", group="root", mode="0644", **unit_kwargs(settings))
+                          user="root", group="root", mode="0644", **unit_kwargs(settings),
+                          jinja_env_kwargs=templates.jinja_env_kwargs(f"roles/eagle3_training/templates/{UNIT}.j2"))
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
 
 
 def unit_kwargs(settings: HostSettings) -> dict:
-    return dict(python=f"{live_env(settings)}/bin/python", driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE,
-                work_dir=settings.eagle3_training.work_dir)
+    """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else;
+    `%i` (the step) is the template's own specifier, after the encoded words."""
+    driver = f"{LIBEXEC}/pipeline.py"
+    return dict(documentation=sd.word_list([f"file://{driver}"], "Documentation="),
+                exec_start=sd.argv([f"{live_env(settings)}/bin/python", driver, "--config", CONFIG_FILE, "run"],
+                                   "ExecStart= (eagle3_training)"),
+                work_dir=sd.path(settings.eagle3_training.work_dir, "WorkingDirectory= (eagle3_training_work_dir)"))

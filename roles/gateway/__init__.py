@@ -28,7 +28,6 @@ DELETE /workers/{id} before restarting it and adds it back with POST /workers (r
 from __future__ import annotations
 
 import io
-import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -36,6 +35,8 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.gateway.command import api_key_secret, gateway_arguments
 from roles.shared import locked_env
+from roles.shared import systemd_syntax as sd
+from roles.shared import templates as shared_templates
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, unit_file
 from roles.shared.locked_env import EnvironmentStamp, build_command
@@ -66,10 +67,15 @@ def env_path(site: Site, settings: HostSettings) -> str:
 
 
 def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
-    return dict(version=settings.gateway.version, worker_count=len(replicas(hosts)), service_user=SERVICE_USER,
-                api_key_file=API_KEY_FILE if api_key_secret(hosts) else None,
-                python=f"{current_link(settings.gateway.install_dir)}/bin/python", launcher=LAUNCHER,
-                arguments=shlex.join(gateway_arguments(settings, hosts)))
+    """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
+    version = settings.gateway.version
+    key_file = API_KEY_FILE if api_key_secret(hosts) else None
+    command = [f"{current_link(settings.gateway.install_dir)}/bin/python", LAUNCHER, *gateway_arguments(settings, hosts)]
+    return dict(version=sd.comment(version), worker_count=sd.comment(len(replicas(hosts))),
+                description=sd.text(f"SGLang model gateway (smg {version})", "Description= (gateway_version)"),
+                service_user=sd.text(SERVICE_USER, "User="),
+                api_key_env=sd.environment("INFERENCE_HOST_GATEWAY_KEY_FILE", key_file) if key_file else None,
+                exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"))
 
 
 def drain_settle_secs(hosts: dict[str, HostSettings]) -> int:
@@ -108,7 +114,7 @@ def gateway() -> None:
     changed = [_environment(site, settings)]
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     changed += [files.template(name=f"Write {path}", src=template, dest=path, user="root", group="root",
-                               mode=mode, **kwargs)
+                               mode=mode, jinja_env_kwargs=shared_templates.jinja_env_kwargs(template), **kwargs)
                 for path, template, mode, kwargs in templates(settings, site.hosts)]
     changed += _api_key(site.hosts)
     _start(settings, changed)

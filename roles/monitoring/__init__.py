@@ -30,6 +30,7 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
 from roles.monitoring.dashboard import DASHBOARD_FILE
+from roles.shared import templates
 from roles.shared.apt_resolve import install_resolved
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
@@ -81,7 +82,8 @@ def _node_exporter(settings: HostSettings) -> None:
                     path=config.TEXTFILE_DIR, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0755")
     path, template, kwargs = units.node_exporter_template(settings)
     written = files.template(name=f"Write {path} (listen {kwargs['listen']}, textfile {config.TEXTFILE_DIR})",
-                             src=template, dest=path, mode="0644", **kwargs)
+                             src=template, dest=path, mode="0644", jinja_env_kwargs=templates.jinja_env_kwargs(template),
+                             **kwargs)
     systemd.service(name=f"Enable and start {NODE_EXPORTER}", service=NODE_EXPORTER, running=True, enabled=True,
                     restarted=written.will_change)
 
@@ -135,7 +137,8 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
               src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644")
     # systemd reads only the unit files: a changed bundle or environment is picked up by the next
     # run. (The environment's build is a guarded shell: its will_change is true whether its _if runs or not.)
-    unit_files = [files.template(name=f"Write {path}", src=template, dest=path, mode="0644", **kwargs)
+    unit_files = [files.template(name=f"Write {path}", src=template, dest=path, mode="0644",
+                                 jinja_env_kwargs=templates.jinja_env_kwargs(template), **kwargs)
                   for path, template, kwargs in units.gpu_templates(settings, bundle, python)]
     timer = f"{units.CHECKS_UNIT}.timer"
     state = host.get_fact(UnitActiveState, unit=timer)
@@ -177,7 +180,7 @@ def _monitor(settings: HostSettings, site: Site) -> None:
             changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
         changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
-                                      mode="0644", **kwargs))
+                                      mode="0644", jinja_env_kwargs=templates.jinja_env_kwargs(template), **kwargs))
     # The hash and the password Prometheus gives Alertmanager: 0600, the services' own user.
     changed.append(secret_file(label="the web endpoints' basic auth (bcrypt hash)",
                                value=config.web_config(settings, hashed), dest=config.WEB_CONFIG_FILE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from roles.monitoring import checks_env, config
+from roles.shared import systemd_syntax as sd
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.site import HostSettings, Site
 
@@ -39,10 +40,16 @@ def expect_text(host: HostSettings, site: Site) -> str:
 
 
 def checks_unit_kwargs(host: HostSettings, bundle: str, python: str) -> dict:
+    """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
     m = host.monitoring
-    return dict(suites=CHECK_SUITES, serving_unit=host.serving.unit_name, bundle_dir=bundle, python=python,
-                expect_file=EXPECT_FILE, out_file=OUT_FILE, cpu_quota_percent=m.check_cpu_quota_percent,
-                timeout_s=m.check_timeout_s)
+    return dict(description=sd.text(f"inference-host health checks as metrics ({CHECK_SUITES})", "Description="),
+                after=sd.word_list(["network-online.target", f"{host.serving.unit_name}.service"],
+                                   "After= (serving_unit_name)"),
+                bundle_dir=sd.path(bundle, "WorkingDirectory="),
+                exec_start=sd.argv([python, "-m", "checks.textfile", "--expect-file", EXPECT_FILE, "--suites",
+                                    CHECK_SUITES, "--out", OUT_FILE], "ExecStart= (health checks)"),
+                cpu_quota_percent=sd.number(m.check_cpu_quota_percent, "CPUQuota= (monitoring_check_cpu_quota_percent)"),
+                timeout_s=sd.number(m.check_timeout_s, "TimeoutStartSec= (monitoring_check_timeout_s)"))
 
 
 def listen(address: str, port: int) -> str:
@@ -55,14 +62,17 @@ def gpu_templates(host: HostSettings, bundle: str, python: str) -> list[tuple[st
         (f"{SYSTEMD_DIR}/{CHECKS_UNIT}.service", "roles/monitoring/templates/inference-host-checks.service.j2",
          checks_unit_kwargs(host, bundle, python)),
         (f"{SYSTEMD_DIR}/{CHECKS_UNIT}.timer", "roles/monitoring/templates/inference-host-checks.timer.j2",
-         dict(interval_s=host.monitoring.check_interval_seconds)),
+         dict(interval_s=sd.number(host.monitoring.check_interval_seconds, "OnUnitActiveSec="))),
     ]
 
 
 def node_exporter_template(host: HostSettings) -> tuple[str, str, dict]:
     m = host.monitoring
+    address = listen(m.exporter_address, m.node_exporter_port)
     return ("/etc/default/prometheus-node-exporter", "roles/monitoring/templates/prometheus-node-exporter.default.j2",
-            dict(listen=listen(m.exporter_address, m.node_exporter_port), textfile_dir=config.TEXTFILE_DIR))
+            dict(listen=address, args=sd.env_words([f"--web.listen-address={address}",
+                                                    f"--collector.textfile.directory={config.TEXTFILE_DIR}"],
+                                                   "ARGS of prometheus-node-exporter")))
 
 
 def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
@@ -70,22 +80,28 @@ def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
     default :9400) and the Xid window (-x, --xid-count-window-size in ms, default 300000;
     NVIDIA/dcgm-exporter pkg/cmd/app.go at 4.5.3-4.8.2)."""
     m = host.monitoring
+    command = sd.argv(["/usr/bin/dcgm-exporter", "-f", DCGM_COUNTERS, "-a", listen(m.exporter_address, m.dcgm_exporter_port),
+                       "-x", str(m.xid_window_s * 1000)], "ExecStart= of the DCGM exporter")
     text = ("# Written by inference-host (roles/monitoring): the exporter's address and Xid window from the inventory.\n"
-            "[Service]\nExecStart=\n"
-            f"ExecStart=/usr/bin/dcgm-exporter -f {DCGM_COUNTERS} -a {listen(m.exporter_address, m.dcgm_exporter_port)}"
-            f" -x {m.xid_window_s * 1000}\n")
+            f"[Service]\nExecStart=\nExecStart={command}\n")
     return f"{SYSTEMD_DIR}/{DCGM_EXPORTER_UNIT}.service.d/90-inference-host.conf", text
 
 
 def monitor_templates(host: HostSettings) -> list[tuple[str, str, dict]]:
     m = host.monitoring
+    prometheus, alertmanager = listen(m.listen_address, m.prometheus_port), listen(m.listen_address, m.alertmanager_port)
+    # `listen` names the operation; `args` is what the file holds (Debian's units run `$ARGS`).
     return [
         ("/etc/default/prometheus", "roles/monitoring/templates/prometheus.default.j2",
-         dict(config_file=f"{config.PROMETHEUS_CONFIG_DIR}/prometheus.yml", listen=listen(m.listen_address, m.prometheus_port),
-              web_config=config.WEB_CONFIG_FILE, data_dir=m.data_dir, retention_time=m.retention_time,
-              retention_size_gib=m.retention_size_gib)),
+         dict(listen=prometheus, args=sd.env_words([
+             f"--config.file={config.PROMETHEUS_CONFIG_DIR}/prometheus.yml", f"--web.listen-address={prometheus}",
+             f"--web.config.file={config.WEB_CONFIG_FILE}", f"--storage.tsdb.path={m.data_dir}",
+             f"--storage.tsdb.retention.time={m.retention_time}",
+             f"--storage.tsdb.retention.size={m.retention_size_gib}GB"], "ARGS of prometheus"))),
         ("/etc/default/prometheus-alertmanager", "roles/monitoring/templates/prometheus-alertmanager.default.j2",
-         dict(config_file=f"{config.PROMETHEUS_CONFIG_DIR}/alertmanager.yml",
-              listen=listen(m.listen_address, m.alertmanager_port), web_config=config.WEB_CONFIG_FILE,
-              data_dir=config.ALERTMANAGER_DATA_DIR)),
+         # One Alertmanager: no cluster gossip port (an empty address turns it off).
+         dict(listen=alertmanager, args=sd.env_words([
+             f"--config.file={config.PROMETHEUS_CONFIG_DIR}/alertmanager.yml", f"--web.listen-address={alertmanager}",
+             f"--web.config.file={config.WEB_CONFIG_FILE}", f"--storage.path={config.ALERTMANAGER_DATA_DIR}",
+             "--cluster.listen-address="], "ARGS of prometheus-alertmanager"))),
     ]

@@ -27,7 +27,7 @@ from pyinfra.facts.server import KernelVersion
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.nvidia_driver.facts import HeldPackages, NvidiaKernelModule
-from roles.shared import layout
+from roles.shared import layout, templates
 from roles.shared.apt_resolve import install_resolved
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
@@ -155,6 +155,7 @@ def _uvm_at_boot(start: bool) -> None:
         src=f"roles/nvidia_driver/templates/{UVM_UNIT}.j2",
         dest=f"/etc/systemd/system/{UVM_UNIT}",
         mode="0644",
+        jinja_env_kwargs=templates.jinja_env_kwargs(f"roles/nvidia_driver/templates/{UVM_UNIT}.j2"),
     )
     systemd.service(
         name=f"Enable {UVM_UNIT}" + ("" if start else " (runs once the reboot loads the module)"),

@@ -45,6 +45,7 @@ from roles.serving.command import (
 )
 from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
 from roles.shared import layout, nccl, templates
+from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import LIBEXEC
@@ -146,30 +147,46 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     hosts = site.hosts if site else None
     serving, base = settings.serving, settings.base
     paths = config_paths(settings, stack, site)
+    unit = f"{serving.unit_name}.service"
+    cleanup, wait_script = f"{LIBEXEC}/inference-engine-cleanup", f"{LIBEXEC}/inference-engine-wait-ready"
+    probe = probe_url(settings, readiness_path(settings, hosts, stack.engine))
+    # Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else.
     return dict(
-        unit_name=serving.unit_name,
-        stack_id=stack.id,
-        engine_label=stack.label,
-        engine_name={"sglang": "SGLang", "vllm": "vLLM"}[stack.engine],
-        served_model_name=serving.served_model_name,
-        service_user=base.service_user,
-        service_group=base.service_group,
-        data_dir=base.data_dir,
-        writable_paths=[base.data_dir, base.log_dir],
-        env_file=paths["env_file"],
-        cleanup_script=f"{LIBEXEC}/inference-engine-cleanup",
-        wait_script=f"{LIBEXEC}/inference-engine-wait-ready",
-        launcher=paths["launcher"],
-        probe_url=probe_url(settings, readiness_path(settings, hosts, stack.engine)),
-        ready_timeout=serving.ready_timeout,
-        timeout_start=TIMEOUT_START_S,
-        restart_sec=RESTART_SEC_S,
-        restart_policy=restart_policy(settings, hosts),
-        start_limit_interval=START_LIMIT_INTERVAL_S,
-        start_limit_burst=START_LIMIT_BURST,
-        limit_nofile=base.limit_nofile,
+        unit_name=sd.comment(serving.unit_name),
+        stack_id=sd.comment(stack.id),
+        probe_url=sd.comment(probe),
+        start_limit_burst_text=sd.comment(START_LIMIT_BURST),
+        service_user_text=sd.comment(base.service_user),
+        **_unit_settings(settings, stack),
+        env_file=sd.path(paths["env_file"], "EnvironmentFile="),
+        exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
+        exec_start=sd.argv([paths["launcher"]], "ExecStart="),
+        exec_start_post=sd.argv([wait_script, probe, str(serving.ready_timeout)], "ExecStartPost="),
+        exec_stop_post=sd.argv([cleanup, base.service_user, unit], "ExecStopPost="),
+        timeout_start=sd.number(TIMEOUT_START_S),
+        restart_sec=sd.number(RESTART_SEC_S),
+        restart_policy=sd.text(restart_policy(settings, hosts), "Restart="),
+        start_limit_interval=sd.number(START_LIMIT_INTERVAL_S),
+        start_limit_burst=sd.number(START_LIMIT_BURST),
+        limit_nofile=sd.number(base.limit_nofile, "LimitNOFILE= (base_limit_nofile)"),
         # roles/weights: the engine starts only on complete, verified weights.
-        weights_manifests=served_weight_manifests(settings),
+        weights_manifests=[sd.path(m, "AssertPathExists= (weights)") for m in served_weight_manifests(settings)],
+    )
+
+
+def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
+    """The unit's values that come from the inventory, encoded: the template's and the validation's."""
+    serving, base = settings.serving, settings.base
+    engine_name = {"sglang": "SGLang", "vllm": "vLLM"}[stack.engine]
+    return dict(
+        data_dir_text=sd.comment(base.data_dir),
+        description=sd.text(f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, "
+                            f"{stack.label})", "Description= (serving_served_model_name)"),
+        service_user=sd.text(base.service_user, "User= (base_service_user)"),
+        service_group=sd.text(base.service_group, "Group= (base_service_group)"),
+        syslog_identifier=sd.text(serving.unit_name, "SyslogIdentifier="),
+        data_dir=sd.path(base.data_dir, "WorkingDirectory= (base_data_dir)"),
+        writable_paths=sd.path_list([base.data_dir, base.log_dir], "ReadWritePaths= (base_data_dir, base_log_dir)"),
     )
 
 
@@ -181,21 +198,41 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
     # settings on the command line only.
     spec_env = (speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
                 if stack.engine == "sglang" else {})
+    data_dir = settings.base.data_dir
+    pcie = (pcie_allreduce_env(stack.sglang) if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {})
+    ib = "TCP sockets (nccl_ib_disable = True)" if settings.nccl.ib_disable else "InfiniBand/RoCE (nccl_ib_disable = False)"
+    # Encoded for an EnvironmentFile (roles/shared/systemd_syntax.py): the template takes nothing else;
+    # the conditions ({% if %}) read the plain values.
     return dict(
-        unit_name=serving.unit_name,
-        stack_id=stack.id,
+        unit_name=sd.env_comment(serving.unit_name),
+        stack_id=sd.env_comment(stack.id),
         engine=stack.engine,
-        engine_label=stack.label,
+        engine_label=sd.env_comment(stack.label),
         nccl=settings.nccl,  # its ib_disable, for the comment
-        nccl_env=nccl.environment(settings.nccl),  # what the health checks expect too
+        ib_comment=sd.env_comment(ib),
+        nccl_env={key: sd.env_assignment(key, value) for key, value in nccl.environment(settings.nccl).items()},
         nnodes=nnodes,
+        nnodes_text=sd.env_comment(nnodes),
         gpu_arch=settings.gpu.arch,
-        pcie_allreduce=(pcie_allreduce_env(stack.sglang)
-                        if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}),
-        hf_home=f"{settings.base.data_dir}/.cache/huggingface",
-        torch_cache_dir=f"{settings.base.data_dir}/.cache/torchinductor",  # in the unit's writable home
-        extra_env={**spec_env, **serving.extra_env},
+        pcie_allreduce={key: sd.env_assignment(key, value) for key, value in pcie.items()},
+        hf_home=sd.env_assignment("HF_HOME", f"{data_dir}/.cache/huggingface", "HF_HOME (base_data_dir)"),
+        # in the unit's writable home
+        torch_cache_dir=sd.env_assignment("TORCHINDUCTOR_CACHE_DIR", f"{data_dir}/.cache/torchinductor",
+                                          "TORCHINDUCTOR_CACHE_DIR (base_data_dir)"),
+        extra_env={key: sd.env_assignment(key, value, f"serving_extra_env {key}")
+                   for key, value in {**spec_env, **serving.extra_env}.items()},
     )
+
+
+def systemd_problems(settings: HostSettings, hosts: dict[str, HostSettings], stack: EngineStack) -> list[str]:
+    """Validation-time check: the unit and the environment file can hold this host's values as
+    systemd reads them back (roles/shared/systemd_syntax.py refuses what it would change)."""
+    try:
+        _unit_settings(settings, stack)
+        env_file_kwargs(settings, stack, hosts)
+    except sd.EncodingError as error:
+        return [f"{error}; systemd would not read it back unchanged"]
+    return []
 
 
 @deploy("Serving")
@@ -269,7 +306,8 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
             paths["launcher"]: f"{stack.label} command line",
             paths["unit"]: f"the unit of stack {stack.id}"}
     written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
-                              user="root", group="root", mode=mode, **kwargs)
+                              user="root", group="root", mode=mode, jinja_env_kwargs=templates.jinja_env_kwargs(template),
+                              **kwargs)
                for path, template, mode, kwargs in release_templates(settings, stack, current_site())]
     return written + _secret_args(settings, paths["secret_args"])
 
@@ -364,9 +402,11 @@ def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) ->
         f"--unit=inference-host-preflight-{settings.serving.unit_name}",
         "-p", f"User={base.service_user}", "-p", f"Group={base.service_group}",
         "-p", f"WorkingDirectory={base.data_dir}", "-p", f"EnvironmentFile={paths['env_file']}",
-        f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
-        "--origin", origin, "--",
-        *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"]),
+        # The command is expanded like ExecStart=: a `$` in a served model name stays a `$`.
+        *sd.transient_argv([f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
+                            "--origin", origin, "--",
+                            *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"])],
+                           "the engine preflight's command"),
     ])
 
 

@@ -30,6 +30,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server, systemd
 
+from roles.shared import systemd_syntax as sd
+from roles.shared import templates
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
@@ -109,12 +111,19 @@ def config_text(ws: WeightSet) -> str:
 
 
 def unit_kwargs(ws: WeightSet) -> dict:
+    """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
+    name = unit_name(ws)
     return dict(
-        unit=f"{unit_name(ws)}.service", unit_name=unit_name(ws), repo=ws.repo,
-        revision=ws.revision, store_dir=ws.store_dir, python=f"{ENV_DIR}/bin/python", tool=TOOL,
-        config=f"{CONFIG_DIR}/{ws.name}.json", hf_home=f"{STATE_DIR}/hf-home",
-        token_file=token_file(ws.token_secret) if ws.token_secret else None,
-        endpoint=ws.endpoint, restart_sec=RESTART_SEC, disable_xet=not ws.settings.xet,
+        unit=sd.comment(f"{name}.service"), unit_name=sd.text(name, "SyslogIdentifier="),
+        description=sd.text(f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir}",
+                            "Description= (weights repo, revision, store)"),
+        exec_start=sd.argv([f"{ENV_DIR}/bin/python", TOOL, "run", "--config", f"{CONFIG_DIR}/{ws.name}.json"],
+                           "ExecStart= (weights)"),
+        hf_home=sd.environment("HF_HOME", f"{STATE_DIR}/hf-home"),
+        token_file=sd.environment("HF_TOKEN_PATH", token_file(ws.token_secret)) if ws.token_secret else None,
+        endpoint=sd.environment("HF_ENDPOINT", ws.endpoint, "Environment=HF_ENDPOINT (weights endpoint)")
+        if ws.endpoint else None,
+        restart_sec=sd.number(RESTART_SEC), disable_xet=not ws.settings.xet,
     )
 
 
@@ -154,7 +163,8 @@ def _weight_set(ws: WeightSet) -> None:
     written = files.template(name=f"Write /etc/systemd/system/{unit}",
                              src="roles/weights/templates/inference-host-weights.service.j2",
                              dest=f"/etc/systemd/system/{unit}", user="root", group="root",
-                             mode="0644", **unit_kwargs(ws))
+                             mode="0644", **unit_kwargs(ws),
+                             jinja_env_kwargs=templates.jinja_env_kwargs("roles/weights/templates/inference-host-weights.service.j2"))
     systemd.daemon_reload(name="Reload systemd units", _if=written.did_change)
     systemd.service(name=f"Enable {unit} (a reboot resumes the download)", service=unit,
                     enabled=True, running=None)

@@ -9,21 +9,19 @@ import shutil
 import subprocess
 import sys
 
-import jinja2
 import pytest
 
 from checks.expectations import Expectations
 from checks.textfile import expect_arguments
 from roles.monitoring import checks_env, units
+from roles.shared import templates
 from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_monitoring_rules import speculative_ready
 
 
 def render(template: str, **kwargs) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
-    return env.get_template(template).render(**kwargs)
+    return templates.render(template, **kwargs)
 
 
 @pytest.fixture

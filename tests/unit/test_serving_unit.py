@@ -8,10 +8,10 @@ import re
 import shutil
 import subprocess
 
-import jinja2
 import pytest
 
 from roles import serving
+from roles.shared import templates
 from roles.site import PROJECT_ROOT, load_site
 from tests.unit import upstream_sources as upstream
 
@@ -21,8 +21,7 @@ STACKS = PROD.stack.stacks
 
 
 def _render(name: str, **kwargs) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
+    return templates.render(f"roles/serving/templates/{name}", **kwargs)
 
 
 def _with_serving(**changes):
@@ -69,7 +68,7 @@ def test_torch_compiles_into_the_units_writable_home(stack_id):
     text = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, stack))
     assert re.findall(r"^TORCHINDUCTOR_CACHE_DIR=(.*)$", text, re.M) == [f"{HOST.base.data_dir}/.cache/torchinductor"]
     unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, stack, PROD))
-    assert f"ReadWritePaths={HOST.base.data_dir}\n" in unit and "PrivateTmp=yes" in unit
+    assert f"ReadWritePaths={HOST.base.data_dir} {HOST.base.log_dir}\n" in unit and "PrivateTmp=yes" in unit
 
 @pytest.mark.parametrize(("bind", "url"), [
     ("127.0.0.1", "http://127.0.0.1:30000/health_generate"),
@@ -126,7 +125,7 @@ def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
     # 9.6 UNSAFE without the sandbox section; "OK" is systemd's band below 4.0.
     assert float(score.group(1)) < 4.0 and score.group(2) == "OK", result.stdout
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=yes",
-                 f"ReadWritePaths={HOST.base.data_dir}"):
+                 f"ReadWritePaths={HOST.base.data_dir} {HOST.base.log_dir}"):
         assert line in unit.read_text().splitlines()
 
 

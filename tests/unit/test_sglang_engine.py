@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
-from pathlib import Path
 
-import jinja2
 import pytest
 
 from roles.serving import command as cmd
+from roles.shared import templates
 from roles.site import PROJECT_ROOT, SiteError, load_site, load_stack
+from tests.unit import systemd_verify
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
@@ -75,8 +74,7 @@ def test_multi_node_flags_come_from_the_inventory():
 
 
 def _render(name: str, **kwargs) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(f"roles/serving/templates/{name}").render(**kwargs)
+    return templates.render(f"roles/serving/templates/{name}", **kwargs)
 
 
 def _unit_kwargs(host=GPU_HOST, stack=STACK.active):
@@ -102,20 +100,8 @@ def test_unit_has_the_required_settings():
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_unit_passes_systemd_analyze_verify(tmp_path):
-    kwargs = _unit_kwargs()
-    for key in ("cleanup_script", "wait_script", "launcher"):  # verify checks executables exist
-        script = tmp_path / Path(kwargs[key]).name
-        script.write_text("#!/bin/sh\n")
-        script.chmod(0o755)
-        kwargs[key] = str(script)
-    kwargs["env_file"] = str(tmp_path / "inference-engine.env")
-    kwargs["writable_paths"] = [str(tmp_path)]
-    unit = tmp_path / "inference-engine.service"
-    unit.write_text(_render("inference-engine.service.j2", **kwargs).replace("User=sglang", "User=root")
-                    .replace("Group=sglang", "Group=root").replace("/var/lib/sglang", str(tmp_path)))
-    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    problems = [row for row in result.stderr.splitlines() if "inference-engine.service" in row]
-    assert result.returncode == 0 and not problems, result.stderr
+    unit = _render("inference-engine.service.j2", **_unit_kwargs())
+    assert systemd_verify.verify({"/etc/systemd/system/inference-engine.service": unit}, tmp_path) == []
 
 
 def test_env_file_nccl_settings():

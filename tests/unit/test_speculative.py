@@ -50,7 +50,7 @@ def test_kimi_drafter_on_0_5_10_renders_the_flags(configs):
     assert args[args.index("--speculative-draft-model-path") + 1] == "/models/Kimi-K2.5-eagle3"
     assert args[args.index("--speculative-num-draft-tokens") + 1] == "4"
     env = serving.env_file_kwargs(host, site.stack.active)["extra_env"]
-    assert env["SGLANG_ENABLE_SPEC_V2"] == "0"  # stated: 0.5.10 has the switch, default off
+    assert env["SGLANG_ENABLE_SPEC_V2"] == "SGLANG_ENABLE_SPEC_V2=0"  # stated: 0.5.10 has the switch, default off
 
 
 def test_kimi_on_0_5_9_is_refused_for_the_missing_capture_hook(configs):
@@ -96,7 +96,7 @@ def test_spec_v2_on_a_release_without_the_switch(configs):
 def test_spec_v2_switch_is_rendered(configs):
     site = site_on(configs, "sglang-0.5.10-cu128", spec_v2=True)
     env = serving.env_file_kwargs(site.hosts["gpu1"], site.stack.active)["extra_env"]
-    assert env["SGLANG_ENABLE_SPEC_V2"] == "1"
+    assert env["SGLANG_ENABLE_SPEC_V2"] == "SGLANG_ENABLE_SPEC_V2=1"
 
 
 def test_the_wheels_say_where_the_kimi_hook_is():

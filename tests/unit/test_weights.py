@@ -8,14 +8,13 @@ import importlib.machinery
 import importlib.util
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
-import jinja2
 import pytest
 
-from roles.shared import pve
+from roles.shared import pve, templates
 from roles.site import load_site, served_weight_manifests, weight_sets_kept_by, weights_mount_points
+from tests.unit import systemd_verify
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from tests.unit.test_site import NODE, assert_names, lxc, only_problem
 
@@ -123,8 +122,7 @@ def test_weights_mount_point_is_read_only_in_the_guest(inventory):
 
 
 def _render(template: str, **kwargs) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), keep_trailing_newline=True)
-    return env.get_template(template).render(**kwargs)
+    return templates.render(template, **kwargs)
 
 
 def _kept(inventory, name="site.py", **data):
@@ -158,16 +156,8 @@ def test_weights_unit_text(inventory):
 def test_weights_unit_passes_systemd_analyze_verify(inventory, tmp_path):
     from roles import weights
 
-    kwargs = weights.unit_kwargs(_kept(inventory))
-    python = tmp_path / "python"
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
-    kwargs["python"] = str(python)
-    unit = tmp_path / "inference-host-weights-x.service"
-    unit.write_text(_render("roles/weights/templates/inference-host-weights.service.j2", **kwargs))
-    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    problems = [row for row in result.stderr.splitlines() if unit.name in row]
-    assert result.returncode == 0 and not problems, result.stderr
+    text = _render("roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(_kept(inventory)))
+    assert systemd_verify.verify({"/etc/systemd/system/inference-host-weights-x.service": text}, tmp_path) == []
 
 
 def test_serving_unit_asserts_the_verified_manifest(inventory):
