@@ -143,6 +143,62 @@ def test_standin_refuses_what_proxmox_refuses(pve_node):
     assert readonly.rc == 255 and "unable to modify read-only option: 'unprivileged'" in readonly.stderr
 
 
+def _pve_standin():
+    """The pct stand-in's own parser module (pve-common 8.3.8's property-string code, ported)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _guest_with(vmid: int, mount_points: dict) -> tuple[object, list[str]]:
+    """The lab's LXC guest typed again from its inventory data with other mount points (the site
+    model's rules: roles/site/schema.py build_host), under another VMID and without SSH keys."""
+    from roles.site.loading import _pyinfra_inventory
+    from roles.site.schema import build_host
+
+    data = {h.name: h.data.dict() for h in _pyinfra_inventory(LAB_INVENTORY)}[GUEST.name]
+    problems: list[str] = []
+    guest = build_host(GUEST.name, GUEST.groups, {**data, "guest_vmid": vmid, "guest_mount_points": mount_points,
+                                                  "guest_ssh_public_keys": []}, "inventory/lab.py", problems)
+    return guest, problems
+
+
+def test_planted_mount_points_reach_pcts_config_unchanged_or_are_refused(pve_node):
+    """Issue 38 in the lab: a space, a `%h` and quotes in a mount point reach Proxmox's config as
+    the inventory wrote them (pct create as the deploy builds it, read back from the stand-in's
+    config file and from `pct config`, both parsed as pve-common parses property strings); a comma
+    is refused by validation, and the raw rendering it replaced let pct read it as an option."""
+    from roles.lxc_guest import create_command
+
+    vmid, raw_vmid = 996, 997
+    for stale in (vmid, raw_vmid):  # a fresh start (stand-in state only)
+        pve_node.run(f"rm -f /etc/pve/nodes/*/*/{stale}.conf /var/lib/pve-standin/*/{stale}.status")
+    planted = {"/tank/my models %h": '/models/k2 "5" %h'}
+    guest, problems = _guest_with(vmid, planted)
+    assert problems == []
+    created = pve_node.run(create_command(guest, []))
+    assert created.rc == 0, created.stderr
+    standin = _pve_standin()
+    fields, parse = standin.LXC_MP, standin.parse_property_string
+    on_disk = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{vmid}.conf").content_string, "lxc").current["mp0"]
+    shown = dict(line.split(": ", 1) for line in pve_node.run(f"pct config {vmid}").stdout.splitlines())["mp0"]
+    for text in (on_disk, shown):
+        assert parse(text, fields, "volume") == {"volume": "/tank/my models %h", "mp": '/models/k2 "5" %h'}
+
+    _, refused = _guest_with(raw_vmid, {"/tank/models,ro=0": "/models"})
+    assert len(refused) == 1 and "the host path '/tank/models,ro=0' has a ','" in refused[0]
+    # What the raw rendering (volume and mp pasted in) would have handed pct: an extra option.
+    raw = pve_node.run(f"pct create {raw_vmid} {GUEST.guest.template} --mp0 '/tank/models,ro=0,mp=/models'")
+    assert raw.rc == 0, raw.stderr
+    raw_mp = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{raw_vmid}.conf").content_string, "lxc").current["mp0"]
+    assert parse(raw_mp, fields, "volume") == {"volume": "/tank/models", "ro": "0", "mp": "/models"}
+    pve_node.run(f"pct destroy {vmid}; pct destroy {raw_vmid}")
+
+
 # --- root's SSH keys of the existing guest ------------------------------------------------------
 
 

@@ -182,17 +182,7 @@ def _planted_site(tmp_path: Path):
 
 
 def _engine_files(site, unit: str) -> dict[str, str]:
-    from roles import serving
-    from roles.shared import templates
-
-    host = site.hosts["gpu1"]
-    rendered = {Path(t).name: templates.render(t, **kw) for _, t, _, kw in serving.release_templates(host, site.stack.active, site)
-                if t.endswith((".service.j2", ".env.j2"))}
-    return {f"/etc/systemd/system/{unit}.service": rendered["inference-engine.service.j2"],
-            f"/etc/sysd/{unit}.env": rendered["inference-engine.env.j2"],
-            f"/etc/systemd/system/{unit}-env.service": (
-                f"[Service]\nType=oneshot\nEnvironmentFile=/etc/sysd/{unit}.env\nExecStart=/usr/bin/env -0\n"
-                f"StandardOutput=file:/run/{unit}-env.out\n")}
+    return _engine_files_of(site, site.hosts["gpu1"], unit)
 
 
 def _read_back(container: str, unit: str) -> dict:
@@ -223,3 +213,152 @@ def test_the_issues_planted_values_arrive_unchanged_and_the_old_rendering_did_no
     raw = _read_back(systemd_container, "sx-raw")
     assert "/" in raw["paths"] and "/var/lib/sg" in raw["paths"]  # the whole file system writable
     assert f"({PLANTED_MODEL}, stack" not in raw["description"]  # %h expanded to root's home
+
+
+# --- the inventories' own settings, through the site model and the templates, read back by systemd ---
+
+# (inventory, setting, how a generated value becomes the setting, what systemd must read back):
+# every inventory setting that reaches the engine's unit or its EnvironmentFile.
+INVENTORY_SLOTS = [
+    ("prod", "base_data_dir", lambda v: "/srv/" + v, "data_dir"),
+    ("prod", "base_log_dir", lambda v: "/var/log/" + v, "log_dir"),
+    ("prod", "serving_served_model_name", lambda v: "m" + v, "model"),
+    ("prod", "serving_extra_env", lambda v: {"IH_READ_BACK": v}, "extra_env"),
+    ("lab", "base_data_dir", lambda v: "/srv/" + v, "data_dir"),
+    ("lab", "serving_served_model_name", lambda v: "m" + v, "model"),
+    ("lab_replicas", "base_log_dir", lambda v: "/var/log/" + v, "log_dir"),
+    ("lab_replicas", "serving_extra_env", lambda v: {"IH_READ_BACK": v}, "extra_env"),
+    ("two-node", "base_data_dir", lambda v: "/srv/" + v, "data_dir"),
+    ("two-node", "serving_served_model_name", lambda v: "m" + v, "model"),
+]
+INVENTORY_COUNT = 400
+
+
+class _Inventory:
+    """One inventory as pyinfra reads it, each host's data retyped with one value changed through
+    the site model's per-value rules (build_host) and the engine's systemd check (ROLE_CHECKS)."""
+
+    def __init__(self, path: Path):
+        from roles.site import load_site
+        from roles.site.errors import display
+        from roles.site.loading import _pyinfra_inventory
+
+        self.site, self.where = load_site(path), display(path)
+        self.data = {host.name: host.data.dict() for host in _pyinfra_inventory(path)}
+
+    def retyped(self, key: str, value):
+        """(site with the first gpu node retyped, that node, its problems)."""
+        import dataclasses
+
+        from roles import serving
+        from roles.site.schema import build_host
+
+        host = self.site.group("gpu_nodes")[0]
+        problems: list[str] = []
+        node = build_host(host.name, host.groups, {**self.data[host.name], key: value}, self.where, problems)
+        site = dataclasses.replace(self.site, hosts={**self.site.hosts, host.name: node})
+        if not problems:
+            problems = serving.systemd_problems(node, site.hosts, site.stack.active)
+        return site, node, problems
+
+
+def _two_node_inventory(folder: Path) -> Path:
+    import shutil
+
+    from roles.site import PROJECT_ROOT
+
+    folder.mkdir()
+    shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder)
+    shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")
+    tp = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
+    (folder / "two_node.py").write_text(
+        f"gpu_nodes = [('node-a', {{**{tp!r}, 'ssh_hostname': '10.0.0.11'}}),"
+        f" ('node-b', {{**{tp!r}, 'ssh_hostname': '10.0.0.12'}})]\n")
+    return folder / "two_node.py"
+
+
+def _read_back_all(container: str, units: list[str]) -> tuple[dict, dict]:
+    """Each engine unit's properties (busctl, JSON) and each env unit's `env -0`, in two docker execs."""
+    script = "".join(
+        f"for p in ReadWritePaths WorkingDirectory; do busctl --json=short get-property org.freedesktop.systemd1"
+        f" /org/freedesktop/systemd1/unit/{''.join(c if c.isalnum() else f'_{ord(c):02x}' for c in u + '.service')}"
+        f" org.freedesktop.systemd1.Service $p; done; systemctl show -p Description --value {u}.service;\n"
+        for u in units)
+    lines = _docker("exec", "-i", container, "sh", input=script).stdout.split("\n")
+    props = {u: dict(paths=json.loads(lines[3 * i])["data"], workdir=json.loads(lines[3 * i + 1])["data"],
+                     description=lines[3 * i + 2]) for i, u in enumerate(units)}
+    _docker("exec", container, "systemctl", "start", *(f"{u}-env.service" for u in units))
+    outputs = subprocess.run(["docker", "exec", container, "sh", "-c",
+                              "for u in \"$@\"; do cat /run/$u-env.out | base64 -w0; echo; done", "sh", *units],
+                             capture_output=True, check=True, text=True).stdout.split("\n")
+    import base64
+
+    envs = {u: dict(item.split("=", 1) for item in base64.b64decode(outputs[i]).decode().split("\0") if item)
+            for i, u in enumerate(units)}
+    return props, envs
+
+
+def test_hostile_values_in_every_inventorys_settings_reach_systemd_unchanged_or_are_refused(systemd_container,
+                                                                                             tmp_path):
+    """The issue's property test at the inventory: a generated value in a setting of prod, lab,
+    lab_replicas or a two-node site either is refused by validation in one line naming our file,
+    the host and the setting, or systemd reads it back from the rendered unit and EnvironmentFile
+    exactly as the inventory wrote it."""
+    from roles.site import PROJECT_ROOT
+
+    started = time.monotonic()
+    inventories = {label: _Inventory(PROJECT_ROOT / "inventory" / f"{label}.py")
+                   for label in ("prod", "lab", "lab_replicas")}
+    inventories["two-node"] = _Inventory(_two_node_inventory(tmp_path / "two-node"))
+    values = hostile_values(INVENTORY_COUNT, seed=3800)
+    files, wanted = {}, {}
+    outcome = {index: {"refused": 0, "read back": 0} for index in range(len(INVENTORY_SLOTS))}
+    for number, value in enumerate(values):
+        index = number % len(INVENTORY_SLOTS)
+        label, key, setting, what = INVENTORY_SLOTS[index]
+        inventory = inventories[label]
+        site, node, problems = inventory.retyped(key, setting(value))
+        if problems:
+            assert len(problems) == 1 and "\n" not in problems[0], problems
+            assert key in problems[0] or key.removeprefix("base_") in problems[0], problems[0]
+            outcome[index]["refused"] += 1
+            continue
+        unit = f"sxi-{number}"
+        files.update(_engine_files_of(site, node, unit))
+        wanted[unit] = (label, key, setting(value), what, node)
+        outcome[index]["read back"] += 1
+    _install(systemd_container, files)
+    props, envs = _read_back_all(systemd_container, list(wanted))
+    for unit, (label, key, value, what, node) in wanted.items():
+        got, env, where = props[unit], envs[unit], f"{label} {key} = {value!r}"
+        data_dir, log_dir = node.base.data_dir, node.base.log_dir
+        assert got["paths"] == [_simplified(data_dir), _simplified(log_dir)], where
+        assert got["workdir"] == _simplified(data_dir), where
+        assert env["HF_HOME"] == f"{data_dir}/.cache/huggingface", where
+        assert f"({node.serving.served_model_name}, stack" in got["description"], where
+        if what == "data_dir":
+            assert data_dir == value, where
+        elif what == "log_dir":
+            assert log_dir == value, where
+        elif what == "model":
+            assert node.serving.served_model_name == value, where
+        else:
+            assert env["IH_READ_BACK"] == value["IH_READ_BACK"], where
+    # Every setting saw both: values it refused and values that reached systemd unchanged.
+    assert all(seen["refused"] and seen["read back"] for seen in outcome.values()), outcome
+    print(f"\n{len(values)} inventory values: {sum(s['read back'] for s in outcome.values())} read back by systemd,"
+          f" {sum(s['refused'] for s in outcome.values())} refused, in {time.monotonic() - started:.1f} s")
+
+
+def _engine_files_of(site, node, unit: str) -> dict[str, str]:
+    from roles import serving
+    from roles.shared import templates
+
+    rendered = {Path(t).name: templates.render(t, **kw)
+                for _, t, _, kw in serving.release_templates(node, site.stack.active, site)
+                if t.endswith((".service.j2", ".env.j2"))}
+    return {f"/etc/systemd/system/{unit}.service": rendered["inference-engine.service.j2"],
+            f"/etc/sysd/{unit}.env": rendered["inference-engine.env.j2"],
+            f"/etc/systemd/system/{unit}-env.service": (
+                f"[Service]\nType=oneshot\nEnvironmentFile=/etc/sysd/{unit}.env\nExecStart=/usr/bin/env -0\n"
+                f"StandardOutput=file:/run/{unit}-env.out\n")}
