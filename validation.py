@@ -41,7 +41,13 @@ def require_valid_inventory(inventory_file: str, groups: dict | None = None) -> 
     if groups is None:
         # The one-argument form of earlier versions read the caller's frame (sys._getframe):
         # refused in one line that says what to write, before anything is contacted.
-        print_problems(SiteError([f"{display(Path(inventory_file))}: require_valid_inventory(__file__) is given no"
-                                  " groups; write require_valid_inventory(__file__, globals())"]))
+        print_problems(
+            SiteError(
+                [
+                    f"{display(Path(inventory_file))}: require_valid_inventory(__file__) is given no"
+                    " groups; write require_valid_inventory(__file__, globals())"
+                ]
+            )
+        )
         raise SystemExit(2)
     loading.require_valid_inventory(inventory_file, groups, ROLE_CHECKS)

@@ -31,31 +31,43 @@ SUITES = ("gpu", "interconnect", "service", "server")
 def _arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m checks", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
-    parser.add_argument("--host", action="append", default=[],
-                        help="inventory host to check (default: every host of gpu_nodes)")
+    parser.add_argument(
+        "--host", action="append", default=[], help="inventory host to check (default: every host of gpu_nodes)"
+    )
     parser.add_argument("--hosts", help="testinfra URL for a host outside the inventory (local://, ssh://...)")
     parser.add_argument("--suites", default=",".join(SUITES), help=f"comma list of {', '.join(SUITES)}")
     parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--report", help="JSON report file (one host) or folder")
     parser.add_argument("--sudo", action="store_true", help="run the host's commands with sudo")
-    parser.add_argument("--no-bandwidth-probes", action="store_true",
-                        help="skip the probes that load every GPU (memory bandwidth, PCIe link under load)")
-    parser.add_argument("--dcgm-level", type=int, choices=(2, 3), metavar="2|3",
-                        help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs): the serving "
-                             "unit is stopped for it and started again afterwards")
+    parser.add_argument(
+        "--no-bandwidth-probes",
+        action="store_true",
+        help="skip the probes that load every GPU (memory bandwidth, PCIe link under load)",
+    )
+    parser.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(2, 3),
+        metavar="2|3",
+        help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs): the serving "
+        "unit is stopped for it and started again afterwards",
+    )
     return parser.parse_args(argv)
 
 
 # Connection schemes testinfra has a backend for (testinfra/backend/__init__.py, 10.x).
-SCHEMES = ("local", "ssh", "paramiko", "docker", "podman", "kubectl", "openshift", "winrm", "ansible",
-           "salt", "lxc")
+SCHEMES = ("local", "ssh", "paramiko", "docker", "podman", "kubectl", "openshift", "winrm", "ansible", "salt", "lxc")
 
 
 def _check_hosts_url(url: str) -> None:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in SCHEMES:
-        raise SiteError([f"--hosts {url!r}: unknown connection; expected SCHEME://HOST with SCHEME one "
-                         f"of {', '.join(SCHEMES)} (e.g. ssh://root@gpu-node, local://)"])
+        raise SiteError(
+            [
+                f"--hosts {url!r}: unknown connection; expected SCHEME://HOST with SCHEME one "
+                f"of {', '.join(SCHEMES)} (e.g. ssh://root@gpu-node, local://)"
+            ]
+        )
     if scheme != "local" and not rest.split("?")[0].strip("/"):
         raise SiteError([f"--hosts {url!r}: no host after {scheme}://"])
 
@@ -71,8 +83,7 @@ def _targets(args) -> list[tuple[str | None, str]]:
     names = args.host or [h.name for h in site.group("gpu_nodes")]
     unknown = [n for n in names if n not in site.hosts]
     if unknown:
-        raise SiteError([f"{args.inventory}: no host {', '.join(unknown)}; expected one of: "
-                         + ", ".join(site.hosts)])
+        raise SiteError([f"{args.inventory}: no host {', '.join(unknown)}; expected one of: " + ", ".join(site.hosts)])
     return [(name, testinfra_url(args.inventory, name)) for name in names]
 
 
@@ -88,11 +99,26 @@ def pytest_arguments(args, name: str | None, url: str, report: str) -> list[str]
     suites = [s.strip() for s in args.suites.split(",")]
     bad = [s or "(empty)" for s in suites if s not in SUITES]
     if bad:
-        raise SiteError([f"--suites {args.suites!r}: unknown {', '.join(bad)}; expected a comma list "
-                         f"from {', '.join(SUITES)}"])
-    argv = [str(HERE), "-p", "no:cacheprovider", "-q", "--tb=no", "-rN", "--no-header",
-            f"--hosts={url}", "-m", " or ".join(suites), f"--report-json={report}",
-            "-o", "addopts=", "-o", "testpaths="]
+        raise SiteError(
+            [f"--suites {args.suites!r}: unknown {', '.join(bad)}; expected a comma list from {', '.join(SUITES)}"]
+        )
+    argv = [
+        str(HERE),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--tb=no",
+        "-rN",
+        "--no-header",
+        f"--hosts={url}",
+        "-m",
+        " or ".join(suites),
+        f"--report-json={report}",
+        "-o",
+        "addopts=",
+        "-o",
+        "testpaths=",
+    ]
     if args.inventory:
         argv.append(f"--inventory={args.inventory}")
     if name:
@@ -123,10 +149,13 @@ def main(argv=None) -> int:
     args = _arguments(argv)
     try:
         targets = _targets(args)
-        runs = [(name, url, pytest_arguments(args, name, url, _report_path(args, name or url, len(targets) > 1)))
-                for name, url in targets]
+        runs = [
+            (name, url, pytest_arguments(args, name, url, _report_path(args, name or url, len(targets) > 1)))
+            for name, url in targets
+        ]
         report_problem = args.report and output_path_problem(
-            "--report", Path(args.report), folder=len(targets) > 1 or args.report.endswith("/"))
+            "--report", Path(args.report), folder=len(targets) > 1 or args.report.endswith("/")
+        )
         if report_problem:
             raise SiteError([report_problem])
         _validate_expectations(args, targets)
@@ -140,11 +169,16 @@ def main(argv=None) -> int:
         print(f"\n### health checks of {name or url} ({url})", flush=True)
         code = int(pytest.main(pytest_argv))
         if code == 5:
-            print(f"inference-host health checks: no check ran on {name or url} (pytest collected "
-                  "nothing): not healthy", file=sys.stderr)
+            print(
+                f"inference-host health checks: no check ran on {name or url} (pytest collected nothing): not healthy",
+                file=sys.stderr,
+            )
         elif code not in (0, 1):
-            print(f"inference-host health checks: the run on {name or url} stopped (pytest exit "
-                  f"{code}): see the error above; not healthy", file=sys.stderr)
+            print(
+                f"inference-host health checks: the run on {name or url} stopped (pytest exit "
+                f"{code}): see the error above; not healthy",
+                file=sys.stderr,
+            )
         worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
         if args.dcgm_level and code in (0, 1):
             worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
@@ -170,12 +204,14 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
         print(f"dcgmi diag -r {level}: FAIL ({problem})")
         return 1
     for test in tests:
-        print(f"  {test.section} {test.name}: {test.result}"
-              + "".join(f"\n    {detail}" for detail in test.details))
+        print(f"  {test.section} {test.name}: {test.result}" + "".join(f"\n    {detail}" for detail in test.details))
     failed = [t for t in tests if t.result in ("Fail", "Warn")]
     verdict = "FAIL" if failed or not tests else "PASS"
-    print(f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
-          + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "") + ")")
+    print(
+        f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
+        + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "")
+        + ")"
+    )
     return 1 if verdict == "FAIL" else 0
 
 

@@ -81,18 +81,37 @@ def cpu_vendor(cpuinfo: str) -> str | None:
 
 def judge_kernel_args(name: str, cmdline: str | None, vendor: str | None, source: str) -> Line:
     if cmdline is None:
-        return Line("node kernel arguments", name, "IOMMU on, iommu=pt", "could not read the kernel command line",
-                    UNREACHED, source)
+        return Line(
+            "node kernel arguments",
+            name,
+            "IOMMU on, iommu=pt",
+            "could not read the kernel command line",
+            UNREACHED,
+            source,
+        )
     if vendor is None:
-        return Line("node kernel arguments", name, "IOMMU on, iommu=pt", "CPU vendor not recognised in "
-                    "/proc/cpuinfo", UNREACHED, source)
+        return Line(
+            "node kernel arguments",
+            name,
+            "IOMMU on, iommu=pt",
+            "CPU vendor not recognised in /proc/cpuinfo",
+            UNREACHED,
+            source,
+        )
     wanted = expected_iommu_args(vendor)
     words = cmdline.split()
     missing = [arg for arg in wanted if arg not in words]
-    return Line("node kernel arguments", name, " ".join(wanted), cmdline.strip(),
-                FAIL if missing else PASS, source,
-                details=[f"missing: {' '.join(missing)} (the deploy writes them; the node must reboot "
-                         "for them to take effect)"] if missing else [])
+    return Line(
+        "node kernel arguments",
+        name,
+        " ".join(wanted),
+        cmdline.strip(),
+        FAIL if missing else PASS,
+        source,
+        details=[f"missing: {' '.join(missing)} (the deploy writes them; the node must reboot for them to take effect)"]
+        if missing
+        else [],
+    )
 
 
 def node_lines(node, host) -> list[Line]:
@@ -102,8 +121,11 @@ def node_lines(node, host) -> list[Line]:
     else:
         cmdline_file, source = "/proc/cmdline", TARGET
     read = host.run(f"cat {cmdline_file}")
-    lines = [judge_kernel_args(name, read.stdout if read.rc == 0 else None,
-                               cpu_vendor(host.run("cat /proc/cpuinfo").stdout), source)]
+    lines = [
+        judge_kernel_args(
+            name, read.stdout if read.rc == 0 else None, cpu_vendor(host.run("cat /proc/cpuinfo").stdout), source
+        )
+    ]
     lines.append(nouveau_line(name, host, source != TARGET))
     lines.extend(vfio_lines(node, host, source != TARGET))
     return lines
@@ -114,23 +136,38 @@ def nouveau_line(name: str, host, in_lab: bool) -> Line:
     blacklisted = host.run("grep -rqsE '^\\s*blacklist\\s+nouveau' /etc/modprobe.d /usr/lib/modprobe.d").rc == 0
     observed = f"{'loaded' if loaded else 'not loaded'}; {'blacklisted' if blacklisted else 'not blacklisted'}"
     source = "stand-in: the lab machine's own kernel (a container has none)" if in_lab else TARGET
-    return Line("nouveau", name, "not loaded, blacklisted", observed,
-                PASS if not loaded and blacklisted else FAIL, source)
+    return Line(
+        "nouveau", name, "not loaded, blacklisted", observed, PASS if not loaded and blacklisted else FAIL, source
+    )
 
 
 def vfio_lines(node, host, in_lab: bool) -> list[Line]:
     addresses = [address for guest in node_kvm_guests(node) for address in guest]
     if not addresses:
-        return [Line("vfio binding", node.name, "each KVM guest's GPU bound to vfio-pci",
-                     "no KVM guest with GPUs on this node", NOT_APPLICABLE)]
+        return [
+            Line(
+                "vfio binding",
+                node.name,
+                "each KVM guest's GPU bound to vfio-pci",
+                "no KVM guest with GPUs on this node",
+                NOT_APPLICABLE,
+            )
+        ]
     found = {}
     for address in addresses:
         link = host.run(f"readlink /sys/bus/pci/devices/{shlex.quote(address)}/driver")
         found[address] = link.stdout.strip().rsplit("/", 1)[-1] if link.rc == 0 else "(no driver)"
     wrong = {a: d for a, d in found.items() if d != "vfio-pci"}
-    return [Line("vfio binding", node.name, "vfio-pci for " + ", ".join(addresses),
-                 ", ".join(f"{a}: {d}" for a, d in found.items()), FAIL if wrong else PASS,
-                 "stand-in: the lab's sysfs" if in_lab else TARGET)]
+    return [
+        Line(
+            "vfio binding",
+            node.name,
+            "vfio-pci for " + ", ".join(addresses),
+            ", ".join(f"{a}: {d}" for a, d in found.items()),
+            FAIL if wrong else PASS,
+            "stand-in: the lab's sysfs" if in_lab else TARGET,
+        )
+    ]
 
 
 _KVM_GPUS: dict[str, list[list[str]]] = {}
@@ -171,8 +208,9 @@ def evidence(report: dict, name: str) -> float | None:
     return None
 
 
-def from_health(report: dict | None, area: str, host: str, expectation: str, checks: tuple[str, ...],
-                source: str = TARGET) -> Line:
+def from_health(
+    report: dict | None, area: str, host: str, expectation: str, checks: tuple[str, ...], source: str = TARGET
+) -> Line:
     if report is None:
         return Line(area, host, expectation, "the health checks wrote no report", UNREACHED, source)
     found = rows(report, *checks)
@@ -199,26 +237,47 @@ def engine_source(host, expect) -> str:
 
 
 def load_time_line(host, expect, source: str) -> Line:
-    shown = host.run(f"systemctl show {shlex.quote(expect.unit_name)} -p InactiveExitTimestampMonotonic "
-                     "-p ActiveEnterTimestampMonotonic -p TimeoutStartUSec")
+    shown = host.run(
+        f"systemctl show {shlex.quote(expect.unit_name)} -p InactiveExitTimestampMonotonic "
+        "-p ActiveEnterTimestampMonotonic -p TimeoutStartUSec"
+    )
     values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
     try:
         started = int(values["InactiveExitTimestampMonotonic"])
         ready = int(values["ActiveEnterTimestampMonotonic"])
     except (KeyError, ValueError):
-        return Line("model load time", expect.host_name, "ready within the unit's start timeout",
-                    f"systemctl show gave no start and ready times: {shown.stdout.strip()[:200]!r}", UNREACHED, source)
+        return Line(
+            "model load time",
+            expect.host_name,
+            "ready within the unit's start timeout",
+            f"systemctl show gave no start and ready times: {shown.stdout.strip()[:200]!r}",
+            UNREACHED,
+            source,
+        )
     limit = parse_timespan(values.get("TimeoutStartUSec", ""))
     if not started or not ready or ready < started:
-        return Line("model load time", expect.host_name, "ready within the unit's start timeout",
-                    f"{expect.unit_name} is not active since its last start", FAIL, source)
+        return Line(
+            "model load time",
+            expect.host_name,
+            "ready within the unit's start timeout",
+            f"{expect.unit_name} is not active since its last start",
+            FAIL,
+            source,
+        )
     seconds = (ready - started) / 1e6
     # The unit is "active" only once ExecStartPost's readiness probe answered (roles/serving):
     # from leaving "inactive" to "active" is the load, the probe included.
-    return Line("model load time", expect.host_name,
-                f"ready within {limit:.0f} s (TimeoutStartSec)" if limit else "ready",
-                f"{seconds:.1f} s from start to ready", PASS if not limit or seconds <= limit else FAIL, source,
-                figure=round(seconds, 1), expected_figure=limit, unit="s")
+    return Line(
+        "model load time",
+        expect.host_name,
+        f"ready within {limit:.0f} s (TimeoutStartSec)" if limit else "ready",
+        f"{seconds:.1f} s from start to ready",
+        PASS if not limit or seconds <= limit else FAIL,
+        source,
+        figure=round(seconds, 1),
+        expected_figure=limit,
+        unit="s",
+    )
 
 
 def parse_timespan(text: str) -> float | None:
@@ -245,10 +304,15 @@ def dcgm_line(args, host, expect, source: str) -> Line:
     if problem:
         return Line(area, expect.host_name, expectation, problem, UNREACHED if tests is None else FAIL, source)
     bad = [f"{t.name}: {t.result}" for t in tests if t.result in ("Fail", "Warn")]
-    return Line(area, expect.host_name, expectation,
-                f"{len(tests)} tests" + (", " + ", ".join(bad) if bad else ", none failed"),
-                FAIL if bad or not tests else PASS, source,
-                details=[f"{t.section} {t.name}: {t.result}" for t in tests])
+    return Line(
+        area,
+        expect.host_name,
+        expectation,
+        f"{len(tests)} tests" + (", " + ", ".join(bad) if bad else ", none failed"),
+        FAIL if bad or not tests else PASS,
+        source,
+        details=[f"{t.section} {t.name}: {t.result}" for t in tests],
+    )
 
 
 def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -> Line:
@@ -256,17 +320,27 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
 
     area = "single-stream benchmark"
     reference = bench.load_reference()["single_stream_output_tok_s"]
-    label = "vLLM" if expect.engine == "vllm" else (
-        "SGLang + third-party EAGLE-3 drafter (~42% accept)" if expect.speculative else "SGLang, base")
+    label = (
+        "vLLM"
+        if expect.engine == "vllm"
+        else ("SGLang + third-party EAGLE-3 drafter (~42% accept)" if expect.speculative else "SGLang, base")
+    )
     seed = reference[label]
-    expectation = (f">= {BENCH_TOLERANCE:.0%} of the seed's {seed} tok/s ({label}); "
-                   f"tuned on the target: {reference['SGLang, tuned NCCL env + settings']} tok/s")
+    expectation = (
+        f">= {BENCH_TOLERANCE:.0%} of the seed's {seed} tok/s ({label}); "
+        f"tuned on the target: {reference['SGLang, tuned NCCL env + settings']} tok/s"
+    )
     if not args.bench:
         return Line(area, name, expectation, "not run (--no-bench)", UNREACHED, source)
     if site is None:
         return Line(area, name, expectation, "no inventory: the served model's path is unknown", UNREACHED, source)
-    workload = argparse.Namespace(concurrency=[1], input_len=args.bench_input_len, output_len=args.bench_output_len,
-                                  prompts_per_stream=args.bench_prompts, min_prompts=args.bench_prompts)
+    workload = argparse.Namespace(
+        concurrency=[1],
+        input_len=args.bench_input_len,
+        output_len=args.bench_output_len,
+        prompts_per_stream=args.bench_prompts,
+        min_prompts=args.bench_prompts,
+    )
     target = {"expect": expect, "model_path": site.hosts[name].serving.model_path}
     try:
         results = bench.run_workload(host, target, workload)
@@ -276,28 +350,44 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
         return Line(area, name, expectation, "the benchmark printed no output throughput", UNREACHED, source)
     value = float(results[0].output_throughput)
     (folder / "bench.json").write_text(json.dumps([asdict(r) for r in results], indent=2, default=str) + "\n")
-    return Line(area, name, expectation,
-                f"{value:.1f} tok/s ({args.bench_prompts} prompts, {args.bench_input_len} in / "
-                f"{args.bench_output_len} out, concurrency 1)",
-                PASS if value >= BENCH_TOLERANCE * seed else FAIL, source,
-                figure=round(value, 1), expected_figure=seed, unit="tok/s")
+    return Line(
+        area,
+        name,
+        expectation,
+        f"{value:.1f} tok/s ({args.bench_prompts} prompts, {args.bench_input_len} in / "
+        f"{args.bench_output_len} out, concurrency 1)",
+        PASS if value >= BENCH_TOLERANCE * seed else FAIL,
+        source,
+        figure=round(value, 1),
+        expected_figure=seed,
+        unit="tok/s",
+    )
 
 
 def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[Line]:
     import testinfra
 
     host = testinfra.get_host(url)
-    suites = (args.suites.split(",") if args.suites else
-              site.hosts[name].health.after_deploy if site else list(SUITES))
+    suites = args.suites.split(",") if args.suites else site.hosts[name].health.after_deploy if site else list(SUITES)
     gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
     report = health_report(args, name, folder)
     lines = [
-        from_health(report, "guest GPUs", name, f"{expect.gpu_count} x {expect.gpu_model}, "
-                    f"compute capability {expect.compute_capability}",
-                    ("gpu count", "gpu name", "compute capability", "memory"), gpu_from),
+        from_health(
+            report,
+            "guest GPUs",
+            name,
+            f"{expect.gpu_count} x {expect.gpu_model}, compute capability {expect.compute_capability}",
+            ("gpu count", "gpu name", "compute capability", "memory"),
+            gpu_from,
+        ),
         allreduce_line(report, name, expect, gpu_from),
-        from_health(report, "weights at the pinned revision", name, "every weight set's manifest matches the pin",
-                    ("weights manifest matches the pin",)),
+        from_health(
+            report,
+            "weights at the pinned revision",
+            name,
+            "every weight set's manifest matches the pin",
+            ("weights manifest matches the pin",),
+        ),
         load_time_line(host, expect, engine_from),
         first_generation_line(report, name, engine_from),
         kv_cache_line(report, site, name, engine_from),
@@ -311,17 +401,28 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
 
 
 def allreduce_line(report: dict | None, name: str, expect, source: str) -> Line:
-    line = from_health(report, "all-reduce bandwidth", name,
-                       f"bus bandwidth >= {expect.allreduce_min_busbw_gbps} GB/s ({expect.allreduce_floor_source})",
-                       ("allreduce across all gpus",), source)
+    line = from_health(
+        report,
+        "all-reduce bandwidth",
+        name,
+        f"bus bandwidth >= {expect.allreduce_min_busbw_gbps} GB/s ({expect.allreduce_floor_source})",
+        ("allreduce across all gpus",),
+        source,
+    )
     line.figure = evidence(report or {}, "allreduce_busbw_gbps")
     line.expected_figure, line.unit = expect.allreduce_min_busbw_gbps, "GB/s"
     return line
 
 
 def first_generation_line(report: dict | None, name: str, source: str) -> Line:
-    line = from_health(report, "first generation", name, "a chat completion that is not degenerate",
-                       ("chat completion not degenerate",), source)
+    line = from_health(
+        report,
+        "first generation",
+        name,
+        "a chat completion that is not degenerate",
+        ("chat completion not degenerate",),
+        source,
+    )
     seconds = evidence(report or {}, "tiny_request_seconds")
     if seconds is not None:
         line.observed += f" ({seconds:.2f} s)"
@@ -331,10 +432,17 @@ def first_generation_line(report: dict | None, name: str, source: str) -> Line:
 
 def accept_length_line(report: dict | None, name: str, expect, source: str) -> Line:
     if not expect.speculative:
-        return Line("EAGLE-3 accept length", name, "only when a drafter is served", "no drafter served",
-                    NOT_APPLICABLE, source)
-    line = from_health(report, "EAGLE-3 accept length", name, "the accept length the site expects",
-                       ("accept length from metrics", "accept length since start"), source)
+        return Line(
+            "EAGLE-3 accept length", name, "only when a drafter is served", "no drafter served", NOT_APPLICABLE, source
+        )
+    line = from_health(
+        report,
+        "EAGLE-3 accept length",
+        name,
+        "the accept length the site expects",
+        ("accept length from metrics", "accept length since start"),
+        source,
+    )
     line.figure = evidence(report or {}, "accept_length")
     return line
 
@@ -350,16 +458,27 @@ def kv_cache_line(report: dict | None, site, name: str, source: str) -> Line:
     if site is not None:
         found = kv_cache.site_estimate(site.hosts[name], Path(site.inventory_file).parent)
         estimate = found.kv_tokens if found else None
-    line = from_health(report, "KV cache allocated", name,
-                       "SGLang's allocation line" + (f" >= the deploy's estimate, {estimate:,} tokens" if estimate else
-                                                     " (no estimate: serving_speculative has no config.json copies)"),
-                       ("kv cache allocated",), source)
+    line = from_health(
+        report,
+        "KV cache allocated",
+        name,
+        "SGLang's allocation line"
+        + (
+            f" >= the deploy's estimate, {estimate:,} tokens"
+            if estimate
+            else " (no estimate: serving_speculative has no config.json copies)"
+        ),
+        ("kv cache allocated",),
+        source,
+    )
     tokens = evidence(report or {}, "kv_cache_tokens")
     line.figure, line.expected_figure, line.unit = tokens, estimate, "tokens"
     if line.verdict == PASS and estimate and tokens is not None and tokens < estimate:
         line.verdict = FAIL
-        line.details.append(f"SGLang allocated {tokens:,.0f} tokens, the estimate {estimate:,}: lower "
-                            "serving_mem_fraction_static's limits or the context (docs/serving-memory.md)")
+        line.details.append(
+            f"SGLang allocated {tokens:,.0f} tokens, the estimate {estimate:,}: lower "
+            "serving_mem_fraction_static's limits or the context (docs/serving-memory.md)"
+        )
     return line
 
 
@@ -371,10 +490,14 @@ def health_verdict_line(report: dict | None, name: str, suites: list[str]) -> Li
         return Line("health verdict", name, expectation, "the health checks wrote no report", UNREACHED)
     judged = [r for r in report["checks"] if r["suite"] in suites]
     failed = [r for r in judged if r["verdict"] == "FAIL"]
-    return Line("health verdict", name, expectation,
-                f"{'UNHEALTHY' if failed else 'HEALTHY'} ({len(failed)} failed of {len(judged)} checks)",
-                FAIL if failed or not judged else PASS,
-                details=[f"{r['suite']} {r['check']}: {' '.join(r['detail'].split())[:300]}" for r in failed])
+    return Line(
+        "health verdict",
+        name,
+        expectation,
+        f"{'UNHEALTHY' if failed else 'HEALTHY'} ({len(failed)} failed of {len(judged)} checks)",
+        FAIL if failed or not judged else PASS,
+        details=[f"{r['suite']} {r['check']}: {' '.join(r['detail'].split())[:300]}" for r in failed],
+    )
 
 
 # -- the report --------------------------------------------------------------------------------------
@@ -392,21 +515,32 @@ def overall(lines: list[Line]) -> tuple[str, int]:
 def markdown(lines: list[Line], meta: dict) -> str:
     verdict, _ = overall(lines)
     counts = {v: sum(line.verdict == v for line in lines) for v in (PASS, FAIL, UNREACHED, NOT_APPLICABLE)}
-    out = [f"# Acceptance report: {verdict}", "",
-           f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
-           + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
-           "| verdict | area | host | expected | observed | answered by |", "|---|---|---|---|---|---|"]
+    out = [
+        f"# Acceptance report: {verdict}",
+        "",
+        f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + ".",
+        "",
+        "| verdict | area | host | expected | observed | answered by |",
+        "|---|---|---|---|---|---|",
+    ]
     cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     for line in lines:
-        out.append(f"| {line.verdict} | {cell(line.area)} | {cell(line.host)} | {cell(line.expectation)} | "
-                   f"{cell(line.observed)} | {cell(line.source)} |")
+        out.append(
+            f"| {line.verdict} | {cell(line.area)} | {cell(line.host)} | {cell(line.expectation)} | "
+            f"{cell(line.observed)} | {cell(line.source)} |"
+        )
     detailed = [line for line in lines if line.details]
     if detailed:
         out += ["", "## Details"]
         for line in detailed:
             out += ["", f"**{line.area}** ({line.host})", ""] + [f"- {cell(d)}" for d in line.details]
-    out += ["", "UNREACHED lines could not be collected and are not counted as passed; N/A lines do not "
-            "apply to this site. A line answered by a stand-in rehearses the collection, not the machine."]
+    out += [
+        "",
+        "UNREACHED lines could not be collected and are not counted as passed; N/A lines do not "
+        "apply to this site. A line answered by a stand-in rehearses the collection, not the machine.",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -441,15 +575,30 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
 def _arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file of the deployed site")
-    parser.add_argument("--hosts", help="testinfra URL of a GPU machine in no inventory (local://, ssh://...):"
-                                        " its GPU, interconnect and server lines only")
-    parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
-                        help="with --hosts: what the machine should be (as `python -m checks --expect`)")
+    parser.add_argument(
+        "--hosts",
+        help="testinfra URL of a GPU machine in no inventory (local://, ssh://...):"
+        " its GPU, interconnect and server lines only",
+    )
+    parser.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --hosts: what the machine should be (as `python -m checks --expect`)",
+    )
     parser.add_argument("--out", type=Path, help="report folder (default: reports/acceptance-<time>)")
-    parser.add_argument("--suites", help="health suites to run (default: all; the verdict line judges the site's "
-                                         "health_after_deploy, or these when given)")
-    parser.add_argument("--no-dcgm", dest="dcgm", action="store_false",
-                        help="skip `dcgmi diag -r 2` (it stops the serving unit for minutes)")
+    parser.add_argument(
+        "--suites",
+        help="health suites to run (default: all; the verdict line judges the site's "
+        "health_after_deploy, or these when given)",
+    )
+    parser.add_argument(
+        "--no-dcgm",
+        dest="dcgm",
+        action="store_false",
+        help="skip `dcgmi diag -r 2` (it stops the serving unit for minutes)",
+    )
     parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the single-stream benchmark")
     parser.add_argument("--bench-prompts", type=int, default=4)
     parser.add_argument("--bench-input-len", type=int, default=1024)
@@ -466,8 +615,12 @@ def main(argv=None) -> int:
             raise SiteError(["give --inventory (a deployed site) or --hosts (a machine in no inventory), one of them"])
         unknown = [s for s in (args.suites or "").split(",") if args.suites and s not in SUITES]
         if unknown:
-            raise SiteError([f"--suites {args.suites!r}: unknown {', '.join(unknown) or '(empty)'}; expected a "
-                             f"comma list from {', '.join(SUITES)}"])
+            raise SiteError(
+                [
+                    f"--suites {args.suites!r}: unknown {', '.join(unknown) or '(empty)'}; expected a "
+                    f"comma list from {', '.join(SUITES)}"
+                ]
+            )
         site = site_of(args.inventory) if args.inventory else None
         expect = None if site else _expectations_without_inventory(args)
         problem = output_path_problem("--out", folder, folder=True)
@@ -480,16 +633,22 @@ def main(argv=None) -> int:
         return 2
     folder.mkdir(parents=True, exist_ok=True)
     lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
-    meta = {"inventory": args.inventory or args.hosts, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-            "seconds": round(time.time() - started, 1)}
+    meta = {
+        "inventory": args.inventory or args.hosts,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "seconds": round(time.time() - started, 1),
+    }
     verdict, status = overall(lines)
-    (folder / "report.json").write_text(json.dumps({**meta, "verdict": verdict, "lines": [asdict(x) for x in lines]},
-                                                   indent=2, default=str) + "\n")
+    (folder / "report.json").write_text(
+        json.dumps({**meta, "verdict": verdict, "lines": [asdict(x) for x in lines]}, indent=2, default=str) + "\n"
+    )
     (folder / "report.md").write_text(markdown(lines, meta))
     chart = draw_chart(lines, folder / "chart.png")
     print("\n" + markdown(lines, meta))
-    print(f"report: {folder / 'report.md'}, {folder / 'report.json'}"
-          + (f", {chart}" if chart else " (no chart: `uv sync --extra bench` installs matplotlib)"))
+    print(
+        f"report: {folder / 'report.md'}, {folder / 'report.json'}"
+        + (f", {chart}" if chart else " (no chart: `uv sync --extra bench` installs matplotlib)")
+    )
     return status
 
 
@@ -501,8 +660,11 @@ def collect(args, site, folder: Path) -> list[Line]:
 
     lines: list[Line] = []
     for node in site.group("proxmox_hosts"):
-        _KVM_GPUS[node.name] = [guest.guest.gpu_addresses for guest in site.group("kvm_guests")
-                                if guest.guest.node == node.name and guest.guest.gpu_addresses]
+        _KVM_GPUS[node.name] = [
+            guest.guest.gpu_addresses
+            for guest in site.group("kvm_guests")
+            if guest.guest.node == node.name and guest.guest.gpu_addresses
+        ]
         try:
             lines.extend(node_lines(node, testinfra.get_host(testinfra_url(args.inventory, node.name))))
         except Exception as error:  # noqa: BLE001 - an unreachable node is one line, not a traceback
@@ -510,11 +672,13 @@ def collect(args, site, folder: Path) -> list[Line]:
     for gpu_node in site.group("gpu_nodes"):
         try:
             expect = Expectations.from_site(site, gpu_node.name)
-            lines.extend(guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name),
-                                     expect, folder))
+            lines.extend(
+                guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name), expect, folder)
+            )
         except Exception as error:  # noqa: BLE001
-            lines.append(Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300],
-                              UNREACHED))
+            lines.append(
+                Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED)
+            )
     return lines
 
 
@@ -528,8 +692,9 @@ def _expectations_without_inventory(args):
 
 def collect_one(args, expect, folder: Path) -> list[Line]:
     """A machine in no inventory: no node to read; its GPU, interconnect and server lines."""
-    lines = [Line("node", "(none)", "the node's kernel arguments, nouveau, vfio",
-                  "no inventory: no node to read", UNREACHED)]
+    lines = [
+        Line("node", "(none)", "the node's kernel arguments, nouveau, vfio", "no inventory: no node to read", UNREACHED)
+    ]
     return lines + guest_lines(args, None, expect.host_name or args.hosts, args.hosts, expect, folder)
 
 

@@ -62,8 +62,18 @@ SPEC_LAUNCHER = "bench-spec-launch"
 # -- the workload --------------------------------------------------------------------------------
 
 
-def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: int, output_len: int,
-                  prompts: int, concurrency: int, output_file: str, engine: str = "sglang") -> list[str]:
+def bench_command(
+    python: str,
+    url: str,
+    model: str,
+    tokenizer: str,
+    input_len: int,
+    output_len: int,
+    prompts: int,
+    concurrency: int,
+    output_file: str,
+    engine: str = "sglang",
+) -> list[str]:
     """One benchmark run. SGLang: sglang.bench_serving's flags. vLLM 0.16.0: `vllm bench serve`
     (vllm/benchmarks/serve.py; run as its CLI module, which also works for the CPU build whose
     `vllm` script is missing), dataset `random` (token ids, fixed lengths at range ratio 0),
@@ -71,20 +81,69 @@ def bench_command(python: str, url: str, model: str, tokenizer: str, input_len: 
     (output_throughput, mean_ttft_ms, mean_itl_ms, max_concurrency, ...)."""
     if engine == "vllm":
         folder, _, name = output_file.rpartition("/")
-        return [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat",
-                "--endpoint", "/v1/chat/completions", "--base-url", url, "--model", model,
-                "--tokenizer", tokenizer, "--dataset-name", "random",
-                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
-                # Greedy, as the history's earlier runs: vllm 0.16.0's client no longer sends
-                # temperature 0 by itself (it warns), leaving sampling to the server's default.
-                "--temperature", "0",
-                "--save-result", "--result-dir", folder, "--result-filename", name]
-    return [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", url,
-            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random-ids",
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--random-range-ratio", "1", "--num-prompts", str(prompts),
-            "--max-concurrency", str(concurrency), "--output-file", output_file]
+        return [
+            python,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "bench",
+            "serve",
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--base-url",
+            url,
+            "--model",
+            model,
+            "--tokenizer",
+            tokenizer,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(input_len),
+            "--random-output-len",
+            str(output_len),
+            "--num-prompts",
+            str(prompts),
+            "--max-concurrency",
+            str(concurrency),
+            # Greedy, as the history's earlier runs: vllm 0.16.0's client no longer sends
+            # temperature 0 by itself (it warns), leaving sampling to the server's default.
+            "--temperature",
+            "0",
+            "--save-result",
+            "--result-dir",
+            folder,
+            "--result-filename",
+            name,
+        ]
+    return [
+        python,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang-oai-chat",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "1",
+        "--num-prompts",
+        str(prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--output-file",
+        output_file,
+    ]
 
 
 def run_workload(host, target, args) -> list[parse.BenchResult]:
@@ -97,17 +156,30 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
     results = []
     for concurrency in args.concurrency:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)
-        command = bench_command(expect.engine_python, target.get("base_url") or server_checks.base_url(expect),
-                                expect.served_model_name, target["model_path"], args.input_len,
-                                args.output_len, prompts, concurrency, "$d/out.jsonl", expect.engine)
+        command = bench_command(
+            expect.engine_python,
+            target.get("base_url") or server_checks.base_url(expect),
+            expect.served_model_name,
+            target["model_path"],
+            args.input_len,
+            args.output_len,
+            prompts,
+            concurrency,
+            "$d/out.jsonl",
+            expect.engine,
+        )
         text = " ".join(shlex.quote(c) if not c.startswith("$d") else f'"{c}"' for c in command)
-        script = f"{key_setup}d=$(mktemp -d); {text} >&2 && cat \"$d/out.jsonl\"; rc=$?; rm -rf \"$d\"; exit $rc"
-        print(f"  {expect.engine} benchmark: concurrency {concurrency}, {prompts} prompts, "
-              f"{args.input_len} in / {args.output_len} out", flush=True)
+        script = f'{key_setup}d=$(mktemp -d); {text} >&2 && cat "$d/out.jsonl"; rc=$?; rm -rf "$d"; exit $rc'
+        print(
+            f"  {expect.engine} benchmark: concurrency {concurrency}, {prompts} prompts, "
+            f"{args.input_len} in / {args.output_len} out",
+            flush=True,
+        )
         result = host.run(f"bash -c {shlex.quote(script)}")
         if result.rc != 0:
-            raise RuntimeError(f"the {expect.engine} benchmark failed (rc {result.rc}):"
-                               f" {result.stderr.strip()[-1500:]}")
+            raise RuntimeError(
+                f"the {expect.engine} benchmark failed (rc {result.rc}): {result.stderr.strip()[-1500:]}"
+            )
         results.extend(parse.parse_bench_serving_jsonl(result.stdout))
     return results
 
@@ -115,15 +187,34 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
 # -- history, comparison, chart (pure apart from files) --------------------------------------------
 
 
-def make_record(host_name: str, label: str, stack: str, workload: dict, results: list[parse.BenchResult],
-                when: str | None = None, engine: str = "sglang", speculative: dict | None = None) -> dict:
+def make_record(
+    host_name: str,
+    label: str,
+    stack: str,
+    workload: dict,
+    results: list[parse.BenchResult],
+    when: str | None = None,
+    engine: str = "sglang",
+    speculative: dict | None = None,
+) -> dict:
     return {
         "time": when or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": host_name, "engine": engine, "label": label, "stack": stack, "workload": workload,
+        "host": host_name,
+        "engine": engine,
+        "label": label,
+        "stack": stack,
+        "workload": workload,
         **({"speculative": speculative} if speculative else {}),
-        "results": [{"concurrency": r.max_concurrency or 1, **{m: getattr(r, m) for m in METRICS},
-                     "median_ttft_ms": r.median_ttft_ms, "median_itl_ms": r.median_itl_ms,
-                     "request_throughput": r.request_throughput} for r in results],
+        "results": [
+            {
+                "concurrency": r.max_concurrency or 1,
+                **{m: getattr(r, m) for m in METRICS},
+                "median_ttft_ms": r.median_ttft_ms,
+                "median_itl_ms": r.median_itl_ms,
+                "request_throughput": r.request_throughput,
+            }
+            for r in results
+        ],
     }
 
 
@@ -144,8 +235,12 @@ def previous_comparable(history: list[dict], record: dict) -> dict | None:
         if old is record:
             continue
         # Records from before the engine field were SGLang's.
-        if ((old["host"], old.get("engine", "sglang"), old["label"], old["workload"])
-                == (record["host"], record.get("engine", "sglang"), record["label"], record["workload"])):
+        if (old["host"], old.get("engine", "sglang"), old["label"], old["workload"]) == (
+            record["host"],
+            record.get("engine", "sglang"),
+            record["label"],
+            record["workload"],
+        ):
             return old
     return None
 
@@ -165,11 +260,15 @@ def _fmt(value, digits=1) -> str:
 def comparison_table(record: dict, previous: dict | None, reference: dict) -> str:
     """Per concurrency: this run, the previous comparable run and the change; then single stream
     against the reference figures recorded on the target."""
-    lines = [f"Benchmark {record['time']}  {record['host']}  {record.get('engine', 'sglang')}"
-             f" [{record['label']}]  stack {record['stack']}",
-             f"workload: {record['workload']}",
-             (f"{'conc':>4}  {'out tok/s':>10} {'prev':>9} {'change':>14}   {'TTFT ms':>9} {'prev':>9}"
-              f"   {'ITL ms':>7} {'prev':>7}   {'accept':>6}")]
+    lines = [
+        f"Benchmark {record['time']}  {record['host']}  {record.get('engine', 'sglang')}"
+        f" [{record['label']}]  stack {record['stack']}",
+        f"workload: {record['workload']}",
+        (
+            f"{'conc':>4}  {'out tok/s':>10} {'prev':>9} {'change':>14}   {'TTFT ms':>9} {'prev':>9}"
+            f"   {'ITL ms':>7} {'prev':>7}   {'accept':>6}"
+        ),
+    ]
     before = {r["concurrency"]: r for r in (previous or {}).get("results", [])}
     for row in record["results"]:
         old = before.get(row["concurrency"], {})
@@ -178,15 +277,17 @@ def comparison_table(record: dict, previous: dict | None, reference: dict) -> st
             f" {_change(row['output_throughput'], old.get('output_throughput'), 'output_throughput'):>14}"
             f"   {_fmt(row['mean_ttft_ms']):>9} {_fmt(old.get('mean_ttft_ms')):>9}"
             f"   {_fmt(row['mean_itl_ms'], 2):>7} {_fmt(old.get('mean_itl_ms'), 2):>7}"
-            f"   {_fmt(row['accept_length'], 2):>6}")
+            f"   {_fmt(row['accept_length'], 2):>6}"
+        )
     if previous is None:
         lines.append("(no previous comparable run in the history: this one is the baseline)")
     single = next((r for r in record["results"] if r["concurrency"] == 1), None)
     if single and single["output_throughput"]:
         lines.append(f"single stream vs {reference['source']}:")
         for name, figure in reference["single_stream_output_tok_s"].items():
-            lines.append(f"  {name:55.55} {figure:7.1f} tok/s   this run "
-                         f"{single['output_throughput'] / figure * 100:5.0f}%")
+            lines.append(
+                f"  {name:55.55} {figure:7.1f} tok/s   this run {single['output_throughput'] / figure * 100:5.0f}%"
+            )
     return "\n".join(lines)
 
 
@@ -206,10 +307,16 @@ def engines_table(history: list[dict], host_name: str | None = None) -> str:
         lines.append(f"{'conc':>4}  " + "  ".join(f"{e + ' tok/s':>14}" for e in engines))
         rows = {e: {r["concurrency"]: r for r in by_engine[e]["results"]} for e in engines}
         for concurrency in sorted({c for e in engines for c in rows[e]}):
-            lines.append(f"{concurrency:>4}  " + "  ".join(
-                f"{_fmt(rows[e].get(concurrency, {}).get('output_throughput')):>14}" for e in engines))
-        lines.append("  runs: " + "; ".join(f"{e} {by_engine[e]['time']} [{by_engine[e]['label']}]"
-                                            f" {by_engine[e]['stack']}" for e in engines))
+            lines.append(
+                f"{concurrency:>4}  "
+                + "  ".join(f"{_fmt(rows[e].get(concurrency, {}).get('output_throughput')):>14}" for e in engines)
+            )
+        lines.append(
+            "  runs: "
+            + "; ".join(
+                f"{e} {by_engine[e]['time']} [{by_engine[e]['label']}] {by_engine[e]['stack']}" for e in engines
+            )
+        )
     return "\n".join(lines) or "no runs in the history"
 
 
@@ -217,16 +324,21 @@ def ab_table(records: dict[str, dict]) -> str:
     labels = list(records)
     rows = {label: {r["concurrency"]: r for r in rec["results"]} for label, rec in records.items()}
     accept = any(r.get("accept_length") for rec in rows.values() for r in rec.values())
-    lines = [f"A/B {' vs '.join(labels)} (same workload, same host)",
-             f"{'conc':>4}  " + "  ".join(f"{label + ' tok/s':>16}" for label in labels) + f"  {'B vs A':>8}"
-             + ("  " + "  ".join(f"{label + ' accept':>16}" for label in labels) if accept else "")]
+    lines = [
+        f"A/B {' vs '.join(labels)} (same workload, same host)",
+        f"{'conc':>4}  "
+        + "  ".join(f"{label + ' tok/s':>16}" for label in labels)
+        + f"  {'B vs A':>8}"
+        + ("  " + "  ".join(f"{label + ' accept':>16}" for label in labels) if accept else ""),
+    ]
     for concurrency in sorted(rows[labels[0]]):
         values = [rows[label].get(concurrency, {}).get("output_throughput") for label in labels]
         change = _change(values[1], values[0], "output_throughput") if len(values) > 1 else ""
         line = f"{concurrency:>4}  " + "  ".join(f"{_fmt(v):>16}" for v in values) + f"  {change:>8}"
         if accept:
-            line += "  " + "  ".join(f"{_fmt(rows[label].get(concurrency, {}).get('accept_length'), 2):>16}"
-                                     for label in labels)
+            line += "  " + "  ".join(
+                f"{_fmt(rows[label].get(concurrency, {}).get('accept_length'), 2):>16}" for label in labels
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -240,9 +352,11 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise MissingExtra("the benchmark draws its chart with matplotlib, which is the optional"
-                           " extra 'bench': run `uv sync --extra bench` (or `uv run --extra bench"
-                           " python -m checks.bench ...`)") from None
+        raise MissingExtra(
+            "the benchmark draws its chart with matplotlib, which is the optional"
+            " extra 'bench': run `uv sync --extra bench` (or `uv run --extra bench"
+            " python -m checks.bench ...`)"
+        ) from None
     return matplotlib
 
 
@@ -257,8 +371,9 @@ def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
     series: dict[tuple[str, str, int], list[tuple[int, dict]]] = {}
     for index, record in enumerate(history):
         for row in record["results"]:
-            series.setdefault((record.get("engine", "sglang"), record["label"], row["concurrency"]),
-                              []).append((index, row))
+            series.setdefault((record.get("engine", "sglang"), record["label"], row["concurrency"]), []).append(
+                (index, row)
+            )
     for (engine, label, concurrency), points in sorted(series.items()):
         xs = [i for i, _ in points]
         name = f"{engine} {label} c={concurrency}"
@@ -268,17 +383,23 @@ def draw_history(history: list[dict], path: Path, reference: dict) -> Path:
     for figure_value in figures.values():
         top.axhline(figure_value, linestyle="--", linewidth=0.8, color="grey")
     # The figures lie close together: named in one box rather than on the lines.
-    top.text(0.01, 0.97, "single-stream reference (tok/s):\n" + "\n".join(
-        f"{value:g}  {name}" for name, value in sorted(figures.items(), key=lambda kv: -kv[1])),
-        transform=top.transAxes, fontsize=7, color="dimgrey", va="top",
-        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "lightgrey"})
+    top.text(
+        0.01,
+        0.97,
+        "single-stream reference (tok/s):\n"
+        + "\n".join(f"{value:g}  {name}" for name, value in sorted(figures.items(), key=lambda kv: -kv[1])),
+        transform=top.transAxes,
+        fontsize=7,
+        color="dimgrey",
+        va="top",
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "lightgrey"},
+    )
     top.set_ylabel("output tok/s")
     top.set_yscale("log")
     top.set_title("SGLang bench_serving history (random-ids); dashed: single-stream reference figures")
     bottom.set_ylabel("mean ITL (ms)")
     bottom.set_xticks(range(len(history)))
-    bottom.set_xticklabels([f"{r['time'][:16]}\n{r['stack']}" for r in history], rotation=30,
-                           ha="right", fontsize=7)
+    bottom.set_xticklabels([f"{r['time'][:16]}\n{r['stack']}" for r in history], rotation=30, ha="right", fontsize=7)
     top.legend(fontsize=7, ncol=2)
     top.grid(alpha=0.3)
     bottom.grid(alpha=0.3)
@@ -318,9 +439,13 @@ def set_environment(host, expect, assignment: str | None, timeout_s: int) -> Non
     if assignment is None:
         script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
     else:
-        script = (f"mkdir -p {folder} && printf '{assignment}\\n' > {folder}/{AB_ENV} && "
-                  f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}")
-    result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
+        script = (
+            f"mkdir -p {folder} && printf '{assignment}\\n' > {folder}/{AB_ENV} && "
+            f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}"
+        )
+    result = host.run(
+        f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}"
+    )
     if result.rc != 0:
         raise RuntimeError(f"could not set {assignment} on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
@@ -336,8 +461,9 @@ def _exec_start_path(host, unit: str) -> str:
     raise RuntimeError(f"could not read the ExecStart of {unit}: {text.strip()!r}")
 
 
-def set_speculative(host, expect, speculative: bool | None, timeout_s: int,
-                    draft_model_path: str | None = None) -> None:
+def set_speculative(
+    host, expect, speculative: bool | None, timeout_s: int, draft_model_path: str | None = None
+) -> None:
     """speculative None: remove the A/B drop-in (as deployed). Else run the deployed command with
     speculative decoding on (optionally another drafter) or off. Restarts the unit and waits."""
     import base64
@@ -349,13 +475,19 @@ def set_speculative(host, expect, speculative: bool | None, timeout_s: int,
         launcher = _exec_start_path(host, expect.unit_name)
         text = host.run(f"cat {shlex.quote(launcher)}").stdout
         argv = eagle3.speculative_variant(eagle3.launcher_argv(text), speculative, draft_model_path)
-        content = ("#!/bin/sh\n# A/B variant of the deployed launcher (checks/bench.py); removed after the run.\n"
-                   f"exec {shlex.join(argv)}\n")
+        content = (
+            "#!/bin/sh\n# A/B variant of the deployed launcher (checks/bench.py); removed after the run.\n"
+            f"exec {shlex.join(argv)}\n"
+        )
         encoded = base64.b64encode(content.encode()).decode()
-        script = (f"mkdir -p {folder} && echo {encoded} | base64 -d > {folder}/{SPEC_LAUNCHER} && "
-                  f"chmod 0755 {folder}/{SPEC_LAUNCHER} && "
-                  f"printf '[Service]\\nExecStart=\\nExecStart={folder}/{SPEC_LAUNCHER}\\n' > {folder}/{SPEC_DROPIN}")
-    result = host.run(f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}")
+        script = (
+            f"mkdir -p {folder} && echo {encoded} | base64 -d > {folder}/{SPEC_LAUNCHER} && "
+            f"chmod 0755 {folder}/{SPEC_LAUNCHER} && "
+            f"printf '[Service]\\nExecStart=\\nExecStart={folder}/{SPEC_LAUNCHER}\\n' > {folder}/{SPEC_DROPIN}"
+        )
+    result = host.run(
+        f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}"
+    )
     if result.rc != 0:
         raise RuntimeError(f"could not switch speculative decoding on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
@@ -380,29 +512,48 @@ def _arguments(argv):
     parser.add_argument("--inventory", help="inventory file")
     parser.add_argument("--host", help="inventory host (default: the first gpu node)")
     parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")
-    parser.add_argument("--through-gateway", metavar="GATEWAY", nargs="?", const="",
-                        help="send the workload through a host of the gateways group (default: the first)"
-                             " instead of to --host's own server; bench_serving still runs on --host")
-    parser.add_argument("--concurrency", default="1,4,16,64",
-                        type=lambda v: [int(c) for c in v.split(",")], help="sweep; 1 is the single stream")
+    parser.add_argument(
+        "--through-gateway",
+        metavar="GATEWAY",
+        nargs="?",
+        const="",
+        help="send the workload through a host of the gateways group (default: the first)"
+        " instead of to --host's own server; bench_serving still runs on --host",
+    )
+    parser.add_argument(
+        "--concurrency",
+        default="1,4,16,64",
+        type=lambda v: [int(c) for c in v.split(",")],
+        help="sweep; 1 is the single stream",
+    )
     parser.add_argument("--input-len", type=int, default=1024)
     parser.add_argument("--output-len", type=int, default=512)
     parser.add_argument("--prompts-per-stream", type=int, default=4)
     parser.add_argument("--min-prompts", type=int, default=8)
     parser.add_argument("--label", default="default", help="names this configuration in the history")
     parser.add_argument("--ab-p2p", action="store_true", help="run the workload with NCCL P2P on, then off")
-    parser.add_argument("--ab-spec", action="store_true",
-                        help="run the workload with speculative decoding (EAGLE-3) on, then off")
-    parser.add_argument("--ab-spec-v2", action="store_true",
-                        help="speculative decoding with SGLANG_ENABLE_SPEC_V2 off (overlap scheduler off), then on")
-    parser.add_argument("--ab-drafter", metavar="PATH",
-                        help="run the workload with the deployed drafter, then with the drafter at PATH (on the host)")
+    parser.add_argument(
+        "--ab-spec", action="store_true", help="run the workload with speculative decoding (EAGLE-3) on, then off"
+    )
+    parser.add_argument(
+        "--ab-spec-v2",
+        action="store_true",
+        help="speculative decoding with SGLANG_ENABLE_SPEC_V2 off (overlap scheduler off), then on",
+    )
+    parser.add_argument(
+        "--ab-drafter",
+        metavar="PATH",
+        help="run the workload with the deployed drafter, then with the drafter at PATH (on the host)",
+    )
     parser.add_argument("--restart-timeout-s", type=int, default=1800, help="model load after a restart")
     parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY)
     parser.add_argument("--chart", type=Path, help="PNG (default: the history's name with .png)")
     parser.add_argument("--chart-only", action="store_true", help="only redraw the chart from the history")
-    parser.add_argument("--compare-engines", action="store_true",
-                        help="print the latest run of each engine (vLLM vs SGLang) per host and workload")
+    parser.add_argument(
+        "--compare-engines",
+        action="store_true",
+        help="print the latest run of each engine (vLLM vs SGLang) per host and workload",
+    )
     return parser.parse_args(argv)
 
 
@@ -415,19 +566,26 @@ def _target(args) -> dict:
     name = args.host or next((h.name for h in site.group("gpu_nodes")), None)
     if name not in site.hosts:
         raise SiteError([f"{args.inventory}: no host {name!r}; expected one of: {', '.join(site.hosts)}"])
-    target = {"name": name, "url": args.hosts or testinfra_url(args.inventory, name),
-              "expect": Expectations.from_site(site, name),
-              "model_path": site.hosts[name].serving.model_path,
-              "stack": f"{site.stack.active.id} ({site.stack.active.label})",
-              "engine": site.stack.active.engine}
+    target = {
+        "name": name,
+        "url": args.hosts or testinfra_url(args.inventory, name),
+        "expect": Expectations.from_site(site, name),
+        "model_path": site.hosts[name].serving.model_path,
+        "stack": f"{site.stack.active.id} ({site.stack.active.label})",
+        "engine": site.stack.active.engine,
+    }
     if getattr(args, "through_gateway", None) is not None:
         from roles.shared.replicas import gateway_url
 
         gateways = site.group("gateways")
         gateway = next((g for g in gateways if g.name == args.through_gateway or not args.through_gateway), None)
         if gateway is None:
-            raise SiteError([f"{args.inventory}: --through-gateway {args.through_gateway!r} is no host of the"
-                             " gateways group; expected one of: " + (", ".join(g.name for g in gateways) or "(none)")])
+            raise SiteError(
+                [
+                    f"{args.inventory}: --through-gateway {args.through_gateway!r} is no host of the"
+                    " gateways group; expected one of: " + (", ".join(g.name for g in gateways) or "(none)")
+                ]
+            )
         # The replicas share one API key (a rule of the site model): the gpu node's key file serves.
         target.update(base_url=gateway_url(gateway), label_host=f"{gateway.name} (gateway, from {name})")
     return target
@@ -441,11 +599,15 @@ def ab_variants(args, host, expect):
     if args.ab_spec:
         return {"spec-on": True, "spec-off": False}, lambda v: set_speculative(host, expect, v, timeout)
     if args.ab_spec_v2:  # server_args.py: EAGLE keeps the overlap scheduler only with spec v2
-        return ({"spec-v2-off": "SGLANG_ENABLE_SPEC_V2=0", "spec-v2-on": "SGLANG_ENABLE_SPEC_V2=1"},
-                lambda v: set_environment(host, expect, v, timeout))
+        return (
+            {"spec-v2-off": "SGLANG_ENABLE_SPEC_V2=0", "spec-v2-on": "SGLANG_ENABLE_SPEC_V2=1"},
+            lambda v: set_environment(host, expect, v, timeout),
+        )
     if args.ab_drafter:
+
         def drafter(path):
             set_speculative(host, expect, None if path is None else True, timeout, path or None)
+
         return {"drafter-current": "", "drafter-new": args.ab_drafter}, drafter
     return {args.label: None}, None
 
@@ -480,8 +642,13 @@ def main(argv=None) -> int:
     import testinfra
 
     host = testinfra.get_host(target["url"])
-    workload = {"dataset": "random-ids", "input_len": args.input_len, "output_len": args.output_len,
-                "concurrency": args.concurrency, "prompts_per_stream": args.prompts_per_stream}
+    workload = {
+        "dataset": "random-ids",
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "concurrency": args.concurrency,
+        "prompts_per_stream": args.prompts_per_stream,
+    }
     expect = target["expect"]
     variants, switch = ab_variants(args, host, expect)
     records = {}
@@ -491,9 +658,15 @@ def main(argv=None) -> int:
                 print(f"== {label}: restarting {expect.unit_name}", flush=True)
                 switch(value)
             results = run_workload(host, target, args)
-            record = make_record(target.get("label_host", target["name"]), label, target["stack"], workload, results,
-                                 engine=target["engine"],
-                                 speculative=speculative_figures(host, expect) if expect.speculative else None)
+            record = make_record(
+                target.get("label_host", target["name"]),
+                label,
+                target["stack"],
+                workload,
+                results,
+                engine=target["engine"],
+                speculative=speculative_figures(host, expect) if expect.speculative else None,
+            )
             history = read_history(args.history)
             append_history(args.history, record)
             print(comparison_table(record, previous_comparable(history, record), reference), flush=True)
@@ -510,4 +683,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -32,12 +32,20 @@ def pytest_addoption(parser):
     group = parser.getgroup("inference-host health checks")
     group.addoption("--inventory", help="inventory file whose site model gives the expectations")
     group.addoption("--site-host", help="inventory host name of the checked host (default: from --hosts)")
-    group.addoption("--expect", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one expectation (inventory keys, driver_version, api_key_file)")
+    group.addoption(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one expectation (inventory keys, driver_version, api_key_file)",
+    )
     group.addoption("--report-json", metavar="PATH", help="write the verdicts as JSON to PATH")
-    group.addoption("--no-bandwidth-probes", action="store_true",
-                    help="skip the probes that load every GPU (memory bandwidth, PCIe link under load):"
-                         " the periodic checks beside a serving engine (roles/monitoring)")
+    group.addoption(
+        "--no-bandwidth-probes",
+        action="store_true",
+        help="skip the probes that load every GPU (memory bandwidth, PCIe link under load):"
+        " the periodic checks beside a serving engine (roles/monitoring)",
+    )
 
 
 def pytest_configure(config):
@@ -59,8 +67,9 @@ def _validate_expectations(config) -> None:
         else:
             Expectations.from_overrides(overrides)
     except SiteError as error:
-        raise pytest.UsageError("the health checks' expectations are invalid; no host was contacted:\n  - "
-                                + "\n  - ".join(error.problems)) from None
+        raise pytest.UsageError(
+            "the health checks' expectations are invalid; no host was contacted:\n  - " + "\n  - ".join(error.problems)
+        ) from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,8 +102,9 @@ def expectations_for(config, host) -> Expectations:
             else:
                 _EXPECTATIONS[key] = Expectations.from_overrides(overrides, _site_host_name(config, host))
         except SiteError as error:
-            raise pytest.UsageError("the health checks' expectations are invalid:\n  - "
-                                    + "\n  - ".join(error.problems)) from None
+            raise pytest.UsageError(
+                "the health checks' expectations are invalid:\n  - " + "\n  - ".join(error.problems)
+            ) from None
     return _EXPECTATIONS[key]
 
 
@@ -167,17 +177,19 @@ def pytest_runtest_makereport(item, call):
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         verdict = "PASS" if report.passed else "SKIP" if report.skipped else "FAIL"
-        _CONFIG_RESULTS.append({
-            "suite": getattr(report, "ih_suite", "other"),
-            "check": getattr(report, "ih_check", report.nodeid),
-            "gpu": getattr(report, "ih_gpu", None),
-            "host": getattr(report, "ih_host", ""),
-            "verdict": verdict,
-            "detail": _message(report),
-            "nodeid": report.nodeid,
-            "seconds": round(report.duration, 2),
-            "evidence": _evidence(report),
-        })
+        _CONFIG_RESULTS.append(
+            {
+                "suite": getattr(report, "ih_suite", "other"),
+                "check": getattr(report, "ih_check", report.nodeid),
+                "gpu": getattr(report, "ih_gpu", None),
+                "host": getattr(report, "ih_host", ""),
+                "verdict": verdict,
+                "detail": _message(report),
+                "nodeid": report.nodeid,
+                "seconds": round(report.duration, 2),
+                "evidence": _evidence(report),
+            }
+        )
 
 
 _CONFIG_RESULTS: list[dict] = []
@@ -199,8 +211,10 @@ def verdict_table(results: list[dict], width: int = 110) -> str:
             continue
         counts = {v: sum(r["verdict"] == v for r in rows) for v in order}
         status = "FAIL" if counts["FAIL"] else "PASS" if counts["PASS"] else "SKIP"
-        lines.append(f"{suite.upper():13} {status}   ({counts['PASS']} passed, {counts['FAIL']} failed,"
-                     f" {counts['SKIP']} skipped)")
+        lines.append(
+            f"{suite.upper():13} {status}   ({counts['PASS']} passed, {counts['FAIL']} failed,"
+            f" {counts['SKIP']} skipped)"
+        )
         rows = _collapse_repeated_skips(sorted(rows, key=lambda r: order[r["verdict"]]))
         for row in rows:
             check = row["check"] + (f" [GPU{row['gpu']}]" if row["gpu"] is not None else "")
@@ -228,8 +242,7 @@ def _collapse_repeated_skips(rows: list[dict]) -> list[dict]:
             collapsed.append(row)
         elif key not in done:
             done.add(key)
-            collapsed.append({**row, "gpu": None, "check": f"{len(groups[key])} checks",
-                              "detail": key})
+            collapsed.append({**row, "gpu": None, "check": f"{len(groups[key])} checks", "detail": key})
     return collapsed
 
 

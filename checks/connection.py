@@ -45,16 +45,18 @@ def ssh_config_text(host_name: str, data: dict) -> str:
     hostname = data.get("ssh_hostname") or host_name
     problems = []
     if data.get("ssh_password"):
-        problems.append(f"{host_name}: ssh_password is set; the health checks connect with OpenSSH in "
-                        "batch mode (keys only): use ssh_key")
+        problems.append(
+            f"{host_name}: ssh_password is set; the health checks connect with OpenSSH in "
+            "batch mode (keys only): use ssh_key"
+        )
     strict = str(data.get("ssh_strict_host_key_checking") or "accept-new")
     if strict not in STRICT:
-        problems.append(f"{host_name}: ssh_strict_host_key_checking = {strict!r} is invalid; expected one "
-                        "of " + ", ".join(STRICT))
+        problems.append(
+            f"{host_name}: ssh_strict_host_key_checking = {strict!r} is invalid; expected one of " + ", ".join(STRICT)
+        )
     if problems:
         raise SshSettingsError(problems)
-    lines = [f"# how pyinfra reaches {host_name} (inventory data), for the health checks",
-             f"Host {hostname}"]
+    lines = [f"# how pyinfra reaches {host_name} (inventory data), for the health checks", f"Host {hostname}"]
     if data.get("ssh_user"):
         lines.append(f"    User {data['ssh_user']}")
     if data.get("ssh_port"):

@@ -32,7 +32,7 @@ DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
 EXTRA_KEYS = {
     "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
     "api_key_file": "the 0600 engine --config file holding the API key"
-                    f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
+    f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
     "engine": "the engine serving: sglang or vllm (default: the active stack's)",
 }
 ENGINES = ("sglang", "vllm")
@@ -68,7 +68,7 @@ class Expectations:
     min_memory_bandwidth_gbps: float | None
     memory_bandwidth_source: str
     needs_resizable_bar: bool
-    env_file: str                # the unit's EnvironmentFile (roles/serving)
+    env_file: str  # the unit's EnvironmentFile (roles/serving)
     launcher: str
     dcgm: bool
     server_timeout_s: int
@@ -89,17 +89,21 @@ class Expectations:
         return self.engine == "vllm" or self.enable_metrics
 
     @classmethod
-    def from_host(cls, host: site_model.HostSettings, driver_version: str, source: str,
-                  extra: dict | None = None, engine: str = "sglang") -> Expectations:
+    def from_host(
+        cls,
+        host: site_model.HostSettings,
+        driver_version: str,
+        source: str,
+        extra: dict | None = None,
+        engine: str = "sglang",
+    ) -> Expectations:
         extra = extra or {}
         engine = extra.get("engine", engine)
         if engine not in ENGINES:
-            raise site_model.SiteError([f"--expect engine={engine} is invalid; expected one of"
-                                        f" {', '.join(ENGINES)}"])
+            raise site_model.SiteError([f"--expect engine={engine} is invalid; expected one of {', '.join(ENGINES)}"])
         link, link_source = gpu_models.expected_link(host.gpu.model, host.health.gpu_link)
         floor, floor_source = gpu_models.allreduce_floor(link, host.health.allreduce_min_busbw_gbps)
-        membw, membw_source = gpu_models.memory_bandwidth_floor(
-            host.gpu.model, host.health.min_memory_bandwidth_gbps)
+        membw, membw_source = gpu_models.memory_bandwidth_floor(host.gpu.model, host.health.min_memory_bandwidth_gbps)
         model = gpu_models.model(host.gpu.model)
         serving = layout.serving_files(host.base.install_root, host.serving.unit_name)
         return cls(
@@ -148,13 +152,11 @@ class Expectations:
         )
 
     @classmethod
-    def from_site(cls, site: site_model.Site, host_name: str,
-                  overrides: list[str] | None = None) -> Expectations:
+    def from_site(cls, site: site_model.Site, host_name: str, overrides: list[str] | None = None) -> Expectations:
         if host_name not in site.hosts:
-            raise site_model.SiteError([
-                f"{site.inventory_file}: no host {host_name!r}; expected one of: "
-                + ", ".join(site.hosts)
-            ])
+            raise site_model.SiteError(
+                [f"{site.inventory_file}: no host {host_name!r}; expected one of: " + ", ".join(site.hosts)]
+            )
         host = site.hosts[host_name]
         data, extra = _split_overrides(overrides or [])
         if data:
@@ -167,8 +169,9 @@ class Expectations:
         return expect
 
     @classmethod
-    def from_overrides(cls, overrides: list[str], host_name: str = "local",
-                       stack_file: Path = DEFAULT_STACK_FILE) -> Expectations:
+    def from_overrides(
+        cls, overrides: list[str], host_name: str = "local", stack_file: Path = DEFAULT_STACK_FILE
+    ) -> Expectations:
         """For a machine in no inventory: the defaults of a gpu node, then the overrides."""
         data, extra = _split_overrides(overrides)
         problems: list[str] = []
@@ -194,8 +197,9 @@ def _split_overrides(overrides: list[str]) -> tuple[dict, dict]:
             value = raw  # YAML 1.1 reads off/on/yes/no as booleans: nccl_p2p_level=off is a word
         if key in EXTRA_KEYS:
             if key == "driver_version" and not re.match(r"^\d+\.\d+(\.\d+)?$", raw):
-                problems.append(f"--expect driver_version={raw!r} is invalid; expected a driver "
-                                "version like 580.159.04")
+                problems.append(
+                    f"--expect driver_version={raw!r} is invalid; expected a driver version like 580.159.04"
+                )
             elif not raw:
                 problems.append(f"--expect {key}= is empty; expected {EXTRA_KEYS[key]}")
             extra[key] = str(raw)

@@ -45,11 +45,15 @@ def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> V
     """Pure: the gateway's /workers answer, one generation through it, the inventory's worker URLs."""
     if generation.status != 200:
         found = f"HTTP {generation.status}" if generation.status else f"no answer ({generation.error})"
-        return Verdict("FAILED", f"a generation through the gateway got {found}: {generation.body[:200]}",
-                       tuple(expected))
+        return Verdict(
+            "FAILED", f"a generation through the gateway got {found}: {generation.body[:200]}", tuple(expected)
+        )
     if workers.status != 200:
-        return Verdict("DEGRADED", f"the endpoint serves, but GET /workers answered HTTP {workers.status};"
-                       " the replicas' state is unknown", ())
+        return Verdict(
+            "DEGRADED",
+            f"the endpoint serves, but GET /workers answered HTTP {workers.status}; the replicas' state is unknown",
+            (),
+        )
     listed = {w["url"]: w for w in workers.json().get("workers", [])}
     down = []
     for url in expected:
@@ -61,29 +65,38 @@ def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> V
     if not down:
         return Verdict("HEALTHY", f"{len(expected)} of {len(expected)} replicas ready; the endpoint serves")
     serving = len(expected) - len(down)
-    return Verdict("DEGRADED", f"the endpoint serves on {serving} of {len(expected)} replicas; down: "
-                   + "; ".join(f"{url} ({why})" for url, why in down)
-                   + ". Read `journalctl -u <serving unit>` on that node; the gateway adds it back when"
-                   " its /health answers", tuple(url for url, _ in down))
+    return Verdict(
+        "DEGRADED",
+        f"the endpoint serves on {serving} of {len(expected)} replicas; down: "
+        + "; ".join(f"{url} ({why})" for url, why in down)
+        + ". Read `journalctl -u <serving unit>` on that node; the gateway adds it back when"
+        " its /health answers",
+        tuple(url for url, _ in down),
+    )
 
 
 def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
-    curl = (f"curl -sS -m 60 -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
-            " -K <(printf 'header = \"Authorization: Bearer %s\"\\n' \"$KEY\")")
+    curl = (
+        f"curl -sS -m 60 -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
+        ' -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")'
+    )
     data = ""
     if body is not None:
         curl += " -H 'Content-Type: application/json' --data-binary @-"
         data = f"printf %s {shlex.quote(json.dumps(body))} | "
-    script = (f"KEY=$(cat {API_KEY_FILE} 2>/dev/null); {data}{curl}"
-              f" {shlex.quote(f'http://127.0.0.1:{port}{path}')}")
+    script = f"KEY=$(cat {API_KEY_FILE} 2>/dev/null); {data}{curl} {shlex.quote(f'http://127.0.0.1:{port}{path}')}"
     result = run(("sudo " if sudo else "") + f"bash -c {shlex.quote(script)}")
     return parse_curl_output(result.stdout, result.stderr)
 
 
 def check(run, port: int, model: str, expected: list[str], sudo: bool = False) -> Verdict:
-    generation = _request(run, port, "/v1/chat/completions",
-                          {"model": model, "max_tokens": 4, "temperature": 0,
-                           "messages": [{"role": "user", "content": "Say ok."}]}, sudo)
+    generation = _request(
+        run,
+        port,
+        "/v1/chat/completions",
+        {"model": model, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "Say ok."}]},
+        sudo,
+    )
     return judge(_request(run, port, "/workers", sudo=sudo), generation, expected)
 
 
@@ -105,10 +118,14 @@ def main(argv=None) -> int:
         if not gateways:
             # Nothing checked is no verdict: say so and fail, before any host is contacted.
             known = ", ".join(g.name for g in site.group("gateways"))
-            raise SiteError([f"{args.inventory}: no host {args.host!r} in the gateways group; expected one of:"
-                             f" {known}" if args.host and known else
-                             f"{args.inventory}: the gateways group is empty; nothing to check (add the"
-                             " gateway hosts to `gateways`, or check a gpu node with python -m checks)"])
+            raise SiteError(
+                [
+                    f"{args.inventory}: no host {args.host!r} in the gateways group; expected one of: {known}"
+                    if args.host and known
+                    else f"{args.inventory}: the gateways group is empty; nothing to check (add the"
+                    " gateway hosts to `gateways`, or check a gpu node with python -m checks)"
+                ]
+            )
     except SiteError as error:
         print_problems(error)
         return 2

@@ -10,23 +10,27 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GpuModel:
-    memory_bandwidth_gbps: float   # vendor spec, GB/s
+    memory_bandwidth_gbps: float  # vendor spec, GB/s
     source: str
-    gpu_link: str                  # the slowest link expected between two of these GPUs
-    needs_resizable_bar: bool      # BAR1 must map the whole memory (the driver/engine need it)
+    gpu_link: str  # the slowest link expected between two of these GPUs
+    needs_resizable_bar: bool  # BAR1 must map the whole memory (the driver/engine need it)
 
 
 # Keys are nvidia-smi's product names (`--query-gpu=name`).
 MODELS = {
     "NVIDIA H200": GpuModel(
-        4800.0, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e; SXM boards join all GPUs by NVLink",
-        "nvlink", False),
+        4800.0, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e; SXM boards join all GPUs by NVLink", "nvlink", False
+    ),
     "NVIDIA H100 80GB HBM3": GpuModel(
-        3350.0, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3; SXM boards join all GPUs by NVLink",
-        "nvlink", False),
+        3350.0, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3; SXM boards join all GPUs by NVLink", "nvlink", False
+    ),
     "NVIDIA RTX PRO 6000 Blackwell Server Edition": GpuModel(
-        1792.0, "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 1792 GB/s GDDR7; PCIe "
-        "cards, no NVLink; the target spreads 8 over two sockets", "cross-socket", True),
+        1792.0,
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 1792 GB/s GDDR7; PCIe "
+        "cards, no NVLink; the target spreads 8 over two sockets",
+        "cross-socket",
+        True,
+    ),
 }
 
 # A device-to-device copy reads and writes every byte; measured on one H200 (2026-12-01,
@@ -78,5 +82,7 @@ def memory_bandwidth_floor(gpu_model: str, setting: float | None) -> tuple[float
     known = model(gpu_model)
     if known is None:
         return None, f"no spec for {gpu_model} in checks/gpu_models.py; set health_min_memory_bandwidth_gbps"
-    return (round(known.memory_bandwidth_gbps * MEMORY_BANDWIDTH_FRACTION, 1),
-            f"{MEMORY_BANDWIDTH_FRACTION:.0%} of {known.memory_bandwidth_gbps:.0f} GB/s ({known.source})")
+    return (
+        round(known.memory_bandwidth_gbps * MEMORY_BANDWIDTH_FRACTION, 1),
+        f"{MEMORY_BANDWIDTH_FRACTION:.0%} of {known.memory_bandwidth_gbps:.0f} GB/s ({known.source})",
+    )

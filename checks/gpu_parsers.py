@@ -38,9 +38,20 @@ MISSING_VALUES = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown 
 
 # The fields the GPU suite asks for, in this order (nvidia-smi --help-query-gpu names them).
 GPU_QUERY_FIELDS = (
-    "index", "pci.bus_id", "name", "uuid", "compute_cap", "memory.total", "driver_version",
-    "persistence_mode", "pstate", "pcie.link.gen.current", "pcie.link.gen.max",
-    "pcie.link.gen.gpumax", "pcie.link.width.current", "pcie.link.width.max",
+    "index",
+    "pci.bus_id",
+    "name",
+    "uuid",
+    "compute_cap",
+    "memory.total",
+    "driver_version",
+    "persistence_mode",
+    "pstate",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.gen.gpumax",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
 )
 
 
@@ -81,8 +92,9 @@ def parse_csv(text: str, fields: tuple[str, ...] | None = None) -> list[dict[str
     for line in lines:
         cells = [c for c in line.split(",")]
         if len(cells) != len(fields):
-            raise ValueError(f"nvidia-smi CSV row has {len(cells)} columns, expected "
-                             f"{len(fields)} ({', '.join(fields)}): {line!r}")
+            raise ValueError(
+                f"nvidia-smi CSV row has {len(cells)} columns, expected {len(fields)} ({', '.join(fields)}): {line!r}"
+            )
         rows.append({name: _cell(cell) for name, cell in zip(fields, cells, strict=True)})
     return rows
 
@@ -131,22 +143,24 @@ def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_QUERY_FIELDS) -> li
     gpus = []
     for row in parse_csv(text, fields):
         get = row.get
-        gpus.append(GpuInfo(
-            index=int(get("index") or 0),
-            bus_id=get("pci.bus_id") or "",
-            name=get("name") or "",
-            uuid=get("uuid"),
-            compute_cap=get("compute_cap"),
-            memory_mib=_int(get("memory.total")),
-            driver_version=get("driver_version"),
-            persistence_mode=_yes(get("persistence_mode")),
-            pstate=get("pstate"),
-            pcie_gen_current=_int(get("pcie.link.gen.current")),
-            pcie_gen_max=_int(get("pcie.link.gen.max")),
-            pcie_gen_gpu_max=_int(get("pcie.link.gen.gpumax")),
-            pcie_width_current=_int(get("pcie.link.width.current")),
-            pcie_width_max=_int(get("pcie.link.width.max")),
-        ))
+        gpus.append(
+            GpuInfo(
+                index=int(get("index") or 0),
+                bus_id=get("pci.bus_id") or "",
+                name=get("name") or "",
+                uuid=get("uuid"),
+                compute_cap=get("compute_cap"),
+                memory_mib=_int(get("memory.total")),
+                driver_version=get("driver_version"),
+                persistence_mode=_yes(get("persistence_mode")),
+                pstate=get("pstate"),
+                pcie_gen_current=_int(get("pcie.link.gen.current")),
+                pcie_gen_max=_int(get("pcie.link.gen.max")),
+                pcie_gen_gpu_max=_int(get("pcie.link.gen.gpumax")),
+                pcie_width_current=_int(get("pcie.link.width.current")),
+                pcie_width_max=_int(get("pcie.link.width.max")),
+            )
+        )
     return gpus
 
 
@@ -159,8 +173,13 @@ class RemappedRows:
     failure: bool | None
 
 
-REMAPPED_FIELDS = ("gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable",
-                   "remapped_rows.pending", "remapped_rows.failure")
+REMAPPED_FIELDS = (
+    "gpu_bus_id",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+)
 
 
 def parse_remapped_rows(text: str) -> list[RemappedRows]:
@@ -190,8 +209,12 @@ class RetiredPages:
         return not (self.pending is None and self.single_bit is None and self.double_bit is None)
 
 
-RETIRED_FIELDS = ("index", "retired_pages.pending", "retired_pages.single_bit_ecc.count",
-                  "retired_pages.double_bit.count")
+RETIRED_FIELDS = (
+    "index",
+    "retired_pages.pending",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+)
 
 
 def parse_retired_pages(text: str) -> list[RetiredPages]:
@@ -254,12 +277,14 @@ def parse_xid_events(dmesg_text: str) -> list[XidEvent]:
     for line in dmesg_text.splitlines():
         match = XID_RE.search(line)
         if match:
-            events.append(XidEvent(
-                bus=normalize_bus_id(match.group("bus")),
-                code=int(match.group("code")),
-                message=match.group("message").strip(),
-                line=line.strip(),
-            ))
+            events.append(
+                XidEvent(
+                    bus=normalize_bus_id(match.group("bus")),
+                    code=int(match.group("code")),
+                    message=match.group("message").strip(),
+                    line=line.strip(),
+                )
+            )
     return events
 
 
@@ -270,7 +295,7 @@ def parse_xid_events(dmesg_text: str) -> list[XidEvent]:
 @dataclass(frozen=True)
 class Topology:
     gpus: list[str]
-    links: dict[tuple[str, str], str]           # (GPU0, GPU1) -> NV18 / SYS / PIX / ...
+    links: dict[tuple[str, str], str]  # (GPU0, GPU1) -> NV18 / SYS / PIX / ...
     cpu_affinity: dict[str, str | None]
     numa_affinity: dict[str, str | None]
 
@@ -287,7 +312,7 @@ def parse_topology(text: str) -> Topology:
     columns = [c for c in header if not c.startswith(("CPU Affinity", "NUMA Affinity", "GPU NUMA"))]
     gpu_columns = [c for c in columns if c.startswith("GPU")]
     gpus, links, cpu, numa = [], {}, {}, {}
-    for line in lines[header_index + 1:]:
+    for line in lines[header_index + 1 :]:
         if line.startswith("Legend"):
             break
         cells = [c.strip() for c in line.split("\t")]
@@ -299,7 +324,7 @@ def parse_topology(text: str) -> Topology:
         for column, value in zip(columns, cells[1:], strict=False):
             if column in gpu_columns and column != name:
                 links[(name, column)] = value
-        rest = cells[1 + len(columns):]
+        rest = cells[1 + len(columns) :]
         cpu[name] = _cell(rest[0]) if len(rest) > 0 else None
         numa[name] = _cell(rest[1]) if len(rest) > 1 else None
     return Topology(gpus=gpus, links=links, cpu_affinity=cpu, numa_affinity=numa)
@@ -314,7 +339,7 @@ def parse_json_line(text: str, marker: str) -> dict:
     found = None
     for line in text.splitlines():
         if line.startswith(marker):
-            found = json.loads(line[len(marker):])
+            found = json.loads(line[len(marker) :])
     if found is None:
         raise ValueError(f"no line starting with {marker!r} in the program's output")
     return found
@@ -482,7 +507,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
 class BenchResult:
     max_concurrency: int | None
     completed: int | None
-    output_throughput: float | None     # output tok/s
+    output_throughput: float | None  # output tok/s
     request_throughput: float | None
     mean_ttft_ms: float | None
     median_ttft_ms: float | None
@@ -507,20 +532,25 @@ def parse_bench_serving_jsonl(text: str) -> list[BenchResult]:
         if not line.strip():
             continue
         row = json.loads(line)
-        results.append(BenchResult(
-            max_concurrency=_int(str(row["max_concurrency"])) if row.get("max_concurrency") is not None else None,
-            completed=row.get("completed"),
-            output_throughput=_float(row.get("output_throughput")),
-            request_throughput=_float(row.get("request_throughput")),
-            mean_ttft_ms=_float(row.get("mean_ttft_ms")),
-            median_ttft_ms=_float(row.get("median_ttft_ms")),
-            mean_itl_ms=_float(row.get("mean_itl_ms")),
-            median_itl_ms=_float(row.get("median_itl_ms")),
-            mean_tpot_ms=_float(row.get("mean_tpot_ms")),
-            accept_length=_float(row.get("accept_length")),
-            extra={k: row[k] for k in ("backend", "dataset_name", "random_input_len",
-                                       "random_output_len", "duration") if k in row},
-        ))
+        results.append(
+            BenchResult(
+                max_concurrency=_int(str(row["max_concurrency"])) if row.get("max_concurrency") is not None else None,
+                completed=row.get("completed"),
+                output_throughput=_float(row.get("output_throughput")),
+                request_throughput=_float(row.get("request_throughput")),
+                mean_ttft_ms=_float(row.get("mean_ttft_ms")),
+                median_ttft_ms=_float(row.get("median_ttft_ms")),
+                mean_itl_ms=_float(row.get("mean_itl_ms")),
+                median_itl_ms=_float(row.get("median_itl_ms")),
+                mean_tpot_ms=_float(row.get("mean_tpot_ms")),
+                accept_length=_float(row.get("accept_length")),
+                extra={
+                    k: row[k]
+                    for k in ("backend", "dataset_name", "random_input_len", "random_output_len", "duration")
+                    if k in row
+                },
+            )
+        )
     return results
 
 
@@ -607,10 +637,10 @@ class GpuHealth:
     ecc_pending: bool | None
     ecc_errors: dict[str, dict[str, int | None]]  # Volatile/Aggregate -> {counter: count}
     recovery_action: str | None
-    clock_events: dict[str, bool]                 # "HW Slowdown" -> active
+    clock_events: dict[str, bool]  # "HW Slowdown" -> active
     temperature_c: float | None
-    tlimit_margin_c: float | None                 # "GPU T.Limit Temp": degrees left before slowdown
-    power_limit_w: float | None                   # current (enforced) limit
+    tlimit_margin_c: float | None  # "GPU T.Limit Temp": degrees left before slowdown
+    power_limit_w: float | None  # current (enforced) limit
     power_default_limit_w: float | None
     power_requested_limit_w: float | None
     power_max_limit_w: float | None
@@ -646,6 +676,7 @@ def gpu_health(bus: str, tree: dict) -> GpuHealth:
             elif _cell(value) is not None:
                 flat_events[key] = value.strip() == "Active"
             # HW Slowdown holds its two causes as a nested section in 580.x; walk() flattens it
+
     walk(events)
     power = _path(tree, "GPU Power Readings|Power Readings") or {}
     return GpuHealth(
@@ -653,8 +684,7 @@ def gpu_health(bus: str, tree: dict) -> GpuHealth:
         name=_path(tree, "Product Name"),
         ecc_current=_yes(_cell(_path(tree, "ECC Mode", "Current") or "")),
         ecc_pending=_yes(_cell(_path(tree, "ECC Mode", "Pending") or "")),
-        ecc_errors={scope: _ecc_counters(_path(tree, "ECC Errors", scope))
-                    for scope in ("Volatile", "Aggregate")},
+        ecc_errors={scope: _ecc_counters(_path(tree, "ECC Errors", scope)) for scope in ("Volatile", "Aggregate")},
         recovery_action=_cell(_path(tree, "GPU Recovery Action") or ""),
         clock_events=flat_events,
         temperature_c=_number(_path(tree, "Temperature", "GPU Current Temp")),
@@ -689,7 +719,7 @@ def parse_gpu_health(text: str) -> dict[str, GpuHealth]:
 @dataclass(frozen=True)
 class NvlinkState:
     gpu: int
-    links: dict[int, float | None]                 # link -> GB/s; None: inactive
+    links: dict[int, float | None]  # link -> GB/s; None: inactive
     errors: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -697,8 +727,11 @@ class NvlinkState:
         return [link for link, speed in self.links.items() if speed is None]
 
     def nonzero_errors(self) -> dict[int, dict[str, int]]:
-        return {link: {k: v for k, v in counters.items() if v}
-                for link, counters in self.errors.items() if any(counters.values())}
+        return {
+            link: {k: v for k, v in counters.items() if v}
+            for link, counters in self.errors.items()
+            if any(counters.values())
+        }
 
 
 _NVLINK_GPU_RE = re.compile(r"^GPU (\d+): ")
@@ -728,8 +761,7 @@ def parse_nvlink(status_text: str, errors_text: str = "") -> dict[int, NvlinkSta
             else:
                 speed = re.match(r"^([\d.]+) GB/s", rest)
                 links[gpu][link] = float(speed.group(1)) if speed else None
-    return {gpu: NvlinkState(gpu, links.get(gpu, {}), errors.get(gpu, {}))
-            for gpu in sorted(set(links) | set(errors))}
+    return {gpu: NvlinkState(gpu, links.get(gpu, {}), errors.get(gpu, {})) for gpu in sorted(set(links) | set(errors))}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -783,10 +815,11 @@ DCGM_RESULTS = ("Pass", "Fail", "Warn", "Skip", "Not Run")
 @dataclass
 class DcgmError:
     """One entry of a result's "warnings" (dcgmDiagError_v1)."""
-    entity: str          # GPU1; "" for one that belongs to no entity
-    error_id: int        # DCGM_FR_* of dcgmlib/dcgm_errors.h (29: persistence mode disabled)
-    category: int        # DCGM_FR_EC_*
-    severity: int        # DCGM_ERROR_* (1 monitor, 2 isolate, 6 drain and reset ...)
+
+    entity: str  # GPU1; "" for one that belongs to no entity
+    error_id: int  # DCGM_FR_* of dcgmlib/dcgm_errors.h (29: persistence mode disabled)
+    category: int  # DCGM_FR_EC_*
+    severity: int  # DCGM_ERROR_* (1 monitor, 2 isolate, 6 drain and reset ...)
     message: str
 
 
@@ -795,7 +828,7 @@ class DcgmTest:
     section: str
     name: str
     result: str
-    entities: dict[str, str] = field(default_factory=dict)   # GPU0 -> Pass
+    entities: dict[str, str] = field(default_factory=dict)  # GPU0 -> Pass
     details: list[str] = field(default_factory=list)
     errors: list[DcgmError] = field(default_factory=list)
 
@@ -811,9 +844,16 @@ def _dcgm_entity(result: dict) -> str:
 
 
 def _dcgm_errors(result: dict, entity: str) -> list[DcgmError]:
-    return [DcgmError(entity, int(w.get("error_id", 0)), int(w.get("error_category", 0)),
-                      int(w.get("error_severity", 0)), str(w.get("warning", "")))
-            for w in result.get("warnings") or []]
+    return [
+        DcgmError(
+            entity,
+            int(w.get("error_id", 0)),
+            int(w.get("error_category", 0)),
+            int(w.get("error_severity", 0)),
+            str(w.get("warning", "")),
+        )
+        for w in result.get("warnings") or []
+    ]
 
 
 def _dcgm_test(section: str, entry: dict) -> DcgmTest:
@@ -828,8 +868,9 @@ def _dcgm_test(section: str, entry: dict) -> DcgmTest:
     # The summary repeats every error of the test; keep only those no entity reported.
     seen = {(e.error_id, e.message) for e in test.errors}
     test.errors += [e for e in _dcgm_errors(summary, "") if (e.error_id, e.message) not in seen]
-    test.details = [f"Warning: {e.entity or 'all'}: {e.message} (DCGM error id {e.error_id})"
-                    for e in test.errors] + test.details
+    test.details = [
+        f"Warning: {e.entity or 'all'}: {e.message} (DCGM error id {e.error_id})" for e in test.errors
+    ] + test.details
     return test
 
 
@@ -844,19 +885,21 @@ def parse_dcgmi_diag_json(text: str) -> list[DcgmTest]:
     if isinstance(output, dict) and output.get("iterations"):  # --iterations N: the last run's
         output = output["iterations"][-1]
     if not isinstance(output, dict) or not isinstance(output.get("DCGM Diagnostic"), dict):
-        raise ValueError(f"`dcgmi diag -j` printed no \"DCGM Diagnostic\" object: {text.strip()[:300]!r}")
+        raise ValueError(f'`dcgmi diag -j` printed no "DCGM Diagnostic" object: {text.strip()[:300]!r}')
     diagnostic = output["DCGM Diagnostic"]
     if diagnostic.get("runtime_error"):
         raise DcgmRuntimeError(diagnostic["runtime_error"].strip())
-    return [_dcgm_test(str(category.get("category", "")), entry)
-            for category in diagnostic.get("test_categories") or []
-            for entry in category.get("tests") or []]
+    return [
+        _dcgm_test(str(category.get("category", "")), entry)
+        for category in diagnostic.get("test_categories") or []
+        for entry in category.get("tests") or []
+    ]
 
 
 def dcgm_version(text: str) -> str | None:
     """The DCGM version `dcgmi diag -j` reports in its metadata."""
     try:
-        output = json.loads(text[text.find("{"):])
+        output = json.loads(text[text.find("{") :])
     except (json.JSONDecodeError, ValueError):
         return None
     return ((output or {}).get("metadata") or {}).get("version")

@@ -61,8 +61,9 @@ class GpuProbe:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
         result = self.host.run(f"{SMI} {args}")
         if result.rc != 0:
-            return Evidence(None, f"`nvidia-smi {args}` failed (rc {result.rc}): "
-                                  f"{(result.stdout + result.stderr).strip()[:300]}")
+            return Evidence(
+                None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
+            )
         return Evidence(result.stdout)
 
     @cached_property
@@ -88,7 +89,9 @@ class GpuProbe:
 
     @cached_property
     def compute_apps(self) -> Evidence:
-        return self._smi("--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits")
+        return self._smi(
+            "--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits"
+        )
 
     @cached_property
     def topology(self) -> Evidence:
@@ -175,8 +178,15 @@ class GpuProbe:
 
     # -- programs run with the engine's python --------------------------------------------------
 
-    def run_program(self, python: str, program: str, args: str = "", env_file: str | None = None,
-                    fallback_env: dict | None = None, timeout_s: int = 300):
+    def run_program(
+        self,
+        python: str,
+        program: str,
+        args: str = "",
+        env_file: str | None = None,
+        fallback_env: dict | None = None,
+        timeout_s: int = 300,
+    ):
         """Copy a program from checks/programs to a temporary folder on the host and run it
         there (a file, not `python -c`: torch.multiprocessing's spawn needs one), killed after
         timeout_s.
@@ -190,25 +200,26 @@ class GpuProbe:
         program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
         has_file = bool(env_file) and self.host.run(f"test -r {shlex.quote(env_file)}").rc == 0
-        fallback = "" if has_file else " ".join(
-            f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
-        inherited = " ".join(f"${{{name}+{name}=\"${name}\"}}" for name in SAFETY_VARIABLES)
+        fallback = "" if has_file else " ".join(f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
+        inherited = " ".join(f'${{{name}+{name}="${name}"}}' for name in SAFETY_VARIABLES)
         file_argument = shlex.quote(env_file) if has_file else "''"
         source_name = shlex.quote(env_file if has_file else "site model")
         command = (
             f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
             f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
-            f" {inherited} {fallback} sh -c 'if [ -n \"$1\" ]; then set -a; . \"$1\"; set +a; fi; shift; "
-            f"exec \"$@\"' sh {file_argument} "
-            f"timeout -s KILL {int(timeout_s)} {shlex.quote(python)} \"$d/{program}\" {args}; "
-            "rc=$?; rm -rf \"$d\"; exit $rc"
+            f' {inherited} {fallback} sh -c \'if [ -n "$1" ]; then set -a; . "$1"; set +a; fi; shift; '
+            f'exec "$@"\' sh {file_argument} '
+            f'timeout -s KILL {int(timeout_s)} {shlex.quote(python)} "$d/{program}" {args}; '
+            'rc=$?; rm -rf "$d"; exit $rc'
         )
         return self.host.run(command)
 
     def engine_python_missing(self, python: str) -> str | None:
         if self.host.run(f"test -x {shlex.quote(python)}").rc != 0:
-            return (f"the engine python {python} does not exist; expected the engine environment "
-                    "(roles/engine_envs) there; set health_engine_python or --expect health_engine_python=PATH")
+            return (
+                f"the engine python {python} does not exist; expected the engine environment "
+                "(roles/engine_envs) there; set health_engine_python or --expect health_engine_python=PATH"
+            )
         return None
 
 
@@ -236,8 +247,12 @@ def cuda_visibility_advice(env: dict) -> str:
     # Only CUDA_VISIBLE_DEVICES acts inside a process (NVIDIA_VISIBLE_DEVICES is read when a
     # container is created, by the NVIDIA container toolkit, and is "all" in CUDA images).
     if "CUDA_VISIBLE_DEVICES" in env:
-        return (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} (from {source}) hides GPUs from "
-                "CUDA: remove it from the service's environment (serving_extra_env) unless that is "
-                "intended, and correct gpu_count")
-    return ("nvidia-smi sees the GPU but CUDA does not and no CUDA_VISIBLE_DEVICES is set: check the "
-            "device nodes (/dev/nvidia*) and, in a guest, the passthrough (Proxmox devN entries)")
+        return (
+            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} (from {source}) hides GPUs from "
+            "CUDA: remove it from the service's environment (serving_extra_env) unless that is "
+            "intended, and correct gpu_count"
+        )
+    return (
+        "nvidia-smi sees the GPU but CUDA does not and no CUDA_VISIBLE_DEVICES is set: check the "
+        "device nodes (/dev/nvidia*) and, in a guest, the passthrough (Proxmox devN entries)"
+    )

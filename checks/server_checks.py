@@ -31,7 +31,7 @@ CHAT_MAX_TOKENS = 48
 
 @dataclass(frozen=True)
 class HttpAnswer:
-    status: int          # 0: no answer at all (refused, timed out)
+    status: int  # 0: no answer at all (refused, timed out)
     seconds: float
     body: str
     error: str = ""
@@ -59,8 +59,9 @@ def api_key_assignment(expect, variable: str) -> str:
     return f"{variable}=$(jq -r '.\"api-key\" // empty' {shlex.quote(expect.api_key_file)}); "
 
 
-def request(host, expect, path: str, body: dict | None = None, with_key: bool = True,
-            timeout_s: float | None = None) -> HttpAnswer:
+def request(
+    host, expect, path: str, body: dict | None = None, with_key: bool = True, timeout_s: float | None = None
+) -> HttpAnswer:
     timeout_s = timeout_s or expect.server_timeout_s
     curl = ["curl", "-sS", "-m", str(timeout_s), "-w", f"\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}"]
     data = ""
@@ -70,7 +71,7 @@ def request(host, expect, path: str, body: dict | None = None, with_key: bool = 
     key_setup = ""
     if with_key and expect.api_key_configured:
         key_setup = api_key_assignment(expect, "KEY")
-        curl += ["-K", "<(printf 'header = \"Authorization: Bearer %s\"\\n' \"$KEY\")"]
+        curl += ["-K", '<(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")']
     command = " ".join(shlex.quote(c) if not c.startswith("<(") else c for c in curl)
     script = f"{key_setup}{data}{command} {shlex.quote(base_url(expect) + path)}"
     result = host.run(f"bash -c {shlex.quote(script)}")
@@ -82,8 +83,7 @@ def parse_curl_output(stdout: str, stderr: str = "") -> HttpAnswer:
     if not tail:
         return HttpAnswer(0, 0.0, "", stderr.strip() or "curl printed nothing")
     code, seconds = tail.split()[:2]
-    return HttpAnswer(int(code), float(seconds), body.removesuffix("\n"),
-                      stderr.strip() if code == "000" else "")
+    return HttpAnswer(int(code), float(seconds), body.removesuffix("\n"), stderr.strip() if code == "000" else "")
 
 
 # -- judges: pure, unit-tested --------------------------------------------------------------------
@@ -92,53 +92,76 @@ def parse_curl_output(stdout: str, stderr: str = "") -> HttpAnswer:
 def judge_health(answer: HttpAnswer, bound_s: float) -> str | None:
     if answer.status == 200 and answer.seconds <= bound_s:
         return None
-    found = (f"HTTP {answer.status} after {answer.seconds:.1f} s" if answer.status
-             else f"no answer ({answer.error})")
-    return explain(f"/health to answer 200 within {bound_s} s", found,
-                   "503 while the model loads is normal for ~10 minutes; otherwise read "
-                   "`journalctl -u <unit>` (a 1-token generate timed out: GPU hang, NCCL deadlock)")
+    found = f"HTTP {answer.status} after {answer.seconds:.1f} s" if answer.status else f"no answer ({answer.error})"
+    return explain(
+        f"/health to answer 200 within {bound_s} s",
+        found,
+        "503 while the model loads is normal for ~10 minutes; otherwise read "
+        "`journalctl -u <unit>` (a 1-token generate timed out: GPU hang, NCCL deadlock)",
+    )
 
 
 def judge_models(answer: HttpAnswer, served_name: str) -> str | None:
     if answer.status != 200:
-        return explain("/v1/models to answer 200", f"HTTP {answer.status} {answer.body[:200] or answer.error}",
-                       "see the check 'health'; a 401 means the checks could not read the API key")
+        return explain(
+            "/v1/models to answer 200",
+            f"HTTP {answer.status} {answer.body[:200] or answer.error}",
+            "see the check 'health'; a 401 means the checks could not read the API key",
+        )
     ids = parse.model_ids(answer.json())
     if served_name in ids:
         return None
-    return explain(f"served model name {served_name!r}", f"{ids}",
-                   "serving_served_model_name and the server's --served-model-name must agree; re-run the deploy")
+    return explain(
+        f"served model name {served_name!r}",
+        f"{ids}",
+        "serving_served_model_name and the server's --served-model-name must agree; re-run the deploy",
+    )
 
 
 def judge_chat(answer: HttpAnswer) -> tuple[str | None, str]:
     """Returns (problem, generated text)."""
     if answer.status != 200:
-        return explain("a chat completion (HTTP 200)", f"HTTP {answer.status} {answer.body[:300] or answer.error}",
-                       "read the server log; check the model path and GPU memory"), ""
+        return explain(
+            "a chat completion (HTTP 200)",
+            f"HTTP {answer.status} {answer.body[:300] or answer.error}",
+            "read the server log; check the model path and GPU memory",
+        ), ""
     text = parse.completion_text(answer.json())
     reason = parse.degenerate_reason(text)
     if reason:
-        return explain("ordinary text from a deterministic prompt", f"degenerate output: {reason}: "
-                       f"{text[:120]!r}", "a known failure of some attention backends / kernels on SM120 "
-                       "(sglang #23264): try serving_attention_backend = 'triton', check the engine stack"), text
+        return explain(
+            "ordinary text from a deterministic prompt",
+            f"degenerate output: {reason}: {text[:120]!r}",
+            "a known failure of some attention backends / kernels on SM120 "
+            "(sglang #23264): try serving_attention_backend = 'triton', check the engine stack",
+        ), text
     return None, text
 
 
 def judge_refused_without_key(answer: HttpAnswer) -> str | None:
     if answer.status in (401, 403):
         return None
-    return explain("HTTP 401 for /v1/models without the API key", f"HTTP {answer.status}",
-                   "the server runs without --api-key (or its env-file equivalent): anyone who reaches the "
-                   "port can use it; re-run the deploy and check the unit's environment")
+    return explain(
+        "HTTP 401 for /v1/models without the API key",
+        f"HTTP {answer.status}",
+        "the server runs without --api-key (or its env-file equivalent): anyone who reaches the "
+        "port can use it; re-run the deploy and check the unit's environment",
+    )
 
 
 def judge_metrics(answer: HttpAnswer, engine: str = "sglang") -> tuple[str | None, int]:
     if answer.status != 200:
-        hint = ("serving_enable_metrics is set: the server needs --enable-metrics" if engine == "sglang"
-                else "vLLM serves /metrics by itself: read the server log")
+        hint = (
+            "serving_enable_metrics is set: the server needs --enable-metrics"
+            if engine == "sglang"
+            else "vLLM serves /metrics by itself: read the server log"
+        )
         return explain("/metrics to answer 200", f"HTTP {answer.status}", hint), 0
     names = [name for name in parse.parse_prometheus(answer.body) if name.startswith(f"{engine}:")]
     if not names:
-        return explain(f"Prometheus metrics named {engine}:*", "none",
-                       "check the server version's metrics (is the unit running the other engine?)"), 0
+        return explain(
+            f"Prometheus metrics named {engine}:*",
+            "none",
+            "check the server version's metrics (is the unit running the other engine?)",
+        ), 0
     return None, len(names)

@@ -21,8 +21,10 @@ from roles.shared import eagle3
 # Enough decode steps for the gauge to be set (the default decode log interval is 40 steps).
 WARMUP_REQUESTS = 4
 WARMUP_MAX_TOKENS = 128
-WARMUP_PROMPT = ("Explain in three short paragraphs how a bicycle's gears make climbing a hill easier,"
-                 " and why a cyclist shifts before the slope gets steep.")
+WARMUP_PROMPT = (
+    "Explain in three short paragraphs how a bicycle's gears make climbing a hill easier,"
+    " and why a cyclist shifts before the slope gets steep."
+)
 
 
 def metrics_accept_length(metrics_text: str) -> float | None:
@@ -39,19 +41,27 @@ def server_info_accept_length(server_info: dict) -> float | None:
 
 def judge_accept_length(value: float | None, floor: float, source: str, num_steps: int) -> str | None:
     if value is None:
-        return explain(f"an accept length from {source}", "none",
-                       "the server does not run speculative decoding: check the launcher's"
-                       " --speculative-* flags and `journalctl -u <unit>` for the drafter loading")
+        return explain(
+            f"an accept length from {source}",
+            "none",
+            "the server does not run speculative decoding: check the launcher's"
+            " --speculative-* flags and `journalctl -u <unit>` for the drafter loading",
+        )
     if value <= 1.0 + 1e-6:
-        return explain(f"accept length >= {floor} (health_min_accept_length)", f"{value:.2f} from {source}",
-                       "no draft token is ever accepted: an EAGLE-3 drafter needs algorithm EAGLE3, and"
-                       " its eagle_aux_hidden_state_layer_ids must be in SGLang's convention (config ids,"
-                       " SGLang adds 1); a drafter trained on another engine's hidden states is"
-                       " retrained with SGLang-extracted states (the eagle3 training job)")
+        return explain(
+            f"accept length >= {floor} (health_min_accept_length)",
+            f"{value:.2f} from {source}",
+            "no draft token is ever accepted: an EAGLE-3 drafter needs algorithm EAGLE3, and"
+            " its eagle_aux_hidden_state_layer_ids must be in SGLang's convention (config ids,"
+            " SGLang adds 1); a drafter trained on another engine's hidden states is"
+            " retrained with SGLang-extracted states (the eagle3 training job)",
+        )
     if value < floor:
-        return explain(f"accept length >= {floor} (health_min_accept_length)",
-                       f"{value:.2f} from {source} (at most {num_steps + 1} with {num_steps} steps)",
-                       "speculation costs more than it saves at this level: compare with"
-                       " `python -m checks.bench --ab-spec`, retrain the drafter on this target's"
-                       " answers (the eagle3 training job) or turn speculative decoding off")
+        return explain(
+            f"accept length >= {floor} (health_min_accept_length)",
+            f"{value:.2f} from {source} (at most {num_steps + 1} with {num_steps} steps)",
+            "speculation costs more than it saves at this level: compare with"
+            " `python -m checks.bench --ab-spec`, retrain the drafter on this target's"
+            " answers (the eagle3 training job) or turn speculative decoding off",
+        )
     return None

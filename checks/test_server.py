@@ -22,12 +22,14 @@ def _api_on_rank_0_only(request, expect):
 
 
 def test_health_answers(host, expect, request):
-    answer = server_checks.request(host, expect, "/health", with_key=False,
-                            timeout_s=expect.server_timeout_s + 1)
+    answer = server_checks.request(host, expect, "/health", with_key=False, timeout_s=expect.server_timeout_s + 1)
     problem = server_checks.judge_health(answer, expect.server_timeout_s)
     assert problem is None, problem
-    report(request, f"200 in {answer.seconds:.2f} s" + (f" (rank {expect.node_rank}: its schedulers joined the group)"
-                                                         if expect.node_rank else ""))
+    report(
+        request,
+        f"200 in {answer.seconds:.2f} s"
+        + (f" (rank {expect.node_rank}: its schedulers joined the group)" if expect.node_rank else ""),
+    )
 
 
 def test_models_lists_served_name(host, expect, request):
@@ -37,8 +39,12 @@ def test_models_lists_served_name(host, expect, request):
 
 
 def test_chat_completion_not_degenerate(host, expect, request):
-    body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": server_checks.CHAT_MAX_TOKENS,
-            "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}]}
+    body = {
+        "model": expect.served_model_name,
+        "temperature": 0,
+        "max_tokens": server_checks.CHAT_MAX_TOKENS,
+        "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}],
+    }
     answer = server_checks.request(host, expect, "/v1/chat/completions", body, timeout_s=120)
     # The whole tiny request (a few tokens, temperature 0): the checks' own latency probe.
     evidence(request, "tiny_request_seconds", answer.seconds if answer.status == 200 else None)
@@ -58,7 +64,8 @@ def test_request_without_key_refused(host, expect, request):
 def test_metrics_exported(host, expect, request):
     if not expect.metrics_exported:
         pytest.skip("serving_enable_metrics is off: no /metrics to check")
-    problem, count = server_checks.judge_metrics(server_checks.request(host, expect, "/metrics", with_key=False),
-                                          expect.engine)
+    problem, count = server_checks.judge_metrics(
+        server_checks.request(host, expect, "/metrics", with_key=False), expect.engine
+    )
     assert problem is None, problem
     report(request, f"{count} {expect.engine}:* series")

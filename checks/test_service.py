@@ -15,35 +15,43 @@ from roles.shared import sglang_kv_log
 
 pytestmark = pytest.mark.service
 
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "MainPID", "Result",
-                   "ExecMainStartTimestamp")
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "MainPID", "Result", "ExecMainStartTimestamp")
 
 
 @pytest.fixture(scope="module")
 def unit(host, expect) -> dict[str, str]:
     if host.run("command -v systemctl").rc != 0:
-        pytest.fail(explain(f"systemd to run {expect.unit_name}.service", "no systemctl on this host",
-                            "the engine runs as a systemd unit: use a guest with systemd as PID 1"))
-    shown = host.run(f"systemctl show {expect.unit_name}.service "
-                     + " ".join(f"-p {p}" for p in UNIT_PROPERTIES))
+        pytest.fail(
+            explain(
+                f"systemd to run {expect.unit_name}.service",
+                "no systemctl on this host",
+                "the engine runs as a systemd unit: use a guest with systemd as PID 1",
+            )
+        )
+    shown = host.run(f"systemctl show {expect.unit_name}.service " + " ".join(f"-p {p}" for p in UNIT_PROPERTIES))
     return parse.parse_systemctl_show(shown.stdout)
 
 
 def _require_loaded(unit, expect) -> None:
     if unit.get("LoadState") != "loaded":
-        pytest.skip(f"{expect.unit_name}.service is not installed (LoadState={unit.get('LoadState')}): "
-                    "see the failed check 'unit active'")
+        pytest.skip(
+            f"{expect.unit_name}.service is not installed (LoadState={unit.get('LoadState')}): "
+            "see the failed check 'unit active'"
+        )
 
 
 def test_unit_active(unit, expect, request):
     evidence(request, "unit_active", unit.get("ActiveState") == "active" and unit.get("SubState") == "running")
     assert unit.get("LoadState") == "loaded", explain(
-        f"unit {expect.unit_name}.service installed", f"LoadState={unit.get('LoadState')}",
-        "re-run the deploy (roles/serving writes the unit)")
+        f"unit {expect.unit_name}.service installed",
+        f"LoadState={unit.get('LoadState')}",
+        "re-run the deploy (roles/serving writes the unit)",
+    )
     assert unit.get("ActiveState") == "active" and unit.get("SubState") == "running", explain(
         f"{expect.unit_name}.service active (running)",
         f"{unit.get('ActiveState')} ({unit.get('SubState')}), result {unit.get('Result')}",
-        f"`journalctl -u {expect.unit_name} -n 200`; `systemctl start {expect.unit_name}`")
+        f"`journalctl -u {expect.unit_name} -n 200`; `systemctl start {expect.unit_name}`",
+    )
     report(request, f"active (running) since {unit.get('ExecMainStartTimestamp')}, pid {unit.get('MainPID')}")
 
 
@@ -53,8 +61,10 @@ def test_unit_not_restart_looping(unit, expect, request):
     evidence(request, "unit_restarts", restarts)
     assert restarts <= expect.max_unit_restarts, explain(
         f"at most {expect.max_unit_restarts} automatic restarts (health_max_unit_restarts)",
-        f"{restarts} restarts", f"the server crashes and systemd restarts it: `journalctl -u "
-        f"{expect.unit_name} -b` shows why (out of memory, a kernel missing for the GPU arch, a NCCL hang)")
+        f"{restarts} restarts",
+        f"the server crashes and systemd restarts it: `journalctl -u "
+        f"{expect.unit_name} -b` shows why (out of memory, a kernel missing for the GPU arch, a NCCL hang)",
+    )
     report(request, f"{restarts} restarts")
 
 
@@ -67,7 +77,9 @@ def test_env_file_private(host, unit, expect, request):
     assert env.exists, explain(f"{path} (the unit's EnvironmentFile)", "no such file", "re-run the deploy")
     assert env.mode == 0o600 and env.user == "root", explain(
         f"{path} mode 0600 owned by root (it holds the API key / HF token)",
-        f"mode {env.mode:04o} owner {env.user}", f"chmod 600 {path}; chown root {path}; re-run the deploy")
+        f"mode {env.mode:04o} owner {env.user}",
+        f"chmod 600 {path}; chown root {path}; re-run the deploy",
+    )
     report(request, f"{path} 0600 root")
 
 
@@ -88,22 +100,30 @@ def judge_tensor_parallel(launcher: str, text: str, seen: int, source: str) -> s
     """A problem of the rendered command line against the GPUs seen (explain's three parts), or ""."""
     parallel = parse.parse_launcher_parallelism(text)
     if parallel is None:
-        return explain(f"a tensor-parallel size ({' or '.join(parse.TP_FLAGS)}) in {launcher}",
-                       "none", "re-run the deploy (roles/serving writes the launcher from gpu_count)")
+        return explain(
+            f"a tensor-parallel size ({' or '.join(parse.TP_FLAGS)}) in {launcher}",
+            "none",
+            "re-run the deploy (roles/serving writes the launcher from gpu_count)",
+        )
     if parallel.per_node == seen:
         return ""
     group = f" of {parallel.tp_size} over --nnodes {parallel.nnodes}" if parallel.nnodes > 1 else ""
-    return explain(f"{parallel.flag}{group} to give this node as many ranks as the GPUs it sees ({seen}, {source})",
-                   f"{parallel.per_node} ranks per node in {launcher}",
-                   "if GPUs are missing see 'gpu count'; else correct gpu_count (the node's GPUs) in the "
-                   "inventory and re-run the deploy: roles/serving renders the size from it")
+    return explain(
+        f"{parallel.flag}{group} to give this node as many ranks as the GPUs it sees ({seen}, {source})",
+        f"{parallel.per_node} ranks per node in {launcher}",
+        "if GPUs are missing see 'gpu count'; else correct gpu_count (the node's GPUs) in the "
+        "inventory and re-run the deploy: roles/serving renders the size from it",
+    )
 
 
 def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request):
     _require_loaded(unit, expect)
     shown = host.run(f"cat {shlex.quote(expect.launcher)}")
-    assert shown.rc == 0, explain(f"{expect.launcher} (the unit's command line)",
-                                  (shown.stderr.strip() or "no such file")[:300], "re-run the deploy")
+    assert shown.rc == 0, explain(
+        f"{expect.launcher} (the unit's command line)",
+        (shown.stderr.strip() or "no such file")[:300],
+        "re-run the deploy",
+    )
     seen, source = visible_gpus(host, gpu, expect)
     problem = judge_tensor_parallel(expect.launcher, shown.stdout, seen, source)
     parallel = parse.parse_launcher_parallelism(shown.stdout)
@@ -125,7 +145,8 @@ def test_listens_on_configured_address_only(host, unit, expect, request):
         f"the server listening on {expect.serving_host}:{expect.serving_port} only (serving_host)",
         f"listening on {', '.join(addresses) or 'nothing'} port {expect.serving_port}",
         "nothing: the server is down (see 'unit active'); a wider address: the unit's --host is "
-        "not the inventory's serving_host, re-run the deploy")
+        "not the inventory's serving_host, re-run the deploy",
+    )
     report(request, f"{', '.join(addresses)}:{expect.serving_port}")
 
 
@@ -141,13 +162,19 @@ def test_kv_cache_allocated(host, unit, expect, request):
     invocation = host.run(f"systemctl show -p InvocationID --value {expect.unit_name}.service").stdout.strip()
     if not invocation:
         pytest.skip(f"{expect.unit_name}.service has no current run (no InvocationID)")
-    journal = host.run(f"journalctl _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} -o cat --no-pager"
-                       " | grep -i 'kv cache'")
+    journal = host.run(
+        f"journalctl _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} -o cat --no-pager | grep -i 'kv cache'"
+    )
     found = sglang_kv_log.target_allocation(journal.stdout)
     if found is None:
         # A report, not a verdict: --log-level warning hides the line on a healthy server.
-        pytest.skip("no \"KV Cache is allocated. #tokens: ...\" line in this run's journal (still loading, or"
-                    f" --log-level above info): `journalctl -u {expect.unit_name} -b | grep -i 'kv cache'`")
+        pytest.skip(
+            'no "KV Cache is allocated. #tokens: ..." line in this run\'s journal (still loading, or'
+            f" --log-level above info): `journalctl -u {expect.unit_name} -b | grep -i 'kv cache'`"
+        )
     evidence(request, "kv_cache_tokens", found.tokens)
-    report(request, f"{found.tokens} tokens, {found.size_gib:.2f} GiB per GPU (SGLang's own line;"
-                    " compare with the deploy's KV cache estimate)")
+    report(
+        request,
+        f"{found.tokens} tokens, {found.size_gib:.2f} GiB per GPU (SGLang's own line;"
+        " compare with the deploy's KV cache estimate)",
+    )

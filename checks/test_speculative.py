@@ -17,8 +17,12 @@ pytestmark = pytest.mark.server
 def warmed(host, expect):
     if not expect.speculative:
         pytest.skip("speculative decoding is off (serving_speculative unset): no accept length to judge")
-    body = {"model": expect.served_model_name, "temperature": 0, "max_tokens": spec.WARMUP_MAX_TOKENS,
-            "messages": [{"role": "user", "content": spec.WARMUP_PROMPT}]}
+    body = {
+        "model": expect.served_model_name,
+        "temperature": 0,
+        "max_tokens": spec.WARMUP_MAX_TOKENS,
+        "messages": [{"role": "user", "content": spec.WARMUP_PROMPT}],
+    }
     for _ in range(spec.WARMUP_REQUESTS):
         answer = server_checks.request(host, expect, "/v1/chat/completions", body, timeout_s=300)
         assert answer.status == 200, f"warm-up chat completion failed: HTTP {answer.status} {answer.body[:200]}"
@@ -32,8 +36,9 @@ def test_accept_length_from_metrics(host, expect, request, warmed):
     assert answer.status == 200, f"/metrics answered HTTP {answer.status}"
     value = spec.metrics_accept_length(answer.body)
     evidence(request, "accept_length", value)
-    problem = spec.judge_accept_length(value, expect.min_accept_length, "sglang:spec_accept_length",
-                                       expect.speculative_num_steps)
+    problem = spec.judge_accept_length(
+        value, expect.min_accept_length, "sglang:spec_accept_length", expect.speculative_num_steps
+    )
     assert problem is None, problem
     report(request, f"{value:.2f} (floor {expect.min_accept_length})")
 
@@ -42,7 +47,8 @@ def test_accept_length_since_start(host, expect, request, warmed):
     answer = server_checks.request(host, expect, "/server_info")
     assert answer.status == 200, f"/server_info answered HTTP {answer.status}"
     value = spec.server_info_accept_length(answer.json())
-    problem = spec.judge_accept_length(value, expect.min_accept_length, "/server_info avg_spec_accept_length",
-                                       expect.speculative_num_steps)
+    problem = spec.judge_accept_length(
+        value, expect.min_accept_length, "/server_info avg_spec_accept_length", expect.speculative_num_steps
+    )
     assert problem is None, problem
     report(request, f"{value:.2f} since start (floor {expect.min_accept_length})")

@@ -54,20 +54,31 @@ def test_weights_manifest_matches_the_pin(host, weight_sets, request):
     for ws in weight_sets:
         probe = host.run(f"python3 -c {shlex.quote(PROBE)} {shlex.quote(ws.guest_dir)}")
         assert probe.rc == 0, explain(
-            f"a verified manifest at {ws.manifest}", (probe.stderr.strip().splitlines() or ["none"])[-1],
+            f"a verified manifest at {ws.manifest}",
+            (probe.stderr.strip().splitlines() or ["none"])[-1],
             f"deploy again: roles/weights downloads and verifies {ws.repo}@{ws.revision}"
-            f" into {ws.store_dir} on {ws.store_host} (progress: inference-host-weights status there)")
+            f" into {ws.store_dir} on {ws.store_host} (progress: inference-host-weights status there)",
+        )
         text, sizes_text = probe.stdout.strip().split("\n", 1)
         manifest, sizes = json.loads(text), json.loads(sizes_text)
         pinned = (ws.repo, ws.revision)
         assert (manifest.get("repo"), manifest.get("revision")) == pinned, explain(
             f"{ws.kind} weights {ws.repo}@{ws.revision} in {ws.guest_dir}",
-            f"{manifest.get('repo')}@{manifest.get('revision')}", "deploy again to fetch the pinned commit")
-        wrong = [f"{f['path']} ({size} bytes, expected {f['size']})"
-                 for f, size in zip(manifest["files"], sizes, strict=True) if size != f["size"]]
+            f"{manifest.get('repo')}@{manifest.get('revision')}",
+            "deploy again to fetch the pinned commit",
+        )
+        wrong = [
+            f"{f['path']} ({size} bytes, expected {f['size']})"
+            for f, size in zip(manifest["files"], sizes, strict=True)
+            if size != f["size"]
+        ]
         assert not wrong, explain(
-            f"every file of {ws.guest_dir} at its verified size", "; ".join(wrong[:3]),
+            f"every file of {ws.guest_dir} at its verified size",
+            "; ".join(wrong[:3]),
             f"deploy again (the missing or changed files are fetched again); on {ws.store_host}:"
-            " inference-host-weights verify re-hashes everything")
-        report(request, f"{ws.kind} {ws.repo}@{ws.revision[:12]}: {len(sizes)} files,"
-               f" verified {manifest.get('verified_at')}")
+            " inference-host-weights verify re-hashes everything",
+        )
+        report(
+            request,
+            f"{ws.kind} {ws.repo}@{ws.revision[:12]}: {len(sizes)} files, verified {manifest.get('verified_at')}",
+        )

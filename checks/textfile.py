@@ -102,8 +102,11 @@ def exposition(report: dict, now: float) -> str:
     families = Families()
     failed = 0
     for result in report.get("checks", []):
-        labels = {"suite": result["suite"], "check": result["check"],
-                  "gpu": None if result.get("gpu") is None else str(result["gpu"])}
+        labels = {
+            "suite": result["suite"],
+            "check": result["check"],
+            "gpu": None if result.get("gpu") is None else str(result["gpu"]),
+        }
         verdict = result["verdict"]
         if verdict == "SKIP":
             families.add("check_skipped", labels, 1, HELP["check_skipped"])
@@ -116,8 +119,12 @@ def exposition(report: dict, now: float) -> str:
         families.add("check_seconds", labels, result.get("seconds") or 0, HELP["check_seconds"])
         for item in result.get("evidence", []):
             evidence_labels = {"gpu": labels["gpu"], **item.get("labels", {})}
-            families.add(item["name"], evidence_labels, item["value"],
-                         f"Evidence of the health check '{result['check']}' ({result['suite']}).")
+            families.add(
+                item["name"],
+                evidence_labels,
+                item["value"],
+                f"Evidence of the health check '{result['check']}' ({result['suite']}).",
+            )
     families.add("checks_last_run_timestamp_seconds", {}, now, HELP["checks_last_run_timestamp_seconds"])
     families.add("checks_run_seconds", {}, report.get("seconds") or 0, HELP["checks_run_seconds"])
     families.add("checks_failed", {}, failed, HELP["checks_failed"])
@@ -143,7 +150,7 @@ class ExpectationsError(ValueError):
     """The expectations file cannot be used: one line, the file, what is wrong, what is valid."""
 
 
-VALID = "expected a JSON object of expectation keys, e.g. {\"gpu_count\": 8} (roles/monitoring writes it)"
+VALID = 'expected a JSON object of expectation keys, e.g. {"gpu_count": 8} (roles/monitoring writes it)'
 
 
 def expect_arguments(path: Path) -> list[str]:
@@ -193,8 +200,9 @@ def run(expect_file: Path, suites: str, out: Path) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="inference-host-checks-") as folder:
         report = Path(folder) / "report.json"
-        code = run_checks(["--hosts", "local://", "--suites", suites, "--report", str(report),
-                           "--no-bandwidth-probes", *expectations])
+        code = run_checks(
+            ["--hosts", "local://", "--suites", suites, "--report", str(report), "--no-bandwidth-probes", *expectations]
+        )
         if not report.exists():
             print(f"inference-host checks: no report (exit {code}); {out} is left as it was", file=sys.stderr)
             return 2

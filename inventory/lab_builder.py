@@ -25,24 +25,26 @@ from lab.cuda_image import cuda_devel_image
 from validation import require_valid_inventory
 
 # Per lab prefix, so that developers sharing this machine keep separate wheelhouses.
-_wheelhouse = os.environ.get(
-    "INFERENCE_HOST_LAB_WHEELHOUSE", str(lab.STATE_DIR / lab.PREFIX / "wheelhouse"))
+_wheelhouse = os.environ.get("INFERENCE_HOST_LAB_WHEELHOUSE", str(lab.STATE_DIR / lab.PREFIX / "wheelhouse"))
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 # Tests point this at other trees (a broken one, to prove a failed compile fails the deploy).
 _test_source = os.environ.get("INFERENCE_HOST_LAB_BUILDER_SOURCE", "lab/fixtures/tiny_cuda_ext")
 
 builders = [
-    ("@lab/local", {
-        "stack_file": os.environ.get("INFERENCE_HOST_LAB_BUILDER_STACK", "lab_builder.stack.yml"),
-        "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-        "build_base_image": cuda_devel_image(build=False),  # named here, built on connect
-        "build_source_overrides": {"flash-attn": _test_source, "sgl-kernel": _test_source},
-        "build_with_torch": False,
-        # This machine's engine is the lab's own: used as it is, never reconfigured.
-        "docker_manage_engine": False,
-        "build_wheelhouse_dir": _wheelhouse,
-        "build_timeout_minutes": int(os.environ.get("INFERENCE_HOST_LAB_BUILD_TIMEOUT_MIN", "20")),
-    }),
+    (
+        "@lab/local",
+        {
+            "stack_file": os.environ.get("INFERENCE_HOST_LAB_BUILDER_STACK", "lab_builder.stack.yml"),
+            "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+            "build_base_image": cuda_devel_image(build=False),  # named here, built on connect
+            "build_source_overrides": {"flash-attn": _test_source, "sgl-kernel": _test_source},
+            "build_with_torch": False,
+            # This machine's engine is the lab's own: used as it is, never reconfigured.
+            "docker_manage_engine": False,
+            "build_wheelhouse_dir": _wheelhouse,
+            "build_timeout_minutes": int(os.environ.get("INFERENCE_HOST_LAB_BUILD_TIMEOUT_MIN", "20")),
+        },
+    ),
 ]
 
 require_valid_inventory(__file__, globals())

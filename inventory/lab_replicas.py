@@ -92,13 +92,18 @@ gpu_nodes = [
 ]
 
 gateways = [
-    ("@lab/gw", {
-        **_common, "ssh_hostname": _address("gw"), "gateway_health_check_interval": 1,
-        # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
-        # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
-        # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.
-        "gateway_python": "/usr/bin/python3",
-    }),
+    (
+        "@lab/gw",
+        {
+            **_common,
+            "ssh_hostname": _address("gw"),
+            "gateway_health_check_interval": 1,
+            # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
+            # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
+            # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.
+            "gateway_python": "/usr/bin/python3",
+        },
+    ),
 ]
 
 # The same host (pyinfra merges a host's data across its groups: one dict, given in both).

@@ -21,9 +21,13 @@ def ssh_connection_data(role: str) -> dict:
     """How pyinfra (and the health checks) reach a lab host over SSH: the lab's throwaway key,
     its own known-hosts file (strict), the container's address as last recorded (the connector
     puts the running container's in as it connects)."""
-    return {"ssh_hostname": recorded_address(role), "ssh_user": "root",
-            "ssh_key": str(STATE_DIR / "guest-ssh-key"), "ssh_known_hosts_file": str(known_hosts_file()),
-            "ssh_strict_host_key_checking": "yes"}
+    return {
+        "ssh_hostname": recorded_address(role),
+        "ssh_user": "root",
+        "ssh_key": str(STATE_DIR / "guest-ssh-key"),
+        "ssh_known_hosts_file": str(known_hosts_file()),
+        "ssh_strict_host_key_checking": "yes",
+    }
 
 
 def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
@@ -40,10 +44,11 @@ def enable_ssh(roles: tuple[str, ...] | None = None) -> None:
             "set -e; command -v sshd >/dev/null || { apt-get update -q >/dev/null &&"
             " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
             " openssh-server >/dev/null; }; mkdir -p /root/.ssh && chmod 700 /root/.ssh;"
-            " touch /root/.ssh/authorized_keys; grep -qxF \"$1\" /root/.ssh/authorized_keys"
+            ' touch /root/.ssh/authorized_keys; grep -qxF "$1" /root/.ssh/authorized_keys'
             " || printf '%s\\n' \"$1\" >> /root/.ssh/authorized_keys;"
             " systemctl is-active -q ssh || systemctl enable -q --now ssh;"
-            " cat /etc/ssh/ssh_host_ed25519_key.pub")
+            " cat /etc/ssh/ssh_host_ed25519_key.pub"
+        )
         host_key = _docker("exec", name, "sh", "-c", script, "sh", public).stdout.split()
         address = container_address(role)
         known[address] = f"{address} {host_key[0]} {host_key[1]}"

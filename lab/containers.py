@@ -13,11 +13,16 @@ from lab.docker_engine import PREFIX, LabError, _docker, _log
 
 # systemd as PID 1 without --privileged (one capability is missing on these machines).
 SYSTEMD_RUN_FLAGS = [
-    "--cap-add", "SYS_ADMIN",
-    "--security-opt", "seccomp=unconfined",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-    "--tmpfs", "/run",
-    "--tmpfs", "/run/lock",
+    "--cap-add",
+    "SYS_ADMIN",
+    "--security-opt",
+    "seccomp=unconfined",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
 ]
 
 
@@ -28,7 +33,8 @@ SYSTEMD_RUN_FLAGS = [
 # the real deploy. INFERENCE_HOST_LAB_UV_CACHE="" keeps the cache inside the container.
 LAB_UV_CACHE = os.environ.get(
     "INFERENCE_HOST_LAB_UV_CACHE",
-    str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inference-host" / "lab-uv-cache"))
+    str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inference-host" / "lab-uv-cache"),
+)
 LAB_UV_CACHE_DEST = "/opt/inference-host/uv-cache"
 
 
@@ -66,18 +72,23 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"{name} runs an older lab image; recreating it")
         _docker("rm", "-f", name)
         state = None
-    if state and _models_volume(role) and not any(
-            m.get("Name") == models_volume() for m in state.get("Mounts", [])):
+    if state and _models_volume(role) and not any(m.get("Name") == models_volume() for m in state.get("Mounts", [])):
         _log(f"{name} predates the shared models volume; recreating it")
         _docker("rm", "-f", name)
         state = None
-    if state and _docker_socket(role) and not any(
-            m.get("Destination") == LAB_DOCKER_SOCKET for m in state.get("Mounts", [])):
+    if (
+        state
+        and _docker_socket(role)
+        and not any(m.get("Destination") == LAB_DOCKER_SOCKET for m in state.get("Mounts", []))
+    ):
         _log(f"{name} predates the stand-in's Docker socket; recreating it")
         _docker("rm", "-f", name)
         state = None
-    if state and _role_flags(role) and not any(
-            m.get("Destination") == LAB_UV_CACHE_DEST for m in state.get("Mounts", [])):
+    if (
+        state
+        and _role_flags(role)
+        and not any(m.get("Destination") == LAB_UV_CACHE_DEST for m in state.get("Mounts", []))
+    ):
         _log(f"{name} has the shared uv cache at an older path; recreating it")
         _docker("rm", "-f", name)
         state = None
@@ -85,9 +96,22 @@ def ensure_container(role: str, image: str) -> str:
         _log(f"starting {name} ({HOSTS[role]})")
         # --restart=always: `systemctl reboot` inside ends PID 1 and Docker starts the container
         # again, with /run and /dev empty: the lab's hosts reboot like real ones.
-        _docker("run", "-d", "--name", name, "--hostname", name, "--restart=always",
-                "--label", "inference-host.lab=1", *SYSTEMD_RUN_FLAGS, *_role_flags(role), *_models_volume(role),
-                *_docker_socket(role), image)
+        _docker(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--hostname",
+            name,
+            "--restart=always",
+            "--label",
+            "inference-host.lab=1",
+            *SYSTEMD_RUN_FLAGS,
+            *_role_flags(role),
+            *_models_volume(role),
+            *_docker_socket(role),
+            image,
+        )
     elif not state["State"]["Running"]:
         _docker("start", name)
     _wait_for_systemd(name)

@@ -49,11 +49,14 @@ def _unchanged(name: str, stamp: str, digest: str, copied: str) -> bool:
 
 
 def _stamp(name: str, stamp: str, digest: str) -> None:
-    _docker("exec", name, "sh", "-c", f"mkdir -p \"$(dirname {stamp})\" && echo {digest} > {stamp}")
+    _docker("exec", name, "sh", "-c", f'mkdir -p "$(dirname {stamp})" && echo {digest} > {stamp}')
 
 
 def install_standins(name: str) -> None:
-    stamp, digest = f"{STANDIN_DEST}.lab-stamp", _tree_digest(STANDIN_SOURCE, PROJECT_ROOT / "roles" / "serving" / "cli")
+    stamp, digest = (
+        f"{STANDIN_DEST}.lab-stamp",
+        _tree_digest(STANDIN_SOURCE, PROJECT_ROOT / "roles" / "serving" / "cli"),
+    )
     if _unchanged(name, stamp, digest, STANDIN_DEST):
         return
     _install_standins(name)

@@ -28,8 +28,10 @@ def cuda_version(root: Path = CUDA_ROOT) -> str:
     inventories name the image while they load, and loading runs no program."""
     header = root / "include" / "cuda.h"
     if not (root / "bin" / "nvcc").exists() or not header.is_file():
-        raise lab.LabError(f"no nvcc and cuda.h under {root}; the kernel wheel lab needs a CUDA toolkit there"
-                           " (or set INFERENCE_HOST_LAB_CUDA)")
+        raise lab.LabError(
+            f"no nvcc and cuda.h under {root}; the kernel wheel lab needs a CUDA toolkit there"
+            " (or set INFERENCE_HOST_LAB_CUDA)"
+        )
     found = re.search(r"^#define CUDA_VERSION (\d+)", header.read_text(errors="replace"), re.MULTILINE)
     if not found:
         raise lab.LabError(f"cannot read the CUDA version from {header}: no `#define CUDA_VERSION`")
@@ -51,9 +53,7 @@ def cuda_devel_image(build: bool = True) -> str:
     base = _base()
     version = cuda_version()
     real = CUDA_ROOT.resolve()
-    digest = hashlib.sha256(
-        DOCKERFILE.read_bytes() + json.dumps([base, version, str(real)]).encode()
-    ).hexdigest()[:12]
+    digest = hashlib.sha256(DOCKERFILE.read_bytes() + json.dumps([base, version, str(real)]).encode()).hexdigest()[:12]
     tag = f"inference-host/lab-cuda-devel:{version}-{digest}"
     if build and not lab._image_exists(tag):
         if base == lab.DEBOOTSTRAP_IMAGE:
@@ -61,9 +61,19 @@ def cuda_devel_image(build: bool = True) -> str:
         else:
             lab.base_image()
         lab._log(f"building {tag}: {base} + the CUDA {version} toolkit from {real}")
-        lab._docker("build", "-q", "--build-arg", f"BASE={base}",
-                    "--build-arg", f"CUDA_DIR_NAME={real.name}",
-                    "-t", tag, "-f", str(DOCKERFILE), str(real))
+        lab._docker(
+            "build",
+            "-q",
+            "--build-arg",
+            f"BASE={base}",
+            "--build-arg",
+            f"CUDA_DIR_NAME={real.name}",
+            "-t",
+            tag,
+            "-f",
+            str(DOCKERFILE),
+            str(real),
+        )
     return tag
 
 

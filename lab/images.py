@@ -47,13 +47,23 @@ def _debootstrap_base() -> str:
     _log(f"making {DEBOOTSTRAP_IMAGE} with debootstrap from {DEBIAN_MIRROR} (about a minute, once)")
     with tempfile.TemporaryDirectory(prefix="ih-lab-rootfs-") as rootfs:
         subprocess.run(
-            ["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBOOTSTRAP_PACKAGES),
-             "bookworm", rootfs, DEBIAN_MIRROR],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "--include=" + ",".join(DEBOOTSTRAP_PACKAGES),
+                "bookworm",
+                rootfs,
+                DEBIAN_MIRROR,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(["docker", "import", "-", DEBOOTSTRAP_IMAGE], stdin=tar.stdout,
-                                  capture_output=True, text=True)
+        imported = subprocess.run(
+            ["docker", "import", "-", DEBOOTSTRAP_IMAGE], stdin=tar.stdout, capture_output=True, text=True
+        )
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
             raise LabError(f"docker import of the debootstrap folder failed: {imported.stderr.strip()}")
@@ -80,6 +90,15 @@ def systemd_image() -> str:
     tag = f"inference-host/lab-systemd:{digest}"
     if not _image_exists(tag):
         _log(f"building {tag} from {base}")
-        _docker("build", "-q", "--build-arg", f"BASE={base}", "-t", tag,
-                "-f", str(SYSTEMD_DOCKERFILE), str(SYSTEMD_DOCKERFILE.parent))
+        _docker(
+            "build",
+            "-q",
+            "--build-arg",
+            f"BASE={base}",
+            "-t",
+            tag,
+            "-f",
+            str(SYSTEMD_DOCKERFILE),
+            str(SYSTEMD_DOCKERFILE.parent),
+        )
     return tag

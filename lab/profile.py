@@ -61,8 +61,9 @@ def _wrap(cls, method: str) -> None:
             return original(self, *args, **kwargs)
         finally:
             _inside.discard(me)
-            _records.append((self.host.name, kind if method == "run_shell_command" else "upload", what,
-                             time.monotonic() - begin))
+            _records.append(
+                (self.host.name, kind if method == "run_shell_command" else "upload", what, time.monotonic() - begin)
+            )
 
     timed._profiled = True
     setattr(cls, method, timed)
@@ -72,8 +73,12 @@ def _summary() -> None:
     wall = time.monotonic() - _started
     out = sys.stderr
     first_op = _marks.get("first_op")
-    print(f"\n=== profile: wall {wall:.1f} s; connecting and planning {first_op - _started:.1f} s"
-          if first_op else f"\n=== profile: wall {wall:.1f} s", file=out)
+    print(
+        f"\n=== profile: wall {wall:.1f} s; connecting and planning {first_op - _started:.1f} s"
+        if first_op
+        else f"\n=== profile: wall {wall:.1f} s",
+        file=out,
+    )
     by_host = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
     by_what = defaultdict(lambda: [0, 0.0])
     for host, kind, what, seconds in _records:

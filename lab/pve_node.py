@@ -19,8 +19,16 @@ PVE_STANDIN_LOG = "/var/log/pve-standin.log"
 # Stands in for /proc/driver/nvidia: written by the stand-in kernel at boot once the driver is
 # built (lab/standins/proxmox/pve-standin-kernel); /run is emptied at every boot like /proc.
 PVE_PROC_DIR = "/run/pve-standin/proc-driver-nvidia"
-PVE_GPUS = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0",
-            "0000:81:00.0", "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
+PVE_GPUS = [
+    "0000:01:00.0",
+    "0000:21:00.0",
+    "0000:41:00.0",
+    "0000:61:00.0",
+    "0000:81:00.0",
+    "0000:a1:00.0",
+    "0000:c1:00.0",
+    "0000:e1:00.0",
+]
 PVE_IOMMU_GROUPS = {address: 20 + index for index, address in enumerate(PVE_GPUS)}
 PVE_TEMPLATE = "ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
 # A real captured /proc/driver/nvidia/gpus/<address>/information, re-addressed per lab GPU.
@@ -80,29 +88,42 @@ def _pve_node_script(apt_url: str) -> str:
     No NVIDIA device node and no module: those come from the driver role and the reboot.
     """
     sample = GPU_INFORMATION_SAMPLE.read_text().split("\n", 1)[1]  # drop the "== path" line
-    pci = [{"id": address, "class": "0x030200", "vendor": "0x10de", "device": "0x2bb5",
+    pci = [
+        {
+            "id": address,
+            "class": "0x030200",
+            "vendor": "0x10de",
+            "device": "0x2bb5",
             "vendor_name": "NVIDIA Corporation",
             "device_name": "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
-            "subsystem_vendor": "0x10de", "subsystem_device": "0x204e",
-            "iommugroup": PVE_IOMMU_GROUPS[address]} for address in PVE_GPUS]
+            "subsystem_vendor": "0x10de",
+            "subsystem_device": "0x204e",
+            "iommugroup": PVE_IOMMU_GROUPS[address],
+        }
+        for address in PVE_GPUS
+    ]
     lines = [
         "set -e",
         # A node has ssh-keygen (proxmox-ve needs openssh-server): pct create checks keys with it.
-        ("command -v ssh-keygen >/dev/null || { apt-get update -q >/dev/null &&"
-         " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-client"
-         " >/dev/null; }"),
+        (
+            "command -v ssh-keygen >/dev/null || { apt-get update -q >/dev/null &&"
+            " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-client"
+            " >/dev/null; }"
+        ),
         f"ln -sfn {PVE_STANDIN_DIR}/pct /usr/sbin/pct",
         f"ln -sfn {PVE_STANDIN_DIR}/qm /usr/sbin/qm",
         f"ln -sfn {PVE_STANDIN_DIR}/pvesh /usr/bin/pvesh",
         f"ln -sfn {PVE_STANDIN_DIR}/proxmox-boot-tool /usr/sbin/proxmox-boot-tool",
-        'node=$(hostname -s)',
-        'mkdir -p /etc/pve/nodes/$node/lxc /etc/pve/nodes/$node/qemu-server /var/lib/vz/template/cache',
-        'ln -sfn nodes/$node/lxc /etc/pve/lxc && ln -sfn nodes/$node/qemu-server /etc/pve/qemu-server',
+        "node=$(hostname -s)",
+        "mkdir -p /etc/pve/nodes/$node/lxc /etc/pve/nodes/$node/qemu-server /var/lib/vz/template/cache",
+        "ln -sfn nodes/$node/lxc /etc/pve/lxc && ln -sfn nodes/$node/qemu-server /etc/pve/qemu-server",
         f"touch /var/lib/vz/template/cache/{PVE_TEMPLATE}",
         # A systemd-boot node (ZFS root): the role must find and use /etc/kernel/cmdline.
-        ("[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
-         " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
-         " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }"),
+        (
+            "[ -f /etc/kernel/proxmox-boot-uuids ] || { mkdir -p /etc/kernel;"
+            " echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs' > /etc/kernel/cmdline;"
+            " echo 4A13-ED6B > /etc/kernel/proxmox-boot-uuids; }"
+        ),
         f"cat > /var/lib/pve-standin/pci.json <<'PCI'\n{json.dumps(pci)}\nPCI",
         f"cat > /var/lib/pve-standin/gpu-information.txt <<'INFO'\n{sample.rstrip()}\nINFO",
         # Proxmox VE's own repository, as the installer configures it (stand-in server and key).
@@ -115,8 +136,7 @@ def _pve_node_script(apt_url: str) -> str:
         " /etc/systemd/system/sysinit.target.wants/pve-standin-kernel.service",
         "systemctl daemon-reload",
         # Which Docker container is which CT (for pct exec / push; see LAB_DOCKER_SOCKET).
-        f"echo '{json.dumps({str(GUEST_VMID): container_name('gpu')})}'"
-        " > /var/lib/pve-standin/lab-containers.json",
+        f"echo '{json.dumps({str(GUEST_VMID): container_name('gpu')})}' > /var/lib/pve-standin/lab-containers.json",
     ]
     return "\n".join(lines) + "\n"
 
@@ -132,7 +152,15 @@ def prepare_pve_node(name: str) -> None:
         return
     _docker("exec", name, "mkdir", "-p", PVE_STANDIN_DIR, "/var/lib/pve-standin", "/etc/apt/trusted.gpg.d")
     _docker("cp", f"{PVE_STANDINS}/.", f"{name}:{PVE_STANDIN_DIR}/")
-    _docker("exec", "-i", name, "sh", "-c", "cat > /etc/apt/trusted.gpg.d/proxmox-release-bookworm.gpg",
-            input=key.decode("latin-1"), encoding="latin-1")
+    _docker(
+        "exec",
+        "-i",
+        name,
+        "sh",
+        "-c",
+        "cat > /etc/apt/trusted.gpg.d/proxmox-release-bookworm.gpg",
+        input=key.decode("latin-1"),
+        encoding="latin-1",
+    )
     _docker("exec", "-i", name, "bash", "-s", input=script)
     _stamp(name, stamp, digest)

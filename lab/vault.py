@@ -36,10 +36,14 @@ def throwaway_ssh_public_key() -> str:
         key = Ed25519PrivateKey.generate()
         fd = os.open(STATE_DIR / "guest-ssh-key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                           serialization.NoEncryption()))
-        line = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                             serialization.PublicFormat.OpenSSH).decode()
+            handle.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+                )
+            )
+        line = (
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        )
         public.write_text(f"{line} inference-host-lab\n")
     return public.read_text().strip()
 

@@ -65,8 +65,11 @@ class Preview:
 
     def finish(self) -> None:
         if self.notes:
-            self.file("inference-host-preview.txt", "What only the host can decide (read there at deploy time):\n"
-                      + "".join(f"- {n}\n" for n in self.notes))
+            self.file(
+                "inference-host-preview.txt",
+                "What only the host can decide (read there at deploy time):\n"
+                + "".join(f"- {n}\n" for n in self.notes),
+            )
 
 
 def _base(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -77,11 +80,17 @@ def _base(p: Preview, settings: HostSettings, site: Site) -> None:
         p.template(base.SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=sysctl)
     left = sorted(set(settings.base.sysctl) - set(sysctl))
     if left:
-        p.note(f"base_sysctl {', '.join(left)}: the shared kernel's, written on node {settings.guest.node}"
-               f" ({base.SYSCTL_FILE} is removed here)")
-    p.template(base.LIMITS_FILE, "roles/base/templates/90-inference-host-limits.conf.j2",
-               service_user=settings.base.service_user, nofile=settings.base.limit_nofile,
-               memlock=settings.base.limit_memlock)
+        p.note(
+            f"base_sysctl {', '.join(left)}: the shared kernel's, written on node {settings.guest.node}"
+            f" ({base.SYSCTL_FILE} is removed here)"
+        )
+    p.template(
+        base.LIMITS_FILE,
+        "roles/base/templates/90-inference-host-limits.conf.j2",
+        service_user=settings.base.service_user,
+        nofile=settings.base.limit_nofile,
+        memlock=settings.base.limit_memlock,
+    )
     if engine_reads_hub_token(settings, site.hosts):
         p.file(f"{settings.base.data_dir}/.cache/huggingface/token", MASK)
 
@@ -90,8 +99,12 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles import cuda
 
     version = site.stack.active.cuda
-    p.template(cuda.PROFILE_FILE, "roles/cuda/templates/90-inference-host-cuda.sh.j2",
-               cuda_home=cuda.toolkit_dir(version), version=version)
+    p.template(
+        cuda.PROFILE_FILE,
+        "roles/cuda/templates/90-inference-host-cuda.sh.j2",
+        cuda_home=cuda.toolkit_dir(version),
+        version=version,
+    )
 
 
 def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -100,31 +113,40 @@ def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
 
     version = site.stack.driver_version
     node = settings.in_group("proxmox_hosts")
-    p.template(nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2",
-               version=version)
+    p.template(
+        nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2", version=version
+    )
     if node:  # Proxmox VE 8 is Debian 12 (roles/proxmox_host refuses anything else)
         distro = nvidia_repo.SUPPORTED[("Debian", 12, None)]
         p.file(nvidia_repo.cuda_sources_file(distro), nvidia_repo.cuda_sources_line(settings, distro) + "\n")
     else:
-        p.note(f"NVIDIA's CUDA apt source: {nvidia_repo.cuda_repo_url(settings, nvidia_repo.SUPPORTED[('Ubuntu', 24, 4)])}"
-               " (ubuntu2404) or its debian12 path, as the host's distro says")
+        p.note(
+            f"NVIDIA's CUDA apt source: {nvidia_repo.cuda_repo_url(settings, nvidia_repo.SUPPORTED[('Ubuntu', 24, 4)])}"
+            " (ubuntu2404) or its debian12 path, as the host's distro says"
+        )
     if settings.driver_mode != "full":
-        p.note(f"{nvidia_driver.PIN_FILE}: an LXC guest follows its node's loaded module version,"
-               f" shown here as stack.yml's pin {version}")
+        p.note(
+            f"{nvidia_driver.PIN_FILE}: an LXC guest follows its node's loaded module version,"
+            f" shown here as stack.yml's pin {version}"
+        )
         return
     if not node:  # a node's blacklist is roles/proxmox_host's
         p.template(nvidia_driver.NOUVEAU_BLACKLIST, "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2")
     # The module at boot: on a node (its kernel) and on a VM or bare metal (inside a container,
     # the deploy finds no kernel of its own there and leaves these out).
     p.file(nvidia_driver.UVM_MODULES_FILE, nvidia_driver.UVM_MODULES_TEXT)
-    p.template(f"{layout.SYSTEMD_DIR}/{nvidia_driver.UVM_UNIT}",
-               f"roles/nvidia_driver/templates/{nvidia_driver.UVM_UNIT}.j2")
+    p.template(
+        f"{layout.SYSTEMD_DIR}/{nvidia_driver.UVM_UNIT}", f"roles/nvidia_driver/templates/{nvidia_driver.UVM_UNIT}.j2"
+    )
 
 
 def _host_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     """A Proxmox node gets the driver when one of its LXC guests has GPUs (proxmox_host_driver)."""
-    lxc_gpus = any(g.guest.node == settings.name and g.in_group("lxc_guests") and g.guest.gpu_addresses
-                   for g in site.hosts.values() if g.valid("guest"))
+    lxc_gpus = any(
+        g.guest.node == settings.name and g.in_group("lxc_guests") and g.guest.gpu_addresses
+        for g in site.hosts.values()
+        if g.valid("guest")
+    )
     if lxc_gpus and settings.proxmox.host_driver:
         _nvidia_driver(p, settings, site)
 
@@ -140,11 +162,16 @@ def _weights(p: Preview, settings: HostSettings, site: Site) -> None:
         p.file(weights.token_file(secret), MASK)
     for ws in kept:
         p.file(f"{weights.CONFIG_DIR}/{ws.name}.json", weights.config_text(ws))
-        p.template(layout.unit_file(weights.unit_name(ws)),
-                   "roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
-    p.note(f"huggingface_hub {weights.HF_HUB_VERSION} and hf_xet {weights.HF_XET_VERSION} are installed into"
-           f" {weights.ENV_DIR} unless its pins file says so; each download starts when its directory is"
-           " not a verified copy of the pinned commit")
+        p.template(
+            layout.unit_file(weights.unit_name(ws)),
+            "roles/weights/templates/inference-host-weights.service.j2",
+            **weights.unit_kwargs(ws),
+        )
+    p.note(
+        f"huggingface_hub {weights.HF_HUB_VERSION} and hf_xet {weights.HF_XET_VERSION} are installed into"
+        f" {weights.ENV_DIR} unless its pins file says so; each download starts when its directory is"
+        " not a verified copy of the pinned commit"
+    )
 
 
 def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -160,12 +187,16 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     p.file(serving.PREFLIGHT_SCRIPT, serving.PREFLIGHT_SOURCE.read_text())
     command = serving.preflight_command(settings, stack, site)
     if command:
-        p.file("inference-host-commands/engine-preflight.sh",
-               f"# before a switch: {stack.label}'s own start-up checks of the rendered command line\n{command}\n")
+        p.file(
+            "inference-host-commands/engine-preflight.sh",
+            f"# before a switch: {stack.label}'s own start-up checks of the rendered command line\n{command}\n",
+        )
     name = settings.serving.unit_name
-    p.note(f"{layout.unit_file(name)} and {layout.secret_args_link(name)} are links through"
-           f" {layout.current_link(settings.base.install_root)}"
-           f" to the files of stack {stack.id} above")
+    p.note(
+        f"{layout.unit_file(name)} and {layout.secret_args_link(name)} are links through"
+        f" {layout.current_link(settings.base.install_root)}"
+        f" to the files of stack {stack.id} above"
+    )
 
 
 def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -180,8 +211,11 @@ def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
     if vendor == "auto" or loader == "auto":
         p.note(f"IOMMU kernel arguments: CPU vendor {vendor!r}, boot loader {loader!r} are read on the node")
     if vendor != "auto" and loader == "grub":
-        p.template(node.GRUB_DROPIN, "roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
-                   kernel_args=node.iommu_kernel_args(vendor))
+        p.template(
+            node.GRUB_DROPIN,
+            "roles/proxmox_host/templates/inference-host-iommu.cfg.j2",
+            kernel_args=node.iommu_kernel_args(vendor),
+        )
     elif vendor != "auto" and loader == "systemd-boot":
         p.note(f"{node.SYSTEMD_BOOT_CMDLINE}: the node's own line plus {' '.join(node.iommu_kernel_args(vendor))}")
     for guest in site.hosts.values():
@@ -200,8 +234,10 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
         devices = pve.lxc_device_paths(minors, {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"})
         plan = lxc_guest.plan_update(guest, empty, devices)
         create, tool = lxc_guest.create_command(guest, devices), "pct"
-        p.note(f"CT {vmid}: /dev/nvidiaN minors are read on the node (shown in proxmox_gpu_addresses"
-               " order); /dev/nvidia-modeset and /dev/nvidia-caps/* are added when the node has them")
+        p.note(
+            f"CT {vmid}: /dev/nvidiaN minors are read on the node (shown in proxmox_gpu_addresses"
+            " order); /dev/nvidia-modeset and /dev/nvidia-caps/* are added when the node has them"
+        )
     else:
         from roles import kvm_guest
 
@@ -210,8 +246,10 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
         create, tool = kvm_guest.create_command(guest), "qm"
     update = shlex.join([tool, "set", str(vmid), *plan.arguments()])
     p.file(f"{folder}/{tool}-create-{vmid}.sh", f"# {guest.name}: when guest {vmid} does not exist\n{create}\n")
-    p.file(f"{folder}/{tool}-set-{vmid}.sh",
-           f"# {guest.name}: on an existing guest the deploy sets only what differs from this\n{update}\n")
+    p.file(
+        f"{folder}/{tool}-set-{vmid}.sh",
+        f"# {guest.name}: on an existing guest the deploy sets only what differs from this\n{update}\n",
+    )
 
 
 def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -221,8 +259,10 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
         p.template(path, template, **kwargs)
     if gateway.api_key_secret(site.hosts):
         p.file(gateway.API_KEY_FILE, MASK)
-    p.note(f"smg {settings.gateway.version} is installed exactly from its lock into"
-           f" {gateway.env_path(site, settings)} unless it is there")
+    p.note(
+        f"smg {settings.gateway.version} is installed exactly from its lock into"
+        f" {gateway.env_path(site, settings)} unless it is there"
+    )
 
 
 def _monitoring(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -284,11 +324,16 @@ def engine_diff(site: Site, other_id: str, model_dir: Path, draft_dir: Path | No
     from roles.serving import preflight
 
     if other_id not in site.stack.stacks:
-        raise SiteError([f"--engine-diff {other_id}: no such stack in {site.stack.file};"
-                         f" stacks: {', '.join(site.stack.stacks)}"])
+        raise SiteError(
+            [f"--engine-diff {other_id}: no such stack in {site.stack.file}; stacks: {', '.join(site.stack.stacks)}"]
+        )
     if not (model_dir / "config.json").is_file():
-        raise SiteError([f"--model-dir {model_dir}: no config.json there; give a folder with the model's"
-                         " config files (the Hub repository's *.json and *.py, no weights)"])
+        raise SiteError(
+            [
+                f"--model-dir {model_dir}: no config.json there; give a folder with the model's"
+                " config files (the Hub repository's *.json and *.py, no weights)"
+            ]
+        )
     nodes = [(site, settings) for settings in site.group("gpu_nodes")]
     before = preflight.run_many(site.stack.active, nodes, model_dir, draft_dir, python)
     after = preflight.run_many(site.stack.stacks[other_id], nodes, model_dir, draft_dir, python)
@@ -299,11 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
     parser.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
     parser.add_argument("--out", type=Path, help="folder for DIR/<host>/<path on the host>")
-    parser.add_argument("--engine-diff", metavar="STACK",
-                        help="show each gpu node's engine settings, resolved by the engine's own start-up code,"
-                             " on the active stack and on STACK (installs both stacks' locks on this machine)")
-    parser.add_argument("--model-dir", type=Path,
-                        help="with --engine-diff: the model's config files (config.json, configuration_*.py)")
+    parser.add_argument(
+        "--engine-diff",
+        metavar="STACK",
+        help="show each gpu node's engine settings, resolved by the engine's own start-up code,"
+        " on the active stack and on STACK (installs both stacks' locks on this machine)",
+    )
+    parser.add_argument(
+        "--model-dir", type=Path, help="with --engine-diff: the model's config files (config.json, configuration_*.py)"
+    )
     parser.add_argument("--draft-model-dir", type=Path, help="with --engine-diff: the EAGLE-3 drafter's config.json")
     parser.add_argument("--python", help="with --engine-diff: the CPython of the stacks' version to install with")
     args = parser.parse_args(argv)

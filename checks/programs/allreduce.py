@@ -39,8 +39,11 @@ SHOWN = ("NCCL_", "CUDA_", "TORCH_", "NVSHMEM_", "SGLANG_", "SGL_", "PYTORCH_", 
 
 def effective_environment() -> dict:
     """The variables that steer NCCL/CUDA/the engine, as this process sees them (secrets masked)."""
-    return {k: ("***" if any(w in k for w in ("TOKEN", "KEY", "SECRET", "PASSWORD")) else v)
-            for k, v in sorted(os.environ.items()) if k.startswith(SHOWN)}
+    return {
+        k: ("***" if any(w in k for w in ("TOKEN", "KEY", "SECRET", "PASSWORD")) else v)
+        for k, v in sorted(os.environ.items())
+        if k.startswith(SHOWN)
+    }
 
 
 def stage(name: str) -> None:
@@ -55,8 +58,7 @@ def expected_sum(world_size: int, pattern: int = PATTERN) -> list[int]:
 def worker(rank: int, world_size: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world_size,
-                            device_id=torch.device(f"cuda:{rank}"))
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device(f"cuda:{rank}"))
     elements = SIZE_MIB * 1024 * 1024 // 4
     check = (torch.arange(elements, dtype=torch.int64, device=f"cuda:{rank}") % PATTERN + rank).float()
     if rank == 0:
@@ -96,12 +98,22 @@ def main() -> None:
     size = SIZE_MIB * 1024 * 1024
     algbw = size / result["seconds"] / 1e9
     busbw = algbw * 2 * (world_size - 1) / world_size
-    print("IH-ALLREDUCE " + json.dumps({
-        "world_size": world_size, "size_mib": SIZE_MIB, "time_ms": result["seconds"] * 1e3,
-        "algbw_gbps": algbw, "busbw_gbps": busbw, "correct": result["correct"],
-        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())), "nccl_env": nccl,
-        "env_source": source,
-    }))
+    print(
+        "IH-ALLREDUCE "
+        + json.dumps(
+            {
+                "world_size": world_size,
+                "size_mib": SIZE_MIB,
+                "time_ms": result["seconds"] * 1e3,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+                "correct": result["correct"],
+                "nccl_version": ".".join(map(str, torch.cuda.nccl.version())),
+                "nccl_env": nccl,
+                "env_source": source,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ import os
 import sys
 
 # What steers device visibility, as this process sees it (run in the service's environment).
-ENV = {k: v for k, v in sorted(os.environ.items())
-       if k.startswith(("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH")) or k == "IH_ENV_SOURCE"}
+ENV = {
+    k: v
+    for k, v in sorted(os.environ.items())
+    if k.startswith(("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH")) or k == "IH_ENV_SOURCE"
+}
 
 try:
     import torch
@@ -17,8 +20,9 @@ except Exception as error:  # noqa: BLE001 - any import failure is the finding t
 
 devices = []
 if not torch.cuda.is_available():
-    print("IH-CUDA " + json.dumps({"error": "torch.cuda.is_available() is False",
-                                   "torch": torch.__version__, "env": ENV}))
+    print(
+        "IH-CUDA " + json.dumps({"error": "torch.cuda.is_available() is False", "torch": torch.__version__, "env": ENV})
+    )
     sys.exit(0)
 generator = torch.Generator().manual_seed(0)
 a = torch.randn(512, 512, generator=generator, dtype=torch.float64)
@@ -28,8 +32,11 @@ for index in range(torch.cuda.device_count()):
     try:
         with torch.cuda.device(index):
             props = torch.cuda.get_device_properties(index)
-            entry.update(name=props.name, capability=f"{props.major}.{props.minor}",
-                         memory_mib=props.total_memory // (1024 * 1024))
+            entry.update(
+                name=props.name,
+                capability=f"{props.major}.{props.minor}",
+                memory_mib=props.total_memory // (1024 * 1024),
+            )
             got = (a.to(f"cuda:{index}") @ a.to(f"cuda:{index}")).cpu()
             torch.cuda.synchronize(index)
             entry["max_error"] = float((got - expected).abs().max())
@@ -37,5 +44,4 @@ for index in range(torch.cuda.device_count()):
     except Exception as error:  # noqa: BLE001 - a failing GPU is reported, the others still run
         entry.update(ok=False, error=f"{type(error).__name__}: {error}")
     devices.append(entry)
-print("IH-CUDA " + json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
-                               "devices": devices, "env": ENV}))
+print("IH-CUDA " + json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "devices": devices, "env": ENV}))

@@ -74,20 +74,23 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
         from sglang.srt.distributed.communication_op import tensor_model_parallel_all_reduce
 
         ps.set_custom_all_reduce(not args.disable_custom_all_reduce)
-        ps.init_distributed_environment(backend="nccl", world_size=world_size, rank=rank,
-                                        local_rank=rank, distributed_init_method=init)
+        ps.init_distributed_environment(
+            backend="nccl", world_size=world_size, rank=rank, local_rank=rank, distributed_init_method=init
+        )
         ps.initialize_model_parallel(tensor_model_parallel_size=world_size)
         group = ps.get_tp_group()
         reduce = tensor_model_parallel_all_reduce
     else:
         torch.cuda.set_device(rank)
         device, dtype = f"cuda:{rank}", torch.bfloat16
-        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world_size,
-                                device_id=torch.device(device))
+        dist.init_process_group(
+            "nccl", init_method=init, rank=rank, world_size=world_size, device_id=torch.device(device)
+        )
 
         def reduce(tensor):
             dist.all_reduce(tensor)
             return tensor
+
     if rank == 0:
         print(f"IH-ENGINE-ALLREDUCE-STAGE collective {time.time():.1f}", flush=True)
     results = []
@@ -102,8 +105,15 @@ def worker(rank: int, world_size: int, port: int, args, queue) -> None:
             torch.cuda.synchronize()
         expected = (base * world_size + world_size * (world_size - 1) // 2).to(dtype)
         wrong = int((out != expected).sum().item())
-        results.append({"rows": rows, "bytes": tensor.numel() * tensor.element_size(), "method": method,
-                        "wrong_elements": wrong, "elements": tensor.numel()})
+        results.append(
+            {
+                "rows": rows,
+                "bytes": tensor.numel() * tensor.element_size(),
+                "method": method,
+                "wrong_elements": wrong,
+                "elements": tensor.numel(),
+            }
+        )
     queue.put({"rank": rank, "results": results})
 
 
@@ -118,18 +128,24 @@ def main() -> None:
     world_size = torch.cuda.device_count()
     if args.communicator == "torch-gloo":
         world_size = args.ranks or max(world_size, 2)
-    base = {"world_size": world_size, "communicator": args.communicator,
-            "custom_all_reduce": not args.disable_custom_all_reduce,
-            "broken_for_test": args.break_for_test,
-            "env_source": os.environ.get("IH_ENV_SOURCE", "the caller's environment")}
+    base = {
+        "world_size": world_size,
+        "communicator": args.communicator,
+        "custom_all_reduce": not args.disable_custom_all_reduce,
+        "broken_for_test": args.break_for_test,
+        "env_source": os.environ.get("IH_ENV_SOURCE", "the caller's environment"),
+    }
     if args.communicator == "engine":
         try:
             import sglang
             from sglang.srt.distributed import parallel_state  # noqa: F401
+
             base["sglang"] = sglang.__version__
         except Exception as error:  # noqa: BLE001 - the finding to report
-            print("IH-ENGINE-ALLREDUCE " + json.dumps({**base, "error": f"import sglang failed: "
-                                                       f"{type(error).__name__}: {error}"}))
+            print(
+                "IH-ENGINE-ALLREDUCE "
+                + json.dumps({**base, "error": f"import sglang failed: {type(error).__name__}: {error}"})
+            )
             return
     if world_size < 1:
         print("IH-ENGINE-ALLREDUCE " + json.dumps({**base, "error": "torch sees no GPU"}))
@@ -140,10 +156,19 @@ def main() -> None:
     mp.spawn(worker, args=(world_size, free_port(), args, queue), nprocs=world_size, join=True)
     ranks = sorted((queue.get() for _ in range(world_size)), key=lambda r: r["rank"])
     wrong = sum(r["wrong_elements"] for rank in ranks for r in rank["results"])
-    print("IH-ENGINE-ALLREDUCE " + json.dumps({
-        **base, "correct": wrong == 0, "wrong_elements": wrong, "seconds": time.perf_counter() - start,
-        "sizes": ranks[0]["results"], "per_rank_wrong": [sum(r["wrong_elements"] for r in rank["results"])
-                                                        for rank in ranks]}))
+    print(
+        "IH-ENGINE-ALLREDUCE "
+        + json.dumps(
+            {
+                **base,
+                "correct": wrong == 0,
+                "wrong_elements": wrong,
+                "seconds": time.perf_counter() - start,
+                "sizes": ranks[0]["results"],
+                "per_rank_wrong": [sum(r["wrong_elements"] for r in rank["results"]) for rank in ranks],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ SMI = sys.argv[3] if len(sys.argv) > 3 else "nvidia-smi"
 # CUDA queues about a thousand launches per stream before the CPU blocks; staying below keeps
 # every GPU's copies queued before the first one drains, so all GPUs are under load together.
 MAX_COPIES = 800
-PCIE_FIELDS = "index,pci.bus_id,pstate,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
+PCIE_FIELDS = (
+    "index,pci.bus_id,pstate,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
+)
 
 
 def main() -> None:
@@ -54,18 +56,28 @@ def main() -> None:
             events.append((start, end, iterations))
     time.sleep(0.3)
     try:
-        pcie = subprocess.run([SMI, f"--query-gpu={PCIE_FIELDS}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30).stdout
+        pcie = subprocess.run(
+            [SMI, f"--query-gpu={PCIE_FIELDS}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as error:
         pcie = f"nvidia-smi failed: {error}"
     devices = []
     for i, (start, end, iterations) in enumerate(events):
         torch.cuda.synchronize(i)
         ms = start.elapsed_time(end) / iterations
-        devices.append({"index": i, "name": torch.cuda.get_device_name(i),
-                        "gbps": 2 * n / (ms / 1e3) / 1e9, "size_mib": SIZE_MIB, "copies": iterations})
-    env = {k: v for k, v in sorted(os.environ.items())
-           if k.startswith(("CUDA_", "NVIDIA_")) or k == "IH_ENV_SOURCE"}
+        devices.append(
+            {
+                "index": i,
+                "name": torch.cuda.get_device_name(i),
+                "gbps": 2 * n / (ms / 1e3) / 1e9,
+                "size_mib": SIZE_MIB,
+                "copies": iterations,
+            }
+        )
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("CUDA_", "NVIDIA_")) or k == "IH_ENV_SOURCE"}
     print("IH-MEMBW " + json.dumps({"devices": devices, "pcie_under_load": pcie, "env": env}))
 
 

@@ -30,8 +30,22 @@ SUPPORTED = {("Ubuntu", 24), ("Debian", 12)}
 
 # Build tools and the utilities later roles and the health checks call.
 PACKAGES = [
-    "build-essential", "git", "curl", "ca-certificates", "gnupg", "numactl", "pciutils",
-    "jq", "python3", "python3-venv", "procps", "psmisc", "iproute2", "lsof", "kmod", "rsync",
+    "build-essential",
+    "git",
+    "curl",
+    "ca-certificates",
+    "gnupg",
+    "numactl",
+    "pciutils",
+    "jq",
+    "python3",
+    "python3-venv",
+    "procps",
+    "psmisc",
+    "iproute2",
+    "lsof",
+    "kmod",
+    "rsync",
 ]
 
 SYSCTL_FILE = "/etc/sysctl.d/90-inference-host-sysctl.conf"
@@ -100,11 +114,13 @@ def _sysctl(settings: HostSettings) -> None:
     if not sysctl:
         # An LXC guest shares its node's kernel: its host-wide keys (kernel.numa_balancing) are
         # written on the node (roles/proxmox_host); a copy here could never apply.
-        files.file(name=f"Remove {SYSCTL_FILE} (kernel settings are the Proxmox node's)",
-                   path=SYSCTL_FILE, present=False)
+        files.file(
+            name=f"Remove {SYSCTL_FILE} (kernel settings are the Proxmox node's)", path=SYSCTL_FILE, present=False
+        )
         return
-    sysctl_file(SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl,
-                name=f"Write {SYSCTL_FILE}")
+    sysctl_file(
+        SYSCTL_FILE, "roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl, name=f"Write {SYSCTL_FILE}"
+    )
 
 
 def _limits(settings: HostSettings) -> None:
@@ -148,14 +164,13 @@ def _hf_token(settings: HostSettings) -> None:
     if not engine_reads_hub_token(settings, current_site().hosts):
         # The weights are local files (roles/weights downloads them with its own token file,
         # on the host that keeps them): the engine host holds no copy of the token.
-        files.file(name=f"Remove {cache}/token (the engine reads no Hub repository)",
-                   path=f"{cache}/token", present=False)
+        files.file(
+            name=f"Remove {cache}/token (the engine reads no Hub repository)", path=f"{cache}/token", present=False
+        )
         return
     user, group = settings.base.service_user, settings.base.service_group
     for path in (f"{settings.base.data_dir}/.cache", cache):
-        files.directory(
-            name=f"Create {path} (mode 0700)", path=path, user=user, group=group, mode="0700"
-        )
+        files.directory(name=f"Create {path} (mode 0700)", path=path, user=user, group=group, mode="0700")
     # huggingface_hub reads $HF_HOME/token; the service user's home is base_data_dir.
     secret_file(
         label=f"the Hugging Face token (secret {secret})",

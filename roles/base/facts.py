@@ -24,4 +24,3 @@ class UvVersion(FactBase):
             if match:
                 return match.group(1)
         return None
-

@@ -36,8 +36,7 @@ def cuda() -> None:
     stack = current_site().stack
     distro = current_distro("roles/cuda")
     ensure_cuda_repository(settings, distro)
-    versions = sorted({engine.cuda for engine in stack.stacks.values()},
-                      key=lambda v: tuple(map(int, v.split("."))))
+    versions = sorted({engine.cuda for engine in stack.stacks.values()}, key=lambda v: tuple(map(int, v.split("."))))
     for version in versions:
         apt.packages(
             name=f"Install CUDA toolkit {version} ({toolkit_package(version)})",

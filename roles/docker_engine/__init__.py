@@ -141,7 +141,7 @@ def _daemon_json(settings: DockerSettings) -> bool:
         return False
     files.put(
         name=f"Write {DAEMON_JSON} (data-root {settings.data_root}, logs"
-             f" {settings.log_max_size} x {settings.log_max_file}, shm {settings.default_shm_size})",
+        f" {settings.log_max_size} x {settings.log_max_file}, shm {settings.default_shm_size})",
         src=StringIO(json.dumps(wanted, indent=4, sort_keys=True) + "\n"),
         dest=DAEMON_JSON,
         mode="0644",

@@ -52,8 +52,14 @@ CONFIG_FILE = f"{layout.ETC_DIR}/eagle3-training.json"
 UNIT = "inference-host-eagle3@.service"
 WRAPPER = "/usr/local/sbin/inference-host-eagle3"
 JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
-BENCH = {"concurrency": [1, 4, 16, 64], "input_len": 1024, "output_len": 512, "prompts_per_stream": 4,
-         "min_prompts": 8, "restart_timeout_s": 1800}
+BENCH = {
+    "concurrency": [1, 4, 16, 64],
+    "input_len": 1024,
+    "output_len": 512,
+    "prompts_per_stream": 4,
+    "min_prompts": 8,
+    "restart_timeout_s": 1800,
+}
 
 
 def short(commit: str) -> str:
@@ -111,20 +117,27 @@ def job_config(settings: HostSettings) -> dict:
     spec = settings.speculative
     address = "127.0.0.1" if serving.host in ("0.0.0.0", "127.0.0.1") else serving.host
     return {
-        "work_dir": job.work_dir, "env_mode": job.env_mode, "env_python": f"{live_env(settings)}/bin/python",
-        "specforge_dir": source_dir(settings), "specforge_commit": job.specforge_commit,
-        "dataset": job.dataset, "samples": job.samples, "max_length": job.max_length,
+        "work_dir": job.work_dir,
+        "env_mode": job.env_mode,
+        "env_python": f"{live_env(settings)}/bin/python",
+        "specforge_dir": source_dir(settings),
+        "specforge_commit": job.specforge_commit,
+        "dataset": job.dataset,
+        "samples": job.samples,
+        "max_length": job.max_length,
         "chat_template": job.chat_template,
         "regenerate": {"concurrency": job.regenerate_concurrency, "max_tokens": job.regenerate_max_tokens},
-        "train": {"num_epochs": job.num_epochs, "learning_rate": job.learning_rate,
-                  "save_interval": job.save_interval},
+        "train": {"num_epochs": job.num_epochs, "learning_rate": job.learning_rate, "save_interval": job.save_interval},
         "export_dir": job.export_dir,
         "current_drafter": spec.draft_model_path if spec else None,
         "engine_python": f"{layout.current_link(settings.base.install_root)}/bin/python",
         "target": {
-            "model_path": serving.model_path, "served_model_name": serving.served_model_name,
-            "server": f"{address}:{serving.port}", "unit": f"{serving.unit_name}.service",
-            "api_key_file": layout.secret_args_link(serving.unit_name), "tp_size": settings.gpu.count,
+            "model_path": serving.model_path,
+            "served_model_name": serving.served_model_name,
+            "server": f"{address}:{serving.port}",
+            "unit": f"{serving.unit_name}.service",
+            "api_key_file": layout.secret_args_link(serving.unit_name),
+            "tp_size": settings.gpu.count,
             # SpecForge's SGLang backend defaults to fa3 (SM90 only); triton works on SM120.
             "attention_backend": serving.attention_backend or ("fa3" if settings.gpu.arch == "sm90" else "triton"),
         },
@@ -136,8 +149,13 @@ def job_config(settings: HostSettings) -> dict:
 def eagle3_training() -> None:
     settings = current_host()
     job = settings.eagle3_training
-    files.directory(name=f"Create {job.work_dir} (training data, hidden states, checkpoints)",
-                    path=job.work_dir, user="root", group="root", mode="0750")
+    files.directory(
+        name=f"Create {job.work_dir} (training data, hidden states, checkpoints)",
+        path=job.work_dir,
+        user="root",
+        group="root",
+        mode="0750",
+    )
     _environment(settings)
     _source(settings)
     _driver(settings)
@@ -153,15 +171,28 @@ def _environment(settings: HostSettings) -> None:
     text = requirements_text(settings)
     requirements = f"{target}.lock.txt"
     built = host.get_fact(EnvironmentStamp, env_dir=target)
-    uploaded = files.put(name=f"Upload the job's lock (SpecForge {job.specforge_lock}, {job.env_mode},"
-                              f" {len(_names(text))} packages) to {requirements}",
-                         src=io.BytesIO(text.encode()), dest=requirements, user="root", group="root", mode="0644")
+    uploaded = files.put(
+        name=f"Upload the job's lock (SpecForge {job.specforge_lock}, {job.env_mode},"
+        f" {len(_names(text))} packages) to {requirements}",
+        src=io.BytesIO(text.encode()),
+        dest=requirements,
+        user="root",
+        group="root",
+        mode="0644",
+    )
     build = server.shell(
         name=f"Build the training job's environment (SpecForge lock {job.specforge_lock}, {job.env_mode},"
-             f" exactly from its lock) at {target}",
-        commands=[build_command(target, python(settings), requirements, current,
-                                pip_check=job.env_mode == "full",
-                                compile_only=None if job.env_mode == "full" else NO_GPU_COMPILED)],
+        f" exactly from its lock) at {target}",
+        commands=[
+            build_command(
+                target,
+                python(settings),
+                requirements,
+                current,
+                pip_check=job.env_mode == "full",
+                compile_only=None if job.env_mode == "full" else NO_GPU_COMPILED,
+            )
+        ],
         _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
     )
@@ -173,11 +204,15 @@ def _environment(settings: HostSettings) -> None:
         commands=[f"ln -sfn {target} {current}.new && mv -T {current}.new {current}"],
         _if=lambda: live != target or build.did_change(),
     )
-    others = host.get_fact(Command, command=f"cd {root} 2>/dev/null && ls -1d -- * | grep -vx -e current"
-                                            f" -e {name} -e {name}.lock.txt || true")
+    others = host.get_fact(
+        Command,
+        command=f"cd {root} 2>/dev/null && ls -1d -- * | grep -vx -e current -e {name} -e {name}.lock.txt || true",
+    )
     if others:
-        server.shell(name=f"Remove the job's previous environments in {root} ({', '.join(others.split())})",
-                     commands=[f"cd {root} && rm -rf -- {' '.join(others.split())}"])
+        server.shell(
+            name=f"Remove the job's previous environments in {root} ({', '.join(others.split())})",
+            commands=[f"cd {root} && rm -rf -- {' '.join(others.split())}"],
+        )
 
 
 def _names(text: str) -> list[str]:
@@ -191,15 +226,21 @@ def _sglang_capture_hook(target: str, built) -> None:
         dest = f"{target}.{patch.name}"
         upload = files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
         site = f"$(echo {target}/lib/python3*/site-packages)"
-        applied = host.get_fact(Command, command=f"patch -p1 -R -s -f --dry-run -d {site} < {dest}"
-                                                 " >/dev/null 2>&1 && echo applied || echo no")
+        applied = host.get_fact(
+            Command,
+            command=f"patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1 && echo applied || echo no",
+        )
         server.shell(
             name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
             # The patched modules are byte-compiled again, as the install did (umask 022).
-            commands=[f"umask 022; patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
-                      f" || {{ patch -p1 -s -f -d {site} < {dest}"
-                      f" && {target}/bin/python -m compileall -q {site}/sglang >/dev/null; }}"],
-            _if=lambda applied=applied, upload=upload: applied != "applied" or built.did_change() or upload.did_change(),
+            commands=[
+                f"umask 022; patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
+                f" || {{ patch -p1 -s -f -d {site} < {dest}"
+                f" && {target}/bin/python -m compileall -q {site}/sglang >/dev/null; }}"
+            ],
+            _if=lambda applied=applied, upload=upload: (
+                applied != "applied" or built.did_change() or upload.did_change()
+            ),
         )
 
 
@@ -210,48 +251,81 @@ def _source(settings: HostSettings) -> None:
     # A shallow fetch of exactly the pinned commit: the checkout is that commit or nothing.
     checkout = server.shell(
         name=f"Check out SpecForge {job.specforge_commit[:12]} from {job.specforge_repo} at {target}",
-        commands=[f"rm -rf {target}.fetching && git init -q {target}.fetching"
-                  f" && git -C {target}.fetching fetch -q --depth 1 {job.specforge_repo} {job.specforge_commit}"
-                  f" && git -C {target}.fetching -c advice.detachedHead=false checkout -q FETCH_HEAD"
-                  f" && test \"$(git -C {target}.fetching rev-parse HEAD)\" = {job.specforge_commit}"
-                  f" && rm -rf {target} && mv -T {target}.fetching {target}"
-                  f" || {{ rm -rf {target}.fetching; exit 1; }}"],
+        commands=[
+            f"rm -rf {target}.fetching && git init -q {target}.fetching"
+            f" && git -C {target}.fetching fetch -q --depth 1 {job.specforge_repo} {job.specforge_commit}"
+            f" && git -C {target}.fetching -c advice.detachedHead=false checkout -q FETCH_HEAD"
+            f' && test "$(git -C {target}.fetching rev-parse HEAD)" = {job.specforge_commit}'
+            f" && rm -rf {target} && mv -T {target}.fetching {target}"
+            f" || {{ rm -rf {target}.fetching; exit 1; }}"
+        ],
         _env={"GIT_SSL_CAINFO": SYSTEM_CA_BUNDLE},
         _if=lambda: head != job.specforge_commit,
     )
     for patch in patch_files(job.specforge_commit):
         dest = f"{target}.{patch.name}"
         upload = files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
-        applied = host.get_fact(Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null"
-                                                 " && echo applied || echo no")
+        applied = host.get_fact(
+            Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null && echo applied || echo no"
+        )
         server.shell(
             name=f"Apply SpecForge patch {patch.name} to {target}",
             commands=[f"git -C {target} apply --reverse --check {dest} 2>/dev/null || git -C {target} apply {dest}"],
-            _if=lambda applied=applied, upload=upload: applied != "applied" or checkout.did_change()
-            or upload.did_change(),
+            _if=lambda applied=applied, upload=upload: (
+                applied != "applied" or checkout.did_change() or upload.did_change()
+            ),
         )
 
 
 def _driver(settings: HostSettings) -> None:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
-    files.put(name=f"Install {LIBEXEC}/pipeline.py (the job's driver)", src=str(HERE / "files" / "pipeline.py"),
-              dest=f"{LIBEXEC}/pipeline.py", user="root", group="root", mode="0755")
-    files.put(name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
-              src=str(HERE.parent / "shared" / "eagle3.py"), dest=f"{LIBEXEC}/eagle3.py",
-              user="root", group="root", mode="0644")
-    files.directory(name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root",
-                    mode="0755")
-    files.put(name=f"Write {CONFIG_FILE} (the job's inputs)",
-              src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),
-              dest=CONFIG_FILE, user="root", group="root", mode="0644")
+    files.put(
+        name=f"Install {LIBEXEC}/pipeline.py (the job's driver)",
+        src=str(HERE / "files" / "pipeline.py"),
+        dest=f"{LIBEXEC}/pipeline.py",
+        user="root",
+        group="root",
+        mode="0755",
+    )
+    files.put(
+        name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
+        src=str(HERE.parent / "shared" / "eagle3.py"),
+        dest=f"{LIBEXEC}/eagle3.py",
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    files.directory(name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root", mode="0755")
+    files.put(
+        name=f"Write {CONFIG_FILE} (the job's inputs)",
+        src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),
+        dest=CONFIG_FILE,
+        user="root",
+        group="root",
+        mode="0644",
+    )
     python = f"{live_env(settings)}/bin/python"
-    files.template(name=f"Write {WRAPPER}", src="roles/eagle3_training/templates/inference-host-eagle3.j2",
-                   dest=WRAPPER, user="root", group="root", mode="0755", python=python,
-                   driver=f"{LIBEXEC}/pipeline.py", config=CONFIG_FILE)
-    unit = files.template(name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",
-                          src=f"roles/eagle3_training/templates/{UNIT}.j2", dest=f"/etc/systemd/system/{UNIT}",
-                          user="root", group="root", mode="0644", **unit_kwargs(settings),
-                          jinja_env_kwargs=templates.jinja_env_kwargs(f"roles/eagle3_training/templates/{UNIT}.j2"))
+    files.template(
+        name=f"Write {WRAPPER}",
+        src="roles/eagle3_training/templates/inference-host-eagle3.j2",
+        dest=WRAPPER,
+        user="root",
+        group="root",
+        mode="0755",
+        python=python,
+        driver=f"{LIBEXEC}/pipeline.py",
+        config=CONFIG_FILE,
+    )
+    unit = files.template(
+        name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",
+        src=f"roles/eagle3_training/templates/{UNIT}.j2",
+        dest=f"/etc/systemd/system/{UNIT}",
+        user="root",
+        group="root",
+        mode="0644",
+        **unit_kwargs(settings),
+        jinja_env_kwargs=templates.jinja_env_kwargs(f"roles/eagle3_training/templates/{UNIT}.j2"),
+    )
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
 
 
@@ -259,7 +333,10 @@ def unit_kwargs(settings: HostSettings) -> dict:
     """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else;
     `%i` (the step) is the template's own specifier, after the encoded words."""
     driver = f"{LIBEXEC}/pipeline.py"
-    return dict(documentation=sd.word_list([f"file://{driver}"], "Documentation="),
-                exec_start=sd.argv([f"{live_env(settings)}/bin/python", driver, "--config", CONFIG_FILE, "run"],
-                                   "ExecStart= (eagle3_training)"),
-                work_dir=sd.path(settings.eagle3_training.work_dir, "WorkingDirectory= (eagle3_training_work_dir)"))
+    return dict(
+        documentation=sd.word_list([f"file://{driver}"], "Documentation="),
+        exec_start=sd.argv(
+            [f"{live_env(settings)}/bin/python", driver, "--config", CONFIG_FILE, "run"], "ExecStart= (eagle3_training)"
+        ),
+        work_dir=sd.path(settings.eagle3_training.work_dir, "WorkingDirectory= (eagle3_training_work_dir)"),
+    )

@@ -16,10 +16,12 @@ def training_problems(host: HostSettings, hosts: dict[str, HostSettings], stack:
         return []
     problems = []
     if not (HERE / "files" / f"specforge-{job.specforge_lock}.lock.txt").is_file():
-        problems.append(f"eagle3_training_specforge_lock = {job.specforge_lock!r} names no locked environment"
-                        f" (roles/eagle3_training/files/specforge-{job.specforge_lock}.lock.txt); expected a lock"
-                        " the project has, or files/specforge-<lock>.in (that commit's dependencies) locked with"
-                        f" `uv run python -m roles.eagle3_training.lock {job.specforge_lock}`")
+        problems.append(
+            f"eagle3_training_specforge_lock = {job.specforge_lock!r} names no locked environment"
+            f" (roles/eagle3_training/files/specforge-{job.specforge_lock}.lock.txt); expected a lock"
+            " the project has, or files/specforge-<lock>.in (that commit's dependencies) locked with"
+            f" `uv run python -m roles.eagle3_training.lock {job.specforge_lock}`"
+        )
         return problems
     # Like an engine stack's lock: made from the requirements it says, else one clear error
     # before any host is contacted (local files only).

@@ -43,29 +43,33 @@ def lock_problem(lock: str) -> str | None:
 def make_lock(lock: str, index_url: str | None = None) -> Path:
     wanted = requirements(lock)
     compile_ = lock_compile.compile_command(lock_compile.uv_binary(), PYTHON, (), index_url)
-    body = lock_compile.resolve(compile_, wanted, f"SpecForge lock {lock}", PYTHON, f"fix {requirements_file(lock).name}")
+    body = lock_compile.resolve(
+        compile_, wanted, f"SpecForge lock {lock}", PYTHON, f"fix {requirements_file(lock).name}"
+    )
     title = f"the EAGLE-3 training job (SpecForge {lock}, {requirements_file(lock).name})"
-    lock_file(lock).write_text(site_lock.sealed(site_lock.requirements_header(title, command(lock), wanted, PYTHON) + body))
+    lock_file(lock).write_text(
+        site_lock.sealed(site_lock.requirements_header(title, command(lock), wanted, PYTHON) + body)
+    )
     return lock_file(lock)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roles.eagle3_training.lock",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m roles.eagle3_training.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits); default: every .in file")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)
-    known = sorted(p.name[len("specforge-"):-len(".in")] for p in FILES.glob("specforge-*.in"))
+    known = sorted(p.name[len("specforge-") : -len(".in")] for p in FILES.glob("specforge-*.in"))
 
     def jobs():
         unknown = [lock for lock in args.locks if lock not in known]
         if unknown:
-            raise SiteError([f"no {', '.join(f'files/specforge-{u}.in' for u in unknown)};"
-                             f" locks: {', '.join(known)}"])
-        return [(f"SpecForge {lock}", lambda lock=lock: make_lock(lock, args.index_url))
-                for lock in args.locks or known]
+            raise SiteError([f"no {', '.join(f'files/specforge-{u}.in' for u in unknown)}; locks: {', '.join(known)}"])
+        return [
+            (f"SpecForge {lock}", lambda lock=lock: make_lock(lock, args.index_url)) for lock in args.locks or known
+        ]
 
     return lock_compile.run_lock_command(jobs)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -30,8 +30,9 @@ def data_file(commit: str = SPECFORGE_COMMIT) -> Path:
 
 def capture(git_dir: str, commit: str = SPECFORGE_COMMIT) -> dict:
     def show(path: str) -> str:
-        return subprocess.run(["git", "--git-dir", git_dir, "show", f"{commit}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"], check=True, capture_output=True, text=True
+        ).stdout
 
     shared = _add_argument_options(show(SHARED_ARGS))
     table = {}

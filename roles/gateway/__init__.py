@@ -70,12 +70,19 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
     """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
     version = settings.gateway.version
     key_file = API_KEY_FILE if api_key_secret(hosts) else None
-    command = [f"{current_link(settings.gateway.install_dir)}/bin/python", LAUNCHER, *gateway_arguments(settings, hosts)]
-    return dict(version=sd.comment(version), worker_count=sd.comment(len(replicas(hosts))),
-                description=sd.text(f"SGLang model gateway (smg {version})", "Description= (gateway_version)"),
-                service_user=sd.text(SERVICE_USER, "User="),
-                api_key_env=sd.environment("INFERENCE_HOST_GATEWAY_KEY_FILE", key_file) if key_file else None,
-                exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"))
+    command = [
+        f"{current_link(settings.gateway.install_dir)}/bin/python",
+        LAUNCHER,
+        *gateway_arguments(settings, hosts),
+    ]
+    return dict(
+        version=sd.comment(version),
+        worker_count=sd.comment(len(replicas(hosts))),
+        description=sd.text(f"SGLang model gateway (smg {version})", "Description= (gateway_version)"),
+        service_user=sd.text(SERVICE_USER, "User="),
+        api_key_env=sd.environment("INFERENCE_HOST_GATEWAY_KEY_FILE", key_file) if key_file else None,
+        exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"),
+    )
 
 
 def drain_settle_secs(hosts: dict[str, HostSettings]) -> int:
@@ -87,11 +94,24 @@ def drain_settle_secs(hosts: dict[str, HostSettings]) -> int:
 
 def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
-    return [(LAUNCHER, "roles/gateway/templates/smg-launch.j2", "0755",
-             dict(version=settings.gateway.version, key_required=bool(api_key_secret(hosts)),
-                  drain_settle_secs=drain_settle_secs(hosts))),
-            (unit_file(settings.gateway.unit_name), "roles/gateway/templates/smg.service.j2",
-             "0644", unit_kwargs(settings, hosts))]
+    return [
+        (
+            LAUNCHER,
+            "roles/gateway/templates/smg-launch.j2",
+            "0755",
+            dict(
+                version=settings.gateway.version,
+                key_required=bool(api_key_secret(hosts)),
+                drain_settle_secs=drain_settle_secs(hosts),
+            ),
+        ),
+        (
+            unit_file(settings.gateway.unit_name),
+            "roles/gateway/templates/smg.service.j2",
+            "0644",
+            unit_kwargs(settings, hosts),
+        ),
+    ]
 
 
 @deploy("Replicas serving")
@@ -104,8 +124,9 @@ def replicas_serving() -> None:
     host's operations ran first and smg started before any replica served. An operation called
     from the same line on every host is one node of that graph; it never runs anything itself.
     """
-    server.shell(name="Start the gateways once the replicas have switched and serve", commands=["true"],
-                 _if=lambda: False)
+    server.shell(
+        name="Start the gateways once the replicas have switched and serve", commands=["true"], _if=lambda: False
+    )
 
 
 @deploy("Gateway")
@@ -113,9 +134,19 @@ def gateway() -> None:
     settings, site = current_host(), current_site()
     changed = [_environment(site, settings)]
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
-    changed += [files.template(name=f"Write {path}", src=template, dest=path, user="root", group="root",
-                               mode=mode, jinja_env_kwargs=shared_templates.jinja_env_kwargs(template), **kwargs)
-                for path, template, mode, kwargs in templates(settings, site.hosts)]
+    changed += [
+        files.template(
+            name=f"Write {path}",
+            src=template,
+            dest=path,
+            user="root",
+            group="root",
+            mode=mode,
+            jinja_env_kwargs=shared_templates.jinja_env_kwargs(template),
+            **kwargs,
+        )
+        for path, template, mode, kwargs in templates(settings, site.hosts)
+    ]
     changed += _api_key(site.hosts)
     _start(settings, changed)
 
@@ -130,9 +161,14 @@ def _environment(site: Site, settings: HostSettings):
     for folder in (f"{gateway.install_dir}/envs", f"{gateway.install_dir}/locks"):
         files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
     requirements = f"{gateway.install_dir}/locks/{name}.txt"
-    uploaded = files.put(name=f"Upload the lock of smg {gateway.version} to {requirements}",
-                         src=io.BytesIO(lock_text(site, settings).encode()), dest=requirements,
-                         user="root", group="root", mode="0644")
+    uploaded = files.put(
+        name=f"Upload the lock of smg {gateway.version} to {requirements}",
+        src=io.BytesIO(lock_text(site, settings).encode()),
+        dest=requirements,
+        user="root",
+        group="root",
+        mode="0644",
+    )
     built = host.get_fact(EnvironmentStamp, env_dir=target)
     current = current_link(gateway.install_dir)
     installed = server.shell(
@@ -147,15 +183,27 @@ def _environment(site: Site, settings: HostSettings):
 
 def _api_key(hosts: dict[str, HostSettings]) -> list:
     server.group(name=f"Create group {SERVICE_USER}", group=SERVICE_USER, system=True)
-    server.user(name=f"Create system user {SERVICE_USER} (runs the gateway)", user=SERVICE_USER,
-                group=SERVICE_USER, system=True, shell="/usr/sbin/nologin",
-                home="/nonexistent", ensure_home=False, create_home=False)  # Debian's no-home convention
+    server.user(
+        name=f"Create system user {SERVICE_USER} (runs the gateway)",
+        user=SERVICE_USER,
+        group=SERVICE_USER,
+        system=True,
+        shell="/usr/sbin/nologin",
+        home="/nonexistent",
+        ensure_home=False,
+        create_home=False,
+    )  # Debian's no-home convention
     files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
     secret = api_key_secret(hosts)
     if not secret:
         return [files.file(name=f"Remove {API_KEY_FILE} (no API key set)", path=API_KEY_FILE, present=False)]
-    deployed = secret_file(label=f"the gateway's API key (secret {secret})", value=secret_value(secret) + "\n",
-                           dest=API_KEY_FILE, user=SERVICE_USER, group=SERVICE_USER)
+    deployed = secret_file(
+        label=f"the gateway's API key (secret {secret})",
+        value=secret_value(secret) + "\n",
+        dest=API_KEY_FILE,
+        user=SERVICE_USER,
+        group=SERVICE_USER,
+    )
     return [deployed] if deployed is not None else []
 
 
@@ -176,19 +224,27 @@ def _start(settings: HostSettings, changed: list) -> None:
     unit = f"{settings.gateway.unit_name}.service"
     operations = [op for op in changed if op is not None for op in (op if isinstance(op, list) else [op])]
     state = host.get_fact(UnitActiveState, unit=unit)
-    server.shell(name=f"Reload systemd for the changed {unit}", commands=["systemctl daemon-reload"],
-                 _if=lambda: any(op.did_change() for op in operations))
+    server.shell(
+        name=f"Reload systemd for the changed {unit}",
+        commands=["systemctl daemon-reload"],
+        _if=lambda: any(op.did_change() for op in operations),
+    )
     started = systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
-    restarted = server.shell(name=f"Restart {unit} for changed settings", commands=[f"systemctl restart {unit}"],
-                             _if=lambda: state == "active" and any(op.did_change() for op in operations))
+    restarted = server.shell(
+        name=f"Restart {unit} for changed settings",
+        commands=[f"systemctl restart {unit}"],
+        _if=lambda: state == "active" and any(op.did_change() for op in operations),
+    )
     # smg answers /health as soon as it listens, with no worker yet: the endpoint serves once
     # GET /readiness answers 200 {"status":"ready","healthy_workers":N,...} (503 {"status":"not
     # ready","reason":"insufficient healthy workers"} before; smg 1.13.0, seen from the binary).
     readiness = f"{_local_url(settings)}/readiness"
     server.shell(
         name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
-        commands=[f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
-                  f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
-                  " here and the verdict of python -m checks.gateway INVENTORY' >&2; exit 1"],
+        commands=[
+            f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
+            f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
+            " here and the verdict of python -m checks.gateway INVENTORY' >&2; exit 1"
+        ],
         _if=lambda: started.did_change() or restarted.did_change(),
     )

@@ -25,9 +25,11 @@ def capture() -> dict:
     options = {}
     for action in parser._actions:
         for flag in action.option_strings:
-            options[flag] = {"takes_value": action.nargs != 0,
-                             "many": action.nargs in ("*", "+"),
-                             "choices": list(action.choices) if action.choices else None}
+            options[flag] = {
+                "takes_value": action.nargs != 0,
+                "many": action.nargs in ("*", "+"),
+                "choices": list(action.choices) if action.choices else None,
+            }
     return {"smg": metadata.version("smg"), "options": dict(sorted(options.items()))}
 
 

@@ -23,21 +23,30 @@ def gateway_arguments(settings: HostSettings, hosts: dict[str, HostSettings]) ->
     """`smg launch` arguments (smg/router_args.py, 1.13.0); the key is added by smg-launch."""
     gateway = settings.gateway
     return [
-        "--host", gateway.host,
-        "--port", str(gateway.port),
-        "--worker-urls", *[worker_url(node) for node in replicas(hosts)],
-        "--policy", gateway.policy,
-        "--prometheus-host", gateway.prometheus_host,
-        "--prometheus-port", str(gateway.prometheus_port),
-        "--health-check-interval-secs", str(gateway.health_check_interval),
-        "--health-failure-threshold", str(gateway.health_failure_threshold),
+        "--host",
+        gateway.host,
+        "--port",
+        str(gateway.port),
+        "--worker-urls",
+        *[worker_url(node) for node in replicas(hosts)],
+        "--policy",
+        gateway.policy,
+        "--prometheus-host",
+        gateway.prometheus_host,
+        "--prometheus-port",
+        str(gateway.prometheus_port),
+        "--health-check-interval-secs",
+        str(gateway.health_check_interval),
+        "--health-failure-threshold",
+        str(gateway.health_failure_threshold),
         # A worker that does not answer when smg starts is checked again every this many seconds
         # (default 30 in smg/router_args.py, 1.13.0): at the probe's own cadence instead.
-        "--worker-startup-check-interval", str(gateway.health_check_interval),
+        "--worker-startup-check-interval",
+        str(gateway.health_check_interval),
         # SGLang's /health answers 200 once the server is up (http_server.py, 0.5.9).
-        "--health-check-endpoint", "/health",
+        "--health-check-endpoint",
+        "/health",
     ]
-
 
 
 @cache
@@ -51,8 +60,10 @@ def flag_problems(args: list[str], version: str) -> list[str]:
     run until the next --flag)."""
     options = cli_options(version)
     if options is None:
-        return [f"no captured command line for smg {version} (roles/gateway/cli/{version}.json); expected one"
-                f" made by `uv run --no-project --with smg=={version} python roles/gateway/cli_capture.py`"]
+        return [
+            f"no captured command line for smg {version} (roles/gateway/cli/{version}.json); expected one"
+            f" made by `uv run --no-project --with smg=={version} python roles/gateway/cli_capture.py`"
+        ]
     problems, index = [], 0
     while index < len(args):
         flag, option = args[index], options.get(args[index])
@@ -78,6 +89,8 @@ def gateway_problems(settings: HostSettings, hosts: dict[str, HostSettings]) -> 
     """Validation-time check of a gateways host."""
     if not replicas(hosts):
         return ["the gateways group needs gpu nodes to send requests to; expected at least one host in gpu_nodes"]
-    return [f"the gateway command line is invalid: {p}; expected the flags of `smg launch --help` of smg"
-            f" {settings.gateway.version}" for p in flag_problems(gateway_arguments(settings, hosts),
-                                                                    settings.gateway.version)]
+    return [
+        f"the gateway command line is invalid: {p}; expected the flags of `smg launch --help` of smg"
+        f" {settings.gateway.version}"
+        for p in flag_problems(gateway_arguments(settings, hosts), settings.gateway.version)
+    ]

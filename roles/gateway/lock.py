@@ -26,8 +26,12 @@ from roles.site import lock as site_lock
 def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None = None) -> Path:
     python = site_lock.GATEWAY_PYTHON
     body = lock_compile.resolve(
-        lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url), site_lock.gateway_roots(version),
-        f"gateway smg {version}", python, "pick a gateway_version the index serves (pip index versions smg)")
+        lock_compile.compile_command(lock_compile.uv_binary(), python, (), index_url),
+        site_lock.gateway_roots(version),
+        f"gateway smg {version}",
+        python,
+        "pick a gateway_version the index serves (pip index versions smg)",
+    )
     if site_lock.entries(body).get("smg") != version:
         raise SiteError([f"gateway smg {version}: the resolution has no smg=={version}; uv answered:\n{body}"])
     path = site_lock.lock_path(stack_file, site_lock.gateway_lock_name(version))
@@ -46,15 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     def jobs():
         # The stack file first (the lock goes beside it): a typo stops before the index is asked.
         if not Path(args.stack_file).is_file():
-            raise SiteError([f"{args.stack_file}: no such stack file; expected the stack file the lock goes"
-                             " beside, e.g. inventory/stack.yml"])
+            raise SiteError(
+                [
+                    f"{args.stack_file}: no such stack file; expected the stack file the lock goes"
+                    " beside, e.g. inventory/stack.yml"
+                ]
+            )
         bad = [v for v in args.versions if not re.match(r"^\d+\.\d+\.\d+$", v)]
         if bad:
             raise SiteError([f"versions {', '.join(bad)}: expected smg releases like 1.13.0"])
         return [
-            (f"smg {version}", lambda version=version: make_lock(Path(args.stack_file), version, args.stack_file,
-                                                                 args.index_url))
-            for version in args.versions]
+            (
+                f"smg {version}",
+                lambda version=version: make_lock(Path(args.stack_file), version, args.stack_file, args.index_url),
+            )
+            for version in args.versions
+        ]
 
     return lock_compile.run_lock_command(jobs)
 

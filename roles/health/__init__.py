@@ -59,8 +59,19 @@ def _fail(message: str) -> None:
 
 
 def check_command(inventory: str, host_name: str, suites: list[str], report: str) -> list[str]:
-    return [sys.executable, "-m", "checks", "--inventory", inventory, "--host", host_name,
-            "--suites", ",".join(suites), "--report", report]
+    return [
+        sys.executable,
+        "-m",
+        "checks",
+        "--inventory",
+        inventory,
+        "--host",
+        host_name,
+        "--suites",
+        ",".join(suites),
+        "--report",
+        report,
+    ]
 
 
 def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
@@ -70,10 +81,17 @@ def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
     # --report whose folder is missing (a mistyped path of the user's is not made).
     (PROJECT_ROOT / "reports").mkdir(exist_ok=True)
     report = str(Path("reports") / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    completed = subprocess.run(check_command(inventory, host_name, suites, report), cwd=PROJECT_ROOT,
-                               stdout=sys.stderr, stderr=sys.stderr, check=False)
+    completed = subprocess.run(
+        check_command(inventory, host_name, suites, report),
+        cwd=PROJECT_ROOT,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+        check=False,
+    )
     if completed.returncode == 0:
         return None
-    return (f"health checks of {host_name} failed (exit {completed.returncode}): see the verdict "
-            f"table above and {report}; re-run them alone with: uv run python -m checks "
-            f"--inventory {inventory} --host {host_name} --suites {','.join(suites)}")
+    return (
+        f"health checks of {host_name} failed (exit {completed.returncode}): see the verdict "
+        f"table above and {report}; re-run them alone with: uv run python -m checks "
+        f"--inventory {inventory} --host {host_name} --suites {','.join(suites)}"
+    )

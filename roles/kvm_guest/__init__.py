@@ -71,8 +71,9 @@ def ipconfig0(guest: HostSettings) -> pve.PropertyString:
 
 def wanted_hostpci(guest: HostSettings) -> list[str]:
     settings = guest.guest
-    return [pve.hostpci(address, settings.pcie, address in settings.x_vga_addresses)
-            for address in settings.gpu_addresses]
+    return [
+        pve.hostpci(address, settings.pcie, address in settings.x_vga_addresses) for address in settings.gpu_addresses
+    ]
 
 
 def create_command(guest: HostSettings) -> str:
@@ -82,13 +83,23 @@ def create_command(guest: HostSettings) -> str:
         args += pve.option_args(key, value)
     if settings.cloud_image:
         # The image is copied into a new volume; its size is the image's until the resize below.
-        args += [*pve.option_args("ide2", pve.kvm_cloudinit_drive(settings.storage)), "--boot", "order=scsi0",
-                 "--serial0", "socket", "--vga", "serial0"]  # cloud images log to a serial console
+        args += [
+            *pve.option_args("ide2", pve.kvm_cloudinit_drive(settings.storage)),
+            "--boot",
+            "order=scsi0",
+            "--serial0",
+            "socket",
+            "--vga",
+            "serial0",
+        ]  # cloud images log to a serial console
         if settings.ssh_public_keys:
             args += ["--sshkeys", keys_file(guest)]
-    args += ["--scsihw", "virtio-scsi-single",
-             *pve.option_args("scsi0", pve.kvm_disk(settings.storage, settings.disk_gib, settings.cloud_image)),
-             *pve.option_args("net0", pve.kvm_net0(settings.bridge))]
+    args += [
+        "--scsihw",
+        "virtio-scsi-single",
+        *pve.option_args("scsi0", pve.kvm_disk(settings.storage, settings.disk_gib, settings.cloud_image)),
+        *pve.option_args("net0", pve.kvm_net0(settings.bridge)),
+    ]
     if settings.bios == "ovmf":
         args += pve.option_args("efidisk0", pve.kvm_efidisk(settings.storage))
     for index, value in enumerate(wanted_hostpci(guest)):
@@ -102,10 +113,10 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
     if "args" in effective and guest.guest.mmio_window_mb is None:
         plan = plan.merged(pve.Plan(delete=("args",)))
     if guest.guest.bios == "ovmf" and "efidisk0" not in effective:
-        plan = plan.merged(pve.Plan(
-            {"efidisk0": pve.kvm_efidisk(guest.guest.storage)}))
-    return plan.merged(pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted_hostpci(guest),
-                                        pve.hostpci_address, pve.same_hostpci))
+        plan = plan.merged(pve.Plan({"efidisk0": pve.kvm_efidisk(guest.guest.storage)}))
+    return plan.merged(
+        pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted_hostpci(guest), pve.hostpci_address, pve.same_hostpci)
+    )
 
 
 @deploy("KVM guest")
@@ -117,14 +128,14 @@ def kvm_guest(guest: HostSettings) -> None:
         put_guest_keys(guest)
     if state is None:
         server.shell(
-            name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with"
-                 f" {len(settings.gpu_addresses)} GPUs",
+            name=f"Create KVM guest {vmid} ({guest_hostname(guest)}) with {len(settings.gpu_addresses)} GPUs",
             commands=[create_command(guest)],
         )
         if settings.cloud_image:
-            server.shell(name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
-                         commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G",
-                                   f"qm start {vmid}"])
+            server.shell(
+                name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
+                commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G", f"qm start {vmid}"],
+            )
         return
     plan = plan_update(guest, state["config"])
     if plan:
@@ -161,8 +172,7 @@ def plan_sshkeys(guest: HostSettings, config: pve.GuestConfig) -> list[str]:
         return []
     if config.effective().get("sshkeys") == qm_sshkeys(guest):
         return []
-    return [f"qm set {settings.vmid} --sshkeys {keys_file(guest)}",
-            f"qm cloudinit update {settings.vmid}"]
+    return [f"qm set {settings.vmid} --sshkeys {keys_file(guest)}", f"qm cloudinit update {settings.vmid}"]
 
 
 def _converge_sshkeys(guest: HostSettings, state: dict) -> None:
@@ -172,7 +182,7 @@ def _converge_sshkeys(guest: HostSettings, state: dict) -> None:
         return
     server.shell(
         name=f"Set {len(guest.guest.ssh_public_keys)} SSH public key(s) of KVM guest {vmid}"
-             " (cloud-init) and regenerate its cloud-init drive",
+        " (cloud-init) and regenerate its cloud-init drive",
         commands=commands,
     )
     if state["status"] == "running":

@@ -60,33 +60,42 @@ def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], 
     """
     unlisted = [a for a in guest.guest.gpu_addresses if a not in host_devices["minors"]]
     if unlisted:
-        return [], (f"the node's NVIDIA driver lists no GPU {', '.join(unlisted)} yet"
-                    " (no kernel module loaded before the node's reboot, or the GPU is bound to"
-                    " vfio-pci by a VM)")
+        return [], (
+            f"the node's NVIDIA driver lists no GPU {', '.join(unlisted)} yet"
+            " (no kernel module loaded before the node's reboot, or the GPU is bound to"
+            " vfio-pci by a VM)"
+        )
     minors = [host_devices["minors"][address] for address in guest.guest.gpu_addresses]
     present = set(host_devices["nodes"])
     paths = pve.lxc_device_paths(minors, present)
     missing = [path for path in paths if path not in present]
     if missing:
-        return [], (f"{', '.join(missing)} missing on the node (Proxmox refuses to start a"
-                    " container whose devN path is absent; nvidia-uvm-devices.service makes the"
-                    " uvm nodes at boot with `nvidia-modprobe -u -c0`)")
+        return [], (
+            f"{', '.join(missing)} missing on the node (Proxmox refuses to start a"
+            " container whose devN path is absent; nvidia-uvm-devices.service makes the"
+            " uvm nodes at boot with `nvidia-modprobe -u -c0`)"
+        )
     return paths, None
 
 
 def wanted_mount_points(guest: HostSettings) -> list[str]:
     # Weights the node keeps for this guest (roles/weights) are mounted read-only: ro=1.
     read_only = weights_mount_points(guest)
-    return [pve.lxc_mount_point(src, dst, read_only=src in read_only)
-            for src, dst in guest.guest.mount_points.items()]
+    return [pve.lxc_mount_point(src, dst, read_only=src in read_only) for src, dst in guest.guest.mount_points.items()]
 
 
 def create_command(guest: HostSettings, devices: list[str]) -> str:
     settings = guest.guest
-    args = ["pct", "create", str(settings.vmid), settings.template,
-            "--unprivileged", "1" if settings.unprivileged else "0",  # explicit: PVE 9 changed the default
-            *pve.option_args("rootfs", pve.lxc_rootfs(settings.storage, settings.disk_gib)),
-            *pve.option_args("net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway))]
+    args = [
+        "pct",
+        "create",
+        str(settings.vmid),
+        settings.template,
+        "--unprivileged",
+        "1" if settings.unprivileged else "0",  # explicit: PVE 9 changed the default
+        *pve.option_args("rootfs", pve.lxc_rootfs(settings.storage, settings.disk_gib)),
+        *pve.option_args("net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway)),
+    ]
     for key, value in wanted_settings(guest).items():
         args += pve.option_args(key, value)
     for index, value in enumerate(devices):
@@ -108,10 +117,12 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig, devices: list[str]
         plan = plan.merged(pve.Plan({"net0": pve.with_hwaddr(effective.get("net0"), net0)}))
     if "features" in effective and not settings.features:
         plan = plan.merged(pve.Plan(delete=("features",)))
-    plan = plan.merged(pve.plan_indexed(effective, pve.LXC_DEVICE_KEYS, devices,
-                                        pve.device_path, pve.same_device))
-    return plan.merged(pve.plan_indexed(effective, pve.LXC_MOUNT_KEYS, wanted_mount_points(guest),
-                                        pve.mount_identity, lambda a, b: a == b))
+    plan = plan.merged(pve.plan_indexed(effective, pve.LXC_DEVICE_KEYS, devices, pve.device_path, pve.same_device))
+    return plan.merged(
+        pve.plan_indexed(
+            effective, pve.LXC_MOUNT_KEYS, wanted_mount_points(guest), pve.mount_identity, lambda a, b: a == b
+        )
+    )
 
 
 @deploy("LXC guest")
@@ -123,14 +134,16 @@ def lxc_guest(guest: HostSettings) -> None:
     devices, waiting = wanted_devices(guest, host_devices)
     state = host.get_fact(LxcGuestState, vmid=vmid)
     if waiting:
-        logger.warning(f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
-                       " pass of the same command, once the node has rebooted, goes on with it")
+        logger.warning(
+            f"{host.name}: LXC guest {vmid} ({guest.name}) waits: {waiting}; the next"
+            " pass of the same command, once the node has rebooted, goes on with it"
+        )
         return
     put_guest_keys(guest)
     if state is None:
         server.shell(
             name=f"Create LXC guest {vmid} ({guest_hostname(guest)}) from {settings.template}"
-                 f" with {len(settings.gpu_addresses)} GPUs",
+            f" with {len(settings.gpu_addresses)} GPUs",
             commands=[create_command(guest, devices)],
         )
         server.shell(name=f"Start LXC guest {vmid}", commands=[f"pct start {vmid}"])
@@ -154,11 +167,12 @@ def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[lis
     if not keys:
         return [], None
     if status != "running":
-        return [], (f"its SSH keys are converged once it runs ({AUTHORIZED_KEYS} is written"
-                    " with `pct push`, which needs a running container)")
+        return [], (
+            f"its SSH keys are converged once it runs ({AUTHORIZED_KEYS} is written"
+            " with `pct push`, which needs a running container)"
+        )
     if found is None:
-        return [], (f"{AUTHORIZED_KEYS} could not be read with `pct exec`; its SSH keys are"
-                    " left as they are this run")
+        return [], (f"{AUTHORIZED_KEYS} could not be read with `pct exec`; its SSH keys are left as they are this run")
     wanted = with_pve_block(found["content"], keys)
     if same_keys_file(found["content"], wanted):
         return [], None
@@ -167,15 +181,18 @@ def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[lis
 
 def _converge_keys(guest: HostSettings, state: dict) -> None:
     vmid = guest.guest.vmid
-    found = (host.get_fact(LxcAuthorizedKeys, vmid=vmid)
-             if state["status"] == "running" and guest.guest.ssh_public_keys else None)
+    found = (
+        host.get_fact(LxcAuthorizedKeys, vmid=vmid)
+        if state["status"] == "running" and guest.guest.ssh_public_keys
+        else None
+    )
     commands, waiting = plan_keys(guest, state["status"], found)
     if waiting:
         logger.warning(f"{host.name}: LXC guest {vmid} is {state['status']}: {waiting}")
     if commands:
         server.shell(
             name=f"Put {len(guest.guest.ssh_public_keys)} SSH public key(s) in {AUTHORIZED_KEYS}"
-                 f" of LXC guest {vmid} (pct push)",
+            f" of LXC guest {vmid} (pct push)",
             commands=commands,
         )
 

@@ -61,8 +61,12 @@ def monitoring() -> None:
     # The distribution's packages in one apt-get install: each install reads apt's lists anew
     # (about a second and a half each in the lab's bare-to-healthy run). The DCGM exporter is
     # apart: its version is resolved from NVIDIA's index on the host when the step runs.
-    _apt([(NODE_EXPORTER, pins[NODE_EXPORTER]),
-          *([(p, pins[p]) for p in MONITOR_PACKAGES] if settings.in_group("monitors") else [])])
+    _apt(
+        [
+            (NODE_EXPORTER, pins[NODE_EXPORTER]),
+            *([(p, pins[p]) for p in MONITOR_PACKAGES] if settings.in_group("monitors") else []),
+        ]
+    )
     _node_exporter(settings)
     if settings.in_group("gpu_nodes"):
         if settings.monitoring.dcgm_exporter:
@@ -73,34 +77,67 @@ def monitoring() -> None:
 
 
 def _apt(pinned: list[tuple[str, str]]) -> None:
-    apt.packages(name="Install " + ", ".join(f"{p} {v}" for p, v in pinned), packages=[f"{p}={v}" for p, v in pinned],
-                 update=True, cache_time=24 * 3600, no_recommends=True)
+    apt.packages(
+        name="Install " + ", ".join(f"{p} {v}" for p, v in pinned),
+        packages=[f"{p}={v}" for p, v in pinned],
+        update=True,
+        cache_time=24 * 3600,
+        no_recommends=True,
+    )
 
 
 def _node_exporter(settings: HostSettings) -> None:
-    files.directory(name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
-                    path=config.TEXTFILE_DIR, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0755")
+    files.directory(
+        name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
+        path=config.TEXTFILE_DIR,
+        user=PROMETHEUS_USER,
+        group=PROMETHEUS_USER,
+        mode="0755",
+    )
     path, template, kwargs = units.node_exporter_template(settings)
-    written = files.template(name=f"Write {path} (listen {kwargs['listen']}, textfile {config.TEXTFILE_DIR})",
-                             src=template, dest=path, mode="0644", jinja_env_kwargs=templates.jinja_env_kwargs(template),
-                             **kwargs)
-    systemd.service(name=f"Enable and start {NODE_EXPORTER}", service=NODE_EXPORTER, running=True, enabled=True,
-                    restarted=written.will_change)
+    written = files.template(
+        name=f"Write {path} (listen {kwargs['listen']}, textfile {config.TEXTFILE_DIR})",
+        src=template,
+        dest=path,
+        mode="0644",
+        jinja_env_kwargs=templates.jinja_env_kwargs(template),
+        **kwargs,
+    )
+    systemd.service(
+        name=f"Enable and start {NODE_EXPORTER}",
+        service=NODE_EXPORTER,
+        running=True,
+        enabled=True,
+        restarted=written.will_change,
+    )
 
 
 def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
     ensure_cuda_repository(settings, distro)
     version = site.stack.monitoring.dcgm_exporter
     install_resolved(DCGM_EXPORTER_PACKAGE, [DCGM_EXPORTER_PACKAGE], version)
-    counters = files.put(name=f"Write {units.DCGM_COUNTERS} (upstream's counters plus the windowed Xid count)",
-                         src=str(PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE), dest=units.DCGM_COUNTERS, mode="0644")
+    counters = files.put(
+        name=f"Write {units.DCGM_COUNTERS} (upstream's counters plus the windowed Xid count)",
+        src=str(PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE),
+        dest=units.DCGM_COUNTERS,
+        mode="0644",
+    )
     path, text = units.dcgm_dropin(settings)
     files.directory(name=f"Create {path.rsplit('/', 1)[0]}", path=path.rsplit("/", 1)[0], mode="0755")
-    dropin = files.put(name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",
-                       src=io.StringIO(text), dest=path, mode="0644")
-    systemd.service(name=f"Enable and start {units.DCGM_EXPORTER_UNIT}", service=units.DCGM_EXPORTER_UNIT,
-                    running=True, enabled=True, daemon_reload=dropin.will_change,
-                    restarted=dropin.will_change or counters.will_change)
+    dropin = files.put(
+        name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",
+        src=io.StringIO(text),
+        dest=path,
+        mode="0644",
+    )
+    systemd.service(
+        name=f"Enable and start {units.DCGM_EXPORTER_UNIT}",
+        service=units.DCGM_EXPORTER_UNIT,
+        running=True,
+        enabled=True,
+        daemon_reload=dropin.will_change,
+        restarted=dropin.will_change or counters.will_change,
+    )
 
 
 def _checks_timer(settings: HostSettings, site: Site) -> None:
@@ -111,8 +148,12 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     for folder in (units.CHECKS_ROOT, units.CHECKS_ETC):
         files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
     req_file = f"{env}.requirements.txt"
-    uploaded = files.put(name=f"Upload the checks' requirements (from uv.lock) to {req_file}",
-                         src=io.StringIO(requirements), dest=req_file, mode="0644")
+    uploaded = files.put(
+        name=f"Upload the checks' requirements (from uv.lock) to {req_file}",
+        src=io.StringIO(requirements),
+        dest=req_file,
+        mode="0644",
+    )
     python, name, current = f"{env}/bin/python", env.rsplit("/", 1)[1], f"{units.CHECKS_ROOT}/env-current"
     built = host.get_fact(EnvironmentStamp, env_dir=env)
     server.shell(
@@ -125,30 +166,53 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     # One archive, unpacked once per bundle directory: a put per file (67) took about 33 s of the
     # lab's bare-to-healthy run, and costs a round trip each over SSH too.
     archive, unpacked = f"{units.CHECKS_ROOT}/bundle.tar", host.get_fact(Directory, path=bundle)
-    sent = files.put(name=f"Upload the checks' bundle ({len(checks_env.bundle_files())} files) to {archive}",
-                     src=io.BytesIO(checks_env.bundle_archive()), dest=archive, mode="0644")
+    sent = files.put(
+        name=f"Upload the checks' bundle ({len(checks_env.bundle_files())} files) to {archive}",
+        src=io.BytesIO(checks_env.bundle_archive()),
+        dest=archive,
+        mode="0644",
+    )
     server.shell(
         name=f"Unpack {archive} into {bundle}",
-        commands=[f"rm -rf {bundle}.new && mkdir -p {bundle}.new && tar -xf {archive} -C {bundle}.new --no-same-owner"
-                  f" && rm -rf {bundle} && mv {bundle}.new {bundle}"],
+        commands=[
+            f"rm -rf {bundle}.new && mkdir -p {bundle}.new && tar -xf {archive} -C {bundle}.new --no-same-owner"
+            f" && rm -rf {bundle} && mv {bundle}.new {bundle}"
+        ],
         _if=lambda: not unpacked or sent.did_change(),
     )
-    files.put(name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
-              src=io.StringIO(units.expect_text(settings, site)), dest=units.EXPECT_FILE, mode="0644")
+    files.put(
+        name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
+        src=io.StringIO(units.expect_text(settings, site)),
+        dest=units.EXPECT_FILE,
+        mode="0644",
+    )
     # systemd reads only the unit files: a changed bundle or environment is picked up by the next
     # run. (The environment's build is a guarded shell: its will_change is true whether its _if runs or not.)
-    unit_files = [files.template(name=f"Write {path}", src=template, dest=path, mode="0644",
-                                 jinja_env_kwargs=templates.jinja_env_kwargs(template), **kwargs)
-                  for path, template, kwargs in units.gpu_templates(settings, bundle, python)]
+    unit_files = [
+        files.template(
+            name=f"Write {path}",
+            src=template,
+            dest=path,
+            mode="0644",
+            jinja_env_kwargs=templates.jinja_env_kwargs(template),
+            **kwargs,
+        )
+        for path, template, kwargs in units.gpu_templates(settings, bundle, python)
+    ]
     timer = f"{units.CHECKS_UNIT}.timer"
     state = host.get_fact(UnitActiveState, unit=timer)
-    systemd.service(name=f"Enable {timer} (every {settings.monitoring.check_interval})", service=timer,
-                    enabled=True, daemon_reload=any(op.will_change for op in unit_files))
+    systemd.service(
+        name=f"Enable {timer} (every {settings.monitoring.check_interval})",
+        service=timer,
+        enabled=True,
+        daemon_reload=any(op.will_change for op in unit_files),
+    )
     # Started by its ActiveState, not by pyinfra's running=True: that reads SubState and counts only
     # running/waiting/exited/listening/mounted as running, while an active timer can also be
     # "elapsed" (systemd src/core/timer.c, state_translation_table: TIMER_ELAPSED is UNIT_ACTIVE).
-    server.shell(name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"],
-                 _if=lambda: state != "active")
+    server.shell(
+        name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"], _if=lambda: state != "active"
+    )
 
 
 def password_hash(password: str, host_name: str) -> str:
@@ -158,17 +222,23 @@ def password_hash(password: str, host_name: str) -> str:
 
     raw = hmac.new(password.encode(), f"inference-host web.config {host_name}".encode(), hashlib.sha256).digest()[:16]
     # bcrypt's base64 alphabet (./A-Za-z0-9) in place of the standard one, 22 characters.
-    salt = base64.b64encode(raw).decode().translate(str.maketrans(
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-        "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"))[:22]
+    salt = (
+        base64.b64encode(raw)
+        .decode()
+        .translate(
+            str.maketrans(
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+            )
+        )[:22]
+    )
     return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
 
 
 def _monitor(settings: HostSettings, site: Site) -> None:
     m = settings.monitoring
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
-        files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER,
-                        mode="0750")
+        files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0750")
     password = secret_value(m.web_password_secret) if m.web_password_secret else None
     hashed = password_hash(password, settings.name) if password else None
     changed = []
@@ -179,18 +249,41 @@ def _monitor(settings: HostSettings, site: Site) -> None:
         if path not in FOR_OPERATORS:  # no service reads these: a new one restarts nothing
             changed.append(written)
     for path, template, kwargs in units.monitor_templates(settings):
-        changed.append(files.template(name=f"Write {path} (listen {kwargs['listen']})", src=template, dest=path,
-                                      mode="0644", jinja_env_kwargs=templates.jinja_env_kwargs(template), **kwargs))
+        changed.append(
+            files.template(
+                name=f"Write {path} (listen {kwargs['listen']})",
+                src=template,
+                dest=path,
+                mode="0644",
+                jinja_env_kwargs=templates.jinja_env_kwargs(template),
+                **kwargs,
+            )
+        )
     # The hash and the password Prometheus gives Alertmanager: 0600, the services' own user.
-    changed.append(secret_file(label="the web endpoints' basic auth (bcrypt hash)",
-                               value=config.web_config(settings, hashed), dest=config.WEB_CONFIG_FILE,
-                               user=PROMETHEUS_USER, group=PROMETHEUS_USER))
-    secrets = [(config.PASSWORD_FILE, m.web_password_secret and password),
-               (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret))]
+    changed.append(
+        secret_file(
+            label="the web endpoints' basic auth (bcrypt hash)",
+            value=config.web_config(settings, hashed),
+            dest=config.WEB_CONFIG_FILE,
+            user=PROMETHEUS_USER,
+            group=PROMETHEUS_USER,
+        )
+    )
+    secrets = [
+        (config.PASSWORD_FILE, m.web_password_secret and password),
+        (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret)),
+    ]
     for path, value in secrets:
         if value:
-            changed.append(secret_file(label=f"a password for {path.rsplit('/', 1)[1]}", value=value + "\n",
-                                       dest=path, user=PROMETHEUS_USER, group=PROMETHEUS_USER))
+            changed.append(
+                secret_file(
+                    label=f"a password for {path.rsplit('/', 1)[1]}",
+                    value=value + "\n",
+                    dest=path,
+                    user=PROMETHEUS_USER,
+                    group=PROMETHEUS_USER,
+                )
+            )
         else:
             changed.append(files.file(name=f"Remove {path} (not set)", path=path, present=False))
     restart = any(op is not None and op.will_change for op in changed)

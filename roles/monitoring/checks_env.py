@@ -18,12 +18,24 @@ from roles.site import PROJECT_ROOT
 
 ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml")
 # The files the checks need on the host, relative to the project root.
-BUNDLE_GLOBS = ("checks/*.py", "checks/programs/*", "checks/reference.yml",
-                "roles/__init__.py", "roles/site/*.py", "roles/site/sections/*.py", "inventory/stack.yml",
-                # the pure helpers checks imports (parsers shared with the roles; no pyinfra)
-                "roles/shared/__init__.py", "roles/shared/driver_state.py", "roles/shared/eagle3.py",
-                "roles/shared/replicas.py", "roles/shared/layout.py", "roles/shared/nccl.py",
-                "roles/shared/sglang_kv_log.py", "roles/shared/kv_cache.py")
+BUNDLE_GLOBS = (
+    "checks/*.py",
+    "checks/programs/*",
+    "checks/reference.yml",
+    "roles/__init__.py",
+    "roles/site/*.py",
+    "roles/site/sections/*.py",
+    "inventory/stack.yml",
+    # the pure helpers checks imports (parsers shared with the roles; no pyinfra)
+    "roles/shared/__init__.py",
+    "roles/shared/driver_state.py",
+    "roles/shared/eagle3.py",
+    "roles/shared/replicas.py",
+    "roles/shared/layout.py",
+    "roles/shared/nccl.py",
+    "roles/shared/sglang_kv_log.py",
+    "roles/shared/kv_cache.py",
+)
 
 
 def _packages(lock: dict) -> dict[tuple[str, str], dict]:
@@ -57,8 +69,11 @@ def requirements(lock_text: str, roots: tuple[str, ...] = ROOTS) -> str:
         lines[key] = key + (f" ; {marker}" if marker else "") + "".join(f" \\\n    --hash={h}" for h in hashes)
         for dep in package.get("dependencies", []):
             todo.append((dep["name"], dep.get("version"), dep.get("marker")))
-    return ("# The health checks' environment on a gpu node, from uv.lock (roles/monitoring/checks_env.py).\n"
-            + "\n".join(lines[k] for k in sorted(lines)) + "\n")
+    return (
+        "# The health checks' environment on a gpu node, from uv.lock (roles/monitoring/checks_env.py).\n"
+        + "\n".join(lines[k] for k in sorted(lines))
+        + "\n"
+    )
 
 
 def bundle_files(root: Path = PROJECT_ROOT) -> list[str]:

@@ -86,16 +86,38 @@ def scrape_jobs(site: Site, monitor: HostSettings) -> list[dict]:
         return [{"targets": [address], "labels": {"host": host.name}} for host, address in pairs]
 
     jobs = [
-        ("node", [(h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.node_exporter_port))
-                  for h in monitored(site)]),
-        ("dcgm", [(h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.dcgm_exporter_port))
-                  for h in nodes if h.monitoring.dcgm_exporter]),
+        (
+            "node",
+            [
+                (h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.node_exporter_port))
+                for h in monitored(site)
+            ],
+        ),
+        (
+            "dcgm",
+            [
+                (h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.dcgm_exporter_port))
+                for h in nodes
+                if h.monitoring.dcgm_exporter
+            ],
+        ),
         # vLLM always serves /metrics; SGLang only with --enable-metrics (serving_enable_metrics).
-        ("engine", [(h, target(monitor, h, h.serving.host, h.serving.port)) for h in nodes
-                    if engine_of(site) == "vllm" or h.serving.enable_metrics]),
+        (
+            "engine",
+            [
+                (h, target(monitor, h, h.serving.host, h.serving.port))
+                for h in nodes
+                if engine_of(site) == "vllm" or h.serving.enable_metrics
+            ],
+        ),
         # smg's --prometheus-host/--prometheus-port (roles/gateway/command.py).
-        ("gateway", [(h, target(monitor, h, h.gateway.prometheus_host, h.gateway.prometheus_port))
-                     for h in site.group("gateways")]),
+        (
+            "gateway",
+            [
+                (h, target(monitor, h, h.gateway.prometheus_host, h.gateway.prometheus_port))
+                for h in site.group("gateways")
+            ],
+        ),
     ]
     return [{"job_name": name, "static_configs": static(pairs)} for name, pairs in jobs if pairs]
 
@@ -108,8 +130,11 @@ def prometheus_config(site: Site, monitor: HostSettings) -> str:
     if m.web_password_secret:
         alerting["basic_auth"] = {"username": m.web_user, "password_file": PASSWORD_FILE}
     config = {
-        "global": {"scrape_interval": m.scrape_interval, "evaluation_interval": m.scrape_interval,
-                   "external_labels": {"monitor": monitor.name}},
+        "global": {
+            "scrape_interval": m.scrape_interval,
+            "evaluation_interval": m.scrape_interval,
+            "external_labels": {"monitor": monitor.name},
+        },
         "rule_files": [RULES_FILE],
         "alerting": {"alertmanagers": [alerting]},
         "scrape_configs": scrape_jobs(site, monitor),
@@ -137,9 +162,11 @@ def amtool_configs(monitor: HostSettings) -> dict[str, str]:
     m = monitor.monitoring
     head = "# Written by inference-host (roles/monitoring): `amtool alert query` asks this host's Alertmanager.\n"
     auth = {"basic_auth": {"username": m.web_user, "password_file": PASSWORD_FILE}} if m.web_password_secret else {}
-    return {AMTOOL_CONFIG: head + _dump({"alertmanager.url": alertmanager_url(monitor),
-                                         "http.config.file": AMTOOL_HTTP_CONFIG}),
-            AMTOOL_HTTP_CONFIG: head + (_dump(auth) if auth else "{}\n")}
+    return {
+        AMTOOL_CONFIG: head
+        + _dump({"alertmanager.url": alertmanager_url(monitor), "http.config.file": AMTOOL_HTTP_CONFIG}),
+        AMTOOL_HTTP_CONFIG: head + (_dump(auth) if auth else "{}\n"),
+    }
 
 
 def alertmanager_config(monitor: HostSettings) -> str:
@@ -155,13 +182,22 @@ def alertmanager_config(monitor: HostSettings) -> str:
             email["auth_password_file"] = SMTP_PASSWORD_FILE
         receiver["email_configs"] = [email]
     config = {
-        "route": {"receiver": "inference-host", "group_by": ["alertname", "host"],
-                  "group_wait": m.alert_group_wait, "group_interval": m.alert_group_interval, "repeat_interval": "4h"},
+        "route": {
+            "receiver": "inference-host",
+            "group_by": ["alertname", "host"],
+            "group_wait": m.alert_group_wait,
+            "group_interval": m.alert_group_interval,
+            "repeat_interval": "4h",
+        },
         "receivers": [receiver],
         # A host that is down makes its engine and checks silent or failing: one page, not five.
-        "inhibit_rules": [{"source_matchers": ['alertname="InferenceHostDown"'],
-                           "target_matchers": ['severity=~"warning|critical"', 'alertname!="InferenceHostDown"'],
-                           "equal": ["host"]}],
+        "inhibit_rules": [
+            {
+                "source_matchers": ['alertname="InferenceHostDown"'],
+                "target_matchers": ['severity=~"warning|critical"', 'alertname!="InferenceHostDown"'],
+                "equal": ["host"],
+            }
+        ],
     }
     return "# Written by inference-host (roles/monitoring) from the inventory; edit the inventory.\n" + _dump(config)
 
@@ -254,7 +290,8 @@ XID_ADVICE = (
     f'{{{{ else if match "{_codes(XID_RESET)}" $labels.xid }}}}a GPU or memory fault: drain the GPU and reset it '
     "(`nvidia-smi -r`) or reboot; check `nvidia-smi -q -d ROW_REMAPPER,ECC`; if it recurs, the catalog says "
     "contact support (RMA)."
-    "{{ else }}look up the code's action in the catalog before acting.{{ end }}")
+    "{{ else }}look up the code's action in the catalog before acting.{{ end }}"
+)
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, **fields: object) -> Alert:
@@ -271,20 +308,36 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
         _alert("InferenceHostDown", 'up{job="node"} == 0', m.down_for, "critical"),
         _alert("EngineDown", 'up{job="engine"} == 0', m.down_for, "critical", engine=engine),
         _alert("GatewayDown", 'up{job="gateway"} == 0', m.down_for, "critical"),
-        _alert("ChecksNotRunning", f"time() - inference_host_checks_last_run_timestamp_seconds > 3 * {check_interval}",
-               "0m", "warning"),
+        _alert(
+            "ChecksNotRunning",
+            f"time() - inference_host_checks_last_run_timestamp_seconds > 3 * {check_interval}",
+            "0m",
+            "warning",
+        ),
         _alert("HealthCheckFailing", "inference_host_check_ok == 0", m.check_failing_for, "warning"),
         _alert("GpuXidError", f"{XID_COUNT} > 0", "0m", "critical", xid_advice=XID_ADVICE),
-        _alert("GpuUncorrectableEcc", "inference_host_gpu_ecc_uncorrectable_errors > 0 "
-               "or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical"),
+        _alert(
+            "GpuUncorrectableEcc",
+            "inference_host_gpu_ecc_uncorrectable_errors > 0 or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0",
+            "0m",
+            "critical",
+        ),
         _alert("GpuThrottling", "inference_host_gpu_clock_events_active > 0", "5m", "warning"),
     ]
     margins = by_value(nodes, lambda h: h.health.min_temp_margin_c)
     if margins:
-        out.append(_alert(
-            "GpuTemperatureMargin", _any(f'inference_host_gpu_temperature_margin_celsius{{host=~"{hosts}"}} < {margin}'
-                                         for margin, hosts in margins), "5m", "warning",
-            thresholds=_thresholds(nodes, lambda h: h.health.min_temp_margin_c)))
+        out.append(
+            _alert(
+                "GpuTemperatureMargin",
+                _any(
+                    f'inference_host_gpu_temperature_margin_celsius{{host=~"{hosts}"}} < {margin}'
+                    for margin, hosts in margins
+                ),
+                "5m",
+                "warning",
+                thresholds=_thresholds(nodes, lambda h: h.health.min_temp_margin_c),
+            )
+        )
     counts = by_value(nodes, lambda h: h.gpu.count)
     if counts:
         clauses = []
@@ -293,20 +346,28 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             dcgm = [h for h in nodes if h.monitoring.dcgm_exporter and h.gpu.count == count]
             if dcgm:
                 clauses.append(f'count by (host) (DCGM_FI_DEV_GPU_TEMP{{host=~"{_host_regex(dcgm)}"}}) < {count}')
-        out.append(_alert("GpuMissing", _any(clauses), "2m", "critical",
-                          thresholds=_thresholds(nodes, lambda h: h.gpu.count)))
+        out.append(
+            _alert("GpuMissing", _any(clauses), "2m", "critical", thresholds=_thresholds(nodes, lambda h: h.gpu.count))
+        )
     restart_window = m.restart_window
     limits = by_value(nodes, lambda h: h.health.max_unit_restarts)
     if limits:
-        out.append(_alert(
-            "EngineRestartLooping",
-            # Now against the window's lowest: systemd's NRestarts drops to 0 when the unit is
-            # started by hand (the mend), which a max-minus-min would count as restarts.
-            _any(f'inference_host_unit_restarts{{host=~"{hosts}"}} - '
-                 f'min_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) > {limit}'
-                 for limit, hosts in limits),
-            "0m", "critical", window=restart_window,
-            thresholds=_thresholds(nodes, lambda h: h.health.max_unit_restarts)))
+        out.append(
+            _alert(
+                "EngineRestartLooping",
+                # Now against the window's lowest: systemd's NRestarts drops to 0 when the unit is
+                # started by hand (the mend), which a max-minus-min would count as restarts.
+                _any(
+                    f'inference_host_unit_restarts{{host=~"{hosts}"}} - '
+                    f'min_over_time(inference_host_unit_restarts{{host=~"{hosts}"}}[{restart_window}]) > {limit}'
+                    for limit, hosts in limits
+                ),
+                "0m",
+                "critical",
+                window=restart_window,
+                thresholds=_thresholds(nodes, lambda h: h.health.max_unit_restarts),
+            )
+        )
     spec = [h for h in nodes if h.speculative is not None]
     floors = by_value(spec, lambda h: h.health.min_accept_length)
     if floors:
@@ -315,29 +376,70 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             clauses.append(f'inference_host_accept_length{{host=~"{hosts}"}} < {floor}')
             if engine == "sglang":
                 clauses.append(f'sglang:spec_accept_length{{host=~"{hosts}"}} < {floor}')
-        out.append(_alert("SpeculativeAcceptLengthLow", _any(clauses), "15m", "warning",
-                          thresholds=_thresholds(spec, lambda h: h.health.min_accept_length)))
+        out.append(
+            _alert(
+                "SpeculativeAcceptLengthLow",
+                _any(clauses),
+                "15m",
+                "warning",
+                thresholds=_thresholds(spec, lambda h: h.health.min_accept_length),
+            )
+        )
     metrics_nodes = [h for h in nodes if engine == "vllm" or h.serving.enable_metrics]
     if metrics_nodes:
         regex = _host_regex(metrics_nodes)
         for alert, metric, words, limit, key in (
-                ("TimeToFirstTokenHigh", "time_to_first_token_seconds", "time to first token", m.max_ttft_p95_s,
-                 "monitoring_max_ttft_p95_s"),
-                ("InterTokenLatencyHigh", "inter_token_latency_seconds", "inter-token latency", m.max_itl_p95_s,
-                 "monitoring_max_itl_p95_s")):
-            out.append(_alert(
-                alert, f'histogram_quantile(0.95, sum by (host, le) (rate({engine}:{metric}_bucket'
-                f'{{host=~"{regex}"}}[10m]))) > {limit}', "10m", "warning",
-                words=words, limit=limit, key=key, engine=engine))
-    out.append(_alert("WeightsManifestMismatch", 'inference_host_check_ok{check="weights manifest matches the pin"} == 0',
-                      "0m", "critical"))
+            (
+                "TimeToFirstTokenHigh",
+                "time_to_first_token_seconds",
+                "time to first token",
+                m.max_ttft_p95_s,
+                "monitoring_max_ttft_p95_s",
+            ),
+            (
+                "InterTokenLatencyHigh",
+                "inter_token_latency_seconds",
+                "inter-token latency",
+                m.max_itl_p95_s,
+                "monitoring_max_itl_p95_s",
+            ),
+        ):
+            out.append(
+                _alert(
+                    alert,
+                    f"histogram_quantile(0.95, sum by (host, le) (rate({engine}:{metric}_bucket"
+                    f'{{host=~"{regex}"}}[10m]))) > {limit}',
+                    "10m",
+                    "warning",
+                    words=words,
+                    limit=limit,
+                    key=key,
+                    engine=engine,
+                )
+            )
+    out.append(
+        _alert(
+            "WeightsManifestMismatch",
+            'inference_host_check_ok{check="weights manifest matches the pin"} == 0',
+            "0m",
+            "critical",
+        )
+    )
     watch = _disk_watch(site)
     if watch:
-        out.append(_alert(
-            "DiskFilling", _any(f'100 * node_filesystem_avail_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} / '
-                                f'node_filesystem_size_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} < {free}'
-                                for free, hosts, paths, _, _ in watch), "15m", "warning",
-            where="; ".join(f"{name}: {what}" for _, _, _, name, what in watch)))
+        out.append(
+            _alert(
+                "DiskFilling",
+                _any(
+                    f'100 * node_filesystem_avail_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} / '
+                    f'node_filesystem_size_bytes{{host=~"{hosts}",mountpoint=~"{paths}"}} < {free}'
+                    for free, hosts, paths, _, _ in watch
+                ),
+                "15m",
+                "warning",
+                where="; ".join(f"{name}: {what}" for _, _, _, name, what in watch),
+            )
+        )
     return out
 
 
@@ -356,15 +458,24 @@ def _disk_watch(site: Site) -> list[tuple[int, str, str, str, str]]:
         if host.in_group("monitors"):
             paths.append(host.monitoring.data_dir)
             what.append(f"Prometheus' data ({host.monitoring.data_dir})")
-        out.append((host.monitoring.min_free_disk_percent, _literal(host.name), _mountpoints_of(paths),
-                    host.name, " and ".join(what)))
+        out.append(
+            (
+                host.monitoring.min_free_disk_percent,
+                _literal(host.name),
+                _mountpoints_of(paths),
+                host.name,
+                " and ".join(what),
+            )
+        )
     return out
 
 
 def rules_config(site: Site, monitor: HostSettings) -> str:
     rules = [a.rule() for a in alerts(site, monitor)]
-    head = ("# Written by inference-host (roles/monitoring) from the site model: the thresholds are the\n"
-            "# health_* and monitoring_* settings of the inventory. Edit the inventory, not this file.\n")
+    head = (
+        "# Written by inference-host (roles/monitoring) from the site model: the thresholds are the\n"
+        "# health_* and monitoring_* settings of the inventory. Edit the inventory, not this file.\n"
+    )
     return head + _dump({"groups": [{"name": "inference-host", "rules": rules}]})
 
 

@@ -36,12 +36,22 @@ DASHBOARD_FILE = "/etc/prometheus/inference-host.grafana.json"
 
 # Per engine: (what, metric) of the engine's own /metrics.
 ENGINE_METRICS = {
-    "sglang": {"generated": "sglang:generation_tokens_total", "prompt": "sglang:prompt_tokens_total",
-               "ttft": "sglang:time_to_first_token_seconds_bucket", "itl": "sglang:inter_token_latency_seconds_bucket",
-               "running": "sglang:num_running_reqs", "queued": "sglang:num_queue_reqs"},
-    "vllm": {"generated": "vllm:generation_tokens_total", "prompt": "vllm:prompt_tokens_total",
-             "ttft": "vllm:time_to_first_token_seconds_bucket", "itl": "vllm:inter_token_latency_seconds_bucket",
-             "running": "vllm:num_requests_running", "queued": "vllm:num_requests_waiting"},
+    "sglang": {
+        "generated": "sglang:generation_tokens_total",
+        "prompt": "sglang:prompt_tokens_total",
+        "ttft": "sglang:time_to_first_token_seconds_bucket",
+        "itl": "sglang:inter_token_latency_seconds_bucket",
+        "running": "sglang:num_running_reqs",
+        "queued": "sglang:num_queue_reqs",
+    },
+    "vllm": {
+        "generated": "vllm:generation_tokens_total",
+        "prompt": "vllm:prompt_tokens_total",
+        "ttft": "vllm:time_to_first_token_seconds_bucket",
+        "itl": "vllm:inter_token_latency_seconds_bucket",
+        "running": "vllm:num_requests_running",
+        "queued": "vllm:num_requests_waiting",
+    },
 }
 
 
@@ -49,8 +59,16 @@ ENGINE_METRICS = {
 # "Prometheus" ('DS_' + its name upper-cased).
 DATASOURCE_INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_INPUT + "}"}
-INPUTS = [{"name": DATASOURCE_INPUT, "label": "Prometheus", "description": "The Prometheus of the monitors group",
-           "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}]
+INPUTS = [
+    {
+        "name": DATASOURCE_INPUT,
+        "label": "Prometheus",
+        "description": "The Prometheus of the monitors group",
+        "type": "datasource",
+        "pluginId": "prometheus",
+        "pluginName": "Prometheus",
+    }
+]
 # What the file uses, as the exporter lists it (sorted by id). The Grafana version is the one the
 # file is written for (schemaVersion 39, the timeseries panel); it was not imported into a running
 # Grafana here (none is installed).
@@ -64,12 +82,16 @@ REQUIRES = [
 def _panel(number: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict:
     """A time series panel, two per row of the 24-column grid."""
     return {
-        "id": number, "type": "timeseries", "title": title,
+        "id": number,
+        "type": "timeseries",
+        "title": title,
         "datasource": dict(DATASOURCE),
         "gridPos": {"h": 8, "w": 12, "x": 12 * (number % 2), "y": 8 * (number // 2)},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "targets": [{"refId": chr(ord("A") + i), "datasource": dict(DATASOURCE), "expr": expr, "legendFormat": legend}
-                    for i, (expr, legend) in enumerate(targets)],
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": dict(DATASOURCE), "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(targets)
+        ],
     }
 
 
@@ -81,40 +103,84 @@ def panels(engine: str) -> list[dict]:
     e = ENGINE_METRICS[engine]
     host = '{host=~"$host"}'
     specs = [
-        ("Engine throughput (tokens/s)", "short",
-         [(f"sum by (host) (rate({e['generated']}{host}[5m]))", "{{host}} generated"),
-          (f"sum by (host) (rate({e['prompt']}{host}[5m]))", "{{host}} prompt")]),
-        ("Requests running and queued", "short",
-         [(f"sum by (host) ({e['running']}{host})", "{{host}} running"),
-          (f"sum by (host) ({e['queued']}{host})", "{{host}} queued")]),
-        ("Time to first token", "s",
-         [(_quantile(0.5, e["ttft"]), "{{host}} p50"), (_quantile(0.95, e["ttft"]), "{{host}} p95")]),
-        ("Inter-token latency", "s",
-         [(_quantile(0.5, e["itl"]), "{{host}} p50"), (_quantile(0.95, e["itl"]), "{{host}} p95")]),
+        (
+            "Engine throughput (tokens/s)",
+            "short",
+            [
+                (f"sum by (host) (rate({e['generated']}{host}[5m]))", "{{host}} generated"),
+                (f"sum by (host) (rate({e['prompt']}{host}[5m]))", "{{host}} prompt"),
+            ],
+        ),
+        (
+            "Requests running and queued",
+            "short",
+            [
+                (f"sum by (host) ({e['running']}{host})", "{{host}} running"),
+                (f"sum by (host) ({e['queued']}{host})", "{{host}} queued"),
+            ],
+        ),
+        (
+            "Time to first token",
+            "s",
+            [(_quantile(0.5, e["ttft"]), "{{host}} p50"), (_quantile(0.95, e["ttft"]), "{{host}} p95")],
+        ),
+        (
+            "Inter-token latency",
+            "s",
+            [(_quantile(0.5, e["itl"]), "{{host}} p50"), (_quantile(0.95, e["itl"]), "{{host}} p95")],
+        ),
         ("GPU power", "watt", [(f"DCGM_FI_DEV_POWER_USAGE{host}", "{{host}} GPU{{gpu}}")]),
         ("GPU temperature", "celsius", [(f"DCGM_FI_DEV_GPU_TEMP{host}", "{{host}} GPU{{gpu}}")]),
-        ("GPU memory used", "percent",
-         [(f"100 * DCGM_FI_DEV_FB_USED{host} / (DCGM_FI_DEV_FB_USED{host} + DCGM_FI_DEV_FB_FREE{host})",
-           "{{host}} GPU{{gpu}}")]),
-        ("Health checks failing", "short",
-         [(f"count by (host) (inference_host_check_ok{host} == 0)", "{{host}} failing"),
-          (f"inference_host_checks_run_seconds{host}", "{{host}} run (s)"),
-          (f"time() - inference_host_checks_last_run_timestamp_seconds{host}", "{{host}} since last run (s)")]),
+        (
+            "GPU memory used",
+            "percent",
+            [
+                (
+                    f"100 * DCGM_FI_DEV_FB_USED{host} / (DCGM_FI_DEV_FB_USED{host} + DCGM_FI_DEV_FB_FREE{host})",
+                    "{{host}} GPU{{gpu}}",
+                )
+            ],
+        ),
+        (
+            "Health checks failing",
+            "short",
+            [
+                (f"count by (host) (inference_host_check_ok{host} == 0)", "{{host}} failing"),
+                (f"inference_host_checks_run_seconds{host}", "{{host}} run (s)"),
+                (f"time() - inference_host_checks_last_run_timestamp_seconds{host}", "{{host}} since last run (s)"),
+            ],
+        ),
     ]
     return [_panel(number, title, unit, targets) for number, (title, unit, targets) in enumerate(specs)]
 
 
 def dashboard(engine: str) -> dict:
     return {
-        "__inputs": INPUTS, "__requires": REQUIRES,
-        "title": "inference-host", "uid": "inference-host", "schemaVersion": 39, "editable": True,
-        "time": {"from": "now-6h", "to": "now"}, "refresh": "30s",
+        "__inputs": INPUTS,
+        "__requires": REQUIRES,
+        "title": "inference-host",
+        "uid": "inference-host",
+        "schemaVersion": 39,
+        "editable": True,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
         "tags": ["inference-host"],
-        "templating": {"list": [
-            {"name": "host", "type": "query", "label": "Host", "includeAll": True, "allValue": ".*", "multi": True,
-             "datasource": dict(DATASOURCE),
-             "query": 'label_values(up{job="node"}, host)', "refresh": 2, "current": {"text": "All", "value": "$__all"}},
-        ]},
+        "templating": {
+            "list": [
+                {
+                    "name": "host",
+                    "type": "query",
+                    "label": "Host",
+                    "includeAll": True,
+                    "allValue": ".*",
+                    "multi": True,
+                    "datasource": dict(DATASOURCE),
+                    "query": 'label_values(up{job="node"}, host)',
+                    "refresh": 2,
+                    "current": {"text": "All", "value": "$__all"},
+                },
+            ]
+        },
         "panels": panels(engine),
     }
 

@@ -42,14 +42,29 @@ def expect_text(host: HostSettings, site: Site) -> str:
 def checks_unit_kwargs(host: HostSettings, bundle: str, python: str) -> dict:
     """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
     m = host.monitoring
-    return dict(description=sd.text(f"inference-host health checks as metrics ({CHECK_SUITES})", "Description="),
-                after=sd.word_list(["network-online.target", f"{host.serving.unit_name}.service"],
-                                   "After= (serving_unit_name)"),
-                bundle_dir=sd.path(bundle, "WorkingDirectory="),
-                exec_start=sd.argv([python, "-m", "checks.textfile", "--expect-file", EXPECT_FILE, "--suites",
-                                    CHECK_SUITES, "--out", OUT_FILE], "ExecStart= (health checks)"),
-                cpu_quota_percent=sd.number(m.check_cpu_quota_percent, "CPUQuota= (monitoring_check_cpu_quota_percent)"),
-                timeout_s=sd.number(m.check_timeout_s, "TimeoutStartSec= (monitoring_check_timeout_s)"))
+    return dict(
+        description=sd.text(f"inference-host health checks as metrics ({CHECK_SUITES})", "Description="),
+        after=sd.word_list(
+            ["network-online.target", f"{host.serving.unit_name}.service"], "After= (serving_unit_name)"
+        ),
+        bundle_dir=sd.path(bundle, "WorkingDirectory="),
+        exec_start=sd.argv(
+            [
+                python,
+                "-m",
+                "checks.textfile",
+                "--expect-file",
+                EXPECT_FILE,
+                "--suites",
+                CHECK_SUITES,
+                "--out",
+                OUT_FILE,
+            ],
+            "ExecStart= (health checks)",
+        ),
+        cpu_quota_percent=sd.number(m.check_cpu_quota_percent, "CPUQuota= (monitoring_check_cpu_quota_percent)"),
+        timeout_s=sd.number(m.check_timeout_s, "TimeoutStartSec= (monitoring_check_timeout_s)"),
+    )
 
 
 def listen(address: str, port: int) -> str:
@@ -59,20 +74,33 @@ def listen(address: str, port: int) -> str:
 def gpu_templates(host: HostSettings, bundle: str, python: str) -> list[tuple[str, str, dict]]:
     """(path, template, kwargs) on a gpu node: the timer and its service."""
     return [
-        (f"{SYSTEMD_DIR}/{CHECKS_UNIT}.service", "roles/monitoring/templates/inference-host-checks.service.j2",
-         checks_unit_kwargs(host, bundle, python)),
-        (f"{SYSTEMD_DIR}/{CHECKS_UNIT}.timer", "roles/monitoring/templates/inference-host-checks.timer.j2",
-         dict(interval_s=sd.number(host.monitoring.check_interval_seconds, "OnUnitActiveSec="))),
+        (
+            f"{SYSTEMD_DIR}/{CHECKS_UNIT}.service",
+            "roles/monitoring/templates/inference-host-checks.service.j2",
+            checks_unit_kwargs(host, bundle, python),
+        ),
+        (
+            f"{SYSTEMD_DIR}/{CHECKS_UNIT}.timer",
+            "roles/monitoring/templates/inference-host-checks.timer.j2",
+            dict(interval_s=sd.number(host.monitoring.check_interval_seconds, "OnUnitActiveSec=")),
+        ),
     ]
 
 
 def node_exporter_template(host: HostSettings) -> tuple[str, str, dict]:
     m = host.monitoring
     address = listen(m.exporter_address, m.node_exporter_port)
-    return ("/etc/default/prometheus-node-exporter", "roles/monitoring/templates/prometheus-node-exporter.default.j2",
-            dict(listen=address, args=sd.env_words([f"--web.listen-address={address}",
-                                                    f"--collector.textfile.directory={config.TEXTFILE_DIR}"],
-                                                   "ARGS of prometheus-node-exporter")))
+    return (
+        "/etc/default/prometheus-node-exporter",
+        "roles/monitoring/templates/prometheus-node-exporter.default.j2",
+        dict(
+            listen=address,
+            args=sd.env_words(
+                [f"--web.listen-address={address}", f"--collector.textfile.directory={config.TEXTFILE_DIR}"],
+                "ARGS of prometheus-node-exporter",
+            ),
+        ),
+    )
 
 
 def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
@@ -80,28 +108,67 @@ def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
     default :9400) and the Xid window (-x, --xid-count-window-size in ms, default 300000;
     NVIDIA/dcgm-exporter pkg/cmd/app.go at 4.5.3-4.8.2)."""
     m = host.monitoring
-    command = sd.argv(["/usr/bin/dcgm-exporter", "-f", DCGM_COUNTERS, "-a", listen(m.exporter_address, m.dcgm_exporter_port),
-                       "-x", str(m.xid_window_s * 1000)], "ExecStart= of the DCGM exporter")
-    text = ("# Written by inference-host (roles/monitoring): the exporter's address and Xid window from the inventory.\n"
-            f"[Service]\nExecStart=\nExecStart={command}\n")
+    command = sd.argv(
+        [
+            "/usr/bin/dcgm-exporter",
+            "-f",
+            DCGM_COUNTERS,
+            "-a",
+            listen(m.exporter_address, m.dcgm_exporter_port),
+            "-x",
+            str(m.xid_window_s * 1000),
+        ],
+        "ExecStart= of the DCGM exporter",
+    )
+    text = (
+        "# Written by inference-host (roles/monitoring): the exporter's address and Xid window from the inventory.\n"
+        f"[Service]\nExecStart=\nExecStart={command}\n"
+    )
     return f"{SYSTEMD_DIR}/{DCGM_EXPORTER_UNIT}.service.d/90-inference-host.conf", text
 
 
 def monitor_templates(host: HostSettings) -> list[tuple[str, str, dict]]:
     m = host.monitoring
-    prometheus, alertmanager = listen(m.listen_address, m.prometheus_port), listen(m.listen_address, m.alertmanager_port)
+    prometheus, alertmanager = (
+        listen(m.listen_address, m.prometheus_port),
+        listen(m.listen_address, m.alertmanager_port),
+    )
     # `listen` names the operation; `args` is what the file holds (Debian's units run `$ARGS`).
     return [
-        ("/etc/default/prometheus", "roles/monitoring/templates/prometheus.default.j2",
-         dict(listen=prometheus, args=sd.env_words([
-             f"--config.file={config.PROMETHEUS_CONFIG_DIR}/prometheus.yml", f"--web.listen-address={prometheus}",
-             f"--web.config.file={config.WEB_CONFIG_FILE}", f"--storage.tsdb.path={m.data_dir}",
-             f"--storage.tsdb.retention.time={m.retention_time}",
-             f"--storage.tsdb.retention.size={m.retention_size_gib}GB"], "ARGS of prometheus"))),
-        ("/etc/default/prometheus-alertmanager", "roles/monitoring/templates/prometheus-alertmanager.default.j2",
-         # One Alertmanager: no cluster gossip port (an empty address turns it off).
-         dict(listen=alertmanager, args=sd.env_words([
-             f"--config.file={config.PROMETHEUS_CONFIG_DIR}/alertmanager.yml", f"--web.listen-address={alertmanager}",
-             f"--web.config.file={config.WEB_CONFIG_FILE}", f"--storage.path={config.ALERTMANAGER_DATA_DIR}",
-             "--cluster.listen-address="], "ARGS of prometheus-alertmanager"))),
+        (
+            "/etc/default/prometheus",
+            "roles/monitoring/templates/prometheus.default.j2",
+            dict(
+                listen=prometheus,
+                args=sd.env_words(
+                    [
+                        f"--config.file={config.PROMETHEUS_CONFIG_DIR}/prometheus.yml",
+                        f"--web.listen-address={prometheus}",
+                        f"--web.config.file={config.WEB_CONFIG_FILE}",
+                        f"--storage.tsdb.path={m.data_dir}",
+                        f"--storage.tsdb.retention.time={m.retention_time}",
+                        f"--storage.tsdb.retention.size={m.retention_size_gib}GB",
+                    ],
+                    "ARGS of prometheus",
+                ),
+            ),
+        ),
+        (
+            "/etc/default/prometheus-alertmanager",
+            "roles/monitoring/templates/prometheus-alertmanager.default.j2",
+            # One Alertmanager: no cluster gossip port (an empty address turns it off).
+            dict(
+                listen=alertmanager,
+                args=sd.env_words(
+                    [
+                        f"--config.file={config.PROMETHEUS_CONFIG_DIR}/alertmanager.yml",
+                        f"--web.listen-address={alertmanager}",
+                        f"--web.config.file={config.WEB_CONFIG_FILE}",
+                        f"--storage.path={config.ALERTMANAGER_DATA_DIR}",
+                        "--cluster.listen-address=",
+                    ],
+                    "ARGS of prometheus-alertmanager",
+                ),
+            ),
+        ),
     ]

@@ -57,8 +57,7 @@ def driver_packages(distro: Distro, branch: str, mode: str) -> list[str]:
     loads nvidia-uvm and makes its device nodes at boot) with them.
     """
     if distro.id == "ubuntu":
-        userspace = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}",
-                     f"nvidia-compute-utils-{branch}"]
+        userspace = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}"]
         kernel = [f"nvidia-dkms-{branch}-open", "nvidia-modprobe"]
     else:
         userspace = ["nvidia-driver-cuda", "nvidia-persistenced"]
@@ -115,13 +114,20 @@ def _kernel_headers(settings: HostSettings) -> None:
     with a notice (dkms autoinstall); the driver packages go in without recommends, so nothing
     else brings them."""
     if settings.in_group("proxmox_hosts"):
-        apt.packages(name=f"Install kernel headers for DKMS ({PROXMOX_HEADERS})",
-                     packages=[PROXMOX_HEADERS], no_recommends=True, update=True,
-                     cache_time=24 * 3600)
+        apt.packages(
+            name=f"Install kernel headers for DKMS ({PROXMOX_HEADERS})",
+            packages=[PROXMOX_HEADERS],
+            no_recommends=True,
+            update=True,
+            cache_time=24 * 3600,
+        )
         return
     release = host.get_fact(KernelVersion)
-    apt.packages(name=f"Install kernel headers for DKMS (linux-headers-{release})",
-                 packages=[f"linux-headers-{release}"], no_recommends=True)
+    apt.packages(
+        name=f"Install kernel headers for DKMS (linux-headers-{release})",
+        packages=[f"linux-headers-{release}"],
+        no_recommends=True,
+    )
 
 
 def _require_dkms_build(version: str) -> None:
@@ -178,8 +184,12 @@ def _dcgm(cuda_major: int, exporter: str) -> None:
     packages = dcgm_packages(cuda_major)
     install_resolved(f"NVIDIA DCGM ({', '.join(packages)})", packages, DCGM_FOR_EXPORTER[exporter])
     # The host engine dcgmi talks to; the health suite runs `dcgmi diag -r 1` through it.
-    systemd.service(name="Enable and start nvidia-dcgm (DCGM host engine)",
-                    service="nvidia-dcgm.service", enabled=True, running=True)
+    systemd.service(
+        name="Enable and start nvidia-dcgm (DCGM host engine)",
+        service="nvidia-dcgm.service",
+        enabled=True,
+        running=True,
+    )
 
 
 def _target_version(settings: HostSettings, pinned: str) -> str:
@@ -291,6 +301,8 @@ def _module_problem(module: KernelModule | None, version: str) -> str | None:
     if module is None:
         return f"reboot required: NVIDIA driver {version} is installed but no NVIDIA kernel module is loaded"
     if module.flavor != "open":
-        return (f"reboot required: the loaded NVIDIA kernel module is the proprietary one; this GPU"
-                f" generation needs the open kernel modules of {version}")
+        return (
+            f"reboot required: the loaded NVIDIA kernel module is the proprietary one; this GPU"
+            f" generation needs the open kernel modules of {version}"
+        )
     return driver_mismatch(module, version)

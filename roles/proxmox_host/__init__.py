@@ -67,8 +67,11 @@ def systemd_boot_cmdline(current: str, args: list[str]) -> str:
 
 
 def guests_of(node_name: str) -> list[HostSettings]:
-    return [h for h in current_site().hosts.values()
-            if h.guest.node == node_name and (h.in_group("lxc_guests") or h.in_group("kvm_guests"))]
+    return [
+        h
+        for h in current_site().hosts.values()
+        if h.guest.node == node_name and (h.in_group("lxc_guests") or h.in_group("kvm_guests"))
+    ]
 
 
 @deploy("Proxmox host")
@@ -103,7 +106,7 @@ def proxmox_reboot() -> None:
     if settings.proxmox.allow_reboot:
         _reboots[host.name] = reboot.reboot_and_wait(
             name=f"Reboot the node when {reboot.MARKER} says so, and wait for it"
-                 f" (up to {settings.proxmox.reboot_timeout}s)",
+            f" (up to {settings.proxmox.reboot_timeout}s)",
             reboot_timeout=settings.proxmox.reboot_timeout,
             _if=reboot.required_now,
         )
@@ -111,9 +114,9 @@ def proxmox_reboot() -> None:
     server.shell(
         name=f"Stop if the node needs a reboot ({reboot.MARKER})",
         commands=[
-            f"echo \"{host.name} needs a reboot ({reboot.why()}): reboot it (or set"
+            f'echo "{host.name} needs a reboot ({reboot.why()}): reboot it (or set'
             " proxmox_allow_reboot = True to let the deploy do it), then run the same command"
-            " again: it creates the guests and deploys inside them\" >&2; exit 1"
+            ' again: it creates the guests and deploys inside them" >&2; exit 1'
         ],
         _if=reboot.required_now,
     )
@@ -132,13 +135,17 @@ def guest_waits(guest: HostSettings) -> str | None:
     kvm = guest.in_group("kvm_guests")
     guest_state = _guest_state(guest)
     if guest_state is None:
-        return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} does not exist"
-                f" on {node_name} yet; the node creates it once it is ready, then continues the"
-                " deploy inside it (continue_in_guests)")
+        return (
+            f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} does not exist"
+            f" on {node_name} yet; the node creates it once it is ready, then continues the"
+            " deploy inside it (continue_in_guests)"
+        )
     if guest_state["status"] != "running":
-        return (f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} on {node_name} is"
-                f" {guest_state['status']}; the deploy continues inside it once it runs (start it, then run"
-                " the same command again)")
+        return (
+            f"{guest.name}: {'VM' if kvm else 'container'} {guest.guest.vmid} on {node_name} is"
+            f" {guest_state['status']}; the deploy continues inside it once it runs (start it, then run"
+            " the same command again)"
+        )
     return None
 
 
@@ -181,13 +188,15 @@ def continue_in_guests() -> None:
         return
     if deploy_pass() >= MAX_PASSES:
         if waiting:
-            logger.warning(f"{host.name}: {', '.join(waiting)} still wait{'s' if len(waiting) == 1 else ''}"
-                           f" after {MAX_PASSES} passes; see the messages above, then run the same command again")
+            logger.warning(
+                f"{host.name}: {', '.join(waiting)} still wait{'s' if len(waiting) == 1 else ''}"
+                f" after {MAX_PASSES} passes; see the messages above, then run the same command again"
+            )
         return
     what = ", ".join(waiting) if waiting else "its guests"
     python.call(
         name=f"Continue the deploy inside {what}: pass {deploy_pass() + 1} of the same command"
-             + ("" if waiting else " (when the node rebooted)"),
+        + ("" if waiting else " (when the node rebooted)"),
         function=_next_pass,
         node=host.name,
         guests=waiting,
@@ -203,16 +212,20 @@ def _next_pass(node: str, guests: list[str]) -> None:
         return
     _continued.append(node)
     number = deploy_pass() + 1
-    logger.info(f"--> Pass {number} (of at most {MAX_PASSES}): the node is done; the same command runs"
-                f" again for {', '.join(guests) or 'the guests of the rebooted node'} (pyinfra plans"
-                " every host before it runs, so what this pass made is planned by the next)")
+    logger.info(
+        f"--> Pass {number} (of at most {MAX_PASSES}): the node is done; the same command runs"
+        f" again for {', '.join(guests) or 'the guests of the rebooted node'} (pyinfra plans"
+        " every host before it runs, so what this pass made is planned by the next)"
+    )
     command = [sys.executable, "-m", "pyinfra", "-y", *sys.argv[1:]]
     sys.stdout.flush()
     sys.stderr.flush()
     done = subprocess.run(command, env={**os.environ, PASS_ENV: str(number)}, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"pass {number} of the deploy (inside {', '.join(guests) or 'the guests'}) failed"
-                           f" with exit status {done.returncode}; its output is above")
+        raise RuntimeError(
+            f"pass {number} of the deploy (inside {', '.join(guests) or 'the guests'}) failed"
+            f" with exit status {done.returncode}; its output is above"
+        )
     # A guest that did not exist could not be connected to at the start of this pass: pyinfra
     # counted it as failed (pyinfra/api/connect.py, connect_all -> state.fail_hosts). The next
     # pass has deployed it, so this pass's exit status no longer holds that against the run.
@@ -251,8 +264,12 @@ def _sysctl(settings: HostSettings) -> None:
     sysctl = node_sysctl(settings, current_site().hosts)
     if not sysctl:
         return
-    sysctl_file(SYSCTL_FILE, "roles/proxmox_host/templates/90-inference-host-node.conf.j2", sysctl,
-                name=f"Write {SYSCTL_FILE} ({', '.join(f'{k} = {v}' for k, v in sorted(sysctl.items()))})")
+    sysctl_file(
+        SYSCTL_FILE,
+        "roles/proxmox_host/templates/90-inference-host-node.conf.j2",
+        sysctl,
+        name=f"Write {SYSCTL_FILE} ({', '.join(f'{k} = {v}' for k, v in sorted(sysctl.items()))})",
+    )
 
 
 def _require_gpus_present(settings: HostSettings) -> None:
@@ -298,8 +315,9 @@ def _grub_args(args: list[str]):
         kernel_args=args,
         mode="0644",
     )
-    server.shell(name="Regenerate the GRUB configuration (update-grub)", commands=["update-grub"],
-                 _if=dropin.did_change)
+    server.shell(
+        name="Regenerate the GRUB configuration (update-grub)", commands=["update-grub"], _if=dropin.did_change
+    )
     return dropin.did_change
 
 
@@ -316,8 +334,11 @@ def _systemd_boot_args(args: list[str]):
         dest=SYSTEMD_BOOT_CMDLINE,
         mode="0644",
     )
-    server.shell(name="Copy the kernel command line to the ESPs (proxmox-boot-tool refresh)",
-                 commands=["proxmox-boot-tool refresh"], _if=cmdline.did_change)
+    server.shell(
+        name="Copy the kernel command line to the ESPs (proxmox-boot-tool refresh)",
+        commands=["proxmox-boot-tool refresh"],
+        _if=cmdline.did_change,
+    )
     return cmdline.did_change
 
 
@@ -339,8 +360,11 @@ def _modules(settings: HostSettings):
     def changed() -> bool:
         return modules.did_change() or blacklist.did_change()
 
-    server.shell(name="Rebuild the initramfs for all kernels (update-initramfs -u -k all)",
-                 commands=["update-initramfs -u -k all"], _if=changed)
+    server.shell(
+        name="Rebuild the initramfs for all kernels (update-initramfs -u -k all)",
+        commands=["update-initramfs -u -k all"],
+        _if=changed,
+    )
     return changed
 
 
@@ -354,8 +378,10 @@ def needs_host_driver(settings: HostSettings) -> bool:
     if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
         return False
     if not settings.proxmox.host_driver:
-        logger.warning(f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
-                       " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
-                       " need them)")
+        logger.warning(
+            f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
+            " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
+            " need them)"
+        )
         return False
     return True

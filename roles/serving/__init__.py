@@ -103,8 +103,9 @@ def launch_command(settings: HostSettings, stack: EngineStack, site: Site) -> li
     else:
         launcher = settings.serving.launch_command or ["{env}/bin/python", "-m", "sglang.launch_server"]
     secret_args = config_paths(settings, stack, site)["secret_args"]
-    return ([part.replace("{env}", env) for part in launcher]
-            + server_arguments(settings, hosts, stack, secret_args_file=secret_args))
+    return [part.replace("{env}", env) for part in launcher] + server_arguments(
+        settings, hosts, stack, secret_args_file=secret_args
+    )
 
 
 # Readiness per engine. SGLang's /health_generate runs a 1-token generation. vLLM has no such
@@ -180,8 +181,10 @@ def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
     engine_name = {"sglang": "SGLang", "vllm": "vLLM"}[stack.engine]
     return dict(
         data_dir_text=sd.comment(base.data_dir),
-        description=sd.text(f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, "
-                            f"{stack.label})", "Description= (serving_served_model_name)"),
+        description=sd.text(
+            f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, {stack.label})",
+            "Description= (serving_served_model_name)",
+        ),
         service_user=sd.text(base.service_user, "User= (base_service_user)"),
         service_group=sd.text(base.service_group, "Group= (base_service_group)"),
         syslog_identifier=sd.text(serving.unit_name, "SyslogIdentifier="),
@@ -190,17 +193,23 @@ def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
     )
 
 
-def env_file_kwargs(settings: HostSettings, stack: EngineStack,
-                    hosts: dict[str, HostSettings] | None = None) -> dict:
+def env_file_kwargs(settings: HostSettings, stack: EngineStack, hosts: dict[str, HostSettings] | None = None) -> dict:
     serving = settings.serving
     nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
     # EAGLE-3's environment is SGLang's (its release CLI); a vLLM stack takes its speculative
     # settings on the command line only.
-    spec_env = (speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
-                if stack.engine == "sglang" else {})
+    spec_env = (
+        speculative_environment(settings.speculative, release_cli(stack.sglang) or {})
+        if stack.engine == "sglang"
+        else {}
+    )
     data_dir = settings.base.data_dir
-    pcie = (pcie_allreduce_env(stack.sglang) if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {})
-    ib = "TCP sockets (nccl_ib_disable = True)" if settings.nccl.ib_disable else "InfiniBand/RoCE (nccl_ib_disable = False)"
+    pcie = pcie_allreduce_env(stack.sglang) if stack.engine == "sglang" and serving.custom_all_reduce_pcie else {}
+    ib = (
+        "TCP sockets (nccl_ib_disable = True)"
+        if settings.nccl.ib_disable
+        else "InfiniBand/RoCE (nccl_ib_disable = False)"
+    )
     # Encoded for an EnvironmentFile (roles/shared/systemd_syntax.py): the template takes nothing else;
     # the conditions ({% if %}) read the plain values.
     return dict(
@@ -217,10 +226,13 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack,
         pcie_allreduce={key: sd.env_assignment(key, value) for key, value in pcie.items()},
         hf_home=sd.env_assignment("HF_HOME", f"{data_dir}/.cache/huggingface", "HF_HOME (base_data_dir)"),
         # in the unit's writable home
-        torch_cache_dir=sd.env_assignment("TORCHINDUCTOR_CACHE_DIR", f"{data_dir}/.cache/torchinductor",
-                                          "TORCHINDUCTOR_CACHE_DIR (base_data_dir)"),
-        extra_env={key: sd.env_assignment(key, value, f"serving_extra_env {key}")
-                   for key, value in {**spec_env, **serving.extra_env}.items()},
+        torch_cache_dir=sd.env_assignment(
+            "TORCHINDUCTOR_CACHE_DIR", f"{data_dir}/.cache/torchinductor", "TORCHINDUCTOR_CACHE_DIR (base_data_dir)"
+        ),
+        extra_env={
+            key: sd.env_assignment(key, value, f"serving_extra_env {key}")
+            for key, value in {**spec_env, **serving.extra_env}.items()
+        },
     )
 
 
@@ -265,27 +277,53 @@ def _kv_estimate_note(settings: HostSettings, stack: EngineStack) -> None:
 def _scripts() -> list:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     return [
-        *(files.template(name=f"Install {LIBEXEC}/{name}", src=f"roles/serving/templates/{name}.j2",
-                         dest=f"{LIBEXEC}/{name}", user="root", group="root", mode="0755")
-          for name in SCRIPTS),
-        files.put(name=f"Install {PREFLIGHT_SCRIPT} (the engines' own start-up checks, run before a switch)",
-                  src=str(PREFLIGHT_SOURCE), dest=PREFLIGHT_SCRIPT, user="root", group="root", mode="0644"),
+        *(
+            files.template(
+                name=f"Install {LIBEXEC}/{name}",
+                src=f"roles/serving/templates/{name}.j2",
+                dest=f"{LIBEXEC}/{name}",
+                user="root",
+                group="root",
+                mode="0755",
+            )
+            for name in SCRIPTS
+        ),
+        files.put(
+            name=f"Install {PREFLIGHT_SCRIPT} (the engines' own start-up checks, run before a switch)",
+            src=str(PREFLIGHT_SOURCE),
+            dest=PREFLIGHT_SCRIPT,
+            user="root",
+            group="root",
+            mode="0644",
+        ),
     ]
 
 
-def release_templates(settings: HostSettings, stack: EngineStack,
-                      site: Site) -> list[tuple[str, str, str, dict]]:
+def release_templates(settings: HostSettings, stack: EngineStack, site: Site) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments) of one release's templated files; the deploy
     writes them, `python -m roles.render` previews them."""
     paths = config_paths(settings, stack, site)
     return [
-        (paths["env_file"], "roles/serving/templates/inference-engine.env.j2", "0600",
-         env_file_kwargs(settings, stack, site.hosts)),
-        (paths["launcher"], "roles/serving/templates/launch.j2", "0755",
-         dict(stack_id=stack.id, engine_label=stack.label,
-              command=shlex.join(launch_command(settings, stack, site)))),
-        (paths["unit"], "roles/serving/templates/inference-engine.service.j2", "0644",
-         unit_text_kwargs(settings, stack, site)),
+        (
+            paths["env_file"],
+            "roles/serving/templates/inference-engine.env.j2",
+            "0600",
+            env_file_kwargs(settings, stack, site.hosts),
+        ),
+        (
+            paths["launcher"],
+            "roles/serving/templates/launch.j2",
+            "0755",
+            dict(
+                stack_id=stack.id, engine_label=stack.label, command=shlex.join(launch_command(settings, stack, site))
+            ),
+        ),
+        (
+            paths["unit"],
+            "roles/serving/templates/inference-engine.service.j2",
+            "0644",
+            unit_text_kwargs(settings, stack, site),
+        ),
     ]
 
 
@@ -295,20 +333,36 @@ def env_file_text(settings: HostSettings, stack: EngineStack, site: Site) -> str
     return templates.render(template, **kwargs)
 
 
-SCRIPTS = ("inference-engine-cleanup", "inference-engine-wait-ready", "inference-engine-switch", "inference-engine-rolling")
+SCRIPTS = (
+    "inference-engine-cleanup",
+    "inference-engine-wait-ready",
+    "inference-engine-switch",
+    "inference-engine-rolling",
+)
 
 
 def _release_config(settings: HostSettings, stack: EngineStack) -> list:
     """Everything the unit runs with, for this release only: a rollback brings it back."""
     folder, paths = config_dir(settings, stack), config_paths(settings, stack)
     files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
-    what = {paths["env_file"]: f"NCCL and engine environment of {stack.label}, mode 0600",
-            paths["launcher"]: f"{stack.label} command line",
-            paths["unit"]: f"the unit of stack {stack.id}"}
-    written = [files.template(name=f"Write {path} ({what[path]})", src=template, dest=path,
-                              user="root", group="root", mode=mode, jinja_env_kwargs=templates.jinja_env_kwargs(template),
-                              **kwargs)
-               for path, template, mode, kwargs in release_templates(settings, stack, current_site())]
+    what = {
+        paths["env_file"]: f"NCCL and engine environment of {stack.label}, mode 0600",
+        paths["launcher"]: f"{stack.label} command line",
+        paths["unit"]: f"the unit of stack {stack.id}",
+    }
+    written = [
+        files.template(
+            name=f"Write {path} ({what[path]})",
+            src=template,
+            dest=path,
+            user="root",
+            group="root",
+            mode=mode,
+            jinja_env_kwargs=templates.jinja_env_kwargs(template),
+            **kwargs,
+        )
+        for path, template, mode, kwargs in release_templates(settings, stack, current_site())
+    ]
     return written + _secret_args(settings, paths["secret_args"])
 
 
@@ -323,9 +377,13 @@ def _secret_args(settings: HostSettings, path: str) -> list:
     secret = settings.serving.api_key_secret
     if not secret:
         return [files.file(name=f"Remove {path} (no API key set)", path=path, present=False)]
-    deployed = secret_file(label=f"the API key (secret {secret}) as the engine's --config file",
-                           value=secret_args_content(secret_value(secret)), dest=path,
-                           user=settings.base.service_user, group=settings.base.service_group)
+    deployed = secret_file(
+        label=f"the API key (secret {secret}) as the engine's --config file",
+        value=secret_args_content(secret_value(secret)),
+        dest=path,
+        user=settings.base.service_user,
+        group=settings.base.service_group,
+    )
     return [deployed] if deployed is not None else []
 
 
@@ -333,18 +391,18 @@ def _host_links(settings: HostSettings) -> None:
     """The names systemd and the health checks use, through `current`."""
     name, unit = settings.serving.unit_name, f"{settings.serving.unit_name}.service"
     serving_files, stable = layout.serving_files(settings.base.install_root, name), layout.secret_args_link(name)
-    files.directory(name=f"Create {layout.STABLE_DIR}", path=layout.STABLE_DIR, user="root",
-                    group="root", mode="0755")
-    links = [(layout.unit_file(name), serving_files["unit"]),
-             # What `systemctl enable` makes; explicit, because the unit file is itself a link.
-             (f"{layout.SYSTEMD_DIR}/multi-user.target.wants/{unit}", layout.unit_file(name))]
+    files.directory(name=f"Create {layout.STABLE_DIR}", path=layout.STABLE_DIR, user="root", group="root", mode="0755")
+    links = [
+        (layout.unit_file(name), serving_files["unit"]),
+        # What `systemctl enable` makes; explicit, because the unit file is itself a link.
+        (f"{layout.SYSTEMD_DIR}/multi-user.target.wants/{unit}", layout.unit_file(name)),
+    ]
     if settings.serving.api_key_secret:
         links.append((stable, serving_files["secret_args"]))
     else:
         files.file(name=f"Remove {stable} (no API key set)", path=stable, present=False)
     for path, target in links:
-        files.link(name=f"Link {path} to {target}", path=path, target=target, user="root",
-                   group="root")
+        files.link(name=f"Link {path} to {target}", path=path, target=target, user="root", group="root")
 
 
 # A rolling step that did not finish (inference-engine-rolling's exits 5 and 6: the replica
@@ -364,6 +422,7 @@ class Switching:
     rolling step left pending, or anything the unit runs with changed in this deploy. Called
     while executing (pyinfra's _if), after those operations ran; the preflight and the switch
     share it, so one runs exactly when the other does."""
+
     linked: str | None
     state: str | None
     target: str
@@ -371,17 +430,24 @@ class Switching:
     pending: bool = False
 
     def __call__(self) -> bool:
-        return (self.linked != self.target or self.state != "active" or self.pending
-                or any(op.did_change() for op in self.operations))
+        return (
+            self.linked != self.target
+            or self.state != "active"
+            or self.pending
+            or any(op.did_change() for op in self.operations)
+        )
 
 
 def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, changes) -> Switching:
     # pyinfra's files.Link fact: None where nothing is there, False where it is not a link.
     link = host.get_fact(Link, path=layout.current_link(settings.base.install_root))
-    return Switching(linked=link.get("link_target") if link else None,
-                     state=host.get_fact(UnitActiveState, unit=unit), target=env_dir(settings, stack),
-                     operations=tuple(op for group in changes for op in group),
-                     pending=bool(host.get_fact(File, path=restart_pending_file(settings.serving.unit_name))))
+    return Switching(
+        linked=link.get("link_target") if link else None,
+        state=host.get_fact(UnitActiveState, unit=unit),
+        target=env_dir(settings, stack),
+        operations=tuple(op for group in changes for op in group),
+        pending=bool(host.get_fact(File, path=restart_pending_file(settings.serving.unit_name))),
+    )
 
 
 def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) -> str | None:
@@ -393,55 +459,92 @@ def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) ->
     if stack.engine == "sglang" and install_mode(settings, stack) == "no-gpu-deps":
         return None
     paths, base = config_paths(settings, stack, site), settings.base
-    lock = display((stack_lock.cpu_lock_path if cpu_build(settings, stack) else stack_lock.lock_path)(
-        Path(site.stack.path), stack.id))
-    origin = (f"{site.inventory_file} (host {settings.name}: its serving_*, {stack.engine}_* and gpu_* settings)"
-              f" and {site.stack.file} (stack {stack.id}; its environment is {lock})")
-    return shlex.join([
-        "systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
-        f"--unit=inference-host-preflight-{settings.serving.unit_name}",
-        "-p", f"User={base.service_user}", "-p", f"Group={base.service_group}",
-        "-p", f"WorkingDirectory={base.data_dir}", "-p", f"EnvironmentFile={paths['env_file']}",
-        # The command is expanded like ExecStart=: a `$` in a served model name stays a `$`.
-        *sd.transient_argv([f"{env_dir(settings, stack, site)}/bin/python", PREFLIGHT_SCRIPT, "--engine", stack.engine,
-                            "--origin", origin, "--",
-                            *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"])],
-                           "the engine preflight's command"),
-    ])
+    lock = display(
+        (stack_lock.cpu_lock_path if cpu_build(settings, stack) else stack_lock.lock_path)(
+            Path(site.stack.path), stack.id
+        )
+    )
+    origin = (
+        f"{site.inventory_file} (host {settings.name}: its serving_*, {stack.engine}_* and gpu_* settings)"
+        f" and {site.stack.file} (stack {stack.id}; its environment is {lock})"
+    )
+    return shlex.join(
+        [
+            "systemd-run",
+            "--quiet",
+            "--wait",
+            "--pipe",
+            "--collect",
+            "--service-type=exec",
+            f"--unit=inference-host-preflight-{settings.serving.unit_name}",
+            "-p",
+            f"User={base.service_user}",
+            "-p",
+            f"Group={base.service_group}",
+            "-p",
+            f"WorkingDirectory={base.data_dir}",
+            "-p",
+            f"EnvironmentFile={paths['env_file']}",
+            # The command is expanded like ExecStart=: a `$` in a served model name stays a `$`.
+            *sd.transient_argv(
+                [
+                    f"{env_dir(settings, stack, site)}/bin/python",
+                    PREFLIGHT_SCRIPT,
+                    "--engine",
+                    stack.engine,
+                    "--origin",
+                    origin,
+                    "--",
+                    *server_arguments(settings, site.hosts, stack, secret_args_file=paths["secret_args"]),
+                ],
+                "the engine preflight's command",
+            ),
+        ]
+    )
 
 
 def _preflight(settings: HostSettings, stack: EngineStack, switching: Switching) -> None:
     command = preflight_command(settings, stack, current_site())
     if command is None:
-        note(name=f"Preflight of {stack.label}: not run (sglang_install_mode = no-gpu-deps: no torch to"
-                  " import the engine with)",
-             message=f"{stack.label}'s start-up checks are not run here: the GPU-free environment cannot import it")
+        note(
+            name=f"Preflight of {stack.label}: not run (sglang_install_mode = no-gpu-deps: no torch to"
+            " import the engine with)",
+            message=f"{stack.label}'s start-up checks are not run here: the GPU-free environment cannot import it",
+        )
         return
     server.shell(
         name=f"Preflight: {stack.label}'s own start-up checks of the new command line and environment,"
-             f" before the switch (the running service is not touched)",
+        f" before the switch (the running service is not touched)",
         commands=[command],
         _if=switching,
     )
 
 
-def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, switching: Switching,
-                        legacy: LegacyEngine | None = None) -> None:
+def _switch_and_restart(
+    settings: HostSettings, stack: EngineStack, unit: str, switching: Switching, legacy: LegacyEngine | None = None
+) -> None:
     current = layout.current_link(settings.base.install_root)
     # Facts read before anything ran, and the environment the switch points at.
     linked, state, target = switching.linked, switching.state, switching.target
-    reason = (f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}" if legacy
-              else f"switch {current} to stack {stack.id}" if linked != target
-              else "start" if state != "active"
-              else "restart left pending by an earlier rolling step, or for changed settings" if switching.pending
-              else "restart for changed settings")
-    command, behind = switch_command(settings, current_site().hosts, unit, current, target,
-                                     legacy.unit if legacy else None)
+    reason = (
+        f"migrate from {legacy.unit} (the names before the rename) to {unit}, stack {stack.id}"
+        if legacy
+        else f"switch {current} to stack {stack.id}"
+        if linked != target
+        else "start"
+        if state != "active"
+        else "restart left pending by an earlier rolling step, or for changed settings"
+        if switching.pending
+        else "restart for changed settings"
+    )
+    command, behind = switch_command(
+        settings, current_site().hosts, unit, current, target, legacy.unit if legacy else None
+    )
     server.shell(
         name=f"{reason[0].upper()}{reason[1:]}: restart {unit} ({stack.label}) and wait until"
-             f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
-             f" configuration if it never does)"
-             + (f"; one replica at a time, drained at {', '.join(behind)} first" if behind else ""),
+        f" {READY_PATHS[stack.engine]} answers (rollback to the previous stack and its"
+        f" configuration if it never does)"
+        + (f"; one replica at a time, drained at {', '.join(behind)} first" if behind else ""),
         commands=[command],
         # Behind a gateway: host by host, so the other replicas serve while this one restarts.
         _serial=bool(behind),
@@ -449,8 +552,14 @@ def _switch_and_restart(settings: HostSettings, stack: EngineStack, unit: str, s
     )
 
 
-def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit: str, current: str,
-                   target: str, legacy_unit: str | None = None) -> tuple[str, list[str]]:
+def switch_command(
+    settings: HostSettings,
+    hosts: dict[str, HostSettings],
+    unit: str,
+    current: str,
+    target: str,
+    legacy_unit: str | None = None,
+) -> tuple[str, list[str]]:
     """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways;
     legacy_unit: the pre-rename unit it stops (and starts again on a rollback)."""
     switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}" + (f" {legacy_unit}" if legacy_unit else "")
@@ -458,26 +567,54 @@ def switch_command(settings: HostSettings, hosts: dict[str, HostSettings], unit:
     behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
     if not behind:
         return switch, []
-    return (shlex.join([f"{LIBEXEC}/inference-engine-rolling", layout.secret_args_link(settings.serving.unit_name),
-                        worker_url(settings), str(settings.serving.drain_timeout_s),
-                        settings.serving.served_model_name, str(len(replicas(hosts))),
-                        restart_pending_file(settings.serving.unit_name), *behind, "--"]) + " " + switch, behind)
+    return (
+        shlex.join(
+            [
+                f"{LIBEXEC}/inference-engine-rolling",
+                layout.secret_args_link(settings.serving.unit_name),
+                worker_url(settings),
+                str(settings.serving.drain_timeout_s),
+                settings.serving.served_model_name,
+                str(len(replicas(hosts))),
+                restart_pending_file(settings.serving.unit_name),
+                *behind,
+                "--",
+            ]
+        )
+        + " "
+        + switch,
+        behind,
+    )
 
 
 def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
     """After the new unit passed its health gate (a failed switch stops the deploy before
     this): the old unit off boot and out of systemd, its names outside the root, and the old
     root (roles/shared/legacy_layout.py says why its environments are rebuilt, not moved)."""
-    removed = [files.link(name=f"Remove {path} (the unit {legacy.unit} before the rename; {settings.serving.unit_name}.service serves)",
-                          path=path, present=False)
-               for path in (legacy.wants_link, legacy.unit_link)]
-    server.shell(name=f"Reload systemd: {legacy.unit} is gone", commands=["systemctl daemon-reload",
-                 f"systemctl reset-failed {legacy.unit} 2>/dev/null || true"],
-                 _if=lambda: any(op.did_change() for op in removed))
+    removed = [
+        files.link(
+            name=f"Remove {path} (the unit {legacy.unit} before the rename; {settings.serving.unit_name}.service serves)",
+            path=path,
+            present=False,
+        )
+        for path in (legacy.wants_link, legacy.unit_link)
+    ]
+    server.shell(
+        name=f"Reload systemd: {legacy.unit} is gone",
+        commands=["systemctl daemon-reload", f"systemctl reset-failed {legacy.unit} 2>/dev/null || true"],
+        _if=lambda: any(op.did_change() for op in removed),
+    )
     for name in LEGACY_SCRIPTS:
-        files.file(name=f"Remove {LIBEXEC}/{name} (now {LIBEXEC}/{name.replace('sglang-', 'inference-engine-')})",
-                   path=f"{LIBEXEC}/{name}", present=False)
+        files.file(
+            name=f"Remove {LIBEXEC}/{name} (now {LIBEXEC}/{name.replace('sglang-', 'inference-engine-')})",
+            path=f"{LIBEXEC}/{name}",
+            present=False,
+        )
     gone = [LEGACY_SECRET_DIR] + ([legacy.root] if moves_root(legacy, settings) else [])
     for path in gone:
-        files.directory(name=f"Remove {path} (the layout before the rename; now {settings.base.install_root}"
-                             f" and {layout.STABLE_DIR})", path=path, present=False)
+        files.directory(
+            name=f"Remove {path} (the layout before the rename; now {settings.base.install_root}"
+            f" and {layout.STABLE_DIR})",
+            path=path,
+            present=False,
+        )

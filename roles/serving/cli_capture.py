@@ -43,8 +43,9 @@ from roles.shared.argparse_source import option as _option
 CLI_DIR = Path(__file__).resolve().parent / "cli"
 SERVER_ARGS = "sglang/srt/server_args.py"
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
-CONFIG_PARSERS = ("sglang/srt/server_args_config_parser.py",
-                  "sglang/srt/utils/server_args_config_parser.py")
+CONFIG_PARSERS = ("sglang/srt/server_args_config_parser.py", "sglang/srt/utils/server_args_config_parser.py")
+
+
 def _annotated_field_options(source: str) -> dict[str, dict]:
     """Options derived from `name: A[type, "help" | Arg(...)]` fields (arg_utils rules)."""
     options = {}
@@ -62,14 +63,18 @@ def _annotated_field_options(source: str) -> dict[str, dict]:
         arg = {}
         if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg":
             arg = {k.arg: k.value for k in meta.keywords if k.arg}
-        elif not (isinstance(meta, ast.Constant) and isinstance(meta.value, str)) and not isinstance(meta, ast.JoinedStr):
+        elif not (isinstance(meta, ast.Constant) and isinstance(meta.value, str)) and not isinstance(
+            meta, ast.JoinedStr
+        ):
             continue  # no Arg / help string: not registered automatically
         if "no_cli" in arg and _literal(arg["no_cli"]) is True:
             continue
         cli_name = _literal(arg["cli_name"]) if "cli_name" in arg else None
         names = [cli_name or "--" + node.target.id.replace("_", "-")]
         names += _literal(arg["aliases"]) or [] if "aliases" in arg else []
-        inner = type_text.removeprefix("Optional[").removesuffix("]") if type_text.startswith("Optional[") else type_text
+        inner = (
+            type_text.removeprefix("Optional[").removesuffix("]") if type_text.startswith("Optional[") else type_text
+        )
         if "action" in arg:
             text = ast.unparse(arg["action"])
             takes_value = not any(w in text for w in ("store_true", "store_false", "StoreTrue", "StoreConst"))
@@ -120,8 +125,12 @@ def _eagle3_capture_architectures(sources: dict[str, str]) -> list[str]:
 def _spec_v2_default(source: str | None):
     """SGLANG_ENABLE_SPEC_V2's default in srt/environ.py (None: the release has no such switch)."""
     for node in ast.walk(ast.parse(source or "")):
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SGLANG_ENABLE_SPEC_V2" for t in node.targets)
-                and isinstance(node.value, ast.Call) and node.value.args):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", "") == "SGLANG_ENABLE_SPEC_V2" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
             return _literal(node.value.args[0])
     return None
 
@@ -130,8 +139,10 @@ def capture(wheel: Path) -> dict:
     """The option table of one sglang wheel."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
+
         def read(path):
             return archive.read(path).decode()
+
         options = {}
         for path in sorted(n for n in names if n.startswith(FIELDS_DIR) and n.endswith(".py")):
             options.update(_annotated_field_options(read(path)))
@@ -192,8 +203,9 @@ def capture_vllm(python: str) -> dict:
     """The option table of the vllm installed in the environment of `python`."""
     import subprocess
 
-    result = subprocess.run([python, "-c", VLLM_CAPTURE_SCRIPT], capture_output=True, text=True,
-                            timeout=600, check=False)
+    result = subprocess.run(
+        [python, "-c", VLLM_CAPTURE_SCRIPT], capture_output=True, text=True, timeout=600, check=False
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{python} could not build vLLM's parser:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -39,11 +39,15 @@ class CliError(Exception):
 def cli_options(version: str, engine: str = "sglang") -> dict:
     path = data_file(version, engine)
     if not path.is_file():
-        how = (f"`uv run python -m roles.serving.cli_capture {version}`" if engine == "sglang"
-               else f"`uv run python -m roles.serving.cli_capture --vllm ENV/bin/python` (ENV: an"
-                    f" environment with vllm {version} or vllm-cpu {version})")
-        raise CliError(f"no captured command line for {engine} {version} ({path.name} is missing);"
-                       f" expected one made by {how}")
+        how = (
+            f"`uv run python -m roles.serving.cli_capture {version}`"
+            if engine == "sglang"
+            else f"`uv run python -m roles.serving.cli_capture --vllm ENV/bin/python` (ENV: an"
+            f" environment with vllm {version} or vllm-cpu {version})"
+        )
+        raise CliError(
+            f"no captured command line for {engine} {version} ({path.name} is missing); expected one made by {how}"
+        )
     return json.loads(path.read_text())
 
 
@@ -83,8 +87,9 @@ def node_topology(settings: HostSettings, hosts: dict[str, HostSettings]) -> tup
     return tp_size, len(group), rank, f"{host}:{head.serving.dist_init_port}"
 
 
-def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
-                     stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
+def server_arguments(
+    settings: HostSettings, hosts: dict[str, HostSettings], stack: EngineStack, secret_args_file: str | None = None
+) -> list[str]:
     """Arguments after the engine's launcher (no secret among them); the API key is read from
     secret_args_file (default: the stable name, layout.secret_args_link)."""
     if stack.engine == "vllm":
@@ -92,14 +97,22 @@ def server_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
     serving, version = settings.serving, stack.sglang
     tp_size, nnodes, rank, init_addr = node_topology(settings, hosts)
     args = [
-        "--model-path", serving.model_path,
-        "--served-model-name", serving.served_model_name,
-        _spelling("tp_size", version), str(tp_size),
-        "--host", serving.host,
-        "--port", str(serving.port),
-        "--attention-backend", serving.attention_backend or DEFAULT_ATTENTION_BACKEND,
-        "--mem-fraction-static", f"{serving.mem_fraction_static:g}",
-        "--watchdog-timeout", str(serving.watchdog_timeout),
+        "--model-path",
+        serving.model_path,
+        "--served-model-name",
+        serving.served_model_name,
+        _spelling("tp_size", version),
+        str(tp_size),
+        "--host",
+        serving.host,
+        "--port",
+        str(serving.port),
+        "--attention-backend",
+        serving.attention_backend or DEFAULT_ATTENTION_BACKEND,
+        "--mem-fraction-static",
+        f"{serving.mem_fraction_static:g}",
+        "--watchdog-timeout",
+        str(serving.watchdog_timeout),
     ]
     if serving.trust_remote_code:
         args.append("--trust-remote-code")
@@ -147,8 +160,7 @@ def speculative_config(settings: HostSettings) -> dict | None:
     if spec is None:
         return None
     method = {"EAGLE3": "eagle3", "EAGLE": "eagle"}.get(spec.algorithm, spec.algorithm.lower())
-    return {"method": method, "model": spec.draft_model_path,
-            "num_speculative_tokens": spec.num_steps}
+    return {"method": method, "model": spec.draft_model_path, "num_speculative_tokens": spec.num_steps}
 
 
 def vllm_tensor_parallel_size(settings: HostSettings) -> int:
@@ -157,17 +169,24 @@ def vllm_tensor_parallel_size(settings: HostSettings) -> int:
     return 1 if settings.vllm.install_mode == "cpu" else settings.gpu.count
 
 
-def vllm_arguments(settings: HostSettings, hosts: dict[str, HostSettings],
-                   stack: EngineStack, secret_args_file: str | None = None) -> list[str]:
+def vllm_arguments(
+    settings: HostSettings, hosts: dict[str, HostSettings], stack: EngineStack, secret_args_file: str | None = None
+) -> list[str]:
     """Arguments after `python -m vllm.entrypoints.openai.api_server`, from the typed settings."""
     serving, vllm = settings.serving, settings.vllm
     args = [
-        "--model", serving.model_path,
-        "--served-model-name", serving.served_model_name,
-        "--tensor-parallel-size", str(vllm_tensor_parallel_size(settings)),
-        "--host", serving.host,
-        "--port", str(serving.port),
-        "--gpu-memory-utilization", f"{vllm.gpu_memory_utilization:g}",
+        "--model",
+        serving.model_path,
+        "--served-model-name",
+        serving.served_model_name,
+        "--tensor-parallel-size",
+        str(vllm_tensor_parallel_size(settings)),
+        "--host",
+        serving.host,
+        "--port",
+        str(serving.port),
+        "--gpu-memory-utilization",
+        f"{vllm.gpu_memory_utilization:g}",
     ]
     backend = vllm.attention_backend or VLLM_DEFAULT_ATTENTION_BACKEND.get(settings.gpu.arch)
     if backend:
@@ -241,42 +260,50 @@ def unknown_flags(args: list[str], version: str, engine: str = "sglang") -> list
     return problems
 
 
-def command_problems(settings: HostSettings, hosts: dict[str, HostSettings],
-                     stack: EngineStack) -> list[str]:
+def command_problems(settings: HostSettings, hosts: dict[str, HostSettings], stack: EngineStack) -> list[str]:
     """Validation-time check: every flag rendered for this host exists in the pinned release."""
     engine, version = stack.engine, stack.version
     try:
         args = server_arguments(settings, hosts, stack)
         problems = unknown_flags(args, version, engine)
         if settings.serving.api_key_secret and not cli_options(version, engine)["config_file"]:
-            problems.append(f"{engine} {version} has no --config file support to keep the API key"
-                            " off the command line")
+            problems.append(f"{engine} {version} has no --config file support to keep the API key off the command line")
     except CliError as error:
         return [f"stack {stack.id}: {error}"]
-    help_command = ("python -m sglang.launch_server --help" if engine == "sglang"
-                    else "vllm serve --help=all")
-    found = [f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
-             f" `{help_command}` of {engine} {version}" for p in problems]
+    help_command = "python -m sglang.launch_server --help" if engine == "sglang" else "vllm serve --help=all"
+    found = [
+        f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
+        f" `{help_command}` of {engine} {version}"
+        for p in problems
+    ]
     if engine == "vllm":
         return found + _vllm_problems(settings, stack)
     if settings.serving.custom_all_reduce_pcie and not pcie_allreduce_env(stack.sglang):
-        found.append(f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but sglang {stack.sglang}"
-                     " has no PCIe all-reduce; expected False, or sglang 0.5.9 (patch 0001) or 0.5.21+")
+        found.append(
+            f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but sglang {stack.sglang}"
+            " has no PCIe all-reduce; expected False, or sglang 0.5.9 (patch 0001) or 0.5.21+"
+        )
     return found
 
 
 def _vllm_problems(settings: HostSettings, stack: EngineStack) -> list[str]:
     found = []
     if settings.serving.custom_all_reduce_pcie and settings.gpu.count > 2:
-        found.append(f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but vllm {stack.vllm}'s"
-                     f" custom all-reduce runs on PCIe only with 2 GPUs (gpu_count = {settings.gpu.count});"
-                     " expected False")
+        found.append(
+            f"stack {stack.id}: serving_custom_all_reduce_pcie = True, but vllm {stack.vllm}'s"
+            f" custom all-reduce runs on PCIe only with 2 GPUs (gpu_count = {settings.gpu.count});"
+            " expected False"
+        )
     backends = cli_options(stack.vllm, "vllm").get("attention_backends") or []
     backend = settings.vllm.attention_backend
     if backend and backends and backend not in backends:
-        found.append(f"stack {stack.id}: vllm_attention_backend = {backend!r} is not a backend of"
-                     f" vllm {stack.vllm}; expected one of {', '.join(backends)}")
+        found.append(
+            f"stack {stack.id}: vllm_attention_backend = {backend!r} is not a backend of"
+            f" vllm {stack.vllm}; expected one of {', '.join(backends)}"
+        )
     if settings.vllm.install_mode == "cpu" and not settings.vllm.cpu_overrides:
-        found.append(f"stack {stack.id}: vllm_install_mode = 'cpu' needs vllm_cpu_overrides (PyPI's"
-                     " torch for the CPU build's +cpu pin); expected e.g. ['torch==2.10.0']")
+        found.append(
+            f"stack {stack.id}: vllm_install_mode = 'cpu' needs vllm_cpu_overrides (PyPI's"
+            " torch for the CPU build's +cpu pin); expected e.g. ['torch==2.10.0']"
+        )
     return found

@@ -41,8 +41,12 @@ PREFLIGHT_TIMEOUT_S = 900
 def gpu_answers(settings: HostSettings) -> dict:
     """What the host's GPUs would answer, from the inventory."""
     major, minor = GPU_ARCHS[settings.gpu.arch].split(".")
-    return {"count": settings.gpu.count, "name": settings.gpu.model, "memory_mib": settings.gpu.memory_gib * 1024,
-            "capability": [int(major), int(minor)]}
+    return {
+        "count": settings.gpu.count,
+        "name": settings.gpu.model,
+        "memory_mib": settings.gpu.memory_gib * 1024,
+        "capability": [int(major), int(minor)],
+    }
 
 
 def environment(site: Site, stack: EngineStack, python: str | None = None, log=print) -> Path:
@@ -54,8 +58,12 @@ def environment(site: Site, stack: EngineStack, python: str | None = None, log=p
     if (folder / ".complete").exists():
         return folder
     if sys.platform != "linux" or os.uname().machine != "x86_64":
-        raise SiteError([f"the engine preflight installs stack {stack.id}'s lock ({stack_lock.TARGET_PLATFORM});"
-                         " run it on an x86_64 Linux machine"])
+        raise SiteError(
+            [
+                f"the engine preflight installs stack {stack.id}'s lock ({stack_lock.TARGET_PLATFORM});"
+                " run it on an x86_64 Linux machine"
+            ]
+        )
     shutil.rmtree(folder, ignore_errors=True)
     interpreter = find_python(stack.python, python)
     log(f"installing stack {stack.id} exactly from its lock into {folder} (once; several GB)")
@@ -63,8 +71,10 @@ def environment(site: Site, stack: EngineStack, python: str | None = None, log=p
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as lock:
         lock.write(lock_text)
         lock.flush()
-        _run(["uv", "pip", "sync", "--quiet", "--require-hashes", "--python", str(folder / "bin" / "python"),
-              lock.name], f"uv pip sync of {stack.id}'s lock")
+        _run(
+            ["uv", "pip", "sync", "--quiet", "--require-hashes", "--python", str(folder / "bin" / "python"), lock.name],
+            f"uv pip sync of {stack.id}'s lock",
+        )
     site_packages = next((folder / "lib").glob("python3*/site-packages"))
     for patch in patches:
         with patch.open("rb") as text:
@@ -86,8 +96,9 @@ def find_python(version: str, given: str | None = None) -> str:
     return pyenv[-1] if pyenv else version
 
 
-def render_arguments(settings: HostSettings, site: Site, stack: EngineStack, model_dir: Path,
-                     draft_dir: Path | None, secret_args: Path) -> list[str]:
+def render_arguments(
+    settings: HostSettings, site: Site, stack: EngineStack, model_dir: Path, draft_dir: Path | None, secret_args: Path
+) -> list[str]:
     """The host's rendered arguments for stack, with the model (and drafter) read from local
     config folders and the API key from a placeholder file."""
     args = server_arguments(settings, site.hosts, stack, secret_args_file=str(secret_args))
@@ -96,8 +107,9 @@ def render_arguments(settings: HostSettings, site: Site, stack: EngineStack, mod
         if arg in swaps and swaps[arg] is not None:
             args[index + 1] = str(swaps[arg])
         if arg == "--speculative-config" and draft_dir is not None:
-            args[index + 1] = json.dumps({**json.loads(args[index + 1]), "model": str(draft_dir)},
-                                         separators=(",", ":"))
+            args[index + 1] = json.dumps(
+                {**json.loads(args[index + 1]), "model": str(draft_dir)}, separators=(",", ":")
+            )
     return args
 
 
@@ -112,14 +124,27 @@ def env_file_values(text: str) -> dict[str, str]:
     return values
 
 
-def run(site: Site, settings: HostSettings, stack: EngineStack, model_dir: Path, draft_dir: Path | None = None,
-        python: str | None = None, log=print) -> dict:
+def run(
+    site: Site,
+    settings: HostSettings,
+    stack: EngineStack,
+    model_dir: Path,
+    draft_dir: Path | None = None,
+    python: str | None = None,
+    log=print,
+) -> dict:
     """The engine's verdict on this host's command line for stack (engine_preflight.py's report)."""
     return run_many(stack, [(site, settings)], model_dir, draft_dir, python, log)[0]
 
 
-def run_many(stack: EngineStack, hosts: list[tuple[Site, HostSettings]], model_dir: Path,
-             draft_dir: Path | None = None, python: str | None = None, log=print) -> list[dict]:
+def run_many(
+    stack: EngineStack,
+    hosts: list[tuple[Site, HostSettings]],
+    model_dir: Path,
+    draft_dir: Path | None = None,
+    python: str | None = None,
+    log=print,
+) -> list[dict]:
     """The verdicts on several hosts' command lines (each with its site) for one stack, in one
     engine process (an import of the engine costs half a minute). The GPUs are answered from
     the first host's settings: the hosts of one site have the same GPUs (a tensor-parallel
@@ -130,21 +155,45 @@ def run_many(stack: EngineStack, hosts: list[tuple[Site, HostSettings]], model_d
     with tempfile.TemporaryDirectory(prefix="inference-host-preflight-") as scratch:
         secret = Path(scratch, "secret-args.yaml")
         secret.write_text(json.dumps({"api-key": PLACEHOLDER_KEY}) + "\n")
-        items = [{"argv": render_arguments(settings, site, stack, model_dir, draft_dir, secret),
-                  "env": env_file_values(env_file_text(settings, stack, site)),
-                  "report": str(Path(scratch, f"report-{index}.json")), "origin": settings.name}
-                 for index, (site, settings) in enumerate(hosts)]
+        items = [
+            {
+                "argv": render_arguments(settings, site, stack, model_dir, draft_dir, secret),
+                "env": env_file_values(env_file_text(settings, stack, site)),
+                "report": str(Path(scratch, f"report-{index}.json")),
+                "origin": settings.name,
+            }
+            for index, (site, settings) in enumerate(hosts)
+        ]
         Path(scratch, "batch.json").write_text(json.dumps(items))
-        command = [str(folder / "bin" / "python"), str(PROGRAM), "--engine", stack.engine,
-                   "--answer-gpus", json.dumps(gpu_answers(hosts[0][1])), "--batch", str(Path(scratch, "batch.json")), "--"]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=scratch, timeout=PREFLIGHT_TIMEOUT_S,
-                              env={**os.environ, "HOME": scratch})
+        command = [
+            str(folder / "bin" / "python"),
+            str(PROGRAM),
+            "--engine",
+            stack.engine,
+            "--answer-gpus",
+            json.dumps(gpu_answers(hosts[0][1])),
+            "--batch",
+            str(Path(scratch, "batch.json")),
+            "--",
+        ]
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            timeout=PREFLIGHT_TIMEOUT_S,
+            env={**os.environ, "HOME": scratch},
+        )
         verdicts = []
         for (_, settings), item in zip(hosts, items, strict=True):
             report = Path(item["report"])
             if not report.exists():
-                raise SiteError([f"the preflight of {stack.id} for {settings.name} wrote no verdict"
-                                 f" (exit {done.returncode}):\n{done.stderr[-3000:]}"])
+                raise SiteError(
+                    [
+                        f"the preflight of {stack.id} for {settings.name} wrote no verdict"
+                        f" (exit {done.returncode}):\n{done.stderr[-3000:]}"
+                    ]
+                )
             verdict = json.loads(report.read_text())
             verdict.update(stack=stack.id, host=settings.name, argv=item["argv"], output=done.stdout + done.stderr)
             verdicts.append(verdict)
@@ -180,12 +229,16 @@ def _set_by(verdict: dict, name: str) -> bool:
 
 
 def diff_text(before: dict, after: dict) -> str:
-    lines = [f"Engine diff for {after['host']}: {before['stack']} -> {after['stack']}"
-             " (each engine's own resolved settings, GPUs answered from the inventory)"]
+    lines = [
+        f"Engine diff for {after['host']}: {before['stack']} -> {after['stack']}"
+        " (each engine's own resolved settings, GPUs answered from the inventory)"
+    ]
     for verdict in (before, after):
         state = "accepts" if verdict["ok"] else "REFUSES"
-        lines.append(f"  {verdict['stack']}: the engine {state} the command line"
-                     + (f": {verdict['refusal'].splitlines()[0]}" if verdict.get("refusal") else ""))
+        lines.append(
+            f"  {verdict['stack']}: the engine {state} the command line"
+            + (f": {verdict['refusal'].splitlines()[0]}" if verdict.get("refusal") else "")
+        )
     if not (before["ok"] and after["ok"]):
         return "\n".join(lines) + "\n"  # a refused command line resolves nothing to compare
     rows = diff(before, after)
@@ -197,7 +250,7 @@ def diff_text(before: dict, after: dict) -> str:
 
 def _short(value, limit: int = 60) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= limit else f"{text[:limit - 1]}…"
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def _run(command: list[str], what: str, stdin=None) -> None:

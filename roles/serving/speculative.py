@@ -39,10 +39,12 @@ from roles.site import EngineStack, HostSettings, SpeculativeSettings, Stack
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
-EXAMPLE = ("{'draft_model_path': '/models/Kimi-K2.5-eagle3', 'algorithm': 'EAGLE3', 'num_steps': 3,"
-           " 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
-           " 'draft_config': 'models/Kimi-K2.5-eagle3.config.json',"
-           " 'target_config': 'models/Kimi-K2.5.config.json'}")
+EXAMPLE = (
+    "{'draft_model_path': '/models/Kimi-K2.5-eagle3', 'algorithm': 'EAGLE3', 'num_steps': 3,"
+    " 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
+    " 'draft_config': 'models/Kimi-K2.5-eagle3.config.json',"
+    " 'target_config': 'models/Kimi-K2.5.config.json'}"
+)
 
 
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48  # SGLang's own with a drafter (server_args.py)
@@ -58,11 +60,16 @@ def effective_max_running_requests(configured: int | None, speculative: dict | N
 
 def speculative_arguments(spec: SpeculativeSettings) -> list[str]:
     return [
-        "--speculative-algorithm", spec.algorithm,
-        "--speculative-draft-model-path", spec.draft_model_path,
-        "--speculative-num-steps", str(spec.num_steps),
-        "--speculative-eagle-topk", str(spec.eagle_topk),
-        "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
+        "--speculative-algorithm",
+        spec.algorithm,
+        "--speculative-draft-model-path",
+        spec.draft_model_path,
+        "--speculative-num-steps",
+        str(spec.num_steps),
+        "--speculative-eagle-topk",
+        str(spec.eagle_topk),
+        "--speculative-num-draft-tokens",
+        str(spec.num_draft_tokens),
     ]
 
 
@@ -91,11 +98,14 @@ def _shape_problems(spec: SpeculativeSettings, cli: dict, version: str) -> list[
     problems = []
     choices = (cli["options"].get("--speculative-algorithm") or {}).get("choices") or ALGORITHMS
     if spec.algorithm not in ALGORITHMS or spec.algorithm not in choices:
-        problems.append(f"algorithm {spec.algorithm!r} is not a drafter algorithm of sglang {version};"
-                        f" expected one of {', '.join(a for a in ALGORITHMS if a in choices)}")
+        problems.append(
+            f"algorithm {spec.algorithm!r} is not a drafter algorithm of sglang {version};"
+            f" expected one of {', '.join(a for a in ALGORITHMS if a in choices)}"
+        )
     if not SAFE_PATH_RE.match(spec.draft_model_path) or ".." in spec.draft_model_path.split("/"):
-        problems.append(f"draft_model_path {spec.draft_model_path!r} is not an absolute path of"
-                        " letters, digits and ._/@+-")
+        problems.append(
+            f"draft_model_path {spec.draft_model_path!r} is not an absolute path of letters, digits and ._/@+-"
+        )
     for name, low in (("num_steps", 1), ("eagle_topk", 1), ("num_draft_tokens", 2)):
         value = getattr(spec, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -105,25 +115,33 @@ def _shape_problems(spec: SpeculativeSettings, cli: dict, version: str) -> list[
     if spec.eagle_topk == 1 and spec.num_draft_tokens != spec.num_steps + 1:
         problems.append(
             f"num_draft_tokens = {spec.num_draft_tokens} with eagle_topk = 1; sglang {version} replaces it"
-            f" with num_steps + 1 = {spec.num_steps + 1} (server_args.py); expected {spec.num_steps + 1}")
+            f" with num_steps + 1 = {spec.num_steps + 1} (server_args.py); expected {spec.num_steps + 1}"
+        )
     if not isinstance(spec.spec_v2, bool):
         problems.append(f"spec_v2 = {spec.spec_v2!r}; expected True or False")
     elif spec.spec_v2 and cli.get("spec_v2_default") is None:
-        problems.append(f"spec_v2 = True but sglang {version} has no SGLANG_ENABLE_SPEC_V2 switch"
-                        " (srt/environ.py); expected spec_v2 = False")
+        problems.append(
+            f"spec_v2 = True but sglang {version} has no SGLANG_ENABLE_SPEC_V2 switch"
+            " (srt/environ.py); expected spec_v2 = False"
+        )
     elif spec.spec_v2 and spec.eagle_topk > 1:
-        problems.append(f"spec_v2 = True with eagle_topk = {spec.eagle_topk}: sglang {version} refuses"
-                        " to start (spec v2 supports topk 1 only); expected eagle_topk = 1")
+        problems.append(
+            f"spec_v2 = True with eagle_topk = {spec.eagle_topk}: sglang {version} refuses"
+            " to start (spec v2 supports topk 1 only); expected eagle_topk = 1"
+        )
     return problems
 
 
-def _config_problems(host: HostSettings, spec: SpeculativeSettings, stack: Stack, active: EngineStack,
-                     cli: dict, inventory_dir: Path) -> list[str]:
+def _config_problems(
+    host: HostSettings, spec: SpeculativeSettings, stack: Stack, active: EngineStack, cli: dict, inventory_dir: Path
+) -> list[str]:
     missing = [k for k in ("draft_config", "target_config") if not getattr(spec, k)]
     if missing:
-        return [f"{' and '.join(missing)} missing; expected the path (relative to the inventory) of a"
-                f" copy of the {'drafter' if missing[0] == 'draft_config' else 'target'} model's"
-                " config.json, so the drafter is checked against the target before any host is touched"]
+        return [
+            f"{' and '.join(missing)} missing; expected the path (relative to the inventory) of a"
+            f" copy of the {'drafter' if missing[0] == 'draft_config' else 'target'} model's"
+            " config.json, so the drafter is checked against the target before any host is touched"
+        ]
     try:
         drafter_file = inventory_dir / spec.draft_config
         target_file = inventory_dir / spec.target_config
@@ -131,14 +149,17 @@ def _config_problems(host: HostSettings, spec: SpeculativeSettings, stack: Stack
         target = eagle3.Target.from_config(eagle3.read_config(target_file))
     except eagle3.ConfigError as error:
         return [f"{error}"]
-    problems = [f"drafter {spec.draft_config} against target {spec.target_config}: {p}"
-                for p in eagle3.drafter_problems(drafter, target, spec.algorithm)]
+    problems = [
+        f"drafter {spec.draft_config} against target {spec.target_config}: {p}"
+        for p in eagle3.drafter_problems(drafter, target, spec.algorithm)
+    ]
     if spec.algorithm == "EAGLE3" and target.architecture not in cli.get("eagle3_capture_architectures", []):
         able = [s.id for s in stack.stacks.values() if _captures(s.sglang, target.architecture)]
         problems.append(
             f"the target {target.architecture} has no set_eagle3_layers_to_capture in sglang"
             f" {active.sglang} (srt/models/): EAGLE-3 cannot read its hidden states; expected a stack"
-            f" whose sglang has it: {', '.join(able) or '(none in ' + stack.file + ')'}")
+            f" whose sglang has it: {', '.join(able) or '(none in ' + stack.file + ')'}"
+        )
     if not problems:
         problems += kv_cache_problems(host, spec, eagle3.read_config(target_file), eagle3.read_config(drafter_file))
     return problems
@@ -152,11 +173,16 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     serving = host.serving
     try:
         estimate = kv_cache.KvEstimate(
-            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib), serving.mem_fraction_static,
-            kv_cache.target_memory(target, host.gpu.count), kv_cache.drafter_memory(drafter, host.gpu.count))
+            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib),
+            serving.mem_fraction_static,
+            kv_cache.target_memory(target, host.gpu.count),
+            kv_cache.drafter_memory(drafter, host.gpu.count),
+        )
     except (KeyError, TypeError, ZeroDivisionError) as error:
-        return [f"target {spec.target_config} or drafter {spec.draft_config}: no {error} to estimate the"
-                " KV cache from; expected a DeepSeek-V3-layout target (MLA) and a Llama EAGLE drafter config.json"]
+        return [
+            f"target {spec.target_config} or drafter {spec.draft_config}: no {error} to estimate the"
+            " KV cache from; expected a DeepSeek-V3-layout target (MLA) and a Llama EAGLE drafter config.json"
+        ]
     text = target.get("text_config") or target
     context = serving.context_length or kv_cache.model_context_length(target)
     running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
@@ -166,16 +192,20 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     tokens, cell = estimate.kv_tokens, estimate.target.kv_bytes_per_token
     card = kv_cache.card_memory_bytes(host.gpu.model, host.gpu.memory_gib)
     pre = kv_cache.gib(estimate.before_load_bytes)
-    how = (f"{serving.mem_fraction_static:g} x {pre} free before loading ({card // kv_cache.MIB} MiB card"
-           f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL) - {kv_cache.gib(estimate.target.weights_per_gpu)}"
-           f" of target weights per GPU = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
-           f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
-           f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)")
+    how = (
+        f"{serving.mem_fraction_static:g} x {pre} free before loading ({card // kv_cache.MIB} MiB card"
+        f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL) - {kv_cache.gib(estimate.target.weights_per_gpu)}"
+        f" of target weights per GPU = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
+        f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
+        f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)"
+    )
     if estimate.kv_bytes <= 0:
-        return [f"the target's weights alone, {kv_cache.gib(estimate.target.weights_per_gpu)} per GPU over gpu_count"
-                f" {host.gpu.count} (from {spec.target_config}), exceed serving_mem_fraction_static"
-                f" {serving.mem_fraction_static:g} x the {pre} free before loading; expected more GPUs or"
-                " larger ones (docs/serving-memory.md)"]
+        return [
+            f"the target's weights alone, {kv_cache.gib(estimate.target.weights_per_gpu)} per GPU over gpu_count"
+            f" {host.gpu.count} (from {spec.target_config}), exceed serving_mem_fraction_static"
+            f" {serving.mem_fraction_static:g} x the {pre} free before loading; expected more GPUs or"
+            " larger ones (docs/serving-memory.md)"
+        ]
     problems = []
     if per_request * running > tokens:
         source = "serving_context_length" if serving.context_length else "the model's context length"
@@ -184,14 +214,16 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
             f" {running} = {per_request * running} tokens of KV cache; the estimate leaves {how};"
             f" expected serving_max_running_requests <= {tokens // per_request} at that context, or"
             f" serving_context_length <= {max(tokens // running - extra, 0)} for {running} requests,"
-            " or a larger serving_mem_fraction_static (docs/serving-memory.md)")
+            " or a larger serving_mem_fraction_static (docs/serving-memory.md)"
+        )
     if estimate.drafter_bytes > estimate.headroom_bytes:
         problems.append(
             f"the drafter needs {kv_cache.gib(estimate.drafter_bytes)} per GPU ("
             f"{kv_cache.gib(estimate.drafter.weights_per_gpu)} of weights + {tokens} tokens x"
             f" {estimate.drafter.kv_bytes_per_token} B of its KV cache) beside CUDA graphs and activations,"
             f" but 1 - serving_mem_fraction_static leaves {kv_cache.gib(estimate.headroom_bytes)}; expected a"
-            f" smaller serving_mem_fraction_static (docs/serving-memory.md)")
+            f" smaller serving_mem_fraction_static (docs/serving-memory.md)"
+        )
     return problems
 
 
@@ -202,10 +234,12 @@ def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> s
     estimate = kv_cache.site_estimate(host, inventory_dir)
     if estimate is None:
         return None
-    return (f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
-            f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"
-            f" loading - {kv_cache.gib(estimate.target.weights_per_gpu)} of weights); SGLang's own figure: the health"
-            " check 'kv cache allocated' (docs/serving-memory.md)")
+    return (
+        f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
+        f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"
+        f" loading - {kv_cache.gib(estimate.target.weights_per_gpu)} of weights); SGLang's own figure: the health"
+        " check 'kv cache allocated' (docs/serving-memory.md)"
+    )
 
 
 def _captures(version: str, architecture: str) -> bool:

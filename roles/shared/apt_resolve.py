@@ -21,6 +21,7 @@ from pyinfra.operations import apt, server
 _EPOCH = re.compile(r"^[0-9]+:")
 _REVISION = re.compile(r"-[^-]*$")
 
+
 def upstream_version(version: str) -> str:
     """`1:4.5.3-1` -> `4.5.3`: the version without epoch and Debian revision."""
     return _REVISION.sub("", _EPOCH.sub("", version))
@@ -40,12 +41,12 @@ def install_command(packages: list[str], upstream: str) -> str:
         f"pin={shlex.quote(upstream)}; args=''; "
         f"for pkg in {names}; do "
         "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}'); "
-        "full=$(printf '%s\\n' \"$have\" | awk -v pin=\"$pin\" "
-        "'{v = $0; sub(/^[0-9]+:/, \"\", v); sub(/-[^-]*$/, \"\", v); if (v == pin) { print $0; exit } }'); "
-        "if [ -z \"$full\" ]; then [ -n \"$have\" ] || have=none; "
+        'full=$(printf \'%s\\n\' "$have" | awk -v pin="$pin" '
+        '\'{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v); if (v == pin) { print $0; exit } }\'); '
+        'if [ -z "$full" ]; then [ -n "$have" ] || have=none; '
         "echo \"$pkg: version $pin (any epoch, any revision) is not in this host's apt index, which has:"
         " $(printf '%s' \"$have\" | tr '\\n' ' ')\" >&2; exit 1; fi; "
-        "args=\"$args $pkg=$full\"; done; "
+        'args="$args $pkg=$full"; done; '
         "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades $args"
     )
 
@@ -55,6 +56,8 @@ def install_resolved(label: str, packages: list[str], upstream: str) -> None:
     when the step runs (roles/shared/apt_resolve.py); skipped when they are installed at it."""
     installed = host.get_fact(DebPackages)
     apt.update(name=f"Update the apt index for {label} {upstream}", cache_time=24 * 3600)
-    server.shell(name=f"Install {label} {upstream} (the version the host's apt index has, epoch included)",
-                 commands=[install_command(packages, upstream)],
-                 _if=lambda: not installed_at(installed, packages, upstream))
+    server.shell(
+        name=f"Install {label} {upstream} (the version the host's apt index has, epoch included)",
+        commands=[install_command(packages, upstream)],
+        _if=lambda: not installed_at(installed, packages, upstream),
+    )

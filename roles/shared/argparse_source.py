@@ -26,8 +26,9 @@ def add_argument_options(source: str) -> dict[str, dict]:
     """Every `*.add_argument("--x", ...)` call with literal option strings."""
     options = {}
     for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
+        if not (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        ):
             continue
         names = [literal(a) for a in node.args]
         names = [n for n in names if isinstance(n, str) and n.startswith("-")]

@@ -213,8 +213,10 @@ def check_this_machine(expect: str | None = None) -> tuple[int, dict]:
     if expect and installed and installed != expect:
         # Not a reboot: the wrong driver is installed. (A module that differs from a pinned
         # userspace is the mismatch above, which a reboot does fix.)
-        problems.append(f"not the pinned driver: {installed} is installed, the pin is {expect};"
-                        " run the deploy to install the pinned driver (then reboot when it says so)")
+        problems.append(
+            f"not the pinned driver: {installed} is installed, the pin is {expect};"
+            " run the deploy to install the pinned driver (then reboot when it says so)"
+        )
     report = {
         "kernel_module": None if module is None else {"version": module.version, "flavor": module.flavor},
         "modinfo_license_flavor": license_flavor,
@@ -231,10 +233,16 @@ def check_this_machine(expect: str | None = None) -> tuple[int, dict]:
 
 def _print_report(report: dict) -> None:
     module = report["kernel_module"]
-    print("kernel module   :", "none loaded" if module is None
-          else f"{module['version']} ({module['flavor']}, from /proc/driver/nvidia/version)")
-    print("modinfo license :", report["modinfo_license_flavor"]
-          + ("" if report["modinfo_present"] else " (modinfo is not installed)"))
+    print(
+        "kernel module   :",
+        "none loaded"
+        if module is None
+        else f"{module['version']} ({module['flavor']}, from /proc/driver/nvidia/version)",
+    )
+    print(
+        "modinfo license :",
+        report["modinfo_license_flavor"] + ("" if report["modinfo_present"] else " (modinfo is not installed)"),
+    )
     print("userspace (smi) :", ", ".join(report["userspace_versions"]) or "unavailable")
     if report["expected"]:
         print("expected (pin)  :", report["expected"])

@@ -35,10 +35,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-AUX_LAYERS = 3            # EAGLE-3 takes three auxiliary hidden states (SpecForge asserts 3)
+AUX_LAYERS = 3  # EAGLE-3 takes three auxiliary hidden states (SpecForge asserts 3)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-ID_BYTES_PER_TOKEN = 16   # input_ids + loss_mask, int64 each
-DISK_MARGIN = 1.10        # torch.save framing, partial files, filesystem slack
+ID_BYTES_PER_TOKEN = 16  # input_ids + loss_mask, int64 each
+DISK_MARGIN = 1.10  # torch.save framing, partial files, filesystem slack
 # Drafter architectures SGLang loads for EAGLE3 (srt/models/llama_eagle3.py EntryClass in 0.5.9
 # and 0.5.10); an EAGLE3 drafter served with EAGLE silently gives accept length 1.0.
 EAGLE3_DRAFTER_ARCHITECTURES = ("LlamaForCausalLMEagle3",)
@@ -94,10 +94,10 @@ class Target:
 class Drafter:
     architecture: str
     hidden_size: int
-    target_hidden_size: int       # what its fc layer expects per auxiliary state
+    target_hidden_size: int  # what its fc layer expects per auxiliary state
     vocab_size: int
     draft_vocab_size: int
-    layer_ids: tuple[int, ...] | None   # eagle_config ids (None: the engine's default)
+    layer_ids: tuple[int, ...] | None  # eagle_config ids (None: the engine's default)
     use_aux_hidden_state: bool
 
     @classmethod
@@ -152,18 +152,25 @@ def drafter_problems(drafter: Drafter, target: Target, algorithm: str = "EAGLE3"
     """What stops this drafter from working on this target under SGLang; [] when it fits."""
     problems = []
     if algorithm == "EAGLE3" and drafter.architecture not in EAGLE3_DRAFTER_ARCHITECTURES:
-        problems.append(f"architecture {drafter.architecture!r} is not an EAGLE-3 drafter;"
-                        f" expected one of {', '.join(EAGLE3_DRAFTER_ARCHITECTURES)}")
+        problems.append(
+            f"architecture {drafter.architecture!r} is not an EAGLE-3 drafter;"
+            f" expected one of {', '.join(EAGLE3_DRAFTER_ARCHITECTURES)}"
+        )
     if algorithm == "EAGLE" and drafter.architecture in EAGLE3_DRAFTER_ARCHITECTURES:
-        problems.append("an EAGLE-3 drafter served with algorithm 'EAGLE' gives accept length 1.0;"
-                        " expected algorithm 'EAGLE3'")
+        problems.append(
+            "an EAGLE-3 drafter served with algorithm 'EAGLE' gives accept length 1.0; expected algorithm 'EAGLE3'"
+        )
     if drafter.target_hidden_size != target.hidden_size:
-        problems.append(f"hidden size {drafter.target_hidden_size} (target_hidden_size or hidden_size)"
-                        f" differs from the target's {target.hidden_size}; expected a drafter"
-                        f" trained on this target")
+        problems.append(
+            f"hidden size {drafter.target_hidden_size} (target_hidden_size or hidden_size)"
+            f" differs from the target's {target.hidden_size}; expected a drafter"
+            f" trained on this target"
+        )
     if drafter.vocab_size != target.vocab_size:
-        problems.append(f"vocab_size {drafter.vocab_size} differs from the target's"
-                        f" {target.vocab_size}; expected the target's vocabulary")
+        problems.append(
+            f"vocab_size {drafter.vocab_size} differs from the target's"
+            f" {target.vocab_size}; expected the target's vocabulary"
+        )
     if drafter.draft_vocab_size > drafter.vocab_size:
         problems.append(f"draft_vocab_size {drafter.draft_vocab_size} exceeds vocab_size {drafter.vocab_size}")
     if not drafter.use_aux_hidden_state:
@@ -181,15 +188,18 @@ def layer_id_problems(layer_ids, num_layers: int) -> list[str]:
     if len(ids) != AUX_LAYERS:
         problems.append(f"eagle_aux_hidden_state_layer_ids {ids} has {len(ids)} ids; expected {AUX_LAYERS}")
     if any(i < 0 or p >= num_layers for i, p in zip(ids, points, strict=False)):
-        problems.append(f"eagle_aux_hidden_state_layer_ids {ids} are capture points {points} in"
-                        f" SGLang; expected ids from 0 to {num_layers - 2} for {num_layers} layers")
+        problems.append(
+            f"eagle_aux_hidden_state_layer_ids {ids} are capture points {points} in"
+            f" SGLang; expected ids from 0 to {num_layers - 2} for {num_layers} layers"
+        )
     default_points = sglang_default_capture_points(num_layers)
     if ids == default_points:
         problems.append(
             f"eagle_aux_hidden_state_layer_ids {ids} are SGLang's capture points, not config ids:"
             f" SGLang adds 1 and captures {points}, one layer after the states a drafter trained"
             f" with SGLang or SpecForge saw (a vLLM-style off-by-one that collapses acceptance);"
-            f" expected {default_config_ids(num_layers)} (captured as {default_points})")
+            f" expected {default_config_ids(num_layers)} (captured as {default_points})"
+        )
     return problems
 
 
@@ -199,17 +209,20 @@ def drafter_config_for(target_config: dict, template: dict) -> dict:
     hidden size, and the aux layer ids in SGLang's config convention."""
     target = Target.from_config(target_config)
     config = dict(template)
-    config.update({
-        "hidden_size": target.hidden_size,
-        "vocab_size": target.vocab_size,
-        "bos_token_id": target.bos_token_id,
-        "eos_token_id": target.eos_token_id,
-        "torch_dtype": target.dtype,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": default_config_ids(target.num_layers),
-                         "use_aux_hidden_state": True},
-    })
-    config["draft_vocab_size"] = min(int(template.get("draft_vocab_size") or target.vocab_size),
-                                     target.vocab_size)
+    config.update(
+        {
+            "hidden_size": target.hidden_size,
+            "vocab_size": target.vocab_size,
+            "bos_token_id": target.bos_token_id,
+            "eos_token_id": target.eos_token_id,
+            "torch_dtype": target.dtype,
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": default_config_ids(target.num_layers),
+                "use_aux_hidden_state": True,
+            },
+        }
+    )
+    config["draft_vocab_size"] = min(int(template.get("draft_vocab_size") or target.vocab_size), target.vocab_size)
     return config
 
 
@@ -260,7 +273,7 @@ class DiskBudget:
     total_bytes: int
 
     def lines(self) -> list[str]:
-        gib = 1024 ** 3
+        gib = 1024**3
         return [
             f"hidden states: {self.samples} samples x {self.max_length} tokens (upper bound) x"
             f" {self.bytes_per_token:,} B/token = {self.hidden_states_bytes / gib:,.1f} GiB",
@@ -271,8 +284,7 @@ class DiskBudget:
         ]
 
 
-def disk_budget(target: Target, draft: dict, samples: int, max_length: int,
-                checkpoints_kept: int = 2) -> DiskBudget:
+def disk_budget(target: Target, draft: dict, samples: int, max_length: int, checkpoints_kept: int = 2) -> DiskBudget:
     per_token = bytes_per_token(target.hidden_size, target.dtype)
     hidden_states = samples * max_length * per_token
     # model.safetensors: every weight in bf16 (2 B); training_state.pt: Adam's two moments and an
@@ -285,10 +297,12 @@ def disk_budget(target: Target, draft: dict, samples: int, max_length: int,
 def disk_problem(budget: DiskBudget, free_bytes: int, where: str) -> str | None:
     if budget.total_bytes <= free_bytes:
         return None
-    gib = 1024 ** 3
-    return (f"{where} has {free_bytes / gib:,.1f} GiB free but offline training needs"
-            f" {budget.total_bytes / gib:,.1f} GiB; expected fewer samples, a shorter max length,"
-            f" or a work directory on a larger disk")
+    gib = 1024**3
+    return (
+        f"{where} has {free_bytes / gib:,.1f} GiB free but offline training needs"
+        f" {budget.total_bytes / gib:,.1f} GiB; expected fewer samples, a shorter max length,"
+        f" or a work directory on a larger disk"
+    )
 
 
 # -- speculative decoding on/off or another drafter, for A/B runs -----------------------------------
@@ -301,7 +315,7 @@ def launcher_argv(launcher_text: str) -> list[str]:
     """The argv of the `exec ...` line of roles/serving's launcher script."""
     for line in reversed(launcher_text.splitlines()):
         if line.startswith("exec "):
-            return shlex.split(line[len("exec "):])
+            return shlex.split(line[len("exec ") :])
     raise ConfigError("the launcher has no `exec` line")
 
 
@@ -322,8 +336,10 @@ def speculative_variant(argv: list[str], speculative: bool, draft_model_path: st
         out.append(part)
         index += 1
     if speculative and "--speculative-algorithm" not in out:
-        raise ConfigError("the deployed command has no --speculative-algorithm: speculative"
-                          " decoding is not configured (serving_speculative)")
+        raise ConfigError(
+            "the deployed command has no --speculative-algorithm: speculative"
+            " decoding is not configured (serving_speculative)"
+        )
     return out
 
 

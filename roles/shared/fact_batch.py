@@ -48,9 +48,20 @@ from pyinfra.facts import deb, files, server
 # name: each changes only when something writes it. The project's own such facts are marked
 # with @batched where they are defined.
 FACTS: set[type] = {
-    files.File, files.Directory, files.Link, files.Sha1File, files.Sha256File, files.Md5File,
-    files.FileContents, files.FindInFile, deb.DebPackages, deb.DebPackage,
-    server.LinuxDistribution, server.Os, server.Users, server.Groups,
+    files.File,
+    files.Directory,
+    files.Link,
+    files.Sha1File,
+    files.Sha256File,
+    files.Md5File,
+    files.FileContents,
+    files.FindInFile,
+    deb.DebPackages,
+    deb.DebPackage,
+    server.LinuxDistribution,
+    server.Os,
+    server.Users,
+    server.Groups,
 }
 _BY_NAME = {f"{cls.__module__}.{cls.__name__}": cls for cls in FACTS}
 
@@ -61,6 +72,8 @@ def batched(cls: type) -> type:
     FACTS.add(cls)
     _BY_NAME[f"{cls.__module__}.{cls.__name__}"] = cls
     return cls
+
+
 _MARK = "@@inference-host-fact"
 _RESULT = re.compile(rf"^{_MARK} (\d+) (\d+)$")
 
@@ -106,8 +119,8 @@ def batch_script(commands: list[str]) -> str:
         # comment in a fact's command from swallowing the closing parenthesis.
         parts.append(
             "r=$( { { (\n" + command + "\n) 2>/dev/null </dev/null; echo $? >&3; }"
-            " | while IFS= read -r l || [ -n \"$l\" ]; do printf '|%s\\n' \"$l\"; done >&4; } 3>&1 )"
-            f"; echo \"{_MARK} {index} $r\""
+            ' | while IFS= read -r l || [ -n "$l" ]; do printf \'|%s\\n\' "$l"; done >&4; } 3>&1 )'
+            f'; echo "{_MARK} {index} $r"'
         )
     return "\n".join(parts)
 
@@ -133,8 +146,14 @@ def _remembered(host_name: str, digest: str) -> list[dict]:
         entries = json.loads(_plan_file(host_name).read_text())
     except (OSError, ValueError):
         return []
-    return [entry for entry in entries if isinstance(entry, dict) and entry.get("executor") == digest
-            and entry.get("fact") in _BY_NAME and isinstance(entry.get("kwargs"), dict)]
+    return [
+        entry
+        for entry in entries
+        if isinstance(entry, dict)
+        and entry.get("executor") == digest
+        and entry.get("fact") in _BY_NAME
+        and isinstance(entry.get("kwargs"), dict)
+    ]
 
 
 def _run_batch(host, digest: str, executor_kwargs: dict) -> None:
@@ -150,8 +169,10 @@ def _run_batch(host, digest: str, executor_kwargs: dict) -> None:
         command = _shell(pyinfra_facts._make_command(fact.command, dict(entry["kwargs"])))
         required = pyinfra_facts._make_command(fact.requires_command, dict(entry["kwargs"]))
         if required:  # as pyinfra guards it: a missing program prints the marker, asked live
-            command = (f"if command -v {required} >/dev/null 2>&1; then ( {command}\n); "
-                       f"else echo '{pyinfra_facts._MISSING_COMMAND_MARKER}'; fi")
+            command = (
+                f"if command -v {required} >/dev/null 2>&1; then ( {command}\n); "
+                f"else echo '{pyinfra_facts._MISSING_COMMAND_MARKER}'; fi"
+            )
         commands.append(command)
         keys.append(key)
     loaded = _answers.setdefault(host.name, {})

@@ -76,18 +76,19 @@ def with_pve_block(current: str | None, keys: list[str]) -> str:
     if lines and lines[-1] == "":
         lines.pop()
     begin = next((i for i, line in enumerate(lines) if _is_marker(line, "BEGIN")), None)
-    end = None if begin is None else next(
-        (i for i in range(begin, len(lines)) if _is_marker(lines[i], "END")), None)
+    end = None if begin is None else next((i for i in range(begin, len(lines)) if _is_marker(lines[i], "END")), None)
     if begin is not None and end is not None:
-        lines[begin:end + 1] = block
+        lines[begin : end + 1] = block
     else:
         lines += block
     return "\n".join(lines) + "\n"
 
 
 # ct_modify_file's patterns, as written there (only the END one ignores case).
-_MARKERS = {"BEGIN": re.compile(r"^#\s*---\s*BEGIN\s*PVE\s*"),
-            "END": re.compile(r"^#\s*---\s*END\s*PVE\s*", re.IGNORECASE)}
+_MARKERS = {
+    "BEGIN": re.compile(r"^#\s*---\s*BEGIN\s*PVE\s*"),
+    "END": re.compile(r"^#\s*---\s*END\s*PVE\s*", re.IGNORECASE),
+}
 
 
 def _is_marker(line: str, word: str) -> bool:
@@ -119,8 +120,8 @@ def push_keys_commands(vmid: int, content: str, make_ssh_dir: bool) -> list[str]
         commands.append(f"pct exec {vmid} -- mkdir -m 0700 /root/.ssh")
     commands.append(
         f"keys=$(mktemp) && printf '%s' {shlex.quote(content)} > \"$keys\""
-        f" && pct push {vmid} \"$keys\" {AUTHORIZED_KEYS} --perms 0600"
+        f' && pct push {vmid} "$keys" {AUTHORIZED_KEYS} --perms 0600'
         f" && [ \"$(pct exec {vmid} -- sha256sum {AUTHORIZED_KEYS} | cut -d' ' -f1)\""
-        " = \"$(sha256sum < \"$keys\" | cut -d' ' -f1)\" ]; status=$?; rm -f \"$keys\"; exit $status"
+        ' = "$(sha256sum < "$keys" | cut -d\' \' -f1)" ]; status=$?; rm -f "$keys"; exit $status'
     )
     return commands

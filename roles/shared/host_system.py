@@ -14,8 +14,9 @@ def require_distro(supported: set[tuple[str, int]], role: str, what: str) -> Non
     """Stops the deploy of this host unless (distribution name, major version) is supported."""
     distro = host.get_fact(LinuxDistribution)
     if (distro.get("name"), distro.get("major")) not in supported:
-        raise RuntimeError(f"{host.name}: {distro.get('name')} {distro.get('major')} is not supported by"
-                           f" {role}; expected {what}")
+        raise RuntimeError(
+            f"{host.name}: {distro.get('name')} {distro.get('major')} is not supported by {role}; expected {what}"
+        )
 
 
 def sysctl_file(path: str, template: str, sysctl: dict[str, str], name: str) -> None:
@@ -24,6 +25,6 @@ def sysctl_file(path: str, template: str, sysctl: dict[str, str], name: str) -> 
     share the machine's kernel, which the deploy must not tune: there it is written only."""
     conf = files.template(name=name, src=template, dest=path, sysctl=sysctl, mode="0644")
     in_container = host.get_fact(ContainerVirtualization) is not None
-    server.shell(name=f"Apply {path}", commands=[f"sysctl -e -p {path}"],
-                 _if=lambda: conf.did_change() and not in_container)
-
+    server.shell(
+        name=f"Apply {path}", commands=[f"sysctl -e -p {path}"], _if=lambda: conf.did_change() and not in_container
+    )

@@ -69,8 +69,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5
 
 @dataclass(frozen=True)
 class ModelMemory:
-    weights_per_gpu: int      # bytes
-    kv_bytes_per_token: int   # per GPU
+    weights_per_gpu: int  # bytes
+    kv_bytes_per_token: int  # per GPU
 
 
 def _text(config: dict) -> dict:
@@ -78,8 +78,13 @@ def _text(config: dict) -> dict:
 
 
 def _dtype_bytes(config: dict) -> int:
-    dtype = _text(config).get("dtype") or _text(config).get("torch_dtype") or config.get("dtype") \
-        or config.get("torch_dtype") or "bfloat16"
+    dtype = (
+        _text(config).get("dtype")
+        or _text(config).get("torch_dtype")
+        or config.get("dtype")
+        or config.get("torch_dtype")
+        or "bfloat16"
+    )
     return DTYPE_BYTES.get(str(dtype), 2)
 
 
@@ -179,8 +184,13 @@ def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
 
 # srt/utils/hf_transformers_utils.py get_context_length (0.5.10): the first of these keys, times
 # a rope_scaling factor unless the scaling names its original length (or is llama3); else 2048.
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
-                       "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 
 
 def model_context_length(config: dict) -> int:
@@ -263,7 +273,11 @@ def site_estimate(host, inventory_dir) -> KvEstimate | None:
     try:
         target = eagle3.read_config(Path(inventory_dir) / spec.target_config)
         drafter = eagle3.read_config(Path(inventory_dir) / spec.draft_config)
-        return KvEstimate(before_load_bytes(host.gpu.model, host.gpu.memory_gib), host.serving.mem_fraction_static,
-                          target_memory(target, host.gpu.count), drafter_memory(drafter, host.gpu.count))
+        return KvEstimate(
+            before_load_bytes(host.gpu.model, host.gpu.memory_gib),
+            host.serving.mem_fraction_static,
+            target_memory(target, host.gpu.count),
+            drafter_memory(drafter, host.gpu.count),
+        )
     except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
         return None

@@ -65,8 +65,12 @@ def release_files(env: str, unit_name: str) -> dict[str, str]:
     """One release's serving files inside its environment <env> (or inside `current`):
     launcher, env_file, secret_args, unit."""
     folder = f"{env}/{RELEASE_DIR_NAME}"
-    return {"launcher": f"{folder}/{LAUNCHER_NAME}", "env_file": f"{folder}/{unit_name}.env",
-            "secret_args": f"{folder}/{unit_name}-secret-args.yaml", "unit": f"{folder}/{unit_name}.service"}
+    return {
+        "launcher": f"{folder}/{LAUNCHER_NAME}",
+        "env_file": f"{folder}/{unit_name}.env",
+        "secret_args": f"{folder}/{unit_name}-secret-args.yaml",
+        "unit": f"{folder}/{unit_name}.service",
+    }
 
 
 def serving_files(install_root: str, unit_name: str) -> dict[str, str]:

@@ -32,10 +32,10 @@ _LINK_TAIL = f"/current/serving/{LEGACY_UNIT}.service"
 
 @dataclass(frozen=True)
 class LegacyEngine:
-    unit: str          # sglang.service
-    root: str          # the old base_install_root, e.g. /opt/sglang
-    wants_link: str    # what enabled it at boot
-    unit_link: str     # /etc/systemd/system/sglang.service
+    unit: str  # sglang.service
+    root: str  # the old base_install_root, e.g. /opt/sglang
+    wants_link: str  # what enabled it at boot
+    unit_link: str  # /etc/systemd/system/sglang.service
 
 
 def legacy_from_link(target: str | None) -> LegacyEngine | None:
@@ -43,8 +43,12 @@ def legacy_from_link(target: str | None) -> LegacyEngine | None:
     if not target or not target.endswith(_LINK_TAIL):
         return None
     unit = f"{LEGACY_UNIT}.service"
-    return LegacyEngine(unit=unit, root=target[: -len(_LINK_TAIL)], unit_link=f"{UNIT_DIR}/{unit}",
-                        wants_link=f"{UNIT_DIR}/multi-user.target.wants/{unit}")
+    return LegacyEngine(
+        unit=unit,
+        root=target[: -len(_LINK_TAIL)],
+        unit_link=f"{UNIT_DIR}/{unit}",
+        wants_link=f"{UNIT_DIR}/multi-user.target.wants/{unit}",
+    )
 
 
 class LegacyEngineLayout(FactBase):
@@ -79,5 +83,6 @@ def legacy_engine(host, settings) -> LegacyEngine | None:
 
 def moves_root(legacy: LegacyEngine | None, settings) -> bool:
     return legacy is not None and legacy.root != settings.base.install_root
+
 
 # rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)

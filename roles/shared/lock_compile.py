@@ -26,11 +26,21 @@ def uv_binary() -> str:
     return found
 
 
-def compile_command(uv: str, python: str, no_emit=(), index_url: str | None = None,
-                    platform: str = site_lock.TARGET_PLATFORM) -> list[str]:
+def compile_command(
+    uv: str, python: str, no_emit=(), index_url: str | None = None, platform: str = site_lock.TARGET_PLATFORM
+) -> list[str]:
     command = [
-        uv, "pip", "compile", "-", "--quiet", "--no-header", "--generate-hashes",
-        "--python-version", python, "--python-platform", platform,
+        uv,
+        "pip",
+        "compile",
+        "-",
+        "--quiet",
+        "--no-header",
+        "--generate-hashes",
+        "--python-version",
+        python,
+        "--python-platform",
+        platform,
     ]
     for package in no_emit:
         command += ["--no-emit-package", package]
@@ -42,8 +52,15 @@ def compile_command(uv: str, python: str, no_emit=(), index_url: str | None = No
 OVERRIDES_FILE = "overrides.txt"
 
 
-def resolve(command: list[str], roots: list[str], what: str, python: str, fix: str,
-            preferences: str | None = None, overrides: list[str] = ()) -> str:
+def resolve(
+    command: list[str],
+    roots: list[str],
+    what: str,
+    python: str,
+    fix: str,
+    preferences: str | None = None,
+    overrides: list[str] = (),
+) -> str:
     """uv's hashed resolution of roots (the lock body); raises SiteError naming what, with
     uv's own explanation of a conflict and how to fix it.
     preferences: the committed lock's body, whose versions uv keeps wherever they still
@@ -65,19 +82,30 @@ def resolve(command: list[str], roots: list[str], what: str, python: str, fix: s
 def _compile(command: list[str], roots: list[str], what: str, python: str, fix: str, folder: str) -> str:
     try:
         result = subprocess.run(
-            command, input="\n".join(roots) + "\n", text=True, capture_output=True, cwd=folder,
-            timeout=COMPILE_TIMEOUT_S, env={**os.environ, "UV_NO_PROGRESS": "1"},
+            command,
+            input="\n".join(roots) + "\n",
+            text=True,
+            capture_output=True,
+            cwd=folder,
+            timeout=COMPILE_TIMEOUT_S,
+            env={**os.environ, "UV_NO_PROGRESS": "1"},
         )
     except subprocess.TimeoutExpired:
-        raise SiteError([f"{what}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
-                         " (is the index reachable? --index-url sets a mirror)"]) from None
+        raise SiteError(
+            [
+                f"{what}: uv pip compile did not finish in {COMPILE_TIMEOUT_S}s"
+                " (is the index reachable? --index-url sets a mirror)"
+            ]
+        ) from None
     if result.returncode != 0:
-        raise SiteError([
-            f"{what}: the pins {', '.join(roots)} do not resolve together"
-            f" for Python {python} on {site_lock.TARGET_PLATFORM}; uv says:\n"
-            + "\n".join("      " + line for line in result.stderr.strip().splitlines())
-            + f"\n    {fix}"
-        ])
+        raise SiteError(
+            [
+                f"{what}: the pins {', '.join(roots)} do not resolve together"
+                f" for Python {python} on {site_lock.TARGET_PLATFORM}; uv says:\n"
+                + "\n".join("      " + line for line in result.stderr.strip().splitlines())
+                + f"\n    {fix}"
+            ]
+        )
     return result.stdout
 
 

@@ -44,9 +44,16 @@ class EnvironmentStamp(FactBase):
         return text or None
 
 
-def build_command(target: str, python: str, requirements: str, current: str,
-                  checks: Iterable[str] = (), installs: Callable[[str], list[str]] = lambda _: [],
-                  pip_check: bool = False, compile_only: tuple[str, ...] | None = None) -> str:
+def build_command(
+    target: str,
+    python: str,
+    requirements: str,
+    current: str,
+    checks: Iterable[str] = (),
+    installs: Callable[[str], list[str]] = lambda _: [],
+    pip_check: bool = False,
+    compile_only: tuple[str, ...] | None = None,
+) -> str:
     """The shell command that builds target from the lock file requirements: checks run first
     (each stops the build with its own message), installs(venv_python) after the sync. A
     target that exists but is not live is an unfinished earlier build and is rebuilt; one that
@@ -62,7 +69,7 @@ def build_command(target: str, python: str, requirements: str, current: str,
     venv_python = f"{building}/bin/python"
     steps = [
         *checks,
-        f"if [ -e {target} ]; then [ \"$(readlink -f {current})\" != \"$(readlink -f {target})\" ]"
+        f'if [ -e {target} ]; then [ "$(readlink -f {current})" != "$(readlink -f {target})" ]'
         f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
         f"rm -rf {building}",
         f"uv venv --quiet --python {python} {building}",
@@ -75,9 +82,13 @@ def build_command(target: str, python: str, requirements: str, current: str,
         steps.append(f"{venv_python} -m compileall -q {' '.join(f'{site}/{p}' for p in compile_only)} >/dev/null")
     if pip_check:
         steps.append(f"uv pip check --quiet --python {venv_python}")
-    steps += [f"cp {requirements} {building}/{LOCK_COPY_NAME}",
-              f"echo '{name}' > {building}/{MARKER}",
-              f"mv -T {building} {target}"]
-    failed = (f"rm -rf {building}; echo \"FAILED to build {target}; the live environment"
-              f" ($(readlink {current} || echo none)) was not touched and still serves\" >&2; exit 1")
+    steps += [
+        f"cp {requirements} {building}/{LOCK_COPY_NAME}",
+        f"echo '{name}' > {building}/{MARKER}",
+        f"mv -T {building} {target}",
+    ]
+    failed = (
+        f'rm -rf {building}; echo "FAILED to build {target}; the live environment'
+        f' ($(readlink {current} || echo none)) was not touched and still serves" >&2; exit 1'
+    )
     return f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"

@@ -15,8 +15,12 @@ def environment(nccl: NcclSettings) -> dict[str, str]:
     env = {"NCCL_P2P_DISABLE": "1"} if nccl.p2p_level == "off" else {"NCCL_P2P_LEVEL": nccl.p2p_level}
     # Unset means off (one node, nothing to use); False lets NCCL use InfiniBand/RoCE.
     env["NCCL_IB_DISABLE"] = "0" if nccl.ib_disable is False else "1"
-    optional = {"NCCL_IB_HCA": nccl.ib_hca, "NCCL_SOCKET_IFNAME": nccl.socket_ifname, "NCCL_DEBUG": nccl.debug,
-                "NCCL_DEBUG_SUBSYS": nccl.debug_subsys,
-                "NCCL_MIN_NCHANNELS": str(nccl.min_nchannels) if nccl.min_nchannels else None}
+    optional = {
+        "NCCL_IB_HCA": nccl.ib_hca,
+        "NCCL_SOCKET_IFNAME": nccl.socket_ifname,
+        "NCCL_DEBUG": nccl.debug,
+        "NCCL_DEBUG_SUBSYS": nccl.debug_subsys,
+        "NCCL_MIN_NCHANNELS": str(nccl.min_nchannels) if nccl.min_nchannels else None,
+    }
     env.update({key: value for key, value in optional.items() if value})
     return env

@@ -28,8 +28,8 @@ DOWNLOAD_DIR = "/var/cache/inference-host"
 class Distro:
     """The two systems these roles support, with the names NVIDIA's and Docker's repos use."""
 
-    id: str          # "ubuntu" / "debian": Docker's repository path
-    codename: str    # "noble" / "bookworm": Docker's suite
+    id: str  # "ubuntu" / "debian": Docker's repository path
+    codename: str  # "noble" / "bookworm": Docker's suite
     nvidia_path: str  # "ubuntu2404" / "debian12": NVIDIA's repository path
 
 

@@ -100,10 +100,10 @@ class NvidiaHostDevices(FactBase):
     def command(self, proc_dir: str = "/proc/driver/nvidia") -> str:
         gpus = shlex.quote(proc_dir.rstrip("/") + "/gpus")
         return (
-            "for n in /dev/nvidia* /dev/nvidia-caps/*; do [ -e \"$n\" ] &&"
+            'for n in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$n" ] &&'
             " stat -c 'node %F|%t:%T|%n' \"$n\"; done;"
-            f" for d in {gpus}/*; do [ -f \"$d/information\" ] || continue;"
-            " echo \"== $d\"; cat \"$d/information\"; done; true"
+            f' for d in {gpus}/*; do [ -f "$d/information" ] || continue;'
+            ' echo "== $d"; cat "$d/information"; done; true'
         )
 
     def process(self, output) -> dict:
@@ -126,8 +126,7 @@ class PciDevices(FactBase):
     """Returns the node's PCI devices from the Proxmox API: {address: {vendor, iommugroup, ...}}."""
 
     def command(self) -> str:
-        return ("pvesh get /nodes/$(hostname)/hardware/pci --pci-class-blacklist ''"
-                " --output-format json")
+        return "pvesh get /nodes/$(hostname)/hardware/pci --pci-class-blacklist '' --output-format json"
 
     def process(self, output) -> dict[str, dict]:
         return parse_pci_devices("\n".join(output))
@@ -176,7 +175,6 @@ class KvmGuestState(_GuestState):
     KIND = "qemu"
 
 
-
 _KEYS_STATE = ("file", "no-file", "no-dir")
 
 
@@ -196,11 +194,15 @@ class LxcAuthorizedKeys(FactBase):
 
     def command(self, vmid: int) -> str:
         vmid = int(vmid)
-        inside = ("if [ -f /root/.ssh/authorized_keys ]; then echo file;"
-                  " cat /root/.ssh/authorized_keys; elif [ -d /root/.ssh ]; then echo no-file;"
-                  " else echo no-dir; fi")
-        return (f"! pct status {vmid} 2>/dev/null | grep -qx 'status: running'"
-                f" || pct exec {vmid} -- sh -c {shlex.quote(inside)}")
+        inside = (
+            "if [ -f /root/.ssh/authorized_keys ]; then echo file;"
+            " cat /root/.ssh/authorized_keys; elif [ -d /root/.ssh ]; then echo no-file;"
+            " else echo no-dir; fi"
+        )
+        return (
+            f"! pct status {vmid} 2>/dev/null | grep -qx 'status: running'"
+            f" || pct exec {vmid} -- sh -c {shlex.quote(inside)}"
+        )
 
     def process(self, output) -> dict | None:
         return parse_authorized_keys(list(output))

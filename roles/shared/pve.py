@@ -32,8 +32,10 @@ LXC_MOUNT_KEYS = tuple(f"mp{i}" for i in range(256))
 #   bracketed line is an unknown section whose lines are skipped.
 # The header is matched case-insensitively by both parsers; a container's "[PENDING]" would be
 # a snapshot named PENDING, a VM's "[pve:pending]" an unknown section (neither writer does that).
-_PENDING_HEADER = {"lxc": re.compile(r"^\[pve:pending\]\s*$", re.IGNORECASE),
-                   "qemu": re.compile(r"^\[PENDING\]\s*$", re.IGNORECASE)}
+_PENDING_HEADER = {
+    "lxc": re.compile(r"^\[pve:pending\]\s*$", re.IGNORECASE),
+    "qemu": re.compile(r"^\[PENDING\]\s*$", re.IGNORECASE),
+}
 _SPECIAL_RE = re.compile(r"^\[special:(cloudinit|fleecing)\]\s*$", re.IGNORECASE)
 _SNAPSHOT_RE = re.compile(r"^\[([a-z][a-z0-9_\-]+)\]\s*$", re.IGNORECASE)
 _UNKNOWN_SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*$")
@@ -131,8 +133,10 @@ class PropertyString(str):
 
 # Options pct/qm read with parse_property_string (pve-container $confdesc: rootfs, mpN, netN,
 # devN, features; qemu-server $confdesc: netN, the disks, efidisk0, hostpciN, ipconfigN, cpu).
-PROPERTY_OPTION_RE = re.compile(r"(rootfs|mp\d+|net\d+|dev\d+|features|hostpci\d+|ipconfig\d+|cpu"
-                                r"|(scsi|ide|sata|virtio)\d+|efidisk0)")
+PROPERTY_OPTION_RE = re.compile(
+    r"(rootfs|mp\d+|net\d+|dev\d+|features|hostpci\d+|ipconfig\d+|cpu"
+    r"|(scsi|ide|sata|virtio)\d+|efidisk0)"
+)
 
 
 def option_args(key: str, value: str) -> list[str]:
@@ -143,8 +147,9 @@ def option_args(key: str, value: str) -> list[str]:
     return [f"--{key}", value]
 
 
-def print_property_string(data: dict[str, object], default_key: str | None = None,
-                          required: tuple[str, ...] = ()) -> PropertyString:
+def print_property_string(
+    data: dict[str, object], default_key: str | None = None, required: tuple[str, ...] = ()
+) -> PropertyString:
     """The inverse of parse_property_string, in JSONSchema.pm print_property_string order.
 
     The one writer of every property string the roles pass to pct/qm: a value Proxmox would
@@ -210,8 +215,7 @@ def plan_scalars(effective: dict[str, str], wanted: dict[str, str]) -> Plan:
     return Plan({k: v for k, v in wanted.items() if effective.get(k) != v})
 
 
-def plan_indexed(effective: dict[str, str], slots: tuple[str, ...], wanted: list[str],
-                 identity, same) -> Plan:
+def plan_indexed(effective: dict[str, str], slots: tuple[str, ...], wanted: list[str], identity, same) -> Plan:
     """Converge a family of numbered keys (dev0.., hostpci0..) without renumbering.
 
     identity(value) names what an entry points at (a device path, a PCI address); an entry whose
@@ -287,8 +291,7 @@ def address_keys(ip: str, gateway: str | None) -> dict[str, str | None]:
 
 def lxc_net0(bridge: str, ip: str, gateway: str | None, hwaddr: str | None = None) -> str:
     return print_property_string(
-        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, **address_keys(ip, gateway),
-         "type": "veth"},
+        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, **address_keys(ip, gateway), "type": "veth"},
         required=("name",),
     )
 
@@ -333,9 +336,7 @@ def mount_identity(value: str) -> str:
 
 
 def hostpci(address: str, pcie: bool, x_vga: bool) -> str:
-    return print_property_string(
-        {"host": address, "pcie": 1 if pcie else None, "x-vga": 1 if x_vga else None}, "host"
-    )
+    return print_property_string({"host": address, "pcie": 1 if pcie else None, "x-vga": 1 if x_vga else None}, "host")
 
 
 def hostpci_address(value: str) -> str:
@@ -349,8 +350,9 @@ def same_hostpci(a: str, b: str) -> bool:
 def kvm_disk(storage: str, size_gib: int, import_from: str | None = None) -> str:
     """qm create's --scsi0 (qemu-server $drive_fmt, default key `file`): a new volume of size_gib
     on storage, or one copied from import_from (`STORAGE:0,import-from=...`, the image's size)."""
-    return print_property_string({"file": f"{storage}:{0 if import_from else size_gib}",
-                                  "import-from": import_from, "iothread": 1}, "file")
+    return print_property_string(
+        {"file": f"{storage}:{0 if import_from else size_gib}", "import-from": import_from, "iothread": 1}, "file"
+    )
 
 
 def kvm_efidisk(storage: str) -> str:

@@ -54,8 +54,7 @@ def reboot_and_wait(reboot_timeout: int = 900, interval: int = 2):
             if host.connected:
                 ok, _ = host.run_shell_command(StringCommand(f"test ! -e {TOKEN}"))
                 if ok:
-                    _, output = host.run_shell_command(
-                        StringCommand("systemctl is-system-running --wait || true"))
+                    _, output = host.run_shell_command(StringCommand("systemctl is-system-running --wait || true"))
                     if output.stdout.strip() in ("running", "degraded"):
                         return True
             sleep(interval)

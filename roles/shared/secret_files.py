@@ -55,8 +55,7 @@ class SecretFileState(FactBase):
 
     def command(self, path: str) -> str:
         quoted = shlex.quote(path)
-        return (f"if [ -f {quoted} ]; then stat -c '%a %U %G' {quoted}"
-                f" && sha256sum {quoted} | cut -d' ' -f1; fi")
+        return f"if [ -f {quoted} ]; then stat -c '%a %U %G' {quoted} && sha256sum {quoted} | cut -d' ' -f1; fi"
 
     def process(self, output: list[str]) -> tuple[str, str, str, str] | None:
         lines = [line.strip() for line in output if line.strip()]
@@ -71,9 +70,14 @@ def install_steps(staged: str, dest: str, user: str, group: str) -> list[str]:
     the new file is created by the shell under umask 077 (0600) beside dest, then renamed."""
     new = shlex.quote(f"{dest}.inference-host-new")
     staged, dest = shlex.quote(staged), shlex.quote(dest)
-    return [f"rm -f {new}", f"(umask 077 && cat {staged} > {new})", f"rm -f {staged}",
-            f"chown {shlex.quote(user)}:{shlex.quote(group)} {new}", f"chmod 0600 {new}",
-            f"mv -f {new} {dest}"]
+    return [
+        f"rm -f {new}",
+        f"(umask 077 && cat {staged} > {new})",
+        f"rm -f {staged}",
+        f"chown {shlex.quote(user)}:{shlex.quote(group)} {new}",
+        f"chmod 0600 {new}",
+        f"mv -f {new} {dest}",
+    ]
 
 
 def staged_path(dest: str, upload_dir: str = UPLOAD_DIR) -> str:
@@ -99,7 +103,9 @@ def secret_put(sealed: Sealed, dest: str, user: str, group: str):
 @deploy("Secret file")
 def secret_file(label: str, value: str, dest: str, user: str, group: str):
     """Returns the install operation (callers wire restarts to its did_change)."""
-    files.directory(name="Create the root-only upload folder for secrets", path=UPLOAD_DIR,
-                    user="root", group="root", mode="0700")
-    return secret_put(name=f"Install {label} at {dest} (mode 0600)", sealed=Sealed(value),
-                      dest=dest, user=user, group=group)
+    files.directory(
+        name="Create the root-only upload folder for secrets", path=UPLOAD_DIR, user="root", group="root", mode="0700"
+    )
+    return secret_put(
+        name=f"Install {label} at {dest} (mode 0600)", sealed=Sealed(value), dest=dest, user=user, group=group
+    )

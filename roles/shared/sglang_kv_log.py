@@ -25,14 +25,15 @@ from dataclasses import dataclass
 ALLOCATION_RE = re.compile(
     r"(?:(?P<post>Post-capture KV sizing: KV cache allocated)|(?P<label>[A-Za-z][\w-]* )?KV Cache is allocated)\."
     r" (?:dtype: (?P<dtype>[\w.]+), )?#tokens: (?P<tokens>\d+),"
-    r" (?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)")
+    r" (?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
+)
 
 
 @dataclass(frozen=True)
 class KvAllocation:
     tokens: int
-    size_gib: float   # K + V, or the single KV buffer (MLA)
-    label: str        # "" for the target's pool; 0.5.23's allocation_label otherwise
+    size_gib: float  # K + V, or the single KV buffer (MLA)
+    label: str  # "" for the target's pool; 0.5.23's allocation_label otherwise
     post_capture: bool
 
 

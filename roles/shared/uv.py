@@ -11,8 +11,12 @@ def uv_environment(settings: HostSettings) -> dict[str, str]:
     """uv on a host: the system CA bundle, the site's index mirror for packages and its mirror
     for uv's managed CPython builds (uv's documented UV_* variables)."""
     root = settings.base.install_root
-    env = {"SSL_CERT_FILE": SYSTEM_CA_BUNDLE, "UV_NO_PROGRESS": "1",
-           "UV_CACHE_DIR": f"{root}/uv-cache", "UV_PYTHON_INSTALL_DIR": f"{root}/python"}
+    env = {
+        "SSL_CERT_FILE": SYSTEM_CA_BUNDLE,
+        "UV_NO_PROGRESS": "1",
+        "UV_CACHE_DIR": f"{root}/uv-cache",
+        "UV_PYTHON_INSTALL_DIR": f"{root}/python",
+    }
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
     if settings.sglang.python_install_mirror:

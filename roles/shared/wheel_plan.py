@@ -64,22 +64,43 @@ def planned_builds(stack: EngineStack, build: BuildSettings) -> list[WheelBuild]
     builds = []
     if stack.flash_attn_source == "build":
         if not stack.flash_attn:
-            raise WheelPlanError(f"stack {stack.id}: flash_attn_source is 'build' but no flash_attn"
-                                 " version is pinned; expected flash_attn: \"2.8.3\" or similar")
-        builds.append(_wheel_build("flash-attn", stack.flash_attn, stack, build, "pypi", {
-            "FLASH_ATTN_VERSION": stack.flash_attn,
-            "CUDA_ARCHS": "120",
-        }))
+            raise WheelPlanError(
+                f"stack {stack.id}: flash_attn_source is 'build' but no flash_attn"
+                ' version is pinned; expected flash_attn: "2.8.3" or similar'
+            )
+        builds.append(
+            _wheel_build(
+                "flash-attn",
+                stack.flash_attn,
+                stack,
+                build,
+                "pypi",
+                {
+                    "FLASH_ATTN_VERSION": stack.flash_attn,
+                    "CUDA_ARCHS": "120",
+                },
+            )
+        )
     if stack.kernel is not None and stack.kernel.source == "build":
         if stack.kernel.package != "sgl-kernel":
             raise WheelPlanError(
                 f"stack {stack.id}: kernel.source 'build' is supported for sgl-kernel only, not"
-                f" {stack.kernel.package} {stack.kernel.version}; expected source: prebuilt")
-        builds.append(_wheel_build("sgl-kernel", stack.kernel.version, stack, build, "git", {
-            "SGL_KERNEL_VERSION": stack.kernel.version,
-            # sgl-kernel has no sdist: its tree at the sglang release that pins it.
-            "SGLANG_GIT_REF": f"v{stack.sglang}",
-        }))
+                f" {stack.kernel.package} {stack.kernel.version}; expected source: prebuilt"
+            )
+        builds.append(
+            _wheel_build(
+                "sgl-kernel",
+                stack.kernel.version,
+                stack,
+                build,
+                "git",
+                {
+                    "SGL_KERNEL_VERSION": stack.kernel.version,
+                    # sgl-kernel has no sdist: its tree at the sglang release that pins it.
+                    "SGLANG_GIT_REF": f"v{stack.sglang}",
+                },
+            )
+        )
     return builds
 
 
@@ -89,12 +110,19 @@ def base_image(stack: EngineStack, build: BuildSettings) -> str:
     if stack.cuda not in CUDA_DEVEL_IMAGES:
         raise WheelPlanError(
             f"stack {stack.id}: no known CUDA devel image for CUDA {stack.cuda}; expected one of "
-            f"{', '.join(CUDA_DEVEL_IMAGES)} or a build_base_image setting")
+            f"{', '.join(CUDA_DEVEL_IMAGES)} or a build_base_image setting"
+        )
     return CUDA_DEVEL_IMAGES[stack.cuda]
 
 
-def _wheel_build(package: str, version: str, stack: EngineStack, build: BuildSettings,
-                 upstream_source: str, package_args: dict[str, str]) -> WheelBuild:
+def _wheel_build(
+    package: str,
+    version: str,
+    stack: EngineStack,
+    build: BuildSettings,
+    upstream_source: str,
+    package_args: dict[str, str],
+) -> WheelBuild:
     dockerfile = DOCKER_DIR / f"{package}.Dockerfile"
     override = build.source_overrides.get(package)
     source_dir = _source_dir(package, override) if override else None
@@ -118,16 +146,17 @@ def _wheel_build(package: str, version: str, stack: EngineStack, build: BuildSet
         "build_args": build_args,
     }
     key = _sha256(json.dumps(inputs, sort_keys=True).encode())[:20]
-    return WheelBuild(package, version, dockerfile, source, source_dir, patches, build_args,
-                      inputs, key)
+    return WheelBuild(package, version, dockerfile, source, source_dir, patches, build_args, inputs, key)
 
 
 def _source_dir(package: str, override: str) -> Path:
     path = Path(override)
     path = path if path.is_absolute() else PROJECT_ROOT / path
     if not path.is_dir():
-        raise WheelPlanError(f"build_source_overrides: {package} = {override!r} is not a folder"
-                             " on the deploy machine; expected a source tree")
+        raise WheelPlanError(
+            f"build_source_overrides: {package} = {override!r} is not a folder"
+            " on the deploy machine; expected a source tree"
+        )
     return path
 
 
@@ -137,8 +166,10 @@ def _helper_files() -> list[Path]:
 
 def _source_files(root: Path) -> list[Path]:
     return sorted(
-        p for p in root.rglob("*")
-        if p.is_file() and not (_SKIP_PARTS & set(p.relative_to(root).parts))
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and not (_SKIP_PARTS & set(p.relative_to(root).parts))
         and not any(part.endswith(".egg-info") for part in p.relative_to(root).parts)
     )
 
@@ -170,8 +201,7 @@ def context_tar(wheel: WheelBuild, extra_ca_files: list[str]) -> bytes:
         _add_dir(tar, "wheels")
         _add_file(tar, wheel.dockerfile.name, wheel.dockerfile.read_bytes())
         for helper in _helper_files():
-            _add_file(tar, f"wheels/{helper.name}", helper.read_bytes(),
-                      executable=bool(helper.stat().st_mode & 0o111))
+            _add_file(tar, f"wheels/{helper.name}", helper.read_bytes(), executable=bool(helper.stat().st_mode & 0o111))
         _add_dir(tar, "patches")
         for patch in wheel.patches:
             _add_file(tar, f"patches/{patch.name}", patch.read_bytes())
@@ -180,8 +210,12 @@ def context_tar(wheel: WheelBuild, extra_ca_files: list[str]) -> bytes:
         if wheel.source_dir:
             _add_dir(tar, "src")
             for path in _source_files(wheel.source_dir):
-                _add_file(tar, f"src/{path.relative_to(wheel.source_dir)}", path.read_bytes(),
-                          executable=bool(path.stat().st_mode & 0o111))
+                _add_file(
+                    tar,
+                    f"src/{path.relative_to(wheel.source_dir)}",
+                    path.read_bytes(),
+                    executable=bool(path.stat().st_mode & 0o111),
+                )
     return buffer.getvalue()
 
 

@@ -63,14 +63,51 @@ from roles.site.weights import (
 )
 
 __all__ = [
-    "PROJECT_ROOT", "SECTIONS", "BaseSettings", "BuildSettings", "CudaSettings", "DockerSettings", "GatewaySettings",
-    "Eagle3TrainingSettings", "EngineStack", "GpuSettings", "GuestSettings", "HealthSettings", "HostSettings",
-    "KernelPackage", "MonitoringSettings", "NcclSettings", "NvidiaDriverSettings", "ProxmoxSettings", "ServingSettings",
-    "SglangSettings", "Site", "SiteError", "SpeculativeSettings", "Stack", "VllmSettings", "address_of",
-    "build_host", "current_host", "current_site", "load_site", "load_stack",
-    "secret_value", "settings_table", "site_from_inventory", "testinfra_url", "connection_data",
-    "WeightSet", "WeightsSettings", "served_weight_manifests", "weight_sets_kept_by",
-    "weight_sets_of", "weights_mount_points", "engine_reads_hub_token", "node_sysctl", "own_sysctl",
+    "PROJECT_ROOT",
+    "SECTIONS",
+    "BaseSettings",
+    "BuildSettings",
+    "CudaSettings",
+    "DockerSettings",
+    "GatewaySettings",
+    "Eagle3TrainingSettings",
+    "EngineStack",
+    "GpuSettings",
+    "GuestSettings",
+    "HealthSettings",
+    "HostSettings",
+    "KernelPackage",
+    "MonitoringSettings",
+    "NcclSettings",
+    "NvidiaDriverSettings",
+    "ProxmoxSettings",
+    "ServingSettings",
+    "SglangSettings",
+    "Site",
+    "SiteError",
+    "SpeculativeSettings",
+    "Stack",
+    "VllmSettings",
+    "address_of",
+    "build_host",
+    "current_host",
+    "current_site",
+    "load_site",
+    "load_stack",
+    "secret_value",
+    "settings_table",
+    "site_from_inventory",
+    "testinfra_url",
+    "connection_data",
+    "WeightSet",
+    "WeightsSettings",
+    "served_weight_manifests",
+    "weight_sets_kept_by",
+    "weight_sets_of",
+    "weights_mount_points",
+    "engine_reads_hub_token",
+    "node_sysctl",
+    "own_sysctl",
     "sysctl_conflicts",
 ]
 
@@ -80,6 +117,8 @@ __all__ = [
 # the vault's key names), so runpy warns on every call that it runs it a second time as
 # __main__. Here that is harmless (the module defines functions only): the warning is silenced
 # for this one module, by its exact text (CPython 3.11 Lib/runpy.py _get_module_details).
-warnings.filterwarnings("ignore", category=RuntimeWarning,
-                        message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'")
-
+warnings.filterwarnings(
+    "ignore",
+    category=RuntimeWarning,
+    message=r"'roles\.site\.vault' found in sys\.modules after import of package 'roles\.site'",
+)

@@ -22,10 +22,12 @@ def _inventory_file_of() -> str:
     """The inventory pyinfra loaded: recorded by require_valid_inventory as it ran."""
     if _LOADED_INVENTORY:
         return _LOADED_INVENTORY[-1]
-    raise SiteError([
-        "the inventory file did not call validation.require_valid_inventory(__file__, globals());"
-        " every inventory must end with it so that it is validated before connecting"
-    ])
+    raise SiteError(
+        [
+            "the inventory file did not call validation.require_valid_inventory(__file__, globals());"
+            " every inventory must end with it so that it is validated before connecting"
+        ]
+    )
 
 
 def current_site() -> Site:

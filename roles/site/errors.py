@@ -92,13 +92,21 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
         return f"{where}: SyntaxError: {original.msg}"
     wanted = {p.resolve() for p in user_files}
     frames = traceback.extract_tb(original.__traceback__)
-    mine = [f for f in frames if Path(f.filename).resolve() in wanted
-            or Path(f.filename).resolve().parent.name == "group_data"]
+    mine = [
+        f
+        for f in frames
+        if Path(f.filename).resolve() in wanted or Path(f.filename).resolve().parent.name == "group_data"
+    ]
     # Never a frame of pyinfra's or Python's own code (`<frozen codecs>`, site-packages): the
     # user's file, else the project's module it imported, else the inventory without a line.
     root = Path(__file__).resolve().parents[2]
-    ours = [f for f in frames if Path(f.filename).is_absolute() and Path(f.filename).resolve().is_relative_to(root)
-            and ".venv" not in Path(f.filename).resolve().relative_to(root).parts]
+    ours = [
+        f
+        for f in frames
+        if Path(f.filename).is_absolute()
+        and Path(f.filename).resolve().is_relative_to(root)
+        and ".venv" not in Path(f.filename).resolve().relative_to(root).parts
+    ]
     frame = (mine or ours or [None])[-1]
     where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
     message = str(original).splitlines()[0] if str(original) else ""
@@ -106,7 +114,7 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
     if moved:
         message = moved
     if len(message) > 2 * SHOWN_CHARACTERS:
-        message = f"{message[:2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
+        message = f"{message[: 2 * SHOWN_CHARACTERS]}… ({len(message)} characters)"
     return f"{where}: {type(original).__name__}" + (f": {message}" if message else "")
 
 
@@ -121,8 +129,10 @@ def _not_utf8(error: UnicodeDecodeError, user_files: list[Path]) -> str:
             data.decode("utf-8")
         except UnicodeDecodeError as found:
             line = data.count(b"\n", 0, found.start) + 1
-            return (f"{display(path)}:{line}: byte {data[found.start]:#04x} is not UTF-8; expected a UTF-8 text file"
-                    " (save it as UTF-8)")
+            return (
+                f"{display(path)}:{line}: byte {data[found.start]:#04x} is not UTF-8; expected a UTF-8 text file"
+                " (save it as UTF-8)"
+            )
         except OSError:
             continue
     return f"{display(user_files[0])}: byte {error.object[error.start]:#04x} is not UTF-8; expected UTF-8 text files"
@@ -130,15 +140,19 @@ def _not_utf8(error: UnicodeDecodeError, user_files: list[Path]) -> str:
 
 # Names an older inventory imports from where they no longer are: its one line says where they went.
 MOVED_NAMES = {
-    ("roles.site", "require_valid_inventory"):
-        "write `from validation import require_valid_inventory` (validation.py at the project root)",
+    (
+        "roles.site",
+        "require_valid_inventory",
+    ): "write `from validation import require_valid_inventory` (validation.py at the project root)",
 }
 
 
 def _moved_name(error: BaseException) -> str | None:
     """`X moved: ...` for `from roles.site import X` of a name in MOVED_NAMES (CPython's text:
     "cannot import name 'X' from 'module' (path)", Python/ceval.c import_from)."""
-    found = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(error)) if isinstance(error, ImportError) else None
+    found = (
+        re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(error)) if isinstance(error, ImportError) else None
+    )
     where_to = found and MOVED_NAMES.get((found.group(2), found.group(1)))
     return f"{found.group(1)} moved: {where_to}" if where_to else None
 
@@ -156,11 +170,9 @@ def closest(key: str, candidates) -> str:
 
 
 def print_problems(error: SiteError) -> None:
-    print(f"inference-host: {len(error.problems)} problem(s) in the inventory; no host was contacted:",
-          file=sys.stderr)
+    print(f"inference-host: {len(error.problems)} problem(s) in the inventory; no host was contacted:", file=sys.stderr)
     for problem in error.problems:
         print(f"  - {problem}", file=sys.stderr)
-
 
 
 def output_path_problem(flag: str, path: Path, folder: bool = False) -> str | None:

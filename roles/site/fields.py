@@ -68,11 +68,11 @@ def is_ip(value: str) -> bool:
 
 positive = check(lambda v: v > 0, "a number greater than 0")
 tcp_port = check(lambda v: 1 <= v <= 65535, "1 to 65535")
-AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in v.split("/"),
-                                    "an absolute path")]
-UnixName = Annotated[str, check(UNIX_NAME_RE.match,
-                                "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
+AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in v.split("/"), "an absolute path")]
+UnixName = Annotated[str, check(UNIX_NAME_RE.match, "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
 SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
+
+
 def pci_address(address: str) -> str:
     """The one spelling of a PCI address: with its domain (01:00.0 is 0000:01:00.0, as lspci -D,
     sysfs, /proc/driver/nvidia/gpus and Proxmox's hostpci write it), so that two spellings of
@@ -82,22 +82,27 @@ def pci_address(address: str) -> str:
 
 def _pci_addresses(value: list[str]) -> list[str]:
     if not all(PCI_ADDRESS_RE.match(a) for a in value):
-        raise PydanticCustomError("inference_host", "{valid}", {
-            "valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"})
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"}
+        )
     addresses = [pci_address(a) for a in value]
     repeated = sorted({a for a in addresses if addresses.count(a) > 1})
     if repeated:
         listed = ", ".join(f"{a} {addresses.count(a)} times" for a in repeated)
-        raise PydanticCustomError("inference_host", "{valid}", {
-            "valid": f"each GPU once (01:00.0 and 0000:01:00.0 are one GPU); listed: {listed}"})
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {"valid": f"each GPU once (01:00.0 and 0000:01:00.0 are one GPU); listed: {listed}"},
+        )
     return addresses
-
 
 
 PciAddresses = Annotated[list[str], AfterValidator(_pci_addresses)]
 DriverVersion = Annotated[str, check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05")]
-Url = Annotated[str, check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None,
-                           "an http(s) URL without trailing spaces")]
+Url = Annotated[
+    str,
+    check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None, "an http(s) URL without trailing spaces"),
+]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
 
@@ -119,7 +124,9 @@ def property_value_problem(value: str, default_key: bool = False) -> str | None:
     """Why Proxmox would not read value back unchanged from a property string, or None.
     default_key: the value is written bare (first, without KEY=), so a '=' makes it a key."""
     if "," in value:
-        return f"has a ',', where Proxmox splits the option into more options (no escape exists: {PROPERTY_STRING_SOURCE})"
+        return (
+            f"has a ',', where Proxmox splits the option into more options (no escape exists: {PROPERTY_STRING_SOURCE})"
+        )
     if default_key and "=" in value:
         return f"has a '=', so Proxmox reads it as KEY=VALUE, not as the value ({PROPERTY_STRING_SOURCE})"
     if not value.strip():
@@ -143,26 +150,43 @@ def _mount_points(value: dict[str, str]) -> dict[str, str]:
         for path, role, default_key in ((host_path, "host path", True), (guest_path, "path in the guest", False)):
             problem = _pve_path_problem(path, default_key)
             if problem:
-                raise PydanticCustomError("inference_host", "{valid}", {"valid": (
-                    "{host path: path in the guest}, both absolute, each fit for pct's --mpN"
-                    f" (volume=HOST,mp=GUEST): the {role} {path!r} {problem}")})
+                raise PydanticCustomError(
+                    "inference_host",
+                    "{valid}",
+                    {
+                        "valid": (
+                            "{host path: path in the guest}, both absolute, each fit for pct's --mpN"
+                            f" (volume=HOST,mp=GUEST): the {role} {path!r} {problem}"
+                        )
+                    },
+                )
     return value
 
 
 # pve-common src/PVE/JSONSchema.pm parse_id (format pve-storage-id): what `STORAGE:SIZE` and
 # `STORAGE:import/FILE` may name; no ',', '=', ':' or space can reach the property string.
 PVE_STORAGE_ID_RE = re.compile(r"[a-z][a-z0-9\-_.]*[a-z0-9]", re.IGNORECASE)
-PveStorageId = Annotated[str, check(lambda v: PVE_STORAGE_ID_RE.fullmatch(v) is not None,
-                                    "a Proxmox storage ID like local-lvm (a letter, then letters, digits,"
-                                    " '-', '_', '.'; pve-common JSONSchema.pm parse_id)")]
+PveStorageId = Annotated[
+    str,
+    check(
+        lambda v: PVE_STORAGE_ID_RE.fullmatch(v) is not None,
+        "a Proxmox storage ID like local-lvm (a letter, then letters, digits,"
+        " '-', '_', '.'; pve-common JSONSchema.pm parse_id)",
+    ),
+]
 PveMountPoints = Annotated[dict[str, str], AfterValidator(_mount_points)]
 
 # A value that follows an option on an engine's, the gateway's or a trainer's command line
 # (`--served-model-name VALUE`): argparse (Lib/argparse.py, _parse_optional) takes an argument
 # starting with '-' for an option, so `--served-model-name --api-key` is the option --api-key,
 # or "expected one argument". Such values are refused rather than written as --opt=VALUE.
-OptionValue = Annotated[str, check(lambda v: bool(v) and not v.startswith("-"),
-                                   "a non-empty value that does not start with '-' (argparse reads one as an option)")]
+OptionValue = Annotated[
+    str,
+    check(
+        lambda v: bool(v) and not v.startswith("-"),
+        "a non-empty value that does not start with '-' (argparse reads one as an option)",
+    ),
+]
 
 
 class Section(BaseModel):
@@ -187,8 +211,7 @@ def type_text(annotation: Any) -> str:
 
 
 def expected_type(annotation: Any) -> str:
-    words = {"int": "an integer", "str": "a string", "bool": "True or False",
-             "float": "a number", "None": "None"}
+    words = {"int": "an integer", "str": "a string", "bool": "True or False", "float": "a number", "None": "None"}
     text = " or ".join(words.get(part, part) for part in type_text(annotation).split(" | "))
     rule = rule_text(annotation)
     return f"{text} ({rule})" if rule else text
@@ -199,4 +222,3 @@ def rule_text(annotation: Any) -> str | None:
     if typing.get_origin(annotation) is Annotated:
         return next((_RULE_TEXT[id(m)] for m in annotation.__metadata__ if id(m) in _RULE_TEXT), None)
     return next((rule for arg in typing.get_args(annotation) if (rule := rule_text(arg))), None)
-

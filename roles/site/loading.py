@@ -16,8 +16,9 @@ from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
 
 
-def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | None = None,
-                        checks: RoleChecks = NO_ROLE_CHECKS) -> Site:
+def site_from_inventory(
+    inventory, inventory_file: str, listed_groups: dict | None = None, checks: RoleChecks = NO_ROLE_CHECKS
+) -> Site:
     """The typed site. listed_groups: the inventory file's own groups as it wrote them (before
     pyinfra merged them), when known: a host listed twice, or given two values for one key, is
     refused instead of one entry silently winning. checks: the role checks to run besides the
@@ -30,8 +31,10 @@ def site_from_inventory(inventory, inventory_file: str, listed_groups: dict | No
     if listed_groups is not None:
         _check_listing(listed_groups, where, problems)
     if not any(True for _ in inventory):
-        problems.append(f"{where}: no host in the inventory; expected at least one host in one of the"
-                        f" groups {', '.join(KNOWN_GROUPS)} (a list named after the group)")
+        problems.append(
+            f"{where}: no host in the inventory; expected at least one host in one of the"
+            f" groups {', '.join(KNOWN_GROUPS)} (a list named after the group)"
+        )
     for group in inventory.groups:
         if group not in KNOWN_GROUPS and group not in (file_group, "all") and not group.startswith("@"):
             problems.append(
@@ -108,17 +111,21 @@ def _check_listing(groups: dict, where: str, problems: list[str]) -> None:
         seen: dict[str, int] = {}
         for position, (name, data) in enumerate(_entries(value), start=1):
             if name in seen:
-                problems.append(f"{where}: host {name} is listed twice in {group} (entries {seen[name]}"
-                                f" and {position}); expected each host once per group, with all its data"
-                                " in that one entry")
+                problems.append(
+                    f"{where}: host {name} is listed twice in {group} (entries {seen[name]}"
+                    f" and {position}); expected each host once per group, with all its data"
+                    " in that one entry"
+                )
                 continue
             seen[name] = position
             for key, item in data.items():
                 earlier = first_value.setdefault((name, key), (group, item))
                 if earlier[0] != group and earlier[1] != item:
-                    problems.append(f"{where}: host {name}: {key} = {shown(item)} in {group} but"
-                                    f" {shown(earlier[1])} in {earlier[0]}; expected one value (set"
-                                    " it in one group only)")
+                    problems.append(
+                        f"{where}: host {name}: {key} = {shown(item)} in {group} but"
+                        f" {shown(earlier[1])} in {earlier[0]}; expected one value (set"
+                        " it in one group only)"
+                    )
 
 
 HOST_ENTRY = "a host name or a (name, {data}) tuple"
@@ -136,26 +143,39 @@ def _group_shape_problems(attrs: dict, where: str) -> list[str]:
         known = name in KNOWN_GROUPS or bool(difflib.get_close_matches(name, KNOWN_GROUPS, n=1, cutoff=0.85))
         if not isinstance(value, (list, tuple)):
             if known and not callable(value) and not isinstance(value, type(difflib)):
-                problems.append(f"{where}: {name} = {shown(value)} is a {type(value).__name__}, not a group;"
-                                f" expected a list of hosts, each {HOST_ENTRY}: {name} = [('gpu1', {{'gpu_count': 8}})]")
+                problems.append(
+                    f"{where}: {name} = {shown(value)} is a {type(value).__name__}, not a group;"
+                    f" expected a list of hosts, each {HOST_ENTRY}: {name} = [('gpu1', {{'gpu_count': 8}})]"
+                )
             continue
         hosts = value
         if isinstance(value, tuple):  # pyinfra: (hosts, group data)
             if not (len(value) == 2 and isinstance(value[0], (list, tuple)) and isinstance(value[1], dict)):
                 if known or all(isinstance(item, (str, tuple)) for item in value):
-                    problems.append(f"{where}: {name} = {shown(value)} is a tuple, read as (hosts, group data);"
-                                    f" expected a list of hosts, each {HOST_ENTRY}, or ([hosts], {{group data}})")
+                    problems.append(
+                        f"{where}: {name} = {shown(value)} is a tuple, read as (hosts, group data);"
+                        f" expected a list of hosts, each {HOST_ENTRY}, or ([hosts], {{group data}})"
+                    )
                 continue
             hosts = value[0]
         if not known and not all(isinstance(item, (str, tuple)) for item in hosts):
             continue  # not a group to pyinfra: an ordinary variable of the file
         for position, entry in enumerate(hosts, start=1):
-            if isinstance(entry, str) or (isinstance(entry, tuple) and len(entry) == 2
-                                          and isinstance(entry[0], str) and isinstance(entry[1], dict)):
+            if isinstance(entry, str) or (
+                isinstance(entry, tuple)
+                and len(entry) == 2
+                and isinstance(entry[0], str)
+                and isinstance(entry[1], dict)
+            ):
                 continue
-            problems.append(f"{where}: {name} entry {position} = {shown(entry)} is not a host; expected {HOST_ENTRY}"
-                            + (f" (its data is a {type(entry[1]).__name__}, expected a dict of settings)"
-                               if isinstance(entry, tuple) and len(entry) == 2 else ""))
+            problems.append(
+                f"{where}: {name} entry {position} = {shown(entry)} is not a host; expected {HOST_ENTRY}"
+                + (
+                    f" (its data is a {type(entry[1]).__name__}, expected a dict of settings)"
+                    if isinstance(entry, tuple) and len(entry) == 2
+                    else ""
+                )
+            )
     return problems
 
 
@@ -163,8 +183,10 @@ def _chosen_stack(stack: Stack, stack_id: str, where: str, problems: list[str]) 
     """The inventory's `stack` in place of the stack file's `active`: one inventory can serve
     with another stack of the same file (EAGLE-3 on sglang-0.5.10) without a copy of it."""
     if stack_id not in stack.stacks:
-        problems.append(f"{where}: stack = {shown(stack_id)} is not a stack of {stack.file}"
-                        f"{closest(stack_id, stack.stacks)}; expected one of: {', '.join(stack.stacks)}")
+        problems.append(
+            f"{where}: stack = {shown(stack_id)} is not a stack of {stack.file}"
+            f"{closest(stack_id, stack.stacks)}; expected one of: {', '.join(stack.stacks)}"
+        )
         return None
     return dataclasses.replace(stack, active=stack.stacks[stack_id])
 
@@ -175,8 +197,7 @@ def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> 
     for key in SITE_KEYS:
         seen = {repr(data[key]): data[key] for data in raw_data.values() if key in data}
         if len(seen) > 1:
-            problems.append(f"{where}: {key} differs between hosts ({', '.join(sorted(seen))});"
-                            " expected one value")
+            problems.append(f"{where}: {key} differs between hosts ({', '.join(sorted(seen))}); expected one value")
         elif seen:
             value = seen.popitem()[1]
             if not isinstance(value, str):
@@ -236,8 +257,9 @@ def load_site(inventory_file: str | os.PathLike, checks: RoleChecks | None = Non
         raise SiteError([python_error(error, [path])]) from None
     finally:
         named = _NAMED_CHECKS.pop(str(path.resolve()), NO_ROLE_CHECKS)
-    return site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None),
-                               named if checks is None else checks)
+    return site_from_inventory(
+        inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None), named if checks is None else checks
+    )
 
 
 _VALIDATING: set[str] = set()
@@ -275,8 +297,7 @@ def require_valid_inventory(inventory_file: str, namespace: dict, checks: RoleCh
             raise
         except Exception as error:  # a Python error in the group data
             raise SiteError([python_error(error, [path])]) from None
-        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None),
-                                   checks)
+        site = site_from_inventory(inventory, str(path), _LISTED_GROUPS.pop(str(path.resolve()), None), checks)
         if _under_pyinfra_cli():
             _require_decryptable(site)
     except SiteError as error:
@@ -320,9 +341,12 @@ def referenced_secrets(site: Site) -> set[str]:
     return {
         ref
         for host in site.hosts.values()
-        for ref in (host.serving.api_key_secret, host.serving.hf_token_secret,
-                    host.monitoring.web_password_secret if host.in_group("monitors") else None,
-                    host.monitoring.email_auth_password_secret if host.in_group("monitors") else None)
+        for ref in (
+            host.serving.api_key_secret,
+            host.serving.hf_token_secret,
+            host.monitoring.web_password_secret if host.in_group("monitors") else None,
+            host.monitoring.email_auth_password_secret if host.in_group("monitors") else None,
+        )
         if ref
     }
 
@@ -347,8 +371,10 @@ def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:
     '-' as an option ("argument --api-key: expected at least one argument"), so such a key
     cannot start the engine or the gateway; the value itself is never printed."""
     names = {h.serving.api_key_secret for h in site.hosts.values() if h.serving.api_key_secret}
-    return [f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
-            " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
-            " begin with '-' (set a new one: python -m roles.site.vault set FILE NAME)"
-            for name in sorted(names) if values.get(name, "").startswith("-")]
-
+    return [
+        f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
+        " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
+        " begin with '-' (set a new one: python -m roles.site.vault set FILE NAME)"
+        for name in sorted(names)
+        if values.get(name, "").startswith("-")
+    ]

@@ -42,19 +42,23 @@ _ENTRY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
 def requirements_digest(requirements: list[str], python: str) -> str:
     """sha256 of what a requirements lock (not a stack's: a job's) is made from."""
-    pins = {"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": python,
-            "requirements": sorted(requirements)}
+    pins = {"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": python, "requirements": sorted(requirements)}
     return _digest(pins)
 
 
 def requirements_header(title: str, command: str, requirements: list[str], python: str) -> str:
-    return "\n".join([
-        f"# inference-host lock of {title}; do not edit by hand.",
-        f"# made by: {command}",
-        f"# resolves: {' '.join(requirements)}",
-        f"# for: CPython {python}, {TARGET_PLATFORM}",
-        DIGEST_LINE + requirements_digest(requirements, python),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f"# inference-host lock of {title}; do not edit by hand.",
+                f"# made by: {command}",
+                f"# resolves: {' '.join(requirements)}",
+                f"# for: CPython {python}, {TARGET_PLATFORM}",
+                DIGEST_LINE + requirements_digest(requirements, python),
+            ]
+        )
+        + "\n"
+    )
 
 
 def requirements_lock_problem(lock: Path, requirements: list[str], python: str, command: str) -> str | None:
@@ -64,8 +68,10 @@ def requirements_lock_problem(lock: Path, requirements: list[str], python: str, 
     except FileNotFoundError:
         return f"no lock {lock.name}; make it with `{command}` and commit it"
     if recorded_digest(text) != requirements_digest(requirements, python):
-        return (f"{lock.name} was not made from the current {len(requirements)} requirements"
-                f" (python {python}); re-lock with `{command}` and commit the new lock")
+        return (
+            f"{lock.name} was not made from the current {len(requirements)} requirements"
+            f" (python {python}); re-lock with `{command}` and commit the new lock"
+        )
     why = tampered(text)
     if why:
         return f"{lock.name}: {why}; re-lock with `{command}` and commit the new lock"
@@ -140,16 +146,28 @@ def header(stack, stack_file: str) -> str:
     built = built_from_source(stack)
     extra = [BUILT_LINE + " ".join(f"{b}=={_built_version(stack, b)}" for b in built)] if built else []
     extra += [f"{OVERRIDE_LINE}{requirement} ({why})" for requirement, why in getattr(stack, "overrides", ())]
-    return _header(f"stack {stack.id}", stack_file, lock_command(stack_file, stack.id),
-                   root_requirements(stack), f"CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
-                   extra, pins_digest(stack))
+    return _header(
+        f"stack {stack.id}",
+        stack_file,
+        lock_command(stack_file, stack.id),
+        root_requirements(stack),
+        f"CPython {stack.python}, {TARGET_PLATFORM}, CUDA {stack.cuda}",
+        extra,
+        pins_digest(stack),
+    )
 
 
-def _header(what: str, stack_file: str, command: str, roots: list[str], target: str, extra: list[str],
-            digest: str) -> str:
-    lines = [f"# inference-host lock of {what} ({stack_file}); do not edit by hand.",
-             f"# made by: {command}", f"# resolves: {' '.join(roots)}", f"# for: {target}",
-             *extra, DIGEST_LINE + digest]
+def _header(
+    what: str, stack_file: str, command: str, roots: list[str], target: str, extra: list[str], digest: str
+) -> str:
+    lines = [
+        f"# inference-host lock of {what} ({stack_file}); do not edit by hand.",
+        f"# made by: {command}",
+        f"# resolves: {' '.join(roots)}",
+        f"# for: {target}",
+        *extra,
+        DIGEST_LINE + digest,
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -170,8 +188,7 @@ def sealed(text: str) -> str:
 
 def tampered(text: str) -> str | None:
     """Why the lock is not as its command wrote it, or None."""
-    recorded = next((line[len(SEAL_LINE):].strip() for line in text.splitlines() if line.startswith(SEAL_LINE)),
-                    None)
+    recorded = next((line[len(SEAL_LINE) :].strip() for line in text.splitlines() if line.startswith(SEAL_LINE)), None)
     if recorded is None:
         return "it has no lock-sha256 seal line (made by an older lock command, or written by hand)"
     if recorded != hashlib.sha256(unsealed(text).encode()).hexdigest():
@@ -189,7 +206,7 @@ def body(text: str) -> str:
 def recorded_digest(text: str) -> str | None:
     for line in text.splitlines():
         if line.startswith(DIGEST_LINE):
-            return line[len(DIGEST_LINE):].strip()
+            return line[len(DIGEST_LINE) :].strip()
         if line and not line.startswith("#"):
             break
     return None
@@ -242,8 +259,18 @@ def select(text: str, packages: set[str]) -> str:
 #     Requires-Python is newer than its interpreter).
 # The rest is installed exactly from the lock (same versions, hashes required), so the lab's
 # environment is a subset of the production one that shows any drift of those packages.
-GPU_ONLY = ("torch", "torch*", "triton", "nvidia-*", "cuda-*", "flashinfer*", "sgl-kernel",
-            "sglang-kernel", "flash-attn", "quack-kernels")
+GPU_ONLY = (
+    "torch",
+    "torch*",
+    "triton",
+    "nvidia-*",
+    "cuda-*",
+    "flashinfer*",
+    "sgl-kernel",
+    "sglang-kernel",
+    "flash-attn",
+    "quack-kernels",
+)
 NOT_GPU_ONLY = ("nvidia-ml-py",)
 
 
@@ -286,20 +313,32 @@ def no_gpu_packages(text: str, leave_out=()) -> set[str]:
 
 def stale_lock_problems(stack_file: Path, shown: str, stacks) -> list[str]:
     """One problem per stack whose lock is missing or was made from other pins."""
-    return [problem for stack in stacks for problem in _stale(
-        lock_path(stack_file, stack.id), f"{shown}: stacks.{stack.id}", lock_command(shown, stack.id),
-        pins_digest(stack), f"{' '.join(root_requirements(stack))}, python {stack.python}, cuda {stack.cuda}")]
+    return [
+        problem
+        for stack in stacks
+        for problem in _stale(
+            lock_path(stack_file, stack.id),
+            f"{shown}: stacks.{stack.id}",
+            lock_command(shown, stack.id),
+            pins_digest(stack),
+            f"{' '.join(root_requirements(stack))}, python {stack.python}, cuda {stack.cuda}",
+        )
+    ]
 
 
 def _stale(path: Path, where: str, remake: str, digest: str, pins: str) -> list[str]:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return [f"{where}: no lock at {path.parent.name}/{path.name} beside the stack"
-                f" file; make it with `{remake}` and commit it"]
+        return [
+            f"{where}: no lock at {path.parent.name}/{path.name} beside the stack"
+            f" file; make it with `{remake}` and commit it"
+        ]
     if recorded_digest(text) != digest:
-        return [f"{where}: the pins ({pins}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
-                f" `{remake}` and commit the new lock"]
+        return [
+            f"{where}: the pins ({pins}) changed since {LOCKS_DIR}/{path.name} was made; re-lock with"
+            f" `{remake}` and commit the new lock"
+        ]
     why = tampered(text)
     if why:
         return [f"{where}: {LOCKS_DIR}/{path.name}: {why}; re-lock with `{remake}` and commit the new lock"]
@@ -327,8 +366,12 @@ def cpu_root_requirements(stack) -> list[str]:
 def cpu_pins_digest(stack, overrides: list[str]) -> str:
     """The pins and the host's overrides; the Python it was resolved for is in the header (a
     wrong one fails `uv pip sync --require-hashes` on the host, naming the missing wheel)."""
-    pins = {"format": LOCK_FORMAT, "platform": CPU_PLATFORM,
-            "requirements": cpu_root_requirements(stack), "overrides": sorted(overrides)}
+    pins = {
+        "format": LOCK_FORMAT,
+        "platform": CPU_PLATFORM,
+        "requirements": cpu_root_requirements(stack),
+        "overrides": sorted(overrides),
+    }
     return _digest(pins)
 
 
@@ -338,13 +381,18 @@ def cpu_lock_command(stack_file: str, stack_id: str, python: str, overrides: lis
 
 
 def cpu_header(stack, stack_file: str, python: str, overrides: list[str]) -> str:
-    return "\n".join([
-        f"# inference-host CPU lock of stack {stack.id} ({stack_file}); do not edit by hand.",
-        f"# made by: {cpu_lock_command(stack_file, stack.id, python, overrides)}",
-        f"# resolves: {' '.join(cpu_root_requirements(stack))} (overrides: {' '.join(overrides)})",
-        f"# for: CPython {python}, {CPU_PLATFORM}",
-        DIGEST_LINE + cpu_pins_digest(stack, overrides),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f"# inference-host CPU lock of stack {stack.id} ({stack_file}); do not edit by hand.",
+                f"# made by: {cpu_lock_command(stack_file, stack.id, python, overrides)}",
+                f"# resolves: {' '.join(cpu_root_requirements(stack))} (overrides: {' '.join(overrides)})",
+                f"# for: CPython {python}, {CPU_PLATFORM}",
+                DIGEST_LINE + cpu_pins_digest(stack, overrides),
+            ]
+        )
+        + "\n"
+    )
 
 
 # --- the gateway's environment (roles/gateway): smg and its requirements, locked the same way --
@@ -366,19 +414,38 @@ def gateway_roots(version: str) -> list[str]:
 
 
 def gateway_pins_digest(version: str) -> str:
-    return _digest({"format": LOCK_FORMAT, "platform": TARGET_PLATFORM, "python": GATEWAY_PYTHON,
-                    "requirements": gateway_roots(version)})
+    return _digest(
+        {
+            "format": LOCK_FORMAT,
+            "platform": TARGET_PLATFORM,
+            "python": GATEWAY_PYTHON,
+            "requirements": gateway_roots(version),
+        }
+    )
 
 
 def gateway_header(version: str, stack_file: str) -> str:
-    return _header(f"the gateway smg {version}", stack_file, gateway_lock_command(stack_file, version),
-                   gateway_roots(version), f"CPython {GATEWAY_PYTHON}, {TARGET_PLATFORM}", [],
-                   gateway_pins_digest(version))
+    return _header(
+        f"the gateway smg {version}",
+        stack_file,
+        gateway_lock_command(stack_file, version),
+        gateway_roots(version),
+        f"CPython {GATEWAY_PYTHON}, {TARGET_PLATFORM}",
+        [],
+        gateway_pins_digest(version),
+    )
 
 
 def stale_gateway_lock_problems(stack_file: Path, shown: str, versions) -> list[str]:
     """One problem per gateway_version whose lock is missing or was made from other pins."""
-    return [problem for version in sorted(versions) for problem in _stale(
-        lock_path(stack_file, gateway_lock_name(version)), f"{shown}: gateway_version {version}",
-        gateway_lock_command(shown, version), gateway_pins_digest(version),
-        f"{' '.join(gateway_roots(version))}, python {GATEWAY_PYTHON}")]
+    return [
+        problem
+        for version in sorted(versions)
+        for problem in _stale(
+            lock_path(stack_file, gateway_lock_name(version)),
+            f"{shown}: gateway_version {version}",
+            gateway_lock_command(shown, version),
+            gateway_pins_digest(version),
+            f"{' '.join(gateway_roots(version))}, python {GATEWAY_PYTHON}",
+        )
+    ]

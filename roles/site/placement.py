@@ -10,8 +10,16 @@ from roles.site.weights import weight_sets_of
 # The sysctls a container can set for itself: those of its own IPC and network namespaces, as
 # runc allows them (opencontainers/runc libcontainer/configs/validate/validator.go, `sysctl`).
 # Every other key (kernel.numa_balancing, vm.*) is the shared kernel's, so the node's to write.
-_IPC_SYSCTLS = {"kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall",
-                "kernel.shmmax", "kernel.shmmni", "kernel.shm_rmid_forced"}
+_IPC_SYSCTLS = {
+    "kernel.msgmax",
+    "kernel.msgmnb",
+    "kernel.msgmni",
+    "kernel.sem",
+    "kernel.shmall",
+    "kernel.shmmax",
+    "kernel.shmmni",
+    "kernel.shm_rmid_forced",
+}
 _NAMESPACED_PREFIXES = ("net.", "fs.mqueue.")
 
 
@@ -45,7 +53,8 @@ def sysctl_conflicts(node: HostSettings, site_hosts: dict[str, HostSettings]) ->
         if first[0] != value:
             problems.append(
                 f"base_sysctl {key} = {value!r} on LXC guest {guest} but {first[0]!r} on {first[1]}:"
-                f" the key is the shared kernel's, written once on node {node.name}; expected one value")
+                f" the key is the shared kernel's, written once on node {node.name}; expected one value"
+            )
     return problems
 
 

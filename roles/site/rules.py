@@ -42,21 +42,40 @@ class RoleChecks:
 NO_ROLE_CHECKS = RoleChecks()
 
 
-def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                problems: list[str], stack: Stack | None = None,
-                checks: RoleChecks = NO_ROLE_CHECKS) -> None:
+def check_site(
+    site_hosts: dict[str, HostSettings],
+    where: str,
+    secret_names,
+    secrets_file,
+    problems: list[str],
+    stack: Stack | None = None,
+    checks: RoleChecks = NO_ROLE_CHECKS,
+) -> None:
     vmids: dict[int, str] = {}
     gpu_owner: dict[str, tuple[str, str]] = {}
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
-        if not host.valid("gpu_count", "guest_gpu_addresses", "guest_vmid",
-                          "guest_node", "guest_features", "guest_unprivileged", "serving_host",
-                          "serving_api_key_secret", "serving_hf_token_secret", "serving_speculative"):
+        if not host.valid(
+            "gpu_count",
+            "guest_gpu_addresses",
+            "guest_vmid",
+            "guest_node",
+            "guest_features",
+            "guest_unprivileged",
+            "serving_host",
+            "serving_api_key_secret",
+            "serving_hf_token_secret",
+            "serving_speculative",
+        ):
             continue  # its own message already names the mistake
         if host.in_group("gpu_nodes") and gpu.count < 1:
             problems.append(f"{here}: gpu_count = {gpu.count} is invalid; a gpu node needs an integer >= 1")
-        if host.in_group("gpu_nodes") and host.serving.host not in ("127.0.0.1", "::1") and not host.serving.api_key_secret:
+        if (
+            host.in_group("gpu_nodes")
+            and host.serving.host not in ("127.0.0.1", "::1")
+            and not host.serving.api_key_secret
+        ):
             problems.append(
                 f"{here}: serving_host = {host.serving.host!r} exposes the server beyond this host"
                 " without serving_api_key_secret; expected an API key secret or serving_host = '127.0.0.1'"
@@ -64,23 +83,30 @@ def check_site(site_hosts: dict[str, HostSettings], where: str, secret_names, se
         for key in ("api_key_secret", "hf_token_secret"):
             ref = getattr(host.serving, key)
             if ref and secret_names is not None and ref not in secret_names:
-                problems.append(f"{here}: serving_{key} = {ref!r} names no secret in"
-                                f" {_vault_state(secrets_file, secret_names)}")
+                problems.append(
+                    f"{here}: serving_{key} = {ref!r} names no secret in {_vault_state(secrets_file, secret_names)}"
+                )
         if host.sglang.install_leave_out and host.sglang.install_mode == "full":
-            problems.append(f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
-                            " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
-                            " no leave-out or sglang_install_mode = 'no-gpu-deps'")
+            problems.append(
+                f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
+                " sglang_install_mode = 'full'; a full environment is the whole lock, expected"
+                " no leave-out or sglang_install_mode = 'no-gpu-deps'"
+            )
         speculative_problem = _speculative_problem(host.serving.speculative)
         if speculative_problem:
             problems.append(f"{here}: {speculative_problem}")
         elif host.in_group("gpu_nodes") and stack is not None:
-            speculative = [p for check in checks.speculative if host.speculative
-                           for p in check(host, stack, Path(where).parent)]
+            speculative = [
+                p for check in checks.speculative if host.speculative for p in check(host, stack, Path(where).parent)
+            ]
             # e.g. the command line rendered per release, checked against that release's real CLI;
             # a bad speculative value is named once, by its own check.
             for check in checks.engine:
-                problems.extend(f"{here}: {p}" for p in check(host, site_hosts, stack.active)
-                                if not (speculative and "--speculative-" in p))
+                problems.extend(
+                    f"{here}: {p}"
+                    for p in check(host, site_hosts, stack.active)
+                    if not (speculative and "--speculative-" in p)
+                )
             problems.extend(f"{here}: {p}" for p in speculative)
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
@@ -100,8 +126,10 @@ def _vault_state(secrets_file: str | None, secret_names) -> str:
     """The vault as it is, for a reference to a key it lacks (an unreadable vault is named by its
     own line, and its references are not judged: secret_names None)."""
     if not secrets_file:
-        return ("the vault (no secrets_file set); expected secrets_file = '<file>.vault.yml' beside the inventory"
-                " (python -m roles.site.vault set FILE NAME makes it)")
+        return (
+            "the vault (no secrets_file set); expected secrets_file = '<file>.vault.yml' beside the inventory"
+            " (python -m roles.site.vault set FILE NAME makes it)"
+        )
     if not secret_names:
         return f"{secrets_file}, which has no keys; expected a key set with python -m roles.site.vault set {secrets_file} NAME"
     return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
@@ -122,27 +150,46 @@ def _unreachable_by(monitor: HostSettings, host: HostSettings) -> list[str]:
             binds.append(("serving_host", host.serving.host))
     if host.in_group("gateways"):
         binds.append(("gateway_prometheus_host", host.gateway.prometheus_host))
-    return [f"{key} = {value!r} cannot be scraped by the monitors host {monitor.name}; expected an address"
-            " it reaches (the host's private address), or put the monitor on this host"
-            for key, value in binds if value in LOOPBACK and host.valid(key)]
+    return [
+        f"{key} = {value!r} cannot be scraped by the monitors host {monitor.name}; expected an address"
+        " it reaches (the host's private address), or put the monitor on this host"
+        for key, value in binds
+        if value in LOOPBACK and host.valid(key)
+    ]
 
 
-def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_names, secrets_file,
-                      problems: list[str], stack: Stack | None) -> None:
+def _check_monitoring(
+    site_hosts: dict[str, HostSettings],
+    where: str,
+    secret_names,
+    secrets_file,
+    problems: list[str],
+    stack: Stack | None,
+) -> None:
     """The monitors group: its pins, receiver and secrets; every gpu node: the checks' budget."""
     monitors = [h for h in site_hosts.values() if h.in_group("monitors")]
     if monitors and stack is not None and stack.monitoring is None:
-        problems.append(f"{where}: the monitors group needs the monitoring package pins in {stack.file};"
-                        " expected a `monitoring:` mapping (debian12, ubuntu2404, dcgm_exporter; see inventory/stack.yml)")
+        problems.append(
+            f"{where}: the monitors group needs the monitoring package pins in {stack.file};"
+            " expected a `monitoring:` mapping (debian12, ubuntu2404, dcgm_exporter; see inventory/stack.yml)"
+        )
     for host in site_hosts.values():
         here, m = f"{where}: host {host.name}", host.monitoring
-        if (monitors and host.in_group("gpu_nodes") and host.valid("monitoring_check_timeout_s", "monitoring_check_interval")
-                and m.check_timeout_s >= m.check_interval_seconds):
-            problems.append(f"{here}: monitoring_check_timeout_s = {m.check_timeout_s} is not below"
-                            f" monitoring_check_interval = {m.check_interval!r}; expected a run shorter than its interval")
+        if (
+            monitors
+            and host.in_group("gpu_nodes")
+            and host.valid("monitoring_check_timeout_s", "monitoring_check_interval")
+            and m.check_timeout_s >= m.check_interval_seconds
+        ):
+            problems.append(
+                f"{here}: monitoring_check_timeout_s = {m.check_timeout_s} is not below"
+                f" monitoring_check_interval = {m.check_interval!r}; expected a run shorter than its interval"
+            )
         if monitors and host.in_group("gpu_nodes") and m.node_exporter_port == m.dcgm_exporter_port:
-            problems.append(f"{here}: monitoring_dcgm_exporter_port = {m.dcgm_exporter_port} equals"
-                            " monitoring_node_exporter_port; expected two different ports")
+            problems.append(
+                f"{here}: monitoring_dcgm_exporter_port = {m.dcgm_exporter_port} equals"
+                " monitoring_node_exporter_port; expected two different ports"
+            )
         for mon in monitors:
             problems.extend(f"{here}: {p}" for p in _unreachable_by(mon, host))
         if not host.in_group("monitors"):
@@ -150,53 +197,74 @@ def _check_monitoring(site_hosts: dict[str, HostSettings], where: str, secret_na
         for key in ("web_password_secret", "email_auth_password_secret"):
             ref = getattr(m, key)
             if ref and secret_names is not None and ref not in secret_names and host.valid(f"monitoring_{key}"):
-                problems.append(f"{here}: monitoring_{key} = {ref!r} names no secret in"
-                                f" {_vault_state(secrets_file, secret_names)}")
+                problems.append(
+                    f"{here}: monitoring_{key} = {ref!r} names no secret in {_vault_state(secrets_file, secret_names)}"
+                )
         if m.web_password_secret is None and m.listen_address not in LOOPBACK:
-            problems.append(f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
-                            " Alertmanager without monitoring_web_password_secret; expected a vault secret"
-                            " (basic auth) or monitoring_listen_address = '127.0.0.1'")
+            problems.append(
+                f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
+                " Alertmanager without monitoring_web_password_secret; expected a vault secret"
+                " (basic auth) or monitoring_listen_address = '127.0.0.1'"
+            )
         if m.webhook_url is None and m.email_to is None and host.valid("monitoring_webhook_url", "monitoring_email_to"):
-            problems.append(f"{here}: the monitors group has no receiver; expected monitoring_webhook_url"
-                            " or monitoring_email_to (with monitoring_email_from and monitoring_email_smarthost)")
+            problems.append(
+                f"{here}: the monitors group has no receiver; expected monitoring_webhook_url"
+                " or monitoring_email_to (with monitoring_email_from and monitoring_email_smarthost)"
+            )
         if m.email_to and not (m.email_from and m.email_smarthost):
-            problems.append(f"{here}: monitoring_email_to = {m.email_to!r} needs monitoring_email_from and"
-                            " monitoring_email_smarthost; expected both set")
+            problems.append(
+                f"{here}: monitoring_email_to = {m.email_to!r} needs monitoring_email_from and"
+                " monitoring_email_smarthost; expected both set"
+            )
         if m.prometheus_port == m.alertmanager_port:
-            problems.append(f"{here}: monitoring_alertmanager_port = {m.alertmanager_port} equals"
-                            " monitoring_prometheus_port; expected two different ports")
+            problems.append(
+                f"{here}: monitoring_alertmanager_port = {m.alertmanager_port} equals"
+                " monitoring_prometheus_port; expected two different ports"
+            )
 
 
-def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: list[str],
-                    stack: Stack | None = None, gateway_checks: tuple[GatewayCheck, ...] = ()) -> None:
+def _check_topology(
+    site_hosts: dict[str, HostSettings],
+    where: str,
+    problems: list[str],
+    stack: Stack | None = None,
+    gateway_checks: tuple[GatewayCheck, ...] = (),
+) -> None:
     """serving_topology across the gpu nodes, and what the gateways need to reach them."""
     nodes = [h for h in site_hosts.values() if h.in_group("gpu_nodes") and h.valid("serving_topology")]
     topologies = {h.serving.topology for h in nodes}
     if len(topologies) > 1:
-        problems.append(f"{where}: serving_topology differs between gpu nodes ("
-                        + ", ".join(f"{h.name}: {h.serving.topology}" for h in nodes)
-                        + "); expected one value for the whole gpu_nodes group (set it in group_data)")
+        problems.append(
+            f"{where}: serving_topology differs between gpu nodes ("
+            + ", ".join(f"{h.name}: {h.serving.topology}" for h in nodes)
+            + "); expected one value for the whole gpu_nodes group (set it in group_data)"
+        )
         return
     if topologies == {"tensor_parallel"} and len(nodes) > 1 and stack and stack.active.engine != "sglang":
         # roles/serving renders the multi-node group (--nnodes/--node-rank/--dist-init-addr) for
         # SGLang only; vLLM spreads a model over nodes through a Ray cluster, which this project
         # does not set up. Rendering each node alone would run 2 unrelated servers.
-        problems.append(f"{where}: serving_topology = 'tensor_parallel' across {len(nodes)} gpu nodes needs an"
-                        f" SGLang stack; the active stack {stack.active.id} is {stack.active.engine}"
-                        " (expected serving_topology = 'replicas', or an sglang stack)")
+        problems.append(
+            f"{where}: serving_topology = 'tensor_parallel' across {len(nodes)} gpu nodes needs an"
+            f" SGLang stack; the active stack {stack.active.id} is {stack.active.engine}"
+            " (expected serving_topology = 'replicas', or an sglang stack)"
+        )
     if topologies == {"tensor_parallel"} and len(nodes) > 1:
         counts = {h.gpu.count for h in nodes}
         if len(counts) > 1:
             # sglang gives every node tp_size // nnodes GPUs (srt/entrypoints/engine.py, 0.5.9).
-            problems.append(f"{where}: serving_topology = 'tensor_parallel' needs the same gpu_count on every"
-                            " gpu node (SGLang gives each node tp_size / nnodes GPUs); found "
-                            + ", ".join(f"{h.name}: {h.gpu.count}" for h in nodes))
+            problems.append(
+                f"{where}: serving_topology = 'tensor_parallel' needs the same gpu_count on every"
+                " gpu node (SGLang gives each node tp_size / nnodes GPUs); found "
+                + ", ".join(f"{h.name}: {h.gpu.count}" for h in nodes)
+            )
         for host in nodes:
             if host.valid("nccl_ib_disable") and host.nccl.ib_disable is None:
                 problems.append(
                     f"{where}: host {host.name}: nccl_ib_disable is unset, but serving_topology ="
                     " 'tensor_parallel' sends the all-reduce between nodes; expected True (TCP sockets"
-                    " over nccl_socket_ifname: works on any network, slow) or False (InfiniBand/RoCE)")
+                    " over nccl_socket_ifname: works on any network, slow) or False (InfiniBand/RoCE)"
+                )
     gateways = [h for h in site_hosts.values() if h.in_group("gateways")]
     if gateways:
         for host in nodes:
@@ -204,19 +272,23 @@ def _check_topology(site_hosts: dict[str, HostSettings], where: str, problems: l
                 problems.append(
                     f"{where}: host {host.name}: serving_host = {host.serving.host!r} cannot be reached by the"
                     " gateways group; expected the node's private address (the gateway checks the API key"
-                    " in front of it)")
+                    " in front of it)"
+                )
         for gateway in gateways:
             for check in gateway_checks:
                 problems.extend(f"{where}: host {gateway.name}: {p}" for p in check(gateway, site_hosts))
             keys = {h.serving.api_key_secret for h in nodes}
             if len(keys) > 1:
-                problems.append(f"{where}: the gpu nodes behind gateway {gateway.name} have different"
-                                " serving_api_key_secret values; expected one key for all replicas (the gateway"
-                                " checks it and passes it on)")
+                problems.append(
+                    f"{where}: the gpu nodes behind gateway {gateway.name} have different"
+                    " serving_api_key_secret values; expected one key for all replicas (the gateway"
+                    " checks it and passes it on)"
+                )
             elif keys == {None} and gateway.gateway.host not in ("127.0.0.1", "::1"):
                 problems.append(
                     f"{where}: host {gateway.name}: gateway_host = {gateway.gateway.host!r} serves without an API"
-                    " key; expected serving_api_key_secret on the gpu nodes (the gateway checks that key)")
+                    " key; expected serving_api_key_secret on the gpu nodes (the gateway checks that key)"
+                )
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:
@@ -268,8 +340,9 @@ def _check_guest(host: HostSettings, here: str, site_hosts, vmids, gpu_owner, pr
     for address in guest.gpu_addresses:
         if address in gpu_owner:
             other, other_kind = gpu_owner[address]
-            why = ("; never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once"
-                   if other_kind != kind else "")
+            why = (
+                "; never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once" if other_kind != kind else ""
+            )
             problems.append(
                 f"{here}: guest_gpu_addresses has {address}, already given to {other};"
                 f" expected each GPU in at most one guest{why}"
@@ -307,24 +380,35 @@ def _check_guest_address(host: HostSettings, here: str, problems: list[str]) -> 
         return
     interface = ipaddress.ip_interface(guest.ip)
     network = interface.network
-    if interface.version == 4 and network.prefixlen <= 30 and interface.ip in (network.network_address,
-                                                                           network.broadcast_address):
+    if (
+        interface.version == 4
+        and network.prefixlen <= 30
+        and interface.ip in (network.network_address, network.broadcast_address)
+    ):
         which = "network" if interface.ip == network.network_address else "broadcast"
-        problems.append(f"{here}: guest_ip = {guest.ip!r} is the {which} address of {network}; expected a host"
-                        f" address of the subnet ({network.network_address + 1} to {network.broadcast_address - 1})")
+        problems.append(
+            f"{here}: guest_ip = {guest.ip!r} is the {which} address of {network}; expected a host"
+            f" address of the subnet ({network.network_address + 1} to {network.broadcast_address - 1})"
+        )
     if not guest.gateway:
         return
     gateway = ipaddress.ip_address(guest.gateway)
     if interface.version != gateway.version:
-        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway.version} but guest_ip ="
-                        f" {guest.ip!r} is IPv{interface.version}; expected a gateway of the same family"
-                        " (Proxmox writes ip/gw and ip6/gw6 as pairs)")
+        problems.append(
+            f"{here}: guest_gateway = {guest.gateway!r} is IPv{gateway.version} but guest_ip ="
+            f" {guest.ip!r} is IPv{interface.version}; expected a gateway of the same family"
+            " (Proxmox writes ip/gw and ip6/gw6 as pairs)"
+        )
     elif gateway == interface.ip:
-        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is the guest's own address (guest_ip ="
-                        f" {guest.ip!r}); expected the router of its subnet {network}")
+        problems.append(
+            f"{here}: guest_gateway = {guest.gateway!r} is the guest's own address (guest_ip ="
+            f" {guest.ip!r}); expected the router of its subnet {network}"
+        )
     elif gateway not in network:
-        problems.append(f"{here}: guest_gateway = {guest.gateway!r} is outside the guest's subnet {network}"
-                        f" (guest_ip = {guest.ip!r}); expected a router the guest reaches on its own link, inside {network}")
+        problems.append(
+            f"{here}: guest_gateway = {guest.gateway!r} is outside the guest's subnet {network}"
+            f" (guest_ip = {guest.ip!r}); expected a router the guest reaches on its own link, inside {network}"
+        )
 
 
 def _check_guest_ips(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
@@ -341,8 +425,10 @@ def _check_guest_ips(site_hosts: dict[str, HostSettings], where: str, problems: 
         address = ipaddress.ip_interface(host.guest.ip).ip
         first = owner.setdefault(address, host.name)
         if first != host.name:
-            problems.append(f"{where}: host {host.name}: guest_ip = {host.guest.ip!r} is {first}'s address too;"
-                            " expected one IP address per guest (two machines on one IP answer for each other)")
+            problems.append(
+                f"{where}: host {host.name}: guest_ip = {host.guest.ip!r} is {first}'s address too;"
+                " expected one IP address per guest (two machines on one IP answer for each other)"
+            )
 
 
 def is_ip_text(value: str) -> bool:
@@ -358,8 +444,12 @@ def is_ip_text(value: str) -> bool:
 # host the SSH server the deploy itself comes in by (22, or the host's ssh_port); on a Proxmox
 # node its own daemons (pve-manager: pveproxy 8006 for the web UI and API, spiceproxy 3128,
 # pvedaemon 85 on loopback; rpcbind 111, installed with the NFS client).
-PROXMOX_PORTS = {8006: "pveproxy (Proxmox's web UI and API)", 3128: "spiceproxy (Proxmox's SPICE proxy)",
-                 85: "pvedaemon (Proxmox's API daemon)", 111: "rpcbind"}
+PROXMOX_PORTS = {
+    8006: "pveproxy (Proxmox's web UI and API)",
+    3128: "spiceproxy (Proxmox's SPICE proxy)",
+    85: "pvedaemon (Proxmox's API daemon)",
+    111: "rpcbind",
+}
 
 
 def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
@@ -370,13 +460,17 @@ def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
         if host.serving.topology == "tensor_parallel":  # rank 0's torch.distributed store
             ports.append(("serving_dist_init_port", host.serving.dist_init_port))
         if monitored:
-            ports += [("monitoring_node_exporter_port", host.monitoring.node_exporter_port),
-                      ("monitoring_dcgm_exporter_port", host.monitoring.dcgm_exporter_port)]
+            ports += [
+                ("monitoring_node_exporter_port", host.monitoring.node_exporter_port),
+                ("monitoring_dcgm_exporter_port", host.monitoring.dcgm_exporter_port),
+            ]
     if host.in_group("gateways"):
         ports += [("gateway_port", host.gateway.port), ("gateway_prometheus_port", host.gateway.prometheus_port)]
     if host.in_group("monitors"):
-        ports += [("monitoring_prometheus_port", host.monitoring.prometheus_port),
-                  ("monitoring_alertmanager_port", host.monitoring.alertmanager_port)]
+        ports += [
+            ("monitoring_prometheus_port", host.monitoring.prometheus_port),
+            ("monitoring_alertmanager_port", host.monitoring.alertmanager_port),
+        ]
     return [(key, port) for key, port in ports if host.valid(key)]
 
 
@@ -394,11 +488,15 @@ def _check_ports(site_hosts: dict[str, HostSettings], where: str, problems: list
         seen: dict[int, str] = {}
         for key, port in _our_ports(host, monitored):
             if port in reserved:
-                problems.append(f"{where}: host {host.name}: {key} = {port} is the port of {reserved[port]} on this"
-                                " host; expected a free port")
+                problems.append(
+                    f"{where}: host {host.name}: {key} = {port} is the port of {reserved[port]} on this"
+                    " host; expected a free port"
+                )
             elif port in seen and not (seen[port].startswith("monitoring_") and key.startswith("monitoring_")):
-                problems.append(f"{where}: host {host.name}: {key} = {port} is {seen[port]} too on this host;"
-                                " expected two different ports (one listener per port)")
+                problems.append(
+                    f"{where}: host {host.name}: {key} = {port} is {seen[port]} too on this host;"
+                    " expected two different ports (one listener per port)"
+                )
             seen.setdefault(port, key)
 
 
@@ -407,40 +505,54 @@ def _check_lxc_indices(host: HostSettings, here: str, problems: list[str]) -> No
     # nvidia-caps nodes (at most 2) take up to 5 more.
     devices = len(host.guest.gpu_addresses) + 5 if host.guest.gpu_addresses else 0
     if devices > LXC_MAX_DEVICES:
-        problems.append(f"{here}: guest_gpu_addresses needs dev0..dev{devices - 1};"
-                        f" expected at most {LXC_MAX_DEVICES} device entries (dev0-dev255)")
+        problems.append(
+            f"{here}: guest_gpu_addresses needs dev0..dev{devices - 1};"
+            f" expected at most {LXC_MAX_DEVICES} device entries (dev0-dev255)"
+        )
     if len(host.guest.mount_points) > LXC_MAX_MOUNT_POINTS:
-        problems.append(f"{here}: guest_mount_points has {len(host.guest.mount_points)} entries;"
-                        f" expected at most {LXC_MAX_MOUNT_POINTS} (mp0-mp255)")
+        problems.append(
+            f"{here}: guest_mount_points has {len(host.guest.mount_points)} entries;"
+            f" expected at most {LXC_MAX_MOUNT_POINTS} (mp0-mp255)"
+        )
 
 
 def _check_kvm_passthrough(host: HostSettings, here: str, problems: list[str]) -> None:
     guest = host.guest
     if len(guest.gpu_addresses) > KVM_MAX_HOSTPCI:
-        problems.append(f"{here}: guest_gpu_addresses lists {len(guest.gpu_addresses)} GPUs;"
-                        f" expected at most {KVM_MAX_HOSTPCI} per VM (hostpci0-hostpci15)")
+        problems.append(
+            f"{here}: guest_gpu_addresses lists {len(guest.gpu_addresses)} GPUs;"
+            f" expected at most {KVM_MAX_HOSTPCI} per VM (hostpci0-hostpci15)"
+        )
     if guest.pcie and guest.gpu_addresses and not guest.machine.startswith(("q35", "pc-q35")):
-        problems.append(f"{here}: guest_machine = {guest.machine!r} with guest_pcie = True;"
-                        " expected a q35 machine (pcie=1 needs q35) or guest_pcie = False")
+        problems.append(
+            f"{here}: guest_machine = {guest.machine!r} with guest_pcie = True;"
+            " expected a q35 machine (pcie=1 needs q35) or guest_pcie = False"
+        )
     if len(guest.x_vga_addresses) > 1:
-        problems.append(f"{here}: guest_x_vga_addresses = {guest.x_vga_addresses!r};"
-                        " expected at most one x-vga device per VM")
+        problems.append(
+            f"{here}: guest_x_vga_addresses = {guest.x_vga_addresses!r}; expected at most one x-vga device per VM"
+        )
     for address in guest.x_vga_addresses:
         if address not in guest.gpu_addresses:
-            problems.append(f"{here}: guest_x_vga_addresses has {address}, which is not in"
-                            " guest_gpu_addresses; expected one of the guest's GPUs")
+            problems.append(
+                f"{here}: guest_x_vga_addresses has {address}, which is not in"
+                " guest_gpu_addresses; expected one of the guest's GPUs"
+            )
     # 16 GB and more of VRAM means a BAR beyond what a default CPU model and SeaBIOS map.
     if guest.gpu_addresses and host.gpu.memory_gib >= 16:
         if guest.cpu != "host" and "phys-bits=" not in guest.cpu:
-            problems.append(f"{here}: guest_cpu = {guest.cpu!r} with {host.gpu.memory_gib} GB GPUs;"
-                            " expected 'host' or a CPU type with phys-bits=host (large BARs)")
+            problems.append(
+                f"{here}: guest_cpu = {guest.cpu!r} with {host.gpu.memory_gib} GB GPUs;"
+                " expected 'host' or a CPU type with phys-bits=host (large BARs)"
+            )
         if guest.bios != "ovmf":
-            problems.append(f"{here}: guest_bios = {guest.bios!r} with {host.gpu.memory_gib} GB GPUs;"
-                            " expected 'ovmf' (with an efidisk) for large BARs")
+            problems.append(
+                f"{here}: guest_bios = {guest.bios!r} with {host.gpu.memory_gib} GB GPUs;"
+                " expected 'ovmf' (with an efidisk) for large BARs"
+            )
 
 
-def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, where: str,
-                        problems: list[str]) -> None:
+def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, where: str, problems: list[str]) -> None:
     """Proxmox binds a GPU's whole IOMMU group to vfio-pci: a group belongs to one guest."""
     for node in (h for h in site_hosts.values() if h.in_group("proxmox_hosts")):
         group_owner: dict[int, tuple[str, str]] = {}
@@ -457,8 +569,9 @@ def _check_iommu_groups(site_hosts: dict[str, HostSettings], gpu_owner: dict, wh
                 )
 
 
-def check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None, where: str,
-                        problems: list[str]) -> None:
+def check_driver_match(
+    site_hosts: dict[str, HostSettings], stack: Stack | None, where: str, problems: list[str]
+) -> None:
     """An LXC guest uses the node's kernel module: its userspace must be the same version."""
     default = stack.driver_version if stack else None
     for host in site_hosts.values():
@@ -473,4 +586,3 @@ def check_driver_match(site_hosts: dict[str, HostSettings], stack: Stack | None,
                 f" runs {node_version!r} (proxmox_driver_version); expected exactly the host's"
                 " driver version in an LXC guest"
             )
-

@@ -24,18 +24,29 @@ from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import Stack
 
-__all__ = ["KNOWN_GROUPS", "PROJECT_ROOT", "SECTIONS", "SITE_KEYS", "HostSettings", "Site", "address_of",
-           "build_host", "control_character_problem", "host_name_problem", "secret_problem", "section_keys",
-           "type_text"]
+__all__ = [
+    "KNOWN_GROUPS",
+    "PROJECT_ROOT",
+    "SECTIONS",
+    "SITE_KEYS",
+    "HostSettings",
+    "Site",
+    "address_of",
+    "build_host",
+    "control_character_problem",
+    "host_name_problem",
+    "secret_problem",
+    "section_keys",
+    "type_text",
+]
 
-KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways",
-                "monitors")
+KNOWN_GROUPS = ("proxmox_hosts", "lxc_guests", "kvm_guests", "gpu_nodes", "builders", "gateways", "monitors")
 
 # Keys that are not role settings: where the stack and secrets live.
 SITE_KEYS = {
     "stack_file": "path of the stack file, relative to the inventory (default: stack.yml)",
     "stack": "id of the stack this inventory serves with, one of the stack file's `stacks`"
-             " (default: the stack file's `active`)",
+    " (default: the stack file's `active`)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
 
@@ -50,8 +61,12 @@ def _with_sections(cls: type) -> type:
     keys), then `invalid_keys`. The fields come from that one list, so a new section is a
     new attribute without an edit here."""
     own = dict(cls.__annotations__)
-    cls.__annotations__ = {"name": own.pop("name"), "groups": own.pop("groups"),
-                           **{attribute_of(section): section for section in SECTIONS}, **own}
+    cls.__annotations__ = {
+        "name": own.pop("name"),
+        "groups": own.pop("groups"),
+        **{attribute_of(section): section for section in SECTIONS},
+        **own,
+    }
     for section in SECTIONS:
         setattr(cls, attribute_of(section), dataclasses.field(default_factory=section))
     return dataclass(frozen=True)(cls)
@@ -143,19 +158,24 @@ def control_character_problem(value: Any, path: str = "") -> str | None:
     if isinstance(value, str):
         found = CONTROL_CHARACTER_RE.search(value)
         if found:
-            return (f"has the control character {found.group()!r} at position {found.start()}{path};"
-                    " expected text without newlines, tabs, NUL or other control characters")
+            return (
+                f"has the control character {found.group()!r} at position {found.start()}{path};"
+                " expected text without newlines, tabs, NUL or other control characters"
+            )
         invisible = next(((i, c) for i, c in enumerate(value) if is_invisible(c)), None)
         if invisible:
             position, character = invisible
-            return (f"has the invisible character {escaped(character)} ({unicodedata.name(character, 'unnamed')})"
-                    f" at position {position}{path}; expected text without invisible, format or look-alike space"
-                    " characters")
+            return (
+                f"has the invisible character {escaped(character)} ({unicodedata.name(character, 'unnamed')})"
+                f" at position {position}{path}; expected text without invisible, format or look-alike space"
+                " characters"
+            )
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = (control_character_problem(key, f" of the key {shown(key)}")
-                       or control_character_problem(item, f" of [{shown(key)}]"))
+            problem = control_character_problem(key, f" of the key {shown(key)}") or control_character_problem(
+                item, f" of [{shown(key)}]"
+            )
             if problem:
                 return problem
     elif isinstance(value, (list, tuple)):
@@ -172,8 +192,10 @@ def number_problem(value: Any) -> str | None:
     so 10**30 became an error on the host, or a wrapped value; a float must be finite."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int) and not -2**63 <= value < 2**63:
-        return f"is beyond a 64-bit integer ({len(str(abs(value)))} digits); expected a number the host's tools can read"
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return (
+            f"is beyond a 64-bit integer ({len(str(abs(value)))} digits); expected a number the host's tools can read"
+        )
     if isinstance(value, float) and not math.isfinite(value):
         return "is not a finite number; expected a finite number"
     if isinstance(value, dict):
@@ -205,8 +227,13 @@ def secret_problem(value: Any, path: str = "") -> str | None:
     for key, item in items:
         where = f"{path}[{shown(key)}]"
         if isinstance(key, str) and SECRET_KEY_RE.match(key) and isinstance(item, str) and item:
-            setting = ("serving_hf_token_secret" if key.upper().startswith(("HF_", "HUGGING"))
-                       else "serving_api_key_secret" if "API" in key.upper() else "a *_secret setting")
+            setting = (
+                "serving_hf_token_secret"
+                if key.upper().startswith(("HF_", "HUGGING"))
+                else "serving_api_key_secret"
+                if "API" in key.upper()
+                else "a *_secret setting"
+            )
             return f"{where} is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)", setting
         found = secret_problem(item, where)
         if found:
@@ -223,10 +250,16 @@ def host_name_problem(name: str) -> str | None:
     odd = next(((i, c) for i, c in enumerate(name) if not c.isascii()), None)
     if odd:
         position, character = odd
-        return (f"{escaped(character)!s} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
-                f" {position} is not ASCII")
+        return (
+            f"{escaped(character)!s} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
+            f" {position} is not ASCII"
+        )
     if name.startswith("@"):
-        return None if re.fullmatch(r"@[A-Za-z0-9._:/@+-]+", name) else "a connector name with a character other than letters, digits and . _ : / @ + -"
+        return (
+            None
+            if re.fullmatch(r"@[A-Za-z0-9._:/@+-]+", name)
+            else "a connector name with a character other than letters, digits and . _ : / @ + -"
+        )
     if is_ip(name):
         return None
     labels = name.rstrip(".").split(".")
@@ -264,11 +297,15 @@ def _section_of(key: str) -> type[Section] | None:
     return max(matches, key=lambda cls: len(cls.PREFIX)) if matches else None
 
 
-def _build_section(cls: type[Section], data: dict, where: str, problems: list[str],
-                   unknown: list[str], invalid: set[str]) -> Section:
+def _build_section(
+    cls: type[Section], data: dict, where: str, problems: list[str], unknown: list[str], invalid: set[str]
+) -> Section:
     # Lists may come as tuples from Python inventories (as they always could).
-    values = {key.removeprefix(cls.PREFIX): list(value) if isinstance(value, tuple) else value
-              for key, value in data.items() if _section_of(key) is cls}
+    values = {
+        key.removeprefix(cls.PREFIX): list(value) if isinstance(value, tuple) else value
+        for key, value in data.items()
+        if _section_of(key) is cls
+    }
     try:
         return cls.model_validate(values)
     except ValidationError as error:
@@ -290,22 +327,22 @@ def _build_section(cls: type[Section], data: dict, where: str, problems: list[st
         return cls.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
-def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
-               problems: list[str]) -> HostSettings:
+def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, problems: list[str]) -> HostSettings:
     """Typed settings of one host from its merged pyinfra data."""
     known = section_keys()
     pyinfra_keys = _pyinfra_keys()
-    unknown = [key for key in data
-               if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
+    unknown = [key for key in data if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
     name_problem = control_character_problem(name)
     if name_problem:  # the name lands in files too (URLs of replicas, the preview's folders)
         value_problems.append(f"{where}: host {shown(name)}: the host name {name_problem}")
     elif host_name_problem(name):
-        value_problems.append(f"{where}: host {shown(name)}: the host name is not a DNS name in ASCII:"
-                              f" {host_name_problem(name)}; expected letters a-z, digits, '-' and dots (RFC 1123)"
-                              " or an IP address")
+        value_problems.append(
+            f"{where}: host {shown(name)}: the host name is not a DNS name in ASCII:"
+            f" {host_name_problem(name)}; expected letters a-z, digits, '-' and dots (RFC 1123)"
+            " or an IP address"
+        )
     for key in data:
         if key in pyinfra_keys and key not in known:
             continue  # pyinfra's own data (a connector's), never written by a role
@@ -315,7 +352,8 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
             value_problems.append(
                 f"{where}: host {name}: {what}, in a plain setting (written in clear to the preview, unit files and"
                 f" command lines); expected it in the vault: python -m roles.site.vault set FILE NAME (value on"
-                f" stdin), named by {setting}")
+                f" stdin), named by {setting}"
+            )
             invalid.add(key)
             continue
         problem = control_character_problem(data[key]) or number_problem(data[key])
@@ -325,8 +363,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str,
     unknown = [key for key in unknown if key not in invalid]  # its own message names it
     data = {key: value for key, value in data.items() if key not in invalid}
     sections = {
-        attribute_of(cls): _build_section(cls, data, f"{where}: host {name}", value_problems,
-                                               unknown, invalid)
+        attribute_of(cls): _build_section(cls, data, f"{where}: host {name}", value_problems, unknown, invalid)
         for cls in SECTIONS
     }
     for key in sorted(unknown, key=list(data).index):

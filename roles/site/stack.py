@@ -65,8 +65,9 @@ class EngineStack:
     kernel: KernelPackage | None
     flashinfer: Version
     flash_attn: Version | None = None
-    flash_attn_source: Annotated[str, check(lambda v: v in ("build", "prebuilt", "none"),
-                                            "'build', 'prebuilt' or 'none'")] = "build"
+    flash_attn_source: Annotated[
+        str, check(lambda v: v in ("build", "prebuilt", "none"), "'build', 'prebuilt' or 'none'")
+    ] = "build"
     engine: Literal["sglang", "vllm"] = "sglang"
     vllm: VllmVersion | None = None
     # Requirements that replace what the resolved packages pin (uv pip compile --overrides),
@@ -138,8 +139,17 @@ class Stack:
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks", "monitoring"}
 DRIVER_FIELDS = {"branch", "version"}
 ENGINE_FIELDS = {
-    "engine", "cuda", "python", "torch", "sglang", "vllm", "kernel", "flashinfer", "flash_attn",
-    "flash_attn_source", "overrides",
+    "engine",
+    "cuda",
+    "python",
+    "torch",
+    "sglang",
+    "vllm",
+    "kernel",
+    "flashinfer",
+    "flash_attn",
+    "flash_attn_source",
+    "overrides",
 }
 # Pins that belong to one engine only: a vLLM stack naming sglang's kernel is a mistake.
 ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_attn"}}
@@ -175,8 +185,7 @@ def _validated(cls: type, values: dict[str, Any], where: str, problems: list[str
 
 
 # The order a stack's problems are named in (the kernel's come first, then these).
-_PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", "torch", "sglang", "vllm",
-              "flashinfer")
+_PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", "torch", "sglang", "vllm", "flashinfer")
 
 
 def _read(path: Path, where: str) -> dict:
@@ -185,8 +194,12 @@ def _read(path: Path, where: str) -> dict:
     except FileNotFoundError:
         raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except UnicodeDecodeError as error:
-        raise SiteError([f"{where}: byte {error.object[error.start]:#04x} at offset {error.start} is not UTF-8;"
-                         " expected a UTF-8 text file"]) from None
+        raise SiteError(
+            [
+                f"{where}: byte {error.object[error.start]:#04x} at offset {error.start} is not UTF-8;"
+                " expected a UTF-8 text file"
+            ]
+        ) from None
     except yaml.YAMLError as error:
         raise SiteError([f"{where}: {yamlfile.one_line(error)}"]) from None
     if not isinstance(raw, dict):
@@ -211,8 +224,13 @@ def load_stack(path: Path) -> Stack:
     top = {"uv": raw.get("uv"), "driver_branch": driver.get("branch"), "driver_version": driver.get("version")}
     _validated(_TopPins, top, where, problems, _TOP_NAMES)
     branch, driver_version = top["driver_branch"], top["driver_version"]
-    if (isinstance(branch, str) and isinstance(driver_version, str) and re.match(r"^\d{3}$", branch)
-            and DRIVER_VERSION_RE.match(driver_version) and not driver_version.startswith(branch + ".")):
+    if (
+        isinstance(branch, str)
+        and isinstance(driver_version, str)
+        and re.match(r"^\d{3}$", branch)
+        and DRIVER_VERSION_RE.match(driver_version)
+        and not driver_version.startswith(branch + ".")
+    ):
         bad("nvidia_driver.version", driver_version, f"a version on branch {branch}")
 
     stacks: dict[str, EngineStack] = {}
@@ -231,8 +249,16 @@ def load_stack(path: Path) -> Stack:
         bad("active", active_id, "the id of one of the stacks: " + ", ".join(ids or ["(none)"]))
     if problems:
         raise SiteError(problems)
-    return Stack(file=where, uv=top["uv"], driver_branch=branch, driver_version=driver_version,
-                 active=stacks[active_id], stacks=stacks, path=str(path.resolve()), monitoring=monitoring)
+    return Stack(
+        file=where,
+        uv=top["uv"],
+        driver_branch=branch,
+        driver_version=driver_version,
+        active=stacks[active_id],
+        stacks=stacks,
+        path=str(path.resolve()),
+        monitoring=monitoring,
+    )
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -271,23 +297,37 @@ def _engine_stack(stack_id: Any, pins: Any, where: str, problems: list[str], bad
             bad(prefix + ".kernel", raw_kernel, "a mapping with package, version, source")
             raw_kernel = {}
         unknown_keys(raw_kernel, KERNEL_FIELDS, prefix + ".kernel.", where, problems)
-        kernel = _validated(KernelPackage, {k: raw_kernel.get(k) for k in ("package", "version")}
-                            | {k: v for k, v in raw_kernel.items() if k == "source"},
-                            where, problems, {k: f"{prefix}.kernel.{k}" for k in KERNEL_FIELDS})
+        kernel = _validated(
+            KernelPackage,
+            {k: raw_kernel.get(k) for k in ("package", "version")}
+            | {k: v for k, v in raw_kernel.items() if k == "source"},
+            where,
+            problems,
+            {k: f"{prefix}.kernel.{k}" for k in KERNEL_FIELDS},
+        )
     found: dict[str, list[str]] = {name: [] for name in _PIN_ORDER}
 
     def pin_problem(field_name: str, value: Any, valid: str) -> None:
-        found[field_name[len(prefix) + 1:].split(".")[0]].append(f"{where}: {field_name} = {shown(value)} is invalid; expected {valid}")
+        found[field_name[len(prefix) + 1 :].split(".")[0]].append(
+            f"{where}: {field_name} = {shown(value)} is invalid; expected {valid}"
+        )
 
     # vLLM's wheel carries its own flash-attention build (vllm/vllm_flash_attn).
     flash_attn_source = pins.get("flash_attn_source", "build" if engine == "sglang" else "none")
-    values = {"id": stack_id, "engine": engine, "cuda": pins.get("cuda"), "python": pins.get("python"),
-              "torch": pins.get("torch"), "flashinfer": pins.get("flashinfer"),
-              "sglang": pins.get("sglang") if engine == "sglang" else None,
-              "vllm": pins.get("vllm") if engine == "vllm" else None,
-              "flash_attn": pins.get("flash_attn") if engine == "sglang" else None,
-              "flash_attn_source": flash_attn_source, "kernel": kernel,
-              "overrides": _overrides(pins.get("overrides", {}), prefix + ".overrides", pin_problem)}
+    values = {
+        "id": stack_id,
+        "engine": engine,
+        "cuda": pins.get("cuda"),
+        "python": pins.get("python"),
+        "torch": pins.get("torch"),
+        "flashinfer": pins.get("flashinfer"),
+        "sglang": pins.get("sglang") if engine == "sglang" else None,
+        "vllm": pins.get("vllm") if engine == "vllm" else None,
+        "flash_attn": pins.get("flash_attn") if engine == "sglang" else None,
+        "flash_attn_source": flash_attn_source,
+        "kernel": kernel,
+        "overrides": _overrides(pins.get("overrides", {}), prefix + ".overrides", pin_problem),
+    }
     if engine == "vllm" and flash_attn_source in ("build", "prebuilt"):
         pin_problem(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
         values["flash_attn_source"] = "none"
@@ -301,8 +341,13 @@ def _engine_stack(stack_id: Any, pins: Any, where: str, problems: list[str], bad
 
 
 def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> MonitoringPins | None:
-    valid = ("a mapping of " + ", ".join(MONITORING_DISTROS) + " (each: "
-             + ", ".join(MONITORING_PACKAGES) + " -> exact apt version) and dcgm_exporter")
+    valid = (
+        "a mapping of "
+        + ", ".join(MONITORING_DISTROS)
+        + " (each: "
+        + ", ".join(MONITORING_PACKAGES)
+        + " -> exact apt version) and dcgm_exporter"
+    )
     if not isinstance(raw, dict):
         bad("monitoring", raw, valid)
         return None
@@ -317,14 +362,22 @@ def _monitoring_pins(raw: Any, where: str, problems: list[str], bad) -> Monitori
         for package in MONITORING_PACKAGES:
             value = pins.get(package)
             if not isinstance(value, str) or not APT_VERSION_RE.match(value):
-                bad(f"monitoring.{distro}.{package}", value, "an exact apt version like 2.42.0+ds-5+deb12u1"
-                    " (quoted string; `apt-cache policy " + package + "` shows it)")
+                bad(
+                    f"monitoring.{distro}.{package}",
+                    value,
+                    "an exact apt version like 2.42.0+ds-5+deb12u1"
+                    " (quoted string; `apt-cache policy " + package + "` shows it)",
+                )
         distros[distro] = {package: str(pins.get(package)) for package in MONITORING_PACKAGES}
     dcgm = raw.get("dcgm_exporter")
     if dcgm not in DCGM_EXPORTER_RELEASES:
-        bad("monitoring.dcgm_exporter", dcgm, "the upstream version of NVIDIA's datacenter-gpu-manager-exporter,"
+        bad(
+            "monitoring.dcgm_exporter",
+            dcgm,
+            "the upstream version of NVIDIA's datacenter-gpu-manager-exporter,"
             " one of " + ", ".join(DCGM_EXPORTER_RELEASES) + " (quoted string; the deploy reads the epoch and"
-            " revision from the host's index and pins DCGM to what that release is built against)")
+            " revision from the host's index and pins DCGM to what that release is built against)",
+        )
     return MonitoringPins(distro_packages=distros, dcgm_exporter=str(dcgm))
 
 

@@ -26,6 +26,7 @@ from roles.site.sections.serving import SpeculativeSettings
 REFERENCE = PROJECT_ROOT / "docs" / "settings.md"
 _WIDTH = 100
 
+
 def _section_attrs() -> dict[str, type[Section]]:
     by_name = {cls.__name__: cls for cls in SECTIONS}
     attrs = {}
@@ -36,8 +37,12 @@ def _section_attrs() -> dict[str, type[Section]]:
     # Other holders of a section, e.g. roles/site/weights.py's `settings: WeightsSettings`.
     for path in (PROJECT_ROOT / "roles").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and ast.unparse(node.annotation) in by_name and node.target.id not in attrs):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and ast.unparse(node.annotation) in by_name
+                and node.target.id not in attrs
+            ):
                 attrs[node.target.id] = by_name[ast.unparse(node.annotation)]
     return attrs
 
@@ -55,8 +60,9 @@ def _reader_files() -> dict[str, list[Path]]:
             readers[f"shared/{helper.stem}"] = [helper]
     readers["deploy.py"] = [PROJECT_ROOT / "deploy.py"]
     readers["checks"] = sorted((PROJECT_ROOT / "checks").rglob("*.py"))
-    readers["site rules"] = sorted(p for p in (roles / "site").glob("*.py")
-                                   if p.name not in ("schema.py", "table.py", "__init__.py"))
+    readers["site rules"] = sorted(
+        p for p in (roles / "site").glob("*.py") if p.name not in ("schema.py", "table.py", "__init__.py")
+    )
     return readers
 
 
@@ -68,7 +74,8 @@ def _property_reads() -> dict[str, frozenset[str]]:
     found = {}
     for node in host_class.body:
         if isinstance(node, ast.FunctionDef) and any(
-                isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list):
+            isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list
+        ):
             reads = _Reads(_section_attrs(), properties={})
             reads.visit(node)
             if reads.keys:
@@ -206,8 +213,11 @@ def _valid_text(field) -> str:
             validators += list(arg.__metadata__)
     texts = []
     for validator in validators:
-        cells = dict(zip(validator.func.__code__.co_freevars, validator.func.__closure__ or (),
-                         strict=False)) if hasattr(validator, "func") else {}
+        cells = (
+            dict(zip(validator.func.__code__.co_freevars, validator.func.__closure__ or (), strict=False))
+            if hasattr(validator, "func")
+            else {}
+        )
         if "valid" in cells:
             texts.append(str(cells["valid"].cell_contents))
     return "; ".join(texts)
@@ -222,8 +232,9 @@ def _default_text(field) -> str:
 def _entry(key: str, kind: str, default: str, readers: tuple[str, ...], meaning: str) -> list[str]:
     read_by = ", ".join(readers) if readers else "nothing yet"
     head = f"- **`{key}`** ({kind}, default {default}; read by {read_by}):"
-    return textwrap.wrap(f"{head} {meaning}", _WIDTH, subsequent_indent="  ",
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.wrap(
+        f"{head} {meaning}", _WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
 
 
 def _speculative_keys() -> list[str]:
@@ -231,16 +242,16 @@ def _speculative_keys() -> list[str]:
     for name, field in SpeculativeSettings.model_fields.items():
         kind = type_text(field.annotation).replace(" | ", " or ")
         text = f"- `{name}` ({kind}, default {_default_text(field)}): {' '.join(field.description.split())}"
-        lines += textwrap.wrap(text, _WIDTH, initial_indent="  ", subsequent_indent="    ",
-                               break_long_words=False, break_on_hyphens=False)
+        lines += textwrap.wrap(
+            text, _WIDTH, initial_indent="  ", subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+        )
     return lines
 
 
 def missing_descriptions() -> list[str]:
     """Keys (and serving_speculative's subkeys) whose Field has no description."""
     fields = [(cls.PREFIX + name, field) for cls in SECTIONS for name, field in cls.model_fields.items()]
-    fields += [(f"serving_speculative.{name}", field)
-               for name, field in SpeculativeSettings.model_fields.items()]
+    fields += [(f"serving_speculative.{name}", field) for name, field in SpeculativeSettings.model_fields.items()]
     return [key for key, field in fields if not (field.description or "").strip()]
 
 
@@ -265,15 +276,22 @@ def settings_reference() -> str:
     for cls in SECTIONS:
         title = (cls.__doc__ or "").strip().split("\n\n")[0]
         module = f"roles/site/sections/{cls.__module__.rpartition('.')[2]}.py"
-        out += [f"## `{cls.PREFIX}*`", "", *textwrap.wrap(" ".join(title.split()), _WIDTH), "",
-                f"Defined in [{module}](../{module}).", ""]
+        out += [
+            f"## `{cls.PREFIX}*`",
+            "",
+            *textwrap.wrap(" ".join(title.split()), _WIDTH),
+            "",
+            f"Defined in [{module}](../{module}).",
+            "",
+        ]
         for name, field in cls.model_fields.items():
             key = cls.PREFIX + name
             kind = type_text(field.annotation).replace(" | ", " or ")
             meaning = " ".join((field.description or "").split())
             valid = _valid_text(field)
-            out += _entry(key, kind, _default_text(field), readers[key],
-                          f"{meaning} Valid: {valid}." if valid else meaning)
+            out += _entry(
+                key, kind, _default_text(field), readers[key], f"{meaning} Valid: {valid}." if valid else meaning
+            )
             if key == "serving_speculative":
                 out += _speculative_keys()
         out.append("")

@@ -10,9 +10,19 @@ from roles.site.loading import _pyinfra_inventory
 
 # pyinfra 3's SSH connector data (pyinfra/connectors/ssh.py ConnectorData) that decides how a
 # host is reached; the health checks connect with exactly these (checks/connection.py).
-SSH_CONNECTION_KEYS = ("ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_key_password",
-                       "ssh_password", "ssh_config_file", "ssh_known_hosts_file",
-                       "ssh_strict_host_key_checking", "ssh_allow_agent", "ssh_look_for_keys")
+SSH_CONNECTION_KEYS = (
+    "ssh_hostname",
+    "ssh_port",
+    "ssh_user",
+    "ssh_key",
+    "ssh_key_password",
+    "ssh_password",
+    "ssh_config_file",
+    "ssh_known_hosts_file",
+    "ssh_strict_host_key_checking",
+    "ssh_allow_agent",
+    "ssh_look_for_keys",
+)
 
 
 def connection_data(inventory_file: str | os.PathLike, host_name: str) -> dict[str, Any]:

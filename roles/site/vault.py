@@ -47,9 +47,7 @@ class _VaultDumper(yaml.SafeDumper):
 
 
 _VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))
-_VaultDumper.add_representer(
-    _Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|")
-)
+_VaultDumper.add_representer(_Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|"))
 
 
 def load(path: Path) -> dict[str, _Encrypted]:
@@ -57,9 +55,7 @@ def load(path: Path) -> dict[str, _Encrypted]:
     try:
         raw = yamlfile.load(Path(path).read_text(encoding="utf-8"), _VaultLoader)
     except FileNotFoundError:
-        raise SecretsError(
-            "file not found; create it with `uv run python -m roles.site.vault set FILE NAME`"
-        ) from None
+        raise SecretsError("file not found; create it with `uv run python -m roles.site.vault set FILE NAME`") from None
     except IsADirectoryError:
         raise SecretsError("is a folder; expected the secrets file (YAML)") from None
     except PermissionError:
@@ -71,8 +67,9 @@ def load(path: Path) -> dict[str, _Encrypted]:
     except yaml.YAMLError as error:
         # One line (PyYAML's own text is up to 9 lines); the vault's keys are then unknown, and
         # the validation says so instead of calling it empty.
-        raise SecretsError(f"{yamlfile.one_line(error)}; expected the secrets file as"
-                           " `python -m roles.site.vault set` writes it") from None
+        raise SecretsError(
+            f"{yamlfile.one_line(error)}; expected the secrets file as `python -m roles.site.vault set` writes it"
+        ) from None
     raw = raw or {}
     if not isinstance(raw, dict):
         raise SecretsError("expected a mapping of secret name -> !vault value")
@@ -105,8 +102,11 @@ def _warn_if_open(source: Path) -> None:
         return  # missing: reading it names that
     if mode & 0o077 and str(source) not in _WARNED:
         _WARNED.add(str(source))
-        print(f"inference-host: warning: the vault password file {source} is open to other users (mode"
-              f" {mode:04o}): it unlocks every secret; expected mode 0600 (chmod 600 {source})", file=sys.stderr)
+        print(
+            f"inference-host: warning: the vault password file {source} is open to other users (mode"
+            f" {mode:04o}): it unlocks every secret; expected mode 0600 (chmod 600 {source})",
+            file=sys.stderr,
+        )
 
 
 def _vault(password: bytes | None = None):
@@ -173,8 +173,10 @@ def _main(argv: list[str]) -> int:
                 return 64
             name = argv[2]
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise SecretsError(f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
-                                   " (the name an inventory's *_secret setting refers to)")
+                raise SecretsError(
+                    f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
+                    " (the name an inventory's *_secret setting refers to)"
+                )
             if not path.parent.is_dir() or path.is_dir():
                 raise SecretsError("expected a file path in an existing folder")
             value = sys.stdin.readline().rstrip("\n")

@@ -22,9 +22,9 @@ class WeightSet:
     revision: str
     allow_patterns: tuple[str, ...]
     ignore_patterns: tuple[str, ...]
-    guest_dir: str            # where the gpu node reads them (serving_model_path, draft path)
-    store_host: str           # inventory name of the host that downloads and keeps them
-    store_dir: str            # the path there
+    guest_dir: str  # where the gpu node reads them (serving_model_path, draft path)
+    store_host: str  # inventory name of the host that downloads and keeps them
+    store_dir: str  # the path there
     source_dir: str | None
     endpoint: str | None
     token_secret: str | None
@@ -54,7 +54,7 @@ def _store_of(host: HostSettings, site_hosts: dict[str, HostSettings], guest_dir
         for host_path, guest_path in host.guest.mount_points.items():
             guest_path = guest_path.rstrip("/")
             if guest_dir == guest_path or guest_dir.startswith(guest_path + "/"):
-                return node.name, host_path.rstrip("/") + guest_dir[len(guest_path):]
+                return node.name, host_path.rstrip("/") + guest_dir[len(guest_path) :]
     return host.name, guest_dir
 
 
@@ -63,18 +63,48 @@ def weight_sets_of(host: HostSettings, site_hosts: dict[str, HostSettings]) -> l
     w = host.weights
     wanted = []
     if w.repo and w.revision:
-        wanted.append(("model", w.repo, w.revision, w.allow_patterns, w.ignore_patterns,
-                       w.local_dir or host.serving.model_path, w.source_dir))
+        wanted.append(
+            (
+                "model",
+                w.repo,
+                w.revision,
+                w.allow_patterns,
+                w.ignore_patterns,
+                w.local_dir or host.serving.model_path,
+                w.source_dir,
+            )
+        )
     if w.drafter_repo and w.drafter_revision and (w.drafter_local_dir or _draft_path(host)):
-        wanted.append(("drafter", w.drafter_repo, w.drafter_revision, w.drafter_allow_patterns,
-                       w.drafter_ignore_patterns, w.drafter_local_dir or _draft_path(host),
-                       w.drafter_source_dir))
+        wanted.append(
+            (
+                "drafter",
+                w.drafter_repo,
+                w.drafter_revision,
+                w.drafter_allow_patterns,
+                w.drafter_ignore_patterns,
+                w.drafter_local_dir or _draft_path(host),
+                w.drafter_source_dir,
+            )
+        )
     sets = []
     for kind, repo, revision, allow, ignore, guest_dir, source in wanted:
         store_host, store_dir = _store_of(host, site_hosts, guest_dir.rstrip("/"))
-        sets.append(WeightSet(kind, repo, revision, tuple(allow), tuple(ignore), guest_dir.rstrip("/"),
-                              store_host, store_dir, source, w.endpoint,
-                              host.serving.hf_token_secret, w))
+        sets.append(
+            WeightSet(
+                kind,
+                repo,
+                revision,
+                tuple(allow),
+                tuple(ignore),
+                guest_dir.rstrip("/"),
+                store_host,
+                store_dir,
+                source,
+                w.endpoint,
+                host.serving.hf_token_secret,
+                w,
+            )
+        )
     return sets
 
 
@@ -110,30 +140,42 @@ def check_weights(site_hosts: dict[str, HostSettings], where: str, problems: lis
     stores: dict[tuple[str, str], tuple[str, WeightSet]] = {}
     for host in site_hosts.values():
         here, w = f"{where}: host {host.name}", host.weights
-        if not host.valid("weights_repo", "weights_revision", "weights_drafter_repo",
-                          "weights_drafter_revision", "serving_speculative"):
+        if not host.valid(
+            "weights_repo",
+            "weights_revision",
+            "weights_drafter_repo",
+            "weights_drafter_revision",
+            "serving_speculative",
+        ):
             continue
-        for prefix, repo, revision in (("weights_", w.repo, w.revision),
-                                       ("weights_drafter_", w.drafter_repo, w.drafter_revision)):
+        for prefix, repo, revision in (
+            ("weights_", w.repo, w.revision),
+            ("weights_drafter_", w.drafter_repo, w.drafter_revision),
+        ):
             if repo and not revision:
-                problems.append(f"{here}: {prefix}repo = {repo!r} without {prefix}revision;"
-                                " expected the 40-character commit hash to download")
+                problems.append(
+                    f"{here}: {prefix}repo = {repo!r} without {prefix}revision;"
+                    " expected the 40-character commit hash to download"
+                )
             if revision and not repo:
-                problems.append(f"{here}: {prefix}revision is set without {prefix}repo;"
-                                " expected both, or neither")
+                problems.append(f"{here}: {prefix}revision is set without {prefix}repo; expected both, or neither")
         if w.drafter_repo and not (w.drafter_local_dir or _draft_path(host)):
-            problems.append(f"{here}: weights_drafter_repo = {w.drafter_repo!r} has nowhere to go;"
-                            " expected weights_drafter_local_dir or serving_speculative's draft_model_path")
+            problems.append(
+                f"{here}: weights_drafter_repo = {w.drafter_repo!r} has nowhere to go;"
+                " expected weights_drafter_local_dir or serving_speculative's draft_model_path"
+            )
         if (w.repo or w.drafter_repo) and not host.in_group("gpu_nodes"):
-            problems.append(f"{here}: weights_repo is set on a host outside gpu_nodes;"
-                            " expected it on the gpu node that serves the model")
+            problems.append(
+                f"{here}: weights_repo is set on a host outside gpu_nodes;"
+                " expected it on the gpu node that serves the model"
+            )
         for ws in weight_sets_of(host, site_hosts):
             key = (ws.store_host, ws.store_dir)
             identity = (ws.repo, ws.revision, ws.allow_patterns, ws.ignore_patterns)
             first = stores.setdefault(key, (host.name, ws))
-            if (first[1].repo, first[1].revision, first[1].allow_patterns,
-                    first[1].ignore_patterns) != identity:
+            if (first[1].repo, first[1].revision, first[1].allow_patterns, first[1].ignore_patterns) != identity:
                 problems.append(
                     f"{here}: {ws.kind} weights {ws.repo}@{ws.revision} go to {ws.store_dir} on"
                     f" {ws.store_host}, which already holds {first[1].repo}@{first[1].revision}"
-                    f" for {first[0]}; expected one model per directory")
+                    f" for {first[0]}; expected one model per directory"
+                )

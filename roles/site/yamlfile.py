@@ -16,8 +16,7 @@ class DuplicateKeyError(yaml.YAMLError):
 
     def __init__(self, key, first_line: int, second_line: int):
         self.key, self.first_line, self.second_line = key, first_line, second_line
-        super().__init__(f"key {key!r} is written twice (lines {first_line} and {second_line});"
-                         " expected each key once")
+        super().__init__(f"key {key!r} is written twice (lines {first_line} and {second_line}); expected each key once")
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

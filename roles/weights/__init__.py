@@ -75,8 +75,13 @@ def weights() -> None:
         return
     _tools(settings)
     for secret in sorted({ws.token_secret for ws in kept if ws.token_secret}):
-        secret_file(label=f"the Hugging Face token (secret {secret})", value=secret_value(secret),
-                    dest=token_file(secret), user="root", group="root")
+        secret_file(
+            label=f"the Hugging Face token (secret {secret})",
+            value=secret_value(secret),
+            dest=token_file(secret),
+            user="root",
+            group="root",
+        )
     for ws in kept:
         _weight_set(ws)
 
@@ -91,16 +96,21 @@ def unit_name(ws: WeightSet) -> str:
 
 def patterns_key(ws: WeightSet) -> str:
     """As the tool computes it (files/inference-host-weights, patterns_key)."""
-    return json.dumps({"allow": sorted(ws.allow_patterns), "ignore": sorted(ws.ignore_patterns)},
-                      sort_keys=True)
+    return json.dumps({"allow": sorted(ws.allow_patterns), "ignore": sorted(ws.ignore_patterns)}, sort_keys=True)
 
 
 def config_of(ws: WeightSet) -> dict:
     return {
-        "name": ws.name, "unit": f"{unit_name(ws)}.service", "kind": ws.kind,
-        "repo": ws.repo, "revision": ws.revision,
-        "allow_patterns": list(ws.allow_patterns), "ignore_patterns": list(ws.ignore_patterns),
-        "local_dir": ws.store_dir, "source_dir": ws.source_dir, "endpoint": ws.endpoint,
+        "name": ws.name,
+        "unit": f"{unit_name(ws)}.service",
+        "kind": ws.kind,
+        "repo": ws.repo,
+        "revision": ws.revision,
+        "allow_patterns": list(ws.allow_patterns),
+        "ignore_patterns": list(ws.ignore_patterns),
+        "local_dir": ws.store_dir,
+        "source_dir": ws.source_dir,
+        "endpoint": ws.endpoint,
         "margin_bytes": int(ws.settings.free_space_margin_gib * 1024**3),
         "max_workers": ws.settings.max_workers,
     }
@@ -114,23 +124,33 @@ def unit_kwargs(ws: WeightSet) -> dict:
     """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
     name = unit_name(ws)
     return dict(
-        unit=sd.comment(f"{name}.service"), unit_name=sd.text(name, "SyslogIdentifier="),
-        description=sd.text(f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir}",
-                            "Description= (weights repo, revision, store)"),
-        exec_start=sd.argv([f"{ENV_DIR}/bin/python", TOOL, "run", "--config", f"{CONFIG_DIR}/{ws.name}.json"],
-                           "ExecStart= (weights)"),
+        unit=sd.comment(f"{name}.service"),
+        unit_name=sd.text(name, "SyslogIdentifier="),
+        description=sd.text(
+            f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir}",
+            "Description= (weights repo, revision, store)",
+        ),
+        exec_start=sd.argv(
+            [f"{ENV_DIR}/bin/python", TOOL, "run", "--config", f"{CONFIG_DIR}/{ws.name}.json"], "ExecStart= (weights)"
+        ),
         hf_home=sd.environment("HF_HOME", f"{STATE_DIR}/hf-home"),
         token_file=sd.environment("HF_TOKEN_PATH", token_file(ws.token_secret)) if ws.token_secret else None,
         endpoint=sd.environment("HF_ENDPOINT", ws.endpoint, "Environment=HF_ENDPOINT (weights endpoint)")
-        if ws.endpoint else None,
-        restart_sec=sd.number(RESTART_SEC), disable_xet=not ws.settings.xet,
+        if ws.endpoint
+        else None,
+        restart_sec=sd.number(RESTART_SEC),
+        disable_xet=not ws.settings.xet,
     )
 
 
 def _tools(settings: HostSettings) -> None:
-    apt.packages(name="Install python3-venv, rsync and ca-certificates for the weights tool",
-                 packages=["python3-venv", "rsync", "ca-certificates"], no_recommends=True,
-                 update=True, cache_time=24 * 3600)
+    apt.packages(
+        name="Install python3-venv, rsync and ca-certificates for the weights tool",
+        packages=["python3-venv", "rsync", "ca-certificates"],
+        no_recommends=True,
+        update=True,
+        cache_time=24 * 3600,
+    )
     if not settings.in_group("gpu_nodes"):
         trust_extra_cas(settings)  # roles/base does it on gpu nodes
     for path, mode in ((CONFIG_DIR, "0755"), (STATE_DIR, "0755"), (OPT_DIR, "0755")):
@@ -140,40 +160,65 @@ def _tools(settings: HostSettings) -> None:
     installed = host.get_fact(FileText, path=stamp)
     server.shell(
         name=f"Install {pins} into {ENV_DIR}",
-        commands=[f"rm -rf {ENV_DIR} && python3 -m venv {ENV_DIR}"
-                  f" && {ENV_DIR}/bin/pip install --quiet --no-cache-dir {pins}"
-                  f" && echo '{pins}' > {stamp} || {{ rm -rf {ENV_DIR}; exit 1; }}"],
+        commands=[
+            f"rm -rf {ENV_DIR} && python3 -m venv {ENV_DIR}"
+            f" && {ENV_DIR}/bin/pip install --quiet --no-cache-dir {pins}"
+            f" && echo '{pins}' > {stamp} || {{ rm -rf {ENV_DIR}; exit 1; }}"
+        ],
         _env=pip_environment(settings),
         _if=lambda: installed != pins,
     )
-    files.put(name=f"Install {TOOL}", src="roles/weights/files/inference-host-weights", dest=TOOL,
-              user="root", group="root", mode="0755")
-
-
+    files.put(
+        name=f"Install {TOOL}",
+        src="roles/weights/files/inference-host-weights",
+        dest=TOOL,
+        user="root",
+        group="root",
+        mode="0755",
+    )
 
 
 def _weight_set(ws: WeightSet) -> None:
     unit = f"{unit_name(ws)}.service"
-    files.directory(name=f"Create {ws.store_dir}", path=ws.store_dir, user="root", group="root",
-                    mode="0755", recursive=False)
+    files.directory(
+        name=f"Create {ws.store_dir}", path=ws.store_dir, user="root", group="root", mode="0755", recursive=False
+    )
     config = files.put(
         name=f"Write {CONFIG_DIR}/{ws.name}.json ({ws.kind} {ws.repo}@{ws.revision})",
         src=StringIO(config_text(ws)),
-        dest=f"{CONFIG_DIR}/{ws.name}.json", user="root", group="root", mode="0644")
-    written = files.template(name=f"Write /etc/systemd/system/{unit}",
-                             src="roles/weights/templates/inference-host-weights.service.j2",
-                             dest=f"/etc/systemd/system/{unit}", user="root", group="root",
-                             mode="0644", **unit_kwargs(ws),
-                             jinja_env_kwargs=templates.jinja_env_kwargs("roles/weights/templates/inference-host-weights.service.j2"))
+        dest=f"{CONFIG_DIR}/{ws.name}.json",
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    written = files.template(
+        name=f"Write /etc/systemd/system/{unit}",
+        src="roles/weights/templates/inference-host-weights.service.j2",
+        dest=f"/etc/systemd/system/{unit}",
+        user="root",
+        group="root",
+        mode="0644",
+        **unit_kwargs(ws),
+        jinja_env_kwargs=templates.jinja_env_kwargs("roles/weights/templates/inference-host-weights.service.j2"),
+    )
     systemd.daemon_reload(name="Reload systemd units", _if=written.did_change)
-    systemd.service(name=f"Enable {unit} (a reboot resumes the download)", service=unit,
-                    enabled=True, running=None)
-    state = host.get_fact(WeightsManifestState, tool=TOOL, directory=ws.store_dir, repo=ws.repo,
-                          revision=ws.revision, patterns=patterns_key(ws))
+    systemd.service(name=f"Enable {unit} (a reboot resumes the download)", service=unit, enabled=True, running=None)
+    state = host.get_fact(
+        WeightsManifestState,
+        tool=TOOL,
+        directory=ws.store_dir,
+        repo=ws.repo,
+        revision=ws.revision,
+        patterns=patterns_key(ws),
+    )
     verify = ws.settings.verify
-    why = ("full re-verification requested (weights_verify)" if verify
-           else "first download" if state.get("state") == "no-tool"
-           else f"{state.get('state')}: {state.get('detail', '')}".rstrip(": "))
+    why = (
+        "full re-verification requested (weights_verify)"
+        if verify
+        else "first download"
+        if state.get("state") == "no-tool"
+        else f"{state.get('state')}: {state.get('detail', '')}".rstrip(": ")
+    )
     python.call(
         name=f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir} ({why})",
         function=follow,
@@ -183,8 +228,7 @@ def _weight_set(ws: WeightSet) -> None:
         # A running download continues (start is a no-op); new settings restart it (it resumes).
         restart=lambda: config.did_change() or written.did_change(),
         interval=ws.settings.progress_interval_s,
-        _if=lambda: verify or state.get("state") != "verified" or config.did_change()
-        or written.did_change(),
+        _if=lambda: verify or state.get("state") != "verified" or config.did_change() or written.did_change(),
     )
 
 
@@ -227,7 +271,8 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
             # The unit keeps retrying on its own; the deploy stops waiting and says why.
             raise RuntimeError(
                 f"{host.name}: {unit} made no progress for {STALL_S // 60} minutes: {s.get('message')};"
-                f" it keeps retrying every {RESTART_SEC} s (follow it: {TOOL} status)")
+                f" it keeps retrying every {RESTART_SEC} s (follow it: {TOOL} status)"
+            )
         printed = time.monotonic() - last_print >= interval and fresh
         if printed:
             _say(d["line"])  # the tool's own wording (inference-host-weights status)
@@ -245,4 +290,5 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
         return
     raise RuntimeError(
         f"{host.name}: {unit} did not finish: {s.get('message') or d['unit_state']}"
-        f" (journalctl -u {unit}; {TOOL} status)")
+        f" (journalctl -u {unit}; {TOOL} status)"
+    )

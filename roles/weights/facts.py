@@ -14,9 +14,11 @@ class WeightsManifestState(FactBase):
     file's size. Reads no file's content, so it is quick on hundreds of GB."""
 
     def command(self, tool: str, directory: str, repo: str, revision: str, patterns: str) -> str:
-        check = (f"python3 {tool} check --dir {shlex.quote(directory)} --repo {shlex.quote(repo)}"
-                 f" --revision {shlex.quote(revision)} --patterns {shlex.quote(patterns)}")
-        return f"if [ -x {tool} ]; then {check}; else echo '{{\"state\": \"no-tool\"}}'; fi"
+        check = (
+            f"python3 {tool} check --dir {shlex.quote(directory)} --repo {shlex.quote(repo)}"
+            f" --revision {shlex.quote(revision)} --patterns {shlex.quote(patterns)}"
+        )
+        return f'if [ -x {tool} ]; then {check}; else echo \'{{"state": "no-tool"}}\'; fi'
 
     def process(self, output: list[str]) -> dict:
         try:

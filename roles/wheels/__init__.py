@@ -61,8 +61,9 @@ def wheels() -> None:
     pending = [b for b in builds if _needs_build(b, settings)]
     for directory in (root, tools, f"{root}/.contexts"):
         files.directory(name=f"Create {directory}", path=directory, mode="0755")
-    files.put(name=f"Install {tools}/build_wheel.py", src=str(BUILD_SCRIPT),
-              dest=f"{tools}/build_wheel.py", mode="0755")
+    files.put(
+        name=f"Install {tools}/build_wheel.py", src=str(BUILD_SCRIPT), dest=f"{tools}/build_wheel.py", mode="0755"
+    )
     if not pending:
         return
     docker = _docker_client()
@@ -76,8 +77,7 @@ def wheels() -> None:
 def _needs_build(wheel: WheelBuild, settings: HostSettings) -> bool:
     entry = host.get_fact(WheelhouseEntry, path=f"{settings.build.wheelhouse_dir}/{wheel.package}/{wheel.key}")
     if entry and wheel.package not in settings.build.force:
-        logger.info(f"{host.name}: {wheel.label}: in the wheelhouse (key {wheel.key}):"
-                    f" {', '.join(entry)}; no build")
+        logger.info(f"{host.name}: {wheel.label}: in the wheelhouse (key {wheel.key}): {', '.join(entry)}; no build")
         return False
     reason = "forced (build_force)" if entry else "not in the wheelhouse"
     logger.info(f"{host.name}: {wheel.label}: {reason} (key {wheel.key}); will build")
@@ -90,7 +90,8 @@ def _docker_client() -> dict:
         raise RuntimeError(
             f"{host.name}: no docker client here can run BuildKit builds against a running engine;"
             " expected Docker-CE with the docker-buildx-plugin (production) or Debian's docker.io"
-            " 20.10 (DOCKER_BUILDKIT=1), with the engine started")
+            " 20.10 (DOCKER_BUILDKIT=1), with the engine started"
+        )
     return client
 
 
@@ -103,11 +104,13 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
     server.shell(
         name=f"Install {CUOBJDUMP_PYPI} into {venv}",
         commands=[
-            (f"rm -rf {venv} && python3 -m venv {venv}"
-             f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
-             f" && ln -sf \"$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)\""
-             f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
-             f" || {{ rm -rf {venv}; exit 1; }}")
+            (
+                f"rm -rf {venv} && python3 -m venv {venv}"
+                f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
+                f' && ln -sf "$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)"'
+                f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
+                f" || {{ rm -rf {venv}; exit 1; }}"
+            )
         ],
         _env=env,
     )
@@ -116,23 +119,29 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
 
 def _job_cap(wheel: WheelBuild, settings: HostSettings, resources) -> JobCap:
     try:
-        cap = compute_job_cap(wheel.package, resources, settings.build.max_jobs,
-                              settings.build.nvcc_threads)
+        cap = compute_job_cap(wheel.package, resources, settings.build.max_jobs, settings.build.nvcc_threads)
     except JobCapError as error:
         raise RuntimeError(f"{host.name}: {error}") from None
     logger.info(f"{host.name}: job cap {cap.describe()}")
     return cap
 
 
-def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
-           cuobjdump: str) -> None:
+def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict, cuobjdump: str) -> None:
     root = settings.build.wheelhouse_dir
     context = f"{root}/.contexts/{wheel.package}-{wheel.key}.tar"
     inputs = f"{root}/.contexts/{wheel.package}-{wheel.key}.json"
-    files.put(name=f"Upload the {wheel.label} build context", dest=context, mode="0600",
-              src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates)))
-    files.put(name=f"Upload the {wheel.label} build inputs", dest=inputs, mode="0644",
-              src=io.BytesIO(json.dumps(wheel.inputs, indent=2, sort_keys=True).encode()))
+    files.put(
+        name=f"Upload the {wheel.label} build context",
+        dest=context,
+        mode="0600",
+        src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates)),
+    )
+    files.put(
+        name=f"Upload the {wheel.label} build inputs",
+        dest=inputs,
+        mode="0644",
+        src=io.BytesIO(json.dumps(wheel.inputs, indent=2, sort_keys=True).encode()),
+    )
     build_args = {
         **wheel.build_args,
         "MAX_JOBS": str(cap.max_jobs),
@@ -144,19 +153,35 @@ def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
         build_args["PIP_INDEX_URL"] = settings.base.pypi_index_url
     timeout_s = settings.build.timeout_minutes * 60
     command = [
-        "python3", f"{root}/.tools/build_wheel.py",
-        "--package", wheel.package, "--key", wheel.key,
-        "--context", context, "--dockerfile", wheel.dockerfile.name,
-        "--wheelhouse", root, "--docker", docker["path"], "--cuobjdump", cuobjdump,
-        "--timeout-s", str(timeout_s), "--inputs-json", inputs, "--job-cap", cap.describe(),
+        "python3",
+        f"{root}/.tools/build_wheel.py",
+        "--package",
+        wheel.package,
+        "--key",
+        wheel.key,
+        "--context",
+        context,
+        "--dockerfile",
+        wheel.dockerfile.name,
+        "--wheelhouse",
+        root,
+        "--docker",
+        docker["path"],
+        "--cuobjdump",
+        cuobjdump,
+        "--timeout-s",
+        str(timeout_s),
+        "--inputs-json",
+        inputs,
+        "--job-cap",
+        cap.describe(),
     ]
     for name, value in build_args.items():
         command += ["--build-arg", f"{name}={value}"]
-    note(name=f"Print the {wheel.package} job cap",
-         message=f"building {wheel.label} with job cap {cap.describe()}")
+    note(name=f"Print the {wheel.package} job cap", message=f"building {wheel.label} with job cap {cap.describe()}")
     server.shell(
         name=f"Build the {wheel.label} wheel for sm_120 (MAX_JOBS={cap.max_jobs},"
-             f" NVCC_THREADS={cap.nvcc_threads}, key {wheel.key})",
+        f" NVCC_THREADS={cap.nvcc_threads}, key {wheel.key})",
         commands=[shlex.join(command) + f" && rm -f {context} {inputs}"],
         # build_wheel.py stops the build at timeout_s; this is the backstop for the SSH side.
         _timeout=timeout_s + 600,

@@ -18,8 +18,8 @@ class BuilderResources(FactBase):
     def command(self) -> str:
         return (
             'echo "cores $(nproc)"; cat /proc/meminfo;'
-            ' for f in memory.max memory.current cpu.max memory/memory.limit_in_bytes'
-            ' memory/memory.usage_in_bytes cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us; do'
+            " for f in memory.max memory.current cpu.max memory/memory.limit_in_bytes"
+            " memory/memory.usage_in_bytes cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us; do"
             ' [ -r /sys/fs/cgroup/$f ] && echo "cgroup $f $(cat /sys/fs/cgroup/$f)"; done; true'
         )
 
@@ -86,7 +86,7 @@ class DockerBuildClient(FactBase):
 
     def command(self) -> str:
         return (
-            "for c in $(command -v docker) /usr/bin/docker; do [ -x \"$c\" ] || continue;"
+            'for c in $(command -v docker) /usr/bin/docker; do [ -x "$c" ] || continue;'
             ' echo "client $c $($c version --format "{{.Client.Version}}" 2>/dev/null || echo none)";'
             ' echo "server $($c version --format "{{.Server.Version}}" 2>/dev/null || echo none)";'
             ' echo "buildx $($c buildx version >/dev/null 2>&1 && echo yes || echo no)"; done; true'

@@ -45,8 +45,7 @@ class PackageBudget:
 
 BUDGETS = {
     "flash-attn": PackageBudget("flash-attn", gib_per_nvcc_thread=5.0, default_nvcc_threads=4),
-    "sgl-kernel": PackageBudget("sgl-kernel", gib_per_nvcc_thread=6.0, default_nvcc_threads=1,
-                                fixed_nvcc_threads=1),
+    "sgl-kernel": PackageBudget("sgl-kernel", gib_per_nvcc_thread=6.0, default_nvcc_threads=1, fixed_nvcc_threads=1),
 }
 
 
@@ -112,8 +111,9 @@ def safety_margin_gib(resources: Resources) -> float:
     return max(MIN_MARGIN_GIB, MARGIN_FRACTION * resources.memory_limit_bytes / GIB)
 
 
-def compute_job_cap(package: str, resources: Resources, max_jobs: int | None = None,
-                    nvcc_threads: int | None = None) -> JobCap:
+def compute_job_cap(
+    package: str, resources: Resources, max_jobs: int | None = None, nvcc_threads: int | None = None
+) -> JobCap:
     """The cap for one package; max_jobs / nvcc_threads are the user's overrides (or None)."""
     budget = BUDGETS[package]
     cores = resources.effective_cores
@@ -146,21 +146,26 @@ def compute_job_cap(package: str, resources: Resources, max_jobs: int | None = N
     else:
         jobs = max_jobs
         if jobs > by_cores:
-            notes.append(f"build_max_jobs={max_jobs} lowered to {by_cores}: {max_jobs} jobs x"
-                         f" {threads} nvcc threads would exceed {cores} cores")
+            notes.append(
+                f"build_max_jobs={max_jobs} lowered to {by_cores}: {max_jobs} jobs x"
+                f" {threads} nvcc threads would exceed {cores} cores"
+            )
             jobs = by_cores
         if jobs > by_memory:
-            notes.append(f"WARNING: build_max_jobs={jobs} exceeds the memory cap of"
-                         f" {max(by_memory, 0)} job(s); a compile may be OOM-killed")
-    return JobCap(package, jobs, threads, cores, round(available, 1), round(margin, 1),
-                  per_job, notes)
+            notes.append(
+                f"WARNING: build_max_jobs={jobs} exceeds the memory cap of"
+                f" {max(by_memory, 0)} job(s); a compile may be OOM-killed"
+            )
+    return JobCap(package, jobs, threads, cores, round(available, 1), round(margin, 1), per_job, notes)
 
 
 def _nvcc_threads(budget: PackageBudget, cores: int, override: int | None, notes: list[str]) -> int:
     if budget.fixed_nvcc_threads is not None:
         if override is not None and override != budget.fixed_nvcc_threads:
-            notes.append(f"build_nvcc_threads={override} ignored: {budget.package} is always"
-                         f" built with {budget.fixed_nvcc_threads} nvcc thread(s) per job")
+            notes.append(
+                f"build_nvcc_threads={override} ignored: {budget.package} is always"
+                f" built with {budget.fixed_nvcc_threads} nvcc thread(s) per job"
+            )
         return budget.fixed_nvcc_threads
     threads = override if override is not None else budget.default_nvcc_threads
     if threads > cores:

@@ -38,8 +38,12 @@ class DeployRun:
     def joined(cls, runs: list[DeployRun]) -> DeployRun:
         """Several runs read as one: outputs and operations in the order they ran."""
         operations = [op for run in runs for op in (run.results or {}).get("operations", [])]
-        return cls(max(run.returncode for run in runs), "\n".join(run.stdout for run in runs),
-                   "\n".join(run.stderr for run in runs), {"operations": operations})
+        return cls(
+            max(run.returncode for run in runs),
+            "\n".join(run.stdout for run in runs),
+            "\n".join(run.stderr for run in runs),
+            {"operations": operations},
+        )
 
     @property
     def changed(self) -> list[str]:
@@ -63,8 +67,11 @@ class DeployRun:
     @property
     def health_checks(self) -> list[str]:
         """The health-check operations that ran and passed on some host."""
-        return [op["name"] for op in (self.results or {}).get("operations", [])
-                if _is_health_check(op["name"]) and (op["success"] or op["no_change"])]
+        return [
+            op["name"]
+            for op in (self.results or {}).get("operations", [])
+            if _is_health_check(op["name"]) and (op["success"] or op["no_change"])
+        ]
 
     @property
     def failed(self) -> list[str]:
@@ -76,13 +83,18 @@ class DeployRun:
         return f"rc={self.returncode}\n--- stderr (tail) ---\n{self.stderr[-6000:]}"
 
 
-def run_deploy(inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | None = None,
-               timeout: int = 1800) -> DeployRun:
+def run_deploy(
+    inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | None = None, timeout: int = 1800
+) -> DeployRun:
     """`pyinfra -y --json INVENTORY deploy.py` from the project root, as a user runs it."""
     pyinfra = str(Path(sys.executable).parent / "pyinfra")
     command = [pyinfra, "-y", "--json", *extra, str(inventory), "deploy.py"]
     completed = subprocess.run(
-        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
+        command,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
     passes = json_documents(completed.stdout)
@@ -92,8 +104,11 @@ def run_deploy(inventory: Path | str = LAB_INVENTORY, *extra: str, env: dict | N
         # later pass prints its JSON before the pass that started it ends, so the outermost
         # (first) pass prints last. Its operations come first here, in the order they ran.
         operations = [op for doc in reversed(passes) for op in doc["results"].get("operations", [])]
-        results = {**passes[-1]["results"], "operations": operations,
-                   "passes": [doc["results"].get("operations", []) for doc in reversed(passes)]}
+        results = {
+            **passes[-1]["results"],
+            "operations": operations,
+            "passes": [doc["results"].get("operations", []) for doc in reversed(passes)],
+        }
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
 
 
@@ -126,8 +141,7 @@ def require_docker() -> None:
     """Skip lab tests without a Docker engine, unless CI demands them (then fail)."""
     import lab
 
-    require_lab_tool(lab.engine_available(),
-                     "no Docker engine answers `docker info` (docs/lab.md: Prerequisites)")
+    require_lab_tool(lab.engine_available(), "no Docker engine answers `docker info` (docs/lab.md: Prerequisites)")
 
 
 def load_lab_site(inventory: Path | str):
@@ -148,8 +162,18 @@ def stream_chat(url: str, body: dict, key: str, timeout: float) -> dict:
     client-side error, the longest pause between two events, and when it began, got its first
     token and ended (time.monotonic())."""
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    result = {"chunks": 0, "usage": None, "finish": None, "done": False, "errors": [], "error": None,
-              "gap": 0.0, "began": time.monotonic(), "first": None, "ended": None}
+    result = {
+        "chunks": 0,
+        "usage": None,
+        "finish": None,
+        "done": False,
+        "errors": [],
+        "error": None,
+        "gap": 0.0,
+        "began": time.monotonic(),
+        "first": None,
+        "ended": None,
+    }
     last = result["began"]
     try:
         request = urllib.request.Request(url, json.dumps(body).encode(), headers)

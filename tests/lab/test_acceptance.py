@@ -16,9 +16,21 @@ from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT
 
 pytestmark = pytest.mark.lab
 
-AREAS = ["node kernel arguments", "nouveau", "vfio binding", "guest GPUs", "all-reduce bandwidth",
-         "weights at the pinned revision", "model load time", "first generation", "KV cache allocated",
-         "EAGLE-3 accept length", "single-stream benchmark", "DCGM diagnostics level 2", "health verdict"]
+AREAS = [
+    "node kernel arguments",
+    "nouveau",
+    "vfio binding",
+    "guest GPUs",
+    "all-reduce bandwidth",
+    "weights at the pinned revision",
+    "model load time",
+    "first generation",
+    "KV cache allocated",
+    "EAGLE-3 accept length",
+    "single-stream benchmark",
+    "DCGM diagnostics level 2",
+    "health verdict",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +38,14 @@ def report(lab_second_deploy, tmp_path_factory):
     """One acceptance run after the deploy that changed nothing (it restarts nothing unless DCGM
     is installed: the lab's guest has none)."""
     out = tmp_path_factory.mktemp("acceptance") / "report"
-    run = subprocess.run([sys.executable, "-m", "checks.acceptance", "--inventory", str(LAB_INVENTORY),
-                          "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                         timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    run = subprocess.run(
+        [sys.executable, "-m", "checks.acceptance", "--inventory", str(LAB_INVENTORY), "--out", str(out)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     print(run.stdout[-4000:])
     payload = json.loads((out / "report.json").read_text())
     return run, out, payload, {line["area"]: line for line in payload["lines"]}
@@ -55,8 +72,13 @@ def test_what_the_lab_really_has_passes(report):
     refresh and the reboot the walk made; the weights are really verified; the stand-in
     engine really started, answered and was judged by the deploy's own suites."""
     _, _, _, lines = report
-    for area in ("node kernel arguments", "weights at the pinned revision", "model load time", "first generation",
-                 "health verdict"):
+    for area in (
+        "node kernel arguments",
+        "weights at the pinned revision",
+        "model load time",
+        "first generation",
+        "health verdict",
+    ):
         assert lines[area]["verdict"] == "PASS", lines[area]
     assert "iommu=pt" in lines["node kernel arguments"]["observed"].split()
     assert 0 < lines["model load time"]["figure"] <= lines["model load time"]["expected_figure"]

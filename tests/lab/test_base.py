@@ -19,8 +19,7 @@ HOST = next(iter(SITE.group("gpu_nodes")))
 def test_second_deploy_changes_nothing(lab_second_deploy):
     assert lab_second_deploy.results is not None, lab_second_deploy.explain()
     assert lab_second_deploy.changed == [], (
-        "a second deploy must report no change; these operations changed again: "
-        + ", ".join(lab_second_deploy.changed)
+        "a second deploy must report no change; these operations changed again: " + ", ".join(lab_second_deploy.changed)
     )
     # pyinfra's own count agrees: every operation on every host reported "no change".
     totals = lab_second_deploy.results["totals"]
@@ -30,16 +29,20 @@ def test_second_deploy_changes_nothing(lab_second_deploy):
     assert "inference-host health verdict" in lab_second_deploy.stderr
 
 
-@pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
-                    reason="containers were reused: the first deploy had nothing to do")
+@pytest.mark.skipif(
+    os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
+    reason="containers were reused: the first deploy had nothing to do",
+)
 def test_first_deploy_did_the_work(lab_first_deploy):
     # A fresh container needs the packages and uv: if nothing changed, the deploy did nothing.
     assert any("Install base packages" in name for name in lab_first_deploy.changed)
     assert any(f"Install uv {SITE.stack.uv}" in name for name in lab_first_deploy.changed)
 
 
-@pytest.mark.parametrize("package", ["build-essential", "git", "curl", "ca-certificates",
-                                     "numactl", "pciutils", "jq", "python3-venv", "psmisc"])
+@pytest.mark.parametrize(
+    "package",
+    ["build-essential", "git", "curl", "ca-certificates", "numactl", "pciutils", "jq", "python3-venv", "psmisc"],
+)
 def test_base_package_installed(gpu_guest, package):
     assert gpu_guest.package(package).is_installed, f"{package} is not installed"
 

@@ -36,8 +36,13 @@ EXPECTED_FIRING = {("HealthCheckFailing", "cuda works")}
 
 
 def _exec(command: str, stdin: str = "", timeout: float = 150) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", "-i", lab.container_name("gpu"), "sh", "-c", command],
-                          input=stdin, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["docker", "exec", "-i", lab.container_name("gpu"), "sh", "-c", command],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,11 @@ def _prometheus(monitor, path: str) -> dict:
     """Prometheus' API on the guest's loopback; the password goes in a curl config on stdin."""
     vault, _ = lab.throwaway_vault()
     password = lab.vault_secret(vault, monitor.monitoring.web_password_secret)
-    done = _exec(f"curl -sf -g -K - 'http://127.0.0.1:{monitor.monitoring.prometheus_port}{path}'",
-                 stdin=f'user = "{monitor.monitoring.web_user}:{password}"\n', timeout=30)
+    done = _exec(
+        f"curl -sf -g -K - 'http://127.0.0.1:{monitor.monitoring.prometheus_port}{path}'",
+        stdin=f'user = "{monitor.monitoring.web_user}:{password}"\n',
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["data"]
 
@@ -66,8 +74,11 @@ def _until(what, done, seconds: float, every: float = 3):
 
 def test_prometheus_scrapes_the_engine_node_exporter_and_the_dcgm_exporter(monitor):
     site = load_lab_site(LAB_INVENTORY)
-    expected = sorted((job["job_name"], group["targets"][0])
-                      for job in monitoring_config.scrape_jobs(site, monitor) for group in job["static_configs"])
+    expected = sorted(
+        (job["job_name"], group["targets"][0])
+        for job in monitoring_config.scrape_jobs(site, monitor)
+        for group in job["static_configs"]
+    )
     assert [job for job, _ in expected] == ["dcgm", "engine", "node"], expected  # all on the guest itself
 
     def targets():
@@ -83,6 +94,7 @@ def test_prometheus_scrapes_the_engine_node_exporter_and_the_dcgm_exporter(monit
 def test_prometheus_has_the_checks_textfile(monitor):
     """The timer's verdicts reach Prometheus through node_exporter's textfile collector. A run is
     started if the timer's first one (2 minutes after boot) has not come yet."""
+
     def last_run():
         return _prometheus(monitor, "/api/v1/query?query=inference_host_checks_last_run_timestamp_seconds")["result"]
 

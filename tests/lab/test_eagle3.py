@@ -49,25 +49,31 @@ def eagle3_env(gpu_guest, lab_second_deploy, tmp_path_factory):
     stack file whose active stack is sglang-0.5.10-cu128 (the user's edit)."""
     # The guest's /models is the node's read-only model storage (roles/weights): the Kimi-shaped
     # configs go to a folder of the guest's own.
-    _sh(gpu_guest, f"rm -rf /srv/eagle3 {MODELS}"
-                   f" && mkdir -p /srv/eagle3 {MODELS}/tiny-kimi {MODELS}/tiny-kimi-eagle3")
+    _sh(gpu_guest, f"rm -rf /srv/eagle3 {MODELS} && mkdir -p /srv/eagle3 {MODELS}/tiny-kimi {MODELS}/tiny-kimi-eagle3")
     _docker_cp(DATA / "tiny-kimi-config.json", f"{MODELS}/tiny-kimi/config.json")
     _docker_cp(DATA / "tiny-kimi-eagle3.json", f"{MODELS}/tiny-kimi-eagle3/config.json")
     _docker_cp(DATA / "prompts.jsonl", "/srv/eagle3/prompts.jsonl")
     _docker_cp(STANDIN, "/srv/eagle3/specforge-src")
-    commit = _sh(gpu_guest, (
-        "cd /srv/eagle3 && git init -q specforge.git && cp -r specforge-src/. specforge.git/"
-        " && cd specforge.git && git config uploadpack.allowAnySHA1InWant true && git add -A"
-        " && GIT_AUTHOR_DATE=2026-06-28T00:00:00Z GIT_COMMITTER_DATE=2026-06-28T00:00:00Z"
-        " git -c user.name=lab -c user.email=lab@localhost commit -qm stand-in && git rev-parse HEAD")).strip()
+    commit = _sh(
+        gpu_guest,
+        (
+            "cd /srv/eagle3 && git init -q specforge.git && cp -r specforge-src/. specforge.git/"
+            " && cd specforge.git && git config uploadpack.allowAnySHA1InWant true && git add -A"
+            " && GIT_AUTHOR_DATE=2026-06-28T00:00:00Z GIT_COMMITTER_DATE=2026-06-28T00:00:00Z"
+            " git -c user.name=lab -c user.email=lab@localhost commit -qm stand-in && git rev-parse HEAD"
+        ),
+    ).strip()
     folder = tmp_path_factory.mktemp("eagle3")
     stack = folder / "stack.yml"
     shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")  # the stacks' committed locks
     text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
     stack.write_text(text.replace("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128"))
-    env = {"EAGLE3_LAB_STACK_FILE": str(stack), "EAGLE3_LAB_SPECFORGE_REPO": "/srv/eagle3/specforge.git",
-           "EAGLE3_LAB_SPECFORGE_COMMIT": commit,
-           "EAGLE3_LAB_DATASET_SHA256": hashlib.sha256((DATA / "prompts.jsonl").read_bytes()).hexdigest()}
+    env = {
+        "EAGLE3_LAB_STACK_FILE": str(stack),
+        "EAGLE3_LAB_SPECFORGE_REPO": "/srv/eagle3/specforge.git",
+        "EAGLE3_LAB_SPECFORGE_COMMIT": commit,
+        "EAGLE3_LAB_DATASET_SHA256": hashlib.sha256((DATA / "prompts.jsonl").read_bytes()).hexdigest(),
+    }
     yield env
     run_deploy()  # the lab as the other tests know it (0.5.9, no drafter)
 
@@ -87,8 +93,13 @@ def _launcher(gpu_guest) -> str:
 
 def test_deploy_renders_the_speculative_flags_for_0_5_10(gpu_guest, first):
     launcher = _launcher(gpu_guest)
-    for part in ("--speculative-algorithm EAGLE3", f"--speculative-draft-model-path {MODELS}/tiny-kimi-eagle3",
-                 "--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4"):
+    for part in (
+        "--speculative-algorithm EAGLE3",
+        f"--speculative-draft-model-path {MODELS}/tiny-kimi-eagle3",
+        "--speculative-num-steps 3",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 4",
+    ):
         assert part in launcher, launcher
     assert "SGLANG_ENABLE_SPEC_V2=0" in _sh(gpu_guest, "cat /opt/inference-host/current/serving/inference-engine.env")
 
@@ -104,8 +115,9 @@ def test_health_judged_the_accept_length(gpu_guest, first):
 def test_job_is_laid_down_and_never_started(gpu_guest, first):
     _sh(gpu_guest, "systemctl cat inference-host-eagle3@train.service >/dev/null")
     for step in ("regenerate", "hidden-states", "train", "export", "ab", "all"):
-        state = gpu_guest.run(f"systemctl show -p ActiveState,InactiveExitTimestampMonotonic --value"
-                              f" inference-host-eagle3@{step}.service").stdout.split()
+        state = gpu_guest.run(
+            f"systemctl show -p ActiveState,InactiveExitTimestampMonotonic --value inference-host-eagle3@{step}.service"
+        ).stdout.split()
         assert state[0] == "inactive" and state[1] == "0", f"{step} ran: {state}"
     assert not gpu_guest.file(f"{WORK}/state").exists
     assert gpu_guest.file(f"{JOB_ENV}/bin/python").exists
@@ -117,7 +129,8 @@ def test_job_is_laid_down_and_never_started(gpu_guest, first):
     frozen = _sh(gpu_guest, f"/usr/local/bin/uv pip freeze --python {JOB_ENV}/bin/python").splitlines()
     locked = stack_lock.entries(lock)
     assert {stack_lock.normalize(n): v for n, v in (line.split("==", 1) for line in frozen)} == {
-        name: locked[name] for name in wanted}
+        name: locked[name] for name in wanted
+    }
     assert _sh(gpu_guest, f"cat {JOB_ENV}/inference-host-lock.txt") == stack_lock.select(lock, wanted)
     assert gpu_guest.file("/opt/inference-host/specforge").exists
 
@@ -151,7 +164,9 @@ def test_steps_run_under_systemd_and_the_export_is_served(gpu_guest, first, eagl
         assert gpu_guest.file(f"{WORK}/state/{step}.done").exists, step
     assert gpu_guest.file(f"{WORK}/state/ab.done").exists is False  # bench_serving needs the full engine
     assert "export: done" in _sh(gpu_guest, f"cat {WORK}/logs/export.log")
-    assert '"eagle_aux_hidden_state_layer_ids": [\n      1,\n      3,\n      4\n    ]' in _sh(gpu_guest, f"cat {EXPORT}/config.json")
+    assert '"eagle_aux_hidden_state_layer_ids": [\n      1,\n      3,\n      4\n    ]' in _sh(
+        gpu_guest, f"cat {EXPORT}/config.json"
+    )
     # The exported directory is what --speculative-draft-model-path loads: serve it.
     run = run_deploy(INVENTORY, env={**eagle3_env, "EAGLE3_LAB_DRAFTER": EXPORT})
     assert run.returncode == 0, run.explain()

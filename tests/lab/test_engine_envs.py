@@ -64,7 +64,8 @@ def test_environment_is_exactly_the_lock(gpu_guest, lab_second_deploy):
     frozen = _frozen(_freeze(gpu_guest, LIVE))
     locked = stack_lock.entries(lock)
     assert frozen == {name: locked[name] for name in wanted}, (
-        f"not in the lock's subset: {sorted(set(frozen) - wanted)}; missing: {sorted(wanted - set(frozen))}")
+        f"not in the lock's subset: {sorted(set(frozen) - wanted)}; missing: {sorted(wanted - set(frozen))}"
+    )
     # The subset is the lock's CPU side (sglang, transformers, fastapi, ...), not a token of it.
     assert {"sglang", "transformers", "fastapi", "pydantic", "uvicorn"} <= set(frozen)
     assert not any(name == "torch" or name.startswith(("nvidia-cu", "flashinfer", "triton")) for name in frozen)
@@ -82,7 +83,8 @@ def test_environment_is_byte_compiled_and_readable_by_the_service_user(gpu_guest
     gpu_guest.check_output("touch /run/ih-compile-mark && sleep 1")
     version = gpu_guest.check_output(
         f"runuser -u {HOST.base.service_user} -- {LIVE}/bin/python -c"
-        " 'import importlib.metadata as m; print(m.version(\"sglang\"))'")
+        " 'import importlib.metadata as m; print(m.version(\"sglang\"))'"
+    )
     assert version == STACK.sglang
     gpu_guest.check_output(f"{LIVE}/bin/python -m compileall -q {site}/sglang")
     rewritten = gpu_guest.check_output(f"find {site} -name '*.pyc' -newer /run/ih-compile-mark | head -5")
@@ -106,8 +108,7 @@ def test_failed_install_leaves_the_live_environment_serving(gpu_guest, lab_secon
     an index serving other bytes): the new environment fails to install; nothing live moves."""
     before = _main_pid(gpu_guest)
     wanted = stack_lock.select(SITE.stack.lock_text(STACK.id), {"sglang"})
-    digests = [line.split("sha256:")[1][:64] for line in wanted.splitlines()
-               if line.startswith("    --hash=sha256:")]
+    digests = [line.split("sha256:")[1][:64] for line in wanted.splitlines() if line.startswith("    --hash=sha256:")]
 
     def corrupt(text: str) -> str:
         for digest in digests:  # the wheel's and the sdist's: uv accepts a file matching any
@@ -136,9 +137,9 @@ def test_two_builds_from_one_lock_are_identical_and_old_ones_are_pruned(gpu_gues
     folders, never removing the live one."""
     # Another interpreter path to the same Python makes another environment from the same lock.
     inventory = _inventory(tmp_path)
-    text = inventory.read_text().replace('"sglang_python": "/usr/bin/python3"',
-                                         '"sglang_python": "/usr/bin/python3.11",'
-                                         ' "sglang_keep_environments": 2')
+    text = inventory.read_text().replace(
+        '"sglang_python": "/usr/bin/python3"', '"sglang_python": "/usr/bin/python3.11", "sglang_keep_environments": 2'
+    )
     assert text != inventory.read_text()
     inventory.write_text(text)
     other = dataclasses.replace(HOST, sglang=HOST.sglang.model_copy(update={"python": "/usr/bin/python3.11"}))

@@ -42,18 +42,22 @@ pytestmark = pytest.mark.lab
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
 PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 SGLANG_STACKS = [s for s in PROD.stack.stacks.values() if s.engine == "sglang"]
-TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True,
-      "nccl_socket_ifname": "ens1f0"}
-DRAFTER = {"draft_model_path": "/models/Kimi-K2.5-eagle3", "draft_config": "drafter.json",
-           "target_config": "target.json"}
+TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
+DRAFTER = {
+    "draft_model_path": "/models/Kimi-K2.5-eagle3",
+    "draft_config": "drafter.json",
+    "target_config": "target.json",
+}
 
 
 @pytest.fixture(scope="module")
 def python312():
     found = preflight.find_python("3.12")
     if not os.path.isabs(found):
-        message = ("the engine preflight needs a CPython 3.12 (the stacks' Python) to install the locks:"
-                   " set INFERENCE_HOST_PREFLIGHT_PYTHON")
+        message = (
+            "the engine preflight needs a CPython 3.12 (the stacks' Python) to install the locks:"
+            " set INFERENCE_HOST_PREFLIGHT_PYTHON"
+        )
         if os.environ.get(REQUIRE_LAB_ENV) == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -81,8 +85,12 @@ def _factory(tmp_path_factory, name: str) -> InventoryFactory:
 def _two_nodes(tmp_path_factory, active: str):
     inventory = _factory(tmp_path_factory, f"tp-{active}")
     inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {active}")
-    site = load_site(inventory.groups(gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11"}),
-                                                 ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})]), ROLE_CHECKS)
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11"}), ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})]
+        ),
+        ROLE_CHECKS,
+    )
     return [(f"two nodes, rank {rank}", site, site.hosts[name]) for rank, name in enumerate(("node-a", "node-b"))]
 
 
@@ -92,8 +100,10 @@ def _eagle3(tmp_path_factory, **extra):
     shutil.copy(DATA / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
     # 2048 tokens: with the drafter, the model's 262144 do not fit the KV cache (roles/shared/kv_cache.py).
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=2048,
-                                                          **extra)]), ROLE_CHECKS)
+    site = load_site(
+        inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=2048, **extra)]),
+        ROLE_CHECKS,
+    )
     return site, site.hosts["gpu1"]
 
 
@@ -103,7 +113,9 @@ def _renders(tmp_path_factory, stack_id: str) -> list[tuple[str, object, object]
     renders = [("prod", PROD, prod_host), *_two_nodes(tmp_path_factory, stack_id)]
     if stack_id == "sglang-0.5.10-cu128":
         renders.append(("EAGLE-3", *_eagle3(tmp_path_factory)))
-        renders.append(("EAGLE-3, max running requests 64", *_eagle3(tmp_path_factory, serving_max_running_requests=64)))
+        renders.append(
+            ("EAGLE-3, max running requests 64", *_eagle3(tmp_path_factory, serving_max_running_requests=64))
+        )
         renders.append(("EAGLE-3, 6 draft tokens planted", *_eagle3(tmp_path_factory)))
     return renders
 
@@ -132,8 +144,7 @@ def verdicts(python312, model_dirs, tmp_path_factory):
         for label, _, host in renders:
             if label == "EAGLE-3, 6 draft tokens planted":
                 _plant_draft_tokens(patch, host)
-        results = preflight.run_many(stack, [(site, host) for _, site, host in renders], *model_dirs,
-                                     python=python312)
+        results = preflight.run_many(stack, [(site, host) for _, site, host in renders], *model_dirs, python=python312)
         for (label, _, _), verdict in zip(renders, results, strict=True):
             found[(stack.id, label)] = verdict
     patch.undo()
@@ -183,8 +194,10 @@ def test_an_explicit_value_the_engine_would_change_is_refused(verdicts):
     verdict = verdicts[("sglang-0.5.10-cu128", "EAGLE-3, 6 draft tokens planted")]
     assert not verdict["ok"]
     assert verdict["overridden"]["speculative_num_draft_tokens"] == {"given": 6, "engine": 4}
-    assert ("PREFLIGHT REFUSED: the command line sets speculative_num_draft_tokens = 6, SGLang would run"
-            " with 4" in verdict["output"])
+    assert (
+        "PREFLIGHT REFUSED: the command line sets speculative_num_draft_tokens = 6, SGLang would run"
+        " with 4" in verdict["output"]
+    )
 
 
 def test_0_5_23_switches_piecewise_cuda_graphs_on_for_prefill(verdicts):
@@ -218,7 +231,8 @@ def test_the_0_5_9_lock_with_torchs_own_cudnn_pin_is_refused(python312, model_di
     stack = load_stack(inventory.dir / "stack.yml").stacks["sglang-0.5.9-cu128"]
     # Written as the lock command writes a lock: header, body, seal.
     (inventory.dir / "locks" / "sglang-0.5.9-cu128.txt").write_text(
-        stack_lock.sealed(stack_lock.header(stack, "stack.yml") + body))
+        stack_lock.sealed(stack_lock.header(stack, "stack.yml") + body)
+    )
     site = load_site(inventory.groups(gpu_nodes=[gpu_node()]), ROLE_CHECKS)
     assert stack_lock.entries(site.stack.lock_text(stack.id))["nvidia-cudnn-cu12"] == "9.10.2.21"
     verdict = preflight.run(site, site.hosts["gpu1"], site.stack.active, *model_dirs, python=python312)

@@ -40,24 +40,33 @@ class Scenario:
         return value
 
     def deploy(self, *extra: str):
-        return run_deploy(LAB_INVENTORY, *extra, timeout=1500, env={
-            "INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE": str(self.source),
-            "INFERENCE_HOST_LAB_WHEELHOUSE": str(self.wheelhouse)})
+        return run_deploy(
+            LAB_INVENTORY,
+            *extra,
+            timeout=1500,
+            env={
+                "INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE": str(self.source),
+                "INFERENCE_HOST_LAB_WHEELHOUSE": str(self.wheelhouse),
+            },
+        )
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory) -> Scenario:
     from lab.cuda_image import CUDA_ROOT
 
-    require_lab_tool((CUDA_ROOT / "bin" / "nvcc").exists(),
-                     f"no CUDA toolkit at {CUDA_ROOT} (nvcc) for the lab's wheel builder image;"
-                     " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)")
+    require_lab_tool(
+        (CUDA_ROOT / "bin" / "nvcc").exists(),
+        f"no CUDA toolkit at {CUDA_ROOT} (nvcc) for the lab's wheel builder image;"
+        " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)",
+    )
     return Scenario(tmp_path_factory.mktemp("engine-wheels"))
 
 
 def _installed_mark(gpu_guest) -> str:
     return gpu_guest.check_output(
-        f"cat {ROOT}/current/lib/python3*/site-packages/tiny_cuda_ext/__init__.py | sed -n 's/^BUILD_MARK = //p'")
+        f"cat {ROOT}/current/lib/python3*/site-packages/tiny_cuda_ext/__init__.py | sed -n 's/^BUILD_MARK = //p'"
+    )
 
 
 def test_wheels_travel_from_the_builder_and_never_from_an_index(gpu_guest, lab_second_deploy, scenario):
@@ -67,7 +76,9 @@ def test_wheels_travel_from_the_builder_and_never_from_an_index(gpu_guest, lab_s
         missing = scenario.deploy("--limit", lab.pyinfra_name("gpu"))
         text = missing.stdout + missing.stderr
         assert missing.returncode != 0, "a source-built flash-attn without a wheel must stop the deploy"
-        assert "flash-attn 2.8.3" in text and "holds no wheel; it is never taken from an index" in text, missing.explain()
+        assert "flash-attn 2.8.3" in text and "holds no wheel; it is never taken from an index" in text, (
+            missing.explain()
+        )
         assert "deploy.py --limit @local" in text
         assert gpu_guest.file(f"{ROOT}/current").linked_to == live  # the live one kept serving
 

@@ -41,13 +41,19 @@ def test_second_deploy_changes_nothing_in_the_gpu_stack(lab_second_deploy):
     assert _ours(lab_second_deploy.changed) == []
 
 
-@pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
-                    reason="containers were reused: the first deploy had nothing to do")
+@pytest.mark.skipif(
+    os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
+    reason="containers were reused: the first deploy had nothing to do",
+)
 def test_first_deploy_installed_the_stack(lab_first_deploy):
     changed = _ours(lab_first_deploy.changed)
-    for expected in ("Install NVIDIA's repository keyring", f"Install NVIDIA driver {STACK.driver_version}",
-                     "Install CUDA toolkit 12.8", "Install CUDA toolkit 13.0",
-                     "Add the nvidia runtime to daemon.json"):
+    for expected in (
+        "Install NVIDIA's repository keyring",
+        f"Install NVIDIA driver {STACK.driver_version}",
+        "Install CUDA toolkit 12.8",
+        "Install CUDA toolkit 13.0",
+        "Add the nvidia runtime to daemon.json",
+    ):
         assert any(expected in name for name in changed), f"{expected!r} did not run: {changed}"
 
 
@@ -71,6 +77,7 @@ def test_guest_driver_equals_the_nodes_kernel_module(gpu_guest):
 
 # --- the repository: keyring package, the configured URL, real apt ---------------------------
 
+
 def test_keyring_comes_from_the_cuda_keyring_package(gpu_guest):
     owner = gpu_guest.run("dpkg -S /usr/share/keyrings/cuda-archive-keyring.gpg")
     assert owner.rc == 0 and owner.stdout.startswith("cuda-keyring:")
@@ -79,13 +86,14 @@ def test_keyring_comes_from_the_cuda_keyring_package(gpu_guest):
 def test_only_the_configured_url_is_an_apt_source(gpu_guest):
     sources = gpu_guest.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
     assert sources.content_string.strip() == (
-        "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
-        f" {HOST.cuda.repo_url}/debian12/x86_64/ /")
+        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {HOST.cuda.repo_url}/debian12/x86_64/ /"
+    )
     public = gpu_guest.run("grep -rl developer.download.nvidia.com /etc/apt/sources.list /etc/apt/sources.list.d/")
     assert public.stdout.strip() == "", "the keyring's public entry must be replaced by the setting"
 
 
 # --- the driver: exact version, pinned, held ---------------------------------------------------
+
 
 @pytest.mark.parametrize("package", DRIVER_PACKAGES)
 def test_driver_package_at_the_pinned_version_though_newer_exist(gpu_guest, package):
@@ -115,6 +123,7 @@ def test_no_kernel_module_package_in_an_lxc_guest(gpu_guest):
 
 
 # --- CUDA: side by side, one selected ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("cuda", sorted({s.cuda for s in STACK.stacks.values()}))
 def test_every_stacks_toolkit_installed(gpu_guest, cuda):
@@ -146,6 +155,7 @@ def test_login_shell_gets_cuda_home_path_and_library_path(gpu_guest):
 
 # --- Docker engine and the NVIDIA container toolkit -------------------------------------------
 
+
 def test_docker_engine_runs_with_the_nvidia_runtime(gpu_guest):
     assert gpu_guest.service("docker").is_running
     info = gpu_guest.run("docker info --format '{{json .Runtimes}}|{{.DockerRootDir}}|{{.LoggingDriver}}'")
@@ -174,5 +184,6 @@ def test_engine_user_can_build_with_buildkit(gpu_guest, user):
         f"d=$(mktemp -d) && printf 'FROM scratch\\nCOPY hello /hello\\n' > $d/Dockerfile"
         f" && echo hi > $d/hello && chmod -R a+rX $d"
         f" && runuser -u {user} -- env DOCKER_BUILDKIT=1 docker build -q -t ih-lab-probe $d"
-        f" && docker image rm -f ih-lab-probe >/dev/null; rc=$?; rm -rf $d; exit $rc")
+        f" && docker image rm -f ih-lab-probe >/dev/null; rc=$?; rm -rf $d; exit $rc"
+    )
     assert build.rc == 0, build.stderr

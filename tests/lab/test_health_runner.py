@@ -20,17 +20,29 @@ H200 = ["--expect", "gpu_arch=sm90", "--expect", "gpu_model=NVIDIA H200", "--exp
 
 
 def runner(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "checks", *args], cwd=PROJECT_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "checks", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 BAD_INPUT = [
     (["--hosts", "local://", "--suites", ","], "--suites ',': unknown (empty), (empty); expected a comma list"),
     (["--hosts", "local://", "--suites", "gpu,,server"], "unknown (empty)"),
     (["--hosts", "local://", "--suites", "gpus"], "--suites 'gpus': unknown gpus"),
-    (["--hosts", "local://", "--expect", "gpu_count=0"], "--expect gpu_count=0 is invalid; a gpu node needs an integer >= 1"),
+    (
+        ["--hosts", "local://", "--expect", "gpu_count=0"],
+        "--expect gpu_count=0 is invalid; a gpu node needs an integer >= 1",
+    ),
     (["--hosts", "local://", "--expect", "gpu_count=-2"], "gpu_count=-2 is invalid"),
-    (["--hosts", "local://", "--expect", "driver_version="], "--expect driver_version='' is invalid; expected a driver version"),
+    (
+        ["--hosts", "local://", "--expect", "driver_version="],
+        "--expect driver_version='' is invalid; expected a driver version",
+    ),
     (["--hosts", "local://", "--expect", "driver_version=latest"], "driver_version='latest' is invalid"),
     (["--hosts", "local://", "--expect", "health_gpu_link=nvswitch"], "health_gpu_link = 'nvswitch' is invalid"),
     (["--hosts", "local://", "--expect", "gpu_count"], "--expect 'gpu_count' is invalid; expected KEY=VALUE"),
@@ -54,10 +66,20 @@ def test_bad_input_exits_2_with_one_clear_line_and_contacts_no_host(args, messag
 def test_nothing_collected_is_not_healthy(tmp_path):
     """pytest's exit 5 (no test collected) is a failed run, not a healthy one."""
     plugin = tmp_path / "deselect_all.py"
-    plugin.write_text("def pytest_collection_modifyitems(items, config):\n"
-                      "    config.hook.pytest_deselected(items=list(items))\n    items[:] = []\n")
-    run = runner("--hosts", "local://", "--suites", "gpu", "--expect", "gpu_count=1", *H200,
-                 env={"PYTHONPATH": str(tmp_path), "PYTEST_PLUGINS": "deselect_all"})
+    plugin.write_text(
+        "def pytest_collection_modifyitems(items, config):\n"
+        "    config.hook.pytest_deselected(items=list(items))\n    items[:] = []\n"
+    )
+    run = runner(
+        "--hosts",
+        "local://",
+        "--suites",
+        "gpu",
+        "--expect",
+        "gpu_count=1",
+        *H200,
+        env={"PYTHONPATH": str(tmp_path), "PYTEST_PLUGINS": "deselect_all"},
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "no check ran on local:// (pytest collected nothing): not healthy" in run.stderr
 
@@ -66,7 +88,8 @@ def _fake_tools(folder: Path, log: Path) -> dict:
     sample = (PROJECT_ROOT / "tests/unit/data/gpu/dcgm/diag-r1-fail.json").read_text()
     (folder / "dcgmi").write_text(f"#!/bin/sh\necho \"dcgmi $*\" >> {log}\ncat <<'EOF'\n{sample}EOF\n")
     (folder / "systemctl").write_text(
-        f"#!/bin/sh\necho \"systemctl $*\" >> {log}\n[ \"$1\" = is-active ] && echo active\nexit 0\n")
+        f'#!/bin/sh\necho "systemctl $*" >> {log}\n[ "$1" = is-active ] && echo active\nexit 0\n'
+    )
     (folder / "nvidia-smi").write_text("#!/bin/sh\nexit 1\n")
     for tool in ("dcgmi", "systemctl", "nvidia-smi"):
         (folder / tool).chmod(0o755)
@@ -78,13 +101,20 @@ def test_dcgm_level_2_stops_the_unit_runs_the_diag_and_starts_it_again(tmp_path)
     order; the runner says what it does and fails on DCGM's Fail."""
     log = tmp_path / "calls.log"
     env = _fake_tools(tmp_path, log)
-    run = runner("--hosts", "local://", "--suites", "service", "--expect", "gpu_count=1", *H200,
-                 "--dcgm-level", "2", env=env)
+    run = runner(
+        "--hosts", "local://", "--suites", "service", "--expect", "gpu_count=1", *H200, "--dcgm-level", "2", env=env
+    )
     calls = log.read_text().splitlines()
-    stop, diag, start = (calls.index("systemctl stop inference-engine"), calls.index("dcgmi diag -r 2 -j"),
-                         calls.index("systemctl start inference-engine"))
+    stop, diag, start = (
+        calls.index("systemctl stop inference-engine"),
+        calls.index("dcgmi diag -r 2 -j"),
+        calls.index("systemctl start inference-engine"),
+    )
     assert stop < diag < start
-    assert "stopping inference-engine.service for the run" in run.stdout and "starting inference-engine.service again" in run.stdout
+    assert (
+        "stopping inference-engine.service for the run" in run.stdout
+        and "starting inference-engine.service again" in run.stdout
+    )
     assert "dcgmi diag -r 2: FAIL" in run.stdout and "software Fail" in run.stdout
     assert run.returncode == 1
 

@@ -30,23 +30,49 @@ def ssh_host(tmp_path_factory):
     require_docker()
     name = f"{lab.PREFIX}-ssh"
     _docker("rm", "-f", name, check=False)
-    _docker("run", "-d", "--name", name, "--hostname", name, "--label", "inference-host.lab=1",
-            *lab.SYSTEMD_RUN_FLAGS, lab.systemd_image())
+    _docker(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--hostname",
+        name,
+        "--label",
+        "inference-host.lab=1",
+        *lab.SYSTEMD_RUN_FLAGS,
+        lab.systemd_image(),
+    )
     try:
         lab._wait_for_systemd(name, timeout=300)  # a loaded shared machine boots slowly
-        _docker("exec", name, "sh", "-c", "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
-                "apt-get install -y -q --no-install-recommends openssh-server")
+        _docker(
+            "exec",
+            name,
+            "sh",
+            "-c",
+            "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -q --no-install-recommends openssh-server",
+        )
         folder = tmp_path_factory.mktemp("ssh")
         key = folder / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         public = key.with_suffix(".pub").read_text()
-        _docker("exec", name, "sh", "-c",
-                "mkdir -p /root/.ssh && chmod 700 /root/.ssh && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\nPermitRootLogin "
-                "prohibit-password\\n' > /etc/ssh/sshd_config.d/lab.conf && systemctl restart ssh")
-        subprocess.run(["docker", "exec", "-i", name, "sh", "-c", "cat > /root/.ssh/authorized_keys"],
-                       input=public, text=True, check=True)
-        address = _docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-                          name).stdout.strip()
+        _docker(
+            "exec",
+            name,
+            "sh",
+            "-c",
+            "mkdir -p /root/.ssh && chmod 700 /root/.ssh && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\nPermitRootLogin "
+            "prohibit-password\\n' > /etc/ssh/sshd_config.d/lab.conf && systemctl restart ssh",
+        )
+        subprocess.run(
+            ["docker", "exec", "-i", name, "sh", "-c", "cat > /root/.ssh/authorized_keys"],
+            input=public,
+            text=True,
+            check=True,
+        )
+        address = _docker(
+            "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name
+        ).stdout.strip()
         host_key = _docker("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
         known = folder / "known_hosts"
         known.write_text(f"{address} {host_key[0]} {host_key[1]}\n")
@@ -56,9 +82,14 @@ def ssh_host(tmp_path_factory):
 
 
 def _inventory(ssh_host, known_hosts: bool) -> Path:
-    settings = {"gpu_count": 1, "ssh_hostname": ssh_host["address"], "ssh_user": "root", "ssh_key": str(ssh_host["key"]),
-                "ssh_strict_host_key_checking": "yes",
-                "ssh_config_file": str(ssh_host["folder"] / "ssh_config")}  # empty: no user settings
+    settings = {
+        "gpu_count": 1,
+        "ssh_hostname": ssh_host["address"],
+        "ssh_user": "root",
+        "ssh_key": str(ssh_host["key"]),
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_config_file": str(ssh_host["folder"] / "ssh_config"),
+    }  # empty: no user settings
     (ssh_host["folder"] / "ssh_config").write_text("")
     if known_hosts:
         settings["ssh_known_hosts_file"] = str(ssh_host["known"])
@@ -73,7 +104,8 @@ def _inventory(ssh_host, known_hosts: bool) -> Path:
         "from validation import require_valid_inventory\n"
         f"_site = {{'stack_file': {str(PROJECT_ROOT / 'inventory' / 'stack.yml')!r}}}\n"
         f"gpu_nodes = [('gpu-over-ssh', {{**_site, **{settings!r}}})]\n"
-        "require_valid_inventory(__file__, globals())\n")
+        "require_valid_inventory(__file__, globals())\n"
+    )
     return path
 
 
@@ -81,8 +113,13 @@ def _checks(inventory: Path, report: Path) -> subprocess.CompletedProcess:
     # The command roles/health runs at the end of a deploy (roles.health.check_command).
     from roles.health import check_command
 
-    return subprocess.run(check_command(str(inventory), "gpu-over-ssh", ["service"], str(report)),
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        check_command(str(inventory), "gpu-over-ssh", ["service"], str(report)),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_health_step_connects_with_the_inventorys_key_and_known_hosts(ssh_host):

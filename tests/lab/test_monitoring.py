@@ -62,8 +62,9 @@ http.server.HTTPServer(("127.0.0.1", 9099), H).serve_forever()
 
 
 def _exec(role: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["docker", "exec", lab.container_name(role), "sh", "-c", command],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["docker", "exec", lab.container_name(role), "sh", "-c", command], capture_output=True, text=True, timeout=120
+    )
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -77,9 +78,12 @@ def site(replicas_first_deploy):
 @pytest.fixture(scope="module")
 def monitor(site):
     """The gateway's host, with the webhook receiver Alertmanager sends to (the test's own)."""
-    _exec("gw", f"rm -f {RECEIVED}; systemctl stop ih-webhook 2>/dev/null; systemctl reset-failed ih-webhook"
-                " 2>/dev/null; systemd-run --unit ih-webhook python3 -c " + repr(RECEIVER).replace("\\n", "\n"),
-          check=False)
+    _exec(
+        "gw",
+        f"rm -f {RECEIVED}; systemctl stop ih-webhook 2>/dev/null; systemctl reset-failed ih-webhook"
+        " 2>/dev/null; systemd-run --unit ih-webhook python3 -c " + repr(RECEIVER).replace("\\n", "\n"),
+        check=False,
+    )
     return site.group("monitors")[0]
 
 
@@ -92,9 +96,21 @@ def _api(path: str, auth: bool = True) -> tuple[str, str]:
     """(HTTP status, body) of Prometheus' API on the monitor; the password goes in a curl config
     on stdin, never on a command line."""
     config = f'user = "inference-host:{_password()}"\n' if auth else ""
-    done = subprocess.run(["docker", "exec", "-i", lab.container_name("gw"), "sh", "-c",
-                           f"curl -s -g -K - -o /tmp/body -w '%{{http_code}}' 'http://127.0.0.1:9090{path}'; cat /tmp/body"],
-                          input=config, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [
+            "docker",
+            "exec",
+            "-i",
+            lab.container_name("gw"),
+            "sh",
+            "-c",
+            f"curl -s -g -K - -o /tmp/body -w '%{{http_code}}' 'http://127.0.0.1:9090{path}'; cat /tmp/body",
+        ],
+        input=config,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return done.stdout[:3], done.stdout[3:]
 
 
@@ -132,12 +148,18 @@ def _targets() -> list[dict]:
 def test_prometheus_scrapes_every_target_the_inventory_names(monitor, site):
     """node_exporter on all three hosts, DCGM's exporter and the engine on both replicas, smg on
     the gateway: the jobs roles/monitoring derives from the inventory, every one up."""
-    expected = sorted((job["job_name"], group["labels"]["host"], group["targets"][0])
-                      for job in monitoring_config.scrape_jobs(site, monitor) for group in job["static_configs"])
+    expected = sorted(
+        (job["job_name"], group["labels"]["host"], group["targets"][0])
+        for job in monitoring_config.scrape_jobs(site, monitor)
+        for group in job["static_configs"]
+    )
     reps = [lab.pyinfra_name(r) for r in ("rep-a", "rep-b")]
     assert sorted((j, h) for j, h, _ in expected) == sorted(
-        [("node", h) for h in [*reps, lab.pyinfra_name("gw")]] + [("dcgm", h) for h in reps]
-        + [("engine", h) for h in reps] + [("gateway", lab.pyinfra_name("gw"))])
+        [("node", h) for h in [*reps, lab.pyinfra_name("gw")]]
+        + [("dcgm", h) for h in reps]
+        + [("engine", h) for h in reps]
+        + [("gateway", lab.pyinfra_name("gw"))]
+    )
     started, targets = time.monotonic(), []
     while time.monotonic() - started < 120:
         targets = _targets()
@@ -167,8 +189,11 @@ def _chat(site) -> int:
 
     key = vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
     body = b'{"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}'
-    request = urllib.request.Request(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body,
-                                     {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    request = urllib.request.Request(
+        f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions",
+        body,
+        {"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
     with urllib.request.urlopen(request, timeout=30) as answer:
         return answer.status
 
@@ -180,8 +205,14 @@ def test_the_exporters_emit_what_the_rules_query(monitor, site):
     names = set()
     for alert in monitoring_config.alerts(site, monitor):
         names |= metric_names(alert.expr)
-    assert {"up", "DCGM_EXP_XID_ERRORS_COUNT", "inference_host_unit_restarts", "sglang:time_to_first_token_seconds_bucket",
-            "inference_host_check_ok", "node_filesystem_avail_bytes"} <= names, names
+    assert {
+        "up",
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "inference_host_unit_restarts",
+        "sglang:time_to_first_token_seconds_bucket",
+        "inference_host_check_ok",
+        "node_filesystem_avail_bytes",
+    } <= names, names
     assert [_chat(site) for _ in range(4)] == [200] * 4  # smg spreads them over both replicas
     interval = site.group("gpu_nodes")[0].monitoring.check_interval_seconds
     deadline, missing = time.monotonic() + 3 * interval + 30, names  # the checks' timer's first runs
@@ -191,8 +222,13 @@ def test_the_exporters_emit_what_the_rules_query(monitor, site):
             break
         time.sleep(5)
     assert missing == set(), f"the rules query names no exporter emits in the lab: {sorted(missing)}"
-    for name in ("sglang:num_running_reqs", "sglang:gen_throughput", "sglang:generation_tokens_total",
-                 "sglang:inter_token_latency_seconds_bucket", "smg_http_requests_total"):
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:gen_throughput",
+        "sglang:generation_tokens_total",
+        "sglang:inter_token_latency_seconds_bucket",
+        "smg_http_requests_total",
+    ):
         assert _query(f"count({name})"), name
 
 
@@ -211,7 +247,7 @@ def _gpu_verdicts(role: str) -> dict[tuple[str, str], str]:
     """{(check, gpu): 1/0} of the gpu suite in the checks' textfile on a replica."""
     found = {}
     for line in _exec(role, f"cat {PROM}").stdout.splitlines():
-        match = re.match(r'inference_host_check_ok\{(.*)\} (\d)$', line)
+        match = re.match(r"inference_host_check_ok\{(.*)\} (\d)$", line)
         if match and 'suite="gpu"' in match.group(1):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
             found[(labels["check"], labels.get("gpu", ""))] = match.group(2)
@@ -223,8 +259,9 @@ def _run_checks_after(role: str, uptime: str) -> None:
     the timer's own run is under way joins that run, which may have read nvidia-smi before."""
     for _ in range(2):
         _exec(role, "systemctl start inference-host-checks.service")  # oneshot: waited for
-        began = _exec(role, "systemctl show -p ExecMainStartTimestampMonotonic --value"
-                            " inference-host-checks.service").stdout.strip()
+        began = _exec(
+            role, "systemctl show -p ExecMainStartTimestampMonotonic --value inference-host-checks.service"
+        ).stdout.strip()
         if int(began) / 1e6 > float(uptime):
             return
     raise AssertionError(f"no run of inference-host-checks.service began after {uptime} s")
@@ -250,8 +287,10 @@ def test_the_gpu_suite_passes_on_the_standins_answers_but_cuda(monitor):
     prom = _exec("rep-a", f"cat {PROM}").stdout
     assert "inference_host_gpus_visible 8" in prom
     assert re.search(r'check_failure_info\{check="cuda works",detail="[^"]*import torch failed', prom), prom
-    print(f"\ngpu suite on rep-a: {sum(ok == '1' for ok in verdicts.values())} checks pass, failing only"
-          f" 'cuda works' (no torch in the lab); nvidia-smi listed the engine's pid {engine}:\n{listed}")
+    print(
+        f"\ngpu suite on rep-a: {sum(ok == '1' for ok in verdicts.values())} checks pass, failing only"
+        f" 'cuda works' (no torch in the lab); nvidia-smi listed the engine's pid {engine}:\n{listed}"
+    )
 
 
 class Fault:
@@ -299,16 +338,34 @@ def _faults() -> list[Fault]:
     rep_a, rep_b = lab.pyinfra_name("rep-a"), lab.pyinfra_name("rep-b")
     xid = "/run/dcgm-exporter-standin/3.xid"  # an Xid on GPU 3, as the driver would tell DCGM
     return [
-        Fault("EngineDown", {"host": rep_b}, lambda: _exec("rep-b", "systemctl stop inference-engine.service"),
-              lambda: _exec("rep-b", f"{RESET_START_LIMIT} systemctl start inference-engine.service"),
-              "engine unit stopped"),
-        Fault("GpuXidError", {"host": rep_b, "gpu": "3"},
-              lambda: _exec("rep-b", f"mkdir -p /run/dcgm-exporter-standin && echo \"$(date +%s) 79\" >> {xid}"),
-              lambda: None, "Xid 79 on GPU 3 (no mend: its window passes)"),
-        Fault("EngineRestartLooping", {"host": rep_a}, lambda: _kill_engine("rep-a"), lambda: None,
-              "engine killed, restarted by systemd"),
-        Fault("HealthCheckFailing", {"host": rep_a, "check": STRAY_CHECK}, lambda: _plant_stray("rep-a"),
-              lambda: _kill_stray("rep-a"), "stray process on GPU 2"),
+        Fault(
+            "EngineDown",
+            {"host": rep_b},
+            lambda: _exec("rep-b", "systemctl stop inference-engine.service"),
+            lambda: _exec("rep-b", f"{RESET_START_LIMIT} systemctl start inference-engine.service"),
+            "engine unit stopped",
+        ),
+        Fault(
+            "GpuXidError",
+            {"host": rep_b, "gpu": "3"},
+            lambda: _exec("rep-b", f'mkdir -p /run/dcgm-exporter-standin && echo "$(date +%s) 79" >> {xid}'),
+            lambda: None,
+            "Xid 79 on GPU 3 (no mend: its window passes)",
+        ),
+        Fault(
+            "EngineRestartLooping",
+            {"host": rep_a},
+            lambda: _kill_engine("rep-a"),
+            lambda: None,
+            "engine killed, restarted by systemd",
+        ),
+        Fault(
+            "HealthCheckFailing",
+            {"host": rep_a, "check": STRAY_CHECK},
+            lambda: _plant_stray("rep-a"),
+            lambda: _kill_stray("rep-a"),
+            "stray process on GPU 2",
+        ),
     ]
 
 
@@ -359,8 +416,11 @@ def _run_faults(faults: list[Fault]) -> None:
 
 def _last_xid(role: str, gpu: str) -> str:
     """DCGM_FI_DEV_XID_ERRORS of one GPU, from the exporter itself."""
-    text = _exec(role, "python3 -c 'import urllib.request; print(urllib.request.urlopen("
-                       "\"http://127.0.0.1:9400/metrics\").read().decode())'").stdout
+    text = _exec(
+        role,
+        "python3 -c 'import urllib.request; print(urllib.request.urlopen("
+        '"http://127.0.0.1:9400/metrics").read().decode())\'',
+    ).stdout
     return re.search(r'^DCGM_FI_DEV_XID_ERRORS\{gpu="' + gpu + r'",.*\} (\S+)$', text, re.M).group(1)
 
 
@@ -389,22 +449,28 @@ def test_planted_engine_faults_alert_the_webhook_and_clear_when_mended(monitor, 
             timings.setdefault(fault.alert, []).append((fault.fired - fault.planted, fault.cleared - fault.mended))
     assert _exec("rep-a", "systemctl show -p NRestarts --value inference-engine.service").stdout.strip() == "0"
     assert _last_xid("rep-b", "3") == "79"  # cleared in Prometheus, while DCGM still reports the last Xid
-    lines = [f"planted engine faults ({RUNS} run(s); scrape {m.scrape_interval}, down_for {m.down_for},"
-             f" restart window {m.restart_window}, group_wait {m.alert_group_wait},"
-             f" group_interval {m.alert_group_interval}, checks every"
-             f" {site.group('gpu_nodes')[0].monitoring.check_interval}):"]
+    lines = [
+        f"planted engine faults ({RUNS} run(s); scrape {m.scrape_interval}, down_for {m.down_for},"
+        f" restart window {m.restart_window}, group_wait {m.alert_group_wait},"
+        f" group_interval {m.alert_group_interval}, checks every"
+        f" {site.group('gpu_nodes')[0].monitoring.check_interval}):"
+    ]
     for fault in _faults():
         pairs = timings[fault.alert]
-        lines.append(f"  {fault.what} -> {fault.alert}: at the webhook "
-                     f"{', '.join(f'{a:.0f}' for a, _ in pairs)} s (median {statistics.median(a for a, _ in pairs):.0f} s)"
-                     f" after the plant; cleared in Prometheus {', '.join(f'{b:.0f}' for _, b in pairs)} s"
-                     f" (median {statistics.median(b for _, b in pairs):.0f} s) after the mend")
+        lines.append(
+            f"  {fault.what} -> {fault.alert}: at the webhook "
+            f"{', '.join(f'{a:.0f}' for a, _ in pairs)} s (median {statistics.median(a for a, _ in pairs):.0f} s)"
+            f" after the plant; cleared in Prometheus {', '.join(f'{b:.0f}' for _, b in pairs)} s"
+            f" (median {statistics.median(b for _, b in pairs):.0f} s) after the mend"
+        )
     print("\n" + "\n".join(lines))
 
 
-RUSAGE = ("import resource, subprocess, sys, time; t = time.monotonic();"
-          " subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
-          " r = resource.getrusage(resource.RUSAGE_CHILDREN); print(time.monotonic() - t, r.ru_utime + r.ru_stime)")
+RUSAGE = (
+    "import resource, subprocess, sys, time; t = time.monotonic();"
+    " subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+    " r = resource.getrusage(resource.RUSAGE_CHILDREN); print(time.monotonic() - t, r.ru_utime + r.ru_stime)"
+)
 
 
 def _cpu_of_a_run(role: str) -> tuple[float, float]:
@@ -426,9 +492,15 @@ def test_the_checks_timer_runs_within_its_budget(site):
     out = []
     for role in ("rep-a", "rep-b"):
         _exec(role, "systemctl start inference-host-checks.service")  # one run now, waited for (oneshot)
-        shown = dict(line.split("=", 1) for line in _exec(role, "systemctl show inference-host-checks.service -p"
-                     " CPUUsageNSec -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
-                     " -p Result -p CPUQuotaPerSecUSec").stdout.splitlines())
+        shown = dict(
+            line.split("=", 1)
+            for line in _exec(
+                role,
+                "systemctl show inference-host-checks.service -p"
+                " CPUUsageNSec -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
+                " -p Result -p CPUQuotaPerSecUSec",
+            ).stdout.splitlines()
+        )
         assert shown["Result"] == "success", shown
         wall = (int(shown["ExecMainExitTimestampMonotonic"]) - int(shown["ExecMainStartTimestampMonotonic"])) / 1e6
         assert wall < node.monitoring.check_timeout_s, (role, wall)
@@ -438,8 +510,10 @@ def test_the_checks_timer_runs_within_its_budget(site):
         else:
             again, cpu = _cpu_of_a_run(role)
             how = f"CPUUsageNSec {usage}: the kernel's getrusage of the same command, run {again:.1f} s"
-        out.append(f"{role}: run {wall:.1f} s (systemd), CPU {cpu:.1f} s ({how}); {100 * cpu / wall:.0f}% of one"
-                   f" core; CPUQuota {shown['CPUQuotaPerSecUSec']}/s")
+        out.append(
+            f"{role}: run {wall:.1f} s (systemd), CPU {cpu:.1f} s ({how}); {100 * cpu / wall:.0f}% of one"
+            f" core; CPUQuota {shown['CPUQuotaPerSecUSec']}/s"
+        )
         written = _exec(role, "cat /var/lib/prometheus/node-exporter/inference_host_checks.prom").stdout
         assert "inference_host_checks_last_run_timestamp_seconds" in written
     load = open("/proc/loadavg").read().split()[:3]

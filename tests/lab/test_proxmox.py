@@ -40,8 +40,11 @@ def standin_calls(node) -> list[str]:
 
 def changing_calls(lines: list[str]) -> list[str]:
     """The successful calls that change a guest (refused ones exit 255 and change nothing)."""
-    return [line.rsplit(" => ", 1)[0] for line in lines if line.endswith(" => 0")
-            and line.startswith(("pct create", "pct set", "pct start", "qm create", "qm set"))]
+    return [
+        line.rsplit(" => ", 1)[0]
+        for line in lines
+        if line.endswith(" => 0") and line.startswith(("pct create", "pct set", "pct start", "qm create", "qm set"))
+    ]
 
 
 # --- the node ----------------------------------------------------------------------------------
@@ -64,8 +67,10 @@ def test_vfio_modules_and_nouveau_blacklist(pve_node):
     assert not pve_node.file("/etc/default/grub.d/inference-host-iommu.cfg").exists  # not GRUB
 
 
-@pytest.mark.skipif(os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
-                    reason="containers were reused: the first deploy had nothing to do")
+@pytest.mark.skipif(
+    os.environ.get("INFERENCE_HOST_LAB_REUSE") == "1",
+    reason="containers were reused: the first deploy had nothing to do",
+)
 def test_walk_from_a_bare_node(lab_walk, pve_node):
     """One run of the main command from a bare lab, in the passes the node starts itself.
     Pass 1: node prepared, driver built, node rebooted, guest waits (no exception while
@@ -148,7 +153,8 @@ def _pve_standin():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py")
+        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -162,8 +168,13 @@ def _guest_with(vmid: int, mount_points: dict) -> tuple[object, list[str]]:
 
     data = {h.name: h.data.dict() for h in _pyinfra_inventory(LAB_INVENTORY)}[GUEST.name]
     problems: list[str] = []
-    guest = build_host(GUEST.name, GUEST.groups, {**data, "guest_vmid": vmid, "guest_mount_points": mount_points,
-                                                  "guest_ssh_public_keys": []}, "inventory/lab.py", problems)
+    guest = build_host(
+        GUEST.name,
+        GUEST.groups,
+        {**data, "guest_vmid": vmid, "guest_mount_points": mount_points, "guest_ssh_public_keys": []},
+        "inventory/lab.py",
+        problems,
+    )
     return guest, problems
 
 
@@ -207,8 +218,16 @@ def _ssh_works(address: str, key_file) -> bool:
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the key is what is tested
     try:
-        client.connect(address, username="root", key_filename=str(key_file), look_for_keys=False,
-                       allow_agent=False, timeout=20, banner_timeout=20, auth_timeout=20)
+        client.connect(
+            address,
+            username="root",
+            key_filename=str(key_file),
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=20,
+            banner_timeout=20,
+            auth_timeout=20,
+        )
         _, stdout, _ = client.exec_command("id -u")
         return stdout.read().decode().strip() == "0"
     except paramiko.AuthenticationException:
@@ -221,13 +240,27 @@ def _ssh_works(address: str, key_file) -> bool:
 def rekeyed(lab_second_deploy, pve_node, gpu_guest, tmp_path_factory):
     """guest_ssh_public_keys changed on the existing, running guest: the node deployed twice."""
     gpu = lab.container_name("gpu")
-    subprocess.run(["docker", "exec", gpu, "sh", "-c",
-                    "command -v sshd >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
-                    " --no-install-recommends openssh-server >/dev/null || { apt-get update -q >/dev/null &&"
-                    " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
-                    " openssh-server >/dev/null; }; }; systemctl start ssh"], check=True, timeout=600)
-    address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-                              gpu], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            gpu,
+            "sh",
+            "-c",
+            "command -v sshd >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
+            " --no-install-recommends openssh-server >/dev/null || { apt-get update -q >/dev/null &&"
+            " DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends"
+            " openssh-server >/dev/null; }; }; systemctl start ssh",
+        ],
+        check=True,
+        timeout=600,
+    )
+    address = subprocess.run(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", gpu],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     old_key = lab.STATE_DIR / "guest-ssh-key"
     created_key_works = _ssh_works(address, old_key)
     folder = tmp_path_factory.mktemp("guest-keys")
@@ -240,9 +273,16 @@ def rekeyed(lab_second_deploy, pve_node, gpu_guest, tmp_path_factory):
     mark = len(standin_calls(pve_node))
     first = run_deploy(LAB_INVENTORY, *limit, env=env, timeout=600)
     first_calls = standin_calls(pve_node)[mark:]
-    result = {"first": first, "first_calls": first_calls, "created_key_works": created_key_works,
-              "new_key": new_key, "old_key": old_key, "address": address, "public": keys.read_text().strip(),
-              "file": gpu_guest.file("/root/.ssh/authorized_keys")}
+    result = {
+        "first": first,
+        "first_calls": first_calls,
+        "created_key_works": created_key_works,
+        "new_key": new_key,
+        "old_key": old_key,
+        "address": address,
+        "public": keys.read_text().strip(),
+        "file": gpu_guest.file("/root/.ssh/authorized_keys"),
+    }
     result["new_key_works"] = _ssh_works(address, new_key)
     result["old_key_works"] = _ssh_works(address, old_key)
     mark = len(standin_calls(pve_node))
@@ -252,10 +292,26 @@ def rekeyed(lab_second_deploy, pve_node, gpu_guest, tmp_path_factory):
     # The session's later deploys use the lab's own key again: put back what pct create wrote
     # (guest) and the node's copy, as the walk left them.
     lab_key = GUEST.guest.ssh_public_keys[0]
-    subprocess.run(["docker", "exec", "-i", gpu, "sh", "-c", "cat > /root/.ssh/authorized_keys"],
-                   input=f"{PVE_BEGIN}\n{lab_key}\n{PVE_END}\n", text=True, check=True)
-    subprocess.run(["docker", "exec", "-i", lab.container_name("pve"), "sh", "-c",
-                    f"cat > /etc/inference-host/guest-keys/{VMID}.pub"], input=f"{lab_key}\n", text=True, check=True)
+    subprocess.run(
+        ["docker", "exec", "-i", gpu, "sh", "-c", "cat > /root/.ssh/authorized_keys"],
+        input=f"{PVE_BEGIN}\n{lab_key}\n{PVE_END}\n",
+        text=True,
+        check=True,
+    )
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            "-i",
+            lab.container_name("pve"),
+            "sh",
+            "-c",
+            f"cat > /etc/inference-host/guest-keys/{VMID}.pub",
+        ],
+        input=f"{lab_key}\n",
+        text=True,
+        check=True,
+    )
 
 
 def test_changed_keys_reach_the_existing_guest_with_one_push(rekeyed):
@@ -296,7 +352,8 @@ def test_standin_qm_records_cloud_init_changes_until_the_drive_is_regenerated(pv
     setup = pve_node.run(
         f"printf '%s\\n' '{key}' > /tmp/k1 && printf '%s\\n' '{key} second' > /tmp/k2 &&"
         f" qm create {vmid} --ide2 local-lvm:cloudinit --sshkeys /tmp/k1 && qm start {vmid} &&"
-        f" qm set {vmid} --sshkeys /tmp/k2")
+        f" qm set {vmid} --sshkeys /tmp/k2"
+    )
     assert setup.rc == 0, setup.stderr
     config = pve_node.file(f"/etc/pve/qemu-server/{vmid}.conf").content_string
     parsed = pve.parse_config(config, "qemu")
@@ -312,8 +369,7 @@ def test_standin_qm_records_cloud_init_changes_until_the_drive_is_regenerated(pv
 
 
 def _deploy_move(step: str):
-    return run_deploy(MOVE_INVENTORY, "--limit", lab.pyinfra_name("pve"),
-                      env={"PROXMOX_MOVE_STEP": step}, timeout=600)
+    return run_deploy(MOVE_INVENTORY, "--limit", lab.pyinfra_name("pve"), env={"PROXMOX_MOVE_STEP": step}, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -330,8 +386,13 @@ def moved(lab_second_deploy, pve_node):
     mark = len(standin_calls(pve_node))
     again = _deploy_move("after")
     assert again.returncode == 0, again.explain()
-    return {"before": before, "after": after, "after_calls": after_calls, "again": again,
-            "again_calls": changing_calls(standin_calls(pve_node)[mark:])}
+    return {
+        "before": before,
+        "after": after,
+        "after_calls": after_calls,
+        "again": again,
+        "again_calls": changing_calls(standin_calls(pve_node)[mark:]),
+    }
 
 
 def test_move_creates_guests_with_their_gpus(moved, pve_node):
@@ -352,12 +413,14 @@ def test_move_creates_guests_with_their_gpus(moved, pve_node):
 
 def test_moving_a_gpu_touches_one_key_per_guest(moved):
     # GPU 3 (minor 3) from LXC 201 to LXC 202, GPU 6 from VM 203 to VM 204
-    assert sorted(moved["after_calls"]) == sorted([
-        "pct set 201 --delete dev3",
-        "pct set 202 --dev4 /dev/nvidia3",
-        "qm set 203 --delete hostpci1",
-        f"qm set 204 --hostpci1 {lab.PVE_GPUS[6]},pcie=1",
-    ])
+    assert sorted(moved["after_calls"]) == sorted(
+        [
+            "pct set 201 --delete dev3",
+            "pct set 202 --dev4 /dev/nvidia3",
+            "qm set 203 --delete hostpci1",
+            f"qm set 204 --hostpci1 {lab.PVE_GPUS[6]},pcie=1",
+        ]
+    )
 
 
 def test_device_change_on_running_container_is_pending_and_reported(moved, pve_node):
@@ -381,4 +444,3 @@ def test_invalid_assignment_refused_before_any_call(moved, pve_node):
     assert "never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once" in refused.stderr
     assert "Connected" not in refused.stdout + refused.stderr
     assert len(standin_calls(pve_node)) == calls, "a refused inventory must not reach the node"
-

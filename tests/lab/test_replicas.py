@@ -56,8 +56,9 @@ def _chat(site, key: str | None, timeout: float = 10) -> int:
     body = b'{"model": "kimi-k2.5", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}'
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     try:
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/chat/completions", body, headers),
-                                    timeout=timeout) as answer:
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{url}/v1/chat/completions", body, headers), timeout=timeout
+        ) as answer:
             return answer.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -66,8 +67,13 @@ def _chat(site, key: str | None, timeout: float = 10) -> int:
 
 
 def _verdict() -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "checks.gateway", str(INVENTORY)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "checks.gateway", str(INVENTORY)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _wait_verdict(status: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -83,7 +89,9 @@ def test_requests_succeed_through_the_gateway(site, key):
     assert [_chat(site, key) for _ in range(6)] == [200] * 6
     assert _chat(site, None) == 401 and _chat(site, "wrong-key") == 401
     gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
-    assert key not in gw.check_output("cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '")
+    assert key not in gw.check_output(
+        "cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '"
+    )
     assert "smg_http_requests_total" in gw.check_output("curl -s http://127.0.0.1:29000/metrics")
 
 
@@ -116,12 +124,15 @@ def test_the_benchmarks_path_through_the_gateway(site):
     target = bench._target(bench._arguments(["--inventory", str(INVENTORY), "--through-gateway"]))
     assert target["base_url"] == gateway_url(site.group("gateways")[0])
     expect = target["expect"]
-    body = json.dumps({"model": expect.served_model_name, "max_tokens": 4,
-                       "messages": [{"role": "user", "content": "hi"}]})
-    script = (server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
-              + "printf 'header = \"Authorization: Bearer %s\"\\n' \"$OPENAI_API_KEY\" | curl -sS -o /dev/null"
-              f" -w '%{{http_code}}' -K - -H 'Content-Type: application/json' -d '{body}'"
-              f" {target['base_url']}/v1/chat/completions")
+    body = json.dumps(
+        {"model": expect.served_model_name, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    script = (
+        server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
+        + 'printf \'header = "Authorization: Bearer %s"\\n\' "$OPENAI_API_KEY" | curl -sS -o /dev/null'
+        f" -w '%{{http_code}}' -K - -H 'Content-Type: application/json' -d '{body}'"
+        f" {target['base_url']}/v1/chat/completions"
+    )
     node = testinfra.get_host(target["url"])
     assert node.check_output(f"bash -c {shlex.quote(script)}") == "200"
 
@@ -172,10 +183,15 @@ LONG_PROMPT_WORDS = 6000
 def _stream(site, key: str, long_prompt: bool = False) -> dict:
     """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat)."""
     prompt = f"stream {time.monotonic()}" + (" word" * LONG_PROMPT_WORDS if long_prompt else "")
-    body = {"model": "kimi-k2.5", "max_tokens": STREAM_TOKENS, "stream": True,
-            "messages": [{"role": "user", "content": prompt}]}
-    result = stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
-                         timeout=3 * STREAM_SECONDS + 120)
+    body = {
+        "model": "kimi-k2.5",
+        "max_tokens": STREAM_TOKENS,
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    result = stream_chat(
+        f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key, timeout=3 * STREAM_SECONDS + 120
+    )
     return {**result, "long_prompt": long_prompt}
 
 
@@ -218,8 +234,11 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
 
         queued: dict[str, float] = {}
         since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
-        threads = [threading.Thread(target=client), threading.Thread(target=_queue_watch, args=(site, stop, queued)),
-                   threading.Thread(target=streamer, kwargs={"long_prompt": True})]
+        threads = [
+            threading.Thread(target=client),
+            threading.Thread(target=_queue_watch, args=(site, stop, queued)),
+            threading.Thread(target=streamer, kwargs={"long_prompt": True}),
+        ]
         threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
         for thread in threads:
             thread.start()
@@ -232,27 +251,38 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
                 thread.join()
         assert run.returncode == 0, run.explain()
         assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
-        cut = [s for s in streams if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length"
-               or s["chunks"] != STREAM_TOKENS]
-        print(f"\nrolling upgrade {len(delivered) + 1}: per stream, tokens delivered/expected"
-              " (long: a 6,000-word prompt; first token after the request):")
+        cut = [
+            s
+            for s in streams
+            if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length" or s["chunks"] != STREAM_TOKENS
+        ]
+        print(
+            f"\nrolling upgrade {len(delivered) + 1}: per stream, tokens delivered/expected"
+            " (long: a 6,000-word prompt; first token after the request):"
+        )
         for s in sorted(streams, key=lambda s: s["began"]):
             first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
-            print(f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
-                  f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}")
+            print(
+                f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
+                f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
+            )
         print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
         assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
         assert any(s["long_prompt"] for s in streams)
         assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
         token_gaps.append(max(s["gap"] for s in streams))
         got = sorted(s["chunks"] for s in streams)
-        delivered.append(f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
-                         f" max {got[-1]}/{STREAM_TOKENS}")
+        delivered.append(
+            f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
+            f" max {got[-1]}/{STREAM_TOKENS}"
+        )
         # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
         journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
         assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
         gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
-    print(f"\nrolling upgrade through the gateway (lab): longest gap between answers"
-          f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s;"
-          f" {STREAM_SECONDS} s streams: {'; '.join(delivered)}, longest gap between tokens"
-          f" {', '.join(f'{g:.2f}' for g in token_gaps)} s; median {statistics.median(token_gaps):.2f} s")
+    print(
+        f"\nrolling upgrade through the gateway (lab): longest gap between answers"
+        f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s;"
+        f" {STREAM_SECONDS} s streams: {'; '.join(delivered)}, longest gap between tokens"
+        f" {', '.join(f'{g:.2f}' for g in token_gaps)} s; median {statistics.median(token_gaps):.2f} s"
+    )

@@ -33,9 +33,13 @@ from tests.lab.harness import PROJECT_ROOT, load_lab_site, require_docker, run_d
 # Opt-in: its first deploy (two vLLM environments and starts, the gateway, Prometheus) took
 # 932 s from fresh containers on 2 cores at load 12-16 and one upgrade's deploy 426 s: more than
 # CI's 45 minutes have left (docs/testing.md).
-pytestmark = [pytest.mark.lab, pytest.mark.skipif(
-    os.environ.get("INFERENCE_HOST_LAB_VLLM_ROLLING") != "1",
-    reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): ~25 minutes on 2 cores, beyond CI's budget (docs/testing.md)")]
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(
+        os.environ.get("INFERENCE_HOST_LAB_VLLM_ROLLING") != "1",
+        reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): ~25 minutes on 2 cores, beyond CI's budget (docs/testing.md)",
+    ),
+]
 
 INVENTORY = PROJECT_ROOT / "tests" / "lab" / "inventories" / "replicas_vllm.py"
 ROLES = ("vrep-a", "vrep-b", "vgw")
@@ -92,11 +96,18 @@ def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
     exactly `tokens` tokens (vllm 0.16.0's ChatCompletionRequest: ignore_eos, min_tokens,
     stream_options.include_usage; chat_completion/protocol.py)."""
     prompt = f"{PROMPT} {time.monotonic()}" + (f" {LONG_PROMPT}" if long_prompt else "")
-    body = {"model": "kimi-k2.5", "max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": prompt}]}
-    result = stream_chat(f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key,
-                         timeout=STREAM_SECONDS * 8 + 120)
+    body = {
+        "model": "kimi-k2.5",
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    result = stream_chat(
+        f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key, timeout=STREAM_SECONDS * 8 + 120
+    )
     return {**result, "long_prompt": long_prompt, "expected": tokens}
 
 
@@ -133,8 +144,13 @@ def _prometheus(path: str) -> dict:
     """Prometheus' API inside the monitor (basic auth: the password in a curl config on stdin)."""
     vault, _ = lab.throwaway_vault()
     config = f'user = "inference-host:{lab.vault_secret(vault, "monitoring_web_password")}"\n'
-    done = subprocess.run(["docker", "exec", "-i", lab.container_name("vgw"), "curl", "-sf", "-K", "-",
-                           f"http://127.0.0.1:9090{path}"], input=config, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["docker", "exec", "-i", lab.container_name("vgw"), "curl", "-sf", "-K", "-", f"http://127.0.0.1:9090{path}"],
+        input=config,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -170,6 +186,7 @@ def test_prometheus_scrapes_the_real_vllm_replicas_and_the_gateway(site, key):
 # successful vLLM deploy, second deploy and switch back went away with them: issue 26's CI time).
 # vrep-a is the node these look at; vrep-b runs the same deploy.
 
+
 def _calibrated_tokens(site, key: str) -> tuple[int, float]:
     """Tokens for a ~STREAM_SECONDS stream at the rate this machine decodes STREAMS_AT_ONCE
     streams now (at most what the model's context leaves after the prompt)."""
@@ -181,8 +198,10 @@ def _calibrated_tokens(site, key: str) -> tuple[int, float]:
     rates = []
     for _ in range(3):
         probes: list[dict] = []
-        threads = [threading.Thread(target=lambda probes=probes: probes.append(_stream(site, key, 64)))
-                   for _ in range(STREAMS_AT_ONCE)]
+        threads = [
+            threading.Thread(target=lambda probes=probes: probes.append(_stream(site, key, 64)))
+            for _ in range(STREAMS_AT_ONCE)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -215,15 +234,36 @@ def _journals(since: str) -> str:
     """Both replicas' engine journals and smg's since `since` (wall clock, the containers')."""
     parts = []
     for role, unit in (("vrep-a", "inference-engine"), ("vrep-b", "inference-engine"), ("vgw", "smg")):
-        done = subprocess.run(["docker", "exec", lab.container_name(role), "journalctl", "-u", unit, "--no-pager",
-                               "-o", "short-iso-precise", "--since", since], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                "docker",
+                "exec",
+                lab.container_name(role),
+                "journalctl",
+                "-u",
+                unit,
+                "--no-pager",
+                "-o",
+                "short-iso-precise",
+                "--since",
+                since,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         parts.append(f"===== {role}: {unit} =====\n{done.stdout}{done.stderr}")
     return "\n".join(parts)
 
 
 def _cut(stream: dict, tokens: int) -> bool:
-    return bool(stream["error"] or stream["errors"] or not stream["done"] or stream["finish"] != "length"
-                or stream["usage"] != tokens)
+    return bool(
+        stream["error"]
+        or stream["errors"]
+        or not stream["done"]
+        or stream["finish"] != "length"
+        or stream["usage"] != tokens
+    )
 
 
 def _container(node) -> str:
@@ -237,12 +277,35 @@ def _warm(node, key: str) -> float:
     compiled path), the key on curl's stdin; its seconds."""
     started = time.monotonic()
     done = subprocess.run(
-        ["docker", "exec", "-i", _container(node), "curl", "-fsS", "--max-time", "1500", "-K", "-",
-         "-H", "Content-Type: application/json", "-d",
-         json.dumps({"model": "kimi-k2.5", "max_tokens": 2, "temperature": 1.0,
-                     "messages": [{"role": "user", "content": "Are you ready?"}]}),
-         f"http://127.0.0.1:{node.serving.port}/v1/chat/completions"],
-        input=f'header = "Authorization: Bearer {key}"\n', capture_output=True, text=True, timeout=1600)
+        [
+            "docker",
+            "exec",
+            "-i",
+            _container(node),
+            "curl",
+            "-fsS",
+            "--max-time",
+            "1500",
+            "-K",
+            "-",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(
+                {
+                    "model": "kimi-k2.5",
+                    "max_tokens": 2,
+                    "temperature": 1.0,
+                    "messages": [{"role": "user", "content": "Are you ready?"}],
+                }
+            ),
+            f"http://127.0.0.1:{node.serving.port}/v1/chat/completions",
+        ],
+        input=f'header = "Authorization: Bearer {key}"\n',
+        capture_output=True,
+        text=True,
+        timeout=1600,
+    )
     assert done.returncode == 0 and json.loads(done.stdout)["choices"], done.stderr
     return time.monotonic() - started
 
@@ -250,10 +313,20 @@ def _warm(node, key: str) -> float:
 def _compiled(node) -> int:
     """The compiled kernels (.so) under the replica's TORCHINDUCTOR_CACHE_DIR, read from its
     environment file; 0 where the file sets none."""
-    done = subprocess.run(["docker", "exec", _container(node), "sh", "-c",
-                           "d=$(sed -n 's/^TORCHINDUCTOR_CACHE_DIR=//p' /opt/inference-host/current/serving/"
-                           "inference-engine.env); [ -n \"$d\" ] && find \"$d\" -name '*.so' | wc -l || echo 0"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            "docker",
+            "exec",
+            _container(node),
+            "sh",
+            "-c",
+            "d=$(sed -n 's/^TORCHINDUCTOR_CACHE_DIR=//p' /opt/inference-host/current/serving/"
+            'inference-engine.env); [ -n "$d" ] && find "$d" -name \'*.so\' | wc -l || echo 0',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout.strip())
 
@@ -300,7 +373,9 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
                 time.sleep(0.5)
 
         since = time.strftime("%Y-%m-%d %H:%M:%S")
-        threads = [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)] + [threading.Thread(target=sampler)]
+        threads = [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)] + [
+            threading.Thread(target=sampler)
+        ]
         threads.append(threading.Thread(target=streamer, kwargs={"long_prompt": True}))
         for thread in threads:
             thread.start()
@@ -318,41 +393,60 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         # The deploy's own words too: inference-engine-rolling's lines (drain, generation, re-add).
         journals.with_name(f"upgrade-{number}-deploy.txt").write_text(run.stdout + "\n" + run.stderr)
         assert run.returncode == 0, run.explain()
-        assert any(name.split(" | ")[-1].startswith("Restart for changed settings") for name in run.changed), run.changed
+        assert any(name.split(" | ")[-1].startswith("Restart for changed settings") for name in run.changed), (
+            run.changed
+        )
         for node in nodes:
             before = _last_reading_before_restart(samples[node.name])
             assert before is not None, f"{node.name}'s /metrics never stopped answering for {DOWN_S} s: no restart seen"
             assert before == 0, f"{node.name} went down with {before} running or waiting request(s)"
         cut = [s for s in streams if _cut(s, s["expected"])]
-        print(f"\nupgrade {number}: per stream, tokens delivered/expected (long: a ~2,000-token prompt;"
-              " first token after the request):")
+        print(
+            f"\nupgrade {number}: per stream, tokens delivered/expected (long: a ~2,000-token prompt;"
+            " first token after the request):"
+        )
         for s in sorted(streams, key=lambda s: s["began"]):
             first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
-            print(f"  {'long' if s['long_prompt'] else 'short'} {s['usage']}/{s['expected']}, first token {first},"
-                  f" {s['finish']}, [DONE] {s['done']}")
+            print(
+                f"  {'long' if s['long_prompt'] else 'short'} {s['usage']}/{s['expected']}, first token {first},"
+                f" {s['finish']}, [DONE] {s['done']}"
+            )
         print(f"  most requests seen waiting ({WAITING}): {queued[0]}")
         assert any(s["long_prompt"] for s in streams), "no long-prompt stream ran"
         assert queued[0] > 0, f"no request was ever seen waiting ({WAITING})"
         delivered = sorted(s["usage"] or 0 for s in streams)
-        figures.append({"gap": max(s["gap"] for s in streams), "streams": len(streams), "cut": len(cut),
-                        "least": delivered[0], "chunks": sorted(s["chunks"] for s in streams),
-                        "seconds": sorted(s["ended"] - s["began"] for s in streams)})
-        print(f"\nupgrade {number}: deploy {deploy_s:.0f} s; {len(streams)} streams of {tokens} tokens"
-              f" (calibrated at {rate:.1f} tok/s each of {STREAMS_AT_ONCE} at once), {len(streams) - len(cut)} complete; tokens delivered/expected"
-              f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
-              f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; each stream lasted"
-              f" {figures[-1]['seconds'][0]:.1f}..{figures[-1]['seconds'][-1]:.1f} s"
-              f" (median {statistics.median(figures[-1]['seconds']):.1f} s); longest pause between tokens"
-              f" {figures[-1]['gap']:.2f} s; compiled kernels per replica"
-              f" {[_compiled(n) for n in nodes]} after the upgrade; journals in {journals}")
+        figures.append(
+            {
+                "gap": max(s["gap"] for s in streams),
+                "streams": len(streams),
+                "cut": len(cut),
+                "least": delivered[0],
+                "chunks": sorted(s["chunks"] for s in streams),
+                "seconds": sorted(s["ended"] - s["began"] for s in streams),
+            }
+        )
+        print(
+            f"\nupgrade {number}: deploy {deploy_s:.0f} s; {len(streams)} streams of {tokens} tokens"
+            f" (calibrated at {rate:.1f} tok/s each of {STREAMS_AT_ONCE} at once), {len(streams) - len(cut)} complete; tokens delivered/expected"
+            f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
+            f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; each stream lasted"
+            f" {figures[-1]['seconds'][0]:.1f}..{figures[-1]['seconds'][-1]:.1f} s"
+            f" (median {statistics.median(figures[-1]['seconds']):.1f} s); longest pause between tokens"
+            f" {figures[-1]['gap']:.2f} s; compiled kernels per replica"
+            f" {[_compiled(n) for n in nodes]} after the upgrade; journals in {journals}"
+        )
         for s in cut:
-            failures.append(f"upgrade {number}: stream {s['began'] - started:+.1f} s .. {s['ended'] - started:+.1f} s"
-                            f" (from the deploy's start): usage {s['usage']}/{s['expected']}, {s['chunks']} chunks,"
-                            f" finish {s['finish']}, [DONE] {s['done']}, in-stream errors {s['errors']},"
-                            f" client error {s['error']}")
-    print(f"\nrolling upgrades of two real vLLM replicas ({len(figures)}): streams per upgrade"
-          f" {[f['streams'] for f in figures]}, cut {[f['cut'] for f in figures]}; fewest tokens delivered of"
-          f" {tokens} per upgrade {[f['least'] for f in figures]} (median {statistics.median(f['least'] for f in figures):.0f});"
-          f" longest pause between tokens {', '.join(format(f['gap'], '.2f') for f in figures)} s,"
-          f" median {statistics.median(f['gap'] for f in figures):.2f} s")
+            failures.append(
+                f"upgrade {number}: stream {s['began'] - started:+.1f} s .. {s['ended'] - started:+.1f} s"
+                f" (from the deploy's start): usage {s['usage']}/{s['expected']}, {s['chunks']} chunks,"
+                f" finish {s['finish']}, [DONE] {s['done']}, in-stream errors {s['errors']},"
+                f" client error {s['error']}"
+            )
+    print(
+        f"\nrolling upgrades of two real vLLM replicas ({len(figures)}): streams per upgrade"
+        f" {[f['streams'] for f in figures]}, cut {[f['cut'] for f in figures]}; fewest tokens delivered of"
+        f" {tokens} per upgrade {[f['least'] for f in figures]} (median {statistics.median(f['least'] for f in figures):.0f});"
+        f" longest pause between tokens {', '.join(format(f['gap'], '.2f') for f in figures)} s,"
+        f" median {statistics.median(f['gap'] for f in figures):.2f} s"
+    )
     assert failures == [], "streams cut or short:\n" + "\n".join(failures)

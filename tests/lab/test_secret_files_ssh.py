@@ -30,7 +30,7 @@ VALUE = "planted-ssh-secret-3e8a91"
 # tight scandir/stat loop (inotify instances are a host-wide limit that the lab's many systemd
 # containers can exhaust; the loop needs none). One pass takes microseconds, the SFTP-write
 # to chmod gap is a whole SSH round trip.
-WATCHER = r'''
+WATCHER = r"""
 import os, sys
 out = open(sys.argv[1], "w", buffering=1)
 out.write("ready\n")
@@ -45,7 +45,7 @@ while True:
             if last.get(entry.path) != mode:
                 last[entry.path] = mode
                 out.write(f"{mode:o} {entry.path}\n")
-'''
+"""
 
 
 def _exec(container: str, command: str, check: bool = True) -> str:
@@ -62,26 +62,40 @@ def ssh_target(gpu_guest, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ssh")
     key = folder / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    _exec(container, "command -v sshd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q"
-                     " openssh-server >/dev/null")
+    _exec(
+        container,
+        "command -v sshd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >/dev/null",
+    )
     # Appended, outside the PVE block the deploy keeps (roles/shared/guest_keys.py), as an admin
     # adds a key: replacing the file would make the next deploy put the block back.
-    _exec(container, f"mkdir -p -m 0700 /root/.ssh && echo '{(folder / 'id_ed25519.pub').read_text().strip()}'"
-                     " >> /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"
-                     " && systemctl enable --now --quiet ssh.service")
-    address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-                              container], capture_output=True, text=True, check=True).stdout.strip()
+    _exec(
+        container,
+        f"mkdir -p -m 0700 /root/.ssh && echo '{(folder / 'id_ed25519.pub').read_text().strip()}'"
+        " >> /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"
+        " && systemctl enable --now --quiet ssh.service",
+    )
+    address = subprocess.run(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     inventory = folder / "ssh_inventory.py"
-    inventory.write_text(f"hosts = [({address!r}, {{'ssh_user': 'root', 'ssh_port': {PORT}, 'ssh_key': {str(key)!r},"
-                         " 'ssh_strict_host_key_checking': 'off', 'ssh_known_hosts_file': '/dev/null'})]\n")
+    inventory.write_text(
+        f"hosts = [({address!r}, {{'ssh_user': 'root', 'ssh_port': {PORT}, 'ssh_key': {str(key)!r},"
+        " 'ssh_strict_host_key_checking': 'off', 'ssh_known_hosts_file': '/dev/null'})]\n"
+    )
     return container, inventory
 
 
 def _deploy_watched(container: str, inventory: Path, name: str, plant: str | None = None) -> list[tuple[int, str]]:
     dest = f"{DEST_DIR}/{name}"
     _exec(container, f"rm -rf {DEST_DIR} && mkdir -p -m 0755 {DEST_DIR} {UPLOAD}")
-    _exec(container, f"rm -f {WATCH_LOG} && cat > /run/ih-ssh-watch.py <<'EOF'\n{WATCHER}EOF\n"
-                     f"systemd-run --quiet --collect --unit=ih-ssh-watch python3 /run/ih-ssh-watch.py {WATCH_LOG} {DEST_DIR} {UPLOAD}")
+    _exec(
+        container,
+        f"rm -f {WATCH_LOG} && cat > /run/ih-ssh-watch.py <<'EOF'\n{WATCHER}EOF\n"
+        f"systemd-run --quiet --collect --unit=ih-ssh-watch python3 /run/ih-ssh-watch.py {WATCH_LOG} {DEST_DIR} {UPLOAD}",
+    )
     try:
         deadline = time.monotonic() + 30
         while _exec(container, f"head -1 {WATCH_LOG} 2>/dev/null", check=False).strip() != "ready":
@@ -91,8 +105,14 @@ def _deploy_watched(container: str, inventory: Path, name: str, plant: str | Non
         if plant:
             env["IH_SSH_PLANT"] = plant
         pyinfra = str(Path(sys.executable).parent / "pyinfra")
-        run = subprocess.run([pyinfra, "-y", str(inventory), "tests/lab/ssh/secret_deploy.py"], cwd=PROJECT_ROOT,
-                             env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [pyinfra, "-y", str(inventory), "tests/lab/ssh/secret_deploy.py"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         assert VALUE not in run.stdout + run.stderr
         time.sleep(1)

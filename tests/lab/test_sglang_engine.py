@@ -80,16 +80,29 @@ UNIT_STARTED, UNIT_STOPPED = "39f53479d3a045ac8e11786248231fbf", "9d1aaa27d60140
 
 def _old_main(tmp: Path) -> Path:
     """The project at OLD_MAIN with its own environment, sharing this lab's throwaway vault."""
+
     def known() -> bool:
-        return subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
-                              cwd=PROJECT_ROOT, capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
+                cwd=PROJECT_ROOT,
+                capture_output=True,
+            ).returncode
+            == 0
+        )
 
     if not known():  # a shallow clone: ask its origin for that one commit (full id: fetch needs it)
-        subprocess.run(["git", "fetch", "--quiet", "--depth=1", "origin", OLD_MAIN_FULL], cwd=PROJECT_ROOT,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            ["git", "fetch", "--quiet", "--depth=1", "origin", OLD_MAIN_FULL],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            timeout=300,
+        )
     if not known():
-        pytest.fail(f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
-                    f" the migration test deploys it: git fetch origin {OLD_MAIN}")
+        pytest.fail(
+            f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
+            f" the migration test deploys it: git fetch origin {OLD_MAIN}"
+        )
     tree = tmp / "old-main"
     tree.mkdir()
     archive = subprocess.run(["git", "archive", OLD_MAIN], cwd=PROJECT_ROOT, capture_output=True, check=True)
@@ -114,8 +127,10 @@ def _after(gpu_guest, cursor: str) -> list[dict]:
     """The guest's journal entries after the cursor. Matched here, not by journalctl: systemd
     252's journalctl, given --after-cursor and field matches, steps over the first match (it
     skips one entry past the cursor's position, as if the cursor's own entry matched)."""
-    out = gpu_guest.check_output(f"journalctl --no-pager -o json --after-cursor={shlex.quote(cursor)}"
-                                 " --output-fields=MESSAGE_ID,UNIT,_SYSTEMD_UNIT,MESSAGE")
+    out = gpu_guest.check_output(
+        f"journalctl --no-pager -o json --after-cursor={shlex.quote(cursor)}"
+        " --output-fields=MESSAGE_ID,UNIT,_SYSTEMD_UNIT,MESSAGE"
+    )
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -127,16 +142,36 @@ def _units_journal(gpu_guest, after: str) -> str:
     """Both units' journal lines (their own and systemd's about them) after the cursor, with
     microseconds: what an assertion on their starts shows when it fails."""
     units = {UNIT, "sglang.service"}
-    return "\n".join(f"{int(e['__REALTIME_TIMESTAMP']) / 1e6:.6f} {e.get('MESSAGE') or '(a long line)'}" for e in _after(gpu_guest, after)
-                     if e.get("UNIT") in units or e.get("_SYSTEMD_UNIT") in units)
+    return "\n".join(
+        f"{int(e['__REALTIME_TIMESTAMP']) / 1e6:.6f} {e.get('MESSAGE') or '(a long line)'}"
+        for e in _after(gpu_guest, after)
+        if e.get("UNIT") in units or e.get("_SYSTEMD_UNIT") in units
+    )
 
 
 def _old_deploy(tree: Path) -> DeployRun:
     completed = subprocess.run(
-        ["uv", "run", "--frozen", "pyinfra", "-y", "--json", "--limit", lab.pyinfra_name("gpu"),
-         "inventory/lab.py", "deploy.py"], cwd=tree, capture_output=True, text=True, timeout=1800)
+        [
+            "uv",
+            "run",
+            "--frozen",
+            "pyinfra",
+            "-y",
+            "--json",
+            "--limit",
+            lab.pyinfra_name("gpu"),
+            "inventory/lab.py",
+            "deploy.py",
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     docs = json_documents(completed.stdout)
-    results = {"operations": [op for d in reversed(docs) for op in d["results"].get("operations", [])]} if docs else None
+    results = (
+        {"operations": [op for d in reversed(docs) for op in d["results"].get("operations", [])]} if docs else None
+    )
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
 
 
@@ -156,15 +191,19 @@ def _migrate(gpu_guest, tree: Path) -> dict:
     failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
     failed_s = time.monotonic() - started
     # Right after the failed try: the old unit serves again, and only it is enabled at boot.
-    legacy_serves = (gpu_guest.service("sglang").is_running
-                     and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
-                     and not gpu_guest.service(HOST.serving.unit_name).is_enabled)
+    legacy_serves = (
+        gpu_guest.service("sglang").is_running
+        and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
+        and not gpu_guest.service(HOST.serving.unit_name).is_enabled
+    )
     after = _cursor(gpu_guest)
     started = time.monotonic()
     run = run_deploy()
     migration_s = time.monotonic() - started
-    print(f"\nmigration: old main's first deploy of the guest {old_s:.0f} s, a failing first try {failed_s:.0f} s,"
-          f" the migration {migration_s:.0f} s")
+    print(
+        f"\nmigration: old main's first deploy of the guest {old_s:.0f} s, a failing first try {failed_s:.0f} s,"
+        f" the migration {migration_s:.0f} s"
+    )
     if run.returncode != 0:  # its test fails saying why; the tests after it get a deployed guest
         _restore(gpu_guest)
     return {"failed": failed, "run": run, "after": after, "legacy_serves": legacy_serves}
@@ -216,9 +255,13 @@ def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
     _wait_healthy(gpu_guest, timeout=5)
     assert run.health_checks, "the deploy's health check did not run"
     # Nothing of the old names is left: unit, boot link, scripts, secret dir, root.
-    for path in ["/etc/systemd/system/sglang.service", "/etc/systemd/system/multi-user.target.wants/sglang.service",
-                 "/etc/sglang", LEGACY_ROOT,
-                 *(f"/usr/local/libexec/inference-host/{name}" for name in legacy_layout.LEGACY_SCRIPTS)]:
+    for path in [
+        "/etc/systemd/system/sglang.service",
+        "/etc/systemd/system/multi-user.target.wants/sglang.service",
+        "/etc/sglang",
+        LEGACY_ROOT,
+        *(f"/usr/local/libexec/inference-host/{name}" for name in legacy_layout.LEGACY_SCRIPTS),
+    ]:
         assert not gpu_guest.file(path).exists, f"{path} is left after the migration"
     assert gpu_guest.run("systemctl cat sglang.service").rc != 0
     assert "sglang.service" not in gpu_guest.check_output("systemctl list-units --all --no-legend --plain")
@@ -242,12 +285,12 @@ def _wait_healthy(gpu_guest, timeout=60):
 
 def test_serves_from_the_versioned_environment(gpu_guest, lab_second_deploy):
     assert gpu_guest.file(f"{ROOT}/current").linked_to == OLD_ENV
-    version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
-                                     "'import importlib.metadata as m; print(m.version(\"sglang\"))'")
+    version = gpu_guest.check_output(
+        f"{ROOT}/current/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))'"
+    )
     assert version == OLD.sglang  # the real wheel of the pinned release
     assert gpu_guest.service("inference-engine").is_running and gpu_guest.service("inference-engine").is_enabled
-    models = json.loads(gpu_guest.check_output(
-        f"curl -sf -H 'Authorization: Bearer {_api_key()}' {URL}/v1/models"))
+    models = json.loads(gpu_guest.check_output(f"curl -sf -H 'Authorization: Bearer {_api_key()}' {URL}/v1/models"))
     assert models["data"][0]["id"] == HOST.serving.served_model_name
     assert gpu_guest.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' {URL}/v1/models") == "401"
     assert gpu_guest.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' {URL}/metrics") == "200"
@@ -266,11 +309,17 @@ def test_api_key_and_environment_stay_private(gpu_guest, lab_second_deploy):
 
 
 def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy):
-    assert gpu_guest.file("/etc/systemd/system/inference-engine.service").linked_to == f"{_config(OLD)}/inference-engine.service"
+    assert (
+        gpu_guest.file("/etc/systemd/system/inference-engine.service").linked_to
+        == f"{_config(OLD)}/inference-engine.service"
+    )
     assert gpu_guest.service("inference-engine").is_enabled
     assert gpu_guest.check_output("systemctl show -p NoNewPrivileges --value inference-engine") == "yes"
     # libcuda cannot make /dev/nvidia-uvm itself under NoNewPrivileges: the unit waits for the one that does
-    assert "nvidia-uvm-devices.service" in gpu_guest.check_output("systemctl show -p After --value inference-engine").split()
+    assert (
+        "nvidia-uvm-devices.service"
+        in gpu_guest.check_output("systemctl show -p After --value inference-engine").split()
+    )
     assert gpu_guest.check_output("systemctl show -p ProtectSystem --value inference-engine") == "strict"
     # The sandbox is in force on the running server: / is read-only to it, its home is not.
     pid = _main_pid(gpu_guest)
@@ -291,7 +340,8 @@ def test_start_up_log_is_the_releases_without_the_key(gpu_guest, lab_second_depl
 
 def test_patches_are_applied_to_the_real_wheel(gpu_guest, lab_second_deploy):
     source = gpu_guest.check_output(
-        f"cat {ROOT}/current/lib/python3*/site-packages/sglang/srt/distributed/device_communicators/custom_all_reduce.py")
+        f"cat {ROOT}/current/lib/python3*/site-packages/sglang/srt/distributed/device_communicators/custom_all_reduce.py"
+    )
     assert "SGLANG_CUSTOM_AR_ALLOW_PCIE" in source
 
 
@@ -393,7 +443,9 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
             assert gpu_guest.file(f"{NEW_ENV}/bin/python").exists  # built beside
             _wait_healthy(gpu_guest, timeout=5)
             _assert_runs_with_its_own_configuration(gpu_guest, OLD)
-            assert gpu_guest.file(f"{_config(NEW)}/inference-engine.env").contains("INFERENCE_HOST_STANDIN_NEVER_HEALTHY")
+            assert gpu_guest.file(f"{_config(NEW)}/inference-engine.env").contains(
+                "INFERENCE_HOST_STANDIN_NEVER_HEALTHY"
+            )
             rolled.append(downtime)
             # The old release's configuration was never touched: nothing to do.
             assert run_deploy().returncode == 0
@@ -410,8 +462,10 @@ def test_upgrade_and_rollback(gpu_guest, lab_second_deploy, tmp_path):
             assert gpu_guest.file(f"{ROOT}/current").linked_to == OLD_ENV
     finally:
         run_deploy()
-    print(f"\ndowntime (s) good upgrade: {good} median {statistics.median(good):.2f};"
-          f" rollback: {rolled} median {statistics.median(rolled):.2f}")
+    print(
+        f"\ndowntime (s) good upgrade: {good} median {statistics.median(good):.2f};"
+        f" rollback: {rolled} median {statistics.median(rolled):.2f}"
+    )
 
 
 def test_no_secret_in_the_journal_of_either_release(gpu_guest, lab_second_deploy):
@@ -435,15 +489,19 @@ def test_deploy_with_diff_prints_no_secret(gpu_guest, lab_second_deploy):
 def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy):
     """Everything the deploy wrote, read as `nobody`: no secret value anywhere it can read."""
     values = " ".join(f"-e {shlex.quote(v)}" for v in _secrets().values())
-    found = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} / --exclude-dir=proc --exclude-dir=sys"
-                          " --exclude-dir=dev")
+    found = gpu_guest.run(
+        f"runuser -u nobody -- grep -rlsF {values} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev"
+    )
     assert found.stdout.strip() == "", f"readable by others and holding a secret: {found.stdout}"
     # The check can see one: a world-readable copy is found.
-    gpu_guest.check_output(f"cp {_config(OLD)}/inference-engine-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted")
+    gpu_guest.check_output(
+        f"cp {_config(OLD)}/inference-engine-secret-args.yaml /tmp/ih-planted && chmod 644 /tmp/ih-planted"
+    )
     try:
         planted = gpu_guest.run(f"runuser -u nobody -- grep -rlsF {values} /tmp")
         assert planted.stdout.strip() == "/tmp/ih-planted"
     finally:
         gpu_guest.run("rm -f /tmp/ih-planted")
+
 
 # rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)

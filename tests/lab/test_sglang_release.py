@@ -37,6 +37,10 @@ def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
         for word in ("What:", "Why:", "Upstream:"):
             assert word in header, f"{patch.name} lacks a {word} line in its header"
         for args in (["--dry-run"], [], ["-R", "--dry-run"]):  # applies, and is then detectable
-            result = subprocess.run(["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)],
-                                    stdin=patch.open(), capture_output=True, text=True)
+            result = subprocess.run(
+                ["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)],
+                stdin=patch.open(),
+                capture_output=True,
+                text=True,
+            )
             assert result.returncode == 0, f"{patch.name} {args}: {result.stdout}{result.stderr}"

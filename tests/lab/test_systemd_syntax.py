@@ -23,9 +23,48 @@ from tests.lab.harness import require_docker
 
 COUNT = 2000
 SEED = 38
-PIECES = [" ", "  ", "%", "%h", "%n", "%%", "$", "$HOME", "${X}", "$$", "'", '"', "`", "\\", "\\\\", "\\n", ";",
-          " ; ", "#", "=", ",", "-", "--api-key", "/", "é", "漢字", "🙂", "\u200b", "\u202e", "\t", "{", "}", "*",
-          "a", "b", "z9", "_", ".", "..", "~"]
+PIECES = [
+    " ",
+    "  ",
+    "%",
+    "%h",
+    "%n",
+    "%%",
+    "$",
+    "$HOME",
+    "${X}",
+    "$$",
+    "'",
+    '"',
+    "`",
+    "\\",
+    "\\\\",
+    "\\n",
+    ";",
+    " ; ",
+    "#",
+    "=",
+    ",",
+    "-",
+    "--api-key",
+    "/",
+    "é",
+    "漢字",
+    "🙂",
+    "\u200b",
+    "\u202e",
+    "\t",
+    "{",
+    "}",
+    "*",
+    "a",
+    "b",
+    "z9",
+    "_",
+    ".",
+    "..",
+    "~",
+]
 
 
 def hostile_values(count: int = COUNT, seed: int = SEED) -> list[str]:
@@ -58,8 +97,9 @@ def _install(container: str, files: dict[str, str]) -> None:
             target = Path(tmp) / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        subprocess.run(f"tar -C {shlex.quote(tmp)} -c . | docker exec -i {container} tar -C / -x", shell=True,
-                       check=True)
+        subprocess.run(
+            f"tar -C {shlex.quote(tmp)} -c . | docker exec -i {container} tar -C / -x", shell=True, check=True
+        )
     _docker("exec", container, "systemctl", "daemon-reload")
 
 
@@ -68,10 +108,17 @@ def _exec(container: str, *argv: str) -> str:
 
 
 def _busctl(container: str, unit: str, prop: str, interface: str = "Service"):
-    path = "/org/freedesktop/systemd1/unit/" + "".join(
-        c if c.isalnum() else f"_{ord(c):02x}" for c in unit)
-    out = _exec(container, "busctl", "--json=short", "get-property", "org.freedesktop.systemd1", path,
-                f"org.freedesktop.systemd1.{interface}", prop)
+    path = "/org/freedesktop/systemd1/unit/" + "".join(c if c.isalnum() else f"_{ord(c):02x}" for c in unit)
+    out = _exec(
+        container,
+        "busctl",
+        "--json=short",
+        "get-property",
+        "org.freedesktop.systemd1",
+        path,
+        f"org.freedesktop.systemd1.{interface}",
+        prop,
+    )
     return json.loads(out)["data"]
 
 
@@ -112,21 +159,43 @@ def test_every_encoded_value_reads_back_unchanged(systemd_container):
     argv = ["/usr/bin/printf", "%s\\0", *values]
     env_file_values = {f"F{i}": v for i, v in enumerate(values)}
     files["/etc/sysd/values.env"] = "# hostile values\n" + "".join(
-        sd.env_assignment(k, v) + "\n" for k, v in env_file_values.items())
+        sd.env_assignment(k, v) + "\n" for k, v in env_file_values.items()
+    )
     files["/etc/sysd/args.env"] = f"ARGS={sd.env_words(values)}\n"
-    files["/etc/systemd/system/sx-all.service"] = "\n".join([
-        "[Service]", "Type=oneshot", "ProtectSystem=strict",
-        *(f"ReadWritePaths=-{sd.path_list([p])}" for p in paths),
-        *(f"Environment={e}" for e in env_unit),
-        f"ExecStart={sd.argv(argv)}", "StandardOutput=file:/run/sx-argv.out", ""])
-    files["/etc/systemd/system/sx-env.service"] = "\n".join([
-        "[Service]", "Type=oneshot", "EnvironmentFile=/etc/sysd/values.env",
-        *(f"Environment={e}" for e in env_unit),
-        "ExecStart=/usr/bin/env -0", "StandardOutput=file:/run/sx-env.out", ""])
+    files["/etc/systemd/system/sx-all.service"] = "\n".join(
+        [
+            "[Service]",
+            "Type=oneshot",
+            "ProtectSystem=strict",
+            *(f"ReadWritePaths=-{sd.path_list([p])}" for p in paths),
+            *(f"Environment={e}" for e in env_unit),
+            f"ExecStart={sd.argv(argv)}",
+            "StandardOutput=file:/run/sx-argv.out",
+            "",
+        ]
+    )
+    files["/etc/systemd/system/sx-env.service"] = "\n".join(
+        [
+            "[Service]",
+            "Type=oneshot",
+            "EnvironmentFile=/etc/sysd/values.env",
+            *(f"Environment={e}" for e in env_unit),
+            "ExecStart=/usr/bin/env -0",
+            "StandardOutput=file:/run/sx-env.out",
+            "",
+        ]
+    )
     # Debian's packaged units: ExecStart=/usr/bin/prometheus $ARGS (split with EXTRACT_UNQUOTE).
-    files["/etc/systemd/system/sx-args.service"] = "\n".join([
-        "[Service]", "Type=oneshot", "EnvironmentFile=/etc/sysd/args.env",
-        'ExecStart=/usr/bin/printf %%s\\0 $ARGS', "StandardOutput=file:/run/sx-args.out", ""])
+    files["/etc/systemd/system/sx-args.service"] = "\n".join(
+        [
+            "[Service]",
+            "Type=oneshot",
+            "EnvironmentFile=/etc/sysd/args.env",
+            "ExecStart=/usr/bin/printf %%s\\0 $ARGS",
+            "StandardOutput=file:/run/sx-args.out",
+            "",
+        ]
+    )
     _install(systemd_container, files)
 
     shown = _exec(systemd_container, "systemctl", "show", "-p", "Id,Description,WorkingDirectory", *units)
@@ -150,14 +219,23 @@ def test_every_encoded_value_reads_back_unchanged(systemd_container):
     env_out = _run_unit(systemd_container, "sx-env.service", "/run/sx-env.out").decode()
     env = dict(item.split("=", 1) for item in env_out.split("\0") if item)
     assert {k: env[k] for k in env_file_values} == env_file_values
-    expected_unit_env = {e.split("=", 1)[0].strip('"'): values[int(e.split("=", 1)[0].strip('"')[1:])] for e in env_unit}
+    expected_unit_env = {
+        e.split("=", 1)[0].strip('"'): values[int(e.split("=", 1)[0].strip('"')[1:])] for e in env_unit
+    }
     assert {k: env[k] for k in expected_unit_env} == expected_unit_env
 
     args_out = _run_unit(systemd_container, "sx-args.service", "/run/sx-args.out").decode()
     assert args_out.split("\0")[:-1] == values
     # A transient service's command (the engine preflight's systemd-run), expanded like ExecStart=.
-    transient = _exec(systemd_container, "systemd-run", "--quiet", "--wait", "--pipe", "--collect",
-                      *sd.transient_argv(["/usr/bin/printf", "%s\\0", *values]))
+    transient = _exec(
+        systemd_container,
+        "systemd-run",
+        "--quiet",
+        "--wait",
+        "--pipe",
+        "--collect",
+        *sd.transient_argv(["/usr/bin/printf", "%s\\0", *values]),
+    )
     assert transient.split("\0")[:-1] == values
     print(f"\n{len(values)} values x 7 encoders read back by systemd in {time.monotonic() - started:.1f} s")
 
@@ -176,8 +254,10 @@ def _planted_site(tmp_path: Path):
     folder.mkdir()
     shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder)
     shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")
-    (folder / "site.py").write_text(f"gpu_nodes = [('gpu1', {{'gpu_count': 8, 'base_data_dir': {PLANTED_DATA_DIR!r},"
-                                    f" 'serving_served_model_name': {PLANTED_MODEL!r}}})]\n")
+    (folder / "site.py").write_text(
+        f"gpu_nodes = [('gpu1', {{'gpu_count': 8, 'base_data_dir': {PLANTED_DATA_DIR!r},"
+        f" 'serving_served_model_name': {PLANTED_MODEL!r}}})]\n"
+    )
     return load_site(folder / "site.py")
 
 
@@ -188,14 +268,17 @@ def _engine_files(site, unit: str) -> dict[str, str]:
 def _read_back(container: str, unit: str) -> dict:
     env_out = _run_unit(container, f"{unit}-env.service", f"/run/{unit}-env.out").decode()
     env = dict(item.split("=", 1) for item in env_out.split("\0") if item)
-    return dict(paths=_busctl(container, f"{unit}.service", "ReadWritePaths"),
-                description=_busctl(container, f"{unit}.service", "Description", "Unit"),
-                workdir=_busctl(container, f"{unit}.service", "WorkingDirectory"),
-                hf_home=env["HF_HOME"])
+    return dict(
+        paths=_busctl(container, f"{unit}.service", "ReadWritePaths"),
+        description=_busctl(container, f"{unit}.service", "Description", "Unit"),
+        workdir=_busctl(container, f"{unit}.service", "WorkingDirectory"),
+        hf_home=env["HF_HOME"],
+    )
 
 
-def test_the_issues_planted_values_arrive_unchanged_and_the_old_rendering_did_not(systemd_container, tmp_path,
-                                                                               monkeypatch):
+def test_the_issues_planted_values_arrive_unchanged_and_the_old_rendering_did_not(
+    systemd_container, tmp_path, monkeypatch
+):
     site = _planted_site(tmp_path)
     _install(systemd_container, _engine_files(site, "sx-engine"))
     now = _read_back(systemd_container, "sx-engine")
@@ -270,10 +353,16 @@ def _two_node_inventory(folder: Path) -> Path:
     folder.mkdir()
     shutil.copy(PROJECT_ROOT / "inventory" / "stack.yml", folder)
     shutil.copytree(PROJECT_ROOT / "inventory" / "locks", folder / "locks")
-    tp = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
+    tp = {
+        "gpu_count": 8,
+        "serving_topology": "tensor_parallel",
+        "nccl_ib_disable": True,
+        "nccl_socket_ifname": "ens1f0",
+    }
     (folder / "two_node.py").write_text(
         f"gpu_nodes = [('node-a', {{**{tp!r}, 'ssh_hostname': '10.0.0.11'}}),"
-        f" ('node-b', {{**{tp!r}, 'ssh_hostname': '10.0.0.12'}})]\n")
+        f" ('node-b', {{**{tp!r}, 'ssh_hostname': '10.0.0.12'}})]\n"
+    )
     return folder / "two_node.py"
 
 
@@ -283,23 +372,45 @@ def _read_back_all(container: str, units: list[str]) -> tuple[dict, dict]:
         f"for p in ReadWritePaths WorkingDirectory; do busctl --json=short get-property org.freedesktop.systemd1"
         f" /org/freedesktop/systemd1/unit/{''.join(c if c.isalnum() else f'_{ord(c):02x}' for c in u + '.service')}"
         f" org.freedesktop.systemd1.Service $p; done; systemctl show -p Description --value {u}.service;\n"
-        for u in units)
+        for u in units
+    )
     lines = _docker("exec", "-i", container, "sh", input=script).stdout.split("\n")
-    props = {u: dict(paths=json.loads(lines[3 * i])["data"], workdir=json.loads(lines[3 * i + 1])["data"],
-                     description=lines[3 * i + 2]) for i, u in enumerate(units)}
+    props = {
+        u: dict(
+            paths=json.loads(lines[3 * i])["data"],
+            workdir=json.loads(lines[3 * i + 1])["data"],
+            description=lines[3 * i + 2],
+        )
+        for i, u in enumerate(units)
+    }
     _docker("exec", container, "systemctl", "start", *(f"{u}-env.service" for u in units))
-    outputs = subprocess.run(["docker", "exec", container, "sh", "-c",
-                              "for u in \"$@\"; do cat /run/$u-env.out | base64 -w0; echo; done", "sh", *units],
-                             capture_output=True, check=True, text=True).stdout.split("\n")
+    outputs = subprocess.run(
+        [
+            "docker",
+            "exec",
+            container,
+            "sh",
+            "-c",
+            'for u in "$@"; do cat /run/$u-env.out | base64 -w0; echo; done',
+            "sh",
+            *units,
+        ],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout.split("\n")
     import base64
 
-    envs = {u: dict(item.split("=", 1) for item in base64.b64decode(outputs[i]).decode().split("\0") if item)
-            for i, u in enumerate(units)}
+    envs = {
+        u: dict(item.split("=", 1) for item in base64.b64decode(outputs[i]).decode().split("\0") if item)
+        for i, u in enumerate(units)
+    }
     return props, envs
 
 
-def test_hostile_values_in_every_inventorys_settings_reach_systemd_unchanged_or_are_refused(systemd_container,
-                                                                                             tmp_path):
+def test_hostile_values_in_every_inventorys_settings_reach_systemd_unchanged_or_are_refused(
+    systemd_container, tmp_path
+):
     """The issue's property test at the inventory: a generated value in a setting of prod, lab,
     lab_replicas or a two-node site either is refused by validation in one line naming our file,
     the host and the setting, or systemd reads it back from the rendered unit and EnvironmentFile
@@ -307,8 +418,9 @@ def test_hostile_values_in_every_inventorys_settings_reach_systemd_unchanged_or_
     from roles.site import PROJECT_ROOT
 
     started = time.monotonic()
-    inventories = {label: _Inventory(PROJECT_ROOT / "inventory" / f"{label}.py")
-                   for label in ("prod", "lab", "lab_replicas")}
+    inventories = {
+        label: _Inventory(PROJECT_ROOT / "inventory" / f"{label}.py") for label in ("prod", "lab", "lab_replicas")
+    }
     inventories["two-node"] = _Inventory(_two_node_inventory(tmp_path / "two-node"))
     values = hostile_values(INVENTORY_COUNT, seed=3800)
     files, wanted = {}, {}
@@ -346,19 +458,26 @@ def test_hostile_values_in_every_inventorys_settings_reach_systemd_unchanged_or_
             assert env["IH_READ_BACK"] == value["IH_READ_BACK"], where
     # Every setting saw both: values it refused and values that reached systemd unchanged.
     assert all(seen["refused"] and seen["read back"] for seen in outcome.values()), outcome
-    print(f"\n{len(values)} inventory values: {sum(s['read back'] for s in outcome.values())} read back by systemd,"
-          f" {sum(s['refused'] for s in outcome.values())} refused, in {time.monotonic() - started:.1f} s")
+    print(
+        f"\n{len(values)} inventory values: {sum(s['read back'] for s in outcome.values())} read back by systemd,"
+        f" {sum(s['refused'] for s in outcome.values())} refused, in {time.monotonic() - started:.1f} s"
+    )
 
 
 def _engine_files_of(site, node, unit: str) -> dict[str, str]:
     from roles import serving
     from roles.shared import templates
 
-    rendered = {Path(t).name: templates.render(t, **kw)
-                for _, t, _, kw in serving.release_templates(node, site.stack.active, site)
-                if t.endswith((".service.j2", ".env.j2"))}
-    return {f"/etc/systemd/system/{unit}.service": rendered["inference-engine.service.j2"],
-            f"/etc/sysd/{unit}.env": rendered["inference-engine.env.j2"],
-            f"/etc/systemd/system/{unit}-env.service": (
-                f"[Service]\nType=oneshot\nEnvironmentFile=/etc/sysd/{unit}.env\nExecStart=/usr/bin/env -0\n"
-                f"StandardOutput=file:/run/{unit}-env.out\n")}
+    rendered = {
+        Path(t).name: templates.render(t, **kw)
+        for _, t, _, kw in serving.release_templates(node, site.stack.active, site)
+        if t.endswith((".service.j2", ".env.j2"))
+    }
+    return {
+        f"/etc/systemd/system/{unit}.service": rendered["inference-engine.service.j2"],
+        f"/etc/sysd/{unit}.env": rendered["inference-engine.env.j2"],
+        f"/etc/systemd/system/{unit}-env.service": (
+            f"[Service]\nType=oneshot\nEnvironmentFile=/etc/sysd/{unit}.env\nExecStart=/usr/bin/env -0\n"
+            f"StandardOutput=file:/run/{unit}-env.out\n"
+        ),
+    }

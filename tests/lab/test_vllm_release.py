@@ -39,13 +39,23 @@ def test_the_captured_cli_is_vllm_0_16_0s():
     assert "TRITON_MLA" in table["attention_backends"] and len(table["options"]) > 250
     # The options rendered above are registered by the release's own source (the wheel's text).
     source = _wheel_text("vllm/engine/arg_utils.py") + _wheel_text("vllm/entrypoints/openai/cli_args.py")
-    for flag in ("--attention-backend", "--tensor-parallel-size", "--gpu-memory-utilization",
-                 "--max-model-len", "--speculative-config", "--disable-custom-all-reduce",
-                 "--served-model-name", "--max-num-seqs", "--enforce-eager"):
+    for flag in (
+        "--attention-backend",
+        "--tensor-parallel-size",
+        "--gpu-memory-utilization",
+        "--max-model-len",
+        "--speculative-config",
+        "--disable-custom-all-reduce",
+        "--served-model-name",
+        "--max-num-seqs",
+        "--enforce-eager",
+    ):
         assert f'"{flag}"' in source and flag in table["options"], flag
     # TRITON_MLA is the one MLA backend without a compute-capability limit in this release.
     triton = _wheel_text("vllm/v1/attention/backends/mla/triton_mla.py")
-    assert re.search(r"def supports_compute_capability\(cls, capability: DeviceCapability\) -> bool:\s+return True", triton)
+    assert re.search(
+        r"def supports_compute_capability\(cls, capability: DeviceCapability\) -> bool:\s+return True", triton
+    )
     assert "return capability.major == 10" in _wheel_text("vllm/v1/attention/backends/mla/flashinfer_mla.py")
 
 
@@ -63,7 +73,10 @@ def test_the_secret_config_file_is_read_by_vllms_config_parser(tmp_path):
 def test_unit_and_env_file_of_a_vllm_release():
     unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, VLLM, PROD))
     assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
-    assert f"ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready http://127.0.0.1:{HOST.serving.port}/health " in unit
+    assert (
+        f"ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready http://127.0.0.1:{HOST.serving.port}/health "
+        in unit
+    )
     assert "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup" in unit  # same cleanup
     env = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, VLLM))
     assert "NCCL_P2P_LEVEL=SYS" in env and "NCCL_IB_DISABLE=1" in env
@@ -75,8 +88,7 @@ def test_unit_and_env_file_of_a_vllm_release():
 
 def test_launcher_is_the_api_server_module_of_the_environment():
     argv = serving.launch_command(HOST, VLLM, PROD)
-    assert argv[:3] == [f"{env_dir(HOST, VLLM, PROD)}/bin/python", "-m",
-                        "vllm.entrypoints.openai.api_server"]
+    assert argv[:3] == [f"{env_dir(HOST, VLLM, PROD)}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     # The lab's SGLang stand-in override does not apply to vLLM stacks.
     assert serving.launch_command(LAB_HOST, VLLM, LAB)[2] == "vllm.entrypoints.openai.api_server"
     assert "__main__" in _wheel_text("vllm/entrypoints/openai/api_server.py")

@@ -33,16 +33,18 @@ REPO = hub_server.generate(hf_hub.MODEL_REPO, hub_server.LAB_REPOS[hf_hub.MODEL_
 
 
 def node(*command: str, check: bool = True) -> str:
-    completed = subprocess.run(["docker", "exec", lab.container_name("pve"), *command],
-                               capture_output=True, text=True, check=False)
+    completed = subprocess.run(
+        ["docker", "exec", lab.container_name("pve"), *command], capture_output=True, text=True, check=False
+    )
     if check and completed.returncode != 0:
         raise AssertionError(f"{command} failed: {completed.stderr}")
     return completed.stdout
 
 
 def guest(*command: str) -> str:
-    return subprocess.run(["docker", "exec", lab.container_name("gpu"), *command],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["docker", "exec", lab.container_name("gpu"), *command], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def unit() -> str:
@@ -89,13 +91,20 @@ def test_first_deploy_downloads_verifies_and_the_guest_serves_it(lab_first_deplo
     assert not [line for line in hub_log() if '" 401 ' in line]
     # The node passes the directory read-only; the guest's service loaded that copy.
     assert f"{lab.MODELS_HOST_PATH},mp={lab.MODELS_GUEST_PATH},ro=1" in node("cat", "/etc/pve/lxc/101.conf")
-    assert "Read-only file system" in subprocess.run(
-        ["docker", "exec", lab.container_name("gpu"), "touch", f"{GUEST_DIR}/x"],
-        capture_output=True, text=True).stderr
+    assert (
+        "Read-only file system"
+        in subprocess.run(
+            ["docker", "exec", lab.container_name("gpu"), "touch", f"{GUEST_DIR}/x"], capture_output=True, text=True
+        ).stderr
+    )
     journal = guest("journalctl", "-u", "inference-engine", "--no-pager", "-o", "cat")
-    assert f"loaded 2 weight file(s), {REPO.files[SHARD].size + REPO.files['model-00001-of-00002.safetensors'].size} bytes, from {GUEST_DIR}" in journal
+    assert (
+        f"loaded 2 weight file(s), {REPO.files[SHARD].size + REPO.files['model-00001-of-00002.safetensors'].size} bytes, from {GUEST_DIR}"
+        in journal
+    )
     assert f"AssertPathExists={GUEST_DIR}/.inference-host/manifest.json" in guest(
-        "cat", "/etc/systemd/system/inference-engine.service")
+        "cat", "/etc/systemd/system/inference-engine.service"
+    )
 
 
 def test_no_change_deploy_neither_downloads_nor_hashes(lab_first_deploy):
@@ -122,8 +131,9 @@ def test_interrupted_download_resumes_with_a_range_request(lab_first_deploy):
         partial = 0
         deadline = time.monotonic() + 120
         while partial < 10 * 1024 * 1024 and time.monotonic() < deadline:  # one 10 MiB chunk
-            sizes = node("sh", "-c", f"find {MODEL_DIR}/.cache -name '*.incomplete' -printf '%s\\n'",
-                         check=False).split()
+            sizes = node(
+                "sh", "-c", f"find {MODEL_DIR}/.cache -name '*.incomplete' -printf '%s\\n'", check=False
+            ).split()
             partial = max([int(s) for s in sizes] or [0])
             time.sleep(0.3)
         assert partial >= 10 * 1024 * 1024, "the download never got midway"
@@ -135,8 +145,7 @@ def test_interrupted_download_resumes_with_a_range_request(lab_first_deploy):
     assert run.returncode == 0, run.explain()
     assert "downloading" in run.stderr  # the deploy printed progress while it waited
     journal = node("journalctl", "-u", unit(), "--no-pager", "-o", "cat")
-    assert "Main process exited, code=killed, status=9/KILL" in node(
-        "journalctl", "-u", unit(), "--no-pager")
+    assert "Main process exited, code=killed, status=9/KILL" in node("journalctl", "-u", unit(), "--no-pager")
     assert "verified 5 files" in journal
     # huggingface_hub resumed the .incomplete file: the CDN answered a Range request with 206.
     resumed = [line for line in hub_log()[requests:] if "/lfs-cdn/" in line and '" 206 ' in line]
@@ -154,9 +163,13 @@ def test_corrupt_file_is_found_and_fetched_again(lab_first_deploy):
     shard = f"{MODEL_DIR}/{SHARD}"
     # Bit rot: one byte flipped, size and mtime kept (huggingface_hub's own bookkeeping still
     # trusts the file; only a full re-hash can tell).
-    node("python3", "-c", f"import os; s = os.stat({shard!r}); f = open({shard!r}, 'r+b'); f.seek(4096);"
-         " b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 255])); f.close();"
-         f" os.utime({shard!r}, ns=(s.st_atime_ns, s.st_mtime_ns))")
+    node(
+        "python3",
+        "-c",
+        f"import os; s = os.stat({shard!r}); f = open({shard!r}, 'r+b'); f.seek(4096);"
+        " b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 255])); f.close();"
+        f" os.utime({shard!r}, ns=(s.st_atime_ns, s.st_mtime_ns))",
+    )
     assert node("sha256sum", shard).split()[0] != REPO.files[SHARD].sha256
     plain = deploy_node()  # sizes only: bit rot passes unseen, as documented
     assert plain.returncode == 0 and weights_changes(plain) == []
@@ -188,9 +201,13 @@ def test_too_small_disk_is_refused_before_downloading(lab_first_deploy):
 
 def test_branch_name_revision_is_refused_at_validation():
     env = {"INFERENCE_HOST_LAB_WEIGHTS_REVISION": "main"}
-    completed = subprocess.run([sys.executable, "-m", "roles.site", "inventory/lab.py"],
-                               cwd=PROJECT_ROOT, capture_output=True, text=True,
-                               env={**os.environ, **env})
+    completed = subprocess.run(
+        [sys.executable, "-m", "roles.site", "inventory/lab.py"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
     assert completed.returncode == 2
     problems = [line for line in completed.stderr.splitlines() if line.startswith("  - ")]
     assert len(problems) == 1, completed.stderr
@@ -205,9 +222,24 @@ def test_health_suite_checks_the_manifest_and_fails_on_another_pin(lab_first_dep
     def service_suite(**env: str) -> tuple[int, str]:
         report = tmp_path / f"health-{len(env)}.json"
         completed = subprocess.run(
-            [sys.executable, "-m", "checks", "--inventory", "inventory/lab.py",
-             "--host", lab.pyinfra_name("gpu"), "--suites", "service", "--report", str(report)],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, env={**os.environ, **env})
+            [
+                sys.executable,
+                "-m",
+                "checks",
+                "--inventory",
+                "inventory/lab.py",
+                "--host",
+                lab.pyinfra_name("gpu"),
+                "--suites",
+                "service",
+                "--report",
+                str(report),
+            ],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
         checks = json.loads(report.read_text())["checks"] if report.exists() else []
         detail = " ".join(c["detail"] for c in checks if c["check"] == "weights manifest matches the pin")
         return completed.returncode, detail or completed.stdout + completed.stderr

@@ -82,9 +82,11 @@ def builder(tmp_path_factory) -> Builder:
     require_docker()
     from lab.cuda_image import CUDA_ROOT
 
-    require_lab_tool((CUDA_ROOT / "bin" / "nvcc").exists(),
-                     f"no CUDA toolkit at {CUDA_ROOT} (nvcc) to build the lab's wheel builder image;"
-                     " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)")
+    require_lab_tool(
+        (CUDA_ROOT / "bin" / "nvcc").exists(),
+        f"no CUDA toolkit at {CUDA_ROOT} (nvcc) to build the lab's wheel builder image;"
+        " set INFERENCE_HOST_LAB_CUDA (docs/lab.md: Prerequisites)",
+    )
     tmp = tmp_path_factory.mktemp("wheels")
     return Builder(tmp / "wheelhouse", tmp)
 
@@ -114,8 +116,9 @@ def test_every_admitted_wheel_holds_sm120_code(builder, first_build):
         with zipfile.ZipFile(wheel) as archive:
             (so,) = [n for n in archive.namelist() if n.endswith(".so")]
             target = archive.extract(so, builder.tmp / package)
-        listing = subprocess.run([builder.cuobjdump, "--list-elf", target], capture_output=True,
-                                 text=True, check=True).stdout
+        listing = subprocess.run(
+            [builder.cuobjdump, "--list-elf", target], capture_output=True, text=True, check=True
+        ).stdout
         assert re.search(r"\.sm_120\.cubin", listing), listing
         assert "sm_120" in (entry / "elf-check.txt").read_text()
 
@@ -175,23 +178,38 @@ def test_failed_compile_fails_the_deploy_with_the_log_tail(builder, first_build)
 
 
 def _build_script(builder, package: str, source: Path, timeout_s: int, **extra_args):
-    settings = BuildSettings(source_overrides={package: str(source)}, with_torch=False,
-                             base_image=_lab_base_image())
+    settings = BuildSettings(source_overrides={package: str(source)}, with_torch=False, base_image=_lab_base_image())
     stack = load_stack(LAB_STACK).active
     (wheel,) = [w for w in planned_builds(stack, settings) if w.package == package]
     context = builder.tmp / f"{package}-{source.name}.tar"
     context.write_bytes(context_tar(wheel, [os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")]))
     args = {**wheel.build_args, "MAX_JOBS": "1", "NVCC_THREADS": "1", **extra_args}
-    command = [sys.executable, str(PROJECT_ROOT / "roles" / "wheels" / "files" / "build_wheel.py"),
-               "--package", package, "--key", "test-" + source.name, "--context", str(context),
-               "--dockerfile", wheel.dockerfile.name, "--wheelhouse", str(builder.wheelhouse),
-               "--docker", "/usr/bin/docker", "--cuobjdump", builder.cuobjdump,
-               "--timeout-s", str(timeout_s), "--job-cap", "test"]
+    command = [
+        sys.executable,
+        str(PROJECT_ROOT / "roles" / "wheels" / "files" / "build_wheel.py"),
+        "--package",
+        package,
+        "--key",
+        "test-" + source.name,
+        "--context",
+        str(context),
+        "--dockerfile",
+        wheel.dockerfile.name,
+        "--wheelhouse",
+        str(builder.wheelhouse),
+        "--docker",
+        "/usr/bin/docker",
+        "--cuobjdump",
+        builder.cuobjdump,
+        "--timeout-s",
+        str(timeout_s),
+        "--job-cap",
+        "test",
+    ]
     for name, value in args.items():
         command += ["--build-arg", f"{name}={value}"]
     started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120,
-                            check=False)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120, check=False)
     return result, time.monotonic() - started
 
 

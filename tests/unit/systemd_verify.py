@@ -35,8 +35,11 @@ def verify(units: dict[str, str], root: Path) -> list[str]:
     names = {Path(p).name for p in checked}
     result = None
     for _ in range(4):
-        result = subprocess.run(["systemd-analyze", "verify", f"--root={root}", *(str(root / p.lstrip("/")) for p in checked)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["systemd-analyze", "verify", f"--root={root}", *(str(root / p.lstrip("/")) for p in checked)],
+            capture_output=True,
+            text=True,
+        )
         missing = _NOT_EXECUTABLE.findall(result.stderr)
         if not missing:
             break

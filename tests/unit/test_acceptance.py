@@ -45,11 +45,15 @@ def test_cpu_vendor_from_cpuinfo():
 
 
 def test_the_stand_in_kernel_is_named_as_the_source():
-    host = FakeHost({"head -c 8192 /usr/local/lib/pve-standin/pve-standin-kernel": (0, ""),
-                     "cat /run/pve-standin/cmdline": (0, "BOOT_IMAGE=/vmlinuz-6.1 root=ZFS=x amd_iommu=on iommu=pt\n"),
-                     "cat /proc/cpuinfo": (0, "vendor_id : AuthenticAMD\n"),
-                     "test -d /sys/module/nouveau": (1, ""),
-                     "grep -rqsE": (0, "")})
+    host = FakeHost(
+        {
+            "head -c 8192 /usr/local/lib/pve-standin/pve-standin-kernel": (0, ""),
+            "cat /run/pve-standin/cmdline": (0, "BOOT_IMAGE=/vmlinuz-6.1 root=ZFS=x amd_iommu=on iommu=pt\n"),
+            "cat /proc/cpuinfo": (0, "vendor_id : AuthenticAMD\n"),
+            "test -d /sys/module/nouveau": (1, ""),
+            "grep -rqsE": (0, ""),
+        }
+    )
     lines = acc.node_lines(SimpleNamespace(name="pve"), host)
     kernel = lines[0]
     assert kernel.verdict == acc.PASS and kernel.source.startswith("stand-in: pve-standin-kernel")
@@ -58,10 +62,14 @@ def test_the_stand_in_kernel_is_named_as_the_source():
 
 
 def test_a_real_node_is_read_from_proc_cmdline():
-    host = FakeHost({"cat /proc/cmdline": (0, "BOOT_IMAGE=/vmlinuz root=ZFS=x\n"),
-                     "cat /proc/cpuinfo": (0, "vendor_id : GenuineIntel\n"),
-                     "test -d /sys/module/nouveau": (0, ""),
-                     "grep -rqsE": (1, "")})
+    host = FakeHost(
+        {
+            "cat /proc/cmdline": (0, "BOOT_IMAGE=/vmlinuz root=ZFS=x\n"),
+            "cat /proc/cpuinfo": (0, "vendor_id : GenuineIntel\n"),
+            "test -d /sys/module/nouveau": (0, ""),
+            "grep -rqsE": (1, ""),
+        }
+    )
     kernel, nouveau, _ = acc.node_lines(SimpleNamespace(name="pve"), host)
     assert (kernel.verdict, kernel.source) == (acc.FAIL, acc.TARGET)
     assert nouveau.verdict == acc.FAIL and nouveau.observed == "loaded; not blacklisted"
@@ -70,22 +78,38 @@ def test_a_real_node_is_read_from_proc_cmdline():
 def test_vfio_binding_judged_per_address():
     acc._KVM_GPUS["pve"] = [["0000:01:00.0", "0000:02:00.0"]]
     try:
-        host = FakeHost({"readlink /sys/bus/pci/devices/0000:01:00.0/driver": (0, "../../bus/pci/drivers/vfio-pci\n"),
-                         "readlink /sys/bus/pci/devices/0000:02:00.0/driver": (0, "../../bus/pci/drivers/nvidia\n")})
+        host = FakeHost(
+            {
+                "readlink /sys/bus/pci/devices/0000:01:00.0/driver": (0, "../../bus/pci/drivers/vfio-pci\n"),
+                "readlink /sys/bus/pci/devices/0000:02:00.0/driver": (0, "../../bus/pci/drivers/nvidia\n"),
+            }
+        )
         (line,) = acc.vfio_lines(SimpleNamespace(name="pve"), host, in_lab=False)
     finally:
         acc._KVM_GPUS.pop("pve")
     assert line.verdict == acc.FAIL and "0000:02:00.0: nvidia" in line.observed
 
 
-REPORT = {"verdict": "healthy", "checks": [
-    {"suite": "gpu", "check": "gpu count", "verdict": "PASS", "detail": "8 GPUs", "evidence": []},
-    {"suite": "interconnect", "check": "allreduce across all gpus", "verdict": "FAIL",
-     "detail": "expected: bus bandwidth >= 40 GB/s\nfound: 3.1 GB/s", "evidence": [
-         {"name": "allreduce_busbw_gbps", "value": 3.1, "labels": {"gpus": "8"}}]},
-    {"suite": "server", "check": "accept length from metrics", "verdict": "SKIP", "detail": "no drafter",
-     "evidence": []},
-]}
+REPORT = {
+    "verdict": "healthy",
+    "checks": [
+        {"suite": "gpu", "check": "gpu count", "verdict": "PASS", "detail": "8 GPUs", "evidence": []},
+        {
+            "suite": "interconnect",
+            "check": "allreduce across all gpus",
+            "verdict": "FAIL",
+            "detail": "expected: bus bandwidth >= 40 GB/s\nfound: 3.1 GB/s",
+            "evidence": [{"name": "allreduce_busbw_gbps", "value": 3.1, "labels": {"gpus": "8"}}],
+        },
+        {
+            "suite": "server",
+            "check": "accept length from metrics",
+            "verdict": "SKIP",
+            "detail": "no drafter",
+            "evidence": [],
+        },
+    ],
+}
 
 
 def test_health_rows_become_lines():
@@ -104,17 +128,32 @@ def test_a_check_that_only_skipped_or_never_ran_is_unreached():
 
 def test_load_time_from_systemd_timestamps():
     expect = SimpleNamespace(unit_name="inference-engine", host_name="gpu")
-    host = FakeHost({"systemctl show": (0, "InactiveExitTimestampMonotonic=10000000\n"
-                                           "ActiveEnterTimestampMonotonic=622500000\nTimeoutStartUSec=30min\n")})
+    host = FakeHost(
+        {
+            "systemctl show": (
+                0,
+                "InactiveExitTimestampMonotonic=10000000\n"
+                "ActiveEnterTimestampMonotonic=622500000\nTimeoutStartUSec=30min\n",
+            )
+        }
+    )
     line = acc.load_time_line(host, expect, acc.TARGET)
     assert (line.verdict, line.figure, line.expected_figure) == (acc.PASS, 612.5, 1800.0)
-    host = FakeHost({"systemctl show": (0, "InactiveExitTimestampMonotonic=10000000\n"
-                                           "ActiveEnterTimestampMonotonic=0\nTimeoutStartUSec=30min\n")})
+    host = FakeHost(
+        {
+            "systemctl show": (
+                0,
+                "InactiveExitTimestampMonotonic=10000000\nActiveEnterTimestampMonotonic=0\nTimeoutStartUSec=30min\n",
+            )
+        }
+    )
     assert acc.load_time_line(host, expect, acc.TARGET).verdict == acc.FAIL
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30min", 1800), ("1h 30s", 3630), ("600000000", 600),
-                                                ("infinity", None), ("", None), ("1min 500ms", 60.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30min", 1800), ("1h 30s", 3630), ("600000000", 600), ("infinity", None), ("", None), ("1min 500ms", 60.5)],
+)
 def test_systemd_timespans(text, seconds):
     assert acc.parse_timespan(text) == seconds
 
@@ -124,8 +163,17 @@ def test_kv_allocation_judged_against_the_estimate(monkeypatch):
 
     site = SimpleNamespace(hosts={"gpu": object()}, inventory_file="inventory/prod.py")
     monkeypatch.setattr(kv_cache, "site_estimate", lambda host, folder: SimpleNamespace(kv_tokens=218348))
-    report = {"checks": [{"suite": "service", "check": "kv cache allocated", "verdict": "PASS",
-                          "detail": "231040 tokens", "evidence": [{"name": "kv_cache_tokens", "value": 231040}]}]}
+    report = {
+        "checks": [
+            {
+                "suite": "service",
+                "check": "kv cache allocated",
+                "verdict": "PASS",
+                "detail": "231040 tokens",
+                "evidence": [{"name": "kv_cache_tokens", "value": 231040}],
+            }
+        ]
+    }
     line = acc.kv_cache_line(report, site, "gpu", acc.TARGET)
     assert (line.verdict, line.figure, line.expected_figure) == (acc.PASS, 231040, 218348)
     report["checks"][0]["evidence"][0]["value"] = 200000
@@ -142,9 +190,19 @@ def test_overall_verdict_and_exit_status():
 
 
 def test_report_files(tmp_path):
-    lines = [acc.Line("all-reduce bandwidth", "gpu", ">= 40 GB/s", "41 GB/s", acc.PASS, figure=41.0,
-                      expected_figure=40.0, unit="GB/s"),
-             acc.Line("guest GPUs", "gpu", "8", "a | b", acc.FAIL, "stand-in: lab nvidia-smi", details=["why"])]
+    lines = [
+        acc.Line(
+            "all-reduce bandwidth",
+            "gpu",
+            ">= 40 GB/s",
+            "41 GB/s",
+            acc.PASS,
+            figure=41.0,
+            expected_figure=40.0,
+            unit="GB/s",
+        ),
+        acc.Line("guest GPUs", "gpu", "8", "a | b", acc.FAIL, "stand-in: lab nvidia-smi", details=["why"]),
+    ]
     text = acc.markdown(lines, {"inventory": "inventory/lab.py", "started": "now", "seconds": 1})
     assert text.startswith("# Acceptance report: NOT ACCEPTED")
     assert "| FAIL | guest GPUs | gpu | 8 | a \\| b | stand-in: lab nvidia-smi |" in text
@@ -161,8 +219,9 @@ def test_bad_inventory_is_one_line_and_exit_2(capsys, tmp_path):
 
 
 def test_report_json_shape(tmp_path, monkeypatch):
-    monkeypatch.setattr(acc, "collect", lambda args, site, folder: [acc.Line("health verdict", "gpu", "HEALTHY",
-                                                                             "HEALTHY", acc.PASS)])
+    monkeypatch.setattr(
+        acc, "collect", lambda args, site, folder: [acc.Line("health verdict", "gpu", "HEALTHY", "HEALTHY", acc.PASS)]
+    )
     assert acc.main(["--inventory", "inventory/lab.py", "--out", str(tmp_path / "r")]) == 0
     payload = json.loads((tmp_path / "r" / "report.json").read_text())
     assert payload["verdict"] == "ACCEPTED" and payload["lines"][0]["area"] == "health verdict"
@@ -176,10 +235,16 @@ def test_the_h200_capture_is_judged_as_it_was_on_the_machine():
     """The real health report of 1 x H200 gives the lines the real run printed."""
     health = json.loads((H200 / "health.json").read_text())
     printed = {line["area"]: line for line in json.loads((H200 / "report.json").read_text())["lines"]}
-    expect = SimpleNamespace(gpu_count=1, gpu_model="NVIDIA H200", compute_capability="9.0",
-                             allreduce_min_busbw_gbps=100.0, allreduce_floor_source="the nvlink floor")
-    gpus = acc.from_health(health, "guest GPUs", "local", "1 x NVIDIA H200",
-                           ("gpu count", "gpu name", "compute capability", "memory"))
+    expect = SimpleNamespace(
+        gpu_count=1,
+        gpu_model="NVIDIA H200",
+        compute_capability="9.0",
+        allreduce_min_busbw_gbps=100.0,
+        allreduce_floor_source="the nvlink floor",
+    )
+    gpus = acc.from_health(
+        health, "guest GPUs", "local", "1 x NVIDIA H200", ("gpu count", "gpu name", "compute capability", "memory")
+    )
     assert gpus.verdict == acc.PASS == printed["guest GPUs"]["verdict"]
     assert "NVIDIA H200" in gpus.observed and "140.4 GiB" in gpus.observed
     allreduce = acc.allreduce_line(health, "local", expect, acc.TARGET)

@@ -42,6 +42,7 @@ def madison(packages: list[Package]) -> dict[str, str]:
 @pytest.fixture
 def host_sh(tmp_path):
     """Run a command in sh with fake apt-cache / strict apt-get on PATH; returns (rc, stderr, installed)."""
+
     def run(command: str, packages: list[Package]):
         bin_dir, log = tmp_path / "bin", tmp_path / "apt-get.log"
         bin_dir.mkdir(exist_ok=True)
@@ -49,17 +50,21 @@ def host_sh(tmp_path):
             (tmp_path / f"{name}.madison").write_text(text)
         index = " ".join(f"{p.name}={p.version}" for p in packages)
         (bin_dir / "apt-cache").write_text(
-            f'#!/bin/sh\n[ "$1" = madison ] || exit 100\ncat {tmp_path}/"$2".madison 2>/dev/null; exit 0\n')
+            f'#!/bin/sh\n[ "$1" = madison ] || exit 100\ncat {tmp_path}/"$2".madison 2>/dev/null; exit 0\n'
+        )
         (bin_dir / "apt-get").write_text(
-            "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in -*|install) ;; *=*)\n"
-            f"  case \" {index} \" in *\" $a \"*) ;; *) echo \"E: Version '${{a#*=}}' for '${{a%%=*}}' was not found\" >&2;"
+            '#!/bin/sh\nfor a in "$@"; do case "$a" in -*|install) ;; *=*)\n'
+            f'  case " {index} " in *" $a "*) ;; *) echo "E: Version \'${{a#*=}}\' for \'${{a%%=*}}\' was not found" >&2;'
             " exit 100 ;; esac ;; esac; done\n"
-            f"echo \"$*\" >> {log}\n")
+            f'echo "$*" >> {log}\n'
+        )
         for f in bin_dir.iterdir():
             f.chmod(0o755)
-        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True,
-                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+        done = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        )
         return done.returncode, done.stderr, log.read_text() if log.exists() else ""
+
     return run
 
 
@@ -86,7 +91,8 @@ def test_a_pin_the_index_lacks_is_one_line_naming_package_pin_and_versions(host_
     assert rc == 1 and installed == ""
     assert err.strip().splitlines() == [
         f"{CORE}: version 4.4.0 (any epoch, any revision) is not in this host's apt index, which has:"
-        " 1:4.5.3-1 1:4.6.0-1"]
+        " 1:4.5.3-1 1:4.6.0-1"
+    ]
     rc, err, _ = host_sh(install_command(["no-such-package"], "1.0"), [])
     assert rc == 1 and err.strip().endswith("which has: none")
 

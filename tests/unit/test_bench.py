@@ -13,8 +13,13 @@ from checks import bench
 from checks import gpu_parsers as parse
 
 DATA = Path(__file__).parent / "data" / "sglang" / "bench-serving-output.jsonl"
-WORKLOAD = {"dataset": "random-ids", "input_len": 1024, "output_len": 512, "concurrency": [1, 16],
-            "prompts_per_stream": 4}
+WORKLOAD = {
+    "dataset": "random-ids",
+    "input_len": 1024,
+    "output_len": 512,
+    "concurrency": [1, 16],
+    "prompts_per_stream": 4,
+}
 
 
 def _results(scale: float = 1.0):
@@ -30,8 +35,17 @@ def test_parse_bench_serving_output():
 
 
 def test_command_uses_random_ids_offline_and_the_sweep_concurrency():
-    command = bench.bench_command("/opt/inference-host/venv/bin/python", "http://127.0.0.1:30000", "kimi-k2.5",
-                                  "/models/Kimi-K2.5", 1024, 512, 64, 16, "/tmp/out.jsonl")
+    command = bench.bench_command(
+        "/opt/inference-host/venv/bin/python",
+        "http://127.0.0.1:30000",
+        "kimi-k2.5",
+        "/models/Kimi-K2.5",
+        1024,
+        512,
+        64,
+        16,
+        "/tmp/out.jsonl",
+    )
     text = " ".join(command)
     assert "-m sglang.bench_serving --backend sglang-oai-chat" in text
     assert "--dataset-name random-ids" in text and "--random-range-ratio 1" in text
@@ -48,7 +62,7 @@ def test_history_append_and_compare(tmp_path):
     other_workload = dict(second, workload={**WORKLOAD, "input_len": 2048})
     assert bench.previous_comparable(history, other_workload) is None
     table = bench.comparison_table(second, first, bench.load_reference())
-    assert "-20.0% WORSE" in table                       # 90.4 -> 72.3 tok/s
+    assert "-20.0% WORSE" in table  # 90.4 -> 72.3 tok/s
     assert "SGLang, tuned NCCL env + settings" in table and "80%" in table  # 72.3 of 90
     baseline = bench.comparison_table(first, None, bench.load_reference())
     assert "this one is the baseline" in baseline
@@ -81,8 +95,10 @@ def test_without_the_extra_the_benchmark_says_which_to_install(monkeypatch, tmp_
 
 def test_chart_is_a_png(tmp_path):
     _needs_matplotlib()
-    history = [bench.make_record("gpu1", "default", f"stack-{i}", WORKLOAD, _results(1 + i / 10), f"2026-11-2{i}T10:00")
-               for i in range(3)]
+    history = [
+        bench.make_record("gpu1", "default", f"stack-{i}", WORKLOAD, _results(1 + i / 10), f"2026-11-2{i}T10:00")
+        for i in range(3)
+    ]
     path = bench.draw_history(history, tmp_path / "history.png", bench.load_reference())
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000

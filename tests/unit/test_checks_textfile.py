@@ -19,20 +19,54 @@ REPORT = PROJECT_ROOT / "tests/unit/data/gpu/h200-1gpu-checks/report-pass.json"
 
 
 def failing_report() -> dict:
-    return {"seconds": 4.2, "checks": [
-        {"suite": "service", "check": "unit active", "gpu": None, "verdict": "FAIL",
-         "detail": 'expected inference-engine.service active (running); found failed (exited), result "exit-code";\n'
-                   "what to do: `journalctl -u inference-engine -n 200`", "seconds": 0.1,
-         "evidence": [{"name": "unit_active", "value": 0.0, "labels": {}}]},
-        {"suite": "gpu", "check": "temperature margin", "gpu": 3, "verdict": "PASS", "detail": "46 C", "seconds": 0.0,
-         "evidence": [{"name": "gpu_temperature_margin_celsius", "value": 46.0, "labels": {"gpu": "3"}}]},
-        {"suite": "gpu", "check": "ecc enabled no uncorrectable errors", "gpu": 3, "verdict": "FAIL", "detail": "x",
-         "seconds": 0.0, "evidence": [
-             {"name": "gpu_ecc_uncorrectable_errors", "value": 2.0, "labels": {"gpu": "3", "scope": "volatile"}},
-             {"name": "gpu_ecc_uncorrectable_errors", "value": 0.0, "labels": {"gpu": "3", "scope": "aggregate"}}]},
-        {"suite": "gpu", "check": "no retired pages", "gpu": 3, "verdict": "SKIP", "detail": "no evidence",
-         "seconds": 0.0},
-    ]}
+    return {
+        "seconds": 4.2,
+        "checks": [
+            {
+                "suite": "service",
+                "check": "unit active",
+                "gpu": None,
+                "verdict": "FAIL",
+                "detail": 'expected inference-engine.service active (running); found failed (exited), result "exit-code";\n'
+                "what to do: `journalctl -u inference-engine -n 200`",
+                "seconds": 0.1,
+                "evidence": [{"name": "unit_active", "value": 0.0, "labels": {}}],
+            },
+            {
+                "suite": "gpu",
+                "check": "temperature margin",
+                "gpu": 3,
+                "verdict": "PASS",
+                "detail": "46 C",
+                "seconds": 0.0,
+                "evidence": [{"name": "gpu_temperature_margin_celsius", "value": 46.0, "labels": {"gpu": "3"}}],
+            },
+            {
+                "suite": "gpu",
+                "check": "ecc enabled no uncorrectable errors",
+                "gpu": 3,
+                "verdict": "FAIL",
+                "detail": "x",
+                "seconds": 0.0,
+                "evidence": [
+                    {"name": "gpu_ecc_uncorrectable_errors", "value": 2.0, "labels": {"gpu": "3", "scope": "volatile"}},
+                    {
+                        "name": "gpu_ecc_uncorrectable_errors",
+                        "value": 0.0,
+                        "labels": {"gpu": "3", "scope": "aggregate"},
+                    },
+                ],
+            },
+            {
+                "suite": "gpu",
+                "check": "no retired pages",
+                "gpu": 3,
+                "verdict": "SKIP",
+                "detail": "no evidence",
+                "seconds": 0.0,
+            },
+        ],
+    }
 
 
 def test_verdicts_evidence_and_the_run_become_gauges():
@@ -48,9 +82,11 @@ def test_verdicts_evidence_and_the_run_become_gauges():
     assert "inference_host_checks_last_run_timestamp_seconds 1764633600" in lines
     # the detail's quotes, backslash-free newlines and spaces survive as one escaped label value
     info = [line for line in lines if line.startswith("inference_host_check_failure_info{") and "unit active" in line]
-    assert info == ['inference_host_check_failure_info{check="unit active",detail="expected inference-engine.service active'
-                    ' (running); found failed (exited), result \\"exit-code\\"; what to do: `journalctl -u inference-engine'
-                    ' -n 200`",suite="service"} 1']
+    assert info == [
+        'inference_host_check_failure_info{check="unit active",detail="expected inference-engine.service active'
+        ' (running); found failed (exited), result \\"exit-code\\"; what to do: `journalctl -u inference-engine'
+        ' -n 200`",suite="service"} 1'
+    ]
     assert text.count("# TYPE inference_host_gpu_ecc_uncorrectable_errors gauge") == 1
 
 
@@ -76,8 +112,13 @@ def test_promtool_accepts_the_exposition(report):
         if os.environ.get("INFERENCE_HOST_REQUIRE_LAB") == "1" or os.environ.get("CI") == "true":
             pytest.fail("promtool is not installed; CI needs it (apt-get install prometheus)")
         pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    result = subprocess.run([promtool, "check", "metrics"], input=textfile.exposition(report, 1.0),
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=textfile.exposition(report, 1.0),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -101,14 +142,18 @@ def test_no_report_leaves_the_old_file(tmp_path, monkeypatch):
     assert out.read_text() == "old\n"
 
 
-@pytest.mark.parametrize("content, wrong, valid", [
-    ("[1,2]", "a JSON list, not an object", "expected a JSON object"),   # seen on a real H200: a traceback
-    ('{"gpu_count": 8', "not JSON (Expecting ',' delimiter: line 1 column 16", "expected a JSON object"),
-    ('{"gpu_count": "eight"}', "gpu_count='eight' is invalid", "needs an integer >= 1"),
-    ('{"gpu_count": 8, "serving_port": [1]}', "serving_port", "expected"),
-])
+@pytest.mark.parametrize(
+    "content, wrong, valid",
+    [
+        ("[1,2]", "a JSON list, not an object", "expected a JSON object"),  # seen on a real H200: a traceback
+        ('{"gpu_count": 8', "not JSON (Expecting ',' delimiter: line 1 column 16", "expected a JSON object"),
+        ('{"gpu_count": "eight"}', "gpu_count='eight' is invalid", "needs an integer >= 1"),
+        ('{"gpu_count": 8, "serving_port": [1]}', "serving_port", "expected"),
+    ],
+)
 def test_a_malformed_expectations_file_is_one_line_exit_2_and_the_old_metrics_stay(
-        tmp_path, monkeypatch, capsys, content, wrong, valid):
+    tmp_path, monkeypatch, capsys, content, wrong, valid
+):
     """The timer's unit log says what is wrong with the file in one line; the old metrics stay
     (their timestamp ages into ChecksNotRunning) and the checks never run on half an input."""
     out, expect = tmp_path / "inference_host_checks.prom", tmp_path / "expect.json"
@@ -159,9 +204,20 @@ def test_the_expectations_file_round_trips_through_expect(tmp_path):
     from checks.expectations import Expectations
 
     expect = tmp_path / "expect.json"
-    expect.write_text(json.dumps({"gpu_count": 2, "serving_served_model_name": "1.0", "health_power_limit_w": None,
-                                  "health_after_deploy": ["gpu"], "serving_speculative": None,
-                                  "nccl_p2p_level": "off", "driver_version": "580.95.05", "engine": "vllm"}))
+    expect.write_text(
+        json.dumps(
+            {
+                "gpu_count": 2,
+                "serving_served_model_name": "1.0",
+                "health_power_limit_w": None,
+                "health_after_deploy": ["gpu"],
+                "serving_speculative": None,
+                "nccl_p2p_level": "off",
+                "driver_version": "580.95.05",
+                "engine": "vllm",
+            }
+        )
+    )
     values = [a.removeprefix("--expect=") for a in textfile.expect_arguments(expect)]
     found = Expectations.from_overrides(values)
     assert found.served_model_name == "1.0" and found.power_limit_w is None and found.gpu_count == 2

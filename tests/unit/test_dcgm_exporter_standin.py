@@ -32,8 +32,11 @@ def _site():
         from pathlib import Path
 
         factory = InventoryFactory(Path(tempfile.mkdtemp()))
-        _SITE = load_site(factory.groups(gpu_nodes=[gpu_node()], monitors=[
-            ("gpu1", {"monitoring_webhook_url": "http://127.0.0.1:9099/x"})]))
+        _SITE = load_site(
+            factory.groups(
+                gpu_nodes=[gpu_node()], monitors=[("gpu1", {"monitoring_webhook_url": "http://127.0.0.1:9099/x"})]
+            )
+        )
     return _SITE
 
 
@@ -49,8 +52,12 @@ def _free_port() -> int:
 def _serve(tmp_path, counters: str, *extra: str):
     proc = tmp_path / "proc"
     for minor, bus in enumerate(("0000:01:00.0", "0000:21:00.0")):
-        info = SAMPLE.read_text().split("\n", 1)[1].replace("0000:00:06.0", bus).replace(
-            "Device Minor: \t 0", f"Device Minor: \t {minor}")
+        info = (
+            SAMPLE.read_text()
+            .split("\n", 1)[1]
+            .replace("0000:00:06.0", bus)
+            .replace("Device Minor: \t 0", f"Device Minor: \t {minor}")
+        )
         (proc / "gpus" / bus).mkdir(parents=True)
         (proc / "gpus" / bus / "information").write_text(info)
     (tmp_path / "counters.csv").write_text(counters)
@@ -58,8 +65,9 @@ def _serve(tmp_path, counters: str, *extra: str):
     program.write_text(dcgm_exporter.program("580.95.05"))
     port = _free_port()
     env = {**os.environ, "DCGM_STANDIN_PROC_DIRS": str(proc), "DCGM_STANDIN_FAULTS": str(tmp_path / "faults")}
-    server = subprocess.Popen([sys.executable, str(program), "-f", str(tmp_path / "counters.csv"),
-                               "-a", f"127.0.0.1:{port}", *extra], env=env)
+    server = subprocess.Popen(
+        [sys.executable, str(program), "-f", str(tmp_path / "counters.csv"), "-a", f"127.0.0.1:{port}", *extra], env=env
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     for _ in range(50):
         try:
@@ -98,8 +106,10 @@ def test_it_serves_the_default_fields_per_gpu_with_dcgm_exporters_labels(exporte
     text = _get(url)
     for name, kind, _, _ in dcgm_exporter.COUNTERS:
         assert f"# TYPE {name} {kind}" in text
-    assert ('DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-626a6486-103b-da2a-8f20-192347a59c5f",'
-            'pci_bus_id="00000000:21:00.0",device="nvidia1",modelName="NVIDIA H200",') in text
+    assert (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-626a6486-103b-da2a-8f20-192347a59c5f",'
+        'pci_bus_id="00000000:21:00.0",device="nvidia1",modelName="NVIDIA H200",'
+    ) in text
     assert 'DCGM_FI_DRIVER_VERSION="580.95.05"} 38' in text
     # (not `promtool check metrics`: its naming lint refuses dcgm-exporter's own names, counters
     # without _total and camelCase labels such as modelName, which the stand-in must keep)
@@ -129,8 +139,10 @@ def test_a_planted_xid_is_kept_as_the_last_one_while_its_count_leaves_with_the_w
     _plant_xid(faults, 1, 79)
     _plant_xid(faults, 1, 79)
     assert [v for _, v in _samples(url, "DCGM_FI_DEV_XID_ERRORS")] == ["0", "79"]
-    assert _samples(url, "DCGM_EXP_XID_ERRORS_COUNT") == [(',window_size_in_ms="2000"', "0"),
-                                                          (',window_size_in_ms="2000",xid="79"', "2")]
+    assert _samples(url, "DCGM_EXP_XID_ERRORS_COUNT") == [
+        (',window_size_in_ms="2000"', "0"),
+        (',window_size_in_ms="2000",xid="79"', "2"),
+    ]
     (faults / "1.xid").unlink()  # the fault is long gone; DCGM still reads the last Xid
     time.sleep(2.2)
     assert [v for _, v in _samples(url, "DCGM_FI_DEV_XID_ERRORS")] == ["0", "79"]
@@ -162,8 +174,13 @@ def test_without_gpus_it_exits_like_the_real_exporter(tmp_path):
     program.write_text(dcgm_exporter.program("580.95.05"))
     (tmp_path / "c.csv").write_text(dcgm_exporter.counters_csv())
     env = {**os.environ, "DCGM_STANDIN_PROC_DIRS": str(tmp_path / "none")}
-    done = subprocess.run([sys.executable, str(program), "-f", str(tmp_path / "c.csv")], env=env,
-                          capture_output=True, text=True, timeout=10)
+    done = subprocess.run(
+        [sys.executable, str(program), "-f", str(tmp_path / "c.csv")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert done.returncode == 1 and "Failed to initialize NVML" in done.stderr
 
 

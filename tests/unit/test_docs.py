@@ -29,8 +29,11 @@ def documents() -> list[Path]:
 
 
 def long_lines(path: Path) -> list[str]:
-    return [f"{path.relative_to(PROJECT_ROOT)}:{number}: {len(line)} characters"
-            for number, line in enumerate(path.read_text().splitlines(), 1) if len(line) > MAX_LINE]
+    return [
+        f"{path.relative_to(PROJECT_ROOT)}:{number}: {len(line)} characters"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if len(line) > MAX_LINE
+    ]
 
 
 def anchors(path: Path) -> set[str]:
@@ -87,10 +90,13 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("see [x](missing.md)", "no such file"),
-    ("see [x](README.md#no-such-heading)", "no heading #no-such-heading"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("see [x](missing.md)", "no such file"),
+        ("see [x](README.md#no-such-heading)", "no heading #no-such-heading"),
+    ],
+)
 def test_a_broken_link_is_caught(tmp_path, monkeypatch, text, problem):
     monkeypatch.setattr("tests.unit.test_docs.PROJECT_ROOT", tmp_path)
     (tmp_path / "README.md").write_text("# Title\n\n## A heading\n")

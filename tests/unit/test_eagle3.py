@@ -17,7 +17,11 @@ SPECFORGE_TEMPLATE = eagle3.read_config(DATA / "specforge-deepseek-v3-671b-eagle
 def test_kimi_target_shape_comes_from_its_text_config():
     target = eagle3.Target.from_config(KIMI)
     assert (target.architecture, target.hidden_size, target.num_layers, target.vocab_size) == (
-        "KimiK25ForConditionalGeneration", 7168, 61, 163840)
+        "KimiK25ForConditionalGeneration",
+        7168,
+        61,
+        163840,
+    )
     assert (target.bos_token_id, target.eos_token_id, target.dtype) == (163584, 163585, "bfloat16")
 
 
@@ -41,8 +45,7 @@ def test_published_kimi_drafter_fits_kimi():
 
 
 def test_deepseek_template_is_refused_on_kimi_for_its_vocabulary():
-    problems = eagle3.drafter_problems(eagle3.Drafter.from_config(SPECFORGE_TEMPLATE),
-                                       eagle3.Target.from_config(KIMI))
+    problems = eagle3.drafter_problems(eagle3.Drafter.from_config(SPECFORGE_TEMPLATE), eagle3.Target.from_config(KIMI))
     assert len(problems) == 1 and "vocab_size 129280" in problems[0] and "163840" in problems[0]
 
 
@@ -53,23 +56,28 @@ def test_capture_points_written_as_config_ids_are_refused():
     assert "captures [3, 31, 59]" in problems[0] and "expected [1, 29, 57]" in problems[0]
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"hidden_size": 4096}, "hidden size 4096"),
-    ({"target_hidden_size": 5120}, "hidden size 5120"),
-    ({"architectures": ["LlamaForCausalLMEagle"]}, "not an EAGLE-3 drafter"),
-    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 60]}}, "capture points [2, 30, 61]"),
-    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29]}}, "has 2 ids"),
-    ({"draft_vocab_size": 200000}, "exceeds vocab_size"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"hidden_size": 4096}, "hidden size 4096"),
+        ({"target_hidden_size": 5120}, "hidden size 5120"),
+        ({"architectures": ["LlamaForCausalLMEagle"]}, "not an EAGLE-3 drafter"),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 60]}}, "capture points [2, 30, 61]"),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29]}}, "has 2 ids"),
+        ({"draft_vocab_size": 200000}, "exceeds vocab_size"),
+    ],
+)
 def test_drafter_mismatches_are_named(change, words):
-    problems = eagle3.drafter_problems(eagle3.Drafter.from_config({**TORCHSPEC_DRAFTER, **change}),
-                                       eagle3.Target.from_config(KIMI))
+    problems = eagle3.drafter_problems(
+        eagle3.Drafter.from_config({**TORCHSPEC_DRAFTER, **change}), eagle3.Target.from_config(KIMI)
+    )
     assert any(words in p for p in problems), problems
 
 
 def test_eagle3_drafter_under_algorithm_eagle_is_refused():
-    problems = eagle3.drafter_problems(eagle3.Drafter.from_config(TORCHSPEC_DRAFTER),
-                                       eagle3.Target.from_config(KIMI), algorithm="EAGLE")
+    problems = eagle3.drafter_problems(
+        eagle3.Drafter.from_config(TORCHSPEC_DRAFTER), eagle3.Target.from_config(KIMI), algorithm="EAGLE"
+    )
     assert any("accept length 1.0" in p for p in problems)
 
 
@@ -90,8 +98,8 @@ def test_bytes_per_token_is_four_hidden_states_in_bf16_plus_ids():
 def test_disk_budget_on_kimi_and_the_refusal():
     draft = eagle3.drafter_config_for(KIMI, SPECFORGE_TEMPLATE)
     budget = eagle3.disk_budget(eagle3.Target.from_config(KIMI), draft, samples=100_000, max_length=2048)
-    assert budget.hidden_states_bytes == 100_000 * 2048 * 57_360          # ~10.7 TiB
-    assert 1.4e9 < eagle3.drafter_parameters(draft) < 3.5e9                # one-layer 7168-wide drafter
+    assert budget.hidden_states_bytes == 100_000 * 2048 * 57_360  # ~10.7 TiB
+    assert 1.4e9 < eagle3.drafter_parameters(draft) < 3.5e9  # one-layer 7168-wide drafter
     assert budget.total_bytes > budget.hidden_states_bytes
     assert eagle3.checkpoint_count(100_000, 1, 5000) == 21 and eagle3.checkpoint_count(10, 2, 5000) == 2
     assert "GiB" in budget.lines()[0] and "57,360 B/token" in budget.lines()[0]
@@ -101,9 +109,22 @@ def test_disk_budget_on_kimi_and_the_refusal():
 
 
 def test_speculative_variants_of_the_deployed_command():
-    argv = ["/opt/inference-host/envs/x/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k",
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
-            "--speculative-num-steps", "3", "--enable-metrics", "--config", "/etc/inference-host/engine/s.yaml"]
+    argv = [
+        "/opt/inference-host/envs/x/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/k",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/models/d",
+        "--speculative-num-steps",
+        "3",
+        "--enable-metrics",
+        "--config",
+        "/etc/inference-host/engine/s.yaml",
+    ]
     off = eagle3.speculative_variant(argv, speculative=False)
     assert not any(a.startswith("--speculative") for a in off) and "/models/d" not in off
     assert off[-3:] == ["--enable-metrics", "--config", "/etc/inference-host/engine/s.yaml"]
@@ -122,8 +143,10 @@ def test_launcher_argv_reads_the_exec_line():
 def test_accept_length_from_prometheus_metrics():
     from checks.gpu_parsers import parse_prometheus
 
-    text = ('sglang:spec_accept_length{model_name="kimi-k2.5",tp_rank="0"} 2.71\n'
-            'sglang:spec_accept_rate{model_name="kimi-k2.5",tp_rank="0"} 0.57\n')
+    text = (
+        'sglang:spec_accept_length{model_name="kimi-k2.5",tp_rank="0"} 2.71\n'
+        'sglang:spec_accept_rate{model_name="kimi-k2.5",tp_rank="0"} 0.57\n'
+    )
     assert eagle3.accept_length_from_metrics(parse_prometheus(text)) == 2.71
     assert eagle3.accept_length_from_metrics(parse_prometheus("sglang:num_running_reqs 0\n")) is None
 
@@ -133,9 +156,12 @@ def test_the_config_specforge_saved_on_the_h200_passes_the_drafter_check():
     saved = eagle3.read_config(DATA / "h200-offline-train" / "drafter-config.json")
     drafter = eagle3.Drafter.from_config(saved)
     assert drafter.layer_ids == (1, 3, 4) and drafter.draft_vocab_size == 512
-    target = eagle3.Target.from_config({"architectures": ["KimiK25ForConditionalGeneration"],
-                                        "text_config": {"hidden_size": 256, "num_hidden_layers": 8,
-                                                        "vocab_size": 2048}})
+    target = eagle3.Target.from_config(
+        {
+            "architectures": ["KimiK25ForConditionalGeneration"],
+            "text_config": {"hidden_size": 256, "num_hidden_layers": 8, "vocab_size": 2048},
+        }
+    )
     assert eagle3.drafter_problems(drafter, target) == []
     report = eagle3.read_config(DATA / "h200-offline-train" / "report.json")
     assert report["disk_bytes_per_token_measured"] == eagle3.bytes_per_token(7168)

@@ -30,10 +30,18 @@ SPECFORGE_CLI = json.loads(data_file().read_text())
 
 @pytest.fixture
 def host(inventory):
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node(
-        eagle3_training_enabled=True,
-        eagle3_training_dataset={"path": "/data/prompts.jsonl", "sha256": "0" * 64},
-        serving_api_key_secret=None)]), ROLE_CHECKS)
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[
+                gpu_node(
+                    eagle3_training_enabled=True,
+                    eagle3_training_dataset={"path": "/data/prompts.jsonl", "sha256": "0" * 64},
+                    serving_api_key_secret=None,
+                )
+            ]
+        ),
+        ROLE_CHECKS,
+    )
     return site.hosts["gpu1"]
 
 
@@ -48,8 +56,11 @@ def cfg(host, tmp_path):
     specforge = tmp_path / "specforge"
     (specforge / "configs").mkdir(parents=True)
     shutil.copy(DATA / "specforge-deepseek-v3-671b-eagle3.json", specforge / pipeline.DRAFT_TEMPLATE)
-    config.update(work_dir=str(tmp_path / "work"), specforge_dir=str(specforge),
-                  export_dir=str(tmp_path / "models" / "drafter-new"))
+    config.update(
+        work_dir=str(tmp_path / "work"),
+        specforge_dir=str(specforge),
+        export_dir=str(tmp_path / "models" / "drafter-new"),
+    )
     config["target"]["model_path"] = str(model)
     return config
 
@@ -58,7 +69,11 @@ def test_the_locked_environment_is_specforge_82951a9s_pins_with_hashes():
     text = job.lock_file("82951a9").read_text()
     pins = stack_lock.entries(text)
     assert (pins["torch"], pins["sglang"], pins["transformers"], pins["sgl-kernel"]) == (
-        "2.9.1", "0.5.9", "4.57.1", "0.3.21")
+        "2.9.1",
+        "0.5.9",
+        "4.57.1",
+        "0.3.21",
+    )
     assert len(pins) > 150  # the whole resolution of the .in file
     body = text.split(stack_lock.DIGEST_LINE, 1)[1].split("\n")[1:]
     starts = [i for i, line in enumerate(body) if line[:1].isalnum()]
@@ -73,7 +88,8 @@ def test_an_edited_requirement_without_a_new_lock_is_refused(tmp_path, monkeypat
         shutil.copy(job_lock.FILES / name, tmp_path / name)
     monkeypatch.setattr(lock_files, "FILES", tmp_path)
     (tmp_path / "specforge-82951a9.in").write_text(
-        (tmp_path / "specforge-82951a9.in").read_text().replace("transformers==4.57.1", "transformers==4.57.2"))
+        (tmp_path / "specforge-82951a9.in").read_text().replace("transformers==4.57.1", "transformers==4.57.2")
+    )
     problem = job_lock.lock_problem("82951a9")
     assert "specforge-82951a9.lock.txt was not made from the current" in problem
     assert "`uv run python -m roles.eagle3_training.lock 82951a9`" in problem
@@ -118,9 +134,14 @@ def test_lab_environment_is_the_no_gpu_subset_of_the_lock(host):
 
 def test_job_config_comes_from_the_site(host):
     config = job.job_config(host)
-    assert config["target"] == {**config["target"], "server": "127.0.0.1:30000", "unit": "inference-engine.service",
-                                "tp_size": 8, "attention_backend": "triton",
-                                "api_key_file": "/etc/inference-host/engine/inference-engine-secret-args.yaml"}
+    assert config["target"] == {
+        **config["target"],
+        "server": "127.0.0.1:30000",
+        "unit": "inference-engine.service",
+        "tp_size": 8,
+        "attention_backend": "triton",
+        "api_key_file": "/etc/inference-host/engine/inference-engine-secret-args.yaml",
+    }
     assert config["specforge_commit"] == "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
     assert "api-key" not in json.dumps(config)
 
@@ -128,7 +149,7 @@ def test_job_config_comes_from_the_site(host):
 def _flags_problems(argv: list[str]) -> list[str]:
     script = next(a for a in argv if a.endswith(".py"))
     options = SPECFORGE_CLI["scripts"]["scripts/" + Path(script).name]
-    problems, args = [], argv[argv.index(script) + 1:]
+    problems, args = [], argv[argv.index(script) + 1 :]
     index = 0
     while index < len(args):
         option = options.get(args[index])
@@ -160,7 +181,7 @@ def test_hidden_states_use_sglangs_layer_convention_and_torchrun(cfg):
 
 
 def test_plan_prints_the_disk_budget_and_layer_convention(cfg, capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "free_bytes", lambda path: 500 * 1024 ** 3)
+    monkeypatch.setattr(pipeline, "free_bytes", lambda path: 500 * 1024**3)
     config_file = tmp_path / "job.json"
     config_file.write_text(json.dumps({**cfg, "samples": 10, "max_length": 128}))
     assert pipeline.main(["--config", str(config_file), "plan"]) == 0
@@ -175,7 +196,7 @@ def test_plan_prints_the_disk_budget_and_layer_convention(cfg, capsys, tmp_path,
 
 def test_plan_on_the_target_scale(cfg, capsys, tmp_path, monkeypatch):
     """50,000 samples of 2,048 tokens: what `plan` says before the user commits 5.6 TiB."""
-    monkeypatch.setattr(pipeline, "free_bytes", lambda path: 4 * 1024 ** 4)
+    monkeypatch.setattr(pipeline, "free_bytes", lambda path: 4 * 1024**4)
     config_file = tmp_path / "job.json"
     config_file.write_text(json.dumps(cfg))  # the defaults: 50000 x 2048, save every 5000 steps
     assert pipeline.main(["--config", str(config_file), "plan"]) == 3
@@ -186,13 +207,13 @@ def test_plan_on_the_target_scale(cfg, capsys, tmp_path, monkeypatch):
 
 def test_plan_refuses_a_budget_the_disk_cannot_hold(cfg, capsys, tmp_path):
     config_file = tmp_path / "job.json"
-    config_file.write_text(json.dumps({**cfg, "samples": 10 ** 9}))
+    config_file.write_text(json.dumps({**cfg, "samples": 10**9}))
     assert pipeline.main(["--config", str(config_file), "plan"]) == 3
     assert "verdict: REFUSED: " in capsys.readouterr().out
 
 
 def test_hidden_states_step_refuses_before_touching_the_service(cfg, monkeypatch, tmp_path):
-    config = {**cfg, "samples": 10 ** 9}
+    config = {**cfg, "samples": 10**9}
     _mark_done(config, "regenerate")
     calls = []
     monkeypatch.setattr(pipeline, "run_command", lambda log, argv, **kw: calls.append(argv))
@@ -234,7 +255,11 @@ def test_export_takes_the_newest_complete_checkpoint(cfg):
     assert pipeline.run(cfg, "export") == 0
     export = Path(cfg["export_dir"])
     assert (export / "model.safetensors").read_bytes() == b"epoch_1_step_1000"
-    assert json.loads((export / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 29, 57]
+    assert json.loads((export / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+        1,
+        29,
+        57,
+    ]
     assert pipeline.run(cfg, "export") == 0  # done: skipped
     assert "skipped" in (Path(cfg["work_dir"]) / "logs" / "export.log").read_text()
 
@@ -276,8 +301,9 @@ def test_capture_hook_patch_applies_to_the_real_0_5_9_wheel(tmp_path):
     for word in ("What:", "Why:", "Upstream:"):
         assert word in patch.read_text().split("\n--- ", 1)[0]
     for args in (["--dry-run"], [], ["-R", "--dry-run"]):
-        result = subprocess.run(["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)], stdin=patch.open(),
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["patch", "-p1", "-s", "-f", *args, "-d", str(tmp_path)], stdin=patch.open(), capture_output=True, text=True
+        )
         assert result.returncode == 0, f"{args}: {result.stdout}{result.stderr}"
     text = (tmp_path / "sglang/srt/models/kimi_k25.py").read_text()
     assert "def set_eagle3_layers_to_capture" in text
@@ -286,19 +312,24 @@ def test_capture_hook_patch_applies_to_the_real_0_5_9_wheel(tmp_path):
 def test_training_settings_are_checked_at_inventory_load(inventory):
     from roles.site import SiteError
 
-    path = inventory.groups(gpu_nodes=[gpu_node(eagle3_training_enabled=True,
-                                                eagle3_training_specforge_lock="fffffff")])
+    path = inventory.groups(
+        gpu_nodes=[gpu_node(eagle3_training_enabled=True, eagle3_training_specforge_lock="fffffff")]
+    )
     with pytest.raises(SiteError) as caught:
         load_site(path, ROLE_CHECKS)
     assert any("names no locked environment" in p for p in caught.value.problems)
-    bad = inventory.groups("site2.py", gpu_nodes=[gpu_node(eagle3_training_dataset={"repo": "a/b", "revision": "main", "file": "x"})])
+    bad = inventory.groups(
+        "site2.py", gpu_nodes=[gpu_node(eagle3_training_dataset={"repo": "a/b", "revision": "main", "file": "x"})]
+    )
     with pytest.raises(SiteError) as caught:
         load_site(bad, ROLE_CHECKS)
     assert any("'<40-hex commit>'" in p for p in caught.value.problems)
 
 
-@pytest.mark.skipif(not __import__("os").environ.get("INFERENCE_HOST_SPECFORGE_GIT"),
-                    reason="set INFERENCE_HOST_SPECFORGE_GIT to a SpecForge clone to re-capture its flags")
+@pytest.mark.skipif(
+    not __import__("os").environ.get("INFERENCE_HOST_SPECFORGE_GIT"),
+    reason="set INFERENCE_HOST_SPECFORGE_GIT to a SpecForge clone to re-capture its flags",
+)
 def test_captured_specforge_flags_match_the_pinned_source():
     import os
 
@@ -310,7 +341,9 @@ def test_captured_specforge_flags_match_the_pinned_source():
 def test_ab_compares_the_drafter_the_export_replaced(cfg):
     export = Path(cfg["export_dir"])
     assert pipeline.ab_drafters({**cfg, "current_drafter": "/models/published"}) == {
-        "current": "/models/published", "new": str(export)}
+        "current": "/models/published",
+        "new": str(export),
+    }
     assert pipeline.ab_drafters({**cfg, "current_drafter": None})["current"] is None  # vs speculation off
     previous = export.with_name(export.name + ".previous")
     previous.mkdir(parents=True)
@@ -329,14 +362,22 @@ def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environme
     # the lock as committed, without its seal line (the control machine's check, not installed)
     assert p.uploads[f"{target}.lock.txt"] == stack_lock.unsealed(job.lock_file("82951a9").read_text())
     build = next(c for c in p.commands if f"{target}.building" in c and "uv pip sync" in c)
-    for part in ("umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
-                 f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
-                 f" {target}.lock.txt", "uv pip check --quiet", f"mv -T {target}.building {target}",
-                 "FAILED to build", "was not touched and still serves"):
+    for part in (
+        "umask 022;",
+        f"uv venv --quiet --python 3.12 {target}.building",
+        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
+        f" {target}.lock.txt",
+        "uv pip check --quiet",
+        f"mv -T {target}.building {target}",
+        "FAILED to build",
+        "was not touched and still serves",
+    ):
         assert part in build, part
     assert "--no-deps" not in build and "uv pip install" not in build
     patch = next(i for i, c in enumerate(p.commands) if "patch -p1" in c and target in c)
-    switch = p.index(f"ln -sfn {target} /opt/inference-host/eagle3-env/current.new"
-                     " && mv -T /opt/inference-host/eagle3-env/current.new /opt/inference-host/eagle3-env/current")
+    switch = p.index(
+        f"ln -sfn {target} /opt/inference-host/eagle3-env/current.new"
+        " && mv -T /opt/inference-host/eagle3-env/current.new /opt/inference-host/eagle3-env/current"
+    )
     assert p.commands.index(build) < patch < switch
     assert job.job_config(settings)["env_python"] == "/opt/inference-host/eagle3-env/current/bin/python"

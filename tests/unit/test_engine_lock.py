@@ -66,16 +66,23 @@ def test_a_stack_on_another_cuda_than_the_index_torch_is_refused():
 def test_an_edited_pin_without_a_new_lock_is_one_clear_error(inventory):
     inventory.edit_stack('torch: "2.9.1"', 'torch: "2.9.0"')
     problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8})]))
-    assert_names(problem, "stack.yml", "stacks.sglang-0.5.9-cu128", "torch==2.9.0",
-                 "changed since locks/sglang-0.5.9-cu128.txt was made",
-                 "uv run python -m roles.engine_envs.lock", "sglang-0.5.9-cu128`")
+    assert_names(
+        problem,
+        "stack.yml",
+        "stacks.sglang-0.5.9-cu128",
+        "torch==2.9.0",
+        "changed since locks/sglang-0.5.9-cu128.txt was made",
+        "uv run python -m roles.engine_envs.lock",
+        "sglang-0.5.9-cu128`",
+    )
 
 
 def test_a_stack_without_a_lock_is_refused(inventory):
     (inventory.dir / "locks" / "sglang-0.5.23-cu130.txt").unlink()
     problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8})]))
-    assert_names(problem, "stacks.sglang-0.5.23-cu130", "no lock at locks/sglang-0.5.23-cu130.txt",
-                 "roles.engine_envs.lock")
+    assert_names(
+        problem, "stacks.sglang-0.5.23-cu130", "no lock at locks/sglang-0.5.23-cu130.txt", "roles.engine_envs.lock"
+    )
 
 
 def test_an_inventory_without_engine_hosts_needs_no_lock(inventory):
@@ -87,23 +94,38 @@ def test_an_inventory_without_engine_hosts_needs_no_lock(inventory):
 
 
 def test_compile_command_targets_the_stack_with_hashes():
-    stack = dataclasses.replace(STACK.stacks["sglang-0.5.9-cu128"],
-                                kernel=dataclasses.replace(STACK.stacks["sglang-0.5.9-cu128"].kernel, source="build"))
+    stack = dataclasses.replace(
+        STACK.stacks["sglang-0.5.9-cu128"],
+        kernel=dataclasses.replace(STACK.stacks["sglang-0.5.9-cu128"].kernel, source="build"),
+    )
     command = lock_command.compile_command(stack, "https://mirror.example/simple")
     text = " ".join(command[1:])
-    assert_names(text, "pip compile -", "--generate-hashes", "--python-version 3.12",
-                 "--python-platform x86_64-manylinux_2_39", "--no-emit-package flash-attn",
-                 "--no-emit-package sgl-kernel", "--index-url https://mirror.example/simple")
+    assert_names(
+        text,
+        "pip compile -",
+        "--generate-hashes",
+        "--python-version 3.12",
+        "--python-platform x86_64-manylinux_2_39",
+        "--no-emit-package flash-attn",
+        "--no-emit-package sgl-kernel",
+        "--index-url https://mirror.example/simple",
+    )
     assert stack_lock.root_requirements(stack) == [
-        "sglang==0.5.9", "torch==2.9.1", "sgl-kernel==0.3.21", "flashinfer-python==0.6.3"]
+        "sglang==0.5.9",
+        "torch==2.9.1",
+        "sgl-kernel==0.3.21",
+        "flashinfer-python==0.6.3",
+    ]
 
 
 def _fake_uv(tmp_path: Path, body: str, rc: int = 0, stderr: str = "") -> str:
     """A stand-in for `uv pip compile` that records its argv and stdin, then answers."""
     (tmp_path / "body.txt").write_text(body)
     script = tmp_path / "uv"
-    script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv; cat > {tmp_path}/stdin;"
-                      f" cat {tmp_path}/body.txt; echo {shlex.quote(stderr)} >&2; exit {rc}\n")
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/argv; cat > {tmp_path}/stdin;'
+        f" cat {tmp_path}/body.txt; echo {shlex.quote(stderr)} >&2; exit {rc}\n"
+    )
     script.chmod(0o755)
     return str(script)
 
@@ -124,8 +146,10 @@ def test_lock_command_shows_uvs_explanation_of_a_conflict(tmp_path, monkeypatch,
     stack_file = tmp_path / "stack.yml"
     stack_file.write_text(STACK_FILE.read_text().replace('torch: "2.9.1"', 'torch: "2.8.0"', 1))
     # uv 0.13.9's words for this conflict, captured from a real run against PyPI.
-    said = ("Because sglang==0.5.9 depends on torch==2.9.1 and you require torch==2.8.0, we can"
-            " conclude that your requirements and sglang==0.5.9 are incompatible.")
+    said = (
+        "Because sglang==0.5.9 depends on torch==2.9.1 and you require torch==2.8.0, we can"
+        " conclude that your requirements and sglang==0.5.9 are incompatible."
+    )
     monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, "", 1, said))
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128"]) == 2
     error = capsys.readouterr().err
@@ -151,7 +175,8 @@ def test_cpu_lock_command_writes_the_lock_the_labs_cpu_mode_reads(tmp_path, monk
     made = stack_lock.cpu_lock_path(stack_file, vllm.id).read_text()
     unseal = stack_lock.unsealed
     assert unseal(made) == unseal(committed).replace("(inventory/stack.yml)", f"({stack_file})").replace(
-        "lock inventory/stack.yml", f"lock {stack_file}")
+        "lock inventory/stack.yml", f"lock {stack_file}"
+    )
     assert stack_lock.tampered(made) is None and stack_lock.tampered(committed) is None  # both sealed
     assert lock_command.main([str(stack_file), "sglang-0.5.9-cu128", "--cpu"]) == 2  # vLLM stacks only
 
@@ -167,14 +192,42 @@ def test_lock_command_names_an_unknown_stack(tmp_path, capsys):
 # What the lab's no-gpu-deps mode leaves out of the 0.5.9 lock, by the rule of
 # roles/site/lock.py: the GPU-only names, and what the lock holds only for them.
 LEFT_OUT_OF_0_5_9 = {
-    "torch", "torch-c-dlpack-ext", "torch-memory-saver", "torchao", "torchaudio", "torchcodec",
-    "torchvision", "triton", "cuda-bindings", "cuda-pathfinder", "cuda-python", "flashinfer-cubin",
-    "flashinfer-python", "quack-kernels", "sgl-kernel", "nvidia-cublas-cu12", "nvidia-cuda-cupti-cu12",
-    "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cudnn-cu12", "nvidia-cudnn-frontend",
-    "nvidia-cufft-cu12", "nvidia-cufile-cu12", "nvidia-curand-cu12", "nvidia-cusolver-cu12",
-    "nvidia-cusparse-cu12", "nvidia-cusparselt-cu12", "nvidia-cutlass-dsl", "nvidia-nccl-cu12",
-    "nvidia-nvjitlink-cu12", "nvidia-nvshmem-cu12", "nvidia-nvtx-cu12",
-    "sympy", "mpmath", "networkx", "tabulate",  # only for torch and flashinfer-python
+    "torch",
+    "torch-c-dlpack-ext",
+    "torch-memory-saver",
+    "torchao",
+    "torchaudio",
+    "torchcodec",
+    "torchvision",
+    "triton",
+    "cuda-bindings",
+    "cuda-pathfinder",
+    "cuda-python",
+    "flashinfer-cubin",
+    "flashinfer-python",
+    "quack-kernels",
+    "sgl-kernel",
+    "nvidia-cublas-cu12",
+    "nvidia-cuda-cupti-cu12",
+    "nvidia-cuda-nvrtc-cu12",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-frontend",
+    "nvidia-cufft-cu12",
+    "nvidia-cufile-cu12",
+    "nvidia-curand-cu12",
+    "nvidia-cusolver-cu12",
+    "nvidia-cusparse-cu12",
+    "nvidia-cusparselt-cu12",
+    "nvidia-cutlass-dsl",
+    "nvidia-nccl-cu12",
+    "nvidia-nvjitlink-cu12",
+    "nvidia-nvshmem-cu12",
+    "nvidia-nvtx-cu12",
+    "sympy",
+    "mpmath",
+    "networkx",
+    "tabulate",  # only for torch and flashinfer-python
 }
 
 
@@ -187,7 +240,7 @@ def test_lab_mode_installs_the_locks_packages_that_exist_without_a_gpu():
     cut = stack_lock.select(text, kept)
     assert stack_lock.entries(cut) == {name: locked[name] for name in kept}  # the lock's versions
     after = text.split("\nsglang==0.5.9 \\\n", 1)[1].split("\n")
-    block = after[:next(i for i, line in enumerate(after) if not line.startswith("    "))]
+    block = after[: next(i for i, line in enumerate(after) if not line.startswith("    "))]
     hashes = [line.split()[0] for line in block if line.startswith("    --hash=sha256:")]
     assert len(hashes) == 2 and all(h in cut for h in hashes)  # the wheel's and the sdist's
     assert cut.count("--hash=sha256:") >= len(kept)  # every entry keeps its hashes
@@ -202,23 +255,27 @@ def test_every_lock_has_no_gpu_only_package_in_the_lab_subset(stack_id):
     text = STACK.lock_text(stack_id)
     kept = stack_lock.no_gpu_packages(text)
     assert "sglang" in kept and len(kept) > 100
-    assert not any(name.startswith(("torch", "nvidia-cu", "cuda-", "flashinfer")) or name == "triton"
-                   for name in kept), kept
+    assert not any(
+        name.startswith(("torch", "nvidia-cu", "cuda-", "flashinfer")) or name == "triton" for name in kept
+    ), kept
     needed_by = stack_lock.requirers(text)
     assert needed_by["sglang"] == set() and "sglang" in needed_by["fastapi"]
 
 
 def test_lab_engine_host_installs_the_subset_without_its_leave_out():
     site = PROD
-    host = dataclasses.replace(GPU, sglang=GPU.sglang.model_copy(update={
-        "install_mode": "no-gpu-deps", "install_leave_out": ["numpy"]}))
+    host = dataclasses.replace(
+        GPU, sglang=GPU.sglang.model_copy(update={"install_mode": "no-gpu-deps", "install_leave_out": ["numpy"]})
+    )
     text = engine_env.requirements_text(site, host, STACK.active)
     assert "numpy" not in stack_lock.entries(text) and "transformers" in stack_lock.entries(text)
     assert engine_env.stamp(site, host, STACK.active) != engine_env.stamp(site, GPU, STACK.active)
 
 
 def test_a_leave_out_with_a_full_install_is_refused(inventory):
-    problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_install_leave_out": ["numpy"]})]))
+    problem = only_problem(
+        inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_install_leave_out": ["numpy"]})])
+    )
     assert_names(problem, "sglang_install_leave_out = ['numpy']", "sglang_install_mode = 'full'", "no-gpu-deps")
 
 
@@ -239,17 +296,21 @@ def test_stamp_changes_with_the_lock(monkeypatch):
     stack = STACK.active
     base = engine_env.stamp(PROD, GPU, stack)
     original = PROD.stack.lock_text
-    monkeypatch.setattr(type(PROD.stack), "lock_text",
-                        lambda self, sid: original(sid).replace("aiohttp==3.14.5", "aiohttp==3.14.4"))
+    monkeypatch.setattr(
+        type(PROD.stack), "lock_text", lambda self, sid: original(sid).replace("aiohttp==3.14.5", "aiohttp==3.14.4")
+    )
     assert engine_env.stamp(PROD, GPU, stack) != base
 
 
 def test_prune_keeps_the_live_and_new_environment_and_the_newest_others():
     names = ["s-new.building", "s-c", "s-live", "s-b", "s-a.building", "s-a", "s-old"]
-    stale = engine.stale_environments(names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-new", keep=3)
+    stale = engine.stale_environments(
+        names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-new", keep=3
+    )
     assert stale == ["s-b", "s-a.building", "s-a", "s-old"]
-    assert engine.stale_environments(names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-live", keep=2) \
-        == ["s-new.building", "s-b", "s-a.building", "s-a", "s-old"]
+    assert engine.stale_environments(
+        names, "/opt/inference-host/envs/s-live", "/opt/inference-host/envs/s-live", keep=2
+    ) == ["s-new.building", "s-b", "s-a.building", "s-a", "s-old"]
     assert engine.stale_environments(["s-x"], None, "/opt/inference-host/envs/s-y", keep=3) == []
     # a failed build left its lock copy and no environment: it goes; the target's stays
     locks = ["s-live.txt", "s-b.txt", "s-failed.txt", "s-new.txt"]
@@ -265,32 +326,54 @@ def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
     p = plan(*UBUNTU)
     build = next(c for c in p.commands if "uv pip sync" in c)
     target = env_dir(GPU, STACK.active, PROD).replace(GPU.name, "")
-    assert_names(build, "umask 022;", "uv pip sync --quiet --require-hashes --compile-bytecode",
-                 "uv pip check", ".building", "mv -T", "FAILED to build",
-                 "was not touched and still serves")
+    assert_names(
+        build,
+        "umask 022;",
+        "uv pip sync --quiet --require-hashes --compile-bytecode",
+        "uv pip check",
+        ".building",
+        "mv -T",
+        "FAILED to build",
+        "was not touched and still serves",
+    )
     assert "rm -rf /opt/inference-host/envs/sglang-0.5.9-cu128 " not in build  # never the live one
     assert "--find-links" not in build and "--index-url" not in build
     # flash-attn is built from source: only the keyed wheelhouse, and a named stop without it.
     wheel = "/var/lib/inference-host/wheelhouse/flash-attn/"
     install = next(part for part in build.split(" && ") if "uv pip install" in part)
     assert_names(install, "--no-deps --no-index --compile-bytecode", wheel)
-    assert_names(build, "flash-attn 2.8.3", "holds no wheel; it is never taken from an index",
-                 "deploy.py --limit builders")
+    assert_names(
+        build, "flash-attn 2.8.3", "holds no wheel; it is never taken from an index", "deploy.py --limit builders"
+    )
     lock = next(path for path in p.uploads if path.startswith("/opt/inference-host/locks/"))
     assert p.uploads[lock] == STACK.lock_text(STACK.active.id)
     assert Path(lock).stem == Path(target).name
 
 
 def test_mirrors_reach_uv(inventory):
-    site = load_site(inventory.groups(gpu_nodes=[("gpu1", {
-        "gpu_count": 8, "sglang_python_install_mirror": "https://mirror.example/python-build-standalone",
-        "base_pypi_index_url": "https://mirror.example/simple"})]))
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[
+                (
+                    "gpu1",
+                    {
+                        "gpu_count": 8,
+                        "sglang_python_install_mirror": "https://mirror.example/python-build-standalone",
+                        "base_pypi_index_url": "https://mirror.example/simple",
+                    },
+                )
+            ]
+        )
+    )
     env = engine.uv_environment(site.hosts["gpu1"])
     assert env["UV_PYTHON_INSTALL_MIRROR"] == "https://mirror.example/python-build-standalone"
     assert env["UV_INDEX_URL"] == "https://mirror.example/simple"
     assert "UV_PYTHON_INSTALL_MIRROR" not in engine.uv_environment(GPU)  # default: uv's own
-    problem = only_problem(inventory.groups(name="bad.py", gpu_nodes=[("gpu1", {
-        "gpu_count": 8, "sglang_python_install_mirror": "ftp://mirror"})]))
+    problem = only_problem(
+        inventory.groups(
+            name="bad.py", gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_python_install_mirror": "ftp://mirror"})]
+        )
+    )
     assert_names(problem, "sglang_python_install_mirror", "ftp://mirror", "http(s) URL")
 
 
@@ -298,9 +381,12 @@ def test_mirrors_reach_uv(inventory):
 
 
 def test_a_separate_builders_wheelhouse_serves_the_engine_host(inventory):
-    site = load_site(inventory.groups(
-        gpu_nodes=[("gpu1", {"gpu_count": 8, "build_wheelhouse_dir": "/srv/wheels"})],
-        builders=[("builder1", {"build_wheelhouse_dir": "/data/wheelhouse"})]))
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[("gpu1", {"gpu_count": 8, "build_wheelhouse_dir": "/srv/wheels"})],
+            builders=[("builder1", {"build_wheelhouse_dir": "/data/wheelhouse"})],
+        )
+    )
     gpu = site.hosts["gpu1"]
     [wheel] = engine_env.kernel_wheels(site, gpu, site.stack.active)
     assert wheel.builder == "builder1" and wheel.package == "flash-attn"
@@ -341,13 +427,19 @@ def test_relay_copies_and_checks_the_builders_wheel(tmp_path):
 
 
 def test_relay_without_a_wheel_names_it_and_the_command(tmp_path):
-    wheel = engine_env.KernelWheel("flash-attn", "2.8.3", "k1", "builder1", str(tmp_path / "none"),
-                               str(tmp_path / "gpu"))
+    wheel = engine_env.KernelWheel(
+        "flash-attn", "2.8.3", "k1", "builder1", str(tmp_path / "none"), str(tmp_path / "gpu")
+    )
     state = type("State", (), {"inventory": type("Inv", (), {"get_host": lambda self, n: _LocalHost(n)})()})()
     with pytest.raises(RuntimeError) as error:
         engine._relay_wheel(state, _LocalHost("gpu1"), wheel)
-    assert_names(str(error.value), "flash-attn 2.8.3 (key k1)", "builder1:", "never taken from an index",
-                 "deploy.py --limit builder1")
+    assert_names(
+        str(error.value),
+        "flash-attn 2.8.3 (key k1)",
+        "builder1:",
+        "never taken from an index",
+        "deploy.py --limit builder1",
+    )
 
 
 def test_lock_format_is_documented_where_users_look():
@@ -357,10 +449,12 @@ def test_lock_format_is_documented_where_users_look():
 
 def test_lab_mode_build_is_the_same_exact_sync_compiling_only_sglang():
     full = locked_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current", pip_check=True)
-    lab = locked_env.build_command("/e/s-1", "3.12", "/l/s-1.txt", "/e/current",
-                                   compile_only=engine_env.NO_GPU_COMPILED)
+    lab = locked_env.build_command(
+        "/e/s-1", "3.12", "/l/s-1.txt", "/e/current", compile_only=engine_env.NO_GPU_COMPILED
+    )
     assert "uv pip sync --quiet --require-hashes --compile-bytecode --python /e/s-1.building/bin/python" in full
     assert "uv pip sync --quiet --require-hashes --python /e/s-1.building/bin/python /l/s-1.txt" in lab
-    assert ("/e/s-1.building/bin/python -m compileall -q $(echo /e/s-1.building/lib/python3*/site-packages)/sglang"
-            in lab)
+    assert (
+        "/e/s-1.building/bin/python -m compileall -q $(echo /e/s-1.building/lib/python3*/site-packages)/sglang" in lab
+    )
     assert "compileall" not in full and "uv pip check" not in lab

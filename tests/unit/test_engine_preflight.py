@@ -38,8 +38,9 @@ def test_the_gate_runs_the_rendered_arguments_in_the_new_environment_as_the_serv
     engine = command.index(serving.PREFLIGHT_SCRIPT)
     assert command[engine - 1] == f"{serving.env_dir(HOST, PROD.stack.active, PROD)}/bin/python"
     # Exactly what the unit's launcher runs after `-m sglang.launch_server`.
-    assert command[command.index("--", engine) + 1:] == server_arguments(
-        HOST, PROD.hosts, PROD.stack.active, secret_args_file=paths["secret_args"])
+    assert command[command.index("--", engine) + 1 :] == server_arguments(
+        HOST, PROD.hosts, PROD.stack.active, secret_args_file=paths["secret_args"]
+    )
     origin = command[command.index("--origin") + 1]
     assert origin.startswith("inventory/prod.py (host ") and "inventory/locks/sglang-0.5.9-cu128.txt" in origin
 
@@ -54,7 +55,9 @@ def test_the_preview_writes_the_gate_beside_the_files(tmp_path):
     written = render.render(PROD, tmp_path)[HOST.name]
     gate = tmp_path / HOST.name / "inference-host-commands" / "engine-preflight.sh"
     assert gate in written and "systemd-run" in gate.read_text()
-    assert (tmp_path / HOST.name / serving.PREFLIGHT_SCRIPT.lstrip("/")).read_text() == serving.PREFLIGHT_SOURCE.read_text()
+    assert (
+        tmp_path / HOST.name / serving.PREFLIGHT_SCRIPT.lstrip("/")
+    ).read_text() == serving.PREFLIGHT_SOURCE.read_text()
 
 
 def test_explicit_values_are_told_from_defaults():
@@ -82,10 +85,24 @@ def test_the_verdict_prints_the_engines_choices_and_refuses_a_changed_explicit_v
 
 
 def test_secrets_never_reach_the_report():
-    shown = program._redacted({"resolved": {"api_key": "s3cret", "admin_api_key": "s3cret", "hf_token": "t",
-                                            "max_total_tokens": 4096, "ssl_keyfile_password": "p"}})
-    assert shown["resolved"] == {"api_key": "***", "admin_api_key": "***", "hf_token": "***",
-                                 "max_total_tokens": 4096, "ssl_keyfile_password": "***"}
+    shown = program._redacted(
+        {
+            "resolved": {
+                "api_key": "s3cret",
+                "admin_api_key": "s3cret",
+                "hf_token": "t",
+                "max_total_tokens": 4096,
+                "ssl_keyfile_password": "p",
+            }
+        }
+    )
+    assert shown["resolved"] == {
+        "api_key": "***",
+        "admin_api_key": "***",
+        "hf_token": "***",
+        "max_total_tokens": 4096,
+        "ssl_keyfile_password": "***",
+    }
     planted = program._redacted({"resolved": {"api_key": "s3cret"}}, "")
     assert "s3cret" not in json.dumps(planted)
 
@@ -101,22 +118,36 @@ def test_the_engines_message_loses_its_colours_and_names_where_it_was_raised():
 
 def test_nvidia_smi_answers_as_the_inventorys_gpus(tmp_path):
     script = tmp_path / "nvidia-smi"
-    script.write_text(program.NVIDIA_SMI_ANSWERS % {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                                                    "memory": 98304, "cap": "12.0"})
+    script.write_text(
+        program.NVIDIA_SMI_ANSWERS
+        % {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory": 98304, "cap": "12.0"}
+    )
     # sglang's get_nvgpu_memory_capacity and get_device_sm_nvidia_smi (srt/utils/common.py).
-    memory = subprocess.run(["sh", str(script), "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    memory = subprocess.run(
+        ["sh", str(script), "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert memory == ["98304"] * 8
-    capability = subprocess.run(["sh", str(script), "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                capture_output=True, text=True, check=True).stdout.splitlines()
+    capability = subprocess.run(
+        ["sh", str(script), "--query-gpu=compute_cap", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert capability == ["12.0"] * 8
     refused = subprocess.run(["sh", str(script), "-q"], capture_output=True, text=True)
     assert refused.returncode == 2 and "answers --query-gpu only" in refused.stderr
 
 
 def test_gpu_answers_come_from_the_inventory():
-    assert preflight.gpu_answers(HOST) == {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                                           "memory_mib": 96 * 1024, "capability": [12, 0]}
+    assert preflight.gpu_answers(HOST) == {
+        "count": 8,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "memory_mib": 96 * 1024,
+        "capability": [12, 0],
+    }
 
 
 def test_the_rendered_environment_file_reaches_the_engine():
@@ -132,13 +163,24 @@ def test_the_preview_swaps_in_the_local_model_folders(tmp_path):
 
 
 def test_the_engine_diff_shows_what_changes_and_not_new_options_at_their_defaults():
-    before = {"stack": "a", "host": "h", "ok": True, "resolved": {"max_running_requests": None, "random_seed": 1,
-                                                                 "old_option": 3, "same": 1},
-              "chosen": {}, "given": [], "watched": {"max_running_requests": None}}
-    after = {"stack": "b", "host": "h", "ok": True, "resolved": {"max_running_requests": 48, "random_seed": 2,
-                                                                "new_default": False, "new_set": 8192, "same": 1},
-             "chosen": {"new_set": {"default": None, "engine": 8192}, "max_running_requests": {}}, "given": [],
-             "watched": {"max_running_requests": 48}}
+    before = {
+        "stack": "a",
+        "host": "h",
+        "ok": True,
+        "resolved": {"max_running_requests": None, "random_seed": 1, "old_option": 3, "same": 1},
+        "chosen": {},
+        "given": [],
+        "watched": {"max_running_requests": None},
+    }
+    after = {
+        "stack": "b",
+        "host": "h",
+        "ok": True,
+        "resolved": {"max_running_requests": 48, "random_seed": 2, "new_default": False, "new_set": 8192, "same": 1},
+        "chosen": {"new_set": {"default": None, "engine": 8192}, "max_running_requests": {}},
+        "given": [],
+        "watched": {"max_running_requests": 48},
+    }
     assert preflight.diff(before, after) == [("max_running_requests", None, 48), ("new_set", "(no such setting)", 8192)]
     assert "max_running_requests" in preflight.diff_text(before, after)
 
@@ -167,11 +209,14 @@ def test_0_5_9_overrides_torchs_cudnn_pin_with_the_reason_in_its_lock():
     assert "/tmp/" not in lock  # no scratch path in `# via`: a re-lock is byte-identical
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ('{"nvidia-cudnn-cu12>=9.15": "why"}', "an exact requirement like nvidia-cudnn-cu12==9.16.0.29"),
-    ('{"nvidia-cudnn-cu12==9.16.0.29": ""}', "the reason for the override"),
-    ('["nvidia-cudnn-cu12==9.16.0.29"]', "a mapping of 'package==version' to the reason"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ('{"nvidia-cudnn-cu12>=9.15": "why"}', "an exact requirement like nvidia-cudnn-cu12==9.16.0.29"),
+        ('{"nvidia-cudnn-cu12==9.16.0.29": ""}', "the reason for the override"),
+        ('["nvidia-cudnn-cu12==9.16.0.29"]', "a mapping of 'package==version' to the reason"),
+    ],
+)
 def test_an_override_needs_an_exact_pin_and_a_reason(tmp_path, overrides, words):
     text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
     start = text.index("    overrides:\n")
@@ -179,8 +224,9 @@ def test_an_override_needs_an_exact_pin_and_a_reason(tmp_path, overrides, words)
     (tmp_path / "stack.yml").write_text(text[:start] + f"    overrides: {overrides}" + text[end:])
     with pytest.raises(SiteError) as caught:
         load_stack(tmp_path / "stack.yml")
-    assert any(words in problem and "stacks.sglang-0.5.9-cu128.overrides" in problem
-               for problem in caught.value.problems), caught.value.problems
+    assert any(
+        words in problem and "stacks.sglang-0.5.9-cu128.overrides" in problem for problem in caught.value.problems
+    ), caught.value.problems
 
 
 def test_stacks_without_overrides_keep_their_digest():
@@ -228,10 +274,14 @@ def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
     def smi(*args: str) -> str:
         return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, check=True).stdout
 
-    assert smi("--query-gpu=memory.total,compute_cap,name,index", "--format=csv,noheader") == (
-        H200 / "smi-query.txt").read_text()
-    assert smi("--query-gpu=memory.total", "--format=csv,noheader,nounits") == (
-        H200 / "smi-memory-nounits.txt").read_text()
+    assert (
+        smi("--query-gpu=memory.total,compute_cap,name,index", "--format=csv,noheader")
+        == (H200 / "smi-query.txt").read_text()
+    )
+    assert (
+        smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")
+        == (H200 / "smi-memory-nounits.txt").read_text()
+    )
     assert smi("--query-gpu=compute_cap", "--format=csv,noheader") == (H200 / "smi-cap.txt").read_text()
     real = json.loads((H200 / "torch-answers.json").read_text())
     fields = {f.name for f in program.dataclasses.fields(program._Properties)}
@@ -248,7 +298,7 @@ FAKE_VLLM = {
     "vllm/engine/__init__.py": "",
     # 0.16.0 engine/arg_utils.py: --reasoning-parser reaches structured_outputs_config only in
     # create_engine_config ("Pass reasoning_parser into StructuredOutputsConfig").
-    "vllm/engine/arg_utils.py": '''
+    "vllm/engine/arg_utils.py": """
 import dataclasses
 from types import SimpleNamespace
 
@@ -269,11 +319,11 @@ class AsyncEngineArgs:
         model = SimpleNamespace(model=self.model, dtype="bfloat16", architectures=["X"], skip_tokenizer_init=False)
         return SimpleNamespace(model_config=model, cache_config=None, parallel_config=None, scheduler_config=None,
                                structured_outputs_config=self.structured_outputs_config)
-''',
+""",
     "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/utils.py": "def cli_env_setup():\n    pass\n",
     "vllm/entrypoints/openai/__init__.py": "",
-    "vllm/entrypoints/openai/cli_args.py": '''
+    "vllm/entrypoints/openai/cli_args.py": """
 from types import SimpleNamespace
 
 
@@ -289,10 +339,10 @@ def make_arg_parser(parser):
 def validate_parsed_serve_args(args):  # 0.16.0 cli_args.py, its parser check
     if args.enable_auto_tool_choice and not args.tool_call_parser:
         raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
-''',
+""",
     # 0.16.0 tool_parsers/abstract_tool_parser.py, reasoning/abs_reasoning_parsers.py: the
     # registries, their plugin import and the reasoning lookup's message.
-    "vllm/tool_parsers/__init__.py": '''
+    "vllm/tool_parsers/__init__.py": """
 import runpy
 
 
@@ -306,8 +356,8 @@ class ToolParserManager:
     @classmethod
     def import_tool_parser(cls, plugin_path):
         runpy.run_path(plugin_path, init_globals={"ToolParserManager": cls})
-''',
-    "vllm/reasoning/__init__.py": '''
+""",
+    "vllm/reasoning/__init__.py": """
 import runpy
 
 from vllm.tool_parsers import ToolParserManager
@@ -326,9 +376,9 @@ class ReasoningParserManager(ToolParserManager):
             return object
         registered = ", ".join(cls.list_registered())
         raise KeyError(f"Reasoning parser '{name}' not found. Available parsers: {registered}")
-''',
+""",
     # 0.16.0 api_server.py: setup_server imports the parser plugins, then runs this.
-    "vllm/entrypoints/openai/api_server.py": '''
+    "vllm/entrypoints/openai/api_server.py": """
 from vllm.reasoning import ReasoningParserManager
 from vllm.tool_parsers import ToolParserManager
 
@@ -348,7 +398,7 @@ def validate_api_server_args(args):
             f"invalid reasoning parser: {reasoning_parser} "
             f"(chose from {{ {','.join(valid_reasoning_parsers)} }})"
         )
-''',
+""",
     "vllm/usage/__init__.py": "",
     "vllm/usage/usage_lib.py": "class UsageContext:\n    OPENAI_API_SERVER = 'openai-api-server'\n",
     "vllm/utils/__init__.py": "",
@@ -362,7 +412,7 @@ def validate_api_server_args(args):
 FAKE_SGLANG = {
     "sglang/__init__.py": "",
     "sglang/srt/__init__.py": "",
-    "sglang/srt/server_args.py": '''
+    "sglang/srt/server_args.py": """
 import argparse
 import dataclasses
 import os
@@ -406,9 +456,9 @@ def prepare_server_args(argv):
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
     return ServerArgs(**vars(parser.parse_args(argv)))
-''',
+""",
     "sglang/srt/entrypoints/__init__.py": "",
-    "sglang/srt/entrypoints/engine.py": '''
+    "sglang/srt/entrypoints/engine.py": """
 import os
 
 from sglang.srt import server_args
@@ -422,14 +472,14 @@ def load_plugins():
 def resolve_auto_parsers(args):
     if args.tool_call_parser == "auto":
         args.tool_call_parser = "kimi_k2"  # detected from the chat template
-''',
+""",
 }
 
 # torch without a GPU or driver: every torch.cuda function the releases call, failing as a
 # CUDA call would on a machine without one. Any call the program lets through shows up here.
 FAKE_TORCH = {
     "torch/__init__.py": "from . import cuda\nfrom types import SimpleNamespace\nversion = SimpleNamespace(cuda='12.8')\n",
-    "torch/cuda.py": '''
+    "torch/cuda.py": """
 def _real(name):
     def call(*args, **kwargs):
         raise RuntimeError(f"a real CUDA call: torch.cuda.{name}")
@@ -443,7 +493,7 @@ for _name in ("is_available", "device_count", "current_device", "get_device_capa
 
 def __getattr__(name):
     return _real(name)
-''',
+""",
 }
 
 
@@ -458,21 +508,42 @@ def _stand_ins(tmp_path: Path, *trees: dict) -> Path:
 
 def _run(engine: str, site: Path, argv: list[str], tmp_path: Path, *options: str, **env: str):
     report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, str(serving.PREFLIGHT_SOURCE), "--engine", engine, "--report", str(report),
-                           *options, "--", *argv], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env})
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(serving.PREFLIGHT_SOURCE),
+            "--engine",
+            engine,
+            "--report",
+            str(report),
+            *options,
+            "--",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env},
+    )
     verdict = json.loads(report.read_text()) if report.exists() else {}
     return done, verdict
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"],
-     "KeyError: 'invalid tool call parser: kimi_k3 (chose from { hermes,kimi_k2 })'"),
-    # 0.16.0 refuses this one only in EngineCore, after the weights and the KV cache
-    # (v1/structured_output/__init__.py); the preflight asks the same registry before the switch.
-    (["--reasoning-parser", "deepseek_r9"],
-     "KeyError: \"Reasoning parser 'deepseek_r9' not found. Available parsers: kimi_k2\""),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"],
+            "KeyError: 'invalid tool call parser: kimi_k3 (chose from { hermes,kimi_k2 })'",
+        ),
+        # 0.16.0 refuses this one only in EngineCore, after the weights and the KV cache
+        # (v1/structured_output/__init__.py); the preflight asks the same registry before the switch.
+        (
+            ["--reasoning-parser", "deepseek_r9"],
+            "KeyError: \"Reasoning parser 'deepseek_r9' not found. Available parsers: kimi_k2\"",
+        ),
+    ],
+)
 def test_vllm_refuses_a_parser_the_release_has_not_registered(tmp_path, argv, message):
     """api_server.py's validate_api_server_args runs before the engine is built (0.16.0)."""
     done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
@@ -486,8 +557,13 @@ def test_vllm_imports_the_parser_plugin_before_it_checks_the_parser(tmp_path):
     argv = ["--enable-auto-tool-choice", "--tool-call-parser", "site_parser", "--tool-parser-plugin", str(plugin)]
     done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert verdict["steps"] == ["parse_args", "validate_parsed_serve_args", "validate_api_server_args",
-                                "AsyncEngineArgs.from_cli_args", "create_engine_config"]
+    assert verdict["steps"] == [
+        "parse_args",
+        "validate_parsed_serve_args",
+        "validate_api_server_args",
+        "AsyncEngineArgs.from_cli_args",
+        "create_engine_config",
+    ]
     plugin.write_text("ReasoningParserManager.registered.append('site_reasoner')\n")
     argv = ["--reasoning-parser", "site_reasoner", "--reasoning-parser-plugin", str(plugin)]
     done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
@@ -497,7 +573,9 @@ def test_vllm_imports_the_parser_plugin_before_it_checks_the_parser(tmp_path):
 
 def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_path):
     site = _stand_ins(tmp_path, FAKE_SGLANG)
-    done, verdict = _run("sglang", site, ["--tool-call-parser", "site_parser"], tmp_path, FAKE_SGLANG_PLUGIN="site_parser")
+    done, verdict = _run(
+        "sglang", site, ["--tool-call-parser", "site_parser"], tmp_path, FAKE_SGLANG_PLUGIN="site_parser"
+    )
     assert done.returncode == 0, done.stderr  # the release accepts the plugin's parser
     assert verdict["steps"][:2] == ["load_plugins", "prepare_server_args"]
     done, verdict = _run("sglang", site, ["--tool-call-parser", "auto"], tmp_path)
@@ -513,8 +591,9 @@ def test_with_gpu_answers_the_program_makes_no_cuda_call(tmp_path):
     before a weight loads; none reaches the driver. Without it (the host), the same questions go
     to torch.cuda itself: the program substitutes nothing there."""
     site = _stand_ins(tmp_path, FAKE_SGLANG, FAKE_TORCH)
-    answers = json.dumps({"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                          "memory_mib": 98304, "capability": [12, 0]})
+    answers = json.dumps(
+        {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory_mib": 98304, "capability": [12, 0]}
+    )
     done, verdict = _run("sglang", site, [], tmp_path, "--answer-gpus", answers, FAKE_SGLANG_ASKS_GPUS="1")
     assert done.returncode == 0, done.stderr
     assert "a real CUDA call" not in done.stderr and verdict["resolved"]["gpu_memory_mib"] == 98304
@@ -531,10 +610,17 @@ def test_the_stand_ins_steps_are_the_releases_own():
     text = release_text("sglang", "0.5.23", "sglang/srt/entrypoints/engine.py")
     assert "from sglang.srt.plugins import load_plugins\n" in text
     assert "from sglang.srt.parser.template_detection import resolve_auto_parsers\n" in text
-    launch = text[text.index("def _launch_subprocesses("):]
-    order = [launch.index(step) for step in ("server_args.resolve_once()", "_set_envs_and_config(server_args)",
-                                             "load_plugins()", "server_args.check_server_args()",
-                                             "resolve_auto_parsers(server_args)")]
+    launch = text[text.index("def _launch_subprocesses(") :]
+    order = [
+        launch.index(step)
+        for step in (
+            "server_args.resolve_once()",
+            "_set_envs_and_config(server_args)",
+            "load_plugins()",
+            "server_args.check_server_args()",
+            "resolve_auto_parsers(server_args)",
+        )
+    ]
     assert order == sorted(order)
     for version in ("0.5.9", "0.5.10"):
         older = release_text("sglang", version, "sglang/srt/entrypoints/engine.py")

@@ -28,19 +28,24 @@ def run_sh(script: str) -> list[str]:
 
 def test_each_command_keeps_its_own_lines_and_status():
     commands = [
-        "printf 'a\\nb\\n'",         # ends with a newline
-        "printf 'no newline'",       # the last line has none
-        "true",                      # no output
-        "echo partial; exit 3",      # fails: not answered
+        "printf 'a\\nb\\n'",  # ends with a newline
+        "printf 'no newline'",  # the last line has none
+        "true",  # no output
+        "echo partial; exit 3",  # fails: not answered
         "echo '|pipe'  # a comment",  # a trailing comment must not eat the subshell's end
         f"echo '{fact_batch._MARK} 0 0'",  # output that looks like the marker
-        "printf '\\n\\nx\\n\\n'",    # empty lines kept
-        "cat",                       # reads no stdin of the batch
+        "printf '\\n\\nx\\n\\n'",  # empty lines kept
+        "cat",  # reads no stdin of the batch
     ]
     answers = fact_batch.parse_batch(run_sh(fact_batch.batch_script(commands)), len(commands))
     assert answers == {
-        0: ["a", "b"], 1: ["no newline"], 2: [], 4: ["|pipe"],
-        5: [f"{fact_batch._MARK} 0 0"], 6: ["", "", "x", ""], 7: [],
+        0: ["a", "b"],
+        1: ["no newline"],
+        2: [],
+        4: ["|pipe"],
+        5: [f"{fact_batch._MARK} 0 0"],
+        6: ["", "", "x", ""],
+        7: [],
     }
 
 
@@ -88,9 +93,12 @@ def ask(host, paths):
     def stat(p):
         found = host.get_fact(files.File, path=str(p))
         return found and {k: v for k, v in found.items() if k != "atime"}
-    return ([stat(p) for p in paths]
-            + [host.get_fact(files.Sha1File, path=str(p)) for p in paths]
-            + [host.get_fact(files.Directory, path=str(paths[0].parent)), host.get_fact(server.Os)])
+
+    return (
+        [stat(p) for p in paths]
+        + [host.get_fact(files.Sha1File, path=str(p)) for p in paths]
+        + [host.get_fact(files.Directory, path=str(paths[0].parent)), host.get_fact(server.Os)]
+    )
 
 
 def test_a_second_run_asks_in_one_command_and_gets_the_same_answers(local, tmp_path, monkeypatch):
@@ -124,8 +132,11 @@ def test_an_answer_is_dropped_when_any_operation_runs_a_command(local, tmp_path,
 
 
 def test_every_operation_command_kind_drops_answers(local):
-    kinds = [cls for cls in fact_batch._command_classes() if "execute" in cls.__dict__
-             and cls is not pyinfra_command.PyinfraCommand]
+    kinds = [
+        cls
+        for cls in fact_batch._command_classes()
+        if "execute" in cls.__dict__ and cls is not pyinfra_command.PyinfraCommand
+    ]
     assert {cls.__name__ for cls in kinds} >= {"StringCommand", "FileUploadCommand", "FunctionCommand"}
     assert all(getattr(cls.__dict__["execute"], "_drops_fact_batches", False) for cls in kinds)
 

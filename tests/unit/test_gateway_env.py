@@ -31,10 +31,16 @@ GATEWAY = ("inventory_gateway_ubuntu2404.py", "@fake/gw-ubuntu2404")
 
 def _site(inventory, gateway_data=None, name="gw.py"):
     inventory.vault(sglang_api_key="k")
-    node = {"gpu_count": 8, "serving_host": "0.0.0.0", "serving_api_key_secret": "sglang_api_key",
-            "secrets_file": "secrets.vault.yml", "ssh_hostname": "10.0.0.1"}
-    return inventory.groups(name, gpu_nodes=[("a", node)],
-                            gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})])
+    node = {
+        "gpu_count": 8,
+        "serving_host": "0.0.0.0",
+        "serving_api_key_secret": "sglang_api_key",
+        "secrets_file": "secrets.vault.yml",
+        "ssh_hostname": "10.0.0.1",
+    }
+    return inventory.groups(
+        name, gpu_nodes=[("a", node)], gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})]
+    )
 
 
 def test_committed_gateway_lock_is_fresh_and_hashes_every_package():
@@ -54,8 +60,14 @@ def test_committed_gateway_lock_is_fresh_and_hashes_every_package():
 def test_a_gateway_version_without_a_lock_is_one_clear_error(inventory):
     # (its command line was never captured either: a second problem, about roles/gateway/cli)
     problem = next(p for p in problems_of(_site(inventory, {"gateway_version": "1.12.0"})) if "lock" in p)
-    assert_names(problem, "gateway_version 1.12.0", "no lock at locks/smg-1.12.0.txt",
-                 "uv run python -m roles.gateway.lock", "stack.yml 1.12.0`", "commit it")
+    assert_names(
+        problem,
+        "gateway_version 1.12.0",
+        "no lock at locks/smg-1.12.0.txt",
+        "uv run python -m roles.gateway.lock",
+        "stack.yml 1.12.0`",
+        "commit it",
+    )
 
 
 def test_an_edited_gateway_lock_target_is_stale(inventory):
@@ -78,15 +90,18 @@ def test_gateway_lock_command_writes_a_lock_that_loading_accepts(tmp_path, monke
     assert gateway_lock.main([str(stack_file), "1.13.0"]) == 0
     assert (tmp_path / "stdin").read_text().split() == ["smg==1.13.0"]
     argv = (tmp_path / "argv").read_text()
-    assert_names(argv, "pip compile -", "--generate-hashes", "--python-version 3.12",
-                 "--python-platform x86_64-manylinux_2_39")
+    assert_names(
+        argv, "pip compile -", "--generate-hashes", "--python-version 3.12", "--python-platform x86_64-manylinux_2_39"
+    )
     made = (tmp_path / "locks" / "smg-1.13.0.txt").read_text()
     assert made.endswith(body) and site_lock.stale_gateway_lock_problems(stack_file, "s", {"1.13.0"}) == []
     assert "smg 1.13.0: 7 packages locked" in capsys.readouterr().out
 
 
 def test_gateway_lock_command_refuses_a_resolution_without_smg(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, "pyyaml==6.0.4 \\\n    --hash=sha256:00\n"))
+    monkeypatch.setattr(
+        lock_compile, "uv_binary", lambda: _fake_uv(tmp_path, "pyyaml==6.0.4 \\\n    --hash=sha256:00\n")
+    )
     assert gateway_lock.main([str(STACK_FILE), "1.13.0"]) == 2
     assert "the resolution has no smg==1.13.0" in capsys.readouterr().err
 
@@ -99,8 +114,9 @@ def test_the_environment_folder_follows_the_lock_and_the_interpreter(inventory, 
     other = dataclasses.replace(gw, gateway=gw.gateway.model_copy(update={"python": "/usr/bin/python3"}))
     assert gateway_role.env_path(site, other) != base
     original = site.stack.lock_text
-    monkeypatch.setattr(type(site.stack), "lock_text",
-                        lambda self, name: original(name).replace("pyyaml==6.0.4", "pyyaml==6.0.3"))
+    monkeypatch.setattr(
+        type(site.stack), "lock_text", lambda self, name: original(name).replace("pyyaml==6.0.4", "pyyaml==6.0.3")
+    )
     assert gateway_role.env_path(site, gw) != base
 
 
@@ -115,10 +131,15 @@ def test_gateway_install_is_exact_from_the_lock_into_a_new_folder():
     lock = next(path for path in p.uploads if path.startswith("/opt/smg/locks/"))
     target = f"/opt/smg/envs/{Path(lock).stem}"
     assert p.uploads[lock] == site_lock.unsealed(LOCK.read_text())  # without its seal line
-    assert_names(build, "umask 022;", f"uv venv --quiet --python 3.12 {target}.building",
-                 f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python"
-                 f" {lock}", "uv pip check", f"mv -T {target}.building {target}",
-                 "was not touched and still serves")
+    assert_names(
+        build,
+        "umask 022;",
+        f"uv venv --quiet --python 3.12 {target}.building",
+        f"uv pip sync --quiet --require-hashes --compile-bytecode --python {target}.building/bin/python {lock}",
+        "uv pip check",
+        f"mv -T {target}.building {target}",
+        "was not touched and still serves",
+    )
     assert "pip install" not in build and "--index-url" not in build
     assert p.index(f"ln -s {target} /opt/smg/current") > p.commands.index(build)
     assert not any("python3 -m venv /opt/smg" in c for c in p.commands)
@@ -141,10 +162,20 @@ def test_the_gateway_starts_once_the_replicas_have_switched():
     """pyinfra orders each host's operations on its own: without the barrier (replicas_serving
     in deploy.py) smg started before the replicas, and the first requests through it got 404
     "No worker serves model" until smg's next worker check (30 s later, by default)."""
-    done = subprocess.run([sys.executable, str(PLANS / "record.py"), str(PLANS / GATEWAY[0]), "deploy.py"],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=True)
+    done = subprocess.run(
+        [sys.executable, str(PLANS / "record.py"), str(PLANS / GATEWAY[0]), "deploy.py"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     commands = [(r["host"], r.get("command", "")) for r in map(json.loads, done.stdout.splitlines())]
-    switches = [i for i, (_, c) in enumerate(commands) if c.startswith("/usr/local/libexec/inference-host/inference-engine-rolling")]
+    switches = [
+        i
+        for i, (_, c) in enumerate(commands)
+        if c.startswith("/usr/local/libexec/inference-host/inference-engine-rolling")
+    ]
     start = commands.index(("@fake/gw-ubuntu2404", "systemctl start smg.service"))
     wait = next(i for i, (_, c) in enumerate(commands) if "/readiness" in c)
     assert len(switches) == 2 and max(switches) < start < wait

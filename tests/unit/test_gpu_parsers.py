@@ -40,9 +40,20 @@ def test_gpu_query_of_the_health_suite_two_h200():
 
 
 def test_gpu_query_with_header_and_units_from_the_foundation_capture():
-    fields = ("index", "pci.bus_id", "name", "uuid", "compute_cap", "memory.total", "driver_version",
-              "persistence_mode", "pcie.link.gen.current", "pcie.link.gen.max",
-              "pcie.link.width.current", "pcie.link.width.max")
+    fields = (
+        "index",
+        "pci.bus_id",
+        "name",
+        "uuid",
+        "compute_cap",
+        "memory.total",
+        "driver_version",
+        "persistence_mode",
+        "pcie.link.gen.current",
+        "pcie.link.gen.max",
+        "pcie.link.width.current",
+        "pcie.link.width.max",
+    )
     gpus = parse.parse_gpu_query(read(ONE / "query-gpu.csv"), fields)
     assert len(gpus) == 1
     assert gpus[0].memory_mib == 143771  # "143771 MiB" with units
@@ -86,9 +97,15 @@ def test_compute_apps_empty_capture_and_a_process():
 
 def test_driver_parsers_are_driver_states_own():
     # One implementation: the health checks read the driver role's parsers, not copies.
-    for name in ("KernelModule", "parse_proc_driver_version", "parse_kernel_log_driver_version",
-                 "parse_modinfo_license", "parse_nvml_mismatch", "parse_smi_version",
-                 "parse_userspace_versions"):
+    for name in (
+        "KernelModule",
+        "parse_proc_driver_version",
+        "parse_kernel_log_driver_version",
+        "parse_modinfo_license",
+        "parse_nvml_mismatch",
+        "parse_smi_version",
+        "parse_userspace_versions",
+    ):
         assert getattr(parse, name) is getattr(driver_state, name), name
 
 
@@ -96,14 +113,15 @@ def test_driver_parsers_are_driver_states_own():
 def test_importable_with_the_standard_library_only(module):
     # checks runs on GPU machines without pyinfra (or yaml): importing these must not
     # need either, also not through a package's __init__ (roles/nvidia_driver/__init__.py).
-    code = ("import sys\n"
-            "sys.modules['pyinfra'] = sys.modules['yaml'] = None  # importing them fails\n"
-            "before = set(sys.modules)\n"
-            f"import {module}\n"
-            "loaded = {name.split('.')[0] for name in set(sys.modules) - before}\n"
-            "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles', 'checks'}))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          check=False)
+    code = (
+        "import sys\n"
+        "sys.modules['pyinfra'] = sys.modules['yaml'] = None  # importing them fails\n"
+        "before = set(sys.modules)\n"
+        f"import {module}\n"
+        "loaded = {name.split('.')[0] for name in set(sys.modules) - before}\n"
+        "print(sorted(loaded - set(sys.stdlib_module_names) - {'roles', 'checks'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -114,8 +132,10 @@ def test_proc_driver_version_open_module():
 
 
 def test_proc_driver_version_proprietary_module():
-    text = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
     assert parse.parse_proc_driver_version(text) == parse.KernelModule("550.127.05", flavor="proprietary")
 
 
@@ -136,8 +156,12 @@ def test_userspace_versions_from_library_names():
 
 def test_version_mismatch_message():
     # The text nvidia-smi prints after a driver upgrade without reboot (NVIDIA/deepops #1186).
-    assert parse.parse_nvml_mismatch("Failed to initialize NVML: Driver/library version mismatch\n"
-                                     "NVML library version: 580.159") == "580.159"
+    assert (
+        parse.parse_nvml_mismatch(
+            "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159"
+        )
+        == "580.159"
+    )
     assert parse.parse_nvml_mismatch(read(ONE / "nvidia-smi.txt")) is None
 
 
@@ -158,7 +182,8 @@ def test_xid_lines_are_found_with_bus_and_code():
         "[ 8812.123456] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, "
         "GPU has fallen off the bus.\n"
         "[ 9000.000001] NVRM: Xid (PCI:0000:c1:00): 48, pid=1234, name=python, An uncorrectable "
-        "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6.\n")
+        "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6.\n"
+    )
     events = parse.parse_xid_events(log)
     assert [(e.bus, e.code) for e in events] == [("0000:01:00.0", 79), ("0000:c1:00.0", 48)]
     assert events[0].message.endswith("GPU has fallen off the bus.")
@@ -183,9 +208,11 @@ def test_topology_two_gpus_nvlink():
 def test_topology_pcie_two_sockets():
     # The target's layout: 4 + 4 GPUs on two sockets, cross-socket pairs are SYS.
     header = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-    rows = ("GPU0\t X \tNODE\tSYS\t0-31,64-95\t0\t\tN/A\n"
-            "GPU1\tNODE\t X \tSYS\t0-31,64-95\t0\t\tN/A\n"
-            "GPU2\tSYS\tSYS\t X \t32-63,96-127\t1\t\tN/A\n\nLegend:\n")
+    rows = (
+        "GPU0\t X \tNODE\tSYS\t0-31,64-95\t0\t\tN/A\n"
+        "GPU1\tNODE\t X \tSYS\t0-31,64-95\t0\t\tN/A\n"
+        "GPU2\tSYS\tSYS\t X \t32-63,96-127\t1\t\tN/A\n\nLegend:\n"
+    )
     topology = parse.parse_topology(header + rows)
     assert topology.links[("GPU0", "GPU2")] == "SYS"
     assert topology.links[("GPU0", "GPU1")] == "NODE"

@@ -23,8 +23,10 @@ from roles.site.stack import DCGM_FOR_EXPORTER
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PLANS = Path(__file__).parent / "plans"
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
-APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef"'
-               ' -o Dpkg::Options::="--force-confold" install --no-install-recommends')
+APT_INSTALL = (
+    'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef"'
+    ' -o Dpkg::Options::="--force-confold" install --no-install-recommends'
+)
 
 
 class Plan:
@@ -43,7 +45,11 @@ def plan(inventory: str, host: str) -> Plan:
     completed = subprocess.run(
         # Only the host under test runs its roles; another host (a node) still answers facts.
         [sys.executable, str(PLANS / "record.py"), "--limit", host, str(PLANS / inventory), "deploy.py"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     records = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
@@ -61,19 +67,23 @@ NVIDIA = "https://developer.download.nvidia.com/compute/cuda/repos"
 def test_cuda_repository_keyring_then_sources_then_update(where, path):
     p = plan(*where)
     deb = "/var/cache/inference-host/cuda-keyring_1.1-1_all.deb"
-    download = next(c for c in p.commands if c.startswith(f"curl -sSLf {NVIDIA}/{path}/x86_64/cuda-keyring_1.1-1_all.deb "))
+    download = next(
+        c for c in p.commands if c.startswith(f"curl -sSLf {NVIDIA}/{path}/x86_64/cuda-keyring_1.1-1_all.deb ")
+    )
     install = p.index(f"dpkg --force-confdef --force-confold -i {deb}")
     assert p.commands.index(download) < install
     sources = f"/etc/apt/sources.list.d/cuda-{path}-x86_64.list"
     assert p.uploads[sources] == (
-        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {NVIDIA}/{path}/x86_64/ /\n")
+        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {NVIDIA}/{path}/x86_64/ /\n"
+    )
     update = p.commands.index("apt-get update", install)
     driver = next(i for i, c in enumerate(p.commands) if "nvidia-dkms" in c or "nvidia-kernel-open-dkms" in c)
     assert update < driver, "apt must read the new repository before installing from it"
 
 
-@pytest.mark.parametrize("where, headers", [(UBUNTU, "linux-headers-6.8.0-85-generic"),
-                                             (DEBIAN, "linux-headers-6.1.0-37-amd64")])
+@pytest.mark.parametrize(
+    "where, headers", [(UBUNTU, "linux-headers-6.8.0-85-generic"), (DEBIAN, "linux-headers-6.1.0-37-amd64")]
+)
 def test_full_mode_installs_the_running_kernels_headers_before_the_dkms_package(where, headers):
     # Without them DKMS skips the build with only a notice; the driver goes in without recommends.
     p = plan(*where)
@@ -88,11 +98,16 @@ def test_ubuntu_full_driver_packages_pinned_exactly_and_held():
     p = plan(*UBUNTU)
     v = STACK.driver_version
     branch = STACK.driver_branch
-    names = [f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}",
-             f"nvidia-dkms-{branch}-open", "nvidia-modprobe"]
+    names = [
+        f"libnvidia-compute-{branch}",
+        f"nvidia-utils-{branch}",
+        f"nvidia-compute-utils-{branch}",
+        f"nvidia-dkms-{branch}-open",
+        "nvidia-modprobe",
+    ]
     install = p.index(
-        f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
-        + " ".join(f"{n}={v}-0ubuntu1" for n in names))
+        f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages " + " ".join(f"{n}={v}-0ubuntu1" for n in names)
+    )
     assert p.index("apt-mark hold " + " ".join(names)) > install
     pin = p.uploads["/etc/apt/preferences.d/90-inference-host-nvidia-driver"]
     assert f"Pin: version {v}-*\nPin-Priority: 1001" in pin
@@ -103,8 +118,7 @@ def test_debian_full_driver_packages_pinned_exactly_and_held():
     p = plan(*DEBIAN)
     v = STACK.driver_version
     names = ["nvidia-driver-cuda", "nvidia-persistenced", "nvidia-kernel-open-dkms", "nvidia-modprobe"]
-    p.index(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
-            + " ".join(f"{n}={v}-1" for n in names))
+    p.index(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages " + " ".join(f"{n}={v}-1" for n in names))
     p.index("apt-mark hold " + " ".join(names))
 
 
@@ -125,8 +139,10 @@ def test_lxc_guest_gets_userspace_only_at_the_nodes_module_version():
     node_version = "580.105.08"  # what the fake node's /proc/driver/nvidia/version says
     assert node_version != STACK.driver_version
     names = ["libnvidia-compute-580", "nvidia-utils-580", "nvidia-compute-utils-580"]
-    p.index(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
-            + " ".join(f"{n}={node_version}-0ubuntu1" for n in names))
+    p.index(
+        f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
+        + " ".join(f"{n}={node_version}-0ubuntu1" for n in names)
+    )
     assert not any("dkms" in c for c in p.commands), "an LXC guest must not get kernel modules"
     assert "update-initramfs -u" not in p.commands
     assert "/etc/modprobe.d/blacklist-nouveau.conf" not in p.uploads
@@ -160,7 +176,8 @@ def test_docker_from_dockers_repository(where, distro, suite):
     p = plan(*where)
     key = next(c for c in p.commands if c.startswith(f"curl -sSLf https://download.docker.com/linux/{distro}/gpg "))
     assert p.uploads["/etc/apt/sources.list.d/docker.list"] == (
-        f"deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/{distro} {suite} stable\n")
+        f"deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/{distro} {suite} stable\n"
+    )
     install = p.index(f"{APT_INSTALL} docker-ce docker-ce-cli containerd.io docker-buildx-plugin")
     assert p.commands.index(key) < install
 
@@ -171,7 +188,8 @@ def test_nvidia_container_toolkit_and_runtime(where):
     assert any(c.startswith("curl -sSLf https://nvidia.github.io/libnvidia-container/gpgkey ") for c in p.commands)
     assert p.uploads["/etc/apt/sources.list.d/nvidia-container-toolkit.list"] == (
         "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.asc]"
-        " https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n")
+        " https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+    )
     toolkit = p.index(f"{APT_INSTALL} nvidia-container-toolkit")
     assert p.index("nvidia-ctk runtime configure --runtime=docker") > toolkit
 
@@ -187,7 +205,8 @@ def test_daemon_json_from_settings_before_the_engine_starts(where):
         "log-opts": {"max-file": "3", "max-size": "100m"},
     }
     assert p.index("chmod 644 /etc/docker/daemon.json") < p.index(
-        f"{APT_INSTALL} docker-ce docker-ce-cli containerd.io docker-buildx-plugin")
+        f"{APT_INSTALL} docker-ce docker-ce-cli containerd.io docker-buildx-plugin"
+    )
     p.index("systemctl enable docker.service")
 
 
@@ -209,8 +228,10 @@ def test_old_module_with_reboots_allowed_reboots_after_the_install_and_continues
 
 def test_old_module_is_reported_in_plain_words_by_default():
     p = plan(*UBUNTU)
-    assert ("reboot required: NVIDIA driver 580.95.05 is installed but no NVIDIA kernel module is loaded"
-            in p.stderr.replace("\n", " "))
+    assert (
+        "reboot required: NVIDIA driver 580.95.05 is installed but no NVIDIA kernel module is loaded"
+        in p.stderr.replace("\n", " ")
+    )
 
 
 def test_dcgm_from_the_cuda_repository_when_asked_for():

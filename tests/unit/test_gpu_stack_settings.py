@@ -23,16 +23,18 @@ def test_defaults_point_at_the_public_repositories(inventory):
     assert host.nvidia_driver.allow_reboot is False
 
 
-@pytest.mark.parametrize("data, parts", [
-    ({"cuda_repo_url": "ftp://mirror/cuda"}, ["cuda_repo_url", "'ftp://mirror/cuda'", "http(s) URL"]),
-    ({"docker_source": "snap"}, ["docker_source", "'snap'", "'docker', 'distro'"]),
-    ({"docker_log_max_size": "lots"}, ["docker_log_max_size", "'lots'", "64m, 1g"]),
-    ({"docker_daemon_extra": {"runtimes": {}}}, ["docker_daemon_extra", "daemon.json keys other than",
-                                                 "runtimes"]),
-    ({"docker_users": ["Root"]}, ["docker_users", "lower-case Unix user names"]),
-    ({"nvidia_driver_allow_reboot": "yes"}, ["nvidia_driver_allow_reboot", "'yes'", "True or False"]),
-    ({"cuda_keyring_version": "latest"}, ["cuda_keyring_version", "1.1-1"]),
-])
+@pytest.mark.parametrize(
+    "data, parts",
+    [
+        ({"cuda_repo_url": "ftp://mirror/cuda"}, ["cuda_repo_url", "'ftp://mirror/cuda'", "http(s) URL"]),
+        ({"docker_source": "snap"}, ["docker_source", "'snap'", "'docker', 'distro'"]),
+        ({"docker_log_max_size": "lots"}, ["docker_log_max_size", "'lots'", "64m, 1g"]),
+        ({"docker_daemon_extra": {"runtimes": {}}}, ["docker_daemon_extra", "daemon.json keys other than", "runtimes"]),
+        ({"docker_users": ["Root"]}, ["docker_users", "lower-case Unix user names"]),
+        ({"nvidia_driver_allow_reboot": "yes"}, ["nvidia_driver_allow_reboot", "'yes'", "True or False"]),
+        ({"cuda_keyring_version": "latest"}, ["cuda_keyring_version", "1.1-1"]),
+    ],
+)
 def test_bad_gpu_stack_settings_are_refused(inventory, data, parts):
     message = only_problem(inventory.groups(gpu_nodes=[gpu_node(**data)]))
     assert_names(message, "site.py", *parts)

@@ -25,21 +25,50 @@ GPU1, GPU2 = NODE[1]["proxmox_gpu_addresses"]
 PROXMOX = Path(__file__).parent / "data" / "proxmox"
 HOST_DEVICES = {
     "minors": {GPU1: 0, GPU2: 1},
-    "nodes": {"/dev/nvidia0": (195, 0), "/dev/nvidia1": (195, 1), "/dev/nvidiactl": (195, 255),
-              "/dev/nvidia-uvm": (507, 0), "/dev/nvidia-uvm-tools": (507, 1)},
+    "nodes": {
+        "/dev/nvidia0": (195, 0),
+        "/dev/nvidia1": (195, 1),
+        "/dev/nvidiactl": (195, 255),
+        "/dev/nvidia-uvm": (507, 0),
+        "/dev/nvidia-uvm-tools": (507, 1),
+    },
 }
 
 
 @pytest.fixture
 def site(inventory):
-    return load_site(inventory.groups(
-        proxmox_hosts=[NODE],
-        lxc_guests=[("sglang-lxc", {"guest_vmid": 201, "guest_node": "pve", "guest_gpu_addresses": [GPU1],
-                                    "guest_cores": 96, "guest_memory_mib": 786432, "guest_disk_gib": 2000})],
-        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
-                                   "guest_cores": 32, "guest_memory_mib": 131072, "guest_disk_gib": 200,
-                                   "guest_mmio_window_mb": 262144})],
-    ))
+    return load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE],
+            lxc_guests=[
+                (
+                    "sglang-lxc",
+                    {
+                        "guest_vmid": 201,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU1],
+                        "guest_cores": 96,
+                        "guest_memory_mib": 786432,
+                        "guest_disk_gib": 2000,
+                    },
+                )
+            ],
+            kvm_guests=[
+                (
+                    "sglang-vm",
+                    {
+                        "guest_vmid": 202,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU2],
+                        "guest_cores": 32,
+                        "guest_memory_mib": 131072,
+                        "guest_disk_gib": 200,
+                        "guest_mmio_window_mb": 262144,
+                    },
+                )
+            ],
+        )
+    )
 
 
 def test_pct_create_command(site):
@@ -48,11 +77,19 @@ def test_pct_create_command(site):
     assert args[:4] == ["pct", "create", "201", "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"]
     options = dict(zip(args[4::2], args[5::2], strict=True))
     assert options == {
-        "--unprivileged": "1", "--rootfs": "local-lvm:2000",
-        "--net0": "name=eth0,bridge=vmbr0,ip=dhcp,type=veth", "--hostname": "sglang-lxc",
-        "--cores": "96", "--memory": "786432", "--swap": "0", "--onboot": "1",
-        "--features": "keyctl=1,nesting=1", "--dev0": "/dev/nvidia0", "--dev1": "/dev/nvidiactl",
-        "--dev2": "/dev/nvidia-uvm", "--dev3": "/dev/nvidia-uvm-tools",
+        "--unprivileged": "1",
+        "--rootfs": "local-lvm:2000",
+        "--net0": "name=eth0,bridge=vmbr0,ip=dhcp,type=veth",
+        "--hostname": "sglang-lxc",
+        "--cores": "96",
+        "--memory": "786432",
+        "--swap": "0",
+        "--onboot": "1",
+        "--features": "keyctl=1,nesting=1",
+        "--dev0": "/dev/nvidia0",
+        "--dev1": "/dev/nvidiactl",
+        "--dev2": "/dev/nvidia-uvm",
+        "--dev3": "/dev/nvidia-uvm-tools",
     }
 
 
@@ -74,10 +111,22 @@ def test_node_driver_listing_no_gpu_yet_makes_the_guest_wait(site):
 
 def test_pct_create_puts_the_deploys_ssh_keys(inventory):
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw deploy@control"
-    site = load_site(inventory.groups(
-        proxmox_hosts=[NODE],
-        lxc_guests=[("sglang-lxc", {"guest_vmid": 201, "guest_node": "pve", "guest_gpu_addresses": [GPU1],
-                                    "guest_ssh_public_keys": [key]})]))
+    site = load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE],
+            lxc_guests=[
+                (
+                    "sglang-lxc",
+                    {
+                        "guest_vmid": 201,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU1],
+                        "guest_ssh_public_keys": [key],
+                    },
+                )
+            ],
+        )
+    )
     guest = site.hosts["sglang-lxc"]
     args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)[0]))
     assert args[args.index("--ssh-public-keys") + 1] == "/etc/inference-host/guest-keys/201.pub"
@@ -85,12 +134,26 @@ def test_pct_create_puts_the_deploys_ssh_keys(inventory):
 
 def test_qm_create_from_a_cloud_image_with_cloud_init(inventory):
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw deploy@control"
-    site = load_site(inventory.groups(
-        proxmox_hosts=[NODE],
-        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
-                                   "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
-                                   "guest_ciuser": "root", "guest_ssh_public_keys": [key],
-                                   "guest_ip": "10.0.0.202/24", "guest_gateway": "10.0.0.1"})]))
+    site = load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE],
+            kvm_guests=[
+                (
+                    "sglang-vm",
+                    {
+                        "guest_vmid": 202,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU2],
+                        "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
+                        "guest_ciuser": "root",
+                        "guest_ssh_public_keys": [key],
+                        "guest_ip": "10.0.0.202/24",
+                        "guest_gateway": "10.0.0.1",
+                    },
+                )
+            ],
+        )
+    )
     args = shlex.split(qm_create(site.hosts["sglang-vm"]))
     options = dict(zip(args[3::2], args[4::2], strict=True))
     assert options["--scsi0"] == "local-lvm:0,import-from=local:import/noble-server-cloudimg-amd64.img,iothread=1"
@@ -105,11 +168,22 @@ def test_bad_ssh_key_and_cloud_image_are_refused(inventory):
     from roles.site import SiteError
 
     with pytest.raises(SiteError) as error:
-        load_site(inventory.groups(
-            proxmox_hosts=[NODE],
-            kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve",
-                                       "guest_ssh_public_keys": ["AAAA no type"],
-                                       "guest_cloud_image": "noble.img"})]))
+        load_site(
+            inventory.groups(
+                proxmox_hosts=[NODE],
+                kvm_guests=[
+                    (
+                        "sglang-vm",
+                        {
+                            "guest_vmid": 202,
+                            "guest_node": "pve",
+                            "guest_ssh_public_keys": ["AAAA no type"],
+                            "guest_cloud_image": "noble.img",
+                        },
+                    )
+                ],
+            )
+        )
     text = str(error.value)
     assert "guest_ssh_public_keys" in text and "OpenSSH public key lines" in text
     assert "guest_cloud_image" in text and "local:import/" in text
@@ -153,15 +227,36 @@ MINE = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 admin@laptop"
 
 
 def _keyed_guest(inventory, keys, **extra):
-    site = load_site(inventory.groups(
-        f"keys{len(keys)}.py",  # one file per setting: a loaded inventory file is not read again
-        proxmox_hosts=[NODE],
-        lxc_guests=[("sglang-lxc", {"guest_vmid": 201, "guest_node": "pve", "guest_gpu_addresses": [GPU1],
-                                    "guest_ssh_public_keys": keys})],
-        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
-                                   "guest_ssh_public_keys": keys,
-                                   "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
-                                   **extra})]))
+    site = load_site(
+        inventory.groups(
+            f"keys{len(keys)}.py",  # one file per setting: a loaded inventory file is not read again
+            proxmox_hosts=[NODE],
+            lxc_guests=[
+                (
+                    "sglang-lxc",
+                    {
+                        "guest_vmid": 201,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU1],
+                        "guest_ssh_public_keys": keys,
+                    },
+                )
+            ],
+            kvm_guests=[
+                (
+                    "sglang-vm",
+                    {
+                        "guest_vmid": 202,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU2],
+                        "guest_ssh_public_keys": keys,
+                        "guest_cloud_image": "local:import/noble-server-cloudimg-amd64.img",
+                        **extra,
+                    },
+                )
+            ],
+        )
+    )
     return site.hosts["sglang-lxc"], site.hosts["sglang-vm"]
 
 
@@ -170,7 +265,8 @@ def test_pve_block_is_written_like_pct_create_does():
     assert with_pve_block(None, [KEY_A]) == f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n"
     inside = f"{MINE}\n# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n{MINE} second\n"
     assert with_pve_block(inside, [KEY_B]) == (
-        f"{MINE}\n# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n{MINE} second\n")
+        f"{MINE}\n# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n{MINE} second\n"
+    )
     assert with_pve_block(f"{MINE}\n", [KEY_B]) == f"{MINE}\n# --- BEGIN PVE ---\n{KEY_B}\n# --- END PVE ---\n"
     # the markers as ct_modify_file matches them: spacing is free, only END ignores case
     loose = "#---BEGIN PVE---\nold\n# --- end pve ---\n"
@@ -205,7 +301,9 @@ def test_keys_without_ssh_folder_stopped_guest_and_empty_setting(inventory):
 
 def test_authorized_keys_fact_output():
     assert parse_authorized_keys(["file", "# --- BEGIN PVE ---", KEY_A, "# --- END PVE ---"]) == {
-        "ssh_dir": True, "content": f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n"}
+        "ssh_dir": True,
+        "content": f"# --- BEGIN PVE ---\n{KEY_A}\n# --- END PVE ---\n",
+    }
     assert parse_authorized_keys(["no-file"]) == {"ssh_dir": True, "content": None}
     assert parse_authorized_keys(["no-dir"]) == {"ssh_dir": False, "content": None}
     assert parse_authorized_keys([]) is None  # not running: the command printed nothing
@@ -214,14 +312,33 @@ def test_authorized_keys_fact_output():
 def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
     _, vm = _keyed_guest(inventory, [KEY_B])
     # qemu-server keeps sshkeys URI-escaped (qm.pm param_mapping: uri_escape of the file)
-    created = pve.GuestConfig({"sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw%20deploy%40control%0A"})
-    assert qm_sshkeys(vm) == ("ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIG5ld2tleWZvcnRlc3RzMDAwMDAwMDAwMDAwMDAw"
-                              "%20deploy%40new%0A")
-    assert qm_keys(vm, created) == ["qm set 202 --sshkeys /etc/inference-host/guest-keys/202.pub",
-                                    "qm cloudinit update 202"]
+    created = pve.GuestConfig(
+        {
+            "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw%20deploy%40control%0A"
+        }
+    )
+    assert qm_sshkeys(vm) == (
+        "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIG5ld2tleWZvcnRlc3RzMDAwMDAwMDAwMDAwMDAw%20deploy%40new%0A"
+    )
+    assert qm_keys(vm, created) == [
+        "qm set 202 --sshkeys /etc/inference-host/guest-keys/202.pub",
+        "qm cloudinit update 202",
+    ]
     assert qm_keys(vm, pve.GuestConfig({"sshkeys": qm_sshkeys(vm)})) == []
-    no_image = load_site(inventory.groups(
-        proxmox_hosts=[NODE],
-        kvm_guests=[("sglang-vm", {"guest_vmid": 202, "guest_node": "pve", "guest_gpu_addresses": [GPU2],
-                                   "guest_ssh_public_keys": [KEY_B]})])).hosts["sglang-vm"]
+    no_image = load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE],
+            kvm_guests=[
+                (
+                    "sglang-vm",
+                    {
+                        "guest_vmid": 202,
+                        "guest_node": "pve",
+                        "guest_gpu_addresses": [GPU2],
+                        "guest_ssh_public_keys": [KEY_B],
+                    },
+                )
+            ],
+        )
+    ).hosts["sglang-vm"]
     assert qm_keys(no_image, created) == []  # no cloud-init drive: nothing reads sshkeys

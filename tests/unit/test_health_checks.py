@@ -42,9 +42,13 @@ def test_smi_q_of_one_h200_under_driver_580():
     gpu = health["0000:00:06.0"]
     assert gpu.name == "NVIDIA H200"
     assert (gpu.ecc_current, gpu.ecc_pending) == (True, True)
-    assert gpu.ecc_errors["Volatile"] == {"SRAM Correctable": 0, "SRAM Uncorrectable Parity": 0,
-                                          "SRAM Uncorrectable SEC-DED": 0, "DRAM Correctable": 0,
-                                          "DRAM Uncorrectable": 0}
+    assert gpu.ecc_errors["Volatile"] == {
+        "SRAM Correctable": 0,
+        "SRAM Uncorrectable Parity": 0,
+        "SRAM Uncorrectable SEC-DED": 0,
+        "DRAM Correctable": 0,
+        "DRAM Uncorrectable": 0,
+    }
     assert gpu.uncorrectable("Aggregate") == {}
     assert gpu.recovery_action == "None"
     assert gpu.clock_events["Idle"] is True and gpu.clock_events["HW Thermal Slowdown"] is False
@@ -62,9 +66,14 @@ def test_smi_q_replays_seen_on_an_earlier_boot():
 
 
 def test_smi_q_missing_values_are_none():
-    text = (CHECKS / "nvidia-smi-q.txt").read_text().replace(
-        "GPU Recovery Action                                : None",
-        "GPU Recovery Action                                : N/A")
+    text = (
+        (CHECKS / "nvidia-smi-q.txt")
+        .read_text()
+        .replace(
+            "GPU Recovery Action                                : None",
+            "GPU Recovery Action                                : N/A",
+        )
+    )
     assert parse.parse_gpu_health(text)["0000:00:06.0"].recovery_action is None
 
 
@@ -89,9 +98,10 @@ class FakeRequest:
 
     @property
     def evidence(self) -> dict[tuple, float]:
-        return {(name, tuple(sorted(labels.items()))): value
-                for key, (name, value, labels) in
-                ((k, v) for k, v in self.node.user_properties if k == "evidence")}
+        return {
+            (name, tuple(sorted(labels.items()))): value
+            for key, (name, value, labels) in ((k, v) for k, v in self.node.user_properties if k == "evidence")
+        }
 
 
 def probe(smi_q: str | None = None) -> FakeProbe:
@@ -105,10 +115,15 @@ def plant(old: str, new: str) -> FakeProbe:
     return probe(text.replace(old, new, 1))
 
 
-HEALTH_CHECKS = [test_gpus.test_ecc_enabled_no_uncorrectable_errors, test_gpus.test_recovery_action_none,
-                 test_gpus.test_no_active_clock_slowdown, test_gpus.test_temperature_margin,
-                 test_gpus.test_power_limit_as_expected, test_gpus.test_bar1_covers_memory,
-                 test_gpus.test_mig_mode_as_expected]
+HEALTH_CHECKS = [
+    test_gpus.test_ecc_enabled_no_uncorrectable_errors,
+    test_gpus.test_recovery_action_none,
+    test_gpus.test_no_active_clock_slowdown,
+    test_gpus.test_temperature_margin,
+    test_gpus.test_power_limit_as_expected,
+    test_gpus.test_bar1_covers_memory,
+    test_gpus.test_mig_mode_as_expected,
+]
 
 
 @pytest.mark.parametrize("check", HEALTH_CHECKS, ids=lambda c: c.__name__)
@@ -118,13 +133,15 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
     assert request.detail
 
 
-
 def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
     """What the checks' timer exports (checks/textfile.py): real nvidia-smi -q of the
     1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
     request = FakeRequest()
-    for check in (test_gpus.test_temperature_margin, test_gpus.test_ecc_enabled_no_uncorrectable_errors,
-                  test_gpus.test_no_active_clock_slowdown):
+    for check in (
+        test_gpus.test_temperature_margin,
+        test_gpus.test_ecc_enabled_no_uncorrectable_errors,
+        test_gpus.test_no_active_clock_slowdown,
+    ):
         check(probe(), expect(), 0, request)
     found = request.evidence
     margin = found[("gpu_temperature_margin_celsius", (("gpu", "0"),))]
@@ -140,38 +157,80 @@ def test_a_failing_check_keeps_its_evidence():
         test_gpus.test_ecc_enabled_no_uncorrectable_errors(plant(*PLANTED[0][1]), expect(), 0, request)
     assert request.evidence[("gpu_ecc_uncorrectable_errors", (("gpu", "0"), ("scope", "volatile")))] == 2
 
+
 PLANTED = [
-    (test_gpus.test_ecc_enabled_no_uncorrectable_errors,
-     ("        Volatile\n            SRAM Correctable                           : 0\n"
-      "            SRAM Uncorrectable Parity                  : 0\n"
-      "            SRAM Uncorrectable SEC-DED                 : 0\n"
-      "            DRAM Correctable                           : 0\n"
-      "            DRAM Uncorrectable                         : 0",
-      "        Volatile\n            SRAM Correctable                           : 0\n"
-      "            SRAM Uncorrectable Parity                  : 0\n"
-      "            SRAM Uncorrectable SEC-DED                 : 0\n"
-      "            DRAM Correctable                           : 5\n"
-      "            DRAM Uncorrectable                         : 2"), "Volatile DRAM Uncorrectable 2"),
-    (test_gpus.test_ecc_enabled_no_uncorrectable_errors,
-     ("    ECC Mode\n        Current                                        : Enabled",
-      "    ECC Mode\n        Current                                        : Disabled"), "ECC enabled"),
-    (test_gpus.test_recovery_action_none, ("GPU Recovery Action                                : None",
-                                           "GPU Recovery Action                                : GPU Reset"),
-     "GPU Reset"),
-    (test_gpus.test_no_active_clock_slowdown, ("            HW Thermal Slowdown                        : Not Active",
-                                               "            HW Thermal Slowdown                        : Active"),
-     "HW Thermal Slowdown"),
-    (test_gpus.test_no_active_clock_slowdown, ("        SW Thermal Slowdown                            : Not Active",
-                                               "        SW Thermal Slowdown                            : Active"),
-     "SW Thermal Slowdown"),
-    (test_gpus.test_temperature_margin, ("GPU T.Limit Temp                               : 52 C",
-                                         "GPU T.Limit Temp                               : 4 C"), "4 C margin"),
-    (test_gpus.test_power_limit_as_expected, ("Current Power Limit                            : 700.00 W",
-                                              "Current Power Limit                            : 450.00 W"),
-     "450.0 W"),
-    (test_gpus.test_mig_mode_as_expected, ("    MIG Mode\n        Current                                        : Disabled",
-                                           "    MIG Mode\n        Current                                        : Enabled"),
-     "current Enabled"),
+    (
+        test_gpus.test_ecc_enabled_no_uncorrectable_errors,
+        (
+            "        Volatile\n            SRAM Correctable                           : 0\n"
+            "            SRAM Uncorrectable Parity                  : 0\n"
+            "            SRAM Uncorrectable SEC-DED                 : 0\n"
+            "            DRAM Correctable                           : 0\n"
+            "            DRAM Uncorrectable                         : 0",
+            "        Volatile\n            SRAM Correctable                           : 0\n"
+            "            SRAM Uncorrectable Parity                  : 0\n"
+            "            SRAM Uncorrectable SEC-DED                 : 0\n"
+            "            DRAM Correctable                           : 5\n"
+            "            DRAM Uncorrectable                         : 2",
+        ),
+        "Volatile DRAM Uncorrectable 2",
+    ),
+    (
+        test_gpus.test_ecc_enabled_no_uncorrectable_errors,
+        (
+            "    ECC Mode\n        Current                                        : Enabled",
+            "    ECC Mode\n        Current                                        : Disabled",
+        ),
+        "ECC enabled",
+    ),
+    (
+        test_gpus.test_recovery_action_none,
+        (
+            "GPU Recovery Action                                : None",
+            "GPU Recovery Action                                : GPU Reset",
+        ),
+        "GPU Reset",
+    ),
+    (
+        test_gpus.test_no_active_clock_slowdown,
+        (
+            "            HW Thermal Slowdown                        : Not Active",
+            "            HW Thermal Slowdown                        : Active",
+        ),
+        "HW Thermal Slowdown",
+    ),
+    (
+        test_gpus.test_no_active_clock_slowdown,
+        (
+            "        SW Thermal Slowdown                            : Not Active",
+            "        SW Thermal Slowdown                            : Active",
+        ),
+        "SW Thermal Slowdown",
+    ),
+    (
+        test_gpus.test_temperature_margin,
+        (
+            "GPU T.Limit Temp                               : 52 C",
+            "GPU T.Limit Temp                               : 4 C",
+        ),
+        "4 C margin",
+    ),
+    (
+        test_gpus.test_power_limit_as_expected,
+        (
+            "Current Power Limit                            : 700.00 W",
+            "Current Power Limit                            : 450.00 W",
+        ),
+        "450.0 W",
+    ),
+    (
+        test_gpus.test_mig_mode_as_expected,
+        (
+            "    MIG Mode\n        Current                                        : Disabled",
+            "    MIG Mode\n        Current                                        : Enabled",
+        ),
+        "current Enabled",
+    ),
 ]
 
 
@@ -184,8 +243,10 @@ def test_every_new_check_fails_on_its_planted_fault_and_says_what_to_do(check, f
 
 
 def test_bar1_smaller_than_memory_fails_only_where_the_model_needs_resizable_bar():
-    small = ("    BAR1 Memory Usage\n        Total                                          : 262144 MiB",
-             "    BAR1 Memory Usage\n        Total                                          : 256 MiB")
+    small = (
+        "    BAR1 Memory Usage\n        Total                                          : 262144 MiB",
+        "    BAR1 Memory Usage\n        Total                                          : 256 MiB",
+    )
     request = FakeRequest()
     test_gpus.test_bar1_covers_memory(plant(*small), expect(), 0, request)  # H200: informative
     assert "does not need" in request.detail
@@ -195,9 +256,15 @@ def test_bar1_smaller_than_memory_fails_only_where_the_model_needs_resizable_bar
 
 
 def test_rtx_pro_6000_needs_resizable_bar_and_a_gddr7_floor():
-    e = Expectations.from_overrides(["gpu_count=8", "gpu_arch=sm120",
-                                     "gpu_model=NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                                     "gpu_memory_gib=96", "driver_version=580.95.05"])
+    e = Expectations.from_overrides(
+        [
+            "gpu_count=8",
+            "gpu_arch=sm120",
+            "gpu_model=NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "gpu_memory_gib=96",
+            "driver_version=580.95.05",
+        ]
+    )
     assert e.needs_resizable_bar and e.min_memory_bandwidth_gbps == 1344.0
     assert e.gpu_link == "cross-socket" and e.allreduce_min_busbw_gbps == 15.0
 
@@ -237,14 +304,20 @@ def test_memory_bandwidth_of_the_real_h200_against_its_spec_floor():
 
 
 def test_a_gpu_hidden_by_the_env_file_names_cuda_visible_devices():
-    advice = cuda_visibility_advice({"CUDA_VISIBLE_DEVICES": "", "IH_ENV_SOURCE": "/etc/inference-host/engine/inference-engine.env"})
-    assert advice.startswith("CUDA_VISIBLE_DEVICES='' (from /etc/inference-host/engine/inference-engine.env) hides GPUs")
+    advice = cuda_visibility_advice(
+        {"CUDA_VISIBLE_DEVICES": "", "IH_ENV_SOURCE": "/etc/inference-host/engine/inference-engine.env"}
+    )
+    assert advice.startswith(
+        "CUDA_VISIBLE_DEVICES='' (from /etc/inference-host/engine/inference-engine.env) hides GPUs"
+    )
     assert "passthrough" in cuda_visibility_advice({})
 
 
 def test_the_real_hidden_gpu_run_names_the_variable_not_gpu_count():
     text = (CHECKS / "hidden.txt").read_text()
-    assert " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2  # as captured (that day's layout)
+    assert (
+        " ".join(text.split()).count("CUDA_VISIBLE_DEVICES='' (from /etc/sglang/sglang.env) hides GPUs") == 2
+    )  # as captured (that day's layout)
     assert "PASS  gpu count" in text
 
 
@@ -263,7 +336,13 @@ def test_the_callers_environment_does_not_leak_into_the_checks():
 
 def test_link_classes_of_every_topology_code():
     assert [parse.link_class(c) for c in ("NV18", "PIX", "PXB", "PHB", "NODE", "SYS")] == [
-        "nvlink", "pcie-switch", "pcie-switch", "host-bridge", "host-bridge", "cross-socket"]
+        "nvlink",
+        "pcie-switch",
+        "pcie-switch",
+        "host-bridge",
+        "host-bridge",
+        "cross-socket",
+    ]
     with pytest.raises(ValueError, match="unknown link"):
         parse.link_class("XYZ")
 
@@ -321,7 +400,8 @@ def test_a_kill_during_start_up_is_not_called_a_deadlock():
 def test_a_kill_inside_the_collective_is_a_p2p_deadlock():
     with pytest.raises(pytest.fail.Exception, match="P2P deadlock"):
         test_interconnect.judge_allreduce(
-            killed("IH-ALLREDUCE-STAGE start 1.0\nIH-ALLREDUCE-STAGE collective 9.0\n"), expect(2))
+            killed("IH-ALLREDUCE-STAGE start 1.0\nIH-ALLREDUCE-STAGE collective 9.0\n"), expect(2)
+        )
 
 
 def test_the_real_one_second_timeout_is_reported_as_start_up():
@@ -337,8 +417,9 @@ def load_program(name: str):
     stub = types.ModuleType("torch")
     stub.distributed, stub.multiprocessing = types.ModuleType("d"), types.ModuleType("m")
     saved = {k: sys.modules.get(k) for k in ("torch", "torch.distributed", "torch.multiprocessing")}
-    sys.modules.update({"torch": stub, "torch.distributed": stub.distributed,
-                        "torch.multiprocessing": stub.multiprocessing})
+    sys.modules.update(
+        {"torch": stub, "torch.distributed": stub.distributed, "torch.multiprocessing": stub.multiprocessing}
+    )
     argv, sys.argv = sys.argv, [name]
     try:
         namespace: dict = {"__name__": "program"}
@@ -400,9 +481,12 @@ def test_the_engine_check_fails_where_sglang_is_missing():
 
 def test_the_engine_program_starts_the_tp_group_like_sglang_059():
     source = (ROOT / "checks/programs/engine_allreduce.py").read_text()
-    for call in ("set_custom_all_reduce(not args.disable_custom_all_reduce)", "init_distributed_environment(",
-                 "initialize_model_parallel(tensor_model_parallel_size=world_size)",
-                 "tensor_model_parallel_all_reduce"):
+    for call in (
+        "set_custom_all_reduce(not args.disable_custom_all_reduce)",
+        "init_distributed_environment(",
+        "initialize_model_parallel(tensor_model_parallel_size=world_size)",
+        "tensor_model_parallel_all_reduce",
+    ):
         assert call in source
 
 
@@ -434,8 +518,9 @@ def test_nvlink_of_a_gpu_without_links_is_empty():
     assert parse.parse_nvlink((CHECKS / "nvlink-s.txt").read_text(), (CHECKS / "nvlink-e.txt").read_text()) == {}
 
 
-PERSISTENCE = ('Persistence mode for GPU 1 is disabled. Enable persistence mode by running '
-               '"nvidia-smi -i <gpuId> -pm 1 " as root.')
+PERSISTENCE = (
+    'Persistence mode for GPU 1 is disabled. Enable persistence mode by running "nvidia-smi -i <gpuId> -pm 1 " as root.'
+)
 
 
 def test_dcgmi_diag_json_level_1_failure_keeps_dcgms_whole_message_and_error_id():
@@ -470,7 +555,7 @@ def test_dcgmi_diag_json_runtime_error_and_text_that_is_no_json():
         parse.parse_dcgmi_diag_json((DATA / "dcgm" / "diag-runtime-error.json").read_text())
     with pytest.raises(ValueError, match="printed no JSON"):
         parse.parse_dcgmi_diag_json("Error: Unable to connect to host engine. {bad")
-    with pytest.raises(ValueError, match="no \"DCGM Diagnostic\""):
+    with pytest.raises(ValueError, match='no "DCGM Diagnostic"'):
         parse.parse_dcgmi_diag_json('{"metadata": {"version": "4.6.0"}}')
 
 
@@ -485,11 +570,34 @@ def test_dcgm_json_keys_are_dcgms_own():
     """Every key of the samples is one nvvs/include/NvvsJsonStrings.h defines (DCGM 4.6.0) or
     one of Diag.cpp's metadata names."""
     header = {
-        "test_categories", "category", "tests", "name", "results", "status", "warnings", "warning",
-        "info", "version", "runtime_error", "error_id", "error_category", "error_severity", "iterations",
-        "Overall Result", "Driver Version Detected", "entities", "entity_groups", "entity_group",
-        "entity_group_id", "entity_id", "serial_num", "device_id", "test_summary", "metadata",
-        "DCGM Diagnostic"}
+        "test_categories",
+        "category",
+        "tests",
+        "name",
+        "results",
+        "status",
+        "warnings",
+        "warning",
+        "info",
+        "version",
+        "runtime_error",
+        "error_id",
+        "error_category",
+        "error_severity",
+        "iterations",
+        "Overall Result",
+        "Driver Version Detected",
+        "entities",
+        "entity_groups",
+        "entity_group",
+        "entity_group_id",
+        "entity_id",
+        "serial_num",
+        "device_id",
+        "test_summary",
+        "metadata",
+        "DCGM Diagnostic",
+    }
 
     def keys(value):
         if isinstance(value, dict):
@@ -519,9 +627,26 @@ def test_synthetic_eight_gpu_pcie_topology():
 
 
 def test_eight_gpus_expected_give_eight_of_every_per_gpu_check():
-    out = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "checks"), "--collect-only", "-q",
-                          "-p", "no:cacheprovider", "--hosts=local://", "-m", "gpu", "--expect=gpu_count=8",
-                          *(f"--expect={x}" for x in H200)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "checks"),
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hosts=local://",
+            "-m",
+            "gpu",
+            "--expect=gpu_count=8",
+            *(f"--expect={x}" for x in H200),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     items = [line for line in out.stdout.splitlines() if "::" in line]
     per_gpu = [line for line in items if "[GPU" in line]
     checks = {line.split("::")[1].split("[")[0] for line in per_gpu}
@@ -531,12 +656,27 @@ def test_eight_gpus_expected_give_eight_of_every_per_gpu_check():
 
 
 def test_eight_expected_one_found_collapses_into_one_line_per_reason():
-    rows = [{"suite": "gpu", "check": "gpu count", "gpu": None, "verdict": "FAIL",
-             "detail": "expected 8 GPUs; found 1; what to do: ..."}]
+    rows = [
+        {
+            "suite": "gpu",
+            "check": "gpu count",
+            "gpu": None,
+            "verdict": "FAIL",
+            "detail": "expected 8 GPUs; found 1; what to do: ...",
+        }
+    ]
     for check in ("memory", "ecc enabled no uncorrectable errors", "temperature margin"):
         rows.append({"suite": "gpu", "check": check, "gpu": 0, "verdict": "PASS", "detail": "ok"})
-        rows += [{"suite": "gpu", "check": check, "gpu": i, "verdict": "SKIP",
-                  "detail": f"GPU{i} is missing (found 1): see the failed check 'gpu count'"} for i in range(1, 8)]
+        rows += [
+            {
+                "suite": "gpu",
+                "check": check,
+                "gpu": i,
+                "verdict": "SKIP",
+                "detail": f"GPU{i} is missing (found 1): see the failed check 'gpu count'",
+            }
+            for i in range(1, 8)
+        ]
     table = verdict_table(rows)
     assert "SKIP  21 checks" in table and "GPU# is missing (found 1)" in table
     assert table.count("SKIP") == 1
@@ -545,9 +685,16 @@ def test_eight_expected_one_found_collapses_into_one_line_per_reason():
 def test_report_json_of_the_real_pass_lists_every_new_check():
     report = json.loads((CHECKS / "report-pass.json").read_text())
     passed = {c["check"] for c in report["checks"] if c["verdict"] == "PASS"}
-    assert {"ecc enabled no uncorrectable errors", "recovery action none", "no active clock slowdown",
-            "temperature margin", "power limit as expected", "bar1 covers memory", "mig mode as expected",
-            "memory bandwidth"} <= passed
+    assert {
+        "ecc enabled no uncorrectable errors",
+        "recovery action none",
+        "no active clock slowdown",
+        "temperature margin",
+        "power limit as expected",
+        "bar1 covers memory",
+        "mig mode as expected",
+        "memory bandwidth",
+    } <= passed
     assert report["verdict"] == "healthy"
 
 
@@ -593,7 +740,9 @@ def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
     launcher = "#!/bin/sh\nexec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --tp-size 8 --disable-custom-all-reduce\n"
     host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=launcher, stderr=""))
     assert test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=host), e) == (
-        True, f"as in {e.launcher}")
+        True,
+        f"as in {e.launcher}",
+    )
     missing = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=1, stdout="", stderr=""))
     off, source = test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=missing), e)
     assert off is False and source.startswith("SGLang's default")
@@ -601,28 +750,35 @@ def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
 
 def _service_host(launcher: str | None, env_file: str = "NCCL_P2P_LEVEL=SYS\n"):
     """The answers of a deployed node's files: the launcher roles/serving wrote, its env file."""
+
     def run(command):
         if command.startswith("cat "):
-            return types.SimpleNamespace(rc=0 if launcher else 1, stdout=launcher or "",
-                                         stderr="" if launcher else "No such file or directory")
+            return types.SimpleNamespace(
+                rc=0 if launcher else 1, stdout=launcher or "", stderr="" if launcher else "No such file or directory"
+            )
         assert command.startswith("grep -E '^CUDA_VISIBLE_DEVICES=' "), command
         lines = [line for line in env_file.splitlines() if line.startswith("CUDA_VISIBLE_DEVICES=")]
         return types.SimpleNamespace(rc=0 if lines else 1, stdout="\n".join(lines), stderr="")
+
     return types.SimpleNamespace(run=run)
 
 
 def _tp_check(launcher: str | None, e: Expectations, env_file: str = "NCCL_P2P_LEVEL=SYS\n") -> FakeRequest:
     request = FakeRequest()
     test_service.test_tensor_parallel_size_matches_the_gpus(
-        _service_host(launcher, env_file), {"LoadState": "loaded"}, probe(), e, request)
+        _service_host(launcher, env_file), {"LoadState": "loaded"}, probe(), e, request
+    )
     return request
 
 
 def _launcher(*args: str) -> str:
     # As roles/serving/templates/launch.j2 writes it.
-    return ("#!/bin/sh\n# Launch the sglang 0.5.9 server of stack x, written by inference-host\n"
-            "exec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --model-path /models/k "
-            + " ".join(args) + " --host 0.0.0.0 --port 30000\n")
+    return (
+        "#!/bin/sh\n# Launch the sglang 0.5.9 server of stack x, written by inference-host\n"
+        "exec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --model-path /models/k "
+        + " ".join(args)
+        + " --host 0.0.0.0 --port 30000\n"
+    )
 
 
 def test_the_tensor_parallel_check_passes_where_the_rendered_size_is_the_gpus_seen():
@@ -641,8 +797,10 @@ def test_the_tensor_parallel_check_fails_a_planted_size_with_what_to_do():
     with pytest.raises(AssertionError) as failed:
         _tp_check(_launcher("--tp-size", "8"), expect(1))
     text = str(failed.value)
-    assert text.startswith("expected --tp-size to give this node as many ranks as the GPUs it sees (1, nvidia-smi);"
-                           f" found 8 ranks per node in {expect(1).launcher}; what to do: ")
+    assert text.startswith(
+        "expected --tp-size to give this node as many ranks as the GPUs it sees (1, nvidia-smi);"
+        f" found 8 ranks per node in {expect(1).launcher}; what to do: "
+    )
     assert "correct gpu_count" in text
     # The env file hides the GPU: CUDA_VISIBLE_DEVICES= leaves the engine none.
     with pytest.raises(AssertionError, match=r"GPUs it sees \(0, nvidia-smi and CUDA_VISIBLE_DEVICES= in "):
@@ -659,14 +817,30 @@ def test_the_tensor_parallel_check_fails_a_planted_size_with_what_to_do():
 def test_ssh_config_carries_every_pyinfra_setting(tmp_path):
     user_config = tmp_path / "config"
     user_config.write_text("Host gpu-node\n    ProxyJump bastion\n")
-    text = connection.ssh_config_text("gpu-node", {
-        "ssh_hostname": "10.0.0.5", "ssh_user": "root", "ssh_port": 2222, "ssh_key": "/keys/id",
-        "ssh_known_hosts_file": "/keys/known_hosts", "ssh_strict_host_key_checking": "yes",
-        "ssh_config_file": str(user_config)})
+    text = connection.ssh_config_text(
+        "gpu-node",
+        {
+            "ssh_hostname": "10.0.0.5",
+            "ssh_user": "root",
+            "ssh_port": 2222,
+            "ssh_key": "/keys/id",
+            "ssh_known_hosts_file": "/keys/known_hosts",
+            "ssh_strict_host_key_checking": "yes",
+            "ssh_config_file": str(user_config),
+        },
+    )
     assert text.splitlines()[1:] == [
-        "Host 10.0.0.5", "    User root", "    Port 2222", "    IdentityFile /keys/id", "    IdentitiesOnly yes",
-        "    UserKnownHostsFile /keys/known_hosts", "    StrictHostKeyChecking yes", "    BatchMode yes",
-        "Host *", f"    Include {user_config}"]
+        "Host 10.0.0.5",
+        "    User root",
+        "    Port 2222",
+        "    IdentityFile /keys/id",
+        "    IdentitiesOnly yes",
+        "    UserKnownHostsFile /keys/known_hosts",
+        "    StrictHostKeyChecking yes",
+        "    BatchMode yes",
+        "Host *",
+        f"    Include {user_config}",
+    ]
 
 
 def test_ssh_defaults_follow_pyinfra():
@@ -674,10 +848,13 @@ def test_ssh_defaults_follow_pyinfra():
     assert "Host gpu-node" in text and "StrictHostKeyChecking accept-new" in text  # pyinfra's default
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"ssh_password": "x"}, "ssh_password is set"),
-    ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking = 'maybe' is invalid"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"ssh_password": "x"}, "ssh_password is set"),
+        ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking = 'maybe' is invalid"),
+    ],
+)
 def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
     with pytest.raises(connection.SshSettingsError) as failure:
         connection.ssh_config_text("gpu-node", data)
@@ -687,8 +864,9 @@ def test_ssh_settings_the_checks_cannot_honour_are_refused(data, message):
 @pytest.mark.parametrize("ranks", [2, 3, 5, 7, 8])
 def test_the_engine_check_passes_real_multi_rank_gloo_runs(ranks):
     """Run on the CPUs of the 1 × H200 machine (2026-12-01): N processes, every rank exact."""
-    detail = test_interconnect.judge_engine_allreduce(0, (CHECKS / f"engine-gloo-{ranks}.txt").read_text(),
-                                                      expect(ranks))
+    detail = test_interconnect.judge_engine_allreduce(
+        0, (CHECKS / f"engine-gloo-{ranks}.txt").read_text(), expect(ranks)
+    )
     assert detail.startswith(f"exact sums over {ranks} GPUs via torch.distributed gloo")
 
 
@@ -700,15 +878,28 @@ def test_the_engine_check_fails_a_real_broken_three_rank_reduction():
 def test_a_completion_without_choices_names_the_engines_own_error():
     """vllm 0.16.0 answers HTTP 200 with its ErrorResponse when the engine core dies in a
     request (seen on an AMX Xeon: the lab's vLLM with bfloat16); the check prints that message."""
-    body = {"error": {"message": "RuntimeError: Unsupported CPU attention configuration: head_dim=64 isa=0",
-                      "type": "InternalServerError", "param": None, "code": 500}}
+    body = {
+        "error": {
+            "message": "RuntimeError: Unsupported CPU attention configuration: head_dim=64 isa=0",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
     with pytest.raises(ValueError) as raised:
         parse.completion_text(body)
-    assert str(raised.value) == ("the completion has no choices; the engine answered: RuntimeError:"
-                                 " Unsupported CPU attention configuration: head_dim=64 isa=0"
-                                 " (InternalServerError, 500)")
-    sglang = {"object": "error", "message": "The model kimi does not exist.", "type": "NotFoundError",
-              "param": None, "code": 404}
+    assert str(raised.value) == (
+        "the completion has no choices; the engine answered: RuntimeError:"
+        " Unsupported CPU attention configuration: head_dim=64 isa=0"
+        " (InternalServerError, 500)"
+    )
+    sglang = {
+        "object": "error",
+        "message": "The model kimi does not exist.",
+        "type": "NotFoundError",
+        "param": None,
+        "code": 404,
+    }
     assert parse.engine_error(sglang) == "The model kimi does not exist. (NotFoundError, 404)"
     assert parse.engine_error({"unexpected": "x" * 700}).endswith("... (717 characters)")
     assert parse.completion_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"
@@ -725,8 +916,9 @@ def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):
     script.write_text(dcgm._dcgmi().replace("/run/nv-hostengine.pid", str(pid)))
     run = lambda *args: subprocess.run(["sh", str(script), *args], capture_output=True, text=True)  # noqa: E731
     out = run("diag", "-r", "1", "-j")
-    assert out.returncode == 0 and [(t.section, t.name, t.result) for t in parse.parse_dcgmi_diag_json(out.stdout)] \
-        == [("Deployment", "software", "Skip")]
+    assert out.returncode == 0 and [(t.section, t.name, t.result) for t in parse.parse_dcgmi_diag_json(out.stdout)] == [
+        ("Deployment", "software", "Skip")
+    ]
     assert "| software                  | Skip" in run("diag", "-r", "1").stdout
     pid.write_text("999999999\n")
     assert run("diag", "-r", "1", "-j").returncode == 255  # no host engine: dcgmi/Command.cpp's error
@@ -734,6 +926,7 @@ def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):
 
 def _journal_host(journal: str):
     """A node whose engine unit has a current run and whose journal of that run is `journal`."""
+
     def run(command):
         if command == "command -v journalctl":
             return types.SimpleNamespace(rc=0, stdout="/usr/bin/journalctl\n", stderr="")
@@ -741,18 +934,22 @@ def _journal_host(journal: str):
             return types.SimpleNamespace(rc=0, stdout="5e1f0c2d9a8b4c3e\n", stderr="")
         assert command.startswith("journalctl _SYSTEMD_INVOCATION_ID=5e1f0c2d9a8b4c3e -o cat"), command
         return types.SimpleNamespace(rc=0, stdout=journal, stderr="")
+
     return types.SimpleNamespace(run=run)
 
 
 def test_the_kv_cache_check_reports_sglangs_own_allocation_line():
     """sglang 0.5.10's line for Kimi-K2.5's MLA pool (srt/mem_cache/memory_pool.py), then the
     drafter's K/V pool: the target's figure is reported and kept as evidence."""
-    journal = ("[2026-12-04 03:10:02 TP0] KV Cache is allocated. #tokens: 218348, KV size: 14.29 GB\n"
-               "[2026-12-04 03:10:09 TP0] KV Cache is allocated. #tokens: 218348, K size: 0.42 GB, V size: 0.42 GB\n")
+    journal = (
+        "[2026-12-04 03:10:02 TP0] KV Cache is allocated. #tokens: 218348, KV size: 14.29 GB\n"
+        "[2026-12-04 03:10:09 TP0] KV Cache is allocated. #tokens: 218348, K size: 0.42 GB, V size: 0.42 GB\n"
+    )
     request = FakeRequest()
     test_service.test_kv_cache_allocated(_journal_host(journal), {"LoadState": "loaded"}, expect(), request)
     assert request.detail.startswith("218348 tokens, 14.29 GiB per GPU (SGLang's own line")
     assert request.evidence[("kv_cache_tokens", ())] == 218348
     with pytest.raises(pytest.skip.Exception, match="KV Cache is allocated"):
-        test_service.test_kv_cache_allocated(_journal_host("Load weight end.\n"), {"LoadState": "loaded"},
-                                             expect(), FakeRequest())
+        test_service.test_kv_cache_allocated(
+            _journal_host("Load weight end.\n"), {"LoadState": "loaded"}, expect(), FakeRequest()
+        )

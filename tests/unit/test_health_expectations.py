@@ -25,9 +25,16 @@ def test_from_the_production_inventory():
 
 
 def test_overrides_for_a_machine_in_no_inventory():
-    expect = Expectations.from_overrides(["gpu_count=2", "gpu_arch=sm90", "gpu_model=NVIDIA H200",
-                                          "driver_version=580.159.04", "nccl_p2p_level=off",
-                                          "health_allreduce_min_busbw_gbps=100"])
+    expect = Expectations.from_overrides(
+        [
+            "gpu_count=2",
+            "gpu_arch=sm90",
+            "gpu_model=NVIDIA H200",
+            "driver_version=580.159.04",
+            "nccl_p2p_level=off",
+            "health_allreduce_min_busbw_gbps=100",
+        ]
+    )
     assert (expect.gpu_count, expect.compute_capability, expect.gpu_model) == (2, "9.0", "NVIDIA H200")
     assert expect.driver_version == "580.159.04"
     assert expect.nccl_env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in expect.nccl_env
@@ -39,12 +46,15 @@ def test_overrides_on_top_of_an_inventory_host():
     assert (expect.gpu_count, expect.serving_port, expect.compute_capability) == (4, 31000, "12.0")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("gpu_cont=8", "unknown key gpu_cont = 8; did you mean gpu_count?"),
-    ("gpu_arch=sm99", "gpu_arch = 'sm99' is invalid; expected one of 'sm80'"),
-    ("health_allreduce_min_busbw_gbps=-1", "expected a number greater than 0"),
-    ("gpu_count", "--expect 'gpu_count' is invalid; expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("gpu_cont=8", "unknown key gpu_cont = 8; did you mean gpu_count?"),
+        ("gpu_arch=sm99", "gpu_arch = 'sm99' is invalid; expected one of 'sm80'"),
+        ("health_allreduce_min_busbw_gbps=-1", "expected a number greater than 0"),
+        ("gpu_count", "--expect 'gpu_count' is invalid; expected KEY=VALUE"),
+    ],
+)
 def test_bad_overrides_name_key_value_and_what_is_valid(override, message):
     with pytest.raises(SiteError) as error:
         Expectations.from_overrides([override])
@@ -58,13 +68,31 @@ def test_unknown_inventory_host():
 
 def test_verdict_table():
     rows = [
-        {"suite": "gpu", "check": "gpu count", "gpu": None, "verdict": "FAIL",
-         "detail": "expected 8 GPUs; found 2; what to do: check passthrough"},
+        {
+            "suite": "gpu",
+            "check": "gpu count",
+            "gpu": None,
+            "verdict": "FAIL",
+            "detail": "expected 8 GPUs; found 2; what to do: check passthrough",
+        },
         {"suite": "gpu", "check": "memory", "gpu": 0, "verdict": "PASS", "detail": "140.4 GiB"},
-        *[{"suite": "gpu", "check": "memory", "gpu": i, "verdict": "SKIP",
-           "detail": f"GPU{i} is missing (found 2): see the failed check 'gpu count'"} for i in range(2, 8)],
-        {"suite": "server", "check": "metrics exported", "gpu": None, "verdict": "SKIP",
-         "detail": "serving_enable_metrics is off"},
+        *[
+            {
+                "suite": "gpu",
+                "check": "memory",
+                "gpu": i,
+                "verdict": "SKIP",
+                "detail": f"GPU{i} is missing (found 2): see the failed check 'gpu count'",
+            }
+            for i in range(2, 8)
+        ],
+        {
+            "suite": "server",
+            "check": "metrics exported",
+            "gpu": None,
+            "verdict": "SKIP",
+            "detail": "serving_enable_metrics is off",
+        },
     ]
     table = verdict_table(rows)
     lines = table.splitlines()
@@ -79,5 +107,15 @@ def test_deploy_hook_runs_the_cli_with_the_deploys_inventory():
     from roles.health import check_command
 
     command = check_command("/x/inventory/prod.py", NODE, ["service", "server"], "reports/h.json")
-    assert command[1:] == ["-m", "checks", "--inventory", "/x/inventory/prod.py", "--host", NODE,
-                           "--suites", "service,server", "--report", "reports/h.json"]
+    assert command[1:] == [
+        "-m",
+        "checks",
+        "--inventory",
+        "/x/inventory/prod.py",
+        "--host",
+        NODE,
+        "--suites",
+        "service,server",
+        "--report",
+        "reports/h.json",
+    ]

@@ -60,8 +60,13 @@ def _download(hub, tmp_path, disable_xet: bool, **env_extra: str) -> tuple[bytes
     url, log = hub
     env = {**measure_resume.client_env("http" if disable_xet else "xet", url, tmp_path), **env_extra}
     before, mark = measure_resume._counters(url), len(log.read_text())
-    done = subprocess.run([sys.executable, "-c", DOWNLOAD, REPO, SHARD, hf_hub.commit_of(REPO),
-                           str(tmp_path / "local")], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", DOWNLOAD, REPO, SHARD, hf_hub.commit_of(REPO), str(tmp_path / "local")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     after = measure_resume._counters(url)
     path = done.stdout.strip().splitlines()[-1]
@@ -100,8 +105,9 @@ def _head(url: str) -> dict:
             return None
 
     try:
-        urllib.request.build_opener(Keep).open(urllib.request.Request(
-            f"{url}/{REPO}/resolve/main/{SHARD}", method="HEAD"))
+        urllib.request.build_opener(Keep).open(
+            urllib.request.Request(f"{url}/{REPO}/resolve/main/{SHARD}", method="HEAD")
+        )
     except urllib.error.HTTPError as answer:
         assert answer.code == 302
         return dict(answer.headers)
@@ -124,7 +130,8 @@ def test_hf_xet_reads_byte_ranges_of_the_file(hub):
     url = hub[0]
     file_hash, token = _head(url)["X-Xet-Hash"], _token(url)
     group = hf_xet.XetSession().new_download_stream_group(
-        endpoint=token["casUrl"], token=token["accessToken"], token_expiry_unix_secs=token["exp"])
+        endpoint=token["casUrl"], token=token["accessToken"], token_expiry_unix_secs=token["exp"]
+    )
     info = hf_xet.XetFileInfo(file_hash, len(CONTENT))
     for start, end in ((12345, 777777), (5_000_001, 20_000_000), (len(CONTENT) - 10, None)):
         assert b"".join(group.download_stream(info, start, end)) == CONTENT[start:end], (start, end)
@@ -133,18 +140,21 @@ def test_hf_xet_reads_byte_ranges_of_the_file(hub):
 def test_cas_refuses_a_wrong_token_and_a_range_it_did_not_sign(hub):
     url = hub[0]
     file_hash = _head(url)["X-Xet-Hash"]
-    wrong = urllib.request.Request(f"{url}/v2/reconstructions/{file_hash}",
-                                   headers={"Authorization": "Bearer not-the-token"})
+    wrong = urllib.request.Request(
+        f"{url}/v2/reconstructions/{file_hash}", headers={"Authorization": "Bearer not-the-token"}
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(wrong)
     assert refused.value.code == 401
-    right = urllib.request.Request(f"{url}/v2/reconstructions/{file_hash}",
-                                   headers={"Authorization": f"Bearer {_token(url)['accessToken']}"})
+    right = urllib.request.Request(
+        f"{url}/v2/reconstructions/{file_hash}", headers={"Authorization": f"Bearer {_token(url)['accessToken']}"}
+    )
     with urllib.request.urlopen(right) as answer:
         fetch = next(iter(json.load(answer)["xorbs"].values()))[0]
     signed = fetch["ranges"][0]["bytes"]
-    with urllib.request.urlopen(urllib.request.Request(
-            fetch["url"], headers={"Range": f"bytes={signed['start']}-{signed['end']}"})) as answer:
+    with urllib.request.urlopen(
+        urllib.request.Request(fetch["url"], headers={"Range": f"bytes={signed['start']}-{signed['end']}"})
+    ) as answer:
         assert answer.status == 206
     wider = urllib.request.Request(fetch["url"], headers={"Range": f"bytes=0-{signed['end']}"})
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -158,7 +168,9 @@ def test_a_shard_that_is_not_one_is_refused_with_the_reason():
     store = xet.XetStore()
     header = xet.SHARD_HEADER_TAG + b"\2" + b"\0" * 15
     file_entry = b"\1" * 32 + (1).to_bytes(4, "little") * 2 + b"\0" * 8  # names one segment ...
-    segment = b"\2" * 32 + b"\0" * 4 + (100).to_bytes(4, "little") + (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
+    segment = (
+        b"\2" * 32 + b"\0" * 4 + (100).to_bytes(4, "little") + (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
+    )
     with pytest.raises(xet.XetFormatError, match="unknown xorb"):  # ... of a xorb never uploaded
         store.add_shard(header + file_entry + segment + xet.BOOKEND + b"\0" * 16 + xet.BOOKEND + b"\0" * 16)
 
@@ -166,7 +178,7 @@ def test_a_shard_that_is_not_one_is_refused_with_the_reason():
 def test_merkle_hex_is_xet_cores_word_order():
     """data_hash.rs hex(): 4 u64 words read little-endian, each printed big-endian."""
     raw = bytes(range(32))
-    assert xet.merkle_hex(raw) == "0706050403020100" "0f0e0d0c0b0a0908" "1716151413121110" "1f1e1d1c1b1a1918"
+    assert xet.merkle_hex(raw) == "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918"
 
 
 @pytest.mark.parametrize("mode", ["http", "xet"])
@@ -205,8 +217,7 @@ def _in_a_process_of_its_own(body: str, tmp_path) -> None:
     gevent's monkey.patch_all()), that thread is a greenlet that never runs, and the download
     waits forever (seen: the unit tier stopped there until pytest's timeout)."""
     code = f"import pathlib, tests.unit.test_hub_xet_standin as m; m.{body}(pathlib.Path({str(tmp_path)!r}))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -236,14 +247,15 @@ def _flipped_xorb_byte_reaches_the_file(tmp_path):
         xorb = hub.xet.xorbs[first.xorb]
         at = xorb.offsets[first.start] + xet.CHUNK_HEADER_SIZE + 1000
         assert xorb.data[xorb.offsets[first.start] + 4] == 0  # stored uncompressed (random bytes)
-        xorb.data = xorb.data[:at] + bytes([xorb.data[at] ^ 0xFF]) + xorb.data[at + 1:]
+        xorb.data = xorb.data[:at] + bytes([xorb.data[at] ^ 0xFF]) + xorb.data[at + 1 :]
         group = hf_xet.XetSession().new_download_stream_group(
-            endpoint=url, token=hub.xet.token, token_expiry_unix_secs=hub.xet.expires)
+            endpoint=url, token=hub.xet.token, token_expiry_unix_secs=hub.xet.expires
+        )
         data = b"".join(group.download_stream(hf_xet.XetFileInfo(f.xet_hash, f.size)))
     finally:
         server.shutdown()
     assert len(data) == len(CONTENT) and data != CONTENT
-    assert [i for i in range(0, len(data), 4096) if data[i:i + 4096] != CONTENT[i:i + 4096]] == [0]
+    assert [i for i in range(0, len(data), 4096) if data[i : i + 4096] != CONTENT[i : i + 4096]] == [0]
 
 
 def test_a_restarted_stand_in_serves_what_it_stored_without_uploading(tmp_path):

@@ -18,8 +18,7 @@ from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
 KIMI = json.loads((DATA / "kimi-k2.5-config.json").read_text())
 DRAFTER = json.loads((DATA / "torchspec-kimi-k25-eagle3.json").read_text())
-SPEC = {"draft_model_path": "/models/Kimi-K2.5-eagle3", "draft_config": "drafter.json",
-        "target_config": "target.json"}
+SPEC = {"draft_model_path": "/models/Kimi-K2.5-eagle3", "draft_config": "drafter.json", "target_config": "target.json"}
 
 
 @pytest.fixture
@@ -32,7 +31,11 @@ def configs(inventory):
 
 def _site(inventory, **settings):
     # one file per variant: the site model reads an inventory file once
-    name = "site.py" if not settings else "site_" + "_".join(f"{k}_{v}" for k, v in settings.items()).replace(".", "") + ".py"
+    name = (
+        "site.py"
+        if not settings
+        else "site_" + "_".join(f"{k}_{v}" for k, v in settings.items()).replace(".", "") + ".py"
+    )
     return load_site(inventory.groups(name, gpu_nodes=[gpu_node(serving_speculative=SPEC, **settings)]), ROLE_CHECKS)
 
 
@@ -88,10 +91,13 @@ def test_default_context_with_48_requests_is_refused_with_what_would_fit(configs
     assert problem.startswith(f"{configs.dir / 'site.py'}: host gpu1: serving_speculative (EAGLE3 on sglang 0.5.10): ")
     assert "\n" not in problem
     # each request's row: context + 4 + num_draft_tokens (extra_max_context_len)
-    assert ("the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48"
-            " = 12583296 tokens") in problem
-    assert ("0.92 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
-            " of target weights per GPU = 14.3 GiB = 218348 tokens at 70272 B") in problem
+    assert (
+        "the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48 = 12583296 tokens"
+    ) in problem
+    assert (
+        "0.92 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
+        " of target weights per GPU = 14.3 GiB = 218348 tokens at 70272 B"
+    ) in problem
     # 218348 // 48 - 8 = 4540 (the old check said 5249: 252187 // 48 - 4)
     assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 4540" in problem
 
@@ -122,10 +128,14 @@ def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
     site = load_site(inventory.groups(gpu_nodes=[gpu_node()]), ROLE_CHECKS)
     args = server_arguments(site.hosts["gpu1"], site.hosts, site.stack.active)
     assert "--max-running-requests" not in args and "--context-length" not in args
-    site = load_site(inventory.groups("set.py", gpu_nodes=[gpu_node(serving_max_running_requests=64,
-                                                                    serving_context_length=32768)]), ROLE_CHECKS)
+    site = load_site(
+        inventory.groups("set.py", gpu_nodes=[gpu_node(serving_max_running_requests=64, serving_context_length=32768)]),
+        ROLE_CHECKS,
+    )
     args = server_arguments(site.hosts["gpu1"], site.hosts, site.stack.active)
-    assert args[args.index("--max-running-requests") + 1] == "64" and args[args.index("--context-length") + 1] == "32768"
+    assert (
+        args[args.index("--max-running-requests") + 1] == "64" and args[args.index("--context-length") + 1] == "32768"
+    )
 
 
 def test_weights_that_do_not_fit_the_gpus_are_said_first(configs):
@@ -173,14 +183,22 @@ def test_the_releases_own_profile_gives_the_estimates_tokens(version):
     post_gib = (pre - target.weights_per_gpu) / kv_cache.GIB
     stubs = {
         "torch": SimpleNamespace(_utils=SimpleNamespace(_element_size=lambda dtype: 2)),
-        "is_float4_e2m1fn_x2": lambda dtype: False, "is_deepseek_nsa": lambda config: False,
+        "is_float4_e2m1fn_x2": lambda dtype: False,
+        "is_deepseek_nsa": lambda config: False,
         "get_available_gpu_memory": lambda *args, **kwargs: post_gib,
         "get_world_group": lambda: SimpleNamespace(world_size=8, cpu_group=None),
     }
     runner = SimpleNamespace(
-        kv_cache_dtype="bfloat16", use_mla_backend=True, is_draft_worker=False, mambaish_config=None,
-        num_effective_layers=61, device="cuda", gpu_id=0, mem_fraction_static=0.92,
-        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64, hf_config={}))
+        kv_cache_dtype="bfloat16",
+        use_mla_backend=True,
+        is_draft_worker=False,
+        mambaish_config=None,
+        num_effective_layers=61,
+        device="cuda",
+        gpu_id=0,
+        mem_fraction_static=0.92,
+        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64, hf_config={}),
+    )
     cell = _release_method(version, "get_cell_size_per_token", stubs)
     runner.get_cell_size_per_token = lambda layers: cell(runner, layers)
     assert runner.get_cell_size_per_token(61) == target.kv_bytes_per_token
@@ -189,11 +207,14 @@ def test_the_releases_own_profile_gives_the_estimates_tokens(version):
     assert profile(runner, pre / kv_cache.GIB) == estimate.kv_tokens == 218_348
 
 
-@pytest.mark.parametrize("version, path", [
-    ("0.5.9", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
-    ("0.5.10", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
-    ("0.5.23", "sglang/srt/mem_cache/allocation_sizing.py"),
-])
+@pytest.mark.parametrize(
+    "version, path",
+    [
+        ("0.5.9", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+        ("0.5.10", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"),
+        ("0.5.23", "sglang/srt/mem_cache/allocation_sizing.py"),
+    ],
+)
 def test_each_request_row_holds_four_plus_the_draft_tokens(version, path):
     """extra_max_context_len: 4, plus speculative_num_draft_tokens (the FIXME in each release)."""
     from tests.unit.upstream_sources import release_text
@@ -215,7 +236,9 @@ def test_the_eagle_reserve_of_sglangs_default_fraction_per_release(version):
         found = 0
     else:
         source = release_text("sglang", version, "sglang/srt/server_args.py")
-        found = int(re.search(r"# eagle draft models and cuda graphs\s+reserved_mem \+= (\d+) \* 1024", source)[1]) * 1024
+        found = (
+            int(re.search(r"# eagle draft models and cuda graphs\s+reserved_mem \+= (\d+) \* 1024", source)[1]) * 1024
+        )
     assert kv_cache.EAGLE_RESERVE_MIB[version] == found
 
 
@@ -224,6 +247,8 @@ def test_the_deploy_prints_the_estimate_beside_sglangs_own_figure(configs):
 
     site = _site(configs, serving_context_length=4096)
     line = kv_estimate_note(site.hosts["gpu1"], "0.5.10", configs.dir)
-    assert line == ("KV cache estimate for sglang 0.5.10: 218348 tokens, 14.3 GiB per GPU (0.92 x 93.6 GiB free"
-                    " before loading - 71.8 GiB of weights); SGLang's own figure: the health check 'kv cache"
-                    " allocated' (docs/serving-memory.md)")
+    assert line == (
+        "KV cache estimate for sglang 0.5.10: 218348 tokens, 14.3 GiB per GPU (0.92 x 93.6 GiB free"
+        " before loading - 71.8 GiB of weights); SGLang's own figure: the health check 'kv cache"
+        " allocated' (docs/serving-memory.md)"
+    )

@@ -35,6 +35,7 @@ def lab_calls(monkeypatch):
             calls.append(("serve", name))
             gevent.sleep(0.05)
             return f"http://172.17.0.1:1/{name}"
+
         return served
 
     monkeypatch.setattr(lab, "up", up)
@@ -44,7 +45,9 @@ def lab_calls(monkeypatch):
     monkeypatch.setattr(lab, "_brought_up", set())
     monkeypatch.setattr(lab, "_served", set())
     monkeypatch.setattr(lab, "CONNECT", "docker")
-    monkeypatch.setattr(DockerConnector, "connect", lambda self: calls.append(("docker", self.data["docker_identifier"])))
+    monkeypatch.setattr(
+        DockerConnector, "connect", lambda self: calls.append(("docker", self.data["docker_identifier"]))
+    )
     return calls
 
 
@@ -64,7 +67,9 @@ def test_hosts_connecting_at_once_bring_the_lab_up_once(lab_calls):
     assert sorted(role for _, roles in ups for role in roles) == ["gpu", "pve"], lab_calls
     assert [call for call in lab_calls if call[0] == "serve"] == [("serve", "nvidia-apt"), ("serve", "hf-hub")]
     assert sorted(call for call in lab_calls if call[0] == "docker") == [
-        ("docker", lab.container_name("gpu")), ("docker", lab.container_name("pve"))]
+        ("docker", lab.container_name("gpu")),
+        ("docker", lab.container_name("pve")),
+    ]
 
 
 def test_a_host_named_by_its_address_gets_the_running_containers(lab_calls):
@@ -96,10 +101,16 @@ def test_a_failed_bring_up_fails_that_host_only_in_one_line(lab_calls, monkeypat
 
 def test_commands_and_files_go_through_pyinfras_docker_connector(lab_calls, monkeypatch):
     seen = []
-    monkeypatch.setattr(DockerConnector, "run_shell_command",
-                        lambda self, command, **kw: seen.append(("run", self.data["docker_identifier"], command)) or (True, None))
-    monkeypatch.setattr(DockerConnector, "put_file",
-                        lambda self, source, dest, *a, **kw: seen.append(("put", self.data["docker_identifier"], dest)) or True)
+    monkeypatch.setattr(
+        DockerConnector,
+        "run_shell_command",
+        lambda self, command, **kw: seen.append(("run", self.data["docker_identifier"], command)) or (True, None),
+    )
+    monkeypatch.setattr(
+        DockerConnector,
+        "put_file",
+        lambda self, source, dest, *a, **kw: seen.append(("put", self.data["docker_identifier"], dest)) or True,
+    )
     state = _connected([("@lab/gpu", {})])
     host = state.inventory.get_host(lab.pyinfra_name("gpu"))
     with ctx_state.use(state):
@@ -120,7 +131,9 @@ def test_over_ssh_the_host_gets_its_address_and_sshd_before_pyinfras_ssh_connect
     assert names[0][1]["ssh_known_hosts_file"] == str(lab.known_hosts_file())
     state = _connected([("@lab/gpu", {})])
     assert [c for c in lab_calls if c[0] in ("sshd", "ssh")] == [
-        ("sshd", ("gpu",)), ("ssh", lab.container_address("gpu"))]
+        ("sshd", ("gpu",)),
+        ("ssh", lab.container_address("gpu")),
+    ]
     assert state.inventory.get_host(lab.container_name("gpu")).connected
 
 
@@ -128,6 +141,7 @@ def test_a_reconnect_keeps_the_connector_that_found_the_container_running(lab_ca
     """After the node's reboot pyinfra connects the host again: the docker connector that saw the
     container running at first (no_stop) must be the one asked, or a container caught mid-restart
     would be committed and removed on disconnect (pyinfra/connectors/docker.py disconnect)."""
+
     def connect(self):
         self.no_stop = getattr(self, "no_stop", False) or not lab_calls.count(("restarting",))
         self.container_id = self.data["docker_identifier"]

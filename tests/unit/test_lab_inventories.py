@@ -45,12 +45,18 @@ def no_side_effects(monkeypatch):
     (ansible-core 2.18), which finds libc with ctypes.util.find_library, and that runs
     `/sbin/ldconfig -p` once per process to read the linker's cache."""
     import ansible.utils.display  # noqa: F401
+
     def refuse(what):
         def refused(*args, **kwargs):
-            project = [f"{Path(f.filename).relative_to(PROJECT_ROOT)}:{f.lineno}" for f in traceback.extract_stack()
-                       if f.filename.startswith(str(PROJECT_ROOT)) and "/.venv/" not in f.filename
-                       and "tests/unit" not in f.filename]
+            project = [
+                f"{Path(f.filename).relative_to(PROJECT_ROOT)}:{f.lineno}"
+                for f in traceback.extract_stack()
+                if f.filename.startswith(str(PROJECT_ROOT))
+                and "/.venv/" not in f.filename
+                and "tests/unit" not in f.filename
+            ]
             raise SideEffect(f"loading the inventory {what} ({' < '.join(reversed(project))}): {args[1:2] or args[:1]}")
+
         return refused
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("started a program"))
@@ -110,8 +116,9 @@ def load_as_pyinfra_cli(inventory: str, is_cli: bool = True):
 @pytest.mark.parametrize("connect", ["docker", "ssh"])
 @pytest.mark.parametrize("is_cli", [True, False], ids=["pyinfra", "checks"])
 @pytest.mark.parametrize("inventory", LAB_INVENTORIES)
-def test_loading_a_lab_inventory_starts_nothing(inventory, is_cli, connect, cuda_toolkit, request,
-                                                 monkeypatch, no_side_effects):
+def test_loading_a_lab_inventory_starts_nothing(
+    inventory, is_cli, connect, cuda_toolkit, request, monkeypatch, no_side_effects
+):
     if inventory.endswith("(engine wheels)"):
         request.getfixturevalue("engine_wheel_builder")
     monkeypatch.setattr(lab, "CONNECT", connect)
@@ -166,5 +173,6 @@ def test_an_unknown_lab_role_is_one_line(tmp_path, no_side_effects):
 
     with pytest.raises(InventoryError) as raised:
         list(LabConnector.make_names_data("gpu0"))
-    assert str(raised.value) == ("@lab/gpu0: no such lab host; expected @lab/ followed by one of "
-                                 + ", ".join([*lab.HOSTS, "local"]))
+    assert str(raised.value) == (
+        "@lab/gpu0: no such lab host; expected @lab/ followed by one of " + ", ".join([*lab.HOSTS, "local"])
+    )

@@ -33,8 +33,12 @@ def smi(tmp_path):
     (folder / "nvidia-smi").write_text(nvidia_smi.WRAPPER.replace("/usr/bin/python3", sys.executable))
     (folder / "nvidia-smi").chmod(0o755)
     state = tmp_path / "state"
-    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "NVIDIA_SMI_STANDIN_STATE": str(state),
-           "NVIDIA_SMI_STANDIN_PROGRAM": str(program)}
+    env = {
+        **os.environ,
+        "PATH": f"{folder}:{os.environ['PATH']}",
+        "NVIDIA_SMI_STANDIN_STATE": str(state),
+        "NVIDIA_SMI_STANDIN_PROGRAM": str(program),
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, env=env, timeout=30)
@@ -61,18 +65,23 @@ def test_with_them_it_answers_the_checks_queries_from_the_captures(smi):
     query = smi(f"--query-gpu={','.join(parse.GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits")
     gpus = parse.parse_gpu_query(query.stdout)
     assert [(g.index, g.bus, g.name, g.compute_cap, g.memory_mib, g.driver_version) for g in gpus] == [
-        (i, address, RTX, "12.0", 97887, DRIVER) for i, address in enumerate(lab.PVE_GPUS)]
+        (i, address, RTX, "12.0", 97887, DRIVER) for i, address in enumerate(lab.PVE_GPUS)
+    ]
     # The captured row's other cells, as captured (h200-1gpu-health/query-gpu-health.csv).
     assert query.stdout.splitlines()[0].endswith(", 580.95.05, Enabled, P0, 5, 5, 5, 16, 16")
     with_header = smi("--query-gpu=index,name,memory.total", "--format=csv").stdout.splitlines()
     assert with_header[:2] == ["index, name, memory.total [MiB]", f"0, {RTX}, 97887 MiB"]
     health = parse.parse_gpu_health(smi("-q").stdout)
     assert sorted(health) == lab.PVE_GPUS
-    assert {h.ecc_current for h in health.values()} == {True} and {h.recovery_action for h in health.values()} == {"None"}
-    remapped = parse.parse_remapped_rows(smi(f"--query-remapped-rows={','.join(parse.REMAPPED_FIELDS)}",
-                                             "--format=csv,noheader").stdout)
+    assert {h.ecc_current for h in health.values()} == {True} and {h.recovery_action for h in health.values()} == {
+        "None"
+    }
+    remapped = parse.parse_remapped_rows(
+        smi(f"--query-remapped-rows={','.join(parse.REMAPPED_FIELDS)}", "--format=csv,noheader").stdout
+    )
     assert [(parse.normalize_bus_id(r.bus_id), r.failure, r.pending) for r in remapped] == [
-        (address, False, False) for address in lab.PVE_GPUS]
+        (address, False, False) for address in lab.PVE_GPUS
+    ]
     assert parse.parse_smi_version(smi("--version").stdout)["DRIVER version"] == DRIVER
     assert smi().returncode == 0 and "No running processes found" in smi().stdout
     assert smi("topo", "-m").returncode == 2 and "stand-in" in smi("topo", "-m").stderr
@@ -87,9 +96,12 @@ def test_a_planted_process_is_listed_while_it_lives(smi):
         (smi.state / "compute-apps" / str(stray.pid)).write_text("3 4096\n")
         listed = parse.parse_compute_apps(smi(apps, "--format=csv,noheader,nounits").stdout)
         assert [(a.pid, a.process_name, a.used_memory_mib, parse.normalize_bus_id(a.gpu_bus_id)) for a in listed] == [
-            (stray.pid, "sleep", 4096, lab.PVE_GPUS[3])]
+            (stray.pid, "sleep", 4096, lab.PVE_GPUS[3])
+        ]
         assert smi(apps, "--format=csv").stdout.splitlines() == [
-            "pid, process_name, used_gpu_memory [MiB], gpu_bus_id", f"{stray.pid}, sleep, 4096 MiB, 00000000:61:00.0"]
+            "pid, process_name, used_gpu_memory [MiB], gpu_bus_id",
+            f"{stray.pid}, sleep, 4096 MiB, 00000000:61:00.0",
+        ]
         assert f"Process ID                                       : {stray.pid}" in smi("-q").stdout
     finally:
         stray.kill()
@@ -103,15 +115,50 @@ def test_the_gpu_suite_passes_on_its_healthy_answers_but_cuda(smi, tmp_path):
     (kernel log, module), but 'cuda works', which needs torch and a GPU."""
     smi.plant()
     report = tmp_path / "report.json"
-    run = subprocess.run([sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "gpu",
-                          "--no-bandwidth-probes", "--report", str(report), "--expect", "gpu_count=8",
-                          "--expect", f"driver_version={DRIVER}", "--expect", f"health_engine_python={sys.executable}"],
-                         cwd=ROOT, capture_output=True, text=True, env=smi.env, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "checks",
+            "--hosts",
+            "local://",
+            "--suites",
+            "gpu",
+            "--no-bandwidth-probes",
+            "--report",
+            str(report),
+            "--expect",
+            "gpu_count=8",
+            "--expect",
+            f"driver_version={DRIVER}",
+            "--expect",
+            f"health_engine_python={sys.executable}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=smi.env,
+        timeout=300,
+    )
     checks = json.loads(report.read_text())["checks"]
     failed = {(c["check"], c["gpu"]) for c in checks if c["verdict"] == "FAIL"}
     assert failed == {("cuda works", 0)}, run.stdout[-3000:]
     passed = {c["check"] for c in checks if c["verdict"] == "PASS"}
-    assert {"nvidia smi present", "gpu count", "driver version equals pin", "no compute process outside service",
-            "gpu name", "compute capability", "memory", "persistence mode", "no row remap failure",
-            "ecc enabled no uncorrectable errors", "recovery action none", "no active clock slowdown",
-            "temperature margin", "power limit as expected", "bar1 covers memory", "mig mode as expected"} <= passed
+    assert {
+        "nvidia smi present",
+        "gpu count",
+        "driver version equals pin",
+        "no compute process outside service",
+        "gpu name",
+        "compute capability",
+        "memory",
+        "persistence mode",
+        "no row remap failure",
+        "ecc enabled no uncorrectable errors",
+        "recovery action none",
+        "no active clock slowdown",
+        "temperature margin",
+        "power limit as expected",
+        "bar1 covers memory",
+        "mig mode as expected",
+    } <= passed

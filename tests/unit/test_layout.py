@@ -56,8 +56,7 @@ def import_graph(project_root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 base = node.module if node.level == 0 else _relative(module, path, node)
                 # `from package import submodule` reaches the submodule, anything else the module.
-                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                         for alias in node.names]
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
             else:
                 continue
             for name in names:
@@ -118,7 +117,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for target in sorted(graph.get(node, ())):
             if state.get(target) == "open":
-                found.append(path[path.index(target):] + [target])
+                found.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target, path + [target])
         state[node] = "done"
@@ -164,7 +163,6 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     assert "roles.render (" not in found  # the composition layer may import every role
 
 
-
 # A document's name anywhere in the tracked files (a link, a comment, a path): it must be one of
 # the repository's own, found beside the file that names it, from the root, or as the end of a
 # tracked path. Prose is .md or .rst; other names (.py, .txt) are too often upstream's or data.
@@ -174,9 +172,15 @@ NOT_POINTERS = {
     ("lab/standins/hf_hub/server.py", "original/README.md"): "a file of the stand-in's model repository",
     ("lab/standins/nvidia_apt_repo/dcgm_exporter.py", "packaging/README.md"): "upstream dcgm-exporter's file",
     **{("tests/unit/test_docs.py", name): "planted by the link tests" for name in ("missing.md", "doc.md", "code.md")},
-    **{(name, "report.md"): "the acceptance report's own output file" for name in (
-        "checks/acceptance.py", "docs/health-and-benchmark.md", "tests/lab/test_acceptance.py",
-        "tests/unit/test_acceptance.py")},
+    **{
+        (name, "report.md"): "the acceptance report's own output file"
+        for name in (
+            "checks/acceptance.py",
+            "docs/health-and-benchmark.md",
+            "tests/lab/test_acceptance.py",
+            "tests/unit/test_acceptance.py",
+        )
+    },
 }
 
 
@@ -194,16 +198,18 @@ def documents_outside(texts: dict[str, str], tracked: set[str]) -> list[str]:
         for match in DOCUMENT_NAME.finditer(text):
             ref = match.group(1)
             candidates = {posixpath.normpath(posixpath.join(folder, ref)), posixpath.normpath(ref)}
-            if (candidates & tracked or any(path.endswith("/" + ref) for path in tracked)
-                    or (name, ref) in NOT_POINTERS):
+            if candidates & tracked or any(path.endswith("/" + ref) for path in tracked) or (name, ref) in NOT_POINTERS:
                 continue
             found.append(f"{name}: {ref}")
     return found
 
 
 def _tracked_texts() -> dict[str, str]:
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT_ROOT, capture_output=True,
-                             check=True).stdout.decode().split("\0")
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT_ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     texts = {}
     for name in filter(None, tracked):
         path = PROJECT_ROOT / name
@@ -230,8 +236,10 @@ def test_the_guard_sees_any_document_name_that_is_not_in_the_repository():
         "docs/a.md": "[ok](upstream.md), [ok too](../README.md#usage), docs/upstream.md, README.md",
     }
     assert documents_outside(planted, tracked) == [
-        "checks/README.md: target-host" + ".md", "roles/x.py: reference/serving" + ".md",
-        "roles/x.py: DESIGN" + ".md"]
+        "checks/README.md: target-host" + ".md",
+        "roles/x.py: reference/serving" + ".md",
+        "roles/x.py: DESIGN" + ".md",
+    ]
 
 
 # What deploys, operators and the lab run; tests/ holds only tests (issue 24).
@@ -242,16 +250,28 @@ def test_nothing_outside_tests_imports_tests():
     found = []
     for top in PRODUCT:
         path = PROJECT_ROOT / top
-        for source in ([path] if path.is_file() else sorted(path.rglob("*.py"))):
+        for source in [path] if path.is_file() else sorted(path.rglob("*.py")):
             for node in ast.walk(ast.parse(source.read_text(), str(source))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-                found += [f"{source.relative_to(PROJECT_ROOT)}:{node.lineno} imports {n}"
-                          for n in names if n == "tests" or n.startswith("tests.")]
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and node.level == 0
+                    else []
+                )
+                found += [
+                    f"{source.relative_to(PROJECT_ROOT)}:{node.lineno} imports {n}"
+                    for n in names
+                    if n == "tests" or n.startswith("tests.")
+                ]
     assert found == []
     # and no run-time code is left under tests/ (what is there is a test, its data or its tools)
-    left = [str(p.relative_to(PROJECT_ROOT)) for old in ("infra", "standins", "fixtures")
-            for p in (PROJECT_ROOT / "tests" / old).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    left = [
+        str(p.relative_to(PROJECT_ROOT))
+        for old in ("infra", "standins", "fixtures")
+        for p in (PROJECT_ROOT / "tests" / old).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
     assert left == []
 
 
@@ -272,8 +292,10 @@ CHECKS_MAY_IMPORT = {
 }
 # The most specific folder decides: lab/standins/ and lab/fixtures/ have their own lists.
 LAB_MAY_IMPORT = {
-    "lab": {"lab": "its own modules, the stand-ins it serves and the fixtures it builds",
-            "roles.site.vault": "the throwaway vault is written and read by the model's own vault code"},
+    "lab": {
+        "lab": "its own modules, the stand-ins it serves and the fixtures it builds",
+        "roles.site.vault": "the throwaway vault is written and read by the model's own vault code",
+    },
     "lab.standins": {"lab.standins": "another stand-in (the Hub stand-in listens where the apt stand-in does)"},
     "lab.fixtures": {},
     "inference_host_lab_connector": {"lab": "brings a lab host up as pyinfra connects (docs/lab.md)"},
@@ -284,13 +306,20 @@ CONNECTOR = "lab/pyinfra-connector/src"
 
 def project_imports(top: str, project_root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
     """module under top/ -> the project modules it imports (a module, not a name in it)."""
-    modules = {module_name(p, project_root) for folder in ("roles", "checks", "lab")
-               for p in (project_root / folder).rglob("*.py") if "-" not in str(p.relative_to(project_root))}
+    modules = {
+        module_name(p, project_root)
+        for folder in ("roles", "checks", "lab")
+        for p in (project_root / folder).rglob("*.py")
+        if "-" not in str(p.relative_to(project_root))
+    }
     found = {}
     for path in sorted((project_root / top).rglob("*.py")):
         relative = str(path.relative_to(project_root))
-        module = (module_name(path, project_root / CONNECTOR) if relative.startswith(CONNECTOR)
-                  else module_name(path, project_root))
+        module = (
+            module_name(path, project_root / CONNECTOR)
+            if relative.startswith(CONNECTOR)
+            else module_name(path, project_root)
+        )
         tree = ast.parse(path.read_text(), str(path))
         skip = _type_checking_only(tree)
         targets = set()
@@ -317,8 +346,11 @@ def outside_the_table(graph: dict[str, set[str]], table: dict[str, dict[str, str
     found = []
     for module, targets in sorted(graph.items()):
         folder = max((prefix for prefix in table if _within(module, prefix)), key=len)
-        found += [f"{module} imports {target}, not in {folder}'s list" for target in sorted(targets)
-                  if not any(_within(target, allowed) for allowed in table[folder])]
+        found += [
+            f"{module} imports {target}, not in {folder}'s list"
+            for target in sorted(targets)
+            if not any(_within(target, allowed) for allowed in table[folder])
+        ]
     return found
 
 
@@ -349,18 +381,24 @@ def test_lab_imports_only_what_its_table_lists():
 
 def test_the_import_tables_catch_an_import_they_do_not_list(tmp_path):
     for path, text in {
-        "roles/site/__init__.py": "", "roles/shared/__init__.py": "", "roles/shared/pve.py": "",
+        "roles/site/__init__.py": "",
+        "roles/shared/__init__.py": "",
+        "roles/shared/pve.py": "",
         "roles/serving/__init__.py": "",
         "checks/__init__.py": "from roles.site import load_site\nfrom roles.shared import pve\n",
         "checks/bench.py": "def f():\n    from roles.serving import x\n    from . import textfile\n",
         "checks/textfile.py": "",
         "lab/__init__.py": "from roles.site import vault\n",
-        "lab/standins/__init__.py": "", "lab/standins/x.py": "import lab\n",
+        "lab/standins/__init__.py": "",
+        "lab/standins/x.py": "import lab\n",
     }.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     assert outside_the_table(project_imports("checks", tmp_path), {"checks": CHECKS_MAY_IMPORT}) == [
         "checks imports roles.shared.pve, not in checks's list",
-        "checks.bench imports roles.serving, not in checks's list"]
+        "checks.bench imports roles.serving, not in checks's list",
+    ]
     assert outside_the_table(project_imports("lab", tmp_path), LAB_MAY_IMPORT) == [
-        "lab imports roles.site, not in lab's list", "lab.standins.x imports lab, not in lab.standins's list"]
+        "lab imports roles.site, not in lab's list",
+        "lab.standins.x imports lab, not in lab.standins's list",
+    ]

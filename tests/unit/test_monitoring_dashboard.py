@@ -18,8 +18,20 @@ from roles.site import PROJECT_ROOT, load_site, load_stack
 from tests.unit.upstream_sources import release_text
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "or", "and",
-                "unless", "time"}
+PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "or",
+    "and",
+    "unless",
+    "time",
+}
 # node_exporter's (prometheus-node-exporter, Debian 12) and Prometheus' own scrape series.
 NODE_EXPORTER = {"node_filesystem_avail_bytes", "node_filesystem_size_bytes", "up"}
 
@@ -38,7 +50,11 @@ def _declared(source: str, prefix: str) -> set[str]:
     _total (it strips one and adds it back), a Histogram's _bucket, _sum and _count."""
     names = set()
     # vLLM's PrometheusStatLogger calls them through _gauge_cls, _counter_cls, _histogram_cls.
-    pattern = r"\b(Gauge|Counter|Histogram|Summary|_gauge_cls|_counter_cls|_histogram_cls)\(\s*name=\"(" + prefix + r"[^\"]+)\""
+    pattern = (
+        r"\b(Gauge|Counter|Histogram|Summary|_gauge_cls|_counter_cls|_histogram_cls)\(\s*name=\"("
+        + prefix
+        + r"[^\"]+)\""
+    )
     for kind, name in re.findall(pattern, source):
         kind = {"_gauge_cls": "Gauge", "_counter_cls": "Counter", "_histogram_cls": "Histogram"}.get(kind, kind)
         if kind == "Counter":
@@ -70,13 +86,18 @@ def deployed_dcgm_fields() -> set[str]:
     dcgm-exporter serves on the target, the windowed Xid count included."""
     from roles.monitoring import units
 
-    rows = [line.split(",") for line in (PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE).read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    rows = [
+        line.split(",")
+        for line in (PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return {name.strip() for name, kind, *_ in rows if kind.strip() != "label"}
 
 
 def known(engine: str) -> set[str]:
-    return engine_names(engine) | {name for name, *_ in COUNTERS} | deployed_dcgm_fields() | checks_names() | NODE_EXPORTER
+    return (
+        engine_names(engine) | {name for name, *_ in COUNTERS} | deployed_dcgm_fields() | checks_names() | NODE_EXPORTER
+    )
 
 
 def test_the_deploys_counters_file_enables_the_xid_count_and_keeps_the_last_xid():
@@ -85,16 +106,25 @@ def test_the_deploys_counters_file_enables_the_xid_count_and_keeps_the_last_xid(
 
 def test_the_sources_declare_what_the_tests_rely_on():
     sglang = engine_names("sglang")
-    assert {"sglang:num_running_reqs", "sglang:generation_tokens_total", "sglang:time_to_first_token_seconds_bucket",
-            "sglang:spec_accept_length"} <= sglang
-    assert {"vllm:num_requests_running", "vllm:generation_tokens_total",
-            "vllm:inter_token_latency_seconds_bucket"} <= engine_names("vllm")
+    assert {
+        "sglang:num_running_reqs",
+        "sglang:generation_tokens_total",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:spec_accept_length",
+    } <= sglang
+    assert {
+        "vllm:num_requests_running",
+        "vllm:generation_tokens_total",
+        "vllm:inter_token_latency_seconds_bucket",
+    } <= engine_names("vllm")
     assert "inference_host_unit_restarts" in checks_names() and "DCGM_FI_DEV_XID_ERRORS" in known("sglang")
 
 
 def test_metric_names_of_an_expression():
-    expr = ('histogram_quantile(0.95, sum by (host, le) (rate(sglang:ttft_bucket{host=~"a"}[10m]))) > 5 or '
-            'time() - x_seconds > 3 * 300 or count by (host) (y{host=~"b|c"} == 0)')
+    expr = (
+        'histogram_quantile(0.95, sum by (host, le) (rate(sglang:ttft_bucket{host=~"a"}[10m]))) > 5 or '
+        'time() - x_seconds > 3 * 300 or count by (host) (y{host=~"b|c"} == 0)'
+    )
     assert metric_names(expr) == {"sglang:ttft_bucket", "x_seconds", "y"}
 
 
@@ -105,8 +135,13 @@ def test_every_dashboard_expression_names_known_metrics(engine):
         for target in panel["targets"]:
             names |= metric_names(target["expr"].replace("$host", "x"))
     assert names - known(engine) == set()
-    assert {dashboard.ENGINE_METRICS[engine]["ttft"], "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
-            "DCGM_FI_DEV_FB_USED", "inference_host_check_ok"} <= names
+    assert {
+        dashboard.ENGINE_METRICS[engine]["ttft"],
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_FB_USED",
+        "inference_host_check_ok",
+    } <= names
 
 
 def test_every_alert_rule_names_known_metrics():
@@ -124,8 +159,15 @@ def test_the_dashboard_is_written_beside_prometheus_files():
     board = json.loads(written[dashboard.DASHBOARD_FILE])
     assert dashboard.DASHBOARD_FILE.startswith(config.PROMETHEUS_CONFIG_DIR + "/")
     assert [p["title"] for p in board["panels"]] == [
-        "Engine throughput (tokens/s)", "Requests running and queued", "Time to first token", "Inter-token latency",
-        "GPU power", "GPU temperature", "GPU memory used", "Health checks failing"]
+        "Engine throughput (tokens/s)",
+        "Requests running and queued",
+        "Time to first token",
+        "Inter-token latency",
+        "GPU power",
+        "GPU temperature",
+        "GPU memory used",
+        "Health checks failing",
+    ]
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}) == len(board["panels"])
 

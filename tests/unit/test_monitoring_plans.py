@@ -27,8 +27,10 @@ def monitor():
 def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
     p = gpu()
     pins = STACK.monitoring.for_distro("ubuntu2404")
-    assert any(c.startswith(APT_INSTALL) and f"prometheus-node-exporter={pins['prometheus-node-exporter']}" in c
-               for c in p.commands), "\n".join(p.commands)
+    assert any(
+        c.startswith(APT_INSTALL) and f"prometheus-node-exporter={pins['prometheus-node-exporter']}" in c
+        for c in p.commands
+    ), "\n".join(p.commands)
     # the exporter at its upstream version, epoch and revision read from the host's index when it runs
     resolve = install_command(["datacenter-gpu-manager-exporter"], STACK.monitoring.dcgm_exporter)
     assert any(resolve in c for c in p.commands), "\n".join(p.commands)
@@ -37,7 +39,8 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
     step = next(i for i, c in enumerate(p.commands) if resolve in c)
     assert "apt-get update" in p.commands[:step] and "apt-cache madison" in p.commands[step]
     assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
-        'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n')
+        'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n'
+    )
     dropin = p.uploads["/etc/systemd/system/nvidia-dcgm-exporter.service.d/90-inference-host.conf"]
     assert "-f /etc/dcgm-exporter/inference-host-counters.csv -a 0.0.0.0:9400 -x 300000\n" in dropin
     # GpuXidError reads the windowed count: the file the exporter reads must enable it
@@ -51,11 +54,15 @@ def test_gpu_node_gets_the_checks_timer_with_its_budget():
     assert "CPUQuota=25%" in service and "TimeoutStartSec=90" in service
     assert "OnUnitActiveSec=120s" in p.uploads["/etc/systemd/system/inference-host-checks.timer"]
     assert '"serving_host": "10.0.0.5"' in p.uploads["/etc/inference-host/checks/expect.json"]
-    assert any("uv pip sync --quiet --require-hashes" in c and "/opt/inference-host/checks/env-" in c
-               for c in p.commands)
+    assert any(
+        "uv pip sync --quiet --require-hashes" in c and "/opt/inference-host/checks/env-" in c for c in p.commands
+    )
     assert "checks/textfile.py" in p.uploads["/opt/inference-host/checks/bundle.tar"]  # one archive, unpacked
-    assert any(c.startswith("rm -rf /opt/inference-host/checks/bundle-") and " tar -xf /opt/inference-host/checks/bundle.tar"
-               in c for c in p.commands), "\n".join(p.commands)
+    assert any(
+        c.startswith("rm -rf /opt/inference-host/checks/bundle-")
+        and " tar -xf /opt/inference-host/checks/bundle.tar" in c
+        for c in p.commands
+    ), "\n".join(p.commands)
     assert not any("prometheus=" in c for c in p.commands)  # no Prometheus on a gpu node
 
 
@@ -68,7 +75,9 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     assert "10.0.0.5:9100" in config and "10.0.0.5:9400" in config and "10.0.0.5:30000" in config
     assert "10.0.0.9:9093" in config  # Alertmanager where Prometheus listens
     assert "--web.listen-address=10.0.0.9:9090" in p.uploads["/etc/default/prometheus"]
-    assert "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=50GB" in p.uploads["/etc/default/prometheus"]
+    assert (
+        "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=50GB" in p.uploads["/etc/default/prometheus"]
+    )
     assert "http://10.0.0.9:9099/alerts" in p.uploads["/etc/prometheus/alertmanager.yml"]
     assert "GpuXidError" in p.uploads["/etc/prometheus/inference-host.rules.yml"]
 
@@ -76,9 +85,12 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
 def test_the_web_password_is_on_no_command_line_and_in_no_plain_upload():
     for p in (gpu(), monitor()):
         assert not any("plan-web-password" in c for c in p.commands)
-        plain = {path: text for path, text in p.uploads.items() if not path.startswith("/var/lib/inference-host/upload")}
+        plain = {
+            path: text for path, text in p.uploads.items() if not path.startswith("/var/lib/inference-host/upload")
+        }
         assert not any("plan-web-password" in str(text) for text in plain.values()), [
-            path for path, text in plain.items() if "plan-web-password" in str(text)]
+            path for path, text in plain.items() if "plan-web-password" in str(text)
+        ]
 
 
 def test_an_exporter_installed_at_the_pin_is_not_installed_again():

@@ -48,15 +48,37 @@ def site(inventory):
     vault = inventory.vault(api_key="k", prom_pw="pw")
     common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
     path = inventory.groups(
-        gpu_nodes=[gpu_node("gpu1", ssh_hostname="10.0.0.11", serving_host="10.0.0.11", **common,
-                            serving_context_length=4096,  # fits the KV cache with a drafter
-                            serving_speculative={"draft_model_path": "/models/drafter",
-                                                 **speculative_ready(inventory)}),
-                   gpu_node("gpu2", gpu_count=4, ssh_hostname="10.0.0.12", serving_host="10.0.0.12",
-                            health_min_temp_margin_c=15, health_max_unit_restarts=2, **common)],
+        gpu_nodes=[
+            gpu_node(
+                "gpu1",
+                ssh_hostname="10.0.0.11",
+                serving_host="10.0.0.11",
+                **common,
+                serving_context_length=4096,  # fits the KV cache with a drafter
+                serving_speculative={"draft_model_path": "/models/drafter", **speculative_ready(inventory)},
+            ),
+            gpu_node(
+                "gpu2",
+                gpu_count=4,
+                ssh_hostname="10.0.0.12",
+                serving_host="10.0.0.12",
+                health_min_temp_margin_c=15,
+                health_max_unit_restarts=2,
+                **common,
+            ),
+        ],
         gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],
-        monitors=[("gw", {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
-                          "monitoring_web_password_secret": "prom_pw", "monitoring_listen_address": "10.0.0.2"})])
+        monitors=[
+            (
+                "gw",
+                {
+                    "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+                    "monitoring_web_password_secret": "prom_pw",
+                    "monitoring_listen_address": "10.0.0.2",
+                },
+            )
+        ],
+    )
     return load_site(path)
 
 
@@ -65,8 +87,9 @@ def rendered(site, tmp_path) -> Path:
     """The monitor's files under tmp_path, the rule file named relative to prometheus.yml."""
     files = config.files(site, site.hosts["gw"], "$2b$12$" + "a" * 53)
     for path, text in files.items():
-        (tmp_path / Path(path).name).write_text(text.replace(config.RULES_FILE, Path(config.RULES_FILE).name)
-                                                .replace(config.PASSWORD_FILE, "password"))
+        (tmp_path / Path(path).name).write_text(
+            text.replace(config.RULES_FILE, Path(config.RULES_FILE).name).replace(config.PASSWORD_FILE, "password")
+        )
     (tmp_path / "password").write_text("pw\n")
     return tmp_path
 
@@ -114,81 +137,128 @@ XID_LAST = 'DCGM_FI_DEV_XID_ERRORS{host="gpu1",gpu="3",pci_bus_id="00000000:61:0
 CASES: dict[str, dict] = {
     "InferenceHostDown": {
         "fire": [('up{job="node",host="gpu1",instance="10.0.0.11:9100"}', "0x40")],
-        "quiet": [('up{job="node",host="gpu1",instance="10.0.0.11:9100"}', "1x40")]},
+        "quiet": [('up{job="node",host="gpu1",instance="10.0.0.11:9100"}', "1x40")],
+    },
     "EngineDown": {
         "fire": [('up{job="engine",host="gpu1",instance="10.0.0.11:30000"}', "0x40")],
-        "quiet": [('up{job="engine",host="gpu1",instance="10.0.0.11:30000"}', "1x40")]},
+        "quiet": [('up{job="engine",host="gpu1",instance="10.0.0.11:30000"}', "1x40")],
+    },
     "GatewayDown": {
         "fire": [('up{job="gateway",host="gw",instance="127.0.0.1:29000"}', "0x40")],
-        "quiet": [('up{job="gateway",host="gw",instance="127.0.0.1:29000"}', "1x40")]},
+        "quiet": [('up{job="gateway",host="gw",instance="127.0.0.1:29000"}', "1x40")],
+    },
     "ChecksNotRunning": {
         # the last run's timestamp stays at 0 s while the clock moves on to 40 minutes
         "fire": [('inference_host_checks_last_run_timestamp_seconds{host="gpu1"}', "0x40")],
-        "quiet": [('inference_host_checks_last_run_timestamp_seconds{host="gpu1"}', "0+60x40")]},
+        "quiet": [('inference_host_checks_last_run_timestamp_seconds{host="gpu1"}', "0+60x40")],
+    },
     "HealthCheckFailing": {
-        "fire": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "0x40"),
-                 ('inference_host_check_failure_info{host="gpu1",suite="service",check="unit active",'
-                  'detail="expected inference-engine.service active; found failed"}', "1x40")],
+        "fire": [
+            ('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "0x40"),
+            (
+                'inference_host_check_failure_info{host="gpu1",suite="service",check="unit active",'
+                'detail="expected inference-engine.service active; found failed"}',
+                "1x40",
+            ),
+        ],
         "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="unit active"}', "1x40")],
-        "description": "expected inference-engine.service active; found failed"},
+        "description": "expected inference-engine.service active; found failed",
+    },
     "GpuXidError": {
-        "fire": [(XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",xid="79",window_size_in_ms="300000"}',
-                  "1x40")],
+        "fire": [
+            (
+                XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",xid="79",window_size_in_ms="300000"}',
+                "1x40",
+            )
+        ],
         # DCGM's last Xid stays at 79 for good; no Xid in the exporter's window: quiet
-        "quiet": [(XID_LAST, "79x40"),
-                  (XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",window_size_in_ms="300000"}', "0x40")]},
+        "quiet": [
+            (XID_LAST, "79x40"),
+            (XID_COUNT + '{host="gpu1",gpu="3",pci_bus_id="00000000:61:00.0",window_size_in_ms="300000"}', "0x40"),
+        ],
+    },
     "GpuUncorrectableEcc": {
         "fire": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "1x40")],
-        "quiet": [('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "0x40"),
-                  ('DCGM_FI_DEV_ROW_REMAP_FAILURE{host="gpu1",gpu="2"}', "0x40")]},
+        "quiet": [
+            ('inference_host_gpu_ecc_uncorrectable_errors{host="gpu1",gpu="2",scope="volatile"}', "0x40"),
+            ('DCGM_FI_DEV_ROW_REMAP_FAILURE{host="gpu1",gpu="2"}', "0x40"),
+        ],
+    },
     "GpuThrottling": {
         "fire": [('inference_host_gpu_clock_events_active{host="gpu1",gpu="0"}', "1x40")],
-        "quiet": [('inference_host_gpu_clock_events_active{host="gpu1",gpu="0"}', "0x40")]},
+        "quiet": [('inference_host_gpu_clock_events_active{host="gpu1",gpu="0"}', "0x40")],
+    },
     "GpuTemperatureMargin": {
         # 12 C is enough on gpu1 (floor 10) but not on gpu2 (floor 15)
         "fire": [('inference_host_gpu_temperature_margin_celsius{host="gpu2",gpu="1"}', "12x40")],
-        "quiet": [('inference_host_gpu_temperature_margin_celsius{host="gpu1",gpu="1"}', "12x40")]},
+        "quiet": [('inference_host_gpu_temperature_margin_celsius{host="gpu1",gpu="1"}', "12x40")],
+    },
     "GpuMissing": {
         "fire": [('inference_host_gpus_visible{host="gpu1"}', "7x40")],
-        "quiet": [('inference_host_gpus_visible{host="gpu1"}', "8x40"),
-                  ('inference_host_gpus_visible{host="gpu2"}', "4x40")]},
+        "quiet": [
+            ('inference_host_gpus_visible{host="gpu1"}', "8x40"),
+            ('inference_host_gpus_visible{host="gpu2"}', "4x40"),
+        ],
+    },
     "EngineRestartLooping": {
         "fire": [('inference_host_unit_restarts{host="gpu1"}', "0x20 1x20")],
         # gpu2 allows 2 restarts; gpu1's count drops to 0 at 20 min (the unit started by hand,
         # which resets systemd's NRestarts): no restart since
-        "quiet": [('inference_host_unit_restarts{host="gpu2"}', "0x20 2x20"),
-                  ('inference_host_unit_restarts{host="gpu1"}', "3x20 0x20")]},
+        "quiet": [
+            ('inference_host_unit_restarts{host="gpu2"}', "0x20 2x20"),
+            ('inference_host_unit_restarts{host="gpu1"}', "3x20 0x20"),
+        ],
+    },
     "SpeculativeAcceptLengthLow": {
         "fire": [('sglang:spec_accept_length{host="gpu1",model_name="kimi-k2.5"}', "1.1x40")],
-        "quiet": [('sglang:spec_accept_length{host="gpu1",model_name="kimi-k2.5"}', "2.4x40")]},
+        "quiet": [('sglang:spec_accept_length{host="gpu1",model_name="kimi-k2.5"}', "2.4x40")],
+    },
     "TimeToFirstTokenHigh": {
         # every request in the slowest bucket (over 5 s) vs every request under 0.5 s
-        "fire": [('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0x40"),
-                 ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
-                 ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40")],
-        "quiet": [('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0+10x40"),
-                  ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
-                  ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40")]},
+        "fire": [
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0x40"),
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40"),
+        ],
+        "quiet": [
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="0.5"}', "0+10x40"),
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="10"}', "0+10x40"),
+            ('sglang:time_to_first_token_seconds_bucket{host="gpu1",le="+Inf"}', "0+10x40"),
+        ],
+    },
     "InterTokenLatencyHigh": {
-        "fire": [('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0x40"),
-                 ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
-                 ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40")],
-        "quiet": [('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0+50x40"),
-                  ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
-                  ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40")]},
+        "fire": [
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0x40"),
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40"),
+        ],
+        "quiet": [
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="0.1"}', "0+50x40"),
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="1"}', "0+50x40"),
+            ('sglang:inter_token_latency_seconds_bucket{host="gpu2",le="+Inf"}', "0+50x40"),
+        ],
+    },
     "WeightsManifestMismatch": {
-        "fire": [('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}',
-                  "0x40")],
-        "quiet": [('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}',
-                   "1x40")]},
+        "fire": [
+            ('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}', "0x40")
+        ],
+        "quiet": [
+            ('inference_host_check_ok{host="gpu1",suite="service",check="weights manifest matches the pin"}', "1x40")
+        ],
+    },
     "DiskFilling": {
-        "fire": [('node_filesystem_avail_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "5x40"),
-                 ('node_filesystem_size_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "100x40")],
+        "fire": [
+            ('node_filesystem_avail_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "5x40"),
+            ('node_filesystem_size_bytes{host="gpu1",mountpoint="/models",fstype="ext4"}', "100x40"),
+        ],
         # 5% free on a disk that holds neither weights nor Prometheus' data
-        "quiet": [('node_filesystem_avail_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "5x40"),
-                  ('node_filesystem_size_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "100x40"),
-                  ('node_filesystem_avail_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "50x40"),
-                  ('node_filesystem_size_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "100x40")]},
+        "quiet": [
+            ('node_filesystem_avail_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "5x40"),
+            ('node_filesystem_size_bytes{host="gpu1",mountpoint="/scratch",fstype="ext4"}', "100x40"),
+            ('node_filesystem_avail_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "50x40"),
+            ('node_filesystem_size_bytes{host="gw",mountpoint="/var",fstype="ext4"}', "100x40"),
+        ],
+    },
 }
 
 
@@ -200,8 +270,11 @@ def _rule_test(alert: str, series: list[tuple[str, str]], firing: bool, case: di
         if "description" in case:
             want = {"exp_annotations_contain": case["description"]}
         expected = [want]
-    return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
-            "alert_rule_test": [{"eval_time": "40m", "alertname": alert, "exp_alerts": expected}]}
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "alert_rule_test": [{"eval_time": "40m", "alertname": alert, "exp_alerts": expected}],
+    }
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case(site):
@@ -221,8 +294,9 @@ def test_promtool_unit_tests_of_every_alert(rendered, site):
                 annotations[check["alertname"]] = check["exp_alerts"][0].pop("exp_annotations_contain")
     # promtool compares labels and annotations exactly: fill them from the rendered rules, with
     # the firing series' own labels, so the test states the whole alert.
-    rules = {r["alert"]: r for r in yaml.safe_load((rendered / "inference-host.rules.yml").read_text())
-             ["groups"][0]["rules"]}
+    rules = {
+        r["alert"]: r for r in yaml.safe_load((rendered / "inference-host.rules.yml").read_text())["groups"][0]["rules"]
+    }
     for test in tests:
         check = test["alert_rule_test"][0]
         if not check["exp_alerts"]:
@@ -230,8 +304,11 @@ def test_promtool_unit_tests_of_every_alert(rendered, site):
         check["exp_alerts"] = EXPECTED[check["alertname"]](rules[check["alertname"]])
         if check["alertname"] in annotations:
             assert annotations[check["alertname"]] in check["exp_alerts"][0]["exp_annotations"]["description"]
-    (rendered / "tests.yml").write_text(yaml.safe_dump(
-        {"rule_files": ["inference-host.rules.yml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    (rendered / "tests.yml").write_text(
+        yaml.safe_dump(
+            {"rule_files": ["inference-host.rules.yml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False
+        )
+    )
     result = run(promtool, "test", "rules", "tests.yml", cwd=rendered)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
@@ -258,6 +335,7 @@ def _simple(labels: dict, value: str):
     def expected(rule):
         summary, description = _expand(rule, labels, value)
         return _alert({**labels, "severity": rule["labels"]["severity"]}, summary, description)
+
     return expected
 
 
@@ -270,9 +348,13 @@ def _check_failing(rule):
 def _latency(host: str, value: str):
     def expected(rule):
         labels = {"host": host}
-        summary = rule["annotations"]["summary"].replace("{{ $labels.host }}", host).replace(
-            "{{ $value | humanizeDuration }}", value)
+        summary = (
+            rule["annotations"]["summary"]
+            .replace("{{ $labels.host }}", host)
+            .replace("{{ $value | humanizeDuration }}", value)
+        )
         return _alert({**labels, "severity": "warning"}, summary, rule["annotations"]["description"])
+
     return expected
 
 
@@ -299,8 +381,9 @@ EXPECTED = {
     # 0.5 + (10 - 0.5) * 0.95 = 9.525 s, and 0.1 + (1 - 0.1) * 0.95 = 0.955 s.
     "TimeToFirstTokenHigh": _latency("gpu1", "9.525s"),
     "InterTokenLatencyHigh": _latency("gpu2", "955ms"),
-    "WeightsManifestMismatch": _simple({"host": "gpu1", "suite": "service",
-                                        "check": "weights manifest matches the pin"}, "0"),
+    "WeightsManifestMismatch": _simple(
+        {"host": "gpu1", "suite": "service", "check": "weights manifest matches the pin"}, "0"
+    ),
     "DiskFilling": _disk,
 }
 
@@ -320,21 +403,29 @@ def _series(name: str, **extra) -> str:
 def _branch(phrase: str) -> str:
     """The one branch of the rule's graded advice that starts with `phrase`."""
     import re
+
     branches = re.split(r"\{\{[^}]*\}\}", config.XID_ADVICE)
     found = [b for b in branches if b.startswith(phrase)]
     assert len(found) == 1, (phrase, branches)
     return found[0]
 
 
-ADVICE = {"13": "an application-level Xid", "31": "an application-level Xid", "48": "a GPU or memory fault",
-          "94": "a GPU or memory fault", "79": "the GPU fell off the bus", "154": "look up the code's action"}
+ADVICE = {
+    "13": "an application-level Xid",
+    "31": "an application-level Xid",
+    "48": "a GPU or memory fault",
+    "94": "a GPU or memory fault",
+    "79": "the GPU fell off the bus",
+    "154": "look up the code's action",
+}
 
 
 def _xid_alert(rule: dict, xid: str, value: str, window_ms: str = "300000") -> list[dict]:
     labels = {**XID_LABELS, "xid": xid, "window_size_in_ms": window_ms}
     description = rule["annotations"]["description"].replace(config.XID_ADVICE, _branch(ADVICE[xid]))
-    summary, description = _expand({"annotations": {"summary": rule["annotations"]["summary"],
-                                                    "description": description}}, labels, value)
+    summary, description = _expand(
+        {"annotations": {"summary": rule["annotations"]["summary"], "description": description}}, labels, value
+    )
     return _alert({**labels, "severity": "critical"}, summary, description)
 
 
@@ -349,10 +440,20 @@ XID_TIMELINE = [
 
 
 def _timeline_test(rules_file: str, expected: dict[int, list]) -> dict:
-    return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": [{"series": s, "values": v} for s, v in XID_TIMELINE],
-        "alert_rule_test": [{"eval_time": f"{minute}m", "alertname": "GpuXidError", "exp_alerts": alerts}
-                            for minute, alerts in expected.items()]}]}
+    return {
+        "rule_files": [rules_file],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in XID_TIMELINE],
+                "alert_rule_test": [
+                    {"eval_time": f"{minute}m", "alertname": "GpuXidError", "exp_alerts": alerts}
+                    for minute, alerts in expected.items()
+                ],
+            }
+        ],
+    }
 
 
 def _xid_rule(rendered: Path) -> dict:
@@ -363,13 +464,17 @@ def _xid_rule(rendered: Path) -> dict:
 def test_a_new_xid_fires_once_resolves_after_the_window_and_fires_again(rendered):
     promtool = _tool("promtool")
     rule = _xid_rule(rendered)
-    expected = {5: [], 12: _xid_alert(rule, "79", "1"),
-                20: [],  # the window passed: resolved, while DCGM_FI_DEV_XID_ERRORS still reads 79
-                32: _xid_alert(rule, "79", "1"),  # a new Xid of the same code pages again
-                34: _xid_alert(rule, "79", "2"),  # ... and a second one in the window is counted
-                45: []}
-    (rendered / "xid.yml").write_text(yaml.safe_dump(_timeline_test("inference-host.rules.yml", expected),
-                                                     sort_keys=False))
+    expected = {
+        5: [],
+        12: _xid_alert(rule, "79", "1"),
+        20: [],  # the window passed: resolved, while DCGM_FI_DEV_XID_ERRORS still reads 79
+        32: _xid_alert(rule, "79", "1"),  # a new Xid of the same code pages again
+        34: _xid_alert(rule, "79", "2"),  # ... and a second one in the window is counted
+        45: [],
+    }
+    (rendered / "xid.yml").write_text(
+        yaml.safe_dump(_timeline_test("inference-host.rules.yml", expected), sort_keys=False)
+    )
     result = run(promtool, "test", "rules", "xid.yml", cwd=rendered)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -378,8 +483,11 @@ def test_the_old_last_xid_rule_never_resolves(rendered):
     """Planted once: the rule we had (DCGM_FI_DEV_XID_ERRORS > 0) against what DCGM really serves
     stays firing after the window, so promtool refuses the expectation the new rule meets."""
     promtool = _tool("promtool")
-    (rendered / "old.rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "old", "rules": [
-        {"alert": "GpuXidError", "expr": "DCGM_FI_DEV_XID_ERRORS > 0"}]}]}))
+    (rendered / "old.rules.yml").write_text(
+        yaml.safe_dump(
+            {"groups": [{"name": "old", "rules": [{"alert": "GpuXidError", "expr": "DCGM_FI_DEV_XID_ERRORS > 0"}]}]}
+        )
+    )
     (rendered / "old.yml").write_text(yaml.safe_dump(_timeline_test("old.rules.yml", {20: []}), sort_keys=False))
     result = run(promtool, "test", "rules", "old.yml", cwd=rendered)
     assert result.returncode != 0 and "GpuXidError" in result.stdout + result.stderr, result.stdout
@@ -390,10 +498,19 @@ def test_the_xid_advice_is_graded_by_the_catalogs_action(rendered, xid):
     promtool = _tool("promtool")
     rule = _xid_rule(rendered)
     series = _series(XID_COUNT, xid=xid, window_size_in_ms="300000")
-    test = {"rule_files": ["inference-host.rules.yml"], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": [{"series": series, "values": "1x5"}],
-        "alert_rule_test": [{"eval_time": "2m", "alertname": "GpuXidError",
-                             "exp_alerts": _xid_alert(rule, xid, "1")}]}]}
+    test = {
+        "rule_files": ["inference-host.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": series, "values": "1x5"}],
+                "alert_rule_test": [
+                    {"eval_time": "2m", "alertname": "GpuXidError", "exp_alerts": _xid_alert(rule, xid, "1")}
+                ],
+            }
+        ],
+    }
     (rendered / "grade.yml").write_text(yaml.safe_dump(test, sort_keys=False))
     result = run(promtool, "test", "rules", "grade.yml", cwd=rendered)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -412,10 +529,17 @@ def test_amtool_asks_alertmanager_through_the_basic_auth_with_no_password_on_its
 
     amtool = _tool("amtool")
     expected = "Basic " + base64.b64encode(b"inference-host:pw").decode()
-    alert = {"labels": {"alertname": "HealthCheckFailing", "host": "gpu1", "check": "cuda works"},
-             "annotations": {"summary": "s"}, "startsAt": "2026-12-04T00:00:00Z", "endsAt": "2026-12-04T01:00:00Z",
-             "updatedAt": "2026-12-04T00:00:00Z", "fingerprint": "0123456789abcdef", "receivers": [{"name": "r"}],
-             "status": {"state": "active", "silencedBy": [], "inhibitedBy": []}, "generatorURL": "http://x/graph"}
+    alert = {
+        "labels": {"alertname": "HealthCheckFailing", "host": "gpu1", "check": "cuda works"},
+        "annotations": {"summary": "s"},
+        "startsAt": "2026-12-04T00:00:00Z",
+        "endsAt": "2026-12-04T01:00:00Z",
+        "updatedAt": "2026-12-04T00:00:00Z",
+        "fingerprint": "0123456789abcdef",
+        "receivers": [{"name": "r"}],
+        "status": {"state": "active", "silencedBy": [], "inhibitedBy": []},
+        "generatorURL": "http://x/graph",
+    }
     seen = []
 
     class AlertmanagerApi(http.server.BaseHTTPRequestHandler):
@@ -444,10 +568,17 @@ def test_amtool_asks_alertmanager_through_the_basic_auth_with_no_password_on_its
         client.write_text(files[config.AMTOOL_HTTP_CONFIG].replace(config.PASSWORD_FILE, str(rendered / "password")))
         (home / ".config" / "prometheus").mkdir(parents=True)
         (home / ".config" / "prometheus" / "amtool.yml").write_text(
-            files[config.AMTOOL_CONFIG].replace("http://10.0.0.2:9093", f"http://127.0.0.1:{server.server_port}")
-            .replace(config.AMTOOL_HTTP_CONFIG, str(client)))
-        done = subprocess.run([amtool, "alert", "query", "-o", "json"], capture_output=True, text=True,
-                              env={"HOME": str(home), "PATH": os.environ.get("PATH", "")}, timeout=30)
+            files[config.AMTOOL_CONFIG]
+            .replace("http://10.0.0.2:9093", f"http://127.0.0.1:{server.server_port}")
+            .replace(config.AMTOOL_HTTP_CONFIG, str(client))
+        )
+        done = subprocess.run(
+            [amtool, "alert", "query", "-o", "json"],
+            capture_output=True,
+            text=True,
+            env={"HOME": str(home), "PATH": os.environ.get("PATH", "")},
+            timeout=30,
+        )
     finally:
         server.shutdown()
     assert done.returncode == 0, done.stdout + done.stderr
@@ -472,4 +603,6 @@ def test_no_field_of_ours_is_left_in_the_rules(site):
 def test_a_field_the_rule_does_not_pass_is_an_error():
     with pytest.raises(KeyError, match="runbook text of EngineDown needs engine"):
         runbook.text("EngineDown")
-    assert runbook.text("EngineDown", engine="vllm")[0] == "The vllm server on {{ $labels.host }} does not answer /metrics"
+    assert (
+        runbook.text("EngineDown", engine="vllm")[0] == "The vllm server on {{ $labels.host }} does not answer /metrics"
+    )

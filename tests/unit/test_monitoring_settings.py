@@ -31,17 +31,23 @@ def test_a_monitors_group_with_defaults_is_valid(inventory):
     assert pins.dcgm_exporter == "4.8.2"
 
 
-@pytest.mark.parametrize("data, parts", [
-    ({"monitoring_retention_time": "30 days"}, ["monitoring_retention_time = '30 days'", "a Prometheus duration"]),
-    ({"monitoring_check_cpu_quota_percent": 0}, ["monitoring_check_cpu_quota_percent = 0", "1 to 100"]),
-    ({"monitoring_listen_address": "all"}, ["monitoring_listen_address = 'all'", "an IP address"]),
-    ({"monitoring_webhook_url": "ftp://x"}, ["monitoring_webhook_url = 'ftp://x'", "http(s) URL"]),
-    ({"monitoring_listen_address": "0.0.0.0"}, ["monitoring_listen_address = '0.0.0.0'", "basic auth"]),
-    ({"monitoring_webhook_url": None}, ["no receiver", "monitoring_webhook_url"]),
-    ({"monitoring_email_to": "ops@example.org"}, ["monitoring_email_to = 'ops@example.org'", "monitoring_email_smarthost"]),
-    ({"monitoring_web_password_secret": "prom_pw"}, ["monitoring_web_password_secret = 'prom_pw'", "no secret"]),
-    ({"monitoring_retention": "30d"}, ["unknown key monitoring_retention", "monitoring_retention_time"]),
-])
+@pytest.mark.parametrize(
+    "data, parts",
+    [
+        ({"monitoring_retention_time": "30 days"}, ["monitoring_retention_time = '30 days'", "a Prometheus duration"]),
+        ({"monitoring_check_cpu_quota_percent": 0}, ["monitoring_check_cpu_quota_percent = 0", "1 to 100"]),
+        ({"monitoring_listen_address": "all"}, ["monitoring_listen_address = 'all'", "an IP address"]),
+        ({"monitoring_webhook_url": "ftp://x"}, ["monitoring_webhook_url = 'ftp://x'", "http(s) URL"]),
+        ({"monitoring_listen_address": "0.0.0.0"}, ["monitoring_listen_address = '0.0.0.0'", "basic auth"]),
+        ({"monitoring_webhook_url": None}, ["no receiver", "monitoring_webhook_url"]),
+        (
+            {"monitoring_email_to": "ops@example.org"},
+            ["monitoring_email_to = 'ops@example.org'", "monitoring_email_smarthost"],
+        ),
+        ({"monitoring_web_password_secret": "prom_pw"}, ["monitoring_web_password_secret = 'prom_pw'", "no secret"]),
+        ({"monitoring_retention": "30d"}, ["unknown key monitoring_retention", "monitoring_retention_time"]),
+    ],
+)
 def test_bad_monitoring_settings_are_named(inventory, data, parts):
     problems = problems_of(inventory.groups(gpu_nodes=[gpu_node()], monitors=[monitor(**data)]))
     assert len(problems) == 1, problems
@@ -50,8 +56,9 @@ def test_bad_monitoring_settings_are_named(inventory, data, parts):
 
 
 def test_the_checks_must_finish_within_their_interval(inventory):
-    path = inventory.groups(gpu_nodes=[gpu_node(monitoring_check_interval="1m", monitoring_check_timeout_s=90)],
-                            monitors=[monitor()])
+    path = inventory.groups(
+        gpu_nodes=[gpu_node(monitoring_check_interval="1m", monitoring_check_timeout_s=90)], monitors=[monitor()]
+    )
     (problem,) = problems_of(path)
     assert "monitoring_check_timeout_s = 90" in problem and "'1m'" in problem
 
@@ -82,14 +89,23 @@ def test_an_exporter_pin_with_no_declared_dcgm_is_named(inventory):
 
 def test_the_password_secret_must_be_in_the_vault(inventory):
     vault = inventory.vault(prom_pw="s3cret")
-    site = load_site(inventory.groups(gpu_nodes=[gpu_node(secrets_file=vault)], monitors=[monitor(
-        secrets_file=vault, monitoring_web_password_secret="prom_pw", monitoring_listen_address="0.0.0.0")]))
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[gpu_node(secrets_file=vault)],
+            monitors=[
+                monitor(
+                    secrets_file=vault, monitoring_web_password_secret="prom_pw", monitoring_listen_address="0.0.0.0"
+                )
+            ],
+        )
+    )
     assert site.hosts["gpu1"].monitoring.web_password_secret == "prom_pw"
 
 
 def test_a_monitor_on_another_host_cannot_scrape_loopback_addresses(inventory):
-    problems = problems_of(inventory.groups(gpu_nodes=[gpu_node(monitoring_exporter_address="127.0.0.1")],
-                                            monitors=[monitor("mon1")]))
+    problems = problems_of(
+        inventory.groups(gpu_nodes=[gpu_node(monitoring_exporter_address="127.0.0.1")], monitors=[monitor("mon1")])
+    )
     assert len(problems) == 2, problems
     assert all("cannot be scraped by the monitors host mon1" in p for p in problems)
     assert "monitoring_exporter_address = '127.0.0.1'" in problems[0] and "serving_host = '127.0.0.1'" in problems[1]

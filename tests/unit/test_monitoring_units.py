@@ -27,26 +27,44 @@ def render(template: str, **kwargs) -> str:
 @pytest.fixture
 def site(inventory):
     vault = inventory.vault(api_key="k")
-    return load_site(inventory.groups(
-        gpu_nodes=[gpu_node(secrets_file=vault, serving_api_key_secret="api_key", gpu_count=8,
-                            serving_context_length=4096,  # fits the KV cache with a drafter (kv_cache.py)
-                            health_min_temp_margin_c=12, monitoring_check_interval="10m",
-                            monitoring_check_cpu_quota_percent=30, monitoring_check_timeout_s=200,
-                            serving_speculative={"draft_model_path": "/models/drafter", "num_steps": 2, "num_draft_tokens": 3,
-                                                 **speculative_ready(inventory)})],
-        monitors=[("gpu1", {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts"})]))
+    return load_site(
+        inventory.groups(
+            gpu_nodes=[
+                gpu_node(
+                    secrets_file=vault,
+                    serving_api_key_secret="api_key",
+                    gpu_count=8,
+                    serving_context_length=4096,  # fits the KV cache with a drafter (kv_cache.py)
+                    health_min_temp_margin_c=12,
+                    monitoring_check_interval="10m",
+                    monitoring_check_cpu_quota_percent=30,
+                    monitoring_check_timeout_s=200,
+                    serving_speculative={
+                        "draft_model_path": "/models/drafter",
+                        "num_steps": 2,
+                        "num_draft_tokens": 3,
+                        **speculative_ready(inventory),
+                    },
+                )
+            ],
+            monitors=[("gpu1", {"monitoring_webhook_url": "http://127.0.0.1:9099/alerts"})],
+        )
+    )
 
 
 def test_the_units_carry_the_budget_and_interval(site):
     host = site.hosts["gpu1"]
     (service_path, service_t, service_kw), (timer_path, timer_t, timer_kw) = units.gpu_templates(
-        host, "/opt/inference-host/checks/bundle-x", "/opt/inference-host/checks/env-y/bin/python")
+        host, "/opt/inference-host/checks/bundle-x", "/opt/inference-host/checks/env-y/bin/python"
+    )
     service, timer = render(service_t, **service_kw), render(timer_t, **timer_kw)
     assert service_path == "/etc/systemd/system/inference-host-checks.service"
     assert "CPUQuota=30%" in service and "TimeoutStartSec=200" in service and "Type=oneshot" in service
-    assert ("ExecStart=/opt/inference-host/checks/env-y/bin/python -m checks.textfile --expect-file"
-            " /etc/inference-host/checks/expect.json --suites gpu,service,server --out"
-            " /var/lib/prometheus/node-exporter/inference_host_checks.prom") in service
+    assert (
+        "ExecStart=/opt/inference-host/checks/env-y/bin/python -m checks.textfile --expect-file"
+        " /etc/inference-host/checks/expect.json --suites gpu,service,server --out"
+        " /var/lib/prometheus/node-exporter/inference_host_checks.prom"
+    ) in service
     assert "restart" not in service.lower().replace("never stop or restart", "")
     assert "OnUnitActiveSec=600s" in timer
 
@@ -72,8 +90,11 @@ def test_the_expectations_file_gives_the_inventorys_expectations(site, tmp_path)
     on_host = Expectations.from_overrides([a.removeprefix("--expect=") for a in expect_arguments(expect)])
     from_inventory = Expectations.from_site(site, "gpu1")
     ignore = {"host_name", "source"}
-    differ = {f.name for f in dataclasses.fields(Expectations) if f.name not in ignore
-              and getattr(on_host, f.name) != getattr(from_inventory, f.name)}
+    differ = {
+        f.name
+        for f in dataclasses.fields(Expectations)
+        if f.name not in ignore and getattr(on_host, f.name) != getattr(from_inventory, f.name)
+    }
     assert not differ, {name: (getattr(on_host, name), getattr(from_inventory, name)) for name in differ}
     assert on_host.min_temp_margin_c == 12 and on_host.speculative and on_host.speculative_num_steps == 2
 
@@ -92,8 +113,14 @@ def test_the_environment_is_the_locks_closure():
 
 def test_the_bundle_holds_what_the_checks_import():
     files = set(checks_env.bundle_files())
-    assert {"checks/__main__.py", "checks/textfile.py", "checks/conftest.py",
-            "roles/site/schema.py", "inventory/stack.yml", "checks/programs/membw.py"} <= files
+    assert {
+        "checks/__main__.py",
+        "checks/textfile.py",
+        "checks/conftest.py",
+        "roles/site/schema.py",
+        "inventory/stack.yml",
+        "checks/programs/membw.py",
+    } <= files
     assert not any(f.startswith(("roles/serving", "roles/monitoring", "tests/unit", "tests/lab")) for f in files)
 
 

@@ -17,6 +17,7 @@ def executing(monkeypatch):
     def set_to(value: bool):
         monkeypatch.setattr(health, "state", types.SimpleNamespace(is_executing=value))
         monkeypatch.setattr(note_module, "state", types.SimpleNamespace(is_executing=value))
+
     return set_to
 
 

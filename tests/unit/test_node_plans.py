@@ -20,8 +20,10 @@ import pytest
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PLANS = Path(__file__).parent / "plans"
 NODE = "@fake/pve-node"
-APT_INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef"'
-               ' -o Dpkg::Options::="--force-confold" install --no-install-recommends')
+APT_INSTALL = (
+    'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef"'
+    ' -o Dpkg::Options::="--force-confold" install --no-install-recommends'
+)
 
 
 def _plan(state: str, uploads: Path | None = None) -> tuple[list[dict], str]:
@@ -29,9 +31,21 @@ def _plan(state: str, uploads: Path | None = None) -> tuple[list[dict], str]:
     if uploads:
         env["PLAN_NODE_UPLOADS"] = str(uploads)
     completed = subprocess.run(
-        [sys.executable, str(PLANS / "record.py"), "--limit", NODE,
-         str(PLANS / "inventory_node_debian12.py"), "deploy.py"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False, env=env)
+        [
+            sys.executable,
+            str(PLANS / "record.py"),
+            "--limit",
+            NODE,
+            str(PLANS / "inventory_node_debian12.py"),
+            "deploy.py",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
     assert completed.returncode == 0, completed.stderr[-4000:]
     records = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
     return [r for r in records if r["host"] == NODE], completed.stderr
@@ -83,8 +97,10 @@ def test_bare_node_has_one_nouveau_blacklist_and_the_uvm_boot_unit(bare):
     assert commands.count("update-initramfs -u -k all") == 1 and "update-initramfs -u" not in commands
     unit = next(r["content"] for r in bare[0] if r.get("upload") == "/etc/systemd/system/nvidia-uvm-devices.service")
     assert "ExecStart=/usr/bin/nvidia-modprobe -u -c0" in unit and "Before=pve-guests.service" in unit
-    assert next(r["content"] for r in bare[0] if r.get("upload") == "/etc/modules-load.d/nvidia-uvm.conf"
-                ).splitlines()[-1] == "nvidia-uvm"
+    assert (
+        next(r["content"] for r in bare[0] if r.get("upload") == "/etc/modules-load.d/nvidia-uvm.conf").splitlines()[-1]
+        == "nvidia-uvm"
+    )
 
 
 def test_converged_node_plan_changes_nothing(converged):
@@ -103,11 +119,14 @@ def test_changed_guest_keys_are_pushed_once_and_only_then(converged, tmp_path_fa
     path = tmp_path_factory.mktemp("node-new-key") / "uploads.json"
     path.write_text(json.dumps(uploads))
     records, _ = _plan("converged-new-key", path)
-    commands = [c for c in _commands(records) if c != "test -f /run/reboot-required"
-                and c != "chmod 600 /etc/inference-host/guest-keys/201.pub"]  # the upload's
+    commands = [
+        c
+        for c in _commands(records)
+        if c != "test -f /run/reboot-required" and c != "chmod 600 /etc/inference-host/guest-keys/201.pub"
+    ]  # the upload's
     assert [r["upload"] for r in records if "upload" in r] == ["/etc/inference-host/guest-keys/201.pub"]
     assert len(commands) == 1, "\n".join(commands)
-    assert "pct push 201 \"$keys\" /root/.ssh/authorized_keys --perms 0600" in commands[0]
+    assert 'pct push 201 "$keys" /root/.ssh/authorized_keys --perms 0600' in commands[0]
     assert "AAAAIG5ld2tleWZvcnRlc3Rz" in commands[0] and "AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3Rz" not in commands[0]
     assert "# --- BEGIN PVE ---" in commands[0] and "# --- END PVE ---" in commands[0]
     assert not any(c.startswith("pct exec 201 -- mkdir") for c in commands)

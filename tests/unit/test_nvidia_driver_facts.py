@@ -27,8 +27,10 @@ def test_proc_version_of_the_h200_is_the_open_module_580_159_04():
 
 def test_proprietary_banner_is_recognised():
     # The banner of the proprietary module: no "Open" before "Kernel Module".
-    text = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
     assert parse_proc_driver_version(text) == KernelModule("535.129.03", "proprietary")
 
 
@@ -46,8 +48,10 @@ def test_kernel_log_load_line_of_the_h200():
 
 
 def test_kernel_log_after_a_module_reload_names_the_last_load():
-    log = ("[    1.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n"
-           "[ 9000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n")
+    log = (
+        "[    1.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n"
+        "[ 9000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build\n"
+    )
     assert driver_state.parse_kernel_log_driver_version(log) == KernelModule("580.95.05", "open")
     journal = "Nov 29 10:00:01 gpu kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu\n"
     assert driver_state.parse_kernel_log_driver_version(journal) == KernelModule("535.129.03", "proprietary")
@@ -97,22 +101,30 @@ def test_nvml_mismatch_without_a_library_version():
 
 
 def test_other_nvidia_smi_failures_are_kept_in_its_words():
-    text = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
-            " Make sure that the latest NVIDIA driver is installed and running.\n")
+    text = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        " Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
     parsed = parse_nvidia_smi_driver_version(text)
     assert parsed.version is None and "couldn't communicate" in parsed.error
 
 
-@pytest.mark.parametrize("text, flavor", [
-    ("Dual MIT/GPL\n", "open"),
-    ("NVIDIA\n", "proprietary"),
-    (NO_MODINFO + "\n", "unknown"),      # the 1 × H200 machine has no modinfo (tools.txt)
-    ("", "unknown"),
-    # `modinfo nvidia` without -F: the labelled line among the others
-    ("filename:       /lib/modules/6.8.0/updates/dkms/nvidia.ko\nlicense:        Dual MIT/GPL\n"
-     "version:        580.95.05\n", "open"),
-    ("license:        NVIDIA\n", "proprietary"),
-])
+@pytest.mark.parametrize(
+    "text, flavor",
+    [
+        ("Dual MIT/GPL\n", "open"),
+        ("NVIDIA\n", "proprietary"),
+        (NO_MODINFO + "\n", "unknown"),  # the 1 × H200 machine has no modinfo (tools.txt)
+        ("", "unknown"),
+        # `modinfo nvidia` without -F: the labelled line among the others
+        (
+            "filename:       /lib/modules/6.8.0/updates/dkms/nvidia.ko\nlicense:        Dual MIT/GPL\n"
+            "version:        580.95.05\n",
+            "open",
+        ),
+        ("license:        NVIDIA\n", "proprietary"),
+    ],
+)
 def test_modinfo_license(text, flavor):
     assert parse_modinfo_license(text) == flavor
 
@@ -140,8 +152,7 @@ def test_mismatch_against_nvml_major_minor():
 
 
 def test_userspace_versions_from_ldconfig():
-    text = ("\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
-            "libnvidia-ml.so.580.95.05\n")
+    text = "\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\nlibnvidia-ml.so.580.95.05\n"
     assert driver_state.parse_userspace_versions(text) == {"580.95.05"}
     assert driver_state.parse_userspace_versions("libcuda.so.1\n") == set()
 
@@ -155,8 +166,7 @@ def test_standalone_check_on_the_h200_captures(monkeypatch):
     """scripts' view: roles/shared/driver_state.py run against the captured H200 output."""
     driver_column = (H200 / "query-gpu-noheader.csv").read_text().split(", ")[5] + "\n"
     monkeypatch.setattr(driver_state, "_read", lambda path: (H200 / "proc-version.txt").read_text())
-    monkeypatch.setattr(driver_state, "_output",
-                        lambda *command: driver_column if command[0] == "nvidia-smi" else None)
+    monkeypatch.setattr(driver_state, "_output", lambda *command: driver_column if command[0] == "nvidia-smi" else None)
     status, report = driver_state.check_this_machine()
     assert status == 0, report["problems"]
     assert report["kernel_module"] == {"version": "580.159.04", "flavor": "open"}
@@ -165,4 +175,5 @@ def test_standalone_check_on_the_h200_captures(monkeypatch):
     status, report = driver_state.check_this_machine(expect="580.95.05")
     assert status == 1 and report["problems"] == [
         "not the pinned driver: 580.159.04 is installed, the pin is 580.95.05; run the deploy to"
-        " install the pinned driver (then reboot when it says so)"]
+        " install the pinned driver (then reboot when it says so)"
+    ]

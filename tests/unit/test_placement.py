@@ -15,8 +15,16 @@ def _site(inventory, *guests, node=NODE, name="site.py"):
 
 
 def test_an_lxc_guests_kernel_settings_are_written_on_its_node(inventory):
-    ct = guest_node("ct", 200, base_sysctl={"kernel.numa_balancing": "0", "vm.max_map_count": "1048576",
-                                "net.core.somaxconn": "4096", "kernel.shmmax": "68719476736"})
+    ct = guest_node(
+        "ct",
+        200,
+        base_sysctl={
+            "kernel.numa_balancing": "0",
+            "vm.max_map_count": "1048576",
+            "net.core.somaxconn": "4096",
+            "kernel.shmmax": "68719476736",
+        },
+    )
     site = load_site(_site(inventory, ct))
     guest, node = site.hosts["ct"], site.hosts["pve"]
     # What the container's own namespaces hold (runc's list) stays in the guest...
@@ -32,8 +40,13 @@ def test_a_vm_keeps_its_whole_sysctl(inventory):
 
 def test_two_values_of_one_kernel_key_on_one_node_are_refused(inventory):
     path = _site(inventory, guest_node("ct", 200, base_sysctl={"kernel.numa_balancing": "1"}))
-    assert_names(only_problem(path), "host pve", "base_sysctl kernel.numa_balancing = '1' on LXC guest ct",
-                 "'0' on pve", "expected one value")
+    assert_names(
+        only_problem(path),
+        "host pve",
+        "base_sysctl kernel.numa_balancing = '1' on LXC guest ct",
+        "'0' on pve",
+        "expected one value",
+    )
 
 
 def test_the_hub_token_stays_off_a_guest_that_serves_local_files(inventory):
@@ -46,6 +59,7 @@ def test_the_hub_token_stays_off_a_guest_that_serves_local_files(inventory):
     # A drafter named by a Hub id (the project's own checks refuse one, validation.py; the model
     # alone would let SGLang fetch it, with the token from $HF_HOME).
     gpu = plain.hosts["gpu"]
-    hub = dataclasses.replace(gpu, serving=gpu.serving.model_copy(
-        update={"speculative": {"draft_model_path": "lmsys/some-eagle3"}}))
+    hub = dataclasses.replace(
+        gpu, serving=gpu.serving.model_copy(update={"speculative": {"draft_model_path": "lmsys/some-eagle3"}})
+    )
     assert engine_reads_hub_token(hub, {"gpu": hub}) is True

@@ -47,7 +47,10 @@ def test_qemu_conf_hostpci_and_pending_delete():
     config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
     assert pve.hostpci_address(config.current["hostpci1"]) == "0000:a1:00.0"
     assert pve.parse_property_string(config.current["hostpci1"], "host") == {
-        "host": "0000:a1:00.0", "pcie": "1", "x-vga": "1"}
+        "host": "0000:a1:00.0",
+        "pcie": "1",
+        "x-vga": "1",
+    }
     assert config.pending_delete == {"hostpci1"}
     assert config.effective()["hostpci2"] == "0000:c1:00.0,pcie=1"
     assert "hostpci1" not in config.effective()
@@ -84,8 +87,7 @@ def test_upstream_qemu_server_sections_sample():
 
 def test_upstream_qemu_server_snapshot_named_cloudinit():
     # A snapshot may be called "cloudinit": only [special:cloudinit] is the special section.
-    config = pve.parse_config(
-        (PROXMOX / "upstream-qemu-server-8.4.10-cloudinit-snapshot.conf").read_text(), "qemu")
+    config = pve.parse_config((PROXMOX / "upstream-qemu-server-8.4.10-cloudinit-snapshot.conf").read_text(), "qemu")
     assert config.current["numa"] == "0"  # the snapshot's bogus "numa: verify meee~ :)" stays out
     assert config.current["ipconfig0"] == "ip6=dhcp"
     assert not config.has_pending
@@ -93,8 +95,7 @@ def test_upstream_qemu_server_snapshot_named_cloudinit():
 
 def test_upstream_pve_container_snapshot_sample():
     # pve-container 5.3.5 src/test/snapshot-expected/create/lxc/101.conf, verbatim.
-    config = pve.parse_config(
-        (PROXMOX / "upstream-pve-container-5.3.5-snapshot-101.conf").read_text(), "lxc")
+    config = pve.parse_config((PROXMOX / "upstream-pve-container-5.3.5-snapshot-101.conf").read_text(), "lxc")
     assert config.current["parent"] == "test"
     assert config.current["swap"] == "512"
     assert "snaptime" not in config.current
@@ -121,8 +122,10 @@ def test_guest_state_fact_output():
 def test_rendered_lxc_lines():
     assert pve.lxc_features(["nesting", "keyctl"]) == "keyctl=1,nesting=1"
     assert pve.lxc_net0("vmbr0", "dhcp", None) == "name=eth0,bridge=vmbr0,ip=dhcp,type=veth"
-    assert pve.lxc_net0("vmbr1", "10.0.0.5/24", "10.0.0.1") == \
-        "name=eth0,bridge=vmbr1,gw=10.0.0.1,ip=10.0.0.5/24,type=veth"
+    assert (
+        pve.lxc_net0("vmbr1", "10.0.0.5/24", "10.0.0.1")
+        == "name=eth0,bridge=vmbr1,gw=10.0.0.1,ip=10.0.0.5/24,type=veth"
+    )
     assert pve.lxc_mount_point("/tank/models", "/models") == "/tank/models,mp=/models"
 
 
@@ -137,10 +140,18 @@ def test_rendered_kvm_lines():
 def test_device_paths_only_include_optional_nodes_when_present():
     base = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
     assert pve.lxc_device_paths([1, 0], base) == [
-        "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+    ]
     full = base | {"/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-caps/nvidia-cap1"}
     assert pve.lxc_device_paths([0], full)[-3:] == [
-        "/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"]
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-caps/nvidia-cap1",
+        "/dev/nvidia-caps/nvidia-cap2",
+    ]
     assert pve.lxc_device_paths([], full) == []
 
 
@@ -148,8 +159,10 @@ def test_net0_keeps_the_generated_mac_and_ignores_it_when_comparing():
     have = "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"
     assert pve.same_net(have, pve.lxc_net0("vmbr0", "dhcp", None))
     assert not pve.same_net(have, pve.lxc_net0("vmbr1", "dhcp", None))
-    assert pve.with_hwaddr(have, pve.lxc_net0("vmbr1", "dhcp", None)) == \
-        "name=eth0,bridge=vmbr1,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"
+    assert (
+        pve.with_hwaddr(have, pve.lxc_net0("vmbr1", "dhcp", None))
+        == "name=eth0,bridge=vmbr1,hwaddr=BC:24:11:5E:3A:91,ip=dhcp,type=veth"
+    )
 
 
 # --- planning the smallest change ---------------------------------------------------------------
@@ -161,23 +174,26 @@ def _devices(*paths):
 
 def test_removing_a_gpu_deletes_one_entry_and_renumbers_nothing():
     have = _devices("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl")
-    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidiactl"],
-                            pve.device_path, pve.same_device)
+    plan = pve.plan_indexed(
+        have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidiactl"], pve.device_path, pve.same_device
+    )
     assert plan == pve.Plan({}, ("dev1",))
     assert plan.arguments() == ["--delete", "dev1"]
 
 
 def test_adding_a_gpu_takes_the_lowest_free_index():
     have = {"dev0": "/dev/nvidia0", "dev2": "/dev/nvidiactl"}
-    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidia5", "/dev/nvidiactl"],
-                            pve.device_path, pve.same_device)
+    plan = pve.plan_indexed(
+        have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia0", "/dev/nvidia5", "/dev/nvidiactl"], pve.device_path, pve.same_device
+    )
     assert plan == pve.Plan({"dev1": "/dev/nvidia5"}, ())
 
 
 def test_replacing_a_gpu_reuses_its_slot_with_one_set():
     have = _devices("/dev/nvidia0", "/dev/nvidiactl")
-    plan = pve.plan_indexed(have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia3", "/dev/nvidiactl"],
-                            pve.device_path, pve.same_device)
+    plan = pve.plan_indexed(
+        have, pve.LXC_DEVICE_KEYS, ["/dev/nvidia3", "/dev/nvidiactl"], pve.device_path, pve.same_device
+    )
     assert plan == pve.Plan({"dev0": "/dev/nvidia3"}, ())
 
 
@@ -192,8 +208,7 @@ def test_changed_options_rewrite_the_entry_in_place_and_path_prefix_is_equivalen
 def test_converged_config_plans_nothing():
     effective = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu").effective()
     wanted = [effective["hostpci0"], effective["hostpci2"]]
-    assert not pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted, pve.hostpci_address,
-                                pve.same_hostpci)
+    assert not pve.plan_indexed(effective, pve.KVM_HOSTPCI_KEYS, wanted, pve.hostpci_address, pve.same_hostpci)
     assert not pve.plan_scalars(effective, {"cores": "32", "cpu": "host"})
     assert pve.plan_scalars(effective, {"cores": "48"}).arguments() == ["--cores", "48"]
 
@@ -203,29 +218,39 @@ def test_converged_config_plans_nothing():
 
 def test_gpu_minor_from_real_proc_driver_output():
     lines = (H200 / "proc-gpus.txt").read_text().splitlines()
-    lines += ["node character special file|c3:0|/dev/nvidia0",
-              "node character special file|c3:ff|/dev/nvidiactl",
-              "node character special file|1fb:1|/dev/nvidia-uvm-tools",
-              "node regular empty file|0:0|/dev/nvidia-bogus"]
+    lines += [
+        "node character special file|c3:0|/dev/nvidia0",
+        "node character special file|c3:ff|/dev/nvidiactl",
+        "node character special file|1fb:1|/dev/nvidia-uvm-tools",
+        "node regular empty file|0:0|/dev/nvidia-bogus",
+    ]
     devices = parse_nvidia_host_devices(lines)
     assert devices["minors"] == {"0000:00:06.0": 0}
-    assert devices["nodes"] == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255),
-                                "/dev/nvidia-uvm-tools": (507, 1)}
+    assert devices["nodes"] == {
+        "/dev/nvidia0": (195, 0),
+        "/dev/nvidiactl": (195, 255),
+        "/dev/nvidia-uvm-tools": (507, 1),
+    }
 
 
 def test_pci_devices_from_pvesh_json():
-    text = ('[{"id":"0000:01:00.0","class":"0x030200","vendor":"0x10de","device":"0x2bb5",'
-            '"iommugroup":22,"vendor_name":"NVIDIA Corporation"}]')
+    text = (
+        '[{"id":"0000:01:00.0","class":"0x030200","vendor":"0x10de","device":"0x2bb5",'
+        '"iommugroup":22,"vendor_name":"NVIDIA Corporation"}]'
+    )
     devices = parse_pci_devices(text)
     assert devices["0000:01:00.0"]["iommugroup"] == 22
     assert parse_pci_devices("") == {}
 
 
-@pytest.mark.parametrize(("sample", "loader"), [
-    ("pbt-status-uefi.txt", "systemd-boot"),
-    ("pbt-status-grub.txt", "grub"),
-    ("pbt-status-none.txt", "grub"),
-])
+@pytest.mark.parametrize(
+    ("sample", "loader"),
+    [
+        ("pbt-status-uefi.txt", "systemd-boot"),
+        ("pbt-status-grub.txt", "grub"),
+        ("pbt-status-none.txt", "grub"),
+    ],
+)
 def test_boot_loader_detection(sample, loader):
     assert parse_boot_loader((PROXMOX / sample).read_text().splitlines()) == loader
 
@@ -243,17 +268,21 @@ def test_systemd_boot_cmdline_appends_once_and_keeps_root():
     once = systemd_boot_cmdline("root=ZFS=rpool/ROOT/pve-1 boot=zfs\n", args)
     assert once == "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on iommu=pt\n"
     assert systemd_boot_cmdline(once, args) == once
-    assert systemd_boot_cmdline("root=ZFS=rpool/ROOT/pve-1 intel_iommu=off quiet", args) == \
-        "root=ZFS=rpool/ROOT/pve-1 intel_iommu=on quiet iommu=pt\n"
+    assert (
+        systemd_boot_cmdline("root=ZFS=rpool/ROOT/pve-1 intel_iommu=off quiet", args)
+        == "root=ZFS=rpool/ROOT/pve-1 intel_iommu=on quiet iommu=pt\n"
+    )
 
 
 def test_grub_dropin_extends_the_default_command_line():
     template = jinja2.Template(
-        (PROJECT_ROOT / "roles" / "proxmox_host" / "templates" / "inference-host-iommu.cfg.j2").read_text())
+        (PROJECT_ROOT / "roles" / "proxmox_host" / "templates" / "inference-host-iommu.cfg.j2").read_text()
+    )
     text = template.render(kernel_args=iommu_kernel_args("amd"))
     assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"' in text
     assert [line for line in text.splitlines() if not line.startswith("#")] == [
-        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"']
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_iommu=on iommu=pt"'
+    ]
 
 
 def test_vfio_modules_file():
@@ -267,22 +296,22 @@ def test_vfio_modules_file():
 # --- the lab's pct/qm stand-ins write the sections upstream writes -------------------------------
 
 
-@pytest.mark.parametrize(("kind", "folder", "header"), [
-    ("lxc", "lxc", "[pve:pending]"), ("qemu", "qemu-server", "[PENDING]")])
-def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, monkeypatch, kind,
-                                                                      folder, header):
+@pytest.mark.parametrize(
+    ("kind", "folder", "header"), [("lxc", "lxc", "[pve:pending]"), ("qemu", "qemu-server", "[PENDING]")]
+)
+def test_standin_writes_upstreams_pending_header_and_keeps_snapshots(tmp_path, monkeypatch, kind, folder, header):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py")
+        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py"
+    )
     standin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(standin)
     monkeypatch.setattr(standin, "PVE_DIR", tmp_path)
     path = standin.conf_path(folder, 300)
     path.parent.mkdir(parents=True)
     path.write_text("cores: 4\nparent: snap1\n\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
-    standin.write_conf(folder, 300, {"cores": "4", "parent": "snap1"},
-                       {"cores": "8", "delete": "dev0"})
+    standin.write_conf(folder, 300, {"cores": "4", "parent": "snap1"}, {"cores": "8", "delete": "dev0"})
     text = path.read_text()
     assert f"\n{header}\ncores: 8\ndelete: dev0\n" in text
     assert text.endswith("\n[snap1]\ncores: 2\nsnaptime: 1732789000\n")
@@ -303,8 +332,7 @@ def test_pct_standin_validates_keys_with_ssh_keygen_as_pve_common_does(tmp_path)
     loader = importlib.machinery.SourceFileLoader("pct_standin", path)
     pct = importlib.util.module_from_spec(importlib.util.spec_from_loader("pct_standin", loader))
     loader.exec_module(pct)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab", "-f", str(tmp_path / "k")],
-                   check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab", "-f", str(tmp_path / "k")], check=True)
     good = (tmp_path / "k.pub").read_text().strip()
     pct.validate_ssh_public_keys(f"{good}\n\n   \n{good}\n")
     kind, blob, comment = good.split()

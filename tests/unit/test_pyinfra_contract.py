@@ -24,8 +24,12 @@ CALLABLES = {
     "pyinfra.api.command:PyinfraCommand.execute": ["self", "state", "host", "connector_arguments"],
     "pyinfra_cli.inventory:_get_groups_from_filename": ["inventory_filename"],
     "pyinfra_cli.inventory:_is_inventory_group": ["key", "value"],
-    "pyinfra_cli.inventory:make_inventory_from_files": ["inventory_filename", "override_data", "cwd",
-                                                         "group_data_directories"],
+    "pyinfra_cli.inventory:make_inventory_from_files": [
+        "inventory_filename",
+        "override_data",
+        "cwd",
+        "group_data_directories",
+    ],
     "pyinfra_cli.cli:make_inventory": ["inventory", "override_data", "cwd", "group_data_directories"],
 }
 VALUES = {
@@ -40,8 +44,11 @@ def resolve(target: str):
     for part in path.split("."):
         value = getattr(value, part, None)
         if value is None:
-            pytest.fail(f"pyinfra contract: {target} is gone (relied on by roles/shared/fact_batch.py or "
-                        "roles/site/loading.py; see docs/layout.md)", pytrace=False)
+            pytest.fail(
+                f"pyinfra contract: {target} is gone (relied on by roles/shared/fact_batch.py or "
+                "roles/site/loading.py; see docs/layout.md)",
+                pytrace=False,
+            )
     return value
 
 
@@ -49,8 +56,10 @@ def resolve(target: str):
 def test_private_callable_keeps_its_signature(target):
     found = list(inspect.signature(resolve(target)).parameters)
     if found != CALLABLES[target]:
-        pytest.fail(f"pyinfra contract: {target} takes ({', '.join(found)}), expected "
-                    f"({', '.join(CALLABLES[target])})", pytrace=False)
+        pytest.fail(
+            f"pyinfra contract: {target} takes ({', '.join(found)}), expected ({', '.join(CALLABLES[target])})",
+            pytrace=False,
+        )
 
 
 @pytest.mark.parametrize("target", sorted(VALUES))

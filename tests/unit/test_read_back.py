@@ -37,12 +37,12 @@ from tests.unit.conftest import PROJECT_ROOT, InventoryFactory
 from tests.unit.test_validation_rules import validate  # noqa: F401 (a fixture)
 
 SPEC = importlib.util.spec_from_file_location(
-    "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py")
+    "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py"
+)
 standin = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(standin)
 
-TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True,
-      "nccl_socket_ifname": "ens1f0"}
+TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
 
 
 # --- the consumers' parsers --------------------------------------------------------------------
@@ -104,10 +104,12 @@ class Inventory:
 @pytest.fixture(scope="module")
 def inventories(tmp_path_factory) -> dict[str, Inventory]:
     two = InventoryFactory(tmp_path_factory.mktemp("two-node"))
-    path = two.groups(gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11"}),
-                                 ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})])
-    found = {label: Inventory(label, PROJECT_ROOT / "inventory" / f"{label}.py")
-             for label in ("prod", "lab", "lab_replicas")}
+    path = two.groups(
+        gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11"}), ("node-b", {**TP, "ssh_hostname": "10.0.0.12"})]
+    )
+    found = {
+        label: Inventory(label, PROJECT_ROOT / "inventory" / f"{label}.py") for label in ("prod", "lab", "lab_replicas")
+    }
     found["two-node"] = Inventory("two-node", path)
     return found
 
@@ -120,8 +122,10 @@ def lxc_read_back(guest) -> list[tuple[str, dict, dict]]:
     args = shlex.split(pct_create(guest, []))
     options = dict(zip(args[4::2], args[5::2], strict=True))
     settings = guest.guest
-    found = [("--rootfs", pve_parse("rootfs", options["--rootfs"]), {"volume": f"{settings.storage}:{settings.disk_gib}"}),
-             ("--net0", pve_parse("lxcnet", options["--net0"])["bridge"], settings.bridge)]
+    found = [
+        ("--rootfs", pve_parse("rootfs", options["--rootfs"]), {"volume": f"{settings.storage}:{settings.disk_gib}"}),
+        ("--net0", pve_parse("lxcnet", options["--net0"])["bridge"], settings.bridge),
+    ]
     ro = {pve.mount_identity(v) for v in wanted_mount_points(guest) if ",ro=1" in v}
     for index, (host_path, guest_path) in enumerate(settings.mount_points.items()):
         wanted = {"volume": host_path, "mp": guest_path}
@@ -141,10 +145,15 @@ def kvm_read_back(guest) -> list[tuple[str, dict, dict]]:
     disk = {"file": f"{settings.storage}:{0 if image else settings.disk_gib}", "iothread": "1"}
     if image:
         disk["import-from"] = image
-    found = [("--scsi0", pve_parse("drive", options["--scsi0"]), disk),
-             ("--net0", pve_parse("qmnet", options["--net0"]), {"model": "virtio", "bridge": settings.bridge}),
-             ("--efidisk0", pve_parse("drive", options["--efidisk0"]),
-              {"file": f"{settings.storage}:1", "efitype": "4m", "pre-enrolled-keys": "0"})]
+    found = [
+        ("--scsi0", pve_parse("drive", options["--scsi0"]), disk),
+        ("--net0", pve_parse("qmnet", options["--net0"]), {"model": "virtio", "bridge": settings.bridge}),
+        (
+            "--efidisk0",
+            pve_parse("drive", options["--efidisk0"]),
+            {"file": f"{settings.storage}:1", "efitype": "4m", "pre-enrolled-keys": "0"},
+        ),
+    ]
     if image:
         found.append(("--ide2", pve_parse("drive", options["--ide2"]), {"file": f"{settings.storage}:cloudinit"}))
     for key in ("--scsi0", "--net0", "--efidisk0"):
@@ -161,10 +170,12 @@ def engine_read_back(host, site) -> list[tuple[str, object, object]]:
     vllm_stack = site.stack.stacks[VLLM_STACK]
     vllm = engine_parse(server_arguments(host, site.hosts, vllm_stack), vllm_stack.vllm, "vllm")
     serving = host.serving
-    return [("--served-model-name", sglang["--served-model-name"], serving.served_model_name),
-            ("--model-path", sglang["--model-path"], serving.model_path),
-            ("vllm --served-model-name", vllm["--served-model-name"], serving.served_model_name),
-            ("vllm --model", vllm["--model"], serving.model_path)]
+    return [
+        ("--served-model-name", sglang["--served-model-name"], serving.served_model_name),
+        ("--model-path", sglang["--model-path"], serving.model_path),
+        ("vllm --served-model-name", vllm["--served-model-name"], serving.served_model_name),
+        ("vllm --model", vllm["--model"], serving.model_path),
+    ]
 
 
 # (inventory, host group, setting, how the generated value becomes the setting, read-back)
@@ -242,26 +253,44 @@ def test_every_hostile_value_is_refused_in_one_line_or_read_back_unchanged(inven
 # --- named examples (each failed before: accepted, and read back as something else) -------------
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"guest_mount_points": {"/tank/models,ro=0": "/models"}},
-     "guest_mount_points = {'/tank/models,ro=0': '/models'} is invalid; expected {host path: path in the guest},"
-     " both absolute, each fit for pct's --mpN (volume=HOST,mp=GUEST): the host path '/tank/models,ro=0' has a ',',"
-     " where Proxmox splits the option into more options (no escape exists: pve-common src/PVE/JSONSchema.pm"
-     " parse_property_string)"),
-    ({"guest_mount_points": {"/tank/a=b": "/models"}},
-     "the host path '/tank/a=b' has a '=', so Proxmox reads it as KEY=VALUE, not as the value"),
-    ({"guest_mount_points": {"/tank/models": "/models "}},
-     "the path in the guest '/models ' has spaces at its start or end, which Proxmox's config file trims"),
-    ({"guest_mount_points": {"/tank/../etc": "/models"}}, "has a /./ or /../ part, which pct refuses"),
-    ({"guest_storage": "local-lvm,size=1"},
-     "guest_storage = 'local-lvm,size=1' is invalid; expected a Proxmox storage ID like local-lvm"),
-    ({"guest_cloud_image": "/var/lib/vz/x.img,iothread=0"}, "guest_cloud_image = '/var/lib/vz/x.img,iothread=0' is invalid"),
-    ({"eagle3_training_specforge_repo": "--upload-pack=touch /tmp/x"},
-     "eagle3_training_specforge_repo = '--upload-pack=touch /tmp/x' is invalid; expected a git repository URL"),
-    ({"serving_served_model_name": "--api-key"},
-     "serving_served_model_name = '--api-key' is invalid; expected a non-empty value that does not start with '-'"
-     " (argparse reads one as an option)"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"guest_mount_points": {"/tank/models,ro=0": "/models"}},
+            "guest_mount_points = {'/tank/models,ro=0': '/models'} is invalid; expected {host path: path in the guest},"
+            " both absolute, each fit for pct's --mpN (volume=HOST,mp=GUEST): the host path '/tank/models,ro=0' has a ',',"
+            " where Proxmox splits the option into more options (no escape exists: pve-common src/PVE/JSONSchema.pm"
+            " parse_property_string)",
+        ),
+        (
+            {"guest_mount_points": {"/tank/a=b": "/models"}},
+            "the host path '/tank/a=b' has a '=', so Proxmox reads it as KEY=VALUE, not as the value",
+        ),
+        (
+            {"guest_mount_points": {"/tank/models": "/models "}},
+            "the path in the guest '/models ' has spaces at its start or end, which Proxmox's config file trims",
+        ),
+        ({"guest_mount_points": {"/tank/../etc": "/models"}}, "has a /./ or /../ part, which pct refuses"),
+        (
+            {"guest_storage": "local-lvm,size=1"},
+            "guest_storage = 'local-lvm,size=1' is invalid; expected a Proxmox storage ID like local-lvm",
+        ),
+        (
+            {"guest_cloud_image": "/var/lib/vz/x.img,iothread=0"},
+            "guest_cloud_image = '/var/lib/vz/x.img,iothread=0' is invalid",
+        ),
+        (
+            {"eagle3_training_specforge_repo": "--upload-pack=touch /tmp/x"},
+            "eagle3_training_specforge_repo = '--upload-pack=touch /tmp/x' is invalid; expected a git repository URL",
+        ),
+        (
+            {"serving_served_model_name": "--api-key"},
+            "serving_served_model_name = '--api-key' is invalid; expected a non-empty value that does not start with '-'"
+            " (argparse reads one as an option)",
+        ),
+    ],
+)
 def test_named_examples_are_refused_in_one_line_naming_our_file(inventory, validate, data, message):  # noqa: F811
     from tests.unit.test_refusals import NODE
 
@@ -280,9 +309,11 @@ def test_a_comma_in_a_mount_point_stops_pyinfra_before_any_host(inventory, tmp_p
     from tests.unit.test_refusals import NODE, one_line
 
     guest = ("ct", {"guest_vmid": 201, "guest_node": NODE[0], "guest_mount_points": {"/tank/models,ro=0": "/models"}})
-    path = inventory.write("from validation import require_valid_inventory\n"
-                           f"proxmox_hosts = [{NODE!r}]\nlxc_guests = [{guest!r}]\n"
-                           "require_valid_inventory(__file__, globals())\n")
+    path = inventory.write(
+        "from validation import require_valid_inventory\n"
+        f"proxmox_hosts = [{NODE!r}]\nlxc_guests = [{guest!r}]\n"
+        "require_valid_inventory(__file__, globals())\n"
+    )
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
     line = one_line(tmp_path, pyinfra, "-y", str(path), "deploy.py")
     assert "guest_mount_points = {'/tank/models,ro=0': '/models'} is invalid" in line and "has a ','" in line
@@ -317,8 +348,10 @@ def test_a_leading_dash_became_an_option_of_the_engine(inventories):
     prod = inventories["prod"]
     host = prod.site.group("gpu_nodes")[0]
     args = server_arguments(host, prod.site.hosts, prod.site.stack.active)
-    planted = [("--api-key" if previous == "--served-model-name" else arg)
-               for previous, arg in zip([None, *args[:-1]], args, strict=True)]
+    planted = [
+        ("--api-key" if previous == "--served-model-name" else arg)
+        for previous, arg in zip([None, *args[:-1]], args, strict=True)
+    ]
     with pytest.raises(SystemExit):  # "argument --served-model-name: expected one argument"
         engine_parse(planted, prod.site.stack.active.sglang)
 

@@ -21,9 +21,13 @@ def test_quickstart_has_the_two_commands():
 
 
 def test_the_production_path_is_in_order():
-    steps = ["python -m roles.site.vault set", "python -m roles.site inventory/prod.py",
-             "python -m roles.render inventory/prod.py", "uv run pyinfra inventory/prod.py deploy.py",
-             "python -m checks --inventory"]
+    steps = [
+        "python -m roles.site.vault set",
+        "python -m roles.site inventory/prod.py",
+        "python -m roles.render inventory/prod.py",
+        "uv run pyinfra inventory/prod.py deploy.py",
+        "python -m checks --inventory",
+    ]
     places = [README.index(step) for step in steps]
     assert places == sorted(places)
 

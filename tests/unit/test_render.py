@@ -10,8 +10,11 @@ import sys
 from roles import render
 from roles.site import PROJECT_ROOT, load_site, vault, weight_sets_kept_by
 
-PLANTED = {"hf_token": "hf_planted_token_5b1d", "sglang_api_key": "planted-api-key-77c3",
-           "monitoring_web_password": "planted-web-password-4e2a"}
+PLANTED = {
+    "hf_token": "hf_planted_token_5b1d",
+    "sglang_api_key": "planted-api-key-77c3",
+    "monitoring_web_password": "planted-web-password-4e2a",
+}
 
 
 def _prod_with_planted_vault(tmp_path):
@@ -38,22 +41,27 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     from roles import serving
 
     env = serving.config_dir(gpu, site.stack.active, site).lstrip("/")
-    for host, path in [(node.name, "etc/modprobe.d/blacklist-nouveau.conf"),
-                       (node.name, "etc/modules-load.d/vfio.conf"),
-                       # The LXC guest's GPUs run on the node's driver: its files are the node's.
-                       (node.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
-                       (node.name, "etc/apt/sources.list.d/cuda-debian12-x86_64.list"),
-                       (node.name, "etc/modules-load.d/nvidia-uvm.conf"),
-                       (node.name, "etc/systemd/system/nvidia-uvm-devices.service"),
-                       (node.name, "etc/sysctl.d/90-inference-host-node.conf"),
-                       (node.name, "inference-host-commands/pct-create-201.sh"),
-                       (node.name, "inference-host-commands/qm-create-202.sh"),
-                       (gpu.name, f"{env}/inference-engine.service"), (gpu.name, f"{env}/inference-engine.env"),
-                       (gpu.name, f"{env}/launch"), (gpu.name, f"{env}/inference-engine-secret-args.yaml"),
-                       (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
-                       # The GPU guest is its own monitor (prod.py's monitors group).
-                       (gpu.name, "etc/prometheus/prometheus.yml"), (gpu.name, "etc/prometheus/amtool.yml"),
-                       (gpu.name, "etc/prometheus/inference-host.grafana.json")]:
+    for host, path in [
+        (node.name, "etc/modprobe.d/blacklist-nouveau.conf"),
+        (node.name, "etc/modules-load.d/vfio.conf"),
+        # The LXC guest's GPUs run on the node's driver: its files are the node's.
+        (node.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
+        (node.name, "etc/apt/sources.list.d/cuda-debian12-x86_64.list"),
+        (node.name, "etc/modules-load.d/nvidia-uvm.conf"),
+        (node.name, "etc/systemd/system/nvidia-uvm-devices.service"),
+        (node.name, "etc/sysctl.d/90-inference-host-node.conf"),
+        (node.name, "inference-host-commands/pct-create-201.sh"),
+        (node.name, "inference-host-commands/qm-create-202.sh"),
+        (gpu.name, f"{env}/inference-engine.service"),
+        (gpu.name, f"{env}/inference-engine.env"),
+        (gpu.name, f"{env}/launch"),
+        (gpu.name, f"{env}/inference-engine-secret-args.yaml"),
+        (gpu.name, "etc/apt/preferences.d/90-inference-host-nvidia-driver"),
+        # The GPU guest is its own monitor (prod.py's monitors group).
+        (gpu.name, "etc/prometheus/prometheus.yml"),
+        (gpu.name, "etc/prometheus/amtool.yml"),
+        (gpu.name, "etc/prometheus/inference-host.grafana.json"),
+    ]:
         assert (out / host / path).is_file(), f"{host}: {path}"
     assert (out / gpu.name / env / "inference-engine-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
     # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.
@@ -67,8 +75,13 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     assert site.stack.driver_version in pin
     assert "nvidia-modprobe" in (out / node.name / "etc/systemd/system/nvidia-uvm-devices.service").read_text()
     assert "pct create 201 " in (out / node.name / "inference-host-commands/pct-create-201.sh").read_text()
-    leaks = [str(path) for path in out.rglob("*") if path.is_file()
-             for value in PLANTED.values() if value in path.read_text()]
+    leaks = [
+        str(path)
+        for path in out.rglob("*")
+        if path.is_file()
+        for value in PLANTED.values()
+        if value in path.read_text()
+    ]
     assert leaks == []
 
 
@@ -76,8 +89,13 @@ def test_command_runs_on_a_fresh_clone_without_the_vault_password(tmp_path):
     """The committed vault's password was discarded: the preview must not need one."""
     env = {k: v for k, v in os.environ.items() if k != "INFERENCE_HOST_VAULT_PASSWORD_FILE"}
     env["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(tmp_path / "no-such-file")
-    result = subprocess.run([sys.executable, "-m", "roles.render", "inventory/prod.py", "--out",
-                             str(tmp_path / "preview")], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "roles.render", "inventory/prod.py", "--out", str(tmp_path / "preview")],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "sglang-lxc.example.internal: " in result.stdout
 
@@ -99,8 +117,14 @@ def test_weights_the_node_downloads_are_previewed_on_the_node_with_its_token(tmp
     from tests.unit.test_weights import WEIGHTS, guest_node
 
     inventory.vault(hf_token="hf_planted_token_5b1d")
-    ct = guest_node("ct", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
-                    serving_hf_token_secret="hf_token", secrets_file="secrets.vault.yml")
+    ct = guest_node(
+        "ct",
+        200,
+        **WEIGHTS,
+        serving_model_path="/models/Kimi-K2.5",
+        serving_hf_token_secret="hf_token",
+        secrets_file="secrets.vault.yml",
+    )
     site = load_site(inventory.groups(proxmox_hosts=[NODE], lxc_guests=[ct], gpu_nodes=[ct]))
     out = tmp_path / "preview"
     written = render.render(site, out)

@@ -22,8 +22,10 @@ from tests.unit.conftest import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "inference-engine-rolling.j2"
 # CI installs both (.ci/run) and must not skip (INFERENCE_HOST_REQUIRE_LAB=1 there).
-pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq"))
-                                and os.environ.get("INFERENCE_HOST_REQUIRE_LAB") != "1", reason="needs curl and jq")
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("curl") and shutil.which("jq")) and os.environ.get("INFERENCE_HOST_REQUIRE_LAB") != "1",
+    reason="needs curl and jq",
+)
 
 
 class Fake:
@@ -81,15 +83,19 @@ class Fake:
                     fake.events.append((time.monotonic(), "RESTART"))
                     return self._send(200, {})
                 if self.path == "/workers":
-                    listed = [{**w, "load": fake.load() if w["url"] == fake.worker else 0} for w in fake.workers.values()]
+                    listed = [
+                        {**w, "load": fake.load() if w["url"] == fake.worker else 0} for w in fake.workers.values()
+                    ]
                     return self._send(200, {"workers": listed})
                 if self.path == "/replica/metrics":
                     fake.events.append((time.monotonic(), f"metrics {fake.running()}"))
                     sglang = fake.metric.startswith("sglang")
                     labels = '{model_name="kimi-k2.5"}' if sglang else '{engine="0",model_name="kimi-k2.5"}'
                     waiting = "sglang:num_queue_reqs" if sglang else "vllm:num_requests_waiting"
-                    text = "".join(f"# TYPE {name} gauge\n{name}{labels} {value if sglang else float(value)}\n"
-                                   for name, value in ((fake.metric, fake.running()), (waiting, fake.waiting())))
+                    text = "".join(
+                        f"# TYPE {name} gauge\n{name}{labels} {value if sglang else float(value)}\n"
+                        for name, value in ((fake.metric, fake.running()), (waiting, fake.waiting()))
+                    )
                     return self._send(200, text, "text/plain")
                 return self._send(404, {})
 
@@ -114,13 +120,31 @@ class Fake:
         return Handler
 
 
-def _roll(tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2,
-          script: Path = SCRIPT) -> tuple[subprocess.CompletedProcess, float | None]:
+def _roll(
+    tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2, script: Path = SCRIPT
+) -> tuple[subprocess.CompletedProcess, float | None]:
     key = tmp_path / "secret-args.yaml"
     key.write_text('{"api-key": "k"}')
-    run = subprocess.run(["sh", str(script), str(key), fake.worker, str(drain_timeout), "kimi-k2.5", str(replicas),
-                          str(_pending(tmp_path)), fake.url, "--", "curl", "-fsS", f"{fake.url}/restart"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            "sh",
+            str(script),
+            str(key),
+            fake.worker,
+            str(drain_timeout),
+            "kimi-k2.5",
+            str(replicas),
+            str(_pending(tmp_path)),
+            fake.url,
+            "--",
+            "curl",
+            "-fsS",
+            f"{fake.url}/restart",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     fake.server.shutdown()
     return run, next((t for t, e in fake.events if e == "RESTART"), None)
 
@@ -149,7 +173,9 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
     # ...and after the replica answered a generation of the served model, with the key.
     generated = [t for t, e in fake.events if e == "GENERATE kimi-k2.5 Bearer k"]
     assert len(generated) == 1 and restarted < generated[0] < posted, fake.events
-    assert "has nothing in flight (gateways and engine, 2 s apart) after" in run.stdout and "is healthy at" in run.stdout
+    assert (
+        "has nothing in flight (gateways and engine, 2 s apart) after" in run.stdout and "is healthy at" in run.stdout
+    )
     assert "answered a generation after" in run.stdout
 
 
@@ -158,8 +184,11 @@ def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 5, run.stdout + run.stderr
-    assert [e for _, e in fake.events if e.startswith(("DELETE", "RESTART", "GENERATE", "POST"))] == \
-        ["DELETE", "RESTART", "GENERATE kimi-k2.5 Bearer k"]  # out of the gateway, and left out
+    assert [e for _, e in fake.events if e.startswith(("DELETE", "RESTART", "GENERATE", "POST"))] == [
+        "DELETE",
+        "RESTART",
+        "GENERATE kimi-k2.5 Bearer k",
+    ]  # out of the gateway, and left out
     assert f"{fake.worker} serves no generation after its restart: not adding it back to {fake.url}" in run.stderr
     assert _pending(tmp_path).exists()  # the next deploy restarts it again
 
@@ -203,8 +232,10 @@ def test_the_drain_timeout_bounds_the_wait(tmp_path):
     run, restarted = _roll(tmp_path, fake, drain_timeout=2)
     deleted = next(t for t, e in fake.events if e == "DELETE")
     assert run.returncode == 0 and 2 <= restarted - deleted < 6
-    assert "still has 2 request(s) in flight at the gateways and 2 running or waiting after 2 s" \
+    assert (
+        "still has 2 request(s) in flight at the gateways and 2 running or waiting after 2 s"
         " (serving_drain_timeout_s); restarting anyway" in run.stderr
+    )
 
 
 def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
@@ -219,8 +250,12 @@ def _planted_old_drain(tmp_path) -> Path:
     """The drain as it was before the fix (planted once): the engine's running gauge alone, one
     read of 0 enough; smg's in-flight count and the waiting gauges not looked at."""
     text = SCRIPT.read_text()
-    for new, old in (("QUIET=2", "QUIET=0"), ("g=$(gateway_load) e=$(engine_load)", "g=0 e=$(engine_load)"),
-                     ("|sglang:num_queue_reqs|", "|"), ("|vllm:num_requests_waiting)", ")")):
+    for new, old in (
+        ("QUIET=2", "QUIET=0"),
+        ("g=$(gateway_load) e=$(engine_load)", "g=0 e=$(engine_load)"),
+        ("|sglang:num_queue_reqs|", "|"),
+        ("|vllm:num_requests_waiting)", ")"),
+    ):
         assert new in text, new
         text = text.replace(new, old)
     planted = tmp_path / "old-inference-engine-rolling"
@@ -228,9 +263,15 @@ def _planted_old_drain(tmp_path) -> Path:
     return planted
 
 
-@pytest.mark.parametrize(("metric", "seen"), [("sglang:num_running_reqs", "prefill"), ("sglang:num_running_reqs", "queued"),
-                                              ("vllm:num_requests_running", "queued"),
-                                              ("sglang:num_running_reqs", "stale-zero")])
+@pytest.mark.parametrize(
+    ("metric", "seen"),
+    [
+        ("sglang:num_running_reqs", "prefill"),
+        ("sglang:num_running_reqs", "queued"),
+        ("vllm:num_requests_running", "queued"),
+        ("sglang:num_running_reqs", "stale-zero"),
+    ],
+)
 @pytest.mark.parametrize("drain", ["old", "new"])
 def test_a_request_in_prefill_queued_or_read_stale_is_waited_for(tmp_path, metric, seen, drain):
     """SGLang 0.5.9 sets its gauges at prefill from the running batch before the new batch joins

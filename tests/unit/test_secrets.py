@@ -22,7 +22,9 @@ def test_round_trip_and_names_without_password(tmp_path):
     assert "hf_secret_value" not in vault_file.read_text()
     assert "$ANSIBLE_VAULT;1.1;AES256" in vault_file.read_text()
     assert vault.decrypt_all(vault_file, password=PASSWORD) == {
-        "hf_token": "hf_secret_value", "sglang_api_key": "k-123"}
+        "hf_token": "hf_secret_value",
+        "sglang_api_key": "k-123",
+    }
 
 
 def test_vault_file_is_mode_0600(tmp_path):
@@ -57,18 +59,33 @@ def test_cli_reads_the_value_from_stdin(tmp_path):
     password_file = tmp_path / "pw"
     password_file.write_bytes(PASSWORD)
     env = {**os.environ, vault.PASSWORD_FILE_ENV: str(password_file)}
-    result = subprocess.run([sys.executable, "-m", "roles.site.vault", "set", str(vault_file), "hf_token"],
-                            input="hf_from_stdin\n", text=True, capture_output=True, env=env,
-                            cwd=PROJECT_ROOT, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "roles.site.vault", "set", str(vault_file), "hf_token"],
+        input="hf_from_stdin\n",
+        text=True,
+        capture_output=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "hf_from_stdin" not in result.stdout + result.stderr
     assert vault.decrypt_all(vault_file, password=PASSWORD) == {"hf_token": "hf_from_stdin"}
-    check = subprocess.run([sys.executable, "-m", "roles.site.vault", "check", str(vault_file)], text=True,
-                           capture_output=True, env=env, cwd=PROJECT_ROOT, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "-m", "roles.site.vault", "check", str(vault_file)],
+        text=True,
+        capture_output=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=60,
+    )
     assert check.returncode == 0 and "1 secrets decrypt" in check.stdout
 
 
 def test_committed_prod_vault_is_a_template_of_names():
     # Its values were encrypted with a discarded password: users replace them with their own.
     assert set(vault.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
-        "hf_token", "sglang_api_key", "monitoring_web_password"}
+        "hf_token",
+        "sglang_api_key",
+        "monitoring_web_password",
+    }

@@ -77,10 +77,15 @@ def env_file(tmp_path):
 
 @pytest.fixture()
 def expect(fake_server, env_file):
-    return Expectations.from_overrides([
-        f"serving_port={fake_server}", "serving_api_key_secret=sglang_api_key",
-        "serving_served_model_name=kimi-k2.5", "health_server_timeout_s=5",
-        f"api_key_file={env_file}"])
+    return Expectations.from_overrides(
+        [
+            f"serving_port={fake_server}",
+            "serving_api_key_secret=sglang_api_key",
+            "serving_served_model_name=kimi-k2.5",
+            "health_server_timeout_s=5",
+            f"api_key_file={env_file}",
+        ]
+    )
 
 
 @pytest.fixture()
@@ -121,8 +126,12 @@ def test_without_key_is_refused(host, expect):
 
 
 def test_chat_completion_judged_on_text(host, expect, env_file):
-    body = {"model": "kimi-k2.5", "temperature": 0, "max_tokens": 48,
-            "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}]}
+    body = {
+        "model": "kimi-k2.5",
+        "temperature": 0,
+        "max_tokens": 48,
+        "messages": [{"role": "user", "content": server_checks.CHAT_PROMPT}],
+    }
     FakeSglang.degenerate = False
     problem, text = server_checks.judge_chat(server_checks.request(host, expect, "/v1/chat/completions", body))
     assert problem is None and "spring" in text
@@ -146,12 +155,15 @@ def test_no_server_is_no_answer(host, expect, fake_server):
     assert "no answer" in server_checks.judge_health(answer, 2)
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("The four seasons of the year are spring, summer, autumn, and winter.", None),
-    ("", "the text is empty"),
-    ("!!!!!!!!!!!!", "'!' repeated 12 times in a row"),
-    ("a b " * 30, "only 2 distinct tokens out of 60"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("The four seasons of the year are spring, summer, autumn, and winter.", None),
+        ("", "the text is empty"),
+        ("!!!!!!!!!!!!", "'!' repeated 12 times in a row"),
+        ("a b " * 30, "only 2 distinct tokens out of 60"),
+    ],
+)
 def test_degenerate_reason(text, reason):
     from checks.gpu_parsers import degenerate_reason
 

@@ -18,8 +18,11 @@ LIBEXEC = "/usr/local/libexec/inference-host"
 def test_the_old_root_is_read_from_the_old_units_link():
     old = legacy_from_link("/srv/engine/current/serving/sglang.service")
     assert (old.unit, old.root, old.unit_link, old.wants_link) == (
-        "sglang.service", "/srv/engine", "/etc/systemd/system/sglang.service",
-        "/etc/systemd/system/multi-user.target.wants/sglang.service")
+        "sglang.service",
+        "/srv/engine",
+        "/etc/systemd/system/sglang.service",
+        "/etc/systemd/system/multi-user.target.wants/sglang.service",
+    )
     assert legacy_from_link(None) is None
     assert legacy_from_link("/opt/inference-host/current/serving/inference-engine.service") is None
     # A host that kept the old unit name has nothing to migrate (the fact does not even look).
@@ -57,15 +60,20 @@ def _switch(tmp_path, *args, failing: str = ""):
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "systemctl").write_text(
         f'#!/bin/sh\necho "systemctl $*" >> {log}\n'
-        f'case "$1" in restart|start) case " {failing} " in *" $2 "*) exit 1;; esac;; esac\nexit 0\n')
+        f'case "$1" in restart|start) case " {failing} " in *" $2 "*) exit 1;; esac;; esac\nexit 0\n'
+    )
     (bin_dir / "journalctl").write_text("#!/bin/sh\nexit 0\n")
     for tool in ("systemctl", "journalctl"):
         (bin_dir / tool).chmod(0o755)
     script = tmp_path / "switch"
     script.write_text(templates.render("roles/serving/templates/inference-engine-switch.j2"))
     script.chmod(0o755)
-    result = subprocess.run([str(script), *args], capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    result = subprocess.run(
+        [str(script), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     return result, (log.read_text().splitlines() if log.exists() else [])
 
 
@@ -80,16 +88,29 @@ def test_the_switch_stops_the_old_unit_right_before_the_new_one_starts(tmp_path)
 
 def test_a_new_unit_that_never_gets_ready_hands_back_to_the_old_one(tmp_path):
     current, new = tmp_path / "current", tmp_path / "envs-new"
-    result, calls = _switch(tmp_path, "inference-engine.service", str(current), str(new), "sglang.service",
-                            failing="inference-engine.service")
+    result, calls = _switch(
+        tmp_path,
+        "inference-engine.service",
+        str(current),
+        str(new),
+        "sglang.service",
+        failing="inference-engine.service",
+    )
     assert result.returncode == 3 and "sglang.service serves again" in result.stderr, result.stderr
     # The new unit stopped and off boot before the old one starts again.
     assert calls.index("systemctl stop inference-engine.service") < calls.index("systemctl start sglang.service")
 
 
 def test_the_old_unit_failing_too_is_said(tmp_path):
-    result, _ = _switch(tmp_path, "inference-engine.service", str(tmp_path / "current"), str(tmp_path / "e"),
-                        "sglang.service", failing="inference-engine.service sglang.service")
+    result, _ = _switch(
+        tmp_path,
+        "inference-engine.service",
+        str(tmp_path / "current"),
+        str(tmp_path / "e"),
+        "sglang.service",
+        failing="inference-engine.service sglang.service",
+    )
     assert result.returncode == 4 and "ROLLBACK FAILED: sglang.service did not become ready" in result.stderr
+
 
 # rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)

@@ -40,11 +40,18 @@ def _release(version: str, folder: Path, patched: bool) -> Path:
 
 
 def _startup_log(release: Path) -> str:
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from startup_log import log_server_args;"
-            f" log_server_args({{'api_key': {KEY!r}, 'admin_api_key': {KEY!r}, 'model_path': '/models/m',"
-            " 'port': '30000', 'tp_size': '8'})")
-    result = subprocess.run([sys.executable, "-c", code, str(STANDIN)], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(release)}, check=True)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from startup_log import log_server_args;"
+        f" log_server_args({{'api_key': {KEY!r}, 'admin_api_key': {KEY!r}, 'model_path': '/models/m',"
+        " 'port': '30000', 'tp_size': '8'})"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(STANDIN)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(release)},
+        check=True,
+    )
     return result.stderr
 
 
@@ -89,11 +96,19 @@ def _vllm_startup_log(source: str, monkeypatch) -> str:
     """What the release's log_non_default_args logs for `--config` holding the key."""
     tree = ast.parse(source)
     # Functions (bodies run only when called) and constant tables: the patch's helpers included.
-    kept = [node for node in tree.body
-            if (isinstance(node, ast.FunctionDef) and not node.decorator_list)
-            or (isinstance(node, ast.Assign) and all(isinstance(n, ast.Constant)
-                                                       for n in ast.walk(node.value) if isinstance(n, ast.expr)
-                                                       and not isinstance(n, (ast.Tuple, ast.List))))]
+    kept = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and not node.decorator_list)
+        or (
+            isinstance(node, ast.Assign)
+            and all(
+                isinstance(n, ast.Constant)
+                for n in ast.walk(node.value)
+                if isinstance(n, ast.expr) and not isinstance(n, (ast.Tuple, ast.List))
+            )
+        )
+    ]
     lines = []
 
     class Keep(logging.Handler):
@@ -109,11 +124,17 @@ def _vllm_startup_log(source: str, monkeypatch) -> str:
     for name in ("vllm", "vllm.entrypoints", "vllm.entrypoints.openai"):
         monkeypatch.setitem(sys.modules, name, type(sys)(name))
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    names = {"Namespace": argparse.Namespace, "EngineArgs": type("EngineArgs", (), {}),
-             "FlexibleArgumentParser": argparse.ArgumentParser, "dataclasses": dataclasses, "logger": logger}
+    names = {
+        "Namespace": argparse.Namespace,
+        "EngineArgs": type("EngineArgs", (), {}),
+        "FlexibleArgumentParser": argparse.ArgumentParser,
+        "dataclasses": dataclasses,
+        "logger": logger,
+    }
     exec(compile(ast.Module(body=kept, type_ignores=[]), "vllm/entrypoints/utils.py", "exec"), names)
     args = _make_arg_parser(argparse.ArgumentParser()).parse_args(
-        ["--model", "/models/m", "--served-model-name", "kimi-k2.5", "--api-key", KEY])
+        ["--model", "/models/m", "--served-model-name", "kimi-k2.5", "--api-key", KEY]
+    )
     names["log_non_default_args"](args)
     return "\n".join(lines)
 
@@ -170,9 +191,15 @@ def _replay(root: Path, steps) -> list[list[str]]:
 def _host(tmp_path: Path) -> tuple[Path, Path, Path]:
     root = tmp_path / "host"
     upload, etc = root / "var/lib/inference-host/upload", root / "etc/sglang"
-    for folder, mode in ((root, 0o755), (root / "var", 0o755), (root / "var/lib", 0o755),
-                         (root / "var/lib/inference-host", 0o755), (upload, 0o700), (root / "etc", 0o755),
-                         (etc, 0o755)):
+    for folder, mode in (
+        (root, 0o755),
+        (root / "var", 0o755),
+        (root / "var/lib", 0o755),
+        (root / "var/lib/inference-host", 0o755),
+        (upload, 0o700),
+        (root / "etc", 0o755),
+        (etc, 0o755),
+    ):
         folder.mkdir(exist_ok=True, parents=True)
         folder.chmod(mode)
     return root, upload, etc / "inference-engine-secret-args.yaml"

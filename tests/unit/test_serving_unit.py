@@ -42,7 +42,9 @@ def test_env_file_names_exist_in_the_release(stack_id):
     names = re.findall(r"^(SGL\w*)=", text, re.M)
     assert "SGLANG_ENABLE_JIT_DEEPGEMM" in names and "SGL_ENABLE_JIT_DEEPGEMM" not in names
     environ = _wheel_text(stack.sglang, "sglang/srt/environ.py")
-    patches = "".join(p.read_text() for p in (PROJECT_ROOT / "roles/engine_envs/patches/sglang" / stack.sglang).glob("*.patch"))
+    patches = "".join(
+        p.read_text() for p in (PROJECT_ROOT / "roles/engine_envs/patches/sglang" / stack.sglang).glob("*.patch")
+    )
     for name in names:
         assert re.search(rf"^\s+{name} = Env", environ, re.M) or f'"{name}"' in patches, name
 
@@ -57,7 +59,6 @@ def test_pcie_allreduce_is_one_setting_rendered_per_release():
     assert "PCIE" not in off and "CUSTOM_AR" not in off  # off by default
 
 
-
 @pytest.mark.parametrize("stack_id", sorted(STACKS))
 def test_torch_compiles_into_the_units_writable_home(stack_id):
     """torch.compile's cache (and the Triton kernels it generates) defaults to
@@ -70,13 +71,17 @@ def test_torch_compiles_into_the_units_writable_home(stack_id):
     unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, stack, PROD))
     assert f"ReadWritePaths={HOST.base.data_dir} {HOST.base.log_dir}\n" in unit and "PrivateTmp=yes" in unit
 
-@pytest.mark.parametrize(("bind", "url"), [
-    ("127.0.0.1", "http://127.0.0.1:30000/health_generate"),
-    ("0.0.0.0", "http://127.0.0.1:30000/health_generate"),
-    ("::1", "http://[::1]:30000/health_generate"),
-    ("::", "http://[::1]:30000/health_generate"),
-    ("10.0.0.5", "http://10.0.0.5:30000/health_generate"),
-])
+
+@pytest.mark.parametrize(
+    ("bind", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:30000/health_generate"),
+        ("0.0.0.0", "http://127.0.0.1:30000/health_generate"),
+        ("::1", "http://[::1]:30000/health_generate"),
+        ("::", "http://[::1]:30000/health_generate"),
+        ("10.0.0.5", "http://10.0.0.5:30000/health_generate"),
+    ],
+)
 def test_probe_url(bind, url):
     assert serving.probe_url(_with_serving(host=bind)) == url
 
@@ -118,14 +123,20 @@ def test_unit_and_config_belong_to_one_release():
 def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
     unit = tmp_path / "inference-engine.service"
     unit.write_text(_render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, PROD.stack.active, PROD)))
-    result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)], capture_output=True, text=True
+    )
     score = re.search(r"Overall exposure level for inference-engine.service: ([\d.]+) (\w+)", result.stdout)
     assert score, result.stdout + result.stderr
     # 9.6 UNSAFE without the sandbox section; "OK" is systemd's band below 4.0.
     assert float(score.group(1)) < 4.0 and score.group(2) == "OK", result.stdout
-    for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=yes",
-                 f"ReadWritePaths={HOST.base.data_dir} {HOST.base.log_dir}"):
+    for line in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "ProtectHome=yes",
+        f"ReadWritePaths={HOST.base.data_dir} {HOST.base.log_dir}",
+    ):
         assert line in unit.read_text().splitlines()
 
 

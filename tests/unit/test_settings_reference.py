@@ -10,7 +10,8 @@ COMMAND = "uv run python -m roles.site --settings > docs/settings.md"
 
 def test_every_setting_has_a_description():
     assert table.missing_descriptions() == [], (
-        "give these keys a Field(description=...) in its section (roles/site/sections/), then " + COMMAND)
+        "give these keys a Field(description=...) in its section (roles/site/sections/), then " + COMMAND
+    )
 
 
 def test_the_committed_reference_is_the_generated_one():
@@ -33,11 +34,11 @@ def test_the_reference_names_every_key_with_its_meaning_type_default_and_readers
 def test_readers_are_found_in_the_source():
     readers = table.readers_of_keys()
     assert "serving" in readers["serving_port"] and "gateway" in readers["serving_port"]
-    assert "serving" in readers["nccl_p2p_level"]            # through the unit's env template
-    assert "weights" in readers["weights_verify"]            # through roles/site/weights' holder
+    assert "serving" in readers["nccl_p2p_level"]  # through the unit's env template
+    assert "weights" in readers["weights_verify"]  # through roles/site/weights' holder
     assert "lxc_guest" in readers["guest_cores"] and "kvm_guest" in readers["guest_cores"]
     assert readers["health_gpu_link"] == ("checks",)
-    assert "checks" in readers["serving_speculative"]          # through HostSettings.speculative
+    assert "checks" in readers["serving_speculative"]  # through HostSettings.speculative
 
 
 def test_a_missing_description_is_reported(monkeypatch):

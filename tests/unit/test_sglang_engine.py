@@ -18,14 +18,20 @@ PROD = load_site(PROJECT_ROOT / "inventory" / "prod.py")
 GPU_HOST = PROD.group("gpu_nodes")[0]
 
 
-
-
 @pytest.mark.parametrize("stack_id", sorted(i for i, s in STACK.stacks.items() if s.engine == "sglang"))
 def test_rendered_command_uses_only_real_flags(stack_id):
     stack = STACK.stacks[stack_id]
-    host = dataclasses.replace(GPU_HOST, serving=GPU_HOST.serving.model_copy(update={
-        "cuda_graph_max_bs": 160, "max_running_requests": 64, "chunked_prefill_size": 8192,
-        "speculative": {"draft_model_path": "/models/eagle3"}}))
+    host = dataclasses.replace(
+        GPU_HOST,
+        serving=GPU_HOST.serving.model_copy(
+            update={
+                "cuda_graph_max_bs": 160,
+                "max_running_requests": 64,
+                "chunked_prefill_size": 8192,
+                "speculative": {"draft_model_path": "/models/eagle3"},
+            }
+        ),
+    )
     args = cmd.server_arguments(host, PROD.hosts, stack)
     assert cmd.unknown_flags(args, stack.sglang) == []
     assert args[args.index("--tp-size") + 1] == str(GPU_HOST.gpu.count)
@@ -88,14 +94,29 @@ def test_unit_has_the_required_settings():
     from roles import serving
 
     env = serving.config_dir(GPU_HOST, STACK.active, PROD)
-    for line in ("Type=exec", "User=sglang", f"EnvironmentFile={env}/inference-engine.env", f"ExecStart={env}/launch",
-                 "TimeoutStartSec=1200", "Restart=on-failure", "LimitMEMLOCK=infinity",
-                 "LimitNOFILE=1048576", "After=network-online.target nvidia-persistenced.service",
-                 "StartLimitBurst=3", "ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready"
-                 " http://127.0.0.1:30000/health_generate 1100"):
+    for line in (
+        "Type=exec",
+        "User=sglang",
+        f"EnvironmentFile={env}/inference-engine.env",
+        f"ExecStart={env}/launch",
+        "TimeoutStartSec=1200",
+        "Restart=on-failure",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=1048576",
+        "After=network-online.target nvidia-persistenced.service",
+        "StartLimitBurst=3",
+        "ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready"
+        " http://127.0.0.1:30000/health_generate 1100",
+    ):
         assert line in text.splitlines() or any(row.startswith(line) for row in text.splitlines()), line
-    assert "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service" in text
-    assert "ExecStopPost=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service" in text
+    assert (
+        "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service"
+        in text
+    )
+    assert (
+        "ExecStopPost=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service"
+        in text
+    )
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
@@ -111,8 +132,12 @@ def test_env_file_nccl_settings():
     assert "NCCL_P2P_LEVEL=SYS" in text and "NCCL_IB_DISABLE=1" in text and "NCCL_DEBUG=WARN" in text
     assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in text.splitlines() and "NCCL_P2P_DISABLE" not in text
     assert "SGL_ENABLE_JIT_DEEPGEMM" not in text
-    off = dataclasses.replace(GPU_HOST, nccl=GPU_HOST.nccl.model_copy(update={
-        "p2p_level": "off", "min_nchannels": 8, "debug": "INFO", "debug_subsys": "INIT,P2P"}))
+    off = dataclasses.replace(
+        GPU_HOST,
+        nccl=GPU_HOST.nccl.model_copy(
+            update={"p2p_level": "off", "min_nchannels": 8, "debug": "INFO", "debug_subsys": "INIT,P2P"}
+        ),
+    )
     text = _render("inference-engine.env.j2", **serving.env_file_kwargs(off, STACK.active))
     assert "NCCL_P2P_DISABLE=1" in text and "NCCL_P2P_LEVEL" not in text
     assert "NCCL_MIN_NCHANNELS=8" in text and "NCCL_DEBUG_SUBSYS=INIT,P2P" in text

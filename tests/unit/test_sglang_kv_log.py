@@ -26,8 +26,9 @@ def _release_log_line(version: str, kv_size, *, label=None, dtype="torch.bfloat1
     logged: list[str] = []
     namespace = {"GB": GB, "logger": SimpleNamespace(info=logged.append)}
     exec(compile(ast.Module([method], []), f"sglang-{version}:memory_pool.py", "exec"), namespace)  # noqa: S102
-    pool = SimpleNamespace(get_kv_size_bytes=lambda: kv_size, allocation_label=label, post_capture_active=False,
-                           dtype=dtype)
+    pool = SimpleNamespace(
+        get_kv_size_bytes=lambda: kv_size, allocation_label=label, post_capture_active=False, dtype=dtype
+    )
     namespace["_finalize_allocation_log"](pool, tokens)
     (line,) = logged
     return line
@@ -48,7 +49,9 @@ def test_the_drafters_k_and_v_pool_after_the_target(version):
     #tokens; every TP rank logs both. The target's is the first unlabelled one."""
     target = _release_log_line(version, 218348 * 70272)
     drafter = _release_log_line(version, (218348 * 2048, 218348 * 2048))
-    journal = "\n".join(f"[2026-12-04 03:00:0{rank} TP{rank}] {line}" for line in (target, drafter) for rank in range(8))
+    journal = "\n".join(
+        f"[2026-12-04 03:00:0{rank} TP{rank}] {line}" for line in (target, drafter) for rank in range(8)
+    )
     found = sglang_kv_log.allocations(journal)
     assert len(found) == 16 and {a.tokens for a in found} == {218348}
     assert found[8].size_gib == pytest.approx(0.42 + 0.42)  # 218,348 x 2,048 B each
@@ -88,10 +91,17 @@ def test_the_lab_standin_logs_the_releases_own_allocation_line(version, tmp_path
     from tests.unit import upstream_sources as upstream
 
     release = upstream.copy_release("sglang", version, tmp_path)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from startup_log import configure_logger, log_kv_allocation;"
-            " configure_logger(None); log_kv_allocation({'max_total_tokens': '4096'})")  # as argparse gives it
-    result = subprocess.run([sys.executable, "-c", code, str(PROJECT_ROOT / "lab/standins/sglang_server")],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(release)}, check=True)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from startup_log import configure_logger, log_kv_allocation;"
+        " configure_logger(None); log_kv_allocation({'max_total_tokens': '4096'})"
+    )  # as argparse gives it
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(PROJECT_ROOT / "lab/standins/sglang_server")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(release)},
+        check=True,
+    )
     assert result.stderr.count("KV Cache is allocated.") == 1, result.stderr
     found = sglang_kv_log.target_allocation(result.stderr)
     assert found is not None and found.tokens == 4096 and found.size_gib == round(4096 * 70272 / GB, 2)

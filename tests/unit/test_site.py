@@ -66,8 +66,13 @@ def test_multi_node_rank_is_derived_from_inventory_order(inventory):
     site = load_site(path)
     # replicas (the default): each node is its own server.
     assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (8, 1, 0, "10.0.0.2:50000")
-    path = inventory.groups("tp.py", gpu_nodes=[gpu_node("10.0.0.1", serving_topology="tensor_parallel", nccl_ib_disable=True),
-                                       gpu_node("10.0.0.2", serving_topology="tensor_parallel", nccl_ib_disable=True)])
+    path = inventory.groups(
+        "tp.py",
+        gpu_nodes=[
+            gpu_node("10.0.0.1", serving_topology="tensor_parallel", nccl_ib_disable=True),
+            gpu_node("10.0.0.2", serving_topology="tensor_parallel", nccl_ib_disable=True),
+        ],
+    )
     site = load_site(path)
     assert node_topology(site.hosts["10.0.0.2"], site.hosts) == (16, 2, 1, "10.0.0.1:50000")
 
@@ -236,8 +241,9 @@ def test_all_problems_are_reported_at_once(inventory):
 
 
 def run_cli(path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_summarises_a_valid_inventory():
@@ -263,8 +269,9 @@ def test_deploy_stops_before_connecting_on_a_bad_inventory(inventory):
     )
     path = inventory.write(source)
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
-    result = subprocess.run([pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown key serving_prot" in result.stderr
     assert "no host was contacted" in result.stderr
@@ -279,15 +286,17 @@ def _counting_inventory(inventory, counter) -> Path:
         f"_counter = Path({str(counter)!r})\n"
         "_counter.write_text((_counter.read_text() if _counter.exists() else '') + 'x')\n"
         "builders = [('never-connected.invalid', {'build_kernel_wheels': False})]\n"
-        "require_valid_inventory(__file__, globals())\n")
+        "require_valid_inventory(__file__, globals())\n"
+    )
 
 
 def test_a_deploy_runs_the_inventory_file_once(inventory, tmp_path):
     counter = tmp_path / "runs"
     path = _counting_inventory(inventory, counter)
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
-    result = subprocess.run([pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert "Connecting to hosts" in result.stdout + result.stderr, result.stderr  # validated
     assert counter.read_text() == "x", "validation ran the inventory file again"
 
@@ -311,9 +320,14 @@ def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, t
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-the-password")
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
-    result = subprocess.run([pyinfra, "-y", str(path), "deploy.py"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(wrong)})
+    result = subprocess.run(
+        [pyinfra, "-y", str(path), "deploy.py"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(wrong)},
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "secret 'hf_token' cannot be decrypted" in result.stderr
     assert "Connecting to hosts" not in result.stdout + result.stderr
@@ -333,9 +347,14 @@ def test_an_api_key_beginning_with_a_dash_stops_the_deploy_before_connecting(inv
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")
     password = tmp_path / "password"
     password.write_bytes(PASSWORD)
-    result = subprocess.run([pyinfra, "-y", str(inventory.write(source)), "deploy.py"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(password)})
+    result = subprocess.run(
+        [pyinfra, "-y", str(inventory.write(source)), "deploy.py"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(password)},
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "secret 'sglang_api_key' (serving_api_key_secret) begins with '-'" in result.stderr, result.stderr
     assert key not in result.stdout + result.stderr

@@ -13,39 +13,48 @@ def vm(name="vm", **data):
 
 
 def test_valid_lxc_and_kvm_guests(inventory):
-    site = load_site(inventory.groups(
-        proxmox_hosts=[NODE],
-        lxc_guests=[lxc(guest_gpu_addresses=[GPU1], guest_mount_points={"/tank/models": "/models"})],
-        kvm_guests=[vm(guest_gpu_addresses=[GPU2], guest_x_vga_addresses=[GPU2], guest_mmio_window_mb=262144)],
-    ))
+    site = load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE],
+            lxc_guests=[lxc(guest_gpu_addresses=[GPU1], guest_mount_points={"/tank/models": "/models"})],
+            kvm_guests=[vm(guest_gpu_addresses=[GPU2], guest_x_vga_addresses=[GPU2], guest_mmio_window_mb=262144)],
+        )
+    )
     assert site.hosts["vm"].guest.machine == "q35" and site.hosts["vm"].guest.bios == "ovmf"
 
 
 def test_gpu_in_two_lxc_guests_has_no_vfio_remark(inventory):
-    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[
-        lxc("a", guest_gpu_addresses=[GPU1]), lxc("b", guest_vmid=201, guest_gpu_addresses=[GPU1])])
+    path = inventory.groups(
+        proxmox_hosts=[NODE],
+        lxc_guests=[lxc("a", guest_gpu_addresses=[GPU1]), lxc("b", guest_vmid=201, guest_gpu_addresses=[GPU1])],
+    )
     message = only_problem(path)
     assert_names(message, "host b", f"{GPU1}, already given to a")
     assert "vfio" not in message
 
 
 def test_gpu_never_in_lxc_and_kvm_at_once(inventory):
-    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc(guest_gpu_addresses=[GPU1])],
-                            kvm_guests=[vm(guest_gpu_addresses=[GPU1])])
+    path = inventory.groups(
+        proxmox_hosts=[NODE], lxc_guests=[lxc(guest_gpu_addresses=[GPU1])], kvm_guests=[vm(guest_gpu_addresses=[GPU1])]
+    )
     assert_names(only_problem(path), "never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once")
 
 
 def test_iommu_group_shared_between_guests(inventory):
     node = ("pve", {**NODE[1], "proxmox_iommu_groups": {GPU1: 7, GPU2: 7}})
-    path = inventory.groups(proxmox_hosts=[node], lxc_guests=[lxc(guest_gpu_addresses=[GPU1])],
-                            kvm_guests=[vm(guest_gpu_addresses=[GPU2])])
+    path = inventory.groups(
+        proxmox_hosts=[node], lxc_guests=[lxc(guest_gpu_addresses=[GPU1])], kvm_guests=[vm(guest_gpu_addresses=[GPU2])]
+    )
     assert_names(only_problem(path), "host vm", f"{GPU2}, which shares IOMMU group 7 with {GPU1} of guest ct")
 
 
 def test_iommu_group_keys_are_addresses(inventory):
     node = ("pve", {**NODE[1], "proxmox_iommu_groups": {"01:00": 7}})
-    assert_names(only_problem(inventory.groups(proxmox_hosts=[node])),
-                 "proxmox_iommu_groups = {'01:00': 7}", "{PCI address: group number}")
+    assert_names(
+        only_problem(inventory.groups(proxmox_hosts=[node])),
+        "proxmox_iommu_groups = {'01:00': 7}",
+        "{PCI address: group number}",
+    )
 
 
 def test_pci_address_format(inventory):
@@ -84,14 +93,16 @@ def test_machine_type_pattern(inventory):
 
 
 def test_at_most_one_x_vga(inventory):
-    path = inventory.groups(proxmox_hosts=[NODE], kvm_guests=[
-        vm(guest_gpu_addresses=[GPU1, GPU2], guest_x_vga_addresses=[GPU1, GPU2])])
+    path = inventory.groups(
+        proxmox_hosts=[NODE], kvm_guests=[vm(guest_gpu_addresses=[GPU1, GPU2], guest_x_vga_addresses=[GPU1, GPU2])]
+    )
     assert_names(only_problem(path), "guest_x_vga_addresses", "at most one x-vga device per VM")
 
 
 def test_x_vga_must_be_a_guest_gpu(inventory):
-    path = inventory.groups(proxmox_hosts=[NODE], kvm_guests=[
-        vm(guest_gpu_addresses=[GPU1], guest_x_vga_addresses=[GPU2])])
+    path = inventory.groups(
+        proxmox_hosts=[NODE], kvm_guests=[vm(guest_gpu_addresses=[GPU1], guest_x_vga_addresses=[GPU2])]
+    )
     assert_names(only_problem(path), f"guest_x_vga_addresses has {GPU2}", "one of the guest's GPUs")
 
 
@@ -101,8 +112,11 @@ def test_large_bar_vm_needs_cpu_host(inventory):
 
 
 def test_large_bar_vm_accepts_phys_bits(inventory):
-    load_site(inventory.groups(proxmox_hosts=[NODE], kvm_guests=[
-        vm(guest_gpu_addresses=[GPU1], guest_cpu="x86-64-v3,phys-bits=host")]))
+    load_site(
+        inventory.groups(
+            proxmox_hosts=[NODE], kvm_guests=[vm(guest_gpu_addresses=[GPU1], guest_cpu="x86-64-v3,phys-bits=host")]
+        )
+    )
 
 
 def test_large_bar_vm_needs_ovmf(inventory):
@@ -112,10 +126,14 @@ def test_large_bar_vm_needs_ovmf(inventory):
 
 def test_guest_driver_must_equal_host_driver(inventory):
     node = ("pve", {**NODE[1], "proxmox_driver_version": "580.95.05"})
-    path = inventory.groups(proxmox_hosts=[node], lxc_guests=[
-        lxc(guest_gpu_addresses=[GPU1], guest_driver_version="580.82.09")])
-    assert_names(only_problem(path), "guest_driver_version = '580.82.09' but pve runs '580.95.05'",
-                 "exactly the host's driver version")
+    path = inventory.groups(
+        proxmox_hosts=[node], lxc_guests=[lxc(guest_gpu_addresses=[GPU1], guest_driver_version="580.82.09")]
+    )
+    assert_names(
+        only_problem(path),
+        "guest_driver_version = '580.82.09' but pve runs '580.95.05'",
+        "exactly the host's driver version",
+    )
 
 
 def test_guest_driver_defaults_to_the_stack(inventory):

@@ -14,8 +14,11 @@ from tests.unit.conftest import PROJECT_ROOT, gpu_node
 from validation import ROLE_CHECKS  # the checks the inventories' hook runs
 
 DATA = PROJECT_ROOT / "tests" / "unit" / "data" / "eagle3"
-DRAFTER = {"draft_model_path": "/models/Kimi-K2.5-eagle3", "draft_config": "drafter.json",
-           "target_config": "target.json"}
+DRAFTER = {
+    "draft_model_path": "/models/Kimi-K2.5-eagle3",
+    "draft_config": "drafter.json",
+    "target_config": "target.json",
+}
 
 
 @pytest.fixture
@@ -33,7 +36,9 @@ FITTING = {"serving_context_length": 4096}
 def site_on(inventory, active: str, host: dict | None = None, **speculative):
     inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {active}")
     settings = FITTING if host is None else host
-    return load_site(inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative}, **settings)]), ROLE_CHECKS)
+    return load_site(
+        inventory.groups(gpu_nodes=[gpu_node(serving_speculative={**DRAFTER, **speculative}, **settings)]), ROLE_CHECKS
+    )
 
 
 def problems_on(inventory, active: str, host: dict | None = None, **speculative) -> list[str]:
@@ -71,12 +76,15 @@ def test_configs_are_required_for_eagle3(inventory):
     assert "draft_config and target_config missing" in problem
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"num_draft_tokens": 6}, "replaces it with num_steps + 1 = 4"),
-    ({"spec_v2": True, "eagle_topk": 4, "num_draft_tokens": 8}, "spec v2 supports topk 1 only"),
-    ({"num_steps": 0}, "num_steps = 0; expected an integer >= 1"),
-    ({"draft_model_path": "models/d"}, "not an absolute path"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"num_draft_tokens": 6}, "replaces it with num_steps + 1 = 4"),
+        ({"spec_v2": True, "eagle_topk": 4, "num_draft_tokens": 8}, "spec v2 supports topk 1 only"),
+        ({"num_steps": 0}, "num_steps = 0; expected an integer >= 1"),
+        ({"draft_model_path": "models/d"}, "not an absolute path"),
+    ],
+)
 def test_bad_speculative_settings_name_the_release(configs, change, words):
     problems = problems_on(configs, "sglang-0.5.10-cu128", **change)
     assert any(words in p for p in problems), problems

@@ -29,6 +29,7 @@ def test_judge_accept_length():
 def test_ab_table_shows_accept_length_when_present():
     def record(label, tok_s, accept):
         return {"label": label, "results": [{"concurrency": 1, "output_throughput": tok_s, "accept_length": accept}]}
+
     text = bench.ab_table({"spec-on": record("spec-on", 95.0, 2.8), "spec-off": record("spec-off", 90.0, None)})
     assert "spec-on accept" in text and "2.80" in text and "-5.3% WORSE" in text
 

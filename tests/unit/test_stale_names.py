@@ -27,8 +27,27 @@ PATH = re.compile(r"(?<![\w./@:~-])((?:" + "|".join(TOPS) + r")/[\w./<>{}*$-]*)"
 WILDCARD = re.compile(r"[<>{}*$]")
 # A suffix after a module's path that is an attribute (roles/serving.pcie_allreduce_env), unless
 # it is one of these file extensions (then the path names a file, which must exist).
-EXTENSIONS = {"py", "md", "rst", "yml", "yaml", "j2", "json", "txt", "toml", "sh", "cfg", "in",
-              "lock", "patch", "tar", "service", "timer", "Dockerfile", "vault"}
+EXTENSIONS = {
+    "py",
+    "md",
+    "rst",
+    "yml",
+    "yaml",
+    "j2",
+    "json",
+    "txt",
+    "toml",
+    "sh",
+    "cfg",
+    "in",
+    "lock",
+    "patch",
+    "tar",
+    "service",
+    "timer",
+    "Dockerfile",
+    "vault",
+}
 
 # Repository-looking paths that are not pointers at a file of this repository, each with why.
 NOT_PATHS = {
@@ -38,7 +57,8 @@ NOT_PATHS = {
     "tests/infra": "the checks' old place, named on purpose where the upgrade notes say what moved",
 }
 PLANTED = {("tests/unit/test_layout.py", name) for name in ("roles/x.py", "docs/a.md", "lab/standins/x.py")} | {
-    ("tests/unit/test_docs.py", name) for name in ("README.md#no-such-heading", "README.md#a-heading")}
+    ("tests/unit/test_docs.py", name) for name in ("README.md#no-such-heading", "README.md#a-heading")
+}
 
 DOC_ANCHOR = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.md)#([\w-]+)")
 # A section named by its heading: (docs/upstream.md, "NCCL"); a heading that starts so must exist.
@@ -65,15 +85,19 @@ def _folders(tracked: set[str]) -> set[str]:
 def _exists(ref: str, tracked: set[str], folders: set[str]) -> bool:
     wild = WILDCARD.search(ref)
     if wild:  # a pattern (roles/<role>/patches/...): the folder before the pattern must exist
-        return ref[:wild.start()].rpartition("/")[0] in folders
+        return ref[: wild.start()].rpartition("/")[0] in folders
     ref = ref.rstrip("/")
     if ref in tracked or ref in folders or ref + ".py" in tracked:  # a file, a folder, a module
         return True
     head, _, last = ref.rpartition("/")
     stem, dot, attribute = last.partition(".")
     module = f"{head}/{stem}"
-    return bool(dot) and attribute.isidentifier() and attribute not in EXTENSIONS and (
-        module + ".py" in tracked or module in folders)
+    return (
+        bool(dot)
+        and attribute.isidentifier()
+        and attribute not in EXTENSIONS
+        and (module + ".py" in tracked or module in folders)
+    )
 
 
 def stale_paths(texts: dict[str, str], tracked: set[str]) -> list[str]:
@@ -85,8 +109,11 @@ def stale_paths(texts: dict[str, str], tracked: set[str]) -> list[str]:
             continue
         for match in PATH.finditer(text):
             ref = match.group(1).rstrip(".-")
-            if (any(ref == old or ref.startswith(old + "/") for old in NOT_PATHS) or (name, ref) in PLANTED
-                    or _exists(ref, tracked, folders)):
+            if (
+                any(ref == old or ref.startswith(old + "/") for old in NOT_PATHS)
+                or (name, ref) in PLANTED
+                or _exists(ref, tracked, folders)
+            ):
                 continue
             found.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}: {ref}")
     return found
@@ -123,18 +150,20 @@ def stale_sections(texts: dict[str, str], tracked: set[str]) -> list[str]:
             document = _document(name, match.group(1), tracked)
             # a quoted heading may wrap onto a comment's next line
             quoted = " ".join(re.sub(r"\n\s*#*", " ", match.group(2)).split()).lower()
-            if document and not any(" ".join(h.split()).startswith(quoted)
-                                    for h in headings(PROJECT_ROOT / document)):
-                found.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}: "
-                             f'{match.group(1)} "{match.group(2)}" (no such heading in {document})')
+            if document and not any(" ".join(h.split()).startswith(quoted) for h in headings(PROJECT_ROOT / document)):
+                found.append(
+                    f"{name}:{text.count(chr(10), 0, match.start()) + 1}: "
+                    f'{match.group(1)} "{match.group(2)}" (no such heading in {document})'
+                )
         for match in DOC_ANCHOR.finditer(text):
             document = _document(name, match.group(1), tracked)
             if document is None:  # a missing document: test_layout's guard names it
                 continue
-            if (match.group(2) not in anchors(PROJECT_ROOT / document)
-                    and (name, match.group(0)) not in PLANTED):
-                found.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}: "
-                             f"{match.group(1)}#{match.group(2)} (no such heading in {document})")
+            if match.group(2) not in anchors(PROJECT_ROOT / document) and (name, match.group(0)) not in PLANTED:
+                found.append(
+                    f"{name}:{text.count(chr(10), 0, match.start()) + 1}: "
+                    f"{match.group(1)}#{match.group(2)} (no such heading in {document})"
+                )
     return found
 
 
@@ -150,8 +179,11 @@ def stale_scripts(texts: dict[str, str], scripts: set[str]) -> list[str]:
             listed = set(script.strip("{}").split(","))
             if prefix == "inference-engine" and script != "*" and not listed <= scripts | NOT_SCRIPTS:
                 found.append(f"{name}:{line}: {match.group(0)} (no such script)")
-            elif (prefix == "sglang" and (script == "*" or {f"sglang-{s}" for s in listed} & set(LEGACY_SCRIPTS))
-                    and name not in OLD_NAMES_ON_PURPOSE):
+            elif (
+                prefix == "sglang"
+                and (script == "*" or {f"sglang-{s}" for s in listed} & set(LEGACY_SCRIPTS))
+                and name not in OLD_NAMES_ON_PURPOSE
+            ):
                 found.append(f"{name}:{line}: {match.group(0)} (an old name: now inference-engine-{script})")
     return found
 
@@ -181,27 +213,49 @@ def test_every_engine_script_named_is_one_the_deploy_installs():
 
 
 def test_the_guard_sees_stale_paths_sections_and_scripts():
-    tracked = {"README.md", "checks/textfile.py", "roles/serving/__init__.py", "roles/site/weights.py",
-               "roles/shared/layout.py", "inventory/locks/smg-1.13.0.txt"}
-    text = ("# Usage\n"
-            "see roles/monitoring/textfile.py and checks/textfile.py; roles/site/weights and\n"
-            "roles/shared/layout.secret_args_link; inventory/locks/smg-<version>.txt, roles/<role>/x.py;\n"
-            "not /opt/inference-host/checks/x.py nor `@lab/gpu`; roles/serving.md; docs/gone/\n")
+    tracked = {
+        "README.md",
+        "checks/textfile.py",
+        "roles/serving/__init__.py",
+        "roles/site/weights.py",
+        "roles/shared/layout.py",
+        "inventory/locks/smg-1.13.0.txt",
+    }
+    text = (
+        "# Usage\n"
+        "see roles/monitoring/textfile.py and checks/textfile.py; roles/site/weights and\n"
+        "roles/shared/layout.secret_args_link; inventory/locks/smg-<version>.txt, roles/<role>/x.py;\n"
+        "not /opt/inference-host/checks/x.py nor `@lab/gpu`; roles/serving.md; docs/gone/\n"
+    )
     assert stale_paths({"roles/a.py": text}, tracked) == [
-        "roles/a.py:2: roles/monitoring/textfile.py", "roles/a.py:4: roles/serving.md",
-        "roles/a.py:4: docs/gone/"]
+        "roles/a.py:2: roles/monitoring/textfile.py",
+        "roles/a.py:4: roles/serving.md",
+        "roles/a.py:4: docs/gone/",
+    ]
     # sections are read from the real README
-    assert sorted(stale_sections({"group_data/all.py": "# see README" + ".md#the-lab-path and README" + ".md#no-such\n"
-                           '# (README' + '.md, "The lab") and (README' + '.md, "The\n# lab path"), README' + '.md under "Settings"'},
-                                 {"README.md"})) == [
+    assert sorted(
+        stale_sections(
+            {
+                "group_data/all.py": "# see README" + ".md#the-lab-path and README" + ".md#no-such\n"
+                "# (README" + '.md, "The lab") and (README' + '.md, "The\n# lab path"), README' + '.md under "Settings"'
+            },
+            {"README.md"},
+        )
+    ) == [
         "group_data/all.py:1: README" + ".md#no-such (no such heading in README.md)",
-        'group_data/all.py:3: README' + '.md "Settings" (no such heading in README.md)']
+        "group_data/all.py:3: README" + '.md "Settings" (no such heading in README.md)',
+    ]
     scripts = {"switch", "rolling"}
-    assert stale_scripts({"roles/b.py": "sglang-" + "switch, inference-engine-" + "gone, sglang-" + "*, "
-                          "inference-engine-switch, inference-engine-secret-args.yaml, sglang-kernel, "
-                          "inference-engine-{switch,rolling}, inference-engine-{switch,gone}"},
-                         scripts) == [
+    assert stale_scripts(
+        {
+            "roles/b.py": "sglang-" + "switch, inference-engine-" + "gone, sglang-" + "*, "
+            "inference-engine-switch, inference-engine-secret-args.yaml, sglang-kernel, "
+            "inference-engine-{switch,rolling}, inference-engine-{switch,gone}"
+        },
+        scripts,
+    ) == [
         "roles/b.py:1: sglang-switch (an old name: now inference-engine-switch)",
         "roles/b.py:1: inference-engine-gone (no such script)",
         "roles/b.py:1: sglang-* (an old name: now inference-engine-*)",
-        "roles/b.py:1: inference-engine-{switch,gone} (no such script)"]
+        "roles/b.py:1: inference-engine-{switch,gone} (no such script)",
+    ]

@@ -18,20 +18,34 @@ from http.server import ThreadingHTTPServer
 from tests.unit.conftest import PROJECT_ROOT
 
 
-def _server(monkeypatch, rate: str, max_running: int | None = None, interval: int | None = None,
-            prefill_rate: str = "2000", idle_seconds: float | None = None):
+def _server(
+    monkeypatch,
+    rate: str,
+    max_running: int | None = None,
+    interval: int | None = None,
+    prefill_rate: str = "2000",
+    idle_seconds: float | None = None,
+):
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", rate)
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", prefill_rate)
     spec = importlib.util.spec_from_file_location(
-        "standin_server", PROJECT_ROOT / "lab" / "standins" / "sglang_server" / "server.py")
+        "standin_server", PROJECT_ROOT / "lab" / "standins" / "sglang_server" / "server.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if idle_seconds is not None:
         module.IDLE_LOG_SECONDS = idle_seconds
-    args = argparse.Namespace(served_model_name="kimi-k2.5", model_path="/models/tiny", api_key=None,
-                              enable_metrics=True, speculative_algorithm=None, speculative_num_steps=None,
-                              speculative_num_draft_tokens=None, max_running_requests=max_running,
-                              decode_log_interval=interval)
+    args = argparse.Namespace(
+        served_model_name="kimi-k2.5",
+        model_path="/models/tiny",
+        api_key=None,
+        enable_metrics=True,
+        speculative_algorithm=None,
+        speculative_num_steps=None,
+        speculative_num_draft_tokens=None,
+        max_running_requests=max_running,
+        decode_log_interval=interval,
+    )
     state = module.State(args, "0.5.9")
     state.started -= 60  # loaded
     server = ThreadingHTTPServer(("127.0.0.1", 0), module.make_handler(state))
@@ -55,8 +69,9 @@ def _gauges(url: str) -> tuple[int, int]:
 def _stream(url: str, tokens: int, prompt: str = "hi") -> dict:
     """Stream one chat completion in a thread; the returned dict fills in as it goes."""
     out = {"first": None, "tokens": 0, "done": False}
-    body = json.dumps({"model": "kimi-k2.5", "max_tokens": tokens, "stream": True,
-                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    body = json.dumps(
+        {"model": "kimi-k2.5", "max_tokens": tokens, "stream": True, "messages": [{"role": "user", "content": prompt}]}
+    ).encode()
 
     def run():
         request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
@@ -65,7 +80,9 @@ def _stream(url: str, tokens: int, prompt: str = "hi") -> dict:
                 line = raw.decode().strip()
                 if line == "data: [DONE]":
                     out["done"] = True
-                elif line.startswith("data: ") and any(c["delta"].get("content") for c in json.loads(line[6:])["choices"]):
+                elif line.startswith("data: ") and any(
+                    c["delta"].get("content") for c in json.loads(line[6:])["choices"]
+                ):
                     out["first"] = out["first"] or time.monotonic()
                     out["tokens"] += 1
 
@@ -76,9 +93,15 @@ def _stream(url: str, tokens: int, prompt: str = "hi") -> dict:
 
 def test_stream_is_sglangs_chunks_token_by_token_and_not_yet_counted_before_decode_step_40(monkeypatch):
     server, url = _server(monkeypatch, "40")
-    body = json.dumps({"model": "kimi-k2.5", "max_tokens": 40, "stream": True,
-                       "stream_options": {"include_usage": True},
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    body = json.dumps(
+        {
+            "model": "kimi-k2.5",
+            "max_tokens": 40,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
     request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
     started, seen, events = time.monotonic(), [], []
     with urllib.request.urlopen(request, timeout=10) as answer:
@@ -94,11 +117,17 @@ def test_stream_is_sglangs_chunks_token_by_token_and_not_yet_counted_before_deco
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": None,
-                                                "tool_calls": None}
+    assert chunks[0]["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": None,
+        "tool_calls": None,
+    }
     tokens = [c["choices"][0]["delta"]["content"] for c in chunks[1:-2]]
     assert len(tokens) == 40 and all(t for t in tokens)
-    assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["choices"][0]["delta"]["content"] is None
+    assert (
+        chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-2]["choices"][0]["delta"]["content"] is None
+    )
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 40
     assert 0.9 <= elapsed < 3  # 40 tokens at 40 tokens/s
     # Set at prefill from the batch before this request joined (0), next at decode step 40: a

@@ -17,8 +17,13 @@ from roles.site import PROJECT_ROOT, load_site
 from tests.unit import systemd_verify
 from tests.unit.conftest import gpu_node
 
-INVENTORIES = ["inventory/prod.py", "inventory/lab.py", "inventory/lab_replicas.py",
-               "tests/lab/inventories/eagle3.py", "tests/lab/inventories/replicas_vllm.py"]
+INVENTORIES = [
+    "inventory/prod.py",
+    "inventory/lab.py",
+    "inventory/lab_replicas.py",
+    "tests/lab/inventories/eagle3.py",
+    "tests/lab/inventories/replicas_vllm.py",
+]
 needs_verify = pytest.mark.skipif(not systemd_verify.AVAILABLE, reason="systemd-analyze is not installed")
 
 
@@ -54,10 +59,17 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(inventory_file, tmp_p
 
 @needs_verify
 def test_a_two_node_tensor_parallel_sites_units_pass_verify(inventory, tmp_path):
-    tp = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True,
-          "nccl_socket_ifname": "ens1f0"}
-    site = load_site(inventory.groups(gpu_nodes=[("node-a", {**tp, "ssh_hostname": "10.0.0.11"}),
-                                                 ("node-b", {**tp, "ssh_hostname": "10.0.0.12"})]))
+    tp = {
+        "gpu_count": 8,
+        "serving_topology": "tensor_parallel",
+        "nccl_ib_disable": True,
+        "nccl_socket_ifname": "ens1f0",
+    }
+    site = load_site(
+        inventory.groups(
+            gpu_nodes=[("node-a", {**tp, "ssh_hostname": "10.0.0.11"}), ("node-b", {**tp, "ssh_hostname": "10.0.0.12"})]
+        )
+    )
     per_host = _preview(site, tmp_path)
     assert set(per_host) == {"node-a", "node-b"}
     for host, units in per_host.items():
@@ -73,20 +85,26 @@ def test_a_gpu_kvm_guests_units_pass_verify(tmp_path):
     shutil.copytree(PROJECT_ROOT / "inventory", folder)
     text = (folder / "prod.py").read_text()
     kvm, gpu_nodes = text.index("\nkvm_guests = ["), text.index("\ngpu_nodes = [")
-    lxc = text[:kvm].replace('"guest_gpu_addresses": _gpus', '"guest_gpu_addresses": []', 1).replace(
-        '"gpu_count": 8,', '"gpu_count": 0,', 1)
+    lxc = (
+        text[:kvm]
+        .replace('"guest_gpu_addresses": _gpus', '"guest_gpu_addresses": []', 1)
+        .replace('"gpu_count": 8,', '"gpu_count": 0,', 1)
+    )
     vm = text[kvm:gpu_nodes].replace('"guest_gpu_addresses": [],', '"guest_gpu_addresses": _gpus, "gpu_count": 8,', 1)
     text = lxc + vm + text[gpu_nodes:].replace("sglang-lxc.example.internal", "sglang-vm.example.internal")
     (folder / "kvm.py").write_text(text)
     units = _preview(load_site(folder / "kvm.py"), tmp_path)["sglang-vm.example.internal"]
-    assert {"/etc/systemd/system/inference-engine.service", "/etc/systemd/system/nvidia-uvm-devices.service"} <= set(units)
+    assert {"/etc/systemd/system/inference-engine.service", "/etc/systemd/system/nvidia-uvm-devices.service"} <= set(
+        units
+    )
     assert systemd_verify.verify(units, tmp_path / "root") == []
 
 
 def _planted(inventory):
     """The issue's values: a space in a path, a specifier in a served model name."""
-    return load_site(inventory.groups(gpu_nodes=[gpu_node(base_data_dir="/var/lib/sg lang /",
-                                                          serving_served_model_name="kimi-%h")]))
+    return load_site(
+        inventory.groups(gpu_nodes=[gpu_node(base_data_dir="/var/lib/sg lang /", serving_served_model_name="kimi-%h")])
+    )
 
 
 @needs_verify
@@ -107,8 +125,14 @@ def test_a_space_in_a_path_and_a_specifier_verify_clean_and_did_not_before(inven
 
 def test_a_template_systemd_reads_refuses_a_raw_value():
     template = "roles/gateway/templates/smg.service.j2"
-    kwargs = dict(version=sd.comment("1.0"), worker_count=sd.comment(2), description=sd.text("x"),
-                  service_user=sd.text("smg"), api_key_env=None, exec_start=sd.argv(["/bin/true"]))
+    kwargs = dict(
+        version=sd.comment("1.0"),
+        worker_count=sd.comment(2),
+        description=sd.text("x"),
+        service_user=sd.text("smg"),
+        api_key_env=None,
+        exec_start=sd.argv(["/bin/true"]),
+    )
     assert "ExecStart=/bin/true" in templates.render(template, **kwargs)
     with pytest.raises(sd.EncodingError) as error:
         templates.render(template, **{**kwargs, "service_user": "smg"})
@@ -124,25 +148,29 @@ def test_every_template_systemd_reads_is_guarded():
     for template in PROJECT_ROOT.glob("roles/*/templates/*.j2"):
         name = str(template.relative_to(PROJECT_ROOT))
         text = template.read_text()
-        reads_like_systemd = "[Unit]" in text or "[Service]" in text or "[Timer]" in text or name.endswith(
-            (".env.j2", ".default.j2"))
+        reads_like_systemd = (
+            "[Unit]" in text or "[Service]" in text or "[Timer]" in text or name.endswith((".env.j2", ".default.j2"))
+        )
         assert (sd.language_of(name) is not None) == reads_like_systemd, name
 
 
-@pytest.mark.parametrize(("encoder", "value", "message"), [
-    (sd.text, "a\nb", "control character '\\n'"),
-    (sd.text, "x\x00", "control character '\\x00'"),
-    (sd.text, " padded", "leading or trailing blanks"),
-    (sd.text, "ends\\", "trailing backslash"),
-    (sd.path, "relative/dir", "absolute paths only"),
-    (sd.path, "/a/../etc", "'..' part"),
-    (sd.path, "/trailing ", "strips blanks"),
-    (lambda v: sd.path_list([v]), "/a\nb", "control character"),
-    (lambda v: sd.argv([v]), "true", "absolute path"),
-    (lambda v: sd.environment("1BAD", v), "x", "not a valid environment variable name"),
-    (lambda v: sd.env_assignment("A", v), "\x1b[0m", "control character '\\x1b'"),
-    (sd.comment, "a\nb", "control character"),
-])
+@pytest.mark.parametrize(
+    ("encoder", "value", "message"),
+    [
+        (sd.text, "a\nb", "control character '\\n'"),
+        (sd.text, "x\x00", "control character '\\x00'"),
+        (sd.text, " padded", "leading or trailing blanks"),
+        (sd.text, "ends\\", "trailing backslash"),
+        (sd.path, "relative/dir", "absolute paths only"),
+        (sd.path, "/a/../etc", "'..' part"),
+        (sd.path, "/trailing ", "strips blanks"),
+        (lambda v: sd.path_list([v]), "/a\nb", "control character"),
+        (lambda v: sd.argv([v]), "true", "absolute path"),
+        (lambda v: sd.environment("1BAD", v), "x", "not a valid environment variable name"),
+        (lambda v: sd.env_assignment("A", v), "\x1b[0m", "control character '\\x1b'"),
+        (sd.comment, "a\nb", "control character"),
+    ],
+)
 def test_what_cannot_be_encoded_is_refused_naming_the_setting(encoder, value, message):
     with pytest.raises(sd.EncodingError) as error:
         encoder(value)
@@ -161,10 +189,12 @@ def test_encodings_follow_systemds_rules():
     assert type(sd.text("x")) is sd.UnitText and type(sd.env_value("x")) is sd.EnvFileText
 
 
-
-@pytest.mark.parametrize(("setting", "value", "message"), [
-    ("base_data_dir", "/var/lib/sglang ", "WorkingDirectory= (base_data_dir): systemd strips blanks at the ends"),
-])
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("base_data_dir", "/var/lib/sglang ", "WorkingDirectory= (base_data_dir): systemd strips blanks at the ends"),
+    ],
+)
 def test_a_value_systemd_would_change_is_refused_at_inventory_load(inventory, setting, value, message):
     """Refused before any host is touched (validation.py's role checks), not at render time. (A
     `..`, control characters and invalid names are the model's own refusals already.)"""
@@ -173,5 +203,6 @@ def test_a_value_systemd_would_change_is_refused_at_inventory_load(inventory, se
 
     with pytest.raises(SiteError) as caught:
         load_site(inventory.groups(gpu_nodes=[gpu_node(**{setting: value})]), ROLE_CHECKS)
-    assert any(message in p and "systemd would not read it back unchanged" in p for p in caught.value.problems), \
+    assert any(message in p and "systemd would not read it back unchanged" in p for p in caught.value.problems), (
         caught.value.problems
+    )

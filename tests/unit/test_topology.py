@@ -22,13 +22,16 @@ from roles.site import SiteError, load_site
 from tests.unit.conftest import PROJECT_ROOT
 
 DATA = Path(__file__).parent / "data" / "smg"
-TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True,
-      "nccl_socket_ifname": "ens1f0"}
+TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
 
 
 def _tp_inventory(inventory, **extra):
-    return inventory.groups(gpu_nodes=[("node-a", {**TP, "ssh_hostname": "10.0.0.11", **extra}),
-                                       ("node-b", {**TP, "ssh_hostname": "10.0.0.12", **extra})])
+    return inventory.groups(
+        gpu_nodes=[
+            ("node-a", {**TP, "ssh_hostname": "10.0.0.11", **extra}),
+            ("node-b", {**TP, "ssh_hostname": "10.0.0.12", **extra}),
+        ]
+    )
 
 
 def _launch_args(out: Path, host: str) -> list[str]:
@@ -53,8 +56,11 @@ def test_preview_of_two_tensor_parallel_nodes_uses_every_gpu_and_rank_0s_address
         assert "NCCL_IB_DISABLE=1" in env and "NCCL_SOCKET_IFNAME=ens1f0" in env and "TCP sockets" in env
         unit = next((out / host).rglob("serving/inference-engine.service")).read_text()
         # rank >= 1 runs sglang's dummy health server: ready = scheduler joined, restart to rejoin.
-        assert (("/health_generate " in unit, "Restart=on-failure" in unit) if rank == 0
-                else ("/health " in unit, "Restart=always" in unit)) == (True, True)
+        assert (
+            ("/health_generate " in unit, "Restart=on-failure" in unit)
+            if rank == 0
+            else ("/health " in unit, "Restart=always" in unit)
+        ) == (True, True)
 
 
 def test_explicit_init_host_and_ipv6(inventory):
@@ -68,12 +74,21 @@ def test_replicas_keep_their_own_gpus_and_no_multi_node_flags(inventory):
     assert _value(args, "--tp-size") == "8" and "--nnodes" not in args and "--dist-init-addr" not in args
 
 
-@pytest.mark.parametrize("version", sorted(p.stem for p in (PROJECT_ROOT / "roles/serving/cli").glob("*.json")
-                                            if not p.stem.startswith("vllm-")))
+@pytest.mark.parametrize(
+    "version",
+    sorted(p.stem for p in (PROJECT_ROOT / "roles/serving/cli").glob("*.json") if not p.stem.startswith("vllm-")),
+)
 def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, version):
     inventory.vault(sglang_api_key="k")
-    site = load_site(_tp_inventory(inventory, serving_host="0.0.0.0", serving_enable_metrics=True,
-                                   serving_api_key_secret="sglang_api_key", secrets_file="secrets.vault.yml"))
+    site = load_site(
+        _tp_inventory(
+            inventory,
+            serving_host="0.0.0.0",
+            serving_enable_metrics=True,
+            serving_api_key_secret="sglang_api_key",
+            secrets_file="secrets.vault.yml",
+        )
+    )
     stack = dataclasses.replace(site.stack.active, sglang=version)
     for host in site.hosts.values():
         assert cmd.unknown_flags(cmd.server_arguments(host, site.hosts, stack), version) == []
@@ -81,11 +96,18 @@ def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, versi
 
 BAD = [
     ({"a": {**TP, "gpu_count": 8}, "b": {**TP, "gpu_count": 4}}, "same gpu_count on every gpu node"),
-    ({"a": {"gpu_count": 8, "serving_topology": "tensor_parallel"},
-      "b": {"gpu_count": 8, "serving_topology": "tensor_parallel"}}, "nccl_ib_disable is unset"),
+    (
+        {
+            "a": {"gpu_count": 8, "serving_topology": "tensor_parallel"},
+            "b": {"gpu_count": 8, "serving_topology": "tensor_parallel"},
+        },
+        "nccl_ib_disable is unset",
+    ),
     ({"a": {**TP}, "b": {"gpu_count": 8}}, "serving_topology differs between gpu nodes"),
-    ({"a": {"gpu_count": 8, "serving_topology": "pipeline"}, "b": {"gpu_count": 8}},
-     "serving_topology = 'pipeline' is invalid"),
+    (
+        {"a": {"gpu_count": 8, "serving_topology": "pipeline"}, "b": {"gpu_count": 8}},
+        "serving_topology = 'pipeline' is invalid",
+    ),
 ]
 
 
@@ -98,11 +120,18 @@ def test_bad_topology_is_refused_before_any_host(inventory, hosts, message):
 
 def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
     inventory.vault(sglang_api_key="k", other_key="o")
-    node = {"gpu_count": 8, "serving_host": "0.0.0.0", "serving_api_key_secret": "sglang_api_key",
-            "secrets_file": "secrets.vault.yml", **(node_data or {})}
-    return inventory.groups(name, gpu_nodes=[("a", {**node, "ssh_hostname": "10.0.0.1"}),
-                                             ("b", {**node, "ssh_hostname": "10.0.0.2"})],
-                            gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})])
+    node = {
+        "gpu_count": 8,
+        "serving_host": "0.0.0.0",
+        "serving_api_key_secret": "sglang_api_key",
+        "secrets_file": "secrets.vault.yml",
+        **(node_data or {}),
+    }
+    return inventory.groups(
+        name,
+        gpu_nodes=[("a", {**node, "ssh_hostname": "10.0.0.1"}), ("b", {**node, "ssh_hostname": "10.0.0.2"})],
+        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})],
+    )
 
 
 def test_gateway_arguments_come_from_the_inventory_and_are_valid_for_smg(inventory, monkeypatch):
@@ -110,7 +139,7 @@ def test_gateway_arguments_come_from_the_inventory_and_are_valid_for_smg(invento
     site = load_site(_gateway_site(inventory))
     gateway = site.hosts["gw"]
     args = gateway_command.gateway_arguments(gateway, site.hosts)
-    urls = args[args.index("--worker-urls") + 1:args.index("--policy")]
+    urls = args[args.index("--worker-urls") + 1 : args.index("--policy")]
     assert urls == ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]  # wildcard bind: ssh_hostname
     assert _value(args, "--policy") == "cache_aware"
     assert gateway_command.flag_problems(args, gateway.gateway.version) == []
@@ -134,9 +163,11 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     site = load_site(_gateway_site(inventory))
     command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "inference-engine.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
-    assert command.startswith("/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
-                              " http://10.0.0.2:30000 300 kimi-k2.5 2 /var/lib/inference-host/serving/"
-                              "inference-engine.restart-pending http://gw:8000 -- ")
+    assert command.startswith(
+        "/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
+        " http://10.0.0.2:30000 300 kimi-k2.5 2 /var/lib/inference-host/serving/"
+        "inference-engine.restart-pending http://gw:8000 -- "
+    )
     assert command.endswith("inference-engine-switch inference-engine.service /c /e")
     alone = load_site(inventory.groups("alone.py", gpu_nodes=[("a", {"gpu_count": 8})]))
     assert serving_role.switch_command(alone.hosts["a"], alone.hosts, "u", "/c", "/e")[1] == []
@@ -212,24 +243,34 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
-    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(version="1.13.0", key_required=True,
-                                                                               drain_settle_secs=300)
+    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
+        version="1.13.0", key_required=True, drain_settle_secs=300
+    )
     # smg is not installed here: a stand-in module stops before launching anything.
     (tmp_path / "smg").mkdir()
     (tmp_path / "smg" / "__init__.py").write_text("")
     (tmp_path / "smg" / "launch_router.py").write_text(
         "class Args:\n    def __init__(self, argv):\n        self.argv = argv\n"
         "def parse_router_args(a):\n    return Args(a)\n"
-        "def launch_router(a):\n    print('LAUNCH', a.argv, 'settle', a.drain_settle_secs)\n")
+        "def launch_router(a):\n    print('LAUNCH', a.argv, 'settle', a.drain_settle_secs)\n"
+    )
     script = tmp_path / "smg-launch"
     script.write_text(text)
-    run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "none")})
+    run = subprocess.run(
+        [sys.executable, str(script), "--port", "1"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "none")},
+    )
     assert run.returncode == 1 and "refusing to serve without it" in run.stderr and "LAUNCH" not in run.stdout
     (tmp_path / "creds").mkdir()
     (tmp_path / "creds" / "api-key").write_text("k\n")
-    run = subprocess.run([sys.executable, str(script), "--port", "1"], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "creds" / "api-key")})
+    run = subprocess.run(
+        [sys.executable, str(script), "--port", "1"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "creds" / "api-key")},
+    )
     assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k'] settle 300" in run.stdout
 
 
@@ -249,5 +290,7 @@ def test_a_restart_left_pending_runs_the_switch_with_nothing_changed():
     same = {"linked": "/opt/e", "state": "active", "target": "/opt/e", "operations": ()}
     assert not serving_role.Switching(**same)()
     assert serving_role.Switching(**same, pending=True)()
-    assert serving_role.restart_pending_file("inference-engine") == \
-        "/var/lib/inference-host/serving/inference-engine.restart-pending"
+    assert (
+        serving_role.restart_pending_file("inference-engine")
+        == "/var/lib/inference-host/serving/inference-engine.restart-pending"
+    )

@@ -16,7 +16,8 @@ def test_each_snapshot_comes_from_the_wheel_the_lock_allows():
         project, version = release.rsplit("-", 1)
         assert entry["sha256"] in upstream.lock_hashes(project, version), (
             f"{release}: the snapshot's wheel {entry['wheel']} is not the one inventory/locks pins; "
-            "refresh: uv run python -m tests.unit.upstream_sources")
+            "refresh: uv run python -m tests.unit.upstream_sources"
+        )
 
 
 def test_snapshot_files_are_unedited_and_complete():

@@ -43,8 +43,9 @@ def _with(host=HOST, **changes):
 
 def _stack_file(tmp_path, body: str) -> Path:
     path = tmp_path / "stack.yml"
-    path.write_text('uv: "0.13.9"\nnvidia_driver: {branch: "580", version: "580.95.05"}\n'
-                    f"active: v\nstacks:\n  v:\n{body}")
+    path.write_text(
+        f'uv: "0.13.9"\nnvidia_driver: {{branch: "580", version: "580.95.05"}}\nactive: v\nstacks:\n  v:\n{body}'
+    )
     return path
 
 
@@ -55,15 +56,25 @@ def test_a_vllm_stack_names_its_engine_and_release():
     assert {s.engine for s in PROD.stack.stacks.values()} == {"sglang", "vllm"}
 
 
-@pytest.mark.parametrize("body, message", [
-    ('    engine: tgi\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    flashinfer: "0.6.3"\n',
-     "stacks.v.engine = 'tgi' is invalid; expected 'sglang' or 'vllm'"),
-    ('    engine: vllm\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    vllm: "0.16.0"\n'
-     '    flashinfer: "0.6.3"\n    kernel: {package: sgl-kernel, version: "0.3.21"}\n',
-     "stacks.v.kernel"),
-    ('    engine: vllm\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    vllm: 0.16\n'
-     '    flashinfer: "0.6.3"\n', "stacks.v.vllm = 0.16 is invalid; expected a vllm release like 0.16.0"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            '    engine: tgi\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    flashinfer: "0.6.3"\n',
+            "stacks.v.engine = 'tgi' is invalid; expected 'sglang' or 'vllm'",
+        ),
+        (
+            '    engine: vllm\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    vllm: "0.16.0"\n'
+            '    flashinfer: "0.6.3"\n    kernel: {package: sgl-kernel, version: "0.3.21"}\n',
+            "stacks.v.kernel",
+        ),
+        (
+            '    engine: vllm\n    cuda: "12.8"\n    python: "3.12"\n    torch: "2.9.1"\n    vllm: 0.16\n'
+            '    flashinfer: "0.6.3"\n',
+            "stacks.v.vllm = 0.16 is invalid; expected a vllm release like 0.16.0",
+        ),
+    ],
+)
 def test_bad_vllm_stacks_stop_with_one_clear_message(tmp_path, body, message):
     with pytest.raises(SiteError) as error:
         load_stack(_stack_file(tmp_path, body))
@@ -118,8 +129,11 @@ def _value(args: list[str], flag: str) -> str:
 
 
 def test_rendered_flags_exist_in_the_captured_cli():
-    host = _with(serving__max_running_requests=64, serving__speculative={"draft_model_path": "/models/eagle3"},
-                 vllm__max_model_len=131072)
+    host = _with(
+        serving__max_running_requests=64,
+        serving__speculative={"draft_model_path": "/models/eagle3"},
+        vllm__max_model_len=131072,
+    )
     args = _args(host)
     assert cmd.unknown_flags(args, VLLM.vllm, "vllm") == []
     assert cmd.command_problems(host, PROD.hosts, VLLM) == []
@@ -132,7 +146,10 @@ def test_rendered_flags_exist_in_the_captured_cli():
     assert _value(args, "--attention-backend") == "TRITON_MLA"  # the MLA backend SM120 has
     assert "--disable-custom-all-reduce" in args  # 8 PCIe GPUs: NCCL all-reduce
     assert json.loads(_value(args, "--speculative-config")) == {
-        "method": "eagle3", "model": "/models/eagle3", "num_speculative_tokens": 3}
+        "method": "eagle3",
+        "model": "/models/eagle3",
+        "num_speculative_tokens": 3,
+    }
     assert _value(args, "--config") == layout.secret_args_link(HOST.serving.unit_name)  # the key is in there
     assert not any("api-key" in a or "api_key" in a for a in args)
 
@@ -153,8 +170,7 @@ def test_production_leaves_the_dtype_to_the_model():
 def test_a_flag_the_release_lacks_is_caught():
     """The check can fail: SGLang's spelling and a bad value are named."""
     problems = cmd.unknown_flags(["--tp-size", "8", "--model", "/m", "--enable-metrics"], VLLM.vllm, "vllm")
-    assert problems == ["--tp-size is not an option of vllm 0.16.0",
-                        "--enable-metrics is not an option of vllm 0.16.0"]
+    assert problems == ["--tp-size is not an option of vllm 0.16.0", "--enable-metrics is not an option of vllm 0.16.0"]
 
 
 def test_settings_vllm_0_16_cannot_honour_are_refused():
@@ -188,22 +204,25 @@ def test_recorded_vllm_answers_pass_the_judges():
     assert server_checks.judge_models(HttpAnswer(200, 0.01, json.dumps(models)), "kimi-k2.5") is None
     problem, text = server_checks.judge_chat(HttpAnswer(200, 0.2, (DATA / "chat-completion.json").read_text()))
     assert problem is None and text
-    assert server_checks.judge_refused_without_key(HttpAnswer(401, 0.01, (DATA / "unauthorized.json").read_text())) is None
+    assert (
+        server_checks.judge_refused_without_key(HttpAnswer(401, 0.01, (DATA / "unauthorized.json").read_text())) is None
+    )
 
 
 def test_bench_command_and_history_per_engine(tmp_path):
-    command = bench.bench_command("/env/bin/python", "http://127.0.0.1:30000", "kimi-k2.5", "/models/m",
-                                  1024, 512, 8, 1, "$d/out.jsonl", "vllm")
+    command = bench.bench_command(
+        "/env/bin/python", "http://127.0.0.1:30000", "kimi-k2.5", "/models/m", 1024, 512, 8, 1, "$d/out.jsonl", "vllm"
+    )
     assert command[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
     assert command[command.index("--result-dir") + 1] == "$d" and "--save-result" in command
     assert command[command.index("--temperature") + 1] == "0"  # greedy, like every earlier run
     results = __import__("checks.gpu_parsers", fromlist=["x"]).parse_bench_serving_jsonl(
-        (DATA / "bench-serve-result.json").read_text())
+        (DATA / "bench-serve-result.json").read_text()
+    )
     assert results[0].max_concurrency == 1 and results[0].output_throughput > 0
     workload = {"dataset": "random", "input_len": 32}
     sglang_run = bench.make_record("gpu", "default", "sglang-0.5.9-cu128 (sglang 0.5.9)", workload, results)
-    vllm_run = bench.make_record("gpu", "default", "vllm-0.16.0-cu128 (vllm 0.16.0)", workload, results,
-                                 engine="vllm")
+    vllm_run = bench.make_record("gpu", "default", "vllm-0.16.0-cu128 (vllm 0.16.0)", workload, results, engine="vllm")
     assert vllm_run["engine"] == "vllm" and sglang_run["engine"] == "sglang"
     # A run of one engine is never compared with the other's as "previous".
     assert bench.previous_comparable([sglang_run], vllm_run) is None

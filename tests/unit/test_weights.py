@@ -34,8 +34,17 @@ def tool():
 
 def guest_node(name="ct", vmid=200, **data):
     """An LXC guest that is also the gpu node, with the node's /tank/models mounted at /models."""
-    return (name, {"guest_vmid": vmid, "guest_node": "pve", "guest_gpu_addresses": GPUS[vmid],
-                   "guest_mount_points": {"/tank/models": "/models"}, "gpu_count": 1, **data})
+    return (
+        name,
+        {
+            "guest_vmid": vmid,
+            "guest_node": "pve",
+            "guest_gpu_addresses": GPUS[vmid],
+            "guest_mount_points": {"/tank/models": "/models"},
+            "gpu_count": 1,
+            **data,
+        },
+    )
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -44,8 +53,12 @@ def guest_node(name="ct", vmid=200, **data):
 @pytest.mark.parametrize("revision", ["main", "v1.0", "0123456789abcdef", COMMIT.upper()])
 def test_a_revision_that_is_not_a_commit_is_refused(inventory, revision):
     path = inventory.groups(gpu_nodes=[gpu_node(**{**WEIGHTS, "weights_revision": revision})])
-    assert_names(only_problem(path), f"weights_revision = {revision!r} is invalid",
-                 "the 40-character commit hash", "branch or tag name")
+    assert_names(
+        only_problem(path),
+        f"weights_revision = {revision!r} is invalid",
+        "the 40-character commit hash",
+        "branch or tag name",
+    )
 
 
 def test_repo_without_revision_is_refused(inventory):
@@ -59,8 +72,9 @@ def test_repo_id_format(inventory):
 
 
 def test_drafter_needs_a_directory(inventory):
-    path = inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS, weights_drafter_repo="a/eagle3",
-                                                weights_drafter_revision=COMMIT)])
+    path = inventory.groups(
+        gpu_nodes=[gpu_node(**WEIGHTS, weights_drafter_repo="a/eagle3", weights_drafter_revision=COMMIT)]
+    )
     assert_names(only_problem(path), "weights_drafter_repo = 'a/eagle3' has nowhere to go")
 
 
@@ -83,20 +97,34 @@ def test_the_node_keeps_one_copy_for_every_guest_that_mounts_it(inventory):
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
     # One GPU stands for the node's eight here: the KV-cache estimate of the same check needs
     # Kimi-K2.5's 554 GiB to fit the GPUs (tests/unit/test_kv_cache_estimate.py).
-    a = guest_node("a", 200, **WEIGHTS, serving_model_path="/models/Kimi-K2.5",
-                   gpu_memory_gib=640, serving_context_length=4096,
-                   serving_speculative={"draft_model_path": "/models/eagle3", "draft_config": "drafter.json",
-                                        "target_config": "target.json"},
-                   weights_drafter_repo="lightseekorg/kimi-k2.5-eagle3", weights_drafter_revision=COMMIT)
+    a = guest_node(
+        "a",
+        200,
+        **WEIGHTS,
+        serving_model_path="/models/Kimi-K2.5",
+        gpu_memory_gib=640,
+        serving_context_length=4096,
+        serving_speculative={
+            "draft_model_path": "/models/eagle3",
+            "draft_config": "drafter.json",
+            "target_config": "target.json",
+        },
+        weights_drafter_repo="lightseekorg/kimi-k2.5-eagle3",
+        weights_drafter_revision=COMMIT,
+    )
     b = guest_node("b", 201, **WEIGHTS, serving_model_path="/models/Kimi-K2.5")
     site = load_site(inventory.groups(proxmox_hosts=[NODE], lxc_guests=[a, b], gpu_nodes=[a, b]))
     kept = weight_sets_kept_by(site, "pve")
-    assert [(w.kind, w.store_dir) for w in kept] == [("model", "/tank/models/Kimi-K2.5"),
-                                                      ("drafter", "/tank/models/eagle3")]
+    assert [(w.kind, w.store_dir) for w in kept] == [
+        ("model", "/tank/models/Kimi-K2.5"),
+        ("drafter", "/tank/models/eagle3"),
+    ]
     assert weight_sets_kept_by(site, "a") == [] and weight_sets_kept_by(site, "b") == []
     assert weights_mount_points(site.hosts["a"]) == {"/tank/models"}
     assert served_weight_manifests(site.hosts["a"]) == [
-        "/models/Kimi-K2.5/.inference-host/manifest.json", "/models/eagle3/.inference-host/manifest.json"]
+        "/models/Kimi-K2.5/.inference-host/manifest.json",
+        "/models/eagle3/.inference-host/manifest.json",
+    ]
 
 
 def test_two_models_in_one_directory_are_refused(inventory):
@@ -112,8 +140,9 @@ def test_weights_mount_point_is_read_only_in_the_guest(inventory):
     a = guest_node("a", 200, **WEIGHTS)
     site = load_site(inventory.groups(proxmox_hosts=[NODE], lxc_guests=[a], gpu_nodes=[a]))
     assert wanted_mount_points(site.hosts["a"]) == ["/tank/models,mp=/models,ro=1"]
-    plain = load_site(inventory.groups("plain.py", proxmox_hosts=[NODE], lxc_guests=[lxc(
-        guest_mount_points={"/tank/data": "/data"})]))
+    plain = load_site(
+        inventory.groups("plain.py", proxmox_hosts=[NODE], lxc_guests=[lxc(guest_mount_points={"/tank/data": "/data"})])
+    )
     assert wanted_mount_points(plain.hosts["ct"]) == ["/tank/data,mp=/data"]
     assert pve.mount_identity("/tank/models,mp=/models,ro=1") == "/tank/models->/models"
 
@@ -136,16 +165,26 @@ def test_weights_unit_text(inventory):
     ws = _kept(inventory, serving_hf_token_secret=None, weights_endpoint="http://mirror:8080")
     text = _render("roles/weights/templates/inference-host-weights.service.j2", **weights.unit_kwargs(ws))
     lines = text.splitlines()
-    assert f"ExecStart={weights.ENV_DIR}/bin/python {weights.TOOL} run --config" \
-           f" {weights.CONFIG_DIR}/{ws.name}.json" in lines
-    for line in ("Type=exec", "Restart=on-failure", "RestartPreventExitStatus=2",
-                 "Environment=HF_ENDPOINT=http://mirror:8080", "WantedBy=multi-user.target", "UMask=0022"):
+    assert (
+        f"ExecStart={weights.ENV_DIR}/bin/python {weights.TOOL} run --config"
+        f" {weights.CONFIG_DIR}/{ws.name}.json" in lines
+    )
+    for line in (
+        "Type=exec",
+        "Restart=on-failure",
+        "RestartPreventExitStatus=2",
+        "Environment=HF_ENDPOINT=http://mirror:8080",
+        "WantedBy=multi-user.target",
+        "UMask=0022",
+    ):
         assert line in lines, line
     assert "HF_TOKEN_PATH" not in text  # no secret configured
     # Only huggingface_hub's http_get resumes a killed shard: Xet off unless asked for.
     assert "Environment=HF_HUB_DISABLE_XET=1" in lines
-    xet = _render("roles/weights/templates/inference-host-weights.service.j2",
-                  **weights.unit_kwargs(_kept(inventory, "xet.py", serving_hf_token_secret=None, weights_xet=True)))
+    xet = _render(
+        "roles/weights/templates/inference-host-weights.service.j2",
+        **weights.unit_kwargs(_kept(inventory, "xet.py", serving_hf_token_secret=None, weights_xet=True)),
+    )
     assert "HF_HUB_DISABLE_XET" not in xet
     config = weights.config_of(ws)
     assert config["revision"] == COMMIT and config["local_dir"] == "/models/Kimi-K2.5"
@@ -165,13 +204,15 @@ def test_serving_unit_asserts_the_verified_manifest(inventory):
 
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(**WEIGHTS)]))
     host = site.hosts["gpu1"]
-    text = _render("roles/serving/templates/inference-engine.service.j2",
-                   **serving.unit_text_kwargs(host, site.stack.active, site))
+    text = _render(
+        "roles/serving/templates/inference-engine.service.j2", **serving.unit_text_kwargs(host, site.stack.active, site)
+    )
     assert "AssertPathExists=/models/Kimi-K2.5/.inference-host/manifest.json" in text.splitlines()
     bare_site = load_site(inventory.groups("bare.py", gpu_nodes=[gpu_node()]))
     assert "AssertPathExists" not in _render(
         "roles/serving/templates/inference-engine.service.j2",
-        **serving.unit_text_kwargs(bare_site.hosts["gpu1"], bare_site.stack.active, bare_site))
+        **serving.unit_text_kwargs(bare_site.hosts["gpu1"], bare_site.stack.active, bare_site),
+    )
 
 
 # --- the host tool (stdlib parts) ----------------------------------------------------------------
@@ -182,9 +223,14 @@ def _model(root: Path) -> list[dict]:
     (root / "sub").mkdir(parents=True)
     (root / "sub" / "w.safetensors").write_bytes(big)
     (root / "config.json").write_bytes(small)
-    return [{"path": "config.json", "size": len(small),
-             "git_sha1": hashlib.sha1(b"blob %d\0" % len(small) + small).hexdigest()},
-            {"path": "sub/w.safetensors", "size": len(big), "sha256": hashlib.sha256(big).hexdigest()}]
+    return [
+        {
+            "path": "config.json",
+            "size": len(small),
+            "git_sha1": hashlib.sha1(b"blob %d\0" % len(small) + small).hexdigest(),
+        },
+        {"path": "sub/w.safetensors", "size": len(big), "sha256": hashlib.sha256(big).hexdigest()},
+    ]
 
 
 class _Status:
@@ -211,8 +257,10 @@ def test_quick_check_reads_manifest_and_sizes(tmp_path):
     files = _model(tmp_path)
     patterns = t.patterns_key([], ["original/*"])
     assert t.manifest_state(tmp_path, "r/m", COMMIT, patterns)["state"] == "absent"
-    t.write_json(tmp_path / t.MANIFEST, {"repo": "r/m", "revision": COMMIT, "patterns": patterns,
-                                         "files": files, "verified_at": "now"})
+    t.write_json(
+        tmp_path / t.MANIFEST,
+        {"repo": "r/m", "revision": COMMIT, "patterns": patterns, "files": files, "verified_at": "now"},
+    )
     assert t.manifest_state(tmp_path, "r/m", COMMIT, patterns)["state"] == "verified"
     assert t.manifest_state(tmp_path, "r/m", "f" * 40, patterns)["state"] == "changed"
     (tmp_path / "config.json").write_bytes(b"{}")

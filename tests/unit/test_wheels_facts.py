@@ -19,7 +19,8 @@ def lines(name: str) -> list[str]:
 
 def load_build_wheel():
     spec = importlib.util.spec_from_file_location(
-        "build_wheel", PROJECT_ROOT / "roles" / "wheels" / "files" / "build_wheel.py")
+        "build_wheel", PROJECT_ROOT / "roles" / "wheels" / "files" / "build_wheel.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -48,8 +49,12 @@ def test_builder_resources_inside_a_limited_container():
 def test_docker_build_client_prefers_a_client_that_can_use_buildkit():
     # The 28.x client has no buildx here: only the 20.10 client can run BuildKit builds.
     client = DockerBuildClient().process(lines("docker-clients-lab.txt"))
-    assert client == {"path": "/usr/bin/docker", "version": "20.10.24+dfsg1",
-                      "server": "20.10.24+dfsg1", "buildx": False}
+    assert client == {
+        "path": "/usr/bin/docker",
+        "version": "20.10.24+dfsg1",
+        "server": "20.10.24+dfsg1",
+        "buildx": False,
+    }
 
 
 def test_docker_build_client_takes_docker_ce_with_buildx():
@@ -58,10 +63,8 @@ def test_docker_build_client_takes_docker_ce_with_buildx():
 
 
 def test_docker_build_client_none_without_engine_or_buildkit():
-    assert DockerBuildClient().process(["client /usr/bin/docker 20.10.24", "server none",
-                                        "buildx no"]) is None
-    assert DockerBuildClient().process(["client /usr/local/bin/docker 28.2.2", "server 28.2.2",
-                                        "buildx no"]) is None
+    assert DockerBuildClient().process(["client /usr/bin/docker 20.10.24", "server none", "buildx no"]) is None
+    assert DockerBuildClient().process(["client /usr/local/bin/docker 28.2.2", "server 28.2.2", "buildx no"]) is None
     assert DockerBuildClient().process([]) is None
 
 
@@ -88,6 +91,9 @@ def test_list_elf_parser_on_real_output():
 
 def test_required_arch_accepts_sm120_variants_only():
     build_wheel = load_build_wheel()
-    accepted = [a for a in ("sm_120", "sm_120a", "sm_120f", "sm_12", "sm_121a", "sm_90", "sm_100a")
-                if build_wheel.REQUIRED_ARCH_RE.fullmatch(a)]
+    accepted = [
+        a
+        for a in ("sm_120", "sm_120a", "sm_120f", "sm_12", "sm_121a", "sm_90", "sm_100a")
+        if build_wheel.REQUIRED_ARCH_RE.fullmatch(a)
+    ]
     assert accepted == ["sm_120", "sm_120a", "sm_120f"]

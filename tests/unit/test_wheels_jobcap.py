@@ -7,12 +7,17 @@ import pytest
 from roles.wheels.jobcap import GIB, JobCapError, Resources, compute_job_cap, safety_margin_gib
 
 
-def machine(cores: int, total_gib: float, available_gib: float | None = None, swap_gib: float = 0,
-            **cgroup) -> Resources:
+def machine(
+    cores: int, total_gib: float, available_gib: float | None = None, swap_gib: float = 0, **cgroup
+) -> Resources:
     available = total_gib * 0.95 if available_gib is None else available_gib
-    return Resources(cores=cores, mem_total_bytes=int(total_gib * GIB),
-                     mem_available_bytes=int(available * GIB), swap_total_bytes=int(swap_gib * GIB),
-                     **cgroup)
+    return Resources(
+        cores=cores,
+        mem_total_bytes=int(total_gib * GIB),
+        mem_available_bytes=int(available * GIB),
+        swap_total_bytes=int(swap_gib * GIB),
+        **cgroup,
+    )
 
 
 def test_lab_machine_2_cores_24_gb_no_swap():
@@ -85,8 +90,7 @@ def test_swap_is_never_counted():
 
 def test_cgroup_memory_limit_of_a_guest_wins_over_meminfo():
     # A container on a 512 GB host limited to 32 GiB, 8 GiB of it in use.
-    guest = machine(64, 512, available_gib=500, cgroup_memory_limit_bytes=32 * GIB,
-                    cgroup_memory_usage_bytes=8 * GIB)
+    guest = machine(64, 512, available_gib=500, cgroup_memory_limit_bytes=32 * GIB, cgroup_memory_usage_bytes=8 * GIB)
     cap = compute_job_cap("flash-attn", guest)
     assert cap.available_gib == 24.0 and cap.margin_gib == 4.0
     assert (cap.max_jobs, cap.nvcc_threads) == (1, 4)

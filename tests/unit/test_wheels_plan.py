@@ -28,8 +28,11 @@ def test_production_stack_builds_flash_attn_from_the_cuda_12_8_devel_image():
     (wheel,) = planned_builds(ACTIVE, BuildSettings())
     assert wheel.package == "flash-attn" and wheel.version == "2.8.3"
     assert wheel.build_args == {
-        "BASE_IMAGE": "nvidia/cuda:12.8.1-devel-ubuntu24.04", "SOURCE": "pypi",
-        "PYTHON_VERSION": "3.12", "TORCH_VERSION": "2.9.1", "FLASH_ATTN_VERSION": "2.8.3",
+        "BASE_IMAGE": "nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        "SOURCE": "pypi",
+        "PYTHON_VERSION": "3.12",
+        "TORCH_VERSION": "2.9.1",
+        "FLASH_ATTN_VERSION": "2.8.3",
         "CUDA_ARCHS": "120",
     }
 
@@ -46,8 +49,10 @@ def test_cuda_13_stack_with_prebuilt_kernels_builds_nothing():
 
 
 def test_building_the_renamed_kernel_package_is_refused_clearly():
-    renamed = dataclasses.replace(STACK.stacks["sglang-0.5.23-cu130"], kernel=dataclasses.replace(
-        STACK.stacks["sglang-0.5.23-cu130"].kernel, source="build"))
+    renamed = dataclasses.replace(
+        STACK.stacks["sglang-0.5.23-cu130"],
+        kernel=dataclasses.replace(STACK.stacks["sglang-0.5.23-cu130"].kernel, source="build"),
+    )
     with pytest.raises(WheelPlanError, match="sglang-kernel 0.4.10.*source: prebuilt"):
         planned_builds(renamed, BuildSettings())
 

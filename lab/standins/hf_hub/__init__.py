@@ -81,16 +81,27 @@ def serve(prefix: str, token: str | None = None) -> str:
         return url  # already served (a test or another deploy of the same lab)
     folder = state_dir(prefix)
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "lab.standins.hf_hub.server", "--state", str(folder),
-               "--bind", bridge_gateway(), "--port", str(port_for(prefix)), "--xet"]
+    command = [
+        sys.executable,
+        "-m",
+        "lab.standins.hf_hub.server",
+        "--state",
+        str(folder),
+        "--bind",
+        bridge_gateway(),
+        "--port",
+        str(port_for(prefix)),
+        "--xet",
+    ]
     if token:
         token_file = folder / "token"
         token_file.touch(mode=0o600)
         token_file.write_text(token)
         command += ["--token-file", str(token_file)]
     log = log_path(prefix).open("a")
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=log, stderr=log,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        command, cwd=PROJECT_ROOT, stdout=log, stderr=log, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     atexit.register(_stop, process)
     deadline = time.monotonic() + 90  # --xet: hf_xet chunks and uploads the 46 MiB first (seconds)
     while time.monotonic() < deadline:

@@ -66,8 +66,10 @@ def _counters(url: str) -> dict[str, int]:
 
 def _answers(text: str) -> list[dict]:
     """(path, bytes sent, offset, status) of each file or xorb answer in a slice of the log."""
-    return [{"path": m[3], "sent": int(m[1]), "of": int(m[2]), "offset": int(m[4]), "status": int(m[5])}
-            for m in SENT.finditer(text)]
+    return [
+        {"path": m[3], "sent": int(m[1]), "of": int(m[2]), "offset": int(m[4]), "status": int(m[5])}
+        for m in SENT.finditer(text)
+    ]
 
 
 def serve(folder: Path, rate: int) -> tuple[subprocess.Popen, str, Path]:
@@ -76,10 +78,24 @@ def serve(folder: Path, rate: int) -> tuple[subprocess.Popen, str, Path]:
     state.mkdir()
     (state / "rate").write_text(str(rate))
     port, log = _free_port(), folder / "server.log"
-    server = subprocess.Popen([sys.executable, "-m", "lab.standins.hf_hub.server", "--state", str(state),
-                               "--bind", "127.0.0.1", "--port", str(port), "--xet"],
-                              stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=hf_hub.PROJECT_ROOT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lab.standins.hf_hub.server",
+            "--state",
+            str(state),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--xet",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=hf_hub.PROJECT_ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and server.poll() is None:
@@ -94,8 +110,9 @@ def serve(folder: Path, rate: int) -> tuple[subprocess.Popen, str, Path]:
 
 def client_env(mode: str, url: str, folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update(HF_ENDPOINT=url, HF_HOME=f"{folder}/hf-home", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               HF_HUB_DISABLE_TELEMETRY="1")
+    env.update(
+        HF_ENDPOINT=url, HF_HOME=f"{folder}/hf-home", HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1"
+    )
     if mode == "http":
         env["HF_HUB_DISABLE_XET"] = "1"
     if mode == "xet-cache":
@@ -135,8 +152,11 @@ def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
             result = (local / SHARD).read_bytes()
             expected = hub_server.generate(REPO, hub_server.LAB_REPOS[REPO]).files[SHARD].content
             return {
-                "mode": mode, "size": len(expected), "byte_exact": result == expected,
-                "first_sent": killed[path] - start[path], "incomplete_at_kill": incomplete,
+                "mode": mode,
+                "size": len(expected),
+                "byte_exact": result == expected,
+                "first_sent": killed[path] - start[path],
+                "incomplete_at_kill": incomplete,
                 "refetched": done[path] - killed[path],
                 "other_path": done["xet" if path == "http" else "http"] - start["xet" if path == "http" else "http"],
                 "reconstruction_json": done["xet_api"] - start["xet_api"],
@@ -149,12 +169,17 @@ def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable,
-                        help="a Python with huggingface_hub==1.17.0 and hf_xet==1.8.0")
+    parser.add_argument(
+        "--python", default=sys.executable, help="a Python with huggingface_hub==1.17.0 and hf_xet==1.8.0"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--mode", choices=MODES, action="append", help="default: all three")
-    parser.add_argument("--kill-at", type=int, default=15_000_000,
-                        help="bytes of the shard the stand-in has sent when the client is killed")
+    parser.add_argument(
+        "--kill-at",
+        type=int,
+        default=15_000_000,
+        help="bytes of the shard the stand-in has sent when the client is killed",
+    )
     parser.add_argument("--rate", type=int, default=3_000_000, help="bytes per second per connection")
     args = parser.parse_args()
     for mode in args.mode or MODES:
@@ -162,8 +187,11 @@ def main() -> None:
         for run in range(args.runs):
             results.append(measure(args.python, mode, args.kill_at, args.rate))
             print(f"{mode} run {run + 1}: {results[-1]}", flush=True)
-        print(f"{mode}: median re-fetched {statistics.median(r['refetched'] for r in results):,.0f} of"
-              f" {results[0]['size']:,} bytes ({args.runs} runs)", flush=True)
+        print(
+            f"{mode}: median re-fetched {statistics.median(r['refetched'] for r in results):,.0f} of"
+            f" {results[0]['size']:,} bytes ({args.runs} runs)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

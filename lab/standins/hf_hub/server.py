@@ -72,12 +72,27 @@ from lab.standins.hf_hub import xet as xet_cas
 # The lab's repositories: repo id -> {file: size or text}. Large files are LFS (binary, seeded).
 LAB_REPOS: dict[str, dict[str, int | str]] = {
     "inference-host-lab/tiny-moe": {
-        "config.json": json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
-                                   "num_hidden_layers": 2, "hidden_size": 64}, indent=2) + "\n",
+        "config.json": json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "kimi_k2",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+            },
+            indent=2,
+        )
+        + "\n",
         "tokenizer_config.json": json.dumps({"model_max_length": 131072}) + "\n",
-        "model.safetensors.index.json": json.dumps({"weight_map": {
-            "layers.0": "model-00001-of-00002.safetensors",
-            "layers.1": "model-00002-of-00002.safetensors"}}, indent=2) + "\n",
+        "model.safetensors.index.json": json.dumps(
+            {
+                "weight_map": {
+                    "layers.0": "model-00001-of-00002.safetensors",
+                    "layers.1": "model-00002-of-00002.safetensors",
+                }
+            },
+            indent=2,
+        )
+        + "\n",
         "model-00001-of-00002.safetensors": 24 * 1024 * 1024,
         "model-00002-of-00002.safetensors": 20 * 1024 * 1024 + 12345,
         "original/README.md": "weights of the lab's tiny stand-in model\n",
@@ -206,8 +221,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
         sys.stderr.write(f"[standin-hub] {self.address_string()} {format % args}\n")
 
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None,
-              content_type: str = "application/json; charset=utf-8") -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict | None = None,
+        content_type: str = "application/json; charset=utf-8",
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -297,8 +317,12 @@ class Handler(BaseHTTPRequestHandler):
             return self._model_info(match["repo"], match["rev"], query.get("blobs") == ["true"])
         match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?P<sub>/.*)?", path)
         if match:
-            return self._tree(match["repo"], match["rev"], unquote(match["sub"] or "").strip("/"),
-                              query.get("recursive") in (["True"], ["true"]))
+            return self._tree(
+                match["repo"],
+                match["rev"],
+                unquote(match["sub"] or "").strip("/"),
+                query.get("recursive") in (["True"], ["true"]),
+            )
         match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", path)
         if match:
             return self._resolve(match["repo"], match["rev"], unquote(match["file"]))
@@ -320,12 +344,24 @@ class Handler(BaseHTTPRequestHandler):
                 if f.lfs:
                     entry["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": len(f.pointer)}
             siblings.append(entry)
-        body = {"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24], "id": repo_id,
-                "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
-                "lastModified": "2026-01-01T00:00:00.000Z", "private": False, "gated": False,
-                "disabled": False, "downloads": 0, "likes": 0, "tags": ["safetensors"],
-                "library_name": "transformers", "siblings": siblings,
-                "createdAt": "2026-01-01T00:00:00.000Z", "usedStorage": sum(f.size for f in repo.files.values())}
+        body = {
+            "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
+            "id": repo_id,
+            "modelId": repo_id,
+            "author": repo_id.split("/")[0],
+            "sha": commit,
+            "lastModified": "2026-01-01T00:00:00.000Z",
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": ["safetensors"],
+            "library_name": "transformers",
+            "siblings": siblings,
+            "createdAt": "2026-01-01T00:00:00.000Z",
+            "usedStorage": sum(f.size for f in repo.files.values()),
+        }
         self._send(200, json.dumps(body).encode())
 
     def _tree(self, repo_id: str, revision: str, sub: str, recursive: bool) -> None:
@@ -338,7 +374,7 @@ class Handler(BaseHTTPRequestHandler):
         for f in repo.files.values():
             if not f.path.startswith(prefix):
                 continue
-            rest = f.path[len(prefix):]
+            rest = f.path[len(prefix) :]
             if "/" in rest and not recursive:
                 folders.add(prefix + rest.split("/")[0])
                 continue
@@ -348,8 +384,10 @@ class Handler(BaseHTTPRequestHandler):
             if f.lfs:
                 entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": len(f.pointer)}
             entries.append(entry)
-        tree = [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
-                for d in sorted(folders)] + entries
+        tree = [
+            {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
+            for d in sorted(folders)
+        ] + entries
         self._send(200, json.dumps(tree).encode())
 
     def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
@@ -361,20 +399,30 @@ class Handler(BaseHTTPRequestHandler):
         if f is None:
             self._error(404, "EntryNotFound", "Entry not found", {"X-Repo-Commit": commit})
             return
-        common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes",
-                  "Content-Disposition": f"inline; filename*=UTF-8''{quote(Path(filename).name)};"
-                                         f' filename="{Path(filename).name}";'}
+        common = {
+            "X-Repo-Commit": commit,
+            "Accept-Ranges": "bytes",
+            "Content-Disposition": f"inline; filename*=UTF-8''{quote(Path(filename).name)};"
+            f' filename="{Path(filename).name}";',
+        }
         if f.lfs:
             host = self.headers.get("Host", "localhost")
             location = f"http://{host}/lfs-cdn/{repo_id}/{f.sha256}"
             if f.xet_hash:
                 common["X-Xet-Hash"] = f.xet_hash
-                common["Link"] = (f'<http://{host}/api/models/{repo_id}/xet-read-token/{commit}>; rel="xet-auth",'
-                                  f' <http://{host}/v1/reconstructions/{f.xet_hash}>; rel="xet-reconstruction-info"')
+                common["Link"] = (
+                    f'<http://{host}/api/models/{repo_id}/xet-read-token/{commit}>; rel="xet-auth",'
+                    f' <http://{host}/v1/reconstructions/{f.xet_hash}>; rel="xet-reconstruction-info"'
+                )
             self.send_response(302)
-            for key, value in {**common, "ETag": f'"{f.blob_id}"', "X-Linked-Etag": f'"{f.sha256}"',
-                               "X-Linked-Size": str(f.size), "Location": location,
-                               "Content-Length": "0"}.items():
+            for key, value in {
+                **common,
+                "ETag": f'"{f.blob_id}"',
+                "X-Linked-Etag": f'"{f.sha256}"',
+                "X-Linked-Size": str(f.size),
+                "Location": location,
+                "Content-Length": "0",
+            }.items():
                 self.send_header(key, value)
             self.end_headers()
             return
@@ -386,8 +434,12 @@ class Handler(BaseHTTPRequestHandler):
         if f is None:
             self._send(404, b"NoSuchKey", content_type="text/plain")
             return
-        self._body(f.content, {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"},
-                   content_type="binary/octet-stream", kind="http")
+        self._body(
+            f.content,
+            {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"},
+            content_type="binary/octet-stream",
+            kind="http",
+        )
 
     # -- Xet (xet.py has the sources) -------------------------------------------------------
     def _xet_route(self, path: str, query: dict) -> bool:
@@ -399,9 +451,15 @@ class Handler(BaseHTTPRequestHandler):
             if repo and self._commit(repo, match["rev"]):
                 cas = f"http://{self.headers.get('Host', 'localhost')}"
                 body = {"casUrl": cas, "exp": store.expires, "accessToken": store.token}
-                self._send(200, json.dumps(body).encode(), {
-                    "X-Xet-Cas-Url": cas, "X-Xet-Access-Token": store.token,
-                    "X-Xet-Token-Expiration": str(store.expires)})
+                self._send(
+                    200,
+                    json.dumps(body).encode(),
+                    {
+                        "X-Xet-Cas-Url": cas,
+                        "X-Xet-Access-Token": store.token,
+                        "X-Xet-Token-Expiration": str(store.expires),
+                    },
+                )
             return True
         match = re.fullmatch(r"/xorbs/default/(?P<hash>[0-9a-f]{64})", path)
         if match and self.command == "GET":
@@ -415,8 +473,9 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return True
-        cas = re.fullmatch(r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?",
-                           path)
+        cas = re.fullmatch(
+            r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?", path
+        )
         if not cas:
             return False  # also /v1/xorb-grants, /v2/shards, /v1/chunks: 404, the client falls back
         if self.headers.get("Authorization", "") != f"Bearer {store.token}":
@@ -454,10 +513,18 @@ class Handler(BaseHTTPRequestHandler):
             self._send(416, b"", {"Content-Range": f"bytes */{store.file_size(file_hash)}"})
             return
         if v1:
-            answer = {"offset_into_first_range": answer["offset_into_first_range"], "terms": answer["terms"],
-                      "fetch_info": {h: [{"range": r["chunks"], "url": f["url"], "url_range": r["bytes"]}
-                                         for f in fetches for r in f["ranges"]]
-                                     for h, fetches in answer["xorbs"].items()}}
+            answer = {
+                "offset_into_first_range": answer["offset_into_first_range"],
+                "terms": answer["terms"],
+                "fetch_info": {
+                    h: [
+                        {"range": r["chunks"], "url": f["url"], "url_range": r["bytes"]}
+                        for f in fetches
+                        for r in f["ranges"]
+                    ]
+                    for h, fetches in answer["xorbs"].items()
+                },
+            }
         body = json.dumps(answer).encode()
         self.hub.count("xet_api", len(body))
         self._send(200, body)
@@ -467,16 +534,23 @@ class Handler(BaseHTTPRequestHandler):
         store = self.hub.xet
         signed = query.get("range", [""])[0]
         ranged = re.fullmatch(r"(\d+)-(\d+)", signed)
-        if (not ranged or xorb_hash not in store.xorbs or self.headers.get("Range") != f"bytes={signed}"
-                or not hmac.compare_digest(query.get("signature", [""])[0],
-                                           store.sign(xorb_hash, int(ranged[1]), int(ranged[2])))):
+        if (
+            not ranged
+            or xorb_hash not in store.xorbs
+            or self.headers.get("Range") != f"bytes={signed}"
+            or not hmac.compare_digest(
+                query.get("signature", [""])[0], store.sign(xorb_hash, int(ranged[1]), int(ranged[2]))
+            )
+        ):
             self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>", content_type="application/xml")
             return
-        self._body(store.xorbs[xorb_hash].data, {"Accept-Ranges": "bytes"},
-                   content_type="binary/octet-stream", kind="xet")
+        self._body(
+            store.xorbs[xorb_hash].data, {"Accept-Ranges": "bytes"}, content_type="binary/octet-stream", kind="xet"
+        )
 
-    def _body(self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8",
-              kind: str | None = None) -> None:
+    def _body(
+        self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8", kind: str | None = None
+    ) -> None:
         start, status = 0, 200
         ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         end = len(content) - 1
@@ -488,7 +562,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             status = 206
             headers = {**headers, "Content-Range": f"bytes {start}-{end}/{len(content)}"}
-        part = content[start:end + 1]
+        part = content[start : end + 1]
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(part)))
@@ -499,8 +573,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         sent = self._write_throttled(part, kind)
         # What a resumed download costs, counted here (docs/weights-resume.md measures with it).
-        sys.stderr.write(f"[standin-hub] sent {sent} of {len(part)} bytes of {urlsplit(self.path).path}"
-                         f" from offset {start} (status {status})\n")
+        sys.stderr.write(
+            f"[standin-hub] sent {sent} of {len(part)} bytes of {urlsplit(self.path).path}"
+            f" from offset {start} (status {status})\n"
+        )
 
     def _write_throttled(self, data: bytes, kind: str | None = None) -> int:
         """Writes data (at <state>/rate bytes per second if set); returns the bytes the socket took.
@@ -513,12 +589,12 @@ class Handler(BaseHTTPRequestHandler):
             while kind and self.hub.holds(kind):
                 time.sleep(0.05)
             try:
-                self.wfile.write(data[offset:offset + chunk])
+                self.wfile.write(data[offset : offset + chunk])
             except (BrokenPipeError, ConnectionResetError):
                 return sent
-            sent += len(data[offset:offset + chunk])
+            sent += len(data[offset : offset + chunk])
             if kind:
-                self.hub.count(kind, len(data[offset:offset + chunk]))
+                self.hub.count(kind, len(data[offset : offset + chunk]))
             if rate:
                 ahead = (offset + chunk) / rate - (time.monotonic() - began)
                 if ahead > 0:
@@ -532,8 +608,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bind", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-file", type=Path, help="require Authorization: Bearer <its content>")
-    parser.add_argument("--xet", action="store_true",
-                        help="also store the large files on Xet and advertise it (needs hf_xet)")
+    parser.add_argument(
+        "--xet", action="store_true", help="also store the large files on Xet and advertise it (needs hf_xet)"
+    )
     args = parser.parse_args(argv)
     args.state.mkdir(parents=True, exist_ok=True)
     token = args.token_file.read_text().strip() if args.token_file else None

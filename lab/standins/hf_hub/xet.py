@@ -46,8 +46,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHARD_HEADER_TAG = bytes([  # shard_format.rs MDB_SHARD_HEADER_TAG
-    *b"HFRepoMetaData", 0, 85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74, 169])
+SHARD_HEADER_TAG = bytes(
+    [  # shard_format.rs MDB_SHARD_HEADER_TAG
+        *b"HFRepoMetaData",
+        0,
+        85,
+        105,
+        103,
+        69,
+        106,
+        123,
+        129,
+        87,
+        131,
+        165,
+        189,
+        217,
+        92,
+        205,
+        209,
+        74,
+        169,
+    ]
+)
 ENTRY_SIZE = 48  # shard_format.rs MDB_FILE_INFO_ENTRY_SIZE == MDB_XORB_INFO_ENTRY_SIZE: [u64; 4] + 4 x u32
 BOOKEND = b"\xff" * 32  # file_structs.rs / xorb_structs.rs bookend(): the all-ones hash ends a section
 FLAG_VERIFICATION = 1 << 31  # file_structs.rs MDB_FILE_FLAG_WITH_VERIFICATION
@@ -63,12 +84,13 @@ class XetFormatError(ValueError):
 
 def merkle_hex(raw: bytes) -> str:
     """data_hash.rs `hex()`: the hash is 4 u64 read little-endian, each printed as 16 hex digits."""
-    return "".join(raw[i:i + 8][::-1].hex() for i in range(0, 32, 8))
+    return "".join(raw[i : i + 8][::-1].hex() for i in range(0, 32, 8))
 
 
 @dataclass(frozen=True)
 class Segment:
     """file_structs.rs FileDataSequenceEntry: chunks [start, end) of a xorb, `unpacked` bytes."""
+
     xorb: str
     unpacked: int
     start: int
@@ -85,7 +107,7 @@ def parse_shard(data: bytes) -> tuple[dict[str, list[Segment]], dict[str, int]]:
         nonlocal offset
         if offset + ENTRY_SIZE > len(data):
             raise XetFormatError(f"shard ends inside an entry at byte {offset}")
-        raw = data[offset:offset + ENTRY_SIZE]
+        raw = data[offset : offset + ENTRY_SIZE]
         offset += ENTRY_SIZE
         flags, count = struct.unpack_from("<II", raw, 32)
         return raw[:32], flags, count, raw[40:]
@@ -122,14 +144,14 @@ def chunk_layout(xorb: bytes, n_chunks: int) -> tuple[list[int], list[int]]:
     way the chunks the shard counts must end where the data or the footer does."""
     offsets, sizes, at = [0], [], 0
     for _ in range(n_chunks):
-        header = xorb[at:at + CHUNK_HEADER_SIZE]
+        header = xorb[at : at + CHUNK_HEADER_SIZE]
         if len(header) < CHUNK_HEADER_SIZE or header[0] != 0:
             raise XetFormatError(f"no chunk header (version 0) at byte {at} of the xorb")
         compressed = int.from_bytes(header[1:4], "little")
         sizes.append(int.from_bytes(header[5:8], "little"))
         at += CHUNK_HEADER_SIZE + compressed
         offsets.append(at)
-    if at != len(xorb) and xorb[at:at + len(XORB_FOOTER_IDENT)] != XORB_FOOTER_IDENT:
+    if at != len(xorb) and xorb[at : at + len(XORB_FOOTER_IDENT)] != XORB_FOOTER_IDENT:
         raise XetFormatError(f"the xorb's footer does not follow its {n_chunks} chunks (byte {at})")
     return offsets, sizes
 
@@ -258,10 +280,14 @@ class XetStore:
 
     def _fetch(self, base_url: str, xorb_hash: str, first: int, last: int, offsets: list[int]) -> dict:
         byte_first, byte_last = offsets[first], offsets[last] - 1
-        url = f"{base_url}/xorbs/default/{xorb_hash}?range={byte_first}-{byte_last}" \
-              f"&signature={self.sign(xorb_hash, byte_first, byte_last)}"
-        return {"url": url, "ranges": [{"chunks": {"start": first, "end": last},
-                                        "bytes": {"start": byte_first, "end": byte_last}}]}
+        url = (
+            f"{base_url}/xorbs/default/{xorb_hash}?range={byte_first}-{byte_last}"
+            f"&signature={self.sign(xorb_hash, byte_first, byte_last)}"
+        )
+        return {
+            "url": url,
+            "ranges": [{"chunks": {"start": first, "end": last}, "bytes": {"start": byte_first, "end": byte_last}}],
+        }
 
 
 def upload(contents: list[bytes], cas_url: str, token: str, expires: int) -> list[str]:

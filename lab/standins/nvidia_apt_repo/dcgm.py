@@ -18,9 +18,11 @@ import json
 DCGM_VERSION = "4.5.3"  # what dcgm-exporter 4.8.2 is built against (tag 4.5.3-4.8.2, hack/VERSION)
 
 # dcgmi/Diag.cpp: DIAG_HEADER, DIAG_INFO, DIAG_DEPLOYMENT, DIAG_HARDWARE, ..., DIAG_FOOTER.
-HEADER = ("+---------------------------+------------------------------------------------+\n"
-          "| Diagnostic                | Result                                         |\n"
-          "+===========================+================================================+\n")
+HEADER = (
+    "+---------------------------+------------------------------------------------+\n"
+    "| Diagnostic                | Result                                         |\n"
+    "+===========================+================================================+\n"
+)
 SECTIONS = {
     "Metadata": "|-----  Metadata  ----------+------------------------------------------------|\n",
     "Deployment": "|-----  Deployment  --------+------------------------------------------------|\n",
@@ -29,7 +31,7 @@ SECTIONS = {
     "Stress": "+-----  Stress  ------------+------------------------------------------------+\n",
 }
 FOOTER = "+---------------------------+------------------------------------------------+\n"
-NAME_WIDTH, INFO_WIDTH, PIECE = 25, 46, 45   # "<DATA_NAME ...>", "<DATA_INFO ...>", DATA_INFO_TAG_LEN
+NAME_WIDTH, INFO_WIDTH, PIECE = 25, 46, 45  # "<DATA_NAME ...>", "<DATA_INFO ...>", DATA_INFO_TAG_LEN
 
 
 def _cell(value: str, width: int) -> str:
@@ -56,7 +58,7 @@ def render_diag(metadata: dict[str, str], sections: dict[str, list[dict]]) -> st
                 if message:  # Diag::DisplayVerboseInfo: 45-character pieces, the name once
                     for start in range(0, len(message), PIECE):
                         label = f"Warning: {entity}" if start == 0 else ""
-                        out.append(_row(label, message[start:start + PIECE]))
+                        out.append(_row(label, message[start : start + PIECE]))
     out.append(FOOTER)
     return "".join(out)
 
@@ -65,22 +67,28 @@ def render_diag(metadata: dict[str, str], sections: dict[str, list[dict]]) -> st
 ENTITY_GROUPS = {"GPU": 1}
 
 
-def render_diag_json(metadata: dict[str, str], categories: dict[str, list[dict]],
-                     entities: dict[str, str] | None = None) -> str:
+def render_diag_json(
+    metadata: dict[str, str], categories: dict[str, list[dict]], entities: dict[str, str] | None = None
+) -> str:
     """`dcgmi diag -j` output as DCGM 4.6.0 builds it (dcgmi/Diag.cpp HelperJsonBuildOutput; key
     names from nvvs/include/NvvsJsonStrings.h): categories {"Deployment": [{"name", "summary":
     "Pass", "results": {"GPU0": "Pass"}, "warnings": {"GPU1": [(error_id, category, severity,
     message)]}, "info": {"GPU0": ["..."]}}]}; entities {"0": "<device id>"}. A "Not Run" result
     is left out (HelperJsonAddResult); the summary lists every error of the test. jsoncpp's
     toStyledString sorts keys and indents by 3 with " : "."""
+
     def warnings(items):
-        return [{"warning": m, "error_id": i, "error_category": c, "error_severity": sev}
-                for i, c, sev, m in items]
+        return [{"warning": m, "error_id": i, "error_category": c, "error_severity": sev} for i, c, sev, m in items]
 
     out: dict = {"DCGM Diagnostic": {}, "metadata": dict(metadata)}
     if entities:
-        out["entity_groups"] = [{"entity_group": "GPU", "entity_group_id": ENTITY_GROUPS["GPU"],
-                                 "entities": [{"entity_id": int(k), "device_id": v} for k, v in entities.items()]}]
+        out["entity_groups"] = [
+            {
+                "entity_group": "GPU",
+                "entity_group_id": ENTITY_GROUPS["GPU"],
+                "entities": [{"entity_id": int(k), "device_id": v} for k, v in entities.items()],
+            }
+        ]
     rendered = []
     for category, tests in categories.items():
         entries = []
@@ -90,8 +98,12 @@ def render_diag_json(metadata: dict[str, str], categories: dict[str, list[dict]]
                 if status == "Not Run":
                     continue
                 group = entity.rstrip("0123456789")
-                result = {"entity_group": group, "entity_group_id": ENTITY_GROUPS[group],
-                          "entity_id": int(entity[len(group):]), "status": status}
+                result = {
+                    "entity_group": group,
+                    "entity_group_id": ENTITY_GROUPS[group],
+                    "entity_id": int(entity[len(group) :]),
+                    "status": status,
+                }
                 if test.get("warnings", {}).get(entity):
                     result["warnings"] = warnings(test["warnings"][entity])
                 if test.get("info", {}).get(entity):
@@ -111,8 +123,15 @@ def render_diag_json(metadata: dict[str, str], categories: dict[str, list[dict]]
 
 def render_diag_runtime_error(message: str) -> str:
     """Diag::HelperDisplayFailureMessage with -j: the run could not start."""
-    return json.dumps({"DCGM Diagnostic": {"runtime_error": message, "version": DCGM_VERSION}},
-                      indent=3, sort_keys=True, separators=(",", " : ")) + "\n"
+    return (
+        json.dumps(
+            {"DCGM Diagnostic": {"runtime_error": message, "version": DCGM_VERSION}},
+            indent=3,
+            sort_keys=True,
+            separators=(",", " : "),
+        )
+        + "\n"
+    )
 
 
 NV_HOSTENGINE = """#!/bin/sh
@@ -123,11 +142,10 @@ exec sleep infinity
 
 
 def _dcgmi() -> str:
-    skipped = render_diag(
-        {"DCGM Version": DCGM_VERSION},
-        {"Deployment": [{"name": "software", "result": "Skip"}]})
+    skipped = render_diag({"DCGM Version": DCGM_VERSION}, {"Deployment": [{"name": "software", "result": "Skip"}]})
     skipped_json = render_diag_json(
-        {"version": DCGM_VERSION}, {"Deployment": [{"name": "software", "summary": "Skip"}]})
+        {"version": DCGM_VERSION}, {"Deployment": [{"name": "software", "summary": "Skip"}]}
+    )
     return f"""#!/bin/sh
 # STAND-IN dcgmi (inference-host lab). Without a running host engine it answers as
 # dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table, or with -j/--json its
@@ -178,10 +196,16 @@ def dcgm_packages(package_cls) -> list:
     version = f"1:{DCGM_VERSION}-1"
     core = "datacenter-gpu-manager-4-core"
     return [
-        package_cls(core, version, depends=["libc6 (>= 2.27)"],
-                    files={"/usr/bin/dcgmi": (_dcgmi(), 0o755),
-                           "/usr/bin/nv-hostengine": (NV_HOSTENGINE, 0o755),
-                           "/lib/systemd/system/nvidia-dcgm.service": (UNIT, 0o644)}),
+        package_cls(
+            core,
+            version,
+            depends=["libc6 (>= 2.27)"],
+            files={
+                "/usr/bin/dcgmi": (_dcgmi(), 0o755),
+                "/usr/bin/nv-hostengine": (NV_HOSTENGINE, 0o755),
+                "/lib/systemd/system/nvidia-dcgm.service": (UNIT, 0o644),
+            },
+        ),
         package_cls("datacenter-gpu-manager-4-cuda12", version, depends=[f"{core} (= {version})"]),
         package_cls("datacenter-gpu-manager-4-cuda13", version, depends=[f"{core} (= {version})"]),
     ]

@@ -74,8 +74,10 @@ XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # internal/pkg/counters/const.go
 
 
 def counters_csv() -> str:
-    lines = ["# STAND-IN (inference-host lab): dcgm-exporter's counters file format and default fields.",
-             "# DCGM FIELD, Prometheus metric type, help message"]
+    lines = [
+        "# STAND-IN (inference-host lab): dcgm-exporter's counters file format and default fields.",
+        "# DCGM FIELD, Prometheus metric type, help message",
+    ]
     lines += [f"{name}, {kind}, {help_text}." for name, kind, help_text, _ in COUNTERS]
     # Off by default, as in upstream's file: a counters file of one's own enables it.
     lines += [f"# {XID_COUNT}, counter, reported XIDs during last window"]
@@ -244,9 +246,16 @@ def program(driver: str) -> str:
 
 
 def dcgm_exporter_packages(package_cls, driver: str) -> list:
-    return [package_cls(
-        "datacenter-gpu-manager-exporter", EXPORTER_VERSION, depends=[DCGM_CORE, "python3"],
-        files={"/usr/bin/dcgm-exporter": (program(driver), 0o755),
-               "/etc/dcgm-exporter/default-counters.csv": (counters_csv(), 0o644),
-               "/lib/systemd/system/nvidia-dcgm-exporter.service": (UNIT, 0o644)},
-        conffiles=["/etc/dcgm-exporter/default-counters.csv"])]
+    return [
+        package_cls(
+            "datacenter-gpu-manager-exporter",
+            EXPORTER_VERSION,
+            depends=[DCGM_CORE, "python3"],
+            files={
+                "/usr/bin/dcgm-exporter": (program(driver), 0o755),
+                "/etc/dcgm-exporter/default-counters.csv": (counters_csv(), 0o644),
+                "/lib/systemd/system/nvidia-dcgm-exporter.service": (UNIT, 0o644),
+            },
+            conffiles=["/etc/dcgm-exporter/default-counters.csv"],
+        )
+    ]

@@ -66,7 +66,7 @@ MODELS = {"NVIDIA RTX PRO 6000 Blackwell Server Edition": {"compute_cap": "12.0"
 def captures() -> dict[str, str]:
     one, health = CAPTURES / "h200-1gpu", CAPTURES / "h200-1gpu-health"
     return {
-        "query_gpu": (one / "query-gpu.csv").read_text(),              # header with units, values with units
+        "query_gpu": (one / "query-gpu.csv").read_text(),  # header with units, values with units
         "query_health": (health / "query-gpu-health.csv").read_text(),  # GPU_QUERY_FIELDS, nounits
         "query_retired": (one / "query-retired.csv").read_text(),
         "query_remapped": (one / "query-remapped.csv").read_text(),
@@ -294,5 +294,10 @@ main(sys.argv[1:])
 
 
 def program(version: str) -> str:
-    return PROGRAM % {"captured": CAPTURED_DRIVER, "version": version, "state": STATE,
-                      "captures": captures(), "models": MODELS}
+    return PROGRAM % {
+        "captured": CAPTURED_DRIVER,
+        "version": version,
+        "state": STATE,
+        "captures": captures(),
+        "models": MODELS,
+    }

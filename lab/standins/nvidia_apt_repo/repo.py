@@ -183,27 +183,50 @@ def driver_packages(version: str) -> list[Package]:
     v = f"{version}-1"
     same = f"(= {v})"
     return [
-        Package("nvidia-driver-cuda", v,
-                depends=[f"nvidia-smi {same}", f"libcuda1 {same}", f"libnvidia-ml1 {same}",
-                         f"nvidia-persistenced (>= {version})"],
-                recommends=["nvidia-kernel-open-dkms | nvidia-kernel-dkms"]),
+        Package(
+            "nvidia-driver-cuda",
+            v,
+            depends=[
+                f"nvidia-smi {same}",
+                f"libcuda1 {same}",
+                f"libnvidia-ml1 {same}",
+                f"nvidia-persistenced (>= {version})",
+            ],
+            recommends=["nvidia-kernel-open-dkms | nvidia-kernel-dkms"],
+        ),
         # Without a driver as the real one; with the lab's planted GPUs, from real captures.
-        Package("nvidia-smi", v, depends=[f"libnvidia-ml1 {same}"],
-                files={"/usr/bin/nvidia-smi": (nvidia_smi.WRAPPER, 0o755),
-                       nvidia_smi.PROGRAM_PATH: (nvidia_smi.program(version), 0o755)}),
+        Package(
+            "nvidia-smi",
+            v,
+            depends=[f"libnvidia-ml1 {same}"],
+            files={
+                "/usr/bin/nvidia-smi": (nvidia_smi.WRAPPER, 0o755),
+                nvidia_smi.PROGRAM_PATH: (nvidia_smi.program(version), 0o755),
+            },
+        ),
         Package("libcuda1", v, depends=[f"nvidia-kernel-support {same}"]),
         Package("libnvidia-ml1", v),
         Package("nvidia-kernel-support", v),
-        Package("nvidia-persistenced", v,
-                files={"/usr/bin/nvidia-persistenced": (PERSISTENCED, 0o755),
-                       "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT, 0o644)}),
+        Package(
+            "nvidia-persistenced",
+            v,
+            files={
+                "/usr/bin/nvidia-persistenced": (PERSISTENCED, 0o755),
+                "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT, 0o644),
+            },
+        ),
         # The real package depends on dkms and builds the open modules through it; the stand-in
         # records a build in dkms's tree, only where headers exist (see _dkms_postinst).
-        Package("nvidia-kernel-open-dkms", v, depends=[f"nvidia-kernel-support {same}", "dkms"],
-                files={f"/usr/src/nvidia-{version}/dkms.conf": (
-                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\n', 0o644)},
-                postinst=_dkms_postinst(version),
-                prerm=f"#!/bin/sh\nrm -rf /var/lib/dkms/nvidia/{version}\n"),
+        Package(
+            "nvidia-kernel-open-dkms",
+            v,
+            depends=[f"nvidia-kernel-support {same}", "dkms"],
+            files={
+                f"/usr/src/nvidia-{version}/dkms.conf": (f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\n', 0o644)
+            },
+            postinst=_dkms_postinst(version),
+            prerm=f"#!/bin/sh\nrm -rf /var/lib/dkms/nvidia/{version}\n",
+        ),
         Package("nvidia-modprobe", v, files={"/usr/bin/nvidia-modprobe": (NVIDIA_MODPROBE, 0o755)}),
         Package("nvidia-kernel-dkms", v, depends=[f"nvidia-kernel-support {same}"]),
         # The meta-package the issue warns about: it pulls the proprietary flavor.
@@ -216,18 +239,36 @@ def cuda_packages(cuda: str, toolkit: str, nvcc: str, runtime: str, priority: in
     dash = cuda.replace(".", "-")
     home = f"/usr/local/cuda-{cuda}"
     return [
-        Package(f"cuda-toolkit-{dash}", f"{toolkit}-1",
-                depends=[f"cuda-compiler-{dash} (>= {toolkit})", f"cuda-libraries-{dash} (>= {toolkit})",
-                         f"cuda-toolkit-{dash}-config-common"]),
+        Package(
+            f"cuda-toolkit-{dash}",
+            f"{toolkit}-1",
+            depends=[
+                f"cuda-compiler-{dash} (>= {toolkit})",
+                f"cuda-libraries-{dash} (>= {toolkit})",
+                f"cuda-toolkit-{dash}-config-common",
+            ],
+        ),
         Package(f"cuda-compiler-{dash}", f"{toolkit}-1", depends=[f"cuda-nvcc-{dash} (>= {nvcc})"]),
-        Package(f"cuda-nvcc-{dash}", f"{nvcc}-1", depends=[f"cuda-cudart-{dash}"],
-                files={f"{home}/bin/nvcc": (_nvcc(cuda, nvcc), 0o755)}),
+        Package(
+            f"cuda-nvcc-{dash}",
+            f"{nvcc}-1",
+            depends=[f"cuda-cudart-{dash}"],
+            files={f"{home}/bin/nvcc": (_nvcc(cuda, nvcc), 0o755)},
+        ),
         Package(f"cuda-libraries-{dash}", f"{toolkit}-1", depends=[f"cuda-cudart-{dash} (>= {runtime})"]),
-        Package(f"cuda-cudart-{dash}", f"{runtime}-1", depends=["cuda-toolkit-config-common"],
-                files={f"{home}/lib64/libcudart.so.{cuda.split('.')[0]}": (b"", 0o644)}),
-        Package(f"cuda-toolkit-{dash}-config-common", f"{runtime}-1", arch="all",
-                postinst=f"#!/bin/sh\nset -e\nupdate-alternatives --install /usr/local/cuda cuda {home} {priority}\n",
-                prerm=f"#!/bin/sh\nset -e\n[ \"$1\" = upgrade ] || update-alternatives --remove cuda {home}\n"),
+        Package(
+            f"cuda-cudart-{dash}",
+            f"{runtime}-1",
+            depends=["cuda-toolkit-config-common"],
+            files={f"{home}/lib64/libcudart.so.{cuda.split('.')[0]}": (b"", 0o644)},
+        ),
+        Package(
+            f"cuda-toolkit-{dash}-config-common",
+            f"{runtime}-1",
+            arch="all",
+            postinst=f"#!/bin/sh\nset -e\nupdate-alternatives --install /usr/local/cuda cuda {home} {priority}\n",
+            prerm=f'#!/bin/sh\nset -e\n[ "$1" = upgrade ] || update-alternatives --remove cuda {home}\n',
+        ),
         # The meta-packages that must NOT be installed (they bring a driver along).
         Package(f"cuda-{dash}", f"{toolkit}-1", depends=[f"cuda-toolkit-{dash} (>= {toolkit})", "cuda-drivers"]),
     ]
@@ -235,18 +276,27 @@ def cuda_packages(cuda: str, toolkit: str, nvcc: str, runtime: str, priority: in
 
 def cuda_repo_packages() -> list[Package]:
     packages = [
-        Package("cuda-keyring", KEYRING_VERSION, arch="all",
-                files={"/usr/share/keyrings/cuda-archive-keyring.gpg": (b"<key>", 0o644),
-                       f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list": (
-                           ("deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
-                            f" {PUBLIC_CUDA_REPOS}/{DISTRO_PATH}/x86_64/ /\n"), 0o644)},
-                conffiles=[f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list"]),
+        Package(
+            "cuda-keyring",
+            KEYRING_VERSION,
+            arch="all",
+            files={
+                "/usr/share/keyrings/cuda-archive-keyring.gpg": (b"<key>", 0o644),
+                f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list": (
+                    (
+                        "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg]"
+                        f" {PUBLIC_CUDA_REPOS}/{DISTRO_PATH}/x86_64/ /\n"
+                    ),
+                    0o644,
+                ),
+            },
+            conffiles=[f"/etc/apt/sources.list.d/cuda-{DISTRO_PATH}-x86_64.list"],
+        ),
         Package("cuda-toolkit-config-common", "12.8.90-1", arch="all"),
         Package("cuda", "12.8.1-1", depends=["cuda-12-8 (>= 12.8.1)"]),
         # Debian 12's dkms is 3.0.10-8+deb12u1; this stand-in's version sorts above it, so that
         # apt takes it (the real one would pull a compiler to build a module nobody can load).
-        Package("dkms", "3.0.10-8+deb12u1+standin1", arch="all",
-                files={"/usr/sbin/dkms": (DKMS, 0o755)}),
+        Package("dkms", "3.0.10-8+deb12u1+standin1", arch="all", files={"/usr/sbin/dkms": (DKMS, 0o755)}),
     ]
     for version in DRIVER_VERSIONS:
         packages += driver_packages(version)
@@ -277,24 +327,36 @@ def proxmox_repo_packages() -> list[Package]:
     series = PVE_KERNEL.rsplit(".", 1)[0]  # 6.8
     return [
         Package("proxmox-default-headers", "1.1.0", arch="all", depends=[f"proxmox-headers-{series}"]),
-        Package(f"proxmox-headers-{series}", "6.8.12-9", arch="all",
-                depends=[f"proxmox-headers-{PVE_KERNEL}"]),
-        Package(f"proxmox-headers-{PVE_KERNEL}", "6.8.12-9",
-                postinst=PVE_HEADERS_SCRIPT.format(kernel=PVE_KERNEL),
-                prerm=f"#!/bin/sh\nrm -f /lib/modules/$(uname -r)/build\nrm -rf /usr/src/linux-headers-{PVE_KERNEL}\n"),
+        Package(f"proxmox-headers-{series}", "6.8.12-9", arch="all", depends=[f"proxmox-headers-{PVE_KERNEL}"]),
+        Package(
+            f"proxmox-headers-{PVE_KERNEL}",
+            "6.8.12-9",
+            postinst=PVE_HEADERS_SCRIPT.format(kernel=PVE_KERNEL),
+            prerm=f"#!/bin/sh\nrm -f /lib/modules/$(uname -r)/build\nrm -rf /usr/src/linux-headers-{PVE_KERNEL}\n",
+        ),
     ]
 
 
 def toolkit_repo_packages() -> list[Package]:
     v = "1.17.8-1"
     return [
-        Package("nvidia-container-toolkit", v,
-                depends=[f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (>= {v})"]),
-        Package("nvidia-container-toolkit-base", v, depends=["python3"],
-                files={"/usr/bin/nvidia-ctk": ((HERE / "nvidia-ctk").read_text(), 0o755),
-                       "/usr/bin/nvidia-container-runtime": (
-                           "#!/bin/sh\necho 'nvidia-container-runtime (stand-in): no GPU here' >&2\nexit 1\n",
-                           0o755)}),
+        Package(
+            "nvidia-container-toolkit",
+            v,
+            depends=[f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (>= {v})"],
+        ),
+        Package(
+            "nvidia-container-toolkit-base",
+            v,
+            depends=["python3"],
+            files={
+                "/usr/bin/nvidia-ctk": ((HERE / "nvidia-ctk").read_text(), 0o755),
+                "/usr/bin/nvidia-container-runtime": (
+                    "#!/bin/sh\necho 'nvidia-container-runtime (stand-in): no GPU here' >&2\nexit 1\n",
+                    0o755,
+                ),
+            },
+        ),
         Package("libnvidia-container-tools", v, depends=[f"libnvidia-container1 (>= {v})"]),
         Package("libnvidia-container1", v),
     ]
@@ -322,10 +384,20 @@ def _signing_key() -> tuple[Path, bytes, str]:
     home = STATE_DIR / "gnupg"
     if not (home / "pubring.kbx").exists():
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _run("gpg", "--homedir", str(home), "--batch", "--passphrase", "", "--quick-gen-key",
-             "inference-host lab stand-in <standin@invalid>", "ed25519", "sign", "never")
-    binary = subprocess.run(["gpg", "--homedir", str(home), "--export"], capture_output=True,
-                            check=True).stdout
+        _run(
+            "gpg",
+            "--homedir",
+            str(home),
+            "--batch",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "inference-host lab stand-in <standin@invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        )
+    binary = subprocess.run(["gpg", "--homedir", str(home), "--export"], capture_output=True, check=True).stdout
     armored = _run("gpg", "--homedir", str(home), "--export", "--armor")
     return home, binary, armored
 
@@ -369,8 +441,16 @@ def _index_and_sign(repo: Path, gnupg: Path, label: str) -> None:
     packages = _run("apt-ftparchive", "packages", ".", cwd=repo)
     (repo / "Packages").write_text(packages)
     _run("gzip", "-kf9n", "Packages", cwd=repo)
-    release = _run("apt-ftparchive", "-o", f"APT::FTPArchive::Release::Origin={label}",
-                   "-o", f"APT::FTPArchive::Release::Label={label}", "release", ".", cwd=repo)
+    release = _run(
+        "apt-ftparchive",
+        "-o",
+        f"APT::FTPArchive::Release::Origin={label}",
+        "-o",
+        f"APT::FTPArchive::Release::Label={label}",
+        "release",
+        ".",
+        cwd=repo,
+    )
     (repo / "Release").write_text(release)
     gpg = ["gpg", "--homedir", str(gnupg), "--batch", "--yes"]
     _run(*gpg, "--clearsign", "-o", "InRelease", "Release", cwd=repo)
@@ -388,13 +468,24 @@ def _proxmox_repo(root: Path, key: bytes, gnupg: Path) -> None:
     (index / "Packages").write_text(_run("apt-ftparchive", "packages", "pool", cwd=root))
     _run("gzip", "-kf9n", "Packages", cwd=index)
     suite = root / "dists" / "bookworm"
-    release = _run("apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=Proxmox",
-                   "-o", "APT::FTPArchive::Release::Label=Proxmox Debian Repository (stand-in)",
-                   "-o", "APT::FTPArchive::Release::Suite=stable",
-                   "-o", "APT::FTPArchive::Release::Codename=bookworm",
-                   "-o", "APT::FTPArchive::Release::Architectures=amd64",
-                   "-o", "APT::FTPArchive::Release::Components=pve-no-subscription",
-                   "release", ".", cwd=suite)
+    release = _run(
+        "apt-ftparchive",
+        "-o",
+        "APT::FTPArchive::Release::Origin=Proxmox",
+        "-o",
+        "APT::FTPArchive::Release::Label=Proxmox Debian Repository (stand-in)",
+        "-o",
+        "APT::FTPArchive::Release::Suite=stable",
+        "-o",
+        "APT::FTPArchive::Release::Codename=bookworm",
+        "-o",
+        "APT::FTPArchive::Release::Architectures=amd64",
+        "-o",
+        "APT::FTPArchive::Release::Components=pve-no-subscription",
+        "release",
+        ".",
+        cwd=suite,
+    )
     (suite / "Release").write_text(release)
     gpg = ["gpg", "--homedir", str(gnupg), "--batch", "--yes"]
     _run(*gpg, "--clearsign", "-o", "InRelease", "Release", cwd=suite)
@@ -459,8 +550,10 @@ def bridge_gateway() -> str:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", BRIDGE_INTERFACE.encode()[:15]))
     except OSError as error:
-        raise RuntimeError(f"cannot read the address of Docker's bridge interface {BRIDGE_INTERFACE}"
-                           f" ({error.strerror}); set INFERENCE_HOST_LAB_BRIDGE_INTERFACE to its name") from None
+        raise RuntimeError(
+            f"cannot read the address of Docker's bridge interface {BRIDGE_INTERFACE}"
+            f" ({error.strerror}); set INFERENCE_HOST_LAB_BRIDGE_INTERFACE to its name"
+        ) from None
     return socket.inet_ntoa(answer[20:24])  # struct ifreq: the name (16 bytes), then a sockaddr_in
 
 
@@ -495,7 +588,8 @@ def serve(prefix: str) -> str:
         return url  # already served (another deploy of the same lab is running)
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", "--bind", address, "--directory", str(www), str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     atexit.register(_stop, server)
     deadline = time.monotonic() + 10

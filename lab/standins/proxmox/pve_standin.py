@@ -99,6 +99,7 @@ def integer(minimum=None, maximum=None):
         if maximum is not None and number > maximum:
             raise SchemaError(f"value must have a maximum value of {maximum}")
         return str(number)
+
     return check
 
 
@@ -113,15 +114,16 @@ def number(minimum=None, maximum=None):
         if maximum is not None and parsed > maximum:
             raise SchemaError(f"value must have a maximum value of {maximum}")
         return value
+
     return check
 
 
 def enum(*choices):
     def check(value: str) -> str:
         if value not in choices:
-            raise SchemaError(f"value '{value}' does not have a value in the enumeration '"
-                              + ", ".join(choices) + "'")
+            raise SchemaError(f"value '{value}' does not have a value in the enumeration '" + ", ".join(choices) + "'")
         return value
+
     return check
 
 
@@ -132,6 +134,7 @@ def pattern(regex: str):
         if not compiled.fullmatch(value):
             raise SchemaError("value does not match the regex pattern")
         return value
+
     return check
 
 
@@ -149,6 +152,7 @@ def property_string(fields: dict, default_key: str | None = None, required=(), a
             if key not in parsed:
                 raise SchemaError(f"invalid format - {key}: property is missing and it is not optional")
         return value
+
     return check
 
 
@@ -202,8 +206,11 @@ def parse_property_string(value: str, fields: dict, default_key=None, aliases=No
 
 
 def dns_name(value: str) -> str:
-    if not re.fullmatch(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?\.)*"
-                        r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?", value):
+    if not re.fullmatch(
+        r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?\.)*"
+        r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?",
+        value,
+    ):
         raise SchemaError("invalid format - value does not look like a valid DNS name")
     return value
 
@@ -224,34 +231,101 @@ def mp_path(value: str) -> str:
 DISK_SIZE = pattern(r"\d+(\.\d+)?[KMGT]?")
 VOLUME = anything
 
-LXC_FEATURES = {"mount": pattern(r"[a-zA-Z0-9_; ]+"), "nesting": boolean, "keyctl": boolean,
-                "fuse": boolean, "mknod": boolean, "force_rw_sys": boolean}
-LXC_ROOTFS = {"volume": mp_path, "size": DISK_SIZE, "acl": boolean, "mountoptions": anything,
-              "ro": boolean, "quota": boolean, "replicate": boolean, "shared": boolean}
+LXC_FEATURES = {
+    "mount": pattern(r"[a-zA-Z0-9_; ]+"),
+    "nesting": boolean,
+    "keyctl": boolean,
+    "fuse": boolean,
+    "mknod": boolean,
+    "force_rw_sys": boolean,
+}
+LXC_ROOTFS = {
+    "volume": mp_path,
+    "size": DISK_SIZE,
+    "acl": boolean,
+    "mountoptions": anything,
+    "ro": boolean,
+    "quota": boolean,
+    "replicate": boolean,
+    "shared": boolean,
+}
 LXC_MP = {**LXC_ROOTFS, "backup": boolean, "mp": mp_path}
-LXC_DEV = {"path": lxc_dev_path, "mode": pattern(r"0[0-7]{3}"), "uid": integer(0),
-           "gid": integer(0), "deny-write": boolean}
-LXC_NET = {"type": enum("veth"), "name": pattern(r"[-_.\w\d]+"), "bridge": pattern(r"[-_.\w\d]+"),
-           "hwaddr": pattern(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}"), "mtu": integer(64, 65535),
-           "ip": anything, "gw": anything, "ip6": anything, "gw6": anything, "firewall": boolean,
-           "tag": integer(1, 4094), "trunks": pattern(r"\d+(?:;\d+)*"), "rate": number(),
-           "link_down": boolean}
+LXC_DEV = {
+    "path": lxc_dev_path,
+    "mode": pattern(r"0[0-7]{3}"),
+    "uid": integer(0),
+    "gid": integer(0),
+    "deny-write": boolean,
+}
+LXC_NET = {
+    "type": enum("veth"),
+    "name": pattern(r"[-_.\w\d]+"),
+    "bridge": pattern(r"[-_.\w\d]+"),
+    "hwaddr": pattern(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}"),
+    "mtu": integer(64, 65535),
+    "ip": anything,
+    "gw": anything,
+    "ip6": anything,
+    "gw6": anything,
+    "firewall": boolean,
+    "tag": integer(1, 4094),
+    "trunks": pattern(r"\d+(?:;\d+)*"),
+    "rate": number(),
+    "link_down": boolean,
+}
 
 LXC_SCHEMA: dict = {
-    "lock": enum("backup", "create", "destroyed", "disk", "fstrim", "migrate", "mounted",
-                 "rollback", "snapshot", "snapshot-delete"),
-    "onboot": boolean, "startup": anything, "template": boolean,
+    "lock": enum(
+        "backup",
+        "create",
+        "destroyed",
+        "disk",
+        "fstrim",
+        "migrate",
+        "mounted",
+        "rollback",
+        "snapshot",
+        "snapshot-delete",
+    ),
+    "onboot": boolean,
+    "startup": anything,
+    "template": boolean,
     "arch": enum("amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"),
-    "ostype": enum("debian", "devuan", "ubuntu", "centos", "fedora", "opensuse", "archlinux",
-                   "alpine", "gentoo", "nixos", "unmanaged"),
-    "console": boolean, "tty": integer(0, 6), "cores": integer(1, 8192),
-    "cpulimit": number(0, 8192), "cpuunits": integer(0, 500000), "memory": integer(16),
-    "swap": integer(0), "hostname": dns_name, "description": anything, "searchdomain": anything,
-    "nameserver": anything, "timezone": anything,
-    "rootfs": property_string(LXC_ROOTFS, "volume"), "parent": anything,
-    "snaptime": integer(0), "cmode": enum("shell", "console", "tty"), "protection": boolean,
-    "unprivileged": boolean, "features": property_string(LXC_FEATURES), "hookscript": anything,
-    "tags": anything, "debug": boolean,
+    "ostype": enum(
+        "debian",
+        "devuan",
+        "ubuntu",
+        "centos",
+        "fedora",
+        "opensuse",
+        "archlinux",
+        "alpine",
+        "gentoo",
+        "nixos",
+        "unmanaged",
+    ),
+    "console": boolean,
+    "tty": integer(0, 6),
+    "cores": integer(1, 8192),
+    "cpulimit": number(0, 8192),
+    "cpuunits": integer(0, 500000),
+    "memory": integer(16),
+    "swap": integer(0),
+    "hostname": dns_name,
+    "description": anything,
+    "searchdomain": anything,
+    "nameserver": anything,
+    "timezone": anything,
+    "rootfs": property_string(LXC_ROOTFS, "volume"),
+    "parent": anything,
+    "snaptime": integer(0),
+    "cmode": enum("shell", "console", "tty"),
+    "protection": boolean,
+    "unprivileged": boolean,
+    "features": property_string(LXC_FEATURES),
+    "hookscript": anything,
+    "tags": anything,
+    "debug": boolean,
 }
 LXC_SCHEMA.update({f"net{i}": property_string(LXC_NET, required=("name",)) for i in range(32)})
 LXC_SCHEMA.update({f"mp{i}": property_string(LXC_MP, "volume", required=("mp",)) for i in range(256)})
@@ -260,11 +334,18 @@ LXC_SCHEMA.update({f"dev{i}": property_string(LXC_DEV, "path") for i in range(25
 
 PCIRE = r"(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?"
 HOSTPCI = {
-    "host": pattern(rf"{PCIRE}(;{PCIRE})*"), "mapping": pattern(r"[a-zA-Z][a-zA-Z0-9_\-]{0,63}"),
-    "rombar": boolean, "romfile": pattern(r"[^,;]+"), "pcie": boolean, "x-vga": boolean,
-    "legacy-igd": boolean, "mdev": pattern(r"[^/.:]+"),
-    "vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"), "device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
-    "sub-vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"), "sub-device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+    "host": pattern(rf"{PCIRE}(;{PCIRE})*"),
+    "mapping": pattern(r"[a-zA-Z][a-zA-Z0-9_\-]{0,63}"),
+    "rombar": boolean,
+    "romfile": pattern(r"[^,;]+"),
+    "pcie": boolean,
+    "x-vga": boolean,
+    "legacy-igd": boolean,
+    "mdev": pattern(r"[^/.:]+"),
+    "vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+    "device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+    "sub-vendor-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
+    "sub-device-id": pattern(r"^0x[0-9a-fA-F]{4}$"),
 }
 
 
@@ -276,38 +357,153 @@ def hostpci(value: str) -> str:
     return value
 
 
-MACHINE = pattern(r"(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+"
-                  r"(\+pve\d+)?(\.pxe)?|virt(?:-\d+(\.\d+)+)?(\+pve\d+)?)")
-CPU = {"cputype": pattern(r"[\w.+\-]+"), "flags": anything, "hidden": boolean,
-       "hv-vendor-id": anything, "phys-bits": pattern(r"host|\d+"), "reported-model": anything}
-NIC_MODELS = ("e1000", "e1000-82540em", "e1000-82544gc", "e1000-82545em", "e1000e", "i82551",
-              "i82557b", "i82559er", "ne2k_isa", "ne2k_pci", "pcnet", "rtl8139", "virtio", "vmxnet3")
-QM_NET = {"model": enum(*NIC_MODELS), "macaddr": anything, "bridge": pattern(r"[-_.\w\d]+"),
-          "firewall": boolean, "link_down": boolean, "mtu": integer(1, 65520),
-          "queues": integer(0, 64), "rate": number(0), "tag": integer(1, 4094),
-          "trunks": pattern(r"\d+(?:-\d+)?(?:;\d+(?:-\d+)?)*")}
-DRIVE = {"file": VOLUME, "size": DISK_SIZE, "iothread": boolean, "cache": anything,
-         "discard": enum("ignore", "on"), "ssd": boolean, "backup": boolean, "format": anything,
-         "aio": anything, "replicate": boolean, "media": anything, "snapshot": boolean,
-         "efitype": enum("2m", "4m"), "pre-enrolled-keys": boolean, "ms-cert": anything,
-         "import-from": anything}
+MACHINE = pattern(
+    r"(pc|pc(-i440fx)?-\d+(\.\d+)+(\+pve\d+)?(\.pxe)?|q35|pc-q35-\d+(\.\d+)+"
+    r"(\+pve\d+)?(\.pxe)?|virt(?:-\d+(\.\d+)+)?(\+pve\d+)?)"
+)
+CPU = {
+    "cputype": pattern(r"[\w.+\-]+"),
+    "flags": anything,
+    "hidden": boolean,
+    "hv-vendor-id": anything,
+    "phys-bits": pattern(r"host|\d+"),
+    "reported-model": anything,
+}
+NIC_MODELS = (
+    "e1000",
+    "e1000-82540em",
+    "e1000-82544gc",
+    "e1000-82545em",
+    "e1000e",
+    "i82551",
+    "i82557b",
+    "i82559er",
+    "ne2k_isa",
+    "ne2k_pci",
+    "pcnet",
+    "rtl8139",
+    "virtio",
+    "vmxnet3",
+)
+QM_NET = {
+    "model": enum(*NIC_MODELS),
+    "macaddr": anything,
+    "bridge": pattern(r"[-_.\w\d]+"),
+    "firewall": boolean,
+    "link_down": boolean,
+    "mtu": integer(1, 65520),
+    "queues": integer(0, 64),
+    "rate": number(0),
+    "tag": integer(1, 4094),
+    "trunks": pattern(r"\d+(?:-\d+)?(?:;\d+(?:-\d+)?)*"),
+}
+DRIVE = {
+    "file": VOLUME,
+    "size": DISK_SIZE,
+    "iothread": boolean,
+    "cache": anything,
+    "discard": enum("ignore", "on"),
+    "ssd": boolean,
+    "backup": boolean,
+    "format": anything,
+    "aio": anything,
+    "replicate": boolean,
+    "media": anything,
+    "snapshot": boolean,
+    "efitype": enum("2m", "4m"),
+    "pre-enrolled-keys": boolean,
+    "ms-cert": anything,
+    "import-from": anything,
+}
 
-QM_SCHEMA: dict = {key: anything for key in ["autostart", "hotplug", "reboot", "lock", "amd-sev", "shares", "keyboard", "description", "boot", "bootdisk", "smp", "vcpus", "acpi", "agent", "kvm", "tdf", "localtime", "freeze", "vga", "watchdog", "startdate", "startup", "template", "args", "tablet", "migrate_speed", "migrate_downtime", "cdrom", "parent", "snaptime", "vmstate", "vmstatestorage", "runningmachine", "runningcpu", "arch", "smbios1", "protection", "vmgenid", "hookscript", "ivshmem", "audio0", "spice_enhancements", "tags", "rng0", "meta", "affinity", "hugepages", "keephugepages", "citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain", "nameserver", "sshkeys"]}
-QM_SCHEMA.update({
-    "onboot": boolean, "cpulimit": number(0, 128), "cpuunits": integer(1, 262144),
-    "memory": property_string({"current": integer(16)}, "current"), "balloon": integer(0),
-    "name": dns_name, "scsihw": enum("lsi", "lsi53c810", "virtio-scsi-pci", "virtio-scsi-single",
-                                     "megasas", "pvscsi"),
-    "ostype": enum("other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10",
-                   "win11", "l24", "l26", "solaris"),
-    "sockets": integer(1), "cores": integer(1), "numa": boolean, "cpu": property_string(CPU, "cputype"),
-    "machine": property_string({"type": MACHINE, "viommu": enum("intel", "virtio"),
-                                "enable-s3": boolean, "enable-s4": boolean}, "type"),
-    "bios": enum("seabios", "ovmf"), "protection": boolean, "template": boolean,
-    "efidisk0": property_string(DRIVE, "file"), "tpmstate0": property_string(DRIVE, "file"),
-})
-QM_SCHEMA.update({f"net{i}": property_string(QM_NET, aliases={m: None for m in NIC_MODELS})
-                  for i in range(32)})
+QM_SCHEMA: dict = {
+    key: anything
+    for key in [
+        "autostart",
+        "hotplug",
+        "reboot",
+        "lock",
+        "amd-sev",
+        "shares",
+        "keyboard",
+        "description",
+        "boot",
+        "bootdisk",
+        "smp",
+        "vcpus",
+        "acpi",
+        "agent",
+        "kvm",
+        "tdf",
+        "localtime",
+        "freeze",
+        "vga",
+        "watchdog",
+        "startdate",
+        "startup",
+        "template",
+        "args",
+        "tablet",
+        "migrate_speed",
+        "migrate_downtime",
+        "cdrom",
+        "parent",
+        "snaptime",
+        "vmstate",
+        "vmstatestorage",
+        "runningmachine",
+        "runningcpu",
+        "arch",
+        "smbios1",
+        "protection",
+        "vmgenid",
+        "hookscript",
+        "ivshmem",
+        "audio0",
+        "spice_enhancements",
+        "tags",
+        "rng0",
+        "meta",
+        "affinity",
+        "hugepages",
+        "keephugepages",
+        "citype",
+        "ciuser",
+        "cipassword",
+        "ciupgrade",
+        "cicustom",
+        "searchdomain",
+        "nameserver",
+        "sshkeys",
+    ]
+}
+QM_SCHEMA.update(
+    {
+        "onboot": boolean,
+        "cpulimit": number(0, 128),
+        "cpuunits": integer(1, 262144),
+        "memory": property_string({"current": integer(16)}, "current"),
+        "balloon": integer(0),
+        "name": dns_name,
+        "scsihw": enum("lsi", "lsi53c810", "virtio-scsi-pci", "virtio-scsi-single", "megasas", "pvscsi"),
+        "ostype": enum(
+            "other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10", "win11", "l24", "l26", "solaris"
+        ),
+        "sockets": integer(1),
+        "cores": integer(1),
+        "numa": boolean,
+        "cpu": property_string(CPU, "cputype"),
+        "machine": property_string(
+            {"type": MACHINE, "viommu": enum("intel", "virtio"), "enable-s3": boolean, "enable-s4": boolean}, "type"
+        ),
+        "bios": enum("seabios", "ovmf"),
+        "protection": boolean,
+        "template": boolean,
+        "efidisk0": property_string(DRIVE, "file"),
+        "tpmstate0": property_string(DRIVE, "file"),
+    }
+)
+QM_SCHEMA.update({f"net{i}": property_string(QM_NET, aliases={m: None for m in NIC_MODELS}) for i in range(32)})
 QM_SCHEMA.update({f"ipconfig{i}": anything for i in range(32)})
 QM_SCHEMA.update({f"numa{i}": anything for i in range(8)})
 QM_SCHEMA.update({f"serial{i}": anything for i in range(4)})
@@ -320,16 +516,44 @@ for bus, count in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16)):
 QM_SCHEMA.update({f"unused{i}": anything for i in range(256)})
 
 # Applied at once on a running guest; the rest waits in the pending section for the next start.
-LXC_HOTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores",
-               "tags", "lock", "memory", "swap", "cpulimit", "cpuunits"} | {f"net{i}" for i in range(32)}
+LXC_HOTPLUG = {
+    "description",
+    "onboot",
+    "startup",
+    "protection",
+    "hostname",
+    "hookscript",
+    "cores",
+    "tags",
+    "lock",
+    "memory",
+    "swap",
+    "cpulimit",
+    "cpuunits",
+} | {f"net{i}" for i in range(32)}
 # qemu-server 8.4.10 src/PVE/QemuServer.pm: $confdesc_cloudinit (its keys are fast-plug options:
 # written at once, the drive regenerated at the next start or by `qm cloudinit update`).
-QM_CLOUD_INIT = ({"citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain",
-                  "nameserver", "sshkeys"} | {f"ipconfig{i}" for i in range(32)})
-QM_HOTPLUG = ({"name", "onboot", "shares", "startup", "description", "protection", "vmstatestorage",
-               "hookscript", "tags", "lock", "balloon"} | QM_CLOUD_INIT | {f"net{i}" for i in range(32)}
-              | {f"{b}{i}" for b, n in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16))
-                 for i in range(n)})
+QM_CLOUD_INIT = {"citype", "ciuser", "cipassword", "ciupgrade", "cicustom", "searchdomain", "nameserver", "sshkeys"} | {
+    f"ipconfig{i}" for i in range(32)
+}
+QM_HOTPLUG = (
+    {
+        "name",
+        "onboot",
+        "shares",
+        "startup",
+        "description",
+        "protection",
+        "vmstatestorage",
+        "hookscript",
+        "tags",
+        "lock",
+        "balloon",
+    }
+    | QM_CLOUD_INIT
+    | {f"net{i}" for i in range(32)}
+    | {f"{b}{i}" for b, n in (("ide", 4), ("sata", 6), ("scsi", 31), ("virtio", 16)) for i in range(n)}
+)
 
 # ----------------------------------------------------------------------------------------------
 # Command-line parsing, Getopt::Long style, and the error output of PVE's CLIHandler.
@@ -566,7 +790,9 @@ def allocate(storage: str, vmid: int, spec: str, taken: dict, default_size: str)
     if imported:  # qemu-server API2/Qemu.pm: "<storage>:0,import-from=<source>", a copy of it
         source = imported[0].removeprefix("import-from=")
         if size != "0":
-            raise ParamError({"scsi0": "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>"})
+            raise ParamError(
+                {"scsi0": "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>"}
+            )
         if not os.path.isabs(source) and not source.split(":", 1)[-1].startswith("import/"):
             raise ParamError({"scsi0": f"invalid format - import-from: '{source}' is not a path or import volume"})
         path = source if os.path.isabs(source) else f"/var/lib/vz/{source.split(':', 1)[1]}"
@@ -599,8 +825,9 @@ def check_device_node(path: str) -> None:
         raise PveError(f"{path} is not a device")
 
 
-def apply_update(kind: str, vmid: int, params: dict, delete: list[str], hotplug: set[str],
-                 readonly=(), on_hotplug=None) -> None:
+def apply_update(
+    kind: str, vmid: int, params: dict, delete: list[str], hotplug: set[str], readonly=(), on_hotplug=None
+) -> None:
     """update_pct_config / update_vm: record changes, apply what a running guest can take.
 
     on_hotplug(key, old, new) is called for each change applied to a running guest (before the
@@ -704,8 +931,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def _engine(method: str, path: str, body: bytes | None = None,
-            content_type: str = "application/json") -> tuple[int, bytes]:
+def _engine(
+    method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+) -> tuple[int, bytes]:
     connection = _UnixHTTPConnection(LAB_DOCKER_SOCKET)
     try:
         connection.request(method, path, body=body, headers={"Content-Type": content_type})
@@ -719,26 +947,29 @@ def lab_container(vmid: int) -> str:
     backing = load_json(LAB_BACKING_FILE, {})
     name = backing.get(str(vmid))
     if not name:
-        raise PveError(f"CT {vmid}: no lab container stands behind it (stand-in: only the CTs"
-                       f" in {LAB_BACKING_FILE} run commands)")
+        raise PveError(
+            f"CT {vmid}: no lab container stands behind it (stand-in: only the CTs in {LAB_BACKING_FILE} run commands)"
+        )
     return name
 
 
 def container_exec(vmid: int, argv: list[str]) -> tuple[int, bytes, bytes]:
     """Run argv in the CT's lab container: exit status, stdout, stderr (no stdin, no tty)."""
     name = urllib.parse.quote(lab_container(vmid))
-    status, data = _engine("POST", f"/containers/{name}/exec", json.dumps(
-        {"AttachStdout": True, "AttachStderr": True, "Cmd": argv}).encode())
+    status, data = _engine(
+        "POST",
+        f"/containers/{name}/exec",
+        json.dumps({"AttachStdout": True, "AttachStderr": True, "Cmd": argv}).encode(),
+    )
     if status != 201:
         raise PveError(f"container '{vmid}' not running! ({status}: {data.decode(errors='replace').strip()})")
     exec_id = json.loads(data)["Id"]
-    status, data = _engine("POST", f"/exec/{exec_id}/start",
-                           json.dumps({"Detach": False, "Tty": False}).encode())
+    status, data = _engine("POST", f"/exec/{exec_id}/start", json.dumps({"Detach": False, "Tty": False}).encode())
     streams = {1: bytearray(), 2: bytearray()}
     while len(data) >= 8:  # the multiplexed stream: [stream, 0, 0, 0, size (4 bytes BE)] + payload
         size = int.from_bytes(data[4:8], "big")
-        streams.setdefault(data[0], bytearray()).extend(data[8:8 + size])
-        data = data[8 + size:]
+        streams.setdefault(data[0], bytearray()).extend(data[8 : 8 + size])
+        data = data[8 + size :]
     _, info = _engine("GET", f"/exec/{exec_id}/json")
     return int(json.loads(info).get("ExitCode") or 0), bytes(streams[1]), bytes(streams[2])
 
@@ -753,8 +984,9 @@ def container_put_file(vmid: int, path: str, data: bytes, mode: int, uid: int, g
         archive.addfile(info, io.BytesIO(data))
     name = urllib.parse.quote(lab_container(vmid))
     query = urllib.parse.urlencode({"path": folder})
-    status, answer = _engine("PUT", f"/containers/{name}/archive?{query}", buffer.getvalue(),
-                             content_type="application/x-tar")
+    status, answer = _engine(
+        "PUT", f"/containers/{name}/archive?{query}", buffer.getvalue(), content_type="application/x-tar"
+    )
     if status == 404:
         return False
     if status != 200:

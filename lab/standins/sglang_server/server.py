@@ -89,7 +89,40 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
-WORDS = ["the", "quick", "model", "answers", "every", "prompt", "with", "care", "while", "tensors", "flow", "across", "eight", "cards", "and", "the", "scheduler", "keeps", "batches", "full", "so", "tokens", "stream", "steadily", "to", "each", "client", "without", "stalls", "or", "repeated", "phrases"]
+WORDS = [
+    "the",
+    "quick",
+    "model",
+    "answers",
+    "every",
+    "prompt",
+    "with",
+    "care",
+    "while",
+    "tensors",
+    "flow",
+    "across",
+    "eight",
+    "cards",
+    "and",
+    "the",
+    "scheduler",
+    "keeps",
+    "batches",
+    "full",
+    "so",
+    "tokens",
+    "stream",
+    "steadily",
+    "to",
+    "each",
+    "client",
+    "without",
+    "stalls",
+    "or",
+    "repeated",
+    "phrases",
+]
 
 
 def installed_version() -> str:
@@ -123,19 +156,43 @@ def merge_config(argv: list[str]) -> list[str]:
             extra.append(flag)
         elif value is not False:
             extra += [flag, str(value)]
-    return argv[: index] + argv[index + 2:] + extra
+    return argv[:index] + argv[index + 2 :] + extra
 
 
 def generate_text(prompt: str, max_tokens: int) -> list[str]:
     seed = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
-    return [WORDS[(seed >> (i % 200)) % len(WORDS) if i % 3 else (seed + i * 7) % len(WORDS)]
-            for i in range(max_tokens)]
+    return [
+        WORDS[(seed >> (i % 200)) % len(WORDS) if i % 3 else (seed + i * 7) % len(WORDS)] for i in range(max_tokens)
+    ]
 
 
 # srt/metrics/collector.py (0.5.9) TokenizerMetricsCollector's default buckets.
 TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
-ITL_BUCKETS = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
-               0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000]
+ITL_BUCKETS = [
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+    6.000,
+    8.000,
+]
 E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
 
 
@@ -153,8 +210,11 @@ class Histogram:
 
     def lines(self, name: str, labels: str) -> list[str]:
         out = [f'{name}_bucket{{{labels},le="{float(b)}"}} {c}' for b, c in zip(self.bounds, self.counts, strict=True)]
-        return out + [f'{name}_bucket{{{labels},le="+Inf"}} {self.count}', f"{name}_sum{{{labels}}} {self.sum}",
-                      f"{name}_count{{{labels}}} {self.count}"]
+        return out + [
+            f'{name}_bucket{{{labels},le="+Inf"}} {self.count}',
+            f"{name}_sum{{{labels}}} {self.sum}",
+            f"{name}_count{{{labels}}} {self.count}",
+        ]
 
 
 class Metrics:
@@ -178,32 +238,42 @@ class Metrics:
         name = state.args.served_model_name or state.args.model_path
         sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
         tok = f'model_name="{name}"'
-        gauges = [("num_running_reqs", "The number of running requests.", state.scheduler.num_running_reqs),
-                  ("num_used_tokens", "The number of used tokens.", 0),
-                  ("token_usage", "The token usage.", 0.0),
-                  ("gen_throughput", "The generation throughput (token/s).",
-                   self.last_throughput if state.running else 0.0),
-                  ("num_queue_reqs", "The number of requests in the waiting queue.", state.scheduler.num_queue_reqs),
-                  ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
-                  ("spec_accept_length", "The average acceptance length of speculative decoding.",
-                   state.last_accept_length),
-                  ("spec_accept_rate", "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
-                   state.last_accept_rate)]
+        gauges = [
+            ("num_running_reqs", "The number of running requests.", state.scheduler.num_running_reqs),
+            ("num_used_tokens", "The number of used tokens.", 0),
+            ("token_usage", "The token usage.", 0.0),
+            ("gen_throughput", "The generation throughput (token/s).", self.last_throughput if state.running else 0.0),
+            ("num_queue_reqs", "The number of requests in the waiting queue.", state.scheduler.num_queue_reqs),
+            ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
+            ("spec_accept_length", "The average acceptance length of speculative decoding.", state.last_accept_length),
+            (
+                "spec_accept_rate",
+                "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
+                state.last_accept_rate,
+            ),
+        ]
         lines = []
         for short, doc, value in gauges:
-            lines += [f"# HELP sglang:{short} {doc}", f"# TYPE sglang:{short} gauge", f"sglang:{short}{{{sched}}} {value}"]
-        for short, doc, value in (("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
-                                  ("generation_tokens", "Number of generation tokens processed.",
-                                   state.generated_tokens),
-                                  ("num_requests", "Number of requests processed.", state.requests)):
-            lines += [f"# HELP sglang:{short}_total {doc}", f"# TYPE sglang:{short}_total counter",
-                      f"sglang:{short}_total{{{tok}}} {float(value)}"]
-        for short, doc, hist in (("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                                  self.ttft),
-                                 ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                                  self.itl),
-                                 ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-                                  self.e2e)):
+            lines += [
+                f"# HELP sglang:{short} {doc}",
+                f"# TYPE sglang:{short} gauge",
+                f"sglang:{short}{{{sched}}} {value}",
+            ]
+        for short, doc, value in (
+            ("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
+            ("generation_tokens", "Number of generation tokens processed.", state.generated_tokens),
+            ("num_requests", "Number of requests processed.", state.requests),
+        ):
+            lines += [
+                f"# HELP sglang:{short}_total {doc}",
+                f"# TYPE sglang:{short}_total counter",
+                f"sglang:{short}_total{{{tok}}} {float(value)}",
+            ]
+        for short, doc, hist in (
+            ("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
+            ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl),
+            ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e),
+        ):
             lines += [f"# HELP sglang:{short} {doc}", f"# TYPE sglang:{short} histogram"]
             lines += hist.lines(f"sglang:{short}", tok)
         return "\n".join(lines) + "\n"
@@ -234,17 +304,18 @@ class Scheduler:
       after the last request they read its last decode value for up to 30 s.
     Here one decode step is one token time (1 / tokens per second) while anything decodes."""
 
-    def __init__(self, max_running: int, decode_log_interval: int, tokens_per_second: float,
-                 prefill_tokens_per_second: float):
+    def __init__(
+        self, max_running: int, decode_log_interval: int, tokens_per_second: float, prefill_tokens_per_second: float
+    ):
         self.max_running, self.interval = max_running, decode_log_interval
         self.step_seconds = 1 / tokens_per_second if tokens_per_second > 0 else 0.01
         self.prefill_rate = prefill_tokens_per_second
         self.cond = threading.Condition()
-        self.waiting = 0        # in the queue
-        self.admitted = 0       # in prefill or decoding: the slots max_running counts
-        self.decoding = 0       # in the running batch
+        self.waiting = 0  # in the queue
+        self.admitted = 0  # in prefill or decoding: the slots max_running counts
+        self.decoding = 0  # in the running batch
         self.forward_ct_decode = 0
-        self.num_running_reqs = 0   # the gauges as last set
+        self.num_running_reqs = 0  # the gauges as last set
         self.num_queue_reqs = 0
         self.last_log = time.monotonic()
         threading.Thread(target=self._loop, daemon=True).start()
@@ -298,18 +369,21 @@ class State:
         steps = int(args.speculative_num_steps or 3)
         self.draft_tokens = int(args.speculative_num_draft_tokens or steps + 1)
         self.accept_length = min(float(os.environ.get("INFERENCE_HOST_STANDIN_ACCEPT_LENGTH", "2.6")), steps + 1.0)
-        self.spec_forward_ct = 0          # since start (avg_spec_accept_length)
+        self.spec_forward_ct = 0  # since start (avg_spec_accept_length)
         self.spec_accepted = 0
-        self.last_accept_length = 0.0     # the gauge: most recent decode
+        self.last_accept_length = 0.0  # the gauge: most recent decode
         self.last_accept_rate = 0.0
         self.running = 0
         self.lock = threading.Lock()
         self.tokens_per_second = float(os.environ.get("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", "100"))
         self.metrics = Metrics()
         # SGLang's default comes from the KV cache's size; without a GPU: 256 unless given.
-        self.scheduler = Scheduler(int(getattr(args, "max_running_requests", None) or 256),
-                                   int(getattr(args, "decode_log_interval", None) or 40), self.tokens_per_second,
-                                   float(os.environ.get("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", "2000")))
+        self.scheduler = Scheduler(
+            int(getattr(args, "max_running_requests", None) or 256),
+            int(getattr(args, "decode_log_interval", None) or 40),
+            self.tokens_per_second,
+            float(os.environ.get("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", "2000")),
+        )
 
     def pace(self, index: int, began: float) -> None:
         """Hold token `index` until the request's decode speed lets it out."""
@@ -328,8 +402,10 @@ class State:
         self.spec_accepted += tokens
         self.last_accept_length = tokens / forwards
         self.last_accept_rate = self.last_accept_length / self.draft_tokens
-        sys.stderr.write(f"[stand-in] Decode batch, #running-req: 1, accept len: {self.last_accept_length:.2f},"
-                         f" accept rate: {self.last_accept_rate:.2f}, gen throughput (token/s): 0.00\n")
+        sys.stderr.write(
+            f"[stand-in] Decode batch, #running-req: 1, accept len: {self.last_accept_length:.2f},"
+            f" accept rate: {self.last_accept_rate:.2f}, gen throughput (token/s): 0.00\n"
+        )
 
     def ready(self) -> bool:
         return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
@@ -368,20 +444,45 @@ def make_handler(state: State):
             if path in ("/health", "/health_generate"):
                 return self._send(200, b"", "text/plain") if state.ready() else self._send(503, b"", "text/plain")
             if path == "/v1/models":
-                return self._send(200, {"object": "list", "data": [{
-                    "id": args.served_model_name or args.model_path, "object": "model",
-                    "created": int(state.started), "owned_by": "sglang", "root": args.model_path}]})
+                return self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": args.served_model_name or args.model_path,
+                                "object": "model",
+                                "created": int(state.started),
+                                "owned_by": "sglang",
+                                "root": args.model_path,
+                            }
+                        ],
+                    },
+                )
             if path in ("/model_info", "/get_model_info"):
-                return self._send(200, {"model_path": args.model_path, "tokenizer_path": args.model_path,
-                                        "is_generation": True, "served_model_name": args.served_model_name})
+                return self._send(
+                    200,
+                    {
+                        "model_path": args.model_path,
+                        "tokenizer_path": args.model_path,
+                        "is_generation": True,
+                        "served_model_name": args.served_model_name,
+                    },
+                )
             if path == "/metrics" and args.enable_metrics:
                 return self._send(200, state.metrics.text(state).encode(), "text/plain; version=0.0.4")
             if path in ("/server_info", "/get_server_info"):
                 internal = {"last_gen_throughput": 0.0}
                 if state.speculative and state.spec_forward_ct:
                     internal["avg_spec_accept_length"] = state.spec_accepted / state.spec_forward_ct
-                return self._send(200, {**{k: v for k, v in vars(args).items() if k != "api_key"},
-                                        "internal_states": [internal], "version": state.version})
+                return self._send(
+                    200,
+                    {
+                        **{k: v for k, v in vars(args).items() if k != "api_key"},
+                        "internal_states": [internal],
+                        "version": state.version,
+                    },
+                )
             return self._send(404, {"detail": "Not Found"})
 
         def do_POST(self):
@@ -410,14 +511,24 @@ def make_handler(state: State):
             model = body.get("model") or args.served_model_name
 
             def event(choices, usage=None) -> bytes:
-                chunk = {"id": request_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                         "model": model, "choices": choices, "usage": usage}
+                chunk = {
+                    "id": request_id,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": choices,
+                    "usage": usage,
+                }
                 return f"data: {json.dumps(chunk)}\n\n".encode()
 
             def choice(delta, finish_reason=None):
-                return {"index": 0, "delta": {"role": None, "content": None, "reasoning_content": None,
-                                              "tool_calls": None, **delta},
-                        "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
+                return {
+                    "index": 0,
+                    "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta},
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                    "matched_stop": None,
+                }
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -435,16 +546,28 @@ def make_handler(state: State):
             self.wfile.write(event([choice({}, "length")]))
             if (body.get("stream_options") or {}).get("include_usage"):
                 prompt_tokens = len(prompt.split())
-                self.wfile.write(event([], {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(tokens),
-                                            "completion_tokens": len(tokens), "prompt_tokens_details": None}))
+                self.wfile.write(
+                    event(
+                        [],
+                        {
+                            "prompt_tokens": prompt_tokens,
+                            "total_tokens": prompt_tokens + len(tokens),
+                            "completion_tokens": len(tokens),
+                            "prompt_tokens_details": None,
+                        },
+                    )
+                )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
         def _answer(self, path: str, body: dict):
             if path not in ("/generate", "/v1/chat/completions"):
                 return self._send(404, {"detail": "Not Found"})
-            prompt = str(body.get("text", "")) if path == "/generate" else \
-                " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+            prompt = (
+                str(body.get("text", ""))
+                if path == "/generate"
+                else " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+            )
             began = time.monotonic()
             state.scheduler.admit(len(prompt.split()))  # queued, then prefilled: the first token after
             try:
@@ -459,11 +582,18 @@ def make_handler(state: State):
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(str(body.get("text", "")).split()), len(tokens), began, now, now)
-                return self._send(200, {"text": " ".join(tokens), "meta_info": {
-                    "id": hashlib.md5(json.dumps(body).encode()).hexdigest(),
-                    "prompt_tokens": len(str(body.get("text", "")).split()),
-                    "completion_tokens": len(tokens),
-                    "finish_reason": {"type": "length", "length": len(tokens)}}})
+                return self._send(
+                    200,
+                    {
+                        "text": " ".join(tokens),
+                        "meta_info": {
+                            "id": hashlib.md5(json.dumps(body).encode()).hexdigest(),
+                            "prompt_tokens": len(str(body.get("text", "")).split()),
+                            "completion_tokens": len(tokens),
+                            "finish_reason": {"type": "length", "length": len(tokens)},
+                        },
+                    },
+                )
             if path == "/v1/chat/completions":
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
                 tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
@@ -472,14 +602,27 @@ def make_handler(state: State):
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(prompt.split()), len(tokens), began, now, now)
-                return self._send(200, {
-                    "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],
-                    "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model") or args.served_model_name,
-                    "choices": [{"index": 0, "finish_reason": "length",
-                                 "message": {"role": "assistant", "content": " ".join(tokens)}}],
-                    "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens),
-                              "total_tokens": len(prompt.split()) + len(tokens)}})
+                return self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model") or args.served_model_name,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "length",
+                                "message": {"role": "assistant", "content": " ".join(tokens)},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(prompt.split()),
+                            "completion_tokens": len(tokens),
+                            "total_tokens": len(prompt.split()) + len(tokens),
+                        },
+                    },
+                )
             return self._send(404, {"detail": "Not Found"})
 
     return Handler
@@ -487,8 +630,7 @@ def make_handler(state: State):
 
 def spawn_stubborn_child() -> None:
     """A 'GPU worker' that ignores SIGTERM, like the orphans seen on the target."""
-    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "while True: time.sleep(1)\n")
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)\n"
     subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
 
@@ -517,8 +659,11 @@ def main(argv: list[str]) -> None:
     log_server_args(vars(args))
     if args.speculative_algorithm and not (Path(args.speculative_draft_model_path or "") / "config.json").is_file():
         # transformers' AutoConfig.from_pretrained on a directory without config.json
-        print(f"OSError: {args.speculative_draft_model_path} does not appear to have a file named"
-              " config.json.", file=sys.stderr, flush=True)
+        print(
+            f"OSError: {args.speculative_draft_model_path} does not appear to have a file named config.json.",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(1)
     loaded = load_weights(args.model_path)
     log_kv_allocation(vars(args))
@@ -527,10 +672,13 @@ def main(argv: list[str]) -> None:
         spawn_stubborn_child()
     server = ThreadingHTTPServer((args.host or "127.0.0.1", int(args.port or 30000)), make_handler(state))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
-          f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"
-          + (" (never healthy for this version)" if state.never_healthy else "")
-          + f"; loaded {loaded}", flush=True)
+    print(
+        f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
+        f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"
+        + (" (never healthy for this version)" if state.never_healthy else "")
+        + f"; loaded {loaded}",
+        flush=True,
+    )
     server.serve_forever()
 
 

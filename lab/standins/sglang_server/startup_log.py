@@ -60,8 +60,9 @@ def sglang_source() -> Path:
 
 
 def configure_logger(log_level: str | None) -> None:
-    logging.basicConfig(level=getattr(logging, (log_level or "info").upper()), format=LOG_FORMAT,
-                        datefmt=LOG_DATEFMT, force=True)
+    logging.basicConfig(
+        level=getattr(logging, (log_level or "info").upper()), format=LOG_FORMAT, datefmt=LOG_DATEFMT, force=True
+    )
 
 
 def _literal(node: ast.AST | None) -> Any:
@@ -102,8 +103,10 @@ def _dataclass_fields(source: Path) -> list[tuple[str, Any, bool]]:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
         default, show = node.value, True
-        if isinstance(node.value, ast.Call) and getattr(node.value.func, "attr",
-                                                        getattr(node.value.func, "id", "")) == "field":
+        if (
+            isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "attr", getattr(node.value.func, "id", "")) == "field"
+        ):
             keywords = {k.arg: k.value for k in node.value.keywords}
             default = keywords.get("default")
             show = _literal(keywords["repr"]) is not False if "repr" in keywords else True
@@ -114,7 +117,8 @@ def _dataclass_fields(source: Path) -> list[tuple[str, Any, bool]]:
 def _log_0_5_9(root: Path, given: dict[str, Any]) -> None:
     spec = _dataclass_fields(root / "srt/server_args.py")
     ServerArgs = dataclasses.make_dataclass(  # noqa: N806 - the real class's name, in the log
-        "ServerArgs", [(name, Any, dataclasses.field(default=None, repr=show)) for name, _, show in spec])
+        "ServerArgs", [(name, Any, dataclasses.field(default=None, repr=show)) for name, _, show in spec]
+    )
     server_args = ServerArgs(**{name: _value(name, default, given) for name, default, _ in spec})
     logger.info(f"{server_args=}")
 
@@ -132,11 +136,14 @@ class _ResolvedArgs:
 def _redact_watermark_secrets(value: Any, *, in_watermark_config: bool = False) -> Any:
     """0.5.23's redact_watermark_secrets for the plain dicts and scalars the stand-in has."""
     if isinstance(value, dict):
-        return {key: ("<redacted>" if key in WATERMARK_SECRET_FIELD_NAMES
-                      or (in_watermark_config and key in {"key", "key_b"})
-                      else _redact_watermark_secrets(item, in_watermark_config=in_watermark_config
-                                                     or key == "watermark"))
-                for key, item in value.items()}
+        return {
+            key: (
+                "<redacted>"
+                if key in WATERMARK_SECRET_FIELD_NAMES or (in_watermark_config and key in {"key", "key_b"})
+                else _redact_watermark_secrets(item, in_watermark_config=in_watermark_config or key == "watermark")
+            )
+            for key, item in value.items()
+        }
     return value
 
 
@@ -152,10 +159,10 @@ def _field_defaults(fields_dir: Path) -> dict[str, Any]:
 def _logging_function(engine: Path):
     """The wheel's own _server_args_for_logging, compiled from its (patched) source."""
     tree = ast.parse(engine.read_text())
-    function = next(n for n in tree.body
-                    if isinstance(n, ast.FunctionDef) and n.name == "_server_args_for_logging")
-    module = ast.Module(body=[ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0),
-                              function], type_ignores=[])
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_server_args_for_logging")
+    module = ast.Module(
+        body=[ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0), function], type_ignores=[]
+    )
     namespace = {"redact_watermark_secrets": _redact_watermark_secrets}
     exec(compile(ast.fix_missing_locations(module), str(engine), "exec"), namespace)  # noqa: S102
     return namespace["_server_args_for_logging"]
@@ -163,8 +170,11 @@ def _logging_function(engine: Path):
 
 def _log_resolved(root: Path, given: dict[str, Any]) -> None:
     order_tree = ast.parse((root / "srt/arg_groups/field_order.py").read_text())
-    order = next(_literal(n.value) for n in order_tree.body if isinstance(n, ast.Assign)
-                 and getattr(n.targets[0], "id", "") == "POSITIONAL_FIELD_ORDER")
+    order = next(
+        _literal(n.value)
+        for n in order_tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "POSITIONAL_FIELD_ORDER"
+    )
     defaults = _field_defaults(root / "srt/arg_groups/fields")
     names = list(order) + [name for name in given if name not in order]
     server_args = _ResolvedArgs({name: _value(name, defaults.get(name), given) for name in names})

@@ -57,11 +57,18 @@ class StepError(Exception):
 
 def paths(cfg: dict) -> dict[str, Path]:
     work = Path(cfg["work_dir"])
-    return {"work": work, "prompts": work / "data" / "prompts.jsonl",
-            "regenerated": work / "data" / "regenerated.jsonl", "hidden": work / "hidden-states",
-            "checkpoints": work / "checkpoints", "draft_config": work / "draft-config.json",
-            "state": work / "state", "logs": work / "logs", "reports": work / "reports",
-            "export": Path(cfg["export_dir"])}
+    return {
+        "work": work,
+        "prompts": work / "data" / "prompts.jsonl",
+        "regenerated": work / "data" / "regenerated.jsonl",
+        "hidden": work / "hidden-states",
+        "checkpoints": work / "checkpoints",
+        "draft_config": work / "draft-config.json",
+        "state": work / "state",
+        "logs": work / "logs",
+        "reports": work / "reports",
+        "export": Path(cfg["export_dir"]),
+    }
 
 
 def target_config(cfg: dict) -> dict:
@@ -94,10 +101,19 @@ def step_inputs(cfg: dict, step: str) -> dict:
     """What a step's result depends on: a change re-runs it and every later step."""
     common = {"specforge": cfg["specforge_commit"], "model": cfg["target"]["model_path"]}
     return {
-        "regenerate": {**common, "dataset": cfg["dataset"], "samples": cfg["samples"],
-                       "served": cfg["target"]["served_model_name"], **cfg["regenerate"]},
-        "hidden-states": {**common, "max_length": cfg["max_length"], "template": cfg["chat_template"],
-                          "tp": cfg["target"]["tp_size"]},
+        "regenerate": {
+            **common,
+            "dataset": cfg["dataset"],
+            "samples": cfg["samples"],
+            "served": cfg["target"]["served_model_name"],
+            **cfg["regenerate"],
+        },
+        "hidden-states": {
+            **common,
+            "max_length": cfg["max_length"],
+            "template": cfg["chat_template"],
+            "tp": cfg["target"]["tp_size"],
+        },
         "train": {**common, **cfg["train"]},
         "export": {**common, "export_dir": cfg["export_dir"]},
         "ab": {**common, "current": cfg.get("current_drafter"), **cfg["bench"]},
@@ -131,28 +147,83 @@ def step_commands(cfg: dict) -> dict[str, list[str]]:
     ids = ",".join(str(i) for i in layer_ids(cfg))
     sglang_backend = ["--sglang-attention-backend", target["attention_backend"]]
     return {
-        "regenerate": [cfg["env_python"], str(sf / "scripts/regenerate_train_data.py"),
-                       "--model", target["served_model_name"], "--server-address", target["server"],
-                       "--input-file-path", str(p["prompts"]), "--output-file-path", str(p["regenerated"]),
-                       "--concurrency", str(cfg["regenerate"]["concurrency"]),
-                       "--max-tokens", str(cfg["regenerate"]["max_tokens"]), "--temperature", "0",
-                       "--num-samples", str(cfg["samples"]), "--resume"],
-        "hidden-states": [*launcher(cfg, True), str(sf / "scripts/prepare_hidden_states.py"),
-                          "--target-model-path", target["model_path"], "--trust-remote-code",
-                          "--enable-aux-hidden-states", "--aux-hidden-states-layers", ids,
-                          "--data-path", str(p["regenerated"]), "--chat-template", cfg["chat_template"],
-                          "--max-length", str(cfg["max_length"]), "--tp-size", str(target["tp_size"]),
-                          "--batch-size", "1", "--num-samples", str(cfg["samples"]),
-                          "--output-path", str(p["hidden"]), *sglang_backend],
-        "train": [*launcher(cfg, True), str(sf / "scripts/train_eagle3.py"),
-                  "--target-model-path", target["model_path"], "--trust-remote-code",
-                  "--draft-model-config", str(p["draft_config"]),
-                  "--train-data-path", str(p["regenerated"]), "--train-hidden-states-path", str(p["hidden"]),
-                  "--output-dir", str(p["checkpoints"]), "--chat-template", cfg["chat_template"],
-                  "--max-length", str(cfg["max_length"]), "--num-epochs", str(cfg["train"]["num_epochs"]),
-                  "--learning-rate", str(cfg["train"]["learning_rate"]), "--batch-size", "1",
-                  "--save-interval", str(cfg["train"]["save_interval"]),
-                  "--tp-size", str(target["tp_size"]), "--resume", *sglang_backend],
+        "regenerate": [
+            cfg["env_python"],
+            str(sf / "scripts/regenerate_train_data.py"),
+            "--model",
+            target["served_model_name"],
+            "--server-address",
+            target["server"],
+            "--input-file-path",
+            str(p["prompts"]),
+            "--output-file-path",
+            str(p["regenerated"]),
+            "--concurrency",
+            str(cfg["regenerate"]["concurrency"]),
+            "--max-tokens",
+            str(cfg["regenerate"]["max_tokens"]),
+            "--temperature",
+            "0",
+            "--num-samples",
+            str(cfg["samples"]),
+            "--resume",
+        ],
+        "hidden-states": [
+            *launcher(cfg, True),
+            str(sf / "scripts/prepare_hidden_states.py"),
+            "--target-model-path",
+            target["model_path"],
+            "--trust-remote-code",
+            "--enable-aux-hidden-states",
+            "--aux-hidden-states-layers",
+            ids,
+            "--data-path",
+            str(p["regenerated"]),
+            "--chat-template",
+            cfg["chat_template"],
+            "--max-length",
+            str(cfg["max_length"]),
+            "--tp-size",
+            str(target["tp_size"]),
+            "--batch-size",
+            "1",
+            "--num-samples",
+            str(cfg["samples"]),
+            "--output-path",
+            str(p["hidden"]),
+            *sglang_backend,
+        ],
+        "train": [
+            *launcher(cfg, True),
+            str(sf / "scripts/train_eagle3.py"),
+            "--target-model-path",
+            target["model_path"],
+            "--trust-remote-code",
+            "--draft-model-config",
+            str(p["draft_config"]),
+            "--train-data-path",
+            str(p["regenerated"]),
+            "--train-hidden-states-path",
+            str(p["hidden"]),
+            "--output-dir",
+            str(p["checkpoints"]),
+            "--chat-template",
+            cfg["chat_template"],
+            "--max-length",
+            str(cfg["max_length"]),
+            "--num-epochs",
+            str(cfg["train"]["num_epochs"]),
+            "--learning-rate",
+            str(cfg["train"]["learning_rate"]),
+            "--batch-size",
+            "1",
+            "--save-interval",
+            str(cfg["train"]["save_interval"]),
+            "--tp-size",
+            str(target["tp_size"]),
+            "--resume",
+            *sglang_backend,
+        ],
     }
 
 
@@ -161,8 +232,10 @@ def step_commands(cfg: dict) -> dict[str, list[str]]:
 
 def plan(cfg: dict) -> tuple[list[str], bool]:
     p = paths(cfg)
-    lines = [f"EAGLE-3 drafter training job (SpecForge {cfg['specforge_commit'][:12]},"
-             f" environment {cfg['env_mode']}: {cfg['env_python']})"]
+    lines = [
+        f"EAGLE-3 drafter training job (SpecForge {cfg['specforge_commit'][:12]},"
+        f" environment {cfg['env_mode']}: {cfg['env_python']})"
+    ]
     target = eagle3.Target.from_config(target_config(cfg))
     ids = layer_ids(cfg)
     lines += [
@@ -177,14 +250,16 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
     ]
     draft = draft_config(cfg)
     problems = eagle3.drafter_problems(eagle3.Drafter.from_config(draft), target)
-    lines.append(f"drafter to train: {draft['architectures'][0]}, hidden {draft['hidden_size']},"
-                 f" vocab {draft['vocab_size']} (draft vocab {draft['draft_vocab_size']}),"
-                 f" {eagle3.drafter_parameters(draft) / 1e9:.2f} B parameters"
-                 + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""))
+    lines.append(
+        f"drafter to train: {draft['architectures'][0]}, hidden {draft['hidden_size']},"
+        f" vocab {draft['vocab_size']} (draft vocab {draft['draft_vocab_size']}),"
+        f" {eagle3.drafter_parameters(draft) / 1e9:.2f} B parameters"
+        + (f"; PROBLEMS: {'; '.join(problems)}" if problems else "")
+    )
     estimate = budget(cfg)
     free = free_bytes(p["work"])
     refusal = eagle3.disk_problem(estimate, free, str(p["work"]))
-    lines.append(f"disk budget ({p['work']}, {free / 1024 ** 3:,.1f} GiB free):")
+    lines.append(f"disk budget ({p['work']}, {free / 1024**3:,.1f} GiB free):")
     lines += [f"  {line}" for line in estimate.lines()]
     lines.append(f"  verdict: {'REFUSED: ' + refusal if refusal else 'fits'}")
     commands = step_commands(cfg)
@@ -201,8 +276,10 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
             lines.append(f"     newest checkpoint of {p['checkpoints']} -> {p['export']}")
         if step == "ab":
             current = ab_drafters(cfg)["current"]
-            lines.append(f"     bench_serving: drafter {current or '(none: speculation off)'}"
-                         f" vs {p['export']}, concurrency {cfg['bench']['concurrency']}")
+            lines.append(
+                f"     bench_serving: drafter {current or '(none: speculation off)'}"
+                f" vs {p['export']}, concurrency {cfg['bench']['concurrency']}"
+            )
     ok = not problems and not refusal and bool(cfg["dataset"])
     return lines, ok
 
@@ -224,8 +301,9 @@ class Log:
 
 def run_command(log: Log, argv: list[str], env: dict | None = None, cwd: str | None = None) -> None:
     log(f"$ {shlex.join(argv)}")
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, **(env or {})}, cwd=cwd)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}, cwd=cwd
+    )
     for line in process.stdout:
         log(line.rstrip())
     if process.wait() != 0:
@@ -273,10 +351,15 @@ def fetch_prompts(cfg: dict, log: Log) -> None:
         if digest != dataset["sha256"]:
             raise StepError(f"{source}: sha256 {digest}, expected {dataset['sha256']} (the pinned file)")
     else:
-        code = ("import sys; from huggingface_hub import hf_hub_download; print(hf_hub_download("
-                "repo_id=sys.argv[1], filename=sys.argv[2], revision=sys.argv[3], repo_type='dataset'))")
-        result = subprocess.run([cfg["env_python"], "-c", code, dataset["repo"], dataset["file"],
-                                 dataset["revision"]], capture_output=True, text=True)
+        code = (
+            "import sys; from huggingface_hub import hf_hub_download; print(hf_hub_download("
+            "repo_id=sys.argv[1], filename=sys.argv[2], revision=sys.argv[3], repo_type='dataset'))"
+        )
+        result = subprocess.run(
+            [cfg["env_python"], "-c", code, dataset["repo"], dataset["file"], dataset["revision"]],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             raise StepError(f"could not download {dataset['repo']}@{dataset['revision']}: {result.stderr[-800:]}")
         source = Path(result.stdout.strip().splitlines()[-1])
@@ -287,8 +370,9 @@ def fetch_prompts(cfg: dict, log: Log) -> None:
             messages = row.get("conversations") or row.get("messages")
             if not messages:
                 continue
-            out.write(json.dumps({"id": str(row.get("id", row.get("prompt_id", index))),
-                                  "conversations": messages}) + "\n")
+            out.write(
+                json.dumps({"id": str(row.get("id", row.get("prompt_id", index))), "conversations": messages}) + "\n"
+            )
             written += 1
             if written >= cfg["samples"]:
                 break
@@ -297,8 +381,10 @@ def fetch_prompts(cfg: dict, log: Log) -> None:
 
 def read_rows(cfg: dict, source: Path):
     if source.suffix == ".parquet":  # datasets (SpecForge's environment) reads parquet
-        code = ("import sys, json; import datasets; d = datasets.load_dataset('parquet', data_files=sys.argv[1],"
-                " split='train'); [print(json.dumps(r, default=str)) for r in d]")
+        code = (
+            "import sys, json; import datasets; d = datasets.load_dataset('parquet', data_files=sys.argv[1],"
+            " split='train'); [print(json.dumps(r, default=str)) for r in d]"
+        )
         result = subprocess.run([cfg["env_python"], "-c", code, str(source)], capture_output=True, text=True)
         if result.returncode != 0:
             raise StepError(f"could not read {source}: {result.stderr[-800:]}")
@@ -313,8 +399,10 @@ def step_regenerate(cfg: dict, log: Log) -> dict:
     fetch_prompts(cfg, log)
     key = api_key(cfg)
     if http_status(f"http://{cfg['target']['server']}/v1/models", key) != 200:
-        raise StepError(f"the served target at {cfg['target']['server']} does not answer /v1/models;"
-                        f" start {cfg['target']['unit']} first (systemctl start {cfg['target']['unit']})")
+        raise StepError(
+            f"the served target at {cfg['target']['server']} does not answer /v1/models;"
+            f" start {cfg['target']['unit']} first (systemctl start {cfg['target']['unit']})"
+        )
     # Patch 0001 makes SpecForge's client send OPENAI_API_KEY; the key never reaches a command line.
     run_command(log, step_commands(cfg)["regenerate"], env={"OPENAI_API_KEY": key or "None"})
     lines = [json.loads(line) for line in paths(cfg)["regenerated"].read_text().splitlines() if line.strip()]
@@ -351,9 +439,15 @@ def step_train(cfg: dict, log: Log) -> dict:
 
 def newest_checkpoint(cfg: dict) -> Path:
     """SpecForge's train_eagle3.py saves <output-dir>/epoch_<e>_step_<s>/ (config.json, model.safetensors)."""
+
     def order(path: Path):
         parts = path.name.split("_")
-        return (int(parts[1]), int(parts[3])) if len(parts) == 4 and parts[1].isdigit() and parts[3].isdigit() else (-1, -1)
+        return (
+            (int(parts[1]), int(parts[3]))
+            if len(parts) == 4 and parts[1].isdigit() and parts[3].isdigit()
+            else (-1, -1)
+        )
+
     found = sorted((d for d in paths(cfg)["checkpoints"].glob("epoch_*_step_*") if d.is_dir()), key=order)
     complete = [d for d in found if (d / "config.json").is_file() and (d / "model.safetensors").is_file()]
     if not complete:
@@ -379,14 +473,17 @@ def step_export(cfg: dict, log: Log) -> dict:
         export.rename(previous)
     staging.rename(export)
     os.chmod(export, 0o755)
-    log(f"exported {checkpoint} -> {export}: serve it with --speculative-draft-model-path {export}"
-        f" (serving_speculative draft_model_path)")
+    log(
+        f"exported {checkpoint} -> {export}: serve it with --speculative-draft-model-path {export}"
+        f" (serving_speculative draft_model_path)"
+    )
     return {"checkpoint": str(checkpoint), "export": str(export)}
 
 
 def exec_start(unit: str) -> str:
-    text = subprocess.run(["systemctl", "show", "-p", "ExecStart", "--value", unit], capture_output=True,
-                          text=True).stdout
+    text = subprocess.run(
+        ["systemctl", "show", "-p", "ExecStart", "--value", unit], capture_output=True, text=True
+    ).stdout
     for part in text.replace("{", " ").split(";"):
         if part.strip().startswith("path="):
             return part.strip().removeprefix("path=").strip()
@@ -398,11 +495,14 @@ def serve_variant(cfg: dict, log: Log, drafter: str | None) -> None:
     the given drafter, through a drop-in that overrides ExecStart (removed by restore())."""
     unit = cfg["target"]["unit"]
     folder = Path(f"/etc/systemd/system/{unit}.d")
-    argv = eagle3.speculative_variant(eagle3.launcher_argv(Path(exec_start(unit)).read_text()),
-                                      drafter is not None, drafter)
+    argv = eagle3.speculative_variant(
+        eagle3.launcher_argv(Path(exec_start(unit)).read_text()), drafter is not None, drafter
+    )
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "eagle3-ab-launch"
-    script.write_text(f"#!/bin/sh\n# EAGLE-3 A/B (inference-host-eagle3@ab); removed afterwards.\nexec {shlex.join(argv)}\n")
+    script.write_text(
+        f"#!/bin/sh\n# EAGLE-3 A/B (inference-host-eagle3@ab); removed afterwards.\nexec {shlex.join(argv)}\n"
+    )
     script.chmod(0o755)
     (folder / "90-inference-host-eagle3-ab.conf").write_text(f"[Service]\nExecStart=\nExecStart={script}\n")
     systemctl(log, "daemon-reload")
@@ -425,16 +525,45 @@ def bench(cfg: dict, log: Log, label: str) -> list[dict]:
         out = paths(cfg)["reports"] / f"bench-{label}-{concurrency}.jsonl"
         out.unlink(missing_ok=True)
         prompts = max(b["min_prompts"], concurrency * b["prompts_per_stream"])
-        run_command(log, [cfg["engine_python"], "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat",
-                          "--base-url", f"http://{target['server']}", "--model", target["served_model_name"],
-                          "--tokenizer", target["model_path"], "--dataset-name", "random-ids",
-                          "--random-input-len", str(b["input_len"]), "--random-output-len", str(b["output_len"]),
-                          "--random-range-ratio", "1", "--num-prompts", str(prompts),
-                          "--max-concurrency", str(concurrency), "--output-file", str(out)],
-                    env={"OPENAI_API_KEY": key} if key else None)
+        run_command(
+            log,
+            [
+                cfg["engine_python"],
+                "-m",
+                "sglang.bench_serving",
+                "--backend",
+                "sglang-oai-chat",
+                "--base-url",
+                f"http://{target['server']}",
+                "--model",
+                target["served_model_name"],
+                "--tokenizer",
+                target["model_path"],
+                "--dataset-name",
+                "random-ids",
+                "--random-input-len",
+                str(b["input_len"]),
+                "--random-output-len",
+                str(b["output_len"]),
+                "--random-range-ratio",
+                "1",
+                "--num-prompts",
+                str(prompts),
+                "--max-concurrency",
+                str(concurrency),
+                "--output-file",
+                str(out),
+            ],
+            env={"OPENAI_API_KEY": key} if key else None,
+        )
         row = json.loads(out.read_text().splitlines()[-1])
-        results.append({"concurrency": concurrency, "output_throughput": row.get("output_throughput"),
-                        "accept_length": row.get("accept_length")})
+        results.append(
+            {
+                "concurrency": concurrency,
+                "output_throughput": row.get("output_throughput"),
+                "accept_length": row.get("accept_length"),
+            }
+        )
     return results
 
 
@@ -463,15 +592,22 @@ def step_ab(cfg: dict, log: Log) -> dict:
         restore(cfg, log)
     for label, rows in record["results"].items():
         for row in rows:
-            log(f"{label:8} concurrency {row['concurrency']:>3}: {row['output_throughput']} tok/s,"
-                f" accept length {row['accept_length']}")
+            log(
+                f"{label:8} concurrency {row['concurrency']:>3}: {row['output_throughput']} tok/s,"
+                f" accept length {row['accept_length']}"
+            )
     with open(paths(cfg)["reports"] / "ab-history.jsonl", "a") as history:
         history.write(json.dumps(record) + "\n")
     return record
 
 
-RUNNERS = {"regenerate": step_regenerate, "hidden-states": step_hidden_states, "train": step_train,
-           "export": step_export, "ab": step_ab}
+RUNNERS = {
+    "regenerate": step_regenerate,
+    "hidden-states": step_hidden_states,
+    "train": step_train,
+    "export": step_export,
+    "ab": step_ab,
+}
 
 
 def run(cfg: dict, step: str) -> int:
@@ -483,8 +619,10 @@ def run(cfg: dict, step: str) -> int:
             continue
         before = STEPS[STEPS.index(name) - 1] if STEPS.index(name) else None
         if before and not done(cfg, before):
-            log(f"{name}: refused: step {before} has not finished with these inputs;"
-                f" systemctl start inference-host-eagle3@{before}")
+            log(
+                f"{name}: refused: step {before} has not finished with these inputs;"
+                f" systemctl start inference-host-eagle3@{before}"
+            )
             return 2
         log(f"{name}: starting (inputs {json.dumps(step_inputs(cfg, name), sort_keys=True, default=str)})")
         try:
@@ -494,8 +632,12 @@ def run(cfg: dict, step: str) -> int:
             return 1
         state = paths(cfg)["state"]
         state.mkdir(parents=True, exist_ok=True)
-        (state / f"{name}.done").write_text(json.dumps({"key": stamp_key(cfg, name), "outputs": outputs,
-                                                        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+        (state / f"{name}.done").write_text(
+            json.dumps(
+                {"key": stamp_key(cfg, name), "outputs": outputs, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            )
+            + "\n"
+        )
         log(f"{name}: done: {json.dumps(outputs, default=str)}")
     return 0
 

@@ -52,16 +52,44 @@ REDACTED = "***"
 # What an operator reads first: the settings the engines resolve on their own that change the
 # server's capacity or speed (the engine diff shows every field; these lead).
 WATCHED = {
-    "sglang": ["max_running_requests", "disable_overlap_schedule", "attention_backend",
-               "prefill_attention_backend", "decode_attention_backend", "mem_fraction_static",
-               "chunked_prefill_size", "context_length", "cuda_graph_max_bs", "disable_cuda_graph",
-               "disable_piecewise_cuda_graph", "enable_piecewise_cuda_graph", "enforce_piecewise_cuda_graph",
-               "piecewise_cuda_graph_max_tokens", "cuda_graph_config.decode.max_bs",
-               "cuda_graph_config.prefill.backend", "cuda_graph_config.prefill.max_bs", "moe_runner_backend", "sampling_backend",
-               "page_size", "speculative_algorithm", "speculative_num_draft_tokens"],
-    "vllm": ["max_num_seqs", "max_model_len", "max_num_batched_tokens", "enforce_eager", "dtype",
-             "gpu_memory_utilization", "block_size", "attention_backend", "tensor_parallel_size",
-             "cudagraph_mode", "enable_chunked_prefill", "enable_prefix_caching"],
+    "sglang": [
+        "max_running_requests",
+        "disable_overlap_schedule",
+        "attention_backend",
+        "prefill_attention_backend",
+        "decode_attention_backend",
+        "mem_fraction_static",
+        "chunked_prefill_size",
+        "context_length",
+        "cuda_graph_max_bs",
+        "disable_cuda_graph",
+        "disable_piecewise_cuda_graph",
+        "enable_piecewise_cuda_graph",
+        "enforce_piecewise_cuda_graph",
+        "piecewise_cuda_graph_max_tokens",
+        "cuda_graph_config.decode.max_bs",
+        "cuda_graph_config.prefill.backend",
+        "cuda_graph_config.prefill.max_bs",
+        "moe_runner_backend",
+        "sampling_backend",
+        "page_size",
+        "speculative_algorithm",
+        "speculative_num_draft_tokens",
+    ],
+    "vllm": [
+        "max_num_seqs",
+        "max_model_len",
+        "max_num_batched_tokens",
+        "enforce_eager",
+        "dtype",
+        "gpu_memory_utilization",
+        "block_size",
+        "attention_backend",
+        "tensor_parallel_size",
+        "cudagraph_mode",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+    ],
 }
 
 
@@ -118,13 +146,16 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--engine", choices=("sglang", "vllm"), required=True)
     parser.add_argument("--report", help="write the verdict as JSON to this file")
     parser.add_argument("--origin", default="", help="where the command line comes from (printed on refusal)")
-    parser.add_argument("--answer-gpus", help="JSON {count, name, memory_mib, capability}: answers for"
-                                              " GPUs this machine does not have (preview and tests only)")
+    parser.add_argument(
+        "--answer-gpus",
+        help="JSON {count, name, memory_mib, capability}: answers for"
+        " GPUs this machine does not have (preview and tests only)",
+    )
     parser.add_argument("--batch", help="JSON file: a list of {argv, env, report, origin} to check in turn")
     if "--" not in argv:
         parser.error("the engine's arguments follow --")
     split = argv.index("--")
-    return parser.parse_args(argv[:split]), argv[split + 1:]
+    return parser.parse_args(argv[:split]), argv[split + 1 :]
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,13 +196,24 @@ def validate_sglang(argv: list[str]) -> dict:
         steps.append("resolve_auto_parsers")
     model, step = _sglang_model_config(args)
     steps.append(step)
-    resolved = _flat(args.resolved_dict() if hasattr(args, "resolved_dict") else
-                     {name: getattr(args, name, None) for name in _record_defaults(type(args))})
+    resolved = _flat(
+        args.resolved_dict()
+        if hasattr(args, "resolved_dict")
+        else {name: getattr(args, name, None) for name in _record_defaults(type(args))}
+    )
     defaults = _flat(_record_defaults(type(args)))
     hf_config = getattr(model, "hf_config", None)
-    return _judge("sglang", resolved, defaults, given, steps,
-                  {"model_architecture": getattr(hf_config, "architectures", None),
-                   "is_multimodal": getattr(model, "is_multimodal", None)})
+    return _judge(
+        "sglang",
+        resolved,
+        defaults,
+        given,
+        steps,
+        {
+            "model_architecture": getattr(hf_config, "architectures", None),
+            "is_multimodal": getattr(model, "is_multimodal", None),
+        },
+    )
 
 
 def _sglang_model_config(args):
@@ -190,9 +232,16 @@ def _record_defaults(cls) -> dict:
     except ImportError:
         msgspec = None
     if msgspec is not None and isinstance(cls, type) and issubclass(cls, msgspec.Struct):
-        return {f.name: _plain(f.default if f.default is not msgspec.NODEFAULT else
-                               f.default_factory() if f.default_factory is not msgspec.NODEFAULT else None)
-                for f in msgspec.structs.fields(cls)}
+        return {
+            f.name: _plain(
+                f.default
+                if f.default is not msgspec.NODEFAULT
+                else f.default_factory()
+                if f.default_factory is not msgspec.NODEFAULT
+                else None
+            )
+            for f in msgspec.structs.fields(cls)
+        }
     return {f.name: _plain(_field_default(f)) for f in dataclasses.fields(cls)}
 
 
@@ -200,6 +249,7 @@ def _plain(value):
     """A nested record default (0.5.23's CudaGraphConfig ...) as a dict, like resolved_dict."""
     try:
         import msgspec
+
         if isinstance(value, msgspec.Struct):
             return {k: _plain(v) for k, v in msgspec.structs.asdict(value).items()}
     except ImportError:
@@ -264,8 +314,14 @@ def validate_vllm(argv: list[str]) -> dict:
     steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config", *_vllm_reasoning_parser(config)]
     resolved = _vllm_resolved(config, engine_args)
     defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
-    return _judge("vllm", resolved, defaults, given, steps,
-                  {"model_architecture": getattr(config.model_config, "architectures", None)})
+    return _judge(
+        "vllm",
+        resolved,
+        defaults,
+        given,
+        steps,
+        {"model_architecture": getattr(config.model_config, "architectures", None)},
+    )
 
 
 def _vllm_api_server_checks(args) -> list[str]:
@@ -336,15 +392,25 @@ def _judge(engine: str, resolved: dict, defaults: dict, given: dict, steps: list
     """Which settings the engine chose itself (printed) and which explicit ones it changed
     (a refusal: the inventory said one thing, the engine would run another)."""
     # A given "auto" asks the engine to decide: whatever it decides is what was asked for.
-    overridden = {name: {"given": value, "engine": resolved[name]}
-                  for name, value in given.items()
-                  if name in resolved and value != "auto" and not _same(value, resolved[name])}
-    chosen = {name: {"default": defaults.get(name), "engine": value}
-              for name, value in resolved.items()
-              if name not in given and name in defaults and not _same(defaults[name], value)}
-    return {"steps": steps, "model": model, "resolved": resolved, "given": sorted(given),
-            "chosen": chosen, "overridden": overridden,
-            "watched": {name: resolved.get(name) for name in WATCHED[engine] if name in resolved}}
+    overridden = {
+        name: {"given": value, "engine": resolved[name]}
+        for name, value in given.items()
+        if name in resolved and value != "auto" and not _same(value, resolved[name])
+    }
+    chosen = {
+        name: {"default": defaults.get(name), "engine": value}
+        for name, value in resolved.items()
+        if name not in given and name in defaults and not _same(defaults[name], value)
+    }
+    return {
+        "steps": steps,
+        "model": model,
+        "resolved": resolved,
+        "given": sorted(given),
+        "chosen": chosen,
+        "overridden": overridden,
+        "watched": {name: resolved.get(name) for name in WATCHED[engine] if name in resolved},
+    }
 
 
 def _same(a, b) -> bool:
@@ -393,8 +459,10 @@ def _engine_message(error: BaseException) -> str:
     """The engine's own message, without terminal colours, with where it was raised."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip() or type(error).__name__
     frames = traceback.extract_tb(error.__traceback__)
-    where = next((f"{Path(f.filename).as_posix().split('site-packages/')[-1]}:{f.lineno} in {f.name}"
-                  for f in reversed(frames)), "")
+    where = next(
+        (f"{Path(f.filename).as_posix().split('site-packages/')[-1]}:{f.lineno} in {f.name}" for f in reversed(frames)),
+        "",
+    )
     return f"{type(error).__name__}: {text}" + (f"\n    (raised at {where})" if where else "")
 
 
@@ -412,8 +480,11 @@ def _print(verdict: dict, origin: str) -> None:
         if name in WATCHED[verdict["engine"]]:
             print(f"    {engine} sets {name} = {change['engine']!r} on its own (default {change['default']!r})")
     for name, change in sorted(shown["overridden"].items()):
-        print(f"PREFLIGHT REFUSED: the command line sets {name} = {change['given']!r}, {engine} would run"
-              f" with {change['engine']!r}", file=sys.stderr)
+        print(
+            f"PREFLIGHT REFUSED: the command line sets {name} = {change['given']!r}, {engine} would run"
+            f" with {change['engine']!r}",
+            file=sys.stderr,
+        )
     if shown["overridden"] and origin:
         print(f"    the command line comes from: {origin}", file=sys.stderr)
 
@@ -480,6 +551,7 @@ def answer_gpus(gpus: dict) -> None:
 @dataclasses.dataclass(frozen=True)
 class _Properties:
     """torch.cuda.get_device_properties()'s fields that the releases read."""
+
     name: str
     total_memory: int
     major: int
@@ -489,7 +561,7 @@ class _Properties:
     L2_cache_size: int = 128 * 1024 * 1024
 
 
-NVIDIA_SMI_ANSWERS = '''#!/bin/sh
+NVIDIA_SMI_ANSWERS = """#!/bin/sh
 # Answers `nvidia-smi --query-gpu=FIELDS --format=csv,noheader[,nounits]` as the target's GPUs
 # would (engine_preflight.py --answer-gpus: a machine without them). Nothing else.
 query=""; units=yes
@@ -508,14 +580,21 @@ while [ $i -lt %(count)d ]; do
   done
   echo "$line"; i=$((i + 1))
 done
-'''
+"""
 
 
 def _nvidia_smi_on_path(gpus: dict, count: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="engine-preflight-gpus-"))
     script = folder / "nvidia-smi"
-    script.write_text(NVIDIA_SMI_ANSWERS % {"count": count, "name": gpus["name"], "memory": int(gpus["memory_mib"]),
-                                            "cap": ".".join(str(p) for p in gpus["capability"])})
+    script.write_text(
+        NVIDIA_SMI_ANSWERS
+        % {
+            "count": count,
+            "name": gpus["name"],
+            "memory": int(gpus["memory_mib"]),
+            "cap": ".".join(str(p) for p in gpus["capability"]),
+        }
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
 
@@ -536,8 +615,10 @@ def _driver_library_answers() -> None:
         return  # the driver's own library is here
     tools = {tool: shutil.which(tool) for tool in ("readelf", "nm", "cc")}
     if not all(tools.values()):
-        raise Refused("--answer-gpus on a machine without NVIDIA's driver needs readelf, nm (binutils)"
-                      " and a C compiler (cc) to stand in for libcuda.so.1; install them")
+        raise Refused(
+            "--answer-gpus on a machine without NVIDIA's driver needs readelf, nm (binutils)"
+            " and a C compiler (cc) to stand in for libcuda.so.1; install them"
+        )
     site = Path(sysconfig.get_paths()["purelib"])
     symbols: set[str] = set()
     for library in sorted(site.rglob("*.so*")):
@@ -546,15 +627,25 @@ def _driver_library_answers() -> None:
         dynamic = subprocess.run([tools["readelf"], "-d", str(library)], capture_output=True, text=True).stdout
         if "[libcuda.so.1]" not in dynamic:
             continue
-        listed = subprocess.run([tools["nm"], "-D", "--undefined-only", str(library)],
-                                capture_output=True, text=True).stdout
-        symbols |= {line.split()[-1] for line in listed.splitlines()
-                    if line.split() and re.fullmatch(r"cu[A-Z]\w*", line.split()[-1])}
+        listed = subprocess.run(
+            [tools["nm"], "-D", "--undefined-only", str(library)], capture_output=True, text=True
+        ).stdout
+        symbols |= {
+            line.split()[-1]
+            for line in listed.splitlines()
+            if line.split() and re.fullmatch(r"cu[A-Z]\w*", line.split()[-1])
+        }
     folder = Path(tempfile.mkdtemp(prefix="engine-preflight-driver-"))
     source = folder / "libcuda.c"
-    source.write_text("".join(f"int {name}(void) {{ return 100; }}\n" for name in sorted(symbols)) or "int cuInit(void) { return 100; }\n")
-    built = subprocess.run([tools["cc"], "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"),
-                            "-Wl,-soname,libcuda.so.1", str(source)], capture_output=True, text=True)
+    source.write_text(
+        "".join(f"int {name}(void) {{ return 100; }}\n" for name in sorted(symbols))
+        or "int cuInit(void) { return 100; }\n"
+    )
+    built = subprocess.run(
+        [tools["cc"], "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"), "-Wl,-soname,libcuda.so.1", str(source)],
+        capture_output=True,
+        text=True,
+    )
     if built.returncode != 0:
         raise Refused(f"could not build the libcuda.so.1 stand-in: {built.stderr.strip()[:500]}")
     ctypes.CDLL(str(folder / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)

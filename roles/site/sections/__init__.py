@@ -36,12 +36,24 @@ from roles.site.sections import (
 )
 
 SECTIONS: tuple[type[Section], ...] = (
-    base.BaseSettings, gpu.GpuSettings, nccl.NcclSettings, serving.ServingSettings,
-    build.BuildSettings, guest.GuestSettings, proxmox.ProxmoxSettings, health.HealthSettings,
-    sglang.SglangSettings, vllm.VllmSettings, nvidia_driver.NvidiaDriverSettings,
-    cuda.CudaSettings, docker.DockerSettings, gateway.GatewaySettings,
-    eagle3_training.Eagle3TrainingSettings, weights.WeightsSettings,
-    monitoring.MonitoringSettings, ssh.SshSettings,
+    base.BaseSettings,
+    gpu.GpuSettings,
+    nccl.NcclSettings,
+    serving.ServingSettings,
+    build.BuildSettings,
+    guest.GuestSettings,
+    proxmox.ProxmoxSettings,
+    health.HealthSettings,
+    sglang.SglangSettings,
+    vllm.VllmSettings,
+    nvidia_driver.NvidiaDriverSettings,
+    cuda.CudaSettings,
+    docker.DockerSettings,
+    gateway.GatewaySettings,
+    eagle3_training.Eagle3TrainingSettings,
+    weights.WeightsSettings,
+    monitoring.MonitoringSettings,
+    ssh.SshSettings,
 )
 
 

@@ -24,37 +24,63 @@ class BaseSettings(Section):
     # Never root: the engine serves the network and, with serving_trust_remote_code, runs the
     # model folder's Python; as root one bug or one tampered model file owns the host, and the
     # unit's sandbox (ProtectSystem=, ReadWritePaths=) no longer holds it.
-    service_user: Annotated[str, check(lambda v: UNIX_NAME_RE.match(v) and v != "root",
-                                       "an unprivileged lower-case Unix user name, not root")] = Field("sglang", description=(
-        "Unprivileged system user (no login shell) the engine runs as; owns the data, model and "
-        "log directories."))
+    service_user: Annotated[
+        str,
+        check(lambda v: UNIX_NAME_RE.match(v) and v != "root", "an unprivileged lower-case Unix user name, not root"),
+    ] = Field(
+        "sglang",
+        description=(
+            "Unprivileged system user (no login shell) the engine runs as; owns the data, model and log directories."
+        ),
+    )
     service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")
-    install_root: AbsolutePath = Field("/opt/inference-host", description=(
-        "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit"
-        " runs through."))
-    data_dir: AbsolutePath = Field("/var/lib/sglang", description=(
-        "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live "
-        "under it."))
-    model_dir: AbsolutePath = Field("/models", description=(
-        "Directory for models on the gpu node (mode 0750), owned by the service user."))
-    log_dir: AbsolutePath = Field("/var/log/sglang", description=(
-        "The engine's log directory (mode 0750), writable inside the unit's sandbox."))
-    uv_dir: AbsolutePath = Field("/opt/uv", description=(
-        "Where uv is installed from PyPI: <dir>/<version>, a venv linked from /usr/local/bin/uv."))
-    extra_packages: list[str] = Field([], description=(
-        "More apt packages installed with the base set."))
-    sysctl: dict[str, str] = Field({"kernel.numa_balancing": "0"}, description=(
-        "sysctl settings written to /etc/sysctl.d/90-inference-host-sysctl.conf; automatic NUMA "
-        "page migration hurts GPU-bound serving, so kernel.numa_balancing is 0. Applied on a VM or"
-        " bare metal, not inside a container."))
-    limit_nofile: Annotated[int, positive] = Field(1048576, description=(
-        "Open-file limit (limits.d and the unit's LimitNOFILE)."))
-    limit_memlock: Annotated[str, check(lambda v: v == "unlimited" or str(v).isdigit(),
-                                        "'unlimited' or a number of KiB")] = Field("unlimited", description=(
-        "Locked-memory limit in KiB, or 'unlimited' (pinned host memory for NCCL and CUDA)."))
-    extra_ca_certificates: list[str] = Field([], description=(
-        "Local PEM files trusted on the host in addition to the distribution's CAs (a "
-        "TLS-inspecting proxy)."))
-    pypi_index_url: Annotated[str, check(lambda v: v.startswith(("http://", "https://")),
-                                         "an http(s) URL")] | None = Field(None, description=(
-        "A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL); None: pypi.org."))
+    install_root: AbsolutePath = Field(
+        "/opt/inference-host",
+        description=(
+            "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit runs through."
+        ),
+    )
+    data_dir: AbsolutePath = Field(
+        "/var/lib/sglang",
+        description=(
+            "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live under it."
+        ),
+    )
+    model_dir: AbsolutePath = Field(
+        "/models", description=("Directory for models on the gpu node (mode 0750), owned by the service user.")
+    )
+    log_dir: AbsolutePath = Field(
+        "/var/log/sglang", description=("The engine's log directory (mode 0750), writable inside the unit's sandbox.")
+    )
+    uv_dir: AbsolutePath = Field(
+        "/opt/uv",
+        description=("Where uv is installed from PyPI: <dir>/<version>, a venv linked from /usr/local/bin/uv."),
+    )
+    extra_packages: list[str] = Field([], description=("More apt packages installed with the base set."))
+    sysctl: dict[str, str] = Field(
+        {"kernel.numa_balancing": "0"},
+        description=(
+            "sysctl settings written to /etc/sysctl.d/90-inference-host-sysctl.conf; automatic NUMA "
+            "page migration hurts GPU-bound serving, so kernel.numa_balancing is 0. Applied on a VM or"
+            " bare metal, not inside a container."
+        ),
+    )
+    limit_nofile: Annotated[int, positive] = Field(
+        1048576, description=("Open-file limit (limits.d and the unit's LimitNOFILE).")
+    )
+    limit_memlock: Annotated[
+        str, check(lambda v: v == "unlimited" or str(v).isdigit(), "'unlimited' or a number of KiB")
+    ] = Field(
+        "unlimited", description=("Locked-memory limit in KiB, or 'unlimited' (pinned host memory for NCCL and CUDA).")
+    )
+    extra_ca_certificates: list[str] = Field(
+        [],
+        description=(
+            "Local PEM files trusted on the host in addition to the distribution's CAs (a TLS-inspecting proxy)."
+        ),
+    )
+    pypi_index_url: Annotated[str, check(lambda v: v.startswith(("http://", "https://")), "an http(s) URL")] | None = (
+        Field(
+            None, description=("A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL); None: pypi.org.")
+        )
+    )

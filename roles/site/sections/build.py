@@ -22,26 +22,43 @@ class BuildSettings(Section):
 
     PREFIX: ClassVar[str] = "build_"
 
-    max_jobs: Annotated[int, positive] | None = Field(None, description=(
-        "Parallel compile jobs (MAX_JOBS) of the kernel-wheel builds; None: computed from the "
-        "builder's memory and cores."))
-    nvcc_threads: Annotated[int, positive] | None = Field(None, description=(
-        "nvcc --threads per job; None: computed with build_max_jobs."))
-    wheelhouse_dir: AbsolutePath = Field("/var/lib/inference-host/wheelhouse", description=(
-        "Where built kernel wheels are kept, keyed by a hash of every input."))
-    base_image: str | None = Field(None, description=(
-        "Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's "
-        "CUDA."))
-    source_overrides: Annotated[dict[str, str], check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))] = Field({}, description=(
-        "Package -> a local source tree built instead of the pinned upstream release."))
-    with_torch: bool = Field(True, description=(
-        "Install torch in the build image; False only for sources that need none (the lab's test "
-        "extension)."))
+    max_jobs: Annotated[int, positive] | None = Field(
+        None,
+        description=(
+            "Parallel compile jobs (MAX_JOBS) of the kernel-wheel builds; None: computed from the "
+            "builder's memory and cores."
+        ),
+    )
+    nvcc_threads: Annotated[int, positive] | None = Field(
+        None, description=("nvcc --threads per job; None: computed with build_max_jobs.")
+    )
+    wheelhouse_dir: AbsolutePath = Field(
+        "/var/lib/inference-host/wheelhouse",
+        description=("Where built kernel wheels are kept, keyed by a hash of every input."),
+    )
+    base_image: str | None = Field(
+        None,
+        description=("Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's CUDA."),
+    )
+    source_overrides: Annotated[
+        dict[str, str], check(lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))
+    ] = Field({}, description=("Package -> a local source tree built instead of the pinned upstream release."))
+    with_torch: bool = Field(
+        True,
+        description=(
+            "Install torch in the build image; False only for sources that need none (the lab's test extension)."
+        ),
+    )
     timeout_minutes: Annotated[int, positive] = Field(720, description="Limit of one wheel build.")
-    kernel_wheels: bool = Field(True, description=(
-        "False: this builder compiles no kernel wheel (the engine takes PyPI's or another "
-        "builder's); its Docker engine is still managed."))
-    force: Annotated[list[str], check(
-        lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES))] = Field([], description=(
-        'Packages rebuilt even when the wheelhouse has them: --data \'build_force=["flash-attn"]\'.'))
+    kernel_wheels: bool = Field(
+        True,
+        description=(
+            "False: this builder compiles no kernel wheel (the engine takes PyPI's or another "
+            "builder's); its Docker engine is still managed."
+        ),
+    )
+    force: Annotated[
+        list[str], check(lambda v: set(v) <= set(WHEEL_PACKAGES), "names from: " + ", ".join(WHEEL_PACKAGES))
+    ] = Field(
+        [], description=("Packages rebuilt even when the wheelhouse has them: --data 'build_force=[\"flash-attn\"]'.")
+    )

@@ -20,8 +20,13 @@ from roles.site.fields import (
 DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
 
 
-DockerSize = Annotated[str, check(lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
-                                  "a size like 64m, 1g (a number with an optional b/k/m/g unit)")]
+DockerSize = Annotated[
+    str,
+    check(
+        lambda v: re.match(r"^\d+[bkmg]?$", v, re.IGNORECASE) is not None,
+        "a size like 64m, 1g (a number with an optional b/k/m/g unit)",
+    ),
+]
 
 
 class DockerSettings(Section):
@@ -29,29 +34,47 @@ class DockerSettings(Section):
 
     PREFIX: ClassVar[str] = "docker_"
 
-    source: Annotated[str, one_of("docker", "distro")] = Field("docker", description=(
-        "'docker': Docker's repository (docker-ce, docker-buildx-plugin); 'distro': the "
-        "distribution's docker.io."))
-    repo_url: Url = Field("https://download.docker.com/linux", description=(
-        "Base of Docker's repositories: <url>/<ubuntu|debian>, key at <url>/<ubuntu|debian>/gpg."))
-    nvidia_toolkit_repo_url: Url = Field("https://nvidia.github.io/libnvidia-container/stable/deb", description=(
-        "NVIDIA container toolkit apt repository (apt appends /$(ARCH))."))
-    nvidia_toolkit_key_url: Url = Field("https://nvidia.github.io/libnvidia-container/gpgkey", description=(
-        "The toolkit repository's armored signing key."))
+    source: Annotated[str, one_of("docker", "distro")] = Field(
+        "docker",
+        description=(
+            "'docker': Docker's repository (docker-ce, docker-buildx-plugin); 'distro': the distribution's docker.io."
+        ),
+    )
+    repo_url: Url = Field(
+        "https://download.docker.com/linux",
+        description=("Base of Docker's repositories: <url>/<ubuntu|debian>, key at <url>/<ubuntu|debian>/gpg."),
+    )
+    nvidia_toolkit_repo_url: Url = Field(
+        "https://nvidia.github.io/libnvidia-container/stable/deb",
+        description=("NVIDIA container toolkit apt repository (apt appends /$(ARCH))."),
+    )
+    nvidia_toolkit_key_url: Url = Field(
+        "https://nvidia.github.io/libnvidia-container/gpgkey",
+        description=("The toolkit repository's armored signing key."),
+    )
     data_root: AbsolutePath = Field("/var/lib/docker", description="daemon.json data-root.")
-    log_max_size: DockerSize = Field("100m", description=(
-        "daemon.json log-opts max-size (json-file driver)."))
+    log_max_size: DockerSize = Field("100m", description=("daemon.json log-opts max-size (json-file driver)."))
     log_max_file: Annotated[int, positive] = Field(3, description="daemon.json log-opts max-file.")
     default_shm_size: DockerSize = Field("1g", description="daemon.json default-shm-size.")
-    daemon_extra: Annotated[dict[str, Any], check(
-        lambda v: not set(v) & DOCKER_OWNED_KEYS,
-        "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)))] = Field({}, description=(
-        "More daemon.json keys (registry mirrors, iptables: false in a container); the keys above "
-        "and 'runtimes' belong to the role."))
-    manage_engine: bool = Field(True, description=(
-        "False: the builder's Docker engine is managed outside this project (roles/wheels only "
-        "uses it)."))
-    users: Annotated[list[str], check(lambda v: all(UNIX_NAME_RE.match(u) for u in v),
-                                      "lower-case Unix user names")] = Field([], description=(
-        "Users created if missing and added to group docker (root-equivalent, so empty by "
-        "default)."))
+    daemon_extra: Annotated[
+        dict[str, Any],
+        check(
+            lambda v: not set(v) & DOCKER_OWNED_KEYS,
+            "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)),
+        ),
+    ] = Field(
+        {},
+        description=(
+            "More daemon.json keys (registry mirrors, iptables: false in a container); the keys above "
+            "and 'runtimes' belong to the role."
+        ),
+    )
+    manage_engine: bool = Field(
+        True,
+        description=("False: the builder's Docker engine is managed outside this project (roles/wheels only uses it)."),
+    )
+    users: Annotated[
+        list[str], check(lambda v: all(UNIX_NAME_RE.match(u) for u in v), "lower-case Unix user names")
+    ] = Field(
+        [], description=("Users created if missing and added to group docker (root-equivalent, so empty by default).")
+    )

@@ -25,27 +25,43 @@ class GatewaySettings(Section):
 
     PREFIX: ClassVar[str] = "gateway_"
 
-    version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = Field("1.13.0", description=(
-        "The smg release, installed exactly from its committed lock (locks/smg-<version>.txt "
-        "beside the stack file)."))
-    install_dir: AbsolutePath = Field("/opt/smg", description=(
-        "Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."))
-    python: Annotated[str, check(re.compile(r"^(3\.\d+|/\S+)$").match,
-                                 "a Python version like 3.12 or an absolute path")] = Field("3.12", description=(
-        "Interpreter uv builds the gateway environment with: '3.12' (the lock's target) or a path."))
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field("smg", description=(
-        "Name of the gateway's systemd unit."))
+    version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = Field(
+        "1.13.0",
+        description=(
+            "The smg release, installed exactly from its committed lock (locks/smg-<version>.txt "
+            "beside the stack file)."
+        ),
+    )
+    install_dir: AbsolutePath = Field(
+        "/opt/smg",
+        description=("Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."),
+    )
+    python: Annotated[
+        str, check(re.compile(r"^(3\.\d+|/\S+)$").match, "a Python version like 3.12 or an absolute path")
+    ] = Field(
+        "3.12",
+        description=("Interpreter uv builds the gateway environment with: '3.12' (the lock's target) or a path."),
+    )
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field(
+        "smg", description=("Name of the gateway's systemd unit.")
+    )
     host: IpAddress = Field("0.0.0.0", description="Address the gateway binds.")
-    port: Annotated[int, tcp_port] = Field(8000, description=(
-        "The gateway's HTTP port (the endpoint clients use)."))
-    policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = Field("cache_aware", description=(
-        "smg's --policy: cache_aware keeps requests sharing a prefix on the replica whose radix "
-        "cache holds it."))
-    prometheus_host: IpAddress = Field("127.0.0.1", description=(
-        "Where the gateway's /metrics listens (--prometheus-host)."))
-    prometheus_port: Annotated[int, tcp_port] = Field(29000, description=(
-        "Port of the gateway's /metrics (--prometheus-port)."))
-    health_check_interval: Annotated[int, positive] = Field(5, description=(
-        "Seconds between smg's probes of each worker's /health (--health-check-interval-secs)."))
-    health_failure_threshold: Annotated[int, positive] = Field(2, description=(
-        "Failed probes before smg routes around a worker (--health-failure-threshold)."))
+    port: Annotated[int, tcp_port] = Field(8000, description=("The gateway's HTTP port (the endpoint clients use)."))
+    policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = Field(
+        "cache_aware",
+        description=(
+            "smg's --policy: cache_aware keeps requests sharing a prefix on the replica whose radix cache holds it."
+        ),
+    )
+    prometheus_host: IpAddress = Field(
+        "127.0.0.1", description=("Where the gateway's /metrics listens (--prometheus-host).")
+    )
+    prometheus_port: Annotated[int, tcp_port] = Field(
+        29000, description=("Port of the gateway's /metrics (--prometheus-port).")
+    )
+    health_check_interval: Annotated[int, positive] = Field(
+        5, description=("Seconds between smg's probes of each worker's /health (--health-check-interval-secs).")
+    )
+    health_failure_threshold: Annotated[int, positive] = Field(
+        2, description=("Failed probes before smg routes around a worker (--health-failure-threshold).")
+    )

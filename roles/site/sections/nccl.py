@@ -24,25 +24,47 @@ class NcclSettings(Section):
 
     PREFIX: ClassVar[str] = "nccl_"
 
-    p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = Field("SYS", description=(
-        "NCCL_P2P_LEVEL: SYS allows P2P on every pair. NCCL's default PXB turns P2P off for any pair"
-        " whose path passes a CPU host bridge (PHB/NODE on one socket as well as SYS across sockets;"
-        " NVIDIA/nccl src/graph/paths.cc ncclTopoCheckP2p), which then goes through host memory;"
-        " 'off' sets NCCL_P2P_DISABLE=1 instead."))
-    ib_disable: bool | None = Field(None, description=(
-        "NCCL_IB_DISABLE. None: off on a single node; must be set for tensor_parallel across "
-        "nodes: True sends the all-reduce over TCP sockets (any network, slow), False lets NCCL "
-        "use InfiniBand/RoCE."))
-    ib_hca: str | None = Field(None, description=(
-        "NCCL_IB_HCA: which InfiniBand/RoCE adapters NCCL uses when nccl_ib_disable is False."))
-    socket_ifname: Annotated[str, check(re.compile(r"^[=^]?[A-Za-z0-9_.,:@-]+$").match,
-                                        "interface names or prefixes like eth0, ^docker,lo, =ens1f0")] | None = Field(None, description=(
-        "NCCL_SOCKET_IFNAME: the interface NCCL's bootstrap and socket transport use between "
-        "nodes; unset, NCCL takes the first non-loopback one, which can be a bridge the other node"
-        " cannot reach."))
-    debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = Field("WARN", description=(
-        "NCCL_DEBUG level written to the engine's environment file."))
-    debug_subsys: str | None = Field(None, description=(
-        "NCCL_DEBUG_SUBSYS (e.g. INIT,P2P); None: not set."))
-    min_nchannels: Annotated[int, positive] | None = Field(None, description=(
-        "NCCL_MIN_NCHANNELS; None: NCCL's own choice."))
+    p2p_level: Annotated[str, one_of(*NCCL_P2P_LEVELS, "off")] = Field(
+        "SYS",
+        description=(
+            "NCCL_P2P_LEVEL: SYS allows P2P on every pair. NCCL's default PXB turns P2P off for any pair"
+            " whose path passes a CPU host bridge (PHB/NODE on one socket as well as SYS across sockets;"
+            " NVIDIA/nccl src/graph/paths.cc ncclTopoCheckP2p), which then goes through host memory;"
+            " 'off' sets NCCL_P2P_DISABLE=1 instead."
+        ),
+    )
+    ib_disable: bool | None = Field(
+        None,
+        description=(
+            "NCCL_IB_DISABLE. None: off on a single node; must be set for tensor_parallel across "
+            "nodes: True sends the all-reduce over TCP sockets (any network, slow), False lets NCCL "
+            "use InfiniBand/RoCE."
+        ),
+    )
+    ib_hca: str | None = Field(
+        None, description=("NCCL_IB_HCA: which InfiniBand/RoCE adapters NCCL uses when nccl_ib_disable is False.")
+    )
+    socket_ifname: (
+        Annotated[
+            str,
+            check(
+                re.compile(r"^[=^]?[A-Za-z0-9_.,:@-]+$").match,
+                "interface names or prefixes like eth0, ^docker,lo, =ens1f0",
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "NCCL_SOCKET_IFNAME: the interface NCCL's bootstrap and socket transport use between "
+            "nodes; unset, NCCL takes the first non-loopback one, which can be a bridge the other node"
+            " cannot reach."
+        ),
+    )
+    debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = Field(
+        "WARN", description=("NCCL_DEBUG level written to the engine's environment file.")
+    )
+    debug_subsys: str | None = Field(None, description=("NCCL_DEBUG_SUBSYS (e.g. INIT,P2P); None: not set."))
+    min_nchannels: Annotated[int, positive] | None = Field(
+        None, description=("NCCL_MIN_NCHANNELS; None: NCCL's own choice.")
+    )

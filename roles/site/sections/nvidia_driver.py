@@ -17,10 +17,17 @@ class NvidiaDriverSettings(Section):
 
     PREFIX: ClassVar[str] = "nvidia_driver_"
 
-    allow_reboot: bool = Field(False, description=(
-        "Reboot the host and wait when the loaded kernel module differs from the installed driver;"
-        " False: report 'reboot required'. A Proxmox node uses proxmox_allow_reboot."))
-    reboot_timeout: Annotated[int, positive] = Field(900, description=(
-        "Seconds to wait for the host to come back after that reboot."))
-    dcgm: bool = Field(False, description=(
-        "Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1 -j."))
+    allow_reboot: bool = Field(
+        False,
+        description=(
+            "Reboot the host and wait when the loaded kernel module differs from the installed driver;"
+            " False: report 'reboot required'. A Proxmox node uses proxmox_allow_reboot."
+        ),
+    )
+    reboot_timeout: Annotated[int, positive] = Field(
+        900, description=("Seconds to wait for the host to come back after that reboot.")
+    )
+    dcgm: bool = Field(
+        False,
+        description=("Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1 -j."),
+    )

@@ -30,16 +30,24 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # last assignment of an EnvironmentFile=) and bypass that setting's own rule (nccl_p2p_level's
 # one-of), or put a secret in the clear. Name -> the setting that sets it.
 OWNED_ENV = {
-    "NCCL_P2P_LEVEL": "nccl_p2p_level", "NCCL_P2P_DISABLE": "nccl_p2p_level ('off')",
-    "NCCL_IB_DISABLE": "nccl_ib_disable", "NCCL_IB_HCA": "nccl_ib_hca", "NCCL_SOCKET_IFNAME": "nccl_socket_ifname",
-    "NCCL_DEBUG": "nccl_debug", "NCCL_DEBUG_SUBSYS": "nccl_debug_subsys", "NCCL_MIN_NCHANNELS": "nccl_min_nchannels",
+    "NCCL_P2P_LEVEL": "nccl_p2p_level",
+    "NCCL_P2P_DISABLE": "nccl_p2p_level ('off')",
+    "NCCL_IB_DISABLE": "nccl_ib_disable",
+    "NCCL_IB_HCA": "nccl_ib_hca",
+    "NCCL_SOCKET_IFNAME": "nccl_socket_ifname",
+    "NCCL_DEBUG": "nccl_debug",
+    "NCCL_DEBUG_SUBSYS": "nccl_debug_subsys",
+    "NCCL_MIN_NCHANNELS": "nccl_min_nchannels",
     # The token is a vault secret installed as $HF_HOME/token (0600); HF_HOME is under base_data_dir.
-    "HF_TOKEN": "serving_hf_token_secret", "HUGGING_FACE_HUB_TOKEN": "serving_hf_token_secret",
-    "HF_TOKEN_PATH": "serving_hf_token_secret", "HF_HOME": "base_data_dir (HF_HOME is <base_data_dir>/.cache/huggingface)",
+    "HF_TOKEN": "serving_hf_token_secret",
+    "HUGGING_FACE_HUB_TOKEN": "serving_hf_token_secret",
+    "HF_TOKEN_PATH": "serving_hf_token_secret",
+    "HF_HOME": "base_data_dir (HF_HOME is <base_data_dir>/.cache/huggingface)",
     "TORCHINDUCTOR_CACHE_DIR": "base_data_dir (the cache is <base_data_dir>/.cache/torchinductor)",
     # The API key reaches the engine in a 0600 --config file; vLLM also reads VLLM_API_KEY
     # (vllm/entrypoints/openai/api_server.py), which would set a second key beside it.
-    "VLLM_API_KEY": "serving_api_key_secret", "SGLANG_API_KEY": "serving_api_key_secret",
+    "VLLM_API_KEY": "serving_api_key_secret",
+    "SGLANG_API_KEY": "serving_api_key_secret",
     "OPENAI_API_KEY": "serving_api_key_secret",
     # vLLM takes VLLM_PORT as the first of its internal ports (vllm/envs.py), not the API port.
     "VLLM_PORT": "serving_port (the HTTP port; VLLM_PORT is vLLM's internal one and collides with it)",
@@ -59,20 +67,41 @@ OWNED_ENV = {
 # binaries for the compilers and tools the engine spawns) and the shells' startup files (BASH_ENV,
 # ENV). The engine runs exactly the locked environment the deploy built and checked;
 # anything else is a new engine environment (a stack), not a variable.
-CODE_ENV = ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GCONV_PATH", "PYTHONPATH", "PYTHONHOME",
-            "PYTHONUSERBASE", "PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PATH", "BASH_ENV", "ENV")
+CODE_ENV = (
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "LD_LIBRARY_PATH",
+    "GCONV_PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONPLATLIBDIR",
+    "PYTHONSTARTUP",
+    "PYTHONBREAKPOINT",
+    "PATH",
+    "BASH_ENV",
+    "ENV",
+)
 
 
 def _extra_env(value: dict[str, str]) -> dict[str, str]:
     owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
     if owned:
-        raise PydanticCustomError("inference_host", "{valid}", {
-            "valid": "no variable the project already sets from a setting: " + "; ".join(owned)})
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {"valid": "no variable the project already sets from a setting: " + "; ".join(owned)},
+        )
     code = [name for name in value if name in CODE_ENV]
     if code:
-        raise PydanticCustomError("inference_host", "{valid}", {
-            "valid": f"no variable that changes what code runs ({', '.join(code)}): the engine runs the"
-                     " locked environment of its stack; change the stack instead"})
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {
+                "valid": f"no variable that changes what code runs ({', '.join(code)}): the engine runs the"
+                " locked environment of its stack; change the stack instead"
+            },
+        )
     return value
 
 
@@ -83,22 +112,29 @@ class SpeculativeSettings(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    draft_model_path: str = Field(description=(
-        "The drafter's directory on the host (--speculative-draft-model-path)."))
-    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = Field("EAGLE3", description=(
-        "--speculative-algorithm: EAGLE or EAGLE3."))
+    draft_model_path: str = Field(description=("The drafter's directory on the host (--speculative-draft-model-path)."))
+    algorithm: Annotated[str, one_of("EAGLE", "EAGLE3")] = Field(
+        "EAGLE3", description=("--speculative-algorithm: EAGLE or EAGLE3.")
+    )
     num_steps: int = Field(3, description="--speculative-num-steps: draft steps per round.")
-    eagle_topk: int = Field(1, description=(
-        "--speculative-eagle-topk: branches per draft step (vLLM drafts a chain: 1)."))
-    num_draft_tokens: int = Field(4, description=(
-        "--speculative-num-draft-tokens; with eagle_topk 1 it must be num_steps + 1."))
-    spec_v2: bool = Field(False, description=(
-        "SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in "
-        "0.5.9/0.5.10)."))
-    draft_config: str | None = Field(None, description=(
-        "Copy of the drafter's config.json on the control machine, relative to the inventory file."))
-    target_config: str | None = Field(None, description=(
-        "Copy of the target's config.json on the control machine, relative to the inventory file."))
+    eagle_topk: int = Field(
+        1, description=("--speculative-eagle-topk: branches per draft step (vLLM drafts a chain: 1).")
+    )
+    num_draft_tokens: int = Field(
+        4, description=("--speculative-num-draft-tokens; with eagle_topk 1 it must be num_steps + 1.")
+    )
+    spec_v2: bool = Field(
+        False,
+        description=(
+            "SGLANG_ENABLE_SPEC_V2: keeps the overlap scheduler on with EAGLE (off by default in 0.5.9/0.5.10)."
+        ),
+    )
+    draft_config: str | None = Field(
+        None, description=("Copy of the drafter's config.json on the control machine, relative to the inventory file.")
+    )
+    target_config: str | None = Field(
+        None, description=("Copy of the target's config.json on the control machine, relative to the inventory file.")
+    )
 
 
 class ServingSettings(Section):
@@ -106,88 +142,161 @@ class ServingSettings(Section):
 
     PREFIX: ClassVar[str] = "serving_"
 
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match,
-                                    "a systemd unit name")] = Field("inference-engine", description=(
-        "Name of the engine's systemd unit (<name>.service) and of its env and secret-argument "
-        "files."))
-    model_path: AbsolutePath = Field("/models/Kimi-K2.5", description=(
-        "The model directory the engine loads (--model-path); also where roles/weights puts the "
-        "weights by default."))
-    served_model_name: OptionValue = Field("kimi-k2.5", description=(
-        "The model name clients ask for (--served-model-name)."))
-    host: IpAddress = Field("127.0.0.1", description=(
-        "Address the engine binds (--host); a wildcard bind is probed on loopback. Behind a "
-        "gateway it may not be loopback."))
+    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field(
+        "inference-engine",
+        description=("Name of the engine's systemd unit (<name>.service) and of its env and secret-argument files."),
+    )
+    model_path: AbsolutePath = Field(
+        "/models/Kimi-K2.5",
+        description=(
+            "The model directory the engine loads (--model-path); also where roles/weights puts the weights by default."
+        ),
+    )
+    served_model_name: OptionValue = Field(
+        "kimi-k2.5", description=("The model name clients ask for (--served-model-name).")
+    )
+    host: IpAddress = Field(
+        "127.0.0.1",
+        description=(
+            "Address the engine binds (--host); a wildcard bind is probed on loopback. Behind a "
+            "gateway it may not be loopback."
+        ),
+    )
     port: Annotated[int, tcp_port] = Field(30000, description="The engine's HTTP port (--port).")
-    trust_remote_code: bool = Field(True, description=(
-        "--trust-remote-code: Kimi-K2.5's tokenizer is Python code in the model folder "
-        "(tokenization_kimi.py, named by tokenizer_config.json's auto_map); it runs as the service"
-        " user inside the sandbox. False for a model without custom code."))
-    attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla",
-                                             "trtllm_mla")] | None = Field(None, description=(
-        "SGLang's --attention-backend; None: the pinned release's safe default for the GPU "
-        "architecture."))
-    mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99,
-                                                "a fraction from 0.1 to 0.99")] = Field(0.92, description=(
-        "SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache."))
-    cuda_graph_max_bs: Annotated[int, positive] | None = Field(None, description=(
-        "Largest batch captured in CUDA graphs (--cuda-graph-max-bs, spelled per release); None: "
-        "SGLang's default."))
-    max_running_requests: Annotated[int, positive] | None = Field(None, description=(
-        "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (with a drafter"
-        " SGLang caps it at 48, rendered explicitly)."))
-    context_length: Annotated[int, positive] | None = Field(None, description=(
-        "--context-length; None: the model's (262144 for Kimi-K2.5). With a drafter, context_length x"
-        " max_running_requests must fit the KV cache estimated from the models' config.json"
-        " (docs/serving-memory.md)."))
-    chunked_prefill_size: Annotated[int, positive] | None = Field(None, description=(
-        "--chunked-prefill-size; None: SGLang's default."))
-    watchdog_timeout: Annotated[int, positive] = Field(600, description=(
-        "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a "
-        "hang ends."))
-    drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = Field(300, description=(
-        "Behind a gateway, a rolling switch takes the replica out, then waits up to this long until"
-        " nothing is in flight to it (smg's count and the engine's running and waiting gauges) before"
-        " restarting it; smg's drain settle time is the same."))
-    enable_metrics: bool = Field(True, description=(
-        "--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark."))
-    api_key_secret: SecretName | None = Field(None, description=(
-        "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
-        "line. Shared by every replica behind a gateway."))
-    hf_token_secret: SecretName | None = Field(None, description=(
-        "Vault key of the Hugging Face token (gated or private repositories), installed as a 0600 "
-        "file where the weights are downloaded."))
-    speculative: dict[str, Any] | None = Field(None, description=(
-        "An EAGLE/EAGLE-3 drafter: {draft_model_path, algorithm, num_steps, eagle_topk, "
-        "num_draft_tokens, spec_v2, draft_config, target_config}; checked per release "
-        "(docs/speculative-decoding.md)."))
-    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = Field("replicas", description=(
-        "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
-        "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
-        "rank 0 serves the API)."))
-    dist_init_host: Annotated[str, check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None,
-                                         "a DNS name or an IP address")] | None = Field(None, description=(
-        "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
-        "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."))
-    dist_init_port: Annotated[int, tcp_port] = Field(50000, description=(
-        "tensor_parallel: port of --dist-init-addr."))
-    launch_command: list[str] | None = Field(None, description=(
-        "The engine's launcher instead of <env>/bin/python -m sglang.launch_server; only the lab "
-        "sets it (the stand-in server). Leave unset in production."))
-    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = Field(1100, description=(
-        "Seconds the readiness wait (/health_generate, vLLM /health) allows after a start; below "
-        "the unit's TimeoutStartSec of 1200 s."))
-    extra_env: Annotated[dict[str, str], check(
-        lambda v: all(ENV_NAME_RE.match(k) for k in v),
-        "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)"),
-        AfterValidator(_extra_env)] = Field({}, description=(
-        "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
-        " name is an environment variable name (a space or '=' in it would write another one)."
-        " Refused: a variable a setting already sets (NCCL_P2P_LEVEL: nccl_p2p_level, HF_TOKEN,"
-        " HF_HOME, the API key, ...), one that changes what code runs (LD_PRELOAD, LD_LIBRARY_PATH,"
-        " PYTHONPATH, PATH, ...), and a secret (a value like hf_... or sk-..., a name like *_TOKEN or"
-        " *_KEY): secrets go in the vault."))
-    custom_all_reduce_pcie: bool = Field(False, description=(
-        "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
-        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
-        "measure (benchmark) first."))
+    trust_remote_code: bool = Field(
+        True,
+        description=(
+            "--trust-remote-code: Kimi-K2.5's tokenizer is Python code in the model folder "
+            "(tokenization_kimi.py, named by tokenizer_config.json's auto_map); it runs as the service"
+            " user inside the sandbox. False for a model without custom code."
+        ),
+    )
+    attention_backend: Annotated[str, one_of("triton", "flashinfer", "fa3", "flashmla", "trtllm_mla")] | None = Field(
+        None,
+        description=("SGLang's --attention-backend; None: the pinned release's safe default for the GPU architecture."),
+    )
+    mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99, "a fraction from 0.1 to 0.99")] = Field(
+        0.92, description=("SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache.")
+    )
+    cuda_graph_max_bs: Annotated[int, positive] | None = Field(
+        None,
+        description=(
+            "Largest batch captured in CUDA graphs (--cuda-graph-max-bs, spelled per release); None: SGLang's default."
+        ),
+    )
+    max_running_requests: Annotated[int, positive] | None = Field(
+        None,
+        description=(
+            "--max-running-requests (vLLM: --max-num-seqs); None: the engine's default (with a drafter"
+            " SGLang caps it at 48, rendered explicitly)."
+        ),
+    )
+    context_length: Annotated[int, positive] | None = Field(
+        None,
+        description=(
+            "--context-length; None: the model's (262144 for Kimi-K2.5). With a drafter, context_length x"
+            " max_running_requests must fit the KV cache estimated from the models' config.json"
+            " (docs/serving-memory.md)."
+        ),
+    )
+    chunked_prefill_size: Annotated[int, positive] | None = Field(
+        None, description=("--chunked-prefill-size; None: SGLang's default.")
+    )
+    watchdog_timeout: Annotated[int, positive] = Field(
+        600,
+        description=(
+            "--watchdog-timeout in seconds: a forward batch running longer crashes the server, so a hang ends."
+        ),
+    )
+    drain_timeout_s: Annotated[int, check(lambda v: 1 <= v <= 3600, "1 to 3600 seconds")] = Field(
+        300,
+        description=(
+            "Behind a gateway, a rolling switch takes the replica out, then waits up to this long until"
+            " nothing is in flight to it (smg's count and the engine's running and waiting gauges) before"
+            " restarting it; smg's drain settle time is the same."
+        ),
+    )
+    enable_metrics: bool = Field(
+        True, description=("--enable-metrics: Prometheus /metrics, read by the server health suite and the benchmark.")
+    )
+    api_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
+            "line. Shared by every replica behind a gateway."
+        ),
+    )
+    hf_token_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the Hugging Face token (gated or private repositories), installed as a 0600 "
+            "file where the weights are downloaded."
+        ),
+    )
+    speculative: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "An EAGLE/EAGLE-3 drafter: {draft_model_path, algorithm, num_steps, eagle_topk, "
+            "num_draft_tokens, spec_v2, draft_config, target_config}; checked per release "
+            "(docs/speculative-decoding.md)."
+        ),
+    )
+    topology: Annotated[str, one_of("replicas", "tensor_parallel")] = Field(
+        "replicas",
+        description=(
+            "What several gpu nodes are: 'replicas' (each serves a whole copy, behind the gateways "
+            "when there are any) or 'tensor_parallel' (all form one server, ranks in inventory order, "
+            "rank 0 serves the API)."
+        ),
+    )
+    dist_init_host: (
+        Annotated[str, check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None, "a DNS name or an IP address")]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "tensor_parallel: where the other ranks reach rank 0's torch.distributed store "
+            "(--dist-init-addr); None: rank 0's ssh_hostname, else its inventory name."
+        ),
+    )
+    dist_init_port: Annotated[int, tcp_port] = Field(50000, description=("tensor_parallel: port of --dist-init-addr."))
+    launch_command: list[str] | None = Field(
+        None,
+        description=(
+            "The engine's launcher instead of <env>/bin/python -m sglang.launch_server; only the lab "
+            "sets it (the stand-in server). Leave unset in production."
+        ),
+    )
+    ready_timeout: Annotated[int, check(lambda v: 5 <= v <= 1190, "5 to 1190 seconds")] = Field(
+        1100,
+        description=(
+            "Seconds the readiness wait (/health_generate, vLLM /health) allows after a start; below "
+            "the unit's TimeoutStartSec of 1200 s."
+        ),
+    )
+    extra_env: Annotated[
+        dict[str, str],
+        check(
+            lambda v: all(ENV_NAME_RE.match(k) for k in v),
+            "{NAME: value} with environment variable names ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        AfterValidator(_extra_env),
+    ] = Field(
+        {},
+        description=(
+            "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
+            " name is an environment variable name (a space or '=' in it would write another one)."
+            " Refused: a variable a setting already sets (NCCL_P2P_LEVEL: nccl_p2p_level, HF_TOKEN,"
+            " HF_HOME, the API key, ...), one that changes what code runs (LD_PRELOAD, LD_LIBRARY_PATH,"
+            " PYTHONPATH, PATH, ...), and a secret (a value like hf_... or sk-..., a name like *_TOKEN or"
+            " *_KEY): secrets go in the vault."
+        ),
+    )
+    custom_all_reduce_pcie: bool = Field(
+        False,
+        description=(
+            "All-reduce over PCIe P2P instead of NCCL, per release: sglang 0.5.21+ upstream's "
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, 0.5.9 patch 0001. Check the sum (health suite) and "
+            "measure (benchmark) first."
+        ),
+    )

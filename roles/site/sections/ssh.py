@@ -35,8 +35,7 @@ def _key_file_private(value: str) -> bool:
     return not key.stat().st_mode & 0o077
 
 
-HOSTNAME_OR_IP = check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None,
-                       "a DNS name or an IP address")
+HOSTNAME_OR_IP = check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None, "a DNS name or an IP address")
 
 
 class SshSettings(Section):
@@ -47,14 +46,30 @@ class SshSettings(Section):
 
     PREFIX: ClassVar[str] = "ssh_"
 
-    hostname: Annotated[str, HOSTNAME_OR_IP] | None = Field(None, description=(
-        "The address pyinfra connects to, when the inventory name is not it."))
+    hostname: Annotated[str, HOSTNAME_OR_IP] | None = Field(
+        None, description=("The address pyinfra connects to, when the inventory name is not it.")
+    )
     port: Annotated[int, tcp_port] | None = Field(None, description="The SSH port (pyinfra's default: 22).")
-    user: Annotated[str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match,
-                               "a user name (letters, digits, _ . @ -)")] | None = Field(None, description=(
-        "The SSH user (pyinfra's default: the local user or ~/.ssh/config)."))
-    key: Annotated[str, check(_key_file_exists, "an existing private key file on this machine"),
-                   check(_key_file_private, "a private key file only its owner can read (chmod 600 it; OpenSSH"
-                         " refuses a key open to others)")] | None = Field(
-        None, description=("A private key file on the machine that runs pyinfra (~ expanded; a relative"
-                           " path from the current folder or the project root, where pyinfra looks)."))
+    user: (
+        Annotated[
+            str, check(re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$").match, "a user name (letters, digits, _ . @ -)")
+        ]
+        | None
+    ) = Field(None, description=("The SSH user (pyinfra's default: the local user or ~/.ssh/config)."))
+    key: (
+        Annotated[
+            str,
+            check(_key_file_exists, "an existing private key file on this machine"),
+            check(
+                _key_file_private,
+                "a private key file only its owner can read (chmod 600 it; OpenSSH refuses a key open to others)",
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "A private key file on the machine that runs pyinfra (~ expanded; a relative"
+            " path from the current folder or the project root, where pyinfra looks)."
+        ),
+    )

@@ -67,8 +67,17 @@ def fail(code: int, message: str, log: Path | None = None) -> None:
 
 
 def docker_build(args, staging: Path, log: Path) -> None:
-    command = [args.docker, "build", "--progress=plain", "--target", "artifact",
-               "-f", args.dockerfile, "--output", f"type=local,dest={staging / 'out'}"]
+    command = [
+        args.docker,
+        "build",
+        "--progress=plain",
+        "--target",
+        "artifact",
+        "-f",
+        args.dockerfile,
+        "--output",
+        f"type=local,dest={staging / 'out'}",
+    ]
     for build_arg in args.build_arg:
         command += ["--build-arg", build_arg]
     command.append("-")  # the context comes as a tar on stdin
@@ -78,8 +87,9 @@ def docker_build(args, staging: Path, log: Path) -> None:
     with open(args.context, "rb") as context, open(log, "ab") as out:
         # Own process group: on timeout the client and anything it started are killed, and
         # BuildKit cancels the build when its client goes away.
-        process = subprocess.Popen(command, stdin=context, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdin=context, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         try:
             rc = process.wait(timeout=args.timeout_s)
         except subprocess.TimeoutExpired:
@@ -89,13 +99,21 @@ def docker_build(args, staging: Path, log: Path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-            fail(EXIT_TIMEOUT, f"{args.package}: build ran past {args.timeout_s}s and was stopped"
-                 " (build_timeout_minutes); nothing entered the wheelhouse", log)
+            fail(
+                EXIT_TIMEOUT,
+                f"{args.package}: build ran past {args.timeout_s}s and was stopped"
+                " (build_timeout_minutes); nothing entered the wheelhouse",
+                log,
+            )
     elapsed = time.monotonic() - started
     if rc != 0:
         hint = " (exit 137: killed, out of memory? lower build_max_jobs)" if rc in (137, -9) else ""
-        fail(EXIT_BUILD_FAILED, f"{args.package}: docker build failed with exit {rc} after"
-             f" {elapsed:.0f}s{hint}; nothing entered the wheelhouse", log)
+        fail(
+            EXIT_BUILD_FAILED,
+            f"{args.package}: docker build failed with exit {rc} after"
+            f" {elapsed:.0f}s{hint}; nothing entered the wheelhouse",
+            log,
+        )
     say(f"{args.package}: built in {elapsed:.0f}s")
 
 
@@ -106,12 +124,12 @@ def parse_list_elf(output: str) -> list[str]:
 
 def elf_archs(cuobjdump: str, shared_object: Path) -> list[str]:
     """SASS architectures embedded in one shared object, from `cuobjdump --list-elf`."""
-    result = subprocess.run([cuobjdump, "--list-elf", str(shared_object)], check=False, capture_output=True,
-                            text=True)
+    result = subprocess.run([cuobjdump, "--list-elf", str(shared_object)], check=False, capture_output=True, text=True)
     archs = parse_list_elf(result.stdout)
     if result.returncode != 0 and "does not contain device code" not in result.stdout + result.stderr:
-        raise RuntimeError(f"cuobjdump --list-elf {shared_object.name} failed:"
-                           f" {(result.stderr or result.stdout).strip()}")
+        raise RuntimeError(
+            f"cuobjdump --list-elf {shared_object.name} failed: {(result.stderr or result.stdout).strip()}"
+        )
     return archs
 
 
@@ -146,9 +164,12 @@ def admit(args, staging: Path, log: Path) -> Path:
     for line in report:
         say(f"cuobjdump --list-elf: {line}")
     if refused:
-        fail(EXIT_REFUSED, f"REFUSED {', '.join(refused)}: no {REQUIRED_ARCH} code in its shared"
-             f" objects (cuobjdump --list-elf: {'; '.join(report)}); the target GPUs are SM120,"
-             f" so this wheel was NOT added to the wheelhouse {args.wheelhouse}")
+        fail(
+            EXIT_REFUSED,
+            f"REFUSED {', '.join(refused)}: no {REQUIRED_ARCH} code in its shared"
+            f" objects (cuobjdump --list-elf: {'; '.join(report)}); the target GPUs are SM120,"
+            f" so this wheel was NOT added to the wheelhouse {args.wheelhouse}",
+        )
     entry = Path(args.wheelhouse) / args.package / args.key
     entry.parent.mkdir(parents=True, exist_ok=True)
     for wheel in wheels:
@@ -157,10 +178,21 @@ def admit(args, staging: Path, log: Path) -> Path:
     shutil.move(str(log), staging / "build.log")
     inputs = json.loads(Path(args.inputs_json).read_text()) if args.inputs_json else {}
     # Written last: the WheelhouseEntry fact treats a folder without it as absent.
-    (staging / "inputs.json").write_text(json.dumps(
-        {"package": args.package, "key": args.key, "inputs": inputs, "job_cap": args.job_cap,
-         "wheels": [w.name for w in wheels], "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        indent=2, sort_keys=True) + "\n")
+    (staging / "inputs.json").write_text(
+        json.dumps(
+            {
+                "package": args.package,
+                "key": args.key,
+                "inputs": inputs,
+                "job_cap": args.job_cap,
+                "wheels": [w.name for w in wheels],
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     if entry.exists():  # a forced rebuild replaces the entry
         shutil.rmtree(entry)
     os.rename(staging, entry)

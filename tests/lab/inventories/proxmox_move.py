@@ -26,14 +26,32 @@ _NODE = lab.pyinfra_name("pve")  # the name @lab/pve expands to: the guests' gue
 
 
 def _guest(name: str, vmid: int, **data):
-    return (f"lab-move-{name}", {**_site, "guest_vmid": vmid, "guest_node": _NODE,
-                                 "guest_gpu_addresses": _ASSIGNMENT[name], "guest_cores": 8,
-                                 "guest_memory_mib": 16384, "guest_disk_gib": 32, **data})
+    return (
+        f"lab-move-{name}",
+        {
+            **_site,
+            "guest_vmid": vmid,
+            "guest_node": _NODE,
+            "guest_gpu_addresses": _ASSIGNMENT[name],
+            "guest_cores": 8,
+            "guest_memory_mib": 16384,
+            "guest_disk_gib": 32,
+            **data,
+        },
+    )
 
 
 proxmox_hosts = [
-    ("@lab/pve", {**_site, "proxmox_gpu_addresses": _GPU, "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
-            "proxmox_host_driver": False, "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR}),
+    (
+        "@lab/pve",
+        {
+            **_site,
+            "proxmox_gpu_addresses": _GPU,
+            "proxmox_iommu_groups": lab.PVE_IOMMU_GROUPS,
+            "proxmox_host_driver": False,
+            "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,
+        },
+    ),
 ]
 lxc_guests = [
     _guest("a", 201, guest_template=f"local:vztmpl/{lab.PVE_TEMPLATE}"),

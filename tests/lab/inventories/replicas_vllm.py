@@ -67,8 +67,9 @@ os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
 if "monitoring_web_password" not in vault.load(Path(_vault)):
     import secrets
 
-    vault.set_secret(Path(_vault), "monitoring_web_password", secrets.token_urlsafe(18),
-                     Path(_password_file).read_bytes().strip())
+    vault.set_secret(
+        Path(_vault), "monitoring_web_password", secrets.token_urlsafe(18), Path(_password_file).read_bytes().strip()
+    )
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 _nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 
@@ -135,15 +136,20 @@ gpu_nodes = [
     ("@lab/vrep-b", {**_replica, "ssh_hostname": _address("vrep-b")}),
 ]
 
-_gateway_host = ("@lab/vgw", {
-    **_common, "ssh_hostname": _address("vgw"), "gateway_health_check_interval": 1,
-    # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
-    "gateway_python": "/usr/bin/python3",
-    "monitoring_web_password_secret": "monitoring_web_password",
-    "monitoring_scrape_interval": "5s",
-    # A receiver is required; nothing listens there in this lab (alerting is test_monitoring.py's).
-    "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
-})
+_gateway_host = (
+    "@lab/vgw",
+    {
+        **_common,
+        "ssh_hostname": _address("vgw"),
+        "gateway_health_check_interval": 1,
+        # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
+        "gateway_python": "/usr/bin/python3",
+        "monitoring_web_password_secret": "monitoring_web_password",
+        "monitoring_scrape_interval": "5s",
+        # A receiver is required; nothing listens there in this lab (alerting is test_monitoring.py's).
+        "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+    },
+)
 gateways = [_gateway_host]
 monitors = [_gateway_host]
 

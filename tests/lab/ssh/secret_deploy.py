@@ -13,7 +13,14 @@ DEST, VALUE = os.environ["IH_SSH_DEST"], os.environ["IH_SSH_VALUE"]
 
 if os.environ.get("IH_SSH_PLANT") == "files.put":
     files.directory(name="Create the root-only upload folder", path=UPLOAD_DIR, mode="0700")
-    files.put(name=f"Planted: files.put {DEST}", src=StringIO(VALUE), dest=DEST, user="nobody",
-              group="nogroup", mode="0600", _temp_dir=UPLOAD_DIR)
+    files.put(
+        name=f"Planted: files.put {DEST}",
+        src=StringIO(VALUE),
+        dest=DEST,
+        user="nobody",
+        group="nogroup",
+        mode="0600",
+        _temp_dir=UPLOAD_DIR,
+    )
 else:
     secret_file(label="a planted secret", value=VALUE, dest=DEST, user="nobody", group="nogroup")

@@ -2,14 +2,31 @@
 
 OS_RELEASE = {
     "ubuntu2404": [
-        "/etc/lsb-release", "DISTRIB_ID=Ubuntu", "DISTRIB_RELEASE=24.04", "DISTRIB_CODENAME=noble", "---",
-        "/etc/os-release", 'PRETTY_NAME="Ubuntu 24.04.3 LTS"', 'NAME="Ubuntu"', 'VERSION_ID="24.04"',
-        'VERSION="24.04.3 LTS (Noble Numbat)"', "VERSION_CODENAME=noble", "ID=ubuntu", "ID_LIKE=debian",
-        "UBUNTU_CODENAME=noble", "---",
+        "/etc/lsb-release",
+        "DISTRIB_ID=Ubuntu",
+        "DISTRIB_RELEASE=24.04",
+        "DISTRIB_CODENAME=noble",
+        "---",
+        "/etc/os-release",
+        'PRETTY_NAME="Ubuntu 24.04.3 LTS"',
+        'NAME="Ubuntu"',
+        'VERSION_ID="24.04"',
+        'VERSION="24.04.3 LTS (Noble Numbat)"',
+        "VERSION_CODENAME=noble",
+        "ID=ubuntu",
+        "ID_LIKE=debian",
+        "UBUNTU_CODENAME=noble",
+        "---",
     ],
     "debian12": [
-        "/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"', 'NAME="Debian GNU/Linux"',
-        'VERSION_ID="12"', 'VERSION="12 (bookworm)"', "VERSION_CODENAME=bookworm", "ID=debian", "---",
+        "/etc/os-release",
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
+        'NAME="Debian GNU/Linux"',
+        'VERSION_ID="12"',
+        'VERSION="12 (bookworm)"',
+        "VERSION_CODENAME=bookworm",
+        "ID=debian",
+        "---",
     ],
 }
 

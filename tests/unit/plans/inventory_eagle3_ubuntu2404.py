@@ -10,8 +10,9 @@ from validation import require_valid_inventory
 
 _site = {"stack_file": "../../../inventory/stack.yml"}
 
-gpu_nodes = [("@fake/gpu-eagle3", {**_site, **fake_host("ubuntu2404"), "gpu_count": 8,
-                                   "eagle3_training_enabled": True})]
+gpu_nodes = [
+    ("@fake/gpu-eagle3", {**_site, **fake_host("ubuntu2404"), "gpu_count": 8, "eagle3_training_enabled": True})
+]
 builders = ["@fake/gpu-eagle3"]
 
 require_valid_inventory(__file__, globals())

@@ -17,13 +17,22 @@ _dir = Path(tempfile.mkdtemp(prefix="plan-gateway-"))
 vault.set_secret(_dir / "secrets.vault.yml", "sglang_api_key", "plan-key", b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
-_site = {"stack_file": "../../../inventory/stack.yml", "secrets_file": os.path.relpath(_dir / "secrets.vault.yml",
-                                                                                      Path(__file__).parent)}
-_node = {**_site, **fake_host("ubuntu2404"), "gpu_count": 8, "serving_host": "0.0.0.0",
-         "serving_api_key_secret": "sglang_api_key"}
+_site = {
+    "stack_file": "../../../inventory/stack.yml",
+    "secrets_file": os.path.relpath(_dir / "secrets.vault.yml", Path(__file__).parent),
+}
+_node = {
+    **_site,
+    **fake_host("ubuntu2404"),
+    "gpu_count": 8,
+    "serving_host": "0.0.0.0",
+    "serving_api_key_secret": "sglang_api_key",
+}
 
-gpu_nodes = [("@fake/rep-a", {**_node, "ssh_hostname": "10.0.0.1"}),
-             ("@fake/rep-b", {**_node, "ssh_hostname": "10.0.0.2"})]
+gpu_nodes = [
+    ("@fake/rep-a", {**_node, "ssh_hostname": "10.0.0.1"}),
+    ("@fake/rep-b", {**_node, "ssh_hostname": "10.0.0.2"}),
+]
 gateways = [("@fake/gw-ubuntu2404", {**_site, **fake_host("ubuntu2404")})]
 
 require_valid_inventory(__file__, globals())

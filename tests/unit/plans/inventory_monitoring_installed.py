@@ -18,16 +18,39 @@ for name, value in (("sglang_api_key", "plan-key"), ("prometheus_web", "plan-web
     vault.set_secret(_dir / "secrets.vault.yml", name, value, b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
-_site = {"stack_file": "../../../inventory/stack.yml", "secrets_file": os.path.relpath(_dir / "secrets.vault.yml",
-                                                                                      Path(__file__).parent)}
+_site = {
+    "stack_file": "../../../inventory/stack.yml",
+    "secrets_file": os.path.relpath(_dir / "secrets.vault.yml", Path(__file__).parent),
+}
 # pyinfra's DebPackages fact runs `dpkg -l` and reads "ii  <name>  <version> ..." lines
 _installed = {"dpkg -l": ["ii  datacenter-gpu-manager-exporter  1:4.8.2-1  amd64  NVIDIA DCGM exporter"]}
-gpu_nodes = [("@fake/gpu-watched", {**_site, **fake_host("ubuntu2404", **_installed), "gpu_count": 8, "serving_host": "10.0.0.5",
-                                    "ssh_hostname": "10.0.0.5", "serving_api_key_secret": "sglang_api_key",
-                                    "monitoring_check_interval": "2m", "monitoring_check_timeout_s": 90})]
-monitors = [("@fake/mon-debian12", {**_site, **fake_host("debian12"), "ssh_hostname": "10.0.0.9",
-                                    "monitoring_listen_address": "10.0.0.9",
-                                    "monitoring_web_password_secret": "prometheus_web",
-                                    "monitoring_webhook_url": "http://10.0.0.9:9099/alerts"})]
+gpu_nodes = [
+    (
+        "@fake/gpu-watched",
+        {
+            **_site,
+            **fake_host("ubuntu2404", **_installed),
+            "gpu_count": 8,
+            "serving_host": "10.0.0.5",
+            "ssh_hostname": "10.0.0.5",
+            "serving_api_key_secret": "sglang_api_key",
+            "monitoring_check_interval": "2m",
+            "monitoring_check_timeout_s": 90,
+        },
+    )
+]
+monitors = [
+    (
+        "@fake/mon-debian12",
+        {
+            **_site,
+            **fake_host("debian12"),
+            "ssh_hostname": "10.0.0.9",
+            "monitoring_listen_address": "10.0.0.9",
+            "monitoring_web_password_secret": "prometheus_web",
+            "monitoring_webhook_url": "http://10.0.0.9:9099/alerts",
+        },
+    )
+]
 
 require_valid_inventory(__file__, globals())

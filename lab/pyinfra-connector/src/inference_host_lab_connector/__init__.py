@@ -52,8 +52,10 @@ def _lab():
     try:
         import lab
     except ImportError as error:
-        raise InventoryError(f"@lab hosts need the project's lab package on the import path"
-                             f" (run pyinfra from the project's root): {error}") from None
+        raise InventoryError(
+            f"@lab hosts need the project's lab package on the import path"
+            f" (run pyinfra from the project's root): {error}"
+        ) from None
     return lab
 
 
@@ -74,8 +76,9 @@ class LabConnector(BaseConnector):
         lab = _lab()
         role = name or ""
         if role != LOCAL and role not in lab.HOSTS:
-            raise InventoryError(f"@lab/{role}: no such lab host; expected @lab/ followed by one of "
-                                 + ", ".join([*lab.HOSTS, LOCAL]))
+            raise InventoryError(
+                f"@lab/{role}: no such lab host; expected @lab/ followed by one of " + ", ".join([*lab.HOSTS, LOCAL])
+            )
         if role == LOCAL:
             yield "@local", {"lab_role": role}, ["@lab"]
         elif lab.CONNECT == "ssh":
@@ -116,22 +119,36 @@ class LabConnector(BaseConnector):
             self.delegate.disconnect()
 
     def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
-        return self.delegate.run_shell_command(command, print_output=print_output,
-                                               print_input=print_input, **arguments)
+        return self.delegate.run_shell_command(command, print_output=print_output, print_input=print_input, **arguments)
 
-    def put_file(self, filename_or_io, remote_filename, remote_temp_filename=None,
-                 print_output=False, print_input=False, **arguments):
-        return self.delegate.put_file(filename_or_io, remote_filename, remote_temp_filename,
-                                      print_output, print_input, **arguments)
+    def put_file(
+        self,
+        filename_or_io,
+        remote_filename,
+        remote_temp_filename=None,
+        print_output=False,
+        print_input=False,
+        **arguments,
+    ):
+        return self.delegate.put_file(
+            filename_or_io, remote_filename, remote_temp_filename, print_output, print_input, **arguments
+        )
 
-    def get_file(self, remote_filename, filename_or_io, remote_temp_filename=None,
-                 print_output=False, print_input=False, **arguments):
-        return self.delegate.get_file(remote_filename, filename_or_io, remote_temp_filename,
-                                      print_output, print_input, **arguments)
+    def get_file(
+        self,
+        remote_filename,
+        filename_or_io,
+        remote_temp_filename=None,
+        print_output=False,
+        print_input=False,
+        **arguments,
+    ):
+        return self.delegate.get_file(
+            remote_filename, filename_or_io, remote_temp_filename, print_output, print_input, **arguments
+        )
 
     def check_can_rsync(self) -> None:
         return self.delegate.check_can_rsync()
 
     def rsync(self, src, dest, flags, print_output=False, print_input=False, **arguments):
-        return self.delegate.rsync(src, dest, flags, print_output=print_output,
-                                   print_input=print_input, **arguments)
+        return self.delegate.rsync(src, dest, flags, print_output=print_output, print_input=print_input, **arguments)

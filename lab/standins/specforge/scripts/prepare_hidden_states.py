@@ -7,8 +7,14 @@ import os
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ("--target-model-path", "--aux-hidden-states-layers", "--data-path", "--chat-template",
-                 "--output-path", "--sglang-attention-backend"):
+    for flag in (
+        "--target-model-path",
+        "--aux-hidden-states-layers",
+        "--data-path",
+        "--chat-template",
+        "--output-path",
+        "--sglang-attention-backend",
+    ):
         parser.add_argument(flag)
     for flag in ("--max-length", "--tp-size", "--batch-size", "--num-samples"):
         parser.add_argument(flag, type=int)

@@ -16,8 +16,9 @@ def call_sglang(args, server_address, data, max_tokens=None):
         regenerated.append(message)
         if message["role"] == "user":
             try:
-                resp = client.chat.completions.create(model=args.model, messages=regenerated,
-                                                      max_tokens=max_tokens, temperature=args.temperature)
+                resp = client.chat.completions.create(
+                    model=args.model, messages=regenerated, max_tokens=max_tokens, temperature=args.temperature
+                )
             except Exception as error:  # as the real script: recorded, not raised
                 data["status"], data["error"] = "error", str(error)
                 return data

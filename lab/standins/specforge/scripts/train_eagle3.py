@@ -9,8 +9,16 @@ import struct
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ("--target-model-path", "--draft-model-config", "--train-data-path", "--train-hidden-states-path",
-                 "--output-dir", "--chat-template", "--sglang-attention-backend", "--learning-rate"):
+    for flag in (
+        "--target-model-path",
+        "--draft-model-config",
+        "--train-data-path",
+        "--train-hidden-states-path",
+        "--output-dir",
+        "--chat-template",
+        "--sglang-attention-backend",
+        "--learning-rate",
+    ):
         parser.add_argument(flag)
     for flag in ("--max-length", "--num-epochs", "--batch-size", "--tp-size", "--save-interval"):
         parser.add_argument(flag, type=int)
