@@ -7,11 +7,11 @@ CLI (roles/serving), the gateway's command line against smg's (roles/gateway), t
 speculative decoding settings with the drafter's config against the target's, per release
 (roles/serving/speculative.py), the EAGLE-3 training job's settings and its SpecForge lock
 (roles/eagle3_training/checks.py), and that the engine's unit and environment file can hold the
-host's values as systemd reads them back (roles/serving.systemd_problems). Importing this module registers nothing: the same list is
-passed to every validation (roles/render.py passes it too; `python -m roles.site FILE` and
-load_site run the list the file's own call names). The stacks' locks are the model's own check
-(roles/site/lock.py: local files only, no network); `python -m roles.engine_envs.lock` makes them
-(`python -m roles.eagle3_training.lock` the job's).
+host's values as systemd reads them back (roles/serving.systemd_problems). Importing this module
+registers nothing: the same list is passed to every validation (roles/render.py passes it too;
+`python -m roles.site FILE` and load_site run the list the file's own call names). The stacks'
+locks are the model's own check (roles/site/lock.py: local files only, no network);
+`python -m roles.engine_envs.lock` makes them (`python -m roles.eagle3_training.lock` the job's).
 """
 
 from __future__ import annotations

@@ -111,8 +111,9 @@ _monitor = {
     "monitoring_web_password_secret": "monitoring_web_password",
     "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
     # Short enough for a lab test to see each alert fire and clear: scrape and evaluate every 5 s,
-    # a failing check and a silent /metrics alert after 20 s, restarts counted over a minute, alerts sent 5 s after they fire,
-    # and 10 s after they join a group that already fired (the replicas' 'cuda works' fails all along: no torch in the lab).
+    # a failing check and a silent /metrics alert after 20 s, restarts counted over a minute, alerts
+    # sent 5 s after they fire, and 10 s after they join a group that already fired (the replicas'
+    # 'cuda works' fails all along: no torch in the lab).
     "monitoring_scrape_interval": "5s",
     "monitoring_check_failing_for": "20s",
     "monitoring_alert_group_wait": "5s",

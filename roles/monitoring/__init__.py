@@ -10,8 +10,9 @@ the project's uv.lock (roles/monitoring/checks_env.py).
 
 On the monitors group: the distribution's prometheus and prometheus-alertmanager, configured
 from the site model (roles/monitoring/config.py: scrape jobs, alert rules with the health
-settings' thresholds, the receiver; the alerts' texts in roles/monitoring/runbook.py), their web endpoints on monitoring_listen_address behind
-basic auth (bcrypt hash of the vault's monitoring_web_password_secret, in a 0600 file).
+settings' thresholds, the receiver; the alerts' texts in roles/monitoring/runbook.py), their web
+endpoints on monitoring_listen_address behind basic auth (bcrypt hash of the vault's
+monitoring_web_password_secret, in a 0600 file).
 
 Versions: inventory/stack.yml `monitoring:` (exact apt versions per distribution).
 """

@@ -286,7 +286,8 @@ XID_ADVICE = (
     f'{{{{ if match "{_codes(XID_APPLICATION)}" $labels.xid }}}}an application-level Xid: read the log of the '
     "program that ran on the GPU (`journalctl -u` of the serving unit); the GPU needs no reset."
     f'{{{{ else if match "{_codes(XID_OFF_THE_BUS)}" $labels.xid }}}}the GPU fell off the bus: drain the node and '
-    "reboot it; if it comes back, check the slot, riser and power; if it recurs, the catalog says contact support (RMA)."
+    "reboot it; if it comes back, check the slot, riser and power; if it recurs, the catalog says contact support"
+    " (RMA)."
     f'{{{{ else if match "{_codes(XID_RESET)}" $labels.xid }}}}a GPU or memory fault: drain the GPU and reset it '
     "(`nvidia-smi -r`) or reboot; check `nvidia-smi -q -d ROW_REMAPPER,ECC`; if it recurs, the catalog says "
     "contact support (RMA)."

@@ -593,7 +593,8 @@ def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
     root (roles/shared/legacy_layout.py says why its environments are rebuilt, not moved)."""
     removed = [
         files.link(
-            name=f"Remove {path} (the unit {legacy.unit} before the rename; {settings.serving.unit_name}.service serves)",
+            name=f"Remove {path} (the unit {legacy.unit} before the rename;"
+            f" {settings.serving.unit_name}.service serves)",
             path=path,
             present=False,
         )

@@ -194,8 +194,9 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     pre = kv_cache.gib(estimate.before_load_bytes)
     how = (
         f"{serving.mem_fraction_static:g} x {pre} free before loading ({card // kv_cache.MIB} MiB card"
-        f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL) - {kv_cache.gib(estimate.target.weights_per_gpu)}"
-        f" of target weights per GPU = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
+        f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL)"
+        f" - {kv_cache.gib(estimate.target.weights_per_gpu)} of target weights per GPU"
+        f" = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
         f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
         f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)"
     )

@@ -7,19 +7,20 @@ checks the import graph). The data flow is one way:
         -> Site (this package) -> deploy.py -> roles/<name>
 
 Validation runs before any host is contacted: every inventory file ends with
-``require_valid_inventory(__file__, globals())`` from validation.py (the layer above the model and the
-roles, which passes the roles' own checks, its ROLE_CHECKS, to the validation), and pyinfra
+``require_valid_inventory(__file__, globals())`` from validation.py (the layer above the model and
+the roles, which passes the roles' own checks, its ROLE_CHECKS, to the validation), and pyinfra
 executes it while it loads the inventory, i.e. before it connects. An older inventory that
-imports it from here is refused in one line naming the new import (errors.MOVED_NAMES). The same check runs standalone:
+imports it from here is refused in one line naming the new import (errors.MOVED_NAMES). The same
+check runs standalone:
 
     uv run python -m roles.site inventory/prod.py
 
 Modules: sections (each role's settings section, one module each, and SECTIONS), fields (the
-rules a setting is written with), schema (HostSettings, Site, typing one host's data), stack (the stack file), lock (the
-stacks' locks: format, place, staleness), rules
-(cross-host rules), weights (where each model's files live), loading (inventory -> Site, the validation core), current (deploy-time
-access), vault (the ansible-vault secrets file), testinfra (how the checks reach a host),
-table (the settings reference, docs/settings.md), __main__ (the command line).
+rules a setting is written with), schema (HostSettings, Site, typing one host's data), stack (the
+stack file), lock (the stacks' locks: format, place, staleness), rules (cross-host rules), weights
+(where each model's files live), loading (inventory -> Site, the validation core), current
+(deploy-time access), vault (the ansible-vault secrets file), testinfra (how the checks reach a
+host), table (the settings reference, docs/settings.md), __main__ (the command line).
 
 Host data keys are flat and prefixed by the section they belong to (``serving_port``,
 ``nccl_p2p_level``); a key that belongs to no section is an error, so a typo never passes

@@ -131,7 +131,10 @@ def _vault_state(secrets_file: str | None, secret_names) -> str:
             " (python -m roles.site.vault set FILE NAME makes it)"
         )
     if not secret_names:
-        return f"{secrets_file}, which has no keys; expected a key set with python -m roles.site.vault set {secrets_file} NAME"
+        return (
+            f"{secrets_file}, which has no keys; expected a key set with"
+            f" python -m roles.site.vault set {secrets_file} NAME"
+        )
     return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
 
 

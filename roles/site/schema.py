@@ -126,9 +126,13 @@ class Site:
         for host in self.hosts.values():
             detail = ", ".join(host.groups) or "no role group"
             if host.in_group("gpu_nodes"):
-                detail += f"; {host.gpu.count} x {host.gpu.arch} GPU, serving {host.serving.served_model_name} on {host.serving.host}:{host.serving.port}"
+                detail += (
+                    f"; {host.gpu.count} x {host.gpu.arch} GPU, serving {host.serving.served_model_name}"
+                    f" on {host.serving.host}:{host.serving.port}"
+                )
             if host.guest.vmid is not None:
-                detail += f"; vmid {host.guest.vmid} on {host.guest.node}, GPUs {', '.join(host.guest.gpu_addresses) or 'none'}"
+                gpus = ", ".join(host.guest.gpu_addresses) or "none"
+                detail += f"; vmid {host.guest.vmid} on {host.guest.node}, GPUs {gpus}"
             lines.append(f"  {host.name}: {detail}")
         lines.append(f"  secrets: {self.secrets_file or 'none'} ({len(self.secret_names)} keys)")
         return "\n".join(lines)

@@ -1,7 +1,8 @@
 """roles/engine_envs's environments in the lab: installed exactly from the committed lock (the lab's
 no-gpu-deps mode: every locked package that exists without a GPU, hash-checked; its freeze is
-exactly that part of the lock, names and versions), byte-compiled and readable by the service user, rebuilt beside the live one, a failed install leaving the live one serving, a
-stale lock refused before any host is contacted, old environments pruned."""
+exactly that part of the lock, names and versions), byte-compiled and readable by the service
+user, rebuilt beside the live one, a failed install leaving the live one serving, a stale lock
+refused before any host is contacted, old environments pruned."""
 
 from __future__ import annotations
 

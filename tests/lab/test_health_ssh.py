@@ -61,8 +61,9 @@ def ssh_host(tmp_path_factory):
             name,
             "sh",
             "-c",
-            "mkdir -p /root/.ssh && chmod 700 /root/.ssh && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\nPermitRootLogin "
-            "prohibit-password\\n' > /etc/ssh/sshd_config.d/lab.conf && systemctl restart ssh",
+            "mkdir -p /root/.ssh && chmod 700 /root/.ssh && printf 'PasswordAuthentication no\\n"
+            "KbdInteractiveAuthentication no\\nPermitRootLogin prohibit-password\\n'"
+            " > /etc/ssh/sshd_config.d/lab.conf && systemctl restart ssh",
         )
         subprocess.run(
             ["docker", "exec", "-i", name, "sh", "-c", "cat > /root/.ssh/authorized_keys"],

@@ -37,7 +37,8 @@ pytestmark = [
     pytest.mark.lab,
     pytest.mark.skipif(
         os.environ.get("INFERENCE_HOST_LAB_VLLM_ROLLING") != "1",
-        reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): ~25 minutes on 2 cores, beyond CI's budget (docs/testing.md)",
+        reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): ~25 minutes on 2 cores, beyond CI's budget"
+        " (docs/testing.md)",
     ),
 ]
 
@@ -427,8 +428,8 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         )
         print(
             f"\nupgrade {number}: deploy {deploy_s:.0f} s; {len(streams)} streams of {tokens} tokens"
-            f" (calibrated at {rate:.1f} tok/s each of {STREAMS_AT_ONCE} at once), {len(streams) - len(cut)} complete; tokens delivered/expected"
-            f" per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
+            f" (calibrated at {rate:.1f} tok/s each of {STREAMS_AT_ONCE} at once), {len(streams) - len(cut)} complete;"
+            f" tokens delivered/expected per stream: {', '.join(f'{d}/{tokens}' for d in delivered)}; content chunks"
             f" {figures[-1]['chunks'][0]}..{figures[-1]['chunks'][-1]}; each stream lasted"
             f" {figures[-1]['seconds'][0]:.1f}..{figures[-1]['seconds'][-1]:.1f} s"
             f" (median {statistics.median(figures[-1]['seconds']):.1f} s); longest pause between tokens"
@@ -445,7 +446,8 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
     print(
         f"\nrolling upgrades of two real vLLM replicas ({len(figures)}): streams per upgrade"
         f" {[f['streams'] for f in figures]}, cut {[f['cut'] for f in figures]}; fewest tokens delivered of"
-        f" {tokens} per upgrade {[f['least'] for f in figures]} (median {statistics.median(f['least'] for f in figures):.0f});"
+        f" {tokens} per upgrade {[f['least'] for f in figures]}"
+        f" (median {statistics.median(f['least'] for f in figures):.0f});"
         f" longest pause between tokens {', '.join(format(f['gap'], '.2f') for f in figures)} s,"
         f" median {statistics.median(f['gap'] for f in figures):.2f} s"
     )

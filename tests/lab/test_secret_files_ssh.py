@@ -94,7 +94,8 @@ def _deploy_watched(container: str, inventory: Path, name: str, plant: str | Non
     _exec(
         container,
         f"rm -f {WATCH_LOG} && cat > /run/ih-ssh-watch.py <<'EOF'\n{WATCHER}EOF\n"
-        f"systemd-run --quiet --collect --unit=ih-ssh-watch python3 /run/ih-ssh-watch.py {WATCH_LOG} {DEST_DIR} {UPLOAD}",
+        f"systemd-run --quiet --collect --unit=ih-ssh-watch"
+        f" python3 /run/ih-ssh-watch.py {WATCH_LOG} {DEST_DIR} {UPLOAD}",
     )
     try:
         deadline = time.monotonic() + 30

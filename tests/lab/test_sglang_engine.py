@@ -340,7 +340,8 @@ def test_start_up_log_is_the_releases_without_the_key(gpu_guest, lab_second_depl
 
 def test_patches_are_applied_to_the_real_wheel(gpu_guest, lab_second_deploy):
     source = gpu_guest.check_output(
-        f"cat {ROOT}/current/lib/python3*/site-packages/sglang/srt/distributed/device_communicators/custom_all_reduce.py"
+        f"cat {ROOT}/current/lib/python3*/site-packages/sglang/srt/distributed/device_communicators"
+        "/custom_all_reduce.py"
     )
     assert "SGLANG_CUSTOM_AR_ALLOW_PCIE" in source
 

@@ -74,8 +74,8 @@ def test_unit_and_env_file_of_a_vllm_release():
     unit = _render("inference-engine.service.j2", **serving.unit_text_kwargs(HOST, VLLM, PROD))
     assert "Description=vLLM inference server (kimi-k2.5, stack vllm-0.16.0-cu128, vllm 0.16.0)" in unit
     assert (
-        f"ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready http://127.0.0.1:{HOST.serving.port}/health "
-        in unit
+        "ExecStartPost=/usr/local/libexec/inference-host/inference-engine-wait-ready"
+        f" http://127.0.0.1:{HOST.serving.port}/health " in unit
     )
     assert "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup" in unit  # same cleanup
     env = _render("inference-engine.env.j2", **serving.env_file_kwargs(HOST, VLLM))

@@ -98,10 +98,8 @@ def test_first_deploy_downloads_verifies_and_the_guest_serves_it(lab_first_deplo
         ).stderr
     )
     journal = guest("journalctl", "-u", "inference-engine", "--no-pager", "-o", "cat")
-    assert (
-        f"loaded 2 weight file(s), {REPO.files[SHARD].size + REPO.files['model-00001-of-00002.safetensors'].size} bytes, from {GUEST_DIR}"
-        in journal
-    )
+    size = REPO.files[SHARD].size + REPO.files["model-00001-of-00002.safetensors"].size
+    assert f"loaded 2 weight file(s), {size} bytes, from {GUEST_DIR}" in journal
     assert f"AssertPathExists={GUEST_DIR}/.inference-host/manifest.json" in guest(
         "cat", "/etc/systemd/system/inference-engine.service"
     )

@@ -54,7 +54,8 @@ def host_sh(tmp_path):
         )
         (bin_dir / "apt-get").write_text(
             '#!/bin/sh\nfor a in "$@"; do case "$a" in -*|install) ;; *=*)\n'
-            f'  case " {index} " in *" $a "*) ;; *) echo "E: Version \'${{a#*=}}\' for \'${{a%%=*}}\' was not found" >&2;'
+            f'  case " {index} " in *" $a "*) ;;'
+            " *) echo \"E: Version '${a#*=}' for '${a%%=*}' was not found\" >&2;"
             " exit 100 ;; esac ;; esac; done\n"
             f'echo "$*" >> {log}\n'
         )

@@ -27,8 +27,10 @@ def failing_report() -> dict:
                 "check": "unit active",
                 "gpu": None,
                 "verdict": "FAIL",
-                "detail": 'expected inference-engine.service active (running); found failed (exited), result "exit-code";\n'
-                "what to do: `journalctl -u inference-engine -n 200`",
+                "detail": (
+                    'expected inference-engine.service active (running); found failed (exited), result "exit-code";\n'
+                    "what to do: `journalctl -u inference-engine -n 200`"
+                ),
                 "seconds": 0.1,
                 "evidence": [{"name": "unit_active", "value": 0.0, "labels": {}}],
             },

@@ -402,7 +402,9 @@ def validate_api_server_args(args):
     "vllm/usage/__init__.py": "",
     "vllm/usage/usage_lib.py": "class UsageContext:\n    OPENAI_API_SERVER = 'openai-api-server'\n",
     "vllm/utils/__init__.py": "",
-    "vllm/utils/argparse_utils.py": "import argparse\n\n\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n    pass\n",
+    "vllm/utils/argparse_utils.py": (
+        "import argparse\n\n\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n    pass\n"
+    ),
 }
 
 # SGLang 0.5.23's launch path in small: launch_server.py loads the plugins before it parses (a
@@ -478,7 +480,9 @@ def resolve_auto_parsers(args):
 # torch without a GPU or driver: every torch.cuda function the releases call, failing as a
 # CUDA call would on a machine without one. Any call the program lets through shows up here.
 FAKE_TORCH = {
-    "torch/__init__.py": "from . import cuda\nfrom types import SimpleNamespace\nversion = SimpleNamespace(cuda='12.8')\n",
+    "torch/__init__.py": (
+        "from . import cuda\nfrom types import SimpleNamespace\nversion = SimpleNamespace(cuda='12.8')\n"
+    ),
     "torch/cuda.py": """
 def _real(name):
     def call(*args, **kwargs):

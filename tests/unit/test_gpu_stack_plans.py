@@ -176,7 +176,8 @@ def test_docker_from_dockers_repository(where, distro, suite):
     p = plan(*where)
     key = next(c for c in p.commands if c.startswith(f"curl -sSLf https://download.docker.com/linux/{distro}/gpg "))
     assert p.uploads["/etc/apt/sources.list.d/docker.list"] == (
-        f"deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/{distro} {suite} stable\n"
+        "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc]"
+        f" https://download.docker.com/linux/{distro} {suite} stable\n"
     )
     install = p.index(f"{APT_INSTALL} docker-ce docker-ce-cli containerd.io docker-buildx-plugin")
     assert p.commands.index(key) < install

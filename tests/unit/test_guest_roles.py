@@ -314,7 +314,8 @@ def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
     # qemu-server keeps sshkeys URI-escaped (qm.pm param_mapping: uri_escape of the file)
     created = pve.GuestConfig(
         {
-            "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw%20deploy%40control%0A"
+            "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHh0bWJ2ZXhhbXBsZWtleWZvcnRlc3RzMDAwMDAw"
+            "%20deploy%40control%0A"
         }
     )
     assert qm_sshkeys(vm) == (

@@ -135,7 +135,8 @@ def test_every_new_check_passes_on_the_real_h200_with_its_evidence(check):
 
 def test_the_checks_record_their_numbers_as_evidence_on_the_real_h200():
     """What the checks' timer exports (checks/textfile.py): real nvidia-smi -q of the
-    1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC errors, no bad clock event."""
+    1 × H200, driver 580.159.04, 2026-12-01 (GPU Current Temp 36 C, T.Limit Temp 52 C), zero ECC
+    errors, no bad clock event."""
     request = FakeRequest()
     for check in (
         test_gpus.test_temperature_margin,
@@ -737,7 +738,10 @@ def test_dcgm_missing_skips_unless_the_site_model_installs_it():
 
 def test_the_engine_check_reads_custom_all_reduce_from_the_services_launcher():
     e = expect(2)
-    launcher = "#!/bin/sh\nexec /opt/inference-host/envs/x/bin/python -m sglang.launch_server --tp-size 8 --disable-custom-all-reduce\n"
+    launcher = (
+        "#!/bin/sh\nexec /opt/inference-host/envs/x/bin/python -m sglang.launch_server"
+        " --tp-size 8 --disable-custom-all-reduce\n"
+    )
     host = types.SimpleNamespace(run=lambda command: types.SimpleNamespace(rc=0, stdout=launcher, stderr=""))
     assert test_interconnect.engine_custom_all_reduce_off(types.SimpleNamespace(host=host), e) == (
         True,

@@ -283,9 +283,15 @@ CHECKS_MAY_IMPORT = {
     "checks": "its own modules",
     "roles.site": "the model: the checks expect what the same settings told the deploy",
     "roles.shared.driver_state": "the one parser of nvidia-smi, modinfo and kernel-log output (the driver role's too)",
-    "roles.shared.layout": "the paths the deploy writes on the host (the secret-args link, drop-ins, the gateway key)",
-    "roles.shared.nccl": "the NCCL environment the unit gets, for the all-reduce check when the unit's file is unreadable",
-    "roles.shared.replicas": "the replicas' and the gateway's addresses, as roles/serving and roles/gateway derive them",
+    "roles.shared.layout": (
+        "the paths the deploy writes on the host (the secret-args link, drop-ins, the gateway key)"
+    ),
+    "roles.shared.nccl": (
+        "the NCCL environment the unit gets, for the all-reduce check when the unit's file is unreadable"
+    ),
+    "roles.shared.replicas": (
+        "the replicas' and the gateway's addresses, as roles/serving and roles/gateway derive them"
+    ),
     "roles.shared.eagle3": "the drafter/target rule and the speculative flags, the same the inventory check applies",
     "roles.shared.kv_cache": "the deploy's KV-cache estimate, reported beside what the engine allocated",
     "roles.shared.sglang_kv_log": "the parser of SGLang's KV-cache allocation line in the journal",

@@ -259,9 +259,9 @@ def test_every_hostile_value_is_refused_in_one_line_or_read_back_unchanged(inven
         (
             {"guest_mount_points": {"/tank/models,ro=0": "/models"}},
             "guest_mount_points = {'/tank/models,ro=0': '/models'} is invalid; expected {host path: path in the guest},"
-            " both absolute, each fit for pct's --mpN (volume=HOST,mp=GUEST): the host path '/tank/models,ro=0' has a ',',"
-            " where Proxmox splits the option into more options (no escape exists: pve-common src/PVE/JSONSchema.pm"
-            " parse_property_string)",
+            " both absolute, each fit for pct's --mpN (volume=HOST,mp=GUEST): the host path '/tank/models,ro=0'"
+            " has a ',', where Proxmox splits the option into more options (no escape exists:"
+            " pve-common src/PVE/JSONSchema.pm parse_property_string)",
         ),
         (
             {"guest_mount_points": {"/tank/a=b": "/models"}},
@@ -286,8 +286,8 @@ def test_every_hostile_value_is_refused_in_one_line_or_read_back_unchanged(inven
         ),
         (
             {"serving_served_model_name": "--api-key"},
-            "serving_served_model_name = '--api-key' is invalid; expected a non-empty value that does not start with '-'"
-            " (argparse reads one as an option)",
+            "serving_served_model_name = '--api-key' is invalid; expected a non-empty value that does not start"
+            " with '-' (argparse reads one as an option)",
         ),
     ],
 )

@@ -164,7 +164,8 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     command, behind = serving_role.switch_command(site.hosts["b"], site.hosts, "inference-engine.service", "/c", "/e")
     assert behind == ["http://gw:8000"]
     assert command.startswith(
-        "/usr/local/libexec/inference-host/inference-engine-rolling /etc/inference-host/engine/inference-engine-secret-args.yaml"
+        "/usr/local/libexec/inference-host/inference-engine-rolling"
+        " /etc/inference-host/engine/inference-engine-secret-args.yaml"
         " http://10.0.0.2:30000 300 kimi-k2.5 2 /var/lib/inference-host/serving/"
         "inference-engine.restart-pending http://gw:8000 -- "
     )

@@ -48,8 +48,8 @@ def validate(tmp_path, capsys, monkeypatch):
     [
         (
             "gpu_nodes = {'gpu1': {'gpu_count': 8}}\n",
-            "gpu_nodes = {'gpu1': {'gpu_count': 8}} is a dict, not a group; expected a list of hosts, each a host name or"
-            " a (name, {data}) tuple: gpu_nodes = [('gpu1', {'gpu_count': 8})]",
+            "gpu_nodes = {'gpu1': {'gpu_count': 8}} is a dict, not a group; expected a list of hosts, each a host name"
+            " or a (name, {data}) tuple: gpu_nodes = [('gpu1', {'gpu_count': 8})]",
         ),
         (
             "gpu_nodes = [('gpu1', {'gpu_count': 8})]\nbuilders = 'gpu1'\n",

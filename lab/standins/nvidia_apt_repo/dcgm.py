@@ -3,9 +3,9 @@
 Package names, dependencies and the service come from NVIDIA/DCGM 4.6.0: cmake/packaging.cmake
 (datacenter-gpu-manager-4-core holds dcgmi, nv-hostengine and the unit; -cuda12 / -cuda13 hold
 the diagnostics built for that CUDA major and depend on -core of the same version) and
-config-files/systemd/nvidia-dcgm.service.in; the version is 1:4.5.3-1, the DCGM dcgm-exporter 4.8.2 is
-built against (epoch 1: DCGM v4.5.3 CMakeLists.txt), as the deploy pins it. The programs are tiny stand-ins: nv-hostengine
-just stays up; dcgmi answers like the real one (dcgmi/Command.cpp) when no host engine runs,
+config-files/systemd/nvidia-dcgm.service.in; the version is 1:4.5.3-1, the DCGM dcgm-exporter 4.8.2
+is built against (epoch 1: DCGM v4.5.3 CMakeLists.txt), as the deploy pins it. The programs are tiny
+stand-ins: nv-hostengine just stays up; dcgmi answers like the real one (dcgmi/Command.cpp) when no host engine runs,
 and otherwise prints `dcgmi diag`'s table (dcgmi/Diag.cpp's stencils, rendered by
 render_diag below) or, with -j/--json, its JSON (render_diag_json below, which the unit
 tests' samples share) with every test skipped: there is no GPU in the lab.

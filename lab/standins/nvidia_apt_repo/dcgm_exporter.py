@@ -28,10 +28,11 @@ What is mirrored, from NVIDIA/dcgm-exporter (github.com/NVIDIA/dcgm-exporter):
 What is not: the values. The GPUs are those the driver stand-in lists
 (/proc/driver/nvidia/gpus/<address>/information, or the lab kernel stand-in's copy under
 /run/pve-standin; on inventory/lab_replicas.py's gpu nodes, which no stand-in node made, the
-copy lab.up plants under /run/dcgm-exporter-standin/proc-driver-nvidia), with nominal readings; a lab test plants a fault by writing
-/run/dcgm-exporter-standin/<gpu index>.json ({"DCGM_FI_DEV_ROW_REMAP_FAILURE": 1}), which stands in
-for what DCGM would have read from the driver, and an Xid by appending "<unix time> <code>" to
-/run/dcgm-exporter-standin/<gpu index>.xid (what the driver's NVRM line would have told DCGM). With no GPU it exits 1, as the real exporter
+copy lab.up plants under /run/dcgm-exporter-standin/proc-driver-nvidia), with nominal readings; a
+lab test plants a fault by writing /run/dcgm-exporter-standin/<gpu index>.json
+({"DCGM_FI_DEV_ROW_REMAP_FAILURE": 1}), which stands in for what DCGM would have read from the
+driver, and an Xid by appending "<unix time> <code>" to /run/dcgm-exporter-standin/<gpu index>.xid
+(what the driver's NVRM line would have told DCGM). With no GPU it exits 1, as the real exporter
 does when NVML cannot initialize.
 """
 

@@ -47,6 +47,10 @@ STATE = "/run/nvidia-smi-standin"  # the lab's switch and process list, emptied 
 PROGRAM_PATH = "/usr/lib/nvidia-smi-standin/nvidia_smi.py"
 
 # /usr/bin/nvidia-smi: the text the real one prints without a driver, unless the lab planted GPUs.
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    " Make sure that the latest NVIDIA driver is installed and running."
+)
 WRAPPER = f"""#!/bin/sh
 # STAND-IN nvidia-smi (inference-host lab, lab/standins/nvidia_apt_repo/nvidia_smi.py): no GPU
 # and no kernel module exist here. Prints what the real nvidia-smi prints when it cannot reach
@@ -55,7 +59,7 @@ WRAPPER = f"""#!/bin/sh
 if [ -d "${{NVIDIA_SMI_STANDIN_STATE:-{STATE}}}/proc-driver-nvidia/gpus" ]; then
     exec /usr/bin/python3 "${{NVIDIA_SMI_STANDIN_PROGRAM:-{PROGRAM_PATH}}}" "$@"
 fi
-echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+echo "{NO_DRIVER}"
 exit 9
 """
 
@@ -227,7 +231,9 @@ def query_q():
         body = section.replace(lines[start], "GPU " + gpu["bus_id"])
         for key, value in (("Product Name", gpu["name"]), ("GPU UUID", gpu["uuid"]), ("Minor Number", gpu["minor"]),
                            ("Bus Id", gpu["bus_id"]), ("Bus", "0x" + gpu["bus_id"].split(":")[1].lower())):
-            body = re.sub(r"(\n\s+%%s\s+: ).*" %% re.escape(key), lambda m, value=value: m.group(1) + value, body, count=1)
+            body = re.sub(
+                r"(\n\s+%%s\s+: ).*" %% re.escape(key), lambda m, value=value: m.group(1) + value, body, count=1
+            )
         body = re.sub(r"(FB Memory Usage\n\s+Total\s+: )\d+", lambda m: m.group(1) + v["memory.total"][1], body)
         held = [a for a in apps() if a["gpu"]["index"] == gpu["index"]]
         if held:

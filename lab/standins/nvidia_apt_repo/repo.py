@@ -132,6 +132,10 @@ def _dkms_postinst(version: str) -> str:
     for every kernel whose headers are there (/lib/modules/<kernel>/build), and skip the
     others with dkms's own notice. The lab's kernel is the running one."""
     tree = f"/var/lib/dkms/nvidia/{version}"
+    skipped = (  # dkms's notice; the script expands $kernel
+        "Module build for kernel $kernel was skipped since the kernel headers for this kernel"
+        " do not seem to be installed."
+    )
     return f"""#!/bin/sh
 set -e
 mkdir -p {tree}
@@ -144,7 +148,7 @@ if [ -e /lib/modules/$kernel/build ]; then
         echo "stand-in $ko.ko {version}" > {tree}/$kernel/x86_64/module/$ko.ko
     done
 else
-    echo "Module build for kernel $kernel was skipped since the kernel headers for this kernel do not seem to be installed."
+    echo "{skipped}"
 fi
 """
 

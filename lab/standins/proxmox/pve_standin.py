@@ -15,8 +15,9 @@ What is mirrored from the documented source (branch stable-bookworm = PVE 8):
   to parse option"), exit status 255 like a perl `die`;
 - config files: write_pct_config / write_vm_config (sorted "key: value" lines, then the pending
   section with a `delete:` line: `[pve:pending]` for a container, `[PENDING]` for a VM; later
-  `[special:*]` and snapshot sections are kept as they are), allocated volumes printed as `STORAGE:vm-ID-disk-N,size=NG`,
-  a generated hwaddr/MAC on network devices, raw values of devN/hostpciN kept as given;
+  `[special:*]` and snapshot sections are kept as they are), allocated volumes printed as
+  `STORAGE:vm-ID-disk-N,size=NG`, a generated hwaddr/MAC on network devices, raw values of
+  devN/hostpciN kept as given;
 - ssh keys: pct create's --ssh-public-keys are checked as pve-common src/PVE/Tools.pm
   validate_ssh_public_keys does (`ssh-keygen -l -f` on each line alone; "SSH public key
   validation error"), so a key with a corrupt body fails in the lab as on the node;

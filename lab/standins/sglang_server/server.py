@@ -248,7 +248,8 @@ class Metrics:
             ("spec_accept_length", "The average acceptance length of speculative decoding.", state.last_accept_length),
             (
                 "spec_accept_rate",
-                "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
+                "The average acceptance rate of speculative decoding"
+                " (`accepted tokens / total draft tokens` in batch).",
                 state.last_accept_rate,
             ),
         ]

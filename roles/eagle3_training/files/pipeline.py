@@ -238,6 +238,7 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
     ]
     target = eagle3.Target.from_config(target_config(cfg))
     ids = layer_ids(cfg)
+    dataset = json.dumps(cfg["dataset"], sort_keys=True) if cfg["dataset"] else "NOT SET (eagle3_training_dataset)"
     lines += [
         f"target: {cfg['target']['model_path']} ({target.architecture}, {target.num_layers} layers,"
         f" hidden {target.hidden_size}, vocab {target.vocab_size}, {target.dtype})",
@@ -245,8 +246,7 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
         f" (deepseek_v2.py set_eagle3_layers_to_capture); config ids {ids} = capture points"
         f" {eagle3.sglang_capture_points(ids, target.num_layers)} = SGLang's default for"
         f" {target.num_layers} layers",
-        f"dataset: {json.dumps(cfg['dataset'], sort_keys=True) if cfg['dataset'] else 'NOT SET (eagle3_training_dataset)'};"
-        f" {cfg['samples']} samples, max length {cfg['max_length']}",
+        f"dataset: {dataset}; {cfg['samples']} samples, max length {cfg['max_length']}",
     ]
     draft = draft_config(cfg)
     problems = eagle3.drafter_problems(eagle3.Drafter.from_config(draft), target)

@@ -41,22 +41,33 @@ class MonitoringSettings(Section):
     alertmanager_port: Annotated[int, tcp_port] = Field(9093, description="Alertmanager's web port.")
     exporter_address: IpAddress = Field(
         "0.0.0.0",
-        description="Address the exporters on each gpu node bind (node_exporter, DCGM's exporter): where the monitors reach them.",
+        description=(
+            "Address the exporters on each gpu node bind (node_exporter, DCGM's exporter):"
+            " where the monitors reach them."
+        ),
     )
     node_exporter_port: Annotated[int, tcp_port] = Field(9100, description="node_exporter's port on each gpu node.")
     dcgm_exporter_port: Annotated[int, tcp_port] = Field(9400, description="DCGM exporter's port on each gpu node.")
     dcgm_exporter: bool = Field(
         True,
-        description="Install NVIDIA's DCGM exporter on the gpu nodes; False (a site without NVIDIA's repository): the GPU alerts rely on the checks' own metrics only.",
+        description=(
+            "Install NVIDIA's DCGM exporter on the gpu nodes; False (a site without NVIDIA's repository): the GPU"
+            " alerts rely on the checks' own metrics only."
+        ),
     )
     xid_window_s: Annotated[int, check(lambda v: 10 <= v <= 86400, "10 to 86400 seconds")] = Field(
         300,
-        description="DCGM's exporter counts each GPU's Xids over this window (its -x, default 5 minutes): GpuXidError fires on a new Xid and resolves this long after the last one.",
+        description=(
+            "DCGM's exporter counts each GPU's Xids over this window (its -x, default 5 minutes): GpuXidError fires on"
+            " a new Xid and resolves this long after the last one."
+        ),
     )
     data_dir: AbsolutePath = Field("/var/lib/prometheus/metrics2", description="Prometheus' TSDB folder.")
     retention_time: PrometheusDuration = Field(
         "30d",
-        description="Prometheus keeps samples this long (whichever of time and size is reached first drops the oldest blocks).",
+        description=(
+            "Prometheus keeps samples this long (whichever of time and size is reached first drops the oldest blocks)."
+        ),
     )
     retention_size_gib: Annotated[int, positive] = Field(
         50, description="Prometheus keeps at most this many GiB of samples."
@@ -67,7 +78,10 @@ class MonitoringSettings(Section):
     ] = Field("inference-host", description="The basic-auth user of both web endpoints.")
     web_password_secret: SecretName | None = Field(
         None,
-        description="Vault key of the web password (the deploy writes only its bcrypt hash, 0640 root:prometheus); None: no web authentication, allowed only on a loopback listen_address.",
+        description=(
+            "Vault key of the web password (the deploy writes only its bcrypt hash, 0640 root:prometheus); None: no web"
+            " authentication, allowed only on a loopback listen_address."
+        ),
     )
     webhook_url: Url | None = Field(None, description="Alertmanager sends alerts to this webhook (webhook_config).")
     email_to: Annotated[str, check(EMAIL_RE.match, "an e-mail address")] | None = Field(
@@ -83,7 +97,10 @@ class MonitoringSettings(Section):
     email_auth_password_secret: SecretName | None = Field(None, description="Vault key of the SMTP password.")
     check_interval: PrometheusDuration = Field(
         "5m",
-        description="How often the checks' timer on each gpu node runs the fast suites (gpu without the bandwidth probes, service, server).",
+        description=(
+            "How often the checks' timer on each gpu node runs the fast suites (gpu without the bandwidth probes,"
+            " service, server)."
+        ),
     )
     check_cpu_quota_percent: Annotated[int, check(lambda v: 1 <= v <= 100, "a percentage of one CPU from 1 to 100")] = (
         Field(25, description="CPU budget of the checks' unit (CPUQuota=, percent of one CPU).")
@@ -96,19 +113,32 @@ class MonitoringSettings(Section):
     )
     alert_group_wait: PrometheusDuration = Field(
         "30s",
-        description="Alertmanager waits this long after a group's first alert before it sends (group_wait), so that alerts firing together arrive as one message.",
+        description=(
+            "Alertmanager waits this long after a group's first alert before it sends (group_wait), so that alerts"
+            " firing together arrive as one message."
+        ),
     )
     alert_group_interval: PrometheusDuration = Field(
         "5m",
-        description="Alertmanager waits this long before it sends a group again with alerts that joined it after its first message (group_interval): a second failing check of a host whose group already fired arrives this much later at most.",
+        description=(
+            "Alertmanager waits this long before it sends a group again with alerts that joined it after its first"
+            " message (group_interval): a second failing check of a host whose group already fired arrives this much"
+            " later at most."
+        ),
     )
     down_for: PrometheusDuration = Field(
         "2m",
-        description="A host, engine or gateway whose /metrics fails this long alerts (InferenceHostDown, EngineDown, GatewayDown).",
+        description=(
+            "A host, engine or gateway whose /metrics fails this long alerts (InferenceHostDown, EngineDown,"
+            " GatewayDown)."
+        ),
     )
     restart_window: PrometheusDuration = Field(
         "30m",
-        description="EngineRestartLooping counts the serving unit's restarts over this window (more than health_max_unit_restarts alert); the alert clears this long after the last restart.",
+        description=(
+            "EngineRestartLooping counts the serving unit's restarts over this window (more than"
+            " health_max_unit_restarts alert); the alert clears this long after the last restart."
+        ),
     )
     max_ttft_p95_s: Annotated[float, positive] = Field(
         5.0, description=("Alert when the p95 time to first token of real traffic exceeds this (seconds).")
