@@ -406,14 +406,8 @@ def test_ecc_enabled_no_uncorrectable_errors(gpu, expect, gpu_index, request):
         f"`nvidia-smi -i {gpu_index} -e 1` and reboot; without ECC a memory error corrupts results silently",
     )
     for scope in ("Volatile", "Aggregate"):
-        counts = health.uncorrectable(scope) or {}
-        evidence(
-            request,
-            "gpu_ecc_uncorrectable_errors",
-            sum(v or 0 for v in counts.values()),
-            gpu=str(gpu_index),
-            scope=scope.lower(),
-        )
+        count = sum(v or 0 for v in (health.uncorrectable(scope) or {}).values())
+        evidence(request, "gpu_ecc_uncorrectable_errors", count, gpu=str(gpu_index), scope=scope.lower())
     evidence(request, "gpu_pcie_replays", health.replays, gpu=str(gpu_index))
     bad = {scope: health.uncorrectable(scope) for scope in ("Volatile", "Aggregate")}
     bad = {scope: counters for scope, counters in bad.items() if counters}
