@@ -74,6 +74,9 @@ class Expectations:
     server_timeout_s: int
     max_unit_restarts: int
     engine: str = "sglang"
+    # vLLM's CPU build (vllm_install_mode = "cpu", the lab): one shard on the host's CPUs, whatever
+    # GPUs nvidia-smi lists (roles/serving/command.py vllm_tensor_parallel_size).
+    engine_on_cpu: bool = False
     source: str = field(default="", compare=False)  # where these came from, for messages
     # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
     # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
@@ -145,6 +148,7 @@ class Expectations:
             server_timeout_s=host.health.server_timeout_s,
             max_unit_restarts=host.health.max_unit_restarts,
             engine=engine,
+            engine_on_cpu=engine == "vllm" and host.vllm.install_mode == "cpu",
             source=source,
             speculative=host.speculative is not None,
             speculative_num_steps=host.speculative.num_steps if host.speculative else 0,

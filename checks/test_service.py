@@ -124,13 +124,19 @@ def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request)
         (shown.stderr.strip() or "no such file")[:300],
         "re-run the deploy",
     )
-    seen, source = visible_gpus(host, gpu, expect)
+    if expect.engine_on_cpu:  # its ranks are not GPUs: one shard, whatever nvidia-smi lists
+        seen, source = 1, "vllm_install_mode = cpu: vLLM's CPU build runs one shard on the CPUs"
+    else:
+        seen, source = visible_gpus(host, gpu, expect)
     problem = judge_tensor_parallel(expect.launcher, shown.stdout, seen, source)
     parallel = parse.parse_launcher_parallelism(shown.stdout)
     evidence(request, "tensor_parallel_ranks", parallel.per_node if parallel else None)
     assert not problem, problem
     per_node = f" ({parallel.per_node} per node)" if parallel.nnodes > 1 else ""
-    report(request, f"{parallel.flag} {parallel.tp_size}{per_node} = {seen} GPUs seen ({source})")
+    if expect.engine_on_cpu:
+        report(request, f"{parallel.flag} {parallel.tp_size} = one shard ({source})")
+    else:
+        report(request, f"{parallel.flag} {parallel.tp_size}{per_node} = {seen} GPUs seen ({source})")
 
 
 def test_listens_on_configured_address_only(host, unit, expect, request):

@@ -35,14 +35,22 @@ from roles.shared import templates
 from roles.shared.apt_resolve import install_resolved
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
-from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
+from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
 from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
+from roles.site.stack import DCGM_FOR_EXPORTER
 
 NODE_EXPORTER = "prometheus-node-exporter"
 PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
 DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+
+
+def exporter_pins(version: str) -> dict[str, str]:
+    """The exporter at stack.yml's version and DCGM's core at the release it is built against."""
+    return {DCGM_EXPORTER_PACKAGE: version, DCGM_CORE_PACKAGE: DCGM_FOR_EXPORTER[version]}
+
+
 MONITOR_PACKAGES = ("prometheus", "prometheus-alertmanager")
 # Files on the monitor that only operators read: the Grafana dashboard, amtool's configuration.
 FOR_OPERATORS = (DASHBOARD_FILE, config.AMTOOL_CONFIG, config.AMTOOL_HTTP_CONFIG)
@@ -116,7 +124,8 @@ def _node_exporter(settings: HostSettings) -> None:
 def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
     ensure_cuda_repository(settings, distro)
     version = site.stack.monitoring.dcgm_exporter
-    install_resolved(DCGM_EXPORTER_PACKAGE, [DCGM_EXPORTER_PACKAGE], version)
+    # With the DCGM it is built against: left to apt, its dependency would be the index's newest.
+    install_resolved("the DCGM exporter", exporter_pins(version))
     counters = files.put(
         name=f"Write {units.DCGM_COUNTERS} (upstream's counters plus the windowed Xid count)",
         src=str(PROJECT_ROOT / units.DCGM_COUNTERS_TEMPLATE),

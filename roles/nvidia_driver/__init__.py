@@ -31,7 +31,7 @@ from roles.shared import layout, templates
 from roles.shared.apt_resolve import install_resolved
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
-from roles.shared.nvidia_repo import Distro, current_distro, ensure_cuda_repository
+from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, Distro, current_distro, ensure_cuda_repository
 from roles.site import HostSettings, current_host, current_site
 from roles.site.stack import DCGM_FOR_EXPORTER
 
@@ -176,13 +176,13 @@ def dcgm_packages(cuda_major: int) -> list[str]:
     """NVIDIA DCGM 4 from the same CUDA repository (NVIDIA/DCGM cmake/packaging.cmake 4.6.0):
     -core holds dcgmi, nv-hostengine and nvidia-dcgm.service; -cuda<major> the diagnostics
     (`dcgmi diag`) built for the stack's CUDA major."""
-    return ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}"]
+    return [DCGM_CORE_PACKAGE, f"datacenter-gpu-manager-4-cuda{cuda_major}"]
 
 
 def _dcgm(cuda_major: int, exporter: str) -> None:
     """DCGM at the version the pinned exporter is built against (one pairing, DCGM_FOR_EXPORTER)."""
     packages = dcgm_packages(cuda_major)
-    install_resolved(f"NVIDIA DCGM ({', '.join(packages)})", packages, DCGM_FOR_EXPORTER[exporter])
+    install_resolved("NVIDIA DCGM", {package: DCGM_FOR_EXPORTER[exporter] for package in packages})
     # The host engine dcgmi talks to; the health suite runs `dcgmi diag -r 1` through it.
     systemd.service(
         name="Enable and start nvidia-dcgm (DCGM host engine)",

@@ -4,8 +4,8 @@ NVIDIA's DCGM packages carry an epoch (`1:4.5.3-1`) that their file names leave 
 v4.5.3 CMakeLists.txt, CPACK_DEBIAN_PACKAGE_EPOCH 1), and whether the exporter's package has one
 could not be read from NVIDIA's index: a literal `pkg=4.5.3-1` is "not found" by apt. The full
 version is therefore read from the host's own index (`apt-cache madison`) at execution time, after
-the repository is configured and `apt-get update` ran: a fact would be read while planning, before
-the CUDA repository exists on a fresh host (docs/upstream.md).
+the repository is configured and the step's own `apt-get update` ran: a fact would be read while
+planning, before the CUDA repository exists on a fresh host (docs/upstream.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt, server
+from pyinfra.operations import server
 
 # Debian policy 5.6.12: [epoch:]upstream_version[-debian_revision]
 _EPOCH = re.compile(r"^[0-9]+:")
@@ -32,14 +32,19 @@ def installed_at(installed: dict, packages: list[str], upstream: str) -> bool:
     return all(any(upstream_version(v) == upstream for v in installed.get(p) or ()) for p in packages)
 
 
-def install_command(packages: list[str], upstream: str) -> str:
-    """One shell step: each package at the candidate of the host's index whose upstream version is
-    `upstream`, epoch and revision included as the index writes them; none -> one line naming the
-    package, the pin and the versions the index has, exit 1, nothing installed."""
-    names = " ".join(shlex.quote(p) for p in packages)
+def install_command(pins: dict[str, str]) -> str:
+    """One shell step: the index refreshed, then each package at the candidate of the host's index
+    whose upstream version is its pin, epoch and revision included as the index writes them; a
+    pin the index lacks -> one line naming the package, the pin and the versions the index has,
+    exit 1, nothing installed.
+
+    The refresh is part of the step (which runs only when something must be installed): an index
+    read hours ago may lack the pinned release, or name files the repository no longer serves."""
+    specs = " ".join(shlex.quote(f"{package}={upstream}") for package, upstream in pins.items())
     return (
-        f"pin={shlex.quote(upstream)}; args=''; "
-        f"for pkg in {names}; do "
+        "DEBIAN_FRONTEND=noninteractive apt-get update -qq || exit 1; args=''; "
+        f"for spec in {specs}; do "
+        "pkg=${spec%%=*}; pin=${spec#*=}; "
         "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}'); "
         'full=$(printf \'%s\\n\' "$have" | awk -v pin="$pin" '
         '\'{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v); if (v == pin) { print $0; exit } }\'); '
@@ -51,13 +56,14 @@ def install_command(packages: list[str], upstream: str) -> str:
     )
 
 
-def install_resolved(label: str, packages: list[str], upstream: str) -> None:
-    """`packages` at upstream version `upstream`, the epoch and revision read from the host's index
-    when the step runs (roles/shared/apt_resolve.py); skipped when they are installed at it."""
+def install_resolved(label: str, pins: dict[str, str]) -> None:
+    """Each package at its upstream version (`pins`: package -> version), the epoch and revision
+    read from the host's freshly updated index when the step runs (roles/shared/apt_resolve.py);
+    skipped when every one is installed at its version."""
     installed = host.get_fact(DebPackages)
-    apt.update(name=f"Update the apt index for {label} {upstream}", cache_time=24 * 3600)
+    versions = ", ".join(f"{package} {upstream}" for package, upstream in pins.items())
     server.shell(
-        name=f"Install {label} {upstream} (the version the host's apt index has, epoch included)",
-        commands=[install_command(packages, upstream)],
-        _if=lambda: not installed_at(installed, packages, upstream),
+        name=f"Install {label}: {versions} (the versions the host's apt index has, epoch included)",
+        commands=[install_command(pins)],
+        _if=lambda: not all(installed_at(installed, [package], upstream) for package, upstream in pins.items()),
     )

@@ -22,6 +22,9 @@ from roles.site import HostSettings
 CUDA_KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 ARCH = "x86_64"
 DOWNLOAD_DIR = "/var/cache/inference-host"
+# DCGM 4's core package in the CUDA repository (dcgmi, nv-hostengine, nvidia-dcgm.service): the
+# driver role installs it, and the monitoring role pins it beside the exporter built against it.
+DCGM_CORE_PACKAGE = "datacenter-gpu-manager-4-core"
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,19 @@ def test_what_the_lab_really_has_passes(report):
 
 
 def test_what_the_lab_cannot_show_is_never_passed(report):
-    """No GPU, no torch in the guest, no DCGM: said in one line each, not counted as passed."""
+    """No torch in the guest, no DCGM: said in one line each, not counted as passed."""
     _, _, payload, lines = report
-    for area in ("guest GPUs", "all-reduce bandwidth", "DCGM diagnostics level 2"):
+    for area in ("all-reduce bandwidth", "DCGM diagnostics level 2"):
         assert lines[area]["verdict"] in ("FAIL", "UNREACHED"), lines[area]
         assert "\n" not in lines[area]["observed"]
     assert payload["verdict"] != "ACCEPTED"
+
+
+def test_the_guest_gpus_are_judged_from_the_stand_ins_answers(report):
+    """The lab's guest sees its node's eight GPUs as an LXC guest does (lab/pve_node.py plants the
+    real H200 captures, re-addressed, where the nvidia-smi stand-in reads them): the line is judged
+    on those answers and names the stand-in, so it shows the judging, not the hardware."""
+    _, _, _, lines = report
+    line = lines["guest GPUs"]
+    assert line["source"] == "stand-in: lab nvidia-smi" and line["verdict"] == "PASS", line
+    assert line["observed"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell Server Edition"), line

@@ -53,7 +53,8 @@ def host_sh(tmp_path):
             f'#!/bin/sh\n[ "$1" = madison ] || exit 100\ncat {tmp_path}/"$2".madison 2>/dev/null; exit 0\n'
         )
         (bin_dir / "apt-get").write_text(
-            '#!/bin/sh\nfor a in "$@"; do case "$a" in -*|install) ;; *=*)\n'
+            f'#!/bin/sh\n[ "$1" = update ] && {{ echo update >> {tmp_path}/updates; exit 0; }}\n'
+            'for a in "$@"; do case "$a" in -*|install) ;; *=*)\n'
             f'  case " {index} " in *" $a "*) ;;'
             " *) echo \"E: Version '${a#*=}' for '${a%%=*}' was not found\" >&2;"
             " exit 100 ;; esac ;; esac; done\n"
@@ -78,29 +79,49 @@ def test_the_old_literal_pins_are_refused_by_the_standins_index(host_sh):
 
 def test_the_resolver_installs_the_index_version_epoch_included(host_sh):
     newer = [Package(CORE, "1:4.6.0-1"), Package(CUDA12, "1:4.6.0-1")]
-    rc, err, installed = host_sh(install_command([CORE, CUDA12], DCGM_FOR_EXPORTER["4.8.2"]), standin_index(newer))
+    pins = {CORE: DCGM_FOR_EXPORTER["4.8.2"], CUDA12: DCGM_FOR_EXPORTER["4.8.2"]}
+    rc, err, installed = host_sh(install_command(pins), standin_index(newer))
     assert rc == 0, err
     assert f"{CORE}=1:4.5.3-1 {CUDA12}=1:4.5.3-1" in installed
-    rc, err, installed = host_sh(install_command([EXPORTER], "4.8.2"), standin_index())
+    rc, err, installed = host_sh(install_command({EXPORTER: "4.8.2"}), standin_index())
     assert rc == 0, err
     assert f"{EXPORTER}=1:4.8.2-1" in installed
 
 
+def test_the_exporter_comes_with_the_dcgm_it_is_built_against(host_sh):
+    """Installed alone, the exporter's dependency on DCGM's core is apt's choice: the index's
+    newest (1:4.6.0-1 here). The monitoring role pins the core beside it."""
+    from roles.monitoring import exporter_pins
+
+    newer = [Package(CORE, "1:4.6.0-1")]
+    rc, err, installed = host_sh(install_command(exporter_pins("4.8.2")), standin_index(newer))
+    assert rc == 0, err
+    assert f"{EXPORTER}=1:4.8.2-1 {CORE}=1:4.5.3-1" in installed
+
+
+def test_the_index_is_refreshed_before_it_is_read(host_sh, tmp_path):
+    """A host's index from hours ago may lack the pin or name files the repository no longer
+    serves (a lab migration test met both): the step updates the index first, every time it runs
+    (it runs only when something must be installed)."""
+    rc, err, _ = host_sh(install_command({EXPORTER: "4.8.2"}), standin_index())
+    assert rc == 0, err
+    assert (tmp_path / "updates").read_text() == "update\n"
+
+
 def test_a_pin_the_index_lacks_is_one_line_naming_package_pin_and_versions(host_sh):
     newer = [Package(CORE, "1:4.6.0-1")]
-    rc, err, installed = host_sh(install_command([CORE], "4.4.0"), standin_index(newer))
+    rc, err, installed = host_sh(install_command({CORE: "4.4.0"}), standin_index(newer))
     assert rc == 1 and installed == ""
     assert err.strip().splitlines() == [
         f"{CORE}: version 4.4.0 (any epoch, any revision) is not in this host's apt index, which has:"
         " 1:4.5.3-1 1:4.6.0-1"
     ]
-    rc, err, _ = host_sh(install_command(["no-such-package"], "1.0"), [])
+    rc, err, _ = host_sh(install_command({"no-such-package": "1.0"}), [])
     assert rc == 1 and err.strip().endswith("which has: none")
 
 
 def test_names_and_pins_are_quoted():
-    assert install_command(["a;b"], "1.0 x").startswith(f"pin={shlex.quote('1.0 x')}; ")
-    assert shlex.quote("a;b") in install_command(["a;b"], "1.0")
+    assert f"for spec in {shlex.quote('a;b=1.0 x')}; do" in install_command({"a;b": "1.0 x"})
 
 
 def test_installed_is_read_without_epoch_and_revision():

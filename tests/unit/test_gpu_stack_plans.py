@@ -241,7 +241,9 @@ def test_dcgm_from_the_cuda_repository_when_asked_for():
     major = STACK.active.cuda_major
     # at the DCGM the pinned exporter is built against, epoch read from the host's index when it runs
     packages = ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{major}"]
-    install = p.index(install_command(packages, DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter]))
+    install = p.index(
+        install_command({package: DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter] for package in packages})
+    )
     assert DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter] == "4.5.3"
     assert install < p.index("systemctl enable nvidia-dcgm.service")
     assert not [c for c in plan(*UBUNTU).commands if "datacenter-gpu-manager" in c]

@@ -4,6 +4,7 @@ NVLink) and on a synthetic 8-GPU PCIe topology built in nvidia-smi's format."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import subprocess
@@ -795,6 +796,24 @@ def test_the_tensor_parallel_check_passes_where_the_rendered_size_is_the_gpus_se
     # Two nodes of one group: --tp-size counts both nodes' GPUs, each runs tp_size // nnodes.
     two_nodes = _launcher("--tp-size", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "a:5000")
     assert _tp_check(two_nodes, expect(1)).detail == "--tp-size 2 (1 per node) = 1 GPUs seen (nvidia-smi)"
+
+
+def test_vllms_cpu_build_is_judged_as_one_shard_whatever_gpus_are_listed():
+    """The lab's vLLM is PyPI's CPU build (vllm_install_mode = "cpu"): one shard on the CPUs,
+    whatever GPUs nvidia-smi lists (the lab's guest lists its node's eight). Judged against the
+    GPUs, a correct launcher failed; a wrong size still fails."""
+    vllm = "#!/bin/sh\nexec /e/bin/python -m vllm.entrypoints.openai.api_server --model /m --tensor-parallel-size {}\n"
+    on_cpu = dataclasses.replace(expect(1), engine="vllm", engine_on_cpu=True)
+    no_gpu = "CUDA_VISIBLE_DEVICES=\n"  # planted: the GPUs seen (0) are not what it runs on
+    request = _tp_check(vllm.format(1), on_cpu, no_gpu)
+    assert (
+        request.detail == "--tensor-parallel-size 1 = one shard (vllm_install_mode = cpu: vLLM's CPU build runs"
+        " one shard on the CPUs)"
+    )
+    with pytest.raises(AssertionError):
+        _tp_check(vllm.format(1), dataclasses.replace(on_cpu, engine_on_cpu=False), no_gpu)
+    with pytest.raises(AssertionError, match="--tensor-parallel-size to give this node as many ranks"):
+        _tp_check(vllm.format(8), on_cpu)
 
 
 def test_the_tensor_parallel_check_fails_a_planted_size_with_what_to_do():

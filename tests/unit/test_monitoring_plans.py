@@ -8,6 +8,7 @@ from functools import cache
 
 from roles.shared.apt_resolve import install_command
 from roles.site import load_stack
+from roles.site.stack import DCGM_FOR_EXPORTER
 from tests.unit.test_gpu_stack_plans import APT_INSTALL, PROJECT_ROOT, plan
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
@@ -31,13 +32,20 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
         c.startswith(APT_INSTALL) and f"prometheus-node-exporter={pins['prometheus-node-exporter']}" in c
         for c in p.commands
     ), "\n".join(p.commands)
-    # the exporter at its upstream version, epoch and revision read from the host's index when it runs
-    resolve = install_command(["datacenter-gpu-manager-exporter"], STACK.monitoring.dcgm_exporter)
+    # the exporter at its upstream version and DCGM's core at the one it is built against (left to
+    # apt, the dependency would be the index's newest), epoch and revision read from the host's
+    # index when it runs
+    resolve = install_command(
+        {
+            "datacenter-gpu-manager-exporter": STACK.monitoring.dcgm_exporter,
+            "datacenter-gpu-manager-4-core": DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter],
+        }
+    )
     assert any(resolve in c for c in p.commands), "\n".join(p.commands)
     assert not [c for c in p.commands if "datacenter-gpu-manager-exporter=" in c and resolve not in c]
-    # it reads the index when it runs: after the repository's apt-get update, not from a fact at planning
+    # it reads the index when it runs, refreshed by the step itself, not from a fact at planning
     step = next(i for i, c in enumerate(p.commands) if resolve in c)
-    assert "apt-get update" in p.commands[:step] and "apt-cache madison" in p.commands[step]
+    assert p.commands[step].index("apt-get update") < p.commands[step].index("apt-cache madison")
     assert p.uploads["/etc/default/prometheus-node-exporter"].endswith(
         'ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory=/var/lib/prometheus/node-exporter"\n'
     )

@@ -1,5 +1,6 @@
 """Plan inventory: as inventory_monitoring.py, but the gpu node's dpkg
-reports the DCGM exporter at 1:4.8.2-1 (the epoch the lab's apt stand-in gives it)."""
+reports the DCGM exporter at 1:4.8.2-1 (the epoch the lab's apt stand-in gives it) and DCGM's core at
+1:4.5.3-1, the release it is built against."""
 
 import os
 import sys
@@ -23,7 +24,12 @@ _site = {
     "secrets_file": os.path.relpath(_dir / "secrets.vault.yml", Path(__file__).parent),
 }
 # pyinfra's DebPackages fact runs `dpkg -l` and reads "ii  <name>  <version> ..." lines
-_installed = {"dpkg -l": ["ii  datacenter-gpu-manager-exporter  1:4.8.2-1  amd64  NVIDIA DCGM exporter"]}
+_installed = {
+    "dpkg -l": [
+        "ii  datacenter-gpu-manager-exporter  1:4.8.2-1  amd64  NVIDIA DCGM exporter",
+        "ii  datacenter-gpu-manager-4-core  1:4.5.3-1  amd64  NVIDIA DCGM core",
+    ]
+}
 gpu_nodes = [
     (
         "@fake/gpu-watched",
