@@ -134,7 +134,7 @@ gpu_nodes = [
             # cuda-*, flashinfer*, the kernel packages; roles/site/lock.py), installed exactly,
             # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here).
             "sglang_install_mode": "no-gpu-deps",
-            "sglang_python": "/usr/bin/python3",
+            "engine_python": "/usr/bin/python3",
             # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
             "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
             # The stand-in server (lab/standins/sglang_server, copied in by lab.up()) runs in

@@ -65,7 +65,7 @@ _replica = {
     "serving_host": "0.0.0.0",
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.
     "sglang_install_mode": "no-gpu-deps",
-    "sglang_python": "/usr/bin/python3",
+    "engine_python": "/usr/bin/python3",
     "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
     "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
     # The stand-in reads config.json at start, as SGLang does (no weights role here: the weights
