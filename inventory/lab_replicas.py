@@ -60,7 +60,7 @@ _replica = {
     "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
-    "serving_api_key_secret": "sglang_api_key",
+    "serving_api_key_secret": "engine_api_key",
     # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
     "serving_host": "0.0.0.0",
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.

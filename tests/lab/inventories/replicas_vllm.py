@@ -96,7 +96,7 @@ _replica = {
     "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
-    "serving_api_key_secret": "sglang_api_key",
+    "serving_api_key_secret": "engine_api_key",
     "serving_host": "0.0.0.0",  # bound to the bridge: the gateway and Prometheus reach it there
     "serving_model_path": lab.TINY_MODEL_DEST,
     # inventory/lab.py's vLLM settings, for its reasons (read there): Debian 12's Python (uv's
