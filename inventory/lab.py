@@ -128,13 +128,13 @@ gpu_nodes = [
             "weights_free_space_margin_gib": float(os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_MARGIN_GIB", "0.01")),
             "weights_verify": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_VERIFY") == "1",
             "weights_progress_interval_s": 2,
-            "serving_api_key_secret": "sglang_api_key",
+            "serving_api_key_secret": "engine_api_key",
             "serving_hf_token_secret": "hf_token",
             # No GPU here: the stack's lock without its GPU-only packages (torch, triton, nvidia-*,
             # cuda-*, flashinfer*, the kernel packages; roles/site/lock.py), installed exactly,
             # in Debian 12's Python 3.11 (uv cannot download CPython from GitHub here).
             "sglang_install_mode": "no-gpu-deps",
-            "sglang_python": "/usr/bin/python3",
+            "engine_python": "/usr/bin/python3",
             # Locked releases that need Python >= 3.12 (lab.PYTHON311_LEAVE_OUT says which and why).
             "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
             # The stand-in server (lab/standins/sglang_server, copied in by lab.up()) runs in

@@ -60,12 +60,12 @@ _replica = {
     "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
-    "serving_api_key_secret": "sglang_api_key",
+    "serving_api_key_secret": "engine_api_key",
     # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
     "serving_host": "0.0.0.0",
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.
     "sglang_install_mode": "no-gpu-deps",
-    "sglang_python": "/usr/bin/python3",
+    "engine_python": "/usr/bin/python3",
     "sglang_install_leave_out": lab.PYTHON311_LEAVE_OUT,
     "serving_launch_command": ["{env}/bin/python", lab.STANDIN_DEST + "/server.py"],
     # The stand-in reads config.json at start, as SGLang does (no weights role here: the weights

@@ -130,7 +130,7 @@ gpu_nodes = [
             "serving_served_model_name": "kimi-k2.5",
             "serving_host": "0.0.0.0",  # reachable from the LAN: requires the API key
             "serving_port": 30000,
-            "serving_api_key_secret": "sglang_api_key",
+            "serving_api_key_secret": "engine_api_key",
             "serving_hf_token_secret": "hf_token",
             "serving_mem_fraction_static": 0.92,  # measured on 96 GB cards with Kimi-K2.5
             # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before

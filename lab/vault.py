@@ -53,7 +53,7 @@ def throwaway_vault() -> tuple[str, str]:
     made once under .lab/."""
     import secrets
 
-    from roles.site.vault import decrypt_all, load, set_secret
+    from roles.site.vault import decrypt_all, load, rename_secret, set_secret, stored
 
     STATE_DIR.mkdir(mode=0o700, exist_ok=True)
     password_file = STATE_DIR / "vault-password"
@@ -64,13 +64,17 @@ def throwaway_vault() -> tuple[str, str]:
             handle.write(secrets.token_urlsafe(32))
         vault.unlink(missing_ok=True)
     password = password_file.read_bytes().strip()
+    if vault.exists() and "sglang_api_key" in stored(vault):
+        # Made before the engine-neutral names (docs/upgrades.md#engine-neutral-setting-names): the
+        # same key under its new name, without a notice on every run.
+        rename_secret(vault, "sglang_api_key", "engine_api_key")
     if not vault.exists():
-        set_secret(vault, "sglang_api_key", _api_key(), password)
+        set_secret(vault, "engine_api_key", _api_key(), password)
         set_secret(vault, "hf_token", "hf_lab_" + secrets.token_hex(16), password)
-    elif decrypt_all(vault, ["sglang_api_key"], password)["sglang_api_key"].startswith("-"):
+    elif decrypt_all(vault, ["engine_api_key"], password)["engine_api_key"].startswith("-"):
         # Made before the site model refused keys that argparse reads as an option
         # (roles/site/loading.py api_key_problems): a new one.
-        set_secret(vault, "sglang_api_key", _api_key(), password)
+        set_secret(vault, "engine_api_key", _api_key(), password)
     if "monitoring_web_password" not in load(vault):  # the monitors' basic auth (every lab has one)
         set_secret(vault, "monitoring_web_password", secrets.token_urlsafe(18), password)
     return str(vault), str(password_file)

@@ -87,7 +87,7 @@ def requirements_text(settings: HostSettings) -> str:
 
 
 def python(settings: HostSettings) -> str:
-    return settings.sglang.python or PYTHON
+    return settings.engine.python or PYTHON
 
 
 def env_root(settings: HostSettings) -> str:

@@ -14,7 +14,7 @@ these builds a new folder (`<name>.building`, renamed into place when complete);
 does. The live
 environment is never touched: roles/serving switches `current` to the new folder and back if
 it never becomes ready. A failed install removes only its own `.building` folder and says
-that the live environment still serves. `sglang_keep_environments` bounds how many stay.
+that the live environment still serves. `engine_keep_environments` bounds how many stay.
 
 Installs are exact: `uv pip sync --require-hashes` of the lock (nothing more, nothing less,
 every file checked against the lock's sha256), then the source-built kernel wheels from the
@@ -197,7 +197,7 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
 
     command = build_command(
         target,
-        settings.sglang.python or stack.python,
+        settings.engine.python or stack.python,
         requirements,
         layout.current_link(root),
         checks,
@@ -283,14 +283,14 @@ def _prune(settings: HostSettings, target: str) -> None:
     found = host.get_fact(
         EngineEnvironments, envs_dir=f"{root}/envs", current=layout.current_link(root), locks_dir=f"{root}/locks"
     )
-    stale = stale_environments(found["names"], found["live"], target, settings.sglang.keep_environments)
+    stale = stale_environments(found["names"], found["live"], target, settings.engine.keep_environments)
     locks = stale_locks(found["locks"], found["names"], stale, target)
     if not stale and not locks:
         return
     paths = " ".join([*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)])
     server.shell(
         name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
-        f" sglang_keep_environments={settings.sglang.keep_environments}"
+        f" engine_keep_environments={settings.engine.keep_environments}"
         f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
         commands=[f"rm -rf {paths}"],
     )

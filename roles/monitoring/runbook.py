@@ -108,7 +108,7 @@ RUNBOOK: dict[str, tuple[str, str]] = {
         '{{ $labels.mountpoint }} on {{ $labels.host }} has {{ $value | printf "%.0f" }}% free',
         "Under monitoring_min_free_disk_percent free on the disk of ${where}"
         ". What to do: free space there (old engine environments are pruned by the deploy:"
-        " sglang_keep_environments; Prometheus: lower monitoring_retention_time or monitoring_retention_size_gib)"
+        " engine_keep_environments; Prometheus: lower monitoring_retention_time or monitoring_retention_size_gib)"
         " or grow the disk.",
     ),
 }

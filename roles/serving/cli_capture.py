@@ -23,7 +23,7 @@ are byte-identical in 0.16.0) and reading argparse's own actions:
 
 The lab re-captures it in the environment it deploys and compares (tests/lab/test_vllm_engine.py).
 
-The wheel is downloaded from PyPI once and cached (roles.shared.sglang_wheels). The data files are
+The wheel is downloaded from PyPI once and cached (roles.shared.pypi_wheels). The data files are
 committed; a unit test re-captures them from the real wheel and compares.
 """
 
@@ -35,7 +35,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from roles.shared import sglang_wheels
+from roles.shared import pypi_wheels
 from roles.shared.argparse_source import add_argument_options as _add_argument_options
 from roles.shared.argparse_source import literal as _literal
 from roles.shared.argparse_source import option as _option
@@ -219,7 +219,7 @@ def main(versions: list[str]) -> None:
         print(f"{path}: {len(table['options'])} options")
         return
     for version in versions:
-        table = capture(sglang_wheels.sglang_wheel(version))
+        table = capture(pypi_wheels.pypi_wheel(version))
         data_file(version).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{data_file(version)}: {len(table['options'])} options")
 

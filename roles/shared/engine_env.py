@@ -142,7 +142,7 @@ def stamp(site: Site, settings: HostSettings, stack: EngineStack) -> str:
         (
             RECIPE,
             install_mode(settings, stack),
-            settings.sglang.python or stack.python,
+            settings.engine.python or stack.python,
             requirements_text(site, settings, stack),
             *(f"{w.package}={w.key}" for w in kernel_wheels(site, settings, stack)),
             *(p.read_text() for p in engine_patches(stack)),

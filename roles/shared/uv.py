@@ -19,6 +19,6 @@ def uv_environment(settings: HostSettings) -> dict[str, str]:
     }
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
-    if settings.sglang.python_install_mirror:
-        env["UV_PYTHON_INSTALL_MIRROR"] = settings.sglang.python_install_mirror
+    if settings.base.python_install_mirror:
+        env["UV_PYTHON_INSTALL_MIRROR"] = settings.base.python_install_mirror
     return env

@@ -40,6 +40,7 @@ from roles.site.sections.build import BuildSettings
 from roles.site.sections.cuda import CudaSettings
 from roles.site.sections.docker import DockerSettings
 from roles.site.sections.eagle3_training import Eagle3TrainingSettings
+from roles.site.sections.engine import EngineSettings
 from roles.site.sections.gateway import GatewaySettings
 from roles.site.sections.gpu import GpuSettings
 from roles.site.sections.guest import GuestSettings
@@ -72,6 +73,7 @@ __all__ = [
     "DockerSettings",
     "GatewaySettings",
     "Eagle3TrainingSettings",
+    "EngineSettings",
     "EngineStack",
     "GpuSettings",
     "GuestSettings",

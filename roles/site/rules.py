@@ -17,6 +17,7 @@ from roles.site.schema import HostSettings
 from roles.site.sections.guest import KVM_MAX_HOSTPCI, LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import EngineStack, Stack
+from roles.site.vault import RENAMED_SECRETS
 
 # Checks that need a role's knowledge, passed in from above the model (validation.py's
 # ROLE_CHECKS; the model imports no role). Each returns problems without the "file: host" prefix.
@@ -81,11 +82,9 @@ def check_site(
                 " without serving_api_key_secret; expected an API key secret or serving_host = '127.0.0.1'"
             )
         for key in ("api_key_secret", "hf_token_secret"):
-            ref = getattr(host.serving, key)
-            if ref and secret_names is not None and ref not in secret_names:
-                problems.append(
-                    f"{here}: serving_{key} = {ref!r} names no secret in {_vault_state(secrets_file, secret_names)}"
-                )
+            problem = _reference_problem(f"serving_{key}", getattr(host.serving, key), secret_names, secrets_file)
+            if problem:
+                problems.append(f"{here}: {problem}")
         if host.sglang.install_leave_out and host.sglang.install_mode == "full":
             problems.append(
                 f"{here}: sglang_install_leave_out = {shown(host.sglang.install_leave_out)} with"
@@ -120,6 +119,21 @@ def check_site(
     _check_guest_ips(site_hosts, where, problems)
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
+
+
+def _reference_problem(setting: str, ref: str | None, secret_names, secrets_file: str | None) -> str | None:
+    """Why a *_secret setting's vault key cannot be read, or None. An old name of a renamed key
+    (vault.RENAMED_SECRETS) is refused in the inventory, which is plain text; the vault's own entry
+    under the old name is still read for one release (vault.load)."""
+    if ref in RENAMED_SECRETS:
+        new = RENAMED_SECRETS[ref]
+        return (
+            f"{setting} = {ref!r} names the vault key by its old name; write {setting} = {new!r}"
+            f" (docs/upgrades.md#engine-neutral-setting-names)"
+        )
+    if ref and secret_names is not None and ref not in secret_names:
+        return f"{setting} = {ref!r} names no secret in {_vault_state(secrets_file, secret_names)}"
+    return None
 
 
 def _vault_state(secrets_file: str | None, secret_names) -> str:
@@ -198,11 +212,9 @@ def _check_monitoring(
         if not host.in_group("monitors"):
             continue
         for key in ("web_password_secret", "email_auth_password_secret"):
-            ref = getattr(m, key)
-            if ref and secret_names is not None and ref not in secret_names and host.valid(f"monitoring_{key}"):
-                problems.append(
-                    f"{here}: monitoring_{key} = {ref!r} names no secret in {_vault_state(secrets_file, secret_names)}"
-                )
+            problem = _reference_problem(f"monitoring_{key}", getattr(m, key), secret_names, secrets_file)
+            if problem and host.valid(f"monitoring_{key}"):
+                problems.append(f"{here}: {problem}")
         if m.web_password_secret is None and m.listen_address not in LOOPBACK:
             problems.append(
                 f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"

@@ -27,6 +27,7 @@ from roles.site.stack import Stack
 __all__ = [
     "KNOWN_GROUPS",
     "PROJECT_ROOT",
+    "RENAMED_KEYS",
     "SECTIONS",
     "SITE_KEYS",
     "HostSettings",
@@ -48,6 +49,15 @@ SITE_KEYS = {
     "stack": "id of the stack this inventory serves with, one of the stack file's `stacks`"
     " (default: the stack file's `active`)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
+}
+
+# Setting keys that were renamed: old key -> the key to write. An inventory is plain text, so an
+# old key is refused in one line naming the new one (docs/upgrades.md#engine-neutral-setting-names),
+# never read under its new name: a silent alias would keep the old name in inventories forever.
+RENAMED_KEYS = {
+    "sglang_python": "engine_python",
+    "sglang_keep_environments": "engine_keep_environments",
+    "sglang_python_install_mirror": "base_python_install_mirror",
 }
 
 
@@ -372,6 +382,12 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
     }
     for key in sorted(unknown, key=list(data).index):
         if key in pyinfra_keys:
+            continue
+        if key in RENAMED_KEYS:
+            problems.append(
+                f"{where}: host {name}: {key} was renamed {RENAMED_KEYS[key]}; write {RENAMED_KEYS[key]} ="
+                f" {shown(data[key])} instead (docs/upgrades.md#engine-neutral-setting-names)"
+            )
             continue
         problems.append(
             f"{where}: host {name}: unknown key {key} = {shown(data[key])}"

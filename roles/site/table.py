@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 
 from roles.site.fields import PROJECT_ROOT, Section, type_text
-from roles.site.schema import SECTIONS, SITE_KEYS, HostSettings
+from roles.site.schema import RENAMED_KEYS, SECTIONS, SITE_KEYS, HostSettings
 from roles.site.sections.serving import SpeculativeSettings
 
 REFERENCE = PROJECT_ROOT / "docs" / "settings.md"
@@ -298,6 +298,15 @@ def settings_reference() -> str:
     out += ["## Site keys", "", "Where the stack and the secrets live (read by the site model).", ""]
     for key, meaning in SITE_KEYS.items():
         out += _entry(key, "str", "none", ("the site model",), meaning)
+    out += [
+        "",
+        "## Renamed keys",
+        "",
+        "An inventory that still writes one of these is refused in one line naming the key to write",
+        "([upgrades.md](upgrades.md#engine-neutral-setting-names)).",
+        "",
+        *(f"- `{old}`: now `{new}`" for old, new in RENAMED_KEYS.items()),
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -13,6 +13,10 @@ line, and reaches a host only as a file of mode 0600 (see the roles that use the
     uv run python -m roles.site.vault set inventory/secrets.vault.yml hf_token   # value on stdin
     uv run python -m roles.site.vault list inventory/secrets.vault.yml
     uv run python -m roles.site.vault check inventory/secrets.vault.yml          # decrypts all
+    uv run python -m roles.site.vault rename inventory/secrets.vault.yml OLD NEW # no password needed
+
+A renamed key (RENAMED_SECRETS) is read under its new name for one release, with a one-line
+notice; a vault holding both names is refused.
 """
 
 from __future__ import annotations
@@ -50,8 +54,41 @@ _VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.co
 _VaultDumper.add_representer(_Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|"))
 
 
+# Vault keys that were renamed: old key -> new key (docs/upgrades.md#engine-neutral-setting-names).
+# The vault is encrypted and edited with a tool, not a text editor, so for one release an old key
+# is still read, under its new name, with a notice saying so; the release after refuses it. A
+# vault holding both names is refused now: which value is meant cannot be told.
+RENAMED_SECRETS = {"sglang_api_key": "engine_api_key"}
+
+_NOTICED: set[tuple[str, str]] = set()
+
+
 def load(path: Path) -> dict[str, _Encrypted]:
-    """The encrypted entries of a secrets file, by name; no password needed."""
+    """The encrypted entries of a secrets file, by the names the deploy reads them with (a key
+    of RENAMED_SECRETS under its new name, with a notice); no password needed."""
+    entries = stored(path)
+    for old, new in RENAMED_SECRETS.items():
+        if old not in entries:
+            continue
+        if new in entries:
+            raise SecretsError(
+                f"holds both {old} and {new}, the new name of {old}; expected {new} only: remove {old}"
+                f" (its line and its !vault block) once {new} holds the key"
+            )
+        if (str(path), old) not in _NOTICED:
+            _NOTICED.add((str(path), old))
+            print(
+                f"inference-host: notice: {path}: the vault key {old} is read as {new}, its new name, in this"
+                f" release only; the next release refuses it: uv run python -m roles.site.vault rename {path}"
+                f" {old} {new}",
+                file=sys.stderr,
+            )
+        entries = {new if key == old else key: value for key, value in entries.items()}
+    return entries
+
+
+def stored(path: Path) -> dict[str, _Encrypted]:
+    """The encrypted entries of a secrets file, by the names written in it; no password needed."""
     try:
         raw = yamlfile.load(Path(path).read_text(encoding="utf-8"), _VaultLoader)
     except FileNotFoundError:
@@ -146,11 +183,29 @@ def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[s
 
 
 def set_secret(path: Path, name: str, value: str, password: bytes | None = None) -> None:
-    """Add or replace one secret; the file is written with mode 0600."""
+    """Add or replace one secret (and drop the entry of its old name, RENAMED_SECRETS); the file
+    is written with mode 0600."""
     path = Path(path)
-    entries = load(path) if path.exists() else {}
+    entries = stored(path) if path.exists() else {}
     ciphertext = _vault(password).encrypt(value.encode()).decode()
+    entries = {key: item for key, item in entries.items() if RENAMED_SECRETS.get(key) != name}
     entries[name] = _Encrypted(ciphertext)
+    _write(path, entries)
+
+
+def rename_secret(path: Path, old: str, new: str) -> None:
+    """Store the value of `old` under `new`, unchanged: an ansible-vault value is not bound to its
+    key, so neither the password nor the plaintext is needed."""
+    path = Path(path)
+    entries = stored(path)
+    if old not in entries:
+        raise SecretsError(f"has no key {old}; expected one of: {', '.join(sorted(entries)) or 'none'}")
+    if new in entries:
+        raise SecretsError(f"already holds {new}; expected a new name (remove {new} first to replace it)")
+    _write(path, {new if key == old else key: item for key, item in entries.items()})
+
+
+def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         yaml.dump(dict(entries), handle, Dumper=_VaultDumper, default_flow_style=False)
@@ -158,13 +213,19 @@ def set_secret(path: Path, name: str, value: str, password: bytes | None = None)
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("set", "list", "check"):
+    if len(argv) < 2 or argv[0] not in ("set", "list", "check", "rename"):
         print(__doc__, file=sys.stderr)
         return 64
     command, path = argv[0], Path(argv[1])
     try:
         if command == "list":
-            print("\n".join(sorted(load(path))))
+            print("\n".join(sorted(stored(path))))
+        elif command == "rename":
+            if len(argv) != 4 or not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) for name in argv[2:]):
+                print("usage: python -m roles.site.vault rename FILE OLD NEW  (letters, digits and _)", file=sys.stderr)
+                return 64
+            rename_secret(path, argv[2], argv[3])
+            print(f"{path}: {argv[2]} renamed {argv[3]}")
         elif command == "check":
             print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
         else:
@@ -177,14 +238,18 @@ def _main(argv: list[str]) -> int:
                     f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
                     " (the name an inventory's *_secret setting refers to)"
                 )
+            if name in RENAMED_SECRETS:
+                raise SecretsError(f"the key {name} was renamed {RENAMED_SECRETS[name]}; expected the new name")
             if not path.parent.is_dir() or path.is_dir():
                 raise SecretsError("expected a file path in an existing folder")
+            existing = stored(path) if path.exists() else {}
             value = sys.stdin.readline().rstrip("\n")
             if not value:
                 print("no value on stdin; nothing written", file=sys.stderr)
                 return 65
+            replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
             set_secret(path, name, value)
-            print(f"{path}: {name} set")
+            print(f"{path}: {name} set" + "".join(f" (replaces {old}, its old name)" for old in replaced))
     except SecretsError as error:
         print(f"{path}: {error}", file=sys.stderr)
         return 2

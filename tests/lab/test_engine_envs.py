@@ -139,11 +139,11 @@ def test_two_builds_from_one_lock_are_identical_and_old_ones_are_pruned(gpu_gues
     # Another interpreter path to the same Python makes another environment from the same lock.
     inventory = _inventory(tmp_path)
     text = inventory.read_text().replace(
-        '"sglang_python": "/usr/bin/python3"', '"sglang_python": "/usr/bin/python3.11", "sglang_keep_environments": 2'
+        '"engine_python": "/usr/bin/python3"', '"engine_python": "/usr/bin/python3.11", "engine_keep_environments": 2'
     )
     assert text != inventory.read_text()
     inventory.write_text(text)
-    other = dataclasses.replace(HOST, sglang=HOST.sglang.model_copy(update={"python": "/usr/bin/python3.11"}))
+    other = dataclasses.replace(HOST, engine=HOST.engine.model_copy(update={"python": "/usr/bin/python3.11"}))
     second = env_dir(other, STACK, SITE)
     assert second != LIVE
     # Emptied, not removed: in the lab the cache folder may be a bind mount of the machine's

@@ -187,7 +187,7 @@ def _chat(site) -> int:
     from roles.shared.replicas import gateway_url
     from roles.site import vault
 
-    key = vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    key = vault.decrypt_all(site.secrets_file, ["engine_api_key"])["engine_api_key"]
     body = b'{"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}'
     request = urllib.request.Request(
         f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions",

@@ -48,7 +48,7 @@ def site(first_deploy):
 
 @pytest.fixture(scope="module")
 def key(site) -> str:
-    return vault.decrypt_all(site.secrets_file, ["sglang_api_key"])["sglang_api_key"]
+    return vault.decrypt_all(site.secrets_file, ["engine_api_key"])["engine_api_key"]
 
 
 def _chat(site, key: str | None, timeout: float = 10) -> int:

@@ -18,7 +18,7 @@ import pytest
 import lab
 from roles.shared import legacy_layout
 from roles.shared.engine_env import env_dir
-from roles.site import load_site
+from roles.site import load_site, vault
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 
 pytestmark = pytest.mark.lab
@@ -40,13 +40,11 @@ def _main_pid(gpu_guest) -> str:
 
 
 def _secrets() -> dict[str, str]:
-    from roles.site import vault
-
     return vault.decrypt_all(SITE.secrets_file, sorted(SITE.secret_names))
 
 
 def _api_key() -> str:
-    return _secrets()["sglang_api_key"]
+    return _secrets()["engine_api_key"]
 
 
 def _config(stack) -> str:
@@ -112,6 +110,11 @@ def _old_main(tmp: Path) -> Path:
     for name in ("vault-password", "secrets.vault.yml", "guest-ssh-key", "guest-ssh-key.pub"):
         if (lab.STATE_DIR / name).exists():
             shutil.copy2(lab.STATE_DIR / name, tree / ".lab" / name)
+    # Its inventory and lab read the API key by its old name (docs/upgrades.md#engine-neutral-setting-names):
+    # its copy of the vault holds the same value under that name.
+    copied = tree / ".lab" / "secrets.vault.yml"
+    if copied.exists() and "engine_api_key" in vault.stored(copied):
+        vault.rename_secret(copied, "engine_api_key", "sglang_api_key")
     subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
     return tree
 

@@ -12,7 +12,7 @@ import pytest
 from roles.engine_envs import patches_for
 from roles.serving import cli_capture
 from roles.serving import command as cmd
-from roles.shared import sglang_wheels
+from roles.shared import pypi_wheels
 from roles.site import PROJECT_ROOT, load_stack
 
 pytestmark = pytest.mark.lab
@@ -24,13 +24,13 @@ PATCHED_VERSIONS = sorted(p.name for p in (PROJECT_ROOT / "roles/engine_envs/pat
 @pytest.mark.parametrize("version", sorted({s.sglang for s in STACK.stacks.values() if s.engine == "sglang"}))
 def test_committed_cli_matches_the_real_wheel(version):
     committed = cmd.cli_options(version)
-    assert cli_capture.capture(sglang_wheels.sglang_wheel(version)) == committed
+    assert cli_capture.capture(pypi_wheels.pypi_wheel(version)) == committed
     assert len(committed["options"]) > 300
 
 
 @pytest.mark.parametrize("version", PATCHED_VERSIONS)
 def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
-    with zipfile.ZipFile(sglang_wheels.sglang_wheel(version)) as archive:
+    with zipfile.ZipFile(pypi_wheels.pypi_wheel(version)) as archive:
         archive.extractall(tmp_path)
     for patch in patches_for(version):
         header = patch.read_text().split("\n--- ", 1)[0]

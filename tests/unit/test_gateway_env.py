@@ -30,11 +30,11 @@ GATEWAY = ("inventory_gateway_ubuntu2404.py", "@fake/gw-ubuntu2404")
 
 
 def _site(inventory, gateway_data=None, name="gw.py"):
-    inventory.vault(sglang_api_key="k")
+    inventory.vault(engine_api_key="k")
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
-        "serving_api_key_secret": "sglang_api_key",
+        "serving_api_key_secret": "engine_api_key",
         "secrets_file": "secrets.vault.yml",
         "ssh_hostname": "10.0.0.1",
     }

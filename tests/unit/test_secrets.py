@@ -17,13 +17,13 @@ from tests.unit.conftest import PASSWORD, PROJECT_ROOT
 def test_round_trip_and_names_without_password(tmp_path):
     vault_file = tmp_path / "s.vault.yml"
     vault.set_secret(vault_file, "hf_token", "hf_secret_value", PASSWORD)
-    vault.set_secret(vault_file, "sglang_api_key", "k-123", PASSWORD)
-    assert set(vault.load(vault_file)) == {"hf_token", "sglang_api_key"}
+    vault.set_secret(vault_file, "engine_api_key", "k-123", PASSWORD)
+    assert set(vault.load(vault_file)) == {"hf_token", "engine_api_key"}
     assert "hf_secret_value" not in vault_file.read_text()
     assert "$ANSIBLE_VAULT;1.1;AES256" in vault_file.read_text()
     assert vault.decrypt_all(vault_file, password=PASSWORD) == {
         "hf_token": "hf_secret_value",
-        "sglang_api_key": "k-123",
+        "engine_api_key": "k-123",
     }
 
 
@@ -86,6 +86,6 @@ def test_committed_prod_vault_is_a_template_of_names():
     # Its values were encrypted with a discarded password: users replace them with their own.
     assert set(vault.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
         "hf_token",
-        "sglang_api_key",
+        "engine_api_key",
         "monitoring_web_password",
     }

@@ -80,7 +80,7 @@ def expect(fake_server, env_file):
     return Expectations.from_overrides(
         [
             f"serving_port={fake_server}",
-            "serving_api_key_secret=sglang_api_key",
+            "serving_api_key_secret=engine_api_key",
             "serving_served_model_name=kimi-k2.5",
             "health_server_timeout_s=5",
             f"api_key_file={env_file}",

@@ -79,13 +79,13 @@ def test_replicas_keep_their_own_gpus_and_no_multi_node_flags(inventory):
     sorted(p.stem for p in (PROJECT_ROOT / "roles/serving/cli").glob("*.json") if not p.stem.startswith("vllm-")),
 )
 def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, version):
-    inventory.vault(sglang_api_key="k")
+    inventory.vault(engine_api_key="k")
     site = load_site(
         _tp_inventory(
             inventory,
             serving_host="0.0.0.0",
             serving_enable_metrics=True,
-            serving_api_key_secret="sglang_api_key",
+            serving_api_key_secret="engine_api_key",
             secrets_file="secrets.vault.yml",
         )
     )
@@ -119,11 +119,11 @@ def test_bad_topology_is_refused_before_any_host(inventory, hosts, message):
 
 
 def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
-    inventory.vault(sglang_api_key="k", other_key="o")
+    inventory.vault(engine_api_key="k", other_key="o")
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
-        "serving_api_key_secret": "sglang_api_key",
+        "serving_api_key_secret": "engine_api_key",
         "secrets_file": "secrets.vault.yml",
         **(node_data or {}),
     }

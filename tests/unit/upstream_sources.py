@@ -26,7 +26,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from roles.shared import sglang_wheels
+from roles.shared import pypi_wheels
 from roles.shared.patches import patch_queue
 from roles.site import PROJECT_ROOT, load_stack
 
@@ -150,7 +150,7 @@ def refresh() -> dict:
     manifest = {}
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     for project, version in pinned_releases():
-        wheel = sglang_wheels.sglang_wheel(version, project)
+        wheel = pypi_wheels.pypi_wheel(version, project)
         digest = _sha256(wheel.read_bytes())
         if digest not in lock_hashes(project, version):
             raise SystemExit(f"{wheel.name}: sha256 {digest} is not in any committed lock for {project}=={version}")

@@ -11,6 +11,7 @@ from roles.site.fields import (
     AbsolutePath,
     Section,
     UnixName,
+    Url,
     check,
     positive,
 )
@@ -83,4 +84,11 @@ class BaseSettings(Section):
         Field(
             None, description=("A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL); None: pypi.org.")
         )
+    )
+    python_install_mirror: Url | None = Field(
+        None,
+        description=(
+            "Where uv downloads its managed CPython (UV_PYTHON_INSTALL_MIRROR) for every environment it builds"
+            " (engines, gateway, monitoring, the training job); None: python-build-standalone on GitHub."
+        ),
     )

