@@ -35,8 +35,8 @@ AREAS = [
 
 @pytest.fixture(scope="module")
 def report(lab_second_deploy, tmp_path_factory):
-    """One acceptance run after the deploy that changed nothing (it restarts nothing unless DCGM
-    is installed: the lab's guest has none)."""
+    """One acceptance run after the deploy that changed nothing (its DCGM line stops the exporter
+    for `dcgmi diag` and starts it again: the guest's monitoring installs DCGM with the exporter)."""
     out = tmp_path_factory.mktemp("acceptance") / "report"
     run = subprocess.run(
         [sys.executable, "-m", "checks.acceptance", "--inventory", str(LAB_INVENTORY), "--out", str(out)],
@@ -85,19 +85,21 @@ def test_what_the_lab_really_has_passes(report):
 
 
 def test_what_the_lab_cannot_show_is_never_passed(report):
-    """No torch in the guest, no DCGM: said in one line each, not counted as passed."""
+    """No torch in the guest: said in one line, not counted as passed."""
     _, _, payload, lines = report
-    for area in ("all-reduce bandwidth", "DCGM diagnostics level 2"):
-        assert lines[area]["verdict"] in ("FAIL", "UNREACHED"), lines[area]
-        assert "\n" not in lines[area]["observed"]
+    line = lines["all-reduce bandwidth"]
+    assert line["verdict"] in ("FAIL", "UNREACHED"), line
+    assert "\n" not in line["observed"]
     assert payload["verdict"] != "ACCEPTED"
 
 
-def test_the_guest_gpus_are_judged_from_the_stand_ins_answers(report):
+def test_the_gpu_lines_are_judged_from_the_stand_ins_answers(report):
     """The lab's guest sees its node's eight GPUs as an LXC guest does (lab/pve_node.py plants the
-    real H200 captures, re-addressed, where the nvidia-smi stand-in reads them): the line is judged
-    on those answers and names the stand-in, so it shows the judging, not the hardware."""
+    real H200 captures, re-addressed, where the nvidia-smi stand-in reads them), and its monitoring
+    installs DCGM with the exporter (the dcgmi stand-in answers): those lines are judged on the
+    stand-ins' answers and name them, so they show the judging, not the hardware."""
     _, _, _, lines = report
-    line = lines["guest GPUs"]
-    assert line["source"] == "stand-in: lab nvidia-smi" and line["verdict"] == "PASS", line
-    assert line["observed"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell Server Edition"), line
+    gpus, dcgm = lines["guest GPUs"], lines["DCGM diagnostics level 2"]
+    assert gpus["source"] == "stand-in: lab nvidia-smi" and gpus["verdict"] == "PASS", gpus
+    assert gpus["observed"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell Server Edition"), gpus
+    assert dcgm["source"] == "stand-in: lab dcgmi" and dcgm["verdict"] == "PASS", dcgm
