@@ -153,11 +153,11 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     probe = probe_url(settings, readiness_path(settings, hosts, stack.engine))
     # Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else.
     return dict(
-        unit_name=sd.comment(serving.unit_name),
+        unit_name=sd.comment(serving.unit_name, "a comment of the unit (serving_unit_name)"),
         stack_id=sd.comment(stack.id),
         probe_url=sd.comment(probe),
         start_limit_burst_text=sd.comment(START_LIMIT_BURST),
-        service_user_text=sd.comment(base.service_user),
+        service_user_text=sd.comment(base.service_user, "a comment of the unit (base_service_user)"),
         **_unit_settings(settings, stack),
         env_file=sd.path(paths["env_file"], "EnvironmentFile="),
         exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
@@ -180,7 +180,7 @@ def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
     serving, base = settings.serving, settings.base
     engine_name = {"sglang": "SGLang", "vllm": "vLLM"}[stack.engine]
     return dict(
-        data_dir_text=sd.comment(base.data_dir),
+        data_dir_text=sd.comment(base.data_dir, "a comment of the unit (base_data_dir)"),
         description=sd.text(
             f"{engine_name} inference server ({serving.served_model_name}, stack {stack.id}, {stack.label})",
             "Description= (serving_served_model_name)",
@@ -213,7 +213,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack, hosts: dict[str,
     # Encoded for an EnvironmentFile (roles/shared/systemd_syntax.py): the template takes nothing else;
     # the conditions ({% if %}) read the plain values.
     return dict(
-        unit_name=sd.env_comment(serving.unit_name),
+        unit_name=sd.env_comment(serving.unit_name, "a comment of the environment file (serving_unit_name)"),
         stack_id=sd.env_comment(stack.id),
         engine=stack.engine,
         engine_label=sd.env_comment(stack.label),
