@@ -203,7 +203,9 @@ def test_planted_mount_points_reach_pcts_config_unchanged_or_are_refused(pve_nod
     _, refused = _guest_with(raw_vmid, {"/tank/models,ro=0": "/models"})
     assert len(refused) == 1 and "the host path '/tank/models,ro=0' has a ','" in refused[0]
     # What the raw rendering (volume and mp pasted in) would have handed pct: an extra option.
-    raw = pve_node.run(f"pct create {raw_vmid} {GUEST.guest.template} --mp0 '/tank/models,ro=0,mp=/models'")
+    raw = pve_node.run(
+        f"pct create {raw_vmid} {GUEST.guest.template} --rootfs local-lvm:8 --mp0 '/tank/models,ro=0,mp=/models'"
+    )
     assert raw.rc == 0, raw.stderr
     raw_mp = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{raw_vmid}.conf").content_string, "lxc").current["mp0"]
     assert parse(raw_mp, fields, "volume") == {"volume": "/tank/models", "ro": "0", "mp": "/models"}

@@ -115,6 +115,12 @@ def _old_main(tmp: Path) -> Path:
     copied = tree / ".lab" / "secrets.vault.yml"
     if copied.exists() and "engine_api_key" in vault.stored(copied):
         vault.rename_secret(copied, "engine_api_key", "sglang_api_key")
+    # The same NVIDIA apt signing key: one vendor's key for old and new code, as on the target. A key
+    # of its own (made once per checkout) left the guest trusting only the old repository's
+    # signature, and apt kept the old index for this code's repository.
+    key = lab.STATE_DIR / "nvidia_apt_repo" / "gnupg"
+    if key.exists():
+        shutil.copytree(key, tree / ".lab" / "nvidia_apt_repo" / "gnupg", ignore=shutil.ignore_patterns("S.*"))
     subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
     return tree
 
