@@ -6,7 +6,6 @@ change; cleanup of stubborn children; upgrade and health-gated rollback with mea
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import statistics
@@ -194,13 +193,11 @@ def _migrate(gpu_guest, tree: Path) -> dict:
     old = _old_deploy(tree)
     assert old.returncode == 0, "the first deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
     old_s = time.monotonic() - started
-    # Two builds of the NVIDIA repository at one URL: python's http.server answers apt's
-    # If-Modified-Since by file times, and old main's was built after this lab's, so apt kept old
-    # main's index (304 Not Modified). NVIDIA's one repository only moves forward: this lab's is
-    # made the newer, as the release after old main's day.
-    now = time.time()
-    for path in (lab.STATE_DIR / "nvidia_apt_repo").glob("www-*/**/*"):
-        os.utime(path, (now, now))
+    # Two builds of the NVIDIA repository at one URL, old main's and this lab's, are not one
+    # repository moving forward as NVIDIA's is: apt kept old main's index of it (python's
+    # http.server answers If-Modified-Since by file times: 304), where the exporter's DCGM pin is
+    # missing. The guest forgets old main's index of that URL; its next update reads this lab's.
+    gpu_guest.run("rm -f /var/lib/apt/lists/*_compute_cuda_repos_*")
     assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
     assert not gpu_guest.file(f"/etc/systemd/system/{UNIT}").exists
     _wait_healthy(gpu_guest)
