@@ -9,6 +9,8 @@ yields to the other greenlets (gevent.sleep) as a real `docker` subprocess would
 
 from __future__ import annotations
 
+import io
+
 import gevent
 import pytest
 from pyinfra.api import Config, Inventory, State
@@ -99,7 +101,37 @@ def test_a_failed_bring_up_fails_that_host_only_in_one_line(lab_calls, monkeypat
     assert state.failed_hosts == {state.inventory.get_host(lab.pyinfra_name("gpu"))}
 
 
-def test_commands_and_files_go_through_pyinfras_docker_connector(lab_calls, monkeypatch):
+def test_commands_and_files_go_through_the_hosts_open_shell(lab_calls, monkeypatch):
+    """By default a command and a small upload go through one `docker exec -i <container> sh` per
+    host (shell.py), with pyinfra's own wrapping of the command; pyinfra's per-command docker exec
+    is not used."""
+    from inference_host_lab_connector.shell import ShellSession
+
+    seen = []
+    monkeypatch.delenv("INFERENCE_HOST_LAB_SHELL", raising=False)
+    monkeypatch.setattr(
+        DockerConnector, "run_shell_command", lambda *a, **kw: pytest.fail("docker exec per command was used")
+    )
+    monkeypatch.setattr(DockerConnector, "put_file", lambda *a, **kw: pytest.fail("docker cp was used"))
+    monkeypatch.setattr(
+        ShellSession, "run", lambda self, command, timeout=None: seen.append((self.argv, command)) or (0, ["ok"], [])
+    )
+    monkeypatch.setattr(
+        ShellSession, "put", lambda self, data, dest: seen.append((self.argv, dest, data)) or (0, [], [])
+    )
+    state = _connected([("@lab/gpu", {})])
+    host = state.inventory.get_host(lab.pyinfra_name("gpu"))
+    host.connector.delegate.container_id = "c0ffee"
+    with ctx_state.use(state):
+        status, output = host.run_shell_command("true", _timeout=5)
+        assert status and output.stdout == "ok"
+        assert host.put_file(io.BytesIO(b"data"), "/tmp/x")
+    shell = ["docker", "exec", "-i", "c0ffee", "sh"]
+    assert seen == [(shell, "sh -c true"), (shell, "/tmp/x", b"data")]
+
+
+def test_with_lab_shell_exec_commands_and_files_go_through_pyinfras_docker_connector(lab_calls, monkeypatch):
+    monkeypatch.setenv("INFERENCE_HOST_LAB_SHELL", "exec")
     seen = []
     monkeypatch.setattr(
         DockerConnector,

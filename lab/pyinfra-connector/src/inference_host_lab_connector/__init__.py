@@ -23,13 +23,21 @@ pyinfra/connectors/docker.py (DockerConnector), which this connector drives.
 
 from __future__ import annotations
 
+import io
+import os
+
+import click
 import gevent.lock
 from pyinfra.api.exceptions import ConnectError, InventoryError
+from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
 from pyinfra.connectors.docker import DockerConnector
 from pyinfra.connectors.local import LocalConnector
 from pyinfra.connectors.ssh import SSHConnector
+from pyinfra.connectors.util import extract_control_arguments, make_unix_command_for_host
 from typing_extensions import TypedDict
+
+from inference_host_lab_connector.shell import ShellSession, command_output
 
 LOCAL = "local"  # `@lab/local`: this machine, as the lab's kernel wheel builder
 
@@ -42,8 +50,20 @@ connector_data_meta: dict[str, DataMeta] = {
     "lab_role": DataMeta("The lab host this is (lab.HOSTS, or local); set from the name @lab/<role>"),
 }
 
+# Larger uploads (an engine wheel, the checks' bundle may grow) go by `docker cp`: the session's
+# shell reads a here-document into memory.
+SESSION_UPLOAD_LIMIT = 4 * 1024 * 1024
+
 # One bring-up at a time in this process (see the module's docstring).
 _one_at_a_time = gevent.lock.Semaphore()
+
+
+def _lab_shell_wanted(arguments) -> bool:
+    """Commands go through the host's open shell (shell.py) unless they send stdin or ask for a
+    terminal, or INFERENCE_HOST_LAB_SHELL=exec asks for pyinfra's docker exec per command."""
+    if os.environ.get("INFERENCE_HOST_LAB_SHELL", "session") == "exec":
+        return False
+    return not arguments.get("_stdin") and not arguments.get("_get_pty")
 
 
 def _lab():
@@ -70,6 +90,7 @@ class LabConnector(BaseConnector):
     data: ConnectorData
 
     delegate: BaseConnector | None = None
+    session: ShellSession | None = None  # this host's open shell (shell.py), once a command ran
 
     @staticmethod
     def make_names_data(name=None):
@@ -115,11 +136,39 @@ class LabConnector(BaseConnector):
         self.delegate.connect()
 
     def disconnect(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
         if self.delegate is not None:
             self.delegate.disconnect()
 
     def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
-        return self.delegate.run_shell_command(command, print_output=print_output, print_input=print_input, **arguments)
+        if not isinstance(self.delegate, DockerConnector) or not _lab_shell_wanted(arguments):
+            return self.delegate.run_shell_command(
+                command, print_output=print_output, print_input=print_input, **arguments
+            )
+        return self._run_in_session(command, print_output, print_input, arguments)
+
+    def _session(self) -> ShellSession:
+        if self.session is None:
+            self.session = ShellSession([self.delegate.docker_cmd, "exec", "-i", self.delegate.container_id, "sh"])
+        return self.session
+
+    def _run_in_session(self, command, print_output, print_input, arguments):
+        """The command through this host's open shell (shell.py says why and what stays as
+        docker exec made it), with pyinfra's wrapping, timeout and exit codes."""
+        control = extract_control_arguments(arguments)
+        unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
+        if print_input:
+            click.echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
+        status, stdout, stderr = self._session().run(unix_command.get_raw_value(), timeout=control.get("_timeout"))
+        if print_output:
+            for line in stdout:
+                click.echo(f"{self.host.print_prefix}{line}", err=True)
+            for line in stderr:
+                click.echo(f"{self.host.print_prefix}{click.style(line, 'red')}", err=True)
+        codes = control.get("_success_exit_codes")
+        return (status in codes if codes else status == 0), command_output(stdout, stderr)
 
     def put_file(
         self,
@@ -130,6 +179,16 @@ class LabConnector(BaseConnector):
         print_input=False,
         **arguments,
     ):
+        if isinstance(self.delegate, DockerConnector) and _lab_shell_wanted(arguments):
+            with get_file_io(filename_or_io) as file_io:
+                data = file_io.read()
+            data = data.encode() if isinstance(data, str) else data
+            if len(data) <= SESSION_UPLOAD_LIMIT:
+                status, _, stderr = self._session().put(data, remote_filename)
+                if status != 0:
+                    raise OSError("\n".join(stderr))  # as pyinfra's docker connector fails an upload
+                return True
+            filename_or_io = io.BytesIO(data)
         return self.delegate.put_file(
             filename_or_io, remote_filename, remote_temp_filename, print_output, print_input, **arguments
         )
