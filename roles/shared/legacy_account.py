@@ -114,14 +114,19 @@ class AccountMigration:
 
     user: str  # the configured names
     group: str
-    adopt: tuple[int, int] | None = None  # (uid, gid): the configured names are added with these now
+    ids: tuple[int, int] | None = None  # (uid, gid) of the former account the configured names take over
+    add_group: bool = False  # the configured group is added (with gid ids[1]) now
+    add_user: bool = False  # the configured user is added (with uid ids[0]) now
     moves: tuple[tuple[str, str], ...] = ()  # (former folder, configured folder) to move now
-    drop_account: bool = False  # the former names are (or are about to be) second names of those ids
     links: tuple[tuple[str, str], ...] = ()  # (former folder, configured folder): a link to drop
-    ids: tuple[int, int] | None = None  # (uid, gid) the account keeps, for the operations' names
+
+    @property
+    def drop_account(self) -> bool:
+        """The former names are (or are about to be) second names of the ids: to drop."""
+        return self.ids is not None
 
     def __bool__(self) -> bool:
-        return bool(self.adopt or self.moves or self.drop_account or self.links)
+        return bool(self.ids or self.moves or self.links)
 
 
 def fact_arguments(base) -> dict[str, str]:
@@ -133,14 +138,15 @@ def account_migration(state: AccountState, base) -> AccountMigration:
     """What is to do, from the state read before anything ran and the host's base_* settings."""
     user, group = base.service_user, base.service_group
     former, former_gid = state.users.get(FORMER_USER), state.groups.get(FORMER_GROUP)
-    # The account moves only from the former defaults, and only when neither name is kept.
-    renamed = user != FORMER_USER and group != FORMER_GROUP and former is not None and former_gid is not None
-    adopt = None
-    if renamed and user not in state.users and group not in state.groups:
-        adopt = (former[0], former_gid)
-    # Second names of the same ids: added now, or by an earlier deploy whose switch never passed.
-    user_alias = renamed and (adopt is not None or state.users.get(user, (None, None))[0] == former[0])
-    group_alias = renamed and (adopt is not None or state.groups.get(group) == former_gid)
+    ids = None
+    # The account moves only from the former defaults, only when neither name is kept, and only
+    # onto names that are free or already second names of its ids (an earlier deploy's, whose
+    # switch never passed or that stopped between two steps): never onto another account.
+    if user != FORMER_USER and group != FORMER_GROUP and former is not None and former_gid is not None:
+        user_free = user not in state.users or state.users[user][0] == former[0]
+        group_free = group not in state.groups or state.groups[group] == former_gid
+        if user_free and group_free:
+            ids = (former[0], former_gid)
     moves, links = [], []
     for old, new in ((FORMER_DATA_DIR, base.data_dir), (FORMER_LOG_DIR, base.log_dir)):
         if new == old:
@@ -153,11 +159,11 @@ def account_migration(state: AccountState, base) -> AccountMigration:
     return AccountMigration(
         user=user,
         group=group,
-        adopt=adopt,
+        ids=ids,
+        add_group=ids is not None and group not in state.groups,
+        add_user=ids is not None and user not in state.users,
         moves=tuple(moves),
-        drop_account=bool(user_alias or group_alias),
         links=tuple(links),
-        ids=(former[0], former_gid) if user_alias or group_alias else None,
     )
 
 
@@ -168,15 +174,17 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
     """(operation name, shell commands) of roles/base's part, in order: the configured names on
     the former ids, then each folder under its new name with a link at the old one."""
     steps = []
-    if migration.adopt:
-        uid, gid = migration.adopt
-        user, group = migration.user, migration.group
+    user, group = migration.user, migration.group
+    if migration.add_group:
+        gid = migration.ids[1]
         steps.append(
             (
                 f"Migrate service group {FORMER_GROUP} to {group} (gid {gid} kept)",
                 [f"groupadd --system --non-unique --gid {gid} {group}"],
             )
         )
+    if migration.add_user:
+        uid = migration.ids[0]
         steps.append(
             (
                 f"Migrate service user {FORMER_USER} to {user} (uid {uid} kept; the name {FORMER_USER} goes"
@@ -214,10 +222,11 @@ def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[st
     if not migration.drop_account:
         return []
     user, group = migration.user, migration.group
-    ids = f" (uid {migration.ids[0]} and gid {migration.ids[1]} stay, as {user}:{group})" if migration.ids else ""
+    uid, gid = migration.ids
     return [
         (
-            f"Remove the former service user and group name {FORMER_USER}{ids}: {why}",
+            f"Remove the former service user and group name {FORMER_USER} (uid {uid} and gid {gid} stay,"
+            f" as {user}:{group}): {why}",
             [
                 # Only a second name of the configured ids; -f: that uid runs the engine (as `user`).
                 f"u=$(id -u {FORMER_USER} 2>/dev/null);"

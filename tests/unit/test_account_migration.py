@@ -90,7 +90,7 @@ def test_the_fact_asks_for_both_names_and_quotes_the_folders():
 
 def test_a_host_of_fb51e7b_takes_the_new_names_on_its_ids_and_moves_its_folders():
     migration = account_migration(_state("fb51e7b"), _base())
-    assert migration.adopt == (999, 995) and migration.ids == (999, 995)
+    assert migration.ids == (999, 995) and migration.add_group and migration.add_user
     assert migration.moves == ((FORMER_DATA_DIR, NEW_DATA), (FORMER_LOG_DIR, NEW_LOG))
     assert migration.drop_account and migration.links == migration.moves
     steps = adoption_steps(migration, NEW_DATA)
@@ -115,7 +115,7 @@ def test_a_host_of_fb51e7b_takes_the_new_names_on_its_ids_and_moves_its_folders(
 
 def test_after_a_switch_that_never_passed_only_the_former_names_are_left_to_drop():
     migration = account_migration(_state("transition"), _base())
-    assert migration.adopt is None and migration.moves == ()
+    assert not migration.add_group and not migration.add_user and migration.moves == ()
     assert migration.drop_account and migration.ids == (999, 995)
     assert migration.links == ((FORMER_DATA_DIR, NEW_DATA), (FORMER_LOG_DIR, NEW_LOG))
 
@@ -135,7 +135,7 @@ def test_a_site_that_set_the_former_user_keeps_its_account():
         {"service_user": "sglang", "service_group": "sglang"},
     ):
         migration = account_migration(_state("fb51e7b"), _base(**own))
-        assert migration.adopt is None and not migration.drop_account, own
+        assert migration.ids is None and not migration.drop_account, own
         assert not any("useradd" in c or "groupadd" in c for _, cs in adoption_steps(migration, NEW_DATA) for c in cs)
     # All four old names set: nothing at all.
     kept = _base(service_user="sglang", service_group="sglang", data_dir=FORMER_DATA_DIR, log_dir=FORMER_LOG_DIR)
@@ -147,9 +147,19 @@ def test_a_folder_moves_only_to_a_name_that_is_free():
     taken = AccountState(found.users, found.groups, {**found.paths, "/srv/engine": ("dir", "")})
     migration = account_migration(taken, _base(data_dir="/srv/engine"))
     assert migration.moves == ((FORMER_LOG_DIR, NEW_LOG),)
-    # A configured user that exists already, on other ids, is another account: left alone.
-    other = AccountState({**found.users, "inference": (1001, 1001)}, {**found.groups, "inference": 1001}, found.paths)
-    assert account_migration(other, _base()).adopt is None and not account_migration(other, _base()).drop_account
+
+
+def test_the_account_moves_only_onto_free_names_or_its_own_second_names():
+    found = _state("fb51e7b")
+    # A configured user or group that exists already on other ids is another account: left alone.
+    for users, groups in (({"inference": (1001, 995)}, {}), ({}, {"inference": 1001})):
+        other = AccountState({**found.users, **users}, {**found.groups, **groups}, found.paths)
+        assert account_migration(other, _base()).ids is None, (users, groups)
+    # An earlier deploy that stopped between the two steps: the group is there, the user is added.
+    half = AccountState(found.users, {**found.groups, "inference": 995}, found.paths)
+    migration = account_migration(half, _base())
+    assert (migration.add_group, migration.add_user, migration.ids) == (False, True, (999, 995))
+    assert [commands for _, commands in adoption_steps(migration, NEW_DATA)][0] == [ADOPT_USER]
 
 
 # --- the plan: the real deploy against a @fake host that answers as an fb51e7b host -------------------------
