@@ -32,11 +32,19 @@ unit (the deploy never rewrites a release that is not the active one). So:
    USERGROUPS_ENAB, Debian's and Ubuntu's default, the group of the same name goes with it),
    `groupdel -f sglang` where it is left, and the two links. The deploy after that changes nothing.
 
+While both names exist, the ids resolve to the first entry of /etc/passwd and /etc/group, the
+former one: pyinfra's facts (stat's %U, `id -gn`) read `sglang`, so the migration deploy sets
+the owner of the account's folders and secret files and the user's group again (the same ids:
+nothing changes on disk); once the former names are gone they read `inference`. The engine's
+switch also runs whenever the fact finds the account between its names (roles/serving
+Switching.renaming): a deploy that stopped after roles/base's part still restarts the engine.
+
 A host that runs no engine (a gateway) drops the old names in roles/base right away. Only the
-old defaults are migrated: a site that set base_service_user and base_service_group itself
-keeps its account (the account moves only when neither configured name is `sglang`), and a
-directory moves only when the site left its setting to the new default (or named another
-folder that does not exist yet).
+old defaults are migrated: a site that set base_service_user or base_service_group to `sglang`
+keeps its account (the account moves only when neither configured name is `sglang`, and only
+onto names that are free or already second names of its ids, never onto another account), and
+a folder moves only when its setting names another folder that does not exist yet (the new
+default, say).
 """
 
 from __future__ import annotations
