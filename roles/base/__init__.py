@@ -14,6 +14,13 @@ from pyinfra.operations import apt, files, server
 from roles.base.facts import UvVersion
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.host_system import require_distro, sysctl_file
+from roles.shared.legacy_account import (
+    ServiceAccountState,
+    account_migration,
+    adopt_former_names,
+    drop_former_names,
+    fact_arguments,
+)
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.site import (
@@ -59,6 +66,7 @@ def base() -> None:
     require_distro(SUPPORTED, "roles/base", "Ubuntu 24.04 (production) or Debian 12 (lab)")
     _install_apt(settings)
     trust_extra_cas(settings)
+    _former_account(settings)  # before _service_user, which would make a new, empty one beside it
     _service_user(settings)
     _sysctl(settings)
     _limits(settings)
@@ -75,6 +83,17 @@ def _install_apt(settings: HostSettings) -> None:
         update=True,
         cache_time=24 * 3600,
     )
+
+
+def _former_account(settings: HostSettings) -> None:
+    """A host deployed before the engine-neutral service account (roles/shared/legacy_account.py):
+    the configured names take over the former account's ids and its folders. On a gpu node the
+    former names go after the engine's switch (roles/serving); elsewhere nothing runs under them."""
+    found = host.get_fact(ServiceAccountState, **fact_arguments(settings.base))
+    migration = account_migration(found, settings.base)
+    adopt_former_names(migration, settings.base.data_dir)
+    if not settings.in_group("gpu_nodes"):
+        drop_former_names(migration, "no engine runs on this host")
 
 
 def _service_user(settings: HostSettings) -> None:

@@ -49,6 +49,13 @@ from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
 from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import LIBEXEC
+from roles.shared.legacy_account import (
+    AccountMigration,
+    ServiceAccountState,
+    account_migration,
+    drop_former_names,
+    fact_arguments,
+)
 from roles.shared.legacy_layout import (
     LEGACY_SCRIPTS,
     LEGACY_SECRET_DIR,
@@ -254,16 +261,20 @@ def serving() -> None:
     unit = f"{settings.serving.unit_name}.service"
     # A host deployed before the engine-neutral names: its old unit serves until the switch.
     legacy = legacy_engine(host, settings)
+    # A host deployed before the engine-neutral service account: roles/base gave the account
+    # its new names beside the former ones, which go once the engine serves under the new.
+    account = account_migration(host.get_fact(ServiceAccountState, **fact_arguments(settings.base)), settings.base)
     changes = [_scripts(), _release_config(settings, stack)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
-    switching = _switch_condition(settings, stack, unit, changes)
+    switching = _switch_condition(settings, stack, unit, changes, account)
     _preflight(settings, stack, switching)
     _switch_and_restart(settings, stack, unit, switching, legacy)
     _kv_estimate_note(settings, stack)
     if legacy:
         _remove_legacy(settings, legacy)
+    drop_former_names(account, f"{unit} serves as {settings.base.service_user}")
 
 
 def _kv_estimate_note(settings: HostSettings, stack: EngineStack) -> None:
@@ -419,26 +430,32 @@ def restart_pending_file(unit_name: str) -> str:
 @dataclass(frozen=True)
 class Switching:
     """Whether the switch runs: another environment, a stopped unit, a restart an earlier
-    rolling step left pending, or anything the unit runs with changed in this deploy. Called
-    while executing (pyinfra's _if), after those operations ran; the preflight and the switch
-    share it, so one runs exactly when the other does."""
+    rolling step left pending, the service account between its former and its new names (the
+    engine may still run as it started, under the former: roles/shared/legacy_account.py), or
+    anything the unit runs with changed in this deploy. Called while executing (pyinfra's _if),
+    after those operations ran; the preflight and the switch share it, so one runs exactly when
+    the other does."""
 
     linked: str | None
     state: str | None
     target: str
     operations: tuple
     pending: bool = False
+    renaming: bool = False
 
     def __call__(self) -> bool:
         return (
             self.linked != self.target
             or self.state != "active"
             or self.pending
+            or self.renaming
             or any(op.did_change() for op in self.operations)
         )
 
 
-def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, changes) -> Switching:
+def _switch_condition(
+    settings: HostSettings, stack: EngineStack, unit: str, changes, account: AccountMigration | None = None
+) -> Switching:
     # pyinfra's files.Link fact: None where nothing is there, False where it is not a link.
     link = host.get_fact(Link, path=layout.current_link(settings.base.install_root))
     return Switching(
@@ -447,6 +464,7 @@ def _switch_condition(settings: HostSettings, stack: EngineStack, unit: str, cha
         target=env_dir(settings, stack),
         operations=tuple(op for group in changes for op in group),
         pending=bool(host.get_fact(File, path=restart_pending_file(settings.serving.unit_name))),
+        renaming=bool(account),
     )
 
 
@@ -535,6 +553,8 @@ def _switch_and_restart(
         if state != "active"
         else "restart left pending by an earlier rolling step, or for changed settings"
         if switching.pending
+        else f"restart as {settings.base.service_user} (the service account's new names), and for changed settings"
+        if switching.renaming
         else "restart for changed settings"
     )
     command, behind = switch_command(

@@ -1,7 +1,8 @@
 """roles/engine_envs + roles/serving in the lab: the migration of a host deployed by main before
-the engine-neutral names (commit 7c5257e); the real sglang wheel in its versioned uv
-environment, patched; the stand-in server under the real systemd unit; restarts only on
-change; cleanup of stubborn children; upgrade and health-gated rollback with measured downtime."""
+the engine-neutral names (commit 7c5257e), and of one deployed by main before the engine-neutral
+service account (commit fb51e7b); the real sglang wheel in its versioned uv environment,
+patched; the stand-in server under the real systemd unit; restarts only on change; cleanup of
+stubborn children; upgrade and health-gated rollback with measured downtime."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import lab
-from roles.shared import legacy_layout
+from roles.shared import legacy_account, legacy_layout
 from roles.shared.engine_env import env_dir
 from roles.site import load_site, vault
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
@@ -70,19 +71,32 @@ def _inventory_with_active(tmp_path: Path, stack_id: str) -> Path:
 # Main before the engine-neutral names: what a host deployed today runs (roles/shared/legacy_layout.py).
 OLD_MAIN = "7c5257e"
 OLD_MAIN_FULL = "7c5257eb8f211ee0098afb5f1225a1e143f31695"
+# Main before the engine-neutral service account (roles/shared/legacy_account.py): the user
+# `sglang`, /var/lib/sglang and /var/log/sglang. 7c5257e had them too.
+OLD_ACCOUNT_MAIN = "fb51e7b"
+OLD_ACCOUNT_MAIN_FULL = "fb51e7b12f732aadda8b7ae472ae149155d45aa8"
+FORMER_USER = legacy_account.FORMER_USER
+FORMER_FOLDERS = (legacy_account.FORMER_DATA_DIR, legacy_account.FORMER_LOG_DIR)
 UNIT = f"{HOST.serving.unit_name}.service"
 LEGACY_ROOT = "/opt/sglang"
 # systemd's catalog ids (systemd 252, src/systemd/sd-messages.h): a unit started, a unit stopped.
 UNIT_STARTED, UNIT_STOPPED = "39f53479d3a045ac8e11786248231fbf", "9d1aaa27d60140bd96365438aad20286"
 
 
-def _old_main(tmp: Path) -> Path:
-    """The project at OLD_MAIN with its own environment, sharing this lab's throwaway vault."""
+def _old_main(
+    tmp: Path,
+    commit: str = OLD_MAIN,
+    full: str = OLD_MAIN_FULL,
+    what: str = "main before the engine-neutral names",
+    api_key_name: str = "sglang_api_key",
+) -> Path:
+    """The project at `commit` with its own environment, sharing this lab's throwaway vault
+    (api_key_name: the vault key that commit reads the API key under)."""
 
     def known() -> bool:
         return (
             subprocess.run(
-                ["git", "rev-parse", "--verify", "--quiet", f"{OLD_MAIN}^{{commit}}"],
+                ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
                 cwd=PROJECT_ROOT,
                 capture_output=True,
             ).returncode
@@ -91,19 +105,18 @@ def _old_main(tmp: Path) -> Path:
 
     if not known():  # a shallow clone: ask its origin for that one commit (full id: fetch needs it)
         subprocess.run(
-            ["git", "fetch", "--quiet", "--depth=1", "origin", OLD_MAIN_FULL],
+            ["git", "fetch", "--quiet", "--depth=1", "origin", full],
             cwd=PROJECT_ROOT,
             capture_output=True,
             timeout=300,
         )
     if not known():
         pytest.fail(
-            f"commit {OLD_MAIN} (main before the engine-neutral names) is not in this clone;"
-            f" the migration test deploys it: git fetch origin {OLD_MAIN}"
+            f"commit {commit} ({what}) is not in this clone; the migration test deploys it: git fetch origin {commit}"
         )
-    tree = tmp / "old-main"
+    tree = tmp / f"old-main-{commit}"
     tree.mkdir()
-    archive = subprocess.run(["git", "archive", OLD_MAIN], cwd=PROJECT_ROOT, capture_output=True, check=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=PROJECT_ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     # The same vault (API key, token), its password and the guest's SSH key: this lab's, not new ones.
     (tree / ".lab").mkdir(mode=0o700)
@@ -113,8 +126,8 @@ def _old_main(tmp: Path) -> Path:
     # Its inventory and lab read the API key by its old name (docs/upgrades.md#engine-neutral-setting-names):
     # its copy of the vault holds the same value under that name.
     copied = tree / ".lab" / "secrets.vault.yml"
-    if copied.exists() and "engine_api_key" in vault.stored(copied):
-        vault.rename_secret(copied, "engine_api_key", "sglang_api_key")
+    if api_key_name != "engine_api_key" and copied.exists() and "engine_api_key" in vault.stored(copied):
+        vault.rename_secret(copied, "engine_api_key", api_key_name)
     # The same NVIDIA apt signing key: one vendor's key for old and new code, as on the target. A key
     # of its own (made once per checkout) left the guest trusting only the old repository's
     # signature, and apt kept the old index for this code's repository.
@@ -193,14 +206,11 @@ def _migrate(gpu_guest, tree: Path) -> dict:
     old = _old_deploy(tree)
     assert old.returncode == 0, "the first deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
     old_s = time.monotonic() - started
-    # Two builds of the NVIDIA repository at one URL, old main's and this lab's, are not one
-    # repository moving forward as NVIDIA's is: apt kept old main's index of it (python's
-    # http.server answers If-Modified-Since by file times: 304), where the exporter's DCGM pin is
-    # missing. The guest forgets old main's index of that URL; its next update reads this lab's.
-    gpu_guest.run("rm -f /var/lib/apt/lists/*_compute_cuda_repos_*")
+    _forget_old_nvidia_index(gpu_guest)
     assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
     assert not gpu_guest.file(f"/etc/systemd/system/{UNIT}").exists
     _wait_healthy(gpu_guest)
+    ids = _ids(gpu_guest, FORMER_USER)  # its service account: migrated too, keeping these
     started = time.monotonic()
     failed = run_deploy(env={"INFERENCE_HOST_LAB_NEVER_HEALTHY": OLD.sglang})
     failed_s = time.monotonic() - started
@@ -209,6 +219,10 @@ def _migrate(gpu_guest, tree: Path) -> dict:
         gpu_guest.service("sglang").is_running
         and gpu_guest.run(f"curl -sf -o /dev/null {URL}/health_generate").rc == 0
         and not gpu_guest.service(HOST.serving.unit_name).is_enabled
+    )
+    # ... under the service account's old names, still there beside the new ones until a switch passes.
+    old_names_kept = gpu_guest.run(f"getent passwd {FORMER_USER}").rc == 0 and all(
+        gpu_guest.file(path).is_symlink for path in FORMER_FOLDERS
     )
     after = _cursor(gpu_guest)
     started = time.monotonic()
@@ -220,7 +234,45 @@ def _migrate(gpu_guest, tree: Path) -> dict:
     )
     if run.returncode != 0:  # its test fails saying why; the tests after it get a deployed guest
         _restore(gpu_guest)
-    return {"failed": failed, "run": run, "after": after, "legacy_serves": legacy_serves}
+    return {
+        "failed": failed,
+        "run": run,
+        "after": after,
+        "legacy_serves": legacy_serves,
+        "old_names_kept": old_names_kept,
+        "ids": ids,
+    }
+
+
+def _forget_old_nvidia_index(gpu_guest) -> None:
+    """Two builds of the NVIDIA repository at one URL, old main's and this lab's, are not one
+    repository moving forward as NVIDIA's is: apt kept old main's index of it (python's
+    http.server answers If-Modified-Since by file times: 304), where the exporter's DCGM pin is
+    missing. The guest forgets old main's index of that URL; its next update reads this lab's."""
+    gpu_guest.run("rm -f /var/lib/apt/lists/*_compute_cuda_repos_*")
+
+
+def _ids(gpu_guest, user: str) -> tuple[str, str]:
+    return gpu_guest.check_output(f"id -u {user}"), gpu_guest.check_output(f"id -g {user}")
+
+
+def _gone(gpu_guest, path: str) -> bool:
+    """Neither there nor a link (testinfra's `exists` follows a link: a dangling one is not there)."""
+    return gpu_guest.run(f"test -e {shlex.quote(path)} || test -L {shlex.quote(path)}").rc != 0
+
+
+def _assert_account_migrated(gpu_guest, ids: tuple[str, str]) -> None:
+    """The service account under its new names with its old ids; nothing of the old names left."""
+    base = HOST.base
+    assert _ids(gpu_guest, base.service_user) == ids, f"{base.service_user} must keep {FORMER_USER}'s uid and gid"
+    assert gpu_guest.run(f"getent passwd {FORMER_USER}").rc != 0, f"the user {FORMER_USER} is left"
+    assert gpu_guest.run(f"getent group {legacy_account.FORMER_GROUP}").rc != 0, "the old group is left"
+    for path in FORMER_FOLDERS:
+        assert _gone(gpu_guest, path), f"{path} is left after the migration"
+    for path in (base.data_dir, base.log_dir):
+        folder = gpu_guest.file(path)
+        assert folder.is_directory and (folder.user, folder.group) == (base.service_user, base.service_group), path
+    assert gpu_guest.check_output(f"stat -c %U /proc/{_main_pid(gpu_guest)}") == base.service_user
 
 
 def _restore(gpu_guest) -> None:
@@ -255,6 +307,7 @@ def test_a_failed_migration_leaves_the_old_unit_serving(gpu_guest, migrated):
     text = failed.stdout + failed.stderr
     assert "ROLLED BACK" in text and "sglang.service serves again" in text, failed.explain()
     assert migrated["legacy_serves"], "after the failed try the old unit must serve, the new one be off boot"
+    assert migrated["old_names_kept"], "the failed try must leave the old account names (its rollback runs under them)"
 
 
 def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
@@ -279,9 +332,106 @@ def test_a_host_of_old_main_migrates_with_one_restart(gpu_guest, migrated):
         assert not gpu_guest.file(path).exists, f"{path} is left after the migration"
     assert gpu_guest.run("systemctl cat sglang.service").rc != 0
     assert "sglang.service" not in gpu_guest.check_output("systemctl list-units --all --no-legend --plain")
+    # Its service account too (the one main kept up to fb51e7b): given its new names by the failed
+    # try already (roles/base), the old names dropped after this run's switch.
+    assert any(name.startswith(f"Base | Migrate service user {FORMER_USER} to ") for name in migrated["failed"].changed)
+    assert any(name.startswith("Serving | Remove the former service user") for name in run.changed), run.changed
+    _assert_account_migrated(gpu_guest, migrated["ids"])
 
 
 def test_the_deploy_after_the_migration_changes_nothing(gpu_guest, migrated):
+    before = _main_pid(gpu_guest)
+    unchanged = run_deploy()
+    assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    assert _main_pid(gpu_guest) == before
+
+
+# A file planted in the old data folder (where the Hugging Face cache lives): the lab's engine
+# reads no Hub repository, so its guest holds no token there (roles/base removes it); this file
+# stands in for the cache and the token. Its digest and inode say it was moved, not copied.
+PLANTED = ".cache/huggingface/hub/ih-account-migration"
+
+
+def _plant(gpu_guest) -> dict:
+    old = legacy_account.FORMER_DATA_DIR
+    gpu_guest.check_output(
+        f"install -d -o {FORMER_USER} -g {legacy_account.FORMER_GROUP} -m 0700 {old}/.cache {old}/.cache/huggingface"
+        f" {old}/.cache/huggingface/hub && head -c 4096 /dev/urandom > {old}/{PLANTED}"
+        f" && chown {FORMER_USER}:{legacy_account.FORMER_GROUP} {old}/{PLANTED} && chmod 0600 {old}/{PLANTED}"
+    )
+    return _planted(gpu_guest, old)
+
+
+def _planted(gpu_guest, folder: str) -> dict:
+    """Digest, inode and numeric owner of the planted file (computed in the guest: nothing of it is printed)."""
+    path = f"{folder}/{PLANTED}"
+    return {
+        "sha256": gpu_guest.check_output(f"sha256sum {path} | cut -d' ' -f1"),
+        "inode": gpu_guest.check_output(f"stat -c '%i %u:%g' {path}"),
+    }
+
+
+def _migrate_account(gpu_guest, tree: Path) -> dict:
+    # A new guest deployed first by OLD_ACCOUNT_MAIN (its first deploy: the account and folders
+    # are that commit's), then by this code once.
+    lab.fresh("gpu")
+    started = time.monotonic()
+    old = _old_deploy(tree)
+    assert old.returncode == 0, "the first deploy of main at " + OLD_ACCOUNT_MAIN + " failed\n" + old.explain()
+    old_s = time.monotonic() - started
+    _forget_old_nvidia_index(gpu_guest)
+    assert gpu_guest.service(HOST.serving.unit_name).is_running
+    assert gpu_guest.check_output(f"stat -c %U /proc/{_main_pid(gpu_guest)}") == FORMER_USER
+    _wait_healthy(gpu_guest)
+    ids, planted = _ids(gpu_guest, FORMER_USER), _plant(gpu_guest)
+    after = _cursor(gpu_guest)
+    started = time.monotonic()
+    run = run_deploy()
+    migration_s = time.monotonic() - started
+    print(f"\naccount migration: old main's first deploy of the guest {old_s:.0f} s, the migration {migration_s:.0f} s")
+    if run.returncode != 0:  # its test fails saying why; the tests after it get a deployed guest
+        _restore(gpu_guest)
+    return {"run": run, "after": after, "ids": ids, "planted": planted}
+
+
+@pytest.fixture(scope="module")
+def account_migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
+    """A new guest deployed by OLD_ACCOUNT_MAIN (the service user `sglang`), then by this code.
+    Whatever fails here, the guest is restored for the tests after these."""
+    tree = _old_main(
+        tmp_path_factory.mktemp("account-migration"),
+        OLD_ACCOUNT_MAIN,
+        OLD_ACCOUNT_MAIN_FULL,
+        "main before the engine-neutral service account",
+        api_key_name="engine_api_key",
+    )
+    try:
+        return _migrate_account(gpu_guest, tree)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        _restore(gpu_guest)
+        raise
+
+
+def test_a_host_of_fb51e7b_takes_the_new_account_names_keeping_its_ids(gpu_guest, account_migrated):
+    run, after = account_migrated["run"], account_migrated["after"]
+    assert run.returncode == 0, run.explain()
+    uid = account_migrated["ids"][0]
+    assert f"Base | Migrate service user {FORMER_USER} to {HOST.base.service_user} (uid {uid} kept" in " ".join(
+        run.changed
+    ), run.changed
+    assert any(name.startswith("Serving | Remove the former service user") for name in run.changed), run.changed
+    _assert_account_migrated(gpu_guest, account_migrated["ids"])
+    # The data folder was moved, not copied: the planted file, same content, same inode, same owner.
+    assert _planted(gpu_guest, HOST.base.data_dir) == account_migrated["planted"]
+    journal = _units_journal(gpu_guest, after)
+    assert _starts(gpu_guest, UNIT, after) == 1, "the engine must start exactly once\n" + journal
+    _wait_healthy(gpu_guest, timeout=5)
+    assert run.health_checks, "the deploy's health check did not run"
+
+
+def test_the_deploy_after_the_account_migration_changes_nothing(gpu_guest, account_migrated):
     before = _main_pid(gpu_guest)
     unchanged = run_deploy()
     assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed

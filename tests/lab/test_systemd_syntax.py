@@ -284,7 +284,7 @@ def test_the_issues_planted_values_arrive_unchanged_and_the_old_rendering_did_no
     now = _read_back(systemd_container, "sx-engine")
     # One writable path, the planted one: the folder `sg lang ` (its trailing blank too); systemd
     # drops the trailing `/` (the same directory).
-    assert now["paths"] == ["/var/lib/sg lang ", "/var/log/sglang"]
+    assert now["paths"] == ["/var/lib/sg lang ", "/var/log/inference-engine"]
     assert now["workdir"] == "/var/lib/sg lang "
     assert f"({PLANTED_MODEL}, stack" in now["description"]
     assert now["hf_home"] == f"{PLANTED_DATA_DIR}/.cache/huggingface"

@@ -96,7 +96,10 @@ def test_unit_has_the_required_settings():
     env = serving.config_dir(GPU_HOST, STACK.active, PROD)
     for line in (
         "Type=exec",
-        "User=sglang",
+        "User=inference",
+        "Group=inference",
+        "WorkingDirectory=/var/lib/inference-engine",
+        "ReadWritePaths=/var/lib/inference-engine /var/log/inference-engine",
         f"EnvironmentFile={env}/inference-engine.env",
         f"ExecStart={env}/launch",
         "TimeoutStartSec=1200",
@@ -110,11 +113,11 @@ def test_unit_has_the_required_settings():
     ):
         assert line in text.splitlines() or any(row.startswith(line) for row in text.splitlines()), line
     assert (
-        "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service"
+        "ExecStartPre=+/usr/local/libexec/inference-host/inference-engine-cleanup inference inference-engine.service"
         in text
     )
     assert (
-        "ExecStopPost=+/usr/local/libexec/inference-host/inference-engine-cleanup sglang inference-engine.service"
+        "ExecStopPost=+/usr/local/libexec/inference-host/inference-engine-cleanup inference inference-engine.service"
         in text
     )
 

@@ -51,7 +51,8 @@ def test_defaults_fill_what_the_inventory_leaves_out(inventory):
     assert host.serving.port == 30000 and host.serving.host == "127.0.0.1"
     assert host.nccl.p2p_level == "SYS" and host.nccl.ib_disable is None  # group_data/gpu_nodes.py
     assert host.base.sysctl == {"kernel.numa_balancing": "0"}
-    assert host.base.service_user == "sglang"
+    assert host.base.service_user == "inference" and host.base.service_group == "inference"
+    assert (host.base.data_dir, host.base.log_dir) == ("/var/lib/inference-engine", "/var/log/inference-engine")
 
 
 def test_host_in_several_groups_merges_its_data(inventory):

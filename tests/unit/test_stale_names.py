@@ -71,6 +71,20 @@ NOT_SCRIPTS = {"secret-args"}
 # Where the old script names are named on purpose: the list the migration removes, and the
 # upgrade notes that say what was renamed.
 OLD_NAMES_ON_PURPOSE = {"roles/shared/legacy_layout.py", "README.md", "docs/upgrades.md"}
+# The service account's folders before their rename (roles/shared/legacy_account.py): named only
+# where the migration moves them, where it is tested, and where the notes say what was renamed.
+OLD_FOLDER = re.compile(r"/var/(?:lib|log)/sglang(?![\w.-])")
+OLD_FOLDERS_ON_PURPOSE = {
+    "roles/shared/legacy_account.py",
+    "README.md",
+    "docs/upgrades.md",
+    "docs/testing.md",
+    "roles/base/README.md",
+    "tests/unit/test_account_migration.py",
+    "tests/unit/plans/_fake.py",
+    "tests/unit/plans/inventory_account_kept_ubuntu2404.py",
+    "tests/lab/test_sglang_engine.py",
+}
 
 
 def _folders(tracked: set[str]) -> set[str]:
@@ -188,6 +202,18 @@ def stale_scripts(texts: dict[str, str], scripts: set[str]) -> list[str]:
     return found
 
 
+def stale_folders(texts: dict[str, str]) -> list[str]:
+    """'file:line: folder' for the service account's old folders named outside the places that
+    name them on purpose (now /var/lib/inference-engine and /var/log/inference-engine)."""
+    found = []
+    for name, text in texts.items():
+        if name == GUARD or name.startswith(NOT_OURS) or name in OLD_FOLDERS_ON_PURPOSE:
+            continue
+        for match in OLD_FOLDER.finditer(text):
+            found.append(f"{name}:{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)} (an old name)")
+    return found
+
+
 def installed_scripts() -> set[str]:
     templates = (PROJECT_ROOT / "roles" / "serving" / "templates").glob("inference-engine-*.j2")
     return {path.name.removeprefix("inference-engine-").removesuffix(".j2") for path in templates}
@@ -209,6 +235,11 @@ def test_every_engine_script_named_is_one_the_deploy_installs():
     scripts = installed_scripts()
     assert {"switch", "rolling", "cleanup", "wait-ready"} <= scripts
     found = stale_scripts(_tracked_texts(), scripts)
+    assert found == [], "\n".join(found)
+
+
+def test_the_service_accounts_old_folders_are_named_only_on_purpose():
+    found = stale_folders(_tracked_texts())
     assert found == [], "\n".join(found)
 
 
@@ -259,3 +290,9 @@ def test_the_guard_sees_stale_paths_sections_and_scripts():
         "roles/b.py:1: sglang-* (an old name: now inference-engine-*)",
         "roles/b.py:1: inference-engine-{switch,gone} (no such script)",
     ]
+    assert stale_folders(
+        {
+            "roles/c.py": "HF_HOME=/var/lib/" + "sglang/.cache, /var/log/" + "sglang-x, /var/lib/inference-engine",
+            "docs/upgrades.md": "/var/lib/" + "sglang",
+        }
+    ) == ["roles/c.py:1: /var/lib/" + "sglang (an old name)"]

@@ -112,7 +112,7 @@ def test_a_space_in_a_path_and_a_specifier_verify_clean_and_did_not_before(inven
     site = _planted(inventory)
     units = _preview(site, tmp_path / "now")["gpu1"]
     engine = units["/etc/systemd/system/inference-engine.service"]
-    assert 'ReadWritePaths="/var/lib/sg lang /" /var/log/sglang' in engine.splitlines()
+    assert 'ReadWritePaths="/var/lib/sg lang /" /var/log/inference-engine' in engine.splitlines()
     assert "(kimi-%%h, stack" in engine
     assert systemd_verify.verify(units, tmp_path / "now-root") == []
     # The old rendering, values written raw: systemd splits the path and keeps `/` writable.
@@ -192,7 +192,11 @@ def test_encodings_follow_systemds_rules():
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
-        ("base_data_dir", "/var/lib/sglang ", "WorkingDirectory= (base_data_dir): systemd strips blanks at the ends"),
+        (
+            "base_data_dir",
+            "/var/lib/inference-engine ",
+            "WorkingDirectory= (base_data_dir): systemd strips blanks at the ends",
+        ),
     ],
 )
 def test_a_value_systemd_would_change_is_refused_at_inventory_load(inventory, setting, value, message):

@@ -261,7 +261,11 @@ def test_an_env_variable_that_changes_what_code_runs_is_refused(inventory, valid
 
 
 def test_the_labs_own_extra_env_stays_valid(inventory):
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": "/var/lib/sglang", "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1"}
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "TMPDIR": "/var/lib/inference-engine",
+        "INFERENCE_HOST_STANDIN_STUBBORN_CHILD": "1",
+    }
     site = load_site(inventory.groups(gpu_nodes=[gpu_node(serving_extra_env=env)]))
     assert site.hosts["gpu1"].serving.extra_env == env
 

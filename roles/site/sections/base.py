@@ -29,20 +29,22 @@ class BaseSettings(Section):
         str,
         check(lambda v: UNIX_NAME_RE.match(v) and v != "root", "an unprivileged lower-case Unix user name, not root"),
     ] = Field(
-        "sglang",
+        "inference",
         description=(
             "Unprivileged system user (no login shell) the engine runs as; owns the data, model and log directories."
         ),
     )
-    service_group: UnixName = Field("sglang", description="Primary group of base_service_user.")
+    service_group: UnixName = Field("inference", description="Primary group of base_service_user.")
     install_root: AbsolutePath = Field(
         "/opt/inference-host",
         description=(
             "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit runs through."
         ),
     )
+    # The data and log directories are named after the unit (inference-engine.service), as
+    # systemd's StateDirectory= and LogsDirectory= name theirs.
     data_dir: AbsolutePath = Field(
-        "/var/lib/sglang",
+        "/var/lib/inference-engine",
         description=(
             "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live under it."
         ),
@@ -51,7 +53,8 @@ class BaseSettings(Section):
         "/models", description=("Directory for models on the gpu node (mode 0750), owned by the service user.")
     )
     log_dir: AbsolutePath = Field(
-        "/var/log/sglang", description=("The engine's log directory (mode 0750), writable inside the unit's sandbox.")
+        "/var/log/inference-engine",
+        description=("The engine's log directory (mode 0750), writable inside the unit's sandbox."),
     )
     uv_dir: AbsolutePath = Field(
         "/opt/uv",

@@ -117,7 +117,7 @@ _replica = {
         # not under TORCHINDUCTOR_CACHE_DIR), which PrivateTmp empties at every start: each
         # restart rebuilt it, about 5 minutes on 2 cores while the other replica served alone.
         # The unit's writable home keeps it (docs/rolling-upgrades.md).
-        "TMPDIR": "/var/lib/sglang",
+        "TMPDIR": "/var/lib/inference-engine",
         # Two CPU replicas share this machine's cores. vLLM's default ("auto", vllm 0.16.0
         # v1/worker/cpu_worker.py init_device) pins each engine's OpenMP threads, its main thread
         # included, to the same cores; a restarted replica's first compile (torch's ISA probe runs

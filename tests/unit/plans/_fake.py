@@ -58,3 +58,24 @@ def fake_host(distro: str, **responses) -> dict:
             **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},
         },
     }
+
+
+def fb51e7b_account(moved: bool = True) -> dict:
+    """Fact answers of a gpu node deployed by main up to commit fb51e7b: the service user `sglang`
+    with /var/lib/sglang and /var/log/sglang (roles/shared/legacy_account.py's fact, captured
+    output), and (moved) pyinfra's Link fact on those folders once moved: links to the new names."""
+    import re
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data" / "service_account"
+    folders = (("/var/lib/sglang", "/var/lib/inference-engine"), ("/var/log/sglang", "/var/log/inference-engine"))
+    return {
+        "/etc/passwd | sed 's/^/passwd:/'": (data / "fb51e7b.txt").read_text().splitlines(),
+        **{
+            re.compile(rf"stat -c .* {old}\b"): [
+                f"user=root group=root mode=lrwxrwxrwx atime=0 mtime=0 ctime=0 size=25 '{old}' -> '{new}'"
+            ]
+            for old, new in folders
+            if moved
+        },
+    }

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake import fake_host
+from _fake import fake_host, fb51e7b_account
 
 from roles.site import vault
 from validation import require_valid_inventory
@@ -33,6 +33,10 @@ gpu_nodes = [
     ("@fake/rep-a", {**_node, "ssh_hostname": "10.0.0.1"}),
     ("@fake/rep-b", {**_node, "ssh_hostname": "10.0.0.2"}),
 ]
-gateways = [("@fake/gw-ubuntu2404", {**_site, **fake_host("ubuntu2404")})]
+# The gateway's host was deployed by main up to commit fb51e7b (its roles/base made the service
+# account under the former names): it migrates in roles/base alone (roles/shared/legacy_account.py).
+_gateway = fake_host("ubuntu2404")
+_gateway["fake_responses"] = {**fb51e7b_account(), **_gateway["fake_responses"]}
+gateways = [("@fake/gw-ubuntu2404", {**_site, **_gateway})]
 
 require_valid_inventory(__file__, globals())

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake import fake_host
+from _fake import fake_host, fb51e7b_account
 
 from validation import require_valid_inventory
 
@@ -17,7 +17,11 @@ _old_host = {
     "if [ -e /opt/sglang/uv-cache ] && [ ! -e /opt/inference-host/uv-cache ]": "yes",
 }
 
-gpu_nodes = [("@fake/gpu-migrating", {**_site, **fake_host("ubuntu2404", **_old_host), "gpu_count": 8})]
+# Its service account is the one main kept up to commit fb51e7b (roles/shared/legacy_account.py).
+_host = fake_host("ubuntu2404", **_old_host)
+_host["fake_responses"] = {**fb51e7b_account(), **_host["fake_responses"]}
+
+gpu_nodes = [("@fake/gpu-migrating", {**_site, **_host, "gpu_count": 8})]
 builders = ["@fake/gpu-migrating"]
 
 require_valid_inventory(__file__, globals())
