@@ -114,7 +114,9 @@ def _old_main(
         pytest.fail(
             f"commit {commit} ({what}) is not in this clone; the migration test deploys it: git fetch origin {commit}"
         )
-    tree = tmp / f"old-main-{commit}"
+    # Short: gpg-agent's sockets live in <tree>/.lab/nvidia_apt_repo/gnupg, and a Unix socket's
+    # path holds at most 107 bytes (sun_path); "account-migration0/old-main-fb51e7b" went past it.
+    tree = tmp / commit
     tree.mkdir()
     archive = subprocess.run(["git", "archive", commit], cwd=PROJECT_ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
@@ -399,7 +401,7 @@ def account_migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
     """A new guest deployed by OLD_ACCOUNT_MAIN (the service user `sglang`), then by this code.
     Whatever fails here, the guest is restored for the tests after these."""
     tree = _old_main(
-        tmp_path_factory.mktemp("account-migration"),
+        tmp_path_factory.mktemp("acct"),
         OLD_ACCOUNT_MAIN,
         OLD_ACCOUNT_MAIN_FULL,
         "main before the engine-neutral service account",

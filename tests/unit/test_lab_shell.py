@@ -1,5 +1,6 @@
-"""The lab connector's open shell per host (lab/pyinfra-connector/.../shell.py), run here against a
-local `sh` in place of `docker exec -i <container> sh`: what pyinfra gets back must be what a
+"""The lab connector's open shell per host
+(lab/pyinfra-connector/src/inference_host_lab_connector/shell.py), run here against a local `sh`
+in place of `docker exec -i <container> sh`: what pyinfra gets back must be what a
 `docker exec` per command gave it (status, stdout and stderr apart, lines split as pyinfra's
 read_buffer splits them, stdin empty), uploads land whole with docker cp's mode, and a shell that
 dies or a command that times out never makes a command run twice or answer for another."""
