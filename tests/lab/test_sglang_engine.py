@@ -199,16 +199,22 @@ def _old_deploy(tree: Path) -> DeployRun:
     return DeployRun(completed.returncode, completed.stdout, completed.stderr, results)
 
 
+def _old_main_deploys_a_new_guest(gpu_guest, tree: Path, commit: str) -> float:
+    """A new guest (a bare container, as its node's `pct create` makes one), deployed by the
+    project at `commit` (tree); the seconds that took."""
+    lab.fresh("gpu")
+    started = time.monotonic()
+    old = _old_deploy(tree)
+    assert old.returncode == 0, f"the first deploy of main at {commit} failed\n" + old.explain()
+    _forget_old_nvidia_index(gpu_guest)
+    return time.monotonic() - started
+
+
 def _migrate(gpu_guest, tree: Path) -> dict:
     # A new guest (a bare container, as its node's `pct create` makes one), deployed first by
     # OLD_MAIN: every file, user and unit on it is what that commit's deploy makes. Only the
     # guest: the node's roles kept their names across the rename.
-    lab.fresh("gpu")
-    started = time.monotonic()
-    old = _old_deploy(tree)
-    assert old.returncode == 0, "the first deploy of main at " + OLD_MAIN + " failed\n" + old.explain()
-    old_s = time.monotonic() - started
-    _forget_old_nvidia_index(gpu_guest)
+    old_s = _old_main_deploys_a_new_guest(gpu_guest, tree, OLD_MAIN)
     assert gpu_guest.service(legacy_layout.LEGACY_UNIT).is_running
     assert not gpu_guest.file(f"/etc/systemd/system/{UNIT}").exists
     _wait_healthy(gpu_guest)
@@ -376,12 +382,7 @@ def _planted(gpu_guest, folder: str) -> dict:
 def _migrate_account(gpu_guest, tree: Path) -> dict:
     # A new guest deployed first by OLD_ACCOUNT_MAIN (its first deploy: the account and folders
     # are that commit's), then by this code once.
-    lab.fresh("gpu")
-    started = time.monotonic()
-    old = _old_deploy(tree)
-    assert old.returncode == 0, "the first deploy of main at " + OLD_ACCOUNT_MAIN + " failed\n" + old.explain()
-    old_s = time.monotonic() - started
-    _forget_old_nvidia_index(gpu_guest)
+    old_s = _old_main_deploys_a_new_guest(gpu_guest, tree, OLD_ACCOUNT_MAIN)
     assert gpu_guest.service(HOST.serving.unit_name).is_running
     assert gpu_guest.check_output(f"stat -c %U /proc/{_main_pid(gpu_guest)}") == FORMER_USER
     _wait_healthy(gpu_guest)
