@@ -54,14 +54,12 @@ ROLLING_RUNS = int(os.environ.get("INFERENCE_HOST_LAB_ROLLING_RUNS", "1"))
 STREAM_SECONDS = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "30"))
 STREAMS_AT_ONCE = 3
 PROMPT = "Tell a long story."
-# One more stream at a time with a long prompt (about 2,000 tokens to prefill, its generation
-# shortened to fit the context): four streams on two replicas of at most 2 running requests each
-# (--max-num-seqs 2, tests/lab/inventories/replicas_vllm.py), so while one replica is out, two
-# wait in the other's queue.
-LONG_PROMPT = " ".join(["once upon a time"] * 500)
-# What that prompt takes of the context, with the chat template's tokens: vLLM 0.16.0 counted
-# 2,201 input tokens (its 400 "You passed 2201 input tokens and requested 5992 output tokens").
-LONG_PROMPT_CONTEXT = 2400
+# One more stream at a time with a long prompt (2,080 bytes: up to as many tokens to prefill with
+# the tiny model's byte-level tokenizer; its generation shortened to fit the context): four
+# streams on two replicas of at most 2 running requests each (--max-num-seqs 2,
+# tests/lab/inventories/replicas_vllm.py), so while one replica is out, two wait in the other's
+# queue.
+LONG_PROMPT = " ".join(["once upon a time"] * 130)
 # How much slower a stream decodes during the upgrade than in the calibration before it: the
 # other replica's vLLM starting (compiling) and the deploy share the machine's cores. Seen on a
 # 2-core machine: 200 tok/s calibrated, 13-20 tok/s on the drained replica; streams sized from the
@@ -118,6 +116,14 @@ def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
         f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key, timeout=STREAM_SECONDS * 8 + 120
     )
     return {**result, "long_prompt": long_prompt, "expected": tokens}
+
+
+def _long_prompt_tokens(node, key: str) -> int:
+    """The long prompt's tokens with the chat template's, as the replica counts them (vLLM 0.16.0's
+    /tokenize: {"count", "max_model_len", "tokens"}; entrypoints/serve/tokenize)."""
+    body = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": f"{PROMPT} 0.0 {LONG_PROMPT}"}]}
+    with _post(f"{worker_url(node)}/tokenize", body, key, timeout=60) as answer:
+        return int(json.loads(answer.read())["count"])
 
 
 def _running(node, key: str) -> int | None:
@@ -366,7 +372,10 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
     journals of both engines and of smg over each upgrade are kept under .lab/replicas-vllm/."""
     nodes = replicas(site.hosts)
     tokens, rate = _calibrated_tokens(site, key)
-    long_tokens = max(64, min(tokens, tiny_llama.MAX_POSITIONS - LONG_PROMPT_CONTEXT))  # what the context leaves
+    # What the context leaves after the long prompt, as the engine counts it (the tiny model's
+    # byte-level tokenizer made one run's 2,000 words 7,479 tokens: 400 for any generation of more
+    # than 713).
+    long_tokens = max(16, min(tokens, tiny_llama.MAX_POSITIONS - _long_prompt_tokens(nodes[0], key) - 32))
     figures, failures = [], []
     for number in range(1, ROLLING_RUNS + 1):
         stop, streams, samples, queued = threading.Event(), [], {n.name: [] for n in nodes}, [0]
@@ -408,7 +417,7 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
         )
         cut = [s for s in streams if _cut(s, s["expected"])]
         print(
-            f"\nupgrade {number}: per stream, tokens delivered/expected (long: a ~2,000-token prompt;"
+            f"\nupgrade {number}: per stream, tokens delivered/expected (long: a 2,080-byte prompt;"
             " first token after the request):"
         )
         for s in sorted(streams, key=lambda s: s["began"]):
