@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.lab,
     pytest.mark.skipif(
         os.environ.get("INFERENCE_HOST_LAB_VLLM_ROLLING") != "1",
-        reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): ~25 minutes on 2 cores, beyond CI's budget"
+        reason="opt-in (INFERENCE_HOST_LAB_VLLM_ROLLING=1): 9-25 minutes on 2 cores, beyond CI's budget"
         " (docs/testing.md)",
     ),
 ]
