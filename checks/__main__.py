@@ -7,18 +7,26 @@
 
 Exit status 0 when every check passed or was skipped with a reason, 1 when one failed, 2 for
 bad input. Reports land in reports/health-<host>-<time>.json unless --report names a file.
+
+Every command on the host is bounded (checks/bounded.py): one that overruns is a FAIL line that
+names it, its bound, the likely cause and the next step, and each host's run ends within
+--deadline-s (default 900 s) plus one kill grace of 15 s; `--dcgm-level` adds DCGM's own bound
+and the unit's stop and start timeouts before it.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from checks import bounded
 from checks.connection import testinfra_url
 from checks.site_cache import site_of
 from roles.site import SiteError
@@ -49,8 +57,15 @@ def _arguments(argv):
         type=int,
         choices=(2, 3),
         metavar="2|3",
-        help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs): the serving "
-        "unit is stopped for it and started again afterwards",
+        help="also run `dcgmi diag -r 2|3` (minutes; needs idle GPUs) before the suites: the "
+        "serving unit is stopped for it and started again, and the suites judge it afterwards",
+    )
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=bounded.DEFAULT_DEADLINE_S,
+        help="total bound of each host's checks in seconds: commands after it are not run and "
+        "fail (default %(default)g)",
     )
     return parser.parse_args(argv)
 
@@ -114,6 +129,7 @@ def pytest_arguments(args, name: str | None, url: str, report: str) -> list[str]
         "-m",
         " or ".join(suites),
         f"--report-json={report}",
+        f"--deadline-s={getattr(args, 'deadline_s', bounded.DEFAULT_DEADLINE_S):g}",
         "-o",
         "addopts=",
         "-o",
@@ -166,6 +182,8 @@ def main(argv=None) -> int:
         return 2
     worst = 0
     for name, url, pytest_argv in runs:
+        if args.dcgm_level:  # first: the suites then judge the machine DCGM leaves behind
+            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
         print(f"\n### health checks of {name or url} ({url})", flush=True)
         code = int(pytest.main(pytest_argv))
         if code == 5:
@@ -180,64 +198,121 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
         worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
-        if args.dcgm_level and code in (0, 1):
-            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
     return worst
 
 
 def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
-    """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail."""
+    """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail.
+    An engine that does not come back afterwards is a FAIL line of its own."""
     import testinfra
 
     from checks.expectations import Expectations
     from roles.site import ServingSettings
 
-    host = testinfra.get_host(url, sudo=sudo)
+    host = bounded.bound(testinfra.get_host(url, sudo=sudo))
     unit = ServingSettings.model_fields["unit_name"].default  # the deploy's default, without an inventory
     if inventory and name:
         unit = Expectations.from_site(site_of(inventory), name).unit_name
-    tests, problem = dcgm_diag(host, level, unit)
-    if tests is None:
-        print(f"dcgmi diag -r {level}: {problem}", file=sys.stderr)
-        return 1
-    if problem:
-        print(f"dcgmi diag -r {level}: FAIL ({problem})")
-        return 1
-    for test in tests:
-        print(f"  {test.section} {test.name}: {test.result}" + "".join(f"\n    {detail}" for detail in test.details))
-    failed = [t for t in tests if t.result in ("Fail", "Warn")]
-    verdict = "FAIL" if failed or not tests else "PASS"
-    print(
-        f"dcgmi diag -r {level}: {verdict} ({len(tests)} tests"
-        + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "")
-        + ")"
-    )
-    return 1 if verdict == "FAIL" else 0
+    run = dcgm_diag(host, level, unit)
+    code = 0
+    if run.tests is None:
+        print(f"dcgmi diag -r {level}: FAIL ({run.problem})")
+        code = 1
+    elif run.problem:
+        print(f"dcgmi diag -r {level}: FAIL ({run.problem})")
+        code = 1
+    else:
+        for test in run.tests:
+            print(f"  {test.section} {test.name}: {test.result}" + "".join(f"\n    {d}" for d in test.details))
+        failed = [t for t in run.tests if t.result in ("Fail", "Warn")]
+        verdict = "FAIL" if failed or not run.tests else "PASS"
+        print(
+            f"dcgmi diag -r {level}: {verdict} ({len(run.tests)} tests"
+            + (", failed: " + ", ".join(f"{t.name} {t.result}" for t in failed) if failed else "")
+            + ")"
+        )
+        code = 1 if verdict == "FAIL" else 0
+    if run.restart_problem:
+        print(f"engine restart after dcgmi diag -r {level}: FAIL ({run.restart_problem})")
+        code = 1
+    elif run.was_active:
+        print(f"engine restart after dcgmi diag -r {level}: PASS ({unit}.service active again)")
+    return code
 
 
-def dcgm_diag(host, level: int, unit: str):
+@dataclass
+class DcgmRun:
+    """One `dcgmi diag` run with the engine stopped around it.
+
+    tests: DCGM's results; None when it could not run (problem says why), [] with problem when
+    DCGM refused or overran. restart_problem: the engine, active before, is not active again."""
+
+    tests: list | None
+    problem: str | None = None
+    was_active: bool = False
+    restart_problem: str | None = None
+
+
+def unit_timeouts(host, unit: str) -> tuple[float, float]:
+    """The unit's TimeoutStartSec and TimeoutStopSec (systemctl show; infinity: 1800 s)."""
+    from checks.acceptance import parse_timespan
+
+    shown = bounded.run(host, f"systemctl show -p TimeoutStartUSec -p TimeoutStopUSec {shlex.quote(unit)}")
+    values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+    start = parse_timespan(values.get("TimeoutStartUSec", "")) or 1800
+    stop = parse_timespan(values.get("TimeoutStopUSec", "")) or 1800
+    return start, stop
+
+
+def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
     """Runs `dcgmi diag -r 2|3 -j` with the serving unit stopped (levels 2 and 3 need idle GPUs:
-    DCGM's nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome.
-    Returns (tests, None); (None, why) when it could not run; ([], DCGM's message) when DCGM
-    refused the run."""
+    DCGM's nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome,
+    and whether it came back. Every command is bounded: DCGM by DCGM_DIAG_BOUND_S, the unit's
+    stop and start by its own TimeoutStopSec/TimeoutStartSec plus 30 s."""
     from checks import gpu_parsers as parse
 
-    if host.run("command -v dcgmi").rc != 0:
-        return None, "dcgmi is not installed (set nvidia_driver_dcgm = true)"
-    active = host.run(f"systemctl is-active {unit}").stdout.strip() == "active"
-    if active:
-        print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
-        host.run(f"systemctl stop {unit}")
+    if bounded.run(host, "command -v dcgmi").rc != 0:
+        return DcgmRun(None, "dcgmi is not installed (set nvidia_driver_dcgm = true)")
     try:
-        result = host.run(f"dcgmi diag -r {level} -j")
+        active = bounded.run(host, f"systemctl is-active {shlex.quote(unit)}").stdout.strip() == "active"
+        start_s, stop_s = unit_timeouts(host, unit) if active else (1800, 1800)
+    except bounded.CommandOverrun as error:
+        return DcgmRun(None, str(error))
+    run = DcgmRun([], was_active=active)
+    try:
+        if active:
+            print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
+            bounded.run(host, f"systemctl stop {shlex.quote(unit)}", what="systemctl", bound_s=stop_s + 30)
+        result = bounded.run(host, f"dcgmi diag -r {level} -j", what="dcgmi", bound_s=bounded.DCGM_DIAG_BOUND_S[level])
+        run.tests = parse.parse_dcgmi_diag_json(result.stdout)
+    except bounded.CommandOverrun as error:
+        run.problem = str(error)
+    except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
+        run.problem = str(error)
     finally:
         if active:
             print(f"dcgmi diag -r {level}: starting {unit}.service again", flush=True)
-            host.run(f"systemctl start {unit}")
+            run.restart_problem = start_again(host, unit, start_s)
+    return run
+
+
+def start_again(host, unit: str, start_s: float) -> str | None:
+    """Starts the unit and says why it is not active afterwards (None: it is)."""
+    quoted = shlex.quote(unit)
     try:
-        return parse.parse_dcgmi_diag_json(result.stdout), None
-    except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
-        return [], str(error)
+        started = bounded.run(host, f"systemctl start {quoted}", what="systemctl", bound_s=start_s + 30)
+        state = bounded.run(host, f"systemctl is-active {quoted}").stdout.strip() or "unknown"
+    except bounded.CommandOverrun as error:
+        return str(error)
+    if started.rc == 0 and state == "active":
+        return None
+    said = " ".join((started.stderr or started.stdout).split())[:300]
+    return (
+        f"expected {unit}.service active again after DCGM; found `systemctl start` rc {started.rc}"
+        f"{f' ({said})' if said else ''}, state {state}; what to do: the engine is not serving: read "
+        f"`journalctl -u {unit} -b` for why it did not start (a GPU DCGM left in a bad state: "
+        "`nvidia-smi -q`, the kernel log's Xid lines), then `systemctl start` it by hand"
+    )
 
 
 if __name__ == "__main__":

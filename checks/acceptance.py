@@ -13,6 +13,13 @@ Verdicts: PASS, FAIL, UNREACHED (could not be collected: said in one line, never
 passed), N/A (does not apply to this site, e.g. no KVM guest, no drafter served).
 Exit status: 0 every line PASS or N/A; 1 a line failed; 3 none failed but one was unreached;
 2 bad input (no host contacted).
+
+Order on a GPU node: DCGM level 2 first (the engine stopped, started again, and whether it came
+back is a line of its own), then the health checks, so that the verdict and every line read
+from them judge the machine as DCGM left it. Every command is bounded (checks/bounded.py); an
+overrun is a FAIL line naming the command. Time bound per GPU node: DCGM's 1200 s plus the
+unit's TimeoutStopSec and TimeoutStartSec (+30 s each), the health checks' 900 s, the
+benchmark's 1800 s, and a minute per other command.
 """
 
 from __future__ import annotations
@@ -294,25 +301,53 @@ def parse_timespan(text: str) -> float | None:
     return total or None
 
 
-def dcgm_line(args, host, expect, source: str) -> Line:
+def dcgm_lines(args, host, expect, source: str) -> list[Line]:
+    """DCGM level 2 with the engine stopped around it, and whether the engine came back: two
+    lines. Run before the health checks, so that every line after it judges the machine as DCGM
+    left it (a GPU DCGM disturbed, an engine that did not start again)."""
     from checks.__main__ import dcgm_diag
 
     area, expectation = "DCGM diagnostics level 2", "every test Pass or Skip (dcgmi diag -r 2 -j)"
+    restart_area = "engine restart after DCGM"
+    restart_expectation = f"{expect.unit_name}.service active again after DCGM stopped it"
     if not args.dcgm:
-        return Line(area, expect.host_name, expectation, "not run (--no-dcgm)", UNREACHED, source)
-    tests, problem = dcgm_diag(host, 2, expect.unit_name)
-    if problem:
-        return Line(area, expect.host_name, expectation, problem, UNREACHED if tests is None else FAIL, source)
-    bad = [f"{t.name}: {t.result}" for t in tests if t.result in ("Fail", "Warn")]
-    return Line(
+        return [
+            Line(area, expect.host_name, expectation, "not run (--no-dcgm)", UNREACHED, source),
+            Line(restart_area, expect.host_name, restart_expectation, "DCGM did not run", NOT_APPLICABLE),
+        ]
+    run = dcgm_diag(host, 2, expect.unit_name)
+    if run.was_active:
+        restart = Line(
+            restart_area,
+            expect.host_name,
+            restart_expectation,
+            run.restart_problem or f"{expect.unit_name}.service active",
+            FAIL if run.restart_problem else PASS,
+        )
+    else:
+        restart = Line(
+            restart_area,
+            expect.host_name,
+            restart_expectation,
+            f"{expect.unit_name}.service was not active before DCGM: not stopped, not started "
+            "(the health verdict judges it)",
+            NOT_APPLICABLE,
+        )
+    if run.tests is None:
+        return [Line(area, expect.host_name, expectation, run.problem or "could not run", UNREACHED, source), restart]
+    if run.problem:
+        return [Line(area, expect.host_name, expectation, run.problem, FAIL, source), restart]
+    bad = [f"{t.name}: {t.result}" for t in run.tests if t.result in ("Fail", "Warn")]
+    dcgm = Line(
         area,
         expect.host_name,
         expectation,
-        f"{len(tests)} tests" + (", " + ", ".join(bad) if bad else ", none failed"),
-        FAIL if bad or not tests else PASS,
+        f"{len(run.tests)} tests" + (", " + ", ".join(bad) if bad else ", none failed"),
+        FAIL if bad or not run.tests else PASS,
         source,
-        details=[f"{t.section} {t.name}: {t.result}" for t in tests],
+        details=[f"{t.section} {t.name}: {t.result}" for t in run.tests],
     )
+    return [dcgm, restart]
 
 
 def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -> Line:
@@ -367,9 +402,15 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
 def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[Line]:
     import testinfra
 
-    host = testinfra.get_host(url)
+    from checks import bounded
+
+    host = bounded.bound(testinfra.get_host(url))
     suites = args.suites.split(",") if args.suites else site.hosts[name].health.after_deploy if site else list(SUITES)
     gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
+    dcgmi = bounded.run(host, "command -v dcgmi").stdout.strip()
+    dcgm_from = "stand-in: lab dcgmi" if dcgmi and standin(host, dcgmi) else TARGET
+    # DCGM first: the health report, and so every line below and the verdict, is taken after it.
+    dcgm = dcgm_lines(args, host, expect, dcgm_from)
     report = health_report(args, name, folder)
     lines = [
         from_health(
@@ -388,16 +429,25 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
             "every weight set's manifest matches the pin",
             ("weights manifest matches the pin",),
         ),
-        load_time_line(host, expect, engine_from),
+        overran_as_line("model load time", name, lambda: load_time_line(host, expect, engine_from)),
         first_generation_line(report, name, engine_from),
         kv_cache_line(report, site, name, engine_from),
         accept_length_line(report, name, expect, engine_from),
-        bench_line(args, site, name, host, expect, engine_from, folder),
+        overran_as_line(
+            "single-stream benchmark", name, lambda: bench_line(args, site, name, host, expect, engine_from, folder)
+        ),
     ]
-    dcgmi = host.run("command -v dcgmi").stdout.strip()
-    lines.append(dcgm_line(args, host, expect, "stand-in: lab dcgmi" if dcgmi and standin(host, dcgmi) else TARGET))
-    lines.append(health_verdict_line(report, name, suites))
-    return lines
+    return lines + dcgm + [health_verdict_line(report, name, suites)]
+
+
+def overran_as_line(area: str, name: str, collect) -> Line:
+    """A line whose collection ran into a command's bound is a FAIL naming that command."""
+    from checks.bounded import CommandOverrun
+
+    try:
+        return collect()
+    except CommandOverrun as error:
+        return Line(area, name, "collected within its bound", str(error), FAIL)
 
 
 def allreduce_line(report: dict | None, name: str, expect, source: str) -> Line:
@@ -655,6 +705,7 @@ def main(argv=None) -> int:
 def collect(args, site, folder: Path) -> list[Line]:
     import testinfra
 
+    from checks import bounded
     from checks.connection import testinfra_url
     from checks.expectations import Expectations
 
@@ -666,7 +717,9 @@ def collect(args, site, folder: Path) -> list[Line]:
             if guest.guest.node == node.name and guest.guest.gpu_addresses
         ]
         try:
-            lines.extend(node_lines(node, testinfra.get_host(testinfra_url(args.inventory, node.name))))
+            lines.extend(node_lines(node, bounded.bound(testinfra.get_host(testinfra_url(args.inventory, node.name)))))
+        except bounded.CommandOverrun as error:
+            lines.append(Line("node", node.name, "every command within its bound", str(error), FAIL))
         except Exception as error:  # noqa: BLE001 - an unreachable node is one line, not a traceback
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
@@ -675,6 +728,8 @@ def collect(args, site, folder: Path) -> list[Line]:
             lines.extend(
                 guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name), expect, folder)
             )
+        except bounded.CommandOverrun as error:
+            lines.append(Line("gpu node", gpu_node.name, "every command within its bound", str(error), FAIL))
         except Exception as error:  # noqa: BLE001
             lines.append(
                 Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED)
@@ -695,7 +750,13 @@ def collect_one(args, expect, folder: Path) -> list[Line]:
     lines = [
         Line("node", "(none)", "the node's kernel arguments, nouveau, vfio", "no inventory: no node to read", UNREACHED)
     ]
-    return lines + guest_lines(args, None, expect.host_name or args.hosts, args.hosts, expect, folder)
+    from checks.bounded import CommandOverrun
+
+    name = expect.host_name or args.hosts
+    try:
+        return lines + guest_lines(args, None, name, args.hosts, expect, folder)
+    except CommandOverrun as error:
+        return lines + [Line("gpu node", name, "every command within its bound", str(error), FAIL)]
 
 
 if __name__ == "__main__":

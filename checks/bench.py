@@ -147,7 +147,7 @@ def bench_command(
 
 
 def run_workload(host, target, args) -> list[parse.BenchResult]:
-    from checks import server_checks
+    from checks import bounded, server_checks
 
     expect = target["expect"]
     key_setup = ""
@@ -175,7 +175,7 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
             f"{args.input_len} in / {args.output_len} out",
             flush=True,
         )
-        result = host.run(f"bash -c {shlex.quote(script)}")
+        result = bounded.run(host, f"bash -c {shlex.quote(script)}", what="benchmark")
         if result.rc != 0:
             raise RuntimeError(
                 f"the {expect.engine} benchmark failed (rc {result.rc}): {result.stderr.strip()[-1500:]}"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from checks import bounded
 from checks.expectations import Expectations
 from checks.probes import GpuProbe
 from checks.site_cache import site_of
@@ -41,6 +42,12 @@ def pytest_addoption(parser):
     )
     group.addoption("--report-json", metavar="PATH", help="write the verdicts as JSON to PATH")
     group.addoption(
+        "--deadline-s",
+        type=float,
+        default=bounded.DEFAULT_DEADLINE_S,
+        help="total bound of the run per host: commands after it are not run and fail (default %(default)s)",
+    )
+    group.addoption(
         "--no-bandwidth-probes",
         action="store_true",
         help="skip the probes that load every GPU (memory bandwidth, PCIe link under load):"
@@ -52,6 +59,7 @@ def pytest_configure(config):
     for suite in SUITES:
         config.addinivalue_line("markers", f"{suite}: the {suite} health-check suite")
     config._ih_started = time.time()
+    config._ih_started_monotonic = time.monotonic()
     _validate_expectations(config)
 
 
@@ -114,12 +122,36 @@ def expect(request, host) -> Expectations:
 
 
 _PROBES: dict[str, GpuProbe] = {}
+_BOUNDED: list = []
+
+
+def _bounded(config, host):
+    """Every command on the checked host bounded, within the run's total deadline (checks/bounded.py)."""
+    if host not in _BOUNDED:
+        bounded.bound(host, config.getoption("--deadline-s"), config._ih_started_monotonic)
+        _BOUNDED.append(host)
+    return host
+
+
+@pytest.fixture(autouse=True)
+def _bounded_host(request):
+    params = getattr(request.node, "callspec", None)
+    testinfra_host = params.params.get("_testinfra_host") if params else None
+    if testinfra_host is not None:
+        _bounded(request.config, testinfra_host)
 
 
 @pytest.fixture(scope="module")
-def gpu(host) -> GpuProbe:
+def gpu(request, host) -> GpuProbe:
     key = host.backend.get_pytest_id()
-    return _PROBES.setdefault(key, GpuProbe(host))
+    return _PROBES.setdefault(key, GpuProbe(_bounded(request.config, host)))
+
+
+def pytest_unconfigure(config):
+    """The deadline is this run's: a caller in the same process (checks.acceptance) goes on
+    with the hosts bounded but without it."""
+    while _BOUNDED:
+        bounded.clear_deadline(_BOUNDED.pop())
 
 
 def pytest_generate_tests(metafunc):
@@ -159,6 +191,7 @@ def _message(report) -> str:
         return report.longrepr[2].removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash else str(report.longrepr)
+    text = re.sub(r"^(?:[\w.]+\.)?CommandOverrun: ", "", text)
     return text.removeprefix("AssertionError: ").removeprefix("Failed: ").split("\nassert ")[0]
 
 

@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from checks import bounded
 from checks import gpu_parsers as parse
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+# A program's outer bound past its own timeout_s: its own KILL comes first and its check says what
+# it was doing; the outer one is for a process KILL cannot end (stuck in the driver).
+PROGRAM_BOUND_MARGIN_S = 30
 SMI = "nvidia-smi"
 # systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
@@ -59,7 +63,7 @@ class GpuProbe:
     def _smi(self, args: str) -> Evidence:
         if not self.smi_path:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
-        result = self.host.run(f"{SMI} {args}")
+        result = bounded.run(self.host, f"{SMI} {args}", what="nvidia-smi")
         if result.rc != 0:
             return Evidence(
                 None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
@@ -69,7 +73,7 @@ class GpuProbe:
     @cached_property
     def smi_plain(self):
         """`nvidia-smi` itself: its failure text is how a version mismatch shows."""
-        return self.host.run(SMI) if self.smi_path else None
+        return bounded.run(self.host, SMI, what="nvidia-smi") if self.smi_path else None
 
     @cached_property
     def gpu_query(self) -> Evidence:
@@ -92,6 +96,24 @@ class GpuProbe:
         return self._smi(
             "--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits"
         )
+
+    @cached_property
+    def memory_used_mib(self) -> int | None:
+        """Memory used over all GPUs (MiB), whoever holds it; None when nvidia-smi cannot say."""
+        used = self._smi("--query-gpu=memory.used --format=csv,noheader,nounits")
+        if used.text is None:
+            return None
+        values = [line.strip() for line in used.text.splitlines() if line.strip()]
+        return sum(int(v) for v in values) if values and all(v.isdigit() for v in values) else None
+
+    @cached_property
+    def container(self) -> str:
+        """systemd-detect-virt --container (its file when the tool is missing): "none" outside
+        a container, "lxc" in an LXC guest, "unknown" when neither answers."""
+        found = self.host.run(
+            "systemd-detect-virt --container 2>/dev/null || cat /run/systemd/container 2>/dev/null || echo unknown"
+        )
+        return (found.stdout.strip().splitlines() or ["unknown"])[0].strip()
 
     @cached_property
     def topology(self) -> Evidence:
@@ -212,7 +234,7 @@ class GpuProbe:
             f'timeout -s KILL {int(timeout_s)} {shlex.quote(python)} "$d/{program}" {args}; '
             'rc=$?; rm -rf "$d"; exit $rc'
         )
-        return self.host.run(command)
+        return bounded.run(self.host, command, what="gpu program", bound_s=int(timeout_s) + PROGRAM_BOUND_MARGIN_S)
 
     def engine_python_missing(self, python: str) -> str | None:
         if self.host.run(f"test -x {shlex.quote(python)}").rc != 0:

@@ -19,6 +19,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from checks import bounded
 from checks import gpu_parsers as parse
 from checks.probes import explain
 
@@ -74,7 +75,9 @@ def request(
         curl += ["-K", '<(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")']
     command = " ".join(shlex.quote(c) if not c.startswith("<(") else c for c in curl)
     script = f"{key_setup}{data}{command} {shlex.quote(base_url(expect) + path)}"
-    result = host.run(f"bash -c {shlex.quote(script)}")
+    # curl's -m bounds the request (a server that accepts and never answers: curl exit 28); the
+    # outer bound is for the rest (jq, a shell that does not start).
+    result = bounded.run(host, f"bash -c {shlex.quote(script)}", what="engine HTTP", bound_s=float(timeout_s) + 15)
     return parse_curl_output(result.stdout, result.stderr)
 
 

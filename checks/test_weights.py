@@ -15,6 +15,7 @@ import shlex
 
 import pytest
 
+from checks import bounded
 from checks.conftest import _site_host_name
 from checks.probes import explain, report
 from checks.site_cache import site_of
@@ -52,7 +53,7 @@ def weight_sets(request, host):
 
 def test_weights_manifest_matches_the_pin(host, weight_sets, request):
     for ws in weight_sets:
-        probe = host.run(f"python3 -c {shlex.quote(PROBE)} {shlex.quote(ws.guest_dir)}")
+        probe = bounded.run(host, f"python3 -c {shlex.quote(PROBE)} {shlex.quote(ws.guest_dir)}", what="python probe")
         assert probe.rc == 0, explain(
             f"a verified manifest at {ws.manifest}",
             (probe.stderr.strip().splitlines() or ["none"])[-1],

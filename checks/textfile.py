@@ -9,7 +9,9 @@ under the unit's CPUQuota= and TimeoutStartSec= (monitoring_check_cpu_quota_perc
 monitoring_check_timeout_s). It runs `python -m checks --hosts local://` with the
 expectations the deploy rendered from the site model, without the probes that load every GPU
 (--no-bandwidth-probes), and never stops or restarts the engine (only `--dcgm-level` would, and
-it is not passed).
+it is not passed). Every command the checks run is bounded (checks/bounded.py) and the whole run
+ends within --deadline-s (default 90 s, under the unit's default TimeoutStartSec=120): a wedged
+`nvidia-smi` is a failed check named in inference_host_check_failure_info, not a killed unit.
 
 Output, the Prometheus text exposition format 0.0.4 (prometheus/docs, "Exposition formats";
 node_exporter's textfile collector reads it), one family per metric with HELP and TYPE:
@@ -190,7 +192,7 @@ def checked_arguments(path: Path) -> list[str]:
     return arguments
 
 
-def run(expect_file: Path, suites: str, out: Path) -> int:
+def run(expect_file: Path, suites: str, out: Path, deadline_s: float = 90) -> int:
     from checks.__main__ import main as run_checks
 
     try:
@@ -201,7 +203,17 @@ def run(expect_file: Path, suites: str, out: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="inference-host-checks-") as folder:
         report = Path(folder) / "report.json"
         code = run_checks(
-            ["--hosts", "local://", "--suites", suites, "--report", str(report), "--no-bandwidth-probes", *expectations]
+            [
+                "--hosts",
+                "local://",
+                "--suites",
+                suites,
+                "--report",
+                str(report),
+                "--no-bandwidth-probes",
+                f"--deadline-s={deadline_s:g}",
+                *expectations,
+            ]
         )
         if not report.exists():
             print(f"inference-host checks: no report (exit {code}); {out} is left as it was", file=sys.stderr)
@@ -216,8 +228,15 @@ def main(argv=None) -> int:
     parser.add_argument("--expect-file", required=True, type=Path)
     parser.add_argument("--suites", default="gpu,service,server")
     parser.add_argument("--out", required=True, type=Path, help="the .prom file in the textfile directory")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=90,
+        help="total bound of the checks (default %(default)g s: under the unit's default "
+        "TimeoutStartSec of 120 s, so a wedged command is a failure metric, not a killed run)",
+    )
     args = parser.parse_args(argv)
-    return run(args.expect_file, args.suites, args.out)
+    return run(args.expect_file, args.suites, args.out, args.deadline_s)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ from pyinfra.api import FunctionCommand, deploy, operation
 from roles.site import PROJECT_ROOT, current_host, current_site
 
 CHECK_OPERATION_PREFIX = "Check health"
+# `python -m checks` bounds every command and ends within its --deadline-s (900 s by default,
+# checks/bounded.py) plus a kill grace; this bound is for the rest (a Python that never starts).
+CHECKS_DEADLINE_S = 900
+CHECKS_LOCAL_BOUND_S = CHECKS_DEADLINE_S + 120
 
 
 @deploy("Health")
@@ -71,6 +75,7 @@ def check_command(inventory: str, host_name: str, suites: list[str], report: str
         ",".join(suites),
         "--report",
         report,
+        f"--deadline-s={CHECKS_DEADLINE_S}",
     ]
 
 
@@ -81,13 +86,22 @@ def run_checks(inventory: str, host_name: str, suites: list[str]) -> str | None:
     # --report whose folder is missing (a mistyped path of the user's is not made).
     (PROJECT_ROOT / "reports").mkdir(exist_ok=True)
     report = str(Path("reports") / f"health-{safe}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    completed = subprocess.run(
-        check_command(inventory, host_name, suites, report),
-        cwd=PROJECT_ROOT,
-        stdout=sys.stderr,
-        stderr=sys.stderr,
-        check=False,
-    )
+    try:
+        completed = subprocess.run(
+            check_command(inventory, host_name, suites, report),
+            cwd=PROJECT_ROOT,
+            stdout=sys.stderr,
+            stderr=sys.stderr,
+            check=False,
+            timeout=CHECKS_LOCAL_BOUND_S,
+        )
+    except subprocess.TimeoutExpired:
+        return (
+            f"health checks of {host_name} did not end within {CHECKS_LOCAL_BOUND_S} s (their own "
+            f"deadline is {CHECKS_DEADLINE_S} s): killed; likely cause: the controller's Python or "
+            "its connection to the host hangs; what to do: re-run them alone with: uv run python -m "
+            f"checks --inventory {inventory} --host {host_name} --suites {','.join(suites)}"
+        )
     if completed.returncode == 0:
         return None
     return (

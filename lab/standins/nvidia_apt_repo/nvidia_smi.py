@@ -25,8 +25,20 @@ planted information file:
 The processes holding a GPU (`--query-compute-apps`, `-q`'s Processes, the plain table's
 Processes): the driver lists a process while it holds a CUDA context; no process in the lab
 can. A lab test makes one "hold" a GPU by writing /run/nvidia-smi-standin/compute-apps/<pid>
-("<gpu index> <used MiB>"); it is listed while that process lives, as a context ends with its
-process. Fields as NVML reports a process (nvmlDeviceGetComputeRunningProcesses:
+("<gpu index> <used MiB>[ <node pid>]"); it is listed while that process lives, as a context
+ends with its process, and its memory counts in `memory.used` (the captured -q: Used 0 MiB when
+none). Which PID is listed depends on where the driver runs, and the lab says so with
+/run/nvidia-smi-standin/pid-namespace:
+- absent: the host's own PIDs, as on bare metal or in a KVM guest whose kernel runs the driver;
+- "container": as NVML answers inside an LXC guest (its own PID namespace, the driver in the
+  node's kernel, which knows no PID namespace: NVIDIA/nvidia-docker#1483, "you will always get
+  the host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third
+  field, with no process name (the guest's /proc has no such process); a process planted without
+  one is not listed at all, as nvidia-smi shows an empty process list when it cannot name the
+  node's PIDs (NVIDIA/nvidia-docker#1460); its memory still counts in memory.used (lxd#9755: the
+  memory usage is right).
+A file /run/nvidia-smi-standin/hang makes every call block for ever, as the real one does on a
+wedged driver (a GPU off the bus, Xid 79). Fields as NVML reports a process (nvmlDeviceGetComputeRunningProcesses:
 nvmlProcessInfo_t pid, usedGpuMemory; docs.nvidia.com/deploy/nvml-api) under nvidia-smi's names
 (`nvidia-smi --help-query-compute-apps`: pid, process_name, used_gpu_memory or used_memory,
 gpu_bus_id, gpu_uuid, gpu_name); the header prints used_memory as "used_gpu_memory [MiB]"; with
@@ -56,6 +68,11 @@ WRAPPER = f"""#!/bin/sh
 # and no kernel module exist here. Prints what the real nvidia-smi prints when it cannot reach
 # the driver, with its exit status; where the lab planted GPUs ({STATE}/proc-driver-nvidia)
 # it answers from real captures instead.
+# {STATE}/hang: a wedged driver (a GPU off the bus, the driver stuck in the kernel): the real
+# nvidia-smi then blocks in an NVML call and never returns; so does this one.
+if [ -e "${{NVIDIA_SMI_STANDIN_STATE:-{STATE}}}/hang" ]; then
+    exec sleep infinity
+fi
 if [ -d "${{NVIDIA_SMI_STANDIN_STATE:-{STATE}}}/proc-driver-nvidia/gpus" ]; then
     exec /usr/bin/python3 "${{NVIDIA_SMI_STANDIN_PROGRAM:-{PROGRAM_PATH}}}" "$@"
 fi
@@ -151,6 +168,8 @@ def gpu_values(gpu):
     if "memory_mib" in model:
         memory = str(model["memory_mib"])
         out["memory.total"] = (out["memory.total"][0], memory, memory + " MiB")
+    used = str(sum(int(app["used"]) for app in apps() if app["gpu"]["index"] == gpu["index"]))
+    out["memory.used"] = ("memory.used [MiB]", used, used + " MiB")
     return out
 
 
@@ -160,14 +179,32 @@ def apps():
     for path in sorted(glob.glob(STATE + "/compute-apps/*")):
         pid = os.path.basename(path)
         try:
-            index, used = open(path).read().split()[:2]
+            fields = open(path).read().split()
+            index, used = fields[:2]
             argv0 = open("/proc/%%s/cmdline" %% pid, "rb").read().split(b"\0")[0].decode()
         except (OSError, ValueError):
             continue  # the process ended: its context with it
         gpu = by_index.get(index)
-        if gpu is not None:
+        if gpu is None:
+            continue
+        if in_container():  # the node's PID, unnamed here; none planted: not listed (memory counted)
+            node_pid = fields[2] if len(fields) > 2 else None
+            listed.append({"pid": node_pid, "process_name": "[Not Found]", "used": used, "gpu": gpu})
+        else:
             listed.append({"pid": pid, "process_name": argv0, "used": used, "gpu": gpu})
     return listed
+
+
+def in_container():
+    try:
+        return open(STATE + "/pid-namespace").read().strip() == "container"
+    except OSError:
+        return False
+
+
+def shown_apps():
+    """The processes nvidia-smi lists: those it can name by a PID."""
+    return [app for app in apps() if app["pid"] is not None]
 
 
 def csv(format_option, header, lines):
@@ -206,7 +243,7 @@ def query_apps(fields, format_option):
         if field not in APP_FIELDS:
             refuse('field "%%s"' %% field)
     lines = []
-    for app in apps():
+    for app in shown_apps():
         cell = {"pid": app["pid"], "process_name": app["process_name"], "gpu_bus_id": app["gpu"]["bus_id"],
                 "gpu_uuid": app["gpu"]["uuid"], "gpu_name": app["gpu"]["name"]}
         lines.append([(app["used"], app["used"] + " MiB") if f in ("used_memory", "used_gpu_memory")
@@ -235,7 +272,8 @@ def query_q():
                 r"(\n\s+%%s\s+: ).*" %% re.escape(key), lambda m, value=value: m.group(1) + value, body, count=1
             )
         body = re.sub(r"(FB Memory Usage\n\s+Total\s+: )\d+", lambda m: m.group(1) + v["memory.total"][1], body)
-        held = [a for a in apps() if a["gpu"]["index"] == gpu["index"]]
+        body = re.sub(r"(FB Memory Usage\n(?:.*\n){2}\s+Used\s+: )\d+", lambda m: m.group(1) + v["memory.used"][1], body)
+        held = [a for a in shown_apps() if a["gpu"]["index"] == gpu["index"]]
         if held:
             process = ["    Processes"]
             for app in held:
@@ -267,7 +305,7 @@ def table():
         second = re.sub(r" *\d+MiB / +\d+MiB", lambda m: ("0MiB / %%sMiB" %% memory).rjust(len(m.group(0))), second)
         out += [first, second, third, rule]
     tail = lines[gpu_at + 4:]
-    held = apps()
+    held = shown_apps()
     if held:
         at = next(i for i, line in enumerate(tail) if "No running processes found" in line)
         width = len(tail[at])

@@ -1,0 +1,297 @@
+"""Every command the checks run on a host ends within a bound; an overrun is a named failure.
+
+A GPU that fell off the bus (Xid 79) or a driver stuck in the kernel makes `nvidia-smi`, every
+NVML call and any CUDA program block for minutes or for ever; a stuck `nv-hostengine` blocks
+`dcgmi`; an engine that accepts a connection and never answers blocks an HTTP client without a
+time limit. The checks must still print a verdict, so each command is bounded twice:
+
+- on the host: `timeout -k 5 <bound> sh -c <command>` (GNU coreutils `timeout`: its own process
+  group, TERM at the bound, KILL 5 s later; exit 124 or 137), so nothing is left running there;
+- here: the local process (the command itself with the local backend, `ssh` or `docker exec`
+  otherwise) is killed <bound> + 5 s + LOCAL_GRACE_S after it started, because a process in
+  uninterruptible sleep (D state) ignores even SIGKILL and `timeout` would then wait with it.
+
+An overrun raises CommandOverrun, whose text is one line: the command, its bound, the likely
+cause and the next step (a check shows it as its FAIL line). A program that overran once is not
+run again on that host in this run (and neither is one that hangs for the same reason: a CUDA
+program or `dcgmi` once `nvidia-smi` did not answer): the next checks fail at once, naming the
+first overrun, so one wedge costs one bound, not one bound per check. A run can also carry a
+total deadline (`python -m checks --deadline-s`): each command's bound is cut to what is left of
+it, and once it is spent nothing more is run. That makes the verdict's time bounded: the
+deadline plus one kill grace (5 s + LOCAL_GRACE_S).
+
+testinfra runs every command, its modules' included, through `backend.run`, which ends in
+`backend.run_local` (the local, ssh, docker and other process backends, testinfra 10.x
+testinfra/backend/base.py); both are wrapped on the one backend instance given to bound().
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+KILL_AFTER_S = 5  # `timeout -k`: TERM first, KILL this much later
+LOCAL_GRACE_S = 10  # on top of the remote bound and KILL_AFTER_S: transport (ssh, docker exec)
+DEFAULT_DEADLINE_S = 900  # one host's whole `python -m checks` run
+# `dcgmi diag -r N`: NVIDIA documents level 1 as seconds, 2 as about 2 minutes, 3 as about 15
+# (DCGM user guide, "Run Levels"); the bounds leave room for 8 GPUs.
+DCGM_DIAG_BOUND_S = {1: 180, 2: 1200, 3: 3600}
+
+NEXT_STEP_DRIVER = (
+    "look for Xid lines in the node's kernel log (`dmesg | grep -i xid`, `journalctl -k`; Xid 79: "
+    "the GPU fell off the bus), run `nvidia-smi -q` on the node itself, and reboot the node "
+    "(or the guest, then the node) if it hangs there too"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of command: its bound, and what an overrun of it most likely means."""
+
+    name: str
+    bound_s: float
+    cause: str
+    next_step: str
+    family: str | None = None  # overrun once: the family is not run again on that host
+    blocked_by: tuple[str, ...] = ()  # families whose overrun stops this kind too
+
+
+KINDS = {
+    kind.name: kind
+    for kind in (
+        Kind(
+            "nvidia-smi",
+            30,
+            "the NVIDIA driver does not answer (a GPU off the bus, a driver stuck in the kernel)",
+            NEXT_STEP_DRIVER,
+            family="driver",
+        ),
+        Kind(
+            "gpu program",
+            300,
+            "a CUDA program did not end: the GPU or the driver does not answer, or a collective "
+            "waits for a peer that never comes",
+            NEXT_STEP_DRIVER,
+            family="driver",
+        ),
+        Kind(
+            "dcgmi",
+            60,
+            "DCGM's host engine (nv-hostengine) or the driver under it does not answer",
+            "`systemctl status nvidia-dcgm` and restart it; if nvidia-smi hangs too, the driver: " + NEXT_STEP_DRIVER,
+            family="dcgm",
+            blocked_by=("driver",),
+        ),
+        Kind(
+            "systemctl",
+            60,
+            "systemd does not answer, or a unit's start/stop job waits (its TimeoutStartSec/TimeoutStopSec)",
+            "`systemctl list-jobs` and `journalctl -u <unit>` on the host; `systemctl status` of the unit",
+            family="systemd",
+        ),
+        Kind(
+            "journalctl",
+            60,
+            "the journal is very large or journald does not answer",
+            "`journalctl --disk-usage` and `systemctl status systemd-journald` on the host",
+            family="journal",
+        ),
+        Kind(
+            "engine HTTP",
+            60,
+            "the engine accepted the connection and never answered (a stuck scheduler, a GPU hang)",
+            "`journalctl -u <unit>` for the engine's last lines; py-spy dump of the engine's "
+            "processes; restart the unit; if nvidia-smi hangs too, the driver: " + NEXT_STEP_DRIVER,
+            family="http",
+        ),
+        Kind(
+            "benchmark",
+            1800,
+            "the engine stopped answering during the benchmark (a GPU hang, a stuck scheduler)",
+            "`journalctl -u <unit>` for the engine's last lines; `python -m checks --suites gpu,server`",
+        ),
+        Kind(
+            "python probe",
+            120,
+            "a Python probe on the host did not end (a hung filesystem under the weights, an import that blocks)",
+            "run the probe by hand on the host; `mount` and `dmesg` for a stuck filesystem",
+        ),
+        Kind(
+            "command",
+            60,
+            "the host did not finish a plain command (an overloaded host, a hung filesystem)",
+            "run the command by hand on the host; `uptime`, `dmesg` for hung tasks",
+        ),
+    )
+}
+
+# Which kind a command is, from the program it starts with (for commands not labelled by their
+# caller, e.g. testinfra's own modules).
+PROGRAMS = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi", "systemctl": "systemctl", "journalctl": "journalctl"}
+WRAPPERS = {"env", "exec", "nice", "ionice", "sudo"}
+
+
+class CommandOverrun(Exception):
+    """A bounded command did not finish (or was not run because its kind already overran)."""
+
+
+class _LocalOverrun(Exception):
+    pass
+
+
+def program_of(command: str) -> str:
+    """The program a shell command starts with ("command" when unknown): assignments and
+    wrappers skipped, `sh -c`/`bash -c` looked into."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return "command"
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word) or word in WRAPPERS:
+            index += 1
+            continue
+        if word in ("sh", "bash") and words[index + 1 : index + 2] == ["-c"]:
+            return program_of(words[index + 2]) if index + 2 < len(words) else "command"
+        return PROGRAMS.get(word.rsplit("/", 1)[-1], "command")
+    return "command"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s" if float(value).is_integer() else f"{value:.1f} s"
+
+
+def _shown(command: str) -> str:
+    text = " ".join(command.split())
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+class Runner:
+    """The bounded `run` of one testinfra backend."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.plain_run = type(backend).run.__get__(backend)
+        self.deadline: float | None = None
+        self.deadline_s: float | None = None
+        self.overran: dict[str, str] = {}  # family -> the first overrun's line
+        self._local_limit: float | None = None
+
+    def run(self, command: str, what: str | None = None, bound_s: float | None = None):
+        kind = KINDS[what] if what else KINDS[program_of(command)]
+        bound = float(bound_s or kind.bound_s)
+        refused = self._refusal(command, kind)
+        if refused:
+            raise CommandOverrun(refused)
+        if self.deadline is not None:
+            bound = min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
+        wrapped = f"timeout -k {KILL_AFTER_S} {bound:g} sh -c {shlex.quote(command)}"
+        self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
+        started = time.monotonic()
+        try:
+            result = self.plain_run(wrapped)
+        except _LocalOverrun:
+            result = None
+        finally:
+            self._local_limit = None
+        elapsed = time.monotonic() - started
+        if result is None or (result.rc in (124, 137) and elapsed >= bound - 0.5):
+            line = self._overrun_line(command, kind, bound, elapsed, cut=bound < float(bound_s or kind.bound_s))
+            if kind.family:
+                self.overran.setdefault(kind.family, f"`{_shown(command)[:60]}` ({kind.name}, bound {_seconds(bound)})")
+            raise CommandOverrun(line)
+        return result
+
+    def _refusal(self, command: str, kind: Kind) -> str | None:
+        for family in (kind.family, *kind.blocked_by):
+            if family and family in self.overran:
+                return (
+                    f"expected `{_shown(command)}` to answer; found it not run: {self.overran[family]} "
+                    f"did not answer earlier in this run (its FAIL line says more); likely cause: "
+                    f"{kind.cause}; what to do: {kind.next_step}"
+                )
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return (
+                f"expected `{_shown(command)}` to answer; found it not run: the run's total bound of "
+                f"{_seconds(self.deadline_s)} (--deadline-s) is spent; what to do: the FAIL lines "
+                "that say 'no answer after' name the commands that took it"
+            )
+        return None
+
+    def _overrun_line(self, command: str, kind: Kind, bound: float, elapsed: float, cut: bool) -> str:
+        bound_text = _seconds(bound) + (" (what was left of the run's --deadline-s)" if cut else f" ({kind.name})")
+        return (
+            f"expected `{_shown(command)}` to finish within {bound_text}; found no answer after "
+            f"{elapsed:.0f} s, killed; likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
+
+    def run_local(self, command: str, *args: str):
+        """testinfra's BaseBackend.run_local with a time limit (the process group is killed)."""
+        backend = self.backend
+        encoded = backend.encode(backend.quote(command, *args))
+        process = subprocess.Popen(
+            encoded,
+            shell=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=self._local_limit)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise _LocalOverrun() from None
+        return backend.result(process.returncode, encoded, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kills the command's process group and stops waiting for it: a process in D state keeps
+    its pipes open, so they are closed rather than read to the end."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        process.communicate(timeout=2)
+    except subprocess.TimeoutExpired:
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe:
+                pipe.close()
+
+
+def bound(host, deadline_s: float | None = None, started: float | None = None):
+    """Makes every command run on this testinfra host bounded (idempotent); with deadline_s, a
+    total deadline of that many seconds from `started` (time.monotonic(); default now)."""
+    backend = host.backend
+    runner = getattr(backend, "_ih_runner", None)
+    if runner is None:
+        runner = Runner(backend)
+        backend._ih_runner = runner
+        backend.run = lambda command, *args, **kwargs: runner.run(backend.quote(command, *args))
+        backend.run_local = runner.run_local
+    if deadline_s is not None:
+        runner.deadline_s = deadline_s
+        runner.deadline = (time.monotonic() if started is None else started) + deadline_s
+    return host
+
+
+def clear_deadline(host) -> None:
+    runner = getattr(getattr(host, "backend", None), "_ih_runner", None)
+    if runner is not None:
+        runner.deadline = runner.deadline_s = None
+
+
+def run(host, command: str, what: str | None = None, bound_s: float | None = None):
+    """host.run with the command's kind (KINDS) and bound named by the caller. A host that is not
+    bounded (a unit test's recorded answers) runs it as given."""
+    runner = getattr(getattr(host, "backend", None), "_ih_runner", None)
+    if runner is None:
+        return host.run(command)
+    return runner.run(command, what=what, bound_s=bound_s)

@@ -1,0 +1,287 @@
+"""checks/bounded.py: every command kind the checks run, made to hang for real (a program that
+sleeps, a server that accepts and never answers, a process that escapes `timeout`), ends in a
+named failure within its bound; the checks' verdict still comes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import testinfra.backend
+import testinfra.host
+
+from checks import __main__ as checks_main
+from checks import bounded, probes, server_checks
+from checks.bounded import CommandOverrun
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fresh_host():
+    """A testinfra local host of its own (testinfra caches hosts by URL; these are changed)."""
+    backend = testinfra.backend.get_backend("local://")
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return bounded.bound(host)
+
+
+@pytest.fixture
+def programs(tmp_path, monkeypatch):
+    """A folder first on PATH for programs that stand in for the host's tools."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+    def add(name: str, body: str) -> None:
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+
+    add.folder = folder
+    return add
+
+
+def short(monkeypatch, kind: str, seconds: float) -> None:
+    monkeypatch.setitem(bounded.KINDS, kind, dataclasses.replace(bounded.KINDS[kind], bound_s=seconds))
+
+
+def test_the_program_a_command_starts_names_its_kind():
+    assert bounded.program_of("nvidia-smi -q") == "nvidia-smi"
+    assert bounded.program_of("/usr/bin/nvidia-smi --query-gpu=name --format=csv") == "nvidia-smi"
+    assert bounded.program_of("LANG=C env nvidia-smi topo -m") == "nvidia-smi"
+    assert bounded.program_of("systemctl show -p ControlGroup x") == "systemctl"
+    assert bounded.program_of("bash -c 'journalctl -u x --no-pager'") == "journalctl"
+    assert bounded.program_of("dcgmi diag -r 1 -j") == "dcgmi"
+    # `command -v nvidia-smi` is no nvidia-smi call: it still runs once nvidia-smi has wedged
+    assert bounded.program_of("command -v nvidia-smi") == "command"
+    assert bounded.program_of("cat /proc/1/cgroup") == "command"
+    assert bounded.program_of("echo 'unbalanced") == "command"
+
+
+def test_a_wedged_nvidia_smi_is_one_failure_named_with_its_next_step(programs, monkeypatch):
+    programs("nvidia-smi", "exec sleep 1000")
+    short(monkeypatch, "nvidia-smi", 1)
+    gpu = probes.GpuProbe(fresh_host())
+    assert gpu.smi_path  # `command -v` answers
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as first:
+        gpu.gpu_query  # noqa: B018 - the property runs the command
+    assert time.monotonic() - started < 5
+    text = str(first.value)
+    assert "`nvidia-smi --query-gpu=" in text and "within 1 s (nvidia-smi)" in text
+    assert "Xid" in text and "nvidia-smi -q" in text and "reboot" in text
+    # every later nvidia-smi call, and what hangs with the driver, fails at once, naming the first
+    for call in (lambda: gpu.smi_q, lambda: gpu.run_program("python3", "cuda_check.py"), lambda: _dcgmi(gpu.host)):
+        started = time.monotonic()
+        with pytest.raises(CommandOverrun) as later:
+            call()
+        assert time.monotonic() - started < 1
+        assert "not run: `nvidia-smi --query-gpu=" in str(later.value)
+        assert "(nvidia-smi, bound 1 s) did not answer earlier in this run" in str(later.value)
+
+
+def _dcgmi(host):
+    return bounded.run(host, "dcgmi diag -r 1 -j", what="dcgmi")
+
+
+def _end(pid_file: Path) -> None:
+    """Ends the escaped process this test started, by its id."""
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_process_that_escapes_timeout_is_ended_by_the_local_bound(monkeypatch, tmp_path):
+    """A process in D state ignores SIGKILL and `timeout` waits with it; one that leaves the
+    process group keeps the output pipe open the same way: the local bound ends the wait."""
+    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
+    monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
+    host = fresh_host()
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as overrun:
+        bounded.run(host, f"setsid sleep 30 & echo $! > {tmp_path}/pid; wait", bound_s=1)
+    assert time.monotonic() - started < 6
+    assert "within 1 s (command)" in str(overrun.value)
+    _end(tmp_path / "pid")
+
+
+class SilentServer:
+    """Accepts connections and never answers (a stuck engine's HTTP server)."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(8)
+        self.port = self.socket.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+
+    def close(self):
+        self.socket.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_an_engine_that_accepts_and_never_answers_is_a_named_failure():
+    server = SilentServer()
+    try:
+        expect = SimpleNamespace(
+            serving_host="127.0.0.1", serving_port=server.port, server_timeout_s=1, api_key_configured=False
+        )
+        started = time.monotonic()
+        answer = server_checks.request(fresh_host(), expect, "/health", with_key=False, timeout_s=1)
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
+    assert answer.status == 0 and "timed out" in answer.error.lower()
+    problem = server_checks.judge_health(answer, 1)
+    assert "expected /health to answer 200 within 1 s" in problem and "no answer" in problem
+
+
+def test_a_hung_curl_is_ended_by_the_outer_bound(programs, monkeypatch):
+    """curl's own -m is the first bound; a curl (or jq, or shell) that still hangs is the
+    "engine HTTP" kind's overrun."""
+    programs("curl", "exec sleep 1000")
+    expect = SimpleNamespace(serving_host="127.0.0.1", serving_port=9, server_timeout_s=1, api_key_configured=False)
+    monkeypatch.setattr(server_checks.bounded, "run", _with_margin(bounded.run, 1))
+    with pytest.raises(CommandOverrun) as overrun:
+        server_checks.request(fresh_host(), expect, "/health", with_key=False, timeout_s=1)
+    assert "(engine HTTP)" in str(overrun.value) and "never answered" in str(overrun.value)
+
+
+def _with_margin(run, seconds):
+    def bounded_run(host, command, what=None, bound_s=None):
+        return run(host, command, what=what, bound_s=seconds)
+
+    return bounded_run
+
+
+@pytest.mark.parametrize("tool", ["systemctl", "journalctl"])
+def test_a_hung_systemd_tool_is_named(programs, monkeypatch, tool):
+    programs(tool, "exec sleep 1000")
+    short(monkeypatch, tool, 1)
+    with pytest.raises(CommandOverrun) as overrun:
+        fresh_host().run(f"{tool} show -p ActiveState x")  # testinfra's own run: bounded too
+    assert f"within 1 s ({tool})" in str(overrun.value)
+
+
+def test_a_gpu_program_killed_by_its_own_timeout_is_no_overrun(programs, monkeypatch):
+    programs("fake-python", "exec sleep 1000")
+    gpu = probes.GpuProbe(fresh_host())
+    started = time.monotonic()
+    result = gpu.run_program(str(programs.folder / "fake-python"), "cuda_check.py", timeout_s=1)
+    assert result.rc == 137 and time.monotonic() - started < 5  # the check reads its own kill
+
+
+def test_a_gpu_program_stuck_past_its_kill_is_an_overrun(programs, monkeypatch, tmp_path):
+    programs("stuck-python", f"setsid sleep 31 & echo $! > {tmp_path}/pid; wait")
+    monkeypatch.setattr(probes, "PROGRAM_BOUND_MARGIN_S", 1)
+    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
+    monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
+    gpu = probes.GpuProbe(fresh_host())
+    folder = programs.folder
+    with pytest.raises(CommandOverrun) as overrun:
+        gpu.run_program(str(folder / "stuck-python"), "cuda_check.py", timeout_s=1)
+    _end(tmp_path / "pid")
+    assert "(gpu program)" in str(overrun.value) and "CUDA program did not end" in str(overrun.value)
+
+
+def test_the_runs_total_deadline_cuts_bounds_and_then_refuses(monkeypatch):
+    host = fresh_host()
+    bounded.bound(host, deadline_s=1)
+    with pytest.raises(CommandOverrun) as cut:
+        host.run("sleep 5")
+    assert "what was left of the run's --deadline-s" in str(cut.value)
+    with pytest.raises(CommandOverrun) as refused:
+        host.run("true")
+    assert "total bound of 1 s (--deadline-s) is spent" in str(refused.value)
+    bounded.clear_deadline(host)
+    assert host.run("true").rc == 0
+
+
+# -- DCGM with the engine stopped around it: hangs and a failed restart ---------------------------
+
+
+def fake_systemctl(programs, state_file: Path, start_rc: int = 0) -> None:
+    """systemctl for one unit: is-active from a file, stop/start change it, show its timeouts."""
+    state_file.write_text("active\n")
+    programs(
+        "systemctl",
+        f"""case "$1" in
+  is-active) cat {state_file};;
+  stop) echo inactive > {state_file};;
+  start) if [ {start_rc} = 0 ]; then echo active > {state_file}; else echo failed > {state_file};
+         echo "Job for x.service failed because the control process exited with error code." >&2; exit 1; fi;;
+  show) echo TimeoutStartUSec=5s; echo TimeoutStopUSec=5s;;
+esac""",
+    )
+
+
+def test_a_hung_dcgmi_fails_names_dcgm_and_the_engine_comes_back(programs, monkeypatch, tmp_path):
+    fake_systemctl(programs, tmp_path / "state")
+    programs("dcgmi", "exec sleep 1000")
+    monkeypatch.setitem(bounded.DCGM_DIAG_BOUND_S, 2, 1)
+    run = checks_main.dcgm_diag(fresh_host(), 2, "inference-engine")
+    assert run.was_active and run.restart_problem is None
+    assert "`dcgmi diag -r 2 -j` to finish within 1 s (dcgmi)" in run.problem and "nv-hostengine" in run.problem
+    assert (tmp_path / "state").read_text().strip() == "active"
+
+
+def test_an_engine_that_does_not_start_after_dcgm_is_its_own_failure(programs, tmp_path):
+    fake_systemctl(programs, tmp_path / "state", start_rc=1)
+    programs("dcgmi", f"cat {json.dumps(str(ROOT / 'tests/unit/data/gpu/dcgm/diag-r1-pass.json'))}")
+    run = checks_main.dcgm_diag(fresh_host(), 2, "inference-engine")
+    assert run.problem is None and run.tests
+    assert "expected inference-engine.service active again after DCGM" in run.restart_problem
+    assert "rc 1" in run.restart_problem and "state failed" in run.restart_problem
+    assert "journalctl -u inference-engine -b" in run.restart_problem
+
+
+def test_a_hung_systemctl_before_dcgm_is_named(programs, monkeypatch):
+    programs("dcgmi", "true")
+    programs("systemctl", "exec sleep 1000")
+    short(monkeypatch, "systemctl", 1)
+    run = checks_main.dcgm_diag(fresh_host(), 2, "inference-engine")
+    assert run.tests is None and "(systemctl)" in run.problem
+
+
+# -- the verdict comes: `python -m checks` with a wedged nvidia-smi -------------------------------
+
+
+def test_checks_with_a_wedged_nvidia_smi_end_with_a_verdict_naming_it(programs, tmp_path):
+    programs("nvidia-smi", "exec sleep 1000")
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "gpu", "--no-bandwidth-probes"]
+        + ["--report", str(report), "--deadline-s", "6", "--expect", "gpu_count=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seconds = time.monotonic() - started
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "VERDICT: UNHEALTHY" in done.stdout
+    checks = json.loads(report.read_text())["checks"]
+    failed = [c for c in checks if c["verdict"] == "FAIL"]
+    assert any("`nvidia-smi" in c["detail"] and "no answer after" in c["detail"] for c in failed), failed
+    assert all("CommandOverrun" not in c["detail"] for c in checks)
+    # deadline 6 s + kill grace 15 s + Python's start; the real bound of nvidia-smi is 30 s
+    assert seconds < 6 + 15 + 20, seconds
