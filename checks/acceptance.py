@@ -431,7 +431,7 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
         ),
         overran_as_line("model load time", name, lambda: load_time_line(host, expect, engine_from)),
         first_generation_line(report, name, engine_from),
-        kv_cache_line(report, site, name, engine_from),
+        kv_cache_line(report, site, name, engine_from, expect.engine),
         accept_length_line(report, name, expect, engine_from),
         overran_as_line(
             "single-stream benchmark", name, lambda: bench_line(args, site, name, host, expect, engine_from, folder)
@@ -497,11 +497,12 @@ def accept_length_line(report: dict | None, name: str, expect, source: str) -> L
     return line
 
 
-def kv_cache_line(report: dict | None, site, name: str, source: str) -> Line:
-    """SGLang's own allocation line (the service suite's check "kv cache allocated" reads it from
-    the unit's journal, roles/shared/sglang_kv_log.py) beside the deploy's estimate
+def kv_cache_line(report: dict | None, site, name: str, source: str, engine: str = "sglang") -> Line:
+    """The engine's own KV line (the service suite's check "kv cache allocated" reads it from the
+    unit's journal: SGLang's allocation line, roles/shared/sglang_kv_log.py; vLLM's "GPU KV cache
+    size: N tokens", roles/shared/vllm_kv_log.py) beside the deploy's estimate
     (roles/shared/kv_cache.py, the figure the deploy's note prints). An allocation below the
-    estimate fails: the fit check let through more than SGLang really has."""
+    estimate fails: the fit check let through more than the engine really has."""
     from roles.shared import kv_cache
 
     estimate = None
@@ -512,7 +513,7 @@ def kv_cache_line(report: dict | None, site, name: str, source: str) -> Line:
         report,
         "KV cache allocated",
         name,
-        "SGLang's allocation line"
+        ("vLLM's 'GPU KV cache size' line" if engine == "vllm" else "SGLang's allocation line")
         + (
             f" >= the deploy's estimate, {estimate:,} tokens"
             if estimate
@@ -526,8 +527,8 @@ def kv_cache_line(report: dict | None, site, name: str, source: str) -> Line:
     if line.verdict == PASS and estimate and tokens is not None and tokens < estimate:
         line.verdict = FAIL
         line.details.append(
-            f"SGLang allocated {tokens:,.0f} tokens, the estimate {estimate:,}: lower "
-            "serving_mem_fraction_static's limits or the context (docs/serving-memory.md)"
+            f"{'vLLM' if engine == 'vllm' else 'SGLang'} allocated {tokens:,.0f} tokens, the estimate "
+            f"{estimate:,}: lower serving_mem_fraction_static's limits or the context (docs/serving-memory.md)"
         )
     return line
 

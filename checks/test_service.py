@@ -11,7 +11,7 @@ import pytest
 from checks import gpu_parsers as parse
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
-from roles.shared import sglang_kv_log
+from roles.shared import sglang_kv_log, vllm_kv_log
 
 pytestmark = pytest.mark.service
 
@@ -157,20 +157,30 @@ def test_listens_on_configured_address_only(host, unit, expect, request):
 
 
 def test_kv_cache_allocated(host, unit, expect, request):
-    """SGLang's own figure for its KV pool, from the unit's journal of its current run (the line
-    roles/shared/sglang_kv_log.py parses): reported beside the deploy's estimate, which the
-    deploy's note "KV cache estimate" prints (docs/serving-memory.md)."""
+    """The engine's own figure for its KV pool, from the unit's journal of its current run (SGLang:
+    the line roles/shared/sglang_kv_log.py parses; vLLM: roles/shared/vllm_kv_log.py's): reported
+    beside the deploy's estimate, which the deploy's note "KV cache estimate" prints
+    (docs/serving-memory.md)."""
     _require_loaded(unit, expect)
-    if expect.engine != "sglang":
-        pytest.skip(f"engine {expect.engine}: the KV allocation line is SGLang's")
     if host.run("command -v journalctl").rc != 0:
-        pytest.skip("no journalctl on this host: SGLang's KV allocation line cannot be read")
+        pytest.skip("no journalctl on this host: the engine's KV-cache line cannot be read")
     invocation = host.run(f"systemctl show -p InvocationID --value {expect.unit_name}.service").stdout.strip()
     if not invocation:
         pytest.skip(f"{expect.unit_name}.service has no current run (no InvocationID)")
     journal = host.run(
         f"journalctl _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} -o cat --no-pager | grep -i 'kv cache'"
     )
+    if expect.engine == "vllm":
+        size = vllm_kv_log.kv_size(journal.stdout)
+        if size is None:
+            pytest.skip(
+                'no "GPU KV cache size: N tokens" line in this run\'s journal (still loading, or'
+                f" VLLM_LOGGING_LEVEL above INFO): `journalctl -u {expect.unit_name} -b | grep -i 'kv cache'`"
+            )
+        evidence(request, "kv_cache_tokens", size.tokens)
+        memory = f", {size.memory_gib:.2f} GiB per worker" if size.memory_gib is not None else ""
+        report(request, f"{size.tokens} tokens{memory} (vLLM's own line; compare with the deploy's KV cache estimate)")
+        return
     found = sglang_kv_log.target_allocation(journal.stdout)
     if found is None:
         # A report, not a verdict: --log-level warning hides the line on a healthy server.

@@ -252,3 +252,91 @@ def test_the_h200_capture_is_judged_as_it_was_on_the_machine():
     verdict = acc.health_verdict_line(health, "local", ["gpu", "interconnect"])
     assert verdict.verdict == acc.PASS and verdict.observed == printed["health verdict"]["observed"]
     assert json.loads((H200 / "report.json").read_text())["verdict"] == "INCOMPLETE"
+
+
+# -- DCGM first, then the health checks; the engine's restart is a line of its own -----------------
+
+
+def _dcgm_run(**changes):
+    from checks.__main__ import DcgmRun
+    from checks.gpu_parsers import parse_dcgmi_diag_json
+
+    tests = parse_dcgmi_diag_json((DCGM_DATA / "diag-r1-pass.json").read_text())
+    return DcgmRun(**{"tests": tests, "was_active": True, **changes})
+
+
+DCGM_DATA = Path(__file__).parent / "data" / "gpu" / "dcgm"
+EXPECT = SimpleNamespace(host_name="gpu", unit_name="inference-engine")
+
+
+def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(monkeypatch):
+    import checks.__main__ as checks_main
+
+    problem = "expected inference-engine.service active again after DCGM; found `systemctl start` rc 1, state failed"
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(restart_problem=problem))
+    dcgm, restart = acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)
+    assert dcgm.verdict == acc.PASS
+    assert (restart.area, restart.verdict, restart.observed) == ("engine restart after DCGM", acc.FAIL, problem)
+    assert acc.overall([dcgm, restart]) == ("NOT ACCEPTED", 1)
+
+
+def test_an_engine_that_came_back_passes_and_one_never_running_is_not_applicable(monkeypatch):
+    import checks.__main__ as checks_main
+
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run())
+    assert acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)[1].verdict == acc.PASS
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(was_active=False))
+    assert acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)[1].verdict == acc.NOT_APPLICABLE
+    no_dcgm = acc.dcgm_lines(SimpleNamespace(dcgm=False), None, EXPECT, acc.TARGET)
+    assert [line.verdict for line in no_dcgm] == [acc.UNREACHED, acc.NOT_APPLICABLE]
+
+
+def test_a_dcgm_overrun_is_a_failure_not_unreached(monkeypatch):
+    import checks.__main__ as checks_main
+
+    overran = "expected `dcgmi diag -r 2 -j` to finish within 1200 s (dcgmi); found no answer after 1200 s, killed"
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(tests=[], problem=overran))
+    dcgm, _ = acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)
+    assert dcgm.verdict == acc.FAIL and dcgm.observed == overran
+
+
+def test_the_health_verdict_is_taken_after_dcgm(monkeypatch, tmp_path):
+    """The order on a GPU node: DCGM (which stops and starts the engine), then the health checks
+    whose report every later line and the verdict read."""
+    import testinfra
+
+    from checks import bounded
+
+    order = []
+    monkeypatch.setattr(testinfra, "get_host", lambda url: FakeHost({}))
+    monkeypatch.setattr(bounded, "bound", lambda host, *a, **k: host)
+    monkeypatch.setattr(acc, "dcgm_lines", lambda *a: order.append("dcgm") or [])
+    monkeypatch.setattr(acc, "health_report", lambda *a: order.append("health") or None)
+    monkeypatch.setattr(acc, "load_time_line", lambda *a: acc.Line("model load time", "gpu", "", "", acc.PASS))
+    monkeypatch.setattr(acc, "bench_line", lambda *a: acc.Line("single-stream benchmark", "gpu", "", "", acc.PASS))
+    expect = SimpleNamespace(
+        host_name="gpu",
+        unit_name="inference-engine",
+        gpu_count=1,
+        gpu_model="NVIDIA H200",
+        compute_capability="9.0",
+        allreduce_min_busbw_gbps=100.0,
+        allreduce_floor_source="x",
+        launcher="/nonexistent",
+        engine="vllm",
+        speculative=False,
+    )
+    args = SimpleNamespace(suites="gpu", dcgm=True)
+    lines = acc.guest_lines(args, None, "gpu", "local://", expect, tmp_path)
+    assert order == ["dcgm", "health"]
+    assert lines[-1].area == "health verdict"
+
+
+def test_a_collection_that_overran_is_a_failure_line():
+    from checks.bounded import CommandOverrun
+
+    def overran():
+        raise CommandOverrun("expected `systemctl show ...` to finish within 60 s (systemctl); found no answer")
+
+    line = acc.overran_as_line("model load time", "gpu", overran)
+    assert line.verdict == acc.FAIL and "(systemctl)" in line.observed

