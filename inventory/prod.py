@@ -134,8 +134,12 @@ gpu_nodes = [
             "serving_hf_token_secret": "hf_token",
             "serving_mem_fraction_static": 0.92,  # measured on 96 GB cards with Kimi-K2.5
             # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before
-            # the service may start. Pin the exact commit (the repository's "Files and versions"
-            # history); a branch or tag name is refused:
+            # the service may start; the acceptance report's "weights at the pinned revision" line
+            # needs this pin (without it the report stays INCOMPLETE). Pin the exact commit you
+            # tested, never a branch or tag (refused): the 40-character hash at the top of the
+            # model's "Files and versions" tab on huggingface.co, or the "sha" of
+            # https://huggingface.co/api/models/moonshotai/Kimi-K2.5/revision/main (the newest);
+            # `git ls-remote https://huggingface.co/moonshotai/Kimi-K2.5 main` prints it too.
             # "weights_repo": "moonshotai/Kimi-K2.5",
             # "weights_revision": "<the 40-character commit hash>",
         },

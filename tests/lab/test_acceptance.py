@@ -9,10 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT
+from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, load_lab_site
 
 pytestmark = pytest.mark.lab
 
@@ -29,6 +30,7 @@ AREAS = [
     "EAGLE-3 accept length",
     "single-stream benchmark",
     "DCGM diagnostics level 2",
+    "engine restart after DCGM",
     "health verdict",
 ]
 
@@ -77,6 +79,7 @@ def test_what_the_lab_really_has_passes(report):
         "weights at the pinned revision",
         "model load time",
         "first generation",
+        "engine restart after DCGM",
         "health verdict",
     ):
         assert lines[area]["verdict"] == "PASS", lines[area]
@@ -103,3 +106,76 @@ def test_the_gpu_lines_are_judged_from_the_stand_ins_answers(report):
     assert gpus["source"] == "stand-in: lab nvidia-smi" and gpus["verdict"] == "PASS", gpus
     assert gpus["observed"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell Server Edition"), gpus
     assert dcgm["source"] == "stand-in: lab dcgmi" and dcgm["verdict"] == "PASS", dcgm
+
+
+# -- the machine's worst day, rehearsed on the same lab (after the report above) --------------------
+
+ENGINE = "inference-engine"
+DROP_IN_DIR = f"/run/systemd/system/{ENGINE}.service.d"
+NO_START = f"{DROP_IN_DIR}/ih-lab-no-start.conf"
+HANG = "/run/nvidia-smi-standin/hang"
+
+
+def _guest_name() -> str:
+    return load_lab_site(LAB_INVENTORY).group("gpu_nodes")[0].name
+
+
+def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(report, gpu_guest, tmp_path):
+    """A drop-in under /run makes the engine's next start fail (its running process is left
+    alone); DCGM stops the engine and starts it again: that start fails, a FAIL line of its own,
+    and the health verdict, taken after it, sees the dead engine. Only the gpu and service suites,
+    no benchmark: well under a minute."""
+    gpu_guest.run(f"mkdir -p {DROP_IN_DIR} && printf '[Service]\\nExecStartPre=/bin/false\\n' > {NO_START}")
+    gpu_guest.run("systemctl daemon-reload")
+    out = tmp_path / "report"
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "checks.acceptance", "--inventory", str(LAB_INVENTORY), "--out", str(out)]
+            + ["--no-bench", "--suites", "gpu,service"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        gpu_guest.run(f"rm -f {NO_START} && systemctl daemon-reload && systemctl reset-failed {ENGINE}")
+        started = gpu_guest.run(f"systemctl start {ENGINE}")
+    payload = json.loads((out / "report.json").read_text())
+    lines = {line["area"]: line for line in payload["lines"]}
+    restart = lines["engine restart after DCGM"]
+    assert restart["verdict"] == "FAIL", restart
+    assert "`systemctl start` rc 1" in restart["observed"], restart
+    assert f"journalctl -u {ENGINE} -b" in restart["observed"]
+    assert lines["health verdict"]["verdict"] == "FAIL", lines["health verdict"]  # unit active: no
+    assert payload["verdict"] == "NOT ACCEPTED" and run.returncode == 1
+    assert started.rc == 0, started.stderr
+    print(f"\nacceptance with an engine that did not come back: {payload['seconds']} s, {restart['observed'][:200]}")
+
+
+def test_a_wedged_nvidia_smi_is_a_fail_line_within_its_bound(report, gpu_guest, tmp_path):
+    """The stand-in's hang switch: every nvidia-smi call blocks for ever, as on a wedged driver.
+    The gpu suite still ends, with a FAIL line naming nvidia-smi and its 30 s bound, and the
+    bound's next step."""
+    gpu_guest.run(f"touch {HANG}")
+    report_file = tmp_path / "health.json"
+    try:
+        started = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, "-m", "checks", "--inventory", str(LAB_INVENTORY), "--host", _guest_name()]
+            + ["--suites", "gpu", "--no-bandwidth-probes", "--report", str(report_file)],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        seconds = time.monotonic() - started
+    finally:
+        gpu_guest.run(f"rm -f {HANG}")
+    checks = json.loads(report_file.read_text())["checks"]
+    failed = [c["detail"] for c in checks if c["verdict"] == "FAIL"]
+    wedged = [d for d in failed if "found no answer after" in d]
+    assert len(wedged) == 1 and "`nvidia-smi" in wedged[0] and "within 30 s (nvidia-smi)" in wedged[0], failed
+    assert "Xid" in wedged[0] and "reboot" in wedged[0]
+    assert run.returncode == 1 and "VERDICT: UNHEALTHY" in run.stdout
+    assert seconds < 30 + 15 + 30, seconds  # the bound, the kill grace, Python's start over docker
+    print(f"\ngpu suite with a wedged nvidia-smi: {seconds:.1f} s, {len(failed)} FAIL lines; first: {wedged[0][:160]}")

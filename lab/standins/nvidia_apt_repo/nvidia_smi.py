@@ -272,7 +272,8 @@ def query_q():
                 r"(\n\s+%%s\s+: ).*" %% re.escape(key), lambda m, value=value: m.group(1) + value, body, count=1
             )
         body = re.sub(r"(FB Memory Usage\n\s+Total\s+: )\d+", lambda m: m.group(1) + v["memory.total"][1], body)
-        body = re.sub(r"(FB Memory Usage\n(?:.*\n){2}\s+Used\s+: )\d+", lambda m: m.group(1) + v["memory.used"][1], body)
+        used = v["memory.used"][1]
+        body = re.sub(r"(FB Memory Usage\n(?:.*\n){2}\s+Used\s+: )\d+", lambda m: m.group(1) + used, body)
         held = [a for a in shown_apps() if a["gpu"]["index"] == gpu["index"]]
         if held:
             process = ["    Processes"]
