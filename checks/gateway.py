@@ -100,6 +100,11 @@ def check(run, port: int, model: str, expected: list[str], sudo: bool = False) -
     return judge(_request(run, port, "/workers", sudo=sudo), generation, expected)
 
 
+def _bounded_run(bounded, host):
+    """host.run for the gateway's curl (-m 60): the engine-HTTP kind, bounded past curl's own limit."""
+    return lambda command: bounded.run(host, command, what="engine HTTP", bound_s=75)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m checks.gateway", description=__doc__.split("\n")[0])
     parser.add_argument("inventory")
@@ -109,6 +114,7 @@ def main(argv=None) -> int:
 
     import testinfra
 
+    from checks import bounded
     from checks.connection import testinfra_url
     from roles.shared.replicas import replicas, worker_url
 
@@ -132,9 +138,15 @@ def main(argv=None) -> int:
     expected = [worker_url(node) for node in replicas(site.hosts)]
     worst = 0
     for gateway in gateways:
-        host = testinfra.get_host(testinfra_url(args.inventory, gateway.name))
+        # Every command bounded (checks/bounded.py): a gateway that never answers is a FAIL line.
+        host = bounded.bound(testinfra.get_host(testinfra_url(args.inventory, gateway.name)))
         model = replicas(site.hosts)[0].serving.served_model_name
-        verdict = check(host.run, gateway.gateway.port, model, expected, args.sudo)
+        try:
+            verdict = check(_bounded_run(bounded, host), gateway.gateway.port, model, expected, args.sudo)
+        except bounded.CommandOverrun as error:
+            print(f"{gateway.name}: FAIL  {error}")
+            worst = 1
+            continue
         print(f"{gateway.name}: {verdict.status}  {verdict.detail}")
         worst = max(worst, EXIT[verdict.status], key=lambda code: [0, 3, 1].index(code))
     return worst
