@@ -252,8 +252,10 @@ class Runner:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """Kills the command's process group and stops waiting for it: a process in D state keeps
-    its pipes open, so they are closed rather than read to the end."""
+    """Kills the command's process group and stops waiting for it. A process in D state (or one
+    that left the group) keeps the pipes open: the Popen is then abandoned, not read to the end
+    (closing its pipes under gevent, which pyinfra's CLI patches in, raises while its reader
+    greenlets still wait on them)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -261,9 +263,7 @@ def _kill_group(process: subprocess.Popen) -> None:
     try:
         process.communicate(timeout=2)
     except subprocess.TimeoutExpired:
-        for pipe in (process.stdin, process.stdout, process.stderr):
-            if pipe:
-                pipe.close()
+        pass
 
 
 def bound(host, deadline_s: float | None = None, started: float | None = None):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -285,3 +286,60 @@ def test_checks_with_a_wedged_nvidia_smi_end_with_a_verdict_naming_it(programs, 
     assert all("CommandOverrun" not in c["detail"] for c in checks)
     # deadline 6 s + kill grace 15 s + Python's start; the real bound of nvidia-smi is 30 s
     assert seconds < 6 + 15 + 20, seconds
+
+
+def test_a_hung_python_probe_is_named(monkeypatch):
+    short(monkeypatch, "python probe", 1)
+    with pytest.raises(CommandOverrun) as overrun:
+        bounded.run(fresh_host(), "python3 -c 'import time; time.sleep(100)'", what="python probe")
+    assert "within 1 s (python probe)" in str(overrun.value) and "hung filesystem" in str(overrun.value)
+
+
+def test_the_checks_timer_writes_the_wedge_as_a_failure_metric(programs, tmp_path):
+    """checks.textfile, as its unit runs it: a wedged nvidia-smi is a failure_info gauge naming it,
+    within --deadline-s, not a run killed by TimeoutStartSec."""
+    programs("nvidia-smi", "exec sleep 1000")
+    expect, out = tmp_path / "expect.json", tmp_path / "checks.prom"
+    expect.write_text(json.dumps({"gpu_count": 1}))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "checks.textfile", "--expect-file", str(expect), "--suites", "gpu"]
+        + ["--out", str(out), "--deadline-s", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 5 + 15 + 20
+    prom = out.read_text()
+    assert re.search(r'check_failure_info\{check="gpu count",detail="expected `nvidia-smi', prom), prom[:3000]
+    assert "no answer after" in prom and "inference_host_checks_failed" in prom
+
+
+GEVENT_ESCAPE = """
+from gevent import monkey; monkey.patch_all()  # as pyinfra's CLI does, in the same process as the checks
+import os, signal, sys, time
+import testinfra.backend, testinfra.host
+from checks import bounded
+bounded.KILL_AFTER_S = bounded.LOCAL_GRACE_S = 1
+backend = testinfra.backend.get_backend("local://")
+host = testinfra.host.Host(backend)
+backend.set_host(host)
+bounded.bound(host)
+try:
+    bounded.run(host, "setsid sleep 30 & echo $! > " + sys.argv[1] + "; wait", bound_s=1)
+except bounded.CommandOverrun as error:
+    print("OVERRUN", str(error)[:60])
+os.kill(int(open(sys.argv[1]).read()), signal.SIGKILL)
+print(host.run("echo AFTER").stdout.strip())
+"""
+
+
+def test_the_local_bound_holds_under_gevent(tmp_path):
+    """pyinfra's CLI patches subprocess with gevent; giving up on a process that keeps its pipes
+    must not break the next command there either."""
+    argv = [sys.executable, "-c", GEVENT_ESCAPE, str(tmp_path / "pid")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[-1:] == ["AFTER"], done.stdout + done.stderr
+    assert done.stdout.startswith("OVERRUN expected `setsid sleep 30"), done.stdout + done.stderr
