@@ -500,7 +500,7 @@ def accept_length_line(report: dict | None, name: str, expect, source: str) -> L
 def kv_cache_line(report: dict | None, site, name: str, source: str, engine: str = "sglang") -> Line:
     """The engine's own KV line (the service suite's check "kv cache allocated" reads it from the
     unit's journal: SGLang's allocation line, roles/shared/sglang_kv_log.py; vLLM's "GPU KV cache
-    size: N tokens", roles/shared/vllm_kv_log.py) beside the deploy's estimate
+    size: N tokens", checks/vllm_kv_log.py) beside the deploy's estimate
     (roles/shared/kv_cache.py, the figure the deploy's note prints). An allocation below the
     estimate fails: the fit check let through more than the engine really has."""
     from roles.shared import kv_cache

@@ -9,9 +9,10 @@ import shlex
 import pytest
 
 from checks import gpu_parsers as parse
+from checks import vllm_kv_log
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
-from roles.shared import sglang_kv_log, vllm_kv_log
+from roles.shared import sglang_kv_log
 
 pytestmark = pytest.mark.service
 
@@ -158,7 +159,7 @@ def test_listens_on_configured_address_only(host, unit, expect, request):
 
 def test_kv_cache_allocated(host, unit, expect, request):
     """The engine's own figure for its KV pool, from the unit's journal of its current run (SGLang:
-    the line roles/shared/sglang_kv_log.py parses; vLLM: roles/shared/vllm_kv_log.py's): reported
+    the line roles/shared/sglang_kv_log.py parses; vLLM: checks/vllm_kv_log.py's): reported
     beside the deploy's estimate, which the deploy's note "KV cache estimate" prints
     (docs/serving-memory.md)."""
     _require_loaded(unit, expect)

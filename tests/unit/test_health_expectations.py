@@ -118,4 +118,5 @@ def test_deploy_hook_runs_the_cli_with_the_deploys_inventory():
         "service,server",
         "--report",
         "reports/h.json",
+        "--deadline-s=900",
     ]

