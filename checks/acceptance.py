@@ -301,7 +301,7 @@ def parse_timespan(text: str) -> float | None:
     return total or None
 
 
-def dcgm_lines(args, host, expect, source: str) -> list[Line]:
+def dcgm_lines(args, host, expect, source: str, restart_source: str = TARGET) -> list[Line]:
     """DCGM level 2 with the engine stopped around it, and whether the engine came back: two
     lines. Run before the health checks, so that every line after it judges the machine as DCGM
     left it (a GPU DCGM disturbed, an engine that did not start again)."""
@@ -323,6 +323,7 @@ def dcgm_lines(args, host, expect, source: str) -> list[Line]:
             restart_expectation,
             run.restart_problem or f"{expect.unit_name}.service active",
             FAIL if run.restart_problem else PASS,
+            restart_source,
         )
     else:
         restart = Line(
@@ -332,6 +333,7 @@ def dcgm_lines(args, host, expect, source: str) -> list[Line]:
             f"{expect.unit_name}.service was not active before DCGM: not stopped, not started "
             "(the health verdict judges it)",
             NOT_APPLICABLE,
+            restart_source,
         )
     if run.tests is None:
         return [Line(area, expect.host_name, expectation, run.problem or "could not run", UNREACHED, source), restart]
@@ -410,7 +412,7 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
     dcgmi = bounded.run(host, "command -v dcgmi").stdout.strip()
     dcgm_from = "stand-in: lab dcgmi" if dcgmi and standin(host, dcgmi) else TARGET
     # DCGM first: the health report, and so every line below and the verdict, is taken after it.
-    dcgm = dcgm_lines(args, host, expect, dcgm_from)
+    dcgm = dcgm_lines(args, host, expect, dcgm_from, engine_from)
     report = health_report(args, name, folder)
     lines = [
         from_health(
