@@ -5,7 +5,7 @@ What each check stands on (read in the releases' own source):
 - the algorithm must be one of `--speculative-algorithm`'s choices of the release (captured CLI);
 - EAGLE3 reads the target's hidden states through the model's `set_eagle3_layers_to_capture`:
   srt/models/kimi_k25.py has it from 0.5.10 on, not in 0.5.9 (captured per release by
-  roles.engine_envs.cli_capture as `eagle3_capture_architectures`);
+  roles.serving.cli_capture as `eagle3_capture_architectures`);
 - server_args.py (0.5.9, 0.5.10): with `--speculative-eagle-topk 1` SGLang silently sets the
   draft tokens to steps + 1, so another value is refused here rather than changed there;
   `SGLANG_ENABLE_SPEC_V2` (srt/environ.py, default False) keeps the overlap scheduler on for
