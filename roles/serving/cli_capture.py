@@ -212,6 +212,9 @@ def capture_vllm(python: str) -> dict:
 
 
 def main(versions: list[str]) -> None:
+    if not versions or {"-h", "--help"} & set(versions):  # nothing downloaded for a question
+        print("usage: python -m roles.serving.cli_capture VERSION... | --vllm ENV/bin/python\n\n" + __doc__)
+        return
     if versions[:1] == ["--vllm"]:
         table = capture_vllm(versions[1])
         path = data_file(table["vllm"], "vllm")

@@ -212,9 +212,15 @@ def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
     os.chmod(path, 0o600)
 
 
+USAGE = "usage: python -m roles.site.vault {set,list,check,rename} FILE [NAME | OLD NEW]"
+
+
 def _main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(USAGE + "\n\n" + __doc__)
+        return 0
     if len(argv) < 2 or argv[0] not in ("set", "list", "check", "rename"):
-        print(__doc__, file=sys.stderr)
+        print(USAGE + "\n\n" + __doc__, file=sys.stderr)
         return 64
     command, path = argv[0], Path(argv[1])
     try:
