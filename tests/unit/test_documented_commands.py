@@ -160,11 +160,11 @@ def test_a_command_that_does_not_answer_is_caught(text, problem):
     def run(argv):
         return answers[(Path(argv[-1]).name,)]
 
-    commands = documented({"docs/x.md": text + "\n`uv run python -m sglang.launch_server`\n"})
+    commands = documented({"README.md": text + "\n`uv run python -m sglang.launch_server`\n"})
     assert ("module", "sglang.launch_server") in commands
     found = problems(commands, run)
     assert len(found) == 1 and problem in found[0], found
-    assert found[0].startswith("docs/x.md:1: ")
+    assert found[0].startswith("README.md:1: ")
 
 
 def test_uv_runs_options_are_not_taken_for_the_tool():
