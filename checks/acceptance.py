@@ -667,7 +667,7 @@ def collect(args, site, folder: Path) -> list[Line]:
         ]
         try:
             lines.extend(node_lines(node, testinfra.get_host(testinfra_url(args.inventory, node.name))))
-        except Exception as error:  # noqa: BLE001 - an unreachable node is one line, not a traceback
+        except Exception as error:  # an unreachable node is one line, not a traceback
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
         try:
@@ -675,7 +675,7 @@ def collect(args, site, folder: Path) -> list[Line]:
             lines.extend(
                 guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name), expect, folder)
             )
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             lines.append(
                 Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED)
             )

@@ -95,8 +95,8 @@ def _summary() -> None:
 
 
 def main() -> None:
-    import pyinfra.connectors.docker  # noqa: F401 - the connectors the lab and a site use
-    import pyinfra.connectors.local  # noqa: F401
+    import pyinfra.connectors.docker  # the connectors the lab and a site use
+    import pyinfra.connectors.local
     import pyinfra.connectors.ssh  # noqa: F401
 
     for connector in BaseConnector.__subclasses__():

@@ -141,7 +141,7 @@ def main() -> None:
             from sglang.srt.distributed import parallel_state  # noqa: F401
 
             base["sglang"] = sglang.__version__
-        except Exception as error:  # noqa: BLE001 - the finding to report
+        except Exception as error:  # the finding to report
             print(
                 "IH-ENGINE-ALLREDUCE "
                 + json.dumps({**base, "error": f"import sglang failed: {type(error).__name__}: {error}"})

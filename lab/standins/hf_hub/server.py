@@ -218,7 +218,7 @@ class Handler(BaseHTTPRequestHandler):
     _post_body: bytes | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
-    def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
+    def log_message(self, format, *args):  # BaseHTTPRequestHandler's signature
         sys.stderr.write(f"[standin-hub] {self.address_string()} {format % args}\n")
 
     def _send(
@@ -282,13 +282,13 @@ class Handler(BaseHTTPRequestHandler):
         return commit
 
     # -- routes -----------------------------------------------------------------------------
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def do_GET(self):  # http.server's naming
         self._route()
 
-    def do_HEAD(self):  # noqa: N802
+    def do_HEAD(self):
         self._route()
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._post_body = None
         self._body_in()
         self._route()

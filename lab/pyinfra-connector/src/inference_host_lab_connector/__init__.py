@@ -122,7 +122,7 @@ class LabConnector(BaseConnector):
                     # pyinfra's way to set host data after loading (HostData.__setattr__): the
                     # deploy's site, built after every host connected, reads the live address.
                     self.host.data.ssh_hostname = lab.container_address(role)
-            except Exception as error:  # noqa: BLE001 - whatever stopped it fails this host, in one line
+            except Exception as error:  # whatever stopped it fails this host, in one line
                 raise ConnectError(f"the lab could not bring up {role}: {type(error).__name__}: {error}") from None
         if self.delegate is None:
             # Made now, not in __init__: pyinfra's connectors read their data from the host's data
