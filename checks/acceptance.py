@@ -557,7 +557,9 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
     if not measured:
         return None
     figure, axes = plt.subplots(figsize=(8, 0.6 * len(measured) + 1.5))
-    ratios = [line.figure / line.expected_figure for line in measured]
+    ratios = [
+        got / expected for line in measured if (got := line.figure) is not None and (expected := line.expected_figure)
+    ]
     colours = ["#2a7" if line.verdict == PASS else "#c33" if line.verdict == FAIL else "#999" for line in measured]
     labels = [f"{line.area} ({line.host})" for line in measured]
     axes.barh(labels, ratios, color=colours)

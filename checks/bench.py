@@ -234,6 +234,7 @@ def main(argv=None) -> int:
         return 0
     import testinfra
 
+    assert target is not None  # read above unless --chart-only
     host = testinfra.get_host(target["url"])
     workload = {
         "dataset": "random-ids",

@@ -28,7 +28,7 @@ generator = torch.Generator().manual_seed(0)
 a = torch.randn(512, 512, generator=generator, dtype=torch.float64)
 expected = a @ a
 for index in range(torch.cuda.device_count()):
-    entry = {"index": index}
+    entry: dict[str, object] = {"index": index}
     try:
         with torch.cuda.device(index):
             props = torch.cuda.get_device_properties(index)

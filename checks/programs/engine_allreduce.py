@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 
 import torch
@@ -172,4 +171,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -200,7 +200,7 @@ def continue_in_guests() -> None:
         function=_next_pass,
         node=host.name,
         guests=waiting,
-        _if=lambda: bool(waiting) or rebooted.did_change(),
+        _if=lambda: bool(waiting) or (rebooted is not None and rebooted.did_change()),
     )
 
 
@@ -238,6 +238,7 @@ def _next_pass(node: str, guests: list[str]) -> None:
 
 def _guest_state(guest: HostSettings) -> dict | None:
     """The guest as its node reports it while pyinfra plans (None: not made yet)."""
+    assert guest.guest.node, "only a guest with a node is asked about (guest_wait_reason)"
     node = state.inventory.get_host(guest.guest.node)
     fact = KvmGuestState if guest.in_group("kvm_guests") else LxcGuestState
     return node.get_fact(fact, vmid=guest.guest.vmid)

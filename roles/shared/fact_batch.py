@@ -259,8 +259,8 @@ def _dropping(execute):
         drop_answers()
         return execute(self, *args, **kwargs)
 
-    execute_after_dropping._drops_fact_batches = True
-    execute_after_dropping.__wrapped__ = execute  # its signature stays pyinfra's (the contract test)
+    execute_after_dropping._drops_fact_batches = True  # type: ignore[attr-defined]  # a mark on the function
+    execute_after_dropping.__wrapped__ = execute  # type: ignore[attr-defined]  # its signature stays pyinfra's (the contract test)
     return execute_after_dropping
 
 

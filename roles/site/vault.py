@@ -50,7 +50,8 @@ class _VaultDumper(yaml.SafeDumper):
     pass
 
 
-_VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))
+# A !vault value is a scalar: construct_scalar raises yaml's own error for another node.
+_VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))  # type: ignore[arg-type]
 _VaultDumper.add_representer(_Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|"))
 
 

@@ -148,7 +148,7 @@ def _redact_watermark_secrets(value: Any, *, in_watermark_config: bool = False) 
 
 
 def _field_defaults(fields_dir: Path) -> dict[str, Any]:
-    defaults = {}
+    defaults: dict[str, Any] = {}
     for path in sorted(fields_dir.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -200,7 +200,7 @@ def log_kv_allocation(given: dict[str, Any]) -> None:
     method = next(n for n in kvcache.body if isinstance(n, ast.FunctionDef) and n.name == "_finalize_allocation_log")
     for arg in method.args.args:
         arg.annotation = None
-    namespace = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
+    namespace: dict[str, Any] = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
     exec(compile(ast.Module([method], []), str(root / "srt/mem_cache/memory_pool.py"), "exec"), namespace)
     tokens = int(given.get("max_total_tokens") or STANDIN_KV_TOKENS)  # argparse gives the flag as a string
     pool = _Pool(tokens * STANDIN_CELL_BYTES)

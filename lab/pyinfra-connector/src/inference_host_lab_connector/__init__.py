@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Any
 
 import click
 import gevent.lock
@@ -89,7 +90,9 @@ class LabConnector(BaseConnector):
     data_meta = connector_data_meta
     data: ConnectorData
 
-    delegate: BaseConnector | None = None
+    # pyinfra's docker, ssh or local connector, made at connect (Any: the open shell reads the
+    # docker connector's own docker_cmd and container_id, which BaseConnector does not declare).
+    delegate: Any = None
     session: ShellSession | None = None  # this host's open shell (shell.py), once a command ran
 
     @staticmethod
