@@ -57,7 +57,7 @@ def test_a_missing_or_stale_variable_is_caught():
     texts = {
         "x.py": 'os.environ.get("INFERENCE_HOST_A") or os.environ["INFERENCE_HOST_B"]',
         "tool": "INFERENCE_HOST_NEW=1",
-        "z.md": "INFERENCE_HOST_DOCUMENTED_ONLY_IN_PROSE",
+        "README.md": "INFERENCE_HOST_DOCUMENTED_ONLY_IN_PROSE",
     }
     assert problems(texts, documented) == [
         f"tool: INFERENCE_HOST_NEW is not in {TABLE_DOCUMENT}'s table",
