@@ -39,7 +39,7 @@ from roles.monitoring import monitoring, watched
 from roles.nvidia_driver import nvidia_driver
 from roles.proxmox_host import (
     continue_in_guests,
-    guest_waits,
+    guest_wait_reason,
     guests_of,
     guests_ready,
     needs_host_driver,
@@ -52,7 +52,7 @@ from roles.weights import weights
 from roles.wheels import wheels
 
 settings = current_host()
-waiting = guest_waits(settings)  # a guest its node has not made (or started) yet
+waiting = guest_wait_reason(settings)  # a guest its node has not made (or started) yet
 if waiting:
     logger.warning(f"{waiting} (nothing is deployed inside it in this pass)")
 engine_host = settings.in_group("gpu_nodes") and not waiting

@@ -610,7 +610,9 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
     if not measured:
         return None
     figure, axes = plt.subplots(figsize=(8, 0.6 * len(measured) + 1.5))
-    ratios = [line.figure / line.expected_figure for line in measured]
+    ratios = [
+        got / expected for line in measured if (got := line.figure) is not None and (expected := line.expected_figure)
+    ]
     colours = ["#2a7" if line.verdict == PASS else "#c33" if line.verdict == FAIL else "#999" for line in measured]
     labels = [f"{line.area} ({line.host})" for line in measured]
     axes.barh(labels, ratios, color=colours)
@@ -723,7 +725,7 @@ def collect(args, site, folder: Path) -> list[Line]:
             lines.extend(node_lines(node, bounded.bound(testinfra.get_host(testinfra_url(args.inventory, node.name)))))
         except bounded.CommandOverrun as error:
             lines.append(Line("node", node.name, "every command within its bound", str(error), FAIL))
-        except Exception as error:  # noqa: BLE001 - an unreachable node is one line, not a traceback
+        except Exception as error:  # an unreachable node is one line, not a traceback
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
         try:
@@ -733,7 +735,7 @@ def collect(args, site, folder: Path) -> list[Line]:
             )
         except bounded.CommandOverrun as error:
             lines.append(Line("gpu node", gpu_node.name, "every command within its bound", str(error), FAIL))
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             lines.append(
                 Line("gpu node", gpu_node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED)
             )

@@ -219,7 +219,7 @@ class Runner:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return (
                 f"expected `{_shown(command)}` to answer; found it not run: the run's total bound of "
-                f"{_seconds(self.deadline_s)} (--deadline-s) is spent; what to do: the FAIL lines "
+                f"{_seconds(self.deadline_s or 0)} (--deadline-s) is spent; what to do: the FAIL lines "
                 "that say 'no answer after' name the commands that took it"
             )
         return None

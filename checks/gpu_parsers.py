@@ -19,6 +19,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from roles.shared.driver_state import (  # noqa: F401  (re-exported for checks)
     KernelModule,
@@ -449,8 +450,9 @@ def engine_error(body: dict, limit: int = 600) -> str:
     engine core dies during a request (entrypoints/openai/engine/protocol.py ErrorResponse:
     {"error": {"message", "type", "param", "code"}}); SGLang 0.5.x writes
     {"object": "error", "message", "type", "code"} (entrypoints/openai/protocol.py ErrorResponse)."""
-    error = body.get("error") if isinstance(body.get("error"), dict) else body
-    message = error.get("message") if isinstance(error, dict) else None
+    found = body.get("error") if isinstance(body.get("error"), dict) else body
+    error = found if isinstance(found, dict) else {}
+    message = error.get("message")
     if message:
         kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
         text = f"{message} ({kind})" if kind else str(message)
@@ -601,7 +603,7 @@ def parse_smi_q(text: str) -> dict[str, dict]:
 
 def _path(tree: dict, *keys: str):
     """tree[k1][k2]...; a key may be "A|B" (alternative names across drivers). None if absent."""
-    node = tree
+    node: Any = tree
     for key in keys:
         if not isinstance(node, dict):
             return None
@@ -756,8 +758,9 @@ def parse_nvlink(status_text: str, errors_text: str = "") -> dict[int, NvlinkSta
             link, rest = int(match.group(1)), match.group(2).strip()
             if is_errors:
                 name, _, value = rest.rpartition(":")
-                if _int(value.strip()) is not None:
-                    errors.setdefault(gpu, {}).setdefault(link, {})[name.strip()] = _int(value.strip())
+                count = _int(value.strip())
+                if count is not None:
+                    errors.setdefault(gpu, {}).setdefault(link, {})[name.strip()] = count
             else:
                 speed = re.match(r"^([\d.]+) GB/s", rest)
                 links[gpu][link] = float(speed.group(1)) if speed else None

@@ -221,11 +221,12 @@ class GpuProbe:
         NVLink-multicast guards of a multi-GPU host when set there (SAFETY_VARIABLES), which the
         program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
-        has_file = bool(env_file) and self.host.run(f"test -r {shlex.quote(env_file)}").rc == 0
+        env_path = env_file or ""
+        has_file = bool(env_path) and self.host.run(f"test -r {shlex.quote(env_path)}").rc == 0
         fallback = "" if has_file else " ".join(f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
         inherited = " ".join(f'${{{name}+{name}="${name}"}}' for name in SAFETY_VARIABLES)
-        file_argument = shlex.quote(env_file) if has_file else "''"
-        source_name = shlex.quote(env_file if has_file else "site model")
+        file_argument = shlex.quote(env_path) if has_file else "''"
+        source_name = shlex.quote(env_path if has_file else "site model")
         command = (
             f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
             f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"

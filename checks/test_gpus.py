@@ -195,7 +195,7 @@ def test_compute_capability(gpu, expect, gpu_index, request):
         f"{info.compute_cap} ({info.name})",
         "set gpu_arch to the GPUs' architecture: kernels and wheels are built for it",
     )
-    report(request, info.compute_cap)
+    report(request, str(info.compute_cap))
 
 
 def test_memory(gpu, expect, gpu_index, request):

@@ -133,6 +133,7 @@ def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request)
     parallel = parse.parse_launcher_parallelism(shown.stdout)
     evidence(request, "tensor_parallel_ranks", parallel.per_node if parallel else None)
     assert not problem, problem
+    assert parallel is not None  # judge_tensor_parallel found the launcher's flags
     per_node = f" ({parallel.per_node} per node)" if parallel.nnodes > 1 else ""
     if expect.engine_on_cpu:
         report(request, f"{parallel.flag} {parallel.tp_size} = one shard ({source})")

@@ -5,9 +5,10 @@ the file without touching any host:
 
     uv run python -m roles.site inventory/prod.py
 
-From a freshly installed node, run `uv run pyinfra inventory/prod.py deploy.py` three times
-(node prepared and rebooted; guests created; deploy inside them): docs/guests-and-gpus.md,
-"First deploy of a new guest".
+From a freshly installed node, one run of `uv run pyinfra inventory/prod.py deploy.py` ends
+with the health checks: it runs itself again as a child pass while a guest waits or the node
+reboots, at most three passes (node prepared and rebooted; guests created; deploy inside them):
+docs/guests-and-gpus.md, "First deploy of a new guest".
 
 Each group below is a list of (host, data) pairs. A host may be in several groups; keys are
 the settings listed in docs/settings.md (a typo is an error, not ignored). Helper names start
@@ -81,8 +82,9 @@ lxc_guests = [
             "guest_unprivileged": True,  # always explicit: the default changed in PVE 9
             "guest_features": ["nesting", "keyctl"],  # systemd and Docker inside the container
             "guest_ssh_public_keys": _deploy_keys,  # root's authorized_keys (pct create only)
-            # The node's model storage, mounted read-only at /models (roles/weights keeps the
-            # weights there: one copy for every guest that mounts it).
+            # The node's model storage at /models: one copy of the weights for every guest that
+            # mounts it. It is mounted read-only (ro=1) once weights_repo below names the model
+            # kept there: roles/weights then downloads it on the node, and the guest only reads.
             "guest_mount_points": {"/tank/models": "/models"},
             "gpu_count": 8,
         },

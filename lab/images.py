@@ -64,6 +64,7 @@ def _debootstrap_base() -> str:
         imported = subprocess.run(
             ["docker", "import", "-", DEBOOTSTRAP_IMAGE], stdin=tar.stdout, capture_output=True, text=True
         )
+        assert tar.stdout is not None  # stdout=PIPE
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
             raise LabError(f"docker import of the debootstrap folder failed: {imported.stderr.strip()}")

@@ -15,6 +15,7 @@ import atexit
 import sys
 import time
 from collections import defaultdict
+from types import FrameType
 
 import gevent
 from pyinfra.connectors.base import BaseConnector
@@ -26,7 +27,7 @@ _marks: dict[str, float] = {}
 
 def _caller() -> tuple[str, str]:
     """("fact", FactClass) or ("op", operation name) of the command being run."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.endswith("pyinfra/api/facts.py"):
@@ -65,7 +66,7 @@ def _wrap(cls, method: str) -> None:
                 (self.host.name, kind if method == "run_shell_command" else "upload", what, time.monotonic() - begin)
             )
 
-    timed._profiled = True
+    timed._profiled = True  # type: ignore[attr-defined]  # a mark on the function
     setattr(cls, method, timed)
 
 
@@ -79,8 +80,8 @@ def _summary() -> None:
         else f"\n=== profile: wall {wall:.1f} s",
         file=out,
     )
-    by_host = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
-    by_what = defaultdict(lambda: [0, 0.0])
+    by_host: defaultdict[str, defaultdict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
+    by_what: defaultdict[tuple[str, str], list] = defaultdict(lambda: [0, 0.0])
     for host, kind, what, seconds in _records:
         by_host[host][kind][0] += 1
         by_host[host][kind][1] += seconds
@@ -95,8 +96,8 @@ def _summary() -> None:
 
 
 def main() -> None:
-    import pyinfra.connectors.docker  # noqa: F401 - the connectors the lab and a site use
-    import pyinfra.connectors.local  # noqa: F401
+    import pyinfra.connectors.docker  # the connectors the lab and a site use
+    import pyinfra.connectors.local
     import pyinfra.connectors.ssh  # noqa: F401
 
     for connector in BaseConnector.__subclasses__():

@@ -14,7 +14,7 @@ ENV = {
 
 try:
     import torch
-except Exception as error:  # noqa: BLE001 - any import failure is the finding to report
+except Exception as error:  # any import failure is the finding to report
     print("IH-CUDA " + json.dumps({"error": f"import torch failed: {error}", "env": ENV}))
     sys.exit(0)
 
@@ -28,7 +28,7 @@ generator = torch.Generator().manual_seed(0)
 a = torch.randn(512, 512, generator=generator, dtype=torch.float64)
 expected = a @ a
 for index in range(torch.cuda.device_count()):
-    entry = {"index": index}
+    entry: dict[str, object] = {"index": index}
     try:
         with torch.cuda.device(index):
             props = torch.cuda.get_device_properties(index)
@@ -41,7 +41,7 @@ for index in range(torch.cuda.device_count()):
             torch.cuda.synchronize(index)
             entry["max_error"] = float((got - expected).abs().max())
             entry["ok"] = bool(torch.allclose(got, expected, rtol=1e-9, atol=1e-9))
-    except Exception as error:  # noqa: BLE001 - a failing GPU is reported, the others still run
+    except Exception as error:  # a failing GPU is reported, the others still run
         entry.update(ok=False, error=f"{type(error).__name__}: {error}")
     devices.append(entry)
 print("IH-CUDA " + json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "devices": devices, "env": ENV}))

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 
 import torch
@@ -141,7 +140,7 @@ def main() -> None:
             from sglang.srt.distributed import parallel_state  # noqa: F401
 
             base["sglang"] = sglang.__version__
-        except Exception as error:  # noqa: BLE001 - the finding to report
+        except Exception as error:  # the finding to report
             print(
                 "IH-ENGINE-ALLREDUCE "
                 + json.dumps({**base, "error": f"import sglang failed: {type(error).__name__}: {error}"})
@@ -172,4 +171,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

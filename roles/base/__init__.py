@@ -187,6 +187,7 @@ def _hf_token(settings: HostSettings) -> None:
             name=f"Remove {cache}/token (the engine reads no Hub repository)", path=f"{cache}/token", present=False
         )
         return
+    assert secret, "engine_reads_hub_token is False without serving_hf_token_secret"
     user, group = settings.base.service_user, settings.base.service_group
     for path in (f"{settings.base.data_dir}/.cache", cache):
         files.directory(name=f"Create {path} (mode 0700)", path=path, user=user, group=group, mode="0700")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host
@@ -238,10 +239,13 @@ def _sglang_capture_hook(target: str, built) -> None:
                 f" || {{ patch -p1 -s -f -d {site} < {dest}"
                 f" && {target}/bin/python -m compileall -q {site}/sglang >/dev/null; }}"
             ],
-            _if=lambda applied=applied, upload=upload: (
-                applied != "applied" or built.did_change() or upload.did_change()
-            ),
+            _if=_apply_needed(applied, built, upload),
         )
+
+
+def _apply_needed(applied: str, *changes) -> Callable[[], bool]:
+    """A patch is (re)applied when it is not applied, or what it applies to or itself changed."""
+    return lambda: applied != "applied" or any(change.did_change() for change in changes)
 
 
 def _source(settings: HostSettings) -> None:
@@ -271,9 +275,7 @@ def _source(settings: HostSettings) -> None:
         server.shell(
             name=f"Apply SpecForge patch {patch.name} to {target}",
             commands=[f"git -C {target} apply --reverse --check {dest} 2>/dev/null || git -C {target} apply {dest}"],
-            _if=lambda applied=applied, upload=upload: (
-                applied != "applied" or checkout.did_change() or upload.did_change()
-            ),
+            _if=_apply_needed(applied, checkout, upload),
         )
 
 

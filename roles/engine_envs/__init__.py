@@ -93,7 +93,7 @@ def _adopt_legacy_cache(settings: HostSettings) -> None:
     one before the build, the new root's environments are installed from the lock without a
     download (roles/shared/legacy_layout.py: environments are rebuilt, never moved)."""
     legacy = legacy_engine(host, settings)
-    if not moves_root(legacy, settings):
+    if legacy is None or not moves_root(legacy, settings):
         return
     old, new = f"{legacy.root}/uv-cache", f"{settings.base.install_root}/uv-cache"
     if host.get_fact(CacheToAdopt, old=old, new=new):

@@ -12,6 +12,7 @@ so a changed key reaches a guest the deploy could otherwise no longer enter.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -50,7 +51,7 @@ def wanted_settings(guest: HostSettings) -> dict[str, str]:
     return wanted
 
 
-def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[list[str], str | None]:
+def wanted_devices(guest: HostSettings, host_devices: dict) -> tuple[Sequence[str], str | None]:
     """devN values for the guest's GPUs, or why they cannot be known yet.
 
     The node's driver lists its GPUs only once its kernel module is loaded (after the reboot
@@ -84,7 +85,7 @@ def wanted_mount_points(guest: HostSettings) -> list[str]:
     return [pve.lxc_mount_point(src, dst, read_only=src in read_only) for src, dst in guest.guest.mount_points.items()]
 
 
-def create_command(guest: HostSettings, devices: list[str]) -> str:
+def create_command(guest: HostSettings, devices: Sequence[str]) -> str:
     settings = guest.guest
     args = [
         "pct",
@@ -107,7 +108,7 @@ def create_command(guest: HostSettings, devices: list[str]) -> str:
     return shlex.join(args)
 
 
-def plan_update(guest: HostSettings, config: pve.GuestConfig, devices: list[str]) -> pve.Plan:
+def plan_update(guest: HostSettings, config: pve.GuestConfig, devices: Sequence[str]) -> pve.Plan:
     """The smallest `pct set` that makes the guest's effective config what the inventory says."""
     effective = config.effective()
     plan = pve.plan_scalars(effective, wanted_settings(guest))
@@ -176,6 +177,7 @@ def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[lis
     wanted = with_pve_block(found["content"], keys)
     if same_keys_file(found["content"], wanted):
         return [], None
+    assert guest.guest.vmid is not None  # a guest found running has its VMID
     return push_keys_commands(guest.guest.vmid, wanted, make_ssh_dir=not found["ssh_dir"]), None
 
 

@@ -66,6 +66,7 @@ def watched(settings: HostSettings) -> bool:
 def monitoring() -> None:
     settings, site = current_host(), current_site()
     distro = current_distro("roles/monitoring")
+    assert site.stack.monitoring is not None, "the site rules require the pins with a monitors group"
     pins = site.stack.monitoring.for_distro(distro.nvidia_path)
     # The distribution's packages in one apt-get install: each install reads apt's lists anew
     # (about a second and a half each in the lab's bare-to-healthy run). The DCGM exporter is
@@ -123,6 +124,7 @@ def _node_exporter(settings: HostSettings) -> None:
 
 def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
     ensure_cuda_repository(settings, distro)
+    assert site.stack.monitoring is not None, "the site rules require the pins with a monitors group"
     version = site.stack.monitoring.dcgm_exporter
     # With the DCGM it is built against: left to apt, its dependency would be the index's newest.
     install_resolved("the DCGM exporter", exporter_pins(version))

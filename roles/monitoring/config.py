@@ -216,7 +216,7 @@ class Alert:
     description: str
 
     def rule(self) -> dict:
-        rule = {"alert": self.name, "expr": self.expr}
+        rule: dict[str, object] = {"alert": self.name, "expr": self.expr}
         if self.for_ != "0m":
             rule["for"] = self.for_
         rule["labels"] = {"severity": self.severity}

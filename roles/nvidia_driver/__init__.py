@@ -91,6 +91,12 @@ def nvidia_driver() -> None:
             _uvm_at_boot(start=loaded)
         _persistence_daemon(start=loaded)
     if settings.nvidia_driver.dcgm:
+        # DCGM's version follows the exporter's pin: a stack file without `monitoring:` has none.
+        if stack.monitoring is None:
+            raise RuntimeError(
+                f"{host.name}: nvidia_driver_dcgm needs the monitoring pins of {stack.file}"
+                " (its `monitoring:` mapping names dcgm_exporter, whose DCGM is installed)"
+            )
         _dcgm(stack.active.cuda_major, stack.monitoring.dcgm_exporter)
     if settings.driver_mode == "full":
         _kernel_module_matches(settings, module, version)
@@ -197,6 +203,7 @@ def _target_version(settings: HostSettings, pinned: str) -> str:
     if settings.driver_mode == "full":
         return pinned
     node_name = settings.guest.node
+    assert node_name, "userspace mode is an LXC guest's, whose guest_node the site rules require"
     node = state.inventory.get_host(node_name)
     proc_dir = current_site().hosts[node_name].proxmox.nvidia_proc_dir
     module: KernelModule | None = node.get_fact(NvidiaKernelModule, proc_dir=proc_dir)

@@ -8,9 +8,9 @@ NVIDIA kernel driver (deploy.py runs roles/nvidia_driver on it, see `needs_host_
 
 Then `proxmox_reboot` reboots the node once, for every reason marked (with
 proxmox_allow_reboot), or stops the deploy with one message saying what to do;
-`guest_waits` tells a guest's own deploy whether its node has made it yet; and
-`continue_in_guests`, the node's last step, runs the same command once more when a guest
-waited, so that one command takes a bare node to serving guests.
+`guest_wait_reason` says why a guest's own deploy cannot start yet (None once its node has
+made it); and `continue_in_guests`, the node's last step, runs the same command once more when
+a guest waited, so that one command takes a bare node to serving guests.
 
 The node's kernel settings (base_sysctl keys an LXC guest shares with it) are written here too.
 """
@@ -122,7 +122,7 @@ def proxmox_reboot() -> None:
     )
 
 
-def guest_waits(guest: HostSettings) -> str | None:
+def guest_wait_reason(guest: HostSettings) -> str | None:
     """Why a guest's own deploy cannot start yet (its node has not made it), or None.
 
     Read from the node's facts while pyinfra plans: a guest created in this run is converged
@@ -200,7 +200,7 @@ def continue_in_guests() -> None:
         function=_next_pass,
         node=host.name,
         guests=waiting,
-        _if=lambda: bool(waiting) or rebooted.did_change(),
+        _if=lambda: bool(waiting) or (rebooted is not None and rebooted.did_change()),
     )
 
 
@@ -238,6 +238,7 @@ def _next_pass(node: str, guests: list[str]) -> None:
 
 def _guest_state(guest: HostSettings) -> dict | None:
     """The guest as its node reports it while pyinfra plans (None: not made yet)."""
+    assert guest.guest.node, "only a guest with a node is asked about (guest_wait_reason)"
     node = state.inventory.get_host(guest.guest.node)
     fact = KvmGuestState if guest.in_group("kvm_guests") else LxcGuestState
     return node.get_fact(fact, vmid=guest.guest.vmid)

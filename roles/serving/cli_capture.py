@@ -82,7 +82,9 @@ def _annotated_field_options(source: str) -> dict[str, dict]:
             takes_value = inner != "bool"
         choices = _literal(arg["choices"]) if "choices" in arg else None
         if choices is None and inner.startswith("Literal["):
-            choices = _literal(ast.parse(inner, mode="eval").body.slice)
+            literal = ast.parse(inner, mode="eval").body
+            assert isinstance(literal, ast.Subscript)  # Literal[...]
+            choices = _literal(literal.slice)
             choices = list(choices) if isinstance(choices, tuple) else [choices]
         for name in names:
             options[name] = _option(takes_value, choices)
@@ -212,6 +214,9 @@ def capture_vllm(python: str) -> dict:
 
 
 def main(versions: list[str]) -> None:
+    if not versions or {"-h", "--help"} & set(versions):  # nothing downloaded for a question
+        print("usage: python -m roles.serving.cli_capture VERSION... | --vllm ENV/bin/python\n\n" + __doc__)
+        return
     if versions[:1] == ["--vllm"]:
         table = capture_vllm(versions[1])
         path = data_file(table["vllm"], "vllm")

@@ -95,6 +95,7 @@ def server_arguments(
     if stack.engine == "vllm":
         return vllm_arguments(settings, hosts, stack, secret_args_file)
     serving, version = settings.serving, stack.sglang
+    assert version is not None  # an SGLang stack pins sglang (the stack file's rules)
     tp_size, nnodes, rank, init_addr = node_topology(settings, hosts)
     args = [
         "--model-path",
@@ -226,8 +227,11 @@ UPSTREAM_PCIE_ALLREDUCE_SINCE = (0, 5, 21)
 PATCHED_PCIE_ALLREDUCE = ("0.5.9",)
 
 
-def pcie_allreduce_env(version: str) -> dict[str, str]:
-    """serving_custom_all_reduce_pcie = True, rendered for one release (empty: none exists)."""
+def pcie_allreduce_env(version: str | None) -> dict[str, str]:
+    """serving_custom_all_reduce_pcie = True, rendered for one release (empty: none exists, or
+    no SGLang release)."""
+    if version is None:
+        return {}
     if _version(version) >= UPSTREAM_PCIE_ALLREDUCE_SINCE:
         return {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
     if version in PATCHED_PCIE_ALLREDUCE:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from roles.serving.command import server_arguments
 from roles.shared.engine_env import SGLANG_PATCHES
@@ -155,7 +156,7 @@ def run_many(
     with tempfile.TemporaryDirectory(prefix="inference-host-preflight-") as scratch:
         secret = Path(scratch, "secret-args.yaml")
         secret.write_text(json.dumps({"api-key": PLACEHOLDER_KEY}) + "\n")
-        items = [
+        items: list[dict[str, Any]] = [
             {
                 "argv": render_arguments(settings, site, stack, model_dir, draft_dir, secret),
                 "env": env_file_values(env_file_text(settings, stack, site)),

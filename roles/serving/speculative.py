@@ -5,7 +5,7 @@ What each check stands on (read in the releases' own source):
 - the algorithm must be one of `--speculative-algorithm`'s choices of the release (captured CLI);
 - EAGLE3 reads the target's hidden states through the model's `set_eagle3_layers_to_capture`:
   srt/models/kimi_k25.py has it from 0.5.10 on, not in 0.5.9 (captured per release by
-  roles.engine_envs.cli_capture as `eagle3_capture_architectures`);
+  roles.serving.cli_capture as `eagle3_capture_architectures`);
 - server_args.py (0.5.9, 0.5.10): with `--speculative-eagle-topk 1` SGLang silently sets the
   draft tokens to steps + 1, so another value is refused here rather than changed there;
   `SGLANG_ENABLE_SPEC_V2` (srt/environ.py, default False) keeps the overlap scheduler on for
@@ -94,7 +94,7 @@ def speculative_problems(host: HostSettings, stack: Stack, inventory_dir: Path) 
     return [f"{label}: {p}" for p in problems]
 
 
-def _shape_problems(spec: SpeculativeSettings, cli: dict, version: str) -> list[str]:
+def _shape_problems(spec: SpeculativeSettings, cli: dict, version: str | None) -> list[str]:
     problems = []
     choices = (cli["options"].get("--speculative-algorithm") or {}).get("choices") or ALGORITHMS
     if spec.algorithm not in ALGORITHMS or spec.algorithm not in choices:
@@ -142,6 +142,7 @@ def _config_problems(
             f" copy of the {'drafter' if missing[0] == 'draft_config' else 'target'} model's"
             " config.json, so the drafter is checked against the target before any host is touched"
         ]
+    assert spec.draft_config and spec.target_config  # none is missing (above)
     try:
         drafter_file = inventory_dir / spec.draft_config
         target_file = inventory_dir / spec.target_config
@@ -186,6 +187,7 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     text = target.get("text_config") or target
     context = serving.context_length or kv_cache.model_context_length(target)
     running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
+    assert running is not None and estimate.drafter is not None  # a drafter: 48 at most, its memory
     # each request's row holds 4 + the draft tokens beyond its context (extra_max_context_len)
     extra = kv_cache.EXTRA_CONTEXT_TOKENS + spec.num_draft_tokens
     per_request = context + extra
@@ -228,7 +230,7 @@ def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dic
     return problems
 
 
-def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> str | None:
+def kv_estimate_note(host: HostSettings, version: str | None, inventory_dir: Path) -> str | None:
     """The estimate in one line, for the deploy's output beside SGLang's own figure (the health
     check "kv cache allocated" reads it from the journal); None without both config.json copies
     or for a target the estimate does not know (the inventory's checks already ran)."""
@@ -243,13 +245,16 @@ def kv_estimate_note(host: HostSettings, version: str, inventory_dir: Path) -> s
     )
 
 
-def _captures(version: str, architecture: str) -> bool:
+def _captures(version: str | None, architecture: str) -> bool:
     cli = release_cli(version)
-    return bool(cli) and architecture in cli.get("eagle3_capture_architectures", [])
+    return cli is not None and architecture in cli.get("eagle3_capture_architectures", [])
 
 
 @cache
-def release_cli(version: str) -> dict | None:
-    """The release's captured CLI (roles/serving/cli/<version>.json), None when not captured."""
+def release_cli(version: str | None) -> dict | None:
+    """The release's captured CLI (roles/serving/cli/<version>.json), None when not captured (or
+    no SGLang release: a vLLM stack)."""
+    if version is None:
+        return None
     path = data_file(version)
     return json.loads(path.read_text()) if path.is_file() else None

@@ -239,7 +239,7 @@ def _get_fact(state, host, cls, args=None, kwargs=None, ensure_hosts=None, apply
             # their arguments for process() (HashFileFactBase keeps the path).
             pyinfra_facts._make_command(fact.command, dict(fact_kwargs))
             data = fact.process(lines) if lines else fact.default()
-        except Exception:  # noqa: BLE001 - pyinfra's own run reports it the way it does
+        except Exception:  # pyinfra's own run reports it the way it does
             data = None
         else:
             stats["served"] += 1
@@ -259,8 +259,8 @@ def _dropping(execute):
         drop_answers()
         return execute(self, *args, **kwargs)
 
-    execute_after_dropping._drops_fact_batches = True
-    execute_after_dropping.__wrapped__ = execute  # its signature stays pyinfra's (the contract test)
+    execute_after_dropping._drops_fact_batches = True  # type: ignore[attr-defined]  # a mark on the function
+    execute_after_dropping.__wrapped__ = execute  # type: ignore[attr-defined]  # its signature stays pyinfra's (the contract test)
     return execute_after_dropping
 
 

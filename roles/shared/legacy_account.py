@@ -183,7 +183,9 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
     the former ids, then each folder under its new name with a link at the old one."""
     steps = []
     user, group = migration.user, migration.group
+    assert migration.ids is not None or not (migration.add_group or migration.add_user), "adding keeps the ids"
     if migration.add_group:
+        assert migration.ids is not None
         gid = migration.ids[1]
         steps.append(
             (
@@ -192,6 +194,7 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
             )
         )
     if migration.add_user:
+        assert migration.ids is not None
         uid = migration.ids[0]
         steps.append(
             (
@@ -230,6 +233,7 @@ def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[st
     if not migration.drop_account:
         return []
     user, group = migration.user, migration.group
+    assert migration.ids is not None, "dropping the former names keeps their ids"
     uid, gid = migration.ids
     return [
         (

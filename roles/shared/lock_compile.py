@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from roles.site import SiteError
@@ -59,7 +59,7 @@ def resolve(
     python: str,
     fix: str,
     preferences: str | None = None,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
 ) -> str:
     """uv's hashed resolution of roots (the lock body); raises SiteError naming what, with
     uv's own explanation of a conflict and how to fix it.

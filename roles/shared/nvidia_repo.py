@@ -36,7 +36,7 @@ class Distro:
     nvidia_path: str  # "ubuntu2404" / "debian12": NVIDIA's repository path
 
 
-SUPPORTED = {
+SUPPORTED: dict[tuple[str | None, int | None, int | None], Distro] = {
     ("Ubuntu", 24, 4): Distro("ubuntu", "noble", "ubuntu2404"),
     ("Debian", 12, None): Distro("debian", "bookworm", "debian12"),
 }

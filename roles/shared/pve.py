@@ -15,6 +15,7 @@ Formats follow the PVE 8 sources (branch stable-bookworm):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from roles.site import HostSettings
@@ -148,7 +149,7 @@ def option_args(key: str, value: str) -> list[str]:
 
 
 def print_property_string(
-    data: dict[str, object], default_key: str | None = None, required: tuple[str, ...] = ()
+    data: Mapping[str, object], default_key: str | None = None, required: tuple[str, ...] = ()
 ) -> PropertyString:
     """The inverse of parse_property_string, in JSONSchema.pm print_property_string order.
 
@@ -215,7 +216,7 @@ def plan_scalars(effective: dict[str, str], wanted: dict[str, str]) -> Plan:
     return Plan({k: v for k, v in wanted.items() if effective.get(k) != v})
 
 
-def plan_indexed(effective: dict[str, str], slots: tuple[str, ...], wanted: list[str], identity, same) -> Plan:
+def plan_indexed(effective: dict[str, str], slots: tuple[str, ...], wanted: Sequence[str], identity, same) -> Plan:
     """Converge a family of numbered keys (dev0.., hostpci0..) without renumbering.
 
     identity(value) names what an entry points at (a device path, a PCI address); an entry whose
@@ -308,8 +309,7 @@ def with_hwaddr(current: str | None, wanted: str) -> str:
     if not current:
         return wanted
     hwaddr = parse_property_string(current).get("hwaddr")
-    data = parse_property_string(wanted)
-    data["hwaddr"] = hwaddr
+    data: dict[str, object] = {**parse_property_string(wanted), "hwaddr": hwaddr}
     return print_property_string(data, required=("name",))
 
 

@@ -204,13 +204,14 @@ def _env_name(name: str, what: str) -> None:
 # ----- EnvironmentFile -----
 
 
-def env_value(value: str, what: str = "value") -> EnvFileText:
+def env_value(value: object, what: str = "value") -> EnvFileText:
     """One value of an EnvironmentFile, double-quoted with `"`, `\\`, `` ` `` and `$` escaped;
-    a newline is kept (inside quotes it is part of the value), other control characters refused."""
-    value = _check(what, value, allowed_controls="\t\n")
-    if _BARE.match(value):
-        return EnvFileText(value)
-    return EnvFileText('"' + "".join("\\" + c if c in _SHELL_NEED_ESCAPE else c for c in value) + '"')
+    a newline is kept (inside quotes it is part of the value), other control characters refused
+    (as anything but text)."""
+    text = _check(what, value, allowed_controls="\t\n")
+    if _BARE.match(text):
+        return EnvFileText(text)
+    return EnvFileText('"' + "".join("\\" + c if c in _SHELL_NEED_ESCAPE else c for c in text) + '"')
 
 
 def env_assignment(name: str, value: str | int | float, what: str = "") -> EnvFileText:
@@ -236,7 +237,7 @@ def env_comment(value: object, what: str = "value") -> EnvFileText:
 
 # ----- the rule templates follow -----
 
-LANGUAGES = {
+LANGUAGES: dict[str, type[Encoded]] = {
     ".service.j2": UnitText,
     ".timer.j2": UnitText,
     ".socket.j2": UnitText,

@@ -10,6 +10,13 @@ from roles.site.table import settings_reference
 
 
 def main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(
+            "usage: python -m roles.site INVENTORY | --settings\n\n"
+            "INVENTORY: check an inventory file without contacting a host and print its summary;\n"
+            "--settings: print the settings reference (docs/settings.md)"
+        )
+        return 0
     if argv == ["--settings"]:
         print(settings_reference(), end="")
         return 0

@@ -43,4 +43,5 @@ def current_host() -> HostSettings:
 def secret_value(name: str) -> str:
     """Plaintext of one secret, for a role that writes it into a 0600 file on the host."""
     site = current_site()
+    assert site.secrets_file, "a secret is referenced only with a secrets_file (the site rules)"
     return vault.decrypt_all(Path(site.secrets_file), [name])[name]

@@ -107,7 +107,7 @@ def python_error(error: BaseException, user_files: list[Path]) -> str:
         and Path(f.filename).resolve().is_relative_to(root)
         and ".venv" not in Path(f.filename).resolve().relative_to(root).parts
     ]
-    frame = (mine or ours or [None])[-1]
+    frame = (mine or ours or [None])[-1]  # type: ignore[list-item]  # None: no frame of ours
     where = f"{display(Path(frame.filename))}:{frame.lineno}" if frame else display(user_files[0])
     message = str(original).splitlines()[0] if str(original) else ""
     moved = _moved_name(original)
@@ -154,7 +154,7 @@ def _moved_name(error: BaseException) -> str | None:
         re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(error)) if isinstance(error, ImportError) else None
     )
     where_to = found and MOVED_NAMES.get((found.group(2), found.group(1)))
-    return f"{found.group(1)} moved: {where_to}" if where_to else None
+    return f"{found.group(1)} moved: {where_to}" if found and where_to else None
 
 
 def display(path: Path) -> str:

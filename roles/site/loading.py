@@ -63,7 +63,8 @@ def site_from_inventory(
     if stack is not None and gateway_versions:
         # The gateway's environment is locked the same way (roles/gateway installs the lock).
         problems.extend(lock.stale_gateway_lock_problems(stack_path, stack.file, gateway_versions))
-    secrets_file, secret_names = None, frozenset()
+    secrets_file: str | None = None
+    secret_names: frozenset[str] | None = frozenset()
     if "secrets_file" in site_values:
         secrets_file = str(Path(inventory_file).parent / site_values["secrets_file"])
         try:
@@ -78,6 +79,7 @@ def site_from_inventory(
     check_weights(hosts, where, problems)
     if problems:
         raise SiteError(problems)
+    assert stack is not None and secret_names is not None, "each is a problem above when missing"
     return Site(
         inventory_file=where,
         stack=stack,
@@ -326,8 +328,8 @@ def one_line_inventory_errors() -> None:
             print_problems(SiteError([python_error(error, [Path(inventory)])]))
             raise SystemExit(2) from None
 
-    make_inventory_or_one_line.one_line_errors = True
-    make_inventory_or_one_line.__wrapped__ = make_inventory  # its signature stays pyinfra's (the contract test)
+    make_inventory_or_one_line.one_line_errors = True  # type: ignore[attr-defined]  # a mark on the function
+    make_inventory_or_one_line.__wrapped__ = make_inventory  # type: ignore[attr-defined]  # its signature stays pyinfra's (the contract test)
     cli.make_inventory = make_inventory_or_one_line
 
 
@@ -355,6 +357,7 @@ def _require_decryptable(site: Site) -> None:
     """A deploy needs the values: a wrong password stops it before any connection."""
     names = referenced_secrets(site)
     if names:
+        assert site.secrets_file, "a secret is referenced only with a secrets_file (the site rules)"
         try:
             values = vault.decrypt_all(Path(site.secrets_file), names)
         except vault.SecretsError as error:

@@ -90,7 +90,7 @@ def lock_path(stack_file: Path, stack_id: str) -> Path:
 def built_from_source(stack) -> list[str]:
     """Packages of a stack the builders compile: installed from the wheelhouse, never an index.
     A vLLM stack has none (its kernels are in vllm's own wheel)."""
-    built = []
+    built: list[str] = []
     if getattr(stack, "engine", "sglang") == "vllm":
         return built
     if stack.flash_attn and stack.flash_attn_source == "build":

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from roles.site.errors import shown
 from roles.site.placement import sysctl_conflicts
@@ -322,7 +323,7 @@ def _speculative_problem(speculative: dict | None) -> str | None:
     return None
 
 
-def _reason(detail: dict) -> str:
+def _reason(detail: ErrorDetails) -> str:
     """One pydantic error of serving_speculative as "algorithm 'MEDUSA': one of ..."."""
     where = ".".join(str(part) for part in detail["loc"])
     if detail["type"] == "missing":

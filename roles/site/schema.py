@@ -14,7 +14,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -23,6 +23,9 @@ from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import Stack
+
+if TYPE_CHECKING:
+    from roles.site import sections
 
 __all__ = [
     "KNOWN_GROUPS",
@@ -92,6 +95,29 @@ class HostSettings:
     groups: tuple[str, ...]
     # Keys already reported as invalid: cross-host rules skip them (one message per mistake).
     invalid_keys: frozenset[str] = frozenset()
+
+    if TYPE_CHECKING:  # the fields _with_sections adds, one per section, for the type checker
+        base: sections.base.BaseSettings
+        gpu: sections.gpu.GpuSettings
+        nccl: sections.nccl.NcclSettings
+        serving: sections.serving.ServingSettings
+        build: sections.build.BuildSettings
+        guest: sections.guest.GuestSettings
+        proxmox: sections.proxmox.ProxmoxSettings
+        health: sections.health.HealthSettings
+        engine: sections.engine.EngineSettings
+        sglang: sections.sglang.SglangSettings
+        vllm: sections.vllm.VllmSettings
+        nvidia_driver: sections.nvidia_driver.NvidiaDriverSettings
+        cuda: sections.cuda.CudaSettings
+        docker: sections.docker.DockerSettings
+        gateway: sections.gateway.GatewaySettings
+        eagle3_training: sections.eagle3_training.Eagle3TrainingSettings
+        weights: sections.weights.WeightsSettings
+        monitoring: sections.monitoring.MonitoringSettings
+        ssh: sections.ssh.SshSettings
+
+        def __init__(self, name: str, groups: tuple[str, ...], **fields: object) -> None: ...
 
     @property
     def ssh_hostname(self) -> str | None:
@@ -225,8 +251,9 @@ def number_problem(value: Any) -> str | None:
 SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
-def secret_problem(value: Any, path: str = "") -> str | None:
-    """Why a plain setting holds what looks like a secret, or None; never the secret itself. A plain
+def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(why a plain setting holds what looks like a secret, the *_secret setting for it), or None;
+    never the secret itself. A plain
     setting is written in clear into the preview, the unit, the launcher, a systemd-run command
     line and the deploy's diffs; a secret belongs in the vault, named by a *_secret setting."""
     if isinstance(value, str):
@@ -249,9 +276,9 @@ def secret_problem(value: Any, path: str = "") -> str | None:
                 else "a *_secret setting"
             )
             return f"{where} is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)", setting
-        found = secret_problem(item, where)
-        if found:
-            return found
+        nested = secret_problem(item, where)
+        if nested:
+            return nested
     return None
 
 
@@ -323,7 +350,7 @@ def _build_section(
     try:
         return cls.model_validate(values)
     except ValidationError as error:
-        bad = {}
+        bad: dict[str, Any] = {}
         for detail in error.errors():
             name = str(detail["loc"][0])
             bad.setdefault(name, detail)

@@ -85,7 +85,9 @@ class EngineStack:
     @property
     def version(self) -> str:
         """The pinned release of the stack's engine (sglang or vllm)."""
-        return self.vllm if self.engine == "vllm" else self.sglang
+        version = self.vllm if self.engine == "vllm" else self.sglang
+        assert version is not None, "the stack's rules require its engine's pin"
+        return version
 
     @property
     def label(self) -> str:
@@ -158,7 +160,7 @@ KERNEL_FIELDS = {"package", "version", "source"}
 
 def _field_rule(cls: type, name: str) -> str:
     """The `valid` text of a field's check (its own, or inside `X | None`)."""
-    field = cls.__pydantic_fields__[name]
+    field = cls.__pydantic_fields__[name]  # type: ignore[attr-defined]  # a pydantic dataclass
     return rule_text(Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation) or "?"
 
 
@@ -249,6 +251,9 @@ def load_stack(path: Path) -> Stack:
         bad("active", active_id, "the id of one of the stacks: " + ", ".join(ids or ["(none)"]))
     if problems:
         raise SiteError(problems)
+    # No problem: _TopPins checked each top pin, and `active` is one of the stacks.
+    assert isinstance(top["uv"], str) and isinstance(branch, str) and isinstance(driver_version, str)
+    assert isinstance(active_id, str)
     return Stack(
         file=where,
         uv=top["uv"],

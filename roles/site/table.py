@@ -30,7 +30,7 @@ _WIDTH = 100
 def _section_attrs() -> dict[str, type[Section]]:
     by_name = {cls.__name__: cls for cls in SECTIONS}
     attrs = {}
-    for name, field in HostSettings.__dataclass_fields__.items():
+    for name, field in HostSettings.__dataclass_fields__.items():  # type: ignore[attr-defined]  # _with_sections
         type_name = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
         if type_name in by_name:
             attrs[name] = by_name[type_name]
@@ -241,7 +241,7 @@ def _speculative_keys() -> list[str]:
     lines = []
     for name, field in SpeculativeSettings.model_fields.items():
         kind = type_text(field.annotation).replace(" | ", " or ")
-        text = f"- `{name}` ({kind}, default {_default_text(field)}): {' '.join(field.description.split())}"
+        text = f"- `{name}` ({kind}, default {_default_text(field)}): {' '.join((field.description or '').split())}"
         lines += textwrap.wrap(
             text, _WIDTH, initial_indent="  ", subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
         )

@@ -50,7 +50,8 @@ class _VaultDumper(yaml.SafeDumper):
     pass
 
 
-_VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))
+# A !vault value is a scalar: construct_scalar raises yaml's own error for another node.
+_VaultLoader.add_constructor("!vault", lambda loader, node: _Encrypted(loader.construct_scalar(node)))  # type: ignore[arg-type]
 _VaultDumper.add_representer(_Encrypted, lambda dumper, data: dumper.represent_scalar("!vault", str(data), style="|"))
 
 
@@ -212,9 +213,15 @@ def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
     os.chmod(path, 0o600)
 
 
+USAGE = "usage: python -m roles.site.vault {set,list,check,rename} FILE [NAME | OLD NEW]"
+
+
 def _main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(USAGE + "\n\n" + __doc__)
+        return 0
     if len(argv) < 2 or argv[0] not in ("set", "list", "check", "rename"):
-        print(__doc__, file=sys.stderr)
+        print(USAGE + "\n\n" + __doc__, file=sys.stderr)
         return 64
     command, path = argv[0], Path(argv[1])
     try:

@@ -61,7 +61,7 @@ def _store_of(host: HostSettings, site_hosts: dict[str, HostSettings], guest_dir
 def weight_sets_of(host: HostSettings, site_hosts: dict[str, HostSettings]) -> list[WeightSet]:
     """The weights a gpu node serves from (none when weights_repo is unset)."""
     w = host.weights
-    wanted = []
+    wanted: list[tuple[Literal["model", "drafter"], str, str, list[str], list[str], str | None, str | None]] = []
     if w.repo and w.revision:
         wanted.append(
             (
@@ -88,6 +88,7 @@ def weight_sets_of(host: HostSettings, site_hosts: dict[str, HostSettings]) -> l
         )
     sets = []
     for kind, repo, revision, allow, ignore, guest_dir, source in wanted:
+        assert guest_dir, "the site rules require serving_model_path (or weights_local_dir) with weights_repo"
         store_host, store_dir = _store_of(host, site_hosts, guest_dir.rstrip("/"))
         sets.append(
             WeightSet(

@@ -37,7 +37,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load(text: str, loader: type[yaml.SafeLoader] = UniqueKeyLoader):
-    return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=loader)  # a SafeLoader subclass
 
 
 def one_line(error: yaml.YAMLError) -> str:

@@ -165,7 +165,7 @@ def _release_method(version: str, name: str, stubs: dict):
     for arg in method.args.args[1:]:
         arg.annotation = None
     namespace = dict(stubs)
-    exec(compile(ast.Module([method], []), f"sglang-{version}:{name}", "exec"), namespace)  # noqa: S102 - upstream's own code
+    exec(compile(ast.Module([method], []), f"sglang-{version}:{name}", "exec"), namespace)  # upstream's own code
     return namespace[name]
 
 

@@ -68,8 +68,9 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     assert "kernel.numa_balancing = 0" in (out / node.name / "etc/sysctl.d/90-inference-host-node.conf").read_text()
     assert not (out / gpu.name / "etc/sysctl.d").exists()
     assert "kernel.numa_balancing: the shared kernel's" in (out / gpu.name / "inference-host-preview.txt").read_text()
-    # A served local directory needs no Hub token in the engine's guest.
-    assert not (out / gpu.name / "var/lib/sglang/.cache").exists()
+    # A served local directory needs no Hub token in the engine's guest (the path the token
+    # would have: test_prod_with_a_hub_model_previews_the_engines_token shows it there).
+    assert not (out / gpu.name / _engine_token(gpu)).exists()
     # The driver the node installs is the one its LXC guest's userspace follows.
     pin = (out / node.name / "etc/apt/preferences.d/90-inference-host-nvidia-driver").read_text()
     assert site.stack.driver_version in pin
@@ -83,6 +84,49 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
         if value in path.read_text()
     ]
     assert leaks == []
+
+
+def _engine_token(gpu) -> str:
+    """Where the engine's guest keeps its Hub token, relative to the host's root (roles/base)."""
+    return f"{gpu.base.data_dir}/.cache/huggingface/token".lstrip("/")
+
+
+def _edited_prod(tmp_path, *edits: tuple[str, str]):
+    inventory, _ = _prod_with_planted_vault(tmp_path)
+    text = inventory.read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    inventory.write_text(text)
+    return load_site(inventory)
+
+
+def test_prod_with_a_hub_model_previews_the_engines_token(tmp_path, monkeypatch):
+    """The path the preview test finds absent is the one the token takes when the engine itself
+    reads the Hub (a drafter named by a Hub id: tests/unit/test_placement.py)."""
+    site = load_site(_prod_with_planted_vault(tmp_path)[0])
+    monkeypatch.setattr(render, "engine_reads_hub_token", lambda host, hosts: host.in_group("gpu_nodes"))
+    out = tmp_path / "preview"
+    render.render(site, out)
+    gpu = site.group("gpu_nodes")[0]
+    assert (out / gpu.name / _engine_token(gpu)).read_text() == "***"
+
+
+def test_prods_model_storage_is_read_only_once_weights_repo_names_the_model(tmp_path):
+    """inventory/prod.py's comment: /tank/models is mounted with ro=1 when the weights live there."""
+    shipped = load_site(PROJECT_ROOT / "inventory" / "prod.py")
+    out = tmp_path / "shipped"
+    render.render(shipped, out)
+    node = shipped.group("proxmox_hosts")[0].name
+    assert "--mp0 /tank/models,mp=/models " in (out / node / "inference-host-commands/pct-create-201.sh").read_text()
+    site = _edited_prod(
+        tmp_path,
+        ('# "weights_repo": "moonshotai/Kimi-K2.5"', '"weights_repo": "moonshotai/Kimi-K2.5"'),
+        ('# "weights_revision": "<the 40-character commit hash>"', '"weights_revision": "' + "0" * 40 + '"'),
+    )
+    render.render(site, tmp_path / "weights")
+    script = (tmp_path / "weights" / node / "inference-host-commands/pct-create-201.sh").read_text()
+    assert "--mp0 /tank/models,mp=/models,ro=1 " in script
 
 
 def test_command_runs_on_a_fresh_clone_without_the_vault_password(tmp_path):

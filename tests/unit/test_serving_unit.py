@@ -130,6 +130,10 @@ def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
     assert score, result.stdout + result.stderr
     # 9.6 UNSAFE without the sandbox section; "OK" is systemd's band below 4.0.
     assert float(score.group(1)) < 4.0 and score.group(2) == "OK", result.stdout
+    # The figure docs/engines-and-stacks.md quotes is the one measured here.
+    doc = " ".join((PROJECT_ROOT / "docs" / "engines-and-stacks.md").read_text().split())
+    quoted = re.search(r"scores the rendered unit ([\d.]+) \(OK\)", doc)
+    assert quoted and quoted.group(1) == score.group(1), f"the document quotes {quoted and quoted.group(1)}"
     for line in (
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",

@@ -25,7 +25,7 @@ def _release_log_line(version: str, kv_size, *, label=None, dtype="torch.bfloat1
         arg.annotation = None
     logged: list[str] = []
     namespace = {"GB": GB, "logger": SimpleNamespace(info=logged.append)}
-    exec(compile(ast.Module([method], []), f"sglang-{version}:memory_pool.py", "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module([method], []), f"sglang-{version}:memory_pool.py", "exec"), namespace)
     pool = SimpleNamespace(
         get_kv_size_bytes=lambda: kv_size, allocation_label=label, post_capture_active=False, dtype=dtype
     )

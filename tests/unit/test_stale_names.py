@@ -1,6 +1,7 @@
 """Text that names the repository stays true: every repository path (roles/..., checks/...,
 lab/..., docs/..., tests/..., inventory/..., group_data/...) named in a tracked file -- a
-comment, a docstring, a document, a README -- exists; every `<document>.md#<section>` names a
+comment, a docstring, a document, a README -- exists; so does every dotted module path of ours
+(roles.serving.cli_capture, checks.bench.main); every `<document>.md#<section>` names a
 heading that exists; and every engine script named is one the deploy installs (the `sglang-*`
 scripts were renamed `inference-engine-*`; the old names appear only where the migration removes
 them). A rename that leaves its old name in prose fails here, not in a newcomer's head."""
@@ -73,7 +74,9 @@ NOT_SCRIPTS = {"secret-args"}
 OLD_NAMES_ON_PURPOSE = {"roles/shared/legacy_layout.py", "README.md", "docs/upgrades.md"}
 # The service account's folders before their rename (roles/shared/legacy_account.py): named only
 # where the migration moves them, where it is tested, and where the notes say what was renamed.
-OLD_FOLDER = re.compile(r"/var/(?:lib|log)/sglang(?![\w.-])")
+# With or without the leading '/': a preview's or a test's host path relative to the root
+# (`var/lib/sglang/.cache`) is the same folder.
+OLD_FOLDER = re.compile(r"(?<![\w.-])/?var/(?:lib|log)/sglang(?![\w.-])")
 OLD_FOLDERS_ON_PURPOSE = {
     "roles/shared/legacy_account.py",
     "README.md",
@@ -85,6 +88,92 @@ OLD_FOLDERS_ON_PURPOSE = {
     "tests/unit/plans/inventory_account_kept_ubuntu2404.py",
     "tests/lab/test_sglang_engine.py",
 }
+
+
+# A dotted module path of ours (roles.serving.cli_capture, checks.bench.main): the longest leading
+# part that is a module must exist, and the next name must be one that module binds (a function, a
+# class, an assignment, an import) or a module in its package. Not after '/', '.', '@', ':' or '~':
+# a file name (inventory/lab.py) or a URL is not a module path.
+DOTTED = re.compile(r"(?<![\w./@:~-])((?:roles|checks|lab|tests)(?:\.[A-Za-z_]\w*)+)")
+# A name after a module that is a module's file name, not an attribute (`lab.py`, `checks.md`).
+NOT_ATTRIBUTES = EXTENSIONS | {"pyc", "png", "svg", "html", "log", "xml", "prom", "example", "internal"}
+# A placeholder in an example (`roles.shared.x`), not a name.
+PLACEHOLDERS = {"x", "y", "X", "Y"}
+# Dotted names that are not pointers at our modules, each with why.
+NOT_MODULES = {
+    "tests.infra": "the checks' old module, named on purpose where the upgrade notes say what moved",
+    "roles.sglang": "the old role's module, named on purpose where the upgrade notes say what moved",
+    "lab.over_ssh": "the lab's old helper, named on purpose where the upgrade notes say it is gone",
+}
+
+
+def _prose(name: str, text: str) -> list[tuple[int, str]]:
+    """(first line, text) of what a file says in words: a Python file's comments and strings
+    (its code's own variables, `checks.append(...)`, are not module paths), any other whole."""
+    if not name.endswith(".py"):
+        return [(1, text)]
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return [(1, text)]
+    return [(t.start[0], t.string) for t in tokens if t.type in (tokenize.COMMENT, tokenize.STRING)]
+
+
+def _module_file(parts: list[str], tracked: set[str]) -> str | None:
+    base = "/".join(parts)
+    for candidate in (base + ".py", base + "/__init__.py"):
+        if candidate in tracked:
+            return candidate
+    return None
+
+
+def _bound_names(path: str, tracked: set[str]) -> set[str]:
+    """The names a module binds at its top level, and for a package the modules in it."""
+    import ast
+
+    tree = ast.parse((PROJECT_ROOT / path).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+    if path.endswith("/__init__.py"):
+        folder = path.removesuffix("__init__.py")
+        names.update(
+            name[len(folder) :].partition("/")[0].removesuffix(".py") for name in tracked if name.startswith(folder)
+        )
+    return names
+
+
+def stale_modules(texts: dict[str, str], tracked: set[str], bound=_bound_names) -> list[str]:
+    """'file:line: dotted.path' for every module path of ours named that does not exist."""
+    found = []
+    for name, text in texts.items():
+        if name == GUARD or name.startswith(NOT_OURS):
+            continue
+        for first, words in _prose(name, text):
+            for match in DOTTED.finditer(words):
+                if not _module_exists(match.group(1), tracked, bound):
+                    found.append(f"{name}:{first + words.count(chr(10), 0, match.start())}: {match.group(1)}")
+    return found
+
+
+def _module_exists(ref: str, tracked: set[str], bound) -> bool:
+    parts = ref.split(".")
+    if any(ref == old or ref.startswith(old + ".") for old in NOT_MODULES):
+        return True
+    depth = max((n for n in range(1, len(parts) + 1) if _module_file(parts[:n], tracked)), default=0)
+    module = _module_file(parts[:depth], tracked) if depth else None
+    rest = parts[depth:]
+    if not module:  # `lab.py`: a file's name
+        return len(parts) == 2 and parts[1] in NOT_ATTRIBUTES
+    return not rest or rest[0] in NOT_ATTRIBUTES | PLACEHOLDERS or rest[0] in bound(module, tracked)
 
 
 def _folders(tracked: set[str]) -> set[str]:
@@ -225,6 +314,12 @@ def test_every_repository_path_named_in_the_tracked_files_exists():
     assert found == [], "paths that are not in the repository:\n" + "\n".join(found)
 
 
+def test_every_module_path_named_in_the_tracked_files_exists():
+    texts = _tracked_texts()
+    found = stale_modules(texts, set(texts))
+    assert found == [], "module paths that are not in the repository:\n" + "\n".join(found)
+
+
 def test_every_document_section_named_in_the_tracked_files_exists():
     texts = _tracked_texts()
     found = stale_sections(texts, set(texts))
@@ -294,5 +389,29 @@ def test_the_guard_sees_stale_paths_sections_and_scripts():
         {
             "roles/c.py": "HF_HOME=/var/lib/" + "sglang/.cache, /var/log/" + "sglang-x, /var/lib/inference-engine",
             "docs/upgrades.md": "/var/lib/" + "sglang",
+            "tests/unit/test_x.py": 'assert not (out / "var/lib/' + 'sglang/.cache").exists()',
         }
-    ) == ["roles/c.py:1: /var/lib/" + "sglang (an old name)"]
+    ) == [
+        "roles/c.py:1: /var/lib/" + "sglang (an old name)",
+        "tests/unit/test_x.py:1: var/lib/" + "sglang (an old name)",
+    ]
+    # dotted module paths: the module must exist, and the name after it must be one it binds
+    modules = {"roles/__init__.py", "roles/serving/__init__.py", "roles/serving/cli_capture.py", "checks/bench.py"}
+    names = {"roles/serving/cli_capture.py": {"capture"}, "checks/bench.py": {"main"}}
+
+    def bound(path, tracked):
+        return names.get(path, set()) | ({"serving"} if path == "roles/__init__.py" else set())
+
+    assert stale_modules(
+        {
+            "roles/d.py": "# roles.engine_envs." + "cli_capture, roles.serving.cli_capture, checks.bench.main\n"
+            "'roles.serving.cli_capture.gone' and checks.bench.py; checks = []; checks.append(1)\n",
+            "docs/e.md": "    uv run python -m checks." + "gone\n    see inventory/lab.py and lab.py\n",
+        },
+        modules,
+        bound,
+    ) == [
+        "roles/d.py:1: roles.engine_envs." + "cli_capture",
+        "roles/d.py:2: roles.serving.cli_capture.gone",
+        "docs/e.md:1: checks." + "gone",
+    ]

@@ -178,6 +178,9 @@ def refresh() -> dict:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):  # nothing downloaded for a question
+        print("usage: python -m tests.unit.upstream_sources\n\n" + (__doc__ or ""))
+        sys.exit(0)
     for release, entry in refresh().items():
         print(f"{release}: {len(entry['files'])} files from {entry['wheel']}")
     sys.exit(0)

@@ -137,7 +137,8 @@ def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
             while first.poll() is None and _counters(url)[path] - start[path] < kill_at:
                 time.sleep(0.05)
             if first.poll() is not None:
-                raise RuntimeError(f"the first download ended before the kill: {first.stderr.read()[-2000:]}")
+                assert first.stderr is not None  # stderr=PIPE
+                raise RuntimeError(f"the first download ended before the kill: {first.stderr.read()[-2000:]!r}")
             first.send_signal(signal.SIGKILL)
             first.wait()
             hold.unlink()

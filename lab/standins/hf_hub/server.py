@@ -178,15 +178,17 @@ class Hub:
     def publish_xet(self, cas_url: str) -> None:
         """Stores every large file on the Xet stand-in with hf_xet's own upload (xet.upload), or
         reads back what an earlier start of this state folder stored (xet.XetStore.load)."""
+        store = self.xet
+        assert store is not None  # published only with Xet on
         files = [f for repo in self.repos.values() for f in repo.files.values() if f.lfs]
         kept = self.state / "xet"
-        hashes = self.xet.load(kept, [f.sha256 for f in files])
+        hashes = store.load(kept, [f.sha256 for f in files])
         if hashes is None:
-            uploaded = xet_cas.upload([f.content for f in files], cas_url, self.xet.token, self.xet.expires)
+            uploaded = xet_cas.upload([f.content for f in files], cas_url, store.token, store.expires)
             hashes = {f.sha256: file_hash for f, file_hash in zip(files, uploaded, strict=True)}
-            self.xet.save(kept, hashes)
+            store.save(kept, hashes)
         for f in files:
-            if hashes[f.sha256] not in self.xet.files or self.xet.file_size(hashes[f.sha256]) != f.size:
+            if hashes[f.sha256] not in store.files or store.file_size(hashes[f.sha256]) != f.size:
                 raise RuntimeError(f"the Xet stand-in holds no {f.size}-byte file {hashes[f.sha256]} for {f.path}")
             f.xet_hash = hashes[f.sha256]
         self.ready = True
@@ -218,7 +220,7 @@ class Handler(BaseHTTPRequestHandler):
     _post_body: bytes | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
-    def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
+    def log_message(self, format, *args):  # BaseHTTPRequestHandler's signature
         sys.stderr.write(f"[standin-hub] {self.address_string()} {format % args}\n")
 
     def _send(
@@ -282,13 +284,13 @@ class Handler(BaseHTTPRequestHandler):
         return commit
 
     # -- routes -----------------------------------------------------------------------------
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def do_GET(self):  # http.server's naming
         self._route()
 
-    def do_HEAD(self):  # noqa: N802
+    def do_HEAD(self):
         self._route()
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._post_body = None
         self._body_in()
         self._route()
@@ -334,7 +336,7 @@ class Handler(BaseHTTPRequestHandler):
     def _model_info(self, repo_id: str, revision: str, blobs: bool) -> None:
         repo = self._repo(repo_id)
         commit = repo and self._commit(repo, revision)
-        if not commit:
+        if repo is None or not commit:
             return
         siblings = []
         for f in repo.files.values():
@@ -367,7 +369,7 @@ class Handler(BaseHTTPRequestHandler):
     def _tree(self, repo_id: str, revision: str, sub: str, recursive: bool) -> None:
         repo = self._repo(repo_id)
         commit = repo and self._commit(repo, revision)
-        if not commit:
+        if repo is None or not commit:
             return
         entries, folders = [], set()
         prefix = f"{sub}/" if sub else ""
@@ -393,7 +395,7 @@ class Handler(BaseHTTPRequestHandler):
     def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
         repo = self._repo(repo_id)
         commit = repo and self._commit(repo, revision)
-        if not commit:
+        if repo is None or not commit:
             return
         f = repo.files.get(filename)
         if f is None:
@@ -445,6 +447,7 @@ class Handler(BaseHTTPRequestHandler):
     def _xet_route(self, path: str, query: dict) -> bool:
         """Serves a Xet route if `path` is one; False lets the Hub routes answer."""
         store = self.hub.xet
+        assert store is not None  # routed only with Xet on (do_GET, do_POST)
         match = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/xet-read-token/(?P<rev>[^/]+)", path)
         if match and self.command == "GET":
             repo = self._repo(match["repo"])
@@ -473,23 +476,23 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return True
-        cas = re.fullmatch(
+        route = re.fullmatch(
             r"/(?P<api>v1/xorbs/default|v1/shards|v[12]/reconstructions)(?:/(?P<hash>[0-9a-f]{64}))?", path
         )
-        if not cas:
+        if not route:
             return False  # also /v1/xorb-grants, /v2/shards, /v1/chunks: 404, the client falls back
         if self.headers.get("Authorization", "") != f"Bearer {store.token}":
             self._send(401, b"invalid or missing CAS token", content_type="text/plain")
             return True
         try:
-            if cas["api"] == "v1/xorbs/default" and cas["hash"] and self.command == "POST":
-                inserted = store.add_xorb(cas["hash"], self._body_in())
+            if route["api"] == "v1/xorbs/default" and route["hash"] and self.command == "POST":
+                inserted = store.add_xorb(route["hash"], self._body_in())
                 self._send(200, json.dumps({"was_inserted": inserted}).encode())
-            elif cas["api"] == "v1/shards" and not cas["hash"] and self.command == "POST":
+            elif route["api"] == "v1/shards" and not route["hash"] and self.command == "POST":
                 # UploadShardResponseType: 0 Exists, 1 SyncPerformed
                 self._send(200, json.dumps({"result": int(store.add_shard(self._body_in()))}).encode())
-            elif cas["api"].endswith("/reconstructions") and cas["hash"] and self.command == "GET":
-                self._reconstruction(cas["hash"], v1=cas["api"].startswith("v1"))
+            elif route["api"].endswith("/reconstructions") and route["hash"] and self.command == "GET":
+                self._reconstruction(route["hash"], v1=route["api"].startswith("v1"))
             else:
                 return False
         except xet_cas.XetFormatError as error:
@@ -501,6 +504,7 @@ class Handler(BaseHTTPRequestHandler):
         `rel="xet-reconstruction-info"` link names): cas_types/mod.rs, `From<QueryReconstructionResponse>
         for QueryReconstructionResponseV2` maps one to the other."""
         store = self.hub.xet
+        assert store is not None  # routed only with Xet on (do_GET, do_POST)
         if file_hash not in store.files:
             self._send(404, b"file not found", content_type="text/plain")
             return
@@ -532,6 +536,7 @@ class Handler(BaseHTTPRequestHandler):
     def _xorb_range(self, xorb_hash: str, query: dict) -> None:
         """A presigned URL: the Range must be the signed one (S3 answers 403 otherwise)."""
         store = self.hub.xet
+        assert store is not None  # routed only with Xet on (do_GET, do_POST)
         signed = query.get("range", [""])[0]
         ranged = re.fullmatch(r"(\d+)-(\d+)", signed)
         if (

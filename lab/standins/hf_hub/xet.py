@@ -247,7 +247,8 @@ class XetStore:
             cumulative += segments[index].unpacked
             index += 1
         first_chunk_start = cumulative
-        terms, ranges = [], {}
+        terms: list[dict] = []
+        ranges: dict[str, list[list[int]]] = {}
         while index < len(segments) and cumulative < end:
             s = segments[index]
             xorb, first, last, unpacked = self.xorbs[s.xorb], s.start, s.end, s.unpacked

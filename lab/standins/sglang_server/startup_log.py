@@ -116,7 +116,7 @@ def _dataclass_fields(source: Path) -> list[tuple[str, Any, bool]]:
 
 def _log_0_5_9(root: Path, given: dict[str, Any]) -> None:
     spec = _dataclass_fields(root / "srt/server_args.py")
-    ServerArgs = dataclasses.make_dataclass(  # noqa: N806 - the real class's name, in the log
+    ServerArgs = dataclasses.make_dataclass(  # the real class's name, in the log
         "ServerArgs", [(name, Any, dataclasses.field(default=None, repr=show)) for name, _, show in spec]
     )
     server_args = ServerArgs(**{name: _value(name, default, given) for name, default, _ in spec})
@@ -148,7 +148,7 @@ def _redact_watermark_secrets(value: Any, *, in_watermark_config: bool = False) 
 
 
 def _field_defaults(fields_dir: Path) -> dict[str, Any]:
-    defaults = {}
+    defaults: dict[str, Any] = {}
     for path in sorted(fields_dir.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -164,7 +164,7 @@ def _logging_function(engine: Path):
         body=[ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0), function], type_ignores=[]
     )
     namespace = {"redact_watermark_secrets": _redact_watermark_secrets}
-    exec(compile(ast.fix_missing_locations(module), str(engine), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.fix_missing_locations(module), str(engine), "exec"), namespace)
     return namespace["_server_args_for_logging"]
 
 
@@ -200,8 +200,8 @@ def log_kv_allocation(given: dict[str, Any]) -> None:
     method = next(n for n in kvcache.body if isinstance(n, ast.FunctionDef) and n.name == "_finalize_allocation_log")
     for arg in method.args.args:
         arg.annotation = None
-    namespace = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
-    exec(compile(ast.Module([method], []), str(root / "srt/mem_cache/memory_pool.py"), "exec"), namespace)  # noqa: S102
+    namespace: dict[str, Any] = {"GB": 1 << 30, "logger": logging.getLogger("sglang.srt.mem_cache.memory_pool")}
+    exec(compile(ast.Module([method], []), str(root / "srt/mem_cache/memory_pool.py"), "exec"), namespace)
     tokens = int(given.get("max_total_tokens") or STANDIN_KV_TOKENS)  # argparse gives the flag as a string
     pool = _Pool(tokens * STANDIN_CELL_BYTES)
     namespace["_finalize_allocation_log"](pool, tokens)

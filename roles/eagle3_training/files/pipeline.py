@@ -304,6 +304,7 @@ def run_command(log: Log, argv: list[str], env: dict | None = None, cwd: str | N
     process = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}, cwd=cwd
     )
+    assert process.stdout is not None  # stdout=PIPE
     for line in process.stdout:
         log(line.rstrip())
     if process.wait() != 0:
@@ -582,15 +583,16 @@ def ab_drafters(cfg: dict) -> dict[str, str | None]:
 def step_ab(cfg: dict, log: Log) -> dict:
     paths(cfg)["reports"].mkdir(parents=True, exist_ok=True)
     variants = ab_drafters(cfg)
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "variants": variants, "results": {}}
+    results: dict[str, list[dict]] = {}
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "variants": variants, "results": results}
     try:
         for label, drafter in variants.items():
             log(f"== {label}: {drafter or 'speculative decoding off'}")
             serve_variant(cfg, log, drafter)
-            record["results"][label] = bench(cfg, log, label)
+            results[label] = bench(cfg, log, label)
     finally:
         restore(cfg, log)
-    for label, rows in record["results"].items():
+    for label, rows in results.items():
         for row in rows:
             log(
                 f"{label:8} concurrency {row['concurrency']:>3}: {row['output_throughput']} tok/s,"

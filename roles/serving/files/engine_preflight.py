@@ -447,9 +447,9 @@ def _explicit(parser: argparse.ArgumentParser, argv: list[str]) -> dict:
 def _field_default(field: dataclasses.Field):
     if field.default is not dataclasses.MISSING:
         return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+    if field.default_factory is not dataclasses.MISSING:
         try:
-            return field.default_factory()  # type: ignore[misc]
+            return field.default_factory()
         except Exception:
             return None
     return None
@@ -613,8 +613,9 @@ def _driver_library_answers() -> None:
 
     if any(Path(folder, "libcuda.so.1").exists() for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")):
         return  # the driver's own library is here
-    tools = {tool: shutil.which(tool) for tool in ("readelf", "nm", "cc")}
-    if not all(tools.values()):
+    found = {tool: shutil.which(tool) for tool in ("readelf", "nm", "cc")}
+    tools = {tool: path for tool, path in found.items() if path}
+    if len(tools) < len(found):
         raise Refused(
             "--answer-gpus on a machine without NVIDIA's driver needs readelf, nm (binutils)"
             " and a C compiler (cc) to stand in for libcuda.so.1; install them"

@@ -60,9 +60,7 @@ class GuestSettings(Section):
     vmid: Annotated[int, check(lambda v: 100 <= v <= 999999999, "an integer >= 100")] | None = Field(
         None, description=("Proxmox VMID of this guest (>= 100, unique across LXC and KVM).")
     )
-    node: str | None = Field(
-        None, description=("Inventory name of the Proxmox host (proxmox_hosts) that runs this guest.")
-    )
+    node: str | None = Field(None, description=("Inventory name of the node (proxmox_hosts) that runs this guest."))
     gpu_addresses: PciAddresses = Field(
         [],
         description=(

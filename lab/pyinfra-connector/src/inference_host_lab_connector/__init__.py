@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Any
 
 import click
 import gevent.lock
@@ -89,7 +90,9 @@ class LabConnector(BaseConnector):
     data_meta = connector_data_meta
     data: ConnectorData
 
-    delegate: BaseConnector | None = None
+    # pyinfra's docker, ssh or local connector, made at connect (Any: the open shell reads the
+    # docker connector's own docker_cmd and container_id, which BaseConnector does not declare).
+    delegate: Any = None
     session: ShellSession | None = None  # this host's open shell (shell.py), once a command ran
 
     @staticmethod
@@ -122,7 +125,7 @@ class LabConnector(BaseConnector):
                     # pyinfra's way to set host data after loading (HostData.__setattr__): the
                     # deploy's site, built after every host connected, reads the live address.
                     self.host.data.ssh_hostname = lab.container_address(role)
-            except Exception as error:  # noqa: BLE001 - whatever stopped it fails this host, in one line
+            except Exception as error:  # whatever stopped it fails this host, in one line
                 raise ConnectError(f"the lab could not bring up {role}: {type(error).__name__}: {error}") from None
         if self.delegate is None:
             # Made now, not in __init__: pyinfra's connectors read their data from the host's data
