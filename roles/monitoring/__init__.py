@@ -82,7 +82,7 @@ def monitoring() -> None:
             _dcgm_exporter(settings, site, distro)
         _checks_timer(settings, site)
     if settings.in_group("monitors"):
-        _monitor(settings, site)
+        _monitor(settings, site, config.alertmanager_reads_url_file(pins["prometheus-alertmanager"]))
 
 
 def _apt(pinned: list[tuple[str, str]]) -> None:
@@ -245,15 +245,20 @@ def password_hash(password: str, host_name: str) -> str:
     return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
 
 
-def _monitor(settings: HostSettings, site: Site) -> None:
+def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
+    """url_file: this host's Alertmanager reads a webhook's URL from a file (0.26 on); before
+    that (Debian 12's 0.25) a vault URL is written into alertmanager.yml, which is then 0600."""
     m = settings.monitoring
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0750")
     password = secret_value(m.web_password_secret) if m.web_password_secret else None
     hashed = password_hash(password, settings.name) if password else None
+    receiver_secrets = {path: key and secret_value(key) for path, key in config.secret_files(settings).items()}
+    inline = config.inlines_secrets(settings, url_file)
+    values = {key: receiver_secrets[path] for path, key in config.secret_files(settings).items() if key}
     changed = []
-    for path, text in config.files(site, settings, hashed).items():
-        if path == config.WEB_CONFIG_FILE:
+    for path, text in config.files(site, settings, hashed, values if inline else None, url_file).items():
+        if path == config.WEB_CONFIG_FILE or (inline and path == config.ALERTMANAGER_FILE):
             continue
         written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
         if path not in FOR_OPERATORS:  # no service reads these: a new one restarts nothing
@@ -279,15 +284,27 @@ def _monitor(settings: HostSettings, site: Site) -> None:
             group=PROMETHEUS_USER,
         )
     )
+    if inline:
+        changed.append(
+            secret_file(
+                label="Alertmanager's configuration (a vault URL in it: Alertmanager before 0.26 has no url_file)",
+                value=config.files(site, settings, hashed, values, url_file)[config.ALERTMANAGER_FILE],
+                dest=config.ALERTMANAGER_FILE,
+                user=PROMETHEUS_USER,
+                group=PROMETHEUS_USER,
+            )
+        )
     secrets = [
         (config.PASSWORD_FILE, m.web_password_secret and password),
         (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret)),
+        # A webhook URL inline in alertmanager.yml needs no file of its own.
+        *((path, None if inline and path in config.URL_FILES else value) for path, value in receiver_secrets.items()),
     ]
     for path, value in secrets:
         if value:
             changed.append(
                 secret_file(
-                    label=f"a password for {path.rsplit('/', 1)[1]}",
+                    label=f"a secret for {path.rsplit('/', 1)[1]}",
                     value=value + "\n",
                     dest=path,
                     user=PROMETHEUS_USER,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
-from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
+from roles.site.rules import MONITOR_SECRETS, NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
@@ -344,8 +344,7 @@ def referenced_secrets(site: Site) -> set[str]:
         for ref in (
             host.serving.api_key_secret,
             host.serving.hf_token_secret,
-            host.monitoring.web_password_secret if host.in_group("monitors") else None,
-            host.monitoring.email_auth_password_secret if host.in_group("monitors") else None,
+            *(getattr(host.monitoring, key) if host.in_group("monitors") else None for key in MONITOR_SECRETS),
         )
         if ref
     }
