@@ -46,9 +46,17 @@ PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
 DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
 
 
+# DCGM's profiling module (libdcgmmoduleprofiling.so.4), without which the exporter drops the
+# counters file's DCGM_FI_PROF_* rows (NVIDIA/dcgm-exporter pkg/cmd/app.go queryDCPMetrics, tag
+# 4.5.3-4.8.2; its own images install this package beside -core since PR #456).
+DCGM_PROFILING_PACKAGE = "datacenter-gpu-manager-4-proprietary"
+
+
 def exporter_pins(version: str) -> dict[str, str]:
-    """The exporter at stack.yml's version and DCGM's core at the release it is built against."""
-    return {DCGM_EXPORTER_PACKAGE: version, DCGM_CORE_PACKAGE: DCGM_FOR_EXPORTER[version]}
+    """The exporter at stack.yml's version, DCGM's core and its profiling module at the release it
+    is built against."""
+    dcgm = DCGM_FOR_EXPORTER[version]
+    return {DCGM_EXPORTER_PACKAGE: version, DCGM_CORE_PACKAGE: dcgm, DCGM_PROFILING_PACKAGE: dcgm}
 
 
 MONITOR_PACKAGES = ("prometheus", "prometheus-alertmanager")

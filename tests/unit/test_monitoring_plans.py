@@ -39,6 +39,8 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
         {
             "datacenter-gpu-manager-exporter": STACK.monitoring.dcgm_exporter,
             "datacenter-gpu-manager-4-core": DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter],
+            # the profiling module the counters file's DCGM_FI_PROF_* rows need, pinned like the core
+            "datacenter-gpu-manager-4-proprietary": DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter],
         }
     )
     assert any(resolve in c for c in p.commands), "\n".join(p.commands)
