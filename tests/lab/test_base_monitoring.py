@@ -144,6 +144,9 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     (a `docker stop` would add a boot and the services' start before the next modules)."""
     from lab.standins.heartbeat import check_uuid, serving
 
+    # Debian 12's Alertmanager 0.25 has no webhook url_file: the URL is in alertmanager.yml, 0600.
+    mode = _exec(f"stat -c '%a %U %G' {monitoring_config.ALERTMANAGER_FILE}", timeout=30)
+    assert mode.stdout.split() == ["600", "prometheus", "prometheus"], mode.stdout + mode.stderr
     interval = monitor.monitoring.heartbeat_interval  # 5 s in inventory/lab.py
     seconds = int(interval[:-1])
     assert interval.endswith("s") and seconds <= 10, interval
