@@ -261,7 +261,8 @@ def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0750")
     password = secret_value(m.web_password_secret) if m.web_password_secret else None
     hashed = password_hash(password, settings.name) if password else None
-    receiver_secrets = {path: key and secret_value(key) for path, key in config.secret_files(settings).items()}
+    # (stripped: a value set from `echo URL |` ends in a line break; the site model checked each is one URL)
+    receiver_secrets = {path: key and secret_value(key).strip() for path, key in config.secret_files(settings).items()}
     inline = config.inlines_secrets(settings, url_file)
     values = {key: receiver_secrets[path] for path, key in config.secret_files(settings).items() if key}
     changed = []

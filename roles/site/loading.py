@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from pathlib import Path
 
 from roles.site import lock, vault
@@ -358,9 +359,30 @@ def _require_decryptable(site: Site) -> None:
             values = vault.decrypt_all(Path(site.secrets_file), names)
         except vault.SecretsError as error:
             raise SiteError([f"{site.inventory_file}: {error}"]) from None
-        problems = api_key_problems(site, values)
+        problems = api_key_problems(site, values) + receiver_url_problems(site, values)
         if problems:
             raise SiteError(problems)
+
+
+def receiver_url_problems(site: Site, values: dict[str, str]) -> list[str]:
+    """A monitor's vault URLs (webhook, Slack, heartbeat) must be one http(s) URL: Alertmanager
+    refuses its whole configuration otherwise (v0.25.0 config/notifiers.go: "scheme required for
+    webhook url") and stops sending every alert. The value is never printed."""
+    keys = ("webhook_url_secret", "slack_api_url_secret", "heartbeat_url_secret")
+    found = {
+        (getattr(h.monitoring, key), key)
+        for h in site.hosts.values()
+        if h.in_group("monitors")
+        for key in keys
+        if getattr(h.monitoring, key)
+    }
+    return [
+        f"{site.inventory_file}: secret {name!r} (monitoring_{key}) is not one http(s) URL (value not shown);"
+        " expected http:// or https:// and no space or line break inside (set it again: python -m"
+        " roles.site.vault set FILE NAME)"
+        for name, key in sorted(found)
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", values.get(name, "").strip())
+    ]
 
 
 def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:

@@ -364,3 +364,29 @@ def test_the_real_alertmanager_beats_at_the_interval_and_reads_the_secret_files(
     assert "/services/T0/B0/tok" in names, names  # the Slack URL came from api_url_file, trimmed
     assert "/hook" not in names  # criticals go to Slack only here
     print(f"\nheartbeats at {[round(b, 1) for b in beats]} s; gaps {[round(g, 1) for g in gaps]} s")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["hooks.slack.com/services/T/B/x", "https://a.example/x\nreceivers: []", "https://a.example/x y", "ftp://x/y"],
+)
+def test_a_vault_url_that_is_not_one_url_stops_the_deploy_without_showing_it(inventory, value):
+    """Alertmanager refuses its whole file for one bad URL, and stops every alert: refused at load,
+    before a host is contacted (roles/site/loading.py _require_decryptable), value not shown."""
+    from roles.site.loading import receiver_url_problems
+
+    site = _site(inventory, **RECEIVERS)
+    (problem,) = receiver_url_problems(site, {**SECRETS, "heartbeat": value})
+    assert "secret 'heartbeat' (monitoring_heartbeat_url_secret) is not one http(s) URL" in problem
+    assert value not in problem and "a.example" not in problem
+    assert receiver_url_problems(site, {**SECRETS, "heartbeat": HEARTBEAT + "\n"}) == []  # `echo URL |`
+
+
+def test_an_inline_url_reads_back_as_itself(inventory):
+    """The 0.25 form writes the vault's URL into YAML through the YAML dumper: a value with YAML's
+    own characters is one string when Alertmanager's parser (YAML) reads it back."""
+    site = _site(inventory, **RECEIVERS)
+    hostile = "https://a.example/x?q=1&r=#:{}[]',\"*!|>%@`"
+    text = config.alertmanager_config(site.hosts["gpu1"], {**SECRETS, "heartbeat": hostile}, url_file=False)
+    receivers = {r["name"]: r for r in yaml.safe_load(text)["receivers"]}
+    assert receivers["heartbeat"]["webhook_configs"][0]["url"] == hostile
