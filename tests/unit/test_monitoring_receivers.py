@@ -390,3 +390,29 @@ def test_an_inline_url_reads_back_as_itself(inventory):
     text = config.alertmanager_config(site.hosts["gpu1"], {**SECRETS, "heartbeat": hostile}, url_file=False)
     receivers = {r["name"]: r for r in yaml.safe_load(text)["receivers"]}
     assert receivers["heartbeat"]["webhook_configs"][0]["url"] == hostile
+
+
+@pytest.mark.parametrize(
+    "name", ["pve.example.internal", "monitor.example.internal"], ids=["the node", "a second machine"]
+)
+def test_a_monitor_on_another_host_is_one_line_of_the_shipped_inventory(tmp_path, name):
+    """docs/monitoring.md: put another machine's name on prod.py's monitors line; the site loads
+    and that monitor scrapes the GPU guest's exporters and engine by the guest's address."""
+    import shutil
+
+    from tests.unit.conftest import PROJECT_ROOT
+
+    folder = tmp_path / "inventory"
+    shutil.copytree(PROJECT_ROOT / "inventory", folder)
+    prod = folder / "prod.py"
+    line = '    (\n        "sglang-lxc.example.internal",\n        {  # a separate monitor: its host name here instead'
+    text = prod.read_text()
+    assert text.count(line) == 1
+    prod.write_text(text.replace(line, line.replace("sglang-lxc.example.internal", name)))
+    site = load_site(prod)
+    (monitor,) = site.group("monitors")
+    assert monitor.name == name
+    jobs = {j["job_name"]: [c["targets"][0] for c in j["static_configs"]] for j in config.scrape_jobs(site, monitor)}
+    assert jobs["engine"] == ["sglang-lxc.example.internal:30000"]
+    assert jobs["dcgm"] == ["sglang-lxc.example.internal:9400"]
+    assert "sglang-lxc.example.internal:9100" in jobs["node"] and "127.0.0.1:9100" in jobs["node"]
