@@ -90,7 +90,14 @@ def test_prometheus_scrapes_the_engine_node_exporter_and_the_dcgm_exporter(monit
     found = _until(targets, lambda ts: len(ts) == len(expected) and all(t["health"] == "up" for t in ts), 60)
     assert sorted((t["labels"]["job"], t["labels"]["instance"]) for t in found) == expected
     assert [(t["labels"]["job"], t["lastError"]) for t in found if t["health"] != "up"] == []
-    for name in ("sglang:num_running_reqs", "DCGM_FI_DEV_GPU_TEMP", "node_filesystem_avail_bytes"):
+    # DCGM_FI_PROF_*: the stand-in exporter serves them only with DCGM's profiling module, which the
+    # deploy installs (datacenter-gpu-manager-4-proprietary, pinned with the core).
+    for name in (
+        "sglang:num_running_reqs",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "node_filesystem_avail_bytes",
+    ):
         assert _prometheus(monitor, f"/api/v1/query?query={quote(f'count({name})')}")["result"], name
 
 
