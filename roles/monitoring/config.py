@@ -239,7 +239,12 @@ def _receiver(name: str, kinds: list[str], m, values, url_file: bool) -> dict:
             slack["channel"] = m.slack_channel
         receiver["slack_configs"] = [slack]
     if "pagerduty" in kinds:
-        receiver["pagerduty_configs"] = [{"routing_key_file": PAGERDUTY_KEY_FILE, "send_resolved": True}]
+        # PagerDuty's event severity (Events API v2: critical, error, warning, info); Alertmanager sends
+        # "error" for every alert unless told (v0.25.0 notify/pagerduty/pagerduty.go), so its urgency
+        # rules could not tell a warning from a critical alert.
+        receiver["pagerduty_configs"] = [
+            {"routing_key_file": PAGERDUTY_KEY_FILE, "severity": name, "send_resolved": True}
+        ]
     return receiver
 
 

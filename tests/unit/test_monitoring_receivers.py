@@ -95,7 +95,9 @@ def test_the_watchdog_goes_to_the_heartbeat_only_and_each_severity_to_its_receiv
     assert set(receivers["critical"]) - {"name"} == kinds
     assert set(receivers["warning"]) - {"name"} == kinds - {"pagerduty_configs"}  # a warning wakes nobody
     assert receivers["critical"]["slack_configs"][0]["api_url_file"] == config.SLACK_URL_FILE
-    assert receivers["critical"]["pagerduty_configs"][0]["routing_key_file"] == config.PAGERDUTY_KEY_FILE
+    assert receivers["critical"]["pagerduty_configs"] == [
+        {"routing_key_file": config.PAGERDUTY_KEY_FILE, "severity": "critical", "send_resolved": True}
+    ]
     assert receivers["critical"]["email_configs"][0]["auth_password_file"] == config.SMTP_PASSWORD_FILE
     # The Watchdog itself: kube-prometheus' rule, severity none, never inhibited.
     (rule,) = [a for a in config.alerts(site, site.hosts["gpu1"]) if a.name == "Watchdog"]
@@ -157,6 +159,13 @@ def test_the_alertmanager_version_decides_url_file():
     assert config.alertmanager_reads_url_file("1:0.27.0-1")
     assert not config.alertmanager_reads_url_file("0.25.0-1+b4")  # Debian 12's pin
     assert not config.alertmanager_reads_url_file("0.25.1-1")
+
+
+def test_pagerduty_alone_gets_the_warnings_too_with_their_severity(inventory):
+    site = _site(inventory, monitoring_pagerduty_routing_key_secret="pd")
+    receivers = {r["name"]: r for r in _rendered(site, url_file=True)["receivers"]}
+    assert [c["severity"] for c in receivers["warning"]["pagerduty_configs"]] == ["warning"]
+    assert [c["severity"] for c in receivers["critical"]["pagerduty_configs"]] == ["critical"]
 
 
 def test_without_a_heartbeat_url_the_watchdog_goes_nowhere(inventory):

@@ -204,7 +204,7 @@ class MonitoringSettings(Section):
         None,
         description=(
             "Receivers of warnings, from email, webhook, slack, pagerduty; None: every one configured but pagerduty"
-            " (a warning wakes nobody)."
+            " (a warning wakes nobody), or pagerduty when it is the only one."
         ),
     )
     critical_repeat_interval: PrometheusDuration = Field(
@@ -303,7 +303,10 @@ class MonitoringSettings(Section):
         if chosen is not None:
             return list(chosen)
         configured = self.configured_receivers()
-        return configured if severity == "critical" else [k for k in configured if k != "pagerduty"]
+        if severity == "critical":
+            return configured
+        # A warning wakes nobody, unless PagerDuty is the only receiver (then it has severity warning there).
+        return [k for k in configured if k != "pagerduty"] or configured
 
 
 def duration_seconds(duration: str) -> int:
