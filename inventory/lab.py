@@ -194,15 +194,19 @@ gpu_nodes = [
 # scrape its node_exporter with the checks' textfile, the DCGM exporter (the stand-in package of
 # the lab's NVIDIA repository) and the engine's /metrics. `amtool alert query` in the guest says
 # what fires (docs/monitoring.md names the lab's expected alerts). Nothing listens at the webhook:
-# Alertmanager logs each failed delivery and keeps the alerts. Shorter than production so that
-# the lab test sees a failing check alert within a minute of a run; the checks' timer keeps the
-# production interval (each run costs the shared CI machine CPU).
+# Alertmanager logs each failed delivery and keeps the alerts. The Watchdog beats every 5 s to the
+# heartbeat stand-in on this machine (lab/standins/heartbeat; its URL is in the throwaway vault),
+# which tests/lab/test_base_monitoring.py serves while it watches the beats stop with the guest.
+# Shorter than production so that the lab test sees a failing check alert within a minute of a
+# run; the checks' timer keeps the production interval (each run costs the shared CI machine CPU).
 monitors = [
     (
         "@lab/gpu",
         {
             "monitoring_web_password_secret": "monitoring_web_password",
             "monitoring_webhook_url": "http://127.0.0.1:9099/alerts",
+            "monitoring_heartbeat_url_secret": "monitoring_heartbeat_url",
+            "monitoring_heartbeat_interval": "5s",
             "monitoring_scrape_interval": "5s",
             "monitoring_check_failing_for": "20s",
             "monitoring_alert_group_wait": "5s",

@@ -156,6 +156,8 @@ builders = ["sglang-lxc.example.internal"]
 # `ssh -L 9090:127.0.0.1:9090 root@sglang-lxc.example.internal`), behind basic auth with the
 # vault's monitoring_web_password. Every gpu node then gets node_exporter, NVIDIA's DCGM exporter
 # and the checks' timer. What fires now: `ssh root@sglang-lxc.example.internal amtool alert query`.
+# A monitor here dies with the guest: put another machine's name on the line below (the Proxmox
+# node, or a small machine that reaches this one) and the guest's death is an alert of its own.
 monitors = [
     (
         "sglang-lxc.example.internal",
@@ -163,8 +165,14 @@ monitors = [
             **_site,
             "ssh_user": "root",
             "monitoring_web_password_secret": "monitoring_web_password",
-            "monitoring_webhook_url": "https://alerts.example.internal/inference-host",  # your receiver
-            # or e-mail: "monitoring_email_to", "monitoring_email_from", "monitoring_email_smarthost"
+            # A receiver whose URL carries no credential; one with a token (Slack, PagerDuty, a
+            # signed URL) goes in the vault: monitoring_webhook_url_secret, monitoring_slack_api_url_secret,
+            # monitoring_pagerduty_routing_key_secret. Or e-mail: "monitoring_email_to", "_from", "_smarthost".
+            "monitoring_webhook_url": "https://alerts.example.internal/inference-host",
+            # The dead man's switch (strongly advised): your Healthchecks.io / Dead Man's Snitch / Cronitor
+            # URL in the vault (`python -m roles.site.vault set secrets.vault.yml monitoring_heartbeat_url`),
+            # then uncomment: the always-firing Watchdog reaches it every minute, and it pages when that stops.
+            # "monitoring_heartbeat_url_secret": "monitoring_heartbeat_url",
         },
     ),
 ]

@@ -77,7 +77,22 @@ def throwaway_vault() -> tuple[str, str]:
         set_secret(vault, "engine_api_key", _api_key(), password)
     if "monitoring_web_password" not in load(vault):  # the monitors' basic auth (every lab has one)
         set_secret(vault, "monitoring_web_password", secrets.token_urlsafe(18), password)
+    _heartbeat_url(vault, password)
     return str(vault), str(password_file)
+
+
+def _heartbeat_url(vault: Path, password: bytes) -> None:
+    """The heartbeat stand-in's ping URL (inventory/lab.py's monitoring_heartbeat_url_secret): its
+    address and port follow the lab's prefix and bridge, so it is set again when they change."""
+    from lab.docker_engine import PREFIX
+    from lab.standins.heartbeat import ping_url
+    from roles.site.vault import decrypt_all, load, set_secret
+
+    url = ping_url(PREFIX)
+    if "monitoring_heartbeat_url" not in load(vault) or (
+        decrypt_all(vault, ["monitoring_heartbeat_url"], password)["monitoring_heartbeat_url"] != url
+    ):
+        set_secret(vault, "monitoring_heartbeat_url", url, password)
 
 
 def _api_key() -> str:

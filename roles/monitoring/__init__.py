@@ -46,9 +46,17 @@ PROMETHEUS_USER = "prometheus"  # the Debian/Ubuntu packages' service user
 DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
 
 
+# DCGM's profiling module (libdcgmmoduleprofiling.so.4), without which the exporter drops the
+# counters file's DCGM_FI_PROF_* rows (NVIDIA/dcgm-exporter pkg/cmd/app.go queryDCPMetrics, tag
+# 4.5.3-4.8.2; its own images install this package beside -core since PR #456).
+DCGM_PROFILING_PACKAGE = "datacenter-gpu-manager-4-proprietary"
+
+
 def exporter_pins(version: str) -> dict[str, str]:
-    """The exporter at stack.yml's version and DCGM's core at the release it is built against."""
-    return {DCGM_EXPORTER_PACKAGE: version, DCGM_CORE_PACKAGE: DCGM_FOR_EXPORTER[version]}
+    """The exporter at stack.yml's version, DCGM's core and its profiling module at the release it
+    is built against."""
+    dcgm = DCGM_FOR_EXPORTER[version]
+    return {DCGM_EXPORTER_PACKAGE: version, DCGM_CORE_PACKAGE: dcgm, DCGM_PROFILING_PACKAGE: dcgm}
 
 
 MONITOR_PACKAGES = ("prometheus", "prometheus-alertmanager")
@@ -83,7 +91,7 @@ def monitoring() -> None:
             _dcgm_exporter(settings, site, distro)
         _checks_timer(settings, site)
     if settings.in_group("monitors"):
-        _monitor(settings, site)
+        _monitor(settings, site, config.alertmanager_reads_url_file(pins["prometheus-alertmanager"]))
 
 
 def _apt(pinned: list[tuple[str, str]]) -> None:
@@ -247,15 +255,21 @@ def password_hash(password: str, host_name: str) -> str:
     return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
 
 
-def _monitor(settings: HostSettings, site: Site) -> None:
+def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
+    """url_file: this host's Alertmanager reads a webhook's URL from a file (0.26 on); before
+    that (Debian 12's 0.25) a vault URL is written into alertmanager.yml, which is then 0600."""
     m = settings.monitoring
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0750")
     password = secret_value(m.web_password_secret) if m.web_password_secret else None
     hashed = password_hash(password, settings.name) if password else None
+    # (stripped: a value set from `echo URL |` ends in a line break; the site model checked each is one URL)
+    receiver_secrets = {path: key and secret_value(key).strip() for path, key in config.secret_files(settings).items()}
+    inline = config.inlines_secrets(settings, url_file)
+    values = {key: receiver_secrets[path] for path, key in config.secret_files(settings).items() if key}
     changed = []
-    for path, text in config.files(site, settings, hashed).items():
-        if path == config.WEB_CONFIG_FILE:
+    for path, text in config.files(site, settings, hashed, values if inline else None, url_file).items():
+        if path == config.WEB_CONFIG_FILE or (inline and path == config.ALERTMANAGER_FILE):
             continue
         written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
         if path not in FOR_OPERATORS:  # no service reads these: a new one restarts nothing
@@ -281,15 +295,27 @@ def _monitor(settings: HostSettings, site: Site) -> None:
             group=PROMETHEUS_USER,
         )
     )
+    if inline:
+        changed.append(
+            secret_file(
+                label="Alertmanager's configuration (a vault URL in it: Alertmanager before 0.26 has no url_file)",
+                value=config.files(site, settings, hashed, values, url_file)[config.ALERTMANAGER_FILE],
+                dest=config.ALERTMANAGER_FILE,
+                user=PROMETHEUS_USER,
+                group=PROMETHEUS_USER,
+            )
+        )
     secrets = [
         (config.PASSWORD_FILE, m.web_password_secret and password),
         (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret)),
+        # A webhook URL inline in alertmanager.yml needs no file of its own.
+        *((path, None if inline and path in config.URL_FILES else value) for path, value in receiver_secrets.items()),
     ]
     for path, value in secrets:
         if value:
             changed.append(
                 secret_file(
-                    label=f"a password for {path.rsplit('/', 1)[1]}",
+                    label=f"a secret for {path.rsplit('/', 1)[1]}",
                     value=value + "\n",
                     dest=path,
                     user=PROMETHEUS_USER,

@@ -18,8 +18,9 @@ Metric names, by source:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import yaml
@@ -27,6 +28,7 @@ import yaml
 from roles.monitoring import runbook
 from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
 from roles.site import HostSettings, Site, address_of
+from roles.site.sections.monitoring import duration_seconds
 
 LOOPBACK = ("127.0.0.1", "::1")
 WILDCARD = ("0.0.0.0", "::")
@@ -38,6 +40,18 @@ WEB_CONFIG_FILE = f"{PROMETHEUS_CONFIG_DIR}/web.yml"
 # Alertmanager reads the password of Prometheus' basic auth from this file (0640 root:prometheus).
 PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-web.password"
 SMTP_PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-smtp.password"
+# The receivers' secrets, each in a 0600 file of the prometheus user that Alertmanager reads when it
+# sends (alertmanager v0.25.0 config/notifiers.go: slack_configs api_url_file, pagerduty_configs
+# routing_key_file; webhook_configs url_file only from v0.26.0, CHANGELOG "#3223"). Each value is
+# trimmed of white space on reading (notify/slack/slack.go, notify/pagerduty/pagerduty.go at
+# v0.25.0, notify/webhook/webhook.go at v0.26.0).
+WEBHOOK_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-webhook.url"
+SLACK_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-slack.url"
+PAGERDUTY_KEY_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-pagerduty.key"
+HEARTBEAT_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-heartbeat.url"
+URL_FILES = (WEBHOOK_URL_FILE, HEARTBEAT_URL_FILE)  # read through webhook_configs' url_file
+# Alertmanager's release that reads a webhook's URL from a file (webhook_config url_file).
+WEBHOOK_URL_FILE_SINCE = (0, 26)
 # "What is firing now" without a browser: `amtool alert query` on the monitor (as root). amtool
 # ships in the distribution's prometheus-alertmanager and reads its flags' defaults from a YAML
 # file (alertmanager v0.25.0 cli/root.go: alertmanager.url, http.config.file). Debian's build
@@ -169,27 +183,118 @@ def amtool_configs(monitor: HostSettings) -> dict[str, str]:
     }
 
 
-def alertmanager_config(monitor: HostSettings) -> str:
+def alertmanager_reads_url_file(version: str) -> bool:
+    """Whether an Alertmanager of this apt version has webhook_configs' url_file (v0.26.0 on):
+    '0.26.0+ds-1ubuntu0.3' yes, Debian 12's '0.25.0-1+b4' no."""
+    upstream = version.split(":", 1)[-1]
+    numbers = re.match(r"^(\d+)\.(\d+)", upstream)
+    return numbers is not None and (int(numbers.group(1)), int(numbers.group(2))) >= WEBHOOK_URL_FILE_SINCE
+
+
+def secret_files(monitor: HostSettings) -> dict[str, str | None]:
+    """0600 file on the monitor -> the vault key whose value it holds (None: not set, removed)."""
     m = monitor.monitoring
-    receiver: dict = {"name": "inference-host"}
-    if m.webhook_url:
-        receiver["webhook_configs"] = [{"url": m.webhook_url, "send_resolved": True}]
-    if m.email_to:
+    return {
+        WEBHOOK_URL_FILE: m.webhook_url_secret,
+        SLACK_URL_FILE: m.slack_api_url_secret,
+        PAGERDUTY_KEY_FILE: m.pagerduty_routing_key_secret,
+        HEARTBEAT_URL_FILE: m.heartbeat_url_secret,
+    }
+
+
+def inlines_secrets(monitor: HostSettings, url_file: bool) -> bool:
+    """Whether alertmanager.yml itself holds a secret URL (an Alertmanager before url_file), and so
+    is written as a secret file, 0600, never shown in a diff."""
+    m = monitor.monitoring
+    return not url_file and (m.webhook_url_secret is not None or m.heartbeat_url_secret is not None)
+
+
+def _webhook(path: str, key: str, values: Mapping[str, str] | None, url_file: bool, resolved: bool) -> dict:
+    """A webhook_config whose URL is a vault value: named by its file, or (Alertmanager 0.25) the
+    value itself; in the preview (no values) a placeholder under the reserved .invalid domain."""
+    if url_file:
+        target = {"url_file": path}
+    else:
+        target = {"url": values[key] if values is not None else f"https://vault-value.invalid/{key}"}
+    return {**target, "send_resolved": resolved}
+
+
+def _receiver(name: str, kinds: list[str], m, values, url_file: bool) -> dict:
+    receiver: dict = {"name": name}
+    if "email" in kinds:
         email = {"to": m.email_to, "from": m.email_from, "smarthost": m.email_smarthost, "send_resolved": True}
         if m.email_auth_username:
             email["auth_username"] = m.email_auth_username
         if m.email_auth_password_secret:
             email["auth_password_file"] = SMTP_PASSWORD_FILE
         receiver["email_configs"] = [email]
+    if "webhook" in kinds:
+        if m.webhook_url is not None:
+            receiver["webhook_configs"] = [{"url": m.webhook_url, "send_resolved": True}]
+        else:
+            receiver["webhook_configs"] = [_webhook(WEBHOOK_URL_FILE, m.webhook_url_secret, values, url_file, True)]
+    if "slack" in kinds:
+        slack = {"api_url_file": SLACK_URL_FILE, "send_resolved": True}
+        if m.slack_channel:
+            slack["channel"] = m.slack_channel
+        receiver["slack_configs"] = [slack]
+    if "pagerduty" in kinds:
+        # PagerDuty's event severity (Events API v2: critical, error, warning, info); Alertmanager sends
+        # "error" for every alert unless told (v0.25.0 notify/pagerduty/pagerduty.go), so its urgency
+        # rules could not tell a warning from a critical alert.
+        receiver["pagerduty_configs"] = [
+            {"routing_key_file": PAGERDUTY_KEY_FILE, "severity": name, "send_resolved": True}
+        ]
+    return receiver
+
+
+def heartbeat_tick(interval: str) -> str:
+    """The heartbeat route's group_interval: Alertmanager re-sends a group that did not change only
+    when, at a tick, repeat_interval has passed since the last send was logged (v0.25.0
+    notify/notify.go DedupStage.needsUpdate; nflog logs the send's end), so a tick equal to the
+    interval would skip every other beat. Ticks of half the interval, at most 10 s, keep the beat
+    within 10 s of the interval."""
+    return f"{max(1, min(10, duration_seconds(interval) // 2))}s"
+
+
+def alertmanager_config(monitor: HostSettings, values: Mapping[str, str] | None = None, url_file: bool = True) -> str:
+    """Alertmanager's routing: Watchdog to the heartbeat, then each severity to its receivers.
+    values: vault key -> value, needed only where the URL is written inline (url_file False)."""
+    m = monitor.monitoring
+    heartbeat: dict = {"name": "heartbeat"}
+    if m.heartbeat_url_secret:
+        heartbeat["webhook_configs"] = [_webhook(HEARTBEAT_URL_FILE, m.heartbeat_url_secret, values, url_file, False)]
     config = {
         "route": {
-            "receiver": "inference-host",
+            # Anything no route below takes (a severity the rules do not use) goes with the warnings.
+            "receiver": "warning",
             "group_by": ["alertname", "host"],
             "group_wait": m.alert_group_wait,
             "group_interval": m.alert_group_interval,
-            "repeat_interval": "4h",
+            "repeat_interval": m.warning_repeat_interval,
+            "routes": [
+                # Never to a person: with no heartbeat URL, to a receiver that sends nothing.
+                {
+                    "receiver": "heartbeat",
+                    "matchers": [f'alertname="{WATCHDOG}"'],
+                    "group_by": ["alertname"],
+                    "group_wait": "0s",
+                    "group_interval": heartbeat_tick(m.heartbeat_interval),
+                    "repeat_interval": m.heartbeat_interval,
+                },
+                {
+                    "receiver": "critical",
+                    "matchers": ['severity="critical"'],
+                    "repeat_interval": m.critical_repeat_interval,
+                },
+                {"receiver": "warning", "matchers": ['severity="warning"']},
+            ],
         },
-        "receivers": [receiver],
+        "receivers": [
+            heartbeat,
+            _receiver("critical", m.receivers_for("critical"), m, values, url_file),
+            _receiver("warning", m.receivers_for("warning"), m, values, url_file),
+        ],
         # A host that is down makes its engine and checks silent or failing: one page, not five.
         "inhibit_rules": [
             {
@@ -271,6 +376,9 @@ def _mountpoints_of(paths: list[str]) -> str:
 # window_size_in_ms), and one series at 0 without an xid label when there was none: it rises on every
 # Xid, a second one of the same code included, and falls back to 0 on its own.
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+# kube-prometheus' always-firing alert (its general.rules: expr vector(1), severity none): routed
+# only to the heartbeat receiver, whose outside service pages when the beats stop.
+WATCHDOG = "Watchdog"
 # Graded by the catalog's "Resolution Bucket (Immediate Action)" (docs.nvidia.com/deploy/xid-errors/
 # analyzing-xid-catalog.html): RESTART_APP codes concern the program on the GPU, not the GPU.
 XID_APPLICATION = (13, 31, 43, 45)
@@ -306,6 +414,7 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
     m = monitor.monitoring
     check_interval = max((h.monitoring.check_interval_seconds for h in nodes), default=300)
     out = [
+        _alert(WATCHDOG, "vector(1)", "0m", "none", monitor=monitor.name),
         _alert("InferenceHostDown", 'up{job="node"} == 0', m.down_for, "critical"),
         _alert("EngineDown", 'up{job="engine"} == 0', m.down_for, "critical", engine=engine),
         _alert("GatewayDown", 'up{job="gateway"} == 0', m.down_for, "critical"),
@@ -484,13 +593,22 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
     return sorted({a.name for a in alerts(site, monitor)})
 
 
-def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
+ALERTMANAGER_FILE = f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml"
+
+
+def files(
+    site: Site,
+    monitor: HostSettings,
+    password_hash: str | None,
+    values: Mapping[str, str] | None = None,
+    url_file: bool = True,
+) -> dict[str, str]:
     """Path on the monitor -> text, for the role and the preview (the Grafana dashboard and
     amtool's files too: read by no service, they are for operators)."""
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
-        f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml": alertmanager_config(monitor),
+        ALERTMANAGER_FILE: alertmanager_config(monitor, values, url_file),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
         DASHBOARD_FILE: dashboard_text(engine_of(site)),
         **amtool_configs(monitor),

@@ -20,6 +20,14 @@ DETAIL = (
 )
 
 RUNBOOK: dict[str, tuple[str, str]] = {
+    "Watchdog": (
+        "The alerting pipeline of ${monitor} is alive (this alert always fires)",
+        "Prometheus and Alertmanager on ${monitor} send this every monitoring_heartbeat_interval to the"
+        " heartbeat URL (monitoring_heartbeat_url_secret) and to no person. The outside service pages when it"
+        " stops: then ${monitor}, its node or its network is down, or Prometheus or Alertmanager there is."
+        " What to do on that page: reach ${monitor} (ping, ssh); `systemctl status prometheus"
+        " prometheus-alertmanager` there; on the node, `pct status` / `qm status` of the guest.",
+    ),
     "InferenceHostDown": (
         "{{ $labels.host }} does not answer (node_exporter down or host unreachable)",
         "Prometheus cannot scrape node_exporter on {{ $labels.host }} ({{ $labels.instance }}). What to do: "

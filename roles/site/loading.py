@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from pathlib import Path
 
 from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
-from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
+from roles.site.rules import MONITOR_SECRETS, NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
@@ -346,8 +347,7 @@ def referenced_secrets(site: Site) -> set[str]:
         for ref in (
             host.serving.api_key_secret,
             host.serving.hf_token_secret,
-            host.monitoring.web_password_secret if host.in_group("monitors") else None,
-            host.monitoring.email_auth_password_secret if host.in_group("monitors") else None,
+            *(getattr(host.monitoring, key) if host.in_group("monitors") else None for key in MONITOR_SECRETS),
         )
         if ref
     }
@@ -362,9 +362,30 @@ def _require_decryptable(site: Site) -> None:
             values = vault.decrypt_all(Path(site.secrets_file), names)
         except vault.SecretsError as error:
             raise SiteError([f"{site.inventory_file}: {error}"]) from None
-        problems = api_key_problems(site, values)
+        problems = api_key_problems(site, values) + receiver_url_problems(site, values)
         if problems:
             raise SiteError(problems)
+
+
+def receiver_url_problems(site: Site, values: dict[str, str]) -> list[str]:
+    """A monitor's vault URLs (webhook, Slack, heartbeat) must be one http(s) URL: Alertmanager
+    refuses its whole configuration otherwise (v0.25.0 config/notifiers.go: "scheme required for
+    webhook url") and stops sending every alert. The value is never printed."""
+    keys = ("webhook_url_secret", "slack_api_url_secret", "heartbeat_url_secret")
+    found = {
+        (getattr(h.monitoring, key), key)
+        for h in site.hosts.values()
+        if h.in_group("monitors")
+        for key in keys
+        if getattr(h.monitoring, key)
+    }
+    return [
+        f"{site.inventory_file}: secret {name!r} (monitoring_{key}) is not one http(s) URL (value not shown);"
+        " expected http:// or https:// and no space or line break inside (set it again: python -m"
+        " roles.site.vault set FILE NAME)"
+        for name, key in sorted(found)
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", values.get(name, "").strip())
+    ]
 
 
 def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:

@@ -16,6 +16,7 @@ from roles.site.errors import shown
 from roles.site.placement import sysctl_conflicts
 from roles.site.schema import HostSettings
 from roles.site.sections.guest import KVM_MAX_HOSTPCI, LXC_MAX_DEVICES, LXC_MAX_MOUNT_POINTS
+from roles.site.sections.monitoring import DCGM_KEEP_S, url_credential
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import EngineStack, Stack
 from roles.site.vault import RENAMED_SECRETS
@@ -176,6 +177,62 @@ def _unreachable_by(monitor: HostSettings, host: HostSettings) -> list[str]:
     ]
 
 
+# The monitor's vault references (roles/monitoring writes each value into a 0600 file).
+MONITOR_SECRETS = (
+    "web_password_secret",
+    "email_auth_password_secret",
+    "webhook_url_secret",
+    "slack_api_url_secret",
+    "pagerduty_routing_key_secret",
+    "heartbeat_url_secret",
+)
+
+
+def _receiver_problems(host: HostSettings) -> list[str]:
+    """A monitor's receivers: at least one, a plain webhook URL without a credential, and each
+    severity routed only to receivers that are configured."""
+    m, out = host.monitoring, []
+    if host.valid("monitoring_webhook_url") and m.webhook_url is not None:
+        credential = url_credential(m.webhook_url)
+        if credential:
+            # The value is not repeated: it is the credential.
+            out.append(
+                f"monitoring_webhook_url holds {credential} (value not shown); a URL that carries a credential"
+                " belongs in the vault: python -m roles.site.vault set FILE NAME (value on stdin), then"
+                " monitoring_webhook_url_secret = NAME in place of monitoring_webhook_url"
+            )
+        if m.webhook_url_secret is not None:
+            out.append(
+                "monitoring_webhook_url and monitoring_webhook_url_secret are both set; expected one webhook:"
+                " the plain URL (no credential in it) or the vault key"
+            )
+    names = ("monitoring_webhook_url", "monitoring_email_to", "monitoring_critical_receivers")
+    configured = m.configured_receivers()
+    if not configured:
+        if not host.valid(*names):
+            return out  # the invalid setting's own line says it
+        out.append(
+            "the monitors group has no receiver; expected monitoring_email_to (with monitoring_email_from and"
+            " monitoring_email_smarthost), monitoring_webhook_url, or a vault key in monitoring_webhook_url_secret,"
+            " monitoring_slack_api_url_secret or monitoring_pagerduty_routing_key_secret"
+        )
+        return out
+    for severity in ("critical", "warning"):
+        key = f"monitoring_{severity}_receivers"
+        if not host.valid(key):
+            continue
+        chosen = m.receivers_for(severity)
+        missing = [kind for kind in chosen if kind not in configured]
+        if missing:
+            out.append(
+                f"{key} = {chosen!r} names {', '.join(missing)}, which this monitor has no settings for;"
+                f" expected receivers from the configured ones: {', '.join(configured)}"
+            )
+        elif severity == "critical" and not chosen:
+            out.append(f"{key} = [] sends critical alerts nowhere; expected at least one of {', '.join(configured)}")
+    return out
+
+
 def _check_monitoring(
     site_hosts: dict[str, HostSettings],
     where: str,
@@ -210,22 +267,31 @@ def _check_monitoring(
             )
         for mon in monitors:
             problems.extend(f"{here}: {p}" for p in _unreachable_by(mon, host))
+            if (
+                host.in_group("gpu_nodes")
+                and m.dcgm_exporter
+                and host.valid("monitoring_xid_window_s")
+                and mon.valid("monitoring_scrape_interval")
+                and m.xid_window_s < mon.monitoring.scrape_interval_seconds
+            ):
+                problems.append(
+                    f"{here}: monitoring_xid_window_s = {m.xid_window_s} is shorter than the monitors host"
+                    f" {mon.name}'s monitoring_scrape_interval = {mon.monitoring.scrape_interval!r}: an Xid could"
+                    f" enter and leave the window between two scrapes; expected"
+                    f" {mon.monitoring.scrape_interval_seconds} to {DCGM_KEEP_S} seconds"
+                )
         if not host.in_group("monitors"):
             continue
-        for key in ("web_password_secret", "email_auth_password_secret"):
+        for key in MONITOR_SECRETS:
             problem = _reference_problem(f"monitoring_{key}", getattr(m, key), secret_names, secrets_file)
             if problem and host.valid(f"monitoring_{key}"):
                 problems.append(f"{here}: {problem}")
+        problems.extend(f"{here}: {p}" for p in _receiver_problems(host))
         if m.web_password_secret is None and m.listen_address not in LOOPBACK:
             problems.append(
                 f"{here}: monitoring_listen_address = {m.listen_address!r} exposes Prometheus and"
                 " Alertmanager without monitoring_web_password_secret; expected a vault secret"
                 " (basic auth) or monitoring_listen_address = '127.0.0.1'"
-            )
-        if m.webhook_url is None and m.email_to is None and host.valid("monitoring_webhook_url", "monitoring_email_to"):
-            problems.append(
-                f"{here}: the monitors group has no receiver; expected monitoring_webhook_url"
-                " or monitoring_email_to (with monitoring_email_from and monitoring_email_smarthost)"
             )
         if m.email_to and not (m.email_from and m.email_smarthost):
             problems.append(

@@ -12,7 +12,9 @@ what it watches.
 Real here: Debian 12's prometheus, prometheus-alertmanager (with its amtool) and
 prometheus-node-exporter at their pins, basic auth, the checks' timer. Stand-ins: the SGLang
 server (lab/standins/sglang_server), NVIDIA's DCGM exporter package and nvidia-smi
-(lab/standins/nvidia_apt_repo), as in tests/lab/test_monitoring.py.
+(lab/standins/nvidia_apt_repo), as in tests/lab/test_monitoring.py, and the dead man's switch
+service the Watchdog beats to (lab/standins/heartbeat), served on this machine by the last test,
+which stops the guest and sees the beats stop.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from tests.lab.harness import LAB_INVENTORY, load_lab_site
 pytestmark = pytest.mark.lab
 
 # The alerts the main lab fires all along, and why (docs/monitoring.md, "In the lab"): the
-# checks' gpu suite runs in the lab's GPU-free engine environment, which has no torch.
-EXPECTED_FIRING = {("HealthCheckFailing", "cuda works")}
+# checks' gpu suite runs in the lab's GPU-free engine environment, which has no torch; the
+# Watchdog always fires (it is the heartbeat).
+EXPECTED_FIRING = {("HealthCheckFailing", "cuda works"), ("Watchdog", "")}
 
 
 def _exec(command: str, stdin: str = "", timeout: float = 150) -> subprocess.CompletedProcess:
@@ -87,7 +90,14 @@ def test_prometheus_scrapes_the_engine_node_exporter_and_the_dcgm_exporter(monit
     found = _until(targets, lambda ts: len(ts) == len(expected) and all(t["health"] == "up" for t in ts), 60)
     assert sorted((t["labels"]["job"], t["labels"]["instance"]) for t in found) == expected
     assert [(t["labels"]["job"], t["lastError"]) for t in found if t["health"] != "up"] == []
-    for name in ("sglang:num_running_reqs", "DCGM_FI_DEV_GPU_TEMP", "node_filesystem_avail_bytes"):
+    # DCGM_FI_PROF_*: the stand-in exporter serves them only with DCGM's profiling module, which the
+    # deploy installs (datacenter-gpu-manager-4-proprietary, pinned with the core).
+    for name in (
+        "sglang:num_running_reqs",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "node_filesystem_avail_bytes",
+    ):
         assert _prometheus(monitor, f"/api/v1/query?query={quote(f'count({name})')}")["result"], name
 
 
@@ -126,3 +136,51 @@ def test_only_the_expected_alerts_fire(monitor):
     in_prometheus = {(a["labels"]["alertname"], a["labels"].get("check", "")) for a in alerts if a["state"] == "firing"}
     assert in_prometheus == EXPECTED_FIRING, alerts
     print(f"\nfiring in the main lab: {sorted(firing)}")
+
+
+def _docker(*args: str) -> None:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
+    """The Watchdog reaches the heartbeat stand-in (lab/standins/heartbeat, outside the guest) every
+    monitoring_heartbeat_interval; with the guest stopped, the beats stop, which is what the outside
+    service pages on. The guest is stopped by freezing it (`docker pause`, the cgroup freezer):
+    nothing in it runs, as with a hung kernel or a node without power, and it resumes where it was
+    (a `docker stop` would add a boot and the services' start before the next modules)."""
+    from lab.standins.heartbeat import check_uuid, serving
+
+    # Debian 12's Alertmanager 0.25 has no webhook url_file: the URL is in alertmanager.yml, 0600.
+    mode = _exec(f"stat -c '%a %U %G' {monitoring_config.ALERTMANAGER_FILE}", timeout=30)
+    assert mode.stdout.split() == ["600", "prometheus", "prometheus"], mode.stdout + mode.stderr
+    interval = monitor.monitoring.heartbeat_interval  # 5 s in inventory/lab.py
+    seconds = int(interval[:-1])
+    assert interval.endswith("s") and seconds <= 10, interval
+    started = time.monotonic()
+    with serving(lab.PREFIX) as pings:
+        opened = time.time()
+        beats = _until(lambda: pings.since(opened), lambda found: len(found) >= 2, 6 * seconds, every=1)
+        assert len(beats) >= 2, f"fewer than two beats in {6 * seconds} s: {beats}"
+        for beat in beats:
+            assert beat["check"] == check_uuid(lab.PREFIX) and beat["method"] == "POST", beat
+            assert beat["user_agent"].startswith("Alertmanager/"), beat
+            body = json.loads(beat["body"])
+            assert [a["labels"]["alertname"] for a in body["alerts"]] == ["Watchdog"], body
+        gaps = [b["at"] - a["at"] for a, b in zip(beats, beats[1:], strict=False)]
+        _docker("pause", lab.container_name("gpu"))
+        try:
+            stopped = time.time()
+            time.sleep(3 * seconds)
+            silent = pings.since(stopped + 0.5)  # a beat already in flight at the pause may land
+        finally:
+            _docker("unpause", lab.container_name("gpu"))
+        resumed_at = time.time()
+        back = _until(lambda: pings.since(resumed_at), bool, 6 * seconds, every=1)
+    cost = time.monotonic() - started
+    assert silent == [], f"beats while the guest was stopped: {silent}"
+    assert back, f"no beat within {6 * seconds} s of the guest running again"
+    print(
+        f"\nheartbeat every {interval}: gaps {[round(g, 1) for g in gaps]} s before; none in the"
+        f" {3 * seconds} s stopped; back {back[0]['at'] - resumed_at:.1f} s after; test {cost:.1f} s"
+    )

@@ -96,7 +96,7 @@ def test_the_exporter_comes_with_the_dcgm_it_is_built_against(host_sh):
     newer = [Package(CORE, "1:4.6.0-1")]
     rc, err, installed = host_sh(install_command(exporter_pins("4.8.2")), standin_index(newer))
     assert rc == 0, err
-    assert f"{EXPORTER}=1:4.8.2-1 {CORE}=1:4.5.3-1" in installed
+    assert f"{EXPORTER}=1:4.8.2-1 {CORE}=1:4.5.3-1 datacenter-gpu-manager-4-proprietary=1:4.5.3-1" in installed
 
 
 def test_the_index_is_refreshed_before_it_is_read(host_sh, tmp_path):

@@ -49,7 +49,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(tmp_path, counters: str, *extra: str):
+def _serve(tmp_path, counters: str, *extra: str, profiling: bool = True):
     proc = tmp_path / "proc"
     for minor, bus in enumerate(("0000:01:00.0", "0000:21:00.0")):
         info = (
@@ -64,9 +64,20 @@ def _serve(tmp_path, counters: str, *extra: str):
     program = tmp_path / "dcgm-exporter"
     program.write_text(dcgm_exporter.program("580.95.05"))
     port = _free_port()
-    env = {**os.environ, "DCGM_STANDIN_PROC_DIRS": str(proc), "DCGM_STANDIN_FAULTS": str(tmp_path / "faults")}
+    module = tmp_path / "libdcgmmoduleprofiling.so.4"  # what datacenter-gpu-manager-4-proprietary installs
+    if profiling:
+        module.write_text("stand-in")
+    env = {
+        **os.environ,
+        "DCGM_STANDIN_PROC_DIRS": str(proc),
+        "DCGM_STANDIN_FAULTS": str(tmp_path / "faults"),
+        "DCGM_STANDIN_PROFILING_MODULE": str(module),
+    }
     server = subprocess.Popen(
-        [sys.executable, str(program), "-f", str(tmp_path / "counters.csv"), "-a", f"127.0.0.1:{port}", *extra], env=env
+        [sys.executable, str(program), "-f", str(tmp_path / "counters.csv"), "-a", f"127.0.0.1:{port}", *extra],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}/metrics"
     for _ in range(50):
@@ -189,3 +200,45 @@ def test_the_alert_rules_use_names_the_exporter_serves():
     site_rules = " ".join(a.expr for a in config.alerts(_site(), _site().hosts["gpu1"]))
     used = set(re.findall(r"DCGM_(?:FI|EXP)_[A-Z_]*[A-Z]", site_rules))
     assert used and used <= served | {dcgm_exporter.XID_COUNT}, used - served
+
+
+DEPLOY_COUNTERS = PROJECT_ROOT / "roles/monitoring/templates/inference-host-counters.csv.j2"
+
+
+def _prof_rows() -> list[str]:
+    return [line.split(",")[0] for line in DEPLOY_COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_PROF_")]
+
+
+@pytest.mark.parametrize("profiling", [True, False], ids=["with the profiling module", "core only"])
+def test_profiling_rows_are_served_only_with_dcgms_profiling_module(tmp_path, profiling):
+    """As the real exporter: with DCGM's core alone, the counters file's DCGM_FI_PROF_* rows are
+    dropped at start with one log line (pkg/cmd/app.go queryDCPMetrics, counter_config.go
+    fieldIsSupported), the other rows served; with datacenter-gpu-manager-4-proprietary's module,
+    all of them."""
+    rows = _prof_rows()
+    assert len(rows) == 5, rows  # the five rows the dashboard's panels read
+    server, url, _ = _serve(tmp_path, DEPLOY_COUNTERS.read_text(), profiling=profiling)
+    try:
+        text = _get(url)
+    finally:
+        server.terminate()
+        server.wait(5)
+    served = {name for name in rows if f"\n{name}{{" in text}
+    assert served == (set(rows) if profiling else set()), served
+    assert "\nDCGM_FI_DEV_GPU_TEMP{" in text
+    log = server.stderr.read()
+    assert ("Not collecting DCP metrics" in log) is (not profiling), log
+
+
+def test_the_lab_repository_ships_the_profiling_module_at_the_cores_version():
+    from lab.standins.nvidia_apt_repo import dcgm
+
+    class Package:
+        def __init__(self, name, version, depends=(), files=None, **_):
+            self.name, self.version, self.depends, self.files = name, version, list(depends), files or {}
+
+    packages = {p.name: p for p in dcgm.dcgm_packages(Package)}
+    proprietary, core = packages["datacenter-gpu-manager-4-proprietary"], packages["datacenter-gpu-manager-4-core"]
+    assert proprietary.version == core.version == "1:4.5.3-1"
+    assert proprietary.depends == [f"datacenter-gpu-manager-4-core (= {core.version})"]
+    assert dcgm.PROFILING_MODULE in proprietary.files and dcgm.PROFILING_MODULE not in core.files

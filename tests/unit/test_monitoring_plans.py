@@ -39,6 +39,8 @@ def test_gpu_node_installs_its_exporters_pinned_for_ubuntu():
         {
             "datacenter-gpu-manager-exporter": STACK.monitoring.dcgm_exporter,
             "datacenter-gpu-manager-4-core": DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter],
+            # the profiling module the counters file's DCGM_FI_PROF_* rows need, pinned like the core
+            "datacenter-gpu-manager-4-proprietary": DCGM_FOR_EXPORTER[STACK.monitoring.dcgm_exporter],
         }
     )
     assert any(resolve in c for c in p.commands), "\n".join(p.commands)
@@ -86,19 +88,39 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     assert (
         "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=50GB" in p.uploads["/etc/default/prometheus"]
     )
-    assert "http://10.0.0.9:9099/alerts" in p.uploads["/etc/prometheus/alertmanager.yml"]
     assert "GpuXidError" in p.uploads["/etc/prometheus/inference-host.rules.yml"]
+    # Debian 12's Alertmanager 0.25 has no webhook url_file: the heartbeat URL is in alertmanager.yml,
+    # which therefore goes through the secret file's 0600 upload, never a plain (diffed) put.
+    assert "/etc/prometheus/alertmanager.yml" not in p.uploads
+    (alertmanager,) = [text for path, text in p.uploads.items() if "receiver: heartbeat" in str(text)]
+    assert "http://10.0.0.9:9099/alerts" in alertmanager and "https://hc-ping.com/plan-heartbeat-0000" in alertmanager
+    assert "api_url_file: /etc/prometheus/inference-host-slack.url" in alertmanager
+    assert "routing_key_file: /etc/prometheus/inference-host-pagerduty.key" in alertmanager
+    assert any("chmod 0600 /etc/prometheus/alertmanager.yml.inference-host-new" in c for c in p.commands)
 
 
-def test_the_web_password_is_on_no_command_line_and_in_no_plain_upload():
+SECRETS = (
+    "plan-web-password",
+    "https://hc-ping.com/plan-heartbeat-0000",
+    "plan-slack-token",
+    "plan-pagerduty-key",
+)
+
+
+def test_the_secrets_are_on_no_command_line_and_in_no_plain_upload():
     for p in (gpu(), monitor()):
-        assert not any("plan-web-password" in c for c in p.commands)
         plain = {
             path: text for path, text in p.uploads.items() if not path.startswith("/var/lib/inference-host/upload")
         }
-        assert not any("plan-web-password" in str(text) for text in plain.values()), [
-            path for path, text in plain.items() if "plan-web-password" in str(text)
-        ]
+        for secret in SECRETS:
+            assert not any(secret in c for c in p.commands), secret
+            assert not any(secret in str(text) for text in plain.values()), [
+                path for path, text in plain.items() if secret in str(text)
+            ]
+    # each receiver secret reaches the monitor, through the 0600 upload
+    staged = [str(t) for path, t in monitor().uploads.items() if path.startswith("/var/lib/inference-host/upload")]
+    assert any(t.strip() == "https://hooks.slack.com/services/PLAN/SLACK/plan-slack-token" for t in staged)
+    assert any(t.strip() == "plan-pagerduty-key" for t in staged)
 
 
 def test_an_exporter_installed_at_the_pin_is_not_installed_again():

@@ -144,6 +144,6 @@ def test_the_lab_renames_its_own_old_vault_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "vault-password").write_bytes(PASSWORD)
     vault.set_secret(tmp_path / "secrets.vault.yml", "sglang_api_key", "lab-old-key", PASSWORD)
     made, _ = lab.vault.throwaway_vault()
-    assert set(vault.stored(made)) == {"engine_api_key", "monitoring_web_password"}
+    assert set(vault.stored(made)) == {"engine_api_key", "monitoring_web_password", "monitoring_heartbeat_url"}
     assert vault.decrypt_all(made, ["engine_api_key"], PASSWORD) == {"engine_api_key": "lab-old-key"}
     assert "notice" not in capsys.readouterr().err

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import json
 
+PROPRIETARY = "datacenter-gpu-manager-4-proprietary"
+# Where Debian/Ubuntu packages put DCGM's modules (the core's list, above); the exporter stand-in
+# looks for this file as the real host engine loads it.
+PROFILING_MODULE = "/usr/lib/x86_64-linux-gnu/libdcgmmoduleprofiling.so.4"
 DCGM_VERSION = "4.5.3"  # what dcgm-exporter 4.8.2 is built against (tag 4.5.3-4.8.2, hack/VERSION)
 
 # dcgmi/Diag.cpp: DIAG_HEADER, DIAG_INFO, DIAG_DEPLOYMENT, DIAG_HARDWARE, ..., DIAG_FOOTER.
@@ -192,7 +196,7 @@ WantedBy=multi-user.target
 
 
 def dcgm_packages(package_cls) -> list:
-    """datacenter-gpu-manager-4-core / -cuda12 / -cuda13 at 1:<version>-1 (packaging.cmake)."""
+    """datacenter-gpu-manager-4-core / -proprietary / -cuda12 / -cuda13 at 1:<version>-1 (packaging.cmake)."""
     version = f"1:{DCGM_VERSION}-1"
     core = "datacenter-gpu-manager-4-core"
     return [
@@ -205,6 +209,17 @@ def dcgm_packages(package_cls) -> list:
                 "/usr/bin/nv-hostengine": (NV_HOSTENGINE, 0o755),
                 "/lib/systemd/system/nvidia-dcgm.service": (UNIT, 0o644),
             },
+        ),
+        # The profiling module DCGM_FI_PROF_* need: the host engine loads libdcgmmoduleprofiling.so.4
+        # (NVIDIA/DCGM v4.5.3 dcgmlib/src/DcgmHostEngineHandler.cpp), which -core does not hold
+        # (scripts/verify_package_contents/datacenter-gpu-manager-core_amd64.deb.txt lists every
+        # other module); NVIDIA ships it closed-source in -proprietary at the core's version, which
+        # dcgm-exporter's own image installs beside -core (NVIDIA/dcgm-exporter PR #456).
+        package_cls(
+            PROPRIETARY,
+            version,
+            depends=[f"{core} (= {version})"],
+            files={PROFILING_MODULE: (b"STAND-IN: no profiling module exists in the lab\n", 0o644)},
         ),
         package_cls("datacenter-gpu-manager-4-cuda12", version, depends=[f"{core} (= {version})"]),
         package_cls("datacenter-gpu-manager-4-cuda13", version, depends=[f"{core} (= {version})"]),

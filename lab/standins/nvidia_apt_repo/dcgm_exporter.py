@@ -24,6 +24,13 @@ What is mirrored, from NVIDIA/dcgm-exporter (github.com/NVIDIA/dcgm-exporter):
   the count as value; with no Xid in the window one series valued 0 without an xid label. The
   help text and type are the counters file's row, as the real exporter takes them;
 - rows of type "label" (DCGM_FI_DRIVER_VERSION) are labels, not series.
+- profiling rows (DCGM_FI_PROF_*) only with DCGM's profiling module installed: at start the real
+  exporter asks DCGM for its profiling metric groups (pkg/cmd/app.go queryDCPMetrics); without
+  the module (libdcgmmoduleprofiling.so.4, in datacenter-gpu-manager-4-proprietary, not in -core)
+  that fails, it logs "Not collecting DCP metrics: ..." and drops every field of the DCP range
+  (internal/pkg/counters/counter_config.go fieldIsSupported), silently to Prometheus. NVIDIA/
+  dcgm-exporter PR #456 added -proprietary to its own images for this reason. The stand-in looks
+  for the module's file once, at start, as the real one asks once.
 
 What is not: the values. The GPUs are those the driver stand-in lists
 (/proc/driver/nvidia/gpus/<address>/information, or the lab kernel stand-in's copy under
@@ -104,6 +111,11 @@ parser.add_argument("-x", "--xid-count-window-size", type=int,
                     default=int(os.environ.get("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", 300000)))
 args, _ = parser.parse_known_args()
 STARTED = time.time()
+PROFILING_MODULE = os.environ.get("DCGM_STANDIN_PROFILING_MODULE", "%(profiling_module)s")
+COLLECT_DCP = os.path.exists(PROFILING_MODULE)
+if not COLLECT_DCP:
+    print("Not collecting DCP metrics: Error getting supported metrics: This request is serviced by a module of"
+          " DCGM that is not currently loaded (stand-in: no " + PROFILING_MODULE + ")", file=sys.stderr)
 LAST_XID = {}  # gpu -> the last Xid code: DCGM keeps it until the exporter restarts (issue #500)
 
 
@@ -113,7 +125,7 @@ def counters():
         line = line.strip()
         if line and not line.startswith("#"):
             name, kind, help_text = [part.strip() for part in line.split(",", 2)]
-            if kind != "label":
+            if kind != "label" and (COLLECT_DCP or not name.startswith("DCGM_FI_PROF_")):
                 out.append((name, kind, help_text))
     return out
 
@@ -243,7 +255,14 @@ WantedBy=multi-user.target
 
 def program(driver: str) -> str:
     nominal = {name: value for name, _, _, value in COUNTERS}
-    return PROGRAM % {"nominal": nominal, "driver": driver, "xid_count": XID_COUNT}
+    from lab.standins.nvidia_apt_repo.dcgm import PROFILING_MODULE
+
+    return PROGRAM % {
+        "nominal": nominal,
+        "driver": driver,
+        "xid_count": XID_COUNT,
+        "profiling_module": PROFILING_MODULE,
+    }
 
 
 def dcgm_exporter_packages(package_cls, driver: str) -> list:

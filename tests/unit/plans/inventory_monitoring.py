@@ -13,7 +13,14 @@ from validation import require_valid_inventory
 
 _dir = Path(tempfile.mkdtemp(prefix="plan-monitoring-"))
 (_dir / "password").write_text("plan-password")
-for name, value in (("engine_api_key", "plan-key"), ("prometheus_web", "plan-web-password")):
+_secrets = (
+    ("engine_api_key", "plan-key"),
+    ("prometheus_web", "plan-web-password"),
+    ("heartbeat_url", "https://hc-ping.com/plan-heartbeat-0000"),
+    ("slack_url", "https://hooks.slack.com/services/PLAN/SLACK/plan-slack-token"),
+    ("pagerduty_key", "plan-pagerduty-key"),
+)
+for name, value in _secrets:
     vault.set_secret(_dir / "secrets.vault.yml", name, value, b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
@@ -46,6 +53,9 @@ monitors = [
             "monitoring_listen_address": "10.0.0.9",
             "monitoring_web_password_secret": "prometheus_web",
             "monitoring_webhook_url": "http://10.0.0.9:9099/alerts",
+            "monitoring_heartbeat_url_secret": "heartbeat_url",
+            "monitoring_slack_api_url_secret": "slack_url",
+            "monitoring_pagerduty_routing_key_secret": "pagerduty_key",
         },
     )
 ]

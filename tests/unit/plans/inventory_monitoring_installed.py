@@ -1,6 +1,6 @@
 """Plan inventory: as inventory_monitoring.py, but the gpu node's dpkg
 reports the DCGM exporter at 1:4.8.2-1 (the epoch the lab's apt stand-in gives it) and DCGM's core at
-1:4.5.3-1, the release it is built against."""
+1:4.5.3-1, the release it is built against, with its profiling module (-proprietary) at the same."""
 
 import os
 import sys
@@ -28,6 +28,7 @@ _installed = {
     "dpkg -l": [
         "ii  datacenter-gpu-manager-exporter  1:4.8.2-1  amd64  NVIDIA DCGM exporter",
         "ii  datacenter-gpu-manager-4-core  1:4.5.3-1  amd64  NVIDIA DCGM core",
+        "ii  datacenter-gpu-manager-4-proprietary  1:4.5.3-1  amd64  NVIDIA DCGM proprietary modules",
     ]
 }
 gpu_nodes = [
