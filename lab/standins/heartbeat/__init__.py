@@ -95,7 +95,11 @@ def serving(prefix: str):
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the heartbeat stand-in could not be served on {address}:{port}: "
-                        + (process.stderr.read().decode() if process.poll() is not None else "no answer in 10 s")
+                        + (
+                            process.stderr.read().decode()
+                            if process.stderr and process.poll() is not None
+                            else "no answer in 10 s"
+                        )
                     ) from None
                 time.sleep(0.1)
         yield Pings(log)
