@@ -9,6 +9,8 @@ import traceback
 import unicodedata
 from pathlib import Path
 
+from roles.site.credentials import masked
+
 # Values echoed in a message are cut to this many characters: a 200,000-character value must
 # not fill the terminal, and the start is enough to find it in the file.
 SHOWN_CHARACTERS = 80
@@ -38,15 +40,10 @@ def _escape(character: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-# Values shaped like secrets: a Hugging Face token (hf_ and 30 or more letters and digits,
-# huggingface_hub's tokens are 34) and an OpenAI-style API key (sk-...). Found in a plain setting
-# they are refused (roles/site/schema.py), and a message never prints them: shown() hides them.
-SECRET_VALUE_RE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})")
-
-
 def hidden(text: str) -> str:
-    """text with every secret-shaped part replaced by its first three characters and a mark."""
-    return SECRET_VALUE_RE.sub(lambda m: f"{m.group()[:3]}…(hidden)", text)
+    """text with every credential-shaped part (credentials.py: detect-secrets' vendor shapes and
+    ours) replaced by its first four characters and a mark: a message never prints one."""
+    return masked(text)
 
 
 class SiteError(Exception):

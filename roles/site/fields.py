@@ -68,7 +68,95 @@ def is_ip(value: str) -> bool:
 
 positive = check(lambda v: v > 0, "a number greater than 0")
 tcp_port = check(lambda v: 1 <= v <= 65535, "1 to 65535")
-AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in v.split("/"), "an absolute path")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Paths on a host. Each reaches a root shell, a unit's ReadWritePaths=, a chown and a Proxmox
+# property string: a path is written with the POSIX portable filename characters (POSIX.1-2017
+# 3.282: letters, digits, '.', '_', '-') and '+', '@' between slashes, so no shell syntax ($, `,
+# ;, |, &, quotes, globs), no space (systemd's path lists split on it), no ',' or '=' (Proxmox's
+# property strings), no '%' (a systemd specifier) ever reaches a consumer. Folders the deploy
+# makes and gives to an owner (HostFolder) are, besides, never '/', a folder of the system
+# (SYSTEM_FOLDERS: chowned to the service account, /var/log would be its), nor under a kernel
+# file system (/proc, /sys, /dev) or /run (a tmpfs emptied at boot).
+PATH_PART_RE = re.compile(r"[A-Za-z0-9._+@-]+")
+SYSTEM_FOLDERS = frozenset(
+    {
+        "/",
+        *(
+            f"/{name}"
+            for name in ("bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "lost+found")
+        ),
+        *(f"/{name}" for name in ("media", "mnt", "opt", "proc", "root", "run", "sbin", "snap", "srv", "sys", "tmp")),
+        *(f"/{name}" for name in ("usr", "var")),
+        *(f"/usr/{name}" for name in ("bin", "games", "include", "lib", "lib32", "lib64", "libexec", "local", "sbin")),
+        *(f"/usr/{name}" for name in ("share", "src")),
+        *(f"/usr/local/{name}" for name in ("bin", "etc", "games", "include", "lib", "sbin", "share", "src")),
+        *(f"/var/{name}" for name in ("backups", "cache", "crash", "lib", "local", "lock", "log", "mail", "opt")),
+        *(f"/var/{name}" for name in ("run", "spool", "tmp", "lib/vz", "lib/systemd", "lib/apt")),
+        *(f"/var/{name}" for name in ("lib/dpkg", "cache/apt", "log/journal")),
+        *(f"/etc/{name}" for name in ("systemd", "ssh", "apt", "default", "security", "sudoers.d", "pve", "ssl")),
+    }
+)
+NOT_UNDER = ("/proc", "/sys", "/dev", "/run")
+HOST_PATH_TEXT = "an absolute path of letters, digits and . _ - + @ between slashes"
+
+
+def normal_path(path: str) -> str:
+    """path without repeated or trailing slashes (the form folders are compared in)."""
+    return "/" + "/".join(part for part in path.split("/") if part and part != ".")
+
+
+def host_path_problem(path: str) -> str | None:
+    """Why path cannot be written on a host's command line, unit or property string, or None."""
+    if not path.startswith("/"):
+        return "it is not absolute"
+    parts = [part for part in path.split("/") if part]
+    if ".." in parts:
+        return "it has a '..' part"
+    for part in parts:
+        if not PATH_PART_RE.fullmatch(part):
+            position = path.index(part) + next(i for i, c in enumerate(part) if not PATH_PART_RE.fullmatch(c))
+            return f"{ascii(path[position])} at position {position} is none of them"
+    return None
+
+
+def host_folder_problem(path: str) -> str | None:
+    """host_path_problem, and why the deploy must not make path a folder of its own, or None."""
+    problem = host_path_problem(path)
+    if problem:
+        return f"{HOST_PATH_TEXT}; {problem}"
+    folder = normal_path(path)
+    if folder == "/":
+        return "a folder of its own, not / (the whole system)"
+    if folder in SYSTEM_FOLDERS:
+        return f"a folder of its own, not the system's {folder} (docs/settings.md#host-folders)"
+    under = next((top for top in NOT_UNDER if folder.startswith(top + "/")), None)
+    if under:
+        return f"a folder on a disk, not under {under} (a kernel or boot-time file system)"
+    return None
+
+
+def _host_path(value: str) -> str:
+    problem = host_path_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{HOST_PATH_TEXT}; {problem}"})
+    return value
+
+
+def _host_folder(value: str) -> str:
+    problem = host_folder_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": problem})
+    return value
+
+
+_host_path_rule = AfterValidator(_host_path)
+_host_folder_rule = AfterValidator(_host_folder)
+_RULE_TEXT[id(_host_path_rule)] = HOST_PATH_TEXT
+_RULE_TEXT[id(_host_folder_rule)] = f"{HOST_PATH_TEXT}, a folder of its own (not /, nor a system folder)"
+AbsolutePath = Annotated[str, _host_path_rule]
+HostFolder = Annotated[str, _host_folder_rule]
 UnixName = Annotated[str, check(UNIX_NAME_RE.match, "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
 SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
 
@@ -105,6 +193,64 @@ Url = Annotated[
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
+
+# ----------------------------------------------------------------------------------------------
+# apt package names: apt-get has no `--` before its package words, so a word that begins with
+# '-' is an option (`-oDpkg::Pre-Invoke::=CMD` runs CMD as root). Debian policy 5.6.1 (Source)
+# and 5.6.7 (Package): a name of lower-case letters, digits, '+', '-', '.', at least two
+# characters, beginning with a letter or digit; 5.6.12 (Version): [epoch:]upstream[-revision],
+# the upstream part beginning with a digit, of letters, digits and . + ~ - (':' only after an
+# epoch). `name=version` is how apt-get pins one.
+DEBIAN_PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(=([0-9]+:)?[0-9][A-Za-z0-9.+~-]*)?")
+DEBIAN_PACKAGE_TEXT = (
+    "Debian package names (policy 5.6.7: [a-z0-9][a-z0-9+.-]+), each optionally =VERSION"
+    " ([epoch:]version, policy 5.6.12)"
+)
+
+
+def _debian_packages(value: list[str]) -> list[str]:
+    bad = next((name for name in value if not DEBIAN_PACKAGE_RE.fullmatch(name)), None)
+    if bad is not None:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"{DEBIAN_PACKAGE_TEXT}; {ascii(bad)} is not one"}
+        )
+    return value
+
+
+DebianPackages = Annotated[list[str], AfterValidator(_debian_packages)]
+_RULE_TEXT[id(DebianPackages.__metadata__[0])] = DEBIAN_PACKAGE_TEXT
+
+# sysctl.d(5) (systemd 252, Debian 12's; procps' `sysctl -p` reads the same lines): one
+# `key = value` per line; a line beginning with '#' or ';' is a comment; the key is what comes
+# before the first '=', the value the rest, both stripped of white space; a key beginning with
+# '-' means "ignore a failure to set it"; keys name /proc/sys files with '.' or '/' between parts,
+# and may hold a glob ('*'). So a key is refused unless made of [A-Za-z0-9_*] parts joined by
+# '.', '/' or '-', not beginning with '-' (a flag), '.' or '/'; a value is refused when it is
+# empty or has white space at its ends (stripped: not what was written).
+SYSCTL_KEY_RE = re.compile(r"[A-Za-z0-9_*][A-Za-z0-9_.*/-]*")
+SYSCTL_TEXT = (
+    "sysctl.d(5) settings {key: value}: keys of letters, digits and _ . * / - (not beginning with"
+    " '-', '.' or '/'; no '=', '#', ';' or space), values without white space at their ends"
+)
+
+
+def sysctl_problem(key: str, value: str) -> str | None:
+    if not SYSCTL_KEY_RE.fullmatch(key):
+        return f"the key {ascii(key)} is not one"
+    if not value.strip() or value != value.strip():
+        return f"the value {ascii(value)} of {key} is empty or has white space at its ends"
+    return None
+
+
+def _sysctl(value: dict[str, str]) -> dict[str, str]:
+    problem = next((p for key, item in value.items() if (p := sysctl_problem(key, item))), None)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{SYSCTL_TEXT}; {problem}"})
+    return value
+
+
+SysctlSettings = Annotated[dict[str, str], AfterValidator(_sysctl)]
+_RULE_TEXT[id(SysctlSettings.__metadata__[0])] = SYSCTL_TEXT
 
 # ----------------------------------------------------------------------------------------------
 # Values that land inside a Proxmox property string: `pct create --rootfs/--mpN/--net0`,

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from roles.site.errors import SECRET_VALUE_RE, closest, escaped, is_invisible, shown
+from roles.site.credentials import VAULT_SETTING, credential_kind
+from roles.site.errors import closest, escaped, is_invisible, shown
 from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_text
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
@@ -225,17 +226,21 @@ def number_problem(value: Any) -> str | None:
 SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
+# Settings whose value may need a credential, and the *_secret setting that names it in the vault
+# (the role writes it only into a 0600 file).
+CREDENTIAL_SETTINGS: dict[str, str] = {}
+
+
 def secret_problem(value: Any, path: str = "") -> str | None:
     """Why a plain setting holds what looks like a secret, or None; never the secret itself. A plain
     setting is written in clear into the preview, the unit, the launcher, a systemd-run command
     line and the deploy's diffs; a secret belongs in the vault, named by a *_secret setting."""
     if isinstance(value, str):
-        found = SECRET_VALUE_RE.search(value)
-        if found:
-            hugging_face = found.group().startswith("hf_")
-            kind = "a Hugging Face token (hf_...)" if hugging_face else "an API key (sk-...)"
-            setting = "serving_hf_token_secret" if hugging_face else "serving_api_key_secret"
-            return f"{path} holds what looks like {kind}", setting
+        kind = credential_kind(value)
+        if kind:
+            root = path.split("[", 1)[0]
+            setting = VAULT_SETTING.get(kind) or CREDENTIAL_SETTINGS.get(root) or "a *_secret setting"
+            return f"{path} holds what looks like a credential ({kind})", setting
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for key, item in items:

@@ -8,8 +8,10 @@ from pydantic import Field
 
 from roles.site.fields import (
     UNIX_NAME_RE,
-    AbsolutePath,
+    DebianPackages,
+    HostFolder,
     Section,
+    SysctlSettings,
     UnixName,
     Url,
     check,
@@ -35,7 +37,7 @@ class BaseSettings(Section):
         ),
     )
     service_group: UnixName = Field("inference", description="Primary group of base_service_user.")
-    install_root: AbsolutePath = Field(
+    install_root: HostFolder = Field(
         "/opt/inference-host",
         description=(
             "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit runs through."
@@ -43,25 +45,25 @@ class BaseSettings(Section):
     )
     # The data and log directories are named after the unit (inference-engine.service), as
     # systemd's StateDirectory= and LogsDirectory= name theirs.
-    data_dir: AbsolutePath = Field(
+    data_dir: HostFolder = Field(
         "/var/lib/inference-engine",
         description=(
             "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live under it."
         ),
     )
-    model_dir: AbsolutePath = Field(
+    model_dir: HostFolder = Field(
         "/models", description=("Directory for models on the gpu node (mode 0750), owned by the service user.")
     )
-    log_dir: AbsolutePath = Field(
+    log_dir: HostFolder = Field(
         "/var/log/inference-engine",
         description=("The engine's log directory (mode 0750), writable inside the unit's sandbox."),
     )
-    uv_dir: AbsolutePath = Field(
+    uv_dir: HostFolder = Field(
         "/opt/uv",
         description=("Where uv is installed from PyPI: <dir>/<version>, a venv linked from /usr/local/bin/uv."),
     )
-    extra_packages: list[str] = Field([], description=("More apt packages installed with the base set."))
-    sysctl: dict[str, str] = Field(
+    extra_packages: DebianPackages = Field([], description=("More apt packages installed with the base set."))
+    sysctl: SysctlSettings = Field(
         {"kernel.numa_balancing": "0"},
         description=(
             "sysctl settings written to /etc/sysctl.d/90-inference-host-sysctl.conf; automatic NUMA "

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
+    HostFolder,
     IpAddress,
     Section,
     check,
@@ -32,7 +32,7 @@ class GatewaySettings(Section):
             "beside the stack file)."
         ),
     )
-    install_dir: AbsolutePath = Field(
+    install_dir: HostFolder = Field(
         "/opt/smg",
         description=("Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."),
     )

@@ -10,7 +10,7 @@ from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     DNS_NAME_RE,
-    AbsolutePath,
+    HostFolder,
     IpAddress,
     OptionValue,
     SecretName,
@@ -146,7 +146,7 @@ class ServingSettings(Section):
         "inference-engine",
         description=("Name of the engine's systemd unit (<name>.service) and of its env and secret-argument files."),
     )
-    model_path: AbsolutePath = Field(
+    model_path: HostFolder = Field(
         "/models/Kimi-K2.5",
         description=(
             "The model directory the engine loads (--model-path); also where roles/weights puts the weights by default."
