@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
-PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+PCI_ADDRESS_RE = re.compile(r"^(?:[a-fA-F0-9]{4,8}:)?[a-fA-F0-9]{2}:[a-fA-F0-9]{2}\.[0-7]$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
@@ -51,19 +51,31 @@ def one_of(*choices) -> AfterValidator:
     return check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
 
 
+# An IPv6 zone (fe80::1%eth0): Python's ipaddress (3.9+) takes any text after '%' as the zone,
+# `$(reboot)` included. RFC 4007 section 11 leaves the zone's form to the system and RFC 6874
+# (section 2: ZoneID = 1*( unreserved / pct-encoded )) writes it in URLs with unreserved
+# characters; on Linux it is an interface name (at most IFNAMSIZ - 1 = 15 bytes) or an index.
+# Accepted: 1 to 15 of RFC 3986's unreserved characters, so no shell, URL or property-string
+# syntax ever follows the '%'.
+ZONE_RE = re.compile(r"[A-Za-z0-9._~-]{1,15}")
+
+
 def is_cidr(value: str) -> bool:
+    """An address with its prefix length (guest_ip): never a zone, which Proxmox's ip6= and the
+    guest's network configuration do not take."""
     try:
-        return "/" in value and bool(ipaddress.ip_interface(value))
+        return "/" in value and "%" not in value and bool(ipaddress.ip_interface(value))
     except ValueError:
         return False
 
 
 def is_ip(value: str) -> bool:
     try:
-        ipaddress.ip_address(value)
+        address = ipaddress.ip_address(value)
     except ValueError:
         return False
-    return True
+    zone = getattr(address, "scope_id", None)
+    return zone is None or ZONE_RE.fullmatch(zone) is not None
 
 
 positive = check(lambda v: v > 0, "a number greater than 0")
@@ -164,14 +176,18 @@ SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets va
 def pci_address(address: str) -> str:
     """The one spelling of a PCI address: with its domain (01:00.0 is 0000:01:00.0, as lspci -D,
     sysfs, /proc/driver/nvidia/gpus and Proxmox's hostpci write it), so that two spellings of
-    one GPU are one GPU in every comparison."""
-    return address if address.count(":") == 2 else f"0000:{address}"
+    one GPU are one GPU in every comparison.
+    The domain is a number (00000:01:00.0 is 0000:01:00.0: Linux prints it %04x, drivers/pci/
+    pci-sysfs.c) and hex digits are compared in lower case (lspci and sysfs print them so)."""
+    domain, _, rest = address.lower().rpartition(":")
+    domain, _, bus = domain.rpartition(":")
+    return f"{int(domain or '0', 16):04x}:{bus}:{rest}"
 
 
 def _pci_addresses(value: list[str]) -> list[str]:
     if not all(PCI_ADDRESS_RE.match(a) for a in value):
         raise PydanticCustomError(
-            "inference_host", "{valid}", {"valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"}
+            "inference_host", "{valid}", {"valid": "PCI addresses like 0000:01:00.0 (hex, domain optional)"}
         )
     addresses = [pci_address(a) for a in value]
     repeated = sorted({a for a in addresses if addresses.count(a) > 1})
@@ -193,6 +209,55 @@ Url = Annotated[
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
+
+# ----------------------------------------------------------------------------------------------
+# Names of the units the deploy writes (<name>.service in /etc/systemd/system, which overrides
+# a packaged unit of the same name in /usr/lib/systemd/system: systemd.unit(5), "Unit File Load
+# Path"). A name of the system's own would replace that service: `ssh` is the deploy's own way
+# in. Refused: the units every Debian/Ubuntu/Proxmox host of this project runs or may run
+# (SYSTEM_UNITS), every name with a prefix of SYSTEM_UNIT_PREFIXES (systemd's, Proxmox's,
+# NVIDIA's and the package families'), and the units this project installs itself
+# (inference-host-*: the checks' timer, the weights' units; nvidia-*: DCGM's exporter).
+SYSTEM_UNITS = frozenset(
+    {
+        *("anacron", "apparmor", "apt-daily", "apt-daily-upgrade", "atd", "auditd", "avahi-daemon", "basic"),
+        *("chrony", "chronyd", "console-getty", "containerd", "corosync", "cron", "crond", "cups", "dbus"),
+        *("default", "docker", "emergency", "firewalld", "fstrim", "getty", "graphical", "halt", "irqbalance"),
+        *("kexec", "lxc", "lxcfs", "multi-user", "multipathd", "network", "networking", "NetworkManager", "nftables"),
+        *("ntp", "ntpsec", "polkit", "postfix", "poweroff", "qmeventd", "reboot", "rescue", "rpcbind", "rsync"),
+        *("rsyslog", "shutdown", "smartd", "smartmontools", "snapd", "spiceproxy", "ssh", "sshd", "sudo", "sysinit"),
+        *("syslog", "udev", "ufw", "unattended-upgrades", "user", "watchdog", "zfs"),
+        *("prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "alertmanager", "node_exporter"),
+    }
+)
+SYSTEM_UNIT_PREFIXES = ("systemd-", "getty@", "serial-getty@", "user@", "user-", "pve", "ceph", "lvm2-", "zfs-")
+SYSTEM_UNIT_PREFIXES += ("nvidia-", "ssh@", "sshd@", "dbus-", "apt-", "snap.", "lxc@", "lxc-", "qemu-", "mdmonitor")
+PROJECT_UNIT_PREFIX = "inference-host-"  # the checks' timer, the weights' units
+UNIT_NAME_RE = re.compile(r"[A-Za-z0-9_.@:-]{1,200}")
+UNIT_NAME_TEXT = (
+    "a systemd unit name of letters, digits and _ . @ : - that is not a system's unit (ssh, dbus, cron,"
+    " systemd-*, pve*, nvidia-*, ...: docs/settings.md#unit-names)"
+)
+
+
+def unit_name_problem(name: str) -> str | None:
+    if not UNIT_NAME_RE.fullmatch(name) or name.startswith(("-", ".")):
+        return "it has a character other than those"
+    base = name.removesuffix(".service")
+    if base in SYSTEM_UNITS or base.startswith((*SYSTEM_UNIT_PREFIXES, PROJECT_UNIT_PREFIX)):
+        return f"{base}.service is a unit of the system or of this project, which the deploy would replace"
+    return None
+
+
+def _unit_name(value: str) -> str:
+    problem = unit_name_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{UNIT_NAME_TEXT}; {problem}"})
+    return value
+
+
+ServiceUnitName = Annotated[str, AfterValidator(_unit_name)]
+_RULE_TEXT[id(ServiceUnitName.__metadata__[0])] = UNIT_NAME_TEXT
 
 # ----------------------------------------------------------------------------------------------
 # apt package names: apt-get has no `--` before its package words, so a word that begins with

@@ -14,9 +14,15 @@ from pydantic import ValidationError
 
 from roles.site.errors import shown
 from roles.site.placement import sysctl_conflicts
-from roles.site.rules_guests import _check_guest, _check_guest_ips, _check_iommu_groups
+from roles.site.rules_guests import _check_addresses, _check_guest, _check_guest_ips, _check_iommu_groups
 from roles.site.rules_secrets import _reference_problem
-from roles.site.rules_services import GatewayCheck, _check_monitoring, _check_ports, _check_topology
+from roles.site.rules_services import (
+    GatewayCheck,
+    _check_monitoring,
+    _check_ports,
+    _check_topology,
+    _check_unit_names,
+)
 from roles.site.schema import HostSettings
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import EngineStack, Stack
@@ -117,6 +123,8 @@ def check_site(
             problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
     _check_ports(site_hosts, where, problems)
+    _check_unit_names(site_hosts, where, problems)
+    _check_addresses(site_hosts, where, problems)
     _check_guest_ips(site_hosts, where, problems)
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)

@@ -123,6 +123,31 @@ def _check_guest_ips(site_hosts: dict[str, HostSettings], where: str, problems: 
             )
 
 
+def _address_key(address: str) -> str:
+    """One spelling per address: an IP address as ipaddress writes it, a DNS name in lower
+    case without its final dot (DNS names are case-insensitive, RFC 4343)."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower().rstrip(".")
+
+
+def _check_addresses(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    """One address, one host: the deploy (and the checks) reach a host by its ssh_hostname; two
+    hosts of the inventory at one address are one machine deployed twice with two roles (a node
+    and its guest both at the node's address: the guest's role runs on the node)."""
+    owner: dict[str, str] = {}
+    for host in site_hosts.values():
+        if not host.ssh_hostname or not host.valid("ssh_hostname"):
+            continue
+        first = owner.setdefault(_address_key(host.ssh_hostname), host.name)
+        if first != host.name:
+            problems.append(
+                f"{where}: host {host.name}: ssh_hostname = {host.ssh_hostname!r} is {first}'s address too;"
+                " expected each host of the inventory at an address of its own"
+            )
+
+
 def is_ip_text(value: str) -> bool:
     try:
         ipaddress.ip_address(value)

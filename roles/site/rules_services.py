@@ -201,6 +201,33 @@ def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
     return [(key, port) for key, port in ports if host.valid(key)]
 
 
+# Pairs of ports _check_monitoring names itself (one line per mistake).
+REPORTED_PAIRS = {
+    frozenset(("monitoring_node_exporter_port", "monitoring_dcgm_exporter_port")),
+    frozenset(("monitoring_prometheus_port", "monitoring_alertmanager_port")),
+}
+
+
+def _check_unit_names(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    """One unit, one service per host: the engine's and the gateway's units are files of one
+    folder (/etc/systemd/system), so a gateway named like the engine overwrites it."""
+    for host in site_hosts.values():
+        units = []
+        if host.in_group("gpu_nodes") and host.valid("serving_unit_name"):
+            units.append(("serving_unit_name", host.serving.unit_name))
+        if host.in_group("gateways") and host.valid("gateway_unit_name"):
+            units.append(("gateway_unit_name", host.gateway.unit_name))
+        seen: dict[str, str] = {}
+        for key, name in units:
+            unit = name.removesuffix(".service")
+            if unit in seen:
+                problems.append(
+                    f"{where}: host {host.name}: {key} = {name!r} is {seen[unit]} too on this host;"
+                    " expected a unit name of its own (one would overwrite the other's unit file)"
+                )
+            seen.setdefault(unit, key)
+
+
 def _check_ports(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
     """One port, one listener per host: ours against the node's own services, and two of ours."""
     monitored = any(h.in_group("monitors") for h in site_hosts.values())
@@ -219,7 +246,7 @@ def _check_ports(site_hosts: dict[str, HostSettings], where: str, problems: list
                     f"{where}: host {host.name}: {key} = {port} is the port of {reserved[port]} on this"
                     " host; expected a free port"
                 )
-            elif port in seen and not (seen[port].startswith("monitoring_") and key.startswith("monitoring_")):
+            elif port in seen and frozenset((seen[port], key)) not in REPORTED_PAIRS:
                 problems.append(
                     f"{where}: host {host.name}: {key} = {port} is {seen[port]} too on this host;"
                     " expected two different ports (one listener per port)"

@@ -15,6 +15,7 @@ from roles.site.fields import (
     OptionValue,
     SecretName,
     Section,
+    ServiceUnitName,
     check,
     is_ip,
     one_of,
@@ -142,7 +143,7 @@ class ServingSettings(Section):
 
     PREFIX: ClassVar[str] = "serving_"
 
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field(
+    unit_name: ServiceUnitName = Field(
         "inference-engine",
         description=("Name of the engine's systemd unit (<name>.service) and of its env and secret-argument files."),
     )
