@@ -56,18 +56,29 @@ class SiteError(Exception):
         super().__init__("\n".join(problems))
 
 
+def shown_key(key) -> str:
+    """A key as a message names it: bare when it is made of ASCII letters, digits and '_' (as
+    every valid key is), else as ascii() writes it, quoted, so a trailing space, a look-alike
+    letter or an integer key shows for what it is."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]+", key):
+        return key
+    return ascii(key)
+
+
 def unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[str]) -> None:
     for key in raw:
         if key not in known:
             problems.append(
-                f"{where}: unknown key {prefix}{key} = {shown(raw[key])}; valid keys: "
+                f"{where}: unknown key {shown_key(prefix + str(key))} = {shown(raw[key])}; valid keys: "
                 + ", ".join(sorted(prefix + k for k in known))
             )
 
 
 def shown(value) -> str:
-    """repr(value) for a message, cut at SHOWN_CHARACTERS with the full length named."""
-    text = hidden(repr(value))
+    """ascii(value) for a message (repr with every non-ASCII character escaped, so a look-alike
+    Cyrillic 'е' shows as \\u0435 and an invisible one as its escape), credentials hidden, cut
+    at SHOWN_CHARACTERS with the full length named."""
+    text = hidden(ascii(value))
     if len(text) <= SHOWN_CHARACTERS:
         return text
     length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"

@@ -49,10 +49,17 @@ def site_from_inventory(
     site_values = _site_values(raw_data, where, problems)
     stack = None
     stack_path = Path(inventory_file).parent / site_values.get("stack_file", "stack.yml")
-    try:
-        stack = load_stack(stack_path)
-    except SiteError as error:
-        problems.extend(error.problems)
+    if "stack_file" in site_values and stack_path.is_dir():
+        setter = next(name for name, data in raw_data.items() if "stack_file" in data)
+        problems.append(
+            f"{where}: host {setter}: stack_file = {shown(site_values['stack_file'])} is a folder"
+            f" ({display(stack_path)}); expected the stack file (YAML), relative to the inventory, like 'stack.yml'"
+        )
+    else:
+        try:
+            stack = load_stack(stack_path)
+        except SiteError as error:
+            problems.extend(error.problems)
     if stack is not None and "stack" in site_values:
         stack = _chosen_stack(stack, site_values["stack"], where, problems)
     if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):

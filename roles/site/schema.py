@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from roles.site.credentials import VAULT_SETTING, credential_kind
-from roles.site.errors import closest, escaped, is_invisible, shown
+from roles.site.errors import closest, escaped, is_invisible, shown, shown_key
 from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_text
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
@@ -270,7 +270,7 @@ def host_name_problem(name: str) -> str | None:
     if odd:
         position, character = odd
         return (
-            f"{escaped(character)!s} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
+            f"{ascii(character)[1:-1]} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
             f" {position} is not ASCII"
         )
     if name.startswith("@"):
@@ -350,6 +350,13 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
     """Typed settings of one host from its merged pyinfra data."""
     known = section_keys()
     pyinfra_keys = _pyinfra_keys()
+    for key, value in data.items():
+        if not isinstance(key, str):
+            problems.append(
+                f"{where}: host {name}: the key {shown_key(key)} (= {shown(value)}) is not a string but"
+                f" a {type(key).__name__}; expected setting names as strings, like 'serving_port'"
+            )
+    data = {key: value for key, value in data.items() if isinstance(key, str)}
     unknown = [key for key in data if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
@@ -395,7 +402,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             )
             continue
         problems.append(
-            f"{where}: host {name}: unknown key {key} = {shown(data[key])}"
+            f"{where}: host {name}: unknown key {shown_key(key)} = {shown(data[key])}"
             f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in"
             " docs/settings.md)"
         )
