@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from roles.site.errors import shown
 from roles.site.placement import sysctl_conflicts
 from roles.site.rules_guests import _check_addresses, _check_guest, _check_guest_ips, _check_iommu_groups
+from roles.site.rules_paths import folder_problems
 from roles.site.rules_secrets import _reference_problem
 from roles.site.rules_services import (
     GatewayCheck,
@@ -121,6 +122,7 @@ def check_site(
             _check_guest(host, here, site_hosts, vmids, gpu_owner, problems)
         if host.in_group("proxmox_hosts"):
             problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
+        problems.extend(f"{here}: {p}" for p in folder_problems(host))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
     _check_ports(site_hosts, where, problems)
     _check_unit_names(site_hosts, where, problems)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     UNIX_NAME_RE,
@@ -17,6 +20,40 @@ from roles.site.fields import (
     check,
     positive,
 )
+
+# A CA file is uploaded 0644 into the system bundle (roles/shared/extra_cas.py): it must hold
+# certificates and nothing else. Parsed with the `cryptography` package (already the controller's,
+# through ansible-core): x509.load_pem_x509_certificates reads every PEM certificate of a
+# bundle; a PRIVATE KEY block (a key pasted with its certificate) is refused before that.
+MAX_CA_FILE_BYTES = 1 << 20
+
+
+def ca_file_problem(path: str) -> str | None:
+    """Why path is not a readable PEM file of certificates only, or None."""
+    try:
+        if Path(path).stat().st_size > MAX_CA_FILE_BYTES:
+            return f"{path!r} is over {MAX_CA_FILE_BYTES} bytes"
+        data = Path(path).read_bytes()
+    except OSError as error:
+        return f"{path!r} cannot be read ({error.strerror})"
+    if re.search(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", data):
+        return f"{path!r} holds a private key, which must never be uploaded (0644) with the certificates"
+    from cryptography import x509
+
+    try:
+        certificates = x509.load_pem_x509_certificates(data)
+    except ValueError as error:
+        return f"{path!r} is not PEM X.509 certificates ({str(error)[:80]})"
+    return None if certificates else f"{path!r} holds no certificate"
+
+
+def _ca_files(value: list[str]) -> list[str]:
+    problem = next((p for path in value if (p := ca_file_problem(path))), None)
+    if problem:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"local PEM files of X.509 certificates only; {problem}"}
+        )
+    return value
 
 
 class BaseSettings(Section):
@@ -79,7 +116,7 @@ class BaseSettings(Section):
     ] = Field(
         "unlimited", description=("Locked-memory limit in KiB, or 'unlimited' (pinned host memory for NCCL and CUDA).")
     )
-    extra_ca_certificates: list[str] = Field(
+    extra_ca_certificates: Annotated[list[str], AfterValidator(_ca_files)] = Field(
         [],
         description=(
             "Local PEM files trusted on the host in addition to the distribution's CAs (a TLS-inspecting proxy)."
