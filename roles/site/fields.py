@@ -142,7 +142,7 @@ def host_folder_problem(path: str) -> str | None:
     if folder == "/":
         return "a folder of its own, not / (the whole system)"
     if folder in SYSTEM_FOLDERS:
-        return f"a folder of its own, not the system's {folder} (docs/settings.md#host-folders)"
+        return f"a folder of its own, not the system's {folder} (docs/inventory.md#host-folders)"
     under = next((top for top in NOT_UNDER if folder.startswith(top + "/")), None)
     if under:
         return f"a folder on a disk, not under {under} (a kernel or boot-time file system)"
@@ -236,7 +236,7 @@ PROJECT_UNIT_PREFIX = "inference-host-"  # the checks' timer, the weights' units
 UNIT_NAME_RE = re.compile(r"[A-Za-z0-9_.@:-]{1,200}")
 UNIT_NAME_TEXT = (
     "a systemd unit name of letters, digits and _ . @ : - that is not a system's unit (ssh, dbus, cron,"
-    " systemd-*, pve*, nvidia-*, ...: docs/settings.md#unit-names)"
+    " systemd-*, pve*, nvidia-*, ...: docs/inventory.md#unit-names)"
 )
 
 
