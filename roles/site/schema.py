@@ -226,9 +226,10 @@ def number_problem(value: Any) -> str | None:
 SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
-# Settings whose value may need a credential, and the *_secret setting that names it in the vault
-# (the role writes it only into a 0600 file).
-CREDENTIAL_SETTINGS: dict[str, str] = {}
+# URLs of mirrors a site may want to reach with a credential, for which no *_secret setting exists
+# yet (the roles write these URLs into 0644 apt sources, command lines and build arguments): a
+# credential in them is refused with a line that says so, not pointed at a vault key nothing reads.
+NO_VAULT_KEY_YET = frozenset({"cuda_repo_url", "base_pypi_index_url"})
 
 
 def secret_problem(value: Any, path: str = "") -> str | None:
@@ -239,7 +240,7 @@ def secret_problem(value: Any, path: str = "") -> str | None:
         kind = credential_kind(value)
         if kind:
             root = path.split("[", 1)[0]
-            setting = VAULT_SETTING.get(kind) or CREDENTIAL_SETTINGS.get(root) or "a *_secret setting"
+            setting = None if root in NO_VAULT_KEY_YET else VAULT_SETTING.get(kind, "a *_secret setting")
             return f"{path} holds what looks like a credential ({kind})", setting
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
@@ -377,8 +378,14 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             what, setting = secret
             value_problems.append(
                 f"{where}: host {name}: {what}, in a plain setting (written in clear to the preview, unit files and"
-                f" command lines); expected it in the vault: python -m roles.site.vault set FILE NAME (value on"
-                f" stdin), named by {setting}"
+                " command lines); "
+                + (
+                    f"expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named by"
+                    f" {setting}"
+                    if setting
+                    else f"expected {key} without a credential (no vault key takes one for this mirror yet: use a"
+                    " mirror that trusts the host's address)"
+                )
             )
             invalid.add(key)
             continue

@@ -150,10 +150,26 @@ def test_a_credential_in_any_plain_setting_is_refused_without_printing_it(invent
 
 
 @pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [
+        ("cuda_repo_url", "https://user:" + "p4ssw0rd@cuda.example/repos", "Basic Auth Credentials"),
+        ("base_pypi_index_url", "https://" + "tok0123456789abcdefXYZ@pypi.example/simple", "URL with a token"),
+    ],
+)
+def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, value, kind):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: value})])
+    line = validate(path)
+    assert "p4ssw0rd" not in line and "tok0123456789abcdef" not in line
+    assert line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like a credential ({kind}")
+    assert line.endswith(
+        f"expected {key} without a credential (no vault key takes one for this mirror yet: use a mirror that"
+        " trusts the host's address)"
+    )
+
+
+@pytest.mark.parametrize(
     "data",
     [
-        {"cuda_repo_url": "https://user:" + "p4ssw0rd@cuda.example/repos"},
-        {"base_pypi_index_url": "https://" + "tok0123456789abcdefXYZ@pypi.example/simple"},
         {
             "monitoring_webhook_url": "https://hooks.slack.com/services/"
             + "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"

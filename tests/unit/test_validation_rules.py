@@ -296,11 +296,6 @@ def test_the_labs_own_extra_env_stays_valid(inventory):
             "serving_extra_env['WANDB_PASSWORD'] is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)",
             "a *_secret setting",
         ),
-        (
-            {"base_pypi_index_url": f"https://user:{TOKEN}@pypi.example/simple"},
-            "base_pypi_index_url holds what looks like a credential (Basic Auth Credentials)",
-            "a *_secret setting",
-        ),
     ],
 )
 def test_a_secret_in_a_plain_setting_points_at_the_vault(inventory, validate, data, what, setting):
