@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Annotated, ClassVar
 
@@ -39,9 +40,14 @@ def ca_file_problem(path: str) -> str | None:
     if re.search(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", data):
         return f"{path!r} holds a private key, which must never be uploaded (0644) with the certificates"
     from cryptography import x509
+    from cryptography.utils import CryptographyDeprecationWarning
 
     try:
-        certificates = x509.load_pem_x509_certificates(data)
+        with warnings.catch_warnings():
+            # A system bundle given whole holds old CAs with a serial number RFC 5280 disallows
+            # (not positive): cryptography 50 reads them and warns; they are the distribution's.
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            certificates = x509.load_pem_x509_certificates(data)
     except ValueError as error:
         return f"{path!r} is not PEM X.509 certificates ({str(error)[:80]})"
     return None if certificates else f"{path!r} holds no certificate"
