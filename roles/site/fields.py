@@ -83,15 +83,17 @@ tcp_port = check(lambda v: 1 <= v <= 65535, "1 to 65535")
 
 
 # ----------------------------------------------------------------------------------------------
-# Paths on a host. Each reaches a root shell, a unit's ReadWritePaths=, a chown and a Proxmox
-# property string: a path is written with the POSIX portable filename characters (POSIX.1-2017
-# 3.282: letters, digits, '.', '_', '-') and '+', '@' between slashes, so no shell syntax ($, `,
-# ;, |, &, quotes, globs), no space (systemd's path lists split on it), no ',' or '=' (Proxmox's
-# property strings), no '%' (a systemd specifier) ever reaches a consumer. Folders the deploy
-# makes and gives to an owner (HostFolder) are, besides, never '/', a folder of the system
-# (SYSTEM_FOLDERS: chowned to the service account, /var/log would be its), nor under a kernel
-# file system (/proc, /sys, /dev) or /run (a tmpfs emptied at boot).
-PATH_PART_RE = re.compile(r"[A-Za-z0-9._+@-]+")
+# Paths on a host. Each reaches a root shell (quoted there: roles/shared's command builder), a
+# unit (systemd's quoting and %% for specifiers: roles/shared/systemd.py, issue 38) and a chown.
+# What no sane path holds is refused, so that a path that escaped its quoting once still cannot
+# be shell syntax: $ ` ; | & < > ( ) \ ' " and the glob characters * ? [ ] { } ! # ~ (control
+# and invisible characters are refused for every setting, schema.py). A space stays allowed
+# (issue 38 writes it for systemd; the shell gets it quoted). A Proxmox mount point has its own,
+# stricter rule (',' and '=': property_value_problem). Folders the deploy makes and gives to an
+# owner (HostFolder) are, besides, never '/', a folder of the system (SYSTEM_FOLDERS: chowned to
+# the service account, /var/log would be its), nor under a kernel file system (/proc, /sys,
+# /dev) or /run (a tmpfs emptied at boot).
+PATH_FORBIDDEN = frozenset("$`;|&<>()\\'\"*?[]{}!#~")
 SYSTEM_FOLDERS = frozenset(
     {
         "/",
@@ -111,7 +113,7 @@ SYSTEM_FOLDERS = frozenset(
     }
 )
 NOT_UNDER = ("/proc", "/sys", "/dev", "/run")
-HOST_PATH_TEXT = "an absolute path of letters, digits and . _ - + @ between slashes"
+HOST_PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
 
 
 def normal_path(path: str) -> str:
@@ -126,10 +128,9 @@ def host_path_problem(path: str) -> str | None:
     parts = [part for part in path.split("/") if part]
     if ".." in parts:
         return "it has a '..' part"
-    for part in parts:
-        if not PATH_PART_RE.fullmatch(part):
-            position = path.index(part) + next(i for i, c in enumerate(part) if not PATH_PART_RE.fullmatch(c))
-            return f"{ascii(path[position])} at position {position} is none of them"
+    position = next((i for i, c in enumerate(path) if c in PATH_FORBIDDEN), None)
+    if position is not None:
+        return f"{ascii(path[position])} at position {position} is one of them"
     return None
 
 

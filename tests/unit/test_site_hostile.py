@@ -24,13 +24,13 @@ from tests.unit.test_validation_rules import validate  # noqa: F401 (a fixture)
 
 # --- A. host paths, folders, package names, sysctl keys, IPv6 zones ------------------------------------
 
-PATH_TEXT = "an absolute path of letters, digits and . _ - + @ between slashes"
+PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"base_uv_dir": "/opt/uv tools"}, f"base_uv_dir = '/opt/uv tools' is invalid; expected {PATH_TEXT}; ' '"),
+        ({"base_uv_dir": "/opt/uv|tools"}, f"base_uv_dir = '/opt/uv|tools' is invalid; expected {PATH_TEXT}; '|'"),
         (
             {"base_install_root": "/opt/ih$(touch /tmp/x)"},
             f"base_install_root = '/opt/ih$(touch /tmp/x)' is invalid; expected {PATH_TEXT}; '$' at position 7",
@@ -73,7 +73,7 @@ def test_a_path_package_sysctl_or_zone_no_consumer_reads_as_written_is_refused(i
 
 def test_valid_paths_packages_sysctl_and_zones_pass(inventory):
     data = {
-        "base_uv_dir": "/opt/uv-tools",
+        "base_uv_dir": "/opt/uv tools",  # a space: quoted for the shell, for systemd (issue 38)
         "base_install_root": "/srv/inference-host",
         "base_extra_packages": ["nvtop", "libfoo1=1:2.3-1ubuntu1", "g++"],
         "base_sysctl": {"kernel.numa_balancing": "0", "net.ipv4.conf.*.rp_filter": "2", "net/core/somaxconn": "4096"},
