@@ -15,7 +15,7 @@ root-owned one is harmless (same owner) and allowed, as is a service folder insi
 
 from __future__ import annotations
 
-from roles.site.fields import normal_path
+from roles.site.grammars import normal_path
 from roles.site.schema import HostSettings
 
 SERVICE = "the service account"
