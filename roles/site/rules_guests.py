@@ -138,13 +138,15 @@ def _check_addresses(site_hosts: dict[str, HostSettings], where: str, problems: 
     and its guest both at the node's address: the guest's role runs on the node)."""
     owner: dict[str, str] = {}
     for host in site_hosts.values():
-        if not host.ssh_hostname or not host.valid("ssh_hostname"):
-            continue
-        first = owner.setdefault(_address_key(host.ssh_hostname), host.name)
+        if not host.valid("ssh_hostname") or (not host.ssh_hostname and host.name.startswith("@")):
+            continue  # a connector's host (@docker/...) is reached by its container, not an address
+        address = host.ssh_hostname or host.name  # pyinfra connects to the name when no ssh_hostname
+        first = owner.setdefault(_address_key(address), host.name)
         if first != host.name:
             problems.append(
-                f"{where}: host {host.name}: ssh_hostname = {host.ssh_hostname!r} is {first}'s address too;"
+                f"{where}: host {host.name}: ssh_hostname = {address!r} is {first}'s address too;"
                 " expected each host of the inventory at an address of its own"
+                + ("" if host.ssh_hostname else " (no ssh_hostname: pyinfra connects to the host's name)")
             )
 
 

@@ -274,6 +274,15 @@ def test_a_node_and_its_guest_on_one_ssh_hostname_are_refused(inventory, validat
     )
 
 
+def test_a_guest_named_like_its_nodes_address_is_refused(inventory, validate):  # noqa: F811
+    node = ("pve.invalid", {**NODE[1], "ssh_hostname": "10.0.0.2"})
+    path = inventory.groups(proxmox_hosts=[node], lxc_guests=[lxc("10.0.0.2")])
+    assert validate(path) == (
+        f"{path}: host 10.0.0.2: ssh_hostname = '10.0.0.2' is pve.invalid's address too; expected each host"
+        " of the inventory at an address of its own (no ssh_hostname: pyinfra connects to the host's name)"
+    )
+
+
 def test_prometheus_on_node_exporters_port_of_its_own_host_is_refused(inventory):
     data = {"monitoring_prometheus_port": 9100, "serving_host": "10.0.0.5"}
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], monitors=["gpu.invalid"])
