@@ -96,6 +96,44 @@ def test_the_sysctl_file_reads_back_unchanged_with_sysctl_itself(tmp_path):
     assert read == wanted, result.stderr
 
 
+def sysctl_d_read(text: str) -> list[tuple[str, str, bool]]:
+    """(key, value, ignore failure) of each line, as systemd-sysctl reads a sysctl.d file
+    (src/sysctl/sysctl.c parse_file, systemd 252: the line stripped; empty lines and lines
+    beginning with '#' or ';' skipped; the key before the first '=', the value after it, both
+    stripped; a key beginning with '-' is set with failures ignored, the '-' dropped)."""
+    read = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, equals, value = line.partition("=")
+        assert equals, f"not an assignment: {line!r}"
+        key, value = key.strip(), value.strip()
+        read.append((key.removeprefix("-"), value, key.startswith("-")))
+    return read
+
+
+def test_a_sysctl_key_is_refused_or_read_back_unchanged():
+    """Seeded hostile keys and values: each pair is refused by the rule, or the file roles/base
+    renders from it reads back as exactly that key and value, with no failure flag."""
+    import random
+
+    from roles.site.grammars import sysctl_problem
+
+    rng = random.Random(44)
+    alphabet = "abz09_.*/-=#; \t\u00a0%$'\"x"
+    accepted = 0
+    for _ in range(3000):
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        if sysctl_problem(key, value):
+            continue
+        accepted += 1
+        text = templates.render("roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl={key: value})
+        assert sysctl_d_read(text) == [(key, value, False)], (key, value)
+    assert accepted > 100  # the rule is not refusing everything
+
+
 def test_an_ipv6_guest_address_with_a_zone_and_a_comma_is_one_line(inventory, validate):  # noqa: F811
     path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", guest_ip="fe80::1%eth0,x/64")])
     assert validate(path) == (
