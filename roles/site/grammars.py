@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 # Paths on a host. Each reaches a root shell (quoted there: roles/shared's command builder), a
-# unit (systemd's quoting and %% for specifiers: roles/shared/systemd.py, issue 38) and a chown.
+# unit (systemd's quoting and %% for specifiers: roles/shared/systemd_syntax.py, issue 38) and a chown.
 # What no sane path holds is refused, so that a path that escaped its quoting once still cannot
 # be shell syntax: $ ` ; | & < > ( ) \ ' " and the glob characters * ? [ ] { } ! # ~ (control
 # and invisible characters are refused for every setting, schema.py). A space stays allowed
