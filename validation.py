@@ -9,7 +9,8 @@ speculative decoding settings with the drafter's config against the target's, pe
 (roles/eagle3_training/checks.py), and that the engine's unit and environment file can hold the
 host's values as systemd reads them back (roles/serving.systemd_problems). Importing this module
 registers nothing: the same list is passed to every validation (roles/render.py passes it too;
-`python -m roles.site FILE` and load_site run the list the file's own call names). The stacks'
+`python -m roles.site FILE` passes it whether or not the file calls require_valid_inventory;
+load_site without checks runs the list the file's own call names). The stacks'
 locks are the model's own check (roles/site/lock.py: local files only, no network);
 `python -m roles.engine_envs.lock` makes them (`python -m roles.eagle3_training.lock` the job's).
 """

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from roles.site import PROJECT_ROOT
 
-ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml")
+# detect-secrets: the site model's credential shapes (roles/site/credentials.py), which the
+# checks read their expectations through.
+ROOTS = ("pytest", "pytest-testinfra", "pydantic", "pyyaml", "detect-secrets")
 # The files the checks need on the host, relative to the project root.
 BUNDLE_GLOBS = (
     "checks/*.py",
@@ -102,6 +104,13 @@ def bundle_digest(root: Path = PROJECT_ROOT) -> str:
     return digest.hexdigest()[:12]
 
 
+# Settings the checks do not read, kept out of the 0644 expect.json: serving_extra_env reaches
+# only the engine's 0600 environment file (its values may be keys: an AWS_ACCESS_KEY_ID); the
+# checks read the environment the unit really has, on the host. base_extra_ca_certificates are
+# files of the controller, not of the host.
+NOT_EXPECTED = frozenset({"serving_extra_env", "base_extra_ca_certificates"})
+
+
 def expectations(host, site) -> dict:
     """The checks' expectations of one gpu node as --expect values: every setting they read
     (gpu_, serving_, health_, base_, nccl_, nvidia_driver_), the driver pin and the engine."""
@@ -118,7 +127,8 @@ def expectations(host, site) -> dict:
     for cls in (GpuSettings, ServingSettings, HealthSettings, BaseSettings, NcclSettings, NvidiaDriverSettings):
         section = getattr(host, cls.PREFIX.rstrip("_"))
         for name in cls.model_fields:
-            out[cls.PREFIX + name] = getattr(section, name)
+            if cls.PREFIX + name not in NOT_EXPECTED:
+                out[cls.PREFIX + name] = getattr(section, name)
     out["driver_version"] = site.stack.driver_version  # as Expectations.from_site reads it
     out["engine"] = site.stack.active.engine
     return out

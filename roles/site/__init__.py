@@ -16,8 +16,10 @@ check runs standalone:
     uv run python -m roles.site inventory/prod.py
 
 Modules: sections (each role's settings section, one module each, and SECTIONS), fields (the
-rules a setting is written with), schema (HostSettings, Site, typing one host's data), stack (the
-stack file), lock (the stacks' locks: format, place, staleness), rules (cross-host rules), weights
+rules a setting is written with), grammars (paths, unit names, apt packages, sysctl lines),
+credentials (credential shapes, detect-secrets), schema (HostSettings, Site, typing one host's data), stack (the
+stack file), lock (the stacks' locks: format, place, staleness), rules (cross-host rules; rules_guests,
+rules_services and rules_secrets by concern), weights
 (where each model's files live), loading (inventory -> Site, the validation core), current
 (deploy-time access), vault (the ansible-vault secrets file), testinfra (how the checks reach a
 host), table (the settings reference, docs/settings.md), __main__ (the command line).

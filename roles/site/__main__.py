@@ -1,4 +1,9 @@
-"""uv run python -m roles.site INVENTORY | --settings (the reference, docs/settings.md)"""
+"""uv run python -m roles.site INVENTORY | --settings (the reference, docs/settings.md)
+
+The command line sits above the model and the roles (tests/unit/test_layout.py's COMPOSITION,
+like roles/render.py): it runs validation.py's ROLE_CHECKS on every inventory, whether the file
+ends with require_valid_inventory(__file__, globals()) or not, so an inventory that leaves the
+call out is never called valid without the roles' checks."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import sys
 from roles.site.errors import SiteError, print_problems
 from roles.site.loading import load_site
 from roles.site.table import settings_reference
+from validation import ROLE_CHECKS
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +30,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m roles.site inventory/<file>.py", file=sys.stderr)
         return 64
     try:
-        print(load_site(argv[0]).summary())
+        print(load_site(argv[0], ROLE_CHECKS).summary())
     except SiteError as site_error:
         print_problems(site_error)
         return 2

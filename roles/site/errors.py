@@ -9,6 +9,8 @@ import traceback
 import unicodedata
 from pathlib import Path
 
+from roles.site.credentials import masked
+
 # Values echoed in a message are cut to this many characters: a 200,000-character value must
 # not fill the terminal, and the start is enough to find it in the file.
 SHOWN_CHARACTERS = 80
@@ -38,15 +40,10 @@ def _escape(character: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-# Values shaped like secrets: a Hugging Face token (hf_ and 30 or more letters and digits,
-# huggingface_hub's tokens are 34) and an OpenAI-style API key (sk-...). Found in a plain setting
-# they are refused (roles/site/schema.py), and a message never prints them: shown() hides them.
-SECRET_VALUE_RE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,})")
-
-
 def hidden(text: str) -> str:
-    """text with every secret-shaped part replaced by its first three characters and a mark."""
-    return SECRET_VALUE_RE.sub(lambda m: f"{m.group()[:3]}…(hidden)", text)
+    """text with every credential-shaped part (credentials.py: detect-secrets' vendor shapes and
+    ours) replaced by its first four characters and a mark: a message never prints one."""
+    return masked(text)
 
 
 class SiteError(Exception):
@@ -59,18 +56,29 @@ class SiteError(Exception):
         super().__init__("\n".join(problems))
 
 
+def shown_key(key) -> str:
+    """A key as a message names it: bare when it is made of ASCII letters, digits and '_' (as
+    every valid key is), else as ascii() writes it, quoted, so a trailing space, a look-alike
+    letter or an integer key shows for what it is."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]+", key):
+        return key
+    return ascii(key)
+
+
 def unknown_keys(raw: dict, known: set, prefix: str, where: str, problems: list[str]) -> None:
     for key in raw:
         if key not in known:
             problems.append(
-                f"{where}: unknown key {prefix}{key} = {shown(raw[key])}; valid keys: "
+                f"{where}: unknown key {shown_key(prefix + str(key))} = {shown(raw[key])}; valid keys: "
                 + ", ".join(sorted(prefix + k for k in known))
             )
 
 
 def shown(value) -> str:
-    """repr(value) for a message, cut at SHOWN_CHARACTERS with the full length named."""
-    text = hidden(repr(value))
+    """ascii(value) for a message (repr with every non-ASCII character escaped, so a look-alike
+    Cyrillic 'е' shows as \\u0435 and an invisible one as its escape), credentials hidden, cut
+    at SHOWN_CHARACTERS with the full length named."""
+    text = hidden(ascii(value))
     if len(text) <= SHOWN_CHARACTERS:
         return text
     length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"

@@ -14,15 +14,27 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
+from roles.site.grammars import (
+    DEBIAN_PACKAGE_RE,
+    DEBIAN_PACKAGE_TEXT,
+    HOST_PATH_TEXT,
+    SYSCTL_TEXT,
+    UNIT_NAME_TEXT,
+    host_folder_problem,
+    host_path_problem,
+    sysctl_problem,
+    unit_name_problem,
+)
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
-PCI_ADDRESS_RE = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9]$")
+PCI_ADDRESS_RE = re.compile(r"^(?:[a-fA-F0-9]{4,8}:)?[a-fA-F0-9]{2}:[a-fA-F0-9]{2}\.[0-7]$")
 UNIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_NAME_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$")
@@ -51,24 +63,61 @@ def one_of(*choices) -> AfterValidator:
     return check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
 
 
+# An IPv6 zone (fe80::1%eth0): Python's ipaddress (3.9+) takes any text after '%' as the zone,
+# `$(reboot)` included. RFC 4007 section 11 leaves the zone's form to the system and RFC 6874
+# (section 2: ZoneID = 1*( unreserved / pct-encoded )) writes it in URLs with unreserved
+# characters; on Linux it is an interface name (at most IFNAMSIZ - 1 = 15 bytes) or an index.
+# Accepted: 1 to 15 of RFC 3986's unreserved characters, so no shell, URL or property-string
+# syntax ever follows the '%'.
+ZONE_RE = re.compile(r"[A-Za-z0-9._~-]{1,15}")
+
+
 def is_cidr(value: str) -> bool:
+    """An address with its prefix length (guest_ip): never a zone, which Proxmox's ip6= and the
+    guest's network configuration do not take."""
     try:
-        return "/" in value and bool(ipaddress.ip_interface(value))
+        return "/" in value and "%" not in value and bool(ipaddress.ip_interface(value))
     except ValueError:
         return False
 
 
 def is_ip(value: str) -> bool:
     try:
-        ipaddress.ip_address(value)
+        address = ipaddress.ip_address(value)
     except ValueError:
         return False
-    return True
+    zone = getattr(address, "scope_id", None)
+    return zone is None or ZONE_RE.fullmatch(zone) is not None
 
 
 positive = check(lambda v: v > 0, "a number greater than 0")
 tcp_port = check(lambda v: 1 <= v <= 65535, "1 to 65535")
-AbsolutePath = Annotated[str, check(lambda v: v.startswith("/") and ".." not in v.split("/"), "an absolute path")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Host paths and the folders the deploy makes (grammars.py says what each accepts, and why).
+
+
+def _host_path(value: str) -> str:
+    problem = host_path_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{HOST_PATH_TEXT}; {problem}"})
+    return value
+
+
+def _host_folder(value: str) -> str:
+    problem = host_folder_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": problem})
+    return value
+
+
+_host_path_rule = AfterValidator(_host_path)
+_host_folder_rule = AfterValidator(_host_folder)
+_RULE_TEXT[id(_host_path_rule)] = HOST_PATH_TEXT
+_RULE_TEXT[id(_host_folder_rule)] = f"{HOST_PATH_TEXT}, a folder of its own (not /, nor a system folder)"
+AbsolutePath = Annotated[str, _host_path_rule]
+HostFolder = Annotated[str, _host_folder_rule]
 UnixName = Annotated[str, check(UNIX_NAME_RE.match, "a lower-case Unix user/group name ([a-z_][a-z0-9_-]*)")]
 SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets vault (letters, digits, _)")]
 
@@ -76,14 +125,18 @@ SecretName = Annotated[str, check(SECRET_NAME_RE.match, "a key of the secrets va
 def pci_address(address: str) -> str:
     """The one spelling of a PCI address: with its domain (01:00.0 is 0000:01:00.0, as lspci -D,
     sysfs, /proc/driver/nvidia/gpus and Proxmox's hostpci write it), so that two spellings of
-    one GPU are one GPU in every comparison."""
-    return address if address.count(":") == 2 else f"0000:{address}"
+    one GPU are one GPU in every comparison.
+    The domain is a number (00000:01:00.0 is 0000:01:00.0: Linux prints it %04x, drivers/pci/
+    pci-sysfs.c) and hex digits are compared in lower case (lspci and sysfs print them so)."""
+    domain, _, rest = address.lower().rpartition(":")
+    domain, _, bus = domain.rpartition(":")
+    return f"{int(domain or '0', 16):04x}:{bus}:{rest}"
 
 
 def _pci_addresses(value: list[str]) -> list[str]:
     if not all(PCI_ADDRESS_RE.match(a) for a in value):
         raise PydanticCustomError(
-            "inference_host", "{valid}", {"valid": "PCI addresses like 0000:01:00.0 (lower-case hex, domain optional)"}
+            "inference_host", "{valid}", {"valid": "PCI addresses like 0000:01:00.0 (hex, domain optional)"}
         )
     addresses = [pci_address(a) for a in value]
     repeated = sorted({a for a in addresses if addresses.count(a) > 1})
@@ -104,6 +157,45 @@ Url = Annotated[
     check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None, "an http(s) URL without trailing spaces"),
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Unit names, apt package names, sysctl settings (their grammars: grammars.py).
+
+
+def _unit_name(value: str) -> str:
+    problem = unit_name_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{UNIT_NAME_TEXT}; {problem}"})
+    return value
+
+
+ServiceUnitName = Annotated[str, AfterValidator(_unit_name)]
+_RULE_TEXT[id(get_args(ServiceUnitName)[1])] = UNIT_NAME_TEXT
+
+
+def _debian_packages(value: list[str]) -> list[str]:
+    bad = next((name for name in value if not DEBIAN_PACKAGE_RE.fullmatch(name)), None)
+    if bad is not None:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"{DEBIAN_PACKAGE_TEXT}; {ascii(bad)} is not one"}
+        )
+    return value
+
+
+DebianPackages = Annotated[list[str], AfterValidator(_debian_packages)]
+_RULE_TEXT[id(get_args(DebianPackages)[1])] = DEBIAN_PACKAGE_TEXT
+
+
+def _sysctl(value: dict[str, str]) -> dict[str, str]:
+    problem = next((p for key, item in value.items() if (p := sysctl_problem(key, item))), None)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{SYSCTL_TEXT}; {problem}"})
+    return value
+
+
+SysctlSettings = Annotated[dict[str, str], AfterValidator(_sysctl)]
+_RULE_TEXT[id(get_args(SysctlSettings)[1])] = SYSCTL_TEXT
 
 
 # ----------------------------------------------------------------------------------------------

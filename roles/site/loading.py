@@ -11,7 +11,8 @@ from pathlib import Path
 
 from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
-from roles.site.rules import MONITOR_SECRETS, NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
+from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
+from roles.site.rules_services import MONITOR_SECRETS
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
@@ -50,10 +51,17 @@ def site_from_inventory(
     site_values = _site_values(raw_data, where, problems)
     stack = None
     stack_path = Path(inventory_file).parent / site_values.get("stack_file", "stack.yml")
-    try:
-        stack = load_stack(stack_path)
-    except SiteError as error:
-        problems.extend(error.problems)
+    if "stack_file" in site_values and stack_path.is_dir():
+        setter = next(name for name, data in raw_data.items() if "stack_file" in data)
+        problems.append(
+            f"{where}: host {setter}: stack_file = {shown(site_values['stack_file'])} is a folder"
+            f" ({display(stack_path)}); expected the stack file (YAML), relative to the inventory, like 'stack.yml'"
+        )
+    else:
+        try:
+            stack = load_stack(stack_path)
+        except SiteError as error:
+            problems.extend(error.problems)
     if stack is not None and "stack" in site_values:
         stack = _chosen_stack(stack, site_values["stack"], where, problems)
     if stack is not None and any(h.in_group("gpu_nodes") for h in hosts.values()):

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from roles.site.errors import SECRET_VALUE_RE, closest, escaped, is_invisible, shown
+from roles.site.credentials import VAULT_SETTING, credential_kind
+from roles.site.errors import closest, escaped, is_invisible, shown, shown_key
 from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_text
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
@@ -251,18 +252,29 @@ def number_problem(value: Any) -> str | None:
 SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
-def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
-    """(why a plain setting holds what looks like a secret, the *_secret setting for it), or None;
-    never the secret itself. A plain
+# URLs of mirrors a site may want to reach with a credential, for which no *_secret setting exists
+# yet (the roles write these URLs into 0644 apt sources, command lines and build arguments): a
+# credential in them is refused with a line that says so, not pointed at a vault key nothing reads.
+NO_VAULT_KEY_YET = frozenset({"cuda_repo_url", "base_pypi_index_url"})
+# Plain settings whose credential-carrying form has a vault key of its own (roles/monitoring).
+OWN_VAULT_KEY = {"monitoring_webhook_url": "monitoring_webhook_url_secret"}
+
+
+def secret_problem(value: Any, path: str = "") -> tuple[str, str | None] | None:
+    """(why a plain setting holds what looks like a secret, the *_secret setting for it, or None
+    where no vault key exists yet), or None; never the secret itself. A plain
     setting is written in clear into the preview, the unit, the launcher, a systemd-run command
     line and the deploy's diffs; a secret belongs in the vault, named by a *_secret setting."""
     if isinstance(value, str):
-        found = SECRET_VALUE_RE.search(value)
-        if found:
-            hugging_face = found.group().startswith("hf_")
-            kind = "a Hugging Face token (hf_...)" if hugging_face else "an API key (sk-...)"
-            setting = "serving_hf_token_secret" if hugging_face else "serving_api_key_secret"
-            return f"{path} holds what looks like {kind}", setting
+        kind = credential_kind(value)
+        if kind:
+            root = path.split("[", 1)[0]
+            setting = (
+                None
+                if root in NO_VAULT_KEY_YET
+                else OWN_VAULT_KEY.get(root) or VAULT_SETTING.get(kind, "a *_secret setting")
+            )
+            return f"{path} holds what looks like a credential ({kind})", setting
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for key, item in items:
@@ -292,7 +304,7 @@ def host_name_problem(name: str) -> str | None:
     if odd:
         position, character = odd
         return (
-            f"{escaped(character)!s} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
+            f"{ascii(character)[1:-1]} (U+{ord(character):04X} {unicodedata.name(character, 'unnamed')}) at position"
             f" {position} is not ASCII"
         )
     if name.startswith("@"):
@@ -372,6 +384,13 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
     """Typed settings of one host from its merged pyinfra data."""
     known = section_keys()
     pyinfra_keys = _pyinfra_keys()
+    for key, value in data.items():
+        if not isinstance(key, str):
+            problems.append(
+                f"{where}: host {name}: the key {shown_key(key)} (= {shown(value)}) is not a string but"
+                f" a {type(key).__name__}; expected setting names as strings, like 'serving_port'"
+            )
+    data = {key: value for key, value in data.items() if isinstance(key, str)}
     unknown = [key for key in data if _section_of(key) is None and key not in SITE_KEYS and key not in pyinfra_keys]
     invalid: set[str] = set()
     value_problems: list[str] = []
@@ -392,8 +411,14 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             what, setting = secret
             value_problems.append(
                 f"{where}: host {name}: {what}, in a plain setting (written in clear to the preview, unit files and"
-                f" command lines); expected it in the vault: python -m roles.site.vault set FILE NAME (value on"
-                f" stdin), named by {setting}"
+                " command lines); "
+                + (
+                    f"expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named by"
+                    f" {setting}"
+                    if setting
+                    else f"expected {key} without a credential (no vault key takes one for this mirror yet: use a"
+                    " mirror that trusts the host's address)"
+                )
             )
             invalid.add(key)
             continue
@@ -417,7 +442,7 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             )
             continue
         problems.append(
-            f"{where}: host {name}: unknown key {key} = {shown(data[key])}"
+            f"{where}: host {name}: unknown key {shown_key(key)} = {shown(data[key])}"
             f"{closest(key, list(known) + list(SITE_KEYS))} (valid keys are listed in"
             " docs/settings.md)"
         )

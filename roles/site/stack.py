@@ -195,6 +195,10 @@ def _read(path: Path, where: str) -> dict:
         raw = yamlfile.load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
+    except IsADirectoryError:
+        raise SiteError([f"{where}: is a folder; expected the stack file (YAML), like inventory/stack.yml"]) from None
+    except OSError as error:
+        raise SiteError([f"{where}: cannot be read ({error.strerror}); expected a readable YAML file"]) from None
     except UnicodeDecodeError as error:
         raise SiteError(
             [

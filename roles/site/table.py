@@ -19,7 +19,7 @@ import typing
 from functools import cache
 from pathlib import Path
 
-from roles.site.fields import PROJECT_ROOT, Section, type_text
+from roles.site.fields import _RULE_TEXT, PROJECT_ROOT, Section, type_text
 from roles.site.schema import RENAMED_KEYS, SECTIONS, SITE_KEYS, HostSettings
 from roles.site.sections.serving import SpeculativeSettings
 
@@ -220,6 +220,8 @@ def _valid_text(field) -> str:
         )
         if "valid" in cells:
             texts.append(str(cells["valid"].cell_contents))
+        elif id(validator) in _RULE_TEXT:  # a rule with a reason per value (fields.HostFolder, ...)
+            texts.append(_RULE_TEXT[id(validator)])
     return "; ".join(texts)
 
 

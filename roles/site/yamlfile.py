@@ -19,8 +19,31 @@ class DuplicateKeyError(yaml.YAMLError):
         super().__init__(f"key {key!r} is written twice (lines {first_line} and {second_line}); expected each key once")
 
 
+class AliasError(yaml.YAMLError):
+    """An alias (*name): refused, where PyYAML would expand it."""
+
+    def __init__(self, anchor: str, line: int, column: int):
+        self.anchor, self.line, self.column = anchor, line, column
+        super().__init__(
+            f"line {line}, column {column}: an alias (*{anchor}) is not allowed; expected every value written"
+            " out (nested aliases expand a file of a few lines into billions of values)"
+        )
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with a key written twice."""
+    """SafeLoader that refuses a mapping with a key written twice, and any alias.
+
+    Aliases: PyYAML's composer (yaml/composer.py compose_node, 6.0) returns the anchored node
+    for each alias, so nine nested levels of nine aliases (a "billion laughs" document) are
+    a graph of 10**9 paths; anything that walks it (the stack file's rules, repr() in a
+    message) ran out of memory after 45 s. No file of the project needs an alias, so the
+    first one is refused as the parser meets it, before anything is built."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise AliasError(str(event.anchor), event.start_mark.line + 1, event.start_mark.column + 1)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -43,7 +66,7 @@ def load(text: str, loader: type[yaml.SafeLoader] = UniqueKeyLoader):
 def one_line(error: yaml.YAMLError) -> str:
     """The parser's error in one line: `line 4, column 2: expected <block end>, but found ...`
     (PyYAML's own text is up to 9 lines, with a copy of the file's lines and a caret)."""
-    if isinstance(error, DuplicateKeyError):
+    if isinstance(error, (DuplicateKeyError, AliasError)):
         return str(error)
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]

@@ -13,8 +13,9 @@ from pathlib import Path
 from tests.unit.conftest import PROJECT_ROOT
 
 MODEL, SHARED = "roles.site", "roles.shared"
-# Above the roles, like deploy.py: composes them (python -m roles.render); nothing imports it.
-COMPOSITION = {"roles.render"}
+# Above the roles, like deploy.py: composes them (python -m roles.render; python -m roles.site,
+# whose command line runs validation.py's role checks); nothing imports them.
+COMPOSITION = {"roles.render", "roles.site.__main__"}
 
 
 def module_name(path: Path, project_root: Path) -> str:
@@ -77,12 +78,12 @@ def _relative(module: str, path: Path, node: ast.ImportFrom) -> str:
 
 def layer(module: str) -> str:
     """'model', 'shared', 'role:<name>' or 'other' (a module outside roles/)."""
+    if module in COMPOSITION:
+        return "composition"
     if module == MODEL or module.startswith(MODEL + "."):
         return "model"
     if module == SHARED or module.startswith(SHARED + "."):
         return "shared"
-    if module in COMPOSITION:
-        return "composition"
     parts = module.split(".")
     if parts[0] == "roles" and len(parts) > 1:
         return f"role:{parts[1]}"

@@ -195,7 +195,10 @@ def test_without_a_heartbeat_url_the_watchdog_goes_nowhere(inventory):
 )
 def test_a_plain_webhook_url_with_a_credential_is_refused_without_repeating_it(inventory, url, what, secret):
     (problem,) = _problems(inventory, monitoring_webhook_url=url)
-    assert "monitoring_webhook_url holds" in problem and what in problem, problem
+    # The site model's credential rule (detect-secrets' shapes) or, for shapes it does not know,
+    # the monitoring rule: either way one line that points at the vault key.
+    generic = "holds what looks like a credential" in problem
+    assert "monitoring_webhook_url holds" in problem and (generic or what in problem), problem
     assert "monitoring_webhook_url_secret" in problem and "python -m roles.site.vault set" in problem
     assert secret not in problem and url not in problem, problem
 

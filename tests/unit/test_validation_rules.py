@@ -113,7 +113,7 @@ def test_a_secret_twice_in_the_vault_is_refused(inventory, validate):
 def test_a_host_name_with_a_cyrillic_letter_is_refused(inventory, validate):
     path = inventory.groups(gpu_nodes=[gpu_node("gpu\u0435.example")])  # U+0435 looks like 'e'
     assert validate(path) == (
-        f"{path}: host 'gpu\u0435.example': the host name is not a DNS name in ASCII: \u0435 (U+0435 CYRILLIC SMALL"
+        f"{path}: host 'gpu\\u0435.example': the host name is not a DNS name in ASCII: \\u0435 (U+0435 CYRILLIC SMALL"
         " LETTER IE) at position 3 is not ASCII; expected letters a-z, digits, '-' and dots (RFC 1123) or an IP"
         " address"
     )
@@ -164,7 +164,7 @@ def test_a_key_ending_in_a_zero_width_space_is_not_printed_like_the_right_one(in
     line = validate(path)
     assert "\u200b" not in line
     assert line == (
-        f"{path}: host gpu.invalid: unknown key serving_port\\u200b = 8080; did you mean serving_port?"
+        f"{path}: host gpu.invalid: unknown key 'serving_port\\u200b' = 8080; did you mean serving_port?"
         " (valid keys are listed in docs/settings.md)"
     )
 
@@ -278,12 +278,12 @@ def test_the_labs_own_extra_env_stays_valid(inventory):
     [
         (
             {"serving_served_model_name": TOKEN},
-            "serving_served_model_name holds what looks like a Hugging Face token (hf_...)",
+            "serving_served_model_name holds what looks like a credential (Hugging Face Token)",
             "serving_hf_token_secret",
         ),
         (
             {"serving_extra_env": {"OPENAI_BASE": API_KEY}},
-            "serving_extra_env['OPENAI_BASE'] holds what looks like an API key (sk-...)",
+            "serving_extra_env['OPENAI_BASE'] holds what looks like a credential (OpenAI API Key)",
             "serving_api_key_secret",
         ),
         (
@@ -295,11 +295,6 @@ def test_the_labs_own_extra_env_stays_valid(inventory):
             {"serving_extra_env": {"WANDB_PASSWORD": "swordfish"}},
             "serving_extra_env['WANDB_PASSWORD'] is named like a secret (*_TOKEN, *_KEY, *_SECRET, *_PASSWORD)",
             "a *_secret setting",
-        ),
-        (
-            {"base_pypi_index_url": f"https://user:{TOKEN}@pypi.example/simple"},
-            "base_pypi_index_url holds what looks like a Hugging Face token (hf_...)",
-            "serving_hf_token_secret",
         ),
     ],
 )
@@ -373,7 +368,7 @@ def test_the_dist_init_port_on_the_engines_port_is_refused(inventory, validate):
 def test_a_dist_init_host_with_a_lookalike_letter_is_refused(inventory, validate):
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_dist_init_host="gpu\u0435.example")])
     assert validate(path) == (
-        f"{path}: host gpu.invalid: serving_dist_init_host = 'gpu\u0435.example' is invalid;"
+        f"{path}: host gpu.invalid: serving_dist_init_host = 'gpu\\u0435.example' is invalid;"
         " expected a DNS name or an IP address"
     )
 

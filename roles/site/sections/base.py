@@ -2,19 +2,64 @@
 
 from __future__ import annotations
 
+import re
+import warnings
+from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     UNIX_NAME_RE,
-    AbsolutePath,
+    DebianPackages,
+    HostFolder,
     Section,
+    SysctlSettings,
     UnixName,
     Url,
     check,
     positive,
 )
+
+# A CA file is uploaded 0644 into the system bundle (roles/shared/extra_cas.py): it must hold
+# certificates and nothing else. Parsed with the `cryptography` package (already the controller's,
+# through ansible-core): x509.load_pem_x509_certificates reads every PEM certificate of a
+# bundle; a PRIVATE KEY block (a key pasted with its certificate) is refused before that.
+MAX_CA_FILE_BYTES = 1 << 20
+
+
+def ca_file_problem(path: str) -> str | None:
+    """Why path is not a readable PEM file of certificates only, or None."""
+    try:
+        if Path(path).stat().st_size > MAX_CA_FILE_BYTES:
+            return f"{path!r} is over {MAX_CA_FILE_BYTES} bytes"
+        data = Path(path).read_bytes()
+    except OSError as error:
+        return f"{path!r} cannot be read ({error.strerror})"
+    if re.search(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", data):
+        return f"{path!r} holds a private key, which must never be uploaded (0644) with the certificates"
+    from cryptography import x509
+    from cryptography.utils import CryptographyDeprecationWarning
+
+    try:
+        with warnings.catch_warnings():
+            # A system bundle given whole holds old CAs with a serial number RFC 5280 disallows
+            # (not positive): cryptography 50 reads them and warns; they are the distribution's.
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            certificates = x509.load_pem_x509_certificates(data)
+    except ValueError as error:
+        return f"{path!r} is not PEM X.509 certificates ({str(error)[:80]})"
+    return None if certificates else f"{path!r} holds no certificate"
+
+
+def _ca_files(value: list[str]) -> list[str]:
+    problem = next((p for path in value if (p := ca_file_problem(path))), None)
+    if problem:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"local PEM files of X.509 certificates only; {problem}"}
+        )
+    return value
 
 
 class BaseSettings(Section):
@@ -35,7 +80,7 @@ class BaseSettings(Section):
         ),
     )
     service_group: UnixName = Field("inference", description="Primary group of base_service_user.")
-    install_root: AbsolutePath = Field(
+    install_root: HostFolder = Field(
         "/opt/inference-host",
         description=(
             "Root of the engine environments (envs/<stack>-<stamp>) and of the `current` link the unit runs through."
@@ -43,25 +88,25 @@ class BaseSettings(Section):
     )
     # The data and log directories are named after the unit (inference-engine.service), as
     # systemd's StateDirectory= and LogsDirectory= name theirs.
-    data_dir: AbsolutePath = Field(
+    data_dir: HostFolder = Field(
         "/var/lib/inference-engine",
         description=(
             "The service user's data directory (mode 0750): HF_HOME and the Hugging Face token live under it."
         ),
     )
-    model_dir: AbsolutePath = Field(
+    model_dir: HostFolder = Field(
         "/models", description=("Directory for models on the gpu node (mode 0750), owned by the service user.")
     )
-    log_dir: AbsolutePath = Field(
+    log_dir: HostFolder = Field(
         "/var/log/inference-engine",
         description=("The engine's log directory (mode 0750), writable inside the unit's sandbox."),
     )
-    uv_dir: AbsolutePath = Field(
+    uv_dir: HostFolder = Field(
         "/opt/uv",
         description=("Where uv is installed from PyPI: <dir>/<version>, a venv linked from /usr/local/bin/uv."),
     )
-    extra_packages: list[str] = Field([], description=("More apt packages installed with the base set."))
-    sysctl: dict[str, str] = Field(
+    extra_packages: DebianPackages = Field([], description=("More apt packages installed with the base set."))
+    sysctl: SysctlSettings = Field(
         {"kernel.numa_balancing": "0"},
         description=(
             "sysctl settings written to /etc/sysctl.d/90-inference-host-sysctl.conf; automatic NUMA "
@@ -77,7 +122,7 @@ class BaseSettings(Section):
     ] = Field(
         "unlimited", description=("Locked-memory limit in KiB, or 'unlimited' (pinned host memory for NCCL and CUDA).")
     )
-    extra_ca_certificates: list[str] = Field(
+    extra_ca_certificates: Annotated[list[str], AfterValidator(_ca_files)] = Field(
         [],
         description=(
             "Local PEM files trusted on the host in addition to the distribution's CAs (a TLS-inspecting proxy)."

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
+    HostFolder,
     Section,
     check,
     positive,
@@ -32,7 +32,7 @@ class BuildSettings(Section):
     nvcc_threads: Annotated[int, positive] | None = Field(
         None, description=("nvcc --threads per job; None: computed with build_max_jobs.")
     )
-    wheelhouse_dir: AbsolutePath = Field(
+    wheelhouse_dir: HostFolder = Field(
         "/var/lib/inference-host/wheelhouse",
         description=("Where built kernel wheels are kept, keyed by a hash of every input."),
     )

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from roles.site.fields import (
     UNIX_NAME_RE,
-    AbsolutePath,
+    HostFolder,
     Section,
     Url,
     check,
@@ -52,7 +52,7 @@ class DockerSettings(Section):
         "https://nvidia.github.io/libnvidia-container/gpgkey",
         description=("The toolkit repository's armored signing key."),
     )
-    data_root: AbsolutePath = Field("/var/lib/docker", description="daemon.json data-root.")
+    data_root: HostFolder = Field("/var/lib/docker", description="daemon.json data-root.")
     log_max_size: DockerSize = Field("100m", description=("daemon.json log-opts max-size (json-file driver)."))
     log_max_file: Annotated[int, positive] = Field(3, description="daemon.json log-opts max-file.")
     default_shm_size: DockerSize = Field("1g", description="daemon.json default-shm-size.")

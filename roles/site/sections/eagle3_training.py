@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
+    HostFolder,
     OptionValue,
     Section,
     check,
@@ -47,7 +47,7 @@ class Eagle3TrainingSettings(Section):
     enabled: bool = Field(
         False, description=("Lay down the EAGLE-3 drafter training job (started by the user, never by the deploy).")
     )
-    work_dir: AbsolutePath = Field(
+    work_dir: HostFolder = Field(
         "/var/lib/inference-host/eagle3",
         description=("Data, hidden states and checkpoints: a disk with room (the job computes the budget)."),
     )
@@ -115,7 +115,7 @@ class Eagle3TrainingSettings(Section):
             "SpecForge saves a checkpoint every this many steps and keeps them all (part of the disk budget)."
         ),
     )
-    export_dir: AbsolutePath = Field(
+    export_dir: HostFolder = Field(
         "/models/Kimi-K2.5-eagle3-trained",
         description=("Where the exported drafter goes: the directory --speculative-draft-model-path loads."),
     )

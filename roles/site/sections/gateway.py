@@ -8,9 +8,10 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
+    HostFolder,
     IpAddress,
     Section,
+    ServiceUnitName,
     check,
     one_of,
     positive,
@@ -32,7 +33,7 @@ class GatewaySettings(Section):
             "beside the stack file)."
         ),
     )
-    install_dir: AbsolutePath = Field(
+    install_dir: HostFolder = Field(
         "/opt/smg",
         description=("Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."),
     )
@@ -42,9 +43,7 @@ class GatewaySettings(Section):
         "3.12",
         description=("Interpreter uv builds the gateway environment with: '3.12' (the lock's target) or a path."),
     )
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field(
-        "smg", description=("Name of the gateway's systemd unit.")
-    )
+    unit_name: ServiceUnitName = Field("smg", description=("Name of the gateway's systemd unit."))
     host: IpAddress = Field("0.0.0.0", description="Address the gateway binds.")
     port: Annotated[int, tcp_port] = Field(8000, description=("The gateway's HTTP port (the endpoint clients use)."))
     policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = Field(

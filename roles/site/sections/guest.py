@@ -103,8 +103,8 @@ class GuestSettings(Section):
             "ipconfig0); an IPv6/CIDR is written as Proxmox takes it (ip6=/gw6=)."
         ),
     )
-    gateway: Annotated[str, check(is_ip, "an IPv4 or IPv6 address")] | None = Field(
-        None, description=("Default gateway for a static guest_ip, of the same family.")
+    gateway: Annotated[str, check(lambda v: is_ip(v) and "%" not in v, "an IPv4 or IPv6 address (no %zone)")] | None = (
+        Field(None, description=("Default gateway for a static guest_ip, of the same family."))
     )
     template: Annotated[
         str,

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
+    HostFolder,
     IpAddress,
     SecretName,
     Section,
@@ -126,7 +126,7 @@ class MonitoringSettings(Section):
             " of samples)."
         ),
     )
-    data_dir: AbsolutePath = Field("/var/lib/prometheus/metrics2", description="Prometheus' TSDB folder.")
+    data_dir: HostFolder = Field("/var/lib/prometheus/metrics2", description="Prometheus' TSDB folder.")
     retention_time: PrometheusDuration = Field(
         "30d",
         description=(

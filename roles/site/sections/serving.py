@@ -10,11 +10,12 @@ from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     DNS_NAME_RE,
-    AbsolutePath,
+    HostFolder,
     IpAddress,
     OptionValue,
     SecretName,
     Section,
+    ServiceUnitName,
     check,
     is_ip,
     one_of,
@@ -142,11 +143,11 @@ class ServingSettings(Section):
 
     PREFIX: ClassVar[str] = "serving_"
 
-    unit_name: Annotated[str, check(re.compile(r"^[a-zA-Z0-9_.@-]+$").match, "a systemd unit name")] = Field(
+    unit_name: ServiceUnitName = Field(
         "inference-engine",
         description=("Name of the engine's systemd unit (<name>.service) and of its env and secret-argument files."),
     )
-    model_path: AbsolutePath = Field(
+    model_path: HostFolder = Field(
         "/models/Kimi-K2.5",
         description=(
             "The model directory the engine loads (--model-path); also where roles/weights puts the weights by default."

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from roles.site.fields import (
     AbsolutePath,
+    HostFolder,
     Section,
     Url,
     check,
@@ -49,7 +50,7 @@ class WeightsSettings(Section):
     ignore_patterns: list[str] = Field(
         [], description=("Glob filters of the files to skip, as snapshot_download applies them.")
     )
-    local_dir: AbsolutePath | None = Field(
+    local_dir: HostFolder | None = Field(
         None, description=("Where the gpu node reads the model; None: serving_model_path.")
     )
     source_dir: AbsolutePath | None = Field(
@@ -63,7 +64,7 @@ class WeightsSettings(Section):
     drafter_revision: Commit | None = Field(None, description=("The drafter's exact 40-character commit."))
     drafter_allow_patterns: list[str] = Field([], description=("Glob filters of the drafter's files to fetch."))
     drafter_ignore_patterns: list[str] = Field([], description=("Glob filters of the drafter's files to skip."))
-    drafter_local_dir: AbsolutePath | None = Field(
+    drafter_local_dir: HostFolder | None = Field(
         None, description=("Where the drafter goes; None: serving_speculative's draft_model_path.")
     )
     drafter_source_dir: AbsolutePath | None = Field(

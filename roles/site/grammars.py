@@ -1,0 +1,156 @@
+"""The grammars of values the consumers on a host read: paths and the folders the deploy makes,
+systemd unit names, apt package names, sysctl.d(5) lines. Pure functions and constants; the
+settings' rules (roles/site/fields.py) are written with them."""
+
+from __future__ import annotations
+
+import re
+
+# Paths on a host. Each reaches a root shell (quoted there: roles/shared's command builder), a
+# unit (systemd's quoting and %% for specifiers: roles/shared/systemd_syntax.py, issue 38) and a chown.
+# What no sane path holds is refused, so that a path that escaped its quoting once still cannot
+# be shell syntax: $ ` ; | & < > ( ) \ ' " and the glob characters * ? [ ] { } ! # ~ (control
+# and invisible characters are refused for every setting, schema.py). A space stays allowed
+# (issue 38 writes it for systemd; the shell gets it quoted). A Proxmox mount point has its own,
+# stricter rule (',' and '=': property_value_problem). Folders the deploy makes and gives to an
+# owner (HostFolder) are, besides, never '/', a folder of the system (SYSTEM_FOLDERS: chowned to
+# the service account, /var/log would be its), nor under a kernel file system (/proc, /sys,
+# /dev) or /run (a tmpfs emptied at boot).
+PATH_FORBIDDEN = frozenset("$`;|&<>()\\'\"*?[]{}!#~")
+SYSTEM_FOLDERS = frozenset(
+    {
+        "/",
+        *(
+            f"/{name}"
+            for name in ("bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "lost+found")
+        ),
+        *(f"/{name}" for name in ("media", "mnt", "opt", "proc", "root", "run", "sbin", "snap", "srv", "sys", "tmp")),
+        *(f"/{name}" for name in ("usr", "var")),
+        *(f"/usr/{name}" for name in ("bin", "games", "include", "lib", "lib32", "lib64", "libexec", "local", "sbin")),
+        *(f"/usr/{name}" for name in ("share", "src")),
+        *(f"/usr/local/{name}" for name in ("bin", "etc", "games", "include", "lib", "sbin", "share", "src")),
+        *(f"/var/{name}" for name in ("backups", "cache", "crash", "lib", "local", "lock", "log", "mail", "opt")),
+        *(f"/var/{name}" for name in ("run", "spool", "tmp", "lib/vz", "lib/systemd", "lib/apt")),
+        *(f"/var/{name}" for name in ("lib/dpkg", "cache/apt", "log/journal")),
+        *(f"/etc/{name}" for name in ("systemd", "ssh", "apt", "default", "security", "sudoers.d", "pve", "ssl")),
+    }
+)
+NOT_UNDER = ("/proc", "/sys", "/dev", "/run")
+HOST_PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
+
+
+def normal_path(path: str) -> str:
+    """path without repeated or trailing slashes (the form folders are compared in)."""
+    return "/" + "/".join(part for part in path.split("/") if part and part != ".")
+
+
+def host_path_problem(path: str) -> str | None:
+    """Why path cannot be written on a host's command line, unit or property string, or None."""
+    if not path.startswith("/"):
+        return "it is not absolute"
+    parts = [part for part in path.split("/") if part]
+    if ".." in parts:
+        return "it has a '..' part"
+    position = next((i for i, c in enumerate(path) if c in PATH_FORBIDDEN), None)
+    if position is not None:
+        return f"{ascii(path[position])} at position {position} is one of them"
+    return None
+
+
+def host_folder_problem(path: str) -> str | None:
+    """host_path_problem, and why the deploy must not make path a folder of its own, or None."""
+    problem = host_path_problem(path)
+    if problem:
+        return f"{HOST_PATH_TEXT}; {problem}"
+    folder = normal_path(path)
+    if folder == "/":
+        return "a folder of its own, not / (the whole system)"
+    if folder in SYSTEM_FOLDERS:
+        return f"a folder of its own, not the system's {folder} (docs/inventory.md#host-folders)"
+    under = next((top for top in NOT_UNDER if folder.startswith(top + "/")), None)
+    if under:
+        return f"a folder on a disk, not under {under} (a kernel or boot-time file system)"
+    return None
+
+
+# Names of the units the deploy writes (<name>.service in /etc/systemd/system, which overrides
+# a packaged unit of the same name in /usr/lib/systemd/system: systemd.unit(5), "Unit File Load
+# Path"). A name of the system's own would replace that service: `ssh` is the deploy's own way
+# in. Refused: the units every Debian/Ubuntu/Proxmox host of this project runs or may run
+# (SYSTEM_UNITS), every name with a prefix of SYSTEM_UNIT_PREFIXES (systemd's, Proxmox's,
+# NVIDIA's and the package families'), and the units this project installs itself
+# (inference-host-*: the checks' timer, the weights' units; nvidia-*: DCGM's exporter).
+SYSTEM_UNITS = frozenset(
+    {
+        *("anacron", "apparmor", "apt-daily", "apt-daily-upgrade", "atd", "auditd", "avahi-daemon", "basic"),
+        *("chrony", "chronyd", "console-getty", "containerd", "corosync", "cron", "crond", "cups", "dbus"),
+        *("default", "docker", "emergency", "firewalld", "fstrim", "getty", "graphical", "halt", "irqbalance"),
+        *("kexec", "lxc", "lxcfs", "multi-user", "multipathd", "network", "networking", "NetworkManager", "nftables"),
+        *("ntp", "ntpsec", "polkit", "postfix", "poweroff", "qmeventd", "reboot", "rescue", "rpcbind", "rsync"),
+        *("rsyslog", "shutdown", "smartd", "smartmontools", "snapd", "spiceproxy", "ssh", "sshd", "sudo", "sysinit"),
+        *("syslog", "udev", "ufw", "unattended-upgrades", "user", "watchdog", "zfs"),
+        *("prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "alertmanager", "node_exporter"),
+    }
+)
+SYSTEM_UNIT_PREFIXES: tuple[str, ...] = (
+    "systemd-",
+    "getty@",
+    "serial-getty@",
+    "user@",
+    "user-",
+    "pve",
+    "ceph",
+    "lvm2-",
+    "zfs-",
+)
+SYSTEM_UNIT_PREFIXES += ("nvidia-", "ssh@", "sshd@", "dbus-", "apt-", "snap.", "lxc@", "lxc-", "qemu-", "mdmonitor")
+PROJECT_UNIT_PREFIX = "inference-host-"  # the checks' timer, the weights' units
+UNIT_NAME_RE = re.compile(r"[A-Za-z0-9_.@:-]{1,200}")
+UNIT_NAME_TEXT = (
+    "a systemd unit name of letters, digits and _ . @ : - that is not a system's unit (ssh, dbus, cron,"
+    " systemd-*, pve*, nvidia-*, ...: docs/inventory.md#unit-names)"
+)
+
+
+def unit_name_problem(name: str) -> str | None:
+    if not UNIT_NAME_RE.fullmatch(name) or name.startswith(("-", ".")):
+        return "it has a character other than those"
+    base = name.removesuffix(".service")
+    if base in SYSTEM_UNITS or base.startswith((*SYSTEM_UNIT_PREFIXES, PROJECT_UNIT_PREFIX)):
+        return f"{base}.service is a unit of the system or of this project, which the deploy would replace"
+    return None
+
+
+# apt package names: apt-get has no `--` before its package words, so a word that begins with
+# '-' is an option (`-oDpkg::Pre-Invoke::=CMD` runs CMD as root). Debian policy 5.6.1 (Source)
+# and 5.6.7 (Package): a name of lower-case letters, digits, '+', '-', '.', at least two
+# characters, beginning with a letter or digit; 5.6.12 (Version): [epoch:]upstream[-revision],
+# the upstream part beginning with a digit, of letters, digits and . + ~ - (':' only after an
+# epoch). `name=version` is how apt-get pins one.
+DEBIAN_PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(=([0-9]+:)?[0-9][A-Za-z0-9.+~-]*)?")
+DEBIAN_PACKAGE_TEXT = (
+    "Debian package names (policy 5.6.7: [a-z0-9][a-z0-9+.-]+), each optionally =VERSION"
+    " ([epoch:]version, policy 5.6.12)"
+)
+
+
+# sysctl.d(5) (systemd 252, Debian 12's; procps' `sysctl -p` reads the same lines): one
+# `key = value` per line; a line beginning with '#' or ';' is a comment; the key is what comes
+# before the first '=', the value the rest, both stripped of white space; a key beginning with
+# '-' means "ignore a failure to set it"; keys name /proc/sys files with '.' or '/' between parts,
+# and may hold a glob ('*'). So a key is refused unless made of [A-Za-z0-9_*] parts joined by
+# '.', '/' or '-', not beginning with '-' (a flag), '.' or '/'; a value is refused when it is
+# empty or has white space at its ends (stripped: not what was written).
+SYSCTL_KEY_RE = re.compile(r"[A-Za-z0-9_*][A-Za-z0-9_.*/-]*")
+SYSCTL_TEXT = (
+    "sysctl.d(5) settings {key: value}: keys of letters, digits and _ . * / - (not beginning with"
+    " '-', '.' or '/'; no '=', '#', ';' or space), values without white space at their ends"
+)
+
+
+def sysctl_problem(key: str, value: str) -> str | None:
+    if not SYSCTL_KEY_RE.fullmatch(key):
+        return f"the key {ascii(key)} is not one"
+    if not value.strip() or value != value.strip():
+        return f"the value {ascii(value)} of {key} is empty or has white space at its ends"
+    return None

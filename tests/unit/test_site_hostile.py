@@ -1,0 +1,420 @@
+"""Issue 44, the site model's side: values a careless operator writes that would reach a root
+shell, a system folder, a system unit, another listener's port or a world-readable file, each
+refused in one line naming the file, the host and the setting, with the value escaped (or read
+back as one unchanged word by the consumer's own parser). Each case failed on the code before."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from roles.shared import templates
+from roles.site import SiteError, load_site, vault
+from roles.site.credentials import found_credentials
+from roles.site.fields import pci_address
+from tests.unit.conftest import PASSWORD, PROJECT_ROOT, gpu_node
+from tests.unit.test_refusals import NODE, lxc
+from tests.unit.test_validation_rules import validate  # noqa: F401 (a fixture)
+
+# --- A. host paths, folders, package names, sysctl keys, IPv6 zones ------------------------------------
+
+PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"base_uv_dir": "/opt/uv|tools"}, f"base_uv_dir = '/opt/uv|tools' is invalid; expected {PATH_TEXT}; '|'"),
+        (
+            {"base_install_root": "/opt/ih$(touch /tmp/x)"},
+            f"base_install_root = '/opt/ih$(touch /tmp/x)' is invalid; expected {PATH_TEXT}; '$' at position 7",
+        ),
+        ({"build_wheelhouse_dir": "/srv/a;b"}, f"build_wheelhouse_dir = '/srv/a;b' is invalid; expected {PATH_TEXT}"),
+        ({"base_data_dir": "/"}, "base_data_dir = '/' is invalid; expected a folder of its own, not / (the whole"),
+        ({"serving_model_path": "/"}, "serving_model_path = '/' is invalid; expected a folder of its own, not /"),
+        ({"base_log_dir": "/var/log"}, "base_log_dir = '/var/log' is invalid; expected a folder of its own, not the"),
+        ({"base_log_dir": "/var//log/"}, "base_log_dir = '/var//log/' is invalid; expected a folder of its own, not"),
+        (
+            {"base_data_dir": "/etc"},
+            "base_data_dir = '/etc' is invalid; expected a folder of its own, not the system's",
+        ),
+        ({"base_model_dir": "/proc/models"}, "base_model_dir = '/proc/models' is invalid; expected a folder on a disk"),
+        (
+            {"base_extra_packages": ["-oDpkg::Pre-Invoke::=touch /tmp/x"]},
+            "base_extra_packages = ['-oDpkg::Pre-Invoke::=touch /tmp/x'] is invalid; expected Debian package names",
+        ),
+        (
+            {"base_sysctl": {"vm.swappiness=100 #": "1"}},
+            "base_sysctl = {'vm.swappiness=100 #': '1'} is invalid; expected sysctl.d(5) settings",
+        ),
+        ({"base_sysctl": {"-kernel.panic": "1"}}, "base_sysctl = {'-kernel.panic': '1'} is invalid; expected sysctl"),
+        ({"base_sysctl": {"kernel.panic": " 1"}}, "base_sysctl = {'kernel.panic': ' 1'} is invalid; expected sysctl"),
+        (
+            {"gateway_host": "fe80::1%$(reboot)"},
+            "gateway_host = 'fe80::1%$(reboot)' is invalid; expected an IP address to bind",
+        ),
+        (
+            {"ssh_hostname": "fe80::1%eth0;reboot"},
+            "ssh_hostname = 'fe80::1%eth0;reboot' is invalid; expected a DNS name or an IP address",
+        ),
+    ],
+)
+def test_a_path_package_sysctl_or_zone_no_consumer_reads_as_written_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: {message}"), line
+
+
+def test_valid_paths_packages_sysctl_and_zones_pass(inventory):
+    data = {
+        "base_uv_dir": "/opt/uv tools",  # a space: quoted for the shell, for systemd (issue 38)
+        "base_install_root": "/srv/inference-host",
+        "base_extra_packages": ["nvtop", "libfoo1=1:2.3-1ubuntu1", "g++"],
+        "base_sysctl": {"kernel.numa_balancing": "0", "net.ipv4.conf.*.rp_filter": "2", "net/core/somaxconn": "4096"},
+        "ssh_hostname": "fe80::1%eth0",
+    }
+    host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)])).hosts["gpu1"]
+    assert host.base.extra_packages == data["base_extra_packages"] and host.ssh_hostname == "fe80::1%eth0"
+
+
+@pytest.mark.skipif(shutil.which("sysctl") is None, reason="procps' sysctl is not installed here")
+def test_the_sysctl_file_reads_back_unchanged_with_sysctl_itself(tmp_path):
+    """The file roles/base writes, read by procps' `sysctl -p` (the deploy applies it so;
+    systemd-sysctl reads the same grammar at boot), in --dry-run: nothing is written. Keys this
+    machine's kernel has; values with the characters a value may hold ('#', '=', spaces inside)."""
+    wanted = {"kernel.numa_balancing": "0", "vm.swappiness": "100 # not a comment", "kernel.core_pattern": "a=b c"}
+    conf = tmp_path / "90-inference-host-sysctl.conf"
+    conf.write_text(templates.render("roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl=wanted))
+    result = subprocess.run(["sysctl", "--dry-run", "-p", str(conf)], capture_output=True, text=True, timeout=30)
+    read = dict(line.split(" = ", 1) for line in result.stdout.splitlines())
+    assert read == wanted, result.stderr
+
+
+def sysctl_d_read(text: str) -> list[tuple[str, str, bool]]:
+    """(key, value, ignore failure) of each line, as systemd-sysctl reads a sysctl.d file
+    (src/sysctl/sysctl.c parse_file, systemd 252: the line stripped; empty lines and lines
+    beginning with '#' or ';' skipped; the key before the first '=', the value after it, both
+    stripped; a key beginning with '-' is set with failures ignored, the '-' dropped)."""
+    read = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, equals, value = line.partition("=")
+        assert equals, f"not an assignment: {line!r}"
+        key, value = key.strip(), value.strip()
+        read.append((key.removeprefix("-"), value, key.startswith("-")))
+    return read
+
+
+def test_a_sysctl_key_is_refused_or_read_back_unchanged():
+    """Seeded hostile keys and values: each pair is refused by the rule, or the file roles/base
+    renders from it reads back as exactly that key and value, with no failure flag."""
+    import random
+
+    from roles.site.grammars import sysctl_problem
+
+    rng = random.Random(44)
+    alphabet = "abz09_.*/-=#; \t\u00a0%$'\"x"
+    accepted = 0
+    for _ in range(3000):
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        if sysctl_problem(key, value):
+            continue
+        accepted += 1
+        text = templates.render("roles/base/templates/90-inference-host-sysctl.conf.j2", sysctl={key: value})
+        assert sysctl_d_read(text) == [(key, value, False)], (key, value)
+    assert accepted > 100  # the rule is not refusing everything
+
+
+def test_an_ipv6_guest_address_with_a_zone_and_a_comma_is_one_line(inventory, validate):  # noqa: F811
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", guest_ip="fe80::1%eth0,x/64")])
+    assert validate(path) == (
+        f"{path}: host ct.invalid: guest_ip = 'fe80::1%eth0,x/64' is invalid; expected 'dhcp', 'manual',"
+        " an IPv4/CIDR or an IPv6/CIDR"
+    )
+
+
+def test_folders_that_mix_owners_are_refused(inventory, validate):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", base_data_dir="/var/log/inference-engine/data")])
+    assert validate(path) == (
+        f"{path}: host gpu.invalid: base_data_dir = '/var/log/inference-engine/data' is inside base_log_dir ="
+        " '/var/log/inference-engine': base_data_dir and base_log_dir are for different things (data, logs,"
+        " models); expected it elsewhere"
+    )
+    path = inventory.groups("b.py", gpu_nodes=[gpu_node("gpu.invalid", base_uv_dir="/models/uv")])
+    assert "the service account owns base_model_dir and could replace a folder of root inside it" in validate(path)
+    path = inventory.groups("c.py", gpu_nodes=[gpu_node("gpu.invalid", base_uv_dir="/opt/inference-host")])
+    assert "base_uv_dir = '/opt/inference-host' is base_install_root too" in validate(path)
+
+
+# --- B. credentials only from the vault -----------------------------------------------------------------
+
+GITHUB = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+SHAPES = {
+    "GitHub Token": GITHUB,
+    "github_pat_": "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "GitLab Token": "glpat-" + "abcdefghij0123456789",
+    "Slack Token": "xoxb-" + "123456789012-abcdefghijkl",
+    "AWS Access Key": "AKIA" + "IOSFODNN7EXAMPLE",
+    "Google API Key": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
+    "JSON Web Token": "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl",
+    "Private Key": "-----BEGIN " + "PRIVATE KEY-----",
+    "URL with a password": "https://user:" + "s3cr3tpass@mirror.example/simple",
+    "URL with a token as its user part": "https://" + "abcdef0123456789abcdef@git.example/x",
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_credential_in_any_plain_setting_is_refused_without_printing_it(inventory, validate, shape):  # noqa: F811
+    value = SHAPES[shape]
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_served_model_name=value)])
+    line = validate(path)
+    secret_part = value.split("//")[-1].split("@")[0][-10:]
+    assert secret_part not in line
+    assert line.startswith(
+        f"{path}: host gpu.invalid: serving_served_model_name holds what looks like a credential ("
+    ) and line.endswith(
+        "expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin),"
+        " named by a *_secret setting"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [
+        ("cuda_repo_url", "https://user:" + "p4ssw0rd@cuda.example/repos", "Basic Auth Credentials"),
+        ("base_pypi_index_url", "https://" + "tok0123456789abcdefXYZ@pypi.example/simple", "URL with a token"),
+    ],
+)
+def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, value, kind):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: value})])
+    line = validate(path)
+    assert "p4ssw0rd" not in line and "tok0123456789abcdef" not in line
+    assert line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like a credential ({kind}")
+    assert line.endswith(
+        f"expected {key} without a credential (no vault key takes one for this mirror yet: use a mirror that"
+        " trusts the host's address)"
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {
+            "monitoring_webhook_url": "https://hooks.slack.com/services/"
+            + "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+        },
+        {"serving_extra_env": {"AWS_ACCESS_KEY_ID": "AKIA" + "IOSFODNN7EXAMPLE"}},
+    ],
+)
+def test_credentials_in_urls_and_the_environment_are_refused(inventory, validate, data):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    assert "looks like a credential" in line and "p4ssw0rd" not in line and "IOSFODNN7" not in line
+
+
+def test_the_credential_rule_takes_linear_time_on_a_long_value():
+    started = time.monotonic()
+    assert found_credentials("eyJ" * 60_000) == []
+    assert found_credentials("x" * 100_000 + GITHUB)[0][0] == "GitHub Token"
+    assert time.monotonic() - started < 10
+
+
+def test_the_checks_expectations_file_has_no_extra_env_value(inventory):
+    from roles.monitoring import checks_env
+
+    env = {"TMPDIR": "/var/lib/inference-engine/tmp-value-marker"}
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node(serving_extra_env=env)]))
+    text = json.dumps(checks_env.expectations(site.hosts["gpu1"], site), default=str)
+    assert "tmp-value-marker" not in text and "serving_extra_env" not in text
+    assert "serving_model_path" in text  # the rest is still there
+
+
+def _certificate_and_key():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unit-test CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+
+def test_a_ca_file_must_be_certificates_only(inventory, validate, tmp_path):  # noqa: F811
+    cert, key = _certificate_and_key()
+    good, with_key, junk = tmp_path / "ca.pem", tmp_path / "ca-and-key.pem", tmp_path / "notes.pem"
+    good.write_bytes(cert)
+    with_key.write_bytes(cert + key)
+    junk.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", base_extra_ca_certificates=[str(good)])]))
+    assert site.hosts["gpu1"].base.extra_ca_certificates == [str(good)]
+    path = inventory.groups("b.py", gpu_nodes=[gpu_node("gpu.invalid", base_extra_ca_certificates=[str(with_key)])])
+    assert "holds a private key, which must never be uploaded (0644)" in validate(path)
+    path = inventory.groups("c.py", gpu_nodes=[gpu_node("gpu.invalid", base_extra_ca_certificates=[str(junk)])])
+    assert "is not PEM X.509 certificates" in validate(path)
+
+
+# --- C. names and ports that cannot take over the host ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ssh", "sshd", "systemd-journald", "dbus", "cron", "getty@tty1", "pveproxy"])
+def test_a_unit_named_like_the_systems_is_refused(inventory, validate, name):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_unit_name=name)])
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: serving_unit_name = '{name}' is invalid; expected a systemd")
+    assert line.endswith("is a unit of the system or of this project, which the deploy would replace")
+
+
+def test_a_gateway_unit_named_like_the_engines_is_refused(inventory):
+    data = {
+        "serving_unit_name": "inference-engine",
+        "gateway_unit_name": "inference-engine",
+        "serving_host": "10.0.0.5",
+    }
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], gateways=["gpu.invalid"])
+    with pytest.raises(SiteError) as raised:  # the API key the gateway needs is named by lines of its own
+        load_site(path)
+    assert (
+        f"{path}: host gpu.invalid: gateway_unit_name = 'inference-engine' is serving_unit_name too on this host;"
+        " expected a unit name of its own (one would overwrite the other's unit file)"
+    ) in raised.value.problems
+
+
+def test_a_node_and_its_guest_on_one_ssh_hostname_are_refused(inventory, validate):  # noqa: F811
+    node = ("pve.invalid", {**NODE[1], "ssh_hostname": "10.0.0.2"})
+    path = inventory.groups(proxmox_hosts=[node], lxc_guests=[lxc("ct.invalid", ssh_hostname="10.0.0.2")])
+    assert validate(path) == (
+        f"{path}: host ct.invalid: ssh_hostname = '10.0.0.2' is pve.invalid's address too; expected each host"
+        " of the inventory at an address of its own"
+    )
+
+
+def test_a_guest_named_like_its_nodes_address_is_refused(inventory, validate):  # noqa: F811
+    node = ("pve.invalid", {**NODE[1], "ssh_hostname": "10.0.0.2"})
+    path = inventory.groups(proxmox_hosts=[node], lxc_guests=[lxc("10.0.0.2")])
+    assert validate(path) == (
+        f"{path}: host 10.0.0.2: ssh_hostname = '10.0.0.2' is pve.invalid's address too; expected each host"
+        " of the inventory at an address of its own (no ssh_hostname: pyinfra connects to the host's name)"
+    )
+
+
+def test_prometheus_on_node_exporters_port_of_its_own_host_is_refused(inventory):
+    data = {"monitoring_prometheus_port": 9100, "serving_host": "10.0.0.5"}
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], monitors=["gpu.invalid"])
+    with pytest.raises(SiteError) as raised:  # the monitor's receiver and pins add lines of their own
+        load_site(path)
+    assert (
+        f"{path}: host gpu.invalid: monitoring_prometheus_port = 9100 is monitoring_node_exporter_port too on this"
+        " host; expected two different ports (one listener per port)"
+    ) in raised.value.problems
+
+
+def test_pci_addresses_are_one_spelling(inventory, validate):  # noqa: F811
+    assert pci_address("00000:01:00.0") == "0000:01:00.0" == pci_address("01:00.0") == pci_address("0000:01:00.0")
+    assert pci_address("0000:0A:00.0") == "0000:0a:00.0"
+    guests = [lxc("ct1.invalid", guest_gpu_addresses=["0000:01:00.0"])]
+    guests.append(("ct2.invalid", {**lxc("x", guest_gpu_addresses=["00000:01:00.0"])[1], "guest_vmid": 201}))
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=guests)
+    assert validate(path) == (
+        f"{path}: host ct2.invalid: guest_gpu_addresses has 0000:01:00.0, already given to ct1.invalid;"
+        " expected each GPU in at most one guest"
+    )
+
+
+def test_the_command_line_runs_the_role_checks_without_the_files_call(inventory, tmp_path):
+    """The throwaway inventories do not call require_valid_inventory: the role check (the
+    speculative settings' own, roles/serving/speculative.py) still runs."""
+    spec = {"draft_model_path": "/models/drafter", "algorithm": "EAGLE3"}
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_speculative=spec)])
+    result = subprocess.run(
+        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and "draft_config and target_config missing" in result.stderr
+
+
+# --- D. refused badly before: now one line each -------------------------------------------------------------
+
+
+def test_a_stack_file_that_is_a_folder_is_one_line(inventory, validate):  # noqa: F811
+    (inventory.dir / "stacks").mkdir()
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", stack_file="stacks")])
+    assert validate(path) == (
+        f"{path}: host gpu.invalid: stack_file = 'stacks' is a folder ({inventory.dir / 'stacks'}); expected the"
+        " stack file (YAML), relative to the inventory, like 'stack.yml'"
+    )
+
+
+def test_nested_yaml_aliases_are_refused_at_once(inventory, validate):  # noqa: F811
+    laughs = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level, previous in zip("bcdefghi", "abcdefgh", strict=True):
+        laughs.append(f"{level}: &{level} [{','.join(['*' + previous] * 9)}]")
+    (inventory.dir / "laughs.yml").write_text("\n".join(laughs) + "\n")
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", stack_file="laughs.yml")])
+    started = time.monotonic()
+    line = validate(path)
+    assert time.monotonic() - started < 20
+    assert line == (
+        f"{inventory.dir / 'laughs.yml'}: line 2, column 8: an alias (*a) is not allowed; expected every value"
+        " written out (nested aliases expand a file of a few lines into billions of values)"
+    )
+
+
+def test_host_data_with_an_integer_key_is_one_line(inventory, validate):  # noqa: F811
+    path = inventory.write("gpu_nodes = [('gpu.invalid', {'gpu_count': 8, 5: 'x'})]\n")
+    assert validate(path) == (
+        f"{path}: host gpu.invalid: the key 5 (= 'x') is not a string but a int; expected setting names as"
+        " strings, like 'serving_port'"
+    )
+
+
+def test_a_key_with_a_trailing_space_is_shown_with_it(inventory, validate):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{"serving_port ": 8080})])
+    assert validate(path) == (
+        f"{path}: host gpu.invalid: unknown key 'serving_port ' = 8080; did you mean serving_port? (valid keys"
+        " are listed in docs/settings.md)"
+    )
+
+
+def test_a_look_alike_letter_is_shown_escaped(inventory, validate):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{"serving_p\u043ert": 8080})])  # Cyrillic o
+    line = validate(path)
+    assert "\u043e" not in line and "unknown key 'serving_p\\u043ert' = 8080" in line
+    path = inventory.groups("b.py", gpu_nodes=[gpu_node("gpu.invalid", gpu_arch="sm12\u043e")])
+    line = validate(path)
+    assert "\u043e" not in line and line.startswith(f"{path}: host gpu.invalid: gpu_arch = 'sm12\\u043e' is invalid")
+
+
+def test_a_vault_value_cut_mid_way_is_not_blamed_on_the_password(inventory):
+    name = inventory.vault(api_key="k" * 40, hf_token="t" * 40)
+    path = inventory.dir / name
+    entries = vault.stored(path)
+    entries["hf_token"] = vault._Encrypted(entries["hf_token"][: len(entries["hf_token"]) // 2])
+    vault._write(path, entries)
+    with pytest.raises(vault.SecretsError) as raised:
+        vault.decrypt_all(path, password=PASSWORD)
+    message = str(raised.value)
+    assert "secret 'hf_token' is damaged in the file" in message and "password" not in message.split(":")[1]
+    assert "\n" not in message
