@@ -11,7 +11,6 @@ bad input. Reports land in reports/health-<host>-<time>.json unless --report nam
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 from checks.connection import testinfra_url
 from checks.site_cache import site_of
 from roles.site import SiteError
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +29,7 @@ SUITES = ("gpu", "interconnect", "service", "server")
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m checks", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
     parser.add_argument(
         "--host", action="append", default=[], help="inventory host to check (default: every host of gpu_nodes)"

@@ -32,7 +32,6 @@ win), and removes the drop-in afterwards (restarting once more), so the host end
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -46,6 +45,7 @@ from checks.connection import testinfra_url
 from roles.shared import eagle3
 from roles.shared.layout import unit_dropin_dir
 from roles.site import SiteError, load_site
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
 HERE = Path(__file__).resolve().parent
@@ -508,7 +508,7 @@ def speculative_figures(host, expect) -> dict | None:
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m checks.bench", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file")
     parser.add_argument("--host", help="inventory host (default: the first gpu node)")
     parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")

@@ -3,23 +3,30 @@
 import sys
 
 from lab import HOSTS, container_name, container_state, down, up
+from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 
 
-def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "status"
+def main(argv: list[str], prog: str = "python -m lab") -> int:
+    parser = OneLineParser(prog=prog, description="The lab's containers (docs/lab.md).")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="status",
+        choices=("up", "down", "status"),
+        help="up: bring the lab up; down: remove its containers; status (default): each container's state",
+    )
+    command = parser.parse_args(argv).command
     if command == "up":
         print("\n".join(up()))
     elif command == "down":
         down()
-    elif command == "status":
+    else:
         for role in HOSTS:
             state = container_state(container_name(role))
             print(container_name(role), "absent" if state is None else state["State"]["Status"])
-    else:
-        print("usage: python -m lab [up|down|status]", file=sys.stderr)
-        return 64
     return 0
 
 
 if __name__ == "__main__":
+    quiet_on_closed_pipe()
     raise SystemExit(main(sys.argv[1:]))

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from roles.site import yamlfile
+from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -212,49 +213,66 @@ def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
     os.chmod(path, 0o600)
 
 
-def _main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("set", "list", "check", "rename"):
-        print(__doc__, file=sys.stderr)
-        return 64
-    command, path = argv[0], Path(argv[1])
+def _parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(prog=prog, description="Secrets in an ansible-vault encrypted YAML file.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{set,list,check,rename}")
+    for name, help_text, extra in (
+        ("set", "set NAME from the first line of stdin (needs the vault password)", ("name",)),
+        ("list", "list the secret names (no password needed)", ()),
+        ("check", "decrypt every value (needs the vault password)", ()),
+        ("rename", "rename a key OLD to NEW (no password needed)", ("old", "new")),
+    ):
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("file", type=Path, help="the secrets file, e.g. inventory/secrets.vault.yml")
+        for argument in extra:
+            command.add_argument(argument, help="letters, digits and _")
+    return parser
+
+
+def _main(argv: list[str], prog: str = "python -m roles.site.vault") -> int:
+    parser = _parser(prog)
+    args = parser.parse_args(argv)
+    path = args.file
     try:
-        if command == "list":
+        if args.command == "list":
             print("\n".join(sorted(stored(path))))
-        elif command == "rename":
-            if len(argv) != 4 or not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) for name in argv[2:]):
-                print("usage: python -m roles.site.vault rename FILE OLD NEW  (letters, digits and _)", file=sys.stderr)
-                return 64
-            rename_secret(path, argv[2], argv[3])
-            print(f"{path}: {argv[2]} renamed {argv[3]}")
-        elif command == "check":
+        elif args.command == "rename":
+            if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) for name in (args.old, args.new)):
+                print(f"{parser.prog} rename: error: OLD and NEW take letters, digits and _", file=sys.stderr)
+                return 2
+            rename_secret(path, args.old, args.new)
+            print(f"{path}: {args.old} renamed {args.new}")
+        elif args.command == "check":
             print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
         else:
-            if len(argv) != 3:
-                print("usage: python -m roles.site.vault set FILE NAME  (value on stdin)", file=sys.stderr)
-                return 64
-            name = argv[2]
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise SecretsError(
-                    f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
-                    " (the name an inventory's *_secret setting refers to)"
-                )
-            if name in RENAMED_SECRETS:
-                raise SecretsError(f"the key {name} was renamed {RENAMED_SECRETS[name]}; expected the new name")
-            if not path.parent.is_dir() or path.is_dir():
-                raise SecretsError("expected a file path in an existing folder")
-            existing = stored(path) if path.exists() else {}
-            value = sys.stdin.readline().rstrip("\n")
-            if not value:
-                print("no value on stdin; nothing written", file=sys.stderr)
-                return 65
-            replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
-            set_secret(path, name, value)
-            print(f"{path}: {name} set" + "".join(f" (replaces {old}, its old name)" for old in replaced))
+            return _set(path, args.name)
     except SecretsError as error:
         print(f"{path}: {error}", file=sys.stderr)
         return 2
     return 0
 
 
+def _set(path: Path, name: str) -> int:
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        raise SecretsError(
+            f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
+            " (the name an inventory's *_secret setting refers to)"
+        )
+    if name in RENAMED_SECRETS:
+        raise SecretsError(f"the key {name} was renamed {RENAMED_SECRETS[name]}; expected the new name")
+    if not path.parent.is_dir() or path.is_dir():
+        raise SecretsError("expected a file path in an existing folder")
+    existing = stored(path) if path.exists() else {}
+    value = sys.stdin.readline().rstrip("\n")
+    if not value:
+        print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
+        return 2
+    replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
+    set_secret(path, name, value)
+    print(f"{path}: {name} set" + "".join(f" (replaces {old}, its old name)" for old in replaced))
+    return 0
+
+
 if __name__ == "__main__":
+    quiet_on_closed_pipe()
     raise SystemExit(_main(sys.argv[1:]))
