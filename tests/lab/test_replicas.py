@@ -152,6 +152,73 @@ def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The installed `inference-host` command, as an operator runs it."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("inference-host")), *argv],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _served(node, key: str) -> float:
+    """The replica's own count of requests it processed (the stand-in's sglang:num_requests_total,
+    as SGLang's tokenizer manager counts them)."""
+    request = urllib.request.Request(f"{worker_url(node)}/metrics", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:num_requests_total"))
+
+
+def test_status_answers_within_5_s(site):
+    started = time.monotonic()
+    result = _command("status", str(INVENTORY), "--json", timeout=60)
+    took = time.monotonic() - started
+    print(f"\ninference-host status of the replicas lab (3 hosts): {took:.1f} s")
+    assert result.returncode == 0, result.stdout + result.stderr
+    answer = json.loads(result.stdout)
+    hosts = {h["name"]: h for h in answer["hosts"]}
+    for node in replicas(site.hosts):
+        host = hosts[node.name]
+        assert host["stack"]["active"] == site.stack.active.id, host["stack"]
+        assert host["stack"]["lock"].endswith(f"/locks/{host['stack']['environment']}.txt")
+        assert host["engine"]["state"] == "active" and host["engine"]["up_seconds"] > 0, host["engine"]
+        assert host["gpus"]["count"] == node.gpu.count, host["gpus"]  # the lab's nvidia-smi stand-in
+        assert host["health"].get("verdict") or host["health"].get("problem"), host["health"]
+        assert answer["replicas"][node.name].startswith("ready at"), answer["replicas"]
+    gateway = hosts[site.group("gateways")[0].name]
+    assert len(gateway["workers"]) == 2 and gateway["alerts"]["firing"] is not None, gateway
+    screen = _command("status", str(INVENTORY), timeout=60)
+    assert screen.returncode == 0 and "stack" in screen.stdout and "alerts" in screen.stdout, screen.stdout
+    assert took < 5, f"status took {took:.1f} s"
+
+
+def test_drain_takes_a_replica_out_and_undrain_brings_it_back(site, key):
+    node = replicas(site.hosts)[1]
+    started = time.monotonic()
+    result = _command("drain", str(INVENTORY), node.name, timeout=600)
+    drained_s = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    before = _served(node, key)
+    assert [_chat(site, key) for _ in range(8)] == [200] * 8  # the other replica serves
+    assert _served(node, key) == before, "a drained replica got a new request"
+    status = json.loads(_command("status", str(INVENTORY), "--json", timeout=60).stdout)
+    state = status["replicas"][node.name]
+    assert state.startswith(("draining", "out")), state
+    assert {h["name"]: h for h in status["hosts"]}[node.name]["replica"]["drained_on_purpose"]
+    started = time.monotonic()
+    result = _command("undrain", str(INVENTORY), node.name, timeout=900)
+    undrained_s = time.monotonic() - started
+    print(f"\ninference-host drain: {drained_s:.1f} s, undrain: {undrained_s:.1f} s")
+    assert result.returncode == 0, result.stdout + result.stderr
+    status = json.loads(_command("status", str(INVENTORY), "--json", timeout=60).stdout)
+    assert status["replicas"][node.name].startswith("ready at"), status["replicas"]
+    assert not {h["name"]: h for h in status["hosts"]}[node.name]["replica"]["drained_on_purpose"]
+    assert [_chat(site, key) for _ in range(4)] == [200] * 4
+
+
 def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
     folder = tmp_path / stack_id / "inventory"
     folder.mkdir(parents=True, exist_ok=True)

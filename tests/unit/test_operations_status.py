@@ -1,0 +1,146 @@
+"""`inference-host status`: the script each host runs (bounded, quoted, valid shell) and the
+reading of its answers, on output shaped as each tool prints it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from inference_host import operations
+from roles.site import load_site
+from tests.unit.conftest import PROJECT_ROOT
+
+REPLICAS = PROJECT_ROOT / "inventory" / "lab_replicas.py"
+
+
+@pytest.fixture(scope="module")
+def site():
+    return load_site(str(REPLICAS))
+
+
+def _section(name: str, text: str, code: int) -> str:
+    return f"{operations.SECTION}{name}\n{text}\n{operations.SECTION}rc {name} {code}\n"
+
+
+def test_every_hosts_script_is_valid_shell_and_bounds_its_commands(site):
+    for host in site.hosts.values():
+        script = operations.status_script(site, host)
+        subprocess.run(["sh", "-n", "-c", script], check=True, timeout=10)
+        for line in script.splitlines():
+            if any(tool in line for tool in ("nvidia-smi", "amtool", "systemctl", "readlink")):
+                assert "timeout -s KILL" in line, line
+            if "curl" in line:
+                assert "-m 3" in line, line
+
+
+def test_the_script_runs_and_its_sections_read_back(tmp_path):
+    # Run for real with sh: commands that are not here (nvidia-smi) report their status, the
+    # others answer; the reader finds every section with its exit status.
+    script = operations._sections(
+        {"clock": "date +%s", "gone": operations._bounded("no-such-tool-here"), "two": "printf 'a\\nb\\n'"}
+    )
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10).stdout
+    sections = operations.split_sections(out)
+    assert sections["two"] == ("a\nb", 0)
+    assert sections["gone"][1] == 127
+    assert abs(int(sections["clock"][0]) - time.time()) < 5
+
+
+def test_a_hung_command_is_killed_at_its_bound():
+    script = operations._sections({"hang": operations._bounded("sleep 30", 1)})
+    started = time.monotonic()
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20).stdout
+    assert time.monotonic() - started < 5
+    assert operations.split_sections(out)["hang"][1] == 137
+
+
+def test_reading_a_gpu_nodes_answer(site):
+    node = site.group("gpu_nodes")[0]
+    root = node.base.install_root
+    out = (
+        _section("clock", "1733356800", 0)
+        + _section("uptime", "5000.50 9000.00", 0)
+        + _section("current", f"{root}/envs/sglang-0.5.9-cu128-0123abcd", 0)
+        + _section("kept", "sglang-0.5.9-cu128-0123abcd\nsglang-0.5.10-cu128-99ff00aa", 0)
+        + _section(
+            "unit",
+            "ActiveState=active\nSubState=running\nActiveEnterTimestampMonotonic=4000500000",
+            0,
+        )
+        + _section(
+            "health",
+            "# HELP inference_host_check_ok 1 passed\n"
+            'inference_host_check_ok{suite="gpu",check="cuda works"} 0\n'
+            'inference_host_check_ok{suite="server",check="chat answers"} 1\n'
+            "inference_host_checks_last_run_timestamp_seconds 1733356500\n"
+            "inference_host_checks_failed 1\n",
+            0,
+        )
+        + _section("gpus", "0, 81000, 97887, 41\n1, 1, 97887, 35", 0)
+        + _section("drained", "", 1)
+    )
+    status = operations.host_status(site, node, out)
+    assert status.stack["active"] == "sglang-0.5.9-cu128" and status.stack["kept"] == ["sglang-0.5.10-cu128-99ff00aa"]
+    assert status.stack["lock"] == f"{root}/locks/sglang-0.5.9-cu128-0123abcd.txt"
+    assert status.engine["state"] == "active" and status.engine["up_seconds"] == pytest.approx(1000.0)
+    assert status.health == {"verdict": "failed", "failed": 1, "failed_checks": ["cuda works"], "age_seconds": 300.0}
+    assert status.gpus == {"count": 2, "memory_used_mib": 81001, "memory_total_mib": 195774, "temperature_c": [41, 35]}
+    assert status.replica == {"drained_on_purpose": False}
+    screen = operations.render([status], {node.name: "draining at gw (load 1)"})
+    assert "failed (1 failed: cuda works), 5m 0s ago" in screen and "up 16m 40s" in screen
+    assert "2, memory used 81001 of 195774 MiB, 35-41 C" in screen
+
+
+def test_a_killed_nvidia_smi_and_a_missing_verdict_are_named(site):
+    node = site.group("gpu_nodes")[0]
+    out = _section("gpus", "", 137) + _section("health", "cat: x: No such file or directory", 1)
+    status = operations.host_status(site, node, out)
+    assert status.gpus["count"] is None and "no answer within 3 s" in status.gpus["problem"]
+    assert status.health["verdict"] is None and "no periodic verdict yet" in status.health["problem"]
+    assert status.stack["active"] is None
+
+
+def test_reading_a_gateway_and_monitor_answer(site):
+    from roles.shared.replicas import replicas, worker_url
+
+    gateway = site.group("gateways")[0]
+    first, second = replicas(site.hosts)
+    workers = {
+        "workers": [
+            {"id": "1", "url": worker_url(first), "is_healthy": True, "status": "ready", "load": 0},
+            {"id": "2", "url": worker_url(second), "is_healthy": True, "status": "draining", "load": 2},
+        ],
+        "total": 2,
+    }
+    from checks.server_checks import STATUS_MARKER
+
+    alerts = [
+        {"labels": {"alertname": "ChecksFailing", "severity": "critical"}, "status": {"state": "active"}},
+        {"labels": {"alertname": "Silenced", "severity": "warning"}, "status": {"state": "suppressed"}},
+    ]
+    out = _section("workers", json.dumps(workers) + f"\n{STATUS_MARKER}200 0.004", 0) + _section(
+        "alerts", json.dumps(alerts), 0
+    )
+    status = operations.host_status(site, gateway, out)
+    assert [w["status"] for w in status.workers] == ["ready", "draining"]
+    assert status.alerts == {"firing": [{"alertname": "ChecksFailing", "severity": "critical"}]}
+    assert operations.worker_states(site, [status]) == {
+        first.name: f"ready at {gateway.name} (load 0)",
+        second.name: f"draining at {gateway.name} (load 2)",
+    }
+    status.workers = status.workers[:1]  # the drained entry dropped by smg after its settle time
+    assert operations.worker_states(site, [status])[second.name] == "out (not listed)"
+
+
+def test_an_unreachable_host_is_named_and_waited_for_no_longer_than_the_bound(monkeypatch):
+    def hang(inventory, name, script, answer):
+        time.sleep(30)
+
+    monkeypatch.setattr(operations, "_on_host", hang)
+    started = time.monotonic()
+    answers = operations.run_everywhere("inventory/lab.py", {"a": "true", "b": "true"}, 1.0)
+    assert time.monotonic() - started < 3
+    assert answers["a"]["error"] == "no answer within 1 s"
