@@ -144,3 +144,44 @@ def test_an_unreachable_host_is_named_and_waited_for_no_longer_than_the_bound(mo
     answers = operations.run_everywhere("inventory/lab.py", {"a": "true", "b": "true"}, 1.0)
     assert time.monotonic() - started < 3
     assert answers["a"]["error"] == "no answer within 1 s"
+
+
+# -- rollback -----------------------------------------------------------------------------------
+
+
+def test_the_active_line_is_replaced_and_reads_back_with_the_stack_loader(tmp_path):
+    import yaml
+
+    from roles.site.stack import load_stack
+
+    text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
+    stack = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
+    other = next(s for s in stack.stacks if s != stack.active.id)
+    changed = operations.with_active(text, other)
+    assert yaml.safe_load(changed)["active"] == other
+    assert changed.count("#") == text.count("#")  # the operator's comments stay
+    (tmp_path / "stack.yml").write_text(changed)
+    (tmp_path / "locks").symlink_to(PROJECT_ROOT / "inventory" / "locks")
+    assert load_stack(tmp_path / "stack.yml").active.id == other
+    # A nested `active:` (indented) is not the top-level key; two top-level ones are refused.
+    assert operations.with_active("a:\n  active: x\nactive: y  # why\n", "z") == "a:\n  active: x\nactive: z  # why\n"
+    with pytest.raises(ValueError, match="found 2"):
+        operations.with_active("active: a\nactive: b\n", "c")
+
+
+def test_the_rollback_target_is_the_newest_other_stack_kept_everywhere():
+    stacks = ["new-cu128", "old-cu128", "older-cu128"]
+    kept = {
+        "gpu1": ["new-cu128-aaa", "old-cu128-bbb", "older-cu128-ccc"],
+        "gpu2": ["new-cu128-aaa", "older-cu128-ccc", "old-cu128-bbb"],
+    }
+    assert operations.rollback_target("new-cu128", stacks, kept, None) == "old-cu128"
+    assert operations.rollback_target("new-cu128", stacks, kept, "older-cu128") == "older-cu128"
+    with pytest.raises(ValueError, match="not kept on gpu2"):
+        operations.rollback_target("new-cu128", stacks, {**kept, "gpu2": ["new-cu128-aaa"]}, None)
+    with pytest.raises(ValueError, match="no stack 'nope'"):
+        operations.rollback_target("new-cu128", stacks, kept, "nope")
+    with pytest.raises(ValueError, match="already the active"):
+        operations.rollback_target("new-cu128", stacks, kept, "new-cu128")
+    with pytest.raises(ValueError, match="no environment of another stack"):
+        operations.rollback_target("new-cu128", stacks, {"gpu1": ["new-cu128-aaa"]}, None)
