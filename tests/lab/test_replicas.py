@@ -276,80 +276,111 @@ def _queue_watch(site, stop: threading.Event, seen: dict) -> None:
         time.sleep(0.3)
 
 
+def _under_load(site, key, gw, action, what: str) -> tuple[float, float, str]:
+    """action() (a rolling deploy) while a client asks through the gateway all along and long
+    generations stream through it from before until after: no request fails, every stream ends
+    with all its tokens, each replica was drained at the gateway before its restart. Returns the
+    longest gap between two answers, between two tokens of a stream, and what was delivered."""
+    stop, ok, failed, streams = threading.Event(), [], [], []
+
+    def client():
+        while not stop.is_set():  # queued behind the streams at times (2 running at most)
+            (ok if _chat(site, key, timeout=3 * STREAM_SECONDS + 30) == 200 else failed).append(time.monotonic())
+
+    def streamer(long_prompt=False):
+        while not stop.is_set():  # a stream begun before the deploy ends runs to its end
+            streams.append(_stream(site, key, long_prompt))
+
+    queued: dict[str, float] = {}
+    since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    threads = [
+        threading.Thread(target=client),
+        threading.Thread(target=_queue_watch, args=(site, stop, queued)),
+        threading.Thread(target=streamer, kwargs={"long_prompt": True}),
+    ]
+    threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1)  # the first streams are under way before the upgrade starts
+    try:
+        returncode, explain = action()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert returncode == 0, explain
+    assert failed == [], f"{len(failed)} request(s) failed through the gateway during the {what}"
+    cut = [
+        s
+        for s in streams
+        if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length" or s["chunks"] != STREAM_TOKENS
+    ]
+    print(
+        f"\n{what}: per stream, tokens delivered/expected (long: a 6,000-word prompt; first token after the request):"
+    )
+    for s in sorted(streams, key=lambda s: s["began"]):
+        first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
+        print(
+            f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
+            f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
+        )
+    print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
+    assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
+    assert any(s["long_prompt"] for s in streams)
+    assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
+    got = sorted(s["chunks"] for s in streams)
+    delivered = (
+        f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS}, max {got[-1]}/{STREAM_TOKENS}"
+    )
+    # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
+    journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
+    assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
+    return max(b - a for a, b in zip(ok, ok[1:], strict=False)), max(s["gap"] for s in streams), delivered
+
+
 def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
     """Rolling switches by the real deploy (to another stack, then back and again when asked
-    for more runs; the module's last test, so the lab may be left on the other stack), a
-    client asking through the gateway all along and long generations streaming through it from
-    before the upgrade until after it: no request fails, every stream ends with all its tokens,
-    each replica was drained at the gateway before its restart, and the longest gap between two
-    answers and between two tokens of a stream are reported."""
+    for more runs), a client asking through the gateway all along and long generations
+    streaming through it from before the upgrade until after it: no request fails, every stream
+    ends with all its tokens, each replica was drained at the gateway before its restart, and
+    the longest gap between two answers and between two tokens of a stream are reported. Then
+    `inference-host rollback` under the same load returns the lab to the stack it started on
+    (the environment kept on each replica), one replica at a time, with nothing dropped."""
     old = site.stack.active.id
     new = next(s for s in site.stack.stacks if s != old)
     upgrade = _inventory_with_active(tmp_path, new, site)
     gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
     gaps, token_gaps, delivered = [], [], []
-    for inventory in [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]:
-        stop, ok, failed, streams = threading.Event(), [], [], []
+    inventories = [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]
+    for number, inventory in enumerate(inventories, 1):
 
-        def client(stop=stop, ok=ok, failed=failed):
-            while not stop.is_set():  # queued behind the streams at times (2 running at most)
-                (ok if _chat(site, key, timeout=3 * STREAM_SECONDS + 30) == 200 else failed).append(time.monotonic())
-
-        def streamer(stop=stop, streams=streams, long_prompt=False):
-            while not stop.is_set():  # a stream begun before the deploy ends runs to its end
-                streams.append(_stream(site, key, long_prompt))
-
-        queued: dict[str, float] = {}
-        since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
-        threads = [
-            threading.Thread(target=client),
-            threading.Thread(target=_queue_watch, args=(site, stop, queued)),
-            threading.Thread(target=streamer, kwargs={"long_prompt": True}),
-        ]
-        threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1)  # the first streams are under way before the upgrade starts
-        try:
+        def deploy(inventory=inventory):
             run = run_deploy(inventory)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join()
-        assert run.returncode == 0, run.explain()
-        assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
-        cut = [
-            s
-            for s in streams
-            if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length" or s["chunks"] != STREAM_TOKENS
-        ]
-        print(
-            f"\nrolling upgrade {len(delivered) + 1}: per stream, tokens delivered/expected"
-            " (long: a 6,000-word prompt; first token after the request):"
-        )
-        for s in sorted(streams, key=lambda s: s["began"]):
-            first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
-            print(
-                f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
-                f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
-            )
-        print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
-        assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
-        assert any(s["long_prompt"] for s in streams)
-        assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
-        token_gaps.append(max(s["gap"] for s in streams))
-        got = sorted(s["chunks"] for s in streams)
-        delivered.append(
-            f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
-            f" max {got[-1]}/{STREAM_TOKENS}"
-        )
-        # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
-        journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
-        assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
-        gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
+            return run.returncode, run.explain()
+
+        gap, token_gap, what = _under_load(site, key, gw, deploy, f"rolling upgrade {number}")
+        gaps.append(gap)
+        token_gaps.append(token_gap)
+        delivered.append(what)
     print(
         f"\nrolling upgrade through the gateway (lab): longest gap between answers"
         f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s;"
         f" {STREAM_SECONDS} s streams: {'; '.join(delivered)}, longest gap between tokens"
         f" {', '.join(f'{g:.2f}' for g in token_gaps)} s; median {statistics.median(token_gaps):.2f} s"
     )
+    if inventories[-1] != upgrade:
+        return  # an even number of runs ended on the old stack: nothing to roll back
+
+    def rollback():
+        result = _command("rollback", str(upgrade), timeout=1800)
+        return result.returncode, result.stdout[-4000:] + result.stderr[-4000:]
+
+    started = time.monotonic()
+    gap, token_gap, what = _under_load(site, key, gw, rollback, "inference-host rollback")
+    print(
+        f"\ninference-host rollback {new} -> {old} through the gateway (lab): {time.monotonic() - started:.0f} s;"
+        f" longest gap between answers {gap:.2f} s, between tokens {token_gap:.2f} s; {what}"
+    )
+    assert f"active: {old}" in (upgrade.parent / "stack.yml").read_text()
+    status = json.loads(_command("status", str(upgrade), "--json", timeout=60).stdout)
+    assert {h["stack"]["active"] for h in status["hosts"] if h["stack"]} == {old}, status

@@ -185,3 +185,33 @@ def test_the_rollback_target_is_the_newest_other_stack_kept_everywhere():
         operations.rollback_target("new-cu128", stacks, kept, "new-cu128")
     with pytest.raises(ValueError, match="no environment of another stack"):
         operations.rollback_target("new-cu128", stacks, {"gpu1": ["new-cu128-aaa"]}, None)
+
+
+# -- rotate -------------------------------------------------------------------------------------
+
+
+def test_rotate_replaces_the_value_in_the_vault_and_never_prints_it(tmp_path, monkeypatch, capsys):
+    import io
+    import os
+    import stat
+    import types
+
+    from inference_host import cli
+    from roles.site import vault
+    from tests.unit.conftest import PASSWORD
+
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "engine_api_key", "old-key-value", PASSWORD)
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
+    fake = types.SimpleNamespace(secrets_file=str(vault_file), secret_names=frozenset({"engine_api_key"}))
+    monkeypatch.setattr(operations, "_load", lambda parser, inventory: fake)
+    monkeypatch.setattr("sys.stdin", io.StringIO("new-key-value\n"))
+    assert cli.main(["rotate", "inventory/lab.py", "engine_api_key", "--no-deploy"]) == 0
+    out, err = capsys.readouterr()
+    assert "new-key-value" not in out + err and "old-key-value" not in out + err
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"engine_api_key": "new-key-value"}
+    assert stat.S_IMODE(os.stat(vault_file).st_mode) == 0o600
+    with pytest.raises(SystemExit) as done:
+        cli.main(["rotate", "inventory/lab.py", "hf_tokn", "--no-deploy"])
+    assert done.value.code == 2 and "expected one of: engine_api_key" in capsys.readouterr().err
