@@ -45,9 +45,7 @@ def _sections(parts: dict[str, str]) -> str:
 def status_script(site, host) -> str:
     """What `status` runs on one host, by the groups it is in."""
     from checks.gateway import request_command
-    from roles.monitoring.units import OUT_FILE
-    from roles.serving import drained_marker_file
-    from roles.shared.layout import current_link
+    from roles.shared.layout import CHECKS_TEXTFILE, current_link, drained_marker_file
 
     parts: dict[str, str] = {"clock": "date +%s", "uptime": "cat /proc/uptime"}
     if host.in_group("gpu_nodes"):
@@ -59,7 +57,7 @@ def status_script(site, host) -> str:
             "unit": _bounded(
                 f"systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic {shlex.quote(unit)}"
             ),
-            "health": _bounded(f"cat {shlex.quote(OUT_FILE)}"),
+            "health": _bounded(f"cat {shlex.quote(CHECKS_TEXTFILE)}"),
             "gpus": _bounded(
                 "nvidia-smi --query-gpu=" + ",".join(NVIDIA_SMI_FIELDS) + " --format=csv,noheader,nounits"
             ),
@@ -255,14 +253,14 @@ def read_alerts(sections: dict) -> dict:
 
 
 def host_status(site, host, stdout: str) -> HostStatus:
-    from roles.monitoring.units import OUT_FILE
+    from roles.shared.layout import CHECKS_TEXTFILE
 
     sections = split_sections(stdout)
     status = HostStatus(host.name, list(host.groups))
     if host.in_group("gpu_nodes"):
         status.stack = read_stack(sections, host.base.install_root)
         status.engine = read_engine(sections, f"{host.serving.unit_name}.service")
-        status.health = read_health(sections, OUT_FILE)
+        status.health = read_health(sections, CHECKS_TEXTFILE)
         status.gpus = read_gpus(sections)
         status.replica = {"drained_on_purpose": sections.get("drained", ("", 1))[1] == 0}
     if host.in_group("gateways"):
@@ -350,6 +348,10 @@ def _on_host(inventory: str, name: str, script: str, answer: dict) -> None:
 
     try:
         result = testinfra.get_host(testinfra_url(inventory, name)).run("sh -c " + shlex.quote(script))
+        if SECTION not in result.stdout:  # the connection itself failed (ssh, docker exec)
+            why = (result.stderr.strip().splitlines() or [f"exit {result.rc}, no output"])[-1]
+            answer["error"] = f"no answer: {why[:200]}"
+            return
         answer["stdout"], answer["rc"] = result.stdout, result.rc
     except Exception as error:  # noqa: BLE001 - an unreachable host is one line, not a traceback
         answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"

@@ -420,11 +420,8 @@ def _host_links(settings: HostSettings) -> None:
 # left out of the gateways, or not restarted because it was the last healthy worker) leaves
 # this file; the next deploy runs the switch again although its settings were written by the
 # earlier one, and the step's success removes it. Only this role names it.
-PENDING_DIR = "/var/lib/inference-host/serving"
-
-
-def restart_pending_file(unit_name: str) -> str:
-    return f"{PENDING_DIR}/{unit_name}.restart-pending"
+PENDING_DIR = layout.SERVING_STATE_DIR
+restart_pending_file = layout.restart_pending_file
 
 
 @dataclass(frozen=True)
@@ -592,12 +589,6 @@ def rolling_argv(settings: HostSettings, hosts: dict[str, HostSettings], mode: s
         *behind,
         "--",
     ]
-
-
-def drained_marker_file(unit_name: str) -> str:
-    """What inference-engine-rolling --drain-only leaves (and --undrain-only, or a finished rolling
-    step, removes): this replica was taken out of its gateways on purpose."""
-    return f"{PENDING_DIR}/{unit_name}.drained"
 
 
 def switch_command(

@@ -215,3 +215,15 @@ def test_rotate_replaces_the_value_in_the_vault_and_never_prints_it(tmp_path, mo
     with pytest.raises(SystemExit) as done:
         cli.main(["rotate", "inventory/lab.py", "hf_tokn", "--no-deploy"])
     assert done.value.code == 2 and "expected one of: engine_api_key" in capsys.readouterr().err
+
+
+def test_the_drained_marker_is_where_the_rolling_script_leaves_it():
+    from roles.shared import layout
+
+    script = (PROJECT_ROOT / "roles/serving/templates/inference-engine-rolling.j2").read_text()
+    assert "drained_marker=${pending%.restart-pending}.drained" in script
+    unit = "inference-engine"
+    assert (
+        layout.drained_marker_file(unit)
+        == layout.restart_pending_file(unit).removesuffix(".restart-pending") + ".drained"
+    )
