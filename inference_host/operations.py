@@ -38,7 +38,9 @@ def _sections(parts: dict[str, str]) -> str:
     """One POSIX shell script: each part's output after its marker line, then its exit status."""
     lines = []
     for name, command in parts.items():
-        lines.append(f"echo {shlex.quote(SECTION + name)}; {command}; echo {shlex.quote(SECTION + 'rc ' + name)} $?")
+        # The status line on a line of its own: curl's -w output ends without a newline.
+        begin, end = shlex.quote(SECTION + name), shlex.quote(SECTION + "rc " + name)
+        lines.append(f"echo {begin}; {command}; rc=$?; echo; echo {end} $rc")
     return "\n".join(lines)
 
 
@@ -85,7 +87,7 @@ def split_sections(stdout: str) -> dict[str, tuple[str, int | None]]:
             found[current] = [[], None]
         elif current:
             found[current][0].append(line)
-    return {name: ("\n".join(lines), code) for name, (lines, code) in found.items()}
+    return {name: ("\n".join(lines).removesuffix("\n"), code) for name, (lines, code) in found.items()}
 
 
 # -- reading the answers (pure: unit-tested on captured output) --------------------------------

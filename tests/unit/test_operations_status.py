@@ -40,11 +40,17 @@ def test_the_script_runs_and_its_sections_read_back(tmp_path):
     # Run for real with sh: commands that are not here (nvidia-smi) report their status, the
     # others answer; the reader finds every section with its exit status.
     script = operations._sections(
-        {"clock": "date +%s", "gone": operations._bounded("no-such-tool-here"), "two": "printf 'a\\nb\\n'"}
+        {
+            "clock": "date +%s",
+            "gone": operations._bounded("no-such-tool-here"),
+            "two": "printf 'a\\nb\\n'",
+            "unended": "printf 'no newline at the end, as curl -w writes'",
+        }
     )
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10).stdout
     sections = operations.split_sections(out)
     assert sections["two"] == ("a\nb", 0)
+    assert sections["unended"] == ("no newline at the end, as curl -w writes", 0)
     assert sections["gone"][1] == 127
     assert abs(int(sections["clock"][0]) - time.time()) < 5
 
