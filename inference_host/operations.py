@@ -61,7 +61,7 @@ def status_script(site, host) -> str:
             ),
             "health": _bounded(f"cat {shlex.quote(CHECKS_TEXTFILE)}"),
             "gpus": _bounded(
-                "nvidia-smi --query-gpu=" + ",".join(NVIDIA_SMI_FIELDS) + " --format=csv,noheader,nounits"
+                "nvidia-smi --query-gpu=" + ",".join(NVIDIA_SMI_FIELDS) + " --format=csv,noheader,nounits 2>&1"
             ),
             "drained": f"test -e {shlex.quote(drained_marker_file(host.serving.unit_name))}",
         }
