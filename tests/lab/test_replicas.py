@@ -172,7 +172,7 @@ def _served(node, key: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:num_requests_total"))
 
 
-def test_status_answers_within_5_s(site):
+def test_status_answers_each_host_within_its_bound(site):
     started = time.monotonic()
     result = _command("status", str(INVENTORY), "--json", timeout=60)
     took = time.monotonic() - started
