@@ -146,7 +146,10 @@ WRAPPED = {
 
 def _wrapped(name: str, args, rest: list[str], parser: OneLineParser) -> int:
     function, _, takes_inventory, old_flag = WRAPPED[name]
-    inventory = _inventory(parser, args, required=not (name in ("check", "accept", "bench") and _has_hosts(rest)))
+    optional = (name in ("check", "accept", "bench") and _has_hosts(rest)) or (
+        name == "validate" and "--settings" in rest
+    )
+    inventory = _inventory(parser, args, required=not optional)
     if name == "validate":
         argv = ([inventory] if inventory else []) + rest + (["--json"] if args.json else [])
         return _run_module(function, argv)

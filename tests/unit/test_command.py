@@ -99,6 +99,11 @@ def test_validate_json_is_one_object(capsys):
     assert "secret_names" in answer and all(isinstance(n, str) for n in answer["secret_names"])
 
 
+def test_validate_settings_needs_no_inventory(capsys):
+    code, out, _ = _run(["validate", "--settings"], capsys)
+    assert code == 0 and out == (PROJECT_ROOT / "docs" / "settings.md").read_text()
+
+
 def test_deploy_check_is_pyinfras_dry_run_with_diffs():
     from pyinfra_cli.cli import cli as pyinfra_cli
 
