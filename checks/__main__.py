@@ -16,7 +16,6 @@ and the unit's stop and start timeouts before it.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import sys
@@ -30,6 +29,7 @@ from checks import bounded
 from checks.connection import testinfra_url
 from checks.site_cache import site_of
 from roles.site import SiteError
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
 HERE = Path(__file__).resolve().parent
@@ -37,7 +37,7 @@ SUITES = ("gpu", "interconnect", "service", "server")
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m checks", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
     parser.add_argument(
         "--host", action="append", default=[], help="inventory host to check (default: every host of gpu_nodes)"

@@ -36,6 +36,7 @@ from pathlib import Path
 from checks.__main__ import SUITES
 from checks.site_cache import site_of
 from roles.site import SiteError
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
 PASS, FAIL, UNREACHED, NOT_APPLICABLE = "PASS", "FAIL", "UNREACHED", "N/A"
@@ -628,7 +629,7 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file of the deployed site")
     parser.add_argument(
         "--hosts",

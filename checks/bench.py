@@ -32,7 +32,6 @@ win), and removes the drop-in afterwards (restarting once more), so the host end
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -65,6 +64,7 @@ from checks.bench_switch import (
 from checks.bench_workload import bench_command, run_workload
 from checks.connection import testinfra_url
 from roles.site import SiteError, load_site
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
 __all__ = [
@@ -101,7 +101,7 @@ __all__ = [
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m checks.bench", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file")
     parser.add_argument("--host", help="inventory host (default: the first gpu node)")
     parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")

@@ -19,7 +19,6 @@ and goes to curl on a file descriptor, never on a command line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 from roles.shared.layout import GATEWAY_API_KEY_FILE
 from roles.site import SiteError, load_site
+from roles.site.command_line import OneLineParser
 from roles.site.errors import print_problems
 
 API_KEY_FILE = GATEWAY_API_KEY_FILE  # where roles/gateway writes it
@@ -75,9 +75,11 @@ def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> V
     )
 
 
-def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
+def request_command(port: int, path: str, body: dict | None = None, seconds: int = 60) -> str:
+    """The root shell command (bash) that sends one request to the gateway on its own host: the
+    key from the 0600 file, to curl on a file descriptor; every value quoted."""
     curl = (
-        f"curl -sS -m 60 -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
+        f"curl -sS -m {int(seconds)} -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
         ' -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")'
     )
     data = ""
@@ -85,7 +87,11 @@ def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = F
         curl += " -H 'Content-Type: application/json' --data-binary @-"
         data = f"printf %s {shlex.quote(json.dumps(body))} | "
     script = f"KEY=$(cat {API_KEY_FILE} 2>/dev/null); {data}{curl} {shlex.quote(f'http://127.0.0.1:{port}{path}')}"
-    result = run(("sudo " if sudo else "") + f"bash -c {shlex.quote(script)}")
+    return f"bash -c {shlex.quote(script)}"
+
+
+def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
+    result = run(("sudo " if sudo else "") + request_command(port, path, body))
     return parse_curl_output(result.stdout, result.stderr)
 
 
@@ -106,7 +112,7 @@ def _bounded_run(bounded, host):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m checks.gateway", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks.gateway", description=__doc__.split("\n")[0])
     parser.add_argument("inventory")
     parser.add_argument("--host", help="the gateway (default: every host of the gateways group)")
     parser.add_argument("--sudo", action="store_true", help="read the key with sudo (non-root SSH user)")

@@ -31,7 +31,6 @@ line naming the file, what is wrong and what is valid, exit 2, and the old file 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -40,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from roles.site.command_line import OneLineParser
 
 PREFIX = "inference_host_"
 NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -224,7 +225,7 @@ def run(expect_file: Path, suites: str, out: Path, deadline_s: float = 90) -> in
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m checks.textfile", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m checks.textfile", description=__doc__.split("\n")[0])
     parser.add_argument("--expect-file", required=True, type=Path)
     parser.add_argument("--suites", default="gpu,service,server")
     parser.add_argument("--out", required=True, type=Path, help="the .prom file in the textfile directory")

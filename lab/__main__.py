@@ -1,19 +1,19 @@
 """`python -m lab [up|down|status]`: manage the rehearsal containers by hand."""
 
-import argparse
 import sys
 
 from lab import HOSTS, container_name, container_state, down, up
+from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab", description="Manage the rehearsal containers by hand.")
+def main(argv: list[str], prog: str = "python -m lab") -> int:
+    parser = OneLineParser(prog=prog, description="The lab's containers (docs/lab.md).")
     parser.add_argument(
         "command",
         nargs="?",
         default="status",
         choices=("up", "down", "status"),
-        help="up: start them; down: remove them; status (the default): each container's state",
+        help="up: bring the lab up; down: remove its containers; status (default): each container's state",
     )
     command = parser.parse_args(argv).command
     if command == "up":
@@ -28,4 +28,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    quiet_on_closed_pipe()
     raise SystemExit(main(sys.argv[1:]))

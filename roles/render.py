@@ -22,7 +22,6 @@ each role's template arguments from the role itself); no role imports it.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from roles.site import (
     own_sysctl,
     weight_sets_kept_by,
 )
+from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem, print_problems
 
 MASK = "***"
@@ -346,7 +346,7 @@ def engine_diff(site: Site, other_id: str, model_dir: Path, draft_dir: Path | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
     parser.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
     parser.add_argument("--out", type=Path, help="folder for DIR/<host>/<path on the host>")
     parser.add_argument(

@@ -15,13 +15,13 @@ it exactly (`uv pip sync --require-hashes`, roles/shared/locked_env.py).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from roles.eagle3_training.lock_files import FILES, PYTHON, lock_file, requirements_file
 from roles.shared import lock_compile
 from roles.site import SiteError
 from roles.site import lock as site_lock
+from roles.site.command_line import OneLineParser
 
 
 def requirements(lock: str) -> list[str]:
@@ -54,7 +54,7 @@ def make_lock(lock: str, index_url: str | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roles.eagle3_training.lock", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m roles.eagle3_training.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits); default: every .in file")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)

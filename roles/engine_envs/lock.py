@@ -27,12 +27,12 @@ needs.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from roles.shared import lock_compile
 from roles.site import EngineStack, SiteError, load_stack
 from roles.site import lock as stack_lock
+from roles.site.command_line import OneLineParser
 
 CUDA_RUNTIME_PACKAGES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
 
@@ -137,7 +137,7 @@ def make_cpu_lock(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roles.engine_envs.lock", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m roles.engine_envs.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml")
     parser.add_argument("stacks", nargs="*", help="stack ids to lock (default: every stack of the file)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")

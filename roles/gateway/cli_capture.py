@@ -34,7 +34,17 @@ def capture() -> dict:
 
 
 if __name__ == "__main__":
-    data = capture()
+    # Run as a file in an environment holding smg and nothing of this project (see above): plain
+    # argparse, so --help answers before smg is imported.
+    argparse.ArgumentParser(
+        prog="python roles/gateway/cli_capture.py",
+        description="Capture `smg launch`'s options into roles/gateway/cli/<version>.json; run it with "
+        "`uv run --no-project --with smg==VERSION python roles/gateway/cli_capture.py`.",
+    ).parse_args()
+    try:
+        data = capture()
+    except ImportError:
+        raise SystemExit("smg is not installed here: run it with uv run --no-project --with smg==VERSION ...") from None
     path = CLI_DIR / f"{data['smg']}.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {path} ({len(data['options'])} options)")

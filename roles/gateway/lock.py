@@ -14,13 +14,13 @@ command. The gateway host installs it with `uv pip sync --require-hashes` (roles
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 from roles.shared import lock_compile
 from roles.site import SiteError
 from roles.site import lock as site_lock
+from roles.site.command_line import OneLineParser
 
 
 def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None = None) -> Path:
@@ -41,7 +41,7 @@ def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m roles.gateway.lock", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m roles.gateway.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml (the lock goes beside it)")
     parser.add_argument("versions", nargs="+", help="smg releases to lock (the gateways' gateway_version)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")

@@ -27,12 +27,13 @@ import yaml
 
 from roles.monitoring import runbook
 from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
+from roles.shared import layout
 from roles.site import HostSettings, Site, address_of
 from roles.site.sections.monitoring import duration_seconds
 
 LOOPBACK = ("127.0.0.1", "::1")
 WILDCARD = ("0.0.0.0", "::")
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's and Ubuntu's packaged default
+TEXTFILE_DIR = layout.TEXTFILE_DIR  # Debian's and Ubuntu's packaged default
 ALERTMANAGER_DATA_DIR = "/var/lib/prometheus/alertmanager"
 PROMETHEUS_CONFIG_DIR = "/etc/prometheus"
 RULES_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host.rules.yml"

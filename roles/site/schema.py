@@ -174,6 +174,43 @@ class Site:
         lines.append(f"  secrets: {self.secrets_file or 'none'} ({len(self.secret_names)} keys)")
         return "\n".join(lines)
 
+    def summary_data(self) -> dict:
+        """What summary() says, for a program (`--json`): names and numbers, never a secret's value."""
+        active = self.stack.active
+        hosts = {}
+        for host in self.hosts.values():
+            item: dict[str, object] = {"groups": list(host.groups)}
+            if host.in_group("gpu_nodes"):
+                item |= {
+                    "gpu_count": host.gpu.count,
+                    "gpu_arch": host.gpu.arch,
+                    "served_model_name": host.serving.served_model_name,
+                    "endpoint": f"{host.serving.host}:{host.serving.port}",
+                }
+            if host.guest.vmid is not None:
+                item |= {
+                    "vmid": host.guest.vmid,
+                    "node": host.guest.node,
+                    "gpu_addresses": list(host.guest.gpu_addresses),
+                }
+            hosts[host.name] = item
+        return {
+            "inventory": self.inventory_file,
+            "valid": True,
+            "stack": {
+                "id": active.id,
+                "label": active.label,
+                "torch": active.torch,
+                "cuda": active.cuda,
+                "driver": self.stack.driver_version,
+                "uv": self.stack.uv,
+                "file": str(self.stack.file),
+            },
+            "hosts": hosts,
+            "secrets_file": self.secrets_file,
+            "secret_names": sorted(self.secret_names),
+        }
+
 
 def address_of(host: HostSettings) -> str:
     """Where other hosts reach this one: pyinfra's ssh_hostname, else the inventory name

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from roles.site import yamlfile
+from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -164,78 +165,23 @@ def _vault(password: bytes | None = None):
     return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password))])
 
 
-def damage(ciphertext: str) -> str | None:
-    """Why one !vault value is not a whole ansible-vault value, or None (no password needed).
-    ansible-core 2.18 ansible/parsing/vault/__init__.py: parse_vaulttext_envelope (a
-    `$ANSIBLE_VAULT;1.1;AES256` header, then hex lines), parse_vaulttext (hex of salt, HMAC and
-    ciphertext, one per line); VaultAES256 writes a 32-byte salt, a SHA-256 HMAC (64 hex
-    digits) and the PKCS#7-padded plaintext, a whole number of 16-byte blocks. A value cut
-    mid-way fails one of these: it is named as damaged, not blamed on the password."""
-    from ansible.errors import AnsibleError
-    from ansible.parsing.vault import parse_vaulttext, parse_vaulttext_envelope
-
-    try:
-        body, version, cipher, _ = parse_vaulttext_envelope(ciphertext.encode())
-        if not ciphertext.startswith("$ANSIBLE_VAULT;") or cipher != "AES256":
-            return "its header is not $ANSIBLE_VAULT;1.1;AES256"
-        data, salt, hmac = parse_vaulttext(body)
-    except (AnsibleError, ValueError) as error:
-        return f"its text is not whole ({str(error).splitlines()[0][:80]})"
-    if len(salt) != 32 or len(hmac) != 64 or not data or len(data) % 16:
-        return "it is shorter than the value ansible-vault wrote (a salt, an HMAC and whole 16-byte blocks)"
-    return None
-
-
 def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[str, str]:
-    """Plaintext of the named secrets (all when names is None). Raises SecretsError. A value that
-    is damaged (cut mid-way, edited) is named as such: the password is blamed only when no value
-    of the file decrypts with it."""
+    """Plaintext of the named secrets (all when names is None). Raises SecretsError."""
     from ansible.errors import AnsibleError
 
     entries = load(path)
     vault = _vault(password)
     wanted = entries if names is None else {n: entries[n] for n in names}
-
-    def fix(name: str) -> str:
-        return f"set it again: python -m roles.site.vault set {path} {name} (value on stdin)"
-
-    for name, ciphertext in wanted.items():
-        problem = damage(ciphertext)
-        if problem:
-            raise SecretsError(
-                f"{path}: secret {name!r} is damaged in the file: {problem}; expected it whole: {fix(name)}"
-            )
-    values, failed = {}, []
+    values = {}
     for name, ciphertext in wanted.items():
         try:
             values[name] = vault.decrypt(ciphertext.encode()).decode()
         except AnsibleError:
-            failed.append(name)
-    if failed and (values or _another_decrypts(vault, entries, failed)):
-        raise SecretsError(
-            f"{path}: secret {failed[0]!r} does not decrypt, while the file's other values do with the same"
-            f" password: the value is damaged (cut or edited); expected it whole: {fix(failed[0])}"
-        )
-    if failed:
-        raise SecretsError(
-            f"{path}: secret {failed[0]!r} cannot be decrypted with the password from"
-            f" {password_file()}; expected the password the file was encrypted with"
-        )
+            raise SecretsError(
+                f"{path}: secret {name!r} cannot be decrypted with the password from"
+                f" {password_file()}; expected the password the file was encrypted with"
+            ) from None
     return values
-
-
-def _another_decrypts(vault, entries: dict, failed: list[str]) -> bool:
-    from ansible.errors import AnsibleError
-
-    for name, ciphertext in entries.items():
-        if name in failed or damage(ciphertext):
-            continue
-        try:
-            vault.decrypt(ciphertext.encode())
-            return True
-        except AnsibleError:
-            continue
-    return False
 
 
 def set_secret(path: Path, name: str, value: str, password: bytes | None = None) -> None:
@@ -268,55 +214,66 @@ def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
     os.chmod(path, 0o600)
 
 
-USAGE = "usage: python -m roles.site.vault {set,list,check,rename} FILE [NAME | OLD NEW]"
+def _parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(prog=prog, description="Secrets in an ansible-vault encrypted YAML file.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{set,list,check,rename}")
+    for name, help_text, extra in (
+        ("set", "set NAME from the first line of stdin (needs the vault password)", ("name",)),
+        ("list", "list the secret names (no password needed)", ()),
+        ("check", "decrypt every value (needs the vault password)", ()),
+        ("rename", "rename a key OLD to NEW (no password needed)", ("old", "new")),
+    ):
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("file", type=Path, help="the secrets file, e.g. inventory/secrets.vault.yml")
+        for argument in extra:
+            command.add_argument(argument, help="letters, digits and _")
+    return parser
 
 
-def _main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(USAGE + "\n\n" + __doc__)
-        return 0
-    if len(argv) < 2 or argv[0] not in ("set", "list", "check", "rename"):
-        print(USAGE + "\n\n" + __doc__, file=sys.stderr)
-        return 64
-    command, path = argv[0], Path(argv[1])
+def _main(argv: list[str], prog: str = "python -m roles.site.vault") -> int:
+    parser = _parser(prog)
+    args = parser.parse_args(argv)
+    path = args.file
     try:
-        if command == "list":
+        if args.command == "list":
             print("\n".join(sorted(stored(path))))
-        elif command == "rename":
-            if len(argv) != 4 or not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) for name in argv[2:]):
-                print("usage: python -m roles.site.vault rename FILE OLD NEW  (letters, digits and _)", file=sys.stderr)
-                return 64
-            rename_secret(path, argv[2], argv[3])
-            print(f"{path}: {argv[2]} renamed {argv[3]}")
-        elif command == "check":
+        elif args.command == "rename":
+            if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) for name in (args.old, args.new)):
+                print(f"{parser.prog} rename: error: OLD and NEW take letters, digits and _", file=sys.stderr)
+                return 2
+            rename_secret(path, args.old, args.new)
+            print(f"{path}: {args.old} renamed {args.new}")
+        elif args.command == "check":
             print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
         else:
-            if len(argv) != 3:
-                print("usage: python -m roles.site.vault set FILE NAME  (value on stdin)", file=sys.stderr)
-                return 64
-            name = argv[2]
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise SecretsError(
-                    f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
-                    " (the name an inventory's *_secret setting refers to)"
-                )
-            if name in RENAMED_SECRETS:
-                raise SecretsError(f"the key {name} was renamed {RENAMED_SECRETS[name]}; expected the new name")
-            if not path.parent.is_dir() or path.is_dir():
-                raise SecretsError("expected a file path in an existing folder")
-            existing = stored(path) if path.exists() else {}
-            value = sys.stdin.readline().rstrip("\n")
-            if not value:
-                print("no value on stdin; nothing written", file=sys.stderr)
-                return 65
-            replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
-            set_secret(path, name, value)
-            print(f"{path}: {name} set" + "".join(f" (replaces {old}, its old name)" for old in replaced))
+            return _set(path, args.name)
     except SecretsError as error:
         print(f"{path}: {error}", file=sys.stderr)
         return 2
     return 0
 
 
+def _set(path: Path, name: str) -> int:
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        raise SecretsError(
+            f"secret name {name[:80]!r} is invalid; expected letters, digits and _"
+            " (the name an inventory's *_secret setting refers to)"
+        )
+    if name in RENAMED_SECRETS:
+        raise SecretsError(f"the key {name} was renamed {RENAMED_SECRETS[name]}; expected the new name")
+    if not path.parent.is_dir() or path.is_dir():
+        raise SecretsError("expected a file path in an existing folder")
+    existing = stored(path) if path.exists() else {}
+    value = sys.stdin.readline().rstrip("\n")
+    if not value:
+        print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
+        return 2
+    replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
+    set_secret(path, name, value)
+    print(f"{path}: {name} set" + "".join(f" (replaces {old}, its old name)" for old in replaced))
+    return 0
+
+
 if __name__ == "__main__":
+    quiet_on_closed_pipe()
     raise SystemExit(_main(sys.argv[1:]))

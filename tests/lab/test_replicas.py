@@ -152,6 +152,83 @@ def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The installed `inference-host` command, as an operator runs it."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("inference-host")), *argv],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _served(node, key: str) -> float:
+    """The replica's own count of requests it processed (the stand-in's sglang:num_requests_total,
+    as SGLang's tokenizer manager counts them)."""
+    request = urllib.request.Request(f"{worker_url(node)}/metrics", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:num_requests_total"))
+
+
+def test_status_answers_each_host_within_its_bound(site):
+    started = time.monotonic()
+    result = _command("status", str(INVENTORY), "--json", timeout=60)
+    took = time.monotonic() - started
+    print(f"\ninference-host status of the replicas lab (3 hosts): {took:.1f} s")
+    assert result.returncode == 0, result.stdout + result.stderr
+    answer = json.loads(result.stdout)
+    hosts = {h["name"]: h for h in answer["hosts"]}
+    for node in replicas(site.hosts):
+        host = hosts[node.name]
+        assert host["stack"]["active"] == site.stack.active.id, host["stack"]
+        assert host["stack"]["lock"].endswith(f"/locks/{host['stack']['environment']}.txt")
+        assert host["engine"]["state"] == "active" and host["engine"]["up_seconds"] > 0, host["engine"]
+        # The lab's nvidia-smi stand-in answers only what was captured on a real GPU, and no
+        # capture has memory.used or temperature.gpu: it refuses, and status says so.
+        gpus = host["gpus"]
+        assert gpus["count"] == node.gpu.count or "not answered in the lab" in gpus["problem"], gpus
+        assert host["health"].get("verdict") or host["health"].get("problem"), host["health"]
+        assert answer["replicas"][node.name].startswith("ready at"), answer["replicas"]
+    gateway = hosts[site.group("gateways")[0].name]
+    assert len(gateway["workers"]) == 2 and gateway["alerts"]["firing"] is not None, gateway
+    screen = _command("status", str(INVENTORY), timeout=60)
+    assert screen.returncode == 0 and "stack" in screen.stdout and "alerts" in screen.stdout, screen.stdout
+    # What status bounds: each host's answer (4 s). The whole command also loads and validates the
+    # inventory first (validation.py, 1.6 s of CPU): 7.8-10.8 s in all at a load of 12 on 2 cores.
+    assert all(h["seconds"] <= 4 for h in answer["hosts"]), [(h["name"], h["seconds"]) for h in answer["hosts"]]
+    assert took < 15, f"status took {took:.1f} s"
+
+
+def test_drain_takes_a_replica_out_and_undrain_brings_it_back(site, key):
+    node = replicas(site.hosts)[1]
+    started = time.monotonic()
+    result = _command("drain", str(INVENTORY), node.name, timeout=600)
+    drained_s = time.monotonic() - started
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        before = _served(node, key)
+        assert [_chat(site, key) for _ in range(8)] == [200] * 8  # the other replica serves
+        assert _served(node, key) == before, "a drained replica got a new request"
+        status = _command("status", str(INVENTORY), "--json", timeout=60)
+        answer = json.loads(status.stdout or "{}")
+        assert answer, status.stderr
+        state = answer["replicas"][node.name]
+        assert state.startswith(("draining", "out")), state
+        assert {h["name"]: h for h in answer["hosts"]}[node.name]["replica"]["drained_on_purpose"]
+    finally:  # the later tests need both replicas in the gateway
+        started = time.monotonic()
+        result = _command("undrain", str(INVENTORY), node.name, timeout=900)
+        undrained_s = time.monotonic() - started
+    print(f"\ninference-host drain: {drained_s:.1f} s, undrain: {undrained_s:.1f} s")
+    assert result.returncode == 0, result.stdout + result.stderr
+    status = json.loads(_command("status", str(INVENTORY), "--json", timeout=60).stdout)
+    assert status["replicas"][node.name].startswith("ready at"), status["replicas"]
+    assert not {h["name"]: h for h in status["hosts"]}[node.name]["replica"]["drained_on_purpose"]
+    assert [_chat(site, key) for _ in range(4)] == [200] * 4
+
+
 def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
     folder = tmp_path / stack_id / "inventory"
     folder.mkdir(parents=True, exist_ok=True)
@@ -209,80 +286,114 @@ def _queue_watch(site, stop: threading.Event, seen: dict) -> None:
         time.sleep(0.3)
 
 
+def _under_load(site, key, gw, action, what: str) -> tuple[float, float, str]:
+    """action() (a rolling deploy) while a client asks through the gateway all along and long
+    generations stream through it from before until after: no request fails, every stream ends
+    with all its tokens, each replica was drained at the gateway before its restart. Returns the
+    longest gap between two answers, between two tokens of a stream, and what was delivered."""
+    stop, ok, failed, streams = threading.Event(), [], [], []
+
+    def client():
+        while not stop.is_set():  # queued behind the streams at times (2 running at most)
+            (ok if _chat(site, key, timeout=3 * STREAM_SECONDS + 30) == 200 else failed).append(time.monotonic())
+
+    def streamer(long_prompt=False):
+        while not stop.is_set():  # a stream begun before the deploy ends runs to its end
+            streams.append(_stream(site, key, long_prompt))
+
+    queued: dict[str, float] = {}
+    since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    threads = [
+        threading.Thread(target=client),
+        threading.Thread(target=_queue_watch, args=(site, stop, queued)),
+        threading.Thread(target=streamer, kwargs={"long_prompt": True}),
+    ]
+    threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1)  # the first streams are under way before the upgrade starts
+    try:
+        returncode, explain = action()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert returncode == 0, explain
+    assert failed == [], f"{len(failed)} request(s) failed through the gateway during the {what}"
+    cut = [
+        s
+        for s in streams
+        if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length" or s["chunks"] != STREAM_TOKENS
+    ]
+    print(
+        f"\n{what}: per stream, tokens delivered/expected (long: a 6,000-word prompt; first token after the request):"
+    )
+    for s in sorted(streams, key=lambda s: s["began"]):
+        first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
+        print(
+            f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
+            f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
+        )
+    print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
+    assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
+    assert any(s["long_prompt"] for s in streams)
+    assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
+    got = sorted(s["chunks"] for s in streams)
+    delivered = (
+        f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS}, max {got[-1]}/{STREAM_TOKENS}"
+    )
+    # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
+    journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
+    assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
+    return max(b - a for a, b in zip(ok, ok[1:], strict=False)), max(s["gap"] for s in streams), delivered
+
+
 def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
     """Rolling switches by the real deploy (to another stack, then back and again when asked
-    for more runs; the module's last test, so the lab may be left on the other stack), a
-    client asking through the gateway all along and long generations streaming through it from
-    before the upgrade until after it: no request fails, every stream ends with all its tokens,
-    each replica was drained at the gateway before its restart, and the longest gap between two
-    answers and between two tokens of a stream are reported."""
+    for more runs), a client asking through the gateway all along and long generations
+    streaming through it from before the upgrade until after it: no request fails, every stream
+    ends with all its tokens, each replica was drained at the gateway before its restart, and
+    the longest gap between two answers and between two tokens of a stream are reported. Then,
+    with INFERENCE_HOST_LAB_ROLLBACK=1, `inference-host rollback` under the same load returns the
+    lab to the stack it started on (the environment kept on each replica), one replica at a time,
+    with nothing dropped."""
     old = site.stack.active.id
     new = next(s for s in site.stack.stacks if s != old)
     upgrade = _inventory_with_active(tmp_path, new, site)
     gw = testinfra.get_host(f"docker://{lab.container_name('gw')}")
     gaps, token_gaps, delivered = [], [], []
-    for inventory in [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]:
-        stop, ok, failed, streams = threading.Event(), [], [], []
+    inventories = [(upgrade, INVENTORY)[run % 2] for run in range(ROLLING_RUNS)]
+    for number, inventory in enumerate(inventories, 1):
 
-        def client(stop=stop, ok=ok, failed=failed):
-            while not stop.is_set():  # queued behind the streams at times (2 running at most)
-                (ok if _chat(site, key, timeout=3 * STREAM_SECONDS + 30) == 200 else failed).append(time.monotonic())
-
-        def streamer(stop=stop, streams=streams, long_prompt=False):
-            while not stop.is_set():  # a stream begun before the deploy ends runs to its end
-                streams.append(_stream(site, key, long_prompt))
-
-        queued: dict[str, float] = {}
-        since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
-        threads = [
-            threading.Thread(target=client),
-            threading.Thread(target=_queue_watch, args=(site, stop, queued)),
-            threading.Thread(target=streamer, kwargs={"long_prompt": True}),
-        ]
-        threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1)  # the first streams are under way before the upgrade starts
-        try:
+        def deploy(inventory=inventory):
             run = run_deploy(inventory)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join()
-        assert run.returncode == 0, run.explain()
-        assert failed == [], f"{len(failed)} request(s) failed through the gateway during the rolling upgrade"
-        cut = [
-            s
-            for s in streams
-            if s["error"] or s["errors"] or not s["done"] or s["finish"] != "length" or s["chunks"] != STREAM_TOKENS
-        ]
-        print(
-            f"\nrolling upgrade {len(delivered) + 1}: per stream, tokens delivered/expected"
-            " (long: a 6,000-word prompt; first token after the request):"
-        )
-        for s in sorted(streams, key=lambda s: s["began"]):
-            first = f"{s['first'] - s['began']:.1f} s" if s["first"] else "none"
-            print(
-                f"  {'long' if s['long_prompt'] else 'short'} {s['chunks']}/{STREAM_TOKENS}, first token {first},"
-                f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
-            )
-        print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
-        assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
-        assert any(s["long_prompt"] for s in streams)
-        assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"
-        token_gaps.append(max(s["gap"] for s in streams))
-        got = sorted(s["chunks"] for s in streams)
-        delivered.append(
-            f"{len(streams)} streams, tokens delivered/expected min {got[0]}/{STREAM_TOKENS},"
-            f" max {got[-1]}/{STREAM_TOKENS}"
-        )
-        # smg 1.13.0 logs each DELETE /workers/{id} it drains (workflow/steps/local/drain_workers.rs).
-        journal = gw.check_output(f"journalctl -u smg --no-pager --since '{since}'")
-        assert journal.count("Draining 1 worker(s)") == len(replicas(site.hosts)), journal[-3000:]
-        gaps.append(max(b - a for a, b in zip(ok, ok[1:], strict=False)))
+            return run.returncode, run.explain()
+
+        gap, token_gap, what = _under_load(site, key, gw, deploy, f"rolling upgrade {number}")
+        gaps.append(gap)
+        token_gaps.append(token_gap)
+        delivered.append(what)
     print(
         f"\nrolling upgrade through the gateway (lab): longest gap between answers"
         f" {', '.join(f'{g:.2f}' for g in gaps)} s; median {statistics.median(gaps):.2f} s;"
         f" {STREAM_SECONDS} s streams: {'; '.join(delivered)}, longest gap between tokens"
         f" {', '.join(f'{g:.2f}' for g in token_gaps)} s; median {statistics.median(token_gaps):.2f} s"
     )
+    if inventories[-1] != upgrade or os.environ.get("INFERENCE_HOST_LAB_ROLLBACK") != "1":
+        # An even number of runs ended on the old stack: nothing to roll back. The rollback is
+        # one more rolling deploy of three hosts (minutes): opt-in, CI's lab budget is spent.
+        return
+
+    def rollback():
+        result = _command("rollback", str(upgrade), timeout=1800)
+        return result.returncode, result.stdout[-4000:] + result.stderr[-4000:]
+
+    started = time.monotonic()
+    gap, token_gap, what = _under_load(site, key, gw, rollback, "inference-host rollback")
+    print(
+        f"\ninference-host rollback {new} -> {old} through the gateway (lab): {time.monotonic() - started:.0f} s;"
+        f" longest gap between answers {gap:.2f} s, between tokens {token_gap:.2f} s; {what}"
+    )
+    assert f"active: {old}" in (upgrade.parent / "stack.yml").read_text()
+    status = json.loads(_command("status", str(upgrade), "--json", timeout=60).stdout)
+    assert {h["stack"]["active"] for h in status["hosts"] if h["stack"]} == {old}, status

@@ -244,7 +244,17 @@ def test_the_guard_sees_any_document_name_that_is_not_in_the_repository():
 
 
 # What deploys, operators and the lab run; tests/ holds only tests (issue 24).
-PRODUCT = ("checks", "lab", "roles", "inventory", "group_data", "deploy.py", "validation.py", "config.py")
+PRODUCT = (
+    "checks",
+    "lab",
+    "roles",
+    "inventory",
+    "group_data",
+    "inference_host",
+    "deploy.py",
+    "validation.py",
+    "config.py",
+)
 
 
 def test_nothing_outside_tests_imports_tests():
@@ -302,12 +312,13 @@ LAB_MAY_IMPORT = {
     "lab": {
         "lab": "its own modules, the stand-ins it serves and the fixtures it builds",
         "roles.site.vault": "the throwaway vault is written and read by the model's own vault code",
+        "roles.site.command_line": "`python -m lab`: one-line usage errors, quiet on a closed pipe, like every command",
     },
     "lab.standins": {"lab.standins": "another stand-in (the Hub stand-in listens where the apt stand-in does)"},
     "lab.fixtures": {},
     "inference_host_lab_connector": {"lab": "brings a lab host up as pyinfra connects (docs/lab.md)"},
 }
-PROJECT_TOPS = ("roles", "checks", "lab", "validation", "deploy", "inventory", "tests", "config")
+PROJECT_TOPS = ("roles", "checks", "lab", "validation", "deploy", "inventory", "tests", "config", "inference_host")
 CONNECTOR = "lab/pyinfra-connector/src"
 
 
@@ -409,3 +420,16 @@ def test_the_import_tables_catch_an_import_they_do_not_list(tmp_path):
         "lab imports roles.site, not in lab's list",
         "lab.standins.x imports lab, not in lab.standins's list",
     ]
+
+
+def test_nothing_imports_the_command():
+    # inference_host/ is above everything, like deploy.py: it runs the project's modules; none of
+    # them may depend on it (the checks' bundle and the lab run without it).
+    found = [
+        f"{module} imports {target}"
+        for top in ("roles", "checks", "lab")
+        for module, targets in project_imports(top).items()
+        for target in targets
+        if target == "inference_host" or target.startswith("inference_host.")
+    ]
+    assert found == []

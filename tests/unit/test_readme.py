@@ -22,11 +22,13 @@ def test_quickstart_has_the_two_commands():
 
 def test_the_production_path_is_in_order():
     steps = [
-        "python -m roles.site.vault set",
-        "python -m roles.site inventory/prod.py",
-        "python -m roles.render inventory/prod.py",
+        "uv run inference-host vault set",
+        "uv run inference-host validate inventory/prod.py",
+        "uv run inference-host preview inventory/prod.py",
+        "uv run inference-host deploy inventory/prod.py --check",
         "uv run pyinfra inventory/prod.py deploy.py",
-        "python -m checks --inventory",
+        "uv run inference-host status inventory/prod.py",
+        "uv run inference-host check inventory/prod.py",
     ]
     places = [README.index(step) for step in steps]
     assert places == sorted(places)

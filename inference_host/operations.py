@@ -1,0 +1,716 @@
+"""The day-two operations of `inference-host` (docs/operations.md): status, drain, undrain,
+rollback, rotate.
+
+Every remote call is bounded twice: each command on the host runs under `timeout -s KILL`, and
+the whole answer of a host is waited for at most --timeout seconds (a host that does not answer
+in time is reported as such, exit 3, and the others are still shown). Commands are built with
+shlex (every value quoted) and read only what the deploy wrote; no secret is read here: the
+gateway's key stays on the gateway host (checks/gateway.py's request, the key to curl on a file
+descriptor).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE
+
+SECTION = "@@inference-host-status "
+COMMAND_BOUND_S = 3  # each command on a host; the host's whole answer: --timeout (default 4 s)
+NVIDIA_SMI_FIELDS = ("index", "memory.used", "memory.total", "temperature.gpu")
+
+
+# -- the commands each host runs ----------------------------------------------------------------
+
+
+def _bounded(command: str, seconds: int = COMMAND_BOUND_S) -> str:
+    """`timeout -s KILL`: a wedged nvidia-smi or amtool is killed, not waited for."""
+    return f"timeout -s KILL {int(seconds)} {command}"
+
+
+def _sections(parts: dict[str, str]) -> str:
+    """One POSIX shell script: each part's output after its marker line, then its exit status."""
+    lines = []
+    for name, command in parts.items():
+        # The status line on a line of its own: curl's -w output ends without a newline.
+        begin, end = shlex.quote(SECTION + name), shlex.quote(SECTION + "rc " + name)
+        lines.append(f"echo {begin}; {command}; rc=$?; echo; echo {end} $rc")
+    return "\n".join(lines)
+
+
+def status_script(site, host) -> str:
+    """What `status` runs on one host, by the groups it is in."""
+    from checks.gateway import request_command
+    from roles.shared.layout import CHECKS_TEXTFILE, current_link, drained_marker_file
+
+    parts: dict[str, str] = {"clock": "date +%s", "uptime": "cat /proc/uptime"}
+    if host.in_group("gpu_nodes"):
+        root = host.base.install_root
+        unit = f"{host.serving.unit_name}.service"
+        parts |= {
+            "current": _bounded(f"readlink {shlex.quote(current_link(root))}"),
+            "kept": _bounded(f"ls -1 {shlex.quote(root + '/envs')}"),
+            "unit": _bounded(
+                f"systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic {shlex.quote(unit)}"
+            ),
+            "health": _bounded(f"cat {shlex.quote(CHECKS_TEXTFILE)}"),
+            "gpus": _bounded(
+                "nvidia-smi --query-gpu=" + ",".join(NVIDIA_SMI_FIELDS) + " --format=csv,noheader,nounits 2>&1"
+            ),
+            "drained": f"test -e {shlex.quote(drained_marker_file(host.serving.unit_name))}",
+        }
+    if host.in_group("gateways"):
+        parts["workers"] = request_command(host.gateway.port, "/workers", seconds=COMMAND_BOUND_S)
+    if host.in_group("monitors"):
+        parts["alerts"] = _bounded("amtool alert query -o json")
+    return _sections(parts)
+
+
+def split_sections(stdout: str) -> dict[str, tuple[str, int | None]]:
+    """name -> (output, exit status) from a status script's output."""
+    found: dict[str, list] = {}
+    current = None
+    for line in stdout.splitlines():
+        if line.startswith(SECTION + "rc "):
+            name, _, code = line[len(SECTION) + 3 :].partition(" ")
+            if name in found:
+                found[name][1] = int(code) if code.strip().isdigit() else None
+            current = None
+        elif line.startswith(SECTION):
+            current = line[len(SECTION) :]
+            found[current] = [[], None]
+        elif current:
+            found[current][0].append(line)
+    return {name: ("\n".join(lines).removesuffix("\n"), code) for name, (lines, code) in found.items()}
+
+
+# -- reading the answers (pure: unit-tested on captured output) --------------------------------
+
+
+@dataclass
+class HostStatus:
+    name: str
+    groups: list[str]
+    answered: bool = True
+    seconds: float = 0.0
+    problem: str = ""
+    stack: dict = field(default_factory=dict)
+    engine: dict = field(default_factory=dict)
+    health: dict = field(default_factory=dict)
+    gpus: dict = field(default_factory=dict)
+    replica: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
+    alerts: dict = field(default_factory=dict)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _killed(code: int | None) -> bool:
+    return code in (124, 137)
+
+
+def read_stack(sections: dict, install_root: str) -> dict:
+    target, code = sections.get("current", ("", None))
+    if code != 0 or not target.strip():
+        return {"active": None, "problem": f"no {install_root}/current link (never deployed here?)"}
+    env = target.strip().rstrip("/").rsplit("/", 1)[-1]
+    kept_text, _ = sections.get("kept", ("", None))
+    kept = sorted(line.strip() for line in kept_text.splitlines() if line.strip() and line.strip() != env)
+    stack_id, _, stamp = env.rpartition("-")
+    return {
+        "active": stack_id or env,
+        "environment": env,
+        "lock": f"{install_root}/locks/{env}.txt",
+        "stamp": stamp,
+        "kept": kept,
+    }
+
+
+def read_engine(sections: dict, unit: str) -> dict:
+    text, code = sections.get("unit", ("", None))
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    uptime_text, _ = sections.get("uptime", ("", None))
+    since = None
+    try:
+        entered_us = int(values.get("ActiveEnterTimestampMonotonic", "0"))
+        now_s = float(uptime_text.split()[0])
+        if entered_us and values.get("ActiveState") == "active":
+            since = max(0.0, now_s - entered_us / 1e6)
+    except (ValueError, IndexError):
+        pass
+    state = values.get("ActiveState", "unknown" if code else "?")
+    return {"unit": unit, "state": state, "sub_state": values.get("SubState", "?"), "up_seconds": since}
+
+
+_METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def read_health(sections: dict, path: str) -> dict:
+    """The periodic checks' last verdict (checks/textfile.py's file) and its age."""
+    text, code = sections.get("health", ("", None))
+    if code != 0:
+        return {"verdict": None, "problem": f"no periodic verdict yet ({path} unreadable)"}
+    values: dict[str, str] = {}
+    failed_checks: list[str] = []
+    for line in text.splitlines():
+        match = _METRIC.match(line)
+        if not match:
+            continue
+        name, labels, value = match.groups()
+        values.setdefault(name, value)
+        if name == "inference_host_check_ok" and value in ("0", "0.0"):
+            check = re.search(r'check="((?:[^"\\]|\\.)*)"', labels or "")
+            failed_checks.append(check.group(1) if check else "?")
+    try:
+        ran_at = float(values["inference_host_checks_last_run_timestamp_seconds"])
+        failed = int(float(values.get("inference_host_checks_failed", "0")))
+    except (KeyError, ValueError):
+        return {"verdict": None, "problem": f"{path} has no last-run timestamp"}
+    clock_text, _ = sections.get("clock", ("", None))
+    age = float(clock_text.strip()) - ran_at if clock_text.strip().isdigit() else None
+    return {
+        "verdict": "healthy" if failed == 0 else "failed",
+        "failed": failed,
+        "failed_checks": sorted(set(failed_checks)),
+        "age_seconds": age,
+    }
+
+
+def read_gpus(sections: dict) -> dict:
+    text, code = sections.get("gpus", ("", None))
+    if _killed(code):
+        return {"count": None, "problem": f"nvidia-smi gave no answer within {COMMAND_BOUND_S} s (killed)"}
+    if code != 0:
+        first = (text.strip().splitlines() or ["no output"])[0][:160]
+        return {"count": None, "problem": f"nvidia-smi exit {code}: {first}"}
+    from checks.gpu_parsers import parse_csv
+
+    rows = parse_csv(text, NVIDIA_SMI_FIELDS)
+
+    def number(row, key):
+        try:
+            return float(re.sub(r"[^0-9.]", "", row.get(key) or "") or "nan")
+        except ValueError:
+            return float("nan")
+
+    used = [number(r, "memory.used") for r in rows]
+    total = [number(r, "memory.total") for r in rows]
+    temps = [number(r, "temperature.gpu") for r in rows]
+    return {
+        "count": len(rows),
+        "memory_used_mib": round(sum(u for u in used if u == u)),
+        "memory_total_mib": round(sum(t for t in total if t == t)),
+        "temperature_c": [None if t != t else round(t) for t in temps],
+    }
+
+
+def read_workers(sections: dict) -> tuple[list, str]:
+    from checks.server_checks import parse_curl_output
+
+    text, _ = sections.get("workers", ("", None))
+    answer = parse_curl_output(text, "")
+    if answer.status != 200:
+        return [], f"GET /workers: {f'HTTP {answer.status}' if answer.status else 'no answer'} {answer.error}".strip()
+    try:
+        workers = answer.json().get("workers", [])
+    except ValueError:
+        return [], "GET /workers: not JSON"
+    keep = ("url", "status", "is_healthy", "load")
+    return [{k: w.get(k) for k in keep} for w in workers], ""
+
+
+def read_alerts(sections: dict) -> dict:
+    text, code = sections.get("alerts", ("", None))
+    if _killed(code):
+        return {"firing": None, "problem": f"amtool gave no answer within {COMMAND_BOUND_S} s (killed)"}
+    if code != 0:
+        return {"firing": None, "problem": f"amtool exit {code}: {(text.strip().splitlines() or [''])[-1][:160]}"}
+    try:
+        alerts = json.loads(text or "[]")
+    except ValueError:
+        return {"firing": None, "problem": "amtool's answer is not JSON"}
+    firing = [
+        {"alertname": a.get("labels", {}).get("alertname", "?"), "severity": a.get("labels", {}).get("severity", "")}
+        for a in alerts
+        if (a.get("status") or {}).get("state", "active") == "active"
+    ]
+    return {"firing": firing}
+
+
+def host_status(site, host, stdout: str) -> HostStatus:
+    from roles.shared.layout import CHECKS_TEXTFILE
+
+    sections = split_sections(stdout)
+    status = HostStatus(host.name, list(host.groups))
+    if host.in_group("gpu_nodes"):
+        status.stack = read_stack(sections, host.base.install_root)
+        status.engine = read_engine(sections, f"{host.serving.unit_name}.service")
+        status.health = read_health(sections, CHECKS_TEXTFILE)
+        status.gpus = read_gpus(sections)
+        status.replica = {"drained_on_purpose": sections.get("drained", ("", 1))[1] == 0}
+    if host.in_group("gateways"):
+        status.workers, problem = read_workers(sections)
+        if problem:
+            status.problem = problem
+    if host.in_group("monitors"):
+        status.alerts = read_alerts(sections)
+    return status
+
+
+def worker_states(site, statuses: list[HostStatus]) -> dict[str, str]:
+    """Each replica's state at the gateways: ready, draining, unhealthy or out (not listed)."""
+    from roles.shared.replicas import replicas, worker_url
+
+    listed: dict[str, list[str]] = {}
+    for status in statuses:
+        for worker in status.workers:
+            state = str(worker.get("status") or "?").lower()
+            if state == "ready" and not worker.get("is_healthy"):
+                state = "unhealthy"
+            listed.setdefault(worker.get("url"), []).append(f"{state} at {status.name} (load {worker.get('load')})")
+    return {node.name: "; ".join(listed.get(worker_url(node), ["out (not listed)"])) for node in replicas(site.hosts)}
+
+
+def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
+    lines = []
+    for s in statuses:
+        lines.append(f"== {s.name} ({', '.join(s.groups)})  " + (f"{s.seconds:.1f} s" if s.answered else ""))
+        if not s.answered:
+            lines.append(f"   unreachable: {s.problem}")
+            continue
+        if s.stack:
+            st = s.stack
+            lines.append(
+                f"   stack    {st['active']} (lock {st['lock']}); kept for rollback: {', '.join(st['kept']) or 'none'}"
+                if st.get("active")
+                else f"   stack    {st['problem']}"
+            )
+        if s.engine:
+            e = s.engine
+            up = f", up {_duration(e['up_seconds'])}" if e["up_seconds"] is not None else ""
+            lines.append(f"   engine   {e['unit']} {e['state']} ({e['sub_state']}){up}")
+        if s.health:
+            h = s.health
+            if h.get("verdict"):
+                failed = f": {', '.join(h['failed_checks'])}" if h["failed_checks"] else ""
+                lines.append(
+                    f"   health   {h['verdict']} ({h['failed']} failed{failed}), {_duration(h['age_seconds'])} ago"
+                )
+            else:
+                lines.append(f"   health   {h['problem']}")
+        if s.gpus:
+            g = s.gpus
+            if g.get("count") is None:
+                lines.append(f"   gpus     {g['problem']}")
+            else:
+                temps = [t for t in g["temperature_c"] if t is not None]
+                heat = f", {min(temps)}-{max(temps)} C" if temps else ""
+                lines.append(
+                    f"   gpus     {g['count']}, memory used {g['memory_used_mib']} of {g['memory_total_mib']} MiB{heat}"
+                )
+        if s.name in replica_states:
+            drained = " (drained with inference-host drain)" if s.replica.get("drained_on_purpose") else ""
+            lines.append(f"   replica  {replica_states[s.name]}{drained}")
+        if s.workers or "gateways" in s.groups:
+            lines.append(f"   gateway  {len(s.workers)} worker(s) listed" + (f"; {s.problem}" if s.problem else ""))
+        if s.alerts:
+            a = s.alerts
+            if a.get("firing") is None:
+                lines.append(f"   alerts   {a['problem']}")
+            else:
+                names = ", ".join(f"{x['alertname']} ({x['severity']})" for x in a["firing"])
+                lines.append(f"   alerts   {len(a['firing'])} firing" + (f": {names}" if names else ""))
+    return "\n".join(lines)
+
+
+# -- running on the hosts, bounded -----------------------------------------------------------------
+
+
+def _on_host(inventory: str, name: str, script: str, answer: dict) -> None:
+    import testinfra
+
+    from checks.connection import testinfra_url
+
+    try:
+        result = testinfra.get_host(testinfra_url(inventory, name)).run("sh -c " + shlex.quote(script))
+        if SECTION not in result.stdout:  # the connection itself failed (ssh, docker exec)
+            why = (result.stderr.strip().splitlines() or [f"exit {result.rc}, no output"])[-1]
+            answer["error"] = f"no answer: {why[:200]}"
+            return
+        answer["stdout"], answer["rc"] = result.stdout, result.rc
+    except Exception as error:  # an unreachable host is one line, not a traceback
+        answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"
+
+
+def run_everywhere(inventory: str, scripts: dict[str, str], timeout_s: float) -> dict[str, dict]:
+    """host name -> {"stdout", "rc"} or {"error"}; every host at once, none waited for longer
+    than timeout_s (a thread left behind is a daemon: the command exits without it)."""
+    answers: dict[str, dict] = {name: {} for name in scripts}
+    threads = {}
+    started = time.monotonic()
+    for name, script in scripts.items():
+        thread = threading.Thread(target=_on_host, args=(inventory, name, script, answers[name]), daemon=True)
+        thread.start()
+        threads[name] = thread
+    for name, thread in threads.items():
+        thread.join(max(0.0, timeout_s - (time.monotonic() - started)))
+        answers[name]["seconds"] = round(time.monotonic() - started, 2)
+        if thread.is_alive():
+            answers[name] = {"error": f"no answer within {timeout_s:g} s", "seconds": timeout_s}
+    return answers
+
+
+def _load(parser, inventory: str):
+    from roles.site import SiteError, load_site
+    from roles.site.errors import print_problems
+
+    try:
+        return load_site(inventory)
+    except SiteError as error:
+        print_problems(error)
+        raise SystemExit(USAGE) from None
+
+
+def status(args, parser) -> int:
+    site = _load(parser, args.inventory)
+    hosts = [h for h in site.hosts.values() if {"gpu_nodes", "gateways", "monitors"} & set(h.groups)]
+    if args.host:
+        unknown = [n for n in args.host if n not in site.hosts]
+        if unknown:
+            parser.error(f"no host {unknown[0]!r} in {args.inventory}; expected one of: {', '.join(site.hosts)}")
+        hosts = [h for h in hosts if h.name in args.host]
+    answers = run_everywhere(args.inventory, {h.name: status_script(site, h) for h in hosts}, args.timeout)
+    statuses = []
+    for host in hosts:
+        answer = answers[host.name]
+        if "error" in answer:
+            statuses.append(HostStatus(host.name, list(host.groups), answered=False, problem=answer["error"]))
+            continue
+        status = host_status(site, host, answer["stdout"])
+        status.seconds = answer["seconds"]
+        statuses.append(status)
+    replica_states = worker_states(site, statuses)
+    code = OK if all(s.answered for s in statuses) else UNREACHABLE
+    if args.json:
+        print(json.dumps({"hosts": [asdict(s) for s in statuses], "replicas": replica_states, "status": code}))
+    else:
+        print(render(statuses, replica_states))
+    return code
+
+
+# -- drain / undrain: the rolling upgrade's own script -------------------------------------------
+
+
+def _replica(parser, site, name: str):
+    from roles.shared.replicas import gateways, replicas
+
+    nodes = replicas(site.hosts)
+    node = site.hosts.get(name)
+    if node is None or node not in nodes:
+        parser.error(f"{name!r} is not a replica of this site; expected one of: {', '.join(n.name for n in nodes)}")
+    if not gateways(site.hosts) or node.serving.topology != "replicas":
+        parser.error(f"{name!r} is behind no gateway (no gateways group, or serving_topology is not replicas)")
+    return node
+
+
+def drain(args, parser, undrain: bool = False) -> int:
+    """inference-engine-rolling --drain-only / --undrain-only on the replica: the rolling
+    upgrade's take-out and wait (smg's in-flight count and the engine's gauges, read twice) or its
+    add-back (a generation first, then POST /workers, then healthy at every gateway)."""
+    import testinfra
+
+    from checks.connection import testinfra_url
+    from roles.serving import rolling_argv
+
+    site = _load(parser, args.inventory)
+    node = _replica(parser, site, args.replica)
+    argv = rolling_argv(node, site.hosts, "--undrain-only" if undrain else "--drain-only") + ["true"]
+    # The script's own waits are bounded (the drain: serving_drain_timeout_s; the add-back: the
+    # settle time + 30 s, then 120 s per gateway); this bound is theirs plus a margin.
+    bound = node.serving.drain_timeout_s + 30 + 120 * max(1, len(site.group("gateways"))) + 60
+    command = _bounded(shlex.join(argv), bound)
+    started = time.monotonic()
+    try:
+        result = testinfra.get_host(testinfra_url(args.inventory, node.name)).run(command)
+    except Exception as error:
+        print(f"{node.name}: could not be reached: {type(error).__name__}: {str(error)[:200]}", file=sys.stderr)
+        return UNREACHABLE
+    took = time.monotonic() - started
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    what = "undrain" if undrain else "drain"
+    if result.rc == 0:
+        print(f"{node.name}: {what} done in {took:.1f} s")
+        return OK
+    if result.rc in (124, 137):
+        print(f"{node.name}: {what} did not finish within {bound} s; see `inference-host status`", file=sys.stderr)
+    elif result.rc == 3:
+        return UNREACHABLE
+    return FAILED
+
+
+def add_parsers(commands) -> None:
+
+    def inventory(sub):
+        sub.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
+
+    sub = commands.add_parser(
+        "status",
+        help="what each host is doing now (within seconds)",
+        description="One screen per host: active stack and its lock, engine unit state and uptime, the "
+        "last periodic health verdict and its age, GPUs, replicas at the gateways, firing alerts.",
+    )
+    inventory(sub)
+    sub.add_argument("--host", action="append", default=[], help="only this host (repeat)")
+    sub.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    sub.add_argument(
+        "--timeout", type=_seconds, default=4.0, metavar="SECONDS", help="wait at most this long for a host (4)"
+    )
+    sub.set_defaults(run=status)
+
+    for name, undrain, text in (
+        ("drain", False, "take a replica out of every gateway and wait until nothing is in flight to it"),
+        ("undrain", True, "put a drained replica back into every gateway, once it answers a generation"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text + ".")
+        inventory(sub)
+        sub.add_argument("replica", help="the replica's inventory host name (a gpu node behind the gateways)")
+        sub.set_defaults(run=lambda args, parser, undrain=undrain: drain(args, parser, undrain))
+    add_rollback_parser(commands)
+    add_rotate_parser(commands)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds") from None
+    if not 0.5 <= value <= 300:
+        raise argparse.ArgumentTypeError(f"{value:g} is out of range; expected 0.5 to 300 seconds")
+    return value
+
+
+# -- rollback: a deploy with the active stack switched back ----------------------------------------
+
+_ACTIVE_LINE = re.compile(r"^active:[ \t]*(?P<id>[^\s#]+)(?P<rest>.*)$", re.MULTILINE)
+
+
+def with_active(stack_text: str, stack_id: str) -> str:
+    """The stack file's text with `active:` set to stack_id, its comments and layout kept (the
+    file is the operator's: a YAML round trip would drop the comments). Read back with the site
+    model's own loader before it is written (rollback does)."""
+    matches = list(_ACTIVE_LINE.finditer(stack_text))
+    if len(matches) != 1:
+        raise ValueError(f"expected one top-level `active:` line, found {len(matches)}")
+    match = matches[0]
+    return stack_text[: match.start()] + f"active: {stack_id}{match.group('rest')}" + stack_text[match.end() :]
+
+
+def kept_environments(inventory: str, nodes, timeout_s: float) -> dict[str, list[str]]:
+    """gpu node -> the environments kept under <install_root>/envs, newest first (bounded)."""
+    scripts = {
+        n.name: _sections({"kept": _bounded(f"ls -1t {shlex.quote(n.base.install_root + '/envs')}")}) for n in nodes
+    }
+    answers = run_everywhere(inventory, scripts, timeout_s)
+    kept = {}
+    for node in nodes:
+        answer = answers[node.name]
+        if "error" in answer:
+            raise ConnectionError(f"{node.name}: {answer['error']}")
+        text, code = split_sections(answer["stdout"]).get("kept", ("", None))
+        kept[node.name] = [line.strip() for line in text.splitlines() if line.strip()] if code == 0 else []
+    return kept
+
+
+def rollback_target(active: str, stacks: list[str], kept: dict[str, list[str]], named: str | None) -> str:
+    """The stack to go back to: `named`, else the newest environment of another stack kept on the
+    first gpu node; it must be kept on every gpu node (a rollback installs nothing). ValueError
+    says why there is none."""
+
+    def stack_of(env: str) -> str:
+        return env.rpartition("-")[0]
+
+    if named is not None:
+        if named not in stacks:
+            raise ValueError(f"no stack {named!r} in the stack file; stacks: {', '.join(stacks)}")
+        if named == active:
+            raise ValueError(f"{named} is already the active stack; nothing to roll back to")
+        target = named
+    else:
+        first = next(iter(kept.values()), [])
+        previous = [stack_of(env) for env in first if stack_of(env) in stacks and stack_of(env) != active]
+        if not previous:
+            raise ValueError(
+                f"no environment of another stack is kept on {next(iter(kept), 'the gpu nodes')}"
+                f" (kept: {', '.join(first) or 'none'}); name one with --to, which deploys it like an upgrade"
+            )
+        target = previous[0]
+    missing = [node for node, envs in kept.items() if target not in {stack_of(env) for env in envs}]
+    if missing:
+        raise ValueError(
+            f"{target} is not kept on {', '.join(missing)}: that is an upgrade, not a rollback"
+            f" (set active: {target} in the stack file and deploy)"
+        )
+    return target
+
+
+def rollback(args, parser) -> int:
+    """stack.yml's `active` set back, then the deploy: the engine's preflight, the health-gated
+    switch and, behind gateways, the rolling switch one replica at a time, as for an upgrade. A
+    failed deploy puts the file back (the switch itself already kept the old release serving)."""
+    import subprocess
+    from pathlib import Path
+
+    from roles.site import SiteError
+    from roles.site.stack import load_stack
+
+    site = _load(parser, args.inventory)
+    nodes = site.group("gpu_nodes")
+    if not nodes:
+        parser.error(f"{args.inventory} has no gpu_nodes: nothing serves, nothing to roll back")
+    try:
+        kept = kept_environments(args.inventory, nodes, args.timeout)
+    except ConnectionError as error:
+        print(f"inference-host rollback: {error}; nothing changed", file=sys.stderr)
+        return UNREACHABLE
+    active = site.stack.active.id
+    try:
+        target = rollback_target(active, list(site.stack.stacks), kept, args.to)
+    except ValueError as error:
+        parser.error(str(error))
+    stack_file = Path(site.stack.path)
+    before = stack_file.read_text(encoding="utf-8")
+    after = with_active(before, target)
+    stack_file.write_text(after, encoding="utf-8")
+    try:
+        if load_stack(stack_file).active.id != target:
+            raise SiteError([f"{stack_file}: active did not read back as {target}"])
+    except SiteError as error:
+        stack_file.write_text(before, encoding="utf-8")
+        print(f"inference-host rollback: {error.problems[0]}; the file is as it was", file=sys.stderr)
+        return USAGE
+    print(
+        f"rollback: {stack_file} active: {active} -> {target}; deploying"
+        " (preflight, health gate, one replica at a time)"
+    )
+    from inference_host.cli import ROOT, pyinfra_argv
+
+    started = time.monotonic()
+    code = subprocess.run(pyinfra_argv(args.inventory, False, True, [], []), cwd=ROOT, check=False).returncode
+    if code != 0:
+        stack_file.write_text(before, encoding="utf-8")
+        print(
+            f"inference-host rollback: the deploy failed (exit {code}); {stack_file} says active: {active} again."
+            " The switch keeps the release that served when the new one fails its gate; read the deploy's"
+            " output above, then `inference-host status`",
+            file=sys.stderr,
+        )
+        return FAILED
+    print(f"rolled back to {target} in {time.monotonic() - started:.0f} s; commit {stack_file} (active: {target})")
+    return OK
+
+
+def add_rollback_parser(commands) -> None:
+    sub = commands.add_parser(
+        "rollback",
+        help="back to the previous stack still kept on the hosts (or --to STACK), health-gated",
+        description="Set the stack file's `active` to the previous stack whose environment every gpu node "
+        "still keeps (or --to STACK), then deploy: the same preflight, health gate and, behind gateways, "
+        "the rolling switch as an upgrade. A failed deploy puts the stack file back.",
+    )
+    sub.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
+    sub.add_argument("--to", metavar="STACK", help="the stack id to go back to (default: the previous one kept)")
+    sub.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="wait this long for a node's list (10)"
+    )
+    sub.set_defaults(run=rollback)
+
+
+# -- rotate: a new value into the vault, then onto the hosts ---------------------------------------
+
+
+def _new_value(name: str) -> str:
+    """The new value from stdin: typed without echo at a terminal, else the first line."""
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass(f"new value of {name} (not echoed): ")
+    return sys.stdin.readline().rstrip("\n")
+
+
+def rotate(args, parser) -> int:
+    """The vault's value replaced (roles/site/vault.py: encrypted, the file 0600), then the deploy
+    writes it to every host that uses it (0600 files) and restarts what reads it, health-gated;
+    behind gateways the replicas one at a time. No value is printed or put on a command line."""
+    import subprocess
+    from pathlib import Path
+
+    from inference_host.cli import ROOT, pyinfra_argv
+    from roles.site.vault import SecretsError, set_secret
+
+    site = _load(parser, args.inventory)
+    if not site.secrets_file:
+        parser.error(f"{args.inventory} names no secrets file (secrets_file): nothing to rotate")
+    names = sorted(site.secret_names or ())
+    if args.secret not in names:
+        parser.error(f"no secret {args.secret!r} in {site.secrets_file}; expected one of: {', '.join(names)}")
+    value = _new_value(args.secret)
+    if not value:
+        parser.error("no new value on stdin; nothing written")
+    path = Path(site.secrets_file)  # already beside the inventory (roles/site/loading.py)
+    try:
+        set_secret(path, args.secret, value)
+    except SecretsError as error:
+        print(f"inference-host rotate: {path}: {error}; nothing written", file=sys.stderr)
+        return USAGE
+    print(f"rotate: {path}: {args.secret} replaced")
+    if args.no_deploy:
+        print(
+            f"not deployed (--no-deploy): the hosts keep the old value until `inference-host deploy {args.inventory}`"
+        )
+        return OK
+    started = time.monotonic()
+    code = subprocess.run(pyinfra_argv(args.inventory, False, True, [], []), cwd=ROOT, check=False).returncode
+    if code != 0:
+        print(
+            f"inference-host rotate: the deploy failed (exit {code}); the vault holds the new value and some hosts"
+            " may have it: fix what the deploy names and deploy again (to undo: rotate back to the old value)",
+            file=sys.stderr,
+        )
+        return FAILED
+    print(f"{args.secret} rotated on the hosts in {time.monotonic() - started:.0f} s")
+    return OK
+
+
+def add_rotate_parser(commands) -> None:
+    sub = commands.add_parser(
+        "rotate",
+        help="a new value of a secret into the vault, then onto the hosts (a deploy)",
+        description="Replace SECRET in the inventory's vault with a new value (typed without echo, or the "
+        "first line of stdin), then deploy: every host that uses it gets the new 0600 file and what reads "
+        "it restarts, health-gated (docs/operations.md says what clients see for the API key).",
+    )
+    sub.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
+    sub.add_argument("secret", help="the vault key, e.g. engine_api_key, hf_token, monitoring_web_password")
+    sub.add_argument("--no-deploy", action="store_true", help="only the vault; deploy later")
+    sub.set_defaults(run=rotate)
