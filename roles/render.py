@@ -23,12 +23,12 @@ each role's template arguments from the role itself); no role imports it.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 import validation
 from roles.shared import layout, pve, templates
+from roles.shared.shell import argv
 from roles.site import (
     PROJECT_ROOT,
     HostSettings,
@@ -244,7 +244,7 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
         empty = pve.parse_config("", "qemu")
         plan = kvm_guest.plan_update(guest, empty)
         create, tool = kvm_guest.create_command(guest), "qm"
-    update = shlex.join([tool, "set", str(vmid), *plan.arguments()])
+    update = argv(tool, "set", vmid, *plan.arguments())
     p.file(f"{folder}/{tool}-create-{vmid}.sh", f"# {guest.name}: when guest {vmid} does not exist\n{create}\n")
     p.file(
         f"{folder}/{tool}-set-{vmid}.sh",

@@ -16,6 +16,7 @@ from pyinfra.operations import apt, files, server
 
 from roles.cuda.facts import SelectedCudaDirectory
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
+from roles.shared.shell import sh
 from roles.site import current_host, current_site
 
 PROFILE_FILE = "/etc/profile.d/90-inference-host-cuda.sh"
@@ -50,7 +51,7 @@ def _select(version: str, stack_id: str) -> None:
     target = toolkit_dir(version)
     server.shell(
         name=f"Select CUDA {version} as /usr/local/cuda (stack {stack_id})",
-        commands=[f"update-alternatives --set cuda {target}"],
+        commands=[sh("update-alternatives --set cuda {target}", target=target)],
         _if=lambda: host.get_fact(SelectedCudaDirectory) != target,
     )
     files.template(

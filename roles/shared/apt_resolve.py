@@ -11,11 +11,12 @@ planning, before the CUDA repository exists on a fresh host (docs/upstream.md).
 from __future__ import annotations
 
 import re
-import shlex
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import server
+
+from roles.shared.shell import Shell, sh
 
 # Debian policy 5.6.12: [epoch:]upstream_version[-debian_revision]
 _EPOCH = re.compile(r"^[0-9]+:")
@@ -32,7 +33,7 @@ def installed_at(installed: dict, packages: list[str], upstream: str) -> bool:
     return all(any(upstream_version(v) == upstream for v in installed.get(p) or ()) for p in packages)
 
 
-def install_command(pins: dict[str, str]) -> str:
+def install_command(pins: dict[str, str]) -> Shell:
     """One shell step: the index refreshed, then each package at the candidate of the host's index
     whose upstream version is its pin, epoch and revision included as the index writes them; a
     pin the index lacks -> one line naming the package, the pin and the versions the index has,
@@ -40,19 +41,20 @@ def install_command(pins: dict[str, str]) -> str:
 
     The refresh is part of the step (which runs only when something must be installed): an index
     read hours ago may lack the pinned release, or name files the repository no longer serves."""
-    specs = " ".join(shlex.quote(f"{package}={upstream}") for package, upstream in pins.items())
-    return (
+    # A spec starting with '-' would reach apt-get as an option: sh() refuses it here.
+    return sh(
         "DEBIAN_FRONTEND=noninteractive apt-get update -qq || exit 1; args=''; "
-        f"for spec in {specs}; do "
-        "pkg=${spec%%=*}; pin=${spec#*=}; "
-        "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}'); "
+        "for spec in {specs}; do "
+        "pkg=${{spec%%=*}}; pin=${{spec#*=}}; "
+        "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}}'); "
         'full=$(printf \'%s\\n\' "$have" | awk -v pin="$pin" '
-        '\'{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v); if (v == pin) { print $0; exit } }\'); '
+        '\'{{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v); if (v == pin) {{ print $0; exit }} }}\'); '
         'if [ -z "$full" ]; then [ -n "$have" ] || have=none; '
         "echo \"$pkg: version $pin (any epoch, any revision) is not in this host's apt index, which has:"
         " $(printf '%s' \"$have\" | tr '\\n' ' ')\" >&2; exit 1; fi; "
         'args="$args $pkg=$full"; done; '
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades $args"
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades $args",
+        specs=[f"{package}={upstream}" for package, upstream in pins.items()],
     )
 
 
