@@ -28,7 +28,7 @@ from pathlib import Path
 
 import validation
 from roles.shared import layout, pve, templates
-from roles.shared.shell import argv
+from roles.shared.shell import argv, word
 from roles.site import (
     PROJECT_ROOT,
     HostSettings,
@@ -102,7 +102,7 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
     p.template(
         cuda.PROFILE_FILE,
         "roles/cuda/templates/90-inference-host-cuda.sh.j2",
-        cuda_home=cuda.toolkit_dir(version),
+        cuda_home=word(cuda.toolkit_dir(version)),
         version=version,
     )
 

@@ -16,7 +16,7 @@ from pyinfra.operations import apt, files, server
 
 from roles.cuda.facts import SelectedCudaDirectory
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
-from roles.shared.shell import sh
+from roles.shared.shell import sh, word
 from roles.site import current_host, current_site
 
 PROFILE_FILE = "/etc/profile.d/90-inference-host-cuda.sh"
@@ -58,7 +58,7 @@ def _select(version: str, stack_id: str) -> None:
         name=f"Export CUDA_HOME={target} in {PROFILE_FILE}",
         src="roles/cuda/templates/90-inference-host-cuda.sh.j2",
         dest=PROFILE_FILE,
-        cuda_home=target,
+        cuda_home=word(target),  # one shell word: the file is sourced by login shells
         version=version,
         mode="0644",
     )

@@ -42,7 +42,7 @@ from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
-from roles.shared.shell import sh
+from roles.shared.shell import argv, sh
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
@@ -351,9 +351,7 @@ def _driver(settings: HostSettings) -> None:
         user="root",
         group="root",
         mode="0755",
-        python=python,
-        driver=f"{LIBEXEC}/pipeline.py",
-        config=CONFIG_FILE,
+        command=argv(python, f"{LIBEXEC}/pipeline.py", "--config", CONFIG_FILE),  # one shell word each
     )
     unit = files.template(
         name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",

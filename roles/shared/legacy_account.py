@@ -79,7 +79,7 @@ class ServiceAccountState(FactBase):
 
     def command(self, user: str, group: str, data_dir: str, log_dir: str) -> Shell:
         # Names are UnixName-validated ([a-z_][a-z0-9_-]*): safe in a regular expression.
-        users, groups = "|".join(sorted({FORMER_USER, user})), "|".join(sorted({FORMER_GROUP, group}))
+        users, groups = "|".join(dict.fromkeys((FORMER_USER, user))), "|".join(dict.fromkeys((FORMER_GROUP, group)))
         return sh(
             "grep -E -- {users} /etc/passwd | sed 's/^/passwd:/'; "
             "grep -E -- {groups} /etc/group | sed 's/^/group:/'; "

@@ -78,11 +78,11 @@ def build_command(
             live=f"{target} is live but incomplete; not replaced",
         ),
         sh("rm -rf -- {building}", building=building),
-        sh("uv venv --quiet --python {python} -- {building}", python=python, building=building),
+        sh("uv venv --quiet --python {python} {building}", python=python, building=building),
         sh(
-            "uv pip sync --quiet --require-hashes --python {python} -- {requirements}"
+            "uv pip sync --quiet --require-hashes --python {python} {requirements}"
             if compile_only
-            else "uv pip sync --quiet --require-hashes --compile-bytecode --python {python} -- {requirements}",
+            else "uv pip sync --quiet --require-hashes --compile-bytecode --python {python} {requirements}",
             python=venv_python,
             requirements=requirements,
         ),
@@ -105,12 +105,12 @@ def build_command(
     steps += [
         sh("cp -- {requirements} {copy}", requirements=requirements, copy=f"{building}/{LOCK_COPY_NAME}"),
         sh("echo {name} > {marker}", name=name, marker=f"{building}/{MARKER}"),
-        sh("mv -T -- {building} {target}", building=building, target=target),
+        sh("mv -T {building} {target}", building=building, target=target),
     ]
     return sh(
         "umask 022; ( {steps} ) || {{ rm -rf -- {building};"
-        ' echo "FAILED to build "{target}"; the live environment ($(readlink -- {current} || echo none))'
-        ' was not touched and still serves" >&2; exit 1; }}',
+        " printf 'FAILED to build %s; the live environment (%s) was not touched and still serves\\n'"
+        ' {target} "$(readlink -- {current} || echo none)" >&2; exit 1; }}',
         steps=chain(*steps),
         building=building,
         target=target,

@@ -126,7 +126,7 @@ class PciDevices(FactBase):
     """Returns the node's PCI devices from the Proxmox API: {address: {vendor, iommugroup, ...}}."""
 
     def command(self) -> str:
-        return "pvesh get /nodes/$(hostname)/hardware/pci --pci-class-blacklist '' --output-format json"
+        return "pvesh get \"/nodes/$(hostname)/hardware/pci\" --pci-class-blacklist '' --output-format json"
 
     def process(self, output) -> dict[str, dict]:
         return parse_pci_devices("\n".join(output))

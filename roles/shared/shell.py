@@ -39,7 +39,7 @@ import shlex
 from collections.abc import Iterable
 from string import Formatter
 
-__all__ = ["Shell", "argv", "chain", "from_pyinfra", "sh"]
+__all__ = ["Shell", "argv", "chain", "from_pyinfra", "sh", "word"]
 
 
 class Shell(str):
@@ -86,6 +86,11 @@ def argv(*words: Value) -> Shell:
     if not words:
         raise ValueError("argv(): an empty command")
     return Shell(" ".join(_quote(w, "argv") for w in words))
+
+
+def word(value: Value) -> Shell:
+    """One value as one quoted shell word, for a template of a shell script (`{{ cuda_home }}`)."""
+    return Shell(_quote(value, "word"))
 
 
 def chain(*commands: Shell, operator: str = "&&") -> Shell:
