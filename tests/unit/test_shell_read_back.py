@@ -26,10 +26,12 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import json
 import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ import pytest
 from pyinfra.api import FactBase
 
 from roles.shared.shell import sh
+from tests.unit.conftest import PROJECT_ROOT
 from tests.unit.test_shell_builder import role_sources
 
 SEED = 44
@@ -155,8 +158,11 @@ class Runner:
         for index, command in enumerate(commands):
             for folder in (batch / str(index), batch / f"{index}.rec"):
                 folder.mkdir()
+            # Each command from its own file (`.` in a subshell): a quote it leaves open ends
+            # there, and the cases after it still run.
+            (batch / f"{index}.sh").write_text(command + "\n")
             script.append(
-                f'REC="$ROOT/{index}.rec"; cd "$ROOT/{index}" && (\n{command}\n)'
+                f'REC="$ROOT/{index}.rec"; cd "$ROOT/{index}" && ( . "$ROOT/{index}.sh" )'
                 f' </dev/null >"$ROOT/{index}.out" 2>/dev/null'
             )
         env = {"PATH": str(self.bin), "ROOT": str(batch), "HOME": "/nonexistent-home"}
@@ -176,8 +182,20 @@ def _calls(data: bytes) -> list[tuple[bytes, ...]]:
     calls = []
     for chunk in data.split(b"\x1e\x00"):
         if chunk:
-            calls.append(tuple(chunk.rstrip(b"\x00").split(b"\x00")))
+            calls.append(_as_systemd_reads(tuple(chunk.rstrip(b"\x00").split(b"\x00"))))
     return calls
+
+
+def _as_systemd_reads(call: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """systemd-run's command words, as the manager reads them: expanded like ExecStart=, so the
+    role doubles each `$` (roles/shared/systemd_syntax.py transient_argv) and `$$` is one `$`.
+    Its options (`-p KEY=VALUE`) are not expanded."""
+    if call[0] != b"systemd-run":
+        return call
+    index = 1
+    while index < len(call) and call[index].startswith(b"-"):
+        index += 2 if call[index] == b"-p" else 1
+    return call[:index] + tuple(word.replace(b"$$", b"$") for word in call[index:])
 
 
 def _substitute(outcome: Outcome, values: dict[str, str]) -> Outcome:
@@ -480,3 +498,73 @@ def test_a_value_starting_with_a_dash_is_refused_before_contact():
 
 def test_the_shell_is_posix_sh():
     assert os.path.exists(SHELL)
+
+
+# --- the whole deploy: every command of a plan, the settings hostile -----------------------------
+
+PLAN_INVENTORY = PROJECT_ROOT / "tests" / "unit" / "plans" / "inventory_shell_values.py"
+PLAN_HOST = "@fake/gpu-shell"
+# Per setting, candidates from the most hostile down: the first the site model takes is used (a
+# setting whose every candidate is refused is refused before contact, which is the other outcome).
+PATH_CANDIDATES = [
+    "$(touch pwned)`touch pwned`; touch pwned|&#*?'\" x",
+    "sp ace'q\"#~*?[a]☃é",
+    "sp ace☃é",
+]
+PLAN_SETTINGS = {
+    "base_install_root": [f"/opt/ih {c}" for c in PATH_CANDIDATES],
+    "base_uv_dir": [f"/opt/uv {c}" for c in PATH_CANDIDATES],
+    "base_data_dir": [f"/var/lib/ie {c}" for c in PATH_CANDIDATES],
+    "base_log_dir": [f"/var/log/ie {c}" for c in PATH_CANDIDATES],
+    "base_model_dir": [f"/srv/models {c}" for c in PATH_CANDIDATES],
+    "serving_served_model_name": ["kimi $(touch pwned)`id`;|&'\"*", "kimi k2's ☃ *"],
+}
+
+
+def _plan(values: dict[str, str]) -> list[str]:
+    env = {**os.environ, "INFERENCE_HOST_SHELL_VALUES": json.dumps(values)}
+    done = subprocess.run(
+        [sys.executable, "tests/unit/plans/record.py", "--limit", PLAN_HOST, str(PLAN_INVENTORY), "deploy.py"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return [r["command"] for r in records if "command" in r and r["host"] == PLAN_HOST]
+
+
+def _accepted(setting: str, candidates: list[str]) -> str | None:
+    from tests.unit.test_read_back import Inventory
+
+    inventory = Inventory("plan", PLAN_INVENTORY)
+    for value in candidates:
+        _, problems = inventory.retyped(PLAN_HOST, setting, value)
+        if not problems:
+            return value
+    return None
+
+
+def _placeholder(value: str, serial: int) -> str:
+    return "/".join(
+        part if part in ("", ".", "..") else f"zq{serial}s{index}qz" for index, part in enumerate(value.split("/"))
+    )
+
+
+def test_every_command_of_a_deploy_reads_its_settings_back(runner):
+    """The real roles, run by pyinfra against a @fake host (tests/unit/plans/record.py), once with
+    placeholders and once with hostile settings: the same commands, read the same by sh."""
+    chosen = {s: _accepted(s, c) for s, c in PLAN_SETTINGS.items()}
+    hostile_values = {s: v for s, v in chosen.items() if v is not None}
+    placeholders = {s: _placeholder(v, 9000 + i) for i, (s, v) in enumerate(hostile_values.items())}
+    meant, built = _plan(placeholders), _plan(hostile_values)
+    assert len(meant) == len(built) > 100, (len(meant), len(built))
+    pairs = {placeholders[s]: v for s, v in hostile_values.items()}
+    reached = [c for c in meant if any(p in c for p in pairs)]
+    assert len(reached) > 10, "the settings reach no command line: the test would prove nothing"
+    cases = [Case(f"plan command {i}", m, b, pairs) for i, (m, b) in enumerate(zip(meant, built, strict=True))]
+    problems, _ = read_back(runner, cases)
+    assert not problems, f"{len(problems)} of {len(cases)} plan commands misread:\n" + "\n".join(problems[:3])
