@@ -43,7 +43,8 @@ __all__ = ["Shell", "argv", "chain", "from_pyinfra", "sh", "word"]
 
 
 class Shell(str):
-    """A command line from `sh` or `argv`: every value in it quoted. Only this module makes one."""
+    """A command line (or one word) from this module's builders: every value in it quoted. Only
+    this module makes one; tests/unit/test_shell_builder.py holds the rest of the code to that."""
 
     __slots__ = ()
 
@@ -124,14 +125,14 @@ def _render(value: object, field: str, literal: str, after: str, template: str) 
 
 
 def _word(value: object, field: str, literal: str, template: str) -> str:
-    word = _quote(value, field)
+    quoted = _quote(value, field)
     text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
     if text.startswith("-") and _starts_word(literal) and not _options_ended(literal):
         raise ValueError(
             f"{text!r} (for {{{field}}}) would be read as an option: it starts with '-'"
             f" and no '--' ends the options before it in {template!r}"
         )
-    return word
+    return quoted
 
 
 def _quote(value: object, field: str) -> str:

@@ -22,7 +22,7 @@ import pytest
 from roles.shared.shell import Shell, argv, chain, sh
 from tests.unit.conftest import PROJECT_ROOT
 
-BUILDERS = {"sh", "argv", "chain", "from_pyinfra"}
+BUILDERS = {"sh", "argv", "chain", "word", "from_pyinfra"}
 # pyinfra commands that carry no shell text (an upload, a Python callable, a download).
 NOT_SHELL = {"FileUploadCommand", "FunctionCommand", "FileDownloadCommand"}
 SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
@@ -276,6 +276,8 @@ class Checker:
                 for k in node.keywords
             ):
                 self.report(module, node, "a subprocess through a shell")
+        elif last == "from_pyinfra" and module.path.name not in ("shell.py", "fact_batch.py"):
+            self.report(module, node, "from_pyinfra() outside the fact batch (it takes any text as built)")
         elif last == "Shell" and module.path.name != "shell.py":
             self.report(module, node, "Shell() made outside roles/shared/shell.py")
         elif last == "sh" and (not node.args or not _literal_template(node.args[0])):
@@ -292,7 +294,7 @@ def test_every_command_the_roles_run_is_built_by_the_builder():
 
 PLANTED = """
 from pyinfra.operations import server
-from roles.shared.shell import Shell, sh
+from roles.shared.shell import Shell, from_pyinfra, sh
 
 
 def _prefix_command(prefix) -> Shell:
@@ -315,6 +317,7 @@ def role(prefix, version):
         'command = f"rm -rf {prefix}"\n    server.shell(name="planted", commands=[command])',
         'server.shell(name="planted", commands=[sh(f"rm -rf {prefix}")])',
         'server.shell(name="planted", commands=[Shell(prefix)])',
+        'server.shell(name="planted", commands=[from_pyinfra(f"rm -rf {prefix}")])',
     ],
 )
 def test_a_planted_formatted_command_is_found(tmp_path, planted):
