@@ -438,6 +438,7 @@ TRIALS_PER_FUNCTION = 20
 
 def all_cases(seed: int = SEED) -> list[Case]:
     rng = random.Random(seed)
+    Values.serials = itertools.count()  # the same values on every call
     cases = []
     for where, template in sh_call_sites():
         cases += [_template_case(where, template, rng) for _ in range(TRIALS_PER_SITE)]
