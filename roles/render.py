@@ -22,12 +22,12 @@ each role's template arguments from the role itself); no role imports it.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
 import validation
 from roles.shared import layout, pve, templates
+from roles.shared.shell import argv, word
 from roles.site import (
     PROJECT_ROOT,
     HostSettings,
@@ -102,7 +102,7 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
     p.template(
         cuda.PROFILE_FILE,
         "roles/cuda/templates/90-inference-host-cuda.sh.j2",
-        cuda_home=cuda.toolkit_dir(version),
+        cuda_home=word(cuda.toolkit_dir(version)),
         version=version,
     )
 
@@ -225,6 +225,7 @@ def _proxmox_host(p: Preview, settings: HostSettings, site: Site) -> None:
 
 def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None:
     vmid, folder = guest.guest.vmid, "inference-host-commands"
+    assert vmid is not None  # a guest has one (the site model requires guest_vmid)
     if guest.in_group("lxc_guests"):
         empty = pve.parse_config("", "lxc")
         from roles import lxc_guest
@@ -244,7 +245,7 @@ def _guest_commands(p: Preview, node: HostSettings, guest: HostSettings) -> None
         empty = pve.parse_config("", "qemu")
         plan = kvm_guest.plan_update(guest, empty)
         create, tool = kvm_guest.create_command(guest), "qm"
-    update = shlex.join([tool, "set", str(vmid), *plan.arguments()])
+    update = argv(tool, "set", vmid, *plan.arguments())
     p.file(f"{folder}/{tool}-create-{vmid}.sh", f"# {guest.name}: when guest {vmid} does not exist\n{create}\n")
     p.file(
         f"{folder}/{tool}-set-{vmid}.sh",

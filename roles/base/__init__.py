@@ -23,6 +23,7 @@ from roles.shared.legacy_account import (
 )
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
+from roles.shared.shell import sh
 from roles.site import (
     HostSettings,
     Stack,
@@ -162,9 +163,13 @@ def _uv(settings: HostSettings, stack: Stack) -> None:
     server.shell(
         name=f"Install uv {version} from PyPI into {prefix}",
         commands=[
-            f"rm -rf {prefix} && python3 -m venv {prefix}"
-            f" && {prefix}/bin/pip install --quiet --no-cache-dir uv=={version}"
-            f" || {{ rm -rf {prefix}; exit 1; }}"
+            sh(
+                "rm -rf -- {prefix} && python3 -m venv -- {prefix}"
+                " && {prefix}/bin/pip install --quiet --no-cache-dir -- {requirement}"
+                " || {{ rm -rf -- {prefix}; exit 1; }}",
+                prefix=prefix,
+                requirement=f"uv=={version}",
+            )
         ],
         _env=env,
         _if=lambda: installed != version,

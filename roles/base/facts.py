@@ -7,6 +7,7 @@ import re
 from pyinfra.api import FactBase
 
 from roles.shared.fact_batch import batched
+from roles.shared.shell import Shell, sh
 
 _UV_VERSION_RE = re.compile(r"^uv (\d+\.\d+\.\d+\S*)")
 
@@ -15,8 +16,8 @@ _UV_VERSION_RE = re.compile(r"^uv (\d+\.\d+\.\d+\S*)")
 class UvVersion(FactBase):
     """Returns the version printed by the uv binary at ``path``, or None if there is none."""
 
-    def command(self, path: str) -> str:
-        return f"! test -x {path} || {path} --version"
+    def command(self, path: str) -> Shell:
+        return sh("! test -x {path} || {path} --version", path=path)
 
     def process(self, output) -> str | None:
         for line in output:

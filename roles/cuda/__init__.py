@@ -16,6 +16,7 @@ from pyinfra.operations import apt, files, server
 
 from roles.cuda.facts import SelectedCudaDirectory
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
+from roles.shared.shell import sh, word
 from roles.site import current_host, current_site
 
 PROFILE_FILE = "/etc/profile.d/90-inference-host-cuda.sh"
@@ -50,14 +51,14 @@ def _select(version: str, stack_id: str) -> None:
     target = toolkit_dir(version)
     server.shell(
         name=f"Select CUDA {version} as /usr/local/cuda (stack {stack_id})",
-        commands=[f"update-alternatives --set cuda {target}"],
+        commands=[sh("update-alternatives --set cuda {target}", target=target)],
         _if=lambda: host.get_fact(SelectedCudaDirectory) != target,
     )
     files.template(
         name=f"Export CUDA_HOME={target} in {PROFILE_FILE}",
         src="roles/cuda/templates/90-inference-host-cuda.sh.j2",
         dest=PROFILE_FILE,
-        cuda_home=target,
+        cuda_home=word(target),  # one shell word: the file is sourced by login shells
         version=version,
         mode="0644",
     )

@@ -43,6 +43,7 @@ from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
 from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
 from roles.shared.patches import patch_queue
+from roles.shared.shell import argv, sh
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
@@ -199,20 +200,32 @@ def _environment(settings: HostSettings) -> None:
     )
     if job.env_mode == "full":
         _sglang_capture_hook(target, build)
-    live = host.get_fact(Command, command=f"readlink {current} || true")
+    live = host.get_fact(Command, command=sh("readlink -- {current} || true", current=current))
     server.shell(
         name=f"Switch {current} to {name}",
-        commands=[f"ln -sfn {target} {current}.new && mv -T {current}.new {current}"],
+        commands=[
+            sh(
+                "ln -sfn -- {target} {new} && mv -T -- {new} {current}",
+                target=target,
+                new=f"{current}.new",
+                current=current,
+            )
+        ],
         _if=lambda: live != target or build.did_change(),
     )
     others = host.get_fact(
         Command,
-        command=f"cd {root} 2>/dev/null && ls -1d -- * | grep -vx -e current -e {name} -e {name}.lock.txt || true",
+        command=sh(
+            "cd -- {root} 2>/dev/null && ls -1d -- * | grep -vx -e current -e {name} -e {lock} || true",
+            root=root,
+            name=name,
+            lock=f"{name}.lock.txt",
+        ),
     )
     if others:
         server.shell(
             name=f"Remove the job's previous environments in {root} ({', '.join(others.split())})",
-            commands=[f"cd {root} && rm -rf -- {' '.join(others.split())}"],
+            commands=[sh("cd -- {root} && rm -rf -- {others}", root=root, others=others.split())],
         )
 
 
@@ -226,18 +239,27 @@ def _sglang_capture_hook(target: str, built) -> None:
     for patch in sglang_patch_files():
         dest = f"{target}.{patch.name}"
         upload = files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
-        site = f"$(echo {target}/lib/python3*/site-packages)"
+        site = sh("site=$(echo {target}/lib/python3*/site-packages)", target=target)
         applied = host.get_fact(
             Command,
-            command=f"patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1 && echo applied || echo no",
+            command=sh(
+                '{site}; patch -p1 -R -s -f --dry-run -d "$site" < {dest} >/dev/null 2>&1 && echo applied || echo no',
+                site=site,
+                dest=dest,
+            ),
         )
         server.shell(
             name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
             # The patched modules are byte-compiled again, as the install did (umask 022).
             commands=[
-                f"umask 022; patch -p1 -R -s -f --dry-run -d {site} < {dest} >/dev/null 2>&1"
-                f" || {{ patch -p1 -s -f -d {site} < {dest}"
-                f" && {target}/bin/python -m compileall -q {site}/sglang >/dev/null; }}"
+                sh(
+                    'umask 022; {site}; patch -p1 -R -s -f --dry-run -d "$site" < {dest} >/dev/null 2>&1'
+                    ' || {{ patch -p1 -s -f -d "$site" < {dest}'
+                    ' && {target}/bin/python -m compileall -q -- "$site"/sglang >/dev/null; }}',
+                    site=site,
+                    dest=dest,
+                    target=target,
+                )
             ],
             _if=_apply_needed(applied, built, upload),
         )
@@ -251,17 +273,23 @@ def _apply_needed(applied: str, *changes) -> Callable[[], bool]:
 def _source(settings: HostSettings) -> None:
     job = settings.eagle3_training
     target = source_dir(settings)
-    head = host.get_fact(Command, command=f"git -C {target} rev-parse HEAD 2>/dev/null || true")
+    head = host.get_fact(Command, command=sh("git -C {target} rev-parse HEAD 2>/dev/null || true", target=target))
     # A shallow fetch of exactly the pinned commit: the checkout is that commit or nothing.
     checkout = server.shell(
         name=f"Check out SpecForge {job.specforge_commit[:12]} from {job.specforge_repo} at {target}",
         commands=[
-            f"rm -rf {target}.fetching && git init -q {target}.fetching"
-            f" && git -C {target}.fetching fetch -q --depth 1 {job.specforge_repo} {job.specforge_commit}"
-            f" && git -C {target}.fetching -c advice.detachedHead=false checkout -q FETCH_HEAD"
-            f' && test "$(git -C {target}.fetching rev-parse HEAD)" = {job.specforge_commit}'
-            f" && rm -rf {target} && mv -T {target}.fetching {target}"
-            f" || {{ rm -rf {target}.fetching; exit 1; }}"
+            sh(
+                "rm -rf -- {fetching} && git init -q -- {fetching}"
+                " && git -C {fetching} fetch -q --depth 1 -- {repo} {commit}"
+                " && git -C {fetching} -c advice.detachedHead=false checkout -q FETCH_HEAD"
+                ' && test "$(git -C {fetching} rev-parse HEAD)" = {commit}'
+                " && rm -rf -- {target} && mv -T -- {fetching} {target}"
+                " || {{ rm -rf -- {fetching}; exit 1; }}",
+                fetching=f"{target}.fetching",
+                repo=job.specforge_repo,
+                commit=job.specforge_commit,
+                target=target,
+            )
         ],
         _env={"GIT_SSL_CAINFO": SYSTEM_CA_BUNDLE},
         _if=lambda: head != job.specforge_commit,
@@ -270,11 +298,22 @@ def _source(settings: HostSettings) -> None:
         dest = f"{target}.{patch.name}"
         upload = files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
         applied = host.get_fact(
-            Command, command=f"git -C {target} apply --reverse --check {dest} 2>/dev/null && echo applied || echo no"
+            Command,
+            command=sh(
+                "git -C {target} apply --reverse --check -- {dest} 2>/dev/null && echo applied || echo no",
+                target=target,
+                dest=dest,
+            ),
         )
         server.shell(
             name=f"Apply SpecForge patch {patch.name} to {target}",
-            commands=[f"git -C {target} apply --reverse --check {dest} 2>/dev/null || git -C {target} apply {dest}"],
+            commands=[
+                sh(
+                    "git -C {target} apply --reverse --check -- {dest} 2>/dev/null || git -C {target} apply -- {dest}",
+                    target=target,
+                    dest=dest,
+                )
+            ],
             _if=_apply_needed(applied, checkout, upload),
         )
 
@@ -314,9 +353,7 @@ def _driver(settings: HostSettings) -> None:
         user="root",
         group="root",
         mode="0755",
-        python=python,
-        driver=f"{LIBEXEC}/pipeline.py",
-        config=CONFIG_FILE,
+        command=argv(python, f"{LIBEXEC}/pipeline.py", "--config", CONFIG_FILE),  # one shell word each
     )
     unit = files.template(
         name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",

@@ -36,7 +36,6 @@ the host's vllm_cpu_overrides), a real vLLM that serves on this machine's CPUs.
 from __future__ import annotations
 
 import io
-import shlex
 from pathlib import Path
 
 from pyinfra import host
@@ -59,6 +58,7 @@ from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.legacy_layout import CacheToAdopt, legacy_engine, moves_root
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
+from roles.shared.shell import Shell, chain, sh
 from roles.shared.uv import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
 
@@ -100,7 +100,7 @@ def _adopt_legacy_cache(settings: HostSettings) -> None:
         server.shell(
             name=f"Move the uv cache {old} to {new} (the root before the rename; the new root's"
             " environments are built from it)",
-            commands=[f"mv -T {old} {new}"],
+            commands=[sh("mv -T -- {old} {new}", old=old, new=new)],
         )
 
 
@@ -125,13 +125,13 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
     if not builder.connected:
         builder.connect(raise_exceptions=True)
     listed, output = builder.run_shell_command(
-        StringCommand(f"cd {shlex.quote(wheel.builder_dir)} && [ -f inputs.json ] && sha256sum *.whl")
+        StringCommand(sh("cd -- {dir} && [ -f inputs.json ] && sha256sum -- *.whl", dir=wheel.builder_dir))
     )
     sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
     if not listed or not sums:
         raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
     partial = f"{wheel.local_dir}.part"
-    _must(host, f"rm -rf {partial} && mkdir -p {partial}")
+    _must(host, sh("rm -rf -- {partial} && mkdir -p -- {partial}", partial=partial))
     with tempfile.TemporaryDirectory() as staging:
         for names in [*sums, [None, "inputs.json"]]:
             name = names[1]
@@ -140,11 +140,21 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
                 raise RuntimeError(f"could not read {wheel.builder}:{wheel.builder_dir}/{name}")
             if not host.put_file(local, f"{partial}/{name}"):
                 raise RuntimeError(f"could not write {partial}/{name} on {host.name}")
-    checks = " && ".join(f"echo '{digest}  {partial}/{name}' | sha256sum -c --quiet" for digest, name in sums)
-    _must(host, f"{checks} && chmod -R a+rX {partial} && rm -rf {wheel.local_dir} && mv -T {partial} {wheel.local_dir}")
+    checks = [sh("echo {line} | sha256sum -c --quiet", line=f"{digest}  {partial}/{name}") for digest, name in sums]
+    _must(
+        host,
+        chain(
+            *checks,
+            sh(
+                "chmod -R a+rX -- {partial} && rm -rf -- {dest} && mv -T -- {partial} {dest}",
+                partial=partial,
+                dest=wheel.local_dir,
+            ),
+        ),
+    )
 
 
-def _must(target_host, command: str) -> None:
+def _must(target_host, command: Shell) -> None:
     ok, output = target_host.run_shell_command(StringCommand(command))
     if not ok:
         raise RuntimeError(f"{target_host.name}: `{command}` failed: {output.stderr}")
@@ -177,14 +187,21 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
         mode="0644",
     )
     checks = [
-        f"ls {w.local_dir}/*.whl >/dev/null 2>&1 || {{ echo "
-        f"{shlex.quote(_missing_wheel_message(w, f'{host.name}:{w.local_dir}'))} >&2; exit 3; }}"
+        sh(
+            "ls -- {dir}/*.whl >/dev/null 2>&1 || {{ echo {missing} >&2; exit 3; }}",
+            dir=w.local_dir,
+            missing=_missing_wheel_message(w, f"{host.name}:{w.local_dir}"),
+        )
         for w in wheels
     ]
 
-    def installs(venv_python: str) -> list[str]:
+    def installs(venv_python: str) -> list[Shell]:
         steps = [
-            f"uv pip install --quiet --no-deps --no-index --compile-bytecode --python {venv_python} {w.local_dir}/*.whl"
+            sh(
+                "uv pip install --quiet --no-deps --no-index --compile-bytecode --python {python} -- {dir}/*.whl",
+                python=venv_python,
+                dir=w.local_dir,
+            )
             for w in wheels
         ]
         if cpu_build(settings, stack):
@@ -192,7 +209,7 @@ def _environment(site: Site, settings: HostSettings, stack: EngineStack, target:
             # in site-packages on first import, which vLLM's CPU platform detection reads; the
             # service user cannot write there, so root imports it once while building. (No `uv
             # pip check`: the overrides replace the +cpu torch pin PyPI lacks, on purpose.)
-            steps.append(f"{venv_python} -c 'import vllm' >/dev/null 2>&1")
+            steps.append(sh("{python} -c 'import vllm' >/dev/null 2>&1", python=venv_python))
         return steps
 
     command = build_command(
@@ -238,14 +255,20 @@ def _patches(stack: EngineStack, target: str, built) -> None:
     server.shell(
         name=f"Apply {len(patches)} patch(es) of {stack.label} to {target}",
         commands=[
-            f"umask 022; site=$(echo {target}/lib/python3*/site-packages); cd {patch_dir} && for p in *.patch; do"
-            ' [ -e "$p" ] || continue;'
-            ' if patch -p1 -R -s -f --dry-run -d "$site" < "$p" >/dev/null 2>&1; then continue; fi;'
-            ' if ! patch -p1 -s -f --dry-run -d "$site" < "$p"; then'
-            f'   echo "patch $p does not apply to {stack.label} in {target};'
-            ' the running service was not touched" >&2; exit 1; fi;'
-            ' patch -p1 -s -f -d "$site" < "$p" || exit 1; done'
-            f' && {target}/bin/python -m compileall -q "$site/{stack.engine}" >/dev/null'
+            sh(
+                "umask 022; site=$(echo {target}/lib/python3*/site-packages); cd -- {patch_dir} && for p in *.patch; do"
+                ' [ -e "$p" ] || continue;'
+                ' if patch -p1 -R -s -f --dry-run -d "$site" < "$p" >/dev/null 2>&1; then continue; fi;'
+                ' if ! patch -p1 -s -f --dry-run -d "$site" < "$p"; then'
+                "   printf 'patch %s does not apply to %s in %s; the running service was not touched\\n'"
+                ' "$p" {label} {target} >&2; exit 1; fi;'
+                ' patch -p1 -s -f -d "$site" < "$p" || exit 1; done'
+                ' && {target}/bin/python -m compileall -q -- "$site"/{engine} >/dev/null',
+                target=target,
+                patch_dir=patch_dir,
+                label=stack.label,
+                engine=stack.engine,
+            )
         ],
         # The fact saw the environment as it was before this run: a fresh build or a new
         # patch file needs the step too.
@@ -287,10 +310,10 @@ def _prune(settings: HostSettings, target: str) -> None:
     locks = stale_locks(found["locks"], found["names"], stale, target)
     if not stale and not locks:
         return
-    paths = " ".join([*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)])
+    paths = [*(f"{root}/envs/{name}" for name in stale), *(f"{root}/locks/{lock}" for lock in locks)]
     server.shell(
         name=f"Remove {len(stale)} old environment(s) of {root}/envs beyond"
         f" engine_keep_environments={settings.engine.keep_environments}"
         f" ({', '.join(stale) or 'none'}) and {len(locks)} lock copies without one",
-        commands=[f"rm -rf {paths}"],
+        commands=[sh("rm -rf -- {paths}", paths=paths)],
     )

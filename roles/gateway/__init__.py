@@ -42,6 +42,7 @@ from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, uni
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
+from roles.shared.shell import sh
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
 from roles.site import lock as site_lock
@@ -232,7 +233,7 @@ def _start(settings: HostSettings, changed: list) -> None:
     started = systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
     restarted = server.shell(
         name=f"Restart {unit} for changed settings",
-        commands=[f"systemctl restart {unit}"],
+        commands=[sh("systemctl restart -- {unit}", unit=unit)],
         _if=lambda: state == "active" and any(op.did_change() for op in operations),
     )
     # smg answers /health as soon as it listens, with no worker yet: the endpoint serves once
@@ -242,9 +243,14 @@ def _start(settings: HostSettings, changed: list) -> None:
     server.shell(
         name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
         commands=[
-            f"for i in $(seq {READY_TIMEOUT_S}); do curl -fsS {readiness} && exit 0; sleep 1; done;"
-            f" echo '{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
-            " here and the verdict of python -m checks.gateway INVENTORY' >&2; exit 1"
+            sh(
+                "for i in $(seq {seconds}); do curl -fsS -- {readiness} && exit 0; sleep 1; done;"
+                " echo {failed} >&2; exit 1",
+                seconds=READY_TIMEOUT_S,
+                readiness=readiness,
+                failed=f"{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
+                " here and the verdict of python -m checks.gateway INVENTORY",
+            )
         ],
         _if=lambda: started.did_change() or restarted.did_change(),
     )

@@ -15,8 +15,6 @@ VM's next boot (see plan_sshkeys).
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
@@ -25,6 +23,7 @@ from roles.shared import pve
 from roles.shared.guest_keys import keys_file, put_guest_keys, qm_sshkeys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
+from roles.shared.shell import Shell, argv
 from roles.site import HostSettings
 
 # Applied at once on a running VM (qemu-server 8.4.10 src/PVE/QemuServer.pm $fast_plug_option,
@@ -76,7 +75,7 @@ def wanted_hostpci(guest: HostSettings) -> list[str]:
     ]
 
 
-def create_command(guest: HostSettings) -> str:
+def create_command(guest: HostSettings) -> Shell:
     settings = guest.guest
     args = ["qm", "create", str(settings.vmid)]
     for key, value in wanted_settings(guest).items():
@@ -104,7 +103,7 @@ def create_command(guest: HostSettings) -> str:
         args += pve.option_args("efidisk0", pve.kvm_efidisk(settings.storage))
     for index, value in enumerate(wanted_hostpci(guest)):
         args += pve.option_args(f"hostpci{index}", value)
-    return shlex.join(args)
+    return argv(*args)
 
 
 def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
@@ -123,6 +122,7 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
 def kvm_guest(guest: HostSettings) -> None:
     settings = guest.guest
     vmid = settings.vmid
+    assert vmid is not None  # a guest has one (the site model requires guest_vmid)
     state = host.get_fact(KvmGuestState, vmid=vmid)
     if settings.cloud_image:
         put_guest_keys(guest)
@@ -134,7 +134,10 @@ def kvm_guest(guest: HostSettings) -> None:
         if settings.cloud_image:
             server.shell(
                 name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
-                commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G", f"qm start {vmid}"],
+                commands=[
+                    argv("qm", "disk", "resize", vmid, "scsi0", f"{settings.disk_gib}G"),
+                    argv("qm", "start", vmid),
+                ],
             )
         return
     plan = plan_update(guest, state["config"])
@@ -142,7 +145,7 @@ def kvm_guest(guest: HostSettings) -> None:
         changed = sorted(plan.set) + [f"-{key}" for key in plan.delete]
         server.shell(
             name=f"Update KVM guest {vmid}: {' '.join(changed)}",
-            commands=[shlex.join(["qm", "set", str(vmid), *plan.arguments()])],
+            commands=[argv("qm", "set", vmid, *plan.arguments())],
         )
     _converge_sshkeys(guest, state)
     pending = pve.pending_keys(state, plan, HOTPLUGGED)
@@ -153,7 +156,7 @@ def kvm_guest(guest: HostSettings) -> None:
         )
 
 
-def plan_sshkeys(guest: HostSettings, config: pve.GuestConfig) -> list[str]:
+def plan_sshkeys(guest: HostSettings, config: pve.GuestConfig) -> list[Shell]:
     """`qm set --sshkeys` and `qm cloudinit update` when the VM's keys differ from the setting.
 
     qemu-server 8.4.10: `sshkeys` is a fast-plug option (src/PVE/QemuServer.pm
@@ -172,7 +175,10 @@ def plan_sshkeys(guest: HostSettings, config: pve.GuestConfig) -> list[str]:
         return []
     if config.effective().get("sshkeys") == qm_sshkeys(guest):
         return []
-    return [f"qm set {settings.vmid} --sshkeys {keys_file(guest)}", f"qm cloudinit update {settings.vmid}"]
+    return [
+        argv("qm", "set", str(settings.vmid), "--sshkeys", keys_file(guest)),
+        argv("qm", "cloudinit", "update", str(settings.vmid)),
+    ]
 
 
 def _converge_sshkeys(guest: HostSettings, state: dict) -> None:
@@ -183,7 +189,7 @@ def _converge_sshkeys(guest: HostSettings, state: dict) -> None:
     server.shell(
         name=f"Set {len(guest.guest.ssh_public_keys)} SSH public key(s) of KVM guest {vmid}"
         " (cloud-init) and regenerate its cloud-init drive",
-        commands=commands,
+        commands=commands,  # type: ignore[arg-type]  # Shell is a str; pyinfra's list[str] is invariant
     )
     if state["status"] == "running":
         logger.warning(

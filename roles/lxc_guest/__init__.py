@@ -11,7 +11,6 @@ so a changed key reaches a guest the deploy could otherwise no longer enter.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
 from pyinfra import host, logger
@@ -29,6 +28,7 @@ from roles.shared.guest_keys import (
 )
 from roles.shared.proxmox_facts import LxcAuthorizedKeys, LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
+from roles.shared.shell import Shell, argv
 from roles.site import HostSettings, current_host, weights_mount_points
 
 # Changed on a running container without a restart (pve-container $LXC_FASTPLUG_OPTIONS and
@@ -85,7 +85,7 @@ def wanted_mount_points(guest: HostSettings) -> list[str]:
     return [pve.lxc_mount_point(src, dst, read_only=src in read_only) for src, dst in guest.guest.mount_points.items()]
 
 
-def create_command(guest: HostSettings, devices: Sequence[str]) -> str:
+def create_command(guest: HostSettings, devices: Sequence[str]) -> Shell:
     settings = guest.guest
     args = [
         "pct",
@@ -105,7 +105,7 @@ def create_command(guest: HostSettings, devices: Sequence[str]) -> str:
         args += pve.option_args(f"mp{index}", value)
     if settings.ssh_public_keys:  # root's authorized_keys in the new container
         args += ["--ssh-public-keys", keys_file(guest)]
-    return shlex.join(args)
+    return argv(*args)
 
 
 def plan_update(guest: HostSettings, config: pve.GuestConfig, devices: Sequence[str]) -> pve.Plan:
@@ -131,6 +131,7 @@ def lxc_guest(guest: HostSettings) -> None:
     node = current_host()
     settings = guest.guest
     vmid = settings.vmid
+    assert vmid is not None  # a guest has one (the site model requires guest_vmid)
     host_devices = host.get_fact(NvidiaHostDevices, proc_dir=node.proxmox.nvidia_proc_dir)
     devices, waiting = wanted_devices(guest, host_devices)
     state = host.get_fact(LxcGuestState, vmid=vmid)
@@ -147,7 +148,7 @@ def lxc_guest(guest: HostSettings) -> None:
             f" with {len(settings.gpu_addresses)} GPUs",
             commands=[create_command(guest, devices)],
         )
-        server.shell(name=f"Start LXC guest {vmid}", commands=[f"pct start {vmid}"])
+        server.shell(name=f"Start LXC guest {vmid}", commands=[argv("pct", "start", vmid)])
         return
     _require_same_privilege(guest, state["config"])
     plan = plan_update(guest, state["config"], devices)
@@ -155,13 +156,13 @@ def lxc_guest(guest: HostSettings) -> None:
         changed = sorted(plan.set) + [f"-{key}" for key in plan.delete]
         server.shell(
             name=f"Update LXC guest {vmid}: {' '.join(changed)}",
-            commands=[shlex.join(["pct", "set", str(vmid), *plan.arguments()])],
+            commands=[argv("pct", "set", vmid, *plan.arguments())],
         )
     _report_pending(guest, state, plan)
     _converge_keys(guest, state)
 
 
-def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[list[str], str | None]:
+def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[list[Shell], str | None]:
     """Commands that make root's authorized_keys hold exactly the setting's keys in its PVE
     block, or why they cannot run yet. An empty setting leaves the guest's keys alone."""
     keys = guest.guest.ssh_public_keys
@@ -195,7 +196,7 @@ def _converge_keys(guest: HostSettings, state: dict) -> None:
         server.shell(
             name=f"Put {len(guest.guest.ssh_public_keys)} SSH public key(s) in {AUTHORIZED_KEYS}"
             f" of LXC guest {vmid} (pct push)",
-            commands=commands,
+            commands=commands,  # type: ignore[arg-type]  # Shell is a str; pyinfra's list[str] is invariant
         )
 
 

@@ -37,6 +37,7 @@ from roles.shared.host_facts import UnitActiveState
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
+from roles.shared.shell import sh
 from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
 from roles.site.stack import DCGM_FOR_EXPORTER
@@ -195,8 +196,13 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     server.shell(
         name=f"Unpack {archive} into {bundle}",
         commands=[
-            f"rm -rf {bundle}.new && mkdir -p {bundle}.new && tar -xf {archive} -C {bundle}.new --no-same-owner"
-            f" && rm -rf {bundle} && mv {bundle}.new {bundle}"
+            sh(
+                "rm -rf -- {new} && mkdir -p -- {new} && tar -xf {archive} -C {new} --no-same-owner"
+                " && rm -rf -- {bundle} && mv -- {new} {bundle}",
+                new=f"{bundle}.new",
+                archive=archive,
+                bundle=bundle,
+            )
         ],
         _if=lambda: not unpacked or sent.did_change(),
     )
@@ -231,7 +237,9 @@ def _checks_timer(settings: HostSettings, site: Site) -> None:
     # running/waiting/exited/listening/mounted as running, while an active timer can also be
     # "elapsed" (systemd src/core/timer.c, state_translation_table: TIMER_ELAPSED is UNIT_ACTIVE).
     server.shell(
-        name=f"Start {timer} (it is {state})", commands=[f"systemctl start {timer}"], _if=lambda: state != "active"
+        name=f"Start {timer} (it is {state})",
+        commands=[sh("systemctl start -- {timer}", timer=timer)],
+        _if=lambda: state != "active",
     )
 
 

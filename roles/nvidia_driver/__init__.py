@@ -32,6 +32,7 @@ from roles.shared.apt_resolve import install_resolved
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, Distro, current_distro, ensure_cuda_repository
+from roles.shared.shell import sh
 from roles.site import HostSettings, current_host, current_site
 from roles.site.stack import DCGM_FOR_EXPORTER
 
@@ -143,9 +144,13 @@ def _require_dkms_build(version: str) -> None:
     server.shell(
         name=f"Check that DKMS built NVIDIA kernel module {version} (dkms status)",
         commands=[
-            f"dkms status -m nvidia -v {version} | grep -q ': installed' || {{ echo 'DKMS has not"
-            f" built nvidia {version} for any kernel (dkms status -m nvidia: '\"$(dkms status -m nvidia"
-            " 2>&1)\"'); are the kernel headers of the kernel that boots next installed?' >&2; exit 1; }"
+            sh(
+                "dkms status -m nvidia -v {version} | grep -q ': installed' || {{ echo {not_built}"
+                '"$(dkms status -m nvidia 2>&1)"{headers} >&2; exit 1; }}',
+                version=version,
+                not_built=f"DKMS has not built nvidia {version} for any kernel (dkms status -m nvidia: ",
+                headers="); are the kernel headers of the kernel that boots next installed?",
+            )
         ],
     )
 
@@ -241,7 +246,7 @@ def _pin_and_install(distro: Distro, version: str, packages: list[str]) -> None:
     )
     server.shell(
         name=f"Hold NVIDIA driver packages at {version}",
-        commands=["apt-mark hold " + " ".join(packages)],
+        commands=[sh("apt-mark hold {packages}", packages=packages)],
         _if=lambda: not set(packages) <= host.get_fact(HeldPackages),
     )
 

@@ -3,19 +3,22 @@ roles/shared/driver_state.py (which the health checks use too)."""
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra.api import FactBase
 
 from roles.shared.driver_state import NO_MODULE, KernelModule, parse_proc_driver_version
 from roles.shared.fact_batch import batched
+from roles.shared.shell import Shell, sh
 
 
 class NvidiaKernelModule(FactBase):
     """Returns the loaded NVIDIA kernel module (version, open/proprietary), or None if none is."""
 
-    def command(self, proc_dir: str = "/proc/driver/nvidia") -> str:
-        return f"cat {shlex.quote(proc_dir.rstrip('/'))}/version 2>/dev/null || echo {NO_MODULE}"
+    def command(self, proc_dir: str = "/proc/driver/nvidia") -> Shell:
+        return sh(
+            "cat -- {version} 2>/dev/null || echo {no_module}",
+            version=proc_dir.rstrip("/") + "/version",
+            no_module=NO_MODULE,
+        )
 
     def process(self, output) -> KernelModule | None:
         return parse_proc_driver_version("\n".join(output))

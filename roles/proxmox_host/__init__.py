@@ -36,6 +36,7 @@ from roles.shared.proxmox_facts import (
     LxcGuestState,
     PciDevices,
 )
+from roles.shared.shell import sh
 from roles.site import HostSettings, current_host, current_site, node_sysctl
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
@@ -114,9 +115,13 @@ def proxmox_reboot() -> None:
     server.shell(
         name=f"Stop if the node needs a reboot ({reboot.MARKER})",
         commands=[
-            f'echo "{host.name} needs a reboot ({reboot.why()}): reboot it (or set'
-            " proxmox_allow_reboot = True to let the deploy do it), then run the same command"
-            ' again: it creates the guests and deploys inside them" >&2; exit 1'
+            sh(
+                "echo {head}{why}{tail} >&2; exit 1",
+                head=f"{host.name} needs a reboot (",
+                why=reboot.why(),
+                tail="): reboot it (or set proxmox_allow_reboot = True to let the deploy do it), then run the same"
+                " command again: it creates the guests and deploys inside them",
+            )
         ],
         _if=reboot.required_now,
     )

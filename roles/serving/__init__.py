@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +65,7 @@ from roles.shared.legacy_layout import (
 from roles.shared.note import note
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
+from roles.shared.shell import Shell, argv, sh
 from roles.site import (
     EngineStack,
     HostSettings,
@@ -325,9 +325,7 @@ def release_templates(settings: HostSettings, stack: EngineStack, site: Site) ->
             paths["launcher"],
             "roles/serving/templates/launch.j2",
             "0755",
-            dict(
-                stack_id=stack.id, engine_label=stack.label, command=shlex.join(launch_command(settings, stack, site))
-            ),
+            dict(stack_id=stack.id, engine_label=stack.label, command=argv(*launch_command(settings, stack, site))),
         ),
         (
             paths["unit"],
@@ -465,7 +463,7 @@ def _switch_condition(
     )
 
 
-def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) -> str | None:
+def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) -> Shell | None:
     """The engine's own start-up validation (files/engine_preflight.py) in the new environment,
     with the exact rendered arguments, as the service user with the unit's environment file
     (a transient unit: systemd-run reads EnvironmentFile= as the unit does). None where the
@@ -483,8 +481,8 @@ def preflight_command(settings: HostSettings, stack: EngineStack, site: Site) ->
         f"{site.inventory_file} (host {settings.name}: its serving_*, {stack.engine}_* and gpu_* settings)"
         f" and {site.stack.file} (stack {stack.id}; its environment is {lock})"
     )
-    return shlex.join(
-        [
+    return argv(
+        *[
             "systemd-run",
             "--quiet",
             "--wait",
@@ -598,14 +596,14 @@ def switch_command(
     current: str,
     target: str,
     legacy_unit: str | None = None,
-) -> tuple[str, list[str]]:
+) -> tuple[Shell, list[str]]:
     """The switch, wrapped in inference-engine-rolling when this node is a replica behind gateways;
     legacy_unit: the pre-rename unit it stops (and starts again on a rollback)."""
-    switch = f"{LIBEXEC}/inference-engine-switch {unit} {current} {target}" + (f" {legacy_unit}" if legacy_unit else "")
+    switch = [f"{LIBEXEC}/inference-engine-switch", unit, current, target, *([legacy_unit] if legacy_unit else [])]
     rolling = rolling_argv(settings, hosts)
     if not rolling:
-        return switch, []
-    return shlex.join(rolling) + " " + switch, [gateway_url(g) for g in gateways(hosts)]
+        return argv(*switch), []
+    return argv(*rolling, *switch), [gateway_url(g) for g in gateways(hosts)]
 
 
 def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
@@ -623,7 +621,10 @@ def _remove_legacy(settings: HostSettings, legacy: LegacyEngine) -> None:
     ]
     server.shell(
         name=f"Reload systemd: {legacy.unit} is gone",
-        commands=["systemctl daemon-reload", f"systemctl reset-failed {legacy.unit} 2>/dev/null || true"],
+        commands=[
+            "systemctl daemon-reload",
+            sh("systemctl reset-failed -- {unit} 2>/dev/null || true", unit=legacy.unit),
+        ],
         _if=lambda: any(op.did_change() for op in removed),
     )
     for name in LEGACY_SCRIPTS:

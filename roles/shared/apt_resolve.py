@@ -11,13 +11,16 @@ planning, before the CUDA repository exists on a fresh host (docs/upstream.md).
 from __future__ import annotations
 
 import re
-import shlex
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import server
 
-# Debian policy 5.6.12: [epoch:]upstream_version[-debian_revision]
+from roles.shared.shell import Shell, sh
+
+# Debian policy 5.6.1: package names; 5.6.12: [epoch:]upstream_version[-debian_revision]
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+_UPSTREAM = re.compile(r"[0-9][A-Za-z0-9.+~-]*")
 _EPOCH = re.compile(r"^[0-9]+:")
 _REVISION = re.compile(r"-[^-]*$")
 
@@ -32,7 +35,7 @@ def installed_at(installed: dict, packages: list[str], upstream: str) -> bool:
     return all(any(upstream_version(v) == upstream for v in installed.get(p) or ()) for p in packages)
 
 
-def install_command(pins: dict[str, str]) -> str:
+def install_command(pins: dict[str, str]) -> Shell:
     """One shell step: the index refreshed, then each package at the candidate of the host's index
     whose upstream version is its pin, epoch and revision included as the index writes them; a
     pin the index lacks -> one line naming the package, the pin and the versions the index has,
@@ -40,19 +43,29 @@ def install_command(pins: dict[str, str]) -> str:
 
     The refresh is part of the step (which runs only when something must be installed): an index
     read hours ago may lack the pinned release, or name files the repository no longer serves."""
-    specs = " ".join(shlex.quote(f"{package}={upstream}") for package, upstream in pins.items())
-    return (
-        "DEBIAN_FRONTEND=noninteractive apt-get update -qq || exit 1; args=''; "
-        f"for spec in {specs}; do "
-        "pkg=${spec%%=*}; pin=${spec#*=}; "
-        "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}'); "
-        'full=$(printf \'%s\\n\' "$have" | awk -v pin="$pin" '
-        '\'{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v); if (v == pin) { print $0; exit } }\'); '
+    for package, upstream in pins.items():
+        # apt-get reads any word starting with '-' as an option, and `pkg=version` splits at the
+        # first '=': only names and versions of Debian's grammar reach it.
+        if not (_PACKAGE.fullmatch(package) and _UPSTREAM.fullmatch(upstream)):
+            raise ValueError(
+                f"refused: {package!r}={upstream!r} is not a Debian package name and upstream version"
+                " (Debian policy 5.6.1 and 5.6.12)"
+            )
+    # The pins travel as words (package, version, package, version, ...) in "$@"; each pair is
+    # taken from the front and its resolved `package=version` put at the end.
+    return sh(
+        "DEBIAN_FRONTEND=noninteractive apt-get update -qq || exit 1; set -- {pairs}; n=$(($# / 2)); "
+        'while [ "$n" -gt 0 ]; do pkg=$1; pin=$2; shift 2; n=$((n - 1)); '
+        "have=$(apt-cache madison \"$pkg\" | awk -F'|' '{{gsub(/ /, \"\", $2); if (!seen[$2]++) print $2}}'); "
+        'full=$(printf \'%s\\n\' "$have" | PIN="$pin" awk '
+        '\'{{v = $0; sub(/^[0-9]+:/, "", v); sub(/-[^-]*$/, "", v);'
+        ' if (v == ENVIRON["PIN"]) {{ print $0; exit }} }}\'); '
         'if [ -z "$full" ]; then [ -n "$have" ] || have=none; '
         "echo \"$pkg: version $pin (any epoch, any revision) is not in this host's apt index, which has:"
         " $(printf '%s' \"$have\" | tr '\\n' ' ')\" >&2; exit 1; fi; "
-        'args="$args $pkg=$full"; done; '
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades $args"
+        'set -- "$@" "$pkg=$full"; done; '
+        'DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades "$@"',
+        pairs=[word for package, upstream in pins.items() for word in (package, upstream)],
     )
 
 

@@ -44,6 +44,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import StringCommand
 from pyinfra.facts import deb, files, server
 
+from roles.shared.shell import Shell, chain, from_pyinfra, sh
+
 # pyinfra's facts whose answer is a pure read of files, the package database or the system's
 # name: each changes only when something writes it. The project's own such facts are marked
 # with @batched where they are defined.
@@ -109,20 +111,24 @@ def _shell(command: Any) -> str:
     return command.get_raw_value() if isinstance(command, StringCommand) else str(command)
 
 
-def batch_script(commands: list[str]) -> str:
+def batch_script(commands: list[str]) -> Shell:
     """Returns one POSIX sh script that runs each command in its own subshell and prints, per
     command, its stdout lines each prefixed with '|' (a last line without a newline included),
     then `@@inference-host-fact INDEX STATUS`."""
-    parts = ["exec 4>&1"]
+    parts = [sh("exec 4>&1")]
     for index, command in enumerate(commands):
         # fd 3 carries the subshell's status past the pipe; the newlines keep a trailing
         # comment in a fact's command from swallowing the closing parenthesis.
         parts.append(
-            "r=$( { { (\n" + command + "\n) 2>/dev/null </dev/null; echo $? >&3; }"
-            ' | while IFS= read -r l || [ -n "$l" ]; do printf \'|%s\\n\' "$l"; done >&4; } 3>&1 )'
-            f'; echo "{_MARK} {index} $r"'
+            sh(
+                "r=$( {{ {{ (\n{command}\n) 2>/dev/null </dev/null; echo $? >&3; }}"
+                ' | while IFS= read -r l || [ -n "$l" ]; do printf \'|%s\\n\' "$l"; done >&4; }} 3>&1 )'
+                '; echo {mark}" $r"',
+                command=from_pyinfra(command),
+                mark=f"{_MARK} {index}",
+            )
         )
-    return "\n".join(parts)
+    return chain(*parts, operator="\n")
 
 
 def parse_batch(lines: list[str], count: int) -> dict[int, list[str]]:

@@ -19,13 +19,13 @@ the container's own namespaces, so it belongs to the container's root).
 from __future__ import annotations
 
 import re
-import shlex
 import urllib.parse
 from io import StringIO
 
 from pyinfra.operations import files
 
 from roles.shared.layout import ETC_DIR
+from roles.shared.shell import Shell, argv, sh
 from roles.site import HostSettings
 
 GUEST_KEYS_DIR = f"{ETC_DIR}/guest-keys"
@@ -106,7 +106,7 @@ def same_keys_file(current: str | None, wanted: str) -> bool:
     return lines(current) == lines(wanted)
 
 
-def push_keys_commands(vmid: int, content: str, make_ssh_dir: bool) -> list[str]:
+def push_keys_commands(vmid: int, content: str, make_ssh_dir: bool) -> list[Shell]:
     """Write `content` to root's authorized_keys in running container `vmid`, from the node.
 
     pct push reads a file on the node: a mktemp file (0600, removed after). Without ~/.ssh the
@@ -117,11 +117,16 @@ def push_keys_commands(vmid: int, content: str, make_ssh_dir: bool) -> list[str]
     """
     commands = []
     if make_ssh_dir:
-        commands.append(f"pct exec {vmid} -- mkdir -m 0700 /root/.ssh")
+        commands.append(argv("pct", "exec", vmid, "--", "mkdir", "-m", "0700", "/root/.ssh"))
     commands.append(
-        f"keys=$(mktemp) && printf '%s' {shlex.quote(content)} > \"$keys\""
-        f' && pct push {vmid} "$keys" {AUTHORIZED_KEYS} --perms 0600'
-        f" && [ \"$(pct exec {vmid} -- sha256sum {AUTHORIZED_KEYS} | cut -d' ' -f1)\""
-        ' = "$(sha256sum < "$keys" | cut -d\' \' -f1)" ]; status=$?; rm -f "$keys"; exit $status'
+        sh(
+            "keys=$(mktemp) && printf '%s' {content} > \"$keys\""
+            ' && pct push {vmid} "$keys" {keys_path} --perms 0600'
+            " && [ \"$(pct exec {vmid} -- sha256sum {keys_path} | cut -d' ' -f1)\""
+            ' = "$(sha256sum < "$keys" | cut -d\' \' -f1)" ]; status=$?; rm -f "$keys"; exit $status',
+            content=content,
+            vmid=vmid,
+            keys_path=AUTHORIZED_KEYS,
+        )
     )
     return commands

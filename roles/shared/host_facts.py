@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from roles.shared.shell import Shell, sh
+
 
 class ContainerVirtualization(FactBase):
     """Returns the container technology the host runs in ("docker", "lxc", ...), or None."""
@@ -20,8 +22,8 @@ class WheelhouseEntry(FactBase):
     """Returns the wheel file names of a complete wheelhouse entry (a folder that has
     inputs.json, written last), or None when the entry is absent or incomplete."""
 
-    def command(self, path: str) -> str:
-        return f"if [ -f {path}/inputs.json ]; then echo present; ls -1 {path}; fi; true"
+    def command(self, path: str) -> Shell:
+        return sh("if [ -f {path}/inputs.json ]; then echo present; ls -1 -- {path}; fi; true", path=path)
 
     def process(self, output) -> list[str] | None:
         lines = [line.strip() for line in output]
@@ -34,8 +36,8 @@ class UnitActiveState(FactBase):
     """Returns `systemctl is-active` of a unit: active, activating, failed, inactive, ...
     (roles/serving and roles/gateway decide from it whether their switch must start the unit)."""
 
-    def command(self, unit: str) -> str:
-        return f"systemctl is-active {unit} || true"
+    def command(self, unit: str) -> Shell:
+        return sh("systemctl is-active -- {unit} || true", unit=unit)
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output).strip() or "unknown"

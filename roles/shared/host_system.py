@@ -8,6 +8,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server
 
 from roles.shared.host_facts import ContainerVirtualization
+from roles.shared.shell import sh
 
 
 def require_distro(supported: set[tuple[str, int]], role: str, what: str) -> None:
@@ -26,5 +27,7 @@ def sysctl_file(path: str, template: str, sysctl: dict[str, str], name: str) -> 
     conf = files.template(name=name, src=template, dest=path, sysctl=sysctl, mode="0644")
     in_container = host.get_fact(ContainerVirtualization) is not None
     server.shell(
-        name=f"Apply {path}", commands=[f"sysctl -e -p {path}"], _if=lambda: conf.did_change() and not in_container
+        name=f"Apply {path}",
+        commands=[sh("sysctl -e -p {path}", path=path)],
+        _if=lambda: conf.did_change() and not in_container,
     )

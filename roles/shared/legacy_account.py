@@ -49,13 +49,13 @@ default, say).
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 from pyinfra.operations import files, server
 
 from roles.shared.fact_batch import batched
+from roles.shared.shell import Shell, sh
 
 FORMER_USER = "sglang"
 FORMER_GROUP = "sglang"
@@ -77,19 +77,21 @@ class ServiceAccountState(FactBase):
     """Returns the AccountState of the former names (sglang, /var/lib/sglang, /var/log/sglang)
     and the configured ones: /etc/passwd's and /etc/group's entries, and what each folder is."""
 
-    def command(self, user: str, group: str, data_dir: str, log_dir: str) -> str:
+    def command(self, user: str, group: str, data_dir: str, log_dir: str) -> Shell:
         # Names are UnixName-validated ([a-z_][a-z0-9_-]*): safe in a regular expression.
-        users, groups = "|".join(sorted({FORMER_USER, user})), "|".join(sorted({FORMER_GROUP, group}))
-        paths = " ".join(shlex.quote(p) for p in dict.fromkeys((FORMER_DATA_DIR, FORMER_LOG_DIR, data_dir, log_dir)))
-        return (
-            f"grep -E '^({users}):' /etc/passwd | sed 's/^/passwd:/'; "
-            f"grep -E '^({groups}):' /etc/group | sed 's/^/group:/'; "
+        users, groups = "|".join(dict.fromkeys((FORMER_USER, user))), "|".join(dict.fromkeys((FORMER_GROUP, group)))
+        return sh(
+            "grep -E -- {users} /etc/passwd | sed 's/^/passwd:/'; "
+            "grep -E -- {groups} /etc/group | sed 's/^/group:/'; "
             # One line a folder that exists: kind, path, a link's target, and a closing `.` (so
             # that no field is at the line's end, where a path's trailing blank could be lost).
-            f"for p in {paths}; do "
+            "for p in {paths}; do "
             """if [ -L "$p" ]; then printf 'link\\t%s\\t%s\\t.\\n' "$p" "$(readlink "$p")"; """
             """elif [ -d "$p" ]; then printf 'dir\\t%s\\t\\t.\\n' "$p"; """
-            """elif [ -e "$p" ]; then printf 'other\\t%s\\t\\t.\\n' "$p"; fi; done; true"""
+            """elif [ -e "$p" ]; then printf 'other\\t%s\\t\\t.\\n' "$p"; fi; done; true""",
+            users=f"^({users}):",
+            groups=f"^({groups}):",
+            paths=list(dict.fromkeys((FORMER_DATA_DIR, FORMER_LOG_DIR, data_dir, log_dir))),
         )
 
     def process(self, output: list[str]) -> AccountState:
@@ -178,7 +180,7 @@ def account_migration(state: AccountState, base) -> AccountMigration:
 SETTING_OF = {FORMER_DATA_DIR: "base_data_dir", FORMER_LOG_DIR: "base_log_dir"}
 
 
-def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str, list[str]]]:
+def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str, list[Shell]]]:
     """(operation name, shell commands) of roles/base's part, in order: the configured names on
     the former ids, then each folder under its new name with a link at the old one."""
     steps = []
@@ -190,7 +192,7 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
         steps.append(
             (
                 f"Migrate service group {FORMER_GROUP} to {group} (gid {gid} kept)",
-                [f"groupadd --system --non-unique --gid {gid} {group}"],
+                [sh("groupadd --system --non-unique --gid {gid} -- {group}", gid=gid, group=group)],
             )
         )
     if migration.add_user:
@@ -201,13 +203,18 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
                 f"Migrate service user {FORMER_USER} to {user} (uid {uid} kept; the name {FORMER_USER} goes"
                 f" once the engine serves as {user})",
                 [
-                    f"useradd --system --non-unique --uid {uid} --gid {group} --home-dir {shlex.quote(data_dir)}"
-                    f" --shell /usr/sbin/nologin --no-create-home {user}"
+                    sh(
+                        "useradd --system --non-unique --uid {uid} --gid {group} --home-dir {home}"
+                        " --shell /usr/sbin/nologin --no-create-home -- {user}",
+                        uid=uid,
+                        group=group,
+                        home=data_dir,
+                        user=user,
+                    )
                 ],
             )
         )
     for old, new in migration.moves:
-        source, dest = shlex.quote(old), shlex.quote(new)
         refusal = (
             f"{old} is a mount point: mount it at {new}, or set {SETTING_OF[old]} = {old!r} to keep it"
             " (docs/upgrades.md#the-service-account)"
@@ -218,16 +225,16 @@ def adoption_steps(migration: AccountMigration, data_dir: str) -> list[tuple[str
                 " until the former names go)",
                 [
                     # A mount point cannot be renamed: say what to do rather than mv's EBUSY.
-                    f"if mountpoint -q {source}; then echo {shlex.quote(refusal)} >&2; exit 1; fi",
-                    f"mv -T {source} {dest}",
-                    f"ln -s {dest} {source}",
+                    sh("if mountpoint -q -- {old}; then echo {refusal} >&2; exit 1; fi", old=old, refusal=refusal),
+                    sh("mv -T -- {old} {new}", old=old, new=new),
+                    sh("ln -s -- {new} {old}", old=old, new=new),
                 ],
             )
         )
     return steps
 
 
-def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[str]]]:
+def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[Shell]]]:
     """(operation name, shell commands) that remove the former account names, once nothing runs
     under them (the ids stay, under the configured names). The links: drop_former_names."""
     if not migration.drop_account:
@@ -241,12 +248,20 @@ def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[st
             f" as {user}:{group}): {why}",
             [
                 # Only a second name of the configured ids; -f: that uid runs the engine (as `user`).
-                f"u=$(id -u {FORMER_USER} 2>/dev/null);"
-                f' if [ -n "$u" ] && [ "$u" = "$(id -u {user})" ]; then userdel -f {FORMER_USER}; fi',
+                sh(
+                    "u=$(id -u -- {former} 2>/dev/null);"
+                    ' if [ -n "$u" ] && [ "$u" = "$(id -u -- {user})" ]; then userdel -f -- {former}; fi',
+                    former=FORMER_USER,
+                    user=user,
+                ),
                 # Left where USERGROUPS_ENAB is off (userdel then keeps a group of the user's name).
-                f"g=$(getent group {FORMER_GROUP} | cut -d: -f3);"
-                f' if [ -n "$g" ] && [ "$g" = "$(getent group {group} | cut -d: -f3)" ];'
-                f" then groupdel -f {FORMER_GROUP}; fi",
+                sh(
+                    "g=$(getent group -- {former} | cut -d: -f3);"
+                    ' if [ -n "$g" ] && [ "$g" = "$(getent group -- {group} | cut -d: -f3)" ];'
+                    " then groupdel -f -- {former}; fi",
+                    former=FORMER_GROUP,
+                    group=group,
+                ),
             ],
         )
     ]
@@ -255,14 +270,14 @@ def drop_steps(migration: AccountMigration, why: str) -> list[tuple[str, list[st
 def adopt_former_names(migration: AccountMigration, data_dir: str) -> None:
     """roles/base, before the user is ensured (adoption_steps)."""
     for name, commands in adoption_steps(migration, data_dir):
-        server.shell(name=name, commands=commands)
+        server.shell(name=name, commands=commands)  # type: ignore[arg-type]  # Shell is a str; pyinfra's list[str] is invariant
 
 
 def drop_former_names(migration: AccountMigration, why: str) -> None:
     """The former names, once nothing runs under them: the user and group entries and the links
     at the old folders."""
     for name, commands in drop_steps(migration, why):
-        server.shell(name=name, commands=commands)
+        server.shell(name=name, commands=commands)  # type: ignore[arg-type]  # Shell is a str; pyinfra's list[str] is invariant
     for old, new in migration.links:
         files.link(name=f"Remove the link {old} (now {new}): {why}", path=old, present=False)
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 
+from roles.shared.shell import Shell, sh
+
 LEGACY_UNIT = "sglang"
 LEGACY_SECRET_DIR = "/etc/sglang"
 LEGACY_SCRIPTS = ("sglang-cleanup", "sglang-wait-ready", "sglang-switch", "sglang-rolling")
@@ -68,8 +70,8 @@ class CacheToAdopt(FactBase):
     """Returns True when the old root has a uv cache (a folder, or the lab's link to one) and
     the new root has none yet."""
 
-    def command(self, old: str, new: str) -> str:
-        return f"if [ -e {old} ] && [ ! -e {new} ] && [ ! -L {new} ]; then echo yes; fi; true"
+    def command(self, old: str, new: str) -> Shell:
+        return sh("if [ -e {old} ] && [ ! -e {new} ] && [ ! -L {new} ]; then echo yes; fi; true", old=old, new=new)
 
     def process(self, output: list[str]) -> bool:
         return "\n".join(output).strip() == "yes"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pyinfra.api import FactBase
 
 from roles.shared.fact_batch import batched
+from roles.shared.shell import Shell, chain, sh
 
 MARKER = ".inference-host-stack"
 LOCK_COPY_NAME = "inference-host-lock.txt"
@@ -36,8 +37,8 @@ def stamp(parts: Iterable[str]) -> str:
 class EnvironmentStamp(FactBase):
     """Returns the name a finished install left in an environment (None: not built)."""
 
-    def command(self, env_dir: str) -> str:
-        return f"cat {env_dir}/{MARKER} 2>/dev/null || true"
+    def command(self, env_dir: str) -> Shell:
+        return sh("cat -- {marker} 2>/dev/null || true", marker=f"{env_dir}/{MARKER}")
 
     def process(self, output: list[str]) -> str | None:
         text = "\n".join(output).strip()
@@ -49,11 +50,11 @@ def build_command(
     python: str,
     requirements: str,
     current: str,
-    checks: Iterable[str] = (),
-    installs: Callable[[str], list[str]] = lambda _: [],
+    checks: Iterable[Shell] = (),
+    installs: Callable[[str], list[Shell]] = lambda _: [],
     pip_check: bool = False,
     compile_only: tuple[str, ...] | None = None,
-) -> str:
+) -> Shell:
     """The shell command that builds target from the lock file requirements: checks run first
     (each stops the build with its own message), installs(venv_python) after the sync. A
     target that exists but is not live is an unfinished earlier build and is rebuilt; one that
@@ -69,26 +70,49 @@ def build_command(
     venv_python = f"{building}/bin/python"
     steps = [
         *checks,
-        f'if [ -e {target} ]; then [ "$(readlink -f {current})" != "$(readlink -f {target})" ]'
-        f" || {{ echo '{target} is live but incomplete; not replaced' >&2; exit 1; }}; rm -rf {target}; fi",
-        f"rm -rf {building}",
-        f"uv venv --quiet --python {python} {building}",
-        f"uv pip sync --quiet --require-hashes{'' if compile_only else ' --compile-bytecode'}"
-        f" --python {venv_python} {requirements}",
+        sh(
+            'if [ -e {target} ]; then [ "$(readlink -f -- {current})" != "$(readlink -f -- {target})" ]'
+            " || {{ echo {live} >&2; exit 1; }}; rm -rf -- {target}; fi",
+            target=target,
+            current=current,
+            live=f"{target} is live but incomplete; not replaced",
+        ),
+        sh("rm -rf -- {building}", building=building),
+        sh("uv venv --quiet --python {python} {building}", python=python, building=building),
+        sh(
+            "uv pip sync --quiet --require-hashes --python {python} {requirements}"
+            if compile_only
+            else "uv pip sync --quiet --require-hashes --compile-bytecode --python {python} {requirements}",
+            python=venv_python,
+            requirements=requirements,
+        ),
         *installs(venv_python),
     ]
     if compile_only:
-        site = f"$(echo {building}/lib/python3*/site-packages)"
-        steps.append(f"{venv_python} -m compileall -q {' '.join(f'{site}/{p}' for p in compile_only)} >/dev/null")
+        # The glob stays outside the quotes: it picks the one python3.X folder of the venv.
+        steps.append(
+            sh(
+                "site=$(echo {building}/lib/python3*/site-packages)"
+                ' && set -- && for p in {packages}; do set -- "$@" "$site/$p"; done'
+                ' && {python} -m compileall -q -- "$@" >/dev/null',
+                building=building,
+                packages=list(compile_only),
+                python=venv_python,
+            )
+        )
     if pip_check:
-        steps.append(f"uv pip check --quiet --python {venv_python}")
+        steps.append(sh("uv pip check --quiet --python {python}", python=venv_python))
     steps += [
-        f"cp {requirements} {building}/{LOCK_COPY_NAME}",
-        f"echo '{name}' > {building}/{MARKER}",
-        f"mv -T {building} {target}",
+        sh("cp -- {requirements} {copy}", requirements=requirements, copy=f"{building}/{LOCK_COPY_NAME}"),
+        sh("echo {name} > {marker}", name=name, marker=f"{building}/{MARKER}"),
+        sh("mv -T {building} {target}", building=building, target=target),
     ]
-    failed = (
-        f'rm -rf {building}; echo "FAILED to build {target}; the live environment'
-        f' ($(readlink {current} || echo none)) was not touched and still serves" >&2; exit 1'
+    return sh(
+        "umask 022; ( {steps} ) || {{ rm -rf -- {building};"
+        " printf 'FAILED to build %s; the live environment (%s) was not touched and still serves\\n'"
+        ' {target} "$(readlink -- {current} || echo none)" >&2; exit 1; }}',
+        steps=chain(*steps),
+        building=building,
+        target=target,
+        current=current,
     )
-    return f"umask 022; ( {' && '.join(steps)} ) || {{ {failed}; }}"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 
 from pyinfra.api import FactBase
 
 from roles.shared.fact_batch import batched
 from roles.shared.pve import parse_config
+from roles.shared.shell import Shell, sh
 
 
 def parse_boot_loader(lines: list[str]) -> str:
@@ -97,13 +97,13 @@ class NvidiaHostDevices(FactBase):
     the GPU at a PCI address is passed as the right /dev/nvidiaN.
     """
 
-    def command(self, proc_dir: str = "/proc/driver/nvidia") -> str:
-        gpus = shlex.quote(proc_dir.rstrip("/") + "/gpus")
-        return (
+    def command(self, proc_dir: str = "/proc/driver/nvidia") -> Shell:
+        return sh(
             'for n in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$n" ] &&'
             " stat -c 'node %F|%t:%T|%n' \"$n\"; done;"
-            f' for d in {gpus}/*; do [ -f "$d/information" ] || continue;'
-            ' echo "== $d"; cat "$d/information"; done; true'
+            ' for d in {gpus}/*; do [ -f "$d/information" ] || continue;'
+            ' echo "== $d"; cat "$d/information"; done; true',
+            gpus=proc_dir.rstrip("/") + "/gpus",
         )
 
     def process(self, output) -> dict:
@@ -126,7 +126,7 @@ class PciDevices(FactBase):
     """Returns the node's PCI devices from the Proxmox API: {address: {vendor, iommugroup, ...}}."""
 
     def command(self) -> str:
-        return "pvesh get /nodes/$(hostname)/hardware/pci --pci-class-blacklist '' --output-format json"
+        return "pvesh get \"/nodes/$(hostname)/hardware/pci\" --pci-class-blacklist '' --output-format json"
 
     def process(self, output) -> dict[str, dict]:
         return parse_pci_devices("\n".join(output))
@@ -147,9 +147,14 @@ class _GuestState(FactBase):
     CONF_DIR = ""
     KIND = ""
 
-    def command(self, vmid: int) -> str:
+    def command(self, vmid: int) -> Shell:
         conf = f"{self.CONF_DIR}/{int(vmid)}.conf"
-        return f"! test -f {conf} || {{ {self.TOOL} status {int(vmid)} && echo --- && cat {conf}; }}"
+        return sh(
+            "! test -f {conf} || {{ {tool} status {vmid} && echo --- && cat -- {conf}; }}",
+            conf=conf,
+            tool=self.TOOL,
+            vmid=int(vmid),
+        )
 
     def process(self, output) -> dict | None:
         return parse_guest_state(list(output), self.KIND)
@@ -192,16 +197,17 @@ class LxcAuthorizedKeys(FactBase):
     running container ID, read with `pct exec` (lxc-attach into the container: pve-container
     5.3.5 src/PVE/CLI/pct.pm exec), or None when it cannot be read (not running)."""
 
-    def command(self, vmid: int) -> str:
+    def command(self, vmid: int) -> Shell:
         vmid = int(vmid)
         inside = (
             "if [ -f /root/.ssh/authorized_keys ]; then echo file;"
             " cat /root/.ssh/authorized_keys; elif [ -d /root/.ssh ]; then echo no-file;"
             " else echo no-dir; fi"
         )
-        return (
-            f"! pct status {vmid} 2>/dev/null | grep -qx 'status: running'"
-            f" || pct exec {vmid} -- sh -c {shlex.quote(inside)}"
+        return sh(
+            "! pct status {vmid} 2>/dev/null | grep -qx 'status: running' || pct exec {vmid} -- sh -c {inside}",
+            vmid=vmid,
+            inside=inside,
         )
 
     def process(self, output) -> dict | None:

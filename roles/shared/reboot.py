@@ -18,6 +18,8 @@ from time import monotonic, sleep
 
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from roles.shared.shell import Shell, sh
+
 MARKER = "/run/reboot-required"
 TOKEN = "/run/inference-host-reboot-token"
 
@@ -30,9 +32,10 @@ def required_now() -> bool:
     return ok
 
 
-def why() -> str:
-    """What asked for the reboot (/run/reboot-required.pkgs), for messages."""
-    return f"$(sort -u {MARKER}.pkgs 2>/dev/null | paste -sd, -)"
+def why() -> Shell:
+    """What asked for the reboot (/run/reboot-required.pkgs), for messages: a command
+    substitution, to put between two quoted words."""
+    return sh('"$(sort -u -- {pkgs} 2>/dev/null | paste -sd, -)"', pkgs=f"{MARKER}.pkgs")
 
 
 @operation(is_idempotent=False)

@@ -21,7 +21,6 @@ is to do is decided from a fact that reports the destination's sha256, mode and 
 from __future__ import annotations
 
 import hashlib
-import shlex
 from io import BytesIO
 
 from pyinfra import host
@@ -29,6 +28,7 @@ from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, oper
 from pyinfra.operations import files
 
 from roles.shared.fact_batch import batched
+from roles.shared.shell import Shell, chain, sh
 
 # A root-only folder for the upload; the staged copy is removed once the file is in place.
 UPLOAD_DIR = "/var/lib/inference-host/upload"
@@ -53,9 +53,10 @@ class Sealed:
 class SecretFileState(FactBase):
     """Returns (sha256, mode, user, group) of a file, or None when it does not exist."""
 
-    def command(self, path: str) -> str:
-        quoted = shlex.quote(path)
-        return f"if [ -f {quoted} ]; then stat -c '%a %U %G' {quoted} && sha256sum {quoted} | cut -d' ' -f1; fi"
+    def command(self, path: str) -> Shell:
+        return sh(
+            "if [ -f {path} ]; then stat -c '%a %U %G' -- {path} && sha256sum -- {path} | cut -d' ' -f1; fi", path=path
+        )
 
     def process(self, output: list[str]) -> tuple[str, str, str, str] | None:
         lines = [line.strip() for line in output if line.strip()]
@@ -65,18 +66,17 @@ class SecretFileState(FactBase):
         return lines[1], mode, user, group
 
 
-def install_steps(staged: str, dest: str, user: str, group: str) -> list[str]:
+def install_steps(staged: str, dest: str, user: str, group: str) -> list[Shell]:
     """Shell steps that move the staged upload into place without a moment of wider access:
     the new file is created by the shell under umask 077 (0600) beside dest, then renamed."""
-    new = shlex.quote(f"{dest}.inference-host-new")
-    staged, dest = shlex.quote(staged), shlex.quote(dest)
+    new = f"{dest}.inference-host-new"
     return [
-        f"rm -f {new}",
-        f"(umask 077 && cat {staged} > {new})",
-        f"rm -f {staged}",
-        f"chown {shlex.quote(user)}:{shlex.quote(group)} {new}",
-        f"chmod 0600 {new}",
-        f"mv -f {new} {dest}",
+        sh("rm -f -- {new}", new=new),
+        sh("(umask 077 && cat -- {staged} > {new})", staged=staged, new=new),
+        sh("rm -f -- {staged}", staged=staged),
+        sh("chown -- {owner} {new}", owner=f"{user}:{group}", new=new),
+        sh("chmod 0600 -- {new}", new=new),
+        sh("mv -f -- {new} {dest}", new=new, dest=dest),
     ]
 
 
@@ -97,7 +97,7 @@ def secret_put(sealed: Sealed, dest: str, user: str, group: str):
     # there (inside the 0700 folder, so it fails rather than lands in /tmp); the inventory
     # connects as root.
     yield FileUploadCommand(BytesIO(data), staged, remote_temp_filename=f"{staged}.upload")
-    yield StringCommand(" && ".join(install_steps(staged, dest, user, group)))
+    yield StringCommand(chain(*install_steps(staged, dest, user, group)))
 
 
 @deploy("Secret file")

@@ -21,7 +21,6 @@ reads the manifest and the files' sizes only (facts.WeightsManifestState).
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from io import StringIO
@@ -36,6 +35,7 @@ from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
+from roles.shared.shell import chain, sh
 from roles.site import (
     HostSettings,
     WeightSet,
@@ -161,9 +161,15 @@ def _tools(settings: HostSettings) -> None:
     server.shell(
         name=f"Install {pins} into {ENV_DIR}",
         commands=[
-            f"rm -rf {ENV_DIR} && python3 -m venv {ENV_DIR}"
-            f" && {ENV_DIR}/bin/pip install --quiet --no-cache-dir {pins}"
-            f" && echo '{pins}' > {stamp} || {{ rm -rf {ENV_DIR}; exit 1; }}"
+            sh(
+                "rm -rf -- {env} && python3 -m venv -- {env}"
+                " && {env}/bin/pip install --quiet --no-cache-dir -- {requirements}"
+                " && echo {pins} > {stamp} || {{ rm -rf -- {env}; exit 1; }}",
+                env=ENV_DIR,
+                requirements=pins.split(),
+                pins=pins,
+                stamp=stamp,
+            )
         ],
         _env=pip_environment(settings),
         _if=lambda: installed != pins,
@@ -233,7 +239,7 @@ def _weight_set(ws: WeightSet) -> None:
 
 
 def _status(config: str) -> dict:
-    ok, output = host.run_shell_command(f"{TOOL} status --json --config {shlex.quote(config)}")
+    ok, output = host.run_shell_command(sh("{tool} status --json --config={config}", tool=TOOL, config=config))
     if not ok:
         raise RuntimeError(f"{host.name}: `{TOOL} status` failed: {output.stderr}")
     return json.loads(output.stdout)[0]
@@ -249,12 +255,12 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
     `restart`: a callable, asked at execution time (did the config or the unit change?)."""
     ok, output = host.run_shell_command("date +%s")
     started = float(output.stdout.strip() or 0)
-    steps = [f"systemctl reset-failed {unit} 2>/dev/null || true"]
+    steps = [sh("systemctl reset-failed -- {unit} 2>/dev/null || true", unit=unit)]
     if verify:
         name = config.rsplit("/", 1)[-1].removesuffix(".json")
-        steps.append(f"touch {STATE_DIR}/{name}.verify-requested")
-    steps.append(f"systemctl {'restart' if restart() else 'start'} --no-block {unit}")
-    ok, output = host.run_shell_command(" && ".join(steps))
+        steps.append(sh("touch -- {requested}", requested=f"{STATE_DIR}/{name}.verify-requested"))
+    steps.append(sh("systemctl {verb} --no-block -- {unit}", verb="restart" if restart() else "start", unit=unit))
+    ok, output = host.run_shell_command(chain(*steps))
     if not ok:
         raise RuntimeError(f"{host.name}: could not start {unit}: {output.stderr}")
     last_print, idle_since = 0.0, time.monotonic()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import shlex
 
 from pyinfra.api import FactBase
+
+from roles.shared.shell import Shell, sh
 
 
 class WeightsManifestState(FactBase):
@@ -13,12 +14,16 @@ class WeightsManifestState(FactBase):
     directory: the manifest against the wanted repository, commit and patterns, and every
     file's size. Reads no file's content, so it is quick on hundreds of GB."""
 
-    def command(self, tool: str, directory: str, repo: str, revision: str, patterns: str) -> str:
-        check = (
-            f"python3 {tool} check --dir {shlex.quote(directory)} --repo {shlex.quote(repo)}"
-            f" --revision {shlex.quote(revision)} --patterns {shlex.quote(patterns)}"
+    def command(self, tool: str, directory: str, repo: str, revision: str, patterns: str) -> Shell:
+        return sh(
+            "if [ -x {tool} ]; then python3 {tool} check --dir={directory} --repo={repo} --revision={revision}"
+            """ --patterns={patterns}; else echo '{{"state": "no-tool"}}'; fi""",
+            tool=tool,
+            directory=directory,
+            repo=repo,
+            revision=revision,
+            patterns=patterns,
         )
-        return f'if [ -x {tool} ]; then {check}; else echo \'{{"state": "no-tool"}}\'; fi'
 
     def process(self, output: list[str]) -> dict:
         try:
@@ -30,8 +35,8 @@ class WeightsManifestState(FactBase):
 class FileText(FactBase):
     """Returns a small file's text, or None when it does not exist."""
 
-    def command(self, path: str) -> str:
-        return f"cat {shlex.quote(path)} 2>/dev/null || true"
+    def command(self, path: str) -> Shell:
+        return sh("cat -- {path} 2>/dev/null || true", path=path)
 
     def process(self, output: list[str]) -> str | None:
         text = "\n".join(output).strip()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import shlex
 from pathlib import Path
 
 from pyinfra import host, logger
@@ -28,6 +27,7 @@ from pyinfra.operations import files, server
 from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.note import note
 from roles.shared.pip import pip_environment
+from roles.shared.shell import argv, chain, sh
 from roles.shared.wheel_plan import (
     WheelBuild,
     WheelPlanError,
@@ -104,12 +104,14 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
     server.shell(
         name=f"Install {CUOBJDUMP_PYPI} into {venv}",
         commands=[
-            (
-                f"rm -rf {venv} && python3 -m venv {venv}"
-                f" && {venv}/bin/pip install --quiet --no-cache-dir {CUOBJDUMP_PYPI}"
-                f' && ln -sf "$(ls -d {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)"'
-                f" {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
-                f" || {{ rm -rf {venv}; exit 1; }}"
+            sh(
+                "rm -rf -- {venv} && python3 -m venv -- {venv}"
+                " && {venv}/bin/pip install --quiet --no-cache-dir -- {requirement}"
+                ' && ln -sf -- "$(ls -d -- {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)"'
+                " {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
+                " || {{ rm -rf -- {venv}; exit 1; }}",
+                venv=venv,
+                requirement=CUOBJDUMP_PYPI,
             )
         ],
         _env=env,
@@ -182,7 +184,7 @@ def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
     server.shell(
         name=f"Build the {wheel.label} wheel for sm_120 (MAX_JOBS={cap.max_jobs},"
         f" NVCC_THREADS={cap.nvcc_threads}, key {wheel.key})",
-        commands=[shlex.join(command) + f" && rm -f {context} {inputs}"],
+        commands=[chain(argv(*command), sh("rm -f -- {context} {inputs}", context=context, inputs=inputs))],
         # build_wheel.py stops the build at timeout_s; this is the backstop for the SSH side.
         _timeout=timeout_s + 600,
     )

@@ -6,6 +6,7 @@ import re
 
 from pyinfra.api import FactBase
 
+from roles.shared.shell import Shell, sh
 from roles.wheels.jobcap import Resources
 
 _KIB = 1024
@@ -120,11 +121,12 @@ class CuobjdumpPath(FactBase):
     """Returns the path of a cuobjdump on the builder (PATH, the CUDA toolkit, or the copy
     roles/wheels installs from PyPI under tools_dir), or None."""
 
-    def command(self, tools_dir: str) -> str:
-        return (
-            f"for c in $(command -v cuobjdump) /usr/local/cuda/bin/cuobjdump"
-            f" {tools_dir}/cuobjdump/bin/cuobjdump; do"
-            f' [ -x "$c" ] && "$c" --version >/dev/null 2>&1 && {{ echo "$c"; break; }}; done; true'
+    def command(self, tools_dir: str) -> Shell:
+        return sh(
+            "for c in $(command -v cuobjdump) /usr/local/cuda/bin/cuobjdump"
+            " {tools_dir}/cuobjdump/bin/cuobjdump; do"
+            ' [ -x "$c" ] && "$c" --version >/dev/null 2>&1 && {{ echo "$c"; break; }}; done; true',
+            tools_dir=tools_dir,
         )
 
     def process(self, output) -> str | None:

@@ -33,13 +33,14 @@ FRESH = ("inventory_ubuntu2404.py", "@fake/gpu-ubuntu2404")
 GATEWAY = ("inventory_gateway_ubuntu2404.py", "@fake/gw-ubuntu2404")
 LAYOUT = ("inventory_migration_ubuntu2404.py", "@fake/gpu-migrating")  # 7c5257e: an older layout too
 
-ADOPT_GROUP = "groupadd --system --non-unique --gid 995 inference"
+ADOPT_GROUP = "groupadd --system --non-unique --gid 995 -- inference"
 ADOPT_USER = (
     "useradd --system --non-unique --uid 999 --gid inference --home-dir /var/lib/inference-engine"
-    " --shell /usr/sbin/nologin --no-create-home inference"
+    " --shell /usr/sbin/nologin --no-create-home -- inference"
 )
 DROP_USER = (
-    'u=$(id -u sglang 2>/dev/null); if [ -n "$u" ] && [ "$u" = "$(id -u inference)" ]; then userdel -f sglang; fi'
+    'u=$(id -u -- sglang 2>/dev/null); if [ -n "$u" ] && [ "$u" = "$(id -u -- inference)" ];'
+    " then userdel -f -- sglang; fi"
 )
 CREATE_USER = "useradd -d /var/lib/inference-engine -s /usr/sbin/nologin -g inference -r -M inference"
 
@@ -83,8 +84,8 @@ def test_the_fact_asks_for_both_names_and_quotes_the_folders():
     command = ServiceAccountState().command(
         user="inference", group="engine", data_dir="/srv/a b", log_dir="/var/log/inference-engine"
     )
-    assert "grep -E '^(inference|sglang):' /etc/passwd" in command
-    assert "grep -E '^(engine|sglang):' /etc/group" in command
+    assert "grep -E -- '^(sglang|inference):' /etc/passwd" in command
+    assert "grep -E -- '^(sglang|engine):' /etc/group" in command
     assert "for p in /var/lib/sglang /var/log/sglang '/srv/a b' /var/log/inference-engine;" in command
 
 
@@ -104,8 +105,8 @@ def test_a_host_of_fb51e7b_takes_the_new_names_on_its_ids_and_moves_its_folders(
         " links there until the former names go)",
     ]
     assert steps[0][1] == [ADOPT_GROUP] and steps[1][1] == [ADOPT_USER]
-    assert steps[2][1][1:] == [f"mv -T {FORMER_DATA_DIR} {NEW_DATA}", f"ln -s {NEW_DATA} {FORMER_DATA_DIR}"]
-    assert steps[2][1][0].startswith(f"if mountpoint -q {FORMER_DATA_DIR}; then echo ")
+    assert steps[2][1][1:] == [f"mv -T -- {FORMER_DATA_DIR} {NEW_DATA}", f"ln -s -- {NEW_DATA} {FORMER_DATA_DIR}"]
+    assert steps[2][1][0].startswith(f"if mountpoint -q -- {FORMER_DATA_DIR}; then echo ")
     (drop,) = drop_steps(migration, "why")
     assert drop[0] == "Remove the former service user and group name sglang (uid 999 and gid 995 stay, as" + (
         " inference:inference): why"
@@ -168,8 +169,8 @@ def test_the_account_moves_only_onto_free_names_or_its_own_second_names():
 def test_the_new_names_take_the_former_ids_before_the_user_is_ensured():
     p = plan(*ACCOUNT)
     group, user = p.index(ADOPT_GROUP), p.index(ADOPT_USER)
-    move = p.index(f"mv -T {FORMER_DATA_DIR} {NEW_DATA}")
-    assert group < user < move < p.index(f"mv -T {FORMER_LOG_DIR} {NEW_LOG}")
+    move = p.index(f"mv -T -- {FORMER_DATA_DIR} {NEW_DATA}")
+    assert group < user < move < p.index(f"mv -T -- {FORMER_LOG_DIR} {NEW_LOG}")
     # roles/base's own user (on this fake host the fact still says no `inference`) comes after.
     assert move < p.index(CREATE_USER)
 
@@ -192,7 +193,8 @@ def test_a_site_that_kept_the_former_names_and_a_fresh_host_plan_no_migration():
     for where in (KEPT, FRESH):
         p = plan(*where)
         assert not any(
-            "--non-unique" in c or "userdel" in c or "groupdel" in c or c.startswith("mv -T /var/") for c in p.commands
+            "--non-unique" in c or "userdel" in c or "groupdel" in c or c.startswith("mv -T -- /var/")
+            for c in p.commands
         ), where
     kept = plan(*KEPT)
     assert any(c.startswith("useradd ") and c.endswith(" sglang") for c in kept.commands)  # as before: its own user

@@ -376,8 +376,8 @@ def test_job_environment_is_built_exactly_from_its_lock_like_an_engine_environme
     assert "--no-deps" not in build and "uv pip install" not in build
     patch = next(i for i, c in enumerate(p.commands) if "patch -p1" in c and target in c)
     switch = p.index(
-        f"ln -sfn {target} /opt/inference-host/eagle3-env/current.new"
-        " && mv -T /opt/inference-host/eagle3-env/current.new /opt/inference-host/eagle3-env/current"
+        f"ln -sfn -- {target} /opt/inference-host/eagle3-env/current.new"
+        " && mv -T -- /opt/inference-host/eagle3-env/current.new /opt/inference-host/eagle3-env/current"
     )
     assert p.commands.index(build) < patch < switch
     assert job.job_config(settings)["env_python"] == "/opt/inference-host/eagle3-env/current/bin/python"

@@ -167,7 +167,7 @@ def test_active_stacks_cuda_is_selected_and_exported(where):
     p.index(f"update-alternatives --set cuda /usr/local/cuda-{active}")
     profile = p.uploads["/etc/profile.d/90-inference-host-cuda.sh"]
     assert f"export CUDA_HOME=/usr/local/cuda-{active}\n" in profile
-    assert f'export PATH="/usr/local/cuda-{active}/bin:$PATH"' in profile
+    assert f'export PATH=/usr/local/cuda-{active}/bin:"$PATH"' in profile
     assert f"/usr/local/cuda-{active}/lib64" in profile
 
 

@@ -69,7 +69,7 @@ def test_gpu_node_gets_the_checks_timer_with_its_budget():
     )
     assert "checks/textfile.py" in p.uploads["/opt/inference-host/checks/bundle.tar"]  # one archive, unpacked
     assert any(
-        c.startswith("rm -rf /opt/inference-host/checks/bundle-")
+        c.startswith("rm -rf -- /opt/inference-host/checks/bundle-")
         and " tar -xf /opt/inference-host/checks/bundle.tar" in c
         for c in p.commands
     ), "\n".join(p.commands)

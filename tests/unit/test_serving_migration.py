@@ -31,7 +31,7 @@ def test_the_old_root_is_read_from_the_old_units_link():
 
 def test_the_cache_moves_before_the_new_environment_is_built():
     p = plan(*MIGRATING)
-    move = p.index("mv -T /opt/sglang/uv-cache /opt/inference-host/uv-cache")
+    move = p.index("mv -T -- /opt/sglang/uv-cache /opt/inference-host/uv-cache")
     build = next(i for i, c in enumerate(p.commands) if "uv pip sync" in c and "/opt/inference-host/envs/" in c)
     assert move < build
 

@@ -30,7 +30,7 @@ _new_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG5ld2tleWZvcnRlc3RzMDAwMDAwMDAw
 
 _state = os.environ.get("PLAN_NODE_STATE", "bare")
 _responses = {
-    "pvesh get /nodes/": _pci,
+    "/hardware/pci": _pci,
     "vendor_id": "vendor_id\t: AuthenticAMD",
     "systemctl is-system-running": "running",
 }

@@ -1,0 +1,383 @@
+"""Every command line the roles hand to a shell is built by roles/shared/shell.py.
+
+Read from the source with ast. A *sink* is where a string becomes shell: `server.shell`'s
+commands, a fact's `command()`, pyinfra's `Command` fact, `run_shell_command`, `StringCommand`,
+what an `@operation` yields. What reaches a sink must be *built*: a literal (no value in it), a call of `sh`, `argv`
+or `chain`, a call of a function declared `-> Shell` (whose own returns are then held to the same
+rule), a parameter typed `Shell`, or a variable, list, comprehension, conditional or join made
+only of those. An f-string, `%`, `.format` or `+` that puts a value into a command is not built,
+and the test names its file and line. The builder's own checks (a literal template, no `Shell()`
+made elsewhere) are held here too; the behaviour of the built commands is in
+test_shell_read_back.py.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from roles.shared.shell import Shell, argv, chain, sh
+from tests.unit.conftest import PROJECT_ROOT
+
+BUILDERS = {"sh", "argv", "chain", "word", "from_pyinfra"}
+# pyinfra commands that carry no shell text (an upload, a Python callable, a download).
+NOT_SHELL = {"FileUploadCommand", "FunctionCommand", "FileDownloadCommand"}
+SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
+
+
+def role_sources(root: Path = PROJECT_ROOT) -> list[Path]:
+    """The deploy's Python: roles/ without the model (no commands) and the scripts it ships."""
+    paths = [p for p in (root / "roles").rglob("*.py") if "site" not in p.relative_to(root / "roles").parts[:1]]
+    return sorted(p for p in paths if "files" not in p.parts) + [p for p in SCANNED if p.exists()]
+
+
+def _annotated_shell(node: ast.AST | None) -> bool:
+    return node is not None and "Shell" in ast.unparse(node)
+
+
+def _literal_template(node: ast.AST) -> bool:
+    """A literal, or a choice between literals (`"a" if x else "b"`)."""
+    if isinstance(node, ast.IfExp):
+        return _literal_template(node.body) and _literal_template(node.orelse)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _tuple_shape(scope: ast.AST | None) -> list[bool] | None:
+    """For a function declared to return tuples (`tuple[list[Shell], str | None]`, or pairs
+    `list[tuple[str, list[Shell]]]`): which items of such a tuple are commands. The others (an
+    operation's name, a message) are not shell."""
+    returns = getattr(scope, "returns", None)
+    for node in ast.walk(returns) if returns is not None else ():
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "tuple" and isinstance(node.slice, ast.Tuple):
+            return [_annotated_shell(item) for item in node.slice.elts]
+    return None
+
+
+@dataclass
+class Module:
+    path: Path
+    tree: ast.Module
+    defs: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local name -> (module, name)
+    constants: set[str] = field(default_factory=set)  # module names bound only to literals
+
+
+def _load(path: Path) -> Module:
+    tree = ast.parse(path.read_text(), str(path))
+    module = Module(path, tree)
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module.defs[node.name] = node
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                module.imports[alias.asname or alias.name] = (node.module, alias.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(node.value)
+    for name, values in assigned.items():
+        if all(_literal(v) for v in values):
+            module.constants.add(name)
+    return module
+
+
+def _literal(node: ast.AST) -> bool:
+    """A value fixed in the source: no setting can be in it."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_literal(e) for e in node.elts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal(node.left) and _literal(node.right)
+    return False
+
+
+class Checker:
+    def __init__(self, paths: list[Path]):
+        self.modules = {p: _load(p) for p in paths}
+        self.by_name = {self._dotted(p): m for p, m in self.modules.items()}
+        self.problems: list[str] = []
+
+    @staticmethod
+    def _dotted(path: Path) -> str:
+        parts = list(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def _function(self, module: Module, name: str) -> ast.FunctionDef | None:
+        if name in module.defs:
+            return module.defs[name]
+        if name in module.imports:
+            source, original = module.imports[name]
+            target = self.by_name.get(source)
+            if target is not None:
+                return self._function(target, original)
+        return None
+
+    def report(self, module: Module, node: ast.AST, why: str) -> None:
+        where = f"{module.path.relative_to(PROJECT_ROOT)}:{getattr(node, 'lineno', '?')}"
+        self.problems.append(f"{where}: {why}: {ast.unparse(node)[:120]}")
+
+    # -- what counts as built ------------------------------------------------------------------
+
+    def built(self, node: ast.AST | None, module: Module, scope: ast.AST | None, seen=frozenset()) -> bool:
+        if node is None or _literal(node):
+            return True
+        if isinstance(node, ast.Call):
+            return self._built_call(node, module, scope, seen)
+        if isinstance(node, ast.Name):
+            return self._built_name(node, module, scope, seen)
+        shape = _tuple_shape(scope) if isinstance(node, ast.Tuple) else None
+        if shape is not None and len(shape) == len(node.elts):
+            pairs = zip(node.elts, shape, strict=True)
+            return all(self.built(e, module, scope, seen) for e, command in pairs if command)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return all(self.built(e, module, scope, seen) for e in node.elts)
+        if isinstance(node, ast.Starred):
+            return self.built(node.value, module, scope, seen)
+        if isinstance(node, ast.IfExp):
+            return self.built(node.body, module, scope, seen) and self.built(node.orelse, module, scope, seen)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self.built(node.left, module, scope, seen) and self.built(node.right, module, scope, seen)
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+            if isinstance(node.elt, ast.Name) and node.elt.id in targets:
+                return all(self.built(g.iter, module, scope, seen) for g in node.generators)
+            return self.built(node.elt, module, scope, seen)
+        if isinstance(node, ast.JoinedStr):  # only pieces already built, no value
+            return all(
+                isinstance(v, ast.Constant) or (v.format_spec is None and self.built(v.value, module, scope, seen))
+                for v in node.values
+            )
+        return False
+
+    def _built_call(self, node: ast.Call, module: Module, scope, seen) -> bool:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name in BUILDERS:
+            return True
+        if name == "StringCommand":  # pyinfra's command made of pieces: built when they are
+            return all(self.built(a, module, scope, seen) for a in node.args)
+        if isinstance(func, ast.Attribute) and func.attr == "join" and isinstance(func.value, ast.Constant):
+            return all(self.built(a, module, scope, seen) for a in node.args)
+        if isinstance(func, ast.Name) and func.id in ("list", "tuple"):
+            return all(self.built(a, module, scope, seen) for a in node.args)
+        if isinstance(func, ast.Name):
+            target = self._function(module, func.id)
+            return target is not None and _annotated_shell(target.returns)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            # a module's function (`legacy_account.plan(...)`) or a method of this module's class
+            owner = module.imports.get(func.value.id)
+            target = None
+            if owner is not None:
+                other = self.by_name.get(f"{owner[0]}.{owner[1]}")
+                target = other.defs.get(func.attr) if other else None
+            elif func.value.id in ("self", "cls"):
+                target = next(
+                    (
+                        f
+                        for f in ast.walk(module.tree)
+                        if isinstance(f, ast.FunctionDef) and f.name == func.attr and _annotated_shell(f.returns)
+                    ),
+                    None,
+                )
+            return target is not None and _annotated_shell(target.returns)
+        return False
+
+    def _built_name(self, node: ast.Name, module: Module, scope, seen) -> bool:
+        if node.id in module.constants:
+            return True
+        if scope is None or (node.id, id(scope)) in seen:
+            return scope is not None
+        seen = seen | {(node.id, id(scope))}
+        args = scope.args.args + scope.args.kwonlyargs + scope.args.posonlyargs
+        for arg in args:
+            if arg.arg == node.id:
+                return _annotated_shell(arg.annotation)
+        values: list[ast.AST] = []
+        for inner in ast.walk(scope):
+            if isinstance(inner, ast.Assign):
+                for target in inner.targets:
+                    for n in ast.walk(target):
+                        if isinstance(n, ast.Name) and n.id == node.id:
+                            values.append(inner.value)
+            elif isinstance(inner, (ast.AnnAssign, ast.AugAssign)) and isinstance(inner.target, ast.Name):
+                if inner.target.id == node.id and inner.value is not None:
+                    values.append(inner.value)
+            elif isinstance(inner, (ast.For, ast.comprehension)):
+                if any(isinstance(n, ast.Name) and n.id == node.id for n in ast.walk(inner.target)):
+                    values.append(inner.iter)
+            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
+                # list.append(x) / list.extend(xs) into the variable
+                owner = inner.func.value
+                if isinstance(owner, ast.Name) and owner.id == node.id and inner.func.attr in ("append", "extend"):
+                    values.extend(inner.args)
+        return bool(values) and all(self.built(v, module, scope, seen) for v in values)
+
+    # -- the sinks -----------------------------------------------------------------------------
+
+    def check(self) -> list[str]:
+        for module in self.modules.values():
+            self._check_module(module)
+        return list(dict.fromkeys(self.problems))  # a nested function is walked with its parent
+
+    def _check_module(self, module: Module) -> None:
+        for scope in ast.walk(module.tree):
+            if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            decorators = {ast.unparse(d).split("(")[0].split(".")[-1] for d in scope.decorator_list}
+            returns = [n for n in ast.walk(scope) if isinstance(n, ast.Return) and n.value is not None]
+            fact_command = scope.name == "command" and [a.arg for a in scope.args.args[:1]] == ["self"]
+            if (fact_command or _annotated_shell(scope.returns)) and module.path.name != "shell.py":
+                for ret in returns:
+                    if not self.built(ret.value, module, scope):
+                        self.report(module, ret, f"{scope.name}() returns a command not built by sh()")
+            if "operation" in decorators:
+                for node in ast.walk(scope):
+                    if isinstance(node, ast.Yield) and not self._not_shell(node.value):
+                        if not self.built(node.value, module, scope):
+                            self.report(module, node, "an operation yields a command not built by sh()")
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Call):
+                    self._check_call(node, module, scope)
+        for node in module.tree.body:  # module-level calls too
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        self._check_call(inner, module, None)
+
+    @staticmethod
+    def _not_shell(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            return name in NOT_SHELL
+        return False
+
+    def _check_call(self, node: ast.Call, module: Module, scope) -> None:
+        func = ast.unparse(node.func)
+        last = func.split(".")[-1]
+        shell_args: list[ast.AST] = []
+        if func in ("server.shell", "shell"):
+            shell_args = node.args[:1] + [k.value for k in node.keywords if k.arg == "commands"]
+        elif last == "run_shell_command":
+            shell_args = node.args[:1] + [k.value for k in node.keywords if k.arg == "command"]
+        elif last == "get_fact" and node.args and ast.unparse(node.args[0]).split(".")[-1] == "Command":
+            shell_args = node.args[1:2] + [k.value for k in node.keywords if k.arg == "command"]  # pyinfra's fact
+        elif last == "StringCommand":
+            shell_args = list(node.args)
+        elif last in ("run", "Popen", "check_output", "check_call", "call"):
+            if any(
+                k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in node.keywords
+            ):
+                self.report(module, node, "a subprocess through a shell")
+        elif last == "from_pyinfra" and module.path.name not in ("shell.py", "fact_batch.py"):
+            self.report(module, node, "from_pyinfra() outside the fact batch (it takes any text as built)")
+        elif last == "Shell" and module.path.name != "shell.py":
+            self.report(module, node, "Shell() made outside roles/shared/shell.py")
+        elif last == "sh" and (not node.args or not _literal_template(node.args[0])):
+            self.report(module, node, "sh() with a template that is not a literal")
+        for arg in shell_args:
+            if not self.built(arg, module, scope):
+                self.report(module, arg, f"{last}() gets a command not built by sh()")
+
+
+def test_every_command_the_roles_run_is_built_by_the_builder():
+    problems = Checker(role_sources()).check()
+    assert not problems, "command lines formatted outside roles/shared/shell.py:\n" + "\n".join(problems)
+
+
+PLANTED = """
+from pyinfra.operations import server
+from roles.shared.shell import Shell, from_pyinfra, sh
+
+
+def _prefix_command(prefix) -> Shell:
+    return sh("rm -rf -- {prefix}", prefix=prefix)
+
+
+def role(prefix, version):
+    server.shell(name="fine", commands=[_prefix_command(prefix), sh("echo {v}", v=version)])
+    server.shell(name="planted", commands=[f"rm -rf {prefix}"])
+"""
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        'server.shell(name="planted", commands=[f"rm -rf {prefix}"])',
+        'server.shell(name="planted", commands=["rm -rf %s" % prefix])',
+        'server.shell(name="planted", commands=["rm -rf {}".format(prefix)])',
+        'server.shell(name="planted", commands=["rm -rf " + prefix])',
+        'command = f"rm -rf {prefix}"\n    server.shell(name="planted", commands=[command])',
+        'server.shell(name="planted", commands=[sh(f"rm -rf {prefix}")])',
+        'server.shell(name="planted", commands=[Shell(prefix)])',
+        'server.shell(name="planted", commands=[from_pyinfra(f"rm -rf {prefix}")])',
+    ],
+)
+def test_a_planted_formatted_command_is_found(tmp_path, planted):
+    role = PROJECT_ROOT / "roles" / "zz_planted_for_test.py"
+    source = PLANTED.replace('server.shell(name="planted", commands=[f"rm -rf {prefix}"])', planted)
+    try:
+        role.write_text(source)
+        problems = Checker([role]).check()
+    finally:
+        role.unlink()
+    assert problems and all("zz_planted_for_test.py:1" in p for p in problems), problems
+
+
+def test_a_fact_command_formatted_from_a_value_is_found():
+    role = PROJECT_ROOT / "roles" / "zz_planted_fact.py"
+    try:
+        role.write_text(
+            "from pyinfra.api import FactBase\n\n\nclass Found(FactBase):\n"
+            "    def command(self, path):\n        return f'cat {path}'\n"
+        )
+        problems = Checker([role]).check()
+    finally:
+        role.unlink()
+    assert len(problems) == 1 and "command() returns" in problems[0], problems
+
+
+# -- the builder's own refusals -------------------------------------------------------------------
+
+
+def test_values_are_single_words_and_globs_stay_globs():
+    assert sh("rm -rf -- {p}", p="/opt/uv tools") == "rm -rf -- '/opt/uv tools'"
+    assert sh("echo {t}/lib/python3*/site", t="/a b") == "echo '/a b'/lib/python3*/site"
+    assert sh("apt-get install -y {pkgs}", pkgs=["git", "jq"]) == "apt-get install -y git jq"
+    assert isinstance(argv("qm", "set", 100, "--net0", "a b"), Shell)
+    assert chain(sh("true"), sh("false"), operator="||") == "true || false"
+
+
+@pytest.mark.parametrize(
+    "template, values, refused",
+    [
+        ("apt-get install -y {pkgs}", {"pkgs": ["-oDpkg::Pre-Invoke::=touch /tmp/x"]}, "read as an option"),
+        ("rm -rf -- {a} && mkdir {b}", {"a": "x", "b": "-p"}, "read as an option"),
+        ('echo "{x}"', {"x": "a"}, "inside"),
+        ("echo '{x}'", {"x": "a"}, "inside"),
+        ("echo {x}", {"x": "a\0b"}, "NUL"),
+        ("echo {x}", {"x": True}, "not a str"),
+        ("echo {x}", {"x": None}, "not a str"),
+        ("echo {x!r}", {"x": "a"}, "plainly"),
+        ("echo {x}", {}, "no value"),
+        ("echo {x}", {"x": "a", "y": "b"}, "not in"),
+        ("echo pre{x}", {"x": ["a", "b"]}, "whole words"),
+    ],
+)
+def test_the_builder_refuses_what_would_be_misread(template, values, refused):
+    with pytest.raises((ValueError, TypeError, KeyError), match=refused):
+        sh(template, **values)
+
+
+def test_an_option_value_after_double_dash_or_attached_is_one_word():
+    assert sh("rm -rf -- {p}", p="-x") == "rm -rf -- -x"
+    assert sh("pip install --index-url={u}", u="-u") == "pip install --index-url=-u"
+    with pytest.raises(TypeError):
+        chain(sh("true"), "rm -rf /")  # a plain str is not a built command
