@@ -34,6 +34,38 @@ CLOUD_INIT = {"ciuser", "sshkeys", "ipconfig0"}
 HOTPLUGGED = {"name", "onboot", "balloon", *CLOUD_INIT}
 
 
+# What `qm start` dies with when a passed-through GPU cannot be given to the VM (qemu-server
+# src/PVE/QemuServer/PCI.pm, read at commit 058e0f65: reserve_pci_usage, prepare_pci_device),
+# and the next step for each; the deploy prints it under qm's own line.
+START_REFUSALS = (
+    (
+        "IOMMU not present",
+        "the node has no IOMMU for PCI passthrough: turn VT-d (Intel) or AMD-Vi/IOMMU (AMD) on in the"
+        " firmware, keep intel_iommu=on or amd_iommu=on on the kernel command line (roles/proxmox_host"
+        " writes it), reboot the node, then deploy again",
+    ),
+    (
+        "already in use by VMID",
+        "one of guest_gpu_addresses is passed through to the running VM named above: stop that VM"
+        " (`qm stop <vmid>`) or take the GPU out of one of the two guests' guest_gpu_addresses, then deploy again",
+    ),
+)
+
+
+def start_command(vmid: int) -> str:
+    """`qm start VMID` for the root shell: on a refusal, qm's own line and then the one of
+    START_REFUSALS it matches, prefixed with the guest, on stderr; qm's exit status kept."""
+    cases = " ".join(
+        f"*{shlex.quote(needle)}*) echo {shlex.quote(f'KVM guest {vmid}: {hint}')} >&2 ;;"
+        for needle, hint in START_REFUSALS
+    )
+    start = shlex.join(["qm", "start", str(vmid)])
+    return (
+        f'out=$({start} 2>&1); rc=$?; [ "$rc" -eq 0 ] && exit 0; printf \'%s\\n\' "$out" >&2;'
+        f' case $out in {cases} esac; exit "$rc"'
+    )
+
+
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
     """Scalar keys the role owns, as `qm config` prints them."""
     settings = guest.guest
@@ -134,7 +166,7 @@ def kvm_guest(guest: HostSettings) -> None:
         if settings.cloud_image:
             server.shell(
                 name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
-                commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G", f"qm start {vmid}"],
+                commands=[f"qm disk resize {vmid} scsi0 {settings.disk_gib}G", start_command(vmid)],
             )
         return
     plan = plan_update(guest, state["config"])
