@@ -214,7 +214,8 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
     deleted = next(t for t, e in fake.events if e == "DELETE")
     idle = next(t for t, e in fake.events if e == "live 0 0")
     assert any(e.startswith("live 2 ") for _, e in fake.events)  # it was busy when taken out
-    assert deleted < idle <= restarted and idle - deleted >= 2.0  # restarted only once idle
+    # restarted only once idle (the first idle read after the requests ended), two reads 2 s apart
+    assert deleted < idle <= restarted and idle >= fake.busy_until and restarted - idle >= 2.0
     posted = next(t for t, e in fake.events if e == "POST")
     assert posted - deleted >= 4  # after smg dropped the drained entry
     # ...and after the replica answered a generation of the served model, with the key.
@@ -343,7 +344,7 @@ def test_the_gauges_drain_cut_a_prompt_sent_straight_to_the_replica(tmp_path, en
     """The blind spot the live load closes, shown on the drain before it (planted): a long prompt
     sent straight to the replica is in no gauge while it is tokenized and prefilled, nor in smg's
     load, so that drain restarted the replica under it."""
-    fake = Fake(settle=5.5, busy_until=time.monotonic() + 3, engine=engine, seen="straight")
+    fake = Fake(settle=5.5, busy_until=time.monotonic() + 8, engine=engine, seen="straight")
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=_planted_gauges_drain(tmp_path))
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr

@@ -265,3 +265,19 @@ def test_health_runs_a_generation_and_a_hung_server_answers_503(monkeypatch, tmp
     code, took = _health(url)
     assert code == 503 and took < 0.5
     server.shutdown()
+
+
+def test_a_health_check_on_a_busy_server_is_answered_by_the_next_batch_not_queued(monkeypatch):
+    """0.5.9 scheduler.py process_input_requests: a health-check generation arriving while the
+    running batch is not empty (or a request is in chunked prefill) is not queued; the next
+    batch's result answers it (maybe_send_health_check_signal). So health checks never pile up
+    in the queue behind long requests, where smg 1.13.0, which polls /v1/loads, would read them
+    as waiting requests."""
+    server, url = _server(monkeypatch, "20", max_running=1)
+    stream = _stream(url, 60)  # 3 s, the only slot
+    while stream["first"] is None:
+        time.sleep(0.05)
+    codes = [_health(url)[0] for _ in range(2)]
+    assert codes == [200, 200] and _load_counts(_loads(url))[:2] == (1, 0)  # running 1, nothing queued
+    stream["thread"].join()
+    server.shutdown()

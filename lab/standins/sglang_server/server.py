@@ -402,6 +402,8 @@ class Scheduler:
         self.num_queue_reqs = 0
         self.last_log = time.monotonic()
         self.snapshot = (0, 0, 0)  # 0.5.23: what /v1/loads reads (running, waiting, used tokens)
+        self.health_signals = 0  # health checks answered by the next batch (return_health_check_ct)
+        self.signalled = 0.0  # wall clock of the last such answer
         threading.Thread(target=self._loop, daemon=True).start()
 
     def _log(self, running: int) -> None:
@@ -420,6 +422,7 @@ class Scheduler:
             time.sleep(self.step_seconds)
             with self.cond:
                 if self.decoding and not self.hung():
+                    self._batch_done()
                     self.forward_ct_decode += 1
                     if self.forward_ct_decode % self.interval == 0:
                         self._log(self.decoding)
@@ -427,6 +430,23 @@ class Scheduler:
                         self._publish()
                 elif not self.admitted and not self.waiting and time.monotonic() > self.last_log + IDLE_LOG_SECONDS:
                     self._log(0)
+
+    def _batch_done(self) -> None:
+        """scheduler.py maybe_send_health_check_signal: after each batch's result, one health
+        check that was not queued is answered (a HealthCheckOutput to the tokenizer manager)."""
+        if self.health_signals:
+            self.health_signals -= 1
+            self.signalled = time.time()
+
+    def health_check(self) -> bool:
+        """scheduler.py process_input_requests (0.5.9): a health-check generation that arrives
+        while a request is in chunked prefill or the running batch is not empty is not queued;
+        the next batch's result answers it. True: it was taken that way; False: run it."""
+        with self.cond:
+            if self.admitted:
+                self.health_signals += 1
+                return True
+            return False
 
     def gate(self, deadline: float | None = None) -> bool:
         """Wait while hung; False if `deadline` (monotonic) passes first."""
@@ -456,6 +476,7 @@ class Scheduler:
             left -= step
             with self.cond:
                 self._publish()  # process_batch_result of the extend batch: before it joins
+                self._batch_done()
             if left <= 0:
                 break
         with self.cond:
@@ -522,8 +543,11 @@ class State:
         self.last_output = time.time()
 
     def health_generation(self, deadline: float) -> None:
-        """The one-token generation /health runs (input_ids [0], max_new_tokens 1): queued and
-        prefilled like any request, its token out after one decode step unless hung."""
+        """The one-token generation /health runs (input_ids [0], max_new_tokens 1): answered by
+        the next batch when the scheduler is busy (Scheduler.health_check), else prefilled and
+        decoded like any request, its token out after one decode step unless hung."""
+        if self.scheduler.health_check():
+            return
         self.scheduler.admit(1)
         try:
             if self.scheduler.gate(deadline):
@@ -634,9 +658,9 @@ def make_handler(state: State):
         def _health(self):
             """0.5.9 http_server.py health_generate (/health and /health_generate alike, as
             SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults to true): 503 during shutdown and
-            while starting; else a one-token generation is started and the answer is 200 once
-            any output has come back since (checked every second: at least 1 s), 503 after
-            HEALTH_CHECK_TIMEOUT s without any."""
+            while starting; else a one-token generation is started (on a busy scheduler: answered
+            by its next batch instead) and the answer is 200 once any output has come back since
+            (checked every second: at least 1 s), 503 after HEALTH_CHECK_TIMEOUT s without any."""
             if state.shutting_down:
                 sys.stderr.write("[stand-in] Health check request received during shutdown. Returning 503.\n")
                 return self._send(503, b"", "text/plain")
@@ -648,7 +672,7 @@ def make_handler(state: State):
             ).start()
             while time.time() < tic + HEALTH_CHECK_TIMEOUT:
                 time.sleep(1)
-                if state.last_output > tic:
+                if max(state.last_output, state.scheduler.signalled) > tic:
                     return self._send(200, b"", "text/plain")
             sys.stderr.write(
                 "[stand-in] Health check failed. Server couldn't get a response from detokenizer for last"
