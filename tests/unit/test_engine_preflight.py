@@ -762,3 +762,14 @@ def test_the_tokenizer_and_chat_template_load_from_the_weights_files(tmp_path, e
     done, verdict = _run(engine, site, [flag, str(bare), "--chat-template", str(template)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert verdict["steps"][-1] == "apply_chat_template"
+
+
+def test_a_config_only_folder_skips_the_tokenizer_when_told(tmp_path):
+    """--no-tokenizer (the control machine's preview and the lab's release checks, whose model
+    folders hold config files only) leaves the tokenizer and template out and says so; the
+    host's gate never passes it."""
+    site = _stand_ins(tmp_path, FAKE_VLLM)
+    done, verdict = _run("vllm", site, ["--model", str(tmp_path / "empty")], tmp_path, "--no-tokenizer")
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"][-1].startswith("tokenizer, processor and chat template not loaded")
+    assert "--no-tokenizer" not in serving.preflight_command(HOST, PROD.stack.active, PROD)

@@ -29,10 +29,13 @@ its own (exit 0), and refuses (exit 1) where it changed a value the command line
 explicitly. --report writes the whole verdict as JSON. Secrets (the --config file's api-key)
 never reach the output: every field named like a key, token or secret is shown as "***".
 
---answer-gpus is for machines without the target's GPUs (the preview on the control machine,
-the project's tests): the few questions the release asks the GPUs are answered from the
-inventory, and nothing else is substituted (the CUDA and cuDNN versions are the environment's
-own, read from its torch and libcudnn). It is never passed on the host that serves.
+--no-tokenizer is for a model folder of config files only (the preview, the project's tests):
+the tokenizer, processor and chat template need the weights' tokenizer files, and the host's
+gate, which has the weights, loads them. --answer-gpus is for machines without the target's
+GPUs (the preview on the control machine, the project's tests): the few questions the release
+asks the GPUs are answered from the inventory, and nothing else is substituted (the CUDA and
+cuDNN versions are the environment's own, read from its torch and libcudnn). Neither is ever
+passed on the host that serves.
 Standard library only until the engine is imported.
 """
 
@@ -101,8 +104,13 @@ class Refused(Exception):
     """The engine refused the command line; the message is the engine's own."""
 
 
+LOAD_TOKENIZER = True  # main() clears it for --no-tokenizer
+
+
 def main(argv: list[str]) -> int:
+    global LOAD_TOKENIZER
     options, engine_argv = _parse(argv)
+    LOAD_TOKENIZER = not options.no_tokenizer
     captured = _capture_logs()
     if options.answer_gpus:
         answer_gpus(json.loads(options.answer_gpus))
@@ -156,6 +164,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         " GPUs this machine does not have (preview and tests only)",
     )
     parser.add_argument("--batch", help="JSON file: a list of {argv, env, report, origin} to check in turn")
+    parser.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="the model folder holds its config files only (preview and tests only): the tokenizer,"
+        " processor and chat template are not loaded",
+    )
     if "--" not in argv:
         parser.error("the engine's arguments follow --")
     split = argv.index("--")
@@ -200,7 +214,7 @@ def validate_sglang(argv: list[str]) -> dict:
         steps.append("resolve_auto_parsers")
     model, step = _sglang_model_config(args)
     steps.append(step)
-    steps += _sglang_tokenizer_and_template(args, model)
+    steps += _sglang_tokenizer_and_template(args, model) if LOAD_TOKENIZER else [NO_TOKENIZER]
     resolved = _flat(
         args.resolved_dict()
         if hasattr(args, "resolved_dict")
@@ -228,6 +242,9 @@ def _sglang_model_config(args):
     from sglang.srt.arg_groups.overrides import model_config_of  # 0.5.23
 
     return model_config_of(args), "model_config_of"
+
+
+NO_TOKENIZER = "tokenizer, processor and chat template not loaded (--no-tokenizer: config files only)"
 
 
 def _sglang_tokenizer_and_template(args, model) -> list[str]:
@@ -389,7 +406,7 @@ def validate_vllm(argv: list[str]) -> dict:
     engine_args = AsyncEngineArgs.from_cli_args(args)
     config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config", *_vllm_reasoning_parser(config)]
-    steps += _vllm_input_processor(args, config)
+    steps += _vllm_input_processor(args, config) if LOAD_TOKENIZER else [NO_TOKENIZER]
     resolved = _vllm_resolved(config, engine_args)
     defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
     return _judge(
