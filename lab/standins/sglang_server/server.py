@@ -5,9 +5,12 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   roles/serving/cli/<version>.json, copied beside this file as cli/); an unknown flag or a
   bad choice exits 2 as argparse does; `--config FILE` merges options from a YAML (here JSON)
   file as sglang's ConfigArgumentMerger does;
-- python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
-  loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
-  /metrics (only with --enable-metrics);
+- python/sglang/srt/entrypoints/http_server.py: /health and /health_generate (0.5.9
+  health_generate: 503 until loaded and from SIGTERM on, else a one-token generation, or on a
+  busy scheduler the next batch, and 200 once output came back, polled every second, 503 after
+  SGLANG_HEALTH_CHECK_TIMEOUT s), /v1/models, /model_info, /get_model_info, /generate,
+  /v1/chat/completions, /metrics (only with --enable-metrics), /v1/loads (v1_loads.py as the
+  installed release writes it: live on 0.5.9/0.5.10, a published snapshot on 0.5.23);
 - --model-path must hold a model: config.json is read and the *.safetensors files read through
   before the server answers (SGLang fails its start without them);
 - the start-up log: the `server_args=...` line of the installed release, built from that
@@ -54,7 +57,9 @@ varied (no repeated token loop), so a server check that looks at text can pass o
   and sglang:num_queue_reqs are set only when SGLang 0.5.9 sets them (at prefill, from the
   running batch before the new batch joins; every --decode-log-interval decode steps; at idle
   only 30 s after the last time), so they lag and can read 0 while a request is in prefill.
-  SIGTERM stops the server at once and cuts open streams, as the real server's exit does.
+  SIGTERM stops the server at once and cuts open streams: harsher than 0.5.9, which drains its
+  requests first (tokenizer_manager.py sigterm_watchdog), so a restart the drain did not wait
+  for shows as a cut stream.
 
 Lab-only knobs (environment, set through serving_extra_env):
   INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND  decode speed of each streamed request (default 100;
@@ -67,6 +72,9 @@ Lab-only knobs (environment, set through serving_extra_env):
   INFERENCE_HOST_STANDIN_LOAD_SECONDS    seconds before /health_generate answers 200 (default 2)
   INFERENCE_HOST_STANDIN_NEVER_HEALTHY   comma list of sglang versions that never get ready
   INFERENCE_HOST_STANDIN_STUBBORN_CHILD  1: spawn a child that ignores SIGTERM (orphan test)
+  INFERENCE_HOST_STANDIN_HUNG            1: hung from the start (no prefill or decode step progresses)
+  INFERENCE_HOST_STANDIN_HUNG_FILE       hung while this file exists (default
+                                         /run/inference-host-standin.hung; tests/lab/test_replicas.py)
 Never installed by a production path: only lab/ copies it into the rehearsal container.
 """
 
