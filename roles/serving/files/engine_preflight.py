@@ -308,7 +308,7 @@ def _render_chat_template(tokenizer, template) -> str:
         raise Refused(
             "the model has no chat template (none in its tokenizer_config.json or chat_template.jinja, and"
             " no --chat-template): the server starts, but every /v1/chat/completions request fails;"
-            " give serving_extra_args a --chat-template, or use weights that carry one"
+            " use weights that carry one (the project renders no --chat-template)"
         )
     tokenizer.apply_chat_template(
         [{"role": "user", "content": "Are you ready?"}],
