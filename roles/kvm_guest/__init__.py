@@ -23,7 +23,7 @@ from roles.shared import pve
 from roles.shared.guest_keys import keys_file, put_guest_keys, qm_sshkeys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
-from roles.shared.shell import Shell, argv
+from roles.shared.shell import Shell, argv, sh
 from roles.site import HostSettings
 
 # Applied at once on a running VM (qemu-server 8.4.10 src/PVE/QemuServer.pm $fast_plug_option,
@@ -31,6 +31,40 @@ from roles.site import HostSettings
 # regenerated at the next start or by `qm cloudinit update`), and balloon (hotplugged).
 CLOUD_INIT = {"ciuser", "sshkeys", "ipconfig0"}
 HOTPLUGGED = {"name", "onboot", "balloon", *CLOUD_INIT}
+
+
+# What `qm start` dies with when a passed-through GPU cannot be given to the VM (qemu-server
+# src/PVE/QemuServer/PCI.pm, read at commit 058e0f65: reserve_pci_usage, prepare_pci_device),
+# and the next step for each; the deploy prints it under qm's own line.
+START_REFUSALS = (
+    (
+        "IOMMU not present",
+        "the node has no IOMMU for PCI passthrough: turn VT-d (Intel) or AMD-Vi/IOMMU (AMD) on in the"
+        " firmware, keep intel_iommu=on or amd_iommu=on on the kernel command line (roles/proxmox_host"
+        " writes it), reboot the node, then deploy again",
+    ),
+    (
+        "already in use by VMID",
+        "one of guest_gpu_addresses is passed through to the running VM named above: stop that VM"
+        " (`qm stop <vmid>`) or take the GPU out of one of the two guests' guest_gpu_addresses, then deploy again",
+    ),
+)
+
+
+def start_command(vmid: int) -> Shell:
+    """`qm start VMID` for the root shell: on a refusal, qm's own line and then the one of
+    START_REFUSALS it matches, prefixed with the guest, on stderr; qm's exit status kept."""
+    (iommu, iommu_hint), (in_use, in_use_hint) = START_REFUSALS
+    return sh(
+        'out=$(qm start {vmid} 2>&1); rc=$?; [ "$rc" -eq 0 ] && exit 0; printf \'%s\\n\' "$out" >&2;'
+        " case $out in *{iommu}*) echo {iommu_hint} >&2 ;; *{in_use}*) echo {in_use_hint} >&2 ;; esac;"
+        ' exit "$rc"',
+        vmid=vmid,
+        iommu=iommu,
+        iommu_hint=f"KVM guest {vmid}: {iommu_hint}",
+        in_use=in_use,
+        in_use_hint=f"KVM guest {vmid}: {in_use_hint}",
+    )
 
 
 def wanted_settings(guest: HostSettings) -> dict[str, str]:
@@ -136,7 +170,7 @@ def kvm_guest(guest: HostSettings) -> None:
                 name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
                 commands=[
                     argv("qm", "disk", "resize", vmid, "scsi0", f"{settings.disk_gib}G"),
-                    argv("qm", "start", vmid),
+                    start_command(vmid),
                 ],
             )
         return

@@ -188,6 +188,10 @@ def vllm_arguments(
         str(serving.port),
         "--gpu-memory-utilization",
         f"{vllm.gpu_memory_utilization:g}",
+        # GET /load then counts each request for its whole HTTP lifetime, whatever path it came
+        # by (entrypoints/utils.py load_aware_call, openai/basic/api_router.py; vllm 0.16.0): the
+        # rolling drain waits on it (docs/rolling-upgrades.md). Without the flag /load reads 0.
+        "--enable-server-load-tracking",
     ]
     backend = vllm.attention_backend or VLLM_DEFAULT_ATTENTION_BACKEND.get(settings.gpu.arch)
     if backend:

@@ -173,6 +173,9 @@ def run_many(
             stack.engine,
             "--answer-gpus",
             json.dumps(gpu_answers(hosts[0][1])),
+            # The operator's folder holds the model's config files, not its tokenizer files: the
+            # host's gate loads the tokenizer and chat template from the weights.
+            "--no-tokenizer",
             "--batch",
             str(Path(scratch, "batch.json")),
             "--",

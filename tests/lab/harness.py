@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -200,3 +201,40 @@ def stream_chat(url: str, body: dict, key: str, timeout: float) -> dict:
         result["error"] = repr(error)
     result["ended"] = time.monotonic()
     return result
+
+
+def gateway_workers(gateway: str, key: str) -> list[dict]:
+    """smg's GET /workers (1.13.0: {"workers": [{"url", "status", "is_healthy", "load", ...}]})."""
+    request = urllib.request.Request(f"{gateway}/workers", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return json.loads(answer.read()).get("workers", [])
+
+
+def straight_at_drain(gateway: str, key: str, stop, sent: dict, body, timeout: float = 600) -> None:
+    """Until `stop` is set, polls smg's /workers every 0.2 s; the first time a replica reads
+    Draining there (the rolling step has just taken it out), streams `body()` straight to that
+    replica (its own address and the engine's key, not through the gateway), in a thread:
+    sent[url] is the stream_chat result. A request no gateway counts: only the replica's own
+    live load tells the drain about it."""
+    threads = []
+    while not stop.is_set():
+        try:
+            draining = [
+                w["url"] for w in gateway_workers(gateway, key) if str(w.get("status", "")).lower() == "draining"
+            ]
+        except (urllib.error.URLError, OSError, ValueError):
+            draining = []
+        for url in draining:
+            if url in sent:
+                continue
+            sent[url] = {}
+            request = body()
+
+            def send(url=url, request=request):
+                sent[url] = stream_chat(f"{url}/v1/chat/completions", request, key, timeout=timeout)
+
+            threads.append(threading.Thread(target=send))
+            threads[-1].start()
+        time.sleep(0.2)
+    for thread in threads:
+        thread.join()

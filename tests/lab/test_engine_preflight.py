@@ -155,7 +155,8 @@ def verdicts(python312, model_dirs, tmp_path_factory):
 def test_every_sglang_stack_starts_with_the_prod_render(verdicts, stack_id):
     verdict = verdicts[(stack_id, "prod")]
     assert verdict["ok"], verdict.get("refusal") or verdict["overridden"]
-    assert "check_server_args" in verdict["steps"] and verdict["steps"][-1] in ("get_model_config", "model_config_of")
+    assert "check_server_args" in verdict["steps"] and verdict["steps"][-2] in ("get_model_config", "model_config_of")
+    assert verdict["steps"][-1].startswith("tokenizer, processor and chat template not loaded")  # config files only
     # The release's own model class decided the multimodal question (the cuDNN check's input).
     assert verdict["model"] == {"model_architecture": ["KimiK25ForConditionalGeneration"], "is_multimodal": True}
     assert verdict["resolved"]["tp_size"] == 8 and verdict["resolved"]["api_key"] == "***"

@@ -3,8 +3,9 @@
 container with smg from PyPI): requests succeed through the gateway, a stopped replica leaves
 the endpoint serving and the verdict DEGRADED naming it, a rolling upgrade (a new active stack)
 never fails a request through the gateway nor cuts a stream running through it, a long prompt in
-prefill and queued requests included (each replica drained first until smg has nothing in flight
-to it and its running and queue gauges, as harsh as SGLang's, read 0), and a second deploy
+prefill and queued requests included, nor a long prompt sent straight to a replica as its drain
+begins (each replica drained first until smg has nothing in flight to it and its live load,
+/v1/loads, reads nothing), a hung replica is routed around and named, and a second deploy
 changes nothing.
 """
 
@@ -29,7 +30,14 @@ import testinfra
 import lab
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault
-from tests.lab.harness import PROJECT_ROOT, load_lab_site, run_deploy, stream_chat
+from tests.lab.harness import (
+    PROJECT_ROOT,
+    gateway_workers,
+    load_lab_site,
+    run_deploy,
+    straight_at_drain,
+    stream_chat,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -229,6 +237,35 @@ def test_drain_takes_a_replica_out_and_undrain_brings_it_back(site, key):
     assert [_chat(site, key) for _ in range(4)] == [200] * 4
 
 
+def test_a_hung_replica_is_routed_around_and_named(site, key):
+    """A replica whose generations never progress (the stand-in's hung mode: a GPU stuck in a
+    kernel, a deadlocked all-reduce) still listens, so only a health check that generates finds
+    it: its /health's one-token generation gets no output, smg's probe fails (5 s timeout), smg
+    marks it unhealthy and sends new requests to the other replica, and the gateway verdict
+    names it; once it clears, smg takes it back."""
+    node = replicas(site.hosts)[1]
+    guest = testinfra.get_host(f"docker://{lab.container_name('rep-b')}")
+    began = time.monotonic()
+    guest.check_output("touch /run/inference-host-standin.hung")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = {w["url"]: w for w in _workers(site, key)}
+            if not listed.get(worker_url(node), {}).get("is_healthy", False):
+                break
+            time.sleep(1)
+        marked = time.monotonic() - began
+        assert [_chat(site, key) for _ in range(6)] == [200] * 6  # all to the other replica
+        result = _verdict()
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert f"down: {worker_url(node)}" in result.stdout, result.stdout
+    finally:
+        guest.check_output("rm -f /run/inference-host-standin.hung")
+    result = _wait_verdict("HEALTHY", timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(f"\nhung replica: unhealthy at smg after {marked:.1f} s; the check took {time.monotonic() - began:.1f} s")
+
+
 def _inventory_with_active(tmp_path: Path, stack_id: str, site) -> Path:
     folder = tmp_path / stack_id / "inventory"
     folder.mkdir(parents=True, exist_ok=True)
@@ -272,6 +309,26 @@ def _stream(site, key: str, long_prompt: bool = False) -> dict:
     return {**result, "long_prompt": long_prompt}
 
 
+# A long prompt sent straight to a replica (not through the gateway) the moment smg lists it as
+# draining: 6,000 words (3 s in prefill, in no gauge nor in smg's load), then 2 s of tokens. The
+# drain must wait for it: only the replica's live load (/v1/loads) holds it.
+STRAIGHT_TOKENS = 200
+
+
+def _workers(site, key: str) -> list[dict]:
+    return gateway_workers(gateway_url(site.group("gateways")[0]), key)
+
+
+def _straight_body() -> dict:
+    prompt = f"straight {time.monotonic()}" + " word" * LONG_PROMPT_WORDS
+    return {
+        "model": "kimi-k2.5",
+        "max_tokens": STRAIGHT_TOKENS,
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }
+
+
 def _queue_watch(site, stop: threading.Event, seen: dict) -> None:
     """The replicas' sglang:num_queue_reqs, polled (no key needed for /metrics): the most seen."""
     while not stop.is_set():
@@ -302,10 +359,16 @@ def _under_load(site, key, gw, action, what: str) -> tuple[float, float, str]:
             streams.append(_stream(site, key, long_prompt))
 
     queued: dict[str, float] = {}
+    straight: dict[str, dict] = {}
     since = gw.check_output("date '+%Y-%m-%d %H:%M:%S'")
     threads = [
         threading.Thread(target=client),
         threading.Thread(target=_queue_watch, args=(site, stop, queued)),
+        # A long prompt sent straight to each replica (not through the gateway) as its drain begins.
+        threading.Thread(
+            target=straight_at_drain,
+            args=(gateway_url(site.group("gateways")[0]), key, stop, straight, _straight_body),
+        ),
         threading.Thread(target=streamer, kwargs={"long_prompt": True}),
     ]
     threads += [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)]
@@ -335,6 +398,18 @@ def _under_load(site, key, gw, action, what: str) -> tuple[float, float, str]:
             f" {s['finish']}, done {s['done']}{', error ' + s['error'] if s['error'] else ''}"
         )
     print(f"  most requests seen queued (sglang:num_queue_reqs): {queued}")
+    for url, s in sorted(straight.items()):
+        print(
+            f"  straight to {url} as it was drained (6,000-word prompt): {s.get('chunks')}/{STRAIGHT_TOKENS},"
+            f" {s.get('finish')}, done {s.get('done')}{', error ' + s['error'] if s.get('error') else ''}"
+        )
+    # Each replica got a long prompt straight (not through the gateway) as its drain began, and
+    # was restarted only once it had ended: every token came.
+    assert sorted(straight) == sorted(worker_url(node) for node in replicas(site.hosts)), straight
+    assert all(
+        s.get("done") and s.get("finish") == "length" and s.get("chunks") == STRAIGHT_TOKENS and not s.get("errors")
+        for s in straight.values()
+    ), straight
     assert streams and cut == [], f"{len(cut)} of {len(streams)} stream(s) cut or short: {cut[:3]}"
     assert any(s["long_prompt"] for s in streams)
     assert max(queued.values(), default=0) > 0, f"no request was ever queued: {queued}"

@@ -28,7 +28,14 @@ import lab
 from lab.fixtures import tiny_llama
 from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault
-from tests.lab.harness import PROJECT_ROOT, load_lab_site, require_docker, run_deploy, stream_chat
+from tests.lab.harness import (
+    PROJECT_ROOT,
+    load_lab_site,
+    require_docker,
+    run_deploy,
+    straight_at_drain,
+    stream_chat,
+)
 
 # Opt-in: its first deploy (two vLLM environments and starts, the gateway, Prometheus) took
 # 932 s from fresh containers on 2 cores at load 12-16 and one upgrade's deploy 426 s: more than
@@ -98,12 +105,10 @@ def _post(url: str, body: dict, key: str, timeout: float):
     return urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), headers), timeout=timeout)
 
 
-def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
-    """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat) of
-    exactly `tokens` tokens (vllm 0.16.0's ChatCompletionRequest: ignore_eos, min_tokens,
-    stream_options.include_usage; chat_completion/protocol.py)."""
-    prompt = f"{PROMPT} {time.monotonic()}" + (f" {LONG_PROMPT}" if long_prompt else "")
-    body = {
+def _body(tokens: int, prompt: str) -> dict:
+    """A streamed chat completion of exactly `tokens` tokens (vllm 0.16.0's ChatCompletionRequest:
+    ignore_eos, min_tokens, stream_options.include_usage; chat_completion/protocol.py)."""
+    return {
         "model": "kimi-k2.5",
         "max_tokens": tokens,
         "min_tokens": tokens,
@@ -112,6 +117,14 @@ def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
         "stream_options": {"include_usage": True},
         "messages": [{"role": "user", "content": prompt}],
     }
+
+
+def _stream(site, key: str, tokens: int, long_prompt: bool = False) -> dict:
+    """One streamed chat completion through the gateway (tests/lab/harness.py stream_chat) of
+    exactly `tokens` tokens (vllm 0.16.0's ChatCompletionRequest: ignore_eos, min_tokens,
+    stream_options.include_usage; chat_completion/protocol.py)."""
+    prompt = f"{PROMPT} {time.monotonic()}" + (f" {LONG_PROMPT}" if long_prompt else "")
+    body = _body(tokens, prompt)
     result = stream_chat(
         f"{gateway_url(site.group('gateways')[0])}/v1/chat/completions", body, key, timeout=STREAM_SECONDS * 8 + 120
     )
@@ -367,9 +380,11 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
     each: every stream ends with all its tokens ("length", [DONE], usage = max_tokens, no error
     in the stream), a long-prompt stream and requests queued (vllm:num_requests_waiting > 0)
     included, and each replica's /metrics, polled all along, read 0 running and 0 waiting
-    requests before it went down. Prints, per upgrade, the tokens delivered against those expected per
-    stream and the longest pause between two tokens; then the medians over the upgrades. The
-    journals of both engines and of smg over each upgrade are kept under .lab/replicas-vllm/."""
+    requests before it went down; a long prompt sent straight to each replica (not through the
+    gateway) as its drain began ends with all its tokens too (vLLM's GET /load holds it).
+    Prints, per upgrade, the tokens delivered against those expected per stream and the longest
+    pause between two tokens; then the medians over the upgrades. The journals of both engines
+    and of smg over each upgrade are kept under .lab/replicas-vllm/."""
     nodes = replicas(site.hosts)
     tokens, rate = _calibrated_tokens(site, key)
     # What the context leaves after the long prompt, as the engine counts it (the tiny model's
@@ -391,9 +406,19 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
                     queued[0] = max(queued[0], _waiting(node, key))
                 time.sleep(0.5)
 
+        straight: dict[str, dict] = {}
+
+        def straight_body(long_tokens=long_tokens) -> dict:  # the long prompt, straight to the replica
+            return _body(long_tokens, f"{PROMPT} straight {time.monotonic()} {LONG_PROMPT}")
+
         since = time.strftime("%Y-%m-%d %H:%M:%S")
         threads = [threading.Thread(target=streamer) for _ in range(STREAMS_AT_ONCE)] + [
-            threading.Thread(target=sampler)
+            threading.Thread(target=sampler),
+            threading.Thread(
+                target=straight_at_drain,
+                args=(gateway_url(site.group("gateways")[0]), key, stop, straight, straight_body),
+                kwargs={"timeout": STREAM_SECONDS * 8 + 120},
+            ),
         ]
         threads.append(threading.Thread(target=streamer, kwargs={"long_prompt": True}))
         for thread in threads:
@@ -427,6 +452,14 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
                 f" {s['finish']}, [DONE] {s['done']}"
             )
         print(f"  most requests seen waiting ({WAITING}): {queued[0]}")
+        for url, s in sorted(straight.items()):
+            print(f"  straight to {url} as it was drained: {s.get('usage')}/{long_tokens}, {s.get('finish')}")
+        # Each replica got the long prompt straight (not through the gateway) as its drain began,
+        # and was restarted only once it had ended (vLLM's /load held it): every token came.
+        assert sorted(straight) == sorted(worker_url(n) for n in nodes), straight
+        for url, s in straight.items():
+            if _cut(s, long_tokens):
+                failures.append(f"upgrade {number}: the stream sent straight to {url} as it was drained was cut: {s}")
         for node in nodes:
             before = _last_reading_before_restart(samples[node.name])
             assert before is not None, f"{node.name}'s /metrics never stopped answering for {DOWN_S} s: no restart seen"

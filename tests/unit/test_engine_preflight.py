@@ -329,7 +329,7 @@ from types import SimpleNamespace
 
 def make_arg_parser(parser):
     for flag in ("--model", "--tool-call-parser", "--tool-parser-plugin", "--reasoning-parser",
-                 "--reasoning-parser-plugin"):
+                 "--reasoning-parser-plugin", "--chat-template"):
         parser.add_argument(flag, default="m" if flag == "--model" else None)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--structured-outputs-config", default=SimpleNamespace(reasoning_parser=""))
@@ -399,6 +399,33 @@ def validate_api_server_args(args):
             f"(chose from {{ {','.join(valid_reasoning_parsers)} }})"
         )
 """,
+    # 0.16.0 v1/engine/async_llm.py builds InputProcessor before the engine core; its renderer
+    # loads the tokenizer from the weights' folder (here: fake_hf below, as transformers would).
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/engine/__init__.py": "",
+    "vllm/v1/engine/input_processor.py": """
+from fake_hf import Tokenizer
+
+
+class InputProcessor:
+    def __init__(self, vllm_config):
+        self.tokenizer = Tokenizer(vllm_config.model_config.model)
+
+    def get_tokenizer(self):
+        return self.tokenizer
+""",
+    "vllm/entrypoints/chat_utils.py": """
+def load_chat_template(chat_template):  # 0.16.0: None stays None, a path is read
+    if chat_template is None:
+        return None
+    with open(chat_template) as f:
+        return f.read()
+""",
+    "vllm/renderers/__init__.py": "",
+    "vllm/renderers/hf.py": """
+def resolve_chat_template(tokenizer, chat_template, tools, *, model_config):
+    return chat_template if chat_template is not None else tokenizer.chat_template
+""",
     "vllm/usage/__init__.py": "",
     "vllm/usage/usage_lib.py": "class UsageContext:\n    OPENAI_API_SERVER = 'openai-api-server'\n",
     "vllm/utils/__init__.py": "",
@@ -429,13 +456,22 @@ class ServerArgs:
     model_path: str = "m"
     tool_call_parser: str = None
     gpu_memory_mib: int = None
+    tokenizer_path: str = None
+    tokenizer_mode: str = "auto"
+    trust_remote_code: bool = False
+    revision: str = None
+    chat_template: str = None
+    completion_template: str = None
+    skip_tokenizer_init: bool = False
 
     @staticmethod
     def add_cli_args(parser):
         parser.add_argument("--model-path", default="m")
         parser.add_argument("--tool-call-parser", choices=["auto"] + TOOL_CALL_PARSERS, default=None)
+        parser.add_argument("--chat-template", default=None)
 
     def __post_init__(self):
+        self.tokenizer_path = self.tokenizer_path or self.model_path
         if os.environ.get("FAKE_SGLANG_ASKS_GPUS"):
             import torch
 
@@ -459,6 +495,30 @@ def prepare_server_args(argv):
     ServerArgs.add_cli_args(parser)
     return ServerArgs(**vars(parser.parse_args(argv)))
 """,
+    # 0.5.9 managers/tokenizer_manager.py and template_manager.py, the names the program calls.
+    "sglang/srt/managers/__init__.py": "",
+    "sglang/srt/managers/tokenizer_manager.py": """
+from fake_hf import Tokenizer
+
+
+def get_tokenizer(tokenizer_name, *, tokenizer_mode="auto", trust_remote_code=False, revision=None):
+    return Tokenizer(tokenizer_name)
+
+
+def _get_processor_wrapper(server_args):
+    return Tokenizer(server_args.tokenizer_path)
+
+
+def get_tokenizer_from_processor(processor):
+    return processor
+""",
+    "sglang/srt/managers/template_manager.py": """
+class TemplateManager:
+    def initialize_templates(self, tokenizer_manager, model_path, chat_template=None, completion_template=None):
+        if chat_template:  # _load_jinja_template
+            with open(chat_template) as f:
+                tokenizer_manager.tokenizer.chat_template = f.read()
+""",
     "sglang/srt/entrypoints/__init__.py": "",
     "sglang/srt/entrypoints/engine.py": """
 import os
@@ -476,6 +536,44 @@ def resolve_auto_parsers(args):
         args.tool_call_parser = "kimi_k2"  # detected from the chat template
 """,
 }
+
+# transformers' AutoTokenizer in small: reads tokenizer_config.json from the weights' folder
+# (OSError when it is not there, as transformers says it), its chat_template rendered by jinja2's
+# ImmutableSandboxedEnvironment as apply_chat_template does.
+FAKE_HF = {
+    "fake_hf.py": """
+import json
+import os
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class Tokenizer:
+    def __init__(self, path):
+        config = os.path.join(path, "tokenizer_config.json")
+        if not os.path.isfile(config):
+            raise OSError(f"Can't load tokenizer for '{path}'. Make sure '{path}' is the correct path to a"
+                          " directory containing all relevant files for a PreTrainedTokenizerFast tokenizer.")
+        with open(config) as f:
+            self.chat_template = json.load(f).get("chat_template")
+        self.name_or_path = path
+
+    def apply_chat_template(self, messages, chat_template=None, tokenize=True, add_generation_prompt=False):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        template = env.from_string(chat_template or self.chat_template)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+""",
+}
+TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
+
+
+def _weights(folder: Path, template: str | None = TEMPLATE) -> Path:
+    """A weights folder's tokenizer files (tokenizer_config.json, with or without a template)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", **({"chat_template": template} if template else {})}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
 
 # torch without a GPU or driver: every torch.cuda function the releases call, failing as a
 # CUDA call would on a machine without one. Any call the program lets through shows up here.
@@ -503,7 +601,8 @@ def __getattr__(name):
 
 def _stand_ins(tmp_path: Path, *trees: dict) -> Path:
     root = tmp_path / "site"
-    for tree in trees:
+    _weights(tmp_path / "m")  # the fakes' default model path, relative to the run's folder
+    for tree in (FAKE_HF, *trees):
         for name, text in tree.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
@@ -528,6 +627,7 @@ def _run(engine: str, site: Path, argv: list[str], tmp_path: Path, *options: str
         text=True,
         timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **env},
+        cwd=tmp_path,
     )
     verdict = json.loads(report.read_text()) if report.exists() else {}
     return done, verdict
@@ -567,12 +667,15 @@ def test_vllm_imports_the_parser_plugin_before_it_checks_the_parser(tmp_path):
         "validate_api_server_args",
         "AsyncEngineArgs.from_cli_args",
         "create_engine_config",
+        "InputProcessor",
+        "resolve_chat_template",
+        "apply_chat_template",
     ]
     plugin.write_text("ReasoningParserManager.registered.append('site_reasoner')\n")
     argv = ["--reasoning-parser", "site_reasoner", "--reasoning-parser-plugin", str(plugin)]
     done, verdict = _run("vllm", _stand_ins(tmp_path, FAKE_VLLM), argv, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert verdict["steps"][-1] == "ReasoningParserManager.get_reasoning_parser"
+    assert verdict["steps"][-4] == "ReasoningParserManager.get_reasoning_parser"
 
 
 def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_path):
@@ -584,7 +687,13 @@ def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_p
     assert verdict["steps"][:2] == ["load_plugins", "prepare_server_args"]
     done, verdict = _run("sglang", site, ["--tool-call-parser", "auto"], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert verdict["steps"][-2:] == ["resolve_auto_parsers", "get_model_config"]
+    assert verdict["steps"][-5:] == [
+        "resolve_auto_parsers",
+        "get_model_config",
+        "get_tokenizer",
+        "TemplateManager.initialize_templates",
+        "apply_chat_template",
+    ]
     assert verdict["resolved"]["tool_call_parser"] == "kimi_k2"  # what the server will run with
     done, verdict = _run("sglang", site, ["--tool-call-parser", "site_parser"], tmp_path)
     assert done.returncode == 1 and "invalid choice: 'site_parser'" in done.stderr  # no such plugin
@@ -629,3 +738,38 @@ def test_the_stand_ins_steps_are_the_releases_own():
     for version in ("0.5.9", "0.5.10"):
         older = release_text("sglang", version, "sglang/srt/entrypoints/engine.py")
         assert "load_plugins" not in older and "resolve_auto_parsers" not in older
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_tokenizer_and_chat_template_load_from_the_weights_files(tmp_path, engine):
+    """Both engines load the tokenizer (or processor) and the chat template from the weights'
+    folder at start-up, before any GPU work (SGLang's tokenizer manager, vLLM's InputProcessor
+    and its chat endpoint): a folder without tokenizer files is the engine's own refusal, a model
+    without a chat template or with one that does not render is refused before the switch, and
+    --chat-template supplies one."""
+    site = _stand_ins(tmp_path, FAKE_SGLANG if engine == "sglang" else FAKE_VLLM)
+    flag = "--model-path" if engine == "sglang" else "--model"
+    done, verdict = _run(engine, site, [flag, str(tmp_path / "empty")], tmp_path)
+    assert done.returncode == 1 and "OSError: Can't load tokenizer for" in verdict["refusal"], done.stderr
+    bare = _weights(tmp_path / "bare", template=None)
+    done, verdict = _run(engine, site, [flag, str(bare)], tmp_path)
+    assert done.returncode == 1 and "the model has no chat template" in verdict["refusal"], done.stderr
+    broken = _weights(tmp_path / "broken", template="{{ messages[0]['content'] | no_such_filter }}")
+    done, verdict = _run(engine, site, [flag, str(broken)], tmp_path)
+    assert done.returncode == 1 and "No filter named 'no_such_filter'" in verdict["refusal"], done.stderr
+    template = tmp_path / "chat.jinja"
+    template.write_text(TEMPLATE)
+    done, verdict = _run(engine, site, [flag, str(bare), "--chat-template", str(template)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"][-1] == "apply_chat_template"
+
+
+def test_a_config_only_folder_skips_the_tokenizer_when_told(tmp_path):
+    """--no-tokenizer (the control machine's preview and the lab's release checks, whose model
+    folders hold config files only) leaves the tokenizer and template out and says so; the
+    host's gate never passes it."""
+    site = _stand_ins(tmp_path, FAKE_VLLM)
+    done, verdict = _run("vllm", site, ["--model", str(tmp_path / "empty")], tmp_path, "--no-tokenizer")
+    assert done.returncode == 0, done.stderr
+    assert verdict["steps"][-1].startswith("tokenizer, processor and chat template not loaded")
+    assert "--no-tokenizer" not in serving.preflight_command(HOST, PROD.stack.active, PROD)

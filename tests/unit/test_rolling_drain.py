@@ -1,12 +1,14 @@
 """roles/serving/templates/inference-engine-rolling.j2 run for real (sh, curl, jq) against a fake gateway
 and a fake replica on this machine: the replica is taken out of the gateway, restarted only
-once its own /metrics reads no running request (or the drain timeout has passed), and added
+once smg and its own live load (SGLang's /v1/loads, vLLM's /load) read nothing in flight,
+whatever path the requests came by (or the drain timeout has passed), and added
 back once the gateway has dropped the drained entry and the replica has answered a generation
 of its own (one that answers none is not added back); the last healthy worker at a gateway is
 not taken out, and a step that does not finish leaves its restart to the next deploy."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +22,13 @@ import pytest
 
 from tests.unit.conftest import PROJECT_ROOT
 
+# The lab's SGLang stand-in: its /v1/loads JSON is each release's (lab/standins/sglang_server).
+_spec = importlib.util.spec_from_file_location(
+    "sglang_standin", PROJECT_ROOT / "lab" / "standins" / "sglang_server" / "server.py"
+)
+STANDIN = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(STANDIN)
+
 SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "inference-engine-rolling.j2"
 # CI installs both (.ci/run) and must not skip (INFERENCE_HOST_REQUIRE_LAB=1 there).
 pytestmark = pytest.mark.skipif(
@@ -31,15 +40,25 @@ pytestmark = pytest.mark.skipif(
 class Fake:
     """A gateway with smg 1.13.0's /workers routes (a worker's status "ready" and its "load", what
     smg has in flight to it, as the real one lists them; DELETE: Draining, still listed with its
-    load, dropped after `settle` seconds) and a replica whose requests end at `busy_until`.
-    `seen` says where they show until then: "running" (smg's load and the engine's running gauge,
-    SGLang's or vLLM's), "prefill" (smg's load only: SGLang's gauges read 0 for a request in
-    prefill when the running batch was empty), "queued" (the engine's waiting gauge only: sent
-    by another client), "stale-zero" (the engine's running gauge only, 0 for its first second:
-    a request sent straight to the replica, in prefill, then decoding)."""
+    load, dropped after `settle` seconds) and a replica (`engine`: "sglang-0.5.9", "sglang-0.5.23"
+    or "vllm") whose requests end at `busy_until`. The replica answers its live load as the
+    release does (SGLang GET /v1/loads, the stand-in's own JSON builder; vLLM GET /load with
+    --enable-server-load-tracking) and its Prometheus gauges. `seen` says where the requests
+    show until they end:
+    - "running": everywhere;
+    - "dispatched": smg's load only (sent by the gateway, not arrived yet);
+    - "prefill": smg's load and, on SGLang, the KV tokens in use only (a long prompt in chunked
+      prefill: in neither the running batch nor the queue; the gauges read 0); vLLM's /load;
+    - "queued": the engine's waiting count and gauge only (sent by another client);
+    - "straight": a long prompt sent straight to the replica, not through the gateway: smg 0,
+      the gauges 0 all along (set at prefill from the batch before it joined, next 40 decode
+      steps on; vLLM: still in its API server, being tokenized), SGLang's KV tokens in use
+      (and, after 1.5 s, the running batch), vLLM's /load;
+    - "tokenizing": as "straight", but nothing at all for its first second (on its way to the
+      scheduler), then the KV tokens in use."""
 
-    def __init__(self, settle: float, busy_until: float, metric: str, generates: bool = True, seen: str = "running"):
-        self.settle, self.busy_until, self.metric, self.generates = settle, busy_until, metric, generates
+    def __init__(self, settle: float, busy_until: float, engine: str, generates: bool = True, seen: str = "running"):
+        self.settle, self.busy_until, self.engine, self.generates = settle, busy_until, engine, generates
         self.seen, self.began = seen, time.monotonic()
         self.workers: dict[str, dict] = {}
         self.events: list[tuple[float, str]] = []
@@ -53,15 +72,30 @@ class Fake:
         return time.monotonic() < self.busy_until
 
     def load(self) -> int:  # smg's count
-        return 2 if self.busy() and self.seen in ("running", "prefill") else 0
+        return 2 if self.busy() and self.seen in ("running", "prefill", "dispatched") else 0
 
-    def running(self) -> int:
-        if self.seen == "stale-zero":
-            return 1 if self.busy() and time.monotonic() - self.began >= 1 else 0
-        return 2 if self.busy() and self.seen == "running" else 0
+    def live(self) -> tuple[int, int, int]:
+        """(running, waiting, KV tokens in use) as the engine's live signal reads them."""
+        if not self.busy():
+            return 0, 0, 0
+        since = time.monotonic() - self.began
+        return {
+            "running": (2, 0, 1200),
+            "dispatched": (0, 0, 0),
+            "prefill": (0, 0, 600),
+            "queued": (0, 2, 0),
+            "straight": (1 if since >= 1.5 else 0, 0, 6000),
+            "tokenizing": (0, 0, 6000 if since >= 1 else 0),
+        }[self.seen]
 
-    def waiting(self) -> int:
-        return 2 if self.busy() and self.seen == "queued" else 0
+    def gauges(self) -> tuple[int, int]:  # Prometheus: running, waiting
+        if not self.busy():
+            return 0, 0
+        return {"running": (2, 0), "queued": (0, 2)}.get(self.seen, (0, 0))
+
+    def server_load(self) -> int:  # vLLM's GET /load: the HTTP lifetime of what reached it
+        running, waiting, used = self.live()
+        return running + waiting + (1 if used and not running else 0)
 
     def _handler(self):
         fake = self
@@ -79,6 +113,7 @@ class Fake:
                 self.wfile.write(data)
 
             def do_GET(self):
+                sglang = fake.engine.startswith("sglang")
                 if self.path == "/restart":  # COMMAND: the switch that restarts the replica
                     fake.events.append((time.monotonic(), "RESTART"))
                     return self._send(200, {})
@@ -87,17 +122,29 @@ class Fake:
                         {**w, "load": fake.load() if w["url"] == fake.worker else 0} for w in fake.workers.values()
                     ]
                     return self._send(200, {"workers": listed})
+                if self.path == "/replica/v1/loads?include=core" and sglang:
+                    running, waiting, used = fake.live()
+                    fake.events.append((time.monotonic(), f"live {running + waiting} {used}"))
+                    version = fake.engine.removeprefix("sglang-")
+                    return self._send(200, STANDIN.v1_loads(version, running, waiting, used, 500000, 48))
+                if self.path == "/replica/load" and not sglang:
+                    fake.events.append((time.monotonic(), f"live {fake.server_load()} 0"))
+                    return self._send(200, {"server_load": fake.server_load()})
                 if self.path == "/replica/metrics":
-                    fake.events.append((time.monotonic(), f"metrics {fake.running()}"))
-                    sglang = fake.metric.startswith("sglang")
+                    running, waiting = fake.gauges()
+                    fake.events.append((time.monotonic(), f"metrics {running + waiting}"))
                     labels = '{model_name="kimi-k2.5"}' if sglang else '{engine="0",model_name="kimi-k2.5"}'
-                    waiting = "sglang:num_queue_reqs" if sglang else "vllm:num_requests_waiting"
+                    names = (
+                        ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+                        if sglang
+                        else ("vllm:num_requests_running", "vllm:num_requests_waiting")
+                    )
                     text = "".join(
                         f"# TYPE {name} gauge\n{name}{labels} {value if sglang else float(value)}\n"
-                        for name, value in ((fake.metric, fake.running()), (waiting, fake.waiting()))
+                        for name, value in zip(names, (running, waiting), strict=True)
                     )
                     return self._send(200, text, "text/plain")
-                return self._send(404, {})
+                return self._send(404, {"detail": "Not Found"})
 
             def do_DELETE(self):
                 worker_id = self.path.rsplit("/", 1)[1]
@@ -158,16 +205,17 @@ def _other_replica(fake: Fake, healthy: bool = True, status: str = "ready") -> N
     fake.workers["w0"] = {"id": "w0", "url": "http://10.0.0.9:30000", "is_healthy": healthy, "status": status}
 
 
-@pytest.mark.parametrize("metric", ["sglang:num_running_reqs", "vllm:num_requests_running"])
-def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_path, metric):
-    fake = Fake(settle=4, busy_until=time.monotonic() + 2.5, metric=metric)
+@pytest.mark.parametrize("engine", ["sglang-0.5.9", "sglang-0.5.23", "vllm"])
+def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_path, engine):
+    fake = Fake(settle=4, busy_until=time.monotonic() + 2.5, engine=engine)
     _other_replica(fake)  # serves while this one restarts
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0, run.stdout + run.stderr
     deleted = next(t for t, e in fake.events if e == "DELETE")
-    idle = next(t for t, e in fake.events if e == "metrics 0")
-    assert any(e == "metrics 2" for _, e in fake.events)  # it was busy when taken out
-    assert deleted < idle <= restarted and idle - deleted >= 2.0  # restarted only once idle
+    idle = next(t for t, e in fake.events if e == "live 0 0")
+    assert any(e.startswith("live 2 ") for _, e in fake.events)  # it was busy when taken out
+    # restarted only once idle (the first idle read after the requests ended), two reads 2 s apart
+    assert deleted < idle <= restarted and idle >= fake.busy_until and restarted - idle >= 2.0
     posted = next(t for t, e in fake.events if e == "POST")
     assert posted - deleted >= 4  # after smg dropped the drained entry
     # ...and after the replica answered a generation of the served model, with the key.
@@ -180,7 +228,7 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
 
 
 def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
-    fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running", generates=False)
+    fake = Fake(settle=1, busy_until=0, engine="vllm", generates=False)
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 5, run.stdout + run.stderr
@@ -199,7 +247,7 @@ def test_the_last_healthy_worker_at_a_gateway_is_not_taken_out(tmp_path, other):
     being drained: restarting this one would leave the gateway no worker (smg refuses each
     request: "No available workers for model"), so nothing is touched, the script fails (6)
     and the restart is left for the next deploy."""
-    fake = Fake(settle=1, busy_until=0, metric="vllm:num_requests_running")
+    fake = Fake(settle=1, busy_until=0, engine="vllm")
     if other != "absent":
         _other_replica(fake, healthy=other != "unhealthy", status=other if other == "draining" else "ready")
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
@@ -212,7 +260,7 @@ def test_the_last_healthy_worker_at_a_gateway_is_not_taken_out(tmp_path, other):
 def test_a_finished_step_clears_a_pending_restart(tmp_path):
     _pending(tmp_path).parent.mkdir(parents=True)
     _pending(tmp_path).touch()  # left by an earlier step that did not finish
-    fake = Fake(settle=1, busy_until=0, metric="sglang:num_running_reqs")
+    fake = Fake(settle=1, busy_until=0, engine="sglang-0.5.9")
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
@@ -221,70 +269,83 @@ def test_a_finished_step_clears_a_pending_restart(tmp_path):
 
 def test_a_single_replica_is_restarted_although_it_is_the_only_worker(tmp_path):
     """One replica behind the gateway: no other can serve meanwhile, so the guard does not apply."""
-    fake = Fake(settle=1, busy_until=0, metric="sglang:num_running_reqs")
+    fake = Fake(settle=1, busy_until=0, engine="sglang-0.5.9")
     run, restarted = _roll(tmp_path, fake, drain_timeout=30, replicas=1)
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
 
 
 def test_the_drain_timeout_bounds_the_wait(tmp_path):
-    fake = Fake(settle=5, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    fake = Fake(settle=5, busy_until=time.monotonic() + 600, engine="sglang-0.5.9")
     _other_replica(fake)
     run, restarted = _roll(tmp_path, fake, drain_timeout=2)
     deleted = next(t for t, e in fake.events if e == "DELETE")
     assert run.returncode == 0 and 2 <= restarted - deleted < 6
     assert (
-        "still has 2 request(s) in flight at the gateways and 2 running or waiting after 2 s"
-        " (serving_drain_timeout_s); restarting anyway" in run.stderr
+        "still has 2 request(s) in flight at the gateways and 2 at the engine (1200 KV cache tokens in use)"
+        " after 2 s (serving_drain_timeout_s); restarting anyway" in run.stderr
     )
 
 
 def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
-    fake = Fake(settle=1, busy_until=time.monotonic() + 600, metric="sglang:num_running_reqs")
+    fake = Fake(settle=1, busy_until=time.monotonic() + 600, engine="sglang-0.5.9")
     fake.workers.clear()
     run, _ = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0 and [e for _, e in fake.events][0] == "RESTART"  # no drain, no wait
-    assert not any(e.startswith("metrics") for _, e in fake.events)
+    assert not any(e.startswith(("metrics", "live")) for _, e in fake.events)
 
 
-def _planted_old_drain(tmp_path) -> Path:
-    """The drain as it was before the fix (planted once): the engine's running gauge alone, one
-    read of 0 enough; smg's in-flight count and the waiting gauges not looked at."""
+# The engine's side of the drain before it read the live load (planted to show what the new
+# one adds): SGLang's and vLLM's Prometheus gauges of running and waiting requests.
+GAUGES_ENGINE_LOAD = """engine_load() {  # the replica's running + waiting requests, "?" when unread
+    api GET "$worker/metrics" 2>/dev/null | awk '
+        /^(sglang:num_running_reqs|sglang:num_queue_reqs|vllm:num_requests_running|vllm:num_requests_waiting)[{ ]/ {
+            sum += $NF; found = 1 }
+        END { if (found) printf "%d 0\\n", sum; else print "? ?" }'
+}
+"""
+
+
+def _planted_gauges_drain(tmp_path) -> Path:
+    """The drain as it was before it read the engine's live load (planted once): smg's load and
+    the engine's Prometheus gauges, two reads 2 s apart."""
     text = SCRIPT.read_text()
-    for new, old in (
-        ("QUIET=2", "QUIET=0"),
-        ("g=$(gateway_load) e=$(engine_load)", "g=0 e=$(engine_load)"),
-        ("|sglang:num_queue_reqs|", "|"),
-        ("|vllm:num_requests_waiting)", ")"),
-    ):
-        assert new in text, new
-        text = text.replace(new, old)
-    planted = tmp_path / "old-inference-engine-rolling"
-    planted.write_text(text)
+    begin, end = text.index("engine_load() {"), text.index("now_ms() {")
+    planted = tmp_path / "gauges-inference-engine-rolling"
+    planted.write_text(text[:begin] + GAUGES_ENGINE_LOAD + text[end:])
     return planted
 
 
 @pytest.mark.parametrize(
-    ("metric", "seen"),
+    ("engine", "seen"),
     [
-        ("sglang:num_running_reqs", "prefill"),
-        ("sglang:num_running_reqs", "queued"),
-        ("vllm:num_requests_running", "queued"),
-        ("sglang:num_running_reqs", "stale-zero"),
+        ("sglang-0.5.9", "prefill"),
+        ("sglang-0.5.9", "dispatched"),
+        ("sglang-0.5.9", "queued"),
+        ("vllm", "queued"),
+        ("sglang-0.5.9", "tokenizing"),
+        ("sglang-0.5.9", "straight"),
+        ("sglang-0.5.23", "straight"),
+        ("vllm", "straight"),
     ],
 )
-@pytest.mark.parametrize("drain", ["old", "new"])
-def test_a_request_in_prefill_queued_or_read_stale_is_waited_for(tmp_path, metric, seen, drain):
-    """SGLang 0.5.9 sets its gauges at prefill from the running batch before the new batch joins
-    (a request in prefill reads 0), then every 40 decode steps; a queued request is counted in
-    the queue gauge (vLLM: the waiting gauge) only; smg counts what it has in flight. The old
-    drain (the running gauge alone, one read) restarted the replica under the request; the fix
-    waits until it has ended."""
-    fake = Fake(settle=8, busy_until=time.monotonic() + 3, metric=metric, seen=seen)
+def test_a_request_in_prefill_queued_or_sent_straight_to_the_replica_is_waited_for(tmp_path, engine, seen):
+    """Whatever path a request came by and wherever it is (in chunked prefill, dispatched by smg
+    and not arrived, queued, on its way to the scheduler, sent straight to the replica), the
+    replica is restarted only once it has ended, and two idle reads 2 s apart after."""
+    fake = Fake(settle=5.5, busy_until=time.monotonic() + 3, engine=engine, seen=seen)
     _other_replica(fake)
-    script = _planted_old_drain(tmp_path) if drain == "old" else SCRIPT
-    run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=script)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
-    if drain == "old":
-        assert restarted < fake.busy_until  # cut: restarted while the request still ran
-    else:
-        assert restarted >= fake.busy_until + 2, (restarted - fake.busy_until, run.stdout)  # two idle reads, 2 s apart
+    assert restarted >= fake.busy_until + 2, (restarted - fake.busy_until, run.stdout)
+
+
+@pytest.mark.parametrize("engine", ["sglang-0.5.9", "vllm"])
+def test_the_gauges_drain_cut_a_prompt_sent_straight_to_the_replica(tmp_path, engine):
+    """The blind spot the live load closes, shown on the drain before it (planted): a long prompt
+    sent straight to the replica is in no gauge while it is tokenized and prefilled, nor in smg's
+    load, so that drain restarted the replica under it."""
+    fake = Fake(settle=5.5, busy_until=time.monotonic() + 8, engine=engine, seen="straight")
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=_planted_gauges_drain(tmp_path))
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert restarted < fake.busy_until  # cut: restarted while the request still ran

@@ -3,7 +3,8 @@ token, the finish-reason chunk, [DONE]) at its configured speed, and its schedul
 harsh as SGLang's (what the rolling switch's drain reads): a queue past --max-running-requests,
 a prefill that lasts with the prompt, sglang:num_running_reqs and sglang:num_queue_reqs set at
 prefill from the batch before the request joins, every --decode-log-interval decode steps, and
-at idle only after 30 s."""
+at idle only after 30 s; GET /v1/loads as each release answers it (live on 0.5.9, a published
+snapshot on 0.5.23), and /health as a one-token generation that fails on a hung server."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import importlib.util
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import ThreadingHTTPServer
 
@@ -25,6 +27,9 @@ def _server(
     interval: int | None = None,
     prefill_rate: str = "2000",
     idle_seconds: float | None = None,
+    version: str = "0.5.9",
+    chunk: int | None = None,
+    health_timeout: int | None = None,
 ):
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", rate)
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", prefill_rate)
@@ -35,6 +40,8 @@ def _server(
     spec.loader.exec_module(module)
     if idle_seconds is not None:
         module.IDLE_LOG_SECONDS = idle_seconds
+    if health_timeout is not None:
+        module.HEALTH_CHECK_TIMEOUT = health_timeout
     args = argparse.Namespace(
         served_model_name="kimi-k2.5",
         model_path="/models/tiny",
@@ -45,10 +52,12 @@ def _server(
         speculative_num_draft_tokens=None,
         max_running_requests=max_running,
         decode_log_interval=interval,
+        chunked_prefill_size=chunk,
     )
-    state = module.State(args, "0.5.9")
+    state = module.State(args, version)
     state.started -= 60  # loaded
     server = ThreadingHTTPServer(("127.0.0.1", 0), module.make_handler(state))
+    server.state, server.module = state, module
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -169,4 +178,106 @@ def test_requests_past_max_running_wait_in_the_queue(monkeypatch):
     first["thread"].join()
     second["thread"].join()
     assert first["done"] and second["done"] and second["first"] >= first["first"] + 0.9  # only after the first ended
+    server.shutdown()
+
+
+def _loads(url: str) -> dict:
+    return json.loads(urllib.request.urlopen(f"{url}/v1/loads?include=core", timeout=5).read())
+
+
+def _load_counts(answer: dict) -> tuple[int, int, int]:
+    (load,) = answer["loads"]
+    return load["num_running_reqs"], load["num_waiting_reqs"], load["num_used_tokens"]
+
+
+def test_v1_loads_holds_a_long_prompt_in_prefill_that_the_gauges_miss(monkeypatch):
+    """0.5.9 scheduler_metrics_mixin.py get_loads: the running batch and the waiting queue, read
+    when asked, and the KV tokens in use; a request in chunked prefill is in neither count but
+    holds its prompt's tokens, while the Prometheus gauges read 0 (the drain's old blind spot)."""
+    server, url = _server(monkeypatch, "40", prefill_rate="100", interval=40, chunk=50)
+    stream = _stream(url, 20, prompt=" ".join(["word"] * 150))  # 1.5 s of prefill, 3 chunks
+    time.sleep(0.5)
+    answer = _loads(url)
+    assert _gauges(url) == (0, 0) and _load_counts(answer) == (0, 0, 150)
+    # The release's own JSON: 0.5.9 entrypoints/v1_loads.py (num_total_reqs, an aggregate).
+    assert answer["version"] == "0.5.9" and answer["dp_rank_count"] == 1
+    assert answer["loads"][0]["num_total_reqs"] == 0 and answer["aggregate"]["total_reqs"] == 0
+    assert "timestamp" not in answer["loads"][0]
+    while stream["tokens"] < 5:
+        time.sleep(0.05)
+    assert _load_counts(_loads(url)) == (1, 0, 150) and _gauges(url) == (0, 0)  # live; the gauge lags
+    stream["thread"].join()
+    assert _load_counts(_loads(url)) == (0, 0, 0)
+    server.shutdown()
+
+
+def test_v1_loads_on_0_5_23_reads_the_published_snapshot(monkeypatch):
+    """0.5.23 answers from a snapshot the scheduler publishes after each prefill chunk, every 15
+    decode steps and when it goes idle (load_inquirer.py, scheduler.py publish_load_snapshot)."""
+    server, url = _server(monkeypatch, "20", prefill_rate="100", chunk=50, version="0.5.23")
+    assert _load_counts(_loads(url)) == (0, 0, 0)
+    stream = _stream(url, 40, prompt=" ".join(["word"] * 150))
+    time.sleep(0.25)
+    assert _load_counts(_loads(url)) == (0, 0, 0)  # the first chunk is not done: nothing published yet
+    time.sleep(0.5)
+    answer = _loads(url)
+    assert _load_counts(answer) == (0, 0, 150)  # published after the first chunk
+    assert "aggregate" not in answer and answer["loads"][0]["dp_rank"] == 0 and "timestamp" in answer["loads"][0]
+    while stream["tokens"] < 5:
+        time.sleep(0.05)
+    assert _load_counts(_loads(url)) == (0, 0, 150)  # decode steps 1-14: the last chunk's snapshot
+    while stream["tokens"] < 20:
+        time.sleep(0.05)
+    assert _load_counts(_loads(url)) == (1, 0, 150)  # step 15 published it
+    stream["thread"].join()
+    assert _load_counts(_loads(url)) == (0, 0, 0)  # the idle publish
+    server.shutdown()
+
+
+def _health(url: str, path: str = "/health") -> tuple[int, float]:
+    began = time.monotonic()
+    try:
+        code = urllib.request.urlopen(f"{url}{path}", timeout=30).status
+    except urllib.error.HTTPError as error:
+        code = error.code
+    return code, time.monotonic() - began
+
+
+def test_health_runs_a_generation_and_a_hung_server_answers_503(monkeypatch, tmp_path):
+    """0.5.9 http_server.py health_generate: a one-token generation, 200 once output came back
+    (polled every second: at least 1 s), 503 after SGLANG_HEALTH_CHECK_TIMEOUT s without any,
+    and 503 at once during shutdown. Hung (the file switch): nothing progresses."""
+    hung = tmp_path / "hung"
+    monkeypatch.setenv("INFERENCE_HOST_STANDIN_HUNG_FILE", str(hung))
+    server, url = _server(monkeypatch, "40", health_timeout=3)
+    for path in ("/health", "/health_generate"):
+        code, took = _health(url, path)
+        assert code == 200 and 1 <= took < 2, (path, code, took)
+    hung.touch()
+    stream = _stream(url, 10)
+    code, took = _health(url)
+    assert code == 503 and 3 <= took < 4.5 and stream["first"] is None  # no token came out
+    hung.unlink()
+    stream["thread"].join()
+    assert stream["done"] and stream["tokens"] == 10  # it goes on once the hang clears
+    assert _health(url)[0] == 200
+    server.state.shutting_down = True  # what SIGTERM sets
+    code, took = _health(url)
+    assert code == 503 and took < 0.5
+    server.shutdown()
+
+
+def test_a_health_check_on_a_busy_server_is_answered_by_the_next_batch_not_queued(monkeypatch):
+    """0.5.9 scheduler.py process_input_requests: a health-check generation arriving while the
+    running batch is not empty (or a request is in chunked prefill) is not queued; the next
+    batch's result answers it (maybe_send_health_check_signal). So health checks never pile up
+    in the queue behind long requests, where smg 1.13.0, which polls /v1/loads, would read them
+    as waiting requests."""
+    server, url = _server(monkeypatch, "20", max_running=1)
+    stream = _stream(url, 60)  # 3 s, the only slot
+    while stream["first"] is None:
+        time.sleep(0.05)
+    codes = [_health(url)[0] for _ in range(2)]
+    assert codes == [200, 200] and _load_counts(_loads(url))[:2] == (1, 0)  # running 1, nothing queued
+    stream["thread"].join()
     server.shutdown()

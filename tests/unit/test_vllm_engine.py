@@ -145,6 +145,7 @@ def test_rendered_flags_exist_in_the_captured_cli():
     assert _value(args, "--max-model-len") == "131072" and _value(args, "--max-num-seqs") == "64"
     assert _value(args, "--attention-backend") == "TRITON_MLA"  # the MLA backend SM120 has
     assert "--disable-custom-all-reduce" in args  # 8 PCIe GPUs: NCCL all-reduce
+    assert "--enable-server-load-tracking" in args  # GET /load, which the rolling drain reads
     assert json.loads(_value(args, "--speculative-config")) == {
         "method": "eagle3",
         "model": "/models/eagle3",

@@ -11,6 +11,8 @@ the stand-in's own counters (GET /_standin/bytes-sent: file bytes on the HTTP pa
 the Xet path, reconstruction JSON apart) and its log lines. Modes:
 
 - http: HF_HUB_DISABLE_XET=1 (the project's default): huggingface_hub's http_get.
+- http-no-range: as http, with the stand-in's CDN ignoring Range (<state>/no-range): a 200 with
+  the whole file, which http_get takes as a restart of the file.
 - xet: Xet left on: huggingface_hub's xet_get -> hf_xet.download_files.
 - xet-cache: as xet, with HF_XET_CHUNK_CACHE_SIZE_BYTES=10000000000 (hf_xet's disk chunk cache
   asked for; the wheel is built without a default cache: hf_xet/Cargo.toml `no-default-cache`).
@@ -39,7 +41,7 @@ from lab.standins.hf_hub import server as hub_server
 
 REPO = hf_hub.MODEL_REPO
 SHARD = "model-00001-of-00002.safetensors"
-MODES = ("http", "xet", "xet-cache")
+MODES = ("http", "http-no-range", "xet", "xet-cache")
 SENT = re.compile(r"sent (\d+) of (\d+) bytes of (\S+) from offset (\d+) \(status (\d+)\)")
 DOWNLOAD = """
 import sys
@@ -72,11 +74,13 @@ def _answers(text: str) -> list[dict]:
     ]
 
 
-def serve(folder: Path, rate: int) -> tuple[subprocess.Popen, str, Path]:
+def serve(folder: Path, rate: int, honour_range: bool = True) -> tuple[subprocess.Popen, str, Path]:
     """The stand-in with --xet on a free loopback port; returns once its files are on Xet."""
     state = folder / "state"
     state.mkdir()
     (state / "rate").write_text(str(rate))
+    if not honour_range:
+        (state / "no-range").touch()
     port, log = _free_port(), folder / "server.log"
     server = subprocess.Popen(
         [
@@ -113,7 +117,7 @@ def client_env(mode: str, url: str, folder: Path) -> dict[str, str]:
     env.update(
         HF_ENDPOINT=url, HF_HOME=f"{folder}/hf-home", HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1"
     )
-    if mode == "http":
+    if mode.startswith("http"):
         env["HF_HUB_DISABLE_XET"] = "1"
     if mode == "xet-cache":
         env["HF_XET_CHUNK_CACHE_SIZE_BYTES"] = "10000000000"
@@ -124,7 +128,7 @@ def client_env(mode: str, url: str, folder: Path) -> dict[str, str]:
 def measure(python: str, mode: str, kill_at: int, rate: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="ih-resume-") as name:
         folder = Path(name)
-        server, url, log = serve(folder, rate)
+        server, url, log = serve(folder, rate, honour_range=mode != "http-no-range")
         try:
             local, path = folder / "local", "xet" if mode.startswith("xet") else "http"
             env = client_env(mode, url, folder)
@@ -174,7 +178,7 @@ def main() -> None:
         "--python", default=sys.executable, help="a Python with huggingface_hub==1.17.0 and hf_xet==1.8.0"
     )
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--mode", choices=MODES, action="append", help="default: all three")
+    parser.add_argument("--mode", choices=MODES, action="append", help="default: all four")
     parser.add_argument(
         "--kill-at",
         type=int,

@@ -42,7 +42,11 @@ also stored on Xet, as on the real Hub, where most large repositories are (xet.p
   (`/xorbs/default/{hash}?range=..&signature=..`) are served by this same server (xet.py).
 
 It serves a small generated repository per repo id (`generate`), throttled per connection when
-`<state>/rate` holds a number of bytes per second (the lab's interrupted-download test), and logs
+`<state>/rate` holds a number of bytes per second (the lab's interrupted-download test). While
+`<state>/no-range` exists its LFS CDN route ignores `Range` as a CDN in front of the Hub may (the
+case huggingface_hub 1.17.0's `http_get` handles: "If we requested a Range but got 200 back, the
+server ignored our Range header (e.g. CloudFront with Accept-Encoding: gzip)"): 200 and the
+whole file, so the client truncates its `.incomplete` and starts the file over. It logs
 one line per request to stderr. File bytes sent are counted per path (`sent N of M bytes of PATH`
 log lines, and live at GET /_standin/bytes-sent: {"http": .., "xet": .., "xet_api": ..}), so
 measure_resume.py can compare the two. It never ships in a production path.
@@ -203,6 +207,10 @@ class Hub:
             return False
         with self.lock:
             return held == kind and self.sent[kind] >= int(at)
+
+    def honours_range(self) -> bool:
+        """False while <state>/no-range exists: the CDN answers a Range request with 200 and all of it."""
+        return not (self.state / "no-range").exists()
 
     def rate(self) -> float | None:
         """Bytes per second per connection, from <state>/rate (absent or 0: unthrottled)."""
@@ -438,9 +446,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._body(
             f.content,
-            {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"},
+            {"ETag": f'"{f.sha256}"', **({"Accept-Ranges": "bytes"} if self.hub.honours_range() else {})},
             content_type="binary/octet-stream",
             kind="http",
+            honour_range=self.hub.honours_range(),
         )
 
     # -- Xet (xet.py has the sources) -------------------------------------------------------
@@ -554,10 +563,15 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _body(
-        self, content: bytes, headers: dict, content_type: str = "text/plain; charset=utf-8", kind: str | None = None
+        self,
+        content: bytes,
+        headers: dict,
+        content_type: str = "text/plain; charset=utf-8",
+        kind: str | None = None,
+        honour_range: bool = True,
     ) -> None:
         start, status = 0, 200
-        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        ranged = honour_range and re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         end = len(content) - 1
         if ranged:
             start = int(ranged[1])

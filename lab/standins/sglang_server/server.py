@@ -5,9 +5,12 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   roles/serving/cli/<version>.json, copied beside this file as cli/); an unknown flag or a
   bad choice exits 2 as argparse does; `--config FILE` merges options from a YAML (here JSON)
   file as sglang's ConfigArgumentMerger does;
-- python/sglang/srt/entrypoints/http_server.py: /health, /health_generate (503 until
-  loaded), /v1/models, /model_info, /get_model_info, /generate, /v1/chat/completions,
-  /metrics (only with --enable-metrics);
+- python/sglang/srt/entrypoints/http_server.py: /health and /health_generate (0.5.9
+  health_generate: 503 until loaded and from SIGTERM on, else a one-token generation, or on a
+  busy scheduler the next batch, and 200 once output came back, polled every second, 503 after
+  SGLANG_HEALTH_CHECK_TIMEOUT s), /v1/models, /model_info, /get_model_info, /generate,
+  /v1/chat/completions, /metrics (only with --enable-metrics), /v1/loads (v1_loads.py as the
+  installed release writes it: live on 0.5.9/0.5.10, a published snapshot on 0.5.23);
 - --model-path must hold a model: config.json is read and the *.safetensors files read through
   before the server answers (SGLang fails its start without them);
 - the start-up log: the `server_args=...` line of the installed release, built from that
@@ -54,7 +57,9 @@ varied (no repeated token loop), so a server check that looks at text can pass o
   and sglang:num_queue_reqs are set only when SGLang 0.5.9 sets them (at prefill, from the
   running batch before the new batch joins; every --decode-log-interval decode steps; at idle
   only 30 s after the last time), so they lag and can read 0 while a request is in prefill.
-  SIGTERM stops the server at once and cuts open streams, as the real server's exit does.
+  SIGTERM stops the server at once and cuts open streams: harsher than 0.5.9, which drains its
+  requests first (tokenizer_manager.py sigterm_watchdog), so a restart the drain did not wait
+  for shows as a cut stream.
 
 Lab-only knobs (environment, set through serving_extra_env):
   INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND  decode speed of each streamed request (default 100;
@@ -67,6 +72,9 @@ Lab-only knobs (environment, set through serving_extra_env):
   INFERENCE_HOST_STANDIN_LOAD_SECONDS    seconds before /health_generate answers 200 (default 2)
   INFERENCE_HOST_STANDIN_NEVER_HEALTHY   comma list of sglang versions that never get ready
   INFERENCE_HOST_STANDIN_STUBBORN_CHILD  1: spawn a child that ignores SIGTERM (orphan test)
+  INFERENCE_HOST_STANDIN_HUNG            1: hung from the start (no prefill or decode step progresses)
+  INFERENCE_HOST_STANDIN_HUNG_FILE       hung while this file exists (default
+                                         /run/inference-host-standin.hung; tests/lab/test_replicas.py)
 Never installed by a production path: only lab/ copies it into the rehearsal container.
 """
 
@@ -81,6 +89,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
@@ -282,6 +291,64 @@ class Metrics:
 
 # srt/managers/scheduler_runtime_checker_mixin.py (the idle metrics, "every 30 seconds during idle").
 IDLE_LOG_SECONDS = 30
+# 0.5.23 srt/arg_groups/fields/observability.py load_snapshot_publish_interval (decode steps).
+LOAD_SNAPSHOT_PUBLISH_INTERVAL = 15
+# 0.5.9 srt/entrypoints/http_server.py HEALTH_CHECK_TIMEOUT (env SGLANG_HEALTH_CHECK_TIMEOUT).
+HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+HUNG_FILE = os.environ.get("INFERENCE_HOST_STANDIN_HUNG_FILE", "/run/inference-host-standin.hung")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+def v1_loads(version: str, running: int, waiting: int, used: int, max_total: int, max_running: int) -> dict:
+    """GET /v1/loads?include=core's JSON for one data-parallel rank, as the release writes it:
+    0.5.9/0.5.10 srt/entrypoints/v1_loads.py (dataclasses.asdict without None values and the
+    timestamp, num_total_reqs added, an "aggregate"; dp_rank None without data parallelism, so
+    left out); 0.5.23 the same file over load_snapshot.py LoadSnapshot.to_dict (every core field,
+    the timestamp included; no aggregate; the accelerator's name and count)."""
+    core = {
+        "num_running_reqs": running,
+        "num_waiting_reqs": waiting,
+        "num_used_tokens": used,
+        "max_total_num_tokens": max_total,
+        "token_usage": round(used / max_total, 4) if max_total else 0.0,
+        "gen_throughput": 0.0,
+        "cache_hit_rate": 0.0,
+        "utilization": 0.0,
+        "max_running_requests": max_running,
+    }
+    now = datetime.now(UTC).isoformat()
+    if _release(version) < (0, 5, 23):
+        load: dict[str, object] = {**core, "num_total_reqs": running + waiting}
+        return {
+            "timestamp": now,
+            "version": version,
+            "dp_rank_count": 1,
+            "loads": [load],
+            "aggregate": {
+                "total_running_reqs": running,
+                "total_waiting_reqs": waiting,
+                "total_reqs": running + waiting,
+                "avg_token_usage": core["token_usage"],
+                "avg_throughput": 0.0,
+                "avg_utilization": 0.0,
+            },
+        }
+    load = {
+        "timestamp": time.time(),
+        "dp_rank": 0,
+        **core,
+        "num_waiting_uncached_tokens": 0,
+        "num_total_tokens": used,
+        "num_active_tokens": used,
+        "num_prealloc_ready_tokens": 0,
+        "total_prefill_uncached_tokens": 0,
+        "total_prefill_busy_us": 0,
+        "decode_moments": None,
+    }
+    return {"timestamp": now, "version": version, "accelerator": None, "num_accelerators": 8, "loads": [load]}
 
 
 class Scheduler:
@@ -303,56 +370,133 @@ class Scheduler:
       keep their last value. At idle, scheduler_runtime_checker_mixin.py
       _maybe_log_idle_metrics sets them again only once 30 s have passed since the last time:
       after the last request they read its last decode value for up to 30 s.
-    Here one decode step is one token time (1 / tokens per second) while anything decodes."""
+    Here one decode step is one token time (1 / tokens per second) while anything decodes.
+
+    GET /v1/loads reads the scheduler's own queues, not the gauges: running = the running batch,
+    waiting = the waiting queue, num_used_tokens = KV cache tokens held (0.5.9/0.5.10
+    scheduler_metrics_mixin.py get_loads, answered between two forward passes). A request in
+    prefill (chunked or just prefilled, not yet merged into the running batch) is in neither
+    count but holds its KV tokens; here: its prompt words from admission to its end. 0.5.23
+    (scheduler_components/load_inquirer.py; scheduler.py publish_load_snapshot) answers from a
+    snapshot published after each prefill chunk, every --load-snapshot-publish-interval (15)
+    decode steps and when the scheduler goes idle: `snapshots` says which of the two this is.
+
+    Hung (State.hung: INFERENCE_HOST_STANDIN_HUNG=1, or the file INFERENCE_HOST_STANDIN_HUNG_FILE
+    exists): no prefill and no decode step progresses, as on a GPU stuck in a kernel or a
+    deadlocked all-reduce; requests are taken and never answered until it clears."""
 
     def __init__(
-        self, max_running: int, decode_log_interval: int, tokens_per_second: float, prefill_tokens_per_second: float
+        self,
+        max_running: int,
+        decode_log_interval: int,
+        tokens_per_second: float,
+        prefill_tokens_per_second: float,
+        chunked_prefill_size: int = 8192,
+        snapshots: bool = False,
+        hung=lambda: False,
     ):
         self.max_running, self.interval = max_running, decode_log_interval
         self.step_seconds = 1 / tokens_per_second if tokens_per_second > 0 else 0.01
         self.prefill_rate = prefill_tokens_per_second
+        self.chunk = max(1, chunked_prefill_size)
+        self.snapshots, self.hung = snapshots, hung
         self.cond = threading.Condition()
         self.waiting = 0  # in the queue
         self.admitted = 0  # in prefill or decoding: the slots max_running counts
         self.decoding = 0  # in the running batch
+        self.used_tokens = 0  # KV cache tokens held by admitted requests
         self.forward_ct_decode = 0
         self.num_running_reqs = 0  # the gauges as last set
         self.num_queue_reqs = 0
         self.last_log = time.monotonic()
+        self.snapshot = (0, 0, 0)  # 0.5.23: what /v1/loads reads (running, waiting, used tokens)
+        self.health_signals = 0  # health checks answered by the next batch (return_health_check_ct)
+        self.signalled = 0.0  # wall clock of the last such answer
         threading.Thread(target=self._loop, daemon=True).start()
 
     def _log(self, running: int) -> None:
         self.num_running_reqs, self.num_queue_reqs, self.last_log = running, self.waiting, time.monotonic()
 
+    def _publish(self, running: int | None = None) -> None:
+        self.snapshot = (self.decoding if running is None else running, self.waiting, self.used_tokens)
+
+    def loads(self) -> tuple[int, int, int]:
+        """(running, waiting, KV tokens in use) as GET /v1/loads reads them."""
+        with self.cond:
+            return self.snapshot if self.snapshots else (self.decoding, self.waiting, self.used_tokens)
+
     def _loop(self) -> None:
         while True:
             time.sleep(self.step_seconds)
             with self.cond:
-                if self.decoding:
+                if self.decoding and not self.hung():
+                    self._batch_done()
                     self.forward_ct_decode += 1
                     if self.forward_ct_decode % self.interval == 0:
                         self._log(self.decoding)
+                    if self.forward_ct_decode % LOAD_SNAPSHOT_PUBLISH_INTERVAL == 0:
+                        self._publish()
                 elif not self.admitted and not self.waiting and time.monotonic() > self.last_log + IDLE_LOG_SECONDS:
                     self._log(0)
 
+    def _batch_done(self) -> None:
+        """scheduler.py maybe_send_health_check_signal: after each batch's result, one health
+        check that was not queued is answered (a HealthCheckOutput to the tokenizer manager)."""
+        if self.health_signals:
+            self.health_signals -= 1
+            self.signalled = time.time()
+
+    def health_check(self) -> bool:
+        """scheduler.py process_input_requests (0.5.9): a health-check generation that arrives
+        while a request is in chunked prefill or the running batch is not empty is not queued;
+        the next batch's result answers it. True: it was taken that way; False: run it."""
+        with self.cond:
+            if self.admitted:
+                self.health_signals += 1
+                return True
+            return False
+
+    def gate(self, deadline: float | None = None) -> bool:
+        """Wait while hung; False if `deadline` (monotonic) passes first."""
+        while self.hung():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def admit(self, prompt_words: int) -> None:
-        """Wait for a slot, then prefill (the gauges set as log_prefill_stats sets them)."""
+        """Wait for a slot, then prefill chunk by chunk (the gauges set as log_prefill_stats
+        sets them, the 0.5.23 snapshot published after each chunk)."""
         with self.cond:
             self.waiting += 1
             while self.admitted >= self.max_running:
                 self.cond.wait()
             self.waiting -= 1
             self.admitted += 1
+            self.used_tokens += max(1, prompt_words)
             self._log(self.decoding)  # the running batch before this request joins it
-        if self.prefill_rate > 0:
-            time.sleep(prompt_words / self.prefill_rate)
+        left = prompt_words
+        while True:
+            self.gate()
+            step = min(left, self.chunk)
+            if self.prefill_rate > 0:
+                time.sleep(step / self.prefill_rate)
+            left -= step
+            with self.cond:
+                self._publish()  # process_batch_result of the extend batch: before it joins
+                self._batch_done()
+            if left <= 0:
+                break
         with self.cond:
             self.decoding += 1
 
-    def finish(self) -> None:
+    def finish(self, prompt_words: int) -> None:
         with self.cond:
             self.decoding -= 1
             self.admitted -= 1
+            self.used_tokens -= max(1, prompt_words)
+            if not self.admitted and not self.waiting:
+                self._publish(0)  # the fully-idle publish, forced
             self.cond.notify()
 
 
@@ -379,19 +523,50 @@ class State:
         self.tokens_per_second = float(os.environ.get("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", "100"))
         self.metrics = Metrics()
         # SGLang's default comes from the KV cache's size; without a GPU: 256 unless given.
+        self.last_output = 0.0  # wall clock of the last token out (tokenizer_manager.last_receive_tstamp)
+        self.shutting_down = False  # SIGTERM seen (tokenizer_manager.gracefully_exit)
+        self.max_total_tokens = 500_000  # the KV pool's size; no GPU here to size it from
         self.scheduler = Scheduler(
             int(getattr(args, "max_running_requests", None) or 256),
             int(getattr(args, "decode_log_interval", None) or 40),
             self.tokens_per_second,
             float(os.environ.get("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", "2000")),
+            int(getattr(args, "chunked_prefill_size", None) or 8192),
+            snapshots=_release(version) >= (0, 5, 23),
+            hung=self.hung,
         )
 
+    @staticmethod
+    def hung() -> bool:
+        return os.environ.get("INFERENCE_HOST_STANDIN_HUNG") == "1" or os.path.exists(HUNG_FILE)
+
     def pace(self, index: int, began: float) -> None:
-        """Hold token `index` until the request's decode speed lets it out."""
-        if self.tokens_per_second > 0:
+        """Hold token `index` until the request's decode speed lets it out (forever while hung)."""
+        if self.hung():
+            self.scheduler.gate()
+        elif self.tokens_per_second > 0:
             wait = began + (index + 1) / self.tokens_per_second - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
+        self.last_output = time.time()
+
+    def health_generation(self, deadline: float) -> None:
+        """The one-token generation /health runs (input_ids [0], max_new_tokens 1): answered by
+        the next batch when the scheduler is busy (Scheduler.health_check), else prefilled and
+        decoded like any request, its token out after one decode step unless hung."""
+        if self.scheduler.health_check():
+            return
+        self.scheduler.admit(1)
+        try:
+            if self.scheduler.gate(deadline):
+                time.sleep(self.scheduler.step_seconds)
+                self.last_output = time.time()
+        finally:
+            self.scheduler.finish(1)
+
+    def loads(self) -> dict:
+        running, waiting, used = self.scheduler.loads()
+        return v1_loads(self.version, running, waiting, used, self.max_total_tokens, self.scheduler.max_running)
 
     def decoded(self, tokens: int) -> None:
         """Book a decode of `tokens` tokens as the scheduler does with a drafter."""
@@ -443,7 +618,9 @@ def make_handler(state: State):
                 return
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate"):
-                return self._send(200, b"", "text/plain") if state.ready() else self._send(503, b"", "text/plain")
+                return self._health()
+            if path == "/v1/loads":
+                return self._send(200, state.loads())
             if path == "/v1/models":
                 return self._send(
                     200,
@@ -485,6 +662,32 @@ def make_handler(state: State):
                     },
                 )
             return self._send(404, {"detail": "Not Found"})
+
+        def _health(self):
+            """0.5.9 http_server.py health_generate (/health and /health_generate alike, as
+            SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults to true): 503 during shutdown and
+            while starting; else a one-token generation is started (on a busy scheduler: answered
+            by its next batch instead) and the answer is 200 once any output has come back since
+            (checked every second: at least 1 s), 503 after HEALTH_CHECK_TIMEOUT s without any."""
+            if state.shutting_down:
+                sys.stderr.write("[stand-in] Health check request received during shutdown. Returning 503.\n")
+                return self._send(503, b"", "text/plain")
+            if not state.ready():
+                return self._send(503, b"", "text/plain")
+            tic = time.time()
+            threading.Thread(
+                target=state.health_generation, args=(time.monotonic() + HEALTH_CHECK_TIMEOUT,), daemon=True
+            ).start()
+            while time.time() < tic + HEALTH_CHECK_TIMEOUT:
+                time.sleep(1)
+                if max(state.last_output, state.scheduler.signalled) > tic:
+                    return self._send(200, b"", "text/plain")
+            sys.stderr.write(
+                "[stand-in] Health check failed. Server couldn't get a response from detokenizer for last"
+                f" {HEALTH_CHECK_TIMEOUT} seconds. tic start time: {time.strftime('%H:%M:%S', time.localtime(tic))}."
+                f" last_heartbeat time: {time.strftime('%H:%M:%S', time.localtime(state.last_output))}\n"
+            )
+            return self._send(503, b"", "text/plain")
 
         def do_POST(self):
             if not self._authorized():
@@ -570,16 +773,19 @@ def make_handler(state: State):
                 else " ".join(str(m.get("content", "")) for m in body.get("messages", []))
             )
             began = time.monotonic()
-            state.scheduler.admit(len(prompt.split()))  # queued, then prefilled: the first token after
+            words = len(prompt.split())
+            state.scheduler.admit(words)  # queued, then prefilled: the first token after
             try:
                 return self._generate(path, body, began)
             finally:
-                state.scheduler.finish()
+                state.scheduler.finish(words)
 
         def _generate(self, path: str, body: dict, began: float):
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 tokens = generate_text(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
+                state.scheduler.gate()  # never answered while hung
+                state.last_output = time.time()
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(str(body.get("text", "")).split()), len(tokens), began, now, now)
@@ -600,6 +806,8 @@ def make_handler(state: State):
                 tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
                 if body.get("stream"):
                     return self._stream_chat(body, prompt, tokens, began)
+                state.scheduler.gate()  # never answered while hung
+                state.last_output = time.time()
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(prompt.split()), len(tokens), began, now, now)
@@ -672,7 +880,12 @@ def main(argv: list[str]) -> None:
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()
     server = ThreadingHTTPServer((args.host or "127.0.0.1", int(args.port or 30000)), make_handler(state))
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+
+    def stop(*_):
+        state.shutting_down = True  # /health answers 503 from here on
+        threading.Thread(target=server.shutdown).start()
+
+    signal.signal(signal.SIGTERM, stop)
     print(
         f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
         f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"

@@ -14,21 +14,28 @@ weight, in the release's own code, and nothing after (but the one vLLM lookup be
   load_plugins() (first), resolve_once() and resolve_auto_parsers() where the release has them
   (0.5.23), and the model config through the release's own ModelConfig (its model classes, the
   multimodal test that decides the cuDNN check).
+  Then the tokenizer manager's own loads from the weights' files: the tokenizer (or the
+  multimodal processor and the tokenizer inside it) and the chat template, rendered once.
 - vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__, setup_server and
   build_async_engine_client_from_engine_args): cli_env_setup, make_arg_parser, parse_args,
   validate_parsed_serve_args, the parser plugins and validate_api_server_args,
   AsyncEngineArgs.from_cli_args and create_engine_config; and, early, the engine core's
-  reasoning-parser lookup, the one check 0.16.0 runs only after the weights load.
+  reasoning-parser lookup, the one check 0.16.0 runs only after the weights load; then
+  AsyncLLM's InputProcessor (tokenizer, multimodal processor, generation config) and the chat
+  template as the chat endpoint resolves it, rendered once.
 
 It prints the engine's own refusal and exits 1, or prints which settings the engine chose on
 its own (exit 0), and refuses (exit 1) where it changed a value the command line gave
 explicitly. --report writes the whole verdict as JSON. Secrets (the --config file's api-key)
 never reach the output: every field named like a key, token or secret is shown as "***".
 
---answer-gpus is for machines without the target's GPUs (the preview on the control machine,
-the project's tests): the few questions the release asks the GPUs are answered from the
-inventory, and nothing else is substituted (the CUDA and cuDNN versions are the environment's
-own, read from its torch and libcudnn). It is never passed on the host that serves.
+--no-tokenizer is for a model folder of config files only (the preview, the project's tests):
+the tokenizer, processor and chat template need the weights' tokenizer files, and the host's
+gate, which has the weights, loads them. --answer-gpus is for machines without the target's
+GPUs (the preview on the control machine, the project's tests): the few questions the release
+asks the GPUs are answered from the inventory, and nothing else is substituted (the CUDA and
+cuDNN versions are the environment's own, read from its torch and libcudnn). Neither is ever
+passed on the host that serves.
 Standard library only until the engine is imported.
 """
 
@@ -97,8 +104,13 @@ class Refused(Exception):
     """The engine refused the command line; the message is the engine's own."""
 
 
+LOAD_TOKENIZER = True  # main() clears it for --no-tokenizer
+
+
 def main(argv: list[str]) -> int:
+    global LOAD_TOKENIZER
     options, engine_argv = _parse(argv)
+    LOAD_TOKENIZER = not options.no_tokenizer
     captured = _capture_logs()
     if options.answer_gpus:
         answer_gpus(json.loads(options.answer_gpus))
@@ -152,6 +164,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         " GPUs this machine does not have (preview and tests only)",
     )
     parser.add_argument("--batch", help="JSON file: a list of {argv, env, report, origin} to check in turn")
+    parser.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="the model folder holds its config files only (preview and tests only): the tokenizer,"
+        " processor and chat template are not loaded",
+    )
     if "--" not in argv:
         parser.error("the engine's arguments follow --")
     split = argv.index("--")
@@ -196,6 +214,7 @@ def validate_sglang(argv: list[str]) -> dict:
         steps.append("resolve_auto_parsers")
     model, step = _sglang_model_config(args)
     steps.append(step)
+    steps += _sglang_tokenizer_and_template(args, model) if LOAD_TOKENIZER else [NO_TOKENIZER]
     resolved = _flat(
         args.resolved_dict()
         if hasattr(args, "resolved_dict")
@@ -223,6 +242,81 @@ def _sglang_model_config(args):
     from sglang.srt.arg_groups.overrides import model_config_of  # 0.5.23
 
     return model_config_of(args), "model_config_of"
+
+
+NO_TOKENIZER = "tokenizer, processor and chat template not loaded (--no-tokenizer: config files only)"
+
+
+def _sglang_tokenizer_and_template(args, model) -> list[str]:
+    """What the tokenizer manager loads at start-up, before any GPU work, from the weights'
+    files (0.5.9 and 0.5.23 tokenizer_manager.py init_tokenizer_and_processor): for a
+    multimodal model the processor (AutoProcessor, through the release's processor wrapper)
+    and the tokenizer inside it, else the tokenizer (get_tokenizer: AutoTokenizer); then the
+    chat template (template_manager.py TemplateManager.initialize_templates: --chat-template,
+    or one guessed from the model path, or the tokenizer's own), rendered once for one user
+    message as the first chat request would. 0.5.23 reads these settings from its runtime
+    context, which the engine publishes for the tokenizer first (engine.py publish(...,
+    role="tokenizer")); so does this."""
+    from sglang.srt.managers import tokenizer_manager as managers
+
+    steps = []
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # 0.5.9, 0.5.10
+        runtime_context = None
+    if runtime_context is not None and hasattr(runtime_context, "publish"):
+        runtime_context.publish(args, role="tokenizer")
+        steps.append("publish(role=tokenizer)")
+    if getattr(args, "skip_tokenizer_init", False):
+        return [*steps, "skip_tokenizer_init: no tokenizer, processor or template loaded"]
+    if getattr(model, "is_multimodal", False):
+        if hasattr(managers, "get_processor_wrapper"):  # 0.5.23
+            processor, step = managers.get_processor_wrapper(), "get_processor_wrapper"
+        else:
+            processor, step = managers._get_processor_wrapper(args), "_get_processor_wrapper"
+        tokenizer = managers.get_tokenizer_from_processor(processor)
+        steps += [step, "get_tokenizer_from_processor"]
+    else:
+        tokenizer = managers.get_tokenizer(
+            args.tokenizer_path,
+            tokenizer_mode=args.tokenizer_mode,
+            trust_remote_code=args.trust_remote_code,
+            revision=args.revision,
+        )
+        steps.append("get_tokenizer")
+    try:
+        from sglang.srt.managers.template_manager import TemplateManager  # 0.5.9, 0.5.10
+    except ModuleNotFoundError:
+        from sglang.srt.parser.template_manager import TemplateManager  # 0.5.23
+    manager = argparse.Namespace(tokenizer=tokenizer, processor=None, server_args=args, model_config=model)
+    TemplateManager().initialize_templates(
+        tokenizer_manager=manager,
+        model_path=args.model_path,
+        chat_template=getattr(args, "chat_template", None),
+        completion_template=getattr(args, "completion_template", None),
+    )
+    steps.append("TemplateManager.initialize_templates")
+    steps.append(_render_chat_template(tokenizer, getattr(tokenizer, "chat_template", None)))
+    return steps
+
+
+def _render_chat_template(tokenizer, template) -> str:
+    """One user message through the chat template, as the first chat request renders it
+    (transformers' apply_chat_template): none at all, or one that does not render, fails every
+    chat completion while /health answers."""
+    if not template:
+        raise Refused(
+            "the model has no chat template (none in its tokenizer_config.json or chat_template.jinja, and"
+            " no --chat-template): the server starts, but every /v1/chat/completions request fails;"
+            " use weights that carry one (the project renders no --chat-template)"
+        )
+    tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Are you ready?"}],
+        chat_template=template,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return "apply_chat_template"
 
 
 def _record_defaults(cls) -> dict:
@@ -312,6 +406,7 @@ def validate_vllm(argv: list[str]) -> dict:
     engine_args = AsyncEngineArgs.from_cli_args(args)
     config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     steps += ["AsyncEngineArgs.from_cli_args", "create_engine_config", *_vllm_reasoning_parser(config)]
+    steps += _vllm_input_processor(args, config) if LOAD_TOKENIZER else [NO_TOKENIZER]
     resolved = _vllm_resolved(config, engine_args)
     defaults = {f.name: _field_default(f) for f in dataclasses.fields(AsyncEngineArgs)}
     return _judge(
@@ -362,6 +457,32 @@ def _vllm_reasoning_parser(config) -> list[str]:
         ReasoningParserManager.import_reasoning_parser(plugin)
     ReasoningParserManager.get_reasoning_parser(name)
     return ["ReasoningParserManager.get_reasoning_parser"]
+
+
+def _vllm_input_processor(args, config) -> list[str]:
+    """What AsyncLLM builds before it starts the engine core (vllm 0.16.0
+    v1/engine/async_llm.py: InputProcessor(vllm_config)): the generation config, the
+    multimodal processor and its budget for a multimodal model, and the renderer with the
+    tokenizer (inputs/preprocess.py renderer_from_config), all from the weights' files. Then the
+    chat template as the chat endpoint resolves it (api_server.py load_chat_template of
+    --chat-template; renderers/hf.py resolve_chat_template: the given one, the processor's, the
+    tokenizer's, a bundled fallback), rendered once for one user message; vLLM itself only logs a
+    failure there ("Chat template warmup failed") and then fails every chat request."""
+    from vllm.entrypoints.chat_utils import load_chat_template
+    from vllm.renderers.hf import resolve_chat_template
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    processor = InputProcessor(config)
+    steps = ["InputProcessor"]
+    if config.model_config.skip_tokenizer_init:
+        return [*steps, "skip_tokenizer_init: no tokenizer or template loaded"]
+    tokenizer = processor.get_tokenizer()
+    template = resolve_chat_template(
+        tokenizer, load_chat_template(args.chat_template), None, model_config=config.model_config
+    )
+    steps.append("resolve_chat_template")
+    steps.append(_render_chat_template(tokenizer, template))
+    return steps
 
 
 def _vllm_resolved(config, engine_args) -> dict:
