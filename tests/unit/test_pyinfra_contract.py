@@ -13,6 +13,9 @@ deploy. docs/layout.md says what each patch does and why.
   _is_inventory_group, make_inventory_from_files, and wraps pyinfra_cli.cli.make_inventory (which
   the CLI must call by that name) so that a bad inventory is one line. Proved by loading an
   inventory file through it.
+- roles/shared/call_stack.py (installed by config.py): replaces `stack` and `getframeinfo` in
+  pyinfra.api.util, which get_operation_order_from_stack reads to order operations. Proved by
+  ordering the same call both ways (a deploy file's frame among them).
 - lab/profile.py: wraps every connector's run_shell_command and put_file, replaces run_ops in
   pyinfra.api.operations and pyinfra_cli.cli, and tells a fact's command from an operation's by
   the frames of pyinfra/api/facts.py (`cls`) and pyinfra/api/operation(s).py. Proved by profiling
@@ -47,13 +50,19 @@ CALLABLES = {
     ],
     "pyinfra_cli.cli:make_inventory": ["inventory", "override_data", "cwd", "group_data_directories"],
     "pyinfra.api.operations:run_ops": ["state", "serial", "no_wait"],
+    "pyinfra.api.util:get_operation_order_from_stack": ["state"],
+    "pyinfra.api.util:stack": ["context"],
+    "pyinfra.api.util:getframeinfo": ["frame", "context"],
     "pyinfra_cli.cli:run_ops": ["state", "serial", "no_wait"],
 }
 VALUES = {
     "pyinfra.api.facts:_MISSING_COMMAND_MARKER": str,
     "pyinfra.api.arguments:CONNECTOR_ARGUMENT_KEYS": (list, tuple, set, frozenset),
 }
-USERS = "roles/shared/fact_batch.py, roles/site/loading.py or lab/profile.py; see docs/layout.md"
+USERS = (
+    "roles/shared/fact_batch.py, roles/shared/call_stack.py, roles/site/loading.py or lab/profile.py;"
+    " see docs/layout.md"
+)
 
 
 def resolve(target: str):
@@ -219,8 +228,43 @@ def profile_problems(monkeypatch) -> list[str]:
     return []
 
 
+def _order_here(state, depth: int = 20):
+    """Operation order pyinfra computes at this call, from `depth` frames deeper."""
+    from pyinfra.api import util
+
+    return _order_here(state, depth - 1) if depth else util.get_operation_order_from_stack(state)
+
+
+def call_stack_problems(monkeypatch) -> list[str]:
+    """The order from roles/shared/call_stack.py's frames is the order from inspect's."""
+    from pyinfra.api import util
+
+    from roles.shared import call_stack
+
+    class DeployState:  # what get_operation_order_from_stack reads of the state
+        current_deploy_filename = __file__  # this file's frames stand for the deploy file's
+        current_op_file_number = 0
+
+    orders = []
+    for patched in (False, True):
+        if patched:
+            monkeypatch.setattr(util, "stack", util.stack)
+            monkeypatch.setattr(util, "getframeinfo", util.getframeinfo)
+            call_stack.install()
+        orders.append(_order_here(DeployState))
+    if orders[0] != orders[1] or len(orders[0]) < 20:
+        return [f"pyinfra contract: roles/shared/call_stack.py orders operations {orders[1]}, pyinfra {orders[0]}"]
+    return []
+
+
 def contract_problems(folder: Path, monkeypatch) -> list[str]:
-    return name_problems() + fact_batch_problems(folder) + loader_problems(folder) + profile_problems(monkeypatch)
+    return (
+        name_problems()
+        + fact_batch_problems(folder)
+        + loader_problems(folder)
+        + profile_problems(monkeypatch)
+        + call_stack_problems(monkeypatch)
+    )
 
 
 def test_pyinfra_keeps_the_contract(local_pyinfra, monkeypatch):
