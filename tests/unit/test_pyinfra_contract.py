@@ -51,8 +51,6 @@ CALLABLES = {
     "pyinfra_cli.cli:make_inventory": ["inventory", "override_data", "cwd", "group_data_directories"],
     "pyinfra.api.operations:run_ops": ["state", "serial", "no_wait"],
     "pyinfra.api.util:get_operation_order_from_stack": ["state"],
-    "pyinfra.api.util:stack": ["context"],
-    "pyinfra.api.util:getframeinfo": ["frame", "context"],
     "pyinfra_cli.cli:run_ops": ["state", "serial", "no_wait"],
 }
 VALUES = {
@@ -94,8 +92,16 @@ def name_problems() -> list[str]:
             continue
         if not isinstance(value, kind):
             problems.append(f"pyinfra contract: {target} is a {type(value).__name__} now")
+    from pyinfra.api import util
     from pyinfra_cli import cli
 
+    # roles/shared/call_stack.py replaces these module globals of pyinfra's util: they must be what
+    # the ordering reads (their signatures are inspect's, or call_stack's once config.py ran).
+    if not {"stack", "getframeinfo"} <= set(util.get_operation_order_from_stack.__code__.co_names):
+        problems.append(
+            "pyinfra contract: pyinfra.api.util.get_operation_order_from_stack no longer reads stack and"
+            " getframeinfo (roles/shared/call_stack.py replaces them)"
+        )
     # The wrapper of roles/site/loading.py is reached only while the CLI looks the name up.
     if "make_inventory" not in cli._main.__code__.co_names:
         problems.append(
@@ -245,11 +251,11 @@ def call_stack_problems(monkeypatch) -> list[str]:
         current_deploy_filename = __file__  # this file's frames stand for the deploy file's
         current_op_file_number = 0
 
+    monkeypatch.setattr(util, "stack", inspect.stack)  # pyinfra's own, whatever ran before
+    monkeypatch.setattr(util, "getframeinfo", inspect.getframeinfo)
     orders = []
     for patched in (False, True):
         if patched:
-            monkeypatch.setattr(util, "stack", util.stack)
-            monkeypatch.setattr(util, "getframeinfo", util.getframeinfo)
             call_stack.install()
         orders.append(_order_here(DeployState))
     if orders[0] != orders[1] or len(orders[0]) < 20:
