@@ -71,9 +71,12 @@ def test_an_upload_to_a_missing_folder_fails_and_leaves_nothing(session, tmp_pat
 
 def test_a_shell_that_dies_answers_the_command_failed_and_never_runs_it_twice(session, tmp_path):
     count = tmp_path / "count"
+    session.run("true")
+    folder = session.folder
     status, out, err = session.run(f"echo run >> {count}; kill -9 $PPID")
     assert status == ENDED and out == [] and "session ended" in err[0]
     assert count.read_text() == "run\n"
+    assert not os.path.exists(folder)  # removed by a shell of its own after the first one died
     assert session.run("echo back") == (0, ["back"], [])
     assert count.read_text() == "run\n"
 
