@@ -105,23 +105,31 @@ class ShellSession:
 
     def close(self, graceful: bool = True) -> None:
         """Its folder removed and its shell ended (killed if it does not end within 5 s; at once
-        when not graceful: a command still runs in it, and the folder is removed by a new shell)."""
+        when not graceful: a command still runs in it). The shell removes the folder itself only
+        when it was asked to and then exited 0; otherwise (killed, dead, or dying as it was asked)
+        a shell of its own does."""
         if self.process is not None:
-            if not graceful and self.process.poll() is None:
+            asked = False
+            if graceful and self.folder and self.process.poll() is None:
+                try:
+                    self._send(f"rm -rf {self.folder}; exit 0\n")
+                    asked = True
+                except SessionEnded:
+                    pass
+            elif self.process.poll() is None:
                 self.process.kill()
             try:
-                if self.folder and self.process.poll() is None:
-                    self._send(f"rm -rf {self.folder}; exit 0\n")
-                    self.folder = ""
                 if self.process.stdin:
                     self.process.stdin.close()
-            except (SessionEnded, OSError):
+            except OSError:
                 pass
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+            if asked and self.process.returncode == 0:
+                self.folder = ""
         if self.folder:
             self._remove_folder()
         self.process = None
