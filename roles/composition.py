@@ -95,45 +95,49 @@ def _every(scope: Scope) -> bool:
     return True
 
 
-def _call(function: Callable[[], None]) -> Callable[[Scope], None]:
-    """A role's @deploy, which reads its host's settings itself."""
-    return lambda scope: function()
+# Each step's `run` is a lambda written on that step's own line, never one made by a helper:
+# pyinfra (pyinfra/api/operation.py, 3.10, solve_operation_consistency) identifies an operation
+# across hosts by the line numbers of the calls that led to it, and orders operations by them.
+# One shared call line would make the node's nvidia_driver and the guest's the same operations
+# (a cycle in pyinfra's order, as the two hosts reach them on either side of guests_ready).
 
 
 STEPS: tuple[Step, ...] = (
-    Step("proxmox_host", lambda s: s.node, _call(proxmox_host)),
+    Step("proxmox_host", lambda s: s.node, lambda s: proxmox_host()),
     # The node's kernel driver serves its LXC guests' GPUs (full mode; persistenced and nvidia-uvm
     # start once the module loads).
-    Step("nvidia_driver", lambda s: s.node and needs_host_driver(s.settings, s.site), _call(nvidia_driver)),
-    Step("proxmox_host", lambda s: s.node, _call(proxmox_reboot)),  # when something asked for it
-    Step("lxc_guest", lambda s: s.node, _guests, also=("kvm_guest",)),  # in the inventory's order
+    Step("nvidia_driver", lambda s: s.node and needs_host_driver(s.settings, s.site), lambda s: nvidia_driver()),
+    Step("proxmox_host", lambda s: s.node, lambda s: proxmox_reboot()),  # when something asked for it
+    Step("lxc_guest", lambda s: s.node, lambda s: _guests(s), also=("kvm_guest",)),  # in the inventory's order
     # Weights the node keeps for its guests (read-only mount points), before they start.
-    Step("weights", lambda s: s.node, _call(weights)),
-    Step("proxmox_host", _every, _call(guests_ready), barrier=True),  # guests wait for their node
-    Step("base", lambda s: s.engine_host, _call(base)),
-    Step("nvidia_driver", lambda s: s.engine_host, _call(nvidia_driver)),
-    Step("cuda", lambda s: s.engine_host, _call(cuda)),
-    Step("docker_engine", lambda s: s.builder and s.settings.docker.manage_engine, _call(docker_engine)),
-    Step("wheels", lambda s: s.builder and s.settings.build.kernel_wheels, _call(wheels)),
+    Step("weights", lambda s: s.node, lambda s: weights()),
+    Step("proxmox_host", _every, lambda s: guests_ready(), barrier=True),  # guests wait for their node
+    Step("base", lambda s: s.engine_host, lambda s: base()),
+    Step("nvidia_driver", lambda s: s.engine_host, lambda s: nvidia_driver()),
+    Step("cuda", lambda s: s.engine_host, lambda s: cuda()),
+    Step("docker_engine", lambda s: s.builder and s.settings.docker.manage_engine, lambda s: docker_engine()),
+    Step("wheels", lambda s: s.builder and s.settings.build.kernel_wheels, lambda s: wheels()),
     # On its own disk when no node keeps them; the service waits for a verified copy.
-    Step("weights", lambda s: s.engine_host, _call(weights)),
+    Step("weights", lambda s: s.engine_host, lambda s: weights()),
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
-    Step("engine_envs", lambda s: s.engine_host, _call(engine_envs)),
-    Step("serving", lambda s: s.engine_host, _call(serving)),
+    Step("engine_envs", lambda s: s.engine_host, lambda s: engine_envs()),
+    Step("serving", lambda s: s.engine_host, lambda s: serving()),
     # Laid down only: the user starts its steps (systemctl).
-    Step("eagle3_training", lambda s: s.engine_host and s.settings.eagle3_training.enabled, _call(eagle3_training)),
+    Step(
+        "eagle3_training", lambda s: s.engine_host and s.settings.eagle3_training.enabled, lambda s: eagle3_training()
+    ),
     # Packages, the site's CAs (uv reaches PyPI through them), limits; beside the replicas' roles.
-    Step("base", lambda s: s.group("gateways") and not s.engine_host, _call(base)),
-    Step("gateway", _every, _call(replicas_serving), barrier=True),  # the gateways wait for the replicas
-    Step("gateway", lambda s: s.group("gateways"), _call(gateway)),  # its workers already serve
+    Step("base", lambda s: s.group("gateways") and not s.engine_host, lambda s: base()),
+    Step("gateway", _every, lambda s: replicas_serving(), barrier=True),  # the gateways wait for the replicas
+    Step("gateway", lambda s: s.group("gateways"), lambda s: gateway()),  # its workers already serve
     # Exporters and the checks' timer on gpu nodes; Prometheus and Alertmanager on monitors.
-    Step("monitoring", lambda s: watched(s.settings, s.site) and not s.waiting, _call(monitoring)),
+    Step("monitoring", lambda s: watched(s.settings, s.site) and not s.waiting, lambda s: monitoring()),
     # Last, after the barrier too: the health checks judge what every role above left, and a
     # failed check is the deploy's last word.
-    Step("health", lambda s: s.engine_host, _call(health)),
+    Step("health", lambda s: s.engine_host, lambda s: health()),
     # The very last step: a guest this pass created (or that waited for the node's reboot) is
     # deployed by the next pass of the same command, which this starts.
-    Step("proxmox_host", lambda s: s.node, _call(continue_in_guests)),
+    Step("proxmox_host", lambda s: s.node, lambda s: continue_in_guests()),
 )
 
 

@@ -95,3 +95,12 @@ def test_the_preview_fails_on_a_role_it_has_no_entry_for(monkeypatch, tmp_path):
     )
     with pytest.raises(KeyError, match="newrole"):
         render.render(site, tmp_path)
+
+
+def test_each_step_calls_its_role_from_a_line_of_its_own_in_table_order():
+    # pyinfra identifies an operation across hosts by the lines of the calls that led to it and
+    # orders operations by them (pyinfra/api/operation.py, 3.10): a call line shared by two steps
+    # made the node's nvidia_driver and the guest's one operation, a cycle in the lab's run.
+    lines = [step.run.__code__.co_firstlineno for step in composition.STEPS]
+    assert all(step.run.__name__ == "<lambda>" for step in composition.STEPS)
+    assert lines == sorted(set(lines)), "each step's run: a lambda on the step's own line, in table order"
