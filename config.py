@@ -3,10 +3,14 @@ in, before it loads the inventory. The project sets no pyinfra option here. It m
 error in an inventory one line (`inventory/x.py:12: NameError: ...`, exit 2, nothing
 contacted), as `python -m roles.site` prints it, instead of pyinfra's traceback; and it asks the
 file and package facts a host was asked last time in one command (roles/shared/fact_batch.py
-says how an answer is kept honest), which is most of what a no-change run used to wait for."""
+says how an answer is kept honest), which is most of what a no-change run used to wait for;
+and pyinfra orders operations from the call stack without reading source lines
+(roles/shared/call_stack.py), most of what planning cost."""
 
+from roles.shared.call_stack import install as order_without_source
 from roles.shared.fact_batch import install as batch_facts
 from roles.site.loading import one_line_inventory_errors
 
 one_line_inventory_errors()
 batch_facts()
+order_without_source()

@@ -16,17 +16,31 @@ explicit data win over ssh_config), the user's config included after them for th
         UserKnownHostsFile /path/known_hosts
         StrictHostKeyChecking accept-new
         BatchMode yes
+        ControlMaster auto
+        ControlPath /tmp/inference-host-ssh-0/%C
+        ControlPersist 60s
     Host *
         Include /home/me/.ssh/config
 
 and the URL becomes ssh://gpu-node.example.internal?ssh_config=<that file>. The file holds
 paths only, never a secret, and is written 0600 under the user's temporary folder.
+
+The control lines: testinfra's ssh backend (testinfra/backend/ssh.py, 10.x) starts one `ssh`
+per command and passes `-o ControlMaster=auto -o ControlPersist=60s`, but no ControlPath unless
+told, and OpenSSH multiplexes only with one (ssh_config(5), ControlMaster): so every command of the
+checks was a new connection (key exchange, authentication, a new session on the host: about a
+third of a second each over the lab's real OpenSSH). With the path, the first command's connection
+stays open as the master and the others are sessions on it, as pyinfra's own connector keeps one
+connection per host. The socket lives in the same private folder (0700, this user's); `%C` is
+OpenSSH's hash of the local host, remote host, port and user; the master exits 60 s after the last
+command.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -41,7 +55,30 @@ class SshSettingsError(site_model.SiteError):
     pass
 
 
-def ssh_config_text(host_name: str, data: dict) -> str:
+def ssh_config_path(path: Path, token: str = "") -> str:
+    """A path as one argument of an OpenSSH client config line: double-quoted (ssh_config(5):
+    "Arguments may optionally be enclosed in double quotes"), each `%` doubled (OpenSSH expands
+    %-tokens in ControlPath), then `token` (e.g. "/%C") kept as OpenSSH's. A double quote or a
+    line break cannot be written at all."""
+    value = str(path)
+    if any(bad in value for bad in ('"', "\n", "\r")):
+        raise SshSettingsError([f"{value!r}: a path with a double quote or a line break cannot be an ssh_config value"])
+    return '"' + value.replace("%", "%%") + token + '"'
+
+
+def private_folder(folder: Path) -> Path:
+    """folder, made 0700 if missing; refused unless it is this user's own directory that no one
+    else may enter (the control socket in it is a way into the host)."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise SshSettingsError(
+            [f"{folder}: not a folder of this user's that only it may enter (mode 0700); remove it and retry"]
+        )
+    return folder
+
+
+def ssh_config_text(host_name: str, data: dict, control_dir: Path | None = None) -> str:
     hostname = data.get("ssh_hostname") or host_name
     problems = []
     if data.get("ssh_password"):
@@ -67,6 +104,9 @@ def ssh_config_text(host_name: str, data: dict) -> str:
     if known_hosts:
         lines.append(f"    UserKnownHostsFile {Path(known_hosts).expanduser()}")
     lines += [f"    StrictHostKeyChecking {STRICT[strict]}", "    BatchMode yes"]
+    if control_dir is not None:  # one connection for all of the checks' commands (the docstring)
+        control = ssh_config_path(control_dir, "/%C")
+        lines += ["    ControlMaster auto", f"    ControlPath {control}", "    ControlPersist 60s"]
     user_config = Path(data.get("ssh_config_file") or "~/.ssh/config").expanduser()
     if user_config.is_file():
         lines += ["Host *", f"    Include {user_config}"]
@@ -78,9 +118,9 @@ def testinfra_url(inventory_file: str, host_name: str, folder: Path | None = Non
     if not url.startswith("ssh://"):
         return url
     data = site_model.connection_data(inventory_file, host_name)
-    text = ssh_config_text(host_name, data)
     folder = folder or Path(tempfile.gettempdir()) / f"inference-host-ssh-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    private_folder(folder)
+    text = ssh_config_text(host_name, data, control_dir=folder)
     path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.config"
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:

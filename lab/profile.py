@@ -28,16 +28,26 @@ _marks: dict[str, float] = {}
 def _caller() -> tuple[str, str]:
     """("fact", FactClass) or ("op", operation name) of the command being run."""
     frame: FrameType | None = sys._getframe(2)
+    kind_seen = False
     while frame is not None:
         filename = frame.f_code.co_filename
+        kind_seen = kind_seen or filename.endswith(("pyinfra/api/operation.py", "pyinfra/api/operations.py"))
         if filename.endswith("pyinfra/api/facts.py"):
             fact = frame.f_locals.get("cls") or frame.f_locals.get("fact")
             return "fact", getattr(fact, "__name__", type(fact).__name__)
         if filename.endswith(("pyinfra/api/operation.py", "pyinfra/api/operations.py")):
-            meta = frame.f_locals.get("op_meta")
+            # _run_host_op (operations.py) holds the state and the op's hash; a frame further
+            # out (_run_single_op) its meta.
+            local = frame.f_locals
+            meta = local.get("op_meta")
+            if meta is None and "op_hash" in local and hasattr(local.get("state"), "get_op_meta"):
+                meta = local["state"].get_op_meta(local["op_hash"])
             names = getattr(meta, "names", None)
-            return "op", (sorted(names)[0] if names else "operation")
+            if names:
+                return "op", sorted(names)[0]
         frame = frame.f_back
+    if kind_seen:
+        return "op", "operation"
     return "other", "python.call / _if"
 
 

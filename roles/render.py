@@ -16,16 +16,19 @@ the host itself can decide (facts the deploy reads there). Secrets are never dec
 vault password is needed, and no secret value can reach DIR.
 
 The inventory is validated first (same messages and checks as the deploy's hook,
-validation.py); exit 2 on problems. Like deploy.py, this module composes the roles (it reads
-each role's template arguments from the role itself); no role imports it.
+validation.py); exit 2 on problems. Which roles a host gets is the deploy's own table
+(roles/composition.py), which deploy.py runs; this module reads each role's template arguments
+from the role itself, and no role imports it.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import validation
+from roles import composition
 from roles.shared import layout, pve, templates
 from roles.shared.shell import argv, word
 from roles.site import (
@@ -138,17 +141,6 @@ def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     p.template(
         f"{layout.SYSTEMD_DIR}/{nvidia_driver.UVM_UNIT}", f"roles/nvidia_driver/templates/{nvidia_driver.UVM_UNIT}.j2"
     )
-
-
-def _host_driver(p: Preview, settings: HostSettings, site: Site) -> None:
-    """A Proxmox node gets the driver when one of its LXC guests has GPUs (proxmox_host_driver)."""
-    lxc_gpus = any(
-        g.guest.node == settings.name and g.in_group("lxc_guests") and g.guest.gpu_addresses
-        for g in site.hosts.values()
-        if g.valid("guest")
-    )
-    if lxc_gpus and settings.proxmox.host_driver:
-        _nvidia_driver(p, settings, site)
 
 
 def _weights(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -303,11 +295,41 @@ def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
     p.note(f"{bundle}: a copy of {len(checks_env.bundle_files())} files of the checks (checks, roles/site)")
 
 
-ROLES = {  # group -> previews, in deploy.py's order
-    "proxmox_hosts": [_proxmox_host, _host_driver, _weights],
-    "gpu_nodes": [_base, _nvidia_driver, _cuda, _weights, _serving, _monitoring_gpu],
-    "gateways": [_gateway],
-    "monitors": [_monitoring],
+def _monitoring_role(p: Preview, settings: HostSettings, site: Site) -> None:
+    if settings.in_group("gpu_nodes"):
+        _monitoring_gpu(p, settings, site)
+    if settings.in_group("monitors"):
+        _monitoring(p, settings, site)
+
+
+def _not_previewed(why: str) -> Callable[[Preview, HostSettings, Site], None]:
+    """A role whose files the preview does not show yet: said in the host's notes, not omitted
+    silently."""
+    return lambda p, settings, site: p.note(f"not previewed: {why}")
+
+
+# Each role of the table (roles/composition.py's STEPS) -> its preview; a role the table runs
+# that is not here is an error (tests/unit/test_composition.py; render raises KeyError).
+PREVIEWS: dict[str, Callable[[Preview, HostSettings, Site], None] | None] = {
+    "proxmox_host": _proxmox_host,
+    "lxc_guest": None,  # writes no file: its pct commands are under the node's (_proxmox_host)
+    "kvm_guest": None,  # as lxc_guest, with qm
+    "base": _base,
+    "nvidia_driver": _nvidia_driver,
+    "cuda": _cuda,
+    "weights": _weights,
+    "serving": _serving,
+    "gateway": _gateway,
+    "monitoring": _monitoring_role,
+    "health": None,  # writes no file: it runs the checks and reads their verdict
+    "docker_engine": _not_previewed(
+        "roles/docker_engine's apt sources and /etc/docker/daemon.json (data-root, logs) are made by the role"
+    ),
+    "wheels": _not_previewed("roles/wheels uploads its build script, contexts and inputs to the builder"),
+    "engine_envs": _not_previewed("roles/engine_envs uploads each stack's lock and patches to the gpu node"),
+    "eagle3_training": _not_previewed(
+        "roles/eagle3_training's job config, wrapper and unit (it is laid down, never started)"
+    ),
 }
 
 
@@ -315,10 +337,10 @@ def render(site: Site, out: Path) -> dict[str, list[Path]]:
     written = {}
     for name, settings in site.hosts.items():
         p = Preview(out, name)
-        for group, previews in ROLES.items():
-            if settings.in_group(group):
-                for preview in previews:
-                    preview(p, settings, site)
+        for role in composition.roles_for(composition.Scope(settings, site)):
+            preview = PREVIEWS[role]
+            if preview is not None:
+                preview(p, settings, site)
         p.finish()
         written[name] = p.written
     return written

@@ -65,10 +65,12 @@ MONITOR_PACKAGES = ("prometheus", "prometheus-alertmanager")
 FOR_OPERATORS = (DASHBOARD_FILE, config.AMTOOL_CONFIG, config.AMTOOL_HTTP_CONFIG)
 
 
-def watched(settings: HostSettings) -> bool:
+def watched(settings: HostSettings, site: Site | None = None) -> bool:
     """The role runs where a monitor watches: on the monitors themselves and, when the site has
     a monitors group, on every gpu node (exporters nobody scrapes are not installed)."""
-    return settings.in_group("monitors") or (settings.in_group("gpu_nodes") and bool(current_site().group("monitors")))
+    return settings.in_group("monitors") or (
+        settings.in_group("gpu_nodes") and bool((site or current_site()).group("monitors"))
+    )
 
 
 @deploy("Monitoring")

@@ -37,7 +37,7 @@ from roles.shared.proxmox_facts import (
     PciDevices,
 )
 from roles.shared.shell import sh
-from roles.site import HostSettings, current_host, current_site, node_sysctl
+from roles.site import HostSettings, Site, current_host, current_site, node_sysctl
 
 SUPPORTED = {("Debian", 12)}  # Proxmox VE 8 is Debian 12 (bookworm)
 
@@ -67,10 +67,10 @@ def systemd_boot_cmdline(current: str, args: list[str]) -> str:
     return " ".join(words) + "\n"
 
 
-def guests_of(node_name: str) -> list[HostSettings]:
+def guests_of(node_name: str, site: Site | None = None) -> list[HostSettings]:
     return [
         h
-        for h in current_site().hosts.values()
+        for h in (site or current_site()).hosts.values()
         if h.guest.node == node_name and (h.in_group("lxc_guests") or h.in_group("kvm_guests"))
     ]
 
@@ -374,18 +374,18 @@ def _modules(settings: HostSettings):
     return changed
 
 
-def needs_host_driver(settings: HostSettings) -> bool:
+def needs_host_driver(settings: HostSettings, site: Site | None = None) -> bool:
     """Whether this node gets the NVIDIA kernel driver: one of its LXC guests has GPUs.
 
     deploy.py then runs roles/nvidia_driver on the node (full mode: the node is no LXC guest)
     at the stack's exact version, which its LXC guests' userspace must match; with
     proxmox_host_driver = False the driver is left to the user.
     """
-    if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name)):
+    if not any(g.in_group("lxc_guests") and g.guest.gpu_addresses for g in guests_of(settings.name, site)):
         return False
     if not settings.proxmox.host_driver:
         logger.warning(
-            f"{host.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
+            f"{settings.name}: proxmox_host_driver = False: the NVIDIA host driver, the"
             " nvidia-uvm device nodes and nvidia-persistenced are left to you (LXC guests"
             " need them)"
         )

@@ -58,7 +58,8 @@ def _reader_files() -> dict[str, list[Path]]:
     for helper in sorted((roles / "shared").glob("*.py")):
         if helper.name != "__init__.py":
             readers[f"shared/{helper.stem}"] = [helper]
-    readers["deploy.py"] = [PROJECT_ROOT / "deploy.py"]
+    # deploy.py runs the table of roles (roles/composition.py), whose conditions read settings.
+    readers["deploy.py"] = [PROJECT_ROOT / "deploy.py", roles / "composition.py"]
     readers["checks"] = sorted((PROJECT_ROOT / "checks").rglob("*.py"))
     readers["site rules"] = sorted(
         p for p in (roles / "site").glob("*.py") if p.name not in ("schema.py", "table.py", "__init__.py")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -864,6 +866,31 @@ def test_ssh_config_carries_every_pyinfra_setting(tmp_path):
         "Host *",
         f"    Include {user_config}",
     ]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="OpenSSH's client reads the config back")
+def test_the_checks_share_one_connection_read_back_by_openssh(tmp_path):
+    # A hostile folder name: spaces and a %-token of OpenSSH's own must stay the folder's.
+    folder = connection.private_folder(tmp_path / "a b %h")
+    config = tmp_path / "config"
+    config.write_text(connection.ssh_config_text("gpu-node", {"ssh_user": "root"}, control_dir=folder))
+    read = subprocess.run(
+        ["ssh", "-G", "-F", str(config), "gpu-node"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.splitlines()
+    options = dict(line.split(" ", 1) for line in read)
+    assert options["controlmaster"] == "auto" and options["controlpersist"] == "60"
+    socket = Path(options["controlpath"])
+    assert socket.parent == folder and re.fullmatch(r"[0-9a-f]{40}", socket.name)  # %C: a hash per host
+
+
+def test_the_control_folder_must_be_private(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(connection.SshSettingsError, match="only it may enter"):
+        connection.private_folder(shared)
+    with pytest.raises(connection.SshSettingsError, match="double quote"):
+        connection.ssh_config_text("gpu-node", {}, control_dir=tmp_path / 'a"b')
 
 
 def test_ssh_defaults_follow_pyinfra():

@@ -3,14 +3,18 @@
 in place of `docker exec -i <container> sh`: what pyinfra gets back must be what a
 `docker exec` per command gave it (status, stdout and stderr apart, lines split as pyinfra's
 read_buffer splits them, stdin empty), uploads land whole with docker cp's mode, and a shell that
-dies or a command that times out never makes a command run twice or answer for another."""
+dies, a command that times out, a background child, a removed folder or a stray write into the
+shell's output never makes a command run twice or answer for another."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -67,11 +71,101 @@ def test_an_upload_to_a_missing_folder_fails_and_leaves_nothing(session, tmp_pat
 
 def test_a_shell_that_dies_answers_the_command_failed_and_never_runs_it_twice(session, tmp_path):
     count = tmp_path / "count"
+    session.run("true")
+    folder = session.folder
     status, out, err = session.run(f"echo run >> {count}; kill -9 $PPID")
     assert status == ENDED and out == [] and "session ended" in err[0]
     assert count.read_text() == "run\n"
+    assert not os.path.exists(folder)  # removed by a shell of its own after the first one died
     assert session.run("echo back") == (0, ["back"], [])
     assert count.read_text() == "run\n"
+
+
+def test_each_commands_output_files_are_removed_after_reading(session, tmp_path):
+    session.run("echo a; echo b >&2")
+    session.put(b"x", str(tmp_path / "file"))
+    # This command's own two files are there while it runs, and only those.
+    status, out, _ = session.run(f"ls -A {session.folder}")
+    assert status == 0 and len(out) == 2 and {name.rsplit(".", 1)[1] for name in out} == {"out", "err"}
+    assert os.listdir(session.folder) == []
+
+
+def test_a_background_child_cannot_reach_the_next_command(session):
+    # Its stdout and stderr are the first command's files, read and removed when it ended.
+    assert session.run("(sleep 0.5; echo late; echo late >&2) & echo now") == (0, ["now"], [])
+    assert session.run("sleep 1; echo next") == (0, ["next"], [])
+    assert session.run("echo again") == (0, ["again"], [])
+
+
+def test_a_command_that_removes_the_folder_is_answered_failed_and_never_run_again(session, tmp_path):
+    count = tmp_path / "count"
+    session.run("true")
+    first = session.folder
+    status, out, err = session.run(f"echo run >> {count}; rm -rf {first}; echo out")
+    assert status == ENDED and out == [] and "removed while it ran" in err[0]
+    assert session.run("echo back") == (0, ["back"], [])
+    assert count.read_text() == "run\n" and session.folder != first
+
+
+def test_a_folder_gone_before_a_command_runs_it_once_in_a_new_session(session, tmp_path):
+    count = tmp_path / "count"
+    session.run("true")
+    first = session.folder
+    shutil.rmtree(first)  # what a deploy that empties /tmp would do between two commands
+    assert session.run(f"echo run >> {count}; echo here") == (0, ["here"], [])
+    assert count.read_text() == "run\n" and session.folder != first
+
+
+@pytest.fixture
+def stray_base64(tmp_path):
+    """A `base64` that, the first time it runs, writes one stray line into the shell's own output
+    (its stdout is the shell's): right after the output it encodes (mid-frame, between that output
+    and its token) or, from a background child, a moment later (between two frames)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "base64"
+
+    def plant(stray: str, later: bool = False) -> ShellSession:
+        write = f"printf '%s\\n' {shlex.quote(stray)}"
+        fake.write_text(
+            f'#!/bin/sh\n{shutil.which("base64")} "$@"\n'
+            f"[ -e {tmp_path}/planted ] && exit 0\n: > {tmp_path}/planted\n"
+            + (f"(sleep 0.3; {write}) &\n" if later else f"{write}\n")
+        )
+        fake.chmod(0o755)
+        return ShellSession(["env", f"PATH={bin_dir}:{os.environ['PATH']}", "sh"])
+
+    return plant
+
+
+@pytest.mark.parametrize("stray", ["late", "not base64!", "QUJD"])
+def test_a_stray_write_mid_frame_ends_the_session_and_the_command_is_not_run_again(stray_base64, stray, tmp_path):
+    # "late" and "QUJD" are valid base64 (4 characters): only the size in the frame's head
+    # catches them; "not base64!" once escaped as a binascii.Error.
+    session = stray_base64(stray)
+    count = tmp_path / "count"
+    try:
+        status, out, err = session.run(f"echo run >> {count}; echo hello")
+        assert status == ENDED and out == [] and "broken frame" in err[0]
+        assert session.run("echo back") == (0, ["back"], [])
+        assert count.read_text() == "run\n"
+    finally:
+        session.close()
+
+
+def test_a_stray_write_between_frames_ends_the_session_at_the_next_command(stray_base64, tmp_path):
+    session = stray_base64("late", later=True)
+    count = tmp_path / "count"
+    try:
+        assert session.run("echo one") == (0, ["one"], [])
+        time.sleep(0.6)
+        status, out, err = session.run(f"echo run >> {count}; echo two")
+        assert status == ENDED and out == [] and "broken frame" in err[0]
+        assert session.run("echo back") == (0, ["back"], [])
+        # Killed as the stray line was read: the command ran once or not at all, never twice.
+        assert not count.exists() or count.read_text() == "run\n"
+    finally:
+        session.close()
 
 
 def test_a_timed_out_command_raises_and_the_next_one_gets_its_own_answer(tmp_path):
@@ -81,16 +175,21 @@ def test_a_timed_out_command_raises_and_the_next_one_gets_its_own_answer(tmp_pat
         from gevent import monkey; monkey.patch_all()
         import sys; sys.path.insert(0, {str(src)!r})
         from inference_host_lab_connector.shell import ShellSession
+        import os
         s = ShellSession(["sh"])
+        s.run("true")
+        killed = s.folder
         try:
             s.run("sleep 5; echo late", timeout=1)
             print("no timeout")
         except TimeoutError:
             print("timed out")
+        print("folder left" if os.path.exists(killed) else "folder removed")
         print(s.run("echo next"))
+        s.close()
     """)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
-    assert done.stdout.splitlines() == ["timed out", "(0, ['next'], [])"], done.stderr
+    assert done.stdout.splitlines() == ["timed out", "folder removed", "(0, ['next'], [])"], done.stderr
 
 
 def test_command_output_is_pyinfras():

@@ -15,17 +15,26 @@ stdout and stderr lines kept apart. What differs, on purpose: output arrives whe
 ends (pyinfra prints it only with -v); stdout lines come before stderr lines (pyinfra reads the
 two pipes in two greenlets, so their order was arrival order, not a contract).
 
-Each command writes its two outputs to files under a directory private to the session, then the
-session prints them base64-encoded between markers holding a random token: nothing the command
-prints can end its own output early. A session that ends mid-command (the container stopped: the
-node's reboot) answers that command as failed (status 255, as docker exec does when its container
-goes away) and is replaced at the next command; the command is never run twice. A command that
-sends stdin (pyinfra's _stdin) or asks for a terminal (_get_pty) goes through docker exec as before.
+Each command writes its two outputs to files of its own (named by a random token) in a folder
+private to the session; the session then prints a frame: a head line (the token, the status and
+the two outputs' sizes in bytes), each output base64-encoded, the token after each, and removes
+the two files. Nothing the command prints can end its own output early, and a background child
+the command left (`(sleep 1; echo late) &`) writes into files already read and removed, never into
+the next command's. A frame that is not exactly that (a stray write into the shell's own output,
+an output whose size differs from its head's) or an output file that is gone (something removed
+the session's folder under the command) ends the session: the command is answered failed (status
+255, as docker exec does when its container goes away), never run again, and a new session takes
+the next command. A folder found gone BEFORE a command starts means the command has not run: a
+new session runs it, once. A session that ends mid-command (the container stopped: the node's
+reboot) answers the same way; a timed-out command's session is killed and its folder removed
+through a new `docker exec` (the argv with `-c`). A command that sends stdin (pyinfra's _stdin)
+or asks for a terminal (_get_pty) goes through docker exec as before.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import secrets
 import shlex
 import subprocess
@@ -39,8 +48,17 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 ENDED = 255
 
 
+# How long removing a killed session's folder may take (a new `docker exec`).
+CLEANUP_TIMEOUT = 10
+
+
 class SessionEnded(Exception):
-    """The session's shell exited (the container stopped or restarted)."""
+    """The session's shell exited (the container stopped or restarted), or its answer cannot be
+    trusted (a broken frame, its output files removed): the session is ended either way."""
+
+
+class FolderGone(Exception):
+    """The session's folder was gone before the command started: the command did not run."""
 
 
 class ShellSession:
@@ -87,23 +105,51 @@ class ShellSession:
 
     def close(self, graceful: bool = True) -> None:
         """Its folder removed and its shell ended (killed if it does not end within 5 s; at once
-        when not graceful: a command still runs in it)."""
+        when not graceful: a command still runs in it). The shell removes the folder itself only
+        when it was asked to and then exited 0; otherwise (killed, dead, or dying as it was asked)
+        a shell of its own does."""
         if self.process is not None:
-            if not graceful and self.process.poll() is None:
+            asked = False
+            if graceful and self.folder and self.process.poll() is None:
+                try:
+                    self._send(f"rm -rf {self.folder}; exit 0\n")
+                    asked = True
+                except SessionEnded:
+                    pass
+            elif self.process.poll() is None:
                 self.process.kill()
             try:
-                if self.folder and self.process.poll() is None:
-                    self._send(f"rm -rf {self.folder}; exit 0\n")
                 if self.process.stdin:
                     self.process.stdin.close()
-            except (SessionEnded, OSError):
+            except OSError:
                 pass
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+            if asked and self.process.returncode == 0:
+                self.folder = ""
+        if self.folder:
+            self._remove_folder()
         self.process = None
+
+    def _remove_folder(self) -> None:
+        """The folder of a session that was killed or ended, removed by a shell of its own (`argv`
+        ends with the shell: `sh -c 'rm -rf ...'`); bounded, and a container that is gone has
+        nothing left to remove."""
+        folder, self.folder = self.folder, ""
+        try:
+            subprocess.run(
+                [*self.argv, "-c", f"rm -rf {shlex.quote(folder)}"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=CLEANUP_TIMEOUT,
+                check=False,
+            )
+        except (subprocess.TimeoutExpired, OSError):
+            pass
 
     def run(self, command: str, timeout: float | None = None) -> tuple[int, list[str], list[str]]:
         """Run `command` with `sh -c`; TimeoutError after timeout seconds (the session is closed, as
@@ -127,45 +173,63 @@ class ShellSession:
 
     def _execute(self, shell_text: str, timeout: float | None) -> tuple[int, list[str], list[str]]:
         with self._lock:
-            if self.process is None or self.process.poll() is not None:
-                self.close()
+            for _ in range(2):  # a second time only when the first session's folder was gone before it ran
+                if self.process is None or self.process.poll() is not None:
+                    self.close()
+                    try:
+                        self._start()
+                    except SessionEnded as error:  # what `docker exec` says of a stopped container, in effect
+                        return 1, [], [f"the lab's shell session could not start: {error}"]
                 try:
-                    self._start()
-                except SessionEnded as error:  # what `docker exec` says of a stopped container, in effect
-                    return 1, [], [f"the lab's shell session could not start: {error}"]
-            token = secrets.token_hex(8)
-            out, err = f"{self.folder}/out", f"{self.folder}/err"
-            # The folder made again if something removed it (a deploy that empties /tmp).
-            self._send(
-                f"[ -d {self.folder} ] || mkdir -p -m 700 {self.folder}; "
-                f"{shell_text} </dev/null >{out} 2>{err}; rc=$?; "
-                f"printf '%s %s\\n' {token} $rc; base64 {out}; printf '%s\\n' {token}; base64 {err};"
-                f" printf '%s\\n' {token}; : >{out}; : >{err}\n"
-            )
-            try:
-                with gevent.Timeout(timeout, TimeoutError):
-                    return self._answer(token)
-            except SessionEnded:
-                self.close(graceful=False)
-                return ENDED, [], ["the lab's shell session ended under this command (the container stopped)"]
-            except TimeoutError:
-                self.close(graceful=False)
-                raise
+                    with gevent.Timeout(timeout, TimeoutError):
+                        return self._frame(shell_text)
+                except FolderGone:
+                    self.close(graceful=False)  # the command did not run: a new session runs it
+                except SessionEnded as error:
+                    self.close(graceful=False)
+                    return ENDED, [], [f"the lab's shell session ended under this command: {error}"]
+                except TimeoutError:
+                    self.close(graceful=False)
+                    raise
+            return ENDED, [], ["the lab's shell session lost its folder twice before this command ran"]
 
-    def _answer(self, token: str) -> tuple[int, list[str], list[str]]:
-        head = self._read_line()
-        while not head.startswith(token + " "):  # nothing else is printed; a stray line is skipped
-            head = self._read_line()
-        status = int(head.split(" ", 1)[1])
-        parts = []
-        for _ in range(2):
-            encoded = []
+    def _frame(self, shell_text: str) -> tuple[int, list[str], list[str]]:
+        """Send one command in its frame (the module's docstring) and read its answer."""
+        token = secrets.token_hex(8)
+        out, err = f"{self.folder}/{token}.out", f"{self.folder}/{token}.err"
+        self._send(
+            f"[ -d {self.folder} ] || {{ printf '%s gone\\n' {token}; exit 0; }}; "
+            f"{shell_text} </dev/null >{out} 2>{err}; rc=$?; "
+            f"if [ -f {out} ] && [ -f {err} ]; then "
+            f"printf '%s %s %s %s\\n' {token} $rc $(wc -c <{out}) $(wc -c <{err}); "
+            f"base64 {out}; printf '%s\\n' {token}; base64 {err}; rm -f {out} {err}; printf '%s\\n' {token}; "
+            f"else rm -f {out} {err}; printf '%s lost\\n' {token}; fi\n"
+        )
+        head = self._read_line().split(" ")
+        if head == [token, "gone"]:
+            raise FolderGone
+        if head == [token, "lost"]:
+            raise SessionEnded(f"its output files in {self.folder} were removed while it ran")
+        if len(head) != 4 or head[0] != token or not all(field.isdigit() for field in head[1:]):
+            raise SessionEnded(f"a broken frame: {' '.join(head)[:80]!r} where its head was due")
+        parts = [self._part(token, int(size)) for size in head[2:]]
+        return int(head[1]), _lines(parts[0]), _lines(parts[1])
+
+    def _part(self, token: str, size: int) -> str:
+        """One output of the frame, checked against its size: a stray write into the shell's
+        output cannot pass as the command's."""
+        encoded = []
+        line = self._read_line()
+        while line != token:
+            encoded.append(line)
             line = self._read_line()
-            while line != token:
-                encoded.append(line)
-                line = self._read_line()
-            parts.append(base64.b64decode("".join(encoded)).decode("utf-8", "replace"))
-        return status, _lines(parts[0]), _lines(parts[1])
+        try:
+            data = base64.b64decode("".join(encoded), validate=True)
+        except binascii.Error as error:
+            raise SessionEnded(f"a broken frame: {error}") from None
+        if len(data) != size:
+            raise SessionEnded(f"a broken frame: {len(data)} bytes where {size} were written")
+        return data.decode("utf-8", "replace")
 
 
 def _lines(text: str) -> list[str]:
