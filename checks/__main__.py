@@ -1,7 +1,7 @@
 """Run the health checks against inventory hosts: one verdict table per host and a JSON report.
 
     uv run python -m checks --inventory inventory/prod.py                 # every gpu node
-    uv run python -m checks --inventory inventory/prod.py --host sglang-lxc.example.internal \\
+    uv run python -m checks --inventory inventory/prod.py --host gpu-lxc.example.internal \\
         --suites gpu,interconnect
     uv run python -m checks --hosts local:// --expect gpu_count=1 --expect gpu_arch=sm90 ...
 

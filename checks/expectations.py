@@ -2,7 +2,7 @@
 in no inventory (a validation machine such as the 1 × H200 of tests/unit/data/gpu, a new box
 before it is described).
 
-    Expectations.from_site(load_site("inventory/prod.py"), "sglang-lxc.example.internal")
+    Expectations.from_site(load_site("inventory/prod.py"), "gpu-lxc.example.internal")
     Expectations.from_overrides(["gpu_count=1", "gpu_arch=sm90", "driver_version=580.159.04"])
 
 Override keys are the inventory's own keys (gpu_count, gpu_arch, serving_port, health_...,

@@ -66,7 +66,7 @@ proxmox_hosts = [
 # userspace driver must equal the host's kernel module exactly (stack.yml nvidia_driver).
 lxc_guests = [
     (
-        "sglang-lxc.example.internal",
+        "gpu-lxc.example.internal",
         {
             **_site,
             "ssh_user": "root",
@@ -96,7 +96,7 @@ lxc_guests = [
 # LXC guest's list to this one to serve from the VM instead.
 kvm_guests = [
     (
-        "sglang-vm.example.internal",
+        "gpu-vm.example.internal",
         {
             **_site,
             "ssh_user": "root",
@@ -123,7 +123,7 @@ kvm_guests = [
 # --node-rank and --dist-init-addr are derived from this list (the first is rank 0).
 gpu_nodes = [
     (
-        "sglang-lxc.example.internal",
+        "gpu-lxc.example.internal",
         {
             "gpu_arch": "sm120",  # compute capability 12.0
             "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
@@ -149,18 +149,18 @@ gpu_nodes = [
 ]
 
 # Kernel wheels (flash-attn, sgl-kernel) are compiled on the gpu node itself, in Docker.
-builders = ["sglang-lxc.example.internal"]
+builders = ["gpu-lxc.example.internal"]
 
 # The monitor (docs/monitoring.md): Prometheus and Alertmanager, here on the GPU guest itself,
 # listening on its loopback only (monitoring_listen_address, default 127.0.0.1; from your desk:
-# `ssh -L 9090:127.0.0.1:9090 root@sglang-lxc.example.internal`), behind basic auth with the
+# `ssh -L 9090:127.0.0.1:9090 root@gpu-lxc.example.internal`), behind basic auth with the
 # vault's monitoring_web_password. Every gpu node then gets node_exporter, NVIDIA's DCGM exporter
-# and the checks' timer. What fires now: `ssh root@sglang-lxc.example.internal amtool alert query`.
+# and the checks' timer. What fires now: `ssh root@gpu-lxc.example.internal amtool alert query`.
 # A monitor here dies with the guest: put another machine's name on the line below (the Proxmox
 # node, or a small machine that reaches this one) and the guest's death is an alert of its own.
 monitors = [
     (
-        "sglang-lxc.example.internal",
+        "gpu-lxc.example.internal",
         {  # a separate monitor: its host name here instead
             **_site,
             "ssh_user": "root",

@@ -11,8 +11,8 @@ from tests.unit.test_site import assert_names, only_problem
 
 def test_prod_driver_modes_follow_the_groups():
     site = load_site(PROJECT_ROOT / "inventory" / "prod.py")
-    assert site.hosts["sglang-lxc.example.internal"].driver_mode == "userspace"
-    assert site.hosts["sglang-vm.example.internal"].driver_mode == "full"
+    assert site.hosts["gpu-lxc.example.internal"].driver_mode == "userspace"
+    assert site.hosts["gpu-vm.example.internal"].driver_mode == "full"
 
 
 def test_defaults_point_at_the_public_repositories(inventory):

@@ -42,7 +42,7 @@ def site(inventory):
             proxmox_hosts=[NODE],
             lxc_guests=[
                 (
-                    "sglang-lxc",
+                    "gpu-lxc",
                     {
                         "guest_vmid": 201,
                         "guest_node": "pve",
@@ -55,7 +55,7 @@ def site(inventory):
             ],
             kvm_guests=[
                 (
-                    "sglang-vm",
+                    "gpu-vm",
                     {
                         "guest_vmid": 202,
                         "guest_node": "pve",
@@ -72,7 +72,7 @@ def site(inventory):
 
 
 def test_pct_create_command(site):
-    guest = site.hosts["sglang-lxc"]
+    guest = site.hosts["gpu-lxc"]
     args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)[0]))
     assert args[:4] == ["pct", "create", "201", "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"]
     options = dict(zip(args[4::2], args[5::2], strict=True))
@@ -80,7 +80,7 @@ def test_pct_create_command(site):
         "--unprivileged": "1",
         "--rootfs": "local-lvm:2000",
         "--net0": "name=eth0,bridge=vmbr0,ip=dhcp,type=veth",
-        "--hostname": "sglang-lxc",
+        "--hostname": "gpu-lxc",
         "--cores": "96",
         "--memory": "786432",
         "--swap": "0",
@@ -96,7 +96,7 @@ def test_pct_create_command(site):
 def test_missing_uvm_node_makes_the_guest_wait_with_a_reason(site):
     # No exception while planning: the guest waits for a later run of the same command.
     devices = {**HOST_DEVICES, "nodes": {k: v for k, v in HOST_DEVICES["nodes"].items() if "uvm" not in k}}
-    paths, waiting = wanted_devices(site.hosts["sglang-lxc"], devices)
+    paths, waiting = wanted_devices(site.hosts["gpu-lxc"], devices)
     assert paths == []
     assert "/dev/nvidia-uvm, /dev/nvidia-uvm-tools missing on the node" in waiting
     assert "nvidia-modprobe -u -c0" in waiting
@@ -104,7 +104,7 @@ def test_missing_uvm_node_makes_the_guest_wait_with_a_reason(site):
 
 def test_node_driver_listing_no_gpu_yet_makes_the_guest_wait(site):
     # A bare node: its driver is installed in this very run and loads only after the reboot.
-    paths, waiting = wanted_devices(site.hosts["sglang-lxc"], {"minors": {}, "nodes": {}})
+    paths, waiting = wanted_devices(site.hosts["gpu-lxc"], {"minors": {}, "nodes": {}})
     assert paths == []
     assert f"lists no GPU {GPU1} yet" in waiting
 
@@ -116,7 +116,7 @@ def test_pct_create_puts_the_deploys_ssh_keys(inventory):
             proxmox_hosts=[NODE],
             lxc_guests=[
                 (
-                    "sglang-lxc",
+                    "gpu-lxc",
                     {
                         "guest_vmid": 201,
                         "guest_node": "pve",
@@ -127,7 +127,7 @@ def test_pct_create_puts_the_deploys_ssh_keys(inventory):
             ],
         )
     )
-    guest = site.hosts["sglang-lxc"]
+    guest = site.hosts["gpu-lxc"]
     args = shlex.split(pct_create(guest, wanted_devices(guest, HOST_DEVICES)[0]))
     assert args[args.index("--ssh-public-keys") + 1] == "/etc/inference-host/guest-keys/201.pub"
 
@@ -139,7 +139,7 @@ def test_qm_create_from_a_cloud_image_with_cloud_init(inventory):
             proxmox_hosts=[NODE],
             kvm_guests=[
                 (
-                    "sglang-vm",
+                    "gpu-vm",
                     {
                         "guest_vmid": 202,
                         "guest_node": "pve",
@@ -154,7 +154,7 @@ def test_qm_create_from_a_cloud_image_with_cloud_init(inventory):
             ],
         )
     )
-    args = shlex.split(qm_create(site.hosts["sglang-vm"]))
+    args = shlex.split(qm_create(site.hosts["gpu-vm"]))
     options = dict(zip(args[3::2], args[4::2], strict=True))
     assert options["--scsi0"] == "local-lvm:0,import-from=local:import/noble-server-cloudimg-amd64.img,iothread=1"
     assert options["--ide2"] == "local-lvm:cloudinit"
@@ -173,7 +173,7 @@ def test_bad_ssh_key_and_cloud_image_are_refused(inventory):
                 proxmox_hosts=[NODE],
                 kvm_guests=[
                     (
-                        "sglang-vm",
+                        "gpu-vm",
                         {
                             "guest_vmid": 202,
                             "guest_node": "pve",
@@ -190,7 +190,7 @@ def test_bad_ssh_key_and_cloud_image_are_refused(inventory):
 
 
 def test_qm_create_command(site):
-    args = shlex.split(qm_create(site.hosts["sglang-vm"]))
+    args = shlex.split(qm_create(site.hosts["gpu-vm"]))
     assert args[:3] == ["qm", "create", "202"]
     options = dict(zip(args[3::2], args[4::2], strict=True))
     assert options["--machine"] == "q35" and options["--bios"] == "ovmf" and options["--cpu"] == "host"
@@ -202,9 +202,9 @@ def test_qm_create_command(site):
 
 
 def test_existing_lxc_guest_converges_with_only_the_differences(site):
-    # the sample guest: 2 GPUs + pending changes; the inventory wants GPU1 only, hostname sglang-lxc
+    # the sample guest: 2 GPUs + pending changes; the inventory wants GPU1 only, hostname gpu-lxc
     config = pve.parse_config((PROXMOX / "lxc-201.conf").read_text(), "lxc")
-    guest = site.hosts["sglang-lxc"]
+    guest = site.hosts["gpu-lxc"]
     plan = pct_plan(guest, config, wanted_devices(guest, HOST_DEVICES)[0])
     # dev5 (/dev/nvidia2, pending) goes; firewall=1 on net0 is not ours: net0 is rewritten with the same MAC
     assert plan.delete == ("dev5",)
@@ -213,7 +213,7 @@ def test_existing_lxc_guest_converges_with_only_the_differences(site):
 
 def test_existing_vm_converges_with_only_the_differences(site):
     config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
-    plan = qm_plan(site.hosts["sglang-vm"], config)
+    plan = qm_plan(site.hosts["gpu-vm"], config)
     # the effective config has hostpci0 (GPU 0000:81..) and pending hostpci2: both replaced by GPU2
     assert plan.set == {"hostpci0": f"{GPU2},pcie=1"}
     assert plan.delete == ("hostpci2",)
@@ -233,7 +233,7 @@ def _keyed_guest(inventory, keys, **extra):
             proxmox_hosts=[NODE],
             lxc_guests=[
                 (
-                    "sglang-lxc",
+                    "gpu-lxc",
                     {
                         "guest_vmid": 201,
                         "guest_node": "pve",
@@ -244,7 +244,7 @@ def _keyed_guest(inventory, keys, **extra):
             ],
             kvm_guests=[
                 (
-                    "sglang-vm",
+                    "gpu-vm",
                     {
                         "guest_vmid": 202,
                         "guest_node": "pve",
@@ -257,7 +257,7 @@ def _keyed_guest(inventory, keys, **extra):
             ],
         )
     )
-    return site.hosts["sglang-lxc"], site.hosts["sglang-vm"]
+    return site.hosts["gpu-lxc"], site.hosts["gpu-vm"]
 
 
 def test_pve_block_is_written_like_pct_create_does():
@@ -331,7 +331,7 @@ def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
             proxmox_hosts=[NODE],
             kvm_guests=[
                 (
-                    "sglang-vm",
+                    "gpu-vm",
                     {
                         "guest_vmid": 202,
                         "guest_node": "pve",
@@ -341,5 +341,5 @@ def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
                 )
             ],
         )
-    ).hosts["sglang-vm"]
+    ).hosts["gpu-vm"]
     assert qm_keys(no_image, created) == []  # no cloud-init drive: nothing reads sshkeys

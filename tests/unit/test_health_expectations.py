@@ -10,7 +10,7 @@ from checks.expectations import Expectations
 from roles.site import SiteError, load_site
 
 PROD = "inventory/prod.py"
-NODE = "sglang-lxc.example.internal"
+NODE = "gpu-lxc.example.internal"
 
 
 def test_from_the_production_inventory():

@@ -417,14 +417,14 @@ def test_a_monitor_on_another_host_is_one_line_of_the_shipped_inventory(tmp_path
     folder = tmp_path / "inventory"
     shutil.copytree(PROJECT_ROOT / "inventory", folder)
     prod = folder / "prod.py"
-    line = '    (\n        "sglang-lxc.example.internal",\n        {  # a separate monitor: its host name here instead'
+    line = '    (\n        "gpu-lxc.example.internal",\n        {  # a separate monitor: its host name here instead'
     text = prod.read_text()
     assert text.count(line) == 1
-    prod.write_text(text.replace(line, line.replace("sglang-lxc.example.internal", name)))
+    prod.write_text(text.replace(line, line.replace("gpu-lxc.example.internal", name)))
     site = load_site(prod)
     (monitor,) = site.group("monitors")
     assert monitor.name == name
     jobs = {j["job_name"]: [c["targets"][0] for c in j["static_configs"]] for j in config.scrape_jobs(site, monitor)}
-    assert jobs["engine"] == ["sglang-lxc.example.internal:30000"]
-    assert jobs["dcgm"] == ["sglang-lxc.example.internal:9400"]
-    assert "sglang-lxc.example.internal:9100" in jobs["node"] and "127.0.0.1:9100" in jobs["node"]
+    assert jobs["engine"] == ["gpu-lxc.example.internal:30000"]
+    assert jobs["dcgm"] == ["gpu-lxc.example.internal:9400"]
+    assert "gpu-lxc.example.internal:9100" in jobs["node"] and "127.0.0.1:9100" in jobs["node"]

@@ -60,7 +60,7 @@ def test_qemu_conf_cloudinit_and_snapshot_sections_stay_out():
     config = pve.parse_config((PROXMOX / "qemu-202.conf").read_text(), "qemu")
     effective = config.effective()
     assert effective["ipconfig0"] == "ip=dhcp"  # not [special:cloudinit]'s older value
-    assert effective["name"] == "sglang-vm"  # not the cloud-init section's old name
+    assert effective["name"] == "gpu-vm"  # not the cloud-init section's old name
     assert effective["cores"] == "32"  # not the snapshot's 16
     assert "hostpci3" not in effective and "snaptime" not in effective
     assert config.pending == {"hostpci2": "0000:c1:00.0,pcie=1"}
@@ -112,7 +112,7 @@ def test_guest_state_fact_output():
     text = "status: running\n---\n" + (PROXMOX / "lxc-201.conf").read_text()
     state = parse_guest_state(text.splitlines(), "lxc")
     assert state["status"] == "running"
-    assert state["config"].current["hostname"] == "sglang-lxc"
+    assert state["config"].current["hostname"] == "gpu-lxc"
     assert parse_guest_state([], "lxc") is None
 
 

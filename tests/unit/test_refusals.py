@@ -428,8 +428,8 @@ def test_bench_names_the_unknown_host_before_its_chart_library(tmp_path):
         " raise SystemExit(main(['--inventory', 'inventory/prod.py', '--host', 'ghost']))"
     )
     assert one_line(tmp_path, "-c", code) == (
-        "inventory/prod.py: no host 'ghost'; expected one of: pve.example.internal, sglang-lxc.example.internal,"
-        " sglang-vm.example.internal"
+        "inventory/prod.py: no host 'ghost'; expected one of: pve.example.internal, gpu-lxc.example.internal,"
+        " gpu-vm.example.internal"
     )
 
 

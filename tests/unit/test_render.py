@@ -141,7 +141,7 @@ def test_command_runs_on_a_fresh_clone_without_the_vault_password(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    assert "sglang-lxc.example.internal: " in result.stdout
+    assert "gpu-lxc.example.internal: " in result.stdout
 
 
 def test_bad_inventory_stops_with_the_site_models_message(tmp_path, inventory, capsys):

@@ -37,7 +37,7 @@ def assert_names(message: str, *parts: str) -> None:
 
 def test_prod_inventory_is_valid():
     site = load_site(PROJECT_ROOT / "inventory" / "prod.py")
-    lxc = site.hosts["sglang-lxc.example.internal"]
+    lxc = site.hosts["gpu-lxc.example.internal"]
     assert lxc.groups == ("lxc_guests", "gpu_nodes", "builders", "monitors")  # its own monitor
     assert lxc.gpu.count == 8 and lxc.gpu.compute_capability == "12.0"
     assert lxc.guest.vmid == 201 and len(lxc.guest.gpu_addresses) == 8
@@ -251,7 +251,7 @@ def test_cli_summarises_a_valid_inventory():
     result = run_cli("inventory/prod.py")
     assert result.returncode == 0, result.stderr
     assert "inventory/prod.py: valid" in result.stdout
-    assert "sglang-lxc.example.internal: lxc_guests, gpu_nodes, builders, monitors; 8 x sm120 GPU" in result.stdout
+    assert "gpu-lxc.example.internal: lxc_guests, gpu_nodes, builders, monitors; 8 x sm120 GPU" in result.stdout
 
 
 def test_cli_exits_non_zero_with_one_line_per_problem(inventory):

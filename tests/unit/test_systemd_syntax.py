@@ -91,9 +91,9 @@ def test_a_gpu_kvm_guests_units_pass_verify(tmp_path):
         .replace('"gpu_count": 8,', '"gpu_count": 0,', 1)
     )
     vm = text[kvm:gpu_nodes].replace('"guest_gpu_addresses": [],', '"guest_gpu_addresses": _gpus, "gpu_count": 8,', 1)
-    text = lxc + vm + text[gpu_nodes:].replace("sglang-lxc.example.internal", "sglang-vm.example.internal")
+    text = lxc + vm + text[gpu_nodes:].replace("gpu-lxc.example.internal", "gpu-vm.example.internal")
     (folder / "kvm.py").write_text(text)
-    units = _preview(load_site(folder / "kvm.py"), tmp_path)["sglang-vm.example.internal"]
+    units = _preview(load_site(folder / "kvm.py"), tmp_path)["gpu-vm.example.internal"]
     assert {"/etc/systemd/system/inference-engine.service", "/etc/systemd/system/nvidia-uvm-devices.service"} <= set(
         units
     )
