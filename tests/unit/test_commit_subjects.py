@@ -1,8 +1,9 @@
 """Commit subjects are 72 characters or fewer (the detail goes in the body), for every commit
 after SINCE (issue 48). Older subjects stay as they are: history is not rewritten. The rule
 landed on one of eight branches worked in parallel; the other seven were written without it,
-so SINCE is the merge that brought the last of them in (28 of their subjects are longer). A subject that is already merged cannot be shortened either, so one
-that slips through is listed in ALLOWED with why, where a reviewer sees it."""
+so SINCE is the merge that brought the last of them in (28 of their subjects are longer). A
+subject that is already merged cannot be shortened either, so one that slips through is listed
+in ALLOWED with why, where a reviewer sees it."""
 
 from __future__ import annotations
 
