@@ -61,7 +61,7 @@ class Scope:
         return self.group("proxmox_hosts")
 
     @property
-    def engine_host(self) -> bool:
+    def gpu_node(self) -> bool:
         return self.group("gpu_nodes") and not self.waiting
 
     @property
@@ -114,29 +114,29 @@ STEPS: tuple[Step, ...] = (
     # Weights the node keeps for its guests (read-only mount points), before they start.
     Step("weights", lambda s: s.node, lambda s: weights()),
     Step("proxmox_host", _every, lambda s: guests_ready(), barrier=True),  # guests wait for their node
-    Step("base", lambda s: s.engine_host, lambda s: base()),
-    Step("nvidia_driver", lambda s: s.engine_host, lambda s: nvidia_driver()),
-    Step("cuda", lambda s: s.engine_host, lambda s: cuda()),
+    Step("base", lambda s: s.gpu_node, lambda s: base()),
+    Step("nvidia_driver", lambda s: s.gpu_node, lambda s: nvidia_driver()),
+    Step("cuda", lambda s: s.gpu_node, lambda s: cuda()),
     Step("docker_engine", lambda s: s.builder and s.settings.docker.manage_engine, lambda s: docker_engine()),
     Step("wheels", lambda s: s.builder and s.settings.build.kernel_wheels, lambda s: wheels()),
     # On its own disk when no node keeps them; the service waits for a verified copy.
-    Step("weights", lambda s: s.engine_host, lambda s: weights()),
+    Step("weights", lambda s: s.gpu_node, lambda s: weights()),
     # Installs the kernel wheels the builders made (roles/wheels) from their wheelhouse.
-    Step("engine_envs", lambda s: s.engine_host, lambda s: engine_envs()),
-    Step("serving", lambda s: s.engine_host, lambda s: serving()),
+    Step("engine_envs", lambda s: s.gpu_node, lambda s: engine_envs()),
+    Step("serving", lambda s: s.gpu_node, lambda s: serving()),
     # Laid down only: the user starts its steps (systemctl).
     Step(
-        "eagle3_training", lambda s: s.engine_host and s.settings.eagle3_training.enabled, lambda s: eagle3_training()
+        "eagle3_training", lambda s: s.gpu_node and s.settings.eagle3_training.enabled, lambda s: eagle3_training()
     ),
     # Packages, the site's CAs (uv reaches PyPI through them), limits; beside the replicas' roles.
-    Step("base", lambda s: s.group("gateways") and not s.engine_host, lambda s: base()),
+    Step("base", lambda s: s.group("gateways") and not s.gpu_node, lambda s: base()),
     Step("gateway", _every, lambda s: replicas_serving(), barrier=True),  # the gateways wait for the replicas
     Step("gateway", lambda s: s.group("gateways"), lambda s: gateway()),  # its workers already serve
     # Exporters and the checks' timer on gpu nodes; Prometheus and Alertmanager on monitors.
     Step("monitoring", lambda s: watched(s.settings, s.site) and not s.waiting, lambda s: monitoring()),
     # Last, after the barrier too: the health checks judge what every role above left, and a
     # failed check is the deploy's last word.
-    Step("health", lambda s: s.engine_host, lambda s: health()),
+    Step("health", lambda s: s.gpu_node, lambda s: health()),
     # The very last step: a guest this pass created (or that waited for the node's reboot) is
     # deployed by the next pass of the same command, which this starts.
     Step("proxmox_host", lambda s: s.node, lambda s: continue_in_guests()),
