@@ -125,9 +125,7 @@ STEPS: tuple[Step, ...] = (
     Step("engine_envs", lambda s: s.gpu_node, lambda s: engine_envs()),
     Step("serving", lambda s: s.gpu_node, lambda s: serving()),
     # Laid down only: the user starts its steps (systemctl).
-    Step(
-        "eagle3_training", lambda s: s.gpu_node and s.settings.eagle3_training.enabled, lambda s: eagle3_training()
-    ),
+    Step("eagle3_training", lambda s: s.gpu_node and s.settings.eagle3_training.enabled, lambda s: eagle3_training()),
     # Packages, the site's CAs (uv reaches PyPI through them), limits; beside the replicas' roles.
     Step("base", lambda s: s.group("gateways") and not s.gpu_node, lambda s: base()),
     Step("gateway", _every, lambda s: replicas_serving(), barrier=True),  # the gateways wait for the replicas

@@ -4,6 +4,11 @@
     uv run python -m roles.site --settings             (the settings reference, docs/settings.md)
 
 Exit status 0 valid, 2 invalid (one line per problem) or bad usage.
+
+The command line sits above the model and the roles (tests/unit/test_layout.py's COMPOSITION,
+like roles/render.py): it runs validation.py's ROLE_CHECKS on every inventory, whether the file
+ends with require_valid_inventory(__file__, globals()) or not, so an inventory that leaves the
+call out is never called valid without the roles' checks.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 from roles.site.errors import SiteError, print_problems
 from roles.site.loading import load_site
 from roles.site.table import settings_reference
+from validation import ROLE_CHECKS
 
 
 def _parser(prog: str) -> OneLineParser:
@@ -34,7 +40,7 @@ def main(argv: list[str], prog: str = "python -m roles.site") -> int:
     if not args.inventory:
         parser.error("the inventory file is required, e.g. inventory/prod.py")
     try:
-        site = load_site(args.inventory)
+        site = load_site(args.inventory, ROLE_CHECKS)
     except SiteError as site_error:
         if args.json:
             print(json.dumps({"inventory": args.inventory, "valid": False, "problems": site_error.problems}))

@@ -165,23 +165,78 @@ def _vault(password: bytes | None = None):
     return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password))])
 
 
+def damage(ciphertext: str) -> str | None:
+    """Why one !vault value is not a whole ansible-vault value, or None (no password needed).
+    ansible-core 2.18 ansible/parsing/vault/__init__.py: parse_vaulttext_envelope (a
+    `$ANSIBLE_VAULT;1.1;AES256` header, then hex lines), parse_vaulttext (hex of salt, HMAC and
+    ciphertext, one per line); VaultAES256 writes a 32-byte salt, a SHA-256 HMAC (64 hex
+    digits) and the PKCS#7-padded plaintext, a whole number of 16-byte blocks. A value cut
+    mid-way fails one of these: it is named as damaged, not blamed on the password."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import parse_vaulttext, parse_vaulttext_envelope
+
+    try:
+        body, version, cipher, _ = parse_vaulttext_envelope(ciphertext.encode())
+        if not ciphertext.startswith("$ANSIBLE_VAULT;") or cipher != "AES256":
+            return "its header is not $ANSIBLE_VAULT;1.1;AES256"
+        data, salt, hmac = parse_vaulttext(body)
+    except (AnsibleError, ValueError) as error:
+        return f"its text is not whole ({str(error).splitlines()[0][:80]})"
+    if len(salt) != 32 or len(hmac) != 64 or not data or len(data) % 16:
+        return "it is shorter than the value ansible-vault wrote (a salt, an HMAC and whole 16-byte blocks)"
+    return None
+
+
 def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[str, str]:
-    """Plaintext of the named secrets (all when names is None). Raises SecretsError."""
+    """Plaintext of the named secrets (all when names is None). Raises SecretsError. A value that
+    is damaged (cut mid-way, edited) is named as such: the password is blamed only when no value
+    of the file decrypts with it."""
     from ansible.errors import AnsibleError
 
     entries = load(path)
     vault = _vault(password)
     wanted = entries if names is None else {n: entries[n] for n in names}
-    values = {}
+
+    def fix(name: str) -> str:
+        return f"set it again: python -m roles.site.vault set {path} {name} (value on stdin)"
+
+    for name, ciphertext in wanted.items():
+        problem = damage(ciphertext)
+        if problem:
+            raise SecretsError(
+                f"{path}: secret {name!r} is damaged in the file: {problem}; expected it whole: {fix(name)}"
+            )
+    values, failed = {}, []
     for name, ciphertext in wanted.items():
         try:
             values[name] = vault.decrypt(ciphertext.encode()).decode()
         except AnsibleError:
-            raise SecretsError(
-                f"{path}: secret {name!r} cannot be decrypted with the password from"
-                f" {password_file()}; expected the password the file was encrypted with"
-            ) from None
+            failed.append(name)
+    if failed and (values or _another_decrypts(vault, entries, failed)):
+        raise SecretsError(
+            f"{path}: secret {failed[0]!r} does not decrypt, while the file's other values do with the same"
+            f" password: the value is damaged (cut or edited); expected it whole: {fix(failed[0])}"
+        )
+    if failed:
+        raise SecretsError(
+            f"{path}: secret {failed[0]!r} cannot be decrypted with the password from"
+            f" {password_file()}; expected the password the file was encrypted with"
+        )
     return values
+
+
+def _another_decrypts(vault, entries: dict, failed: list[str]) -> bool:
+    from ansible.errors import AnsibleError
+
+    for name, ciphertext in entries.items():
+        if name in failed or damage(ciphertext):
+            continue
+        try:
+            vault.decrypt(ciphertext.encode())
+            return True
+        except AnsibleError:
+            continue
+    return False
 
 
 def set_secret(path: Path, name: str, value: str, password: bytes | None = None) -> None:

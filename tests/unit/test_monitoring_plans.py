@@ -96,7 +96,7 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     assert "http://10.0.0.9:9099/alerts" in alertmanager and "https://hc-ping.com/plan-heartbeat-0000" in alertmanager
     assert "api_url_file: /etc/prometheus/inference-host-slack.url" in alertmanager
     assert "routing_key_file: /etc/prometheus/inference-host-pagerduty.key" in alertmanager
-    assert any("chmod 0600 /etc/prometheus/alertmanager.yml.inference-host-new" in c for c in p.commands)
+    assert any("chmod 0600 -- /etc/prometheus/alertmanager.yml.inference-host-new" in c for c in p.commands)
 
 
 SECRETS = (
