@@ -32,8 +32,9 @@ checks was a new connection (key exchange, authentication, a new session on the 
 third of a second each over the lab's real OpenSSH). With the path, the first command's connection
 stays open as the master and the others are sessions on it, as pyinfra's own connector keeps one
 connection per host. The socket lives in the same private folder (0700, this user's); `%C` is
-OpenSSH's hash of the local host, remote host, port and user; the master exits 60 s after the last
-command.
+OpenSSH's hash of the local host, remote host, port and user, and the name's prefix a hash of the
+host's trust settings (key, known hosts, strict checking), since a session on a master is not
+checked again; the master exits 60 s after the last command.
 """
 
 from __future__ import annotations
@@ -104,13 +105,16 @@ def ssh_config_text(host_name: str, data: dict, control_dir: Path | None = None)
     if known_hosts:
         lines.append(f"    UserKnownHostsFile {Path(known_hosts).expanduser()}")
     lines += [f"    StrictHostKeyChecking {STRICT[strict]}", "    BatchMode yes"]
-    if control_dir is not None:  # one connection for all of the checks' commands (the docstring)
-        control = ssh_config_path(control_dir, "/%C")
-        lines += ["    ControlMaster auto", f"    ControlPath {control}", "    ControlPersist 60s"]
     user_config = Path(data.get("ssh_config_file") or "~/.ssh/config").expanduser()
-    if user_config.is_file():
-        lines += ["Host *", f"    Include {user_config}"]
-    return "\n".join(lines) + "\n"
+    tail = ["Host *", f"    Include {user_config}"] if user_config.is_file() else []
+    if control_dir is not None:  # one connection for all of the checks' commands (the docstring)
+        # A master is shared only by runs with the same trust settings (key, known hosts, strict
+        # checking): a session on a master skips the host key check, so another inventory's
+        # settings for the same host must not ride on it.
+        trust = hashlib.sha256("\n".join(lines + tail).encode()).hexdigest()[:12]
+        control = ssh_config_path(control_dir, f"/{trust}-%C")
+        lines += ["    ControlMaster auto", f"    ControlPath {control}", "    ControlPersist 60s"]
+    return "\n".join(lines + tail) + "\n"
 
 
 def testinfra_url(inventory_file: str, host_name: str, folder: Path | None = None) -> str:

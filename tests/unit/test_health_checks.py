@@ -880,7 +880,29 @@ def test_the_checks_share_one_connection_read_back_by_openssh(tmp_path):
     options = dict(line.split(" ", 1) for line in read)
     assert options["controlmaster"] == "auto" and options["controlpersist"] == "60"
     socket = Path(options["controlpath"])
-    assert socket.parent == folder and re.fullmatch(r"[0-9a-f]{40}", socket.name)  # %C: a hash per host
+    # The trust settings' hash, then %C: OpenSSH's hash per host.
+    assert socket.parent == folder and re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{40}", socket.name)
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="OpenSSH's client reads the config back")
+def test_other_trust_settings_never_ride_on_an_open_master(tmp_path):
+    """A session on a master is not checked again: a run whose host key settings differ (another
+    known-hosts file, strict checking) must not reuse the master a trusting run left open."""
+    folder = connection.private_folder(tmp_path / "control")
+
+    def control_path(data: dict) -> str:
+        config = tmp_path / "config"
+        config.write_text(connection.ssh_config_text("gpu-node", {"ssh_user": "root", **data}, control_dir=folder))
+        read = subprocess.run(
+            ["ssh", "-G", "-F", str(config), "gpu-node"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.splitlines()
+        return dict(line.split(" ", 1) for line in read)["controlpath"]
+
+    trusting = control_path({"ssh_known_hosts_file": "/keys/known_hosts"})
+    assert trusting == control_path({"ssh_known_hosts_file": "/keys/known_hosts"})
+    assert trusting != control_path({})
+    assert trusting != control_path({"ssh_known_hosts_file": "/keys/known_hosts", "ssh_key": "/keys/id"})
+    assert trusting != control_path({"ssh_known_hosts_file": "/keys/known_hosts", "ssh_strict_host_key_checking": "no"})
 
 
 def test_the_control_folder_must_be_private(tmp_path):
