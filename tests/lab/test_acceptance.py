@@ -116,6 +116,14 @@ NO_START = f"{DROP_IN_DIR}/ih-lab-no-start.conf"
 HANG = "/run/nvidia-smi-standin/hang"
 
 
+def _checks_see_the_lab_healed(gpu_guest) -> None:
+    """The periodic checks (inference-host-checks.timer, every 5 minutes) may have run while the
+    fault was planted: run them once more now, so the monitor's alerts (and the later modules that
+    count them) see the healed lab, not the planted fault until the next tick."""
+    healed = gpu_guest.run("systemctl start inference-host-checks.service")
+    assert healed.rc in (0, 1), healed.stderr  # 1: a check the lab always fails (cuda works)
+
+
 def _guest_name() -> str:
     return load_lab_site(LAB_INVENTORY).group("gpu_nodes")[0].name
 
@@ -138,8 +146,13 @@ def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(report, gp
             timeout=300,
         )
     finally:
-        gpu_guest.run(f"rm -f {NO_START} && systemctl daemon-reload && systemctl reset-failed {ENGINE}")
+        # Stopped first: the failed start left systemd restarting it (Restart=on-failure), and a
+        # start merged into that keeps NRestarts, which the service suite's restart-loop check
+        # reads; a stop, reset-failed and a start of our own bring the counter back to 0.
+        gpu_guest.run(f"rm -f {NO_START} && systemctl daemon-reload && systemctl stop {ENGINE}")
+        gpu_guest.run(f"systemctl reset-failed {ENGINE}")
         started = gpu_guest.run(f"systemctl start {ENGINE}")
+        _checks_see_the_lab_healed(gpu_guest)
     payload = json.loads((out / "report.json").read_text())
     lines = {line["area"]: line for line in payload["lines"]}
     restart = lines["engine restart after DCGM"]
@@ -150,6 +163,7 @@ def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(report, gp
     assert verdict["verdict"] == "FAIL" and any("unit active" in d for d in verdict["details"]), verdict
     assert payload["verdict"] == "NOT ACCEPTED" and run.returncode == 1
     assert started.rc == 0, started.stderr
+    assert gpu_guest.run(f"systemctl show -p NRestarts --value {ENGINE}").stdout.strip() == "0"
     print(f"\nacceptance with an engine that did not come back: {payload['seconds']} s, {restart['observed'][:200]}")
 
 
@@ -172,6 +186,7 @@ def test_a_wedged_nvidia_smi_is_a_fail_line_within_its_bound(report, gpu_guest, 
         seconds = time.monotonic() - started
     finally:
         gpu_guest.run(f"rm -f {HANG}")
+        _checks_see_the_lab_healed(gpu_guest)
     checks = json.loads(report_file.read_text())["checks"]
     failed = [c["detail"] for c in checks if c["verdict"] == "FAIL"]
     wedged = [d for d in failed if "found no answer after" in d]
