@@ -276,7 +276,11 @@ def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
     # (stripped: a value set from `echo URL |` ends in a line break; the site model checked each is one URL)
     receiver_secrets = {path: key and secret_value(key).strip() for path, key in config.secret_files(settings).items()}
     inline = config.inlines_secrets(settings, url_file)
-    values = {key: secret_value(key).strip() for key in config.secret_files(settings).values() if key}
+    values = {
+        key: value
+        for path, key in config.secret_files(settings).items()
+        if key and (value := receiver_secrets[path]) is not None
+    }
     changed = []
     for path, text in config.files(site, settings, hashed, values if inline else None, url_file).items():
         if path == config.WEB_CONFIG_FILE or (inline and path == config.ALERTMANAGER_FILE):
