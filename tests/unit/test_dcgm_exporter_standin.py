@@ -249,3 +249,13 @@ def test_the_lab_repository_ships_the_profiling_module_at_the_cores_version():
     assert proprietary.version == core.version == "1:4.5.3-1"
     assert proprietary.depends == [f"datacenter-gpu-manager-4-core (= {core.version})"]
     assert dcgm.PROFILING_MODULE in proprietary.files and dcgm.PROFILING_MODULE not in core.files
+
+
+def test_the_unit_logs_where_the_pinned_exporters_unit_does():
+    """dcgm-exporter 4.5.3-4.8.2 packaging/config-files/systemd/nvidia-dcgm-exporter.service
+    appends both streams to /var/log/dcgm-exporter.log (FHS, NVIDIA/dcgm-exporter PR #556)."""
+    service = dict(
+        line.split("=", 1) for line in dcgm_exporter.UNIT.splitlines() if "=" in line and not line.startswith("#")
+    )
+    assert service["StandardOutput"] == service["StandardError"] == "append:/var/log/dcgm-exporter.log"
+    assert service["ExecStart"] == "/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv"

@@ -238,7 +238,7 @@ host, _, port = args.address.rpartition(":")
 http.server.ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler).serve_forever()
 '''
 
-# NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service (as installed).
+# NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service (tag 4.5.3-4.8.2, as installed).
 UNIT = """[Unit]
 Description=NVIDIA DCGM-exporter service
 Wants=nvidia-dcgm.service
@@ -248,8 +248,8 @@ After=nvidia-dcgm.service
 User=root
 PrivateTmp=false
 
-StandardOutput=append:/var/dcgm-exporter.log
-StandardError=append:/var/dcgm-exporter.log
+StandardOutput=append:/var/log/dcgm-exporter.log
+StandardError=append:/var/log/dcgm-exporter.log
 
 ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv
 
