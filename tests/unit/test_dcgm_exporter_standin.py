@@ -228,6 +228,13 @@ def test_profiling_rows_are_served_only_with_dcgms_profiling_module(tmp_path, pr
     assert "\nDCGM_FI_DEV_GPU_TEMP{" in text
     log = server.stderr.read()
     assert ("Not collecting DCP metrics" in log) is (not profiling), log
+    # counter_config.go ExtractCounters: each dropped row warned, by its record's index (Go's
+    # csv reader with Comment '#': comment and blank lines are not records)
+    records = [line.split(",")[0].strip() for line in DEPLOY_COUNTERS.read_text().splitlines()]
+    records = [name for name in records if name and not name.startswith("#")]
+    skipped = [f"Skipping line {i} ('{name}'): metric not enabled" for i, name in enumerate(records) if name in rows]
+    warned = [line for line in log.splitlines() if line.startswith("Skipping line")]
+    assert warned == ([] if profiling else skipped), log
 
 
 def test_the_lab_repository_ships_the_profiling_module_at_the_cores_version():
@@ -242,3 +249,13 @@ def test_the_lab_repository_ships_the_profiling_module_at_the_cores_version():
     assert proprietary.version == core.version == "1:4.5.3-1"
     assert proprietary.depends == [f"datacenter-gpu-manager-4-core (= {core.version})"]
     assert dcgm.PROFILING_MODULE in proprietary.files and dcgm.PROFILING_MODULE not in core.files
+
+
+def test_the_unit_logs_where_the_pinned_exporters_unit_does():
+    """dcgm-exporter 4.5.3-4.8.2 packaging/config-files/systemd/nvidia-dcgm-exporter.service
+    appends both streams to /var/log/dcgm-exporter.log (FHS, NVIDIA/dcgm-exporter PR #556)."""
+    service = dict(
+        line.split("=", 1) for line in dcgm_exporter.UNIT.splitlines() if "=" in line and not line.startswith("#")
+    )
+    assert service["StandardOutput"] == service["StandardError"] == "append:/var/log/dcgm-exporter.log"
+    assert service["ExecStart"] == "/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv"

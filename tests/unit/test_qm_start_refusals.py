@@ -84,3 +84,24 @@ def test_a_start_that_succeeds_says_nothing(tmp_path):
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     run = subprocess.run(["sh", "-c", start_command(102)], capture_output=True, text=True, env=env, timeout=30)
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("machine", "pcie", "refused"),
+    [
+        ("type=q35,viommu=intel", "pcie=1", False),  # the machine's property string, type= spelled out
+        ("pc-q35-8.1", "pcie=1", False),
+        ("pc", "pcie=on", True),  # pcie is a boolean: on, yes and true are 1 as well
+        ("pc", "pcie=0", False),
+    ],
+)
+def test_pcie_needs_q35_as_qemu_server_reads_both_property_strings(qm, machine, pcie, refused):
+    """PCI.pm parse_hostpci_devices: `die "q35 machine model is not enabled" if !$q35 && $d->{pcie}`,
+    $d parsed by the hostpci schema (pcie a boolean) and $q35 from Machine.pm machine_type_is_q35
+    (the machine's `type`, its default key, matching /q35/) (qemu-server stable-bookworm)."""
+    qm.handle("create", ["103", "--machine", machine, "--hostpci0", f"0000:02:00.0,{pcie}"])
+    if refused:
+        assert _refusal(qm, 103) == "q35 machine model is not enabled"
+    else:
+        qm.handle("start", ["103"])
+        assert qm.pve.get_status("qemu-server", 103) == "running"

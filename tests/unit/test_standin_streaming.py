@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from http.server import ThreadingHTTPServer
 
+import pytest
+
 from tests.unit.conftest import PROJECT_ROOT
 
 
@@ -30,6 +32,7 @@ def _server(
     version: str = "0.5.9",
     chunk: int | None = None,
     health_timeout: int | None = None,
+    **options,
 ):
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_TOKENS_PER_SECOND", rate)
     monkeypatch.setenv("INFERENCE_HOST_STANDIN_PREFILL_TOKENS_PER_SECOND", prefill_rate)
@@ -53,6 +56,7 @@ def _server(
         max_running_requests=max_running,
         decode_log_interval=interval,
         chunked_prefill_size=chunk,
+        **options,
     )
     state = module.State(args, version)
     state.started -= 60  # loaded
@@ -231,6 +235,44 @@ def test_v1_loads_on_0_5_23_reads_the_published_snapshot(monkeypatch):
     assert _load_counts(_loads(url)) == (1, 0, 150)  # step 15 published it
     stream["thread"].join()
     assert _load_counts(_loads(url)) == (0, 0, 0)  # the idle publish
+    server.shutdown()
+
+
+def test_v1_loads_on_0_5_23_counts_waiting_prompts_and_the_ranks_accelerators(monkeypatch):
+    """0.5.23 load_inquirer.py get_loads: num_total_tokens is the KV tokens in use plus the
+    waiting requests' prompts; v1_loads.py num_accelerators is tp_size * pp_size per DP rank."""
+    server, url = _server(
+        monkeypatch, "20", max_running=1, prefill_rate="100", chunk=50, version="0.5.23", tp_size="2", pp_size="1"
+    )
+    first = _stream(url, 5, prompt=" ".join(["word"] * 100))  # two chunks, 0.5 s each
+    time.sleep(0.1)
+    second = _stream(url, 5, prompt=" ".join(["word"] * 30))  # waits for the only slot
+    time.sleep(0.6)  # the first chunk's publish, the second request waiting
+    answer = _loads(url)
+    (load,) = answer["loads"]
+    assert _load_counts(answer) == (0, 1, 100) and load["num_total_tokens"] == 130, load
+    assert answer["num_accelerators"] == 2
+    first["thread"].join()
+    second["thread"].join()
+    server.shutdown()
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_v1_loads_of_a_hung_scheduler(monkeypatch, tmp_path, version):
+    """0.5.9 asks the scheduler (tokenizer_communicator_mixin.py _Communicator, no timeout;
+    answered between two forward passes): a scheduler stuck in a forward never answers.
+    0.5.23 reads the last published snapshot from shared memory: it answers."""
+    hung = tmp_path / "hung"
+    monkeypatch.setenv("INFERENCE_HOST_STANDIN_HUNG_FILE", str(hung))
+    server, url = _server(monkeypatch, "40", version=version)
+    hung.touch()
+    if version == "0.5.9":
+        with pytest.raises(OSError):  # urllib's timeout
+            urllib.request.urlopen(f"{url}/v1/loads?include=core", timeout=1.5).read()
+    else:
+        assert _load_counts(_loads(url)) == (0, 0, 0)
+    hung.unlink()
+    assert _load_counts(_loads(url)) == (0, 0, 0)
     server.shutdown()
 
 

@@ -28,7 +28,8 @@ What is mirrored, from NVIDIA/dcgm-exporter (github.com/NVIDIA/dcgm-exporter):
   exporter asks DCGM for its profiling metric groups (pkg/cmd/app.go queryDCPMetrics); without
   the module (libdcgmmoduleprofiling.so.4, in datacenter-gpu-manager-4-proprietary, not in -core)
   that fails, it logs "Not collecting DCP metrics: ..." and drops every field of the DCP range
-  (internal/pkg/counters/counter_config.go fieldIsSupported), silently to Prometheus. NVIDIA/
+  (internal/pkg/counters/counter_config.go fieldIsSupported), silently to Prometheus, with one
+  "Skipping line <record index> ('<name>'): metric not enabled" warning per row. NVIDIA/
   dcgm-exporter PR #456 added -proprietary to its own images for this reason. The stand-in looks
   for the module's file once, at start, as the real one asks once.
 
@@ -116,6 +117,12 @@ COLLECT_DCP = os.path.exists(PROFILING_MODULE)
 if not COLLECT_DCP:
     print("Not collecting DCP metrics: Error getting supported metrics: This request is serviced by a module of"
           " DCGM that is not currently loaded (stand-in: no " + PROFILING_MODULE + ")", file=sys.stderr)
+    # internal/pkg/counters/counter_config.go ExtractCounters: each DCP row then warned and
+    # dropped, by its index among the file's records (comment and blank lines are none).
+    records = [line.split(",")[0].strip() for line in open(args.collectors)]
+    for index, name in enumerate(n for n in records if n and not n.startswith("#")):
+        if name.startswith("DCGM_FI_PROF_"):
+            print("Skipping line %%d ('%%s'): metric not enabled" %% (index, name), file=sys.stderr)
 LAST_XID = {}  # gpu -> the last Xid code: DCGM keeps it until the exporter restarts (issue #500)
 
 
@@ -231,7 +238,7 @@ host, _, port = args.address.rpartition(":")
 http.server.ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler).serve_forever()
 '''
 
-# NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service (as installed).
+# NVIDIA/dcgm-exporter packaging/config-files/systemd/nvidia-dcgm-exporter.service (tag 4.5.3-4.8.2, as installed).
 UNIT = """[Unit]
 Description=NVIDIA DCGM-exporter service
 Wants=nvidia-dcgm.service
@@ -241,8 +248,8 @@ After=nvidia-dcgm.service
 User=root
 PrivateTmp=false
 
-StandardOutput=append:/var/dcgm-exporter.log
-StandardError=append:/var/dcgm-exporter.log
+StandardOutput=append:/var/log/dcgm-exporter.log
+StandardError=append:/var/log/dcgm-exporter.log
 
 ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv
 

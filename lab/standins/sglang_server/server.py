@@ -302,12 +302,24 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
 
 
-def v1_loads(version: str, running: int, waiting: int, used: int, max_total: int, max_running: int) -> dict:
+def v1_loads(
+    version: str,
+    running: int,
+    waiting: int,
+    used: int,
+    max_total: int,
+    max_running: int,
+    waiting_tokens: int = 0,
+    accelerators: int = 1,
+) -> dict:
     """GET /v1/loads?include=core's JSON for one data-parallel rank, as the release writes it:
     0.5.9/0.5.10 srt/entrypoints/v1_loads.py (dataclasses.asdict without None values and the
     timestamp, num_total_reqs added, an "aggregate"; dp_rank None without data parallelism, so
     left out); 0.5.23 the same file over load_snapshot.py LoadSnapshot.to_dict (every core field,
-    the timestamp included; no aggregate; the accelerator's name and count)."""
+    the timestamp included; no aggregate; the accelerator's name, None without a GPU, and count,
+    `accelerators`: tp_size * pp_size per rank, v1_loads.py _num_accelerators_per_dp_rank), with
+    load_inquirer.py's num_total_tokens: the KV tokens in use plus the waiting prompts' tokens
+    (`waiting_tokens`). Other sections (`include` beyond core) are not served."""
     core = {
         "num_running_reqs": running,
         "num_waiting_reqs": waiting,
@@ -341,14 +353,20 @@ def v1_loads(version: str, running: int, waiting: int, used: int, max_total: int
         "dp_rank": 0,
         **core,
         "num_waiting_uncached_tokens": 0,
-        "num_total_tokens": used,
-        "num_active_tokens": used,
+        "num_total_tokens": used + waiting_tokens,
+        "num_active_tokens": used + waiting_tokens,
         "num_prealloc_ready_tokens": 0,
         "total_prefill_uncached_tokens": 0,
         "total_prefill_busy_us": 0,
         "decode_moments": None,
     }
-    return {"timestamp": now, "version": version, "accelerator": None, "num_accelerators": 8, "loads": [load]}
+    return {
+        "timestamp": now,
+        "version": version,
+        "accelerator": None,
+        "num_accelerators": accelerators,
+        "loads": [load],
+    }
 
 
 class Scheduler:
@@ -402,6 +420,7 @@ class Scheduler:
         self.snapshots, self.hung = snapshots, hung
         self.cond = threading.Condition()
         self.waiting = 0  # in the queue
+        self.waiting_tokens = 0  # their prompts' tokens (0.5.23 num_total_tokens)
         self.admitted = 0  # in prefill or decoding: the slots max_running counts
         self.decoding = 0  # in the running batch
         self.used_tokens = 0  # KV cache tokens held by admitted requests
@@ -409,7 +428,7 @@ class Scheduler:
         self.num_running_reqs = 0  # the gauges as last set
         self.num_queue_reqs = 0
         self.last_log = time.monotonic()
-        self.snapshot = (0, 0, 0)  # 0.5.23: what /v1/loads reads (running, waiting, used tokens)
+        self.snapshot = (0, 0, 0, 0)  # 0.5.23: what /v1/loads reads (running, waiting, used, waiting tokens)
         self.health_signals = 0  # health checks answered by the next batch (return_health_check_ct)
         self.signalled = 0.0  # wall clock of the last such answer
         threading.Thread(target=self._loop, daemon=True).start()
@@ -418,12 +437,19 @@ class Scheduler:
         self.num_running_reqs, self.num_queue_reqs, self.last_log = running, self.waiting, time.monotonic()
 
     def _publish(self, running: int | None = None) -> None:
-        self.snapshot = (self.decoding if running is None else running, self.waiting, self.used_tokens)
+        running = self.decoding if running is None else running
+        self.snapshot = (running, self.waiting, self.used_tokens, self.waiting_tokens)
 
-    def loads(self) -> tuple[int, int, int]:
-        """(running, waiting, KV tokens in use) as GET /v1/loads reads them."""
+    def loads(self) -> tuple[int, int, int, int]:
+        """(running, waiting, KV tokens in use, waiting prompts' tokens) as GET /v1/loads reads
+        them. 0.5.9/0.5.10 ask the scheduler itself (tokenizer_communicator_mixin.py
+        _Communicator, no timeout), answered between two forward passes: a hung scheduler never
+        answers. 0.5.23 reads the last published snapshot (shared memory): it answers."""
+        if not self.snapshots:
+            self.gate()
         with self.cond:
-            return self.snapshot if self.snapshots else (self.decoding, self.waiting, self.used_tokens)
+            live = (self.decoding, self.waiting, self.used_tokens, self.waiting_tokens)
+            return self.snapshot if self.snapshots else live
 
     def _loop(self) -> None:
         while True:
@@ -469,9 +495,11 @@ class Scheduler:
         sets them, the 0.5.23 snapshot published after each chunk)."""
         with self.cond:
             self.waiting += 1
+            self.waiting_tokens += max(1, prompt_words)
             while self.admitted >= self.max_running:
                 self.cond.wait()
             self.waiting -= 1
+            self.waiting_tokens -= max(1, prompt_words)
             self.admitted += 1
             self.used_tokens += max(1, prompt_words)
             self._log(self.decoding)  # the running batch before this request joins it
@@ -565,8 +593,21 @@ class State:
             self.scheduler.finish(1)
 
     def loads(self) -> dict:
-        running, waiting, used = self.scheduler.loads()
-        return v1_loads(self.version, running, waiting, used, self.max_total_tokens, self.scheduler.max_running)
+        running, waiting, used, waiting_tokens = self.scheduler.loads()
+        args = self.args
+        accelerators = int(getattr(args, "tp_size", None) or 1) * int(getattr(args, "pp_size", None) or 1)
+        if getattr(args, "enable_dp_attention", False):
+            accelerators //= int(getattr(args, "dp_size", None) or 1)
+        return v1_loads(
+            self.version,
+            running,
+            waiting,
+            used,
+            self.max_total_tokens,
+            self.scheduler.max_running,
+            waiting_tokens,
+            accelerators,
+        )
 
     def decoded(self, tokens: int) -> None:
         """Book a decode of `tokens` tokens as the scheduler does with a drafter."""
