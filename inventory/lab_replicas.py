@@ -49,14 +49,16 @@ _common = {
 # of each (the stand-in decodes 100 tokens/s; INFERENCE_HOST_LAB_STREAM_SECONDS=30 on demand,
 # shorter in CI), and a drain timeout that outlasts what a drained replica may still hold: two
 # running (one with a long prompt in prefill, 3 s), two queued behind them (at most 2 run at
-# once: serving_max_running_requests), then SGLang's idle refresh of its gauges (30 s after the
-# last decode update: the stand-in copies it). Same value in every deploy of a run: it is also
-# smg's drain settle time, and a change would restart the gateway.
+# once: serving_max_running_requests), and 10 s to spare. Not SGLang's 30 s idle refresh of its
+# gauges: the drain reads the live load (/v1/loads, published at idle at once), not the gauges.
+# It is also smg's drain settle time, which every re-add waits out (undrain, each rolling step):
+# 64 s while it covered the gauges, 34 s now. Same value in every deploy of a run: a change
+# would restart the gateway.
 _stream_seconds = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
 
 _replica = {
     **_common,
-    "serving_drain_timeout_s": 2 * (_stream_seconds + 4) + 40,
+    "serving_drain_timeout_s": 2 * (_stream_seconds + 4) + 10,
     "serving_max_running_requests": 2,
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
