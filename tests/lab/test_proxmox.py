@@ -511,3 +511,35 @@ def test_teardown_keeps_the_weights_and_the_next_deploy_makes_the_guest_again(mo
     assert pve.mount_identity(config["mp0"]) == pve.mount_identity(f"{lab.MODELS_HOST_PATH},mp=/models")
     assert pve_node.run("pct status 201").stdout.strip() == "status: running"
     print(f"\nteardown of CT 201: {took:.1f} s; the deploy that made it again: {redeploy:.1f} s")
+
+
+@pytest.mark.skipif(
+    os.environ.get("INFERENCE_HOST_LAB_TEARDOWN") != "1",
+    reason="the lab guest's teardown is followed by a first deploy of the guest (minutes): opt-in,"
+    " INFERENCE_HOST_LAB_TEARDOWN=1",
+)
+def test_teardown_of_the_lab_guest_and_the_deploy_that_makes_it_again(lab_second_deploy, pve_node):
+    """The main lab's own guest (CT 101, the gpu container behind it): `inference-host teardown`
+    destroys it as pct destroy does (its rootfs, here the container, is gone), the node's weights
+    are kept file for file, and the README's deploy makes the guest again and ends healthy."""
+    import time
+
+    name = GUEST.name
+    weights_before = _files_under(pve_node, lab.MODELS_HOST_PATH)
+    started = time.monotonic()
+    done = _inference_host("teardown", str(LAB_INVENTORY), name, "--yes-i-typed", name)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"kept {lab.MODELS_HOST_PATH} (mp0: the guest's weights, at /models in the guest)" in done.stdout
+    assert lab.container_state(lab.container_name("gpu")) is None, "the CT's rootfs (its container) must go"
+    assert not pve_node.file(f"/etc/pve/lxc/{VMID}.conf").exists
+    assert _files_under(pve_node, lab.MODELS_HOST_PATH) == weights_before
+
+    started = time.monotonic()
+    again = run_deploy()
+    redeploy = time.monotonic() - started
+    assert again.returncode == 0, again.explain()
+    assert any(f"Create LXC guest {VMID}" in n for n in again.changed)
+    assert any(n.startswith("Base |") for n in again.changed), "the deploy continued inside the new guest"
+    assert again.health_checks and "inference-host health verdict" in again.stdout + again.stderr
+    print(f"\nteardown of the lab guest (CT {VMID}): {took:.1f} s; the deploy that made it again: {redeploy:.0f} s")
