@@ -95,7 +95,7 @@ def destroy_plan(kind: str, vmid: int, config: pve.GuestConfig, weights: set[str
     sections = (config.current, {k: v for k, v in config.pending.items() if k != "delete"})
     for conf in sections:
         for key, volume, props in _volumes(kind, conf):
-            if not volume or volume in seen:
+            if not volume or volume in seen or volume in ("none", "cdrom"):  # an empty drive
                 continue
             seen.add(volume)
             if volume.startswith("/"):

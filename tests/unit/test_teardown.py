@@ -30,6 +30,7 @@ dev0: /dev/nvidia0
 
 KVM_CONF = """\
 efidisk0: local-lvm:vm-203-disk-0,efitype=4m,size=4M
+ide1: none,media=cdrom
 ide0: local:iso/ubuntu-24.04.iso,media=cdrom
 ide2: local-lvm:vm-203-cloudinit,media=cdrom
 scsi0: local-lvm:vm-203-disk-1,size=64G
