@@ -207,11 +207,13 @@ def _accept_json(argv: list[str]) -> int:
 def pyinfra_argv(inventory: str, check: bool, yes: bool, limit: list[str], extra: list[str]) -> list[str]:
     """The pyinfra command line a deploy runs (pyinfra 3.10's options, pyinfra_cli/cli.py):
     --check is its dry run (`--dry`: facts gathered, nothing executed) with `--diff` (every
-    changed file's difference; secrets are never in a diff, docs/inventory.md)."""
+    changed file's difference, printed while the operations are planned; secrets are never in a
+    diff, docs/inventory.md). Without -y pyinfra also prints its "Detected changes" table, and
+    --dry exits before the prompt that would follow it, so a check never asks."""
     argv = [str(Path(sys.executable).with_name("pyinfra")), inventory, "deploy.py"]
     if check:
         argv += ["--dry", "--diff"]
-    if yes or check:
+    if yes:
         argv.append("-y")
     for name in limit:
         argv += ["--limit", name]

@@ -1,5 +1,5 @@
 """The day-two operations of `inference-host` (docs/operations.md): status, drain, undrain,
-rollback, rotate.
+rollback, rotate (teardown: inference_host/teardown.py).
 
 Every remote call is bounded twice: each command on the host runs under `timeout -s KILL`, and
 the whole answer of a host is waited for at most --timeout seconds (a host that does not answer
@@ -496,6 +496,9 @@ def add_parsers(commands) -> None:
         sub.set_defaults(run=lambda args, parser, undrain=undrain: drain(args, parser, undrain))
     add_rollback_parser(commands)
     add_rotate_parser(commands)
+    from inference_host.teardown import add_teardown_parser
+
+    add_teardown_parser(commands)
 
 
 def _seconds(text: str) -> float:

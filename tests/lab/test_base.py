@@ -134,3 +134,65 @@ def test_no_secret_left_in_upload_folder(gpu_guest):
     upload = gpu_guest.file("/var/lib/inference-host/upload")
     assert upload.mode == 0o700
     assert gpu_guest.run("ls -A /var/lib/inference-host/upload").stdout.strip() == ""
+
+
+# --- deploy --check (last in this module: it plants changes and puts the files back) -------------
+
+
+def test_deploy_check_prints_each_changed_files_diff_and_changes_nothing(lab_second_deploy, gpu_guest):
+    """`inference-host deploy --check` on the converged lab with a file changed by hand on each
+    host and the node's Hub token file overwritten: pyinfra's dry run reads the real hosts and
+    prints both files' diffs (the line it would remove) and no secret, and executes nothing: the
+    planted files are still as planted, no pct/qm call that changes a guest was made."""
+    import re
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import testinfra
+
+    import lab
+    from roles import weights
+    from roles.base import LIMITS_FILE
+    from roles.proxmox_host import BLACKLIST_FILE
+    from roles.site import vault
+    from tests.lab.harness import PROJECT_ROOT
+
+    node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
+    token_file = weights.token_file(HOST.serving.hf_token_secret)
+    planted = {(gpu_guest, LIMITS_FILE): "# planted by hand\n", (node, BLACKLIST_FILE): "# planted by hand\n"}
+    originals = {(host, path): host.file(path).content_string for host, path in planted}
+    calls = node.file(lab.PVE_STANDIN_LOG).content_string.count("\n")
+    kept = [*planted, (node, token_file)]
+    for host, path in kept:  # copies beside them (mode and owner kept), put back at the end
+        host.check_output(f"cp -p {path} {path}.before-check")
+    try:
+        for (host, path), line in planted.items():
+            host.check_output(f"printf '%s' '{line}' >> {path}")
+        node.check_output(f"printf 'planted-token' > {token_file}")
+        started = time.monotonic()
+        check = subprocess.run(
+            [str(Path(sys.executable).with_name("inference-host")), "deploy", str(LAB_INVENTORY), "--check"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=PROJECT_ROOT,
+        )
+        took = time.monotonic() - started
+        output = re.sub(r"\x1b\[[0-9;]*m", "", check.stdout + check.stderr)
+        assert check.returncode == 0, output[-3000:]
+        for (host, path), line in planted.items():
+            assert f"Will modify {path}" in output, output[-3000:]
+            assert f"- {line.strip()}" in output  # the diff: the planted line would go
+            assert host.file(path).content_string == originals[(host, path)] + line, "--check changed a file"
+        assert node.file(token_file).content_string == "planted-token", "--check wrote the token"
+        for value in vault.decrypt_all(SITE.secrets_file).values():
+            assert value not in output
+        made = node.file(lab.PVE_STANDIN_LOG).content_string.splitlines()[calls:]
+        changing = ("create", "set", "start", "stop", "shutdown", "reboot", "destroy", "push")
+        assert not [c for c in made if c.split()[1:2] and c.split()[1] in changing], made  # reads only
+        print(f"\ninference-host deploy --check of the main lab (2 hosts): {took:.1f} s")
+    finally:  # the lab as the deploy left it, for the modules after this one
+        for host, path in kept:
+            host.check_output(f"mv -f {path}.before-check {path}")

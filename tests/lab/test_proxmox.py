@@ -446,3 +446,100 @@ def test_invalid_assignment_refused_before_any_call(moved, pve_node):
     assert "never to an LXC guest (host driver) and a KVM guest (vfio-pci) at once" in refused.stderr
     assert "Connected" not in refused.stdout + refused.stderr
     assert len(standin_calls(pve_node)) == calls, "a refused inventory must not reach the node"
+
+
+# --- teardown (last in this module: it destroys a guest and deploys it again) ---------------------
+
+
+def _inference_host(*argv: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The installed `inference-host` command, as an operator runs it."""
+    import sys
+    from pathlib import Path
+
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("inference-host")), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _files_under(node, folder: str) -> str:
+    return node.run(f"cd {folder} && find . -type f -exec sha256sum {{}} + | sort").stdout
+
+
+def test_teardown_keeps_the_weights_and_the_next_deploy_makes_the_guest_again(moved, pve_node):
+    """`inference-host teardown` of the move inventory's LXC guest A (CT 201, the node's model
+    storage mounted at /models): refused without the typed name; then stopped and destroyed with
+    the stand-in destroying what pve-container destroys (the rootfs volume's data goes), the node's
+    weights folder and every file in it kept; the deploy of the same inventory creates it again."""
+    import time
+
+    env = {"PROXMOX_MOVE_STEP": "after"}
+    inventory = str(MOVE_INVENTORY)
+    name = "lab-move-a"
+    weights_before = _files_under(pve_node, lab.MODELS_HOST_PATH)
+    assert weights_before.strip(), "the main lab's deploy put the weights on the node first"
+    rootfs = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string, "lxc").current["rootfs"]
+    rootfs_data = "/var/lib/pve-standin/storage/" + rootfs.split(",")[0].replace(":", "/", 1)
+    assert pve_node.run(f"touch {rootfs_data}/planted").rc == 0, "the stand-in keeps a folder per volume"
+
+    refused = _inference_host("teardown", inventory, name, "--yes-i-typed", "lab-move-b", env=env)
+    assert refused.returncode == 2 and "nothing changed" in refused.stderr
+    assert pve_node.run("pct status 201").stdout.strip() == "status: running"
+
+    started = time.monotonic()
+    done = _inference_host("teardown", inventory, name, "--yes-i-typed", name, env=env)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "destroyed CT 201" in done.stdout
+    assert f"kept {lab.MODELS_HOST_PATH} (mp0: a node folder (bind mount), at /models in the guest)" in done.stdout
+    assert not pve_node.file("/etc/pve/lxc/201.conf").exists
+    assert not pve_node.file(rootfs_data).exists, "pct destroy frees the rootfs volume the CT owns"
+    assert _files_under(pve_node, lab.MODELS_HOST_PATH) == weights_before
+    calls = [c for c in standin_calls(pve_node) if " 201" in c][-2:]
+    assert calls == ["pct stop 201 => 0", "pct destroy 201 --destroy-unreferenced-disks 0 => 0"]
+
+    started = time.monotonic()
+    again = _deploy_move("after")
+    redeploy = time.monotonic() - started
+    assert again.returncode == 0, again.explain()
+    assert any("Create LXC guest 201" in n for n in again.changed)
+    config = pve.parse_config(pve_node.file("/etc/pve/lxc/201.conf").content_string, "lxc").current
+    assert pve.mount_identity(config["mp0"]) == pve.mount_identity(f"{lab.MODELS_HOST_PATH},mp=/models")
+    assert pve_node.run("pct status 201").stdout.strip() == "status: running"
+    print(f"\nteardown of CT 201: {took:.1f} s; the deploy that made it again: {redeploy:.1f} s")
+
+
+@pytest.mark.skipif(
+    os.environ.get("INFERENCE_HOST_LAB_TEARDOWN") != "1",
+    reason="the lab guest's teardown is followed by a first deploy of the guest (minutes): opt-in,"
+    " INFERENCE_HOST_LAB_TEARDOWN=1",
+)
+def test_teardown_of_the_lab_guest_and_the_deploy_that_makes_it_again(lab_second_deploy, pve_node):
+    """The main lab's own guest (CT 101, the gpu container behind it): `inference-host teardown`
+    destroys it as pct destroy does (its rootfs, here the container, is gone), the node's weights
+    are kept file for file, and the README's deploy makes the guest again and ends healthy."""
+    import time
+
+    name = GUEST.name
+    weights_before = _files_under(pve_node, lab.MODELS_HOST_PATH)
+    started = time.monotonic()
+    done = _inference_host("teardown", str(LAB_INVENTORY), name, "--yes-i-typed", name)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"kept {lab.MODELS_HOST_PATH} (mp0: the guest's weights, at /models in the guest)" in done.stdout
+    assert lab.container_state(lab.container_name("gpu")) is None, "the CT's rootfs (its container) must go"
+    assert not pve_node.file(f"/etc/pve/lxc/{VMID}.conf").exists
+    assert _files_under(pve_node, lab.MODELS_HOST_PATH) == weights_before
+
+    started = time.monotonic()
+    again = run_deploy()
+    redeploy = time.monotonic() - started
+    assert again.returncode == 0, again.explain()
+    assert any(f"Create LXC guest {VMID}" in n for n in again.changed)
+    assert any(n.startswith("Base |") for n in again.changed), "the deploy continued inside the new guest"
+    assert again.health_checks and "inference-host health verdict" in again.stdout + again.stderr
+    print(f"\nteardown of the lab guest (CT {VMID}): {took:.1f} s; the deploy that made it again: {redeploy:.0f} s")

@@ -109,7 +109,8 @@ def test_deploy_check_is_pyinfras_dry_run_with_diffs():
 
     argv = cli.pyinfra_argv("inventory/lab.py", check=True, yes=False, limit=["gpu1"], extra=[])
     context = pyinfra_cli.make_context("pyinfra", argv[1:])  # pyinfra's own parser (click)
-    assert context.params["dry"] and context.params["diff"] and context.params["yes"]
+    # no -y: pyinfra prints its table of detected changes, then --dry exits before any prompt
+    assert context.params["dry"] and context.params["diff"] and not context.params["yes"]
     assert context.params["inventory"] == "inventory/lab.py" and context.params["operations"] == ("deploy.py",)
     assert context.params["limit"] == ("gpu1",)
     plain = pyinfra_cli.make_context("pyinfra", cli.pyinfra_argv("inventory/lab.py", False, False, [], [])[1:])

@@ -26,7 +26,9 @@ What is mirrored from the documented source (branch stable-bookworm = PVE 8):
   and disk hotplug); everything else lands in the pending section until the next start.
 
 What is not real: no container or VM runs (start/stop only record a status), no storage is
-allocated (volume names are invented in Proxmox's naming scheme), and a devN path is checked the
+allocated (volume names are invented in Proxmox's naming scheme; each new volume's data is a
+folder under STATE_DIR/storage, and `destroy` frees what Proxmox frees, see destroy_guest), and a
+devN path is checked the
 way PVE::LXC::Tools::get_device_mode_and_rdev does it (it must exist and be a character or block
 device). In the lab those /dev/nvidia* nodes are real character devices made with mknod (Docker
 lets a container make device nodes but not open them), so the check is the real one.
@@ -50,6 +52,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -807,8 +810,100 @@ def allocate(storage: str, vmid: int, spec: str, taken: dict, default_size: str)
         disk += 1
     options = [o for o in rest.split(",") if o]
     volume = f"{store}:vm-{vmid}-disk-{disk}"
+    volume_data(volume).mkdir(parents=True, exist_ok=True)  # the new volume's (empty) data
     size_text = default_size if default_size else f"{size}G"
     return ",".join([volume, *options, f"size={size_text}"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Storage volumes and what `pct destroy` / `qm destroy` free.
+#
+# No storage is real here, but a volume's data is: each volume the stand-in allocates gets a
+# folder STATE_DIR/storage/<storage>/<volname> (standing in for the LV, dataset or image file),
+# and a CT's rootfs with a lab container behind it (LAB_BACKING_FILE) is that container. A destroy
+# frees what Proxmox frees, so data that a real destroy deletes is deleted in the lab too:
+# - pve-container 5.3.5 src/PVE/LXC.pm destroy_lxc_container: every rootfs/mpN/unusedN of the
+#   config and of its pending section; delete_mountpoint_volume skips what
+#   PVE::LXC::Config->classify_mountpoint calls 'bind' (a path) or 'device' (/dev/...), frees a
+#   volume whose owner (PVE::Storage::parse_volname) is the CT, and warns "ignore deletion of
+#   '<volid>', CT <vmid> isn't the owner!" for any other; --destroy-unreferenced-disks also frees
+#   every volume of that VMID on every storage (vdisk_list), referenced or not.
+# - qemu-server 8.4.10 src/PVE/QemuServer.pm destroy_vm: every drive, unusedN and vmstate of the
+#   config and its pending section, except cdroms (a cloud-init drive is freed) and paths; only
+#   volumes the VM owns, silently; --destroy-unreferenced-disks as above.
+STORAGE_DATA = STATE_DIR / "storage"
+_OWNED_VOLNAME = re.compile(r"(?:vm|subvol|base|basevol)-(\d+)-")
+
+
+def volume_data(volid: str) -> Path:
+    store, _, volname = volid.partition(":")
+    return STORAGE_DATA / store / volname
+
+
+def volume_owner(volid: str) -> int | None:
+    """PVE::Storage::parse_volname's owner: the VMID in the volume's own name (for a linked
+    clone `base-100-disk-0/vm-101-disk-0`, the last part's); None for templates, ISOs, backups."""
+    volname = volid.partition(":")[2]
+    match = _OWNED_VOLNAME.match(volname.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+def classify_mountpoint(volume: str) -> str:
+    """pve-container 5.3.5 PVE::LXC::Config->classify_mountpoint."""
+    if volume.startswith("/"):
+        return "device" if volume.startswith("/dev/") else "bind"
+    return "volume"
+
+
+def free_volume(kind: str, vmid: int, volid: str, rootfs: bool = False) -> None:
+    """PVE::Storage::vdisk_free: the volume and its data are gone. A CT's volume backed by the
+    lab's container (its rootfs) takes that container with it; its Docker volumes (the node's
+    models, the uv cache) are not the CT's and stay, as a bind mount's folder stays."""
+    data = volume_data(volid)
+    if data.exists():
+        shutil.rmtree(data)
+    if rootfs and kind == "lxc" and str(vmid) in load_json(LAB_BACKING_FILE, {}):
+        name = urllib.parse.quote(lab_container(vmid))
+        status, answer = _engine("DELETE", f"/containers/{name}?force=1")
+        if status not in (204, 404):
+            raise PveError(
+                f"CT {vmid}: removing its rootfs failed ({status}: {answer.decode(errors='replace').strip()})"
+            )
+
+
+def unreferenced_volumes(vmid: int, referenced: set[str]) -> list[str]:
+    """vdisk_list(storage_cfg, undef, vmid): the volumes of this VMID on every storage."""
+    found = []
+    if STORAGE_DATA.is_dir():
+        for store in sorted(p for p in STORAGE_DATA.iterdir() if p.is_dir()):
+            for path in sorted(store.rglob("*")):
+                volid = f"{store.name}:{path.relative_to(store).as_posix()}"
+                if path.is_dir() and volume_owner(volid) == vmid and volid not in referenced:
+                    if _OWNED_VOLNAME.match(path.name):
+                        found.append(volid)
+    return found
+
+
+def destroy_guest(
+    kind: str, vmid: int, volumes: list[tuple[str, str]], purge_unreferenced: bool, warn_foreign: bool
+) -> None:
+    """Free the guest's own volumes ((key, volid) in config order), then, asked for, the
+    unreferenced ones of its VMID; then remove its config and state (destroy_config)."""
+    seen: set[str] = set()
+    for key, volid in volumes:
+        if volid in seen:
+            continue
+        seen.add(volid)
+        if volume_owner(volid) == vmid:
+            free_volume(kind, vmid, volid, rootfs=key == "rootfs")
+        elif warn_foreign:
+            sys.stderr.write(f"ignore deletion of '{volid}', CT {vmid} isn't the owner!\n")
+    if purge_unreferenced:
+        for volid in unreferenced_volumes(vmid, seen):
+            free_volume(kind, vmid, volid)
+    conf_path(kind, vmid).unlink()
+    status_file(kind, vmid).unlink(missing_ok=True)
+    STATE_DIR.joinpath(kind, f"{vmid}.authorized_keys").unlink(missing_ok=True)
 
 
 def random_mac() -> str:

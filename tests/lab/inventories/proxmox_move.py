@@ -54,7 +54,14 @@ proxmox_hosts = [
     ),
 ]
 lxc_guests = [
-    _guest("a", 201, guest_template=f"local:vztmpl/{lab.PVE_TEMPLATE}"),
+    # A mounts the node's model storage (the main lab's weights): the teardown test destroys A and
+    # checks that the folder and its files are still there.
+    _guest(
+        "a",
+        201,
+        guest_template=f"local:vztmpl/{lab.PVE_TEMPLATE}",
+        guest_mount_points={lab.MODELS_HOST_PATH: lab.MODELS_GUEST_PATH},
+    ),
     _guest("b", 202, guest_template=f"local:vztmpl/{lab.PVE_TEMPLATE}"),
 ]
 kvm_guests = [_guest("c", 203, guest_mmio_window_mb=262144), _guest("d", 204)]
