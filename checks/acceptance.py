@@ -11,8 +11,10 @@ as such). Writes report.md, report.json and chart.png (with the bench extra) int
 
 Verdicts: PASS, FAIL, UNREACHED (could not be collected: said in one line, never counted as
 passed), N/A (does not apply to this site, e.g. no KVM guest, no drafter served).
-Exit status: 0 every line PASS or N/A; 1 a line failed; 3 none failed but one was unreached;
-2 bad input (no host contacted).
+Exit status: 0 every line PASS or N/A (ACCEPTED); 1 a line failed; 3 none failed but one was
+unreached; 4 every line PASS or N/A but one or more answered by a lab stand-in (ACCEPTED ON
+STAND-INS: a rehearsal of the collection and the judging, which accepts no machine); 2 bad input
+(no host contacted).
 
 Order on a GPU node: DCGM level 2 first (the engine stopped, started again, and whether it came
 back is a line of its own), then the health checks, so that the verdict and every line read
@@ -44,6 +46,9 @@ TARGET = "target"
 # A stand-in in the lab names itself in its own file (lab/standins/...): the report reads that
 # mark on the host instead of trusting a flag the inventory could get wrong.
 STANDIN_MARK = "STAND-IN"
+STANDIN_SOURCE = "stand-in"  # how every line answered by one begins its source
+# The lab's Hub (lab/standins/hf_hub) marks the config.json of each repository it serves.
+HUB_STANDIN = "stand-in: lab Hugging Face Hub (it served the files; their download and verification are real)"
 # The lab's node kernel: a container has no kernel of its own, so lab/standins/proxmox's
 # pve-standin-kernel writes, at each boot of the node container, the command line the ESP's
 # loader entry would have booted with.
@@ -237,6 +242,40 @@ def gpu_source(host) -> str:
     return "stand-in: lab nvidia-smi" if smi and standin(host, smi) else TARGET
 
 
+def weights_source(host, site, name: str) -> str:
+    """Weights downloaded from the lab's Hub stand-in are named so: their manifest and sizes are
+    real, the repository they match is the stand-in's."""
+    if site is None:
+        return TARGET
+    from roles.site import weight_sets_of
+
+    sets = weight_sets_of(site.hosts[name], site.hosts)
+    return HUB_STANDIN if any(standin(host, f"{ws.guest_dir}/config.json") for ws in sets) else TARGET
+
+
+def named(*sources: str) -> str:
+    """Every stand-in among the sources of one line, once each; the target when none."""
+    return "; ".join(dict.fromkeys(source for source in sources if source != TARGET)) or TARGET
+
+
+def suites_source(suites: list[str], gpu_from: str, engine_from: str, weights_from: str, python_from: str) -> str:
+    """Who answered the suites a verdict judges: the GPU suites ask nvidia-smi and the engine's
+    python, the service suite the engine's unit and the weights, the server suite the engine."""
+    by_suite = {
+        "gpu": [gpu_from, python_from],
+        "interconnect": [gpu_from, python_from],
+        "service": [engine_from, weights_from],
+        "server": [engine_from],
+    }
+    return named(*(source for suite in suites for source in by_suite.get(suite, [])))
+
+
+def python_source(host, expect) -> str:
+    """The checks run the all-reduce and the benchmark client with the engine's python
+    (health_engine_python): in the lab a stand-in that says so in its file."""
+    return "stand-in: lab engine python" if standin(host, expect.engine_python) else TARGET
+
+
 def engine_source(host, expect) -> str:
     """The lab's engine is a stand-in server the launcher runs by path: that file says so."""
     launcher = host.run(f"cat {shlex.quote(expect.launcher)}")
@@ -412,6 +451,7 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
     gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
     dcgmi = bounded.run(host, "command -v dcgmi").stdout.strip()
     dcgm_from = "stand-in: lab dcgmi" if dcgmi and standin(host, dcgmi) else TARGET
+    weights_from, python_from = weights_source(host, site, name), python_source(host, expect)
     # DCGM first: the health report, and so every line below and the verdict, is taken after it.
     dcgm = dcgm_lines(args, host, expect, dcgm_from, engine_from)
     report = health_report(args, name, folder)
@@ -424,23 +464,27 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
             ("gpu count", "gpu name", "compute capability", "memory"),
             gpu_from,
         ),
-        allreduce_line(report, name, expect, gpu_from),
+        allreduce_line(report, name, expect, named(gpu_from, python_from)),
         from_health(
             report,
             "weights at the pinned revision",
             name,
             "every weight set's manifest matches the pin",
             ("weights manifest matches the pin",),
+            weights_from,
         ),
         overran_as_line("model load time", name, lambda: load_time_line(host, expect, engine_from)),
         first_generation_line(report, name, engine_from),
         kv_cache_line(report, site, name, engine_from, expect.engine),
         accept_length_line(report, name, expect, engine_from),
         overran_as_line(
-            "single-stream benchmark", name, lambda: bench_line(args, site, name, host, expect, engine_from, folder)
+            "single-stream benchmark",
+            name,
+            lambda: bench_line(args, site, name, host, expect, named(engine_from, python_from), folder),
         ),
     ]
-    return lines + dcgm + [health_verdict_line(report, name, suites)]
+    verdict_from = suites_source(suites, gpu_from, engine_from, weights_from, python_from)
+    return lines + dcgm + [health_verdict_line(report, name, suites, verdict_from)]
 
 
 def overran_as_line(area: str, name: str, collect) -> Line:
@@ -536,12 +580,12 @@ def kv_cache_line(report: dict | None, site, name: str, source: str, engine: str
     return line
 
 
-def health_verdict_line(report: dict | None, name: str, suites: list[str]) -> Line:
+def health_verdict_line(report: dict | None, name: str, suites: list[str], source: str = TARGET) -> Line:
     """The verdict every deploy ends with: the suites the site runs after a deploy
     (health_after_deploy). The other suites' checks are judged in their own lines above."""
     expectation = f"HEALTHY ({', '.join(suites)})"
     if report is None:
-        return Line("health verdict", name, expectation, "the health checks wrote no report", UNREACHED)
+        return Line("health verdict", name, expectation, "the health checks wrote no report", UNREACHED, source)
     judged = [r for r in report["checks"] if r["suite"] in suites]
     failed = [r for r in judged if r["verdict"] == "FAIL"]
     return Line(
@@ -550,6 +594,7 @@ def health_verdict_line(report: dict | None, name: str, suites: list[str]) -> Li
         expectation,
         f"{'UNHEALTHY' if failed else 'HEALTHY'} ({len(failed)} failed of {len(judged)} checks)",
         FAIL if failed or not judged else PASS,
+        source,
         details=[f"{r['suite']} {r['check']}: {' '.join(r['detail'].split())[:300]}" for r in failed],
     )
 
@@ -557,12 +602,20 @@ def health_verdict_line(report: dict | None, name: str, suites: list[str]) -> Li
 # -- the report --------------------------------------------------------------------------------------
 
 
+def on_standins(lines: list[Line]) -> list[Line]:
+    return [line for line in lines if line.source.startswith(STANDIN_SOURCE)]
+
+
 def overall(lines: list[Line]) -> tuple[str, int]:
+    """A machine is ACCEPTED only on its own answers: a run that a lab stand-in answered any line
+    of is at best ACCEPTED ON STAND-INS, with an exit status of its own (4), never 0."""
     verdicts = {line.verdict for line in lines}
     if FAIL in verdicts:
         return "NOT ACCEPTED", 1
     if UNREACHED in verdicts:
         return "INCOMPLETE", 3
+    if on_standins(lines):
+        return "ACCEPTED ON STAND-INS", 4
     return "ACCEPTED", 0
 
 
@@ -574,7 +627,8 @@ def markdown(lines: list[Line], meta: dict) -> str:
         "",
         f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + ".",
+        + "."
+        + standins_sentence(lines, verdict),
         "",
         "| verdict | area | host | expected | observed | answered by |",
         "|---|---|---|---|---|---|",
@@ -596,6 +650,16 @@ def markdown(lines: list[Line], meta: dict) -> str:
         "apply to this site. A line answered by a stand-in rehearses the collection, not the machine.",
     ]
     return "\n".join(out) + "\n"
+
+
+def standins_sentence(lines: list[Line], verdict: str) -> str:
+    named = on_standins(lines)
+    if not named:
+        return ""
+    sentence = f" {len(named)} of {len(lines)} lines were answered by a lab stand-in (column 'answered by')"
+    if verdict == "ACCEPTED ON STAND-INS":
+        return sentence + ": this rehearses the collection and the judging; it accepts no machine."
+    return sentence + "."
 
 
 def draw_chart(lines: list[Line], path: Path) -> Path | None:

@@ -174,10 +174,16 @@ def judge_allreduce(run: dict, expect) -> str:
         ),
     )
     return (
-        f"busbw {busbw:.1f} GB/s (algbw {found['algbw_gbps']:.1f}, floor "
-        f"{expect.allreduce_min_busbw_gbps:.0f}) over {found['world_size']} GPUs, {found['size_mib']} MiB, "
+        f"busbw {_gbps(busbw)} GB/s (algbw {_gbps(found['algbw_gbps'])}, floor "
+        f"{_gbps(expect.allreduce_min_busbw_gbps, 0)}) over {found['world_size']} GPUs, {found['size_mib']} MiB, "
         f"NCCL {found['nccl_version']}; {where}"
     )
+
+
+def _gbps(value: float, decimals: int = 1) -> str:
+    """A bandwidth as read: one decimal (or none) for GB/s figures, three digits below 1 GB/s (a
+    site's low floor, the lab's CPU all-reduce), never 0.0 for what was measured."""
+    return f"{value:.{decimals}f}" if value >= 1 else f"{value:.3g}"
 
 
 def test_allreduce_across_all_gpus(gpu, expect, request, allreduce_run):

@@ -7,7 +7,8 @@
 The inventory is the first positional argument of every subcommand that reads one (the old
 `--inventory FILE` is still accepted where the wrapped module took it). Exit status, the same for
 every subcommand (docs/operations.md): 0 ok, 1 a check or verdict failed, 2 bad usage or invalid
-input (nothing contacted), 3 a host or service could not be reached. Output into a closed pipe
+input (nothing contacted), 3 a host or service could not be reached, 4 (accept only) every line
+passed on a lab stand-in's answers. Output into a closed pipe
 ends quietly. The subcommands that wrap an existing module (validate, preview, check, accept,
 bench, vault, lock, lab) accept every option of that module; `-h` lists them.
 """
@@ -249,7 +250,10 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog=PROG, description="One command for the operator of an inference-host site, a subcommand per job."
     )
-    parser.epilog = "exit status: 0 ok, 1 a check failed, 2 bad usage or input, 3 a host could not be reached"
+    parser.epilog = (
+        "exit status: 0 ok, 1 a check failed, 2 bad usage or input, 3 a host could not be reached,"
+        " 4 accepted on lab stand-ins only"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_HelpWithModule)
 
     for name, (function, help_text, _, old_flag) in WRAPPED.items():

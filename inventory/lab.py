@@ -175,8 +175,18 @@ gpu_nodes = [
                     else {}
                 ),
             },
+            # As inventory/prod.py: DCGM 4 with its diagnostics and host engine, from the lab's NVIDIA
+            # repository stand-in (its dcgmi answers diag with every test skipped: no GPU).
+            "nvidia_driver_dcgm": True,
             # No GPU here: the last step of the deploy judges the service and the (stand-in) server.
             "health_after_deploy": ["service", "server"],
+            # The checks' all-reduce and benchmark client need torch and numpy on GPUs: a stand-in
+            # engine python (lab/standins/sglang_server/engine_python.py) runs the all-reduce on this
+            # machine's CPU, at most 4 MiB and judged against a CPU's floor, and SGLang's benchmark
+            # client's requests; everything else it hands to the real engine environment.
+            "health_engine_python": lab.STANDIN_DEST + "/engine_python.py",
+            "health_allreduce_size_mib": 1,
+            "health_allreduce_min_busbw_gbps": 0.001,
             "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
             "docker_source": "distro",  # Docker's repository is unreachable here
             "docker_nvidia_toolkit_repo_url": f"{_nvidia}/libnvidia-container/stable/deb",

@@ -137,13 +137,25 @@ gpu_nodes = [
             "serving_mem_fraction_static": 0.92,  # measured on 96 GB cards with Kimi-K2.5
             # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before
             # the service may start; the acceptance report's "weights at the pinned revision" line
-            # needs this pin (without it the report stays INCOMPLETE). Pin the exact commit you
-            # tested, never a branch or tag (refused): the 40-character hash at the top of the
-            # model's "Files and versions" tab on huggingface.co, or the "sha" of
+            # judges the manifest against this pin (without a pin that line is UNREACHED and the
+            # report INCOMPLETE). Pin the exact commit you tested, never a branch or tag (refused).
+            # How to choose it: the 40-character hash at the top of the model's "Files and
+            # versions" tab on huggingface.co, or the "sha" of
             # https://huggingface.co/api/models/moonshotai/Kimi-K2.5/revision/main (the newest);
             # `git ls-remote https://huggingface.co/moonshotai/Kimi-K2.5 main` prints it too.
-            # "weights_repo": "moonshotai/Kimi-K2.5",
-            # "weights_revision": "<the 40-character commit hash>",
+            # The commit below is one a public project pins for this repository (not downloaded by
+            # this project): thinking-machines-lab/tinker-cookbook, tinker_cookbook/
+            # image_processing_utils.py, `revision=` of moonshotai/Kimi-K2.5 since its commit
+            # 57cfa191 (2026-02-10), unchanged at 9dfcc3a2 (2026-08-19); the same project pins the
+            # tokenizer at 2426b45b6af0da48d0dcce71bbce6225e5c73adc (tokenizer_utils.py). Check it
+            # on the Hub's commit list, then replace it with the commit you served and measured.
+            "weights_repo": "moonshotai/Kimi-K2.5",
+            "weights_revision": "3367c8d1c68584429fab7faf845a32d5195b6ac1",
+            # DCGM 4 with its diagnostics and host engine (roles/nvidia_driver): the gpu suite runs
+            # `dcgmi diag -r 1`, the acceptance report level 2; the monitor's DCGM exporter adds
+            # DCGM's profiling module for its DCGM_FI_PROF_* rows (roles/monitoring). Off by
+            # default in the site model, which also reaches the Proxmox node's driver role.
+            "nvidia_driver_dcgm": True,
         },
     ),
 ]

@@ -1,6 +1,7 @@
 """nvidia_driver_dcgm in the lab: DCGM 4 comes from the (stand-in) CUDA repository through real
 apt, its host engine runs under systemd, `dcgmi diag -r 1 -j` answers in DCGM's JSON,
-and a second deploy with the setting changes nothing.
+and a second deploy with the setting changes nothing. The main lab has the setting on, as
+inventory/prod.py does: these tests read its first and second deploy (no deploy of their own).
 
 The packages and programs are stand-ins (lab/standins/nvidia_apt_repo/dcgm.py): names,
 dependencies and the unit are DCGM 4.6.0's, the version 1:4.5.3-1 (what exporter 4.8.2 is built
@@ -14,21 +15,19 @@ import pytest
 from checks import gpu_parsers as parse
 from roles.nvidia_driver import dcgm_packages
 from roles.site import load_site
-from tests.lab.harness import LAB_INVENTORY, run_deploy
+from tests.lab.harness import LAB_INVENTORY
 
 pytestmark = pytest.mark.lab
 
-STACK = load_site(LAB_INVENTORY).stack
-WITH_DCGM = ("--data", "nvidia_driver_dcgm=True")
+SITE = load_site(LAB_INVENTORY)
+STACK = SITE.stack
 
 
 @pytest.fixture(scope="module")
-def dcgm_deploy(lab_first_deploy):
-    first = run_deploy(LAB_INVENTORY, *WITH_DCGM)
-    assert first.returncode == 0, first.explain()
-    second = run_deploy(LAB_INVENTORY, *WITH_DCGM)
-    assert second.returncode == 0, second.explain()
-    return first, second
+def dcgm_deploy(lab_first_deploy, lab_second_deploy):
+    gpu_node = SITE.group("gpu_nodes")[0]
+    assert gpu_node.nvidia_driver.dcgm, "inventory/lab.py must turn nvidia_driver_dcgm on, as inventory/prod.py"
+    return lab_first_deploy, lab_second_deploy
 
 
 def test_dcgm_installed_from_the_cuda_repository(dcgm_deploy, gpu_guest):

@@ -189,6 +189,54 @@ def test_overall_verdict_and_exit_status():
     assert acc.overall([line(acc.UNREACHED), line(acc.FAIL)]) == ("NOT ACCEPTED", 1)
 
 
+def test_a_run_a_stand_in_answered_is_never_accepted():
+    """Every line passed, but one on a lab stand-in's answer: a rehearsal, exit 4, never 0; a
+    failure or an unreached line still decides first."""
+    line = lambda verdict, source=acc.TARGET: acc.Line("a", "h", "e", "o", verdict, source)  # noqa: E731
+    lab = "stand-in: lab nvidia-smi"
+    assert acc.overall([line(acc.PASS), line(acc.PASS, lab)]) == ("ACCEPTED ON STAND-INS", 4)
+    assert acc.overall([line(acc.PASS), line(acc.NOT_APPLICABLE, lab)]) == ("ACCEPTED ON STAND-INS", 4)
+    assert acc.overall([line(acc.PASS, lab), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
+    assert acc.overall([line(acc.PASS, lab), line(acc.FAIL, lab)]) == ("NOT ACCEPTED", 1)
+    text = acc.markdown([line(acc.PASS), line(acc.PASS, lab)], {"inventory": "i", "started": "now", "seconds": 1})
+    assert text.startswith("# Acceptance report: ACCEPTED ON STAND-INS\n")
+    assert "1 of 2 lines were answered by a lab stand-in (column 'answered by'): this rehearses" in text
+    target_only = acc.markdown([line(acc.PASS)], {"inventory": "i", "started": "now", "seconds": 1})
+    assert target_only.startswith("# Acceptance report: ACCEPTED\n") and "lab stand-in (column" not in target_only
+
+
+def test_the_verdict_line_names_who_answered_the_suites_it_judges():
+    lab = {
+        "gpu_from": "stand-in: lab nvidia-smi",
+        "engine_from": "stand-in: lab SGLang server",
+        "weights_from": acc.HUB_STANDIN,
+        "python_from": "stand-in: lab engine python",
+    }
+    assert acc.suites_source(["service", "server"], **lab) == f"stand-in: lab SGLang server; {acc.HUB_STANDIN}"
+    assert acc.suites_source(["gpu"], **lab) == "stand-in: lab nvidia-smi; stand-in: lab engine python"
+    target = dict.fromkeys(lab, acc.TARGET)
+    assert acc.suites_source(["gpu", "interconnect", "service", "server"], **target) == acc.TARGET
+    report = {"checks": [{"suite": "service", "check": "unit active", "verdict": "PASS", "detail": "ok"}]}
+    verdict = acc.health_verdict_line(report, "gpu", ["service"], lab["engine_from"])
+    assert verdict.verdict == acc.PASS and verdict.source == "stand-in: lab SGLang server"
+    assert acc.health_verdict_line(None, "gpu", ["service"], lab["engine_from"]).source == lab["engine_from"]
+
+
+def test_weights_from_the_hub_stand_in_are_named(tmp_path):
+    """The lab's Hub marks each repository's config.json; the line reads that mark on the host."""
+    from lab.standins.hf_hub import server as hub_server
+    from roles.site import load_site
+
+    site = load_site(Path(__file__).parents[2] / "inventory" / "lab.py")
+    name = site.group("gpu_nodes")[0].name
+    config = hub_server.LAB_REPOS["inference-host-lab/tiny-moe"]["config.json"]
+    assert acc.STANDIN_MARK in str(config) and json.loads(str(config))["model_type"] == "kimi_k2"
+    marked = FakeHost({"head -c 8192 /models/tiny-moe/config.json": (0, "")})
+    assert acc.weights_source(marked, site, name) == acc.HUB_STANDIN
+    assert acc.weights_source(FakeHost({}), site, name) == acc.TARGET  # a real model's config says nothing
+    assert acc.weights_source(marked, None, name) == acc.TARGET  # no inventory: no weight sets
+
+
 def test_report_files(tmp_path):
     lines = [
         acc.Line(
@@ -323,6 +371,7 @@ def test_the_health_verdict_is_taken_after_dcgm(monkeypatch, tmp_path):
         allreduce_min_busbw_gbps=100.0,
         allreduce_floor_source="x",
         launcher="/nonexistent",
+        engine_python="/nonexistent",
         engine="vllm",
         speculative=False,
     )

@@ -113,20 +113,22 @@ def test_prod_with_a_hub_model_previews_the_engines_token(tmp_path, monkeypatch)
 
 
 def test_prods_model_storage_is_read_only_once_weights_repo_names_the_model(tmp_path):
-    """inventory/prod.py's comment: /tank/models is mounted with ro=1 when the weights live there."""
+    """inventory/prod.py's comment: /tank/models is mounted with ro=1 when the weights live there
+    (the shipped example pins them), read-write when the inventory names no weights."""
     shipped = load_site(PROJECT_ROOT / "inventory" / "prod.py")
     out = tmp_path / "shipped"
     render.render(shipped, out)
     node = shipped.group("proxmox_hosts")[0].name
-    assert "--mp0 /tank/models,mp=/models " in (out / node / "inference-host-commands/pct-create-201.sh").read_text()
+    script = (out / node / "inference-host-commands/pct-create-201.sh").read_text()
+    assert "--mp0 /tank/models,mp=/models,ro=1 " in script
     site = _edited_prod(
         tmp_path,
-        ('# "weights_repo": "moonshotai/Kimi-K2.5"', '"weights_repo": "moonshotai/Kimi-K2.5"'),
-        ('# "weights_revision": "<the 40-character commit hash>"', '"weights_revision": "' + "0" * 40 + '"'),
+        ('"weights_repo": "moonshotai/Kimi-K2.5"', '# "weights_repo": "moonshotai/Kimi-K2.5"'),
+        ('"weights_revision": "3367c8d1', '# "weights_revision": "3367c8d1'),
     )
-    render.render(site, tmp_path / "weights")
-    script = (tmp_path / "weights" / node / "inference-host-commands/pct-create-201.sh").read_text()
-    assert "--mp0 /tank/models,mp=/models,ro=1 " in script
+    render.render(site, tmp_path / "no-weights")
+    script = (tmp_path / "no-weights" / node / "inference-host-commands/pct-create-201.sh").read_text()
+    assert "--mp0 /tank/models,mp=/models " in script
 
 
 def test_command_runs_on_a_fresh_clone_without_the_vault_password(tmp_path):

@@ -74,10 +74,15 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from lab.standins.hf_hub import xet as xet_cas
 
 # The lab's repositories: repo id -> {file: size or text}. Large files are LFS (binary, seeded).
+# Each config.json names itself a stand-in (as the stand-in server's tiny-model does), so that
+# what reads the weights on the guest (checks.acceptance's weights line) can say where they came
+# from; SGLang and transformers read config.json keys by name and ignore this one.
+HUB_MARK = "STAND-IN repository of the inference-host lab's Hub (lab/standins/hf_hub): generated, no model"
 LAB_REPOS: dict[str, dict[str, int | str]] = {
     "inference-host-lab/tiny-moe": {
         "config.json": json.dumps(
             {
+                "_comment": HUB_MARK,
                 "architectures": ["DeepseekV3ForCausalLM"],
                 "model_type": "kimi_k2",
                 "num_hidden_layers": 2,
@@ -102,7 +107,7 @@ LAB_REPOS: dict[str, dict[str, int | str]] = {
         "original/README.md": "weights of the lab's tiny stand-in model\n",
     },
     "inference-host-lab/tiny-eagle3": {
-        "config.json": json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}) + "\n",
+        "config.json": json.dumps({"_comment": HUB_MARK, "architectures": ["LlamaForCausalLMEagle3"]}) + "\n",
         "model.safetensors": 2 * 1024 * 1024 + 7,
     },
 }

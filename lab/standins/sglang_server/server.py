@@ -844,7 +844,9 @@ def make_handler(state: State):
                 )
             if path == "/v1/chat/completions":
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
-                tokens = generate_text(prompt, int(body.get("max_tokens") or 16))
+                # SGLang 0.5.9 protocol.py to_sampling_params: max_completion_tokens or the
+                # deprecated max_tokens (bench_serving's chat backend sends the former).
+                tokens = generate_text(prompt, int(body.get("max_completion_tokens") or body.get("max_tokens") or 16))
                 if body.get("stream"):
                     return self._stream_chat(body, prompt, tokens, began)
                 state.scheduler.gate()  # never answered while hung

@@ -29,5 +29,9 @@ class NvidiaDriverSettings(Section):
     )
     dcgm: bool = Field(
         False,
-        description=("Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1 -j."),
+        description=(
+            "Install NVIDIA DCGM 4 and run its host engine; the gpu suite then runs dcgmi diag -r 1 -j, the"
+            " acceptance report level 2 (without it that line is UNREACHED). inventory/prod.py turns it on for"
+            " its gpu node."
+        ),
     )
