@@ -142,10 +142,11 @@ def test_nvidia_smi_answers_as_the_inventorys_gpus(tmp_path):
 
 
 def test_gpu_answers_come_from_the_inventory():
+    """The card's memory as nvidia-smi reports it (SGLang's default fraction reads it), not 96 x 1024."""
     assert preflight.gpu_answers(HOST) == {
         "count": 8,
         "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "memory_mib": 96 * 1024,
+        "memory_mib": 97887,
         "capability": [12, 0],
     }
 
