@@ -24,7 +24,7 @@ from roles.eagle3_training.checks import training_problems
 from roles.gateway.command import gateway_problems
 from roles.serving import systemd_problems
 from roles.serving.command import command_problems
-from roles.serving.memory import memory_problems
+from roles.serving.memory import memory_lines, memory_problems
 from roles.serving.speculative import speculative_problems
 from roles.site import SiteError, loading
 from roles.site.errors import display, print_problems
@@ -35,6 +35,7 @@ ROLE_CHECKS = RoleChecks(
     gateway=(gateway_problems,),
     speculative=(speculative_problems,),
     memory=(memory_problems,),
+    summary=(memory_lines,),
 )
 
 

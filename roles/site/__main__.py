@@ -17,7 +17,6 @@ import json
 import sys
 from pathlib import Path
 
-from roles.serving.memory import memory_lines
 from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 from roles.site.errors import SiteError, print_problems
 from roles.site.loading import load_site
@@ -63,13 +62,14 @@ def main(argv: list[str], prog: str = "python -m roles.site") -> int:
 
 
 def _memory_lines(site) -> dict[str, list[str]]:
-    """Per gpu node: the inventory's mem_fraction_static beside the one the pinned SGLang release
-    would choose for the card, and the KV estimate (roles/serving/memory.py)."""
+    """Per gpu node, the roles' lines beside a valid site (ROLE_CHECKS.summary): the inventory's
+    mem_fraction_static beside the one the pinned SGLang release would choose for the card, and
+    the KV estimate (roles/serving/memory.py)."""
     inventory_dir = Path(site.inventory_file).parent
     found = {}
     for host in site.hosts.values():
         if host.in_group("gpu_nodes"):
-            lines = memory_lines(host, site.hosts, site.stack, inventory_dir)
+            lines = [line for show in ROLE_CHECKS.summary for line in show(host, site.hosts, site.stack, inventory_dir)]
             if lines:
                 found[host.name] = lines
     return found

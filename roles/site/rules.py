@@ -36,7 +36,8 @@ from roles.site.stack import EngineStack, Stack
 # gateway: (gateways host, all hosts);
 # speculative: (gpu node, stack, folder of the inventory file, against which the drafter's and
 #   target's config.json copies are found);
-# memory: (gpu node, all hosts, stack, folder of the inventory file), on every gpu node.
+# memory: (gpu node, all hosts, stack, folder of the inventory file), on every gpu node;
+# summary: the same arguments, lines shown beside a valid site (`python -m roles.site`).
 EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], list[str]]
 SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
 MemoryCheck = Callable[[HostSettings, dict[str, HostSettings], Stack, Path], list[str]]
@@ -50,6 +51,7 @@ class RoleChecks:
     gateway: tuple[GatewayCheck, ...] = ()
     speculative: tuple[SpeculativeCheck, ...] = ()
     memory: tuple[MemoryCheck, ...] = ()
+    summary: tuple[MemoryCheck, ...] = ()
 
 
 NO_ROLE_CHECKS = RoleChecks()
