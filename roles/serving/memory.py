@@ -69,7 +69,9 @@ def host_memory(host: HostSettings, hosts: dict[str, HostSettings], stack: Stack
             drafter = eagle3.read_config(inventory_dir / spec.draft_config)
     except eagle3.ConfigError as error:
         if serving.model_config_json and target is None:
-            raise MemoryConfigError(f"serving_model_config_json: {error}") from None
+            # the reason without the path, which is shown once, escaped
+            reason = str(error).removeprefix(f"{inventory_dir / serving.model_config_json}: ")
+            raise MemoryConfigError(f"serving_model_config_json = {serving.model_config_json!r}: {reason}") from None
         target = drafter = None  # the speculative check names the file
     facts = kv_cache.model_facts(target)
     card = kv_cache.card_mib(host.gpu.model, host.gpu.memory_gib)

@@ -283,9 +283,11 @@ def test_without_a_drafter_and_nothing_set_sglang_sizes_both_from_the_pool(confi
     _load(configs, serving_model_config_json="target.json", serving_mem_fraction_static=0.83)
 
 
-def test_a_missing_model_config_is_named(configs):
+def test_a_missing_model_config_is_named_in_one_line(configs):
     (problem,) = _refused(configs, serving_model_config_json="nowhere.json")
-    assert "serving_model_config_json:" in problem and "nowhere.json: no such file" in problem
+    assert "serving_model_config_json = 'nowhere.json': no such file; expected the path" in problem
+    (problem,) = _refused(configs, "hostile.py", serving_model_config_json="a\nb.json")
+    assert "has the control character" in problem and "\n" not in problem  # the model's own rule, first
 
 
 def test_python_m_roles_site_shows_the_fraction_beside_sglangs_own(capsys):
