@@ -300,3 +300,6 @@ def test_python_m_roles_site_shows_the_fraction_beside_sglangs_own(capsys):
         " on this 97887 MiB card; at most 0.848 leaves its 14848 MiB for activations and CUDA graphs"
     ) in out
     assert "KV cache per GPU on sglang 0.5.9: 89641 tokens" in out
+    assert main([str(PROJECT_ROOT / "inventory" / "prod.py"), "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["hosts"]["gpu-lxc.example.internal"]["memory"]
+    assert memory[0].startswith("mem_fraction_static 0.83; sglang 0.5.9 would choose 0.771")
