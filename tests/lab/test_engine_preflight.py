@@ -100,9 +100,9 @@ def _eagle3(tmp_path_factory, **extra):
     shutil.copy(DATA / "kimi-k2.5-config.json", inventory.dir / "target.json")
     shutil.copy(DATA / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
-    # 512 tokens: with the drafter, the model's 262144 do not fit the KV cache (roles/serving/memory.py).
+    # 256 tokens: with the drafter, the model's 262144 do not fit the KV cache, 64 x 264 do (roles/serving/memory.py).
     site = load_site(
-        inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=512, **extra)]),
+        inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=256, **extra)]),
         ROLE_CHECKS,
     )
     return site, site.hosts["gpu1"]
