@@ -14,7 +14,7 @@ checked on every gpu node while the inventory is validated, before any host is t
    release will size and, with a drafter or with serving_context_length / serving_max_running_requests
    set, the configured requests x context against it, kv_cache.KV_MARGIN_GIB kept as a margin.
    Without a drafter and with neither set, SGLang derives both from the pool (0.5.9 tp_worker.py:
-   max_req_len = min(context_len - 1, max_total_num_tokens - 1)): nothing to refuse.
+   max_req_len = min(context_len - 1, max_token_pool_size - 1)): nothing to refuse.
 
 memory_lines(): the inventory's fraction beside SGLang's own default for the card, for
 `python -m roles.site`.
