@@ -5,7 +5,8 @@ rules and ROLE_CHECKS, the checks that need a role's knowledge (the model import
 the SGLang command line rendered for the pinned release, checked against that release's real
 CLI (roles/serving), the gateway's command line against smg's (roles/gateway), the
 speculative decoding settings with the drafter's config against the target's, per release
-(roles/serving/speculative.py), the EAGLE-3 training job's settings and its SpecForge lock
+(roles/serving/speculative.py), the GPU memory the pinned release will need at start-up against
+serving_mem_fraction_static (roles/serving/memory.py), the EAGLE-3 training job's settings and its SpecForge lock
 (roles/eagle3_training/checks.py), and that the engine's unit and environment file can hold the
 host's values as systemd reads them back (roles/serving.systemd_problems). Importing this module
 registers nothing: the same list is passed to every validation (roles/render.py passes it too;
@@ -23,6 +24,7 @@ from roles.eagle3_training.checks import training_problems
 from roles.gateway.command import gateway_problems
 from roles.serving import systemd_problems
 from roles.serving.command import command_problems
+from roles.serving.memory import memory_lines, memory_problems
 from roles.serving.speculative import speculative_problems
 from roles.site import SiteError, loading
 from roles.site.errors import display, print_problems
@@ -32,6 +34,8 @@ ROLE_CHECKS = RoleChecks(
     engine=(command_problems, training_problems, systemd_problems),
     gateway=(gateway_problems,),
     speculative=(speculative_problems,),
+    memory=(memory_problems,),
+    summary=(memory_lines,),
 )
 
 

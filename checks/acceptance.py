@@ -554,7 +554,7 @@ def kv_cache_line(report: dict | None, site, name: str, source: str, engine: str
 
     estimate = None
     if site is not None:
-        found = kv_cache.site_estimate(site.hosts[name], Path(site.inventory_file).parent)
+        found = kv_cache.site_estimate(site.hosts[name], Path(site.inventory_file).parent, site.stack.active.sglang)
         estimate = found.kv_tokens if found else None
     line = from_health(
         report,

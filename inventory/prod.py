@@ -134,7 +134,16 @@ gpu_nodes = [
             "serving_port": 30000,
             "serving_api_key_secret": "engine_api_key",
             "serving_hf_token_secret": "hf_token",
-            "serving_mem_fraction_static": 0.92,  # measured on 96 GB cards with Kimi-K2.5
+            # The share of each GPU for weights and KV cache. SGLang keeps the rest for activations and
+            # CUDA graphs, and a capture that does not fit is an out-of-memory after the model's long
+            # load: on this 97,887 MiB card it keeps 14,848 MiB (0.5.9, 0.5.10) or 16,384 MiB (0.5.23)
+            # at its default cuda_graph_max_bs 512 and chunked_prefill_size 8192, so at most 0.848 /
+            # 0.832; 0.83 fits all three pinned releases (0.92 did not; docs/serving-memory.md).
+            # With EAGLE-3 on 0.5.10 it keeps 4 GiB more: 0.806 at those defaults.
+            "serving_mem_fraction_static": 0.83,
+            # A copy of the model's config.json (moonshotai/Kimi-K2.5's): `python -m roles.site` prints
+            # the KV cache SGLang will have and its own fraction for this card from it.
+            "serving_model_config_json": "models/Kimi-K2.5.config.json",
             # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before
             # the service may start; the acceptance report's "weights at the pinned revision" line
             # judges the manifest against this pin (without a pin that line is UNREACHED and the

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from roles.serving.command import server_arguments
+from roles.shared import kv_cache
 from roles.shared.engine_env import SGLANG_PATCHES
 from roles.shared.patches import patch_queue
 from roles.site import EngineStack, HostSettings, Site, SiteError
@@ -40,12 +41,14 @@ PREFLIGHT_TIMEOUT_S = 900
 
 
 def gpu_answers(settings: HostSettings) -> dict:
-    """What the host's GPUs would answer, from the inventory."""
+    """What the host's GPUs would answer, from the inventory: the memory as nvidia-smi reports
+    it for a known card (97,887 MiB for the RTX PRO 6000, not 96 x 1024), which SGLang's default
+    mem_fraction_static is computed from (roles/shared/kv_cache.py CARD_MEMORY_MIB)."""
     major, minor = GPU_ARCHS[settings.gpu.arch].split(".")
     return {
         "count": settings.gpu.count,
         "name": settings.gpu.model,
-        "memory_mib": settings.gpu.memory_gib * 1024,
+        "memory_mib": kv_cache.card_mib(settings.gpu.model, settings.gpu.memory_gib),
         "capability": [int(major), int(minor)],
     }
 

@@ -20,10 +20,10 @@ What each check stands on (read in the releases' own source):
 Without --max-running-requests SGLang caps speculative serving at 48 running requests
 (server_args.py _handle_speculative_decoding, 0.5.9 and 0.5.10, for EAGLE/EAGLE3/STANDALONE:
 "Max running requests is reset to 48 for speculative decoding"): the command line says the
-number either way. With both config.json copies, the KV cache left per GPU is estimated
-(roles/shared/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
-must fit in it; the deploy prints the estimate (kv_estimate_note) and the health check SGLang's
-own figure from the journal.
+number either way. With both config.json copies, the KV cache left per GPU is estimated per
+release (roles/shared/kv_cache.py) and (context_length + 4 + num_draft_tokens) * max_running_requests
+must fit in it (roles/serving/memory.py, which runs on every gpu node); the deploy prints the
+estimate (kv_estimate_note) and the health check SGLang's own figure from the journal.
 """
 
 from __future__ import annotations
@@ -161,72 +161,6 @@ def _config_problems(
             f" {active.sglang} (srt/models/): EAGLE-3 cannot read its hidden states; expected a stack"
             f" whose sglang has it: {', '.join(able) or '(none in ' + stack.file + ')'}"
         )
-    if not problems:
-        problems += kv_cache_problems(host, spec, eagle3.read_config(target_file), eagle3.read_config(drafter_file))
-    return problems
-
-
-def kv_cache_problems(host: HostSettings, spec: SpeculativeSettings, target: dict, drafter: dict) -> list[str]:
-    """context_length * max_running_requests against the KV cache SGLang will have per GPU,
-    and the drafter against what the static fraction leaves (roles/shared/kv_cache.py)."""
-    if "kv_lora_rank" not in (target.get("text_config") or target):
-        return []  # not an MLA model: the estimate knows only MLA's pool (docs/serving-memory.md)
-    serving = host.serving
-    try:
-        estimate = kv_cache.KvEstimate(
-            kv_cache.before_load_bytes(host.gpu.model, host.gpu.memory_gib),
-            serving.mem_fraction_static,
-            kv_cache.target_memory(target, host.gpu.count),
-            kv_cache.drafter_memory(drafter, host.gpu.count),
-        )
-    except (KeyError, TypeError, ZeroDivisionError) as error:
-        return [
-            f"target {spec.target_config} or drafter {spec.draft_config}: no {error} to estimate the"
-            " KV cache from; expected a DeepSeek-V3-layout target (MLA) and a Llama EAGLE drafter config.json"
-        ]
-    text = target.get("text_config") or target
-    context = serving.context_length or kv_cache.model_context_length(target)
-    running = effective_max_running_requests(serving.max_running_requests, serving.speculative)
-    assert running is not None and estimate.drafter is not None  # a drafter: 48 at most, its memory
-    # each request's row holds 4 + the draft tokens beyond its context (extra_max_context_len)
-    extra = kv_cache.EXTRA_CONTEXT_TOKENS + spec.num_draft_tokens
-    per_request = context + extra
-    tokens, cell = estimate.kv_tokens, estimate.target.kv_bytes_per_token
-    card = kv_cache.card_memory_bytes(host.gpu.model, host.gpu.memory_gib)
-    pre = kv_cache.gib(estimate.before_load_bytes)
-    how = (
-        f"{serving.mem_fraction_static:g} x {pre} free before loading ({card // kv_cache.MIB} MiB card"
-        f" - {kv_cache.CONTEXT_AND_NCCL_GIB:g} GiB CUDA context and NCCL)"
-        f" - {kv_cache.gib(estimate.target.weights_per_gpu)} of target weights per GPU"
-        f" = {kv_cache.gib(estimate.kv_bytes)} = {tokens} tokens at {cell} B"
-        f" ((kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {text['qk_rope_head_dim']}) x"
-        f" {text['num_hidden_layers']} layers x {kv_cache.DTYPE_BYTES.get(str(text.get('dtype')), 2)} B)"
-    )
-    if estimate.kv_bytes <= 0:
-        return [
-            f"the target's weights alone, {kv_cache.gib(estimate.target.weights_per_gpu)} per GPU over gpu_count"
-            f" {host.gpu.count} (from {spec.target_config}), exceed serving_mem_fraction_static"
-            f" {serving.mem_fraction_static:g} x the {pre} free before loading; expected more GPUs or"
-            " larger ones (docs/serving-memory.md)"
-        ]
-    problems = []
-    if per_request * running > tokens:
-        source = "serving_context_length" if serving.context_length else "the model's context length"
-        problems.append(
-            f"{source} {context} (+ 4 + {spec.num_draft_tokens} draft tokens) x serving_max_running_requests"
-            f" {running} = {per_request * running} tokens of KV cache; the estimate leaves {how};"
-            f" expected serving_max_running_requests <= {tokens // per_request} at that context, or"
-            f" serving_context_length <= {max(tokens // running - extra, 0)} for {running} requests,"
-            " or a larger serving_mem_fraction_static (docs/serving-memory.md)"
-        )
-    if estimate.drafter_bytes > estimate.headroom_bytes:
-        problems.append(
-            f"the drafter needs {kv_cache.gib(estimate.drafter_bytes)} per GPU ("
-            f"{kv_cache.gib(estimate.drafter.weights_per_gpu)} of weights + {tokens} tokens x"
-            f" {estimate.drafter.kv_bytes_per_token} B of its KV cache) beside CUDA graphs and activations,"
-            f" but 1 - serving_mem_fraction_static leaves {kv_cache.gib(estimate.headroom_bytes)}; expected a"
-            f" smaller serving_mem_fraction_static (docs/serving-memory.md)"
-        )
     return problems
 
 
@@ -234,13 +168,13 @@ def kv_estimate_note(host: HostSettings, version: str | None, inventory_dir: Pat
     """The estimate in one line, for the deploy's output beside SGLang's own figure (the health
     check "kv cache allocated" reads it from the journal); None without both config.json copies
     or for a target the estimate does not know (the inventory's checks already ran)."""
-    estimate = kv_cache.site_estimate(host, inventory_dir)
+    estimate = kv_cache.site_estimate(host, inventory_dir, version)
     if estimate is None:
         return None
     return (
         f"KV cache estimate for sglang {version}: {estimate.kv_tokens} tokens, {kv_cache.gib(estimate.kv_bytes)}"
         f" per GPU ({host.serving.mem_fraction_static:g} x {kv_cache.gib(estimate.before_load_bytes)} free before"
-        f" loading - {kv_cache.gib(estimate.target.weights_per_gpu)} of weights); SGLang's own figure: the health"
+        f" loading - {kv_cache.gib(estimate.loaded_before_pool_bytes)} of weights); SGLang's own figure: the health"
         " check 'kv cache allocated' (docs/serving-memory.md)"
     )
 

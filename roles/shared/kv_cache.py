@@ -42,6 +42,7 @@ router, the vision tower) is counted whole, the rest divided by the tensor-paral
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -71,6 +72,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5
 class ModelMemory:
     weights_per_gpu: int  # bytes
     kv_bytes_per_token: int  # per GPU
+    layers: int = 0  # decoder layers: 0.5.23 grows the target's cell by draft layers / target layers
+    multimodal: bool = False  # a vision tower: 0.5.23 keeps 100 MiB of the KV budget for it
 
 
 def _text(config: dict) -> dict:
@@ -161,7 +164,7 @@ def target_memory(config: dict, tp_size: int) -> ModelMemory:
     sharded += _linear(config, "lm_head", vocab * h) if not t.get("tie_word_embeddings") else 0
     replicated += _vision_params(config) * dtype
     weights = int(replicated + sharded / tp_size)
-    return ModelMemory(weights, (kv_lora + rope) * layers * dtype)
+    return ModelMemory(weights, (kv_lora + rope) * layers * dtype, layers, bool(config.get("vision_config")))
 
 
 def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
@@ -179,7 +182,7 @@ def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
     sharded = (layers * layer + vocab * h) * dtype
     replicated = 3 * h * h * dtype  # fc
     kv_per_gpu = max(kv_heads // tp_size, 1)
-    return ModelMemory(int(replicated + sharded / tp_size), kv_per_gpu * 2 * head_dim * layers * dtype)
+    return ModelMemory(int(replicated + sharded / tp_size), kv_per_gpu * 2 * head_dim * layers * dtype, layers)
 
 
 # srt/utils/hf_transformers_utils.py get_context_length (0.5.10): the first of these keys, times
@@ -224,42 +227,255 @@ def profile_max_num_token(pre_gib: float, post_gib: float, mem_fraction_static: 
     return int(rest_memory * (1 << 30)) // cell_size
 
 
+# The pinned releases whose accounting this module reproduces; another release is read with the
+# rules of the newest pinned one not after it (release_rules).
+RELEASES = ("0.5.9", "0.5.10", "0.5.23")
+# 0.5.23 mem_cache/kv_cache_configurator.py mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB
+# (srt/environ.py, default 100) out of the KV budget of a multimodal model (the feature-transport
+# pool's 1 GiB only with --mm-feature-transport cuda_ipc/cuda_vmm, which the project never renders).
+MULTIMODAL_RESERVE_MIB = {"0.5.9": 0, "0.5.10": 0, "0.5.23": 100}
+# Kept below the release's figure when checking a fit: the weights are counted from config.json
+# to within 0.5 % (0.36 GiB per GPU for Kimi-K2.5 at TP 8) and CONTEXT_AND_NCCL_GIB is measured
+# on one rank (1.75 GiB), not eight. The KV fit asks for its tokens with this much less memory.
+KV_MARGIN_GIB = 1.0
+
+
+def release_rules(version: str | None) -> str:
+    """The pinned release whose accounting applies to version: 0.5.9's before 0.5.10, 0.5.10's
+    before 0.5.23, 0.5.23's from there on."""
+    found = tuple(int(part) for part in re.findall(r"\d+", version or "")[:3]) or (0, 5, 9)
+    return "0.5.9" if found < (0, 5, 10) else "0.5.10" if found < (0, 5, 23) else "0.5.23"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What SGLang's default fraction reads of the model; None where no config.json copy says
+    (the larger reserve is taken then)."""
+
+    mla: bool | None = None
+    multimodal: bool | None = None
+    vision_layers: int = 24  # getattr(vision_config, "num_hidden_layers", 24)
+    vision_hidden: int = 1024
+
+
+def model_facts(config: dict | None) -> ModelFacts:
+    if not config:
+        return ModelFacts()
+    vision = config.get("vision_config") or {}
+    # SGLang's KimiK25VisionConfig defaults num_hidden_layers 27 / hidden_size 1152, the values
+    # of the checkpoint's vt_num_hidden_layers / vt_hidden_size (srt/configs/kimi_k25.py).
+    return ModelFacts(
+        mla="kv_lora_rank" in _text(config),
+        multimodal=bool(vision),
+        vision_layers=int(vision.get("num_hidden_layers") or vision.get("vt_num_hidden_layers") or 24),
+        vision_hidden=int(vision.get("hidden_size") or vision.get("vt_hidden_size") or 1024),
+    )
+
+
+def _capacity_defaults(release: str, card_mib: int, tp_size: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks for the card's memory: 0.5.9 and
+    0.5.10 server_args.py _handle_gpu_memory_settings, 0.5.23 arg_groups/memory_hook.py
+    handle_gpu_memory_settings (the same brackets but 20-35 GB)."""
+    small = tp_size < 4
+    if card_mib < 20 * 1024:
+        return 2048, 8
+    if card_mib < 35 * 1024:
+        return (4096, 48 if small else 160) if release == "0.5.23" else (2048, 24 if small else 80)
+    if card_mib < 60 * 1024:
+        return 4096, 32 if small else 160
+    if card_mib < 160 * 1024:
+        return 8192, 256 if small else 512
+    return 16384, 512
+
+
+def _prefill_graph_tokens(max_tokens: int) -> int:
+    """How many prefill shapes are captured: 0.5.10 _generate_piecewise_cuda_graph_tokens,
+    0.5.23 cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes (the same list)."""
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_tokens + 1, 512))
+    )
+    return len([size for size in sizes if size <= max_tokens])
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """What a release keeps outside weights and KV cache for activations and CUDA graphs, in
+    MiB of the card's total (nvidia-smi's, `get_device_memory_capacity`), as its own default
+    --mem-fraction-static computes it: (card - reserved) / card."""
+
+    release: str
+    card_mib: int
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    parts: tuple[tuple[str, float], ...]  # (what, MiB), summed before the floor
+    floor_mib: float  # at least this much on a card over 60 GiB
+    speculative_mib: float  # 0.5.9 / 0.5.10: "eagle draft models and cuda graphs", after the floor
+
+    @property
+    def activations_and_graphs_mib(self) -> float:
+        return max(sum(mib for _, mib in self.parts), self.floor_mib)
+
+    @property
+    def total_mib(self) -> float:
+        return self.activations_and_graphs_mib + self.speculative_mib
+
+    def largest_fraction(self, extra_mib: float = 0.0) -> float:
+        """The largest --mem-fraction-static (three decimals) that leaves the reserve."""
+        return math.floor((self.card_mib - self.total_mib - extra_mib) / self.card_mib * 1000) / 1000
+
+    def explain(self) -> str:
+        parts = " + ".join(f"{mib:g} MiB {what}" for what, mib in self.parts)
+        text = f"{parts} = {sum(mib for _, mib in self.parts):g} MiB"
+        if self.floor_mib:
+            text += f" (at least {self.floor_mib:g} MiB on a card over 60 GiB)"
+        if self.speculative_mib:
+            text += f" + {self.speculative_mib:g} MiB for the EAGLE drafter"
+        return text
+
+
+def sglang_reserve(
+    version: str | None,
+    card_mib: int,
+    tp_size: int,
+    *,
+    chunked_prefill_size: int | None = None,
+    cuda_graph_max_bs: int | None = None,
+    max_running_requests: int | None = None,
+    speculative: bool = False,
+    model: ModelFacts = ModelFacts(),
+) -> Reserve:
+    """The release's reserved_mem for the rendered command line (no pipeline or data-parallel
+    attention, no DeepEP, no --cuda-graph-bs list: the project renders none of them)."""
+    release = release_rules(version)
+    chunk_default, bs_default = _capacity_defaults(release, card_mib, tp_size)
+    chunk = chunked_prefill_size or chunk_default
+    max_bs = cuda_graph_max_bs or bs_default
+    if release == "0.5.23" and cuda_graph_max_bs is None and max_running_requests is not None:
+        max_bs = min(max_bs, max_running_requests)  # memory_hook.py: a default max_bs above the cap
+    parts: list[tuple[str, float]] = [
+        ("metadata", 512),
+        (f"activations (chunked_prefill_size {chunk} x 1.5)", max(chunk, 2048) * 1.5),
+    ]
+    graphs = max_bs * 2.0
+    # MLA's prefill graphs: 1.5 GiB ("much higher than expected"); else 8 MiB per captured shape.
+    # Unknown model: the larger, MLA's.
+    prefill = 1.5 * 1024 if model.mla is not False else _prefill_graph_tokens(chunk) * 8.0
+    if release == "0.5.10" and not speculative and model.multimodal is not True:
+        graphs += prefill  # piecewise CUDA graphs: off with a drafter or a multimodal model
+    if release == "0.5.23":
+        graphs += prefill  # the prefill graph is on by default
+    parts.append(
+        (f"CUDA graphs (cuda_graph_max_bs {max_bs} x 2{' + prefill graphs' if graphs > max_bs * 2 else ''})", graphs)
+    )
+    parts.append((f"for tp {tp_size}", tp_size / 8 * 1024))
+    floor = 10 * 1024 if card_mib > 60 * 1024 else 0
+    spec = {"0.5.9": 2048, "0.5.10": 4096, "0.5.23": 0}[release] if speculative else 0
+    return Reserve(release, card_mib, chunk, max_bs, tuple(parts), floor, spec)
+
+
+def vlm_factor(model: ModelFacts) -> float:
+    """adjust_mem_fraction_for_vlm (0.5.9, 0.5.10 server_args.py; 0.5.23 memory_hook.py): SGLang's
+    own default is cut for a multimodal model by 0.95 x a factor of the vision tower's size."""
+    if not model.multimodal:
+        return 1.0
+    ratio = model.vision_layers * model.vision_hidden**2 / (24 * 1024**2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def sglang_default_fraction(reserve: Reserve, model: ModelFacts) -> float:
+    """What the release picks without --mem-fraction-static: round((card - reserved) / card, 3),
+    times vlm_factor for a multimodal model."""
+    return round((reserve.card_mib - reserve.total_mib) / reserve.card_mib, 3) * vlm_factor(model)
+
+
 @dataclass(frozen=True)
 class KvEstimate:
+    """The target's KV pool per GPU as the release sizes it.
+
+    0.5.9, 0.5.10 (model_runner_kv_cache_mixin.py profile_max_num_token): after the target's
+    weights, before the drafter is built: rest = (pre - target weights) - pre * (1 - fraction);
+    the drafter's weights and its own KV pool then come out of pre * (1 - fraction).
+    0.5.23 (managers/scheduler.py: the draft worker is built before init_memory_pools;
+    mem_cache/kv_cache_configurator.py _profile_available_bytes): rest = (pre - target weights -
+    draft weights) - pre * (1 - fraction) - 100 MiB for a multimodal model, and the cell grows by
+    int(cell x draft layers / target layers) (model_executor/pool_configurator.py
+    DefaultPoolConfigurator: the draft's pool lives in the same budget)."""
+
     before_load_bytes: int  # free memory SGLang measures before loading (before_load_bytes())
     mem_fraction_static: float
     target: ModelMemory
     drafter: ModelMemory | None
+    release: str = "0.5.10"
+
+    @property
+    def rules(self) -> str:
+        return release_rules(self.release)
+
+    @property
+    def loaded_before_pool_bytes(self) -> int:
+        """Weights resident when the target's pool is sized."""
+        draft = self.drafter.weights_per_gpu if self.drafter is not None and self.rules == "0.5.23" else 0
+        return self.target.weights_per_gpu + draft
+
+    @property
+    def multimodal_reserve_bytes(self) -> int:
+        return MULTIMODAL_RESERVE_MIB[self.rules] * MIB if self.target.multimodal else 0
+
+    def _rest_gib(self) -> float:
+        pre = self.before_load_bytes / GIB
+        post = (self.before_load_bytes - self.loaded_before_pool_bytes) / GIB
+        return post - pre * (1 - self.mem_fraction_static) - self.multimodal_reserve_bytes / GIB
+
+    @property
+    def cell_bytes(self) -> int:
+        """Bytes of the pool per token: the target's, and on 0.5.23 the draft's layers on it."""
+        cell = self.target.kv_bytes_per_token
+        if self.rules == "0.5.23" and self.drafter is not None and self.target.layers:
+            cell += int(cell * self.drafter.layers / self.target.layers)
+        return cell
 
     @property
     def kv_bytes(self) -> int:
-        """Memory SGLang gives the target's KV pool on each GPU: rest_memory."""
-        pre, post = self.before_load_bytes / GIB, (self.before_load_bytes - self.target.weights_per_gpu) / GIB
-        return int((post - pre * (1 - self.mem_fraction_static)) * GIB)
+        """Memory SGLang gives the KV pool on each GPU: rest_memory."""
+        return int(self._rest_gib() * GIB)
 
     @property
     def kv_tokens(self) -> int:
-        pre, post = self.before_load_bytes / GIB, (self.before_load_bytes - self.target.weights_per_gpu) / GIB
-        return max(profile_max_num_token(pre, post, self.mem_fraction_static, self.target.kv_bytes_per_token), 0)
+        return max(int(self._rest_gib() * (1 << 30)) // self.cell_bytes, 0)
+
+    @property
+    def kv_tokens_with_margin(self) -> int:
+        """The tokens with KV_MARGIN_GIB less memory: what a configured fit is held to."""
+        return max(int((self._rest_gib() - KV_MARGIN_GIB) * (1 << 30)) // self.cell_bytes, 0)
 
     @property
     def headroom_bytes(self) -> int:
-        """What is left after the target's pool, pre * (1 - mem_fraction_static): CUDA graphs,
-        activations, and the drafter's weights and KV pool (the target's token count)."""
+        """What is left after the static part, pre * (1 - mem_fraction_static): CUDA graphs,
+        activations, and on 0.5.9 / 0.5.10 the drafter's weights and KV pool."""
         return int(self.before_load_bytes * (1 - self.mem_fraction_static))
 
     @property
     def drafter_bytes(self) -> int:
-        if self.drafter is None:
+        """The drafter's share of the left-over (0.5.23 charges it before the pools: none)."""
+        if self.drafter is None or self.rules == "0.5.23":
             return 0
         return self.drafter.weights_per_gpu + self.kv_tokens * self.drafter.kv_bytes_per_token
 
 
-def gib(value: int) -> str:
+def gib(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def site_estimate(host, inventory_dir) -> KvEstimate | None:
+def card_mib(model: str, memory_gib: int) -> int:
+    return card_memory_bytes(model, memory_gib) // MIB
+
+
+def site_estimate(host, inventory_dir, version: str | None = None) -> KvEstimate | None:
     """The estimate for a gpu node of the site model, from the target's and the drafter's
     config.json beside the inventory (serving_speculative); None without both, or for a
     target the estimate does not know. The deploy's note and the acceptance report share it."""
@@ -278,6 +494,7 @@ def site_estimate(host, inventory_dir) -> KvEstimate | None:
             host.serving.mem_fraction_static,
             target_memory(target, host.gpu.count),
             drafter_memory(drafter, host.gpu.count),
+            version or "0.5.10",
         )
     except (eagle3.ConfigError, KeyError, TypeError, ZeroDivisionError):
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
 from roles.site.errors import SiteError, print_problems
@@ -47,8 +48,31 @@ def main(argv: list[str], prog: str = "python -m roles.site") -> int:
         else:
             print_problems(site_error)
         return 2
-    print(json.dumps(site.summary_data()) if args.json else site.summary())
+    memory = _memory_lines(site)
+    if args.json:
+        data = site.summary_data()
+        for name, lines in memory.items():
+            data["hosts"][name]["memory"] = lines
+        print(json.dumps(data))
+    else:
+        print(site.summary())
+        for name, lines in memory.items():
+            print("\n".join(f"  {name}: {line}" for line in lines))
     return 0
+
+
+def _memory_lines(site) -> dict[str, list[str]]:
+    """Per gpu node, the roles' lines beside a valid site (ROLE_CHECKS.summary): the inventory's
+    mem_fraction_static beside the one the pinned SGLang release would choose for the card, and
+    the KV estimate (roles/serving/memory.py)."""
+    inventory_dir = Path(site.inventory_file).parent
+    found = {}
+    for host in site.hosts.values():
+        if host.in_group("gpu_nodes"):
+            lines = [line for show in ROLE_CHECKS.summary for line in show(host, site.hosts, site.stack, inventory_dir)]
+            if lines:
+                found[host.name] = lines
+    return found
 
 
 if __name__ == "__main__":

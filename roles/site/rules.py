@@ -35,9 +35,12 @@ from roles.site.stack import EngineStack, Stack
 #   release against that release's real CLI;
 # gateway: (gateways host, all hosts);
 # speculative: (gpu node, stack, folder of the inventory file, against which the drafter's and
-#   target's config.json copies are found).
+#   target's config.json copies are found);
+# memory: (gpu node, all hosts, stack, folder of the inventory file), on every gpu node;
+# summary: the same arguments, lines shown beside a valid site (`python -m roles.site`).
 EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], list[str]]
 SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
+MemoryCheck = Callable[[HostSettings, dict[str, HostSettings], Stack, Path], list[str]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class RoleChecks:
     engine: tuple[EngineCheck, ...] = ()
     gateway: tuple[GatewayCheck, ...] = ()
     speculative: tuple[SpeculativeCheck, ...] = ()
+    memory: tuple[MemoryCheck, ...] = ()
+    summary: tuple[MemoryCheck, ...] = ()
 
 
 NO_ROLE_CHECKS = RoleChecks()
@@ -116,6 +121,9 @@ def check_site(
                     if not (speculative and "--speculative-" in p)
                 )
             problems.extend(f"{here}: {p}" for p in speculative)
+            if not speculative:  # a drafter refused for its own reasons is not estimated too
+                for memory_check in checks.memory:
+                    problems.extend(f"{here}: {p}" for p in memory_check(host, site_hosts, stack, Path(where).parent))
         is_guest = host.in_group("lxc_guests") or host.in_group("kvm_guests")
         if host.in_group("lxc_guests") and host.in_group("kvm_guests"):
             problems.append(f"{here}: in both lxc_guests and kvm_guests; expected one of them")

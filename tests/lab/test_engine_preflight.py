@@ -31,6 +31,7 @@ import shutil
 import pytest
 
 from roles.serving import preflight
+from roles.shared import kv_cache
 from roles.site import load_site, load_stack
 from roles.site import lock as stack_lock
 from tests.lab.harness import PROJECT_ROOT, REQUIRE_LAB_ENV
@@ -99,9 +100,9 @@ def _eagle3(tmp_path_factory, **extra):
     shutil.copy(DATA / "kimi-k2.5-config.json", inventory.dir / "target.json")
     shutil.copy(DATA / "torchspec-kimi-k25-eagle3.json", inventory.dir / "drafter.json")
     inventory.edit_stack("active: sglang-0.5.9-cu128", "active: sglang-0.5.10-cu128")
-    # 2048 tokens: with the drafter, the model's 262144 do not fit the KV cache (roles/shared/kv_cache.py).
+    # 256 tokens: with the drafter, the model's 262144 do not fit the KV cache, 64 x 264 do (roles/serving/memory.py).
     site = load_site(
-        inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=2048, **extra)]),
+        inventory.groups(gpu_nodes=[gpu_node(serving_speculative=DRAFTER, serving_context_length=256, **extra)]),
         ROLE_CHECKS,
     )
     return site, site.hosts["gpu1"]
@@ -161,6 +162,13 @@ def test_every_sglang_stack_starts_with_the_prod_render(verdicts, stack_id):
     assert verdict["model"] == {"model_architecture": ["KimiK25ForConditionalGeneration"], "is_multimodal": True}
     assert verdict["resolved"]["tp_size"] == 8 and verdict["resolved"]["api_key"] == "***"
     assert preflight.PLACEHOLDER_KEY not in json.dumps(verdict)
+    # The fraction the release itself would choose for the card (the same command line without
+    # --mem-fraction-static), as the inventory's own arithmetic has it (roles/shared/kv_cache.py).
+    stack = PROD.stack.stacks[stack_id]
+    facts = kv_cache.model_facts(json.loads((DATA / "kimi-k2.5-config.json").read_text()))
+    reserve = kv_cache.sglang_reserve(stack.sglang, 97887, 8, model=facts)
+    own = verdict["engine_default"]["mem_fraction_static"]
+    assert own == pytest.approx(kv_cache.sglang_default_fraction(reserve, facts), abs=1e-9)
 
 
 @pytest.mark.parametrize("stack_id", [s.id for s in SGLANG_STACKS])

@@ -161,8 +161,12 @@ def test_systemd_timespans(text, seconds):
 def test_kv_allocation_judged_against_the_estimate(monkeypatch):
     from roles.shared import kv_cache
 
-    site = SimpleNamespace(hosts={"gpu": object()}, inventory_file="inventory/prod.py")
-    monkeypatch.setattr(kv_cache, "site_estimate", lambda host, folder: SimpleNamespace(kv_tokens=218348))
+    site = SimpleNamespace(
+        hosts={"gpu": object()},
+        inventory_file="inventory/prod.py",
+        stack=SimpleNamespace(active=SimpleNamespace(sglang="0.5.10")),
+    )
+    monkeypatch.setattr(kv_cache, "site_estimate", lambda host, folder, version: SimpleNamespace(kv_tokens=218348))
     report = {
         "checks": [
             {

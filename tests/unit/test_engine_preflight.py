@@ -142,10 +142,11 @@ def test_nvidia_smi_answers_as_the_inventorys_gpus(tmp_path):
 
 
 def test_gpu_answers_come_from_the_inventory():
+    """The card's memory as nvidia-smi reports it (SGLang's default fraction reads it), not 96 x 1024."""
     assert preflight.gpu_answers(HOST) == {
         "count": 8,
         "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "memory_mib": 96 * 1024,
+        "memory_mib": 97887,
         "capability": [12, 0],
     }
 
@@ -463,15 +464,19 @@ class ServerArgs:
     chat_template: str = None
     completion_template: str = None
     skip_tokenizer_init: bool = False
+    mem_fraction_static: float = None
 
     @staticmethod
     def add_cli_args(parser):
         parser.add_argument("--model-path", default="m")
+        parser.add_argument("--mem-fraction-static", type=float, default=None)
         parser.add_argument("--tool-call-parser", choices=["auto"] + TOOL_CALL_PARSERS, default=None)
         parser.add_argument("--chat-template", default=None)
 
     def __post_init__(self):
         self.tokenizer_path = self.tokenizer_path or self.model_path
+        if self.mem_fraction_static is None:  # 0.5.9's own for a 97,887 MiB card, 8 GPUs, no drafter
+            self.mem_fraction_static = round((97887 - 14848) / 97887, 3)
         if os.environ.get("FAKE_SGLANG_ASKS_GPUS"):
             import torch
 
@@ -697,6 +702,22 @@ def test_sglang_loads_its_plugins_before_parsing_and_resolves_auto_parsers(tmp_p
     assert verdict["resolved"]["tool_call_parser"] == "kimi_k2"  # what the server will run with
     done, verdict = _run("sglang", site, ["--tool-call-parser", "site_parser"], tmp_path)
     assert done.returncode == 1 and "invalid choice: 'site_parser'" in done.stderr  # no such plugin
+
+
+def test_the_releases_own_fraction_is_shown_beside_the_rendered_one(tmp_path):
+    """The same command line without --mem-fraction-static, resolved by the release's own code:
+    what it would choose for these GPUs (docs/serving-memory.md), not a refusal."""
+    site = _stand_ins(tmp_path, FAKE_SGLANG)
+    done, verdict = _run("sglang", site, ["--mem-fraction-static", "0.83"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert verdict["resolved"]["mem_fraction_static"] == 0.83
+    assert verdict["engine_default"] == {"mem_fraction_static": 0.848}
+    assert (
+        "SGLang would choose mem_fraction_static = 0.848 for these GPUs without --mem-fraction-static;"
+        " the command line sets 0.83"
+    ) in done.stdout
+    done, verdict = _run("sglang", site, [], tmp_path)
+    assert "engine_default" not in verdict  # nothing rendered: the release's own is what runs
 
 
 def test_with_gpu_answers_the_program_makes_no_cuda_call(tmp_path):

@@ -70,7 +70,7 @@ def test_kimi_on_eight_rtx_pro_6000_leaves_218k_tokens():
     target, drafter = kv_cache.target_memory(KIMI, 8), kv_cache.drafter_memory(DRAFTER, 8)
     pre = kv_cache.before_load_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96)
     assert pre == 97887 * kv_cache.MIB - 2 * kv_cache.GIB
-    estimate = kv_cache.KvEstimate(pre, 0.92, target, drafter)
+    estimate = kv_cache.KvEstimate(pre, 0.92, target, drafter, "0.5.10")
     assert 71.5 < target.weights_per_gpu / kv_cache.GIB < 72.0
     assert kv_cache.gib(estimate.kv_bytes) == "14.3 GiB"
     assert estimate.kv_tokens == 218_348
@@ -86,42 +86,50 @@ def test_a_card_without_a_known_nvidia_smi_total_is_taken_at_gpu_memory_gib():
     assert kv_cache.card_memory_bytes("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96) == 97887 * kv_cache.MIB
 
 
+# 0.806: the largest fraction that leaves 0.5.10's own reserve with EAGLE (18,944 MiB of 97,887:
+# test_serving_memory.py); 0.806 x 93.59 GiB - 71.82 GiB = 3.6 GiB = 55,319 tokens, 40,039 with
+# the 1 GiB margin.
+FITS = {"serving_mem_fraction_static": 0.806}
+
+
 def test_default_context_with_48_requests_is_refused_with_what_would_fit(configs):
-    (problem,) = _problems(configs)
-    assert problem.startswith(f"{configs.dir / 'site.py'}: host gpu1: serving_speculative (EAGLE3 on sglang 0.5.10): ")
+    (problem,) = _problems(configs, **FITS)
+    assert problem.startswith(f"{configs.dir / 'site_serving_mem_fraction_static_0806.py'}: host gpu1: ")
     assert "\n" not in problem
     # each request's row: context + 4 + num_draft_tokens (extra_max_context_len)
     assert (
-        "the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48 = 12583296 tokens"
+        "the model's context length 262144 (+ 4 + 4 draft tokens) x serving_max_running_requests 48 = 12583296"
+        " tokens of KV cache on sglang 0.5.10"
     ) in problem
     assert (
-        "0.92 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
-        " of target weights per GPU = 14.3 GiB = 218348 tokens at 70272 B"
+        "0.806 x 93.6 GiB free before loading (97887 MiB card - 2 GiB CUDA context and NCCL) - 71.8 GiB"
+        " of target weights per GPU = 3.6 GiB = 55319 tokens at 70272 B"
     ) in problem
-    # 218348 // 48 - 8 = 4540 (the old check said 5249: 252187 // 48 - 4)
-    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 4540" in problem
+    assert "1 GiB kept as margin: 40039 tokens" in problem
+    # 40039 // 48 - 8 = 826
+    assert "expected serving_max_running_requests <= 0 at that context, or serving_context_length <= 826" in problem
 
 
 def test_a_context_that_fits_passes_and_both_numbers_are_on_the_command_line(configs):
-    site = _site(configs, serving_context_length=4540)
+    site = _site(configs, serving_context_length=826, **FITS)
     host = site.hosts["gpu1"]
     args = server_arguments(host, site.hosts, site.stack.active)
     assert args[args.index("--max-running-requests") + 1] == "48"  # SGLang's cap, said
-    assert args[args.index("--context-length") + 1] == "4540"
-    (problem,) = _problems(configs, serving_context_length=4541)
-    assert "serving_context_length 4541 (+ 4 + 4 draft tokens) x serving_max_running_requests 48" in problem
+    assert args[args.index("--context-length") + 1] == "826"
+    (problem,) = _problems(configs, serving_context_length=827, **FITS)
+    assert "serving_context_length 827 (+ 4 + 4 draft tokens) x serving_max_running_requests 48" in problem
 
 
 def test_fewer_requests_at_a_longer_context(configs):
-    _site(configs, serving_context_length=65536, serving_max_running_requests=3)
-    (problem,) = _problems(configs, serving_context_length=65536, serving_max_running_requests=4)
-    assert "expected serving_max_running_requests <= 3 at that context" in problem
+    _site(configs, serving_context_length=8192, serving_max_running_requests=4, **FITS)
+    (problem,) = _problems(configs, serving_context_length=8192, serving_max_running_requests=5, **FITS)
+    assert "expected serving_max_running_requests <= 4 at that context" in problem  # 40039 // 8200
 
 
-def test_a_fraction_that_leaves_no_room_for_the_drafter_is_refused(configs):
-    problems = _problems(configs, serving_context_length=4096, serving_mem_fraction_static=0.99)
-    assert len(problems) == 1 and "the drafter needs 1.9 GiB per GPU" in problems[0]
-    assert "1 - serving_mem_fraction_static leaves 0.9 GiB" in problems[0]
+def test_a_fraction_that_leaves_no_room_for_graphs_and_the_drafter_is_refused(configs):
+    problems = _problems(configs, serving_context_length=512, serving_mem_fraction_static=0.99)
+    assert len(problems) == 1 and "serving_mem_fraction_static 0.99 leaves 979 MiB of the 97887 MiB card" in problems[0]
+    assert "4096 MiB for the EAGLE drafter" in problems[0] and "<= 0.806" in problems[0]
 
 
 def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
@@ -140,15 +148,19 @@ def test_without_a_drafter_nothing_is_added_to_the_command_line(inventory):
 
 def test_weights_that_do_not_fit_the_gpus_are_said_first(configs):
     (problem,) = _problems(configs, gpu_count=4)
-    assert "the target's weights alone, 140.7 GiB per GPU over gpu_count 4 (from target.json), exceed" in problem
+    assert "the weights alone, 140.7 GiB per GPU over tp 4, exceed serving_mem_fraction_static 0.8" in problem
 
 
-def test_a_target_without_mla_is_not_estimated():
-    from roles.serving.speculative import kv_cache_problems
+def test_a_target_without_mla_is_not_estimated(inventory):
+    from roles.serving.memory import host_memory
 
     lab = json.loads((PROJECT_ROOT / "tests/lab/data/eagle3/tiny-kimi-config.json").read_text())
     assert kv_cache.model_context_length(lab) == 2048  # SGLang's default without a length key
-    assert kv_cache_problems(None, None, lab, DRAFTER) == []
+    assert kv_cache.model_facts(lab).mla is False
+    shutil.copy(PROJECT_ROOT / "tests/lab/data/eagle3/tiny-kimi-config.json", inventory.dir / "tiny.json")
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node(serving_model_config_json="tiny.json")]), ROLE_CHECKS)
+    memory = host_memory(site.hosts["gpu1"], site.hosts, site.stack, inventory.dir)
+    assert memory is not None and memory.estimate is None and memory.facts.mla is False
 
 
 def _release_method(version: str, name: str, stubs: dict):
@@ -245,10 +257,13 @@ def test_the_eagle_reserve_of_sglangs_default_fraction_per_release(version):
 def test_the_deploy_prints_the_estimate_beside_sglangs_own_figure(configs):
     from roles.serving.speculative import kv_estimate_note
 
-    site = _site(configs, serving_context_length=4096)
+    site = _site(configs, serving_context_length=512, **FITS)
     line = kv_estimate_note(site.hosts["gpu1"], "0.5.10", configs.dir)
     assert line == (
-        "KV cache estimate for sglang 0.5.10: 218348 tokens, 14.3 GiB per GPU (0.92 x 93.6 GiB free"
+        "KV cache estimate for sglang 0.5.10: 55319 tokens, 3.6 GiB per GPU (0.806 x 93.6 GiB free"
         " before loading - 71.8 GiB of weights); SGLang's own figure: the health check 'kv cache"
         " allocated' (docs/serving-memory.md)"
     )
+    # 0.5.23: the drafter's weights are charged before the pool, the cell grows by its layer
+    line = kv_estimate_note(site.hosts["gpu1"], "0.5.23", configs.dir)
+    assert line.startswith("KV cache estimate for sglang 0.5.23: ") and "- 72.5 GiB of weights" in line

@@ -54,7 +54,7 @@ def site(inventory):
                 ssh_hostname="10.0.0.11",
                 serving_host="10.0.0.11",
                 **common,
-                serving_context_length=4096,  # fits the KV cache with a drafter
+                serving_context_length=512,  # fits the KV cache with a drafter
                 serving_speculative={"draft_model_path": "/models/drafter", **speculative_ready(inventory)},
             ),
             gpu_node(

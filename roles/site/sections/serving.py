@@ -177,7 +177,23 @@ class ServingSettings(Section):
         description=("SGLang's --attention-backend; None: the pinned release's safe default for the GPU architecture."),
     )
     mem_fraction_static: Annotated[float, check(lambda v: 0.1 <= v <= 0.99, "a fraction from 0.1 to 0.99")] = Field(
-        0.92, description=("SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache.")
+        0.8,
+        description=(
+            "SGLang's --mem-fraction-static: the share of each GPU's memory for weights and KV cache. At most"
+            " what leaves the pinned release's own reserve for activations and CUDA graphs (refused above it,"
+            " docs/serving-memory.md); 0.8 leaves it for every pinned release on a 96 GB card, with or"
+            " without a drafter."
+        ),
+    )
+    model_config_json: str | None = Field(
+        None,
+        description=(
+            "Copy of the served model's config.json on the control machine, relative to the inventory file:"
+            " the KV cache the pinned SGLang release will size and its own mem_fraction_static for the card"
+            " are computed from it before any host is touched (docs/serving-memory.md). None:"
+            " serving_speculative's target_config, else no KV estimate (the reserve check then assumes an"
+            " MLA model's prefill graphs, the larger)."
+        ),
     )
     cuda_graph_max_bs: Annotated[int, positive] | None = Field(
         None,
