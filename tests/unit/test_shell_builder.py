@@ -29,8 +29,17 @@ SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
 
 
 # Code that sends commands to a host's shell without pyinfra: the day-two commands (testinfra's
-# host.run) and the gateway check (bounded.run(host, ...)). The rest of checks/ is not read yet.
-REMOTE_SOURCES = ["inference_host/operations.py", "checks/gateway.py"]
+# host.run) and the checks moved onto the builder (host.run, bounded.run(host, ...)). The rest of
+# checks/ (acceptance, bench_*, probes, bounded's own wrapper, __main__) still quotes with
+# shlex.quote and is not read yet.
+REMOTE_SOURCES = [
+    "inference_host/operations.py",
+    "checks/gateway.py",
+    "checks/server_checks.py",
+    "checks/test_service.py",
+    "checks/test_weights.py",
+    "checks/test_interconnect.py",
+]
 
 
 def remote_sources(root: Path = PROJECT_ROOT) -> list[Path]:
