@@ -16,6 +16,7 @@ import pytest
 
 from checks import bounded
 from checks import gpu_parsers as parse
+from roles.shared.shell import Shell, sh
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 # A program's outer bound past its own timeout_s: its own KILL comes first and its check says what
@@ -44,7 +45,7 @@ class Evidence:
 
 
 def _tool_exists(host, tool: str) -> bool:
-    return host.run(f"command -v {shlex.quote(tool)}").rc == 0
+    return host.run(sh("command -v {tool}", tool=tool)).rc == 0
 
 
 class GpuProbe:
@@ -60,10 +61,10 @@ class GpuProbe:
         result = self.host.run(f"command -v {SMI}")
         return result.stdout.strip() if result.rc == 0 else None
 
-    def _smi(self, args: str) -> Evidence:
+    def _smi(self, args: Shell) -> Evidence:
         if not self.smi_path:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
-        result = bounded.run(self.host, f"{SMI} {args}", what="nvidia-smi")
+        result = bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=args), what="nvidia-smi")
         if result.rc != 0:
             return Evidence(
                 None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
@@ -77,7 +78,8 @@ class GpuProbe:
 
     @cached_property
     def gpu_query(self) -> Evidence:
-        return self._smi(f"--query-gpu={','.join(parse.GPU_QUERY_FIELDS)} --format=csv,noheader,nounits")
+        fields = ",".join(parse.GPU_QUERY_FIELDS)
+        return self._smi(sh("--query-gpu={fields} --format=csv,noheader,nounits", fields=fields))
 
     @cached_property
     def gpus(self) -> list[parse.GpuInfo]:
@@ -85,22 +87,26 @@ class GpuProbe:
 
     @cached_property
     def remapped(self) -> Evidence:
-        return self._smi("--query-remapped-rows=" + ",".join(parse.REMAPPED_FIELDS) + " --format=csv,noheader")
+        fields = ",".join(parse.REMAPPED_FIELDS)
+        return self._smi(sh("--query-remapped-rows={fields} --format=csv,noheader", fields=fields))
 
     @cached_property
     def retired(self) -> Evidence:
-        return self._smi("--query-gpu=" + ",".join(parse.RETIRED_FIELDS) + " --format=csv,noheader")
+        return self._smi(sh("--query-gpu={fields} --format=csv,noheader", fields=",".join(parse.RETIRED_FIELDS)))
 
     @cached_property
     def compute_apps(self) -> Evidence:
         return self._smi(
-            "--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits"
+            sh(
+                "--query-compute-apps={fields} --format=csv,noheader,nounits",
+                fields=",".join(parse.COMPUTE_APP_FIELDS),
+            )
         )
 
     @cached_property
     def memory_used_mib(self) -> int | None:
         """Memory used over all GPUs (MiB), whoever holds it; None when nvidia-smi cannot say."""
-        used = self._smi("--query-gpu=memory.used --format=csv,noheader,nounits")
+        used = self._smi(sh("--query-gpu=memory.used --format=csv,noheader,nounits"))
         if used.text is None:
             return None
         values = [line.strip() for line in used.text.splitlines() if line.strip()]
@@ -117,11 +123,11 @@ class GpuProbe:
 
     @cached_property
     def topology(self) -> Evidence:
-        return self._smi("topo -m")
+        return self._smi(sh("topo -m"))
 
     @cached_property
     def smi_q(self) -> Evidence:
-        return self._smi("-q")
+        return self._smi(sh("-q"))
 
     @cached_property
     def health(self) -> dict[str, parse.GpuHealth]:
@@ -129,17 +135,17 @@ class GpuProbe:
 
     def replays(self) -> dict[str, int | None]:
         """PCIe replays per GPU now (read twice by the interconnect suite: before and after)."""
-        now = self._smi("-q")
+        now = self._smi(sh("-q"))
         if now.text is None:
             return {}
         return {bus: h.replays for bus, h in parse.parse_gpu_health(now.text).items()}
 
     @cached_property
     def nvlink(self) -> Evidence:
-        status = self._smi("nvlink -s")
+        status = self._smi(sh("nvlink -s"))
         if status.text is None:
             return status
-        errors = self._smi("nvlink -e")
+        errors = self._smi(sh("nvlink -e"))
         return Evidence(status.text + "\n@@ERRORS@@\n" + (errors.text or ""))
 
     @cached_property
@@ -149,7 +155,7 @@ class GpuProbe:
 
     @cached_property
     def smi_version(self) -> Evidence:
-        return self._smi("--version")
+        return self._smi(sh("--version"))
 
     @cached_property
     def proc_version(self) -> Evidence:
@@ -222,7 +228,7 @@ class GpuProbe:
         program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
         env_path = env_file or ""
-        has_file = bool(env_path) and self.host.run(f"test -r {shlex.quote(env_path)}").rc == 0
+        has_file = bool(env_path) and self.host.run(sh("test -r {path}", path=env_path)).rc == 0
         fallback = "" if has_file else " ".join(f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
         inherited = " ".join(f'${{{name}+{name}="${name}"}}' for name in SAFETY_VARIABLES)
         file_argument = shlex.quote(env_path) if has_file else "''"
@@ -238,7 +244,7 @@ class GpuProbe:
         return bounded.run(self.host, command, what="gpu program", bound_s=int(timeout_s) + PROGRAM_BOUND_MARGIN_S)
 
     def engine_python_missing(self, python: str) -> str | None:
-        if self.host.run(f"test -x {shlex.quote(python)}").rc != 0:
+        if self.host.run(sh("test -x {python}", python=python)).rc != 0:
             return (
                 f"the engine python {python} does not exist; expected the engine environment "
                 "(roles/engine_envs) there; set health_engine_python or --expect health_engine_python=PATH"

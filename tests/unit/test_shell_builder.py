@@ -29,21 +29,18 @@ SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
 
 
 # Code that sends commands to a host's shell without pyinfra: the day-two commands (testinfra's
-# host.run) and the checks moved onto the builder (host.run, bounded.run(host, ...)). The rest of
-# checks/ (acceptance, bench_*, probes, bounded's own wrapper, __main__) still quotes with
-# shlex.quote and is not read yet.
-REMOTE_SOURCES = [
-    "inference_host/operations.py",
-    "checks/gateway.py",
-    "checks/server_checks.py",
-    "checks/test_service.py",
-    "checks/test_weights.py",
-    "checks/test_interconnect.py",
-]
+# host.run) and the checks (host.run, bounded.run(host, ...)), but for what is not moved onto the
+# builder yet, each with why.
+NOT_YET = {
+    "checks/bench_workload.py": 'the benchmark\'s script mixes quoted words with "$d" paths',
+    "checks/probes.py": "run_program sends the program's source in a heredoc",
+    "checks/bounded.py": "the wrapper every command goes through (timeout, sh -c), not a command of its own",
+}
 
 
 def remote_sources(root: Path = PROJECT_ROOT) -> list[Path]:
-    return [root / p for p in REMOTE_SOURCES]
+    checks = [p for p in sorted((root / "checks").glob("*.py")) if str(p.relative_to(root)) not in NOT_YET]
+    return [root / "inference_host" / "operations.py", *checks]
 
 
 def role_sources(root: Path = PROJECT_ROOT) -> list[Path]:
@@ -289,7 +286,7 @@ class Checker:
             shell_args = node.args[1:2] + [k.value for k in node.keywords if k.arg == "command"]  # pyinfra's fact
         elif last == "StringCommand":
             shell_args = list(node.args)
-        elif self.remote and last == "run" and not func.startswith("subprocess."):
+        elif self.remote and last == "run" and not func.startswith("subprocess.") and func not in module.defs:
             # bounded.run(host, command, ...) / host.run(command) / get_host(...).run(command)
             shell_args = node.args[1:2] if func == "bounded.run" else node.args[:1]
         elif last in ("run", "Popen", "check_output", "check_call", "call"):
@@ -315,6 +312,7 @@ def test_every_command_the_roles_run_is_built_by_the_builder():
 
 
 def test_every_command_the_day_two_tools_run_is_built_by_the_builder():
+    assert len(remote_sources()) > 10  # the checks are read at all
     problems = Checker(remote_sources(), remote=True).check()
     assert not problems, "command lines formatted outside roles/shared/shell.py:\n" + "\n".join(problems)
 
