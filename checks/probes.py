@@ -7,7 +7,7 @@ Nothing here needs systemd: the GPU evidence comes from nvidia-smi, /proc and th
 
 from __future__ import annotations
 
-import shlex
+import base64
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +16,7 @@ import pytest
 
 from checks import bounded
 from checks import gpu_parsers as parse
-from roles.shared.shell import Shell, sh
+from roles.shared.shell import Shell, argv, sh
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 # A program's outer bound past its own timeout_s: its own KILL comes first and its check says what
@@ -210,7 +210,7 @@ class GpuProbe:
         self,
         python: str,
         program: str,
-        args: str = "",
+        args: tuple[str, ...] | list[str] = (),
         env_file: str | None = None,
         fallback_env: dict | None = None,
         timeout_s: int = 300,
@@ -229,18 +229,31 @@ class GpuProbe:
         source = (PROGRAMS / program).read_text()
         env_path = env_file or ""
         has_file = bool(env_path) and self.host.run(sh("test -r {path}", path=env_path)).rc == 0
-        fallback = "" if has_file else " ".join(f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
-        inherited = " ".join(f'${{{name}+{name}="${name}"}}' for name in SAFETY_VARIABLES)
-        file_argument = shlex.quote(env_path) if has_file else "''"
-        source_name = shlex.quote(env_path if has_file else "site model")
-        command = (
-            f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
-            f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
-            f' {inherited} {fallback} sh -c \'if [ -n "$1" ]; then set -a; . "$1"; set +a; fi; shift; '
-            f'exec "$@"\' sh {file_argument} '
-            f'timeout -s KILL {int(timeout_s)} {shlex.quote(python)} "$d/{program}" {args}; '
-            'rc=$?; rm -rf "$d"; exit $rc'
+        assignments = [] if has_file else [f"{k}={v}" for k, v in (fallback_env or {}).items()]
+        # The program's source travels as base64 (no quoting or heredoc delimiter to get wrong);
+        # each SAFETY_VARIABLES guard is passed on only when set, as ${NAME+NAME="$NAME"}.
+        command = sh(
+            'd=$(mktemp -d) && printf %s {encoded} | base64 -d > "$d"/{program}'
+            " && env -i PATH={path} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
+            ' ${{NCCL_NVLS_ENABLE+NCCL_NVLS_ENABLE="$NCCL_NVLS_ENABLE"}}'
+            " ${{TORCH_SYMM_MEM_DISABLE_MULTICAST+TORCH_SYMM_MEM_DISABLE_MULTICAST="
+            '"$TORCH_SYMM_MEM_DISABLE_MULTICAST"}}'
+            ' ${{NVSHMEM_DISABLE_NVLS+NVSHMEM_DISABLE_NVLS="$NVSHMEM_DISABLE_NVLS"}}'
+            ' {assignments} sh -c \'if [ -n "$1" ]; then set -a; . "$1"; set +a; fi; shift; exec "$@"\''
+            ' sh {file_argument} timeout -s KILL {timeout} {python} "$d"/{program} {args};'
+            ' rc=$?; rm -rf "$d"; exit $rc',
+            encoded=base64.b64encode(source.encode()).decode(),
+            program=program,
+            path=CLEAN_PATH,
+            source_name=env_path if has_file else "site model",
+            assignments=assignments,
+            file_argument=env_path if has_file else "",
+            timeout=int(timeout_s),
+            python=python,
+            # the program's own options (--disable-custom-all-reduce), from this code, never a setting
+            args=argv(*args) if args else sh(""),
         )
+        assert all(f"${{{name}+{name}=" in command for name in SAFETY_VARIABLES), "a guard is not passed on"
         return bounded.run(self.host, command, what="gpu program", bound_s=int(timeout_s) + PROGRAM_BOUND_MARGIN_S)
 
     def engine_python_missing(self, python: str) -> str | None:

@@ -569,7 +569,7 @@ def membw_result(gpu, expect, request) -> dict:
     result = gpu.run_program(
         expect.engine_python,
         "membw.py",
-        f"1024 2 {gpu.smi_path or 'nvidia-smi'}",
+        ["1024", "2", gpu.smi_path or "nvidia-smi"],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=300,

@@ -100,7 +100,7 @@ def allreduce_run(gpu, expect) -> dict:
     result = gpu.run_program(
         expect.engine_python,
         "allreduce.py",
-        str(expect.allreduce_size_mib),
+        [str(expect.allreduce_size_mib)],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=expect.allreduce_timeout_s,
@@ -229,7 +229,7 @@ def test_engine_allreduce_correct(gpu, expect, request):
     result = gpu.run_program(
         expect.engine_python,
         "engine_allreduce.py",
-        "--disable-custom-all-reduce" if disable else "",
+        ["--disable-custom-all-reduce"] if disable else [],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=expect.allreduce_timeout_s,
