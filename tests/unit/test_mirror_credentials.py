@@ -8,6 +8,7 @@ upload, never a command line, an exported environment variable or a plain file."
 
 from __future__ import annotations
 
+import ast
 import base64
 import http.server
 import importlib.util
@@ -17,16 +18,17 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import threading
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from roles.shared import mirror_auth
 from roles.shared.mirror_auth import CredentialError, apt_auth_text, netrc_text, parse_credentials, token_problem
 from tests.unit.conftest import PROJECT_ROOT
-from tests.unit.plans import inventory_mirror_credentials as plan_inventory
 from tests.unit.test_gpu_stack_plans import Plan, plan
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
@@ -242,6 +244,22 @@ def test_the_builds_take_the_login_as_a_secret_mount_never_a_build_argument(dock
 # --- the plan: only the 0600 upload carries them ------------------------------------------------------------
 
 HOST = "@fake/gpu-mirrors"
+PLAN_INVENTORY = PROJECT_ROOT / "tests/unit/plans/inventory_mirror_credentials.py"
+
+
+def _inventory_constant(name: str) -> str:
+    """A constant of the plan inventory, read without running it (it sets up a vault and the
+    vault password's variable for the pyinfra process it is written for)."""
+    tree = ast.parse(PLAN_INVENTORY.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
+            return ast.literal_eval(node.value)
+    raise KeyError(name)
+
+
+plan_inventory = SimpleNamespace(
+    CUDA_LOGIN=_inventory_constant("CUDA_LOGIN"), PYPI_LOGIN=_inventory_constant("PYPI_LOGIN")
+)
 UPLOAD_DIR = "/var/lib/inference-host/upload"
 
 
@@ -344,11 +362,14 @@ def test_the_wheel_build_gets_the_netrc_as_a_buildkit_secret():
 
 
 def test_the_preview_shows_both_files_with_the_logins_masked(tmp_path):
-    from roles import render
-
-    assert (
-        render.main([str(PROJECT_ROOT / "tests/unit/plans/inventory_mirror_credentials.py"), "--out", str(tmp_path)])
-        == 0
+    # In its own process: the inventory sets up a vault and its password's variable for the
+    # process that loads it, and pyinfra's CLI patches the process with gevent.
+    subprocess.run(
+        [sys.executable, "-m", "roles.render", str(PLAN_INVENTORY), "--out", str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     host = tmp_path / HOST
     assert (host / mirror_auth.CUDA_AUTH_FILE.lstrip("/")).read_text() == (
