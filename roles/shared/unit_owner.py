@@ -23,7 +23,7 @@ from pyinfra import host
 from pyinfra.api import FactBase
 
 from roles.shared.layout import SYSTEMD_DIR
-from roles.shared.shell import Shell, sh
+from roles.shared.shell import Shell, chain, sh
 from roles.site import current_site
 from roles.site.errors import shown
 
@@ -49,19 +49,25 @@ class ServiceUnitFiles(FactBase):
     """Returns UnitFiles: `systemctl list-unit-files` of the service units (bounded), and for each
     of `units` whether its file in /etc/systemd/system is one this project wrote."""
 
-    def command(self, units: list[str]) -> Shell:
-        return sh(
-            "timeout {limit} systemctl list-unit-files --no-legend --no-pager --full --type=service;"
-            ' echo "list-rc $?";'
-            " for unit in {units}; do"
-            ' if grep -qsiF -e {marker} -- {systemd}/"$unit"; then echo "ours $unit"; fi;'
-            ' if [ -L {systemd}/"$unit" ]; then echo "link $unit $(readlink -- {systemd}/"$unit")"; fi;'
-            " done; true",
+    def command(self, units: list[str] | str) -> Shell:
+        names = [units] if isinstance(units, str) else units  # one name, or a list of them
+        listing = sh(
+            'timeout {limit} systemctl list-unit-files --no-legend --no-pager --full --type=service; echo "list-rc $?"',
             limit=LIST_TIMEOUT_S,
-            units=units,
-            marker=MARKER,
-            systemd=SYSTEMD_DIR,
         )
+        # One test per asked unit (no `for` over quoted words): ours by its line, or where it links.
+        owned = [
+            sh(
+                "if grep -qsiF -e {marker} -- {path}; then echo {ours}; fi;"
+                ' if [ -L {path} ]; then echo {link} "$(readlink -- {path})"; fi',
+                marker=MARKER,
+                path=f"{SYSTEMD_DIR}/{unit}",
+                ours=f"ours {unit}",
+                link=f"link {unit}",
+            )
+            for unit in names
+        ]
+        return chain(listing, *owned, sh("true"), operator=";")
 
     def process(self, output: list[str]) -> UnitFiles:
         states: dict[str, str] = {}
