@@ -4,7 +4,8 @@ before any operation when the name is a unit the project did not write.
 
 tests/unit/data/systemd/list-unit-files-debian12.txt is `systemctl --root=/ list-unit-files
 --no-legend --no-pager --full --type=service` on a Debian 12 machine (systemd 252.38-1~deb12u1):
-the offline form prints the same columns (UNIT FILE, STATE, PRESET) as the live one the fact runs."""
+the offline form prints the same columns (UNIT FILE, STATE, PRESET) as the live one the fact runs.
+fact-output-lab-debian12.txt is the fact's whole command run live in the lab's systemd image."""
 
 from __future__ import annotations
 
@@ -94,3 +95,18 @@ def test_the_deploy_refuses_a_foreign_unit_before_any_operation():
         f" (/etc/systemd/system/model-server.service has no '{MARKER}...' line); expected a unit name of its own"
     )
     assert line in completed.stderr, completed.stderr[-3000:]
+
+
+def test_the_fact_s_whole_answer_from_a_running_systemd():
+    """The fact's own command run in the lab's systemd image (Debian 12, systemd as PID 1) with
+    our engine unit linked into /opt/ih/current/serving (it carries the marker) and a packaged
+    model-server.service enabled: fact-output-lab-debian12.txt, captured as it answered."""
+    found = ServiceUnitFiles().process((DATA / "fact-output-lab-debian12.txt").read_text().splitlines())
+    assert found.error is None and found.states["inference-engine.service"] == "linked"
+    assert found.ours == {"inference-engine.service"}
+    assert found.links == {"inference-engine.service": "/opt/ih/current/serving/inference-engine.service"}
+    assert foreign_unit_problem("serving_unit_name", "inference-engine", found, "/opt/ih") is None
+    assert "model-server.service, a unit this host already has (enabled)" in foreign_unit_problem(
+        "serving_unit_name", "model-server", found, "/opt/ih"
+    )
+    assert foreign_unit_problem("gateway_unit_name", "cron", found, "/opt/ih") is None  # not installed there
