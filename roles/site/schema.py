@@ -296,6 +296,18 @@ MIRROR_CREDENTIALS = {
     "cuda_repo_url": "cuda_repo_credentials_secret",
     "base_pypi_index_url": "base_pypi_index_credentials_secret",
 }
+# URLs the roles write into 0644 files, command lines or environment variables, for which no vault
+# key exists: a credential in them is refused with a line that says so, not pointed at a *_secret
+# setting nothing reads.
+NO_VAULT_KEY = frozenset(
+    {
+        "base_python_install_mirror",
+        "docker_repo_url",
+        "docker_nvidia_toolkit_repo_url",
+        "docker_nvidia_toolkit_key_url",
+        "weights_endpoint",
+    }
+)
 # Plain settings whose credential-carrying form has a vault key of its own (roles/monitoring).
 OWN_VAULT_KEY = {"monitoring_webhook_url": "monitoring_webhook_url_secret"}
 
@@ -454,6 +466,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
                     f"expected {key} without its user part, and the credential as login:password in the vault:"
                     f" python -m roles.site.vault set FILE NAME (value on stdin), named by {setting}"
                     if key in MIRROR_CREDENTIALS
+                    else f"expected {key} without a credential (no vault key takes one for this URL: use a mirror"
+                    " that trusts the host's address)"
+                    if key in NO_VAULT_KEY
                     else "expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named"
                     f" by {setting}"
                 )

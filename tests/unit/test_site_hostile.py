@@ -215,6 +215,17 @@ def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, val
     )
 
 
+@pytest.mark.parametrize("key", ["base_python_install_mirror", "docker_repo_url", "weights_endpoint"])
+def test_a_url_no_vault_key_takes_is_refused_saying_so(inventory, validate, key):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: "https://user:" + "p4ssw0rd@mirror.example/x"})])
+    line = validate(path)
+    assert "p4ssw0rd" not in line and line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like")
+    assert line.endswith(
+        f"expected {key} without a credential (no vault key takes one for this URL: use a mirror that trusts"
+        " the host's address)"
+    )
+
+
 @pytest.mark.parametrize("key", ["cuda_repo_url", "base_pypi_index_url"])
 def test_a_mirror_url_with_any_user_part_is_refused(inventory, validate, key):  # noqa: F811
     """A user name alone is no credential shape, but apt ignores auth.conf for a URL that has one,
