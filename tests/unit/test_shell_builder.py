@@ -32,7 +32,6 @@ SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
 # host.run) and the checks (host.run, bounded.run(host, ...)), but for what is not moved onto the
 # builder yet, each with why.
 NOT_YET = {
-    "checks/bench_workload.py": 'the benchmark\'s script mixes quoted words with "$d" paths',
     "checks/bounded.py": "the wrapper every command goes through (timeout, sh -c), not a command of its own",
 }
 
