@@ -17,7 +17,6 @@ and the unit's stop and start timeouts before it.
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pytest
 from checks import bounded
 from checks.connection import testinfra_url
 from checks.site_cache import site_of
+from roles.shared.shell import sh
 from roles.site import SiteError
 from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
@@ -257,7 +257,7 @@ def unit_timeouts(host, unit: str) -> tuple[float, float]:
     """The unit's TimeoutStartSec and TimeoutStopSec (systemctl show; infinity: 1800 s)."""
     from checks.acceptance import parse_timespan
 
-    shown = bounded.run(host, f"systemctl show -p TimeoutStartUSec -p TimeoutStopUSec {shlex.quote(unit)}")
+    shown = bounded.run(host, sh("systemctl show -p TimeoutStartUSec -p TimeoutStopUSec {unit}", unit=unit))
     values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
     start = parse_timespan(values.get("TimeoutStartUSec", "")) or 1800
     stop = parse_timespan(values.get("TimeoutStopUSec", "")) or 1800
@@ -274,7 +274,7 @@ def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
     if bounded.run(host, "command -v dcgmi").rc != 0:
         return DcgmRun(None, "dcgmi is not installed (set nvidia_driver_dcgm = true)")
     try:
-        active = bounded.run(host, f"systemctl is-active {shlex.quote(unit)}").stdout.strip() == "active"
+        active = bounded.run(host, sh("systemctl is-active {unit}", unit=unit)).stdout.strip() == "active"
         start_s, stop_s = unit_timeouts(host, unit) if active else (1800, 1800)
     except bounded.CommandOverrun as error:
         return DcgmRun(None, str(error))
@@ -282,8 +282,13 @@ def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
     try:
         if active:
             print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
-            bounded.run(host, f"systemctl stop {shlex.quote(unit)}", what="systemctl", bound_s=stop_s + 30)
-        result = bounded.run(host, f"dcgmi diag -r {level} -j", what="dcgmi", bound_s=bounded.DCGM_DIAG_BOUND_S[level])
+            bounded.run(host, sh("systemctl stop {unit}", unit=unit), what="systemctl", bound_s=stop_s + 30)
+        result = bounded.run(
+            host,
+            sh("dcgmi diag -r {level} -j", level=int(level)),
+            what="dcgmi",
+            bound_s=bounded.DCGM_DIAG_BOUND_S[level],
+        )
         run.tests = parse.parse_dcgmi_diag_json(result.stdout)
     except bounded.CommandOverrun as error:
         run.problem = str(error)
@@ -298,10 +303,9 @@ def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
 
 def start_again(host, unit: str, start_s: float) -> str | None:
     """Starts the unit and says why it is not active afterwards (None: it is)."""
-    quoted = shlex.quote(unit)
     try:
-        started = bounded.run(host, f"systemctl start {quoted}", what="systemctl", bound_s=start_s + 30)
-        state = bounded.run(host, f"systemctl is-active {quoted}").stdout.strip() or "unknown"
+        started = bounded.run(host, sh("systemctl start {unit}", unit=unit), what="systemctl", bound_s=start_s + 30)
+        state = bounded.run(host, sh("systemctl is-active {unit}", unit=unit)).stdout.strip() or "unknown"
     except bounded.CommandOverrun as error:
         return str(error)
     if started.rc == 0 and state == "active":

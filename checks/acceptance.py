@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from checks.__main__ import SUITES
 from checks.site_cache import site_of
+from roles.shared.shell import sh
 from roles.site import SiteError
 from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
@@ -78,7 +78,7 @@ class Line:
 
 def standin(host, path: str) -> bool:
     """Whether the program at `path` on the host is one of the lab's stand-ins (it says so)."""
-    return host.run(f"head -c 8192 {shlex.quote(path)} 2>/dev/null | grep -q {STANDIN_MARK}").rc == 0
+    return host.run(sh("head -c 8192 {path} 2>/dev/null | grep -q {mark}", path=path, mark=STANDIN_MARK)).rc == 0
 
 
 def expected_iommu_args(cpu_vendor: str) -> list[str]:
@@ -133,7 +133,7 @@ def node_lines(node, host) -> list[Line]:
         cmdline_file, source = STANDIN_CMDLINE, "stand-in: pve-standin-kernel (the ESP's command line at its last boot)"
     else:
         cmdline_file, source = "/proc/cmdline", TARGET
-    read = host.run(f"cat {cmdline_file}")
+    read = host.run(sh("cat {file}", file=cmdline_file))
     lines = [
         judge_kernel_args(
             name, read.stdout if read.rc == 0 else None, cpu_vendor(host.run("cat /proc/cpuinfo").stdout), source
@@ -168,7 +168,7 @@ def vfio_lines(node, host, in_lab: bool) -> list[Line]:
         ]
     found = {}
     for address in addresses:
-        link = host.run(f"readlink /sys/bus/pci/devices/{shlex.quote(address)}/driver")
+        link = host.run(sh("readlink /sys/bus/pci/devices/{address}/driver", address=address))
         found[address] = link.stdout.strip().rsplit("/", 1)[-1] if link.rc == 0 else "(no driver)"
     wrong = {a: d for a, d in found.items() if d != "vfio-pci"}
     return [
@@ -278,15 +278,18 @@ def python_source(host, expect) -> str:
 
 def engine_source(host, expect) -> str:
     """The lab's engine is a stand-in server the launcher runs by path: that file says so."""
-    launcher = host.run(f"cat {shlex.quote(expect.launcher)}")
+    launcher = host.run(sh("cat {file}", file=expect.launcher))
     paths = dict.fromkeys(re.findall(r"(/[\w./-]+\.py)\b", launcher.stdout if launcher.rc == 0 else ""))
     return "stand-in: lab SGLang server" if any(standin(host, path) for path in paths) else TARGET
 
 
 def load_time_line(host, expect, source: str) -> Line:
     shown = host.run(
-        f"systemctl show {shlex.quote(expect.unit_name)} -p InactiveExitTimestampMonotonic "
-        "-p ActiveEnterTimestampMonotonic -p TimeoutStartUSec"
+        sh(
+            "systemctl show {unit} -p InactiveExitTimestampMonotonic -p ActiveEnterTimestampMonotonic"
+            " -p TimeoutStartUSec",
+            unit=expect.unit_name,
+        )
     )
     values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
     try:

@@ -3,11 +3,11 @@ temporary systemd drop-in, for python -m checks.bench's --ab-* runs, and restore
 
 from __future__ import annotations
 
-import shlex
 import time
 
 from roles.shared import eagle3
 from roles.shared.layout import unit_dropin_dir
+from roles.shared.shell import Shell, argv, sh
 
 AB_DROPIN = "90-inference-host-bench-ab.conf"
 AB_ENV = "bench-ab.env"
@@ -36,24 +36,35 @@ def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
 def set_environment(host, expect, assignment: str | None, timeout_s: int) -> None:
     """One VAR=value over the unit's environment (None: the drop-in removed, as deployed)."""
     folder = unit_dropin_dir(expect.unit_name)
+    dropin, env_file = f"{folder}/{AB_DROPIN}", f"{folder}/{AB_ENV}"
     if assignment is None:
-        script = f"rm -f {folder}/{AB_DROPIN} {folder}/{AB_ENV}"
+        script = sh("rm -f -- {dropin} {env_file}", dropin=dropin, env_file=env_file)
     else:
-        script = (
-            f"mkdir -p {folder} && printf '{assignment}\\n' > {folder}/{AB_ENV} && "
-            f"printf '[Service]\\nEnvironmentFile={folder}/{AB_ENV}\\n' > {folder}/{AB_DROPIN}"
+        # printf's format is ours: the assignment is an argument, written as given.
+        script = sh(
+            "mkdir -p -- {folder} && printf '%s\\n' {assignment} > {env_file}"
+            " && printf '%s\\n' '[Service]' {line} > {dropin}",
+            folder=folder,
+            assignment=assignment,
+            env_file=env_file,
+            line=f"EnvironmentFile={env_file}",
+            dropin=dropin,
         )
-    result = host.run(
-        f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}"
-    )
+    result = host.run(_then_restart(script, expect.unit_name))
     if result.rc != 0:
         raise RuntimeError(f"could not set {assignment} on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
 
 
+def _then_restart(script: Shell, unit: str) -> Shell:
+    """script, then the unit restarted on its new drop-in, as one bash command."""
+    full = sh("{script} && systemctl daemon-reload && systemctl restart -- {unit}", script=script, unit=unit)
+    return sh("bash -c {full}", full=str(full))
+
+
 def _exec_start_path(host, unit: str) -> str:
     """The script the unit runs (`systemctl show -p ExecStart`: "{ path=/... ; argv[]=... }")."""
-    text = host.run(f"systemctl show -p ExecStart --value {shlex.quote(unit)}").stdout
+    text = host.run(sh("systemctl show -p ExecStart --value -- {unit}", unit=unit)).stdout
     for part in text.replace("{", " ").split(";"):
         part = part.strip()
         if part.startswith("path="):
@@ -69,25 +80,28 @@ def set_speculative(
     import base64
 
     folder = unit_dropin_dir(expect.unit_name)
+    dropin, variant = f"{folder}/{SPEC_DROPIN}", f"{folder}/{SPEC_LAUNCHER}"
     if speculative is None:
-        script = f"rm -f {folder}/{SPEC_DROPIN} {folder}/{SPEC_LAUNCHER}"
+        script = sh("rm -f -- {dropin} {variant}", dropin=dropin, variant=variant)
     else:
         launcher = _exec_start_path(host, expect.unit_name)
-        text = host.run(f"cat {shlex.quote(launcher)}").stdout
-        argv = eagle3.speculative_variant(eagle3.launcher_argv(text), speculative, draft_model_path)
+        text = host.run(sh("cat -- {file}", file=launcher)).stdout
+        words = eagle3.speculative_variant(eagle3.launcher_argv(text), speculative, draft_model_path)
         content = (
             "#!/bin/sh\n# A/B variant of the deployed launcher (checks/bench.py); removed after the run.\n"
-            f"exec {shlex.join(argv)}\n"
+            f"exec {argv(*words)}\n"
         )
         encoded = base64.b64encode(content.encode()).decode()
-        script = (
-            f"mkdir -p {folder} && echo {encoded} | base64 -d > {folder}/{SPEC_LAUNCHER} && "
-            f"chmod 0755 {folder}/{SPEC_LAUNCHER} && "
-            f"printf '[Service]\\nExecStart=\\nExecStart={folder}/{SPEC_LAUNCHER}\\n' > {folder}/{SPEC_DROPIN}"
+        script = sh(
+            "mkdir -p -- {folder} && echo {encoded} | base64 -d > {variant} && chmod 0755 -- {variant}"
+            " && printf '%s\\n' '[Service]' 'ExecStart=' {line} > {dropin}",
+            folder=folder,
+            encoded=encoded,
+            variant=variant,
+            line=f"ExecStart={variant}",
+            dropin=dropin,
         )
-    result = host.run(
-        f"bash -c {shlex.quote(script + f' && systemctl daemon-reload && systemctl restart {expect.unit_name}')}"
-    )
+    result = host.run(_then_restart(script, expect.unit_name))
     if result.rc != 0:
         raise RuntimeError(f"could not switch speculative decoding on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)

@@ -3,9 +3,8 @@ run on the host, and its output parsed (python -m checks.bench, checks/bench.py)
 
 from __future__ import annotations
 
-import shlex
-
 from checks import gpu_parsers as parse
+from roles.shared.shell import Shell, argv, sh
 
 # -- the workload --------------------------------------------------------------------------------
 
@@ -94,13 +93,26 @@ def bench_command(
     ]
 
 
+def _in_temporary_folder(words: list[str]) -> Shell:
+    """The benchmark's argv, each word quoted, but "$d" (the host's temporary folder, made by
+    the script) left for the shell to expand, alone or as a path's first part."""
+    pieces = [
+        sh('"$d"') if w == "$d" else sh('"$d"/{rest}', rest=w[3:]) if w.startswith("$d/") else argv(w) for w in words
+    ]
+    command = sh("{first}", first=pieces[0])
+    for piece in pieces[1:]:
+        command = sh("{command} {piece}", command=command, piece=piece)
+    return command
+
+
 def run_workload(host, target, args) -> list[parse.BenchResult]:
     from checks import bounded, server_checks
 
     expect = target["expect"]
-    key_setup = ""
+    key_setup = sh("")
     if expect.api_key_configured:  # bench_serving reads OPENAI_API_KEY; the key stays on the host
-        key_setup = server_checks.api_key_assignment(expect, "OPENAI_API_KEY") + "export OPENAI_API_KEY; "
+        key = server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
+        key_setup = sh("{key}export OPENAI_API_KEY; ", key=key)
     results = []
     for concurrency in args.concurrency:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)
@@ -116,14 +128,17 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
             "$d/out.jsonl",
             expect.engine,
         )
-        text = " ".join(shlex.quote(c) if not c.startswith("$d") else f'"{c}"' for c in command)
-        script = f'{key_setup}d=$(mktemp -d); {text} >&2 && cat "$d/out.jsonl"; rc=$?; rm -rf "$d"; exit $rc'
+        script = sh(
+            '{key_setup}d=$(mktemp -d); {command} >&2 && cat "$d"/out.jsonl; rc=$?; rm -rf "$d"; exit $rc',
+            key_setup=key_setup,
+            command=_in_temporary_folder(command),
+        )
         print(
             f"  {expect.engine} benchmark: concurrency {concurrency}, {prompts} prompts, "
             f"{args.input_len} in / {args.output_len} out",
             flush=True,
         )
-        result = bounded.run(host, f"bash -c {shlex.quote(script)}", what="benchmark")
+        result = bounded.run(host, sh("bash -c {script}", script=str(script)), what="benchmark")
         if result.rc != 0:
             raise RuntimeError(
                 f"the {expect.engine} benchmark failed (rc {result.rc}): {result.stderr.strip()[-1500:]}"

@@ -35,6 +35,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from roles.shared.shell import sh
+
 KILL_AFTER_S = 5  # `timeout -k`: TERM first, KILL this much later
 LOCAL_GRACE_S = 10  # on top of the remote bound and KILL_AFTER_S: transport (ssh, docker exec)
 DEFAULT_DEADLINE_S = 900  # one host's whole `python -m checks` run
@@ -191,7 +193,9 @@ class Runner:
             raise CommandOverrun(refused)
         if self.deadline is not None:
             bound = min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
-        wrapped = f"timeout -k {KILL_AFTER_S} {bound:g} sh -c {shlex.quote(command)}"
+        wrapped = sh(
+            "timeout -k {kill} {bound} sh -c {command}", kill=KILL_AFTER_S, bound=f"{bound:g}", command=str(command)
+        )
         self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
         started = time.monotonic()
         try:

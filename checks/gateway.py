@@ -19,13 +19,14 @@ and goes to curl on a file descriptor, never on a command line.
 
 from __future__ import annotations
 
+import functools
 import json
-import shlex
 import sys
 from dataclasses import dataclass
 
 from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
 from roles.shared.layout import GATEWAY_API_KEY_FILE
+from roles.shared.shell import Shell, sh
 from roles.site import SiteError, load_site
 from roles.site.command_line import OneLineParser
 from roles.site.errors import print_problems
@@ -75,23 +76,32 @@ def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> V
     )
 
 
-def request_command(port: int, path: str, body: dict | None = None, seconds: int = 60) -> str:
+def request_command(port: int, path: str, body: dict | None = None, seconds: int = 60) -> Shell:
     """The root shell command (bash) that sends one request to the gateway on its own host: the
-    key from the 0600 file, to curl on a file descriptor; every value quoted."""
-    curl = (
-        f"curl -sS -m {int(seconds)} -w '\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}'"
-        ' -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")'
+    key from the 0600 file, to curl on a file descriptor; every value quoted (roles/shared/shell.py)."""
+    # curl reads `\n` in -w as a newline: the marker line follows the body on a line of its own.
+    curl = sh(
+        'curl -sS -m {seconds} -w {write_out} -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")',
+        seconds=int(seconds),
+        write_out="\\n" + STATUS_MARKER + "%{http_code} %{time_total}",
     )
-    data = ""
+    data = sh("")
     if body is not None:
-        curl += " -H 'Content-Type: application/json' --data-binary @-"
-        data = f"printf %s {shlex.quote(json.dumps(body))} | "
-    script = f"KEY=$(cat {API_KEY_FILE} 2>/dev/null); {data}{curl} {shlex.quote(f'http://127.0.0.1:{port}{path}')}"
-    return f"bash -c {shlex.quote(script)}"
+        curl = sh("{curl} -H 'Content-Type: application/json' --data-binary @-", curl=curl)
+        data = sh("printf %s {body} | ", body=json.dumps(body))
+    script = sh(
+        "KEY=$(cat {key_file} 2>/dev/null); {data}{curl} {url}",
+        key_file=API_KEY_FILE,
+        data=data,
+        curl=curl,
+        url=f"http://127.0.0.1:{port}{path}",
+    )
+    return sh("bash -c {script}", script=str(script))
 
 
 def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
-    result = run(("sudo " if sudo else "") + request_command(port, path, body))
+    command = request_command(port, path, body)
+    result = run(sh("sudo {command}", command=command) if sudo else command)
     return parse_curl_output(result.stdout, result.stderr)
 
 
@@ -108,7 +118,11 @@ def check(run, port: int, model: str, expected: list[str], sudo: bool = False) -
 
 def _bounded_run(bounded, host):
     """host.run for the gateway's curl (-m 60): the engine-HTTP kind, bounded past curl's own limit."""
-    return lambda command: bounded.run(host, command, what="engine HTTP", bound_s=75)
+    return functools.partial(_run_bounded, bounded, host)
+
+
+def _run_bounded(bounded, host, command: Shell):
+    return bounded.run(host, command, what="engine HTTP", bound_s=75)
 
 
 def main(argv=None) -> int:

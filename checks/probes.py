@@ -7,7 +7,7 @@ Nothing here needs systemd: the GPU evidence comes from nvidia-smi, /proc and th
 
 from __future__ import annotations
 
-import shlex
+import base64
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +16,7 @@ import pytest
 
 from checks import bounded
 from checks import gpu_parsers as parse
+from roles.shared.shell import Shell, argv, sh
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 # A program's outer bound past its own timeout_s: its own KILL comes first and its check says what
@@ -44,7 +45,7 @@ class Evidence:
 
 
 def _tool_exists(host, tool: str) -> bool:
-    return host.run(f"command -v {shlex.quote(tool)}").rc == 0
+    return host.run(sh("command -v {tool}", tool=tool)).rc == 0
 
 
 class GpuProbe:
@@ -60,10 +61,10 @@ class GpuProbe:
         result = self.host.run(f"command -v {SMI}")
         return result.stdout.strip() if result.rc == 0 else None
 
-    def _smi(self, args: str) -> Evidence:
+    def _smi(self, args: Shell) -> Evidence:
         if not self.smi_path:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
-        result = bounded.run(self.host, f"{SMI} {args}", what="nvidia-smi")
+        result = bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=args), what="nvidia-smi")
         if result.rc != 0:
             return Evidence(
                 None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
@@ -77,7 +78,8 @@ class GpuProbe:
 
     @cached_property
     def gpu_query(self) -> Evidence:
-        return self._smi(f"--query-gpu={','.join(parse.GPU_QUERY_FIELDS)} --format=csv,noheader,nounits")
+        fields = ",".join(parse.GPU_QUERY_FIELDS)
+        return self._smi(sh("--query-gpu={fields} --format=csv,noheader,nounits", fields=fields))
 
     @cached_property
     def gpus(self) -> list[parse.GpuInfo]:
@@ -85,22 +87,26 @@ class GpuProbe:
 
     @cached_property
     def remapped(self) -> Evidence:
-        return self._smi("--query-remapped-rows=" + ",".join(parse.REMAPPED_FIELDS) + " --format=csv,noheader")
+        fields = ",".join(parse.REMAPPED_FIELDS)
+        return self._smi(sh("--query-remapped-rows={fields} --format=csv,noheader", fields=fields))
 
     @cached_property
     def retired(self) -> Evidence:
-        return self._smi("--query-gpu=" + ",".join(parse.RETIRED_FIELDS) + " --format=csv,noheader")
+        return self._smi(sh("--query-gpu={fields} --format=csv,noheader", fields=",".join(parse.RETIRED_FIELDS)))
 
     @cached_property
     def compute_apps(self) -> Evidence:
         return self._smi(
-            "--query-compute-apps=" + ",".join(parse.COMPUTE_APP_FIELDS) + " --format=csv,noheader,nounits"
+            sh(
+                "--query-compute-apps={fields} --format=csv,noheader,nounits",
+                fields=",".join(parse.COMPUTE_APP_FIELDS),
+            )
         )
 
     @cached_property
     def memory_used_mib(self) -> int | None:
         """Memory used over all GPUs (MiB), whoever holds it; None when nvidia-smi cannot say."""
-        used = self._smi("--query-gpu=memory.used --format=csv,noheader,nounits")
+        used = self._smi(sh("--query-gpu=memory.used --format=csv,noheader,nounits"))
         if used.text is None:
             return None
         values = [line.strip() for line in used.text.splitlines() if line.strip()]
@@ -117,11 +123,11 @@ class GpuProbe:
 
     @cached_property
     def topology(self) -> Evidence:
-        return self._smi("topo -m")
+        return self._smi(sh("topo -m"))
 
     @cached_property
     def smi_q(self) -> Evidence:
-        return self._smi("-q")
+        return self._smi(sh("-q"))
 
     @cached_property
     def health(self) -> dict[str, parse.GpuHealth]:
@@ -129,17 +135,17 @@ class GpuProbe:
 
     def replays(self) -> dict[str, int | None]:
         """PCIe replays per GPU now (read twice by the interconnect suite: before and after)."""
-        now = self._smi("-q")
+        now = self._smi(sh("-q"))
         if now.text is None:
             return {}
         return {bus: h.replays for bus, h in parse.parse_gpu_health(now.text).items()}
 
     @cached_property
     def nvlink(self) -> Evidence:
-        status = self._smi("nvlink -s")
+        status = self._smi(sh("nvlink -s"))
         if status.text is None:
             return status
-        errors = self._smi("nvlink -e")
+        errors = self._smi(sh("nvlink -e"))
         return Evidence(status.text + "\n@@ERRORS@@\n" + (errors.text or ""))
 
     @cached_property
@@ -149,7 +155,7 @@ class GpuProbe:
 
     @cached_property
     def smi_version(self) -> Evidence:
-        return self._smi("--version")
+        return self._smi(sh("--version"))
 
     @cached_property
     def proc_version(self) -> Evidence:
@@ -204,7 +210,7 @@ class GpuProbe:
         self,
         python: str,
         program: str,
-        args: str = "",
+        args: tuple[str, ...] | list[str] = (),
         env_file: str | None = None,
         fallback_env: dict | None = None,
         timeout_s: int = 300,
@@ -222,23 +228,36 @@ class GpuProbe:
         program reports like every other variable it sees."""
         source = (PROGRAMS / program).read_text()
         env_path = env_file or ""
-        has_file = bool(env_path) and self.host.run(f"test -r {shlex.quote(env_path)}").rc == 0
-        fallback = "" if has_file else " ".join(f"{k}={shlex.quote(v)}" for k, v in (fallback_env or {}).items())
-        inherited = " ".join(f'${{{name}+{name}="${name}"}}' for name in SAFETY_VARIABLES)
-        file_argument = shlex.quote(env_path) if has_file else "''"
-        source_name = shlex.quote(env_path if has_file else "site model")
-        command = (
-            f"d=$(mktemp -d) && cat > \"$d/{program}\" <<'IH_PROGRAM_EOF'\n{source}\nIH_PROGRAM_EOF\n"
-            f"env -i PATH={CLEAN_PATH} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
-            f' {inherited} {fallback} sh -c \'if [ -n "$1" ]; then set -a; . "$1"; set +a; fi; shift; '
-            f'exec "$@"\' sh {file_argument} '
-            f'timeout -s KILL {int(timeout_s)} {shlex.quote(python)} "$d/{program}" {args}; '
-            'rc=$?; rm -rf "$d"; exit $rc'
+        has_file = bool(env_path) and self.host.run(sh("test -r {path}", path=env_path)).rc == 0
+        assignments = [] if has_file else [f"{k}={v}" for k, v in (fallback_env or {}).items()]
+        # The program's source travels as base64 (no quoting or heredoc delimiter to get wrong);
+        # each SAFETY_VARIABLES guard is passed on only when set, as ${NAME+NAME="$NAME"}.
+        command = sh(
+            'd=$(mktemp -d) && printf %s {encoded} | base64 -d > "$d"/{program}'
+            " && env -i PATH={path} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
+            ' ${{NCCL_NVLS_ENABLE+NCCL_NVLS_ENABLE="$NCCL_NVLS_ENABLE"}}'
+            " ${{TORCH_SYMM_MEM_DISABLE_MULTICAST+TORCH_SYMM_MEM_DISABLE_MULTICAST="
+            '"$TORCH_SYMM_MEM_DISABLE_MULTICAST"}}'
+            ' ${{NVSHMEM_DISABLE_NVLS+NVSHMEM_DISABLE_NVLS="$NVSHMEM_DISABLE_NVLS"}}'
+            ' {assignments} sh -c \'if [ -n "$1" ]; then set -a; . "$1"; set +a; fi; shift; exec "$@"\''
+            ' sh {file_argument} timeout -s KILL {timeout} {python} "$d"/{program} {args};'
+            ' rc=$?; rm -rf "$d"; exit $rc',
+            encoded=base64.b64encode(source.encode()).decode(),
+            program=program,
+            path=CLEAN_PATH,
+            source_name=env_path if has_file else "site model",
+            assignments=assignments,
+            file_argument=env_path if has_file else "",
+            timeout=int(timeout_s),
+            python=python,
+            # the program's own options (--disable-custom-all-reduce), from this code, never a setting
+            args=argv(*args) if args else sh(""),
         )
+        assert all(f"${{{name}+{name}=" in command for name in SAFETY_VARIABLES), "a guard is not passed on"
         return bounded.run(self.host, command, what="gpu program", bound_s=int(timeout_s) + PROGRAM_BOUND_MARGIN_S)
 
     def engine_python_missing(self, python: str) -> str | None:
-        if self.host.run(f"test -x {shlex.quote(python)}").rc != 0:
+        if self.host.run(sh("test -x {python}", python=python)).rc != 0:
             return (
                 f"the engine python {python} does not exist; expected the engine environment "
                 "(roles/engine_envs) there; set health_engine_python or --expect health_engine_python=PATH"

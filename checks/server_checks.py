@@ -16,12 +16,12 @@ it; metric names are vllm:* (vllm/v1/metrics/loggers.py) where SGLang's are sgla
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 
 from checks import bounded
 from checks import gpu_parsers as parse
 from checks.probes import explain
+from roles.shared.shell import Shell, argv, sh
 
 STATUS_MARKER = "IH-HTTP "
 # A short deterministic prompt whose answer is plain language: degenerate output (one token
@@ -49,35 +49,42 @@ def base_url(expect) -> str:
 
 
 def environment_file(host, unit: str) -> str | None:
-    shown = parse.parse_systemctl_show(host.run(f"systemctl show -p EnvironmentFiles {unit}").stdout)
+    shown = parse.parse_systemctl_show(host.run(sh("systemctl show -p EnvironmentFiles -- {unit}", unit=unit)).stdout)
     value = shown.get("EnvironmentFiles", "")
     return value.split()[0] if value else None
 
 
-def api_key_assignment(expect, variable: str) -> str:
+def api_key_assignment(expect, variable: str) -> Shell:
     """Shell that reads the API key from roles/serving's 0600 --config file into a variable,
     on the host itself: the key never reaches the controller or a command line."""
-    return f"{variable}=$(jq -r '.\"api-key\" // empty' {shlex.quote(expect.api_key_file)}); "
+    if variable not in ("KEY", "OPENAI_API_KEY"):
+        raise ValueError(f"{variable!r}: the key goes into KEY (curl) or OPENAI_API_KEY (the benchmark)")
+    return sh(
+        "KEY=$(jq -r '.\"api-key\" // empty' {file}); "
+        if variable == "KEY"
+        else "OPENAI_API_KEY=$(jq -r '.\"api-key\" // empty' {file}); ",
+        file=expect.api_key_file,
+    )
 
 
 def request(
     host, expect, path: str, body: dict | None = None, with_key: bool = True, timeout_s: float | None = None
 ) -> HttpAnswer:
     timeout_s = timeout_s or expect.server_timeout_s
-    curl = ["curl", "-sS", "-m", str(timeout_s), "-w", f"\\n{STATUS_MARKER}%{{http_code}} %{{time_total}}"]
-    data = ""
+    # curl reads `\n` in -w as a newline: the marker line follows the body on a line of its own.
+    curl = argv("curl", "-sS", "-m", str(timeout_s), "-w", "\\n" + STATUS_MARKER + "%{http_code} %{time_total}")
+    data = key_setup = sh("")
     if body is not None:
-        curl += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
-        data = f"printf %s {shlex.quote(json.dumps(body))} | "
-    key_setup = ""
+        curl = sh("{curl} -H {header} --data-binary @-", curl=curl, header="Content-Type: application/json")
+        data = sh("printf %s {body} | ", body=json.dumps(body))
     if with_key and expect.api_key_configured:
         key_setup = api_key_assignment(expect, "KEY")
-        curl += ["-K", '<(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")']
-    command = " ".join(shlex.quote(c) if not c.startswith("<(") else c for c in curl)
-    script = f"{key_setup}{data}{command} {shlex.quote(base_url(expect) + path)}"
+        curl = sh('{curl} -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")', curl=curl)
+    script = sh("{key_setup}{data}{curl} {url}", key_setup=key_setup, data=data, curl=curl, url=base_url(expect) + path)
     # curl's -m bounds the request (a server that accepts and never answers: curl exit 28); the
     # outer bound is for the rest (jq, a shell that does not start).
-    result = bounded.run(host, f"bash -c {shlex.quote(script)}", what="engine HTTP", bound_s=float(timeout_s) + 15)
+    command = sh("bash -c {script}", script=str(script))
+    result = bounded.run(host, command, what="engine HTTP", bound_s=float(timeout_s) + 15)
     return parse_curl_output(result.stdout, result.stderr)
 
 

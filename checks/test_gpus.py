@@ -14,6 +14,7 @@ from checks import bounded, gpu_processes
 from checks import gpu_parsers as parse
 from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.probes import cuda_visibility_advice, evidence, explain, report
+from roles.shared.shell import sh
 
 pytestmark = pytest.mark.gpu
 
@@ -155,13 +156,13 @@ def test_no_compute_process_outside_service(gpu, host, expect, request):
     apps = parse.parse_compute_apps(gpu.compute_apps.require("GPU processes"))
     cgroup, active = None, None
     if host.run("command -v systemctl").rc == 0:
-        shown = host.run(f"systemctl show -p ControlGroup -p ActiveState {expect.unit_name}")
+        shown = host.run(sh("systemctl show -p ControlGroup -p ActiveState -- {unit}", unit=expect.unit_name))
         values = parse.parse_systemctl_show(shown.stdout)
         cgroup = values.get("ControlGroup") or None
         active = values.get("ActiveState") in ("active", "activating", "reloading")
     listed = []
     for app in apps:
-        own = host.run(f"cat /proc/{int(app.pid)}/cgroup")
+        own = host.run(sh("cat /proc/{pid}/cgroup", pid=int(app.pid)))
         listed.append(gpu_processes.Listed(app, own.rc == 0, bool(cgroup) and own.rc == 0 and cgroup in own.stdout))
     judgement = gpu_processes.judge(
         listed, gpu.memory_used_mib, gpu.container, expect.unit_name, active, cgroup is not None
@@ -568,7 +569,7 @@ def membw_result(gpu, expect, request) -> dict:
     result = gpu.run_program(
         expect.engine_python,
         "membw.py",
-        f"1024 2 {gpu.smi_path or 'nvidia-smi'}",
+        ["1024", "2", gpu.smi_path or "nvidia-smi"],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=300,

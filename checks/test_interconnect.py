@@ -4,12 +4,12 @@ GPUs with a timeout (a P2P deadlock hangs it) and a bus-bandwidth floor (a slow 
 from __future__ import annotations
 
 import re
-import shlex
 
 import pytest
 
 from checks import gpu_parsers as parse
 from checks.probes import cuda_visibility_advice, evidence, explain, report
+from roles.shared.shell import sh
 
 pytestmark = pytest.mark.interconnect
 
@@ -100,7 +100,7 @@ def allreduce_run(gpu, expect) -> dict:
     result = gpu.run_program(
         expect.engine_python,
         "allreduce.py",
-        str(expect.allreduce_size_mib),
+        [str(expect.allreduce_size_mib)],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=expect.allreduce_timeout_s,
@@ -235,7 +235,7 @@ def test_engine_allreduce_correct(gpu, expect, request):
     result = gpu.run_program(
         expect.engine_python,
         "engine_allreduce.py",
-        "--disable-custom-all-reduce" if disable else "",
+        ["--disable-custom-all-reduce"] if disable else [],
         env_file=expect.env_file,
         fallback_env=expect.nccl_env,
         timeout_s=expect.allreduce_timeout_s,
@@ -250,7 +250,7 @@ def test_engine_allreduce_correct(gpu, expect, request):
 def engine_custom_all_reduce_off(gpu, expect) -> tuple[bool, str]:
     """Whether the service runs SGLang with --disable-custom-all-reduce: read from the unit's
     launcher on the host (its exact command line); without one, SGLang's default (on)."""
-    launcher = gpu.host.run(f"cat {shlex.quote(expect.launcher)}")
+    launcher = gpu.host.run(sh("cat -- {file}", file=expect.launcher))
     if launcher.rc != 0:
         return False, f"SGLang's default: no {expect.launcher} on the host"
     return "--disable-custom-all-reduce" in launcher.stdout.split(), f"as in {expect.launcher}"

@@ -4,8 +4,6 @@ configured address only."""
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 
 from checks import gpu_parsers as parse
@@ -13,6 +11,7 @@ from checks import vllm_kv_log
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
 from roles.shared import sglang_kv_log
+from roles.shared.shell import argv, sh
 
 pytestmark = pytest.mark.service
 
@@ -29,7 +28,8 @@ def unit(host, expect) -> dict[str, str]:
                 "the engine runs as a systemd unit: use a guest with systemd as PID 1",
             )
         )
-    shown = host.run(f"systemctl show {expect.unit_name}.service " + " ".join(f"-p {p}" for p in UNIT_PROPERTIES))
+    properties = [word for p in UNIT_PROPERTIES for word in ("-p", p)]
+    shown = host.run(argv("systemctl", "show", f"{expect.unit_name}.service", *properties))
     return parse.parse_systemctl_show(shown.stdout)
 
 
@@ -88,7 +88,7 @@ def visible_gpus(host, gpu, expect) -> tuple[int, str]:
     """The GPUs the engine sees: nvidia-smi's list (skips where there is none), narrowed by a
     CUDA_VISIBLE_DEVICES of the unit's env file. Only that one line is read off the host."""
     count, source = len(gpu.gpus), "nvidia-smi"
-    shown = host.run(f"grep -E '^CUDA_VISIBLE_DEVICES=' {shlex.quote(expect.env_file)}")
+    shown = host.run(sh("grep -E '^CUDA_VISIBLE_DEVICES=' -- {file}", file=expect.env_file))
     visible = parse.parse_env_assignment(shown.stdout, "CUDA_VISIBLE_DEVICES") if shown.rc == 0 else None
     if visible is not None:
         # CUDA counts the entries up to the first invalid one; an empty value hides every GPU.
@@ -119,7 +119,7 @@ def judge_tensor_parallel(launcher: str, text: str, seen: int, source: str) -> s
 
 def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request):
     _require_loaded(unit, expect)
-    shown = host.run(f"cat {shlex.quote(expect.launcher)}")
+    shown = host.run(sh("cat -- {file}", file=expect.launcher))
     assert shown.rc == 0, explain(
         f"{expect.launcher} (the unit's command line)",
         (shown.stderr.strip() or "no such file")[:300],
@@ -143,7 +143,7 @@ def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request)
 
 def test_listens_on_configured_address_only(host, unit, expect, request):
     _require_loaded(unit, expect)
-    shown = host.run(f"ss -Hltn 'sport = :{expect.serving_port}'")
+    shown = host.run(sh("ss -Hltn {filter}", filter=f"sport = :{expect.serving_port}"))
     assert shown.rc == 0, explain("ss (iproute2) to list sockets", shown.stderr.strip(), "install iproute2")
     sockets = parse.parse_ss_listening(shown.stdout)
     addresses = sorted({s.address for s in sockets})
@@ -166,11 +166,12 @@ def test_kv_cache_allocated(host, unit, expect, request):
     _require_loaded(unit, expect)
     if host.run("command -v journalctl").rc != 0:
         pytest.skip("no journalctl on this host: the engine's KV-cache line cannot be read")
-    invocation = host.run(f"systemctl show -p InvocationID --value {expect.unit_name}.service").stdout.strip()
+    service = f"{expect.unit_name}.service"
+    invocation = host.run(sh("systemctl show -p InvocationID --value -- {unit}", unit=service)).stdout.strip()
     if not invocation:
         pytest.skip(f"{expect.unit_name}.service has no current run (no InvocationID)")
     journal = host.run(
-        f"journalctl _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} -o cat --no-pager | grep -i 'kv cache'"
+        sh("journalctl _SYSTEMD_INVOCATION_ID={run} -o cat --no-pager | grep -i 'kv cache'", run=invocation)
     )
     if expect.engine == "vllm":
         size = vllm_kv_log.kv_size(journal.stdout)

@@ -11,7 +11,6 @@ lists has its size. Sizes only: hashing hundreds of GB belongs to `weights_verif
 from __future__ import annotations
 
 import json
-import shlex
 
 import pytest
 
@@ -19,6 +18,7 @@ from checks import bounded
 from checks.conftest import _site_host_name
 from checks.probes import explain, report
 from checks.site_cache import site_of
+from roles.shared.shell import sh
 from roles.site import weight_sets_of
 
 pytestmark = pytest.mark.service
@@ -53,7 +53,8 @@ def weight_sets(request, host):
 
 def test_weights_manifest_matches_the_pin(host, weight_sets, request):
     for ws in weight_sets:
-        probe = bounded.run(host, f"python3 -c {shlex.quote(PROBE)} {shlex.quote(ws.guest_dir)}", what="python probe")
+        command = sh("python3 -c {probe} {folder}", probe=PROBE, folder=ws.guest_dir)
+        probe = bounded.run(host, command, what="python probe")
         assert probe.rc == 0, explain(
             f"a verified manifest at {ws.manifest}",
             (probe.stderr.strip().splitlines() or ["none"])[-1],

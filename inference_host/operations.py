@@ -3,22 +3,22 @@ rollback, rotate (teardown: inference_host/teardown.py).
 
 Every remote call is bounded twice: each command on the host runs under `timeout -s KILL`, and
 the whole answer of a host is waited for at most --timeout seconds (a host that does not answer
-in time is reported as such, exit 3, and the others are still shown). Commands are built with
-shlex (every value quoted) and read only what the deploy wrote; no secret is read here: the
-gateway's key stays on the gateway host (checks/gateway.py's request, the key to curl on a file
-descriptor).
+in time is reported as such, exit 3, and the others are still shown). Commands are built by
+roles/shared/shell.py (every value quoted, as the roles' are) and read only what the deploy
+wrote; no secret is read here: the gateway's key stays on the gateway host (checks/gateway.py's
+request, the key to curl on a file descriptor).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from roles.shared.shell import Shell, argv, chain, sh
 from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE
 
 SECTION = "@@inference-host-status "
@@ -29,46 +29,54 @@ NVIDIA_SMI_FIELDS = ("index", "memory.used", "memory.total", "temperature.gpu")
 # -- the commands each host runs ----------------------------------------------------------------
 
 
-def _bounded(command: str, seconds: int = COMMAND_BOUND_S) -> str:
+def _bounded(command: Shell, seconds: int = COMMAND_BOUND_S) -> Shell:
     """`timeout -s KILL`: a wedged nvidia-smi or amtool is killed, not waited for."""
-    return f"timeout -s KILL {int(seconds)} {command}"
+    return sh("timeout -s KILL {seconds} {command}", seconds=int(seconds), command=command)
 
 
-def _sections(parts: dict[str, str]) -> str:
+def _sections(parts: dict[str, Shell]) -> Shell:
     """One POSIX shell script: each part's output after its marker line, then its exit status."""
-    lines = []
-    for name, command in parts.items():
-        # The status line on a line of its own: curl's -w output ends without a newline.
-        begin, end = shlex.quote(SECTION + name), shlex.quote(SECTION + "rc " + name)
-        lines.append(f"echo {begin}; {command}; rc=$?; echo; echo {end} $rc")
-    return "\n".join(lines)
+    # The status line on a line of its own: curl's -w output ends without a newline.
+    lines = [
+        sh(
+            "echo {begin}; {command}; rc=$?; echo; echo {end} $rc",
+            begin=SECTION + name,
+            command=command,
+            end=SECTION + "rc " + name,
+        )
+        for name, command in parts.items()
+    ]
+    return chain(*lines, operator="\n")
 
 
-def status_script(site, host) -> str:
+def status_script(site, host) -> Shell:
     """What `status` runs on one host, by the groups it is in."""
     from checks.gateway import request_command
     from roles.shared.layout import CHECKS_TEXTFILE, current_link, drained_marker_file
 
-    parts: dict[str, str] = {"clock": "date +%s", "uptime": "cat /proc/uptime"}
+    parts: dict[str, Shell] = {"clock": sh("date +%s"), "uptime": sh("cat /proc/uptime")}
     if host.in_group("gpu_nodes"):
         root = host.base.install_root
         unit = f"{host.serving.unit_name}.service"
         parts |= {
-            "current": _bounded(f"readlink {shlex.quote(current_link(root))}"),
-            "kept": _bounded(f"ls -1 {shlex.quote(root + '/envs')}"),
+            "current": _bounded(sh("readlink -- {link}", link=current_link(root))),
+            "kept": _bounded(sh("ls -1 -- {envs}", envs=root + "/envs")),
             "unit": _bounded(
-                f"systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic {shlex.quote(unit)}"
+                sh("systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -- {unit}", unit=unit)
             ),
-            "health": _bounded(f"cat {shlex.quote(CHECKS_TEXTFILE)}"),
+            "health": _bounded(sh("cat -- {file}", file=CHECKS_TEXTFILE)),
             "gpus": _bounded(
-                "nvidia-smi --query-gpu=" + ",".join(NVIDIA_SMI_FIELDS) + " --format=csv,noheader,nounits 2>&1"
+                sh(
+                    "nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
+                    fields=",".join(NVIDIA_SMI_FIELDS),
+                )
             ),
-            "drained": f"test -e {shlex.quote(drained_marker_file(host.serving.unit_name))}",
+            "drained": sh("test -e {marker}", marker=drained_marker_file(host.serving.unit_name)),
         }
     if host.in_group("gateways"):
         parts["workers"] = request_command(host.gateway.port, "/workers", seconds=COMMAND_BOUND_S)
     if host.in_group("monitors"):
-        parts["alerts"] = _bounded("amtool alert query -o json")
+        parts["alerts"] = _bounded(sh("amtool alert query -o json"))
     return _sections(parts)
 
 
@@ -344,13 +352,13 @@ def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
 # -- running on the hosts, bounded -----------------------------------------------------------------
 
 
-def _on_host(inventory: str, name: str, script: str, answer: dict) -> None:
+def _on_host(inventory: str, name: str, script: Shell, answer: dict) -> None:
     import testinfra
 
     from checks.connection import testinfra_url
 
     try:
-        result = testinfra.get_host(testinfra_url(inventory, name)).run("sh -c " + shlex.quote(script))
+        result = testinfra.get_host(testinfra_url(inventory, name)).run(sh("sh -c {script}", script=str(script)))
         if SECTION not in result.stdout:  # the connection itself failed (ssh, docker exec)
             why = (result.stderr.strip().splitlines() or [f"exit {result.rc}, no output"])[-1]
             answer["error"] = f"no answer: {why[:200]}"
@@ -360,7 +368,7 @@ def _on_host(inventory: str, name: str, script: str, answer: dict) -> None:
         answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"
 
 
-def run_everywhere(inventory: str, scripts: dict[str, str], timeout_s: float) -> dict[str, dict]:
+def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) -> dict[str, dict]:
     """host name -> {"stdout", "rc"} or {"error"}; every host at once, none waited for longer
     than timeout_s (a thread left behind is a daemon: the command exits without it)."""
     answers: dict[str, dict] = {name: {} for name in scripts}
@@ -442,11 +450,11 @@ def drain(args, parser, undrain: bool = False) -> int:
 
     site = _load(parser, args.inventory)
     node = _replica(parser, site, args.replica)
-    argv = rolling_argv(node, site.hosts, "--undrain-only" if undrain else "--drain-only") + ["true"]
+    words = rolling_argv(node, site.hosts, "--undrain-only" if undrain else "--drain-only") + ["true"]
     # The script's own waits are bounded (the drain: serving_drain_timeout_s; the add-back: the
     # settle time + 30 s, then 120 s per gateway); this bound is theirs plus a margin.
     bound = node.serving.drain_timeout_s + 30 + 120 * max(1, len(site.group("gateways"))) + 60
-    command = _bounded(shlex.join(argv), bound)
+    command = _bounded(argv(*words), bound)
     started = time.monotonic()
     try:
         result = testinfra.get_host(testinfra_url(args.inventory, node.name)).run(command)
@@ -532,7 +540,7 @@ def with_active(stack_text: str, stack_id: str) -> str:
 def kept_environments(inventory: str, nodes, timeout_s: float) -> dict[str, list[str]]:
     """gpu node -> the environments kept under <install_root>/envs, newest first (bounded)."""
     scripts = {
-        n.name: _sections({"kept": _bounded(f"ls -1t {shlex.quote(n.base.install_root + '/envs')}")}) for n in nodes
+        n.name: _sections({"kept": _bounded(sh("ls -1t -- {envs}", envs=n.base.install_root + "/envs"))}) for n in nodes
     }
     answers = run_everywhere(inventory, scripts, timeout_s)
     kept = {}

@@ -96,6 +96,21 @@ def _base(p: Preview, settings: HostSettings, site: Site) -> None:
     )
     if engine_reads_hub_token(settings, site.hosts):
         p.file(f"{settings.base.data_dir}/.cache/huggingface/token", MASK)
+    _pypi_netrc(p, settings)
+
+
+def _pypi_netrc(p: Preview, settings: HostSettings) -> None:
+    """The PyPI mirror's netrc (0600 root), its login and password masked: written on every host
+    that runs uv or pip for the deploy (gpu nodes, gateways, builders, monitors)."""
+    from roles.shared import mirror_auth
+
+    if settings.base.pypi_index_credentials_secret and settings.base.pypi_index_url:
+        p.file(mirror_auth.PYPI_NETRC, mirror_auth.netrc_text(settings.base.pypi_index_url, MASK, MASK))
+        p.note(
+            f"{mirror_auth.PYPI_NETRC}: mode 0600 root, the login of base_pypi_index_credentials_secret"
+            " (uv and pip find it through NETRC; the kernel-wheel builds as the BuildKit secret"
+            f" {mirror_auth.BUILD_SECRET_ID})"
+        )
 
 
 def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
@@ -119,6 +134,14 @@ def _nvidia_driver(p: Preview, settings: HostSettings, site: Site) -> None:
     p.template(
         nvidia_driver.PIN_FILE, "roles/nvidia_driver/templates/90-inference-host-nvidia-driver.j2", version=version
     )
+    if settings.cuda.repo_credentials_secret:
+        from roles.shared import mirror_auth
+
+        p.file(mirror_auth.CUDA_AUTH_FILE, mirror_auth.apt_auth_text(settings.cuda.repo_url, MASK, MASK))
+        p.note(
+            f"{mirror_auth.CUDA_AUTH_FILE}: mode 0600 root, the login of cuda_repo_credentials_secret"
+            " (apt and apt-helper read it; the apt source's URL has none)"
+        )
     if node:  # Proxmox VE 8 is Debian 12 (roles/proxmox_host refuses anything else)
         distro = nvidia_repo.SUPPORTED[("Debian", 12, None)]
         p.file(nvidia_repo.cuda_sources_file(distro), nvidia_repo.cuda_sources_line(settings, distro) + "\n")
@@ -296,6 +319,7 @@ def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
 
 
 def _monitoring_role(p: Preview, settings: HostSettings, site: Site) -> None:
+    _pypi_netrc(p, settings)  # a monitor that runs no base role installs with uv too
     if settings.in_group("gpu_nodes"):
         _monitoring_gpu(p, settings, site)
     if settings.in_group("monitors"):

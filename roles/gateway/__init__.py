@@ -43,6 +43,7 @@ from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
+from roles.shared.unit_owner import refuse_foreign_units
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
 from roles.site import lock as site_lock
@@ -133,6 +134,8 @@ def replicas_serving() -> None:
 @deploy("Gateway")
 def gateway() -> None:
     settings, site = current_host(), current_site()
+    # Before any operation of any host: a name the host has as someone else's unit is refused.
+    refuse_foreign_units({"gateway_unit_name": settings.gateway.unit_name}, settings.base.install_root)
     changed = [_environment(site, settings)]
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     changed += [

@@ -33,6 +33,7 @@ BUNDLE_GLOBS = (
     "roles/shared/driver_state.py",
     "roles/shared/eagle3.py",
     "roles/shared/replicas.py",
+    "roles/shared/shell.py",
     "roles/shared/layout.py",
     "roles/shared/nccl.py",
     "roles/shared/sglang_kv_log.py",

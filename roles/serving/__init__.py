@@ -66,6 +66,7 @@ from roles.shared.note import note
 from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import Shell, argv, sh
+from roles.shared.unit_owner import refuse_foreign_units
 from roles.site import (
     EngineStack,
     HostSettings,
@@ -259,6 +260,8 @@ def serving() -> None:
     settings = current_host()
     stack = current_site().stack.active
     unit = f"{settings.serving.unit_name}.service"
+    # Before any operation of any host: a name the host has as someone else's unit is refused.
+    refuse_foreign_units({"serving_unit_name": settings.serving.unit_name}, settings.base.install_root)
     # A host deployed before the engine-neutral names: its old unit serves until the switch.
     legacy = legacy_engine(host, settings)
     # A host deployed before the engine-neutral service account: roles/base gave the account

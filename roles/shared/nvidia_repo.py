@@ -5,7 +5,10 @@ Repo Installation"): install the cuda-keyring package, which brings the signing 
 (/usr/share/keyrings/cuda-archive-keyring.gpg) and a sources entry for the public server.
 The sources entry is then rewritten with the configured URL (`cuda_repo_url`), so that an
 air-gapped site's mirror is the only source apt reads. The path under the URL derives from
-the distro: ubuntu2404, debian12.
+the distro: ubuntu2404, debian12. A mirror that asks for a login (cuda_repo_credentials_secret)
+gets it from a 0600 file of apt's own (roles/shared/mirror_auth.py), and the keyring package is
+then downloaded by apt's helper, which reads that file: the URL in the sources entry, the
+operation's name and the command line carry no credential.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from dataclasses import dataclass
 from io import StringIO
 
 from pyinfra import host
+from pyinfra.facts.files import File
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt, files, server
 
+from roles.shared import mirror_auth
+from roles.shared.shell import sh
 from roles.site import HostSettings
 
 CUDA_KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
@@ -25,6 +31,11 @@ DOWNLOAD_DIR = "/var/cache/inference-host"
 # DCGM 4's core package in the CUDA repository (dcgmi, nv-hostengine, nvidia-dcgm.service): the
 # driver role installs it, and the monitoring role pins it beside the exporter built against it.
 DCGM_CORE_PACKAGE = "datacenter-gpu-manager-4-core"
+# apt's own downloader (package apt, /usr/lib/apt/apt-helper download-file URI FILE): it goes through
+# apt's http(s) methods, which read /etc/apt/auth.conf.d, and its time limits (Acquire::*::Timeout,
+# 30 s without progress); `timeout` bounds the whole download.
+APT_HELPER = "/usr/lib/apt/apt-helper"
+KEYRING_DOWNLOAD_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -82,12 +93,15 @@ def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
     # Downloaded under its own name first: pyinfra's apt.deb inspects only files named *.deb,
     # and given a URL it keeps a temp file without that suffix (and reinstalls every time).
     files.directory(name=f"Create {DOWNLOAD_DIR}", path=DOWNLOAD_DIR, mode="0755")
-    files.download(
-        name=f"Download {url}{deb}",
-        src=f"{url}{deb}",
-        dest=f"{DOWNLOAD_DIR}/{deb}",
-        mode="0644",
-    )
+    if mirror_auth.cuda_auth(settings):
+        _download_with_apt(f"{url}{deb}", f"{DOWNLOAD_DIR}/{deb}")
+    else:
+        files.download(
+            name=f"Download {url}{deb}",
+            src=f"{url}{deb}",
+            dest=f"{DOWNLOAD_DIR}/{deb}",
+            mode="0644",
+        )
     keyring = apt.deb(
         name=f"Install NVIDIA's repository keyring cuda-keyring {version}",
         src=f"{DOWNLOAD_DIR}/{deb}",
@@ -101,4 +115,29 @@ def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
     apt.update(
         name="Update apt lists for NVIDIA's CUDA repository",
         _if=lambda: keyring.did_change() or sources.did_change(),
+    )
+
+
+def _download_with_apt(src: str, dest: str) -> None:
+    """The keyring package from a mirror that asks for a login: apt's helper finds it in apt's
+    auth.conf.d (curl or wget would want it on their command line or in a file of their own)."""
+    if host.get_fact(File, path=dest):
+        return
+    partial = f"{dest}.partial"
+    server.shell(
+        name=f"Download {src} with apt's login for the mirror (cuda_repo_credentials_secret)",
+        commands=[
+            sh(
+                "rm -f -- {partial} && timeout {limit} {helper} download-file {src} {partial}"
+                " && chmod 0644 -- {partial} && mv -f -- {partial} {dest}"
+                " || {{ rc=$?; rm -f -- {partial}; echo {failed} >&2; exit $rc; }}",
+                partial=partial,
+                limit=KEYRING_DOWNLOAD_TIMEOUT_S,
+                helper=APT_HELPER,
+                src=src,
+                dest=dest,
+                failed=f"could not download {src} within {KEYRING_DOWNLOAD_TIMEOUT_S}s with the login of"
+                " cuda_repo_credentials_secret (exit 124: the time ran out); check the mirror and that login",
+            )
+        ],
     )

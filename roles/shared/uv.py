@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from roles.shared.layout import SYSTEM_CA_BUNDLE
+from roles.shared.mirror_auth import pypi_netrc
 from roles.site import HostSettings
 
 
@@ -19,6 +20,9 @@ def uv_environment(settings: HostSettings) -> dict[str, str]:
     }
     if settings.base.pypi_index_url:
         env["UV_INDEX_URL"] = settings.base.pypi_index_url
+    netrc = pypi_netrc(settings)  # the mirror's login: only the 0600 file's path is in the environment
+    if netrc:
+        env["NETRC"] = netrc
     if settings.base.python_install_mirror:
         env["UV_PYTHON_INSTALL_MIRROR"] = settings.base.python_install_mirror
     return env

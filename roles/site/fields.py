@@ -156,6 +156,16 @@ Url = Annotated[
     str,
     check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None, "an http(s) URL without trailing spaces"),
 ]
+# A package mirror's URL: its credential, if it needs one, comes from the vault (a *_credentials_secret
+# setting) and reaches only 0600 files; a user part left in the URL would be written into 0644 files and
+# command lines, and apt ignores its auth.conf for a URL that has one (apt-pkg/contrib/netrc.cc, MaybeAddAuth).
+MirrorUrl = Annotated[
+    str,
+    check(
+        lambda v: re.match(r"^https?://[^\s/@]+(/\S*)?$", v) is not None,
+        "an http(s) URL without a user part or trailing spaces (a credential goes in the vault)",
+    ),
+]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
 

@@ -34,3 +34,35 @@ def _vault_state(secrets_file: str | None, secret_names) -> str:
             f" python -m roles.site.vault set {secrets_file} NAME"
         )
     return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
+
+
+def mirror_credential_problems(host, secret_names, secrets_file: str | None) -> list[str]:
+    """Why a mirror's credential setting cannot be used, without the "file: host" prefix: its vault key
+    is missing, it has no mirror to log in to, or the mirror is plain http (apt sends auth.conf's
+    credentials only over https unless told otherwise, apt_auth.conf(5); uv and pip would send them
+    in clear)."""
+    problems = []
+    for setting, ref, url_setting, url in (
+        ("cuda_repo_credentials_secret", host.cuda.repo_credentials_secret, "cuda_repo_url", host.cuda.repo_url),
+        (
+            "base_pypi_index_credentials_secret",
+            host.base.pypi_index_credentials_secret,
+            "base_pypi_index_url",
+            host.base.pypi_index_url,
+        ),
+    ):
+        if not ref:
+            continue
+        problem = _reference_problem(setting, ref, secret_names, secrets_file)
+        if problem:
+            problems.append(problem)
+        elif url is None:
+            problems.append(
+                f"{setting} = {ref!r} without {url_setting}; expected {url_setting}, the mirror it logs in to"
+            )
+        elif not url.startswith("https://"):
+            problems.append(
+                f"{setting} = {ref!r} with {url_setting} = {url!r}, plain http, which would send the credential"
+                f" in clear; expected an https:// {url_setting}"
+            )
+    return problems

@@ -289,17 +289,32 @@ def number_problem(value: Any) -> str | None:
 SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD)$")
 
 
-# URLs of mirrors a site may want to reach with a credential, for which no *_secret setting exists
-# yet (the roles write these URLs into 0644 apt sources, command lines and build arguments): a
-# credential in them is refused with a line that says so, not pointed at a vault key nothing reads.
-NO_VAULT_KEY_YET = frozenset({"cuda_repo_url", "base_pypi_index_url"})
+# Package mirrors' URLs, whose credential is a vault key of its own holding login:password (the URL
+# stays in the inventory, where a reviewer sees which mirror the hosts trust; roles/shared/mirror_auth.py
+# writes the credential into 0600 files only).
+MIRROR_CREDENTIALS = {
+    "cuda_repo_url": "cuda_repo_credentials_secret",
+    "base_pypi_index_url": "base_pypi_index_credentials_secret",
+}
+# URLs the roles write into 0644 files, command lines or environment variables, for which no vault
+# key exists: a credential in them is refused with a line that says so, not pointed at a *_secret
+# setting nothing reads.
+NO_VAULT_KEY = frozenset(
+    {
+        "base_python_install_mirror",
+        "docker_repo_url",
+        "docker_nvidia_toolkit_repo_url",
+        "docker_nvidia_toolkit_key_url",
+        "weights_endpoint",
+    }
+)
 # Plain settings whose credential-carrying form has a vault key of its own (roles/monitoring).
 OWN_VAULT_KEY = {"monitoring_webhook_url": "monitoring_webhook_url_secret"}
 
 
-def secret_problem(value: Any, path: str = "") -> tuple[str, str | None] | None:
-    """(why a plain setting holds what looks like a secret, the *_secret setting for it, or None
-    where no vault key exists yet), or None; never the secret itself. A plain
+def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(why a plain setting holds what looks like a secret, the *_secret setting for it), or None;
+    never the secret itself. A plain
     setting is written in clear into the preview, the unit, the launcher, a systemd-run command
     line and the deploy's diffs; a secret belongs in the vault, named by a *_secret setting."""
     if isinstance(value, str):
@@ -307,9 +322,7 @@ def secret_problem(value: Any, path: str = "") -> tuple[str, str | None] | None:
         if kind:
             root = path.split("[", 1)[0]
             setting = (
-                None
-                if root in NO_VAULT_KEY_YET
-                else OWN_VAULT_KEY.get(root) or VAULT_SETTING.get(kind, "a *_secret setting")
+                MIRROR_CREDENTIALS.get(root) or OWN_VAULT_KEY.get(root) or VAULT_SETTING.get(kind, "a *_secret setting")
             )
             return f"{path} holds what looks like a credential ({kind})", setting
         return None
@@ -450,11 +463,14 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
                 f"{where}: host {name}: {what}, in a plain setting (written in clear to the preview, unit files and"
                 " command lines); "
                 + (
-                    f"expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named by"
-                    f" {setting}"
-                    if setting
-                    else f"expected {key} without a credential (no vault key takes one for this mirror yet: use a"
-                    " mirror that trusts the host's address)"
+                    f"expected {key} without its user part, and the credential as login:password in the vault:"
+                    f" python -m roles.site.vault set FILE NAME (value on stdin), named by {setting}"
+                    if key in MIRROR_CREDENTIALS
+                    else f"expected {key} without a credential (no vault key takes one for this URL: use a mirror"
+                    " that trusts the host's address)"
+                    if key in NO_VAULT_KEY
+                    else "expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named"
+                    f" by {setting}"
                 )
             )
             invalid.add(key)

@@ -25,6 +25,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
 from roles.shared.host_facts import WheelhouseEntry
+from roles.shared.mirror_auth import BUILD_SECRET_ID, pypi_netrc
 from roles.shared.note import note
 from roles.shared.pip import pip_environment
 from roles.shared.shell import argv, chain, sh
@@ -180,6 +181,9 @@ def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
     ]
     for name, value in build_args.items():
         command += ["--build-arg", f"{name}={value}"]
+    netrc = pypi_netrc(settings)
+    if netrc:  # the mirror's login as a BuildKit secret: a file's path here, in no layer or image history
+        command += ["--secret", f"id={BUILD_SECRET_ID},src={netrc}"]
     note(name=f"Print the {wheel.package} job cap", message=f"building {wheel.label} with job cap {cap.describe()}")
     server.shell(
         name=f"Build the {wheel.label} wheel for sm_120 (MAX_JOBS={cap.max_jobs},"

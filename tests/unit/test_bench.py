@@ -111,3 +111,24 @@ def test_chart_only_command(tmp_path, capsys):
     assert bench.main(["--chart-only", "--history", str(history_file)]) == 0
     assert (tmp_path / "h.png").exists()
     assert json.loads(history_file.read_text())["results"][0]["concurrency"] == 1
+
+
+def test_the_benchmark_command_reads_back_with_its_temporary_folder():
+    """Each word of the benchmark's argv arrives unchanged through sh, "$d" (the host's temporary
+    folder) expanded alone or as a path's first part."""
+    import subprocess
+
+    from checks import bench_workload
+
+    words = ["/opt/ih envs/x/bin/python", "-m", "sglang.bench_serving", "--model", "kimi 'k2' $(touch pwned)"]
+    words += ["--output-file", "$d/out.jsonl", "--result-dir", "$d", "--result-filename", "out.jsonl"]
+    command = bench_workload._in_temporary_folder(words)
+    done = subprocess.run(
+        ["sh", "-c", f"d='/tmp/a b'; set -- {command}; printf '%s\\n' \"$@\""],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    expected = [w.replace("$d", "/tmp/a b") for w in words]
+    assert done.stdout.splitlines() == expected

@@ -5,6 +5,7 @@ named failure within its bound; the checks' verdict still comes."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import testinfra.host
 from checks import __main__ as checks_main
 from checks import bounded, probes, server_checks
 from checks.bounded import CommandOverrun
+from tests.unit.conftest import PROJECT_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -343,3 +345,32 @@ def test_the_local_bound_holds_under_gevent(tmp_path):
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.splitlines()[-1:] == ["AFTER"], done.stdout + done.stderr
     assert done.stdout.startswith("OVERRUN expected `setsid sleep 30"), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("with_file", [True, False])
+def test_a_gpu_program_arrives_whole_with_its_words_and_environment(programs, tmp_path, with_file):
+    """run_program through a real local shell: the program's source byte for byte, each argument
+    one word (a space, a quote, `$(...)` included), and the unit's environment file or else the
+    site model's values, nothing of the checker's own environment."""
+    programs("fake-python", 'sha256sum "$1"; shift; printf "arg:%s\\n" "$@"; env | sort')
+    env_file = tmp_path / "inference engine.env"
+    env_file.write_text("NCCL_P2P_LEVEL=SYS\n")
+    gpu = probes.GpuProbe(fresh_host())
+    words = ["1024", "it's $(touch pwned) `x`", "--flag"]
+    result = gpu.run_program(
+        str(programs.folder / "fake-python"),
+        "membw.py",
+        words,
+        env_file=str(env_file) if with_file else None,
+        fallback_env={"NCCL_P2P_LEVEL": "PIX 'x'"},
+        timeout_s=30,
+    )
+    assert result.rc == 0, result.stderr
+    lines = result.stdout.splitlines()
+    source = (PROJECT_ROOT / "checks" / "programs" / "membw.py").read_bytes()
+    assert lines[0].split()[0] == hashlib.sha256(source).hexdigest()
+    assert [line.removeprefix("arg:") for line in lines if line.startswith("arg:")] == words
+    assert ("NCCL_P2P_LEVEL=SYS" if with_file else "NCCL_P2P_LEVEL=PIX 'x'") in lines
+    assert f"IH_ENV_SOURCE={env_file if with_file else 'site model'}" in lines
+    assert not any(line.startswith("PWD=") and "pwned" in line for line in lines)
+    assert not (Path.cwd() / "pwned").exists()

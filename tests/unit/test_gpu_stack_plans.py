@@ -33,6 +33,8 @@ class Plan:
     def __init__(self, records: list[dict], stderr: str):
         self.commands = [r["command"] for r in records if "command" in r]
         self.uploads = {r["upload"]: r["content"] for r in records if "upload" in r}
+        # (command, the variables pyinfra exports in front of it) of each command run with _env
+        self.environments = [(r["command"], r["env"]) for r in records if "env" in r]
         self.stderr = stderr
 
     def index(self, command: str) -> int:

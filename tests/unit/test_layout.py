@@ -307,6 +307,7 @@ CHECKS_MAY_IMPORT = {
     "roles.shared.eagle3": "the drafter/target rule and the speculative flags, the same the inventory check applies",
     "roles.shared.kv_cache": "the deploy's KV-cache estimate, reported beside what the engine allocated",
     "roles.shared.sglang_kv_log": "the parser of SGLang's KV-cache allocation line in the journal",
+    "roles.shared.shell": "the one builder of root shell command lines (the gateway's request), as the roles'",
 }
 # The most specific folder decides: lab/standins/ and lab/fixtures/ have their own lists.
 LAB_MAY_IMPORT = {

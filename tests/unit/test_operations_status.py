@@ -10,6 +10,7 @@ import time
 import pytest
 
 from inference_host import operations
+from roles.shared.shell import sh
 from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT
 
@@ -41,10 +42,10 @@ def test_the_script_runs_and_its_sections_read_back(tmp_path):
     # others answer; the reader finds every section with its exit status.
     script = operations._sections(
         {
-            "clock": "date +%s",
-            "gone": operations._bounded("no-such-tool-here"),
-            "two": "printf 'a\\nb\\n'",
-            "unended": "printf 'no newline at the end, as curl -w writes'",
+            "clock": sh("date +%s"),
+            "gone": operations._bounded(sh("no-such-tool-here")),
+            "two": sh("printf 'a\\nb\\n'"),
+            "unended": sh("printf 'no newline at the end, as curl -w writes'"),
         }
     )
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10).stdout
@@ -56,7 +57,7 @@ def test_the_script_runs_and_its_sections_read_back(tmp_path):
 
 
 def test_a_hung_command_is_killed_at_its_bound():
-    script = operations._sections({"hang": operations._bounded("sleep 30", 1)})
+    script = operations._sections({"hang": operations._bounded(sh("sleep 30"), 1)})
     started = time.monotonic()
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20).stdout
     assert time.monotonic() - started < 5

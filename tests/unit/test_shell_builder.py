@@ -28,6 +28,19 @@ NOT_SHELL = {"FileUploadCommand", "FunctionCommand", "FileDownloadCommand"}
 SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
 
 
+# Code that sends commands to a host's shell without pyinfra: the day-two commands (testinfra's
+# host.run) and the checks (host.run, bounded.run(host, ...)), but for what is not moved onto the
+# builder yet, each with why.
+NOT_YET = {
+    "checks/bounded.py": "the wrapper every command goes through (timeout, sh -c), not a command of its own",
+}
+
+
+def remote_sources(root: Path = PROJECT_ROOT) -> list[Path]:
+    checks = [p for p in sorted((root / "checks").glob("*.py")) if str(p.relative_to(root)) not in NOT_YET]
+    return [root / "inference_host" / "operations.py", *checks]
+
+
 def role_sources(root: Path = PROJECT_ROOT) -> list[Path]:
     """The deploy's Python: roles/ without the model (no commands) and the scripts it ships."""
     paths = [p for p in (root / "roles").rglob("*.py") if "site" not in p.relative_to(root / "roles").parts[:1]]
@@ -98,7 +111,8 @@ def _literal(node: ast.AST) -> bool:
 
 
 class Checker:
-    def __init__(self, paths: list[Path]):
+    def __init__(self, paths: list[Path], remote: bool = False):
+        self.remote = remote  # a host's .run(command) is a sink too (testinfra, checks/bounded.py)
         self.modules = {p: _load(p) for p in paths}
         self.by_name = {self._dotted(p): m for p, m in self.modules.items()}
         self.problems: list[str] = []
@@ -270,6 +284,9 @@ class Checker:
             shell_args = node.args[1:2] + [k.value for k in node.keywords if k.arg == "command"]  # pyinfra's fact
         elif last == "StringCommand":
             shell_args = list(node.args)
+        elif self.remote and last == "run" and not func.startswith("subprocess.") and func not in module.defs:
+            # bounded.run(host, command, ...) / host.run(command) / get_host(...).run(command)
+            shell_args = node.args[1:2] if func == "bounded.run" else node.args[:1]
         elif last in ("run", "Popen", "check_output", "check_call", "call"):
             if any(
                 k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
@@ -290,6 +307,31 @@ class Checker:
 def test_every_command_the_roles_run_is_built_by_the_builder():
     problems = Checker(role_sources()).check()
     assert not problems, "command lines formatted outside roles/shared/shell.py:\n" + "\n".join(problems)
+
+
+def test_every_command_the_day_two_tools_run_is_built_by_the_builder():
+    assert len(remote_sources()) > 10  # the checks are read at all
+    problems = Checker(remote_sources(), remote=True).check()
+    assert not problems, "command lines formatted outside roles/shared/shell.py:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        'testinfra.get_host(url).run("sh -c " + shlex.quote(script))',
+        'bounded.run(host, f"systemctl show -p EnvironmentFiles {unit}", what="systemctl")',
+        'host.run(f"cat {path}")',
+    ],
+)
+def test_a_planted_remote_command_is_found(planted):
+    path = PROJECT_ROOT / "inference_host" / "zz_planted_for_test.py"
+    source = f"import shlex\n\n\ndef f(testinfra, bounded, host, url, script, unit, path):\n    {planted}\n"
+    try:
+        path.write_text(source)
+        problems = Checker([path], remote=True).check()
+    finally:
+        path.unlink()
+    assert len(problems) == 1 and "run() gets a command not built by sh()" in problems[0], problems
 
 
 PLANTED = """

@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -512,14 +513,30 @@ PATH_CANDIDATES = [
     "sp ace'q\"#~*?[a]☃é",
     "sp ace☃é",
 ]
-PLAN_SETTINGS = {
-    "base_install_root": [f"/opt/ih {c}" for c in PATH_CANDIDATES],
-    "base_uv_dir": [f"/opt/uv {c}" for c in PATH_CANDIDATES],
-    "base_data_dir": [f"/var/lib/ie {c}" for c in PATH_CANDIDATES],
-    "base_log_dir": [f"/var/log/ie {c}" for c in PATH_CANDIDATES],
-    "base_model_dir": [f"/srv/models {c}" for c in PATH_CANDIDATES],
-    "serving_served_model_name": ["kimi $(touch pwned)`id`;|&'\"*", "kimi k2's ☃ *"],
+# The path settings, each under a folder of the test's own (SANDBOX below): a program the roles run
+# by a path built from a setting ({base_uv_dir}/<version>/bin/pip, an environment's bin/python) is
+# then a recorder there too, so its arguments are read back like those of a program on PATH.
+PATH_SETTINGS = {
+    "base_install_root": "opt/ih",
+    "base_uv_dir": "opt/uv",
+    "base_data_dir": "var/lib/ie",
+    "base_log_dir": "var/log/ie",
+    "base_model_dir": "srv/models",
 }
+OTHER_SETTINGS = {"serving_served_model_name": ["kimi $(touch pwned)`id`;|&'\"*", "kimi k2's ☃ *"]}
+# A program the shell runs by its path: a word in command position (after the start, an operator
+# or a keyword) that ends in /bin/<name>, under a setting's placeholder folder.
+PROGRAM_PATH = re.compile(
+    r"(?:^|&&|\|\||[;|(]|\bthen|\bdo|\belse)\s*(/[^\s'\"]*zq\d+s\d+qz[^\s'\"]*/bin/[A-Za-z0-9_.+-]+)", re.M
+)
+
+# A folder such a command enters first (`cd -- {env}/inference-host-patches && ... && {env}/bin/python`).
+ENTERED = re.compile(r"\bcd -- (/[^\s'\"]*zq\d+s\d+qz[^\s'\"]*)")
+
+
+def plan_settings(sandbox: str) -> dict[str, list[str]]:
+    paths = {s: [f"{sandbox}/{folder} {c}" for c in PATH_CANDIDATES] for s, folder in PATH_SETTINGS.items()}
+    return {**paths, **OTHER_SETTINGS}
 
 
 def _plan(values: dict[str, str]) -> list[str]:
@@ -549,18 +566,51 @@ def _accepted(setting: str, candidates: list[str]) -> str | None:
     return None
 
 
-def _placeholder(value: str, serial: int) -> str:
-    return "/".join(
-        part if part in ("", ".", "..") else f"zq{serial}s{index}qz" for index, part in enumerate(value.split("/"))
+def _placeholder(value: str, serial: int, keep: str = "") -> str:
+    """value's placeholder: its folders kept ('/', '.', '..', and the leading `keep`), each other
+    part a unique word."""
+    rest = value.removeprefix(keep)
+    return keep + "/".join(
+        part if part in ("", ".", "..") else f"zq{serial}s{index}qz" for index, part in enumerate(rest.split("/"))
     )
+
+
+def programs_by_path(commands: list[str], pairs: dict[str, str], bin_dir: Path) -> list[str]:
+    """Make each program the commands run by a path under a placeholder folder a recorder, at that
+    path and at the path the hostile value gives (and the folders they enter first, folders);
+    returns the placeholder paths of the programs."""
+    found = sorted({m.group(1) for c in commands for m in PROGRAM_PATH.finditer(c)})
+    for folder in {m.group(1) for c in commands for m in ENTERED.finditer(c)}:
+        for target in {folder, _hostile(folder, pairs)}:
+            Path(target).mkdir(parents=True, exist_ok=True)
+    for path in found:
+        for target in {path, _hostile(path, pairs)}:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(target):
+                Path(target).symlink_to(bin_dir / ".recorder")
+    return found
+
+
+def _hostile(path: str, pairs: dict[str, str]) -> str:
+    for placeholder, value in pairs.items():
+        path = path.replace(placeholder, value)
+    return path
 
 
 def test_every_command_of_a_deploy_reads_its_settings_back(runner):
     """The real roles, run by pyinfra against a @fake host (tests/unit/plans/record.py), once with
-    placeholders and once with hostile settings: the same commands, read the same by sh."""
-    chosen = {s: _accepted(s, c) for s, c in PLAN_SETTINGS.items()}
+    placeholders and once with hostile settings: the same commands, read the same by sh. Then
+    the commands that run a program by a path built from a setting ({base_uv_dir}/<version>/bin/pip,
+    an engine environment's bin/python) once more, with a recorder at that path: kept apart, as
+    the folders the recorders need would change what the other commands find."""
+    sandbox = runner.root / "prefix"
+    chosen = {s: _accepted(s, c) for s, c in plan_settings(str(sandbox)).items()}
     hostile_values = {s: v for s, v in chosen.items() if v is not None}
-    placeholders = {s: _placeholder(v, 9000 + i) for i, (s, v) in enumerate(hostile_values.items())}
+    assert set(PATH_SETTINGS) <= set(hostile_values), chosen  # each folder setting takes one of them
+    placeholders = {
+        s: _placeholder(v, 9000 + i, f"{sandbox}/" if v.startswith(f"{sandbox}/") else "")
+        for i, (s, v) in enumerate(hostile_values.items())
+    }
     meant, built = _plan(placeholders), _plan(hostile_values)
     assert len(meant) == len(built) > 100, (len(meant), len(built))
     pairs = {placeholders[s]: v for s, v in hostile_values.items()}
@@ -569,3 +619,14 @@ def test_every_command_of_a_deploy_reads_its_settings_back(runner):
     cases = [Case(f"plan command {i}", m, b, pairs) for i, (m, b) in enumerate(zip(meant, built, strict=True))]
     problems, _ = read_back(runner, cases)
     assert not problems, f"{len(problems)} of {len(cases)} plan commands misread:\n" + "\n".join(problems[:3])
+
+    by_path = [c for c in cases if PROGRAM_PATH.search(c.meant)]
+    try:
+        programs = programs_by_path([c.meant for c in by_path], pairs, runner.bin)
+        assert {Path(p).name for p in programs} >= {"pip", "python"}, programs
+        recorded = {call[0] for outcome in runner.run([c.meant for c in by_path]) for call in outcome.calls}
+        assert {b"pip", b"python"} <= recorded, "the programs run by a setting's path are not recorded"
+        problems, _ = read_back(runner, by_path)
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+    assert not problems, f"{len(problems)} of {len(by_path)} commands misread:\n" + "\n".join(problems[:3])

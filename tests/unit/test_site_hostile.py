@@ -188,21 +188,78 @@ def test_a_credential_in_any_plain_setting_is_refused_without_printing_it(invent
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "kind"),
+    ("key", "value", "kind", "setting"),
     [
-        ("cuda_repo_url", "https://user:" + "p4ssw0rd@cuda.example/repos", "Basic Auth Credentials"),
-        ("base_pypi_index_url", "https://" + "tok0123456789abcdefXYZ@pypi.example/simple", "URL with a token"),
+        (
+            "cuda_repo_url",
+            "https://user:" + "p4ssw0rd@cuda.example/repos",
+            "Basic Auth Credentials",
+            "cuda_repo_credentials_secret",
+        ),
+        (
+            "base_pypi_index_url",
+            "https://" + "tok0123456789abcdefXYZ@pypi.example/simple",
+            "URL with a token",
+            "base_pypi_index_credentials_secret",
+        ),
     ],
 )
-def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, value, kind):  # noqa: F811
+def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, value, kind, setting):  # noqa: F811
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: value})])
     line = validate(path)
     assert "p4ssw0rd" not in line and "tok0123456789abcdef" not in line
     assert line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like a credential ({kind}")
     assert line.endswith(
-        f"expected {key} without a credential (no vault key takes one for this mirror yet: use a mirror that"
-        " trusts the host's address)"
+        f"expected {key} without its user part, and the credential as login:password in the vault:"
+        f" python -m roles.site.vault set FILE NAME (value on stdin), named by {setting}"
     )
+
+
+@pytest.mark.parametrize("key", ["base_python_install_mirror", "docker_repo_url", "weights_endpoint"])
+def test_a_url_no_vault_key_takes_is_refused_saying_so(inventory, validate, key):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: "https://user:" + "p4ssw0rd@mirror.example/x"})])
+    line = validate(path)
+    assert "p4ssw0rd" not in line and line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like")
+    assert line.endswith(
+        f"expected {key} without a credential (no vault key takes one for this URL: use a mirror that trusts"
+        " the host's address)"
+    )
+
+
+@pytest.mark.parametrize("key", ["cuda_repo_url", "base_pypi_index_url"])
+def test_a_mirror_url_with_any_user_part_is_refused(inventory, validate, key):  # noqa: F811
+    """A user name alone is no credential shape, but apt ignores auth.conf for a URL that has one,
+    and the URL is written in clear: the login belongs to the vault as well."""
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: "https://bob@mirror.example/repos"})])
+    assert validate(path) == (
+        f"{path}: host gpu.invalid: {key} = 'https://bob@mirror.example/repos' is invalid; expected an http(s) URL"
+        " without a user part or trailing spaces (a credential goes in the vault)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"cuda_repo_url": "http://mirror.example/cuda", "cuda_repo_credentials_secret": "login"},
+            "cuda_repo_credentials_secret = 'login' with cuda_repo_url = 'http://mirror.example/cuda', plain http,"
+            " which would send the credential in clear; expected an https:// cuda_repo_url",
+        ),
+        (
+            {"base_pypi_index_credentials_secret": "login"},
+            "base_pypi_index_credentials_secret = 'login' without base_pypi_index_url; expected"
+            " base_pypi_index_url, the mirror it logs in to",
+        ),
+        (
+            {"base_pypi_index_url": "https://pypi.example/simple", "base_pypi_index_credentials_secret": "nope"},
+            "base_pypi_index_credentials_secret = 'nope' names no secret in {vault}; expected one of: login",
+        ),
+    ],
+)
+def test_a_mirror_login_needs_its_vault_key_and_an_https_mirror(inventory, validate, data, message):  # noqa: F811
+    secrets = inventory.vault(login="mirror-user:pw")
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", secrets_file=secrets, **data)])
+    assert validate(path) == f"{path}: host gpu.invalid: " + message.format(vault=inventory.dir / secrets)
 
 
 @pytest.mark.parametrize(

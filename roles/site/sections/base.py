@@ -14,6 +14,8 @@ from roles.site.fields import (
     UNIX_NAME_RE,
     DebianPackages,
     HostFolder,
+    MirrorUrl,
+    SecretName,
     Section,
     SysctlSettings,
     UnixName,
@@ -128,10 +130,20 @@ class BaseSettings(Section):
             "Local PEM files trusted on the host in addition to the distribution's CAs (a TLS-inspecting proxy)."
         ),
     )
-    pypi_index_url: Annotated[str, check(lambda v: v.startswith(("http://", "https://")), "an http(s) URL")] | None = (
-        Field(
-            None, description=("A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL); None: pypi.org.")
-        )
+    pypi_index_url: MirrorUrl | None = Field(
+        None,
+        description=(
+            "A PyPI mirror for every install and kernel-wheel build (UV_INDEX_URL, PIP_INDEX_URL); None: pypi.org."
+            " Without a credential in it: a mirror that needs one takes it from base_pypi_index_credentials_secret."
+        ),
+    )
+    pypi_index_credentials_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the login:password the base_pypi_index_url mirror asks for (an https URL); written only"
+            " into a 0600 root netrc file that uv, pip and the kernel-wheel builds read (NETRC, a BuildKit"
+            " secret), never into a URL, a command line or a build argument."
+        ),
     )
     python_install_mirror: Url | None = Field(
         None,

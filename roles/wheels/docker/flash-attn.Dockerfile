@@ -22,8 +22,12 @@ FROM ${BASE_IMAGE} AS toolchain
 ARG PYTHON_VERSION=3.12
 ARG TORCH_VERSION=
 ARG PIP_INDEX_URL=https://pypi.org/simple
+# A mirror's login is no build argument (those stay in the image's history): roles/wheels passes the
+# builder's 0600 netrc as the BuildKit secret pypi-netrc, which the steps that reach the index mount at
+# /run/secrets/pypi-netrc (a secret mount is in no layer; absent, pip and fetch_source.py send none).
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_INDEX_URL=${PIP_INDEX_URL} \
+    NETRC=/run/secrets/pypi-netrc \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -41,6 +45,7 @@ RUN found="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
               "use a base image whose python3 is ${PYTHON_VERSION}" >&2; exit 1; fi \
     && python3 -m venv /opt/build-venv
 RUN --mount=type=cache,target=/root/.cache/pip,id=inference-host-pip \
+    --mount=type=secret,id=pypi-netrc \
     pip install setuptools wheel ninja packaging psutil "cmake>=3.26" scikit-build-core \
     && if [ -n "${TORCH_VERSION}" ]; then pip install "torch==${TORCH_VERSION}"; fi
 COPY wheels/ /opt/wheels-tools/
@@ -48,7 +53,7 @@ COPY wheels/ /opt/wheels-tools/
 # ---- source: the pinned release from the index, or a tree from the build context
 FROM toolchain AS source-pypi
 ARG FLASH_ATTN_VERSION=2.8.3
-RUN python3 /opt/wheels-tools/fetch_source.py flash-attn "${FLASH_ATTN_VERSION}" /src
+RUN --mount=type=secret,id=pypi-netrc python3 /opt/wheels-tools/fetch_source.py flash-attn "${FLASH_ATTN_VERSION}" /src
 
 FROM toolchain AS source-context
 COPY src/ /src/

@@ -4,7 +4,7 @@ and runs this; it needs only Python 3.9+, a docker client with BuildKit and cuob
 
     build_wheel.py --package flash-attn --key KEY --context CONTEXT.tar --dockerfile F \
         --wheelhouse DIR --docker /usr/bin/docker --cuobjdump PATH --timeout-s 43200 \
-        --build-arg NAME=VALUE ... [--inputs-json FILE]
+        --build-arg NAME=VALUE ... [--secret id=ID,src=FILE ...] [--inputs-json FILE]
 
 1. `docker build` of the Dockerfile's artifact stage from the context tar, output to a
    staging folder; the full log is kept, the job cap printed first. A build that fails, is
@@ -48,6 +48,8 @@ def parse_args(argv):
     parser.add_argument("--cuobjdump", default="cuobjdump")
     parser.add_argument("--timeout-s", type=int, default=12 * 3600)
     parser.add_argument("--build-arg", action="append", default=[])
+    # BuildKit secrets (a mirror's login): a file the build mounts, never a value in argv or the image.
+    parser.add_argument("--secret", action="append", default=[], help="id=ID,src=FILE, passed to docker build")
     parser.add_argument("--inputs-json", help="the inputs the key was computed from")
     parser.add_argument("--job-cap", default="", help="human-readable job cap, printed first")
     return parser.parse_args(argv)
@@ -80,6 +82,8 @@ def docker_build(args, staging: Path, log: Path) -> None:
     ]
     for build_arg in args.build_arg:
         command += ["--build-arg", build_arg]
+    for secret in args.secret:
+        command += ["--secret", secret]
     command.append("-")  # the context comes as a tar on stdin
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
     say(f"{args.package}: docker build (timeout {args.timeout_s}s), log {log}")

@@ -53,6 +53,10 @@ def fake_host(distro: str, **responses) -> dict:
         "fake_responses": {
             **responses,
             "-release | grep -v /": OS_RELEASE[distro],
+            # the host's service units (roles/shared/unit_owner.py), unless given: none of ours
+            "systemctl list-unit-files": responses.get(
+                "systemctl list-unit-files", ["ssh.service enabled enabled", "list-rc 0"]
+            ),
             "uname -s": "Linux",
             "uname -r": KERNEL[distro],
             **{f"command -v {tool} ": f"/usr/bin/{tool}" for tool in TOOLS},

@@ -4,9 +4,10 @@
 
 pyinfra's @fake connector executes nothing: facts answer from the inventory's
 `fake_responses` (empty output otherwise, i.e. a fresh host) and operations "succeed".
-This wrapper records every operation command and every uploaded file's content, one JSON
-object a line on stdout, so that plan tests can check the exact commands and files the roles
-issue against the real repositories, without any host.
+This wrapper records every operation command (with the environment pyinfra exports in front
+of it, `_env`) and every uploaded file's content, one JSON object a line on stdout, so that
+plan tests can check the exact commands and files the roles issue against the real
+repositories, without any host.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ _put_file = FakeConnector.put_file
 def run_shell_command(self, command, *args, **kwargs):
     text = command if isinstance(command, str) else command.get_masked_value()
     if not _is_fact():
-        _record.write(json.dumps({"host": self.host.name, "command": text}) + "\n")
+        record = {"host": self.host.name, "command": text}
+        if kwargs.get("_env"):  # pyinfra exports these in front of the command (connectors/util.py)
+            record["env"] = {key: str(value) for key, value in kwargs["_env"].items()}
+        _record.write(json.dumps(record) + "\n")
     return _run_shell_command(self, command, *args, **kwargs)
 
 

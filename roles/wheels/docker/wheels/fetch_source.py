@@ -4,22 +4,44 @@
 
 Uses the index's JSON API (PEP 691 / warehouse) instead of `pip download`, which would run the
 package's setup.py just to read metadata. The sdist's sha256 from the index is checked.
+A mirror's login comes from the netrc file named by NETRC (a BuildKit secret mount: roles/wheels),
+the file pip reads too; it is sent to that host, over https only, and never printed.
 """
 
+import base64
 import hashlib
 import json
+import netrc
 import os
 import shutil
 import sys
 import tarfile
 import tempfile
 import urllib.request
+from urllib.parse import urlsplit
+
+
+def authorization(url: str) -> dict:
+    """The Basic authorization header for url from the NETRC file, or no header."""
+    path = os.environ.get("NETRC")
+    parts = urlsplit(url)
+    if not path or not os.path.isfile(path) or parts.scheme != "https":
+        return {}
+    entry = netrc.netrc(path).authenticators(parts.hostname or "")
+    if not entry:
+        return {}
+    login, _, password = entry
+    return {"Authorization": "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()}
+
+
+def open_url(url: str, timeout: int):
+    return urllib.request.urlopen(urllib.request.Request(url, headers=authorization(url)), timeout=timeout)
 
 
 def sdist_url(package: str, version: str) -> tuple[str, str]:
     index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
     base = index[: -len("/simple")] if index.endswith("/simple") else index
-    with urllib.request.urlopen(f"{base}/pypi/{package}/{version}/json", timeout=120) as reply:
+    with open_url(f"{base}/pypi/{package}/{version}/json", timeout=120) as reply:
         release = json.load(reply)
     for item in release["urls"]:
         if item["packagetype"] == "sdist":
@@ -32,7 +54,7 @@ def main(package: str, version: str, dest: str) -> None:
     print(f"fetch_source: {package} {version} from {url}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         archive = os.path.join(tmp, "sdist.tar.gz")
-        with urllib.request.urlopen(url, timeout=600) as reply, open(archive, "wb") as out:
+        with open_url(url, timeout=600) as reply, open(archive, "wb") as out:
             shutil.copyfileobj(reply, out)
         digest = hashlib.sha256(open(archive, "rb").read()).hexdigest()
         if digest != sha256:
