@@ -171,6 +171,8 @@ def options(argv: list[str]) -> dict[str, str]:
 
 def one_request(base: str, model: str, input_len: int, output_len: int, index: int) -> dict:
     url = urlsplit(base)
+    if not url.hostname:
+        raise SystemExit(f"engine_python stand-in: no host in the server URL {base!r}")
     connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=600)
     prompt = " ".join(f"w{(index * 7919 + i) % 1000}" for i in range(input_len))
     payload = {
