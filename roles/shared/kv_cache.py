@@ -168,10 +168,14 @@ def target_memory(config: dict, tp_size: int) -> ModelMemory:
 
 
 def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
-    """An EAGLE-3 drafter (LlamaForCausalLMEagle3): its decoder layer(s) reading 2 * hidden,
-    the fc joining the target's three captured hidden states, its own lm_head over the draft
-    vocabulary; the embedding is the target's (eagle_worker.py set_embed). KV: an MHA pool of
-    the drafter's layers with its KV heads split by tensor parallelism."""
+    """An EAGLE-3 drafter (LlamaForCausalLMEagle3) as resident when the pools are sized: its
+    decoder layer(s) reading 2 * hidden, the fc joining the target's three captured hidden states
+    (replicated), its RMSNorms, and the embedding (vocab_size) and lm_head (draft_vocab_size, else
+    vocab_size) that models/llama_eagle3.py allocates at construction. Both are swapped for the
+    target's only after the pools: 0.5.9 / 0.5.10 speculative/eagle_worker.py set_embed(_and_head)
+    after the draft ModelRunner's init_memory_pool; 0.5.23 eagle_worker_v2.py alloc_memory_pool ->
+    init_lm_head, after the target's pool is sized (managers/scheduler.py init_memory_pools).
+    KV: an MHA pool of the drafter's layers with its KV heads split by tensor parallelism."""
     h, inter = config["hidden_size"], config["intermediate_size"]
     heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
     head_dim = config.get("head_dim") or h // heads
@@ -179,8 +183,9 @@ def drafter_memory(config: dict, tp_size: int) -> ModelMemory:
     vocab = config.get("draft_vocab_size") or config["vocab_size"]
     dtype = _dtype_bytes(config)
     layer = 2 * h * heads * head_dim + 2 * (2 * h * kv_heads * head_dim) + heads * head_dim * h + 3 * h * inter
-    sharded = (layers * layer + vocab * h) * dtype
-    replicated = 3 * h * h * dtype  # fc
+    sharded = (layers * layer + (config["vocab_size"] + vocab) * h) * dtype  # + embedding, lm_head
+    # fc; RMSNorms: input_layernorm, hidden_norm, post_attention_layernorm per layer, the final norm
+    replicated = (3 * h * h + (3 * layers + 1) * h) * dtype
     kv_per_gpu = max(kv_heads // tp_size, 1)
     return ModelMemory(int(replicated + sharded / tp_size), kv_per_gpu * 2 * head_dim * layers * dtype, layers)
 
