@@ -55,6 +55,16 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """The checks run in this one process, in order, whatever the project's addopts ask for
+    (`-n auto`: the project's own tests run on pytest-xdist's workers). The bounded runner's
+    state (one wedge of a kind refuses its kin, the run's total deadline) and the verdict table
+    live in this process; split over workers, a wedged driver would cost one bound per worker and
+    the table would be empty. 0 workers is xdist's "not distributed" (its pytest_cmdline_main)."""
+    return 0
+
+
 def pytest_configure(config):
     for suite in SUITES:
         config.addinivalue_line("markers", f"{suite}: the {suite} health-check suite")

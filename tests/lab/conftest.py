@@ -21,6 +21,32 @@ import testinfra
 import lab
 from tests.lab.harness import PROJECT_ROOT, DeployRun, require_docker, run_deploy
 
+LAB_SCOPE = "tests/lab"  # the node ids' prefix, relative to the rootdir (pyproject.toml's folder)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Every lab test runs on one pytest-xdist worker, in file order: they share one lab (its
+    containers, its session fixtures) and each module leaves it whole for the next. The unit
+    tests run on the other workers meanwhile, a module at a time (pyproject.toml's addopts:
+    `-n auto`), which is what keeps CI on 2 cores within its budget. xdist's own `--dist
+    loadgroup` cannot do it with this pytest: it renames each item's `_nodeid`, which pytest 9
+    no longer reads (nodes.py: `nodeid` is `str(self._id)`), so the group was silently lost."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return LAB_SCOPE if nodeid.startswith(LAB_SCOPE + "/") else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # The lab first, to the first worker: it is the longest by far, and everything else
+            # runs beside it (xdist orders scopes by their number of tests, not their time).
+            if LAB_SCOPE in self.workqueue:
+                self.workqueue.move_to_end(LAB_SCOPE, last=False)
+            super()._assign_work_unit(node)
+
+    return LabOnOneWorker(config, log)
+
 
 @pytest.fixture(scope="session")
 def lab_walk() -> DeployRun:

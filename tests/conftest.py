@@ -1,0 +1,59 @@
+"""What every test process needs: pytest-xdist's worker loop kept off gevent's patched locks."""
+
+from __future__ import annotations
+
+import os
+
+
+class _OsEvent:
+    """threading.Event's set/clear/wait on the interpreter's own locks, whatever gevent patched.
+
+    An xdist worker waits for its next test on an Event (xdist/remote.py TestQueue), set by
+    execnet's receiver thread, a real OS thread. The site model imports pyinfra_cli, which
+    patches threading with gevent's cooperative locks (monkey.patch_all, its __init__.py); a
+    patched Event's wait then blocks the worker's only greenlet on a lock no greenlet releases:
+    gevent's LoopExit, "This operation would block forever" (pytest-xdist#254)."""
+
+    def __init__(self) -> None:
+        from gevent import monkey
+
+        allocate = monkey.get_original("_thread", "allocate_lock")
+        self._guard = allocate()  # the flag and the gate change together
+        self._gate = allocate()  # held while the flag is clear: wait() blocks on it
+        self._gate.acquire()
+        self._flag = False
+
+    def set(self) -> None:
+        with self._guard:
+            if not self._flag:
+                self._flag = True
+                self._gate.release()
+
+    def clear(self) -> None:
+        with self._guard:
+            if self._flag:
+                self._flag = False
+                self._gate.acquire()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._gate.acquire(timeout=-1 if timeout is None else timeout):
+            self._gate.release()
+        return self._flag
+
+
+def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    # By name: execnet runs xdist/remote.py as its own module (__channelexec__), so its class is
+    # not xdist.remote's.
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor":
+            queue = plugin.torun
+            with queue.lock() as items:
+                event = _OsEvent()
+                if items:
+                    event.set()
+                queue._has_items_event = event
