@@ -29,15 +29,21 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 
 KILL_AFTER_S = 5  # `timeout -k`: TERM first, KILL this much later
 LOCAL_GRACE_S = 10  # on top of the remote bound and KILL_AFTER_S: transport (ssh, docker exec)
 DEFAULT_DEADLINE_S = 900  # one host's whole `python -m checks` run
+# The most one command may print (each of stdout and stderr): the checks read tables and logs of
+# kilobytes; a tool looping on an error prints gigabytes within its bound (`yes` fills 1.8 GB in
+# 3 s here), which would be held in memory until the bound.
+OUTPUT_CAP_BYTES = 64 * 1024 * 1024
 # `dcgmi diag -r N`: NVIDIA documents level 1 as seconds, 2 as about 2 minutes, 3 as about 15
 # (DCGM user guide, "Run Levels"); the bounds leave room for 8 GPUs.
 DCGM_DIAG_BOUND_S = {1: 180, 2: 1200, 3: 3600}
@@ -122,6 +128,15 @@ KINDS = {
             "run the probe by hand on the host; `mount` and `dmesg` for a stuck filesystem",
         ),
         Kind(
+            "connection",
+            30,
+            "the host cannot be reached or does not open a session: down, an address that drops "
+            "packets, a DNS that does not answer, sshd (or the container) stuck, a refused key",
+            "`ssh -v <host> true` (or `docker ps -a` for a container) from this machine; the host's "
+            "console if ssh hangs after authentication (a hung home or PAM module)",
+            family="connection",
+        ),
+        Kind(
             "command",
             60,
             "the host did not finish a plain command (an overloaded host, a hung filesystem)",
@@ -141,6 +156,10 @@ class CommandOverrun(Exception):
 
 
 class _LocalOverrun(Exception):
+    pass
+
+
+class _LocalFlood(Exception):
     pass
 
 
@@ -182,6 +201,48 @@ class Runner:
         self.deadline_s: float | None = None
         self.overran: dict[str, str] = {}  # family -> the first overrun's line
         self._local_limit: float | None = None
+        # A host reached through a transport (ssh, docker exec, ...) is reached once first.
+        self.reached = getattr(backend, "NAME", "local") == "local"
+
+    def _left(self, bound: float) -> float:
+        """bound, cut to what is left of the run's total deadline (at least 1 s)."""
+        if self.deadline is None:
+            return bound
+        return min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
+
+    def _reach(self, command: str) -> None:
+        """Runs `true` before the first command on a host behind a transport. A host that cannot
+        be reached is then one failure of its own kind ("connection"), and every later command
+        is refused at once, instead of each one paying ssh's ConnectTimeout (testinfra's default
+        10 s) or the whole bound of its kind (DNS and authentication have no ssh timeout), and
+        instead of an unanswered connection being blamed on the command (the driver, for
+        nvidia-smi)."""
+        kind = KINDS["connection"]
+        bound = self._left(kind.bound_s)
+        self._local_limit = bound
+        started = time.monotonic()
+        try:
+            answer = self.plain_run("true")
+            found = None if answer.rc == 0 else f"exit {answer.rc}: {_words(answer.stderr)}"
+        except _LocalOverrun:
+            found = f"no session after {time.monotonic() - started:.0f} s, killed"
+        except _LocalFlood:
+            found = "endless output from `true`"
+        except Exception as error:  # ssh's own exit 255 (a RuntimeError), paramiko's SSHException, ...
+            answer = error.args[0] if error.args else None
+            words = getattr(answer, "stderr", None) or str(error) or type(error).__name__
+            found = f"{type(error).__name__}: {_words(words)}"
+        finally:
+            self._local_limit = None
+        if found is None:
+            self.reached = True
+            return
+        target = f"{getattr(self.backend, 'NAME', '?')}://{getattr(self.backend, 'hostname', '?')}"
+        self.overran["connection"] = f"the connection to {target} (bound {_seconds(bound)})"
+        raise CommandOverrun(
+            f"expected to reach {target} within {_seconds(bound)} (connection) to run `{_shown(command)}`; "
+            f"found {found}; likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
 
     def run(self, command: str, what: str | None = None, bound_s: float | None = None):
         kind = KINDS[what] if what else KINDS[program_of(command)]
@@ -189,8 +250,9 @@ class Runner:
         refused = self._refusal(command, kind)
         if refused:
             raise CommandOverrun(refused)
-        if self.deadline is not None:
-            bound = min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
+        if not self.reached:
+            self._reach(command)
+        bound = self._left(bound)
         wrapped = f"timeout -k {KILL_AFTER_S} {bound:g} sh -c {shlex.quote(command)}"
         self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
         started = time.monotonic()
@@ -198,6 +260,8 @@ class Runner:
             result = self.plain_run(wrapped)
         except _LocalOverrun:
             result = None
+        except _LocalFlood:
+            raise CommandOverrun(_flood_line(command, time.monotonic() - started)) from None
         finally:
             self._local_limit = None
         elapsed = time.monotonic() - started
@@ -209,7 +273,7 @@ class Runner:
         return result
 
     def _refusal(self, command: str, kind: Kind) -> str | None:
-        for family in (kind.family, *kind.blocked_by):
+        for family in ("connection", kind.family, *kind.blocked_by):
             if family and family in self.overran:
                 return (
                     f"expected `{_shown(command)}` to answer; found it not run: {self.overran[family]} "
@@ -235,20 +299,49 @@ class Runner:
         """testinfra's BaseBackend.run_local with a time limit (the process group is killed)."""
         backend = self.backend
         encoded = backend.encode(backend.quote(command, *args))
-        process = subprocess.Popen(
-            encoded,
-            shell=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = process.communicate(timeout=self._local_limit)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            raise _LocalOverrun() from None
-        return backend.result(process.returncode, encoded, stdout, stderr)
+        # The output goes to files, not pipes: a process that leaves the group holding them does
+        # not keep the wait going, and a file has a size limit (RLIMIT_FSIZE: the writer gets
+        # SIGXFSZ, or EFBIG if it ignores that) where a pipe read into memory has none.
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            process = subprocess.Popen(
+                encoded,
+                shell=True,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=_cap_output,
+            )
+            try:
+                process.wait(timeout=self._local_limit)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                raise _LocalOverrun() from None
+            if max(os.fstat(f.fileno()).st_size for f in (stdout, stderr)) >= OUTPUT_CAP_BYTES:
+                _kill_group(process)
+                raise _LocalFlood()
+            stdout.seek(0)
+            stderr.seek(0)
+            return backend.result(process.returncode, encoded, stdout.read(), stderr.read())
+
+
+def _cap_output() -> None:
+    """In the child before exec: no file it (or anything it starts) writes, the output files
+    included, grows past OUTPUT_CAP_BYTES."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES))
+
+
+def _words(text: str) -> str:
+    return " ".join(str(text).split())[:300] or "(nothing on stderr)"
+
+
+def _flood_line(command: str, elapsed: float) -> str:
+    return (
+        f"expected `{_shown(command)}` to print at most {OUTPUT_CAP_BYTES // (1024 * 1024)} MiB; found "
+        f"more after {elapsed:.0f} s, stopped; likely cause: the tool loops on an error or a log is far "
+        "larger than expected; what to do: run it by hand on the host with `| head -50` and read "
+        "what it repeats"
+    )
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -191,16 +191,31 @@ def test_a_gpu_program_killed_by_its_own_timeout_is_no_overrun(programs, monkeyp
 
 
 def test_a_gpu_program_stuck_past_its_kill_is_an_overrun(programs, monkeypatch, tmp_path):
-    programs("stuck-python", f"setsid sleep 31 & echo $! > {tmp_path}/pid; wait")
+    """A CUDA program in D state ignores even SIGKILL, and `timeout` waits for it: here a
+    `timeout` that never returns stands in for that wait, and the local bound ends it."""
+    programs("stuck-python", "exec sleep 1000")
+    gpu = probes.GpuProbe(fresh_host())
+    folder = programs.folder
+    programs("timeout", "exec sleep 1000")
     monkeypatch.setattr(probes, "PROGRAM_BOUND_MARGIN_S", 1)
     monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
     monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
-    gpu = probes.GpuProbe(fresh_host())
-    folder = programs.folder
+    started = time.monotonic()
     with pytest.raises(CommandOverrun) as overrun:
         gpu.run_program(str(folder / "stuck-python"), "cuda_check.py", timeout_s=1)
-    _end(tmp_path / "pid")
+    assert time.monotonic() - started < 8
     assert "(gpu program)" in str(overrun.value) and "CUDA program did not end" in str(overrun.value)
+
+
+def test_a_gpu_program_that_leaves_a_process_behind_reads_as_its_own_kill(programs, tmp_path):
+    """A process that left the program's group keeps running, but no longer holds the checks'
+    wait (the output goes to files, not pipes): the check reads the program's own kill."""
+    programs("stuck-python", f"setsid sleep 31 & echo $! > {tmp_path}/pid; wait")
+    gpu = probes.GpuProbe(fresh_host())
+    started = time.monotonic()
+    result = gpu.run_program(str(programs.folder / "stuck-python"), "cuda_check.py", timeout_s=1)
+    _end(tmp_path / "pid")
+    assert result.rc == 137 and time.monotonic() - started < 5
 
 
 def test_the_runs_total_deadline_cuts_bounds_and_then_refuses(monkeypatch):
@@ -343,3 +358,77 @@ def test_the_local_bound_holds_under_gevent(tmp_path):
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.splitlines()[-1:] == ["AFTER"], done.stdout + done.stderr
     assert done.stdout.startswith("OVERRUN expected `setsid sleep 30"), done.stdout + done.stderr
+
+
+def ssh_host(url: str):
+    """A testinfra ssh host of its own (not testinfra's cache), bounded."""
+    backend = testinfra.backend.get_backend(url)
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return bounded.bound(host)
+
+
+def test_a_host_that_accepts_and_never_speaks_ssh_is_one_connection_failure(tmp_path):
+    """A port that accepts and never sends ssh's banner (a wedged sshd, a firewall that holds
+    connections): one named connection failure after ssh's ConnectTimeout, then every command
+    refused at once; not ssh's bare exit 255 from every check, each paying the timeout again."""
+    server = SilentServer()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n    BatchMode yes\n    UserKnownHostsFile {tmp_path}/known_hosts\n")
+    try:
+        host = ssh_host(f"ssh://root@127.0.0.1:{server.port}?ssh_config={config}&timeout=1&controlpersist=0")
+        started = time.monotonic()
+        with pytest.raises(CommandOverrun) as first:
+            bounded.run(host, "nvidia-smi -L")
+        assert time.monotonic() - started < 8
+        with pytest.raises(CommandOverrun) as second:
+            bounded.run(host, "systemctl is-active x")
+        assert time.monotonic() - started < 8
+    finally:
+        server.close()
+    line = str(first.value)
+    assert "\n" not in line
+    assert line.startswith("expected to reach ssh://127.0.0.1 within 30 s (connection) to run `nvidia-smi -L`")
+    assert "banner exchange" in line and "what to do: `ssh -v" in line
+    assert "driver" not in line  # the connection, not the GPU, is blamed
+    assert "found it not run: the connection to ssh://127.0.0.1" in str(second.value)
+
+
+def test_an_ssh_that_hangs_before_connecting_is_killed_at_the_connection_bound(programs, monkeypatch):
+    """ssh's ConnectTimeout does not cover name resolution or authentication: an ssh that never
+    gets that far (here a program named ssh that sleeps, as one stuck in a DNS lookup) is killed
+    at the connection bound, and the command it carried is not blamed."""
+    programs("ssh", "exec sleep 1000")
+    short(monkeypatch, "connection", 1)
+    host = ssh_host("ssh://root@gpu-node.example.internal")
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as overrun:
+        bounded.run(host, "nvidia-smi -L")
+    assert time.monotonic() - started < 5
+    line = str(overrun.value)
+    assert "within 1 s (connection)" in line and "found no session after 1 s, killed" in line
+    assert list(host.backend._ih_runner.overran) == ["connection"]  # not the driver's family
+
+
+def test_endless_output_is_stopped_at_the_cap_not_held_in_memory(programs, monkeypatch):
+    """A tool that loops printing (here `yes`, about 0.6 GB a second) filled memory until its
+    bound; its output is capped and the overrun says so."""
+    programs("nvidia-smi", "exec yes 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
+    monkeypatch.setattr(bounded, "OUTPUT_CAP_BYTES", 1024 * 1024)
+    short(monkeypatch, "nvidia-smi", 3)
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as flood:
+        bounded.run(fresh_host(), "nvidia-smi -L")
+    assert time.monotonic() - started < 2
+    line = str(flood.value)
+    assert line.startswith("expected `nvidia-smi -L` to print at most 1 MiB; found more after")
+    assert "| head -50" in line
+
+
+def test_a_command_that_reads_stdin_gets_its_end_at_once():
+    """A command that waits on stdin (cat, a prompt) reads end-of-file, not a terminal or a pipe
+    left open."""
+    started = time.monotonic()
+    answer = bounded.run(fresh_host(), "cat; read answer; echo read:$?")
+    assert time.monotonic() - started < 2
+    assert answer.stdout.strip() == "read:1"
