@@ -201,6 +201,8 @@ class Runner:
         self.deadline_s: float | None = None
         self.overran: dict[str, str] = {}  # family -> the first overrun's line
         self._local_limit: float | None = None
+        self.process: subprocess.Popen | None = None  # the local process running now
+        self.stopped = False  # stop(): nothing more is started
         # A host reached through a transport (ssh, docker exec, ...) is reached once first.
         self.reached = getattr(backend, "NAME", "local") == "local"
 
@@ -295,6 +297,17 @@ class Runner:
             f"{elapsed:.0f} s, killed; likely cause: {kind.cause}; what to do: {kind.next_step}"
         )
 
+    def stop(self) -> None:
+        """From another thread: kills the command running now (its process group) and starts no
+        other, so a caller that gave up on this host leaves no ssh behind when it exits."""
+        self.stopped = True
+        process = self.process
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def run_local(self, command: str, *args: str):
         """testinfra's BaseBackend.run_local with a time limit (the process group is killed)."""
         backend = self.backend
@@ -302,8 +315,10 @@ class Runner:
         # The output goes to files, not pipes: a process that leaves the group holding them does
         # not keep the wait going, and a file has a size limit (RLIMIT_FSIZE: the writer gets
         # SIGXFSZ, or EFBIG if it ignores that) where a pipe read into memory has none.
+        if self.stopped:
+            raise _LocalOverrun()
         with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-            process = subprocess.Popen(
+            process = self.process = subprocess.Popen(
                 encoded,
                 shell=True,
                 stdin=subprocess.DEVNULL,
@@ -312,11 +327,15 @@ class Runner:
                 start_new_session=True,
                 preexec_fn=_cap_output,
             )
+            if self.stopped:  # stop() came between the check above and the start
+                os.killpg(process.pid, signal.SIGKILL)
             try:
                 process.wait(timeout=self._local_limit)
             except subprocess.TimeoutExpired:
                 _kill_group(process)
                 raise _LocalOverrun() from None
+            finally:
+                self.process = None
             if max(os.fstat(f.fileno()).st_size for f in (stdout, stderr)) >= OUTPUT_CAP_BYTES:
                 _kill_group(process)
                 raise _LocalFlood()
