@@ -264,6 +264,11 @@ class Runner:
             result = None
         except _LocalFlood:
             raise CommandOverrun(_flood_line(command, time.monotonic() - started)) from None
+        except RuntimeError as error:  # testinfra's ssh backends: exit 255, ssh's or the command's
+            lost = _ssh_lost(error)
+            if lost is None:
+                raise
+            raise CommandOverrun(self._lost_line(command, lost)) from None
         finally:
             self._local_limit = None
         elapsed = time.monotonic() - started
@@ -273,6 +278,17 @@ class Runner:
                 self.overran.setdefault(kind.family, f"`{_shown(command)[:60]}` ({kind.name}, bound {_seconds(bound)})")
             raise CommandOverrun(line)
         return result
+
+    def _lost_line(self, command: str, words: str) -> str:
+        """The host was reached earlier and ssh lost it during this command: the connection's
+        failure (every later command refused), not the command's."""
+        kind = KINDS["connection"]
+        target = f"{getattr(self.backend, 'NAME', '?')}://{getattr(self.backend, 'hostname', '?')}"
+        self.overran["connection"] = f"the connection to {target} (lost)"
+        return (
+            f"expected `{_shown(command)}` to answer over the connection to {target}; found the "
+            f"connection lost (ssh: {words}); likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
 
     def _refusal(self, command: str, kind: Kind) -> str | None:
         for family in ("connection", kind.family, *kind.blocked_by):
@@ -348,6 +364,27 @@ def _cap_output() -> None:
     """In the child before exec: no file it (or anything it starts) writes, the output files
     included, grows past OUTPUT_CAP_BYTES."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES))
+
+
+# What OpenSSH's client itself prints when it, not the remote command, failed (ssh.c, sshconnect.c,
+# clientloop.c, mux.c of OpenSSH 9.x): only then is an exit 255 the connection's; a remote command
+# may exit 255 itself (nvidia-smi does on some errors).
+SSH_OWN_ERROR = re.compile(
+    r"^(ssh: |kex_exchange_identification|Connection (to \S+ )?(closed|timed out|reset)|client_loop: |"
+    r"Timeout, server \S+ not responding|Permission denied \(|Host key verification failed|mux_client_|"
+    r"Control socket connect)",
+    re.MULTILINE,
+)
+
+
+def _ssh_lost(error: RuntimeError) -> str | None:
+    """ssh's own words when a RuntimeError is testinfra's ssh exit 255 caused by ssh itself."""
+    answer = error.args[0] if error.args else None
+    if getattr(answer, "rc", None) != 255:
+        return None
+    stderr = str(getattr(answer, "stderr", "") or "").replace("\r", "")
+    found = [line for line in stderr.splitlines() if SSH_OWN_ERROR.match(line)]
+    return _words(" ".join(found)) if found else None
 
 
 def _words(text: str) -> str:

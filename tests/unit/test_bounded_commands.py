@@ -432,3 +432,30 @@ def test_a_command_that_reads_stdin_gets_its_end_at_once():
     answer = bounded.run(fresh_host(), "cat; read answer; echo read:$?")
     assert time.monotonic() - started < 2
     assert answer.stdout.strip() == "read:1"
+
+
+def test_a_host_lost_mid_run_is_the_connections_failure_not_the_commands(programs, tmp_path):
+    """ssh reached the host, then lost it (its own words on stderr, exit 255): one connection
+    failure, and the next command refused at once; a remote command's own exit 255 (no ssh
+    words) stays what testinfra makes of it."""
+    calls = tmp_path / "calls"
+    programs(
+        "ssh",
+        f"echo x >> {calls}\n"
+        f'case $(wc -l < {calls}) in 1) exit 0 ;; 2) echo "Failed to initialize NVML" >&2; exit 255 ;; esac\n'
+        "printf 'Timeout, server gpu-node not responding.\\r\\n' >&2; exit 255",
+    )
+    host = ssh_host("ssh://root@gpu-node")
+    with pytest.raises(RuntimeError) as own:  # the command's own 255
+        bounded.run(host, "nvidia-smi -L")
+    assert not isinstance(own.value, CommandOverrun)
+    with pytest.raises(CommandOverrun) as lost:
+        bounded.run(host, "nvidia-smi -q")
+    line = str(lost.value)
+    assert line.startswith("expected `nvidia-smi -q` to answer over the connection to ssh://gpu-node; found")
+    assert "connection lost (ssh: Timeout, server gpu-node not responding.)" in line and "`ssh -v" in line
+    assert list(host.backend._ih_runner.overran) == ["connection"]
+    with pytest.raises(CommandOverrun) as refused:
+        bounded.run(host, "systemctl is-active x")
+    assert "found it not run: the connection to ssh://gpu-node (lost)" in str(refused.value)
+    assert calls.read_text().count("x") == 3
