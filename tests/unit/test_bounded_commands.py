@@ -459,3 +459,24 @@ def test_a_host_lost_mid_run_is_the_connections_failure_not_the_commands(program
         bounded.run(host, "systemctl is-active x")
     assert "found it not run: the connection to ssh://gpu-node (lost)" in str(refused.value)
     assert calls.read_text().count("x") == 3
+
+
+def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(monkeypatch, tmp_path, capsys):
+    """`python -m checks.bench` ran on a host that was not bounded: a benchmark client waiting on
+    a wedged engine (sglang's bench_serving allows a request 6 hours) hung it. Here the client is
+    a program that sleeps."""
+    from checks import bench, bench_workload
+
+    monkeypatch.setattr(bench_workload, "bench_command", lambda *args: ["sleep", "1000"])
+    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
+    monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
+    short(monkeypatch, "benchmark", 1)
+    history = tmp_path / "history.jsonl"
+    argv = ["--inventory", str(ROOT / "inventory" / "lab.py"), "--hosts", "local://", "--history", str(history)]
+    started = time.monotonic()
+    code = bench.main([*argv, "--concurrency", "1"])
+    assert time.monotonic() - started < 10
+    assert code == 1 and not history.exists()
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("benchmark: FAIL expected `bash -c") and "within 1 s (benchmark)" in line
+    assert "the engine stopped answering during the benchmark" in line
