@@ -480,3 +480,48 @@ def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(monkeypatch, tmp_
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("benchmark: FAIL expected `bash -c") and "within 1 s (benchmark)" in line
     assert "the engine stopped answering during the benchmark" in line
+
+
+class StallingServer(SilentServer):
+    """Sends a 200 status line and headers, then one byte of the body every 0.3 s (a stuck
+    engine mid-answer, or a slowloris)."""
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+            threading.Thread(target=self._stall, args=(connection,), daemon=True).start()
+
+    @staticmethod
+    def _stall(connection):
+        try:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+            while True:
+                time.sleep(0.3)
+                connection.sendall(b" ")
+        except OSError:
+            return
+
+
+def test_an_engine_that_stalls_mid_body_is_no_answer_not_a_200():
+    """curl's -m ends the transfer (exit 28), but the status line had said 200: that was read as
+    an answer (a partial body parsed as JSON, or /health passed on time_total); it is no answer."""
+    server = StallingServer()
+    try:
+        expect = SimpleNamespace(
+            serving_host="127.0.0.1", serving_port=server.port, server_timeout_s=1, api_key_configured=False
+        )
+        started = time.monotonic()
+        answer = server_checks.request(fresh_host(), expect, "/v1/models", with_key=False, timeout_s=1)
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
+    assert answer.status == 0 and answer.error.startswith("HTTP 200, then curl: (28)")
+    assert "expected /health to answer 200 within 1 s; found no answer (HTTP 200, then curl: (28)" in (
+        server_checks.judge_health(answer, 1) or ""
+    )
+    assert "HTTP 0 HTTP 200, then curl: (28)" in server_checks.judge_models(answer, "kimi")
