@@ -525,3 +525,24 @@ def test_an_engine_that_stalls_mid_body_is_no_answer_not_a_200():
         server_checks.judge_health(answer, 1) or ""
     )
     assert "HTTP 0 HTTP 200, then curl: (28)" in server_checks.judge_models(answer, "kimi")
+
+
+def test_acceptance_of_a_host_that_never_speaks_ssh_is_a_report_not_a_traceback(tmp_path):
+    """checks.acceptance against a port that accepts and never speaks ssh ended in ssh's bare
+    RuntimeError traceback and no report; now NOT ACCEPTED, the connection named."""
+    server = SilentServer()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n    BatchMode yes\n    UserKnownHostsFile {tmp_path}/known_hosts\n")
+    url = f"ssh://root@127.0.0.1:{server.port}?ssh_config={config}&timeout=1&controlpersist=0"
+    argv = [sys.executable, "-m", "checks.acceptance", "--hosts", url, "--out", str(tmp_path / "out"), "--no-bench"]
+    try:
+        started = time.monotonic()
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "# Acceptance report: NOT ACCEPTED" in report
+    assert "expected to reach ssh://127.0.0.1 within 30 s (connection) to run `command -v nvidia-smi`" in report
+    assert took < 60
