@@ -34,6 +34,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -149,6 +150,10 @@ KINDS = {
 # caller, e.g. testinfra's own modules).
 PROGRAMS = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi", "systemctl": "systemctl", "journalctl": "journalctl"}
 WRAPPERS = {"env", "exec", "nice", "ionice", "sudo"}
+# testinfra's backends that start a local process per command (backend.run_local: bounded there);
+# the others (paramiko, winrm, salt, ansible) talk from a library in this process, and are waited
+# for in a thread that is given up at the same local bound.
+RUN_LOCAL_BACKENDS = {"local", "ssh", "safe-ssh", "docker", "podman", "kubectl", "openshift", "lxc", "chroot"}
 
 
 class CommandOverrun(Exception):
@@ -206,6 +211,28 @@ class Runner:
         # A host reached through a transport (ssh, docker exec, ...) is reached once first.
         self.reached = getattr(backend, "NAME", "local") == "local"
 
+    def _call(self, command: str):
+        """plain_run(command) within the local bound; a library backend's call is left to itself
+        (a daemon thread) when it overruns, since a library call cannot be killed."""
+        if getattr(self.backend, "NAME", "local") in RUN_LOCAL_BACKENDS:
+            return self.plain_run(command)
+        box: dict = {}
+
+        def call():
+            try:
+                box["answer"] = self.plain_run(command)
+            except BaseException as error:  # handed to the caller as it came
+                box["error"] = error
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(self._local_limit)
+        if thread.is_alive():
+            raise _LocalOverrun()
+        if "error" in box:
+            raise box["error"]
+        return box["answer"]
+
     def _left(self, bound: float) -> float:
         """bound, cut to what is left of the run's total deadline (at least 1 s)."""
         if self.deadline is None:
@@ -224,7 +251,7 @@ class Runner:
         self._local_limit = bound
         started = time.monotonic()
         try:
-            answer = self.plain_run("true")
+            answer = self._call("true")
             found = None if answer.rc == 0 else f"exit {answer.rc}: {_words(answer.stderr)}"
         except _LocalOverrun:
             found = f"no session after {time.monotonic() - started:.0f} s, killed"
@@ -259,7 +286,7 @@ class Runner:
         self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
         started = time.monotonic()
         try:
-            result = self.plain_run(wrapped)
+            result = self._call(wrapped)
         except _LocalOverrun:
             result = None
         except _LocalFlood:

@@ -461,23 +461,33 @@ def test_a_host_lost_mid_run_is_the_connections_failure_not_the_commands(program
     assert calls.read_text().count("x") == 3
 
 
-def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(monkeypatch, tmp_path, capsys):
+BENCH_WEDGED = """
+import dataclasses, sys
+from checks import bench, bench_workload, bounded
+bench_workload.bench_command = lambda *args: ["sleep", "1000"]
+bounded.KILL_AFTER_S = bounded.LOCAL_GRACE_S = 1
+bounded.KINDS["benchmark"] = dataclasses.replace(bounded.KINDS["benchmark"], bound_s=1)
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+
+def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(tmp_path):
     """`python -m checks.bench` ran on a host that was not bounded: a benchmark client waiting on
     a wedged engine (sglang's bench_serving allows a request 6 hours) hung it. Here the client is
-    a program that sleeps."""
-    from checks import bench, bench_workload
-
-    monkeypatch.setattr(bench_workload, "bench_command", lambda *args: ["sleep", "1000"])
-    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
-    monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
-    short(monkeypatch, "benchmark", 1)
+    a program that sleeps. (Its own process: pyinfra's inventory code patches in gevent.)"""
     history = tmp_path / "history.jsonl"
     argv = ["--inventory", str(ROOT / "inventory" / "lab.py"), "--hosts", "local://", "--history", str(history)]
     started = time.monotonic()
-    code = bench.main([*argv, "--concurrency", "1"])
-    assert time.monotonic() - started < 10
-    assert code == 1 and not history.exists()
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+    done = subprocess.run(
+        [sys.executable, "-c", BENCH_WEDGED, *argv, "--concurrency", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1 and not history.exists(), done.stdout + done.stderr
+    line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("benchmark: FAIL expected `bash -c") and "within 1 s (benchmark)" in line
     assert "the engine stopped answering during the benchmark" in line
 
@@ -546,3 +556,21 @@ def test_acceptance_of_a_host_that_never_speaks_ssh_is_a_report_not_a_traceback(
     assert "# Acceptance report: NOT ACCEPTED" in report
     assert "expected to reach ssh://127.0.0.1 within 30 s (connection) to run `command -v nvidia-smi`" in report
     assert took < 60
+
+
+def test_a_library_backend_that_never_connects_is_given_up_at_the_connection_bound(monkeypatch):
+    """testinfra's paramiko backend talks from this process, not through a local process that can
+    be killed: a port that never speaks ssh held it for paramiko's own 15 s banner timeout (and a
+    session lost mid-command for ever); it is given up at the local bound."""
+    short(monkeypatch, "connection", 1)
+    server = SilentServer()
+    try:
+        host = ssh_host(f"paramiko://root@127.0.0.1:{server.port}")
+        started = time.monotonic()
+        with pytest.raises(CommandOverrun) as overrun:
+            bounded.run(host, "nvidia-smi -L")
+        assert time.monotonic() - started < 4
+    finally:
+        server.close()
+    assert "expected to reach paramiko://127.0.0.1 within 1 s (connection)" in str(overrun.value)
+    assert "no session after 1 s" in str(overrun.value)
