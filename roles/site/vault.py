@@ -92,13 +92,15 @@ def load(path: Path) -> dict[str, _Encrypted]:
 def stored(path: Path) -> dict[str, _Encrypted]:
     """The encrypted entries of a secrets file, by the names written in it; no password needed."""
     try:
-        raw = yamlfile.load(Path(path).read_text(encoding="utf-8"), _VaultLoader)
+        raw = yamlfile.load(yamlfile.read_text(Path(path)), _VaultLoader)
     except FileNotFoundError:
         raise SecretsError("file not found; create it with `uv run python -m roles.site.vault set FILE NAME`") from None
     except IsADirectoryError:
         raise SecretsError("is a folder; expected the secrets file (YAML)") from None
     except PermissionError:
         raise SecretsError("cannot be read by this user; expected a readable secrets file") from None
+    except OSError as error:
+        raise SecretsError(f"cannot be read ({error.strerror}); expected the secrets file (YAML)") from None
     except UnicodeDecodeError:
         raise SecretsError("is not a text file; expected the secrets file (YAML)") from None
     except yamlfile.DuplicateKeyError as error:

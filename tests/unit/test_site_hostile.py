@@ -418,3 +418,115 @@ def test_a_vault_value_cut_mid_way_is_not_blamed_on_the_password(inventory):
     message = str(raised.value)
     assert "secret 'hf_token' is damaged in the file" in message and "password" not in message.split(":")[1]
     assert "\n" not in message
+
+
+# --- H. more cases (the hostile tester's round: each was called valid before) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # The node's / or /etc bind-mounted into a guest (as root in a privileged container).
+        ({"guest_mount_points": {"/": "/models"}}, "the host path '/' is not one: expected a folder of its own, not /"),
+        ({"guest_mount_points": {"/etc": "/models"}}, "the host path '/etc' is not one: expected a folder of its own"),
+        ({"guest_mount_points": {"/dev": "/models"}}, "the host path '/dev' is not one: expected a folder of its own"),
+        # A mount over the guest's own / or /etc.
+        ({"guest_mount_points": {"/tank/models": "/"}}, "the path in the guest '/' is not one: expected a folder"),
+        ({"guest_mount_points": {"/tank/models": "/etc/"}}, "the path in the guest '/etc/' is not one: expected a"),
+        # Two mount points at one path in the guest (pct refuses it at create time).
+        (
+            {"guest_mount_points": {"/tank/a": "/models", "/tank/b": "/models/"}},
+            "the path in the guest '/models/' is where '/tank/a' is mounted too",
+        ),
+    ],
+)
+def test_h_a_mount_point_of_a_system_folder_or_twice_at_one_path_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", **data)])
+    line = validate(path)
+    assert line.startswith(f"{path}: host ct.invalid: guest_mount_points = "), line
+    assert message in line, line
+
+
+ACCOUNT = "an unprivileged lower-case Unix user or group name ([a-z_][a-z0-9_-]*) of the deploy's own"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # An account or group of the system's: the engine would share its files and powers.
+        ({"base_service_user": "daemon"}, f"base_service_user = 'daemon' is invalid; expected {ACCOUNT}"),
+        ({"base_service_user": "sshd"}, "sshd is an account of the system"),
+        ({"base_service_user": "systemd-network"}, "systemd-network is an account of the system"),
+        ({"base_service_group": "root"}, f"base_service_group = 'root' is invalid; expected {ACCOUNT}"),
+        ({"base_service_group": "docker"}, "docker is a group of the system"),  # the Docker API is root
+        ({"base_service_group": "disk"}, "disk is a group of the system"),  # raw disks
+        ({"base_service_group": "shadow"}, "shadow is a group of the system"),  # /etc/shadow
+        ({"base_service_group": "sudo"}, "sudo is a group of the system"),
+        # daemon.json keys that hand root to whoever reaches the API.
+        ({"docker_daemon_extra": {"hosts": ["tcp://0.0.0.0:2375"]}}, "docker_daemon_extra = {'hosts': ['tcp://0.0"),
+        ({"docker_daemon_extra": {"group": "inference"}}, "expected daemon.json keys other than data-root, defau"),
+        ({"docker_daemon_extra": {"userland-proxy-path": "/tmp/x"}}, "group, hosts, log-driver, log-opts, runtimes"),
+        # Unit names the roles would write as x.service.service, a template, or an instance.
+        ({"serving_unit_name": "engine.service"}, "it ends in .service; expected the name without it"),
+        ({"serving_unit_name": "multi-user.target"}, "it ends in .target; expected the name without it"),
+        ({"serving_unit_name": "ssh.socket"}, "it ends in .socket"),
+        ({"serving_unit_name": "engine@"}, "it has an '@', which makes it a template or an instance of one"),
+        ({"serving_unit_name": "engine@0"}, "serving_unit_name = 'engine@0' is invalid"),
+        # URLs whose readers cannot connect as written: a port beyond 65535 or 0, a raw IPv6 zone
+        # (Go's net/url wants %25), a space, a host that is no DNS name.
+        ({"base_pypi_index_url": "https://pypi.example:70000/simple"}, "Port out of range"),
+        ({"base_pypi_index_url": "https://pypi.example/simple --index-url x"}, "an http(s) URL without spaces"),
+        ({"weights_endpoint": "http://hub.example:0/"}, "its port 0 is no port to connect to"),
+        ({"weights_endpoint": "http://[fe80::1%eth0]:8080"}, "its IPv6 zone is not written %25 and an interface"),
+        ({"cuda_repo_url": "https://-x.example/repos"}, "its host '-x.example' is not a DNS name"),
+    ],
+)
+def test_h_an_account_group_daemon_key_unit_or_url_that_harms_or_breaks_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], builders=["gpu.invalid"])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_the_accounts_units_and_urls_a_site_writes_pass(inventory):
+    data = {
+        "base_service_user": "sglang",
+        "base_service_group": "sglang",
+        "serving_unit_name": "kimi-engine",
+        "docker_daemon_extra": {"registry-mirrors": ["https://mirror.example.internal"]},
+        "base_pypi_index_url": "https://pypi.example.internal:8443/simple/",
+        "weights_endpoint": "http://[fe80::1%25eth0]:8080",
+        "cuda_repo_url": "http://10.0.0.5/cuda/repos",
+    }
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)], builders=["gpu1"]))
+    host = site.hosts["gpu1"]
+    assert (host.base.service_user, host.serving.unit_name, host.weights.endpoint) == (
+        "sglang",
+        "kimi-engine",
+        data["weights_endpoint"],
+    )
+
+
+@pytest.mark.parametrize("kind", ["device", "pipe"])
+@pytest.mark.parametrize("key", ["stack_file", "secrets_file"])
+def test_h_a_stack_or_secrets_file_that_is_a_device_or_a_pipe_is_one_line_not_a_hang(
+    inventory,
+    validate,  # noqa: F811
+    tmp_path,
+    key,
+    kind,
+):
+    """/dev/zero was read until memory ran out, and a named pipe waited for a writer forever."""
+    import os
+
+    if kind == "pipe":
+        target = tmp_path / "pipe.yml"
+        os.mkfifo(target)
+    else:
+        target = "/dev/zero"
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: str(target)})])
+    started = time.monotonic()
+    line = validate(path)
+    assert time.monotonic() - started < 30
+    assert str(target) in line and "not a regular file but a device, a pipe or a socket" in line, line
