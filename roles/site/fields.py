@@ -32,6 +32,7 @@ from roles.site.grammars import (
     sysctl_problem,
     unit_name_problem,
     url_problem,
+    world_writable_problem,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,9 @@ def _host_path(value: str) -> str:
     problem = host_path_problem(value)
     if problem:
         raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{HOST_PATH_TEXT}; {problem}"})
+    problem = world_writable_problem(value)  # a program or tree root runs or reads
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": problem})
     return value
 
 

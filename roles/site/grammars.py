@@ -36,6 +36,17 @@ SYSTEM_FOLDERS = frozenset(
     }
 )
 NOT_UNDER = ("/proc", "/sys", "/dev", "/run")
+# Trees no folder of the deploy's may sit in, at any depth: what lives there is the system's
+# and read or run by root (a folder the service account owns in /etc/systemd/system, /etc/cron.d
+# or /usr/local/lib/python3.12 is a unit, a cron job or a module root runs; one in /root or
+# /boot is root's), or the trees every user may write (/tmp, /var/tmp: another user makes the
+# folder first, or a link in its place, and the deploy's chown follows it).
+SYSTEM_TREES = (
+    *("/etc", "/usr", "/boot", "/root", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/snap"),
+    *("/var/spool", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/vz", "/var/log/journal"),
+    *("/var/cache/apt", "/var/lib/lxc", "/var/lib/containerd", "/var/lib/docker/volumes"),
+)
+WORLD_WRITABLE_TREES = ("/tmp", "/var/tmp", "/dev/shm", "/var/crash")
 HOST_PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
 
 
@@ -65,11 +76,37 @@ def host_folder_problem(path: str) -> str | None:
     folder = normal_path(path)
     if folder == "/":
         return "a folder of its own, not / (the whole system)"
-    if folder in SYSTEM_FOLDERS:
+    if folder in SYSTEM_FOLDERS or folder in SYSTEM_TREES:
         return f"a folder of its own, not the system's {folder} (docs/inventory.md#host-folders)"
     under = next((top for top in NOT_UNDER if folder.startswith(top + "/")), None)
     if under:
         return f"a folder on a disk, not under {under} (a kernel or boot-time file system)"
+    under = next((top for top in SYSTEM_TREES if folder.startswith(top + "/")), None)
+    if under:
+        return f"a folder of its own, not inside the system's {under} (docs/inventory.md#host-folders)"
+    if folder.startswith("/home/") and folder.count("/") == 2:
+        return f"a folder of its own, not {folder} (a user's home folder)"
+    return world_writable_problem(folder)
+
+
+# Where a file root copies into a guest (qm's import-from) must not be: the node's own secrets
+# (/etc/shadow, /root/.ssh, /etc/pve/priv), kernel and device trees, and the trees every user may
+# write (another user's file in place of the image).
+SECRET_TREES = ("/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", *WORLD_WRITABLE_TREES)
+
+
+def secret_tree_problem(path: str) -> str | None:
+    folder = normal_path(path)
+    under = next((top for top in SECRET_TREES if folder == top or folder.startswith(top + "/")), None)
+    return f"it is in {under}" if under else None
+
+
+def world_writable_problem(path: str) -> str | None:
+    """Why path (a folder the deploy makes, or a program root runs) must not be where every user
+    may write, or None."""
+    under = next((top for top in WORLD_WRITABLE_TREES if normal_path(path).startswith(top + "/")), None)
+    if under:
+        return f"a path outside {under}, where every user may write (and put a link or a program first)"
     return None
 
 

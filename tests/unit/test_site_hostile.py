@@ -530,3 +530,86 @@ def test_h_a_stack_or_secrets_file_that_is_a_device_or_a_pipe_is_one_line_not_a_
     line = validate(path)
     assert time.monotonic() - started < 30
     assert str(target) in line and "not a regular file but a device, a pipe or a socket" in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # A folder the service account owns inside a tree root reads or runs: a unit, a cron job,
+        # a module of the system's Python, root's home; or a user's home, or /tmp (a link first).
+        ({"base_data_dir": "/etc/systemd/system"}, "expected a folder of its own, not inside the system's /etc"),
+        ({"base_data_dir": "/etc/cron.d"}, "not inside the system's /etc"),
+        ({"base_log_dir": "/usr/local/lib/python3.12"}, "not inside the system's /usr"),
+        ({"base_model_dir": "/root/models"}, "not inside the system's /root"),
+        ({"base_data_dir": "/var/lib/containerd"}, "not the system's /var/lib/containerd"),
+        ({"base_data_dir": "/home/ubuntu"}, "not /home/ubuntu (a user's home folder)"),
+        ({"base_data_dir": "/tmp/engine"}, "expected a path outside /tmp, where every user may write"),
+        ({"weights_source_dir": "/etc"}, "weights_source_dir = '/etc' is invalid; expected a folder of its own"),
+        ({"weights_source_dir": "/"}, "weights_source_dir = '/' is invalid; expected a folder of its own, not /"),
+        # A program root runs, where every user may put one first.
+        ({"engine_python": "/tmp/python3"}, "engine_python = '/tmp/python3' is invalid; expected a path outside"),
+        ({"health_engine_python": "/var/tmp/py"}, "expected a path outside /var/tmp, where every user may write"),
+        # Longer than any host takes (execve's MAX_ARG_STRLEN is 131072; PATH_MAX 4096).
+        (
+            {"serving_served_model_name": "k" * 200_000},
+            "is longer than any host takes; expected at most 4096 characters",
+        ),
+        ({"serving_model_path": "/models/" + "a" * 5000}, "(5008 characters) is longer than any host takes"),
+        ({"base_extra_packages": ["nvtop"] * 100_000}, "<a list of 100000 entries> has 100000 entries"),
+    ],
+)
+def test_h_a_folder_in_a_system_tree_or_a_value_too_long_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_a_cloud_image_of_the_nodes_secrets_is_refused(inventory, validate):  # noqa: F811
+    """qm import-from copies the file, as root, into the guest's disk: /etc/shadow would be the VM's."""
+    path = inventory.groups(
+        proxmox_hosts=[NODE], kvm_guests=[("vm.invalid", {"guest_vmid": 300, "guest_node": NODE[0]})]
+    )
+    assert load_site(path).hosts["vm.invalid"].guest.cloud_image is None
+    for number, image in enumerate(("/etc/shadow", "/root/.ssh/id_ed25519", "/tmp/noble.img")):
+        path = inventory.groups(
+            f"image{number}.py",
+            proxmox_hosts=[NODE],
+            kvm_guests=[("vm.invalid", {"guest_vmid": 300, "guest_node": NODE[0], "guest_cloud_image": image})],
+        )
+        line = validate(path)
+        assert line.startswith(f"{path}: host vm.invalid: guest_cloud_image = {image!r} is invalid;"), line
+        assert "not in /etc, /root, /home" in line, line
+
+
+def test_h_a_value_that_holds_itself_or_nests_deep_is_one_line_not_a_traceback(inventory, validate):  # noqa: F811
+    """Built by a loop in a Python inventory: the rules' recursion ended in a RecursionError."""
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid")])
+    text = path.read_text()
+    looped = text + "\n_loop = []\n_loop.append(_loop)\ngpu_nodes[0][1]['base_extra_packages'] = _loop\n"
+    path.write_text(looped)
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: base_extra_packages = <a list of 1 entries> holds itself"), line
+    deep = text + (
+        "\nimport functools\ngpu_nodes[0][1]['serving_speculative'] ="
+        " functools.reduce(lambda a, _: {'x': a}, range(5000), {})\n"
+    )
+    path = path.with_name("deep.py")
+    path.write_text(deep)
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: serving_speculative = <a dict of 1 entries> is nested"), line
+
+
+@pytest.mark.parametrize("code", ["0", "None", "3"])
+def test_h_an_inventory_that_ends_the_program_is_not_valid(inventory, validate, code):  # noqa: F811
+    """`raise SystemExit(0)` in the file made `python -m roles.site` exit 0 with no output, which a
+    script reads as valid, without a rule run."""
+    path = inventory.groups(f"exits{code}.py", gpu_nodes=[gpu_node("gpu.invalid", serving_port=22)])
+    path.write_text(path.read_text() + f"\nraise SystemExit({code})\n")
+    line = validate(path)
+    assert line.startswith(str(path)) or line.startswith(f"inventory/{path.name}"), line
+    assert line.endswith(
+        f"{path.name}: the file ended the program (SystemExit({code})) while it was loaded;"
+        " expected an inventory that defines its groups and returns"
+    ), line
