@@ -86,7 +86,7 @@ def host_folder_problem(path: str) -> str | None:
         return f"a folder of its own, not inside the system's {under} (docs/inventory.md#host-folders)"
     if folder.startswith("/home/") and folder.count("/") == 2:
         return f"a folder of its own, not {folder} (a user's home folder)"
-    return world_writable_problem(folder)
+    return None
 
 
 # Where a file root copies into a guest (qm's import-from) must not be: the node's own secrets

@@ -323,7 +323,10 @@ SECRET_KEY_RE = re.compile(r"^([A-Z0-9_]*_)?(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PA
 # credential in them is refused with a line that says so, not pointed at a vault key nothing reads.
 NO_VAULT_KEY_YET = frozenset({"cuda_repo_url", "base_pypi_index_url"})
 # Plain settings whose credential-carrying form has a vault key of its own (roles/monitoring).
-OWN_VAULT_KEY = {"monitoring_webhook_url": "monitoring_webhook_url_secret"}
+OWN_VAULT_KEY = {
+    "monitoring_webhook_url": "monitoring_webhook_url_secret",
+    "monitoring_email_smarthost": "monitoring_email_auth_password_secret",
+}
 
 
 def secret_problem(value: Any, path: str = "") -> tuple[str, str | None] | None:
@@ -345,6 +348,11 @@ def secret_problem(value: Any, path: str = "") -> tuple[str, str | None] | None:
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for key, item in items:
         where = f"{path}[{shown(key)}]"
+        kind = credential_kind(key) if isinstance(key, str) else None
+        if kind:  # a mapping's key is written too (a mount point's host path, a sysctl key)
+            return f"{path} has a key that looks like a credential ({kind})", VAULT_SETTING.get(
+                kind, "a *_secret setting"
+            )
         if isinstance(key, str) and SECRET_KEY_RE.match(key) and isinstance(item, str) and item:
             setting = (
                 "serving_hf_token_secret"

@@ -543,7 +543,7 @@ def test_h_a_stack_or_secrets_file_that_is_a_device_or_a_pipe_is_one_line_not_a_
         ({"base_model_dir": "/root/models"}, "not inside the system's /root"),
         ({"base_data_dir": "/var/lib/containerd"}, "not the system's /var/lib/containerd"),
         ({"base_data_dir": "/home/ubuntu"}, "not /home/ubuntu (a user's home folder)"),
-        ({"base_data_dir": "/tmp/engine"}, "expected a path outside /tmp, where every user may write"),
+        ({"base_data_dir": "/tmp/engine"}, "is where every user may write; expected a path outside /tmp"),
         ({"weights_source_dir": "/etc"}, "weights_source_dir = '/etc' is invalid; expected a folder of its own"),
         ({"weights_source_dir": "/"}, "weights_source_dir = '/' is invalid; expected a folder of its own, not /"),
         # A program root runs, where every user may put one first.
@@ -613,3 +613,125 @@ def test_h_an_inventory_that_ends_the_program_is_not_valid(inventory, validate, 
         f"{path.name}: the file ended the program (SystemExit({code})) while it was loaded;"
         " expected an inventory that defines its groups and returns"
     ), line
+
+
+def test_h_a_credential_as_a_mappings_key_or_before_an_smtp_relay_is_refused_unshown(inventory, validate):  # noqa: F811
+    """A mount point's host path is written into pct's command line and the preview: its key was
+    never scanned. user:password@relay:25 (no scheme) was echoed in clear by the grammar's line."""
+    token = "ghp_" + "a1B2" * 9
+    path = inventory.groups(
+        "mount.py", proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", guest_mount_points={f"/tank/{token}": "/m"})]
+    )
+    line = validate(path)
+    assert line.startswith(f"{path}: host ct.invalid: guest_mount_points has a key that looks like a credential"), line
+    assert token not in line
+    relay = {"monitoring_email_to": "a@b.example", "monitoring_email_from": "x@y.example"}
+    path = inventory.groups(
+        "relay.py", monitors=[("mon.invalid", {**relay, "monitoring_email_smarthost": "mailer:hunter2pw@smtp:25"})]
+    )
+    line = validate(path)
+    assert line.startswith(f"{path}: host mon.invalid: monitoring_email_smarthost holds what looks like a credential")
+    assert "hunter2pw" not in line and line.endswith("named by monitoring_email_auth_password_secret"), line
+    path = inventory.groups(
+        "port.py", monitors=[("mon.invalid", {**relay, "monitoring_email_smarthost": "smtp.example:99999"})]
+    )
+    assert validate(path) == (
+        f"{path}: host mon.invalid: monitoring_email_smarthost = 'smtp.example:99999' is invalid; expected host:port"
+        " of the SMTP relay (a DNS name or IPv4 address, a port from 1 to 65535)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # Linux interface names are at most 15 bytes (IFNAMSIZ); \w took a Cyrillic letter.
+        ({"guest_bridge": "vmbr0123456789012345"}, "guest_bridge = 'vmbr0123456789012345' is invalid; expected a"),
+        ({"guest_bridge": "vmbr\u0435"}, "guest_bridge = 'vmbr\\u0435' is invalid; expected a bridge name: 1 to 15"),
+        ({"guest_bridge": "-x"}, "not beginning with '-' (IFNAMSIZ)"),
+        # Proxmox's parse_property_string dies on a duplicate key ("nesting=1,nesting=1").
+        ({"guest_features": ["nesting", "nesting"]}, "each once (pct refuses a repeated key)"),
+    ],
+)
+def test_h_a_bridge_or_feature_proxmox_would_refuse_at_create_is_refused_first(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host ct.invalid: {key} = "), line
+    assert message in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nccl_ib_hca": "mlx5_0;reboot"}, "expected adapters like mlx5, =mlx5_0:1,mlx5_1:1 or ^=mlx5_3"),
+        ({"nccl_debug_subsys": "INIT`id`"}, "expected subsystems like INIT,P2P or ^NET (NCCL_DEBUG_SUBSYS)"),
+    ],
+)
+def test_h_an_nccl_list_outside_nccls_grammar_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_nccl_lists_and_bridges_as_written_pass(inventory):
+    data = {"nccl_ib_hca": "^=mlx5_0:1,mlx5_1", "nccl_debug_subsys": "^INIT,P2P"}
+    host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)])).hosts["gpu1"]
+    assert (host.nccl.ib_hca, host.nccl.debug_subsys) == ("^=mlx5_0:1,mlx5_1", "^INIT,P2P")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # inet_aton(3) reads these as IPv4 addresses: 8.0.0.1 (octal), 10.0.0.1 (one number).
+        ({"ssh_hostname": "010.0.0.1"}, "expected a DNS name or an IP address; its last label is all digits"),
+        ({"ssh_hostname": "167772161"}, "through inet_aton(3) (010.0.0.1 is 8.0.0.1, 167772161 is 10.0.0.1)"),
+        # A path with shell syntax: the only path setting that took any non-space text.
+        ({"gateway_python": "/opt/x$(reboot)"}, "expected a Python version like 3.12 or an absolute path without"),
+        ({"gateway_python": "/tmp/python3"}, "outside /tmp"),
+        # FROM / --build-arg BASE_IMAGE: a space or an option ends the build.
+        ({"build_base_image": "ubuntu:24.04 --privileged"}, "expected a Docker image reference like nvidia/cuda"),
+    ],
+)
+def test_h_an_address_interpreter_or_image_read_otherwise_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], builders=["gpu.invalid"])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_images_interpreters_and_numeric_looking_names_as_written_pass(inventory):
+    data = {
+        "build_base_image": "registry.example:5000/nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        "gateway_python": "/usr/bin/python3.12",
+        "ssh_hostname": "10.0.0.1",
+    }
+    host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)], builders=["gpu1"])).hosts["gpu1"]
+    assert (host.build.base_image, host.gateway.python, host.ssh_hostname) == tuple(data.values())
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("hf_token_value\r", "has the control character '\\r' at position 14; expected the secret on one line"),
+        ("hf_\x00token", "has the control character '\\x00' at position 3"),
+        ("t" * 70_000, "is longer than 65536 characters; expected a token, key, password or URL"),
+    ],
+)
+def test_h_vault_set_refuses_a_value_no_secret_holds_without_echoing_it(tmp_path, monkeypatch, capsys, value, message):
+    """A Windows paste's '\\r' or a NUL was stored and reached the 0600 files as a line break or a
+    string's end; a value of megabytes made a vault file the reader then refused."""
+    import io
+
+    password = tmp_path / "password"
+    password.write_bytes(PASSWORD)
+    password.chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(value + "\n"))
+    target = tmp_path / "secrets.vault.yml"
+    assert vault._main(["set", str(target), "hf_token"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{target}: the value for hf_token {message}") and err.count("\n") == 1, err
+    assert "token_value" not in err and "t" * 100 not in err and not target.exists()

@@ -82,7 +82,11 @@ class GuestSettings(Section):
     storage: PveStorageId = Field("local-lvm", description="Proxmox storage of the guest's disks.")
     unprivileged: bool = Field(True, description=("LXC: an unprivileged container; cannot change on an existing one."))
     features: Annotated[
-        list[str], check(lambda v: set(v) <= set(GUEST_FEATURES), "features from: " + ", ".join(GUEST_FEATURES))
+        list[str],
+        check(
+            lambda v: set(v) <= set(GUEST_FEATURES) and len(set(v)) == len(v),
+            "features from: " + ", ".join(GUEST_FEATURES) + ", each once (pct refuses a repeated key)",
+        ),
     ] = Field(
         ["nesting", "keyctl"],
         description=(
@@ -92,9 +96,15 @@ class GuestSettings(Section):
     hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = Field(
         None, description=("The guest's hostname; None: Proxmox's default.")
     )
-    bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = Field(
-        "vmbr0", description=("Bridge of the guest's net0 (LXC and KVM).")
-    )
+    # A Linux interface name: at most IFNAMSIZ - 1 = 15 bytes (include/uapi/linux/if.h), in
+    # ASCII (Python's \w takes a Cyrillic letter), not beginning with '-' (an option to ip(8)).
+    bridge: Annotated[
+        str,
+        check(
+            re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}").fullmatch,
+            "a bridge name: 1 to 15 ASCII letters, digits, '_', '.', '-', not beginning with '-' (IFNAMSIZ)",
+        ),
+    ] = Field("vmbr0", description=("Bridge of the guest's net0 (LXC and KVM)."))
     ip: Annotated[
         str, check(lambda v: v in ("dhcp", "manual") or is_cidr(v), "'dhcp', 'manual', an IPv4/CIDR or an IPv6/CIDR")
     ] = Field(
