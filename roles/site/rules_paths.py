@@ -56,7 +56,7 @@ def folder_problems(host: HostSettings) -> list[str]:
         # to /etc) first, and the chown follows it.
         shared = world_writable_problem(folder) if owner != "root" else None
         if shared:
-            problems.append(f"{key} = {folder!r} is where every user may write; expected {shared}")
+            problems.append(f"{key} = {folder!r} is invalid; expected {shared}")
     for index, (key, folder, owner) in enumerate(folders):
         for other_key, other, other_owner in folders[:index] + folders[index + 1 :]:
             if folder == other:

@@ -543,7 +543,7 @@ def test_h_a_stack_or_secrets_file_that_is_a_device_or_a_pipe_is_one_line_not_a_
         ({"base_model_dir": "/root/models"}, "not inside the system's /root"),
         ({"base_data_dir": "/var/lib/containerd"}, "not the system's /var/lib/containerd"),
         ({"base_data_dir": "/home/ubuntu"}, "not /home/ubuntu (a user's home folder)"),
-        ({"base_data_dir": "/tmp/engine"}, "is where every user may write; expected a path outside /tmp"),
+        ({"base_data_dir": "/tmp/engine"}, "is invalid; expected a path outside /tmp, where every user may write"),
         ({"weights_source_dir": "/etc"}, "weights_source_dir = '/etc' is invalid; expected a folder of its own"),
         ({"weights_source_dir": "/"}, "weights_source_dir = '/' is invalid; expected a folder of its own, not /"),
         # A program root runs, where every user may put one first.
