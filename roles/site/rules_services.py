@@ -152,7 +152,7 @@ def _check_monitoring(
                 " Alertmanager without monitoring_web_password_secret; expected a vault secret"
                 " (basic auth) or monitoring_listen_address = '127.0.0.1'"
             )
-        if m.email_to and not (m.email_from and m.email_smarthost):
+        if m.email_to and not (m.email_from and m.email_smarthost) and host.valid("monitoring_email_smarthost"):
             problems.append(
                 f"{here}: monitoring_email_to = {m.email_to!r} needs monitoring_email_from and"
                 " monitoring_email_smarthost; expected both set"
