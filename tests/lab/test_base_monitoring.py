@@ -151,9 +151,14 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     (a `docker stop` would add a boot and the services' start before the next modules)."""
     from lab.standins.heartbeat import check_uuid, serving
 
-    # Debian 12's Alertmanager 0.25 has no webhook url_file: the URL is in alertmanager.yml, 0600.
+    # The heartbeat's URL is only in the relay's file, 0600 of its own user; alertmanager.yml (0600
+    # since it once held the URL) names the relay on the loopback.
     mode = _exec(f"stat -c '%a %U %G' {monitoring_config.ALERTMANAGER_FILE}", timeout=30)
     assert mode.stdout.split() == ["600", "prometheus", "prometheus"], mode.stdout + mode.stderr
+    user = monitoring_config.RELAY_USER
+    mode = _exec(f"stat -c '%a %U %G' {monitoring_config.RELAY_CONFIG}", timeout=30)
+    assert mode.stdout.split() == ["600", user, user], mode.stdout + mode.stderr
+    assert check_uuid(lab.PREFIX) not in _exec(f"cat {monitoring_config.ALERTMANAGER_FILE}", timeout=30).stdout
     interval = monitor.monitoring.heartbeat_interval  # 5 s in inventory/lab.py
     seconds = int(interval[:-1])
     assert interval.endswith("s") and seconds <= 10, interval
@@ -180,6 +185,15 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     cost = time.monotonic() - started
     assert silent == [], f"beats while the guest was stopped: {silent}"
     assert back, f"no beat within {6 * seconds} s of the guest running again"
+    # The leak the relay closes: during the walk nothing served the heartbeat, so its deliveries
+    # failed. The relay named the receiver and the cause; the URL's secret (the check's UUID) is
+    # nowhere in the guest's journal (Alertmanager 0.25 printed the URL in each failure itself).
+    relay = _exec(f"journalctl --no-pager -o cat -u {monitoring_config.RELAY_UNIT}", timeout=60).stdout
+    assert "receiver heartbeat: delivery failed: " in relay, relay
+    assert "receiver heartbeat: delivered again" in relay, relay
+    journal = _exec("journalctl --no-pager -o cat", timeout=120)
+    assert journal.returncode == 0 and "Notify attempt failed" in journal.stdout, journal.stderr
+    assert check_uuid(lab.PREFIX) not in journal.stdout, "the heartbeat URL reached the journal"
     print(
         f"\nheartbeat every {interval}: gaps {[round(g, 1) for g in gaps]} s before; none in the"
         f" {3 * seconds} s stopped; back {back[0]['at'] - resumed_at:.1f} s after; test {cost:.1f} s"
