@@ -152,6 +152,7 @@ class Relay:
         try:
             status, outcome = future.result(timeout=2 * self.timeout)
         except concurrent.futures.TimeoutError:
+            future.cancel()  # still queued behind slow deliveries: never sent late
             status, outcome = 504, f"no complete answer within {2 * self.timeout:g} s"
         self._note(name, status, outcome)
         return status, outcome
