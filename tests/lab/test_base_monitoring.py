@@ -185,16 +185,23 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     cost = time.monotonic() - started
     assert silent == [], f"beats while the guest was stopped: {silent}"
     assert back, f"no beat within {6 * seconds} s of the guest running again"
-    # The leak the relay closes: during the walk nothing served the heartbeat, so its deliveries
-    # failed. The relay named the receiver and the cause; the URL's secret (the check's UUID) is
-    # nowhere in the guest's journal (Alertmanager 0.25 printed the URL in each failure itself).
     relay = _exec(f"journalctl --no-pager -o cat -u {monitoring_config.RELAY_UNIT}", timeout=60).stdout
-    assert "receiver heartbeat: delivery failed: " in relay, relay
-    assert "receiver heartbeat: delivered again" in relay, relay
-    journal = _exec("journalctl --no-pager -o cat", timeout=120)
-    assert journal.returncode == 0 and "Notify attempt failed" in journal.stdout, journal.stderr
-    assert check_uuid(lab.PREFIX) not in journal.stdout, "the heartbeat URL reached the journal"
+    assert "receiver heartbeat: delivered again" in relay, relay  # the relay saw the service come back
     print(
         f"\nheartbeat every {interval}: gaps {[round(g, 1) for g in gaps]} s before; none in the"
         f" {3 * seconds} s stopped; back {back[0]['at'] - resumed_at:.1f} s after; test {cost:.1f} s"
     )
+
+
+def test_the_heartbeat_url_is_in_no_line_of_the_journal(monitor):
+    """The leak the relay closes: while nothing served the heartbeat (the walk, the guest frozen)
+    its deliveries failed; the relay named the receiver and the cause, and the URL's secret (the
+    check's UUID) is in no line of the guest's journal (Debian 12's Alertmanager 0.25 printed the
+    whole URL in each failure when it posted there itself). Runs after the test above."""
+    from lab.standins.heartbeat import check_uuid
+
+    relay = _exec(f"journalctl --no-pager -o cat -u {monitoring_config.RELAY_UNIT}", timeout=60).stdout
+    assert "receiver heartbeat: delivery failed: " in relay, relay
+    journal = _exec("journalctl --no-pager -o cat", timeout=120)
+    assert journal.returncode == 0 and "Notify attempt failed" in journal.stdout, journal.stderr
+    assert check_uuid(lab.PREFIX) not in journal.stdout, "the heartbeat URL reached the journal"
