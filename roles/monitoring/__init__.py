@@ -12,7 +12,9 @@ On the monitors group: the distribution's prometheus and prometheus-alertmanager
 from the site model (roles/monitoring/config.py: scrape jobs, alert rules with the health
 settings' thresholds, the receiver; the alerts' texts in roles/monitoring/runbook.py), their web
 endpoints on monitoring_listen_address behind basic auth (bcrypt hash of the vault's
-monitoring_web_password_secret, in a 0600 file).
+monitoring_web_password_secret, in a 0600 file). Where a webhook or heartbeat URL comes from the
+vault, also the alert relay (files/alert_relay.py, its own user and unit): Alertmanager posts to it
+on the loopback, so no Alertmanager config or log line holds that URL.
 
 Versions: inventory/stack.yml `monitoring:` (exact apt versions per distribution).
 """
