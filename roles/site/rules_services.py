@@ -263,6 +263,7 @@ def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
         ports += [
             ("monitoring_prometheus_port", host.monitoring.prometheus_port),
             ("monitoring_alertmanager_port", host.monitoring.alertmanager_port),
+            ("monitoring_alert_relay_port", host.monitoring.alert_relay_port),
         ]
     return [(key, port) for key, port in ports if host.valid(key)]
 

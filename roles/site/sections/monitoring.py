@@ -99,6 +99,14 @@ class MonitoringSettings(Section):
     )
     prometheus_port: Annotated[int, tcp_port] = Field(9090, description="Prometheus' web port.")
     alertmanager_port: Annotated[int, tcp_port] = Field(9093, description="Alertmanager's web port.")
+    alert_relay_port: Annotated[int, tcp_port] = Field(
+        9097,
+        description=(
+            "Loopback port of the alert relay on a monitor: Alertmanager posts there the alerts of a"
+            " webhook or heartbeat receiver whose URL is a vault secret, and the relay forwards them"
+            " (docs/monitoring.md, 'Webhook URLs stay out of the journal')."
+        ),
+    )
     exporter_address: IpAddress = Field(
         "0.0.0.0",
         description=(
