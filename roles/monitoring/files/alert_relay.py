@@ -56,7 +56,7 @@ def load_receivers(path: str) -> dict[str, str]:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except OSError as error:
-        raise ConfigError(f"{path}: cannot be read ({errno.errorcode.get(error.errno, 'error')})") from None
+        raise ConfigError(f"{path}: cannot be read ({errno.errorcode.get(error.errno or 0, 'error')})") from None
     except (ValueError, UnicodeDecodeError):
         raise ConfigError(f'{path}: not JSON; expected {{"receivers": {{name: URL}}}}') from None
     receivers = data.get("receivers") if isinstance(data, dict) else None
@@ -96,7 +96,7 @@ def failure(error: BaseException, timeout: float) -> tuple[int, str]:
         return 502, "connection reset"
     if isinstance(error, http.client.HTTPException):
         return 502, f"bad HTTP answer ({type(error).__name__})"
-    if isinstance(error, OSError) and error.errno in errno.errorcode:
+    if isinstance(error, OSError) and error.errno is not None and error.errno in errno.errorcode:
         return 502, f"network error ({errno.errorcode[error.errno]})"
     return 502, f"failed ({type(error).__name__})"
 
