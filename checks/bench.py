@@ -235,7 +235,10 @@ def main(argv=None) -> int:
     import testinfra
 
     assert target is not None  # read above unless --chart-only
-    host = testinfra.get_host(target["url"])
+    from checks import bounded
+
+    # every command bounded (checks/bounded.py): a wedged engine or GPU is a FAIL line, not a hang
+    host = bounded.bound(testinfra.get_host(target["url"]))
     workload = {
         "dataset": "random-ids",
         "input_len": args.input_len,
@@ -243,8 +246,23 @@ def main(argv=None) -> int:
         "concurrency": args.concurrency,
         "prompts_per_stream": args.prompts_per_stream,
     }
+    variants, switch = ab_variants(args, host, target["expect"])
+    try:
+        records = _run_variants(args, host, target, workload, variants, switch, reference)
+    except bounded.CommandOverrun as error:
+        print(f"benchmark: FAIL {error}", file=sys.stderr)
+        return 1
+    if len(records) > 1:
+        print(ab_table(records))
+    print(f"history: {args.history}\nchart: {draw_history(read_history(args.history), chart, reference)}")
+    return 0
+
+
+def _run_variants(args, host, target, workload, variants, switch, reference) -> dict:
+    """{label: record} for each variant, the unit put back as deployed afterwards."""
+    from checks import bounded
+
     expect = target["expect"]
-    variants, switch = ab_variants(args, host, expect)
     records = {}
     try:
         for label, value in variants.items():
@@ -268,11 +286,11 @@ def main(argv=None) -> int:
     finally:
         if switch is not None:
             print(f"== restoring {expect.unit_name} as deployed (removing the A/B drop-in)")
-            switch(None)
-    if len(records) > 1:
-        print(ab_table(records))
-    print(f"history: {args.history}\nchart: {draw_history(read_history(args.history), chart, reference)}")
-    return 0
+            try:
+                switch(None)
+            except bounded.CommandOverrun as error:  # the run's own failure is the one to show
+                print(f"benchmark: FAIL restoring {expect.unit_name}: {error}", file=sys.stderr)
+    return records
 
 
 if __name__ == "__main__":

@@ -28,6 +28,14 @@ def _wait_healthy(host, expect, timeout_s: int) -> None:
     raise RuntimeError(f"{expect.unit_name} did not answer /health within {timeout_s} s after a restart")
 
 
+def _restart(host, script: Shell, unit: str, timeout_s: int):
+    """script, then the unit restarted: `systemctl restart` waits for the stop and the start job
+    (a notify unit: the model's load), so its bound is the restart timeout, not systemctl's 60 s."""
+    from checks import bounded
+
+    return bounded.run(host, _then_restart(script, unit), what="systemctl", bound_s=timeout_s + 60)
+
+
 def set_p2p(host, expect, disabled: bool | None, timeout_s: int) -> None:
     """disabled None: remove the A/B drop-in (as deployed). Restarts the unit and waits."""
     set_environment(host, expect, None if disabled is None else f"NCCL_P2P_DISABLE={int(disabled)}", timeout_s)
@@ -50,7 +58,7 @@ def set_environment(host, expect, assignment: str | None, timeout_s: int) -> Non
             line=f"EnvironmentFile={env_file}",
             dropin=dropin,
         )
-    result = host.run(_then_restart(script, expect.unit_name))
+    result = _restart(host, script, expect.unit_name, timeout_s)
     if result.rc != 0:
         raise RuntimeError(f"could not set {assignment} on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)
@@ -101,7 +109,7 @@ def set_speculative(
             line=f"ExecStart={variant}",
             dropin=dropin,
         )
-    result = host.run(_then_restart(script, expect.unit_name))
+    result = _restart(host, script, expect.unit_name, timeout_s)
     if result.rc != 0:
         raise RuntimeError(f"could not switch speculative decoding on {expect.unit_name}: {result.stderr.strip()}")
     _wait_healthy(host, expect, timeout_s)

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -40,6 +43,10 @@ from roles.shared.shell import sh
 KILL_AFTER_S = 5  # `timeout -k`: TERM first, KILL this much later
 LOCAL_GRACE_S = 10  # on top of the remote bound and KILL_AFTER_S: transport (ssh, docker exec)
 DEFAULT_DEADLINE_S = 900  # one host's whole `python -m checks` run
+# The most one command may print (each of stdout and stderr): the checks read tables and logs of
+# kilobytes; a tool looping on an error prints gigabytes within its bound (`yes` fills 1.8 GB in
+# 3 s here), which would be held in memory until the bound.
+OUTPUT_CAP_BYTES = 64 * 1024 * 1024
 # `dcgmi diag -r N`: NVIDIA documents level 1 as seconds, 2 as about 2 minutes, 3 as about 15
 # (DCGM user guide, "Run Levels"); the bounds leave room for 8 GPUs.
 DCGM_DIAG_BOUND_S = {1: 180, 2: 1200, 3: 3600}
@@ -124,6 +131,15 @@ KINDS = {
             "run the probe by hand on the host; `mount` and `dmesg` for a stuck filesystem",
         ),
         Kind(
+            "connection",
+            30,
+            "the host cannot be reached or does not open a session: down, an address that drops "
+            "packets, a DNS that does not answer, sshd (or the container) stuck, a refused key",
+            "`ssh -v <host> true` (or `docker ps -a` for a container) from this machine; the host's "
+            "console if ssh hangs after authentication (a hung home or PAM module)",
+            family="connection",
+        ),
+        Kind(
             "command",
             60,
             "the host did not finish a plain command (an overloaded host, a hung filesystem)",
@@ -136,6 +152,10 @@ KINDS = {
 # caller, e.g. testinfra's own modules).
 PROGRAMS = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi", "systemctl": "systemctl", "journalctl": "journalctl"}
 WRAPPERS = {"env", "exec", "nice", "ionice", "sudo"}
+# testinfra's backends that start a local process per command (backend.run_local: bounded there);
+# the others (paramiko, winrm, salt, ansible) talk from a library in this process, and are waited
+# for in a thread that is given up at the same local bound.
+RUN_LOCAL_BACKENDS = {"local", "ssh", "safe-ssh", "docker", "podman", "kubectl", "openshift", "lxc", "chroot"}
 
 
 class CommandOverrun(Exception):
@@ -143,6 +163,10 @@ class CommandOverrun(Exception):
 
 
 class _LocalOverrun(Exception):
+    pass
+
+
+class _LocalFlood(Exception):
     pass
 
 
@@ -184,6 +208,72 @@ class Runner:
         self.deadline_s: float | None = None
         self.overran: dict[str, str] = {}  # family -> the first overrun's line
         self._local_limit: float | None = None
+        self.process: subprocess.Popen | None = None  # the local process running now
+        self.stopped = False  # stop(): nothing more is started
+        # A host reached through a transport (ssh, docker exec, ...) is reached once first.
+        self.reached = getattr(backend, "NAME", "local") == "local"
+
+    def _call(self, command: str):
+        """plain_run(command) within the local bound; a library backend's call is left to itself
+        (a daemon thread) when it overruns, since a library call cannot be killed."""
+        if getattr(self.backend, "NAME", "local") in RUN_LOCAL_BACKENDS:
+            return self.plain_run(command)
+        box: dict = {}
+
+        def call():
+            try:
+                box["answer"] = self.plain_run(command)
+            except BaseException as error:  # handed to the caller as it came
+                box["error"] = error
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(self._local_limit)
+        if thread.is_alive():
+            raise _LocalOverrun()
+        if "error" in box:
+            raise box["error"]
+        return box["answer"]
+
+    def _left(self, bound: float) -> float:
+        """bound, cut to what is left of the run's total deadline (at least 1 s)."""
+        if self.deadline is None:
+            return bound
+        return min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
+
+    def _reach(self, command: str) -> None:
+        """Runs `true` before the first command on a host behind a transport. A host that cannot
+        be reached is then one failure of its own kind ("connection"), and every later command
+        is refused at once, instead of each one paying ssh's ConnectTimeout (testinfra's default
+        10 s) or the whole bound of its kind (DNS and authentication have no ssh timeout), and
+        instead of an unanswered connection being blamed on the command (the driver, for
+        nvidia-smi)."""
+        kind = KINDS["connection"]
+        bound = self._left(kind.bound_s)
+        self._local_limit = bound
+        started = time.monotonic()
+        try:
+            answer = self._call("true")
+            found = None if answer.rc == 0 else f"exit {answer.rc}: {_words(answer.stderr)}"
+        except _LocalOverrun:
+            found = f"no session after {time.monotonic() - started:.0f} s, killed"
+        except _LocalFlood:
+            found = "endless output from `true`"
+        except Exception as error:  # ssh's own exit 255 (a RuntimeError), paramiko's SSHException, ...
+            answer = error.args[0] if error.args else None
+            words = getattr(answer, "stderr", None) or str(error) or type(error).__name__
+            found = f"{type(error).__name__}: {_words(words)}"
+        finally:
+            self._local_limit = None
+        if found is None:
+            self.reached = True
+            return
+        target = f"{getattr(self.backend, 'NAME', '?')}://{getattr(self.backend, 'hostname', '?')}"
+        self.overran["connection"] = f"the connection to {target} (bound {_seconds(bound)})"
+        raise CommandOverrun(
+            f"expected to reach {target} within {_seconds(bound)} (connection) to run `{_shown(command)}`; "
+            f"found {found}; likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
 
     def run(self, command: str, what: str | None = None, bound_s: float | None = None):
         kind = KINDS[what] if what else KINDS[program_of(command)]
@@ -191,17 +281,25 @@ class Runner:
         refused = self._refusal(command, kind)
         if refused:
             raise CommandOverrun(refused)
-        if self.deadline is not None:
-            bound = min(bound, max(round(self.deadline - time.monotonic(), 1), 1.0))
+        if not self.reached:
+            self._reach(command)
+        bound = self._left(bound)
         wrapped = sh(
             "timeout -k {kill} {bound} sh -c {command}", kill=KILL_AFTER_S, bound=f"{bound:g}", command=str(command)
         )
         self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
         started = time.monotonic()
         try:
-            result = self.plain_run(wrapped)
+            result = self._call(wrapped)
         except _LocalOverrun:
             result = None
+        except _LocalFlood:
+            raise CommandOverrun(_flood_line(command, time.monotonic() - started)) from None
+        except RuntimeError as error:  # testinfra's ssh backends: exit 255, ssh's or the command's
+            lost = _ssh_lost(error)
+            if lost is None:
+                raise
+            raise CommandOverrun(self._lost_line(command, lost)) from None
         finally:
             self._local_limit = None
         elapsed = time.monotonic() - started
@@ -212,8 +310,19 @@ class Runner:
             raise CommandOverrun(line)
         return result
 
+    def _lost_line(self, command: str, words: str) -> str:
+        """The host was reached earlier and ssh lost it during this command: the connection's
+        failure (every later command refused), not the command's."""
+        kind = KINDS["connection"]
+        target = f"{getattr(self.backend, 'NAME', '?')}://{getattr(self.backend, 'hostname', '?')}"
+        self.overran["connection"] = f"the connection to {target} (lost)"
+        return (
+            f"expected `{_shown(command)}` to answer over the connection to {target}; found the "
+            f"connection lost (ssh: {words}); likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
+
     def _refusal(self, command: str, kind: Kind) -> str | None:
-        for family in (kind.family, *kind.blocked_by):
+        for family in ("connection", kind.family, *kind.blocked_by):
             if family and family in self.overran:
                 return (
                     f"expected `{_shown(command)}` to answer; found it not run: {self.overran[family]} "
@@ -235,24 +344,91 @@ class Runner:
             f"{elapsed:.0f} s, killed; likely cause: {kind.cause}; what to do: {kind.next_step}"
         )
 
+    def stop(self) -> None:
+        """From another thread: kills the command running now (its process group) and starts no
+        other, so a caller that gave up on this host leaves no ssh behind when it exits."""
+        self.stopped = True
+        process = self.process
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def run_local(self, command: str, *args: str):
         """testinfra's BaseBackend.run_local with a time limit (the process group is killed)."""
         backend = self.backend
         encoded = backend.encode(backend.quote(command, *args))
-        process = subprocess.Popen(
-            encoded,
-            shell=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = process.communicate(timeout=self._local_limit)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            raise _LocalOverrun() from None
-        return backend.result(process.returncode, encoded, stdout, stderr)
+        # The output goes to files, not pipes: a process that leaves the group holding them does
+        # not keep the wait going, and a file has a size limit (RLIMIT_FSIZE: the writer gets
+        # SIGXFSZ, or EFBIG if it ignores that) where a pipe read into memory has none.
+        if self.stopped:
+            raise _LocalOverrun()
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            process = self.process = subprocess.Popen(
+                encoded,
+                shell=True,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=_cap_output,
+            )
+            if self.stopped:  # stop() came between the check above and the start
+                os.killpg(process.pid, signal.SIGKILL)
+            try:
+                process.wait(timeout=self._local_limit)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                raise _LocalOverrun() from None
+            finally:
+                self.process = None
+            if max(os.fstat(f.fileno()).st_size for f in (stdout, stderr)) >= OUTPUT_CAP_BYTES:
+                _kill_group(process)
+                raise _LocalFlood()
+            stdout.seek(0)
+            stderr.seek(0)
+            return backend.result(process.returncode, encoded, stdout.read(), stderr.read())
+
+
+def _cap_output() -> None:
+    """In the child before exec: no file it (or anything it starts) writes, the output files
+    included, grows past OUTPUT_CAP_BYTES."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES))
+
+
+# What OpenSSH's client itself prints when it, not the remote command, failed (ssh.c, sshconnect.c,
+# clientloop.c, mux.c of OpenSSH 9.x): only then is an exit 255 the connection's; a remote command
+# may exit 255 itself (nvidia-smi does on some errors).
+SSH_OWN_ERROR = re.compile(
+    r"^(ssh: |kex_exchange_identification|Connection (to \S+ )?(closed|timed out|reset)|client_loop: |"
+    r"Timeout, server \S+ not responding|Permission denied \(|Host key verification failed|mux_client_|"
+    r"Control socket connect)",
+    re.MULTILINE,
+)
+
+
+def _ssh_lost(error: RuntimeError) -> str | None:
+    """ssh's own words when a RuntimeError is testinfra's ssh exit 255 caused by ssh itself."""
+    answer = error.args[0] if error.args else None
+    if getattr(answer, "rc", None) != 255:
+        return None
+    stderr = str(getattr(answer, "stderr", "") or "").replace("\r", "")
+    found = [line for line in stderr.splitlines() if SSH_OWN_ERROR.match(line)]
+    return _words(" ".join(found)) if found else None
+
+
+def _words(text: str) -> str:
+    return " ".join(str(text).split())[:300] or "(nothing on stderr)"
+
+
+def _flood_line(command: str, elapsed: float) -> str:
+    return (
+        f"expected `{_shown(command)}` to print at most {OUTPUT_CAP_BYTES // (1024 * 1024)} MiB; found "
+        f"more after {elapsed:.0f} s, stopped; likely cause: the tool loops on an error or a log is far "
+        "larger than expected; what to do: run it by hand on the host with `| head -50` and read "
+        "what it repeats"
+    )
 
 
 def _kill_group(process: subprocess.Popen) -> None:

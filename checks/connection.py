@@ -16,6 +16,8 @@ explicit data win over ssh_config), the user's config included after them for th
         UserKnownHostsFile /path/known_hosts
         StrictHostKeyChecking accept-new
         BatchMode yes
+        ServerAliveInterval 10
+        ServerAliveCountMax 3
         ControlMaster auto
         ControlPath /tmp/inference-host-ssh-0/%C
         ControlPersist 60s
@@ -105,6 +107,10 @@ def ssh_config_text(host_name: str, data: dict, control_dir: Path | None = None)
     if known_hosts:
         lines.append(f"    UserKnownHostsFile {Path(known_hosts).expanduser()}")
     lines += [f"    StrictHostKeyChecking {STRICT[strict]}", "    BatchMode yes"]
+    # A host lost mid-command (its network, its node) sends nothing more: without keepalives ssh
+    # waits until the command's bound, and the overrun would be blamed on the command; with
+    # them it exits 255 "Timeout, server ... not responding" after 3 x 10 s (ssh_config(5)).
+    lines += ["    ServerAliveInterval 10", "    ServerAliveCountMax 3"]
     user_config = Path(data.get("ssh_config_file") or "~/.ssh/config").expanduser()
     tail = ["Host *", f"    Include {user_config}"] if user_config.is_file() else []
     if control_dir is not None:  # one connection for all of the checks' commands (the docstring)

@@ -93,6 +93,11 @@ def parse_curl_output(stdout: str, stderr: str = "") -> HttpAnswer:
     if not tail:
         return HttpAnswer(0, 0.0, "", stderr.strip() or "curl printed nothing")
     code, seconds = tail.split()[:2]
+    failed = [line for line in stderr.splitlines() if line.startswith("curl: (")]  # -sS: curl's own error
+    if failed and code != "000":
+        # headers came, the body did not end (a server that stalls mid-body, or streams past -m):
+        # no answer, whatever the status line said; the partial body is not read as an answer
+        return HttpAnswer(0, float(seconds), "", f"HTTP {code}, then {failed[-1].strip()}")
     return HttpAnswer(int(code), float(seconds), body.removesuffix("\n"), stderr.strip() if code == "000" else "")
 
 

@@ -352,37 +352,59 @@ def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
 # -- running on the hosts, bounded -----------------------------------------------------------------
 
 
-def _on_host(inventory: str, name: str, script: Shell, answer: dict) -> None:
+def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: float = 60.0) -> None:
+    """Runs the script on the host, bounded (checks/bounded.py): the connection and the script
+    within timeout_s; answer["runner"] lets run_everywhere kill what is left when it gives up."""
     import testinfra
 
+    from checks import bounded
     from checks.connection import testinfra_url
 
     try:
-        result = testinfra.get_host(testinfra_url(inventory, name)).run(sh("sh -c {script}", script=str(script)))
+        host = bounded.bound(testinfra.get_host(testinfra_url(inventory, name)), deadline_s=timeout_s)
+        answer["runner"] = host.backend._ih_runner
+        if answer.get("given_up"):  # run_everywhere stopped waiting before the runner was here
+            answer["runner"].stop()
+        result = bounded.run(host, sh("sh -c {script}", script=str(script)), bound_s=timeout_s)
         if SECTION not in result.stdout:  # the connection itself failed (ssh, docker exec)
             why = (result.stderr.strip().splitlines() or [f"exit {result.rc}, no output"])[-1]
             answer["error"] = f"no answer: {why[:200]}"
             return
         answer["stdout"], answer["rc"] = result.stdout, result.rc
+    except bounded.CommandOverrun as error:  # its own line: the connection or the script, the next step
+        answer["error"] = str(error)
     except Exception as error:  # an unreachable host is one line, not a traceback
         answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"
 
 
 def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) -> dict[str, dict]:
     """host name -> {"stdout", "rc"} or {"error"}; every host at once, none waited for longer
-    than timeout_s (a thread left behind is a daemon: the command exits without it)."""
+    than timeout_s. A host given up on has its ssh (or docker exec) killed, not left running
+    after this command exits (a thread left behind is a daemon)."""
     answers: dict[str, dict] = {name: {} for name in scripts}
     threads = {}
     started = time.monotonic()
     for name, script in scripts.items():
-        thread = threading.Thread(target=_on_host, args=(inventory, name, script, answers[name]), daemon=True)
+        thread = threading.Thread(
+            target=_on_host, args=(inventory, name, script, answers[name]), kwargs={"timeout_s": timeout_s}, daemon=True
+        )
         thread.start()
         threads[name] = thread
     for name, thread in threads.items():
         thread.join(max(0.0, timeout_s - (time.monotonic() - started)))
+        slot = answers[name]
+        if thread.is_alive():  # given up: _on_host stops its runner itself if it has none yet
+            slot["given_up"] = True
+            if slot.get("runner") is not None:
+                slot["runner"].stop()
+        answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up")}
         answers[name]["seconds"] = round(time.monotonic() - started, 2)
         if thread.is_alive():
-            answers[name] = {"error": f"no answer within {timeout_s:g} s", "seconds": timeout_s}
+            answers[name] = {
+                "error": f"no answer within {timeout_s:g} s; what to do: `ssh -v {name} true` from here, "
+                "and a longer --timeout if the host is only slow",
+                "seconds": timeout_s,
+            }
     return answers
 
 
@@ -445,6 +467,7 @@ def drain(args, parser, undrain: bool = False) -> int:
     add-back (a generation first, then POST /workers, then healthy at every gateway)."""
     import testinfra
 
+    from checks import bounded
     from checks.connection import testinfra_url
     from roles.serving import rolling_argv
 
@@ -457,7 +480,13 @@ def drain(args, parser, undrain: bool = False) -> int:
     command = _bounded(argv(*words), bound)
     started = time.monotonic()
     try:
-        result = testinfra.get_host(testinfra_url(args.inventory, node.name)).run(command)
+        # bounded here too (checks/bounded.py): an ssh that never connects (DNS, a wedged sshd)
+        # or loses the host mid-drain is killed, not waited on for ever
+        host = bounded.bound(testinfra.get_host(testinfra_url(args.inventory, node.name)))
+        result = bounded.run(host, command, bound_s=bound + 10)
+    except bounded.CommandOverrun as error:
+        print(f"{node.name}: {error}", file=sys.stderr)
+        return UNREACHABLE if "connection" in host.backend._ih_runner.overran else FAILED
     except Exception as error:
         print(f"{node.name}: could not be reached: {type(error).__name__}: {str(error)[:200]}", file=sys.stderr)
         return UNREACHABLE

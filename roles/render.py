@@ -293,11 +293,11 @@ def _monitoring(p: Preview, settings: HostSettings, site: Site) -> None:
     for path, text in config.files(site, settings, hashed).items():
         p.file(path, text)
     p.note(f"{config.WEB_CONFIG_FILE}: the bcrypt hash of monitoring_web_password_secret is made at deploy time")
-    if config.inlines_secrets(settings, url_file=False):
-        p.note(
-            f"{config.ALERTMANAGER_FILE}: shown for Alertmanager 0.26 on (url_file); with Debian 12's 0.25 the"
-            " webhook and heartbeat URLs from the vault are written into it instead, and it is then 0600"
-        )
+    if config.relay_receivers(settings):
+        path, template, kwargs = units.relay_template(settings)
+        p.template(path, template, **kwargs)
+        names = ", ".join(config.relay_receivers(settings))
+        p.note(f"{config.RELAY_CONFIG}: the alert relay's URLs for {names}, from the vault at deploy time (0600)")
 
 
 def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:

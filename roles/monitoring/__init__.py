@@ -12,7 +12,9 @@ On the monitors group: the distribution's prometheus and prometheus-alertmanager
 from the site model (roles/monitoring/config.py: scrape jobs, alert rules with the health
 settings' thresholds, the receiver; the alerts' texts in roles/monitoring/runbook.py), their web
 endpoints on monitoring_listen_address behind basic auth (bcrypt hash of the vault's
-monitoring_web_password_secret, in a 0600 file).
+monitoring_web_password_secret, in a 0600 file). Where a webhook or heartbeat URL comes from the
+vault, also the alert relay (files/alert_relay.py, its own user and unit): Alertmanager posts to it
+on the loopback, so no Alertmanager config or log line holds that URL.
 
 Versions: inventory/stack.yml `monitoring:` (exact apt versions per distribution).
 """
@@ -26,7 +28,7 @@ import io
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import Directory
+from pyinfra.facts.files import Directory, File
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import checks_env, config, units
@@ -94,7 +96,7 @@ def monitoring() -> None:
             _dcgm_exporter(settings, site, distro)
         _checks_timer(settings, site)
     if settings.in_group("monitors"):
-        _monitor(settings, site, config.alertmanager_reads_url_file(pins["prometheus-alertmanager"]))
+        _monitor(settings, site)
 
 
 def _apt(pinned: list[tuple[str, str]]) -> None:
@@ -265,25 +267,15 @@ def password_hash(password: str, host_name: str) -> str:
     return bcrypt.hashpw(password.encode(), f"$2b$12${salt}".encode()).decode()
 
 
-def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
-    """url_file: this host's Alertmanager reads a webhook's URL from a file (0.26 on); before
-    that (Debian 12's 0.25) a vault URL is written into alertmanager.yml, which is then 0600."""
+def _monitor(settings: HostSettings, site: Site) -> None:
     m = settings.monitoring
     for folder in (m.data_dir, config.ALERTMANAGER_DATA_DIR):
         files.directory(name=f"Create {folder}", path=folder, user=PROMETHEUS_USER, group=PROMETHEUS_USER, mode="0750")
     password = secret_value(m.web_password_secret) if m.web_password_secret else None
     hashed = password_hash(password, settings.name) if password else None
-    # (stripped: a value set from `echo URL |` ends in a line break; the site model checked each is one URL)
-    receiver_secrets = {path: key and secret_value(key).strip() for path, key in config.secret_files(settings).items()}
-    inline = config.inlines_secrets(settings, url_file)
-    values = {
-        key: value
-        for path, key in config.secret_files(settings).items()
-        if key and (value := receiver_secrets[path]) is not None
-    }
     changed = []
-    for path, text in config.files(site, settings, hashed, values if inline else None, url_file).items():
-        if path == config.WEB_CONFIG_FILE or (inline and path == config.ALERTMANAGER_FILE):
+    for path, text in config.files(site, settings, hashed).items():
+        if path in (config.WEB_CONFIG_FILE, config.ALERTMANAGER_FILE):
             continue
         written = files.put(name=f"Write {path}", src=io.StringIO(text), dest=path, mode="0644")
         if path not in FOR_OPERATORS:  # no service reads these: a new one restarts nothing
@@ -309,21 +301,24 @@ def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
             group=PROMETHEUS_USER,
         )
     )
-    if inline:
-        changed.append(
-            secret_file(
-                label="Alertmanager's configuration (a vault URL in it: Alertmanager before 0.26 has no url_file)",
-                value=config.files(site, settings, hashed, values, url_file)[config.ALERTMANAGER_FILE],
-                dest=config.ALERTMANAGER_FILE,
-                user=PROMETHEUS_USER,
-                group=PROMETHEUS_USER,
-            )
+    # No secret in it now, but written as one (0600, never in a diff): before the relay, Debian 12's
+    # Alertmanager 0.25 had the vault's webhook URLs inline in it, and the diff of the first deploy
+    # after an upgrade would print the old lines.
+    changed.append(
+        secret_file(
+            label="Alertmanager's configuration",
+            value=config.files(site, settings, hashed)[config.ALERTMANAGER_FILE],
+            dest=config.ALERTMANAGER_FILE,
+            user=PROMETHEUS_USER,
+            group=PROMETHEUS_USER,
         )
+    )
     secrets = [
         (config.PASSWORD_FILE, m.web_password_secret and password),
         (config.SMTP_PASSWORD_FILE, m.email_auth_password_secret and secret_value(m.email_auth_password_secret)),
-        # A webhook URL inline in alertmanager.yml needs no file of its own.
-        *((path, None if inline and path in config.URL_FILES else value) for path, value in receiver_secrets.items()),
+        # (stripped: a value set from `echo URL |` ends in a line break; the site model checked each is one URL)
+        *((path, key and secret_value(key).strip()) for path, key in config.secret_files(settings).items()),
+        *((path, None) for path in config.RETIRED_FILES),
     ]
     for path, value in secrets:
         if value:
@@ -338,6 +333,70 @@ def _monitor(settings: HostSettings, site: Site, url_file: bool) -> None:
             )
         else:
             changed.append(files.file(name=f"Remove {path} (not set)", path=path, present=False))
+    _alert_relay(settings)
     restart = any(op is not None and op.will_change for op in changed)
     for unit in ("prometheus", "prometheus-alertmanager"):
         systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True, restarted=restart)
+
+
+def _alert_relay(settings: HostSettings) -> None:
+    """The relay that holds the vault's webhook and heartbeat URLs (Alertmanager posts to it on
+    the loopback): its own system user, the distribution's python3, a hardened unit. Without such
+    a receiver it is stopped and its files removed."""
+    receivers = config.relay_receivers(settings)
+    unit_path, template, kwargs = units.relay_template(settings)
+    if not receivers:
+        installed = host.get_fact(File, path=unit_path)
+        server.shell(
+            name=f"Stop and disable {config.RELAY_UNIT} (no webhook URL in the vault)",
+            commands=[sh("systemctl disable --now -- {unit}", unit=f"{config.RELAY_UNIT}.service")],
+            _if=lambda: bool(installed),
+        )
+        for path in (unit_path, config.RELAY_CONFIG, config.RELAY_SCRIPT):
+            files.file(name=f"Remove {path} (no relay)", path=path, present=False)
+        return
+    apt.packages(name="Install python3 (the alert relay's interpreter)", packages=["python3"], no_recommends=True)
+    server.group(name=f"Create group {config.RELAY_USER}", group=config.RELAY_USER, system=True)
+    server.user(
+        name=f"Create system user {config.RELAY_USER} (runs the alert relay)",
+        user=config.RELAY_USER,
+        group=config.RELAY_USER,
+        system=True,
+        shell="/usr/sbin/nologin",
+        home="/nonexistent",
+        ensure_home=False,
+        create_home=False,
+    )  # Debian's no-home convention
+    files.directory(name=f"Create {config.RELAY_DIR}", path=config.RELAY_DIR, user="root", group="root", mode="0755")
+    script = files.put(
+        name=f"Install the alert relay at {config.RELAY_SCRIPT}",
+        src=str(PROJECT_ROOT / config.RELAY_SOURCE),
+        dest=config.RELAY_SCRIPT,
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    values = {key: secret_value(key).strip() for key in receivers.values()}
+    urls = secret_file(
+        label=f"the alert relay's URLs ({', '.join(receivers)})",
+        value=config.relay_config(settings, values),
+        dest=config.RELAY_CONFIG,
+        user=config.RELAY_USER,
+        group=config.RELAY_USER,
+    )
+    unit = files.template(
+        name=f"Write {unit_path} (port {settings.monitoring.alert_relay_port} on {config.RELAY_HOST})",
+        src=template,
+        dest=unit_path,
+        mode="0644",
+        jinja_env_kwargs=templates.jinja_env_kwargs(template),
+        **kwargs,
+    )
+    systemd.service(
+        name=f"Enable and start {config.RELAY_UNIT}",
+        service=f"{config.RELAY_UNIT}.service",
+        running=True,
+        enabled=True,
+        daemon_reload=unit.will_change,
+        restarted=unit.will_change or script.will_change or (urls is not None and urls.will_change),
+    )

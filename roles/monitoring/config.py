@@ -18,7 +18,7 @@ Metric names, by source:
 
 from __future__ import annotations
 
-import re
+import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,18 +41,32 @@ WEB_CONFIG_FILE = f"{PROMETHEUS_CONFIG_DIR}/web.yml"
 # Alertmanager reads the password of Prometheus' basic auth from this file (0640 root:prometheus).
 PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-web.password"
 SMTP_PASSWORD_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-smtp.password"
-# The receivers' secrets, each in a 0600 file of the prometheus user that Alertmanager reads when it
-# sends (alertmanager v0.25.0 config/notifiers.go: slack_configs api_url_file, pagerduty_configs
-# routing_key_file; webhook_configs url_file only from v0.26.0, CHANGELOG "#3223"). Each value is
-# trimmed of white space on reading (notify/slack/slack.go, notify/pagerduty/pagerduty.go at
-# v0.25.0, notify/webhook/webhook.go at v0.26.0).
-WEBHOOK_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-webhook.url"
+# The receivers' secrets Alertmanager reads itself, each in a 0600 file of the prometheus user,
+# read and trimmed of white space when it sends (alertmanager v0.25.0 config/notifiers.go:
+# slack_configs api_url_file, pagerduty_configs routing_key_file; notify/slack/slack.go,
+# notify/pagerduty/pagerduty.go). Their error paths print no secret at v0.25.0: Slack's wraps the
+# *url.Error in notify.RedactURL (notify/util.go), PagerDuty's URL (events.pagerduty.com/v2/enqueue)
+# holds none (the routing key is in the body).
 SLACK_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-slack.url"
 PAGERDUTY_KEY_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-pagerduty.key"
-HEARTBEAT_URL_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-heartbeat.url"
-URL_FILES = (WEBHOOK_URL_FILE, HEARTBEAT_URL_FILE)  # read through webhook_configs' url_file
-# Alertmanager's release that reads a webhook's URL from a file (webhook_config url_file).
-WEBHOOK_URL_FILE_SINCE = (0, 26)
+# Files of an earlier layout (webhook URLs read by Alertmanager 0.26's url_file): removed.
+RETIRED_FILES = (
+    f"{PROMETHEUS_CONFIG_DIR}/inference-host-webhook.url",
+    f"{PROMETHEUS_CONFIG_DIR}/inference-host-heartbeat.url",
+)
+# The webhook receivers whose URL is a vault secret go through the alert relay (files/alert_relay.py):
+# Alertmanager v0.25.0 prints a webhook's whole URL when a delivery fails (notify/webhook/webhook.go
+# returns notify.PostJSON's *url.Error unredacted; v0.26.0 redacts that error but still logs the
+# receiver's response body). Alertmanager posts to the relay on the loopback; only the relay, as its
+# own user, reads the URLs.
+RELAY_UNIT = "inference-host-alert-relay"
+RELAY_USER = "inference-host-alert-relay"
+RELAY_DIR = f"{layout.OPT_DIR}/alert-relay"
+RELAY_SCRIPT = f"{RELAY_DIR}/alert_relay.py"
+RELAY_SOURCE = "roles/monitoring/files/alert_relay.py"
+RELAY_CONFIG = f"{layout.ETC_DIR}/alert-relay.json"
+RELAY_HOST = "127.0.0.1"
+RELAY_TIMEOUT_S = 10  # per network operation; a delivery at most twice that
 # "What is firing now" without a browser: `amtool alert query` on the monitor (as root). amtool
 # ships in the distribution's prometheus-alertmanager and reads its flags' defaults from a YAML
 # file (alertmanager v0.25.0 cli/root.go: alertmanager.url, http.config.file). Debian's build
@@ -184,43 +198,35 @@ def amtool_configs(monitor: HostSettings) -> dict[str, str]:
     }
 
 
-def alertmanager_reads_url_file(version: str) -> bool:
-    """Whether an Alertmanager of this apt version has webhook_configs' url_file (v0.26.0 on):
-    '0.26.0+ds-1ubuntu0.3' yes, Debian 12's '0.25.0-1+b4' no."""
-    upstream = version.split(":", 1)[-1]
-    numbers = re.match(r"^(\d+)\.(\d+)", upstream)
-    return numbers is not None and (int(numbers.group(1)), int(numbers.group(2))) >= WEBHOOK_URL_FILE_SINCE
-
-
 def secret_files(monitor: HostSettings) -> dict[str, str | None]:
-    """0600 file on the monitor -> the vault key whose value it holds (None: not set, removed)."""
+    """0600 file Alertmanager reads -> the vault key whose value it holds (None: not set, removed)."""
     m = monitor.monitoring
-    return {
-        WEBHOOK_URL_FILE: m.webhook_url_secret,
-        SLACK_URL_FILE: m.slack_api_url_secret,
-        PAGERDUTY_KEY_FILE: m.pagerduty_routing_key_secret,
-        HEARTBEAT_URL_FILE: m.heartbeat_url_secret,
-    }
+    return {SLACK_URL_FILE: m.slack_api_url_secret, PAGERDUTY_KEY_FILE: m.pagerduty_routing_key_secret}
 
 
-def inlines_secrets(monitor: HostSettings, url_file: bool) -> bool:
-    """Whether alertmanager.yml itself holds a secret URL (an Alertmanager before url_file), and so
-    is written as a secret file, 0600, never shown in a diff."""
+def relay_receivers(monitor: HostSettings) -> dict[str, str]:
+    """Relay receiver name -> the vault key of its URL (empty: no relay on this monitor)."""
     m = monitor.monitoring
-    return not url_file and (m.webhook_url_secret is not None or m.heartbeat_url_secret is not None)
+    pairs = (
+        ("webhook", m.webhook_url_secret if m.webhook_url is None else None),
+        ("heartbeat", m.heartbeat_url_secret),
+    )
+    return {name: key for name, key in pairs if key}
 
 
-def _webhook(path: str, key: str, values: Mapping[str, str] | None, url_file: bool, resolved: bool) -> dict:
-    """A webhook_config whose URL is a vault value: named by its file, or (Alertmanager 0.25) the
-    value itself; in the preview (no values) a placeholder under the reserved .invalid domain."""
-    if url_file:
-        target = {"url_file": path}
-    else:
-        target = {"url": values[key] if values is not None else f"https://vault-value.invalid/{key}"}
-    return {**target, "send_resolved": resolved}
+def relay_url(monitor: HostSettings, name: str) -> str:
+    """Where Alertmanager posts a relayed receiver's alerts: the loopback, no secret in it."""
+    return f"http://{_hostport(RELAY_HOST, monitor.monitoring.alert_relay_port)}/{name}"
 
 
-def _receiver(name: str, kinds: list[str], m, values, url_file: bool) -> dict:
+def relay_config(monitor: HostSettings, values: Mapping[str, str]) -> str:
+    """The relay's 0600 config (JSON, through json.dumps): receiver name -> its vault URL."""
+    receivers = {name: values[key] for name, key in relay_receivers(monitor).items()}
+    return json.dumps({"receivers": receivers}, indent=2, sort_keys=True) + "\n"
+
+
+def _receiver(name: str, kinds: list[str], monitor: HostSettings) -> dict:
+    m = monitor.monitoring
     receiver: dict = {"name": name}
     if "email" in kinds:
         email = {"to": m.email_to, "from": m.email_from, "smarthost": m.email_smarthost, "send_resolved": True}
@@ -233,7 +239,7 @@ def _receiver(name: str, kinds: list[str], m, values, url_file: bool) -> dict:
         if m.webhook_url is not None:
             receiver["webhook_configs"] = [{"url": m.webhook_url, "send_resolved": True}]
         else:
-            receiver["webhook_configs"] = [_webhook(WEBHOOK_URL_FILE, m.webhook_url_secret, values, url_file, True)]
+            receiver["webhook_configs"] = [{"url": relay_url(monitor, "webhook"), "send_resolved": True}]
     if "slack" in kinds:
         slack = {"api_url_file": SLACK_URL_FILE, "send_resolved": True}
         if m.slack_channel:
@@ -258,13 +264,13 @@ def heartbeat_tick(interval: str) -> str:
     return f"{max(1, min(10, duration_seconds(interval) // 2))}s"
 
 
-def alertmanager_config(monitor: HostSettings, values: Mapping[str, str] | None = None, url_file: bool = True) -> str:
+def alertmanager_config(monitor: HostSettings) -> str:
     """Alertmanager's routing: Watchdog to the heartbeat, then each severity to its receivers.
-    values: vault key -> value, needed only where the URL is written inline (url_file False)."""
+    No secret in it: a vault webhook URL is the relay's, a Slack URL or PagerDuty key a file's."""
     m = monitor.monitoring
     heartbeat: dict = {"name": "heartbeat"}
     if m.heartbeat_url_secret:
-        heartbeat["webhook_configs"] = [_webhook(HEARTBEAT_URL_FILE, m.heartbeat_url_secret, values, url_file, False)]
+        heartbeat["webhook_configs"] = [{"url": relay_url(monitor, "heartbeat"), "send_resolved": False}]
     config = {
         "route": {
             # Anything no route below takes (a severity the rules do not use) goes with the warnings.
@@ -293,8 +299,8 @@ def alertmanager_config(monitor: HostSettings, values: Mapping[str, str] | None 
         },
         "receivers": [
             heartbeat,
-            _receiver("critical", m.receivers_for("critical"), m, values, url_file),
-            _receiver("warning", m.receivers_for("warning"), m, values, url_file),
+            _receiver("critical", m.receivers_for("critical"), monitor),
+            _receiver("warning", m.receivers_for("warning"), monitor),
         ],
         # A host that is down makes its engine and checks silent or failing: one page, not five.
         "inhibit_rules": [
@@ -597,19 +603,13 @@ def alert_names(site: Site, monitor: HostSettings) -> list[str]:
 ALERTMANAGER_FILE = f"{PROMETHEUS_CONFIG_DIR}/alertmanager.yml"
 
 
-def files(
-    site: Site,
-    monitor: HostSettings,
-    password_hash: str | None,
-    values: Mapping[str, str] | None = None,
-    url_file: bool = True,
-) -> dict[str, str]:
+def files(site: Site, monitor: HostSettings, password_hash: str | None) -> dict[str, str]:
     """Path on the monitor -> text, for the role and the preview (the Grafana dashboard and
     amtool's files too: read by no service, they are for operators)."""
     return {
         f"{PROMETHEUS_CONFIG_DIR}/prometheus.yml": prometheus_config(site, monitor),
         RULES_FILE: rules_config(site, monitor),
-        ALERTMANAGER_FILE: alertmanager_config(monitor, values, url_file),
+        ALERTMANAGER_FILE: alertmanager_config(monitor),
         WEB_CONFIG_FILE: web_config(monitor, password_hash),
         DASHBOARD_FILE: dashboard_text(engine_of(site)),
         **amtool_configs(monitor),

@@ -172,3 +172,33 @@ def monitor_templates(host: HostSettings) -> list[tuple[str, str, dict]]:
             ),
         ),
     ]
+
+
+def relay_template(host: HostSettings) -> tuple[str, str, dict]:
+    """The alert relay's unit: python3 -I (no site directory, no environment), the script, its
+    config, the loopback port and the per-operation timeout; every value encoded for systemd."""
+    return (
+        f"{SYSTEMD_DIR}/{config.RELAY_UNIT}.service",
+        "roles/monitoring/templates/inference-host-alert-relay.service.j2",
+        dict(
+            description=sd.text("inference-host alert relay (webhooks with a vault URL)", "Description="),
+            service_user=sd.text(config.RELAY_USER, "User="),
+            exec_start=sd.argv(
+                [
+                    "/usr/bin/python3",
+                    "-I",
+                    "-B",
+                    config.RELAY_SCRIPT,
+                    "--config",
+                    config.RELAY_CONFIG,
+                    "--host",
+                    config.RELAY_HOST,
+                    "--port",
+                    str(host.monitoring.alert_relay_port),
+                    "--timeout",
+                    str(config.RELAY_TIMEOUT_S),
+                ],
+                "ExecStart= (alert relay)",
+            ),
+        ),
+    )

@@ -74,6 +74,13 @@ EXTRA_SHAPES: tuple[tuple[str, re.Pattern, str], ...] = (
     ),
     # Google Cloud API keys: AIza and 35 characters (cloud.google.com/docs/authentication/api-keys).
     ("Google API Key", re.compile(r"AIza[0-9A-Za-z_-]{35}"), "cloud.google.com/docs/authentication/api-keys"),
+    # user:password@host without a scheme (an SMTP relay's host:port, a mirror written bare):
+    # RFC 3986 section 3.2.1's userinfo, which BasicAuthDetector only sees after '://'.
+    (
+        "User and password before a host",
+        re.compile(r"(?<![/\w.+~%:-])[A-Za-z0-9._~%-]+:[A-Za-z0-9._~%!$&'()*+,;=-]+(?=@[A-Za-z0-9\[])"),
+        "www.rfc-editor.org/rfc/rfc3986#section-3.2.1",
+    ),
 )
 
 # A user part of a URL made only of token characters and this long is taken for a token

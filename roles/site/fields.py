@@ -25,10 +25,14 @@ from roles.site.grammars import (
     HOST_PATH_TEXT,
     SYSCTL_TEXT,
     UNIT_NAME_TEXT,
+    URL_TEXT,
     host_folder_problem,
     host_path_problem,
+    normal_path,
     sysctl_problem,
     unit_name_problem,
+    url_problem,
+    world_writable_problem,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +106,9 @@ def _host_path(value: str) -> str:
     problem = host_path_problem(value)
     if problem:
         raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{HOST_PATH_TEXT}; {problem}"})
+    problem = world_writable_problem(value)  # a program or tree root runs or reads
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": problem})
     return value
 
 
@@ -152,17 +159,26 @@ def _pci_addresses(value: list[str]) -> list[str]:
 
 PciAddresses = Annotated[list[str], AfterValidator(_pci_addresses)]
 DriverVersion = Annotated[str, check(DRIVER_VERSION_RE.match, "a full driver version like 580.95.05")]
-Url = Annotated[
-    str,
-    check(lambda v: re.match(r"^https?://[^\s/]+(/\S*)?$", v) is not None, "an http(s) URL without trailing spaces"),
-]
+
+
+def _url(value: str) -> str:
+    problem = url_problem(value)
+    if problem:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{URL_TEXT}; {problem}"})
+    return value
+
+
+_url_rule = AfterValidator(_url)
+_RULE_TEXT[id(_url_rule)] = URL_TEXT
+Url = Annotated[str, _url_rule]
 # A package mirror's URL: its credential, if it needs one, comes from the vault (a *_credentials_secret
 # setting) and reaches only 0600 files; a user part left in the URL would be written into 0644 files and
 # command lines, and apt ignores its auth.conf for a URL that has one (apt-pkg/contrib/netrc.cc, MaybeAddAuth).
 MirrorUrl = Annotated[
     str,
+    _url_rule,
     check(
-        lambda v: re.match(r"^https?://[^\s/@]+(/\S*)?$", v) is not None,
+        lambda v: "@" not in v.split("//", 1)[-1].split("/", 1)[0],
         "an http(s) URL without a user part or trailing spaces (a credential goes in the vault)",
     ),
 ]
@@ -247,10 +263,22 @@ def _pve_path_problem(path: str, default_key: bool) -> str | None:
     return property_value_problem(path, default_key)
 
 
+def _mount_folder_problem(path: str) -> str | None:
+    problem = host_folder_problem(path)
+    return f"is not one: expected {problem}" if problem else None
+
+
 def _mount_points(value: dict[str, str]) -> dict[str, str]:
+    seen: dict[str, str] = {}
     for host_path, guest_path in value.items():
         for path, role, default_key in ((host_path, "host path", True), (guest_path, "path in the guest", False)):
-            problem = _pve_path_problem(path, default_key)
+            # A bind mount of the node's / or /etc gives the guest the node's files (all of them,
+            # as root, in a privileged container); one over the guest's / or /etc hides its own.
+            problem = _pve_path_problem(path, default_key) or _mount_folder_problem(path)
+            if not problem and role == "path in the guest":
+                other = seen.setdefault(normal_path(path), host_path)
+                if other != host_path:
+                    problem = f"is where {other!r} is mounted too (pct refuses two mount points at one path)"
             if problem:
                 raise PydanticCustomError(
                     "inference_host",

@@ -36,6 +36,17 @@ SYSTEM_FOLDERS = frozenset(
     }
 )
 NOT_UNDER = ("/proc", "/sys", "/dev", "/run")
+# Trees no folder of the deploy's may sit in, at any depth: what lives there is the system's
+# and read or run by root (a folder the service account owns in /etc/systemd/system, /etc/cron.d
+# or /usr/local/lib/python3.12 is a unit, a cron job or a module root runs; one in /root or
+# /boot is root's), or the trees every user may write (/tmp, /var/tmp: another user makes the
+# folder first, or a link in its place, and the deploy's chown follows it).
+SYSTEM_TREES = (
+    *("/etc", "/usr", "/boot", "/root", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/snap"),
+    *("/var/spool", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/vz", "/var/log/journal"),
+    *("/var/cache/apt", "/var/lib/lxc", "/var/lib/containerd", "/var/lib/docker/volumes"),
+)
+WORLD_WRITABLE_TREES = ("/tmp", "/var/tmp", "/dev/shm", "/var/crash")
 HOST_PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
 
 
@@ -65,11 +76,37 @@ def host_folder_problem(path: str) -> str | None:
     folder = normal_path(path)
     if folder == "/":
         return "a folder of its own, not / (the whole system)"
-    if folder in SYSTEM_FOLDERS:
+    if folder in SYSTEM_FOLDERS or folder in SYSTEM_TREES:
         return f"a folder of its own, not the system's {folder} (docs/inventory.md#host-folders)"
     under = next((top for top in NOT_UNDER if folder.startswith(top + "/")), None)
     if under:
         return f"a folder on a disk, not under {under} (a kernel or boot-time file system)"
+    under = next((top for top in SYSTEM_TREES if folder.startswith(top + "/")), None)
+    if under:
+        return f"a folder of its own, not inside the system's {under} (docs/inventory.md#host-folders)"
+    if folder.startswith("/home/") and folder.count("/") == 2:
+        return f"a folder of its own, not {folder} (a user's home folder)"
+    return None
+
+
+# Where a file root copies into a guest (qm's import-from) must not be: the node's own secrets
+# (/etc/shadow, /root/.ssh, /etc/pve/priv), kernel and device trees, and the trees every user may
+# write (another user's file in place of the image).
+SECRET_TREES = ("/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", *WORLD_WRITABLE_TREES)
+
+
+def secret_tree_problem(path: str) -> str | None:
+    folder = normal_path(path)
+    under = next((top for top in SECRET_TREES if folder == top or folder.startswith(top + "/")), None)
+    return f"it is in {under}" if under else None
+
+
+def world_writable_problem(path: str) -> str | None:
+    """Why path (a folder the deploy makes, or a program root runs) must not be where every user
+    may write, or None."""
+    under = next((top for top in WORLD_WRITABLE_TREES if normal_path(path).startswith(top + "/")), None)
+    if under:
+        return f"a path outside {under}, where every user may write (and put a link or a program first)"
     return None
 
 
@@ -112,12 +149,24 @@ UNIT_NAME_TEXT = (
 )
 
 
+# The roles write <name>.service: a name that ends in a unit type's suffix (systemd.unit(5))
+# would be `x.service.service` or `x.socket.service`, never the unit the user named, and a name
+# with '@' is a template (`x@.service`, which systemctl cannot start) or one instance of one.
+UNIT_SUFFIXES: tuple[str, ...] = (".service", ".socket", ".target", ".timer", ".mount", ".automount", ".swap")
+UNIT_SUFFIXES += (".path", ".slice", ".scope", ".device")
+
+
 def unit_name_problem(name: str) -> str | None:
     if not UNIT_NAME_RE.fullmatch(name) or name.startswith(("-", ".")):
         return "it has a character other than those"
     base = name.removesuffix(".service")
     if base in SYSTEM_UNITS or base.startswith((*SYSTEM_UNIT_PREFIXES, PROJECT_UNIT_PREFIX)):
         return f"{base}.service is a unit of the system or of this project, which the deploy would replace"
+    if "@" in name:
+        return "it has an '@', which makes it a template or an instance of one; expected a plain name"
+    suffix = next((s for s in UNIT_SUFFIXES if name.endswith(s)), None)
+    if suffix:
+        return f"it ends in {suffix}; expected the name without it (the deploy writes <name>.service)"
     return None
 
 
@@ -153,4 +202,94 @@ def sysctl_problem(key: str, value: str) -> str | None:
         return f"the key {ascii(key)} is not one"
     if not value.strip() or value != value.strip():
         return f"the value {ascii(value)} of {key} is empty or has white space at its ends"
+    return None
+
+
+# The service account and its primary group: made by the deploy, owning the data, model and log
+# folders, running the engine (which runs the model folder's Python with trust_remote_code). An
+# account of the system's own would be taken over (its files chowned, its processes' user shared)
+# and a group of the system's would give the engine that group's powers: root's files (root),
+# raw disks (disk), /etc/shadow (shadow), the logs (adm, systemd-journal), sudo (sudo, wheel,
+# admin), the Docker or LXD API, which is root (docker, lxd). Refused: the static users and
+# groups of Debian's base-passwd (3.6.1, /usr/share/base-passwd/passwd.master and group.master,
+# which Ubuntu ships too), the accounts of the system's packages every host of this project
+# may run (sshd, messagebus, systemd-*, ...) and the groups that are root in all but name.
+BASE_PASSWD_USERS = frozenset(
+    {
+        *("root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy"),
+        *("www-data", "backup", "list", "irc", "gnats", "nobody"),
+    }
+)
+BASE_PASSWD_GROUPS = frozenset(
+    {
+        *("root", "daemon", "bin", "sys", "adm", "tty", "disk", "lp", "mail", "news", "uucp", "man", "proxy"),
+        *("kmem", "dialout", "fax", "voice", "cdrom", "floppy", "tape", "sudo", "audio", "dip", "www-data"),
+        *("backup", "operator", "list", "irc", "src", "gnats", "shadow", "utmp", "video", "sasl", "plugdev"),
+        *("staff", "games", "users", "nogroup"),
+    }
+)
+SYSTEM_ACCOUNTS = frozenset(
+    {
+        *("sshd", "messagebus", "syslog", "uuidd", "tcpdump", "tss", "landscape", "pollinate", "polkitd", "postfix"),
+        *("chrony", "ntp", "statd", "_apt", "dnsmasq", "lxd", "ceph", "prometheus", "nvidia-persistenced"),
+    }
+)
+ROOT_EQUIVALENT_GROUPS = frozenset(
+    {"docker", "lxd", "wheel", "admin", "systemd-journal", "libvirt", "kvm", "render", "input", "netdev"}
+)
+ACCOUNT_TEXT = (
+    "an unprivileged lower-case Unix user or group name ([a-z_][a-z0-9_-]*) of the deploy's own, not root"
+    " nor an account or group of the system (daemon, nobody, sshd, systemd-*, sudo, adm, disk, shadow, docker, ...)"
+)
+
+
+def service_account_problem(name: str, group: bool = False) -> str | None:
+    """Why name cannot be the service account (group: its primary group), or None."""
+    system = (BASE_PASSWD_GROUPS | ROOT_EQUIVALENT_GROUPS if group else BASE_PASSWD_USERS) | SYSTEM_ACCOUNTS
+    if name in system or name.startswith(("systemd-", "_")):
+        kind = "a group" if group else "an account"
+        return f"{name} is {kind} of the system, whose files and powers the engine would share"
+    return None
+
+
+# http(s) URLs of mirrors, receivers and endpoints, read by uv, pip, apt, Alertmanager and
+# huggingface_hub. What urllib.parse.urlsplit accepts is wider than what they reach: a port
+# beyond 65535 (or 0) parses, then every connection fails, and Go's net/url (Alertmanager)
+# refuses an IPv6 zone not written as RFC 6874 says ('%25' then the zone: section 2). So a URL
+# is refused unless its host is a DNS name, an IPv4 address or a bracketed IPv6 address whose
+# zone, if any, is '%25' and an interface name (ZONE_TEXT), and its port is 1 to 65535.
+URL_TEXT = "an http(s) URL without spaces, with a DNS name or an IP address as its host and a port from 1 to 65535"
+_URL_HOST_RE = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+_URL_ZONE_RE = re.compile(r"%25[A-Za-z0-9._~-]{1,15}")
+
+
+def url_problem(url: str) -> str | None:
+    """Why url is not an http(s) URL its readers take as written, or None."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not re.fullmatch(r"https?://[^\s/?#]+([/?#]\S*)?", url):
+        return "it is not one"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        return f"urllib reads no host and port in it ({error})"
+    if port == 0:
+        return "its port 0 is no port to connect to"
+    host = parts.netloc.rpartition("@")[2]
+    host = host.rsplit(":", 1)[0] if parts.port is not None or host.endswith(":") else host
+    if host.startswith("["):
+        address, _, zone = host[1:-1].partition("%")
+        if zone and not _URL_ZONE_RE.fullmatch("%" + zone):
+            return "its IPv6 zone is not written %25 and an interface name (RFC 6874)"
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return f"[{address}] is no IPv6 address"
+        return None
+    if not _URL_HOST_RE.fullmatch(host):
+        return f"its host {host!r} is not a DNS name or an IP address"
     return None

@@ -264,6 +264,13 @@ def load_site(inventory_file: str | os.PathLike, checks: RoleChecks | None = Non
         inventory = _pyinfra_inventory(path)
     except SiteError:
         raise
+    except SystemExit as error:  # sys.exit() in the file: exit 0 and no output read as "valid"
+        raise SiteError(
+            [
+                f"{display(path)}: the file ended the program (SystemExit({error.code!r})) while it was loaded;"
+                " expected an inventory that defines its groups and returns"
+            ]
+        ) from None
     except Exception as error:  # a Python error in the user's inventory or group data
         raise SiteError([python_error(error, [path])]) from None
     finally:

@@ -15,7 +15,7 @@ root-owned one is harmless (same owner) and allowed, as is a service folder insi
 
 from __future__ import annotations
 
-from roles.site.grammars import normal_path
+from roles.site.grammars import normal_path, world_writable_problem
 from roles.site.schema import HostSettings
 
 SERVICE = "the service account"
@@ -51,6 +51,12 @@ def folder_problems(host: HostSettings) -> list[str]:
     """One line (without the "file: host" prefix) per folder that is another's or nests wrongly."""
     problems = []
     folders = _folders(host)
+    for key, folder, owner in folders:
+        # chowned to an account other than root: in /tmp another user makes the folder (or a link
+        # to /etc) first, and the chown follows it.
+        shared = world_writable_problem(folder) if owner != "root" else None
+        if shared:
+            problems.append(f"{key} = {folder!r} is invalid; expected {shared}")
     for index, (key, folder, owner) in enumerate(folders):
         for other_key, other, other_owner in folders[:index] + folders[index + 1 :]:
             if folder == other:

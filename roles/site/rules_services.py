@@ -152,7 +152,7 @@ def _check_monitoring(
                 " Alertmanager without monitoring_web_password_secret; expected a vault secret"
                 " (basic auth) or monitoring_listen_address = '127.0.0.1'"
             )
-        if m.email_to and not (m.email_from and m.email_smarthost):
+        if m.email_to and not (m.email_from and m.email_smarthost) and host.valid("monitoring_email_smarthost"):
             problems.append(
                 f"{here}: monitoring_email_to = {m.email_to!r} needs monitoring_email_from and"
                 " monitoring_email_smarthost; expected both set"
@@ -263,6 +263,7 @@ def _our_ports(host: HostSettings, monitored: bool) -> list[tuple[str, int]]:
         ports += [
             ("monitoring_prometheus_port", host.monitoring.prometheus_port),
             ("monitoring_alertmanager_port", host.monitoring.alertmanager_port),
+            ("monitoring_alert_relay_port", host.monitoring.alert_relay_port),
         ]
     return [(key, port) for key, port in ports if host.valid(key)]
 

@@ -283,6 +283,35 @@ def number_problem(value: Any) -> str | None:
     return None
 
 
+# The shape of a value before any rule walks it: the rules below recurse, and a list that holds
+# itself or a mapping nested thousands deep (built by a loop in a Python inventory) ended them in
+# a RecursionError traceback. No setting nests deeper than a few levels or needs a string longer
+# than PATH_MAX (4096: the longest path a host takes; a command-line word's own limit,
+# MAX_ARG_STRLEN, is 131072) or more than MAX_ITEMS entries.
+MAX_DEPTH, MAX_CHARACTERS, MAX_ITEMS = 16, 4096, 4096
+
+
+def shape_problem(value: Any) -> str | None:
+    """Why a value is too deep, refers to itself, or is too long for any setting, or None."""
+    stack: list[tuple[Any, int, frozenset[int]]] = [(value, 0, frozenset())]
+    while stack:
+        item, depth, parents = stack.pop()
+        if isinstance(item, str) and len(item) > MAX_CHARACTERS:
+            what = "is longer than" if depth == 0 else f"holds a text of {len(item)} characters, longer than"
+            return f"{what} any host takes; expected at most {MAX_CHARACTERS} characters (PATH_MAX)"
+        if not isinstance(item, (dict, list, tuple, set, frozenset)):
+            continue
+        if id(item) in parents:
+            return "holds itself (a list or mapping inside itself); expected plain values"
+        if depth >= MAX_DEPTH:
+            return f"is nested more than {MAX_DEPTH} levels deep; expected plain values"
+        if len(item) > MAX_ITEMS:
+            return f"has {len(item)} entries; expected at most {MAX_ITEMS}"
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else list(item)
+        stack.extend((child, depth + 1, parents | {id(item)}) for child in children)
+    return None
+
+
 # Keys of a mapping setting named like a secret: environment variable names (upper case, as
 # serving_extra_env's are), so that a file path under a lower-case key (a daemon's "tls_key")
 # is not taken for one.
@@ -309,7 +338,10 @@ NO_VAULT_KEY = frozenset(
     }
 )
 # Plain settings whose credential-carrying form has a vault key of its own (roles/monitoring).
-OWN_VAULT_KEY = {"monitoring_webhook_url": "monitoring_webhook_url_secret"}
+OWN_VAULT_KEY = {
+    "monitoring_webhook_url": "monitoring_webhook_url_secret",
+    "monitoring_email_smarthost": "monitoring_email_auth_password_secret",
+}
 
 
 def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
@@ -329,6 +361,11 @@ def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for key, item in items:
         where = f"{path}[{shown(key)}]"
+        kind = credential_kind(key) if isinstance(key, str) else None
+        if kind:  # a mapping's key is written too (a mount point's host path, a sysctl key)
+            return f"{path} has a key that looks like a credential ({kind})", VAULT_SETTING.get(
+                kind, "a *_secret setting"
+            )
         if isinstance(key, str) and SECRET_KEY_RE.match(key) and isinstance(item, str) and item:
             setting = (
                 "serving_hf_token_secret"
@@ -342,6 +379,16 @@ def secret_problem(value: Any, path: str = "") -> tuple[str, str] | None:
         if nested:
             return nested
     return None
+
+
+def _shown_shallow(value: Any) -> str:
+    """shown() of a value that may hold itself or be nested deeper than repr() goes: its type
+    and size only, when repr() cannot be trusted to end."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        return f"<a {type(value).__name__} of {len(value)} entries>"
+    return shown(value)
 
 
 def host_name_problem(name: str) -> str | None:
@@ -456,6 +503,11 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
     for key in data:
         if key in pyinfra_keys and key not in known:
             continue  # pyinfra's own data (a connector's), never written by a role
+        shape = shape_problem(data[key])
+        if shape:
+            value_problems.append(f"{where}: host {name}: {key} = {_shown_shallow(data[key])} {shape}")
+            invalid.add(key)
+            continue
         secret = secret_problem(data[key], key)
         if secret:
             what, setting = secret

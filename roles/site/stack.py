@@ -192,7 +192,7 @@ _PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", 
 
 def _read(path: Path, where: str) -> dict:
     try:
-        raw = yamlfile.load(path.read_text(encoding="utf-8"))
+        raw = yamlfile.load(yamlfile.read_text(path))
     except FileNotFoundError:
         raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except IsADirectoryError:

@@ -92,13 +92,15 @@ def load(path: Path) -> dict[str, _Encrypted]:
 def stored(path: Path) -> dict[str, _Encrypted]:
     """The encrypted entries of a secrets file, by the names written in it; no password needed."""
     try:
-        raw = yamlfile.load(Path(path).read_text(encoding="utf-8"), _VaultLoader)
+        raw = yamlfile.load(yamlfile.read_text(Path(path)), _VaultLoader)
     except FileNotFoundError:
         raise SecretsError("file not found; create it with `uv run python -m roles.site.vault set FILE NAME`") from None
     except IsADirectoryError:
         raise SecretsError("is a folder; expected the secrets file (YAML)") from None
     except PermissionError:
         raise SecretsError("cannot be read by this user; expected a readable secrets file") from None
+    except OSError as error:
+        raise SecretsError(f"cannot be read ({error.strerror}); expected the secrets file (YAML)") from None
     except UnicodeDecodeError:
         raise SecretsError("is not a text file; expected the secrets file (YAML)") from None
     except yamlfile.DuplicateKeyError as error:
@@ -308,6 +310,24 @@ def _main(argv: list[str], prog: str = "python -m roles.site.vault") -> int:
     return 0
 
 
+# A secret is a token, a key, a password or a URL: a few KiB at most. A control character in it
+# (a '\r' pasted from Windows, a NUL, a tab) is never part of one, and is a line break or an end
+# of string in the 0600 files a secret is written to (EnvironmentFile=, the engine's YAML config).
+MAX_SECRET_CHARACTERS = 65536
+
+
+def _value_problem(value: str) -> str | None:
+    if len(value) > MAX_SECRET_CHARACTERS:
+        return f"is longer than {MAX_SECRET_CHARACTERS} characters; expected a token, key, password or URL"
+    bad = next((i for i, c in enumerate(value) if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F), None)
+    if bad is not None:
+        return (
+            f"has the control character {ascii(value[bad])} at position {bad}; expected the secret on one line"
+            " without control characters (a Windows line end \\r, a tab, a NUL)"
+        )
+    return None
+
+
 def _set(path: Path, name: str) -> int:
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         raise SecretsError(
@@ -319,9 +339,13 @@ def _set(path: Path, name: str) -> int:
     if not path.parent.is_dir() or path.is_dir():
         raise SecretsError("expected a file path in an existing folder")
     existing = stored(path) if path.exists() else {}
-    value = sys.stdin.readline().rstrip("\n")
+    value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
+        return 2
+    problem = _value_problem(value)
+    if problem:  # the value itself is never echoed
+        print(f"{path}: the value for {name} {problem}; nothing written", file=sys.stderr)
         return 2
     replaced = [old for old, new in RENAMED_SECRETS.items() if new == name and old in existing]
     set_secret(path, name, value)

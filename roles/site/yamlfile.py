@@ -8,7 +8,32 @@ file, or a second secret of one name, silently replaced the first.
 
 from __future__ import annotations
 
+import errno
+import stat
+from pathlib import Path
+
 import yaml
+
+# The project's YAML files are a few kilobytes; a path that names a device (/dev/zero), a pipe
+# (open() waits for a writer forever) or a file of gigabytes is refused before it is read, so
+# that `python -m roles.site` answers in one line instead of hanging or running out of memory.
+MAX_BYTES = 4 * 1024 * 1024
+
+
+def read_text(path: Path) -> str:
+    """The text of a regular file of at most MAX_BYTES. Raises FileNotFoundError,
+    IsADirectoryError, PermissionError, UnicodeDecodeError, and OSError (strerror says why) for
+    anything that is not a regular file or is larger."""
+    mode = Path(path).stat().st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file but a device, a pipe or a socket", str(path))
+    with open(path, "rb") as file:
+        data = file.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_BYTES // 1024 // 1024} MiB", str(path))
+    return data.decode("utf-8")
 
 
 class DuplicateKeyError(yaml.YAMLError):

@@ -151,9 +151,15 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     (a `docker stop` would add a boot and the services' start before the next modules)."""
     from lab.standins.heartbeat import check_uuid, serving
 
-    # Debian 12's Alertmanager 0.25 has no webhook url_file: the URL is in alertmanager.yml, 0600.
+    # The heartbeat's URL is only in the relay's file, 0600 of its own user; alertmanager.yml (0600
+    # since it once held the URL) names the relay on the loopback.
     mode = _exec(f"stat -c '%a %U %G' {monitoring_config.ALERTMANAGER_FILE}", timeout=30)
     assert mode.stdout.split() == ["600", "prometheus", "prometheus"], mode.stdout + mode.stderr
+    user = monitoring_config.RELAY_USER
+    mode = _exec(f"stat -c '%a %U %G' {monitoring_config.RELAY_CONFIG}", timeout=30)
+    assert mode.stdout.split() == ["600", user, user], mode.stdout + mode.stderr
+    inline = check_uuid(lab.PREFIX) in _exec(f"cat {monitoring_config.ALERTMANAGER_FILE}", timeout=30).stdout
+    assert not inline, "the heartbeat URL is in alertmanager.yml"
     interval = monitor.monitoring.heartbeat_interval  # 5 s in inventory/lab.py
     seconds = int(interval[:-1])
     assert interval.endswith("s") and seconds <= 10, interval
@@ -180,7 +186,24 @@ def test_a_dead_gpu_guest_stops_the_heartbeats(monitor):
     cost = time.monotonic() - started
     assert silent == [], f"beats while the guest was stopped: {silent}"
     assert back, f"no beat within {6 * seconds} s of the guest running again"
+    relay = _exec(f"journalctl --no-pager -o cat -u {monitoring_config.RELAY_UNIT}", timeout=60).stdout
+    assert "receiver heartbeat: delivered again" in relay, relay  # the relay saw the service come back
     print(
         f"\nheartbeat every {interval}: gaps {[round(g, 1) for g in gaps]} s before; none in the"
         f" {3 * seconds} s stopped; back {back[0]['at'] - resumed_at:.1f} s after; test {cost:.1f} s"
     )
+
+
+def test_the_heartbeat_url_is_in_no_line_of_the_journal(monitor):
+    """The leak the relay closes: while nothing served the heartbeat (the walk, the guest frozen)
+    its deliveries failed; the relay named the receiver and the cause, and the URL's secret (the
+    check's UUID) is in no line of the guest's journal (Debian 12's Alertmanager 0.25 printed the
+    whole URL in each failure when it posted there itself). Runs after the test above."""
+    from lab.standins.heartbeat import check_uuid
+
+    relay = _exec(f"journalctl --no-pager -o cat -u {monitoring_config.RELAY_UNIT}", timeout=60).stdout
+    assert "receiver heartbeat: delivery failed: " in relay, relay
+    journal = _exec("journalctl --no-pager -o cat", timeout=120)
+    assert journal.returncode == 0 and "Notify attempt failed" in journal.stdout, journal.stderr
+    leaked = check_uuid(lab.PREFIX) in journal.stdout  # a bool: a failure must not print the journal
+    assert not leaked, "the heartbeat URL reached the journal"

@@ -193,16 +193,31 @@ def test_a_gpu_program_killed_by_its_own_timeout_is_no_overrun(programs, monkeyp
 
 
 def test_a_gpu_program_stuck_past_its_kill_is_an_overrun(programs, monkeypatch, tmp_path):
-    programs("stuck-python", f"setsid sleep 31 & echo $! > {tmp_path}/pid; wait")
+    """A CUDA program in D state ignores even SIGKILL, and `timeout` waits for it: here a
+    `timeout` that never returns stands in for that wait, and the local bound ends it."""
+    programs("stuck-python", "exec sleep 1000")
+    gpu = probes.GpuProbe(fresh_host())
+    folder = programs.folder
+    programs("timeout", "exec sleep 1000")
     monkeypatch.setattr(probes, "PROGRAM_BOUND_MARGIN_S", 1)
     monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
     monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
-    gpu = probes.GpuProbe(fresh_host())
-    folder = programs.folder
+    started = time.monotonic()
     with pytest.raises(CommandOverrun) as overrun:
         gpu.run_program(str(folder / "stuck-python"), "cuda_check.py", timeout_s=1)
-    _end(tmp_path / "pid")
+    assert time.monotonic() - started < 8
     assert "(gpu program)" in str(overrun.value) and "CUDA program did not end" in str(overrun.value)
+
+
+def test_a_gpu_program_that_leaves_a_process_behind_reads_as_its_own_kill(programs, tmp_path):
+    """A process that left the program's group keeps running, but no longer holds the checks'
+    wait (the output goes to files, not pipes): the check reads the program's own kill."""
+    programs("stuck-python", f"setsid sleep 31 & echo $! > {tmp_path}/pid; wait")
+    gpu = probes.GpuProbe(fresh_host())
+    started = time.monotonic()
+    result = gpu.run_program(str(programs.folder / "stuck-python"), "cuda_check.py", timeout_s=1)
+    _end(tmp_path / "pid")
+    assert result.rc == 137 and time.monotonic() - started < 5
 
 
 def test_the_runs_total_deadline_cuts_bounds_and_then_refuses(monkeypatch):
@@ -374,3 +389,235 @@ def test_a_gpu_program_arrives_whole_with_its_words_and_environment(programs, tm
     assert f"IH_ENV_SOURCE={env_file if with_file else 'site model'}" in lines
     assert not any(line.startswith("PWD=") and "pwned" in line for line in lines)
     assert not (Path.cwd() / "pwned").exists()
+
+
+def ssh_host(url: str):
+    """A testinfra ssh host of its own (not testinfra's cache), bounded."""
+    backend = testinfra.backend.get_backend(url)
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return bounded.bound(host)
+
+
+def test_a_host_that_accepts_and_never_speaks_ssh_is_one_connection_failure(tmp_path):
+    """A port that accepts and never sends ssh's banner (a wedged sshd, a firewall that holds
+    connections): one named connection failure after ssh's ConnectTimeout, then every command
+    refused at once; not ssh's bare exit 255 from every check, each paying the timeout again."""
+    server = SilentServer()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n    BatchMode yes\n    UserKnownHostsFile {tmp_path}/known_hosts\n")
+    try:
+        host = ssh_host(f"ssh://root@127.0.0.1:{server.port}?ssh_config={config}&timeout=1&controlpersist=0")
+        started = time.monotonic()
+        with pytest.raises(CommandOverrun) as first:
+            bounded.run(host, "nvidia-smi -L")
+        assert time.monotonic() - started < 8
+        with pytest.raises(CommandOverrun) as second:
+            bounded.run(host, "systemctl is-active x")
+        assert time.monotonic() - started < 8
+    finally:
+        server.close()
+    line = str(first.value)
+    assert "\n" not in line
+    assert line.startswith("expected to reach ssh://127.0.0.1 within 30 s (connection) to run `nvidia-smi -L`")
+    assert "banner exchange" in line and "what to do: `ssh -v" in line
+    assert "driver" not in line  # the connection, not the GPU, is blamed
+    assert "found it not run: the connection to ssh://127.0.0.1" in str(second.value)
+
+
+def test_an_ssh_that_hangs_before_connecting_is_killed_at_the_connection_bound(programs, monkeypatch):
+    """ssh's ConnectTimeout does not cover name resolution or authentication: an ssh that never
+    gets that far (here a program named ssh that sleeps, as one stuck in a DNS lookup) is killed
+    at the connection bound, and the command it carried is not blamed."""
+    programs("ssh", "exec sleep 1000")
+    short(monkeypatch, "connection", 1)
+    host = ssh_host("ssh://root@gpu-node.example.internal")
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as overrun:
+        bounded.run(host, "nvidia-smi -L")
+    assert time.monotonic() - started < 5
+    line = str(overrun.value)
+    assert "within 1 s (connection)" in line and "found no session after 1 s, killed" in line
+    assert list(host.backend._ih_runner.overran) == ["connection"]  # not the driver's family
+
+
+def test_endless_output_is_stopped_at_the_cap_not_held_in_memory(programs, monkeypatch):
+    """A tool that loops printing (here `yes`, about 0.6 GB a second) filled memory until its
+    bound; its output is capped and the overrun says so."""
+    programs("nvidia-smi", "exec yes 'GPU 0: NVIDIA H200 (UUID: GPU-0)'")
+    monkeypatch.setattr(bounded, "OUTPUT_CAP_BYTES", 1024 * 1024)
+    short(monkeypatch, "nvidia-smi", 3)
+    started = time.monotonic()
+    with pytest.raises(CommandOverrun) as flood:
+        bounded.run(fresh_host(), "nvidia-smi -L")
+    assert time.monotonic() - started < 2
+    line = str(flood.value)
+    assert line.startswith("expected `nvidia-smi -L` to print at most 1 MiB; found more after")
+    assert "| head -50" in line
+
+
+def test_a_command_that_reads_stdin_gets_its_end_at_once():
+    """A command that waits on stdin (cat, a prompt) reads end-of-file, not a terminal or a pipe
+    left open."""
+    started = time.monotonic()
+    answer = bounded.run(fresh_host(), "cat; read answer; echo read:$?")
+    assert time.monotonic() - started < 2
+    assert answer.stdout.strip() == "read:1"
+
+
+def test_a_host_lost_mid_run_is_the_connections_failure_not_the_commands(programs, tmp_path):
+    """ssh reached the host, then lost it (its own words on stderr, exit 255): one connection
+    failure, and the next command refused at once; a remote command's own exit 255 (no ssh
+    words) stays what testinfra makes of it."""
+    calls = tmp_path / "calls"
+    programs(
+        "ssh",
+        f"echo x >> {calls}\n"
+        f'case $(wc -l < {calls}) in 1) exit 0 ;; 2) echo "Failed to initialize NVML" >&2; exit 255 ;; esac\n'
+        "printf 'Timeout, server gpu-node not responding.\\r\\n' >&2; exit 255",
+    )
+    host = ssh_host("ssh://root@gpu-node")
+    with pytest.raises(RuntimeError) as own:  # the command's own 255
+        bounded.run(host, "nvidia-smi -L")
+    assert not isinstance(own.value, CommandOverrun)
+    with pytest.raises(CommandOverrun) as lost:
+        bounded.run(host, "nvidia-smi -q")
+    line = str(lost.value)
+    assert line.startswith("expected `nvidia-smi -q` to answer over the connection to ssh://gpu-node; found")
+    assert "connection lost (ssh: Timeout, server gpu-node not responding.)" in line and "`ssh -v" in line
+    assert list(host.backend._ih_runner.overran) == ["connection"]
+    with pytest.raises(CommandOverrun) as refused:
+        bounded.run(host, "systemctl is-active x")
+    assert "found it not run: the connection to ssh://gpu-node (lost)" in str(refused.value)
+    assert calls.read_text().count("x") == 3
+
+
+BENCH_WEDGED = """
+import dataclasses, sys
+from checks import bench, bench_workload, bounded
+bench_workload.bench_command = lambda *args: ["sleep", "1000"]
+bounded.KILL_AFTER_S = bounded.LOCAL_GRACE_S = 1
+bounded.KINDS["benchmark"] = dataclasses.replace(bounded.KINDS["benchmark"], bound_s=1)
+sys.exit(bench.main(sys.argv[1:]))
+"""
+
+
+def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(tmp_path):
+    """`python -m checks.bench` ran on a host that was not bounded: a benchmark client waiting on
+    a wedged engine (sglang's bench_serving allows a request 6 hours) hung it. Here the client is
+    a program that sleeps. (Its own process: pyinfra's inventory code patches in gevent.)"""
+    history = tmp_path / "history.jsonl"
+    argv = ["--inventory", str(ROOT / "inventory" / "lab.py"), "--hosts", "local://", "--history", str(history)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", BENCH_WEDGED, *argv, "--concurrency", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1 and not history.exists(), done.stdout + done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("benchmark: FAIL expected `bash -c") and "within 1 s (benchmark)" in line
+    assert "the engine stopped answering during the benchmark" in line
+
+
+class StallingServer(SilentServer):
+    """Sends a 200 status line and headers, then one byte of the body every 0.3 s (a stuck
+    engine mid-answer, or a slowloris)."""
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+            threading.Thread(target=self._stall, args=(connection,), daemon=True).start()
+
+    @staticmethod
+    def _stall(connection):
+        try:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+            while True:
+                time.sleep(0.3)
+                connection.sendall(b" ")
+        except OSError:
+            return
+
+
+def test_an_engine_that_stalls_mid_body_is_no_answer_not_a_200():
+    """curl's -m ends the transfer (exit 28), but the status line had said 200: that was read as
+    an answer (a partial body parsed as JSON, or /health passed on time_total); it is no answer."""
+    server = StallingServer()
+    try:
+        expect = SimpleNamespace(
+            serving_host="127.0.0.1", serving_port=server.port, server_timeout_s=1, api_key_configured=False
+        )
+        started = time.monotonic()
+        answer = server_checks.request(fresh_host(), expect, "/v1/models", with_key=False, timeout_s=1)
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
+    assert answer.status == 0 and answer.error.startswith("HTTP 200, then curl: (28)")
+    assert "expected /health to answer 200 within 1 s; found no answer (HTTP 200, then curl: (28)" in (
+        server_checks.judge_health(answer, 1) or ""
+    )
+    assert "HTTP 0 HTTP 200, then curl: (28)" in server_checks.judge_models(answer, "kimi")
+
+
+def test_acceptance_of_a_host_that_never_speaks_ssh_is_a_report_not_a_traceback(tmp_path):
+    """checks.acceptance against a port that accepts and never speaks ssh ended in ssh's bare
+    RuntimeError traceback and no report; now NOT ACCEPTED, the connection named."""
+    server = SilentServer()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n    BatchMode yes\n    UserKnownHostsFile {tmp_path}/known_hosts\n")
+    url = f"ssh://root@127.0.0.1:{server.port}?ssh_config={config}&timeout=1&controlpersist=0"
+    argv = [sys.executable, "-m", "checks.acceptance", "--hosts", url, "--out", str(tmp_path / "out"), "--no-bench"]
+    try:
+        started = time.monotonic()
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "# Acceptance report: NOT ACCEPTED" in report
+    assert "expected to reach ssh://127.0.0.1 within 30 s (connection) to run `command -v nvidia-smi`" in report
+    assert took < 60
+
+
+PARAMIKO_SILENT = """
+import dataclasses, sys, time
+from checks import bounded
+from checks.bounded import CommandOverrun
+from tests.unit.test_bounded_commands import SilentServer, ssh_host
+bounded.KINDS["connection"] = dataclasses.replace(bounded.KINDS["connection"], bound_s=1)
+server = SilentServer()
+host = ssh_host(f"paramiko://root@127.0.0.1:{server.port}")
+started = time.monotonic()
+try:
+    bounded.run(host, "nvidia-smi -L")
+except CommandOverrun as overrun:
+    print(f"{time.monotonic() - started:.1f}")
+    print(overrun)
+sys.stdout.flush()
+"""
+
+
+def test_a_library_backend_that_never_connects_is_given_up_at_the_connection_bound():
+    """testinfra's paramiko backend talks from this process, not through a local process that can
+    be killed: a port that never speaks ssh held it for paramiko's own 15 s banner timeout (and a
+    session lost mid-command for ever); it is given up at the local bound. In a process of its
+    own: the abandoned paramiko thread would outlive the test, and a later test that loads a site
+    (pyinfra patches threading with gevent on import) failed with "cannot release un-acquired lock"."""
+    done = subprocess.run(
+        [sys.executable, "-c", PARAMIKO_SILENT], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) >= 2, done.stdout + done.stderr[-2000:]
+    assert float(lines[0]) < 4
+    assert "expected to reach paramiko://127.0.0.1 within 1 s (connection)" in lines[1]
+    assert "no session after 1 s" in lines[1]

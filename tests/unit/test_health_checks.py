@@ -863,6 +863,8 @@ def test_ssh_config_carries_every_pyinfra_setting(tmp_path):
         "    UserKnownHostsFile /keys/known_hosts",
         "    StrictHostKeyChecking yes",
         "    BatchMode yes",
+        "    ServerAliveInterval 10",
+        "    ServerAliveCountMax 3",
         "Host *",
         f"    Include {user_config}",
     ]
@@ -879,6 +881,8 @@ def test_the_checks_share_one_connection_read_back_by_openssh(tmp_path):
     ).stdout.splitlines()
     options = dict(line.split(" ", 1) for line in read)
     assert options["controlmaster"] == "auto" and options["controlpersist"] == "60"
+    # a host lost mid-command is ssh's own exit 255 after 30 s, not an overrun of the command
+    assert options["serveraliveinterval"] == "10" and options["serveralivecountmax"] == "3"
     socket = Path(options["controlpath"])
     # The trust settings' hash, then %C: OpenSSH's hash per host.
     assert socket.parent == folder and re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{40}", socket.name)

@@ -93,12 +93,13 @@ def test_the_lab_url_is_the_prefixs_port_and_check():
 
 
 def test_alertmanagers_watchdog_reaches_it(standin, tmp_path, inventory):
-    """The role's heartbeat route, rendered for Debian 12's Alertmanager 0.25.0 (URL inline), run
-    for real: the stand-in records Watchdog posts from Alertmanager."""
+    """The role's heartbeat route with Debian 12's Alertmanager 0.25.0, run for real through the
+    role's alert relay: the stand-in records Watchdog posts from Alertmanager (its User-Agent)."""
     from roles.monitoring import config
     from roles.site import load_site
     from tests.unit.conftest import gpu_node
     from tests.unit.test_monitoring_receivers import _free_port as free
+    from tests.unit.test_monitoring_receivers import _relay
     from tests.unit.test_monitoring_rules import _tool
 
     binary = _tool("prometheus-alertmanager")
@@ -115,14 +116,14 @@ def test_alertmanagers_watchdog_reaches_it(standin, tmp_path, inventory):
                         "monitoring_webhook_url": "http://127.0.0.1:9/none",
                         "monitoring_heartbeat_url_secret": "hb",
                         "monitoring_heartbeat_interval": "2s",
+                        "monitoring_alert_relay_port": free(),
                     },
                 )
             ],
         )
     )
-    (tmp_path / "am.yml").write_text(
-        config.alertmanager_config(site.hosts["gpu1"], {"hb": f"{base}/ping/{CHECK}"}, False)
-    )
+    relay, _ = _relay(site, {"hb": f"{base}/ping/{CHECK}", "_dir": tmp_path})
+    (tmp_path / "am.yml").write_text(config.alertmanager_config(site.hosts["gpu1"]))
     port = free()
     process = subprocess.Popen(
         [
@@ -154,6 +155,7 @@ def test_alertmanagers_watchdog_reaches_it(standin, tmp_path, inventory):
     finally:
         process.terminate()
         process.wait(10)
+        relay.shutdown()
     got = pings.all()
     assert len(got) >= 2, got
     assert all(p["user_agent"].startswith("Alertmanager/") for p in got)

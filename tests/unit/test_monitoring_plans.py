@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 from roles.shared.apt_resolve import install_command
@@ -89,14 +90,27 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
         "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=50GB" in p.uploads["/etc/default/prometheus"]
     )
     assert "GpuXidError" in p.uploads["/etc/prometheus/inference-host.rules.yml"]
-    # Debian 12's Alertmanager 0.25 has no webhook url_file: the heartbeat URL is in alertmanager.yml,
-    # which therefore goes through the secret file's 0600 upload, never a plain (diffed) put.
+    # No secret in alertmanager.yml: the heartbeat URL is the relay's on the loopback. It still goes
+    # through the 0600 upload (it held the URL inline before the relay; a diff would show that).
     assert "/etc/prometheus/alertmanager.yml" not in p.uploads
     (alertmanager,) = [text for path, text in p.uploads.items() if "receiver: heartbeat" in str(text)]
-    assert "http://10.0.0.9:9099/alerts" in alertmanager and "https://hc-ping.com/plan-heartbeat-0000" in alertmanager
+    assert "http://10.0.0.9:9099/alerts" in alertmanager and "url: http://127.0.0.1:9097/heartbeat" in alertmanager
+    assert "https://hc-ping.com/plan-heartbeat-0000" not in alertmanager
     assert "api_url_file: /etc/prometheus/inference-host-slack.url" in alertmanager
     assert "routing_key_file: /etc/prometheus/inference-host-pagerduty.key" in alertmanager
     assert any("chmod 0600 -- /etc/prometheus/alertmanager.yml.inference-host-new" in c for c in p.commands)
+    # The relay: its script, its hardened unit, its own user, and its URLs through the 0600 upload.
+    assert "def forward(" in p.uploads["/opt/inference-host/alert-relay/alert_relay.py"]
+    unit = p.uploads["/etc/systemd/system/inference-host-alert-relay.service"]
+    assert "User=inference-host-alert-relay" in unit and "--port 9097" in unit
+    assert any("chown -- inference-host-alert-relay:inference-host-alert-relay" in c for c in p.commands)
+    assert any("chmod 0600 -- /etc/inference-host/alert-relay.json.inference-host-new" in c for c in p.commands)
+    (relay,) = [
+        t
+        for path, t in p.uploads.items()
+        if path.startswith("/var/lib/inference-host/upload") and '"receivers"' in str(t)
+    ]
+    assert json.loads(relay) == {"receivers": {"heartbeat": "https://hc-ping.com/plan-heartbeat-0000"}}
 
 
 SECRETS = (

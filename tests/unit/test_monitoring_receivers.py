@@ -16,6 +16,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pyinfra_cli  # noqa: F401  (gevent patches threading when this is imported: before the listeners' threads)
 import pytest
 import yaml
 
@@ -60,10 +61,8 @@ def _problems(inventory, **monitor) -> list[str]:
     return caught.value.problems
 
 
-def _rendered(site, url_file: bool) -> dict:
-    mon = site.hosts["gpu1"]
-    values = {key: SECRETS[key] for key in SECRETS}
-    return yaml.safe_load(config.alertmanager_config(mon, values if not url_file else None, url_file))
+def _rendered(site) -> dict:
+    return yaml.safe_load(config.alertmanager_config(site.hosts["gpu1"]))
 
 
 def test_the_watchdog_goes_to_the_heartbeat_only_and_each_severity_to_its_receivers(inventory):
@@ -74,7 +73,7 @@ def test_the_watchdog_goes_to_the_heartbeat_only_and_each_severity_to_its_receiv
         monitoring_critical_repeat_interval="30m",
         monitoring_warning_repeat_interval="6h",
     )
-    am = _rendered(site, url_file=True)
+    am = _rendered(site)
     watchdog, critical, warning = am["route"]["routes"]
     assert watchdog == {
         "receiver": "heartbeat",
@@ -87,9 +86,12 @@ def test_the_watchdog_goes_to_the_heartbeat_only_and_each_severity_to_its_receiv
     assert critical["matchers"] == ['severity="critical"'] and critical["repeat_interval"] == "30m"
     assert warning["matchers"] == ['severity="warning"'] and am["route"]["repeat_interval"] == "6h"
     receivers = {r["name"]: r for r in am["receivers"]}
+    # The vault's webhook URLs go through the relay on the loopback: Alertmanager never holds them.
     assert receivers["heartbeat"]["webhook_configs"] == [
-        {"url_file": config.HEARTBEAT_URL_FILE, "send_resolved": False}
+        {"url": "http://127.0.0.1:9097/heartbeat", "send_resolved": False}
     ]
+    assert receivers["critical"]["webhook_configs"] == [{"url": "http://127.0.0.1:9097/webhook", "send_resolved": True}]
+    assert config.relay_receivers(site.hosts["gpu1"]) == {"webhook": "hook", "heartbeat": "heartbeat"}
     assert set(receivers["heartbeat"]) == {"name", "webhook_configs"}  # nobody else gets the Watchdog
     kinds = {"email_configs", "webhook_configs", "slack_configs", "pagerduty_configs"}
     assert set(receivers["critical"]) - {"name"} == kinds
@@ -111,66 +113,44 @@ def test_receivers_per_severity_are_settings(inventory):
         monitoring_critical_receivers=["pagerduty", "slack"],
         monitoring_warning_receivers=["email"],
     )
-    receivers = {r["name"]: r for r in _rendered(site, url_file=True)["receivers"]}
+    receivers = {r["name"]: r for r in _rendered(site)["receivers"]}
     assert set(receivers["critical"]) == {"name", "pagerduty_configs", "slack_configs"}
     assert set(receivers["warning"]) == {"name", "email_configs"}
 
 
-@pytest.mark.parametrize(("url_file", "expected"), [(True, 0), (False, 0)])
-def test_no_secret_in_any_shown_file_and_amtool_accepts_the_config(inventory, tmp_path, url_file, expected):
-    """url_file (Alertmanager 0.26 on): no secret in any file the role writes with files.put (shown
-    in a diff, 0644). Without it (0.25) the two webhook URLs are in alertmanager.yml, which the
-    role then writes 0600 through secret_file; the other files stay free of every secret."""
+def test_no_secret_in_any_file_alertmanager_reads_and_amtool_accepts_the_config(inventory, tmp_path):
+    """No secret in any file the role renders for Prometheus and Alertmanager (alertmanager.yml
+    included: the vault's webhook URLs are the relay's, Slack's and PagerDuty's are files), and
+    Debian 12's amtool 0.25.0 accepts alertmanager.yml as written."""
     site = _site(inventory, **RECEIVERS)
     mon = site.hosts["gpu1"]
-    values = dict(SECRETS)
-    inline = config.inlines_secrets(mon, url_file)
-    assert inline is (not url_file)
-    rendered = config.files(site, mon, "$2b$12$" + "a" * 53, values if inline else None, url_file)
+    rendered = config.files(site, mon, "$2b$12$" + "a" * 53)
     for path, text in rendered.items():
         leaked = [key for key, value in SECRETS.items() if value in text]
-        if inline and path == config.ALERTMANAGER_FILE:
-            assert sorted(leaked) == ["heartbeat", "hook"]  # written 0600 by the role, never shown
-        else:
-            assert leaked == [], (path, leaked)
+        assert leaked == [], (path, leaked)
+    relay = json.loads(config.relay_config(mon, SECRETS))
+    assert relay == {"receivers": {"heartbeat": HEARTBEAT, "webhook": WEBHOOK}}  # only the relay's file
     amtool = _tool("amtool")
     text = rendered[config.ALERTMANAGER_FILE]
-    if url_file:
-        # Debian 12's amtool 0.25.0 does not know url_file (v0.26.0 config/notifiers.go adds it): the
-        # reason the role writes the URL inline there. Every other field it accepts.
-        (tmp_path / "am.yml").write_text(text)
-        refused = run(amtool, "check-config", "am.yml", cwd=tmp_path)
-        assert refused.returncode != 0 and "url_file" in refused.stdout + refused.stderr
-        text = text.replace("url_file: " + config.HEARTBEAT_URL_FILE, "url: " + HEARTBEAT).replace(
-            "url_file: " + config.WEBHOOK_URL_FILE, "url: " + WEBHOOK
-        )
     for path in (config.SLACK_URL_FILE, config.PAGERDUTY_KEY_FILE, config.SMTP_PASSWORD_FILE):
         text = text.replace(path, str(tmp_path / Path(path).name))
         (tmp_path / Path(path).name).write_text("x\n")
     (tmp_path / "alertmanager.yml").write_text(text)
     checked = run(amtool, "check-config", "alertmanager.yml", cwd=tmp_path)
-    assert checked.returncode == expected, checked.stdout + checked.stderr
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert " - 3 receivers" in checked.stdout, checked.stdout
-
-
-def test_the_alertmanager_version_decides_url_file():
-    assert config.alertmanager_reads_url_file("0.26.0+ds-1ubuntu0.3")  # Ubuntu 24.04's pin
-    assert config.alertmanager_reads_url_file("0.28.1+ds-1")
-    assert config.alertmanager_reads_url_file("1:0.27.0-1")
-    assert not config.alertmanager_reads_url_file("0.25.0-1+b4")  # Debian 12's pin
-    assert not config.alertmanager_reads_url_file("0.25.1-1")
 
 
 def test_pagerduty_alone_gets_the_warnings_too_with_their_severity(inventory):
     site = _site(inventory, monitoring_pagerduty_routing_key_secret="pd")
-    receivers = {r["name"]: r for r in _rendered(site, url_file=True)["receivers"]}
+    receivers = {r["name"]: r for r in _rendered(site)["receivers"]}
     assert [c["severity"] for c in receivers["warning"]["pagerduty_configs"]] == ["warning"]
     assert [c["severity"] for c in receivers["critical"]["pagerduty_configs"]] == ["critical"]
 
 
 def test_without_a_heartbeat_url_the_watchdog_goes_nowhere(inventory):
     site = _site(inventory, monitoring_webhook_url="http://127.0.0.1:9099/alerts")
-    receivers = {r["name"]: r for r in _rendered(site, url_file=True)["receivers"]}
+    receivers = {r["name"]: r for r in _rendered(site)["receivers"]}
     assert receivers["heartbeat"] == {"name": "heartbeat"}  # a receiver that sends nothing
     assert receivers["critical"]["webhook_configs"] == [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]
 
@@ -306,32 +286,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_real_alertmanager_beats_at_the_interval_and_reads_the_secret_files(inventory, tmp_path):
-    """Debian 12's Alertmanager 0.25.0 with the role's config for it (heartbeat URL inline in the
-    0600 file, Slack's URL from api_url_file): the Watchdog reaches the heartbeat listener every
-    monitoring_heartbeat_interval (2 s here, ticks of 1 s), a critical alert reaches Slack's
-    listener at the path in the file, and nothing but the Watchdog reaches the heartbeat."""
-    binary = _tool("prometheus-alertmanager")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    _Recorder.received = []
+class _Refuser(BaseHTTPRequestHandler):
+    """A receiver that is down for maintenance and says where it was asked (some do)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = f"maintenance, {self.path} not served\n".encode()
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(handler) -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    values = {"heartbeat": f"{base}/ping/5c6a1f0e", "slack": f"{base}/services/T0/B0/tok", "hook": f"{base}/hook"}
-    site = _site(
-        inventory,
-        values=values,
-        monitoring_webhook_url_secret="hook",
-        monitoring_slack_api_url_secret="slack",
-        monitoring_heartbeat_url_secret="heartbeat",
-        monitoring_heartbeat_interval="2s",
-        monitoring_alert_group_wait="1s",
-        monitoring_critical_receivers=["slack"],
-    )
-    text = config.alertmanager_config(site.hosts["gpu1"], values, url_file=False)
-    (tmp_path / "inference-host-slack.url").write_text(values["slack"] + "\n")  # as the role writes it
-    (tmp_path / "alertmanager.yml").write_text(
-        text.replace(config.SLACK_URL_FILE, str(tmp_path / "inference-host-slack.url"))
-    )
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _relay(site, values: dict) -> tuple[ThreadingHTTPServer, list[str]]:
+    """The role's relay (files/alert_relay.py) on the monitor's relay port, in this process, from
+    the config file the role writes; its log lines collected."""
+    from tests.unit.test_alert_relay import relay_program as alert_relay
+
+    mon = site.hosts["gpu1"]
+    path = Path(values.pop("_dir")) / "alert-relay.json"
+    path.write_text(config.relay_config(mon, values))
+    lines: list[str] = []
+    receivers = alert_relay.load_receivers(str(path))
+    server = alert_relay.serve(receivers, "127.0.0.1", mon.monitoring.alert_relay_port, 3.0, lines.append)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, lines
+
+
+def _run_alertmanager(tmp_path, text: str, alerts: list[dict], seconds: float) -> str:
+    """Debian 12's Alertmanager 0.25.0 on alertmanager.yml = text, given the alerts, for `seconds`;
+    returns what it logged (stderr: the journal's content under systemd)."""
+    binary = _tool("prometheus-alertmanager")
+    (tmp_path / "alertmanager.yml").write_text(text)
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -347,10 +342,6 @@ def test_the_real_alertmanager_beats_at_the_interval_and_reads_the_secret_files(
     try:
         api = f"http://127.0.0.1:{port}/api/v2/alerts"
         deadline = time.monotonic() + 20
-        alerts = [
-            {"labels": {"alertname": "Watchdog", "severity": "none"}},
-            {"labels": {"alertname": "EngineDown", "severity": "critical", "host": "gpu1"}},
-        ]
         while True:
             try:
                 request = urllib.request.Request(
@@ -359,13 +350,53 @@ def test_the_real_alertmanager_beats_at_the_interval_and_reads_the_secret_files(
                 urllib.request.urlopen(request, timeout=2).read()
                 break
             except OSError:
-                assert time.monotonic() < deadline and process.poll() is None, process.stderr.read().decode()
+                assert time.monotonic() < deadline and process.poll() is None, "Alertmanager did not start"
                 time.sleep(0.2)
-        posted = time.monotonic()
-        time.sleep(9)
+        time.sleep(seconds)
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        _, err = process.communicate(timeout=10)
+    return err.decode(errors="replace")
+
+
+WATCHDOG_AND_CRITICAL = [
+    {"labels": {"alertname": "Watchdog", "severity": "none"}},
+    {"labels": {"alertname": "EngineDown", "severity": "critical", "host": "gpu1"}},
+]
+
+
+def test_the_real_alertmanager_beats_at_the_interval_through_the_relay(inventory, tmp_path):
+    """Debian 12's Alertmanager 0.25.0 with the role's config (the heartbeat through the relay,
+    Slack's URL from api_url_file): the Watchdog reaches the heartbeat's URL every
+    monitoring_heartbeat_interval (2 s here, ticks of 1 s), a critical alert reaches Slack's
+    listener at the path in the file, and nothing but the Watchdog reaches the heartbeat."""
+    server, base = _serve(_Recorder)
+    _Recorder.received = []
+    values = {"heartbeat": f"{base}/ping/5c6a1f0e", "slack": f"{base}/services/T0/B0/tok", "hook": f"{base}/hook"}
+    site = _site(
+        inventory,
+        values=values,
+        monitoring_webhook_url_secret="hook",
+        monitoring_slack_api_url_secret="slack",
+        monitoring_heartbeat_url_secret="heartbeat",
+        monitoring_heartbeat_interval="2s",
+        monitoring_alert_group_wait="1s",
+        monitoring_critical_receivers=["slack"],
+        monitoring_alert_relay_port=_free_port(),
+    )
+    relay, relay_log = _relay(site, {**values, "_dir": tmp_path})
+    text = config.alertmanager_config(site.hosts["gpu1"])
+    (tmp_path / "inference-host-slack.url").write_text(values["slack"] + "\n")  # as the role writes it
+    posted = time.monotonic()
+    try:
+        _run_alertmanager(
+            tmp_path,
+            text.replace(config.SLACK_URL_FILE, str(tmp_path / "inference-host-slack.url")),
+            WATCHDOG_AND_CRITICAL,
+            9,
+        )
+    finally:
+        relay.shutdown()
         server.shutdown()
     beats = [at - posted for at, path, _ in _Recorder.received if path == "/ping/5c6a1f0e"]
     names = {path: [a["labels"]["alertname"] for a in body.get("alerts", [])] for _, path, body in _Recorder.received}
@@ -375,7 +406,56 @@ def test_the_real_alertmanager_beats_at_the_interval_and_reads_the_secret_files(
     assert all(1.5 <= g <= 3.5 for g in gaps), gaps  # every 2 s, within a 1 s tick
     assert "/services/T0/B0/tok" in names, names  # the Slack URL came from api_url_file, trimmed
     assert "/hook" not in names  # criticals go to Slack only here
+    assert relay_log == [], relay_log  # deliveries that succeed are not logged
     print(f"\nheartbeats at {[round(b, 1) for b in beats]} s; gaps {[round(g, 1) for g in gaps]} s")
+
+
+HEARTBEAT_TOKEN = "9f2c4e71b3a84d0c8e5f6a7b1c2d3e4f"  # shaped like a Healthchecks ping UUID
+HOOK_TOKEN = "xoxb0Lab7Tq9Wz3Kp5Rm8Vn2"
+
+
+@pytest.mark.parametrize("form", ["relay", "direct"], ids=["the relay", "planted: the URL in alertmanager.yml"])
+def test_a_failed_delivery_logs_no_url(inventory, tmp_path, form):
+    """The leak this relay closes. Debian 12's Alertmanager 0.25.0 fails to deliver: the heartbeat's
+    receiver refuses connections, the webhook's answers 503 with its path in the body. Through the
+    relay neither token reaches Alertmanager's log nor the relay's, and the relay says which
+    receiver failed and how. The planted form (the URLs inline, as the role wrote them for 0.25
+    before the relay) shows that this test sees the leak: Alertmanager logs `Post "<url>"`."""
+    refuser, base = _serve(_Refuser)
+    closed = _free_port()  # nothing listens there
+    values = {"heartbeat": f"http://127.0.0.1:{closed}/ping/{HEARTBEAT_TOKEN}", "hook": f"{base}/hook/{HOOK_TOKEN}"}
+    site = _site(
+        inventory,
+        values=values,
+        monitoring_webhook_url_secret="hook",
+        monitoring_heartbeat_url_secret="heartbeat",
+        monitoring_heartbeat_interval="2s",
+        monitoring_alert_group_wait="1s",
+        monitoring_alert_relay_port=_free_port(),
+    )
+    mon = site.hosts["gpu1"]
+    text = config.alertmanager_config(mon)
+    relay, relay_log = _relay(site, {**values, "_dir": tmp_path})
+    if form == "direct":
+        text = text.replace(config.relay_url(mon, "heartbeat"), values["heartbeat"])
+        text = text.replace(config.relay_url(mon, "webhook"), values["hook"])
+    try:
+        logged = _run_alertmanager(tmp_path, text, WATCHDOG_AND_CRITICAL, 5)
+    finally:
+        relay.shutdown()
+        refuser.shutdown()
+    assert "Notify attempt failed" in logged, logged  # the deliveries did fail
+    leaked = [t for t in (HEARTBEAT_TOKEN, HOOK_TOKEN) if t in logged + "\n".join(relay_log)]
+    failed = [line for line in logged.splitlines() if "Notify attempt failed" in line]
+    print("\n" + "\n".join([*failed[:2], *relay_log[:2]]))
+    if form == "direct":
+        assert leaked == [HEARTBEAT_TOKEN, HOOK_TOKEN], logged  # the detector sees the old leak
+        return
+    assert leaked == [], logged + "\n".join(relay_log)
+    assert "receiver heartbeat: delivery failed: connection refused (Alertmanager retries)" in relay_log, relay_log
+    assert "receiver webhook: delivery failed: HTTP 503 (Alertmanager retries)" in relay_log, relay_log
+    assert "relay: receiver webhook: HTTP 503" in logged, logged  # Alertmanager's line names the receiver only
+    assert "127.0.0.1:" + str(closed) not in logged + "\n".join(relay_log)
 
 
 @pytest.mark.parametrize(
@@ -394,14 +474,15 @@ def test_a_vault_url_that_is_not_one_url_stops_the_deploy_without_showing_it(inv
     assert receiver_url_problems(site, {**SECRETS, "heartbeat": HEARTBEAT + "\n"}) == []  # `echo URL |`
 
 
-def test_an_inline_url_reads_back_as_itself(inventory):
-    """The 0.25 form writes the vault's URL into YAML through the YAML dumper: a value with YAML's
-    own characters is one string when Alertmanager's parser (YAML) reads it back."""
+def test_the_relays_config_reads_back_as_itself(inventory, tmp_path):
+    """The relay's file is JSON through json.dumps: a URL with JSON's and YAML's own characters, or
+    beyond ASCII in its query's escapes, is the same string when the relay loads it."""
+    from tests.unit.test_alert_relay import relay_program as alert_relay
+
     site = _site(inventory, **RECEIVERS)
-    hostile = "https://a.example/x?q=1&r=#:{}[]',\"*!|>%@`"
-    text = config.alertmanager_config(site.hosts["gpu1"], {**SECRETS, "heartbeat": hostile}, url_file=False)
-    receivers = {r["name"]: r for r in yaml.safe_load(text)["receivers"]}
-    assert receivers["heartbeat"]["webhook_configs"][0]["url"] == hostile
+    hostile = "https://a.example/x?q=1&r=%E2%82%AC#:{}[]',\"*!|>%@`\\"
+    (tmp_path / "relay.json").write_text(config.relay_config(site.hosts["gpu1"], {**SECRETS, "heartbeat": hostile}))
+    assert alert_relay.load_receivers(str(tmp_path / "relay.json")) == {"heartbeat": hostile, "webhook": WEBHOOK}
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,12 @@ reading of its answers, on output shaped as each tool prints it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,17 +147,86 @@ def test_reading_a_gateway_and_monitor_answer(site):
 
 
 def test_an_unreachable_host_is_named_and_waited_for_no_longer_than_the_bound(monkeypatch):
-    def hang(inventory, name, script, answer):
+    def hang(inventory, name, script, answer, timeout_s=None):
         time.sleep(30)
 
     monkeypatch.setattr(operations, "_on_host", hang)
     started = time.monotonic()
     answers = operations.run_everywhere("inventory/lab.py", {"a": "true", "b": "true"}, 1.0)
     assert time.monotonic() - started < 3
-    assert answers["a"]["error"] == "no answer within 1 s"
+    assert answers["a"]["error"].startswith("no answer within 1 s; what to do: `ssh -v a true`")
 
 
 # -- rollback -----------------------------------------------------------------------------------
+
+
+def test_a_wedged_ssh_is_killed_not_left_running_after_status_exits(tmp_path):
+    """An ssh that never connects (here a program named ssh that sleeps, as one stuck in a DNS
+    lookup or on a wedged sshd): status answers for the other host within its bound, names the
+    wedged one, and kills that ssh instead of leaving it running after it exits."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "ssh").write_text(f"#!/bin/sh\necho $$ >> {tmp_path}/ssh.pids\nexec sleep 1000\n")
+    (folder / "ssh").chmod(0o755)
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('gpu_nodes = [("wedged.example.internal", {"ssh_user": "root"})]\n')
+    program = (
+        "from roles.site.testinfra import connection_data\n"  # loads pyinfra's inventory code first, as status does
+        f"connection_data({str(inventory)!r}, 'wedged.example.internal')\n"
+        "from inference_host import operations\n"
+        f"scripts = {{'wedged.example.internal': 'true', '@local': 'echo {operations.SECTION}x'}}\n"
+        f"answers = operations.run_everywhere({str(inventory)!r}, scripts, 4.0)\n"
+        "print(answers['@local'].get('rc'), answers['wedged.example.internal']['error'])\n"
+    )
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert time.monotonic() - started < 30, done.stderr
+    pids = [int(p) for p in (tmp_path / "ssh.pids").read_text().split()]
+    time.sleep(0.5)
+    alive = [pid for pid in pids if _running(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert pids and not alive, f"ssh left running: {alive}"
+    assert done.stdout.startswith("0 "), done.stdout + done.stderr  # the other host answered
+    assert "`ssh -v wedged.example.internal true`" in done.stdout
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed and not yet reaped by PID 1, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_drain_whose_transport_never_connects_is_unreachable_within_the_bound(tmp_path, monkeypatch, capsys):
+    """`inference-host drain` waited on its transport without a local bound: a `docker exec` (or
+    an ssh) stuck before the host answers (here a program named docker that sleeps, as with a
+    wedged dockerd) hung the command for ever."""
+    import argparse
+    import dataclasses
+
+    from checks import bounded
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "docker").write_text("#!/bin/sh\nexec sleep 1000\n")
+    (folder / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.delenv("INFERENCE_HOST_LAB_PREFIX", raising=False)  # the lab's default names
+    monkeypatch.setitem(bounded.KINDS, "connection", dataclasses.replace(bounded.KINDS["connection"], bound_s=1))
+    args = argparse.Namespace(inventory=str(REPLICAS), replica="@docker/ih-lab-rep-a")
+    started = time.monotonic()
+    code = operations.drain(args, argparse.ArgumentParser())
+    assert time.monotonic() - started < 10
+    assert code == operations.UNREACHABLE
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("@docker/ih-lab-rep-a: expected to reach docker://ih-lab-rep-a within 1 s (connection)")
+    assert "no session after 1 s, killed" in line
 
 
 def test_the_active_line_is_replaced_and_reads_back_with_the_stack_loader(tmp_path):

@@ -322,8 +322,10 @@ def test_a_long_value_is_cut_in_the_message(inventory, tmp_path):
     )
     lines = refused(tmp_path, "-m", "roles.site", str(path))
     assert lines == [
-        f"{path}: host gpu.invalid: gpu_arch = '{'y' * 79}… (200000 characters) is invalid; expected one"
-        " of 'sm80', 'sm86', 'sm89', 'sm90', 'sm100', 'sm120'"
+        f"{path}: host gpu.invalid: serving_served_model_name = '{'x' * 79}… (200000 characters) is longer than"
+        " any host takes; expected at most 4096 characters (PATH_MAX)",
+        f"{path}: host gpu.invalid: gpu_arch = '{'y' * 79}… (200000 characters) is longer than any host takes;"
+        " expected at most 4096 characters (PATH_MAX)",
     ]
 
 

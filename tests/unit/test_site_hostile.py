@@ -475,3 +475,320 @@ def test_a_vault_value_cut_mid_way_is_not_blamed_on_the_password(inventory):
     message = str(raised.value)
     assert "secret 'hf_token' is damaged in the file" in message and "password" not in message.split(":")[1]
     assert "\n" not in message
+
+
+# --- H. more cases (the hostile tester's round: each was called valid before) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # The node's / or /etc bind-mounted into a guest (as root in a privileged container).
+        ({"guest_mount_points": {"/": "/models"}}, "the host path '/' is not one: expected a folder of its own, not /"),
+        ({"guest_mount_points": {"/etc": "/models"}}, "the host path '/etc' is not one: expected a folder of its own"),
+        ({"guest_mount_points": {"/dev": "/models"}}, "the host path '/dev' is not one: expected a folder of its own"),
+        # A mount over the guest's own / or /etc.
+        ({"guest_mount_points": {"/tank/models": "/"}}, "the path in the guest '/' is not one: expected a folder"),
+        ({"guest_mount_points": {"/tank/models": "/etc/"}}, "the path in the guest '/etc/' is not one: expected a"),
+        # Two mount points at one path in the guest (pct refuses it at create time).
+        (
+            {"guest_mount_points": {"/tank/a": "/models", "/tank/b": "/models/"}},
+            "the path in the guest '/models/' is where '/tank/a' is mounted too",
+        ),
+    ],
+)
+def test_h_a_mount_point_of_a_system_folder_or_twice_at_one_path_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", **data)])
+    line = validate(path)
+    assert line.startswith(f"{path}: host ct.invalid: guest_mount_points = "), line
+    assert message in line, line
+
+
+ACCOUNT = "an unprivileged lower-case Unix user or group name ([a-z_][a-z0-9_-]*) of the deploy's own"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # An account or group of the system's: the engine would share its files and powers.
+        ({"base_service_user": "daemon"}, f"base_service_user = 'daemon' is invalid; expected {ACCOUNT}"),
+        ({"base_service_user": "sshd"}, "sshd is an account of the system"),
+        ({"base_service_user": "systemd-network"}, "systemd-network is an account of the system"),
+        ({"base_service_group": "root"}, f"base_service_group = 'root' is invalid; expected {ACCOUNT}"),
+        ({"base_service_group": "docker"}, "docker is a group of the system"),  # the Docker API is root
+        ({"base_service_group": "disk"}, "disk is a group of the system"),  # raw disks
+        ({"base_service_group": "shadow"}, "shadow is a group of the system"),  # /etc/shadow
+        ({"base_service_group": "sudo"}, "sudo is a group of the system"),
+        # daemon.json keys that hand root to whoever reaches the API.
+        ({"docker_daemon_extra": {"hosts": ["tcp://0.0.0.0:2375"]}}, "docker_daemon_extra = {'hosts': ['tcp://0.0"),
+        ({"docker_daemon_extra": {"group": "inference"}}, "expected daemon.json keys other than data-root, defau"),
+        ({"docker_daemon_extra": {"userland-proxy-path": "/tmp/x"}}, "group, hosts, log-driver, log-opts, runtimes"),
+        # Unit names the roles would write as x.service.service, a template, or an instance.
+        ({"serving_unit_name": "engine.service"}, "it ends in .service; expected the name without it"),
+        ({"serving_unit_name": "multi-user.target"}, "it ends in .target; expected the name without it"),
+        ({"serving_unit_name": "ssh.socket"}, "it ends in .socket"),
+        ({"serving_unit_name": "engine@"}, "it has an '@', which makes it a template or an instance of one"),
+        ({"serving_unit_name": "engine@0"}, "serving_unit_name = 'engine@0' is invalid"),
+        # URLs whose readers cannot connect as written: a port beyond 65535 or 0, a raw IPv6 zone
+        # (Go's net/url wants %25), a space, a host that is no DNS name.
+        ({"base_pypi_index_url": "https://pypi.example:70000/simple"}, "Port out of range"),
+        ({"base_pypi_index_url": "https://pypi.example/simple --index-url x"}, "an http(s) URL without spaces"),
+        ({"weights_endpoint": "http://hub.example:0/"}, "its port 0 is no port to connect to"),
+        ({"weights_endpoint": "http://[fe80::1%eth0]:8080"}, "its IPv6 zone is not written %25 and an interface"),
+        ({"cuda_repo_url": "https://-x.example/repos"}, "its host '-x.example' is not a DNS name"),
+    ],
+)
+def test_h_an_account_group_daemon_key_unit_or_url_that_harms_or_breaks_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], builders=["gpu.invalid"])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_the_accounts_units_and_urls_a_site_writes_pass(inventory):
+    data = {
+        "base_service_user": "sglang",
+        "base_service_group": "sglang",
+        "serving_unit_name": "kimi-engine",
+        "docker_daemon_extra": {"registry-mirrors": ["https://mirror.example.internal"]},
+        "base_pypi_index_url": "https://pypi.example.internal:8443/simple/",
+        "weights_endpoint": "http://[fe80::1%25eth0]:8080",
+        "cuda_repo_url": "http://10.0.0.5/cuda/repos",
+    }
+    site = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)], builders=["gpu1"]))
+    host = site.hosts["gpu1"]
+    assert (host.base.service_user, host.serving.unit_name, host.weights.endpoint) == (
+        "sglang",
+        "kimi-engine",
+        data["weights_endpoint"],
+    )
+
+
+@pytest.mark.parametrize("kind", ["device", "pipe"])
+@pytest.mark.parametrize("key", ["stack_file", "secrets_file"])
+def test_h_a_stack_or_secrets_file_that_is_a_device_or_a_pipe_is_one_line_not_a_hang(
+    inventory,
+    validate,  # noqa: F811
+    tmp_path,
+    key,
+    kind,
+):
+    """/dev/zero was read until memory ran out, and a named pipe waited for a writer forever."""
+    import os
+
+    if kind == "pipe":
+        target = tmp_path / "pipe.yml"
+        os.mkfifo(target)
+    else:
+        target = "/dev/zero"
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **{key: str(target)})])
+    started = time.monotonic()
+    line = validate(path)
+    assert time.monotonic() - started < 30
+    assert str(target) in line and "not a regular file but a device, a pipe or a socket" in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # A folder the service account owns inside a tree root reads or runs: a unit, a cron job,
+        # a module of the system's Python, root's home; or a user's home, or /tmp (a link first).
+        ({"base_data_dir": "/etc/systemd/system"}, "expected a folder of its own, not inside the system's /etc"),
+        ({"base_data_dir": "/etc/cron.d"}, "not inside the system's /etc"),
+        ({"base_log_dir": "/usr/local/lib/python3.12"}, "not inside the system's /usr"),
+        ({"base_model_dir": "/root/models"}, "not inside the system's /root"),
+        ({"base_data_dir": "/var/lib/containerd"}, "not the system's /var/lib/containerd"),
+        ({"base_data_dir": "/home/ubuntu"}, "not /home/ubuntu (a user's home folder)"),
+        ({"base_data_dir": "/tmp/engine"}, "is invalid; expected a path outside /tmp, where every user may write"),
+        ({"weights_source_dir": "/etc"}, "weights_source_dir = '/etc' is invalid; expected a folder of its own"),
+        ({"weights_source_dir": "/"}, "weights_source_dir = '/' is invalid; expected a folder of its own, not /"),
+        # A program root runs, where every user may put one first.
+        ({"engine_python": "/tmp/python3"}, "engine_python = '/tmp/python3' is invalid; expected a path outside"),
+        ({"health_engine_python": "/var/tmp/py"}, "expected a path outside /var/tmp, where every user may write"),
+        # Longer than any host takes (execve's MAX_ARG_STRLEN is 131072; PATH_MAX 4096).
+        (
+            {"serving_served_model_name": "k" * 200_000},
+            "is longer than any host takes; expected at most 4096 characters",
+        ),
+        ({"serving_model_path": "/models/" + "a" * 5000}, "(5008 characters) is longer than any host takes"),
+        ({"base_extra_packages": ["nvtop"] * 100_000}, "<a list of 100000 entries> has 100000 entries"),
+    ],
+)
+def test_h_a_folder_in_a_system_tree_or_a_value_too_long_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_a_cloud_image_of_the_nodes_secrets_is_refused(inventory, validate):  # noqa: F811
+    """qm import-from copies the file, as root, into the guest's disk: /etc/shadow would be the VM's."""
+    path = inventory.groups(
+        proxmox_hosts=[NODE], kvm_guests=[("vm.invalid", {"guest_vmid": 300, "guest_node": NODE[0]})]
+    )
+    assert load_site(path).hosts["vm.invalid"].guest.cloud_image is None
+    for number, image in enumerate(("/etc/shadow", "/root/.ssh/id_ed25519", "/tmp/noble.img")):
+        path = inventory.groups(
+            f"image{number}.py",
+            proxmox_hosts=[NODE],
+            kvm_guests=[("vm.invalid", {"guest_vmid": 300, "guest_node": NODE[0], "guest_cloud_image": image})],
+        )
+        line = validate(path)
+        assert line.startswith(f"{path}: host vm.invalid: guest_cloud_image = {image!r} is invalid;"), line
+        assert "not in /etc, /root, /home" in line, line
+
+
+def test_h_a_value_that_holds_itself_or_nests_deep_is_one_line_not_a_traceback(inventory, validate):  # noqa: F811
+    """Built by a loop in a Python inventory: the rules' recursion ended in a RecursionError."""
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid")])
+    text = path.read_text()
+    looped = text + "\n_loop = []\n_loop.append(_loop)\ngpu_nodes[0][1]['base_extra_packages'] = _loop\n"
+    path.write_text(looped)
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: base_extra_packages = <a list of 1 entries> holds itself"), line
+    deep = text + (
+        "\nimport functools\ngpu_nodes[0][1]['serving_speculative'] ="
+        " functools.reduce(lambda a, _: {'x': a}, range(5000), {})\n"
+    )
+    path = path.with_name("deep.py")
+    path.write_text(deep)
+    line = validate(path)
+    assert line.startswith(f"{path}: host gpu.invalid: serving_speculative = <a dict of 1 entries> is nested"), line
+
+
+@pytest.mark.parametrize("code", ["0", "None", "3"])
+def test_h_an_inventory_that_ends_the_program_is_not_valid(inventory, validate, code):  # noqa: F811
+    """`raise SystemExit(0)` in the file made `python -m roles.site` exit 0 with no output, which a
+    script reads as valid, without a rule run."""
+    path = inventory.groups(f"exits{code}.py", gpu_nodes=[gpu_node("gpu.invalid", serving_port=22)])
+    path.write_text(path.read_text() + f"\nraise SystemExit({code})\n")
+    line = validate(path)
+    assert line.startswith(str(path)) or line.startswith(f"inventory/{path.name}"), line
+    assert line.endswith(
+        f"{path.name}: the file ended the program (SystemExit({code})) while it was loaded;"
+        " expected an inventory that defines its groups and returns"
+    ), line
+
+
+def test_h_a_credential_as_a_mappings_key_or_before_an_smtp_relay_is_refused_unshown(inventory, validate):  # noqa: F811
+    """A mount point's host path is written into pct's command line and the preview: its key was
+    never scanned. user:password@relay:25 (no scheme) was echoed in clear by the grammar's line."""
+    token = "ghp_" + "a1B2" * 9
+    path = inventory.groups(
+        "mount.py", proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", guest_mount_points={f"/tank/{token}": "/m"})]
+    )
+    line = validate(path)
+    assert line.startswith(f"{path}: host ct.invalid: guest_mount_points has a key that looks like a credential"), line
+    assert token not in line
+    relay = {"monitoring_email_to": "a@b.example", "monitoring_email_from": "x@y.example"}
+    path = inventory.groups(
+        "relay.py", monitors=[("mon.invalid", {**relay, "monitoring_email_smarthost": "mailer:hunter2pw@smtp:25"})]
+    )
+    line = validate(path)
+    assert line.startswith(f"{path}: host mon.invalid: monitoring_email_smarthost holds what looks like a credential")
+    assert "hunter2pw" not in line and line.endswith("named by monitoring_email_auth_password_secret"), line
+    path = inventory.groups(
+        "port.py", monitors=[("mon.invalid", {**relay, "monitoring_email_smarthost": "smtp.example:99999"})]
+    )
+    assert validate(path) == (
+        f"{path}: host mon.invalid: monitoring_email_smarthost = 'smtp.example:99999' is invalid; expected host:port"
+        " of the SMTP relay (a DNS name or IPv4 address, a port from 1 to 65535)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # Linux interface names are at most 15 bytes (IFNAMSIZ); \w took a Cyrillic letter.
+        ({"guest_bridge": "vmbr0123456789012345"}, "guest_bridge = 'vmbr0123456789012345' is invalid; expected a"),
+        ({"guest_bridge": "vmbr\u0435"}, "guest_bridge = 'vmbr\\u0435' is invalid; expected a bridge name: 1 to 15"),
+        ({"guest_bridge": "-x"}, "not beginning with '-' (IFNAMSIZ)"),
+        # Proxmox's parse_property_string dies on a duplicate key ("nesting=1,nesting=1").
+        ({"guest_features": ["nesting", "nesting"]}, "each once (pct refuses a repeated key)"),
+    ],
+)
+def test_h_a_bridge_or_feature_proxmox_would_refuse_at_create_is_refused_first(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(proxmox_hosts=[NODE], lxc_guests=[lxc("ct.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host ct.invalid: {key} = "), line
+    assert message in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nccl_ib_hca": "mlx5_0;reboot"}, "expected adapters like mlx5, =mlx5_0:1,mlx5_1:1 or ^=mlx5_3"),
+        ({"nccl_debug_subsys": "INIT`id`"}, "expected subsystems like INIT,P2P or ^NET (NCCL_DEBUG_SUBSYS)"),
+    ],
+)
+def test_h_an_nccl_list_outside_nccls_grammar_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_nccl_lists_and_bridges_as_written_pass(inventory):
+    data = {"nccl_ib_hca": "^=mlx5_0:1,mlx5_1", "nccl_debug_subsys": "^INIT,P2P"}
+    host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)])).hosts["gpu1"]
+    assert (host.nccl.ib_hca, host.nccl.debug_subsys) == ("^=mlx5_0:1,mlx5_1", "^INIT,P2P")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # inet_aton(3) reads these as IPv4 addresses: 8.0.0.1 (octal), 10.0.0.1 (one number).
+        ({"ssh_hostname": "010.0.0.1"}, "expected a DNS name or an IP address; its last label is all digits"),
+        ({"ssh_hostname": "167772161"}, "through inet_aton(3) (010.0.0.1 is 8.0.0.1, 167772161 is 10.0.0.1)"),
+        # A path with shell syntax: the only path setting that took any non-space text.
+        ({"gateway_python": "/opt/x$(reboot)"}, "expected a Python version like 3.12 or an absolute path without"),
+        ({"gateway_python": "/tmp/python3"}, "outside /tmp"),
+        # FROM / --build-arg BASE_IMAGE: a space or an option ends the build.
+        ({"build_base_image": "ubuntu:24.04 --privileged"}, "expected a Docker image reference like nvidia/cuda"),
+    ],
+)
+def test_h_an_address_interpreter_or_image_read_otherwise_is_refused(inventory, validate, data, message):  # noqa: F811
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", **data)], builders=["gpu.invalid"])
+    line = validate(path)
+    (key,) = data
+    assert line.startswith(f"{path}: host gpu.invalid: {key} = "), line
+    assert message in line, line
+
+
+def test_h_images_interpreters_and_numeric_looking_names_as_written_pass(inventory):
+    data = {
+        "build_base_image": "registry.example:5000/nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        "gateway_python": "/usr/bin/python3.12",
+        "ssh_hostname": "10.0.0.1",
+    }
+    host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)], builders=["gpu1"])).hosts["gpu1"]
+    assert (host.build.base_image, host.gateway.python, host.ssh_hostname) == tuple(data.values())
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("hf_token_value\r", "has the control character '\\r' at position 14; expected the secret on one line"),
+        ("hf_\x00token", "has the control character '\\x00' at position 3"),
+        ("t" * 70_000, "is longer than 65536 characters; expected a token, key, password or URL"),
+    ],
+)
+def test_h_vault_set_refuses_a_value_no_secret_holds_without_echoing_it(tmp_path, monkeypatch, capsys, value, message):
+    """A Windows paste's '\\r' or a NUL was stored and reached the 0600 files as a line break or a
+    string's end; a value of megabytes made a vault file the reader then refused."""
+    import io
+
+    password = tmp_path / "password"
+    password.write_bytes(PASSWORD)
+    password.chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(value + "\n"))
+    target = tmp_path / "secrets.vault.yml"
+    assert vault._main(["set", str(target), "hf_token"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{target}: the value for hf_token {message}") and err.count("\n") == 1, err
+    assert "token_value" not in err and "t" * 100 not in err and not target.exists()

@@ -444,8 +444,10 @@ def test_an_iommu_group_of_minus_one_is_refused(inventory, validate):
 def test_the_engine_as_root_is_refused(inventory, validate):
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", base_service_user="root")])
     assert validate(path) == (
-        f"{path}: host gpu.invalid: base_service_user = 'root' is invalid; expected an"
-        " unprivileged lower-case Unix user name, not root"
+        f"{path}: host gpu.invalid: base_service_user = 'root' is invalid; expected an unprivileged lower-case"
+        " Unix user or group name ([a-z_][a-z0-9_-]*) of the deploy's own, not root nor an account or group of"
+        " the system (daemon, nobody, sshd, systemd-*, sudo, adm, disk, shadow, docker, ...); root is an account of the"
+        " system, whose files and powers the engine would share"
     )
 
 

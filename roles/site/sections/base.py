@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
+    _RULE_TEXT,
     UNIX_NAME_RE,
     DebianPackages,
     HostFolder,
@@ -18,11 +19,11 @@ from roles.site.fields import (
     SecretName,
     Section,
     SysctlSettings,
-    UnixName,
     Url,
     check,
     positive,
 )
+from roles.site.grammars import ACCOUNT_TEXT, service_account_problem
 
 # A CA file is uploaded 0644 into the system bundle (roles/shared/extra_cas.py): it must hold
 # certificates and nothing else. Parsed with the `cryptography` package (already the controller's,
@@ -64,6 +65,22 @@ def _ca_files(value: list[str]) -> list[str]:
     return value
 
 
+def _account(group: bool) -> AfterValidator:
+    def run(value: str) -> str:
+        problem = "it is not one" if not UNIX_NAME_RE.match(value) else service_account_problem(value, group)
+        if problem:
+            raise PydanticCustomError("inference_host", "{valid}", {"valid": f"{ACCOUNT_TEXT}; {problem}"})
+        return value
+
+    validator = AfterValidator(run)
+    _RULE_TEXT[id(validator)] = ACCOUNT_TEXT
+    return validator
+
+
+ServiceAccount = Annotated[str, _account(group=False)]
+ServiceGroup = Annotated[str, _account(group=True)]
+
+
 class BaseSettings(Section):
     """roles/base: packages, the service user, directories, kernel and limits tuning, uv."""
 
@@ -72,16 +89,13 @@ class BaseSettings(Section):
     # Never root: the engine serves the network and, with serving_trust_remote_code, runs the
     # model folder's Python; as root one bug or one tampered model file owns the host, and the
     # unit's sandbox (ProtectSystem=, ReadWritePaths=) no longer holds it.
-    service_user: Annotated[
-        str,
-        check(lambda v: UNIX_NAME_RE.match(v) and v != "root", "an unprivileged lower-case Unix user name, not root"),
-    ] = Field(
+    service_user: ServiceAccount = Field(
         "inference",
         description=(
             "Unprivileged system user (no login shell) the engine runs as; owns the data, model and log directories."
         ),
     )
-    service_group: UnixName = Field("inference", description="Primary group of base_service_user.")
+    service_group: ServiceGroup = Field("inference", description="Primary group of base_service_user.")
     install_root: HostFolder = Field(
         "/opt/inference-host",
         description=(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -36,7 +37,23 @@ class BuildSettings(Section):
         "/var/lib/inference-host/wheelhouse",
         description=("Where built kernel wheels are kept, keyed by a hash of every input."),
     )
-    base_image: str | None = Field(
+    # A Docker image reference (distribution/reference's grammar, reference/regexp.go): an
+    # optional registry host[:port], lower-case path components, an optional :tag and @digest.
+    # Written into `docker build --build-arg` and a Dockerfile's FROM: a space or an option there
+    # ends the build.
+    base_image: (
+        Annotated[
+            str,
+            check(
+                re.compile(
+                    r"([A-Za-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+                ).fullmatch,
+                "a Docker image reference like nvidia/cuda:12.8.1-devel-ubuntu24.04 (registry/name:tag@digest)",
+            ),
+        ]
+        | None
+    ) = Field(
         None,
         description=("Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's CUDA."),
     )

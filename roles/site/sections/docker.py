@@ -18,6 +18,18 @@ from roles.site.fields import (
 )
 
 DOCKER_OWNED_KEYS = {"data-root", "log-driver", "log-opts", "default-shm-size", "runtimes"}
+# daemon.json keys that hand the engine (root) to someone else (dockerd's flags of the same name,
+# docs.docker.com/reference/cli/dockerd/#daemon-configuration-file): `hosts` opens the API on a
+# TCP address (root for whoever reaches it; the packaged unit's `-H fd://` also makes dockerd
+# refuse to start: "directives are specified both as a flag and in the configuration file"),
+# `group` gives the API socket to a group (docker_users is the one way in, listed), and
+# `userland-proxy-path` names a program dockerd runs as root.
+DOCKER_ROOT_KEYS = {"hosts", "group", "userland-proxy-path"}
+DOCKER_EXTRA_TEXT = (
+    "daemon.json keys other than "
+    + ", ".join(sorted(DOCKER_OWNED_KEYS | DOCKER_ROOT_KEYS))
+    + " (the role's own, or keys that give root to whoever reaches the API: docker_users names them)"
+)
 
 
 DockerSize = Annotated[
@@ -59,8 +71,8 @@ class DockerSettings(Section):
     daemon_extra: Annotated[
         dict[str, Any],
         check(
-            lambda v: not set(v) & DOCKER_OWNED_KEYS,
-            "daemon.json keys other than " + ", ".join(sorted(DOCKER_OWNED_KEYS)),
+            lambda v: not set(v) & (DOCKER_OWNED_KEYS | DOCKER_ROOT_KEYS),
+            DOCKER_EXTRA_TEXT,
         ),
     ] = Field(
         {},

@@ -17,6 +17,7 @@ from roles.site.fields import (
     positive,
     tcp_port,
 )
+from roles.site.grammars import host_path_problem, world_writable_problem
 
 
 class GatewaySettings(Section):
@@ -38,7 +39,14 @@ class GatewaySettings(Section):
         description=("Root of the gateway's environments (envs/smg-<version>-<stamp>) and its `current` link."),
     )
     python: Annotated[
-        str, check(re.compile(r"^(3\.\d+|/\S+)$").match, "a Python version like 3.12 or an absolute path")
+        str,
+        check(
+            lambda v: (
+                re.fullmatch(r"3\.\d+", v)
+                or (v.startswith("/") and not host_path_problem(v) and not world_writable_problem(v))
+            ),
+            "a Python version like 3.12 or an absolute path without shell syntax, outside /tmp",
+        ),
     ] = Field(
         "3.12",
         description=("Interpreter uv builds the gateway environment with: '3.12' (the lock's target) or a path."),

@@ -22,6 +22,7 @@ from roles.site.fields import (
     positive,
     property_value_problem,
 )
+from roles.site.grammars import secret_tree_problem
 
 SSH_PUBLIC_KEY_RE = re.compile(
     r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
@@ -81,7 +82,11 @@ class GuestSettings(Section):
     storage: PveStorageId = Field("local-lvm", description="Proxmox storage of the guest's disks.")
     unprivileged: bool = Field(True, description=("LXC: an unprivileged container; cannot change on an existing one."))
     features: Annotated[
-        list[str], check(lambda v: set(v) <= set(GUEST_FEATURES), "features from: " + ", ".join(GUEST_FEATURES))
+        list[str],
+        check(
+            lambda v: set(v) <= set(GUEST_FEATURES) and len(set(v)) == len(v),
+            "features from: " + ", ".join(GUEST_FEATURES) + ", each once (pct refuses a repeated key)",
+        ),
     ] = Field(
         ["nesting", "keyctl"],
         description=(
@@ -91,9 +96,15 @@ class GuestSettings(Section):
     hostname: Annotated[str, check(DNS_NAME_RE.match, "a DNS name")] | None = Field(
         None, description=("The guest's hostname; None: Proxmox's default.")
     )
-    bridge: Annotated[str, check(re.compile(r"^[-_.\w]+$").match, "a bridge name")] = Field(
-        "vmbr0", description=("Bridge of the guest's net0 (LXC and KVM).")
-    )
+    # A Linux interface name: at most IFNAMSIZ - 1 = 15 bytes (include/uapi/linux/if.h), in
+    # ASCII (Python's \w takes a Cyrillic letter), not beginning with '-' (an option to ip(8)).
+    bridge: Annotated[
+        str,
+        check(
+            re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}").fullmatch,
+            "a bridge name: 1 to 15 ASCII letters, digits, '_', '.', '-', not beginning with '-' (IFNAMSIZ)",
+        ),
+    ] = Field("vmbr0", description=("Bridge of the guest's net0 (LXC and KVM)."))
     ip: Annotated[
         str, check(lambda v: v in ("dhcp", "manual") or is_cidr(v), "'dhcp', 'manual', an IPv4/CIDR or an IPv6/CIDR")
     ] = Field(
@@ -175,10 +186,12 @@ class GuestSettings(Section):
             str,
             check(
                 lambda v: (
-                    (v.startswith("/") and _property_safe_path(v)) or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,=]+$", v)
+                    (v.startswith("/") and _property_safe_path(v) and not secret_tree_problem(v))
+                    or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,=]+$", v)
                 ),
                 "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img, without"
-                " ',' or spaces at either end (qm's --scsi0 import-from=...)",
+                " ',' or spaces at either end (qm's --scsi0 import-from=...), not in /etc, /root, /home, /boot,"
+                " /proc, /sys, /dev, /run or a folder every user may write (qm, as root, copies it into the guest)",
             ),
         ]
         | None

@@ -99,6 +99,14 @@ class MonitoringSettings(Section):
     )
     prometheus_port: Annotated[int, tcp_port] = Field(9090, description="Prometheus' web port.")
     alertmanager_port: Annotated[int, tcp_port] = Field(9093, description="Alertmanager's web port.")
+    alert_relay_port: Annotated[int, tcp_port] = Field(
+        9097,
+        description=(
+            "Loopback port of the alert relay on a monitor: Alertmanager posts there the alerts of a"
+            " webhook or heartbeat receiver whose URL is a vault secret, and the relay forwards them"
+            " (docs/monitoring.md, 'Webhook URLs stay out of the journal')."
+        ),
+    )
     exporter_address: IpAddress = Field(
         "0.0.0.0",
         description=(
@@ -220,7 +228,17 @@ class MonitoringSettings(Section):
         None, description="The sender address of alert e-mails."
     )
     email_smarthost: (
-        Annotated[str, check(re.compile(r"^[^\s:]+:\d{1,5}$").match, "host:port of the SMTP relay")] | None
+        Annotated[
+            str,
+            check(
+                lambda v: (
+                    (m := re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(\d{1,5})", v)) is not None
+                    and 1 <= int(m.group(2)) <= 65535
+                ),
+                "host:port of the SMTP relay (a DNS name or IPv4 address, a port from 1 to 65535)",
+            ),
+        ]
+        | None
     ) = Field(None, description="host:port of the SMTP relay for alert e-mails.")
     email_auth_username: str | None = Field(None, description="SMTP user for alert e-mails.")
     email_auth_password_secret: SecretName | None = Field(None, description="Vault key of the SMTP password.")

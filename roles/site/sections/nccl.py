@@ -41,7 +41,19 @@ class NcclSettings(Section):
             "use InfiniBand/RoCE."
         ),
     )
-    ib_hca: str | None = Field(
+    # NCCL's own grammars (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html): NCCL_IB_HCA
+    # is an optional '^' (exclude) and '=' (exact names), then adapters with an optional :port,
+    # comma-separated; NCCL_DEBUG_SUBSYS an optional '^' and subsystem names, comma-separated.
+    ib_hca: (
+        Annotated[
+            str,
+            check(
+                re.compile(r"\^?=?[A-Za-z0-9_.-]+(:\d+)?(,[A-Za-z0-9_.-]+(:\d+)?)*").fullmatch,
+                "adapters like mlx5, =mlx5_0:1,mlx5_1:1 or ^=mlx5_3 (NCCL_IB_HCA)",
+            ),
+        ]
+        | None
+    ) = Field(
         None, description=("NCCL_IB_HCA: which InfiniBand/RoCE adapters NCCL uses when nccl_ib_disable is False.")
     )
     socket_ifname: (
@@ -64,7 +76,16 @@ class NcclSettings(Section):
     debug: Annotated[str, one_of(*NCCL_DEBUG_LEVELS)] = Field(
         "WARN", description=("NCCL_DEBUG level written to the engine's environment file.")
     )
-    debug_subsys: str | None = Field(None, description=("NCCL_DEBUG_SUBSYS (e.g. INIT,P2P); None: not set."))
+    debug_subsys: (
+        Annotated[
+            str,
+            check(
+                re.compile(r"\^?[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*").fullmatch,
+                "subsystems like INIT,P2P or ^NET (NCCL_DEBUG_SUBSYS)",
+            ),
+        ]
+        | None
+    ) = Field(None, description=("NCCL_DEBUG_SUBSYS (e.g. INIT,P2P); None: not set."))
     min_nchannels: Annotated[int, positive] | None = Field(
         None, description=("NCCL_MIN_NCHANNELS; None: NCCL's own choice.")
     )

@@ -6,9 +6,11 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
+    _RULE_TEXT,
     DNS_NAME_RE,
     PROJECT_ROOT,
     Section,
@@ -35,7 +37,29 @@ def _key_file_private(value: str) -> bool:
     return not key.stat().st_mode & 0o077
 
 
-HOSTNAME_OR_IP = check(lambda v: is_ip(v) or DNS_NAME_RE.match(v) is not None, "a DNS name or an IP address")
+# A name whose last label is all digits is no DNS name (RFC 3696 section 2: a top-level domain is
+# never all-numeric): ssh and the resolver read 010.0.0.1 (octal: 8.0.0.1) and 167772161 (one
+# 32-bit number: 10.0.0.1) as IPv4 addresses through inet_aton(3), so the host reached is not
+# the one written, and two spellings of one address would pass as two hosts.
+def _hostname_or_ip(value: str) -> str:
+    if is_ip(value):
+        return value
+    if DNS_NAME_RE.match(value) is None:
+        raise PydanticCustomError("inference_host", "{valid}", {"valid": "a DNS name or an IP address"})
+    if value.rsplit(".", 1)[-1].isdigit():
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {
+                "valid": "a DNS name or an IP address; its last label is all digits, which ssh reads as an IPv4"
+                " address through inet_aton(3) (010.0.0.1 is 8.0.0.1, 167772161 is 10.0.0.1)"
+            },
+        )
+    return value
+
+
+HOSTNAME_OR_IP = AfterValidator(_hostname_or_ip)
+_RULE_TEXT[id(HOSTNAME_OR_IP)] = "a DNS name or an IP address"
 
 
 class SshSettings(Section):

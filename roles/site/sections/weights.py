@@ -8,7 +8,6 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from roles.site.fields import (
-    AbsolutePath,
     HostFolder,
     Section,
     Url,
@@ -53,7 +52,7 @@ class WeightsSettings(Section):
     local_dir: HostFolder | None = Field(
         None, description=("Where the gpu node reads the model; None: serving_model_path.")
     )
-    source_dir: AbsolutePath | None = Field(
+    source_dir: HostFolder | None = Field(
         None,
         description=(
             "A verified copy on a local disk or NAS of the downloading host, copied with rsync instead"
@@ -67,7 +66,7 @@ class WeightsSettings(Section):
     drafter_local_dir: HostFolder | None = Field(
         None, description=("Where the drafter goes; None: serving_speculative's draft_model_path.")
     )
-    drafter_source_dir: AbsolutePath | None = Field(
+    drafter_source_dir: HostFolder | None = Field(
         None, description=("A verified local/NAS copy of the drafter, copied with rsync.")
     )
     endpoint: Url | None = Field(None, description=("A Hub mirror (HF_ENDPOINT); None: https://huggingface.co."))
