@@ -51,9 +51,13 @@ def pytest_configure(config):
     # not xdist.remote's.
     for plugin in config.pluginmanager.get_plugins():
         if type(plugin).__name__ == "WorkerInteractor":
+            # tests/unit/conftest.py patches gevent before xdist builds its queue: its lock too
+            # must be the interpreter's own (execnet's receiver thread takes it as well).
+            from gevent import monkey
+
             queue = plugin.torun
-            with queue.lock() as items:
-                event = _OsEvent()
-                if items:
-                    event.set()
-                queue._has_items_event = event
+            event = _OsEvent()
+            if queue._items:
+                event.set()
+            queue._lock = monkey.get_original("threading", "RLock")()
+            queue._has_items_event = event

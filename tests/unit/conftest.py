@@ -64,3 +64,15 @@ def inventory(tmp_path) -> InventoryFactory:
 def gpu_node(name: str = "gpu1", **data):
     """A minimal valid gpu node."""
     return (name, {"gpu_count": 8, **data})
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path: a message shows a value of up to 80 characters whole (longer
+    ones are cut, with their length), and pytest's own tmp_path is longer under pytest-xdist
+    (<basetemp>/popen-gw0/...), which would cut the paths these tests expect whole."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ih-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -371,22 +371,22 @@ def test_connection_settings_are_typed(inventory, tmp_path):
 # --- the commands' own paths and flags ------------------------------------------------------------------
 
 
-def test_health_report_path_is_checked_before_connecting(tmp_path):
-    blocker = tmp_path / "a-file"
+def test_health_report_path_is_checked_before_connecting(tmp_path, short_tmp):
+    blocker = short_tmp / "a-file"
     blocker.write_text("")
     assert one_line(
         tmp_path, "-m", "checks", "--inventory", "inventory/prod.py", "--report", str(blocker / "x.json")
     ) == (f"--report '{blocker / 'x.json'}': '{blocker}' is a file; expected a file path in an existing folder")
     assert one_line(
-        tmp_path, "-m", "checks", "--inventory", "inventory/prod.py", "--report", str(tmp_path / "missing" / "x.json")
+        tmp_path, "-m", "checks", "--inventory", "inventory/prod.py", "--report", str(short_tmp / "missing" / "x.json")
     ) == (
-        f"--report '{tmp_path / 'missing' / 'x.json'}': '{tmp_path / 'missing'}' is missing; expected a file path"
+        f"--report '{short_tmp / 'missing' / 'x.json'}': '{short_tmp / 'missing'}' is missing; expected a file path"
         " in an existing folder"
     )
 
 
-def test_render_out_must_be_a_folder(tmp_path):
-    out = tmp_path / "a-file"
+def test_render_out_must_be_a_folder(tmp_path, short_tmp):
+    out = short_tmp / "a-file"
     out.write_text("")
     assert one_line(tmp_path, "-m", "roles.render", "inventory/prod.py", "--out", str(out)) == (
         f"--out '{out}' is a file; expected a folder (new or existing)"

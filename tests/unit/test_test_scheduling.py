@@ -57,7 +57,9 @@ def test_the_lab_is_handed_out_first_whatever_its_size():
     scheduler = _scheduler()
     unit = "tests/unit/test_docs.py"
     ids = [f"{unit}::t1", f"{unit}::t2", "tests/lab/test_base.py::t3"]
-    scheduler.workqueue = OrderedDict([(unit, {ids[0]: False, ids[1]: False}), (lab_conftest.LAB_SCOPE, {ids[2]: False})])
+    scheduler.workqueue = OrderedDict(
+        [(unit, {ids[0]: False, ids[1]: False}), (lab_conftest.LAB_SCOPE, {ids[2]: False})]
+    )
     sent: list[list[int]] = []
 
     class Worker:  # xdist's WorkerController, as far as the scheduler uses it

@@ -451,8 +451,8 @@ def test_the_engine_as_root_is_refused(inventory, validate):
     )
 
 
-def test_an_ssh_key_others_can_read_is_refused(inventory, tmp_path, validate):
-    key = tmp_path / "id_ed25519"
+def test_an_ssh_key_others_can_read_is_refused(inventory, short_tmp, validate):
+    key = short_tmp / "id_ed25519"
     key.write_text("key\n")
     key.chmod(0o644)
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", ssh_key=str(key))])
