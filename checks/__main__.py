@@ -204,12 +204,11 @@ def main(argv=None) -> int:
 def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
     """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail.
     An engine that does not come back afterwards is a FAIL line of its own."""
-    import testinfra
 
     from checks.expectations import Expectations
     from roles.site import ServingSettings
 
-    host = bounded.bound(testinfra.get_host(url, sudo=sudo))
+    host = bounded.own_host(url, sudo=sudo)
     unit = ServingSettings.model_fields["unit_name"].default  # the deploy's default, without an inventory
     if inventory and name:
         unit = Expectations.from_site(site_of(inventory), name).unit_name

@@ -445,11 +445,10 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
 
 
 def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[Line]:
-    import testinfra
 
     from checks import bounded
 
-    host = bounded.bound(testinfra.get_host(url))
+    host = bounded.own_host(url)
     suites = args.suites.split(",") if args.suites else site.hosts[name].health.after_deploy if site else list(SUITES)
     gpu_from, engine_from = gpu_source(host), engine_source(host, expect)
     dcgmi = bounded.run(host, "command -v dcgmi").stdout.strip()
@@ -776,7 +775,6 @@ def main(argv=None) -> int:
 
 
 def collect(args, site, folder: Path) -> list[Line]:
-    import testinfra
 
     from checks import bounded
     from checks.connection import testinfra_url
@@ -790,7 +788,7 @@ def collect(args, site, folder: Path) -> list[Line]:
             if guest.guest.node == node.name and guest.guest.gpu_addresses
         ]
         try:
-            lines.extend(node_lines(node, bounded.bound(testinfra.get_host(testinfra_url(args.inventory, node.name)))))
+            lines.extend(node_lines(node, bounded.own_host(testinfra_url(args.inventory, node.name))))
         except bounded.CommandOverrun as error:
             lines.append(Line("node", node.name, "every command within its bound", str(error), FAIL))
         except Exception as error:  # an unreachable node is one line, not a traceback

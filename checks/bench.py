@@ -232,13 +232,12 @@ def main(argv=None) -> int:
     if args.chart_only:
         print(f"chart: {draw_history(read_history(args.history), chart, reference)}")
         return 0
-    import testinfra
 
     assert target is not None  # read above unless --chart-only
     from checks import bounded
 
     # every command bounded (checks/bounded.py): a wedged engine or GPU is a FAIL line, not a hang
-    host = bounded.bound(testinfra.get_host(target["url"]))
+    host = bounded.own_host(target["url"])
     workload = {
         "dataset": "random-ids",
         "input_len": args.input_len,

@@ -462,10 +462,30 @@ def bound(host, deadline_s: float | None = None, started: float | None = None):
     return host
 
 
-def clear_deadline(host) -> None:
-    runner = getattr(getattr(host, "backend", None), "_ih_runner", None)
-    if runner is not None:
-        runner.deadline = runner.deadline_s = None
+def own_host(url: str, deadline_s: float | None = None, started: float | None = None, **kwargs):
+    """A bounded testinfra host of the caller's own for url (kwargs as testinfra.get_host's).
+    testinfra.get_host hands every caller in a process the same cached Host, and a bounded host
+    keeps its deadline and the failures it saw (a connection that did not answer refuses every
+    later command): bounding the cached one would refuse a later caller's commands for a run
+    that has ended (a test after an in-process drain, a second check run)."""
+    import testinfra.backend
+    import testinfra.host
+
+    backend = testinfra.backend.get_backend(url, **kwargs)
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return bound(host, deadline_s, started)
+
+
+def release(host) -> None:
+    """Undoes bound(): the host runs its commands as testinfra does, with no deadline and no
+    memory of this run's failures. For a host the caller did not create (pytest-testinfra's
+    cached one), at the end of the run that bounded it."""
+    backend = getattr(host, "backend", None)
+    if getattr(backend, "_ih_runner", None) is None:
+        return
+    for name in ("_ih_runner", "run", "run_local"):
+        backend.__dict__.pop(name, None)
 
 
 def run(host, command: str, what: str | None = None, bound_s: float | None = None):

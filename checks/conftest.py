@@ -158,10 +158,10 @@ def gpu(request, host) -> GpuProbe:
 
 
 def pytest_unconfigure(config):
-    """The deadline is this run's: a caller in the same process (checks.acceptance) goes on
-    with the hosts bounded but without it."""
+    """The bounds are this run's: pytest-testinfra's hosts are testinfra's cached ones, which a
+    later caller in the same process (a test, checks.acceptance) gets as they were left."""
     while _BOUNDED:
-        bounded.clear_deadline(_BOUNDED.pop())
+        bounded.release(_BOUNDED.pop())
 
 
 def pytest_generate_tests(metafunc):

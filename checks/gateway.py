@@ -132,8 +132,6 @@ def main(argv=None) -> int:
     parser.add_argument("--sudo", action="store_true", help="read the key with sudo (non-root SSH user)")
     args = parser.parse_args(argv)
 
-    import testinfra
-
     from checks import bounded
     from checks.connection import testinfra_url
     from roles.shared.replicas import replicas, worker_url
@@ -159,7 +157,7 @@ def main(argv=None) -> int:
     worst = 0
     for gateway in gateways:
         # Every command bounded (checks/bounded.py): a gateway that never answers is a FAIL line.
-        host = bounded.bound(testinfra.get_host(testinfra_url(args.inventory, gateway.name)))
+        host = bounded.own_host(testinfra_url(args.inventory, gateway.name))
         model = replicas(site.hosts)[0].serving.served_model_name
         try:
             verdict = check(_bounded_run(bounded, host), gateway.gateway.port, model, expected, args.sudo)

@@ -355,13 +355,12 @@ def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
 def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: float = 60.0) -> None:
     """Runs the script on the host, bounded (checks/bounded.py): the connection and the script
     within timeout_s; answer["runner"] lets run_everywhere kill what is left when it gives up."""
-    import testinfra
 
     from checks import bounded
     from checks.connection import testinfra_url
 
     try:
-        host = bounded.bound(testinfra.get_host(testinfra_url(inventory, name)), deadline_s=timeout_s)
+        host = bounded.own_host(testinfra_url(inventory, name), deadline_s=timeout_s)
         answer["runner"] = host.backend._ih_runner
         if answer.get("given_up"):  # run_everywhere stopped waiting before the runner was here
             answer["runner"].stop()
@@ -465,7 +464,6 @@ def drain(args, parser, undrain: bool = False) -> int:
     """inference-engine-rolling --drain-only / --undrain-only on the replica: the rolling
     upgrade's take-out and wait (smg's in-flight count and the engine's gauges, read twice) or its
     add-back (a generation first, then POST /workers, then healthy at every gateway)."""
-    import testinfra
 
     from checks import bounded
     from checks.connection import testinfra_url
@@ -482,7 +480,7 @@ def drain(args, parser, undrain: bool = False) -> int:
     try:
         # bounded here too (checks/bounded.py): an ssh that never connects (DNS, a wedged sshd)
         # or loses the host mid-drain is killed, not waited on for ever
-        host = bounded.bound(testinfra.get_host(testinfra_url(args.inventory, node.name)))
+        host = bounded.own_host(testinfra_url(args.inventory, node.name))
         result = bounded.run(host, command, bound_s=bound + 10)
     except bounded.CommandOverrun as error:
         print(f"{node.name}: {error}", file=sys.stderr)

@@ -188,7 +188,7 @@ def test_planted_mount_points_reach_pcts_config_unchanged_or_are_refused(pve_nod
     vmid, raw_vmid = 996, 997
     for stale in (vmid, raw_vmid):  # a fresh start (stand-in state only)
         pve_node.run(f"rm -f /etc/pve/nodes/*/*/{stale}.conf /var/lib/pve-standin/*/{stale}.status")
-    planted = {"/tank/my models %h": '/models/k2 "5" %h'}
+    planted = {"/tank/my models %h": "/models/k2 5 %h"}  # quotes: refused since (host-path rule)
     guest, problems = _guest_with(vmid, planted)
     assert problems == []
     created = pve_node.run(create_command(guest, []))
@@ -198,7 +198,7 @@ def test_planted_mount_points_reach_pcts_config_unchanged_or_are_refused(pve_nod
     on_disk = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{vmid}.conf").content_string, "lxc").current["mp0"]
     shown = dict(line.split(": ", 1) for line in pve_node.run(f"pct config {vmid}").stdout.splitlines())["mp0"]
     for text in (on_disk, shown):
-        assert parse(text, fields, "volume") == {"volume": "/tank/my models %h", "mp": '/models/k2 "5" %h'}
+        assert parse(text, fields, "volume") == {"volume": "/tank/my models %h", "mp": "/models/k2 5 %h"}
 
     _, refused = _guest_with(raw_vmid, {"/tank/models,ro=0": "/models"})
     assert len(refused) == 1 and "the host path '/tank/models,ro=0' has a ','" in refused[0]

@@ -120,6 +120,7 @@ def _old_main(
     tree.mkdir()
     archive = subprocess.run(["git", "archive", commit], cwd=PROJECT_ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    _serve_this_checkouts_repositories(tree)
     # The same vault (API key, token), its password and the guest's SSH key: this lab's, not new ones.
     (tree / ".lab").mkdir(mode=0o700)
     for name in ("vault-password", "secrets.vault.yml", "guest-ssh-key", "guest-ssh-key.pub"):
@@ -138,6 +139,26 @@ def _old_main(
         shutil.copytree(key, tree / ".lab" / "nvidia_apt_repo" / "gnupg", ignore=shutil.ignore_patterns("S.*"))
     subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
     return tree
+
+
+def _serve_this_checkouts_repositories(tree: Path) -> None:
+    """One Hub stand-in serves the old code and this one (the first to start it; the same port),
+    so the old code's inventory must pin the commits of what this checkout's stand-in serves: its
+    own copy of the stand-in computes them from its repositories' files, which have changed since
+    (each config.json now names itself a stand-in). The old copy gets this checkout's files, as a
+    Hub keeps serving the same commits whichever client asks."""
+    import json
+
+    from lab.standins.hf_hub import server as hub_server
+
+    old = [tree / folder / "standins/hf_hub/server.py" for folder in ("lab", "tests")]
+    found = [path for path in old if path.exists()]
+    assert found, f"no Hub stand-in in the old tree at {tree} (looked for {[str(p) for p in old]})"
+    with found[0].open("a") as module:
+        module.write(
+            "\n# Added by tests/lab/test_sglang_engine.py: the repositories of the Hub the lab runs now.\n"
+            f"LAB_REPOS.clear()\nLAB_REPOS.update(__import__('json').loads({json.dumps(hub_server.LAB_REPOS)!r}))\n"
+        )
 
 
 def _cursor(gpu_guest) -> str:

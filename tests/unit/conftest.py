@@ -6,14 +6,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
-import pyinfra_cli  # noqa: F401  (gevent's patching first: see below)
 import pytest
-
-# pyinfra_cli patches the standard library with gevent when imported, which its CLI does "as
-# early as possible" (pyinfra_cli/__init__.py). The site model imports it when it first loads an
-# inventory; patching threading while a test's threads were still alive (a bounded command's
-# abandoned wait, a status run's per-host threads) broke that load with "cannot release
-# un-acquired lock". So every unit test runs patched, as the deploy does.
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REAL_STACK = PROJECT_ROOT / "inventory" / "stack.yml"
@@ -76,3 +69,13 @@ def short_tmp():
     folder = Path(tempfile.mkdtemp(prefix="ih-"))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_configure(config):
+    """gevent's patching first, as pyinfra's CLI does it "as early as possible" (pyinfra_cli's
+    __init__.py). The site model imports pyinfra_cli when it first loads an inventory; patching
+    threading while a test's threads were still alive (a bounded command's abandoned wait, a status
+    run's per-host threads) broke that load with "cannot release un-acquired lock". A hook, not a
+    module-level import: a test's own subprocess that imports this module (the Xet stand-in's
+    download) must stay unpatched, or hf_xet's threads hang under gevent."""
+    import pyinfra_cli  # noqa: F401

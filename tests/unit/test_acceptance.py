@@ -355,13 +355,10 @@ def test_a_dcgm_overrun_is_a_failure_not_unreached(monkeypatch):
 def test_the_health_verdict_is_taken_after_dcgm(monkeypatch, tmp_path):
     """The order on a GPU node: DCGM (which stops and starts the engine), then the health checks
     whose report every later line and the verdict read."""
-    import testinfra
-
     from checks import bounded
 
     order = []
-    monkeypatch.setattr(testinfra, "get_host", lambda url: FakeHost({}))
-    monkeypatch.setattr(bounded, "bound", lambda host, *a, **k: host)
+    monkeypatch.setattr(bounded, "own_host", lambda url, *a, **k: FakeHost({}))
     monkeypatch.setattr(acc, "dcgm_lines", lambda *a: order.append("dcgm") or [])
     monkeypatch.setattr(acc, "health_report", lambda *a: order.append("health") or None)
     monkeypatch.setattr(acc, "load_time_line", lambda *a: acc.Line("model load time", "gpu", "", "", acc.PASS))

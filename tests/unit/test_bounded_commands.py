@@ -229,8 +229,27 @@ def test_the_runs_total_deadline_cuts_bounds_and_then_refuses(monkeypatch):
     with pytest.raises(CommandOverrun) as refused:
         host.run("true")
     assert "total bound of 1 s (--deadline-s) is spent" in str(refused.value)
-    bounded.clear_deadline(host)
+    bounded.release(host)
     assert host.run("true").rc == 0
+    assert host.run("sleep 2").rc == 0  # no bound left either
+
+
+def test_a_bounded_host_is_the_callers_own_not_testinfras_cached_one():
+    """A run that ends with its connection failed (or its deadline spent) leaves nothing on the host
+    that testinfra.get_host hands the next caller in the same process (a lab test after an
+    in-process drain saw every command refused as 'did not answer earlier in this run')."""
+    import testinfra
+
+    spent = bounded.own_host("local://", deadline_s=1)
+    spent.backend._ih_runner.overran["connection"] = "the connection to local://local (bound 1 s)"
+    with pytest.raises(CommandOverrun):
+        spent.run("true")
+    assert testinfra.get_host("local://").run("true").rc == 0
+    assert bounded.own_host("local://").run("true").rc == 0
+    cached = bounded.bound(testinfra.get_host("local://"), deadline_s=1)
+    cached.backend._ih_runner.overran["connection"] = "planted"
+    bounded.release(cached)
+    assert testinfra.get_host("local://").run("true").rc == 0
 
 
 # -- DCGM with the engine stopped around it: hangs and a failed restart ---------------------------

@@ -212,9 +212,19 @@ def _substitute(outcome: Outcome, values: dict[str, str]) -> Outcome:
     )
 
 
+def _scratch_parent() -> str:
+    """Where the path settings' recorders live: not under /tmp or /var/tmp, which the site model
+    refuses for a folder the service account owns (another user could make it first), nor under
+    /root or /home. The first of these this user may write."""
+    for parent in ("/var/cache", "/srv", "/opt"):
+        if os.access(parent, os.W_OK):
+            return parent
+    pytest.fail("the shell read-back needs a folder outside /tmp it may write: /var/cache, /srv or /opt")
+
+
 @pytest.fixture(scope="module")
 def runner():
-    with tempfile.TemporaryDirectory(prefix="ih-shell-") as root:
+    with tempfile.TemporaryDirectory(prefix="ih-shell-", dir=_scratch_parent()) as root:
         yield Runner(Path(root))
 
 
