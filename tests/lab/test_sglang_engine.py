@@ -115,7 +115,8 @@ def _old_main(
             f"commit {commit} ({what}) is not in this clone; the migration test deploys it: git fetch origin {commit}"
         )
     # Short: gpg-agent's sockets live in <tree>/.lab/nvidia_apt_repo/gnupg, and a Unix socket's
-    # path holds at most 107 bytes (sun_path); "account-migration0/old-main-fb51e7b" went past it.
+    # path holds at most 107 bytes (sun_path); "account-migration0/old-main-fb51e7b" went past it,
+    # and under pytest-xdist the base folder grows by its worker's "popen-gw0/".
     tree = tmp / commit
     tree.mkdir()
     archive = subprocess.run(["git", "archive", commit], cwd=PROJECT_ROOT, capture_output=True, check=True)
@@ -320,7 +321,7 @@ def migrated(gpu_guest, lab_second_deploy, tmp_path_factory):
     """A new guest deployed by OLD_MAIN, then by this code: first with a release that never
     becomes ready (the old unit must serve again), then as it is (the migration). Timings
     printed. Whatever fails here, the guest is restored for the tests after these."""
-    tree = _old_main(tmp_path_factory.mktemp("migration"))  # before the guest is touched
+    tree = _old_main(tmp_path_factory.mktemp("mig"))  # before the guest is touched
     try:
         return _migrate(gpu_guest, tree)
     except KeyboardInterrupt:
