@@ -26,6 +26,7 @@ from pathlib import Path
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, deploy, operation
 
+from roles.shared.refusal import failed
 from roles.site import PROJECT_ROOT, current_host, current_site
 
 CHECK_OPERATION_PREFIX = "Check health"
@@ -58,8 +59,10 @@ def verdict(inventory: str, host_name: str, suites: list[str]):
         yield FunctionCommand(_fail, (failure,), {})
 
 
-def _fail(message: str) -> None:
-    raise RuntimeError(message)
+def _fail(state, host, message: str) -> bool:
+    """The verdict's failure as the host's error line (the table above says which checks), no
+    traceback (roles/shared/refusal.py)."""
+    return failed(host, message)
 
 
 def check_command(inventory: str, host_name: str, suites: list[str], report: str) -> list[str]:

@@ -28,6 +28,7 @@ from roles.shared.guest_keys import (
 )
 from roles.shared.proxmox_facts import LxcAuthorizedKeys, LxcGuestState, NvidiaHostDevices
 from roles.shared.pve import guest_hostname
+from roles.shared.refusal import Refused
 from roles.shared.shell import Shell, argv
 from roles.site import HostSettings, current_host, weights_mount_points
 
@@ -203,7 +204,7 @@ def _converge_keys(guest: HostSettings, state: dict) -> None:
 def _require_same_privilege(guest: HostSettings, config: pve.GuestConfig) -> None:
     have = config.effective().get("unprivileged", "0") == "1"
     if have != guest.guest.unprivileged:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: LXC guest {guest.guest.vmid} is {'un' if have else ''}privileged but"
             f" {guest.name} has guest_unprivileged = {guest.guest.unprivileged}; Proxmox cannot"
             " change this on an existing container (back it up and restore it with the other setting)"

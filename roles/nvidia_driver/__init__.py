@@ -32,6 +32,7 @@ from roles.shared.apt_resolve import install_resolved
 from roles.shared.driver_state import KernelModule, driver_mismatch
 from roles.shared.host_facts import ContainerVirtualization
 from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, Distro, current_distro, ensure_cuda_repository
+from roles.shared.refusal import Refused
 from roles.shared.shell import sh
 from roles.site import HostSettings, current_host, current_site
 from roles.site.stack import DCGM_FOR_EXPORTER
@@ -94,7 +95,7 @@ def nvidia_driver() -> None:
     if settings.nvidia_driver.dcgm:
         # DCGM's version follows the exporter's pin: a stack file without `monitoring:` has none.
         if stack.monitoring is None:
-            raise RuntimeError(
+            raise Refused(
                 f"{host.name}: nvidia_driver_dcgm needs the monitoring pins of {stack.file}"
                 " (its `monitoring:` mapping names dcgm_exporter, whose DCGM is installed)"
             )
@@ -213,7 +214,7 @@ def _target_version(settings: HostSettings, pinned: str) -> str:
     proc_dir = current_site().hosts[node_name].proxmox.nvidia_proc_dir
     module: KernelModule | None = node.get_fact(NvidiaKernelModule, proc_dir=proc_dir)
     if module is None:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: an LXC guest's NVIDIA userspace must equal its node's kernel module,"
             f" but node {node_name} has no NVIDIA module loaded (/proc/driver/nvidia/version is"
             " absent); converge the node's driver and reboot it first"

@@ -36,6 +36,7 @@ from roles.shared.proxmox_facts import (
     LxcGuestState,
     PciDevices,
 )
+from roles.shared.refusal import Refused
 from roles.shared.shell import sh
 from roles.site import HostSettings, Site, current_host, current_site, node_sysctl
 
@@ -285,13 +286,13 @@ def _require_gpus_present(settings: HostSettings) -> None:
         device = devices.get(address)
         if device is None or device.get("vendor") != NVIDIA_VENDOR:
             found = ", ".join(a for a, d in devices.items() if d.get("vendor") == NVIDIA_VENDOR)
-            raise RuntimeError(
+            raise Refused(
                 f"{host.name}: proxmox_gpu_addresses has {address}, which is not an NVIDIA device"
                 f" on this node; NVIDIA devices here: {found or '(none)'}"
             )
         expected = settings.proxmox.iommu_groups.get(address)
         if expected is not None and device.get("iommugroup") != expected:
-            raise RuntimeError(
+            raise Refused(
                 f"{host.name}: proxmox_iommu_groups says {address} is in group {expected}, the node"
                 f" reports group {device.get('iommugroup')}; correct the inventory"
             )
@@ -302,7 +303,7 @@ def _iommu_kernel_args(settings: HostSettings):
     if vendor == "auto":
         vendor = host.get_fact(CpuVendor)
         if vendor is None:
-            raise RuntimeError(f"{host.name}: CPU vendor not recognised; set proxmox_cpu_vendor")
+            raise Refused(f"{host.name}: CPU vendor not recognised; set proxmox_cpu_vendor")
     args = iommu_kernel_args(vendor)
     loader = settings.proxmox.boot_loader
     if loader == "auto":
@@ -330,7 +331,7 @@ def _grub_args(args: list[str]):
 def _systemd_boot_args(args: list[str]):
     current = host.get_fact(KernelCmdline)
     if current is None:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: the node boots with systemd-boot but {SYSTEMD_BOOT_CMDLINE} is missing;"
             " run `proxmox-boot-tool status` on it, or set proxmox_boot_loader = 'grub'"
         )

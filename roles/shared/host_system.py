@@ -8,6 +8,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server
 
 from roles.shared.host_facts import ContainerVirtualization
+from roles.shared.refusal import Refused
 from roles.shared.shell import sh
 
 
@@ -15,7 +16,7 @@ def require_distro(supported: set[tuple[str, int]], role: str, what: str) -> Non
     """Stops the deploy of this host unless (distribution name, major version) is supported."""
     distro = host.get_fact(LinuxDistribution)
     if (distro.get("name"), distro.get("major")) not in supported:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: {distro.get('name')} {distro.get('major')} is not supported by {role}; expected {what}"
         )
 

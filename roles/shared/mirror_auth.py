@@ -33,6 +33,7 @@ from pyinfra import host
 from pyinfra.operations import files
 
 from roles.shared.layout import ETC_DIR
+from roles.shared.refusal import Refused
 from roles.shared.secret_files import secret_file
 from roles.site import HostSettings, secret_value
 
@@ -102,7 +103,7 @@ def _credentials(setting: str, ref: str) -> tuple[str, str]:
     try:
         return parse_credentials(secret_value(ref), setting)
     except CredentialError as error:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: {setting} = {ref!r}: {error}; expected login:password of printable ASCII without"
             " spaces, double quotes or backslashes (python -m roles.site.vault set FILE NAME, value on stdin)"
         ) from None

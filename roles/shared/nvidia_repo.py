@@ -22,6 +22,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, server
 
 from roles.shared import mirror_auth
+from roles.shared.refusal import Refused
 from roles.shared.shell import sh
 from roles.site import HostSettings
 
@@ -59,7 +60,7 @@ def current_distro(role: str) -> Distro:
     name, major, minor = facts.get("name"), facts.get("major"), facts.get("minor")
     distro = SUPPORTED.get((name, major, minor)) or SUPPORTED.get((name, major, None))
     if distro is None:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: {name} {major}.{minor} is not supported by {role};"
             " supported: Ubuntu 24.04 (production) and Debian 12 (lab)"
         )

@@ -23,6 +23,7 @@ from pyinfra import host
 from pyinfra.api import FactBase
 
 from roles.shared.layout import SYSTEMD_DIR
+from roles.shared.refusal import Refused
 from roles.shared.shell import Shell, chain, sh
 from roles.site import current_site
 from roles.site.errors import shown
@@ -123,4 +124,4 @@ def refuse_foreign_units(units: dict[str, str], install_root: str) -> None:
     for setting, name in units.items():
         problem = foreign_unit_problem(setting, name, found, install_root)
         if problem:
-            raise RuntimeError(f"{current_site().inventory_file}: host {host.name}: {problem}")
+            raise Refused(f"{current_site().inventory_file}: host {host.name}: {problem}")

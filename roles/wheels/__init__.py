@@ -28,6 +28,7 @@ from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.mirror_auth import BUILD_SECRET_ID, pypi_netrc
 from roles.shared.note import note
 from roles.shared.pip import pip_environment
+from roles.shared.refusal import Refused
 from roles.shared.shell import argv, chain, sh
 from roles.shared.wheel_plan import (
     WheelBuild,
@@ -53,7 +54,7 @@ def wheels() -> None:
     try:
         builds = planned_builds(stack, settings.build)
     except WheelPlanError as error:
-        raise RuntimeError(f"{host.name}: {error}") from None
+        raise Refused(f"{host.name}: {error}") from None
     if not builds:
         logger.info(f"{host.name}: stack {stack.id} builds no kernel wheel from source")
         return
@@ -88,7 +89,7 @@ def _needs_build(wheel: WheelBuild, settings: HostSettings) -> bool:
 def _docker_client() -> dict:
     client = host.get_fact(DockerBuildClient)
     if client is None:
-        raise RuntimeError(
+        raise Refused(
             f"{host.name}: no docker client here can run BuildKit builds against a running engine;"
             " expected Docker-CE with the docker-buildx-plugin (production) or Debian's docker.io"
             " 20.10 (DOCKER_BUILDKIT=1), with the engine started"
@@ -124,7 +125,7 @@ def _job_cap(wheel: WheelBuild, settings: HostSettings, resources) -> JobCap:
     try:
         cap = compute_job_cap(wheel.package, resources, settings.build.max_jobs, settings.build.nvcc_threads)
     except JobCapError as error:
-        raise RuntimeError(f"{host.name}: {error}") from None
+        raise Refused(f"{host.name}: {error}") from None
     logger.info(f"{host.name}: job cap {cap.describe()}")
     return cap
 

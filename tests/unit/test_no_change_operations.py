@@ -4,6 +4,7 @@ pyinfra counts an operation as changed when its generator yields a command."""
 from __future__ import annotations
 
 import types
+from inspect import getfullargspec
 
 import pytest
 from pyinfra.api import FunctionCommand
@@ -44,8 +45,13 @@ def test_failing_checks_yield_a_command_that_fails(executing, monkeypatch):
     monkeypatch.setattr(health, "run_checks", lambda *a: "health checks of h failed (exit 1)")
     (command,) = commands(health.verdict._inner("inv.py", "h", ["service"]))
     assert isinstance(command, FunctionCommand)
-    with pytest.raises(RuntimeError, match="health checks of h failed"):
-        command.function(*command.args, **command.kwargs)
+    logged = []
+    host = types.SimpleNamespace(log_styled=lambda message, **style: logged.append(message))
+    # pyinfra takes a callback's return value as its status when it takes state and host first
+    # (FunctionCommand.execute): False fails the operation, with the message and no traceback.
+    assert getfullargspec(command.function).args[:2] == ["state", "host"]
+    assert command.function(None, host, *command.args, **command.kwargs) is False
+    assert logged == ["health checks of h failed (exit 1)"]
 
 
 def test_note_yields_nothing(executing, monkeypatch):
