@@ -22,12 +22,29 @@ import lab
 from tests.lab.harness import PROJECT_ROOT, DeployRun, require_docker, run_deploy
 
 LAB_SCOPE = "tests/lab"  # the node ids' prefix, relative to the rootdir (pyproject.toml's folder)
+# Lab-tier modules that share nothing with the lab's hosts: no session fixture of this file, no
+# deploy, no container of the lab (each makes its own, or none). They need the network or Docker,
+# so they are lab tests, but they run beside the lab like the unit tests, a module at a time,
+# which takes their 3-4 minutes off the lab worker's path. tests/unit/test_test_scheduling.py
+# holds each of them to that.
+BESIDE_THE_LAB = frozenset(
+    f"{LAB_SCOPE}/{name}.py"
+    for name in (
+        "test_engine_preflight",  # each SGLang stack's lock installed on this machine
+        "test_systemd_syntax",  # a throwaway systemd container of its own
+        "test_health_ssh",  # an OpenSSH container of its own
+        "test_health_runner",  # `python -m checks` on local://
+        "test_sglang_release",  # the pinned wheels from PyPI
+        "test_vllm_release",
+    )
+)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Every lab test runs on one pytest-xdist worker, in file order: they share one lab (its
-    containers, its session fixtures) and each module leaves it whole for the next. The unit
+    containers, its session fixtures) and each module leaves it whole for the next; those
+    BESIDE_THE_LAB share none of it and go with the unit tests. The unit
     tests run on the other workers meanwhile, a module at a time (pyproject.toml's addopts:
     `-n auto`), which is what keeps CI on 2 cores within its budget. xdist's own `--dist
     loadgroup` cannot do it with this pytest: it renames each item's `_nodeid`, which pytest 9
@@ -36,7 +53,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class LabOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return LAB_SCOPE if nodeid.startswith(LAB_SCOPE + "/") else super()._split_scope(nodeid)
+            module = super()._split_scope(nodeid)
+            return LAB_SCOPE if nodeid.startswith(LAB_SCOPE + "/") and module not in BESIDE_THE_LAB else module
 
         def _assign_work_unit(self, node) -> None:
             # The lab first, to the first worker: it is the longest by far, and everything else

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 from types import SimpleNamespace
 
 from tests.lab import conftest as lab_conftest
@@ -34,7 +35,57 @@ def _collected(folder: str) -> list[str]:
 def test_every_lab_test_is_in_the_one_scope_a_worker_takes_whole():
     ids = _collected("tests/lab")
     assert len(ids) > 50, ids[:5]
-    assert {_scheduler()._split_scope(node_id) for node_id in ids} == {lab_conftest.LAB_SCOPE}
+    scopes = {node_id.split("::")[0]: _scheduler()._split_scope(node_id) for node_id in ids}
+    beside = {module for module, scope in scopes.items() if scope != lab_conftest.LAB_SCOPE}
+    assert beside == lab_conftest.BESIDE_THE_LAB, beside ^ lab_conftest.BESIDE_THE_LAB
+    assert all(scope == module for module, scope in scopes.items() if module in beside)
+
+
+# What only the lab's own worker may touch: its session fixtures (tests/lab/conftest.py), its
+# deploys, and its hosts' containers.
+SHARED_FIXTURES = {
+    "lab_walk",
+    "lab_first_deploy",
+    "lab_second_deploy",
+    "gpu_guest",
+    "replicas_first_deploy",
+    "replicas_second_deploy",
+}
+SHARED_CALLS = {"run_deploy", "up", "fresh", "bring_up", "down", "ensure_container"}
+
+
+def _shared_uses(path: Path) -> list[str]:
+    import ast
+
+    import lab
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.arg) and node.arg in SHARED_FIXTURES:
+            found.append(f"line {node.lineno}: fixture {node.arg}")
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in SHARED_CALLS:
+                found.append(f"line {node.lineno}: {name}()")
+            elif name == "container_name" and not (
+                node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value not in lab.HOSTS
+            ):
+                found.append(f"line {node.lineno}: container_name of a lab host")
+    return found
+
+
+def test_what_runs_beside_the_lab_touches_none_of_it():
+    for module in sorted(lab_conftest.BESIDE_THE_LAB):
+        assert _shared_uses(PROJECT_ROOT / module) == [], module
+
+
+def test_the_check_finds_a_module_that_uses_the_lab():
+    # Each kind of use, found where modules of the lab worker make it: the check can fail.
+    assert any("fixture gpu_guest" in use for use in _shared_uses(PROJECT_ROOT / "tests/lab/test_dcgm.py"))
+    assert any("run_deploy()" in use for use in _shared_uses(PROJECT_ROOT / "tests/lab/test_wheels.py"))
+    assert any(
+        "container_name of a lab host" in use for use in _shared_uses(PROJECT_ROOT / "tests/lab/test_weights.py")
+    )
 
 
 def test_unit_tests_are_spread_a_module_at_a_time():
