@@ -58,6 +58,7 @@ from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.legacy_layout import CacheToAdopt, legacy_engine, moves_root
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
+from roles.shared.refusal import Refused, failed
 from roles.shared.shell import Shell, chain, sh
 from roles.shared.uv import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
@@ -118,7 +119,17 @@ def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
     )
 
 
-def _relay_wheel(state, host, wheel: KernelWheel) -> None:
+def _relay_wheel(state, host, wheel: KernelWheel) -> bool:
+    """python.call's callback: its failure is the host's error line, not a traceback
+    (roles/shared/refusal.py)."""
+    try:
+        _copy_wheel(state, host, wheel)
+    except Refused as refusal:
+        return failed(host, str(refusal))
+    return True
+
+
+def _copy_wheel(state, host, wheel: KernelWheel) -> None:
     import tempfile
 
     builder = state.inventory.get_host(wheel.builder)
@@ -129,7 +140,7 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
     )
     sums = [line.split() for line in output.stdout_lines if line.endswith(".whl")]
     if not listed or not sums:
-        raise RuntimeError(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
+        raise Refused(_missing_wheel_message(wheel, f"{wheel.builder}:{wheel.builder_dir}"))
     partial = f"{wheel.local_dir}.part"
     _must(host, sh("rm -rf -- {partial} && mkdir -p -- {partial}", partial=partial))
     with tempfile.TemporaryDirectory() as staging:
@@ -137,9 +148,9 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
             name = names[1]
             local = f"{staging}/{name}"
             if not builder.get_file(f"{wheel.builder_dir}/{name}", local):
-                raise RuntimeError(f"could not read {wheel.builder}:{wheel.builder_dir}/{name}")
+                raise Refused(f"could not read {wheel.builder}:{wheel.builder_dir}/{name}")
             if not host.put_file(local, f"{partial}/{name}"):
-                raise RuntimeError(f"could not write {partial}/{name} on {host.name}")
+                raise Refused(f"could not write {partial}/{name} on {host.name}")
     checks = [sh("echo {line} | sha256sum -c --quiet", line=f"{digest}  {partial}/{name}") for digest, name in sums]
     _must(
         host,
@@ -157,7 +168,7 @@ def _relay_wheel(state, host, wheel: KernelWheel) -> None:
 def _must(target_host, command: Shell) -> None:
     ok, output = target_host.run_shell_command(StringCommand(command))
     if not ok:
-        raise RuntimeError(f"{target_host.name}: `{command}` failed: {output.stderr}")
+        raise Refused(f"{target_host.name}: `{command}` failed: {output.stderr}")
 
 
 def _missing_wheel_message(wheel: KernelWheel, where: str) -> str:

@@ -7,7 +7,8 @@ pyinfra_cli/exceptions.py `WrappedError`, pyinfra 3.x). A refusal is raised whil
 any operation runs on any host, so it is a DeployError. It is also a RuntimeError, what these
 refusals were before: callers and tests that catch RuntimeError still do.
 
-A failure found while the operations run (a python.call callback: the health verdict) cannot be
+A failure found while the operations run (a python.call callback: the health verdict, the wheel
+relay, the weights download's follower) cannot be
 raised at all without a traceback: pyinfra logs one for every exception a callback raises
 (pyinfra/api/operations.py `_run_host_op`). A callback that takes `state` and `host` first has its
 return value taken as the command's status instead (pyinfra/api/command.py

@@ -34,6 +34,7 @@ from roles.shared import templates
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
+from roles.shared.refusal import Refused, failed
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import chain, sh
 from roles.site import (
@@ -227,7 +228,7 @@ def _weight_set(ws: WeightSet) -> None:
     )
     python.call(
         name=f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir} ({why})",
-        function=follow,
+        function=_follow,
         unit=unit,
         config=f"{CONFIG_DIR}/{ws.name}.json",
         verify=verify,
@@ -238,10 +239,24 @@ def _weight_set(ws: WeightSet) -> None:
     )
 
 
+def _follow(state, host, **arguments) -> bool:
+    """python.call's callback: follow() as pyinfra runs a callback (its config and this host as the
+    context, pyinfra/api/command.py FunctionCommand.execute), its failure the host's error line,
+    not a traceback (roles/shared/refusal.py)."""
+    from pyinfra.context import ctx_config, ctx_host
+
+    with ctx_config.use(state.config.copy()), ctx_host.use(host):
+        try:
+            follow(**arguments)
+        except Refused as refusal:
+            return failed(host, str(refusal))
+    return True
+
+
 def _status(config: str) -> dict:
     ok, output = host.run_shell_command(sh("{tool} status --json --config={config}", tool=TOOL, config=config))
     if not ok:
-        raise RuntimeError(f"{host.name}: `{TOOL} status` failed: {output.stderr}")
+        raise Refused(f"{host.name}: `{TOOL} status` failed: {output.stderr}")
     return json.loads(output.stdout)[0]
 
 
@@ -262,7 +277,7 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
     steps.append(sh("systemctl {verb} --no-block -- {unit}", verb="restart" if restart() else "start", unit=unit))
     ok, output = host.run_shell_command(chain(*steps))
     if not ok:
-        raise RuntimeError(f"{host.name}: could not start {unit}: {output.stderr}")
+        raise Refused(f"{host.name}: could not start {unit}: {output.stderr}")
     last_print, idle_since = 0.0, time.monotonic()
     progress_mark, progress_at = None, time.monotonic()
     while True:
@@ -275,7 +290,7 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
             progress_mark, progress_at = mark, time.monotonic()
         elif s.get("phase") == "failed" and time.monotonic() - progress_at > STALL_S:
             # The unit keeps retrying on its own; the deploy stops waiting and says why.
-            raise RuntimeError(
+            raise Refused(
                 f"{host.name}: {unit} made no progress for {STALL_S // 60} minutes: {s.get('message')};"
                 f" it keeps retrying every {RESTART_SEC} s (follow it: {TOOL} status)"
             )
@@ -294,7 +309,7 @@ def follow(unit: str, config: str, verify: bool, restart, interval: int) -> None
         if not printed:
             _say(d["line"])
         return
-    raise RuntimeError(
+    raise Refused(
         f"{host.name}: {unit} did not finish: {s.get('message') or d['unit_state']}"
         f" (journalctl -u {unit}; {TOOL} status)"
     )

@@ -61,3 +61,29 @@ def test_a_failed_verdict_is_the_hosts_error_line(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"[@local] {MESSAGE}" in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "No hosts remaining" in run.stderr
+
+
+def test_the_weights_follower_runs_in_its_hosts_context_and_fails_in_one_line(monkeypatch):
+    """roles/weights' callback is called by pyinfra with state and host (so that its return value is
+    the status); follow() reads pyinfra's `host`, which the callback sets to the host it was given."""
+    import types
+
+    import pyinfra
+
+    from roles import weights
+    from roles.shared.refusal import Refused
+
+    logged, seen = [], []
+    host = types.SimpleNamespace(name="gpu1", log_styled=lambda message, **style: logged.append(message))
+    state = types.SimpleNamespace(config=types.SimpleNamespace(copy=lambda: None))
+
+    def follow(**arguments):
+        seen.append((pyinfra.host.name, arguments))
+        raise Refused("gpu1: inference-host-weights.service made no progress for 30 minutes")
+
+    monkeypatch.setattr(weights, "follow", follow)
+    assert weights._follow(state, host, unit="u", config="c") is False
+    assert seen == [("gpu1", {"unit": "u", "config": "c"})]
+    assert logged == ["gpu1: inference-host-weights.service made no progress for 30 minutes"]
+    monkeypatch.setattr(weights, "follow", lambda **arguments: None)
+    assert weights._follow(state, host, unit="u", config="c") is True
