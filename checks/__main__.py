@@ -204,7 +204,6 @@ def main(argv=None) -> int:
 def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
     """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail.
     An engine that does not come back afterwards is a FAIL line of its own."""
-
     from checks.expectations import Expectations
     from roles.site import ServingSettings
 

@@ -445,7 +445,6 @@ def bench_line(args, site, name: str, host, expect, source: str, folder: Path) -
 
 
 def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[Line]:
-
     from checks import bounded
 
     host = bounded.own_host(url)
@@ -775,7 +774,6 @@ def main(argv=None) -> int:
 
 
 def collect(args, site, folder: Path) -> list[Line]:
-
     from checks import bounded
     from checks.connection import testinfra_url
     from checks.expectations import Expectations

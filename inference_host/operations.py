@@ -355,7 +355,6 @@ def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
 def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: float = 60.0) -> None:
     """Runs the script on the host, bounded (checks/bounded.py): the connection and the script
     within timeout_s; answer["runner"] lets run_everywhere kill what is left when it gives up."""
-
     from checks import bounded
     from checks.connection import testinfra_url
 
@@ -464,7 +463,6 @@ def drain(args, parser, undrain: bool = False) -> int:
     """inference-engine-rolling --drain-only / --undrain-only on the replica: the rolling
     upgrade's take-out and wait (smg's in-flight count and the engine's gauges, read twice) or its
     add-back (a generation first, then POST /workers, then healthy at every gateway)."""
-
     from checks import bounded
     from checks.connection import testinfra_url
     from roles.serving import rolling_argv

@@ -58,7 +58,7 @@ from roles.shared.host_facts import WheelhouseEntry
 from roles.shared.legacy_layout import CacheToAdopt, legacy_engine, moves_root
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.patches import patch_queue
-from roles.shared.refusal import Refused, failed
+from roles.shared.refusal import Refused, status_of
 from roles.shared.shell import Shell, chain, sh
 from roles.shared.uv import uv_environment
 from roles.site import EngineStack, HostSettings, Site, current_host, current_site
@@ -122,11 +122,7 @@ def _deliver(settings: HostSettings, wheel: KernelWheel) -> None:
 def _relay_wheel(state, host, wheel: KernelWheel) -> bool:
     """python.call's callback: its failure is the host's error line, not a traceback
     (roles/shared/refusal.py)."""
-    try:
-        _copy_wheel(state, host, wheel)
-    except Refused as refusal:
-        return failed(host, str(refusal))
-    return True
+    return status_of(host, _copy_wheel, state, host, wheel)
 
 
 def _copy_wheel(state, host, wheel: KernelWheel) -> None:

@@ -30,3 +30,13 @@ def failed(host, message: str) -> bool:
     """A callback's failure as its host's error line; False is the failed command's status."""
     host.log_styled(message, fg="red", log_func=logger.error)
     return False
+
+
+def status_of(host, function, *args, **kwargs) -> bool:
+    """function(*args, **kwargs) as a callback's status: True, or False with its Refused as the
+    host's error line."""
+    try:
+        function(*args, **kwargs)
+    except Refused as refusal:
+        return failed(host, str(refusal))
+    return True

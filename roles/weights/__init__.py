@@ -34,7 +34,7 @@ from roles.shared import templates
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
-from roles.shared.refusal import Refused, failed
+from roles.shared.refusal import Refused, status_of
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import chain, sh
 from roles.site import (
@@ -246,11 +246,7 @@ def _follow(state, host, **arguments) -> bool:
     from pyinfra.context import ctx_config, ctx_host
 
     with ctx_config.use(state.config.copy()), ctx_host.use(host):
-        try:
-            follow(**arguments)
-        except Refused as refusal:
-            return failed(host, str(refusal))
-    return True
+        return status_of(host, follow, **arguments)
 
 
 def _status(config: str) -> dict:

@@ -32,10 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def fresh_host():
     """A testinfra local host of its own (testinfra caches hosts by URL; these are changed)."""
-    backend = testinfra.backend.get_backend("local://")
-    host = testinfra.host.Host(backend)
-    backend.set_host(host)
-    return bounded.bound(host)
+    return bounded.own_host("local://")
 
 
 @pytest.fixture
