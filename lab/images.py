@@ -4,15 +4,13 @@ systemd-capable image on top of it (lab/docker/systemd-host.Dockerfile), tagged 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-from contextlib import contextmanager
 
-from lab.docker_engine import PROJECT_ROOT, STATE_DIR, LabError, _docker, _log
+from lab.docker_engine import PROJECT_ROOT, LabError, _docker, _log, state_lock
 
 # "auto": pull ubuntu:24.04 when a registry answers, else debootstrap Debian 12.
 BASE_SOURCE = os.environ.get("INFERENCE_HOST_LAB_BASE", "auto")
@@ -86,21 +84,9 @@ def base_image() -> str:
     return REGISTRY_IMAGE
 
 
-@contextmanager
-def _one_builder():
-    """One process of this checkout makes the images at a time (a file lock in .lab/): the lab's
-    worker and a module beside it (tests/lab/conftest.py BESIDE_THE_LAB) both ask for the image
-    at the start of a fresh run, and the second waits for the first's instead of making its own
-    (debootstrap and a build, minutes on 2 cores)."""
-    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(STATE_DIR / "images.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def systemd_image() -> str:
     """The systemd-capable image; its tag changes when its Dockerfile or base changes."""
-    with _one_builder():
+    with state_lock("images"):  # the lab's worker and a module beside it (tests/lab/conftest.py)
         return _systemd_image()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lab.docker_engine import STATE_DIR
+from lab.docker_engine import STATE_DIR, state_lock
 
 
 def vault_secret(vault: str, name: str, password_file: Path | None = None) -> str:
@@ -27,6 +27,11 @@ def guest_ssh_public_keys() -> list[str]:
 
 def throwaway_ssh_public_key() -> str:
     """A lab-only SSH key pair made once under .lab/; returns the public key line."""
+    with state_lock("secrets"):
+        return _ssh_public_key()
+
+
+def _ssh_public_key() -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -51,6 +56,11 @@ def throwaway_ssh_public_key() -> str:
 def throwaway_vault() -> tuple[str, str]:
     """A lab-only vault with a random API key, Hub token and monitor password, and its password,
     made once under .lab/."""
+    with state_lock("secrets"):
+        return _vault()
+
+
+def _vault() -> tuple[str, str]:
     import secrets
 
     from roles.site.vault import decrypt_all, load, rename_secret, set_secret, stored
