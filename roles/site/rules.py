@@ -26,8 +26,8 @@ from roles.site.rules_services import (
     _check_unit_names,
 )
 from roles.site.schema import HostSettings
-from roles.site.sections.ssh import host_key_problem
 from roles.site.sections.serving import SpeculativeSettings
+from roles.site.sections.ssh import host_key_problem
 from roles.site.stack import EngineStack, Stack
 
 # Checks that need a role's knowledge, passed in from above the model (validation.py's
