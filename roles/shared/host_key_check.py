@@ -33,8 +33,16 @@ def changed_key_line(address: str, known_hosts: str | None, expected, presented)
     )
 
 
+def unpinned_line(address: str, known_hosts: str | None) -> str:
+    return (
+        f"no SSH host key of {address} is pinned in {known_hosts or 'known_hosts'}, and only a pinned key"
+        " is accepted: the deploy pins the guests it creates; pin another host after checking its"
+        " fingerprint: inference-host trust INVENTORY HOST"
+    )
+
+
 def install() -> None:
-    from paramiko import BadHostKeyException
+    from paramiko import BadHostKeyException, SSHException
     from pyinfra.api.exceptions import ConnectError
     from pyinfra.connectors.sshuserclient import client
 
@@ -51,6 +59,11 @@ def install() -> None:
             # A ConnectError is the host's own error line (pyinfra/api/host.py `connect`); raised
             # here, past pyinfra's handler of the paramiko exception and its retries.
             raise ConnectError(line) from None
+        except SSHException as error:
+            if not str(error).startswith("StrictPolicy:"):  # pyinfra's own policy: no key pinned
+                raise
+            # Not a reason to stop the others: a guest the node has not made yet is such a host.
+            raise ConnectError(unpinned_line(hostname, _pyinfra_ssh_known_hosts_file)) from None
 
     connect_or_one_line.one_line_host_key = True  # type: ignore[attr-defined]  # a mark on the function
     connect_or_one_line.__wrapped__ = connect  # type: ignore[attr-defined]  # the contract test reads pyinfra's signature
