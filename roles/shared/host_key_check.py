@@ -50,11 +50,13 @@ def install() -> None:
     if getattr(connect, "one_line_host_key", False):
         return
 
-    def connect_or_one_line(self, hostname, *args, _pyinfra_ssh_known_hosts_file=None, **kwargs):
+    # pyinfra passes everything but the host name by keyword (pyinfra/connectors/ssh.py _connect).
+    def connect_or_one_line(self, hostname, **kwargs):
+        known_hosts = kwargs.get("_pyinfra_ssh_known_hosts_file")
         try:
-            return connect(self, hostname, *args, _pyinfra_ssh_known_hosts_file=_pyinfra_ssh_known_hosts_file, **kwargs)
+            return connect(self, hostname, **kwargs)
         except BadHostKeyException as error:
-            line = changed_key_line(hostname, _pyinfra_ssh_known_hosts_file, error.expected_key, error.key)
+            line = changed_key_line(hostname, known_hosts, error.expected_key, error.key)
             CHANGED[hostname] = line
             # A ConnectError is the host's own error line (pyinfra/api/host.py `connect`); raised
             # here, past pyinfra's handler of the paramiko exception and its retries.
@@ -63,7 +65,7 @@ def install() -> None:
             if not str(error).startswith("StrictPolicy:"):  # pyinfra's own policy: no key pinned
                 raise
             # Not a reason to stop the others: a guest the node has not made yet is such a host.
-            raise ConnectError(unpinned_line(hostname, _pyinfra_ssh_known_hosts_file)) from None
+            raise ConnectError(unpinned_line(hostname, known_hosts)) from None
 
     connect_or_one_line.one_line_host_key = True  # type: ignore[attr-defined]  # a mark on the function
     connect_or_one_line.__wrapped__ = connect  # type: ignore[attr-defined]  # the contract test reads pyinfra's signature
