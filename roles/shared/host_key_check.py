@@ -69,7 +69,7 @@ def install() -> None:
 
     connect_or_one_line.one_line_host_key = True  # type: ignore[attr-defined]  # a mark on the function
     connect_or_one_line.__wrapped__ = connect  # type: ignore[attr-defined]  # the contract test reads pyinfra's signature
-    client.SSHClient.connect = connect_or_one_line  # type: ignore[method-assign]
+    client.SSHClient.connect = connect_or_one_line  # type: ignore[method-assign, assignment]
 
 
 def refuse_changed() -> None:
