@@ -91,9 +91,9 @@ def test_strict_checking_off_without_a_reason_is_refused_in_one_line(inventory, 
         load_site(path)
     lines = [p for p in error.value.problems if "ssh_strict_host_key_checking" in p]
     assert [line.split("inventory/", 1)[1] for line in lines] == [
-        f"site.py: host gpu1: ssh_strict_host_key_checking = {strict!r} trusts whatever answers"
-        " first at the host's address; expected it unset (strict, against the inventory's known_hosts) or"
-        " ssh_host_key_checking_off_because = '<why>' beside it"
+        f"site.py: host gpu1: ssh_strict_host_key_checking = {strict!r} accepts a key that is not"
+        " pinned (whatever answers first at the host's address); expected it unset (strict, against"
+        " the inventory's known_hosts) or ssh_host_key_checking_off_because = '<why>' beside it"
     ]
 
 

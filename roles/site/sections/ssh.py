@@ -129,7 +129,8 @@ def host_key_problem(strict: str | None, because: str | None) -> str | None:
     if strict in (None, "yes") or because:
         return None
     return (
-        f"ssh_strict_host_key_checking = {strict!r} trusts whatever answers first at the host's address;"
+        f"ssh_strict_host_key_checking = {strict!r} accepts a key that is not pinned"
+        " (whatever answers first at the host's address);"
         " expected it unset (strict, against the inventory's known_hosts) or"
         " ssh_host_key_checking_off_because = '<why>' beside it"
     )
