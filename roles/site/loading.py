@@ -267,7 +267,11 @@ def _pin_host_keys(inventory, path: Path, namespace: dict | None) -> None:
     for host in inventory:
         for setting, value in defaults[host.name].items():
             setattr(host.data, setting, value)
-    for value in (namespace or {}).values():
+    from pyinfra_cli.inventory import _is_inventory_group
+
+    for name, value in (namespace or {}).items():
+        if not _is_inventory_group(name, value):  # a helper list (`_gpus`) is no group
+            continue
         hosts = value[0] if isinstance(value, tuple) and len(value) == 2 else value
         if not isinstance(hosts, list):
             continue

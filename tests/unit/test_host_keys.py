@@ -53,11 +53,16 @@ def test_the_deploys_own_inventory_gets_them_too(inventory):
         "from validation import require_valid_inventory\n"
         f"gpu_nodes = [{gpu_node('gpu1', **SITE)!r}]\n"
         "proxmox_hosts = ['pve']\n"
+        "_names = ['pve']\n"  # a helper list naming a host stays as written
         "require_valid_inventory(__file__, globals())\n",
         name="cli.py",
     )
     with ctx_state.use(State()):
         built = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+    from pyinfra_cli.inventory import exec_file
+
+    with ctx_state.use(State()):
+        assert exec_file(str(path), return_locals=True)["_names"] == ["pve"]
     for name in ("gpu1", "pve"):  # a (name, data) entry and a bare name
         data = built.get_host(name).data
         assert data.get("ssh_known_hosts_file") == str(path.with_name("cli.known_hosts")), name
