@@ -5,12 +5,16 @@ contacted), as `python -m roles.site` prints it, instead of pyinfra's traceback;
 file and package facts a host was asked last time in one command (roles/shared/fact_batch.py
 says how an answer is kept honest), which is most of what a no-change run used to wait for;
 and pyinfra orders operations from the call stack without reading source lines
-(roles/shared/call_stack.py), most of what planning cost."""
+(roles/shared/call_stack.py), most of what planning cost; and a host whose SSH key is not the
+pinned one is one line with both fingerprints (roles/shared/host_key_check.py), which stops the
+deploy."""
 
 from roles.shared.call_stack import install as order_without_source
 from roles.shared.fact_batch import install as batch_facts
+from roles.shared.host_key_check import install as one_line_host_key
 from roles.site.loading import one_line_inventory_errors
 
 one_line_inventory_errors()
 batch_facts()
 order_without_source()
+one_line_host_key()

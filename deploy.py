@@ -30,8 +30,10 @@ from pyinfra import logger
 
 from roles.composition import Scope, steps_for
 from roles.proxmox_host import guest_wait_reason
+from roles.shared.host_key_check import refuse_changed
 from roles.site import current_host, current_site
 
+refuse_changed()  # a host answered with another SSH key than pinned: stop before anything runs
 settings = current_host()
 waiting = guest_wait_reason(settings)  # a guest its node has not made (or started) yet
 if waiting:

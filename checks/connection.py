@@ -2,9 +2,10 @@
 
 pyinfra 3's SSH connector (pyinfra/connectors/ssh.py and sshuserclient/client.py) connects
 with the inventory's ssh_hostname, ssh_port, ssh_user, ssh_key, ssh_known_hosts_file and
-ssh_strict_host_key_checking (default "accept-new"), and reads ssh_config_file (default
-~/.ssh/config) for everything else, a ProxyJump/ProxyCommand jump host included. testinfra's
-ssh backend runs OpenSSH, so the same settings are written as an OpenSSH client config for
+ssh_strict_host_key_checking (the site sets "yes" and the inventory's own known_hosts file for
+every SSH host, roles/site/host_keys.py; data without them is checked strictly too), and reads
+ssh_config_file (default ~/.ssh/config) for everything else, a ProxyJump/ProxyCommand jump host
+included. testinfra's ssh backend runs OpenSSH, so the same settings are written as an OpenSSH client config for
 the host, its explicit values first (OpenSSH keeps the first value it reads, as pyinfra lets
 explicit data win over ssh_config), the user's config included after them for the rest:
 
@@ -14,7 +15,7 @@ explicit data win over ssh_config), the user's config included after them for th
         IdentityFile /path/key
         IdentitiesOnly yes
         UserKnownHostsFile /path/known_hosts
-        StrictHostKeyChecking accept-new
+        StrictHostKeyChecking yes
         BatchMode yes
         ServerAliveInterval 10
         ServerAliveCountMax 3
@@ -89,7 +90,8 @@ def ssh_config_text(host_name: str, data: dict, control_dir: Path | None = None)
             f"{host_name}: ssh_password is set; the health checks connect with OpenSSH in "
             "batch mode (keys only): use ssh_key"
         )
-    strict = str(data.get("ssh_strict_host_key_checking") or "accept-new")
+    # Strict when unset: never trust the first answer (the site model sets it; this is the floor).
+    strict = str(data.get("ssh_strict_host_key_checking") or "yes")
     if strict not in STRICT:
         problems.append(
             f"{host_name}: ssh_strict_host_key_checking = {strict!r} is invalid; expected one of " + ", ".join(STRICT)

@@ -532,6 +532,9 @@ def add_parsers(commands) -> None:
     from inference_host.teardown import add_teardown_parser
 
     add_teardown_parser(commands)
+    from inference_host.trust import add_trust_parser
+
+    add_trust_parser(commands)
 
 
 def _seconds(text: str) -> float:

@@ -10,7 +10,8 @@ started; without one the VM is not started: it has no operating system until you
 Changes to a running VM other than its name wait for its next start: the deploy says so.
 A changed guest_ssh_public_keys on a VM with a cloud-init drive is set with `qm set --sshkeys`
 and the drive regenerated with `qm cloudinit update`; the guest's cloud-init applies it at the
-VM's next boot (see plan_sshkeys).
+VM's next boot (see plan_sshkeys). The VM's own SSH host key is not read by the deploy: until it is
+pinned (`inference-host trust`), the deploy says so and does not connect to the VM.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_host_keys import needs_pin
 from roles.shared.guest_keys import keys_file, put_guest_keys, qm_sshkeys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
@@ -173,6 +175,7 @@ def kvm_guest(guest: HostSettings) -> None:
                     start_command(vmid),
                 ],
             )
+        _say_unpinned(guest)
         return
     plan = plan_update(guest, state["config"])
     if plan:
@@ -182,11 +185,24 @@ def kvm_guest(guest: HostSettings) -> None:
             commands=[argv("qm", "set", vmid, *plan.arguments())],
         )
     _converge_sshkeys(guest, state)
+    _say_unpinned(guest)
     pending = pve.pending_keys(state, plan, HOTPLUGGED)
     if pending:
         logger.warning(
             f"{host.name}: KVM guest {vmid} has changes pending until it restarts"
             f" ({', '.join(pending)}): `qm reboot {vmid}` (a stop and start) applies them"
+        )
+
+
+def _say_unpinned(guest: HostSettings) -> None:
+    """A VM's host key is not read by the deploy (docs/security.md#host-keys says why and what
+    would): until it is pinned, nothing connects to the VM, and this says how to pin it."""
+    if needs_pin(guest):
+        logger.warning(
+            f"{host.name}: KVM guest {guest.guest.vmid} ({guest.name}) has no SSH host key pinned, and the"
+            " deploy connects only to a pinned key: compare its fingerprint on the VM's console"
+            " (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then: inference-host trust INVENTORY"
+            f" {guest.name}"
         )
 
 

@@ -6,7 +6,9 @@ can continue inside it) and starts it; converges an existing guest by applying o
 the differences with one `pct set` (`--delete` for entries no longer wanted). A devN change on a
 running container stays pending until it restarts (PVE 8): the deploy says so. Root's keys
 in a running container are converged from the node too (`pct push`, roles/shared/guest_keys.py),
-so a changed key reaches a guest the deploy could otherwise no longer enter.
+so a changed key reaches a guest the deploy could otherwise no longer enter. The guest's own SSH
+host key is read on the node (`pct exec`) and pinned in the inventory's known_hosts file, when
+the deploy creates it or finds it running with none pinned (roles/shared/guest_host_keys.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
+from roles.shared.guest_host_keys import needs_pin, pin_lxc_key
 from roles.shared.guest_keys import (
     AUTHORIZED_KEYS,
     keys_file,
@@ -150,6 +153,7 @@ def lxc_guest(guest: HostSettings) -> None:
             commands=[create_command(guest, devices)],
         )
         server.shell(name=f"Start LXC guest {vmid}", commands=[argv("pct", "start", vmid)])
+        pin_lxc_key(guest, created=True)  # before the next pass connects to it (strictly)
         return
     _require_same_privilege(guest, state["config"])
     plan = plan_update(guest, state["config"], devices)
@@ -161,6 +165,8 @@ def lxc_guest(guest: HostSettings) -> None:
         )
     _report_pending(guest, state, plan)
     _converge_keys(guest, state)
+    if state["status"] == "running" and needs_pin(guest):  # made before keys were pinned, or by hand
+        pin_lxc_key(guest, created=False)
 
 
 def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[list[Shell], str | None]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
+from roles.site.host_keys import connection_defaults
 from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
 from roles.site.rules_services import MONITOR_SECRETS
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
@@ -245,12 +246,40 @@ def _pyinfra_inventory(path: Path, namespace: dict | None = None):
     cli_inventory._get_groups_from_filename = keep_groups
     try:
         if ctx_state.isset():  # inside pyinfra: reuse its state
-            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
-        with ctx_state.use(State()):
-            return make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+            inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
+        else:
+            with ctx_state.use(State()):
+                inventory = make_inventory_from_files(str(path), cwd=str(PROJECT_ROOT))
     finally:
         cli_inventory._get_groups_from_filename = original
         _VALIDATING.discard(key)
+    _pin_host_keys(inventory, path, namespace)
+    return inventory
+
+
+def _pin_host_keys(inventory, path: Path, namespace: dict | None) -> None:
+    """Every SSH host's data gets the inventory's known_hosts file and strict checking, unless
+    its data (host, group or group_data/) sets them (roles/site/host_keys.py says why). Set in
+    the Inventory built here and, when the running file handed over its globals, in its groups'
+    own entries too: pyinfra's CLI builds its Inventory from those same objects once the file
+    returns, so the deploy and the checks connect with exactly what the model saw."""
+    defaults = {host.name: connection_defaults(host.name, host.data.dict(), path) for host in inventory}
+    for host in inventory:
+        for setting, value in defaults[host.name].items():
+            setattr(host.data, setting, value)
+    from pyinfra_cli.inventory import _is_inventory_group
+
+    for name, value in (namespace or {}).items():
+        if not _is_inventory_group(name, value):  # a helper list (`_gpus`) is no group
+            continue
+        hosts = value[0] if isinstance(value, tuple) and len(value) == 2 else value
+        if not isinstance(hosts, list):
+            continue
+        for index, entry in enumerate(hosts):
+            if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], dict):
+                entry[1].update(defaults.get(str(entry[0]), {}))
+            elif isinstance(entry, str) and defaults.get(entry):
+                hosts[index] = (entry, dict(defaults[entry]))
 
 
 def load_site(inventory_file: str | os.PathLike, checks: RoleChecks | None = None) -> Site:

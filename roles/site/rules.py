@@ -27,6 +27,7 @@ from roles.site.rules_services import (
 )
 from roles.site.schema import HostSettings
 from roles.site.sections.serving import SpeculativeSettings
+from roles.site.sections.ssh import host_key_problem
 from roles.site.stack import EngineStack, Stack
 
 # Checks that need a role's knowledge, passed in from above the model (validation.py's
@@ -71,6 +72,9 @@ def check_site(
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         gpu = host.gpu
+        host_key = host_key_problem(host.ssh.strict_host_key_checking, host.ssh.host_key_checking_off_because)
+        if host_key and host.valid("ssh_strict_host_key_checking", "ssh_host_key_checking_off_because"):
+            problems.append(f"{here}: {host_key}")
         if not host.valid(
             "gpu_count",
             "guest_gpu_addresses",

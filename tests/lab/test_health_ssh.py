@@ -11,6 +11,7 @@ connect: proof that the settings are what lets it in.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,46 @@ def test_without_the_known_hosts_file_the_same_run_cannot_connect(ssh_host):
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert "Host key verification failed" in output or "No ED25519 host key is known" in output, output[-3000:]
+
+
+def _fingerprint(public_key: str) -> str:
+    """As ssh-keygen -l prints it (OpenSSH's own tool, not the project's code)."""
+    listed = subprocess.run(["ssh-keygen", "-lf", "-"], input=public_key, capture_output=True, text=True, check=True)
+    return listed.stdout.split()[1]
+
+
+def test_a_changed_host_key_stops_the_deploy_in_one_line_before_anything_runs(ssh_host):
+    """The guest's host key is swapped (regenerated, ssh restarted) as a new machine answering at
+    its address would present another: the next deploy names the host and both fingerprints in
+    one line, and no command runs on it (its marker is never written)."""
+    name, inventory = ssh_host["name"], _inventory(ssh_host, known_hosts=True)
+    pinned = _fingerprint(ssh_host["known"].read_text().split(None, 1)[1])
+    swap = (
+        "mkdir -p /root/keep && cp -p /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub /root/keep/"
+        " && rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub"
+        " && ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key && systemctl restart ssh"
+        " && rm -f /root/ih-deploy-ran"
+    )
+    _docker("exec", name, "sh", "-c", swap)
+    try:
+        presented = _fingerprint(_docker("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout)
+        assert presented != pinned
+        run = subprocess.run(
+            [str(Path(sys.executable).parent / "pyinfra"), "-y", str(inventory), "tests/lab/ssh/marker_deploy.py"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        output = run.stdout + run.stderr
+        ran = _docker("exec", name, "test", "-e", "/root/ih-deploy-ran", check=False).returncode == 0
+        assert run.returncode != 0 and not ran, output[-3000:]
+        lines = [line for line in output.splitlines() if pinned in line and presented in line]
+        assert len(lines) == 1 and ssh_host["address"] in lines[0], output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+    finally:
+        restore = (
+            "cp -p /root/keep/ssh_host_ed25519_key /root/keep/ssh_host_ed25519_key.pub /etc/ssh/"
+            " && systemctl restart ssh"
+        )
+        _docker("exec", name, "sh", "-c", restore)

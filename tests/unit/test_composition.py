@@ -17,6 +17,7 @@ DEPLOY_IMPORTS = {
     ("roles.composition", "Scope"),
     ("roles.composition", "steps_for"),
     ("roles.proxmox_host", "guest_wait_reason"),  # a fact read while planning: the scope's `waiting`
+    ("roles.shared.host_key_check", "refuse_changed"),  # a changed host key stops the deploy first
     ("roles.site", "current_host"),
     ("roles.site", "current_site"),
 }

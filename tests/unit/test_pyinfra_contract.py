@@ -16,6 +16,11 @@ deploy. docs/layout.md says what each patch does and why.
 - roles/shared/call_stack.py (installed by config.py): replaces `stack` and `getframeinfo` in
   pyinfra.api.util, which get_operation_order_from_stack reads to order operations. Proved by
   ordering the same call both ways (a deploy file's frame among them).
+- roles/shared/host_key_check.py (installed by config.py): wraps the connect of pyinfra's SSH
+  client (pyinfra.connectors.sshuserclient.client.SSHClient.connect), whose paramiko
+  BadHostKeyException carries both keys, keyword `_pyinfra_ssh_known_hosts_file` included.
+  Proved in tests/unit/test_host_keys.py (a changed key through the wrapper) and in the lab
+  (tests/lab/test_health_ssh.py, a real swapped key).
 - lab/profile.py: wraps every connector's run_shell_command and put_file, replaces run_ops in
   pyinfra.api.operations and pyinfra_cli.cli, and tells a fact's command from an operation's by
   the frames of pyinfra/api/facts.py (`cls`) and pyinfra/api/operation(s).py. Proved by profiling
@@ -52,14 +57,24 @@ CALLABLES = {
     "pyinfra.api.operations:run_ops": ["state", "serial", "no_wait"],
     "pyinfra.api.util:get_operation_order_from_stack": ["state"],
     "pyinfra_cli.cli:run_ops": ["state", "serial", "no_wait"],
+    "pyinfra.connectors.sshuserclient.client:SSHClient.connect": [
+        "self",
+        "hostname",
+        "_pyinfra_ssh_forward_agent",
+        "_pyinfra_ssh_config_file",
+        "_pyinfra_ssh_known_hosts_file",
+        "_pyinfra_ssh_strict_host_key_checking",
+        "_pyinfra_ssh_paramiko_connect_kwargs",
+        "kwargs",
+    ],
 }
 VALUES = {
     "pyinfra.api.facts:_MISSING_COMMAND_MARKER": str,
     "pyinfra.api.arguments:CONNECTOR_ARGUMENT_KEYS": (list, tuple, set, frozenset),
 }
 USERS = (
-    "roles/shared/fact_batch.py, roles/shared/call_stack.py, roles/site/loading.py or lab/profile.py;"
-    " see docs/layout.md"
+    "roles/shared/fact_batch.py, roles/shared/call_stack.py, roles/shared/host_key_check.py,"
+    " roles/site/loading.py or lab/profile.py; see docs/layout.md"
 )
 
 

@@ -16,6 +16,7 @@ from roles.site.fields import (
     Section,
     check,
     is_ip,
+    one_of,
     tcp_port,
 )
 
@@ -65,8 +66,9 @@ _RULE_TEXT[id(HOSTNAME_OR_IP)] = "a DNS name or an IP address"
 class SshSettings(Section):
     """How pyinfra reaches the host over SSH: pyinfra's own connector data keys
     (pyinfra/connectors/ssh.py, 3.x), typed here so that a mistake stops before connecting.
-    pyinfra's other ssh_* keys (ssh_password, ssh_known_hosts_file, ...) pass to it unchecked.
-    Unset: pyinfra's defaults (the inventory name, port 22, the local user, ~/.ssh/config)."""
+    pyinfra's other ssh_* keys (ssh_password, ...) pass to it unchecked. Unset: pyinfra's
+    defaults (the inventory name, port 22, the local user, ~/.ssh/config), except host keys:
+    checked strictly against the inventory's own known_hosts file (roles/site/host_keys.py)."""
 
     PREFIX: ClassVar[str] = "ssh_"
 
@@ -96,4 +98,39 @@ class SshSettings(Section):
             "A private key file on the machine that runs pyinfra (~ expanded; a relative"
             " path from the current folder or the project root, where pyinfra looks)."
         ),
+    )
+    known_hosts_file: Annotated[str, check(lambda v: bool(v.strip()), "a file path")] | None = Field(
+        None,
+        description=(
+            "The known_hosts file the host's SSH key is pinned in. Unset: `<inventory>.known_hosts`"
+            " beside the inventory (inventory/prod.known_hosts), which the deploy fills for the guests it"
+            " creates and `inference-host trust HOST` for the others (docs/security.md#host-keys)."
+        ),
+    )
+    strict_host_key_checking: Annotated[str, one_of("yes", "no", "off", "accept-new", "ask")] | None = Field(
+        None,
+        description=(
+            "pyinfra's host key policy. Unset: 'yes' (only a pinned key is accepted). Anything else"
+            " trusts an unknown key (the first answer to the address) and needs"
+            " ssh_host_key_checking_off_because."
+        ),
+    )
+    host_key_checking_off_because: Annotated[str, check(lambda v: bool(v.strip()), "a reason in words")] | None = Field(
+        None,
+        description=(
+            "Why this host may be reached without strict host key checking (required with"
+            " ssh_strict_host_key_checking other than 'yes'; e.g. a throwaway test host)."
+        ),
+    )
+
+
+def host_key_problem(strict: str | None, because: str | None) -> str | None:
+    """Strict checking off without a written reason, as the part of a message after the host."""
+    if strict in (None, "yes") or because:
+        return None
+    return (
+        f"ssh_strict_host_key_checking = {strict!r} accepts a key that is not pinned"
+        " (whatever answers first at the host's address);"
+        " expected it unset (strict, against the inventory's known_hosts) or"
+        " ssh_host_key_checking_off_because = '<why>' beside it"
     )
