@@ -296,16 +296,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(verdict_table(_CONFIG_RESULTS))
     path = config.getoption("--report-json")
     if path:
-        write_report(Path(path), _CONFIG_RESULTS, config)
+        write_report(Path(path), _CONFIG_RESULTS, config, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         terminalreporter.write_line(f"JSON report: {path}")
 
 
-def write_report(path: Path, results: list[dict], config) -> None:
+def write_report(path: Path, results: list[dict], config, interrupted: bool = False) -> None:
+    """The JSON report. An interrupted run (Ctrl-C, SIGTERM) keeps the checks that ran, and is
+    never "healthy": the checks it did not reach said nothing."""
     hosts = {key: {k: v for k, v in vars(e).items()} for key, e in _EXPECTATIONS.items()}
+    failed = any(r["verdict"] == "FAIL" for r in results)
     payload = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(config._ih_started)),
         "seconds": round(time.time() - config._ih_started, 1),
-        "verdict": "unhealthy" if any(r["verdict"] == "FAIL" for r in results) else "healthy",
+        "verdict": "interrupted" if interrupted else "unhealthy" if failed else "healthy",
+        "interrupted": interrupted,
         "expectations": hosts,
         "checks": results,
     }

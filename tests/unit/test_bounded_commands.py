@@ -199,6 +199,7 @@ def test_a_gpu_program_stuck_past_its_kill_is_an_overrun(programs, monkeypatch, 
     monkeypatch.setattr(probes, "PROGRAM_BOUND_MARGIN_S", 1)
     monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
     monkeypatch.setattr(bounded, "LOCAL_GRACE_S", 1)
+    monkeypatch.setattr(bounded, "GONE_WAIT_S", 1)
     started = time.monotonic()
     with pytest.raises(CommandOverrun) as overrun:
         gpu.run_program(str(folder / "stuck-python"), "cuda_check.py", timeout_s=1)
