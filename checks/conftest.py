@@ -217,6 +217,34 @@ def pytest_runtest_makereport(item, call):
     report.ih_gpu = params.params.get("gpu_index") if params else None
 
 
+_RUNNING: list = []  # the check running now (an interruption leaves it without a report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING[:] = [item]
+    yield
+
+
+def _interrupted_row() -> dict | None:
+    """The check an interruption stopped: in the report as not judged, not left out."""
+    if not _RUNNING or any(r["nodeid"] == _RUNNING[0].nodeid for r in _CONFIG_RESULTS):
+        return None  # stopped between two checks
+    item = _RUNNING[0]
+    params = getattr(item, "callspec", None)
+    return {
+        "suite": _suite_of(item),
+        "check": item.originalname.removeprefix("test_").replace("_", " "),
+        "gpu": params.params.get("gpu_index") if params else None,
+        "host": "",
+        "verdict": "SKIP",
+        "detail": "not judged: the run was interrupted (Ctrl-C or SIGTERM) while this check ran",
+        "nodeid": item.nodeid,
+        "seconds": 0,
+        "evidence": [],
+    }
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         verdict = "PASS" if report.passed else "SKIP" if report.skipped else "FAIL"
@@ -244,7 +272,7 @@ def _evidence(report) -> list[dict]:
     return [{"name": name, "value": value, "labels": labels} for name, value, labels in found]
 
 
-def verdict_table(results: list[dict], width: int = 110) -> str:
+def verdict_table(results: list[dict], width: int = 110, interrupted: bool = False) -> str:
     """The one-screen summary: one line per check, worst first within each suite."""
     order = {"FAIL": 0, "SKIP": 1, "PASS": 2}
     lines = []
@@ -268,7 +296,8 @@ def verdict_table(results: list[dict], width: int = 110) -> str:
             else:
                 lines.append(line if len(line) <= width else line[: width - 1] + "…")
     failed = sum(r["verdict"] == "FAIL" for r in results)
-    lines.append(f"VERDICT: {'UNHEALTHY' if failed else 'HEALTHY'} ({failed} failed of {len(results)} checks)")
+    verdict = "INTERRUPTED" if interrupted else "UNHEALTHY" if failed else "HEALTHY"
+    lines.append(f"VERDICT: {verdict} ({failed} failed of {len(results)} checks)")
     return "\n".join(lines)
 
 
@@ -290,13 +319,17 @@ def _collapse_repeated_skips(rows: list[dict]) -> list[dict]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    stopped = _interrupted_row() if interrupted else None
+    if stopped:
+        _CONFIG_RESULTS.append(stopped)
     if not _CONFIG_RESULTS:
         return
     terminalreporter.write_sep("=", "inference-host health verdict")
-    terminalreporter.write_line(verdict_table(_CONFIG_RESULTS))
+    terminalreporter.write_line(verdict_table(_CONFIG_RESULTS, interrupted=interrupted))
     path = config.getoption("--report-json")
     if path:
-        write_report(Path(path), _CONFIG_RESULTS, config, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        write_report(Path(path), _CONFIG_RESULTS, config, interrupted=interrupted)
         terminalreporter.write_line(f"JSON report: {path}")
 
 

@@ -638,3 +638,116 @@ def test_a_library_backend_that_never_connects_is_given_up_at_the_connection_bou
     assert float(lines[0]) < 4
     assert "expected to reach paramiko://127.0.0.1 within 1 s (connection)" in lines[1]
     assert "no session after 1 s" in lines[1]
+
+
+# -- programs that ignore TERM: nothing of them is left, whatever ends the run -------------------
+
+# A stand-in for a driver call stuck in the kernel: it ignores TERM, and so does its child. Its
+# command line carries the test's own folder, so a scan of /proc finds only this test's processes.
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    time.sleep(1000)  # the child inherits SIG_IGN
+print("started", flush=True)
+time.sleep(1000)
+"""
+
+
+def stubborn(programs, tmp_path, name: str) -> str:
+    """`name` on PATH as the stubborn program; returns the marker its processes' command lines carry."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    programs(name, f'exec {sys.executable} {script} "$@"')
+    return str(script)
+
+
+def left_with(marker: str) -> list[str]:
+    """This machine's live processes (not zombies) whose command line holds marker."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in line and state != "Z" and proc.name != str(os.getpid()):
+            found.append(f"{proc.name} {state} {line.strip()}")
+    return found
+
+
+def end_left(marker: str) -> None:
+    """Ends, by id, what a failing test left behind (so one failure does not leak into the next)."""
+    for entry in left_with(marker):
+        try:
+            os.kill(int(entry.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for(marker: str, seconds: float = 90) -> None:
+    until = time.monotonic() + seconds
+    while not left_with(marker) and time.monotonic() < until:
+        time.sleep(0.1)
+    assert left_with(marker), f"the stand-in never started ({marker})"
+
+
+def test_a_program_that_ignores_term_is_killed_with_its_child_and_nothing_is_left(programs, tmp_path, monkeypatch):
+    """`timeout -k 5 N sh -c CMD` killed the sh and exited 124 at once; the KILL never came and
+    the program (and its child) stayed, reparented to PID 1. Now TERM, then KILL go to the whole
+    group, and the line says "killed" only once none of it is left."""
+    marker = stubborn(programs, tmp_path, "nvidia-smi")
+    short(monkeypatch, "nvidia-smi", 1)
+    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
+    gpu = probes.GpuProbe(fresh_host())
+    started = time.monotonic()
+    try:
+        with pytest.raises(CommandOverrun) as overrun:
+            gpu.gpu_query  # noqa: B018 - the property runs the command
+        took = time.monotonic() - started
+        left = left_with(marker)
+    finally:
+        end_left(marker)
+    assert left == [], left
+    line = str(overrun.value)
+    assert (
+        "found no answer after" in line and "killed (TERM, then KILL to its process group: none of it is left)" in line
+    )
+    assert took < 1 + 2 * 1 + bounded.GONE_WAIT_S + 2, took
+    assert "IH-" not in line
+
+
+def test_a_command_that_leaves_nothing_behind_keeps_its_own_output():
+    """The shell around each command adds its marks to stderr; they are taken out of the result."""
+    answer = bounded.run(fresh_host(), "echo out; echo err >&2; exit 3")
+    assert (answer.rc, answer.stdout, answer.stderr) == (3, "out\n", "err\n")
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_kills_what_it_started_and_writes_its_report(programs, tmp_path, signal_number):
+    """Ctrl-C (SIGINT) or systemd's SIGTERM during a hung nvidia-smi: the run ends at once with
+    130, kills the program and its child on the host, and writes the report of what had run,
+    marked interrupted (before: a traceback or nothing, and the program left running)."""
+    marker = stubborn(programs, tmp_path, "nvidia-smi")
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "gpu", "--no-bandwidth-probes"]
+    argv += ["--report", str(report), "--expect", "gpu_count=1"]
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        process.send_signal(signal_number)
+        stdout, stderr = process.communicate(timeout=60)
+        left = left_with(marker)
+    finally:
+        process.kill()
+        end_left(marker)
+    assert left == [], left
+    assert process.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "interrupted on local://" in stderr
+    payload = json.loads(report.read_text())
+    assert payload["interrupted"] is True and payload["verdict"] == "interrupted"
+    stopped = [c for c in payload["checks"] if c["check"] == "nvidia smi present"]
+    assert stopped and stopped[0]["detail"].startswith("not judged: the run was interrupted"), payload["checks"]
+    assert "VERDICT: INTERRUPTED" in stdout
