@@ -174,6 +174,15 @@ KINDS = {
             family="connection",
         ),
         Kind(
+            "kernel log",
+            60,
+            "`dmesg` did not end; it only copies the kernel's own log buffer, so a hang points at the "
+            "kernel itself (a driver stuck in a kernel call, often the GPU's after an Xid), not at load",
+            "read the log another way: `journalctl -k -b` on the host, or the node's console (IPMI/BMC "
+            "serial over LAN); if nvidia-smi hangs too, the driver: " + NEXT_STEP_DRIVER,
+            family="kernel log",
+        ),
+        Kind(
             "command",
             60,
             "the host did not finish a plain command (an overloaded host, a hung filesystem)",
@@ -184,7 +193,13 @@ KINDS = {
 
 # Which kind a command is, from the program it starts with (for commands not labelled by their
 # caller, e.g. testinfra's own modules).
-PROGRAMS = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi", "systemctl": "systemctl", "journalctl": "journalctl"}
+PROGRAMS = {
+    "nvidia-smi": "nvidia-smi",
+    "dcgmi": "dcgmi",
+    "systemctl": "systemctl",
+    "journalctl": "journalctl",
+    "dmesg": "kernel log",
+}
 WRAPPERS = {"env", "exec", "nice", "ionice", "sudo"}
 # testinfra's backends that start a local process per command (backend.run_local: bounded there);
 # the others (paramiko, winrm, salt, ansible) talk from a library in this process, and are waited

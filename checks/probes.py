@@ -37,6 +37,7 @@ class Evidence:
 
     text: str | None
     missing: str | None = None  # why there is no text: tool absent, permission, ...
+    lost: str | None = None  # nvidia-smi's words that a GPU is lost (parse.parse_gpu_lost)
 
     def require(self, what: str) -> str:
         if self.text is None:
@@ -65,11 +66,11 @@ class GpuProbe:
         if not self.smi_path:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
         result = bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=args), what="nvidia-smi")
+        said = (result.stdout + result.stderr).strip()
+        lost = parse.parse_gpu_lost(result.rc, said)
         if result.rc != 0:
-            return Evidence(
-                None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
-            )
-        return Evidence(result.stdout)
+            return Evidence(None, f"`nvidia-smi {args}` failed (rc {result.rc}): {said[:300]}", lost)
+        return Evidence(result.stdout, lost=lost)
 
     @cached_property
     def smi_plain(self):
@@ -169,7 +170,7 @@ class GpuProbe:
         """The kernel log since boot: dmesg, else journalctl -k -b (where systemd keeps it)."""
         tried = []
         if _tool_exists(self.host, "dmesg"):
-            result = self.host.run("dmesg")
+            result = bounded.run(self.host, "dmesg", what="kernel log")
             if result.rc == 0 and result.stdout.strip():
                 return Evidence(result.stdout)
             tried.append(f"dmesg failed: {result.stderr.strip()[:200] or 'empty output'}")

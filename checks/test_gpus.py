@@ -19,6 +19,13 @@ from roles.shared.shell import sh
 pytestmark = pytest.mark.gpu
 
 DRIVER_DOCS = "re-run the deploy (roles/nvidia_driver installs the pinned driver from inventory/stack.yml)"
+# A lost GPU (nvidia-smi exit 15, "GPU is lost. Reboot the system to recover this GPU"; Xid 79,
+# whose catalog row says RESTART_BM) comes back only with the node: no deploy reaches it.
+REBOOT_NODE = (
+    "reboot the node that owns the GPU (for a guest: the Proxmox node, not only the guest), then run "
+    "the checks again; if it falls off again, check its slot, riser and power, then the catalog's "
+    "next step for Xid 79: contact support (`dmesg | grep -i -e xid -e 'fallen off'` on the node)"
+)
 
 
 def _gpu(gpu, gpu_index: int, expect) -> parse.GpuInfo:
@@ -37,6 +44,9 @@ def test_nvidia_smi_present(gpu, request):
     )
     plain = gpu.smi_plain
     output = (plain.stdout + plain.stderr).strip()
+    lost = parse.parse_gpu_lost(plain.rc, output)
+    if lost:
+        pytest.fail(explain("nvidia-smi to reach every GPU", f"rc {plain.rc}: {lost}", REBOOT_NODE))
     if parse.parse_nvml_mismatch(output) is not None:
         pytest.fail(
             explain(
@@ -53,6 +63,10 @@ def test_nvidia_smi_present(gpu, request):
 
 
 def test_gpu_count(gpu, expect, request):
+    lost = gpu.gpu_query.lost
+    if lost:  # not a skip for want of evidence: nvidia-smi said a GPU is gone
+        evidence(request, "gpus_visible", 0 if gpu.gpu_query.text is None else len(gpu.gpus))
+        pytest.fail(explain(f"{expect.gpu_count} GPUs ({expect.source})", f"a GPU lost: {lost}", REBOOT_NODE))
     found = gpu.gpus
     evidence(request, "gpus_visible", len(found))
     assert len(found) == expect.gpu_count, explain(

@@ -786,3 +786,37 @@ def test_an_engine_that_accepts_and_never_answers_gets_a_verdict_within_45_s(tmp
         detail = checks[name]["detail"]
         assert checks[name]["verdict"] == "FAIL" and checks[name]["seconds"] < 2, checks[name]
         assert f"found it not asked: http://{marker} did not answer /health within" in detail, detail
+
+
+def test_a_lost_gpu_fails_the_gpu_count_and_says_reboot_the_node(programs, tmp_path):
+    """nvidia-smi's exit 15 with its own words "GPU is lost. Reboot the system to recover this
+    GPU" was told to re-run the deploy, and the GPU count was skipped for want of evidence."""
+    said = (
+        "Unable to determine the device handle for GPU0000:01:00.0: GPU is lost.  Reboot the system to recover this GPU"
+    )
+    programs("nvidia-smi", f"echo '{said}'; exit 15")
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "gpu", "--no-bandwidth-probes"]
+    done = subprocess.run(
+        argv + ["--report", str(report), "--expect", "gpu_count=8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    checks = {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+    for name in ("gpu count", "nvidia smi present"):
+        assert checks[name]["verdict"] == "FAIL", checks[name]
+        assert "GPU is lost" in checks[name]["detail"] and "reboot the node that owns the GPU" in checks[name]["detail"]
+        assert "re-run the deploy" not in checks[name]["detail"]
+    assert "found a GPU lost: Unable to determine the device handle" in checks["gpu count"]["detail"]
+
+
+def test_a_hung_dmesg_is_not_blamed_on_load(programs, monkeypatch):
+    programs("dmesg", "exec sleep 1000")
+    short(monkeypatch, "kernel log", 1)
+    with pytest.raises(CommandOverrun) as overrun:
+        probes.GpuProbe(fresh_host()).kernel_log  # noqa: B018 - the property runs the command
+    line = str(overrun.value)
+    assert "(kernel log)" in line and "overloaded" not in line and "journalctl -k -b" in line
