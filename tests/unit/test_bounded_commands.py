@@ -4,8 +4,10 @@ named failure within its bound; the checks' verdict still comes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import re
@@ -820,3 +822,77 @@ def test_a_hung_dmesg_is_not_blamed_on_load(programs, monkeypatch):
         probes.GpuProbe(fresh_host()).kernel_log  # noqa: B018 - the property runs the command
     line = str(overrun.value)
     assert "(kernel log)" in line and "overloaded" not in line and "journalctl -k -b" in line
+
+
+def test_a_hung_dcgmi_that_ignores_term_follows_the_deadline_and_leaves_nothing(programs, tmp_path, monkeypatch):
+    """A hung dcgmi held `check --dcgm-level 2` for the level's 1200 s whatever --deadline-s
+    said; now its bound is --dcgm-timeout, never more than --deadline-s, the TERM-ignoring
+    program and its child are gone after it, and the engine is started again."""
+    fake_systemctl(programs, tmp_path / "state")
+    marker = stubborn(programs, tmp_path, "dcgmi")
+    monkeypatch.setattr(bounded, "KILL_AFTER_S", 1)
+    assert checks_main.dcgm_bound(2, None, None) == 1200  # no --deadline-s given: the level's own
+    assert checks_main.dcgm_bound(2, 600, 900) == 600
+    bound_s = checks_main.dcgm_bound(2, 600, 2)
+    assert bound_s == 2
+    started = time.monotonic()
+    try:
+        run = checks_main.dcgm_diag(fresh_host(), 2, "inference-engine", bound_s)
+        took = time.monotonic() - started
+        left = left_with(marker)
+    finally:
+        end_left(marker)
+    assert left == [], left
+    assert "`dcgmi diag -r 2 -j` to finish within 2 s (dcgmi)" in run.problem and "none of it is left" in run.problem
+    assert took < 2 + 2 + bounded.GONE_WAIT_S + 5, took
+    assert run.restart_problem is None and (tmp_path / "state").read_text().strip() == "active"
+
+
+def test_dcgm_says_it_is_still_running_at_a_terminal_only(programs, tmp_path, monkeypatch, capsys):
+    fake_systemctl(programs, tmp_path / "state")
+    programs("dcgmi", "sleep 1.6; cat " + json.dumps(str(ROOT / "tests/unit/data/gpu/dcgm/diag-r1-pass.json")))
+    monkeypatch.setattr(bounded, "PROGRESS_EVERY_S", 0.5)
+    run = checks_main.dcgm_diag(fresh_host(), 2, "inference-engine", 30, progress=True)
+    assert run.tests and run.problem is None
+    lines = [line for line in capsys.readouterr().out.splitlines() if "still running" in line]
+    assert len(lines) >= 2 and all(re.match(r"dcgmi diag -r 2: still running after \d+ s \(bound 30 s\)$", x) for x in lines)
+    with contextlib.redirect_stdout(io.StringIO()):  # as `inference-host check --json` runs it
+        assert not checks_main.progress_wanted()
+
+
+DCGM_INTERRUPTED = """
+import sys
+from checks import __main__ as checks_main
+sys.exit(checks_main.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_dcgm_is_a_line_not_a_traceback_and_the_engine_comes_back(programs, tmp_path):
+    """Ctrl-C while a hung dcgmi ran printed a traceback and no verdict, and left the
+    `timeout ... dcgmi` chain running; now: an INTERRUPTED line, the engine started again,
+    exit 130, nothing of dcgmi left."""
+    fake_systemctl(programs, tmp_path / "state")
+    marker = stubborn(programs, tmp_path, "dcgmi")
+    argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--dcgm-level", "2", "--suites", "gpu"]
+    process = subprocess.Popen(
+        argv + ["--report", str(tmp_path / "r.json")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+        left = left_with(marker)
+    finally:
+        process.kill()
+        end_left(marker)
+    assert left == [], left
+    assert process.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "dcgmi diag -r 2: INTERRUPTED (interrupted: `dcgmi diag` was killed on the host" in stdout
+    assert "engine restart after dcgmi diag -r 2: PASS" in stdout
+    assert (tmp_path / "state").read_text().strip() == "active"
