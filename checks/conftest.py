@@ -248,6 +248,8 @@ def _interrupted_row() -> dict | None:
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         verdict = "PASS" if report.passed else "SKIP" if report.skipped else "FAIL"
+        if verdict == "PASS" and any(name == "warn" for name, _ in report.user_properties):
+            verdict = "WARN"  # probes.warn: passed, with a finding a person should read
         _CONFIG_RESULTS.append(
             {
                 "suite": getattr(report, "ih_suite", "other"),
@@ -274,30 +276,34 @@ def _evidence(report) -> list[dict]:
 
 def verdict_table(results: list[dict], width: int = 110, interrupted: bool = False) -> str:
     """The one-screen summary: one line per check, worst first within each suite."""
-    order = {"FAIL": 0, "SKIP": 1, "PASS": 2}
+    order = {"FAIL": 0, "WARN": 1, "SKIP": 2, "PASS": 3}
     lines = []
     for suite in SUITES + ("other",):
         rows = [r for r in results if r["suite"] == suite]
         if not rows:
             continue
         counts = {v: sum(r["verdict"] == v for r in rows) for v in order}
-        status = "FAIL" if counts["FAIL"] else "PASS" if counts["PASS"] else "SKIP"
+        status = "FAIL" if counts["FAIL"] else "WARN" if counts["WARN"] else "PASS" if counts["PASS"] else "SKIP"
         lines.append(
-            f"{suite.upper():13} {status}   ({counts['PASS']} passed, {counts['FAIL']} failed,"
-            f" {counts['SKIP']} skipped)"
+            f"{suite.upper():13} {status}   ({counts['PASS'] + counts['WARN']} passed, {counts['FAIL']} failed,"
+            f" {counts['SKIP']} skipped" + (f", {counts['WARN']} with a warning)" if counts["WARN"] else ")")
         )
         rows = _collapse_repeated_skips(sorted(rows, key=lambda r: order[r["verdict"]]))
         for row in rows:
             check = row["check"] + (f" [GPU{row['gpu']}]" if row["gpu"] is not None else "")
             detail = " ".join(row["detail"].split())
             line = f"  {row['verdict']:4}  {check:38.38}  {detail}"
-            if row["verdict"] == "FAIL":  # a failure is read in full: it says what to do
+            if row["verdict"] in ("FAIL", "WARN"):  # read in full: it says what to do
                 lines.extend(textwrap.wrap(line, width, subsequent_indent=" " * 48))
             else:
                 lines.append(line if len(line) <= width else line[: width - 1] + "…")
     failed = sum(r["verdict"] == "FAIL" for r in results)
     verdict = "INTERRUPTED" if interrupted else "UNHEALTHY" if failed else "HEALTHY"
-    lines.append(f"VERDICT: {verdict} ({failed} failed of {len(results)} checks)")
+    warned = sum(r["verdict"] == "WARN" for r in results)
+    lines.append(
+        f"VERDICT: {verdict} ({failed} failed of {len(results)} checks"
+        + (f", {warned} with a warning)" if warned else ")")
+    )
     return "\n".join(lines)
 
 

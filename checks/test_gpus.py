@@ -13,7 +13,7 @@ import pytest
 from checks import bounded, gpu_processes
 from checks import gpu_parsers as parse
 from checks.bounded import DCGM_DIAG_BOUND_S
-from checks.probes import cuda_visibility_advice, evidence, explain, report
+from checks.probes import SLOW_DRIVER_CALL_S, cuda_visibility_advice, evidence, explain, report, warn
 from roles.shared import xid_catalog
 from roles.shared.shell import sh
 
@@ -654,4 +654,25 @@ def test_dcgm_diagnostics(gpu, expect, request):
         request,
         f"dcgmi diag -r 1{f' (DCGM {version})' if version else ''}: {len(tests)} tests, "
         + ", ".join(f"{t.name} {t.result}" for t in tests),
+    )
+
+
+def test_driver_answers_promptly(gpu, request):
+    """Last of the suite: every nvidia-smi call it made, timed. A driver that answers each call
+    slowly passes every other check (25 s a call: the suite took 207 s and said nothing)."""
+    if not gpu.smi_calls:
+        pytest.skip("no nvidia-smi call ran (see the check 'nvidia-smi present')")
+    slow = [(args, seconds) for args, seconds in gpu.smi_calls if seconds > SLOW_DRIVER_CALL_S]
+    slowest = max(seconds for _, seconds in gpu.smi_calls)
+    evidence(request, "nvidia_smi_slowest_call_seconds", round(slowest, 2))
+    if not slow:
+        report(request, f"slowest of {len(gpu.smi_calls)} nvidia-smi calls: {slowest:.1f} s")
+        return
+    args, seconds = max(slow, key=lambda call: call[1])
+    warn(
+        request,
+        f"expected each nvidia-smi call within {SLOW_DRIVER_CALL_S:g} s; found {len(slow)} of "
+        f"{len(gpu.smi_calls)} slower, the slowest `nvidia-smi {args}` {seconds:.1f} s; what to do: the "
+        "driver is slow to answer: enable persistence mode (`nvidia-smi -pm 1`, nvidia-persistenced), "
+        "read the kernel log for Xid 119/120 (GSP timeouts), and watch it: past 30 s a call is a hang",
     )

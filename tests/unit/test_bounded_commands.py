@@ -900,3 +900,24 @@ def test_ctrl_c_during_dcgm_is_a_line_not_a_traceback_and_the_engine_comes_back(
     assert "dcgmi diag -r 2: INTERRUPTED (interrupted: `dcgmi diag` was killed on the host" in stdout
     assert "engine restart after dcgmi diag -r 2: PASS" in stdout
     assert (tmp_path / "state").read_text().strip() == "active"
+
+
+def test_a_driver_slow_to_answer_is_a_warn_line_naming_it(programs, monkeypatch):
+    """A driver answering each call in 25 s passed every GPU check after 207 s and nothing said
+    so; each nvidia-smi call is timed, and one over SLOW_DRIVER_CALL_S is a WARN line."""
+    from checks import test_gpus
+    from checks.conftest import verdict_table
+
+    programs("nvidia-smi", "sleep 0.6; echo 'NVIDIA-SMI 580.159.04'")
+    monkeypatch.setattr(test_gpus, "SLOW_DRIVER_CALL_S", 0.5)
+    gpu = probes.GpuProbe(fresh_host())
+    gpu.smi_plain  # noqa: B018 - the property runs the command
+    request = SimpleNamespace(node=SimpleNamespace(user_properties=[]))
+    test_gpus.test_driver_answers_promptly(gpu, request)
+    warned = [text for name, text in request.node.user_properties if name == "warn"]
+    assert len(warned) == 1 and "the slowest `nvidia-smi (no arguments)`" in warned[0], warned
+    assert "within 0.5 s; found 1 of 1 slower" in warned[0]
+    row = {"suite": "gpu", "check": "driver answers promptly", "gpu": None, "verdict": "WARN", "detail": warned[0]}
+    table = verdict_table([row])
+    assert "GPU           WARN" in table and "  WARN  driver answers promptly" in table
+    assert table.splitlines()[-1] == "VERDICT: HEALTHY (0 failed of 1 checks, 1 with a warning)"
