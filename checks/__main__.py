@@ -175,7 +175,7 @@ def _validate_expectations(args, targets) -> None:
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 
-def _interrupt_on_sigterm() -> None:
+def interrupt_on_sigterm() -> None:
     """SIGTERM (systemd stopping the checks' unit, `kill`) ends the run as Ctrl-C does: the
     command running on the host is killed and the report of what ran is written. Python's
     default for SIGTERM ends the process at once, leaving both undone."""
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
         for problem in error.problems:
             print(f"  - {problem}", file=sys.stderr)
         return 2
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     worst = 0
     for name, url, pytest_argv in runs:
         try:

@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from checks.__main__ import INTERRUPTED, SUITES, _interrupt_on_sigterm
+from checks.__main__ import INTERRUPTED, SUITES, interrupt_on_sigterm
 from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.site_cache import site_of
 from roles.shared.shell import sh
@@ -764,7 +764,7 @@ def main(argv=None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 2
     folder.mkdir(parents=True, exist_ok=True)
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     try:
         lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command running then was killed on its host

@@ -361,6 +361,7 @@ class Runner:
             self._reach(command)
         bound = self._left(bound)
         self._local_limit = bound + host_grace_s() + LOCAL_GRACE_S
+        self.left_behind = None
         started = time.monotonic()
         try:
             result = self._call(wrapped(command, bound))

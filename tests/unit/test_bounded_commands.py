@@ -921,3 +921,35 @@ def test_a_driver_slow_to_answer_is_a_warn_line_naming_it(programs, monkeypatch)
     table = verdict_table([row])
     assert "GPU           WARN" in table and "  WARN  driver answers promptly" in table
     assert table.splitlines()[-1] == "VERDICT: HEALTHY (0 failed of 1 checks, 1 with a warning)"
+
+
+SSH_INTERRUPTED = """
+import sys
+from checks import bounded
+from tests.unit.test_bounded_commands import ssh_host
+host = ssh_host("ssh://root@gpu-node")
+print("running", flush=True)
+bounded.run(host, "nvidia-smi -q", what="nvidia-smi")
+"""
+
+
+def test_an_interrupted_run_ends_the_command_on_a_host_behind_ssh(programs, tmp_path):
+    """Behind a transport, killing the local ssh leaves the host's command running (sshd sends
+    no signal to a command without a terminal): the command's group is ended there by a second,
+    short command. Here `ssh` is a stand-in that runs its command on this machine, so the
+    host's processes are this machine's and can be looked for."""
+    programs("ssh", 'for word; do last="$word"; done; exec sh -c "$last"')
+    marker = stubborn(programs, tmp_path, "nvidia-smi")
+    process = subprocess.Popen(
+        [sys.executable, "-c", SSH_INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+        left = left_with(marker)
+    finally:
+        process.kill()
+        end_left(marker)
+    assert left == [], left
