@@ -361,7 +361,8 @@ def dcgm_lines(args, host, expect, source: str, restart_source: str = TARGET) ->
         ]
     from checks.__main__ import dcgm_bound, progress_wanted
 
-    run = dcgm_diag(host, 2, expect.unit_name, dcgm_bound(2, args.dcgm_timeout, None), progress=progress_wanted())
+    bound_s = dcgm_bound(2, getattr(args, "dcgm_timeout", None), None)
+    run = dcgm_diag(host, 2, expect.unit_name, bound_s, progress=progress_wanted())
     if run.interrupted:  # the engine is started again; the interruption goes on
         raise KeyboardInterrupt
     if run.was_active:

@@ -277,17 +277,19 @@ class Runner:
         group = int(found.group(1))
         if getattr(self.backend, "NAME", "local") == "local":
             return end_group(group)
+        # `kill -0` counts a zombie as there: "gone" is sure, anything else is not known.
         script = sh(
-            "kill -TERM -{group} 2>/dev/null; sleep {grace}; kill -KILL -{group} 2>/dev/null",
+            "kill -TERM -{group} 2>/dev/null; sleep {grace}; kill -KILL -{group} 2>/dev/null; sleep 1; "
+            "kill -0 -{group} 2>/dev/null || echo gone",
             group=group,
             grace=KILL_AFTER_S,
         )
-        self._local_limit = KILL_AFTER_S + LOCAL_GRACE_S
+        self._local_limit = KILL_AFTER_S + 1 + LOCAL_GRACE_S
         try:
-            self.plain_run(str(script))
+            answer = self.plain_run(str(script))
         except BaseException:  # best effort: the host or the transport may be what hangs
             return None
-        return None
+        return "" if answer.stdout.strip() == "gone" else None
 
     def _call(self, command: str):
         """plain_run(command) within the local bound; a library backend's call is left to itself
