@@ -72,16 +72,20 @@ GROUP_MARK = "IH-GROUP "
 LEFT_MARK = "IH-LEFT "
 # POSIX sh (dash, bash): the command's group ($p, `timeout`'s own: it calls setpgid(0, 0)) and,
 # when `timeout` reports the bound (124, or 137 when it had to KILL its child), TERM's grace for
-# the rest of the group, KILL, then the group's processes that are not zombies, read from /proc
-# (the state field follows the last ") " of /proc/PID/stat, then ppid, then the group).
+# the rest of the group, KILL, then up to GONE_WAIT_S for it to leave. `members` lists the
+# group's processes that are not zombies from /proc (the state field follows the last ") " of
+# /proc/PID/stat, then ppid, then the group): a zombie is dead, and `kill -0` would count it for
+# as long as a slow init leaves it unreaped.
 GROUP_WATCH = (
-    ' & p=$!; echo "IH-GROUP $p" >&2; wait $p; rc=$?; '
-    "if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then "
-    "i=0; while kill -0 -$p 2>/dev/null && [ $i -lt {grace} ]; do sleep 0.1; i=$((i+1)); done; "
-    "kill -KILL -$p 2>/dev/null; i=0; while :; do left=''; "
-    "for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < $f || continue; set -- ${{l##*) }}; "
-    'if [ "$3" = "$p" ] && [ "$1" != Z ]; then d=${{f%/stat}}; left="$left ${{d#/proc/}}:$1"; fi; done; '
-    '[ -z "$left" ] || [ $i -ge {gone} ] && break; sleep 0.1; i=$((i+1)); done; '
+    ' & p=$!; echo "IH-GROUP $p" >&2; '
+    "members() {{ left=''; for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < $f || continue; "
+    'set -- ${{l##*) }}; if [ "$3" = "$p" ] && [ "$1" != Z ]; then d=${{f%/stat}}; '
+    'left="$left ${{d#/proc/}}:$1"; fi; done; }}; '
+    "wait $p; rc=$?; if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then "
+    "t=$(($(date +%s) + {grace})); "
+    'while members; [ -n "$left" ] && [ "$(date +%s)" -lt $t ]; do sleep 0.1; done; '
+    "kill -KILL -$p 2>/dev/null; t=$(($(date +%s) + {gone})); "
+    'while members; [ -n "$left" ] && [ "$(date +%s)" -lt $t ]; do sleep 0.1; done; '
     'echo "IH-LEFT $p${{left:- none}}" >&2; fi; exit $rc'
 )
 
@@ -488,7 +492,7 @@ class Runner:
 def wrapped(command: str, bound: float) -> Shell:
     """The command as the host runs it: under `timeout`, in a group GROUP_WATCH ends whole."""
     start = sh("timeout -k {kill} {bound} sh -c {command}", kill=KILL_AFTER_S, bound=f"{bound:g}", command=str(command))
-    return Shell(start + GROUP_WATCH.format(grace=KILL_AFTER_S * 10, gone=GONE_WAIT_S * 10))
+    return Shell(start + GROUP_WATCH.format(grace=KILL_AFTER_S, gone=GONE_WAIT_S))
 
 
 def host_grace_s() -> float:
