@@ -6,18 +6,22 @@
     uv run python -m checks --hosts local:// --expect gpu_count=1 --expect gpu_arch=sm90 ...
 
 Exit status 0 when every check passed or was skipped with a reason, 1 when one failed, 2 for
-bad input. Reports land in reports/health-<host>-<time>.json unless --report names a file.
+bad input, 130 when interrupted (Ctrl-C, or SIGTERM: the command running then is killed on the
+host, and the report holds the checks that ran, marked "interrupted"). Reports land in
+reports/health-<host>-<time>.json unless --report names a file.
 
 Every command on the host is bounded (checks/bounded.py): one that overruns is a FAIL line that
 names it, its bound, the likely cause and the next step, and each host's run ends within
---deadline-s (default 900 s) plus one kill grace of 15 s; `--dcgm-level` adds DCGM's own bound
-and the unit's stop and start timeouts before it.
+--deadline-s (default 900 s) plus one kill grace of 23 s; `--dcgm-level` adds DCGM's bound
+(--dcgm-timeout, at most --deadline-s) and the unit's stop and start timeouts before it.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +65,18 @@ def _arguments(argv):
         "serving unit is stopped for it and started again, and the suites judge it afterwards",
     )
     parser.add_argument(
+        "--dcgm-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="bound of `dcgmi diag` (default: by level, "
+        + ", ".join(f"{level}: {seconds} s" for level, seconds in bounded.DCGM_DIAG_BOUND_S.items() if level > 1)
+        + "; never more than --deadline-s)",
+    )
+    parser.add_argument(
         "--deadline-s",
         type=float,
-        default=bounded.DEFAULT_DEADLINE_S,
         help="total bound of each host's checks in seconds: commands after it are not run and "
-        "fail (default %(default)g)",
+        f"fail (default {bounded.DEFAULT_DEADLINE_S:g}); when given, also the most DCGM may take",
     )
     return parser.parse_args(argv)
 
@@ -129,7 +140,7 @@ def pytest_arguments(args, name: str | None, url: str, report: str) -> list[str]
         "-m",
         " or ".join(suites),
         f"--report-json={report}",
-        f"--deadline-s={getattr(args, 'deadline_s', bounded.DEFAULT_DEADLINE_S):g}",
+        f"--deadline-s={getattr(args, 'deadline_s', None) or bounded.DEFAULT_DEADLINE_S:g}",
         "-o",
         "addopts=",
         "-o",
@@ -161,8 +172,30 @@ def _validate_expectations(args, targets) -> None:
         Expectations.from_overrides(args.expect)
 
 
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (systemd stopping the checks' unit, `kill`) ends the run as Ctrl-C does: the
+    command running on the host is killed and the report of what ran is written. Python's
+    default for SIGTERM ends the process at once, leaving both undone."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv=None) -> int:
     args = _arguments(argv)
+    if args.dcgm_timeout is not None and args.dcgm_timeout <= 0:
+        print(
+            f"inference-host health checks: bad input, no host was contacted:\n  - --dcgm-timeout "
+            f"{args.dcgm_timeout:g}: expected a number of seconds > 0",
+            file=sys.stderr,
+        )
+        return 2
     try:
         targets = _targets(args)
         runs = [
@@ -180,12 +213,27 @@ def main(argv=None) -> int:
         for problem in error.problems:
             print(f"  - {problem}", file=sys.stderr)
         return 2
+    interrupt_on_sigterm()
     worst = 0
     for name, url, pytest_argv in runs:
-        if args.dcgm_level:  # first: the suites then judge the machine DCGM leaves behind
-            worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
+        try:
+            if args.dcgm_level:  # first: the suites then judge the machine DCGM leaves behind
+                bound_s = dcgm_bound(args.dcgm_level, args.dcgm_timeout, args.deadline_s)
+                worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo, bound_s))
+        except KeyboardInterrupt:
+            print(
+                f"inference-host health checks: interrupted during DCGM on {name or url}: not healthy", file=sys.stderr
+            )
+            return INTERRUPTED
         print(f"\n### health checks of {name or url} ({url})", flush=True)
         code = int(pytest.main(pytest_argv))
+        if code == pytest.ExitCode.INTERRUPTED:
+            print(
+                f"inference-host health checks: interrupted on {name or url}; the report holds the checks "
+                "that ran, marked interrupted: not healthy",
+                file=sys.stderr,
+            )
+            return INTERRUPTED
         if code == 5:
             print(
                 f"inference-host health checks: no check ran on {name or url} (pytest collected nothing): not healthy",
@@ -201,9 +249,20 @@ def main(argv=None) -> int:
     return worst
 
 
-def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:
+def dcgm_bound(level: int, timeout_s: float | None, deadline_s: float | None) -> float:
+    """DCGM's bound: --dcgm-timeout, else the level's (DCGM_DIAG_BOUND_S), never more than a
+    --deadline-s given (a hung nv-hostengine held the run for the level's 1200 s whatever it
+    said). The suites' default deadline does not cut it: level 3 takes about 15 minutes."""
+    bound_s = timeout_s or bounded.DCGM_DIAG_BOUND_S[level]
+    return min(bound_s, deadline_s) if deadline_s else bound_s
+
+
+def dcgm_on_demand(
+    url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False, bound_s: float | None = None
+) -> int:
     """`dcgmi diag -r 2|3` with the serving unit stopped, its verdict printed: 0 pass, 1 fail.
-    An engine that does not come back afterwards is a FAIL line of its own."""
+    An engine that does not come back afterwards is a FAIL line of its own. Interrupted, it
+    prints what it did (the engine started again) and raises KeyboardInterrupt on."""
     from checks.expectations import Expectations
     from roles.site import ServingSettings
 
@@ -211,9 +270,12 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
     unit = ServingSettings.model_fields["unit_name"].default  # the deploy's default, without an inventory
     if inventory and name:
         unit = Expectations.from_site(site_of(inventory), name).unit_name
-    run = dcgm_diag(host, level, unit)
+    run = dcgm_diag(host, level, unit, bound_s, progress=progress_wanted())
     code = 0
-    if run.tests is None:
+    if run.interrupted:
+        print(f"dcgmi diag -r {level}: INTERRUPTED ({run.problem})")
+        code = 1
+    elif run.tests is None:
         print(f"dcgmi diag -r {level}: FAIL ({run.problem})")
         code = 1
     elif run.problem:
@@ -235,7 +297,15 @@ def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None
         code = 1
     elif run.was_active:
         print(f"engine restart after dcgmi diag -r {level}: PASS ({unit}.service active again)")
+    if run.interrupted:
+        raise KeyboardInterrupt
     return code
+
+
+def progress_wanted() -> bool:
+    """Progress lines only for a person at a terminal: not in a pipe, a log, or `--json` (which
+    sends this process's stdout elsewhere, contextlib.redirect_stdout)."""
+    return sys.stdout is sys.__stdout__ and sys.__stdout__ is not None and sys.__stdout__.isatty()
 
 
 @dataclass
@@ -249,6 +319,7 @@ class DcgmRun:
     problem: str | None = None
     was_active: bool = False
     restart_problem: str | None = None
+    interrupted: bool = False
 
 
 def unit_timeouts(host, unit: str) -> tuple[float, float]:
@@ -262,11 +333,13 @@ def unit_timeouts(host, unit: str) -> tuple[float, float]:
     return start, stop
 
 
-def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
+def dcgm_diag(host, level: int, unit: str, bound_s: float | None = None, progress: bool = False) -> DcgmRun:
     """Runs `dcgmi diag -r 2|3 -j` with the serving unit stopped (levels 2 and 3 need idle GPUs:
-    DCGM's nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome,
-    and whether it came back. Every command is bounded: DCGM by DCGM_DIAG_BOUND_S, the unit's
-    stop and start by its own TimeoutStopSec/TimeoutStartSec plus 30 s."""
+    DCGM's nvvs refuses or disturbs a GPU in use), started again afterwards whatever the outcome
+    (an interruption included), and whether it came back. Every command is bounded: DCGM by
+    bound_s (DCGM_DIAG_BOUND_S by default), the unit's stop and start by its own
+    TimeoutStopSec/TimeoutStartSec plus 30 s. With progress, a line every PROGRESS_EVERY_S while
+    DCGM runs."""
     from checks import gpu_parsers as parse
 
     if bounded.run(host, "command -v dcgmi").rc != 0:
@@ -281,17 +354,17 @@ def dcgm_diag(host, level: int, unit: str) -> DcgmRun:
         if active:
             print(f"dcgmi diag -r {level}: stopping {unit}.service for the run (the GPUs must be idle)", flush=True)
             bounded.run(host, sh("systemctl stop {unit}", unit=unit), what="systemctl", bound_s=stop_s + 30)
-        result = bounded.run(
-            host,
-            sh("dcgmi diag -r {level} -j", level=int(level)),
-            what="dcgmi",
-            bound_s=bounded.DCGM_DIAG_BOUND_S[level],
-        )
+        bound = bound_s or bounded.DCGM_DIAG_BOUND_S[level]
+        with bounded.progress(f"dcgmi diag -r {level}", bound, enabled=progress):
+            result = bounded.run(host, sh("dcgmi diag -r {level} -j", level=int(level)), what="dcgmi", bound_s=bound)
         run.tests = parse.parse_dcgmi_diag_json(result.stdout)
     except bounded.CommandOverrun as error:
         run.problem = str(error)
     except ValueError as error:  # DcgmRuntimeError included: DCGM's own message
         run.problem = str(error)
+    except KeyboardInterrupt:
+        run.interrupted = True
+        run.problem = "interrupted: `dcgmi diag` was killed on the host before it gave a verdict"
     finally:
         if active:
             print(f"dcgmi diag -r {level}: starting {unit}.service again", flush=True)

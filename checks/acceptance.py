@@ -34,7 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from checks.__main__ import SUITES
+from checks.__main__ import INTERRUPTED, SUITES, interrupt_on_sigterm
+from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.site_cache import site_of
 from roles.shared.shell import sh
 from roles.site import SiteError
@@ -358,7 +359,12 @@ def dcgm_lines(args, host, expect, source: str, restart_source: str = TARGET) ->
             Line(area, expect.host_name, expectation, "not run (--no-dcgm)", UNREACHED, source),
             Line(restart_area, expect.host_name, restart_expectation, "DCGM did not run", NOT_APPLICABLE),
         ]
-    run = dcgm_diag(host, 2, expect.unit_name)
+    from checks.__main__ import dcgm_bound, progress_wanted
+
+    bound_s = dcgm_bound(2, getattr(args, "dcgm_timeout", None), None)
+    run = dcgm_diag(host, 2, expect.unit_name, bound_s, progress=progress_wanted())
+    if run.interrupted:  # the engine is started again; the interruption goes on
+        raise KeyboardInterrupt
     if run.was_active:
         restart = Line(
             restart_area,
@@ -720,6 +726,12 @@ def _arguments(argv):
         action="store_false",
         help="skip `dcgmi diag -r 2` (it stops the serving unit for minutes)",
     )
+    parser.add_argument(
+        "--dcgm-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"bound of `dcgmi diag -r 2` (default {DCGM_DIAG_BOUND_S[2]} s)",
+    )
     parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the single-stream benchmark")
     parser.add_argument("--bench-prompts", type=int, default=4)
     parser.add_argument("--bench-input-len", type=int, default=1024)
@@ -753,7 +765,12 @@ def main(argv=None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 2
     folder.mkdir(parents=True, exist_ok=True)
-    lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
+    interrupt_on_sigterm()
+    try:
+        lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command running then was killed on its host
+        print(f"inference-host acceptance: interrupted; no report in {folder}: not accepted", file=sys.stderr)
+        return INTERRUPTED
     meta = {
         "inventory": args.inventory or args.hosts,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),

@@ -5,11 +5,22 @@ NVML call and any CUDA program block for minutes or for ever; a stuck `nv-hosten
 `dcgmi`; an engine that accepts a connection and never answers blocks an HTTP client without a
 time limit. The checks must still print a verdict, so each command is bounded twice:
 
-- on the host: `timeout -k 5 <bound> sh -c <command>` (GNU coreutils `timeout`: its own process
-  group, TERM at the bound, KILL 5 s later; exit 124 or 137), so nothing is left running there;
+- on the host: `timeout -k 5 <bound> sh -c <command>` started by a small shell (GROUP_WATCH) that
+  outlives it. GNU `timeout` (coreutils 9.x, timeout.c) makes itself a process group leader and
+  at the bound sends TERM to the whole group, but it waits only for its own child: once that
+  child (the `sh`) dies of the TERM, `timeout` exits 124 at once and its KILL never comes, so a
+  program that ignores TERM (a driver call stuck in the kernel often does), or any child of the
+  command, was left running. The shell around it therefore gives the group the same 5 s, then
+  KILL, and reads /proc until no process of the group is left (a zombie counts as gone); its last
+  line on stderr says which. The overrun's line says "killed" only once the group is gone, and
+  names what is left otherwise (a process in D state ignores even KILL);
 - here: the local process (the command itself with the local backend, `ssh` or `docker exec`
   otherwise) is killed <bound> + 5 s + LOCAL_GRACE_S after it started, because a process in
-  uninterruptible sleep (D state) ignores even SIGKILL and `timeout` would then wait with it.
+  uninterruptible sleep (D state) can hold the host's shell and `timeout` with it.
+
+An interrupted run (Ctrl-C, or SIGTERM which `python -m checks` turns into the same) kills the
+command running now: the local process group, and on the host the command's group (TERM, 5 s,
+KILL), through the same connection kind, before the interruption goes on.
 
 An overrun raises CommandOverrun, whose text is one line: the command, its bound, the likely
 cause and the next step (a check shows it as its FAIL line). A program that overran once is not
@@ -18,7 +29,7 @@ program or `dcgmi` once `nvidia-smi` did not answer): the next checks fail at on
 first overrun, so one wedge costs one bound, not one bound per check. A run can also carry a
 total deadline (`python -m checks --deadline-s`): each command's bound is cut to what is left of
 it, and once it is spent nothing more is run. That makes the verdict's time bounded: the
-deadline plus one kill grace (5 s + LOCAL_GRACE_S).
+deadline plus one kill grace (host_grace_s(): 2 × 5 s + 3 s, then LOCAL_GRACE_S: 23 s).
 
 testinfra runs every command, its modules' included, through `backend.run`, which ends in
 `backend.run_local` (the local, ssh, docker and other process backends, testinfra 10.x
@@ -27,6 +38,7 @@ testinfra/backend/base.py); both are wrapped on the one backend instance given t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -37,8 +49,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from roles.shared.shell import sh
+from roles.shared.shell import Shell, sh
 
 KILL_AFTER_S = 5  # `timeout -k`: TERM first, KILL this much later
 LOCAL_GRACE_S = 10  # on top of the remote bound and KILL_AFTER_S: transport (ssh, docker exec)
@@ -50,6 +63,31 @@ OUTPUT_CAP_BYTES = 64 * 1024 * 1024
 # `dcgmi diag -r N`: NVIDIA documents level 1 as seconds, 2 as about 2 minutes, 3 as about 15
 # (DCGM user guide, "Run Levels"); the bounds leave room for 8 GPUs.
 DCGM_DIAG_BOUND_S = {1: 180, 2: 1200, 3: 3600}
+# How long the shell around `timeout` waits, after KILL, for the group's processes to leave
+# /proc before it names what is left (a process in D state stays until its kernel call ends).
+GONE_WAIT_S = 3
+# The marks the shell around each command writes on stderr (taken out of the result): the
+# command's process group on the host, and after an overrun whether it is gone.
+GROUP_MARK = "IH-GROUP "
+LEFT_MARK = "IH-LEFT "
+# POSIX sh (dash, bash): the command's group ($p, `timeout`'s own: it calls setpgid(0, 0)) and,
+# when `timeout` reports the bound (124, or 137 when it had to KILL its child), TERM's grace for
+# the rest of the group, KILL, then up to GONE_WAIT_S for it to leave. `members` lists the
+# group's processes that are not zombies from /proc (the state field follows the last ") " of
+# /proc/PID/stat, then ppid, then the group): a zombie is dead, and `kill -0` would count it for
+# as long as a slow init leaves it unreaped.
+GROUP_WATCH = (
+    ' & p=$!; echo "IH-GROUP $p" >&2; '
+    "members() {{ left=''; for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < $f || continue; "
+    'set -- ${{l##*) }}; if [ "$3" = "$p" ] && [ "$1" != Z ]; then d=${{f%/stat}}; '
+    'left="$left ${{d#/proc/}}:$1"; fi; done; }}; '
+    "wait $p; rc=$?; if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then "
+    "t=$(($(date +%s) + {grace})); "
+    'while members; [ -n "$left" ] && [ "$(date +%s)" -lt $t ]; do sleep 0.1; done; '
+    "kill -KILL -$p 2>/dev/null; t=$(($(date +%s) + {gone})); "
+    'while members; [ -n "$left" ] && [ "$(date +%s)" -lt $t ]; do sleep 0.1; done; '
+    'echo "IH-LEFT $p${{left:- none}}" >&2; fi; exit $rc'
+)
 
 NEXT_STEP_DRIVER = (
     "look for Xid lines in the node's kernel log (`dmesg | grep -i xid`, `journalctl -k`; Xid 79: "
@@ -140,6 +178,15 @@ KINDS = {
             family="connection",
         ),
         Kind(
+            "kernel log",
+            60,
+            "`dmesg` did not end; it only copies the kernel's own log buffer, so a hang points at the "
+            "kernel itself (a driver stuck in a kernel call, often the GPU's after an Xid), not at load",
+            "read the log another way: `journalctl -k -b` on the host, or the node's console (IPMI/BMC "
+            "serial over LAN); if nvidia-smi hangs too, the driver: " + NEXT_STEP_DRIVER,
+            family="kernel log",
+        ),
+        Kind(
             "command",
             60,
             "the host did not finish a plain command (an overloaded host, a hung filesystem)",
@@ -150,7 +197,13 @@ KINDS = {
 
 # Which kind a command is, from the program it starts with (for commands not labelled by their
 # caller, e.g. testinfra's own modules).
-PROGRAMS = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi", "systemctl": "systemctl", "journalctl": "journalctl"}
+PROGRAMS = {
+    "nvidia-smi": "nvidia-smi",
+    "dcgmi": "dcgmi",
+    "systemctl": "systemctl",
+    "journalctl": "journalctl",
+    "dmesg": "kernel log",
+}
 WRAPPERS = {"env", "exec", "nice", "ionice", "sudo"}
 # testinfra's backends that start a local process per command (backend.run_local: bounded there);
 # the others (paramiko, winrm, salt, ansible) talk from a library in this process, and are waited
@@ -210,8 +263,37 @@ class Runner:
         self._local_limit: float | None = None
         self.process: subprocess.Popen | None = None  # the local process running now
         self.stopped = False  # stop(): nothing more is started
+        # After a local overrun: what the host still runs of the command's group ("" none, None unknown).
+        self.left_behind: str | None = None
         # A host reached through a transport (ssh, docker exec, ...) is reached once first.
         self.reached = getattr(backend, "NAME", "local") == "local"
+
+    def _end_host_group(self, stderr) -> str | None:
+        """Ends the host's process group of the command whose stderr file this is (its GROUP_MARK
+        line): TERM, KILL_AFTER_S, KILL. Returns what is left of it ("" nothing, None unknown:
+        no mark yet, or the host does not answer). On the local backend the group is this
+        machine's; behind a transport a second, short bounded command does it there."""
+        stderr.flush()
+        stderr.seek(0)
+        found = re.search(rb"^" + GROUP_MARK.encode() + rb"(\d+)$", stderr.read(65536), re.MULTILINE)
+        if found is None:
+            return None
+        group = int(found.group(1))
+        if getattr(self.backend, "NAME", "local") == "local":
+            return end_group(group)
+        # `kill -0` counts a zombie as there: "gone" is sure, anything else is not known.
+        script = sh(
+            "kill -TERM -{group} 2>/dev/null; sleep {grace}; kill -KILL -{group} 2>/dev/null; sleep 1; "
+            "kill -0 -{group} 2>/dev/null || echo gone",
+            group=group,
+            grace=KILL_AFTER_S,
+        )
+        self._local_limit = KILL_AFTER_S + 1 + LOCAL_GRACE_S
+        try:
+            answer = self.plain_run(str(script))
+        except BaseException:  # best effort: the host or the transport may be what hangs
+            return None
+        return "" if answer.stdout.strip() == "gone" else None
 
     def _call(self, command: str):
         """plain_run(command) within the local bound; a library backend's call is left to itself
@@ -284,13 +366,11 @@ class Runner:
         if not self.reached:
             self._reach(command)
         bound = self._left(bound)
-        wrapped = sh(
-            "timeout -k {kill} {bound} sh -c {command}", kill=KILL_AFTER_S, bound=f"{bound:g}", command=str(command)
-        )
-        self._local_limit = bound + KILL_AFTER_S + LOCAL_GRACE_S
+        self._local_limit = bound + host_grace_s() + LOCAL_GRACE_S
+        self.left_behind = None
         started = time.monotonic()
         try:
-            result = self._call(wrapped)
+            result = self._call(wrapped(command, bound))
         except _LocalOverrun:
             result = None
         except _LocalFlood:
@@ -303,8 +383,12 @@ class Runner:
         finally:
             self._local_limit = None
         elapsed = time.monotonic() - started
+        left = self.left_behind
+        if result is not None:
+            result, left = _take_marks(self.backend, result)
         if result is None or (result.rc in (124, 137) and elapsed >= bound - 0.5):
-            line = self._overrun_line(command, kind, bound, elapsed, cut=bound < float(bound_s or kind.bound_s))
+            cut = bound < float(bound_s or kind.bound_s)
+            line = self._overrun_line(command, kind, bound, elapsed, cut=cut, left=left)
             if kind.family:
                 self.overran.setdefault(kind.family, f"`{_shown(command)[:60]}` ({kind.name}, bound {_seconds(bound)})")
             raise CommandOverrun(line)
@@ -337,11 +421,20 @@ class Runner:
             )
         return None
 
-    def _overrun_line(self, command: str, kind: Kind, bound: float, elapsed: float, cut: bool) -> str:
+    def _overrun_line(self, command: str, kind: Kind, bound: float, elapsed: float, cut: bool, left: str | None) -> str:
         bound_text = _seconds(bound) + (" (what was left of the run's --deadline-s)" if cut else f" ({kind.name})")
+        if left == "":
+            ended = "killed (TERM, then KILL to its process group: none of it is left)"
+        elif left:
+            ended = (
+                f"TERM and KILL sent to its process group, but {len(left.split())} of its processes are "
+                f"still there (pid:state {left}; D: inside a kernel call, which not even KILL ends)"
+            )
+        else:  # the host's shell never said: the transport or the host's shell is stuck too
+            ended = "no word from the host's bound either, so its processes may still run there"
         return (
             f"expected `{_shown(command)}` to finish within {bound_text}; found no answer after "
-            f"{elapsed:.0f} s, killed; likely cause: {kind.cause}; what to do: {kind.next_step}"
+            f"{elapsed:.0f} s, {ended}; likely cause: {kind.cause}; what to do: {kind.next_step}"
         )
 
     def stop(self) -> None:
@@ -380,7 +473,12 @@ class Runner:
                 process.wait(timeout=self._local_limit)
             except subprocess.TimeoutExpired:
                 _kill_group(process)
+                self.left_behind = self._end_host_group(stderr)
                 raise _LocalOverrun() from None
+            except BaseException:  # Ctrl-C, or SIGTERM made KeyboardInterrupt: nothing started stays
+                _kill_group(process)
+                self._end_host_group(stderr)
+                raise
             finally:
                 self.process = None
             if max(os.fstat(f.fileno()).st_size for f in (stdout, stderr)) >= OUTPUT_CAP_BYTES:
@@ -389,6 +487,61 @@ class Runner:
             stdout.seek(0)
             stderr.seek(0)
             return backend.result(process.returncode, encoded, stdout.read(), stderr.read())
+
+
+def wrapped(command: str, bound: float) -> Shell:
+    """The command as the host runs it: under `timeout`, in a group GROUP_WATCH ends whole."""
+    start = sh("timeout -k {kill} {bound} sh -c {command}", kill=KILL_AFTER_S, bound=f"{bound:g}", command=str(command))
+    return Shell(start + GROUP_WATCH.format(grace=KILL_AFTER_S, gone=GONE_WAIT_S))
+
+
+def host_grace_s() -> float:
+    """The most the host's side may add to a bound: TERM's grace in `timeout`, the same again in
+    GROUP_WATCH, then its wait for the group to leave /proc."""
+    return 2 * KILL_AFTER_S + GONE_WAIT_S
+
+
+def _take_marks(backend, result):
+    """(the result without GROUP_WATCH's lines, what was left of the group: "" nothing, None: no
+    overrun reported)."""
+    kept, left = [], None
+    for line in result.stderr_bytes.splitlines(keepends=True):
+        if line.startswith(GROUP_MARK.encode()):
+            continue
+        if line.startswith(LEFT_MARK.encode()):
+            words = line.decode(errors="replace").split()[2:]
+            left = "" if words == ["none"] else " ".join(words)
+            continue
+        kept.append(line)
+    return backend.result(result.rc, result.command, result.stdout_bytes, b"".join(kept)), left
+
+
+def group_left(group: int) -> str:
+    """This machine's processes of process group `group` that are not zombies, as "pid:state ..."."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(group) and fields[0] != "Z":
+            left.append(f"{stat.parent.name}:{fields[0]}")
+    return " ".join(left)
+
+
+def end_group(group: int, grace_s: float | None = None) -> str:
+    """TERM to this machine's process group, grace_s (KILL_AFTER_S) for it to go, KILL, then
+    GONE_WAIT_S for it to leave /proc; returns what is left ("" nothing)."""
+    grace = KILL_AFTER_S if grace_s is None else grace_s
+    for signal_number, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, GONE_WAIT_S)):
+        try:
+            os.killpg(group, signal_number)
+        except ProcessLookupError:
+            return ""
+        until = time.monotonic() + wait
+        while group_left(group) and time.monotonic() < until:
+            time.sleep(0.1)
+    return group_left(group)
 
 
 def _cap_output() -> None:
@@ -488,6 +641,19 @@ def release(host) -> None:
         backend.__dict__.pop(name, None)
 
 
+def unanswered(host, endpoint: str) -> str | None:
+    """What an endpoint marked unanswered on this bounded host did (None: not marked)."""
+    runner = getattr(getattr(host, "backend", None), "_ih_runner", None)
+    return runner.overran.get(f"endpoint {endpoint}") if runner else None
+
+
+def mark_unanswered(host, endpoint: str, text: str) -> None:
+    """Marks an endpoint of this bounded host as one that did not answer (the first mark stays)."""
+    runner = getattr(getattr(host, "backend", None), "_ih_runner", None)
+    if runner is not None:
+        runner.overran.setdefault(f"endpoint {endpoint}", text)
+
+
 def run(host, command: str, what: str | None = None, bound_s: float | None = None):
     """host.run with the command's kind (KINDS) and bound named by the caller. A host that is not
     bounded (a unit test's recorded answers) runs it as given."""
@@ -495,3 +661,31 @@ def run(host, command: str, what: str | None = None, bound_s: float | None = Non
     if runner is None:
         return host.run(command)
     return runner.run(command, what=what, bound_s=bound_s)
+
+
+# A step that can take longer than this says so at a terminal, every this many seconds: a silent
+# `dcgmi diag -r 2` (minutes) reads as a hang.
+PROGRESS_EVERY_S = 10
+
+
+@contextlib.contextmanager
+def progress(what: str, bound_s: float, enabled: bool = True, every_s: float | None = None):
+    """While the block runs: a line on stdout every PROGRESS_EVERY_S (its time and bound)."""
+    every = every_s or PROGRESS_EVERY_S
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tick():
+        while not done.wait(every):
+            print(
+                f"{what}: still running after {time.monotonic() - started:.0f} s (bound {_seconds(bound_s)})",
+                flush=True,
+            )
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    if enabled:
+        ticker.start()
+    try:
+        yield
+    finally:
+        done.set()

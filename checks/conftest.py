@@ -217,9 +217,39 @@ def pytest_runtest_makereport(item, call):
     report.ih_gpu = params.params.get("gpu_index") if params else None
 
 
+_RUNNING: list = []  # the check running now (an interruption leaves it without a report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING[:] = [item]
+    yield
+
+
+def _interrupted_row() -> dict | None:
+    """The check an interruption stopped: in the report as not judged, not left out."""
+    if not _RUNNING or any(r["nodeid"] == _RUNNING[0].nodeid for r in _CONFIG_RESULTS):
+        return None  # stopped between two checks
+    item = _RUNNING[0]
+    params = getattr(item, "callspec", None)
+    return {
+        "suite": _suite_of(item),
+        "check": item.originalname.removeprefix("test_").replace("_", " "),
+        "gpu": params.params.get("gpu_index") if params else None,
+        "host": "",
+        "verdict": "SKIP",
+        "detail": "not judged: the run was interrupted (Ctrl-C or SIGTERM) while this check ran",
+        "nodeid": item.nodeid,
+        "seconds": 0,
+        "evidence": [],
+    }
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         verdict = "PASS" if report.passed else "SKIP" if report.skipped else "FAIL"
+        if verdict == "PASS" and any(name == "warn" for name, _ in report.user_properties):
+            verdict = "WARN"  # probes.warn: passed, with a finding a person should read
         _CONFIG_RESULTS.append(
             {
                 "suite": getattr(report, "ih_suite", "other"),
@@ -244,31 +274,36 @@ def _evidence(report) -> list[dict]:
     return [{"name": name, "value": value, "labels": labels} for name, value, labels in found]
 
 
-def verdict_table(results: list[dict], width: int = 110) -> str:
+def verdict_table(results: list[dict], width: int = 110, interrupted: bool = False) -> str:
     """The one-screen summary: one line per check, worst first within each suite."""
-    order = {"FAIL": 0, "SKIP": 1, "PASS": 2}
+    order = {"FAIL": 0, "WARN": 1, "SKIP": 2, "PASS": 3}
     lines = []
     for suite in SUITES + ("other",):
         rows = [r for r in results if r["suite"] == suite]
         if not rows:
             continue
         counts = {v: sum(r["verdict"] == v for r in rows) for v in order}
-        status = "FAIL" if counts["FAIL"] else "PASS" if counts["PASS"] else "SKIP"
+        status = "FAIL" if counts["FAIL"] else "WARN" if counts["WARN"] else "PASS" if counts["PASS"] else "SKIP"
         lines.append(
-            f"{suite.upper():13} {status}   ({counts['PASS']} passed, {counts['FAIL']} failed,"
-            f" {counts['SKIP']} skipped)"
+            f"{suite.upper():13} {status}   ({counts['PASS'] + counts['WARN']} passed, {counts['FAIL']} failed,"
+            f" {counts['SKIP']} skipped" + (f", {counts['WARN']} with a warning)" if counts["WARN"] else ")")
         )
         rows = _collapse_repeated_skips(sorted(rows, key=lambda r: order[r["verdict"]]))
         for row in rows:
             check = row["check"] + (f" [GPU{row['gpu']}]" if row["gpu"] is not None else "")
             detail = " ".join(row["detail"].split())
             line = f"  {row['verdict']:4}  {check:38.38}  {detail}"
-            if row["verdict"] == "FAIL":  # a failure is read in full: it says what to do
+            if row["verdict"] in ("FAIL", "WARN"):  # read in full: it says what to do
                 lines.extend(textwrap.wrap(line, width, subsequent_indent=" " * 48))
             else:
                 lines.append(line if len(line) <= width else line[: width - 1] + "…")
     failed = sum(r["verdict"] == "FAIL" for r in results)
-    lines.append(f"VERDICT: {'UNHEALTHY' if failed else 'HEALTHY'} ({failed} failed of {len(results)} checks)")
+    verdict = "INTERRUPTED" if interrupted else "UNHEALTHY" if failed else "HEALTHY"
+    warned = sum(r["verdict"] == "WARN" for r in results)
+    lines.append(
+        f"VERDICT: {verdict} ({failed} failed of {len(results)} checks"
+        + (f", {warned} with a warning)" if warned else ")")
+    )
     return "\n".join(lines)
 
 
@@ -290,22 +325,30 @@ def _collapse_repeated_skips(rows: list[dict]) -> list[dict]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    stopped = _interrupted_row() if interrupted else None
+    if stopped:
+        _CONFIG_RESULTS.append(stopped)
     if not _CONFIG_RESULTS:
         return
     terminalreporter.write_sep("=", "inference-host health verdict")
-    terminalreporter.write_line(verdict_table(_CONFIG_RESULTS))
+    terminalreporter.write_line(verdict_table(_CONFIG_RESULTS, interrupted=interrupted))
     path = config.getoption("--report-json")
     if path:
-        write_report(Path(path), _CONFIG_RESULTS, config)
+        write_report(Path(path), _CONFIG_RESULTS, config, interrupted=interrupted)
         terminalreporter.write_line(f"JSON report: {path}")
 
 
-def write_report(path: Path, results: list[dict], config) -> None:
+def write_report(path: Path, results: list[dict], config, interrupted: bool = False) -> None:
+    """The JSON report. An interrupted run (Ctrl-C, SIGTERM) keeps the checks that ran, and is
+    never "healthy": the checks it did not reach said nothing."""
     hosts = {key: {k: v for k, v in vars(e).items()} for key, e in _EXPECTATIONS.items()}
+    failed = any(r["verdict"] == "FAIL" for r in results)
     payload = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(config._ih_started)),
         "seconds": round(time.time() - config._ih_started, 1),
-        "verdict": "unhealthy" if any(r["verdict"] == "FAIL" for r in results) else "healthy",
+        "verdict": "interrupted" if interrupted else "unhealthy" if failed else "healthy",
+        "interrupted": interrupted,
         "expectations": hosts,
         "checks": results,
     }

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roles.shared.driver_state import (  # noqa: F401  (re-exported for checks)
+    SMI_GPU_LOST_RC,
     KernelModule,
+    parse_gpu_lost,
     parse_kernel_log_driver_version,
     parse_modinfo_license,
     parse_nvml_mismatch,

@@ -8,6 +8,7 @@ Nothing here needs systemd: the GPU evidence comes from nvidia-smi, /proc and th
 from __future__ import annotations
 
 import base64
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +30,10 @@ CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 # take the GPUs out of service) set these; kept wherever a program starts with its own
 # environment, passed on only when set.
 SAFETY_VARIABLES = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+# A driver slower than this per nvidia-smi call is a WARN line (checks/test_gpus.py): a sixth of
+# the call's bound (30 s), it passes every check yet costs the run minutes (25 s a call made the
+# GPU suite take 207 s, silently) and is a driver on its way to that bound.
+SLOW_DRIVER_CALL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class Evidence:
 
     text: str | None
     missing: str | None = None  # why there is no text: tool absent, permission, ...
+    lost: str | None = None  # nvidia-smi's words that a GPU is lost (parse.parse_gpu_lost)
 
     def require(self, what: str) -> str:
         if self.text is None:
@@ -53,6 +59,14 @@ class GpuProbe:
 
     def __init__(self, host):
         self.host = host
+        self.smi_calls: list[tuple[str, float]] = []  # (the call's arguments, its seconds)
+
+    def _timed_smi(self, args: str):
+        started = time.monotonic()
+        try:
+            return bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=Shell(args)), what="nvidia-smi")
+        finally:
+            self.smi_calls.append((args or "(no arguments)", time.monotonic() - started))
 
     # -- raw sources ---------------------------------------------------------------------------
 
@@ -64,17 +78,17 @@ class GpuProbe:
     def _smi(self, args: Shell) -> Evidence:
         if not self.smi_path:
             return Evidence(None, "nvidia-smi is not on the PATH (see the check nvidia-smi present)")
-        result = bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=args), what="nvidia-smi")
+        result = self._timed_smi(args)
+        said = (result.stdout + result.stderr).strip()
+        lost = parse.parse_gpu_lost(result.rc, said)
         if result.rc != 0:
-            return Evidence(
-                None, f"`nvidia-smi {args}` failed (rc {result.rc}): {(result.stdout + result.stderr).strip()[:300]}"
-            )
-        return Evidence(result.stdout)
+            return Evidence(None, f"`nvidia-smi {args}` failed (rc {result.rc}): {said[:300]}", lost)
+        return Evidence(result.stdout, lost=lost)
 
     @cached_property
     def smi_plain(self):
         """`nvidia-smi` itself: its failure text is how a version mismatch shows."""
-        return bounded.run(self.host, SMI, what="nvidia-smi") if self.smi_path else None
+        return self._timed_smi("") if self.smi_path else None
 
     @cached_property
     def gpu_query(self) -> Evidence:
@@ -169,7 +183,7 @@ class GpuProbe:
         """The kernel log since boot: dmesg, else journalctl -k -b (where systemd keeps it)."""
         tried = []
         if _tool_exists(self.host, "dmesg"):
-            result = self.host.run("dmesg")
+            result = bounded.run(self.host, "dmesg", what="kernel log")
             if result.rc == 0 and result.stdout.strip():
                 return Evidence(result.stdout)
             tried.append(f"dmesg failed: {result.stderr.strip()[:200] or 'empty output'}")
@@ -273,6 +287,13 @@ def explain(expected, found, todo: str) -> str:
 def report(request, text: str) -> None:
     """A passing check's finding, shown in the verdict table and the JSON report."""
     request.node.user_properties.append(("detail", text))
+
+
+def warn(request, text: str) -> None:
+    """A passing check's finding that a person should read: the check is a WARN line (the
+    verdict stays healthy; the JSON report's verdict is "WARN")."""
+    request.node.user_properties.append(("detail", text))
+    request.node.user_properties.append(("warn", text))
 
 
 def evidence(request, name: str, value: float | int | bool | None, **labels: str) -> None:

@@ -114,7 +114,7 @@ def exposition(report: dict, now: float) -> str:
         if verdict == "SKIP":
             families.add("check_skipped", labels, 1, HELP["check_skipped"])
         else:
-            families.add("check_ok", labels, 1 if verdict == "PASS" else 0, HELP["check_ok"])
+            families.add("check_ok", labels, 1 if verdict in ("PASS", "WARN") else 0, HELP["check_ok"])
         if verdict == "FAIL":
             failed += 1
             detail = " ".join(str(result.get("detail", "")).split())[:DETAIL_MAX]

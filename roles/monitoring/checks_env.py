@@ -31,6 +31,8 @@ BUNDLE_GLOBS = (
     # the pure helpers checks imports (parsers shared with the roles; no pyinfra)
     "roles/shared/__init__.py",
     "roles/shared/driver_state.py",
+    "roles/shared/xid_catalog.py",
+    "roles/shared/xid_catalog.yml",
     "roles/shared/eagle3.py",
     "roles/shared/replicas.py",
     "roles/shared/shell.py",

@@ -27,7 +27,7 @@ import yaml
 
 from roles.monitoring import runbook
 from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
-from roles.shared import layout
+from roles.shared import layout, xid_catalog
 from roles.site import HostSettings, Site, address_of
 from roles.site.sections.monitoring import duration_seconds
 
@@ -386,28 +386,33 @@ XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 # kube-prometheus' always-firing alert (its general.rules: expr vector(1), severity none): routed
 # only to the heartbeat receiver, whose outside service pages when the beats stop.
 WATCHDOG = "Watchdog"
-# Graded by the catalog's "Resolution Bucket (Immediate Action)" (docs.nvidia.com/deploy/xid-errors/
-# analyzing-xid-catalog.html): RESTART_APP codes concern the program on the GPU, not the GPU.
-XID_APPLICATION = (13, 31, 43, 45)
-XID_RESET = (48, 63, 64, 74, 92, 94, 95, 119, 120)
-XID_OFF_THE_BUS = (79,)
+# Graded by NVIDIA's Xid catalog, "Resolution Bucket (Immediate Action)" (roles/shared/xid_catalog.yml,
+# the rows quoted with their source): only the buckets that need a person page (critical), as does
+# a code the catalog file does not hold; RESTART_APP (the program on the GPU) and XID_154 (it restates
+# another Xid) are warnings; IGNORE codes raise no alert.
+XID_WARNING = xid_catalog.codes("warning")
+XID_IGNORED = xid_catalog.codes("none")
 
 
 def _codes(codes: tuple[int, ...]) -> str:
     return "^(" + "|".join(str(c) for c in codes) + ")$"
 
 
-XID_ADVICE = (
-    f'{{{{ if match "{_codes(XID_APPLICATION)}" $labels.xid }}}}an application-level Xid: read the log of the '
-    "program that ran on the GPU (`journalctl -u` of the serving unit); the GPU needs no reset."
-    f'{{{{ else if match "{_codes(XID_OFF_THE_BUS)}" $labels.xid }}}}the GPU fell off the bus: drain the node and '
-    "reboot it; if it comes back, check the slot, riser and power; if it recurs, the catalog says contact support"
-    " (RMA)."
-    f'{{{{ else if match "{_codes(XID_RESET)}" $labels.xid }}}}a GPU or memory fault: drain the GPU and reset it '
-    "(`nvidia-smi -r`) or reboot; check `nvidia-smi -q -d ROW_REMAPPER,ECC`; if it recurs, the catalog says "
-    "contact support (RMA)."
-    "{{ else }}look up the code's action in the catalog before acting.{{ end }}"
-)
+def _xid_advice() -> str:
+    """The alert's advice as one Go template: a branch per catalog bucket, by the xid label."""
+    by_bucket: dict[str, list[int]] = defaultdict(list)
+    for code, row in xid_catalog.catalog()["rows"].items():
+        if row.severity != "none":
+            by_bucket[row.immediate].append(code)
+    branches = [
+        f'{{{{ {"if" if i == 0 else "else if"} match "{_codes(tuple(codes))}" $labels.xid }}}}'
+        f"NVIDIA's Xid catalog says {bucket}: {xid_catalog.row(codes[0]).next_step}."  # type: ignore[union-attr]
+        for i, (bucket, codes) in enumerate(sorted(by_bucket.items()))
+    ]
+    return "".join(branches) + "{{ else }}" + xid_catalog.UNKNOWN[1] + ".{{ end }}"
+
+
+XID_ADVICE = _xid_advice()
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, **fields: object) -> Alert:
@@ -432,7 +437,16 @@ def alerts(site: Site, monitor: HostSettings) -> list[Alert]:
             "warning",
         ),
         _alert("HealthCheckFailing", "inference_host_check_ok == 0", m.check_failing_for, "warning"),
-        _alert("GpuXidError", f"{XID_COUNT} > 0", "0m", "critical", xid_advice=XID_ADVICE),
+        _alert(
+            "GpuXidError",
+            f'{XID_COUNT}{{xid!~"{_codes(XID_WARNING + XID_IGNORED)}"}} > 0',
+            "0m",
+            "critical",
+            xid_advice=XID_ADVICE,
+        ),
+        _alert(
+            "GpuXidError", f'{XID_COUNT}{{xid=~"{_codes(XID_WARNING)}"}} > 0', "0m", "warning", xid_advice=XID_ADVICE
+        ),
         _alert(
             "GpuUncorrectableEcc",
             "inference_host_gpu_ecc_uncorrectable_errors > 0 or DCGM_FI_DEV_ROW_REMAP_FAILURE > 0",

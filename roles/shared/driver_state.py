@@ -99,6 +99,26 @@ def parse_nvml_mismatch(text: str) -> str | None:
     return library or "unknown"
 
 
+# nvidia-smi(1), RETURN VALUE: "Return code 15 - The GPU has fallen off the bus or has otherwise
+# become inaccessible" (NVML_ERROR_GPU_IS_LOST, nvml.h). Its own words then, per GPU: "Unable to
+# determine the device handle for GPU0000:01:00.0: GPU is lost.  Reboot the system to recover
+# this GPU"; the kernel log's: "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus."
+SMI_GPU_LOST_RC = 15
+_GPU_LOST_RE = re.compile(r"GPU is lost|fallen off the bus", re.IGNORECASE)
+
+
+def parse_gpu_lost(rc: int, text: str) -> str | None:
+    """nvidia-smi's exit status and output -> the words that say a GPU is lost (exit 15, "GPU is
+    lost", "fallen off the bus"): only a reboot of the node brings such a GPU back; None otherwise."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = next((line for line in lines if _GPU_LOST_RE.search(line)), None)
+    if said is not None:
+        return said[:300]
+    if rc == SMI_GPU_LOST_RC:
+        return "exit 15 (nvidia-smi(1): the GPU has fallen off the bus or has otherwise become inaccessible)"
+    return None
+
+
 def parse_nvidia_smi_driver_version(text: str) -> UserspaceDriver:
     """Output of `nvidia-smi --query-gpu=driver_version --format=csv,noheader` -> UserspaceDriver."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]

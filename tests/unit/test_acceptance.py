@@ -325,7 +325,9 @@ def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(monkeypatc
     import checks.__main__ as checks_main
 
     problem = "expected inference-engine.service active again after DCGM; found `systemctl start` rc 1, state failed"
-    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(restart_problem=problem))
+    monkeypatch.setattr(
+        checks_main, "dcgm_diag", lambda host, level, unit, *_, **__: _dcgm_run(restart_problem=problem)
+    )
     dcgm, restart = acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)
     assert dcgm.verdict == acc.PASS
     assert (restart.area, restart.verdict, restart.observed) == ("engine restart after DCGM", acc.FAIL, problem)
@@ -335,9 +337,9 @@ def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(monkeypatc
 def test_an_engine_that_came_back_passes_and_one_never_running_is_not_applicable(monkeypatch):
     import checks.__main__ as checks_main
 
-    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run())
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit, *_, **__: _dcgm_run())
     assert acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)[1].verdict == acc.PASS
-    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(was_active=False))
+    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit, *_, **__: _dcgm_run(was_active=False))
     assert acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)[1].verdict == acc.NOT_APPLICABLE
     no_dcgm = acc.dcgm_lines(SimpleNamespace(dcgm=False), None, EXPECT, acc.TARGET)
     assert [line.verdict for line in no_dcgm] == [acc.UNREACHED, acc.NOT_APPLICABLE]
@@ -347,7 +349,9 @@ def test_a_dcgm_overrun_is_a_failure_not_unreached(monkeypatch):
     import checks.__main__ as checks_main
 
     overran = "expected `dcgmi diag -r 2 -j` to finish within 1200 s (dcgmi); found no answer after 1200 s, killed"
-    monkeypatch.setattr(checks_main, "dcgm_diag", lambda host, level, unit: _dcgm_run(tests=[], problem=overran))
+    monkeypatch.setattr(
+        checks_main, "dcgm_diag", lambda host, level, unit, *_, **__: _dcgm_run(tests=[], problem=overran)
+    )
     dcgm, _ = acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)
     assert dcgm.verdict == acc.FAIL and dcgm.observed == overran
 

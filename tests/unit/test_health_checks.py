@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import connection, test_gpus, test_interconnect, test_service
+from checks import connection, probes, test_gpus, test_interconnect, test_service
 from checks import gpu_parsers as parse
 from checks.conftest import verdict_table
 from checks.expectations import Expectations
@@ -1031,3 +1031,38 @@ def test_the_kv_cache_check_reports_sglangs_own_allocation_line():
         test_service.test_kv_cache_allocated(
             _journal_host("Load weight end.\n"), {"LoadState": "loaded"}, expect(), FakeRequest()
         )
+
+
+# -- Xid lines judged by NVIDIA's catalog (roles/shared/xid_catalog.yml) ---------------------------
+
+
+def _xid_probe(*codes: int):
+    lines = [
+        f"[ {100 + i}.000000] NVRM: Xid (PCI:0000:61:00): {code}, pid=1234, name=python, planted"
+        for i, code in enumerate(codes)
+    ]
+    return types.SimpleNamespace(kernel_log=probes.Evidence("\n".join(lines) + "\n"))
+
+
+@pytest.mark.parametrize(
+    ("codes", "shown"),
+    [
+        ((79,), "catalog: RESTART_BM): drain and reboot the node"),
+        ((62,), "catalog: RESET_GPU): drain the GPU"),
+        ((140,), "catalog: RESET_GPU)"),
+        ((94,), "catalog: RESTART_APP): restart the program"),
+        ((43, 48), "catalog: WORKFLOW_XID_48)"),
+        ((999,), "Xid 999: not in this project's copy of the catalog"),
+    ],
+)
+def test_an_xid_fails_with_its_catalog_action(codes, shown):
+    with pytest.raises(AssertionError) as failed:
+        test_gpus.test_no_xid_errors_since_boot(_xid_probe(*codes), FakeRequest())
+    assert shown in str(failed.value) and "docs.nvidia.com/deploy/xid-errors" in str(failed.value)
+    assert "Xid 43" not in str(failed.value).split("what to do")[0]  # an IGNORE code is not among the found
+
+
+def test_xids_the_catalog_says_to_ignore_pass_and_are_named():
+    request = FakeRequest()
+    test_gpus.test_no_xid_errors_since_boot(_xid_probe(43, 63, 92), request)
+    assert request.detail == "only Xids the catalog says to ignore: 43, 63, 92"

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from roles.monitoring import config, runbook
+from roles.shared import xid_catalog
 from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT, gpu_node
 
@@ -416,12 +417,16 @@ def _branch(phrase: str) -> str:
 
 
 ADVICE = {
-    "13": "an application-level Xid",
-    "31": "an application-level Xid",
-    "48": "a GPU or memory fault",
-    "94": "a GPU or memory fault",
-    "79": "the GPU fell off the bus",
-    "154": "look up the code's action",
+    "13": "NVIDIA's Xid catalog says RESTART_APP",
+    "31": "NVIDIA's Xid catalog says RESTART_APP",
+    "48": "NVIDIA's Xid catalog says WORKFLOW_XID_48",
+    "94": "NVIDIA's Xid catalog says RESTART_APP",
+    "79": "NVIDIA's Xid catalog says RESTART_BM",
+    "154": "NVIDIA's Xid catalog says XID_154",
+    "62": "NVIDIA's Xid catalog says RESET_GPU",
+    "95": "NVIDIA's Xid catalog says RESET_GPU",
+    "140": "NVIDIA's Xid catalog says RESET_GPU",
+    "999": "not in this project's copy of the catalog",
 }
 
 
@@ -431,7 +436,7 @@ def _xid_alert(rule: dict, xid: str, value: str, window_ms: str = "300000") -> l
     summary, description = _expand(
         {"annotations": {"summary": rule["annotations"]["summary"], "description": description}}, labels, value
     )
-    return _alert({**labels, "severity": "critical"}, summary, description)
+    return _alert({**labels, "severity": xid_catalog.severity(int(xid))}, summary, description)
 
 
 # Minutes 0-9 nothing; an Xid 79 at 10 (counted through 14, then the series goes, as the exporter's
@@ -520,7 +525,29 @@ def test_the_xid_advice_is_graded_by_the_catalogs_action(rendered, xid):
     result = run(promtool, "test", "rules", "grade.yml", cwd=rendered)
     assert result.returncode == 0, result.stdout + result.stderr
     reset = "nvidia-smi -r" in _xid_alert(rule, xid, "1")[0]["exp_annotations"]["description"]
-    assert reset == (xid in ("48", "94")), xid  # application-level and unknown codes: no reset advised
+    assert reset == (xid in ("62", "95", "140")), xid  # the catalog's RESET_GPU codes only
+    paged = _xid_alert(rule, xid, "1")[0]["exp_labels"]["severity"] == "critical"
+    assert paged == (xid not in ("13", "31", "94", "154")), xid  # RESTART_APP and XID_154: warnings
+
+
+@pytest.mark.parametrize("xid", ["43", "63", "92"])
+def test_an_xid_the_catalog_says_to_ignore_raises_no_alert(rendered, xid):
+    """43, 63 and 92 are IGNORE in NVIDIA's catalog; they paged as critical."""
+    promtool = _tool("promtool")
+    test = {
+        "rule_files": ["inference-host.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": _series(XID_COUNT, xid=xid, window_size_in_ms="300000"), "values": "1x5"}],
+                "alert_rule_test": [{"eval_time": "2m", "alertname": "GpuXidError", "exp_alerts": []}],
+            }
+        ],
+    }
+    (rendered / "ignored.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = run(promtool, "test", "rules", "ignored.yml", cwd=rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_amtool_asks_alertmanager_through_the_basic_auth_with_no_password_on_its_command_line(site, rendered):
