@@ -6,7 +6,8 @@
     uv run python -m checks --hosts local:// --expect gpu_count=1 --expect gpu_arch=sm90 ...
 
 Exit status 0 when every check passed or was skipped with a reason, 1 when one failed, 2 for
-bad input. Reports land in reports/health-<host>-<time>.json unless --report names a file.
+bad input, 3 when a host could not be reached (one line for it, its checks not run:
+checks/reach.py). Reports land in reports/health-<host>-<time>.json unless --report names a file.
 
 Every command on the host is bounded (checks/bounded.py): one that overruns is a FAIL line that
 names it, its bound, the likely cause and the next step, and each host's run ends within
@@ -26,10 +27,11 @@ import pytest
 
 from checks import bounded
 from checks.connection import testinfra_url
+from checks.reach import unreachable
 from checks.site_cache import site_of
 from roles.shared.shell import sh
 from roles.site import SiteError
-from roles.site.command_line import OneLineParser
+from roles.site.command_line import UNREACHABLE, OneLineParser
 from roles.site.errors import output_path_problem
 
 HERE = Path(__file__).resolve().parent
@@ -182,6 +184,11 @@ def main(argv=None) -> int:
         return 2
     worst = 0
     for name, url, pytest_argv in runs:
+        gone = unreachable(url, name)
+        if gone:  # one line, not a table of failed checks each blaming a slow host
+            print(f"inference-host health checks: {gone}", file=sys.stderr, flush=True)
+            worst = UNREACHABLE
+            continue
         if args.dcgm_level:  # first: the suites then judge the machine DCGM leaves behind
             worst = max(worst, dcgm_on_demand(url, args.dcgm_level, name, args.inventory, args.sudo))
         print(f"\n### health checks of {name or url} ({url})", flush=True)
@@ -198,7 +205,7 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
         worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
-    return worst
+    return worst  # the worst: an unreachable host (3) over a failed check (1)
 
 
 def dcgm_on_demand(url: str, level: int, name: str | None, inventory: str | None, sudo: bool = False) -> int:

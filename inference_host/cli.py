@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from roles.site.command_line import FAILED, OK, USAGE, OneLineParser
+from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE, OneLineParser
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = "inference-host"
@@ -221,12 +221,66 @@ def pyinfra_argv(inventory: str, check: bool, yes: bool, limit: list[str], extra
     return argv + extra
 
 
+def run_pyinfra(argv: list[str]) -> int:
+    """pyinfra's status, or 3 with one line per host it could not connect to (config.py records
+    them: roles/shared/cli_edges.py). pyinfra runs in its own process: it patches the standard
+    library with gevent at import."""
+    from checks.reach import next_step
+    from roles.shared.cli_edges import UNREACHED_FILE
+
+    with tempfile.TemporaryDirectory(prefix="inference-host-deploy-") as folder:
+        record = Path(folder) / "unreached.jsonl"
+        code = subprocess.run(argv, cwd=ROOT, env={**os.environ, UNREACHED_FILE: str(record)}, check=False).returncode
+        found = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
+    said = {}
+    for host in found:  # once per host: a child pass may have tried it again
+        said.setdefault(host["host"], host)
+    for host in said.values():
+        cause = " ".join(host["cause"].split())[:200]
+        print(
+            f"{PROG}: {host['host']}: unreachable at {host['address']} port {host['port']}: {cause}; "
+            f"what to do: {next_step(cause, host['address'], host['port'])}",
+            file=sys.stderr,
+        )
+    return UNREACHABLE if said else code
+
+
+def deploy_refusal(inventory: str, limit: list[str]) -> str | None:
+    """Why the deploy must not start (one line), before pyinfra runs: pyinfra reads a path that
+    is not a file as a host name or a module, and a --limit that matches nothing as no hosts, and
+    both end in an empty run that exits 0 (pyinfra_cli/inventory.py, 3.10)."""
+    path = ROOT / inventory
+    if not path.exists():
+        return f"{inventory}: no such inventory file; e.g. inventory/prod.py"
+    if not path.is_file():
+        return f"{inventory}: not an inventory file (a folder?); e.g. inventory/prod.py"
+    if not limit:
+        return None
+    from fnmatch import fnmatch
+
+    from roles.site import SiteError, load_site
+
+    try:
+        site = load_site(inventory)
+    except SiteError:
+        return None  # pyinfra's load runs the same validation and prints every problem (exit 2)
+    groups = {group for host in site.hosts.values() for group in host.groups}
+    for name in limit:  # pyinfra: a group's name, else a host name pattern (pyinfra_cli/util.py)
+        if name not in groups and not any(fnmatch(host, name) for host in site.hosts):
+            return (
+                f"--limit {name!r} matches no host or group of {inventory}; hosts: {', '.join(site.hosts)};"
+                f" groups: {', '.join(sorted(groups))}"
+            )
+    return None
+
+
 def _deploy(args, rest: list[str], parser: OneLineParser) -> int:
     inventory = _inventory(parser, args)
     assert inventory is not None  # required: _inventory has said so in one line
-    argv = pyinfra_argv(inventory, args.check, args.yes, args.limit, rest)
-    # pyinfra in its own process: it patches the standard library with gevent at import.
-    return subprocess.run(argv, cwd=ROOT, check=False).returncode
+    refusal = deploy_refusal(inventory, args.limit)
+    if refusal:
+        parser.error(refusal)
+    return run_pyinfra(pyinfra_argv(inventory, args.check, args.yes, args.limit, rest))
 
 
 # -- the parser -----------------------------------------------------------------------------------
