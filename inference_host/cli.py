@@ -232,7 +232,7 @@ def run_pyinfra(argv: list[str]) -> int:
         record = Path(folder) / "unreached.jsonl"
         code = subprocess.run(argv, cwd=ROOT, env={**os.environ, UNREACHED_FILE: str(record)}, check=False).returncode
         found = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
-    said = {}
+    said: dict[str, dict] = {}
     for host in found:  # once per host: a child pass may have tried it again
         said.setdefault(host["host"], host)
     for host in said.values():

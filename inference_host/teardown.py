@@ -218,9 +218,9 @@ def teardown(args, parser) -> int:
     from checks.connection import testinfra_url
     from checks.reach import unreachable
 
-    gone = unreachable(testinfra_url(args.inventory, node), node)
-    if gone:
-        print(f"inference-host teardown: {gone}; nothing changed", file=sys.stderr)
+    why = unreachable(testinfra_url(args.inventory, node), node)
+    if why:
+        print(f"inference-host teardown: {why}; nothing changed", file=sys.stderr)
         return UNREACHABLE
     try:
         read = _on_node(args.inventory, node, state_command(kind, vmid), READ_BOUND_S)

@@ -63,5 +63,5 @@ def honour_no_color() -> None:
         return True
 
     # both names, as click's own CliRunner replaces them (click/testing.py, 8.x)
-    click.utils.should_strip_ansi = strip  # type: ignore[assignment]
+    click.utils.should_strip_ansi = strip
     click._compat.should_strip_ansi = strip
