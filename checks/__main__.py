@@ -325,4 +325,6 @@ def start_again(host, unit: str, start_s: float) -> str | None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks")

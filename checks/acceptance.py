@@ -841,4 +841,6 @@ def collect_one(args, expect, folder: Path) -> list[Line]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks.acceptance")

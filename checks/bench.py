@@ -299,4 +299,6 @@ def _run_variants(args, host, target, workload, variants, switch, reference) -> 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks.bench")

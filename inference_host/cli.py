@@ -308,6 +308,7 @@ def build_parser() -> OneLineParser:
         "exit status: 0 ok, 1 a check failed, 2 bad usage or input, 3 a host could not be reached,"
         " 4 accepted on lab stand-ins only"
     )
+    parser.add_argument("--version", action="version", version=version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_HelpWithModule)
 
     for name, (function, help_text, _, old_flag) in WRAPPED.items():
@@ -352,10 +353,51 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+def version() -> str:
+    """The project's version and the commit this checkout is at (when git can say)."""
+    import tomllib
+
+    number = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return f"{PROG} {number}" + (f" ({commit})" if commit else "")
+
+
+def _unknown_command(parser: OneLineParser, argv: list[str]) -> None:
+    """A mistyped subcommand (or lock kind) is one line with the nearest names (difflib)."""
+    import difflib
+
+    def refuse(prog: str, word: str, choices: list[str]) -> None:
+        near = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        print(f"{prog}: error: unknown command {word[:40]!r}{hint} (commands: {', '.join(choices)})", file=sys.stderr)
+        raise SystemExit(USAGE)
+
+    assert parser._subparsers is not None
+    choices = parser._subparsers._group_actions[0].choices  # argparse keeps them here (3.11-3.13)
+    assert isinstance(choices, dict)
+    if argv and not argv[0].startswith("-") and argv[0] not in choices:
+        refuse(PROG, argv[0], list(choices))
+    if len(argv) > 1 and argv[0] == "lock" and not argv[1].startswith("-"):
+        kinds = ["engines", "gateway", "eagle3"]
+        if argv[1] not in kinds:
+            refuse(f"{PROG} lock", argv[1], kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command's status (the console script calls quiet_on_closed_pipe() first)."""
+    """The command's status (the console script runs it through run_command: a closed pipe, a
+    Ctrl-C and any locale handled at the edge)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    _unknown_command(parser, argv)
     if argv and argv[0] in ("vault", "lab"):  # the module parses its own subcommands
         function = _vault if argv[0] == "vault" else _lab
         with _in_root():

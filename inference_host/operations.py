@@ -380,6 +380,8 @@ def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: 
         answer["error"] = str(error)
     except Exception as error:  # an unreachable host is one line, not a traceback
         answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"
+    except KeyboardInterrupt:  # under pyinfra's gevent a thread is a greenlet, and Ctrl-C may land
+        answer["interrupted"] = True  # in it: run_everywhere raises it again where it waits
 
 
 def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) -> dict[str, dict]:
@@ -402,6 +404,8 @@ def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) 
             slot["given_up"] = True
             if slot.get("runner") is not None:
                 slot["runner"].stop()
+        if slot.get("interrupted"):
+            raise KeyboardInterrupt
         answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up")}
         answers[name]["seconds"] = round(time.monotonic() - started, 2)
         if thread.is_alive():

@@ -3,7 +3,7 @@
 import sys
 
 from lab import HOSTS, container_name, container_state, down, up
-from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
+from roles.site.command_line import OneLineParser, run_command
 
 
 def main(argv: list[str], prog: str = "python -m lab") -> int:
@@ -28,5 +28,4 @@ def main(argv: list[str], prog: str = "python -m lab") -> int:
 
 
 if __name__ == "__main__":
-    quiet_on_closed_pipe()
-    raise SystemExit(main(sys.argv[1:]))
+    run_command(lambda: main(sys.argv[1:]), "python -m lab")

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from roles.site import yamlfile
-from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
+from roles.site.command_line import OneLineParser, run_command
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -354,5 +354,4 @@ def _set(path: Path, name: str) -> int:
 
 
 if __name__ == "__main__":
-    quiet_on_closed_pipe()
-    raise SystemExit(_main(sys.argv[1:]))
+    run_command(lambda: _main(sys.argv[1:]), "python -m roles.site.vault")
