@@ -769,7 +769,7 @@ def main(argv=None) -> int:
     print("\n" + markdown(lines, meta))
     print(
         f"report: {folder / 'report.md'}, {folder / 'report.json'}"
-        + (f", {chart}" if chart else " (no chart: `uv sync --extra bench` installs matplotlib)")
+        + (f", {chart}" if chart else " (no chart: matplotlib is missing; `uv sync` installs it)")
     )
     return status
 
