@@ -68,3 +68,10 @@ def test_ci_runs_the_readmes_set_up_and_test_command():
     assert readme_test == {"uv run pytest"}, readme_test
     assert ci_sync == [["uv", "sync"]], ci_sync
     assert ci_test == [["uv", "run", "pytest"]], ci_test
+
+
+def test_the_lab_runs_timings_live_in_one_run_md_only():
+    """A figure of the lab's runs goes stale with the code it measured; docs/one-run.md keeps each
+    with the commit and date it was measured at, the README links there and quotes none."""
+    assert not re.findall(r"\b\d+\.\d+ s\b", README)
+    assert "docs/one-run.md" in LINKS
