@@ -13,13 +13,14 @@ def main(argv: list[str], prog: str = "python -m lab") -> int:
         nargs="?",
         default="status",
         choices=("up", "down", "status"),
-        help="up: bring the lab up; down: remove its containers; status (default): each container's state",
+        help="up: bring the lab up; down: remove everything the labs made (the main lab's containers, the"
+        " replica labs' and the node's models volume); status (default): each container's state",
     )
     command = parser.parse_args(argv).command
     if command == "up":
         print("\n".join(up()))
-    elif command == "down":
-        down()
+    elif command == "down":  # every lab of this prefix: the main one and the replica labs (HOSTS)
+        down(tuple(HOSTS))
     else:
         for role in HOSTS:
             state = container_state(container_name(role))
