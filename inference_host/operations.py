@@ -11,6 +11,7 @@ request, the key to curl on a file descriptor).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -458,6 +459,34 @@ def status(args, parser) -> int:
 # -- drain / undrain: the rolling upgrade's own script -------------------------------------------
 
 
+PROGRESS_EVERY_S = 10.0
+
+
+@contextlib.contextmanager
+def progress(what: str, bound_s: float, stream=None, every_s: float = PROGRESS_EVERY_S):
+    """At a terminal, a line every every_s seconds while the block runs (a drain waits minutes
+    for in-flight requests, and said nothing until it ended); nothing into a file or a pipe."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            print(f"{what}: {time.monotonic() - started:.0f} s, still waiting (at most {bound_s:.0f} s)", file=stream)
+            stream.flush()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join(1)
+
+
 def _replica(parser, site, name: str):
     from roles.shared.replicas import gateways, replicas
 
@@ -496,7 +525,8 @@ def drain(args, parser, undrain: bool = False) -> int:
         # bounded here too (checks/bounded.py): an ssh that never connects (DNS, a wedged sshd)
         # or loses the host mid-drain is killed, not waited on for ever
         host = bounded.own_host(url)
-        result = bounded.run(host, command, bound_s=bound + 10)
+        with progress(f"{node.name}: {'undrain' if undrain else 'drain'}", bound + 10):
+            result = bounded.run(host, command, bound_s=bound + 10)
     except bounded.CommandOverrun as error:
         print(f"{node.name}: {error}", file=sys.stderr)
         return UNREACHABLE if "connection" in host.backend._ih_runner.overran else FAILED
