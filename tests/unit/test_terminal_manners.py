@@ -3,6 +3,7 @@ that is not UTF-8, a reader that went away, a Ctrl-C. None of them is a tracebac
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -136,3 +137,29 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     assert [line for line in err.splitlines() if line.strip()] == [
         "inference-host: interrupted (Ctrl-C); what was running was stopped"
     ], err
+
+
+def test_no_color_reaches_pyinfras_output(monkeypatch):
+    """pyinfra colours with click, which strips colours only off a terminal; NO_COLOR strips them
+    at a terminal too (roles/shared/cli_edges.py, installed by config.py)."""
+    import click
+    import click._compat
+    import click.utils
+
+    from roles.shared import cli_edges
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    # restored after the test: honour_no_color replaces both names
+    monkeypatch.setattr(click.utils, "should_strip_ansi", click.utils.should_strip_ansi)
+    monkeypatch.setattr(click._compat, "should_strip_ansi", click._compat.should_strip_ansi)
+    coloured = Terminal()
+    click.echo(click.style("Connected", "green"), file=coloured)
+    assert "\x1b[" in coloured.getvalue()  # a terminal gets colours by default
+    monkeypatch.setenv("NO_COLOR", "1")
+    cli_edges.honour_no_color()
+    plain = Terminal()
+    click.echo(click.style("Connected", "green"), file=plain)
+    assert plain.getvalue() == "Connected\n"
