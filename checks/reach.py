@@ -65,29 +65,47 @@ def next_step(cause: str, address: str, port: str) -> str:
     return f"nothing answered on {address} port {port}: is the host up (its console), a firewall in between?"
 
 
-def reason(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+def _ask(command: list[str], seconds: int, started) -> str | None:
+    """ssh's cause for not reaching the host, or None when `true` ran there."""
+    try:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    except OSError as error:
+        return f"ssh could not be started: {error.strerror}"
+    if started:
+        started(process)
+    try:
+        _, stderr = process.communicate(timeout=seconds + 5)
+    except subprocess.TimeoutExpired:  # past ssh's own timeout: a wedged lookup or proxy command
+        process.kill()
+        process.communicate()
+        return f"no answer within {seconds + 5} s"
+    if process.returncode < 0:  # killed by the caller that stopped waiting, or by a signal
+        return f"ssh was stopped (signal {-process.returncode}) before it connected"
+    if process.returncode != 255:  # `true` ran (or the remote shell said why not): reached
+        return None
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return said[-1] if said else "ssh exited 255 and said nothing"
+
+
+def reason(url: str, timeout_s: float = CONNECT_TIMEOUT_S, started=None) -> str | None:
     """None when the host answers (or is not reached over ssh); else why not, in one line:
-    "unreachable at ADDRESS port PORT: CAUSE; what to do: ..."."""
+    "unreachable at ADDRESS port PORT: CAUSE; what to do: ...". started(process) is called with
+    the ssh as it starts, so that a caller that stops waiting can kill it."""
     words = _ssh_words(url)
     if words is None:
         return None
     options, target, port = words
     seconds = max(1, int(timeout_s))
     command = ["ssh", *options, "-o", f"ConnectTimeout={seconds}", "-o", "BatchMode=yes", "--", target, "true"]
-    try:
-        done = subprocess.run(
-            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=seconds + 5, check=False
-        )
-    except subprocess.TimeoutExpired:
-        cause = f"no answer within {seconds + 5} s"
-    except OSError as error:
-        cause = f"ssh could not be started: {error.strerror}"
+    cause = _ask(command, seconds, started)
+    if cause is None:
+        return None
+    if cause.startswith("ssh was stopped"):  # the caller gave up waiting: no second ssh (-G)
+        address, port = target.rsplit("@", 1)[-1], port or "22"
     else:
-        if done.returncode != 255:  # `true` ran (or the remote shell said why not): reached
-            return None
-        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        cause = said[-1] if said else "ssh exited 255 and said nothing"
-    address, port = _resolved(options, target, port)
+        address, port = _resolved(options, target, port)
     return f"unreachable at {address} port {port}: {cause[:200]}; what to do: {next_step(cause, address, port)}"
 
 

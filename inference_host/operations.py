@@ -363,7 +363,7 @@ def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: 
     try:
         url = testinfra_url(inventory, name)
         # asked first, within the wait: the address, the port and ssh's own cause, in one line
-        why = reason(url, timeout_s=max(1.0, timeout_s - 1))
+        why = reason(url, timeout_s=max(1.0, timeout_s - 1), started=lambda probe: _probing(answer, probe))
         if why:
             answer["error"] = why
             return
@@ -385,6 +385,13 @@ def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: 
         answer["interrupted"] = True  # in it: run_everywhere raises it again where it waits
 
 
+def _probing(answer: dict, probe) -> None:
+    """The reachability ssh, kept where run_everywhere can kill it when it stops waiting."""
+    answer["probe"] = probe
+    if answer.get("given_up"):
+        probe.kill()
+
+
 def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) -> dict[str, dict]:
     """host name -> {"stdout", "rc"} or {"error"}; every host at once, none waited for longer
     than timeout_s. A host given up on has its ssh (or docker exec) killed, not left running
@@ -403,11 +410,13 @@ def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) 
         slot = answers[name]
         if thread.is_alive():  # given up: _on_host stops its runner itself if it has none yet
             slot["given_up"] = True
+            if slot.get("probe") is not None:
+                slot["probe"].kill()
             if slot.get("runner") is not None:
                 slot["runner"].stop()
         if slot.get("interrupted"):
             raise KeyboardInterrupt
-        answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up")}
+        answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up", "probe")}
         answers[name]["seconds"] = round(time.monotonic() - started, 2)
         if thread.is_alive():
             answers[name] = {
