@@ -6,8 +6,9 @@
     uv run python -m checks --hosts local:// --expect gpu_count=1 --expect gpu_arch=sm90 ...
 
 Exit status 0 when every check passed or was skipped with a reason, 1 when one failed, 2 for
-bad input, 130 when interrupted (Ctrl-C, or SIGTERM: the command running then is killed on the
-host, and the report holds the checks that ran, marked "interrupted"). Reports land in
+bad input, 3 when a host could not be reached (one line for it, its checks not run:
+checks/reach.py), 130 when interrupted (Ctrl-C, or SIGTERM: the command running then is killed
+on the host, and the report holds the checks that ran, marked "interrupted"). Reports land in
 reports/health-<host>-<time>.json unless --report names a file.
 
 Every command on the host is bounded (checks/bounded.py): one that overruns is a FAIL line that
@@ -30,10 +31,11 @@ import pytest
 
 from checks import bounded
 from checks.connection import testinfra_url
+from checks.reach import unreachable
 from checks.site_cache import site_of
 from roles.shared.shell import sh
 from roles.site import SiteError
-from roles.site.command_line import OneLineParser
+from roles.site.command_line import UNREACHABLE, OneLineParser
 from roles.site.errors import output_path_problem
 
 HERE = Path(__file__).resolve().parent
@@ -216,6 +218,11 @@ def main(argv=None) -> int:
     interrupt_on_sigterm()
     worst = 0
     for name, url, pytest_argv in runs:
+        gone = unreachable(url, name)
+        if gone:  # one line, not a table of failed checks each blaming a slow host
+            print(f"inference-host health checks: {gone}", file=sys.stderr, flush=True)
+            worst = UNREACHABLE
+            continue
         try:
             if args.dcgm_level:  # first: the suites then judge the machine DCGM leaves behind
                 bound_s = dcgm_bound(args.dcgm_level, args.dcgm_timeout, args.deadline_s)
@@ -246,7 +253,7 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
         worst = max(worst, 0 if code == 0 else 1 if code in (1, 5) else 2)
-    return worst
+    return worst  # the worst: an unreachable host (3) over a failed check (1)
 
 
 def dcgm_bound(level: int, timeout_s: float | None, deadline_s: float | None) -> float:
@@ -391,4 +398,6 @@ def start_again(host, unit: str, start_s: float) -> str | None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks")

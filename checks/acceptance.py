@@ -36,6 +36,7 @@ from pathlib import Path
 
 from checks.__main__ import INTERRUPTED, SUITES, interrupt_on_sigterm
 from checks.bounded import DCGM_DIAG_BOUND_S
+from checks.reach import unreachable
 from checks.site_cache import site_of
 from roles.shared.shell import sh
 from roles.site import SiteError
@@ -785,7 +786,7 @@ def main(argv=None) -> int:
     print("\n" + markdown(lines, meta))
     print(
         f"report: {folder / 'report.md'}, {folder / 'report.json'}"
-        + (f", {chart}" if chart else " (no chart: `uv sync --extra bench` installs matplotlib)")
+        + (f", {chart}" if chart else " (no chart: matplotlib is missing; `uv sync` installs it)")
     )
     return status
 
@@ -802,18 +803,26 @@ def collect(args, site, folder: Path) -> list[Line]:
             for guest in site.group("kvm_guests")
             if guest.guest.node == node.name and guest.guest.gpu_addresses
         ]
+        url = testinfra_url(args.inventory, node.name)
+        gone = unreachable(url, node.name)
+        if gone:  # one line; its checks are not run (they would each fail on the connection)
+            lines.append(Line("node", node.name, "reachable", gone, UNREACHED))
+            continue
         try:
-            lines.extend(node_lines(node, bounded.own_host(testinfra_url(args.inventory, node.name))))
+            lines.extend(node_lines(node, bounded.own_host(url)))
         except bounded.CommandOverrun as error:
             lines.append(Line("node", node.name, "every command within its bound", str(error), FAIL))
         except Exception as error:  # an unreachable node is one line, not a traceback
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
+        url = testinfra_url(args.inventory, gpu_node.name)
+        gone = unreachable(url, gpu_node.name)
+        if gone:
+            lines.append(Line("gpu node", gpu_node.name, "reachable", gone, UNREACHED))
+            continue
         try:
             expect = Expectations.from_site(site, gpu_node.name)
-            lines.extend(
-                guest_lines(args, site, gpu_node.name, testinfra_url(args.inventory, gpu_node.name), expect, folder)
-            )
+            lines.extend(guest_lines(args, site, gpu_node.name, url, expect, folder))
         except bounded.CommandOverrun as error:
             lines.append(Line("gpu node", gpu_node.name, "every command within its bound", str(error), FAIL))
         except Exception as error:
@@ -839,6 +848,9 @@ def collect_one(args, expect, folder: Path) -> list[Line]:
     from checks.bounded import CommandOverrun
 
     name = expect.host_name or args.hosts
+    gone = unreachable(args.hosts, name)
+    if gone:
+        return lines + [Line("gpu node", name, "reachable", gone, UNREACHED)]
     try:
         return lines + guest_lines(args, None, name, args.hosts, expect, folder)
     except CommandOverrun as error:
@@ -846,4 +858,6 @@ def collect_one(args, expect, folder: Path) -> list[Line]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks.acceptance")

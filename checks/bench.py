@@ -235,6 +235,12 @@ def main(argv=None) -> int:
 
     assert target is not None  # read above unless --chart-only
     from checks import bounded
+    from checks.reach import unreachable
+
+    gone = unreachable(target["url"], target.get("name"))
+    if gone:  # exit 3, the same for every command (docs/operations.md)
+        print(f"benchmark: {gone}", file=sys.stderr)
+        return 3
 
     # every command bounded (checks/bounded.py): a wedged engine or GPU is a FAIL line, not a hang
     host = bounded.own_host(target["url"])
@@ -293,4 +299,6 @@ def _run_variants(args, host, target, workload, variants, switch, reference) -> 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m checks.bench")

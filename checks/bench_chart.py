@@ -10,14 +10,15 @@ class MissingExtra(RuntimeError):
 
 
 def require_matplotlib():
-    """matplotlib is the optional extra "bench" (pyproject.toml): only the chart needs it."""
+    """matplotlib draws the chart (a default dependency, pyproject.toml): missing only from an
+    environment `uv sync` did not make."""
     try:
         import matplotlib
     except ImportError:
         raise MissingExtra(
-            "the benchmark draws its chart with matplotlib, which is the optional"
-            " extra 'bench': run `uv sync --extra bench` (or `uv run --extra bench"
-            " python -m checks.bench ...`)"
+            "the benchmark draws its chart with matplotlib, which is not installed here:"
+            " run `uv sync` in the repository (it installs the project's dependencies, matplotlib"
+            " among them)"
         ) from None
     return matplotlib
 

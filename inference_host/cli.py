@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from roles.site.command_line import FAILED, OK, USAGE, OneLineParser
+from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE, OneLineParser
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = "inference-host"
@@ -221,12 +221,66 @@ def pyinfra_argv(inventory: str, check: bool, yes: bool, limit: list[str], extra
     return argv + extra
 
 
+def run_pyinfra(argv: list[str]) -> int:
+    """pyinfra's status, or 3 with one line per host it could not connect to (config.py records
+    them: roles/shared/cli_edges.py). pyinfra runs in its own process: it patches the standard
+    library with gevent at import."""
+    from checks.reach import next_step
+    from roles.shared.cli_edges import UNREACHED_FILE
+
+    with tempfile.TemporaryDirectory(prefix="inference-host-deploy-") as folder:
+        record = Path(folder) / "unreached.jsonl"
+        code = subprocess.run(argv, cwd=ROOT, env={**os.environ, UNREACHED_FILE: str(record)}, check=False).returncode
+        found = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
+    said: dict[str, dict] = {}
+    for host in found:  # once per host: a child pass may have tried it again
+        said.setdefault(host["host"], host)
+    for host in said.values():
+        cause = " ".join(host["cause"].split())[:200]
+        print(
+            f"{PROG}: {host['host']}: unreachable at {host['address']} port {host['port']}: {cause}; "
+            f"what to do: {next_step(cause, host['address'], host['port'])}",
+            file=sys.stderr,
+        )
+    return UNREACHABLE if said else code
+
+
+def deploy_refusal(inventory: str, limit: list[str]) -> str | None:
+    """Why the deploy must not start (one line), before pyinfra runs: pyinfra reads a path that
+    is not a file as a host name or a module, and a --limit that matches nothing as no hosts, and
+    both end in an empty run that exits 0 (pyinfra_cli/inventory.py, 3.10)."""
+    path = ROOT / inventory
+    if not path.exists():
+        return f"{inventory}: no such inventory file; e.g. inventory/prod.py"
+    if not path.is_file():
+        return f"{inventory}: not an inventory file (a folder?); e.g. inventory/prod.py"
+    if not limit:
+        return None
+    from fnmatch import fnmatch
+
+    from roles.site import SiteError, load_site
+
+    try:
+        site = load_site(inventory)
+    except SiteError:
+        return None  # pyinfra's load runs the same validation and prints every problem (exit 2)
+    groups = {group for host in site.hosts.values() for group in host.groups}
+    for name in limit:  # pyinfra: a group's name, else a host name pattern (pyinfra_cli/util.py)
+        if name not in groups and not any(fnmatch(host, name) for host in site.hosts):
+            return (
+                f"--limit {name!r} matches no host or group of {inventory}; hosts: {', '.join(site.hosts)};"
+                f" groups: {', '.join(sorted(groups))}"
+            )
+    return None
+
+
 def _deploy(args, rest: list[str], parser: OneLineParser) -> int:
     inventory = _inventory(parser, args)
     assert inventory is not None  # required: _inventory has said so in one line
-    argv = pyinfra_argv(inventory, args.check, args.yes, args.limit, rest)
-    # pyinfra in its own process: it patches the standard library with gevent at import.
-    return subprocess.run(argv, cwd=ROOT, check=False).returncode
+    refusal = deploy_refusal(inventory, args.limit)
+    if refusal:
+        parser.error(refusal)
+    return run_pyinfra(pyinfra_argv(inventory, args.check, args.yes, args.limit, rest))
 
 
 # -- the parser -----------------------------------------------------------------------------------
@@ -254,6 +308,7 @@ def build_parser() -> OneLineParser:
         "exit status: 0 ok, 1 a check failed, 2 bad usage or input, 3 a host could not be reached,"
         " 4 accepted on lab stand-ins only"
     )
+    parser.add_argument("--version", action="version", version=version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_HelpWithModule)
 
     for name, (function, help_text, _, old_flag) in WRAPPED.items():
@@ -298,10 +353,51 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+def version() -> str:
+    """The project's version and the commit this checkout is at (when git can say)."""
+    import tomllib
+
+    number = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return f"{PROG} {number}" + (f" ({commit})" if commit else "")
+
+
+def _unknown_command(parser: OneLineParser, argv: list[str]) -> None:
+    """A mistyped subcommand (or lock kind) is one line with the nearest names (difflib)."""
+    import difflib
+
+    def refuse(prog: str, word: str, choices: list[str]) -> None:
+        near = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        print(f"{prog}: error: unknown command {word[:40]!r}{hint} (commands: {', '.join(choices)})", file=sys.stderr)
+        raise SystemExit(USAGE)
+
+    assert parser._subparsers is not None
+    choices = parser._subparsers._group_actions[0].choices  # argparse keeps them here (3.11-3.13)
+    assert isinstance(choices, dict)
+    if argv and not argv[0].startswith("-") and argv[0] not in choices:
+        refuse(PROG, argv[0], list(choices))
+    if len(argv) > 1 and argv[0] == "lock" and not argv[1].startswith("-"):
+        kinds = ["engines", "gateway", "eagle3"]
+        if argv[1] not in kinds:
+            refuse(f"{PROG} lock", argv[1], kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command's status (the console script calls quiet_on_closed_pipe() first)."""
+    """The command's status (the console script runs it through run_command: a closed pipe, a
+    Ctrl-C and any locale handled at the edge)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    _unknown_command(parser, argv)
     if argv and argv[0] in ("vault", "lab"):  # the module parses its own subcommands
         function = _vault if argv[0] == "vault" else _lab
         with _in_root():

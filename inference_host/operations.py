@@ -11,6 +11,7 @@ request, the key to curl on a file descriptor).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -302,7 +303,7 @@ def render(statuses: list[HostStatus], replica_states: dict[str, str]) -> str:
     for s in statuses:
         lines.append(f"== {s.name} ({', '.join(s.groups)})  " + (f"{s.seconds:.1f} s" if s.answered else ""))
         if not s.answered:
-            lines.append(f"   unreachable: {s.problem}")
+            lines.append(f"   {s.problem}" if s.problem.startswith("unreachable") else f"   unreachable: {s.problem}")
             continue
         if s.stack:
             st = s.stack
@@ -357,9 +358,16 @@ def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: 
     within timeout_s; answer["runner"] lets run_everywhere kill what is left when it gives up."""
     from checks import bounded
     from checks.connection import testinfra_url
+    from checks.reach import reason
 
     try:
-        host = bounded.own_host(testinfra_url(inventory, name), deadline_s=timeout_s)
+        url = testinfra_url(inventory, name)
+        # asked first, within the wait: the address, the port and ssh's own cause, in one line
+        why = reason(url, timeout_s=max(1.0, timeout_s - 1), started=lambda probe: _probing(answer, probe))
+        if why:
+            answer["error"] = why
+            return
+        host = bounded.own_host(url, deadline_s=timeout_s)
         answer["runner"] = host.backend._ih_runner
         if answer.get("given_up"):  # run_everywhere stopped waiting before the runner was here
             answer["runner"].stop()
@@ -373,6 +381,15 @@ def _on_host(inventory: str, name: str, script: Shell, answer: dict, timeout_s: 
         answer["error"] = str(error)
     except Exception as error:  # an unreachable host is one line, not a traceback
         answer["error"] = f"{type(error).__name__}: {str(error).strip()[:200]}"
+    except KeyboardInterrupt:  # under pyinfra's gevent a thread is a greenlet, and Ctrl-C may land
+        answer["interrupted"] = True  # in it: run_everywhere raises it again where it waits
+
+
+def _probing(answer: dict, probe) -> None:
+    """The reachability ssh, kept where run_everywhere can kill it when it stops waiting."""
+    answer["probe"] = probe
+    if answer.get("given_up"):
+        probe.kill()
 
 
 def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) -> dict[str, dict]:
@@ -393,9 +410,13 @@ def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) 
         slot = answers[name]
         if thread.is_alive():  # given up: _on_host stops its runner itself if it has none yet
             slot["given_up"] = True
+            if slot.get("probe") is not None:
+                slot["probe"].kill()
             if slot.get("runner") is not None:
                 slot["runner"].stop()
-        answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up")}
+        if slot.get("interrupted"):
+            raise KeyboardInterrupt
+        answers[name] = {key: value for key, value in slot.items() if key not in ("runner", "given_up", "probe")}
         answers[name]["seconds"] = round(time.monotonic() - started, 2)
         if thread.is_alive():
             answers[name] = {
@@ -447,6 +468,34 @@ def status(args, parser) -> int:
 # -- drain / undrain: the rolling upgrade's own script -------------------------------------------
 
 
+PROGRESS_EVERY_S = 10.0
+
+
+@contextlib.contextmanager
+def progress(what: str, bound_s: float, stream=None, every_s: float = PROGRESS_EVERY_S):
+    """At a terminal, a line every every_s seconds while the block runs (a drain waits minutes
+    for in-flight requests, and said nothing until it ended); nothing into a file or a pipe."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            print(f"{what}: {time.monotonic() - started:.0f} s, still waiting (at most {bound_s:.0f} s)", file=stream)
+            stream.flush()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join(1)
+
+
 def _replica(parser, site, name: str):
     from roles.shared.replicas import gateways, replicas
 
@@ -465,6 +514,7 @@ def drain(args, parser, undrain: bool = False) -> int:
     add-back (a generation first, then POST /workers, then healthy at every gateway)."""
     from checks import bounded
     from checks.connection import testinfra_url
+    from checks.reach import unreachable
     from roles.serving import rolling_argv
 
     site = _load(parser, args.inventory)
@@ -475,11 +525,17 @@ def drain(args, parser, undrain: bool = False) -> int:
     bound = node.serving.drain_timeout_s + 30 + 120 * max(1, len(site.group("gateways"))) + 60
     command = _bounded(argv(*words), bound)
     started = time.monotonic()
+    url = testinfra_url(args.inventory, node.name)
+    gone = unreachable(url, node.name)
+    if gone:
+        print(f"inference-host {'undrain' if undrain else 'drain'}: {gone}; nothing changed", file=sys.stderr)
+        return UNREACHABLE
     try:
         # bounded here too (checks/bounded.py): an ssh that never connects (DNS, a wedged sshd)
         # or loses the host mid-drain is killed, not waited on for ever
-        host = bounded.own_host(testinfra_url(args.inventory, node.name))
-        result = bounded.run(host, command, bound_s=bound + 10)
+        host = bounded.own_host(url)
+        with progress(f"{node.name}: {'undrain' if undrain else 'drain'}", bound + 10):
+            result = bounded.run(host, command, bound_s=bound + 10)
     except bounded.CommandOverrun as error:
         print(f"{node.name}: {error}", file=sys.stderr)
         return UNREACHABLE if "connection" in host.backend._ih_runner.overran else FAILED
@@ -617,7 +673,6 @@ def rollback(args, parser) -> int:
     """stack.yml's `active` set back, then the deploy: the engine's preflight, the health-gated
     switch and, behind gateways, the rolling switch one replica at a time, as for an upgrade. A
     failed deploy puts the file back (the switch itself already kept the old release serving)."""
-    import subprocess
     from pathlib import Path
 
     from roles.site import SiteError
@@ -652,12 +707,15 @@ def rollback(args, parser) -> int:
         f"rollback: {stack_file} active: {active} -> {target}; deploying"
         " (preflight, health gate, one replica at a time)"
     )
-    from inference_host.cli import ROOT, pyinfra_argv
+    from inference_host.cli import pyinfra_argv, run_pyinfra
 
     started = time.monotonic()
-    code = subprocess.run(pyinfra_argv(args.inventory, False, True, [], []), cwd=ROOT, check=False).returncode
+    code = run_pyinfra(pyinfra_argv(args.inventory, False, True, [], []))
     if code != 0:
         stack_file.write_text(before, encoding="utf-8")
+        if code == UNREACHABLE:
+            print(f"inference-host rollback: {stack_file} says active: {active} again", file=sys.stderr)
+            return UNREACHABLE
         print(
             f"inference-host rollback: the deploy failed (exit {code}); {stack_file} says active: {active} again."
             " The switch keeps the release that served when the new one fails its gate; read the deploy's"
@@ -701,10 +759,9 @@ def rotate(args, parser) -> int:
     """The vault's value replaced (roles/site/vault.py: encrypted, the file 0600), then the deploy
     writes it to every host that uses it (0600 files) and restarts what reads it, health-gated;
     behind gateways the replicas one at a time. No value is printed or put on a command line."""
-    import subprocess
     from pathlib import Path
 
-    from inference_host.cli import ROOT, pyinfra_argv
+    from inference_host.cli import pyinfra_argv, run_pyinfra
     from roles.site.vault import SecretsError, set_secret
 
     site = _load(parser, args.inventory)
@@ -729,14 +786,14 @@ def rotate(args, parser) -> int:
         )
         return OK
     started = time.monotonic()
-    code = subprocess.run(pyinfra_argv(args.inventory, False, True, [], []), cwd=ROOT, check=False).returncode
+    code = run_pyinfra(pyinfra_argv(args.inventory, False, True, [], []))
     if code != 0:
         print(
             f"inference-host rotate: the deploy failed (exit {code}); the vault holds the new value and some hosts"
             " may have it: fix what the deploy names and deploy again (to undo: rotate back to the old value)",
             file=sys.stderr,
         )
-        return FAILED
+        return UNREACHABLE if code == UNREACHABLE else FAILED
     print(f"{args.secret} rotated on the hosts in {time.monotonic() - started:.0f} s")
     return OK
 

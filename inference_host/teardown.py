@@ -215,6 +215,13 @@ def teardown(args, parser) -> int:
     kind, vmid, node = ("qemu" if guest.in_group("kvm_guests") else "lxc"), guest.guest.vmid, guest.guest.node
     label = f"{'VM' if kind == 'qemu' else 'CT'} {vmid} ({guest.name}) on {node}"
     started = time.monotonic()
+    from checks.connection import testinfra_url
+    from checks.reach import unreachable
+
+    why = unreachable(testinfra_url(args.inventory, node), node)
+    if why:
+        print(f"inference-host teardown: {why}; nothing changed", file=sys.stderr)
+        return UNREACHABLE
     try:
         read = _on_node(args.inventory, node, state_command(kind, vmid), READ_BOUND_S)
         if read.rc != 0:

@@ -191,7 +191,7 @@ monitors = [
             # monitoring_pagerduty_routing_key_secret. Or e-mail: "monitoring_email_to", "_from", "_smarthost".
             "monitoring_webhook_url": "https://alerts.example.internal/inference-host",
             # The dead man's switch (strongly advised): your Healthchecks.io / Dead Man's Snitch / Cronitor
-            # URL in the vault (`python -m roles.site.vault set secrets.vault.yml monitoring_heartbeat_url`),
+            # URL in the vault (`uv run inference-host vault set inventory/secrets.vault.yml monitoring_heartbeat_url`),
             # then uncomment: the always-firing Watchdog reaches it every minute, and it pages when that stops.
             # "monitoring_heartbeat_url_secret": "monitoring_heartbeat_url",
         },

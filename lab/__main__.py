@@ -3,7 +3,7 @@
 import sys
 
 from lab import HOSTS, container_name, container_state, down, up
-from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
+from roles.site.command_line import OneLineParser, run_command
 
 
 def main(argv: list[str], prog: str = "python -m lab") -> int:
@@ -13,13 +13,14 @@ def main(argv: list[str], prog: str = "python -m lab") -> int:
         nargs="?",
         default="status",
         choices=("up", "down", "status"),
-        help="up: bring the lab up; down: remove its containers; status (default): each container's state",
+        help="up: bring the lab up; down: remove everything the labs made (the main lab's containers, the"
+        " replica labs' and the node's models volume); status (default): each container's state",
     )
     command = parser.parse_args(argv).command
     if command == "up":
         print("\n".join(up()))
-    elif command == "down":
-        down()
+    elif command == "down":  # every lab of this prefix: the main one and the replica labs (HOSTS)
+        down(tuple(HOSTS))
     else:
         for role in HOSTS:
             state = container_state(container_name(role))
@@ -28,5 +29,4 @@ def main(argv: list[str], prog: str = "python -m lab") -> int:
 
 
 if __name__ == "__main__":
-    quiet_on_closed_pipe()
-    raise SystemExit(main(sys.argv[1:]))
+    run_command(lambda: main(sys.argv[1:]), "python -m lab")

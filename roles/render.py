@@ -23,7 +23,6 @@ from the role itself, and no role imports it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -430,4 +429,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from roles.site.command_line import run_command
+
+    run_command(main, "python -m roles.render")

@@ -1,8 +1,11 @@
 """Make the committed lock of the EAGLE-3 training job's environment (talks to the index).
 
-    uv run python -m roles.eagle3_training.lock               # every files/specforge-<lock>.in
-    uv run python -m roles.eagle3_training.lock 82951a9       # only this one
-    uv run python -m roles.eagle3_training.lock --index-url https://mirror/simple
+    uv run python -m roles.eagle3_training.lock 82951a9       # this one
+    uv run python -m roles.eagle3_training.lock --all         # every files/specforge-<lock>.in
+    uv run python -m roles.eagle3_training.lock --all --index-url https://mirror/simple
+
+With no argument it refuses, as the engines' and the gateway's lock commands do: a committed lock
+is rewritten only when it is named.
 
 files/specforge-<lock>.in lists SpecForge's dependencies at that commit (its pyproject.toml's
 `dependencies`, plus openai and huggingface-hub, which the job's driver uses). They are
@@ -55,10 +58,13 @@ def make_lock(lock: str, index_url: str | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m roles.eagle3_training.lock", description=__doc__.split("\n\n")[0])
-    parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits); default: every .in file")
+    parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits)")
+    parser.add_argument("--all", action="store_true", help="every files/specforge-<lock>.in")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")
     args = parser.parse_args(argv)
     known = sorted(p.name[len("specforge-") : -len(".in")] for p in FILES.glob("specforge-*.in"))
+    if not args.locks and not args.all:
+        parser.error(f"name the locks to make ({', '.join(known)}) or give --all; nothing written")
 
     def jobs():
         unknown = [lock for lock in args.locks if lock not in known]

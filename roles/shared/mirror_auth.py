@@ -105,7 +105,7 @@ def _credentials(setting: str, ref: str) -> tuple[str, str]:
     except CredentialError as error:
         raise Refused(
             f"{host.name}: {setting} = {ref!r}: {error}; expected login:password of printable ASCII without"
-            " spaces, double quotes or backslashes (python -m roles.site.vault set FILE NAME, value on stdin)"
+            " spaces, double quotes or backslashes (inference-host vault set FILE NAME, value on stdin)"
         ) from None
 
 

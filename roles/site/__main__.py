@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
+from roles.site.command_line import OneLineParser, run_command
 from roles.site.errors import SiteError, print_problems
 from roles.site.loading import load_site
 from roles.site.table import settings_reference
@@ -76,5 +76,4 @@ def _memory_lines(site) -> dict[str, list[str]]:
 
 
 if __name__ == "__main__":
-    quiet_on_closed_pipe()
-    raise SystemExit(main(sys.argv[1:]))
+    run_command(lambda: main(sys.argv[1:]), "python -m roles.site")

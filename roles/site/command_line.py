@@ -4,7 +4,12 @@ checks' bundle, the lab and the site model can all use it):
 - a usage error is one line on stderr, `PROG: error: WHAT (see PROG --help)`, and exit status 2
   (argparse's own `error` prints the whole usage block first);
 - output into a closed pipe (`... | head`) ends the program quietly, as `cat` does, instead of a
-  BrokenPipeError traceback.
+  BrokenPipeError traceback;
+- Ctrl-C is one line and status 130 (128 + SIGINT, as a shell reports it), not a traceback;
+- a terminal whose locale is not UTF-8 (LC_ALL=C, PYTHONIOENCODING=ascii) gets `?` for a
+  character it cannot show, not a UnicodeEncodeError.
+
+Every entry point runs its main through run_command(), which does all three.
 
 Exit statuses, the same for every command (docs/operations.md): 0 ok, 1 a check or verdict
 failed, 2 bad usage or invalid input (nothing contacted), 3 a host or service could not be reached.
@@ -14,8 +19,12 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
+INTERRUPTED = 130
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -34,3 +43,25 @@ def quiet_on_closed_pipe() -> None:
     """
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+def readable_in_any_locale() -> None:
+    """stdout and stderr replace what their encoding cannot write (an ASCII or Latin-1 locale)
+    instead of raising: the project's messages use a few non-ASCII characters (-, x, C)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
+def run_command(main: Callable[[], int | None], prog: str) -> NoReturn:
+    """An entry point's edge: a closed pipe ends quietly, any locale prints, Ctrl-C is one line
+    and 130. main() returns the status."""
+    quiet_on_closed_pipe()
+    readable_in_any_locale()
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted (Ctrl-C); what was running was stopped", file=sys.stderr)
+        code = INTERRUPTED
+    raise SystemExit(code)

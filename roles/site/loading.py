@@ -425,8 +425,8 @@ def receiver_url_problems(site: Site, values: dict[str, str]) -> list[str]:
     }
     return [
         f"{site.inventory_file}: secret {name!r} (monitoring_{key}) is not one http(s) URL (value not shown);"
-        " expected http:// or https:// and no space or line break inside (set it again: python -m"
-        " roles.site.vault set FILE NAME)"
+        " expected http:// or https:// and no space or line break inside (set it again: inference-host"
+        " vault set FILE NAME)"
         for name, key in sorted(found)
         if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", values.get(name, "").strip())
     ]
@@ -442,7 +442,7 @@ def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:
     return [
         f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
         " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
-        " begin with '-' (set a new one: python -m roles.site.vault set FILE NAME)"
+        " begin with '-' (set a new one: inference-host vault set FILE NAME)"
         for name in sorted(names)
         if values.get(name, "").startswith("-")
     ]

@@ -26,12 +26,11 @@ def _vault_state(secrets_file: str | None, secret_names) -> str:
     if not secrets_file:
         return (
             "the vault (no secrets_file set); expected secrets_file = '<file>.vault.yml' beside the inventory"
-            " (python -m roles.site.vault set FILE NAME makes it)"
+            " (inference-host vault set FILE NAME makes it)"
         )
     if not secret_names:
         return (
-            f"{secrets_file}, which has no keys; expected a key set with"
-            f" python -m roles.site.vault set {secrets_file} NAME"
+            f"{secrets_file}, which has no keys; expected a key set with inference-host vault set {secrets_file} NAME"
         )
     return f"{secrets_file}; expected one of: {', '.join(sorted(secret_names))}"
 

@@ -57,7 +57,7 @@ def _receiver_problems(host: HostSettings) -> list[str]:
             # The value is not repeated: it is the credential.
             out.append(
                 f"monitoring_webhook_url holds {credential} (value not shown); a URL that carries a credential"
-                " belongs in the vault: python -m roles.site.vault set FILE NAME (value on stdin), then"
+                " belongs in the vault: inference-host vault set FILE NAME (value on stdin), then"
                 " monitoring_webhook_url_secret = NAME in place of monitoring_webhook_url"
             )
         if m.webhook_url_secret is not None:

@@ -516,12 +516,12 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
                 " command lines); "
                 + (
                     f"expected {key} without its user part, and the credential as login:password in the vault:"
-                    f" python -m roles.site.vault set FILE NAME (value on stdin), named by {setting}"
+                    f" inference-host vault set FILE NAME (value on stdin), named by {setting}"
                     if key in MIRROR_CREDENTIALS
                     else f"expected {key} without a credential (no vault key takes one for this URL: use a mirror"
                     " that trusts the host's address)"
                     if key in NO_VAULT_KEY
-                    else "expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin), named"
+                    else "expected it in the vault: inference-host vault set FILE NAME (value on stdin), named"
                     f" by {setting}"
                 )
             )

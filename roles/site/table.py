@@ -84,13 +84,49 @@ def _property_reads() -> dict[str, frozenset[str]]:
     return found
 
 
+@cache
+def _method_reads() -> dict[str, dict[str, frozenset[str]]]:
+    """Section class name -> its method (or property) -> the keys it reads through self, those of
+    the methods it calls included: monitoring.receivers_for() reads critical_receivers."""
+    found: dict[str, dict[str, frozenset[str]]] = {}
+    for path in sorted((PROJECT_ROOT / "roles" / "site" / "sections").glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            cls = next((c for c in SECTIONS if c.__name__ == node.name), None)
+            if cls is None:
+                continue
+            fields, calls = {}, {}
+            for method in (n for n in node.body if isinstance(n, ast.FunctionDef)):
+                used = {
+                    a.attr
+                    for a in ast.walk(method)
+                    if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self"
+                }
+                fields[method.name] = {cls.PREFIX + f for f in used if f in cls.model_fields}
+                calls[method.name] = used
+            for name in fields:
+                seen, todo = {name}, list(calls[name])
+                while todo:  # the methods it calls, and theirs
+                    other = todo.pop()
+                    if other in fields and other not in seen:
+                        seen.add(other)
+                        todo.extend(calls[other])
+                fields[name] = set().union(*(fields[m] for m in seen))
+            found[cls.__name__] = {name: frozenset(keys) for name, keys in fields.items() if keys}
+    return found
+
+
 class _Reads(ast.NodeVisitor):
-    """Keys read in one module: <x>.<section>.<field> and <alias>.<field>."""
+    """Keys read in one module: <x>.<section>.<field>, <alias>.<field>, a section's method that
+    reads fields (<alias>.receivers_for(...)), and pyinfra's own data read by name
+    (data.get("ssh_user"), data["ssh_key"])."""
 
     def __init__(self, attrs: dict[str, type[Section]], properties: dict[str, frozenset[str]] | None = None):
         self.attrs = attrs
         self.properties = _property_reads() if properties is None else properties
         self.by_class = {cls.__name__: cls for cls in attrs.values()}
+        self.all_keys = {cls.PREFIX + name for cls in SECTIONS for name in cls.model_fields}
         self.keys: set[str] = set()
         self.template_names: dict[str, set[type[Section]]] = {}  # render(..., nccl=settings.nccl)
         self.scopes: list[dict[str, set[type[Section]]]] = [{}]
@@ -147,6 +183,20 @@ class _Reads(ast.NodeVisitor):
         for cls in self._section_of(node.value):
             if node.attr in cls.model_fields:
                 self.keys.add(cls.PREFIX + node.attr)
+            self.keys |= _method_reads().get(cls.__name__, {}).get(node.attr, frozenset())
+        self.generic_visit(node)
+
+    def _named(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in self.all_keys:
+            self.keys.add(node.value)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+            self._named(node.args[0])
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._named(node.slice)
         self.generic_visit(node)
 
 
@@ -201,8 +251,11 @@ def readers_of_keys() -> dict[str, tuple[str, ...]]:
             todo.extend(imports[f"shared/{helper}"])
         closed[who] = direct[who].union(*(direct[f"shared/{h}"] for h in seen))
     result: dict[str, tuple[str, ...]] = {}
-    for key in (cls.PREFIX + name for cls in SECTIONS for name in cls.model_fields):
-        result[key] = tuple(who for who in files if not who.startswith("shared/") and key in closed[who])
+    for cls in SECTIONS:
+        for key in (cls.PREFIX + name for name in cls.model_fields):
+            # pyinfra's connector reads its own ssh_* data (pyinfra/connectors/ssh.py, 3.10)
+            pyinfra = ("pyinfra",) if cls.__name__ == "SshSettings" else ()
+            result[key] = pyinfra + tuple(who for who in files if not who.startswith("shared/") and key in closed[who])
     return result
 
 

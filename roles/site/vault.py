@@ -10,10 +10,14 @@ from the password in the file named by INFERENCE_HOST_VAULT_PASSWORD_FILE (defau
 ~/.config/inference-host/vault-password). A value is never printed, never put on a command
 line, and reaches a host only as a file of mode 0600 (see the roles that use them).
 
-    uv run python -m roles.site.vault set inventory/secrets.vault.yml hf_token   # value on stdin
-    uv run python -m roles.site.vault list inventory/secrets.vault.yml
-    uv run python -m roles.site.vault check inventory/secrets.vault.yml          # decrypts all
-    uv run python -m roles.site.vault rename inventory/secrets.vault.yml OLD NEW # no password needed
+    uv run inference-host vault set inventory/secrets.vault.yml hf_token   # typed unseen, or stdin
+    uv run inference-host vault list inventory/secrets.vault.yml
+    uv run inference-host vault check inventory/secrets.vault.yml          # decrypts all
+    uv run inference-host vault rename inventory/secrets.vault.yml OLD NEW # no password needed
+    uv run inference-host vault rekey inventory/secrets.vault.yml NEW_PASSWORD_FILE
+
+(`python -m roles.site.vault` is the same command.) The file is written whole or not at all: a
+temporary file in the same folder, mode 0600, renamed over it.
 
 A renamed key (RENAMED_SECRETS) is read under its new name for one release, with a one-line
 notice; a vault holding both names is refused.
@@ -29,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from roles.site import yamlfile
-from roles.site.command_line import OneLineParser, quiet_on_closed_pipe
+from roles.site.command_line import OneLineParser, run_command
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -81,7 +85,7 @@ def load(path: Path) -> dict[str, _Encrypted]:
             _NOTICED.add((str(path), old))
             print(
                 f"inference-host: notice: {path}: the vault key {old} is read as {new}, its new name, in this"
-                f" release only; the next release refuses it: uv run python -m roles.site.vault rename {path}"
+                f" release only; the next release refuses it: uv run inference-host vault rename {path}"
                 f" {old} {new}",
                 file=sys.stderr,
             )
@@ -94,7 +98,7 @@ def stored(path: Path) -> dict[str, _Encrypted]:
     try:
         raw = yamlfile.load(yamlfile.read_text(Path(path)), _VaultLoader)
     except FileNotFoundError:
-        raise SecretsError("file not found; create it with `uv run python -m roles.site.vault set FILE NAME`") from None
+        raise SecretsError("file not found; create it with `uv run inference-host vault set FILE NAME`") from None
     except IsADirectoryError:
         raise SecretsError("is a folder; expected the secrets file (YAML)") from None
     except PermissionError:
@@ -109,7 +113,7 @@ def stored(path: Path) -> dict[str, _Encrypted]:
         # One line (PyYAML's own text is up to 9 lines); the vault's keys are then unknown, and
         # the validation says so instead of calling it empty.
         raise SecretsError(
-            f"{yamlfile.one_line(error)}; expected the secrets file as `python -m roles.site.vault set` writes it"
+            f"{yamlfile.one_line(error)}; expected the secrets file as `inference-host vault set` writes it"
         ) from None
     raw = raw or {}
     if not isinstance(raw, dict):
@@ -120,7 +124,7 @@ def stored(path: Path) -> dict[str, _Encrypted]:
         raise SecretsError(
             f"{'keys' if len(plain) > 1 else 'key'} {', '.join(map(repr, plain))} not encrypted (plaintext in the"
             " file: treat it as leaked); expected every value to be a !vault value: remove the line and"
-            " set it with `python -m roles.site.vault set FILE NAME` (value on stdin)"
+            " set it with `inference-host vault set FILE NAME`"
         )
     return raw
 
@@ -200,7 +204,9 @@ def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[s
     wanted = entries if names is None else {n: entries[n] for n in names}
 
     def fix(name: str) -> str:
-        return f"set it again: python -m roles.site.vault set {path} {name} (value on stdin)"
+        return f"set it again: inference-host vault set {path} {name}"
+
+    template = _template_values()
 
     for name, ciphertext in wanted.items():
         problem = damage(ciphertext)
@@ -214,6 +220,13 @@ def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[s
             values[name] = vault.decrypt(ciphertext.encode()).decode()
         except AnsibleError:
             failed.append(name)
+    unset = [name for name in failed if wanted[name] in template]
+    if unset:  # step 2 of the README half done: not damage, not a wrong password
+        raise SecretsError(
+            f"{path}: secret {unset[0]!r} is still the template's value (encrypted with a password no one"
+            f" has){f', as are {len(unset) - 1} more' if len(unset) > 1 else ''}; set it:"
+            f" inference-host vault set {path} {unset[0]}"
+        )
     if failed and (values or _another_decrypts(vault, entries, failed)):
         raise SecretsError(
             f"{path}: secret {failed[0]!r} does not decrypt, while the file's other values do with the same"
@@ -225,6 +238,17 @@ def decrypt_all(path: Path, names=None, password: bytes | None = None) -> dict[s
             f" {password_file()}; expected the password the file was encrypted with"
         )
     return values
+
+
+# The committed template (README step 2): its values are encrypted with a discarded password.
+TEMPLATE = Path(__file__).resolve().parents[2] / "inventory" / "secrets.vault.yml"
+
+
+def _template_values() -> set[str]:
+    try:
+        return {str(value) for value in stored(TEMPLATE).values()}
+    except (OSError, SecretsError):
+        return set()
 
 
 def _another_decrypts(vault, entries: dict, failed: list[str]) -> bool:
@@ -265,20 +289,46 @@ def rename_secret(path: Path, old: str, new: str) -> None:
 
 
 def _write(path: Path, entries: dict[str, _Encrypted]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        yaml.dump(dict(entries), handle, Dumper=_VaultDumper, default_flow_style=False)
-    os.chmod(path, 0o600)
+    """Whole or not at all: a temporary file in the same folder (mkstemp makes it 0600), flushed
+    to disk, then renamed over the vault (a rename within one file system is atomic), so an
+    interrupted write leaves the old file, never half of one."""
+    import tempfile
+
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            yaml.dump(dict(entries), handle, Dumper=_VaultDumper, default_flow_style=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def rekey(path: Path, new_password: bytes, password: bytes | None = None) -> int:
+    """Every value decrypted with the current password and encrypted with the new one, written
+    at once (_write); returns how many. Nothing is written when one value does not decrypt."""
+    path = Path(path)
+    values = decrypt_all(path, password=password)
+    if not new_password:
+        raise SecretsError("the new password file is empty; expected the new password in it")
+    vault = _vault(new_password)
+    _write(path, {name: _Encrypted(vault.encrypt(value.encode()).decode()) for name, value in values.items()})
+    return len(values)
 
 
 def _parser(prog: str) -> OneLineParser:
     parser = OneLineParser(prog=prog, description="Secrets in an ansible-vault encrypted YAML file.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{set,list,check,rename}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{set,list,check,rename,rekey}")
     for name, help_text, extra in (
-        ("set", "set NAME from the first line of stdin (needs the vault password)", ("name",)),
+        ("set", "set NAME: typed without echo at a terminal, else the first line of stdin", ("name",)),
         ("list", "list the secret names (no password needed)", ()),
         ("check", "decrypt every value (needs the vault password)", ()),
         ("rename", "rename a key OLD to NEW (no password needed)", ("old", "new")),
+        ("rekey", "a new password: every value re-encrypted with the one in NEW_PASSWORD_FILE", ("new_password_file",)),
     ):
         command = commands.add_parser(name, help=help_text, description=help_text)
         command.add_argument("file", type=Path, help="the secrets file, e.g. inventory/secrets.vault.yml")
@@ -302,11 +352,27 @@ def _main(argv: list[str], prog: str = "python -m roles.site.vault") -> int:
             print(f"{path}: {args.old} renamed {args.new}")
         elif args.command == "check":
             print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
+        elif args.command == "rekey":
+            return _rekey(path, Path(args.new_password_file))
         else:
             return _set(path, args.name)
     except SecretsError as error:
-        print(f"{path}: {error}", file=sys.stderr)
+        said = str(error)  # the path once: most messages begin with it already
+        print(said if said.startswith(f"{path}:") else f"{path}: {said}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _rekey(path: Path, new_file: Path) -> int:
+    try:
+        new_password = new_file.expanduser().read_bytes().strip()
+    except OSError as error:
+        raise SecretsError(f"cannot read the new password from {new_file} ({error.strerror})") from None
+    count = rekey(path, new_password)
+    print(
+        f"{path}: {count} secrets encrypted with the password in {new_file}; now point"
+        f" {PASSWORD_FILE_ENV} at it (or move it to {password_file()})"
+    )
     return 0
 
 
@@ -339,7 +405,12 @@ def _set(path: Path, name: str) -> int:
     if not path.parent.is_dir() or path.is_dir():
         raise SecretsError("expected a file path in an existing folder")
     existing = stored(path) if path.exists() else {}
-    value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
+    if sys.stdin.isatty():  # typed: never echoed, never in the shell's history
+        import getpass
+
+        value = getpass.getpass(f"value of {name} (not echoed): ")
+    else:
+        value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
         return 2
@@ -354,5 +425,4 @@ def _set(path: Path, name: str) -> int:
 
 
 if __name__ == "__main__":
-    quiet_on_closed_pipe()
-    raise SystemExit(_main(sys.argv[1:]))
+    run_command(lambda: _main(sys.argv[1:]), "python -m roles.site.vault")

@@ -176,3 +176,17 @@ def test_an_unknown_lab_role_is_one_line(tmp_path, no_side_effects):
     assert str(raised.value) == (
         "@lab/gpu0: no such lab host; expected @lab/ followed by one of " + ", ".join([*lab.HOSTS, "local"])
     )
+
+
+def test_lab_down_removes_every_lab_of_the_prefix(monkeypatch):
+    """`inference-host lab down` removes the replica labs' containers too, not only the main lab's."""
+    import lab
+    from lab.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(lab, "_docker", lambda *args, **kwargs: calls.append(args))
+    assert main(["down"]) == 0
+    removed = {args[-1] for args in calls if args[:2] == ("rm", "-f")}
+    assert removed == {lab.container_name(role) for role in lab.HOSTS}
+    assert {"rep-a", "gw", "vgw"} <= set(lab.HOSTS)
+    assert ("volume", "rm", "-f", lab.models_volume()) in calls

@@ -179,7 +179,7 @@ def test_a_plain_webhook_url_with_a_credential_is_refused_without_repeating_it(i
     # the monitoring rule: either way one line that points at the vault key.
     generic = "holds what looks like a credential" in problem
     assert "monitoring_webhook_url holds" in problem and (generic or what in problem), problem
-    assert "monitoring_webhook_url_secret" in problem and "python -m roles.site.vault set" in problem
+    assert "monitoring_webhook_url_secret" in problem and "inference-host vault set" in problem
     assert secret not in problem and url not in problem, problem
 
 

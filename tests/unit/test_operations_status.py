@@ -3,6 +3,7 @@ reading of its answers, on output shaped as each tool prints it."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -307,3 +308,25 @@ def test_the_drained_marker_is_where_the_rolling_script_leaves_it():
         layout.drained_marker_file(unit)
         == layout.restart_pending_file(unit).removesuffix(".restart-pending") + ".drained"
     )
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_a_long_wait_says_so_every_few_seconds_at_a_terminal_only():
+    for tty in (True, False):
+        stream = _Terminal(tty)
+        with operations.progress("rep-a: drain", 600, stream=stream, every_s=0.2):
+            time.sleep(1.1)
+        lines = stream.getvalue().splitlines()
+        if tty:
+            assert 3 <= len(lines) <= 6, lines
+            assert lines[0].startswith("rep-a: drain: 0 s, still waiting (at most 600 s)"), lines
+        else:
+            assert lines == []

@@ -65,7 +65,7 @@ def _api_key_inventory(inventory, **vault_values):
 def _notice(path) -> str:
     return (
         f"inference-host: notice: {path}: the vault key sglang_api_key is read as engine_api_key, its new name,"
-        f" in this release only; the next release refuses it: uv run python -m roles.site.vault rename {path}"
+        f" in this release only; the next release refuses it: uv run inference-host vault rename {path}"
         " sglang_api_key engine_api_key\n"
     )
 

@@ -89,3 +89,100 @@ def test_committed_prod_vault_is_a_template_of_names():
         "engine_api_key",
         "monitoring_web_password",
     }
+
+
+def _check_said(vault_file, capsys, monkeypatch, password_file) -> tuple[int, str]:
+    password_file.chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password_file))
+    code = vault._main(["check", str(vault_file)], prog="inference-host vault")
+    return code, capsys.readouterr().err
+
+
+def test_a_half_done_step_2_names_the_template_values_not_damage(tmp_path, capsys, monkeypatch):
+    """README step 2 half done: one value set with the new password, the others still the
+    committed template's (encrypted with a discarded password)."""
+    import shutil
+
+    vault_file = tmp_path / "secrets.vault.yml"
+    shutil.copy(vault.TEMPLATE, vault_file)
+    vault.set_secret(vault_file, "hf_token", "hf_new", PASSWORD)
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    code, said = _check_said(vault_file, capsys, monkeypatch, tmp_path / "pw")
+    assert code == 2
+    assert "is still the template's value" in said and "damaged" not in said, said
+    assert "inference-host vault set" in said and "python -m" not in said, said
+    assert said.count(str(vault_file)) == 2, said  # the file it names, and in the command to run
+    assert said.startswith(f"{vault_file}: ") and not said.startswith(f"{vault_file}: {vault_file}"), said
+
+
+def test_the_path_is_said_once(tmp_path, capsys, monkeypatch):
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "hf_token", "v", PASSWORD)
+    (tmp_path / "pw").write_bytes(b"another password")
+    code, said = _check_said(vault_file, capsys, monkeypatch, tmp_path / "pw")
+    assert code == 2 and said.count(str(vault_file)) == 1, said
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "hf_token", "old", PASSWORD)
+    before = vault_file.read_bytes()
+
+    def half(data, handle, **kwargs):
+        handle.write("hf_token: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  6231")
+        raise KeyboardInterrupt  # Ctrl-C while writing
+
+    monkeypatch.setattr(vault.yaml, "dump", half)
+    with pytest.raises(KeyboardInterrupt):
+        vault.set_secret(vault_file, "hf_token", "new", PASSWORD)
+    assert vault_file.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.vault.yml"]  # no temporary file left
+
+
+def test_rekey_changes_the_password(tmp_path, capsys, monkeypatch):
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "hf_token", "a", PASSWORD)
+    vault.set_secret(vault_file, "engine_api_key", "b", PASSWORD)
+    (tmp_path / "old").write_bytes(PASSWORD)
+    (tmp_path / "new").write_bytes(b"the new password\n")
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "old"))
+    assert vault._main(["rekey", str(vault_file), str(tmp_path / "new")]) == 0
+    assert "2 secrets encrypted" in capsys.readouterr().out
+    assert vault.decrypt_all(vault_file, password=b"the new password") == {"hf_token": "a", "engine_api_key": "b"}
+    with pytest.raises(vault.SecretsError):
+        vault.decrypt_all(vault_file, password=PASSWORD)
+    assert stat.S_IMODE(vault_file.stat().st_mode) == 0o600
+
+
+def test_at_a_terminal_the_value_is_asked_for_and_not_echoed(tmp_path):
+    """`inference-host vault set` on a real terminal (a pty): a prompt, the typed value not shown."""
+    import pty
+    import time
+
+    vault_file = tmp_path / "s.vault.yml"
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    env = {**os.environ, vault.PASSWORD_FILE_ENV: str(tmp_path / "pw")}
+    command = [sys.executable, "-m", "roles.site.vault", "set", str(vault_file), "hf_token"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        os.chdir(PROJECT_ROOT)
+        os.execve(sys.executable, command, env)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while b"(not echoed): " not in seen and time.monotonic() < deadline:
+        seen += os.read(terminal, 1024)
+    os.write(terminal, b"typed-secret-value\n")
+    while True:
+        try:
+            chunk = os.read(terminal, 1024)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0, seen
+    assert b"value of hf_token (not echoed): " in seen
+    assert b"typed-secret-value" not in seen
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"hf_token": "typed-secret-value"}

@@ -58,3 +58,15 @@ def test_the_reference_says_what_a_rule_accepts():
     text = " ".join(table.settings_reference().split())
     assert "Valid: one of 'replicas', 'tensor_parallel'." in text
     assert "Valid: 1 to 65535." in text.split("**`serving_port`**", 1)[1].split("- **", 1)[0]
+
+
+def test_read_by_names_the_real_readers():
+    """A key read through a section's method (receivers_for), or by name from pyinfra's data
+    (checks/connection.py's data.get("ssh_key")), or by pyinfra's own connector, has its readers."""
+    readers = table.readers_of_keys()
+    assert "monitoring" in readers["monitoring_critical_receivers"]
+    assert "monitoring" in readers["monitoring_warning_receivers"]
+    assert {"pyinfra", "checks"} <= set(readers["ssh_key"])
+    assert {"pyinfra", "checks"} <= set(readers["ssh_user"])
+    unread = sorted(key for key, who in readers.items() if not who)
+    assert unread == [], f"read by nothing: {unread}"

@@ -182,8 +182,7 @@ def test_a_credential_in_any_plain_setting_is_refused_without_printing_it(invent
     assert line.startswith(
         f"{path}: host gpu.invalid: serving_served_model_name holds what looks like a credential ("
     ) and line.endswith(
-        "expected it in the vault: python -m roles.site.vault set FILE NAME (value on stdin),"
-        " named by a *_secret setting"
+        "expected it in the vault: inference-host vault set FILE NAME (value on stdin), named by a *_secret setting"
     )
 
 
@@ -211,7 +210,7 @@ def test_a_mirror_url_with_a_credential_is_refused(inventory, validate, key, val
     assert line.startswith(f"{path}: host gpu.invalid: {key} holds what looks like a credential ({kind}")
     assert line.endswith(
         f"expected {key} without its user part, and the credential as login:password in the vault:"
-        f" python -m roles.site.vault set FILE NAME (value on stdin), named by {setting}"
+        f" inference-host vault set FILE NAME (value on stdin), named by {setting}"
     )
 
 

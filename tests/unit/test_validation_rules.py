@@ -201,7 +201,7 @@ def test_a_corrupt_vault_is_one_line_and_not_called_empty(inventory, validate):
     )
     assert validate(path) == (
         f"{path}: secrets_file = 'secrets.vault.yml': line 4, column 2: not valid YAML (expected <block end>, but"
-        " found '<block mapping start>'); expected the secrets file as `python -m roles.site.vault set` writes it"
+        " found '<block mapping start>'); expected the secrets file as `inference-host vault set` writes it"
     )
 
 
@@ -215,7 +215,7 @@ def test_a_plaintext_secret_in_the_vault_is_one_line_without_the_value(inventory
     assert line == (
         f"{path}: secrets_file = 'secrets.vault.yml': key 'hf_token' not encrypted (plaintext in the file:"
         " treat it as leaked); expected every value to be a !vault value: remove the line and set it"
-        " with `python -m roles.site.vault set FILE NAME` (value on stdin)"
+        " with `inference-host vault set FILE NAME`"
     )
 
 
@@ -304,7 +304,7 @@ def test_a_secret_in_a_plain_setting_points_at_the_vault(inventory, validate, da
     assert TOKEN not in line and API_KEY not in line and "swordfish" not in line
     assert line == (
         f"{path}: host gpu.invalid: {what}, in a plain setting (written in clear to the preview, unit"
-        " files and command lines); expected it in the vault: python -m roles.site.vault set FILE NAME"
+        " files and command lines); expected it in the vault: inference-host vault set FILE NAME"
         f" (value on stdin), named by {setting}"
     )
 

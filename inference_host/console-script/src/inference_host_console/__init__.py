@@ -23,8 +23,7 @@ def main() -> int:
         return 2
     sys.path.insert(0, str(ROOT))
     from inference_host.cli import main as cli_main
-    from roles.site.command_line import quiet_on_closed_pipe
+    from roles.site.command_line import run_command
 
-    quiet_on_closed_pipe()  # `inference-host ... | head` ends quietly
-
-    return cli_main(sys.argv[1:])
+    # `... | head` ends quietly, Ctrl-C is one line and 130, any locale prints
+    run_command(lambda: cli_main(sys.argv[1:]), "inference-host")

@@ -1,0 +1,229 @@
+"""One exit-code contract for every subcommand of `inference-host` (docs/operations.md): 0 ok,
+1 a check failed, 2 bad usage or input (nothing contacted), 3 a host could not be reached, 4
+accepted on stand-ins. One table: each subcommand with a good, a bad, a missing, a folder and an
+unreachable inventory. Unreachable hosts are loopback addresses only (127.0.0.2-4, Linux routes
+all of 127/8 to the loopback interface): a port nothing listens on, and a listener that accepts
+and never speaks; no packet leaves this machine."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inference_host import cli
+from tests.unit.conftest import PROJECT_ROOT
+
+ADDRESSES = {"rep-a.example.internal": "127.0.0.2", "rep-b.example.internal": "127.0.0.3", "gw": "127.0.0.4"}
+REPLICA = "rep-a.example.internal"
+GUEST = "gpu-lxc.example.internal"
+
+
+def replicas_inventory(folder: Path, port: int, first: str = REPLICA, bad: bool = False) -> Path:
+    """Two replicas behind a gateway, each at its own loopback address and the given port, with
+    a throwaway vault (its password file in the folder)."""
+    from roles.site import vault
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "password").write_text("table-password\n")
+    if not (folder / "secrets.vault.yml").exists():
+        vault.set_secret(folder / "secrets.vault.yml", "engine_api_key", "table-key", b"table-password")
+    stack = os.path.relpath(PROJECT_ROOT / "inventory" / "stack.yml", folder)
+    first_host = (
+        '("@local", _node)' if first == "@local" else f'({REPLICA!r}, {{**_node, "ssh_hostname": "127.0.0.2"}})'
+    )
+    text = f"""from validation import require_valid_inventory
+
+_site = {{"stack_file": {stack!r}, "secrets_file": "secrets.vault.yml", "ssh_user": "root", "ssh_port": {port}}}
+_node = {{**_site, "gpu_count": {'"eight"' if bad else 8}, "serving_host": "0.0.0.0",
+    "serving_api_key_secret": "engine_api_key"}}
+gpu_nodes = [
+    {first_host},
+    ("rep-b.example.internal", {{**_node, "ssh_hostname": "127.0.0.3"}}),
+]
+gateways = [("gw.example.internal", {{**_site, "ssh_hostname": "127.0.0.4"}})]
+require_valid_inventory(__file__, globals())
+"""
+    path = folder / ("local.py" if first == "@local" else "bad.py" if bad else "replicas.py")
+    path.write_text(text)
+    return path
+
+
+def node_inventory(folder: Path, port: int) -> Path:
+    """inventory/prod.py with each host at a loopback address of its own and the given port: a
+    node and its guests (teardown's)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("stack.yml", "secrets.vault.yml"):
+        shutil.copy(PROJECT_ROOT / "inventory" / name, folder / name)
+    for name in ("locks", "models"):
+        shutil.copytree(PROJECT_ROOT / "inventory" / name, folder / name)
+    address = {"pve.example.internal": "127.0.0.2", GUEST: "127.0.0.3", "gpu-vm.example.internal": "127.0.0.4"}
+    lines, host = [], None
+    for line in (PROJECT_ROOT / "inventory" / "prod.py").read_text().splitlines(keepends=True):
+        named = re.match(r'\s*"([a-z.-]+\.example\.internal)",\s*$', line)
+        host = named.group(1) if named else host
+        if '"ssh_user": "root",' in line and host:
+            line = line.replace(
+                '"ssh_user": "root",', f'"ssh_user": "root", "ssh_hostname": "{address[host]}", "ssh_port": {port},'
+            )
+        lines.append(line)
+    path = folder / "node.py"
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def closed_port():
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory, closed_port):
+    folder = tmp_path_factory.mktemp("exit-codes")
+    empty = folder / "a-folder"
+    empty.mkdir()
+    return {
+        "unreachable": replicas_inventory(folder / "replicas", closed_port),
+        "bad": replicas_inventory(folder / "replicas", closed_port, bad=True),
+        "good": replicas_inventory(folder / "replicas", closed_port, first="@local"),
+        "missing": folder / "nothing-here.py",
+        "folder": empty,
+        "node": node_inventory(folder / "node", closed_port),
+        "out": folder,
+    }
+
+
+def run(argv: list[str], stdin: str = "") -> tuple[int, str]:
+    """cli.main in this process (as the console script runs it): the status and what it printed."""
+    out = io.StringIO()
+    old_stdin = sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                code = cli.main(argv)
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else 2
+    finally:
+        sys.stdin = old_stdin
+    return int(code or 0), out.getvalue()
+
+
+# subcommand -> its arguments ({inv}: the inventory, {out}: a fresh folder), and the status with
+# the good inventory (None: needs a real machine, the lab tests run it) and the unreachable one.
+# An inventory of "node" kind is prod.py's node and guests (teardown needs a guest).
+TABLE = {
+    "validate": (["validate", "{inv}"], 0, 0),
+    "preview": (["preview", "{inv}", "--out", "{out}"], 0, 0),
+    "deploy": (["deploy", "{inv}", "--check"], None, 3),
+    "status": (["status", "{inv}", "--timeout", "3"], 0, 3),
+    "check": (["check", "{inv}", "--report", "{out}/"], None, 3),
+    "accept": (["accept", "{inv}", "--out", "{out}"], None, 3),
+    "bench": (["bench", "{inv}", "--history", "{out}/history.jsonl"], None, 3),
+    "drain": (["drain", "{inv}", REPLICA], None, 3),
+    "undrain": (["undrain", "{inv}", REPLICA], None, 3),
+    "rollback": (["rollback", "{inv}", "--timeout", "3"], None, 3),
+    "rotate": (["rotate", "{inv}", "engine_api_key"], None, 3),
+    "teardown": (["teardown", "{inv}", GUEST, "--yes-i-typed", GUEST], None, 3),
+}
+NODE_KIND = {"teardown"}
+GOOD_EXTRA = {"status": ["--host", "@local"]}  # the good inventory's other hosts are not there
+CASES = [
+    (command, kind)
+    for command, (_, good, _) in TABLE.items()
+    for kind in ("good", "bad", "missing", "folder", "unreachable")
+    if not (kind == "good" and good is None)
+]
+
+
+def test_every_subcommand_is_in_the_table():
+    parser = cli.build_parser()
+    assert parser._subparsers is not None
+    commands = set(parser._subparsers._group_actions[0].choices)  # argparse keeps them here (3.11-3.13)
+    assert commands - {"vault", "lock", "lab"} == set(TABLE), "a subcommand without its row (or a row too many)"
+
+
+@pytest.mark.parametrize(("command", "kind"), CASES, ids=[f"{c}-{k}" for c, k in CASES])
+def test_the_status_of_each_subcommand_with_each_inventory(command, kind, sites, closed_port, monkeypatch, tmp_path):
+    words, good, unreachable = TABLE[command]
+    monkeypatch.setenv("INFERENCE_HOST_VAULT_PASSWORD_FILE", str(sites["unreachable"].parent / "password"))
+    inventory = sites["node"] if command in NODE_KIND and kind in ("unreachable", "good") else sites[kind]
+    argv = [word.format(inv=inventory, out=tmp_path) for word in words]
+    argv += GOOD_EXTRA.get(command, []) if kind == "good" else []
+    expected = {"good": good, "unreachable": unreachable}.get(kind, 2)
+    code, said = run(argv, stdin="a-new-value\n")
+    assert code == expected, f"{' '.join(argv)}: exit {code}, expected {expected}\n{said[-3000:]}"
+    assert "Traceback" not in said, said
+    if kind == "unreachable" and expected == 3:
+        # one line per host, with its address, port and cause; no check ran (no verdict table)
+        lines = [line for line in said.splitlines() if f"port {closed_port}: " in line and "unreachable at" in line]
+        assert lines, said
+        assert all(len(line) < 450 for line in lines), lines
+        assert re.search(r"refused|Unable to connect", lines[0]), lines[0]
+        assert "what to do:" in lines[0]
+        assert not re.search(r"\| FAIL \||UNHEALTHY|[1-9]\d* failed", said), said
+    if kind in ("missing", "folder", "bad"):
+        assert len([line for line in said.splitlines() if line.strip()]) <= 4, said
+
+
+def test_a_limit_that_matches_nothing_is_refused_before_pyinfra(sites):
+    started = time.monotonic()
+    code, said = run(["deploy", str(sites["unreachable"]), "-y", "--limit", "nosuchhost"])
+    assert code == 2, said
+    assert "--limit 'nosuchhost' matches no host or group" in said
+    assert "Loading inventory" not in said  # pyinfra did not start
+    assert time.monotonic() - started < 60
+
+
+def test_every_subcommand_has_help_and_a_usage_error(sites):
+    for command in [*TABLE, "vault", "lab"]:
+        code, said = run([command, "--help"])
+        assert code == 0, (command, said)
+        code, said = run([command, str(sites["good"]), "--no-such-option"] if command in TABLE else [command, "nosuch"])
+        assert code == 2, (command, said)
+    assert run(["lock", "eagle3", "--help"])[0] == 0
+    assert run(["lock", "nosuch"])[0] == 2
+
+
+@pytest.fixture
+def silent_listeners():
+    """Listeners at 127.0.0.2-4 on one port that accept (the kernel completes the handshake) and
+    never send a byte: ssh waits for a banner that never comes."""
+    sockets = []
+    port = 0
+    for address in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+        listener = socket.socket()
+        listener.bind((address, port))
+        port = listener.getsockname()[1]
+        listener.listen(8)
+        sockets.append(listener)
+    yield port
+    for listener in sockets:
+        listener.close()
+
+
+def test_a_host_that_never_speaks_is_unreachable_within_the_connect_timeout(silent_listeners, tmp_path, monkeypatch):
+    inventory = replicas_inventory(tmp_path / "silent", silent_listeners)
+    monkeypatch.setenv("INFERENCE_HOST_VAULT_PASSWORD_FILE", str(inventory.parent / "password"))
+    started = time.monotonic()
+    code, said = run(["check", str(inventory), "--host", REPLICA, "--report", f"{tmp_path}/"])
+    took = time.monotonic() - started
+    assert code == 3, said
+    line = [line for line in said.splitlines() if "unreachable at 127.0.0.2" in line]
+    assert line and "timed out" in line[0], said  # OpenSSH: "Connection to ... timed out"
+    assert took < 60, took
+    code, said = run(["status", str(inventory), "--timeout", "3"])
+    assert code == 3, said
+    assert said.count("unreachable at 127.0.0.") + said.count("no answer within") == 3, said

@@ -1,0 +1,165 @@
+"""Every entry point at a terminal's edges (roles/site/command_line.py, run_command): a locale
+that is not UTF-8, a reader that went away, a Ctrl-C. None of them is a traceback."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.test_exit_codes import replicas_inventory
+
+PYTHON = sys.executable
+CONSOLE = str(Path(sys.executable).with_name("inference-host"))
+ASCII = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
+
+# Each entry point with something it echoes that ASCII cannot show.
+ENTRY_POINTS = {
+    "inference-host": [CONSOLE, "validate", "/nonexistent/é.py"],
+    "inference-host --settings": [CONSOLE, "validate", "--settings"],
+    "checks": [PYTHON, "-m", "checks", "--inventory", "/nonexistent/é.py"],
+    "roles.site": [PYTHON, "-m", "roles.site", "/nonexistent/é.py"],
+    "checks.bench": [PYTHON, "-m", "checks.bench", "--inventory", "/nonexistent/é.py"],
+    "checks.acceptance": [PYTHON, "-m", "checks.acceptance", "--inventory", "/nonexistent/é.py"],
+    "lab": [PYTHON, "-m", "lab", "é"],
+}
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_each_entry_point_in_an_ascii_locale(name):
+    done = subprocess.run(
+        ENTRY_POINTS[name],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **ASCII},
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    said = (done.stdout + done.stderr).decode("ascii", "replace")
+    assert "Traceback" not in said, said[-2000:]
+    assert done.returncode in (0, 2), (done.returncode, said[-2000:])
+    assert said.strip(), "it said nothing"
+
+
+def test_a_character_the_locale_cannot_show_is_a_question_mark():
+    program = "from roles.site.command_line import run_command; run_command(lambda: print('a … b') or 0, 'x')"
+    done = subprocess.run(
+        [PYTHON, "-c", program], cwd=PROJECT_ROOT, env={**os.environ, **ASCII}, capture_output=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"a ? b\n", b"")
+
+
+def _closed_pipe():
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: `| head -1` after its line
+    return write
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [CONSOLE, "validate", "--settings"],
+        [PYTHON, "-m", "roles.site", "--settings"],
+        [PYTHON, "-m", "checks", "--help"],
+        [PYTHON, "-m", "lab", "--help"],
+    ],
+    ids=["inference-host", "roles.site", "checks", "lab"],
+)
+def test_output_into_a_closed_pipe_ends_quietly(argv):
+    write = _closed_pipe()
+    try:
+        done = subprocess.run(argv, cwd=PROJECT_ROOT, stdout=write, stderr=subprocess.PIPE, timeout=300, check=False)
+    finally:
+        os.close(write)
+    assert done.stderr == b"", done.stderr.decode()[-2000:]
+    assert done.returncode == -signal.SIGPIPE
+
+
+def test_the_first_line_into_head(tmp_path):
+    done = subprocess.run(
+        f"{CONSOLE} validate --settings | head -1",
+        shell=True,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.stderr == "" and len(done.stdout.splitlines()) == 1, done.stderr[-2000:]
+
+
+def _children(pid: int) -> list[str]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                found.append(Path(f"/proc/{child}/comm").read_text().strip())
+            except OSError:
+                pass
+    return found
+
+
+def test_ctrl_c_is_one_line_and_status_130(tmp_path):
+    """A status run waiting on a host that accepts and never speaks, interrupted as a terminal
+    does it: SIGINT to the whole foreground process group (the ssh it waits on included)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(8)
+    inventory = replicas_inventory(tmp_path / "silent", listener.getsockname()[1])
+    try:
+        process = subprocess.Popen(
+            [CONSOLE, "status", str(inventory), "--timeout", "60"],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(inventory.parent / "password")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while "ssh" not in _children(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "ssh" in _children(process.pid), "status never asked the host"
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        listener.close()
+    assert process.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "inference-host: interrupted (Ctrl-C); what was running was stopped"
+    ], err
+
+
+def test_no_color_reaches_pyinfras_output(monkeypatch):
+    """pyinfra colours with click, which strips colours only off a terminal; NO_COLOR strips them
+    at a terminal too (roles/shared/cli_edges.py, installed by config.py)."""
+    import click
+    import click._compat
+    import click.utils
+
+    from roles.shared import cli_edges
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    # restored after the test: honour_no_color replaces both names
+    monkeypatch.setattr(click.utils, "should_strip_ansi", click.utils.should_strip_ansi)
+    monkeypatch.setattr(click._compat, "should_strip_ansi", click._compat.should_strip_ansi)
+    coloured = Terminal()
+    click.echo(click.style("Connected", "green"), file=coloured)
+    assert "\x1b[" in coloured.getvalue()  # a terminal gets colours by default
+    monkeypatch.setenv("NO_COLOR", "1")
+    cli_edges.honour_no_color()
+    plain = Terminal()
+    click.echo(click.style("Connected", "green"), file=plain)
+    assert plain.getvalue() == "Connected\n"
