@@ -16,6 +16,7 @@ A key already pinned is left alone (said so, exit 0); a different pinned key is 
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,25 @@ class KeyUnavailable(Exception):
     """The key could not be read: the message says from where and why."""
 
 
+def _connect_problem(address: str, port: int) -> str | None:
+    """The exit-code contract's one line for an address that takes no TCP connection (ssh-keyscan
+    itself says nothing about a refused port), or None when something accepts it."""
+    from checks.reach import next_step
+
+    try:
+        with socket.create_connection((address, port), timeout=SCAN_BOUND_S / 2):
+            return None
+    except OSError as error:
+        cause = error.strerror or str(error) or type(error).__name__
+        step = next_step(cause, address, str(port))
+        return f"{address}: unreachable at {address} port {port}: {cause}; what to do: {step}"
+
+
 def scan_key(address: str, port: int | None) -> HostKey:
     """The ed25519 key that answers at address:port (ssh-keyscan, bounded)."""
+    refused = _connect_problem(address, port or 22)
+    if refused:
+        raise KeyUnavailable(refused)
     command = ["ssh-keyscan", "-t", "ed25519", "-T", "5", "-p", str(port or 22), "--", address]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=SCAN_BOUND_S, check=False)

@@ -137,6 +137,7 @@ TABLE = {
     "rollback": (["rollback", "{inv}", "--timeout", "3"], None, 3),
     "rotate": (["rotate", "{inv}", "engine_api_key"], None, 3),
     "teardown": (["teardown", "{inv}", GUEST, "--yes-i-typed", GUEST], None, 3),
+    "trust": (["trust", "{inv}", REPLICA, "--yes"], None, 3),
 }
 NODE_KIND = {"teardown"}
 GOOD_EXTRA = {"status": ["--host", "@local"]}  # the good inventory's other hosts are not there
