@@ -195,8 +195,10 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     stack = site.stack.active
     for path, template, _, kwargs in serving.release_templates(settings, stack, site):
         p.template(path, template, **kwargs)
-    if settings.serving.api_key_secret:
-        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(MASK))
+    keys = settings.serving.api_key_secret, settings.serving.admin_api_key_secret
+    if any(keys):
+        masked = [key and MASK for key in keys]
+        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(*masked))
     for name in serving.SCRIPTS:
         p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
     p.file(serving.PREFLIGHT_SCRIPT, serving.PREFLIGHT_SOURCE.read_text())
