@@ -12,7 +12,8 @@ from roles.site import PROJECT_ROOT, load_site, vault, weight_sets_kept_by
 
 PLANTED = {
     "hf_token": "hf_planted_token_5b1d",
-    "engine_api_key": "planted-api-key-77c3",
+    "engine_api_key": "planted-api-key-77c3-0123456789abcdef",
+    "engine_admin_api_key": "planted-admin-key-91d0-0123456789abcdef",
     "monitoring_web_password": "planted-web-password-4e2a",
 }
 
