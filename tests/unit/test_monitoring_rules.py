@@ -18,7 +18,7 @@ import yaml
 
 from roles.monitoring import config, runbook
 from roles.site import load_site
-from tests.unit.conftest import ADMIN, CLIENT_KEY, PROJECT_ROOT, ROLE_KEYS, gpu_node
+from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS, gpu_node
 
 
 def speculative_ready(inventory) -> dict:
@@ -67,7 +67,7 @@ def site(inventory):
                 **common,
             ),
         ],
-        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],
+        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault, **CONTROL})],
         monitors=[
             (
                 "gw",
