@@ -140,6 +140,9 @@ def test_each_key_opens_its_role_only(site, key):
         refused = {path: _call(f"{gw}{path}", k, method, body) for method, path, body in control_routes}
         assert set(refused.values()) <= {401, 403}, (k == key, refused)
     assert _call(f"{gw}/workers", control) == 200
+    # smg passes /get_server_info on with the caller's key: a tenant's key, unknown to the engine, reads
+    # nothing there (0.5.9's answer holds the engine's keys: docs/security.md#keys-and-their-roles).
+    assert _call(f"{gw}/get_server_info", tenant) in (401, 403)
     assert all(w["url"] != "http://192.0.2.1:30000" for w in _workers(site, key))
     # The replica: the client key serves, and is refused on SGLang's admin routes.
     assert _call(f"{replica}/v1/chat/completions", key, "POST", chat) == 200
