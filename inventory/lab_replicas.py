@@ -101,9 +101,8 @@ gateways = [
             **_common,
             "ssh_hostname": _address("gw"),
             "gateway_health_check_interval": 1,
-            # /workers and smg's admin routes take this key only; a tenant has a key of its own.
+            # /workers and smg's admin routes take this key only.
             "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
-            "gateway_client_api_key_secrets": {"lab": "tenant_lab_api_key"},
             # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
             # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
             # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.

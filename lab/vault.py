@@ -61,8 +61,8 @@ def throwaway_vault() -> tuple[str, str]:
 
 
 # The lab's keys besides engine_api_key (the client key): the engine's admin key, the gateways'
-# control-plane key and one tenant's data-plane key (inventory/lab.py, inventory/lab_replicas.py).
-ROLE_KEYS = ("engine_admin_api_key", "gateway_control_plane_api_key", "tenant_lab_api_key")
+# control-plane key (inventory/lab.py, inventory/lab_replicas.py).
+ROLE_KEYS = ("engine_admin_api_key", "gateway_control_plane_api_key")
 
 
 def _vault() -> tuple[str, str]:

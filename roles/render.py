@@ -23,7 +23,6 @@ from the role itself, and no role imports it.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -280,9 +279,6 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
         p.file(gateway.API_KEY_FILE, MASK)
     if settings.gateway.control_plane_api_key_secret:
         p.file(gateway.GATEWAY_CONTROL_PLANE_KEY_FILE, MASK)
-    if settings.gateway.client_api_key_secrets:
-        tenants = dict.fromkeys(sorted(settings.gateway.client_api_key_secrets), MASK)
-        p.file(gateway.GATEWAY_TENANT_KEYS_FILE, json.dumps(tenants) + "\n")
     p.note(
         f"smg {settings.gateway.version} is installed exactly from its lock into"
         f" {gateway.env_path(site, settings)} unless it is there"

@@ -8,7 +8,6 @@ On a host of the gateways group it lays down:
     <gateway_install_dir>/current -> envs/smg-<version>-<stamp>
     /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
     /etc/smg/control-plane-api-key                   the control-plane key (0600, smg)
-    /etc/smg/tenant-api-keys.json                    the tenants' data-plane keys (0600, smg)
     /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
 
@@ -22,8 +21,7 @@ one is never replaced in place.
 The gateway checks the API key (401 without it: smg 1.13.0 answers
 {"error": {"code": "invalid_api_key", ...}}) and passes it on to the workers, which bind a
 private address. Its control plane (/workers, /flush_cache and the other admin routes) takes the
-control-plane key only (smg's --control-plane-api-keys, role admin), and each tenant of
-gateway_client_api_key_secrets has a data-plane key of its own (--tenant-api-key).
+control-plane key only (smg's --control-plane-api-keys, role admin).
 smg probes each worker's /health itself (--health-check-interval-secs) and
 routes around one that fails (is_healthy false in GET /workers), which is what the health
 checks read to report a replica down as DEGRADED. A rolling upgrade drains a replica through
@@ -33,7 +31,6 @@ DELETE /workers/{id} before restarting it and adds it back with POST /workers (r
 from __future__ import annotations
 
 import io
-import json
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -47,7 +44,6 @@ from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import (
     GATEWAY_API_KEY_FILE,
     GATEWAY_CONTROL_PLANE_KEY_FILE,
-    GATEWAY_TENANT_KEYS_FILE,
     LIBEXEC,
     current_link,
     unit_file,
@@ -65,7 +61,6 @@ LAUNCHER = f"{LIBEXEC}/smg-launch"
 API_KEY_FILE = GATEWAY_API_KEY_FILE
 SERVICE_USER = "smg"
 CONTROL_KEY_ENV = "INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE"
-TENANT_KEYS_ENV = "INFERENCE_HOST_GATEWAY_TENANT_KEYS_FILE"
 
 
 # Bump when the install commands change what an environment holds: every gateway rebuilds.
@@ -102,9 +97,6 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
         control_key_env=sd.environment(CONTROL_KEY_ENV, GATEWAY_CONTROL_PLANE_KEY_FILE)
         if gateway.control_plane_api_key_secret
         else None,
-        tenant_keys_env=sd.environment(TENANT_KEYS_ENV, GATEWAY_TENANT_KEYS_FILE)
-        if gateway.client_api_key_secrets
-        else None,
         exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"),
     )
 
@@ -127,7 +119,6 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
                 version=settings.gateway.version,
                 key_required=bool(api_key_secret(hosts)),
                 control_plane_key=bool(settings.gateway.control_plane_api_key_secret),
-                tenant_keys=bool(settings.gateway.client_api_key_secrets),
                 drain_settle_secs=drain_settle_secs(hosts),
             ),
         ),
@@ -237,30 +228,19 @@ def _api_key(hosts: dict[str, HostSettings]) -> list:
 
 
 def _role_keys(settings: HostSettings) -> list:
-    """The control-plane key and the tenants' keys, each a 0600 file of the gateway's user that
-    smg-launch reads (docs/security.md#keys-and-their-roles); a setting removed, its file too."""
-    gateway = settings.gateway
-    tenants = {tenant: secret_value(ref) for tenant, ref in sorted(gateway.client_api_key_secrets.items())}
-    control = gateway.control_plane_api_key_secret
-    wanted = (
-        (GATEWAY_CONTROL_PLANE_KEY_FILE, control and secret_value(control) + "\n", f"secret {control}"),
-        (GATEWAY_TENANT_KEYS_FILE, tenants and json.dumps(tenants) + "\n", f"tenants {', '.join(tenants)}"),
+    """The control-plane key, a 0600 file of the gateway's user that smg-launch reads
+    (docs/security.md#keys-and-their-roles); the setting removed, the file too."""
+    path, control = GATEWAY_CONTROL_PLANE_KEY_FILE, settings.gateway.control_plane_api_key_secret
+    if not control:
+        return [files.file(name=f"Remove {path} (not set)", path=path, present=False)]
+    deployed = secret_file(
+        label=f"the gateway's control-plane key (secret {control})",
+        value=secret_value(control) + "\n",
+        dest=path,
+        user=SERVICE_USER,
+        group=SERVICE_USER,
     )
-    changed = []
-    for path, value, what in wanted:
-        if not value:
-            changed.append(files.file(name=f"Remove {path} (not set)", path=path, present=False))
-            continue
-        changed.append(
-            secret_file(
-                label=f"the gateway's {path.rsplit('/', 1)[1]} ({what})",
-                value=value,
-                dest=path,
-                user=SERVICE_USER,
-                group=SERVICE_USER,
-            )
-        )
-    return [op for op in changed if op is not None]
+    return [deployed] if deployed is not None else []
 
 
 # How long a (re)started gateway may take to route to a replica: smg registers its

@@ -41,11 +41,10 @@ CHECKS_TEXTFILE = f"{TEXTFILE_DIR}/inference_host_checks.prom"
 SERVING_STATE_DIR = "/var/lib/inference-host/serving"
 # The gateway's API key (roles/gateway writes it, 0640 root:smg; checks/gateway.py reads it).
 GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
-# The gateway's control-plane key and its tenants' data-plane keys (0600 smg, read by smg-launch
-# only), and the control-plane key on each replica behind it (0600 root, read by the rolling
-# upgrade's drain): docs/security.md#keys-and-their-roles.
+# The gateway's control-plane key (0600 smg, read by smg-launch and the gateway check), and the
+# same key on each replica behind it (0600 root, read by the rolling upgrade's drain):
+# docs/security.md#keys-and-their-roles.
 GATEWAY_CONTROL_PLANE_KEY_FILE = "/etc/smg/control-plane-api-key"
-GATEWAY_TENANT_KEYS_FILE = "/etc/smg/tenant-api-keys.json"
 REPLICA_CONTROL_PLANE_KEY_FILE = f"{STABLE_DIR}/gateway-control-plane-api-key"
 
 

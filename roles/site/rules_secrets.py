@@ -70,7 +70,7 @@ def mirror_credential_problems(host, secret_names, secrets_file: str | None) -> 
 
 def key_roles(site_hosts) -> list[tuple[str, str, str]]:
     """(host, setting, vault key) of every API key the site gives a role: the engines' client and
-    admin keys, the gateways' control-plane and tenant keys (docs/security.md#keys-and-their-roles)."""
+    admin keys, the gateways' control-plane key (docs/security.md#keys-and-their-roles)."""
     found = []
     for host in site_hosts.values():
         if host.in_group("gpu_nodes"):
@@ -81,8 +81,6 @@ def key_roles(site_hosts) -> list[tuple[str, str, str]]:
             control = host.gateway.control_plane_api_key_secret
             if control:
                 found.append((host.name, "gateway_control_plane_api_key_secret", control))
-            for tenant, ref in sorted(host.gateway.client_api_key_secrets.items()):
-                found.append((host.name, f"gateway_client_api_key_secrets[{tenant}]", ref))
     return found
 
 

@@ -121,14 +121,14 @@ def test_each_key_opens_its_role_only(site, key):
     """docs/security.md#keys-and-their-roles, on the real smg 1.13.0 and the SGLang stand-in (which
     applies 0.5.9's srt/utils/auth.py to 0.5.9's route table): the client key serves the data plane
     and is refused (401/403) on every admin and control-plane route; the admin key opens the
-    engine's admin routes, the control-plane key smg's /workers; a tenant's key its data plane."""
-    names = ["engine_admin_api_key", "gateway_control_plane_api_key", "tenant_lab_api_key"]
-    admin, control, tenant = (vault.decrypt_all(site.secrets_file, names)[n] for n in names)
+    engine's admin routes, the control-plane key smg's /workers; neither opens the data plane."""
+    names = ["engine_admin_api_key", "gateway_control_plane_api_key"]
+    admin, control = (vault.decrypt_all(site.secrets_file, names)[n] for n in names)
     gw = gateway_url(site.group("gateways")[0])
     replica = worker_url(replicas(site.hosts)[0])
     chat = {"model": "kimi-k2.5", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
-    # The gateway: the data plane takes the client and the tenant key, not the control-plane key.
-    assert [_chat(site, k) for k in (key, tenant, control)] == [200, 200, 401]
+    # The gateway: the data plane takes the client key, not the admin or control-plane key.
+    assert [_chat(site, k) for k in (key, admin, control)] == [200, 401, 401]
     control_routes = [
         ("GET", "/workers", None),
         ("POST", "/workers", {"url": "http://192.0.2.1:30000"}),  # never registered: refused first
@@ -136,18 +136,15 @@ def test_each_key_opens_its_role_only(site, key):
         ("POST", "/flush_cache", None),
         ("GET", "/get_loads", None),
     ]
-    for k in (key, tenant, None):
+    for k in (key, admin, None):
         refused = {path: _call(f"{gw}{path}", k, method, body) for method, path, body in control_routes}
         assert set(refused.values()) <= {401, 403}, (k == key, refused)
     assert _call(f"{gw}/workers", control) == 200
-    # smg passes /get_server_info on with the caller's key: a tenant's key, unknown to the engine, reads
-    # nothing there (0.5.9's answer holds the engine's keys: docs/security.md#keys-and-their-roles).
-    assert _call(f"{gw}/get_server_info", tenant) in (401, 403)
     assert all(w["url"] != "http://192.0.2.1:30000" for w in _workers(site, key))
     # The replica: the client key serves, and is refused on SGLang's admin routes.
     assert _call(f"{replica}/v1/chat/completions", key, "POST", chat) == 200
     admin_routes = ["/flush_cache", "/pause_generation", "/continue_generation", "/update_weights_from_disk"]
-    for k in (key, tenant, control, None):
+    for k in (key, control, None):
         assert {p: _call(f"{replica}{p}", k, "POST", {}) for p in admin_routes} == dict.fromkeys(admin_routes, 401)
     assert _call(f"{replica}/flush_cache", admin, "POST") == 200
     assert _call(f"{replica}/pause_generation", admin, "POST", {}) == 200

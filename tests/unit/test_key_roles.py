@@ -10,11 +10,9 @@ from roles.site.loading import api_key_problems
 from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, ROLE_KEYS, gpu_node
 from tests.unit.test_site import assert_names, only_problem, problems_of
 
-TENANT_KEY = "tenant-alpha-key-of-the-unit-tests-012"
-
 
 def _site(inventory, node=None, gateway=None, name="site.py", **vault_values):
-    values = {"engine_api_key": CLIENT_KEY, **ROLE_KEYS, "tenant_alpha_api_key": TENANT_KEY, **vault_values}
+    values = {"engine_api_key": CLIENT_KEY, **ROLE_KEYS, **vault_values}
     vault = inventory.vault(**values)
     keyed = {"secrets_file": vault, "serving_host": "0.0.0.0", "serving_api_key_secret": "engine_api_key"}
     groups = {"gpu_nodes": [gpu_node(ssh_hostname="10.0.0.1", **keyed, **(node if node is not None else ADMIN))]}
@@ -24,12 +22,9 @@ def _site(inventory, node=None, gateway=None, name="site.py", **vault_values):
 
 
 def test_keys_of_every_role_make_a_valid_site(inventory):
-    site = load_site(
-        _site(inventory, gateway={**CONTROL, "gateway_client_api_key_secrets": {"alpha": "tenant_alpha_api_key"}})
-    )
-    assert site.hosts["gw"].gateway.client_api_key_secrets == {"alpha": "tenant_alpha_api_key"}
-    values = {"engine_api_key": CLIENT_KEY, **ROLE_KEYS, "tenant_alpha_api_key": TENANT_KEY}
-    assert api_key_problems(site, values) == []
+    site = load_site(_site(inventory, gateway=CONTROL))
+    assert site.hosts["gw"].gateway.control_plane_api_key_secret == "gateway_control_plane_api_key"
+    assert api_key_problems(site, {"engine_api_key": CLIENT_KEY, **ROLE_KEYS}) == []
 
 
 def test_sglang_with_a_client_key_needs_an_admin_key(inventory):
@@ -67,10 +62,8 @@ def test_one_vault_key_in_two_roles_is_refused(inventory):
         "gateway_control_plane_api_key_secret",
         "serving_api_key_secret",
     )
-    tenants = {"a": "tenant_alpha_api_key", "b": "tenant_alpha_api_key"}
-    gateway = {**CONTROL, "gateway_client_api_key_secrets": tenants}
-    message = only_problem(_site(inventory, gateway=gateway, name="tenants.py"))
-    assert_names(message, "the vault key 'tenant_alpha_api_key' is given 2 roles")
+    message = only_problem(_site(inventory, node={"serving_admin_api_key_secret": "engine_api_key"}, name="a.py"))
+    assert_names(message, "the vault key 'engine_api_key' is given 2 roles", "serving_admin_api_key_secret")
 
 
 def test_a_key_role_names_a_vault_key_ending_in_api_key(inventory):
@@ -78,29 +71,27 @@ def test_a_key_role_names_a_vault_key_ending_in_api_key(inventory):
     assert_names(message, "serving_admin_api_key_secret = 'admin_token'", "does not end in api_key")
 
 
-def test_a_tenant_key_the_vault_lacks_is_named(inventory):
-    tenants = {"alpha": "tenant_beta_api_key"}
-    message = only_problem(_site(inventory, gateway={**CONTROL, "gateway_client_api_key_secrets": tenants}))
-    assert_names(message, "gateway_client_api_key_secrets[alpha] = 'tenant_beta_api_key' names no secret")
+def test_a_control_plane_key_the_vault_lacks_is_named(inventory):
+    gateway = {"gateway_control_plane_api_key_secret": "other_api_key"}
+    message = only_problem(_site(inventory, gateway=gateway))
+    assert_names(message, "gateway_control_plane_api_key_secret = 'other_api_key' names no secret")
 
 
 def test_the_deploy_refuses_an_empty_short_or_shared_key_without_printing_it(inventory):
-    site = load_site(
-        _site(inventory, gateway={**CONTROL, "gateway_client_api_key_secrets": {"alpha": "tenant_alpha_api_key"}})
-    )
+    site = load_site(_site(inventory, gateway=CONTROL))
     values = {
-        "engine_api_key": "   ",
+        "engine_api_key": CLIENT_KEY,
         "engine_admin_api_key": "short-admin",
-        "gateway_control_plane_api_key": TENANT_KEY,  # the tenant's key
-        "tenant_alpha_api_key": TENANT_KEY,
+        "gateway_control_plane_api_key": CLIENT_KEY,  # the client's key
     }
     problems = api_key_problems(site, values)
-    assert len(problems) == 3, problems
+    assert len(problems) == 2, problems
     assert_names(problems[0], "secret 'engine_admin_api_key' (serving_admin_api_key_secret) is 11 characters long")
-    assert_names(problems[1], "secret 'engine_api_key' (serving_api_key_secret) is empty or only white space")
     assert_names(
-        problems[2],
-        "secrets 'gateway_control_plane_api_key' and 'tenant_alpha_api_key' (gateway_client_api_key_secrets)"
+        problems[1],
+        "secrets 'engine_api_key' and 'gateway_control_plane_api_key' (gateway_control_plane_api_key_secret)"
         " hold the same key",
     )
-    assert not any("short-admin" in p or TENANT_KEY in p for p in problems)
+    problems = api_key_problems(site, {**values, "engine_api_key": "   ", "gateway_control_plane_api_key": "x" * 40})
+    assert len(problems) == 2 and "(serving_api_key_secret) is empty or only white space" in problems[1], problems
+    assert not any("short-admin" in p or CLIENT_KEY in p for p in problems)

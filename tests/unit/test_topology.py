@@ -248,7 +248,7 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=False, tenant_keys=False, drain_settle_secs=300
+        version="1.13.0", key_required=True, control_plane_key=False, drain_settle_secs=300
     )
     # smg is not installed here: a stand-in module stops before launching anything.
     (tmp_path / "smg").mkdir()
@@ -278,10 +278,9 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k'] settle 300" in run.stdout
 
 
-def test_smg_launch_adds_the_control_plane_and_tenant_keys_from_their_files(tmp_path):
-    """The control-plane key as smg 1.13.0's id:name:role:key (role admin) and each tenant's key
-    as TENANT:KEY, read from their 0600 files in-process; a missing file stops it, never serving
-    with the control plane on the client key."""
+def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
+    """The control-plane key as smg 1.13.0's id:name:role:key (role admin), read from its 0600
+    file in-process; a missing file stops it, never serving with the control plane on the client key."""
     import subprocess
     import sys
 
@@ -289,7 +288,7 @@ def test_smg_launch_adds_the_control_plane_and_tenant_keys_from_their_files(tmp_
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=True, tenant_keys=True, drain_settle_secs=5
+        version="1.13.0", key_required=True, control_plane_key=True, drain_settle_secs=5
     )
     (tmp_path / "smg").mkdir()
     (tmp_path / "smg" / "__init__.py").write_text("")
@@ -300,12 +299,10 @@ def test_smg_launch_adds_the_control_plane_and_tenant_keys_from_their_files(tmp_
     )
     (tmp_path / "smg-launch").write_text(text)
     (tmp_path / "api-key").write_text("client\n")
-    (tmp_path / "tenants.json").write_text('{"beta": "kb", "alpha": "ka"}\n')
     env_vars = {
         "PYTHONPATH": str(tmp_path),
         "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "api-key"),
         "INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE": str(tmp_path / "control"),
-        "INFERENCE_HOST_GATEWAY_TENANT_KEYS_FILE": str(tmp_path / "tenants.json"),
     }
     command = [sys.executable, str(tmp_path / "smg-launch"), "--port", "1"]
     run = subprocess.run(command, capture_output=True, text=True, env=env_vars)
@@ -315,8 +312,7 @@ def test_smg_launch_adds_the_control_plane_and_tenant_keys_from_their_files(tmp_
     assert run.returncode == 0, run.stderr
     assert (
         "LAUNCH ['--port', '1', '--api-key', 'client', '--control-plane-api-keys',"
-        " 'inference-host:inference-host deploy:admin:cp', '--tenant-api-key', 'alpha:ka',"
-        " '--tenant-api-key', 'beta:kb']" in run.stdout
+        " 'inference-host:inference-host deploy:admin:cp']" in run.stdout
     )
 
 

@@ -25,8 +25,7 @@ class GatewaySettings(Section):
     """roles/gateway on the gateways group: SGLang's model gateway (the smg package, a Rust
     binary; sglang-router is its older name) in front of the gpu nodes' replicas. It checks
     the gpu nodes' serving_api_key_secret and passes it on to them; its control plane takes
-    gateway_control_plane_api_key_secret only, and each tenant of gateway_client_api_key_secrets
-    has a data-plane key of its own (docs/security.md#keys-and-their-roles)."""
+    gateway_control_plane_api_key_secret only (docs/security.md#keys-and-their-roles)."""
 
     PREFIX: ClassVar[str] = "gateway_"
 
@@ -75,16 +74,6 @@ class GatewaySettings(Section):
             "Vault key (named *api_key) of smg's control-plane key (--control-plane-api-keys, role admin):"
             " the only key its /workers and admin routes take; the rolling upgrade drains with it. Required"
             " when the replicas have serving_api_key_secret."
-        ),
-    )
-    client_api_key_secrets: dict[
-        Annotated[str, check(re.compile(r"^[a-z][a-z0-9_-]{0,31}$").match, "a tenant name: [a-z][a-z0-9_-]{0,31}")],
-        SecretName,
-    ] = Field(
-        {},
-        description=(
-            "Tenant name -> vault key (named *api_key) of that tenant's data-plane key (smg's"
-            " --tenant-api-key): add a tenant's new key before removing its old one to rotate it."
         ),
     )
     health_check_interval: Annotated[int, positive] = Field(
