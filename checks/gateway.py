@@ -11,7 +11,8 @@ verdict has three values, judged from what the gateway itself reports and does:
 - FAILED: no generation through the gateway succeeds.
 
 smg 1.13.0's GET /workers answers {"workers": [{"id", "url", "is_healthy", "status": "ready" |
-"not_ready" | "draining", ...}], "total": N} (checked with the API key, like the data plane).
+"not_ready" | "draining", ...}], "total": N} (checked with the control-plane key where the gateway
+has one, /etc/smg/control-plane-api-key: smg then refuses the client key there).
 The requests run on the gateway host with curl; the key is read there from the 0600 file the
 gateway role wrote (/etc/smg/api-key, root only: run with --sudo when not connecting as root)
 and goes to curl on a file descriptor, never on a command line.
@@ -25,7 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
-from roles.shared.layout import GATEWAY_API_KEY_FILE
+from roles.shared.layout import GATEWAY_API_KEY_FILE, GATEWAY_CONTROL_PLANE_KEY_FILE
 from roles.shared.shell import Shell, sh
 from roles.site import SiteError, load_site
 from roles.site.command_line import OneLineParser
@@ -89,9 +90,11 @@ def request_command(port: int, path: str, body: dict | None = None, seconds: int
     if body is not None:
         curl = sh("{curl} -H 'Content-Type: application/json' --data-binary @-", curl=curl)
         data = sh("printf %s {body} | ", body=json.dumps(body))
+    # /workers is the control plane: its own key where the gateway has one, else the API key.
+    key_files = [GATEWAY_CONTROL_PLANE_KEY_FILE, API_KEY_FILE] if path.startswith("/workers") else [API_KEY_FILE]
     script = sh(
-        "KEY=$(cat {key_file} 2>/dev/null); {data}{curl} {url}",
-        key_file=API_KEY_FILE,
+        "KEY=$(cat {key_files} 2>/dev/null | head -n1); {data}{curl} {url}",
+        key_files=key_files,
         data=data,
         curl=curl,
         url=f"http://127.0.0.1:{port}{path}",

@@ -762,7 +762,7 @@ def rotate(args, parser) -> int:
     from pathlib import Path
 
     from inference_host.cli import pyinfra_argv, run_pyinfra
-    from roles.site.vault import SecretsError, set_secret
+    from roles.site.vault import SecretsError, new_value_problem, set_secret
 
     site = _load(parser, args.inventory)
     if not site.secrets_file:
@@ -775,6 +775,13 @@ def rotate(args, parser) -> int:
         parser.error("no new value on stdin; nothing written")
     path = Path(site.secrets_file)  # already beside the inventory (roles/site/loading.py)
     try:
+        problem = new_value_problem(path, args.secret, value)
+        if problem:  # never the value
+            print(
+                f"inference-host rotate: {path}: the new value of {args.secret} {problem}; nothing written",
+                file=sys.stderr,
+            )
+            return USAGE
         set_secret(path, args.secret, value)
     except SecretsError as error:
         print(f"inference-host rotate: {path}: {error}; nothing written", file=sys.stderr)

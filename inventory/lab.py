@@ -129,6 +129,8 @@ gpu_nodes = [
             "weights_verify": os.environ.get("INFERENCE_HOST_LAB_WEIGHTS_VERIFY") == "1",
             "weights_progress_interval_s": 2,
             "serving_api_key_secret": "engine_api_key",
+            # SGLang's admin routes take this key, not the client key (docs/security.md).
+            "serving_admin_api_key_secret": "engine_admin_api_key",
             "serving_hf_token_secret": "hf_token",
             # No GPU here: the stack's lock without its GPU-only packages (torch, triton, nvidia-*,
             # cuda-*, flashinfer*, the kernel packages; roles/site/lock.py), installed exactly,

@@ -63,6 +63,7 @@ _replica = {
     "gpu_count": 8,
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "engine_api_key",
+    "serving_admin_api_key_secret": "engine_admin_api_key",
     # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
     "serving_host": "0.0.0.0",
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.
@@ -100,6 +101,8 @@ gateways = [
             **_common,
             "ssh_hostname": _address("gw"),
             "gateway_health_check_interval": 1,
+            # /workers and smg's admin routes take this key only.
+            "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
             # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
             # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
             # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.

@@ -132,7 +132,10 @@ gpu_nodes = [
             "serving_served_model_name": "kimi-k2.5",
             "serving_host": "0.0.0.0",  # reachable from the LAN: requires the API key
             "serving_port": 30000,
-            "serving_api_key_secret": "engine_api_key",
+            "serving_api_key_secret": "engine_api_key",  # the clients' key (the data plane only)
+            # SGLang's admin routes (/flush_cache, /update_weights_from_disk, ...) take this key and
+            # no longer the clients' (docs/security.md#keys-and-their-roles).
+            "serving_admin_api_key_secret": "engine_admin_api_key",
             "serving_hf_token_secret": "hf_token",
             # The share of each GPU for weights and KV cache. SGLang keeps the rest for activations and
             # CUDA graphs, and a capture that does not fit is an out-of-memory after the model's long

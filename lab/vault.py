@@ -60,6 +60,11 @@ def throwaway_vault() -> tuple[str, str]:
         return _vault()
 
 
+# The lab's keys besides engine_api_key (the client key): the engine's admin key, the gateways'
+# control-plane key (inventory/lab.py, inventory/lab_replicas.py).
+ROLE_KEYS = ("engine_admin_api_key", "gateway_control_plane_api_key")
+
+
 def _vault() -> tuple[str, str]:
     import secrets
 
@@ -85,6 +90,11 @@ def _vault() -> tuple[str, str]:
         # Made before the site model refused keys that argparse reads as an option
         # (roles/site/loading.py api_key_problems): a new one.
         set_secret(vault, "engine_api_key", _api_key(), password)
+    # One key per role (docs/security.md#keys-and-their-roles): a lab vault made before the roles
+    # gets the new ones beside its client key.
+    for name in ROLE_KEYS:
+        if name not in load(vault):
+            set_secret(vault, name, _api_key(), password)
     if "monitoring_web_password" not in load(vault):  # the monitors' basic auth (every lab has one)
         set_secret(vault, "monitoring_web_password", secrets.token_urlsafe(18), password)
     _heartbeat_url(vault, password)

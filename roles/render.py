@@ -194,8 +194,10 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     stack = site.stack.active
     for path, template, _, kwargs in serving.release_templates(settings, stack, site):
         p.template(path, template, **kwargs)
-    if settings.serving.api_key_secret:
-        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(MASK))
+    keys = settings.serving.api_key_secret, settings.serving.admin_api_key_secret
+    if any(keys):
+        masked = [key and MASK for key in keys]
+        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(*masked))
     for name in serving.SCRIPTS:
         p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
     p.file(serving.PREFLIGHT_SCRIPT, serving.PREFLIGHT_SOURCE.read_text())
@@ -274,6 +276,8 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
         p.template(path, template, **kwargs)
     if gateway.api_key_secret(site.hosts):
         p.file(gateway.API_KEY_FILE, MASK)
+    if settings.gateway.control_plane_api_key_secret:
+        p.file(gateway.GATEWAY_CONTROL_PLANE_KEY_FILE, MASK)
     p.note(
         f"smg {settings.gateway.version} is installed exactly from its lock into"
         f" {gateway.env_path(site, settings)} unless it is there"

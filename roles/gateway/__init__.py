@@ -7,6 +7,7 @@ On a host of the gateways group it lays down:
     <gateway_install_dir>/envs/smg-<version>-<stamp>/      smg's uv environment, exactly that lock
     <gateway_install_dir>/current -> envs/smg-<version>-<stamp>
     /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
+    /etc/smg/control-plane-api-key                   the control-plane key (0600, smg)
     /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
 
@@ -19,7 +20,9 @@ one is never replaced in place.
 
 The gateway checks the API key (401 without it: smg 1.13.0 answers
 {"error": {"code": "invalid_api_key", ...}}) and passes it on to the workers, which bind a
-private address. smg probes each worker's /health itself (--health-check-interval-secs) and
+private address. Its control plane (/workers, /flush_cache and the other admin routes) takes the
+control-plane key only (smg's --control-plane-api-keys, role admin).
+smg probes each worker's /health itself (--health-check-interval-secs) and
 routes around one that fails (is_healthy false in GET /workers), which is what the health
 checks read to report a replica down as DEGRADED. A rolling upgrade drains a replica through
 DELETE /workers/{id} before restarting it and adds it back with POST /workers (roles/serving).
@@ -38,7 +41,13 @@ from roles.shared import locked_env
 from roles.shared import systemd_syntax as sd
 from roles.shared import templates as shared_templates
 from roles.shared.host_facts import UnitActiveState
-from roles.shared.layout import GATEWAY_API_KEY_FILE, LIBEXEC, current_link, unit_file
+from roles.shared.layout import (
+    GATEWAY_API_KEY_FILE,
+    GATEWAY_CONTROL_PLANE_KEY_FILE,
+    LIBEXEC,
+    current_link,
+    unit_file,
+)
 from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
@@ -51,6 +60,7 @@ from roles.site import lock as site_lock
 LAUNCHER = f"{LIBEXEC}/smg-launch"
 API_KEY_FILE = GATEWAY_API_KEY_FILE
 SERVICE_USER = "smg"
+CONTROL_KEY_ENV = "INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE"
 
 
 # Bump when the install commands change what an environment holds: every gateway rebuilds.
@@ -72,6 +82,7 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
     """Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else."""
     version = settings.gateway.version
     key_file = API_KEY_FILE if api_key_secret(hosts) else None
+    gateway = settings.gateway
     command = [
         f"{current_link(settings.gateway.install_dir)}/bin/python",
         LAUNCHER,
@@ -83,6 +94,9 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
         description=sd.text(f"SGLang model gateway (smg {version})", "Description= (gateway_version)"),
         service_user=sd.text(SERVICE_USER, "User="),
         api_key_env=sd.environment("INFERENCE_HOST_GATEWAY_KEY_FILE", key_file) if key_file else None,
+        control_key_env=sd.environment(CONTROL_KEY_ENV, GATEWAY_CONTROL_PLANE_KEY_FILE)
+        if gateway.control_plane_api_key_secret
+        else None,
         exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"),
     )
 
@@ -104,6 +118,7 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
             dict(
                 version=settings.gateway.version,
                 key_required=bool(api_key_secret(hosts)),
+                control_plane_key=bool(settings.gateway.control_plane_api_key_secret),
                 drain_settle_secs=drain_settle_secs(hosts),
             ),
         ),
@@ -152,6 +167,7 @@ def gateway() -> None:
         for path, template, mode, kwargs in templates(settings, site.hosts)
     ]
     changed += _api_key(site.hosts)
+    changed += _role_keys(settings)
     _start(settings, changed)
 
 
@@ -205,6 +221,22 @@ def _api_key(hosts: dict[str, HostSettings]) -> list:
         label=f"the gateway's API key (secret {secret})",
         value=secret_value(secret) + "\n",
         dest=API_KEY_FILE,
+        user=SERVICE_USER,
+        group=SERVICE_USER,
+    )
+    return [deployed] if deployed is not None else []
+
+
+def _role_keys(settings: HostSettings) -> list:
+    """The control-plane key, a 0600 file of the gateway's user that smg-launch reads
+    (docs/security.md#keys-and-their-roles); the setting removed, the file too."""
+    path, control = GATEWAY_CONTROL_PLANE_KEY_FILE, settings.gateway.control_plane_api_key_secret
+    if not control:
+        return [files.file(name=f"Remove {path} (not set)", path=path, present=False)]
+    deployed = secret_file(
+        label=f"the gateway's control-plane key (secret {control})",
+        value=secret_value(control) + "\n",
+        dest=path,
         user=SERVICE_USER,
         group=SERVICE_USER,
     )

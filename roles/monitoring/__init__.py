@@ -352,7 +352,7 @@ def _alert_relay(settings: HostSettings) -> None:
             commands=[sh("systemctl disable --now -- {unit}", unit=f"{config.RELAY_UNIT}.service")],
             _if=lambda: bool(installed),
         )
-        for path in (unit_path, config.RELAY_CONFIG, config.RELAY_SCRIPT):
+        for path in (unit_path, config.RELAY_CONFIG, config.RELAY_SCRIPT, config.RELAY_TOKEN_FILE):
             files.file(name=f"Remove {path} (no relay)", path=path, present=False)
         return
     apt.packages(name="Install python3 (the alert relay's interpreter)", packages=["python3"], no_recommends=True)
@@ -383,6 +383,14 @@ def _alert_relay(settings: HostSettings) -> None:
         dest=config.RELAY_CONFIG,
         user=config.RELAY_USER,
         group=config.RELAY_USER,
+    )
+    # The same token for Alertmanager to send (0600, its own user): only it may post to the relay.
+    secret_file(
+        label="the alert relay's token, for Alertmanager",
+        value=config.relay_token(settings, values) + "\n",
+        dest=config.RELAY_TOKEN_FILE,
+        user=PROMETHEUS_USER,
+        group=PROMETHEUS_USER,
     )
     unit = files.template(
         name=f"Write {unit_path} (port {settings.monitoring.alert_relay_port} on {config.RELAY_HOST})",

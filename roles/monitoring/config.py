@@ -18,6 +18,8 @@ Metric names, by source:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -67,6 +69,11 @@ RELAY_SOURCE = "roles/monitoring/files/alert_relay.py"
 RELAY_CONFIG = f"{layout.ETC_DIR}/alert-relay.json"
 RELAY_HOST = "127.0.0.1"
 RELAY_TIMEOUT_S = 10  # per network operation; a delivery at most twice that
+# Only Alertmanager may post to the relay (any local process reaches the loopback): it sends this
+# host's relay token, read from a 0600 file of its own user (alertmanager v0.25.0 takes a
+# receiver's http_config `authorization: {credentials_file: ...}`, prometheus/common's
+# config.HTTPClientConfig, read at every request); the relay refuses a request without it (401).
+RELAY_TOKEN_FILE = f"{PROMETHEUS_CONFIG_DIR}/inference-host-alert-relay.token"
 # "What is firing now" without a browser: `amtool alert query` on the monitor (as root). amtool
 # ships in the distribution's prometheus-alertmanager and reads its flags' defaults from a YAML
 # file (alertmanager v0.25.0 cli/root.go: alertmanager.url, http.config.file). Debian's build
@@ -219,10 +226,30 @@ def relay_url(monitor: HostSettings, name: str) -> str:
     return f"http://{_hostport(RELAY_HOST, monitor.monitoring.alert_relay_port)}/{name}"
 
 
+def relay_token(monitor: HostSettings, values: Mapping[str, str]) -> str:
+    """This monitor's relay token: an HMAC-SHA256 of its name keyed with the relay's vault URLs
+    (values: vault key -> URL). The same on every deploy (nothing to store, a second deploy
+    changes nothing), another on another monitor, and unknown to whoever lacks the URLs the
+    relay already holds; it changes with them."""
+    material = json.dumps(sorted(values[key] for key in relay_receivers(monitor).values())).encode()
+    return hmac.new(material, f"inference-host alert relay {monitor.name}".encode(), hashlib.sha256).hexdigest()
+
+
 def relay_config(monitor: HostSettings, values: Mapping[str, str]) -> str:
-    """The relay's 0600 config (JSON, through json.dumps): receiver name -> its vault URL."""
+    """The relay's 0600 config (JSON, through json.dumps): receiver name -> its vault URL, and
+    the token Alertmanager must send."""
     receivers = {name: values[key] for name, key in relay_receivers(monitor).items()}
-    return json.dumps({"receivers": receivers}, indent=2, sort_keys=True) + "\n"
+    token = relay_token(monitor, values)
+    return json.dumps({"receivers": receivers, "token": token}, indent=2, sort_keys=True) + "\n"
+
+
+def _relayed(monitor: HostSettings, name: str, send_resolved: bool) -> dict:
+    """A webhook_configs entry to the relay, with the relay's token from its file."""
+    return {
+        "url": relay_url(monitor, name),
+        "send_resolved": send_resolved,
+        "http_config": {"authorization": {"type": "Bearer", "credentials_file": RELAY_TOKEN_FILE}},
+    }
 
 
 def _receiver(name: str, kinds: list[str], monitor: HostSettings) -> dict:
@@ -239,7 +266,7 @@ def _receiver(name: str, kinds: list[str], monitor: HostSettings) -> dict:
         if m.webhook_url is not None:
             receiver["webhook_configs"] = [{"url": m.webhook_url, "send_resolved": True}]
         else:
-            receiver["webhook_configs"] = [{"url": relay_url(monitor, "webhook"), "send_resolved": True}]
+            receiver["webhook_configs"] = [_relayed(monitor, "webhook", True)]
     if "slack" in kinds:
         slack = {"api_url_file": SLACK_URL_FILE, "send_resolved": True}
         if m.slack_channel:
@@ -270,7 +297,7 @@ def alertmanager_config(monitor: HostSettings) -> str:
     m = monitor.monitoring
     heartbeat: dict = {"name": "heartbeat"}
     if m.heartbeat_url_secret:
-        heartbeat["webhook_configs"] = [{"url": relay_url(monitor, "heartbeat"), "send_resolved": False}]
+        heartbeat["webhook_configs"] = [_relayed(monitor, "heartbeat", False)]
     config = {
         "route": {
             # Anything no route below takes (a severity the rules do not use) goes with the warnings.

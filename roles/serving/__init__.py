@@ -63,7 +63,7 @@ from roles.shared.legacy_layout import (
     moves_root,
 )
 from roles.shared.note import note
-from roles.shared.replicas import gateway_url, gateways, replicas, worker_url
+from roles.shared.replicas import control_plane_key_secret, gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import Shell, argv, sh
 from roles.shared.unit_owner import refuse_foreign_units
@@ -271,6 +271,7 @@ def serving() -> None:
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
+    _control_plane_key(settings, current_site().hosts)
     switching = _switch_condition(settings, stack, unit, changes, account)
     _preflight(settings, stack, switching)
     _switch_and_restart(settings, stack, unit, switching, legacy)
@@ -378,20 +379,24 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
     return written + _secret_args(settings, paths["secret_args"])
 
 
-def secret_args_content(value: str) -> str:
+def secret_args_content(value: str | None, admin: str | None = None) -> str:
     # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`, and so
     # does vLLM's (FlexibleArgumentParser.load_config_file: yaml.safe_load, `--api-key VALUE`).
-    # The file keeps its .yaml name: vLLM refuses a --config file named otherwise.
-    return json.dumps({"api-key": value}) + "\n"
+    # The file keeps its .yaml name: vLLM refuses a --config file named otherwise. SGLang's
+    # --admin-api-key (server_args.py, 0.5.9 and 0.5.10; srt/arg_groups/fields/serving.py, 0.5.23)
+    # keeps the admin routes from the client key (docs/security.md#keys-and-their-roles).
+    keys = {"api-key": value, "admin-api-key": admin}
+    return json.dumps({flag: key for flag, key in keys.items() if key is not None}) + "\n"
 
 
 def _secret_args(settings: HostSettings, path: str) -> list:
-    secret = settings.serving.api_key_secret
-    if not secret:
+    secret, admin = settings.serving.api_key_secret, settings.serving.admin_api_key_secret
+    if not secret and not admin:
         return [files.file(name=f"Remove {path} (no API key set)", path=path, present=False)]
+    names = " and ".join(name for name in (secret, admin) if name)
     deployed = secret_file(
-        label=f"the API key (secret {secret}) as the engine's --config file",
-        value=secret_args_content(secret_value(secret)),
+        label=f"the API keys (secrets {names}) as the engine's --config file",
+        value=secret_args_content(secret and secret_value(secret), admin and secret_value(admin)),
         dest=path,
         user=settings.base.service_user,
         group=settings.base.service_group,
@@ -409,12 +414,28 @@ def _host_links(settings: HostSettings) -> None:
         # What `systemctl enable` makes; explicit, because the unit file is itself a link.
         (f"{layout.SYSTEMD_DIR}/multi-user.target.wants/{unit}", layout.unit_file(name)),
     ]
-    if settings.serving.api_key_secret:
+    if settings.serving.api_key_secret or settings.serving.admin_api_key_secret:
         links.append((stable, serving_files["secret_args"]))
     else:
         files.file(name=f"Remove {stable} (no API key set)", path=stable, present=False)
     for path, target in links:
         files.link(name=f"Link {path} to {target}", path=path, target=target, user="root", group="root")
+
+
+def _control_plane_key(settings: HostSettings, hosts: dict[str, HostSettings]) -> None:
+    """The gateways' control-plane key, root only, for the rolling upgrade's drain (a replica
+    behind gateways); the engine never reads it (docs/security.md#keys-and-their-roles)."""
+    path, secret = layout.REPLICA_CONTROL_PLANE_KEY_FILE, control_plane_key_secret(hosts)
+    if not secret or not rolling_argv(settings, hosts):
+        files.file(name=f"Remove {path} (behind no gateway with a control-plane key)", path=path, present=False)
+        return
+    secret_file(
+        label=f"the gateways' control-plane key (secret {secret}) for the rolling upgrade",
+        value=secret_value(secret) + "\n",
+        dest=path,
+        user="root",
+        group="root",
+    )
 
 
 # A rolling step that did not finish (inference-engine-rolling's exits 5 and 6: the replica
@@ -582,6 +603,7 @@ def rolling_argv(settings: HostSettings, hosts: dict[str, HostSettings], mode: s
         f"{LIBEXEC}/inference-engine-rolling",
         *([mode] if mode else []),
         layout.secret_args_link(settings.serving.unit_name),
+        layout.REPLICA_CONTROL_PLANE_KEY_FILE if control_plane_key_secret(hosts) else "-",
         worker_url(settings),
         str(settings.serving.drain_timeout_s),
         settings.serving.served_model_name,

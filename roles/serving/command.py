@@ -132,7 +132,7 @@ def server_arguments(
         args += speculative_arguments(settings.speculative)
     if nnodes > 1:
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
-    if serving.api_key_secret:
+    if serving.api_key_secret or serving.admin_api_key_secret:
         args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
     return args
 
@@ -215,7 +215,7 @@ def vllm_arguments(
     spec = speculative_config(settings)
     if spec:
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-    if serving.api_key_secret:
+    if serving.api_key_secret or serving.admin_api_key_secret:
         args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
     return args
 
@@ -276,6 +276,9 @@ def command_problems(settings: HostSettings, hosts: dict[str, HostSettings], sta
         problems = unknown_flags(args, version, engine)
         if settings.serving.api_key_secret and not cli_options(version, engine)["config_file"]:
             problems.append(f"{engine} {version} has no --config file support to keep the API key off the command line")
+        if settings.serving.admin_api_key_secret:
+            # The --config file's admin-api-key becomes --admin-api-key (serving_admin_api_key_secret).
+            problems += unknown_flags(["--admin-api-key", "x"], version, engine)
     except CliError as error:
         return [f"stack {stack.id}: {error}"]
     help_command = "python -m sglang.launch_server --help" if engine == "sglang" else "vllm serve --help=all"

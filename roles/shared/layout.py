@@ -41,6 +41,11 @@ CHECKS_TEXTFILE = f"{TEXTFILE_DIR}/inference_host_checks.prom"
 SERVING_STATE_DIR = "/var/lib/inference-host/serving"
 # The gateway's API key (roles/gateway writes it, 0640 root:smg; checks/gateway.py reads it).
 GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
+# The gateway's control-plane key (0600 smg, read by smg-launch and the gateway check), and the
+# same key on each replica behind it (0600 root, read by the rolling upgrade's drain):
+# docs/security.md#keys-and-their-roles.
+GATEWAY_CONTROL_PLANE_KEY_FILE = "/etc/smg/control-plane-api-key"
+REPLICA_CONTROL_PLANE_KEY_FILE = f"{STABLE_DIR}/gateway-control-plane-api-key"
 
 
 def restart_pending_file(unit_name: str) -> str:

@@ -44,3 +44,9 @@ def gateway_url(gateway: HostSettings) -> str:
 
 def gateways(hosts: dict[str, HostSettings]) -> list[HostSettings]:
     return [h for h in hosts.values() if h.in_group("gateways")]
+
+
+def control_plane_key_secret(hosts: dict[str, HostSettings]) -> str | None:
+    """The vault key of the gateways' control-plane key: one for every gateway (the site rules),
+    which a replica's rolling upgrade drains it with."""
+    return next((g.gateway.control_plane_api_key_secret for g in gateways(hosts)), None)

@@ -13,6 +13,7 @@ from roles.site import lock, vault
 from roles.site.errors import SiteError, closest, display, print_problems, python_error, shown
 from roles.site.host_keys import connection_defaults
 from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
+from roles.site.rules_secrets import key_roles
 from roles.site.rules_services import MONITOR_SECRETS
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
@@ -394,7 +395,7 @@ def referenced_secrets(site: Site) -> set[str]:
             *(getattr(host.monitoring, key) if host.in_group("monitors") else None for key in MONITOR_SECRETS),
         )
         if ref
-    }
+    } | {ref for _, _, ref in key_roles(site.hosts)}
 
 
 def _require_decryptable(site: Site) -> None:
@@ -433,16 +434,27 @@ def receiver_url_problems(site: Site, values: dict[str, str]) -> list[str]:
 
 
 def api_key_problems(site: Site, values: dict[str, str]) -> list[str]:
-    """The API key reaches argparse as `--api-key VALUE`: from the engine's --config file
-    (vllm 0.16.0 vllm/utils/argparse_utils.py load_config_file appends "--" + key, then
-    str(value)) and from smg-launch (roles/gateway). argparse reads a value that begins with
-    '-' as an option ("argument --api-key: expected at least one argument"), so such a key
-    cannot start the engine or the gateway; the value itself is never printed."""
-    names = {h.serving.api_key_secret for h in site.hosts.values() if h.serving.api_key_secret}
-    return [
-        f"{site.inventory_file}: secret {name!r} (serving_api_key_secret) begins with '-': the engine's and the"
-        " gateway's command-line parsers read it as an option, not as the key; expected a key that does not"
-        " begin with '-' (set a new one: inference-host vault set FILE NAME)"
-        for name in sorted(names)
-        if values.get(name, "").startswith("-")
-    ]
+    """Every key the site gives a role (rules_secrets.key_roles), held to vault.API_KEY_RULE: not
+    empty or blank (SGLang 0.5.9 checks `if api_key:`, so an empty key serves everyone), at least
+    32 characters, not beginning with '-' (it reaches argparse as `--api-key VALUE`: vllm 0.16.0
+    vllm/utils/argparse_utils.py load_config_file appends "--" + key, then str(value), and
+    smg-launch does the same; argparse reads "-..." as an option), and no two roles sharing a
+    value. One line each, naming the vault key and its setting, never the value."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for name, setting in sorted({(ref, setting.split("[")[0]) for _, setting, ref in key_roles(site.hosts)}):
+        value = values.get(name, "")
+        problem = vault.api_key_problem(value)
+        if problem:
+            problems.append(
+                f"{site.inventory_file}: secret {name!r} ({setting}) {problem}; expected {vault.API_KEY_RULE}"
+                f" (set a new one: inference-host vault set {site.secrets_file} {name})"
+            )
+        elif value in seen and seen[value] != name:
+            problems.append(
+                f"{site.inventory_file}: secrets {seen[value]!r} and {name!r} ({setting}) hold the same key;"
+                f" expected each role its own key (set a new one: inference-host vault set {site.secrets_file} {name})"
+            )
+        else:
+            seen[value] = name
+    return problems

@@ -17,7 +17,7 @@ from roles.site.errors import shown
 from roles.site.placement import sysctl_conflicts
 from roles.site.rules_guests import _check_addresses, _check_guest, _check_guest_ips, _check_iommu_groups
 from roles.site.rules_paths import folder_problems
-from roles.site.rules_secrets import _reference_problem, mirror_credential_problems
+from roles.site.rules_secrets import _reference_problem, key_role_problems, mirror_credential_problems
 from roles.site.rules_services import (
     GatewayCheck,
     _check_monitoring,
@@ -139,6 +139,8 @@ def check_site(
         if host.valid("cuda_repo_url", "cuda_repo_credentials_secret", "base_pypi_index_url"):
             problems.extend(f"{here}: {p}" for p in mirror_credential_problems(host, secret_names, secrets_file))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)
+    engine = stack.active.engine if stack is not None else None
+    problems.extend(key_role_problems(site_hosts, where, secret_names, secrets_file, engine))
     _check_ports(site_hosts, where, problems)
     _check_unit_names(site_hosts, where, problems)
     _check_addresses(site_hosts, where, problems)

@@ -65,3 +65,95 @@ def mirror_credential_problems(host, secret_names, secrets_file: str | None) -> 
                 f" in clear; expected an https:// {url_setting}"
             )
     return problems
+
+
+def key_roles(site_hosts) -> list[tuple[str, str, str]]:
+    """(host, setting, vault key) of every API key the site gives a role: the engines' client and
+    admin keys, the gateways' control-plane key (docs/security.md#keys-and-their-roles)."""
+    found = []
+    for host in site_hosts.values():
+        if host.in_group("gpu_nodes"):
+            for key in ("api_key_secret", "admin_api_key_secret"):
+                if getattr(host.serving, key):
+                    found.append((host.name, f"serving_{key}", getattr(host.serving, key)))
+        if host.in_group("gateways"):
+            control = host.gateway.control_plane_api_key_secret
+            if control:
+                found.append((host.name, "gateway_control_plane_api_key_secret", control))
+    return found
+
+
+def key_role_problems(site_hosts, where: str, secret_names, secrets_file: str | None, engine: str | None) -> list[str]:
+    """Why the site's API keys cannot each keep to one role: a missing or misnamed vault key, one
+    key in two roles, an admin route or a control plane the client key would open."""
+    from roles.site.vault import is_api_key
+
+    problems = []
+    roles_of: dict[str, set[str]] = {}
+    for name, setting, ref in key_roles(site_hosts):
+        here = f"{where}: host {name}"
+        # (serving_api_key_secret is judged with serving_hf_token_secret, rules.py)
+        problem = setting != "serving_api_key_secret" and _reference_problem(setting, ref, secret_names, secrets_file)
+        if problem:
+            problems.append(f"{here}: {problem}")
+        if not is_api_key(ref):
+            problems.append(
+                f"{here}: {setting} = {ref!r} names a vault key that does not end in api_key; expected a name like"
+                f" {setting.split('[')[0].removesuffix('_secret')} (`inference-host vault set` and `vault check` hold"
+                " keys named *api_key to the key rule: at least 32 characters, one role each)"
+            )
+        # One vault key may serve one role on many hosts (the replicas share their client key).
+        roles_of.setdefault(ref, set()).add(setting)
+    for ref, roles in sorted(roles_of.items()):
+        if len(roles) > 1:
+            problems.append(
+                f"{where}: the vault key {ref!r} is given {len(roles)} roles ({', '.join(sorted(roles))}); expected"
+                " one key per role: a client key that is also an admin or control-plane key opens what it guards"
+            )
+    problems.extend(_missing_roles(site_hosts, where, engine, secret_names))
+    return problems
+
+
+def _missing_roles(site_hosts, where: str, engine: str | None, secret_names) -> list[str]:
+    """A client key without the key that would keep it off the admin routes or the control plane
+    (a client key the vault lacks is named by its own line, not again here)."""
+    problems = []
+    nodes = [
+        h
+        for h in site_hosts.values()
+        if h.in_group("gpu_nodes") and (secret_names is None or h.serving.api_key_secret in (None, *secret_names))
+    ]
+    for host in nodes:
+        here = f"{where}: host {host.name}"
+        client, admin = host.serving.api_key_secret, host.serving.admin_api_key_secret
+        if engine == "sglang" and client and not admin:
+            problems.append(
+                f"{here}: serving_api_key_secret = {client!r} without serving_admin_api_key_secret:"
+                " SGLang's admin routes (/flush_cache, /update_weights_from_disk, /pause_generation, ...)"
+                " would take the client key (srt/utils/auth.py, ADMIN_OPTIONAL); expected"
+                " serving_admin_api_key_secret = 'engine_admin_api_key', a key of its own"
+                " (docs/upgrades.md#keys-with-roles)"
+            )
+        if engine == "vllm" and admin:
+            problems.append(
+                f"{here}: serving_admin_api_key_secret = {admin!r} with a vLLM stack; vLLM 0.16.0 has no"
+                " admin key (only --api-key); expected no serving_admin_api_key_secret"
+            )
+    keyed = sorted({h.serving.api_key_secret for h in nodes if h.serving.api_key_secret})
+    gateways = [h for h in site_hosts.values() if h.in_group("gateways")]
+    for host in gateways:
+        if keyed and not host.gateway.control_plane_api_key_secret:
+            problems.append(
+                f"{where}: host {host.name}: a gateway without gateway_control_plane_api_key_secret in front"
+                f" of replicas with serving_api_key_secret = {keyed[0]!r}: smg 1.13.0 would take that client"
+                " key on /workers and its admin routes; expected gateway_control_plane_api_key_secret ="
+                " 'gateway_control_plane_api_key' (docs/upgrades.md#keys-with-roles)"
+            )
+    control = sorted({h.gateway.control_plane_api_key_secret or "" for h in gateways})
+    if len(control) > 1:
+        problems.append(
+            f"{where}: the gateways name different gateway_control_plane_api_key_secret"
+            f" ({', '.join(map(repr, control))}); expected one for every gateway: a replica's rolling"
+            " upgrade drains it at each gateway with one key"
+        )
+    return problems

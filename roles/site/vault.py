@@ -21,6 +21,12 @@ temporary file in the same folder, mode 0600, renamed over it.
 
 A renamed key (RENAMED_SECRETS) is read under its new name for one release, with a one-line
 notice; a vault holding both names is refused.
+
+An API key (an entry whose name ends in `api_key`: every setting that gives a key a role names
+one, docs/security.md#keys-and-their-roles) is held to API_KEY_RULE by `set`, `check`, the
+validation and the deploy: not empty or blank, at least MIN_API_KEY_CHARACTERS characters, no
+white space at either end, not beginning with '-' (argparse would read it as an option), and no
+two API keys of one vault alike (one key, one role).
 """
 
 from __future__ import annotations
@@ -351,7 +357,13 @@ def _main(argv: list[str], prog: str = "python -m roles.site.vault") -> int:
             rename_secret(path, args.old, args.new)
             print(f"{path}: {args.old} renamed {args.new}")
         elif args.command == "check":
-            print(f"{path}: {len(decrypt_all(path))} secrets decrypt")
+            values = decrypt_all(path)
+            problems = api_key_problems(path, values)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            if problems:
+                return 2
+            print(f"{path}: {len(values)} secrets decrypt")
         elif args.command == "rekey":
             return _rekey(path, Path(args.new_password_file))
         else:
@@ -394,6 +406,73 @@ def _value_problem(value: str) -> str | None:
     return None
 
 
+# SGLang 0.5.9 checks its keys with `if api_key:` (srt/utils/auth.py): an empty key serves
+# everyone. A key shorter than this is guessable or a placeholder left in by mistake; 32 is what
+# `python3 -c 'import secrets; print(secrets.token_urlsafe(24))'` gives.
+MIN_API_KEY_CHARACTERS = 32
+API_KEY_RULE = (
+    f"at least {MIN_API_KEY_CHARACTERS} characters, no white space at either end, not beginning with '-'"
+    " (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+)
+
+
+def is_api_key(name: str) -> bool:
+    """Whether a vault entry is an API key (its name ends in api_key), held to API_KEY_RULE."""
+    return name.endswith("api_key")
+
+
+def api_key_problem(value: str) -> str | None:
+    """Why a value cannot be an API key, without the value; None when it can."""
+    if not value.strip():
+        return "is empty or only white space (SGLang's `if api_key:` would serve everyone)"
+    if value != value.strip():
+        return "has white space at one end (a key pasted with a space or a line break)"
+    if len(value) < MIN_API_KEY_CHARACTERS:
+        return f"is {len(value)} characters long, under {MIN_API_KEY_CHARACTERS}"
+    if value.startswith("-"):
+        return "begins with '-' (the engine's and the gateway's argparse would read it as an option)"
+    return None
+
+
+def api_key_problems(path: Path, values: dict[str, str]) -> list[str]:
+    """One line per API key of `values` (name -> plaintext) that breaks API_KEY_RULE, and per
+    two API keys sharing a value; never a value."""
+    problems = []
+    seen: dict[str, str] = {}
+    for name in sorted(n for n in values if is_api_key(n)):
+        problem = api_key_problem(values[name])
+        if problem:
+            problems.append(f"{path}: secret {name!r} {problem}; expected {API_KEY_RULE}: {_fix(path, name)}")
+        elif values[name] in seen:
+            problems.append(
+                f"{path}: secrets {seen[values[name]]!r} and {name!r} hold the same key; expected each API key"
+                f" distinct (one key, one role): {_fix(path, name)}"
+            )
+        else:
+            seen[values[name]] = name
+    return problems
+
+
+def new_value_problem(path: Path, name: str, value: str) -> str | None:
+    """Why `value` cannot be stored as `name` in the vault at path (`vault set`, `rotate`), without
+    the value; None when it can. An API key is also compared with the vault's other API keys."""
+    problem = _value_problem(value)
+    if problem or not is_api_key(name):
+        return problem
+    problem = api_key_problem(value)
+    if problem:
+        return f"{problem}; expected {API_KEY_RULE}"
+    others = decrypt_all(path, [n for n in load(path) if is_api_key(n) and n != name]) if Path(path).exists() else {}
+    same = next((n for n, v in sorted(others.items()) if v == value), None)
+    if same:
+        return f"is the key {same} holds; expected each API key distinct (one key, one role)"
+    return None
+
+
+def _fix(path: Path, name: str) -> str:
+    return f"set a new one: inference-host vault set {path} {name} (value on stdin)"
+
+
 def _set(path: Path, name: str) -> int:
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         raise SecretsError(
@@ -414,7 +493,7 @@ def _set(path: Path, name: str) -> int:
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
         return 2
-    problem = _value_problem(value)
+    problem = new_value_problem(path, name, value)
     if problem:  # the value itself is never echoed
         print(f"{path}: the value for {name} {problem}; nothing written", file=sys.stderr)
         return 2

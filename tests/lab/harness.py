@@ -210,17 +210,30 @@ def gateway_workers(gateway: str, key: str) -> list[dict]:
         return json.loads(answer.read()).get("workers", [])
 
 
-def straight_at_drain(gateway: str, key: str, stop, sent: dict, body, timeout: float = 600) -> None:
+def control_plane_key(site) -> str:
+    """The gateways' control-plane key (the only key smg's /workers take), from the lab's vault."""
+    from roles.site import vault
+
+    name = site.group("gateways")[0].gateway.control_plane_api_key_secret
+    return vault.decrypt_all(site.secrets_file, [name])[name]
+
+
+def straight_at_drain(
+    gateway: str, key: str, stop, sent: dict, body, timeout: float = 600, control_key: str | None = None
+) -> None:
     """Until `stop` is set, polls smg's /workers every 0.2 s; the first time a replica reads
     Draining there (the rolling step has just taken it out), streams `body()` straight to that
-    replica (its own address and the engine's key, not through the gateway), in a thread:
+    replica (its own address and the engine's key, not through the gateway; control_key: what
+    smg's /workers take, the key by default), in a thread:
     sent[url] is the stream_chat result. A request no gateway counts: only the replica's own
     live load tells the drain about it."""
     threads = []
     while not stop.is_set():
         try:
             draining = [
-                w["url"] for w in gateway_workers(gateway, key) if str(w.get("status", "")).lower() == "draining"
+                w["url"]
+                for w in gateway_workers(gateway, control_key or key)
+                if str(w.get("status", "")).lower() == "draining"
             ]
         except (urllib.error.URLError, OSError, ValueError):
             draining = []

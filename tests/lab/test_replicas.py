@@ -32,6 +32,7 @@ from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault
 from tests.lab.harness import (
     PROJECT_ROOT,
+    control_plane_key,
     gateway_workers,
     load_lab_site,
     run_deploy,
@@ -101,6 +102,54 @@ def test_requests_succeed_through_the_gateway(site, key):
         "cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '"
     )
     assert "smg_http_requests_total" in gw.check_output("curl -s http://127.0.0.1:29000/metrics")
+
+
+def _call(url: str, key: str | None, method: str = "GET", body: dict | None = None) -> int:
+    """The HTTP status of one request (0: no answer)."""
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers, method=method), timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def test_each_key_opens_its_role_only(site, key):
+    """docs/security.md#keys-and-their-roles, on the real smg 1.13.0 and the SGLang stand-in (which
+    applies 0.5.9's srt/utils/auth.py to 0.5.9's route table): the client key serves the data plane
+    and is refused (401/403) on every admin and control-plane route; the admin key opens the
+    engine's admin routes, the control-plane key smg's /workers; neither opens the data plane."""
+    names = ["engine_admin_api_key", "gateway_control_plane_api_key"]
+    admin, control = (vault.decrypt_all(site.secrets_file, names)[n] for n in names)
+    gw = gateway_url(site.group("gateways")[0])
+    replica = worker_url(replicas(site.hosts)[0])
+    chat = {"model": "kimi-k2.5", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    # The gateway: the data plane takes the client key, not the admin or control-plane key.
+    assert [_chat(site, k) for k in (key, admin, control)] == [200, 401, 401]
+    control_routes = [
+        ("GET", "/workers", None),
+        ("POST", "/workers", {"url": "http://192.0.2.1:30000"}),  # never registered: refused first
+        ("DELETE", "/workers/not-a-worker", None),
+        ("POST", "/flush_cache", None),
+        ("GET", "/get_loads", None),
+    ]
+    for k in (key, admin, None):
+        refused = {path: _call(f"{gw}{path}", k, method, body) for method, path, body in control_routes}
+        assert set(refused.values()) <= {401, 403}, (k == key, refused)
+    assert _call(f"{gw}/workers", control) == 200
+    assert all(w["url"] != "http://192.0.2.1:30000" for w in _workers(site, key))
+    # The replica: the client key serves, and is refused on SGLang's admin routes.
+    assert _call(f"{replica}/v1/chat/completions", key, "POST", chat) == 200
+    admin_routes = ["/flush_cache", "/pause_generation", "/continue_generation", "/update_weights_from_disk"]
+    for k in (key, control, None):
+        assert {p: _call(f"{replica}{p}", k, "POST", {}) for p in admin_routes} == dict.fromkeys(admin_routes, 401)
+    assert _call(f"{replica}/flush_cache", admin, "POST") == 200
+    assert _call(f"{replica}/pause_generation", admin, "POST", {}) == 200
+    assert _call(f"{replica}/continue_generation", admin, "POST", {}) == 200
+    assert _call(f"{replica}/v1/chat/completions", admin, "POST", chat) == 401  # the admin key is not a client's
 
 
 def test_second_deploy_changes_nothing(replicas_second_deploy):
@@ -316,7 +365,7 @@ STRAIGHT_TOKENS = 200
 
 
 def _workers(site, key: str) -> list[dict]:
-    return gateway_workers(gateway_url(site.group("gateways")[0]), key)
+    return gateway_workers(gateway_url(site.group("gateways")[0]), control_plane_key(site))
 
 
 def _straight_body() -> dict:
@@ -368,6 +417,7 @@ def _under_load(site, key, gw, action, what: str) -> tuple[float, float, str]:
         threading.Thread(
             target=straight_at_drain,
             args=(gateway_url(site.group("gateways")[0]), key, stop, straight, _straight_body),
+            kwargs={"control_key": control_plane_key(site)},
         ),
         threading.Thread(target=streamer, kwargs={"long_prompt": True}),
     ]

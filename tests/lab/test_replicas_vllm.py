@@ -30,6 +30,7 @@ from roles.shared.replicas import gateway_url, replicas, worker_url
 from roles.site import vault
 from tests.lab.harness import (
     PROJECT_ROOT,
+    control_plane_key,
     load_lab_site,
     require_docker,
     run_deploy,
@@ -417,7 +418,7 @@ def test_rolling_upgrade_of_real_vllm_replicas_cuts_no_stream(site, key):
             threading.Thread(
                 target=straight_at_drain,
                 args=(gateway_url(site.group("gateways")[0]), key, stop, straight, straight_body),
-                kwargs={"timeout": STREAM_SECONDS * 8 + 120},
+                kwargs={"timeout": STREAM_SECONDS * 8 + 120, "control_key": control_plane_key(site)},
             ),
         ]
         threads.append(threading.Thread(target=streamer, kwargs={"long_prompt": True}))

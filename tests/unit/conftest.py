@@ -79,3 +79,14 @@ def pytest_configure(config):
     module-level import: a test's own subprocess that imports this module (the Xet stand-in's
     download) must stay unpatched, or hf_xet's threads hang under gevent."""
     import pyinfra_cli  # noqa: F401
+
+
+# One key per role (docs/security.md#keys-and-their-roles): a keyed SGLang gpu node also has an
+# admin key, a gateway in front of it a control-plane key; each at least 32 characters.
+ADMIN = {"serving_admin_api_key_secret": "engine_admin_api_key"}
+CONTROL = {"gateway_control_plane_api_key_secret": "gateway_control_plane_api_key"}
+ROLE_KEYS = {
+    "engine_admin_api_key": "admin-key-of-the-unit-tests-0123456789",
+    "gateway_control_plane_api_key": "control-plane-key-of-the-unit-tests-01",
+}
+CLIENT_KEY = "client-key-of-the-unit-tests-0123456789"

@@ -5,6 +5,7 @@ outcome, never the URL, its host or the receiver's answer. Its unit passes syste
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -19,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pyinfra_cli  # noqa: F401  (gevent patches threading when this is imported: before the relays' threads)
 import pytest
+import yaml
 
 from roles.monitoring import config, units
 from roles.shared import templates
@@ -78,8 +80,8 @@ def relay():
     lines: list[str] = []
     servers = []
 
-    def start(receivers: dict[str, str], timeout: float = 2.0) -> str:
-        server = relay_program.serve(receivers, "127.0.0.1", 0, timeout, lines.append)
+    def start(receivers: dict[str, str], timeout: float = 2.0, token: str | None = None) -> str:
+        server = relay_program.serve(receivers, "127.0.0.1", 0, timeout, lines.append, token=token)
         servers.append(server)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{server.server_address[1]}"
@@ -89,8 +91,9 @@ def relay():
         server.shutdown()
 
 
-def _post(url: str, body: bytes = b'{"alerts": []}', timeout: float = 15) -> tuple[int, str]:
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
+def _post(url: str, body: bytes = b'{"alerts": []}', timeout: float = 15, token: str | None = None) -> tuple[int, str]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(url, body, headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.read().decode()
@@ -186,10 +189,14 @@ def test_unknown_paths_and_bad_requests_are_refused_without_echo(receiver, relay
         ('{"receivers": {"hook": "https://a.example/' + TOKEN + '\\nX: y"}}', "receiver hook: its value is not"),
         ('{"receivers": {"hook": "https://a.example/' + TOKEN + ' x"}}', "receiver hook: its value is not"),
         ('{"receivers": {"hook": 7}}', "receiver hook: its value is not"),
+        ('{"receivers": {"hook": "https://a.example/x"}, "token": "short"}', "expected a token of at least 32"),
+        ('{"receivers": {"hook": "https://a.example/x"}, "token": ""}', "expected a token of at least 32"),
     ],
 )
 def test_a_bad_config_stops_the_relay_in_one_line_without_the_value(tmp_path, text, says):
     path = tmp_path / "relay.json"
+    if text.startswith('{"receivers": {"') and "token" not in text:
+        text = text[:-1] + ', "token": "' + "t" * 40 + '"}'
     path.write_text(text)
     run = subprocess.run(
         [sys.executable, "-I", str(PROJECT_ROOT / config.RELAY_SOURCE), "--config", str(path), "--port", "1"],
@@ -206,7 +213,10 @@ def test_a_bad_config_stops_the_relay_in_one_line_without_the_value(tmp_path, te
 def test_the_relay_runs_as_its_unit_says(tmp_path, receiver):
     """The unit's own command line (python3 -I, the script, the config, the port), run from this
     checkout: it serves and forwards."""
-    (tmp_path / "relay.json").write_text(json.dumps({"receivers": {"heartbeat": f"{receiver}/p/{TOKEN}"}}))
+    relay_token = "relay-token-of-this-test-0123456789abcdef"
+    (tmp_path / "relay.json").write_text(
+        json.dumps({"receivers": {"heartbeat": f"{receiver}/p/{TOKEN}"}, "token": relay_token})
+    )
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -226,7 +236,8 @@ def test_the_relay_runs_as_its_unit_says(tmp_path, receiver):
         deadline = time.monotonic() + 15
         while True:
             try:
-                status = _post(f"http://127.0.0.1:{port}/heartbeat", timeout=5)[0]
+                refused = _post(f"http://127.0.0.1:{port}/heartbeat", timeout=5)[0]
+                status = _post(f"http://127.0.0.1:{port}/heartbeat", timeout=5, token=relay_token)[0]
                 break
             except OSError:
                 assert time.monotonic() < deadline and process.poll() is None, "the relay did not start"
@@ -234,8 +245,32 @@ def test_the_relay_runs_as_its_unit_says(tmp_path, receiver):
     finally:
         process.terminate()
         _, err = process.communicate(timeout=10)
-    assert status == 200
-    assert err.strip() == f"alert relay: listening on 127.0.0.1:{port} for heartbeat"
+    assert (refused, status) == (401, 200)
+    assert err.strip().splitlines() == [
+        f"alert relay: listening on 127.0.0.1:{port} for heartbeat",
+        "refused a request without the relay's token (401; 1 refused since the start)",
+    ]
+
+
+RELAY_TOKEN = "relay-token-" + "0123456789abcdef" * 2
+
+
+def test_only_a_request_with_the_token_is_relayed_and_each_other_is_counted(receiver, relay):
+    """Alertmanager sends the relay's token (its receiver's http_config); another local process
+    does not have it: 401, nothing sent on, and a count in the log (never what was sent)."""
+    start, lines = relay
+    url = start({"heartbeat": f"{receiver}/ping/{TOKEN}"}, token=RELAY_TOKEN)
+    forged = b'{"status": "resolved", "alerts": []}'
+    assert _post(f"{url}/heartbeat", forged)[0] == 401
+    assert _post(f"{url}/heartbeat", forged, token="not-" + RELAY_TOKEN)[0] == 401
+    assert _post(f"{url}/heartbeat", forged, token=RELAY_TOKEN[:-1])[0] == 401
+    assert _Receiver.received == []  # nothing refused reached the receiver
+    assert _post(f"{url}/heartbeat", token=RELAY_TOKEN)[0] == 200
+    assert [path for path, _, _ in _Receiver.received] == [f"/ping/{TOKEN}"]
+    assert lines == [
+        f"refused a request without the relay's token (401; {n} refused since the start)" for n in (1, 2, 3)
+    ]
+    assert not any(RELAY_TOKEN[:8] in line or "resolved" in line for line in lines)
 
 
 @pytest.fixture
@@ -285,3 +320,25 @@ def test_the_unit_runs_the_relay_hardened_and_passes_systemd_analyze_verify(moni
     )
     problems = [row for row in result.stderr.splitlines() if "inference-host-alert-relay" in row]
     assert not problems, result.stderr
+
+
+def test_alertmanager_sends_the_relay_token_from_its_file(monitor):
+    """Each webhook to the relay carries http_config.authorization with the token's file
+    (Alertmanager 0.25's credentials_file); the relay's config holds the same token; it is
+    stable from deploy to deploy, and another monitor or other URLs give another."""
+    alertmanager = yaml.safe_load(config.alertmanager_config(monitor))
+    relayed = [
+        hook
+        for receiver in alertmanager["receivers"]
+        for hook in receiver.get("webhook_configs", [])
+        if hook["url"].startswith("http://127.0.0.1:9197/")
+    ]
+    assert len(relayed) >= 2  # the webhook receivers and the heartbeat
+    for hook in relayed:
+        assert hook["http_config"] == {"authorization": {"type": "Bearer", "credentials_file": config.RELAY_TOKEN_FILE}}
+    values = {"hook": "https://alerts.example.org/hook/" + TOKEN, "heartbeat": "https://hc-ping.com/x"}
+    token = config.relay_token(monitor, values)
+    assert json.loads(config.relay_config(monitor, values))["token"] == token
+    assert len(token) == 64 and token == config.relay_token(monitor, dict(values))
+    assert config.relay_token(monitor, {**values, "heartbeat": "https://hc-ping.com/y"}) != token
+    assert config.relay_token(dataclasses.replace(monitor, name="gpu2"), values) != token

@@ -19,7 +19,7 @@ from roles.gateway import lock as gateway_lock
 from roles.shared import lock_compile
 from roles.site import load_site
 from roles.site import lock as site_lock
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS
 from tests.unit.test_engine_lock import _fake_uv
 from tests.unit.test_gpu_stack_plans import PLANS, plan
 from tests.unit.test_site import assert_names, only_problem, problems_of
@@ -30,16 +30,19 @@ GATEWAY = ("inventory_gateway_ubuntu2404.py", "@fake/gw-ubuntu2404")
 
 
 def _site(inventory, gateway_data=None, name="gw.py"):
-    inventory.vault(engine_api_key="k")
+    inventory.vault(engine_api_key=CLIENT_KEY, **ROLE_KEYS)
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
         "serving_api_key_secret": "engine_api_key",
+        **ADMIN,
         "secrets_file": "secrets.vault.yml",
         "ssh_hostname": "10.0.0.1",
     }
     return inventory.groups(
-        name, gpu_nodes=[("a", node)], gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})]
+        name,
+        gpu_nodes=[("a", node)],
+        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **(gateway_data or {})})],
     )
 
 

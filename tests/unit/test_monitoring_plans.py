@@ -110,7 +110,18 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
         for path, t in p.uploads.items()
         if path.startswith("/var/lib/inference-host/upload") and '"receivers"' in str(t)
     ]
-    assert json.loads(relay) == {"receivers": {"heartbeat": "https://hc-ping.com/plan-heartbeat-0000"}}
+    relay_config = json.loads(relay)
+    assert relay_config.pop("receivers") == {"heartbeat": "https://hc-ping.com/plan-heartbeat-0000"}
+    token = relay_config.pop("token")
+    assert relay_config == {} and len(token) == 64
+    # ...and the same token for Alertmanager, in its own 0600 file, named in each relayed webhook.
+    assert any(
+        "chmod 0600 -- /etc/prometheus/inference-host-alert-relay.token.inference-host-new" in c for c in p.commands
+    )
+    assert any(
+        str(t).strip() == token for path, t in p.uploads.items() if path.startswith("/var/lib/inference-host/upload")
+    )
+    assert "credentials_file: /etc/prometheus/inference-host-alert-relay.token" in alertmanager
 
 
 SECRETS = (

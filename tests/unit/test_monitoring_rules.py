@@ -19,7 +19,7 @@ import yaml
 from roles.monitoring import config, runbook
 from roles.shared import xid_catalog
 from roles.site import load_site
-from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS, gpu_node
 
 
 def speculative_ready(inventory) -> dict:
@@ -46,8 +46,8 @@ def _tool(name: str) -> str:
 
 @pytest.fixture
 def site(inventory):
-    vault = inventory.vault(api_key="k", prom_pw="pw")
-    common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
+    vault = inventory.vault(api_key=CLIENT_KEY, prom_pw="pw", **ROLE_KEYS)
+    common = {"secrets_file": vault, "serving_api_key_secret": "api_key", **ADMIN}
     path = inventory.groups(
         gpu_nodes=[
             gpu_node(
@@ -68,7 +68,7 @@ def site(inventory):
                 **common,
             ),
         ],
-        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],
+        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault, **CONTROL})],
         monitors=[
             (
                 "gw",

@@ -16,7 +16,7 @@ from checks.textfile import expect_arguments
 from roles.monitoring import checks_env, units
 from roles.shared import templates
 from roles.site import load_site
-from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.conftest import ADMIN, CLIENT_KEY, PROJECT_ROOT, ROLE_KEYS, gpu_node
 from tests.unit.test_monitoring_rules import speculative_ready
 
 
@@ -26,13 +26,14 @@ def render(template: str, **kwargs) -> str:
 
 @pytest.fixture
 def site(inventory):
-    vault = inventory.vault(api_key="k")
+    vault = inventory.vault(api_key=CLIENT_KEY, **ROLE_KEYS)
     return load_site(
         inventory.groups(
             gpu_nodes=[
                 gpu_node(
                     secrets_file=vault,
                     serving_api_key_secret="api_key",
+                    **ADMIN,
                     gpu_count=8,
                     serving_context_length=512,  # fits the KV cache with a drafter (roles/serving/memory.py)
                     health_min_temp_margin_c=12,

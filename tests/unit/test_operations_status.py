@@ -282,16 +282,17 @@ def test_rotate_replaces_the_value_in_the_vault_and_never_prints_it(tmp_path, mo
     from tests.unit.conftest import PASSWORD
 
     vault_file = tmp_path / "s.vault.yml"
-    vault.set_secret(vault_file, "engine_api_key", "old-key-value", PASSWORD)
+    vault.set_secret(vault_file, "engine_api_key", "old-key-value-0123456789abcdef0123456789", PASSWORD)
     (tmp_path / "pw").write_bytes(PASSWORD)
     monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
     fake = types.SimpleNamespace(secrets_file=str(vault_file), secret_names=frozenset({"engine_api_key"}))
     monkeypatch.setattr(operations, "_load", lambda parser, inventory: fake)
-    monkeypatch.setattr("sys.stdin", io.StringIO("new-key-value\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("new-key-value-0123456789abcdef0123456789\n"))
     assert cli.main(["rotate", "inventory/lab.py", "engine_api_key", "--no-deploy"]) == 0
     out, err = capsys.readouterr()
-    assert "new-key-value" not in out + err and "old-key-value" not in out + err
-    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"engine_api_key": "new-key-value"}
+    assert "new-key-value" not in out + err and "old-key-value-0123456789abcdef0123456789" not in out + err
+    new = "new-key-value-0123456789abcdef0123456789"
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"engine_api_key": new}
     assert stat.S_IMODE(os.stat(vault_file).st_mode) == 0o600
     with pytest.raises(SystemExit) as done:
         cli.main(["rotate", "inventory/lab.py", "hf_tokn", "--no-deploy"])

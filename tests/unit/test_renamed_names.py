@@ -13,7 +13,7 @@ from roles.shared.uv import uv_environment
 from roles.site import load_site, vault
 from roles.site.errors import display
 from roles.site.schema import RENAMED_KEYS
-from tests.unit.conftest import PASSWORD, gpu_node
+from tests.unit.conftest import ADMIN, CLIENT_KEY, PASSWORD, ROLE_KEYS, gpu_node
 from tests.unit.test_site import only_problem
 
 OLD_SETTINGS = [
@@ -58,8 +58,8 @@ def test_the_new_keys_are_read(inventory):
 
 
 def _api_key_inventory(inventory, **vault_values):
-    name = inventory.vault(**vault_values)
-    return inventory.groups(gpu_nodes=[gpu_node(secrets_file=name, serving_api_key_secret="engine_api_key")])
+    name = inventory.vault(**vault_values, engine_admin_api_key=ROLE_KEYS["engine_admin_api_key"])
+    return inventory.groups(gpu_nodes=[gpu_node(secrets_file=name, serving_api_key_secret="engine_api_key", **ADMIN)])
 
 
 def _notice(path) -> str:
@@ -73,7 +73,7 @@ def _notice(path) -> str:
 def test_an_old_vault_key_is_read_under_its_new_name_with_one_notice(inventory, capsys):
     path = _api_key_inventory(inventory, sglang_api_key="old-key-5f3a", hf_token="t")
     site = load_site(path)
-    assert site.secret_names == {"engine_api_key", "hf_token"}
+    assert site.secret_names == {"engine_api_key", "engine_admin_api_key", "hf_token"}
     vault_file = inventory.dir / "secrets.vault.yml"
     assert vault.decrypt_all(vault_file, ["engine_api_key"], PASSWORD) == {"engine_api_key": "old-key-5f3a"}
     err = capsys.readouterr().err
@@ -103,7 +103,7 @@ def test_an_inventory_naming_the_old_vault_key_is_refused_in_one_line(inventory)
 
 def test_the_new_vault_key_is_read_without_a_notice(inventory, capsys):
     path = _api_key_inventory(inventory, engine_api_key="new-key")
-    assert load_site(path).secret_names == {"engine_api_key"}
+    assert load_site(path).secret_names == {"engine_api_key", "engine_admin_api_key"}
     assert capsys.readouterr().err == ""
 
 
@@ -126,14 +126,14 @@ def test_set_writes_the_new_name_only(inventory, capsys, monkeypatch):
     password_file = inventory.dir / "pw"
     password_file.write_bytes(PASSWORD)
     monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(password_file))
-    monkeypatch.setattr("sys.stdin", io.StringIO("new-key\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(CLIENT_KEY + "\n"))
     assert vault._main(["set", str(vault_file), "sglang_api_key"]) == 2
     assert capsys.readouterr().err == (
         f"{vault_file}: the key sglang_api_key was renamed engine_api_key; expected the new name\n"
     )
     assert vault._main(["set", str(vault_file), "engine_api_key"]) == 0
     assert capsys.readouterr().out == f"{vault_file}: engine_api_key set (replaces sglang_api_key, its old name)\n"
-    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"engine_api_key": "new-key"}
+    assert vault.decrypt_all(vault_file, password=PASSWORD) == {"engine_api_key": CLIENT_KEY}
 
 
 def test_the_lab_renames_its_own_old_vault_key(tmp_path, monkeypatch, capsys):
@@ -144,6 +144,11 @@ def test_the_lab_renames_its_own_old_vault_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "vault-password").write_bytes(PASSWORD)
     vault.set_secret(tmp_path / "secrets.vault.yml", "sglang_api_key", "lab-old-key", PASSWORD)
     made, _ = lab.vault.throwaway_vault()
-    assert set(vault.stored(made)) == {"engine_api_key", "monitoring_web_password", "monitoring_heartbeat_url"}
+    assert set(vault.stored(made)) == {
+        "engine_api_key",
+        *lab.vault.ROLE_KEYS,
+        "monitoring_web_password",
+        "monitoring_heartbeat_url",
+    }
     assert vault.decrypt_all(made, ["engine_api_key"], PASSWORD) == {"engine_api_key": "lab-old-key"}
     assert "notice" not in capsys.readouterr().err

@@ -12,7 +12,8 @@ from roles.site import PROJECT_ROOT, load_site, vault, weight_sets_kept_by
 
 PLANTED = {
     "hf_token": "hf_planted_token_5b1d",
-    "engine_api_key": "planted-api-key-77c3",
+    "engine_api_key": "planted-api-key-77c3-0123456789abcdef",
+    "engine_admin_api_key": "planted-admin-key-91d0-0123456789abcdef",
     "monitoring_web_password": "planted-web-password-4e2a",
 }
 
@@ -63,7 +64,8 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
         (gpu.name, "etc/prometheus/inference-host.grafana.json"),
     ]:
         assert (out / host / path).is_file(), f"{host}: {path}"
-    assert (out / gpu.name / env / "inference-engine-secret-args.yaml").read_text() == '{"api-key": "***"}\n'
+    secret_args = (out / gpu.name / env / "inference-engine-secret-args.yaml").read_text()
+    assert secret_args == '{"api-key": "***", "admin-api-key": "***"}\n'
     # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.
     assert "kernel.numa_balancing = 0" in (out / node.name / "etc/sysctl.d/90-inference-host-node.conf").read_text()
     assert not (out / gpu.name / "etc/sysctl.d").exists()

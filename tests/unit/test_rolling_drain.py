@@ -30,6 +30,10 @@ STANDIN = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(STANDIN)
 
 SCRIPT = PROJECT_ROOT / "roles" / "serving" / "templates" / "inference-engine-rolling.j2"
+# The replica's client key, its admin key and the gateways' control-plane key (one role each).
+CLIENT = "client-key-0123456789abcdef0123456789"
+ADMIN_KEY = "admin-key-0123456789abcdef0123456789"
+CONTROL = "control-0123456789abcdef0123456789ab"
 # CI installs both (.ci/run) and must not skip (INFERENCE_HOST_REQUIRE_LAB=1 there).
 pytestmark = pytest.mark.skipif(
     not (shutil.which("curl") and shutil.which("jq")) and os.environ.get("INFERENCE_HOST_REQUIRE_LAB") != "1",
@@ -62,6 +66,10 @@ class Fake:
         self.seen, self.began = seen, time.monotonic()
         self.workers: dict[str, dict] = {}
         self.events: list[tuple[float, str]] = []
+        # The gateway's /workers take the control-plane key only (smg with --control-plane-api-keys;
+        # old_gateway: one deployed before it, which took the client key); the replica the client key.
+        self.old_gateway = False
+        self.refused: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.worker = f"{self.url}/replica"
@@ -104,6 +112,16 @@ class Fake:
             def log_message(self, *args):
                 pass
 
+            def _refused(self) -> bool:
+                """401 unless the request carries the key of the route's role."""
+                gateway = self.path.startswith("/workers")
+                wanted = (CLIENT if fake.old_gateway else CONTROL) if gateway else CLIENT
+                if self.path == "/restart" or self.headers.get("Authorization") == f"Bearer {wanted}":
+                    return False
+                fake.refused.append(f"{self.command} {self.path}")
+                self._send(401, {"error": "Unauthorized"})
+                return True
+
             def _send(self, code, body, kind="application/json"):
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(code)
@@ -113,6 +131,8 @@ class Fake:
                 self.wfile.write(data)
 
             def do_GET(self):
+                if self._refused():
+                    return
                 sglang = fake.engine.startswith("sglang")
                 if self.path == "/restart":  # COMMAND: the switch that restarts the replica
                     fake.events.append((time.monotonic(), "RESTART"))
@@ -147,6 +167,8 @@ class Fake:
                 return self._send(404, {"detail": "Not Found"})
 
             def do_DELETE(self):
+                if self._refused():
+                    return
                 worker_id = self.path.rsplit("/", 1)[1]
                 fake.workers[worker_id]["status"] = "draining"
                 fake.events.append((time.monotonic(), "DELETE"))
@@ -155,12 +177,14 @@ class Fake:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self._refused():
+                    return
                 if self.path == "/replica/v1/chat/completions":  # the replica's own API
                     fake.events.append((time.monotonic(), f"GENERATE {body['model']} {self.headers['Authorization']}"))
                     if not fake.generates:
                         return self._send(500, {"error": {"message": "EngineCore died"}})
                     return self._send(200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
-                fake.events.append((time.monotonic(), "POST"))
+                fake.events.append((time.monotonic(), f"POST {body.get('api_key') == CLIENT}"))
                 fake.workers["w2"] = {"id": "w2", "url": body["url"], "is_healthy": True, "status": "ready"}
                 return self._send(202, {"status": "accepted"})
 
@@ -168,15 +192,17 @@ class Fake:
 
 
 def _roll(
-    tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2, script: Path = SCRIPT
+    tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2, script: Path = SCRIPT, env: dict | None = None
 ) -> tuple[subprocess.CompletedProcess, float | None]:
-    key = tmp_path / "secret-args.yaml"
-    key.write_text('{"api-key": "k"}')
+    key, control = tmp_path / "secret-args.yaml", tmp_path / "control-plane-api-key"
+    key.write_text(json.dumps({"api-key": CLIENT, "admin-api-key": ADMIN_KEY}))
+    control.write_text(CONTROL + "\n")
     run = subprocess.run(
         [
             "sh",
             str(script),
             str(key),
+            str(control),
             fake.worker,
             str(drain_timeout),
             "kimi-k2.5",
@@ -191,6 +217,7 @@ def _roll(
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     fake.server.shutdown()
     return run, next((t for t, e in fake.events if e == "RESTART"), None)
@@ -216,15 +243,48 @@ def test_restart_waits_for_the_running_requests_then_the_replica_comes_back(tmp_
     assert any(e.startswith("live 2 ") for _, e in fake.events)  # it was busy when taken out
     # restarted only once idle (the first idle read after the requests ended), two reads 2 s apart
     assert deleted < idle <= restarted and idle >= fake.busy_until and restarted - idle >= 2.0
-    posted = next(t for t, e in fake.events if e == "POST")
+    posted = next(t for t, e in fake.events if e == "POST True")  # with the client key smg sends it
     assert posted - deleted >= 4  # after smg dropped the drained entry
     # ...and after the replica answered a generation of the served model, with the key.
-    generated = [t for t, e in fake.events if e == "GENERATE kimi-k2.5 Bearer k"]
+    generated = [t for t, e in fake.events if e == f"GENERATE kimi-k2.5 Bearer {CLIENT}"]
     assert len(generated) == 1 and restarted < generated[0] < posted, fake.events
     assert (
         "has nothing in flight (gateways and engine, 2 s apart) after" in run.stdout and "is healthy at" in run.stdout
     )
     assert "answered a generation after" in run.stdout
+    assert fake.refused == []  # /workers with the control-plane key, the replica with the client key
+
+
+@pytest.mark.parametrize("old_gateway", [False, True])
+def test_the_gateway_is_asked_with_the_control_plane_key_never_a_key_on_a_command_line(tmp_path, old_gateway):
+    """/workers take the control-plane key (a gateway deployed before it had one: the client
+    key, which it took then); no key is ever on curl's or jq's command line (read from
+    /proc/<pid>/cmdline of every process the script starts, through recording wrappers)."""
+    fake = Fake(settle=1, busy_until=0, engine="sglang-0.5.9")
+    fake.old_gateway = old_gateway
+    _other_replica(fake)
+    bin_dir, log = tmp_path / "bin", tmp_path / "argv.log"
+    bin_dir.mkdir()
+    for tool in ("curl", "jq", "sed", "cat", "head", "awk"):
+        real = shutil.which(tool)
+        if real:
+            wrapper = bin_dir / tool
+            wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "{tool} $*" >> "{log}"\nexec {real} "$@"\n')
+            wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, env=env)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert any(e == "DELETE" for _, e in fake.events) and any(e == "POST True" for _, e in fake.events)
+    argv = log.read_text()
+    assert "curl" in argv and "jq" in argv
+    for key in (CLIENT, CONTROL, ADMIN_KEY):
+        assert key not in argv
+    if old_gateway:  # each call was tried with the control-plane key first, refused
+        assert fake.refused and all(
+            r.startswith(("GET /workers", "DELETE /workers", "POST /workers")) for r in fake.refused
+        )
+    else:
+        assert fake.refused == []
 
 
 def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
@@ -235,7 +295,7 @@ def test_a_replica_that_serves_no_generation_is_not_added_back(tmp_path):
     assert [e for _, e in fake.events if e.startswith(("DELETE", "RESTART", "GENERATE", "POST"))] == [
         "DELETE",
         "RESTART",
-        "GENERATE kimi-k2.5 Bearer k",
+        f"GENERATE kimi-k2.5 Bearer {CLIENT}",
     ]  # out of the gateway, and left out
     assert f"{fake.worker} serves no generation after its restart: not adding it back to {fake.url}" in run.stderr
     assert _pending(tmp_path).exists()  # the next deploy restarts it again

@@ -3,6 +3,7 @@ password, values only with it; files are 0600; the CLI takes values on stdin, ne
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import subprocess
@@ -87,6 +88,7 @@ def test_committed_prod_vault_is_a_template_of_names():
     assert set(vault.load(PROJECT_ROOT / "inventory" / "secrets.vault.yml")) == {
         "hf_token",
         "engine_api_key",
+        "engine_admin_api_key",
         "monitoring_web_password",
     }
 
@@ -186,3 +188,71 @@ def test_at_a_terminal_the_value_is_asked_for_and_not_echoed(tmp_path):
     assert b"value of hf_token (not echoed): " in seen
     assert b"typed-secret-value" not in seen
     assert vault.decrypt_all(vault_file, password=PASSWORD) == {"hf_token": "typed-secret-value"}
+
+
+# --- API keys: one rule for every command that reads the vault ---------------------------------
+
+GOOD_KEY = "a-client-key-of-at-least-32-characters"
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("   ", "is empty or only white space"),
+        ("short-key", "is 9 characters long, under 32"),
+        (" " + GOOD_KEY, "has white space at one end"),
+        ("-" + GOOD_KEY, "begins with '-'"),
+    ],
+)
+def test_vault_set_refuses_a_bad_api_key_in_one_line_without_the_value(tmp_path, monkeypatch, capsys, value, says):
+    vault_file = tmp_path / "s.vault.yml"
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    (tmp_path / "pw").chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(value + "\n"))
+    assert vault._main(["set", str(vault_file), "engine_api_key"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{vault_file}: the value for engine_api_key {says}"), err
+    assert "at least 32 characters" in err and (value.strip() not in err or not value.strip())
+    assert not vault_file.exists()  # nothing written
+
+
+def test_vault_set_refuses_an_api_key_another_role_holds(tmp_path, monkeypatch, capsys):
+    vault_file = tmp_path / "s.vault.yml"
+    vault.set_secret(vault_file, "engine_api_key", GOOD_KEY, PASSWORD)
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    (tmp_path / "pw").chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(GOOD_KEY + "\n"))
+    assert vault._main(["set", str(vault_file), "engine_admin_api_key"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"{vault_file}: the value for engine_admin_api_key is the key engine_api_key holds; expected each API key"
+        " distinct (one key, one role); nothing written\n"
+    )
+    assert set(vault.load(vault_file)) == {"engine_api_key"}
+    # a token that is not an API key (its name does not end in api_key) is not held to the rule
+    monkeypatch.setattr("sys.stdin", io.StringIO("t\n"))
+    assert vault._main(["set", str(vault_file), "hf_token"]) == 0
+
+
+def test_vault_check_names_every_bad_api_key_in_one_line_each(tmp_path, monkeypatch, capsys):
+    vault_file = tmp_path / "s.vault.yml"
+    for name, value in (
+        ("engine_api_key", GOOD_KEY),
+        ("engine_admin_api_key", GOOD_KEY),  # the same key in two roles
+        ("gateway_control_plane_api_key", ""),  # set by hand, bypassing `vault set`
+        ("tenant_a_api_key", "short"),
+        ("hf_token", "x"),
+    ):
+        vault.set_secret(vault_file, name, value, PASSWORD)
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    (tmp_path / "pw").chmod(0o600)
+    monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
+    assert vault._main(["check", str(vault_file)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith(f"{vault_file}: secrets 'engine_admin_api_key' and 'engine_api_key' hold the same key")
+    assert lines[1].startswith(f"{vault_file}: secret 'gateway_control_plane_api_key' is empty or only white space")
+    assert lines[2].startswith(f"{vault_file}: secret 'tenant_a_api_key' is 5 characters long, under 32")
+    assert not any(GOOD_KEY in line or "short" in line.split("under")[0] for line in lines)

@@ -42,7 +42,7 @@ def test_prod_inventory_is_valid():
     assert lxc.gpu.count == 8 and lxc.gpu.compute_capability == "12.0"
     assert lxc.guest.vmid == 201 and len(lxc.guest.gpu_addresses) == 8
     assert site.stack.active.sglang == "0.5.9"
-    assert site.secret_names == {"engine_api_key", "hf_token", "monitoring_web_password"}
+    assert site.secret_names == {"engine_admin_api_key", "engine_api_key", "hf_token", "monitoring_web_password"}
 
 
 def test_defaults_fill_what_the_inventory_leaves_out(inventory):
@@ -337,12 +337,13 @@ def test_deploy_with_a_wrong_vault_password_stops_before_connecting(inventory, t
 def test_an_api_key_beginning_with_a_dash_stops_the_deploy_before_connecting(inventory, tmp_path):
     """argparse (vLLM's --config file, smg's --api-key) reads "-..." as an option: refused,
     naming the secret, never printing its value."""
-    key = "-dash-first-key-value"
-    vault = inventory.vault(engine_api_key=key)
+    key = "-dash-first-key-value-long-enough-to-be-a-key"
+    vault = inventory.vault(engine_api_key=key, engine_admin_api_key="admin-key-of-the-dash-test-0123456789")
     source = (
         "from validation import require_valid_inventory\n"
         "gpu_nodes = [('@docker/ih-unit-never-started', {'gpu_count': 8,"
-        f" 'secrets_file': {vault!r}, 'serving_api_key_secret': 'engine_api_key'}})]\n"
+        f" 'secrets_file': {vault!r}, 'serving_api_key_secret': 'engine_api_key',"
+        " 'serving_admin_api_key_secret': 'engine_admin_api_key'})]\n"
         "require_valid_inventory(__file__, globals())\n"
     )
     pyinfra = str(PROJECT_ROOT / ".venv" / "bin" / "pyinfra")

@@ -19,7 +19,7 @@ from roles.gateway import templates as gateway_templates
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS
 
 DATA = Path(__file__).parent / "data" / "smg"
 TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
@@ -79,13 +79,14 @@ def test_replicas_keep_their_own_gpus_and_no_multi_node_flags(inventory):
     sorted(p.stem for p in (PROJECT_ROOT / "roles/serving/cli").glob("*.json") if not p.stem.startswith("vllm-")),
 )
 def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, version):
-    inventory.vault(engine_api_key="k")
+    inventory.vault(engine_api_key=CLIENT_KEY, **ROLE_KEYS)
     site = load_site(
         _tp_inventory(
             inventory,
             serving_host="0.0.0.0",
             serving_enable_metrics=True,
             serving_api_key_secret="engine_api_key",
+            **ADMIN,
             secrets_file="secrets.vault.yml",
         )
     )
@@ -119,18 +120,19 @@ def test_bad_topology_is_refused_before_any_host(inventory, hosts, message):
 
 
 def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
-    inventory.vault(engine_api_key="k", other_key="o")
+    inventory.vault(engine_api_key=CLIENT_KEY, other_key="o", **ROLE_KEYS)
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
         "serving_api_key_secret": "engine_api_key",
+        **ADMIN,
         "secrets_file": "secrets.vault.yml",
         **(node_data or {}),
     }
     return inventory.groups(
         name,
         gpu_nodes=[("a", {**node, "ssh_hostname": "10.0.0.1"}), ("b", {**node, "ssh_hostname": "10.0.0.2"})],
-        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})],
+        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **(gateway_data or {})})],
     )
 
 
@@ -166,6 +168,7 @@ def test_replicas_switch_through_the_gateway_one_at_a_time(inventory):
     assert command.startswith(
         "/usr/local/libexec/inference-host/inference-engine-rolling"
         " /etc/inference-host/engine/inference-engine-secret-args.yaml"
+        " /etc/inference-host/engine/gateway-control-plane-api-key"
         " http://10.0.0.2:30000 300 kimi-k2.5 2 /var/lib/inference-host/serving/"
         "inference-engine.restart-pending http://gw:8000 -- "
     )
@@ -245,7 +248,7 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, drain_settle_secs=300
+        version="1.13.0", key_required=True, control_plane_key=False, drain_settle_secs=300
     )
     # smg is not installed here: a stand-in module stops before launching anything.
     (tmp_path / "smg").mkdir()
@@ -273,6 +276,44 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
         env={"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "creds" / "api-key")},
     )
     assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k'] settle 300" in run.stdout
+
+
+def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
+    """The control-plane key as smg 1.13.0's id:name:role:key (role admin), read from its 0600
+    file in-process; a missing file stops it, never serving with the control plane on the client key."""
+    import subprocess
+    import sys
+
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
+    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
+        version="1.13.0", key_required=True, control_plane_key=True, drain_settle_secs=5
+    )
+    (tmp_path / "smg").mkdir()
+    (tmp_path / "smg" / "__init__.py").write_text("")
+    (tmp_path / "smg" / "launch_router.py").write_text(
+        "class Args:\n    def __init__(self, argv):\n        self.argv = argv\n"
+        "def parse_router_args(a):\n    return Args(a)\n"
+        "def launch_router(a):\n    print('LAUNCH', a.argv)\n"
+    )
+    (tmp_path / "smg-launch").write_text(text)
+    (tmp_path / "api-key").write_text("client\n")
+    env_vars = {
+        "PYTHONPATH": str(tmp_path),
+        "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "api-key"),
+        "INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE": str(tmp_path / "control"),
+    }
+    command = [sys.executable, str(tmp_path / "smg-launch"), "--port", "1"]
+    run = subprocess.run(command, capture_output=True, text=True, env=env_vars)
+    assert run.returncode == 1 and "control-plane key file cannot be read" in run.stderr and "LAUNCH" not in run.stdout
+    (tmp_path / "control").write_text("cp\n")
+    run = subprocess.run(command, capture_output=True, text=True, env=env_vars)
+    assert run.returncode == 0, run.stderr
+    assert (
+        "LAUNCH ['--port', '1', '--api-key', 'client', '--control-plane-api-keys',"
+        " 'inference-host:inference-host deploy:admin:cp']" in run.stdout
+    )
 
 
 def test_tensor_parallel_across_nodes_is_refused_for_a_vllm_stack(inventory):

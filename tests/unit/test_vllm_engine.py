@@ -30,12 +30,17 @@ DATA = Path(__file__).parent / "data" / "vllm"
 KEY = "planted-api-key-5be1"
 
 
-def _with(host=HOST, **changes):
+def _with(host=None, **changes):
+    host = host or HOST
     sections = {}
     for name, values in changes.items():
         section, _, key = name.partition("__")
         sections.setdefault(section, {})[key] = values
     return dataclasses.replace(host, **{s: getattr(host, s).model_copy(update=v) for s, v in sections.items()})
+
+
+# prod.py's gpu node on a vLLM stack: without SGLang's admin key, which vLLM 0.16.0 has no option for.
+HOST = _with(serving__admin_api_key_secret=None)
 
 
 # -- the stack file ---------------------------------------------------------------------------

@@ -15,8 +15,13 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   before the server answers (SGLang fails its start without them);
 - the start-up log: the `server_args=...` line of the installed release, built from that
   release's own (patched) source (startup_log.py says how);
-- python/sglang/srt/utils/auth.py: with --api-key, every path but /health* and /metrics
-  needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}.
+- python/sglang/srt/utils/auth.py (0.5.9, decide_request_auth) with the auth levels of 0.5.9's
+  http_server.py (ADMIN_ROUTES below: the routes marked @auth_level(AuthLevel.ADMIN_OPTIONAL)):
+  /health* and /metrics* take no key; an admin route takes --admin-api-key when it is set (and
+  then not --api-key), else --api-key, else anyone; every other path takes --api-key when it is
+  set; a refusal is 401 {"error": "Unauthorized"}. Of the admin routes the stand-in plays
+  /flush_cache, /pause_generation and /continue_generation (200); the others, once allowed,
+  answer 501 (nothing of theirs exists here).
 
 The version it reports is the sglang distribution installed in the interpreter running it
 (the real wheel the deploy put into the environment). Generated text is deterministic and
@@ -84,6 +89,7 @@ import argparse
 import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -628,6 +634,44 @@ class State:
         return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
 
 
+# The routes 0.5.9's http_server.py marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (every method
+# they are declared with), read from the wheel sglang-0.5.9-py3-none-any.whl.
+ADMIN_ROUTES = frozenset(
+    (
+        "/set_internal_state /flush_cache /clear_hicache_storage_backend /hicache/storage-backend/clear"
+        " /hicache/storage-backend /start_profile /stop_profile /freeze_gc /start_expert_distribution_record"
+        " /stop_expert_distribution_record /dump_expert_distribution_record /update_weights_from_disk"
+        " /init_weights_send_group_for_remote_instance /send_weights_to_remote_instance"
+        " /get_remote_instance_transfer_engine_info /init_weights_update_group /destroy_weights_update_group"
+        " /update_weights_from_tensor /update_weights_from_distributed /update_weights_from_ipc"
+        " /update_weight_version /get_weights_by_name /release_memory_occupation /resume_memory_occupation"
+        " /weights_checker /slow_down /load_lora_adapter /unload_lora_adapter /configure_logging /abort_request"
+        " /pause_generation /continue_generation"
+    ).split()
+)
+
+
+def _bearer_matches(authorization: str | None, expected: str) -> bool:
+    """auth.py _check_bearer_token (0.5.9): `Bearer <key>`, the scheme in any case, compared in
+    constant time."""
+    parts = (authorization or "").split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and secrets.compare_digest(parts[1], expected)
+
+
+def auth_allowed(
+    method: str, path: str, authorization: str | None, api_key: str | None, admin_api_key: str | None
+) -> bool:
+    """auth.py decide_request_auth (0.5.9) for the NORMAL and ADMIN_OPTIONAL levels (0.5.9 marks
+    no route ADMIN_FORCE)."""
+    if method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
+        return True
+    if path in ADMIN_ROUTES:
+        if admin_api_key:
+            return _bearer_matches(authorization, admin_api_key)
+        return _bearer_matches(authorization, api_key) if api_key else True
+    return _bearer_matches(authorization, api_key) if api_key else True
+
+
 def make_handler(state: State):
     args = state.args
 
@@ -647,17 +691,26 @@ def make_handler(state: State):
 
         def _authorized(self) -> bool:
             path = self.path.split("?")[0]
-            if not args.api_key or path.startswith("/health") or path.startswith("/metrics"):
-                return True
-            if self.headers.get("Authorization", "") == f"Bearer {args.api_key}":
+            admin = getattr(args, "admin_api_key", None)
+            if auth_allowed(self.command, path, self.headers.get("Authorization"), args.api_key, admin):
                 return True
             self._send(401, {"error": "Unauthorized"})
             return False
+
+        def _admin(self, path: str):
+            """An admin route, once allowed: the ones the stand-in can play, else 501."""
+            if path == "/flush_cache":
+                return self._send(200, b"Cache flushed (stand-in).\n", "text/plain")
+            if path in ("/pause_generation", "/continue_generation"):
+                return self._send(200, {"message": f"{path[1:]} (stand-in)"})
+            return self._send(501, {"error": f"{path} is not played by the SGLang stand-in"})
 
         def do_GET(self):
             if not self._authorized():
                 return
             path = self.path.split("?")[0]
+            if path in ADMIN_ROUTES:
+                return self._admin(path)
             if path in ("/health", "/health_generate"):
                 return self._health()
             if path == "/v1/loads":
@@ -697,7 +750,9 @@ def make_handler(state: State):
                 return self._send(
                     200,
                     {
-                        **{k: v for k, v in vars(args).items() if k != "api_key"},
+                        # Not as 0.5.9 does: its /server_info is dataclasses.asdict(server_args),
+                        # keys included (docs/security.md#keys-and-their-roles says what follows).
+                        **{k: v for k, v in vars(args).items() if k not in ("api_key", "admin_api_key")},
                         "internal_states": [internal],
                         "version": state.version,
                     },
@@ -733,6 +788,8 @@ def make_handler(state: State):
         def do_POST(self):
             if not self._authorized():
                 return
+            if self.path.split("?")[0] in ADMIN_ROUTES:
+                return self._admin(self.path.split("?")[0])
             if not state.ready():
                 return self._send(503, {"error": "server is not ready"})
             length = int(self.headers.get("Content-Length") or 0)

@@ -15,7 +15,12 @@ host name, an exception's text or a response body.
 
 Standard library only: it runs on the distribution's python3 (python3 -I), nothing installed.
 
-Config file: {"receivers": {"<name>": "<http(s) URL>", ...}}; names [a-z][a-z0-9_-]{0,31}.
+Config file: {"receivers": {"<name>": "<http(s) URL>", ...}, "token": "<this host's relay token>"};
+names [a-z][a-z0-9_-]{0,31}. Only Alertmanager posts here: it sends `Authorization: Bearer <token>`
+(its receiver's http_config `authorization: {credentials_file: ...}`, a 0600 file of its own user);
+a request without the token is answered 401, sent nowhere, and counted: the count is logged with
+each refusal, so a forged "resolved" notice or a heartbeat kept alive by another local process is
+seen in the journal.
 Answers to Alertmanager (so its retry rules work as with a direct delivery, notify/util.go
 Retrier.Check: 5xx retried, 4xx not):
 - the receiver's 2xx: 200; its 4xx or 5xx: the same status;
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import errno
+import hmac
 import http.client
 import json
 import re
@@ -48,6 +54,19 @@ FORWARDED_HEADERS = ("Content-Type", "User-Agent")
 
 class ConfigError(Exception):
     """The config file is unusable: the message names the file and the receiver, never a value."""
+
+
+MIN_TOKEN = 32  # characters; the deploy writes 64 hex digits
+
+
+def load_config(path: str) -> tuple[dict[str, str], str]:
+    """(name -> URL, the token), from the JSON config file; ConfigError (no value in its text)."""
+    receivers = load_receivers(path)
+    with open(path, encoding="utf-8") as handle:
+        token = json.load(handle).get("token")
+    if not isinstance(token, str) or len(token) < MIN_TOKEN or not token.isascii() or not token.isprintable():
+        raise ConfigError(f"{path}: expected a token of at least {MIN_TOKEN} printable characters (not shown)")
+    return receivers, token
 
 
 def load_receivers(path: str) -> dict[str, str]:
@@ -137,9 +156,11 @@ def forward(url: str, body: bytes, headers: dict[str, str], timeout: float) -> t
 class Relay:
     """The receivers and the bounds; one worker pool so that a slow receiver holds a worker, not the server."""
 
-    def __init__(self, receivers: dict[str, str], timeout: float, log=None):
+    def __init__(self, receivers: dict[str, str], timeout: float, log=None, token: str | None = None):
         self.receivers = receivers
         self.timeout = timeout
+        self.token = token
+        self.refused = 0  # requests without the token, since the start
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8)
         self.failing: set[str] = set()
         self.lock = threading.Lock()
@@ -156,6 +177,18 @@ class Relay:
             status, outcome = 504, f"no complete answer within {2 * self.timeout:g} s"
         self._note(name, status, outcome)
         return status, outcome
+
+    def admits(self, authorization: str | None) -> bool:
+        """Whether a request carries the token (`Bearer <token>`, compared in constant time); a
+        refusal is counted and logged with the count (never what was sent)."""
+        scheme, _, presented = (authorization or "").partition(" ")
+        if self.token is None or (scheme.lower() == "bearer" and hmac.compare_digest(presented, self.token)):
+            return True
+        with self.lock:
+            self.refused += 1
+            count = self.refused
+        self.log(f"refused a request without the relay's token (401; {count} refused since the start)")
+        return False
 
     def _note(self, name: str, status: int, outcome: str) -> None:
         """Failures every time; a success only when it ends a run of failures (a heartbeat every
@@ -177,6 +210,8 @@ def handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
         timeout = relay.timeout  # a client that stops sending mid-request is dropped
 
         def do_POST(self):
+            if not relay.admits(self.headers.get("Authorization")):
+                return self._answer(401, "relay: the relay's token is required")
             name = self.path.strip("/")
             if name not in relay.receivers:
                 # The path is not echoed: only Alertmanager, with the names we wrote, posts here.
@@ -208,25 +243,28 @@ def handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(receivers: dict[str, str], host: str, port: int, timeout: float, log=None) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), handler_for(Relay(receivers, timeout, log)))
+def serve(
+    receivers: dict[str, str], host: str, port: int, timeout: float, log=None, token: str | None = None
+) -> ThreadingHTTPServer:
+    """token None: every request is taken (the unit tests of delivery); main() always has one."""
+    server = ThreadingHTTPServer((host, port), handler_for(Relay(receivers, timeout, log, token)))
     server.daemon_threads = True
     return server
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="JSON: {receivers: {name: URL}} (0600)")
+    parser.add_argument("--config", required=True, help="JSON: {receivers: {name: URL}, token: TOKEN} (0600)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per network operation")
     args = parser.parse_args(argv)
     try:
-        receivers = load_receivers(args.config)
+        receivers, token = load_config(args.config)
     except ConfigError as error:
         print(f"alert relay: {error}", file=sys.stderr)
         return 2
-    server = serve(receivers, args.host, args.port, args.timeout)
+    server = serve(receivers, args.host, args.port, args.timeout, token=token)
     print(
         f"alert relay: listening on {args.host}:{args.port} for {', '.join(sorted(receivers))}",
         file=sys.stderr,

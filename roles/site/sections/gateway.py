@@ -10,6 +10,7 @@ from pydantic import Field
 from roles.site.fields import (
     HostFolder,
     IpAddress,
+    SecretName,
     Section,
     ServiceUnitName,
     check,
@@ -23,7 +24,8 @@ from roles.site.grammars import host_path_problem, world_writable_problem
 class GatewaySettings(Section):
     """roles/gateway on the gateways group: SGLang's model gateway (the smg package, a Rust
     binary; sglang-router is its older name) in front of the gpu nodes' replicas. It checks
-    the gpu nodes' serving_api_key_secret and passes it on to them."""
+    the gpu nodes' serving_api_key_secret and passes it on to them; its control plane takes
+    gateway_control_plane_api_key_secret only (docs/security.md#keys-and-their-roles)."""
 
     PREFIX: ClassVar[str] = "gateway_"
 
@@ -65,6 +67,14 @@ class GatewaySettings(Section):
     )
     prometheus_port: Annotated[int, tcp_port] = Field(
         29000, description=("Port of the gateway's /metrics (--prometheus-port).")
+    )
+    control_plane_api_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key (named *api_key) of smg's control-plane key (--control-plane-api-keys, role admin):"
+            " the only key its /workers and admin routes take; the rolling upgrade drains with it. Required"
+            " when the replicas have serving_api_key_secret."
+        ),
     )
     health_check_interval: Annotated[int, positive] = Field(
         5, description=("Seconds between smg's probes of each worker's /health (--health-check-interval-secs).")

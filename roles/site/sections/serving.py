@@ -239,8 +239,17 @@ class ServingSettings(Section):
     api_key_secret: SecretName | None = Field(
         None,
         description=(
-            "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
-            "line. Shared by every replica behind a gateway."
+            "Vault key (named *api_key) of the engine's client key, --api-key: the data plane only; it"
+            " reaches the engine in a 0600 --config file, never a command line. Shared by every replica"
+            " behind a gateway, which sends it to them (docs/security.md#keys-and-their-roles)."
+        ),
+    )
+    admin_api_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key (named *api_key) of SGLang's --admin-api-key: the admin routes (/flush_cache,"
+            " /update_weights_from_disk, /pause_generation, ...) take it and no longer the client key;"
+            " required on SGLang with serving_api_key_secret; vLLM 0.16.0 has no such option."
         ),
     )
     hf_token_secret: SecretName | None = Field(

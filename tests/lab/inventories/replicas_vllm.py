@@ -142,6 +142,7 @@ _gateway_host = (
         **_common,
         "ssh_hostname": _address("vgw"),
         "gateway_health_check_interval": 1,
+        "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
         # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
         "gateway_python": "/usr/bin/python3",
         "monitoring_web_password_secret": "monitoring_web_password",

@@ -14,7 +14,8 @@ from validation import require_valid_inventory
 # A throwaway vault with the key the gateway checks (the replicas bind beyond loopback).
 _dir = Path(tempfile.mkdtemp(prefix="plan-gateway-"))
 (_dir / "password").write_text("plan-password")
-vault.set_secret(_dir / "secrets.vault.yml", "engine_api_key", "plan-key", b"plan-password")
+for _name in ("engine_api_key", "engine_admin_api_key", "gateway_control_plane_api_key"):
+    vault.set_secret(_dir / "secrets.vault.yml", _name, f"plan-{_name}-0123456789abcdef", b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
 _site = {
@@ -27,6 +28,7 @@ _node = {
     "gpu_count": 8,
     "serving_host": "0.0.0.0",
     "serving_api_key_secret": "engine_api_key",
+    "serving_admin_api_key_secret": "engine_admin_api_key",
 }
 
 gpu_nodes = [
@@ -37,6 +39,7 @@ gpu_nodes = [
 # account under the former names): it migrates in roles/base alone (roles/shared/legacy_account.py).
 _gateway = fake_host("ubuntu2404")
 _gateway["fake_responses"] = {**fb51e7b_account(), **_gateway["fake_responses"]}
+_gateway["gateway_control_plane_api_key_secret"] = "gateway_control_plane_api_key"
 gateways = [("@fake/gw-ubuntu2404", {**_site, **_gateway})]
 
 require_valid_inventory(__file__, globals())

@@ -14,7 +14,8 @@ from validation import require_valid_inventory
 _dir = Path(tempfile.mkdtemp(prefix="plan-monitoring-"))
 (_dir / "password").write_text("plan-password")
 _secrets = (
-    ("engine_api_key", "plan-key"),
+    ("engine_api_key", "plan-key-of-the-monitoring-plan-0123"),
+    ("engine_admin_api_key", "plan-admin-key-of-the-monitoring-plan"),
     ("prometheus_web", "plan-web-password"),
     ("heartbeat_url", "https://hc-ping.com/plan-heartbeat-0000"),
     ("slack_url", "https://hooks.slack.com/services/PLAN/SLACK/plan-slack-token"),
@@ -38,6 +39,7 @@ gpu_nodes = [
             "serving_host": "10.0.0.5",
             "ssh_hostname": "10.0.0.5",
             "serving_api_key_secret": "engine_api_key",
+            "serving_admin_api_key_secret": "engine_admin_api_key",
             "monitoring_check_interval": "2m",
             "monitoring_check_timeout_s": 90,
         },

@@ -15,7 +15,11 @@ from validation import require_valid_inventory
 
 _dir = Path(tempfile.mkdtemp(prefix="plan-monitoring-"))
 (_dir / "password").write_text("plan-password")
-for name, value in (("engine_api_key", "plan-key"), ("prometheus_web", "plan-web-password")):
+for name, value in (
+    ("engine_api_key", "plan-key-of-the-monitoring-plan-0123"),
+    ("engine_admin_api_key", "plan-admin-key-of-the-monitoring-plan"),
+    ("prometheus_web", "plan-web-password"),
+):
     vault.set_secret(_dir / "secrets.vault.yml", name, value, b"plan-password")
 os.environ["INFERENCE_HOST_VAULT_PASSWORD_FILE"] = str(_dir / "password")
 
@@ -41,6 +45,7 @@ gpu_nodes = [
             "serving_host": "10.0.0.5",
             "ssh_hostname": "10.0.0.5",
             "serving_api_key_secret": "engine_api_key",
+            "serving_admin_api_key_secret": "engine_admin_api_key",
             "monitoring_check_interval": "2m",
             "monitoring_check_timeout_s": 90,
         },
