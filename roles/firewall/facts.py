@@ -17,8 +17,8 @@ class SshConnection(FactBase):
     def command(self) -> Shell:
         return sh(
             'pid=$$; while [ "$pid" -gt 1 ]; do'
-            " tr '\\000' '\\n' < /proc/$pid/environ 2>/dev/null | grep -m1 '^SSH_CONNECTION=' && exit 0;"
-            " pid=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$pid/status 2>/dev/null);"
+            """ tr '\\000' '\\n' < "/proc/$pid/environ" 2>/dev/null | grep -m1 '^SSH_CONNECTION=' && exit 0;"""
+            """ pid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null);"""
             ' [ -n "$pid" ] || pid=0; done; true'
         )
 
