@@ -39,10 +39,20 @@ os.environ.setdefault("INFERENCE_HOST_VAULT_PASSWORD_FILE", _password_file)
 _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 _nvidia = nvidia_apt_standin.url_for(lab.PREFIX)  # served by the lab connector while pyinfra runs
 
+# The firewall (roles/firewall) on every host: this machine, the control machine, is the only
+# source of SSH and of the endpoint (its address on Docker's bridge), and reaches the replicas
+# straight as a benchmark machine would (the rolling tests send to them); the gateway and the
+# monitor are let in from the inventory's groups, and a replica never reaches the other's engine
+# (tests/lab/test_replicas.py, test_the_firewall_lets_in_only_the_gateway).
+_control = [nvidia_apt_standin.bridge_gateway() + "/32"]
 _common = {
     "stack_file": "stack.yml",
     "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
     "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
+    "firewall_enabled": True,
+    "firewall_ssh_allowed_sources": _control,
+    "firewall_serving_allowed_sources": _control,
+    "firewall_worker_allowed_sources": _control,
 }
 
 # Streams through the gateway across the rolling upgrade (tests/lab/test_replicas.py): seconds

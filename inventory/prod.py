@@ -131,6 +131,13 @@ gpu_nodes = [
             "serving_model_path": "/models/Kimi-K2.5",
             "serving_served_model_name": "kimi-k2.5",
             "serving_host": "0.0.0.0",  # reachable from the LAN: requires the API key
+            # The host firewall (roles/firewall; who reaches what: docs/security.md, "The network"):
+            # inbound dropped but for SSH from the networks below, the engine from
+            # firewall_serving_allowed_sources (default: everyone, behind the API key) and the
+            # exporters, here on the loopback (this guest is its own monitor). Give your desk's and
+            # the control machine's networks: a deploy whose own SSH would be cut is refused.
+            # "firewall_enabled": True,
+            # "firewall_ssh_allowed_sources": ["192.0.2.0/24"],
             "serving_port": 30000,
             "serving_api_key_secret": "engine_api_key",  # the clients' key (the data plane only)
             # SGLang's admin routes (/flush_cache, /update_weights_from_disk, ...) take this key and

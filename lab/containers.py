@@ -15,6 +15,10 @@ from lab.docker_engine import PREFIX, LabError, _docker, _log
 SYSTEMD_RUN_FLAGS = [
     "--cap-add",
     "SYS_ADMIN",
+    # roles/firewall loads nftables rules: CAP_NET_ADMIN in the container's own network namespace
+    # is enough for rules of that namespace, never this machine's.
+    "--cap-add",
+    "NET_ADMIN",
     "--security-opt",
     "seccomp=unconfined",
     "-v",
@@ -90,6 +94,11 @@ def ensure_container(role: str, image: str) -> str:
         and not any(m.get("Destination") == LAB_UV_CACHE_DEST for m in state.get("Mounts", []))
     ):
         _log(f"{name} has the shared uv cache at an older path; recreating it")
+        _docker("rm", "-f", name)
+        state = None
+    caps = ((state or {}).get("HostConfig") or {}).get("CapAdd") or []
+    if state and not {"NET_ADMIN", "CAP_NET_ADMIN"} & set(caps):
+        _log(f"{name} predates NET_ADMIN (the firewall's rules); recreating it")
         _docker("rm", "-f", name)
         state = None
     if state is None:

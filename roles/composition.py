@@ -25,6 +25,7 @@ from roles.cuda import cuda
 from roles.docker_engine import docker_engine
 from roles.eagle3_training import eagle3_training
 from roles.engine_envs import engine_envs
+from roles.firewall import firewall
 from roles.gateway import gateway, replicas_serving
 from roles.health import health
 from roles.kvm_guest import kvm_guest
@@ -40,7 +41,7 @@ from roles.proxmox_host import (
     proxmox_reboot,
 )
 from roles.serving import serving
-from roles.site import HostSettings, Site
+from roles.site import HostSettings, Site, firewalled
 from roles.weights import weights
 from roles.wheels import wheels
 
@@ -114,6 +115,8 @@ STEPS: tuple[Step, ...] = (
     # Weights the node keeps for its guests (read-only mount points), before they start.
     Step("weights", lambda s: s.node, lambda s: weights()),
     Step("proxmox_host", _every, lambda s: guests_ready(), barrier=True),  # guests wait for their node
+    # First inside a host: its rules are in place before any role starts a listener.
+    Step("firewall", lambda s: firewalled(s.settings) and not s.waiting, lambda s: firewall()),
     Step("base", lambda s: s.gpu_node, lambda s: base()),
     Step("nvidia_driver", lambda s: s.gpu_node, lambda s: nvidia_driver()),
     Step("cuda", lambda s: s.gpu_node, lambda s: cuda()),

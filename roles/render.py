@@ -284,11 +284,19 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
     )
 
 
+def _firewall(p: Preview, settings: HostSettings, site: Site) -> None:
+    from roles import firewall
+    from roles.firewall import ruleset
+
+    p.file(ruleset.CONF_FILE, ruleset.ruleset(settings, site))
+    p.file(firewall.DROPIN, firewall.DROPIN_TEXT)
+
+
 def _monitoring(p: Preview, settings: HostSettings, site: Site) -> None:
     from roles.monitoring import config, units
 
     if not settings.in_group("gpu_nodes"):  # a gpu node's node_exporter is previewed with its roles
-        path, template, kwargs = units.node_exporter_template(settings)
+        path, template, kwargs = units.node_exporter_template(settings, site)
         p.template(path, template, **kwargs)
     for path, template, kwargs in units.monitor_templates(settings):
         p.template(path, template, **kwargs)
@@ -308,10 +316,10 @@ def _monitoring_gpu(p: Preview, settings: HostSettings, site: Site) -> None:
 
     if not site.group("monitors"):
         return  # as the deploy: no monitor, no exporters (roles.monitoring.watched)
-    path, template, kwargs = units.node_exporter_template(settings)
+    path, template, kwargs = units.node_exporter_template(settings, site)
     p.template(path, template, **kwargs)
     if settings.monitoring.dcgm_exporter:
-        p.file(*units.dcgm_dropin(settings))
+        p.file(*units.dcgm_dropin(settings, site))
     requirements = checks_env.requirements((PROJECT_ROOT / "uv.lock").read_text())
     bundle = units.bundle_dir(checks_env.bundle_digest())
     for path, template, kwargs in units.gpu_templates(settings, bundle, f"{units.env_dir(requirements)}/bin/python"):
@@ -342,6 +350,7 @@ PREVIEWS: dict[str, Callable[[Preview, HostSettings, Site], None] | None] = {
     "lxc_guest": None,  # writes no file: its pct commands are under the node's (_proxmox_host)
     "kvm_guest": None,  # as lxc_guest, with qm
     "base": _base,
+    "firewall": _firewall,
     "nvidia_driver": _nvidia_driver,
     "cuda": _cuda,
     "weights": _weights,

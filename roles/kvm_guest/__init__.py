@@ -133,7 +133,7 @@ def create_command(guest: HostSettings) -> Shell:
         "--scsihw",
         "virtio-scsi-single",
         *pve.option_args("scsi0", pve.kvm_disk(settings.storage, settings.disk_gib, settings.cloud_image)),
-        *pve.option_args("net0", pve.kvm_net0(settings.bridge)),
+        *pve.option_args("net0", pve.kvm_net0(settings.bridge, firewall=settings.firewall)),
     ]
     if settings.bios == "ovmf":
         args += pve.option_args("efidisk0", pve.kvm_efidisk(settings.storage))
@@ -147,6 +147,9 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig) -> pve.Plan:
     plan = pve.plan_scalars(effective, wanted_settings(guest))
     if "args" in effective and guest.guest.mmio_window_mb is None:
         plan = plan.merged(pve.Plan(delete=("args",)))
+    net0 = pve.kvm_net0_firewall(effective.get("net0"), guest.guest.firewall)
+    if net0 is not None:
+        plan = plan.merged(pve.Plan({"net0": net0}))
     if guest.guest.bios == "ovmf" and "efidisk0" not in effective:
         plan = plan.merged(pve.Plan({"efidisk0": pve.kvm_efidisk(guest.guest.storage)}))
     return plan.merged(

@@ -99,7 +99,9 @@ def create_command(guest: HostSettings, devices: Sequence[str]) -> Shell:
         "--unprivileged",
         "1" if settings.unprivileged else "0",  # explicit: PVE 9 changed the default
         *pve.option_args("rootfs", pve.lxc_rootfs(settings.storage, settings.disk_gib)),
-        *pve.option_args("net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway)),
+        *pve.option_args(
+            "net0", pve.lxc_net0(settings.bridge, settings.ip, settings.gateway, firewall=settings.firewall)
+        ),
     ]
     for key, value in wanted_settings(guest).items():
         args += pve.option_args(key, value)
@@ -117,7 +119,7 @@ def plan_update(guest: HostSettings, config: pve.GuestConfig, devices: Sequence[
     effective = config.effective()
     plan = pve.plan_scalars(effective, wanted_settings(guest))
     settings = guest.guest
-    net0 = pve.lxc_net0(settings.bridge, settings.ip, settings.gateway)
+    net0 = pve.lxc_net0(settings.bridge, settings.ip, settings.gateway, firewall=settings.firewall)
     if not effective.get("net0") or not pve.same_net(effective["net0"], net0):
         plan = plan.merged(pve.Plan({"net0": pve.with_hwaddr(effective.get("net0"), net0)}))
     if "features" in effective and not settings.features:

@@ -90,7 +90,7 @@ def monitoring() -> None:
             *([(p, pins[p]) for p in MONITOR_PACKAGES] if settings.in_group("monitors") else []),
         ]
     )
-    _node_exporter(settings)
+    _node_exporter(settings, site)
     if settings.in_group("gpu_nodes"):
         if settings.monitoring.dcgm_exporter:
             _dcgm_exporter(settings, site, distro)
@@ -109,7 +109,7 @@ def _apt(pinned: list[tuple[str, str]]) -> None:
     )
 
 
-def _node_exporter(settings: HostSettings) -> None:
+def _node_exporter(settings: HostSettings, site: Site) -> None:
     files.directory(
         name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
         path=config.TEXTFILE_DIR,
@@ -117,7 +117,7 @@ def _node_exporter(settings: HostSettings) -> None:
         group=PROMETHEUS_USER,
         mode="0755",
     )
-    path, template, kwargs = units.node_exporter_template(settings)
+    path, template, kwargs = units.node_exporter_template(settings, site)
     written = files.template(
         name=f"Write {path} (listen {kwargs['listen']}, textfile {config.TEXTFILE_DIR})",
         src=template,
@@ -147,7 +147,7 @@ def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
         dest=units.DCGM_COUNTERS,
         mode="0644",
     )
-    path, text = units.dcgm_dropin(settings)
+    path, text = units.dcgm_dropin(settings, site)
     files.directory(name=f"Create {path.rsplit('/', 1)[0]}", path=path.rsplit("/", 1)[0], mode="0755")
     dropin = files.put(
         name=f"Write {path} (dcgm-exporter on port {settings.monitoring.dcgm_exporter_port})",

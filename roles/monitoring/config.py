@@ -30,7 +30,7 @@ import yaml
 from roles.monitoring import runbook
 from roles.monitoring.dashboard import DASHBOARD_FILE, dashboard_text
 from roles.shared import layout, xid_catalog
-from roles.site import HostSettings, Site, address_of
+from roles.site import HostSettings, Site, address_of, exporter_bind
 from roles.site.sections.monitoring import duration_seconds
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -125,14 +125,14 @@ def scrape_jobs(site: Site, monitor: HostSettings) -> list[dict]:
         (
             "node",
             [
-                (h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.node_exporter_port))
+                (h, target(monitor, h, exporter_bind(h, site.hosts), h.monitoring.node_exporter_port))
                 for h in monitored(site)
             ],
         ),
         (
             "dcgm",
             [
-                (h, target(monitor, h, h.monitoring.exporter_address, h.monitoring.dcgm_exporter_port))
+                (h, target(monitor, h, exporter_bind(h, site.hosts), h.monitoring.dcgm_exporter_port))
                 for h in nodes
                 if h.monitoring.dcgm_exporter
             ],

@@ -8,7 +8,7 @@ import json
 from roles.monitoring import checks_env, config
 from roles.shared import systemd_syntax as sd
 from roles.shared.layout import CHECKS_TEXTFILE, ETC_DIR, OPT_DIR
-from roles.site import HostSettings, Site
+from roles.site import HostSettings, Site, exporter_bind
 
 CHECKS_ROOT = f"{OPT_DIR}/checks"
 CHECKS_ETC = f"{ETC_DIR}/checks"
@@ -87,9 +87,9 @@ def gpu_templates(host: HostSettings, bundle: str, python: str) -> list[tuple[st
     ]
 
 
-def node_exporter_template(host: HostSettings) -> tuple[str, str, dict]:
+def node_exporter_template(host: HostSettings, site: Site) -> tuple[str, str, dict]:
     m = host.monitoring
-    address = listen(m.exporter_address, m.node_exporter_port)
+    address = listen(exporter_bind(host, site.hosts), m.node_exporter_port)
     return (
         "/etc/default/prometheus-node-exporter",
         "roles/monitoring/templates/prometheus-node-exporter.default.j2",
@@ -103,7 +103,7 @@ def node_exporter_template(host: HostSettings) -> tuple[str, str, dict]:
     )
 
 
-def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
+def dcgm_dropin(host: HostSettings, site: Site) -> tuple[str, str]:
     """The packaged unit's ExecStart with our counters file, the settings' address (dcgm-exporter -a,
     default :9400) and the Xid window (-x, --xid-count-window-size in ms, default 300000;
     NVIDIA/dcgm-exporter pkg/cmd/app.go at 4.5.3-4.8.2)."""
@@ -114,7 +114,7 @@ def dcgm_dropin(host: HostSettings) -> tuple[str, str]:
             "-f",
             DCGM_COUNTERS,
             "-a",
-            listen(m.exporter_address, m.dcgm_exporter_port),
+            listen(exporter_bind(host, site.hosts), m.dcgm_exporter_port),
             "-x",
             str(m.xid_window_s * 1000),
         ],

@@ -290,9 +290,18 @@ def address_keys(ip: str, gateway: str | None) -> dict[str, str | None]:
     return {"ip": ip, "gw": gateway}
 
 
-def lxc_net0(bridge: str, ip: str, gateway: str | None, hwaddr: str | None = None) -> str:
+def lxc_net0(bridge: str, ip: str, gateway: str | None, hwaddr: str | None = None, firewall: bool = False) -> str:
+    """firewall=1 (pve-container $netconf_desc, a boolean) only when asked: a guest made before
+    the setting keeps its net0 as Proxmox printed it."""
     return print_property_string(
-        {"name": "eth0", "bridge": bridge, "hwaddr": hwaddr, **address_keys(ip, gateway), "type": "veth"},
+        {
+            "name": "eth0",
+            "bridge": bridge,
+            "firewall": 1 if firewall else None,
+            "hwaddr": hwaddr,
+            **address_keys(ip, gateway),
+            "type": "veth",
+        },
         required=("name",),
     )
 
@@ -371,9 +380,23 @@ def kvm_cpu(cpu: str) -> PropertyString:
     return print_property_string(parse_property_string(cpu, "cputype"), "cputype")
 
 
-def kvm_net0(bridge: str) -> str:
-    """qemu-server $net_fmt: the model is written bare (`virtio`), as qm prints it."""
-    return print_property_string({"model": "virtio", "bridge": bridge}, "model")
+def kvm_net0(bridge: str, firewall: bool = False) -> str:
+    """qemu-server $net_fmt: the model is written bare (`virtio`), as qm prints it; firewall=1
+    (a boolean of $net_fmt) only when asked."""
+    return print_property_string({"model": "virtio", "bridge": bridge, "firewall": 1 if firewall else None}, "model")
+
+
+def kvm_net0_firewall(current: str | None, firewall: bool) -> str | None:
+    """The VM's net0 as it is (its MAC, model and bridge kept) with firewall=1 set or removed,
+    or None when its firewall flag already is the setting's. qm prints the model and MAC as
+    `virtio=MAC` (qemu-server $net_fmt: each model name is an alias of macaddr)."""
+    if not current:
+        return None
+    data: dict[str, object] = dict(parse_property_string(current, "model"))
+    if (data.get("firewall") == "1") == firewall:
+        return None
+    data["firewall"] = 1 if firewall else None
+    return print_property_string(data, "model" if "model" in data else None)
 
 
 def mmio_window_args(megabytes: int | None) -> str | None:

@@ -35,7 +35,14 @@ import warnings
 from roles.site.current import current_host, current_site, secret_value
 from roles.site.errors import SiteError
 from roles.site.loading import load_site, site_from_inventory
-from roles.site.placement import engine_reads_hub_token, node_sysctl, own_sysctl, sysctl_conflicts
+from roles.site.placement import (
+    engine_reads_hub_token,
+    exporter_bind,
+    firewalled,
+    node_sysctl,
+    own_sysctl,
+    sysctl_conflicts,
+)
 from roles.site.schema import PROJECT_ROOT, SECTIONS, HostSettings, Site, address_of, build_host
 from roles.site.sections.base import BaseSettings
 from roles.site.sections.build import BuildSettings
@@ -43,6 +50,7 @@ from roles.site.sections.cuda import CudaSettings
 from roles.site.sections.docker import DockerSettings
 from roles.site.sections.eagle3_training import Eagle3TrainingSettings
 from roles.site.sections.engine import EngineSettings
+from roles.site.sections.firewall import FirewallSettings
 from roles.site.sections.gateway import GatewaySettings
 from roles.site.sections.gpu import GpuSettings
 from roles.site.sections.guest import GuestSettings
@@ -76,6 +84,7 @@ __all__ = [
     "GatewaySettings",
     "Eagle3TrainingSettings",
     "EngineSettings",
+    "FirewallSettings",
     "EngineStack",
     "GpuSettings",
     "GuestSettings",
@@ -94,6 +103,8 @@ __all__ = [
     "Stack",
     "VllmSettings",
     "address_of",
+    "exporter_bind",
+    "firewalled",
     "build_host",
     "current_host",
     "current_site",

@@ -78,3 +78,27 @@ def engine_reads_hub_token(host: HostSettings, site_hosts: dict[str, HostSetting
     draft = spec.get("draft_model_path") if isinstance(spec, dict) else None
     served = [p.rstrip("/") for p in (host.serving.model_path, draft) if p]
     return any(not p.startswith("/") and p not in managed for p in served)
+
+
+def exporter_bind(host: HostSettings, hosts: dict[str, HostSettings]) -> str:
+    """Where a host's exporters (node_exporter, DCGM's) listen: monitoring_exporter_address, else
+    the loopback when the host is its site's only monitor (no other host scrapes it), else every
+    address, where roles/firewall, when on, lets only the monitors in."""
+    if host.monitoring.exporter_address is not None:
+        return host.monitoring.exporter_address
+    monitors = [h.name for h in hosts.values() if h.in_group("monitors")]
+    return "127.0.0.1" if monitors == [host.name] else "0.0.0.0"
+
+
+FIREWALL_GROUPS = ("gpu_nodes", "gateways", "monitors")
+
+
+def firewalled(host: HostSettings) -> bool:
+    """roles/firewall runs here: the firewall is on, and the host is one the deploy serves from.
+    Never a Proxmox node: its firewall is Proxmox's own (pve-firewall), and the node's traffic is
+    not ours to cut."""
+    return (
+        host.firewall.enabled
+        and not host.in_group("proxmox_hosts")
+        and any(host.in_group(group) for group in FIREWALL_GROUPS)
+    )

@@ -20,6 +20,7 @@ from roles.site.rules_paths import folder_problems
 from roles.site.rules_secrets import _reference_problem, key_role_problems, mirror_credential_problems
 from roles.site.rules_services import (
     GatewayCheck,
+    _check_firewall,
     _check_monitoring,
     _check_ports,
     _check_topology,
@@ -147,6 +148,7 @@ def check_site(
     _check_guest_ips(site_hosts, where, problems)
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
+    _check_firewall(site_hosts, where, problems)
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:

@@ -23,7 +23,7 @@ def _unreachable_by(monitor: HostSettings, host: HostSettings) -> list[str]:
         return []
     binds = []
     if host.in_group("gpu_nodes"):
-        binds.append(("monitoring_exporter_address", host.monitoring.exporter_address))
+        binds.append(("monitoring_exporter_address", host.monitoring.exporter_address or "0.0.0.0"))
         if host.serving.enable_metrics:
             binds.append(("serving_host", host.serving.host))
     if host.in_group("gateways"):
@@ -319,3 +319,31 @@ def _check_ports(site_hosts: dict[str, HostSettings], where: str, problems: list
                     " expected two different ports (one listener per port)"
                 )
             seen.setdefault(port, key)
+
+
+def _check_firewall(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
+    """With the firewall on: the SSH sources are given (the deploy connects over SSH: a default
+    would either cut it or let everyone in), and the site's other hosts, which the rules let in
+    by their address (roles/firewall/ruleset.py), are named by an IP address."""
+    from roles.site.fields import is_ip
+    from roles.site.placement import FIREWALL_GROUPS, firewalled
+    from roles.site.schema import address_of
+
+    for host in site_hosts.values():
+        if not host.valid("firewall_enabled", "firewall_ssh_allowed_sources") or not firewalled(host):
+            continue
+        here = f"{where}: host {host.name}"
+        if host.firewall.ssh_allowed_sources is None:
+            problems.append(
+                f"{here}: firewall_enabled = True without firewall_ssh_allowed_sources; expected the networks"
+                " your SSH comes from (e.g. ['192.0.2.0/24']): the deploy itself connects over SSH"
+            )
+        for peer in site_hosts.values():
+            if peer.name == host.name or not any(peer.in_group(g) for g in FIREWALL_GROUPS):
+                continue
+            address = address_of(peer)
+            if not is_ip(address) or "%" in address:
+                problems.append(
+                    f"{here}: firewall_enabled = True lets the site's hosts in by address, and host {peer.name}"
+                    f" is reached at {address!r}, not an IP address; expected its ssh_hostname set to its IP address"
+                )

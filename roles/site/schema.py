@@ -116,6 +116,7 @@ class HostSettings:
         eagle3_training: sections.eagle3_training.Eagle3TrainingSettings
         weights: sections.weights.WeightsSettings
         monitoring: sections.monitoring.MonitoringSettings
+        firewall: sections.firewall.FirewallSettings
         ssh: sections.ssh.SshSettings
 
         def __init__(self, name: str, groups: tuple[str, ...], **fields: object) -> None: ...

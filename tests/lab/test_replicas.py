@@ -156,6 +156,64 @@ def test_second_deploy_changes_nothing(replicas_second_deploy):
     assert replicas_second_deploy.changed == [], replicas_second_deploy.changed
 
 
+# A TCP connect from inside a container: "open", or the errno's name. The firewall refuses with an
+# ICMP administratively-prohibited, which Linux reports to connect() as EHOSTUNREACH; a port with
+# no listener answers ECONNREFUSED instead, so the two are told apart.
+_CONNECT = (
+    "import errno, socket, sys\n"
+    "try:\n"
+    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close(); print('open')\n"
+    "except OSError as e:\n"
+    "    print(errno.errorcode.get(e.errno, repr(e)))\n"
+)
+
+
+def _connect_from(role: str, address: str, port: int) -> str:
+    return subprocess.run(
+        ["docker", "exec", lab.container_name(role), "python3", "-c", _CONNECT, address, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+
+
+def test_the_firewall_lets_in_only_the_gateway(site):
+    """roles/firewall (docs/security.md, 'The network'): a replica's engine port answers the
+    gateway and is refused from the other replica, which is no gateway; its exporters answer the
+    monitor (the gateway's host) only; SSH answers the control machine (this one) with the lab's
+    key, and is refused from the other replica."""
+    rep_a, gw = replicas(site.hosts)[0], site.group("gateways")[0]
+    address, port = rep_a.ssh_hostname, rep_a.serving.port
+    assert address and gw.ssh_hostname
+    assert _connect_from("gw", address, port) == "open"
+    assert _connect_from("rep-b", address, port) == "EHOSTUNREACH"
+    assert _connect_from("gw", address, rep_a.monitoring.node_exporter_port) == "open"
+    assert _connect_from("rep-b", address, rep_a.monitoring.node_exporter_port) == "EHOSTUNREACH"
+    # The gateway's port answers the replicas (the rolling drain calls its /workers).
+    assert _connect_from("rep-b", gw.ssh_hostname, gw.gateway.port) == "open"
+    lab.enable_ssh(("rep-a",))
+    data = lab.ssh_connection_data("rep-a")
+    ssh = [
+        "ssh",
+        "-i",
+        data["ssh_key"],
+        "-o",
+        f"UserKnownHostsFile={data['ssh_known_hosts_file']}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=10",
+        f"root@{address}",
+        "echo reached",
+    ]
+    answer = subprocess.run(ssh, capture_output=True, text=True, timeout=60)
+    assert answer.stdout.strip() == "reached", answer.stderr
+    assert _connect_from("rep-b", address, 22) == "EHOSTUNREACH"
+
+
 def test_both_replicas_run_the_same_environment_from_the_same_lock(site):
     """The two gpu guests' engine environments, built from one lock, hold the same packages:
     `uv pip freeze` of each environment's own interpreter, run inside each guest."""

@@ -21,6 +21,7 @@ from roles.site.sections import (
     docker,
     eagle3_training,
     engine,
+    firewall,
     gateway,
     gpu,
     guest,
@@ -55,6 +56,7 @@ SECTIONS: tuple[type[Section], ...] = (
     eagle3_training.Eagle3TrainingSettings,
     weights.WeightsSettings,
     monitoring.MonitoringSettings,
+    firewall.FirewallSettings,
     ssh.SshSettings,
 )
 

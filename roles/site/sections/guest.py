@@ -105,6 +105,13 @@ class GuestSettings(Section):
             "a bridge name: 1 to 15 ASCII letters, digits, '_', '.', '-', not beginning with '-' (IFNAMSIZ)",
         ),
     ] = Field("vmbr0", description=("Bridge of the guest's net0 (LXC and KVM)."))
+    firewall: bool = Field(
+        False,
+        description=(
+            "firewall=1 on the guest's net0 (LXC and KVM): its traffic passes the node's firewall bridge, where"
+            " the Proxmox firewall's rules for it apply (/etc/pve/firewall/<vmid>.fw, pve-firewall(8))."
+        ),
+    )
     ip: Annotated[
         str, check(lambda v: v in ("dhcp", "manual") or is_cidr(v), "'dhcp', 'manual', an IPv4/CIDR or an IPv6/CIDR")
     ] = Field(

@@ -107,11 +107,12 @@ class MonitoringSettings(Section):
             " (docs/monitoring.md, 'Webhook URLs stay out of the journal')."
         ),
     )
-    exporter_address: IpAddress = Field(
-        "0.0.0.0",
+    exporter_address: IpAddress | None = Field(
+        None,
         description=(
             "Address the exporters on each gpu node bind (node_exporter, DCGM's exporter):"
-            " where the monitors reach them."
+            " where the monitors reach them. None: 127.0.0.1 on a host that is its site's only monitor,"
+            " else 0.0.0.0 (with firewall_enabled only the monitors are let in)."
         ),
     )
     node_exporter_port: Annotated[int, tcp_port] = Field(9100, description="node_exporter's port on each gpu node.")
