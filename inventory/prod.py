@@ -131,6 +131,10 @@ gpu_nodes = [
             "serving_model_path": "/models/Kimi-K2.5",
             "serving_served_model_name": "kimi-k2.5",
             "serving_host": "0.0.0.0",  # reachable from the LAN: requires the API key
+            # ...and, since the deploy renders no TLS for the engine yet, a reason the LAN may see the
+            # key and the prompts in clear (docs/security.md#tls). Replace it with your own reason, or
+            # bind 127.0.0.1 and reach the engine through an SSH tunnel or a TLS proxy of your own.
+            "serving_plaintext_acknowledged": "a private inference LAN of trusted machines only",
             "serving_port": 30000,
             "serving_api_key_secret": "engine_api_key",
             "serving_hf_token_secret": "hf_token",

@@ -19,7 +19,7 @@ from roles.gateway import lock as gateway_lock
 from roles.shared import lock_compile
 from roles.site import load_site
 from roles.site import lock as site_lock
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import GATEWAY_PLAINTEXT, PROJECT_ROOT, SERVING_PLAINTEXT
 from tests.unit.test_engine_lock import _fake_uv
 from tests.unit.test_gpu_stack_plans import PLANS, plan
 from tests.unit.test_site import assert_names, only_problem, problems_of
@@ -34,12 +34,15 @@ def _site(inventory, gateway_data=None, name="gw.py"):
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
+        **SERVING_PLAINTEXT,
         "serving_api_key_secret": "engine_api_key",
         "secrets_file": "secrets.vault.yml",
         "ssh_hostname": "10.0.0.1",
     }
     return inventory.groups(
-        name, gpu_nodes=[("a", node)], gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})]
+        name,
+        gpu_nodes=[("a", node)],
+        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **GATEWAY_PLAINTEXT, **(gateway_data or {})})],
     )
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from roles.monitoring import config, runbook
 from roles.site import load_site
-from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.conftest import GATEWAY_PLAINTEXT, PROJECT_ROOT, SERVING_PLAINTEXT, gpu_node
 
 
 def speculative_ready(inventory) -> dict:
@@ -46,7 +46,7 @@ def _tool(name: str) -> str:
 @pytest.fixture
 def site(inventory):
     vault = inventory.vault(api_key="k", prom_pw="pw")
-    common = {"secrets_file": vault, "serving_api_key_secret": "api_key"}
+    common = {"secrets_file": vault, "serving_api_key_secret": "api_key", **SERVING_PLAINTEXT}
     path = inventory.groups(
         gpu_nodes=[
             gpu_node(
@@ -67,7 +67,7 @@ def site(inventory):
                 **common,
             ),
         ],
-        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault})],
+        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault, **GATEWAY_PLAINTEXT})],
         monitors=[
             (
                 "gw",

@@ -19,7 +19,7 @@ from roles.gateway import templates as gateway_templates
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import GATEWAY_PLAINTEXT, PROJECT_ROOT, SERVING_PLAINTEXT
 
 DATA = Path(__file__).parent / "data" / "smg"
 TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
@@ -84,6 +84,7 @@ def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, versi
         _tp_inventory(
             inventory,
             serving_host="0.0.0.0",
+            **SERVING_PLAINTEXT,
             serving_enable_metrics=True,
             serving_api_key_secret="engine_api_key",
             secrets_file="secrets.vault.yml",
@@ -123,6 +124,7 @@ def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
+        **SERVING_PLAINTEXT,
         "serving_api_key_secret": "engine_api_key",
         "secrets_file": "secrets.vault.yml",
         **(node_data or {}),
@@ -130,7 +132,7 @@ def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
     return inventory.groups(
         name,
         gpu_nodes=[("a", {**node, "ssh_hostname": "10.0.0.1"}), ("b", {**node, "ssh_hostname": "10.0.0.2"})],
-        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **(gateway_data or {})})],
+        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **GATEWAY_PLAINTEXT, **(gateway_data or {})})],
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from roles.site import load_site, loading, vault
 from roles.site.rules import NO_ROLE_CHECKS
-from tests.unit.conftest import PROJECT_ROOT, gpu_node
+from tests.unit.conftest import GATEWAY_PLAINTEXT, PROJECT_ROOT, SERVING_PLAINTEXT, gpu_node
 from tests.unit.test_refusals import NODE, lxc, one_line, tree
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # shaped like a Hugging Face token, not one
@@ -347,6 +347,8 @@ def test_two_services_of_ours_on_one_port_of_one_host_are_refused(inventory, val
         serving_host="10.0.0.5",
         serving_api_key_secret="api_key",
         secrets_file=inventory.vault(api_key="k"),
+        **SERVING_PLAINTEXT,
+        **GATEWAY_PLAINTEXT,
     )
     path = inventory.groups(gpu_nodes=[host], gateways=["gpu.invalid"])
     assert validate(path) == (

@@ -13,6 +13,7 @@ from roles.site.fields import (
     HostFolder,
     IpAddress,
     OptionValue,
+    PlaintextReason,
     SecretName,
     Section,
     ServiceUnitName,
@@ -241,6 +242,14 @@ class ServingSettings(Section):
         description=(
             "Vault key of the API key; it reaches the engine in a 0600 --config file, never a command "
             "line. Shared by every replica behind a gateway."
+        ),
+    )
+    plaintext_acknowledged: PlaintextReason | None = Field(
+        None,
+        description=(
+            "Why the engine may serve plain HTTP beyond loopback here (the bearer key and the prompts"
+            " cross the network in clear): required when serving_host is not a loopback address;"
+            " docs/security.md#tls. None: serving_host must be loopback."
         ),
     )
     hf_token_secret: SecretName | None = Field(

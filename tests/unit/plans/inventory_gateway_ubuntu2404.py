@@ -26,6 +26,7 @@ _node = {
     **fake_host("ubuntu2404"),
     "gpu_count": 8,
     "serving_host": "0.0.0.0",
+    "serving_plaintext_acknowledged": "unit test: a private network",
     "serving_api_key_secret": "engine_api_key",
 }
 
@@ -37,6 +38,8 @@ gpu_nodes = [
 # account under the former names): it migrates in roles/base alone (roles/shared/legacy_account.py).
 _gateway = fake_host("ubuntu2404")
 _gateway["fake_responses"] = {**fb51e7b_account(), **_gateway["fake_responses"]}
-gateways = [("@fake/gw-ubuntu2404", {**_site, **_gateway})]
+gateways = [
+    ("@fake/gw-ubuntu2404", {**_site, **_gateway, "gateway_plaintext_acknowledged": "unit test: a private network"})
+]
 
 require_valid_inventory(__file__, globals())
