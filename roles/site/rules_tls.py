@@ -15,18 +15,22 @@ from __future__ import annotations
 from roles.site.schema import HostSettings, is_loopback
 
 
-def _problem(where: str, setting: str, address: str, what: str) -> str:
+def _problem(where: str, setting: str, address: str, what: str, loopback_possible: bool = True) -> str:
     prefix = setting.split("_", 1)[0]
+    # A replica behind a gateway cannot bind loopback (the gateway reaches it over the network;
+    # rules_services refuses it): only the acknowledgement is advice there.
+    loopback = f"{setting} = '127.0.0.1', or " if loopback_possible else ""
     return (
         f"{where}: {setting} = {address!r} serves {what} in plain HTTP beyond this host (the API key"
-        f" and prompts cross the network in clear); expected {setting} = '127.0.0.1', or"
-        f" {prefix}_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
+        f" and prompts cross the network in clear); expected {loopback}"
+        f"{prefix}_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
         " (docs/security.md#tls)"
     )
 
 
 def check_plaintext_listeners(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
     """Each gpu node's engine and each gateway bound beyond loopback carries its acknowledgement."""
+    behind_gateway = any(host.in_group("gateways") for host in site_hosts.values())
     for host in site_hosts.values():
         here = f"{where}: host {host.name}"
         if (
@@ -35,7 +39,7 @@ def check_plaintext_listeners(site_hosts: dict[str, HostSettings], where: str, p
             and not is_loopback(host.serving.host)
             and host.serving.plaintext_acknowledged is None
         ):
-            problems.append(_problem(here, "serving_host", host.serving.host, "the engine"))
+            problems.append(_problem(here, "serving_host", host.serving.host, "the engine", not behind_gateway))
         if (
             host.in_group("gateways")
             and host.valid("gateway_host", "gateway_plaintext_acknowledged")
