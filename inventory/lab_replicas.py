@@ -76,6 +76,7 @@ _replica = {
     "serving_admin_api_key_secret": "engine_admin_api_key",
     # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
     "serving_host": "0.0.0.0",
+    "serving_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.
     "sglang_install_mode": "no-gpu-deps",
     "engine_python": "/usr/bin/python3",
@@ -113,6 +114,7 @@ gateways = [
             "gateway_health_check_interval": 1,
             # /workers and smg's admin routes take this key only.
             "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
+            "gateway_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
             # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
             # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
             # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.

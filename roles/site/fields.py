@@ -184,6 +184,12 @@ MirrorUrl = Annotated[
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
+# An acknowledgement of plain HTTP beyond loopback (serving_/gateway_plaintext_acknowledged):
+# a reason a reader of the inventory understands, not a bare flag (roles/site/rules_tls.py).
+PlaintextReason = Annotated[
+    str, check(lambda v: len(v.strip()) >= 10, "a reason of at least 10 characters, e.g. 'a private VLAN; TLS next'")
+]
+
 
 # ----------------------------------------------------------------------------------------------
 # Unit names, apt package names, sysctl settings (their grammars: grammars.py).

@@ -10,6 +10,7 @@ prefix, each section's pydantic errors become one-line messages.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import unicodedata
@@ -172,6 +173,9 @@ class Site:
                 gpus = ", ".join(host.guest.gpu_addresses) or "none"
                 detail += f"; vmid {host.guest.vmid} on {host.guest.node}, GPUs {gpus}"
             lines.append(f"  {host.name}: {detail}")
+        # The acknowledged plain-HTTP listeners stay in view (docs/security.md#tls): a warning
+        # the operator accepted, with the reason given, not one silenced.
+        lines += [f"  {host.name}: WARNING: {line}" for host in self.hosts.values() for line in plaintext_lines(host)]
         lines.append(f"  secrets: {self.secrets_file or 'none'} ({len(self.secret_names)} keys)")
         return "\n".join(lines)
 
@@ -211,6 +215,29 @@ class Site:
             "secrets_file": self.secrets_file,
             "secret_names": sorted(self.secret_names),
         }
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 and ::1; a wildcard (0.0.0.0, ::) listens on every address, not loopback."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def plaintext_lines(host: HostSettings) -> list[str]:
+    """The host's listeners serving plain HTTP beyond loopback with the inventory's acknowledgement
+    (roles/site/rules_tls.py refuses one without it), each with the reason it gave."""
+    listeners = []
+    if host.in_group("gpu_nodes") and not is_loopback(host.serving.host) and host.serving.plaintext_acknowledged:
+        listeners.append(("engine", "serving", host.serving.host, host.serving.plaintext_acknowledged))
+    if host.in_group("gateways") and not is_loopback(host.gateway.host) and host.gateway.plaintext_acknowledged:
+        listeners.append(("gateway", "gateway", host.gateway.host, host.gateway.plaintext_acknowledged))
+    return [
+        f"the {what} serves plain HTTP on {address} (the API key crosses the network in clear);"
+        f" {prefix}_plaintext_acknowledged: {reason}"
+        for what, prefix, address, reason in listeners
+    ]
 
 
 def address_of(host: HostSettings) -> str:

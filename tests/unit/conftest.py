@@ -54,6 +54,12 @@ def inventory(tmp_path) -> InventoryFactory:
     return InventoryFactory(tmp_path)
 
 
+# A listener beyond loopback without TLS is refused unless acknowledged (roles/site/rules_tls.py):
+# the fixtures that bind one say so as an inventory would.
+SERVING_PLAINTEXT = {"serving_plaintext_acknowledged": "unit test: a private network"}
+GATEWAY_PLAINTEXT = {"gateway_plaintext_acknowledged": "unit test: a private network"}
+
+
 def gpu_node(name: str = "gpu1", **data):
     """A minimal valid gpu node."""
     return (name, {"gpu_count": 8, **data})

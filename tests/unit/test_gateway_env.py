@@ -19,7 +19,15 @@ from roles.gateway import lock as gateway_lock
 from roles.shared import lock_compile
 from roles.site import load_site
 from roles.site import lock as site_lock
-from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS
+from tests.unit.conftest import (
+    ADMIN,
+    CLIENT_KEY,
+    CONTROL,
+    GATEWAY_PLAINTEXT,
+    PROJECT_ROOT,
+    ROLE_KEYS,
+    SERVING_PLAINTEXT,
+)
 from tests.unit.test_engine_lock import _fake_uv
 from tests.unit.test_gpu_stack_plans import PLANS, plan
 from tests.unit.test_site import assert_names, only_problem, problems_of
@@ -34,6 +42,7 @@ def _site(inventory, gateway_data=None, name="gw.py"):
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
+        **SERVING_PLAINTEXT,
         "serving_api_key_secret": "engine_api_key",
         **ADMIN,
         "secrets_file": "secrets.vault.yml",
@@ -42,7 +51,9 @@ def _site(inventory, gateway_data=None, name="gw.py"):
     return inventory.groups(
         name,
         gpu_nodes=[("a", node)],
-        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **(gateway_data or {})})],
+        gateways=[
+            ("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **GATEWAY_PLAINTEXT, **(gateway_data or {})})
+        ],
     )
 
 

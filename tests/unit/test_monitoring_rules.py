@@ -19,7 +19,16 @@ import yaml
 from roles.monitoring import config, runbook
 from roles.shared import xid_catalog
 from roles.site import load_site
-from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS, gpu_node
+from tests.unit.conftest import (
+    ADMIN,
+    CLIENT_KEY,
+    CONTROL,
+    GATEWAY_PLAINTEXT,
+    PROJECT_ROOT,
+    ROLE_KEYS,
+    SERVING_PLAINTEXT,
+    gpu_node,
+)
 
 
 def speculative_ready(inventory) -> dict:
@@ -47,7 +56,7 @@ def _tool(name: str) -> str:
 @pytest.fixture
 def site(inventory):
     vault = inventory.vault(api_key=CLIENT_KEY, prom_pw="pw", **ROLE_KEYS)
-    common = {"secrets_file": vault, "serving_api_key_secret": "api_key", **ADMIN}
+    common = {"secrets_file": vault, "serving_api_key_secret": "api_key", **ADMIN, **SERVING_PLAINTEXT}
     path = inventory.groups(
         gpu_nodes=[
             gpu_node(
@@ -68,7 +77,7 @@ def site(inventory):
                 **common,
             ),
         ],
-        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault, **CONTROL})],
+        gateways=[("gw", {"ssh_hostname": "10.0.0.2", "secrets_file": vault, **CONTROL, **GATEWAY_PLAINTEXT})],
         monitors=[
             (
                 "gw",

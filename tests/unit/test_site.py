@@ -12,7 +12,7 @@ import pytest
 
 from roles.serving.command import node_topology
 from roles.site import SiteError, load_site
-from tests.unit.conftest import PASSWORD, PROJECT_ROOT, gpu_node
+from tests.unit.conftest import PASSWORD, PROJECT_ROOT, SERVING_PLAINTEXT, gpu_node
 
 
 def problems_of(path) -> list[str]:
@@ -96,7 +96,10 @@ BAD_HOST_DATA = [
     # gpu_addresses was a setting nothing used: now an unknown key like any typo.
     ({"gpu_addresses": ["0000:01:00.0"]}, ["unknown key gpu_addresses", "did you mean guest_gpu_addresses"]),
     ({"gpu_count": 0}, ["gpu_count = 0", "a gpu node needs an integer >= 1"]),
-    ({"serving_host": "0.0.0.0"}, ["serving_host = '0.0.0.0'", "serving_api_key_secret"]),
+    (
+        {"serving_host": "0.0.0.0", **SERVING_PLAINTEXT},
+        ["serving_host = '0.0.0.0'", "serving_api_key_secret"],
+    ),
     ({"serving_host": "localhost"}, ["serving_host = 'localhost'", "an IP address"]),
     ({"serving_attention_backend": "flashattn"}, ["serving_attention_backend = 'flashattn'", "'triton'"]),
     ({"serving_speculative": {"num_steps": 3}}, ["serving_speculative", "draft_model_path"]),

@@ -19,7 +19,15 @@ from roles.gateway import templates as gateway_templates
 from roles.serving import command as cmd
 from roles.shared.replicas import replicas, worker_url
 from roles.site import SiteError, load_site
-from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, PROJECT_ROOT, ROLE_KEYS
+from tests.unit.conftest import (
+    ADMIN,
+    CLIENT_KEY,
+    CONTROL,
+    GATEWAY_PLAINTEXT,
+    PROJECT_ROOT,
+    ROLE_KEYS,
+    SERVING_PLAINTEXT,
+)
 
 DATA = Path(__file__).parent / "data" / "smg"
 TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
@@ -84,6 +92,7 @@ def test_every_rendered_flag_is_valid_for_each_captured_release(inventory, versi
         _tp_inventory(
             inventory,
             serving_host="0.0.0.0",
+            **SERVING_PLAINTEXT,
             serving_enable_metrics=True,
             serving_api_key_secret="engine_api_key",
             **ADMIN,
@@ -124,6 +133,7 @@ def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
     node = {
         "gpu_count": 8,
         "serving_host": "0.0.0.0",
+        **SERVING_PLAINTEXT,
         "serving_api_key_secret": "engine_api_key",
         **ADMIN,
         "secrets_file": "secrets.vault.yml",
@@ -132,7 +142,9 @@ def _gateway_site(inventory, node_data=None, gateway_data=None, name="gw.py"):
     return inventory.groups(
         name,
         gpu_nodes=[("a", {**node, "ssh_hostname": "10.0.0.1"}), ("b", {**node, "ssh_hostname": "10.0.0.2"})],
-        gateways=[("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **(gateway_data or {})})],
+        gateways=[
+            ("gw", {"secrets_file": "secrets.vault.yml", **CONTROL, **GATEWAY_PLAINTEXT, **(gateway_data or {})})
+        ],
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from roles.site import load_site, loading, vault
 from roles.site.rules import NO_ROLE_CHECKS
-from tests.unit.conftest import ADMIN, PROJECT_ROOT, ROLE_KEYS, gpu_node
+from tests.unit.conftest import ADMIN, GATEWAY_PLAINTEXT, PROJECT_ROOT, ROLE_KEYS, SERVING_PLAINTEXT, gpu_node
 from tests.unit.test_refusals import NODE, lxc, one_line, tree
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # shaped like a Hugging Face token, not one
@@ -349,6 +349,8 @@ def test_two_services_of_ours_on_one_port_of_one_host_are_refused(inventory, val
         **ADMIN,
         gateway_control_plane_api_key_secret="gateway_control_plane_api_key",
         secrets_file=inventory.vault(api_key="k", **ROLE_KEYS),
+        **SERVING_PLAINTEXT,
+        **GATEWAY_PLAINTEXT,
     )
     path = inventory.groups(gpu_nodes=[host], gateways=["gpu.invalid"])
     assert validate(path) == (

@@ -10,6 +10,7 @@ from pydantic import Field
 from roles.site.fields import (
     HostFolder,
     IpAddress,
+    PlaintextReason,
     SecretName,
     Section,
     ServiceUnitName,
@@ -55,6 +56,14 @@ class GatewaySettings(Section):
     )
     unit_name: ServiceUnitName = Field("smg", description=("Name of the gateway's systemd unit."))
     host: IpAddress = Field("0.0.0.0", description="Address the gateway binds.")
+    plaintext_acknowledged: PlaintextReason | None = Field(
+        None,
+        description=(
+            "Why the gateway may serve plain HTTP beyond loopback here (the bearer key and the prompts"
+            " cross the network in clear): required when gateway_host is not a loopback address;"
+            " docs/security.md#tls. None: gateway_host must be loopback."
+        ),
+    )
     port: Annotated[int, tcp_port] = Field(8000, description=("The gateway's HTTP port (the endpoint clients use)."))
     policy: Annotated[str, one_of("cache_aware", "round_robin", "random", "power_of_two")] = Field(
         "cache_aware",

@@ -13,6 +13,7 @@ from roles.site.fields import (
     HostFolder,
     IpAddress,
     OptionValue,
+    PlaintextReason,
     SecretName,
     Section,
     ServiceUnitName,
@@ -250,6 +251,14 @@ class ServingSettings(Section):
             "Vault key (named *api_key) of SGLang's --admin-api-key: the admin routes (/flush_cache,"
             " /update_weights_from_disk, /pause_generation, ...) take it and no longer the client key;"
             " required on SGLang with serving_api_key_secret; vLLM 0.16.0 has no such option."
+        ),
+    )
+    plaintext_acknowledged: PlaintextReason | None = Field(
+        None,
+        description=(
+            "Why the engine may serve plain HTTP beyond loopback here (the bearer key and the prompts"
+            " cross the network in clear): required when serving_host is not a loopback address;"
+            " docs/security.md#tls. None: serving_host must be loopback."
         ),
     )
     hf_token_secret: SecretName | None = Field(

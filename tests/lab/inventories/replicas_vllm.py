@@ -98,6 +98,7 @@ _replica = {
     "serving_served_model_name": "kimi-k2.5",
     "serving_api_key_secret": "engine_api_key",
     "serving_host": "0.0.0.0",  # bound to the bridge: the gateway and Prometheus reach it there
+    "serving_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
     "serving_model_path": lab.TINY_MODEL_DEST,
     # inventory/lab.py's vLLM settings, for its reasons (read there): Debian 12's Python (uv's
     # managed CPython comes from GitHub, unreachable here; the CPU lock holds its wheels too).
@@ -143,6 +144,7 @@ _gateway_host = (
         "ssh_hostname": _address("vgw"),
         "gateway_health_check_interval": 1,
         "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
+        "gateway_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
         # The container's own Python (Debian 12: 3.11), as inventory/lab_replicas.py says why.
         "gateway_python": "/usr/bin/python3",
         "monitoring_web_password_secret": "monitoring_web_password",

@@ -27,6 +27,7 @@ _node = {
     **fake_host("ubuntu2404"),
     "gpu_count": 8,
     "serving_host": "0.0.0.0",
+    "serving_plaintext_acknowledged": "unit test: a private network",
     "serving_api_key_secret": "engine_api_key",
     "serving_admin_api_key_secret": "engine_admin_api_key",
 }
@@ -40,6 +41,8 @@ gpu_nodes = [
 _gateway = fake_host("ubuntu2404")
 _gateway["fake_responses"] = {**fb51e7b_account(), **_gateway["fake_responses"]}
 _gateway["gateway_control_plane_api_key_secret"] = "gateway_control_plane_api_key"
-gateways = [("@fake/gw-ubuntu2404", {**_site, **_gateway})]
+gateways = [
+    ("@fake/gw-ubuntu2404", {**_site, **_gateway, "gateway_plaintext_acknowledged": "unit test: a private network"})
+]
 
 require_valid_inventory(__file__, globals())

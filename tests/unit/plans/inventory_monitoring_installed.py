@@ -43,6 +43,7 @@ gpu_nodes = [
             **fake_host("ubuntu2404", **_installed),
             "gpu_count": 8,
             "serving_host": "10.0.0.5",
+            "serving_plaintext_acknowledged": "unit test: a private network",
             "ssh_hostname": "10.0.0.5",
             "serving_api_key_secret": "engine_api_key",
             "serving_admin_api_key_secret": "engine_admin_api_key",
