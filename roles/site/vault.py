@@ -92,7 +92,8 @@ def load(path: Path) -> dict[str, _Encrypted]:
 def stored(path: Path) -> dict[str, _Encrypted]:
     """The encrypted entries of a secrets file, by the names written in it; no password needed."""
     try:
-        raw = yamlfile.load(yamlfile.read_text(Path(path)), _VaultLoader)
+        text = yamlfile.read_text(Path(path))
+        raw = yamlfile.load(text, _VaultLoader)
     except FileNotFoundError:
         raise SecretsError("file not found; create it with `uv run python -m roles.site.vault set FILE NAME`") from None
     except IsADirectoryError:
@@ -114,6 +115,10 @@ def stored(path: Path) -> dict[str, _Encrypted]:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise SecretsError("expected a mapping of secret name -> !vault value")
+    # Plain names are shown (the "not encrypted" line below names them), values never.
+    foreign = yamlfile.foreign_keys_problem(text, list(raw), lambda _: True, "a secrets file", _VaultLoader)
+    if foreign:
+        raise SecretsError(foreign)
     plain = [key for key, value in raw.items() if not isinstance(value, _Encrypted)]
     if plain:
         # The value itself is never printed: it may be the plaintext secret.
