@@ -235,10 +235,10 @@ def debian_package_problem(word: str) -> str | None:
     name = word.split("=", 1)[0]
     if name.endswith("-"):
         return "it ends in '-', which tells apt-get to remove the package (apt-get(8), install)"
-    if "." in name and not re.match(r"[a-z][a-z0-9-]{2,}[0-9]\.", name):
-        return "its '.' does not follow a name of three or more characters; apt-get reads it as a regular expression"
     if _APT_DOT_RE.search(name):
         return "its '.' is not between two digits; apt-get reads such a name as a regular expression"
+    if "." in name and not re.match(r"[a-z][a-z0-9-]{2,}[0-9]\.", name):
+        return "its '.' does not follow a name of three or more characters; apt-get reads it as a regular expression"
     if _APT_PLUS_RE.search(name):
         return "its '+' is not '++' after a letter; apt-get reads such a name as a regular expression"
     return None

@@ -120,10 +120,12 @@ def stored(path: Path) -> dict[str, _Encrypted]:
     if foreign:
         raise SecretsError(foreign)
     plain = [key for key, value in raw.items() if not isinstance(value, _Encrypted)]
+    lines = yamlfile.top_level_lines(text, _VaultLoader) if plain else {}
     if plain:
         # The value itself is never printed: it may be the plaintext secret.
         raise SecretsError(
-            f"{'keys' if len(plain) > 1 else 'key'} {', '.join(map(repr, plain))} not encrypted (plaintext in the"
+            f"{'keys' if len(plain) > 1 else 'key'} {', '.join(f'{k!r} (line {lines.get(k)})' for k in plain)}"
+            " not encrypted (plaintext in the"
             " file: treat it as leaked); expected every value to be a !vault value: remove the line and"
             " set it with `python -m roles.site.vault set FILE NAME` (value on stdin)"
         )
