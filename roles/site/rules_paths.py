@@ -54,7 +54,7 @@ def interpreter_problems(host: HostSettings) -> list[str]:
         ("health_engine_python", host.health.engine_python),
         ("gateway_python", host.gateway.python),
     ):
-        if not path or not host.valid(key):
+        if not path or not path.startswith("/") or not host.valid(key):  # gateway_python may be a version
             continue
         inside = next((f"{k} = {folder!r}" for k, folder in owned if _inside(normal_path(path), folder)), None)
         if inside:
