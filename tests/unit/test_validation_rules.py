@@ -255,8 +255,8 @@ def test_an_env_variable_that_changes_what_code_runs_is_refused(inventory, valid
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_extra_env={name: "/tmp/x"})])
     assert validate(path) == (
         f"{path}: host gpu.invalid: serving_extra_env = {{'{name}': '/tmp/x'}} is invalid; expected no variable that"
-        f" changes what code runs ({name}; nor any *_PRELOAD, *INJECTION*, *_PLUGIN or PYTHON*): the engine runs the locked environment of its stack; change the stack"
-        " instead"
+        f" changes what code runs ({name}; nor any *_PRELOAD, *INJECTION*, *_PLUGIN or PYTHON*): the engine runs"
+        " the locked environment of its stack; change the stack instead"
     )
 
 
