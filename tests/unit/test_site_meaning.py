@@ -289,3 +289,12 @@ def test_a_refused_file_is_named_by_its_line_never_quoted(inventory, validate, t
     assert "line 1" in line, line
     assert "(the file's text is not shown)" in line or "key 'auths' (line 1) not encrypted" in line, line
     assert "Q1w2E3r4T5" not in line and "dXNlcjpRMXcyRTNyNFQ1" not in line, line
+
+
+def test_an_operation_argument_in_group_data_is_refused_too(inventory, validate):  # noqa: F811
+    """pyinfra keeps a group data file's single-underscore names (pyinfra_cli/inventory.py
+    _get_group_data drops only '__' names), so `_env` there reaches every host of the group."""
+    (inventory.dir / "group_data").mkdir()
+    (inventory.dir / "group_data" / "gpu_nodes.py").write_text('_env = {"LD_PRELOAD": "/x.so"}\n')
+    path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid")])
+    assert validate(path).startswith(f"{path}: host gpu.invalid: _env is pyinfra's operation argument")
