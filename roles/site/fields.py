@@ -20,12 +20,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from roles.site.grammars import (
-    DEBIAN_PACKAGE_RE,
     DEBIAN_PACKAGE_TEXT,
     HOST_PATH_TEXT,
     SYSCTL_TEXT,
     UNIT_NAME_TEXT,
     URL_TEXT,
+    debian_package_problem,
     host_folder_problem,
     host_path_problem,
     normal_path,
@@ -207,10 +207,10 @@ _RULE_TEXT[id(get_args(ServiceUnitName)[1])] = UNIT_NAME_TEXT
 
 
 def _debian_packages(value: list[str]) -> list[str]:
-    bad = next((name for name in value if not DEBIAN_PACKAGE_RE.fullmatch(name)), None)
+    bad = next(((name, p) for name in value if (p := debian_package_problem(name))), None)
     if bad is not None:
         raise PydanticCustomError(
-            "inference_host", "{valid}", {"valid": f"{DEBIAN_PACKAGE_TEXT}; {ascii(bad)} is not one"}
+            "inference_host", "{valid}", {"valid": f"{DEBIAN_PACKAGE_TEXT}; {ascii(bad[0])}: {bad[1]}"}
         )
     return value
 

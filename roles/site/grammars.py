@@ -45,6 +45,10 @@ SYSTEM_TREES = (
     *("/etc", "/usr", "/boot", "/root", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/snap"),
     *("/var/spool", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/vz", "/var/log/journal"),
     *("/var/cache/apt", "/var/lib/lxc", "/var/lib/containerd", "/var/lib/docker/volumes"),
+    # cloud-init runs what it finds in /var/lib/cloud (instance/scripts, per-boot scripts) as
+    # root at boot; pmxcfs keeps the cluster's database (config.db: every guest's config and the
+    # cluster's keys) in /var/lib/pve-cluster.
+    *("/var/lib/cloud", "/var/lib/pve-cluster"),
 )
 WORLD_WRITABLE_TREES = ("/tmp", "/var/tmp", "/dev/shm", "/var/crash")
 HOST_PATH_TEXT = "an absolute path without shell syntax ($ ` ; | & < > ( ) \\ quotes * ? [ ] { } ! # ~)"
@@ -86,6 +90,16 @@ def host_folder_problem(path: str) -> str | None:
         return f"a folder of its own, not inside the system's {under} (docs/inventory.md#host-folders)"
     if folder.startswith("/home/") and folder.count("/") == 2:
         return f"a folder of its own, not {folder} (a user's home folder)"
+    return home_dotfolder_problem(folder)
+
+
+def home_dotfolder_problem(path: str) -> str | None:
+    """Why path is in a user's dot folder (/home/NAME/.ssh, .config, .local/bin), or None: what
+    lives there is read or run by that user's ssh, shell and tools (authorized_keys, .bashrc,
+    ~/.local/bin on PATH), so a folder the service account owns there is a way into that user."""
+    parts = normal_path(path).split("/")[1:]
+    if len(parts) >= 3 and parts[0] == "home" and parts[2].startswith("."):
+        return f"a folder of its own, not in /home/{parts[1]}/{parts[2]} (a user's dot folder: ssh, shell, tools)"
     return None
 
 
@@ -93,6 +107,20 @@ def host_folder_problem(path: str) -> str | None:
 # (/etc/shadow, /root/.ssh, /etc/pve/priv), kernel and device trees, and the trees every user may
 # write (another user's file in place of the image).
 SECRET_TREES = ("/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", *WORLD_WRITABLE_TREES)
+# A guest's image is taken only from the node's image storage: the `local` storage's folder
+# (/var/lib/vz, where Proxmox keeps import/, template/ and images/) or a directory or network
+# storage, which Proxmox mounts under /mnt/pve/<storage> (pve-storage's default path for NFS, CIFS
+# and CephFS). Anything else is some file of the node's (/var/lib/pve-cluster/config.db, the
+# cluster's database) that qm would copy, as root, into the guest's disk.
+IMAGE_TREES = ("/var/lib/vz", "/mnt/pve")
+
+
+def image_path_problem(path: str) -> str | None:
+    """Why path cannot be a guest's cloud image on the node, or None."""
+    folder = normal_path(path)
+    if ".." in path.split("/") or not any(folder.startswith(top + "/") for top in IMAGE_TREES):
+        return "it is not in the node's image storage (/var/lib/vz or /mnt/pve/<storage>)"
+    return secret_tree_problem(folder)
 
 
 def secret_tree_problem(path: str) -> str | None:
@@ -179,22 +207,63 @@ def unit_name_problem(name: str) -> str | None:
 DEBIAN_PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(=([0-9]+:)?[0-9][A-Za-z0-9.+~-]*)?")
 DEBIAN_PACKAGE_TEXT = (
     "Debian package names (policy 5.6.7: [a-z0-9][a-z0-9+.-]+), each optionally =VERSION"
-    " ([epoch:]version, policy 5.6.12)"
+    " ([epoch:]version, policy 5.6.12), not ending in '-', a '.' only between digits (python3.11),"
+    " a '+' only as '++' after a letter (libstdc++6, g++)"
 )
+# A policy name still has other meanings to apt-get install (apt-get(8), "install"; apt 2.6.2
+# and 2.7, read in apt-get(8) and tried with `apt-get -s install`), each taken only when no
+# package has exactly that name, so they depend on the host's package lists, which the site
+# model cannot see: a trailing '-' removes the package (`openssh-server-` removes the SSH
+# server), a trailing '+' installs it, and a name with '.', '?', '*' or '+' is a POSIX regular
+# expression matched against every package name as a substring (`x.z` installed 766 packages,
+# `nginx.` 162). So: no name ends in '-' (never a real name); a '.' only between two digits (a
+# version inside a name: python3.11, gir1.2-glib-2.0), whose regex reading matches only names
+# that contain this one with a character other than '.' between those digits; a '+' only as
+# '++' after a letter (libstdc++6, g++, g++-12), whose reading is "that letter once or more".
+# A '.' also needs a name of three or more characters before it (`1.2` would match any name
+# holding 1, a character and 2). A '.' between letters (python3-zope.interface) is refused:
+# install such a package in a stack or an image instead. `g++` stays: it is in Debian's and
+# Ubuntu's main archive, so apt always finds it by its exact name.
+_APT_DOT_RE = re.compile(r"(?<![0-9])\.|\.(?![0-9])")
+_APT_PLUS_RE = re.compile(r"(?<![a-z])\+\+|\+\+\+|(?<!\+)\+(?!\+)")
+
+
+def debian_package_problem(word: str) -> str | None:
+    """Why word is not one package apt-get installs as written, or None."""
+    if not DEBIAN_PACKAGE_RE.fullmatch(word):
+        return "it is not one"
+    name = word.split("=", 1)[0]
+    if name.endswith("-"):
+        return "it ends in '-', which tells apt-get to remove the package (apt-get(8), install)"
+    if _APT_DOT_RE.search(name):
+        return "its '.' is not between two digits; apt-get reads such a name as a regular expression"
+    if "." in name and not re.match(r"[a-z][a-z0-9-]{2,}[0-9]\.", name):
+        return "its '.' does not follow a name of three or more characters; apt-get reads it as a regular expression"
+    if _APT_PLUS_RE.search(name):
+        return "its '+' is not '++' after a letter; apt-get reads such a name as a regular expression"
+    return None
 
 
 # sysctl.d(5) (systemd 252, Debian 12's; procps' `sysctl -p` reads the same lines): one
 # `key = value` per line; a line beginning with '#' or ';' is a comment; the key is what comes
 # before the first '=', the value the rest, both stripped of white space; a key beginning with
-# '-' means "ignore a failure to set it"; keys name /proc/sys files with '.' or '/' between parts,
-# and may hold a glob ('*'). So a key is refused unless made of [A-Za-z0-9_*] parts joined by
-# '.', '/' or '-', not beginning with '-' (a flag), '.' or '/'; a value is refused when it is
-# empty or has white space at its ends (stripped: not what was written).
-SYSCTL_KEY_RE = re.compile(r"[A-Za-z0-9_*][A-Za-z0-9_.*/-]*")
+# '-' means "ignore a failure to set it"; keys name /proc/sys files with '.' or '/' between parts.
+# So a key is refused unless made of [A-Za-z0-9_] parts joined by '.', '/' or '-', not beginning
+# with '-' (a flag), '.' or '/'; a value is refused when it is empty or has white space at its
+# ends (stripped: not what was written). sysctl.d(5) also takes a glob ('*') in a key and sets
+# every file it matches (`kernel.* = 0` writes every kernel setting, the limits and the core
+# pattern with them): refused, a key names one setting.
+SYSCTL_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
 SYSCTL_TEXT = (
-    "sysctl.d(5) settings {key: value}: keys of letters, digits and _ . * / - (not beginning with"
-    " '-', '.' or '/'; no '=', '#', ';' or space), values without white space at their ends"
+    "sysctl.d(5) settings {key: value}: keys of letters, digits and _ . / - (not beginning with"
+    " '-', '.' or '/'; no glob '*', no '=', '#', ';' or space), values without white space at their ends"
 )
+# Settings whose value is a program the kernel runs as root (proc_sys_kernel(5)): a core
+# pattern that begins with '|' pipes every crash dump into that program; kernel.modprobe,
+# kernel.hotplug and kernel.poweroff_cmd name the program the kernel starts for a module, an
+# event or a power-off. None is the deploy's to change: a path there is a program of the
+# service account's, run as root.
+SYSCTL_PROGRAMS = frozenset({"kernel.modprobe", "kernel.hotplug", "kernel.poweroff_cmd"})
 
 
 def sysctl_problem(key: str, value: str) -> str | None:
@@ -202,6 +271,11 @@ def sysctl_problem(key: str, value: str) -> str | None:
         return f"the key {ascii(key)} is not one"
     if not value.strip() or value != value.strip():
         return f"the value {ascii(value)} of {key} is empty or has white space at its ends"
+    name = key.replace("/", ".")
+    if name in SYSCTL_PROGRAMS:
+        return f"{key} names a program the kernel runs as root, which the deploy does not set"
+    if name == "kernel.core_pattern" and value.startswith("|"):
+        return f"{key} begins with '|', which pipes every crash dump into a program run as root"
     return None
 
 
@@ -243,8 +317,18 @@ ACCOUNT_TEXT = (
 )
 
 
+# The accounts the project's other units run as (roles/gateway SERVICE_USER, roles/monitoring
+# RELAY_USER; tests/unit/test_site_meaning.py holds these names to them): the engine runs the model
+# folder's code, so under one of these it could read the gateway's API key file or the relay's
+# webhook secret, and one account's compromise would be both units'. One account per unit.
+OTHER_UNIT_ACCOUNTS = {"smg": "the gateway's", "inference-host-alert-relay": "the alert relay's"}
+
+
 def service_account_problem(name: str, group: bool = False) -> str | None:
     """Why name cannot be the service account (group: its primary group), or None."""
+    if name in OTHER_UNIT_ACCOUNTS:
+        kind = "group" if group else "account"
+        return f"{name} is {OTHER_UNIT_ACCOUNTS[name]} {kind}; expected one account per unit (the engine's own)"
     system = (BASE_PASSWD_GROUPS | ROOT_EQUIVALENT_GROUPS if group else BASE_PASSWD_USERS) | SYSTEM_ACCOUNTS
     if name in system or name.startswith(("systemd-", "_")):
         kind = "a group" if group else "an account"

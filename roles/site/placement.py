@@ -27,6 +27,30 @@ def namespaced_sysctl(key: str) -> bool:
     return key in _IPC_SYSCTLS or key.startswith(_NAMESPACED_PREFIXES)
 
 
+# The shared kernel's keys an LXC guest may have its node write (node_sysctl): the memory and
+# scheduling knobs that serving tunes. Any other key of the shared kernel (kernel.core_pattern,
+# kernel.modprobe, fs.*, every other kernel.*) would change the node itself, and with it every
+# other guest, from a guest's settings: set it in the node's own base_sysctl, where a reviewer
+# reads it as the node's.
+GUEST_NODE_SYSCTLS = frozenset(
+    {"kernel.numa_balancing", "vm.swappiness", "vm.max_map_count", "vm.overcommit_memory", "vm.nr_hugepages"}
+)
+
+
+def guest_sysctl_problems(host: HostSettings) -> list[str]:
+    """Keys of an LXC guest's base_sysctl its node would write that are not the guest's to set."""
+    if not host.in_group("lxc_guests") or not host.valid("base_sysctl"):
+        return []
+    bad = [k for k in host.base.sysctl if not namespaced_sysctl(k) and k.replace("/", ".") not in GUEST_NODE_SYSCTLS]
+    if not bad:
+        return []
+    return [
+        f"base_sysctl {', '.join(bad)} on an LXC guest is the node's kernel's, which its node would write;"
+        f" expected a guest's namespaced keys (net.*, kernel.shm*, ...) or {', '.join(sorted(GUEST_NODE_SYSCTLS))};"
+        " set any other in the node's own base_sysctl"
+    ]
+
+
 def own_sysctl(host: HostSettings) -> dict[str, str]:
     """base_sysctl as this host's roles/base writes it: all of it on a VM or bare metal, only the
     namespaced keys inside an LXC guest (the rest is written on its node, `node_sysctl`)."""

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from roles.site.errors import shown
-from roles.site.placement import sysctl_conflicts
+from roles.site.placement import guest_sysctl_problems, sysctl_conflicts
 from roles.site.rules_guests import _check_addresses, _check_guest, _check_guest_ips, _check_iommu_groups
-from roles.site.rules_paths import folder_problems
+from roles.site.rules_paths import folder_problems, interpreter_problems
 from roles.site.rules_secrets import _reference_problem, key_role_problems, mirror_credential_problems
 from roles.site.rules_services import (
     GatewayCheck,
@@ -137,6 +137,8 @@ def check_site(
         if host.in_group("proxmox_hosts"):
             problems.extend(f"{here}: {p}" for p in sysctl_conflicts(host, site_hosts))
         problems.extend(f"{here}: {p}" for p in folder_problems(host))
+        problems.extend(f"{here}: {p}" for p in interpreter_problems(host))
+        problems.extend(f"{here}: {p}" for p in guest_sysctl_problems(host))
         if host.valid("cuda_repo_url", "cuda_repo_credentials_secret", "base_pypi_index_url"):
             problems.extend(f"{here}: {p}" for p in mirror_credential_problems(host, secret_names, secrets_file))
     _check_iommu_groups(site_hosts, gpu_owner, where, problems)

@@ -43,6 +43,40 @@ def _folders(host: HostSettings) -> list[tuple[str, str, str]]:
     return [(key, normal_path(folder), owner) for key, folder, owner in folders if host.valid(key)]
 
 
+def interpreter_problems(host: HostSettings) -> list[str]:
+    """The interpreters root runs (the engine's environments are built with engine_python; the
+    health checks and the gateway's build run health_engine_python and gateway_python as root)
+    are never in a folder the service account owns: it could put its own program there first."""
+    problems = []
+    owned = [(key, normal_path(folder)) for key, folder, owner in _service_folders(host)]
+    for key, path in (
+        ("engine_python", host.engine.python),
+        ("health_engine_python", host.health.engine_python),
+        ("gateway_python", host.gateway.python),
+    ):
+        if not path or not path.startswith("/") or not host.valid(key):  # gateway_python may be a version
+            continue
+        inside = next((f"{k} = {folder!r}" for k, folder in owned if _inside(normal_path(path), folder)), None)
+        if inside:
+            problems.append(
+                f"{key} = {path!r} is inside {inside}, which {SERVICE} owns, and root runs it; expected an"
+                " interpreter in a folder only root can write (/usr/bin/python3, <base_install_root>/...)"
+            )
+    return problems
+
+
+def _service_folders(host: HostSettings) -> list[tuple[str, str, str]]:
+    return [
+        (key, folder, SERVICE)
+        for key, folder in (
+            ("base_data_dir", host.base.data_dir),
+            ("base_log_dir", host.base.log_dir),
+            ("base_model_dir", host.base.model_dir),
+        )
+        if host.valid(key)
+    ]
+
+
 def _inside(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 

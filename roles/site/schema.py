@@ -466,6 +466,58 @@ def _pyinfra_keys() -> set[str]:
     return keys
 
 
+# pyinfra's operation arguments (pyinfra 3.10 pyinfra/api/arguments.py, AllArguments) are read
+# from host data too: pop_global_arguments takes host.data.<key> as the default of every
+# operation on that host, so one key in the inventory changes every command the deploy runs,
+# as root, past every rule here (`_env = {"LD_PRELOAD": ...}` wraps each one, `_shell_executable`
+# names the shell, `_ignore_errors` hides every failure). The project sets the ones it needs per
+# operation in the roles (`_env`, `_timeout`, `_if`) and none from host data, so each is refused,
+# its value never printed (`_sudo_password` is a password). Escalation (`_sudo*`, `_su_*`, `_doas*`,
+# `_dzdo*`): the deploy connects as root (ssh_user) and escalates nowhere, so no vault key takes
+# a sudo password either.
+ESCALATION_ARGUMENTS: tuple[str, ...] = (
+    "_sudo",
+    "_use_sudo_login",
+    "_preserve_sudo_env",
+    "_su_",
+    "_use_su_login",
+    "_preserve_su_env",
+)
+ESCALATION_ARGUMENTS += ("_doas", "_dzdo")
+# Connector data that is a password in clear: the deploy logs in with a key (ssh_key, or the
+# agent), and no vault key feeds pyinfra's connector.
+PASSWORD_DATA = ("ssh_password", "ssh_key_password")
+
+
+def operation_argument_problem(key: str) -> str | None:
+    """Why a host-data key that is one of pyinfra's operation arguments (or a connector password)
+    cannot be in the inventory, or None for any other key."""
+    if key in PASSWORD_DATA:
+        return (
+            f"{key} is a password in clear in the inventory; expected none: the deploy logs in as root with a key"
+            " (ssh_key, or ssh-agent), and no vault key takes an SSH password"
+        )
+    if key not in _operation_arguments():
+        return None
+    if key.startswith(ESCALATION_ARGUMENTS):
+        return (
+            f"{key} is pyinfra's privilege escalation for every operation; expected none: the deploy connects as"
+            " root (ssh_user) and escalates nowhere, so sudo, su, doas and their passwords are not supported"
+        )
+    return (
+        f"{key} is pyinfra's operation argument, which host data would set for every operation on this host,"
+        " as root, past the settings' rules; expected none (the roles set it per operation where needed)"
+    )
+
+
+def _operation_arguments() -> frozenset[str]:
+    try:
+        from pyinfra.api.arguments import all_global_arguments
+    except ImportError:
+        return frozenset()
+    return frozenset(name for name, _ in all_global_arguments())
+
+
 def section_keys() -> dict[str, type[Section]]:
     return {cls.PREFIX + name: cls for cls in SECTIONS for name in cls.model_fields}
 
@@ -529,8 +581,17 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             " or an IP address"
         )
     for key in data:
-        if key in pyinfra_keys and key not in known:
-            continue  # pyinfra's own data (a connector's), never written by a role
+        argument = operation_argument_problem(key)
+        if argument:
+            value_problems.append(f"{where}: host {name}: {argument}")
+            invalid.add(key)
+            continue
+        if key in pyinfra_keys and key not in known:  # a connector's data, never written by a role
+            problem = shape_problem(data[key]) or control_character_problem(data[key]) or number_problem(data[key])
+            if problem:
+                value_problems.append(f"{where}: host {name}: {key} = {_shown_shallow(data[key])} {problem}")
+                invalid.add(key)
+            continue
         shape = shape_problem(data[key])
         if shape:
             value_problems.append(f"{where}: host {name}: {key} = {_shown_shallow(data[key])} {shape}")

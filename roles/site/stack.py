@@ -192,7 +192,8 @@ _PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", 
 
 def _read(path: Path, where: str) -> dict:
     try:
-        raw = yamlfile.load(yamlfile.read_text(path))
+        text = yamlfile.read_text(path)
+        raw = yamlfile.load(text)
     except FileNotFoundError:
         raise SiteError([f"{where}: file not found; every inventory needs a stack file"]) from None
     except IsADirectoryError:
@@ -210,6 +211,9 @@ def _read(path: Path, where: str) -> dict:
         raise SiteError([f"{where}: {yamlfile.one_line(error)}"]) from None
     if not isinstance(raw, dict):
         raise SiteError([f"{where}: expected a mapping of uv, nvidia_driver, active, stacks"])
+    foreign = yamlfile.foreign_keys_problem(text, list(raw), STACK_FIELDS.__contains__, "a stack file")
+    if foreign:
+        raise SiteError([f"{where}: {foreign}"])
     return raw
 
 

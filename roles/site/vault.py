@@ -102,7 +102,8 @@ def load(path: Path) -> dict[str, _Encrypted]:
 def stored(path: Path) -> dict[str, _Encrypted]:
     """The encrypted entries of a secrets file, by the names written in it; no password needed."""
     try:
-        raw = yamlfile.load(yamlfile.read_text(Path(path)), _VaultLoader)
+        text = yamlfile.read_text(Path(path))
+        raw = yamlfile.load(text, _VaultLoader)
     except FileNotFoundError:
         raise SecretsError("file not found; create it with `uv run inference-host vault set FILE NAME`") from None
     except IsADirectoryError:
@@ -124,11 +125,17 @@ def stored(path: Path) -> dict[str, _Encrypted]:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise SecretsError("expected a mapping of secret name -> !vault value")
+    # Plain names are shown (the "not encrypted" line below names them), values never.
+    foreign = yamlfile.foreign_keys_problem(text, list(raw), lambda _: True, "a secrets file", _VaultLoader)
+    if foreign:
+        raise SecretsError(foreign)
     plain = [key for key, value in raw.items() if not isinstance(value, _Encrypted)]
+    lines = yamlfile.top_level_lines(text, _VaultLoader) if plain else {}
     if plain:
         # The value itself is never printed: it may be the plaintext secret.
         raise SecretsError(
-            f"{'keys' if len(plain) > 1 else 'key'} {', '.join(map(repr, plain))} not encrypted (plaintext in the"
+            f"{'keys' if len(plain) > 1 else 'key'} {', '.join(f'{k!r} (line {lines.get(k)})' for k in plain)}"
+            " not encrypted (plaintext in the"
             " file: treat it as leaked); expected every value to be a !vault value: remove the line and"
             " set it with `inference-host vault set FILE NAME`"
         )

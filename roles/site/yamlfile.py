@@ -9,6 +9,7 @@ file, or a second secret of one name, silently replaced the first.
 from __future__ import annotations
 
 import errno
+import re
 import stat
 from pathlib import Path
 
@@ -82,6 +83,36 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 if first != key_node.start_mark.line + 1:
                     raise DuplicateKeyError(key, first, key_node.start_mark.line + 1)
         return super().construct_mapping(node, deep)
+
+
+# A file named by stack_file or secrets_file may be any file of this machine (/etc/shadow,
+# ~/.docker/config.json, which is YAML too): a refusal names the file, a line and what is wrong,
+# never the file's text. A top-level key is shown only when it is a plain name of ours
+# ([A-Za-z_] then letters, digits, _ . -, 64 at most); any other is named by its line.
+PLAIN_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def top_level_lines(text: str, loader: type[yaml.SafeLoader] = UniqueKeyLoader) -> dict[str, int]:
+    """The line (1-based) of each top-level key of a YAML mapping, by its text."""
+    node = yaml.compose(text, Loader=loader)  # a SafeLoader subclass; its aliases were refused by load()
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(key.value): key.start_mark.line + 1 for key, _ in node.value}
+
+
+def foreign_keys_problem(text: str, keys, ours, what: str, loader: type[yaml.SafeLoader] = UniqueKeyLoader):
+    """Why a file is not `what` (a key that is not a plain name, or no key of ours at all), naming
+    a line and never the file's text; or None."""
+    lines = top_level_lines(text, loader)
+    odd = next((key for key in keys if not (isinstance(key, str) and PLAIN_NAME_RE.fullmatch(key))), None)
+    if odd is not None:
+        return (
+            f"line {lines.get(str(odd), '?')}: a key that is not a name; expected {what} (the file's text is not shown)"
+        )
+    if keys and not any(ours(key) for key in keys):
+        first = next(iter(keys))
+        return f"line {lines.get(str(first), '?')}: no key of {what}; expected {what} (the file's text is not shown)"
+    return None
 
 
 def load(text: str, loader: type[yaml.SafeLoader] = UniqueKeyLoader):

@@ -184,7 +184,8 @@ SLOTS = [
     ("prod", "lxc_guests", "guest_mount_points", lambda v: {"/tank/models": v}, "lxc"),
     ("prod", "lxc_guests", "guest_storage", lambda v: v, "lxc"),
     ("prod", "lxc_guests", "guest_bridge", lambda v: v, "lxc"),
-    ("prod", "kvm_guests", "guest_cloud_image", lambda v: v, "kvm"),
+    # An image comes from the node's image storage only (grammars.IMAGE_TREES): a path there.
+    ("prod", "kvm_guests", "guest_cloud_image", lambda v: "/var/lib/vz/import" + v if v.startswith("/") else v, "kvm"),
     ("prod", "kvm_guests", "guest_storage", lambda v: v, "kvm"),
     ("prod", "kvm_guests", "guest_bridge", lambda v: v, "kvm"),
     ("prod", "gpu_nodes", "serving_served_model_name", lambda v: v, "engine"),

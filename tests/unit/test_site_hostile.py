@@ -76,7 +76,7 @@ def test_valid_paths_packages_sysctl_and_zones_pass(inventory):
         "base_uv_dir": "/opt/uv tools",  # a space: quoted for the shell, for systemd (issue 38)
         "base_install_root": "/srv/inference-host",
         "base_extra_packages": ["nvtop", "libfoo1=1:2.3-1ubuntu1", "g++"],
-        "base_sysctl": {"kernel.numa_balancing": "0", "net.ipv4.conf.*.rp_filter": "2", "net/core/somaxconn": "4096"},
+        "base_sysctl": {"kernel.numa_balancing": "0", "net.ipv4.conf.all.rp_filter": "2", "net/core/somaxconn": "4096"},
         "ssh_hostname": "fe80::1%eth0",
     }
     host = load_site(inventory.groups(gpu_nodes=[gpu_node("gpu1", **data)])).hosts["gpu1"]

@@ -213,7 +213,7 @@ def test_a_plaintext_secret_in_the_vault_is_one_line_without_the_value(inventory
     line = validate(path)
     assert TOKEN not in line and "empty" not in line
     assert line == (
-        f"{path}: secrets_file = 'secrets.vault.yml': key 'hf_token' not encrypted (plaintext in the file:"
+        f"{path}: secrets_file = 'secrets.vault.yml': key 'hf_token' (line 1) not encrypted (plaintext in the file:"
         " treat it as leaked); expected every value to be a !vault value: remove the line and set it"
         " with `inference-host vault set FILE NAME`"
     )
@@ -255,8 +255,8 @@ def test_an_env_variable_that_changes_what_code_runs_is_refused(inventory, valid
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_extra_env={name: "/tmp/x"})])
     assert validate(path) == (
         f"{path}: host gpu.invalid: serving_extra_env = {{'{name}': '/tmp/x'}} is invalid; expected no variable that"
-        f" changes what code runs ({name}): the engine runs the locked environment of its stack; change the stack"
-        " instead"
+        f" changes what code runs ({name}; nor any *_PRELOAD, *INJECTION*, *_PLUGIN or PYTHON*): the engine runs"
+        " the locked environment of its stack; change the stack instead"
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     HostFolder,
@@ -13,9 +14,36 @@ from roles.site.fields import (
     check,
     positive,
 )
+from roles.site.grammars import host_folder_problem
 
 # Kernel packages roles/wheels can build from source (roles/wheels/docker/<package>.Dockerfile).
 WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
+
+
+# A source override is a tree on this machine that the deploy tars, whole, into the builder's
+# Docker context (roles/shared/wheel_plan.py): `/etc` or `~/.ssh` would send this machine's
+# configuration and keys to the builder, and into the wheel. Accepted: a path relative to the
+# checkout that stays inside it, or an absolute folder of its own (not /, not a system folder or
+# tree, not a home folder itself nor a dot folder in one: grammars.host_folder_problem).
+def _source_tree_problem(value: str) -> str | None:
+    if not value.startswith("/"):
+        parts = [part for part in value.split("/") if part not in ("", ".")]
+        return "it leaves the checkout ('..')" if ".." in parts or not parts else None
+    return host_folder_problem(value)
+
+
+def _source_trees(value: dict[str, str]) -> dict[str, str]:
+    bad = next(((k, p) for k, v in value.items() if (p := _source_tree_problem(v))), None)
+    if bad:
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {
+                "valid": "source trees on this machine: a folder of the checkout (relative) or an absolute folder of"
+                f" its own, never a system folder, a home or its dot folders; {bad[0]}: {bad[1]}"
+            },
+        )
+    return value
 
 
 class BuildSettings(Section):
@@ -58,7 +86,9 @@ class BuildSettings(Section):
         description=("Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's CUDA."),
     )
     source_overrides: Annotated[
-        dict[str, str], check(lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES))
+        dict[str, str],
+        check(lambda v: set(v) <= set(WHEEL_PACKAGES), "keys from: " + ", ".join(WHEEL_PACKAGES)),
+        AfterValidator(_source_trees),
     ] = Field({}, description=("Package -> a local source tree built instead of the pinned upstream release."))
     with_torch: bool = Field(
         True,

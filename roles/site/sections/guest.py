@@ -22,7 +22,7 @@ from roles.site.fields import (
     positive,
     property_value_problem,
 )
-from roles.site.grammars import secret_tree_problem
+from roles.site.grammars import image_path_problem
 
 SSH_PUBLIC_KEY_RE = re.compile(
     r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
@@ -193,12 +193,13 @@ class GuestSettings(Section):
             str,
             check(
                 lambda v: (
-                    (v.startswith("/") and _property_safe_path(v) and not secret_tree_problem(v))
+                    (v.startswith("/") and _property_safe_path(v) and not image_path_problem(v))
                     or re.match(r"^[a-zA-Z][\w.-]*:import/[^/\s,=]+$", v)
                 ),
-                "an absolute path or a volume like local:import/noble-server-cloudimg-amd64.img, without"
-                " ',' or spaces at either end (qm's --scsi0 import-from=...), not in /etc, /root, /home, /boot,"
-                " /proc, /sys, /dev, /run or a folder every user may write (qm, as root, copies it into the guest)",
+                "a volume like local:import/noble-server-cloudimg-amd64.img or an absolute path in the node's image"
+                " storage (/var/lib/vz or /mnt/pve/<storage>), without ',' or spaces at either end (qm's --scsi0"
+                " import-from=...): not in /etc, /root, /home, /var/lib/pve-cluster or anywhere else (qm, as root,"
+                " copies it into the guest)",
             ),
         ]
         | None

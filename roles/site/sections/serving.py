@@ -86,6 +86,17 @@ CODE_ENV = (
 )
 
 
+# Families of names that load code, whatever their exact name: the loaders' *_PRELOAD (LD_PRELOAD,
+# and jemalloc's or a sanitizer's), CUDA's CUDA_INJECTION64_PATH (a library the CUDA driver loads
+# into every CUDA process: NVIDIA's CUPTI docs) and the like (*INJECTION*), NCCL's *_PLUGIN
+# (NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN: a shared library NCCL dlopens, NCCL's
+# environment variable docs) and every PYTHON* variable (python(1): PYTHONWARNINGS imports the
+# module a warning category names, PYTHONSTARTUP runs a file, ...). The engine's env file is also
+# sourced by the health checks, which run as root: such a name there is code root runs.
+# The project itself writes only PYTHONUNBUFFERED, which OWNED_ENV names first.
+CODE_ENV_RE = re.compile(r"^(.*_PRELOAD|.*INJECTION.*|.*_PLUGIN|PYTHON.*)$", re.IGNORECASE)
+
+
 def _extra_env(value: dict[str, str]) -> dict[str, str]:
     owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
     if owned:
@@ -94,14 +105,15 @@ def _extra_env(value: dict[str, str]) -> dict[str, str]:
             "{valid}",
             {"valid": "no variable the project already sets from a setting: " + "; ".join(owned)},
         )
-    code = [name for name in value if name in CODE_ENV]
+    code = [name for name in value if name in CODE_ENV or CODE_ENV_RE.match(name)]
     if code:
         raise PydanticCustomError(
             "inference_host",
             "{valid}",
             {
-                "valid": f"no variable that changes what code runs ({', '.join(code)}): the engine runs the"
-                " locked environment of its stack; change the stack instead"
+                "valid": f"no variable that changes what code runs ({', '.join(code)}; nor any *_PRELOAD,"
+                " *INJECTION*, *_PLUGIN or PYTHON*): the engine runs the locked environment of its stack;"
+                " change the stack instead"
             },
         )
     return value

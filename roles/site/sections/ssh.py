@@ -66,7 +66,8 @@ _RULE_TEXT[id(HOSTNAME_OR_IP)] = "a DNS name or an IP address"
 class SshSettings(Section):
     """How pyinfra reaches the host over SSH: pyinfra's own connector data keys
     (pyinfra/connectors/ssh.py, 3.x), typed here so that a mistake stops before connecting.
-    pyinfra's other ssh_* keys (ssh_password, ...) pass to it unchecked. Unset: pyinfra's
+    pyinfra's other ssh_* keys pass to it with the checks every value gets; ssh_password and
+    ssh_key_password are refused (a password in clear: schema.PASSWORD_DATA). Unset: pyinfra's
     defaults (the inventory name, port 22, the local user, ~/.ssh/config), except host keys:
     checked strictly against the inventory's own known_hosts file (roles/site/host_keys.py)."""
 
