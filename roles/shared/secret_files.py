@@ -12,16 +12,32 @@ Why not files.put (pyinfra 3.10, operations/files.py + connectors/ssh.py):
   between the two steps, and forever if the chmod fails.
 
 So the secret is uploaded into a root-only folder (0700: whatever mode SFTP gives the file,
-nobody else can reach it), copied next to its destination under `umask 077` (created 0600),
-given its owner, and renamed over the destination (atomic; a reader sees the old file or the
-new one, never a partial one). Nothing is printed but the operation's name. Whether anything
-is to do is decided from a fact that reports the destination's sha256, mode and owner.
+nobody else can reach it) and put in place by one of two writers, chosen on the host from who
+can change the destination's folder (`install_steps`):
+
+- every folder from the destination's up to / belongs to root and nobody else may write in it:
+  nobody but root can swap a name there, so root copies the upload beside the destination with
+  `install -m 0600 -o user -g group` and renames it over the destination (atomic; a reader sees
+  the old file or the new one, never a partial one);
+- the folder belongs to the file's own user (the Hub token in the service account's home): the
+  file is written and renamed by processes running as that user (setpriv, the upload handed
+  over on standard input; `dd conv=excl` creates the new file with O_EXCL, which refuses a
+  link in its place). Root writing there could be raced: a process of that account
+  that swaps the new file's name for a symbolic link between root's steps turns root's chown or
+  chmod onto a file of its choice (`rm -f new; cat > new; chown new` was won that way). Written
+  as the account, a link leads only where the account could already write;
+- any other folder is refused in one line (a folder another account may change).
+
+Nothing is printed but the operation's name. Whether anything is to do is decided from a fact
+that reports the destination's sha256, mode and owner (a symbolic link there counts as absent:
+the rename replaces the link, not what it points to).
 """
 
 from __future__ import annotations
 
 import hashlib
 from io import BytesIO
+from pathlib import PurePosixPath
 
 from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
@@ -51,11 +67,13 @@ class Sealed:
 
 @batched
 class SecretFileState(FactBase):
-    """Returns (sha256, mode, user, group) of a file, or None when it does not exist."""
+    """Returns (sha256, mode, user, group) of a file, or None when it does not exist or is a link."""
 
     def command(self, path: str) -> Shell:
         return sh(
-            "if [ -f {path} ]; then stat -c '%a %U %G' -- {path} && sha256sum -- {path} | cut -d' ' -f1; fi", path=path
+            "if [ -f {path} ] && [ ! -L {path} ]; then stat -c '%a %U %G' -- {path}"
+            " && sha256sum -- {path} | cut -d' ' -f1; fi",
+            path=path,
         )
 
     def process(self, output: list[str]) -> tuple[str, str, str, str] | None:
@@ -66,17 +84,44 @@ class SecretFileState(FactBase):
         return lines[1], mode, user, group
 
 
+def _folders(dest: str) -> list[str]:
+    """The destination's folder and every folder above it (relative paths stay relative, so
+    no value can reach find(1) as an option)."""
+    parents = [str(p) for p in PurePosixPath(dest).parents]
+    return parents if dest.startswith("/") else [f"./{p}" for p in parents]
+
+
 def install_steps(staged: str, dest: str, user: str, group: str) -> list[Shell]:
-    """Shell steps that move the staged upload into place without a moment of wider access:
-    the new file is created by the shell under umask 077 (0600) beside dest, then renamed."""
+    """Shell steps that put the staged upload in place at dest (0600, user:group), following no
+    link another account could plant (the module's docstring says how)."""
     new = f"{dest}.inference-host-new"
+    folders = _folders(dest)
+    refusal = (
+        f"refusing to install {dest}: its folder {folders[0]} is neither root's alone (every folder"
+        f" up to / owned by root, writable by no one else) nor owned by {user}, the file's owner"
+    )
+    # Run as the file's owner (its groups, no way back to more privilege), for a folder it owns.
+    owner = sh("setpriv --reuid={user} --regid={group} --init-groups --no-new-privs --", user=user, group=group)
     return [
-        sh("rm -f -- {new}", new=new),
-        sh("(umask 077 && cat -- {staged} > {new})", staged=staged, new=new),
+        sh(
+            'if [ "$(find {folders} -maxdepth 0 -type d -user 0 ! -perm /022 -printf x)" = {count} ]; then'
+            " install -m 0600 --owner={user} --group={group} -T -- {staged} {new} && mv -f -T -- {new} {dest};"
+            ' elif [ -n "$(find {folder} -maxdepth 0 -type d -user {user} -printf x)" ]; then'
+            " (umask 077 && {owner} rm -f -- {new} && {owner} dd of={new} conv=excl status=none < {staged}"
+            " && {owner} mv -f -T -- {new} {dest});"
+            " else echo {refusal} >&2; false; fi",
+            folders=folders,
+            count="x" * len(folders),
+            folder=folders[0],
+            user=user,
+            group=group,
+            staged=staged,
+            new=new,
+            dest=dest,
+            owner=owner,
+            refusal=refusal,
+        ),
         sh("rm -f -- {staged}", staged=staged),
-        sh("chown -- {owner} {new}", owner=f"{user}:{group}", new=new),
-        sh("chmod 0600 -- {new}", new=new),
-        sh("mv -f -- {new} {dest}", new=new, dest=dest),
     ]
 
 

@@ -59,8 +59,9 @@ class ServiceUnitFiles(FactBase):
         # One test per asked unit (no `for` over quoted words): ours by its line, or where it links.
         owned = [
             sh(
-                "if grep -qsiF -e {marker} -- {path}; then echo {ours}; fi;"
-                ' if [ -L {path} ]; then echo {link} "$(readlink -- {path})"; fi',
+                # printf, not echo: dash's echo reads a backslash in a name as an escape.
+                "if grep -qsiF -e {marker} -- {path}; then printf '%s\\n' {ours}; fi;"
+                " if [ -L {path} ]; then printf '%s %s\\n' {link} \"$(readlink -- {path})\"; fi",
                 marker=MARKER,
                 path=f"{SYSTEMD_DIR}/{unit}",
                 ours=f"ours {unit}",

@@ -77,6 +77,9 @@ def planned_builds(stack: EngineStack, build: BuildSettings) -> list[WheelBuild]
                 "pypi",
                 {
                     "FLASH_ATTN_VERSION": stack.flash_attn,
+                    # The source archive's sha256 from the stack file: fetch_source.py checks the
+                    # download against it, never against what the index says.
+                    "FLASH_ATTN_SHA256": stack.flash_attn_sha256 or "",
                     "CUDA_ARCHS": "120",
                 },
             )

@@ -39,6 +39,7 @@ PythonVersion = Annotated[str, _matching(re.compile(r"^3\.\d+$"), "a Python mino
 VllmVersion = Annotated[str, _matching(VERSION_RE, "a vllm release like 0.16.0 (quoted string)")]
 DriverBranch = Annotated[str, _matching(re.compile(r"^\d{3}$"), "a driver branch like 580 (quoted string)")]
 DriverVersion = Annotated[str, _matching(DRIVER_VERSION_RE, "a full driver version like 580.95.05 (quoted string)")]
+Sha256 = Annotated[str, _matching(re.compile(r"^[0-9a-f]{64}$"), "a sha256 in 64 lowercase hex digits (quoted string)")]
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -68,6 +69,9 @@ class EngineStack:
     flash_attn_source: Annotated[
         str, check(lambda v: v in ("build", "prebuilt", "none"), "'build', 'prebuilt' or 'none'")
     ] = "build"
+    # The sha256 of flash-attn's source archive (flash_attn-<version>.tar.gz) a build fetches:
+    # pinned here, not taken from the index that serves the archive.
+    flash_attn_sha256: Sha256 | None = None
     engine: Literal["sglang", "vllm"] = "sglang"
     vllm: VllmVersion | None = None
     # Requirements that replace what the resolved packages pin (uv pip compile --overrides),
@@ -151,10 +155,11 @@ ENGINE_FIELDS = {
     "flashinfer",
     "flash_attn",
     "flash_attn_source",
+    "flash_attn_sha256",
     "overrides",
 }
 # Pins that belong to one engine only: a vLLM stack naming sglang's kernel is a mistake.
-ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_attn"}}
+ENGINE_ONLY_FIELDS = {"sglang": {"vllm"}, "vllm": {"sglang", "kernel", "flash_attn", "flash_attn_sha256"}}
 KERNEL_FIELDS = {"package", "version", "source"}
 
 
@@ -187,7 +192,18 @@ def _validated(cls: type, values: dict[str, Any], where: str, problems: list[str
 
 
 # The order a stack's problems are named in (the kernel's come first, then these).
-_PIN_ORDER = ("flash_attn", "flash_attn_source", "overrides", "cuda", "python", "torch", "sglang", "vllm", "flashinfer")
+_PIN_ORDER = (
+    "flash_attn",
+    "flash_attn_source",
+    "flash_attn_sha256",
+    "overrides",
+    "cuda",
+    "python",
+    "torch",
+    "sglang",
+    "vllm",
+    "flashinfer",
+)
 
 
 def _read(path: Path, where: str) -> dict:
@@ -338,9 +354,22 @@ def _engine_stack(stack_id: Any, pins: Any, where: str, problems: list[str], bad
         "vllm": pins.get("vllm") if engine == "vllm" else None,
         "flash_attn": pins.get("flash_attn") if engine == "sglang" else None,
         "flash_attn_source": flash_attn_source,
+        "flash_attn_sha256": pins.get("flash_attn_sha256") if engine == "sglang" else None,
         "kernel": kernel,
         "overrides": _overrides(pins.get("overrides", {}), prefix + ".overrides", pin_problem),
     }
+    if (
+        engine == "sglang"
+        and flash_attn_source == "build"
+        and pins.get("flash_attn")
+        and not pins.get("flash_attn_sha256")
+    ):
+        pin_problem(
+            prefix + ".flash_attn_sha256",
+            None,
+            f"the sha256 of flash_attn-{pins.get('flash_attn')}.tar.gz, the source a build fetches"
+            " (PyPI's simple index lists it; checked against the archive, not taken from the index)",
+        )
     if engine == "vllm" and flash_attn_source in ("build", "prebuilt"):
         pin_problem(prefix + ".flash_attn_source", flash_attn_source, "'none' in a vllm stack")
         values["flash_attn_source"] = "none"

@@ -141,6 +141,7 @@ def unit_kwargs(ws: WeightSet) -> dict:
         else None,
         restart_sec=sd.number(RESTART_SEC),
         disable_xet=not ws.settings.xet,
+        writable_paths=sd.path_list([ws.store_dir, STATE_DIR], "ReadWritePaths= (weights store and state)"),
     )
 
 

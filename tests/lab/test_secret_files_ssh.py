@@ -3,7 +3,13 @@ the lab's gpu container, pyinfra's SSH connector): a watcher in the container re
 of every file in the destination and upload folders as it appears or changes. Nothing another
 user could read may ever hold the secret. The same watcher run against pyinfra's own files.put
 must see the world-readable moment (SFTP writes the destination at 0644, then chmods it), so
-this test can fail."""
+this test can fail.
+
+Also the link race, in a throwaway container (no deploy, seconds): the installer puts a file
+into a folder the service account owns while a process of that account swaps the new file's
+name for a symbolic link to a root-only file, round after round. The root file must come out
+untouched; the installer this one replaced (root's rm, cat, chown, chmod, mv beside the
+destination) must lose it within the same rounds, so the race can be won."""
 
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ from pathlib import Path
 import pytest
 
 import lab
-from tests.lab.harness import PROJECT_ROOT
+from roles.shared.secret_files import install_steps, staged_path
+from tests.lab.harness import PROJECT_ROOT, require_docker
 
 pytestmark = pytest.mark.lab
 
@@ -147,3 +154,111 @@ def test_the_watcher_sees_files_puts_readable_moment(ssh_target):
     container, inventory = ssh_target
     seen = _deploy_watched(container, inventory, "files-put", plant="files.put")
     assert f"644 {DEST_DIR}/files-put" in _exposed(container, seen), seen
+
+
+ROUNDS = 300
+RACE_DIR = "/srv/ih-race"  # the service account's folder, as its home holds the Hub token
+VICTIM = "/etc/ih-race-victim"  # a root-only file the account must never get
+
+# The installer before this one, as it ran: root writes the new file beside the destination and
+# changes it by name, so a link swapped in between hands the chown and chmod to the link's target.
+OLD_STEPS = (
+    "rm -f -- {new} && (umask 077 && cat -- {staged} > {new}) && rm -f -- {staged}"
+    " && chown -- svc:svc {new} && chmod 0600 -- {new} && mv -f -- {new} {dest}"
+)
+
+# Rounds of the installer against an attacker of the service account that keeps replacing the
+# new file's name with a link to the victim. Prints "won <round>" the first time the victim's
+# owner, mode or content changes, "held" after the last round.
+RACE = """
+set -u
+ls -l {victim} >/dev/null
+before=$(stat -c '%u:%g %a' {victim}; sha256sum < {victim})
+setpriv --reuid=svc --regid=svc --init-groups -- sh -c \
+  'while :; do ln -sfn {victim} {new}; done' &
+attacker=$!
+result=held
+for round in $(seq 1 {rounds}); do
+  printf secret-%s "$round" > {staged}
+  ( {steps} ) >/dev/null 2>&1
+  now=$(stat -c '%u:%g %a' {victim}; sha256sum < {victim})
+  if [ "$now" != "$before" ]; then result="won $round"; break; fi
+done
+kill $attacker
+echo "$result"
+"""
+
+
+@pytest.fixture(scope="module")
+def race_container():
+    """A throwaway container of the lab's image with a service account and its own folder."""
+    require_docker()
+    name = lab.container_name("secret-race")
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--label", "inference-host.lab=1", lab.systemd_image(), "sleep", "inf"],
+        capture_output=True,
+        check=True,
+    )
+    _exec(
+        name,
+        f"useradd --system --user-group svc && mkdir -p -m 0700 {UPLOAD} && mkdir -p {RACE_DIR}"
+        f" && chown svc:svc {RACE_DIR} && echo root-only > {VICTIM} && chmod 0600 {VICTIM}",
+    )
+    yield name
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def _race(container: str, steps: str) -> str:
+    dest = f"{RACE_DIR}/token"
+    new = f"{dest}.inference-host-new"
+    script = RACE.format(
+        victim=VICTIM,
+        new=new,
+        rounds=ROUNDS,
+        staged=staged_path(dest, UPLOAD),
+        steps=steps.format(new=new, staged=staged_path(dest, UPLOAD), dest=dest),
+    )
+    return _exec(container, script).strip()
+
+
+def test_a_link_swapped_in_by_the_service_account_reaches_no_root_file(race_container):
+    dest = f"{RACE_DIR}/token"
+    steps = " && ".join(install_steps(staged_path(dest, UPLOAD), dest, "svc", "svc"))
+    assert _race(race_container, steps.replace("{", "{{").replace("}", "}}")) == "held"
+    # Not vacuous: without the attacker the same steps put the file in place, as the account.
+    _exec(race_container, f"rm -f {dest}* && printf planted > {staged_path(dest, UPLOAD)} && {steps}")
+    assert _exec(race_container, f"stat -c '%a %U %G' {dest} && cat {dest}").split() == ["600", "svc", "svc", "planted"]
+
+
+def test_root_installs_into_a_folder_only_root_can_change(race_container):
+    dest = "/srv/ih-root-only/token"
+    steps = " && ".join(install_steps(staged_path(dest, UPLOAD), dest, "svc", "svc"))
+    _exec(
+        race_container, f"mkdir -p -m 0755 /srv/ih-root-only && printf planted > {staged_path(dest, UPLOAD)} && {steps}"
+    )
+    assert _exec(race_container, f"stat -c '%a %U %G' {dest} && cat {dest}").split() == ["600", "svc", "svc", "planted"]
+    assert _exec(race_container, f"ls -A {UPLOAD}; ls -A /srv/ih-root-only").split() == ["token"]
+
+
+def test_the_old_installer_loses_the_race(race_container):
+    _exec(race_container, f"chown root:root {VICTIM} && chmod 0600 {VICTIM}")
+    result = _race(race_container, OLD_STEPS)
+    print(f"old installer: {result} of {ROUNDS} rounds")
+    assert result.startswith("won "), "the race was never won: the test cannot fail"
+
+
+def test_a_folder_of_another_account_is_refused(race_container):
+    dest = f"{RACE_DIR}/token"
+    staged = staged_path(dest, UPLOAD)
+    steps = " && ".join(install_steps(staged, dest, "nobody", "nogroup"))
+    result = subprocess.run(
+        ["docker", "exec", race_container, "sh", "-c", f"printf x > {staged} && {steps}"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"refusing to install {dest}: its folder {RACE_DIR} is neither root's alone (every folder up to / owned by"
+        " root, writable by no one else) nor owned by nobody, the file's owner"
+    ]

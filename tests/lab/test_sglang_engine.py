@@ -510,6 +510,8 @@ def test_unit_is_the_current_releases_and_sandboxed(gpu_guest, lab_second_deploy
         in gpu_guest.check_output("systemctl show -p After --value inference-engine").split()
     )
     assert gpu_guest.check_output("systemctl show -p ProtectSystem --value inference-engine") == "strict"
+    # Devices: the pseudo-devices and NVIDIA's by /proc/devices name (none here: no driver).
+    assert gpu_guest.check_output("systemctl show -p DevicePolicy --value inference-engine") == "closed"
     # The sandbox is in force on the running server: / is read-only to it, its home is not.
     pid = _main_pid(gpu_guest)
     mounts = gpu_guest.check_output(f"cat /proc/{pid}/mountinfo")

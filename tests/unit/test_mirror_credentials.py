@@ -317,8 +317,9 @@ def test_each_login_is_installed_0600_root_and_read_back():
     )
     for dest in (mirror_auth.CUDA_AUTH_FILE, mirror_auth.PYPI_NETRC):
         new = f"{dest}.inference-host-new"
-        assert any(f"(umask 077 && cat -- {UPLOAD_DIR}/" in c and f"chmod 0600 -- {new}" in c for c in p.commands), dest
-        assert any(f"chown -- root:root {new}" in c and c.endswith(f"mv -f -- {new} {dest}") for c in p.commands), dest
+        # root's writer (the folders are root's alone): 0600 root:root beside dest, then renamed
+        copy = f"install -m 0600 --owner=root --group=root -T -- {UPLOAD_DIR}/"
+        assert any(copy in c and f"{new} && mv -f -T -- {new} {dest};" in c for c in p.commands), dest
 
 
 def test_apt_source_and_keyring_download_carry_no_login():
@@ -331,7 +332,7 @@ def test_apt_source_and_keyring_download_carry_no_login():
     assert f"timeout 600 /usr/lib/apt/apt-helper download-file {base}cuda-keyring_1.1-1_all.deb " in download
     assert not any(c.startswith("curl") and "mirror.example" in c for c in p.commands)
     # apt's file is in place before the download that reads it
-    auth = next(i for i, c in enumerate(p.commands) if c.endswith(f"{mirror_auth.CUDA_AUTH_FILE}"))
+    auth = next(i for i, c in enumerate(p.commands) if f" {mirror_auth.CUDA_AUTH_FILE};" in c)
     assert auth < p.commands.index(download)
 
 
@@ -348,7 +349,7 @@ def test_uv_and_pip_find_the_login_through_netrc_written_first():
     written = next(
         i
         for i, c in enumerate(p.commands)
-        if c.endswith(f"mv -f -- {mirror_auth.PYPI_NETRC}.inference-host-new {mirror_auth.PYPI_NETRC}")
+        if f"mv -f -T -- {mirror_auth.PYPI_NETRC}.inference-host-new {mirror_auth.PYPI_NETRC};" in c
     )
     first_use = p.commands.index(p.environments[installs[0][0]][0])
     assert written < first_use

@@ -98,13 +98,19 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     assert "https://hc-ping.com/plan-heartbeat-0000" not in alertmanager
     assert "api_url_file: /etc/prometheus/inference-host-slack.url" in alertmanager
     assert "routing_key_file: /etc/prometheus/inference-host-pagerduty.key" in alertmanager
-    assert any("chmod 0600 -- /etc/prometheus/alertmanager.yml.inference-host-new" in c for c in p.commands)
+    assert any(
+        "install -m 0600 " in c and " /etc/prometheus/alertmanager.yml.inference-host-new && mv -f -T" in c
+        for c in p.commands
+    )
     # The relay: its script, its hardened unit, its own user, and its URLs through the 0600 upload.
     assert "def forward(" in p.uploads["/opt/inference-host/alert-relay/alert_relay.py"]
     unit = p.uploads["/etc/systemd/system/inference-host-alert-relay.service"]
     assert "User=inference-host-alert-relay" in unit and "--port 9097" in unit
-    assert any("chown -- inference-host-alert-relay:inference-host-alert-relay" in c for c in p.commands)
-    assert any("chmod 0600 -- /etc/inference-host/alert-relay.json.inference-host-new" in c for c in p.commands)
+    assert any(
+        "install -m 0600 --owner=inference-host-alert-relay --group=inference-host-alert-relay" in c
+        and " /etc/inference-host/alert-relay.json.inference-host-new && mv -f -T" in c
+        for c in p.commands
+    )
     (relay,) = [
         t
         for path, t in p.uploads.items()

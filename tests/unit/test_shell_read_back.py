@@ -256,6 +256,11 @@ class Values:
             part if part in ("", ".", "..") else f"zq{serial}s{index}qz" for index, part in enumerate(value.split("/"))
         )
         self.pairs[placeholder] = value
+        # Each folder's name too, after the whole value: a builder may name a path's folders
+        # (roles/shared/secret_files.py checks every folder above its destination).
+        for index, part in enumerate(value.split("/")):
+            if "/" in value and part not in ("", ".", ".."):
+                self.pairs[f"zq{serial}s{index}qz"] = part
         return placeholder, value
 
 

@@ -76,7 +76,8 @@ def built_commands(values: list[str]) -> dict[str, str]:
             compile_only=("sglang",),
         )
         commands[f"install_steps-{index}"] = "\n".join(
-            secret_files.install_steps(value, value, "inference", "inference")
+            # The upload never is the destination (SC2094 reads one name as both).
+            secret_files.install_steps(secret_files.staged_path(value), value, "inference", "inference")
         )
         commands[f"push_keys-{index}"] = "\n".join(guest_keys.push_keys_commands(201, value, True))
         migration = legacy_account.AccountMigration(

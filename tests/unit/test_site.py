@@ -213,6 +213,17 @@ def test_guest_gpu_count_must_match_its_addresses(inventory):
         ("package: sgl-kernel", "package: sgl_kernel", ["kernel.package = 'sgl_kernel'", "'sgl-kernel'"]),
         ('uv: "0.13.9"', 'uv: "0.13.9"\nsglang_version: "0.5.9"', ["unknown key sglang_version", "valid keys"]),
         ("flash_attn_source: build", "flash_attn_source: download", ["flash_attn_source = 'download'"]),
+        # A flash-attn built from source needs its archive's sha256 in the stack file.
+        (
+            '    flash_attn_sha256: "1e71dd64',
+            '    # flash_attn_sha256: "1e71dd64',
+            ["sglang-0.5.9-cu128.flash_attn_sha256 = None", "the sha256 of flash_attn-2.8.3.tar.gz"],
+        ),
+        (
+            'flash_attn_sha256: "1e71dd64',
+            'flash_attn_sha256: "1E71DD64',
+            ["flash_attn_sha256 = '1E71DD64", "64 lowercase hex digits"],
+        ),
     ],
 )
 def test_bad_stack_file_is_refused(inventory, old, new, parts):

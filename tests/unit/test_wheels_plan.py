@@ -33,6 +33,7 @@ def test_production_stack_builds_flash_attn_from_the_cuda_12_8_devel_image():
         "PYTHON_VERSION": "3.12",
         "TORCH_VERSION": "2.9.1",
         "FLASH_ATTN_VERSION": "2.8.3",
+        "FLASH_ATTN_SHA256": "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
         "CUDA_ARCHS": "120",
     }
 

@@ -53,7 +53,10 @@ COPY wheels/ /opt/wheels-tools/
 # ---- source: the pinned release from the index, or a tree from the build context
 FROM toolchain AS source-pypi
 ARG FLASH_ATTN_VERSION=2.8.3
-RUN --mount=type=secret,id=pypi-netrc python3 /opt/wheels-tools/fetch_source.py flash-attn "${FLASH_ATTN_VERSION}" /src
+# flash_attn-2.8.3.tar.gz's sha256 (inventory/stack.yml flash_attn_sha256; roles/wheels passes the pin).
+ARG FLASH_ATTN_SHA256=1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d
+RUN --mount=type=secret,id=pypi-netrc \
+    python3 /opt/wheels-tools/fetch_source.py flash-attn "${FLASH_ATTN_VERSION}" /src "${FLASH_ATTN_SHA256}"
 
 FROM toolchain AS source-context
 COPY src/ /src/
