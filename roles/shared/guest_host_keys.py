@@ -42,11 +42,11 @@ def read_lxc_key_command(vmid: int) -> Shell:
 
 # cloud-init prints the VM's host public keys between these lines on the console at the end of
 # the first boot of an instance (cc_keys_to_console, a per-instance module, runs its
-# write-ssh-key-fingerprints tool; ssh-dss is the only type its default blacklist leaves out).
+# write-ssh-key-fingerprints tool), on the console its kernel writes to (console=ttyS0).
 CONSOLE_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 CONSOLE_END = "-----END SSH HOST KEY KEYS-----"
-# A first boot runs cloud-init's package upgrade (Proxmox's generated user-data) before it prints
-# the keys: a slow mirror takes minutes. The console is read for at most this long.
+# A first boot may upgrade the image's packages (Proxmox's ciupgrade) before it prints the keys,
+# and a VM with many GPUs passed through boots slowly. The console is read for at most this long.
 KVM_KEY_WAIT_S = 1200
 # On the node (Perl is Proxmox's own language, always there): connect to the VM's serial console
 # socket, where QEMU writes what the VM prints on ttyS0 to whoever is connected (nothing is kept
