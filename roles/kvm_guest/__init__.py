@@ -10,8 +10,10 @@ started; without one the VM is not started: it has no operating system until you
 Changes to a running VM other than its name wait for its next start: the deploy says so.
 A changed guest_ssh_public_keys on a VM with a cloud-init drive is set with `qm set --sshkeys`
 and the drive regenerated with `qm cloudinit update`; the guest's cloud-init applies it at the
-VM's next boot (see plan_sshkeys). The VM's own SSH host key is not read by the deploy: until it is
-pinned (`inference-host trust`), the deploy says so and does not connect to the VM.
+VM's next boot (see plan_sshkeys). The SSH host key of a VM the deploy creates from a cloud image
+is read from its serial console on the node at its first boot and pinned in the inventory's
+known_hosts file (roles/shared/guest_host_keys.py); any other VM's key is pinned with
+`inference-host trust`: until then the deploy says so and does not connect to the VM.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from roles.shared import pve
-from roles.shared.guest_host_keys import needs_pin
+from roles.shared.guest_host_keys import needs_pin, pin_kvm_key_at_first_boot
 from roles.shared.guest_keys import keys_file, put_guest_keys, qm_sshkeys
 from roles.shared.proxmox_facts import KvmGuestState
 from roles.shared.pve import guest_hostname
@@ -172,12 +174,12 @@ def kvm_guest(guest: HostSettings) -> None:
         )
         if settings.cloud_image:
             server.shell(
-                name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G and start it",
-                commands=[
-                    argv("qm", "disk", "resize", vmid, "scsi0", f"{settings.disk_gib}G"),
-                    start_command(vmid),
-                ],
+                name=f"Grow KVM guest {vmid}'s disk to {settings.disk_gib}G",
+                commands=[argv("qm", "disk", "resize", vmid, "scsi0", f"{settings.disk_gib}G")],
             )
+            if not pin_kvm_key_at_first_boot(guest, start_command(vmid)):
+                server.shell(name=f"Start KVM guest {vmid}", commands=[start_command(vmid)])
+            return
         _say_unpinned(guest)
         return
     plan = plan_update(guest, state["config"])
@@ -198,8 +200,9 @@ def kvm_guest(guest: HostSettings) -> None:
 
 
 def _say_unpinned(guest: HostSettings) -> None:
-    """A VM's host key is not read by the deploy (docs/security.md#host-keys says why and what
-    would): until it is pinned, nothing connects to the VM, and this says how to pin it."""
+    """The key of a VM the deploy did not just create from a cloud image is not read by it
+    (cloud-init prints it on the console only at an instance's first boot; docs/security.md#host-keys):
+    until it is pinned, nothing connects to the VM, and this says how to pin it."""
     if needs_pin(guest):
         logger.warning(
             f"{host.name}: KVM guest {guest.guest.vmid} ({guest.name}) has no SSH host key pinned, and the"

@@ -4,7 +4,7 @@ Every host pyinfra reaches over SSH gets `ssh_known_hosts_file` = `<inventory>.k
 `ssh_strict_host_key_checking` = "yes" in its data unless the inventory sets them (pyinfra 3.10's
 own default is "accept-new", pyinfra/connectors/ssh.py: the first answer to an address would be
 trusted). The keys are written there by the deploy, read from the node for a guest it creates
-(roles/lxc_guest), or by `inference-host trust HOST` after its fingerprint was shown; nothing
+(roles/lxc_guest, roles/kvm_guest), or by `inference-host trust HOST` after its fingerprint was shown; nothing
 here is learnt over the network silently. The file is OpenSSH's known_hosts format (sshd(8),
 "SSH_KNOWN_HOSTS FILE FORMAT"): one `pattern keytype base64` line per key, the pattern
 `name` for port 22 and `[name]:port` otherwise, which paramiko and OpenSSH both read.

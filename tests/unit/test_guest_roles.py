@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -343,3 +344,28 @@ def test_vm_keys_set_with_qm_and_the_cloud_init_drive_regenerated(inventory):
         )
     ).hosts["gpu-vm"]
     assert qm_keys(no_image, created) == []  # no cloud-init drive: nothing reads sshkeys
+
+
+def test_a_vm_created_from_a_cloud_image_is_started_by_the_operation_that_pins_its_key(inventory, monkeypatch):
+    """The console is read in the operation that starts the VM (what it prints while nobody
+    reads is lost); a connector's VM (no pin) is started plainly."""
+    import roles.kvm_guest as role
+    from roles.shared import guest_host_keys
+
+    _, vm = _keyed_guest(inventory, [KEY_B])
+    planned: list[tuple[str, str, dict]] = []
+    monkeypatch.setattr(role, "host", SimpleNamespace(name="pve", get_fact=lambda *args, **kwargs: None))
+    monkeypatch.setattr(role, "put_guest_keys", lambda guest: None)
+    monkeypatch.setattr(role.server, "shell", lambda name, commands: planned.append(("shell", name, {})))
+    monkeypatch.setattr(guest_host_keys.python, "call", lambda name, **kwargs: planned.append(("call", name, kwargs)))
+    role.kvm_guest.__wrapped__(vm)
+    assert [kind for kind, _, _ in planned] == ["shell", "shell", "call"]  # create, grow, start+pin
+    assert not any("Start" in name for kind, name, _ in planned if kind == "shell")
+    call = planned[-1][2]
+    assert call["start"] == role.start_command(202)
+    assert call["command"].startswith("perl -e ") and "/var/run/qemu-server/202.serial0" in call["command"]
+    assert call["path"] == vm.ssh.known_hosts_file and call["pattern"] == "gpu-vm"
+    planned.clear()
+    monkeypatch.setattr(guest_host_keys, "pin_target", lambda guest: None)  # a connector's host
+    role.kvm_guest.__wrapped__(vm)
+    assert [(kind, name) for kind, name, _ in planned][-1] == ("shell", "Start KVM guest 202")

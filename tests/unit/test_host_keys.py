@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import socket
 import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -240,6 +244,122 @@ def test_a_created_guests_key_is_read_on_the_node_and_pinned(tmp_path):
     failing = _Node("", ok=False)
     assert not _read_and_pin(None, failing, command, "LXC guest 202", str(known), "gpu-vm", replace=True)
     assert "gpu-vm" not in known.read_text()
+
+
+# -- a KVM guest's key, read from its serial console on the node ----------------------------------
+
+
+def _console(path: Path, lines: list[str], hold: threading.Event) -> threading.Thread:
+    """QEMU's serial0 socket as the node has it: one reader, sent what the VM prints (tty line
+    ends), then held open like a running VM's console until hold is set."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve():
+        connection, _ = server.accept()
+        with connection, server:
+            connection.sendall("".join(f"{line}\r\n" for line in lines).encode())
+            hold.wait(30)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def _first_boot(public: str) -> list[str]:
+    """What an Ubuntu cloud image prints on ttyS0 around cloud-init's keys (keys_to_console)."""
+    return [
+        "[  12.345678] cloud-init[812]: Cloud-init v. 24.1 running 'modules:final'",
+        "<14>Dec  7 04:30:01 ec2: -----BEGIN SSH HOST KEY FINGERPRINTS-----",
+        "<14>Dec  7 04:30:01 ec2: 256 SHA256:abc root@gpu-vm (ED25519)",
+        "<14>Dec  7 04:30:01 ec2: -----END SSH HOST KEY FINGERPRINTS-----",
+        "-----BEGIN SSH HOST KEY KEYS-----",
+        "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= root@gpu-vm",
+        public,
+        "-----END SSH HOST KEY KEYS-----",
+        "gpu-vm login: ",
+    ]
+
+
+def test_a_vms_key_is_read_from_its_serial_console_and_the_reader_stops_at_the_block(tmp_path):
+    from roles.shared.guest_host_keys import console_key, read_console_keys_command, read_kvm_console_key_command
+
+    public = _public_key(tmp_path, "vm").strip()
+    path = Path(tempfile.mkdtemp(prefix="ih-")) / "102.serial0"  # AF_UNIX paths are short
+    hold = threading.Event()
+    _console(path, _first_boot(public), hold)
+    started = time.monotonic()
+    run = subprocess.run(
+        ["sh", "-c", read_console_keys_command(str(path), 20)], capture_output=True, text=True, timeout=30
+    )
+    hold.set()
+    assert run.returncode == 0, run.stderr
+    assert time.monotonic() - started < 10  # done at the block's end, the console still open
+    assert console_key(run.stdout, "vm") == public
+    assert "login" not in run.stdout and "FINGERPRINTS" not in run.stdout
+    assert read_kvm_console_key_command(102).startswith("perl -e ")
+    assert "/var/run/qemu-server/102.serial0 1200 " in read_kvm_console_key_command(102)
+
+
+def test_a_silent_console_is_a_bounded_wait_with_a_named_failure(tmp_path):
+    from roles.shared.guest_host_keys import read_console_keys_command
+
+    path = Path(tempfile.mkdtemp(prefix="ih-")) / "103.serial0"
+    hold = threading.Event()
+    _console(path, ["[    0.000000] Linux version 6.8.0"], hold)
+    run = subprocess.run(
+        ["sh", "-c", read_console_keys_command(str(path), 1)], capture_output=True, text=True, timeout=30
+    )
+    hold.set()
+    assert run.returncode != 0
+    assert f"no SSH host keys on {path} within 1 s" in run.stderr
+    missing = subprocess.run(
+        ["sh", "-c", read_console_keys_command(str(path.with_name("none")), 1)], capture_output=True, text=True
+    )
+    assert missing.returncode != 0 and "cannot connect to" in missing.stderr
+
+
+class _Nodes(_Node):
+    """A node answering each command in turn (the start, then the console)."""
+
+    def __init__(self, *answers: tuple[bool, str, str]):
+        super().__init__("")
+        self.answers = [(ok, SimpleNamespace(stdout=out, stderr=err)) for ok, out, err in answers]
+
+    def run_shell_command(self, command):
+        self.commands.append(str(command))
+        return self.answers.pop(0)
+
+
+def test_a_created_vm_is_started_then_its_console_key_replaces_an_old_pin(tmp_path):
+    from roles.shared.guest_host_keys import _start_and_pin
+
+    known = tmp_path / "prod.known_hosts"
+    old = keys.parse_public_key(_public_key(tmp_path, "destroyed"), "")
+    known.write_text(old.line("10.0.0.22") + "\n")
+    public = _public_key(tmp_path, "vm").strip()
+    node = _Nodes((True, "", ""), (True, "\r\n".join(_first_boot(public)), ""))
+    assert _start_and_pin(None, node, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "10.0.0.22")
+    assert node.commands == ["qm start 102", "perl -e READ"]  # the console read right after the start
+    assert known.read_text() == keys.parse_public_key(public, "").line("10.0.0.22") + "\n"
+
+
+def test_a_vm_that_does_not_start_or_prints_no_key_is_one_failed_line_and_no_pin(tmp_path):
+    from roles.shared.guest_host_keys import _start_and_pin
+
+    known = tmp_path / "prod.known_hosts"
+    refused = _Nodes((False, "", "IOMMU not present\nKVM guest 102: the node has no IOMMU ..."))
+    assert not _start_and_pin(None, refused, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
+    assert refused.commands == ["qm start 102"] and "IOMMU not present" in refused.logged[0]
+    silent = _Nodes((True, "", ""), (False, "", "no SSH host keys on /var/run/qemu-server/102.serial0 within 1200 s"))
+    assert not _start_and_pin(None, silent, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
+    assert "within 1200 s" in silent.logged[0] and "inference-host trust" in silent.logged[0]
+    no_ed25519 = [line for line in _first_boot("ssh-ed25519 AAAA root@vm") if not line.startswith("ssh-ed25519")]
+    blacklisted = _Nodes((True, "", ""), (True, "\r\n".join(no_ed25519), ""))
+    assert not _start_and_pin(None, blacklisted, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
+    assert "found 0" in blacklisted.logged[0] and "inference-host trust" in blacklisted.logged[0]
+    assert not known.exists()
 
 
 # -- a changed key while pyinfra connects ----------------------------------------------------------
