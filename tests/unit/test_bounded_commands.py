@@ -755,6 +755,40 @@ def test_an_interrupted_run_kills_what_it_started_and_writes_its_report(programs
     assert "VERDICT: INTERRUPTED" in stdout
 
 
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_acceptance_kills_what_it_started_and_writes_its_report(programs, tmp_path, signal_number):
+    """checks.acceptance interrupted while the health checks wait on a hung nvidia-smi: exit 130,
+    nothing of the program left, and a report of the lines collected before, marked interrupted,
+    with the step that ran as "not judged" (before: one line on stderr and no report)."""
+    marker = stubborn(programs, tmp_path, "nvidia-smi")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "checks.acceptance", "--hosts", "local://", "--suites", "gpu", "--no-dcgm"]
+    argv += ["--no-bench", "--out", str(out), "--expect", "gpu_count=1"]
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        process.send_signal(signal_number)
+        stdout, stderr = process.communicate(timeout=60)
+        left = left_with(marker)
+    finally:
+        process.kill()
+        end_left(marker)
+    assert left == [], left
+    assert process.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert f"interrupted; the report in {out} holds the lines collected before" in stderr
+    payload = json.loads((out / "report.json").read_text())
+    assert payload["interrupted"] is True and payload["verdict"] == "INTERRUPTED"
+    by_area = {line["area"]: line for line in payload["lines"]}
+    assert by_area["node"]["observed"] == "no inventory: no node to read"  # collected before
+    stopped = by_area["health checks"]
+    assert stopped["observed"].startswith("not judged: the run was interrupted"), payload["lines"]
+    assert stopped["verdict"] == "UNREACHED"
+    assert "# Acceptance report: INTERRUPTED" in (out / "report.md").read_text()
+
+
 def never_answering_verdict(port: int, report: Path) -> tuple[float, subprocess.CompletedProcess]:
     """`python -m checks --suites server` against an engine that accepts and never answers."""
     argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "server", "--report", str(report)]
