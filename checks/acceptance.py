@@ -653,8 +653,7 @@ def markdown(lines: list[Line], meta: dict) -> str:
         + "."
         + standins_sentence(lines, verdict)
         + (
-            " The run was interrupted (Ctrl-C or SIGTERM): the lines it had not reached are missing; "
-            "not accepted."
+            " The run was interrupted (Ctrl-C or SIGTERM): the lines it had not reached are missing; not accepted."
             if meta.get("interrupted")
             else ""
         ),
