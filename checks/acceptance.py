@@ -790,7 +790,7 @@ def main(argv=None) -> int:
     lines: list[Line] = []
     _RUNNING.clear()
     try:
-        collect(args, site, folder, lines) if site else collect_one(args, expect, folder, lines)
+        lines = collect(args, site, folder, lines) if site else collect_one(args, expect, folder, lines)
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command running then was killed on its host
         interrupted = True
