@@ -14,7 +14,9 @@ passed), N/A (does not apply to this site, e.g. no KVM guest, no drafter served)
 Exit status: 0 every line PASS or N/A (ACCEPTED); 1 a line failed; 3 none failed but one was
 unreached; 4 every line PASS or N/A but one or more answered by a lab stand-in (ACCEPTED ON
 STAND-INS: a rehearsal of the collection and the judging, which accepts no machine); 2 bad input
-(no host contacted).
+(no host contacted); 130 interrupted (Ctrl-C, or SIGTERM: the command running then is killed on
+its host, and the report holds the lines collected before, the step that was running as a line
+"not judged", and "interrupted": true, verdict INTERRUPTED).
 
 Order on a GPU node: DCGM level 2 first (the engine stopped, started again, and whether it came
 back is a line of its own), then the health checks, so that the verdict and every line read
@@ -73,6 +75,16 @@ class Line:
     expected_figure: float | None = None
     unit: str = ""
     details: list[str] = field(default_factory=list)
+
+
+# The collection running now (area, host): an interrupted run's report names it "not judged"
+# rather than leaving it out (as checks/conftest.py does for the check an interruption stopped).
+_RUNNING: list[tuple[str, str]] = []
+NOT_JUDGED = "not judged: the run was interrupted (Ctrl-C or SIGTERM) while this ran"
+
+
+def running(area: str, host: str) -> None:
+    _RUNNING[:] = [(area, host)]
 
 
 # -- collecting on the node --------------------------------------------------------------------
@@ -207,7 +219,9 @@ def health_report(args, name: str, folder: Path) -> dict | None:
     if args.suites:
         argv += ["--suites", args.suites]
     print(f"\n## health checks of {name}", flush=True)
-    checks_main.main(argv)
+    running("health checks", name)
+    if checks_main.main(argv) == INTERRUPTED:  # its own report (marked interrupted) stays in the folder
+        raise KeyboardInterrupt
     return json.loads(report.read_text()) if report.is_file() else None
 
 
@@ -363,6 +377,7 @@ def dcgm_lines(args, host, expect, source: str, restart_source: str = TARGET) ->
     from checks.__main__ import dcgm_bound, progress_wanted
 
     bound_s = dcgm_bound(2, getattr(args, "dcgm_timeout", None), None)
+    running(area, expect.host_name)
     run = dcgm_diag(host, 2, expect.unit_name, bound_s, progress=progress_wanted())
     if run.interrupted:  # the engine is started again; the interruption goes on
         raise KeyboardInterrupt
@@ -499,6 +514,7 @@ def overran_as_line(area: str, name: str, collect) -> Line:
     """A line whose collection ran into a command's bound is a FAIL naming that command."""
     from checks.bounded import CommandOverrun
 
+    running(area, name)
     try:
         return collect()
     except CommandOverrun as error:
@@ -628,7 +644,7 @@ def overall(lines: list[Line]) -> tuple[str, int]:
 
 
 def markdown(lines: list[Line], meta: dict) -> str:
-    verdict, _ = overall(lines)
+    verdict = "INTERRUPTED" if meta.get("interrupted") else overall(lines)[0]
     counts = {v: sum(line.verdict == v for line in lines) for v in (PASS, FAIL, UNREACHED, NOT_APPLICABLE)}
     out = [
         f"# Acceptance report: {verdict}",
@@ -636,7 +652,12 @@ def markdown(lines: list[Line], meta: dict) -> str:
         f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
         + "."
-        + standins_sentence(lines, verdict),
+        + standins_sentence(lines, verdict)
+        + (
+            " The run was interrupted (Ctrl-C or SIGTERM): the lines it had not reached are missing; not accepted."
+            if meta.get("interrupted")
+            else ""
+        ),
         "",
         "| verdict | area | host | expected | observed | answered by |",
         "|---|---|---|---|---|---|",
@@ -767,21 +788,32 @@ def main(argv=None) -> int:
         return 2
     folder.mkdir(parents=True, exist_ok=True)
     interrupt_on_sigterm()
+    lines: list[Line] = []
+    _RUNNING.clear()
     try:
-        lines = collect(args, site, folder) if site else collect_one(args, expect, folder)
+        lines = collect(args, site, folder, lines) if site else collect_one(args, expect, folder, lines)
+        interrupted = False
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command running then was killed on its host
-        print(f"inference-host acceptance: interrupted; no report in {folder}: not accepted", file=sys.stderr)
-        return INTERRUPTED
+        interrupted = True
+        lines.extend(Line(area, host, "collected", NOT_JUDGED, UNREACHED) for area, host in _RUNNING)
     meta = {
         "inventory": args.inventory or args.hosts,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "seconds": round(time.time() - started, 1),
+        "interrupted": interrupted,
     }
-    verdict, status = overall(lines)
+    verdict, status = ("INTERRUPTED", INTERRUPTED) if interrupted else overall(lines)
     (folder / "report.json").write_text(
         json.dumps({**meta, "verdict": verdict, "lines": [asdict(x) for x in lines]}, indent=2, default=str) + "\n"
     )
     (folder / "report.md").write_text(markdown(lines, meta))
+    if interrupted:
+        print(
+            f"inference-host acceptance: interrupted; the report in {folder} holds the lines collected "
+            "before, marked interrupted: not accepted",
+            file=sys.stderr,
+        )
+        return status
     chart = draw_chart(lines, folder / "chart.png")
     print("\n" + markdown(lines, meta))
     print(
@@ -791,13 +823,15 @@ def main(argv=None) -> int:
     return status
 
 
-def collect(args, site, folder: Path) -> list[Line]:
+def collect(args, site, folder: Path, lines: list[Line] | None = None) -> list[Line]:
+    """Every host's lines, appended to `lines` as each host's are in (an interrupted run keeps them)."""
     from checks import bounded
     from checks.connection import testinfra_url
     from checks.expectations import Expectations
 
-    lines: list[Line] = []
+    lines = [] if lines is None else lines
     for node in site.group("proxmox_hosts"):
+        running("node", node.name)
         _KVM_GPUS[node.name] = [
             guest.guest.gpu_addresses
             for guest in site.group("kvm_guests")
@@ -815,6 +849,7 @@ def collect(args, site, folder: Path) -> list[Line]:
         except Exception as error:  # an unreachable node is one line, not a traceback
             lines.append(Line("node", node.name, "reachable", f"{type(error).__name__}: {error}"[:300], UNREACHED))
     for gpu_node in site.group("gpu_nodes"):
+        running("gpu node", gpu_node.name)
         url = testinfra_url(args.inventory, gpu_node.name)
         gone = unreachable(url, gpu_node.name)
         if gone:
@@ -840,21 +875,25 @@ def _expectations_without_inventory(args):
     return Expectations.from_overrides(args.expect)
 
 
-def collect_one(args, expect, folder: Path) -> list[Line]:
+def collect_one(args, expect, folder: Path, lines: list[Line] | None = None) -> list[Line]:
     """A machine in no inventory: no node to read; its GPU, interconnect and server lines."""
-    lines = [
+    lines = [] if lines is None else lines
+    lines.append(
         Line("node", "(none)", "the node's kernel arguments, nouveau, vfio", "no inventory: no node to read", UNREACHED)
-    ]
+    )
     from checks.bounded import CommandOverrun
 
     name = expect.host_name or args.hosts
+    running("gpu node", name)
     gone = unreachable(args.hosts, name)
     if gone:
-        return lines + [Line("gpu node", name, "reachable", gone, UNREACHED)]
+        lines.append(Line("gpu node", name, "reachable", gone, UNREACHED))
+        return lines
     try:
-        return lines + guest_lines(args, None, name, args.hosts, expect, folder)
+        lines.extend(guest_lines(args, None, name, args.hosts, expect, folder))
     except CommandOverrun as error:
-        return lines + [Line("gpu node", name, "every command within its bound", str(error), FAIL)]
+        lines.append(Line("gpu node", name, "every command within its bound", str(error), FAIL))
+    return lines
 
 
 if __name__ == "__main__":

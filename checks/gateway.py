@@ -15,17 +15,18 @@ smg 1.13.0's GET /workers answers {"workers": [{"id", "url", "is_healthy", "stat
 has one, /etc/smg/control-plane-api-key: smg then refuses the client key there).
 The requests run on the gateway host with curl; the key is read there from the 0600 file the
 gateway role wrote (/etc/smg/api-key, root only: run with --sudo when not connecting as root)
-and goes to curl on a file descriptor, never on a command line.
+and goes to curl on a file descriptor, never on a command line. Every request is bounded
+(checks/bounded.py) and marked as the engine's are (server_checks.marked_request): a gateway that
+accepts and never answers costs one curl timeout, and the next request fails at once naming it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from dataclasses import dataclass
 
-from checks.server_checks import STATUS_MARKER, HttpAnswer, parse_curl_output
+from checks.server_checks import STATUS_MARKER, HttpAnswer, marked_request
 from roles.shared.layout import GATEWAY_API_KEY_FILE, GATEWAY_CONTROL_PLANE_KEY_FILE
 from roles.shared.shell import Shell, sh
 from roles.site import SiteError, load_site
@@ -102,30 +103,26 @@ def request_command(port: int, path: str, body: dict | None = None, seconds: int
     return sh("bash -c {script}", script=str(script))
 
 
-def _request(run, port: int, path: str, body: dict | None = None, sudo: bool = False) -> HttpAnswer:
-    command = request_command(port, path, body)
-    result = run(sh("sudo {command}", command=command) if sudo else command)
-    return parse_curl_output(result.stdout, result.stderr)
+def _request(
+    host, port: int, path: str, body: dict | None = None, sudo: bool = False, timeout_s: int = 60
+) -> HttpAnswer:
+    command = request_command(port, path, body, timeout_s)
+    command = sh("sudo {command}", command=command) if sudo else command
+    return marked_request(host, f"http://127.0.0.1:{port}", path, command, timeout_s)
 
 
-def check(run, port: int, model: str, expected: list[str], sudo: bool = False) -> Verdict:
+def check(host, port: int, model: str, expected: list[str], sudo: bool = False, timeout_s: int = 60) -> Verdict:
+    """The verdict of the gateway on the bounded host: raises CommandOverrun when it did not
+    answer (the second request, refused at once, names the first)."""
     generation = _request(
-        run,
+        host,
         port,
         "/v1/chat/completions",
         {"model": model, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "Say ok."}]},
         sudo,
+        timeout_s,
     )
-    return judge(_request(run, port, "/workers", sudo=sudo), generation, expected)
-
-
-def _bounded_run(bounded, host):
-    """host.run for the gateway's curl (-m 60): the engine-HTTP kind, bounded past curl's own limit."""
-    return functools.partial(_run_bounded, bounded, host)
-
-
-def _run_bounded(bounded, host, command: Shell):
-    return bounded.run(host, command, what="engine HTTP", bound_s=75)
+    return judge(_request(host, port, "/workers", sudo=sudo, timeout_s=timeout_s), generation, expected)
 
 
 def main(argv=None) -> int:
@@ -163,7 +160,7 @@ def main(argv=None) -> int:
         host = bounded.own_host(testinfra_url(args.inventory, gateway.name))
         model = replicas(site.hosts)[0].serving.served_model_name
         try:
-            verdict = check(_bounded_run(bounded, host), gateway.gateway.port, model, expected, args.sudo)
+            verdict = check(host, gateway.gateway.port, model, expected, args.sudo)
         except bounded.CommandOverrun as error:
             print(f"{gateway.name}: FAIL  {error}")
             worst = 1

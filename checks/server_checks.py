@@ -70,19 +70,9 @@ def api_key_assignment(expect, variable: str) -> Shell:
 def request(
     host, expect, path: str, body: dict | None = None, with_key: bool = True, timeout_s: float | None = None
 ) -> HttpAnswer:
-    """One request on the host. An endpoint that let one request run into curl's -m (exit 28:
-    it accepted and never answered, or stalled mid-answer) is not asked again in this run: each
-    later request fails at once naming the first (a wedged engine cost every check its whole
-    timeout, 185 s for the server suite)."""
+    """One request on the host (marked_request: an endpoint that did not answer once is not
+    asked again in this run)."""
     timeout_s = timeout_s or expect.server_timeout_s
-    endpoint = base_url(expect)
-    earlier = bounded.unanswered(host, endpoint)
-    if earlier:
-        kind = bounded.KINDS["engine HTTP"]
-        raise bounded.CommandOverrun(
-            f"expected {path} to answer on {endpoint}; found it not asked: {earlier} earlier in this run "
-            f"(its FAIL line says more); likely cause: {kind.cause}; what to do: {kind.next_step}"
-        )
     # curl reads `\n` in -w as a newline: the marker line follows the body on a line of its own.
     curl = argv("curl", "-sS", "-m", str(timeout_s), "-w", "\\n" + STATUS_MARKER + "%{http_code} %{time_total}")
     data = key_setup = sh("")
@@ -96,7 +86,23 @@ def request(
     # curl's -m bounds the request (a server that accepts and never answers: curl exit 28); the
     # outer bound is for the rest (jq, a shell that does not start).
     command = sh("bash -c {script}", script=str(script))
-    result = bounded.run(host, command, what="engine HTTP", bound_s=float(timeout_s) + 15)
+    return marked_request(host, base_url(expect), path, command, float(timeout_s))
+
+
+def marked_request(host, endpoint: str, path: str, command: Shell, timeout_s: float) -> HttpAnswer:
+    """Runs one curl request on the bounded host: `command` asks `endpoint` for `path` with curl's
+    -m timeout_s and prints STATUS_MARKER. An endpoint that let one request run into curl's -m
+    (exit 28: it accepted and never answered, or stalled mid-answer) is not asked again in this
+    run: each later request fails at once naming the first (a wedged engine cost every check its
+    whole timeout, 185 s for the server suite). The engine's checks and the gateway's use it."""
+    earlier = bounded.unanswered(host, endpoint)
+    if earlier:
+        kind = bounded.KINDS["engine HTTP"]
+        raise bounded.CommandOverrun(
+            f"expected {path} to answer on {endpoint}; found it not asked: {earlier} earlier in this run "
+            f"(its FAIL line says more); likely cause: {kind.cause}; what to do: {kind.next_step}"
+        )
+    result = bounded.run(host, command, what="engine HTTP", bound_s=timeout_s + 15)
     answer = parse_curl_output(result.stdout, result.stderr)
     if answer.status == 0 and CURL_TIMED_OUT in answer.error:
         bounded.mark_unanswered(

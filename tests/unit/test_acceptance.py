@@ -272,7 +272,9 @@ def test_bad_inventory_is_one_line_and_exit_2(capsys, tmp_path):
 
 def test_report_json_shape(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        acc, "collect", lambda args, site, folder: [acc.Line("health verdict", "gpu", "HEALTHY", "HEALTHY", acc.PASS)]
+        acc,
+        "collect",
+        lambda args, site, folder, *_: [acc.Line("health verdict", "gpu", "HEALTHY", "HEALTHY", acc.PASS)],
     )
     assert acc.main(["--inventory", "inventory/lab.py", "--out", str(tmp_path / "r")]) == 0
     payload = json.loads((tmp_path / "r" / "report.json").read_text())

@@ -25,7 +25,7 @@ import testinfra.backend
 import testinfra.host
 
 from checks import __main__ as checks_main
-from checks import bounded, probes, server_checks
+from checks import bounded, gateway, probes, server_checks
 from checks.bounded import CommandOverrun
 from tests.unit.conftest import PROJECT_ROOT
 
@@ -542,6 +542,26 @@ def test_a_benchmark_that_never_ends_is_a_fail_line_not_a_hang(tmp_path):
     assert "the engine stopped answering during the benchmark" in line
 
 
+def test_a_gateway_that_accepts_and_never_answers_is_asked_once():
+    """checks.gateway built its own curl and so waited curl's whole timeout for each request;
+    it goes through the engine checks' marking: the first timeout marks the endpoint, the next
+    request fails at once naming it, and the gateway sees one connection, not two."""
+    server = SilentServer()
+    try:
+        started = time.monotonic()
+        with pytest.raises(CommandOverrun) as overrun:
+            gateway.check(fresh_host(), server.port, "kimi", ["http://10.0.0.2:30000"], timeout_s=1)
+        took = time.monotonic() - started
+        connections = len(server.held)
+    finally:
+        server.close()
+    endpoint = f"http://127.0.0.1:{server.port}"
+    assert str(overrun.value).startswith(f"expected /workers to answer on {endpoint}; found it not asked: ")
+    assert f"{endpoint} did not answer /v1/chat/completions within 1 s (curl exit 28)" in str(overrun.value)
+    assert connections == 1
+    assert took < 5, took
+
+
 class StallingServer(SilentServer):
     """Sends a 200 status line and headers, then one byte of the body every 0.3 s (a stuck
     engine mid-answer, or a slowloris)."""
@@ -756,6 +776,39 @@ def test_an_interrupted_run_kills_what_it_started_and_writes_its_report(programs
     stopped = [c for c in payload["checks"] if c["check"] == "nvidia smi present"]
     assert stopped and stopped[0]["detail"].startswith("not judged: the run was interrupted"), payload["checks"]
     assert "VERDICT: INTERRUPTED" in stdout
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_acceptance_kills_what_it_started_and_writes_its_report(programs, tmp_path, signal_number):
+    """checks.acceptance interrupted while the health checks wait on a hung nvidia-smi: exit 130,
+    nothing of the program left, and a report of the lines collected before, marked interrupted,
+    with the step that ran as "not judged" (before: one line on stderr and no report)."""
+    marker = stubborn(programs, tmp_path, "nvidia-smi")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "checks.acceptance", "--hosts", "local://", "--suites", "gpu", "--no-dcgm"]
+    argv += ["--no-bench", "--out", str(out), "--expect", "gpu_count=1"]
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(marker)
+        time.sleep(0.5)
+        process.send_signal(signal_number)
+        stdout, stderr = process.communicate(timeout=60)
+        left = left_with(marker)
+    finally:
+        process.kill()
+        end_left(marker)
+    assert left == [], left
+    assert process.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert f"interrupted; the report in {out} holds the lines collected before" in stderr
+    payload = json.loads((out / "report.json").read_text())
+    assert payload["interrupted"] is True and payload["verdict"] == "INTERRUPTED"
+    by_area = {line["area"]: line for line in payload["lines"]}
+    assert by_area["node"]["observed"] == "no inventory: no node to read"  # collected before
+    stopped = by_area["health checks"]
+    assert stopped["observed"].startswith("not judged: the run was interrupted"), payload["lines"]
+    assert stopped["verdict"] == "UNREACHED"
+    assert "# Acceptance report: INTERRUPTED" in (out / "report.md").read_text()
 
 
 def never_answering_verdict(port: int, report: Path) -> tuple[float, subprocess.CompletedProcess]:
