@@ -61,12 +61,15 @@ class GpuProbe:
         self.host = host
         self.smi_calls: list[tuple[str, float]] = []  # (the call's arguments, its seconds)
 
-    def _timed_smi(self, args: str):
+    def _timed_smi(self, args: Shell | None = None):
+        """One bounded nvidia-smi call (its arguments already built by sh()), timed for the
+        slow-driver check."""
         started = time.monotonic()
+        command = sh("{smi} {args}", smi=SMI, args=args) if args is not None else SMI
         try:
-            return bounded.run(self.host, sh("{smi} {args}", smi=SMI, args=Shell(args)), what="nvidia-smi")
+            return bounded.run(self.host, command, what="nvidia-smi")
         finally:
-            self.smi_calls.append((args or "(no arguments)", time.monotonic() - started))
+            self.smi_calls.append((str(args) if args is not None else "(no arguments)", time.monotonic() - started))
 
     # -- raw sources ---------------------------------------------------------------------------
 
@@ -88,7 +91,7 @@ class GpuProbe:
     @cached_property
     def smi_plain(self):
         """`nvidia-smi` itself: its failure text is how a version mismatch shows."""
-        return self._timed_smi("") if self.smi_path else None
+        return self._timed_smi() if self.smi_path else None
 
     @cached_property
     def gpu_query(self) -> Evidence:

@@ -586,6 +586,8 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
             value_problems.append(f"{where}: host {name}: {argument}")
             invalid.add(key)
             continue
+        if key == "fake_responses" and name.startswith("@fake/"):
+            continue  # pyinfra's @fake connector: facts as a tool printed them (tabs and all), no host
         if key in pyinfra_keys and key not in known:  # a connector's data, never written by a role
             problem = shape_problem(data[key]) or control_character_problem(data[key]) or number_problem(data[key])
             if problem:

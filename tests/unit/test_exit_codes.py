@@ -19,7 +19,15 @@ from pathlib import Path
 import pytest
 
 from inference_host import cli
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import (
+    ADMIN,
+    CLIENT_KEY,
+    CONTROL,
+    GATEWAY_PLAINTEXT,
+    PROJECT_ROOT,
+    ROLE_KEYS,
+    SERVING_PLAINTEXT,
+)
 
 ADDRESSES = {"rep-a.example.internal": "127.0.0.2", "rep-b.example.internal": "127.0.0.3", "gw": "127.0.0.4"}
 REPLICA = "rep-a.example.internal"
@@ -33,8 +41,9 @@ def replicas_inventory(folder: Path, port: int, first: str = REPLICA, bad: bool 
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "password").write_text("table-password\n")
-    if not (folder / "secrets.vault.yml").exists():
-        vault.set_secret(folder / "secrets.vault.yml", "engine_api_key", "table-key", b"table-password")
+    if not (folder / "secrets.vault.yml").exists():  # a key per role, each as long as the rules ask
+        for name, value in {"engine_api_key": CLIENT_KEY, **ROLE_KEYS}.items():
+            vault.set_secret(folder / "secrets.vault.yml", name, value, b"table-password")
     stack = os.path.relpath(PROJECT_ROOT / "inventory" / "stack.yml", folder)
     first_host = (
         '("@local", _node)' if first == "@local" else f'({REPLICA!r}, {{**_node, "ssh_hostname": "127.0.0.2"}})'
@@ -43,12 +52,12 @@ def replicas_inventory(folder: Path, port: int, first: str = REPLICA, bad: bool 
 
 _site = {{"stack_file": {stack!r}, "secrets_file": "secrets.vault.yml", "ssh_user": "root", "ssh_port": {port}}}
 _node = {{**_site, "gpu_count": {'"eight"' if bad else 8}, "serving_host": "0.0.0.0",
-    "serving_api_key_secret": "engine_api_key"}}
+    "serving_api_key_secret": "engine_api_key", **{ADMIN!r}, **{SERVING_PLAINTEXT!r}}}
 gpu_nodes = [
     {first_host},
     ("rep-b.example.internal", {{**_node, "ssh_hostname": "127.0.0.3"}}),
 ]
-gateways = [("gw.example.internal", {{**_site, "ssh_hostname": "127.0.0.4"}})]
+gateways = [("gw.example.internal", {{**_site, "ssh_hostname": "127.0.0.4", **{CONTROL!r}, **{GATEWAY_PLAINTEXT!r}}})]
 require_valid_inventory(__file__, globals())
 """
     path = folder / ("local.py" if first == "@local" else "bad.py" if bad else "replicas.py")
@@ -164,7 +173,7 @@ def test_the_status_of_each_subcommand_with_each_inventory(command, kind, sites,
     argv = [word.format(inv=inventory, out=tmp_path) for word in words]
     argv += GOOD_EXTRA.get(command, []) if kind == "good" else []
     expected = {"good": good, "unreachable": unreachable}.get(kind, 2)
-    code, said = run(argv, stdin="a-new-value\n")
+    code, said = run(argv, stdin="a-new-client-key-for-the-exit-code-table-0123\n")
     assert code == expected, f"{' '.join(argv)}: exit {code}, expected {expected}\n{said[-3000:]}"
     assert "Traceback" not in said, said
     if kind == "unreachable" and expected == 3:
