@@ -7,17 +7,22 @@ from __future__ import annotations
 
 from roles.site import load_site
 from roles.site.loading import api_key_problems
-from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, ROLE_KEYS, gpu_node
+from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, GATEWAY_PLAINTEXT, ROLE_KEYS, SERVING_PLAINTEXT, gpu_node
 from tests.unit.test_site import assert_names, only_problem, problems_of
 
 
 def _site(inventory, node=None, gateway=None, name="site.py", **vault_values):
     values = {"engine_api_key": CLIENT_KEY, **ROLE_KEYS, **vault_values}
     vault = inventory.vault(**values)
-    keyed = {"secrets_file": vault, "serving_host": "0.0.0.0", "serving_api_key_secret": "engine_api_key"}
+    keyed = {
+        "secrets_file": vault,
+        "serving_host": "0.0.0.0",
+        "serving_api_key_secret": "engine_api_key",
+        **SERVING_PLAINTEXT,  # the plaintext rule stays quiet: these tests are about the keys
+    }
     groups = {"gpu_nodes": [gpu_node(ssh_hostname="10.0.0.1", **keyed, **(node if node is not None else ADMIN))]}
     if gateway is not None:
-        groups["gateways"] = [("gw", {"secrets_file": vault, **gateway})]
+        groups["gateways"] = [("gw", {"secrets_file": vault, **GATEWAY_PLAINTEXT, **gateway})]
     return inventory.groups(name, **groups)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from roles.site import SiteError, load_site
 from roles.site.schema import is_loopback
-from tests.unit.conftest import gpu_node
+from tests.unit.conftest import ADMIN, CONTROL, ROLE_KEYS, gpu_node
 
 REASON = "a private VLAN of trusted machines"
 
@@ -18,10 +18,19 @@ def _refusal(path) -> list[str]:
     return error.value.problems
 
 
+def _vault(inventory):
+    """The client key and the role keys (conftest.ROLE_KEYS) the admin and control-plane settings name."""
+    return inventory.vault(engine_api_key="k" * 32, **ROLE_KEYS)
+
+
 def _keyed(inventory, **data):
-    """A gpu node with the API key set (so the key rule stays quiet) and data on top."""
-    secrets = inventory.vault(engine_api_key="k" * 32)
-    return gpu_node(secrets_file=secrets, serving_api_key_secret="engine_api_key", **data)
+    """A gpu node with the API key and its admin key set (so the key rules stay quiet) and data on top."""
+    return gpu_node(secrets_file=_vault(inventory), serving_api_key_secret="engine_api_key", **ADMIN, **data)
+
+
+def _gateway(inventory, **data):
+    """A gateway with its control-plane key (the key rules want one in front of keyed replicas)."""
+    return ("gw1", {"secrets_file": _vault(inventory), **CONTROL, **data})
 
 
 def test_an_engine_beyond_loopback_without_tls_is_refused_in_one_line(inventory):
@@ -77,7 +86,7 @@ def test_an_empty_or_bare_acknowledgement_is_refused(inventory, reason):
 
 def test_a_gateway_beyond_loopback_needs_its_own_acknowledgement(inventory):
     node = _keyed(inventory, serving_host="10.0.0.5", serving_plaintext_acknowledged=REASON)
-    gateway = ("gw1", {"gateway_host": "0.0.0.0"})
+    gateway = _gateway(inventory, gateway_host="0.0.0.0")
     path = inventory.groups(gpu_nodes=[node], gateways=[gateway])
     assert _refusal(path) == [
         f"{path}: host gw1: gateway_host = '0.0.0.0' serves the gateway in plain HTTP beyond this host"
@@ -85,7 +94,7 @@ def test_a_gateway_beyond_loopback_needs_its_own_acknowledgement(inventory):
         " or gateway_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
         " (docs/security.md#tls)"
     ]
-    acknowledged = ("gw1", {"gateway_host": "0.0.0.0", "gateway_plaintext_acknowledged": REASON})
+    acknowledged = _gateway(inventory, gateway_host="0.0.0.0", gateway_plaintext_acknowledged=REASON)
     path = inventory.groups("acknowledged.py", gpu_nodes=[node], gateways=[acknowledged])
     assert load_site(str(path)).hosts["gw1"].gateway.plaintext_acknowledged == REASON
 
@@ -94,7 +103,7 @@ def test_the_engine_behind_a_gateway_is_judged_on_its_own(inventory):
     """The gateway's TLS or acknowledgement does not cover the hop to the workers, which carries
     the same key (smg passes it on)."""
     node = _keyed(inventory, serving_host="10.0.0.5")
-    gateway = ("gw1", {"gateway_host": "127.0.0.1"})
+    gateway = _gateway(inventory, gateway_host="127.0.0.1")
     path = inventory.groups(gpu_nodes=[node], gateways=[gateway])
     assert _refusal(path) == [
         f"{path}: host gpu1: serving_host = '10.0.0.5' serves the engine in plain HTTP beyond this host"
