@@ -223,6 +223,17 @@ def _site_values(raw_data: dict[str, dict], where: str, problems: list[str]) -> 
     return values
 
 
+def _quiet_interrupt_under_gevent() -> None:
+    """Ctrl-C stays the one line of run_command (roles/site/command_line.py) once pyinfra_cli has
+    patched the standard library with gevent: gevent's hub prints a KeyboardInterrupt that lands
+    while it waits (`KeyboardInterrupt` and a timestamp on stderr) before raising it in the main
+    greenlet. Hub.NOT_ERROR lists what it raises without printing (gevent/hub.py, 26.x)."""
+    from gevent.hub import Hub
+
+    if KeyboardInterrupt not in Hub.NOT_ERROR:
+        Hub.NOT_ERROR = (*Hub.NOT_ERROR, KeyboardInterrupt)
+
+
 def _pyinfra_inventory(path: Path, namespace: dict | None = None):
     """The Inventory pyinfra's CLI would build from this file (group_data included); namespace:
     the file's globals when it has already run (else pyinfra runs it here)."""
@@ -230,6 +241,8 @@ def _pyinfra_inventory(path: Path, namespace: dict | None = None):
     from pyinfra.context import ctx_state
     from pyinfra_cli import inventory as cli_inventory
     from pyinfra_cli.inventory import make_inventory_from_files
+
+    _quiet_interrupt_under_gevent()
 
     key = str(path.resolve())
     _VALIDATING.add(key)  # the file's own require_valid_inventory call must not recurse
