@@ -99,7 +99,7 @@ def test_alertmanagers_watchdog_reaches_it(standin, tmp_path, inventory):
     from roles.site import load_site
     from tests.unit.conftest import gpu_node
     from tests.unit.test_monitoring_receivers import _free_port as free
-    from tests.unit.test_monitoring_receivers import _relay
+    from tests.unit.test_monitoring_receivers import _local, _relay
     from tests.unit.test_monitoring_rules import _tool
 
     binary = _tool("prometheus-alertmanager")
@@ -123,7 +123,7 @@ def test_alertmanagers_watchdog_reaches_it(standin, tmp_path, inventory):
         )
     )
     relay, _ = _relay(site, {"hb": f"{base}/ping/{CHECK}", "_dir": tmp_path})
-    (tmp_path / "am.yml").write_text(config.alertmanager_config(site.hosts["gpu1"]))
+    (tmp_path / "am.yml").write_text(_local(config.alertmanager_config(site.hosts["gpu1"]), tmp_path))
     port = free()
     process = subprocess.Popen(
         [

@@ -87,10 +87,14 @@ def test_the_watchdog_goes_to_the_heartbeat_only_and_each_severity_to_its_receiv
     assert warning["matchers"] == ['severity="warning"'] and am["route"]["repeat_interval"] == "6h"
     receivers = {r["name"]: r for r in am["receivers"]}
     # The vault's webhook URLs go through the relay on the loopback: Alertmanager never holds them.
+    # Each with the relay's token, from a file (the relay answers 401 without it).
+    token = {"authorization": {"type": "Bearer", "credentials_file": config.RELAY_TOKEN_FILE}}
     assert receivers["heartbeat"]["webhook_configs"] == [
-        {"url": "http://127.0.0.1:9097/heartbeat", "send_resolved": False}
+        {"url": "http://127.0.0.1:9097/heartbeat", "send_resolved": False, "http_config": token}
     ]
-    assert receivers["critical"]["webhook_configs"] == [{"url": "http://127.0.0.1:9097/webhook", "send_resolved": True}]
+    assert receivers["critical"]["webhook_configs"] == [
+        {"url": "http://127.0.0.1:9097/webhook", "send_resolved": True, "http_config": token}
+    ]
     assert config.relay_receivers(site.hosts["gpu1"]) == {"webhook": "hook", "heartbeat": "heartbeat"}
     assert set(receivers["heartbeat"]) == {"name", "webhook_configs"}  # nobody else gets the Watchdog
     kinds = {"email_configs", "webhook_configs", "slack_configs", "pagerduty_configs"}
@@ -129,10 +133,12 @@ def test_no_secret_in_any_file_alertmanager_reads_and_amtool_accepts_the_config(
         leaked = [key for key, value in SECRETS.items() if value in text]
         assert leaked == [], (path, leaked)
     relay = json.loads(config.relay_config(mon, SECRETS))
-    assert relay == {"receivers": {"heartbeat": HEARTBEAT, "webhook": WEBHOOK}}  # only the relay's file
+    token = config.relay_token(mon, SECRETS)
+    assert relay == {"receivers": {"heartbeat": HEARTBEAT, "webhook": WEBHOOK}, "token": token}  # only the relay's file
+    assert [path for path, text in rendered.items() if token in text] == []  # the token is a file's too
     amtool = _tool("amtool")
     text = rendered[config.ALERTMANAGER_FILE]
-    for path in (config.SLACK_URL_FILE, config.PAGERDUTY_KEY_FILE, config.SMTP_PASSWORD_FILE):
+    for path in (config.SLACK_URL_FILE, config.PAGERDUTY_KEY_FILE, config.SMTP_PASSWORD_FILE, config.RELAY_TOKEN_FILE):
         text = text.replace(path, str(tmp_path / Path(path).name))
         (tmp_path / Path(path).name).write_text("x\n")
     (tmp_path / "alertmanager.yml").write_text(text)
@@ -307,17 +313,30 @@ def _serve(handler) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
+def _token_file(directory: Path) -> Path:
+    """Where these tests keep Alertmanager's copy of the relay token (config.RELAY_TOKEN_FILE on a host)."""
+    return directory / Path(config.RELAY_TOKEN_FILE).name
+
+
+def _local(text: str, directory: Path) -> str:
+    """alertmanager.yml as the role writes it, with the relay token's file in `directory`."""
+    return text.replace(config.RELAY_TOKEN_FILE, str(_token_file(directory)))
+
+
 def _relay(site, values: dict) -> tuple[ThreadingHTTPServer, list[str]]:
     """The role's relay (files/alert_relay.py) on the monitor's relay port, in this process, from
-    the config file the role writes; its log lines collected."""
+    the config file the role writes, requiring its token as main() does; the token also written,
+    as the role writes it, where _local points Alertmanager; its log lines collected."""
     from tests.unit.test_alert_relay import relay_program as alert_relay
 
     mon = site.hosts["gpu1"]
-    path = Path(values.pop("_dir")) / "alert-relay.json"
+    directory = Path(values.pop("_dir"))
+    path = directory / "alert-relay.json"
     path.write_text(config.relay_config(mon, values))
+    _token_file(directory).write_text(config.relay_token(mon, values) + "\n")
     lines: list[str] = []
-    receivers = alert_relay.load_receivers(str(path))
-    server = alert_relay.serve(receivers, "127.0.0.1", mon.monitoring.alert_relay_port, 3.0, lines.append)
+    receivers, token = alert_relay.load_config(str(path))
+    server = alert_relay.serve(receivers, "127.0.0.1", mon.monitoring.alert_relay_port, 3.0, lines.append, token)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, lines
 
@@ -326,7 +345,7 @@ def _run_alertmanager(tmp_path, text: str, alerts: list[dict], seconds: float) -
     """Debian 12's Alertmanager 0.25.0 on alertmanager.yml = text, given the alerts, for `seconds`;
     returns what it logged (stderr: the journal's content under systemd)."""
     binary = _tool("prometheus-alertmanager")
-    (tmp_path / "alertmanager.yml").write_text(text)
+    (tmp_path / "alertmanager.yml").write_text(_local(text, tmp_path))
     port = _free_port()
     process = subprocess.Popen(
         [
