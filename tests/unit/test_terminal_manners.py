@@ -128,6 +128,12 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
         while "ssh" not in _children(process.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert "ssh" in _children(process.pid), "status never asked the host"
+        # The other hosts' pre-checks fork at about the same time and end at once (refused); a
+        # SIGINT inside a child between fork and exec prints Python's "Exception ignored in
+        # _after_fork" there (seen here about 1 run in 6; open, docs/operations.md). The Ctrl-C
+        # this test is about comes while status waits on the silent host.
+        time.sleep(1.5)
+        assert "ssh" in _children(process.pid), "the silent host's ssh ended before the Ctrl-C"
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
