@@ -74,9 +74,16 @@ def _leaked(text: str) -> list[str]:
 
 
 def _inventory_with_active(folder: Path, stack_id: str) -> Path:
-    """inventory/lab.py beside a stack file whose `active` is stack_id (the user's edit)."""
+    """inventory/lab.py beside a stack file whose `active` is stack_id (the user's edit). For a
+    vLLM stack the user also drops SGLang's admin key: vLLM 0.16.0 has no such flag, and the
+    validator refuses the setting there in one line (docs/security.md#keys-and-their-roles)."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(LAB_INVENTORY, folder / "lab.py")
+    text = LAB_INVENTORY.read_text()
+    if stack_id.startswith("vllm"):
+        admin = '            "serving_admin_api_key_secret": "engine_admin_api_key",\n'
+        assert admin in text, "inventory/lab.py names SGLang's admin key on a line of its own"
+        text = text.replace(admin, "")
+    (folder / "lab.py").write_text(text)
     text = (PROJECT_ROOT / "inventory/stack.yml").read_text()
     (folder / "stack.yml").write_text(text.replace(f"active: {SGLANG.id}", f"active: {stack_id}"))
     # The stacks' committed locks live beside the stack file (roles/site/lock.py).

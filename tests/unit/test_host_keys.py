@@ -240,10 +240,12 @@ def test_a_created_guests_key_is_read_on_the_node_and_pinned(tmp_path):
     assert command.startswith("pct exec 201 -- sh -c ")
     assert _read_and_pin(None, node, command, "LXC guest 201", str(known), "gpu-lxc", replace=True)
     assert known.read_text() == keys.parse_public_key(public, "").line("gpu-lxc") + "\n"
-    # an unreadable key fails the node's operation in one line, nothing pinned
+    # an unreadable key is one line on the node's output, nothing pinned; the node's operation
+    # stands (a guest not ready is reported, not an error: nothing connects to it unpinned)
     failing = _Node("", ok=False)
-    assert not _read_and_pin(None, failing, command, "LXC guest 202", str(known), "gpu-vm", replace=True)
+    assert _read_and_pin(None, failing, command, "LXC guest 202", str(known), "gpu-vm", replace=True)
     assert "gpu-vm" not in known.read_text()
+    assert "could not be read" in failing.logged[-1] and "inference-host trust" in failing.logged[-1]
 
 
 # -- a KVM guest's key, read from its serial console on the node ----------------------------------
@@ -345,7 +347,7 @@ def test_a_created_vm_is_started_then_its_console_key_replaces_an_old_pin(tmp_pa
     assert known.read_text() == keys.parse_public_key(public, "").line("10.0.0.22") + "\n"
 
 
-def test_a_vm_that_does_not_start_or_prints_no_key_is_one_failed_line_and_no_pin(tmp_path):
+def test_a_vm_that_does_not_start_or_prints_no_key_is_one_line_and_no_pin(tmp_path):
     from roles.shared.guest_host_keys import _start_and_pin
 
     known = tmp_path / "prod.known_hosts"
@@ -353,7 +355,7 @@ def test_a_vm_that_does_not_start_or_prints_no_key_is_one_failed_line_and_no_pin
     assert not _start_and_pin(None, refused, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
     assert refused.commands == ["qm start 102"] and "IOMMU not present" in refused.logged[0]
     silent = _Nodes((True, "", ""), (False, "", "no SSH host keys on /var/run/qemu-server/102.serial0 within 1200 s"))
-    assert not _start_and_pin(None, silent, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
+    assert _start_and_pin(None, silent, "qm start 102", "perl -e READ", "KVM guest 102", str(known), "vm")
     assert "within 1200 s" in silent.logged[0] and "inference-host trust" in silent.logged[0]
     no_ed25519 = [line for line in _first_boot("ssh-ed25519 AAAA root@vm") if not line.startswith("ssh-ed25519")]
     blacklisted = _Nodes((True, "", ""), (True, "\r\n".join(no_ed25519), ""))

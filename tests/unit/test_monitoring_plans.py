@@ -122,7 +122,9 @@ def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     assert relay_config == {} and len(token) == 64
     # ...and the same token for Alertmanager, in its own 0600 file, named in each relayed webhook.
     assert any(
-        "chmod 0600 -- /etc/prometheus/inference-host-alert-relay.token.inference-host-new" in c for c in p.commands
+        "install -m 0600 " in c
+        and " /etc/prometheus/inference-host-alert-relay.token.inference-host-new && mv -f -T" in c
+        for c in p.commands
     )
     assert any(
         str(t).strip() == token for path, t in p.uploads.items() if path.startswith("/var/lib/inference-host/upload")

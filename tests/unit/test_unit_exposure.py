@@ -86,7 +86,7 @@ def _rendered_services() -> dict[str, str]:
         for settings in site.hosts.values():
             if settings.eagle3_training.enabled:
                 text = templates.render(
-                    "roles/eagle3_training/templates/inference-host-eagle3@.service.j2",
+                    str(Path("roles/eagle3_training/templates") / "inference-host-eagle3@.service.j2"),
                     **eagle3_training.unit_kwargs(settings),
                 )
                 units.setdefault("inference-host-eagle3@.service", text)
