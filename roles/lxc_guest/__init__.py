@@ -168,7 +168,13 @@ def lxc_guest(guest: HostSettings) -> None:
     _report_pending(guest, state, plan)
     _converge_keys(guest, state)
     if state["status"] == "running" and needs_pin(guest):  # made before keys were pinned, or by hand
-        pin_lxc_key(guest, created=False)
+        # A line, not an operation every run: a deploy that changes nothing plans none, and
+        # `inference-host trust` reads the key through the node the same way (pct exec).
+        logger.warning(
+            f"{host.name}: LXC guest {vmid} ({guest.name}) has no SSH host key pinned, and the deploy"
+            f" connects only to a pinned key: inference-host trust INVENTORY {guest.name} reads it on this"
+            " node (pct exec) and shows its fingerprint"
+        )
 
 
 def plan_keys(guest: HostSettings, status: str, found: dict | None) -> tuple[list[Shell], str | None]:
