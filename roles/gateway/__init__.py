@@ -214,28 +214,23 @@ def _api_key(hosts: dict[str, HostSettings]) -> list:
         create_home=False,
     )  # Debian's no-home convention
     files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
-    secret = api_key_secret(hosts)
-    if not secret:
-        return [files.file(name=f"Remove {API_KEY_FILE} (no API key set)", path=API_KEY_FILE, present=False)]
-    deployed = secret_file(
-        label=f"the gateway's API key (secret {secret})",
-        value=secret_value(secret) + "\n",
-        dest=API_KEY_FILE,
-        user=SERVICE_USER,
-        group=SERVICE_USER,
-    )
-    return [deployed] if deployed is not None else []
+    return _key_file(API_KEY_FILE, api_key_secret(hosts), "API key", "no API key set")
 
 
 def _role_keys(settings: HostSettings) -> list:
     """The control-plane key, a 0600 file of the gateway's user that smg-launch reads
     (docs/security.md#keys-and-their-roles); the setting removed, the file too."""
-    path, control = GATEWAY_CONTROL_PLANE_KEY_FILE, settings.gateway.control_plane_api_key_secret
-    if not control:
-        return [files.file(name=f"Remove {path} (not set)", path=path, present=False)]
+    control = settings.gateway.control_plane_api_key_secret
+    return _key_file(GATEWAY_CONTROL_PLANE_KEY_FILE, control, "control-plane key", "not set")
+
+
+def _key_file(path: str, secret: str | None, what: str, unset: str) -> list:
+    """One key as a 0600 file of the gateway's user, or the file removed when no secret names it."""
+    if not secret:
+        return [files.file(name=f"Remove {path} ({unset})", path=path, present=False)]
     deployed = secret_file(
-        label=f"the gateway's control-plane key (secret {control})",
-        value=secret_value(control) + "\n",
+        label=f"the gateway's {what} (secret {secret})",
+        value=secret_value(secret) + "\n",
         dest=path,
         user=SERVICE_USER,
         group=SERVICE_USER,
