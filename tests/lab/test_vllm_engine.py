@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -254,6 +255,29 @@ for name, module in (("patched", patched), ("unpatched", unpatched)):
     module.log_non_default_args(args)
     logged[name] = keep.lines
 print(json.dumps({"logged": logged}))
+import asyncio
+import vllm.entrypoints.openai.server_utils as guarded
+spec = importlib.util.spec_from_file_location("unpatched_server_utils", sys.argv[3])
+unguarded = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(unguarded)
+async def answer(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+def status(module, path):
+    sent = []
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+    async def send(message):
+        sent.append(message)
+    scope = {"type": "http", "method": "POST", "path": path, "root_path": "", "headers": [],
+             "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 80)}
+    async def call():
+        await module.AuthenticationMiddleware(answer, ["k" * 32])(scope, receive, send)
+    asyncio.run(call())
+    return sent[0]["status"]
+paths = json.loads(sys.argv[4])
+print(json.dumps({"auth": {name: {path: status(module, path) for path in paths}
+                           for name, module in (("patched", guarded), ("unpatched", unguarded))}}))
 """
 )
 
@@ -261,17 +285,21 @@ print(json.dumps({"logged": logged}))
 @pytest.fixture(scope="module")
 def probe(vllm_deployed, gpu_guest) -> dict:
     site = gpu_guest.check_output(f"echo {ROOT}/current/lib/python3*/site-packages")
-    patch = f"{ROOT}/current/inference-host-patches/0001-keep-api-key-out-of-logs.patch"
+    patches = f"{ROOT}/current/inference-host-patches"
     copy = "/tmp/ih-unpatched"
     gpu_guest.check_output(
-        f"rm -rf {copy} && mkdir -p {copy}/vllm/entrypoints"
+        f"rm -rf {copy} && mkdir -p {copy}/vllm/entrypoints/openai"
         f" && cp {site}/vllm/entrypoints/utils.py {copy}/vllm/entrypoints/utils.py"
-        f" && patch -R -s -p1 -d {copy} < {patch}"
+        f" && cp {site}/vllm/entrypoints/openai/server_utils.py {copy}/vllm/entrypoints/openai/server_utils.py"
+        f" && patch -R -s -p1 -d {copy} < {patches}/0001-keep-api-key-out-of-logs.patch"
+        f" && patch -R -s -p1 -d {copy} < {patches}/0002-key-on-every-route.patch"
     )
+    paths = shlex.quote(json.dumps([*OUTSIDE_V1, *PROBES]))
     try:
         result = gpu_guest.run(
             f"{ROOT}/current/bin/python - {ROOT}/current/serving/launch"
-            f" {copy}/vllm/entrypoints/utils.py <<'EOF'\n{PROBE_SCRIPT}EOF"
+            f" {copy}/vllm/entrypoints/utils.py {copy}/vllm/entrypoints/openai/server_utils.py {paths}"
+            f" <<'EOF'\n{PROBE_SCRIPT}EOF"
         )
     finally:
         gpu_guest.run(f"rm -rf {copy}")
@@ -282,7 +310,9 @@ def probe(vllm_deployed, gpu_guest) -> dict:
             found["cli"] = json.loads(line)
         elif line.startswith('{"logged":'):
             found.update(json.loads(line)["logged"])
-    assert set(found) == {"cli", "patched", "unpatched"}, result.stdout[-3000:]
+        elif line.startswith('{"auth":'):
+            found["auth"] = json.loads(line)["auth"]
+    assert set(found) == {"cli", "patched", "unpatched", "auth"}, result.stdout[-3000:]
     return found
 
 
@@ -309,6 +339,44 @@ def test_the_journal_check_finds_the_key_the_unpatched_release_logs(probe):
     assert "non-default args:" in unpatched and "'api_key': ['" in unpatched, unpatched
     assert _leaked(unpatched) == [HOST.serving.api_key_secret], unpatched
     assert _leaked("\n".join(probe["patched"])) == []
+
+
+# vllm 0.16.0 answers these routes outside /v1 without the key: its AuthenticationMiddleware
+# (vllm/entrypoints/openai/server_utils.py) guards /v1 only (vLLM issue #58144), and
+# /invocations runs a completion. Patch 0002 asks for the key on every route but PROBES, which
+# the project's checks, the drain and Prometheus read without one. Each body is one the route
+# takes, so a 401 is the key's doing.
+OUTSIDE_V1 = {
+    "/invocations": {"model": "kimi-k2.5", "prompt": "hi", "max_tokens": 1},
+    "/tokenize": {"model": "kimi-k2.5", "prompt": "hi"},
+    "/scale_elastic_ep": {"new_data_parallel_size": 1},
+}
+PROBES = ("/health", "/ping", "/load", "/metrics", "/version")
+
+
+def test_the_key_guards_every_route_but_the_probes(vllm_deployed, inventories, gpu_guest):
+    from checks import server_checks
+    from checks.expectations import Expectations
+
+    expect = Expectations.from_site(load_site(inventories["vllm"]), HOST.name)
+    assert expect.served_model_name == "kimi-k2.5"
+    for path, body in OUTSIDE_V1.items():
+        assert server_checks.request(gpu_guest, expect, path, body, with_key=False).status == 401, path
+    for path in ("/invocations", "/tokenize"):
+        answer = server_checks.request(gpu_guest, expect, path, OUTSIDE_V1[path])
+        assert answer.status == 200, (path, answer)
+    for path in PROBES:
+        answer = server_checks.request(gpu_guest, expect, path, with_key=False)
+        assert answer.status == 200, (path, answer)
+
+
+def test_the_unpatched_release_serves_outside_v1_without_the_key(probe):
+    """The test above can fail: vllm 0.16.0's own middleware, without patch 0002, passes every
+    route outside /v1 on to the server without a key; the patched one refuses them."""
+    auth = probe["auth"]
+    assert all(auth["unpatched"][path] == 200 for path in OUTSIDE_V1), auth
+    assert all(auth["patched"][path] == 401 for path in OUTSIDE_V1), auth
+    assert all(auth[name][path] == 200 for name in auth for path in PROBES), auth
 
 
 def test_the_committed_cli_is_the_installed_wheels(probe):
