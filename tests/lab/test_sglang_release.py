@@ -44,3 +44,63 @@ def test_every_patch_applies_to_the_real_wheel(version, tmp_path):
                 text=True,
             )
             assert result.returncode == 0, f"{patch.name} {args}: {result.stdout}{result.stderr}"
+
+
+# Where each release builds its /server_info answer from the server arguments: the function
+# runs here, from the real wheel, with the state it reads replaced by plain objects.
+SERVER_INFO = {
+    "0.5.9": ("sglang/srt/entrypoints/http_server.py", "server_info"),
+    "0.5.10": ("sglang/srt/entrypoints/http_server.py", "server_info"),
+    "0.5.23": ("sglang/srt/utils/common.py", "build_server_info"),
+}
+SECRETS = {"api_key": "c" * 32, "admin_api_key": "a" * 32, "ssl_keyfile_password": "p" * 12}
+
+
+def _server_info_answer(source: str, function: str) -> dict:
+    """Runs `function` as the release defines it, compiled alone from its module's source."""
+    import ast
+    import asyncio
+    import dataclasses
+    from types import SimpleNamespace
+    from typing import Any
+
+    node = next(n for n in ast.parse(source).body if getattr(n, "name", None) == function)
+    node.decorator_list = []
+    Args = dataclasses.make_dataclass("Args", [*SECRETS, "model_path"])
+    args = Args(**SECRETS, model_path="/models/kimi")
+    args.resolved_dict = lambda: dataclasses.asdict(args)
+    args.launch_command = "python -m sglang.launch_server --config /etc/x.yaml"
+
+    async def no_states():
+        return []
+
+    namespace: dict = {
+        "dataclasses": dataclasses,
+        "List": list,  # the release's annotations, evaluated as it runs
+        "Dict": dict,
+        "Any": Any,
+        "__version__": "x",
+        "describe_kv_events_publisher": lambda _: None,
+        "_global_state": SimpleNamespace(
+            tokenizer_manager=SimpleNamespace(server_args=args, get_internal_state=no_states), scheduler_info={}
+        ),
+    }
+    exec(compile(ast.Module(body=[node], type_ignores=[]), function, "exec"), namespace)
+    if function == "build_server_info":
+        return namespace[function](args, {})
+    return asyncio.run(namespace[function]())
+
+
+@pytest.mark.parametrize("version", sorted(SERVER_INFO))
+def test_server_info_answers_without_the_keys(version, tmp_path):
+    """/server_info takes no admin key: with the keys in it, the client key reads the admin key.
+    The release's own function answers with every key; patched, with none of them."""
+    path, function = SERVER_INFO[version]
+    with zipfile.ZipFile(pypi_wheels.pypi_wheel(version)) as archive:
+        archive.extract(path, tmp_path)
+    unpatched = _server_info_answer((tmp_path / path).read_text(), function)
+    assert {k: unpatched[k] for k in SECRETS} == SECRETS  # the leak the patch closes
+    patch = next(p for p in patches_for(version) if p.name.endswith("keep-keys-out-of-server-info.patch"))
+    subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
+    patched = _server_info_answer((tmp_path / path).read_text(), function)
+    assert not set(SECRETS) & set(patched) and patched["model_path"] == "/models/kimi", patched

@@ -93,6 +93,9 @@ HOSTILE = [
     ({"serving_extra_env": {"NCCL_NET_PLUGIN": "/x.so"}}, "NCCL_NET_PLUGIN"),
     ({"serving_extra_env": {"PYTHONWARNINGS": "error::x.Y"}}, "PYTHONWARNINGS"),
     ({"serving_extra_env": {"JEMALLOC_PRELOAD": "/x.so"}}, "JEMALLOC_PRELOAD"),
+    # Environment names that mount routes no key guards (vLLM's development and LoRA routes).
+    ({"serving_extra_env": {"VLLM_SERVER_DEV_MODE": "1"}}, "development or adapter routes (VLLM_SERVER_DEV_MODE)"),
+    ({"serving_extra_env": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}}, "VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
     # A source tree of the system's, tarred to the builder.
     ({"build_source_overrides": {"flash-attn": "/etc"}}, "flash-attn: a folder of its own, not the system's /etc"),
     ({"build_source_overrides": {"flash-attn": "/home/ubuntu/.ssh"}}, "not in /home/ubuntu/.ssh"),

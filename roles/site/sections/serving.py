@@ -97,6 +97,14 @@ CODE_ENV = (
 CODE_ENV_RE = re.compile(r"^(.*_PRELOAD|.*INJECTION.*|.*_PLUGIN|PYTHON.*)$", re.IGNORECASE)
 
 
+# Variables that mount routes no key guards: vLLM 0.16.0 attaches its development routes
+# (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /pause, /update_weights, ...) only with
+# VLLM_SERVER_DEV_MODE (vllm/entrypoints/serve/*/api_router.py, attach_router), and
+# /v1/load_lora_adapter, which loads a file the caller names, only with
+# VLLM_ALLOW_RUNTIME_LORA_UPDATING (serve/lora/api_router.py).
+ROUTE_ENV = ("VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+
+
 def _extra_env(value: dict[str, str]) -> dict[str, str]:
     owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
     if owned:
@@ -114,6 +122,16 @@ def _extra_env(value: dict[str, str]) -> dict[str, str]:
                 "valid": f"no variable that changes what code runs ({', '.join(code)}; nor any *_PRELOAD,"
                 " *INJECTION*, *_PLUGIN or PYTHON*): the engine runs the locked environment of its stack;"
                 " change the stack instead"
+            },
+        )
+    routes = [name for name in value if name.upper() in ROUTE_ENV]
+    if routes:
+        raise PydanticCustomError(
+            "inference_host",
+            "{valid}",
+            {
+                "valid": f"no variable that mounts the engine's development or adapter routes ({', '.join(routes)}):"
+                " they change or load into the running engine, and vLLM asks no key there"
             },
         )
     return value
