@@ -118,7 +118,8 @@ def test_other_cpu_overrides_need_a_new_cpu_lock():
 
 
 def test_the_stamp_follows_the_vllm_patch_queue():
-    assert [p.name for p in engine_env.engine_patches(VLLM)] == ["0001-keep-api-key-out-of-logs.patch", "0002-key-on-every-route.patch"]
+    names = [p.name for p in engine_env.engine_patches(VLLM)]
+    assert names == ["0001-keep-api-key-out-of-logs.patch", "0002-key-on-every-route.patch"]
     assert engine_env.engine_patches(VLLM) == patches_for(VLLM.vllm, "vllm")
 
 
