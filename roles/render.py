@@ -29,7 +29,7 @@ from pathlib import Path
 import validation
 from roles import composition
 from roles.shared import layout, pve, templates
-from roles.shared.shell import argv, word
+from roles.shared.shell import argv, comment, word
 from roles.site import (
     PROJECT_ROOT,
     HostSettings,
@@ -120,7 +120,7 @@ def _cuda(p: Preview, settings: HostSettings, site: Site) -> None:
         cuda.PROFILE_FILE,
         "roles/cuda/templates/90-inference-host-cuda.sh.j2",
         cuda_home=word(cuda.toolkit_dir(version)),
-        version=version,
+        version=comment(version),
     )
 
 

@@ -15,8 +15,9 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server
 
 from roles.cuda.facts import SelectedCudaDirectory
+from roles.shared import templates
 from roles.shared.nvidia_repo import current_distro, ensure_cuda_repository
-from roles.shared.shell import sh, word
+from roles.shared.shell import comment, sh, word
 from roles.site import current_host, current_site
 
 PROFILE_FILE = "/etc/profile.d/90-inference-host-cuda.sh"
@@ -59,6 +60,7 @@ def _select(version: str, stack_id: str) -> None:
         src="roles/cuda/templates/90-inference-host-cuda.sh.j2",
         dest=PROFILE_FILE,
         cuda_home=word(target),  # one shell word: the file is sourced by login shells
-        version=version,
+        version=comment(version),
         mode="0644",
+        jinja_env_kwargs=templates.jinja_env_kwargs("roles/cuda/templates/90-inference-host-cuda.sh.j2"),
     )

@@ -354,6 +354,7 @@ def _driver(settings: HostSettings) -> None:
         group="root",
         mode="0755",
         command=argv(python, f"{LIBEXEC}/pipeline.py", "--config", CONFIG_FILE),  # one shell word each
+        jinja_env_kwargs=templates.jinja_env_kwargs("roles/eagle3_training/templates/inference-host-eagle3.j2"),
     )
     unit = files.template(
         name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",

@@ -65,7 +65,7 @@ from roles.shared.legacy_layout import (
 from roles.shared.note import note
 from roles.shared.replicas import control_plane_key_secret, gateway_url, gateways, replicas, worker_url
 from roles.shared.secret_files import secret_file
-from roles.shared.shell import Shell, argv, sh
+from roles.shared.shell import Shell, argv, comment, sh
 from roles.shared.unit_owner import refuse_foreign_units
 from roles.site import (
     EngineStack,
@@ -329,7 +329,11 @@ def release_templates(settings: HostSettings, stack: EngineStack, site: Site) ->
             paths["launcher"],
             "roles/serving/templates/launch.j2",
             "0755",
-            dict(stack_id=stack.id, engine_label=stack.label, command=argv(*launch_command(settings, stack, site))),
+            dict(
+                stack_id=comment(stack.id),
+                engine_label=comment(stack.label),
+                command=argv(*launch_command(settings, stack, site)),
+            ),
         ),
         (
             paths["unit"],

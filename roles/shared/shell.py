@@ -21,6 +21,8 @@ What makes a value safe here, not merely quoted:
   treats any word starting with `-` as an option (`-oDpkg::Pre-Invoke::=...` runs a command as
   root), so its package names are always refused there;
 - a NUL cannot be in an argument (execve(2) ends the word there), so it is refused;
+- a field inside a here-document's body is refused: the body is not shell words, so quoting does
+  nothing there, and an unquoted delimiter (`<<EOF`) runs `$(...)` and backquotes in it;
 - only str, int and os.PathLike values: a bool or None formatted into a command is a bug.
 
 The result is a `Shell`, a str, so pyinfra, the preview and the fact batch take it unchanged.
@@ -39,7 +41,7 @@ import shlex
 from collections.abc import Iterable
 from string import Formatter
 
-__all__ = ["Shell", "argv", "chain", "from_pyinfra", "sh", "word"]
+__all__ = ["Shell", "ShellComment", "argv", "chain", "comment", "from_pyinfra", "sh", "word"]
 
 
 class Shell(str):
@@ -49,10 +51,19 @@ class Shell(str):
     __slots__ = ()
 
 
+class ShellComment(str):
+    """Text for a `#` comment line of a shell script: one line, no control characters. Never a
+    command: a shell-script template takes it only where its line is a comment already."""
+
+    __slots__ = ()
+
+
 Value = str | int | os.PathLike | Shell
 
 # Where a field starts a new shell word: after blanks or an operator (or at the very start).
 _WORD_START = set(" \t\n;|&(`")
+# A here-document's operator and delimiter word (`<<EOF`, `<<-'EOF'`, `<< "EOF"`), not `<<<`.
+_HERE_DOCUMENT = re.compile(r"(?<!<)<<(?!<)-?[ \t]*(['\"]?)([A-Za-z0-9_.-]+)\1")
 # Operators that begin a new simple command, so an earlier `--` no longer applies.
 _COMMAND_BREAK = re.compile(r"&&|\|\||[;|&\n(`]|\$\(")
 
@@ -74,6 +85,7 @@ def sh(template: str, /, **values: Value | Iterable[Value]) -> Shell:
         if field not in values:
             raise KeyError(f"sh(): no value for {{{field}}} in {template!r}")
         _outside_quotes(literal, field, template)
+        _outside_here_document(literal, field, template)
         after = parts[index + 1][0] if index + 1 < len(parts) else ""
         out.append(_render(values[field], field, literal, after, template))
     unused = set(values) - {f for _, f, _, _ in parts if f}
@@ -92,6 +104,16 @@ def argv(*words: Value) -> Shell:
 def word(value: Value) -> Shell:
     """One value as one quoted shell word, for a template of a shell script (`{{ cuda_home }}`)."""
     return Shell(_quote(value, "word"))
+
+
+def comment(value: str | int) -> ShellComment:
+    """A value for a shell script's comment (`# the {{ engine_label }} server`): a newline would end
+    the comment and start a command, so it and every other control character are refused."""
+    text = str(value)
+    bad = next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if isinstance(value, bool) or bad is not None:
+        raise ValueError(f"comment(): {text!r} holds {bad!r}, which would end the comment line")
+    return ShellComment(text)
 
 
 def chain(*commands: Shell, operator: str = "&&") -> Shell:
@@ -180,3 +202,19 @@ def _outside_quotes(literal: str, field: str, template: str) -> None:
     if stack[-1]:
         quote = stack[-1]
         raise ValueError(f"sh(): {{{field}}} is inside {quote}...{quote} in {template!r}; the builder quotes it")
+
+
+def _outside_here_document(literal: str, field: str, template: str) -> None:
+    """Refuses a field in the body of a here-document: after the newline that ends the line of a
+    `<<WORD` and before the line that is WORD (or tabs and WORD, for `<<-`)."""
+    for opener in _HERE_DOCUMENT.finditer(literal):
+        line_end = literal.find("\n", opener.end())
+        if line_end < 0:
+            continue  # the field is still on the operator's own line: shell words
+        body_lines = literal[line_end + 1 :].split("\n")
+        closed = any(line.lstrip("\t") == opener.group(2) for line in body_lines[:-1])
+        if not closed:
+            raise ValueError(
+                f"sh(): {{{field}}} is inside the here-document <<{opener.group(2)} in {template!r}, where quoting"
+                " does nothing; pass the text on stdin or as an argument instead"
+            )

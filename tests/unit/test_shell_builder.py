@@ -23,6 +23,8 @@ from roles.shared.shell import Shell, argv, chain, sh
 from tests.unit.conftest import PROJECT_ROOT
 
 BUILDERS = {"sh", "argv", "chain", "word", "from_pyinfra"}
+# Names that turn a string into shell, however they are reached (an alias, getattr).
+SINK_NAMES = {"shell", "run_shell_command", "system", "popen", "getoutput", "getstatusoutput"}
 # pyinfra commands that carry no shell text (an upload, a Python callable, a download).
 NOT_SHELL = {"FileUploadCommand", "FunctionCommand", "FileDownloadCommand"}
 SCANNED = [PROJECT_ROOT / "deploy.py", PROJECT_ROOT / "config.py"]
@@ -38,7 +40,8 @@ NOT_YET = {
 
 def remote_sources(root: Path = PROJECT_ROOT) -> list[Path]:
     checks = [p for p in sorted((root / "checks").glob("*.py")) if str(p.relative_to(root)) not in NOT_YET]
-    return [root / "inference_host" / "operations.py", *checks]
+    operators = sorted((root / "inference_host").glob("*.py"))
+    return [*operators, *checks]
 
 
 def role_sources(root: Path = PROJECT_ROOT) -> list[Path]:
@@ -75,6 +78,7 @@ class Module:
     tree: ast.Module
     defs: dict[str, ast.FunctionDef] = field(default_factory=dict)
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local name -> (module, name)
+    aliases: dict[str, str] = field(default_factory=dict)  # `import a.b as c`: c -> a.b
     constants: set[str] = field(default_factory=set)  # module names bound only to literals
 
 
@@ -88,6 +92,11 @@ def _load(path: Path) -> Module:
         elif isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 module.imports[alias.asname or alias.name] = (node.module, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                module.aliases[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
@@ -178,8 +187,10 @@ class Checker:
             return all(self.built(a, module, scope, seen) for a in node.args)
         if isinstance(func, ast.Attribute) and func.attr == "join" and isinstance(func.value, ast.Constant):
             return all(self.built(a, module, scope, seen) for a in node.args)
-        if isinstance(func, ast.Name) and func.id in ("list", "tuple"):
+        if isinstance(func, ast.Name) and func.id in ("list", "tuple", "str"):
             return all(self.built(a, module, scope, seen) for a in node.args)
+        if isinstance(func, ast.Attribute) and func.attr == "command" and self._role_fact(func.value, module, scope):
+            return True  # a role's fact: its command() is held by the roles' test above
         if isinstance(func, ast.Name):
             target = self._function(module, func.id)
             return target is not None and _annotated_shell(target.returns)
@@ -201,6 +212,27 @@ class Checker:
                 )
             return target is not None and _annotated_shell(target.returns)
         return False
+
+    @staticmethod
+    def _role_fact(node: ast.AST, module: Module, scope) -> bool:
+        """A variable made only by calling classes imported from roles/ (the roles' facts)."""
+        if not isinstance(node, ast.Name) or scope is None:
+            return False
+        values = [
+            inner.value
+            for inner in ast.walk(scope)
+            if isinstance(inner, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in inner.targets)
+        ]
+        calls = [c for v in values for c in ([v.body, v.orelse] if isinstance(v, ast.IfExp) else [v])]
+        imported = {
+            alias.asname or alias.name
+            for inner in ast.walk(scope)
+            if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("roles.")
+            for alias in inner.names
+        } | {name for name, (source, _) in module.imports.items() if source.startswith("roles.")}
+        return bool(calls) and all(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in imported for c in calls
+        )
 
     def _built_name(self, node: ast.Name, module: Module, scope, seen) -> bool:
         if node.id in module.constants:
@@ -272,11 +304,30 @@ class Checker:
             return name in NOT_SHELL
         return False
 
+    @staticmethod
+    def _canonical(func: ast.AST, module: Module) -> str:
+        """The dotted name a call reaches through the module's imports: `run` of `from
+        pyinfra.operations.server import shell as run` is pyinfra.operations.server.shell."""
+        text = ast.unparse(func)
+        head, _, rest = text.partition(".")
+        if head in module.imports:
+            source, name = module.imports[head]
+            head = f"{source}.{name}"
+        elif head in module.aliases:
+            head = module.aliases[head]
+        return f"{head}.{rest}" if rest else head
+
     def _check_call(self, node: ast.Call, module: Module, scope) -> None:
         func = ast.unparse(node.func)
-        last = func.split(".")[-1]
+        canonical = self._canonical(node.func, module)
+        last = canonical.split(".")[-1]
         shell_args: list[ast.AST] = []
-        if func in ("server.shell", "shell"):
+        if func == "getattr" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+            if node.args[1].value in SINK_NAMES:
+                self.report(module, node, "a shell sink reached through getattr()")
+        elif canonical in ("os.system", "os.popen"):
+            shell_args = node.args[:1] + [k.value for k in node.keywords if k.arg in ("command", "cmd")]
+        elif func in ("server.shell", "shell") or canonical.endswith("server.shell"):
             shell_args = node.args[:1] + [k.value for k in node.keywords if k.arg == "commands"]
         elif last == "run_shell_command":
             shell_args = node.args[:1] + [k.value for k in node.keywords if k.arg == "command"]
@@ -284,10 +335,13 @@ class Checker:
             shell_args = node.args[1:2] + [k.value for k in node.keywords if k.arg == "command"]  # pyinfra's fact
         elif last == "StringCommand":
             shell_args = list(node.args)
-        elif self.remote and last == "run" and not func.startswith("subprocess.") and func not in module.defs:
+        elif (
+            self.remote and last == "run" and not func.startswith(("subprocess.", "args.")) and func not in module.defs
+        ):
+            # (`args.run` is the operator command's own subcommand function, chosen by argparse)
             # bounded.run(host, command, ...) / host.run(command) / get_host(...).run(command)
             shell_args = node.args[1:2] if func == "bounded.run" else node.args[:1]
-        elif last in ("run", "Popen", "check_output", "check_call", "call"):
+        elif last in ("run", "Popen", "check_output", "check_call", "call", "getoutput", "getstatusoutput"):
             if any(
                 k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                 for k in node.keywords
@@ -411,6 +465,9 @@ def test_values_are_single_words_and_globs_stay_globs():
         ("echo {x}", {}, "no value"),
         ("echo {x}", {"x": "a", "y": "b"}, "not in"),
         ("echo pre{x}", {"x": ["a", "b"]}, "whole words"),
+        ("cat > /f <<EOF\n{x}\nEOF", {"x": "$(id)"}, "here-document"),
+        ("cat > /f <<-'EOF'\n\tline {x}\n\tEOF", {"x": "a"}, "here-document"),
+        ('cat <<"END"\n{x}', {"x": "a"}, "here-document"),
     ],
 )
 def test_the_builder_refuses_what_would_be_misread(template, values, refused):
@@ -423,3 +480,119 @@ def test_an_option_value_after_double_dash_or_attached_is_one_word():
     assert sh("pip install --index-url={u}", u="-u") == "pip install --index-url=-u"
     with pytest.raises(TypeError):
         chain(sh("true"), "rm -rf /")  # a plain str is not a built command
+
+
+def test_an_unquoted_here_document_would_have_run_the_quoted_value(tmp_path):
+    """Why the builder refuses a field in a here-document's body: quoting does nothing there. The
+    same value, quoted by hand as the builder would, runs as a command in sh's own reading."""
+    import shlex
+    import subprocess
+
+    marker = tmp_path / "ran"
+    script = f"cat <<EOF\n{shlex.quote(f'$(touch {marker})')}\nEOF\n"
+    subprocess.run(["sh", "-c", script], check=True, capture_output=True)
+    assert marker.exists()
+    with pytest.raises(ValueError, match="here-document"):
+        sh("cat <<EOF\n{v}\nEOF", v=f"$(touch {marker})")
+    # after the delimiter's line the template is shell words again, and fields are quoted as ever
+    assert sh("cat <<EOF\nfixed\nEOF\necho {v}", v="$(x)") == "cat <<EOF\nfixed\nEOF\necho '$(x)'"
+
+
+# -- the ways around a sink: aliases, getattr, os.system --------------------------------------------
+
+BYPASSES = [
+    "from pyinfra.operations.server import shell as run\ndef r(p):\n    run(name='x', commands=[f'rm -rf {p}'])\n",
+    "from pyinfra.operations import server as srv\ndef r(p):\n    srv.shell(name='x', commands=[f'rm -rf {p}'])\n",
+    "import pyinfra.operations.server as srv\ndef r(p):\n    srv.shell(name='x', commands=['rm -rf ' + p])\n",
+    "from pyinfra.operations import server\ndef r(p):\n    getattr(server, 'shell')(name='x', commands=['ls'])\n",
+    "import os\ndef r(p):\n    os.system(f'rm -rf {p}')\n",
+    "from os import system as go\ndef r(p):\n    go('rm -rf ' + p)\n",
+    "import subprocess as sp\ndef r(p):\n    sp.run('rm -rf ' + p, shell=True)\n",
+]
+
+
+@pytest.mark.parametrize("source", BYPASSES, ids=range(len(BYPASSES)))
+def test_a_sink_reached_another_way_is_found(source):
+    role = PROJECT_ROOT / "roles" / "zz_planted_bypass.py"
+    try:
+        role.write_text(source)
+        problems = Checker([role]).check()
+    finally:
+        role.unlink()
+    assert problems and all("zz_planted_bypass.py:" in p for p in problems), problems
+
+
+def test_a_formatted_pct_destroy_in_the_operator_command_is_found():
+    """inference_host/ is read whole: the teardown sends its commands to the node through testinfra."""
+    assert PROJECT_ROOT / "inference_host" / "teardown.py" in remote_sources()
+    planted = PROJECT_ROOT / "inference_host" / "zz_planted_teardown.py"
+    try:
+        planted.write_text(
+            "def destroy(testinfra, url, vmid):\n    testinfra.get_host(url).run(f'pct destroy {vmid}')\n"
+        )
+        problems = Checker([planted], remote=True).check()
+    finally:
+        planted.unlink()
+    assert len(problems) == 1 and "run() gets a command not built by sh()" in problems[0], problems
+
+
+def lab_sources(root: Path = PROJECT_ROOT) -> list[Path]:
+    """The lab's run-time Python (what builds and drives the lab), its stand-ins included."""
+    return sorted(p for p in (root / "lab").rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_the_lab_sends_nothing_through_a_shell_by_accident():
+    """The lab formats its own container scripts (it owns every value there), but no value of its
+    reaches a shell through os.system, os.popen or subprocess's shell=True."""
+    assert len(lab_sources()) > 20
+    problems = [p for p in Checker(lab_sources()).check() if "through a shell" in p or "os." in p or "system" in p]
+    assert not problems, "\n".join(problems)
+
+
+# -- shell-script templates: a render-time guard like the unit files' ---------------------------
+
+
+def test_every_shell_script_template_is_guarded():
+    from roles.shared import templates
+
+    scripts = sorted(
+        str(p.relative_to(PROJECT_ROOT))
+        for p in (PROJECT_ROOT / "roles").rglob("*.j2")
+        if p.name.endswith(".sh.j2") or p.read_text().startswith(("#!/bin/sh", "#!/bin/bash"))
+    )
+    assert "roles/serving/templates/launch.j2" in scripts and len(scripts) >= 7
+    assert all("finalize" in templates.jinja_env_kwargs(s) for s in scripts), scripts
+
+
+@pytest.mark.parametrize(
+    "values, refused",
+    [
+        ({"stack_id": "s\nrm -rf /", "engine_label": "SGLang", "command": "x"}, "comment"),
+        ({"stack_id": "s", "engine_label": "SGLang", "command": "python -m x $(id)"}, "not shell text"),
+    ],
+)
+def test_a_plain_value_in_a_shell_script_stops_the_render(values, refused):
+    """launch.j2 as the serving role renders it, with one value not built by roles/shared/shell.py."""
+    from roles.shared import templates
+    from roles.shared.shell import comment
+
+    def build(name, value):
+        if name == "command":
+            return value  # a plain str: live shell text
+        return comment(value)
+
+    with pytest.raises(ValueError, match=refused):
+        templates.render("roles/serving/templates/launch.j2", **{k: build(k, v) for k, v in values.items()})
+
+
+def test_a_built_launcher_renders():
+    from roles.shared import templates
+    from roles.shared.shell import comment
+
+    text = templates.render(
+        "roles/serving/templates/launch.j2",
+        stack_id=comment("s-1"),
+        engine_label=comment("SGLang 0.5.9"),
+        command=argv("/opt/e nv/bin/python", "-m", "sglang.launch_server"),
+    )
+    assert text.endswith("exec '/opt/e nv/bin/python' -m sglang.launch_server\n")

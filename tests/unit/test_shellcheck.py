@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from roles.shared import templates
-from roles.shared.shell import argv, sh, word
+from roles.shared.shell import argv, comment, sh, word
 from tests.unit.conftest import PROJECT_ROOT
 
 SHELLCHECK = shutil.which("shellcheck") or str(Path(__import__("sys").executable).parent / "shellcheck")
@@ -44,8 +44,8 @@ def rendered_scripts(values: list[str]) -> dict[str, str]:
     for index, value in enumerate(values):
         scripts[f"launch-{index}"] = templates.render(
             "roles/serving/templates/launch.j2",
-            stack_id="s",
-            engine_label="SGLang 0.5.9",
+            stack_id=comment("s"),
+            engine_label=comment("SGLang 0.5.9"),
             command=argv(f"{value}/bin/python", "-m", "sglang.launch_server", "--served-model-name", value),
         )
         scripts[f"inference-host-eagle3-{index}"] = templates.render(
@@ -53,7 +53,7 @@ def rendered_scripts(values: list[str]) -> dict[str, str]:
             command=argv(f"{value}/bin/python", "/usr/local/libexec/inference-host/pipeline.py", "--config", value),
         )
         scripts[f"90-inference-host-cuda-{index}.sh"] = "#!/bin/sh\n" + templates.render(
-            "roles/cuda/templates/90-inference-host-cuda.sh.j2", cuda_home=word(value), version="12.8"
+            "roles/cuda/templates/90-inference-host-cuda.sh.j2", cuda_home=word(value), version=comment("12.8")
         )
     return scripts
 
