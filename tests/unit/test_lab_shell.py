@@ -195,3 +195,35 @@ def test_a_timed_out_command_raises_and_the_next_one_gets_its_own_answer(tmp_pat
 def test_command_output_is_pyinfras():
     output = command_output(["a"], ["b"])
     assert (output.stdout, output.stderr, output.output_lines) == ("a", "b", ["a", "b"])
+
+
+@pytest.fixture
+def late_writing_wc(tmp_path):
+    """A `wc` that, once it has counted the command's stdout file, appends a line to it: the late
+    write of a background child landing exactly between the frame's size and its encoding."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "wc"
+    fake.write_text(
+        f'#!/bin/sh\n{shutil.which("wc")} "$@"\n'
+        'file=$(readlink /proc/$$/fd/0)\ncase "$file" in *.out) echo late >> "$file" ;; esac\n'
+    )
+    fake.chmod(0o755)
+    opened = ShellSession(["env", f"PATH={bin_dir}:{os.environ['PATH']}", "sh"])
+    yield opened
+    opened.close()
+
+
+def test_a_write_between_the_size_and_the_encoding_is_not_a_broken_frame(late_writing_wc):
+    assert late_writing_wc.run("echo now") == (0, ["now"], [])
+    assert late_writing_wc.run("echo next; echo e >&2") == (0, ["next"], ["e"])
+
+
+def test_six_hundred_late_children_leave_every_frame_whole(session):
+    """The race as it happened: a child writing a moment after its command ended, at delays that
+    straddle the frame's own time (in 600 such runs 270 frames broke before the sizes were kept)."""
+    answers = [session.run(f"(sleep 0.00{index % 10}; echo late) & echo now") for index in range(600)]
+    # A child that wrote before the frame took its size is part of the output, as it would be
+    # through `docker exec` (whose stream stays open while the child holds it); after, it is not.
+    broken = [a for a in answers if (a[0], sorted(a[1]), a[2]) not in ((0, ["now"], []), (0, ["late", "now"], []))]
+    assert not broken, f"{len(broken)} of 600 frames broke: {broken[:3]}"

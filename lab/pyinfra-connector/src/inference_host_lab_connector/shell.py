@@ -17,8 +17,9 @@ two pipes in two greenlets, so their order was arrival order, not a contract).
 
 Each command writes its two outputs to files of its own (named by a random token) in a folder
 private to the session; the session then prints a frame: a head line (the token, the status and
-the two outputs' sizes in bytes), each output base64-encoded, the token after each, and removes
-the two files. Nothing the command prints can end its own output early, and a background child
+the two outputs' sizes in bytes), each output's first that-many bytes base64-encoded, the token
+after each, and removes the two files (a child still writing between the size and the encoding
+adds nothing to the frame). Nothing the command prints can end its own output early, and a background child
 the command left (`(sleep 1; echo late) &`) writes into files already read and removed, never into
 the next command's. A frame that is not exactly that (a stray write into the shell's own output,
 an output whose size differs from its head's) or an output file that is gone (something removed
@@ -201,8 +202,11 @@ class ShellSession:
             f"[ -d {self.folder} ] || {{ printf '%s gone\\n' {token}; exit 0; }}; "
             f"{shell_text} </dev/null >{out} 2>{err}; rc=$?; "
             f"if [ -f {out} ] && [ -f {err} ]; then "
-            f"printf '%s %s %s %s\\n' {token} $rc $(wc -c <{out}) $(wc -c <{err}); "
-            f"base64 {out}; printf '%s\\n' {token}; base64 {err}; rm -f {out} {err}; printf '%s\\n' {token}; "
+            # The sizes are taken once and exactly that many bytes are sent: a background child of
+            # the command may still write into its files between `wc` and `base64`.
+            f"so=$(wc -c <{out}); se=$(wc -c <{err}); printf '%s %s %s %s\\n' {token} $rc $so $se; "
+            f"head -c $so {out} | base64; printf '%s\\n' {token}; head -c $se {err} | base64; "
+            f"rm -f {out} {err}; printf '%s\\n' {token}; "
             f"else rm -f {out} {err}; printf '%s lost\\n' {token}; fi\n"
         )
         head = self._read_line().split(" ")
