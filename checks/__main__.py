@@ -331,7 +331,7 @@ class DcgmRun:
 
 def unit_timeouts(host, unit: str) -> tuple[float, float]:
     """The unit's TimeoutStartSec and TimeoutStopSec (systemctl show; infinity: 1800 s)."""
-    from checks.acceptance import parse_timespan
+    from checks.timespan import parse_timespan
 
     shown = bounded.run(host, sh("systemctl show -p TimeoutStartUSec -p TimeoutStopUSec {unit}", unit=unit))
     values = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)

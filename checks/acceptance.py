@@ -40,6 +40,7 @@ from checks.__main__ import INTERRUPTED, SUITES, interrupt_on_sigterm
 from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.reach import unreachable
 from checks.site_cache import site_of
+from checks.timespan import parse_timespan
 from roles.shared.shell import sh
 from roles.site import SiteError
 from roles.site.command_line import OneLineParser
@@ -344,20 +345,6 @@ def load_time_line(host, expect, source: str) -> Line:
         expected_figure=limit,
         unit="s",
     )
-
-
-def parse_timespan(text: str) -> float | None:
-    """systemd's timespan as `systemctl show` prints it (10min, 1h 30s, 600000000 in USec)."""
-    text = text.strip()
-    if not text or text == "infinity":
-        return None
-    if text.isdigit():
-        return int(text) / 1e6
-    units = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400}
-    total = 0.0
-    for number, unit in re.findall(r"([\d.]+)\s*(us|ms|min|s|h|d)", text):
-        total += float(number) * units[unit]
-    return total or None
 
 
 def dcgm_lines(args, host, expect, source: str, restart_source: str = TARGET) -> list[Line]:
