@@ -814,8 +814,6 @@ def worst_link(topology: Topology) -> str | None:
 # as "Fail" (HelperDisplayDiagResult without DDR_DISPLAY_WARN); a result DCGM did not run is
 # left out (HelperJsonAddResult returns false for DCGM_DIAG_RESULT_NOT_RUN).
 
-DCGM_RESULTS = ("Pass", "Fail", "Warn", "Skip", "Not Run")
-
 
 @dataclass
 class DcgmError:

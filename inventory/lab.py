@@ -230,7 +230,7 @@ monitors = [
 # (a nested dockerd without iptables or bridge, see docker_daemon_extra above). It compiles no
 # kernel wheel here: that needs NVIDIA's CUDA devel image, which no registry serves to this
 # machine; inventory/lab_builder.py rehearses roles/wheels on this machine's own engine.
-builders = [("@lab/gpu", {"build_kernel_wheels": False})]
+builders: list[tuple[str, dict[str, object]]] = [("@lab/gpu", {"build_kernel_wheels": False})]
 if _engine_wheel_source:
     from lab.cuda_image import cuda_devel_image
 

@@ -446,7 +446,6 @@ def _control_plane_key(settings: HostSettings, hosts: dict[str, HostSettings]) -
 # left out of the gateways, or not restarted because it was the last healthy worker) leaves
 # this file; the next deploy runs the switch again although its settings were written by the
 # earlier one, and the step's success removes it. Only this role names it.
-PENDING_DIR = layout.SERVING_STATE_DIR
 restart_pending_file = layout.restart_pending_file
 
 

@@ -39,12 +39,6 @@ from roles.site import EngineStack, HostSettings, SpeculativeSettings, Stack
 
 ALGORITHMS = ("EAGLE", "EAGLE3")
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
-EXAMPLE = (
-    "{'draft_model_path': '/models/Kimi-K2.5-eagle3', 'algorithm': 'EAGLE3', 'num_steps': 3,"
-    " 'eagle_topk': 1, 'num_draft_tokens': 4, 'spec_v2': False,"
-    " 'draft_config': 'models/Kimi-K2.5-eagle3.config.json',"
-    " 'target_config': 'models/Kimi-K2.5.config.json'}"
-)
 
 
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48  # SGLang's own with a drafter (server_args.py)

@@ -35,7 +35,6 @@ _MODINFO_LICENSE_RE = re.compile(r"^[ \t]*license:[ \t]*(?P<value>.*?)[ \t]*$", 
 
 # Sentinels our fact commands print, so that a missing tool is not mistaken for empty output.
 NO_MODULE = "__ih_no_nvidia_module__"
-NO_NVIDIA_SMI = "__ih_no_nvidia_smi__"
 NO_MODINFO = "__ih_no_modinfo__"
 
 

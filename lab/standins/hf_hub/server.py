@@ -112,7 +112,6 @@ LAB_REPOS: dict[str, dict[str, int | str]] = {
     },
 }
 LFS_MIN_SIZE = 10 * 1024  # the Hub's rule is by extension/.gitattributes; size suffices here
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
 def git_blob_sha1(content: bytes) -> str:
