@@ -1,5 +1,5 @@
 """The private parts of pyinfra the project relies on, held to the pinned minor (pyproject.toml:
-pyinfra>=3.10,<3.11), by what they do and not only by their names. A pyinfra release that
+pyinfra==3.10.0), by what they do and not only by their names. A pyinfra release that
 renames, reshapes or stops using one fails here in one line naming it, instead of as a strange
 deploy. docs/layout.md says what each patch does and why.
 
