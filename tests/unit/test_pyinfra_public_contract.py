@@ -5,8 +5,9 @@ what every role uses as documented:
 
 - `_if=` (a callable, or pyinfra.operations.util.any_changed of operations) decides at run time
   whether an operation's commands run at all (the roles' restarts and rebuilds: ~40 uses);
-- `OperationMeta.will_change` (a property, read while the deploy runs) answers before the run, `did_change()` after it, and a second
-  run of the same state reports no change (the zero-change deploy rests on it);
+- `OperationMeta.will_change` (a property, read while the deploy runs) answers before the run,
+  `did_change()` after it, and a second run of the same state reports no change (the zero-change
+  deploy rests on it);
 - `files.put` detects change by content: the same bytes again are no change;
 - `files.template(jinja_env_kwargs=...)` reaches jinja2's Environment, so the render-time
   encoding guards (roles/shared/templates.py: units, environment files, shell scripts) run.

@@ -1,0 +1,21 @@
+"""A size ratchet (tests/unit/module_sizes.py): no module grows past max(400 lines, its record)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.unit import module_sizes
+
+
+def test_no_module_grows_past_its_ceiling():
+    record = json.loads(module_sizes.RECORD.read_text())
+    found = module_sizes.problems(module_sizes.modules(), record)
+    assert not found, "\n".join(found)
+
+
+def test_the_ratchet_catches_growth_a_new_big_module_and_a_stale_record():
+    sizes = {"roles/a.py": 900, "roles/b.py": 401, "roles/c.py": 300, "roles/d.py": 500}
+    record = {"roles/a.py": 899, "roles/d.py": 600, "roles/gone.py": 700}
+    found = module_sizes.problems(sizes, record)
+    assert [line.split(":")[0] for line in found] == ["roles/a.py", "roles/b.py", "roles/d.py", "roles/gone.py"]
+    assert module_sizes.problems({"roles/a.py": 899, "roles/c.py": 400}, {"roles/a.py": 899}) == []
