@@ -44,9 +44,12 @@ RUN found="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
          echo "the base image's python3 is $found but the stack pins Python ${PYTHON_VERSION};" \
               "use a base image whose python3 is ${PYTHON_VERSION}" >&2; exit 1; fi \
     && python3 -m venv /opt/build-venv
+# The build tools from their hashed lock (roles/shared/tool_locks.py): a wheel whose sha256 is not
+# in it stops the build.
+COPY wheels/build-tools.lock.txt /opt/build-tools.lock.txt
 RUN --mount=type=cache,target=/root/.cache/pip,id=inference-host-pip \
     --mount=type=secret,id=pypi-netrc \
-    pip install setuptools wheel ninja packaging psutil "cmake>=3.26" scikit-build-core \
+    pip install --require-hashes --only-binary :all: -r /opt/build-tools.lock.txt \
     && if [ -n "${TORCH_VERSION}" ]; then pip install "torch==${TORCH_VERSION}"; fi
 COPY wheels/ /opt/wheels-tools/
 
