@@ -300,6 +300,17 @@ def requirers(text: str) -> dict[str, set[str]]:
     return found
 
 
+def required_by(text: str, roots: set[str]) -> set[str]:
+    """roots and every package of the lock they require, directly or not (from `# via`)."""
+    needed_by = requirers(text)
+    found = {normalize(r) for r in roots}
+    while True:
+        more = {name for name, by in needed_by.items() if by & found} - found
+        if not more:
+            return found
+        found |= more
+
+
 def no_gpu_packages(text: str, leave_out=()) -> set[str]:
     """The packages of a lock the no-gpu-deps mode installs (the rule above)."""
     needed_by = requirers(text)

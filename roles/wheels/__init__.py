@@ -37,6 +37,7 @@ from roles.shared.wheel_plan import (
     context_tar,
     patches_sha256,
     planned_builds,
+    torch_lock_text,
 )
 from roles.site import HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient
@@ -143,12 +144,17 @@ def _job_cap(wheel: WheelBuild, settings: HostSettings, resources) -> JobCap:
 def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict, cuobjdump: str) -> None:
     root = settings.build.wheelhouse_dir
     context = f"{root}/.contexts/{wheel.package}-{wheel.key}.tar"
+    site = current_site()
+    try:
+        torch_lock = torch_lock_text(wheel, site.stack.lock_text(site.stack.active.id))
+    except WheelPlanError as error:
+        raise Refused(f"{host.name}: {error}") from None
     inputs = f"{root}/.contexts/{wheel.package}-{wheel.key}.json"
     files.put(
         name=f"Upload the {wheel.label} build context",
         dest=context,
         mode="0600",
-        src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates)),
+        src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates, torch_lock)),
     )
     files.put(
         name=f"Upload the {wheel.label} build inputs",
