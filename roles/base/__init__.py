@@ -27,7 +27,6 @@ from roles.shared.legacy_account import (
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
-from roles.shared.tool_locks import PIP_INSTALL_OPTIONS
 from roles.site import (
     HostSettings,
     Stack,
@@ -173,7 +172,7 @@ def _uv(settings: HostSettings, stack: Stack) -> None:
         commands=[
             sh(
                 "rm -rf -- {prefix} && python3 -m venv -- {prefix}"
-                " && {prefix}/bin/pip install --quiet --no-cache-dir " + PIP_INSTALL_OPTIONS + " -r {lock}"
+                " && {prefix}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 " || {{ rm -rf -- {prefix}; exit 1; }}",
                 prefix=prefix,
                 lock=lock,

@@ -39,8 +39,9 @@ from roles.site import lock as site_lock
 ROLES = Path(__file__).resolve().parent.parent
 MIN_PYTHON = site_lock.TOOL_MIN_PYTHON
 COMMAND = "uv run python -m roles.shared.tool_locks"
-# The options every install of a tool lock passes to pip (a test holds each rendered install to them).
-PIP_INSTALL_OPTIONS = "--require-hashes --only-binary :all:"  # literal text of the command (no braces)
+# What every install of a tool lock passes to pip (written literally in each sh() template; the
+# plan test tests/unit/test_tool_locks.py holds every rendered install to it).
+PIP_INSTALL_OPTIONS = "--require-hashes --only-binary :all:"
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,13 @@ class ToolLock:
         return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
     @property
-    def command(self) -> str:
+    def remake(self) -> str:
+        """The command line that remakes this lock, as a user types it."""
         return f"{COMMAND} {self.name}"
 
     def problem(self) -> str | None:
         """None when the committed lock was made from the requirements beside it and is sealed."""
-        return site_lock.tool_lock_problem(self.path, self.requirements(), self.command)
+        return site_lock.tool_lock_problem(self.path, self.requirements(), self.remake)
 
     def text(self) -> str:
         """What a host installs: the lock without its seal line (roles/site/lock.py)."""
@@ -117,7 +119,7 @@ def make(path: Path, title: str, requirements: list[str], command: str, index_ur
 
 def make_tool_lock(lock: ToolLock, index_url: str | None) -> Path:
     title = f"{lock.name} ({lock.requirements_file.name})"
-    return make(lock.path, title, lock.requirements(), lock.command, index_url)
+    return make(lock.path, title, lock.requirements(), lock.remake, index_url)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ from roles.shared.pip import pip_environment
 from roles.shared.refusal import Refused, status_of
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import chain, sh
-from roles.shared.tool_locks import PIP_INSTALL_OPTIONS, WEIGHTS_TOOL, tool_lock_text
+from roles.shared.tool_locks import WEIGHTS_TOOL, tool_lock_text
 from roles.site import (
     HostSettings,
     WeightSet,
@@ -179,7 +179,7 @@ def _tools(settings: HostSettings) -> None:
         commands=[
             sh(
                 "rm -rf -- {env} && python3 -m venv -- {env}"
-                " && {env}/bin/pip install --quiet --no-cache-dir " + PIP_INSTALL_OPTIONS + " -r {lock}"
+                " && {env}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 " && echo {pins} > {stamp} || {{ rm -rf -- {env}; exit 1; }}",
                 env=ENV_DIR,
                 lock=ENV_LOCK,

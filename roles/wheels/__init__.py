@@ -30,7 +30,7 @@ from roles.shared.note import note
 from roles.shared.pip import pip_environment
 from roles.shared.refusal import Refused
 from roles.shared.shell import argv, chain, sh
-from roles.shared.tool_locks import BUILD_TOOLS, CUOBJDUMP, PIP_INSTALL_OPTIONS, tool_lock_text
+from roles.shared.tool_locks import BUILD_TOOLS, CUOBJDUMP, tool_lock_text
 from roles.shared.wheel_plan import (
     WheelBuild,
     WheelPlanError,
@@ -119,7 +119,7 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
         commands=[
             sh(
                 "rm -rf -- {venv} && python3 -m venv -- {venv}"
-                " && {venv}/bin/pip install --quiet --no-cache-dir " + PIP_INSTALL_OPTIONS + " -r {lock}"
+                " && {venv}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 ' && ln -sf -- "$(ls -d -- {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)"'
                 " {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
                 " || {{ rm -rf -- {venv}; exit 1; }}",

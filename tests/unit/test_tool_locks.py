@@ -137,11 +137,11 @@ def test_a_hand_edited_tool_lock_is_refused_with_the_command_that_remakes_it(tmp
     edited = tmp_path / lock.path.name
     text = lock.path.read_text()
     edited.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, text, count=1))
-    problem = site_lock.tool_lock_problem(edited, lock.requirements(), lock.command)
-    assert_names(problem or "", "cuobjdump.lock.txt", "edited after its lock command", lock.command)
+    problem = site_lock.tool_lock_problem(edited, lock.requirements(), lock.remake)
+    assert_names(problem or "", "cuobjdump.lock.txt", "edited after its lock command", lock.remake)
     # made from other requirements
-    problem = site_lock.tool_lock_problem(lock.path, ["nvidia-cuda-cuobjdump==13.0.0"], lock.command)
-    assert_names(problem or "", "not made from its current requirements", lock.command)
+    problem = site_lock.tool_lock_problem(lock.path, ["nvidia-cuda-cuobjdump==13.0.0"], lock.remake)
+    assert_names(problem or "", "not made from its current requirements", lock.remake)
 
 
 def test_a_uv_pin_without_its_lock_stops_the_inventory(inventory):
