@@ -95,6 +95,12 @@ def _lock_eagle3(argv: list[str]) -> int:
     return main(argv)
 
 
+def _lock_tools(argv: list[str]) -> int:
+    from roles.shared.tool_locks import main
+
+    return main(argv)
+
+
 def _run_module(function: Callable[[list[str]], int], argv: list[str]) -> int:
     """A wrapped module's main, in this process: its SystemExit (argparse's --help, a usage error)
     becomes the status; the old usage status 64 reads as 2, the status this command documents."""
@@ -334,12 +340,13 @@ def build_parser() -> OneLineParser:
     vault = commands.add_parser("vault", help="the secrets vault: set, list, check, rename", add_help=False)
     vault.add_argument("-h", "--help", action="store_true", dest="vault_help", help="show the vault's help")
 
-    lock = commands.add_parser("lock", help="make a committed lock (engines, gateway, eagle3)")
+    lock = commands.add_parser("lock", help="make a committed lock (engines, gateway, eagle3, tools)")
     lock_kinds = lock.add_subparsers(dest="lock_kind", required=True, metavar="KIND", parser_class=_HelpWithModule)
     for kind, function, help_text in (
         ("engines", _lock_engines, "an engine stack's hashed lock (roles.engine_envs.lock)"),
         ("gateway", _lock_gateway, "the gateway's (smg) hashed lock (roles.gateway.lock)"),
         ("eagle3", _lock_eagle3, "the EAGLE-3 training job's lock (roles.eagle3_training.lock)"),
+        ("tools", _lock_tools, "uv's, cuobjdump's, the weights tool's, the builders' locks (roles.shared.tool_locks)"),
     ):
         sub = lock_kinds.add_parser(kind, help=help_text, description=help_text, add_help=False)
         sub.module_help = lambda function=function: _module_help(function)
@@ -387,7 +394,7 @@ def _unknown_command(parser: OneLineParser, argv: list[str]) -> None:
     if argv and not argv[0].startswith("-") and argv[0] not in choices:
         refuse(PROG, argv[0], list(choices))
     if len(argv) > 1 and argv[0] == "lock" and not argv[1].startswith("-"):
-        kinds = ["engines", "gateway", "eagle3"]
+        kinds = ["engines", "gateway", "eagle3", "tools"]
         if argv[1] not in kinds:
             refuse(f"{PROG} lock", argv[1], kinds)
 

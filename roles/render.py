@@ -183,7 +183,8 @@ def _weights(p: Preview, settings: HostSettings, site: Site) -> None:
         )
     p.note(
         f"huggingface_hub {weights.HF_HUB_VERSION} and hf_xet {weights.HF_XET_VERSION} are installed into"
-        f" {weights.ENV_DIR} unless its pins file says so; each download starts when its directory is"
+        f" {weights.ENV_DIR} (pip --require-hashes of {weights.ENV_LOCK}) unless its pins file says so;"
+        " each download starts when its directory is"
         " not a verified copy of the pinned commit"
     )
 

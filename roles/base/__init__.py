@@ -2,10 +2,13 @@
 
 Packages later roles rely on, the unprivileged service user and its directories, kernel and
 limits tuning learned on the target, extra CA certificates, and uv at the pinned version
-installed from PyPI into a fixed, versioned path (no curl-pipe-shell).
+installed from PyPI into a fixed, versioned path (no curl-pipe-shell), from the stack file's
+hashed lock locks/uv-<version>.txt (pip --require-hashes).
 """
 
 from __future__ import annotations
+
+from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -158,17 +161,21 @@ def _limits(settings: HostSettings) -> None:
 def _uv(settings: HostSettings, stack: Stack) -> None:
     version = stack.uv
     prefix = f"{settings.base.uv_dir}/{version}"
+    lock = f"{settings.base.uv_dir}/uv-{version}.lock.txt"
     installed = host.get_fact(UvVersion, path=f"{prefix}/bin/uv")
     env = pip_environment(settings)
+    # The stack file's locks/uv-<version>.txt (roles/shared/tool_locks.py): uv's wheel must match a
+    # sha256 in it, or pip installs nothing.
+    files.put(name=f"Write {lock} (locks/uv-{version}.txt)", src=StringIO(stack.uv_lock_text()), dest=lock, mode="0644")
     server.shell(
-        name=f"Install uv {version} from PyPI into {prefix}",
+        name=f"Install uv {version} from PyPI into {prefix} (hashes from its lock)",
         commands=[
             sh(
                 "rm -rf -- {prefix} && python3 -m venv -- {prefix}"
-                " && {prefix}/bin/pip install --quiet --no-cache-dir -- {requirement}"
+                " && {prefix}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 " || {{ rm -rf -- {prefix}; exit 1; }}",
                 prefix=prefix,
-                requirement=f"uv=={version}",
+                lock=lock,
             )
         ],
         _env=env,

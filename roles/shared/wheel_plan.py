@@ -22,6 +22,7 @@ from pathlib import Path
 
 from roles.shared.patches import patch_queue
 from roles.site import PROJECT_ROOT, BuildSettings, EngineStack
+from roles.site import lock as site_lock
 
 ROLE_DIR = PROJECT_ROOT / "roles" / "wheels"  # the role that builds them, and its assets
 DOCKER_DIR = ROLE_DIR / "docker"  # <package>.Dockerfile and the helpers they COPY (wheels/)
@@ -190,16 +191,35 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+TORCH_LOCK_NAME = "torch.lock.txt"
+NO_TORCH_LOCK = "# no torch in this build image (build_with_torch = false)\n"
+
+
+def torch_lock_text(wheel: WheelBuild, stack_lock: str) -> str:
+    """What the build image installs of torch: the stack lock's entries of torch and everything it
+    requires (hashes included), or a comment when the build takes no torch."""
+    version = wheel.build_args.get("TORCH_VERSION", "")
+    if not version:
+        return NO_TORCH_LOCK
+    if site_lock.entries(stack_lock).get("torch") != version:
+        raise WheelPlanError(
+            f"the stack's lock has no torch=={version}; re-lock the stack (inference-host lock engines)"
+        )
+    return site_lock.select(stack_lock, site_lock.required_by(stack_lock, {"torch"}))
+
+
 def patches_sha256(wheel: WheelBuild) -> str:
     return _sha256("".join(wheel.inputs["patches"][p.name] for p in wheel.patches).encode())
 
 
-def context_tar(wheel: WheelBuild, extra_ca_files: list[str]) -> bytes:
+def context_tar(wheel: WheelBuild, extra_ca_files: list[str], torch_lock: str = NO_TORCH_LOCK) -> bytes:
     """The build context as a reproducible tar (sorted, no times or owners), sent to
     `docker build -` on the builder. CA certificates are in it but not in the key: they let
-    the build reach the index, they do not change the wheel."""
+    the build reach the index, they do not change the wheel. torch_lock: torch's part of the
+    stack's hashed lock (torch_lock_text), which the Dockerfiles install with --require-hashes."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add_file(tar, TORCH_LOCK_NAME, torch_lock.encode())
         _add_dir(tar, "extra-ca")
         _add_dir(tar, "wheels")
         _add_file(tar, wheel.dockerfile.name, wheel.dockerfile.read_bytes())

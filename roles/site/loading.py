@@ -71,6 +71,8 @@ def site_from_inventory(
         # Every stack an engine host may be pointed at has a lock made from its current pins
         # (local files only: no network while the inventory loads).
         problems.extend(lock.stale_lock_problems(stack_path, stack.file, stack.stacks.values()))
+        # uv itself (roles/base installs it with pip --require-hashes from this lock).
+        problems.extend(lock.stale_uv_lock_problems(stack_path, stack.file, stack.uv))
     gateway_versions = {h.gateway.version for h in hosts.values() if h.in_group("gateways")}
     if stack is not None and gateway_versions:
         # The gateway's environment is locked the same way (roles/gateway installs the lock).

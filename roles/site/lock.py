@@ -300,6 +300,17 @@ def requirers(text: str) -> dict[str, set[str]]:
     return found
 
 
+def required_by(text: str, roots: set[str]) -> set[str]:
+    """roots and every package of the lock they require, directly or not (from `# via`)."""
+    needed_by = requirers(text)
+    found = {normalize(r) for r in roots}
+    while True:
+        more = {name for name, by in needed_by.items() if by & found} - found
+        if not more:
+            return found
+        found |= more
+
+
 def no_gpu_packages(text: str, leave_out=()) -> set[str]:
     """The packages of a lock the no-gpu-deps mode installs (the rule above)."""
     needed_by = requirers(text)
@@ -449,3 +460,85 @@ def stale_gateway_lock_problems(stack_file: Path, shown: str, versions) -> list[
             f"{' '.join(gateway_roots(version))}, python {GATEWAY_PYTHON}",
         )
     ]
+
+
+# --- the tools root installs with pip (roles/shared/tool_locks.py): one universal resolution -----
+
+# Debian 12's python3 (Proxmox VE 8, the lab's containers); Ubuntu 24.04 has 3.12.
+TOOL_MIN_PYTHON = "3.11"
+TOOL_TARGET = f"every CPython >= {TOOL_MIN_PYTHON} (uv pip compile --universal), wheels only"
+_TOOL_ENTRY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+")
+
+
+def tool_digest(requirements: list[str]) -> str:
+    pins = {
+        "format": LOCK_FORMAT,
+        "universal": True,
+        "python": TOOL_MIN_PYTHON,
+        "only_binary": True,
+        "requirements": sorted(requirements),
+    }
+    return _digest(pins)
+
+
+def tool_header(title: str, command: str, requirements: list[str]) -> str:
+    lines = [
+        f"# inference-host lock of {title}; do not edit by hand.",
+        f"# made by: {command}",
+        f"# resolves: {' '.join(requirements)}",
+        f"# for: {TOOL_TARGET}",
+        DIGEST_LINE + tool_digest(requirements),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tool_lock_problem(path: Path, requirements: list[str], command: str) -> str | None:
+    """None when the lock was made from these requirements, is sealed, and hashes every entry."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return f"no lock {path.name}; make it with `{command}` and commit it"
+    if recorded_digest(text) != tool_digest(requirements):
+        return f"{path.name} was not made from its current requirements; re-lock with `{command}` and commit it"
+    why = tampered(text)
+    if why:
+        return f"{path.name}: {why}; re-lock with `{command}` and commit the new lock"
+    unhashed = unhashed_entries(text)
+    if unhashed:
+        return f"{path.name}: {', '.join(unhashed)} without a sha256 hash; re-lock with `{command}`"
+    return None
+
+
+def unhashed_entries(text: str) -> list[str]:
+    """The entries of a requirements lock with no --hash=sha256: (an entry continues on the
+    indented lines after it)."""
+    missing, current, hashed = [], None, False
+    for line in [*text.splitlines(), "END"]:
+        if line and not line[0].isspace() and not line.startswith("#"):
+            if current and not hashed:
+                missing.append(current)
+            current = line.split(" ")[0] if _TOOL_ENTRY_RE.match(line) else None
+            hashed = "--hash=sha256:" in line
+        elif "--hash=sha256:" in line:
+            hashed = True
+    return missing
+
+
+# uv, pinned in the stack file (roles/base installs it): locks/uv-<version>.txt beside it.
+
+
+def uv_roots(version: str) -> list[str]:
+    return [f"uv=={version}"]
+
+
+def uv_lock_path(stack_file: Path, version: str) -> Path:
+    return lock_path(stack_file, f"uv-{version}")
+
+
+def uv_lock_command(stack_file: str) -> str:
+    return f"uv run python -m roles.shared.tool_locks --uv {stack_file}"
+
+
+def stale_uv_lock_problems(stack_file: Path, shown: str, version: str) -> list[str]:
+    problem = tool_lock_problem(uv_lock_path(stack_file, version), uv_roots(version), uv_lock_command(shown))
+    return [f"{shown}: uv {version}: {LOCKS_DIR}/{problem}"] if problem else []

@@ -141,6 +141,10 @@ class Stack:
     def lock_text(self, stack_id: str) -> str:
         return lock.unsealed(lock.lock_path(Path(self.path), stack_id).read_text())
 
+    def uv_lock_text(self) -> str:
+        """uv's hashed lock (roles/shared/tool_locks.py), checked fresh when the inventory loaded."""
+        return lock.unsealed(lock.uv_lock_path(Path(self.path), self.uv).read_text())
+
 
 STACK_FIELDS = {"uv", "nvidia_driver", "active", "stacks", "monitoring"}
 DRIVER_FIELDS = {"branch", "version"}

@@ -4,7 +4,8 @@ On the host that keeps them -- the Proxmox node when the gpu node is an LXC gues
 guest_mount_points entry holds the directory (mounted read-only in the guest, one copy for
 every guest), else the gpu node itself -- it lays down:
 
-    /opt/inference-host/weights-env                 huggingface_hub + hf_xet at the pins below
+    /opt/inference-host/weights-env                 huggingface_hub + hf_xet at the pins below, from the
+                                                    hashed lock files/weights-tool.lock.txt
     /usr/local/bin/inference-host-weights           download / verify / status tool (files/)
     /etc/inference-host/weights/<name>.json         what to fetch (repository, commit, patterns)
     /etc/inference-host/weights/<secret>.token      the Hugging Face token (0600, root)
@@ -29,14 +30,15 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, python, server, systemd
 
+from roles.shared import locked_env, templates
 from roles.shared import systemd_syntax as sd
-from roles.shared import templates
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.layout import ETC_DIR, OPT_DIR
 from roles.shared.pip import pip_environment
 from roles.shared.refusal import Refused, status_of
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import chain, sh
+from roles.shared.tool_locks import WEIGHTS_TOOL, tool_lock_text
 from roles.site import (
     HostSettings,
     WeightSet,
@@ -59,6 +61,7 @@ from roles.weights.facts import FileText, WeightsManifestState
 HF_HUB_VERSION = "1.17.0"
 HF_XET_VERSION = "1.8.0"
 ENV_DIR = f"{OPT_DIR}/weights-env"
+ENV_LOCK = f"{OPT_DIR}/weights-env.lock.txt"  # what ENV_DIR was installed from
 TOOL = "/usr/local/bin/inference-host-weights"
 CONFIG_DIR = f"{ETC_DIR}/weights"
 STATE_DIR = "/var/lib/inference-host/weights"
@@ -157,18 +160,29 @@ def _tools(settings: HostSettings) -> None:
         trust_extra_cas(settings)  # roles/base does it on gpu nodes
     for path, mode in ((CONFIG_DIR, "0755"), (STATE_DIR, "0755"), (OPT_DIR, "0755")):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode=mode)
-    pins = f"huggingface_hub=={HF_HUB_VERSION} hf_xet=={HF_XET_VERSION}"
+    # From the committed hashed lock (roles/shared/tool_locks.py): every file pip fetches must
+    # match a sha256 in it, wheels only; a new lock is a new stamp, so the environment is rebuilt.
+    lock = tool_lock_text(WEIGHTS_TOOL)
+    pins = f"huggingface_hub=={HF_HUB_VERSION} hf_xet=={HF_XET_VERSION} (lock {locked_env.stamp([lock])})"
     stamp = f"{ENV_DIR}/.inference-host-pins"
     installed = host.get_fact(FileText, path=stamp)
+    files.put(
+        name=f"Write {ENV_LOCK} ({WEIGHTS_TOOL.path.name})",
+        src=StringIO(lock),
+        dest=ENV_LOCK,
+        user="root",
+        group="root",
+        mode="0644",
+    )
     server.shell(
         name=f"Install {pins} into {ENV_DIR}",
         commands=[
             sh(
                 "rm -rf -- {env} && python3 -m venv -- {env}"
-                " && {env}/bin/pip install --quiet --no-cache-dir -- {requirements}"
+                " && {env}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 " && echo {pins} > {stamp} || {{ rm -rf -- {env}; exit 1; }}",
                 env=ENV_DIR,
-                requirements=pins.split(),
+                lock=ENV_LOCK,
                 pins=pins,
                 stamp=stamp,
             )

@@ -30,12 +30,14 @@ from roles.shared.note import note
 from roles.shared.pip import pip_environment
 from roles.shared.refusal import Refused
 from roles.shared.shell import argv, chain, sh
+from roles.shared.tool_locks import BUILD_TOOLS, CUOBJDUMP, tool_lock_text
 from roles.shared.wheel_plan import (
     WheelBuild,
     WheelPlanError,
     context_tar,
     patches_sha256,
     planned_builds,
+    torch_lock_text,
 )
 from roles.site import HostSettings, current_host, current_site
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient
@@ -43,7 +45,7 @@ from roles.wheels.jobcap import JobCap, JobCapError, compute_job_cap
 
 BUILD_SCRIPT = Path(__file__).parent / "files" / "build_wheel.py"
 # cuobjdump from PyPI when the builder has no CUDA toolkit of its own (CUDA 13 reads the
-# ELF of 12.x builds too).
+# ELF of 12.x builds too); installed from files/cuobjdump.lock.txt, made from files/cuobjdump.in.
 CUOBJDUMP_PYPI = "nvidia-cuda-cuobjdump==13.4.92"
 
 
@@ -68,6 +70,7 @@ def wheels() -> None:
     )
     if not pending:
         return
+    tool_lock_text(BUILD_TOOLS)  # the Dockerfiles install docker/wheels/build-tools.lock.txt: stale is refused
     docker = _docker_client()
     cuobjdump = _cuobjdump(tools, settings)
     resources = host.get_fact(BuilderResources)
@@ -102,18 +105,26 @@ def _cuobjdump(tools: str, settings: HostSettings) -> str:
     if found:
         return found
     venv = f"{tools}/cuobjdump"
+    lock = f"{tools}/cuobjdump.lock.txt"
     env = pip_environment(settings)
+    # From the committed hashed lock (roles/shared/tool_locks.py): wheels whose sha256 it lists only.
+    files.put(
+        name=f"Write {lock} ({CUOBJDUMP.path.name})",
+        src=io.StringIO(tool_lock_text(CUOBJDUMP)),
+        dest=lock,
+        mode="0644",
+    )
     server.shell(
         name=f"Install {CUOBJDUMP_PYPI} into {venv}",
         commands=[
             sh(
                 "rm -rf -- {venv} && python3 -m venv -- {venv}"
-                " && {venv}/bin/pip install --quiet --no-cache-dir -- {requirement}"
+                " && {venv}/bin/pip install --quiet --no-cache-dir --require-hashes --only-binary :all: -r {lock}"
                 ' && ln -sf -- "$(ls -d -- {venv}/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump | head -n 1)"'
                 " {venv}/bin/cuobjdump && {venv}/bin/cuobjdump --version >/dev/null"
                 " || {{ rm -rf -- {venv}; exit 1; }}",
                 venv=venv,
-                requirement=CUOBJDUMP_PYPI,
+                lock=lock,
             )
         ],
         _env=env,
@@ -133,12 +144,17 @@ def _job_cap(wheel: WheelBuild, settings: HostSettings, resources) -> JobCap:
 def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict, cuobjdump: str) -> None:
     root = settings.build.wheelhouse_dir
     context = f"{root}/.contexts/{wheel.package}-{wheel.key}.tar"
+    site = current_site()
+    try:
+        torch_lock = torch_lock_text(wheel, site.stack.lock_text(site.stack.active.id))
+    except WheelPlanError as error:
+        raise Refused(f"{host.name}: {error}") from None
     inputs = f"{root}/.contexts/{wheel.package}-{wheel.key}.json"
     files.put(
         name=f"Upload the {wheel.label} build context",
         dest=context,
         mode="0600",
-        src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates)),
+        src=io.BytesIO(context_tar(wheel, settings.base.extra_ca_certificates, torch_lock)),
     )
     files.put(
         name=f"Upload the {wheel.label} build inputs",

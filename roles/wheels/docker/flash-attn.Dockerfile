@@ -8,8 +8,8 @@
 #       --build-arg FLASH_ATTN_VERSION=2.8.3 --build-arg TORCH_VERSION=2.9.1 \
 #       --build-arg MAX_JOBS=1 --build-arg NVCC_THREADS=2 --output type=local,dest=out/ CONTEXT
 #
-# The build context holds this file, roles/wheels/docker/wheels/ (helpers), extra-ca/ (CA certificates to
-# trust; may be empty) and, with SOURCE=context, src/ (a source tree to build as given).
+# The build context holds this file, roles/wheels/docker/wheels/ (helpers), torch.lock.txt, extra-ca/
+# (CA certificates to trust; may be empty) and, with SOURCE=context, src/ (a source tree to build as given).
 # No `# syntax=` line: that would pull a frontend image from a registry.
 
 ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04
@@ -44,10 +44,15 @@ RUN found="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
          echo "the base image's python3 is $found but the stack pins Python ${PYTHON_VERSION};" \
               "use a base image whose python3 is ${PYTHON_VERSION}" >&2; exit 1; fi \
     && python3 -m venv /opt/build-venv
+# The build tools from their hashed lock (roles/shared/tool_locks.py) and torch from the stack's
+# (torch.lock.txt: its entries and what it requires, roles/shared/wheel_plan.py): a wheel whose
+# sha256 is not in them stops the build.
+COPY wheels/build-tools.lock.txt torch.lock.txt /opt/
 RUN --mount=type=cache,target=/root/.cache/pip,id=inference-host-pip \
     --mount=type=secret,id=pypi-netrc \
-    pip install setuptools wheel ninja packaging psutil "cmake>=3.26" scikit-build-core \
-    && if [ -n "${TORCH_VERSION}" ]; then pip install "torch==${TORCH_VERSION}"; fi
+    pip install --require-hashes --only-binary :all: -r /opt/build-tools.lock.txt \
+    && if [ -n "${TORCH_VERSION}" ]; then \
+         pip install --require-hashes --only-binary :all: -r /opt/torch.lock.txt; fi
 COPY wheels/ /opt/wheels-tools/
 
 # ---- source: the pinned release from the index, or a tree from the build context
