@@ -65,6 +65,14 @@ EXTRA_CONTEXT_TOKENS = 4
 # SGLang's own default --mem-fraction-static reserves this much more with EAGLE/EAGLE3
 # (server_args.py _handle_gpu_memory_settings); 0.5.23's memory_hook.py has no fixed reserve.
 EAGLE_RESERVE_MIB = {"0.5.9": 2048, "0.5.10": 4096, "0.5.23": 0}
+# The EAGLE draft worker's CUDA graphs, which no pinned release sizes: 0.5.9 and 0.5.10 fold them
+# into EAGLE_RESERVE_MIB ("eagle draft models and cuda graphs"), 0.5.23 only logs what the capture
+# took ("Capture draft decode / extend CUDA graph end. ... mem usage", speculative/eagle_worker_v2.py
+# _capture_cuda_graphs). Kept per captured set at SGLang's own figure for a decode graph set,
+# max_bs x 2 MiB ("For cuda graphs", the same rule as Reserve's), plus the index buffers the
+# draft's attention backend allocates for capture (drafter_graph_reserve).
+GRAPH_MIB_PER_BS = 2
+KV_INDEX_BYTES = 8  # int64 cuda_graph_kv_indices (layers/attention/triton_backend.py)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -383,6 +391,52 @@ def sglang_reserve(
     return Reserve(release, card_mib, chunk, max_bs, tuple(parts), floor, spec)
 
 
+@dataclass(frozen=True)
+class DrafterGraphs:
+    """What the EAGLE draft worker's CUDA graphs take beyond the target's, in MiB per GPU: the
+    draft-decode set (captured only with num_steps > 1) and the draft-extend set, each at
+    GRAPH_MIB_PER_BS per batch size, and the index buffers their triton backends allocate at
+    capture (the project's default backend; taken for any backend):
+
+    - draft decode, TritonMultiStepDraftBackend.init_cuda_graph_state: (num_steps, max_bs x topk
+      x context) int64 (0.5.23: spec_utils.py draft_kv_indices_buffer_width);
+    - draft extend, TritonAttnBackend.init_cuda_graph_state: max_bs x width x context int64, width
+      num_steps + 1 (0.5.9 / 0.5.10 eagle_draft_extend_cuda_graph_runner.py num_tokens_per_bs) or
+      num_draft_tokens (0.5.23 resolve_num_tokens_per_req("draft_extend")).
+
+    max_bs: the decode graphs' cuda_graph_max_bs clamped to the running requests
+    (get_batch_sizes_to_capture: capture_bs <= req_to_token_pool.size, which is max_num_reqs);
+    context: the target's context length, which the draft worker is built with (0.5.9 / 0.5.10
+    speculative/eagle_worker.py, 0.5.23 draft_worker_common.py)."""
+
+    max_bs: int
+    context: int
+    parts: tuple[tuple[str, float], ...]
+
+    @property
+    def total_mib(self) -> float:
+        return sum(mib for _, mib in self.parts)
+
+    def explain(self) -> str:
+        return " + ".join(f"{mib:.1f} MiB {what}" for what, mib in self.parts)
+
+
+def drafter_graph_reserve(
+    version: str | None, max_bs: int, context: int, num_steps: int, topk: int, num_draft_tokens: int
+) -> DrafterGraphs:
+    release = release_rules(version)
+    parts: list[tuple[str, float]] = []
+    if num_steps > 1:
+        parts.append((f"draft decode graphs ({max_bs} x {GRAPH_MIB_PER_BS})", max_bs * GRAPH_MIB_PER_BS))
+        indices = num_steps * max_bs * topk * context * KV_INDEX_BYTES / MIB
+        parts.append((f"draft decode kv indices ({num_steps} x {max_bs} x {topk} x {context} x 8 B)", indices))
+    width = num_draft_tokens if release == "0.5.23" else num_steps + 1
+    parts.append((f"draft extend graphs ({max_bs} x {GRAPH_MIB_PER_BS})", max_bs * GRAPH_MIB_PER_BS))
+    indices = max_bs * width * context * KV_INDEX_BYTES / MIB
+    parts.append((f"draft extend kv indices ({max_bs} x {width} x {context} x 8 B)", indices))
+    return DrafterGraphs(max_bs, context, tuple(parts))
+
+
 def vlm_factor(model: ModelFacts) -> float:
     """adjust_mem_fraction_for_vlm (0.5.9, 0.5.10 server_args.py; 0.5.23 memory_hook.py): SGLang's
     own default is cut for a multimodal model by 0.95 x a factor of the vision tower's size."""
@@ -466,10 +520,33 @@ class KvEstimate:
 
     @property
     def drafter_bytes(self) -> int:
-        """The drafter's share of the left-over (0.5.23 charges it before the pools: none)."""
+        """The drafter's share of the left-over on 0.5.9 / 0.5.10 (its weights and its whole KV
+        pool: they charge the target's pool nothing for it). 0.5.23 charges its weights before
+        the pools and its KV on the target's cell: what that under-charges is
+        drafter_kv_margin_bytes."""
         if self.drafter is None or self.rules == "0.5.23":
             return 0
         return self.drafter.weights_per_gpu + self.kv_tokens * self.drafter.kv_bytes_per_token
+
+    @property
+    def drafter_kv_charged_per_token(self) -> int:
+        """What the release charges the target's pool per token for the draft's KV: 0.5.23
+        int(target cell x draft layers / target layers) (pool_configurator.py
+        DefaultPoolConfigurator, "assumes the draft shares the target's per-layer KV size"):
+        1,152 B for Kimi-K2.5's 70,272 B over 61 layers; 0.5.9 / 0.5.10 nothing."""
+        return self.cell_bytes - self.target.kv_bytes_per_token
+
+    @property
+    def drafter_kv_margin_bytes(self) -> int:
+        """What the draft's own pool allocates beyond its charge, kept outside the KV budget:
+        tokens x (allocated - charged) per token on a release that under-charges (0.5.23: the
+        draft worker's MHATokenToKVPool of the target's max_total_num_tokens, kv_cache_configurator.py
+        configure -> _build_mha_kv_pool: kv heads per GPU x (head_dim + v_head_dim) x layers x
+        dtype bytes, 4,096 B for the Llama drafter at TP 8). None on 0.5.9 / 0.5.10, whose
+        drafter_bytes already counts the whole pool against their EAGLE reserve."""
+        if self.drafter is None or self.rules != "0.5.23":
+            return 0
+        return self.kv_tokens * max(self.drafter.kv_bytes_per_token - self.drafter_kv_charged_per_token, 0)
 
 
 def gib(value: float) -> str:
