@@ -262,11 +262,13 @@ def memory_lines(host: HostSettings, hosts: dict[str, HostSettings], stack: Stac
     else:
         chosen = f"{own:.3f}"
     drafter = _drafter(host, memory)
-    largest = reserve.largest_fraction(drafter.beyond_mib if drafter is not None else 0.0)
+    beyond = drafter.beyond_mib if drafter is not None else 0.0
+    largest = reserve.largest_fraction(beyond)
+    also = f" and {beyond:.0f} MiB for the drafter" if beyond else ""
     lines = [
         f"mem_fraction_static {host.serving.mem_fraction_static:g}; sglang {memory.version} would choose {chosen}"
         f" on this {memory.card_mib} MiB card; at most {largest:g}"
-        f" leaves its {reserve.total_mib:.0f} MiB for activations and CUDA graphs (cuda_graph_max_bs"
+        f" leaves its {reserve.total_mib:.0f} MiB for activations and CUDA graphs{also} (cuda_graph_max_bs"
         f" {reserve.cuda_graph_max_bs}, chunked_prefill_size {reserve.chunked_prefill_size})"
     ]
     if memory.estimate is not None:
@@ -300,11 +302,11 @@ def _drafter_line(memory: Memory, drafter: Drafter) -> str:
             f" KV budget) {drafter.resident_mib:.1f} MiB"
         )
     held = (
-        f"of the release's {drafter.reserve_mib:.0f} MiB EAGLE reserve"
+        f"of the release's {drafter.reserve_mib:.0f} MiB EAGLE reserve, {drafter.beyond_mib:.1f} MiB beyond it"
         if drafter.reserve_mib
-        else "kept beside the release's reserve (it keeps none for the drafter)"
+        else "kept beside the release's reserve, which keeps none for the drafter"
     )
     return (
         f"{kv}; drafter CUDA graphs {drafter.graphs.total_mib:.1f} MiB ({drafter.graphs.explain()});"
-        f" {drafter.total_mib:.1f} MiB {held}, {drafter.beyond_mib:.1f} MiB beyond it"
+        f" {drafter.total_mib:.1f} MiB {held}"
     )
