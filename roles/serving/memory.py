@@ -4,8 +4,10 @@ checked on every gpu node while the inventory is validated, before any host is t
 1. serving_mem_fraction_static against what the release itself keeps outside weights and KV cache
    for activations and CUDA graphs at the configured cuda_graph_max_bs and chunked_prefill_size
    (0.5.9 / 0.5.10 server_args.py, 0.5.23 arg_groups/memory_hook.py: the reserve its own default
-   fraction is computed from), plus, on 0.5.9 and 0.5.10, what the EAGLE drafter takes of the same
-   left-over beyond the release's own drafter reserve. A larger fraction is refused with the
+   fraction is computed from), plus what the EAGLE drafter takes of the same left-over beyond the
+   release's own drafter reserve: on 0.5.9 / 0.5.10 its weights and KV pool, on 0.5.23 the KV its
+   pool allocates beyond what the target's cell charges for it (the drafter KV margin), on every
+   release its CUDA graphs (kv_cache.drafter_graph_reserve). A larger fraction is refused with the
    largest that fits: on the target a CUDA graph capture that does not fit is an out-of-memory at
    start-up, after the model's long load. Needs no config.json; without one the larger reserve
    is taken (an MLA model's prefill graphs).

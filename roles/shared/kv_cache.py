@@ -30,8 +30,10 @@ graphs and activations. SGLang's own default fraction (used only without
 "eagle draft models and cuda graphs" (server_args.py _handle_gpu_memory_settings): 2 GiB in
 0.5.9, 4 GiB in 0.5.10, nothing fixed in 0.5.23 (srt/arg_groups/memory_hook.py).
 0.5.23 sizes its pools differently (srt/model_executor/pool_configurator.py charges an EAGLE
-draft's layers on the target's cell; srt/mem_cache/kv_cache_configurator.py may resize after
-CUDA graph capture); the estimate applies 0.5.10's arithmetic to it (docs/serving-memory.md).
+draft's layers on the target's cell, at the target's per-layer size: 1,152 B a token for
+Kimi-K2.5, where the Llama drafter's own MHA pool allocates 4,096 B; the difference is kept as
+the drafter KV margin, KvEstimate.drafter_kv_margin_bytes; srt/mem_cache/kv_cache_configurator.py
+may resize after CUDA graph capture); KvEstimate follows its own arithmetic (docs/serving-memory.md).
 
 Weights are counted from config.json: parameter shapes of the DeepSeek-V3 layout (MLA
 attention, dense and MoE MLPs, embeddings, lm_head, a vision tower when there is one) at the
@@ -56,8 +58,11 @@ MIB = 1 << 20
 CARD_MEMORY_MIB = {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 97887}
 # Gone before SGLang measures `pre` (model_runner.py init_torch_distributed: torch.cuda.set_device,
 # then init_distributed_environment / initialize_model_parallel: NCCL communicators, custom
-# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. 1.75 GiB below
-# nvidia-smi's total on one H200 with one NCCL rank (docs/serving-memory.md); 8 ranks take more.
+# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. Measured: 1.75
+# GiB below nvidia-smi's total on one H200 with one NCCL rank. For eight ranks an estimate, not a
+# measurement: NCCL's per-peer connection buffers (about 9.2 MiB a connection and channel, NVIDIA/nccl
+# src/init.cc DEFAULT_*BUFFSIZE) for up to two communicators, and the custom all-reduce's 8 MiB
+# buffers, on top of the one-rank figure (docs/serving-memory.md, "The card and what is gone").
 CONTEXT_AND_NCCL_GIB = 2.0
 # Rows of the req-to-token pool beyond the context: 4 + speculative_num_draft_tokens in 0.5.9,
 # 0.5.10 (model_runner_kv_cache_mixin.py init_memory_pool) and 0.5.23 (allocation_sizing.py).
@@ -249,7 +254,8 @@ RELEASES = ("0.5.9", "0.5.10", "0.5.23")
 MULTIMODAL_RESERVE_MIB = {"0.5.9": 0, "0.5.10": 0, "0.5.23": 100}
 # Kept below the release's figure when checking a fit: the weights are counted from config.json
 # to within 0.5 % (0.36 GiB per GPU for Kimi-K2.5 at TP 8) and CONTEXT_AND_NCCL_GIB is measured
-# on one rank (1.75 GiB), not eight. The KV fit asks for its tokens with this much less memory.
+# on one rank (1.75 GiB) and estimated for eight. The KV fit asks for its tokens with this much less
+# memory. (The drafter's under-charged KV is kept apart: KvEstimate.drafter_kv_margin_bytes.)
 KV_MARGIN_GIB = 1.0
 
 
