@@ -548,7 +548,7 @@ class KvEstimate:
         tokens x (allocated - charged) per token on a release that under-charges (0.5.23: the
         draft worker's MHATokenToKVPool of the target's max_total_num_tokens, kv_cache_configurator.py
         configure -> _build_mha_kv_pool: kv heads per GPU x (head_dim + v_head_dim) x layers x
-        dtype bytes, 4,096 B for the Llama drafter at TP 8). None on 0.5.9 / 0.5.10, whose
+        dtype bytes, 4,096 B for the Llama drafter at TP 8). Nothing on 0.5.9 / 0.5.10, whose
         drafter_bytes already counts the whole pool against their EAGLE reserve."""
         if self.drafter is None or self.rules != "0.5.23":
             return 0
