@@ -4,8 +4,10 @@ checked on every gpu node while the inventory is validated, before any host is t
 1. serving_mem_fraction_static against what the release itself keeps outside weights and KV cache
    for activations and CUDA graphs at the configured cuda_graph_max_bs and chunked_prefill_size
    (0.5.9 / 0.5.10 server_args.py, 0.5.23 arg_groups/memory_hook.py: the reserve its own default
-   fraction is computed from), plus, on 0.5.9 and 0.5.10, what the EAGLE drafter takes of the same
-   left-over beyond the release's own drafter reserve. A larger fraction is refused with the
+   fraction is computed from), plus what the EAGLE drafter takes of the same left-over beyond the
+   release's own drafter reserve: on 0.5.9 / 0.5.10 its weights and KV pool, on 0.5.23 the KV its
+   pool allocates beyond what the target's cell charges for it (the drafter KV margin), on every
+   release its CUDA graphs (kv_cache.drafter_graph_reserve). A larger fraction is refused with the
    largest that fits: on the target a CUDA graph capture that does not fit is an out-of-memory at
    start-up, after the model's long load. Needs no config.json; without one the larger reserve
    is taken (an MLA model's prefill graphs).
@@ -114,22 +116,64 @@ def memory_problems(host: HostSettings, hosts: dict[str, HostSettings], stack: S
     return problems
 
 
-def _drafter_beyond_reserve_mib(memory: Memory) -> float:
-    """0.5.9 / 0.5.10: the drafter's weights and KV pool come out of the left-over, where the
-    release reserves 2 / 4 GiB for "eagle draft models and cuda graphs"; what it needs beyond that."""
-    estimate = memory.estimate
-    if estimate is None or estimate.drafter is None or not memory.reserve.speculative_mib:
-        return 0.0
-    return max(estimate.drafter_bytes / kv_cache.MIB - memory.reserve.speculative_mib, 0.0)
+@dataclass(frozen=True)
+class Drafter:
+    """What the EAGLE drafter takes of the left-over, pre * (1 - mem_fraction_static), beside the
+    release's reserve: on 0.5.9 / 0.5.10 its weights and whole KV pool (the release charges the
+    target's pool nothing for it), on 0.5.23 the KV its pool allocates beyond what the target's
+    cell charges for it (the margin); on every release its CUDA graphs. beyond_mib: what of that
+    the release's own drafter reserve (2 / 4 / 0 GiB) does not hold."""
+
+    resident_mib: float  # 0.5.9 / 0.5.10: weights + its KV pool
+    kv_margin_mib: float  # 0.5.23: tokens x (allocated - charged)
+    graphs: kv_cache.DrafterGraphs
+    reserve_mib: float
+
+    @property
+    def total_mib(self) -> float:
+        return self.resident_mib + self.kv_margin_mib + self.graphs.total_mib
+
+    @property
+    def beyond_mib(self) -> float:
+        return max(self.total_mib - self.reserve_mib, 0.0)
+
+
+def _drafter(host: HostSettings, memory: Memory) -> Drafter | None:
+    """The drafter's share; None without serving_speculative or without both config.json copies."""
+    estimate, spec = memory.estimate, host.speculative
+    if estimate is None or estimate.drafter is None or spec is None or memory.target is None:
+        return None
+    running = effective_max_running_requests(host.serving.max_running_requests, host.serving.speculative)
+    max_bs = min(memory.reserve.cuda_graph_max_bs, running) if running else memory.reserve.cuda_graph_max_bs
+    context = host.serving.context_length or kv_cache.model_context_length(memory.target)
+    graphs = kv_cache.drafter_graph_reserve(
+        memory.version, max_bs, context, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    )
+    return Drafter(
+        estimate.drafter_bytes / kv_cache.MIB,
+        estimate.drafter_kv_margin_bytes / kv_cache.MIB,
+        graphs,
+        memory.reserve.speculative_mib,
+    )
+
+
+def _drafter_beyond_reserve_mib(host: HostSettings, memory: Memory) -> float:
+    drafter = _drafter(host, memory)
+    return drafter.beyond_mib if drafter is not None else 0.0
 
 
 def _fraction_problems(host: HostSettings, memory: Memory) -> list[str]:
     fraction, reserve = host.serving.mem_fraction_static, memory.reserve
-    extra = _drafter_beyond_reserve_mib(memory)
+    extra = _drafter_beyond_reserve_mib(host, memory)
     fits = reserve.largest_fraction(extra)
     if fraction <= fits:
         return []
-    drafter = f" + {extra:.0f} MiB the drafter needs beyond that (weights and its KV pool)" if extra else ""
+    drafter = (
+        f" + {extra:.0f} MiB the drafter needs beyond that (weights and KV pool not charged to the"
+        " KV budget, CUDA graphs)"
+        if extra
+        else ""
+    )
     return [
         f"serving_mem_fraction_static {fraction:g} leaves {(1 - fraction) * memory.card_mib:.0f} MiB of the"
         f" {memory.card_mib} MiB card outside weights and KV cache; sglang {memory.version} keeps"
@@ -219,11 +263,14 @@ def memory_lines(host: HostSettings, hosts: dict[str, HostSettings], stack: Stac
         chosen = f"{own:.3f} ({own / cut:.3f} x {cut:.3f} for the vision tower)"
     else:
         chosen = f"{own:.3f}"
-    largest = reserve.largest_fraction(_drafter_beyond_reserve_mib(memory))
+    drafter = _drafter(host, memory)
+    beyond = drafter.beyond_mib if drafter is not None else 0.0
+    largest = reserve.largest_fraction(beyond)
+    also = f" and {beyond:.0f} MiB for the drafter" if beyond else ""
     lines = [
         f"mem_fraction_static {host.serving.mem_fraction_static:g}; sglang {memory.version} would choose {chosen}"
         f" on this {memory.card_mib} MiB card; at most {largest:g}"
-        f" leaves its {reserve.total_mib:.0f} MiB for activations and CUDA graphs (cuda_graph_max_bs"
+        f" leaves its {reserve.total_mib:.0f} MiB for activations and CUDA graphs{also} (cuda_graph_max_bs"
         f" {reserve.cuda_graph_max_bs}, chunked_prefill_size {reserve.chunked_prefill_size})"
     ]
     if memory.estimate is not None:
@@ -233,4 +280,35 @@ def memory_lines(host: HostSettings, hosts: dict[str, HostSettings], stack: Stac
             f" {kv_cache.gib(estimate.kv_bytes)}"
             f" ({estimate.kv_tokens_with_margin} with the {kv_cache.KV_MARGIN_GIB:g} GiB margin)"
         )
+    if drafter is not None:
+        lines.append(_drafter_line(memory, drafter))
     return lines
+
+
+def _drafter_line(memory: Memory, drafter: Drafter) -> str:
+    """Where the drafter's memory comes from: the margin kept where the release under-charges its
+    KV pool (0.5.23), the share of the release's own drafter reserve (0.5.9, 0.5.10)."""
+    estimate = memory.estimate
+    assert estimate is not None and estimate.drafter is not None  # _drafter needs both
+    allocated, charged = estimate.drafter.kv_bytes_per_token, estimate.drafter_kv_charged_per_token
+    if drafter.kv_margin_mib:
+        kv = (
+            f"drafter KV margin {estimate.kv_tokens} tokens x ({allocated} B allocated - {charged} B charged)"
+            f" = {drafter.kv_margin_mib:.1f} MiB"
+        )
+    elif charged:
+        kv = f"drafter KV charged at {charged} B a token, its pool allocates {allocated} B: no margin"
+    else:
+        kv = (
+            f"drafter weights and KV pool ({estimate.kv_tokens} tokens x {allocated} B, not charged to the"
+            f" KV budget) {drafter.resident_mib:.1f} MiB"
+        )
+    held = (
+        f"of the release's {drafter.reserve_mib:.0f} MiB EAGLE reserve, {drafter.beyond_mib:.1f} MiB beyond it"
+        if drafter.reserve_mib
+        else "kept beside the release's reserve, which keeps none for the drafter"
+    )
+    return (
+        f"{kv}; drafter CUDA graphs {drafter.graphs.total_mib:.1f} MiB ({drafter.graphs.explain()});"
+        f" {drafter.total_mib:.1f} MiB {held}"
+    )

@@ -30,8 +30,10 @@ graphs and activations. SGLang's own default fraction (used only without
 "eagle draft models and cuda graphs" (server_args.py _handle_gpu_memory_settings): 2 GiB in
 0.5.9, 4 GiB in 0.5.10, nothing fixed in 0.5.23 (srt/arg_groups/memory_hook.py).
 0.5.23 sizes its pools differently (srt/model_executor/pool_configurator.py charges an EAGLE
-draft's layers on the target's cell; srt/mem_cache/kv_cache_configurator.py may resize after
-CUDA graph capture); the estimate applies 0.5.10's arithmetic to it (docs/serving-memory.md).
+draft's layers on the target's cell, at the target's per-layer size: 1,152 B a token for
+Kimi-K2.5, where the Llama drafter's own MHA pool allocates 4,096 B; the difference is kept as
+the drafter KV margin, KvEstimate.drafter_kv_margin_bytes; srt/mem_cache/kv_cache_configurator.py
+may resize after CUDA graph capture); KvEstimate follows its own arithmetic (docs/serving-memory.md).
 
 Weights are counted from config.json: parameter shapes of the DeepSeek-V3 layout (MLA
 attention, dense and MoE MLPs, embeddings, lm_head, a vision tower when there is one) at the
@@ -56,8 +58,11 @@ MIB = 1 << 20
 CARD_MEMORY_MIB = {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 97887}
 # Gone before SGLang measures `pre` (model_runner.py init_torch_distributed: torch.cuda.set_device,
 # then init_distributed_environment / initialize_model_parallel: NCCL communicators, custom
-# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. 1.75 GiB below
-# nvidia-smi's total on one H200 with one NCCL rank (docs/serving-memory.md); 8 ranks take more.
+# all-reduce buffers), with the driver's reserve that cudaMemGetInfo never reports. Measured: 1.75
+# GiB below nvidia-smi's total on one H200 with one NCCL rank. For eight ranks an estimate, not a
+# measurement: NCCL's per-peer connection buffers (about 9.2 MiB a connection and channel, NVIDIA/nccl
+# src/init.cc DEFAULT_*BUFFSIZE) for up to two communicators, and the custom all-reduce's 8 MiB
+# buffers, on top of the one-rank figure (docs/serving-memory.md, "The card and what is gone").
 CONTEXT_AND_NCCL_GIB = 2.0
 # Rows of the req-to-token pool beyond the context: 4 + speculative_num_draft_tokens in 0.5.9,
 # 0.5.10 (model_runner_kv_cache_mixin.py init_memory_pool) and 0.5.23 (allocation_sizing.py).
@@ -65,6 +70,14 @@ EXTRA_CONTEXT_TOKENS = 4
 # SGLang's own default --mem-fraction-static reserves this much more with EAGLE/EAGLE3
 # (server_args.py _handle_gpu_memory_settings); 0.5.23's memory_hook.py has no fixed reserve.
 EAGLE_RESERVE_MIB = {"0.5.9": 2048, "0.5.10": 4096, "0.5.23": 0}
+# The EAGLE draft worker's CUDA graphs, which no pinned release sizes: 0.5.9 and 0.5.10 fold them
+# into EAGLE_RESERVE_MIB ("eagle draft models and cuda graphs"), 0.5.23 only logs what the capture
+# took ("Capture draft decode / extend CUDA graph end. ... mem usage", speculative/eagle_worker_v2.py
+# _capture_cuda_graphs). Kept per captured set at SGLang's own figure for a decode graph set,
+# max_bs x 2 MiB ("For cuda graphs", the same rule as Reserve's), plus the index buffers the
+# draft's attention backend allocates for capture (drafter_graph_reserve).
+GRAPH_MIB_PER_BS = 2
+KV_INDEX_BYTES = 8  # int64 cuda_graph_kv_indices (layers/attention/triton_backend.py)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -241,7 +254,8 @@ RELEASES = ("0.5.9", "0.5.10", "0.5.23")
 MULTIMODAL_RESERVE_MIB = {"0.5.9": 0, "0.5.10": 0, "0.5.23": 100}
 # Kept below the release's figure when checking a fit: the weights are counted from config.json
 # to within 0.5 % (0.36 GiB per GPU for Kimi-K2.5 at TP 8) and CONTEXT_AND_NCCL_GIB is measured
-# on one rank (1.75 GiB), not eight. The KV fit asks for its tokens with this much less memory.
+# on one rank (1.75 GiB) and estimated for eight. The KV fit asks for its tokens with this much less
+# memory. (The drafter's under-charged KV is kept apart: KvEstimate.drafter_kv_margin_bytes.)
 KV_MARGIN_GIB = 1.0
 
 
@@ -383,6 +397,52 @@ def sglang_reserve(
     return Reserve(release, card_mib, chunk, max_bs, tuple(parts), floor, spec)
 
 
+@dataclass(frozen=True)
+class DrafterGraphs:
+    """What the EAGLE draft worker's CUDA graphs take beyond the target's, in MiB per GPU: the
+    draft-decode set (captured only with num_steps > 1) and the draft-extend set, each at
+    GRAPH_MIB_PER_BS per batch size, and the index buffers their triton backends allocate at
+    capture (the project's default backend; taken for any backend):
+
+    - draft decode, TritonMultiStepDraftBackend.init_cuda_graph_state: (num_steps, max_bs x topk
+      x context) int64 (0.5.23: spec_utils.py draft_kv_indices_buffer_width);
+    - draft extend, TritonAttnBackend.init_cuda_graph_state: max_bs x width x context int64, width
+      num_steps + 1 (0.5.9 / 0.5.10 eagle_draft_extend_cuda_graph_runner.py num_tokens_per_bs) or
+      num_draft_tokens (0.5.23 resolve_num_tokens_per_req("draft_extend")).
+
+    max_bs: the decode graphs' cuda_graph_max_bs clamped to the running requests
+    (get_batch_sizes_to_capture: capture_bs <= req_to_token_pool.size, which is max_num_reqs);
+    context: the target's context length, which the draft worker is built with (0.5.9 / 0.5.10
+    speculative/eagle_worker.py, 0.5.23 draft_worker_common.py)."""
+
+    max_bs: int
+    context: int
+    parts: tuple[tuple[str, float], ...]
+
+    @property
+    def total_mib(self) -> float:
+        return sum(mib for _, mib in self.parts)
+
+    def explain(self) -> str:
+        return " + ".join(f"{mib:.1f} MiB {what}" for what, mib in self.parts)
+
+
+def drafter_graph_reserve(
+    version: str | None, max_bs: int, context: int, num_steps: int, topk: int, num_draft_tokens: int
+) -> DrafterGraphs:
+    release = release_rules(version)
+    parts: list[tuple[str, float]] = []
+    if num_steps > 1:
+        parts.append((f"draft decode graphs ({max_bs} x {GRAPH_MIB_PER_BS})", max_bs * GRAPH_MIB_PER_BS))
+        indices = num_steps * max_bs * topk * context * KV_INDEX_BYTES / MIB
+        parts.append((f"draft decode kv indices ({num_steps} x {max_bs} x {topk} x {context} x 8 B)", indices))
+    width = num_draft_tokens if release == "0.5.23" else num_steps + 1
+    parts.append((f"draft extend graphs ({max_bs} x {GRAPH_MIB_PER_BS})", max_bs * GRAPH_MIB_PER_BS))
+    indices = max_bs * width * context * KV_INDEX_BYTES / MIB
+    parts.append((f"draft extend kv indices ({max_bs} x {width} x {context} x 8 B)", indices))
+    return DrafterGraphs(max_bs, context, tuple(parts))
+
+
 def vlm_factor(model: ModelFacts) -> float:
     """adjust_mem_fraction_for_vlm (0.5.9, 0.5.10 server_args.py; 0.5.23 memory_hook.py): SGLang's
     own default is cut for a multimodal model by 0.95 x a factor of the vision tower's size."""
@@ -466,10 +526,33 @@ class KvEstimate:
 
     @property
     def drafter_bytes(self) -> int:
-        """The drafter's share of the left-over (0.5.23 charges it before the pools: none)."""
+        """The drafter's share of the left-over on 0.5.9 / 0.5.10 (its weights and its whole KV
+        pool: they charge the target's pool nothing for it). 0.5.23 charges its weights before
+        the pools and its KV on the target's cell: what that under-charges is
+        drafter_kv_margin_bytes."""
         if self.drafter is None or self.rules == "0.5.23":
             return 0
         return self.drafter.weights_per_gpu + self.kv_tokens * self.drafter.kv_bytes_per_token
+
+    @property
+    def drafter_kv_charged_per_token(self) -> int:
+        """What the release charges the target's pool per token for the draft's KV: 0.5.23
+        int(target cell x draft layers / target layers) (pool_configurator.py
+        DefaultPoolConfigurator, "assumes the draft shares the target's per-layer KV size"):
+        1,152 B for Kimi-K2.5's 70,272 B over 61 layers; 0.5.9 / 0.5.10 nothing."""
+        return self.cell_bytes - self.target.kv_bytes_per_token
+
+    @property
+    def drafter_kv_margin_bytes(self) -> int:
+        """What the draft's own pool allocates beyond its charge, kept outside the KV budget:
+        tokens x (allocated - charged) per token on a release that under-charges (0.5.23: the
+        draft worker's MHATokenToKVPool of the target's max_total_num_tokens, kv_cache_configurator.py
+        configure -> _build_mha_kv_pool: kv heads per GPU x (head_dim + v_head_dim) x layers x
+        dtype bytes, 4,096 B for the Llama drafter at TP 8). Nothing on 0.5.9 / 0.5.10, whose
+        drafter_bytes already counts the whole pool against their EAGLE reserve."""
+        if self.drafter is None or self.rules != "0.5.23":
+            return 0
+        return self.kv_tokens * max(self.drafter.kv_bytes_per_token - self.drafter_kv_charged_per_token, 0)
 
 
 def gib(value: float) -> str:

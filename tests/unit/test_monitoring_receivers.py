@@ -528,3 +528,18 @@ def test_a_monitor_on_another_host_is_one_line_of_the_shipped_inventory(tmp_path
     assert jobs["engine"] == ["gpu-lxc.example.internal:30000"]
     assert jobs["dcgm"] == ["gpu-lxc.example.internal:9400"]
     assert "gpu-lxc.example.internal:9100" in jobs["node"] and "127.0.0.1:9100" in jobs["node"]
+
+
+def test_the_heartbeat_settings_description_says_what_the_route_gets():
+    """The route's group_interval is half the interval, at most 10 s and at least 1 s
+    (config.heartbeat_tick); repeat_interval is the interval. The setting's description (and
+    docs/settings.md, generated from it) says so, not that group_interval is the interval."""
+    from roles.site.sections.monitoring import MonitoringSettings
+
+    assert [config.heartbeat_tick(i) for i in ("1m", "2m", "12s", "1s")] == ["10s", "10s", "6s", "1s"]
+    description = MonitoringSettings.model_fields["heartbeat_interval"].description
+    assert "its route's repeat_interval" in description
+    assert "group_interval, the tick at which Alertmanager checks whether that much has passed, is half of it" in (
+        description
+    )
+    assert "at most 10 s (at least 1 s)" in description and "group_interval and repeat_interval" not in description

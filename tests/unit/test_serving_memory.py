@@ -306,3 +306,120 @@ def test_python_m_roles_site_shows_the_fraction_beside_sglangs_own(capsys):
     assert main([str(PROJECT_ROOT / "inventory" / "prod.py"), "--json"]) == 0
     memory = json.loads(capsys.readouterr().out)["hosts"]["gpu-lxc.example.internal"]["memory"]
     assert memory[0].startswith("mem_fraction_static 0.83; sglang 0.5.9 would choose 0.771")
+
+
+# --- the drafter's memory as allocated, not as charged (issue 55) --------------------------
+
+
+def test_the_drafters_pool_allocates_4096_b_a_token_derived_from_its_config():
+    """The Llama drafter's own KV pool, from its config.json: num_hidden_layers 1 x
+    num_key_value_heads 64 / tp 8 = 8 heads per GPU x head_dim 128 x 2 (K and V) x 2 B (bf16)
+    = 4,096 B a token per GPU. 0.5.23 builds it as an MHATokenToKVPool of the draft's own model
+    config (kv_cache_configurator.py _build_mha_kv_pool: head_num = get_num_kv_heads(attn_tp_size),
+    head_dim, v_head_dim, layer_num), one (size + page_size, head_num, head_dim) buffer for K and
+    one for V per layer (memory_pool.py _kv_buffer_shapes)."""
+    layers, kv_heads, head_dim = DRAFTER["num_hidden_layers"], DRAFTER["num_key_value_heads"], DRAFTER["head_dim"]
+    dtype_bytes = {"bfloat16": 2}[DRAFTER["torch_dtype"]]
+    allocated = layers * (kv_heads // 8) * head_dim * 2 * dtype_bytes
+    assert (layers, kv_heads, head_dim, dtype_bytes) == (1, 64, 128, 2) and allocated == 4096
+    assert kv_cache.drafter_memory(DRAFTER, 8).kv_bytes_per_token == allocated
+    configurator = release_text("sglang", "0.5.23", "sglang/srt/mem_cache/kv_cache_configurator.py")
+    build = configurator[configurator.index("def _build_mha_kv_pool(") :]
+    build = build[: build.index("return token_to_kv_pool")]
+    for line in (
+        "head_num=self.model_config.get_num_kv_heads(",
+        "head_dim=self.model_config.head_dim,",
+        "v_head_dim=self.model_config.v_head_dim,",
+        "layer_num=self.layer_info.num_effective_layers,",
+    ):
+        assert line in build, line
+    # the draft worker takes the target's token count (memory_pool_config), not a profile of its own
+    assert re.search(r"if not self\.spec_algorithm\.is_none\(\) and self\.is_draft_worker:\s+assert", configurator)
+    assert "config = self.memory_pool_config" in configurator
+    pool = release_text("sglang", "0.5.23", "sglang/srt/mem_cache/memory_pool.py")
+    assert re.search(
+        r"rows = self\.size \+ self\.page_size\s+return \(\s+\(rows, self\.head_num, self\.head_dim\),"
+        r"\s+\(rows, self\.head_num, self\.v_head_dim\),",
+        pool,
+    )
+
+
+@pytest.mark.parametrize(("fraction", "tokens"), [(0.92, 198_456), (0.83, 71_825), (0.8, 29_614)])
+def test_0523_keeps_what_it_under_charges_for_the_drafters_kv_as_margin(fraction, tokens):
+    """0.5.23 charges the draft's layer at the target's per-layer size, int(70,272 x 1 / 61) =
+    1,152 B a token, while the draft's pool allocates 4,096 B: tokens x 2,944 B come out of the
+    left-over unseen (0.2 GiB at 0.83, 0.54 GiB at 0.92). The margin is held to the allocator's
+    per-token size, not to the charge."""
+    estimate = _estimate("0.5.23", fraction, True)
+    assert estimate.kv_tokens == tokens
+    assert estimate.drafter_kv_charged_per_token == 70_272 * 1 // 61 == 1_152
+    assert estimate.drafter_kv_margin_bytes == tokens * (4096 - 1152)
+    assert estimate.drafter_kv_margin_bytes == tokens * (estimate.drafter.kv_bytes_per_token - 1152)
+    pools = release_text("sglang", "0.5.23", "sglang/srt/model_executor/pool_configurator.py")
+    assert "assumes the draft shares the target's per-layer KV size" in pools
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10"])
+def test_0509_and_0510_charge_the_pool_nothing_and_count_the_whole_drafter_pool_instead(version):
+    """0.5.9 / 0.5.10 size the target's pool on the target's layers alone (profile_max_num_token:
+    num_layers = num_effective_layers; the draft worker's own num_nextn_predict_layers branch
+    only when it is the draft) and the drafter's pool of as many tokens comes out of the
+    left-over, which their EAGLE reserve (2 / 4 GiB) is for: no under-charge to keep as a
+    margin; its weights and whole pool at 4,096 B a token count against that reserve."""
+    estimate = _estimate(version, 0.83, True)
+    assert estimate.drafter_kv_charged_per_token == 0 and estimate.drafter_kv_margin_bytes == 0
+    assert estimate.drafter_bytes == estimate.drafter.weights_per_gpu + estimate.kv_tokens * 4096
+    mixin = release_text("sglang", version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py")
+    profile = mixin[mixin.index("def profile_max_num_token(") :]
+    profile = profile[: profile.index("return int(rest_memory")]
+    assert "num_layers = self.num_effective_layers" in profile and "draft" not in profile.replace(
+        "if self.is_draft_worker:", ""
+    )
+
+
+def test_the_drafters_cuda_graphs_are_reserved_per_captured_set():
+    """Two captured sets (draft decode with num_steps > 1, draft extend) at SGLang's 2 MiB per
+    batch size, and the triton backends' int64 index buffers of the context: for 48 requests of
+    4,096 tokens, 3 steps, topk 1, 4 draft tokens: 96 + 4.5 + 96 + 6 = 202.5 MiB."""
+    graphs = kv_cache.drafter_graph_reserve("0.5.23", 48, 4096, 3, 1, 4)
+    assert graphs.total_mib == 48 * 2 + 3 * 48 * 4096 * 8 / 2**20 + 48 * 2 + 48 * 4 * 4096 * 8 / 2**20 == 202.5
+    one_step = kv_cache.drafter_graph_reserve("0.5.9", 48, 4096, 1, 1, 2)
+    assert one_step.total_mib == 48 * 2 + 48 * 2 * 4096 * 8 / 2**20  # no draft decode graphs
+    # the model's own context when none is set: Kimi-K2.5's 262,144 tokens of indices
+    assert kv_cache.drafter_graph_reserve("0.5.23", 48, 262_144, 3, 1, 4).total_mib == 96 + 288 + 96 + 384
+
+
+def test_memory_lines_for_0523_with_eagle3_show_the_drafter_margin(configs):
+    """At 0.83 with 48 requests of 1,024 tokens: the margin at 71,825 tokens, the graphs at 48
+    batch sizes (the running requests clamp cuda_graph_max_bs), both kept beside 0.5.23's reserve
+    (it has no drafter term): the largest fraction falls from 0.842 to 0.838."""
+    from roles.serving.memory import memory_lines
+
+    settings = {"serving_speculative": SPEC, "serving_context_length": 1024, "serving_mem_fraction_static": 0.83}
+    site = _load(configs, "lines.py", stack="sglang-0.5.23-cu130", **settings)
+    lines = memory_lines(site.hosts["gpu1"], site.hosts, site.stack, configs.dir)
+    (drafter,) = [line for line in lines if line.startswith("drafter")]
+    assert "drafter KV margin 71825 tokens x (4096 B allocated - 1152 B charged) = 201.7 MiB" in drafter
+    assert "drafter CUDA graphs 194.6 MiB (96.0 MiB draft decode graphs (48 x 2)" in drafter
+    assert "396.3 MiB kept beside the release's reserve, which keeps none for the drafter" in drafter
+    assert "at most 0.838 leaves its 15456 MiB for activations and CUDA graphs and 396 MiB for the drafter" in lines[0]
+
+
+def test_memory_lines_for_0510_count_the_drafter_against_its_eagle_reserve(configs):
+    from roles.serving.memory import memory_lines
+
+    settings = {"serving_speculative": SPEC, "serving_context_length": 512, "serving_mem_fraction_static": 0.806}
+    site = _load(configs, "old.py", stack="sglang-0.5.10-cu128", **settings)
+    lines = memory_lines(site.hosts["gpu1"], site.hosts, site.stack, configs.dir)
+    (drafter,) = [line for line in lines if line.startswith("drafter")]
+    assert "drafter KV margin" not in drafter and "(55319 tokens x 4096 B, not charged to the KV budget)" in drafter
+    assert "1424.5 MiB of the release's 4096 MiB EAGLE reserve, 0.0 MiB beyond it" in drafter
+
+
+def test_0523_refuses_a_fraction_that_leaves_no_room_for_the_drafters_margin(configs):
+    """0.842 left the reserve on 0.5.23 with EAGLE-3; with the drafter's KV margin (88,709 tokens
+    x 2,944 B = 249.1 MiB at 0.842) and its graphs (194.6 MiB) kept too, it does not."""
+    settings = {"serving_speculative": SPEC, "serving_context_length": 1024}
+    _load(configs, "fits.py", stack="sglang-0.5.23-cu130", serving_mem_fraction_static=0.837, **settings)
+    problems = _refused(configs, stack="sglang-0.5.23-cu130", serving_mem_fraction_static=0.842, **settings)
+    assert any("+ 444 MiB the drafter needs beyond that" in p and "<= 0.837" in p for p in problems), problems

@@ -199,8 +199,10 @@ class MonitoringSettings(Section):
     heartbeat_interval: PrometheusDuration = Field(
         "1m",
         description=(
-            "How often the Watchdog reaches the heartbeat URL (its route's group_interval and repeat_interval); the"
-            " outside service's grace period should be a few of these."
+            "How often the Watchdog reaches the heartbeat URL: its route's repeat_interval. The route's"
+            " group_interval, the tick at which Alertmanager checks whether that much has passed, is half of it,"
+            " at most 10 s (at least 1 s), so each beat comes within 10 s of the interval. The outside service's"
+            " grace period should be a few of these."
         ),
     )
     critical_receivers: Annotated[list[str], check(_receiver_names, RECEIVERS_TEXT)] | None = Field(
