@@ -451,7 +451,8 @@ def test_a_load_that_cannot_be_read_is_a_refusal_to_restart(tmp_path, engine, br
     assert restarted is None and not any(e in ("DELETE", "RESTART") for _, e in fake.events)
     [line] = run.stderr.splitlines()
     assert line.startswith(f"{fake.worker}: its live load cannot be read ({why}") and line.endswith(
-        "not restarting it; --force restarts it anyway"
+        "not restarting it; --force restarts it anyway (or stop the engine, then deploy again: nothing listens,"
+        " nothing is in flight)"
     ), line
     assert _pending(tmp_path).exists()
 
@@ -466,7 +467,8 @@ def test_a_load_that_stops_answering_while_draining_is_a_refusal_too(tmp_path):
     assert run.returncode == 7 and restarted is None, run.stdout + run.stderr
     assert any(e == "DELETE" for _, e in fake.events) and not any(e.startswith("POST") for _, e in fake.events)
     assert f"{fake.worker}: its live load cannot be read (GET /v1/loads: (22)" in run.stderr
-    assert f"for 10 s): not restarting it; --force restarts it anyway (left out of {fake.url}" in run.stderr
+    assert "for 10 s): not restarting it; --force restarts it anyway (or stop the engine" in run.stderr
+    assert f"nothing is in flight) (left out of {fake.url} until then" in run.stderr
     assert _pending(tmp_path).exists()
 
 
@@ -492,6 +494,23 @@ def test_a_replica_nothing_listens_on_has_nothing_in_flight(tmp_path):
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
     assert f"{stopped}: nothing listens at {stopped} (stopped or not started): nothing in flight" in run.stdout
     assert f"{stopped} has nothing in flight (gateways and engine, 2 s apart) after 2 s" in run.stdout
+
+
+def test_the_drain_before_cut_a_stream_sent_straight_to_an_unlisted_replica(tmp_path):
+    """What reading the replica's own load at every restart closes, shown on the script as it
+    was (planted: the drain only after a gateway drained it): an unlisted replica under a long
+    prompt sent straight to it was restarted at once."""
+    planted = tmp_path / "listed-only-inference-engine-rolling"
+    text = SCRIPT.read_text()
+    line = "drain  # listed or not, gateway up or not: the replica's own load (what came straight to it) too\n"
+    assert text.count(line) == 1
+    planted.write_text(text.replace(line, '[ "$drained" = 1 ] && drain\n'))
+    fake = Fake(settle=1, busy_until=time.monotonic() + 8, engine="sglang-0.5.9", seen="straight")
+    fake.workers.clear()
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=planted)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert restarted < fake.busy_until  # cut
 
 
 # The engine's side of the drain before it read the live load (planted to show what the new
