@@ -62,7 +62,7 @@ class Fake:
       scheduler), then the KV tokens in use.
     `lost`: vLLM 0.16.0's /load counter lowered for good by that many disconnects counted twice
     (entrypoints/utils.py: listen_for_disconnect decrements it, lines 42-54, and so does the
-    response's background task, decrement_server_load, lines 102-147, when the handler ends in
+    response's background task, decrement_server_load, lines 102-151, when the handler ends in
     the same turn as the disconnect; each route stacks with_cancellation over load_aware_call,
     openai/chat_completion/api_router.py lines 44-45; read in the vllm-0.16.0 sdist): /load reads
     what is in flight minus `lost`. `broken`: the live load cannot be read: "error" (its route
