@@ -442,8 +442,9 @@ def _control_plane_key(settings: HostSettings, hosts: dict[str, HostSettings]) -
     )
 
 
-# A rolling step that did not finish (inference-engine-rolling's exits 5 and 6: the replica
-# left out of the gateways, or not restarted because it was the last healthy worker) leaves
+# A rolling step that did not finish (inference-engine-rolling's exits 5, 6 and 7: the replica
+# left out of the gateways, or not restarted because it was the last healthy worker or its own
+# load could not be read) leaves
 # this file; the next deploy runs the switch again although its settings were written by the
 # earlier one, and the step's success removes it. Only this role names it.
 restart_pending_file = layout.restart_pending_file

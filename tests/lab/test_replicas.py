@@ -582,6 +582,82 @@ def test_rolling_upgrade_never_drops_the_endpoint(site, key, tmp_path):
     assert {h["stack"]["active"] for h in status["hosts"] if h["stack"]} == {old}, status
 
 
+# A stream sent straight to a replica that no gateway lists (taken out by hand, or a gateway
+# that lost it): 1,500 tokens, 15 s at the stand-in's 100 tokens/s, within the lab's drain
+# timeout (inventory/lab_replicas.py: 34 s by default), so a restart before its end is a cut.
+UNLISTED_STREAM_TOKENS = 1500
+
+
+def _gateway_call(site, method: str, path: str, body: dict | None = None) -> int:
+    """smg's control plane with its key (the only key its /workers take)."""
+    request = urllib.request.Request(
+        f"{gateway_url(site.group('gateways')[0])}{path}",
+        json.dumps(body).encode() if body is not None else None,
+        {"Authorization": f"Bearer {control_plane_key(site)}", "Content-Type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.status
+
+
+def test_a_replica_no_gateway_lists_is_restarted_only_after_a_stream_sent_straight_to_it(site, key):
+    """The replica is out of the gateway (DELETE /workers/{id}, smg dropped the entry), a long
+    stream goes straight to it, and its rolling step runs: the deploy's own command on the
+    replica (roles/serving switch_command: inference-engine-rolling around the switch, the
+    environment it already serves). Nothing lists it, so only its own live load (/v1/loads)
+    holds the stream: the step waits for it, restarts the engine after the stream's end, puts
+    the replica back into the gateway, and the stream ends with all its tokens and [DONE]."""
+    from roles.serving import switch_command
+    from roles.shared import layout
+
+    node = replicas(site.hosts)[0]
+    url, unit = worker_url(node), node.serving.unit_name
+    guest = testinfra.get_host(f"docker://{lab.container_name('rep-a')}")
+    [worker_id] = [w["id"] for w in _workers(site, key) if w["url"] == url]
+    assert _gateway_call(site, "DELETE", f"/workers/{worker_id}") == 202
+    deadline = time.monotonic() + node.serving.drain_timeout_s + 60  # smg drops it after its settle time
+    while any(w["url"] == url for w in _workers(site, key)) and time.monotonic() < deadline:
+        time.sleep(1)
+    try:
+        assert not any(w["url"] == url for w in _workers(site, key)), "smg still lists the replica"
+        current = layout.current_link(node.base.install_root)
+        target = guest.check_output(f"readlink {shlex.quote(current)}")
+        command, _ = switch_command(node, site.hosts, unit, current, target)
+        since = int(guest.check_output(f"systemctl show -p ExecMainStartTimestampMonotonic --value {unit}"))
+        body = {**_straight_body(), "max_tokens": UNLISTED_STREAM_TOKENS}
+        stream: dict = {}
+        sender = threading.Thread(
+            target=lambda: stream.update(stream_chat(f"{url}/v1/chat/completions", body, key, timeout=300))
+        )
+        sender.start()
+        time.sleep(2)  # under way: in prefill (the 6,000-word prompt, 3 s), then streaming
+        began = time.monotonic()
+        step = guest.run(command)
+        took = time.monotonic() - began
+        sender.join()
+        ended = stream.get("ended") or time.monotonic()
+        restarted = int(guest.check_output(f"systemctl show -p ExecMainStartTimestampMonotonic --value {unit}"))
+    finally:  # the later tests need both replicas in the gateway (the step re-adds it itself)
+        if not any(w["url"] == url for w in _workers(site, key)):
+            _gateway_call(site, "POST", "/workers", {"url": url, "api_key": key})
+    print(
+        f"\nunlisted replica {url}: its rolling step took {took:.1f} s; the stream straight to it:"
+        f" {stream.get('chunks')}/{UNLISTED_STREAM_TOKENS} tokens, {stream.get('finish')}, done {stream.get('done')},"
+        f" ended {ended - began:.1f} s into the step; the engine restarted"
+        f" {(restarted / 1e6) - ended:.1f} s after the stream's end\n{step.stdout}{step.stderr}"
+    )
+    assert step.rc == 0, step.stdout + step.stderr
+    # Cut by a restart at once (the drain before, planted in the lab: 0/1500 tokens, still in prefill).
+    assert not stream.get("error") and not stream.get("errors"), stream
+    assert stream.get("done") and stream.get("finish") == "length", stream
+    assert stream.get("chunks") == UNLISTED_STREAM_TOKENS, stream
+    assert f"{url} has nothing in flight (gateways and engine, 2 s apart)" in step.stdout, step.stdout
+    # The engine's process started again (systemd's monotonic clock is this kernel's, as is
+    # time.monotonic()), and only after the stream had ended.
+    assert restarted > since and restarted / 1e6 >= ended, (since, restarted, ended)
+    assert any(w["url"] == url and w["is_healthy"] for w in _workers(site, key)), "not back in the gateway"
+
+
 def _rotate(value: str) -> subprocess.CompletedProcess:
     """`inference-host rotate` of the API key, the new value on stdin (never on a command line)."""
     return subprocess.run(

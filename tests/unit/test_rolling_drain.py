@@ -59,11 +59,21 @@ class Fake:
       steps on; vLLM: still in its API server, being tokenized), SGLang's KV tokens in use
       (and, after 1.5 s, the running batch), vLLM's /load;
     - "tokenizing": as "straight", but nothing at all for its first second (on its way to the
-      scheduler), then the KV tokens in use."""
+      scheduler), then the KV tokens in use.
+    `lost`: vLLM 0.16.0's /load counter lowered for good by that many disconnects counted twice
+    (entrypoints/utils.py: listen_for_disconnect decrements it, lines 42-54, and so does the
+    response's background task, decrement_server_load, lines 102-151, when the handler ends in
+    the same turn as the disconnect; each route stacks with_cancellation over load_aware_call,
+    openai/chat_completion/api_router.py lines 44-45; read in the vllm-0.16.0 sdist): /load reads
+    what is in flight minus `lost`. `broken`: the live load cannot be read: "error" (its route
+    answers 500), "unparsable" (200 with no count), "unpublished" (SGLang 0.5.23 with no snapshot:
+    an empty "loads"), "no-gauges" (vLLM's /metrics without its request gauges); `broken_after`:
+    only from that moment (monotonic) on."""
 
     def __init__(self, settle: float, busy_until: float, engine: str, generates: bool = True, seen: str = "running"):
         self.settle, self.busy_until, self.engine, self.generates = settle, busy_until, engine, generates
         self.seen, self.began = seen, time.monotonic()
+        self.lost, self.broken, self.broken_after = 0, "", 0.0
         self.workers: dict[str, dict] = {}
         self.events: list[tuple[float, str]] = []
         # The gateway's /workers take the control-plane key only (smg with --control-plane-api-keys;
@@ -101,9 +111,12 @@ class Fake:
             return 0, 0
         return {"running": (2, 0), "queued": (0, 2)}.get(self.seen, (0, 0))
 
-    def server_load(self) -> int:  # vLLM's GET /load: the HTTP lifetime of what reached it
+    def server_load(self) -> int:  # vLLM's GET /load: the HTTP lifetime of what reached it, less `lost`
         running, waiting, used = self.live()
-        return running + waiting + (1 if used and not running else 0)
+        return running + waiting + (1 if used and not running else 0) - self.lost
+
+    def broken_now(self) -> str:
+        return self.broken if time.monotonic() >= self.broken_after else ""
 
     def _handler(self):
         fake = self
@@ -142,6 +155,15 @@ class Fake:
                         {**w, "load": fake.load() if w["url"] == fake.worker else 0} for w in fake.workers.values()
                     ]
                     return self._send(200, {"workers": listed})
+                broken = fake.broken_now()
+                live_route = self.path in ("/replica/v1/loads?include=core", "/replica/load")
+                if live_route and broken == "error":
+                    fake.events.append((time.monotonic(), "live error"))
+                    return self._send(500, {"error": "Internal Server Error"})
+                if live_route and broken == "unparsable":
+                    return self._send(200, "<html>proxy error</html>", "text/html")
+                if self.path == "/replica/v1/loads?include=core" and broken == "unpublished" and sglang:
+                    return self._send(200, {"timestamp": "2026-01-01T00:00:00+00:00", "version": "0.5.23", "loads": []})
                 if self.path == "/replica/v1/loads?include=core" and sglang:
                     running, waiting, used = fake.live()
                     fake.events.append((time.monotonic(), f"live {running + waiting} {used}"))
@@ -150,6 +172,8 @@ class Fake:
                 if self.path == "/replica/load" and not sglang:
                     fake.events.append((time.monotonic(), f"live {fake.server_load()} 0"))
                     return self._send(200, {"server_load": fake.server_load()})
+                if self.path == "/replica/metrics" and broken == "no-gauges":
+                    return self._send(200, "# HELP python_info Python platform information\n", "text/plain")
                 if self.path == "/replica/metrics":
                     running, waiting = fake.gauges()
                     fake.events.append((time.monotonic(), f"metrics {running + waiting}"))
@@ -192,7 +216,15 @@ class Fake:
 
 
 def _roll(
-    tmp_path, fake: Fake, drain_timeout: int, replicas: int = 2, script: Path = SCRIPT, env: dict | None = None
+    tmp_path,
+    fake: Fake,
+    drain_timeout: int,
+    replicas: int = 2,
+    script: Path = SCRIPT,
+    env: dict | None = None,
+    options: tuple[str, ...] = (),
+    gateway: str | None = None,
+    worker: str | None = None,
 ) -> tuple[subprocess.CompletedProcess, float | None]:
     key, control = tmp_path / "secret-args.yaml", tmp_path / "control-plane-api-key"
     key.write_text(json.dumps({"api-key": CLIENT, "admin-api-key": ADMIN_KEY}))
@@ -201,14 +233,15 @@ def _roll(
         [
             "sh",
             str(script),
+            *options,
             str(key),
             str(control),
-            fake.worker,
+            worker or fake.worker,
             str(drain_timeout),
             "kimi-k2.5",
             str(replicas),
             str(_pending(tmp_path)),
-            fake.url,
+            gateway or fake.url,
             "--",
             "curl",
             "-fsS",
@@ -346,12 +379,138 @@ def test_the_drain_timeout_bounds_the_wait(tmp_path):
     )
 
 
-def test_a_replica_no_gateway_lists_is_restarted_at_once(tmp_path):
-    fake = Fake(settle=1, busy_until=time.monotonic() + 600, engine="sglang-0.5.9")
+def _closed_port() -> str:
+    """A local address nothing listens on (connection refused)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("engine", ["sglang-0.5.9", "sglang-0.5.23", "vllm"])
+def test_a_replica_no_gateway_lists_is_restarted_only_once_its_own_load_is_idle(tmp_path, engine):
+    """Not listed at the gateway (only the other replica is): nothing to take out, but a request
+    sent straight to it is waited for all the same, on its own live load, then two idle reads."""
+    fake = Fake(settle=1, busy_until=time.monotonic() + 3, engine=engine, seen="straight")
     fake.workers.clear()
-    run, _ = _roll(tmp_path, fake, drain_timeout=30)
-    assert run.returncode == 0 and [e for _, e in fake.events][0] == "RESTART"  # no drain, no wait
-    assert not any(e.startswith(("metrics", "live")) for _, e in fake.events)
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert not any(e == "DELETE" for _, e in fake.events)
+    assert any(e.startswith("live ") and e != "live 0 0" for _, e in fake.events)  # it was busy
+    assert restarted >= fake.busy_until + 2, (restarted - fake.busy_until, run.stdout)
+    assert f"{fake.worker} has nothing in flight (gateways and engine, 2 s apart)" in run.stdout
+
+
+@pytest.mark.parametrize("engine", ["sglang-0.5.23", "vllm"])
+def test_with_the_gateway_down_the_replica_own_load_is_waited_for(tmp_path, engine):
+    fake = Fake(settle=1, busy_until=time.monotonic() + 3, engine=engine, seen="straight")
+    down = _closed_port()
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, gateway=down)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert f"gateway {down} does not answer GET /workers: not draining {fake.worker} there" in run.stdout
+    assert restarted >= fake.busy_until + 2, (restarted - fake.busy_until, run.stdout)
+
+
+def test_a_negative_vllm_load_falls_back_to_its_running_and_waiting_gauges(tmp_path):
+    """Three disconnects counted twice: /load reads 2 - 3 = -1 while two requests run. The drain
+    reads the gauges instead (2, then 0) and restarts once they are idle, not after its timeout."""
+    fake = Fake(settle=1, busy_until=time.monotonic() + 3, engine="vllm", seen="running")
+    fake.lost = 3
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert fake.busy_until + 2 <= restarted < fake.busy_until + 8, (restarted - fake.busy_until, run.stdout)
+    assert (
+        f"{fake.worker}: vLLM's /load reads -1 (its disconnect listener decrements too):"
+        " its running and waiting gauges instead" in run.stdout
+    )
+    assert "restarting anyway" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine", "broken", "why"),
+    [
+        ("sglang-0.5.9", "error", "GET /v1/loads: (22) The requested URL returned error: 500; GET /load: (22)"),
+        ("sglang-0.5.23", "unpublished", "GET /v1/loads answered no loads; GET /load: (22)"),
+        ("vllm", "unparsable", "GET /load answered no server_load count"),
+        ("vllm", "no-gauges", "GET /metrics: no vllm:num_requests_running or _waiting gauge"),
+    ],
+)
+def test_a_load_that_cannot_be_read_is_a_refusal_to_restart(tmp_path, engine, broken, why):
+    """No wait and no cut: one line naming the replica and why, nothing touched (not taken out of
+    the gateway, not restarted), exit 7 and the restart left to the next deploy."""
+    fake = Fake(settle=1, busy_until=0, engine=engine)
+    fake.broken = broken
+    _other_replica(fake)
+    started = time.monotonic()
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30)
+    assert run.returncode == 7, run.stdout + run.stderr
+    assert time.monotonic() - started < 10  # at once, not a drain timeout
+    assert restarted is None and not any(e in ("DELETE", "RESTART") for _, e in fake.events)
+    [line] = run.stderr.splitlines()
+    assert line.startswith(f"{fake.worker}: its live load cannot be read ({why}") and line.endswith(
+        "not restarting it; --force restarts it anyway (or stop the engine, then deploy again: nothing listens,"
+        " nothing is in flight)"
+    ), line
+    assert _pending(tmp_path).exists()
+
+
+def test_a_load_that_stops_answering_while_draining_is_a_refusal_too(tmp_path):
+    """Read at first, then errors for 10 s (MISSING_S) while the replica is out of the gateway:
+    refused, left out (as exit 5 leaves it), the restart pending; not cut at the drain timeout."""
+    fake = Fake(settle=1, busy_until=time.monotonic() + 60, engine="sglang-0.5.9")
+    fake.broken, fake.broken_after = "error", time.monotonic() + 3
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=60)
+    assert run.returncode == 7 and restarted is None, run.stdout + run.stderr
+    assert any(e == "DELETE" for _, e in fake.events) and not any(e.startswith("POST") for _, e in fake.events)
+    assert f"{fake.worker}: its live load cannot be read (GET /v1/loads: (22)" in run.stderr
+    assert "for 10 s): not restarting it; --force restarts it anyway (or stop the engine" in run.stderr
+    assert f"nothing is in flight) (left out of {fake.url} until then" in run.stderr
+    assert _pending(tmp_path).exists()
+
+
+def test_force_restarts_a_replica_whose_load_cannot_be_read(tmp_path):
+    """--force: the unread load is said and not waited for; smg's own count still is."""
+    fake = Fake(settle=5.5, busy_until=time.monotonic() + 3, engine="sglang-0.5.9", seen="dispatched")
+    fake.broken = "error"
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, options=("--force",))
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert f"{fake.worker}: its live load cannot be read (GET /v1/loads: (22)" in run.stdout
+    assert "; --force: not waiting for it" in run.stdout
+    assert restarted >= fake.busy_until + 2  # smg's load (2 dispatched) was waited for
+    assert not _pending(tmp_path).exists()
+
+
+def test_a_replica_nothing_listens_on_has_nothing_in_flight(tmp_path):
+    """Stopped, or its first start (the gateway not up yet either): connection refused, so
+    nothing can be in flight there: no refusal, restarted after the two idle reads."""
+    fake = Fake(settle=1, busy_until=0, engine="sglang-0.5.9")
+    stopped = _closed_port()
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, worker=stopped, gateway=_closed_port())
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert f"{stopped}: nothing listens at {stopped} (stopped or not started): nothing in flight" in run.stdout
+    assert f"{stopped} has nothing in flight (gateways and engine, 2 s apart) after 2 s" in run.stdout
+
+
+def test_the_drain_before_cut_a_stream_sent_straight_to_an_unlisted_replica(tmp_path):
+    """What reading the replica's own load at every restart closes, shown on the script as it
+    was (planted: the drain only after a gateway drained it): an unlisted replica under a long
+    prompt sent straight to it was restarted at once."""
+    planted = tmp_path / "listed-only-inference-engine-rolling"
+    text = SCRIPT.read_text()
+    line = "drain  # listed or not, gateway up or not: the replica's own load (what came straight to it) too\n"
+    assert text.count(line) == 1
+    planted.write_text(text.replace(line, '[ "$drained" = 1 ] && drain\n'))
+    fake = Fake(settle=1, busy_until=time.monotonic() + 8, engine="sglang-0.5.9", seen="straight")
+    fake.workers.clear()
+    _other_replica(fake)
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=planted)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert restarted < fake.busy_until  # cut
 
 
 # The engine's side of the drain before it read the live load (planted to show what the new
