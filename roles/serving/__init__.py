@@ -78,6 +78,7 @@ from roles.site import (
 )
 from roles.site import lock as stack_lock
 from roles.site.errors import display
+from roles.site.schema import engine_tls
 
 PREFLIGHT_SOURCE = Path(__file__).parent / "files" / "engine_preflight.py"
 PREFLIGHT_SCRIPT = f"{LIBEXEC}/engine-preflight.py"
@@ -267,7 +268,7 @@ def serving() -> None:
     # A host deployed before the engine-neutral service account: roles/base gave the account
     # its new names beside the former ones, which go once the engine serves under the new.
     account = account_migration(host.get_fact(ServiceAccountState, **fact_arguments(settings.base)), settings.base)
-    changes = [_scripts(), _release_config(settings, stack)]
+    changes = [_scripts(), _release_config(settings, stack), _tls_files(settings)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
@@ -402,6 +403,49 @@ def _secret_args(settings: HostSettings, path: str) -> list:
         group=settings.base.service_group,
     )
     return [deployed] if deployed is not None else []
+
+
+def _tls_files(settings: HostSettings) -> list:
+    """serving_tls_*: the certificate and its key as 0600 files of the service user (the secret
+    installer, roles/shared/secret_files.py: staged in its root-only folder, never on a command
+    line or in a log) and the CA the checks verify with (0644); all removed without TLS. A change
+    restarts the engine through the switch (uvicorn reads them once, at start)."""
+    paths, serving = layout.tls_files(settings.serving.unit_name), settings.serving
+    files.directory(
+        name=f"Create {layout.STABLE_DIR} (TLS files)", path=layout.STABLE_DIR, user="root", group="root", mode="0755"
+    )
+    if not engine_tls(settings):
+        for path in paths.values():
+            files.file(name=f"Remove {path} (no serving_tls_cert_secret)", path=path, present=False)
+        return []
+    assert serving.tls_cert_secret and serving.tls_key_secret  # engine_tls
+    written = [
+        secret_file(
+            label=f"the engine's TLS {what} (secret {name})",
+            value=secret_value(name).rstrip("\n") + "\n",
+            dest=paths[kind],
+            user=settings.base.service_user,
+            group=settings.base.service_group,
+        )
+        for kind, what, name in (
+            ("cert", "certificate", serving.tls_cert_secret),
+            ("key", "private key", serving.tls_key_secret),
+        )
+    ]
+    if serving.tls_ca_file:
+        written.append(
+            files.put(
+                name=f"Install {paths['ca']} (the CA the checks verify the engine with, serving_tls_ca_file)",
+                src=serving.tls_ca_file,
+                dest=paths["ca"],
+                user="root",
+                group="root",
+                mode="0644",
+            )
+        )
+    else:
+        files.file(name=f"Remove {paths['ca']} (no serving_tls_ca_file)", path=paths["ca"], present=False)
+    return [op for op in written if op is not None]
 
 
 def _host_links(settings: HostSettings) -> None:

@@ -401,10 +401,16 @@ def _rekey(path: Path, new_file: Path) -> int:
 MAX_SECRET_CHARACTERS = 65536
 
 
+def is_pem(value: str) -> bool:
+    """A PEM text (a TLS certificate or key, serving_tls_*): the one kind of secret with line breaks."""
+    return value.startswith("-----BEGIN ")
+
+
 def _value_problem(value: str) -> str | None:
     if len(value) > MAX_SECRET_CHARACTERS:
         return f"is longer than {MAX_SECRET_CHARACTERS} characters; expected a token, key, password or URL"
-    bad = next((i for i, c in enumerate(value) if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F), None)
+    breaks = "\n" if is_pem(value) else ""
+    bad = next((i for i, c in enumerate(value) if c not in breaks and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)), None)
     if bad is not None:
         return (
             f"has the control character {ascii(value[bad])} at position {bad}; expected the secret on one line"
@@ -497,6 +503,8 @@ def _set(path: Path, name: str) -> int:
         value = getpass.getpass(f"value of {name} (not echoed): ")
     else:
         value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
+        if is_pem(value):  # a certificate or key: the whole PEM text, up to the end of stdin
+            value = (value + "\n" + sys.stdin.read(MAX_SECRET_CHARACTERS + 2)).rstrip("\n")
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
         return 2

@@ -105,6 +105,17 @@ CODE_ENV_RE = re.compile(r"^(.*_PRELOAD|.*INJECTION.*|.*_PLUGIN|PYTHON.*)$", re.
 ROUTE_ENV = ("VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
 
 
+def _ca_file(value: str) -> str:
+    from roles.site.sections.base import ca_file_problem
+
+    problem = ca_file_problem(value)
+    if problem:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"a local PEM file of X.509 certificates only; {problem}"}
+        )
+    return value
+
+
 def _extra_env(value: dict[str, str]) -> dict[str, str]:
     owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
     if owned:
@@ -289,6 +300,28 @@ class ServingSettings(Section):
             "Why the engine may serve plain HTTP beyond loopback here (the bearer key and the prompts"
             " cross the network in clear): required when serving_host is not a loopback address;"
             " docs/security.md#tls. None: serving_host must be loopback."
+        ),
+    )
+    tls_cert_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the engine's TLS certificate (PEM, the chain from the server's own): with"
+            " serving_tls_key_secret the engine serves HTTPS (--ssl-certfile; SGLang 0.5.10+, vLLM), and"
+            " serving_host may leave loopback without serving_plaintext_acknowledged (docs/security.md#tls)."
+        ),
+    )
+    tls_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the private key of serving_tls_cert_secret (PEM, unencrypted), --ssl-keyfile: a"
+            " 0600 file of the service user, never on a command line."
+        ),
+    )
+    tls_ca_file: Annotated[str, AfterValidator(_ca_file)] | None = Field(
+        None,
+        description=(
+            "Local PEM file of the CA that signed serving_tls_cert_secret, uploaded 0644 beside it: the"
+            " checks and the benchmark verify the engine's certificate with it. None: the host's CA bundle."
         ),
     )
     hf_token_secret: SecretName | None = Field(
