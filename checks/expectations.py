@@ -81,6 +81,11 @@ class Expectations:
     # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
     # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
     node_rank: int = 0
+    # serving_tls_*: the engine serves HTTPS; the checks ask https://<tls_server_name> (the name its
+    # certificate covers), connecting to the engine's own address, and verify with tls_ca_file.
+    serving_tls: bool = False
+    tls_server_name: str = ""
+    tls_ca_file: str = layout.SYSTEM_CA_BUNDLE
     # Speculative decoding (checks/test_speculative.py)
     speculative: bool = False
     speculative_num_steps: int = 0
@@ -150,6 +155,11 @@ class Expectations:
             engine=engine,
             engine_on_cpu=engine == "vllm" and host.vllm.install_mode == "cpu",
             source=source,
+            serving_tls=site_model.engine_tls(host),
+            tls_server_name=site_model.address_of(host),
+            tls_ca_file=(
+                layout.tls_files(host.serving.unit_name)["ca"] if host.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
+            ),
             speculative=host.speculative is not None,
             speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
             min_accept_length=host.health.min_accept_length,

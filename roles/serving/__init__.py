@@ -71,6 +71,7 @@ from roles.site import (
     EngineStack,
     HostSettings,
     Site,
+    address_of,
     current_host,
     current_site,
     secret_value,
@@ -126,10 +127,26 @@ READY_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
 def probe_url(settings: HostSettings, path: str = READY_PATHS["sglang"]) -> str:
     """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
     an IPv6 address goes in brackets (RFC 3986)."""
-    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
-    if ipaddress.ip_address(address).version == 6:
-        address = f"[{address}]"
+    address = _probe_address(settings)
+    if engine_tls(settings):  # the name the certificate covers; probe_tls_options connects to address
+        name = address_of(settings)
+        return f"https://{f'[{name}]' if ':' in name else name}:{settings.serving.port}{path}"
     return f"http://{address}:{settings.serving.port}{path}"
+
+
+def _probe_address(settings: HostSettings) -> str:
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
+    return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+
+
+def probe_tls_options(settings: HostSettings) -> list[str]:
+    """curl's options for the readiness probe of an engine serving TLS (as checks/server_checks.py's
+    tls_options): the certificate verified with serving_tls_ca_file's CA (else the host's bundle),
+    for the name the probe's URL asks, connecting to the engine's own address."""
+    if not engine_tls(settings):
+        return []
+    ca = layout.tls_files(settings.serving.unit_name)["ca"] if settings.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
+    return ["--cacert", ca, "--connect-to", f"::{_probe_address(settings)}:"]
 
 
 def readiness_path(settings: HostSettings, hosts: dict[str, HostSettings] | None, engine: str = "sglang") -> str:
@@ -171,7 +188,9 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         env_file=sd.path(paths["env_file"], "EnvironmentFile="),
         exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
         exec_start=sd.argv([paths["launcher"]], "ExecStart="),
-        exec_start_post=sd.argv([wait_script, probe, str(serving.ready_timeout)], "ExecStartPost="),
+        exec_start_post=sd.argv(
+            [wait_script, probe, str(serving.ready_timeout), *probe_tls_options(settings)], "ExecStartPost="
+        ),
         exec_stop_post=sd.argv([cleanup, base.service_user, unit], "ExecStopPost="),
         timeout_start=sd.number(TIMEOUT_START_S),
         restart_sec=sd.number(RESTART_SEC_S),

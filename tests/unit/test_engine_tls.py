@@ -14,7 +14,7 @@ import pytest
 
 from roles.serving import command as cmd
 from roles.shared import layout
-from roles.site import PROJECT_ROOT, SiteError, load_site, vault
+from roles.site import PROJECT_ROOT, SiteError, address_of, load_site, vault
 from tests.unit.conftest import ADMIN, CLIENT_KEY, CONTROL, GATEWAY_PLAINTEXT, ROLE_KEYS, gpu_node
 from tests.unit.test_site import assert_names, only_problem
 
@@ -128,3 +128,79 @@ def test_the_vault_takes_a_pem_on_several_lines_and_nothing_else(tmp_path, monke
     stored: dict[str, str] = {}
     assert vault._set(path, "engine_tls_cert") == 0
     assert stored == {"engine_tls_cert": CERT_PEM}
+
+
+# -- the checks, the readiness probe and the benchmark verify the certificate ------------------
+
+
+def _expect(host):
+    from checks.expectations import Expectations
+
+    return Expectations.from_host(host, PROD.stack.driver_version, "unit test")
+
+
+def test_the_checks_ask_https_and_verify_with_the_deployed_ca():
+    from checks import server_checks
+
+    host = _tls(HOST, tls_ca_file=None)
+    expect = _expect(host)
+    assert expect.tls_server_name == address_of(HOST)  # the name the certificate must cover
+    assert server_checks.base_url(expect) == f"https://{address_of(HOST)}:{HOST.serving.port}"
+    assert server_checks.tls_options(expect) == [
+        "--cacert",
+        layout.SYSTEM_CA_BUNDLE,
+        "--connect-to",
+        "::127.0.0.1:",
+    ]  # serving_host 0.0.0.0 in prod.py: loopback, the name's certificate verified
+    with_ca = _expect(dataclasses.replace(host, serving=host.serving.model_copy(update={"tls_ca_file": "ca.pem"})))
+    assert server_checks.tls_options(with_ca)[:2] == ["--cacert", PATHS["ca"]]
+    plain = _expect(HOST)
+    assert server_checks.base_url(plain).startswith("http://") and server_checks.tls_options(plain) == []
+
+
+def test_a_request_of_the_checks_carries_the_ca_and_never_skips_verification(monkeypatch):
+    from argparse import Namespace
+
+    from checks import bounded, server_checks
+
+    commands = []
+
+    def run(host, command, what, **_):
+        commands.append(str(command))
+        return Namespace(rc=0, stdout="ok\n" + server_checks.STATUS_MARKER + "200 0.01", stderr="")
+
+    monkeypatch.setattr(bounded, "run", run)
+    monkeypatch.setattr(bounded, "unanswered", lambda host, endpoint: None)
+    answer = server_checks.request(None, _expect(_tls(HOST)), "/health", with_key=False)
+    assert answer.status == 200
+    [command] = commands
+    assert "--cacert" in command and "https://" in command
+    assert " -k " not in command and "--insecure" not in command
+
+
+def test_the_readiness_probe_verifies_the_engine_with_the_ca():
+    from roles import serving
+
+    host = _tls(HOST)
+    assert serving.probe_url(host).startswith("https://")
+    assert serving.probe_tls_options(host) == ["--cacert", layout.SYSTEM_CA_BUNDLE, "--connect-to", "::127.0.0.1:"]
+    assert serving.probe_tls_options(HOST) == []
+
+
+def test_the_benchmark_verifies_the_engine_with_the_ca(monkeypatch):
+    from argparse import Namespace
+
+    from checks import bench_workload, bounded
+
+    scripts = []
+
+    def run(host, command, what, **_):
+        scripts.append(str(command))
+        return Namespace(rc=0, stdout="", stderr="")
+
+    monkeypatch.setattr(bounded, "run", run)
+    expect = _expect(_tls(HOST))
+    args = Namespace(concurrency=[1], min_prompts=1, prompts_per_stream=1, input_len=8, output_len=8)
+    bench_workload.run_workload(None, {"expect": expect, "model_path": "/m"}, args)
+    [script] = scripts
+    assert f"SSL_CERT_FILE={layout.SYSTEM_CA_BUNDLE}" in script and "https://" in script
