@@ -34,8 +34,18 @@ EXTRA_KEYS = {
     "api_key_file": "the 0600 engine --config file holding the API key"
     f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
     "engine": "the engine serving: sglang or vllm (default: the active stack's)",
+    "tls_ca_file": "the host's CA file the engine's certificate is verified with, with serving_tls_*"
+    f" (default: roles/serving's {layout.tls_files('<unit>')['ca']} with serving_tls_ca_file, else"
+    f" {layout.SYSTEM_CA_BUNDLE})",
+    "tls_server_name": "the name the engine's certificate covers, with serving_tls_* (default: the"
+    " node's ssh_hostname, else its inventory name)",
 }
 ENGINES = ("sglang", "vllm")
+
+
+def tls_ca_file(host: site_model.HostSettings) -> str:
+    """Where on the host the CA the engine's certificate is verified with lives (roles/serving)."""
+    return layout.tls_files(host.serving.unit_name)["ca"] if host.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
 
 
 @dataclass(frozen=True)
@@ -156,10 +166,8 @@ class Expectations:
             engine_on_cpu=engine == "vllm" and host.vllm.install_mode == "cpu",
             source=source,
             serving_tls=site_model.engine_tls(host),
-            tls_server_name=site_model.address_of(host),
-            tls_ca_file=(
-                layout.tls_files(host.serving.unit_name)["ca"] if host.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
-            ),
+            tls_server_name=extra.get("tls_server_name", site_model.address_of(host)),
+            tls_ca_file=extra.get("tls_ca_file", tls_ca_file(host)),
             speculative=host.speculative is not None,
             speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
             min_accept_length=host.health.min_accept_length,

@@ -12,6 +12,7 @@ import io
 
 import pytest
 
+from lab.tls_ca import make_tls_material
 from roles.serving import command as cmd
 from roles.shared import layout
 from roles.site import PROJECT_ROOT, SiteError, address_of, load_site, vault
@@ -204,3 +205,24 @@ def test_the_benchmark_verifies_the_engine_with_the_ca(monkeypatch):
     bench_workload.run_workload(None, {"expect": expect, "model_path": "/m"}, args)
     [script] = scripts
     assert f"SSL_CERT_FILE={layout.SYSTEM_CA_BUNDLE}" in script and "https://" in script
+
+
+def test_the_timers_checks_on_the_host_expect_the_same_tls_as_from_the_controller(tmp_path):
+    """The 0644 expect.json carries the host's copy of the CA and the name to ask, not the
+    controller's serving_tls_ca_file (a path the host does not have)."""
+    from checks.expectations import Expectations
+    from checks.textfile import expect_arguments
+    from roles.monitoring import units
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text(make_tls_material(["gpu1"]).ca_pem)
+    host = _tls(HOST, tls_ca_file=str(ca))
+    site = dataclasses.replace(PROD, hosts={**PROD.hosts, HOST.name: host})
+    expect = tmp_path / "expect.json"
+    expect.write_text(units.expect_text(host, site))
+    assert str(ca) not in expect.read_text()
+    on_host = Expectations.from_overrides([a.removeprefix("--expect=") for a in expect_arguments(expect)])
+    from_inventory = Expectations.from_site(site, HOST.name)
+    for name in ("serving_tls", "tls_server_name", "tls_ca_file"):
+        assert getattr(on_host, name) == getattr(from_inventory, name), name
+    assert on_host.serving_tls and on_host.tls_ca_file == PATHS["ca"] and on_host.tls_server_name == address_of(HOST)
