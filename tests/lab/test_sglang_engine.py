@@ -19,7 +19,7 @@ import pytest
 import lab
 from roles.shared import legacy_account, legacy_layout
 from roles.shared.engine_env import env_dir
-from roles.site import load_site, vault
+from roles.site import address_of, load_site, vault
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 
 pytestmark = pytest.mark.lab
@@ -707,7 +707,9 @@ def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy)
 
 # -- TLS (docs/security.md#tls) -------------------------------------------------------------------
 
-TLS_NAMES = ["gpu", "localhost", "127.0.0.1"]  # "gpu": the node's inventory name, what the checks ask
+# The name the readiness probe and the checks ask (the node's address_of: its name, with the lab's
+# prefix), which the certificate must cover.
+TLS_NAME = address_of(HOST)
 TLS_ENTRIES = ("engine_tls_cert", "engine_tls_key")
 
 
@@ -737,12 +739,13 @@ def _curl(gpu_guest, *options: str) -> tuple[int, str]:
 def test_the_engine_serves_tls_verified_with_the_sites_ca(gpu_guest, lab_second_deploy, tmp_path):
     """0.5.23 with serving_tls_*: the deploy writes the certificate and key (0600, the service user's),
     renders --ssl-certfile/--ssl-keyfile, and its readiness probe and health checks reach the engine at
-    https://gpu:PORT with the CA; curl (OpenSSL) with that CA gets 200, plain HTTP gets no answer, and
-    without the CA verification fails. The stand-in serves TLS as uvicorn does (its docstring)."""
+    https://NAME:PORT (NAME: the node's address_of) with the CA; curl (OpenSSL) with that CA gets 200,
+    plain HTTP gets no answer, and without the CA verification fails. The stand-in serves TLS as
+    uvicorn does (its docstring)."""
     from lab.tls_ca import make_tls_material
     from roles.shared.layout import tls_files
 
-    material = make_tls_material(TLS_NAMES)
+    material = make_tls_material([TLS_NAME, "localhost"])
     ca = tmp_path / "lab-ca.pem"
     ca.write_text(material.ca_pem)
     env = {"INFERENCE_HOST_LAB_TLS_CA_FILE": str(ca)}
@@ -764,12 +767,12 @@ def test_the_engine_serves_tls_verified_with_the_sites_ca(gpu_guest, lab_second_
         assert key_body not in run.stdout + run.stderr
 
         with_ca = _curl(
-            gpu_guest, "--cacert", paths["ca"], "--connect-to", "::127.0.0.1:", f"https://gpu:{port}/health"
+            gpu_guest, "--cacert", paths["ca"], "--connect-to", "::127.0.0.1:", f"https://{TLS_NAME}:{port}/health"
         )
         assert with_ca == (0, "200"), with_ca
         plain = _curl(gpu_guest, f"http://127.0.0.1:{port}/health")
         assert plain[0] != 0 and plain[1].startswith("000"), plain  # no HTTP answer at all
-        without_ca = _curl(gpu_guest, "--connect-to", "::127.0.0.1:", f"https://gpu:{port}/health")
+        without_ca = _curl(gpu_guest, "--connect-to", "::127.0.0.1:", f"https://{TLS_NAME}:{port}/health")
         assert without_ca[0] == 60, without_ca  # CURLE_PEER_FAILED_VERIFICATION
 
         unchanged = run_deploy(inventory, env=env)
