@@ -165,7 +165,7 @@ class Expectations:
             engine=engine,
             engine_on_cpu=engine == "vllm" and host.vllm.install_mode == "cpu",
             source=source,
-            serving_tls=site_model.engine_tls(host),
+            serving_tls=host.serving.tls_enabled,
             tls_server_name=extra.get("tls_server_name", site_model.address_of(host)),
             tls_ca_file=extra.get("tls_ca_file", tls_ca_file(host)),
             speculative=host.speculative is not None,

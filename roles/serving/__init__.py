@@ -26,7 +26,6 @@ deploy saying so. The service restarts only when something it runs with changed.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from roles.serving.command import (
     server_arguments,
 )
 from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
+from roles.serving.tls import probe_address, probe_tls_options, tls_operations, tls_probe_url
 from roles.shared import layout, nccl, templates
 from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
@@ -71,7 +71,6 @@ from roles.site import (
     EngineStack,
     HostSettings,
     Site,
-    address_of,
     current_host,
     current_site,
     secret_value,
@@ -79,7 +78,6 @@ from roles.site import (
 )
 from roles.site import lock as stack_lock
 from roles.site.errors import display
-from roles.site.schema import engine_tls
 
 PREFLIGHT_SOURCE = Path(__file__).parent / "files" / "engine_preflight.py"
 PREFLIGHT_SCRIPT = f"{LIBEXEC}/engine-preflight.py"
@@ -126,27 +124,10 @@ READY_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
 
 def probe_url(settings: HostSettings, path: str = READY_PATHS["sglang"]) -> str:
     """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
-    an IPv6 address goes in brackets (RFC 3986)."""
-    address = _probe_address(settings)
-    if engine_tls(settings):  # the name the certificate covers; probe_tls_options connects to address
-        name = address_of(settings)
-        return f"https://{f'[{name}]' if ':' in name else name}:{settings.serving.port}{path}"
-    return f"http://{address}:{settings.serving.port}{path}"
-
-
-def _probe_address(settings: HostSettings) -> str:
-    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
-    return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
-
-
-def probe_tls_options(settings: HostSettings) -> list[str]:
-    """curl's options for the readiness probe of an engine serving TLS (as checks/server_checks.py's
-    tls_options): the certificate verified with serving_tls_ca_file's CA (else the host's bundle),
-    for the name the probe's URL asks, connecting to the engine's own address."""
-    if not engine_tls(settings):
-        return []
-    ca = layout.tls_files(settings.serving.unit_name)["ca"] if settings.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
-    return ["--cacert", ca, "--connect-to", f"::{_probe_address(settings)}:"]
+    an IPv6 address goes in brackets (RFC 3986); https, for the name the certificate covers, with TLS."""
+    if settings.serving.tls_enabled:
+        return tls_probe_url(settings, path)
+    return f"http://{probe_address(settings)}:{settings.serving.port}{path}"
 
 
 def readiness_path(settings: HostSettings, hosts: dict[str, HostSettings] | None, engine: str = "sglang") -> str:
@@ -176,7 +157,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     paths = config_paths(settings, stack, site)
     unit = f"{serving.unit_name}.service"
     cleanup, wait_script = f"{LIBEXEC}/inference-engine-cleanup", f"{LIBEXEC}/inference-engine-wait-ready"
-    probe = probe_url(settings, readiness_path(settings, hosts, stack.engine))
+    probe, tls = probe_url(settings, readiness_path(settings, hosts, stack.engine)), probe_tls_options(settings)
     # Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else.
     return dict(
         unit_name=sd.comment(serving.unit_name, "a comment of the unit (serving_unit_name)"),
@@ -188,9 +169,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         env_file=sd.path(paths["env_file"], "EnvironmentFile="),
         exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
         exec_start=sd.argv([paths["launcher"]], "ExecStart="),
-        exec_start_post=sd.argv(
-            [wait_script, probe, str(serving.ready_timeout), *probe_tls_options(settings)], "ExecStartPost="
-        ),
+        exec_start_post=sd.argv([wait_script, probe, str(serving.ready_timeout), *tls], "ExecStartPost="),
         exec_stop_post=sd.argv([cleanup, base.service_user, unit], "ExecStopPost="),
         timeout_start=sd.number(TIMEOUT_START_S),
         restart_sec=sd.number(RESTART_SEC_S),
@@ -287,7 +266,7 @@ def serving() -> None:
     # A host deployed before the engine-neutral service account: roles/base gave the account
     # its new names beside the former ones, which go once the engine serves under the new.
     account = account_migration(host.get_fact(ServiceAccountState, **fact_arguments(settings.base)), settings.base)
-    changes = [_scripts(), _release_config(settings, stack), _tls_files(settings)]
+    changes = [_scripts(), _release_config(settings, stack), tls_operations(settings)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
@@ -422,49 +401,6 @@ def _secret_args(settings: HostSettings, path: str) -> list:
         group=settings.base.service_group,
     )
     return [deployed] if deployed is not None else []
-
-
-def _tls_files(settings: HostSettings) -> list:
-    """serving_tls_*: the certificate and its key as 0600 files of the service user (the secret
-    installer, roles/shared/secret_files.py: staged in its root-only folder, never on a command
-    line or in a log) and the CA the checks verify with (0644); all removed without TLS. A change
-    restarts the engine through the switch (uvicorn reads them once, at start)."""
-    paths, serving = layout.tls_files(settings.serving.unit_name), settings.serving
-    files.directory(
-        name=f"Create {layout.STABLE_DIR} (TLS files)", path=layout.STABLE_DIR, user="root", group="root", mode="0755"
-    )
-    if not engine_tls(settings):
-        for path in paths.values():
-            files.file(name=f"Remove {path} (no serving_tls_cert_secret)", path=path, present=False)
-        return []
-    assert serving.tls_cert_secret and serving.tls_key_secret  # engine_tls
-    written = [
-        secret_file(
-            label=f"the engine's TLS {what} (secret {name})",
-            value=secret_value(name).rstrip("\n") + "\n",
-            dest=paths[kind],
-            user=settings.base.service_user,
-            group=settings.base.service_group,
-        )
-        for kind, what, name in (
-            ("cert", "certificate", serving.tls_cert_secret),
-            ("key", "private key", serving.tls_key_secret),
-        )
-    ]
-    if serving.tls_ca_file:
-        written.append(
-            files.put(
-                name=f"Install {paths['ca']} (the CA the checks verify the engine with, serving_tls_ca_file)",
-                src=serving.tls_ca_file,
-                dest=paths["ca"],
-                user="root",
-                group="root",
-                mode="0644",
-            )
-        )
-    else:
-        files.file(name=f"Remove {paths['ca']} (no serving_tls_ca_file)", path=paths["ca"], present=False)
-    return [op for op in written if op is not None]
 
 
 def _host_links(settings: HostSettings) -> None:

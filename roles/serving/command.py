@@ -12,7 +12,6 @@ from roles.serving.cli_capture import data_file
 from roles.serving.speculative import effective_max_running_requests, speculative_arguments
 from roles.shared.layout import secret_args_link, tls_files
 from roles.site import EngineStack, HostSettings, address_of
-from roles.site.schema import engine_tls
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
 # knows is used (--cuda-graph-max-bs became --cuda-graph-max-bs-decode by 0.5.23).
@@ -152,7 +151,7 @@ def tls_arguments(settings: HostSettings, version: str, engine: str = "sglang") 
     """--ssl-certfile/--ssl-keyfile with the paths of the 0600 files roles/serving writes (the
     key itself never on the command line); nothing without serving_tls_* or on a release that has
     no such option (command_problems refuses that in one line)."""
-    if not engine_tls(settings) or not serves_tls(version, engine):
+    if not settings.serving.tls_enabled or not serves_tls(version, engine):
         return []
     paths = tls_files(settings.serving.unit_name)
     return ["--ssl-certfile", paths["cert"], "--ssl-keyfile", paths["key"]]
@@ -301,7 +300,7 @@ def command_problems(settings: HostSettings, hosts: dict[str, HostSettings], sta
         if settings.serving.admin_api_key_secret:
             # The --config file's admin-api-key becomes --admin-api-key (serving_admin_api_key_secret).
             problems += unknown_flags(["--admin-api-key", "x"], version, engine)
-        if engine_tls(settings) and not serves_tls(version, engine):
+        if settings.serving.tls_enabled and not serves_tls(version, engine):
             problems.append(
                 f"serving_tls_cert_secret with {engine} {version}, which has no TLS option of its own (no"
                 " --ssl-certfile in its CLI); expected a stack with sglang 0.5.10+ or vLLM, or no serving_tls_*"

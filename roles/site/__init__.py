@@ -43,7 +43,7 @@ from roles.site.placement import (
     own_sysctl,
     sysctl_conflicts,
 )
-from roles.site.schema import PROJECT_ROOT, SECTIONS, HostSettings, Site, address_of, build_host, engine_tls
+from roles.site.schema import PROJECT_ROOT, SECTIONS, HostSettings, Site, address_of, build_host
 from roles.site.sections.base import BaseSettings
 from roles.site.sections.build import BuildSettings
 from roles.site.sections.cuda import CudaSettings
@@ -103,7 +103,6 @@ __all__ = [
     "Stack",
     "VllmSettings",
     "address_of",
-    "engine_tls",
     "exporter_bind",
     "firewalled",
     "build_host",

@@ -15,7 +15,7 @@ from roles.site.host_keys import connection_defaults
 from roles.site.rules import NO_ROLE_CHECKS, RoleChecks, check_driver_match, check_site
 from roles.site.rules_secrets import key_roles
 from roles.site.rules_services import MONITOR_SECRETS
-from roles.site.rules_tls import check_engine_tls, check_plaintext_listeners
+from roles.site.rules_tls import check_plaintext_listeners
 from roles.site.schema import KNOWN_GROUPS, PROJECT_ROOT, SITE_KEYS, HostSettings, Site, build_host
 from roles.site.stack import Stack, load_stack
 from roles.site.weights import check_weights
@@ -90,7 +90,6 @@ def site_from_inventory(
     check_driver_match(hosts, stack, where, problems)
     check_weights(hosts, where, problems)
     check_plaintext_listeners(hosts, where, problems)
-    check_engine_tls(hosts, where, secret_names, secrets_file, problems)
     if problems:
         raise SiteError(problems)
     assert stack is not None and secret_names is not None, "each is a problem above when missing"

@@ -14,7 +14,7 @@ such listener as a WARNING line with the reason given (roles/site/schema.py, pla
 from __future__ import annotations
 
 from roles.site.rules_secrets import _reference_problem
-from roles.site.schema import HostSettings, engine_tls, is_loopback
+from roles.site.schema import HostSettings, is_loopback
 
 
 def _problem(where: str, setting: str, address: str, what: str, loopback_possible: bool = True) -> str:
@@ -40,7 +40,7 @@ def check_plaintext_listeners(site_hosts: dict[str, HostSettings], where: str, p
             and host.valid("serving_host", "serving_plaintext_acknowledged")
             and not is_loopback(host.serving.host)
             and host.serving.plaintext_acknowledged is None
-            and not engine_tls(host)
+            and not host.serving.tls_enabled
         ):
             problems.append(_problem(here, "serving_host", host.serving.host, "the engine", not behind_gateway))
         if (

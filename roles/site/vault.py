@@ -40,6 +40,7 @@ import yaml
 
 from roles.site import yamlfile
 from roles.site.command_line import OneLineParser, run_command
+from roles.site.pem import ONE_LINE, control_character, read_value
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -401,21 +402,12 @@ def _rekey(path: Path, new_file: Path) -> int:
 MAX_SECRET_CHARACTERS = 65536
 
 
-def is_pem(value: str) -> bool:
-    """A PEM text (a TLS certificate or key, serving_tls_*): the one kind of secret with line breaks."""
-    return value.startswith("-----BEGIN ")
-
-
 def _value_problem(value: str) -> str | None:
     if len(value) > MAX_SECRET_CHARACTERS:
         return f"is longer than {MAX_SECRET_CHARACTERS} characters; expected a token, key, password or URL"
-    breaks = "\n" if is_pem(value) else ""
-    bad = next((i for i, c in enumerate(value) if c not in breaks and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)), None)
+    bad = control_character(value)
     if bad is not None:
-        return (
-            f"has the control character {ascii(value[bad])} at position {bad}; expected the secret on one line"
-            " without control characters (a Windows line end \\r, a tab, a NUL)"
-        )
+        return f"has the control character {ascii(value[bad])} at position {bad}; expected {ONE_LINE}"
     return None
 
 
@@ -502,9 +494,7 @@ def _set(path: Path, name: str) -> int:
 
         value = getpass.getpass(f"value of {name} (not echoed): ")
     else:
-        value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
-        if is_pem(value):  # a certificate or key: the whole PEM text, up to the end of stdin
-            value = (value + "\n" + sys.stdin.read(MAX_SECRET_CHARACTERS + 2)).rstrip("\n")
+        value = read_value(sys.stdin, MAX_SECRET_CHARACTERS + 2)
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from lab.standins.sglang_server import server as standin
+from lab.standins.sglang_server import standin_tls as standin
 from lab.tls_ca import make_tls_material
 
 

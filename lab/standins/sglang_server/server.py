@@ -15,13 +15,6 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
   before the server answers (SGLang fails its start without them);
 - the start-up log: the `server_args=...` line of the installed release, built from that
   release's own (patched) source (startup_log.py says how);
-- TLS (0.5.10 and later; 0.5.9 has no such option, so argparse refuses it there): with
-  --ssl-certfile and --ssl-keyfile the server speaks only HTTPS, as SGLang's http_server.py does by
-  handing both to uvicorn.run, whose create_ssl_context (uvicorn/config.py) builds an
-  SSLContext(PROTOCOL_TLS_SERVER) with load_cert_chain(certfile, keyfile), no client certificate
-  asked (CERT_NONE) and set_ciphers("TLSv1"); a client that does not complete the handshake (plain
-  HTTP) gets its connection closed without an answer. The options are checked first as 0.5.10's
-  ServerArgs._handle_ssl_validation does (one without the other, a missing file: ValueError);
 - python/sglang/srt/utils/auth.py (0.5.9, decide_request_auth) with the auth levels of 0.5.9's
   http_server.py (ADMIN_ROUTES below: the routes marked @auth_level(AuthLevel.ADMIN_OPTIONAL)):
   /health* and /metrics* take no key; an admin route takes --admin-api-key when it is set (and
@@ -98,18 +91,18 @@ import json
 import os
 import secrets
 import signal
-import ssl
 import subprocess
 import sys
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from standin_tls import make_server  # noqa: E402 - TLS (0.5.10+) as uvicorn serves it: its docstring
 from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
 WORDS = [
@@ -970,56 +963,10 @@ def load_weights(model_path: str) -> str:
     return f"{len(weights)} weight file(s), {total} bytes, from {model_path}"
 
 
-def ssl_problem(certfile: str | None, keyfile: str | None) -> str | None:
-    """0.5.10's ServerArgs._handle_ssl_validation (srt/server_args.py), for the two options the deploy sets."""
-    if keyfile and not certfile:
-        return "--ssl-keyfile requires --ssl-certfile to be specified as well."
-    if certfile and not keyfile:
-        return "--ssl-certfile requires --ssl-keyfile to be specified as well."
-    if keyfile and not os.path.isfile(keyfile):
-        return f"SSL key file not found: '{keyfile}'. Please check the --ssl-keyfile path."
-    if certfile and not os.path.isfile(certfile):
-        return f"SSL certificate file not found: '{certfile}'. Please check the --ssl-certfile path."
-    return None
-
-
-def server_context(certfile: str, keyfile: str) -> ssl.SSLContext:
-    """uvicorn's create_ssl_context with the defaults SGLang leaves (uvicorn/config.py)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certfile, keyfile)
-    context.verify_mode = ssl.CERT_NONE
-    context.set_ciphers("TLSv1")
-    return context
-
-
-class TlsHTTPServer(ThreadingHTTPServer):
-    """HTTPS only: the handshake runs in the request's own thread; one that fails (a plain HTTP
-    client, a client that does not trust the certificate) closes the connection unanswered."""
-
-    def __init__(self, address, handler, context: ssl.SSLContext):
-        super().__init__(address, handler)
-        self.context = context
-
-    def finish_request(self, request, client_address):
-        try:
-            tls = self.context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return
-        try:
-            super().finish_request(tls, client_address)
-        finally:
-            tls.close()
-
-
 def main(argv: list[str]) -> None:
     version = installed_version()
     args = build_parser(version).parse_args(merge_config(argv))
     log_server_args(vars(args))
-    certfile, keyfile = getattr(args, "ssl_certfile", None), getattr(args, "ssl_keyfile", None)
-    problem = ssl_problem(certfile, keyfile)
-    if problem:
-        print(f"ValueError: {problem}", file=sys.stderr, flush=True)
-        raise SystemExit(1)
     if args.speculative_algorithm and not (Path(args.speculative_draft_model_path or "") / "config.json").is_file():
         # transformers' AutoConfig.from_pretrained on a directory without config.json
         print(
@@ -1033,12 +980,7 @@ def main(argv: list[str]) -> None:
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()
-    address = (args.host or "127.0.0.1", int(args.port or 30000))
-    server = (
-        TlsHTTPServer(address, make_handler(state), server_context(certfile, keyfile))
-        if certfile and keyfile
-        else ThreadingHTTPServer(address, make_handler(state))
-    )
+    server = make_server(args, (args.host or "127.0.0.1", int(args.port or 30000)), make_handler(state))
 
     def stop(*_):
         state.shutting_down = True  # /health answers 503 from here on
@@ -1049,8 +991,7 @@ def main(argv: list[str]) -> None:
         f"[stand-in] sglang {version} (stand-in) serving {args.served_model_name} on "
         f"{args.host}:{args.port}, tp {args.tp_size}, attention {args.attention_backend}"
         + (" (never healthy for this version)" if state.never_healthy else "")
-        + f"; loaded {loaded}"
-        + ("; HTTPS only (--ssl-certfile)" if certfile else ""),
+        + f"; loaded {loaded}",
         flush=True,
     )
     server.serve_forever()

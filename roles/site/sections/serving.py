@@ -10,6 +10,7 @@ from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     DNS_NAME_RE,
+    CaFile,
     HostFolder,
     IpAddress,
     OptionValue,
@@ -105,17 +106,6 @@ CODE_ENV_RE = re.compile(r"^(.*_PRELOAD|.*INJECTION.*|.*_PLUGIN|PYTHON.*)$", re.
 ROUTE_ENV = ("VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
 
 
-def _ca_file(value: str) -> str:
-    from roles.site.sections.base import ca_file_problem
-
-    problem = ca_file_problem(value)
-    if problem:
-        raise PydanticCustomError(
-            "inference_host", "{valid}", {"valid": f"a local PEM file of X.509 certificates only; {problem}"}
-        )
-    return value
-
-
 def _extra_env(value: dict[str, str]) -> dict[str, str]:
     owned = [f"{name} (set it with {OWNED_ENV[name]})" for name in value if name in OWNED_ENV]
     if owned:
@@ -184,6 +174,16 @@ class ServingSettings(Section):
     """roles/serving: the SGLang server's command line and unit."""
 
     PREFIX: ClassVar[str] = "serving_"
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the engine serves TLS: serving_tls_cert_secret and serving_tls_key_secret both set."""
+        return bool(self.tls_cert_secret and self.tls_key_secret)
+
+    @property
+    def plaintext_reason(self) -> str | None:
+        """serving_plaintext_acknowledged where the engine serves plain HTTP (no TLS), else None."""
+        return None if self.tls_enabled else self.plaintext_acknowledged
 
     unit_name: ServiceUnitName = Field(
         "inference-engine",
@@ -317,7 +317,7 @@ class ServingSettings(Section):
             " 0600 file of the service user, never on a command line."
         ),
     )
-    tls_ca_file: Annotated[str, AfterValidator(_ca_file)] | None = Field(
+    tls_ca_file: CaFile | None = Field(
         None,
         description=(
             "Local PEM file of the CA that signed serving_tls_cert_secret, uploaded 0644 beside it: the"
