@@ -184,23 +184,8 @@ MirrorUrl = Annotated[
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
 
-
 # An acknowledgement of plain HTTP beyond loopback (serving_/gateway_plaintext_acknowledged):
 # a reason a reader of the inventory understands, not a bare flag (roles/site/rules_tls.py).
-def _ca_file(value: str) -> str:
-    from roles.site.sections.base import ca_file_problem
-
-    problem = ca_file_problem(value)
-    if problem:
-        raise PydanticCustomError(
-            "inference_host", "{valid}", {"valid": f"a local PEM file of X.509 certificates only; {problem}"}
-        )
-    return value
-
-
-# A local PEM file of CA certificates (serving_tls_ca_file), checked as base_extra_ca_certificates are.
-CaFile = Annotated[str, AfterValidator(_ca_file)]
-
 PlaintextReason = Annotated[
     str, check(lambda v: len(v.strip()) >= 10, "a reason of at least 10 characters, e.g. 'a private VLAN; TLS next'")
 ]

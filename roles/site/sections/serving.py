@@ -10,7 +10,6 @@ from pydantic_core import PydanticCustomError
 
 from roles.site.fields import (
     DNS_NAME_RE,
-    CaFile,
     HostFolder,
     IpAddress,
     OptionValue,
@@ -24,6 +23,7 @@ from roles.site.fields import (
     positive,
     tcp_port,
 )
+from roles.site.sections.base import CaFile
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
