@@ -34,8 +34,18 @@ EXTRA_KEYS = {
     "api_key_file": "the 0600 engine --config file holding the API key"
     f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
     "engine": "the engine serving: sglang or vllm (default: the active stack's)",
+    "tls_ca_file": "the host's CA file the engine's certificate is verified with, with serving_tls_*"
+    f" (default: roles/serving's {layout.tls_files('<unit>')['ca']} with serving_tls_ca_file, else"
+    f" {layout.SYSTEM_CA_BUNDLE})",
+    "tls_server_name": "the name the engine's certificate covers, with serving_tls_* (default: the"
+    " node's ssh_hostname, else its inventory name)",
 }
 ENGINES = ("sglang", "vllm")
+
+
+def tls_ca_file(host: site_model.HostSettings) -> str:
+    """Where on the host the CA the engine's certificate is verified with lives (roles/serving)."""
+    return layout.tls_files(host.serving.unit_name)["ca"] if host.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,11 @@ class Expectations:
     # serving_topology = "tensor_parallel": this node's rank in the group (inventory order).
     # Rank >= 1 serves no API, only sglang's dummy health server (roles/serving, readiness_path).
     node_rank: int = 0
+    # serving_tls_*: the engine serves HTTPS; the checks ask https://<tls_server_name> (the name its
+    # certificate covers), connecting to the engine's own address, and verify with tls_ca_file.
+    serving_tls: bool = False
+    tls_server_name: str = ""
+    tls_ca_file: str = layout.SYSTEM_CA_BUNDLE
     # Speculative decoding (checks/test_speculative.py)
     speculative: bool = False
     speculative_num_steps: int = 0
@@ -150,6 +165,9 @@ class Expectations:
             engine=engine,
             engine_on_cpu=engine == "vllm" and host.vllm.install_mode == "cpu",
             source=source,
+            serving_tls=host.serving.tls_enabled,
+            tls_server_name=extra.get("tls_server_name", site_model.address_of(host)),
+            tls_ca_file=extra.get("tls_ca_file", tls_ca_file(host)),
             speculative=host.speculative is not None,
             speculative_num_steps=host.speculative.num_steps if host.speculative else 0,
             min_accept_length=host.health.min_accept_length,

@@ -41,11 +41,29 @@ class HttpAnswer:
         return json.loads(self.body)
 
 
-def base_url(expect) -> str:
+def _address(expect) -> str:
+    """Where the engine answers on its own host: loopback for a wildcard bind."""
     address = "127.0.0.1" if expect.serving_host in ("0.0.0.0", "127.0.0.1") else expect.serving_host
-    if address in ("::", "::1"):
-        address = "[::1]"
-    return f"http://{address}:{expect.serving_port}"
+    return "[::1]" if address in ("::", "::1") else address
+
+
+def base_url(expect) -> str:
+    """http://<address>:<port>; with serving_tls_*, https://<the name the certificate covers>:<port>
+    (the node's ssh_hostname, else its inventory name), which tls_options connects to the engine's
+    own address."""
+    if expect.serving_tls:
+        name = expect.tls_server_name
+        return f"https://{f'[{name}]' if ':' in name else name}:{expect.serving_port}"
+    return f"http://{_address(expect)}:{expect.serving_port}"
+
+
+def tls_options(expect) -> list[str]:
+    """curl's options for an engine that serves TLS: verify its certificate with the CA the deploy
+    installed (--cacert; never -k), for the name base_url asks, while connecting to the engine's
+    own address (--connect-to: no DNS lookup of that name on the host)."""
+    if not expect.serving_tls:
+        return []
+    return ["--cacert", expect.tls_ca_file, "--connect-to", f"::{_address(expect)}:"]
 
 
 def environment_file(host, unit: str) -> str | None:
@@ -74,7 +92,15 @@ def request(
     asked again in this run)."""
     timeout_s = timeout_s or expect.server_timeout_s
     # curl reads `\n` in -w as a newline: the marker line follows the body on a line of its own.
-    curl = argv("curl", "-sS", "-m", str(timeout_s), "-w", "\\n" + STATUS_MARKER + "%{http_code} %{time_total}")
+    curl = argv(
+        "curl",
+        "-sS",
+        "-m",
+        str(timeout_s),
+        *tls_options(expect),
+        "-w",
+        "\\n" + STATUS_MARKER + "%{http_code} %{time_total}",
+    )
     data = key_setup = sh("")
     if body is not None:
         curl = sh("{curl} -H {header} --data-binary @-", curl=curl, header="Content-Type: application/json")

@@ -45,6 +45,19 @@ _hub = hf_hub_standin.url_for(lab.PREFIX)
 # wheel takes from a separate builder to a gpu node.
 _engine_wheel_source = os.environ.get("INFERENCE_HOST_LAB_ENGINE_WHEEL_SOURCE")
 
+# Tests set this to a CA file (tests/lab/test_sglang_engine.py, the TLS test): the engine then
+# serves TLS with the certificate and key that test put into the throwaway vault.
+_tls_ca_file = os.environ.get("INFERENCE_HOST_LAB_TLS_CA_FILE")
+_tls = (
+    {
+        "serving_tls_cert_secret": "engine_tls_cert",
+        "serving_tls_key_secret": "engine_tls_key",
+        "serving_tls_ca_file": _tls_ca_file,
+    }
+    if _tls_ca_file
+    else {}
+)
+
 _site = {
     "stack_file": ("../tests/lab/inventories/engine_wheels.stack.yml" if _engine_wheel_source else "stack.yml"),
     "secrets_file": os.path.relpath(_vault, os.path.dirname(os.path.abspath(__file__))),
@@ -197,6 +210,7 @@ gpu_nodes = [
             # its bridge there, so the nested engine runs without them (builds need neither).
             "docker_daemon_extra": {"iptables": False, "bridge": "none"},
             "docker_users": ["builder"],  # created if missing; group docker
+            **_tls,
         },
     ),
 ]

@@ -138,9 +138,12 @@ gpu_nodes = [
             # the control machine's networks: a deploy whose own SSH would be cut is refused.
             # "firewall_enabled": True,
             # "firewall_ssh_allowed_sources": ["192.0.2.0/24"],
-            # ...and, since the deploy renders no TLS for the engine yet, a reason the LAN may see the
-            # key and the prompts in clear (docs/security.md#tls). Replace it with your own reason, or
-            # bind 127.0.0.1 and reach the engine through an SSH tunnel or a TLS proxy of your own.
+            # ...and, since SGLang 0.5.9 (the active stack) has no TLS option, a reason the LAN may see
+            # the key and the prompts in clear (docs/security.md#tls). Replace it with your own reason,
+            # bind 127.0.0.1 and reach the engine through an SSH tunnel or a TLS proxy of your own, or,
+            # on sglang 0.5.10+ or vLLM, name the certificate and key in the vault instead:
+            # "serving_tls_cert_secret": "engine_tls_cert", "serving_tls_key_secret": "engine_tls_key",
+            # "serving_tls_ca_file": "/path/to/site-ca.pem" (a local file: the CA the checks verify with).
             "serving_plaintext_acknowledged": "a private inference LAN of trusted machines only",
             "serving_port": 30000,
             "serving_api_key_secret": "engine_api_key",  # the clients' key (the data plane only)

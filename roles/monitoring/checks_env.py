@@ -14,6 +14,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+from roles.shared import layout
 from roles.site import PROJECT_ROOT
 
 # detect-secrets: the site model's credential shapes (roles/site/credentials.py), which the
@@ -109,9 +110,10 @@ def bundle_digest(root: Path = PROJECT_ROOT) -> str:
 
 # Settings the checks do not read, kept out of the 0644 expect.json: serving_extra_env reaches
 # only the engine's 0600 environment file (its values may be keys: an AWS_ACCESS_KEY_ID); the
-# checks read the environment the unit really has, on the host. base_extra_ca_certificates are
-# files of the controller, not of the host.
-NOT_EXPECTED = frozenset({"serving_extra_env", "base_extra_ca_certificates"})
+# checks read the environment the unit really has, on the host. base_extra_ca_certificates and
+# serving_tls_ca_file are files of the controller, not of the host (the checks get the host's
+# copy of the CA as tls_ca_file, and the name they ask as tls_server_name).
+NOT_EXPECTED = frozenset({"serving_extra_env", "base_extra_ca_certificates", "serving_tls_ca_file"})
 
 
 def expectations(host, site) -> dict:
@@ -124,6 +126,7 @@ def expectations(host, site) -> dict:
         NcclSettings,
         NvidiaDriverSettings,
         ServingSettings,
+        address_of,
     )
 
     out: dict = {}
@@ -132,6 +135,9 @@ def expectations(host, site) -> dict:
         for name in cls.model_fields:
             if cls.PREFIX + name not in NOT_EXPECTED:
                 out[cls.PREFIX + name] = getattr(section, name)
+    tls = layout.tls_files(host.serving.unit_name)["ca"] if host.serving.tls_ca_file else layout.SYSTEM_CA_BUNDLE
+    out["tls_ca_file"] = tls  # as Expectations.from_site reads them (checks/expectations.py, tls_ca_file)
+    out["tls_server_name"] = address_of(host)
     out["driver_version"] = site.stack.driver_version  # as Expectations.from_site reads it
     out["engine"] = site.stack.active.engine
     return out

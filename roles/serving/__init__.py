@@ -26,7 +26,6 @@ deploy saying so. The service restarts only when something it runs with changed.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from roles.serving.command import (
     server_arguments,
 )
 from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
+from roles.serving.tls import probe_address, probe_tls_options, tls_operations, tls_probe_url
 from roles.shared import layout, nccl, templates
 from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
@@ -124,11 +124,10 @@ READY_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
 
 def probe_url(settings: HostSettings, path: str = READY_PATHS["sglang"]) -> str:
     """The readiness probe's URL: a wildcard bind is probed on loopback of the same family,
-    an IPv6 address goes in brackets (RFC 3986)."""
-    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.serving.host, settings.serving.host)
-    if ipaddress.ip_address(address).version == 6:
-        address = f"[{address}]"
-    return f"http://{address}:{settings.serving.port}{path}"
+    an IPv6 address goes in brackets (RFC 3986); https, for the name the certificate covers, with TLS."""
+    if settings.serving.tls_enabled:
+        return tls_probe_url(settings, path)
+    return f"http://{probe_address(settings)}:{settings.serving.port}{path}"
 
 
 def readiness_path(settings: HostSettings, hosts: dict[str, HostSettings] | None, engine: str = "sglang") -> str:
@@ -158,7 +157,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
     paths = config_paths(settings, stack, site)
     unit = f"{serving.unit_name}.service"
     cleanup, wait_script = f"{LIBEXEC}/inference-engine-cleanup", f"{LIBEXEC}/inference-engine-wait-ready"
-    probe = probe_url(settings, readiness_path(settings, hosts, stack.engine))
+    probe, tls = probe_url(settings, readiness_path(settings, hosts, stack.engine)), probe_tls_options(settings)
     # Encoded for systemd (roles/shared/systemd_syntax.py): the template takes nothing else.
     return dict(
         unit_name=sd.comment(serving.unit_name, "a comment of the unit (serving_unit_name)"),
@@ -170,7 +169,7 @@ def unit_text_kwargs(settings: HostSettings, stack: EngineStack, site: Site | No
         env_file=sd.path(paths["env_file"], "EnvironmentFile="),
         exec_start_pre=sd.argv([cleanup, base.service_user, unit], "ExecStartPre="),
         exec_start=sd.argv([paths["launcher"]], "ExecStart="),
-        exec_start_post=sd.argv([wait_script, probe, str(serving.ready_timeout)], "ExecStartPost="),
+        exec_start_post=sd.argv([wait_script, probe, str(serving.ready_timeout), *tls], "ExecStartPost="),
         exec_stop_post=sd.argv([cleanup, base.service_user, unit], "ExecStopPost="),
         timeout_start=sd.number(TIMEOUT_START_S),
         restart_sec=sd.number(RESTART_SEC_S),
@@ -267,7 +266,7 @@ def serving() -> None:
     # A host deployed before the engine-neutral service account: roles/base gave the account
     # its new names beside the former ones, which go once the engine serves under the new.
     account = account_migration(host.get_fact(ServiceAccountState, **fact_arguments(settings.base)), settings.base)
-    changes = [_scripts(), _release_config(settings, stack)]
+    changes = [_scripts(), _release_config(settings, stack), tls_operations(settings)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)

@@ -10,7 +10,7 @@ from functools import cache
 
 from roles.serving.cli_capture import data_file
 from roles.serving.speculative import effective_max_running_requests, speculative_arguments
-from roles.shared.layout import secret_args_link
+from roles.shared.layout import secret_args_link, tls_files
 from roles.site import EngineStack, HostSettings, address_of
 
 # Settings whose flag was renamed between releases: the first spelling the pinned release
@@ -134,7 +134,27 @@ def server_arguments(
         args += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_addr]
     if serving.api_key_secret or serving.admin_api_key_secret:
         args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
-    return args
+    return args + tls_arguments(settings, version)
+
+
+# SGLang 0.5.10 (srt/server_args.py) and 0.5.23 (srt/arg_groups/fields/serving.py) and vLLM 0.16.0
+# (its captured CLI) take the same two options and hand them to uvicorn; SGLang 0.5.9 has none.
+TLS_OPTIONS = ("--ssl-certfile", "--ssl-keyfile")
+
+
+def serves_tls(version: str, engine: str = "sglang") -> bool:
+    """Whether the release's captured CLI has --ssl-certfile and --ssl-keyfile."""
+    return all(flag in cli_options(version, engine)["options"] for flag in TLS_OPTIONS)
+
+
+def tls_arguments(settings: HostSettings, version: str, engine: str = "sglang") -> list[str]:
+    """--ssl-certfile/--ssl-keyfile with the paths of the 0600 files roles/serving writes (the
+    key itself never on the command line); nothing without serving_tls_* or on a release that has
+    no such option (command_problems refuses that in one line)."""
+    if not settings.serving.tls_enabled or not serves_tls(version, engine):
+        return []
+    paths = tls_files(settings.serving.unit_name)
+    return ["--ssl-certfile", paths["cert"], "--ssl-keyfile", paths["key"]]
 
 
 # vLLM: the launcher both builds run (`vllm serve` is this module's run_server behind a
@@ -217,7 +237,8 @@ def vllm_arguments(
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     if serving.api_key_secret or serving.admin_api_key_secret:
         args += ["--config", secret_args_file or secret_args_link(serving.unit_name)]
-    return args
+    assert stack.vllm is not None  # a vLLM stack pins vllm
+    return args + tls_arguments(settings, stack.vllm, "vllm")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -279,11 +300,20 @@ def command_problems(settings: HostSettings, hosts: dict[str, HostSettings], sta
         if settings.serving.admin_api_key_secret:
             # The --config file's admin-api-key becomes --admin-api-key (serving_admin_api_key_secret).
             problems += unknown_flags(["--admin-api-key", "x"], version, engine)
+        if settings.serving.tls_enabled and not serves_tls(version, engine):
+            problems.append(
+                f"serving_tls_cert_secret with {engine} {version}, which has no TLS option of its own (no"
+                " --ssl-certfile in its CLI); expected a stack with sglang 0.5.10+ or vLLM, or no serving_tls_*"
+                " and serving_host = '127.0.0.1' reached through a TLS terminator of your own or an SSH tunnel"
+                " (docs/security.md#tls)"
+            )
     except CliError as error:
         return [f"stack {stack.id}: {error}"]
     help_command = "python -m sglang.launch_server --help" if engine == "sglang" else "vllm serve --help=all"
     found = [
-        f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
+        f"stack {stack.id}: {p}"
+        if p.startswith("serving_tls_")
+        else f"stack {stack.id}: the server command line is invalid: {p}; expected the flags of"
         f" `{help_command}` of {engine} {version}"
         for p in problems
     ]

@@ -82,6 +82,16 @@ def secret_args_link(unit_name: str) -> str:
     return f"{STABLE_DIR}/{unit_name}-secret-args.yaml"
 
 
+def tls_files(unit_name: str) -> dict[str, str]:
+    """The engine's TLS files (serving_tls_*): its certificate and key (0600, the service user's,
+    written by roles/shared/secret_files.py) and the CA its clients verify it with (0644)."""
+    return {
+        "cert": f"{STABLE_DIR}/{unit_name}-tls.crt",
+        "key": f"{STABLE_DIR}/{unit_name}-tls.key",
+        "ca": f"{STABLE_DIR}/{unit_name}-tls-ca.crt",
+    }
+
+
 def release_files(env: str, unit_name: str) -> dict[str, str]:
     """One release's serving files inside its environment <env> (or inside `current`):
     launcher, env_file, secret_args, unit."""

@@ -26,6 +26,7 @@ from roles.site.rules_services import (
     _check_topology,
     _check_unit_names,
 )
+from roles.site.rules_tls import check_engine_tls
 from roles.site.schema import HostSettings
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.sections.ssh import host_key_problem
@@ -151,6 +152,7 @@ def check_site(
     _check_topology(site_hosts, where, problems, stack, checks.gateway)
     _check_monitoring(site_hosts, where, secret_names, secrets_file, problems, stack)
     _check_firewall(site_hosts, where, problems)
+    check_engine_tls(site_hosts, where, secret_names, secrets_file, problems)
 
 
 def _speculative_problem(speculative: dict | None) -> str | None:

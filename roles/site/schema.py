@@ -229,8 +229,8 @@ def plaintext_lines(host: HostSettings) -> list[str]:
     """The host's listeners serving plain HTTP beyond loopback with the inventory's acknowledgement
     (roles/site/rules_tls.py refuses one without it), each with the reason it gave."""
     listeners = []
-    if host.in_group("gpu_nodes") and not is_loopback(host.serving.host) and host.serving.plaintext_acknowledged:
-        listeners.append(("engine", "serving", host.serving.host, host.serving.plaintext_acknowledged))
+    if host.in_group("gpu_nodes") and not is_loopback(host.serving.host) and host.serving.plaintext_reason:
+        listeners.append(("engine", "serving", host.serving.host, host.serving.plaintext_reason))
     if host.in_group("gateways") and not is_loopback(host.gateway.host) and host.gateway.plaintext_acknowledged:
         listeners.append(("gateway", "gateway", host.gateway.host, host.gateway.plaintext_acknowledged))
     return [

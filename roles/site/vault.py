@@ -40,6 +40,7 @@ import yaml
 
 from roles.site import yamlfile
 from roles.site.command_line import OneLineParser, run_command
+from roles.site.pem import ONE_LINE, control_character, read_value
 
 PASSWORD_FILE_ENV = "INFERENCE_HOST_VAULT_PASSWORD_FILE"
 DEFAULT_PASSWORD_FILE = Path("~/.config/inference-host/vault-password")
@@ -404,12 +405,9 @@ MAX_SECRET_CHARACTERS = 65536
 def _value_problem(value: str) -> str | None:
     if len(value) > MAX_SECRET_CHARACTERS:
         return f"is longer than {MAX_SECRET_CHARACTERS} characters; expected a token, key, password or URL"
-    bad = next((i for i, c in enumerate(value) if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F), None)
+    bad = control_character(value)
     if bad is not None:
-        return (
-            f"has the control character {ascii(value[bad])} at position {bad}; expected the secret on one line"
-            " without control characters (a Windows line end \\r, a tab, a NUL)"
-        )
+        return f"has the control character {ascii(value[bad])} at position {bad}; expected {ONE_LINE}"
     return None
 
 
@@ -496,7 +494,7 @@ def _set(path: Path, name: str) -> int:
 
         value = getpass.getpass(f"value of {name} (not echoed): ")
     else:
-        value = sys.stdin.readline(MAX_SECRET_CHARACTERS + 2).rstrip("\n")
+        value = read_value(sys.stdin, MAX_SECRET_CHARACTERS + 2)
     if not value:
         print(f"{path}: no value on stdin; nothing written", file=sys.stderr)
         return 2

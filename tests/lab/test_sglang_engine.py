@@ -19,7 +19,7 @@ import pytest
 import lab
 from roles.shared import legacy_account, legacy_layout
 from roles.shared.engine_env import env_dir
-from roles.site import load_site, vault
+from roles.site import address_of, load_site, vault
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
 
 pytestmark = pytest.mark.lab
@@ -703,3 +703,83 @@ def test_no_file_readable_by_others_holds_a_secret(gpu_guest, lab_second_deploy)
 
 
 # rename-script: keep (this file names the layout before the rename on purpose: /work/w24b-rename.sh skips it)
+
+
+# -- TLS (docs/security.md#tls) -------------------------------------------------------------------
+
+# The name the readiness probe and the checks ask (the node's address_of: its name, with the lab's
+# prefix), which the certificate must cover.
+TLS_NAME = address_of(HOST)
+TLS_ENTRIES = ("engine_tls_cert", "engine_tls_key")
+
+
+def _set_tls_entries(material) -> None:
+    """The certificate and key in the lab's throwaway vault, as `vault set` would store them."""
+    path, password_file = lab.throwaway_vault()
+    password = Path(password_file).read_bytes().strip()
+    vault.set_secret(Path(path), "engine_tls_cert", material.cert_pem, password)
+    vault.set_secret(Path(path), "engine_tls_key", material.key_pem, password)
+
+
+def _drop_tls_entries() -> None:
+    """Gone again: the other tests grep for every vault value, and a PEM's first line is in any
+    certificate."""
+    path, _ = lab.throwaway_vault()
+    entries = vault.stored(Path(path))
+    vault._write(Path(path), {name: value for name, value in entries.items() if name not in TLS_ENTRIES})
+
+
+def _curl(gpu_guest, *options: str) -> tuple[int, str]:
+    result = gpu_guest.run(
+        "curl -sS -o /dev/null -w '%{http_code}' -m 10 " + " ".join(shlex.quote(option) for option in options)
+    )
+    return result.rc, result.stdout + result.stderr
+
+
+def test_the_engine_serves_tls_verified_with_the_sites_ca(gpu_guest, lab_second_deploy, tmp_path):
+    """0.5.23 with serving_tls_*: the deploy writes the certificate and key (0600, the service user's),
+    renders --ssl-certfile/--ssl-keyfile, and its readiness probe and health checks reach the engine at
+    https://NAME:PORT (NAME: the node's address_of) with the CA; curl (OpenSSL) with that CA gets 200,
+    plain HTTP gets no answer, and without the CA verification fails. The stand-in serves TLS as
+    uvicorn does (its docstring)."""
+    from lab.tls_ca import make_tls_material
+    from roles.shared.layout import tls_files
+
+    material = make_tls_material([TLS_NAME, "localhost"])
+    ca = tmp_path / "lab-ca.pem"
+    ca.write_text(material.ca_pem)
+    env = {"INFERENCE_HOST_LAB_TLS_CA_FILE": str(ca)}
+    paths, port = tls_files(HOST.serving.unit_name), HOST.serving.port
+    inventory = _inventory_with_active(tmp_path, NEW.id)
+    _set_tls_entries(material)
+    try:
+        run = run_deploy(inventory, env=env)
+        # The unit's readiness probe (https, --cacert) and the deploy's server checks passed.
+        assert run.returncode == 0, run.explain()
+        for kind in ("cert", "key"):
+            file = gpu_guest.file(paths[kind])
+            assert (file.mode, file.user) == (0o600, HOST.base.service_user), paths[kind]
+        assert gpu_guest.file(paths["ca"]).mode == 0o644
+        cmdline = gpu_guest.check_output(f"cat /proc/{_main_pid(gpu_guest)}/cmdline | tr '\\0' ' '")
+        assert f"--ssl-certfile {paths['cert']} --ssl-keyfile {paths['key']}" in cmdline
+        key_body = material.key_pem.splitlines()[1]
+        assert key_body not in cmdline and key_body not in gpu_guest.check_output("journalctl --no-pager -o cat")
+        assert key_body not in run.stdout + run.stderr
+
+        with_ca = _curl(
+            gpu_guest, "--cacert", paths["ca"], "--connect-to", "::127.0.0.1:", f"https://{TLS_NAME}:{port}/health"
+        )
+        assert with_ca == (0, "200"), with_ca
+        plain = _curl(gpu_guest, f"http://127.0.0.1:{port}/health")
+        assert plain[0] != 0 and plain[1].startswith("000"), plain  # no HTTP answer at all
+        without_ca = _curl(gpu_guest, "--connect-to", "::127.0.0.1:", f"https://{TLS_NAME}:{port}/health")
+        assert without_ca[0] == 60, without_ca  # CURLE_PEER_FAILED_VERIFICATION
+
+        unchanged = run_deploy(inventory, env=env)
+        assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    finally:
+        _drop_tls_entries()
+        restored = run_deploy()  # the lab as the other tests know it: 0.5.9, plain HTTP
+    assert restored.returncode == 0, restored.explain()
+    for path in paths.values():
+        assert not gpu_guest.file(path).exists, path

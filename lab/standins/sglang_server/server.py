@@ -96,12 +96,13 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from standin_tls import make_server  # noqa: E402 - TLS (0.5.10+) as uvicorn serves it: its docstring
 from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
 WORDS = [
@@ -979,7 +980,7 @@ def main(argv: list[str]) -> None:
     state = State(args, version)
     if os.environ.get("INFERENCE_HOST_STANDIN_STUBBORN_CHILD") == "1":
         spawn_stubborn_child()
-    server = ThreadingHTTPServer((args.host or "127.0.0.1", int(args.port or 30000)), make_handler(state))
+    server = make_server(args, (args.host or "127.0.0.1", int(args.port or 30000)), make_handler(state))
 
     def stop(*_):
         state.shutting_down = True  # /health answers 503 from here on

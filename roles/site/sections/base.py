@@ -56,6 +56,19 @@ def ca_file_problem(path: str) -> str | None:
     return None if certificates else f"{path!r} holds no certificate"
 
 
+def _ca_file(value: str) -> str:
+    problem = ca_file_problem(value)
+    if problem:
+        raise PydanticCustomError(
+            "inference_host", "{valid}", {"valid": f"a local PEM file of X.509 certificates only; {problem}"}
+        )
+    return value
+
+
+# A local PEM file of CA certificates (serving_tls_ca_file), checked as base_extra_ca_certificates are.
+CaFile = Annotated[str, AfterValidator(_ca_file)]
+
+
 def _ca_files(value: list[str]) -> list[str]:
     problem = next((p for path in value if (p := ca_file_problem(path))), None)
     if problem:

@@ -23,6 +23,7 @@ from roles.site.fields import (
     positive,
     tcp_port,
 )
+from roles.site.sections.base import CaFile
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -174,6 +175,16 @@ class ServingSettings(Section):
 
     PREFIX: ClassVar[str] = "serving_"
 
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the engine serves TLS: serving_tls_cert_secret and serving_tls_key_secret both set."""
+        return bool(self.tls_cert_secret and self.tls_key_secret)
+
+    @property
+    def plaintext_reason(self) -> str | None:
+        """serving_plaintext_acknowledged where the engine serves plain HTTP (no TLS), else None."""
+        return None if self.tls_enabled else self.plaintext_acknowledged
+
     unit_name: ServiceUnitName = Field(
         "inference-engine",
         description=("Name of the engine's systemd unit (<name>.service) and of its env and secret-argument files."),
@@ -289,6 +300,28 @@ class ServingSettings(Section):
             "Why the engine may serve plain HTTP beyond loopback here (the bearer key and the prompts"
             " cross the network in clear): required when serving_host is not a loopback address;"
             " docs/security.md#tls. None: serving_host must be loopback."
+        ),
+    )
+    tls_cert_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the engine's TLS certificate (PEM, the chain from the server's own): with"
+            " serving_tls_key_secret the engine serves HTTPS (--ssl-certfile; SGLang 0.5.10+, vLLM), and"
+            " serving_host may leave loopback without serving_plaintext_acknowledged (docs/security.md#tls)."
+        ),
+    )
+    tls_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the private key of serving_tls_cert_secret (PEM, unencrypted), --ssl-keyfile: a"
+            " 0600 file of the service user, never on a command line."
+        ),
+    )
+    tls_ca_file: CaFile | None = Field(
+        None,
+        description=(
+            "Local PEM file of the CA that signed serving_tls_cert_secret, uploaded 0644 beside it: the"
+            " checks and the benchmark verify the engine's certificate with it. None: the host's CA bundle."
         ),
     )
     hf_token_secret: SecretName | None = Field(
