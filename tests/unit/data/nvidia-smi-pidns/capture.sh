@@ -75,7 +75,9 @@ wait_listed 1 || echo "outside holder never listed" >&2
 
 # A child PID namespace: first only the outside holder, then one of its own as well.
 inside_case() {  # $1 = label; runs inside the new namespace
-  { header "$1, before its own holder; outside: $OUTSIDE_TEXT"; queries; } > "$CAP/$2-before.txt"
+  { header "$1, before its own holder; outside: $OUTSIDE_TEXT"; queries
+    echo "## \$ nvidia-smi dmon --gpm-metrics 1 -c 1 (GPM counters from this namespace)"
+    timeout 20 nvidia-smi dmon --gpm-metrics 1 -c 1 2>&1 | head -5; } > "$CAP/$2-before.txt"
   $PY -c "$HOLD" &
   IN=$!
   for _ in $(seq 90); do
