@@ -50,7 +50,10 @@ it is the stand-in. It never ships in a production path: only the lab's reposito
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+
+from checks.gpu_processes import translates_pids
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CAPTURES = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu"
@@ -174,7 +177,8 @@ def gpu_values(gpu):
 
 
 def apps():
-    """Processes the lab made hold a GPU, while they live."""
+    """Processes the lab made hold a GPU, while they live, and holders outside this host's PID
+    namespace (memory counted; listed only where the driver would name them)."""
     listed, by_index = [], {g["index"]: g for g in gpus()}
     for path in sorted(glob.glob(STATE + "/compute-apps/*")):
         pid = os.path.basename(path)
@@ -187,11 +191,24 @@ def apps():
         gpu = by_index.get(index)
         if gpu is None:
             continue
-        if in_container():  # the node's PID, unnamed here; none planted: not listed (memory counted)
+        if in_container() and not translates_pids(VERSION):
+            # an old driver: the node's PID, unnamed here; none planted: not listed (memory counted)
             node_pid = fields[2] if len(fields) > 2 else None
             listed.append({"pid": node_pid, "process_name": "[Not Found]", "used": used, "gpu": gpu})
-        else:
+        else:  # this namespace's own PID and name (a translating driver names them in a guest too)
             listed.append({"pid": pid, "process_name": argv0, "used": used, "gpu": gpu})
+    for path in sorted(glob.glob(STATE + "/outside/*")) if in_container() else ():
+        try:
+            fields = open(path).read().split()
+            index, used = fields[:2]
+        except (OSError, ValueError):
+            continue
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        # outside this namespace: a translating driver leaves it out; an old one gives the node's PID
+        node_pid = None if translates_pids(VERSION) or len(fields) < 3 else fields[2]
+        listed.append({"pid": node_pid, "process_name": "[Not Found]", "used": used, "gpu": gpu})
     return listed
 
 
@@ -201,6 +218,8 @@ def in_container():
     except OSError:
         return False
 
+
+%(translates_pids)s
 
 def shown_apps():
     """The processes nvidia-smi lists: those it can name by a PID."""
@@ -345,4 +364,5 @@ def program(version: str) -> str:
         "state": STATE,
         "captures": captures(),
         "models": MODELS,
+        "translates_pids": inspect.getsource(translates_pids),
     }
