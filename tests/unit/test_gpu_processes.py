@@ -6,7 +6,7 @@ prints there."""
 from __future__ import annotations
 
 from checks import gpu_parsers as parse
-from checks.gpu_processes import HELD_MIB, Listed, judge
+from checks.gpu_processes import HELD_MIB, Listed, judge, translates_pids
 
 UNIT = "inference-engine"
 # As nvidia-smi prints them (--query-compute-apps=pid,process_name,used_memory,gpu_bus_id
@@ -87,3 +87,26 @@ def test_lxc_guest_with_pids_of_its_own_attributes_them():
 def test_without_systemd_every_listed_process_is_outside_the_unit():
     verdict = judge(listed(KVM_ENGINE, {4242: False}), 81234, "unknown", UNIT, None, False)
     assert verdict.verdict == "FAIL" and "no cgroup for inference-engine" in verdict.text
+
+
+# -- the driver model: which driver translates PIDs into the caller's namespace ------------------
+
+
+def test_driver_versions_that_translate_pids_follow_the_tags_of_open_gpu_kernel_modules():
+    """os_find_ns_pid at each tag (docs/upstream.md): a numerically later 535 release is no proof."""
+    cases = {
+        "580.95.05": True,
+        "545.23.06": True,
+        "535.113.01": True,
+        "535.43.24": True,
+        "535.43.23": False,
+        "535.104.12": False,
+        "535.54.03": False,
+        "530.41.03": False,
+        "525.147.05": False,
+        "610.43.02": True,
+        "": None,
+        None: None,
+        "N/A": None,
+    }
+    assert {version: translates_pids(version) for version in cases} == cases
