@@ -27,16 +27,24 @@ Processes): the driver lists a process while it holds a CUDA context; no process
 can. A lab test makes one "hold" a GPU by writing /run/nvidia-smi-standin/compute-apps/<pid>
 ("<gpu index> <used MiB>[ <node pid>]"); it is listed while that process lives, as a context
 ends with its process, and its memory counts in `memory.used` (the captured -q: Used 0 MiB when
-none). Which PID is listed depends on where the driver runs, and the lab says so with
-/run/nvidia-smi-standin/pid-namespace:
+none). Which PID is listed depends on where the driver runs and on its version, and the lab says
+where with /run/nvidia-smi-standin/pid-namespace:
 - absent: the host's own PIDs, as on bare metal or in a KVM guest whose kernel runs the driver;
 - "container": as NVML answers inside an LXC guest (its own PID namespace, the driver in the
-  node's kernel, which knows no PID namespace: NVIDIA/nvidia-docker#1483, "you will always get
-  the host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third
-  field, with no process name (the guest's /proc has no such process); a process planted without
-  one is not listed at all, as nvidia-smi shows an empty process list when it cannot name the
-  node's PIDs (NVIDIA/nvidia-docker#1460); its memory still counts in memory.used (lxd#9755: the
-  memory usage is right).
+  node's kernel), by the package's driver version (checks/gpu_processes.py translates_pids):
+  - 535.113.01 and later (every 545+, the pinned 580.95.05): the driver names each process by its
+    PID in the caller's PID namespace and leaves out what it cannot name there
+    (open-gpu-kernel-modules 580.95.05 kernel-open/nvidia/os-interface.c os_find_ns_pid,
+    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL), as captured on a GPU machine
+    from a PID namespace (tests/unit/data/nvidia-smi-pidns): a planted process is listed under its
+    own PID and name; a holder outside the guest, planted as /run/nvidia-smi-standin/outside/<name>
+    ("<gpu index> <used MiB>[ <node pid>]"), is never listed and its memory counts in memory.used;
+  - older: the driver knows no PID namespace (NVIDIA/nvidia-docker#1483, "you will always get the
+    host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third field,
+    with no process name (the guest's /proc has no such process); a process planted without one is
+    not listed at all, as nvidia-smi shows an empty process list when it cannot name the node's
+    PIDs (NVIDIA/nvidia-docker#1460); an outside holder is listed under its node PID; memory counts
+    in memory.used either way (lxd#9755: the memory usage is right).
 A file /run/nvidia-smi-standin/hang makes every call block for ever, as the real one does on a
 wedged driver (a GPU off the bus, Xid 79). Fields as NVML reports a process (nvmlDeviceGetComputeRunningProcesses:
 nvmlProcessInfo_t pid, usedGpuMemory; docs.nvidia.com/deploy/nvml-api) under nvidia-smi's names
