@@ -200,8 +200,9 @@ def test_in_container_mode_an_old_driver_lists_the_nodes_pids_or_none_and_counts
 
 
 def test_in_container_mode_the_pinned_driver_lists_the_guests_own_pids_and_hides_outside_holders(smi):
-    """As captured (tests/unit/data/nvidia-smi-pidns) and as open-gpu-kernel-modules 580.95.05
-    os_find_ns_pid does: inside a PID namespace the driver names this namespace's processes under
+    """As open-gpu-kernel-modules 580.95.05 os_find_ns_pid does (docs/upstream.md; the capture
+    script in tests/unit/data/nvidia-smi-pidns has not run yet): inside a PID namespace the driver
+    names this namespace's processes under
     their own PIDs and leaves out the rest; memory.used still counts an outside holder."""
     smi.plant()
     (smi.state / "pid-namespace").write_text("container\n")

@@ -35,8 +35,8 @@ where with /run/nvidia-smi-standin/pid-namespace:
   - 535.113.01 and later (every 545+, the pinned 580.95.05): the driver names each process by its
     PID in the caller's PID namespace and leaves out what it cannot name there
     (open-gpu-kernel-modules 580.95.05 kernel-open/nvidia/os-interface.c os_find_ns_pid,
-    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL), as captured on a GPU machine
-    from a PID namespace (tests/unit/data/nvidia-smi-pidns): a planted process is listed under its
+    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL; read from the source, not yet
+    captured: tests/unit/data/nvidia-smi-pidns holds the script): a planted process is listed under its
     own PID and name; a holder outside the guest, planted as /run/nvidia-smi-standin/outside/<name>
     ("<gpu index> <used MiB>[ <node pid>]"), is never listed and its memory counts in memory.used;
   - older: the driver knows no PID namespace (NVIDIA/nvidia-docker#1483, "you will always get the
