@@ -4,6 +4,7 @@ and on the real H200 (tests/unit/data/acceptance/)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -420,3 +421,21 @@ def test_the_profiling_line_reads_the_exporter_and_names_the_admin_restriction_i
     assert acc.profiling_line(None, "gpu", FakeHost(answers), expect).verdict == acc.PASS
     answers["systemctl cat nvidia-dcgm-exporter.service"] = (1, "")
     assert acc.profiling_line(None, "gpu", FakeHost(answers), expect).verdict == acc.NOT_APPLICABLE
+
+
+def test_the_profiling_line_follows_the_sites_exporter_setting():
+    """With an inventory: the exporter's port and bind address from the site; no exporter
+    deployed (monitoring_dcgm_exporter off) is N/A, and the host is not asked."""
+    from roles.site import load_site
+
+    site = load_site(Path(__file__).parents[2] / "inventory" / "lab.py")
+    name = site.group("gpu_nodes")[0].name
+    port = site.hosts[name].monitoring.dcgm_exporter_port
+    row = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0"} 0.5\n'
+    host = FakeHost({f"curl -sf --max-time 10 http://127.0.0.1:{port}/metrics": (0, row)})
+    assert acc.profiling_line(site, name, host, SimpleNamespace(compute_capability="12.0")).verdict == acc.PASS
+    site.hosts[name] = dataclasses.replace(
+        site.hosts[name], monitoring=site.hosts[name].monitoring.model_copy(update={"dcgm_exporter": False})
+    )
+    line = acc.profiling_line(site, name, FakeHost({}), SimpleNamespace(compute_capability="12.0"))
+    assert line.verdict == acc.NOT_APPLICABLE and "monitoring_dcgm_exporter is off" in line.observed
