@@ -515,13 +515,14 @@ def profiling_line(site, name: str, host, expect) -> Line:
     """One DCGM_FI_PROF_* row read from the exporter's /metrics on the host: present, absent with
     the reason (checks/profiling_rows.py), or N/A where the site deploys no DCGM exporter there."""
     from checks import bounded, profiling_rows
-    from roles.monitoring import watched
     from roles.site.placement import exporter_bind
 
     area = "DCGM profiling rows"
     expectation = f"{profiling_rows.ROW} in the DCGM exporter's /metrics"
     settings = site.hosts[name] if site is not None else None
-    if settings is not None and not (settings.monitoring.dcgm_exporter and watched(settings, site)):
+    # roles/monitoring `watched`: a gpu node gets the exporter only where the site has monitors
+    watched = settings is not None and bool(site.group("monitors"))
+    if settings is not None and not (settings.monitoring.dcgm_exporter and watched):
         why = "monitoring_dcgm_exporter is off" if not settings.monitoring.dcgm_exporter else "no monitors group"
         return Line(area, name, expectation, f"not applicable: no DCGM exporter deployed here ({why})", NOT_APPLICABLE)
     if settings is None and bounded.run(host, "systemctl cat nvidia-dcgm-exporter.service >/dev/null 2>&1").rc != 0:

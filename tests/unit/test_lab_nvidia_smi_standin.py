@@ -228,3 +228,11 @@ def test_the_hang_switch_makes_it_block_as_on_a_wedged_driver(smi):
     (smi.state / "hang").write_text("")
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(["nvidia-smi", "-q"], capture_output=True, env=smi.env, timeout=2)
+
+
+def test_its_driver_rule_is_the_checks_rule():
+    """The stand-in imports no checks: its copy of the PID-translation rule must stay the same."""
+    from checks.gpu_processes import translates_pids
+
+    versions = ["580.95.05", "535.113.01", "535.104.12", "535.43.24", "535.43.23", "530.41.03", "545.23.06", "x", None]
+    assert [nvidia_smi.translates_pids(v) for v in versions] == [translates_pids(v) for v in versions]

@@ -59,9 +59,8 @@ it is the stand-in. It never ships in a production path: only the lab's reposito
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
-
-from checks.gpu_processes import translates_pids
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CAPTURES = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu"
@@ -363,6 +362,19 @@ def main(args):
 
 main(sys.argv[1:])
 '''
+
+
+def translates_pids(driver_version: str | None) -> bool | None:
+    """Whether this driver names processes by their PIDs in the caller's PID namespace: the same
+    rule as checks/gpu_processes.py's (a unit test holds them equal; the stand-ins import no
+    checks): os_find_ns_pid from 535.113.01, 535.43.24 on the 535.43 branch, every 545 and later."""
+    found = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?", (driver_version or "").strip())
+    if not found:
+        return None
+    major, minor, patch = int(found[1]), int(found[2]), int(found[3] or 0)
+    if major != 535:
+        return major > 535
+    return patch >= 24 if minor == 43 else minor >= 113
 
 
 def program(version: str) -> str:
