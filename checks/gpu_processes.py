@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from checks.gpu_parsers import ComputeApp
 
 # systemd-detect-virt --container (systemd's src/basic/virt.c reads PID 1's `container=`, which
-# LXC sets): the guests whose NVML answers carry the node's PIDs. Docker and podman containers
-# report the node's PIDs too, but are no target of this project: the lab's docker containers
-# stand for hosts with their own driver, and say so with their nvidia-smi stand-in.
+# LXC sets): the guests with their own PID namespace on the node's driver, whose NVML answers
+# depend on the driver (translates_pids). Docker and podman containers are such guests too, but
+# no target of this project: the lab's docker containers stand for hosts with their own driver,
+# and say so with their nvidia-smi stand-in.
 NODE_PID_CONTAINERS = ("lxc", "lxc-libvirt")
 # Memory used on the GPUs above this is "held" (an idle H200 shows 0 MiB used, 616 MiB reserved
 # apart: tests/unit/data/gpu/h200-1gpu/nvidia-smi-q.txt).
