@@ -536,25 +536,28 @@ def profiling_line(site, name: str, host, expect) -> Line:
     source = "stand-in: lab DCGM exporter" if standin(host, "/usr/bin/dcgm-exporter") else TARGET
     metrics = bounded.run(host, sh("curl -sf --max-time 10 {url}", url=f"http://{address}:{port}/metrics"))
 
-    def read(command: str) -> str | None:
-        found = bounded.run(host, command)
+    def text(found) -> str | None:
         return found.stdout if found.rc == 0 else None
 
-    params = read("cat /proc/driver/nvidia/params")
-    uid_map = read("cat /proc/self/uid_map")
-    said = read(
-        sh(
-            "journalctl -u nvidia-dcgm-exporter -b --no-pager -o cat 2>/dev/null | grep -m1 -F {text}",
-            text=profiling_rows.DCP_LOG,
+    params = text(bounded.run(host, "cat /proc/driver/nvidia/params"))
+    uid_map = text(bounded.run(host, "cat /proc/self/uid_map"))
+    said = text(
+        bounded.run(
+            host,
+            sh(
+                "journalctl -u nvidia-dcgm-exporter -b --no-pager -o cat 2>/dev/null | grep -m1 -F {text}",
+                text=profiling_rows.DCP_LOG,
+            ),
         )
     )
+    container = text(bounded.run(host, "systemd-detect-virt --container 2>/dev/null || echo none")) or ""
     try:
         gpm = float(expect.compute_capability) >= 9.0
     except ValueError:
         gpm = None
     facts = profiling_rows.Facts(
         metrics=metrics.stdout if metrics.rc == 0 else None,
-        container=((read("systemd-detect-virt --container 2>/dev/null || echo none") or "").split() or ["unknown"])[0],
+        container=(container.split() or ["unknown"])[0],
         unprivileged=profiling_rows.unprivileged_from_uid_map(uid_map) if uid_map is not None else None,
         restricted=profiling_rows.restricted_value(params) if params is not None else None,
         module_installed=bounded.run(host, sh("test -e {path}", path=profiling_rows.PROFILING_MODULE)).rc == 0,
