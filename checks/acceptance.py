@@ -487,6 +487,7 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
         first_generation_line(report, name, engine_from),
         kv_cache_line(report, site, name, engine_from, expect.engine),
         accept_length_line(report, name, expect, engine_from),
+        overran_as_line("DCGM profiling rows", name, lambda: profiling_line(site, name, host, expect)),
         overran_as_line(
             "single-stream benchmark",
             name,
@@ -495,6 +496,66 @@ def guest_lines(args, site, name: str, url: str, expect, folder: Path) -> list[L
     ]
     verdict_from = suites_source(suites, gpu_from, engine_from, weights_from, python_from)
     return lines + dcgm + [health_verdict_line(report, name, suites, verdict_from)]
+
+
+def profiling_line(site, name: str, host, expect) -> Line:
+    """One DCGM_FI_PROF_* row read from the exporter's /metrics on the host: present, absent with
+    the reason (checks/profiling_rows.py), or N/A where the site deploys no DCGM exporter there."""
+    from checks import bounded, profiling_rows
+    from roles.site.placement import exporter_bind
+
+    area = "DCGM profiling rows"
+    expectation = f"{profiling_rows.ROW} in the DCGM exporter's /metrics"
+    settings = site.hosts[name] if site is not None else None
+    # roles/monitoring `watched`: a gpu node gets the exporter only where the site has monitors
+    watched = settings is not None and bool(site.group("monitors"))
+    if settings is not None and not (settings.monitoring.dcgm_exporter and watched):
+        why = "monitoring_dcgm_exporter is off" if not settings.monitoring.dcgm_exporter else "no monitors group"
+        return Line(area, name, expectation, f"not applicable: no DCGM exporter deployed here ({why})", NOT_APPLICABLE)
+    if settings is None and bounded.run(host, "systemctl cat nvidia-dcgm-exporter.service >/dev/null 2>&1").rc != 0:
+        return Line(
+            area, name, expectation, "not applicable: no nvidia-dcgm-exporter unit on this host", NOT_APPLICABLE
+        )
+    address, port = "127.0.0.1", 9400
+    if settings is not None:
+        bind = exporter_bind(settings, site.hosts)
+        address, port = ("127.0.0.1" if bind == "0.0.0.0" else bind), settings.monitoring.dcgm_exporter_port
+    source = "stand-in: lab DCGM exporter" if standin(host, "/usr/bin/dcgm-exporter") else TARGET
+    metrics = bounded.run(host, sh("curl -sf --max-time 10 {url}", url=f"http://{address}:{port}/metrics"))
+
+    def text(found) -> str | None:
+        return found.stdout if found.rc == 0 else None
+
+    params = text(bounded.run(host, "cat /proc/driver/nvidia/params"))
+    uid_map = text(bounded.run(host, "cat /proc/self/uid_map"))
+    said = text(
+        bounded.run(
+            host,
+            sh(
+                "journalctl -u nvidia-dcgm-exporter -b --no-pager -o cat 2>/dev/null | grep -m1 -F {text}",
+                text=profiling_rows.DCP_LOG,
+            ),
+        )
+    )
+    container = text(bounded.run(host, "systemd-detect-virt --container 2>/dev/null || echo none")) or ""
+    try:
+        gpm = float(expect.compute_capability) >= 9.0
+    except ValueError:
+        gpm = None
+    facts = profiling_rows.Facts(
+        metrics=metrics.stdout if metrics.rc == 0 else None,
+        container=(container.split() or ["unknown"])[0],
+        unprivileged=profiling_rows.unprivileged_from_uid_map(uid_map) if uid_map is not None else None,
+        restricted=profiling_rows.restricted_value(params) if params is not None else None,
+        module_installed=bounded.run(host, sh("test -e {path}", path=profiling_rows.PROFILING_MODULE)).rc == 0,
+        gpm=gpm,
+        exporter_said=said.strip() or None if said is not None else None,
+    )
+    verdict = profiling_rows.judge(facts)
+    observed = verdict.observed
+    if verdict.verdict == UNREACHED:
+        observed += f" (`curl http://{address}:{port}/metrics` on the host, rc {metrics.rc})"
+    return Line(area, name, expectation, observed, verdict.verdict, source)
 
 
 def overran_as_line(area: str, name: str, collect) -> Line:

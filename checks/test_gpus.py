@@ -188,8 +188,9 @@ def test_no_compute_process_outside_service(gpu, host, expect, request):
     for app in apps:
         own = host.run(sh("cat /proc/{pid}/cgroup", pid=int(app.pid)))
         listed.append(gpu_processes.Listed(app, own.rc == 0, bool(cgroup) and own.rc == 0 and cgroup in own.stdout))
+    driver = next((info.driver_version for info in parse.parse_gpu_query(gpu.gpu_query.text or "")), None)
     judgement = gpu_processes.judge(
-        listed, gpu.memory_used_mib, gpu.container, expect.unit_name, active, cgroup is not None
+        listed, gpu.memory_used_mib, gpu.container, expect.unit_name, active, cgroup is not None, driver
     )
     evidence(request, "gpu_processes_listed", len(apps))
     if gpu.memory_used_mib is not None:

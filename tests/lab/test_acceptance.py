@@ -30,6 +30,7 @@ AREAS = [
     "first generation",
     "KV cache allocated",
     "EAGLE-3 accept length",
+    "DCGM profiling rows",
     "single-stream benchmark",
     "DCGM diagnostics level 2",
     "engine restart after DCGM",
@@ -70,6 +71,10 @@ def test_stand_in_answers_are_named(report):
     _, _, _, lines = report
     assert lines["node kernel arguments"]["source"].startswith("stand-in: pve-standin-kernel")
     assert lines["guest GPUs"]["source"] == "stand-in: lab nvidia-smi"
+    # the exporter stand-in serves DCGM_FI_PROF_* with the profiling module the deploy installed
+    profiling = lines["DCGM profiling rows"]
+    assert (profiling["verdict"], profiling["source"]) == ("PASS", "stand-in: lab DCGM exporter"), profiling
+    assert profiling["observed"].startswith("present: ")
     for area in ("model load time", "first generation", "KV cache allocated"):
         assert lines[area]["source"] == "stand-in: lab SGLang server", area
     # The all-reduce and SGLang's benchmark client ran with the stand-in engine python.

@@ -4,6 +4,7 @@ and on the real H200 (tests/unit/data/acceptance/)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -396,3 +397,45 @@ def test_a_collection_that_overran_is_a_failure_line():
 
     line = acc.overran_as_line("model load time", "gpu", overran)
     assert line.verdict == acc.FAIL and "(systemctl)" in line.observed
+
+
+def test_the_profiling_line_reads_the_exporter_and_names_the_admin_restriction_in_a_guest():
+    """A machine in no inventory (the exporter on 127.0.0.1:9400): the row absent in an
+    unprivileged LXC guest whose node restricts profiling is a FAIL naming the node's option;
+    the row present passes; no exporter unit is N/A."""
+    expect = SimpleNamespace(compute_capability="12.0")
+    row = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1"} 0.25\n'
+    answers = {
+        "systemctl cat nvidia-dcgm-exporter.service": (0, ""),
+        "curl -sf --max-time 10 http://127.0.0.1:9400/metrics": (0, 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 31\n'),
+        "cat /proc/driver/nvidia/params": (0, "EnableMSI: 1\nRmProfilingAdminOnly: 1\n"),
+        "cat /proc/self/uid_map": (0, "         0     100000      65536\n"),
+        "journalctl -u nvidia-dcgm-exporter": (0, "Not collecting DCP metrics: Error getting supported metrics\n"),
+        "systemd-detect-virt --container": (0, "lxc\n"),
+        "test -e /usr/lib/x86_64-linux-gnu/libdcgmmoduleprofiling.so.4": (0, ""),
+    }
+    line = acc.profiling_line(None, "gpu", FakeHost(answers), expect)
+    assert (line.area, line.verdict, line.source) == ("DCGM profiling rows", acc.FAIL, acc.TARGET)
+    assert "admin restriction" in line.observed and "NVreg_RestrictProfilingToAdminUsers=0" in line.observed
+    answers["curl -sf --max-time 10 http://127.0.0.1:9400/metrics"] = (0, row)
+    assert acc.profiling_line(None, "gpu", FakeHost(answers), expect).verdict == acc.PASS
+    answers["systemctl cat nvidia-dcgm-exporter.service"] = (1, "")
+    assert acc.profiling_line(None, "gpu", FakeHost(answers), expect).verdict == acc.NOT_APPLICABLE
+
+
+def test_the_profiling_line_follows_the_sites_exporter_setting():
+    """With an inventory: the exporter's port and bind address from the site; no exporter
+    deployed (monitoring_dcgm_exporter off) is N/A, and the host is not asked."""
+    from roles.site import load_site
+
+    site = load_site(Path(__file__).parents[2] / "inventory" / "lab.py")
+    name = site.group("gpu_nodes")[0].name
+    port = site.hosts[name].monitoring.dcgm_exporter_port
+    row = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0"} 0.5\n'
+    host = FakeHost({f"curl -sf --max-time 10 http://127.0.0.1:{port}/metrics": (0, row)})
+    assert acc.profiling_line(site, name, host, SimpleNamespace(compute_capability="12.0")).verdict == acc.PASS
+    site.hosts[name] = dataclasses.replace(
+        site.hosts[name], monitoring=site.hosts[name].monitoring.model_copy(update={"dcgm_exporter": False})
+    )
+    line = acc.profiling_line(site, name, FakeHost({}), SimpleNamespace(compute_capability="12.0"))
+    assert line.verdict == acc.NOT_APPLICABLE and "monitoring_dcgm_exporter is off" in line.observed

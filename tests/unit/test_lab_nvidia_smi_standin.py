@@ -24,12 +24,13 @@ RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
 @pytest.fixture
-def smi(tmp_path):
-    """The package's two files in a folder on PATH, and the state folder lab.up plants."""
+def smi(tmp_path, request):
+    """The package's two files in a folder on PATH, and the state folder lab.up plants (the driver
+    version: DRIVER unless the test is parametrized indirectly with another)."""
     folder = tmp_path / "bin"
     folder.mkdir()
     program = tmp_path / "nvidia_smi.py"
-    program.write_text(nvidia_smi.program(DRIVER))
+    program.write_text(nvidia_smi.program(getattr(request, "param", DRIVER)))
     (folder / "nvidia-smi").write_text(nvidia_smi.WRAPPER.replace("/usr/bin/python3", sys.executable))
     (folder / "nvidia-smi").chmod(0o755)
     state = tmp_path / "state"
@@ -169,20 +170,27 @@ def test_the_gpu_suite_passes_on_its_healthy_answers_but_cuda(smi, tmp_path):
     } <= passed
 
 
-def test_in_container_mode_it_lists_the_nodes_pids_or_none_and_counts_the_memory(smi):
-    """As NVML answers inside an LXC guest: the node's PID (planted as the third field), not
-    named; a process planted without one is not listed; memory.used counts both."""
+@pytest.mark.parametrize("smi", ["535.104.05"], indirect=True)
+def test_in_container_mode_an_old_driver_lists_the_nodes_pids_or_none_and_counts_the_memory(smi):
+    """As NVML answers inside an LXC guest on a driver before PID translation (535.104.05 lacks
+    os_find_ns_pid): the node's PID (planted as the third field), not named; a process planted
+    without one is not listed; memory.used counts both, and a holder outside the guest too."""
     smi.plant()
     (smi.state / "pid-namespace").write_text("container\n")
+    (smi.state / "outside").mkdir()
+    (smi.state / "outside" / "other-guest").write_text("0 4096 777001\n")
     apps = f"--query-compute-apps={','.join(parse.COMPUTE_APP_FIELDS)}"
     engine, stray = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
     try:
         (smi.state / "compute-apps" / str(engine.pid)).write_text("0 81920 913377\n")
         (smi.state / "compute-apps" / str(stray.pid)).write_text("0 20480\n")
         listed = parse.parse_compute_apps(smi(apps, "--format=csv,noheader,nounits").stdout)
-        assert [(a.pid, a.process_name, a.used_memory_mib) for a in listed] == [(913377, "[Not Found]", 81920)]
+        assert [(a.pid, a.process_name, a.used_memory_mib) for a in listed] == [
+            (913377, "[Not Found]", 81920),
+            (777001, "[Not Found]", 4096),
+        ]
         used = smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
-        assert used[0] == str(81920 + 20480) and set(used[1:]) == {"0"}
+        assert used[0] == str(81920 + 20480 + 4096) and set(used[1:]) == {"0"}
         assert "Process ID                                       : 913377" in smi("-q").stdout
         assert f": {stray.pid}" not in smi("-q").stdout
     finally:
@@ -191,8 +199,40 @@ def test_in_container_mode_it_lists_the_nodes_pids_or_none_and_counts_the_memory
             process.wait()
 
 
+def test_in_container_mode_the_pinned_driver_lists_the_guests_own_pids_and_hides_outside_holders(smi):
+    """As open-gpu-kernel-modules 580.95.05 os_find_ns_pid does (docs/upstream.md; the capture
+    script in tests/unit/data/nvidia-smi-pidns has not run yet): inside a PID namespace the driver
+    names this namespace's processes under
+    their own PIDs and leaves out the rest; memory.used still counts an outside holder."""
+    smi.plant()
+    (smi.state / "pid-namespace").write_text("container\n")
+    (smi.state / "outside").mkdir()
+    (smi.state / "outside" / "node-holder").write_text("0 2048 777001\n")
+    apps = f"--query-compute-apps={','.join(parse.COMPUTE_APP_FIELDS)}"
+    engine = subprocess.Popen(["sleep", "60"])
+    try:
+        (smi.state / "compute-apps" / str(engine.pid)).write_text("0 81920 913377\n")
+        listed = parse.parse_compute_apps(smi(apps, "--format=csv,noheader,nounits").stdout)
+        assert [(a.pid, a.process_name, a.used_memory_mib) for a in listed] == [(engine.pid, "sleep", 81920)]
+        used = smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+        assert used[0] == str(81920 + 2048)
+        assert "777001" not in smi("-q").stdout and "913377" not in smi("-q").stdout
+        assert f"Process ID                                       : {engine.pid}" in smi("-q").stdout
+    finally:
+        engine.kill()
+        engine.wait()
+
+
 def test_the_hang_switch_makes_it_block_as_on_a_wedged_driver(smi):
     smi.plant()
     (smi.state / "hang").write_text("")
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(["nvidia-smi", "-q"], capture_output=True, env=smi.env, timeout=2)
+
+
+def test_its_driver_rule_is_the_checks_rule():
+    """The stand-in imports no checks: its copy of the PID-translation rule must stay the same."""
+    from checks.gpu_processes import translates_pids
+
+    versions = ["580.95.05", "535.113.01", "535.104.12", "535.43.24", "535.43.23", "530.41.03", "545.23.06", "x", None]
+    assert [nvidia_smi.translates_pids(v) for v in versions] == [translates_pids(v) for v in versions]

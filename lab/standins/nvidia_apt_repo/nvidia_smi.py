@@ -27,16 +27,24 @@ Processes): the driver lists a process while it holds a CUDA context; no process
 can. A lab test makes one "hold" a GPU by writing /run/nvidia-smi-standin/compute-apps/<pid>
 ("<gpu index> <used MiB>[ <node pid>]"); it is listed while that process lives, as a context
 ends with its process, and its memory counts in `memory.used` (the captured -q: Used 0 MiB when
-none). Which PID is listed depends on where the driver runs, and the lab says so with
-/run/nvidia-smi-standin/pid-namespace:
+none). Which PID is listed depends on where the driver runs and on its version, and the lab says
+where with /run/nvidia-smi-standin/pid-namespace:
 - absent: the host's own PIDs, as on bare metal or in a KVM guest whose kernel runs the driver;
 - "container": as NVML answers inside an LXC guest (its own PID namespace, the driver in the
-  node's kernel, which knows no PID namespace: NVIDIA/nvidia-docker#1483, "you will always get
-  the host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third
-  field, with no process name (the guest's /proc has no such process); a process planted without
-  one is not listed at all, as nvidia-smi shows an empty process list when it cannot name the
-  node's PIDs (NVIDIA/nvidia-docker#1460); its memory still counts in memory.used (lxd#9755: the
-  memory usage is right).
+  node's kernel), by the package's driver version (checks/gpu_processes.py translates_pids):
+  - 535.113.01 and later (every 545+, the pinned 580.95.05): the driver names each process by its
+    PID in the caller's PID namespace and leaves out what it cannot name there
+    (open-gpu-kernel-modules 580.95.05 kernel-open/nvidia/os-interface.c os_find_ns_pid,
+    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL; read from the source, not yet
+    captured: tests/unit/data/nvidia-smi-pidns holds the script): a planted process is listed under its
+    own PID and name; a holder outside the guest, planted as /run/nvidia-smi-standin/outside/<name>
+    ("<gpu index> <used MiB>[ <node pid>]"), is never listed and its memory counts in memory.used;
+  - older: the driver knows no PID namespace (NVIDIA/nvidia-docker#1483, "you will always get the
+    host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third field,
+    with no process name (the guest's /proc has no such process); a process planted without one is
+    not listed at all, as nvidia-smi shows an empty process list when it cannot name the node's
+    PIDs (NVIDIA/nvidia-docker#1460); an outside holder is listed under its node PID; memory counts
+    in memory.used either way (lxd#9755: the memory usage is right).
 A file /run/nvidia-smi-standin/hang makes every call block for ever, as the real one does on a
 wedged driver (a GPU off the bus, Xid 79). Fields as NVML reports a process (nvmlDeviceGetComputeRunningProcesses:
 nvmlProcessInfo_t pid, usedGpuMemory; docs.nvidia.com/deploy/nvml-api) under nvidia-smi's names
@@ -50,6 +58,8 @@ it is the stand-in. It never ships in a production path: only the lab's reposito
 
 from __future__ import annotations
 
+import inspect
+import re
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -174,7 +184,8 @@ def gpu_values(gpu):
 
 
 def apps():
-    """Processes the lab made hold a GPU, while they live."""
+    """Processes the lab made hold a GPU, while they live, and holders outside this host's PID
+    namespace (memory counted; listed only where the driver would name them)."""
     listed, by_index = [], {g["index"]: g for g in gpus()}
     for path in sorted(glob.glob(STATE + "/compute-apps/*")):
         pid = os.path.basename(path)
@@ -187,11 +198,24 @@ def apps():
         gpu = by_index.get(index)
         if gpu is None:
             continue
-        if in_container():  # the node's PID, unnamed here; none planted: not listed (memory counted)
+        if in_container() and not translates_pids(VERSION):
+            # an old driver: the node's PID, unnamed here; none planted: not listed (memory counted)
             node_pid = fields[2] if len(fields) > 2 else None
             listed.append({"pid": node_pid, "process_name": "[Not Found]", "used": used, "gpu": gpu})
-        else:
+        else:  # this namespace's own PID and name (a translating driver names them in a guest too)
             listed.append({"pid": pid, "process_name": argv0, "used": used, "gpu": gpu})
+    for path in sorted(glob.glob(STATE + "/outside/*")) if in_container() else ():
+        try:
+            fields = open(path).read().split()
+            index, used = fields[:2]
+        except (OSError, ValueError):
+            continue
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        # outside this namespace: a translating driver leaves it out; an old one gives the node's PID
+        node_pid = None if translates_pids(VERSION) or len(fields) < 3 else fields[2]
+        listed.append({"pid": node_pid, "process_name": "[Not Found]", "used": used, "gpu": gpu})
     return listed
 
 
@@ -201,6 +225,8 @@ def in_container():
     except OSError:
         return False
 
+
+%(translates_pids)s
 
 def shown_apps():
     """The processes nvidia-smi lists: those it can name by a PID."""
@@ -338,6 +364,19 @@ main(sys.argv[1:])
 '''
 
 
+def translates_pids(driver_version: str | None) -> bool | None:
+    """Whether this driver names processes by their PIDs in the caller's PID namespace: the same
+    rule as checks/gpu_processes.py's (a unit test holds them equal; the stand-ins import no
+    checks): os_find_ns_pid from 535.113.01, 535.43.24 on the 535.43 branch, every 545 and later."""
+    found = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?", (driver_version or "").strip())
+    if not found:
+        return None
+    major, minor, patch = int(found[1]), int(found[2]), int(found[3] or 0)
+    if major != 535:
+        return major > 535
+    return patch >= 24 if minor == 43 else minor >= 113
+
+
 def program(version: str) -> str:
     return PROGRAM % {
         "captured": CAPTURED_DRIVER,
@@ -345,4 +384,5 @@ def program(version: str) -> str:
         "state": STATE,
         "captures": captures(),
         "models": MODELS,
+        "translates_pids": inspect.getsource(translates_pids),
     }
