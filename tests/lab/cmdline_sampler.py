@@ -11,9 +11,13 @@ the secret's name and the process's argv with the value cut out."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import signal
 import subprocess
-import threading
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,20 +48,27 @@ def redacted(cmdline: bytes, secrets: dict[str, str], limit: int = 200) -> str:
 @dataclass
 class CmdlineSampler:
     """Start it, run the steps, stop it: `found` then holds one line per process that held a
-    value, `processes` how many distinct processes were seen, `passes` how many samples ran."""
+    value, `processes` how many distinct command lines were seen, `passes` how many samples ran.
+
+    start() samples in a child process (`python -m tests.lab.cmdline_sampler`), not a thread: the
+    tests load inventories through pyinfra_cli, which patches the standard library with gevent,
+    and a thread started before that broke its locks ("cannot release un-acquired lock", seen in
+    the lab). The values reach the child on its stdin, never its argv; it watches the processes of
+    the lab's containers and the descendants of this (the test) process."""
 
     secrets: dict[str, str]
     container_prefix: str
     interval_s: float = 0.1
     proc: Path = Path("/proc")
+    control_pid: int = field(default_factory=os.getpid)
     found: list[str] = field(default_factory=list)
     processes: int = 0
     passes: int = 0
     _seen: set[tuple[int, int, bytes]] = field(default_factory=set)
     _containers: set[str] = field(default_factory=set)
     _containers_at: float = 0.0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _child: subprocess.Popen | None = None
+    _report: Path | None = None
 
     def __post_init__(self) -> None:
         short = sorted(name for name, value in self.secrets.items() if len(value) < MIN_LENGTH)
@@ -67,22 +78,51 @@ class CmdlineSampler:
         """One more value from now on (a key a test is about to rotate in)."""
         assert len(value) >= MIN_LENGTH, f"{name}: too short to sample for reliably"
         self.secrets = {**self.secrets, name: value}
+        if self._child and self._child.stdin:
+            self._child.stdin.write(json.dumps({name: value}) + "\n")
+            self._child.stdin.flush()
 
     def start(self) -> CmdlineSampler:
-        self._thread = threading.Thread(target=self._run, name="cmdline-sampler", daemon=True)
-        self._thread.start()
+        folder = Path(tempfile.mkdtemp(prefix="ih-cmdline-"))
+        self._report = folder / "report.json"
+        self._child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.lab.cmdline_sampler",
+                "--prefix",
+                self.container_prefix,
+                "--control-pid",
+                str(self.control_pid),
+                "--interval",
+                str(self.interval_s),
+                "--report",
+                str(self._report),
+            ],
+            stdin=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[2],
+            text=True,
+        )
+        self.watch_all(self.secrets)
         return self
+
+    def watch_all(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self.watch(name, value)
 
     def stop(self) -> CmdlineSampler:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=30)
+        """Ends the child and reads what it saw (a sampler never started: what sample_once saw)."""
+        if self._child is None:
+            return self
+        self._child.send_signal(signal.SIGTERM)
+        self._child.wait(timeout=60)
+        assert self._report, "started without a report file"
+        report = json.loads(self._report.read_text())
+        self.found.extend(report["found"])
+        self.processes += report["processes"]
+        self.passes += report["passes"]
+        self._child = None
         return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample_once()
-            self._stop.wait(self.interval_s)
 
     def _container_ids(self) -> set[str]:
         # Refreshed every few seconds: the deploy's first containers appear after the sampler starts.
@@ -110,7 +150,7 @@ class CmdlineSampler:
         for container in containers:
             if container in cgroups:
                 return container[:12]
-        me, hops = os.getpid(), 0
+        me, hops = self.control_pid, 0
         while pid > 1 and hops < 64:
             if pid == me:
                 return "control"
@@ -152,3 +192,46 @@ class CmdlineSampler:
         self.passes += 1
         self.found.extend(caught)
         return caught
+
+
+def _main() -> int:
+    """The child: values as JSON lines on stdin (more may follow), samples until SIGTERM, then
+    writes {"found", "processes", "passes"} to --report."""
+    parser = argparse.ArgumentParser(prog="python -m tests.lab.cmdline_sampler")
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--control-pid", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--report", type=Path, required=True)
+    args = parser.parse_args()
+    sampler = CmdlineSampler({}, args.prefix, interval_s=args.interval, control_pid=args.control_pid)
+    stopped = False
+
+    def stop(*_) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGTERM, stop)
+    os.set_blocking(sys.stdin.fileno(), False)
+    pending = ""
+    while not stopped:
+        try:
+            read = os.read(sys.stdin.fileno(), 65536)
+            if not read:
+                break  # the test process is gone (its end of the pipe closed): so is the sampler
+            pending += read.decode()
+        except BlockingIOError:
+            pass
+        while "\n" in pending:
+            line, pending = pending.split("\n", 1)
+            sampler.secrets = {**sampler.secrets, **json.loads(line)}
+        if sampler.secrets:
+            sampler.sample_once()
+        time.sleep(args.interval)
+    args.report.write_text(
+        json.dumps({"found": sampler.found, "processes": sampler.processes, "passes": sampler.passes})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ REPLICAS_ROLES = ("rep-a", "rep-b", "gw")
 
 
 @pytest.fixture(scope="session")
-def cmdline_sampler() -> CmdlineSampler:
+def cmdline_sampler() -> Iterator[CmdlineSampler]:
     """Every process's command line sampled from before the replicas lab's first deploy on: its
     deploys, rolling upgrade and key rotation (tests/lab/test_replicas.py asserts and stops it).
     The values: every one in the lab's vault, and its password."""
@@ -115,7 +116,9 @@ def cmdline_sampler() -> CmdlineSampler:
     password = Path(password_file).read_bytes().strip()
     values = {name: value.strip() for name, value in decrypt_all(Path(vault), password=password).items()}
     values["the vault's password"] = password.decode()
-    return CmdlineSampler(values, lab.PREFIX).start()
+    sampler = CmdlineSampler(values, lab.PREFIX).start()
+    yield sampler
+    sampler.stop()  # when the test that reads it did not run
 
 
 @pytest.fixture(scope="session")

@@ -60,3 +60,19 @@ def test_a_planted_process_is_caught_on_this_machine():
     (line,) = caught
     assert line.startswith(f"hf_token on the command line of pid {planted.pid} (control): "), line
     assert SECRETS["hf_token"] not in line and "<hf_token>" in line, line
+
+
+def test_the_sampling_child_catches_a_planted_process_and_stops():
+    """start() samples in a child process (the values on its stdin); stop() reads what it saw."""
+    sampler = CmdlineSampler(dict(SECRETS), "ih-no-such-lab").start()
+    planted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", SECRETS["engine_api_key"]])
+    try:
+        time.sleep(3)
+    finally:
+        planted.kill()
+        planted.wait()
+    sampler.stop()
+    assert sampler.passes > 0 and sampler.processes > 0
+    assert [line.split(": ")[0] for line in sampler.found] == [
+        f"engine_api_key on the command line of pid {planted.pid} (control)"
+    ], sampler.found
