@@ -137,7 +137,7 @@ def unit_kwargs(ws: WeightSet) -> dict:
             f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir}",
             "Description= (weights repo, revision, store)",
         ),
-        user=sd.text(USER, "User= (weights)"),
+        service_user=sd.text(USER, "User= (weights)"),
         exec_start=sd.argv(
             [f"{ENV_DIR}/bin/python", TOOL, "run", "--config", f"{CONFIG_DIR}/{ws.name}.json"], "ExecStart= (weights)"
         ),
