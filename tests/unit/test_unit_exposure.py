@@ -37,7 +37,7 @@ CEILINGS: dict[str, tuple[float, str]] = {
     "inference-host-eagle3@.service": (8.6, "root, stops and starts the engine's unit"),
 }
 # Units that run as root, each for the reason its ceiling above gives; every other unit names its
-# own user (DESIGN.md rule 10: every unit runs as its own user or says why).
+# own user (docs/security.md, What runs as root: every unit runs as its own user or says why).
 AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-checks.service", "inference-host-eagle3@.service"}
 _SCORE = re.compile(r"Overall exposure level for (\S+): ([\d.]+)")
 
