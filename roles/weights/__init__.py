@@ -8,8 +8,13 @@ every guest), else the gpu node itself -- it lays down:
                                                     hashed lock files/weights-tool.lock.txt
     /usr/local/bin/inference-host-weights           download / verify / status tool (files/)
     /etc/inference-host/weights/<name>.json         what to fetch (repository, commit, patterns)
-    /etc/inference-host/weights/<secret>.token      the Hugging Face token (0600, root)
+    /etc/inference-host/weights/<secret>.token      the Hugging Face token (0600, the download's user)
     /etc/systemd/system/inference-host-weights-<name>.service
+
+The unit runs as a system user of its own (USER below), not root: a bad release of the
+downloader or one of its dependencies gets that user's store and state, not the node. The store
+and the state folder are that user's (an older root-owned store is given to it once, recursively);
+everything else it sees read-only.
 
 then starts the unit when the directory is not a complete, verified copy of the pinned commit
 (or weights_verify asks for a full re-hash), and follows it: a progress line (bytes, files,
@@ -65,6 +70,7 @@ ENV_LOCK = f"{OPT_DIR}/weights-env.lock.txt"  # what ENV_DIR was installed from
 TOOL = "/usr/local/bin/inference-host-weights"
 CONFIG_DIR = f"{ETC_DIR}/weights"
 STATE_DIR = "/var/lib/inference-host/weights"
+USER = "inference-host-weights"  # the download's own system user (and group)
 RESTART_SEC = 15
 STALL_S = 600  # the deploy stops following a unit that only fails for this long
 # Phases of the unit that mean "still working".
@@ -83,8 +89,8 @@ def weights() -> None:
             label=f"the Hugging Face token (secret {secret})",
             value=secret_value(secret),
             dest=token_file(secret),
-            user="root",
-            group="root",
+            user=USER,
+            group=USER,
         )
     for ws in kept:
         _weight_set(ws)
@@ -134,6 +140,7 @@ def unit_kwargs(ws: WeightSet) -> dict:
             f"Download and verify {ws.repo}@{ws.revision} into {ws.store_dir}",
             "Description= (weights repo, revision, store)",
         ),
+        service_user=sd.text(USER, "User= (weights)"),
         exec_start=sd.argv(
             [f"{ENV_DIR}/bin/python", TOOL, "run", "--config", f"{CONFIG_DIR}/{ws.name}.json"], "ExecStart= (weights)"
         ),
@@ -158,8 +165,20 @@ def _tools(settings: HostSettings) -> None:
     )
     if not settings.in_group("gpu_nodes"):
         trust_extra_cas(settings)  # roles/base does it on gpu nodes
-    for path, mode in ((CONFIG_DIR, "0755"), (STATE_DIR, "0755"), (OPT_DIR, "0755")):
+    server.group(name=f"Create group {USER}", group=USER, system=True)
+    server.user(
+        name=f"Create system user {USER} (runs the weights download)",
+        user=USER,
+        group=USER,
+        system=True,
+        shell="/usr/sbin/nologin",
+        home="/nonexistent",
+        ensure_home=False,
+        create_home=False,
+    )  # Debian's no-home convention
+    for path, mode in ((CONFIG_DIR, "0755"), (OPT_DIR, "0755")):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode=mode)
+    _own_folder(STATE_DIR)
     # From the committed hashed lock (roles/shared/tool_locks.py): every file pip fetches must
     # match a sha256 in it, wheels only; a new lock is a new stamp, so the environment is rebuilt.
     lock = tool_lock_text(WEIGHTS_TOOL)
@@ -200,11 +219,20 @@ def _tools(settings: HostSettings) -> None:
     )
 
 
+def _own_folder(path: str) -> None:
+    """A folder of the download's user, 0755 (the guests' users read the weights). pyinfra's
+    files.directory chowns recursively only when the folder's own owner differs
+    (pyinfra/operations/files.py, directory): once, for a store root wrote before, then never;
+    the mode is set on the folder alone (a recursive chmod would make every file executable)."""
+    files.directory(
+        name=f"Create {path}, {USER}'s (recursively, once)", path=path, user=USER, group=USER, recursive=True
+    )
+    files.directory(name=f"Set {path}'s mode to 0755", path=path, mode="0755", recursive=False)
+
+
 def _weight_set(ws: WeightSet) -> None:
     unit = f"{unit_name(ws)}.service"
-    files.directory(
-        name=f"Create {ws.store_dir}", path=ws.store_dir, user="root", group="root", mode="0755", recursive=False
-    )
+    _own_folder(ws.store_dir)
     config = files.put(
         name=f"Write {CONFIG_DIR}/{ws.name}.json ({ws.kind} {ws.repo}@{ws.revision})",
         src=StringIO(config_text(ws)),

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import testinfra
 
 import lab
+from tests.lab.cmdline_sampler import CmdlineSampler
 from tests.lab.harness import PROJECT_ROOT, DeployRun, require_docker, run_deploy
 
 LAB_SCOPE = "tests/lab"  # the node ids' prefix, relative to the rootdir (pyproject.toml's folder)
@@ -103,7 +106,23 @@ REPLICAS_ROLES = ("rep-a", "rep-b", "gw")
 
 
 @pytest.fixture(scope="session")
-def replicas_first_deploy() -> DeployRun:
+def cmdline_sampler() -> Iterator[CmdlineSampler]:
+    """Every process's command line sampled from before the replicas lab's first deploy on: its
+    deploys, rolling upgrade and key rotation (tests/lab/test_replicas.py asserts and stops it).
+    The values: every one in the lab's vault, and its password."""
+    from roles.site.vault import decrypt_all
+
+    vault, password_file = lab.throwaway_vault()
+    password = Path(password_file).read_bytes().strip()
+    values = {name: value.strip() for name, value in decrypt_all(Path(vault), password=password).items()}
+    values["the vault's password"] = password.decode()
+    sampler = CmdlineSampler(values, lab.PREFIX).start()
+    yield sampler
+    sampler.stop()  # when the test that reads it did not run
+
+
+@pytest.fixture(scope="session")
+def replicas_first_deploy(cmdline_sampler) -> DeployRun:
     """inventory/lab_replicas.py deployed once per session from fresh containers: two replicas
     and the gateway (tests/lab/test_replicas.py), the gateway's host also the monitor
     (tests/lab/test_monitoring.py). One deploy for both modules keeps CI's lab time."""

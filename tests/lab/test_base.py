@@ -109,7 +109,8 @@ def test_uv_reaches_pypi_through_the_trusted_ca(gpu_guest):
 
 
 def test_hub_token_is_on_the_node_that_downloads_not_in_the_guest(gpu_guest):
-    """The node keeps the guest's weights (roles/weights): the token is its file, 0600 root."""
+    """The node keeps the guest's weights (roles/weights): the token is its file, 0600, of the
+    download's own user (not root: the unit runs as that user)."""
     import testinfra
 
     import lab
@@ -117,7 +118,7 @@ def test_hub_token_is_on_the_node_that_downloads_not_in_the_guest(gpu_guest):
 
     node = testinfra.get_host(f"docker://{lab.container_name('pve')}")
     token = node.file(weights.token_file(HOST.serving.hf_token_secret))
-    assert token.exists and token.mode == 0o600 and token.user == "root"
+    assert token.exists and token.mode == 0o600 and token.user == weights.USER
     assert not gpu_guest.file(f"{HOST.base.data_dir}/.cache/huggingface/token").exists
 
 

@@ -688,7 +688,7 @@ def _key_windows(records: list[tuple[float, str, int]], which: str) -> dict:
     reason="two rotations of the API key, each a rolling deploy of three hosts (minutes): opt-in,"
     " INFERENCE_HOST_LAB_ROTATE=1",
 )
-def test_rotating_the_api_key_counts_what_clients_see(site, key):
+def test_rotating_the_api_key_counts_what_clients_see(site, key, cmdline_sampler):
     """`inference-host rotate INVENTORY engine_api_key` while two clients ask through the gateway
     all along, one with the old key and one with the new: the rotation ends with the new key
     accepted and the old one refused (401), and each client's answers are counted: when the old
@@ -697,6 +697,7 @@ def test_rotating_the_api_key_counts_what_clients_see(site, key):
     import secrets as random_values
 
     new = random_values.token_urlsafe(32)
+    cmdline_sampler.watch("engine_api_key (rotated)", new)
     records: list[tuple[float, str, int]] = []
     stop = threading.Event()
     started = time.monotonic()
@@ -736,3 +737,37 @@ def test_rotating_the_api_key_counts_what_clients_see(site, key):
     tail = [code for t, w, code in records if w == "old" and t > took]
     assert tail and set(tail) == {401}, f"the old key after the rotation: {tail}"
     assert key not in rotated.stdout + rotated.stderr and new not in rotated.stdout + rotated.stderr
+
+
+def test_no_command_line_held_a_vault_value(site, cmdline_sampler):
+    """Issue 53: every process's command line, in the three containers and on the control side,
+    sampled from before the first deploy through the second, the rolling upgrade and (opted in)
+    the rotation above (tests/lab/cmdline_sampler.py): none held a value of the lab's vault. Then
+    the check on a planted fault: a process in a replica whose argv holds the API key is caught."""
+    sampler = cmdline_sampler.stop()
+    print(
+        f"\ncommand lines sampled through the replicas lab's deploys: {sampler.passes} passes,"
+        f" {sampler.processes} distinct command lines, {len(sampler.found)} holding a vault value"
+    )
+    assert sampler.found == [], "\n".join(sampler.found)
+    assert sampler.processes > 100, "the sampler saw next to nothing: is /proc the lab's?"
+    container = lab.container_name("rep-a")
+    planted = subprocess.Popen(
+        ["docker", "exec", "-i", container, "sh", "-c", 'read -r v; sh -c "sleep 15; :" planted "$v"'],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert planted.stdin
+        planted.stdin.write(sampler.secrets["engine_api_key"] + "\n")
+        planted.stdin.close()
+        deadline, caught = time.monotonic() + 30, []
+        while not caught and time.monotonic() < deadline:
+            caught = sampler.sample_once()
+            time.sleep(0.2)
+    finally:
+        planted.kill()  # the planted shell in the replica ends by itself (sleep 15)
+    assert any(line.startswith("engine_api_key on the command line of pid ") for line in caught), caught
+    assert all(sampler.secrets["engine_api_key"] not in line for line in caught), "a report printed the value"

@@ -89,6 +89,11 @@ def test_first_deploy_downloads_verifies_and_the_guest_serves_it(lab_first_deplo
         assert "Weights | Download and verify" in " ".join(weights_changes(lab_first_deploy))
         assert "manifest verified" in lab_first_deploy.stderr
     assert not [line for line in hub_log() if '" 401 ' in line]
+    # Downloaded by its own user, not root (issue 53): the unit's user owns the store and its files.
+    from roles import weights
+
+    assert node("systemctl", "show", "-p", "User", "--value", unit()).strip() == weights.USER
+    assert set(node("find", MODEL_DIR, "-printf", "%u\\n").split()) == {weights.USER}
     # The node passes the directory read-only; the guest's service loaded that copy.
     assert f"{lab.MODELS_HOST_PATH},mp={lab.MODELS_GUEST_PATH},ro=1" in node("cat", "/etc/pve/lxc/101.conf")
     assert (

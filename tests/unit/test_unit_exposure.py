@@ -36,6 +36,9 @@ CEILINGS: dict[str, tuple[float, str]] = {
     # is shut (roles/eagle3_training's template): 8.6, was 9.6. Its own user is left to do.
     "inference-host-eagle3@.service": (8.6, "root, stops and starts the engine's unit"),
 }
+# Units that run as root, each for the reason its ceiling above gives; every other unit names its
+# own user (docs/security.md, What runs as root: every unit runs as its own user or says why).
+AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-checks.service", "inference-host-eagle3@.service"}
 _SCORE = re.compile(r"Overall exposure level for (\S+): ([\d.]+)")
 
 
@@ -114,3 +117,27 @@ def test_a_unit_without_its_sandbox_is_caught(services, tmp_path):
 def test_every_ceiling_names_a_unit_the_deploy_writes(services):
     """A ceiling for a unit that is gone would let a new unit of that name in unchecked."""
     assert set(CEILINGS) <= set(services)
+
+
+def as_root(units: dict[str, str]) -> list[str]:
+    """Service units not in AS_ROOT with no User= (or User=root)."""
+    found = []
+    for name, text in sorted(units.items()):
+        users = re.findall(r"^User=(.*)$", text, re.M)
+        if (not users or users[-1].strip() in ("root", "0")) and name not in AS_ROOT:
+            found.append(name)
+    return found
+
+
+def test_every_unit_but_the_named_ones_runs_as_a_user_of_its_own(services):
+    """The weights download (issue 53) joined the engine, the gateway and the relay: only the
+    units of AS_ROOT run as root, and a unit that loses its User= line fails here by name."""
+    assert as_root(services) == []
+    assert sorted(name for name in services if not re.search(r"^User=", services[name], re.M)) == sorted(AS_ROOT)
+
+
+def test_a_unit_back_on_root_is_caught(services):
+    """The check on a planted fault: a weights unit with its User= line dropped (as before issue 53)."""
+    name = next(n for n in services if n.startswith("inference-host-weights-"))
+    planted = re.sub(r"^User=.*\n", "", services[name], flags=re.M)
+    assert as_root({name: planted}) == [name]

@@ -176,6 +176,12 @@ def test_weights_unit_text(inventory):
         "Environment=HF_ENDPOINT=http://mirror:8080",
         "WantedBy=multi-user.target",
         "UMask=0022",
+        # Its own user, no capabilities (issue 53): not root on the node that keeps every guest's weights.
+        f"User={weights.USER}",
+        f"Group={weights.USER}",
+        "CapabilityBoundingSet=",
+        "ProtectSystem=strict",
+        f"ReadWritePaths=/models/Kimi-K2.5 {weights.STATE_DIR}",
     ):
         assert line in lines, line
     assert "HF_TOKEN_PATH" not in text  # no secret configured
