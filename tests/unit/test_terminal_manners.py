@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -169,3 +170,66 @@ def test_no_color_reaches_pyinfras_output(monkeypatch):
     plain = Terminal()
     click.echo(click.style("Connected", "green"), file=plain)
     assert plain.getvalue() == "Connected\n"
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool = True):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_a_long_deploy_operation_says_so_at_a_terminal_only(monkeypatch):
+    """pyinfra runs every operation through run_host_op (pyinfra/api/operations.py, 3.10), as
+    _run_host_op_with_context calls it; config.py installs the wrapper (roles/shared/cli_edges.py)."""
+    from types import SimpleNamespace
+
+    from pyinfra.api import operations
+
+    from roles.shared import cli_edges
+
+    def slow_op(state, host, op_hash):
+        time.sleep(1.3)
+        return True
+
+    monkeypatch.setattr(cli_edges, "PROGRESS_FIRST_S", 0.5)
+    monkeypatch.setattr(cli_edges, "PROGRESS_EVERY_S", 0.3)
+    monkeypatch.delenv("PYINFRA_PROGRESS", raising=False)
+    name = "Restart inference-engine.service and wait until /health_generate answers"
+    state = SimpleNamespace(get_op_meta=lambda op_hash: SimpleNamespace(names={name}))
+    host = SimpleNamespace(name="gpu-lxc.example.internal")
+    seen = {}
+    for case, tty, env in (("terminal", True, None), ("pipe", False, None), ("json", True, "off")):
+        monkeypatch.setattr(operations, "run_host_op", slow_op)
+        if env:
+            monkeypatch.setenv("PYINFRA_PROGRESS", env)
+        stream = _Terminal(tty)
+        cli_edges.say_long_operations(stream)
+        cli_edges.say_long_operations(stream)  # once: a second install keeps the first
+        assert operations._run_host_op_with_context(state, host, "op-1") is True
+        seen[case] = stream.getvalue().splitlines()
+    assert 2 <= len(seen["terminal"]) <= 4, seen
+    assert all(
+        re.fullmatch(rf"\[gpu-lxc\.example\.internal\] still running after \d+ s: {re.escape(name)}", line)
+        for line in seen["terminal"]
+    ), seen
+    assert seen["pipe"] == [] and seen["json"] == [], seen
+
+
+def test_progress_comes_every_10_s_for_a_minute_then_every_30():
+    from roles.shared import cli_edges
+
+    assert cli_edges.PROGRESS_FIRST_S == 10
+    assert [cli_edges.progress_due(s) for s in (10, 50, 60, 600)] == [10, 10, 30, 30]
+
+
+def test_config_installs_the_progress_lines():
+    """pyinfra runs config.py before it loads the inventory (pyinfra_cli/cli.py, 3.10)."""
+    program = (
+        "import runpy; from pyinfra.api import operations; runpy.run_path('config.py');"
+        " print(getattr(operations.run_host_op, 'says_long_operations', False))"
+    )
+    done = subprocess.run([PYTHON, "-c", program], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
