@@ -17,6 +17,7 @@ says when one is gone.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from urllib.parse import parse_qs, urlsplit
 
@@ -53,9 +54,39 @@ def _resolved(options: list[str], target: str, port: str) -> tuple[str, str]:
     return values.get("hostname", target.rsplit("@", 1)[-1]), values.get("port", port or "22")
 
 
+# paramiko 4.0's SSHClient.connect (client.py) waits for the key exchange with
+# Transport.start_client(timeout=CONNECT_TIMEOUT), which returns, not raises, when the time is up;
+# connect then asks get_remote_server_key(), which raises "No existing session" (transport.py).
+# So from pyinfra (which connects with paramiko) these words mean: no SSH banner or key exchange
+# came within the connect timeout, over a connection that was accepted.
+PARAMIKO_NO_KEX = "No existing session"
+NO_BANNER = (
+    f"no SSH banner or key exchange within {CONNECT_TIMEOUT_S} s over an accepted connection"
+    f" (paramiko's words for it: {PARAMIKO_NO_KEX})"
+)
+
+
+def plain_cause(cause: str) -> str:
+    """The connector's cause, with what it means where its words do not say it."""
+    return NO_BANNER if PARAMIKO_NO_KEX in cause else cause
+
+
+# OpenSSH (9.x) says "connect to host A port P: Connection timed out" when the TCP connection
+# itself got no answer (sshconnect.c, ssh_connect_direct: strerror(ETIMEDOUT)), and "Connection to
+# A port P timed out" when it was accepted and the banner or key exchange then never came
+# (packet.c, sshpkt_fatal: SSH_ERR_CONN_TIMEOUT).
+_ACCEPTED_THEN_SILENT = re.compile(r"^connection to \S+ port \d+ timed out")
+
+
 def next_step(cause: str, address: str, port: str) -> str:
     """What to do, by the cause ssh gave."""
     lowered = cause.lower()
+    if "banner" in lowered or PARAMIKO_NO_KEX.lower() in lowered or _ACCEPTED_THEN_SILENT.match(lowered):
+        return (
+            f"something accepts connections on {address} port {port} but does not speak SSH: a hung or"
+            " overloaded sshd (its MaxStartups, a full disk), or another program on that port; look from"
+            " the host's console"
+        )
     if "resolve" in lowered:
         return f"check the host's name or ssh_hostname in the inventory ({address}) and this machine's DNS"
     if "refused" in lowered or "unable to connect to port" in lowered:  # paramiko's words for it

@@ -225,7 +225,7 @@ def run_pyinfra(argv: list[str]) -> int:
     """pyinfra's status, or 3 with one line per host it could not connect to (config.py records
     them: roles/shared/cli_edges.py). pyinfra runs in its own process: it patches the standard
     library with gevent at import."""
-    from checks.reach import next_step
+    from checks.reach import next_step, plain_cause
     from roles.shared.cli_edges import UNREACHED_FILE
 
     with tempfile.TemporaryDirectory(prefix="inference-host-deploy-") as folder:
@@ -236,7 +236,7 @@ def run_pyinfra(argv: list[str]) -> int:
     for host in found:  # once per host: a child pass may have tried it again
         said.setdefault(host["host"], host)
     for host in said.values():
-        cause = " ".join(host["cause"].split())[:200]
+        cause = plain_cause(" ".join(host["cause"].split()))[:200]
         print(
             f"{PROG}: {host['host']}: unreachable at {host['address']} port {host['port']}: {cause}; "
             f"what to do: {next_step(cause, host['address'], host['port'])}",
