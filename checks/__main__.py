@@ -20,7 +20,6 @@ names it, its bound, the likely cause and the next step, and each host's run end
 from __future__ import annotations
 
 import re
-import signal
 import sys
 import threading
 import time
@@ -182,11 +181,10 @@ def interrupt_on_sigterm() -> None:
     command running on the host is killed and the report of what ran is written. Python's
     default for SIGTERM ends the process at once, leaving both undone."""
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+    from roles.site.command_line import interrupt_on_sigterm as every_commands
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        every_commands()
 
 
 def main(argv=None) -> int:

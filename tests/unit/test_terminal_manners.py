@@ -233,3 +233,72 @@ def test_config_installs_the_progress_lines():
     )
     done = subprocess.run([PYTHON, "-c", program], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+STUBBORN_PYINFRA = """#!/bin/sh
+# A stand-in for pyinfra in the middle of a step: it ignores TERM, and so does the command it runs
+# (a driver call stuck in the kernel often does); it says it started, then waits.
+trap '' TERM
+sh -c "trap '' TERM; exec sleep {seconds}" >/dev/null 2>&1 &
+echo started >&2
+wait
+"""
+
+
+def _left(*marks: str) -> list[str]:
+    """The live processes (not zombies) whose command line holds one of the marks."""
+    left = []
+    for folder in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (folder / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (folder / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(mark in words for mark in marks):
+            left.append(f"{folder.name}: {words}")
+    return left
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_deploy_stops_pyinfras_whole_group(tmp_path, how):
+    """`inference-host deploy` (and rollback, rotate: cli.run_pyinfra) interrupted while pyinfra
+    runs a step that ignores TERM: one line, 130, and nothing pyinfra started is left."""
+    import random
+
+    seconds = str(random.randint(3000, 3999))  # this run's own mark
+    fake = tmp_path / "pyinfra"
+    fake.write_text(STUBBORN_PYINFRA.replace("{seconds}", seconds))
+    fake.chmod(0o755)
+    program = (
+        "import sys; from roles.site.command_line import run_command; from inference_host import cli;"
+        " cli.STOP_GRACE_S = 1; run_command(lambda: cli.run_pyinfra([sys.argv[1]]), 'inference-host')"
+    )
+    process = subprocess.Popen(
+        [PYTHON, "-c", program, str(fake)],
+        cwd=PROJECT_ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's foreground group: Ctrl-C goes to all of it
+    )
+    assert process.stderr is not None
+    try:
+        assert process.stderr.readline().startswith("started")
+        deadline = time.monotonic() + 10
+        while len(_left(str(fake), f"sleep {seconds}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if how == signal.SIGINT:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            os.kill(process.pid, signal.SIGTERM)  # systemd's stop, or `kill PID`
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 130, err
+        words = "Ctrl-C" if how == signal.SIGINT else "SIGTERM"
+        assert [x for x in err.splitlines() if x.strip()] == [
+            f"inference-host: interrupted ({words}); what was running was stopped"
+        ], err
+        assert _left(str(fake), f"sleep {seconds}") == [], "what pyinfra started outlived the interruption"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for entry in _left(str(fake), f"sleep {seconds}"):  # a failed run leaves nothing behind either
+            os.kill(int(entry.split(":")[0]), signal.SIGKILL)
