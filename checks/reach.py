@@ -17,8 +17,11 @@ says when one is gone.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import signal
 import subprocess
+import threading
 from urllib.parse import parse_qs, urlsplit
 
 # pyinfra's own connect timeout (its config's CONNECT_TIMEOUT default, pyinfra/api/config.py,
@@ -96,12 +99,55 @@ def next_step(cause: str, address: str, port: str) -> str:
     return f"nothing answered on {address} port {port}: is the host up (its console), a firewall in between?"
 
 
+def _sigint_as_at_exec() -> None:
+    """In the child, after Python's at-fork hooks ran with SIGINT blocked: the default action
+    (a Ctrl-C now ends the child silently; exec would reset a handler anyway), then unblocked."""
+    with contextlib.suppress(ValueError):  # not the main thread of a non-gevent program: leave it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def start_quietly(command: list[str], **options) -> subprocess.Popen:
+    """subprocess.Popen, with SIGINT blocked while it forks. Under pyinfra's gevent (every command
+    that loads an inventory) the child runs Python's at-fork hooks (threading's, gevent's) between
+    fork and exec; a Ctrl-C there raised KeyboardInterrupt inside them, and the child printed
+    "Exception ignored in ... _after_fork" and a traceback beside the command's one line. The
+    blocked signal waits in the child until _sigint_as_at_exec, and in this process until the
+    fork is done (then it interrupts as usual)."""
+    _forking(+1)
+    try:
+        return subprocess.Popen(command, text=True, preexec_fn=_sigint_as_at_exec, **options)
+    finally:
+        _forking(-1)
+
+
+# How many start_quietly calls are inside Popen now, per OS thread (a signal mask is a thread's;
+# get_native_id is the OS thread's id under gevent too, get_ident a greenlet's). Under gevent,
+# Popen yields while it waits for the child's exec and another host's greenlet forks meanwhile:
+# the mask is set by the first in and cleared by the last out (each restoring "its" old mask
+# would leave SIGINT blocked for good).
+_FORKS: dict[int, list] = {}
+_FORKS_LOCK = threading.Lock()
+
+
+def _forking(step: int) -> None:
+    with _FORKS_LOCK:
+        thread = threading.get_native_id()
+        count, was_blocked = _FORKS.get(thread, [0, False])
+        if step > 0 and count == 0:
+            was_blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        count += step
+        _FORKS[thread] = [count, was_blocked]
+        if count == 0:
+            del _FORKS[thread]
+            if not was_blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _ask(command: list[str], seconds: int, started) -> str | None:
     """ssh's cause for not reaching the host, or None when `true` ran there."""
     try:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        process = start_quietly(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as error:
         return f"ssh could not be started: {error.strerror}"
     if started:

@@ -302,3 +302,48 @@ def test_an_interrupted_deploy_stops_pyinfras_whole_group(tmp_path, how):
             process.kill()
         for entry in _left(str(fake), f"sleep {seconds}"):  # a failed run leaves nothing behind either
             os.kill(int(entry.split(":")[0]), signal.SIGKILL)
+
+
+FORK_RACE = """
+import os, sys, time
+import pyinfra_cli  # noqa: F401  # gevent's patching, as in `inference-host status` (roles/site/loading.py)
+from roles.site.command_line import run_command
+from checks import reach
+
+# The window between fork and exec, widened: Python's at-fork hooks run in the child there.
+os.register_at_fork(after_in_child=lambda: time.sleep(2))
+print("ready", flush=True)
+run_command(lambda: reach._ask(["sleep", sys.argv[1]], 60, None), "inference-host")
+"""
+
+
+def test_a_ctrl_c_between_fork_and_exec_is_still_one_line():
+    """status asks each host with an ssh (checks/reach.py, _ask); a Ctrl-C that lands in the child
+    before its exec raised KeyboardInterrupt inside Python's at-fork hooks there, which printed
+    "Exception ignored in ... _after_fork" and a traceback beside the one line."""
+    import random
+
+    seconds = str(random.randint(4000, 4999))
+    process = subprocess.Popen(
+        [PYTHON, "-c", FORK_RACE, seconds],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # the child is in its at-fork hook now
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert _left(f"sleep {seconds}") == [], "the child went on to its exec"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for entry in _left(f"sleep {seconds}"):
+            os.kill(int(entry.split(":")[0]), signal.SIGKILL)
+    lines = [line for line in err.splitlines() if line.strip() and "MonkeyPatchWarning" not in line]
+    lines = [line for line in lines if "monkey.patch_all()" not in line]
+    assert lines == ["inference-host: interrupted (Ctrl-C); what was running was stopped"], err
+    assert process.returncode == 130, err
