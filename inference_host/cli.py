@@ -80,19 +80,19 @@ def _lab(argv: list[str]) -> int:
 def _lock_engines(argv: list[str]) -> int:
     from roles.engine_envs.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock engines")
 
 
 def _lock_gateway(argv: list[str]) -> int:
     from roles.gateway.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock gateway")
 
 
 def _lock_eagle3(argv: list[str]) -> int:
     from roles.eagle3_training.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock eagle3")
 
 
 def _run_module(function: Callable[[list[str]], int], argv: list[str]) -> int:

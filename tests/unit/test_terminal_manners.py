@@ -347,3 +347,18 @@ def test_a_ctrl_c_between_fork_and_exec_is_still_one_line():
     lines = [line for line in lines if "monkey.patch_all()" not in line]
     assert lines == ["inference-host: interrupted (Ctrl-C); what was running was stopped"], err
     assert process.returncode == 130, err
+
+
+@pytest.mark.parametrize("kind", ["engines", "gateway", "eagle3"])
+def test_each_lock_with_no_arguments_refuses_in_one_line_naming_the_command(kind, capsys):
+    """`inference-host lock KIND` with nothing more writes nothing, says so in one line (exit 2),
+    and names the command that was typed, not the module behind it."""
+    from inference_host import cli
+
+    with pytest.raises(SystemExit) as done:
+        code = cli.main(["lock", kind])
+        raise SystemExit(code)
+    said = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(said) == 1, said
+    assert said[0].startswith(f"inference-host lock {kind}: error: "), said
+    assert said[0].endswith(f"(see inference-host lock {kind} --help)"), said
