@@ -41,8 +41,8 @@ HERE = Path(__file__).resolve().parent
 SUITES = ("gpu", "interconnect", "service", "server")
 
 
-def _arguments(argv):
-    parser = OneLineParser(prog="python -m checks", description=__doc__.split("\n")[0])
+def _arguments(argv, prog: str = "python -m checks"):
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
     parser.add_argument(
         "--host", action="append", default=[], help="inventory host to check (default: every host of gpu_nodes)"
@@ -187,8 +187,8 @@ def interrupt_on_sigterm() -> None:
         every_commands()
 
 
-def main(argv=None) -> int:
-    args = _arguments(argv)
+def main(argv=None, prog: str = "python -m checks") -> int:
+    args = _arguments(argv, prog)
     if args.dcgm_timeout is not None and args.dcgm_timeout <= 0:
         print(
             f"inference-host health checks: bad input, no host was contacted:\n  - --dcgm-timeout "

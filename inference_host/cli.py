@@ -44,25 +44,25 @@ def _validate(argv: list[str]) -> int:
 def _preview(argv: list[str]) -> int:
     from roles.render import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} preview")
 
 
 def _check(argv: list[str]) -> int:
     from checks.__main__ import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} check")
 
 
 def _accept(argv: list[str]) -> int:
     from checks.acceptance import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} accept")
 
 
 def _bench(argv: list[str]) -> int:
     from checks.bench import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} bench")
 
 
 def _vault(argv: list[str]) -> int:

@@ -362,3 +362,16 @@ def test_each_lock_with_no_arguments_refuses_in_one_line_naming_the_command(kind
     assert done.value.code == 2 and len(said) == 1, said
     assert said[0].startswith(f"inference-host lock {kind}: error: "), said
     assert said[0].endswith(f"(see inference-host lock {kind} --help)"), said
+
+
+@pytest.mark.parametrize("command", ["preview", "check", "accept", "bench"])
+def test_a_wrapped_subcommands_usage_error_names_the_command_typed(command, capsys):
+    """`inference-host check INVENTORY --nosuch` said `python -m checks: error: ... (see python
+    -m checks --help)`: the module behind it, not what the operator typed."""
+    from inference_host import cli
+
+    code = cli.main([command, "inventory/prod.py", "--no-such-option"])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(said) == 1, said
+    assert said[0].startswith(f"inference-host {command}: error: unrecognized arguments: --no-such-option"), said
+    assert said[0].endswith(f"(see inference-host {command} --help)"), said
