@@ -20,7 +20,6 @@ names it, its bound, the likely cause and the next step, and each host's run end
 from __future__ import annotations
 
 import re
-import signal
 import sys
 import threading
 import time
@@ -42,8 +41,8 @@ HERE = Path(__file__).resolve().parent
 SUITES = ("gpu", "interconnect", "service", "server")
 
 
-def _arguments(argv):
-    parser = OneLineParser(prog="python -m checks", description=__doc__.split("\n")[0])
+def _arguments(argv, prog: str = "python -m checks"):
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file (expectations and how to reach hosts)")
     parser.add_argument(
         "--host", action="append", default=[], help="inventory host to check (default: every host of gpu_nodes)"
@@ -182,15 +181,14 @@ def interrupt_on_sigterm() -> None:
     command running on the host is killed and the report of what ran is written. Python's
     default for SIGTERM ends the process at once, leaving both undone."""
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+    from roles.site.command_line import interrupt_on_sigterm as every_commands
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        every_commands()
 
 
-def main(argv=None) -> int:
-    args = _arguments(argv)
+def main(argv=None, prog: str = "python -m checks") -> int:
+    args = _arguments(argv, prog)
     if args.dcgm_timeout is not None and args.dcgm_timeout <= 0:
         print(
             f"inference-host health checks: bad input, no host was contacted:\n  - --dcgm-timeout "

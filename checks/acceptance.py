@@ -769,8 +769,8 @@ def draw_chart(lines: list[Line], path: Path) -> Path | None:
     return path
 
 
-def _arguments(argv):
-    parser = OneLineParser(prog="python -m checks.acceptance", description=__doc__.split("\n")[0])
+def _arguments(argv, prog: str = "python -m checks.acceptance"):
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file of the deployed site")
     parser.add_argument(
         "--hosts",
@@ -809,8 +809,8 @@ def _arguments(argv):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = _arguments(argv)
+def main(argv=None, prog: str = "python -m checks.acceptance") -> int:
+    args = _arguments(argv, prog)
     started = time.time()
     folder = args.out or Path("reports") / f"acceptance-{time.strftime('%Y%m%d-%H%M%S')}"
     try:

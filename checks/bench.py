@@ -100,8 +100,8 @@ __all__ = [
 # -- command line ------------------------------------------------------------------------------------
 
 
-def _arguments(argv):
-    parser = OneLineParser(prog="python -m checks.bench", description=__doc__.split("\n")[0])
+def _arguments(argv, prog: str = "python -m checks.bench"):
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--inventory", help="inventory file")
     parser.add_argument("--host", help="inventory host (default: the first gpu node)")
     parser.add_argument("--hosts", help="testinfra URL instead of the inventory's connection")
@@ -205,8 +205,8 @@ def ab_variants(args, host, expect):
     return {args.label: None}, None
 
 
-def main(argv=None) -> int:
-    args = _arguments(argv)
+def main(argv=None, prog: str = "python -m checks.bench") -> int:
+    args = _arguments(argv, prog)
     chart = args.chart or args.history.with_suffix(".png")
     if args.compare_engines:
         print(engines_table(read_history(args.history), args.host))

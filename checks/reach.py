@@ -17,7 +17,11 @@ says when one is gone.
 
 from __future__ import annotations
 
+import contextlib
+import re
+import signal
 import subprocess
+import threading
 from urllib.parse import parse_qs, urlsplit
 
 # pyinfra's own connect timeout (its config's CONNECT_TIMEOUT default, pyinfra/api/config.py,
@@ -53,9 +57,39 @@ def _resolved(options: list[str], target: str, port: str) -> tuple[str, str]:
     return values.get("hostname", target.rsplit("@", 1)[-1]), values.get("port", port or "22")
 
 
+# paramiko 4.0's SSHClient.connect (client.py) waits for the key exchange with
+# Transport.start_client(timeout=CONNECT_TIMEOUT), which returns, not raises, when the time is up;
+# connect then asks get_remote_server_key(), which raises "No existing session" (transport.py).
+# So from pyinfra (which connects with paramiko) these words mean: no SSH banner or key exchange
+# came within the connect timeout, over a connection that was accepted.
+PARAMIKO_NO_KEX = "No existing session"
+NO_BANNER = (
+    f"no SSH banner or key exchange within {CONNECT_TIMEOUT_S} s over an accepted connection"
+    f" (paramiko's words for it: {PARAMIKO_NO_KEX})"
+)
+
+
+def plain_cause(cause: str) -> str:
+    """The connector's cause, with what it means where its words do not say it."""
+    return NO_BANNER if PARAMIKO_NO_KEX in cause else cause
+
+
+# OpenSSH (9.x) says "connect to host A port P: Connection timed out" when the TCP connection
+# itself got no answer (sshconnect.c, ssh_connect_direct: strerror(ETIMEDOUT)), and "Connection to
+# A port P timed out" when it was accepted and the banner or key exchange then never came
+# (packet.c, sshpkt_fatal: SSH_ERR_CONN_TIMEOUT).
+_ACCEPTED_THEN_SILENT = re.compile(r"^connection to \S+ port \d+ timed out")
+
+
 def next_step(cause: str, address: str, port: str) -> str:
     """What to do, by the cause ssh gave."""
     lowered = cause.lower()
+    if "banner" in lowered or PARAMIKO_NO_KEX.lower() in lowered or _ACCEPTED_THEN_SILENT.match(lowered):
+        return (
+            f"something accepts connections on {address} port {port} but does not speak SSH: a hung or"
+            " overloaded sshd (its MaxStartups, a full disk), or another program on that port; look from"
+            " the host's console"
+        )
     if "resolve" in lowered:
         return f"check the host's name or ssh_hostname in the inventory ({address}) and this machine's DNS"
     if "refused" in lowered or "unable to connect to port" in lowered:  # paramiko's words for it
@@ -65,12 +99,55 @@ def next_step(cause: str, address: str, port: str) -> str:
     return f"nothing answered on {address} port {port}: is the host up (its console), a firewall in between?"
 
 
+def _sigint_as_at_exec() -> None:
+    """In the child, after Python's at-fork hooks ran with SIGINT blocked: the default action
+    (a Ctrl-C now ends the child silently; exec would reset a handler anyway), then unblocked."""
+    with contextlib.suppress(ValueError):  # not the main thread of a non-gevent program: leave it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def start_quietly(command: list[str], **options) -> subprocess.Popen:
+    """subprocess.Popen, with SIGINT blocked while it forks. Under pyinfra's gevent (every command
+    that loads an inventory) the child runs Python's at-fork hooks (threading's, gevent's) between
+    fork and exec; a Ctrl-C there raised KeyboardInterrupt inside them, and the child printed
+    "Exception ignored in ... _after_fork" and a traceback beside the command's one line. The
+    blocked signal waits in the child until _sigint_as_at_exec, and in this process until the
+    fork is done (then it interrupts as usual)."""
+    _forking(+1)
+    try:
+        return subprocess.Popen(command, text=True, preexec_fn=_sigint_as_at_exec, **options)
+    finally:
+        _forking(-1)
+
+
+# How many start_quietly calls are inside Popen now, per OS thread (a signal mask is a thread's;
+# get_native_id is the OS thread's id under gevent too, get_ident a greenlet's). Under gevent,
+# Popen yields while it waits for the child's exec and another host's greenlet forks meanwhile:
+# the mask is set by the first in and cleared by the last out (each restoring "its" old mask
+# would leave SIGINT blocked for good).
+_FORKS: dict[int, list] = {}
+_FORKS_LOCK = threading.Lock()
+
+
+def _forking(step: int) -> None:
+    with _FORKS_LOCK:
+        thread = threading.get_native_id()
+        count, was_blocked = _FORKS.get(thread, [0, False])
+        if step > 0 and count == 0:
+            was_blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        count += step
+        _FORKS[thread] = [count, was_blocked]
+        if count == 0:
+            del _FORKS[thread]
+            if not was_blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _ask(command: list[str], seconds: int, started) -> str | None:
     """ssh's cause for not reaching the host, or None when `true` ran there."""
     try:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        process = start_quietly(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as error:
         return f"ssh could not be started: {error.strerror}"
     if started:

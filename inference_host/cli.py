@@ -44,25 +44,25 @@ def _validate(argv: list[str]) -> int:
 def _preview(argv: list[str]) -> int:
     from roles.render import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} preview")
 
 
 def _check(argv: list[str]) -> int:
     from checks.__main__ import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} check")
 
 
 def _accept(argv: list[str]) -> int:
     from checks.acceptance import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} accept")
 
 
 def _bench(argv: list[str]) -> int:
     from checks.bench import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} bench")
 
 
 def _vault(argv: list[str]) -> int:
@@ -80,19 +80,19 @@ def _lab(argv: list[str]) -> int:
 def _lock_engines(argv: list[str]) -> int:
     from roles.engine_envs.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock engines")
 
 
 def _lock_gateway(argv: list[str]) -> int:
     from roles.gateway.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock gateway")
 
 
 def _lock_eagle3(argv: list[str]) -> int:
     from roles.eagle3_training.lock import main
 
-    return main(argv)
+    return main(argv, prog=f"{PROG} lock eagle3")
 
 
 def _lock_tools(argv: list[str]) -> int:
@@ -231,24 +231,71 @@ def run_pyinfra(argv: list[str]) -> int:
     """pyinfra's status, or 3 with one line per host it could not connect to (config.py records
     them: roles/shared/cli_edges.py). pyinfra runs in its own process: it patches the standard
     library with gevent at import."""
-    from checks.reach import next_step
+    from checks.reach import next_step, plain_cause
     from roles.shared.cli_edges import UNREACHED_FILE
 
     with tempfile.TemporaryDirectory(prefix="inference-host-deploy-") as folder:
         record = Path(folder) / "unreached.jsonl"
-        code = subprocess.run(argv, cwd=ROOT, env={**os.environ, UNREACHED_FILE: str(record)}, check=False).returncode
+        code = run_in_own_group(argv, env={**os.environ, UNREACHED_FILE: str(record)})
         found = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
     said: dict[str, dict] = {}
     for host in found:  # once per host: a child pass may have tried it again
         said.setdefault(host["host"], host)
     for host in said.values():
-        cause = " ".join(host["cause"].split())[:200]
+        cause = plain_cause(" ".join(host["cause"].split()))[:200]
         print(
             f"{PROG}: {host['host']}: unreachable at {host['address']} port {host['port']}: {cause}; "
             f"what to do: {next_step(cause, host['address'], host['port'])}",
             file=sys.stderr,
         )
     return UNREACHABLE if said else code
+
+
+STOP_GRACE_S = 5  # TERM to pyinfra's group, then KILL this much later (as checks/bounded.py's groups)
+
+
+def run_in_own_group(argv: list[str], env: dict[str, str]) -> int:
+    """pyinfra's status. It runs in a session of its own: a Ctrl-C reaches this process only
+    (pyinfra's own SIGINT handler prints "Exiting upon user request!" and exits 0,
+    pyinfra_cli/main.py 3.10), and an interruption (Ctrl-C, SIGTERM) stops pyinfra's whole group,
+    the commands the @local connector runs included: TERM, STOP_GRACE_S, KILL, then waited for.
+    With no controlling terminal of its own, pyinfra still reads its prompt from the terminal
+    (job control stops only a background group of the terminal's own session)."""
+    process = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return process.wait()
+    except BaseException:
+        stop_group(process)
+        raise
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """TERM to the process's group, KILL after STOP_GRACE_S, and wait until its leader is reaped
+    and no process of the group is left (a process that ignores TERM included)."""
+    import signal
+
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=0.1)
+            if process.returncode is not None and not _group_left(process.pid):
+                return
+
+
+def _group_left(group: int) -> bool:
+    """Whether a live (not zombie) process of the group is left (/proc/PID/stat: the state, then
+    ppid, then the group, after the command's closing parenthesis)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
 
 
 def deploy_refusal(inventory: str, limit: list[str]) -> str | None:

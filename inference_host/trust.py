@@ -46,6 +46,14 @@ def _connect_problem(address: str, port: int) -> str | None:
         return f"{address}: unreachable at {address} port {port}: {cause}; what to do: {step}"
 
 
+def _silent(address: str, port: int, cause: str) -> str:
+    """The contract's one line for an address that takes the connection and gives no key."""
+    from checks.reach import next_step
+
+    step = next_step("banner", address, str(port))
+    return f"{address}: unreachable at {address} port {port}: {cause}; what to do: {step}"
+
+
 def scan_key(address: str, port: int | None) -> HostKey:
     """The ed25519 key that answers at address:port (ssh-keyscan, bounded)."""
     refused = _connect_problem(address, port or 22)
@@ -57,11 +65,14 @@ def scan_key(address: str, port: int | None) -> HostKey:
     except FileNotFoundError:
         raise KeyUnavailable("ssh-keyscan is not installed here (OpenSSH's client); pass --key-file") from None
     except subprocess.TimeoutExpired:
-        raise KeyUnavailable(f"ssh-keyscan got no answer from {address}:{port or 22} within {SCAN_BOUND_S} s") from None
+        raise KeyUnavailable(
+            _silent(address, port or 22, f"ssh-keyscan gave no answer within {SCAN_BOUND_S} s")
+        ) from None
     lines = [line for line in done.stdout.splitlines() if line.strip() and not line.startswith("#")]
     if not lines:
-        why = (done.stderr.strip().splitlines() or ["no key"])[-1][:200]
-        raise KeyUnavailable(f"no {KEY_TYPE} key answered at {address}:{port or 22} ({why})")
+        # ssh-keyscan prints nothing for a port that accepts and never speaks (its -T is the wait)
+        why = (done.stderr.strip().splitlines() or ["it printed nothing"])[-1][:160]
+        raise KeyUnavailable(_silent(address, port or 22, f"no SSH banner or {KEY_TYPE} key within 5 s ({why})"))
     return parse_public_key(lines[0], f"ssh-keyscan {address}")
 
 

@@ -405,8 +405,8 @@ def engine_diff(site: Site, other_id: str, model_dir: Path, draft_dir: Path | No
     return "\n".join(preflight.diff_text(old, new) for old, new in zip(before, after, strict=True))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m roles.render", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m roles.render") -> int:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
     parser.add_argument("--out", type=Path, help="folder for DIR/<host>/<path on the host>")
     parser.add_argument(

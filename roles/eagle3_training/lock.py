@@ -56,8 +56,8 @@ def make_lock(lock: str, index_url: str | None = None) -> Path:
     return lock_file(lock)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m roles.eagle3_training.lock", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m roles.eagle3_training.lock") -> int:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("locks", nargs="*", help="lock ids (7-character SpecForge commits)")
     parser.add_argument("--all", action="store_true", help="every files/specforge-<lock>.in")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")

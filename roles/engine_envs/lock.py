@@ -136,8 +136,8 @@ def make_cpu_lock(
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m roles.engine_envs.lock", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m roles.engine_envs.lock") -> int:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml")
     parser.add_argument("stacks", nargs="*", help="stack ids to lock (default: every stack of the file)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")

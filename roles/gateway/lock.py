@@ -40,8 +40,8 @@ def make_lock(stack_file: Path, version: str, shown: str, index_url: str | None 
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m roles.gateway.lock", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m roles.gateway.lock") -> int:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("stack_file", help="the stack file, e.g. inventory/stack.yml (the lock goes beside it)")
     parser.add_argument("versions", nargs="+", help="smg releases to lock (the gateways' gateway_version)")
     parser.add_argument("--index-url", default=None, help="package index (a mirror); default: UV_INDEX_URL or PyPI")

@@ -5,7 +5,8 @@ checks' bundle, the lab and the site model can all use it):
   (argparse's own `error` prints the whole usage block first);
 - output into a closed pipe (`... | head`) ends the program quietly, as `cat` does, instead of a
   BrokenPipeError traceback;
-- Ctrl-C is one line and status 130 (128 + SIGINT, as a shell reports it), not a traceback;
+- Ctrl-C is one line and status 130 (128 + SIGINT, as a shell reports it), not a traceback; so
+  is SIGTERM (the same status: an interrupted run, whatever stopped it);
 - a terminal whose locale is not UTF-8 (LC_ALL=C, PYTHONIOENCODING=ascii) gets `?` for a
   character it cannot show, not a UnicodeEncodeError.
 
@@ -54,14 +55,34 @@ def readable_in_any_locale() -> None:
             stream.reconfigure(errors="replace")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Ctrl-C's KeyboardInterrupt is: every `except
+    KeyboardInterrupt` that stops what the program started (a remote command's group, pyinfra's
+    process group, a report marked interrupted) runs for it too."""
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (systemd stopping a unit, `kill PID`) ends the run as Ctrl-C does. Python's default
+    for SIGTERM ends the process at once: what it started (pyinfra, an ssh, a command on a host)
+    went on running, and no report was written."""
+
+    def terminated(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, terminated)
+
+
 def run_command(main: Callable[[], int | None], prog: str) -> NoReturn:
-    """An entry point's edge: a closed pipe ends quietly, any locale prints, Ctrl-C is one line
-    and 130. main() returns the status."""
+    """An entry point's edge: a closed pipe ends quietly, any locale prints, Ctrl-C (and SIGTERM)
+    is one line and 130. main() returns the status."""
     quiet_on_closed_pipe()
     readable_in_any_locale()
+    interrupt_on_sigterm()
     try:
         code = main()
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted (Ctrl-C); what was running was stopped", file=sys.stderr)
+    except KeyboardInterrupt as interruption:
+        how = "SIGTERM" if isinstance(interruption, Terminated) else "Ctrl-C"
+        print(f"\n{prog}: interrupted ({how}); what was running was stopped", file=sys.stderr)
         code = INTERRUPTED
     raise SystemExit(code)

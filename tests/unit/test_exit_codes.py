@@ -98,8 +98,51 @@ def closed_port():
         return probe.getsockname()[1]
 
 
+def _listeners(backlog_full: bool):
+    """Listeners at 127.0.0.2-4 on one port. Silent: each accepts (the kernel completes the
+    handshake) and never sends a byte, so ssh waits for a banner that never comes. Backlog full:
+    each has an accept queue of one, taken by a connection never accepted, so Linux drops every
+    further SYN (net/ipv4/tcp_input.c, tcp_conn_request: the queue is full) and a client's
+    connect times out, as toward an address that does not route; no packet leaves this machine."""
+    sockets, held = [], []
+    port = 0
+    for address in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+        listener = socket.socket()
+        listener.bind((address, port))
+        port = listener.getsockname()[1]
+        listener.listen(0 if backlog_full else 8)
+        sockets.append(listener)
+        if backlog_full:
+            filler = socket.socket()
+            filler.connect((address, port))
+            held.append(filler)
+    if backlog_full:  # a further SYN is dropped: the proof that the addresses do not answer
+        probe = socket.socket()
+        probe.settimeout(1)
+        with pytest.raises(TimeoutError):
+            probe.connect(("127.0.0.2", port))
+        probe.close()
+    return port, sockets + held
+
+
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory, closed_port):
+def silent_port():
+    port, sockets = _listeners(backlog_full=False)
+    yield port
+    for item in sockets:
+        item.close()
+
+
+@pytest.fixture(scope="module")
+def no_route_port():
+    port, sockets = _listeners(backlog_full=True)
+    yield port
+    for item in sockets:
+        item.close()
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory, closed_port, silent_port, no_route_port):
     folder = tmp_path_factory.mktemp("exit-codes")
     empty = folder / "a-folder"
     empty.mkdir()
@@ -110,6 +153,11 @@ def sites(tmp_path_factory, closed_port):
         "missing": folder / "nothing-here.py",
         "folder": empty,
         "node": node_inventory(folder / "node", closed_port),
+        "silent": replicas_inventory(folder / "silent", silent_port),
+        "silent-node": node_inventory(folder / "silent-node", silent_port),
+        "no-route": replicas_inventory(folder / "no-route", no_route_port),
+        "no-route-node": node_inventory(folder / "no-route-node", no_route_port),
+        "ports": {"unreachable": closed_port, "silent": silent_port, "no-route": no_route_port},
         "out": folder,
     }
 
@@ -131,7 +179,8 @@ def run(argv: list[str], stdin: str = "") -> tuple[int, str]:
 
 
 # subcommand -> its arguments ({inv}: the inventory, {out}: a fresh folder), and the status with
-# the good inventory (None: needs a real machine, the lab tests run it) and the unreachable one.
+# the good inventory (None: needs a machine, GOOD_ELSEWHERE names the test that runs it) and the
+# unreachable one.
 # An inventory of "node" kind is prod.py's node and guests (teardown needs a guest).
 TABLE = {
     "validate": (["validate", "{inv}"], 0, 0),
@@ -144,16 +193,83 @@ TABLE = {
     "drain": (["drain", "{inv}", REPLICA], None, 3),
     "undrain": (["undrain", "{inv}", REPLICA], None, 3),
     "rollback": (["rollback", "{inv}", "--timeout", "3"], None, 3),
-    "rotate": (["rotate", "{inv}", "engine_api_key"], None, 3),
+    "rotate": (["rotate", "{inv}", "engine_api_key"], 0, 3),
     "teardown": (["teardown", "{inv}", GUEST, "--yes-i-typed", GUEST], None, 3),
-    "trust": (["trust", "{inv}", REPLICA, "--yes"], None, 3),
+    "trust": (["trust", "{inv}", REPLICA, "--yes"], 0, 3),
 }
 NODE_KIND = {"teardown"}
+# How a host can fail to answer, and the cause the line must give in the connector's words
+# (OpenSSH: "Connection refused", "Connection timed out", "timed out during banner exchange";
+# paramiko, for the commands that run pyinfra: "Unable to connect to port", "timed out",
+# "Error reading SSH protocol banner").
+# The next step follows the cause: nothing listening, something listening that does not speak
+# SSH, nothing answering at all.
+UNREACHABLE_KINDS = {
+    "unreachable": (r"refused|Unable to connect", "sshd is not listening on"),
+    "silent": (r"timed out|banner|no SSH banner", "does not speak SSH"),
+    "no-route": (r"timed out", "nothing answered on"),
+}
 GOOD_EXTRA = {"status": ["--host", "@local"]}  # the good inventory's other hosts are not there
+# The good case of these needs no host: the vault alone (the deploy comes later), and a key the
+# operator copied from the host's console (pinned in the inventory's known_hosts).
+GOOD_ARGV = {
+    "rotate": ["rotate", "{inv}", "engine_api_key", "--no-deploy"],
+    "trust": ["trust", "{inv}", "rep-b.example.internal", "--yes", "--key-file", "{out}/host.pub"],
+}
+# The good case of a subcommand that needs a deployed machine: the lab test that runs it, the
+# words that run it there, and the status it asserts. `check` and `accept` run there as the
+# modules the subcommand wraps (cli._run_module passes their status on unchanged).
+GOOD_ELSEWHERE = {
+    "deploy": (
+        "tests/lab/test_base.py",
+        "test_deploy_check_prints_each_changed_files_diff_and_changes_nothing",
+        '"deploy"',
+        "check.returncode == 0",
+    ),
+    "check": (
+        "tests/lab/test_health.py",
+        "test_service_and_server_suites_pass_against_the_stand_in",
+        '"-m", "checks"',
+        "completed.returncode == 0",
+    ),
+    "accept": (
+        "tests/lab/test_acceptance.py",
+        "test_the_shipped_shape_is_accepted_on_stand_ins",
+        '"-m", "checks.acceptance"',
+        "run.returncode == 4",
+    ),
+    "drain": (
+        "tests/lab/test_replicas.py",
+        "test_drain_takes_a_replica_out_and_undrain_brings_it_back",
+        '"drain"',
+        "result.returncode == 0",
+    ),
+    "undrain": (
+        "tests/lab/test_replicas.py",
+        "test_drain_takes_a_replica_out_and_undrain_brings_it_back",
+        '"undrain"',
+        "result.returncode == 0",
+    ),
+    "rollback": (
+        "tests/lab/test_replicas.py",
+        "test_rolling_upgrade_never_drops_the_endpoint",
+        '"rollback"',
+        "returncode == 0",
+    ),
+    "teardown": (
+        "tests/lab/test_proxmox.py",
+        "test_teardown_keeps_the_weights_and_the_next_deploy_makes_the_guest_again",
+        '"teardown"',
+        "done.returncode == 0",
+    ),
+}
+# No test anywhere yet: the benchmark's good run needs SGLang's bench_serving against a real
+# engine (the lab has neither; docs/operations.md, the README's table of what is verified where).
+GOOD_NOWHERE_YET = {"bench"}
 CASES = [
     (command, kind)
     for command, (_, good, _) in TABLE.items()
-    for kind in ("good", "bad", "missing", "folder", "unreachable")
+    for kind in ("good", "bad", "missing", "folder", *UNREACHABLE_KINDS)
     if not (kind == "good" and good is None)
 ]
 
@@ -166,26 +282,70 @@ def test_every_subcommand_is_in_the_table():
 
 
 @pytest.mark.parametrize(("command", "kind"), CASES, ids=[f"{c}-{k}" for c, k in CASES])
-def test_the_status_of_each_subcommand_with_each_inventory(command, kind, sites, closed_port, monkeypatch, tmp_path):
+def test_the_status_of_each_subcommand_with_each_inventory(command, kind, sites, monkeypatch, tmp_path):
     words, good, unreachable = TABLE[command]
     monkeypatch.setenv("INFERENCE_HOST_VAULT_PASSWORD_FILE", str(sites["unreachable"].parent / "password"))
-    inventory = sites["node"] if command in NODE_KIND and kind in ("unreachable", "good") else sites[kind]
+    if command in NODE_KIND and kind in UNREACHABLE_KINDS:
+        inventory = sites["node" if kind == "unreachable" else f"{kind}-node"]
+    else:
+        inventory = sites["node"] if command in NODE_KIND and kind == "good" else sites[kind]
+    if kind == "good" and command == "trust":
+        import subprocess
+
+        key = tmp_path / "host"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
+    words = GOOD_ARGV.get(command, words) if kind == "good" else words
     argv = [word.format(inv=inventory, out=tmp_path) for word in words]
     argv += GOOD_EXTRA.get(command, []) if kind == "good" else []
-    expected = {"good": good, "unreachable": unreachable}.get(kind, 2)
+    expected = good if kind == "good" else unreachable if kind in UNREACHABLE_KINDS else 2
+    started = time.monotonic()
     code, said = run(argv, stdin="a-new-client-key-for-the-exit-code-table-0123\n")
+    took = time.monotonic() - started
     assert code == expected, f"{' '.join(argv)}: exit {code}, expected {expected}\n{said[-3000:]}"
     assert "Traceback" not in said, said
-    if kind == "unreachable" and expected == 3:
+    if kind in UNREACHABLE_KINDS and expected == 3:
         # one line per host, with its address, port and cause; no check ran (no verdict table)
-        lines = [line for line in said.splitlines() if f"port {closed_port}: " in line and "unreachable at" in line]
+        port = sites["ports"][kind]
+        lines = [line for line in said.splitlines() if f"port {port}: " in line and "unreachable at" in line]
         assert lines, said
         assert all(len(line) < 450 for line in lines), lines
-        assert re.search(r"refused|Unable to connect", lines[0]), lines[0]
-        assert "what to do:" in lines[0]
+        cause, step = UNREACHABLE_KINDS[kind]
+        assert re.search(cause, lines[0].partition("what to do:")[0]), lines[0]
+        assert step in lines[0].partition("what to do:")[2], lines[0]
         assert not re.search(r"\| FAIL \||UNHEALTHY|[1-9]\d* failed", said), said
+        assert took < 60, f"{' '.join(argv)}: {took:.0f} s"
     if kind in ("missing", "folder", "bad"):
         assert len([line for line in said.splitlines() if line.strip()]) <= 4, said
+
+
+def test_every_good_case_is_run_somewhere():
+    """A subcommand whose good case needs a machine names the lab test that runs it; that test
+    exists, runs the subcommand (or the module it wraps) and asserts the table's status."""
+    import ast
+
+    for command, (_, good, _) in TABLE.items():
+        if good is not None:
+            assert command not in GOOD_ELSEWHERE, command
+            continue
+        if command in GOOD_NOWHERE_YET:
+            continue
+        assert command in GOOD_ELSEWHERE, f"{command}: no good case in this table, none named elsewhere"
+        path, name, runs, asserts = GOOD_ELSEWHERE[command]
+        tree = ast.parse((PROJECT_ROOT / path).read_text())
+        functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert name in functions, f"{command}: {path}::{name} is gone"
+        source = ast.get_source_segment((PROJECT_ROOT / path).read_text(), functions[name]) or ""
+        # run and judged in the test, in a helper it calls (_under_load) or a fixture of its file (report)
+        called = {
+            n.func.id for n in ast.walk(functions[name]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        } | {argument.arg for argument in functions[name].args.args}
+        helpers = "".join(
+            ast.get_source_segment((PROJECT_ROOT / path).read_text(), functions[c]) or ""
+            for c in called & set(functions)
+        )
+        assert runs in source + helpers, f"{command}: {name} does not run {runs}"
+        assert asserts in source + helpers, f"{command}: {name} does not assert {asserts}"
+    assert GOOD_NOWHERE_YET == {c for c, (_, good, _) in TABLE.items() if good is None} - set(GOOD_ELSEWHERE)
 
 
 def test_a_limit_that_matches_nothing_is_refused_before_pyinfra(sites):
@@ -237,3 +397,25 @@ def test_a_host_that_never_speaks_is_unreachable_within_the_connect_timeout(sile
     code, said = run(["status", str(inventory), "--timeout", "3"])
     assert code == 3, said
     assert said.count("unreachable at 127.0.0.") + said.count("no answer within") == 3, said
+
+
+@pytest.mark.parametrize(
+    ("cause", "step"),
+    [
+        ("ssh: connect to host 10.0.0.5 port 22: Connection refused", "sshd is not listening on"),
+        ("Could not connect ([Errno 111] Connection refused)", "sshd is not listening on"),
+        ("ssh: connect to host 10.0.0.5 port 22: Connection timed out", "nothing answered on"),
+        ("Connection to 10.0.0.5 port 22 timed out", "does not speak SSH"),  # OpenSSH: accepted, then silent
+        ("Connection timed out during banner exchange", "does not speak SSH"),
+        ("SSH error (No existing session)", "does not speak SSH"),  # paramiko 4.0: the same silence
+        ("ssh: Could not resolve hostname gpu1: Name or service not known", "this machine's DNS"),
+    ],
+)
+def test_the_next_step_follows_the_connectors_words(cause, step):
+    from checks.reach import next_step, plain_cause
+
+    assert step in next_step(cause, "10.0.0.5", "22")
+    if "No existing session" in cause:
+        assert plain_cause(cause).startswith("no SSH banner or key exchange within 10 s over an accepted connection")
+    else:
+        assert plain_cause(cause) == cause
