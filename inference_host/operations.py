@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from inference_host.site_load import load as _load
 from roles.shared.shell import Shell, argv, chain, sh
 from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE
 
@@ -427,17 +428,6 @@ def run_everywhere(inventory: str, scripts: dict[str, Shell], timeout_s: float) 
     return answers
 
 
-def _load(parser, inventory: str):
-    from roles.site import SiteError, load_site
-    from roles.site.errors import print_problems
-
-    try:
-        return load_site(inventory)
-    except SiteError as error:
-        print_problems(error)
-        raise SystemExit(USAGE) from None
-
-
 def status(args, parser) -> int:
     site = _load(parser, args.inventory)
     hosts = [h for h in site.hosts.values() if {"gpu_nodes", "gateways", "monitors"} & set(h.groups)]
@@ -707,7 +697,7 @@ def rollback(args, parser) -> int:
         f"rollback: {stack_file} active: {active} -> {target}; deploying"
         " (preflight, health gate, one replica at a time)"
     )
-    from inference_host.cli import pyinfra_argv, run_pyinfra
+    from inference_host.pyinfra_run import pyinfra_argv, run_pyinfra
 
     started = time.monotonic()
     code = run_pyinfra(pyinfra_argv(args.inventory, False, True, [], []))
@@ -761,7 +751,7 @@ def rotate(args, parser) -> int:
     behind gateways the replicas one at a time. No value is printed or put on a command line."""
     from pathlib import Path
 
-    from inference_host.cli import pyinfra_argv, run_pyinfra
+    from inference_host.pyinfra_run import pyinfra_argv, run_pyinfra
     from roles.site.vault import SecretsError, new_value_problem, set_secret
 
     site = _load(parser, args.inventory)

@@ -196,7 +196,7 @@ def _last_line(text: str) -> str:
 
 
 def teardown(args, parser) -> int:
-    from inference_host.operations import _load
+    from inference_host.site_load import load as _load
     from roles.shared.proxmox_facts import parse_guest_state
     from roles.site.weights import weights_mount_points
 

@@ -121,7 +121,7 @@ def _confirmed(args, question: str) -> str | None:
 
 
 def trust(args, parser) -> int:
-    from inference_host.operations import _load
+    from inference_host.site_load import load as _load
     from roles.site.host_keys import reached_over_ssh
     from roles.site.schema import address_of
 

@@ -261,7 +261,7 @@ def _left(*marks: str) -> list[str]:
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_deploy_stops_pyinfras_whole_group(tmp_path, how):
-    """`inference-host deploy` (and rollback, rotate: cli.run_pyinfra) interrupted while pyinfra
+    """`inference-host deploy` (and rollback, rotate: pyinfra_run.run_pyinfra) interrupted while pyinfra
     runs a step that ignores TERM: one line, 130, and nothing pyinfra started is left."""
     import random
 
@@ -270,8 +270,8 @@ def test_an_interrupted_deploy_stops_pyinfras_whole_group(tmp_path, how):
     fake.write_text(STUBBORN_PYINFRA.replace("{seconds}", seconds))
     fake.chmod(0o755)
     program = (
-        "import sys; from roles.site.command_line import run_command; from inference_host import cli;"
-        " cli.STOP_GRACE_S = 1; run_command(lambda: cli.run_pyinfra([sys.argv[1]]), 'inference-host')"
+        "import sys; from roles.site.command_line import run_command; from inference_host import pyinfra_run;"
+        " pyinfra_run.STOP_GRACE_S = 1; run_command(lambda: pyinfra_run.run_pyinfra([sys.argv[1]]), 'inference-host')"
     )
     process = subprocess.Popen(
         [PYTHON, "-c", program, str(fake)],
