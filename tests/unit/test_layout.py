@@ -436,3 +436,39 @@ def test_nothing_imports_the_command():
         if target == "inference_host" or target.startswith("inference_host.")
     ]
     assert found == []
+
+
+def tool_graph(project_root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
+    """checks/ and inference_host/: module -> the modules of the two it imports (any import, in a
+    function too). A package's own __init__ and its submodules are not a circle here."""
+    sources = {
+        module_name(p, project_root): p
+        for folder in ("checks", "inference_host")
+        for p in (project_root / folder).glob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            else:
+                continue
+            targets |= {name for name in names if name in sources}
+        package = module.split(".")[0]
+        graph[module] = {t for t in targets if t != module and package not in (t, module)}
+    return graph
+
+
+def test_the_checks_and_the_operator_command_import_in_no_circle():
+    graph = tool_graph()
+    assert "checks.acceptance" in graph and "inference_host.teardown" in graph
+    assert cycles(graph) == []
+
+
+def test_the_circle_finder_sees_a_planted_circle():
+    graph = tool_graph()
+    graph["checks.timespan"] = graph["checks.timespan"] | {"checks.acceptance"}
+    assert any("checks.timespan" in c and "checks.acceptance" in c for c in cycles(graph))
