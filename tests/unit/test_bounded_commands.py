@@ -144,7 +144,11 @@ def test_an_engine_that_accepts_and_never_answers_is_a_named_failure():
     server = SilentServer()
     try:
         expect = SimpleNamespace(
-            serving_host="127.0.0.1", serving_port=server.port, server_timeout_s=1, api_key_configured=False
+            serving_host="127.0.0.1",
+            serving_port=server.port,
+            server_timeout_s=1,
+            api_key_configured=False,
+            serving_tls=False,
         )
         started = time.monotonic()
         answer = server_checks.request(fresh_host(), expect, "/health", with_key=False, timeout_s=1)
@@ -160,7 +164,9 @@ def test_a_hung_curl_is_ended_by_the_outer_bound(programs, monkeypatch):
     """curl's own -m is the first bound; a curl (or jq, or shell) that still hangs is the
     "engine HTTP" kind's overrun."""
     programs("curl", "exec sleep 1000")
-    expect = SimpleNamespace(serving_host="127.0.0.1", serving_port=9, server_timeout_s=1, api_key_configured=False)
+    expect = SimpleNamespace(
+        serving_host="127.0.0.1", serving_port=9, server_timeout_s=1, api_key_configured=False, serving_tls=False
+    )
     monkeypatch.setattr(server_checks.bounded, "run", _with_margin(bounded.run, 1))
     with pytest.raises(CommandOverrun) as overrun:
         server_checks.request(fresh_host(), expect, "/health", with_key=False, timeout_s=1)
@@ -593,7 +599,11 @@ def test_an_engine_that_stalls_mid_body_is_no_answer_not_a_200():
     server = StallingServer()
     try:
         expect = SimpleNamespace(
-            serving_host="127.0.0.1", serving_port=server.port, server_timeout_s=1, api_key_configured=False
+            serving_host="127.0.0.1",
+            serving_port=server.port,
+            server_timeout_s=1,
+            api_key_configured=False,
+            serving_tls=False,
         )
         started = time.monotonic()
         answer = server_checks.request(fresh_host(), expect, "/v1/models", with_key=False, timeout_s=1)

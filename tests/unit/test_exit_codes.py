@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,12 @@ def closed_port():
         return probe.getsockname()[1]
 
 
+def _hold_every_connection(listener: socket.socket, held: list) -> None:
+    with contextlib.suppress(OSError):  # the listener closed at the module's end
+        while True:
+            held.append(listener.accept()[0])
+
+
 def _listeners(backlog_full: bool):
     """Listeners at 127.0.0.2-4 on one port. Silent: each accepts (the kernel completes the
     handshake) and never sends a byte, so ssh waits for a banner that never comes. Backlog full:
@@ -112,6 +119,11 @@ def _listeners(backlog_full: bool):
         port = listener.getsockname()[1]
         listener.listen(0 if backlog_full else 8)
         sockets.append(listener)
+        if not backlog_full:
+            # Taken off the accept queue and held, never answered: a queue left full (every
+            # subcommand's connections in one test process) would drop further SYNs, and the
+            # silent host would turn into one that does not route.
+            threading.Thread(target=_hold_every_connection, args=(listener, held), daemon=True).start()
         if backlog_full:
             filler = socket.socket()
             filler.connect((address, port))
@@ -130,6 +142,8 @@ def silent_port():
     port, sockets = _listeners(backlog_full=False)
     yield port
     for item in sockets:
+        with contextlib.suppress(OSError):
+            item.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
         item.close()
 
 
