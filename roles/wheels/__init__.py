@@ -146,7 +146,10 @@ def _build(wheel: WheelBuild, cap: JobCap, settings: HostSettings, docker: dict,
     context = f"{root}/.contexts/{wheel.package}-{wheel.key}.tar"
     site = current_site()
     try:
-        torch_lock = torch_lock_text(wheel, site.stack.lock_text(site.stack.active.id))
+        # The stack's lock is read only for a build that takes torch: a builder's own stack (the
+        # lab's, build_with_torch off) may have no lock at all.
+        takes_torch = bool(wheel.build_args.get("TORCH_VERSION"))
+        torch_lock = torch_lock_text(wheel, site.stack.lock_text(site.stack.active.id) if takes_torch else "")
     except WheelPlanError as error:
         raise Refused(f"{host.name}: {error}") from None
     inputs = f"{root}/.contexts/{wheel.package}-{wheel.key}.json"
