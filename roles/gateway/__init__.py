@@ -52,6 +52,7 @@ from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.replicas import replicas
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
+from roles.shared.system_account import system_account
 from roles.shared.unit_owner import refuse_foreign_units
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
@@ -202,17 +203,7 @@ def _environment(site: Site, settings: HostSettings):
 
 
 def _api_key(hosts: dict[str, HostSettings]) -> list:
-    server.group(name=f"Create group {SERVICE_USER}", group=SERVICE_USER, system=True)
-    server.user(
-        name=f"Create system user {SERVICE_USER} (runs the gateway)",
-        user=SERVICE_USER,
-        group=SERVICE_USER,
-        system=True,
-        shell="/usr/sbin/nologin",
-        home="/nonexistent",
-        ensure_home=False,
-        create_home=False,
-    )  # Debian's no-home convention
+    system_account(SERVICE_USER, "the gateway")
     files.directory(name="Create /etc/smg", path="/etc/smg", user="root", group="root", mode="0755")
     return _key_file(API_KEY_FILE, api_key_secret(hosts), "API key", "no API key set")
 

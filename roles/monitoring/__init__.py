@@ -40,6 +40,7 @@ from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
+from roles.shared.system_account import system_account
 from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
 from roles.site.stack import DCGM_FOR_EXPORTER
@@ -356,17 +357,7 @@ def _alert_relay(settings: HostSettings) -> None:
             files.file(name=f"Remove {path} (no relay)", path=path, present=False)
         return
     apt.packages(name="Install python3 (the alert relay's interpreter)", packages=["python3"], no_recommends=True)
-    server.group(name=f"Create group {config.RELAY_USER}", group=config.RELAY_USER, system=True)
-    server.user(
-        name=f"Create system user {config.RELAY_USER} (runs the alert relay)",
-        user=config.RELAY_USER,
-        group=config.RELAY_USER,
-        system=True,
-        shell="/usr/sbin/nologin",
-        home="/nonexistent",
-        ensure_home=False,
-        create_home=False,
-    )  # Debian's no-home convention
+    system_account(config.RELAY_USER, "the alert relay")
     files.directory(name=f"Create {config.RELAY_DIR}", path=config.RELAY_DIR, user="root", group="root", mode="0755")
     script = files.put(
         name=f"Install the alert relay at {config.RELAY_SCRIPT}",

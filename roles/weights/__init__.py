@@ -43,6 +43,7 @@ from roles.shared.pip import pip_environment
 from roles.shared.refusal import Refused, status_of
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import chain, sh
+from roles.shared.system_account import system_account
 from roles.shared.tool_locks import WEIGHTS_TOOL, tool_lock_text
 from roles.site import (
     HostSettings,
@@ -165,17 +166,7 @@ def _tools(settings: HostSettings) -> None:
     )
     if not settings.in_group("gpu_nodes"):
         trust_extra_cas(settings)  # roles/base does it on gpu nodes
-    server.group(name=f"Create group {USER}", group=USER, system=True)
-    server.user(
-        name=f"Create system user {USER} (runs the weights download)",
-        user=USER,
-        group=USER,
-        system=True,
-        shell="/usr/sbin/nologin",
-        home="/nonexistent",
-        ensure_home=False,
-        create_home=False,
-    )  # Debian's no-home convention
+    system_account(USER, "the weights download")
     for path, mode in ((CONFIG_DIR, "0755"), (OPT_DIR, "0755")):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode=mode)
     _own_folder(STATE_DIR)
