@@ -71,6 +71,7 @@ from lab.docker_engine import (  # noqa: F401
     _docker,
     _log,
     engine_available,
+    state_lock,
 )
 from lab.images import (  # noqa: F401
     BASE_SOURCE,

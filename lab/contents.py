@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lab.docker_engine import PROJECT_ROOT, STATE_DIR, _docker
+from lab.docker_engine import PROJECT_ROOT, STATE_DIR, _docker, state_lock
 
 # Rehearsal hosts that run the stand-in SGLang server.
 STANDIN_ROLES = ("gpu", "rep-a", "rep-b")
@@ -86,9 +86,10 @@ def install_tiny_model(name: str) -> None:
     folder = STATE_DIR / "tiny-llama"
     source = hashlib.sha256(Path(tiny_llama.__file__).read_bytes()).hexdigest()
     made = folder / ".made-by"  # the generator's digest: its output is the same bytes every time
-    if not (made.is_file() and made.read_text() == source and (folder / "model.safetensors").is_file()):
-        tiny_llama.write(folder)
-        made.write_text(source)
+    with state_lock("tiny-llama"):  # two labs at once (pytest-xdist's workers) write one folder
+        if not (made.is_file() and made.read_text() == source and (folder / "model.safetensors").is_file()):
+            tiny_llama.write(folder)
+            made.write_text(source)
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     present = _docker("exec", name, "sha256sum", f"{TINY_MODEL_DEST}/model.safetensors", check=False)
     if present.returncode == 0 and present.stdout.split()[:1] == [digest]:

@@ -55,7 +55,14 @@ def cuda_devel_image(build: bool = True) -> str:
     real = CUDA_ROOT.resolve()
     digest = hashlib.sha256(DOCKERFILE.read_bytes() + json.dumps([base, version, str(real)]).encode()).hexdigest()[:12]
     tag = f"inference-host/lab-cuda-devel:{version}-{digest}"
-    if build and not lab._image_exists(tag):
+    if build:
+        with lab.state_lock("images"):  # two labs at once (pytest-xdist's workers) built it twice
+            _build_cuda_devel(tag, base, version, real)
+    return tag
+
+
+def _build_cuda_devel(tag: str, base: str, version: str, real: Path) -> None:
+    if not lab._image_exists(tag):
         if base == lab.DEBOOTSTRAP_IMAGE:
             lab._debootstrap_base()
         else:
@@ -74,7 +81,6 @@ def cuda_devel_image(build: bool = True) -> str:
             str(DOCKERFILE),
             str(real),
         )
-    return tag
 
 
 if __name__ == "__main__":

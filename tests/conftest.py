@@ -1,8 +1,18 @@
-"""What every test process needs: pytest-xdist's worker loop kept off gevent's patched locks."""
+"""What every test process needs: a lab prefix of its own per pytest-xdist worker, and the
+worker loop kept off gevent's patched locks."""
 
 from __future__ import annotations
 
 import os
+
+# Each pytest-xdist worker but the first drives a lab of its own: the replicas lab runs on one
+# beside the main lab (tests/lab/conftest.py's scheduler), and two labs under one prefix would
+# share container names, the models volume and the stand-ins' ports. Set here, in the first
+# conftest a worker loads, before anything imports `lab` (lab/docker_engine.py reads the prefix
+# once) and so that every deploy it starts inherits it.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+if _WORKER != "gw0":
+    os.environ["INFERENCE_HOST_LAB_PREFIX"] = os.environ.get("INFERENCE_HOST_LAB_PREFIX", "ih-lab") + _WORKER[2:]
 
 
 class _OsEvent:

@@ -43,30 +43,46 @@ BESIDE_THE_LAB = frozenset(
 )
 
 
+# The replicas lab's modules: their hosts (two replicas, the gateway and its monitor; the vLLM
+# replicas) share nothing with the main lab's node and guest, so they run on a worker of their own,
+# beside the main lab, under a lab prefix of their own (tests/conftest.py): 12-15 minutes off
+# CI's longest worker. Within the scope, file order, as in the main lab's.
+REPLICAS_LAB = frozenset(
+    f"{LAB_SCOPE}/{name}.py" for name in ("test_monitoring", "test_replicas", "test_replicas_vllm")
+)
+REPLICAS_SCOPE = f"{LAB_SCOPE}:replicas"
+LAB_SCOPES = (LAB_SCOPE, REPLICAS_SCOPE)  # the longest first: the first worker takes the main lab
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Every lab test runs on one pytest-xdist worker, in file order: they share one lab (its
-    containers, its session fixtures) and each module leaves it whole for the next; those
-    BESIDE_THE_LAB share none of it and go with the unit tests. The unit
-    tests run on the other workers meanwhile, a module at a time (pyproject.toml's addopts:
-    `-n auto`), which is what keeps CI on 2 cores within its budget. xdist's own `--dist
-    loadgroup` cannot do it with this pytest: it renames each item's `_nodeid`, which pytest 9
-    no longer reads (nodes.py: `nodeid` is `str(self._id)`), so the group was silently lost."""
+    """Every test of one lab runs on one pytest-xdist worker, in file order: they share that lab
+    (its containers, its session fixtures) and each module leaves it whole for the next. The main
+    lab and the replicas lab go to two workers (each its own prefix: tests/conftest.py); those
+    BESIDE_THE_LAB share none of either and go with the unit tests, a module at a time, on
+    whichever worker is free (pyproject.toml's addopts: `-n auto`), which is what keeps CI on 2
+    cores within its budget. xdist's own `--dist loadgroup` cannot do it with this pytest: it
+    renames each item's `_nodeid`, which pytest 9 no longer reads (nodes.py: `nodeid` is
+    `str(self._id)`), so the group was silently lost."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class LabOnOneWorker(LoadScopeScheduling):
+    class LabsOnTheirOwnWorkers(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            return LAB_SCOPE if nodeid.startswith(LAB_SCOPE + "/") and module not in BESIDE_THE_LAB else module
+            if not nodeid.startswith(LAB_SCOPE + "/") or module in BESIDE_THE_LAB:
+                return module
+            return REPLICAS_SCOPE if module in REPLICAS_LAB else LAB_SCOPE
 
         def _assign_work_unit(self, node) -> None:
-            # The lab first, to the first worker: it is the longest by far, and everything else
-            # runs beside it (xdist orders scopes by their number of tests, not their time).
-            if LAB_SCOPE in self.workqueue:
-                self.workqueue.move_to_end(LAB_SCOPE, last=False)
+            # The labs first, one to each of the first workers: they are the longest by far, and
+            # everything else runs beside them (xdist orders scopes by their number of tests, not
+            # their time).
+            for scope in reversed(LAB_SCOPES):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
-    return LabOnOneWorker(config, log)
+    return LabsOnTheirOwnWorkers(config, log)
 
 
 @pytest.fixture(scope="session")

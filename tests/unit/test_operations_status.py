@@ -218,15 +218,17 @@ def test_a_drain_whose_transport_never_connects_is_unreachable_within_the_bound(
     (folder / "docker").write_text("#!/bin/sh\nexec sleep 1000\n")
     (folder / "docker").chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
-    monkeypatch.delenv("INFERENCE_HOST_LAB_PREFIX", raising=False)  # the lab's default names
     monkeypatch.setitem(bounded.KINDS, "connection", dataclasses.replace(bounded.KINDS["connection"], bound_s=1))
-    args = argparse.Namespace(inventory=str(REPLICAS), replica="@docker/ih-lab-rep-a")
+    import lab  # the replica's name under this worker's lab prefix (tests/conftest.py)
+
+    replica, container = lab.pyinfra_name("rep-a"), lab.container_name("rep-a")
+    args = argparse.Namespace(inventory=str(REPLICAS), replica=replica)
     started = time.monotonic()
     code = operations.drain(args, argparse.ArgumentParser())
     assert time.monotonic() - started < 10
     assert code == operations.UNREACHABLE
     line = capsys.readouterr().err.strip()
-    assert line.startswith("@docker/ih-lab-rep-a: expected to reach docker://ih-lab-rep-a within 1 s (connection)")
+    assert line.startswith(f"{replica}: expected to reach docker://{container} within 1 s (connection)")
     assert "no session after 1 s, killed" in line
 
 

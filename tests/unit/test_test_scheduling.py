@@ -1,10 +1,12 @@
 """`uv run pytest` runs the unit tests beside the lab tests (pytest-xdist, `-n auto` in
-pyproject.toml), and every lab test on one worker, in order: they share one lab, and two
+pyproject.toml), and every test of one lab on one worker, in order: they share that lab, and two
 workers driving it at once would fight over its containers (a module fixture made twice under
-one name). tests/lab/conftest.py's scheduler holds that; this test holds the scheduler."""
+one name). The main lab and the replicas lab run on two workers, each under its own prefix
+(tests/conftest.py). tests/lab/conftest.py's scheduler holds that; this test holds the scheduler."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -36,9 +38,92 @@ def test_every_lab_test_is_in_the_one_scope_a_worker_takes_whole():
     ids = _collected("tests/lab")
     assert len(ids) > 50, ids[:5]
     scopes = {node_id.split("::")[0]: _scheduler()._split_scope(node_id) for node_id in ids}
-    beside = {module for module, scope in scopes.items() if scope != lab_conftest.LAB_SCOPE}
+    beside = {module for module, scope in scopes.items() if scope not in lab_conftest.LAB_SCOPES}
     assert beside == lab_conftest.BESIDE_THE_LAB, beside ^ lab_conftest.BESIDE_THE_LAB
     assert all(scope == module for module, scope in scopes.items() if module in beside)
+    replicas = {module for module, scope in scopes.items() if scope == lab_conftest.REPLICAS_SCOPE}
+    assert replicas == lab_conftest.REPLICAS_LAB, replicas ^ lab_conftest.REPLICAS_LAB
+
+
+# The two labs' own session fixtures and hosts: a module of one lab that reached the other's would
+# drive it from a second worker, under another prefix (a lab of its own, made again, or missing).
+MAIN_LAB_FIXTURES = {"lab_walk", "lab_first_deploy", "lab_second_deploy", "gpu_guest"}
+REPLICAS_LAB_FIXTURES = {"replicas_first_deploy", "replicas_second_deploy", "cmdline_sampler"}
+
+
+def _lab_modules(scope: str) -> list[Path]:
+    split = _scheduler()._split_scope
+    return [
+        path
+        for path in sorted((PROJECT_ROOT / "tests" / "lab").glob("test_*.py"))
+        if split(f"{path.relative_to(PROJECT_ROOT)}::t") == scope
+    ]
+
+
+def test_neither_lab_reaches_into_the_other():
+    import lab
+
+    replicas = _lab_modules(lab_conftest.REPLICAS_SCOPE)
+    main = _lab_modules(lab_conftest.LAB_SCOPE)
+    assert len(replicas) == len(lab_conftest.REPLICAS_LAB) and len(main) > 10
+    for path in replicas:
+        assert _fixture_uses(path, MAIN_LAB_FIXTURES) == [], path
+        assert _host_uses(path, lab.MAIN_LAB) == [], path
+    for path in main:
+        assert _fixture_uses(path, REPLICAS_LAB_FIXTURES) == [], path
+        assert _host_uses(path, ("rep-a", "rep-b", "gw")) == [], path
+
+
+def _fixture_uses(path: Path, fixtures: set[str]) -> list[str]:
+    import ast
+
+    return [
+        f"line {node.lineno}: fixture {node.arg}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.arg) and node.arg in fixtures
+    ]
+
+
+def _host_uses(path: Path, hosts: tuple[str, ...]) -> list[str]:
+    """container_name("<host>") or pyinfra_name("<host>") of one of `hosts`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in ("container_name", "pyinfra_name") and node.args[0].value in hosts:
+                found.append(f"line {node.lineno}: {name}({node.args[0].value!r})")
+    return found
+
+
+def test_the_check_finds_a_module_that_reaches_into_the_other_lab():
+    assert _fixture_uses(PROJECT_ROOT / "tests/lab/test_dcgm.py", MAIN_LAB_FIXTURES)
+    assert _fixture_uses(PROJECT_ROOT / "tests/lab/test_replicas.py", REPLICAS_LAB_FIXTURES)
+    assert _host_uses(PROJECT_ROOT / "tests/lab/test_weights.py", ("gpu",))
+    assert _host_uses(PROJECT_ROOT / "tests/lab/test_monitoring.py", ("gw",))
+
+
+def test_a_worker_but_the_first_gets_a_lab_prefix_of_its_own():
+    def prefix(worker: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "INFERENCE_HOST_LAB_PREFIX")}
+        if worker:
+            env["PYTEST_XDIST_WORKER"] = worker
+        shown = subprocess.run(
+            [sys.executable, "-c", "import tests.conftest, lab; print(lab.PREFIX)"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        return shown.stdout.strip()
+
+    assert prefix(None) == prefix("gw0") == "ih-lab"
+    assert prefix("gw1") == "ih-lab1"
+    # No other lab's name begins like it: `docker ps --filter name=^ih-lab-` must not list ih-lab1's.
+    assert not prefix("gw1").startswith(prefix("gw0") + "-")
 
 
 # What only the lab's own worker may touch: its session fixtures (tests/lab/conftest.py), its
@@ -108,15 +193,22 @@ def test_the_lab_is_handed_out_first_whatever_its_size():
     scheduler = _scheduler()
     unit = "tests/unit/test_docs.py"
     ids = [f"{unit}::t1", f"{unit}::t2", "tests/lab/test_base.py::t3"]
+    ids.append("tests/lab/test_replicas.py::t4")
     scheduler.workqueue = OrderedDict(
-        [(unit, {ids[0]: False, ids[1]: False}), (lab_conftest.LAB_SCOPE, {ids[2]: False})]
+        [
+            (unit, {ids[0]: False, ids[1]: False}),
+            (lab_conftest.REPLICAS_SCOPE, {ids[3]: False}),
+            (lab_conftest.LAB_SCOPE, {ids[2]: False}),
+        ]
     )
     sent: list[list[int]] = []
 
     class Worker:  # xdist's WorkerController, as far as the scheduler uses it
         send_runtest_some = staticmethod(sent.append)
 
-    node = Worker()
-    scheduler.registered_collections = {node: ids}
-    scheduler._assign_work_unit(node)
-    assert sent == [[2]] and list(scheduler.workqueue) == [unit]
+    first, second = Worker(), Worker()
+    scheduler.registered_collections = {first: ids, second: ids}
+    scheduler._assign_work_unit(first)
+    scheduler._assign_work_unit(second)
+    # The main lab to the first worker that asks, the replicas lab to the next.
+    assert sent == [[2], [3]] and list(scheduler.workqueue) == [unit]

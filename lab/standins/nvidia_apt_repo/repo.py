@@ -510,7 +510,16 @@ def _fingerprint() -> str:
 
 
 def build() -> Path:
-    """Build the repository under .lab/ (once per version of this file); returns its web root."""
+    """Build the repository under .lab/ (once per version of this file); returns its web root.
+    One process at a time: two labs brought up at once (pytest-xdist's workers) each made the
+    signing key, and each removed the other's staging folder as an earlier build's."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build()
+
+
+def _build() -> Path:
     www = STATE_DIR / f"www-{_fingerprint()}"
     if (www / "ready").exists():
         return www
