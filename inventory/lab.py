@@ -31,6 +31,10 @@ _ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt
 # the Docker bridge while pyinfra runs (started by the lab connector as a host connects), and
 # the package-source settings point at it.
 _nvidia = nvidia_apt_standin.url_for(lab.PREFIX)
+# The key that signs it, pinned as a site pins NVIDIA's (cuda_repo_key_fingerprint): the lab's
+# committed throwaway (lab/standins/nvidia_apt_repo/signing-key.asc). A test names another to
+# see the deploy refuse the key the stand-in serves.
+_nvidia_key = os.environ.get("INFERENCE_HOST_LAB_REPO_KEY_FINGERPRINT", nvidia_apt_standin.SIGNING_KEY_FINGERPRINT)
 
 # The Hugging Face Hub is unreachable here: a stand-in serving two small generated
 # repositories (lab/standins/hf_hub) over http on the Docker bridge, with the real Hub's
@@ -80,6 +84,7 @@ proxmox_hosts = [
             "proxmox_reboot_timeout": 180,
             "proxmox_nvidia_proc_dir": lab.PVE_PROC_DIR,  # /proc cannot be written in a container
             "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+            "cuda_repo_key_fingerprint": _nvidia_key,
             # The node downloads the guest's weights (roles/weights): PyPI through this machine's proxy.
             "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
         },
@@ -203,9 +208,11 @@ gpu_nodes = [
             "health_allreduce_size_mib": 1,
             "health_allreduce_min_busbw_gbps": 0.001,
             "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+            "cuda_repo_key_fingerprint": _nvidia_key,
             "docker_source": "distro",  # Docker's repository is unreachable here
             "docker_nvidia_toolkit_repo_url": f"{_nvidia}/libnvidia-container/stable/deb",
             "docker_nvidia_toolkit_key_url": f"{_nvidia}/libnvidia-container/gpgkey",
+            "docker_nvidia_toolkit_key_fingerprint": _nvidia_key,
             # The lab container lacks CAP_NET_ADMIN: dockerd cannot write iptables rules or make
             # its bridge there, so the nested engine runs without them (builds need neither).
             "docker_daemon_extra": {"iptables": False, "bridge": "none"},

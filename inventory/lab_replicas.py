@@ -89,6 +89,7 @@ _replica = {
     "serving_extra_env": {"INFERENCE_HOST_STANDIN_LOAD_SECONDS": "1"},
     "health_after_deploy": ["service", "server"],
     "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+    "cuda_repo_key_fingerprint": nvidia_apt_standin.SIGNING_KEY_FINGERPRINT,  # the stand-in's signing key
     # The checks' timer (roles/monitoring): often enough for an alert test to see a restart loop
     # within a minute or two; the budget is a whole CPU and 40 s, as the lab's two cores are
     # shared with the test and other labs (a run took 10-16 s at a load of 15-20; 25 s was too

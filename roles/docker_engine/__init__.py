@@ -17,6 +17,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.docker_engine.facts import DAEMON_JSON, DockerDaemonConfig
+from roles.shared.apt_keys import pinned_key
 from roles.shared.nvidia_repo import Distro, current_distro
 from roles.site import DockerSettings, current_host
 
@@ -71,12 +72,13 @@ def docker_engine() -> None:
 
 def _docker_repository(settings: DockerSettings, distro: Distro) -> list:
     base = f"{settings.repo_url.rstrip('/')}/{distro.id}"
-    files.directory(name="Create /etc/apt/keyrings", path="/etc/apt/keyrings", mode="0755")
-    key = files.download(
-        name=f"Download Docker's repository key {base}/gpg",
-        src=f"{base}/gpg",
+    key = pinned_key(
+        host,
+        name="Install Docker's repository key",
+        url=f"{base}/gpg",
         dest=DOCKER_KEYRING,
-        mode="0644",
+        fingerprint=settings.repo_key_fingerprint,
+        setting="docker_repo_key_fingerprint",
     )
     sources = files.put(
         name=f"Point apt at Docker's repository {base} {distro.codename} stable",
@@ -88,11 +90,13 @@ def _docker_repository(settings: DockerSettings, distro: Distro) -> list:
 
 
 def _toolkit_repository(settings: DockerSettings) -> list:
-    key = files.download(
-        name=f"Download NVIDIA's container toolkit key {settings.nvidia_toolkit_key_url}",
-        src=settings.nvidia_toolkit_key_url,
+    key = pinned_key(
+        host,
+        name="Install NVIDIA's container toolkit key",
+        url=settings.nvidia_toolkit_key_url,
         dest=TOOLKIT_KEYRING,
-        mode="0644",
+        fingerprint=settings.nvidia_toolkit_key_fingerprint,
+        setting="docker_nvidia_toolkit_key_fingerprint",
     )
     # $(ARCH) is expanded by apt itself, as in NVIDIA's own list file.
     url = settings.nvidia_toolkit_repo_url.rstrip("/")

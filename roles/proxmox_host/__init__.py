@@ -82,7 +82,7 @@ def proxmox_host() -> None:
     require_distro(SUPPORTED, "roles/proxmox_host", "Proxmox VE 8, which is Debian 12")
     apt.packages(
         name="Install pciutils, kmod, initramfs-tools and curl",
-        packages=["pciutils", "kmod", "initramfs-tools", "curl"],  # curl: NVIDIA's keyring package
+        packages=["pciutils", "kmod", "initramfs-tools", "curl"],
         no_recommends=True,
         update=True,
         cache_time=24 * 3600,

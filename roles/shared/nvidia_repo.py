@@ -1,14 +1,21 @@
 """NVIDIA's CUDA apt repository, shared by roles/nvidia_driver and roles/cuda.
 
-The repository is set up the way NVIDIA documents it (CUDA installation guide, "Network
-Repo Installation"): install the cuda-keyring package, which brings the signing key
-(/usr/share/keyrings/cuda-archive-keyring.gpg) and a sources entry for the public server.
-The sources entry is then rewritten with the configured URL (`cuda_repo_url`), so that an
-air-gapped site's mirror is the only source apt reads. The path under the URL derives from
-the distro: ubuntu2404, debian12. A mirror that asks for a login (cuda_repo_credentials_secret)
-gets it from a 0600 file of apt's own (roles/shared/mirror_auth.py), and the keyring package is
-then downloaded by apt's helper, which reads that file: the URL in the sources entry, the
-operation's name and the command line carry no credential.
+NVIDIA signs the repository with one key and publishes it beside the packages as
+<repository>/<key id>.pub (3bf863cc.pub since April 2022: NVIDIA's technical blog "Updating the
+CUDA Linux GPG Repository Key", which gives that file as the alternative to the cuda-keyring
+package). The deploy installs that key file, only when its fingerprint is the pinned
+cuda_repo_key_fingerprint (roles/shared/apt_keys.py), and writes the sources entry itself with
+the configured URL (`cuda_repo_url`), so that an air-gapped site's mirror is the only source apt
+reads. The path under the URL derives from the distro: ubuntu2404, debian12.
+
+The cuda-keyring package is not installed: it is a .deb fetched from the same server and
+installed by root with dpkg, so its maintainer scripts would run whatever that server sends, and
+its key could not be checked before dpkg trusts it. A host that has it from an earlier deploy
+keeps it (its keyring file is no longer named by any sources entry).
+
+A mirror that asks for a login (cuda_repo_credentials_secret) gets it from a 0600 file of apt's
+own (roles/shared/mirror_auth.py); apt's helper, which downloads the key, reads that file too: the
+URL in the sources entry, the operation's name and the command line carry no credential.
 """
 
 from __future__ import annotations
@@ -17,26 +24,22 @@ from dataclasses import dataclass
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.facts.files import File
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files
 
 from roles.shared import mirror_auth
+from roles.shared.apt_keys import pinned_key
 from roles.shared.refusal import Refused
-from roles.shared.shell import sh
 from roles.site import HostSettings
 
-CUDA_KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+# Not /usr/share/keyrings/cuda-archive-keyring.gpg: that file belongs to the cuda-keyring package
+# on hosts of earlier deploys. /etc/apt/keyrings is the folder for keys an administrator adds
+# (apt's sources.list(5), signed-by); .asc: the armored file as NVIDIA serves it.
+CUDA_KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
 ARCH = "x86_64"
-DOWNLOAD_DIR = "/var/cache/inference-host"
 # DCGM 4's core package in the CUDA repository (dcgmi, nv-hostengine, nvidia-dcgm.service): the
 # driver role installs it, and the monitoring role pins it beside the exporter built against it.
 DCGM_CORE_PACKAGE = "datacenter-gpu-manager-4-core"
-# apt's own downloader (package apt, /usr/lib/apt/apt-helper download-file URI FILE): it goes through
-# apt's http(s) methods, which read /etc/apt/auth.conf.d, and its time limits (Acquire::*::Timeout,
-# 30 s without progress); `timeout` bounds the whole download.
-APT_HELPER = "/usr/lib/apt/apt-helper"
-KEYRING_DOWNLOAD_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -84,28 +87,20 @@ _done: set[str] = set()
 
 
 def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
-    """Keyring package, sources entry, and an apt update when either changed (once per host)."""
+    """Signing key, sources entry, and an apt update when either changed (once per host)."""
     if host.name in _done:
         return
     _done.add(host.name)
     url = cuda_repo_url(settings, distro)
-    version = settings.cuda.keyring_version
-    deb = f"cuda-keyring_{version}_all.deb"
-    # Downloaded under its own name first: pyinfra's apt.deb inspects only files named *.deb,
-    # and given a URL it keeps a temp file without that suffix (and reinstalls every time).
-    files.directory(name=f"Create {DOWNLOAD_DIR}", path=DOWNLOAD_DIR, mode="0755")
-    if mirror_auth.cuda_auth(settings):
-        _download_with_apt(f"{url}{deb}", f"{DOWNLOAD_DIR}/{deb}")
-    else:
-        files.download(
-            name=f"Download {url}{deb}",
-            src=f"{url}{deb}",
-            dest=f"{DOWNLOAD_DIR}/{deb}",
-            mode="0644",
-        )
-    keyring = apt.deb(
-        name=f"Install NVIDIA's repository keyring cuda-keyring {version}",
-        src=f"{DOWNLOAD_DIR}/{deb}",
+    fingerprint = settings.cuda.repo_key_fingerprint
+    mirror_auth.cuda_auth(settings)  # apt's login for the mirror, before the key's download reads it
+    key = pinned_key(
+        host,
+        name="Install the CUDA repository's signing key",
+        url=f"{url}{cuda_key_file_name(fingerprint)}",
+        dest=CUDA_KEYRING,
+        fingerprint=fingerprint,
+        setting="cuda_repo_key_fingerprint",
     )
     sources = files.put(
         name=f"Point apt at NVIDIA's CUDA repository {url}",
@@ -115,30 +110,11 @@ def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
     )
     apt.update(
         name="Update apt lists for NVIDIA's CUDA repository",
-        _if=lambda: keyring.did_change() or sources.did_change(),
+        _if=lambda: key.did_change() or sources.did_change(),
     )
 
 
-def _download_with_apt(src: str, dest: str) -> None:
-    """The keyring package from a mirror that asks for a login: apt's helper finds it in apt's
-    auth.conf.d (curl or wget would want it on their command line or in a file of their own)."""
-    if host.get_fact(File, path=dest):
-        return
-    partial = f"{dest}.partial"
-    server.shell(
-        name=f"Download {src} with apt's login for the mirror (cuda_repo_credentials_secret)",
-        commands=[
-            sh(
-                "rm -f -- {partial} && timeout {limit} {helper} download-file {src} {partial}"
-                " && chmod 0644 -- {partial} && mv -f -- {partial} {dest}"
-                " || {{ rc=$?; rm -f -- {partial}; echo {failed} >&2; exit $rc; }}",
-                partial=partial,
-                limit=KEYRING_DOWNLOAD_TIMEOUT_S,
-                helper=APT_HELPER,
-                src=src,
-                dest=dest,
-                failed=f"could not download {src} within {KEYRING_DOWNLOAD_TIMEOUT_S}s with the login of"
-                " cuda_repo_credentials_secret (exit 124: the time ran out); check the mirror and that login",
-            )
-        ],
-    )
+def cuda_key_file_name(fingerprint: str) -> str:
+    """NVIDIA's name for the key's file: its key id (the fingerprint's last 8 hex digits) in lower
+    case, 3bf863cc.pub for EB693B3035CD5710E231E123A4B469963BF863CC."""
+    return f"{fingerprint[-8:].lower()}.pub"

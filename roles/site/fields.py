@@ -183,6 +183,17 @@ MirrorUrl = Annotated[
     ),
 ]
 IpAddress = Annotated[str, check(is_ip, "an IP address to bind (127.0.0.1, 0.0.0.0, ...)")]
+# An OpenPGP key's fingerprint as gpg prints it with --with-colons (the `fpr` record's 10th
+# field: upper-case hex, no spaces): 40 digits for a v4 key, 64 for a v6 key (RFC 9580, 5.5.4).
+# roles/shared/apt_keys.py compares gpg's own output with it, character for character.
+KeyFingerprint = Annotated[
+    str,
+    check(
+        re.compile(r"^(?:[0-9A-F]{40}|[0-9A-F]{64})$").match,
+        "an OpenPGP fingerprint as gpg --with-colons prints it: 40 upper-case hex digits (64 for a v6 key),"
+        " no spaces, e.g. EB693B3035CD5710E231E123A4B469963BF863CC",
+    ),
+]
 
 # An acknowledgement of plain HTTP beyond loopback (serving_/gateway_plaintext_acknowledged):
 # a reason a reader of the inventory understands, not a bare flag (roles/site/rules_tls.py).

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from roles.site.credentials import VAULT_SETTING, credential_kind
 from roles.site.errors import closest, escaped, is_invisible, shown, shown_key
 from roles.site.fields import PROJECT_ROOT, Section, expected_type, is_ip, type_text
+from roles.site.old_keys import RENAMED_KEYS, old_key_problem
 from roles.site.sections import SECTIONS, attribute_of
 from roles.site.sections.serving import SpeculativeSettings
 from roles.site.stack import Stack
@@ -55,16 +56,6 @@ SITE_KEYS = {
     " (default: the stack file's `active`)",
     "secrets_file": "path of the ansible-vault file, relative to the inventory",
 }
-
-# Setting keys that were renamed: old key -> the key to write. An inventory is plain text, so an
-# old key is refused in one line naming the new one (docs/upgrades.md#engine-neutral-setting-names),
-# never read under its new name: a silent alias would keep the old name in inventories forever.
-RENAMED_KEYS = {
-    "sglang_python": "engine_python",
-    "sglang_keep_environments": "engine_keep_environments",
-    "sglang_python_install_mirror": "base_python_install_mirror",
-}
-
 
 # ----------------------------------------------------------------------------------------------
 # Hosts and the whole site.
@@ -631,11 +622,9 @@ def build_host(name: str, groups: tuple[str, ...], data: dict, where: str, probl
     for key in sorted(unknown, key=list(data).index):
         if key in pyinfra_keys:
             continue
-        if key in RENAMED_KEYS:
-            problems.append(
-                f"{where}: host {name}: {key} was renamed {RENAMED_KEYS[key]}; write {RENAMED_KEYS[key]} ="
-                f" {shown(data[key])} instead (docs/upgrades.md#engine-neutral-setting-names)"
-            )
+        old = old_key_problem(key, shown(data[key]))
+        if old:
+            problems.append(f"{where}: host {name}: {old}")
             continue
         problems.append(
             f"{where}: host {name}: unknown key {shown_key(key)} = {shown(data[key])}"

@@ -20,7 +20,8 @@ from functools import cache
 from pathlib import Path
 
 from roles.site.fields import _RULE_TEXT, PROJECT_ROOT, Section, type_text
-from roles.site.schema import RENAMED_KEYS, SECTIONS, SITE_KEYS, HostSettings
+from roles.site.old_keys import REMOVED_KEYS, RENAMED_KEYS
+from roles.site.schema import SECTIONS, SITE_KEYS, HostSettings
 from roles.site.sections.serving import SpeculativeSettings
 
 REFERENCE = PROJECT_ROOT / "docs" / "settings.md"
@@ -362,6 +363,12 @@ def settings_reference() -> str:
         "([upgrades.md](upgrades.md#engine-neutral-setting-names)).",
         "",
         *(f"- `{old}`: now `{new}`" for old, new in RENAMED_KEYS.items()),
+        "",
+        "## Removed keys",
+        "",
+        "An inventory that still writes one of these is refused in one line saying what replaced it.",
+        "",
+        *(f"- `{old}`: {why}" for old, why in REMOVED_KEYS.items()),
     ]
     return "\n".join(out) + "\n"
 

@@ -17,10 +17,12 @@ import os
 
 import pytest
 
+import lab
+from lab.standins.nvidia_apt_repo import repo as nvidia_apt_standin
 from roles.nvidia_driver import driver_packages
 from roles.shared.nvidia_repo import SUPPORTED
 from roles.site import load_site
-from tests.lab.harness import LAB_INVENTORY
+from tests.lab.harness import LAB_INVENTORY, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -78,15 +80,54 @@ def test_guest_driver_equals_the_nodes_kernel_module(gpu_guest):
 # --- the repository: keyring package, the configured URL, real apt ---------------------------
 
 
-def test_keyring_comes_from_the_cuda_keyring_package(gpu_guest):
-    owner = gpu_guest.run("dpkg -S /usr/share/keyrings/cuda-archive-keyring.gpg")
-    assert owner.rc == 0 and owner.stdout.startswith("cuda-keyring:")
+CUDA_KEY = "/etc/apt/keyrings/nvidia-cuda.asc"
+CUDA_SOURCES = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+
+
+def _fingerprints(guest, path: str) -> list[str]:
+    listed = guest.run(f"gpg --batch --with-colons --show-keys {path} | awk -F: '$1 == \"fpr\" {{ print $10 }}'")
+    assert listed.rc == 0, listed.stderr
+    return listed.stdout.split()
+
+
+def test_the_repositorys_key_is_the_pinned_one_and_no_keyring_package_ran(gpu_guest):
+    # The stand-in's key served as <repo>/<key id>.pub, installed because it is the pinned one
+    # (its signing subkey's fingerprint follows the primary's).
+    assert _fingerprints(gpu_guest, CUDA_KEY)[0] == nvidia_apt_standin.SIGNING_KEY_FINGERPRINT
+    assert gpu_guest.file(CUDA_KEY).mode == 0o644
+    assert not gpu_guest.package("cuda-keyring").is_installed
+
+
+def test_a_key_other_than_the_pinned_one_stops_the_deploy_in_one_line(gpu_guest, lab_second_deploy):
+    """The guest deployed with another fingerprint pinned: the stand-in's key is refused before the
+    sources entry, apt's lists or a package changed, and the key in place stays."""
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    key_before = gpu_guest.file(CUDA_KEY).sha256sum
+    sources_before = gpu_guest.file(CUDA_SOURCES).content_string
+    packages_before = gpu_guest.run("dpkg-query -W -f '${Package} ${Version}\\n'").stdout
+    run = run_deploy(
+        LAB_INVENTORY,
+        "--limit",
+        lab.pyinfra_name("gpu"),
+        env={"INFERENCE_HOST_LAB_REPO_KEY_FINGERPRINT": other},
+        timeout=600,
+    )
+    assert run.returncode != 0, run.explain()
+    url = f"{HOST.cuda.repo_url}/debian12/x86_64/{other[-8:].lower()}.pub"
+    said = (run.stdout + run.stderr).splitlines()
+    refusal = [line for line in said if "not the one cuda_repo_key_fingerprint" in line]
+    assert refusal, run.explain()
+    assert f"{url}: the key served there is " in refusal[0], refusal[0]
+    assert f"not the one cuda_repo_key_fingerprint pins ({other}); nothing was installed" in refusal[0]
+    assert gpu_guest.file(CUDA_KEY).sha256sum == key_before
+    assert gpu_guest.file(CUDA_SOURCES).content_string == sources_before
+    assert gpu_guest.run("dpkg-query -W -f '${Package} ${Version}\\n'").stdout == packages_before
 
 
 def test_only_the_configured_url_is_an_apt_source(gpu_guest):
     sources = gpu_guest.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
     assert sources.content_string.strip() == (
-        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {HOST.cuda.repo_url}/debian12/x86_64/ /"
+        f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {HOST.cuda.repo_url}/debian12/x86_64/ /"
     )
     public = gpu_guest.run("grep -rl developer.download.nvidia.com /etc/apt/sources.list /etc/apt/sources.list.d/")
     assert public.stdout.strip() == "", "the keyring's public entry must be replaced by the setting"

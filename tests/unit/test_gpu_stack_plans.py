@@ -65,20 +65,22 @@ REBOOT = ("inventory_reboot_ubuntu2404.py", "@fake/gpu-reboot")
 NVIDIA = "https://developer.download.nvidia.com/compute/cuda/repos"
 
 
+def _key_install(p, url: str) -> int:
+    """Index of the command that fetches url's key and installs it only if it is the pinned one."""
+    (index,) = [i for i, c in enumerate(p.commands) if f"apt-helper download-file {url} " in c]
+    assert 'if [ "$got" != ' in p.commands[index]
+    return index
+
+
 @pytest.mark.parametrize("where, path", [(UBUNTU, "ubuntu2404"), (DEBIAN, "debian12")])
-def test_cuda_repository_keyring_then_sources_then_update(where, path):
+def test_cuda_repository_key_then_sources_then_update(where, path):
     p = plan(*where)
-    deb = "/var/cache/inference-host/cuda-keyring_1.1-1_all.deb"
-    download = next(
-        c for c in p.commands if c.startswith(f"curl -sSLf {NVIDIA}/{path}/x86_64/cuda-keyring_1.1-1_all.deb ")
-    )
-    install = p.index(f"dpkg --force-confdef --force-confold -i {deb}")
-    assert p.commands.index(download) < install
+    key = _key_install(p, f"{NVIDIA}/{path}/x86_64/3bf863cc.pub")
+    assert "EB693B3035CD5710E231E123A4B469963BF863CC" in p.commands[key]
+    assert not any("dpkg" in c and "cuda-keyring" in c for c in p.commands), "no downloaded .deb is installed"
     sources = f"/etc/apt/sources.list.d/cuda-{path}-x86_64.list"
-    assert p.uploads[sources] == (
-        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {NVIDIA}/{path}/x86_64/ /\n"
-    )
-    update = p.commands.index("apt-get update", install)
+    assert p.uploads[sources] == f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {NVIDIA}/{path}/x86_64/ /\n"
+    update = p.commands.index("apt-get update", key)
     driver = next(i for i, c in enumerate(p.commands) if "nvidia-dkms" in c or "nvidia-kernel-open-dkms" in c)
     assert update < driver, "apt must read the new repository before installing from it"
 
@@ -176,19 +178,21 @@ def test_active_stacks_cuda_is_selected_and_exported(where):
 @pytest.mark.parametrize("where, distro, suite", [(UBUNTU, "ubuntu", "noble"), (DEBIAN, "debian", "bookworm")])
 def test_docker_from_dockers_repository(where, distro, suite):
     p = plan(*where)
-    key = next(c for c in p.commands if c.startswith(f"curl -sSLf https://download.docker.com/linux/{distro}/gpg "))
+    key = _key_install(p, f"https://download.docker.com/linux/{distro}/gpg")
+    assert "9DC858229FC7DD38854AE2D88D81803C0EBFCD88" in p.commands[key]
     assert p.uploads["/etc/apt/sources.list.d/docker.list"] == (
         "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc]"
         f" https://download.docker.com/linux/{distro} {suite} stable\n"
     )
     install = p.index(f"{APT_INSTALL} docker-ce docker-ce-cli containerd.io docker-buildx-plugin")
-    assert p.commands.index(key) < install
+    assert key < install
 
 
 @pytest.mark.parametrize("where", [UBUNTU, DEBIAN])
 def test_nvidia_container_toolkit_and_runtime(where):
     p = plan(*where)
-    assert any(c.startswith("curl -sSLf https://nvidia.github.io/libnvidia-container/gpgkey ") for c in p.commands)
+    key = _key_install(p, "https://nvidia.github.io/libnvidia-container/gpgkey")
+    assert "C95B321B61E88C1809C4F759DDCAE044F796ECB0" in p.commands[key]
     assert p.uploads["/etc/apt/sources.list.d/nvidia-container-toolkit.list"] == (
         "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.asc]"
         " https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"

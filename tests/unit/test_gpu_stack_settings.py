@@ -20,6 +20,11 @@ def test_defaults_point_at_the_public_repositories(inventory):
     assert host.cuda.repo_url == "https://developer.download.nvidia.com/compute/cuda/repos"
     assert host.docker.source == "docker"
     assert host.docker.repo_url == "https://download.docker.com/linux"
+    # The vendors' signing keys: NVIDIA's CUDA key of 2022, Docker's release key, NVIDIA's
+    # libnvidia-container key.
+    assert host.cuda.repo_key_fingerprint == "EB693B3035CD5710E231E123A4B469963BF863CC"
+    assert host.docker.repo_key_fingerprint == "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
+    assert host.docker.nvidia_toolkit_key_fingerprint == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
     assert host.nvidia_driver.allow_reboot is False
 
 
@@ -32,7 +37,17 @@ def test_defaults_point_at_the_public_repositories(inventory):
         ({"docker_daemon_extra": {"runtimes": {}}}, ["docker_daemon_extra", "daemon.json keys other than", "runtimes"]),
         ({"docker_users": ["Root"]}, ["docker_users", "lower-case Unix user names"]),
         ({"nvidia_driver_allow_reboot": "yes"}, ["nvidia_driver_allow_reboot", "'yes'", "True or False"]),
-        ({"cuda_keyring_version": "latest"}, ["cuda_keyring_version", "1.1-1"]),
+        (
+            {"cuda_keyring_version": "1.1-1"},
+            ["cuda_keyring_version", "no longer a setting", "cuda_repo_key_fingerprint"],
+        ),
+        ({"cuda_repo_key_fingerprint": "3bf863cc"}, ["cuda_repo_key_fingerprint", "'3bf863cc'", "40 upper-case hex"]),
+        (
+            {"cuda_repo_key_fingerprint": "EB69 3B30 35CD 5710 E231  E123 A4B4 6996 3BF8 63CC"},
+            ["cuda_repo_key_fingerprint", "no spaces"],
+        ),
+        ({"docker_repo_key_fingerprint": "9dc858229fc7dd38854ae2d88d81803c0ebfcd88"}, ["docker_repo_key_fingerprint"]),
+        ({"docker_nvidia_toolkit_key_fingerprint": ""}, ["docker_nvidia_toolkit_key_fingerprint", "40 upper-case"]),
     ],
 )
 def test_bad_gpu_stack_settings_are_refused(inventory, data, parts):

@@ -322,14 +322,14 @@ def test_each_login_is_installed_0600_root_and_read_back():
         assert any(copy in c and f"{new} && mv -f -T -- {new} {dest};" in c for c in p.commands), dest
 
 
-def test_apt_source_and_keyring_download_carry_no_login():
+def test_apt_source_and_key_download_carry_no_login():
     p = mirrors_plan()
     base = "https://mirror.example:8443/nvidia/cuda/repos/ubuntu2404/x86_64/"
     assert p.uploads["/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list"] == (
-        f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {base} /\n"
+        f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {base} /\n"
     )
-    (download,) = [c for c in p.commands if "cuda-keyring_1.1-1_all.deb" in c and "download-file" in c]
-    assert f"timeout 600 /usr/lib/apt/apt-helper download-file {base}cuda-keyring_1.1-1_all.deb " in download
+    (download,) = [c for c in p.commands if "3bf863cc.pub" in c and "download-file" in c]
+    assert f"timeout 600 /usr/lib/apt/apt-helper download-file {base}3bf863cc.pub " in download
     assert not any(c.startswith("curl") and "mirror.example" in c for c in p.commands)
     # apt's file is in place before the download that reads it
     auth = next(i for i, c in enumerate(p.commands) if f" {mirror_auth.CUDA_AUTH_FILE};" in c)

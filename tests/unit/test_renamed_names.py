@@ -12,7 +12,7 @@ import pytest
 from roles.shared.uv import uv_environment
 from roles.site import load_site, vault
 from roles.site.errors import display
-from roles.site.schema import RENAMED_KEYS
+from roles.site.old_keys import RENAMED_KEYS
 from tests.unit.conftest import ADMIN, CLIENT_KEY, PASSWORD, ROLE_KEYS, gpu_node
 from tests.unit.test_site import only_problem
 

@@ -10,7 +10,8 @@ update-alternatives registration of /usr/local/cuda thus all run through real ap
 
 Layout mirrored (public URLs, see the CUDA installation guide and the NVIDIA container
 toolkit install guide):
-    compute/cuda/repos/debian12/x86_64/            flat repo ("deb URL /"), cuda-keyring_1.1-1_all.deb
+    compute/cuda/repos/debian12/x86_64/            flat repo ("deb URL /"), cuda-keyring_1.1-1_all.deb,
+                                                   the signing key as <key id>.pub
     libnvidia-container/gpgkey                     armored signing key
     libnvidia-container/stable/deb/amd64/          flat repo ("deb URL/$(ARCH) /")
 
@@ -39,6 +40,7 @@ from pathlib import Path
 from lab.standins.nvidia_apt_repo import nvidia_smi
 from lab.standins.nvidia_apt_repo.dcgm import dcgm_packages
 from lab.standins.nvidia_apt_repo.dcgm_exporter import dcgm_exporter_packages
+from lab.standins.nvidia_apt_repo.signing import SIGNING_KEY_FILE, SIGNING_KEY_FINGERPRINT, cuda_key_file_name, keyring
 
 HERE = Path(__file__).resolve().parent
 PROJECT_ROOT = HERE.parents[2]
@@ -383,29 +385,6 @@ def _run(*command: str, cwd: Path | None = None) -> str:
     return result.stdout
 
 
-def _signing_key() -> tuple[Path, bytes, str]:
-    """A throwaway key made once per checkout (stable, so that built keyrings stay valid)."""
-    home = STATE_DIR / "gnupg"
-    if not (home / "pubring.kbx").exists():
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _run(
-            "gpg",
-            "--homedir",
-            str(home),
-            "--batch",
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "inference-host lab stand-in <standin@invalid>",
-            "ed25519",
-            "sign",
-            "never",
-        )
-    binary = subprocess.run(["gpg", "--homedir", str(home), "--export"], capture_output=True, check=True).stdout
-    armored = _run("gpg", "--homedir", str(home), "--export", "--armor")
-    return home, binary, armored
-
-
 def _build_deb(package: Package, out: Path, key: bytes) -> None:
     with tempfile.TemporaryDirectory(prefix="ih-standin-deb-") as tmp:
         root = Path(tmp)
@@ -498,21 +477,21 @@ def _proxmox_repo(root: Path, key: bytes, gnupg: Path) -> None:
 
 def signing_key() -> bytes:
     """The stand-in repositories' public key (binary), for a node's trusted.gpg.d."""
-    return _signing_key()[1]
+    return keyring(STATE_DIR)[1]
 
 
 def _fingerprint() -> str:
     """Of everything the packages are built from: this folder's stand-ins and the captures
     nvidia-smi answers from."""
     captures = [*(nvidia_smi.CAPTURES / "h200-1gpu").glob("*"), *(nvidia_smi.CAPTURES / "h200-1gpu-health").glob("*")]
-    sources = sorted([*HERE.glob("*.py"), HERE / "nvidia-ctk", *captures])
+    sources = sorted([*HERE.glob("*.py"), HERE / "nvidia-ctk", SIGNING_KEY_FILE, *captures])
     return hashlib.sha256(b"".join(path.read_bytes() for path in sources if path.is_file())).hexdigest()[:16]
 
 
 def build() -> Path:
     """Build the repository under .lab/ (once per version of this file); returns its web root.
-    One process at a time: two labs brought up at once (pytest-xdist's workers) each made the
-    signing key, and each removed the other's staging folder as an earlier build's."""
+    One process at a time: two labs brought up at once (pytest-xdist's workers) each removed the
+    other's staging folder as an earlier build's."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with open(STATE_DIR / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -523,7 +502,7 @@ def _build() -> Path:
     www = STATE_DIR / f"www-{_fingerprint()}"
     if (www / "ready").exists():
         return www
-    gnupg, key, armored = _signing_key()
+    gnupg, key, armored = keyring(STATE_DIR)
     staging = Path(tempfile.mkdtemp(prefix="www-", dir=STATE_DIR))
     cuda_repo = staging / "compute" / "cuda" / "repos" / DISTRO_PATH / "x86_64"
     toolkit_repo = staging / "libnvidia-container" / "stable" / "deb" / "amd64"
@@ -535,6 +514,8 @@ def _build() -> Path:
     _index_and_sign(toolkit_repo, gnupg, "libnvidia-container (inference-host stand-in)")
     _proxmox_repo(staging / "proxmox" / "debian" / "pve", key, gnupg)
     (staging / "libnvidia-container" / "gpgkey").write_text(armored)
+    # Where NVIDIA publishes the CUDA repository's key: <repo>/<distro>/x86_64/<key id>.pub.
+    (cuda_repo / cuda_key_file_name(SIGNING_KEY_FINGERPRINT)).write_text(armored)
     (staging / "ready").write_text(_fingerprint() + "\n")
     shutil.rmtree(www, ignore_errors=True)
     staging.rename(www)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
 from roles.site.fields import (
+    KeyFingerprint,
     MirrorUrl,
     SecretName,
     Section,
-    check,
 )
 
 
@@ -36,6 +35,11 @@ class CudaSettings(Section):
             " source or a command line."
         ),
     )
-    keyring_version: Annotated[
-        str, check(re.compile(r"^\d+\.\d+-\d+$").match, "a cuda-keyring package version like 1.1-1")
-    ] = Field("1.1-1", description=("Version of the cuda-keyring package downloaded from that repository."))
+    repo_key_fingerprint: KeyFingerprint = Field(
+        "EB693B3035CD5710E231E123A4B469963BF863CC",
+        description=(
+            "Fingerprint of the key that signs the CUDA repository; the deploy fetches <repository>/<key id>.pub"
+            " (3bf863cc.pub: the fingerprint's last 8 digits) and installs it only when it is this key. NVIDIA's"
+            " CUDA repository key since 2022 (cudatools <cudatools@nvidia.com>)."
+        ),
+    )

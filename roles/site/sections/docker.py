@@ -10,6 +10,7 @@ from pydantic import Field
 from roles.site.fields import (
     UNIX_NAME_RE,
     HostFolder,
+    KeyFingerprint,
     Section,
     Url,
     check,
@@ -56,6 +57,13 @@ class DockerSettings(Section):
         "https://download.docker.com/linux",
         description=("Base of Docker's repositories: <url>/<ubuntu|debian>, key at <url>/<ubuntu|debian>/gpg."),
     )
+    repo_key_fingerprint: KeyFingerprint = Field(
+        "9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
+        description=(
+            "Fingerprint of Docker's repository key (<url>/<ubuntu|debian>/gpg), installed only when it is this"
+            " key: Docker's release key, as its install guide for Ubuntu and Debian names it."
+        ),
+    )
     nvidia_toolkit_repo_url: Url = Field(
         "https://nvidia.github.io/libnvidia-container/stable/deb",
         description=("NVIDIA container toolkit apt repository (apt appends /$(ARCH))."),
@@ -63,6 +71,13 @@ class DockerSettings(Section):
     nvidia_toolkit_key_url: Url = Field(
         "https://nvidia.github.io/libnvidia-container/gpgkey",
         description=("The toolkit repository's armored signing key."),
+    )
+    nvidia_toolkit_key_fingerprint: KeyFingerprint = Field(
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        description=(
+            "Fingerprint of the toolkit repository's key, installed only when it is this key: NVIDIA's key for"
+            " libnvidia-container (key id DDCAE044F796ECB0)."
+        ),
     )
     data_root: HostFolder = Field("/var/lib/docker", description="daemon.json data-root.")
     log_max_size: DockerSize = Field("100m", description=("daemon.json log-opts max-size (json-file driver)."))

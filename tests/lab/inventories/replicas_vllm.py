@@ -130,6 +130,7 @@ _replica = {
     },
     "health_after_deploy": ["service", "server"],
     "cuda_repo_url": f"{_nvidia}/compute/cuda/repos",
+    "cuda_repo_key_fingerprint": nvidia_apt_standin.SIGNING_KEY_FINGERPRINT,  # the stand-in's signing key
 }
 
 gpu_nodes = [

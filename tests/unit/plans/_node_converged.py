@@ -24,7 +24,7 @@ PACKAGES = {  # dpkg -l: name -> version
     "kmod": "30+20221128-1",
     "initramfs-tools": "0.142+deb12u1",
     "curl": "7.88.1-10+deb12u12",
-    "cuda-keyring": "1.1-1",
+    "gpg": "2.2.40-1.1",
     "proxmox-default-headers": "1.1.0",
     "nvidia-driver-cuda": f"{DRIVER}-1",
     "nvidia-persistenced": f"{DRIVER}-1",
@@ -36,7 +36,6 @@ DIRECTORIES = [
     "/etc/default/grub.d",
     "/etc/modules-load.d",
     "/etc/modprobe.d",
-    "/var/cache/inference-host",
     "/etc/apt/sources.list.d",
     "/etc/apt/preferences.d",
     "/etc/systemd/system",
@@ -100,14 +99,12 @@ def converged_node_responses(gpus: list[str], guest_keys: list[str]) -> dict:
         ],
         "pct status 201": _guest_config(gpus),
         "dpkg -l": [f"ii  {name}  {version}  amd64  stand-in" for name, version in PACKAGES.items()],
-        "dpkg -I /var/cache/inference-host/cuda-keyring": ["Package: cuda-keyring", "Version: 1.1-1"],
+        # The CUDA repository's key in place, the one cuda_repo_key_fingerprint pins (roles/shared/apt_keys.py).
+        "[ -e /etc/apt/keyrings/nvidia-cuda.asc ] || exit 0;": ["EB693B3035CD5710E231E123A4B469963BF863CC"],
         "apt-mark showhold": HELD,
         "date +": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S%z"),
         "(test -e /var/lib/apt/periodic/update-success-stamp ||": _stat(
             "/var/lib/apt/periodic/update-success-stamp", "-rw-r--r--", 0, now
-        ),
-        "(test -e /var/cache/inference-host/cuda-keyring_1.1-1_all.deb ||": _stat(
-            "/var/cache/inference-host/cuda-keyring_1.1-1_all.deb", "-rw-r--r--", 4328, now
         ),
     }
     for service, substate in SERVICES.items():
