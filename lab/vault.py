@@ -1,12 +1,13 @@
 """The lab's throwaway secrets, made once under .lab/ and never a site's: the vault (API key,
-Hub token, monitor password) with its password file, and the guest's SSH key pair."""
+Hub token, monitor password) with its password file, one per lab prefix (.lab/<prefix>/), and the
+guest's SSH key pair (.lab/, shared)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from lab.docker_engine import STATE_DIR, state_lock
+from lab.docker_engine import PREFIX, STATE_DIR, state_lock
 
 
 def vault_secret(vault: str, name: str, password_file: Path | None = None) -> str:
@@ -65,14 +66,21 @@ def throwaway_vault() -> tuple[str, str]:
 ROLE_KEYS = ("engine_admin_api_key", "gateway_control_plane_api_key")
 
 
+def vault_folder() -> Path:
+    """Where the vault of this lab prefix lives: one per prefix, as its heartbeat URL is the
+    prefix's (two labs at once, pytest-xdist's workers, rewrote one shared vault's URL each)."""
+    return STATE_DIR / PREFIX
+
+
 def _vault() -> tuple[str, str]:
     import secrets
 
     from roles.site.vault import decrypt_all, load, rename_secret, set_secret, stored
 
-    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
-    password_file = STATE_DIR / "vault-password"
-    vault = STATE_DIR / "secrets.vault.yml"
+    folder = vault_folder()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    password_file = folder / "vault-password"
+    vault = folder / "secrets.vault.yml"
     if not password_file.exists():
         fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -104,7 +112,6 @@ def _vault() -> tuple[str, str]:
 def _heartbeat_url(vault: Path, password: bytes) -> None:
     """The heartbeat stand-in's ping URL (inventory/lab.py's monitoring_heartbeat_url_secret): its
     address and port follow the lab's prefix and bridge, so it is set again when they change."""
-    from lab.docker_engine import PREFIX
     from lab.standins.heartbeat import ping_url
     from roles.site.vault import decrypt_all, load, set_secret
 

@@ -53,7 +53,14 @@ class KeyFingerprints(FactBase):
         return sorted(lines)
 
 
-def install_gpg() -> None:
+_gpg_planned: set[str] = set()
+
+
+def install_gpg(host) -> None:
+    """gpg on the host, once per host and deploy (a host may take two or three keys)."""
+    if host.name in _gpg_planned:
+        return
+    _gpg_planned.add(host.name)
     apt.packages(
         name=f"Install {GPG_PACKAGE} (reads the fingerprints of the repositories' signing keys)",
         packages=[GPG_PACKAGE],
@@ -90,7 +97,7 @@ def install_command(url: str, dest: str, fingerprint: str, setting: str) -> Shel
 def pinned_key(host, name: str, url: str, dest: str, fingerprint: str, setting: str):
     """The operation that leaves dest holding the key `fingerprint` pins (its did_change tells
     whether apt's lists need reading again). No change when dest already is that key."""
-    install_gpg()
+    install_gpg(host)
     present = host.get_fact(KeyFingerprints, path=dest)
     return server.shell(
         name=f"{name}: {url}, pinned to {fingerprint} ({setting})",

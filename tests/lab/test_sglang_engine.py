@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import lab
+from lab.standins.nvidia_apt_repo import signing
 from roles.shared import legacy_account, legacy_layout
 from roles.shared.engine_env import env_dir
 from roles.site import address_of, load_site, vault
@@ -124,7 +125,10 @@ def _old_main(
     _serve_this_checkouts_repositories(tree)
     # The same vault (API key, token), its password and the guest's SSH key: this lab's, not new ones.
     (tree / ".lab").mkdir(mode=0o700)
-    for name in ("vault-password", "secrets.vault.yml", "guest-ssh-key", "guest-ssh-key.pub"):
+    vault_file, password_file = lab.throwaway_vault()  # where the old code reads them: .lab/
+    shutil.copy2(vault_file, tree / ".lab" / "secrets.vault.yml")
+    shutil.copy2(password_file, tree / ".lab" / "vault-password")
+    for name in ("guest-ssh-key", "guest-ssh-key.pub"):
         if (lab.STATE_DIR / name).exists():
             shutil.copy2(lab.STATE_DIR / name, tree / ".lab" / name)
     # Its inventory and lab read the API key by its old name (docs/upgrades.md#engine-neutral-setting-names):
@@ -134,10 +138,10 @@ def _old_main(
         vault.rename_secret(copied, "engine_api_key", api_key_name)
     # The same NVIDIA apt signing key: one vendor's key for old and new code, as on the target. A key
     # of its own (made once per checkout) left the guest trusting only the old repository's
-    # signature, and apt kept the old index for this code's repository.
-    key = lab.STATE_DIR / "nvidia_apt_repo" / "gnupg"
-    if key.exists():
-        shutil.copytree(key, tree / ".lab" / "nvidia_apt_repo" / "gnupg", ignore=shutil.ignore_patterns("S.*"))
+    # signature, and apt kept the old index for this code's repository. The committed key goes
+    # where the old code keeps the one it made.
+    key, _, _ = signing.keyring(lab.STATE_DIR / "nvidia_apt_repo")
+    shutil.copytree(key, tree / ".lab" / "nvidia_apt_repo" / "gnupg", ignore=shutil.ignore_patterns("S.*"))
     subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, check=True)
     return tree
 

@@ -72,6 +72,14 @@ def _key_install(p, url: str) -> int:
     return index
 
 
+@pytest.mark.parametrize("where", [UBUNTU, DEBIAN])
+def test_gpg_is_installed_once_before_the_first_key_is_read(where):
+    p = plan(*where)
+    gpg = [i for i, c in enumerate(p.commands) if c.startswith(APT_INSTALL) and c.endswith(" gpg")]
+    keys = [i for i, c in enumerate(p.commands) if "apt-helper download-file" in c and 'if [ "$got" != ' in c]
+    assert len(gpg) == 1 and len(keys) == 3 and gpg[0] < keys[0], (gpg, keys)  # CUDA, Docker, the toolkit
+
+
 @pytest.mark.parametrize("where, path", [(UBUNTU, "ubuntu2404"), (DEBIAN, "debian12")])
 def test_cuda_repository_key_then_sources_then_update(where, path):
     p = plan(*where)
