@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -27,7 +28,12 @@ import testinfra.host
 from checks import __main__ as checks_main
 from checks import bounded, gateway, probes, server_checks
 from checks.bounded import CommandOverrun
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import PROJECT_ROOT, as_a_shell_starts_it
+
+# The commands these tests interrupt start with SIGINT as a shell gives it (tests/unit/conftest.py),
+# and the worker's own state is reported when it is not Python's default.
+pytestmark = pytest.mark.usefixtures("signals_of_this_worker")
+_popen = functools.partial(subprocess.Popen, preexec_fn=as_a_shell_starts_it)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -767,7 +773,7 @@ def test_an_interrupted_run_kills_what_it_started_and_writes_its_report(programs
     report = tmp_path / "report.json"
     argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--suites", "gpu", "--no-bandwidth-probes"]
     argv += ["--report", str(report), "--expect", "gpu_count=1"]
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(marker)
         time.sleep(0.5)
@@ -797,7 +803,7 @@ def test_an_interrupted_acceptance_kills_what_it_started_and_writes_its_report(p
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "checks.acceptance", "--hosts", "local://", "--suites", "gpu", "--no-dcgm"]
     argv += ["--no-bench", "--out", str(out), "--expect", "gpu_count=1"]
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(marker)
         time.sleep(0.5)
@@ -944,7 +950,7 @@ def test_ctrl_c_during_dcgm_is_a_line_not_a_traceback_and_the_engine_comes_back(
     fake_systemctl(programs, tmp_path / "state")
     marker = stubborn(programs, tmp_path, "dcgmi")
     argv = [sys.executable, "-m", "checks", "--hosts", "local://", "--dcgm-level", "2", "--suites", "gpu"]
-    process = subprocess.Popen(
+    process = _popen(
         argv + ["--report", str(tmp_path / "r.json")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -1006,7 +1012,7 @@ def test_an_interrupted_run_ends_the_command_on_a_host_behind_ssh(programs, tmp_
     host's processes are this machine's and can be looked for."""
     programs("ssh", 'for word; do last="$word"; done; exec sh -c "$last"')
     marker = stubborn(programs, tmp_path, "nvidia-smi")
-    process = subprocess.Popen(
+    process = _popen(
         [sys.executable, "-c", SSH_INTERRUPTED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:

@@ -3,6 +3,7 @@ that is not UTF-8, a reader that went away, a Ctrl-C. None of them is a tracebac
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -15,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.conftest import PROJECT_ROOT
+from tests.unit.conftest import PROJECT_ROOT, as_a_shell_starts_it
 from tests.unit.test_exit_codes import replicas_inventory
+
+# The commands these tests interrupt start with SIGINT as a shell gives it (tests/unit/conftest.py),
+# and the worker's own state is reported when it is not Python's default.
+pytestmark = pytest.mark.usefixtures("signals_of_this_worker")
+_popen = functools.partial(subprocess.Popen, preexec_fn=as_a_shell_starts_it)
 
 PYTHON = sys.executable
 CONSOLE = str(Path(sys.executable).with_name("inference-host"))
@@ -116,7 +122,7 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     listener.listen(8)
     inventory = replicas_inventory(tmp_path / "silent", listener.getsockname()[1])
     try:
-        process = subprocess.Popen(
+        process = _popen(
             [CONSOLE, "status", str(inventory), "--timeout", "60"],
             cwd=PROJECT_ROOT,
             env={**os.environ, "INFERENCE_HOST_VAULT_PASSWORD_FILE": str(inventory.parent / "password")},
@@ -273,7 +279,7 @@ def test_an_interrupted_deploy_stops_pyinfras_whole_group(tmp_path, how):
         "import sys; from roles.site.command_line import run_command; from inference_host import pyinfra_run;"
         " pyinfra_run.STOP_GRACE_S = 1; run_command(lambda: pyinfra_run.run_pyinfra([sys.argv[1]]), 'inference-host')"
     )
-    process = subprocess.Popen(
+    process = _popen(
         [PYTHON, "-c", program, str(fake)],
         cwd=PROJECT_ROOT,
         stderr=subprocess.PIPE,
@@ -324,7 +330,7 @@ def test_a_ctrl_c_between_fork_and_exec_is_still_one_line():
     import random
 
     seconds = str(random.randint(4000, 4999))
-    process = subprocess.Popen(
+    process = _popen(
         [PYTHON, "-c", FORK_RACE, seconds],
         cwd=PROJECT_ROOT,
         stdout=subprocess.PIPE,
