@@ -50,7 +50,7 @@ def test_second_deploy_changes_nothing_in_the_gpu_stack(lab_second_deploy):
 def test_first_deploy_installed_the_stack(lab_first_deploy):
     changed = _ours(lab_first_deploy.changed)
     for expected in (
-        "Install NVIDIA's repository keyring",
+        "Install the CUDA repository's signing key",
         f"Install NVIDIA driver {STACK.driver_version}",
         "Install CUDA toolkit 12.8",
         "Install CUDA toolkit 13.0",
@@ -99,9 +99,11 @@ def test_the_repositorys_key_is_the_pinned_one_and_no_keyring_package_ran(gpu_gu
 
 
 def test_a_key_other_than_the_pinned_one_stops_the_deploy_in_one_line(gpu_guest, lab_second_deploy):
-    """The guest deployed with another fingerprint pinned: the stand-in's key is refused before the
-    sources entry, apt's lists or a package changed, and the key in place stays."""
-    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    """The guest deployed with another fingerprint pinned, one with the stand-in key's id (its last
+    8 digits), so that the file fetched is the one the stand-in serves, as a server that swapped
+    the key behind NVIDIA's file name would: refused before the sources entry, apt's lists or a
+    package changed, and the key in place stays."""
+    other = "0123456789ABCDEF0123456789ABCDEF" + nvidia_apt_standin.SIGNING_KEY_FINGERPRINT[-8:]
     key_before = gpu_guest.file(CUDA_KEY).sha256sum
     sources_before = gpu_guest.file(CUDA_SOURCES).content_string
     packages_before = gpu_guest.run("dpkg-query -W -f '${Package} ${Version}\\n'").stdout

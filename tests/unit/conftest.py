@@ -15,22 +15,24 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def as_a_shell_starts_it() -> None:
     """preexec_fn for a command a test interrupts as a terminal does: SIGINT at its default action
-    and unblocked, as a shell starts a foreground command. A child inherits both from the process
-    that forks it, and a pytest-xdist worker that had run a lab before handed its children SIGINT
-    blocked or ignored (CI, 2026-12-07: six Ctrl-C tests saw the command go on as if nothing came,
-    all passing on their own). The worker's own state is reported by signals_of_this_worker."""
+    and unblocked, as a shell starts a foreground command. A child inherits an ignored or blocked
+    signal from the process that forks it, and pytest inherits them from whatever started it: a
+    non-interactive shell ignores SIGINT in what it starts with `&` (POSIX, "Asynchronous Lists"),
+    so `nohup .ci/run &` gave every worker, and every command a test started, SIGINT ignored, and
+    a Python that starts with SIGINT ignored never raises KeyboardInterrupt (seen 2026-12-07: six
+    Ctrl-C tests failed so, each passing when pytest ran in the foreground)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def signals_of_this_worker():
-    """A warning, in pytest's summary, when this process has SIGINT blocked or not at Python's own
-    handler: what a child started without as_a_shell_starts_it would inherit."""
+    """One warning, in pytest's summary, when this process has SIGINT blocked or not at Python's
+    own handler: what a child started without as_a_shell_starts_it would inherit."""
     blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     handler = signal.getsignal(signal.SIGINT)
     if blocked or handler is not signal.default_int_handler:
-        warnings.warn(f"this worker has SIGINT blocked={blocked}, handler={handler!r}", stacklevel=1)
+        warnings.warn(f"this process has SIGINT blocked={blocked}, handler={handler!r}", stacklevel=1)
 
 
 REAL_STACK = PROJECT_ROOT / "inventory" / "stack.yml"

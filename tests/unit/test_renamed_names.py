@@ -141,8 +141,10 @@ def test_the_lab_renames_its_own_old_vault_key(tmp_path, monkeypatch, capsys):
     import lab.vault
 
     monkeypatch.setattr(lab.vault, "STATE_DIR", tmp_path)
-    (tmp_path / "vault-password").write_bytes(PASSWORD)
-    vault.set_secret(tmp_path / "secrets.vault.yml", "sglang_api_key", "lab-old-key", PASSWORD)
+    folder = lab.vault.vault_folder()  # the prefix's folder under STATE_DIR
+    folder.mkdir(mode=0o700)
+    (folder / "vault-password").write_bytes(PASSWORD)
+    vault.set_secret(folder / "secrets.vault.yml", "sglang_api_key", "lab-old-key", PASSWORD)
     made, _ = lab.vault.throwaway_vault()
     assert set(vault.stored(made)) == {
         "engine_api_key",
