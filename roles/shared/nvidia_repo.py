@@ -1,12 +1,13 @@
 """NVIDIA's CUDA apt repository, shared by roles/nvidia_driver and roles/cuda.
 
 NVIDIA signs the repository with one key and publishes it beside the packages as
-<repository>/<key id>.pub (3bf863cc.pub since April 2022: NVIDIA's technical blog "Updating the
-CUDA Linux GPG Repository Key", which gives that file as the alternative to the cuda-keyring
-package). The deploy installs that key file, only when its fingerprint is the pinned
-cuda_repo_key_fingerprint (roles/shared/apt_keys.py), and writes the sources entry itself with
-the configured URL (`cuda_repo_url`), so that an air-gapped site's mirror is the only source apt
-reads. The path under the URL derives from the distro: ubuntu2404, debian12.
+<repository>/<key id>.pub (3bf863cc.pub since the key rotation of April 2022; NVIDIA's forum
+answers name that file as the manual alternative to the cuda-keyring package, which NVIDIA
+prefers: docs/security.md says why the deploy does not use it). The deploy installs that key
+file, only when its fingerprint is the pinned cuda_repo_key_fingerprint (roles/shared/apt_keys.py),
+and writes the sources entry itself with the configured URL (`cuda_repo_url`), so that an
+air-gapped site's mirror is the only source apt reads. The path under the URL derives from the
+distro: ubuntu2404, debian12.
 
 The cuda-keyring package is not installed: it is a .deb fetched from the same server and
 installed by root with dpkg, so its maintainer scripts would run whatever that server sends, and
