@@ -64,10 +64,13 @@ def test_a_character_the_locale_cannot_show_is_a_question_mark():
     assert (done.returncode, done.stdout, done.stderr) == (0, b"a ? b\n", b"")
 
 
-def _closed_pipe():
-    read, write = os.pipe()
-    os.close(read)  # the reader is gone before the first byte: `| head -1` after its line
-    return write
+# Runs argv with its stdout a pipe whose reader is gone before the first byte (`| head -1` after
+# its line). The pipe is made in a fresh, one-threaded process, which then becomes the command.
+# Made in the test's own process, the command once exited 0 with nothing on stderr (a run of
+# `.ci/run` on 2026-12-07, the worker having run the replicas lab first): its write went through,
+# so a reader was alive. The one way seen for that: a fork by another thread of the worker between
+# the pipe's making and the close of its reading end, whose child holds that end until it execs.
+CLOSED_PIPE = "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.execvp(sys.argv[1], sys.argv[1:])"
 
 
 @pytest.mark.parametrize(
@@ -81,11 +84,9 @@ def _closed_pipe():
     ids=["inference-host", "roles.site", "checks", "lab"],
 )
 def test_output_into_a_closed_pipe_ends_quietly(argv):
-    write = _closed_pipe()
-    try:
-        done = subprocess.run(argv, cwd=PROJECT_ROOT, stdout=write, stderr=subprocess.PIPE, timeout=300, check=False)
-    finally:
-        os.close(write)
+    done = subprocess.run(
+        [PYTHON, "-c", CLOSED_PIPE, *argv], cwd=PROJECT_ROOT, stderr=subprocess.PIPE, timeout=300, check=False
+    )
     assert done.stderr == b"", done.stderr.decode()[-2000:]
     assert done.returncode == -signal.SIGPIPE
 
