@@ -148,12 +148,12 @@ def test_standin_refuses_what_proxmox_refuses(pve_node):
     assert readonly.rc == 255 and "unable to modify read-only option: 'unprivileged'" in readonly.stderr
 
 
-def _pve_standin():
+def _pve_schema():
     """The pct stand-in's own parser module (pve-common 8.3.8's property-string code, ported)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py"
+        "pve_schema", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_schema.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -193,8 +193,8 @@ def test_planted_mount_points_reach_pcts_config_unchanged_or_are_refused(pve_nod
     assert problems == []
     created = pve_node.run(create_command(guest, []))
     assert created.rc == 0, created.stderr
-    standin = _pve_standin()
-    fields, parse = standin.LXC_MP, standin.parse_property_string
+    schema = _pve_schema()
+    fields, parse = schema.LXC_MP, schema.parse_property_string
     on_disk = pve.parse_config(pve_node.file(f"/etc/pve/lxc/{vmid}.conf").content_string, "lxc").current["mp0"]
     shown = dict(line.split(": ", 1) for line in pve_node.run(f"pct config {vmid}").stdout.splitlines())["mp0"]
     for text in (on_disk, shown):

@@ -1,7 +1,7 @@
 """Every value the deploy writes into a Proxmox property string or onto an engine's command line
 is read back with what reads it on the host, or was refused by the site model first (issue 38):
 
-- Proxmox: the pct/qm stand-in's parser (lab/standins/proxmox/pve_standin.py), which follows
+- Proxmox: the pct/qm stand-in's parser (lab/standins/proxmox/pve_schema.py), which follows
   pve-common 8.3.8 src/PVE/JSONSchema.pm parse_property_string (PVE 8, stable-bookworm): split on
   every ',', blank parts dropped, KEY=VALUE at the first '=', a bare part the default key;
 - the engine: Python's own argparse with the pinned release's options as captured from its wheel
@@ -37,10 +37,10 @@ from tests.unit.conftest import PROJECT_ROOT, InventoryFactory
 from tests.unit.test_validation_rules import validate  # noqa: F401 (a fixture)
 
 SPEC = importlib.util.spec_from_file_location(
-    "pve_standin", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_standin.py"
+    "pve_schema", PROJECT_ROOT / "lab" / "standins" / "proxmox" / "pve_schema.py"
 )
-standin = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(standin)
+schema = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(schema)
 
 TP = {"gpu_count": 8, "serving_topology": "tensor_parallel", "nccl_ib_disable": True, "nccl_socket_ifname": "ens1f0"}
 
@@ -52,13 +52,13 @@ def pve_parse(key: str, value: str) -> dict[str, str]:
     """What pct/qm make of `--<key> <value>`: the stand-in's schema check (pve's formats), then
     the parsed keys and values as pve-common's parse_property_string returns them."""
     kind, fields, default, aliases = {
-        "rootfs": ("lxc", standin.LXC_ROOTFS, "volume", None),
-        "mp": ("lxc", standin.LXC_MP, "volume", None),
-        "lxcnet": ("lxc", standin.LXC_NET, None, None),
-        "drive": ("qemu", standin.DRIVE, "file", None),
-        "qmnet": ("qemu", standin.QM_NET, None, {m: None for m in standin.NIC_MODELS}),
+        "rootfs": ("lxc", schema.LXC_ROOTFS, "volume", None),
+        "mp": ("lxc", schema.LXC_MP, "volume", None),
+        "lxcnet": ("lxc", schema.LXC_NET, None, None),
+        "drive": ("qemu", schema.DRIVE, "file", None),
+        "qmnet": ("qemu", schema.QM_NET, None, {m: None for m in schema.NIC_MODELS}),
     }[key]
-    return standin.parse_property_string(value, fields, default, aliases)
+    return schema.parse_property_string(value, fields, default, aliases)
 
 
 def engine_parser(version: str, engine: str) -> argparse.ArgumentParser:
@@ -133,7 +133,7 @@ def lxc_read_back(guest) -> list[tuple[str, dict, dict]]:
             wanted["ro"] = "1"
         found.append((f"--mp{index}", pve_parse("mp", options[f"--mp{index}"]), wanted))
     for key in ("--rootfs", "--net0", *(f"--mp{i}" for i in range(len(settings.mount_points)))):
-        standin.LXC_SCHEMA[key[2:]](options[key])  # pct's own schema accepts it too
+        schema.LXC_SCHEMA[key[2:]](options[key])  # pct's own schema accepts it too
     return found
 
 
@@ -157,7 +157,7 @@ def kvm_read_back(guest) -> list[tuple[str, dict, dict]]:
     if image:
         found.append(("--ide2", pve_parse("drive", options["--ide2"]), {"file": f"{settings.storage}:cloudinit"}))
     for key in ("--scsi0", "--net0", "--efidisk0"):
-        standin.QM_SCHEMA[key[2:]](options[key])
+        schema.QM_SCHEMA[key[2:]](options[key])
     return found
 
 
@@ -362,5 +362,5 @@ def test_the_standin_reads_property_strings_as_pve_common_does():
     with its '=' and spaces, a part '=x' or 'k=' is a missing key, a bare part the default key."""
     assert pve_parse("mp", "/a,, ,mp=/b=c ") == {"volume": "/a", "mp": "/b=c "}
     for bad in ("/a,mp=", "/a,=x", "/a=b,mp=/c"):
-        with pytest.raises(standin.SchemaError):
+        with pytest.raises(schema.SchemaError):
             pve_parse("mp", bad)
