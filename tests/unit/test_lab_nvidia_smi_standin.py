@@ -190,7 +190,8 @@ def test_in_container_mode_an_old_driver_lists_the_nodes_pids_or_none_and_counts
             (777001, "[Not Found]", 4096),
         ]
         used = smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
-        assert used[0] == str(81920 + 20480 + 4096) and set(used[1:]) == {"0"}
+        # three contexts on GPU 0: 9 MiB for the first, 6 for each further (captured, 580.159.04)
+        assert used[0] == str(81920 + 20480 + 4096 + 9 + 6 + 6) and set(used[1:]) == {"0"}
         assert "Process ID                                       : 913377" in smi("-q").stdout
         assert f": {stray.pid}" not in smi("-q").stdout
     finally:
@@ -200,10 +201,10 @@ def test_in_container_mode_an_old_driver_lists_the_nodes_pids_or_none_and_counts
 
 
 def test_in_container_mode_the_pinned_driver_lists_the_guests_own_pids_and_hides_outside_holders(smi):
-    """As open-gpu-kernel-modules 580.95.05 os_find_ns_pid does (docs/upstream.md; the capture
-    script in tests/unit/data/nvidia-smi-pidns has not run yet): inside a PID namespace the driver
-    names this namespace's processes under
-    their own PIDs and leaves out the rest; memory.used still counts an outside holder."""
+    """As open-gpu-kernel-modules 580.95.05 os_find_ns_pid does (docs/upstream.md) and as captured
+    on an H100 with 580.159.04 (tests/unit/data/nvidia-smi-pidns, 03-pidns-inside.txt): inside a
+    PID namespace the driver names this namespace's processes under their own PIDs and leaves out
+    the rest; memory.used still counts an outside holder, and a few MiB per context beyond."""
     smi.plant()
     (smi.state / "pid-namespace").write_text("container\n")
     (smi.state / "outside").mkdir()
@@ -215,12 +216,39 @@ def test_in_container_mode_the_pinned_driver_lists_the_guests_own_pids_and_hides
         listed = parse.parse_compute_apps(smi(apps, "--format=csv,noheader,nounits").stdout)
         assert [(a.pid, a.process_name, a.used_memory_mib) for a in listed] == [(engine.pid, "sleep", 81920)]
         used = smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
-        assert used[0] == str(81920 + 2048)
+        assert used[0] == str(81920 + 2048 + 15)  # two contexts: 15 MiB beyond them, as captured
         assert "777001" not in smi("-q").stdout and "913377" not in smi("-q").stdout
         assert f"Process ID                                       : {engine.pid}" in smi("-q").stdout
     finally:
         engine.kill()
         engine.wait()
+
+
+@pytest.mark.parametrize("smi", ["580.159.04"], indirect=True)
+def test_in_container_mode_it_answers_as_the_captured_driver_did(smi):
+    """The capture's case 03-pidns-inside (tests/unit/data/nvidia-smi-pidns): a 2658 MiB holder
+    outside the namespace and one inside; the stand-in, planted alike, lists what the driver
+    listed there (only the inside one) and the memory.used it reported (both, and 15 MiB more)."""
+    from tests.unit.test_gpu_processes_captured import seen
+
+    captured_apps, captured_used, driver = seen("03-pidns-inside.txt")
+    smi.plant()
+    (smi.state / "pid-namespace").write_text("container\n")
+    (smi.state / "outside").mkdir()
+    (smi.state / "outside" / "machine-holder").write_text("0 2658 536\n")
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        (smi.state / "compute-apps" / str(holder.pid)).write_text("0 2658\n")
+        listed = parse.parse_compute_apps(
+            smi(f"--query-compute-apps={','.join(parse.COMPUTE_APP_FIELDS)}", "--format=csv,noheader,nounits").stdout
+        )
+        used = smi("--query-gpu=memory.used,driver_version", "--format=csv,noheader,nounits").stdout.splitlines()[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [app.used_memory_mib for app in listed] == [app.used_memory_mib for app in captured_apps] == [2658]
+    assert [app.pid for app in listed] == [holder.pid]  # its own PID here, as the capture's 24 there
+    assert used == f"{captured_used}, {driver}"
 
 
 def test_the_hang_switch_makes_it_block_as_on_a_wedged_driver(smi):

@@ -27,18 +27,20 @@ Processes): the driver lists a process while it holds a CUDA context; no process
 can. A lab test makes one "hold" a GPU by writing /run/nvidia-smi-standin/compute-apps/<pid>
 ("<gpu index> <used MiB>[ <node pid>]"); it is listed while that process lives, as a context
 ends with its process, and its memory counts in `memory.used` (the captured -q: Used 0 MiB when
-none). Which PID is listed depends on where the driver runs and on its version, and the lab says
-where with /run/nvidia-smi-standin/pid-namespace:
+none), with the few MiB more per context the driver shows there (context_overhead_mib). Which PID
+is listed depends on where the driver runs and on its version, and the lab says where with
+/run/nvidia-smi-standin/pid-namespace:
 - absent: the host's own PIDs, as on bare metal or in a KVM guest whose kernel runs the driver;
 - "container": as NVML answers inside an LXC guest (its own PID namespace, the driver in the
   node's kernel), by the package's driver version (checks/gpu_processes.py translates_pids):
   - 535.113.01 and later (every 545+, the pinned 580.95.05): the driver names each process by its
     PID in the caller's PID namespace and leaves out what it cannot name there
     (open-gpu-kernel-modules 580.95.05 kernel-open/nvidia/os-interface.c os_find_ns_pid,
-    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL; read from the source, not yet
-    captured: tests/unit/data/nvidia-smi-pidns holds the script): a planted process is listed under its
-    own PID and name; a holder outside the guest, planted as /run/nvidia-smi-standin/outside/<name>
-    ("<gpu index> <used MiB>[ <node pid>]"), is never listed and its memory counts in memory.used;
+    src/nvidia/src/kernel/gpu/gpu_rmapi.c gpuGetProcWithObject_IMPL; captured on an H100 with
+    the open module 580.159.04 from `unshare --pid` and `unshare --user --pid`,
+    tests/unit/data/nvidia-smi-pidns): a planted process is listed under its own PID and name; a
+    holder outside the guest, planted as /run/nvidia-smi-standin/outside/<name> ("<gpu index>
+    <used MiB>[ <node pid>]"), is never listed and its memory counts in memory.used;
   - older: the driver knows no PID namespace (NVIDIA/nvidia-docker#1483, "you will always get the
     host pids, not the container pids"; canonical/lxd#9755): the node's PID, the file's third field,
     with no process name (the guest's /proc has no such process); a process planted without one is
@@ -178,9 +180,17 @@ def gpu_values(gpu):
     if "memory_mib" in model:
         memory = str(model["memory_mib"])
         out["memory.total"] = (out["memory.total"][0], memory, memory + " MiB")
-    used = str(sum(int(app["used"]) for app in apps() if app["gpu"]["index"] == gpu["index"]))
+    on_gpu = [int(app["used"]) for app in apps() if app["gpu"]["index"] == gpu["index"]]
+    used = str(sum(on_gpu) + context_overhead_mib(len(on_gpu)))
     out["memory.used"] = ("memory.used [MiB]", used, used + " MiB")
     return out
+
+
+def context_overhead_mib(contexts):
+    """What memory.used holds beyond the processes' own figures: 9 MiB with one CUDA context on the
+    GPU, 15 MiB with two, none without (captured: tests/unit/data/nvidia-smi-pidns, H100, 580.159.04);
+    6 MiB more for each further context is an extrapolation of those two points."""
+    return 0 if contexts == 0 else 9 + 6 * (contexts - 1)
 
 
 def apps():
