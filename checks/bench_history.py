@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from checks import gpu_parsers as parse
+from checks import answer_parsers
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_FILE = HERE / "reference.yml"
@@ -25,7 +25,7 @@ def make_record(
     label: str,
     stack: str,
     workload: dict,
-    results: list[parse.BenchResult],
+    results: list[answer_parsers.BenchResult],
     when: str | None = None,
     engine: str = "sglang",
     speculative: dict | None = None,

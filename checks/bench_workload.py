@@ -3,7 +3,7 @@ run on the host, and its output parsed (python -m checks.bench, checks/bench.py)
 
 from __future__ import annotations
 
-from checks import gpu_parsers as parse
+from checks import answer_parsers
 from roles.shared.shell import Shell, argv, sh
 
 # -- the workload --------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def _in_temporary_folder(words: list[str]) -> Shell:
     return command
 
 
-def run_workload(host, target, args) -> list[parse.BenchResult]:
+def run_workload(host, target, args) -> list[answer_parsers.BenchResult]:
     from checks import bounded, server_checks
 
     expect = target["expect"]
@@ -147,5 +147,5 @@ def run_workload(host, target, args) -> list[parse.BenchResult]:
             raise RuntimeError(
                 f"the {expect.engine} benchmark failed (rc {result.rc}): {result.stderr.strip()[-1500:]}"
             )
-        results.extend(parse.parse_bench_serving_jsonl(result.stdout))
+        results.extend(answer_parsers.parse_bench_serving_jsonl(result.stdout))
     return results

@@ -1,7 +1,9 @@
-"""Pure parsers: the text of nvidia-smi, /proc/driver/nvidia, dmesg, ss, systemctl and SGLang
-turned into typed values. No I/O here, no pyinfra (checks runs where there is none):
-the health checks (checks) use these functions, and tests/unit holds each to real
-captured output (tests/unit/data/gpu/).
+"""Pure parsers of the GPU tools: the text of nvidia-smi, /proc/driver/nvidia, dmesg (Xid),
+nvidia-smi topo and dcgmi turned into typed values. No I/O here, no pyinfra (checks runs where
+there is none): the health checks (checks) use these functions, and tests/unit holds each to real
+captured output (tests/unit/data/gpu/). The engine's service on its host (systemctl, ss, the
+launch script) is parsed in checks/service_parsers.py, its answers (JSON, Prometheus text, the
+benchmark's output) in checks/answer_parsers.py.
 
 The driver's evidence (kernel module version and flavor, userspace versions, NVML's
 "Driver/library version mismatch", the modinfo license) is parsed in one place,
@@ -14,10 +16,8 @@ must be able to tell "no evidence" from "evidence of zero".
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,216 +346,6 @@ def parse_json_line(text: str, marker: str) -> dict:
     if found is None:
         raise ValueError(f"no line starting with {marker!r} in the program's output")
     return found
-
-
-# ----------------------------------------------------------------------------------------------
-# Service: systemctl show, ss
-
-
-def parse_systemctl_show(text: str) -> dict[str, str]:
-    """Returns `systemctl show UNIT -p A -p B` as {"A": ..., "B": ...}."""
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    return values
-
-
-# The engine's tensor-parallel size as roles/serving renders it (roles/serving/command.py
-# SPELLINGS): SGLang's --tp-size (or its --tensor-parallel-size alias), vLLM's
-# --tensor-parallel-size. SGLang's --tp-size counts the whole group's GPUs, --nnodes its nodes
-# (sglang 0.5.9 server_args.py: each node runs tp_size // nnodes ranks).
-TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    flag: str
-    tp_size: int
-    nnodes: int
-
-    @property
-    def per_node(self) -> int:
-        return self.tp_size // self.nnodes
-
-
-def parse_launcher_parallelism(text: str) -> Parallelism | None:
-    """Returns --tp-size/--tensor-parallel-size and --nnodes of the launcher's `exec` line (the
-    script roles/serving writes: launch.j2), None when it names no tensor-parallel size."""
-    line = next((line for line in reversed(text.splitlines()) if line.strip().startswith("exec ")), "")
-    argv = shlex.split(line)
-    values = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in (*TP_FLAGS, "--nnodes")}
-    flag = next((f for f in TP_FLAGS if f in values), None)
-    if flag is None or not values[flag].isdigit() or not values.get("--nnodes", "1").isdigit():
-        return None
-    return Parallelism(flag, int(values[flag]), int(values.get("--nnodes", "1")))
-
-
-def parse_env_assignment(text: str, name: str) -> str | None:
-    """The value of NAME=value in an environment file (the last assignment wins), None if unset."""
-    found = None
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key == name:
-            found = value
-    return found
-
-
-@dataclass(frozen=True)
-class ListeningSocket:
-    address: str
-    port: int
-    process: str | None = None
-
-
-def parse_ss_listening(text: str) -> list[ListeningSocket]:
-    """Returns the TCP listening sockets of `ss -Hltnp` (or `ss -ltnp` with its header)."""
-    sockets = []
-    for line in text.splitlines():
-        cells = line.split()
-        if len(cells) < 4 or cells[0] == "State":
-            continue
-        # State Recv-Q Send-Q Local Peer [Process]; `-H` drops the header only.
-        local = cells[3]
-        address, _, port = local.rpartition(":")
-        if not port.isdigit():
-            continue
-        address = address.strip("[]")
-        address = address.split("%", 1)[0]  # 127.0.0.1%lo
-        process = " ".join(cells[5:]) or None
-        sockets.append(ListeningSocket(address=address, port=int(port), process=process))
-    return sockets
-
-
-# ----------------------------------------------------------------------------------------------
-# Server: OpenAI-compatible responses and Prometheus text
-
-
-def model_ids(models_json: dict) -> list[str]:
-    """Returns the ids listed by /v1/models ({"object": "list", "data": [{"id": ...}]})."""
-    return [entry.get("id", "") for entry in models_json.get("data", [])]
-
-
-def completion_text(chat_json: dict) -> str:
-    """Returns the assistant text of a /v1/chat/completions response."""
-    choices = chat_json.get("choices") or []
-    if not choices:
-        raise ValueError(f"the completion has no choices; the engine answered: {engine_error(chat_json)}")
-    message = choices[0].get("message") or {}
-    return message.get("content") or ""
-
-
-def engine_error(body: dict, limit: int = 600) -> str:
-    """Returns the engine's own error from a response body, or the body itself (cut to limit).
-    An engine may answer HTTP 200 with an error body: vllm 0.16.0's OpenAI server does when the
-    engine core dies during a request (entrypoints/openai/engine/protocol.py ErrorResponse:
-    {"error": {"message", "type", "param", "code"}}); SGLang 0.5.x writes
-    {"object": "error", "message", "type", "code"} (entrypoints/openai/protocol.py ErrorResponse)."""
-    found = body.get("error") if isinstance(body.get("error"), dict) else body
-    error = found if isinstance(found, dict) else {}
-    message = error.get("message")
-    if message:
-        kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
-        text = f"{message} ({kind})" if kind else str(message)
-    else:
-        text = json.dumps(body, separators=(",", ":"))
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def degenerate_reason(text: str, max_run: int = 8, min_distinct_ratio: float = 0.2) -> str | None:
-    """Returns why generated text looks degenerate (a token repeated in a long run, or very few
-    distinct tokens), or None when it looks like language. Tokens are whitespace words, and
-    characters for text without spaces, so "!!!!!!!!" is caught too."""
-    stripped = text.strip()
-    if not stripped:
-        return "the text is empty"
-    tokens = stripped.split()
-    if len(tokens) < 3:
-        tokens = list(stripped)
-    run, longest, longest_token = 1, 1, tokens[0]
-    for previous, token in itertools.pairwise(tokens):
-        run = run + 1 if token == previous else 1
-        if run > longest:
-            longest, longest_token = run, token
-    if longest >= max_run:
-        return f"{longest_token!r} repeated {longest} times in a row"
-    if len(tokens) >= 20 and len(set(tokens)) / len(tokens) < min_distinct_ratio:
-        return f"only {len(set(tokens))} distinct tokens out of {len(tokens)}"
-    return None
-
-
-PROMETHEUS_LINE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Returns {metric name with labels: value} of the Prometheus text format (comments skipped)."""
-    metrics = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        match = PROMETHEUS_LINE_RE.match(line)
-        if match:
-            try:
-                metrics[match.group("name") + (match.group("labels") or "")] = float(match.group("value"))
-            except ValueError:
-                continue
-    return metrics
-
-
-# ----------------------------------------------------------------------------------------------
-# Benchmark: sglang.bench_serving --output-file (one JSON object per run)
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    max_concurrency: int | None
-    completed: int | None
-    output_throughput: float | None  # output tok/s
-    request_throughput: float | None
-    mean_ttft_ms: float | None
-    median_ttft_ms: float | None
-    mean_itl_ms: float | None
-    median_itl_ms: float | None
-    mean_tpot_ms: float | None
-    accept_length: float | None
-    extra: dict = field(default_factory=dict, compare=False)
-
-
-def _float(value) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def parse_bench_serving_jsonl(text: str) -> list[BenchResult]:
-    """Returns one BenchResult per line of bench_serving's --output-file (it appends a line per run)."""
-    results = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        results.append(
-            BenchResult(
-                max_concurrency=_int(str(row["max_concurrency"])) if row.get("max_concurrency") is not None else None,
-                completed=row.get("completed"),
-                output_throughput=_float(row.get("output_throughput")),
-                request_throughput=_float(row.get("request_throughput")),
-                mean_ttft_ms=_float(row.get("mean_ttft_ms")),
-                median_ttft_ms=_float(row.get("median_ttft_ms")),
-                mean_itl_ms=_float(row.get("mean_itl_ms")),
-                median_itl_ms=_float(row.get("median_itl_ms")),
-                mean_tpot_ms=_float(row.get("mean_tpot_ms")),
-                accept_length=_float(row.get("accept_length")),
-                extra={
-                    k: row[k]
-                    for k in ("backend", "dataset_name", "random_input_len", "random_output_len", "duration")
-                    if k in row
-                },
-            )
-        )
-    return results
 
 
 # ----------------------------------------------------------------------------------------------

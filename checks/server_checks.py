@@ -18,8 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from checks import bounded
-from checks import gpu_parsers as parse
+from checks import answer_parsers, bounded, service_parsers
 from checks.probes import explain
 from roles.shared.shell import Shell, argv, sh
 
@@ -67,7 +66,9 @@ def tls_options(expect) -> list[str]:
 
 
 def environment_file(host, unit: str) -> str | None:
-    shown = parse.parse_systemctl_show(host.run(sh("systemctl show -p EnvironmentFiles -- {unit}", unit=unit)).stdout)
+    shown = service_parsers.parse_systemctl_show(
+        host.run(sh("systemctl show -p EnvironmentFiles -- {unit}", unit=unit)).stdout
+    )
     value = shown.get("EnvironmentFiles", "")
     return value.split()[0] if value else None
 
@@ -176,7 +177,7 @@ def judge_models(answer: HttpAnswer, served_name: str) -> str | None:
             f"HTTP {answer.status} {answer.body[:200] or answer.error}",
             "see the check 'health'; a 401 means the checks could not read the API key",
         )
-    ids = parse.model_ids(answer.json())
+    ids = answer_parsers.model_ids(answer.json())
     if served_name in ids:
         return None
     return explain(
@@ -194,8 +195,8 @@ def judge_chat(answer: HttpAnswer) -> tuple[str | None, str]:
             f"HTTP {answer.status} {answer.body[:300] or answer.error}",
             "read the server log; check the model path and GPU memory",
         ), ""
-    text = parse.completion_text(answer.json())
-    reason = parse.degenerate_reason(text)
+    text = answer_parsers.completion_text(answer.json())
+    reason = answer_parsers.degenerate_reason(text)
     if reason:
         return explain(
             "ordinary text from a deterministic prompt",
@@ -225,7 +226,7 @@ def judge_metrics(answer: HttpAnswer, engine: str = "sglang") -> tuple[str | Non
             else "vLLM serves /metrics by itself: read the server log"
         )
         return explain("/metrics to answer 200", f"HTTP {answer.status}", hint), 0
-    names = [name for name in parse.parse_prometheus(answer.body) if name.startswith(f"{engine}:")]
+    names = [name for name in answer_parsers.parse_prometheus(answer.body) if name.startswith(f"{engine}:")]
     if not names:
         return explain(
             f"Prometheus metrics named {engine}:*",

@@ -14,7 +14,7 @@ The judges are pure and unit-tested; test_speculative.py asks the host.
 
 from __future__ import annotations
 
-from checks import gpu_parsers as parse
+from checks import answer_parsers
 from checks.probes import explain
 from roles.shared import eagle3
 
@@ -28,7 +28,7 @@ WARMUP_PROMPT = (
 
 
 def metrics_accept_length(metrics_text: str) -> float | None:
-    return eagle3.accept_length_from_metrics(parse.parse_prometheus(metrics_text))
+    return eagle3.accept_length_from_metrics(answer_parsers.parse_prometheus(metrics_text))
 
 
 def server_info_accept_length(server_info: dict) -> float | None:

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from checks import bounded, gpu_processes
+from checks import bounded, gpu_processes, service_parsers
 from checks import gpu_parsers as parse
 from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.probes import SLOW_DRIVER_CALL_S, cuda_visibility_advice, evidence, explain, report, warn
@@ -181,7 +181,7 @@ def test_no_compute_process_outside_service(gpu, host, expect, request):
     cgroup, active = None, None
     if host.run("command -v systemctl").rc == 0:
         shown = host.run(sh("systemctl show -p ControlGroup -p ActiveState -- {unit}", unit=expect.unit_name))
-        values = parse.parse_systemctl_show(shown.stdout)
+        values = service_parsers.parse_systemctl_show(shown.stdout)
         cgroup = values.get("ControlGroup") or None
         active = values.get("ActiveState") in ("active", "activating", "reloading")
     listed = []

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import gpu_parsers as parse
-from checks import vllm_kv_log
+from checks import service_parsers, vllm_kv_log
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
 from roles.shared import sglang_kv_log
@@ -30,7 +29,7 @@ def unit(host, expect) -> dict[str, str]:
         )
     properties = [word for p in UNIT_PROPERTIES for word in ("-p", p)]
     shown = host.run(argv("systemctl", "show", f"{expect.unit_name}.service", *properties))
-    return parse.parse_systemctl_show(shown.stdout)
+    return service_parsers.parse_systemctl_show(shown.stdout)
 
 
 def _require_loaded(unit, expect) -> None:
@@ -89,7 +88,7 @@ def visible_gpus(host, gpu, expect) -> tuple[int, str]:
     CUDA_VISIBLE_DEVICES of the unit's env file. Only that one line is read off the host."""
     count, source = len(gpu.gpus), "nvidia-smi"
     shown = host.run(sh("grep -E '^CUDA_VISIBLE_DEVICES=' -- {file}", file=expect.env_file))
-    visible = parse.parse_env_assignment(shown.stdout, "CUDA_VISIBLE_DEVICES") if shown.rc == 0 else None
+    visible = service_parsers.parse_env_assignment(shown.stdout, "CUDA_VISIBLE_DEVICES") if shown.rc == 0 else None
     if visible is not None:
         # CUDA counts the entries up to the first invalid one; an empty value hides every GPU.
         listed = [part for part in visible.split(",") if part.strip()]
@@ -99,10 +98,10 @@ def visible_gpus(host, gpu, expect) -> tuple[int, str]:
 
 def judge_tensor_parallel(launcher: str, text: str, seen: int, source: str) -> str:
     """A problem of the rendered command line against the GPUs seen (explain's three parts), or ""."""
-    parallel = parse.parse_launcher_parallelism(text)
+    parallel = service_parsers.parse_launcher_parallelism(text)
     if parallel is None:
         return explain(
-            f"a tensor-parallel size ({' or '.join(parse.TP_FLAGS)}) in {launcher}",
+            f"a tensor-parallel size ({' or '.join(service_parsers.TP_FLAGS)}) in {launcher}",
             "none",
             "re-run the deploy (roles/serving writes the launcher from gpu_count)",
         )
@@ -130,7 +129,7 @@ def test_tensor_parallel_size_matches_the_gpus(host, unit, gpu, expect, request)
     else:
         seen, source = visible_gpus(host, gpu, expect)
     problem = judge_tensor_parallel(expect.launcher, shown.stdout, seen, source)
-    parallel = parse.parse_launcher_parallelism(shown.stdout)
+    parallel = service_parsers.parse_launcher_parallelism(shown.stdout)
     evidence(request, "tensor_parallel_ranks", parallel.per_node if parallel else None)
     assert not problem, problem
     assert parallel is not None  # judge_tensor_parallel found the launcher's flags
@@ -145,7 +144,7 @@ def test_listens_on_configured_address_only(host, unit, expect, request):
     _require_loaded(unit, expect)
     shown = host.run(sh("ss -Hltn {filter}", filter=f"sport = :{expect.serving_port}"))
     assert shown.rc == 0, explain("ss (iproute2) to list sockets", shown.stderr.strip(), "install iproute2")
-    sockets = parse.parse_ss_listening(shown.stdout)
+    sockets = service_parsers.parse_ss_listening(shown.stdout)
     addresses = sorted({s.address for s in sockets})
     wildcard = {"0.0.0.0", "*", "::"}
     wanted = {expect.serving_host} | (wildcard if expect.serving_host in wildcard else set())

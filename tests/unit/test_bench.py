@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import bench
-from checks import gpu_parsers as parse
+from checks import answer_parsers, bench
 
 DATA = Path(__file__).parent / "data" / "sglang" / "bench-serving-output.jsonl"
 WORKLOAD = {
@@ -22,12 +21,12 @@ WORKLOAD = {
 
 
 def _results(scale: float = 1.0):
-    results = parse.parse_bench_serving_jsonl(DATA.read_text())
+    results = answer_parsers.parse_bench_serving_jsonl(DATA.read_text())
     return [r.__class__(**{**r.__dict__, "output_throughput": r.output_throughput * scale}) for r in results]
 
 
 def test_parse_bench_serving_output():
-    results = parse.parse_bench_serving_jsonl(DATA.read_text())
+    results = answer_parsers.parse_bench_serving_jsonl(DATA.read_text())
     assert [r.max_concurrency for r in results] == [1, 16]
     assert results[0].output_throughput == 90.4 and results[0].mean_ttft_ms == 310.5
     assert results[0].accept_length is None  # no speculative decoding: null, not 0

@@ -141,7 +141,7 @@ def test_launcher_argv_reads_the_exec_line():
 
 
 def test_accept_length_from_prometheus_metrics():
-    from checks.gpu_parsers import parse_prometheus
+    from checks.answer_parsers import parse_prometheus
 
     text = (
         'sglang:spec_accept_length{model_name="kimi-k2.5",tp_rank="0"} 2.71\n'

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import connection, probes, test_gpus, test_interconnect, test_service
+from checks import answer_parsers, connection, probes, test_gpus, test_interconnect, test_service
 from checks import gpu_parsers as parse
 from checks.conftest import verdict_table
 from checks.expectations import Expectations
@@ -965,7 +965,7 @@ def test_a_completion_without_choices_names_the_engines_own_error():
         }
     }
     with pytest.raises(ValueError) as raised:
-        parse.completion_text(body)
+        answer_parsers.completion_text(body)
     assert str(raised.value) == (
         "the completion has no choices; the engine answered: RuntimeError:"
         " Unsupported CPU attention configuration: head_dim=64 isa=0"
@@ -978,9 +978,9 @@ def test_a_completion_without_choices_names_the_engines_own_error():
         "param": None,
         "code": 404,
     }
-    assert parse.engine_error(sglang) == "The model kimi does not exist. (NotFoundError, 404)"
-    assert parse.engine_error({"unexpected": "x" * 700}).endswith("... (717 characters)")
-    assert parse.completion_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"
+    assert answer_parsers.engine_error(sglang) == "The model kimi does not exist. (NotFoundError, 404)"
+    assert answer_parsers.engine_error({"unexpected": "x" * 700}).endswith("... (717 characters)")
+    assert answer_parsers.completion_text({"choices": [{"message": {"content": "hi"}}]}) == "hi"
 
 
 def test_lab_dcgmi_standin_prints_json_with_j_and_the_table_without(tmp_path):

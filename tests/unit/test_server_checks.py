@@ -165,6 +165,6 @@ def test_no_server_is_no_answer(host, expect, fake_server):
     ],
 )
 def test_degenerate_reason(text, reason):
-    from checks.gpu_parsers import degenerate_reason
+    from checks.answer_parsers import degenerate_reason
 
     assert degenerate_reason(text) == reason

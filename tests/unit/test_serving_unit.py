@@ -146,12 +146,12 @@ def test_unit_sandbox_scores_ok_with_systemd_analyze_security(tmp_path):
 
 def test_the_health_check_reads_the_tensor_parallel_size_of_the_launcher_the_deploy_writes():
     """The service check's parser on the launcher exactly as the deploy renders it, per engine."""
-    from checks import gpu_parsers as parse
+    from checks import service_parsers
     from roles.shared import templates
 
     for stack in (PROD.stack.active, PROD.stack.stacks["vllm-0.16.0-cu128"]):
         path, template, _, kwargs = serving.release_templates(HOST, stack, PROD)[1]
         assert path.endswith("/serving/launch")
-        found = parse.parse_launcher_parallelism(templates.render(template, **kwargs))
+        found = service_parsers.parse_launcher_parallelism(templates.render(template, **kwargs))
         assert (found.tp_size, found.nnodes) == (HOST.gpu.count, 1), stack.id
         assert found.flag == ("--tensor-parallel-size" if stack.engine == "vllm" else "--tp-size")

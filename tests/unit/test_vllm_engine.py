@@ -223,7 +223,7 @@ def test_bench_command_and_history_per_engine(tmp_path):
     assert command[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
     assert command[command.index("--result-dir") + 1] == "$d" and "--save-result" in command
     assert command[command.index("--temperature") + 1] == "0"  # greedy, like every earlier run
-    results = __import__("checks.gpu_parsers", fromlist=["x"]).parse_bench_serving_jsonl(
+    results = __import__("checks.answer_parsers", fromlist=["x"]).parse_bench_serving_jsonl(
         (DATA / "bench-serve-result.json").read_text()
     )
     assert results[0].max_concurrency == 1 and results[0].output_throughput > 0
