@@ -33,10 +33,27 @@ import json
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from checks.__main__ import INTERRUPTED, SUITES, interrupt_on_sigterm
+from checks.acceptance_line import (
+    _RUNNING,
+    FAIL,
+    NOT_APPLICABLE,
+    NOT_JUDGED,
+    PASS,
+    TARGET,
+    UNREACHED,
+    Line,
+    running,
+    standin,
+)
+from checks.acceptance_node import (
+    _KVM_GPUS,
+    node_lines,
+)
+from checks.acceptance_report import draw_chart, markdown, overall
 from checks.bounded import DCGM_DIAG_BOUND_S
 from checks.reach import unreachable
 from checks.site_cache import site_of
@@ -46,163 +63,14 @@ from roles.site import SiteError
 from roles.site.command_line import OneLineParser
 from roles.site.errors import output_path_problem
 
-PASS, FAIL, UNREACHED, NOT_APPLICABLE = "PASS", "FAIL", "UNREACHED", "N/A"
-TARGET = "target"
-# A stand-in in the lab names itself in its own file (lab/standins/...): the report reads that
-# mark on the host instead of trusting a flag the inventory could get wrong.
-STANDIN_MARK = "STAND-IN"
-STANDIN_SOURCE = "stand-in"  # how every line answered by one begins its source
 # The lab's Hub (lab/standins/hf_hub) marks the config.json of each repository it serves.
 HUB_STANDIN = "stand-in: lab Hugging Face Hub (it served the files; their download and verification are real)"
-# The lab's node kernel: a container has no kernel of its own, so lab/standins/proxmox's
-# pve-standin-kernel writes, at each boot of the node container, the command line the ESP's
-# loader entry would have booted with.
-STANDIN_KERNEL = "/usr/local/lib/pve-standin/pve-standin-kernel"
-STANDIN_CMDLINE = "/run/pve-standin/cmdline"
 # A benchmark figure within this fraction of the seed's single-stream figure passes: the seed was
 # measured once, on the target, by hand (checks/reference.yml).
 BENCH_TOLERANCE = 0.9
 
 
-@dataclass
-class Line:
-    area: str
-    host: str
-    expectation: str
-    observed: str
-    verdict: str
-    source: str = TARGET
-    figure: float | None = None
-    expected_figure: float | None = None
-    unit: str = ""
-    details: list[str] = field(default_factory=list)
-
-
-# The collection running now (area, host): an interrupted run's report names it "not judged"
-# rather than leaving it out (as checks/conftest.py does for the check an interruption stopped).
-_RUNNING: list[tuple[str, str]] = []
-NOT_JUDGED = "not judged: the run was interrupted (Ctrl-C or SIGTERM) while this ran"
-
-
-def running(area: str, host: str) -> None:
-    _RUNNING[:] = [(area, host)]
-
-
 # -- collecting on the node --------------------------------------------------------------------
-
-
-def standin(host, path: str) -> bool:
-    """Whether the program at `path` on the host is one of the lab's stand-ins (it says so)."""
-    return host.run(sh("head -c 8192 {path} 2>/dev/null | grep -q {mark}", path=path, mark=STANDIN_MARK)).rc == 0
-
-
-def expected_iommu_args(cpu_vendor: str) -> list[str]:
-    # roles/proxmox_host writes these (iommu_kernel_args): passthrough on, and the host's own
-    # DMA on the identity map (iommu=pt) so host-driver GPUs keep the fast path.
-    return [f"{cpu_vendor}_iommu=on", "iommu=pt"]
-
-
-def cpu_vendor(cpuinfo: str) -> str | None:
-    found = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.M)
-    return {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(found.group(1)) if found else None
-
-
-def judge_kernel_args(name: str, cmdline: str | None, vendor: str | None, source: str) -> Line:
-    if cmdline is None:
-        return Line(
-            "node kernel arguments",
-            name,
-            "IOMMU on, iommu=pt",
-            "could not read the kernel command line",
-            UNREACHED,
-            source,
-        )
-    if vendor is None:
-        return Line(
-            "node kernel arguments",
-            name,
-            "IOMMU on, iommu=pt",
-            "CPU vendor not recognised in /proc/cpuinfo",
-            UNREACHED,
-            source,
-        )
-    wanted = expected_iommu_args(vendor)
-    words = cmdline.split()
-    missing = [arg for arg in wanted if arg not in words]
-    return Line(
-        "node kernel arguments",
-        name,
-        " ".join(wanted),
-        cmdline.strip(),
-        FAIL if missing else PASS,
-        source,
-        details=[f"missing: {' '.join(missing)} (the deploy writes them; the node must reboot for them to take effect)"]
-        if missing
-        else [],
-    )
-
-
-def node_lines(node, host) -> list[Line]:
-    name = node.name
-    if standin(host, STANDIN_KERNEL):
-        cmdline_file, source = STANDIN_CMDLINE, "stand-in: pve-standin-kernel (the ESP's command line at its last boot)"
-    else:
-        cmdline_file, source = "/proc/cmdline", TARGET
-    read = host.run(sh("cat {file}", file=cmdline_file))
-    lines = [
-        judge_kernel_args(
-            name, read.stdout if read.rc == 0 else None, cpu_vendor(host.run("cat /proc/cpuinfo").stdout), source
-        )
-    ]
-    lines.append(nouveau_line(name, host, source != TARGET))
-    lines.extend(vfio_lines(node, host, source != TARGET))
-    return lines
-
-
-def nouveau_line(name: str, host, in_lab: bool) -> Line:
-    loaded = host.run("test -d /sys/module/nouveau").rc == 0
-    blacklisted = host.run("grep -rqsE '^\\s*blacklist\\s+nouveau' /etc/modprobe.d /usr/lib/modprobe.d").rc == 0
-    observed = f"{'loaded' if loaded else 'not loaded'}; {'blacklisted' if blacklisted else 'not blacklisted'}"
-    source = "stand-in: the lab machine's own kernel (a container has none)" if in_lab else TARGET
-    return Line(
-        "nouveau", name, "not loaded, blacklisted", observed, PASS if not loaded and blacklisted else FAIL, source
-    )
-
-
-def vfio_lines(node, host, in_lab: bool) -> list[Line]:
-    addresses = [address for guest in node_kvm_guests(node) for address in guest]
-    if not addresses:
-        return [
-            Line(
-                "vfio binding",
-                node.name,
-                "each KVM guest's GPU bound to vfio-pci",
-                "no KVM guest with GPUs on this node",
-                NOT_APPLICABLE,
-            )
-        ]
-    found = {}
-    for address in addresses:
-        link = host.run(sh("readlink /sys/bus/pci/devices/{address}/driver", address=address))
-        found[address] = link.stdout.strip().rsplit("/", 1)[-1] if link.rc == 0 else "(no driver)"
-    wrong = {a: d for a, d in found.items() if d != "vfio-pci"}
-    return [
-        Line(
-            "vfio binding",
-            node.name,
-            "vfio-pci for " + ", ".join(addresses),
-            ", ".join(f"{a}: {d}" for a, d in found.items()),
-            FAIL if wrong else PASS,
-            "stand-in: the lab's sysfs" if in_lab else TARGET,
-        )
-    ]
-
-
-_KVM_GPUS: dict[str, list[list[str]]] = {}
-
-
-def node_kvm_guests(node) -> list[list[str]]:
-    return _KVM_GPUS.get(node.name, [])
 
 
 # -- collecting on the GPU guest -------------------------------------------------------------------
@@ -672,101 +540,6 @@ def health_verdict_line(report: dict | None, name: str, suites: list[str], sourc
 
 
 # -- the report --------------------------------------------------------------------------------------
-
-
-def on_standins(lines: list[Line]) -> list[Line]:
-    return [line for line in lines if line.source.startswith(STANDIN_SOURCE)]
-
-
-def overall(lines: list[Line]) -> tuple[str, int]:
-    """A machine is ACCEPTED only on its own answers: a run that a lab stand-in answered any line
-    of is at best ACCEPTED ON STAND-INS, with an exit status of its own (4), never 0."""
-    verdicts = {line.verdict for line in lines}
-    if FAIL in verdicts:
-        return "NOT ACCEPTED", 1
-    if UNREACHED in verdicts:
-        return "INCOMPLETE", 3
-    if on_standins(lines):
-        return "ACCEPTED ON STAND-INS", 4
-    return "ACCEPTED", 0
-
-
-def markdown(lines: list[Line], meta: dict) -> str:
-    verdict = "INTERRUPTED" if meta.get("interrupted") else overall(lines)[0]
-    counts = {v: sum(line.verdict == v for line in lines) for v in (PASS, FAIL, UNREACHED, NOT_APPLICABLE)}
-    out = [
-        f"# Acceptance report: {verdict}",
-        "",
-        f"Inventory `{meta['inventory']}`, started {meta['started']}, {meta['seconds']} s. "
-        + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + "."
-        + standins_sentence(lines, verdict)
-        + (
-            " The run was interrupted (Ctrl-C or SIGTERM): the lines it had not reached are missing; not accepted."
-            if meta.get("interrupted")
-            else ""
-        ),
-        "",
-        "| verdict | area | host | expected | observed | answered by |",
-        "|---|---|---|---|---|---|",
-    ]
-    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    for line in lines:
-        out.append(
-            f"| {line.verdict} | {cell(line.area)} | {cell(line.host)} | {cell(line.expectation)} | "
-            f"{cell(line.observed)} | {cell(line.source)} |"
-        )
-    detailed = [line for line in lines if line.details]
-    if detailed:
-        out += ["", "## Details"]
-        for line in detailed:
-            out += ["", f"**{line.area}** ({line.host})", ""] + [f"- {cell(d)}" for d in line.details]
-    out += [
-        "",
-        "UNREACHED lines could not be collected and are not counted as passed; N/A lines do not "
-        "apply to this site. A line answered by a stand-in rehearses the collection, not the machine.",
-    ]
-    return "\n".join(out) + "\n"
-
-
-def standins_sentence(lines: list[Line], verdict: str) -> str:
-    named = on_standins(lines)
-    if not named:
-        return ""
-    sentence = f" {len(named)} of {len(lines)} lines were answered by a lab stand-in (column 'answered by')"
-    if verdict == "ACCEPTED ON STAND-INS":
-        return sentence + ": this rehearses the collection and the judging; it accepts no machine."
-    return sentence + "."
-
-
-def draw_chart(lines: list[Line], path: Path) -> Path | None:
-    """Each measured figure against its expectation (1.0 = as expected); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    measured = [line for line in lines if line.figure is not None and line.expected_figure]
-    if not measured:
-        return None
-    figure, axes = plt.subplots(figsize=(8, 0.6 * len(measured) + 1.5))
-    ratios = [
-        got / expected for line in measured if (got := line.figure) is not None and (expected := line.expected_figure)
-    ]
-    colours = ["#2a7" if line.verdict == PASS else "#c33" if line.verdict == FAIL else "#999" for line in measured]
-    labels = [f"{line.area} ({line.host})" for line in measured]
-    axes.barh(labels, ratios, color=colours)
-    axes.axvline(1.0, color="black", linewidth=1)
-    for index, line in enumerate(measured):
-        axes.text(ratios[index], index, f" {line.figure:g} / {line.expected_figure:g} {line.unit}", va="center")
-    axes.set_xlabel("measured / expected")
-    axes.set_title("inference-host acceptance: figures against their expectations")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
 
 
 def _arguments(argv, prog: str = "python -m checks.acceptance"):

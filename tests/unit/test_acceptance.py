@@ -12,6 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from checks import acceptance as acc
+from checks import acceptance_line as acc_line
+from checks import acceptance_node as acc_node
+from checks import acceptance_report as acc_report
 
 
 class FakeHost:
@@ -28,21 +31,23 @@ class FakeHost:
 
 
 def test_kernel_arguments_pass_only_with_both_iommu_args():
-    line = acc.judge_kernel_args("pve", "BOOT_IMAGE=/vmlinuz root=ZFS=rpool amd_iommu=on iommu=pt\n", "amd", "target")
+    line = acc_node.judge_kernel_args(
+        "pve", "BOOT_IMAGE=/vmlinuz root=ZFS=rpool amd_iommu=on iommu=pt\n", "amd", "target"
+    )
     assert line.verdict == acc.PASS
-    line = acc.judge_kernel_args("pve", "BOOT_IMAGE=/vmlinuz intel_iommu=on\n", "intel", "target")
+    line = acc_node.judge_kernel_args("pve", "BOOT_IMAGE=/vmlinuz intel_iommu=on\n", "intel", "target")
     assert line.verdict == acc.FAIL and "iommu=pt" in line.details[0]
 
 
 def test_kernel_arguments_unreadable_are_unreached_not_passed():
-    assert acc.judge_kernel_args("pve", None, "amd", "target").verdict == acc.UNREACHED
-    assert acc.judge_kernel_args("pve", "iommu=pt", None, "target").verdict == acc.UNREACHED
+    assert acc_node.judge_kernel_args("pve", None, "amd", "target").verdict == acc.UNREACHED
+    assert acc_node.judge_kernel_args("pve", "iommu=pt", None, "target").verdict == acc.UNREACHED
 
 
 def test_cpu_vendor_from_cpuinfo():
-    assert acc.cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\n") == "amd"
-    assert acc.cpu_vendor("vendor_id\t: GenuineIntel\n") == "intel"
-    assert acc.cpu_vendor("vendor_id\t: HygonGenuine\n") is None
+    assert acc_node.cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\n") == "amd"
+    assert acc_node.cpu_vendor("vendor_id\t: GenuineIntel\n") == "intel"
+    assert acc_node.cpu_vendor("vendor_id\t: HygonGenuine\n") is None
 
 
 def test_the_stand_in_kernel_is_named_as_the_source():
@@ -55,7 +60,7 @@ def test_the_stand_in_kernel_is_named_as_the_source():
             "grep -rqsE": (0, ""),
         }
     )
-    lines = acc.node_lines(SimpleNamespace(name="pve"), host)
+    lines = acc_node.node_lines(SimpleNamespace(name="pve"), host)
     kernel = lines[0]
     assert kernel.verdict == acc.PASS and kernel.source.startswith("stand-in: pve-standin-kernel")
     assert lines[1].area == "nouveau" and lines[1].source.startswith("stand-in")
@@ -71,13 +76,13 @@ def test_a_real_node_is_read_from_proc_cmdline():
             "grep -rqsE": (1, ""),
         }
     )
-    kernel, nouveau, _ = acc.node_lines(SimpleNamespace(name="pve"), host)
+    kernel, nouveau, _ = acc_node.node_lines(SimpleNamespace(name="pve"), host)
     assert (kernel.verdict, kernel.source) == (acc.FAIL, acc.TARGET)
     assert nouveau.verdict == acc.FAIL and nouveau.observed == "loaded; not blacklisted"
 
 
 def test_vfio_binding_judged_per_address():
-    acc._KVM_GPUS["pve"] = [["0000:01:00.0", "0000:02:00.0"]]
+    acc_node._KVM_GPUS["pve"] = [["0000:01:00.0", "0000:02:00.0"]]
     try:
         host = FakeHost(
             {
@@ -85,9 +90,9 @@ def test_vfio_binding_judged_per_address():
                 "readlink /sys/bus/pci/devices/0000:02:00.0/driver": (0, "../../bus/pci/drivers/nvidia\n"),
             }
         )
-        (line,) = acc.vfio_lines(SimpleNamespace(name="pve"), host, in_lab=False)
+        (line,) = acc_node.vfio_lines(SimpleNamespace(name="pve"), host, in_lab=False)
     finally:
-        acc._KVM_GPUS.pop("pve")
+        acc_node._KVM_GPUS.pop("pve")
     assert line.verdict == acc.FAIL and "0000:02:00.0: nvidia" in line.observed
 
 
@@ -189,9 +194,9 @@ def test_kv_allocation_judged_against_the_estimate(monkeypatch):
 
 def test_overall_verdict_and_exit_status():
     line = lambda verdict: acc.Line("a", "h", "e", "o", verdict)  # noqa: E731
-    assert acc.overall([line(acc.PASS), line(acc.NOT_APPLICABLE)]) == ("ACCEPTED", 0)
-    assert acc.overall([line(acc.PASS), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
-    assert acc.overall([line(acc.UNREACHED), line(acc.FAIL)]) == ("NOT ACCEPTED", 1)
+    assert acc_report.overall([line(acc.PASS), line(acc.NOT_APPLICABLE)]) == ("ACCEPTED", 0)
+    assert acc_report.overall([line(acc.PASS), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
+    assert acc_report.overall([line(acc.UNREACHED), line(acc.FAIL)]) == ("NOT ACCEPTED", 1)
 
 
 def test_a_run_a_stand_in_answered_is_never_accepted():
@@ -199,14 +204,16 @@ def test_a_run_a_stand_in_answered_is_never_accepted():
     failure or an unreached line still decides first."""
     line = lambda verdict, source=acc.TARGET: acc.Line("a", "h", "e", "o", verdict, source)  # noqa: E731
     lab = "stand-in: lab nvidia-smi"
-    assert acc.overall([line(acc.PASS), line(acc.PASS, lab)]) == ("ACCEPTED ON STAND-INS", 4)
-    assert acc.overall([line(acc.PASS), line(acc.NOT_APPLICABLE, lab)]) == ("ACCEPTED ON STAND-INS", 4)
-    assert acc.overall([line(acc.PASS, lab), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
-    assert acc.overall([line(acc.PASS, lab), line(acc.FAIL, lab)]) == ("NOT ACCEPTED", 1)
-    text = acc.markdown([line(acc.PASS), line(acc.PASS, lab)], {"inventory": "i", "started": "now", "seconds": 1})
+    assert acc_report.overall([line(acc.PASS), line(acc.PASS, lab)]) == ("ACCEPTED ON STAND-INS", 4)
+    assert acc_report.overall([line(acc.PASS), line(acc.NOT_APPLICABLE, lab)]) == ("ACCEPTED ON STAND-INS", 4)
+    assert acc_report.overall([line(acc.PASS, lab), line(acc.UNREACHED)]) == ("INCOMPLETE", 3)
+    assert acc_report.overall([line(acc.PASS, lab), line(acc.FAIL, lab)]) == ("NOT ACCEPTED", 1)
+    text = acc_report.markdown(
+        [line(acc.PASS), line(acc.PASS, lab)], {"inventory": "i", "started": "now", "seconds": 1}
+    )
     assert text.startswith("# Acceptance report: ACCEPTED ON STAND-INS\n")
     assert "1 of 2 lines were answered by a lab stand-in (column 'answered by'): this rehearses" in text
-    target_only = acc.markdown([line(acc.PASS)], {"inventory": "i", "started": "now", "seconds": 1})
+    target_only = acc_report.markdown([line(acc.PASS)], {"inventory": "i", "started": "now", "seconds": 1})
     assert target_only.startswith("# Acceptance report: ACCEPTED\n") and "lab stand-in (column" not in target_only
 
 
@@ -235,7 +242,7 @@ def test_weights_from_the_hub_stand_in_are_named(tmp_path):
     site = load_site(Path(__file__).parents[2] / "inventory" / "lab.py")
     name = site.group("gpu_nodes")[0].name
     config = hub_server.LAB_REPOS["inference-host-lab/tiny-moe"]["config.json"]
-    assert acc.STANDIN_MARK in str(config) and json.loads(str(config))["model_type"] == "kimi_k2"
+    assert acc_line.STANDIN_MARK in str(config) and json.loads(str(config))["model_type"] == "kimi_k2"
     marked = FakeHost({"head -c 8192 /models/tiny-moe/config.json": (0, "")})
     assert acc.weights_source(marked, site, name) == acc.HUB_STANDIN
     assert acc.weights_source(FakeHost({}), site, name) == acc.TARGET  # a real model's config says nothing
@@ -256,12 +263,12 @@ def test_report_files(tmp_path):
         ),
         acc.Line("guest GPUs", "gpu", "8", "a | b", acc.FAIL, "stand-in: lab nvidia-smi", details=["why"]),
     ]
-    text = acc.markdown(lines, {"inventory": "inventory/lab.py", "started": "now", "seconds": 1})
+    text = acc_report.markdown(lines, {"inventory": "inventory/lab.py", "started": "now", "seconds": 1})
     assert text.startswith("# Acceptance report: NOT ACCEPTED")
     assert "| FAIL | guest GPUs | gpu | 8 | a \\| b | stand-in: lab nvidia-smi |" in text
     assert "**guest GPUs** (gpu)" in text
     pytest.importorskip("matplotlib")
-    chart = acc.draw_chart(lines, tmp_path / "chart.png")
+    chart = acc_report.draw_chart(lines, tmp_path / "chart.png")
     assert chart and chart.read_bytes().startswith(b"\x89PNG")
 
 
@@ -334,7 +341,7 @@ def test_an_engine_that_does_not_come_back_after_dcgm_is_not_accepted(monkeypatc
     dcgm, restart = acc.dcgm_lines(SimpleNamespace(dcgm=True), None, EXPECT, acc.TARGET)
     assert dcgm.verdict == acc.PASS
     assert (restart.area, restart.verdict, restart.observed) == ("engine restart after DCGM", acc.FAIL, problem)
-    assert acc.overall([dcgm, restart]) == ("NOT ACCEPTED", 1)
+    assert acc_report.overall([dcgm, restart]) == ("NOT ACCEPTED", 1)
 
 
 def test_an_engine_that_came_back_passes_and_one_never_running_is_not_applicable(monkeypatch):

@@ -178,6 +178,7 @@ NOT_POINTERS = {
         (name, "report.md"): "the acceptance report's own output file"
         for name in (
             "checks/acceptance.py",
+            "checks/acceptance_report.py",
             "docs/health-and-benchmark.md",
             "tests/lab/test_acceptance.py",
             "tests/unit/test_acceptance.py",
