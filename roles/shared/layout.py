@@ -7,7 +7,7 @@ roles/monitoring/checks_env.py) and the site model, should it need a path, read 
 
     <install_root>/envs/<stack id>-<stamp>/              one engine environment (roles/engine_envs)
     <install_root>/envs/<...>/serving/launch             its command line        } written by
-    <install_root>/envs/<...>/serving/<unit>.env         its environment (0600)  } roles/serving,
+    <install_root>/envs/<...>/serving/<unit>.env         its environment (0640)  } roles/serving,
     <install_root>/envs/<...>/serving/<unit>-secret-args.yaml  --config (0600)   } per release
     <install_root>/envs/<...>/serving/<unit>.service     its unit                }
     <install_root>/current -> envs/<...>                  the release that serves
