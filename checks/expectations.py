@@ -31,7 +31,7 @@ DEFAULT_STACK_FILE = PROJECT_ROOT / "inventory" / "stack.yml"
 # Keys that are not host settings: pins of the stack file and where the checks find things.
 EXTRA_KEYS = {
     "driver_version": "the exact NVIDIA driver version (default: inventory/stack.yml)",
-    "api_key_file": "the 0600 engine --config file holding the API key"
+    "api_key_file": 'the 0600 file holding the client key as {"api-key": KEY} (the periodic checks: their own copy)'
     f" (default: roles/serving's {layout.secret_args_link('<unit>')})",
     "engine": "the engine serving: sglang or vllm (default: the active stack's)",
     "tls_ca_file": "the host's CA file the engine's certificate is verified with, with serving_tls_*"

@@ -183,7 +183,10 @@ class GpuProbe:
 
     @cached_property
     def kernel_log(self) -> Evidence:
-        """The kernel log since boot: dmesg, else journalctl -k -b (where systemd keeps it)."""
+        """The kernel log since boot: dmesg, else journalctl -k -b (where systemd keeps it). The
+        periodic checks' user reads it there (group systemd-journal): dmesg needs CAP_SYSLOG where
+        kernel.dmesg_restrict=1 (Ubuntu's default). An empty journal is no kernel log (a container's
+        journald may have none), never a clean one."""
         tried = []
         if _tool_exists(self.host, "dmesg"):
             result = bounded.run(self.host, "dmesg", what="kernel log")
@@ -194,12 +197,16 @@ class GpuProbe:
             tried.append("dmesg is missing")
         if _tool_exists(self.host, "journalctl"):
             result = self.host.run("journalctl -k -b --no-pager -q")
-            if result.rc == 0:
+            if result.rc == 0 and result.stdout.strip():
                 return Evidence(result.stdout)
-            tried.append(f"journalctl -k -b failed: {result.stderr.strip()[:200]}")
+            tried.append(f"journalctl -k -b failed: {result.stderr.strip()[:200] or 'no kernel lines in the journal'}")
         else:
             tried.append("journalctl is missing")
-        return Evidence(None, "; ".join(tried) + " (run the checks as root to read the kernel log)")
+        return Evidence(
+            None,
+            "; ".join(tried)
+            + " (run the checks as root, or as a member of systemd-journal where it keeps the kernel's)",
+        )
 
     @cached_property
     def userspace_libraries(self) -> Evidence:

@@ -10,6 +10,7 @@ from checks import service_parsers, vllm_kv_log
 from checks.probes import evidence, explain, report
 from checks.server_checks import environment_file
 from roles.shared import sglang_kv_log
+from roles.shared.layout import CHECKS_USER
 from roles.shared.shell import argv, sh
 
 pytestmark = pytest.mark.service
@@ -75,12 +76,13 @@ def test_env_file_private(host, unit, expect, request):
         pytest.skip(f"{expect.unit_name}.service has no EnvironmentFile: no secret to protect")
     env = host.file(path)
     assert env.exists, explain(f"{path} (the unit's EnvironmentFile)", "no such file", "re-run the deploy")
-    assert env.mode == 0o600 and env.user == "root", explain(
-        f"{path} mode 0600 owned by root (it holds the API key / HF token)",
-        f"mode {env.mode:04o} owner {env.user}",
-        f"chmod 600 {path}; chown root {path}; re-run the deploy",
+    # Read by root (systemd) and by the periodic checks' group, which run the engine's python with it.
+    assert env.mode == 0o640 and (env.user, env.group) == ("root", CHECKS_USER), explain(
+        f"{path} mode 0640 owned by root, group {CHECKS_USER} (serving_extra_env may hold keys)",
+        f"mode {env.mode:04o} owner {env.user}:{env.group}",
+        f"chmod 640 {path}; chown root:{CHECKS_USER} {path}; re-run the deploy",
     )
-    report(request, f"{path} 0600 root")
+    report(request, f"{path} 0640 root:{CHECKS_USER}")
 
 
 def visible_gpus(host, gpu, expect) -> tuple[int, str]:

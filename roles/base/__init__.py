@@ -17,6 +17,7 @@ from pyinfra.operations import apt, files, server
 from roles.base.facts import UvVersion
 from roles.shared.extra_cas import trust_extra_cas
 from roles.shared.host_system import require_distro, sysctl_file
+from roles.shared.layout import CHECKS_USER
 from roles.shared.legacy_account import (
     ServiceAccountState,
     account_migration,
@@ -27,6 +28,7 @@ from roles.shared.legacy_account import (
 from roles.shared.pip import pip_environment
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
+from roles.shared.system_account import system_account
 from roles.site import (
     HostSettings,
     Stack,
@@ -72,6 +74,8 @@ def base() -> None:
     trust_extra_cas(settings)
     _former_account(settings)  # before _service_user, which would make a new, empty one beside it
     _service_user(settings)
+    if settings.in_group("gpu_nodes"):  # its group reads the engine's key and environment (roles/serving)
+        system_account(CHECKS_USER, "the periodic health checks")
     _sysctl(settings)
     _limits(settings)
     _uv(settings, stack)

@@ -28,20 +28,18 @@ import io
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import Directory, File
+from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 
-from roles.monitoring import checks_env, config, units
+from roles.monitoring import config, units
+from roles.monitoring.checks_timer import checks_timer
 from roles.monitoring.dashboard import DASHBOARD_FILE
 from roles.shared import templates
 from roles.shared.apt_resolve import install_resolved
-from roles.shared.host_facts import UnitActiveState
-from roles.shared.locked_env import EnvironmentStamp, build_command
 from roles.shared.nvidia_repo import DCGM_CORE_PACKAGE, current_distro, ensure_cuda_repository
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import sh
 from roles.shared.system_account import system_account
-from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, current_host, current_site, secret_value
 from roles.site.stack import DCGM_FOR_EXPORTER
 
@@ -95,7 +93,7 @@ def monitoring() -> None:
     if settings.in_group("gpu_nodes"):
         if settings.monitoring.dcgm_exporter:
             _dcgm_exporter(settings, site, distro)
-        _checks_timer(settings, site)
+        checks_timer(settings, site)
     if settings.in_group("monitors"):
         _monitor(settings, site)
 
@@ -114,7 +112,7 @@ def _node_exporter(settings: HostSettings, site: Site) -> None:
     files.directory(
         name=f"Create the textfile collector's directory {config.TEXTFILE_DIR}",
         path=config.TEXTFILE_DIR,
-        user=PROMETHEUS_USER,
+        user=units.CHECKS_USER if settings.in_group("gpu_nodes") else PROMETHEUS_USER,  # the checks write there
         group=PROMETHEUS_USER,
         mode="0755",
     )
@@ -163,88 +161,6 @@ def _dcgm_exporter(settings: HostSettings, site: Site, distro) -> None:
         enabled=True,
         daemon_reload=dropin.will_change,
         restarted=dropin.will_change or counters.will_change,
-    )
-
-
-def _checks_timer(settings: HostSettings, site: Site) -> None:
-    """The checks (a copy of checks and the site model) and their environment, then the
-    timer. A changed bundle or lock is a new directory; the unit points at the current one."""
-    requirements = checks_env.requirements((PROJECT_ROOT / "uv.lock").read_text())
-    env, bundle = units.env_dir(requirements), units.bundle_dir(checks_env.bundle_digest())
-    for folder in (units.CHECKS_ROOT, units.CHECKS_ETC):
-        files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
-    req_file = f"{env}.requirements.txt"
-    uploaded = files.put(
-        name=f"Upload the checks' requirements (from uv.lock) to {req_file}",
-        src=io.StringIO(requirements),
-        dest=req_file,
-        mode="0644",
-    )
-    python, name, current = f"{env}/bin/python", env.rsplit("/", 1)[1], f"{units.CHECKS_ROOT}/env-current"
-    built = host.get_fact(EnvironmentStamp, env_dir=env)
-    server.shell(
-        name=f"Build the checks' environment at {env} (exactly uv.lock's pins and hashes)",
-        commands=[build_command(env, "python3", req_file, current, pip_check=True)],
-        _env=uv_environment(settings),
-        _if=lambda: built != name or uploaded.did_change(),
-    )
-    files.link(name=f"Link {current} to {env}", path=current, target=env, user="root", group="root")
-    # One archive, unpacked once per bundle directory: a put per file (67) took about 33 s of the
-    # lab's bare-to-healthy run, and costs a round trip each over SSH too.
-    archive, unpacked = f"{units.CHECKS_ROOT}/bundle.tar", host.get_fact(Directory, path=bundle)
-    sent = files.put(
-        name=f"Upload the checks' bundle ({len(checks_env.bundle_files())} files) to {archive}",
-        src=io.BytesIO(checks_env.bundle_archive()),
-        dest=archive,
-        mode="0644",
-    )
-    server.shell(
-        name=f"Unpack {archive} into {bundle}",
-        commands=[
-            sh(
-                "rm -rf -- {new} && mkdir -p -- {new} && tar -xf {archive} -C {new} --no-same-owner"
-                " && rm -rf -- {bundle} && mv -- {new} {bundle}",
-                new=f"{bundle}.new",
-                archive=archive,
-                bundle=bundle,
-            )
-        ],
-        _if=lambda: not unpacked or sent.did_change(),
-    )
-    files.put(
-        name=f"Write {units.EXPECT_FILE} (the checks' expectations, no secret)",
-        src=io.StringIO(units.expect_text(settings, site)),
-        dest=units.EXPECT_FILE,
-        mode="0644",
-    )
-    # systemd reads only the unit files: a changed bundle or environment is picked up by the next
-    # run. (The environment's build is a guarded shell: its will_change is true whether its _if runs or not.)
-    unit_files = [
-        files.template(
-            name=f"Write {path}",
-            src=template,
-            dest=path,
-            mode="0644",
-            jinja_env_kwargs=templates.jinja_env_kwargs(template),
-            **kwargs,
-        )
-        for path, template, kwargs in units.gpu_templates(settings, bundle, python)
-    ]
-    timer = f"{units.CHECKS_UNIT}.timer"
-    state = host.get_fact(UnitActiveState, unit=timer)
-    systemd.service(
-        name=f"Enable {timer} (every {settings.monitoring.check_interval})",
-        service=timer,
-        enabled=True,
-        daemon_reload=any(op.will_change for op in unit_files),
-    )
-    # Started by its ActiveState, not by pyinfra's running=True: that reads SubState and counts only
-    # running/waiting/exited/listening/mounted as running, while an active timer can also be
-    # "elapsed" (systemd src/core/timer.c, state_translation_table: TIMER_ELAPSED is UNIT_ACTIVE).
-    server.shell(
-        name=f"Start {timer} (it is {state})",
-        commands=[sh("systemctl start -- {timer}", timer=timer)],
-        _if=lambda: state != "active",
     )
 
 

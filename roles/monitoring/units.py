@@ -7,12 +7,14 @@ import json
 
 from roles.monitoring import checks_env, config
 from roles.shared import systemd_syntax as sd
-from roles.shared.layout import CHECKS_TEXTFILE, ETC_DIR, OPT_DIR
+from roles.shared.layout import CHECKS_TEXTFILE, CHECKS_USER, ETC_DIR, OPT_DIR, TEXTFILE_DIR
 from roles.site import HostSettings, Site, exporter_bind
 
 CHECKS_ROOT = f"{OPT_DIR}/checks"
 CHECKS_ETC = f"{ETC_DIR}/checks"
 EXPECT_FILE = f"{CHECKS_ETC}/expect.json"
+# The client key the periodic checks send, their own copy (0600 theirs; roles/monitoring/checks_timer.py).
+CHECKS_KEY_FILE = f"{CHECKS_ETC}/api-key.json"
 CHECKS_UNIT = "inference-host-checks"
 CHECK_SUITES = "gpu,service,server"
 OUT_FILE = CHECKS_TEXTFILE
@@ -35,8 +37,11 @@ def env_dir(requirements_text: str) -> str:
 
 
 def expect_text(host: HostSettings, site: Site) -> str:
-    """No secret: the API key stays in roles/serving's 0600 file, which the checks read there."""
-    return json.dumps(checks_env.expectations(host, site), indent=2, sort_keys=True) + "\n"
+    """No secret: the client key is in the checks' own 0600 file, named here (api_key_file)."""
+    expected = checks_env.expectations(host, site)
+    if host.serving.api_key_secret:
+        expected["api_key_file"] = CHECKS_KEY_FILE  # an --expect key of its own (checks/expectations.py)
+    return json.dumps(expected, indent=2, sort_keys=True) + "\n"
 
 
 def checks_unit_kwargs(host: HostSettings, bundle: str, python: str) -> dict:
@@ -47,6 +52,8 @@ def checks_unit_kwargs(host: HostSettings, bundle: str, python: str) -> dict:
         after=sd.word_list(
             ["network-online.target", f"{host.serving.unit_name}.service"], "After= (serving_unit_name)"
         ),
+        service_user=sd.text(CHECKS_USER, "User="),
+        textfile_dir=sd.path(TEXTFILE_DIR, "ReadWritePaths="),
         bundle_dir=sd.path(bundle, "WorkingDirectory="),
         exec_start=sd.argv(
             [

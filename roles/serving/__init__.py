@@ -321,7 +321,7 @@ def release_templates(settings: HostSettings, stack: EngineStack, site: Site) ->
         (
             paths["env_file"],
             "roles/serving/templates/inference-engine.env.j2",
-            "0600",
+            "0640",
             env_file_kwargs(settings, stack, site.hosts),
         ),
         (
@@ -362,7 +362,7 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
     folder, paths = config_dir(settings, stack), config_paths(settings, stack)
     files.directory(name=f"Create {folder}", path=folder, user="root", group="root", mode="0755")
     what = {
-        paths["env_file"]: f"NCCL and engine environment of {stack.label}, mode 0600",
+        paths["env_file"]: f"NCCL and engine environment of {stack.label}, mode 0640, group {layout.CHECKS_USER}",
         paths["launcher"]: f"{stack.label} command line",
         paths["unit"]: f"the unit of stack {stack.id}",
     }
@@ -372,7 +372,7 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
             src=template,
             dest=path,
             user="root",
-            group="root",
+            group=layout.CHECKS_USER if path == paths["env_file"] else "root",  # the checks run with it
             mode=mode,
             jinja_env_kwargs=templates.jinja_env_kwargs(template),
             **kwargs,

@@ -7,7 +7,7 @@ roles/monitoring/checks_env.py) and the site model, should it need a path, read 
 
     <install_root>/envs/<stack id>-<stamp>/              one engine environment (roles/engine_envs)
     <install_root>/envs/<...>/serving/launch             its command line        } written by
-    <install_root>/envs/<...>/serving/<unit>.env         its environment (0600)  } roles/serving,
+    <install_root>/envs/<...>/serving/<unit>.env         its environment (0640)  } roles/serving,
     <install_root>/envs/<...>/serving/<unit>-secret-args.yaml  --config (0600)   } per release
     <install_root>/envs/<...>/serving/<unit>.service     its unit                }
     <install_root>/current -> envs/<...>                  the release that serves
@@ -36,6 +36,9 @@ NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 # timer that fills it; `inference-host status` reads it). Debian's and Ubuntu's packaged folder.
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 CHECKS_TEXTFILE = f"{TEXTFILE_DIR}/inference_host_checks.prom"
+# The periodic checks' own system account (roles/base makes it on every gpu node, before roles/serving
+# writes the engine's environment and API-key files 0640 with its group; roles/monitoring's unit runs as it).
+CHECKS_USER = "inference-host-checks"
 # What a rolling step leaves for the next deploy, and what `inference-host drain` leaves
 # (roles/serving's inference-engine-rolling writes both; `inference-host status` reads the second).
 SERVING_STATE_DIR = "/var/lib/inference-host/serving"

@@ -293,6 +293,43 @@ def test_the_gpu_suite_passes_on_the_standins_answers_but_cuda(monitor):
     )
 
 
+def _verdicts(text: str) -> dict[tuple[str, ...], str]:
+    """{(suite, check, gpu): "pass" | "fail" | "skip"} of every check in a checks textfile."""
+    found = {}
+    for line in text.splitlines():
+        match = re.match(r"inference_host_check_(ok|skipped)\{(.*)\} (\d)$", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+            verdict = "skip" if match.group(1) == "skipped" else ("pass" if match.group(3) == "1" else "fail")
+            found[(labels["suite"], labels["check"], labels.get("gpu", ""))] = verdict
+    return found
+
+
+def test_the_checks_run_as_their_own_user_and_judge_as_root_does(monitor):
+    """Issue 53: the timer's unit runs the checks as inference-host-checks (no capability, the
+    system read-only but the textfile folder), and every check of every suite comes to the same
+    verdict as the same command line run by root: nothing they read is root's alone."""
+    unit = "inference-host-checks.service"
+    shown = _exec("rep-a", f"systemctl show -p User -p SupplementaryGroups -p CapabilityBoundingSet {unit}").stdout
+    properties = dict(line.split("=", 1) for line in shown.splitlines())
+    assert properties == {
+        "User": "inference-host-checks",
+        "SupplementaryGroups": "systemd-journal",
+        "CapabilityBoundingSet": "",
+    }, shown
+    _run_checks_after("rep-a", _exec("rep-a", "cut -d' ' -f1 /proc/uptime").stdout.strip())
+    assert _exec("rep-a", f"stat -c %U {PROM}").stdout.strip() == "inference-host-checks"
+    as_user = _verdicts(_exec("rep-a", f"cat {PROM}").stdout)
+    argv = re.search(r"argv\[\]=(.*?) ;", _exec("rep-a", f"systemctl show {unit} -p ExecStart --value").stdout).group(1)
+    cwd = _exec("rep-a", f"systemctl show {unit} -p WorkingDirectory --value").stdout.strip()
+    _exec("rep-a", f"cd {cwd} && PYTHONDONTWRITEBYTECODE=1 {argv.replace(PROM, '/tmp/as-root.prom')}")
+    as_root = _verdicts(_exec("rep-a", "cat /tmp/as-root.prom").stdout)
+    assert {"service", "server", "gpu"} <= {suite for suite, _, _ in as_user}, as_user
+    differ = {key: (as_user.get(key), as_root.get(key)) for key in as_user.keys() | as_root.keys()}
+    assert {k: v for k, v in differ.items() if v[0] != v[1]} == {}, "verdicts (as the user, as root) differ"
+    print(f"\nthe checks as inference-host-checks: {len(as_user)} verdicts, each as root's; {sorted(as_user.items())}")
+
+
 class Fault:
     """One planted fault: how to plant and mend it, and which alert (with which labels) it fires."""
 

@@ -898,6 +898,19 @@ def test_a_hung_dmesg_is_not_blamed_on_load(programs, monkeypatch):
     assert "(kernel log)" in line and "overloaded" not in line and "journalctl -k -b" in line
 
 
+def test_a_refused_dmesg_reads_the_journal_and_an_empty_journal_is_no_kernel_log(programs):
+    """The periodic checks' user is refused dmesg (kernel.dmesg_restrict=1) and reads the kernel's
+    lines from the journal (group systemd-journal); a journal with none (a container's) is no
+    evidence, a skip, never a clean kernel log that passes the Xid check."""
+    programs("dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
+    programs("journalctl", "exit 0")
+    empty = probes.GpuProbe(fresh_host()).kernel_log
+    assert empty.text is None and "no kernel lines in the journal" in (empty.missing or ""), empty
+    assert "Operation not permitted" in (empty.missing or "") and "systemd-journal" in (empty.missing or "")
+    programs("journalctl", "echo 'NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.'")
+    assert "Xid" in (probes.GpuProbe(fresh_host()).kernel_log.text or "")
+
+
 def test_a_hung_dcgmi_that_ignores_term_follows_the_deadline_and_leaves_nothing(programs, tmp_path, monkeypatch):
     """A hung dcgmi held `check --dcgm-level 2` for the level's 1200 s whatever --deadline-s
     said; now its bound is --dcgm-timeout, never more than --deadline-s, the TERM-ignoring

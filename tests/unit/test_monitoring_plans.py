@@ -77,6 +77,40 @@ def test_gpu_node_gets_the_checks_timer_with_its_budget():
     assert not any("prometheus=" in c for c in p.commands)  # no Prometheus on a gpu node
 
 
+def test_the_checks_run_as_their_own_user_with_only_what_they_read():
+    """Issue 53: the checks' account first (roles/base), then the engine's environment file 0640
+    with its group (never others'), its own copy of the client key, the textfile folder its own,
+    and the unit as it."""
+    p, user = gpu(), "inference-host-checks"
+    (env_file,) = [path for path in p.uploads if path.endswith("/serving/inference-engine.env")]
+    release = env_file.rsplit("/", 1)[0]
+    account = p.index(f"useradd -d /nonexistent -s /usr/sbin/nologin -g {user} -r -M {user}")
+    assert (
+        p.index("groupadd -r inference-host-checks")
+        < account
+        < p.index(f"chown root:{user} {release}/inference-engine.env")
+    )
+    assert f"chmod 640 {release}/inference-engine.env" in p.commands
+    # the client key alone, the checks' own 0600 file; the engine's (with the admin key) stays its own
+    (own,) = [c for c in p.commands if "/etc/inference-host/checks/api-key.json.inference-host-new" in c]
+    assert f"install -m 0600 --owner={user} --group={user} -T -- " in own
+    (engine,) = [c for c in p.commands if f"{release}/inference-engine-secret-args.yaml.inference-host-new" in c]
+    assert "install -m 0600 --owner=inference --group=inference -T -- " in engine
+    assert (
+        '"api_key_file": "/etc/inference-host/checks/api-key.json"'
+        in p.uploads["/etc/inference-host/checks/expect.json"]
+    )
+    assert f"chown {user}:prometheus /var/lib/prometheus/node-exporter" in p.commands
+    service = p.uploads["/etc/systemd/system/inference-host-checks.service"]
+    assert [line for line in service.splitlines() if line.startswith(("User=", "Group="))] == [
+        f"User={user}",
+        f"Group={user}",
+    ]
+    for line in ("SupplementaryGroups=systemd-journal", "ReadWritePaths=/var/lib/prometheus/node-exporter"):
+        assert line in service.splitlines()
+    assert "\nCapabilityBoundingSet=\nAmbientCapabilities=\n" in service  # no capability at all
+
+
 def test_monitor_installs_prometheus_pinned_for_debian_and_writes_its_files():
     p = monitor()
     pins = STACK.monitoring.for_distro("debian12")

@@ -71,6 +71,21 @@ def test_the_units_carry_the_budget_and_interval(site):
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_the_checks_unit_runs_as_the_checks_user_never_root(site):
+    """Issue 53: its own system user (roles/base makes it), no capability, the system read-only
+    but the textfile folder; a unit that lost its User= would run the checks as root again."""
+    ((_, template, kwargs), _) = units.gpu_templates(site.hosts["gpu1"], "/opt/b", "/opt/e/bin/python")
+    lines = [line for line in render(template, **kwargs).splitlines() if not line.startswith("#")]
+    assert [line for line in lines if line.startswith(("User=", "Group="))] == [
+        "User=inference-host-checks",
+        "Group=inference-host-checks",
+    ]
+    assert not [line for line in lines if line.split("=", 1)[-1] in ("root", "0") or "CAP_" in line]
+    assert {"ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "NoNewPrivileges=yes"} <= set(
+        lines
+    )
+
+
 def test_the_units_pass_systemd_analyze_verify(site, tmp_path):
     host = site.hosts["gpu1"]
     written = []
@@ -90,13 +105,14 @@ def test_the_expectations_file_gives_the_inventorys_expectations(site, tmp_path)
     expect.write_text(units.expect_text(site.hosts["gpu1"], site))
     on_host = Expectations.from_overrides([a.removeprefix("--expect=") for a in expect_arguments(expect)])
     from_inventory = Expectations.from_site(site, "gpu1")
-    ignore = {"host_name", "source"}
+    ignore = {"host_name", "source", "api_key_file"}  # the timer sends its own copy of the client key
     differ = {
         f.name
         for f in dataclasses.fields(Expectations)
         if f.name not in ignore and getattr(on_host, f.name) != getattr(from_inventory, f.name)
     }
     assert not differ, {name: (getattr(on_host, name), getattr(from_inventory, name)) for name in differ}
+    assert on_host.api_key_file == units.CHECKS_KEY_FILE and on_host.api_key_configured
     assert on_host.min_temp_margin_c == 12 and on_host.speculative and on_host.speculative_num_steps == 2
 
 

@@ -28,17 +28,13 @@ CEILINGS: dict[str, tuple[float, str]] = {
     # owner and mode is the unit's whole job (no ProtectKernelModules, PrivateDevices,
     # capability bounding). The rest is shut (roles/nvidia_driver's template): 6.7.
     "nvidia-uvm-devices.service": (6.7, "loads a kernel module and makes device nodes"),
-    # Root: it reads the engine's 0600 API-key file, the kernel log (dmesg: Xid lines) and runs
-    # nvidia-smi/dcgmi against the GPUs; what it never does is shut (roles/monitoring's
-    # template): 7.7, was 9.2. Its own user is left to do (docs/security.md).
-    "inference-host-checks.service": (7.7, "root, reads the kernel log and the engine's key"),
     # Root: its steps stop and start the engine's unit to have the GPUs; what a step never does
     # is shut (roles/eagle3_training's template): 8.6, was 9.6. Its own user is left to do.
     "inference-host-eagle3@.service": (8.6, "root, stops and starts the engine's unit"),
 }
 # Units that run as root, each for the reason its ceiling above gives; every other unit names its
 # own user (docs/security.md, What runs as root: every unit runs as its own user or says why).
-AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-checks.service", "inference-host-eagle3@.service"}
+AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-eagle3@.service"}
 _SCORE = re.compile(r"Overall exposure level for (\S+): ([\d.]+)")
 
 

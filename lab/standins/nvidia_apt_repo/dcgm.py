@@ -154,7 +154,10 @@ def _dcgmi() -> str:
 # STAND-IN dcgmi (inference-host lab). Without a running host engine it answers as
 # dcgmi/Command.cpp does; `dcgmi diag` otherwise prints DCGM's table, or with -j/--json its
 # JSON, with every test skipped (no GPU exists in the lab).
-if ! kill -0 "$(cat /run/nv-hostengine.pid 2>/dev/null)" 2>/dev/null; then
+# Running is /proc/PID, not kill -0: any user reaches the real host engine (TCP on localhost:5555),
+# and kill -0 is refused for another user's process (the periodic checks run as their own user).
+pid=$(cat /run/nv-hostengine.pid 2>/dev/null)
+if [ -z "$pid" ] || [ ! -d "/proc/$pid" ]; then
     echo "Error: unable to establish a connection to the specified host: localhost"
     echo "Error: Unable to connect to host engine. Host engine connection invalid/disconnected."
     exit 255

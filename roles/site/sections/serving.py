@@ -382,7 +382,7 @@ class ServingSettings(Section):
     ] = Field(
         {},
         description=(
-            "More variables for the engine's EnvironmentFile (mode 0600), one NAME=value line each: a"
+            "More variables for the engine's EnvironmentFile (0640, the checks' group's), one NAME=value line each: a"
             " name is an environment variable name (a space or '=' in it would write another one)."
             " Refused: a variable a setting already sets (NCCL_P2P_LEVEL: nccl_p2p_level, HF_TOKEN,"
             " HF_HOME, the API key, ...), one that changes what code runs (LD_PRELOAD, LD_LIBRARY_PATH,"
