@@ -245,7 +245,9 @@ class GpuProbe:
 
         It runs in a clean environment (`env -i`), as systemd starts the service: a minimal
         PATH and LANG, then exactly the unit's EnvironmentFile, read on the host (`set -a; .`
-        reads the KEY=VALUE lines roles/serving writes as systemd does). Only when the host has
+        reads the KEY=VALUE lines roles/serving writes as systemd does). HOME is the program's own
+        temporary folder: the checks' unit runs as a user whose home is none of root's, and a cache
+        a library writes there goes with the folder. Only when the host has
         no such file (the service was never deployed) are `fallback_env` (the site model's NCCL
         settings) used instead. Nothing of the checker's own shell leaks in, except the
         NVLink-multicast guards of a multi-GPU host when set there (SAFETY_VARIABLES), which the
@@ -258,7 +260,7 @@ class GpuProbe:
         # each SAFETY_VARIABLES guard is passed on only when set, as ${NAME+NAME="$NAME"}.
         command = sh(
             'd=$(mktemp -d) && printf %s {encoded} | base64 -d > "$d"/{program}'
-            " && env -i PATH={path} LANG=C.UTF-8 HOME=/root IH_ENV_SOURCE={source_name}"
+            ' && env -i PATH={path} LANG=C.UTF-8 HOME="$d" IH_ENV_SOURCE={source_name}'
             ' ${{NCCL_NVLS_ENABLE+NCCL_NVLS_ENABLE="$NCCL_NVLS_ENABLE"}}'
             " ${{TORCH_SYMM_MEM_DISABLE_MULTICAST+TORCH_SYMM_MEM_DISABLE_MULTICAST="
             '"$TORCH_SYMM_MEM_DISABLE_MULTICAST"}}'
