@@ -267,7 +267,7 @@ def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _command(*argv: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
     """The installed `inference-host` command, as an operator runs it."""
     return subprocess.run(
         [str(Path(sys.executable).with_name("inference-host")), *argv],
@@ -275,6 +275,7 @@ def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -817,7 +818,8 @@ def test_the_gateway_serves_tls_and_reaches_tls_replicas_verified_with_the_ca(si
     """gateway_tls_* and serving_tls_* (the replicas on the next stack, SGLang 0.5.10: 0.5.9 has no
     TLS option) with one lab CA: the real smg 1.13.0 serves HTTPS with the files the deploy wrote
     (0600, smg's) and calls its workers at https:// verified with --ca-cert-paths; the deploy's
-    readiness wait, the gateway check and `inference-host status` ask it with the CA. A real client
+    readiness wait, the gateway check, `inference-host status` and `drain`/`undrain` (the rolling
+    script on the replica) ask it with the CA. A real client
     (curl) with the CA gets 200 through it; plain HTTP gets no answer; without the CA curl exits 60;
     a second deploy changes nothing. Then the lab is put back as the other tests know it."""
     from lab.tls_ca import make_tls_material
@@ -879,16 +881,19 @@ def test_the_gateway_serves_tls_and_reaches_tls_replicas_verified_with_the_ca(si
             env={**os.environ, **env},
         )
         assert verdict.returncode == 0 and ": HEALTHY " in verdict.stdout, verdict.stdout + verdict.stderr
-        status = subprocess.run(
-            [str(Path(sys.executable).with_name("inference-host")), "status", str(inventory), "--json"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, **env},
-        )
-        states = json.loads(status.stdout)["replicas"]
+        states = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"]
         assert all(state.startswith("ready at") for state in states.values()), states  # https:// URLs listed
+        # drain and undrain: inference-engine-rolling on the replica asks the gateway's /workers at
+        # https:// (--gateway-ca) and the replica's own routes at https:// (--worker-ca).
+        node = replicas(site.hosts)[1]
+        drained = _command("drain", str(inventory), node.name, timeout=600, env=env)
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        state = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"][node.name]
+        assert state.startswith(("draining", "out")), state
+        undrained = _command("undrain", str(inventory), node.name, timeout=900, env=env)
+        assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+        state = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"][node.name]
+        assert state.startswith("ready at"), state
 
         unchanged = run_deploy(inventory, env=env)
         assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
