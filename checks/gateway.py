@@ -13,11 +13,13 @@ verdict has three values, judged from what the gateway itself reports and does:
 smg 1.13.0's GET /workers answers {"workers": [{"id", "url", "is_healthy", "status": "ready" |
 "not_ready" | "draining", ...}], "total": N} (checked with the control-plane key where the gateway
 has one, /etc/smg/control-plane-api-key: smg then refuses the client key there).
-The requests run on the gateway host with curl; the key is read there from the 0600 file the
-gateway role wrote (/etc/smg/api-key, root only: run with --sudo when not connecting as root)
-and goes to curl on a file descriptor, never on a command line. Every request is bounded
-(checks/bounded.py) and marked as the engine's are (server_checks.marked_request): a gateway that
-accepts and never answers costs one curl timeout, and the next request fails at once naming it.
+The requests run on the gateway host with curl (with gateway_tls_*: https://NAME:PORT verified with
+the CA the deploy put there, --cacert and --connect-to its own address; docs/security.md#tls); the
+key is read there from the 0600 file the gateway role wrote (/etc/smg/api-key, root only: run with
+--sudo when not connecting as root) and goes to curl on a file descriptor, never on a command
+line. Every request is bounded (checks/bounded.py) and marked as the engine's are
+(server_checks.marked_request): a gateway that accepts and never answers costs one curl timeout,
+and the next request fails at once naming it.
 """
 
 from __future__ import annotations

@@ -94,12 +94,13 @@ def check_engine_tls(
 def _check_workers_ca(site_hosts: dict[str, HostSettings], where: str, problems: list[str]) -> None:
     """Replicas that serve TLS behind a gateway: smg reaches them at https://NAME:PORT and verifies
     them with the CA the deploy gives it (--ca-cert-paths, their serving_tls_ca_file), so each names
-    one, and the same one. smg 1.13.0 makes ONE HTTP client for all its workers and adds every
-    --ca-cert-paths file to it as a root (model_gateway/src/app_context.rs, with_client: "a single
-    HTTP client for all workers ... single security domain"): a CA per replica would let each vouch
-    for every other's name. Some replicas in TLS and others in plain HTTP is not refused: that one
-    client sends each request by its URL's scheme (http:// stays plain), and a plain replica
-    beyond loopback is judged on its own (serving_plaintext_acknowledged)."""
+    one, and the same one. smg makes ONE HTTP client for all its workers and adds every
+    --ca-cert-paths file to it as a root (model_gateway/src/app_context.rs, with_client, read at
+    commit 01c192f of lightseekorg/smg: "a single HTTP client for all workers ... single security
+    domain"): a CA per replica would let each vouch for every other's name. Some replicas in TLS
+    and others in plain HTTP is not refused: that one client sends each request by its URL's
+    scheme (http:// stays plain), and a plain replica beyond loopback is judged on its own
+    (serving_plaintext_acknowledged)."""
     served = [
         h
         for h in site_hosts.values()
