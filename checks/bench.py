@@ -168,7 +168,7 @@ def _target(args) -> dict:
         "engine": site.stack.active.engine,
     }
     if getattr(args, "through_gateway", None) is not None:
-        from roles.shared.replicas import gateway_url
+        from roles.shared.replicas import gateway_url, gateways_ca_on_replicas
 
         gateways = site.group("gateways")
         gateway = next((g for g in gateways if g.name == args.through_gateway or not args.through_gateway), None)
@@ -181,6 +181,8 @@ def _target(args) -> dict:
             )
         # The replicas share one API key (a rule of the site model): the gpu node's key file serves.
         target.update(base_url=gateway_url(gateway), label_host=f"{gateway.name} (gateway, from {name})")
+        if gateway.gateway.tls_enabled:  # https://: its client verifies the gateway with the gateways' CA
+            target["tls_ca_file"] = gateways_ca_on_replicas(site.hosts)
     return target
 
 

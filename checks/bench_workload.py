@@ -113,10 +113,10 @@ def run_workload(host, target, args) -> list[answer_parsers.BenchResult]:
     if expect.api_key_configured:  # bench_serving reads OPENAI_API_KEY; the key stays on the host
         key = server_checks.api_key_assignment(expect, "OPENAI_API_KEY")
         key_setup = sh("{key}export OPENAI_API_KEY; ", key=key)
-    if expect.serving_tls:  # the benchmark's HTTP client verifies the engine with the deploy's CA
-        key_setup = sh(
-            "{key_setup}export SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca}; ", key_setup=key_setup, ca=expect.tls_ca_file
-        )
+    # The benchmark's HTTP client verifies the engine (or the gateway it goes through) with the deploy's CA.
+    ca = target.get("tls_ca_file") if "base_url" in target else expect.tls_ca_file if expect.serving_tls else None
+    if ca:
+        key_setup = sh("{key_setup}export SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca}; ", key_setup=key_setup, ca=ca)
     results = []
     for concurrency in args.concurrency:
         prompts = max(args.min_prompts, concurrency * args.prompts_per_stream)

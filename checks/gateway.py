@@ -13,11 +13,13 @@ verdict has three values, judged from what the gateway itself reports and does:
 smg 1.13.0's GET /workers answers {"workers": [{"id", "url", "is_healthy", "status": "ready" |
 "not_ready" | "draining", ...}], "total": N} (checked with the control-plane key where the gateway
 has one, /etc/smg/control-plane-api-key: smg then refuses the client key there).
-The requests run on the gateway host with curl; the key is read there from the 0600 file the
-gateway role wrote (/etc/smg/api-key, root only: run with --sudo when not connecting as root)
-and goes to curl on a file descriptor, never on a command line. Every request is bounded
-(checks/bounded.py) and marked as the engine's are (server_checks.marked_request): a gateway that
-accepts and never answers costs one curl timeout, and the next request fails at once naming it.
+The requests run on the gateway host with curl (with gateway_tls_*: https://NAME:PORT verified with
+the CA the deploy put there, --cacert and --connect-to its own address; docs/security.md#tls); the
+key is read there from the 0600 file the gateway role wrote (/etc/smg/api-key, root only: run with
+--sudo when not connecting as root) and goes to curl on a file descriptor, never on a command
+line. Every request is bounded (checks/bounded.py) and marked as the engine's are
+(server_checks.marked_request): a gateway that accepts and never answers costs one curl timeout,
+and the next request fails at once naming it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 
 from checks.server_checks import STATUS_MARKER, HttpAnswer, marked_request
 from roles.shared.layout import GATEWAY_API_KEY_FILE, GATEWAY_CONTROL_PLANE_KEY_FILE
-from roles.shared.shell import Shell, sh
+from roles.shared.replicas import gateway_on_its_host
+from roles.shared.shell import Shell, argv, sh
 from roles.site import SiteError, load_site
 from roles.site.command_line import OneLineParser
 from roles.site.errors import print_problems
@@ -78,13 +81,15 @@ def judge(workers: HttpAnswer, generation: HttpAnswer, expected: list[str]) -> V
     )
 
 
-def request_command(port: int, path: str, body: dict | None = None, seconds: int = 60) -> Shell:
-    """The root shell command (bash) that sends one request to the gateway on its own host: the
-    key from the 0600 file, to curl on a file descriptor; every value quoted (roles/shared/shell.py)."""
+def request_command(base_url: str, tls: list[str], path: str, body: dict | None = None, seconds: int = 60) -> Shell:
+    """The root shell command (bash) that sends one request to the gateway on its own host
+    (base_url and tls: roles/shared/replicas.py gateway_on_its_host; with gateway_tls_* curl verifies
+    it with the CA, never -k): the key from the 0600 file, to curl on a file descriptor; every value
+    quoted (roles/shared/shell.py)."""
     # curl reads `\n` in -w as a newline: the marker line follows the body on a line of its own.
     curl = sh(
-        'curl -sS -m {seconds} -w {write_out} -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")',
-        seconds=int(seconds),
+        '{curl} -w {write_out} -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$KEY")',
+        curl=argv("curl", "-sS", "-m", str(int(seconds)), *tls),
         write_out="\\n" + STATUS_MARKER + "%{http_code} %{time_total}",
     )
     data = sh("")
@@ -98,31 +103,35 @@ def request_command(port: int, path: str, body: dict | None = None, seconds: int
         key_files=key_files,
         data=data,
         curl=curl,
-        url=f"http://127.0.0.1:{port}{path}",
+        url=f"{base_url}{path}",
     )
     return sh("bash -c {script}", script=str(script))
 
 
 def _request(
-    host, port: int, path: str, body: dict | None = None, sudo: bool = False, timeout_s: int = 60
+    host, base_url: str, path: str, body: dict | None = None, sudo: bool = False, timeout_s: int = 60, tls=()
 ) -> HttpAnswer:
-    command = request_command(port, path, body, timeout_s)
+    command = request_command(base_url, list(tls), path, body, timeout_s)
     command = sh("sudo {command}", command=command) if sudo else command
-    return marked_request(host, f"http://127.0.0.1:{port}", path, command, timeout_s)
+    return marked_request(host, base_url, path, command, timeout_s)
 
 
-def check(host, port: int, model: str, expected: list[str], sudo: bool = False, timeout_s: int = 60) -> Verdict:
-    """The verdict of the gateway on the bounded host: raises CommandOverrun when it did not
-    answer (the second request, refused at once, names the first)."""
+def check(
+    host, base_url: str, model: str, expected: list[str], sudo: bool = False, timeout_s: int = 60, tls=()
+) -> Verdict:
+    """The verdict of the gateway on the bounded host (base_url and tls: gateway_on_its_host):
+    raises CommandOverrun when it did not answer (the second request, refused at once, names the first)."""
     generation = _request(
         host,
-        port,
+        base_url,
         "/v1/chat/completions",
         {"model": model, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "Say ok."}]},
         sudo,
         timeout_s,
+        tls,
     )
-    return judge(_request(host, port, "/workers", sudo=sudo, timeout_s=timeout_s), generation, expected)
+    workers = _request(host, base_url, "/workers", sudo=sudo, timeout_s=timeout_s, tls=tls)
+    return judge(workers, generation, expected)
 
 
 def main(argv=None) -> int:
@@ -160,7 +169,8 @@ def main(argv=None) -> int:
         host = bounded.own_host(testinfra_url(args.inventory, gateway.name))
         model = replicas(site.hosts)[0].serving.served_model_name
         try:
-            verdict = check(host, gateway.gateway.port, model, expected, args.sudo)
+            base_url, tls = gateway_on_its_host(gateway)
+            verdict = check(host, base_url, model, expected, args.sudo, tls=tls)
         except bounded.CommandOverrun as error:
             print(f"{gateway.name}: FAIL  {error}")
             worst = 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from checks import answer_parsers, bounded, service_parsers
 from checks.probes import explain
 from roles.shared.shell import Shell, argv, sh
+from roles.shared.tls import curl_tls_options
 
 STATUS_MARKER = "IH-HTTP "
 # A short deterministic prompt whose answer is plain language: degenerate output (one token
@@ -60,9 +61,7 @@ def tls_options(expect) -> list[str]:
     """curl's options for an engine that serves TLS: verify its certificate with the CA the deploy
     installed (--cacert; never -k), for the name base_url asks, while connecting to the engine's
     own address (--connect-to: no DNS lookup of that name on the host)."""
-    if not expect.serving_tls:
-        return []
-    return ["--cacert", expect.tls_ca_file, "--connect-to", f"::{_address(expect)}:"]
+    return curl_tls_options(expect.tls_ca_file, _address(expect)) if expect.serving_tls else []
 
 
 def environment_file(host, unit: str) -> str | None:

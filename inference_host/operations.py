@@ -53,7 +53,7 @@ def _sections(parts: dict[str, Shell]) -> Shell:
 
 def status_script(site, host) -> Shell:
     """What `status` runs on one host, by the groups it is in."""
-    from checks.gateway import request_command
+    from checks.gateway import gateway_on_its_host, request_command
     from roles.shared.layout import CHECKS_TEXTFILE, current_link, drained_marker_file
 
     parts: dict[str, Shell] = {"clock": sh("date +%s"), "uptime": sh("cat /proc/uptime")}
@@ -76,7 +76,7 @@ def status_script(site, host) -> Shell:
             "drained": sh("test -e {marker}", marker=drained_marker_file(host.serving.unit_name)),
         }
     if host.in_group("gateways"):
-        parts["workers"] = request_command(host.gateway.port, "/workers", seconds=COMMAND_BOUND_S)
+        parts["workers"] = request_command(*gateway_on_its_host(host), "/workers", seconds=COMMAND_BOUND_S)
     if host.in_group("monitors"):
         parts["alerts"] = _bounded(sh("amtool alert query -o json"))
     return _sections(parts)

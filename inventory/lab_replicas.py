@@ -66,6 +66,29 @@ _common = {
 # would restart the gateway.
 _stream_seconds = int(os.environ.get("INFERENCE_HOST_LAB_STREAM_SECONDS", "8"))
 
+# Tests set this to a CA file (tests/lab/test_replicas.py, the TLS test): the gateway and both
+# replicas then serve TLS with the certificates and keys that test put into the throwaway vault,
+# and the gateway reaches the replicas at https:// verified with that CA.
+_tls_ca_file = os.environ.get("INFERENCE_HOST_LAB_TLS_CA_FILE")
+_replica_tls = (
+    {
+        "serving_tls_cert_secret": "engine_tls_cert",
+        "serving_tls_key_secret": "engine_tls_key",
+        "serving_tls_ca_file": _tls_ca_file,
+    }
+    if _tls_ca_file
+    else {"serving_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only"}
+)
+_gateway_tls = (
+    {
+        "gateway_tls_cert_secret": "gateway_tls_cert",
+        "gateway_tls_key_secret": "gateway_tls_key",
+        "gateway_tls_ca_file": _tls_ca_file,
+    }
+    if _tls_ca_file
+    else {"gateway_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only"}
+)
+
 _replica = {
     **_common,
     "serving_drain_timeout_s": 2 * (_stream_seconds + 4) + 10,
@@ -76,7 +99,7 @@ _replica = {
     "serving_admin_api_key_secret": "engine_admin_api_key",
     # Bound to the bridge: the gateway reaches it there (and checks the key in front of it).
     "serving_host": "0.0.0.0",
-    "serving_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
+    **_replica_tls,
     # The lock's GPU-free subset in Debian 12's Python 3.11, as in inventory/lab.py.
     "sglang_install_mode": "no-gpu-deps",
     "engine_python": "/usr/bin/python3",
@@ -115,7 +138,7 @@ gateways = [
             "gateway_health_check_interval": 1,
             # /workers and smg's admin routes take this key only.
             "gateway_control_plane_api_key_secret": "gateway_control_plane_api_key",
-            "gateway_plaintext_acknowledged": "the lab's Docker bridge, reachable from this machine only",
+            **_gateway_tls,
             # The container's own Python (Debian 12: 3.11): uv's managed CPython builds come from
             # GitHub, which the lab cannot reach. The lock (made for 3.12) names the same packages
             # here and carries their 3.11 wheels' hashes too: the install is still hash-checked.

@@ -8,6 +8,9 @@ On a host of the gateways group it lays down:
     <gateway_install_dir>/current -> envs/smg-<version>-<stamp>
     /etc/smg/api-key                                 the API key (0600, the gateway's user smg)
     /etc/smg/control-plane-api-key                   the control-plane key (0600, smg)
+    /etc/smg/tls.crt, tls.key, tls-ca.crt            with gateway_tls_*: its certificate, key (0600,
+                                                     smg) and the CA its clients verify it with (0644)
+    /etc/smg/workers-ca.crt                          with TLS replicas: the CA smg verifies them with
     /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
 
@@ -44,15 +47,18 @@ from roles.shared.host_facts import UnitActiveState
 from roles.shared.layout import (
     GATEWAY_API_KEY_FILE,
     GATEWAY_CONTROL_PLANE_KEY_FILE,
+    GATEWAY_TLS_FILES,
+    GATEWAY_WORKERS_CA_FILE,
     LIBEXEC,
     current_link,
     unit_file,
 )
 from roles.shared.locked_env import EnvironmentStamp, build_command
-from roles.shared.replicas import replicas
+from roles.shared.replicas import gateway_on_its_host, replicas, workers_ca_file
 from roles.shared.secret_files import secret_file
-from roles.shared.shell import sh
+from roles.shared.shell import argv, sh
 from roles.shared.system_account import system_account
+from roles.shared.tls_files import tls_file_operations
 from roles.shared.unit_owner import refuse_foreign_units
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
@@ -169,6 +175,7 @@ def gateway() -> None:
     ]
     changed += _api_key(site.hosts)
     changed += _role_keys(settings)
+    changed += _tls(settings, site.hosts)
     _start(settings, changed)
 
 
@@ -229,17 +236,43 @@ def _key_file(path: str, secret: str | None, what: str, unset: str) -> list:
     return [deployed] if deployed is not None else []
 
 
+def _tls(settings: HostSettings, hosts: dict[str, HostSettings]) -> list:
+    """gateway_tls_*: smg's certificate and key, 0600 files of its user, and the CA its clients on
+    this host verify it with (roles/shared/tls_files.py, as the engine's); with replicas that serve
+    TLS, their CA (serving_tls_ca_file, 0644) for --ca-cert-paths. A change restarts smg (_start)."""
+    gateway = settings.gateway
+    written = tls_file_operations(
+        GATEWAY_TLS_FILES,
+        (gateway.tls_cert_secret, gateway.tls_key_secret),
+        gateway.tls_ca_file,
+        (SERVICE_USER, SERVICE_USER),
+        "the gateway",
+        "gateway",
+    )
+    source = workers_ca_file(hosts)
+    if not source:
+        files.file(
+            name=f"Remove {GATEWAY_WORKERS_CA_FILE} (no replica serves TLS)",
+            path=GATEWAY_WORKERS_CA_FILE,
+            present=False,
+        )
+        return written
+    put = files.put(
+        name=f"Install {GATEWAY_WORKERS_CA_FILE} (the CA smg verifies its TLS workers with, serving_tls_ca_file)",
+        src=source,
+        dest=GATEWAY_WORKERS_CA_FILE,
+        user="root",
+        group="root",
+        mode="0644",
+    )
+    return [*written, put]
+
+
 # How long a (re)started gateway may take to route to a replica: smg registers its
 # --worker-urls in the background after it starts listening (smg 1.13.0 server.rs: "Worker
 # initialization job submitted (will complete in background)"), checking a worker that does not
 # answer yet every --worker-startup-check-interval seconds.
 READY_TIMEOUT_S = 120
-
-
-def _local_url(settings: HostSettings) -> str:
-    bound = settings.gateway.host
-    address = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound, f"[{bound}]" if ":" in bound else bound)
-    return f"http://{address}:{settings.gateway.port}"
 
 
 def _start(settings: HostSettings, changed: list) -> None:
@@ -260,15 +293,15 @@ def _start(settings: HostSettings, changed: list) -> None:
     # smg answers /health as soon as it listens, with no worker yet: the endpoint serves once
     # GET /readiness answers 200 {"status":"ready","healthy_workers":N,...} (503 {"status":"not
     # ready","reason":"insufficient healthy workers"} before; smg 1.13.0, seen from the binary).
-    readiness = f"{_local_url(settings)}/readiness"
+    base, tls = gateway_on_its_host(settings)
+    readiness = f"{base}/readiness"
     server.shell(
         name=f"Wait until {unit} routes to a healthy replica ({readiness} answers 200, at most {READY_TIMEOUT_S} s)",
         commands=[
             sh(
-                "for i in $(seq {seconds}); do curl -fsS -- {readiness} && exit 0; sleep 1; done;"
-                " echo {failed} >&2; exit 1",
+                "for i in $(seq {seconds}); do {curl} && exit 0; sleep 1; done; echo {failed} >&2; exit 1",
                 seconds=READY_TIMEOUT_S,
-                readiness=readiness,
+                curl=argv("curl", "-fsS", *tls, "--", readiness),
                 failed=f"{unit} never reported a healthy replica at {readiness}; read journalctl -u {unit}"
                 " here and the verdict of python -m checks.gateway INVENTORY",
             )

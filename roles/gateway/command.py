@@ -8,7 +8,8 @@ import json
 from functools import cache
 from pathlib import Path
 
-from roles.shared.replicas import replicas, worker_url
+from roles.shared.layout import GATEWAY_TLS_FILES, GATEWAY_WORKERS_CA_FILE
+from roles.shared.replicas import replicas, worker_url, workers_ca_file
 from roles.site import HostSettings
 
 CLI_DIR = Path(__file__).resolve().parent / "cli"
@@ -46,7 +47,22 @@ def gateway_arguments(settings: HostSettings, hosts: dict[str, HostSettings]) ->
         # SGLang's /health answers 200 once the server is up (http_server.py, 0.5.9).
         "--health-check-endpoint",
         "/health",
+        *tls_arguments(settings, hosts),
     ]
+
+
+def tls_arguments(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[str]:
+    """smg 1.13.0's own TLS options (smg/router_args.py): --tls-cert-path/--tls-key-path (its
+    RouterArgs' server_cert_path/server_key_path) with gateway_tls_*, files written 0600 for smg
+    (never the PEM on the command line); --ca-cert-paths, the CA its workers' HTTP client adds as a
+    root (add_root_certificate; nothing in smg turns verification off), when the replicas serve TLS
+    and so are reached at https:// (roles/shared/replicas.py worker_url)."""
+    arguments = []
+    if settings.gateway.tls_enabled:
+        arguments += ["--tls-cert-path", GATEWAY_TLS_FILES["cert"], "--tls-key-path", GATEWAY_TLS_FILES["key"]]
+    if workers_ca_file(hosts):
+        arguments += ["--ca-cert-paths", GATEWAY_WORKERS_CA_FILE]
+    return arguments
 
 
 @cache

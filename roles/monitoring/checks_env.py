@@ -37,6 +37,7 @@ BUNDLE_GLOBS = (
     "roles/shared/eagle3.py",
     "roles/shared/replicas.py",
     "roles/shared/shell.py",
+    "roles/shared/tls.py",
     "roles/shared/layout.py",
     "roles/shared/nccl.py",
     "roles/shared/sglang_kv_log.py",

@@ -42,7 +42,7 @@ from roles.serving.command import (
     server_arguments,
 )
 from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
-from roles.serving.tls import probe_address, probe_tls_options, tls_operations, tls_probe_url
+from roles.serving.tls import probe_address, probe_tls_options, rolling_tls_options, tls_operations, tls_probe_url
 from roles.shared import layout, nccl, templates
 from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import cpu_build, env_dir, install_mode
@@ -266,7 +266,7 @@ def serving() -> None:
     # A host deployed before the engine-neutral service account: roles/base gave the account
     # its new names beside the former ones, which go once the engine serves under the new.
     account = account_migration(host.get_fact(ServiceAccountState, **fact_arguments(settings.base)), settings.base)
-    changes = [_scripts(), _release_config(settings, stack), tls_operations(settings)]
+    changes = [_scripts(), _release_config(settings, stack), tls_operations(settings, current_site().hosts)]
     # Enabled at boot by _host_links (the multi-user.target.wants link to the unit's link);
     # started and restarted only by the switch below, which waits for readiness.
     _host_links(settings)
@@ -604,7 +604,7 @@ def rolling_argv(settings: HostSettings, hosts: dict[str, HostSettings], mode: s
         return []
     return [
         f"{LIBEXEC}/inference-engine-rolling",
-        *([mode] if mode else []),
+        *([mode] if mode else []) + rolling_tls_options(settings, hosts),
         layout.secret_args_link(settings.serving.unit_name),
         layout.REPLICA_CONTROL_PLANE_KEY_FILE if control_plane_key_secret(hosts) else "-",
         worker_url(settings),

@@ -49,6 +49,16 @@ GATEWAY_API_KEY_FILE = "/etc/smg/api-key"
 # docs/security.md#keys-and-their-roles.
 GATEWAY_CONTROL_PLANE_KEY_FILE = "/etc/smg/control-plane-api-key"
 REPLICA_CONTROL_PLANE_KEY_FILE = f"{STABLE_DIR}/gateway-control-plane-api-key"
+# The gateway's TLS files (gateway_tls_*, roles/gateway): its certificate and key (0600 smg), the
+# CA its clients on that host verify it with and the CA it verifies TLS workers with (both 0644);
+# and on each replica behind it the gateways' CA (0644: the rolling drain and the benchmark).
+GATEWAY_TLS_FILES = {
+    "cert": "/etc/smg/tls.crt",
+    "key": "/etc/smg/tls.key",
+    "ca": "/etc/smg/tls-ca.crt",
+}
+GATEWAY_WORKERS_CA_FILE = "/etc/smg/workers-ca.crt"
+REPLICA_GATEWAY_CA_FILE = f"{STABLE_DIR}/gateway-tls-ca.crt"
 
 
 def restart_pending_file(unit_name: str) -> str:

@@ -222,8 +222,8 @@ def plaintext_lines(host: HostSettings) -> list[str]:
     listeners = []
     if host.in_group("gpu_nodes") and not is_loopback(host.serving.host) and host.serving.plaintext_reason:
         listeners.append(("engine", "serving", host.serving.host, host.serving.plaintext_reason))
-    if host.in_group("gateways") and not is_loopback(host.gateway.host) and host.gateway.plaintext_acknowledged:
-        listeners.append(("gateway", "gateway", host.gateway.host, host.gateway.plaintext_acknowledged))
+    if host.in_group("gateways") and not is_loopback(host.gateway.host) and host.gateway.plaintext_reason:
+        listeners.append(("gateway", "gateway", host.gateway.host, host.gateway.plaintext_reason))
     return [
         f"the {what} serves plain HTTP on {address} (the API key crosses the network in clear);"
         f" {prefix}_plaintext_acknowledged: {reason}"

@@ -267,7 +267,7 @@ def test_stopped_replica_is_degraded_and_the_endpoint_serves(site, key):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _command(*argv: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
     """The installed `inference-host` command, as an operator runs it."""
     return subprocess.run(
         [str(Path(sys.executable).with_name("inference-host")), *argv],
@@ -275,6 +275,7 @@ def _command(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -771,3 +772,138 @@ def test_no_command_line_held_a_vault_value(site, cmdline_sampler):
         planted.kill()  # the planted shell in the replica ends by itself (sleep 15)
     assert any(line.startswith("engine_api_key on the command line of pid ") for line in caught), caught
     assert all(sampler.secrets["engine_api_key"] not in line for line in caught), "a report printed the value"
+
+
+# -- TLS on the gateway and from the gateway to its workers (docs/security.md#tls) --------------
+
+TLS_ENTRIES = ("engine_tls_cert", "engine_tls_key", "gateway_tls_cert", "gateway_tls_key")
+
+
+def _set_tls_entries(material) -> None:
+    """One certificate for the three hosts' addresses (their address_of: the names asked), stored
+    as the engines' and the gateway's, as `vault set` would store them."""
+    path, password_file = lab.throwaway_vault()
+    password = Path(password_file).read_bytes().strip()
+    for name in TLS_ENTRIES:
+        vault.set_secret(Path(path), name, material.key_pem if name.endswith("key") else material.cert_pem, password)
+
+
+def _drop_tls_entries() -> None:
+    path, _ = lab.throwaway_vault()
+    entries = vault.stored(Path(path))
+    vault._write(Path(path), {name: value for name, value in entries.items() if name not in TLS_ENTRIES})
+
+
+def _stop_engines(site) -> None:
+    """A change of the replicas' scheme (http:// <-> https://) is not a rolling step: the drain
+    would read the running engine's load at the URL of the other scheme and refuse (exit 7). With
+    the engines stopped nothing listens, nothing is in flight (docs/security.md#tls)."""
+    for role, node in zip(("rep-a", "rep-b"), replicas(site.hosts), strict=True):  # inventory order
+        guest = testinfra.get_host(f"docker://{lab.container_name(role)}")
+        guest.check_output(f"systemctl stop {node.serving.unit_name}.service")
+
+
+def _curl(*options: str) -> tuple[int, str]:
+    """curl (OpenSSL) on this machine, the control machine the firewall lets reach the endpoint."""
+    done = subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10", *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_gateway_serves_tls_and_reaches_tls_replicas_verified_with_the_ca(site, key, tmp_path):
+    """gateway_tls_* and serving_tls_* (the replicas on the next stack, SGLang 0.5.10: 0.5.9 has no
+    TLS option) with one lab CA: the real smg 1.13.0 serves HTTPS with the files the deploy wrote
+    (0600, smg's) and calls its workers at https:// verified with --ca-cert-paths; the deploy's
+    readiness wait, the gateway check, `inference-host status` and `drain`/`undrain` (the rolling
+    script on the replica) ask it with the CA. A real client
+    (curl) with the CA gets 200 through it; plain HTTP gets no answer; without the CA curl exits 60;
+    a second deploy changes nothing. Then the lab is put back as the other tests know it."""
+    from lab.tls_ca import make_tls_material
+    from roles.shared.layout import GATEWAY_TLS_FILES, GATEWAY_WORKERS_CA_FILE
+    from roles.site import address_of
+
+    gw = site.group("gateways")[0]
+    names = [address_of(host) for host in [*replicas(site.hosts), gw]]
+    material = make_tls_material(names)
+    ca = tmp_path / "lab-ca.pem"
+    ca.write_text(material.ca_pem)
+    env = {"INFERENCE_HOST_LAB_TLS_CA_FILE": str(ca)}
+    new = next(s for s in site.stack.stacks if s != site.stack.active.id)
+    assert site.stack.stacks[new].version != "0.5.9", new
+    inventory = _inventory_with_active(tmp_path, new, site)
+    gateway_host = testinfra.get_host(f"docker://{lab.container_name('gw')}")
+    url = f"https://{address_of(gw)}:{gw.gateway.port}/v1/chat/completions"
+    chat = ["-H", f"Authorization: Bearer {key}", "-H", "Content-Type: application/json"]
+    chat += [
+        "--data-binary",
+        '{"model": "kimi-k2.5", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}',
+    ]
+    _set_tls_entries(material)
+    started = time.monotonic()
+    try:
+        _stop_engines(site)
+        run = run_deploy(inventory, env=env)
+        # The replicas' readiness probes (https, --cacert), smg's readiness wait (https, --cacert:
+        # it answers 200 once it reached a replica at https:// verified with --ca-cert-paths).
+        assert run.returncode == 0, run.explain()
+        deployed = time.monotonic() - started
+        for kind in ("cert", "key"):
+            file = gateway_host.file(GATEWAY_TLS_FILES[kind])
+            assert (file.mode, file.user) == (0o600, "smg"), GATEWAY_TLS_FILES[kind]
+        assert gateway_host.file(GATEWAY_TLS_FILES["ca"]).mode == 0o644
+        # smg renames its process (smg::router): its arguments are read in the unit it runs.
+        cmdline = gateway_host.check_output("systemctl show -p ExecStart --value smg.service")
+        cmdline += gateway_host.check_output(
+            "cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '"
+        )
+        assert f"--tls-cert-path {GATEWAY_TLS_FILES['cert']} --tls-key-path {GATEWAY_TLS_FILES['key']}" in cmdline
+        assert f"--ca-cert-paths {GATEWAY_WORKERS_CA_FILE}" in cmdline and "https://" in cmdline
+        key_body = material.key_pem.splitlines()[1]
+        assert key_body not in cmdline and key_body not in gateway_host.check_output("journalctl --no-pager -o cat")
+        assert key_body not in run.stdout + run.stderr
+
+        with_ca = [_curl("--cacert", str(ca), *chat, url) for _ in range(4)]  # both replicas, round the policy
+        assert with_ca == [(0, "200")] * 4, with_ca
+        plain = _curl(*chat, url.replace("https://", "http://"))
+        assert plain[0] != 0 and plain[1].startswith("000"), plain  # no HTTP answer at all
+        without_ca = _curl(*chat, url)
+        assert without_ca[0] == 60, without_ca  # CURLE_PEER_FAILED_VERIFICATION
+        verdict = subprocess.run(
+            [sys.executable, "-m", "checks.gateway", str(inventory)],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
+        assert verdict.returncode == 0 and ": HEALTHY " in verdict.stdout, verdict.stdout + verdict.stderr
+        states = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"]
+        assert all(state.startswith("ready at") for state in states.values()), states  # https:// URLs listed
+        # drain and undrain: inference-engine-rolling on the replica asks the gateway's /workers at
+        # https:// (--gateway-ca) and the replica's own routes at https:// (--worker-ca).
+        node = replicas(site.hosts)[1]
+        drained = _command("drain", str(inventory), node.name, timeout=600, env=env)
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        state = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"][node.name]
+        assert state.startswith(("draining", "out")), state
+        undrained = _command("undrain", str(inventory), node.name, timeout=900, env=env)
+        assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+        state = json.loads(_command("status", str(inventory), "--json", env=env).stdout)["replicas"][node.name]
+        assert state.startswith("ready at"), state
+
+        unchanged = run_deploy(inventory, env=env)
+        assert unchanged.returncode == 0 and unchanged.changed == [], unchanged.changed
+    finally:
+        _drop_tls_entries()
+        _stop_engines(site)
+        restored = run_deploy(INVENTORY)  # the lab as the other tests know it: its stack, plain HTTP
+    assert restored.returncode == 0, restored.explain()
+    for path in [*GATEWAY_TLS_FILES.values(), GATEWAY_WORKERS_CA_FILE]:
+        assert not gateway_host.file(path).exists, path
+    assert [_chat(site, key) for _ in range(2)] == [200, 200]
+    took = time.monotonic() - started
+    print(f"\nthe replicas lab in TLS: its deploy {deployed:.0f} s; with the second and the restore {took:.0f} s")

@@ -562,7 +562,9 @@ def test_a_gateway_that_accepts_and_never_answers_is_asked_once():
     try:
         started = time.monotonic()
         with pytest.raises(CommandOverrun) as overrun:
-            gateway.check(fresh_host(), server.port, "kimi", ["http://10.0.0.2:30000"], timeout_s=1)
+            gateway.check(
+                fresh_host(), f"http://127.0.0.1:{server.port}", "kimi", ["http://10.0.0.2:30000"], timeout_s=1
+            )
         took = time.monotonic() - started
         connections = len(server.held)
     finally:

@@ -2,8 +2,8 @@
 render each release's own options (--ssl-certfile/--ssl-keyfile, read from its captured CLI) with
 the paths of the 0600 files the deploy writes, never the PEM itself; SGLang 0.5.9, which has no
 such option, is refused in one line naming the alternative; a half pair, a vault key the vault
-lacks and a replica behind a gateway are refused in one line each; TLS needs no plaintext
-acknowledgement."""
+lacks and a replica behind a gateway without the CA its gateway verifies it with are refused in
+one line each; TLS needs no plaintext acknowledgement."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def test_sglang_0_5_9_has_no_tls_option_and_is_refused_in_one_line():
 
 
 def _site(inventory, name="site.py", gateway=None, stack="sglang-0.5.10-cu128", **node):
-    inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {stack}")
+    if f"active: {stack}" not in (inventory.dir / "stack.yml").read_text():  # once per inventory folder
+        inventory.edit_stack("active: sglang-0.5.9-cu128", f"active: {stack}")
     secrets = inventory.vault(engine_api_key=CLIENT_KEY, engine_tls_cert=CERT_PEM, engine_tls_key=KEY_PEM, **ROLE_KEYS)
     keyed = {"secrets_file": secrets, "serving_api_key_secret": "engine_api_key", **ADMIN, **node}
     groups = {"gpu_nodes": [gpu_node(ssh_hostname="10.0.0.1", **keyed)]}
@@ -105,9 +106,18 @@ def test_tls_on_0_5_9_is_refused_by_the_validator_in_one_line(inventory):
     assert_names(message, "host gpu1: stack sglang-0.5.9-cu128: serving_tls_cert_secret with sglang 0.5.9")
 
 
-def test_a_replica_behind_a_gateway_with_tls_is_refused_in_one_line(inventory):
+def test_a_replica_behind_a_gateway_with_tls_needs_the_ca_the_gateway_verifies_it_with(inventory, tmp_path):
     message = only_problem(_site(inventory, gateway={}, serving_host="10.0.0.1", **TLS))
-    assert_names(message, "host gpu1: serving_tls_cert_secret with a gateway in front", "not built yet")
+    assert_names(
+        message,
+        "host gpu1: serving_tls_cert_secret behind a gateway without serving_tls_ca_file",
+        "expected serving_tls_ca_file",
+        "smg --ca-cert-paths",
+    )
+    ca = tmp_path / "ca.pem"
+    ca.write_text(make_tls_material(["10.0.0.1"]).ca_pem)
+    site = load_site(_site(inventory, "ca.py", gateway={}, serving_host="10.0.0.1", serving_tls_ca_file=str(ca), **TLS))
+    assert site.hosts["gpu1"].serving.tls_enabled  # tests/unit/test_gateway_tls.py: what the gateway does with it
 
 
 def test_a_ca_file_must_hold_certificates_only(inventory, tmp_path):

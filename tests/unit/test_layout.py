@@ -309,6 +309,7 @@ CHECKS_MAY_IMPORT = {
     "roles.shared.kv_cache": "the deploy's KV-cache estimate, reported beside what the engine allocated",
     "roles.shared.sglang_kv_log": "the parser of SGLang's KV-cache allocation line in the journal",
     "roles.shared.shell": "the one builder of root shell command lines (the gateway's request), as the roles'",
+    "roles.shared.tls": "how a client reaches a TLS listener (https URL, curl --cacert/--connect-to), as the roles'",
     "roles.shared.xid_catalog": "NVIDIA's Xid catalog: the Xid check's advice and the Xid alert's severity",
 }
 # The most specific folder decides: lab/standins/ and lab/fixtures/ have their own lists.

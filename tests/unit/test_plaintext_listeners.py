@@ -38,6 +38,7 @@ def test_an_engine_beyond_loopback_without_tls_is_refused_in_one_line(inventory)
     assert _refusal(path) == [
         f"{path}: host gpu1: serving_host = '0.0.0.0' serves the engine in plain HTTP beyond this host"
         " (the API key and prompts cross the network in clear); expected serving_host = '127.0.0.1',"
+        " or serving_tls_cert_secret and serving_tls_key_secret (it then serves TLS),"
         " or serving_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
         " (docs/security.md#tls)"
     ]
@@ -91,6 +92,7 @@ def test_a_gateway_beyond_loopback_needs_its_own_acknowledgement(inventory):
     assert _refusal(path) == [
         f"{path}: host gw1: gateway_host = '0.0.0.0' serves the gateway in plain HTTP beyond this host"
         " (the API key and prompts cross the network in clear); expected gateway_host = '127.0.0.1',"
+        " or gateway_tls_cert_secret and gateway_tls_key_secret (it then serves TLS),"
         " or gateway_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
         " (docs/security.md#tls)"
     ]
@@ -107,7 +109,8 @@ def test_the_engine_behind_a_gateway_is_judged_on_its_own(inventory):
     path = inventory.groups(gpu_nodes=[node], gateways=[gateway])
     assert _refusal(path) == [
         f"{path}: host gpu1: serving_host = '10.0.0.5' serves the engine in plain HTTP beyond this host"
-        " (the API key and prompts cross the network in clear); expected"
+        " (the API key and prompts cross the network in clear); expected serving_tls_cert_secret and"
+        " serving_tls_key_secret (it then serves TLS), or"
         " serving_plaintext_acknowledged = '<why plain HTTP is acceptable on this network>'"
         " (docs/security.md#tls)"
     ]  # not loopback: the gateway could not reach the replica there

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -70,7 +71,15 @@ class Fake:
     an empty "loads"), "no-gauges" (vLLM's /metrics without its request gauges); `broken_after`:
     only from that moment (monotonic) on."""
 
-    def __init__(self, settle: float, busy_until: float, engine: str, generates: bool = True, seen: str = "running"):
+    def __init__(
+        self,
+        settle: float,
+        busy_until: float,
+        engine: str,
+        generates: bool = True,
+        seen: str = "running",
+        tls: ssl.SSLContext | None = None,
+    ):
         self.settle, self.busy_until, self.engine, self.generates = settle, busy_until, engine, generates
         self.seen, self.began = seen, time.monotonic()
         self.lost, self.broken, self.broken_after = 0, "", 0.0
@@ -81,7 +90,9 @@ class Fake:
         self.old_gateway = False
         self.refused: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if tls is not None:  # both the gateway and the replica serve HTTPS (gateway_tls_*, serving_tls_*)
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self.worker = f"{self.url}/replica"
         self.workers["w1"] = {"id": "w1", "url": self.worker, "is_healthy": True, "status": "ready"}
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -225,6 +236,7 @@ def _roll(
     options: tuple[str, ...] = (),
     gateway: str | None = None,
     worker: str | None = None,
+    restart: tuple[str, ...] = ("curl", "-fsS"),
 ) -> tuple[subprocess.CompletedProcess, float | None]:
     key, control = tmp_path / "secret-args.yaml", tmp_path / "control-plane-api-key"
     key.write_text(json.dumps({"api-key": CLIENT, "admin-api-key": ADMIN_KEY}))
@@ -243,8 +255,7 @@ def _roll(
             str(_pending(tmp_path)),
             gateway or fake.url,
             "--",
-            "curl",
-            "-fsS",
+            *restart,
             f"{fake.url}/restart",
         ],
         capture_output=True,
@@ -568,3 +579,31 @@ def test_the_gauges_drain_cut_a_prompt_sent_straight_to_the_replica(tmp_path, en
     run, restarted = _roll(tmp_path, fake, drain_timeout=30, script=_planted_gauges_drain(tmp_path))
     assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
     assert restarted < fake.busy_until  # cut: restarted while the request still ran
+
+
+def test_a_replica_and_gateway_in_tls_are_verified_with_their_cas(tmp_path):
+    """With --worker-ca and --gateway-ca (roles/serving rolling_tls_options) every request goes to
+    https:// verified with that CA (curl's cacert, from its config on stdin); without them the
+    gateway is not trusted and nothing reaches it."""
+    from lab.tls_ca import make_tls_material
+
+    material = make_tls_material(["127.0.0.1"])
+    ca, cert, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    for path, text in ((ca, material.ca_pem), (cert, material.cert_pem), (key, material.key_pem)):
+        path.write_text(text)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    restart = ("curl", "-fsS", "--cacert", str(ca))
+    fake = Fake(settle=1, busy_until=0, engine="sglang-0.5.23", tls=context)
+    _other_replica(fake)
+    options = ("--worker-ca", str(ca), "--gateway-ca", str(ca))
+    run, restarted = _roll(tmp_path, fake, drain_timeout=30, options=options, restart=restart)
+    assert run.returncode == 0 and restarted is not None, run.stdout + run.stderr
+    assert fake.url.startswith("https://") and fake.refused == []
+    assert [e for _, e in fake.events if e in ("DELETE", "POST True")] == ["DELETE", "POST True"]
+    unverified = Fake(settle=1, busy_until=0, engine="sglang-0.5.23", tls=context)
+    _other_replica(unverified)
+    (tmp_path / "no-ca").mkdir()
+    run, _ = _roll(tmp_path / "no-ca", unverified, drain_timeout=30, restart=restart)
+    assert not [e for _, e in unverified.events if e.startswith(("DELETE", "POST", "live", "GENERATE"))], run.stdout
+    assert run.returncode != 0, run.stdout + run.stderr  # and it says why

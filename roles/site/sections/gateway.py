@@ -20,6 +20,7 @@ from roles.site.fields import (
     tcp_port,
 )
 from roles.site.grammars import host_path_problem, world_writable_problem
+from roles.site.sections.base import CaFile
 
 
 class GatewaySettings(Section):
@@ -29,6 +30,16 @@ class GatewaySettings(Section):
     gateway_control_plane_api_key_secret only (docs/security.md#keys-and-their-roles)."""
 
     PREFIX: ClassVar[str] = "gateway_"
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the gateway serves TLS: gateway_tls_cert_secret and gateway_tls_key_secret both set."""
+        return bool(self.tls_cert_secret and self.tls_key_secret)
+
+    @property
+    def plaintext_reason(self) -> str | None:
+        """gateway_plaintext_acknowledged where the gateway serves plain HTTP (no TLS), else None."""
+        return None if self.tls_enabled else self.plaintext_acknowledged
 
     version: Annotated[str, check(re.compile(r"^\d+\.\d+\.\d+$").match, "a release like 1.13.0")] = Field(
         "1.13.0",
@@ -62,6 +73,29 @@ class GatewaySettings(Section):
             "Why the gateway may serve plain HTTP beyond loopback here (the bearer key and the prompts"
             " cross the network in clear): required when gateway_host is not a loopback address;"
             " docs/security.md#tls. None: gateway_host must be loopback."
+        ),
+    )
+    tls_cert_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the gateway's TLS certificate (PEM, the chain from the server's own): with"
+            " gateway_tls_key_secret smg serves HTTPS (--tls-cert-path), and gateway_host may leave"
+            " loopback without gateway_plaintext_acknowledged (docs/security.md#tls)."
+        ),
+    )
+    tls_key_secret: SecretName | None = Field(
+        None,
+        description=(
+            "Vault key of the private key of gateway_tls_cert_secret (PEM, unencrypted), --tls-key-path: a"
+            " 0600 file of the gateway's user, never on a command line."
+        ),
+    )
+    tls_ca_file: CaFile | None = Field(
+        None,
+        description=(
+            "Local PEM file of the CA that signed gateway_tls_cert_secret, uploaded 0644 to the gateway and"
+            " the replicas behind it: the checks, `inference-host status`, the rolling drain and the"
+            " benchmark verify the gateway with it. None: the hosts' CA bundle."
         ),
     )
     port: Annotated[int, tcp_port] = Field(8000, description=("The gateway's HTTP port (the endpoint clients use)."))
