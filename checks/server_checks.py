@@ -78,9 +78,9 @@ def api_key_assignment(expect, variable: str) -> Shell:
     if variable not in ("KEY", "OPENAI_API_KEY"):
         raise ValueError(f"{variable!r}: the key goes into KEY (curl) or OPENAI_API_KEY (the benchmark)")
     return sh(
-        "KEY=$(jq -r '.\"api-key\" // empty' {file}); "
+        "KEY=$(jq -r '[.\"api-key\"] | flatten | .[0] // empty' {file}); "
         if variable == "KEY"
-        else "OPENAI_API_KEY=$(jq -r '.\"api-key\" // empty' {file}); ",
+        else "OPENAI_API_KEY=$(jq -r '[.\"api-key\"] | flatten | .[0] // empty' {file}); ",
         file=expect.api_key_file,
     )
 

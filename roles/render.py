@@ -195,10 +195,8 @@ def _serving(p: Preview, settings: HostSettings, site: Site) -> None:
     stack = site.stack.active
     for path, template, _, kwargs in serving.release_templates(settings, stack, site):
         p.template(path, template, **kwargs)
-    keys = settings.serving.api_key_secret, settings.serving.admin_api_key_secret
-    if any(keys):
-        masked = [key and MASK for key in keys]
-        p.file(serving.config_paths(settings, stack, site)["secret_args"], serving.secret_args_content(*masked))
+    for path, content in serving.key_previews(settings, stack, site, MASK):
+        p.file(path, content)
     for name in serving.SCRIPTS:
         p.template(f"{serving.LIBEXEC}/{name}", f"roles/serving/templates/{name}.j2")
     p.file(serving.PREFLIGHT_SCRIPT, serving.PREFLIGHT_SOURCE.read_text())
@@ -279,6 +277,8 @@ def _gateway(p: Preview, settings: HostSettings, site: Site) -> None:
         p.file(gateway.API_KEY_FILE, MASK)
     if settings.gateway.control_plane_api_key_secret:
         p.file(gateway.GATEWAY_CONTROL_PLANE_KEY_FILE, MASK)
+    if gateway.tenant_api_key_secrets(site.hosts):
+        p.file(gateway.TENANT_KEYS_FILE, MASK)
     p.note(
         f"smg {settings.gateway.version} is installed exactly from its lock into"
         f" {gateway.env_path(site, settings)} unless it is there"

@@ -11,6 +11,7 @@ On a host of the gateways group it lays down:
     /etc/smg/tls.crt, tls.key, tls-ca.crt            with gateway_tls_*: its certificate, key (0600,
                                                      smg) and the CA its clients verify it with (0644)
     /etc/smg/workers-ca.crt                          with TLS replicas: the CA smg verifies them with
+    /etc/smg/tenant-api-keys                         the tenants' keys, TENANT:KEY a line (0600, smg)
     /usr/local/libexec/inference-host/smg-launch     starts smg with the key read from that file
     /etc/systemd/system/<unit>.service               --worker-urls from the inventory
 
@@ -40,6 +41,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.gateway.command import api_key_secret, gateway_arguments
+from roles.gateway.tenants import TENANT_KEYS_ENV, TENANT_KEYS_FILE, tenant_api_key_secrets, tenant_keys
 from roles.shared import locked_env
 from roles.shared import systemd_syntax as sd
 from roles.shared import templates as shared_templates
@@ -104,6 +106,7 @@ def unit_kwargs(settings: HostSettings, hosts: dict[str, HostSettings]) -> dict:
         control_key_env=sd.environment(CONTROL_KEY_ENV, GATEWAY_CONTROL_PLANE_KEY_FILE)
         if gateway.control_plane_api_key_secret
         else None,
+        tenant_keys_env=sd.environment(TENANT_KEYS_ENV, TENANT_KEYS_FILE) if tenant_api_key_secrets(hosts) else None,
         exec_start=sd.argv(command, "ExecStart= (the gateway's arguments)"),
     )
 
@@ -126,6 +129,7 @@ def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tu
                 version=settings.gateway.version,
                 key_required=bool(api_key_secret(hosts)),
                 control_plane_key=bool(settings.gateway.control_plane_api_key_secret),
+                tenant_keys=bool(tenant_api_key_secrets(hosts)),
                 drain_settle_secs=drain_settle_secs(hosts),
             ),
         ),
@@ -176,6 +180,7 @@ def gateway() -> None:
     changed += _api_key(site.hosts)
     changed += _role_keys(settings)
     changed += _tls(settings, site.hosts)
+    changed += tenant_keys(site.hosts, SERVICE_USER)
     _start(settings, changed)
 
 

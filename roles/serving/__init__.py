@@ -26,7 +26,6 @@ deploy saying so. The service restarts only when something it runs with changed.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,8 @@ from roles.serving.command import (
     pcie_allreduce_env,
     server_arguments,
 )
+from roles.serving.keys import key_files, tenant_keys_env
+from roles.serving.keys import secret_args_content as secret_args_content  # its readers' name
 from roles.serving.speculative import kv_estimate_note, release_cli, speculative_environment
 from roles.serving.tls import probe_address, probe_tls_options, rolling_tls_options, tls_operations, tls_probe_url
 from roles.shared import layout, nccl, templates
@@ -200,7 +201,12 @@ def _unit_settings(settings: HostSettings, stack: EngineStack) -> dict:
     )
 
 
-def env_file_kwargs(settings: HostSettings, stack: EngineStack, hosts: dict[str, HostSettings] | None = None) -> dict:
+def env_file_kwargs(
+    settings: HostSettings,
+    stack: EngineStack,
+    hosts: dict[str, HostSettings] | None = None,
+    tenants: dict | None = None,
+) -> dict:
     serving = settings.serving
     nnodes = node_topology(settings, hosts or {settings.name: settings})[1]
     # EAGLE-3's environment is SGLang's (its release CLI); a vLLM stack takes its speculative
@@ -238,7 +244,7 @@ def env_file_kwargs(settings: HostSettings, stack: EngineStack, hosts: dict[str,
         ),
         extra_env={
             key: sd.env_assignment(key, value, f"serving_extra_env {key}")
-            for key, value in {**spec_env, **serving.extra_env}.items()
+            for key, value in {**spec_env, **(tenants or {}), **serving.extra_env}.items()
         },
     )
 
@@ -322,7 +328,7 @@ def release_templates(settings: HostSettings, stack: EngineStack, site: Site) ->
             paths["env_file"],
             "roles/serving/templates/inference-engine.env.j2",
             "0640",
-            env_file_kwargs(settings, stack, site.hosts),
+            env_file_kwargs(settings, stack, site.hosts, tenant_keys_env(settings, stack.engine, paths)),
         ),
         (
             paths["launcher"],
@@ -379,32 +385,24 @@ def _release_config(settings: HostSettings, stack: EngineStack) -> list:
         )
         for path, template, mode, kwargs in release_templates(settings, stack, current_site())
     ]
-    return written + _secret_args(settings, paths["secret_args"])
+    return written + _key_files(settings, stack)
 
 
-def secret_args_content(value: str | None, admin: str | None = None) -> str:
-    # JSON is YAML: SGLang's --config parser reads {"api-key": ...} like `api-key: ...`, and so
-    # does vLLM's (FlexibleArgumentParser.load_config_file: yaml.safe_load, `--api-key VALUE`).
-    # The file keeps its .yaml name: vLLM refuses a --config file named otherwise. SGLang's
-    # --admin-api-key (server_args.py, 0.5.9 and 0.5.10; srt/arg_groups/fields/serving.py, 0.5.23)
-    # keeps the admin routes from the client key (docs/security.md#keys-and-their-roles).
-    keys = {"api-key": value, "admin-api-key": admin}
-    return json.dumps({flag: key for flag, key in keys.items() if key is not None}) + "\n"
+def _key_files(settings: HostSettings, stack: EngineStack) -> list:
+    found = []
+    for path, what, content in key_files(settings, stack.engine, config_paths(settings, stack), secret_value):
+        if content is None:
+            found.append(files.file(name=f"Remove {path} ({what})", path=path, present=False))
+            continue
+        user, group = settings.base.service_user, settings.base.service_group
+        found.append(secret_file(label=what, value=content, dest=path, user=user, group=group))
+    return [op for op in found if op is not None]
 
 
-def _secret_args(settings: HostSettings, path: str) -> list:
-    secret, admin = settings.serving.api_key_secret, settings.serving.admin_api_key_secret
-    if not secret and not admin:
-        return [files.file(name=f"Remove {path} (no API key set)", path=path, present=False)]
-    names = " and ".join(name for name in (secret, admin) if name)
-    deployed = secret_file(
-        label=f"the API keys (secrets {names}) as the engine's --config file",
-        value=secret_args_content(secret and secret_value(secret), admin and secret_value(admin)),
-        dest=path,
-        user=settings.base.service_user,
-        group=settings.base.service_group,
-    )
-    return [deployed] if deployed is not None else []
+def key_previews(settings: HostSettings, stack: EngineStack, site: Site, mask: str) -> list[tuple[str, str]]:
+    """The key files as roles.render previews them, every value masked."""
+    found = key_files(settings, stack.engine, config_paths(settings, stack, site), lambda _: mask)
+    return [(path, content) for path, _, content in found if content is not None]
 
 
 def _host_links(settings: HostSettings) -> None:

@@ -107,12 +107,13 @@ def tls_files(unit_name: str) -> dict[str, str]:
 
 def release_files(env: str, unit_name: str) -> dict[str, str]:
     """One release's serving files inside its environment <env> (or inside `current`):
-    launcher, env_file, secret_args, unit."""
+    launcher, env_file, secret_args, tenant_keys, unit."""
     folder = f"{env}/{RELEASE_DIR_NAME}"
     return {
         "launcher": f"{folder}/{LAUNCHER_NAME}",
         "env_file": f"{folder}/{unit_name}.env",
         "secret_args": f"{folder}/{unit_name}-secret-args.yaml",
+        "tenant_keys": f"{folder}/{unit_name}-tenant-api-keys.json",
         "unit": f"{folder}/{unit_name}.service",
     }
 

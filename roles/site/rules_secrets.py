@@ -69,13 +69,16 @@ def mirror_credential_problems(host, secret_names, secrets_file: str | None) -> 
 
 def key_roles(site_hosts) -> list[tuple[str, str, str]]:
     """(host, setting, vault key) of every API key the site gives a role: the engines' client and
-    admin keys, the gateways' control-plane key (docs/security.md#keys-and-their-roles)."""
+    admin keys, each tenant's client key, the gateways' control-plane key
+    (docs/security.md#keys-and-their-roles)."""
     found = []
     for host in site_hosts.values():
         if host.in_group("gpu_nodes"):
             for key in ("api_key_secret", "admin_api_key_secret"):
                 if getattr(host.serving, key):
                     found.append((host.name, f"serving_{key}", getattr(host.serving, key)))
+            for tenant, ref in sorted(host.serving.tenant_api_key_secrets.items()):
+                found.append((host.name, f"serving_tenant_api_key_secrets[{tenant!r}]", ref))
         if host.in_group("gateways"):
             control = host.gateway.control_plane_api_key_secret
             if control:
@@ -97,9 +100,12 @@ def key_role_problems(site_hosts, where: str, secret_names, secrets_file: str | 
         if problem:
             problems.append(f"{here}: {problem}")
         if not is_api_key(ref):
+            like = setting.removesuffix("_secret")
+            if "[" in setting:  # serving_tenant_api_key_secrets['<tenant>']
+                like = "tenant_" + setting.split("'")[1].replace("-", "_") + "_api_key"
             problems.append(
                 f"{here}: {setting} = {ref!r} names a vault key that does not end in api_key; expected a name like"
-                f" {setting.split('[')[0].removesuffix('_secret')} (`inference-host vault set` and `vault check` hold"
+                f" {like} (`inference-host vault set` and `vault check` hold"
                 " keys named *api_key to the key rule: at least 32 characters, one role each)"
             )
         # One vault key may serve one role on many hosts (the replicas share their client key).
@@ -133,6 +139,12 @@ def _missing_roles(site_hosts, where: str, engine: str | None, secret_names) -> 
                 " would take the client key (srt/utils/auth.py, ADMIN_OPTIONAL); expected"
                 " serving_admin_api_key_secret = 'engine_admin_api_key', a key of its own"
                 " (docs/upgrades.md#keys-with-roles)"
+            )
+        if host.serving.tenant_api_key_secrets and not client:
+            problems.append(
+                f"{here}: serving_tenant_api_key_secrets = {host.serving.tenant_api_key_secrets!r} without"
+                " serving_api_key_secret: an engine without a client key serves everyone, so a tenant's key"
+                " would guard nothing; expected serving_api_key_secret = 'engine_api_key' beside the tenants"
             )
         if engine == "vllm" and admin:
             problems.append(

@@ -230,6 +230,15 @@ def _check_topology(
                     f"{where}: host {gateway.name}: gateway_host = {gateway.gateway.host!r} serves without an API"
                     " key; expected serving_api_key_secret on the gpu nodes (the gateway checks that key)"
                 )
+            tenants = {tuple(sorted(h.serving.tenant_api_key_secrets.items())) for h in nodes}
+            if len(tenants) > 1:
+                problems.append(
+                    f"{where}: the gpu nodes behind gateway {gateway.name} have different"
+                    " serving_tenant_api_key_secrets ("
+                    + "; ".join(f"{h.name}: {dict(sorted(h.serving.tenant_api_key_secrets.items()))}" for h in nodes)
+                    + "); expected the same tenants and vault keys on every replica (the gateway passes a"
+                    " tenant's key on to whichever replica it picks)"
+                )
 
 
 # Ports the node's own services hold, which an engine, a gateway or an exporter of ours cannot

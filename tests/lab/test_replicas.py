@@ -740,6 +740,82 @@ def test_rotating_the_api_key_counts_what_clients_see(site, key, cmdline_sampler
     assert key not in rotated.stdout + rotated.stderr and new not in rotated.stdout + rotated.stderr
 
 
+def _inventory_with_tenants(tmp_path: Path, tenants: dict[str, str]) -> Path:
+    """The lab's replicas inventory with serving_tenant_api_key_secrets on both replicas."""
+    folder = tmp_path / "-".join(sorted(tenants)) / "inventory"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(PROJECT_ROOT / "inventory/locks", folder / "locks", dirs_exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "inventory/stack.yml", folder / "stack.yml")
+    text = INVENTORY.read_text()
+    line = '    "serving_admin_api_key_secret": "engine_admin_api_key",\n'
+    assert text.count(line) == 1
+    (folder / "lab_replicas.py").write_text(
+        text.replace(line, line + f'    "serving_tenant_api_key_secrets": {tenants!r},\n')
+    )
+    return folder / "lab_replicas.py"
+
+
+def test_tenant_keys_serve_the_data_plane_only_and_overlap_a_rotation(site, key, tmp_path, cmdline_sampler):
+    """Issue 52: client keys per tenant. Two tenants deployed: each tenant's key gets 200 on the data
+    plane through the real smg 1.13.0 (--tenant-api-key, which passes the caller's key on) and
+    straight at a replica (the stand-in applies the tenant-keys patch of SGLang's auth.py), 401 on
+    smg's /workers and the replica's admin routes; an unknown key 401. One tenant removed: its key is
+    refused, the other still served (the overlap a rotation needs). A second deploy changes
+    nothing. Then the lab's own inventory again (no tenants) for whatever runs after."""
+    import secrets as random_values
+
+    _, password_file = lab.throwaway_vault()
+    password = Path(password_file).read_bytes().strip()
+    names = {"alpha": "tenant_alpha_api_key", "beta": "tenant_beta_api_key"}
+    values = {tenant: random_values.token_urlsafe(32) for tenant in names}
+    for tenant, name in names.items():
+        vault.set_secret(Path(site.secrets_file), name, values[tenant], password)
+        cmdline_sampler.watch(f"{name} (a tenant's key)", values[tenant])
+    gw, replica = gateway_url(site.group("gateways")[0]), worker_url(replicas(site.hosts)[0])
+    chat = {"model": "kimi-k2.5", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    unknown = random_values.token_urlsafe(32)
+    try:
+        both = run_deploy(_inventory_with_tenants(tmp_path, names))
+        assert both.returncode == 0, both.explain()
+        for tenant in names:
+            value = values[tenant]
+            assert [_chat(site, value) for _ in range(4)] == [200] * 4, tenant  # both replicas, round robin
+            assert _call(f"{replica}/v1/chat/completions", value, "POST", chat) == 200, tenant
+            assert _call(f"{gw}/workers", value) == 401, tenant
+            assert _call(f"{replica}/flush_cache", value, "POST") == 401, tenant
+            assert _call(f"{replica}/pause_generation", value, "POST", {}) == 401, tenant
+        assert _chat(site, unknown) == 401 and _call(f"{replica}/v1/chat/completions", unknown, "POST", chat) == 401
+        assert _chat(site, key) == 200  # the client key as before
+        guest = testinfra.get_host(f"docker://{lab.container_name('rep-a')}")
+        gateway_host = testinfra.get_host(f"docker://{lab.container_name('gw')}")
+        assert gateway_host.file("/etc/smg/tenant-api-keys").mode == 0o600
+        assert gateway_host.file("/etc/smg/tenant-api-keys").user == "smg"
+        assert all(
+            values[t]
+            not in gateway_host.check_output(
+                "cat /proc/$(systemctl show -p MainPID --value smg.service)/cmdline | tr '\\0' ' '"
+            )
+            for t in names
+        )
+        tenant_file = guest.check_output("ls /opt/inference-host/current/serving/*-tenant-api-keys.json")
+        assert guest.file(tenant_file).mode == 0o600
+        # One tenant removed: its key refused everywhere, the other's still served.
+        alpha = run_deploy(_inventory_with_tenants(tmp_path, {"alpha": names["alpha"]}))
+        assert alpha.returncode == 0, alpha.explain()
+        assert [_chat(site, values["alpha"]) for _ in range(4)] == [200] * 4
+        assert [_chat(site, values["beta"]) for _ in range(4)] == [401] * 4
+        for url in (worker_url(node) for node in replicas(site.hosts)):
+            assert _call(f"{url}/v1/chat/completions", values["alpha"], "POST", chat) == 200, url
+            assert _call(f"{url}/v1/chat/completions", values["beta"], "POST", chat) == 401, url
+        again = run_deploy(_inventory_with_tenants(tmp_path, {"alpha": names["alpha"]}))
+        assert again.returncode == 0, again.explain()
+        assert again.changed == [], again.changed
+    finally:
+        restored = run_deploy(INVENTORY)  # the lab's own inventory: no tenants
+    assert restored.returncode == 0, restored.explain()
+    assert _chat(site, values["alpha"]) == 401 and _chat(site, key) == 200
+
+
 def test_no_command_line_held_a_vault_value(site, cmdline_sampler):
     """Issue 53: every process's command line, in the three containers and on the control side,
     sampled from before the first deploy through the second, the rolling upgrade and (opted in)

@@ -104,3 +104,66 @@ def test_server_info_answers_without_the_keys(version, tmp_path):
     subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
     patched = _server_info_answer((tmp_path / path).read_text(), function)
     assert not set(SECRETS) & set(patched) and patched["model_path"] == "/models/kimi", patched
+
+
+def _auth_module(path):
+    """The release's srt/utils/auth.py, imported alone (it is "intentionally lightweight": no torch)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"auth_{abs(hash(str(path)))}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _decisions(auth, key: str) -> dict[str, bool]:
+    """What the release's own decide_request_auth answers for one bearer key on a data-plane route
+    (NORMAL) and an admin route (ADMIN_OPTIONAL), with a client and an admin key set."""
+    return {
+        level: auth.decide_request_auth(
+            method="POST",
+            path="/v1/chat/completions" if level == "NORMAL" else "/flush_cache",
+            authorization_header=f"Bearer {key}",
+            api_key=SECRETS["api_key"],
+            admin_api_key=SECRETS["admin_api_key"],
+            auth_level=getattr(auth.AuthLevel, level),
+        ).allowed
+        for level in ("NORMAL", "ADMIN_OPTIONAL")
+    }
+
+
+@pytest.mark.parametrize("version", sorted(SERVER_INFO))
+def test_tenant_keys_open_the_data_plane_only_once_patched(version, tmp_path, monkeypatch):
+    """Client keys per tenant: the release's own auth refuses a tenant's key (one --api-key); patched,
+    it takes it on the NORMAL routes (the key file the unit's environment names) and still refuses
+    it on the admin routes; an unknown key is refused; the client key is served as before."""
+    import json
+
+    path = "sglang/srt/utils/auth.py"
+    with zipfile.ZipFile(pypi_wheels.pypi_wheel(version)) as archive:
+        archive.extract(path, tmp_path)
+    tenant, unknown = "t" * 32, "u" * 32
+    keys = tmp_path / "tenant-api-keys.json"
+    keys.write_text(json.dumps({"alpha": tenant, "beta": "b" * 32}))
+    keys.chmod(0o600)
+    monkeypatch.setenv("INFERENCE_HOST_TENANT_API_KEYS_FILE", str(keys))
+    unpatched = _auth_module(tmp_path / path)
+    assert _decisions(unpatched, tenant) == {"NORMAL": False, "ADMIN_OPTIONAL": False}  # what the patch adds
+    patch = next(p for p in patches_for(version) if p.name.endswith("tenant-api-keys.patch"))
+    subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
+    patched = _auth_module(tmp_path / path)
+    assert _decisions(patched, tenant) == {"NORMAL": True, "ADMIN_OPTIONAL": False}
+    assert _decisions(patched, "b" * 32) == {"NORMAL": True, "ADMIN_OPTIONAL": False}
+    assert _decisions(patched, unknown) == {"NORMAL": False, "ADMIN_OPTIONAL": False}
+    assert _decisions(patched, SECRETS["api_key"]) == {"NORMAL": True, "ADMIN_OPTIONAL": False}
+    assert _decisions(patched, SECRETS["admin_api_key"]) == {"NORMAL": False, "ADMIN_OPTIONAL": True}
+    # Without the variable: the release's behaviour, a tenant's key refused.
+    monkeypatch.delenv("INFERENCE_HOST_TENANT_API_KEYS_FILE")
+    assert _decisions(_auth_module(tmp_path / path), tenant)["NORMAL"] is False
+    # An unreadable file stops the start (the middleware reads it when it is added), naming no key.
+    monkeypatch.setenv("INFERENCE_HOST_TENANT_API_KEYS_FILE", str(tmp_path / "missing.json"))
+    with pytest.raises(OSError):
+        _auth_module(tmp_path / path).add_api_key_middleware(None, api_key="c" * 32, admin_api_key=None)

@@ -92,3 +92,79 @@ def test_launcher_is_the_api_server_module_of_the_environment():
     # The lab's SGLang stand-in override does not apply to vLLM stacks.
     assert serving.launch_command(LAB_HOST, VLLM, LAB)[2] == "vllm.entrypoints.openai.api_server"
     assert "__main__" in _wheel_text("vllm/entrypoints/openai/api_server.py")
+
+
+def _from_wheel(path: str, name: str, namespace: dict, source: str | None = None):
+    """One top-level function or class of the release's module, compiled alone."""
+    import ast
+
+    node = next(n for n in ast.parse(source or _wheel_text(path)).body if getattr(n, "name", None) == name)
+    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), namespace)
+    return namespace[name]
+
+
+def test_tenant_keys_are_more_api_key_values_the_patched_middleware_takes(tmp_path):
+    """Client keys per tenant on vLLM 0.16.0: the --config file lists them after the client key;
+    the release's own load_config_file makes `--api-key CLIENT TENANT...` of it, its argparse takes
+    several values (api_key: list[str]), and its AuthenticationMiddleware with the project's
+    0002-key-on-every-route.patch takes every listed key on a guarded path and refuses another."""
+    import hashlib
+    import json
+    import secrets
+    import subprocess
+    import types
+
+    import yaml
+
+    from roles.engine_envs import patches_for
+
+    tenants = ("t" * 32, "u" * 32)
+    config = tmp_path / "inference-engine-secret-args.yaml"
+    config.write_text(serving.secret_args_content(KEY, None, tenants))
+    import ast
+
+    parser = next(
+        n
+        for n in ast.parse(_wheel_text("vllm/utils/argparse_utils.py")).body
+        if getattr(n, "name", None) == "FlexibleArgumentParser"
+    )
+    method = next(n for n in parser.body if getattr(n, "name", None) == "load_config_file")  # run alone
+    namespace: dict = {"yaml": yaml, "json": json, "logger": types.SimpleNamespace(error=print)}
+    exec(compile(ast.Module(body=[method], type_ignores=[]), "argparse_utils.py", "exec"), namespace)
+    load = namespace["load_config_file"]
+    assert load(None, str(config)) == ["--api-key", KEY, *tenants]
+    assert "api_key: list[str] | None = None" in _wheel_text("vllm/entrypoints/openai/cli_args.py")
+    # The middleware as patched: every key of the list, compared by hash in constant time.
+    path = "vllm/entrypoints/openai/server_utils.py"
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(_wheel_text(path))
+    patch = next(p for p in patches_for(VLLM.vllm, "vllm") if p.name.endswith("key-on-every-route.patch"))
+    subprocess.run(["patch", "-p1", "-s", "-f", "-d", str(tmp_path)], stdin=patch.open(), check=True)
+    source = (tmp_path / path).read_text()
+    answers: list = []
+
+    class URL:
+        def __init__(self, scope):
+            self.path = scope["path"]
+
+    namespace = {
+        "hashlib": hashlib,
+        "secrets": secrets,
+        "URL": URL,
+        "Headers": lambda scope: dict(scope["headers"]),
+        "JSONResponse": lambda content, status_code: lambda *a: answers.append(status_code),
+        **dict.fromkeys(("ASGIApp", "Scope", "Receive", "Send", "Awaitable"), object),
+    }
+    exec(next(line for line in source.splitlines() if line.startswith("_OPEN_PATHS =")), namespace)
+    middleware = _from_wheel(path, "AuthenticationMiddleware", namespace, source)(
+        lambda *a: answers.append(200), [KEY, *tenants]
+    )
+    for key in (KEY, *tenants, "v" * 32):
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/invocations",
+            "headers": {"Authorization": f"Bearer {key}"},
+        }
+        middleware(scope, None, None)
+    assert answers == [200, 200, 200, 401]

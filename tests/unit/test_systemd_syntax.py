@@ -132,6 +132,7 @@ def test_a_template_systemd_reads_refuses_a_raw_value():
         service_user=sd.text("smg"),
         api_key_env=None,
         control_key_env=None,
+        tenant_keys_env=None,
         exec_start=sd.argv(["/bin/true"]),
     )
     assert "ExecStart=/bin/true" in templates.render(template, **kwargs)

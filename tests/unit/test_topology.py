@@ -260,7 +260,7 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=False, drain_settle_secs=300
+        version="1.13.0", key_required=True, control_plane_key=False, tenant_keys=False, drain_settle_secs=300
     )
     # smg is not installed here: a stand-in module stops before launching anything.
     (tmp_path / "smg").mkdir()
@@ -300,7 +300,7 @@ def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=True, drain_settle_secs=5
+        version="1.13.0", key_required=True, control_plane_key=True, tenant_keys=False, drain_settle_secs=5
     )
     (tmp_path / "smg").mkdir()
     (tmp_path / "smg" / "__init__.py").write_text("")

@@ -16,10 +16,10 @@ Mirrors the interface the deploy and the health checks rely on, from SGLang's ow
 - the start-up log: the `server_args=...` line of the installed release, built from that
   release's own (patched) source (startup_log.py says how);
 - python/sglang/srt/utils/auth.py (0.5.9, decide_request_auth) with the auth levels of 0.5.9's
-  http_server.py (ADMIN_ROUTES below: the routes marked @auth_level(AuthLevel.ADMIN_OPTIONAL)):
+  http_server.py (standin_auth.py: the routes marked @auth_level(AuthLevel.ADMIN_OPTIONAL)):
   /health* and /metrics* take no key; an admin route takes --admin-api-key when it is set (and
   then not --api-key), else --api-key, else anyone; every other path takes --api-key when it is
-  set; a refusal is 401 {"error": "Unauthorized"}. Of the admin routes the stand-in plays
+  set, or a tenant's key (the project's tenant-keys patch); a refusal is 401. Of the admin routes the stand-in plays
   /flush_cache, /pause_generation and /continue_generation (200); the others, once allowed,
   answer 501 (nothing of theirs exists here).
 
@@ -89,7 +89,6 @@ import argparse
 import hashlib
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -102,6 +101,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from standin_auth import ADMIN_ROUTES, auth_allowed, tenant_api_keys  # noqa: E402 - SGLang's auth.py, as patched
 from standin_tls import make_server  # noqa: E402 - TLS (0.5.10+) as uvicorn serves it: its docstring
 from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
@@ -635,44 +635,6 @@ class State:
         return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
 
 
-# The routes 0.5.9's http_server.py marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (every method
-# they are declared with), read from the wheel sglang-0.5.9-py3-none-any.whl.
-ADMIN_ROUTES = frozenset(
-    (
-        "/set_internal_state /flush_cache /clear_hicache_storage_backend /hicache/storage-backend/clear"
-        " /hicache/storage-backend /start_profile /stop_profile /freeze_gc /start_expert_distribution_record"
-        " /stop_expert_distribution_record /dump_expert_distribution_record /update_weights_from_disk"
-        " /init_weights_send_group_for_remote_instance /send_weights_to_remote_instance"
-        " /get_remote_instance_transfer_engine_info /init_weights_update_group /destroy_weights_update_group"
-        " /update_weights_from_tensor /update_weights_from_distributed /update_weights_from_ipc"
-        " /update_weight_version /get_weights_by_name /release_memory_occupation /resume_memory_occupation"
-        " /weights_checker /slow_down /load_lora_adapter /unload_lora_adapter /configure_logging /abort_request"
-        " /pause_generation /continue_generation"
-    ).split()
-)
-
-
-def _bearer_matches(authorization: str | None, expected: str) -> bool:
-    """auth.py _check_bearer_token (0.5.9): `Bearer <key>`, the scheme in any case, compared in
-    constant time."""
-    parts = (authorization or "").split(" ", 1)
-    return len(parts) == 2 and parts[0].lower() == "bearer" and secrets.compare_digest(parts[1], expected)
-
-
-def auth_allowed(
-    method: str, path: str, authorization: str | None, api_key: str | None, admin_api_key: str | None
-) -> bool:
-    """auth.py decide_request_auth (0.5.9) for the NORMAL and ADMIN_OPTIONAL levels (0.5.9 marks
-    no route ADMIN_FORCE)."""
-    if method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
-        return True
-    if path in ADMIN_ROUTES:
-        if admin_api_key:
-            return _bearer_matches(authorization, admin_api_key)
-        return _bearer_matches(authorization, api_key) if api_key else True
-    return _bearer_matches(authorization, api_key) if api_key else True
-
-
 def make_handler(state: State):
     args = state.args
 
@@ -975,6 +937,8 @@ def main(argv: list[str]) -> None:
             flush=True,
         )
         raise SystemExit(1)
+    if args.api_key or getattr(args, "admin_api_key", None):
+        tenant_api_keys()  # as the patched add_api_key_middleware: an unreadable file stops the start
     loaded = load_weights(args.model_path)
     log_kv_allocation(vars(args))
     state = State(args, version)
