@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
-import jinja2
 import pytest
 import yaml
 
@@ -18,9 +16,10 @@ from roles.gateway.tenants import tenant_keys_content
 from roles.serving import keys
 from roles.site import load_site
 from roles.site.loading import api_key_problems
-from tests.unit.conftest import CLIENT_KEY, CONTROL, GATEWAY_PLAINTEXT, PROJECT_ROOT, ROLE_KEYS
+from tests.unit.conftest import CLIENT_KEY, CONTROL, GATEWAY_PLAINTEXT, ROLE_KEYS
 from tests.unit.test_key_roles import _site
 from tests.unit.test_site import assert_names, only_problem, problems_of
+from tests.unit.test_topology import smg_launch_with_a_fake_smg
 
 TENANTS = {"serving_tenant_api_key_secrets": {"alpha": "tenant_alpha_api_key", "beta-2": "tenant_beta_api_key"}}
 TENANT_VALUES = {
@@ -194,25 +193,8 @@ def test_the_gateway_adds_each_tenant_from_its_file_never_argv(tmp_path, invento
     assert (out / "gw" / gateway.TENANT_KEYS_FILE.lstrip("/")).read_text() == "***"
     assert tenant_keys_content({"beta-2": "b", "alpha": "a"}) == "alpha:a\nbeta-2:b\n"
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
-    text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=False, tenant_keys=True, drain_settle_secs=5
-    )
-    (tmp_path / "smg").mkdir()
-    (tmp_path / "smg" / "__init__.py").write_text("")
-    (tmp_path / "smg" / "launch_router.py").write_text(
-        "class Args:\n    def __init__(self, argv):\n        self.argv = argv\n"
-        "def parse_router_args(a):\n    return Args(a)\n"
-        "def launch_router(a):\n    print('LAUNCH', a.argv)\n"
-    )
-    (tmp_path / "smg-launch").write_text(text)
-    (tmp_path / "api-key").write_text("client\n")
-    env_vars = {
-        "PYTHONPATH": str(tmp_path),
-        "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "api-key"),
-        gateway.TENANT_KEYS_ENV: str(tmp_path / "tenants"),
-    }
-    command = [sys.executable, str(tmp_path / "smg-launch"), "--port", "1"]
+    command, env_vars = smg_launch_with_a_fake_smg(tmp_path, control_plane_key=False, tenant_keys=True)
+    env_vars[gateway.TENANT_KEYS_ENV] = str(tmp_path / "tenants")
     run = subprocess.run(command, capture_output=True, text=True, env=env_vars)
     assert run.returncode == 1 and "tenant keys file cannot be read" in run.stderr and "LAUNCH" not in run.stdout
     (tmp_path / "tenants").write_text(tenant_keys_content({"alpha": "ka", "beta-2": "kb"}))

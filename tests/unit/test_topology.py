@@ -290,17 +290,16 @@ def test_smg_launch_fails_closed_without_the_key(tmp_path):
     assert run.returncode == 0 and "LAUNCH ['--port', '1', '--api-key', 'k'] settle 300" in run.stdout
 
 
-def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
-    """The control-plane key as smg 1.13.0's id:name:role:key (role admin), read from its 0600
-    file in-process; a missing file stops it, never serving with the control plane on the client key."""
-    import subprocess
+def smg_launch_with_a_fake_smg(tmp_path, **render_args) -> tuple[list[str], dict[str, str]]:
+    """smg-launch rendered with render_args beside a fake `smg` package whose launch_router prints
+    the argv it got ("LAUNCH [...]"), and the client key in a file: (the command, its environment)."""
     import sys
 
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROJECT_ROOT), undefined=jinja2.StrictUndefined)
     text = env.get_template("roles/gateway/templates/smg-launch.j2").render(
-        version="1.13.0", key_required=True, control_plane_key=True, tenant_keys=False, drain_settle_secs=5
+        version="1.13.0", key_required=True, drain_settle_secs=5, **render_args
     )
     (tmp_path / "smg").mkdir()
     (tmp_path / "smg" / "__init__.py").write_text("")
@@ -311,12 +310,17 @@ def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
     )
     (tmp_path / "smg-launch").write_text(text)
     (tmp_path / "api-key").write_text("client\n")
-    env_vars = {
-        "PYTHONPATH": str(tmp_path),
-        "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "api-key"),
-        "INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE": str(tmp_path / "control"),
-    }
-    command = [sys.executable, str(tmp_path / "smg-launch"), "--port", "1"]
+    env_vars = {"PYTHONPATH": str(tmp_path), "INFERENCE_HOST_GATEWAY_KEY_FILE": str(tmp_path / "api-key")}
+    return [sys.executable, str(tmp_path / "smg-launch"), "--port", "1"], env_vars
+
+
+def test_smg_launch_adds_the_control_plane_key_from_its_file(tmp_path):
+    """The control-plane key as smg 1.13.0's id:name:role:key (role admin), read from its 0600
+    file in-process; a missing file stops it, never serving with the control plane on the client key."""
+    import subprocess
+
+    command, env_vars = smg_launch_with_a_fake_smg(tmp_path, control_plane_key=True, tenant_keys=False)
+    env_vars["INFERENCE_HOST_GATEWAY_CONTROL_PLANE_KEY_FILE"] = str(tmp_path / "control")
     run = subprocess.run(command, capture_output=True, text=True, env=env_vars)
     assert run.returncode == 1 and "control-plane key file cannot be read" in run.stderr and "LAUNCH" not in run.stdout
     (tmp_path / "control").write_text("cp\n")
