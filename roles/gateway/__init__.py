@@ -60,7 +60,7 @@ from roles.shared.replicas import gateway_on_its_host, replicas, workers_ca_file
 from roles.shared.secret_files import secret_file
 from roles.shared.shell import argv, sh
 from roles.shared.system_account import system_account
-from roles.shared.tls_files import tls_file_operations
+from roles.shared.tls_files import ca_file_operation, tls_file_operations
 from roles.shared.unit_owner import refuse_foreign_units
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, Site, current_host, current_site, secret_value
@@ -254,23 +254,13 @@ def _tls(settings: HostSettings, hosts: dict[str, HostSettings]) -> list:
         "the gateway",
         "gateway",
     )
-    source = workers_ca_file(hosts)
-    if not source:
-        files.file(
-            name=f"Remove {GATEWAY_WORKERS_CA_FILE} (no replica serves TLS)",
-            path=GATEWAY_WORKERS_CA_FILE,
-            present=False,
-        )
-        return written
-    put = files.put(
-        name=f"Install {GATEWAY_WORKERS_CA_FILE} (the CA smg verifies its TLS workers with, serving_tls_ca_file)",
-        src=source,
-        dest=GATEWAY_WORKERS_CA_FILE,
-        user="root",
-        group="root",
-        mode="0644",
+    put = ca_file_operation(
+        GATEWAY_WORKERS_CA_FILE,
+        workers_ca_file(hosts),
+        "the CA smg verifies its TLS workers with, serving_tls_ca_file",
+        "no replica serves TLS",
     )
-    return [*written, put]
+    return [*written, put] if put is not None else written
 
 
 # How long a (re)started gateway may take to route to a replica: smg registers its

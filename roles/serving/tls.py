@@ -9,7 +9,7 @@ from pyinfra.operations import files
 from roles.shared import layout
 from roles.shared.replicas import gateway_ca_file, gateways, gateways_ca_on_replicas, replicas
 from roles.shared.tls import curl_tls_options, https_url, local_address
-from roles.shared.tls_files import tls_file_operations
+from roles.shared.tls_files import ca_file_operation, tls_file_operations
 from roles.site import HostSettings, address_of
 
 
@@ -59,17 +59,13 @@ def tls_operations(settings: HostSettings, hosts: dict[str, HostSettings]) -> li
         name=f"Create {layout.STABLE_DIR} (TLS files)", path=layout.STABLE_DIR, user="root", group="root", mode="0755"
     )
     serving, path, source = settings.serving, layout.REPLICA_GATEWAY_CA_FILE, gateway_ca_file(hosts)
-    if source and settings.name in [node.name for node in replicas(hosts)]:
-        files.put(
-            name=f"Install {path} (the CA the gateways' certificates are verified with, gateway_tls_ca_file)",
-            src=source,
-            dest=path,
-            user="root",
-            group="root",
-            mode="0644",
-        )
-    else:
-        files.file(name=f"Remove {path} (behind no gateway with gateway_tls_ca_file)", path=path, present=False)
+    behind_gateways = settings.name in [node.name for node in replicas(hosts)]
+    ca_file_operation(
+        path,
+        source if behind_gateways else None,
+        "the CA the gateways' certificates are verified with, gateway_tls_ca_file",
+        "behind no gateway with gateway_tls_ca_file",
+    )
     return tls_file_operations(
         layout.tls_files(serving.unit_name),
         (serving.tls_cert_secret, serving.tls_key_secret),

@@ -40,17 +40,21 @@ def tls_file_operations(
         )
         for key, kind, name in (("cert", "certificate", cert_secret), ("key", "private key", key_secret))
     ]
-    if ca_file:
-        written.append(
-            files.put(
-                name=f"Install {paths['ca']} (the CA the checks verify {what} with, {prefix}_tls_ca_file)",
-                src=ca_file,
-                dest=paths["ca"],
-                user="root",
-                group="root",
-                mode="0644",
-            )
+    written.append(
+        ca_file_operation(
+            paths["ca"],
+            ca_file,
+            f"the CA the checks verify {what} with, {prefix}_tls_ca_file",
+            f"no {prefix}_tls_ca_file",
         )
-    else:
-        files.file(name=f"Remove {paths['ca']} (no {prefix}_tls_ca_file)", path=paths["ca"], present=False)
+    )
     return [op for op in written if op is not None]
+
+
+def ca_file_operation(path: str, source: str | None, what: str, why_absent: str):
+    """A CA certificate (public: 0644, root's) uploaded from the local file `source`, or removed
+    from the host when there is none; the upload's operation (None when removed)."""
+    if not source:
+        files.file(name=f"Remove {path} ({why_absent})", path=path, present=False)
+        return None
+    return files.put(name=f"Install {path} ({what})", src=source, dest=path, user="root", group="root", mode="0644")
