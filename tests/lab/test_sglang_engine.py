@@ -18,7 +18,7 @@ import pytest
 
 import lab
 from lab.standins.nvidia_apt_repo import signing
-from roles.shared import legacy_account, legacy_layout
+from roles.shared import layout, legacy_account, legacy_layout
 from roles.shared.engine_env import env_dir
 from roles.site import address_of, load_site, vault
 from tests.lab.harness import LAB_INVENTORY, PROJECT_ROOT, DeployRun, json_documents, run_deploy
@@ -497,7 +497,9 @@ def test_api_key_and_environment_stay_private(gpu_guest, lab_second_deploy):
     assert secret_args.mode == 0o600 and secret_args.user == HOST.base.service_user
     assert gpu_guest.file("/etc/inference-host/engine/inference-engine-secret-args.yaml").linked_to == secret_args.path
     env_file = gpu_guest.file(f"{_config(OLD)}/inference-engine.env")
-    assert env_file.mode == 0o600 and env_file.contains("^NCCL_P2P_LEVEL=SYS$")
+    # 0640, group the checks' user: the CUDA check runs the engine's python with it (no key in it)
+    assert (env_file.mode, env_file.user, env_file.group) == (0o640, "root", layout.CHECKS_USER)
+    assert env_file.contains("^NCCL_P2P_LEVEL=SYS$") and _api_key() not in env_file.content_string
     assert env_file.contains("^SGLANG_ENABLE_JIT_DEEPGEMM=0$")
 
 
