@@ -318,6 +318,12 @@ def build_parser() -> OneLineParser:
     lab.add_argument("-h", "--help", action="store_true", dest="lab_help", help="show the lab's help")
 
     operations.add_parsers(commands)
+    from inference_host import rollback, rotate, teardown, trust
+
+    rollback.add_rollback_parser(commands)
+    rotate.add_rotate_parser(commands)
+    teardown.add_teardown_parser(commands)
+    trust.add_trust_parser(commands)
     return parser
 
 

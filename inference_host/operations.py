@@ -1,5 +1,6 @@
-"""The day-two operations of `inference-host` (docs/operations.md): status, drain, undrain,
-rollback, rotate (teardown: inference_host/teardown.py).
+"""The day-two operations of `inference-host` (docs/operations.md): status, drain, undrain, and
+the bounded remote runs they share with rollback (inference_host/rollback.py), rotate
+(inference_host/rotate.py) and teardown (inference_host/teardown.py).
 
 Every remote call is bounded twice: each command on the host runs under `timeout -s KILL`, and
 the whole answer of a host is waited for at most --timeout seconds (a host that does not answer
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from inference_host.site_load import load as _load
 from roles.shared.shell import Shell, argv, chain, sh
-from roles.site.command_line import FAILED, OK, UNREACHABLE, USAGE
+from roles.site.command_line import FAILED, OK, UNREACHABLE
 
 SECTION = "@@inference-host-status "
 COMMAND_BOUND_S = 3  # each command on a host; the host's whole answer: --timeout (default 4 s)
@@ -31,12 +32,12 @@ NVIDIA_SMI_FIELDS = ("index", "memory.used", "memory.total", "temperature.gpu")
 # -- the commands each host runs ----------------------------------------------------------------
 
 
-def _bounded(command: Shell, seconds: int = COMMAND_BOUND_S) -> Shell:
+def time_bounded(command: Shell, seconds: int = COMMAND_BOUND_S) -> Shell:
     """`timeout -s KILL`: a wedged nvidia-smi or amtool is killed, not waited for."""
     return sh("timeout -s KILL {seconds} {command}", seconds=int(seconds), command=command)
 
 
-def _sections(parts: dict[str, Shell]) -> Shell:
+def sections_script(parts: dict[str, Shell]) -> Shell:
     """One POSIX shell script: each part's output after its marker line, then its exit status."""
     # The status line on a line of its own: curl's -w output ends without a newline.
     lines = [
@@ -61,13 +62,13 @@ def status_script(site, host) -> Shell:
         root = host.base.install_root
         unit = f"{host.serving.unit_name}.service"
         parts |= {
-            "current": _bounded(sh("readlink -- {link}", link=current_link(root))),
-            "kept": _bounded(sh("ls -1 -- {envs}", envs=root + "/envs")),
-            "unit": _bounded(
+            "current": time_bounded(sh("readlink -- {link}", link=current_link(root))),
+            "kept": time_bounded(sh("ls -1 -- {envs}", envs=root + "/envs")),
+            "unit": time_bounded(
                 sh("systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -- {unit}", unit=unit)
             ),
-            "health": _bounded(sh("cat -- {file}", file=CHECKS_TEXTFILE)),
-            "gpus": _bounded(
+            "health": time_bounded(sh("cat -- {file}", file=CHECKS_TEXTFILE)),
+            "gpus": time_bounded(
                 sh(
                     "nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
                     fields=",".join(NVIDIA_SMI_FIELDS),
@@ -78,8 +79,8 @@ def status_script(site, host) -> Shell:
     if host.in_group("gateways"):
         parts["workers"] = request_command(*gateway_on_its_host(host), "/workers", seconds=COMMAND_BOUND_S)
     if host.in_group("monitors"):
-        parts["alerts"] = _bounded(sh("amtool alert query -o json"))
-    return _sections(parts)
+        parts["alerts"] = time_bounded(sh("amtool alert query -o json"))
+    return sections_script(parts)
 
 
 def split_sections(stdout: str) -> dict[str, tuple[str, int | None]]:
@@ -513,7 +514,7 @@ def drain(args, parser, undrain: bool = False) -> int:
     # The script's own waits are bounded (the drain: serving_drain_timeout_s; the add-back: the
     # settle time + 30 s, then 120 s per gateway); this bound is theirs plus a margin.
     bound = node.serving.drain_timeout_s + 30 + 120 * max(1, len(site.group("gateways"))) + 60
-    command = _bounded(argv(*words), bound)
+    command = time_bounded(argv(*words), bound)
     started = time.monotonic()
     url = testinfra_url(args.inventory, node.name)
     gone = unreachable(url, node.name)
@@ -561,7 +562,7 @@ def add_parsers(commands) -> None:
     sub.add_argument("--host", action="append", default=[], help="only this host (repeat)")
     sub.add_argument("--json", action="store_true", help="one JSON object on stdout")
     sub.add_argument(
-        "--timeout", type=_seconds, default=4.0, metavar="SECONDS", help="wait at most this long for a host (4)"
+        "--timeout", type=seconds_option, default=4.0, metavar="SECONDS", help="wait at most this long for a host (4)"
     )
     sub.set_defaults(run=status)
 
@@ -573,17 +574,9 @@ def add_parsers(commands) -> None:
         inventory(sub)
         sub.add_argument("replica", help="the replica's inventory host name (a gpu node behind the gateways)")
         sub.set_defaults(run=lambda args, parser, undrain=undrain: drain(args, parser, undrain))
-    add_rollback_parser(commands)
-    add_rotate_parser(commands)
-    from inference_host.teardown import add_teardown_parser
-
-    add_teardown_parser(commands)
-    from inference_host.trust import add_trust_parser
-
-    add_trust_parser(commands)
 
 
-def _seconds(text: str) -> float:
+def seconds_option(text: str) -> float:
     import argparse
 
     try:
@@ -593,217 +586,3 @@ def _seconds(text: str) -> float:
     if not 0.5 <= value <= 300:
         raise argparse.ArgumentTypeError(f"{value:g} is out of range; expected 0.5 to 300 seconds")
     return value
-
-
-# -- rollback: a deploy with the active stack switched back ----------------------------------------
-
-_ACTIVE_LINE = re.compile(r"^active:[ \t]*(?P<id>[^\s#]+)(?P<rest>.*)$", re.MULTILINE)
-
-
-def with_active(stack_text: str, stack_id: str) -> str:
-    """The stack file's text with `active:` set to stack_id, its comments and layout kept (the
-    file is the operator's: a YAML round trip would drop the comments). Read back with the site
-    model's own loader before it is written (rollback does)."""
-    matches = list(_ACTIVE_LINE.finditer(stack_text))
-    if len(matches) != 1:
-        raise ValueError(f"expected one top-level `active:` line, found {len(matches)}")
-    match = matches[0]
-    return stack_text[: match.start()] + f"active: {stack_id}{match.group('rest')}" + stack_text[match.end() :]
-
-
-def kept_environments(inventory: str, nodes, timeout_s: float) -> dict[str, list[str]]:
-    """gpu node -> the environments kept under <install_root>/envs, newest first (bounded)."""
-    scripts = {
-        n.name: _sections({"kept": _bounded(sh("ls -1t -- {envs}", envs=n.base.install_root + "/envs"))}) for n in nodes
-    }
-    answers = run_everywhere(inventory, scripts, timeout_s)
-    kept = {}
-    for node in nodes:
-        answer = answers[node.name]
-        if "error" in answer:
-            raise ConnectionError(f"{node.name}: {answer['error']}")
-        text, code = split_sections(answer["stdout"]).get("kept", ("", None))
-        kept[node.name] = [line.strip() for line in text.splitlines() if line.strip()] if code == 0 else []
-    return kept
-
-
-def rollback_target(active: str, stacks: list[str], kept: dict[str, list[str]], named: str | None) -> str:
-    """The stack to go back to: `named`, else the newest environment of another stack kept on the
-    first gpu node; it must be kept on every gpu node (a rollback installs nothing). ValueError
-    says why there is none."""
-
-    def stack_of(env: str) -> str:
-        return env.rpartition("-")[0]
-
-    if named is not None:
-        if named not in stacks:
-            raise ValueError(f"no stack {named!r} in the stack file; stacks: {', '.join(stacks)}")
-        if named == active:
-            raise ValueError(f"{named} is already the active stack; nothing to roll back to")
-        target = named
-    else:
-        first = next(iter(kept.values()), [])
-        previous = [stack_of(env) for env in first if stack_of(env) in stacks and stack_of(env) != active]
-        if not previous:
-            raise ValueError(
-                f"no environment of another stack is kept on {next(iter(kept), 'the gpu nodes')}"
-                f" (kept: {', '.join(first) or 'none'}); name one with --to, which deploys it like an upgrade"
-            )
-        target = previous[0]
-    missing = [node for node, envs in kept.items() if target not in {stack_of(env) for env in envs}]
-    if missing:
-        raise ValueError(
-            f"{target} is not kept on {', '.join(missing)}: that is an upgrade, not a rollback"
-            f" (set active: {target} in the stack file and deploy)"
-        )
-    return target
-
-
-def rollback(args, parser) -> int:
-    """stack.yml's `active` set back, then the deploy: the engine's preflight, the health-gated
-    switch and, behind gateways, the rolling switch one replica at a time, as for an upgrade. A
-    failed deploy puts the file back (the switch itself already kept the old release serving)."""
-    from pathlib import Path
-
-    from roles.site import SiteError
-    from roles.site.stack import load_stack
-
-    site = _load(parser, args.inventory)
-    nodes = site.group("gpu_nodes")
-    if not nodes:
-        parser.error(f"{args.inventory} has no gpu_nodes: nothing serves, nothing to roll back")
-    try:
-        kept = kept_environments(args.inventory, nodes, args.timeout)
-    except ConnectionError as error:
-        print(f"inference-host rollback: {error}; nothing changed", file=sys.stderr)
-        return UNREACHABLE
-    active = site.stack.active.id
-    try:
-        target = rollback_target(active, list(site.stack.stacks), kept, args.to)
-    except ValueError as error:
-        parser.error(str(error))
-    stack_file = Path(site.stack.path)
-    before = stack_file.read_text(encoding="utf-8")
-    after = with_active(before, target)
-    stack_file.write_text(after, encoding="utf-8")
-    try:
-        if load_stack(stack_file).active.id != target:
-            raise SiteError([f"{stack_file}: active did not read back as {target}"])
-    except SiteError as error:
-        stack_file.write_text(before, encoding="utf-8")
-        print(f"inference-host rollback: {error.problems[0]}; the file is as it was", file=sys.stderr)
-        return USAGE
-    print(
-        f"rollback: {stack_file} active: {active} -> {target}; deploying"
-        " (preflight, health gate, one replica at a time)"
-    )
-    from inference_host.pyinfra_run import pyinfra_argv, run_pyinfra
-
-    started = time.monotonic()
-    code = run_pyinfra(pyinfra_argv(args.inventory, False, True, [], []))
-    if code != 0:
-        stack_file.write_text(before, encoding="utf-8")
-        if code == UNREACHABLE:
-            print(f"inference-host rollback: {stack_file} says active: {active} again", file=sys.stderr)
-            return UNREACHABLE
-        print(
-            f"inference-host rollback: the deploy failed (exit {code}); {stack_file} says active: {active} again."
-            " The switch keeps the release that served when the new one fails its gate; read the deploy's"
-            " output above, then `inference-host status`",
-            file=sys.stderr,
-        )
-        return FAILED
-    print(f"rolled back to {target} in {time.monotonic() - started:.0f} s; commit {stack_file} (active: {target})")
-    return OK
-
-
-def add_rollback_parser(commands) -> None:
-    sub = commands.add_parser(
-        "rollback",
-        help="back to the previous stack still kept on the hosts (or --to STACK), health-gated",
-        description="Set the stack file's `active` to the previous stack whose environment every gpu node "
-        "still keeps (or --to STACK), then deploy: the same preflight, health gate and, behind gateways, "
-        "the rolling switch as an upgrade. A failed deploy puts the stack file back.",
-    )
-    sub.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
-    sub.add_argument("--to", metavar="STACK", help="the stack id to go back to (default: the previous one kept)")
-    sub.add_argument(
-        "--timeout", type=_seconds, default=10.0, metavar="SECONDS", help="wait this long for a node's list (10)"
-    )
-    sub.set_defaults(run=rollback)
-
-
-# -- rotate: a new value into the vault, then onto the hosts ---------------------------------------
-
-
-def _new_value(name: str) -> str:
-    """The new value from stdin: typed without echo at a terminal, else the first line."""
-    if sys.stdin.isatty():
-        import getpass
-
-        return getpass.getpass(f"new value of {name} (not echoed): ")
-    return sys.stdin.readline().rstrip("\n")
-
-
-def rotate(args, parser) -> int:
-    """The vault's value replaced (roles/site/vault.py: encrypted, the file 0600), then the deploy
-    writes it to every host that uses it (0600 files) and restarts what reads it, health-gated;
-    behind gateways the replicas one at a time. No value is printed or put on a command line."""
-    from pathlib import Path
-
-    from inference_host.pyinfra_run import pyinfra_argv, run_pyinfra
-    from roles.site.vault import SecretsError, new_value_problem, set_secret
-
-    site = _load(parser, args.inventory)
-    if not site.secrets_file:
-        parser.error(f"{args.inventory} names no secrets file (secrets_file): nothing to rotate")
-    names = sorted(site.secret_names or ())
-    if args.secret not in names:
-        parser.error(f"no secret {args.secret!r} in {site.secrets_file}; expected one of: {', '.join(names)}")
-    value = _new_value(args.secret)
-    if not value:
-        parser.error("no new value on stdin; nothing written")
-    path = Path(site.secrets_file)  # already beside the inventory (roles/site/loading.py)
-    try:
-        problem = new_value_problem(path, args.secret, value)
-        if problem:  # never the value
-            print(
-                f"inference-host rotate: {path}: the new value of {args.secret} {problem}; nothing written",
-                file=sys.stderr,
-            )
-            return USAGE
-        set_secret(path, args.secret, value)
-    except SecretsError as error:
-        print(f"inference-host rotate: {path}: {error}; nothing written", file=sys.stderr)
-        return USAGE
-    print(f"rotate: {path}: {args.secret} replaced")
-    if args.no_deploy:
-        print(
-            f"not deployed (--no-deploy): the hosts keep the old value until `inference-host deploy {args.inventory}`"
-        )
-        return OK
-    started = time.monotonic()
-    code = run_pyinfra(pyinfra_argv(args.inventory, False, True, [], []))
-    if code != 0:
-        print(
-            f"inference-host rotate: the deploy failed (exit {code}); the vault holds the new value and some hosts"
-            " may have it: fix what the deploy names and deploy again (to undo: rotate back to the old value)",
-            file=sys.stderr,
-        )
-        return UNREACHABLE if code == UNREACHABLE else FAILED
-    print(f"{args.secret} rotated on the hosts in {time.monotonic() - started:.0f} s")
-    return OK
-
-
-def add_rotate_parser(commands) -> None:
-    sub = commands.add_parser(
-        "rotate",
-        help="a new value of a secret into the vault, then onto the hosts (a deploy)",
-        description="Replace SECRET in the inventory's vault with a new value (typed without echo, or the "
-        "first line of stdin), then deploy: every host that uses it gets the new 0600 file and what reads "
-        "it restarts, health-gated (docs/operations.md says what clients see for the API key).",
-    )
-    sub.add_argument("inventory", help="inventory file, e.g. inventory/prod.py")
-    sub.add_argument("secret", help="the vault key, e.g. engine_api_key, hf_token, monitoring_web_password")
-    sub.add_argument("--no-deploy", action="store_true", help="only the vault; deploy later")
-    sub.set_defaults(run=rotate)

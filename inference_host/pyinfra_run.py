@@ -1,6 +1,6 @@
 """pyinfra run from the operator's command (deploy, rollback, rotate): its command line, and the
 run itself in a process group of its own, stopped whole on an interruption. A module of its own so
-that inference_host/cli.py and inference_host/operations.py both use it without importing each
+that inference_host/cli.py, rollback.py and rotate.py use it without importing each
 other (tests/unit/test_layout.py holds the two without a circle)."""
 
 from __future__ import annotations

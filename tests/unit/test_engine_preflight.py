@@ -28,6 +28,7 @@ SPEC = importlib.util.spec_from_file_location("engine_preflight", serving.PREFLI
 program = importlib.util.module_from_spec(SPEC)
 sys.modules["engine_preflight"] = program  # its dataclasses look their module up
 SPEC.loader.exec_module(program)
+answers = program._gpu_answers()  # preflight_gpu_answers.py, beside it here (never on a host)
 
 
 def test_the_gate_runs_the_rendered_arguments_in_the_new_environment_as_the_service():
@@ -119,7 +120,7 @@ def test_the_engines_message_loses_its_colours_and_names_where_it_was_raised():
 def test_nvidia_smi_answers_as_the_inventorys_gpus(tmp_path):
     script = tmp_path / "nvidia-smi"
     script.write_text(
-        program.NVIDIA_SMI_ANSWERS
+        answers.NVIDIA_SMI_ANSWERS
         % {"count": 8, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory": 98304, "cap": "12.0"}
     )
     # sglang's get_nvgpu_memory_capacity and get_device_sm_nvidia_smi (srt/utils/common.py).
@@ -270,7 +271,7 @@ H200 = PROJECT_ROOT / "tests" / "unit" / "data" / "gpu" / "h200-1gpu-preflight"
 def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
     """The stand-in's nvidia-smi and torch answers, side by side with 1 x H200's (captured)."""
     script = tmp_path / "nvidia-smi"
-    script.write_text(program.NVIDIA_SMI_ANSWERS % {"count": 1, "name": "NVIDIA H200", "memory": 143771, "cap": "9.0"})
+    script.write_text(answers.NVIDIA_SMI_ANSWERS % {"count": 1, "name": "NVIDIA H200", "memory": 143771, "cap": "9.0"})
 
     def smi(*args: str) -> str:
         return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, check=True).stdout
@@ -285,7 +286,7 @@ def test_the_gpu_answers_have_the_shapes_a_real_gpu_gives(tmp_path):
     )
     assert smi("--query-gpu=compute_cap", "--format=csv,noheader") == (H200 / "smi-cap.txt").read_text()
     real = json.loads((H200 / "torch-answers.json").read_text())
-    fields = {f.name for f in program.dataclasses.fields(program._Properties)}
+    fields = {f.name for f in answers.dataclasses.fields(answers._Properties)}
     assert fields <= set(real["properties"]), fields - set(real["properties"])  # only fields torch has
 
 
@@ -794,3 +795,21 @@ def test_a_config_only_folder_skips_the_tokenizer_when_told(tmp_path):
     assert done.returncode == 0, done.stderr
     assert verdict["steps"][-1].startswith("tokenizer, processor and chat template not loaded")
     assert "--no-tokenizer" not in serving.preflight_command(HOST, PROD.stack.active, PROD)
+
+
+def test_a_host_has_no_gpu_answers_to_give(tmp_path):
+    """The deploy installs engine_preflight.py alone: there, --answer-gpus is one clear refusal
+    (exit 2), never answers that stand in for the host's own GPUs."""
+    alone = tmp_path / "engine-preflight.py"
+    alone.write_text(serving.PREFLIGHT_SOURCE.read_text())
+    gpus = json.dumps({"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "capability": [9, 0]})
+    done = subprocess.run(
+        [sys.executable, str(alone), "--engine", "sglang", "--answer-gpus", gpus, "--", "--model-path", "/m"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"engine preflight: --answer-gpus: {tmp_path / 'preflight_gpu_answers.py'} is not here:"
+        " the GPUs' answers are for machines without the target's GPUs"
+    ]

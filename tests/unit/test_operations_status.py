@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inference_host import operations
+from inference_host import operations, rollback
 from roles.shared.shell import sh
 from roles.site import load_site
 from tests.unit.conftest import PROJECT_ROOT
@@ -45,10 +45,10 @@ def test_every_hosts_script_is_valid_shell_and_bounds_its_commands(site):
 def test_the_script_runs_and_its_sections_read_back(tmp_path):
     # Run for real with sh: commands that are not here (nvidia-smi) report their status, the
     # others answer; the reader finds every section with its exit status.
-    script = operations._sections(
+    script = operations.sections_script(
         {
             "clock": sh("date +%s"),
-            "gone": operations._bounded(sh("no-such-tool-here")),
+            "gone": operations.time_bounded(sh("no-such-tool-here")),
             "two": sh("printf 'a\\nb\\n'"),
             "unended": sh("printf 'no newline at the end, as curl -w writes'"),
         }
@@ -62,7 +62,7 @@ def test_the_script_runs_and_its_sections_read_back(tmp_path):
 
 
 def test_a_hung_command_is_killed_at_its_bound():
-    script = operations._sections({"hang": operations._bounded(sh("sleep 30"), 1)})
+    script = operations.sections_script({"hang": operations.time_bounded(sh("sleep 30"), 1)})
     started = time.monotonic()
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20).stdout
     assert time.monotonic() - started < 5
@@ -240,16 +240,16 @@ def test_the_active_line_is_replaced_and_reads_back_with_the_stack_loader(tmp_pa
     text = (PROJECT_ROOT / "inventory" / "stack.yml").read_text()
     stack = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
     other = next(s for s in stack.stacks if s != stack.active.id)
-    changed = operations.with_active(text, other)
+    changed = rollback.with_active(text, other)
     assert yaml.safe_load(changed)["active"] == other
     assert changed.count("#") == text.count("#")  # the operator's comments stay
     (tmp_path / "stack.yml").write_text(changed)
     (tmp_path / "locks").symlink_to(PROJECT_ROOT / "inventory" / "locks")
     assert load_stack(tmp_path / "stack.yml").active.id == other
     # A nested `active:` (indented) is not the top-level key; two top-level ones are refused.
-    assert operations.with_active("a:\n  active: x\nactive: y  # why\n", "z") == "a:\n  active: x\nactive: z  # why\n"
+    assert rollback.with_active("a:\n  active: x\nactive: y  # why\n", "z") == "a:\n  active: x\nactive: z  # why\n"
     with pytest.raises(ValueError, match="found 2"):
-        operations.with_active("active: a\nactive: b\n", "c")
+        rollback.with_active("active: a\nactive: b\n", "c")
 
 
 def test_the_rollback_target_is_the_newest_other_stack_kept_everywhere():
@@ -258,16 +258,16 @@ def test_the_rollback_target_is_the_newest_other_stack_kept_everywhere():
         "gpu1": ["new-cu128-aaa", "old-cu128-bbb", "older-cu128-ccc"],
         "gpu2": ["new-cu128-aaa", "older-cu128-ccc", "old-cu128-bbb"],
     }
-    assert operations.rollback_target("new-cu128", stacks, kept, None) == "old-cu128"
-    assert operations.rollback_target("new-cu128", stacks, kept, "older-cu128") == "older-cu128"
+    assert rollback.rollback_target("new-cu128", stacks, kept, None) == "old-cu128"
+    assert rollback.rollback_target("new-cu128", stacks, kept, "older-cu128") == "older-cu128"
     with pytest.raises(ValueError, match="not kept on gpu2"):
-        operations.rollback_target("new-cu128", stacks, {**kept, "gpu2": ["new-cu128-aaa"]}, None)
+        rollback.rollback_target("new-cu128", stacks, {**kept, "gpu2": ["new-cu128-aaa"]}, None)
     with pytest.raises(ValueError, match="no stack 'nope'"):
-        operations.rollback_target("new-cu128", stacks, kept, "nope")
+        rollback.rollback_target("new-cu128", stacks, kept, "nope")
     with pytest.raises(ValueError, match="already the active"):
-        operations.rollback_target("new-cu128", stacks, kept, "new-cu128")
+        rollback.rollback_target("new-cu128", stacks, kept, "new-cu128")
     with pytest.raises(ValueError, match="no environment of another stack"):
-        operations.rollback_target("new-cu128", stacks, {"gpu1": ["new-cu128-aaa"]}, None)
+        rollback.rollback_target("new-cu128", stacks, {"gpu1": ["new-cu128-aaa"]}, None)
 
 
 # -- rotate -------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_rotate_replaces_the_value_in_the_vault_and_never_prints_it(tmp_path, mo
     import stat
     import types
 
-    from inference_host import cli
+    from inference_host import cli, rotate
     from roles.site import vault
     from tests.unit.conftest import PASSWORD
 
@@ -288,7 +288,7 @@ def test_rotate_replaces_the_value_in_the_vault_and_never_prints_it(tmp_path, mo
     (tmp_path / "pw").write_bytes(PASSWORD)
     monkeypatch.setenv(vault.PASSWORD_FILE_ENV, str(tmp_path / "pw"))
     fake = types.SimpleNamespace(secrets_file=str(vault_file), secret_names=frozenset({"engine_api_key"}))
-    monkeypatch.setattr(operations, "_load", lambda parser, inventory: fake)
+    monkeypatch.setattr(rotate, "_load", lambda parser, inventory: fake)
     monkeypatch.setattr("sys.stdin", io.StringIO("new-key-value-0123456789abcdef0123456789\n"))
     assert cli.main(["rotate", "inventory/lab.py", "engine_api_key", "--no-deploy"]) == 0
     out, err = capsys.readouterr()
