@@ -1,7 +1,7 @@
 """pyinfra's config file: pyinfra_cli/cli.py (3.x) runs it from the folder pyinfra is started
 in, before it loads the inventory. The project sets no pyinfra option here. It makes a Python
 error in an inventory one line (`inventory/x.py:12: NameError: ...`, exit 2, nothing
-contacted), as `python -m roles.site` prints it, instead of pyinfra's traceback; and it asks the
+contacted), as `inference-host validate` prints it, instead of pyinfra's traceback; and it asks the
 file and package facts a host was asked last time in one command (roles/shared/fact_batch.py
 says how an answer is kept honest), which is most of what a no-change run used to wait for;
 and pyinfra orders operations from the call stack without reading source lines

@@ -37,7 +37,7 @@ PROG = "inference-host"
 
 
 def _validate(argv: list[str]) -> int:
-    from roles.site.__main__ import main
+    from validation import main
 
     return main(argv, prog=f"{PROG} validate")
 

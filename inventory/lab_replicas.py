@@ -28,7 +28,7 @@ _PLACEHOLDER = {"rep-a": "172.17.0.101", "rep-b": "172.17.0.102", "gw": "172.17.
 
 def _address(role: str) -> str:
     """The container's address as the lab recorded it when it brought it up, else (no lab yet:
-    `python -m roles.site inventory/lab_replicas.py` validates anyway) a placeholder. The checks
+    `inference-host validate inventory/lab_replicas.py` validates anyway) a placeholder. The checks
     (`python -m checks.gateway`) load this file outside pyinfra: they read the recorded ones,
     which name the replicas at the gateway."""
     return lab.recorded_address(role, _PLACEHOLDER[role])

@@ -3,7 +3,7 @@
 Replace the placeholders (addresses, host names, VMIDs, the SSH key) with your own, then check
 the file without touching any host:
 
-    uv run python -m roles.site inventory/prod.py
+    uv run inference-host validate inventory/prod.py
 
 From a freshly installed node, one run of `uv run pyinfra inventory/prod.py deploy.py` ends
 with the health checks: it runs itself again as a child pass while a guest waits or the node
@@ -158,7 +158,7 @@ gpu_nodes = [
             # 0.832; 0.83 fits all three pinned releases (0.92 did not; docs/serving-memory.md).
             # With EAGLE-3 on 0.5.10 it keeps 4 GiB more: 0.806 at those defaults.
             "serving_mem_fraction_static": 0.83,
-            # A copy of the model's config.json (moonshotai/Kimi-K2.5's): `python -m roles.site` prints
+            # A copy of the model's config.json (moonshotai/Kimi-K2.5's): `inference-host validate` prints
             # the KV cache SGLang will have and its own fraction for this card from it.
             "serving_model_config_json": "models/Kimi-K2.5.config.json",
             # The weights, downloaded by the node into /tank/models/Kimi-K2.5 and verified before

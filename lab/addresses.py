@@ -72,7 +72,7 @@ def recorded_addresses() -> dict[str, str]:
 
 def recorded_address(role: str, placeholder: str | None = None) -> str:
     """The container's address as the lab last recorded it; before any, a placeholder (a valid
-    address, one per role: `python -m roles.site` validates with it; the connector replaces it)."""
+    address, one per role: `inference-host validate` validates with it; the connector replaces it)."""
     return recorded_addresses().get(role) or placeholder or f"172.17.255.{10 + list(HOSTS).index(role)}"
 
 

@@ -19,7 +19,7 @@ checked on every gpu node while the inventory is validated, before any host is t
    max_req_len = min(context_len - 1, max_token_pool_size - 1)): nothing to refuse.
 
 memory_lines(): the inventory's fraction beside SGLang's own default for the card, for
-`python -m roles.site`.
+`inference-host validate`.
 """
 
 from __future__ import annotations

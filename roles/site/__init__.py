@@ -13,7 +13,7 @@ executes it while it loads the inventory, i.e. before it connects. An older inve
 imports it from here is refused in one line naming the new import (errors.MOVED_NAMES). The same
 check runs standalone:
 
-    uv run python -m roles.site inventory/prod.py
+    uv run inference-host validate inventory/prod.py
 
 Modules: sections (each role's settings section, one module each, and SECTIONS), fields (the
 rules a setting is written with), grammars (paths, unit names, apt packages, sysctl lines),

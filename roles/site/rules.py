@@ -40,7 +40,7 @@ from roles.site.stack import EngineStack, Stack
 # speculative: (gpu node, stack, folder of the inventory file, against which the drafter's and
 #   target's config.json copies are found);
 # memory: (gpu node, all hosts, stack, folder of the inventory file), on every gpu node;
-# summary: the same arguments, lines shown beside a valid site (`python -m roles.site`).
+# summary: the same arguments, lines shown beside a valid site (`inference-host validate`).
 EngineCheck = Callable[[HostSettings, dict[str, HostSettings], EngineStack], list[str]]
 SpeculativeCheck = Callable[[HostSettings, Stack, Path], list[str]]
 MemoryCheck = Callable[[HostSettings, dict[str, HostSettings], Stack, Path], list[str]]

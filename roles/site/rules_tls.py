@@ -7,7 +7,7 @@ serving_tls_cert_secret and serving_tls_key_secret name vault entries, the gatew
 gateway_tls_cert_secret and gateway_tls_key_secret do (check_engine_tls); a bind beyond loopback
 without TLS must say why plain HTTP is acceptable there: serving_plaintext_acknowledged on a gpu
 node, gateway_plaintext_acknowledged on a gateway. Without it the inventory is refused, one
-line per listener, before any host is touched. With it, `python -m roles.site` still shows each
+line per listener, before any host is touched. With it, `inference-host validate` still shows each
 such listener as a WARNING line with the reason given (roles/site/schema.py, plaintext_lines).
 """
 

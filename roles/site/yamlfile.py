@@ -17,7 +17,7 @@ import yaml
 
 # The project's YAML files are a few kilobytes; a path that names a device (/dev/zero), a pipe
 # (open() waits for a writer forever) or a file of gigabytes is refused before it is read, so
-# that `python -m roles.site` answers in one line instead of hanging or running out of memory.
+# that `inference-host validate` answers in one line instead of hanging or running out of memory.
 MAX_BYTES = 4 * 1024 * 1024
 
 

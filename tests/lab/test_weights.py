@@ -205,7 +205,7 @@ def test_too_small_disk_is_refused_before_downloading(lab_first_deploy):
 def test_branch_name_revision_is_refused_at_validation():
     env = {"INFERENCE_HOST_LAB_WEIGHTS_REVISION": "main"}
     completed = subprocess.run(
-        [sys.executable, "-m", "roles.site", "inventory/lab.py"],
+        [sys.executable, "-m", "validation", "inventory/lab.py"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

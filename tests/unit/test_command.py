@@ -134,10 +134,10 @@ def test_the_console_script_is_installed_and_runs_from_any_folder(tmp_path):
     "argv",
     [
         [str(Path(sys.executable).with_name("inference-host")), "validate", "inventory/lab.py"],
-        [sys.executable, "-m", "roles.site", "inventory/lab.py"],
+        [sys.executable, "-m", "validation", "inventory/lab.py"],
         [sys.executable, "-m", "roles.site", "--settings"],
     ],
-    ids=["inference-host", "python -m roles.site", "python -m roles.site --settings"],
+    ids=["inference-host", "python -m validation", "python -m roles.site --settings"],
 )
 def test_a_closed_pipe_ends_quietly(argv):
     # The reader goes away before the first line is written (like `| head -0`).

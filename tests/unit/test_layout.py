@@ -14,9 +14,10 @@ from tests.unit.conftest import PROJECT_ROOT
 
 MODEL, SHARED = "roles.site", "roles.shared"
 # Above the roles, like deploy.py: composes them (the table of roles deploy.py runs; the preview,
-# python -m roles.render, which reads it; python -m roles.site, whose command line runs
-# validation.py's role checks); no role imports them.
-COMPOSITION = {"roles.composition", "roles.render", "roles.site.__main__"}
+# python -m roles.render, which reads it); no role imports them. The model's own command line
+# (roles/site/__main__.py) is part of the model: validating an inventory with the roles' checks
+# is validation.py's, above both.
+COMPOSITION = {"roles.composition", "roles.render"}
 
 
 def module_name(path: Path, project_root: Path) -> str:
@@ -144,6 +145,7 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
         "__init__.py": "",
         "site/__init__.py": "from roles.site.schema import X\n",
         "site/schema.py": "def f():\n    from roles.serving import command\n",
+        "site/__main__.py": "from validation import ROLE_CHECKS\n",  # the model reaching up
         "shared/__init__.py": "",
         "shared/pve.py": "from roles.lxc_guest import guest_hostname\n",
         "serving/__init__.py": "from roles.engine_envs import env_dir\n",
@@ -158,6 +160,7 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path):
     graph = import_graph(tmp_path)
     found = "\n".join(violations(graph))
     assert "roles.site.schema (the site model) imports roles.serving.command" in found
+    assert "roles.site.__main__ imports validation, which is outside roles/" in found
     assert "roles.shared.pve (a shared helper) imports the role roles.lxc_guest" in found
     assert "roles.serving (role:serving) imports another role: roles.engine_envs" in found
     assert "import cycle: roles.engine_envs -> roles.engine_envs.facts -> roles.engine_envs" in found

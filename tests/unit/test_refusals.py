@@ -60,9 +60,9 @@ def one_line(tmp_path: Path, *argv: str, **kwargs) -> str:
 
 @pytest.fixture
 def validate(tmp_path, capsys, monkeypatch):
-    """`python -m roles.site PATH` in this process (the subprocess form is slow): exit 2, one
+    """`inference-host validate PATH` in this process (the subprocess form is slow): exit 2, one
     problem line, nothing written under the test's folder, HOME an empty folder."""
-    from roles.site.__main__ import main
+    from validation import main
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
@@ -320,7 +320,7 @@ def test_a_long_value_is_cut_in_the_message(inventory, tmp_path):
     path = inventory.groups(
         gpu_nodes=[gpu_node("gpu.invalid", serving_served_model_name="x" * 200_000, gpu_arch="y" * 200_000)]
     )
-    lines = refused(tmp_path, "-m", "roles.site", str(path))
+    lines = refused(tmp_path, "-m", "validation", str(path))
     assert lines == [
         f"{path}: host gpu.invalid: serving_served_model_name = '{'x' * 79}… (200000 characters) is longer than"
         " any host takes; expected at most 4096 characters (PATH_MAX)",

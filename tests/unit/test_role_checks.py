@@ -38,7 +38,7 @@ def test_an_inventory_with_the_hook_is_loaded_with_the_checks_it_names(inventory
     assert any(NO_PCIE in p for p in caught.value.problems)
     # The model's own command line has no role import of its own: it runs what the file names.
     result = subprocess.run(
-        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "validation", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2 and NO_PCIE in result.stderr, result.stderr
 
@@ -51,7 +51,7 @@ def test_the_hook_without_the_files_globals_is_refused_in_one_line(inventory):
         "\nfrom validation import require_valid_inventory\n\nrequire_valid_inventory(__file__)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "validation", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert (

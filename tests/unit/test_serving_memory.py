@@ -294,7 +294,7 @@ def test_a_missing_model_config_is_named_in_one_line(configs):
 
 
 def test_python_m_roles_site_shows_the_fraction_beside_sglangs_own(capsys):
-    from roles.site.__main__ import main
+    from validation import main
 
     assert main([str(PROJECT_ROOT / "inventory" / "prod.py")]) == 0
     out = capsys.readouterr().out

@@ -257,7 +257,7 @@ def test_all_problems_are_reported_at_once(inventory):
 
 def run_cli(path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "validation", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
     )
 
 

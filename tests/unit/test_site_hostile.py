@@ -406,7 +406,7 @@ def test_the_command_line_runs_the_role_checks_without_the_files_call(inventory,
     spec = {"draft_model_path": "/models/drafter", "algorithm": "EAGLE3"}
     path = inventory.groups(gpu_nodes=[gpu_node("gpu.invalid", serving_speculative=spec)])
     result = subprocess.run(
-        [sys.executable, "-m", "roles.site", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "validation", str(path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2 and "draft_config and target_config missing" in result.stderr
 
@@ -659,7 +659,7 @@ def test_h_a_value_that_holds_itself_or_nests_deep_is_one_line_not_a_traceback(i
 
 @pytest.mark.parametrize("code", ["0", "None", "3"])
 def test_h_an_inventory_that_ends_the_program_is_not_valid(inventory, validate, code):  # noqa: F811
-    """`raise SystemExit(0)` in the file made `python -m roles.site` exit 0 with no output, which a
+    """`raise SystemExit(0)` in the file made `inference-host validate` exit 0 with no output, which a
     script reads as valid, without a rule run."""
     path = inventory.groups(f"exits{code}.py", gpu_nodes=[gpu_node("gpu.invalid", serving_port=22)])
     path.write_text(path.read_text() + f"\nraise SystemExit({code})\n")

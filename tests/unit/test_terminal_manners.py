@@ -33,7 +33,7 @@ ENTRY_POINTS = {
     "inference-host": [CONSOLE, "validate", "/nonexistent/é.py"],
     "inference-host --settings": [CONSOLE, "validate", "--settings"],
     "checks": [PYTHON, "-m", "checks", "--inventory", "/nonexistent/é.py"],
-    "roles.site": [PYTHON, "-m", "roles.site", "/nonexistent/é.py"],
+    "validation": [PYTHON, "-m", "validation", "/nonexistent/é.py"],
     "checks.bench": [PYTHON, "-m", "checks.bench", "--inventory", "/nonexistent/é.py"],
     "checks.acceptance": [PYTHON, "-m", "checks.acceptance", "--inventory", "/nonexistent/é.py"],
     "lab": [PYTHON, "-m", "lab", "é"],
@@ -81,7 +81,7 @@ CLOSED_PIPE = "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.
         [PYTHON, "-m", "checks", "--help"],
         [PYTHON, "-m", "lab", "--help"],
     ],
-    ids=["inference-host", "roles.site", "checks", "lab"],
+    ids=["inference-host", "validation", "checks", "lab"],
 )
 def test_output_into_a_closed_pipe_ends_quietly(argv):
     done = subprocess.run(

@@ -21,9 +21,9 @@ API_KEY = "sk-" + "proj0123456789abcdefABCDEF"
 
 @pytest.fixture
 def validate(tmp_path, capsys, monkeypatch):
-    """`python -m roles.site PATH` in this process, as test_refusals.py's: exit 2, exactly one
+    """`inference-host validate PATH` in this process, as test_refusals.py's: exit 2, exactly one
     problem line (returned), nothing written under the test's folder, HOME an empty folder."""
-    from roles.site.__main__ import main
+    from validation import main
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
