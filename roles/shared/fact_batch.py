@@ -25,6 +25,12 @@ only when something writes them, which the deploy itself does through operations
 running things (units, processes, devices) always run live.
 
 `INFERENCE_HOST_FACT_BATCH=0` turns it off (compare, or rule it out).
+
+Measured gain (the lab over real OpenSSH, `INFERENCE_HOST_LAB_CONNECT=ssh`, a no-change run of
+190 operations, commit 25cd09d, 2026-12-07, `/usr/bin/time`, a 2-core machine at load 7-8):
+with it wall 17.8 / 15.0 / 20.7 / 16.6 s (median 17.2), user + sys 6.6 s (median); without it
+33.2 / 35.9 / 37.6 s (median 35.9), user + sys 7.7 s. The run's CPU drops by 14 % and its wall
+time by half: well over the 10 % a patch of pyinfra must earn to stay (docs/profiles/).
 """
 
 from __future__ import annotations
