@@ -101,7 +101,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import standin_answers as answers  # noqa: E402 - the routes' JSON bodies
 from standin_auth import ADMIN_ROUTES, auth_allowed, tenant_api_keys  # noqa: E402 - SGLang's auth.py, as patched
+from standin_metrics import Metrics  # noqa: E402 - /metrics, collector.py's names
 from standin_tls import make_server  # noqa: E402 - TLS (0.5.10+) as uvicorn serves it: its docstring
 from startup_log import log_kv_allocation, log_server_args  # noqa: E402 - beside this file on the host, not a package
 
@@ -180,120 +182,6 @@ def generate_text(prompt: str, max_tokens: int) -> list[str]:
     return [
         WORDS[(seed >> (i % 200)) % len(WORDS) if i % 3 else (seed + i * 7) % len(WORDS)] for i in range(max_tokens)
     ]
-
-
-# srt/metrics/collector.py (0.5.9) TokenizerMetricsCollector's default buckets.
-TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
-ITL_BUCKETS = [
-    0.002,
-    0.004,
-    0.006,
-    0.008,
-    0.010,
-    0.015,
-    0.020,
-    0.025,
-    0.030,
-    0.035,
-    0.040,
-    0.060,
-    0.080,
-    0.100,
-    0.200,
-    0.400,
-    0.600,
-    0.800,
-    1.000,
-    2.000,
-    4.000,
-    6.000,
-    8.000,
-]
-E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
-
-
-class Histogram:
-    """prometheus_client's Histogram as it renders: cumulative _bucket{le=...}, +Inf, _sum, _count."""
-
-    def __init__(self, buckets: list[float]):
-        self.bounds, self.counts, self.sum, self.count = buckets, [0] * len(buckets), 0.0, 0
-
-    def observe(self, value: float) -> None:
-        self.sum, self.count = self.sum + value, self.count + 1
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += 1
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        out = [f'{name}_bucket{{{labels},le="{float(b)}"}} {c}' for b, c in zip(self.bounds, self.counts, strict=True)]
-        return out + [
-            f'{name}_bucket{{{labels},le="+Inf"}} {self.count}',
-            f"{name}_sum{{{labels}}} {self.sum}",
-            f"{name}_count{{{labels}}} {self.count}",
-        ]
-
-
-class Metrics:
-    """What --enable-metrics exports, by collector.py's names (the module docstring lists them)."""
-
-    def __init__(self):
-        self.prompt_tokens = 0
-        self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
-        self.last_throughput = 0.0
-
-    def finished(self, prompt_tokens: int, tokens: int, began: float, first: float, end: float) -> None:
-        self.prompt_tokens += prompt_tokens
-        self.ttft.observe(first - began)
-        self.e2e.observe(end - began)
-        if tokens > 1:  # the tokenizer manager observes the interval per new token
-            for _ in range(tokens - 1):
-                self.itl.observe((end - first) / (tokens - 1))
-            self.last_throughput = (tokens - 1) / max(end - first, 1e-6)
-
-    def text(self, state) -> str:
-        name = state.args.served_model_name or state.args.model_path
-        sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-        tok = f'model_name="{name}"'
-        gauges = [
-            ("num_running_reqs", "The number of running requests.", state.scheduler.num_running_reqs),
-            ("num_used_tokens", "The number of used tokens.", 0),
-            ("token_usage", "The token usage.", 0.0),
-            ("gen_throughput", "The generation throughput (token/s).", self.last_throughput if state.running else 0.0),
-            ("num_queue_reqs", "The number of requests in the waiting queue.", state.scheduler.num_queue_reqs),
-            ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
-            ("spec_accept_length", "The average acceptance length of speculative decoding.", state.last_accept_length),
-            (
-                "spec_accept_rate",
-                "The average acceptance rate of speculative decoding"
-                " (`accepted tokens / total draft tokens` in batch).",
-                state.last_accept_rate,
-            ),
-        ]
-        lines = []
-        for short, doc, value in gauges:
-            lines += [
-                f"# HELP sglang:{short} {doc}",
-                f"# TYPE sglang:{short} gauge",
-                f"sglang:{short}{{{sched}}} {value}",
-            ]
-        for short, doc, value in (
-            ("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
-            ("generation_tokens", "Number of generation tokens processed.", state.generated_tokens),
-            ("num_requests", "Number of requests processed.", state.requests),
-        ):
-            lines += [
-                f"# HELP sglang:{short}_total {doc}",
-                f"# TYPE sglang:{short}_total counter",
-                f"sglang:{short}_total{{{tok}}} {float(value)}",
-            ]
-        for short, doc, hist in (
-            ("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
-            ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl),
-            ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e),
-        ):
-            lines += [f"# HELP sglang:{short} {doc}", f"# TYPE sglang:{short} histogram"]
-            lines += hist.lines(f"sglang:{short}", tok)
-        return "\n".join(lines) + "\n"
 
 
 # srt/managers/scheduler_runtime_checker_mixin.py (the idle metrics, "every 30 seconds during idle").
@@ -679,47 +567,15 @@ def make_handler(state: State):
             if path == "/v1/loads":
                 return self._send(200, state.loads())
             if path == "/v1/models":
-                return self._send(
-                    200,
-                    {
-                        "object": "list",
-                        "data": [
-                            {
-                                "id": args.served_model_name or args.model_path,
-                                "object": "model",
-                                "created": int(state.started),
-                                "owned_by": "sglang",
-                                "root": args.model_path,
-                            }
-                        ],
-                    },
-                )
+                return self._send(200, answers.models(args, state.started))
             if path in ("/model_info", "/get_model_info"):
-                return self._send(
-                    200,
-                    {
-                        "model_path": args.model_path,
-                        "tokenizer_path": args.model_path,
-                        "is_generation": True,
-                        "served_model_name": args.served_model_name,
-                    },
-                )
+                return self._send(200, answers.model_info(args))
             if path == "/metrics" and args.enable_metrics:
                 return self._send(200, state.metrics.text(state).encode(), "text/plain; version=0.0.4")
             if path in ("/server_info", "/get_server_info"):
-                internal = {"last_gen_throughput": 0.0}
-                if state.speculative and state.spec_forward_ct:
-                    internal["avg_spec_accept_length"] = state.spec_accepted / state.spec_forward_ct
-                return self._send(
-                    200,
-                    {
-                        # Not as 0.5.9 does: its /server_info is dataclasses.asdict(server_args),
-                        # keys included (docs/security.md#keys-and-their-roles says what follows).
-                        **{k: v for k, v in vars(args).items() if k not in ("api_key", "admin_api_key")},
-                        "internal_states": [internal],
-                        "version": state.version,
-                    },
-                )
+                speculating = state.speculative and state.spec_forward_ct
+                accept = state.spec_accepted / state.spec_forward_ct if speculating else None
+                return self._send(200, answers.server_info(args, state.version, accept))
             return self._send(404, {"detail": "Not Found"})
 
         def _health(self):
@@ -776,24 +632,9 @@ def make_handler(state: State):
             model = body.get("model") or args.served_model_name
 
             def event(choices, usage=None) -> bytes:
-                chunk = {
-                    "id": request_id,
-                    "object": "chat.completion.chunk",
-                    "created": int(time.time()),
-                    "model": model,
-                    "choices": choices,
-                    "usage": usage,
-                }
-                return f"data: {json.dumps(chunk)}\n\n".encode()
+                return answers.chat_chunk(request_id, model, choices, usage)
 
-            def choice(delta, finish_reason=None):
-                return {
-                    "index": 0,
-                    "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta},
-                    "logprobs": None,
-                    "finish_reason": finish_reason,
-                    "matched_stop": None,
-                }
+            choice = answers.chat_choice
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -810,18 +651,7 @@ def make_handler(state: State):
             state.metrics.finished(len(prompt.split()), len(tokens), arrived, first, time.monotonic())
             self.wfile.write(event([choice({}, "length")]))
             if (body.get("stream_options") or {}).get("include_usage"):
-                prompt_tokens = len(prompt.split())
-                self.wfile.write(
-                    event(
-                        [],
-                        {
-                            "prompt_tokens": prompt_tokens,
-                            "total_tokens": prompt_tokens + len(tokens),
-                            "completion_tokens": len(tokens),
-                            "prompt_tokens_details": None,
-                        },
-                    )
-                )
+                self.wfile.write(event([], answers.stream_usage(len(prompt.split()), len(tokens))))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
@@ -850,18 +680,7 @@ def make_handler(state: State):
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(str(body.get("text", "")).split()), len(tokens), began, now, now)
-                return self._send(
-                    200,
-                    {
-                        "text": " ".join(tokens),
-                        "meta_info": {
-                            "id": hashlib.md5(json.dumps(body).encode()).hexdigest(),
-                            "prompt_tokens": len(str(body.get("text", "")).split()),
-                            "completion_tokens": len(tokens),
-                            "finish_reason": {"type": "length", "length": len(tokens)},
-                        },
-                    },
-                )
+                return self._send(200, answers.generated(body, tokens))
             if path == "/v1/chat/completions":
                 prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
                 # SGLang 0.5.9 protocol.py to_sampling_params: max_completion_tokens or the
@@ -874,27 +693,7 @@ def make_handler(state: State):
                 state.decoded(len(tokens))
                 now = time.monotonic()
                 state.metrics.finished(len(prompt.split()), len(tokens), began, now, now)
-                return self._send(
-                    200,
-                    {
-                        "id": "chatcmpl-" + hashlib.md5(prompt.encode()).hexdigest()[:16],
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model") or args.served_model_name,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "length",
-                                "message": {"role": "assistant", "content": " ".join(tokens)},
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": len(prompt.split()),
-                            "completion_tokens": len(tokens),
-                            "total_tokens": len(prompt.split()) + len(tokens),
-                        },
-                    },
-                )
+                return self._send(200, answers.chat_completion(body, prompt, tokens, args.served_model_name))
             return self._send(404, {"detail": "Not Found"})
 
     return Handler
