@@ -262,7 +262,7 @@ if _engine_wheel_source:
             {
                 **_site,
                 "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-                "build_base_image": cuda_devel_image(build=False),
+                "build_base_image": cuda_devel_image(build=False),  # its pushed digest put in on connect
                 "build_source_overrides": {"flash-attn": _engine_wheel_source},
                 "build_with_torch": False,
                 "docker_manage_engine": False,

@@ -11,7 +11,9 @@ the role, its facts, the Dockerfiles, the job cap, cuobjdump and the wheelhouse 
 ones. What differs, because it cannot exist here, is set below as ordinary settings:
 
 - the base image: NVIDIA's CUDA devel image cannot be pulled (no registry), so the lab's
-  Debian 12 image with this machine's CUDA toolkit copied in (lab/cuda_image.py) is used;
+  Debian 12 image with this machine's CUDA toolkit copied in (lab/cuda_image.py) is used,
+  pushed to a real registry on 127.0.0.1 (lab/registry.py) and named there by its digest, as
+  production names NVIDIA's;
 - the source: flash-attn takes hours and sgl-kernel needs GitHub, so a small real CUDA
   extension (lab/fixtures/tiny_cuda_ext) is built in their place, through the same
   Dockerfiles, arguments and export path; torch is not installed (it does not need it);
@@ -36,7 +38,10 @@ builders = [
         {
             "stack_file": os.environ.get("INFERENCE_HOST_LAB_BUILDER_STACK", "lab_builder.stack.yml"),
             "base_extra_ca_certificates": [_ca_bundle] if os.path.exists(_ca_bundle) else [],
-            "build_base_image": cuda_devel_image(build=False),  # named here, built on connect
+            # A placeholder pin here; the connector puts the pushed digest in as it connects.
+            # Tests plant another digest (INFERENCE_HOST_LAB_BUILDER_BASE_IMAGE), kept as named.
+            "build_base_image": os.environ.get("INFERENCE_HOST_LAB_BUILDER_BASE_IMAGE")
+            or cuda_devel_image(build=False),
             "build_source_overrides": {"flash-attn": _test_source, "sgl-kernel": _test_source},
             "build_with_torch": False,
             # This machine's engine is the lab's own: used as it is, never reconfigured.

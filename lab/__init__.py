@@ -180,15 +180,29 @@ def _serve(server: str) -> None:
     _served.add(server)
 
 
+_local_base_image = ""  # the lab's CUDA devel image as pushed by this process, pinned by digest
+
+
 def _bring_up_local_builder() -> None:
     """`@lab/local`: this machine's Docker engine as the kernel wheel builder; its base image is
-    the lab's CUDA devel image (lab/cuda_image.py), built here, not while the inventory loads."""
+    the lab's CUDA devel image (lab/cuda_image.py), built and pushed to the lab's registry here,
+    not while the inventory loads."""
+    global _local_base_image
     if "local" in _brought_up:
         return
     from lab.cuda_image import cuda_devel_image
 
-    cuda_devel_image(build=True)
+    _local_base_image = cuda_devel_image(build=True)
     _brought_up.add("local")
+
+
+def pinned_base_image(named: object) -> object:
+    """What `@lab/local`'s build_base_image becomes once it is brought up: the inventory's
+    placeholder (lab.cuda_image.PENDING) becomes the digest of this process's push; any other
+    value (a test's planted digest) stays as the inventory named it."""
+    from lab.cuda_image import PENDING
+
+    return _local_base_image if named == PENDING and _local_base_image else named
 
 
 def fresh(role: str) -> str:

@@ -3,9 +3,12 @@
 No registry answers here, so nvidia/cuda:<version>-devel-ubuntu24.04 cannot be pulled. This
 machine kind has a real CUDA toolkit under /usr/local/cuda (nvcc, ptxas, headers, cudart);
 copying it onto the lab's Debian 12 base gives the kernel wheel Dockerfiles a base image with a
-working nvcc, passed to them through BASE_IMAGE exactly as a user would pass another base.
+working nvcc, passed to them through BASE_IMAGE exactly as a user would pass another base: pinned
+by digest. The image is pushed to the lab's registry on 127.0.0.1 (lab/registry.py), and the
+builds name it there by the digest the push reported, so BuildKit resolves it as it resolves
+NVIDIA's image in production.
 
-    uv run python -m lab.cuda_image      # prints the tag, building it once
+    uv run python -m lab.cuda_image      # prints the pinned reference, building and pushing once
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import re
 from pathlib import Path
 
 import lab
+from lab import registry
 
 CUDA_ROOT = Path(os.environ.get("INFERENCE_HOST_LAB_CUDA", "/usr/local/cuda"))
 DOCKERFILE = lab.PROJECT_ROOT / "lab" / "docker" / "cuda-devel.Dockerfile"
@@ -46,22 +50,37 @@ def _base() -> str:
     return lab.REGISTRY_IMAGE if lab.BASE_SOURCE == "registry" else lab.DEBOOTSTRAP_IMAGE
 
 
+REPOSITORY = "inference-host/lab-cuda-devel"  # its name in the lab's registry
+# What a lab inventory names before anything ran (loading starts nothing, so there is no push and
+# no digest yet): a valid pin that no registry serves. The lab connector puts the pushed one in
+# its place as it connects `@lab/local` (lab.pinned_base_image), as it puts in a guest's address.
+PENDING = f"{registry.ADDRESS}/{REPOSITORY}@sha256:" + "0" * 64
+
+
 def cuda_devel_image(build: bool = True) -> str:
-    """Tag of the lab's CUDA devel image; built once per toolkit version and Dockerfile.
-    build=False only names it: lab inventories do, and the lab connector builds it as pyinfra
-    connects to `@lab/local` (lab.bring_up)."""
+    """The lab's CUDA devel image pinned by digest in the lab's registry, built once per toolkit
+    version and Dockerfile and pushed (again: a push of layers the registry has is a few HEAD
+    requests). build=False only names it, PENDING: lab inventories do, while they load."""
+    if not build:
+        cuda_version()  # a toolkit the lab can use, refused as the inventory loads
+        return PENDING
+    tag = _local_tag()
+    with lab.state_lock("images"):  # two labs at once (pytest-xdist's workers) built it twice
+        _build_cuda_devel(tag)
+    return registry.push(tag, REPOSITORY)
+
+
+def _local_tag() -> str:
+    """The image's tag in this machine's engine: one per toolkit version, base and Dockerfile."""
     base = _base()
     version = cuda_version()
     real = CUDA_ROOT.resolve()
     digest = hashlib.sha256(DOCKERFILE.read_bytes() + json.dumps([base, version, str(real)]).encode()).hexdigest()[:12]
-    tag = f"inference-host/lab-cuda-devel:{version}-{digest}"
-    if build:
-        with lab.state_lock("images"):  # two labs at once (pytest-xdist's workers) built it twice
-            _build_cuda_devel(tag, base, version, real)
-    return tag
+    return f"inference-host/lab-cuda-devel:{version}-{digest}"
 
 
-def _build_cuda_devel(tag: str, base: str, version: str, real: Path) -> None:
+def _build_cuda_devel(tag: str) -> None:
+    base, version, real = _base(), cuda_version(), CUDA_ROOT.resolve()
     if not lab._image_exists(tag):
         if base == lab.DEBOOTSTRAP_IMAGE:
             lab._debootstrap_base()

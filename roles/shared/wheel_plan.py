@@ -29,11 +29,19 @@ DOCKER_DIR = ROLE_DIR / "docker"  # <package>.Dockerfile and the helpers they CO
 HELPERS_DIR = DOCKER_DIR / "wheels"
 PATCHES_DIR = ROLE_DIR / "patches"  # roles/shared/patches.py: <package>/[<version>/]NNNN-*.patch
 
-# NVIDIA's devel images by stack CUDA version (Ubuntu 24.04, like the gpu nodes).
+# NVIDIA's devel images by stack CUDA version (Ubuntu 24.04, like the gpu nodes), pinned by the
+# digest of the tag's multi-platform index: BuildKit pulls by the digest, checks the content
+# against it, and picks the builder's platform from the index. A tag alone is never used (the
+# registry can move it). Where each digest was read, and that none was pulled from this project's
+# machines (no registry answers there), is in roles/wheels/README.md ("Base image digests").
+# A CUDA version without a sourced digest is not listed: its stack needs build_base_image.
 CUDA_DEVEL_IMAGES = {
-    "12.8": "nvidia/cuda:12.8.1-devel-ubuntu24.04",
-    "12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04",
-    "13.0": "nvidia/cuda:13.0.1-devel-ubuntu24.04",
+    "12.8": "nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    "@sha256:520292dbb4f755fd360766059e62956e9379485d9e073bbd2f6e3c20c270ed66",
+    "12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04"
+    "@sha256:020bc241a628776338f4d4053fed4c38f6f7f3d7eb5919fecb8de313bb8ba47c",
+    "13.0": "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+    "@sha256:7d2f6a8c2071d911524f95061a0db363e24d27aa51ec831fcccf9e76eb72bc92",
 }
 # Files of a source tree that are build output, not input.
 _SKIP_PARTS = {"build", "dist", "__pycache__", ".git", ".eggs"}
@@ -113,8 +121,9 @@ def base_image(stack: EngineStack, build: BuildSettings) -> str:
         return build.base_image
     if stack.cuda not in CUDA_DEVEL_IMAGES:
         raise WheelPlanError(
-            f"stack {stack.id}: no known CUDA devel image for CUDA {stack.cuda}; expected one of "
-            f"{', '.join(CUDA_DEVEL_IMAGES)} or a build_base_image setting"
+            f"stack {stack.id}: no CUDA devel image with a known digest for CUDA {stack.cuda}; expected CUDA"
+            f" {', '.join(CUDA_DEVEL_IMAGES)} or a build_base_image setting pinned by digest"
+            " (name:tag@sha256:...; `docker buildx imagetools inspect IMAGE` prints it)"
         )
     return CUDA_DEVEL_IMAGES[stack.cuda]
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab import registry
+from lab.cuda_image import PENDING, REPOSITORY
 from roles.shared.wheel_plan import context_tar, planned_builds
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
 from tests.lab.harness import require_docker, require_lab_tool, run_deploy
@@ -46,8 +48,10 @@ class Builder:
         scale = self.source / "csrc" / "scale.cu"
         scale.write_text(scale.read_text() + f"// session {time.time_ns()}\n")
 
-    def deploy(self, stack: Path | None = None, source: Path | None = None):
+    def deploy(self, stack: Path | None = None, source: Path | None = None, base_image: str | None = None):
         env = {"INFERENCE_HOST_LAB_WHEELHOUSE": str(self.wheelhouse)}
+        if base_image:
+            env["INFERENCE_HOST_LAB_BUILDER_BASE_IMAGE"] = base_image
         if stack:
             env["INFERENCE_HOST_LAB_BUILDER_STACK"] = str(stack)
         env["INFERENCE_HOST_LAB_BUILDER_SOURCE"] = str(source or self.source)
@@ -107,6 +111,11 @@ def test_first_deploy_builds_both_wheels_into_the_wheelhouse(builder, first_buil
         assert len(wheels) == 1, f"expected one wheel in {entry}"
         inputs = json.loads((entry / "inputs.json").read_text())
         assert inputs["key"] == entry.name and inputs["inputs"]["package"] == package
+        # Built FROM the lab's image in its registry, by the digest its push reported (the
+        # connector put it in place of the inventory's placeholder): BuildKit resolved that.
+        base = inputs["inputs"]["build_args"]["BASE_IMAGE"]
+        assert base == _lab_base_image() and base != PENDING, base
+        assert re.fullmatch(rf"{re.escape(registry.ADDRESS)}/{REPOSITORY}@sha256:[0-9a-f]{{64}}", base), base
 
 
 def test_every_admitted_wheel_holds_sm120_code(builder, first_build):
@@ -175,6 +184,19 @@ def test_failed_compile_fails_the_deploy_with_the_log_tail(builder, first_build)
     assert "docker build failed" in run.stderr
     assert "wheel build FAILED" in run.stderr and "scale.cu" in run.stderr  # the tail
     assert "nothing entered the wheelhouse" in run.stderr
+
+
+def test_a_base_image_digest_the_registry_lacks_stops_the_build_in_one_line(builder, first_build):
+    pinned = _lab_base_image()
+    # Valid-looking, the right repository, one hex digit changed: what a mistyped or stale pin is.
+    wrong = pinned[:-1] + ("0" if pinned[-1] != "0" else "1")
+    before = {p: builder.entries(p) for p in PACKAGES}
+    run = builder.deploy(base_image=wrong)
+    assert run.returncode != 0, run.explain()
+    line = rf"\[wheels\] (flash-attn|sgl-kernel): base image {re.escape(wrong)}: no image with this digest at its"
+    assert re.search(line + r" registry \(not found\); build_base_image", run.stderr), run.explain()
+    assert "nothing entered the wheelhouse" in run.stderr
+    assert {p: builder.entries(p) for p in PACKAGES} == before
 
 
 def _build_script(builder, package: str, source: Path, timeout_s: int, **extra_args):

@@ -285,7 +285,8 @@ def test_stamp_follows_the_lock_the_wheel_keys_and_the_patches_only():
     assert base.startswith(f"{stack.id}-") and env_dir(GPU, stack, PROD).endswith(base)
     mirror = dataclasses.replace(GPU, base=GPU.base.model_copy(update={"pypi_index_url": "https://m.example/simple"}))
     assert engine_env.stamp(PROD, mirror, stack) == base  # a mirror serves the same files
-    rebuilt = dataclasses.replace(GPU, build=GPU.build.model_copy(update={"base_image": "example/cuda:other"}))
+    other = "example/cuda:other@sha256:" + "1" * 64
+    rebuilt = dataclasses.replace(GPU, build=GPU.build.model_copy(update={"base_image": other}))
     assert engine_env.kernel_wheels(PROD, rebuilt, stack)[0].key != engine_env.kernel_wheels(PROD, GPU, stack)[0].key
     assert engine_env.stamp(PROD, rebuilt, stack) != base  # a rebuilt wheel reaches the host
     other_python = dataclasses.replace(GPU, engine=GPU.engine.model_copy(update={"python": "/usr/bin/python3.12"}))

@@ -748,6 +748,9 @@ def test_h_nccl_lists_and_bridges_as_written_pass(inventory):
         ({"gateway_python": "/tmp/python3"}, "outside /tmp"),
         # FROM / --build-arg BASE_IMAGE: a space or an option ends the build.
         ({"build_base_image": "ubuntu:24.04 --privileged"}, "expected a Docker image reference like nvidia/cuda"),
+        # A tag is the registry's to move: root-run kernels built from whatever it names that day.
+        ({"build_base_image": "nvidia/cuda:12.8.1-devel-ubuntu24.04"}, "never a tag alone (the registry can move"),
+        ({"build_base_image": "nvidia/cuda@sha256:" + "0" * 63}, "expected a Docker image reference like"),
     ],
 )
 def test_h_an_address_interpreter_or_image_read_otherwise_is_refused(inventory, validate, data, message):  # noqa: F811
@@ -760,7 +763,7 @@ def test_h_an_address_interpreter_or_image_read_otherwise_is_refused(inventory, 
 
 def test_h_images_interpreters_and_numeric_looking_names_as_written_pass(inventory):
     data = {
-        "build_base_image": "registry.example:5000/nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        "build_base_image": "registry.example:5000/nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:" + "5" * 64,
         "gateway_python": "/usr/bin/python3.12",
         "ssh_hostname": "10.0.0.1",
     }

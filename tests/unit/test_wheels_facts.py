@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from roles.shared.host_facts import WheelhouseEntry
 from roles.site import PROJECT_ROOT
 from roles.wheels.facts import BuilderResources, CuobjdumpPath, DockerBuildClient
@@ -97,3 +99,42 @@ def test_required_arch_accepts_sm120_variants_only():
         if build_wheel.REQUIRED_ARCH_RE.fullmatch(a)
     ]
     assert accepted == ["sm_120", "sm_120a", "sm_120f"]
+
+
+def _fake_docker(tmp_path, log_text: str) -> str:
+    """A docker client that prints what BuildKit printed and fails, as docker build does."""
+    output = tmp_path / "docker-output.txt"
+    output.write_text(log_text)
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\ncat {output}\nexit 1\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+@pytest.mark.parametrize("base_ok", [False, True], ids=["wrong-digest", "other-failure"])
+def test_a_base_image_digest_its_registry_lacks_fails_in_one_line(tmp_path, capsys, base_ok):
+    # Real output of moby 20.10's BuildKit for a FROM whose digest the registry (distribution
+    # 2.8.2) does not have: the lab's registry, the right name, the last hex digit changed.
+    real = (DATA / "buildkit-from-digest-not-found.txt").read_text()
+    wrong = "127.0.0.1:5055/exp/lab-cuda-devel@sha256:e1eb906b8466bc183b44a4bb620835918287954e43bcc884f9235b7d550780c9"
+    assert wrong in real
+    build_wheel = load_build_wheel()
+    context = tmp_path / "context.tar"
+    context.write_bytes(b"")
+    (tmp_path / "wheelhouse").mkdir()
+    base = wrong if not base_ok else wrong[:-1] + "8"  # the pushed digest: its failure is another one
+    argv = ["--package", "flash-attn", "--key", "k", "--context", str(context), "--dockerfile", "f"]
+    argv += ["--wheelhouse", str(tmp_path / "wheelhouse"), "--docker", _fake_docker(tmp_path, real)]
+    argv += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", "SOURCE=context"]
+    with pytest.raises(SystemExit) as exited:
+        build_wheel.main(argv)
+    assert exited.value.code == build_wheel.EXIT_BUILD_FAILED
+    last = capsys.readouterr().err.strip().splitlines()[-2]  # before "full build log kept at"
+    if base_ok:
+        assert "docker build failed with exit 1" in last, last
+        return
+    assert last == (
+        f"[wheels] flash-attn: base image {wrong}: no image with this digest at its registry (not found);"
+        " build_base_image (or the stack's default) must name a digest its registry serves"
+        " (`docker buildx imagetools inspect IMAGE`); nothing entered the wheelhouse"
+    )

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from roles.shared import wheel_plan as plan
-from roles.shared.wheel_plan import ROLE_DIR, WheelPlanError, context_tar, planned_builds
+from roles.shared.wheel_plan import CUDA_DEVEL_IMAGES, ROLE_DIR, WheelPlanError, context_tar, planned_builds
 from roles.site import PROJECT_ROOT, BuildSettings, load_stack
 
 STACK = load_stack(PROJECT_ROOT / "inventory" / "stack.yml")
 ACTIVE = STACK.active  # sglang 0.5.9, CUDA 12.8: flash-attn built, sgl-kernel prebuilt
 BOTH = dataclasses.replace(ACTIVE, kernel=dataclasses.replace(ACTIVE.kernel, source="build"))
 FIXTURE = PROJECT_ROOT / "lab" / "fixtures" / "tiny_cuda_ext"
+CUDA_12_8 = (
+    "nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:520292dbb4f755fd360766059e62956e9379485d9e073bbd2f6e3c20c270ed66"
+)
 
 
 def keys(stack, build=None):
@@ -28,7 +33,7 @@ def test_production_stack_builds_flash_attn_from_the_cuda_12_8_devel_image():
     (wheel,) = planned_builds(ACTIVE, BuildSettings())
     assert wheel.package == "flash-attn" and wheel.version == "2.8.3"
     assert wheel.build_args == {
-        "BASE_IMAGE": "nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        "BASE_IMAGE": CUDA_12_8,
         "SOURCE": "pypi",
         "PYTHON_VERSION": "3.12",
         "TORCH_VERSION": "2.9.1",
@@ -96,8 +101,33 @@ def test_base_image_is_an_input():
 
 
 def test_unknown_cuda_needs_a_base_image_setting():
-    with pytest.raises(WheelPlanError, match="CUDA 11.8.*build_base_image"):
+    with pytest.raises(WheelPlanError, match="CUDA 11.8.*build_base_image setting pinned by digest"):
         planned_builds(dataclasses.replace(BOTH, cuda="11.8"), BuildSettings())
+
+
+def test_every_default_devel_image_is_pinned_by_digest():
+    for cuda, image in CUDA_DEVEL_IMAGES.items():
+        name, _, digest = image.partition("@")
+        assert name == f"nvidia/cuda:{cuda}.1-devel-ubuntu24.04" and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    assert len({image.partition("@")[2] for image in CUDA_DEVEL_IMAGES.values()}) == len(CUDA_DEVEL_IMAGES)
+
+
+def test_the_digest_reaches_the_build_args_and_the_dockerfiles_from():
+    pinned = "registry.example:5000/cuda/devel:12.8@sha256:" + "a" * 64
+    for wheel in planned_builds(BOTH, BuildSettings(base_image=pinned)):
+        assert wheel.build_args["BASE_IMAGE"] == pinned and wheel.inputs["build_args"]["BASE_IMAGE"] == pinned
+        text = wheel.dockerfile.read_text()
+        # The first FROM is the one BuildKit resolves and pulls: it must take the argument.
+        assert re.search(r"^FROM (\S+)", text, re.MULTILINE).group(1) == "${BASE_IMAGE}", wheel.dockerfile
+
+
+def test_a_tag_alone_is_refused_in_one_line_naming_how_to_read_a_digest():
+    with pytest.raises(ValidationError) as raised:
+        BuildSettings(base_image="nvidia/cuda:12.8.1-devel-ubuntu24.04")
+    (error,) = raised.value.errors()
+    assert error["loc"] == ("base_image",)
+    assert "never a tag alone" in error["msg"] and "docker buildx imagetools inspect" in error["msg"]
+    assert "\n" not in error["msg"]
 
 
 def test_dockerfile_and_patch_contents_are_inputs(tmp_path, monkeypatch):
@@ -153,7 +183,7 @@ def test_context_tar_is_reproducible_and_holds_what_the_dockerfile_copies(tmp_pa
 def test_dockerfiles_keep_the_production_defaults():
     for name in ("flash-attn", "sgl-kernel"):
         text = (ROLE_DIR / "docker" / f"{name}.Dockerfile").read_text()
-        assert "ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04" in text
+        assert f"ARG BASE_IMAGE={CUDA_12_8}\n" in text  # the same pin as the plan's default
         assert "FROM scratch AS artifact" in text and "--mount=type=cache" in text
         assert "# syntax=" not in text.replace("No `# syntax=` line", "")
     flash = (ROLE_DIR / "docker" / "flash-attn.Dockerfile").read_text()

@@ -19,6 +19,14 @@ from roles.site.grammars import host_folder_problem
 # Kernel packages roles/wheels can build from source (roles/wheels/docker/<package>.Dockerfile).
 WHEEL_PACKAGES = ("flash-attn", "sgl-kernel")
 
+# An image pinned by content ends in its manifest's (or index's) digest.
+IMAGE_DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+PINNED_IMAGE_RULE = (
+    "an image pinned by content, name[:tag]@sha256:<64 hex>, never a tag alone (the registry can move a tag);"
+    " read the digest with `docker buildx imagetools inspect IMAGE` or, once pulled,"
+    " `docker inspect --format '{{index .RepoDigests 0}}' IMAGE`"
+)
+
 
 # A source override is a tree on this machine that the deploy tars, whole, into the builder's
 # Docker context (roles/shared/wheel_plan.py): `/etc` or `~/.ssh` would send this machine's
@@ -68,7 +76,9 @@ class BuildSettings(Section):
     # A Docker image reference (distribution/reference's grammar, reference/regexp.go): an
     # optional registry host[:port], lower-case path components, an optional :tag and @digest.
     # Written into `docker build --build-arg` and a Dockerfile's FROM: a space or an option there
-    # ends the build.
+    # ends the build. Then the digest, required: a tag is the registry's to move, so a tag alone
+    # builds root-run kernels from whatever the tag names that day; BuildKit pulls by the digest
+    # and checks the content against it (issue 53).
     base_image: (
         Annotated[
             str,
@@ -79,11 +89,15 @@ class BuildSettings(Section):
                 ).fullmatch,
                 "a Docker image reference like nvidia/cuda:12.8.1-devel-ubuntu24.04 (registry/name:tag@digest)",
             ),
+            check(lambda v: IMAGE_DIGEST_RE.search(v), PINNED_IMAGE_RULE),
         ]
         | None
     ) = Field(
         None,
-        description=("Base image of the wheel builds; None: NVIDIA's CUDA devel image of the active stack's CUDA."),
+        description=(
+            "Base image of the wheel builds, pinned by digest (name[:tag]@sha256:...); None: NVIDIA's CUDA devel"
+            " image of the active stack's CUDA, at the digest in roles/shared/wheel_plan.py."
+        ),
     )
     source_overrides: Annotated[
         dict[str, str],

@@ -12,7 +12,9 @@
 # (CA certificates to trust; may be empty) and, with SOURCE=context, src/ (a source tree to build as given).
 # No `# syntax=` line: that would pull a frontend image from a registry.
 
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04
+# The default is roles/shared/wheel_plan.py's CUDA 12.8 image, by digest (a tag can move);
+# roles/wheels always passes BASE_IMAGE, pinned the same way.
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:520292dbb4f755fd360766059e62956e9379485d9e073bbd2f6e3c20c270ed66
 # "pypi": the pinned sdist from the package index; "context": the tree under src/.
 ARG SOURCE=pypi
 

@@ -112,13 +112,39 @@ def docker_build(args, staging: Path, log: Path) -> None:
     elapsed = time.monotonic() - started
     if rc != 0:
         hint = " (exit 137: killed, out of memory? lower build_max_jobs)" if rc in (137, -9) else ""
+        base = base_image_problem(args, log)
         fail(
             EXIT_BUILD_FAILED,
-            f"{args.package}: docker build failed with exit {rc} after"
+            base
+            or f"{args.package}: docker build failed with exit {rc} after"
             f" {elapsed:.0f}s{hint}; nothing entered the wheelhouse",
             log,
         )
     say(f"{args.package}: built in {elapsed:.0f}s")
+
+
+def base_image_problem(args, log: Path) -> str | None:
+    """The one line for a base image that BuildKit could not resolve by its digest, or None.
+
+    BuildKit (moby 20.10's and buildx's) fails the FROM of a reference that no manifest at the
+    registry answers with `<reference>: not found` ("failed to create LLB definition"), and a
+    fetched manifest whose bytes do not hash to the digest with a message naming the digest
+    and "mismatch" or "unexpected" (containerd's remotes/docker fetcher). Both mean the pin and the
+    registry disagree: the wrong digest, a repository that lost it, or content changed on the way."""
+    base = next((a.partition("=")[2] for a in args.build_arg if a.startswith("BASE_IMAGE=")), "")
+    if "@sha256:" not in base:
+        return None
+    text = log.read_text(errors="replace")
+    if f"{base}: not found" in text:
+        found = "no image with this digest at its registry (not found)"
+    elif base.partition("@")[2] in text and re.search(r"digest mismatch|unexpected (commit )?digest", text):
+        found = "its registry served content that does not match the digest"
+    else:
+        return None
+    return (
+        f"{args.package}: base image {base}: {found}; build_base_image (or the stack's default) must name a digest"
+        " its registry serves (`docker buildx imagetools inspect IMAGE`); nothing entered the wheelhouse"
+    )
 
 
 def parse_list_elf(output: str) -> list[str]:

@@ -10,7 +10,8 @@ the lab is brought up by the command that connects to them, not by loading the i
   they had, and gives it the data that connector reads (docker_identifier, or the ssh_* keys).
 - connect() brings up what the host needs (lab.bring_up: its container and the ones it needs,
   what the lab copies in, the stand-in servers its deploy reaches), puts the running
-  container's address into the host's ssh_hostname when the host has one, then connects
+  container's address into the host's ssh_hostname when the host has one (and, for
+  `@lab/local`, the pushed CUDA image's digest into build_base_image), then connects
   through pyinfra's own connector (docker, ssh or local), to which everything else is handed.
 
 pyinfra connects hosts in parallel greenlets (pyinfra/api/connect.py connect_all); one bring-up
@@ -121,6 +122,11 @@ class LabConnector(BaseConnector):
         with _one_at_a_time:
             try:
                 lab.bring_up(role)
+                named = self.host.data.get("build_base_image")
+                if role == LOCAL and lab.pinned_base_image(named) != named:
+                    # The same way as ssh_hostname below: the lab's CUDA image has a digest only
+                    # once pushed, after the inventory loaded (lab/cuda_image.py PENDING).
+                    self.host.data.build_base_image = lab.pinned_base_image(named)
                 if role != LOCAL and self.host.data.get("ssh_hostname"):
                     # pyinfra's way to set host data after loading (HostData.__setattr__): the
                     # deploy's site, built after every host connected, reads the live address.
