@@ -33,8 +33,9 @@ STORAGE = lab.STATE_DIR / "registry"
 PID_FILE = STORAGE / "registry.pid"
 START_TIMEOUT_S = 15
 
-# distribution 2.8's configuration reference (docs/configuration in its repository): filesystem storage, loopback only, no
-# auth (only this machine reaches it), access log off (every push writes dozens of lines).
+# distribution 2.8's configuration reference (docs/configuration in its repository): filesystem
+# storage, loopback only, no auth (only this machine reaches it), access log off (every push
+# writes dozens of lines).
 _CONFIG = """\
 version: 0.1
 log:
