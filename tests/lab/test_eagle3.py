@@ -186,7 +186,7 @@ def _as_job(gpu_guest, command: str):
 
 def test_the_job_runs_as_its_own_user_with_its_own_key(gpu_guest, first):
     show = _sh(gpu_guest, "systemctl show -p User,NoNewPrivileges,ProtectSystem inference-host-eagle3@train.service")
-    assert show.split() == [f"User={JOB_USER}", "NoNewPrivileges=yes", "ProtectSystem=strict"], show
+    assert sorted(show.split()) == ["NoNewPrivileges=yes", "ProtectSystem=strict", f"User={JOB_USER}"], show
     assert gpu_guest.file(WORK).user == JOB_USER
     key = gpu_guest.file("/etc/inference-host/eagle3/api-key.json")  # the client key alone
     assert (key.user, key.mode) == (JOB_USER, 0o600)
