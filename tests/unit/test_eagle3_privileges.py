@@ -150,7 +150,8 @@ def test_the_rule_is_es5_as_duktape_reads_it(host):  # noqa: F811
 def test_the_rule_allows_the_helpers_verbs_to_the_job_and_nothing_else(host, tmp_path):  # noqa: F811
     answers = evaluate(_rule(host), ALLOWED + REFUSED, tmp_path)
     assert answers[: len(ALLOWED)] == ["yes"] * len(ALLOWED)
-    assert answers[len(ALLOWED) :] == ["defaults"] * len(REFUSED), list(zip(REFUSED, answers[len(ALLOWED) :]))
+    refused = answers[len(ALLOWED) :]
+    assert refused == ["defaults"] * len(REFUSED), list(zip(REFUSED, refused, strict=True))
 
 
 @pytest.mark.skipif(not NODE, reason="node is not installed (evaluates the polkit rule)")
