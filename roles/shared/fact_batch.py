@@ -124,7 +124,7 @@ def batch_script(commands: list[str]) -> Shell:
                 "r=$( {{ {{ (\n{command}\n) 2>/dev/null </dev/null; echo $? >&3; }}"
                 ' | while IFS= read -r l || [ -n "$l" ]; do printf \'|%s\\n\' "$l"; done >&4; }} 3>&1 )'
                 # printf, not echo: dash's echo reads backslashes in its words (\v, \c).
-                '; printf \'%s\\n\' {mark}" $r"',
+                "; printf '%s\\n' {mark}\" $r\"",
                 command=from_pyinfra(command),
                 mark=f"{_MARK} {index}",
             )
