@@ -218,8 +218,8 @@ def test_only_the_helpers_fixed_verbs_are_open_to_the_job(gpu_guest, first):
 
 def test_ab_goes_through_the_root_helper_and_restores_the_engine(gpu_guest, first):
     """The A/B step as the job's user: the helper serves the baseline (the export is the drafter
-    served now and replaced none: speculative decoding off), bench_serving then fails (it needs
-    the model's tokenizer, which the lab's Kimi-shaped config folder has not), and the engine is
+    served now and replaced none: speculative decoding off), bench_serving then fails (sglang
+    imports numpy, which the lab's no-GPU engine environment has not), and the engine is
     restored as deployed whatever happened. The candidate verb, started as the job's user, serves
     the export through the drop-in; restore removes it."""
     deployed = _launcher(gpu_guest)

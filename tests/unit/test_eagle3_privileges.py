@@ -276,3 +276,13 @@ def test_the_job_reads_its_own_copy_of_the_client_key(cfg, tmp_path):  # noqa: F
     key.write_text(json.dumps({"api-key": ["client-key", "tenant-key"], "admin-api-key": "admin"}))
     with pytest.raises(ValueError, match="api-key is not a non-empty string"):
         engine_control.api_key(config)
+
+
+def test_the_wrapper_refuses_to_run_a_step_as_root(cfg, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """Root would leave root's files in the job's folder and skip the unit's sandbox."""
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps(cfg))
+    monkeypatch.setattr(pipeline.os, "geteuid", lambda: 0)
+    assert pipeline.main(["--config", str(config), "run", "regenerate"]) == 2
+    assert "refused as root" in capsys.readouterr().err
+    assert not (Path(cfg["work_dir"]) / "logs").exists()
