@@ -149,13 +149,17 @@ def eagle3_training() -> None:
     settings = current_host()
     job = settings.eagle3_training
     privileges.accounts(settings)
+    # The job's (its unit writes nothing else). pyinfra's files.directory chowns recursively only
+    # when the folder's own owner differs: once, for a folder root's job filled before, then never;
+    # the mode on the folder alone (a recursive chmod would make every file executable).
     files.directory(
-        name=f"Create {job.work_dir} (training data, hidden states, checkpoints), the job's",
+        name=f"Create {job.work_dir} (training data, hidden states, checkpoints), the job's (recursively, once)",
         path=job.work_dir,
         user=privileges.JOB_USER,
         group=privileges.JOB_USER,
-        mode="0750",
+        recursive=True,
     )
+    files.directory(name=f"Set {job.work_dir}'s mode to 0750", path=job.work_dir, mode="0750", recursive=False)
     _environment(settings)
     sources(settings)
     _driver(settings)
