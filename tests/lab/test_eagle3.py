@@ -240,6 +240,9 @@ def test_ab_goes_through_the_root_helper_and_restores_the_engine(gpu_guest, firs
     assert _as_job(gpu_guest, f"systemctl start {HELPER}@restore.service").rc == 0
     assert not gpu_guest.file(f"{DROPIN}/eagle3-ab-launch").exists
     assert "eagle3-ab-launch" not in _sh(gpu_guest, "systemctl show -p ExecStart --value inference-engine")
+    # A failed unit stays loaded: a later session on these containers (INFERENCE_HOST_LAB_REUSE=1)
+    # would find the step "ran" before its deploy.
+    _sh(gpu_guest, "systemctl reset-failed 'inference-host-eagle3*'")
 
 
 def test_the_standin_checkout_is_the_pinned_commit(gpu_guest, first, eagle3_env):
