@@ -365,7 +365,7 @@ PREVIEWS: dict[str, Callable[[Preview, HostSettings, Site], None] | None] = {
     "wheels": _not_previewed("roles/wheels uploads its build script, contexts and inputs to the builder"),
     "engine_envs": _not_previewed("roles/engine_envs uploads each stack's lock and patches to the gpu node"),
     "eagle3_training": _not_previewed(
-        "roles/eagle3_training's job config, wrapper and unit (it is laid down, never started)"
+        "roles/eagle3_training's job config, wrapper, units and polkit rule (it is laid down, never started)"
     ),
 }
 

@@ -8,12 +8,16 @@ What it lays down:
     <install_root>/eagle3-env/current -> <...>      switched once the new one is complete
     <install_root>/specforge/<commit>/              SpecForge's source at the pinned commit (git),
                                                     with patches/specforge/<commit>/*.patch applied
-    /usr/local/libexec/inference-host/eagle3/       the job's driver (files/pipeline.py) and
-                                                    roles/shared/eagle3.py beside it
+    /usr/local/libexec/inference-host/eagle3/       the job's driver (files/*.py: pipeline.py, its root
+                                                    helper engine_helper.py) and roles/shared/eagle3.py
     /usr/local/sbin/inference-host-eagle3           `inference-host-eagle3 plan` (dry run)
     /etc/inference-host/eagle3-training.json        the job's inputs, from the site model
     /etc/systemd/system/inference-host-eagle3@.service   one unit per step: @regenerate,
-                                                    @hidden-states, @train, @export, @ab, @all
+                                                    @hidden-states, @train, @export, @ab, @all, run as
+                                                    the job's own account (privileges.py)
+    /etc/systemd/system/inference-host-eagle3-engine@.service   its root helper, one fixed verb each
+    /etc/polkit-1/rules.d/60-inference-host-eagle3.rules        the job may start those, nothing else
+    /etc/inference-host/eagle3/api-key.json         the client key, 0600 the job's (with a key set)
     <work_dir>/                                     data, hidden states, checkpoints, logs, stamps
 
 SpecForge is pinned to the last commit of its main branch that pinned sglang 0.5.9, torch 2.9.1
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host
@@ -36,24 +39,31 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 
+from roles.eagle3_training import privileges
+from roles.eagle3_training.checkout import (  # re-exported: the tests and the docs name them here
+    JOB_SGLANG,
+    patch_files,
+    sglang_capture_hook,
+    sglang_patch_files,
+    source_dir,
+    sources,
+)
 from roles.eagle3_training.lock_files import PYTHON, lock_file
 from roles.shared import layout, templates
 from roles.shared import systemd_syntax as sd
 from roles.shared.engine_env import NO_GPU_COMPILED, RECIPE, no_gpu_subset
-from roles.shared.layout import SYSTEM_CA_BUNDLE
 from roles.shared.locked_env import EnvironmentStamp, build_command, stamp
-from roles.shared.patches import patch_queue
 from roles.shared.shell import argv, sh
 from roles.shared.uv import uv_environment
 from roles.site import HostSettings, current_host
 from roles.site import lock as site_lock
 
 HERE = Path(__file__).resolve().parent
+__all__ = ["JOB_SGLANG", "patch_files", "sglang_patch_files", "eagle3_training"]
 LIBEXEC = "/usr/local/libexec/inference-host/eagle3"
 CONFIG_FILE = f"{layout.ETC_DIR}/eagle3-training.json"
 UNIT = "inference-host-eagle3@.service"
 WRAPPER = "/usr/local/sbin/inference-host-eagle3"
-JOB_SGLANG = "0.5.9"  # the sglang of SpecForge's lock (files/specforge-<commit7>.lock.txt)
 BENCH = {
     "concurrency": [1, 4, 16, 64],
     "input_len": 1024,
@@ -66,16 +76,6 @@ BENCH = {
 
 def short(commit: str) -> str:
     return commit[:7]
-
-
-def patch_files(commit: str) -> list[Path]:
-    """patches/specforge/<commit>/: applied to the checkout."""
-    return patch_queue(HERE / "patches", "specforge", commit)
-
-
-def sglang_patch_files() -> list[Path]:
-    """patches/sglang/<version>/: applied to the job's sglang (its lock pins 0.5.9)."""
-    return patch_queue(HERE / "patches", "sglang", JOB_SGLANG)
 
 
 def requirements_text(settings: HostSettings) -> str:
@@ -109,10 +109,6 @@ def live_env(settings: HostSettings) -> str:
     return layout.current_link(env_root(settings))
 
 
-def source_dir(settings: HostSettings) -> str:
-    return f"{settings.base.install_root}/specforge/{settings.eagle3_training.specforge_commit}"
-
-
 def job_config(settings: HostSettings) -> dict:
     """/etc/inference-host/eagle3-training.json: everything the driver reads (no secret)."""
     job, serving = settings.eagle3_training, settings.serving
@@ -138,12 +134,13 @@ def job_config(settings: HostSettings) -> dict:
             "served_model_name": serving.served_model_name,
             "server": f"{address}:{serving.port}",
             "unit": f"{serving.unit_name}.service",
-            "api_key_file": layout.secret_args_link(serving.unit_name),
+            "api_key_file": privileges.KEY_FILE,
             "tp_size": settings.gpu.count,
             # SpecForge's SGLang backend defaults to fa3 (SM90 only); triton works on SM120.
             "attention_backend": serving.attention_backend or ("fa3" if settings.gpu.arch == "sm90" else "triton"),
         },
         "bench": BENCH,
+        "job_user": privileges.JOB_USER,  # the root helper takes staged files of this user's only
     }
 
 
@@ -151,15 +148,20 @@ def job_config(settings: HostSettings) -> dict:
 def eagle3_training() -> None:
     settings = current_host()
     job = settings.eagle3_training
+    privileges.accounts(settings)
+    # The job's (its unit writes nothing else). pyinfra's files.directory chowns recursively only
+    # when the folder's own owner differs: once, for a folder root's job filled before, then never;
+    # the mode on the folder alone (a recursive chmod would make every file executable).
     files.directory(
-        name=f"Create {job.work_dir} (training data, hidden states, checkpoints)",
+        name=f"Create {job.work_dir} (training data, hidden states, checkpoints), the job's (recursively, once)",
         path=job.work_dir,
-        user="root",
-        group="root",
-        mode="0750",
+        user=privileges.JOB_USER,
+        group=privileges.JOB_USER,
+        recursive=True,
     )
+    files.directory(name=f"Set {job.work_dir}'s mode to 0750", path=job.work_dir, mode="0750", recursive=False)
     _environment(settings)
-    _source(settings)
+    sources(settings)
     _driver(settings)
 
 
@@ -199,7 +201,7 @@ def _environment(settings: HostSettings) -> None:
         _if=lambda: built != name or uploaded.did_change(),
     )
     if job.env_mode == "full":
-        _sglang_capture_hook(target, build)
+        sglang_capture_hook(target, build)
     live = host.get_fact(Command, command=sh("readlink -- {current} || true", current=current))
     server.shell(
         name=f"Switch {current} to {name}",
@@ -233,101 +235,19 @@ def _names(text: str) -> list[str]:
     return [line.split("==")[0] for line in text.splitlines() if "==" in line and not line.startswith((" ", "#"))]
 
 
-def _sglang_capture_hook(target: str, built) -> None:
-    """sglang 0.5.9 in the job's environment: Kimi-K2.5's capture hook (0.5.10's method).
-    A patch whose reverse applies is in place; one that applies neither way stops the deploy."""
-    for patch in sglang_patch_files():
-        dest = f"{target}.{patch.name}"
-        upload = files.put(name=f"Upload {patch.name}", src=str(patch), dest=dest, mode="0644")
-        site = sh("site=$(echo {target}/lib/python3*/site-packages)", target=target)
-        applied = host.get_fact(
-            Command,
-            command=sh(
-                '{site}; patch -p1 -R -s -f --dry-run -d "$site" < {dest} >/dev/null 2>&1 && echo applied || echo no',
-                site=site,
-                dest=dest,
-            ),
-        )
-        server.shell(
-            name=f"Apply {patch.name} to sglang 0.5.9 in {target}",
-            # The patched modules are byte-compiled again, as the install did (umask 022).
-            commands=[
-                sh(
-                    'umask 022; {site}; patch -p1 -R -s -f --dry-run -d "$site" < {dest} >/dev/null 2>&1'
-                    ' || {{ patch -p1 -s -f -d "$site" < {dest}'
-                    ' && {target}/bin/python -m compileall -q -- "$site"/sglang >/dev/null; }}',
-                    site=site,
-                    dest=dest,
-                    target=target,
-                )
-            ],
-            _if=_apply_needed(applied, built, upload),
-        )
-
-
-def _apply_needed(applied: str, *changes) -> Callable[[], bool]:
-    """A patch is (re)applied when it is not applied, or what it applies to or itself changed."""
-    return lambda: applied != "applied" or any(change.did_change() for change in changes)
-
-
-def _source(settings: HostSettings) -> None:
-    job = settings.eagle3_training
-    target = source_dir(settings)
-    head = host.get_fact(Command, command=sh("git -C {target} rev-parse HEAD 2>/dev/null || true", target=target))
-    # A shallow fetch of exactly the pinned commit: the checkout is that commit or nothing.
-    checkout = server.shell(
-        name=f"Check out SpecForge {job.specforge_commit[:12]} from {job.specforge_repo} at {target}",
-        commands=[
-            sh(
-                "rm -rf -- {fetching} && git init -q -- {fetching}"
-                " && git -C {fetching} fetch -q --depth 1 -- {repo} {commit}"
-                " && git -C {fetching} -c advice.detachedHead=false checkout -q FETCH_HEAD"
-                ' && test "$(git -C {fetching} rev-parse HEAD)" = {commit}'
-                " && rm -rf -- {target} && mv -T -- {fetching} {target}"
-                " || {{ rm -rf -- {fetching}; exit 1; }}",
-                fetching=f"{target}.fetching",
-                repo=job.specforge_repo,
-                commit=job.specforge_commit,
-                target=target,
-            )
-        ],
-        _env={"GIT_SSL_CAINFO": SYSTEM_CA_BUNDLE},
-        _if=lambda: head != job.specforge_commit,
-    )
-    for patch in patch_files(job.specforge_commit):
-        dest = f"{target}.{patch.name}"
-        upload = files.put(name=f"Upload SpecForge patch {patch.name}", src=str(patch), dest=dest, mode="0644")
-        applied = host.get_fact(
-            Command,
-            command=sh(
-                "git -C {target} apply --reverse --check -- {dest} 2>/dev/null && echo applied || echo no",
-                target=target,
-                dest=dest,
-            ),
-        )
-        server.shell(
-            name=f"Apply SpecForge patch {patch.name} to {target}",
-            commands=[
-                sh(
-                    "git -C {target} apply --reverse --check -- {dest} 2>/dev/null || git -C {target} apply -- {dest}",
-                    target=target,
-                    dest=dest,
-                )
-            ],
-            _if=_apply_needed(applied, checkout, upload),
-        )
-
-
 def _driver(settings: HostSettings) -> None:
     files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
-    files.put(
-        name=f"Install {LIBEXEC}/pipeline.py (the job's driver)",
-        src=str(HERE / "files" / "pipeline.py"),
-        dest=f"{LIBEXEC}/pipeline.py",
-        user="root",
-        group="root",
-        mode="0755",
-    )
+    # Root's, 0755/0644: the job runs them as its user, the helper as root (files/engine_helper.py).
+    for module in sorted((HERE / "files").glob("*.py")):
+        if module.name != "__init__.py":
+            files.put(
+                name=f"Install {LIBEXEC}/{module.name} (the job's driver and its root helper)",
+                src=str(module),
+                dest=f"{LIBEXEC}/{module.name}",
+                user="root",
+                group="root",
+                mode="0755" if module.name in ("pipeline.py", "engine_helper.py") else "0644",
+            )
     files.put(
         name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
         src=str(HERE.parent / "shared" / "eagle3.py"),
@@ -356,17 +276,46 @@ def _driver(settings: HostSettings) -> None:
         command=argv(python, f"{LIBEXEC}/pipeline.py", "--config", CONFIG_FILE),  # one shell word each
         jinja_env_kwargs=templates.jinja_env_kwargs("roles/eagle3_training/templates/inference-host-eagle3.j2"),
     )
-    unit = files.template(
-        name=f"Write /etc/systemd/system/{UNIT} (one unit per step; never started here)",
-        src=f"roles/eagle3_training/templates/{UNIT}.j2",
-        dest=f"/etc/systemd/system/{UNIT}",
-        user="root",
-        group="root",
-        mode="0644",
-        **unit_kwargs(settings),
-        jinja_env_kwargs=templates.jinja_env_kwargs(f"roles/eagle3_training/templates/{UNIT}.j2"),
-    )
-    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    privileges.client_key(settings)
+    written = [
+        files.template(
+            name=f"Write {dest} ({what})",
+            src=template,
+            dest=dest,
+            user="root",
+            group="root",
+            mode="0644",
+            **kwargs,
+            jinja_env_kwargs=templates.jinja_env_kwargs(template),
+        )
+        for dest, template, what, kwargs in rendered(settings)
+    ]
+    systemd.daemon_reload(name="Reload systemd units", _if=lambda: any(op.did_change() for op in written[:2]))
+
+
+def rendered(settings: HostSettings) -> list[tuple[str, str, str, dict]]:
+    """(destination, template, what, keyword arguments) of the job's units and its polkit rule."""
+    helper = f"{privileges.HELPER_UNIT}@.service"
+    return [
+        (
+            f"/etc/systemd/system/{UNIT}",
+            f"roles/eagle3_training/templates/{UNIT}.j2",
+            "one unit per step, never started here",
+            unit_kwargs(settings),
+        ),
+        (
+            f"/etc/systemd/system/{helper}",
+            privileges.HELPER_TEMPLATE,
+            "the job's root helper",
+            privileges.helper_kwargs(settings, LIBEXEC, CONFIG_FILE),
+        ),
+        (
+            privileges.POLKIT_RULE,
+            privileges.POLKIT_TEMPLATE,
+            "the job may start its helper's units",
+            privileges.polkit_kwargs(),
+        ),
+    ]
 
 
 def unit_kwargs(settings: HostSettings) -> dict:
@@ -379,4 +328,6 @@ def unit_kwargs(settings: HostSettings) -> dict:
             [f"{live_env(settings)}/bin/python", driver, "--config", CONFIG_FILE, "run"], "ExecStart= (eagle3_training)"
         ),
         work_dir=sd.path(settings.eagle3_training.work_dir, "WorkingDirectory= (eagle3_training_work_dir)"),
+        writable_paths=sd.path_list([settings.eagle3_training.work_dir], "ReadWritePaths= (eagle3_training_work_dir)"),
+        **privileges.unit_kwargs_extra(settings),
     )

@@ -129,7 +129,8 @@ def batch_script(commands: list[str]) -> Shell:
             sh(
                 "r=$( {{ {{ (\n{command}\n) 2>/dev/null </dev/null; echo $? >&3; }}"
                 ' | while IFS= read -r l || [ -n "$l" ]; do printf \'|%s\\n\' "$l"; done >&4; }} 3>&1 )'
-                '; echo {mark}" $r"',
+                # printf, not echo: dash's echo reads backslashes in its words (\v, \c).
+                "; printf '%s\\n' {mark}\" $r\"",
                 command=from_pyinfra(command),
                 mark=f"{_MARK} {index}",
             )

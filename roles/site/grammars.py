@@ -318,10 +318,18 @@ ACCOUNT_TEXT = (
 
 
 # The accounts the project's other units run as (roles/gateway SERVICE_USER, roles/monitoring
-# RELAY_USER; tests/unit/test_site_meaning.py holds these names to them): the engine runs the model
-# folder's code, so under one of these it could read the gateway's API key file or the relay's
-# webhook secret, and one account's compromise would be both units'. One account per unit.
-OTHER_UNIT_ACCOUNTS = {"smg": "the gateway's", "inference-host-alert-relay": "the alert relay's"}
+# RELAY_USER, roles/shared/layout CHECKS_USER, roles/eagle3_training JOB_USER;
+# tests/unit/test_site_meaning.py holds these names to them): the engine runs the model folder's
+# code, so under one of these it could read the gateway's API key file, the relay's webhook
+# secret, the checks' or the training job's client key, or start the training's root helper
+# (its polkit rule names that account), and one account's compromise would be both units'.
+# One account per unit.
+OTHER_UNIT_ACCOUNTS = {
+    "smg": "the gateway's",
+    "inference-host-alert-relay": "the alert relay's",
+    "inference-host-checks": "the periodic checks'",
+    "inference-host-eagle3": "the EAGLE-3 training job's",
+}
 
 
 def service_account_problem(name: str, group: bool = False) -> str | None:

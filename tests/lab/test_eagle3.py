@@ -4,7 +4,9 @@ it; the training job's environment, source checkout and units are laid down and 
 its dry run prints the plan with the disk budget; a second deploy changes nothing; the steps run
 under systemd: regenerate for real against the served (stand-in) target, hidden states and
 training with the stand-in SpecForge scripts (they need a GPU), export for real, and the exported
-drafter is then served."""
+drafter is then served. The job runs as its own user: what needs root it asks of its root helper
+(inference-host-eagle3-engine@<verb>), which polkit opens to that user for the fixed verbs only;
+the A/B step serves its baseline through it and restores the engine."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ WORK = "/srv/eagle3/work"
 MODELS = "/srv/eagle3-models"
 LAB_HOST = load_site(LAB_INVENTORY).group("gpu_nodes")[0]
 EXPORT = f"{MODELS}/tiny-kimi-eagle3-trained"
+JOB_USER = "inference-host-eagle3"  # roles/eagle3_training/privileges.py
+HELPER = "inference-host-eagle3-engine"
+DROPIN = "/etc/systemd/system/inference-engine.service.d"
 
 
 def _docker_cp(source: Path, dest: str) -> None:
@@ -172,6 +177,72 @@ def test_steps_run_under_systemd_and_the_export_is_served(gpu_guest, first, eagl
     assert run.returncode == 0, run.explain()
     assert f"--speculative-draft-model-path {EXPORT}" in _launcher(gpu_guest)
     assert gpu_guest.run("systemctl is-active inference-engine").stdout.strip() == "active"
+
+
+def _as_job(gpu_guest, command: str):
+    """A command as the job's user, as its unit's processes are (the bus sees that user's uid)."""
+    return gpu_guest.run(f"runuser -u {JOB_USER} -- {command}")
+
+
+def test_the_job_runs_as_its_own_user_with_its_own_key(gpu_guest, first):
+    show = _sh(gpu_guest, "systemctl show -p User,NoNewPrivileges,ProtectSystem inference-host-eagle3@train.service")
+    assert sorted(show.split()) == ["NoNewPrivileges=yes", "ProtectSystem=strict", f"User={JOB_USER}"], show
+    assert gpu_guest.file(WORK).user == JOB_USER
+    key = gpu_guest.file("/etc/inference-host/eagle3/api-key.json")  # the client key alone
+    assert (key.user, key.mode) == (JOB_USER, 0o600)
+    engine_config = "/etc/inference-host/engine/inference-engine-secret-args.yaml"  # admin key too
+    assert gpu_guest.file(engine_config).exists and _as_job(gpu_guest, f"cat {engine_config}").rc != 0
+    journal = _sh(gpu_guest, "journalctl -u inference-host-eagle3@regenerate --no-pager")
+    assert "regenerate: done" in journal  # it sent that key: the lab's engine has one
+    refused = gpu_guest.run("inference-host-eagle3 run train")
+    assert refused.rc == 2 and "refused as root" in refused.stderr, refused.stderr
+
+
+def test_only_the_helpers_fixed_verbs_are_open_to_the_job(gpu_guest, first):
+    for command in (
+        "systemctl stop inference-engine.service",
+        "systemctl restart inference-engine.service",
+        f"systemctl start {HELPER}@bogus.service",
+        f"systemctl restart {HELPER}@stop.service",
+        "systemctl daemon-reload",
+    ):
+        result = _as_job(gpu_guest, command)
+        assert result.rc != 0, command
+        assert "Access denied" in result.stderr or "authentication required" in result.stderr, (command, result.stderr)
+    assert gpu_guest.run("systemctl is-active inference-engine").stdout.strip() == "active"
+    # Root may start any instance; the helper itself refuses a verb outside its set.
+    assert gpu_guest.run(f"systemctl start {HELPER}@bogus.service").rc != 0
+    journal = _sh(gpu_guest, f"journalctl -u {HELPER}@bogus --no-pager")
+    assert "refused: 'bogus' is not one of stop, baseline, candidate, restore, publish" in journal, journal
+
+
+def test_ab_goes_through_the_root_helper_and_restores_the_engine(gpu_guest, first):
+    """The A/B step as the job's user: the helper serves the baseline (the export is the drafter
+    served now and replaced none: speculative decoding off), bench_serving then fails (sglang
+    imports numpy, which the lab's no-GPU engine environment has not), and the engine is
+    restored as deployed whatever happened. The candidate verb, started as the job's user, serves
+    the export through the drop-in; restore removes it."""
+    deployed = _launcher(gpu_guest)
+    result = gpu_guest.run("systemctl start inference-host-eagle3@ab.service")
+    log = _sh(gpu_guest, f"cat {WORK}/logs/ab.log")
+    assert result.rc != 0 and "ab: FAILED" in log, log
+    assert f"systemctl start -- {HELPER}@baseline.service" in log and f"{HELPER}@restore.service" in log, log
+    assert "sglang.bench_serving" in log  # the baseline was served and answered /health first
+    baseline = _sh(gpu_guest, f"journalctl -u {HELPER}@baseline --no-pager")
+    assert "serving inference-engine.service with speculative decoding off" in baseline, baseline
+    assert not gpu_guest.file(f"{DROPIN}/90-inference-host-eagle3-ab.conf").exists
+    assert gpu_guest.run("systemctl is-active inference-engine").stdout.strip() == "active"
+    assert _launcher(gpu_guest) == deployed
+    assert _as_job(gpu_guest, f"systemctl start {HELPER}@candidate.service").rc == 0
+    launch = _sh(gpu_guest, f"cat {DROPIN}/eagle3-ab-launch")
+    assert f"--speculative-draft-model-path {EXPORT}" in launch, launch
+    assert "eagle3-ab-launch" in _sh(gpu_guest, "systemctl show -p ExecStart --value inference-engine")
+    assert _as_job(gpu_guest, f"systemctl start {HELPER}@restore.service").rc == 0
+    assert not gpu_guest.file(f"{DROPIN}/eagle3-ab-launch").exists
+    assert "eagle3-ab-launch" not in _sh(gpu_guest, "systemctl show -p ExecStart --value inference-engine")
+    # A failed unit stays loaded: a later session on these containers (INFERENCE_HOST_LAB_REUSE=1)
+    # would find the step "ran" before its deploy.
+    _sh(gpu_guest, "systemctl reset-failed 'inference-host-eagle3*'")
 
 
 def test_the_standin_checkout_is_the_pinned_commit(gpu_guest, first, eagle3_env):

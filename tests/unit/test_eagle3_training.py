@@ -5,6 +5,7 @@ steps' resumability and refusals, the export, the unit, and the sglang 0.5.9 cap
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from roles import eagle3_training as job
 from roles.eagle3_training import lock as job_lock
 from roles.eagle3_training import lock_files
-from roles.eagle3_training.files import pipeline
+from roles.eagle3_training.files import engine_helper, pipeline
 from roles.eagle3_training.specforge_cli import data_file
 from roles.shared import lock_compile, templates
 from roles.site import load_site
@@ -140,10 +141,12 @@ def test_job_config_comes_from_the_site(host):
         "unit": "inference-engine.service",
         "tp_size": 8,
         "attention_backend": "triton",
-        "api_key_file": "/etc/inference-host/engine/inference-engine-secret-args.yaml",
+        # The job's own copy of the client key (privileges.py), not the engine's --config file.
+        "api_key_file": "/etc/inference-host/eagle3/api-key.json",
     }
+    assert config["job_user"] == "inference-host-eagle3"
     assert config["specforge_commit"] == "82951a9711c8c9bf9e146e426b2e956d9798ddc7"
-    assert "api-key" not in json.dumps(config)
+    assert '"api-key"' not in json.dumps(config)  # no key in it, only the path of the job's copy
 
 
 def _flags_problems(argv: list[str]) -> list[str]:
@@ -240,7 +243,23 @@ def test_steps_run_in_order_and_done_steps_are_skipped(cfg):
     assert not pipeline.done(changed_data, "regenerate") and not pipeline.done(changed_data, "train")
 
 
-def test_export_takes_the_newest_complete_checkpoint(cfg):
+def _root_helper_runs_here(cfg, monkeypatch) -> list[str]:
+    """`systemctl start inference-host-eagle3-engine@<verb>` answered by the helper itself, in this
+    process, with the staged files taken as the job user's (the test's own uid)."""
+    verbs: list[str] = []
+
+    def run_command(log, argv, **kwargs):
+        assert argv[:3] == ["systemctl", "start", "--"], argv
+        verb = argv[3].removeprefix("inference-host-eagle3-engine@").removesuffix(".service")
+        verbs.append(verb)
+        engine_helper.act(cfg, verb)
+
+    monkeypatch.setattr(pipeline, "run_command", run_command)
+    monkeypatch.setattr(engine_helper, "job_uid", lambda config: os.getuid())
+    return verbs
+
+
+def test_export_takes_the_newest_complete_checkpoint(cfg, monkeypatch):
     checkpoints = Path(cfg["work_dir"]) / "checkpoints"
     draft = pipeline.draft_config(cfg)
     for name, complete in (("epoch_0_step_500", True), ("epoch_1_step_1000", True), ("epoch_1_step_1500", False)):
@@ -252,6 +271,7 @@ def test_export_takes_the_newest_complete_checkpoint(cfg):
     _mark_done(cfg, "regenerate")
     _mark_done(cfg, "hidden-states")
     _mark_done(cfg, "train")
+    _root_helper_runs_here(cfg, monkeypatch)
     assert pipeline.run(cfg, "export") == 0
     export = Path(cfg["export_dir"])
     assert (export / "model.safetensors").read_bytes() == b"epoch_1_step_1000"

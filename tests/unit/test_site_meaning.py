@@ -109,6 +109,10 @@ HOSTILE = [
     ({"base_service_user": "smg"}, "smg is the gateway's account; expected one account per unit"),
     ({"base_service_group": "smg"}, "smg is the gateway's group"),
     ({"base_service_user": "inference-host-alert-relay"}, "the alert relay's account"),
+    # ... or the EAGLE-3 training job's (its polkit rule lets it start the root helper) or the checks'.
+    ({"base_service_user": "inference-host-eagle3"}, "inference-host-eagle3 is the EAGLE-3 training job's account"),
+    ({"base_service_group": "inference-host-eagle3"}, "the EAGLE-3 training job's group"),
+    ({"base_service_user": "inference-host-checks"}, "inference-host-checks is the periodic checks' account"),
 ]
 
 
@@ -195,11 +199,13 @@ def test_legitimate_words_pass(inventory):
 def test_the_other_units_accounts_are_the_roles_own():
     """grammars.OTHER_UNIT_ACCOUNTS copies names the roles define (roles never import each other,
     and the site model imports no role): held to them here."""
+    from roles.eagle3_training.privileges import JOB_USER
     from roles.gateway import SERVICE_USER
     from roles.monitoring.config import RELAY_USER
+    from roles.shared.layout import CHECKS_USER
     from roles.site.grammars import OTHER_UNIT_ACCOUNTS
 
-    assert set(OTHER_UNIT_ACCOUNTS) == {SERVICE_USER, RELAY_USER}
+    assert set(OTHER_UNIT_ACCOUNTS) == {SERVICE_USER, RELAY_USER, CHECKS_USER, JOB_USER}
 
 
 # --- item 6: every credential shape ---------------------------------------------------------------------

@@ -28,13 +28,13 @@ CEILINGS: dict[str, tuple[float, str]] = {
     # owner and mode is the unit's whole job (no ProtectKernelModules, PrivateDevices,
     # capability bounding). The rest is shut (roles/nvidia_driver's template): 6.7.
     "nvidia-uvm-devices.service": (6.7, "loads a kernel module and makes device nodes"),
-    # Root: its steps stop and start the engine's unit to have the GPUs; what a step never does
-    # is shut (roles/eagle3_training's template): 8.6, was 9.6. Its own user is left to do.
-    "inference-host-eagle3@.service": (8.6, "root, stops and starts the engine's unit"),
 }
-# Units that run as root, each for the reason its ceiling above gives; every other unit names its
-# own user (docs/security.md, What runs as root: every unit runs as its own user or says why).
-AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-eagle3@.service"}
+# Units that run as root, each for a reason; every other unit names its own user (docs/security.md,
+# What runs as root: every unit runs as its own user or says why). The uvm setup: its ceiling above.
+# The EAGLE-3 training's root helper: it stops, restarts and overrides the engine's unit and writes
+# into the engine's model folder, one fixed verb per instance, for the job that runs as its own
+# user (roles/eagle3_training/privileges.py); two DAC capabilities, no network: under the default.
+AS_ROOT = {"nvidia-uvm-devices.service", "inference-host-eagle3-engine@.service"}
 _SCORE = re.compile(r"Overall exposure level for (\S+): ([\d.]+)")
 
 
@@ -84,11 +84,9 @@ def _rendered_services() -> dict[str, str]:
             shutil.rmtree(out)
         for settings in site.hosts.values():
             if settings.eagle3_training.enabled:
-                text = templates.render(
-                    str(Path("roles/eagle3_training/templates") / "inference-host-eagle3@.service.j2"),
-                    **eagle3_training.unit_kwargs(settings),
-                )
-                units.setdefault("inference-host-eagle3@.service", text)
+                for dest, template, _, kwargs in eagle3_training.rendered(settings):
+                    if dest.endswith(".service"):
+                        units.setdefault(Path(dest).name, templates.render(template, **kwargs))
     return units
 
 
@@ -98,7 +96,8 @@ def services() -> dict[str, str]:
 
 
 def test_every_unit_the_deploy_writes_stays_under_its_ceiling(services, tmp_path):
-    assert {"inference-engine.service", "smg.service", "inference-host-eagle3@.service"} <= set(services), services
+    wanted = {"inference-engine.service", "smg.service", "inference-host-eagle3@.service"}
+    assert wanted | {"inference-host-eagle3-engine@.service"} <= set(services), services
     assert over_ceiling(services, tmp_path) == []
 
 

@@ -16,11 +16,14 @@ Steps (SpecForge scripts at the pinned commit, in the job's own locked environme
  4 export         the newest checkpoint, checked against the target, copied to the directory
                   --speculative-draft-model-path loads
  5 ab             the new drafter against the current one (or none), same workload, accept length
-                  recorded; the serving unit is restored as deployed afterwards
+                  recorded; the serving unit is restored as deployed afterwards (ab.py)
+The job runs as its own user (inference-host-eagle3); what needs root, it asks of its root helper
+by a fixed verb (engine_control.py, engine_helper.py): stop the engine, serve an A/B variant,
+restore the engine, publish the export the engine reads.
 A step whose inputs did not change since it finished is skipped (a stamp under <work_dir>/state);
 an interrupted step resumes (SpecForge skips finished hidden-state files and resumes training from
 its last checkpoint; regeneration appends with --resume).
-Standard library only; roles/shared/eagle3.py is installed beside this file.
+Standard library only; roles/shared/eagle3.py and this folder's modules are installed beside it.
 """
 
 from __future__ import annotations
@@ -34,60 +37,54 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
-    import eagle3  # installed beside this file on the host
-except ImportError:  # the project's tests
-    from roles.shared import eagle3
+    from . import ab, engine_control, jobspec
+    from .jobspec import (
+        DRAFT_TEMPLATE,
+        GPU_STEPS,
+        STEPS,
+        Log,
+        StepError,
+        ab_drafters,
+        budget,
+        done,
+        draft_config,
+        eagle3,
+        layer_ids,
+        paths,
+        stamp_key,
+        step_commands,
+        step_inputs,
+        target_config,
+    )
+except ImportError:  # a script on the host: its folder is sys.path[0]
+    import ab  # type: ignore[no-redef]
+    import engine_control  # type: ignore[no-redef]
+    import jobspec  # type: ignore[no-redef]
+    from jobspec import (  # type: ignore[no-redef]
+        DRAFT_TEMPLATE,
+        GPU_STEPS,
+        STEPS,
+        Log,
+        StepError,
+        ab_drafters,
+        budget,
+        done,
+        draft_config,
+        eagle3,
+        layer_ids,
+        paths,
+        stamp_key,
+        step_commands,
+        step_inputs,
+        target_config,
+    )
 
-STEPS = ("regenerate", "hidden-states", "train", "export", "ab")
-GPU_STEPS = ("hidden-states", "train")
-DRAFT_TEMPLATE = "configs/deepseek-v3-671b-eagle3.json"
-
-
-class StepError(Exception):
-    pass
-
-
-# -- paths and inputs ---------------------------------------------------------------------------
-
-
-def paths(cfg: dict) -> dict[str, Path]:
-    work = Path(cfg["work_dir"])
-    return {
-        "work": work,
-        "prompts": work / "data" / "prompts.jsonl",
-        "regenerated": work / "data" / "regenerated.jsonl",
-        "hidden": work / "hidden-states",
-        "checkpoints": work / "checkpoints",
-        "draft_config": work / "draft-config.json",
-        "state": work / "state",
-        "logs": work / "logs",
-        "reports": work / "reports",
-        "export": Path(cfg["export_dir"]),
-    }
-
-
-def target_config(cfg: dict) -> dict:
-    return eagle3.read_config(Path(cfg["target"]["model_path"]) / "config.json")
-
-
-def layer_ids(cfg: dict) -> list[int]:
-    return eagle3.default_config_ids(eagle3.Target.from_config(target_config(cfg)).num_layers)
-
-
-def draft_config(cfg: dict) -> dict:
-    template = eagle3.read_config(Path(cfg["specforge_dir"]) / DRAFT_TEMPLATE)
-    return eagle3.drafter_config_for(target_config(cfg), template)
-
-
-def budget(cfg: dict) -> eagle3.DiskBudget:
-    target = eagle3.Target.from_config(target_config(cfg))
-    saves = eagle3.checkpoint_count(cfg["samples"], cfg["train"]["num_epochs"], cfg["train"]["save_interval"])
-    return eagle3.disk_budget(target, draft_config(cfg), cfg["samples"], cfg["max_length"], saves)
+__all__ = ["DRAFT_TEMPLATE", "ab_drafters", "done", "draft_config", "stamp_key", "step_commands"]
+# Module globals, so a test can stand in for them.
+run_command = jobspec.run_command
 
 
 def free_bytes(path: Path) -> int:
@@ -97,134 +94,9 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(probe).free
 
 
-def step_inputs(cfg: dict, step: str) -> dict:
-    """What a step's result depends on: a change re-runs it and every later step."""
-    common = {"specforge": cfg["specforge_commit"], "model": cfg["target"]["model_path"]}
-    return {
-        "regenerate": {
-            **common,
-            "dataset": cfg["dataset"],
-            "samples": cfg["samples"],
-            "served": cfg["target"]["served_model_name"],
-            **cfg["regenerate"],
-        },
-        "hidden-states": {
-            **common,
-            "max_length": cfg["max_length"],
-            "template": cfg["chat_template"],
-            "tp": cfg["target"]["tp_size"],
-        },
-        "train": {**common, **cfg["train"]},
-        "export": {**common, "export_dir": cfg["export_dir"]},
-        "ab": {**common, "current": cfg.get("current_drafter"), **cfg["bench"]},
-    }[step]
-
-
-def stamp_key(cfg: dict, step: str) -> str:
-    index = STEPS.index(step)
-    chain = [step_inputs(cfg, s) for s in STEPS[: index + 1]]
-    return hashlib.sha256(json.dumps(chain, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def done(cfg: dict, step: str) -> bool:
-    stamp = paths(cfg)["state"] / f"{step}.done"
-    return stamp.is_file() and json.loads(stamp.read_text()).get("key") == stamp_key(cfg, step)
-
-
-# -- the commands (pure: unit-tested against SpecForge's captured CLI) ----------------------------
-
-
-def launcher(cfg: dict, gpu: bool) -> list[str]:
-    env = cfg["env_python"]
-    if gpu and cfg["env_mode"] == "full":
-        torchrun = str(Path(env).parent / "torchrun")
-        return [torchrun, "--standalone", "--nproc_per_node", str(cfg["target"]["tp_size"])]
-    return [env]  # no-gpu-deps (lab): the stand-in checkout's scripts, one process
-
-
-def step_commands(cfg: dict) -> dict[str, list[str]]:
-    p, sf, target = paths(cfg), Path(cfg["specforge_dir"]), cfg["target"]
-    ids = ",".join(str(i) for i in layer_ids(cfg))
-    sglang_backend = ["--sglang-attention-backend", target["attention_backend"]]
-    return {
-        "regenerate": [
-            cfg["env_python"],
-            str(sf / "scripts/regenerate_train_data.py"),
-            "--model",
-            target["served_model_name"],
-            "--server-address",
-            target["server"],
-            "--input-file-path",
-            str(p["prompts"]),
-            "--output-file-path",
-            str(p["regenerated"]),
-            "--concurrency",
-            str(cfg["regenerate"]["concurrency"]),
-            "--max-tokens",
-            str(cfg["regenerate"]["max_tokens"]),
-            "--temperature",
-            "0",
-            "--num-samples",
-            str(cfg["samples"]),
-            "--resume",
-        ],
-        "hidden-states": [
-            *launcher(cfg, True),
-            str(sf / "scripts/prepare_hidden_states.py"),
-            "--target-model-path",
-            target["model_path"],
-            "--trust-remote-code",
-            "--enable-aux-hidden-states",
-            "--aux-hidden-states-layers",
-            ids,
-            "--data-path",
-            str(p["regenerated"]),
-            "--chat-template",
-            cfg["chat_template"],
-            "--max-length",
-            str(cfg["max_length"]),
-            "--tp-size",
-            str(target["tp_size"]),
-            "--batch-size",
-            "1",
-            "--num-samples",
-            str(cfg["samples"]),
-            "--output-path",
-            str(p["hidden"]),
-            *sglang_backend,
-        ],
-        "train": [
-            *launcher(cfg, True),
-            str(sf / "scripts/train_eagle3.py"),
-            "--target-model-path",
-            target["model_path"],
-            "--trust-remote-code",
-            "--draft-model-config",
-            str(p["draft_config"]),
-            "--train-data-path",
-            str(p["regenerated"]),
-            "--train-hidden-states-path",
-            str(p["hidden"]),
-            "--output-dir",
-            str(p["checkpoints"]),
-            "--chat-template",
-            cfg["chat_template"],
-            "--max-length",
-            str(cfg["max_length"]),
-            "--num-epochs",
-            str(cfg["train"]["num_epochs"]),
-            "--learning-rate",
-            str(cfg["train"]["learning_rate"]),
-            "--batch-size",
-            "1",
-            "--save-interval",
-            str(cfg["train"]["save_interval"]),
-            "--tp-size",
-            str(target["tp_size"]),
-            "--resume",
-            *sglang_backend,
-        ],
-    }
+def helper(log: Log, verb: str) -> None:
+    """The root helper's verb (engine_control.py), through this module's run_command."""
+    engine_control.ask(log, verb, run_command)
 
 
 # -- plan (dry run) ------------------------------------------------------------------------------
@@ -287,59 +159,6 @@ def plan(cfg: dict) -> tuple[list[str], bool]:
 # -- running a step --------------------------------------------------------------------------------
 
 
-class Log:
-    def __init__(self, cfg: dict, step: str):
-        folder = paths(cfg)["logs"]
-        folder.mkdir(parents=True, exist_ok=True)
-        self.file = open(folder / f"{step}.log", "a", buffering=1)
-
-    def __call__(self, text: str) -> None:
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}"
-        print(line, flush=True)
-        self.file.write(line + "\n")
-
-
-def run_command(log: Log, argv: list[str], env: dict | None = None, cwd: str | None = None) -> None:
-    log(f"$ {shlex.join(argv)}")
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}, cwd=cwd
-    )
-    assert process.stdout is not None  # stdout=PIPE
-    for line in process.stdout:
-        log(line.rstrip())
-    if process.wait() != 0:
-        raise StepError(f"{Path(argv[1] if len(argv) > 1 else argv[0]).name} exited with {process.returncode}")
-
-
-def api_key(cfg: dict) -> str | None:
-    path = Path(cfg["target"]["api_key_file"])
-    return json.loads(path.read_text()).get("api-key") if path.is_file() else None
-
-
-def http_status(url: str, key: str | None = None, timeout: float = 10) -> int:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return 0
-
-
-def systemctl(log: Log, *args: str) -> None:
-    run_command(log, ["systemctl", *args])
-
-
-def wait_healthy(cfg: dict, log: Log, timeout_s: int) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if http_status(f"http://{cfg['target']['server']}/health") == 200:
-            return
-        time.sleep(5)
-    raise StepError(f"{cfg['target']['unit']} did not answer /health within {timeout_s} s")
-
-
 def fetch_prompts(cfg: dict, log: Log) -> None:
     """The pinned dataset as SpecForge's input: one {"id", "conversations": [...]} per line."""
     p, dataset = paths(cfg), cfg["dataset"]
@@ -398,8 +217,8 @@ def read_rows(cfg: dict, source: Path):
 
 def step_regenerate(cfg: dict, log: Log) -> dict:
     fetch_prompts(cfg, log)
-    key = api_key(cfg)
-    if http_status(f"http://{cfg['target']['server']}/v1/models", key) != 200:
+    key = engine_control.api_key(cfg)
+    if engine_control.http_status(f"http://{cfg['target']['server']}/v1/models", key) != 200:
         raise StepError(
             f"the served target at {cfg['target']['server']} does not answer /v1/models;"
             f" start {cfg['target']['unit']} first (systemctl start {cfg['target']['unit']})"
@@ -420,7 +239,7 @@ def step_hidden_states(cfg: dict, log: Log) -> dict:
     refusal = eagle3.disk_problem(estimate, free_bytes(paths(cfg)["work"]), str(paths(cfg)["work"]))
     if refusal:
         raise StepError(f"refused: {refusal}")
-    systemctl(log, "stop", cfg["target"]["unit"])
+    helper(log, "stop")
     paths(cfg)["hidden"].mkdir(parents=True, exist_ok=True)
     run_command(log, step_commands(cfg)["hidden-states"], cwd=cfg["specforge_dir"])
     files = [f for f in paths(cfg)["hidden"].rglob("data_*.ckpt*")]
@@ -433,7 +252,7 @@ def step_train(cfg: dict, log: Log) -> dict:
     if problems:
         raise StepError("the draft config does not fit the target: " + "; ".join(problems))
     paths(cfg)["draft_config"].write_text(json.dumps(draft, indent=2) + "\n")
-    systemctl(log, "stop", cfg["target"]["unit"])
+    helper(log, "stop")
     run_command(log, step_commands(cfg)["train"], cwd=cfg["specforge_dir"])
     return {"checkpoint": str(newest_checkpoint(cfg))}
 
@@ -457,23 +276,20 @@ def newest_checkpoint(cfg: dict) -> Path:
 
 
 def step_export(cfg: dict, log: Log) -> dict:
+    """The newest checkpoint, checked against the target, staged in the job's own folder; the root
+    helper checks it again and publishes it to export_dir (engine_helper.py: the engine's model
+    folder is not this user's to write)."""
     checkpoint = newest_checkpoint(cfg)
     drafter = eagle3.Drafter.from_config(eagle3.read_config(checkpoint / "config.json"))
     problems = eagle3.drafter_problems(drafter, eagle3.Target.from_config(target_config(cfg)))
     if problems:
         raise StepError(f"{checkpoint} does not fit the target: " + "; ".join(problems))
-    export = paths(cfg)["export"]
-    staging = export.with_name(export.name + ".exporting")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staged, export = paths(cfg)["staged"], paths(cfg)["export"]
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
     for name in ("config.json", "model.safetensors"):
-        shutil.copy2(checkpoint / name, staging / name)
-    if export.exists():
-        previous = export.with_name(export.name + ".previous")
-        shutil.rmtree(previous, ignore_errors=True)
-        export.rename(previous)
-    staging.rename(export)
-    os.chmod(export, 0o755)
+        shutil.copyfile(checkpoint / name, staged / name)
+    helper(log, "publish")
     log(
         f"exported {checkpoint} -> {export}: serve it with --speculative-draft-model-path {export}"
         f" (serving_speculative draft_model_path)"
@@ -481,134 +297,12 @@ def step_export(cfg: dict, log: Log) -> dict:
     return {"checkpoint": str(checkpoint), "export": str(export)}
 
 
-def exec_start(unit: str) -> str:
-    text = subprocess.run(
-        ["systemctl", "show", "-p", "ExecStart", "--value", unit], capture_output=True, text=True
-    ).stdout
-    for part in text.replace("{", " ").split(";"):
-        if part.strip().startswith("path="):
-            return part.strip().removeprefix("path=").strip()
-    raise StepError(f"could not read the ExecStart of {unit}")
-
-
-def serve_variant(cfg: dict, log: Log, drafter: str | None) -> None:
-    """Restart the serving unit with the deployed command, speculation off (drafter None) or with
-    the given drafter, through a drop-in that overrides ExecStart (removed by restore())."""
-    unit = cfg["target"]["unit"]
-    folder = Path(f"/etc/systemd/system/{unit}.d")
-    argv = eagle3.speculative_variant(
-        eagle3.launcher_argv(Path(exec_start(unit)).read_text()), drafter is not None, drafter
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "eagle3-ab-launch"
-    script.write_text(
-        f"#!/bin/sh\n# EAGLE-3 A/B (inference-host-eagle3@ab); removed afterwards.\nexec {shlex.join(argv)}\n"
-    )
-    script.chmod(0o755)
-    (folder / "90-inference-host-eagle3-ab.conf").write_text(f"[Service]\nExecStart=\nExecStart={script}\n")
-    systemctl(log, "daemon-reload")
-    systemctl(log, "restart", unit)
-    wait_healthy(cfg, log, cfg["bench"]["restart_timeout_s"])
-
-
-def restore(cfg: dict, log: Log) -> None:
-    folder = Path(f"/etc/systemd/system/{cfg['target']['unit']}.d")
-    for name in ("90-inference-host-eagle3-ab.conf", "eagle3-ab-launch"):
-        (folder / name).unlink(missing_ok=True)
-    systemctl(log, "daemon-reload")
-    systemctl(log, "restart", cfg["target"]["unit"])
-
-
-def bench(cfg: dict, log: Log, label: str) -> list[dict]:
-    key, b, target = api_key(cfg), cfg["bench"], cfg["target"]
-    results = []
-    for concurrency in b["concurrency"]:
-        out = paths(cfg)["reports"] / f"bench-{label}-{concurrency}.jsonl"
-        out.unlink(missing_ok=True)
-        prompts = max(b["min_prompts"], concurrency * b["prompts_per_stream"])
-        run_command(
-            log,
-            [
-                cfg["engine_python"],
-                "-m",
-                "sglang.bench_serving",
-                "--backend",
-                "sglang-oai-chat",
-                "--base-url",
-                f"http://{target['server']}",
-                "--model",
-                target["served_model_name"],
-                "--tokenizer",
-                target["model_path"],
-                "--dataset-name",
-                "random-ids",
-                "--random-input-len",
-                str(b["input_len"]),
-                "--random-output-len",
-                str(b["output_len"]),
-                "--random-range-ratio",
-                "1",
-                "--num-prompts",
-                str(prompts),
-                "--max-concurrency",
-                str(concurrency),
-                "--output-file",
-                str(out),
-            ],
-            env={"OPENAI_API_KEY": key} if key else None,
-        )
-        row = json.loads(out.read_text().splitlines()[-1])
-        results.append(
-            {
-                "concurrency": concurrency,
-                "output_throughput": row.get("output_throughput"),
-                "accept_length": row.get("accept_length"),
-            }
-        )
-    return results
-
-
-def ab_drafters(cfg: dict) -> dict[str, str | None]:
-    """The drafter served before this export against the new one. When the served drafter IS the
-    export directory, the one it replaced is <export_dir>.previous (step 4 keeps it); no drafter
-    served: the new one against speculative decoding off."""
-    export = paths(cfg)["export"]
-    current = cfg.get("current_drafter")
-    if current and Path(current) == export:
-        previous = export.with_name(export.name + ".previous")
-        current = str(previous) if previous.is_dir() else None
-    return {"current": current, "new": str(export)}
-
-
-def step_ab(cfg: dict, log: Log) -> dict:
-    paths(cfg)["reports"].mkdir(parents=True, exist_ok=True)
-    variants = ab_drafters(cfg)
-    results: dict[str, list[dict]] = {}
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "variants": variants, "results": results}
-    try:
-        for label, drafter in variants.items():
-            log(f"== {label}: {drafter or 'speculative decoding off'}")
-            serve_variant(cfg, log, drafter)
-            results[label] = bench(cfg, log, label)
-    finally:
-        restore(cfg, log)
-    for label, rows in results.items():
-        for row in rows:
-            log(
-                f"{label:8} concurrency {row['concurrency']:>3}: {row['output_throughput']} tok/s,"
-                f" accept length {row['accept_length']}"
-            )
-    with open(paths(cfg)["reports"] / "ab-history.jsonl", "a") as history:
-        history.write(json.dumps(record) + "\n")
-    return record
-
-
 RUNNERS = {
     "regenerate": step_regenerate,
     "hidden-states": step_hidden_states,
     "train": step_train,
     "export": step_export,
-    "ab": step_ab,
+    "ab": ab.step_ab,
 }
 
 
@@ -661,6 +355,14 @@ def main(argv=None) -> int:
             return 2
         print("\n".join(lines))
         return 0 if ok else 3
+    if os.geteuid() == 0:
+        # Root would leave root's files in the job's folder and skip its unit's sandbox.
+        print(
+            f"inference-host-eagle3 run {args.step}: refused as root; the job runs as its own user:"
+            f" systemctl start inference-host-eagle3@{args.step}",
+            file=sys.stderr,
+        )
+        return 2
     return run(cfg, args.step)
 
 

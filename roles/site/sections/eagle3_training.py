@@ -49,7 +49,10 @@ class Eagle3TrainingSettings(Section):
     )
     work_dir: HostFolder = Field(
         "/var/lib/inference-host/eagle3",
-        description=("Data, hidden states and checkpoints: a disk with room (the job computes the budget)."),
+        description=(
+            "Data, hidden states and checkpoints: a disk with room (the job computes the budget). Owned by the"
+            " job's own user, inference-host-eagle3, and the only folder it writes."
+        ),
     )
     env_mode: Annotated[str, one_of("full", "no-gpu-deps")] = Field(
         "full",
@@ -117,5 +120,8 @@ class Eagle3TrainingSettings(Section):
     )
     export_dir: HostFolder = Field(
         "/models/Kimi-K2.5-eagle3-trained",
-        description=("Where the exported drafter goes: the directory --speculative-draft-model-path loads."),
+        description=(
+            "Where the exported drafter goes: the directory --speculative-draft-model-path loads. Written by the"
+            " job's root helper (the job stages it in its work folder); its parent folder must exist."
+        ),
     )
