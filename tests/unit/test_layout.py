@@ -14,9 +14,15 @@ from tests.unit.conftest import PROJECT_ROOT
 
 MODEL, SHARED = "roles.site", "roles.shared"
 # Above the roles, like deploy.py: composes them (the table of roles deploy.py runs; the preview,
-# python -m roles.render, which reads it; python -m roles.site, whose command line runs
-# validation.py's role checks); no role imports them.
-COMPOSITION = {"roles.composition", "roles.render", "roles.site.__main__"}
+# python -m roles.render, which records deploy.py with its recorder and stated state; python -m
+# roles.site, whose command line runs validation.py's role checks); no role imports them.
+COMPOSITION = {
+    "roles.composition",
+    "roles.render",
+    "roles.recording",
+    "roles.stated_state",
+    "roles.site.__main__",
+}
 
 
 def module_name(path: Path, project_root: Path) -> str:
