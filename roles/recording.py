@@ -105,9 +105,12 @@ class RecordingConnector(FakeConnector):
         return super()._lookup_response(command_str)
 
     def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
+        """Nothing runs: the command is recorded (unless a fact asks it) and answered from the
+        stated state, as @fake answers it (by its masked text)."""
+        text = command if isinstance(command, str) else command.get_masked_value()
         if not _asked_by_a_fact():
-            _record(self.host.name, "run", command if isinstance(command, str) else command.get_masked_value())
-        return super().run_shell_command(command, print_output, print_input, **arguments)
+            _record(self.host.name, "run", text)
+        return self._lookup_response(text)
 
     def put_file(self, filename_or_io, remote_filename, *args, **kwargs):
         _record(self.host.name, "upload", remote_filename, content_of(filename_or_io))
@@ -128,7 +131,7 @@ def recording(inventory, answers_for: Callable[[str], Responses], local: dict) -
     RecordingConnector.answers = {host.name: answers_for(host.name) for host in inventory}
     for host in inventory:
         host.connector_cls = RecordingConnector
-    replaced = [(FunctionCommand, "execute", _call_recorded)]
+    replaced: list[tuple[object, str, object]] = [(FunctionCommand, "execute", _call_recorded)]
     replaced += [(importlib.import_module(module), name, standin) for (module, name), standin in local.items()]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in replaced]
     for owner, name, standin in replaced:

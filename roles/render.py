@@ -70,7 +70,7 @@ def _destination(path: str, commands: list[str]) -> str:
 
 
 def write(recorded: dict[str, recording.Recording], site: Site, out: Path) -> dict[str, list[Path]]:
-    written = {}
+    written: dict[str, list[Path]] = {}
     for name, host in recorded.items():
         written[name] = []
         for path, content in files_of(host, site.hosts[name]).items():
