@@ -20,10 +20,10 @@ second and, from a bare node, third pass, which plans with what the first made. 
 site needs one pass. A guest that is not ready is reported, never an error.
 
 Which role runs on which host, in which order, is one table, roles/composition.py's STEPS,
-which this file runs and the preview (python -m roles.render) reads: roles never import each
-other, and composition happens there and only there. The node's operations come first, then a
-barrier every host passes (guests_ready), so pyinfra runs all of the nodes' operations before any
-of the guests' own.
+which this file runs (and the preview, python -m roles.render, runs this file against recording
+hosts): roles never import each other, and composition happens there and only there. The node's
+operations come first, then a barrier every host passes (guests_ready), so pyinfra runs all of
+the nodes' operations before any of the guests' own.
 """
 
 from pyinfra import logger

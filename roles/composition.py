@@ -1,13 +1,13 @@
 """The one table of roles: which role runs on which host, in which order, and under which
-condition. deploy.py runs it (dispatch, nothing else) and the preview (roles/render.py) reads it
-to preview each role's files, so a role added here is in both, and one cannot be added to one of
-them only: deploy.py calls no role of its own, and the preview fails (and its test with it) on a
-role it has no entry for (tests/unit/test_composition.py).
+condition. deploy.py runs it (dispatch, nothing else); the preview (roles/render.py) runs
+deploy.py itself against recording hosts, so a role added here is previewed as it deploys, with
+no entry of its own (tests/unit/test_preview_is_the_deploy.py). deploy.py calls no role of its
+own (tests/unit/test_composition.py).
 
 Like deploy.py and roles/render.py, this module composes the roles; no role imports it. The
 conditions are read from the site model only (settings, the site), never from a host's facts,
 except `waiting`, which deploy.py reads on the node while pyinfra plans (roles/proxmox_host's
-guest_wait_reason) and the preview leaves empty: it shows a converged site.
+guest_wait_reason); the preview's stated node has every guest running, so none waits there.
 
 Order matters: the node's operations come first, then a barrier every host passes
 (guests_ready), so pyinfra runs all of the nodes' operations before any of the guests' own; the

@@ -119,7 +119,7 @@ def drain_settle_secs(hosts: dict[str, HostSettings]) -> int:
 
 
 def templates(settings: HostSettings, hosts: dict[str, HostSettings]) -> list[tuple[str, str, str, dict]]:
-    """(path, template, mode, keyword arguments): the deploy writes them, roles.render previews them."""
+    """(path, template, mode, keyword arguments): the deploy writes them (the preview records that)."""
     return [
         (
             LAUNCHER,

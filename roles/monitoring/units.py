@@ -1,5 +1,5 @@
 """The checks' timer on a gpu node and the packaged services' arguments: paths and template
-arguments from the site model, shared by the role and the preview (roles/render.py)."""
+arguments from the site model, shared by the role and its tests."""
 
 from __future__ import annotations
 

@@ -321,7 +321,7 @@ def _scripts() -> list:
 
 def release_templates(settings: HostSettings, stack: EngineStack, site: Site) -> list[tuple[str, str, str, dict]]:
     """(path, template, mode, keyword arguments) of one release's templated files; the deploy
-    writes them, `python -m roles.render` previews them."""
+    writes them (the preview, `python -m roles.render`, records that)."""
     paths = config_paths(settings, stack, site)
     return [
         (
@@ -397,12 +397,6 @@ def _key_files(settings: HostSettings, stack: EngineStack) -> list:
         user, group = settings.base.service_user, settings.base.service_group
         found.append(secret_file(label=what, value=content, dest=path, user=user, group=group))
     return [op for op in found if op is not None]
-
-
-def key_previews(settings: HostSettings, stack: EngineStack, site: Site, mask: str) -> list[tuple[str, str]]:
-    """The key files as roles.render previews them, every value masked."""
-    found = key_files(settings, stack.engine, config_paths(settings, stack, site), lambda _: mask)
-    return [(path, content) for path, _, content in found if content is not None]
 
 
 def _host_links(settings: HostSettings) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.operations import apt, server
 
+from roles.shared.once import first_time
 from roles.shared.shell import Shell, sh
 
 APT_HELPER = "/usr/lib/apt/apt-helper"
@@ -53,14 +54,10 @@ class KeyFingerprints(FactBase):
         return sorted(lines)
 
 
-_gpg_planned: set[str] = set()
-
-
 def install_gpg(host) -> None:
     """gpg on the host, once per host and deploy (a host may take two or three keys)."""
-    if host.name in _gpg_planned:
+    if not first_time("gpg"):
         return
-    _gpg_planned.add(host.name)
     apt.packages(
         name=f"Install {GPG_PACKAGE} (reads the fingerprints of the repositories' signing keys)",
         packages=[GPG_PACKAGE],

@@ -33,6 +33,7 @@ from pyinfra import host
 from pyinfra.operations import files
 
 from roles.shared.layout import ETC_DIR
+from roles.shared.once import first_time
 from roles.shared.refusal import Refused
 from roles.shared.secret_files import secret_file
 from roles.site import HostSettings, secret_value
@@ -109,17 +110,12 @@ def _credentials(setting: str, ref: str) -> tuple[str, str]:
         ) from None
 
 
-_cuda_done: set[str] = set()
-_pypi_done: set[str] = set()
-
-
 def cuda_auth(settings: HostSettings) -> bool:
     """apt's credential for the CUDA mirror, written once per host; False when the mirror needs none."""
     ref = settings.cuda.repo_credentials_secret
     if not ref:
         return False
-    if host.name not in _cuda_done:
-        _cuda_done.add(host.name)
+    if first_time("the CUDA mirror's credential"):
         login, password = _credentials("cuda_repo_credentials_secret", ref)
         files.directory(name="Create /etc/apt/auth.conf.d", path="/etc/apt/auth.conf.d", mode="0755")
         secret_file(
@@ -138,8 +134,7 @@ def pypi_netrc(settings: HostSettings) -> str | None:
     ref = settings.base.pypi_index_credentials_secret
     if not ref or not settings.base.pypi_index_url:
         return None
-    if host.name not in _pypi_done:
-        _pypi_done.add(host.name)
+    if first_time("the PyPI mirror's credential"):
         login, password = _credentials("base_pypi_index_credentials_secret", ref)
         files.directory(name=f"Create {ETC_DIR}", path=ETC_DIR, mode="0755")
         secret_file(

@@ -30,6 +30,7 @@ from pyinfra.operations import apt, files
 
 from roles.shared import mirror_auth
 from roles.shared.apt_keys import pinned_key
+from roles.shared.once import first_time
 from roles.shared.refusal import Refused
 from roles.site import HostSettings
 
@@ -84,14 +85,10 @@ def cuda_sources_line(settings: HostSettings, distro: Distro) -> str:
     return f"deb [signed-by={CUDA_KEYRING}] {cuda_repo_url(settings, distro)} /"
 
 
-_done: set[str] = set()
-
-
 def ensure_cuda_repository(settings: HostSettings, distro: Distro) -> None:
     """Signing key, sources entry, and an apt update when either changed (once per host)."""
-    if host.name in _done:
+    if not first_time("the CUDA repository"):
         return
-    _done.add(host.name)
     url = cuda_repo_url(settings, distro)
     fingerprint = settings.cuda.repo_key_fingerprint
     mirror_auth.cuda_auth(settings)  # apt's login for the mirror, before the key's download reads it

@@ -1,15 +1,13 @@
-"""One table of roles (roles/composition.py's STEPS) that deploy.py runs and the preview
-(roles/render.py) reads: a role cannot be in one and not the other. deploy.py calls no role of
-its own, every role under roles/ is in the table, and every role in the table has a preview
-entry (a preview, or None / a note saying why it shows nothing)."""
+"""One table of roles (roles/composition.py's STEPS) that deploy.py runs; the preview
+(roles/render.py) records deploy.py itself, so it has no list of roles of its own
+(tests/unit/test_preview_is_the_deploy.py holds it equal to the deploy). deploy.py calls no role
+of its own, and every role under roles/ is in the table."""
 
 from __future__ import annotations
 
 import ast
 
-import pytest
-
-from roles import composition, render
+from roles import composition
 from tests.unit.conftest import PROJECT_ROOT
 
 # What deploy.py may import from the project: the table and what builds a host's scope.
@@ -36,17 +34,11 @@ def role_packages() -> set[str]:
     return found
 
 
-def differences(steps=None, previews=None) -> list[str]:
-    """What makes the deploy and the preview disagree, one line each."""
+def differences(steps=None) -> list[str]:
+    """A role package the table does not run, one line each."""
     steps = composition.STEPS if steps is None else steps
-    previews = render.PREVIEWS if previews is None else previews
     table = {role for step in steps if not step.barrier for role in (step.role, *step.also)}
-    problems = [
-        f"role {r}: run by the table (roles/composition.py) but not in render.PREVIEWS" for r in table - set(previews)
-    ]
-    problems += [f"role {r}: in render.PREVIEWS but not run by the table" for r in set(previews) - table]
-    problems += [f"role {r}: a role package the table does not run" for r in role_packages() - table]
-    return sorted(problems)
+    return sorted(f"role {r}: a role package the table does not run" for r in role_packages() - table)
 
 
 def deploy_py_imports() -> set[tuple[str, str]]:
@@ -60,7 +52,7 @@ def deploy_py_imports() -> set[tuple[str, str]]:
     return found
 
 
-def test_the_deploy_and_the_preview_read_the_same_roles():
+def test_the_table_runs_every_role():
     assert differences() == []
 
 
@@ -69,33 +61,9 @@ def test_deploy_py_runs_the_table_and_calls_no_role_of_its_own():
     assert not extra, f"deploy.py imports {sorted(extra)}: add the role to roles/composition.py's STEPS instead"
 
 
-def test_a_role_added_to_one_place_only_is_found(monkeypatch):
-    # Planted: a role in the table without a preview, a preview without a role, a role package
-    # the table does not run.
-    planted = (*composition.STEPS, composition.Step("newrole", lambda s: True, lambda s: None))
-    assert differences(steps=planted) == [
-        "role newrole: run by the table (roles/composition.py) but not in render.PREVIEWS"
-    ]
-    assert differences(previews={**render.PREVIEWS, "oldrole": None}) == [
-        "role oldrole: in render.PREVIEWS but not run by the table"
-    ]
+def test_a_role_package_the_table_does_not_run_is_found():
     unrun = tuple(step for step in composition.STEPS if step.role != "cuda")
-    assert differences(steps=unrun) == [
-        "role cuda: a role package the table does not run",
-        "role cuda: in render.PREVIEWS but not run by the table",
-    ]
-
-
-def test_the_preview_fails_on_a_role_it_has_no_entry_for(monkeypatch, tmp_path):
-    import validation
-    from roles.site import load_site
-
-    site = load_site(str(PROJECT_ROOT / "inventory" / "prod.py"), validation.ROLE_CHECKS)
-    monkeypatch.setattr(
-        composition, "STEPS", (*composition.STEPS, composition.Step("newrole", lambda s: True, lambda s: None))
-    )
-    with pytest.raises(KeyError, match="newrole"):
-        render.render(site, tmp_path)
+    assert differences(steps=unrun) == ["role cuda: a role package the table does not run"]
 
 
 def test_each_step_calls_its_role_from_a_line_of_its_own_in_table_order():

@@ -54,8 +54,11 @@ def test_the_lab_runs_vllms_preflight_and_says_why_not_sglangs():
 
 def test_the_preview_writes_the_gate_beside_the_files(tmp_path):
     written = render.render(PROD, tmp_path)[HOST.name]
-    gate = tmp_path / HOST.name / "inference-host-commands" / "engine-preflight.sh"
-    assert gate in written and "systemd-run" in gate.read_text()
+    commands = tmp_path / HOST.name / render.COMMANDS  # the gate, in the deploy's order
+    assert commands in written
+    assert "\nsystemd-run --quiet --wait --pipe --collect --service-type=exec --unit=inference-host-preflight-" in (
+        commands.read_text()
+    )
     assert (
         tmp_path / HOST.name / serving.PREFLIGHT_SCRIPT.lstrip("/")
     ).read_text() == serving.PREFLIGHT_SOURCE.read_text()

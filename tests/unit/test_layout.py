@@ -14,10 +14,10 @@ from tests.unit.conftest import PROJECT_ROOT
 
 MODEL, SHARED = "roles.site", "roles.shared"
 # Above the roles, like deploy.py: composes them (the table of roles deploy.py runs; the preview,
-# python -m roles.render, which reads it); no role imports them. The model's own command line
-# (roles/site/__main__.py) is part of the model: validating an inventory with the roles' checks
-# is validation.py's, above both.
-COMPOSITION = {"roles.composition", "roles.render"}
+# python -m roles.render, which records deploy.py with its recorder and stated state); no role
+# imports them. The model's own command line (roles/site/__main__.py) is part of the model:
+# validating an inventory with the roles' checks is validation.py's, above both.
+COMPOSITION = {"roles.composition", "roles.render", "roles.recording", "roles.stated_state"}
 
 
 def module_name(path: Path, project_root: Path) -> str:

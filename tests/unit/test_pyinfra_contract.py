@@ -57,6 +57,11 @@ CALLABLES = {
     "pyinfra.api.operations:run_ops": ["state", "serial", "no_wait"],
     "pyinfra.api.util:get_operation_order_from_stack": ["state"],
     "pyinfra_cli.cli:run_ops": ["state", "serial", "no_wait"],
+    # roles/recording.py (the preview): @fake's lookup and delay, callbacks recorded, deploy.py loaded
+    "pyinfra.connectors.fake:FakeConnector._lookup_response": ["self", "command_str"],
+    "pyinfra.connectors.fake:FakeConnector._sleep": ["self"],
+    "pyinfra.api.command:FunctionCommand.execute": ["self", "state", "host", "connector_arguments"],
+    "pyinfra_cli.util:load_deploy_file": ["state", "filename"],
     "pyinfra.connectors.sshuserclient.client:SSHClient.connect": [
         "self",
         "hostname",
@@ -74,7 +79,7 @@ VALUES = {
 }
 USERS = (
     "roles/shared/fact_batch.py, roles/shared/call_stack.py, roles/shared/host_key_check.py,"
-    " roles/site/loading.py or lab/profile.py; see docs/layout.md"
+    " roles/site/loading.py, roles/recording.py or lab/profile.py; see docs/layout.md"
 )
 
 

@@ -1,8 +1,10 @@
-"""`python -m roles.render`: what the deploy would write, per host, with every secret masked."""
+"""`python -m roles.render`: what the deploy would write and run, per host, with every secret
+masked (the deploy itself, recorded: tests/unit/test_preview_is_the_deploy.py)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,8 +53,8 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
         (node.name, "etc/modules-load.d/nvidia-uvm.conf"),
         (node.name, "etc/systemd/system/nvidia-uvm-devices.service"),
         (node.name, "etc/sysctl.d/90-inference-host-node.conf"),
-        (node.name, "inference-host-commands/pct-create-201.sh"),
-        (node.name, "inference-host-commands/qm-create-202.sh"),
+        (node.name, render.COMMANDS),
+        (node.name, render.STATE_NOTE),
         (gpu.name, f"{env}/inference-engine.service"),
         (gpu.name, f"{env}/inference-engine.env"),
         (gpu.name, f"{env}/launch"),
@@ -69,7 +71,7 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     # An LXC guest shares its node's kernel: kernel.numa_balancing is written on the node only.
     assert "kernel.numa_balancing = 0" in (out / node.name / "etc/sysctl.d/90-inference-host-node.conf").read_text()
     assert not (out / gpu.name / "etc/sysctl.d").exists()
-    assert "kernel.numa_balancing: the shared kernel's" in (out / gpu.name / "inference-host-preview.txt").read_text()
+    assert "Ubuntu 24.04" in (out / gpu.name / render.STATE_NOTE).read_text()
     # A served local directory needs no Hub token in the engine's guest (the path the token
     # would have: test_prod_with_a_hub_model_previews_the_engines_token shows it there).
     assert not (out / gpu.name / _engine_token(gpu)).exists()
@@ -77,7 +79,10 @@ def test_prod_preview_has_every_templated_file_and_no_secret(tmp_path, monkeypat
     pin = (out / node.name / "etc/apt/preferences.d/90-inference-host-nvidia-driver").read_text()
     assert site.stack.driver_version in pin
     assert "nvidia-modprobe" in (out / node.name / "etc/systemd/system/nvidia-uvm-devices.service").read_text()
-    assert "pct create 201 " in (out / node.name / "inference-host-commands/pct-create-201.sh").read_text()
+    # The stated node has its guests, their configurations empty: every setting is set.
+    commands = (out / node.name / render.COMMANDS).read_text()
+    assert "\npct set 201 --hostname gpu-lxc " in commands
+    assert "\nqm set 202 --name gpu-vm " in commands
     leaks = [
         str(path)
         for path in out.rglob("*")
@@ -107,7 +112,9 @@ def test_prod_with_a_hub_model_previews_the_engines_token(tmp_path, monkeypatch)
     """The path the preview test finds absent is the one the token takes when the engine itself
     reads the Hub (a drafter named by a Hub id: tests/unit/test_placement.py)."""
     site = load_site(_prod_with_planted_vault(tmp_path)[0])
-    monkeypatch.setattr(render, "engine_reads_hub_token", lambda host, hosts: host.in_group("gpu_nodes"))
+    import roles.base
+
+    monkeypatch.setattr(roles.base, "engine_reads_hub_token", lambda host, hosts: host.in_group("gpu_nodes"))
     out = tmp_path / "preview"
     render.render(site, out)
     gpu = site.group("gpu_nodes")[0]
@@ -121,16 +128,16 @@ def test_prods_model_storage_is_read_only_once_weights_repo_names_the_model(tmp_
     out = tmp_path / "shipped"
     render.render(shipped, out)
     node = shipped.group("proxmox_hosts")[0].name
-    script = (out / node / "inference-host-commands/pct-create-201.sh").read_text()
-    assert "--mp0 /tank/models,mp=/models,ro=1 " in script
+    script = (out / node / render.COMMANDS).read_text()
+    assert re.search(r"--mp0 /tank/models,mp=/models,ro=1\s", script)
     site = _edited_prod(
         tmp_path,
         ('"weights_repo": "moonshotai/Kimi-K2.5"', '# "weights_repo": "moonshotai/Kimi-K2.5"'),
         ('"weights_revision": "3367c8d1', '# "weights_revision": "3367c8d1'),
     )
     render.render(site, tmp_path / "no-weights")
-    script = (tmp_path / "no-weights" / node / "inference-host-commands/pct-create-201.sh").read_text()
-    assert "--mp0 /tank/models,mp=/models " in script
+    script = (tmp_path / "no-weights" / node / render.COMMANDS).read_text()
+    assert re.search(r"--mp0 /tank/models,mp=/models\s", script)
 
 
 def test_command_runs_on_a_fresh_clone_without_the_vault_password(tmp_path):
