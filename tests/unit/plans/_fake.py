@@ -1,34 +1,10 @@
 """Fake facts shared by the plan inventories: what a fresh host of each distro answers."""
 
-OS_RELEASE = {
-    "ubuntu2404": [
-        "/etc/lsb-release",
-        "DISTRIB_ID=Ubuntu",
-        "DISTRIB_RELEASE=24.04",
-        "DISTRIB_CODENAME=noble",
-        "---",
-        "/etc/os-release",
-        'PRETTY_NAME="Ubuntu 24.04.3 LTS"',
-        'NAME="Ubuntu"',
-        'VERSION_ID="24.04"',
-        'VERSION="24.04.3 LTS (Noble Numbat)"',
-        "VERSION_CODENAME=noble",
-        "ID=ubuntu",
-        "ID_LIKE=debian",
-        "UBUNTU_CODENAME=noble",
-        "---",
-    ],
-    "debian12": [
-        "/etc/os-release",
-        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
-        'NAME="Debian GNU/Linux"',
-        'VERSION_ID="12"',
-        'VERSION="12 (bookworm)"',
-        "VERSION_CODENAME=bookworm",
-        "ID=debian",
-        "---",
-    ],
-}
+from roles import stated_state
+
+# A fresh install's release files: the preview's stated state (roles/stated_state.py) states
+# them once for both.
+OS_RELEASE = {"ubuntu2404": stated_state.OS_RELEASE["Ubuntu 24.04"], "debian12": stated_state.OS_RELEASE["Debian 12"]}
 
 
 # The running kernel (`uname -r`) of a fresh install: DKMS needs this kernel's headers.
@@ -36,7 +12,7 @@ KERNEL = {"ubuntu2404": "6.8.0-85-generic", "debian12": "6.1.0-37-amd64"}
 
 
 # Tools a fresh host of either distro has (pyinfra looks them up with `command -v`).
-TOOLS = ["useradd", "usermod", "groupadd", "curl", "wget", "dpkg", "apt-get", "systemctl"]
+TOOLS = stated_state.TOOLS
 
 
 def fake_host(distro: str, **responses) -> dict:
