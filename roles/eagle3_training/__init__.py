@@ -37,7 +37,13 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import Command
-from pyinfra.operations import files, server, systemd
+
+# pyinfra's `files` under another name: this package has a `files/` folder of its own, and Python
+# binds an imported subpackage as an attribute of its package, that is, as a global of this very
+# module, over anything named `files` here (a test that imports files/pipeline.py did, and the
+# role's next deploy in that process called the folder's `directory`).
+from pyinfra.operations import files as file_operations
+from pyinfra.operations import server, systemd
 
 from roles.eagle3_training import privileges
 from roles.eagle3_training.checkout import (  # re-exported: the tests and the docs name them here
@@ -152,14 +158,16 @@ def eagle3_training() -> None:
     # The job's (its unit writes nothing else). pyinfra's files.directory chowns recursively only
     # when the folder's own owner differs: once, for a folder root's job filled before, then never;
     # the mode on the folder alone (a recursive chmod would make every file executable).
-    files.directory(
+    file_operations.directory(
         name=f"Create {job.work_dir} (training data, hidden states, checkpoints), the job's (recursively, once)",
         path=job.work_dir,
         user=privileges.JOB_USER,
         group=privileges.JOB_USER,
         recursive=True,
     )
-    files.directory(name=f"Set {job.work_dir}'s mode to 0750", path=job.work_dir, mode="0750", recursive=False)
+    file_operations.directory(
+        name=f"Set {job.work_dir}'s mode to 0750", path=job.work_dir, mode="0750", recursive=False
+    )
     _environment(settings)
     sources(settings)
     _driver(settings)
@@ -171,11 +179,11 @@ def _environment(settings: HostSettings) -> None:
     in full mode); the previous ones removed after the switch."""
     target, job, root = env_dir(settings), settings.eagle3_training, env_root(settings)
     name, current = target.rsplit("/", 1)[1], live_env(settings)
-    files.directory(name=f"Create {root}", path=root, user="root", group="root", mode="0755")
+    file_operations.directory(name=f"Create {root}", path=root, user="root", group="root", mode="0755")
     text = requirements_text(settings)
     requirements = f"{target}.lock.txt"
     built = host.get_fact(EnvironmentStamp, env_dir=target)
-    uploaded = files.put(
+    uploaded = file_operations.put(
         name=f"Upload the job's lock (SpecForge {job.specforge_lock}, {job.env_mode},"
         f" {len(_names(text))} packages) to {requirements}",
         src=io.BytesIO(text.encode()),
@@ -236,11 +244,11 @@ def _names(text: str) -> list[str]:
 
 
 def _driver(settings: HostSettings) -> None:
-    files.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
+    file_operations.directory(name=f"Create {LIBEXEC}", path=LIBEXEC, user="root", group="root", mode="0755")
     # Root's, 0755/0644: the job runs them as its user, the helper as root (files/engine_helper.py).
     for module in sorted((HERE / "files").glob("*.py")):
         if module.name != "__init__.py":
-            files.put(
+            file_operations.put(
                 name=f"Install {LIBEXEC}/{module.name} (the job's driver and its root helper)",
                 src=str(module),
                 dest=f"{LIBEXEC}/{module.name}",
@@ -248,7 +256,7 @@ def _driver(settings: HostSettings) -> None:
                 group="root",
                 mode="0755" if module.name in ("pipeline.py", "engine_helper.py") else "0644",
             )
-    files.put(
+    file_operations.put(
         name=f"Install {LIBEXEC}/eagle3.py (layer convention, config checks, disk budget)",
         src=str(HERE.parent / "shared" / "eagle3.py"),
         dest=f"{LIBEXEC}/eagle3.py",
@@ -256,8 +264,10 @@ def _driver(settings: HostSettings) -> None:
         group="root",
         mode="0644",
     )
-    files.directory(name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root", mode="0755")
-    files.put(
+    file_operations.directory(
+        name=f"Create {layout.ETC_DIR}", path=layout.ETC_DIR, user="root", group="root", mode="0755"
+    )
+    file_operations.put(
         name=f"Write {CONFIG_FILE} (the job's inputs)",
         src=io.StringIO(json.dumps(job_config(settings), indent=2, sort_keys=True) + "\n"),
         dest=CONFIG_FILE,
@@ -266,7 +276,7 @@ def _driver(settings: HostSettings) -> None:
         mode="0644",
     )
     python = f"{live_env(settings)}/bin/python"
-    files.template(
+    file_operations.template(
         name=f"Write {WRAPPER}",
         src="roles/eagle3_training/templates/inference-host-eagle3.j2",
         dest=WRAPPER,
@@ -278,7 +288,7 @@ def _driver(settings: HostSettings) -> None:
     )
     privileges.client_key(settings)
     written = [
-        files.template(
+        file_operations.template(
             name=f"Write {dest} ({what})",
             src=template,
             dest=dest,

@@ -32,7 +32,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.monitoring import config, units
-from roles.monitoring.checks_timer import checks_timer
+from roles.monitoring.checks_timer import install_checks_timer
 from roles.monitoring.dashboard import DASHBOARD_FILE
 from roles.shared import templates
 from roles.shared.apt_resolve import install_resolved
@@ -93,7 +93,7 @@ def monitoring() -> None:
     if settings.in_group("gpu_nodes"):
         if settings.monitoring.dcgm_exporter:
             _dcgm_exporter(settings, site, distro)
-        checks_timer(settings, site)
+        install_checks_timer(settings, site)
     if settings.in_group("monitors"):
         _monitor(settings, site)
 

@@ -24,7 +24,7 @@ from roles.shared.uv import uv_environment
 from roles.site import PROJECT_ROOT, HostSettings, Site, secret_value
 
 
-def checks_timer(settings: HostSettings, site: Site) -> None:
+def install_checks_timer(settings: HostSettings, site: Site) -> None:
     """The checks (a copy of checks and the site model) and their environment, their copy of the
     client key, then the timer. A changed bundle or lock is a new directory; the unit points at
     the current one."""

@@ -477,3 +477,55 @@ def test_the_circle_finder_sees_a_planted_circle():
     graph = tool_graph()
     graph["checks.timespan"] = graph["checks.timespan"] | {"checks.acceptance"}
     assert any("checks.timespan" in c and "checks.acceptance" in c for c in cycles(graph))
+
+
+def shadowed_submodules(project_root: Path = PROJECT_ROOT) -> list[str]:
+    """Names a package's __init__.py binds (an import, a def, an assignment) that are also the
+    names of its own submodules or subpackages, bound to something else. Python sets an imported
+    submodule as an attribute of its package, that is, as a global of __init__.py: whichever
+    import runs last wins, so the package's code meets one or the other by import order (a test
+    importing roles/eagle3_training/files/ made the role's `files.directory` the folder's)."""
+    found = []
+    for init in sorted(project_root.glob("*/**/__init__.py")):
+        if ".venv" in init.parts or "tests" in init.parts[len(project_root.parts) :][:1]:
+            continue
+        folder = init.parent
+        subs = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | {
+            p.parent.name for p in folder.glob("*/__init__.py")
+        }
+        package = module_name(init, project_root)
+        for node in ast.parse(init.read_text(), str(init)).body:
+            bound: list[tuple[str, bool]] = []  # (name, is it the submodule itself)
+            if isinstance(node, ast.ImportFrom):
+                same = node.module == package and node.level == 0
+                bound = [(alias.asname or alias.name, same and not alias.asname) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                bound = [((alias.asname or alias.name).split(".")[0], False) for alias in node.names]
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                bound = [(node.name, False)]
+            elif isinstance(node, ast.Assign):
+                bound = [(t.id, False) for t in node.targets if isinstance(t, ast.Name)]
+            found += [
+                f"{init.relative_to(project_root)}:{node.lineno}: `{name}` is also its submodule {package}.{name}"
+                for name, itself in bound
+                if name in subs and not itself
+            ]
+    return found
+
+
+def test_no_package_binds_the_name_of_its_own_submodule():
+    assert shadowed_submodules() == []
+
+
+def test_the_shadow_finder_sees_a_planted_binding(tmp_path):
+    role = tmp_path / "roles" / "somerole"
+    (role / "files").mkdir(parents=True)
+    (tmp_path / "roles" / "__init__.py").write_text("")
+    (role / "files" / "__init__.py").write_text("")
+    (role / "privileges.py").write_text("")
+    (role / "__init__.py").write_text(
+        "from pyinfra.operations import files, server\nfrom roles.somerole import privileges\n"
+    )
+    assert shadowed_submodules(tmp_path) == [
+        "roles/somerole/__init__.py:1: `files` is also its submodule roles.somerole.files"
+    ]
