@@ -33,7 +33,7 @@ STORAGE = lab.STATE_DIR / "registry"
 PID_FILE = STORAGE / "registry.pid"
 START_TIMEOUT_S = 15
 
-# distribution 2.8's configuration reference (docs/configuration in its repository): filesystem
+# distribution 2.8's configuration reference (the configuration page of its docs): filesystem
 # storage, loopback only, no auth (only this machine reaches it), access log off (every push
 # writes dozens of lines).
 _CONFIG = """\

@@ -518,14 +518,15 @@ def test_no_package_binds_the_name_of_its_own_submodule():
 
 
 def test_the_shadow_finder_sees_a_planted_binding(tmp_path):
-    role = tmp_path / "roles" / "somerole"
+    name = "planted"  # a role made in tmp_path only
+    role = tmp_path / "roles" / name
     (role / "files").mkdir(parents=True)
     (tmp_path / "roles" / "__init__.py").write_text("")
     (role / "files" / "__init__.py").write_text("")
     (role / "privileges.py").write_text("")
     (role / "__init__.py").write_text(
-        "from pyinfra.operations import files, server\nfrom roles.somerole import privileges\n"
+        f"from pyinfra.operations import files, server\nfrom roles.{name} import privileges\n"
     )
     assert shadowed_submodules(tmp_path) == [
-        "roles/somerole/__init__.py:1: `files` is also its submodule roles.somerole.files"
+        f"roles/{name}/__init__.py:1: `files` is also its submodule roles.{name}.files"
     ]
